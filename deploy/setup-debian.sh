@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian 12 machine lacks to build, test, benchmark and
+# run ratelimit. Idempotent, and silent when everything is already there.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config git
+  libprotobuf-c-dev protobuf-c-compiler libuv1-dev libhiredis-dev
+  libcmocka-dev
+  redis-server redis-tools
+  haproxy faketime gnuplot-nox procps
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$'; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "setup: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  sudo="sudo"
+fi
+echo "setup: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# Debian starts a system redis-server on 6379 when the package is installed;
+# nothing here uses it (tests start their own on free ports).

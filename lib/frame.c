@@ -1,0 +1,39 @@
+#include "rl_frame.h"
+
+#include "rl_error.h"
+
+int rl_frame_decode(const uint8_t *p, size_t n, uint32_t max_payload,
+                    rl_frame_t *f)
+{
+    f->payload = NULL;
+    f->len = 0;
+    f->size = 0;
+
+    if (n == 0)
+        return RL_EAGAIN;
+    if (p[0] != 0)
+        return RL_EFRAMEFLAG;
+    if (n < RL_FRAME_HEADER)
+        return RL_EAGAIN;
+
+    uint32_t len = (uint32_t)p[1] << 24 | (uint32_t)p[2] << 16 |
+                   (uint32_t)p[3] << 8 | (uint32_t)p[4];
+    if (len > max_payload)
+        return RL_EFRAMESIZE;
+
+    f->size = RL_FRAME_HEADER + (size_t)len;
+    if (n < f->size)
+        return RL_EAGAIN;
+    f->payload = p + RL_FRAME_HEADER;
+    f->len = len;
+    return RL_OK;
+}
+
+void rl_frame_header(uint8_t *p, uint32_t len)
+{
+    p[0] = 0;
+    p[1] = (uint8_t)(len >> 24);
+    p[2] = (uint8_t)(len >> 16);
+    p[3] = (uint8_t)(len >> 8);
+    p[4] = (uint8_t)len;
+}

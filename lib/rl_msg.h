@@ -1,0 +1,70 @@
+/* CheckRequest / CheckResponse codec (proto/ratelimit.proto).
+ *
+ * These two messages are small and sit on every hot path, so they are
+ * encoded and decoded here by hand rather than through protobuf-c's
+ * descriptor-driven runtime: decoding is zero-copy (strings point into the
+ * frame, with their exact lengths, so a NUL inside a key is visible) and
+ * allocates nothing. The generated protobuf-c code remains the reference:
+ * tests check this codec against it byte for byte. Unknown fields are
+ * skipped, so newer peers that add fields still interoperate. */
+#ifndef RL_MSG_H
+#define RL_MSG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rl_buf.h"
+
+typedef enum {
+    RL_CODE_UNKNOWN = 0,
+    RL_CODE_OK = 1,
+    RL_CODE_OVER_LIMIT = 2,
+    RL_CODE_ERROR = 3
+} rl_code_t;
+
+/* A CheckRequest. Strings are not NUL-terminated; NULL with length 0 is the
+ * empty string. */
+typedef struct rl_check_s {
+    uint64_t id;
+    const char *key;
+    size_t key_len;
+    uint32_t cost;
+    uint64_t limit;
+    uint32_t window_s;
+    const char *rule;
+    size_t rule_len;
+} rl_check_t;
+
+/* A CheckResponse. */
+typedef struct rl_result_s {
+    uint64_t id;
+    int32_t code; /* rl_code_t; other values may come from newer servers */
+    uint64_t limit;
+    uint64_t used;
+    uint64_t remaining;
+    uint64_t reset_after_ms;
+    uint64_t retry_after_ms;
+    const char *error;
+    size_t error_len;
+} rl_result_t;
+
+/* Decode a payload. Strings in *out point into p, valid while p is.
+ * Return 0 or RL_EDECODE (truncated, overlong varint, bad wire type). */
+int rl_check_decode(const uint8_t *p, size_t n, rl_check_t *out);
+int rl_result_decode(const uint8_t *p, size_t n, rl_result_t *out);
+
+/* Exact encoded sizes (proto3: zero-valued fields are omitted). */
+size_t rl_check_size(const rl_check_t *c);
+size_t rl_result_size(const rl_result_t *r);
+
+/* Encode into p, which has at least the *_size() bytes; return bytes
+ * written. */
+size_t rl_check_encode(const rl_check_t *c, uint8_t *p);
+size_t rl_result_encode(const rl_result_t *r, uint8_t *p);
+
+/* Append one whole frame (header + message) to b. Return 0, RL_EFULL or
+ * RL_ENOMEM; on error b is unchanged. */
+int rl_check_put(rl_buf_t *b, const rl_check_t *c);
+int rl_result_put(rl_buf_t *b, const rl_result_t *r);
+
+#endif

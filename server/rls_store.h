@@ -1,0 +1,92 @@
+/* The store interface: where counters live.
+ *
+ * The batcher hands a store one batch at a time: an array of operations,
+ * one per distinct counter key (requests that share a key were already
+ * coalesced and their costs summed). For each op the store adds `incr` to the
+ * counter named `key`, makes sure the key expires at `expire_at_ms` (an
+ * absolute time on the store's clock), and reports the counter's value after
+ * the addition. The batcher then decides every request of the batch from
+ * those totals.
+ *
+ * Two stores implement it: memory (store_memory.c, the embedded default) and
+ * Redis (store_redis.c). Both run on the server's libuv loop and never
+ * block. */
+#ifndef RLS_STORE_H
+#define RLS_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+typedef struct rls_store_s rls_store_t;
+
+typedef struct rls_op_s {
+    /* Set by the batcher; untouched by the store. */
+    const char *key;       /* NUL-terminated store key */
+    size_t key_len;
+    uint64_t incr;         /* summed cost of the coalesced requests, >= 1 */
+    uint64_t expire_at_ms; /* window end + grace, on the store's clock */
+    /* Set by the store before the callback. */
+    int64_t count;         /* counter after the addition */
+    int err;               /* 0, or an RL_E* code for this op */
+} rls_op_t;
+
+/* Fires exactly once per submitted batch. status is 0 when every op has its
+ * count, or RL_ESTORE / RL_ETIMEDOUT / RL_ESHUTDOWN when the store could not
+ * answer, in which case every op's err is set too. The ops array is the
+ * caller's again once the callback returns. */
+typedef void (*rls_store_cb)(void *data, rls_op_t *ops, size_t n, int status);
+
+typedef struct rls_store_stats_s {
+    uint64_t batches;      /* batches submitted */
+    uint64_t ops;          /* ops submitted */
+    uint64_t errors;       /* batches failed (any reason) */
+    uint64_t timeouts;     /* batches failed by timeout */
+    uint64_t reconnects;   /* successful (re)connections after the first */
+    uint64_t rtt_us_last;  /* round trip of the last answered batch */
+} rls_store_stats_t;
+
+typedef struct rls_store_vtbl_s {
+    /* Submits a batch of n >= 1 ops. ops must stay valid until cb fires.
+     * The callback may fire before submit returns (the memory store does,
+     * and so does a Redis store that is down). Never fails: trouble is
+     * reported through the callback. */
+    void (*submit)(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
+                   void *data);
+    /* The store's clock, ms since the Unix epoch. Cheap: called once per
+     * batch. Never goes backwards. */
+    uint64_t (*now_ms)(rls_store_t *s);
+    /* 1 while the store is believed able to answer, else 0. */
+    int (*up)(rls_store_t *s);
+    /* Fails whatever is in flight (its callbacks fire with RL_ESHUTDOWN),
+     * closes every handle, frees the store, then calls done(arg) from a close
+     * callback. The store must not be used afterwards. */
+    void (*close)(rls_store_t *s, void (*done)(void *arg), void *arg);
+} rls_store_vtbl_t;
+
+struct rls_store_s {
+    const rls_store_vtbl_t *v;
+    rls_store_stats_t stats;
+};
+
+/* Memory store: counters in a hash table, reclaimed as windows end.
+ * Returns NULL on allocation failure. */
+rls_store_t *rls_store_memory_new(uv_loop_t *loop);
+
+typedef struct rls_redis_opts_s {
+    const char *host;      /* IPv4/IPv6 literal or name */
+    int port;
+    const char *password;  /* NULL: no AUTH */
+    int db;                /* SELECT db when > 0 */
+    uint64_t timeout_ms;   /* a batch unanswered this long fails */
+    uint64_t grace_ms;     /* keys expire this long after their window */
+} rls_redis_opts_t;
+
+/* Redis store: hiredis async on `loop`. Connects in the background and
+ * reconnects with backoff; batches submitted while down fail at once.
+ * Returns NULL on allocation failure. */
+rls_store_t *rls_store_redis_new(uv_loop_t *loop,
+                                 const rls_redis_opts_t *opts);
+
+#endif

@@ -1,0 +1,281 @@
+/* The hand-written codec against protobuf-c's generated code, which is the
+ * reference for the wire contract. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ratelimit.pb-c.h"
+#include "rl_error.h"
+#include "rl_msg.h"
+
+static unsigned seed = 4242;
+
+/* Random values that hit every varint length and zero (omitted) often. */
+static uint64_t rnd_u64(void)
+{
+    int bits = rand_r(&seed) % 66;
+    uint64_t v = (uint64_t)rand_r(&seed) << 33 ^ (uint64_t)rand_r(&seed) << 11 ^
+                 (uint64_t)rand_r(&seed);
+
+    if (bits == 0)
+        return 0;
+    return bits >= 64 ? v : v & ((UINT64_C(1) << bits) - 1);
+}
+
+static void rnd_str(char *dst, size_t max, size_t *len)
+{
+    size_t i;
+
+    *len = (size_t)rand_r(&seed) % (max + 1);
+    if (rand_r(&seed) % 4 == 0)
+        *len = 0;
+    for (i = 0; i < *len; i++)
+        dst[i] = (char)('a' + rand_r(&seed) % 26);
+    dst[*len] = '\0';
+}
+
+static void test_check_matches_protobuf_c(void **state)
+{
+    char key[600], rule[200];
+    uint8_t ours[1024], theirs[1024];
+    int i;
+
+    (void)state;
+    for (i = 0; i < 20000; i++) {
+        Ratelimit__V1__CheckRequest pc = RATELIMIT__V1__CHECK_REQUEST__INIT;
+        rl_check_t c = {0}, back;
+
+        c.id = rnd_u64();
+        rnd_str(key, 520, &c.key_len);
+        c.key = key;
+        c.cost = (uint32_t)rnd_u64();
+        c.limit = rnd_u64();
+        c.window_s = (uint32_t)rnd_u64();
+        rnd_str(rule, 130, &c.rule_len);
+        c.rule = rule;
+
+        pc.id = c.id;
+        pc.key = key;
+        pc.cost = c.cost;
+        pc.limit = c.limit;
+        pc.window_seconds = c.window_s;
+        pc.rule = rule;
+
+        size_t n = rl_check_size(&c);
+        assert_int_equal(n, ratelimit__v1__check_request__get_packed_size(&pc));
+        assert_int_equal(rl_check_encode(&c, ours), n);
+        assert_int_equal(ratelimit__v1__check_request__pack(&pc, theirs), n);
+        assert_memory_equal(ours, theirs, n);
+
+        assert_int_equal(rl_check_decode(theirs, n, &back), RL_OK);
+        assert_int_equal(back.id, c.id);
+        assert_int_equal(back.key_len, c.key_len);
+        if (c.key_len)
+            assert_memory_equal(back.key, key, c.key_len);
+        assert_int_equal(back.cost, c.cost);
+        assert_int_equal(back.limit, c.limit);
+        assert_int_equal(back.window_s, c.window_s);
+        assert_int_equal(back.rule_len, c.rule_len);
+    }
+}
+
+static void test_result_matches_protobuf_c(void **state)
+{
+    char err[300];
+    uint8_t ours[1024], theirs[1024];
+    int i;
+
+    (void)state;
+    for (i = 0; i < 20000; i++) {
+        Ratelimit__V1__CheckResponse pc = RATELIMIT__V1__CHECK_RESPONSE__INIT;
+        Ratelimit__V1__CheckResponse *up;
+        rl_result_t r = {0}, back;
+
+        r.id = rnd_u64();
+        r.code = rand_r(&seed) % 4;
+        r.limit = rnd_u64();
+        r.used = rnd_u64();
+        r.remaining = rnd_u64();
+        r.reset_after_ms = rnd_u64();
+        r.retry_after_ms = rnd_u64();
+        rnd_str(err, 250, &r.error_len);
+        r.error = err;
+
+        pc.id = r.id;
+        pc.code = (Ratelimit__V1__CheckResponse__Code)r.code;
+        pc.limit = r.limit;
+        pc.used = r.used;
+        pc.remaining = r.remaining;
+        pc.reset_after_ms = r.reset_after_ms;
+        pc.retry_after_ms = r.retry_after_ms;
+        pc.error = err;
+
+        size_t n = rl_result_size(&r);
+        assert_int_equal(n,
+                         ratelimit__v1__check_response__get_packed_size(&pc));
+        assert_int_equal(rl_result_encode(&r, ours), n);
+        assert_int_equal(ratelimit__v1__check_response__pack(&pc, theirs), n);
+        assert_memory_equal(ours, theirs, n);
+
+        /* and protobuf-c reads what we wrote */
+        up = ratelimit__v1__check_response__unpack(NULL, n, ours);
+        assert_non_null(up);
+        assert_int_equal(up->id, r.id);
+        assert_int_equal(up->code, r.code);
+        assert_int_equal(up->remaining, r.remaining);
+        assert_string_equal(up->error, err);
+        ratelimit__v1__check_response__free_unpacked(up, NULL);
+
+        assert_int_equal(rl_result_decode(ours, n, &back), RL_OK);
+        assert_int_equal(back.id, r.id);
+        assert_int_equal(back.code, r.code);
+        assert_int_equal(back.limit, r.limit);
+        assert_int_equal(back.used, r.used);
+        assert_int_equal(back.remaining, r.remaining);
+        assert_int_equal(back.reset_after_ms, r.reset_after_ms);
+        assert_int_equal(back.retry_after_ms, r.retry_after_ms);
+        assert_int_equal(back.error_len, r.error_len);
+    }
+}
+
+/* Fields this version does not know (a newer client's) are skipped. */
+static void test_unknown_fields_skipped(void **state)
+{
+    const uint8_t p[] = {
+        0x08, 0x07,                               /* id = 7 */
+        0x48, 0x96, 0x01,                         /* 9: varint 150 */
+        0x12, 0x01, 'k',                          /* key = "k" */
+        0x52, 0x03, 'x', 'y', 'z',                /* 10: bytes */
+        0x59, 1, 2, 3, 4, 5, 6, 7, 8,             /* 11: fixed64 */
+        0x65, 1, 2, 3, 4,                         /* 12: fixed32 */
+        0x20, 0x05,                               /* limit = 5 */
+        0x28, 0x3c,                               /* window = 60 */
+        0x80, 0x80, 0x04, 0x01,                   /* field 8192: varint 1 */
+    };
+    rl_check_t c;
+
+    (void)state;
+    assert_int_equal(rl_check_decode(p, sizeof(p), &c), RL_OK);
+    assert_int_equal(c.id, 7);
+    assert_int_equal(c.key_len, 1);
+    assert_int_equal(c.key[0], 'k');
+    assert_int_equal(c.limit, 5);
+    assert_int_equal(c.window_s, 60);
+}
+
+/* The last occurrence of a scalar field wins, as in every protobuf
+ * implementation. */
+static void test_last_value_wins(void **state)
+{
+    const uint8_t p[] = {0x08, 0x01, 0x08, 0x02, 0x12, 0x01, 'a',
+                         0x12, 0x02, 'b', 'c'};
+    rl_check_t c;
+
+    (void)state;
+    assert_int_equal(rl_check_decode(p, sizeof(p), &c), RL_OK);
+    assert_int_equal(c.id, 2);
+    assert_int_equal(c.key_len, 2);
+    assert_memory_equal(c.key, "bc", 2);
+}
+
+static void test_malformed(void **state)
+{
+    rl_check_t c;
+    rl_result_t r;
+    const uint8_t overlong[] = {0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                                0xff, 0xff, 0xff, 0xff, 0x01};
+    const uint8_t trunc_varint[] = {0x08, 0x80};
+    const uint8_t trunc_len[] = {0x12, 0x05, 'a', 'b'};
+    const uint8_t huge_len[] = {0x12, 0xff, 0xff, 0xff, 0xff, 0x0f, 'a'};
+    const uint8_t key_as_varint[] = {0x10, 0x01};
+    const uint8_t id_as_bytes[] = {0x0a, 0x01, 'a'};
+    const uint8_t group[] = {0x1b, 0x1c};
+    const uint8_t field_zero[] = {0x00, 0x01};
+    const uint8_t wt7[] = {0x0f, 0x01};
+    const uint8_t trunc_fixed[] = {0x59, 1, 2, 3};
+    const uint8_t code_as_bytes[] = {0x12, 0x01, 'a'};
+
+    (void)state;
+#define BAD(arr) assert_int_equal(rl_check_decode(arr, sizeof(arr), &c), \
+                                  RL_EDECODE)
+    BAD(overlong);
+    BAD(trunc_varint);
+    BAD(trunc_len);
+    BAD(huge_len);
+    BAD(key_as_varint);
+    BAD(id_as_bytes);
+    BAD(group);
+    BAD(field_zero);
+    BAD(wt7);
+    BAD(trunc_fixed);
+#undef BAD
+    assert_int_equal(
+        rl_result_decode(code_as_bytes, sizeof(code_as_bytes), &r),
+        RL_EDECODE);
+}
+
+/* A NUL inside the key is kept with its exact length (protobuf-c's char *
+ * would silently cut it), so validation can refuse it. */
+static void test_nul_in_key_is_visible(void **state)
+{
+    const uint8_t p[] = {0x12, 0x03, 'a', 0x00, 'b'};
+    rl_check_t c;
+
+    (void)state;
+    assert_int_equal(rl_check_decode(p, sizeof(p), &c), RL_OK);
+    assert_int_equal(c.key_len, 3);
+    assert_int_equal(c.key[1], '\0');
+}
+
+/* Random bytes: whenever protobuf-c accepts a message, we accept it too and
+ * read the same values. (We may accept more: keys are bytes to us, where
+ * protobuf-c may insist on UTF-8.) */
+static void test_random_bytes_agree(void **state)
+{
+    uint8_t p[48];
+    int i;
+    size_t k;
+
+    (void)state;
+    for (i = 0; i < 200000; i++) {
+        size_t n = (size_t)(rand_r(&seed) % (int)sizeof(p));
+        rl_check_t c;
+        Ratelimit__V1__CheckRequest *pc;
+
+        for (k = 0; k < n; k++)
+            p[k] = (uint8_t)(rand_r(&seed) % 4 ? rand_r(&seed) % 0x40
+                                               : rand_r(&seed));
+        int rc = rl_check_decode(p, n, &c);
+        assert_true(rc == RL_OK || rc == RL_EDECODE);
+        pc = ratelimit__v1__check_request__unpack(NULL, n, p);
+        if (pc == NULL)
+            continue;
+        assert_int_equal(rc, RL_OK);
+        assert_int_equal(c.id, pc->id);
+        assert_int_equal(c.cost, pc->cost);
+        assert_int_equal(c.limit, pc->limit);
+        assert_int_equal(c.window_s, pc->window_seconds);
+        assert_true(strlen(pc->key) <= c.key_len);
+        assert_memory_equal(c.key ? c.key : "", pc->key, strlen(pc->key));
+        ratelimit__v1__check_request__free_unpacked(pc, NULL);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_check_matches_protobuf_c),
+        cmocka_unit_test(test_result_matches_protobuf_c),
+        cmocka_unit_test(test_unknown_fields_skipped),
+        cmocka_unit_test(test_last_value_wins),
+        cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_nul_in_key_is_visible),
+        cmocka_unit_test(test_random_bytes_agree),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

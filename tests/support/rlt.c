@@ -1,0 +1,233 @@
+#include "rlt.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+uint64_t rlt_mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void nap_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+
+    nanosleep(&ts, NULL);
+}
+
+int rlt_free_port(void)
+{
+    struct sockaddr_in sa;
+    socklen_t len = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+
+    if (fd < 0)
+        return -1;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+        port = ntohs(sa.sin_port);
+    close(fd);
+    return port;
+}
+
+static int try_connect(int port)
+{
+    struct sockaddr_in sa;
+    int fd = socket(AF_INET, SOCK_STREAM, 0), ok;
+
+    if (fd < 0)
+        return 0;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    close(fd);
+    return ok;
+}
+
+int rlt_wait_port(int port, int timeout_ms)
+{
+    uint64_t deadline = rlt_mono_ms() + (uint64_t)timeout_ms;
+
+    while (!try_connect(port)) {
+        if (rlt_mono_ms() >= deadline)
+            return 0;
+        nap_ms(5);
+    }
+    return 1;
+}
+
+pid_t rlt_spawn(char *const argv[])
+{
+    pid_t pid = fork();
+
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        if (getenv("RLT_VERBOSE") == NULL) {
+            int fd = open("/dev/null", O_WRONLY);
+            if (fd >= 0) {
+                dup2(fd, STDOUT_FILENO);
+                close(fd);
+            }
+        }
+        execvp(argv[0], argv);
+        fprintf(stderr, "rlt_spawn: exec %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    return pid;
+}
+
+int rlt_stop(pid_t pid, int sig, int timeout_ms)
+{
+    uint64_t deadline = rlt_mono_ms() + (uint64_t)timeout_ms;
+    int status;
+
+    if (pid <= 0)
+        return -1;
+    kill(pid, sig);
+    for (;;) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid)
+            return status;
+        if (r < 0)
+            return -1;
+        if (rlt_mono_ms() >= deadline) {
+            kill(pid, SIGKILL);
+            return waitpid(pid, &status, 0) == pid ? status : -1;
+        }
+        nap_ms(2);
+    }
+}
+
+redisContext *rlt_redis_connect(const rlt_redis_t *r)
+{
+    struct timeval tv = {1, 0};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", r->port, tv);
+
+    if (c == NULL)
+        return NULL;
+    if (c->err) {
+        redisFree(c);
+        return NULL;
+    }
+    redisSetTimeout(c, tv);
+    return c;
+}
+
+static int answers_ping(const rlt_redis_t *r)
+{
+    redisContext *c = rlt_redis_connect(r);
+    redisReply *rep;
+    int ok = 0;
+
+    if (c == NULL)
+        return 0;
+    rep = redisCommand(c, "PING");
+    ok = rep != NULL && rep->type == REDIS_REPLY_STATUS;
+    if (rep)
+        freeReplyObject(rep);
+    redisFree(c);
+    return ok;
+}
+
+/* Launches redis-server on r->port in r->dir and waits for PING. Returns 0,
+ * or -1 if it exited (port taken) or never answered within 10 s. */
+static int launch(rlt_redis_t *r)
+{
+    char port[16];
+    char *argv[] = {"redis-server", "--port", port, "--bind", "127.0.0.1",
+                    "--dir", r->dir, "--save", "", "--appendonly", "no",
+                    "--daemonize", "no", "--loglevel", "warning", NULL};
+    uint64_t deadline = rlt_mono_ms() + 10000;
+    int status;
+
+    snprintf(port, sizeof(port), "%d", r->port);
+    r->pid = rlt_spawn(argv);
+    if (r->pid < 0)
+        return -1;
+    while (!answers_ping(r)) {
+        if (waitpid(r->pid, &status, WNOHANG) == r->pid ||
+            rlt_mono_ms() >= deadline) {
+            rlt_stop(r->pid, SIGKILL, 1000);
+            r->pid = -1;
+            return -1;
+        }
+        nap_ms(5);
+    }
+    return 0;
+}
+
+int rlt_redis_start(rlt_redis_t *r)
+{
+    int attempt;
+
+    memset(r, 0, sizeof(*r));
+    r->pid = -1;
+    snprintf(r->dir, sizeof(r->dir), "/tmp/rlt-redis-XXXXXX");
+    if (mkdtemp(r->dir) == NULL)
+        return -1;
+    /* Another process may take the port between our probe and redis's
+     * bind; a new port is the cure. */
+    for (attempt = 0; attempt < 5; attempt++) {
+        r->port = rlt_free_port();
+        if (r->port > 0 && launch(r) == 0)
+            return 0;
+    }
+    rmdir(r->dir);
+    r->dir[0] = '\0';
+    return -1;
+}
+
+int rlt_redis_restart(rlt_redis_t *r)
+{
+    uint64_t deadline = rlt_mono_ms() + 10000;
+
+    /* The old socket may linger briefly; keep trying the same port. */
+    while (launch(r) != 0) {
+        if (rlt_mono_ms() >= deadline)
+            return -1;
+        nap_ms(20);
+    }
+    return 0;
+}
+
+void rlt_redis_kill(rlt_redis_t *r)
+{
+    if (r->pid > 0)
+        rlt_stop(r->pid, SIGKILL, 5000);
+    r->pid = -1;
+}
+
+void rlt_redis_stop(rlt_redis_t *r)
+{
+    char path[192];
+
+    if (r->pid > 0)
+        rlt_stop(r->pid, SIGTERM, 5000);
+    r->pid = -1;
+    if (r->dir[0]) {
+        /* Persistence is off, but remove anything redis may have left. */
+        snprintf(path, sizeof(path), "%s/dump.rdb", r->dir);
+        unlink(path);
+        rmdir(r->dir);
+        r->dir[0] = '\0';
+    }
+}

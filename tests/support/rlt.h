@@ -1,0 +1,56 @@
+/* Test support: free loopback ports, a private redis-server per test, child
+ * processes stopped by pid, and waits on conditions with a deadline (never
+ * sleep-and-hope). Everything binds to 127.0.0.1 only. */
+#ifndef RLT_H
+#define RLT_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <hiredis/hiredis.h>
+
+typedef struct rlt_redis_s {
+    pid_t pid;
+    int port;
+    char dir[128]; /* private working directory, removed by stop */
+} rlt_redis_t;
+
+/* Milliseconds on the monotonic clock. */
+uint64_t rlt_mono_ms(void);
+
+/* A TCP port on 127.0.0.1 that was free a moment ago. */
+int rlt_free_port(void);
+
+/* Returns 1 once a TCP connect to 127.0.0.1:port succeeds, 0 after
+ * timeout_ms. */
+int rlt_wait_port(int port, int timeout_ms);
+
+/* Starts redis-server on a free loopback port with persistence off, in a new
+ * temporary directory, and waits until it answers PING. Returns 0 or -1. */
+int rlt_redis_start(rlt_redis_t *r);
+
+/* Starts redis-server again on r->port and r->dir (after rlt_redis_kill).
+ * Returns 0 or -1. */
+int rlt_redis_restart(rlt_redis_t *r);
+
+/* SIGKILLs the server and reaps it; r->dir is kept for a restart. */
+void rlt_redis_kill(rlt_redis_t *r);
+
+/* Stops the server by pid (SIGTERM, then SIGKILL after 5 s), reaps it and
+ * removes its directory. Safe to call twice. */
+void rlt_redis_stop(rlt_redis_t *r);
+
+/* A blocking hiredis connection to the test server (1 s timeout), or NULL. */
+redisContext *rlt_redis_connect(const rlt_redis_t *r);
+
+/* fork+exec argv (argv[0] looked up in PATH if it has no '/'); the child's
+ * stdout goes to /dev/null unless RLT_VERBOSE is set, stderr is kept.
+ * Returns the pid or -1. */
+pid_t rlt_spawn(char *const argv[]);
+
+/* Sends sig to pid and waits up to timeout_ms for it to exit; SIGKILLs it
+ * after that. Returns its exit status as from waitpid (use WIFEXITED etc.),
+ * or -1. */
+int rlt_stop(pid_t pid, int sig, int timeout_ms);
+
+#endif
