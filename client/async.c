@@ -1,0 +1,630 @@
+/* The async client: one connection on the caller's libuv loop, many checks
+ * in flight on it.
+ *
+ * Hot path, per check: a request slot is popped from a free list (slots are
+ * allocated once), the frame is encoded straight into the output buffer,
+ * and the slot is appended to the pending list. Once per loop iteration,
+ * just before the loop polls (uv_prepare) and right after it did (uv_check,
+ * which catches checks submitted from answer callbacks), the whole output
+ * buffer leaves in one send(). Answers are decoded in place from the input
+ * buffer and matched to their slot by id: the low 32 bits are the slot
+ * index + 1, the high 32 bits the slot's generation, so an answer that
+ * arrives after its check timed out (and the slot was reused) is dropped.
+ *
+ * Timeouts: every check waits the same request_timeout_ms, so the pending
+ * list, kept in submission order, is also in deadline order; one timer
+ * watches its head.
+ *
+ * Re-entrancy: user callbacks may submit checks and may free the client.
+ * Every entry from libuv goes through enter()/leave(); a free requested
+ * while inside is carried out by the outermost leave(), and loops that call
+ * user callbacks stop as soon as the client is closing. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "rl_error.h"
+#include "rl_frame.h"
+#include "rlc_int.h"
+
+#define NIL UINT32_MAX
+#define FLUSH_NOW (64 * 1024) /* send at once when this much is waiting */
+
+enum { ST_IDLE, ST_CONNECTING, ST_CONNECTED };
+
+typedef struct slot_s {
+    rlc_check_cb cb; /* NULL when free */
+    void *arg;
+    uint64_t deadline; /* loop time, ms */
+    uint32_t gen;
+    uint32_t window_s;
+    uint32_t prev, next; /* pending list, or free list (next only) */
+} slot_t;
+
+typedef struct conn_s {
+    uv_poll_t poll;
+    rlc_async_t *c;
+    int fd;
+    int events; /* what poll currently watches */
+} conn_t;
+
+struct rlc_async_s {
+    uv_loop_t *loop;
+    rlc__conf_t cf;
+
+    slot_t *slots;
+    uint32_t nslots;
+    uint32_t free_head;
+    uint32_t head, tail; /* pending, oldest first */
+    size_t inflight;
+
+    rl_buf_t in, out;
+
+    conn_t *conn; /* NULL while idle */
+    int state;
+    size_t cur;   /* address in use or being tried */
+    size_t tried; /* addresses tried in the current round */
+    uint32_t backoff_ms;
+    unsigned seed;
+
+    uv_timer_t req_timer;  /* request deadlines */
+    uv_timer_t conn_timer; /* connect timeout, then reconnect delay */
+    uv_prepare_t prepare;  /* flush before the loop polls */
+    uv_check_t check;      /* flush what the poll's callbacks submitted */
+    int handles;           /* open handles, conns included */
+
+    int depth;   /* nesting of our callbacks from libuv */
+    int closing; /* rlc_async_free was called */
+    int torn_down;
+
+    rlc_state_cb state_cb;
+    void *state_arg;
+};
+
+static void attempt(rlc_async_t *c);
+static void lost(rlc_async_t *c, int status);
+static void on_conn_timer(uv_timer_t *t);
+
+/* ---- entering and leaving callbacks ------------------------------------ */
+
+static void teardown(rlc_async_t *c);
+
+static void enter(rlc_async_t *c)
+{
+    c->depth++;
+}
+
+static void leave(rlc_async_t *c)
+{
+    if (--c->depth == 0 && c->closing && !c->torn_down)
+        teardown(c);
+}
+
+static void release(rlc_async_t *c)
+{
+    rl_buf_free(&c->in);
+    rl_buf_free(&c->out);
+    rlc__conf_free(&c->cf);
+    free(c->slots);
+    free(c);
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    rlc_async_t *c = h->data;
+
+    if (--c->handles == 0)
+        release(c);
+}
+
+/* ---- slots --------------------------------------------------------------- */
+
+static void unlink_slot(rlc_async_t *c, uint32_t i)
+{
+    slot_t *s = &c->slots[i];
+
+    if (s->prev != NIL)
+        c->slots[s->prev].next = s->next;
+    else
+        c->head = s->next;
+    if (s->next != NIL)
+        c->slots[s->next].prev = s->prev;
+    else
+        c->tail = s->prev;
+}
+
+/* Returns slot i to the free list; its generation moves on so that a late
+ * answer to its last check no longer matches. */
+static void free_slot(rlc_async_t *c, uint32_t i)
+{
+    slot_t *s = &c->slots[i];
+
+    s->cb = NULL;
+    s->arg = NULL;
+    s->gen++;
+    s->next = c->free_head;
+    c->free_head = i;
+    c->inflight--;
+}
+
+static void fire_fail(rlc_async_t *c, uint32_t i, int status, uint64_t now)
+{
+    slot_t *s = &c->slots[i];
+    rlc_check_cb cb = s->cb;
+    void *arg = s->arg;
+    rlc_result_t res;
+
+    rlc__result_fail(&res, (uint64_t)s->gen << 32 | (uint64_t)(i + 1),
+                     status, c->cf.o.fail_mode, s->window_s, now);
+    free_slot(c, i);
+    cb(c, &res, arg);
+}
+
+/* Fails every pending check with status. The list is detached first, so
+ * checks that the callbacks submit stay queued for the next connection. */
+static void fail_all(rlc_async_t *c, int status)
+{
+    uint32_t i = c->head;
+    uint64_t now = rlc__unix_ms();
+
+    c->head = c->tail = NIL;
+    while (i != NIL) {
+        uint32_t next = c->slots[i].next;
+        fire_fail(c, i, status, now);
+        i = next;
+    }
+}
+
+/* ---- connection ---------------------------------------------------------- */
+
+static void notify(rlc_async_t *c, int connected, int status)
+{
+    if (c->state_cb != NULL && !c->closing)
+        c->state_cb(c, connected, status, c->state_arg);
+}
+
+static void on_conn_closed(uv_handle_t *h)
+{
+    conn_t *conn = h->data;
+    rlc_async_t *c = conn->c;
+
+    close(conn->fd);
+    free(conn);
+    if (--c->handles == 0)
+        release(c);
+}
+
+static void close_conn(rlc_async_t *c)
+{
+    conn_t *conn = c->conn;
+
+    if (conn == NULL)
+        return;
+    c->conn = NULL;
+    uv_timer_stop(&c->conn_timer);
+    uv_close((uv_handle_t *)&conn->poll, on_conn_closed);
+}
+
+static void watch(rlc_async_t *c, int events);
+
+/* Sends what is waiting, with one send(). Errors other than "would block"
+ * are left for the poll callback to find (the socket reports writable),
+ * so that this may be called where user callbacks must not fire. */
+static void do_write(rlc_async_t *c)
+{
+    ssize_t n;
+
+    if (c->state != ST_CONNECTED || rl_buf_len(&c->out) == 0)
+        return;
+    n = send(c->conn->fd, rl_buf_rptr(&c->out), rl_buf_len(&c->out),
+             MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0)
+        rl_buf_consume(&c->out, (size_t)n);
+    watch(c, UV_READABLE | (rl_buf_len(&c->out) > 0 ? UV_WRITABLE : 0));
+}
+
+static void dispatch(rlc_async_t *c)
+{
+    uint64_t now = rlc__unix_ms();
+
+    while (!c->closing && c->state == ST_CONNECTED) {
+        rl_frame_t f;
+        rl_result_t r;
+        rlc_result_t res;
+        int rc = rl_frame_decode(rl_buf_rptr(&c->in), rl_buf_len(&c->in),
+                                 c->cf.o.max_frame, &f);
+        if (rc == RL_EAGAIN)
+            return;
+        if (rc == RL_OK)
+            rc = rl_result_decode(f.payload, f.len, &r);
+        if (rc != RL_OK) {
+            lost(c, rc);
+            return;
+        }
+        rl_buf_consume(&c->in, f.size);
+
+        uint64_t low = r.id & 0xffffffffu;
+        if (low == 0 || low > c->nslots)
+            continue; /* id 0: an error about no check of ours */
+        uint32_t i = (uint32_t)(low - 1);
+        slot_t *s = &c->slots[i];
+        if (s->cb == NULL || s->gen != (uint32_t)(r.id >> 32))
+            continue; /* timed out already */
+        rlc_check_cb cb = s->cb;
+        void *arg = s->arg;
+        rlc__result_from(&res, &r, s->window_s, now);
+        unlink_slot(c, i);
+        free_slot(c, i);
+        cb(c, &res, arg);
+    }
+}
+
+static void do_read(rlc_async_t *c)
+{
+    uint8_t *w;
+    ssize_t n;
+    int rc = rl_buf_reserve(&c->in, RLC__READ_CHUNK, &w);
+
+    if (rc != RL_OK) {
+        lost(c, rc);
+        return;
+    }
+    n = recv(c->conn->fd, w, RLC__READ_CHUNK, MSG_DONTWAIT);
+    if (n > 0) {
+        rl_buf_commit(&c->in, (size_t)n);
+        dispatch(c);
+    } else if (n == 0) {
+        lost(c, RLC_ECLOSED);
+    } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        lost(c, rlc__errno(errno));
+    }
+}
+
+static void on_connected(rlc_async_t *c)
+{
+    c->state = ST_CONNECTED;
+    c->tried = 0;
+    c->backoff_ms = 0;
+    uv_timer_stop(&c->conn_timer);
+    watch(c, UV_READABLE);
+    notify(c, 1, RLC_OK);
+    do_write(c);
+}
+
+/* The current attempt failed: try the next address, or, after a whole
+ * round, give up on the queued checks and wait out the backoff. */
+static void attempt_failed(rlc_async_t *c, int status)
+{
+    close_conn(c);
+    c->state = ST_IDLE;
+    c->cur = (c->cur + 1) % c->cf.naddr;
+    if (++c->tried < c->cf.naddr) {
+        attempt(c);
+        return;
+    }
+    c->tried = 0;
+    c->backoff_ms = rlc__backoff(c->backoff_ms, &c->cf.o, &c->seed);
+    uv_timer_start(&c->conn_timer, on_conn_timer, c->backoff_ms, 0);
+    rl_buf_reset(&c->out);
+    notify(c, 0, status);
+    fail_all(c, RLC_ECLOSED);
+}
+
+/* A working connection is gone: every check on it fails, and the client
+ * reconnects after the shortest backoff, to the same address first (most
+ * often the server was restarted). */
+static void lost(rlc_async_t *c, int status)
+{
+    close_conn(c);
+    c->state = ST_IDLE;
+    rl_buf_reset(&c->in);
+    rl_buf_reset(&c->out);
+    c->backoff_ms = rlc__backoff(0, &c->cf.o, &c->seed);
+    uv_timer_start(&c->conn_timer, on_conn_timer, c->backoff_ms, 0);
+    notify(c, 0, status);
+    fail_all(c, RLC_ECLOSED);
+}
+
+static void on_poll(uv_poll_t *h, int status, int events)
+{
+    conn_t *conn = h->data;
+    rlc_async_t *c = conn->c;
+
+    enter(c);
+    if (c->conn != conn || c->closing) {
+        leave(c);
+        return;
+    }
+    if (c->state == ST_CONNECTING) {
+        int rc = status < 0 ? RLC_EIO : rlc__sock_finish(conn->fd);
+        if (rc == RLC_OK)
+            on_connected(c);
+        else
+            attempt_failed(c, rc);
+    } else if (status < 0) {
+        lost(c, RLC_EIO);
+    } else {
+        if (events & UV_READABLE)
+            do_read(c);
+        if ((events & UV_WRITABLE) && c->conn == conn && !c->closing) {
+            ssize_t n = send(conn->fd, rl_buf_rptr(&c->out),
+                             rl_buf_len(&c->out), MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+                errno != EINTR)
+                lost(c, rlc__errno(errno));
+            else {
+                if (n > 0)
+                    rl_buf_consume(&c->out, (size_t)n);
+                watch(c, UV_READABLE |
+                             (rl_buf_len(&c->out) > 0 ? UV_WRITABLE : 0));
+            }
+        }
+    }
+    leave(c);
+}
+
+static void watch(rlc_async_t *c, int events)
+{
+    if (c->conn == NULL || c->conn->events == events)
+        return;
+    c->conn->events = events;
+    uv_poll_start(&c->conn->poll, events, on_poll);
+}
+
+static void on_conn_timer(uv_timer_t *t)
+{
+    rlc_async_t *c = t->data;
+
+    enter(c);
+    if (!c->closing) {
+        if (c->state == ST_CONNECTING)
+            attempt_failed(c, RLC_ETIMEDOUT);
+        else if (c->state == ST_IDLE)
+            attempt(c);
+    }
+    leave(c);
+}
+
+/* Starts connecting to the current address. Called from the loop only
+ * (the connect timer, or a failed attempt), never from the API. */
+static void attempt(rlc_async_t *c)
+{
+    conn_t *conn;
+    int fd, rc;
+
+    if (c->closing)
+        return;
+    rc = rlc__sock_connect(&c->cf.addrs[c->cur], &fd);
+    if (rc != RLC_OK && rc != RLC_EAGAIN) {
+        attempt_failed(c, rc);
+        return;
+    }
+    conn = calloc(1, sizeof(*conn));
+    if (conn == NULL) {
+        close(fd);
+        attempt_failed(c, RLC_ENOMEM);
+        return;
+    }
+    conn->c = c;
+    conn->fd = fd;
+    if (uv_poll_init_socket(c->loop, &conn->poll, fd) != 0) {
+        close(fd);
+        free(conn);
+        attempt_failed(c, RLC_EIO);
+        return;
+    }
+    conn->poll.data = conn;
+    c->handles++;
+    c->conn = conn;
+    c->state = ST_CONNECTING;
+    if (rc == RLC_OK) {
+        on_connected(c);
+        return;
+    }
+    watch(c, UV_WRITABLE);
+    uv_timer_start(&c->conn_timer, on_conn_timer,
+                   c->cf.o.connect_timeout_ms, 0);
+}
+
+/* ---- timeouts and flushing ----------------------------------------------- */
+
+static void on_req_timer(uv_timer_t *t)
+{
+    rlc_async_t *c = t->data;
+    uint64_t now = uv_now(c->loop), unix_now = 0;
+
+    enter(c);
+    while (!c->closing && c->head != NIL &&
+           c->slots[c->head].deadline <= now) {
+        uint32_t i = c->head;
+        if (unix_now == 0)
+            unix_now = rlc__unix_ms();
+        unlink_slot(c, i);
+        fire_fail(c, i, RLC_ETIMEDOUT, unix_now);
+    }
+    /* Frames of checks that all timed out while no server was there would
+     * otherwise wait in the buffer to be sent to the next one. */
+    if (c->head == NIL && c->state != ST_CONNECTED)
+        rl_buf_reset(&c->out);
+    if (!c->closing && c->head != NIL)
+        uv_timer_start(&c->req_timer, on_req_timer,
+                       c->slots[c->head].deadline - now, 0);
+    leave(c);
+}
+
+static void flush(rlc_async_t *c)
+{
+    if (c->state != ST_CONNECTED || rl_buf_len(&c->out) == 0 ||
+        (c->conn->events & UV_WRITABLE))
+        return;
+    enter(c);
+    do_write(c);
+    leave(c);
+}
+
+static void on_prepare(uv_prepare_t *h)
+{
+    flush(h->data);
+}
+
+static void on_check(uv_check_t *h)
+{
+    flush(h->data);
+}
+
+/* ---- API ----------------------------------------------------------------- */
+
+int rlc_async_new(rlc_async_t **out, uv_loop_t *loop,
+                  const rlc_options_t *opts)
+{
+    rlc_async_t *c;
+    uint32_t i;
+    int rc;
+
+    if (out == NULL)
+        return RLC_EINVAL;
+    *out = NULL;
+    if (loop == NULL)
+        return RLC_EINVAL;
+    c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return RLC_ENOMEM;
+    rc = rlc__conf_init(&c->cf, opts);
+    if (rc != RLC_OK) {
+        free(c);
+        return rc;
+    }
+    c->nslots = c->cf.o.max_inflight;
+    c->slots = calloc(c->nslots, sizeof(*c->slots));
+    if (c->slots == NULL) {
+        rlc__conf_free(&c->cf);
+        free(c);
+        return RLC_ENOMEM;
+    }
+    for (i = 0; i < c->nslots; i++) {
+        c->slots[i].next = i + 1 < c->nslots ? i + 1 : NIL;
+        c->slots[i].prev = NIL;
+    }
+    c->free_head = 0;
+    c->head = c->tail = NIL;
+    c->loop = loop;
+    c->seed = (unsigned)rlc__mono_ms() ^ (unsigned)(uintptr_t)c;
+    rl_buf_init(&c->in, c->cf.o.max_frame + RL_FRAME_HEADER +
+                            RLC__READ_CHUNK);
+    /* Room for every slot's frame twice over: enough for a full window of
+     * checks plus the frames of timed-out ones still waiting to go. */
+    rl_buf_init(&c->out, (size_t)c->nslots * RLC__CHECK_FRAME_MAX * 2);
+
+    /* These four cannot fail on a valid loop. */
+    uv_timer_init(loop, &c->req_timer);
+    uv_timer_init(loop, &c->conn_timer);
+    uv_prepare_init(loop, &c->prepare);
+    uv_check_init(loop, &c->check);
+    c->req_timer.data = c->conn_timer.data = c;
+    c->prepare.data = c->check.data = c;
+    c->handles = 4;
+    /* Flushing alone must not keep the loop alive. */
+    uv_prepare_start(&c->prepare, on_prepare);
+    uv_check_start(&c->check, on_check);
+    uv_unref((uv_handle_t *)&c->prepare);
+    uv_unref((uv_handle_t *)&c->check);
+
+    /* The first attempt runs from the loop, so no callback of the client
+     * ever fires inside this call. */
+    uv_timer_start(&c->conn_timer, on_conn_timer, 0, 0);
+    *out = c;
+    return RLC_OK;
+}
+
+int rlc_async_check(rlc_async_t *c, const rlc_check_t *req, rlc_check_cb cb,
+                    void *arg)
+{
+    uint32_t i;
+    slot_t *s;
+    int rc;
+
+    if (c == NULL || req == NULL || cb == NULL)
+        return RLC_EINVAL;
+    if (c->closing)
+        return RLC_ECANCELED;
+    if (c->free_head == NIL)
+        return RLC_EBUSY;
+    i = c->free_head;
+    s = &c->slots[i];
+    rc = rlc__encode(&c->out, req, (uint64_t)s->gen << 32 | (uint64_t)(i + 1),
+                     &s->window_s);
+    if (rc != RLC_OK)
+        return rc == RLC_EFULL ? RLC_EBUSY : rc;
+
+    c->free_head = s->next;
+    s->cb = cb;
+    s->arg = arg;
+    s->deadline = uv_now(c->loop) + c->cf.o.request_timeout_ms;
+    s->next = NIL;
+    s->prev = c->tail;
+    if (c->tail != NIL)
+        c->slots[c->tail].next = i;
+    else
+        c->head = i;
+    c->tail = i;
+    c->inflight++;
+
+    if (!uv_is_active((uv_handle_t *)&c->req_timer))
+        uv_timer_start(&c->req_timer, on_req_timer,
+                       c->cf.o.request_timeout_ms, 0);
+    /* A big burst goes out now rather than at the end of the iteration;
+     * inside our own callbacks the check handle will do it. */
+    if (c->depth == 0 && rl_buf_len(&c->out) >= FLUSH_NOW)
+        flush(c);
+    return RLC_OK;
+}
+
+size_t rlc_async_inflight(const rlc_async_t *c)
+{
+    return c == NULL ? 0 : c->inflight;
+}
+
+int rlc_async_connected(const rlc_async_t *c)
+{
+    return c != NULL && c->state == ST_CONNECTED && !c->closing;
+}
+
+void rlc_async_on_state(rlc_async_t *c, rlc_state_cb cb, void *arg)
+{
+    if (c == NULL)
+        return;
+    c->state_cb = cb;
+    c->state_arg = arg;
+}
+
+const char *rlc_async_server(const rlc_async_t *c)
+{
+    return c == NULL ? "" : c->cf.addrs[c->cur].text;
+}
+
+static void teardown(rlc_async_t *c)
+{
+    c->torn_down = 1;
+    close_conn(c);
+    c->state = ST_IDLE;
+    uv_timer_stop(&c->req_timer);
+    uv_timer_stop(&c->conn_timer);
+    fail_all(c, RLC_ECANCELED);
+    uv_close((uv_handle_t *)&c->req_timer, on_handle_closed);
+    uv_close((uv_handle_t *)&c->conn_timer, on_handle_closed);
+    uv_close((uv_handle_t *)&c->prepare, on_handle_closed);
+    uv_close((uv_handle_t *)&c->check, on_handle_closed);
+}
+
+void rlc_async_free(rlc_async_t *c)
+{
+    if (c == NULL || c->closing)
+        return;
+    c->closing = 1;
+    if (c->depth == 0)
+        teardown(c);
+}

@@ -1,0 +1,333 @@
+/* What both client APIs share: options and addresses, encoding a check,
+ * filling a result, clocks and backoff. */
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "rl_check.h"
+#include "rl_error.h"
+#include "rl_frame.h"
+#include "rl_window.h"
+#include "rlc_int.h"
+
+/* The public codes are the service's own codes under another prefix; keep
+ * the two tables from drifting apart. */
+#define RLC_SAME(name) _Static_assert(RLC_##name == RL_##name, #name)
+RLC_SAME(OK);
+RLC_SAME(EAGAIN);
+RLC_SAME(ENOMEM);
+RLC_SAME(EFULL);
+RLC_SAME(EFRAMEFLAG);
+RLC_SAME(EFRAMESIZE);
+RLC_SAME(EDECODE);
+RLC_SAME(EKEYEMPTY);
+RLC_SAME(EKEYLONG);
+RLC_SAME(EKEYNUL);
+RLC_SAME(ENOLIMIT);
+RLC_SAME(EWINDOW);
+RLC_SAME(EWINDOWMAX);
+RLC_SAME(ELIMITMAX);
+RLC_SAME(ERULELONG);
+RLC_SAME(ERULEBAD);
+RLC_SAME(EBOTH);
+RLC_SAME(ENORULE);
+RLC_SAME(EINVAL);
+RLC_SAME(ETIMEDOUT);
+RLC_SAME(ECLOSED);
+RLC_SAME(ECANCELED);
+RLC_SAME(ESTORE);
+RLC_SAME(EADDR);
+RLC_SAME(EIO);
+RLC_SAME(EBUSY);
+RLC_SAME(ESHUTDOWN);
+RLC_SAME(ELIMIT);
+_Static_assert(RLC_KEY_MAX == RL_KEY_MAX, "key max");
+_Static_assert(RLC_RULE_MAX == RL_RULE_MAX, "rule max");
+_Static_assert(RLC_WINDOW_MAX_S == RL_WINDOW_MAX_S, "window max");
+_Static_assert(RLC_CODE_OK == RL_CODE_OK && RLC_CODE_ERROR == RL_CODE_ERROR &&
+                   RLC_CODE_OVER_LIMIT == RL_CODE_OVER_LIMIT,
+               "codes");
+
+const char *rlc_strerror(int code)
+{
+    return rl_strerror(code);
+}
+
+void rlc_options_init(rlc_options_t *o)
+{
+    if (o == NULL)
+        return;
+    memset(o, 0, sizeof(*o));
+    o->connect_timeout_ms = 1000;
+    o->request_timeout_ms = 1000;
+    o->fail_mode = RLC_FAIL_CLOSED;
+    o->reconnect_min_ms = 100;
+    o->reconnect_max_ms = 5000;
+    o->max_inflight = 16384;
+    o->max_frame = RL_FRAME_MAX_DEFAULT;
+}
+
+int rlc_result_allowed(const rlc_result_t *r)
+{
+    return r != NULL && r->code == RLC_CODE_OK;
+}
+
+const char *rlc_code_name(int code)
+{
+    switch (code) {
+    case RLC_CODE_OK:
+        return "OK";
+    case RLC_CODE_OVER_LIMIT:
+        return "OVER_LIMIT";
+    case RLC_CODE_ERROR:
+        return "ERROR";
+    default:
+        return "UNKNOWN";
+    }
+}
+
+/* Splits "HOST:PORT" or "[HOST]:PORT" (in place) into host and port.
+ * Returns 0 or RLC_EADDR. */
+static int split_hostport(char *s, char **host, char **port)
+{
+    char *colon, *end;
+    long p;
+
+    if (s[0] == '[') {
+        char *close = strchr(s, ']');
+        if (close == NULL || close[1] != ':')
+            return RLC_EADDR;
+        *close = '\0';
+        *host = s + 1;
+        colon = close + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (colon == NULL || strchr(s, ':') != colon)
+            return RLC_EADDR;
+        *colon = '\0';
+        *host = s;
+    }
+    *port = colon + 1;
+    if (**host == '\0' || **port == '\0')
+        return RLC_EADDR;
+    p = strtol(*port, &end, 10);
+    if (*end != '\0' || p < 1 || p > 65535)
+        return RLC_EADDR;
+    return RLC_OK;
+}
+
+/* Resolves one "HOST:PORT" and appends its addresses to cf. text is kept
+ * (it points into cf->texts). */
+static int add_server(rlc__conf_t *cf, const char *text)
+{
+    char buf[300], *host, *port;
+    struct addrinfo hints, *res = NULL, *ai;
+    size_t n = 0;
+    int rc;
+
+    if (strlen(text) >= sizeof(buf))
+        return RLC_EADDR;
+    strcpy(buf, text);
+    rc = split_hostport(buf, &host, &port);
+    if (rc != RLC_OK)
+        return rc;
+
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    if (getaddrinfo(host, port, &hints, &res) != 0 || res == NULL)
+        return RLC_EADDR;
+    for (ai = res; ai != NULL; ai = ai->ai_next)
+        n++;
+    rlc__addr_t *na = realloc(cf->addrs, (cf->naddr + n) * sizeof(*na));
+    if (na == NULL) {
+        freeaddrinfo(res);
+        return RLC_ENOMEM;
+    }
+    cf->addrs = na;
+    for (ai = res; ai != NULL; ai = ai->ai_next) {
+        rlc__addr_t *a = &cf->addrs[cf->naddr];
+        if (ai->ai_addrlen > sizeof(a->sa))
+            continue;
+        memset(a, 0, sizeof(*a));
+        a->text = text;
+        memcpy(&a->sa, ai->ai_addr, ai->ai_addrlen);
+        a->len = (socklen_t)ai->ai_addrlen;
+        cf->naddr++;
+    }
+    freeaddrinfo(res);
+    return RLC_OK;
+}
+
+int rlc__conf_init(rlc__conf_t *cf, const rlc_options_t *opts)
+{
+    char *p, *item;
+    int rc;
+
+    memset(cf, 0, sizeof(*cf));
+    if (opts == NULL || opts->servers == NULL)
+        return RLC_EINVAL;
+    cf->o = *opts;
+    cf->o.servers = NULL;
+    if (cf->o.connect_timeout_ms == 0 || cf->o.request_timeout_ms == 0 ||
+        cf->o.reconnect_min_ms == 0 ||
+        cf->o.reconnect_max_ms < cf->o.reconnect_min_ms ||
+        cf->o.max_inflight == 0 || cf->o.max_inflight > (1u << 24) ||
+        cf->o.max_frame < 64 ||
+        (cf->o.fail_mode != RLC_FAIL_OPEN &&
+         cf->o.fail_mode != RLC_FAIL_CLOSED))
+        return RLC_EINVAL;
+
+    /* The texts are split in place on commas and kept for rlc_server(). */
+    cf->texts = strdup(opts->servers);
+    if (cf->texts == NULL)
+        return RLC_ENOMEM;
+    for (p = cf->texts; p != NULL;) {
+        item = p;
+        p = strchr(p, ',');
+        if (p != NULL)
+            *p++ = '\0';
+        while (*item == ' ')
+            item++;
+        size_t len = strlen(item);
+        while (len > 0 && item[len - 1] == ' ')
+            item[--len] = '\0';
+        rc = add_server(cf, item);
+        if (rc != RLC_OK)
+            goto fail;
+    }
+    if (cf->naddr == 0) {
+        rc = RLC_EADDR;
+        goto fail;
+    }
+    return RLC_OK;
+
+fail:
+    rlc__conf_free(cf);
+    return rc;
+}
+
+void rlc__conf_free(rlc__conf_t *cf)
+{
+    free(cf->addrs);
+    free(cf->texts);
+    cf->addrs = NULL;
+    cf->texts = NULL;
+    cf->naddr = 0;
+}
+
+int rlc__encode(rl_buf_t *out, const rlc_check_t *req, uint64_t id,
+                uint32_t *window_s)
+{
+    rl_check_t c;
+    int rc;
+
+    if (req == NULL)
+        return RLC_EINVAL;
+    memset(&c, 0, sizeof(c));
+    c.id = id;
+    c.key = req->key;
+    c.key_len = req->key == NULL       ? 0
+                : req->key_len != 0    ? req->key_len
+                                       : strlen(req->key);
+    c.cost = req->cost;
+    c.limit = req->limit;
+    c.window_s = req->window_s;
+    if (req->rule != NULL) {
+        /* A rule name can only be so long; do not scan past that. */
+        const char *nul = memchr(req->rule, '\0', RLC_RULE_MAX + 1);
+        c.rule = req->rule;
+        c.rule_len = nul ? (size_t)(nul - req->rule) : RLC_RULE_MAX + 1;
+    }
+    rc = rl_check_validate(&c);
+    if (rc != RL_OK)
+        return rc;
+    rc = rl_check_put(out, &c);
+    if (rc != RL_OK)
+        return rc;
+    *window_s = c.window_s;
+    return RLC_OK;
+}
+
+void rlc__result_from(rlc_result_t *res, const rl_result_t *r,
+                      uint32_t window_s, uint64_t unix_ms)
+{
+    size_t n = r->error_len;
+
+    res->code = r->code;
+    res->status = RLC_OK;
+    res->flags = 0;
+    res->window_s = window_s;
+    res->id = r->id;
+    res->limit = r->limit;
+    res->used = r->used;
+    res->remaining = r->remaining;
+    res->reset_after_ms = r->reset_after_ms;
+    res->retry_after_ms = r->retry_after_ms;
+    res->unix_ms = unix_ms;
+    if (n >= RLC_ERROR_MAX)
+        n = RLC_ERROR_MAX - 1;
+    if (n)
+        memcpy(res->error, r->error, n);
+    res->error[n] = '\0';
+}
+
+void rlc__result_fail(rlc_result_t *res, uint64_t id, int status,
+                      int fail_mode, uint32_t window_s, uint64_t unix_ms)
+{
+    /* Only a missing answer is decided by policy: a cancelled check was
+     * abandoned by its caller and an invalid one was never a question. */
+    int policy = status == RLC_ETIMEDOUT || status == RLC_ECLOSED ||
+                 status == RLC_EIO || status == RLC_EFRAMEFLAG ||
+                 status == RLC_EFRAMESIZE || status == RLC_EDECODE;
+
+    memset(res, 0, offsetof(rlc_result_t, error));
+    res->status = status;
+    res->id = id;
+    res->window_s = window_s;
+    res->unix_ms = unix_ms;
+    if (policy && fail_mode == RLC_FAIL_OPEN) {
+        res->code = RLC_CODE_OK;
+        res->flags = RLC_RESULT_FAILED_OPEN;
+        snprintf(res->error, sizeof(res->error), "%s; failed open",
+                 rlc_strerror(status));
+    } else {
+        res->code = RLC_CODE_ERROR;
+        res->flags = policy ? RLC_RESULT_FAILED_CLOSED : 0;
+        snprintf(res->error, sizeof(res->error), "%s%s", rlc_strerror(status),
+                 policy ? "; failed closed" : "");
+    }
+}
+
+uint64_t rlc__unix_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+uint64_t rlc__mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+uint32_t rlc__backoff(uint32_t cur, const rlc_options_t *o, unsigned *seed)
+{
+    uint64_t next = cur == 0 ? o->reconnect_min_ms : (uint64_t)cur * 2;
+
+    if (next > o->reconnect_max_ms)
+        next = o->reconnect_max_ms;
+    if (next < o->reconnect_min_ms)
+        next = o->reconnect_min_ms;
+    /* Jitter keeps many clients that lost one server from returning to it
+     * in lockstep. rand_r is enough: this is not about secrecy. */
+    next += (uint64_t)rand_r(seed) % (next / 4 + 1);
+    return next > UINT32_MAX ? UINT32_MAX : (uint32_t)next;
+}

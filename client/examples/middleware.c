@@ -1,0 +1,69 @@
+/* HTTP middleware, the shape of the seed story's Django middleware: limit
+ * the authenticated user when there is one, else the IP address; refuse
+ * with 429 when over; put the rate-limit headers on every answer. The
+ * "requests" here come from argv so the example needs no HTTP server.
+ *
+ *   rlc-example-middleware [HOST:PORT] [N]   (N requests by one user, 7) */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <rlc.h>
+
+typedef struct http_request_s {
+    const char *user_id; /* NULL when not logged in */
+    const char *ip;
+} http_request_t;
+
+/* The middleware: decides, then writes the status line and headers it
+ * would send. Returns the HTTP status. When rl-server cannot be asked the
+ * client fails open (see main), so an outage of the limiter never takes
+ * the site down with it. */
+static int rate_limit(rlc_client_t *c, const http_request_t *r)
+{
+    char key[128], headers[1024];
+    rlc_result_t res;
+    int status;
+
+    if (r->user_id != NULL)
+        snprintf(key, sizeof(key), "user:%s", r->user_id);
+    else
+        snprintf(key, sizeof(key), "ip:%s", r->ip);
+    /* 5 requests per 5-minute window, as in the story's fixed windows. */
+    rlc_check_t req = {.key = key, .limit = 5, .window_s = 300};
+    rlc_check(c, &req, &res);
+
+    status = rlc_http_status(&res);
+    printf("HTTP/1.1 %d %s\r\n", status, rlc_http_reason(status));
+    if (rlc_http_format(&res, "per-user", headers, sizeof(headers)) > 0)
+        fputs(headers, stdout);
+    if (res.flags & RLC_RESULT_FAILED_OPEN)
+        printf("X-Ratelimit-Note: limiter unavailable (%s)\r\n", res.error);
+    printf("\r\n");
+    return status;
+}
+
+int main(int argc, char **argv)
+{
+    rlc_options_t o;
+    rlc_client_t *c;
+    int i, n = argc > 2 ? atoi(argv[2]) : 7, refused = 0;
+    int rc;
+
+    rlc_options_init(&o);
+    o.servers = argc > 1 ? argv[1] : "127.0.0.1:7390";
+    o.fail_mode = RLC_FAIL_OPEN;
+    o.request_timeout_ms = 50; /* a page must not wait on the limiter */
+    rc = rlc_connect(&c, &o);
+    if (rc != RLC_OK) {
+        fprintf(stderr, "connect %s: %s\n", o.servers, rlc_strerror(rc));
+        return 2;
+    }
+    http_request_t req = {.user_id = "u123", .ip = "203.0.113.7"};
+    for (i = 0; i < n; i++)
+        if (rate_limit(c, &req) == 429)
+            refused++;
+    fprintf(stderr, "%d of %d requests refused\n", refused, n);
+    rlc_free(c);
+    return 0;
+}

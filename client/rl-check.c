@@ -1,0 +1,209 @@
+/* rl-check: ask rl-server for a decision from the command line.
+ *
+ *   rl-check --server HOST:PORT --key KEY
+ *            (--limit N --window SECONDS | --rule NAME)
+ *            [--cost N] [--repeat N] [--timeout MS]
+ *
+ * Prints one line per decision and exits 0 when the last decision allowed,
+ * 1 when it was over the limit, 2 on any error (with a message on stderr).
+ * Exit codes are the interface for scripts, so every failure path ends in
+ * 2, never in a crash or a 1. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rlc.h"
+
+#define EXIT_ALLOWED 0
+#define EXIT_OVER 1
+#define EXIT_ERROR 2
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: rl-check --server HOST:PORT --key KEY\n"
+            "                (--limit N --window SECONDS | --rule NAME)\n"
+            "                [--cost N] [--repeat N] [--timeout MS]\n"
+            "Asks rl-server for a rate-limit decision and prints it.\n"
+            "Exit status: 0 allowed, 1 over the limit, 2 error.\n");
+}
+
+/* Parses a decimal in [min, max]. Returns 0 or -1. */
+static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *v)
+{
+    char *end;
+    unsigned long long x;
+
+    if (s == NULL || *s < '0' || *s > '9')
+        return -1;
+    errno = 0;
+    x = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0' || x < min || x > max)
+        return -1;
+    *v = x;
+    return 0;
+}
+
+typedef struct args_s {
+    const char *server, *key, *rule;
+    uint64_t limit, window, cost, repeat, timeout;
+    int have_limit, have_window;
+} args_t;
+
+/* Accepts "--name value" and "--name=value". Returns 0, or 1 after
+ * printing a message. */
+static int parse_args(int argc, char **argv, args_t *a)
+{
+    int i;
+
+    memset(a, 0, sizeof(*a));
+    a->repeat = 1;
+    for (i = 1; i < argc; i++) {
+        char *name = argv[i], *val = NULL, *eq;
+        uint64_t v;
+
+        if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) {
+            usage(stdout);
+            exit(EXIT_ALLOWED);
+        }
+        if (strncmp(name, "--", 2) != 0) {
+            fprintf(stderr, "rl-check: unexpected argument '%s'\n", name);
+            return 1;
+        }
+        eq = strchr(name, '=');
+        if (eq != NULL) {
+            *eq = '\0';
+            val = eq + 1;
+        } else if (i + 1 < argc) {
+            val = argv[++i];
+        } else {
+            fprintf(stderr, "rl-check: %s needs a value\n", name);
+            return 1;
+        }
+
+#define NUM(opt, lo, hi, dst)                                                 \
+    if (strcmp(name, opt) == 0) {                                             \
+        if (parse_u64(val, lo, hi, &v) != 0) {                                \
+            fprintf(stderr, "rl-check: %s wants a number in [%" PRIu64      \
+                            ", %" PRIu64 "], not '%s'\n",                     \
+                    opt, (uint64_t)(lo), (uint64_t)(hi), val);               \
+            return 1;                                                         \
+        }                                                                     \
+        dst = v;                                                              \
+        continue;                                                             \
+    }
+        if (strcmp(name, "--server") == 0) {
+            a->server = val;
+            continue;
+        }
+        if (strcmp(name, "--key") == 0) {
+            a->key = val;
+            continue;
+        }
+        if (strcmp(name, "--rule") == 0) {
+            a->rule = val;
+            continue;
+        }
+        if (strcmp(name, "--limit") == 0)
+            a->have_limit = 1;
+        if (strcmp(name, "--window") == 0)
+            a->have_window = 1;
+        NUM("--limit", 1, INT64_MAX, a->limit)
+        NUM("--window", 1, RLC_WINDOW_MAX_S, a->window)
+        NUM("--cost", 1, UINT32_MAX, a->cost)
+        NUM("--repeat", 1, 100000000, a->repeat)
+        NUM("--timeout", 1, 3600000, a->timeout)
+#undef NUM
+        fprintf(stderr, "rl-check: unknown option '%s'\n", name);
+        return 1;
+    }
+
+    if (a->server == NULL || a->key == NULL) {
+        fprintf(stderr, "rl-check: --server and --key are required\n");
+        return 1;
+    }
+    if (a->rule != NULL && (a->have_limit || a->have_window)) {
+        fprintf(stderr, "rl-check: give --limit/--window or --rule, not "
+                        "both\n");
+        return 1;
+    }
+    if (a->rule == NULL && !(a->have_limit && a->have_window)) {
+        fprintf(stderr, "rl-check: give --limit N --window SECONDS, or "
+                        "--rule NAME\n");
+        return 1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    rlc_options_t o;
+    rlc_client_t *c = NULL;
+    rlc_check_t req;
+    rlc_result_t res;
+    args_t a;
+    uint64_t i;
+    int rc, status = EXIT_ERROR;
+
+    if (parse_args(argc, argv, &a) != 0) {
+        usage(stderr);
+        return EXIT_ERROR;
+    }
+    rlc_options_init(&o);
+    o.servers = a.server;
+    if (a.timeout) {
+        o.connect_timeout_ms = (uint32_t)a.timeout;
+        o.request_timeout_ms = (uint32_t)a.timeout;
+    }
+    rc = rlc_connect(&c, &o);
+    if (rc != RLC_OK) {
+        fprintf(stderr, "rl-check: cannot connect to %s: %s\n", a.server,
+                rc == RLC_ECLOSED ? "connection refused" : rlc_strerror(rc));
+        return EXIT_ERROR;
+    }
+
+    memset(&req, 0, sizeof(req));
+    req.key = a.key;
+    req.cost = (uint32_t)a.cost;
+    req.limit = a.limit;
+    req.window_s = (uint32_t)a.window;
+    req.rule = a.rule;
+    for (i = 0; i < a.repeat; i++) {
+        rc = rlc_check(c, &req, &res);
+        if (rc != RLC_OK) {
+            fprintf(stderr, "rl-check: %s: %s\n", rlc_server(c),
+                    rlc_strerror(rc));
+            status = EXIT_ERROR;
+            break;
+        }
+        if (res.code == RLC_CODE_OK) {
+            printf("OK used=%" PRIu64 " remaining=%" PRIu64 " limit=%" PRIu64
+                   " reset_after_ms=%" PRIu64 "\n",
+                   res.used, res.remaining, res.limit, res.reset_after_ms);
+            status = EXIT_ALLOWED;
+        } else if (res.code == RLC_CODE_OVER_LIMIT) {
+            printf("OVER_LIMIT used=%" PRIu64 " remaining=%" PRIu64
+                   " limit=%" PRIu64 " retry_after_ms=%" PRIu64 "\n",
+                   res.used, res.remaining, res.limit, res.retry_after_ms);
+            status = EXIT_OVER;
+        } else {
+            fprintf(stderr, "rl-check: server answered %s: %s\n",
+                    rlc_code_name(res.code),
+                    res.error[0] ? res.error : "(no message)");
+            status = EXIT_ERROR;
+            break;
+        }
+        /* An allowed answer can still carry news, e.g. that the server
+         * could not reach its store and failed open. */
+        if (res.error[0])
+            fprintf(stderr, "rl-check: note from server: %s\n", res.error);
+    }
+    if (fflush(stdout) != 0) {
+        fprintf(stderr, "rl-check: writing output: %s\n", strerror(errno));
+        status = EXIT_ERROR;
+    }
+    rlc_free(c);
+    return status;
+}

@@ -1,0 +1,374 @@
+/* librlc: the C client of the ratelimit service.
+ *
+ * One question per incoming request, "may this caller do this now?", asked
+ * of rl-server over TCP (the wire protocol of DESIGN.md). Two APIs share one
+ * options struct and one result struct:
+ *
+ *   blocking   rlc_connect, rlc_check, rlc_check_batch, rlc_free
+ *   async      rlc_async_new, rlc_async_check, rlc_async_free, on a libuv
+ *              loop that the caller owns and runs
+ *
+ * and pure helpers turn a result into HTTP status and headers.
+ *
+ * Errors: functions that can fail return 0 or a negative RLC_E* code;
+ * rlc_strerror() describes it. Types are opaque; free functions accept NULL.
+ *
+ * Threads: the library has no global state. A client, blocking or async, is
+ * used by one thread at a time: a blocking client by whichever thread calls
+ * it (give each thread its own, or guard a shared one with a mutex); an
+ * async client only by the thread that runs its loop, and its callbacks run
+ * on that thread. The HTTP helpers and rlc_strerror are safe anywhere.
+ *
+ * Signals: the library never raises SIGPIPE (it sends with MSG_NOSIGNAL) and
+ * never changes signal dispositions. */
+#ifndef RLC_H
+#define RLC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define RLC_EXPORT __attribute__((visibility("default")))
+#else
+#define RLC_EXPORT
+#endif
+
+#define RLC_VERSION_MAJOR 0
+#define RLC_VERSION_MINOR 1
+#define RLC_VERSION_PATCH 0
+
+/* libuv's loop, declared here so that this header does not include uv.h.
+ * It is the same type as uv_loop_t: pass a uv_loop_t * where it is asked
+ * for. */
+struct uv_loop_s;
+
+/* ------------------------------------------------------------------------ */
+/* Error codes. The values are those of the service's own error table, so a
+ * code is the same number in the client, the server and their logs. */
+
+#define RLC_OK 0
+#define RLC_EAGAIN (-1)     /* need more bytes (internal; never returned) */
+#define RLC_ENOMEM (-2)     /* out of memory */
+#define RLC_EFULL (-3)      /* a buffer or array is too small */
+#define RLC_EFRAMEFLAG (-4) /* the server sent a compressed/broken frame */
+#define RLC_EFRAMESIZE (-5) /* the server sent a frame over max_frame */
+#define RLC_EDECODE (-6)    /* the server sent an undecodable message */
+#define RLC_EKEYEMPTY (-7)  /* key is empty */
+#define RLC_EKEYLONG (-8)   /* key is longer than RLC_KEY_MAX bytes */
+#define RLC_EKEYNUL (-9)    /* key contains a NUL byte */
+#define RLC_ENOLIMIT (-10)  /* neither limit and window_s nor rule */
+#define RLC_EWINDOW (-11)   /* window_s is 0 while limit is set */
+#define RLC_EWINDOWMAX (-12) /* window_s over RLC_WINDOW_MAX_S */
+#define RLC_ELIMITMAX (-13) /* limit over 2^63-1 */
+#define RLC_ERULELONG (-14) /* rule name longer than RLC_RULE_MAX */
+#define RLC_ERULEBAD (-15)  /* rule name outside [A-Za-z0-9_.:-] */
+#define RLC_EBOTH (-16)     /* both a rule and an inline limit */
+#define RLC_ENORULE (-17)   /* unknown rule (from the server) */
+#define RLC_EINVAL (-18)    /* invalid argument (NULL, bad option) */
+#define RLC_ETIMEDOUT (-19) /* no answer within the timeout */
+#define RLC_ECLOSED (-20)   /* no connection, or it closed in flight */
+#define RLC_ECANCELED (-21) /* the client was freed with this in flight */
+#define RLC_ESTORE (-22)    /* the server's store is unavailable */
+#define RLC_EADDR (-23)     /* an address is malformed or does not resolve */
+#define RLC_EIO (-24)       /* a socket error */
+#define RLC_EBUSY (-25)     /* every request slot is in use (async) */
+#define RLC_ESHUTDOWN (-26) /* the server is shutting down */
+#define RLC_ELIMIT (-27)    /* limit is 0 while window_s is set */
+
+/* Returns a static description of an RLC_E* code; never NULL. Unknown codes
+ * give "unknown error". Thread-safe. */
+RLC_EXPORT const char *rlc_strerror(int code);
+
+/* ------------------------------------------------------------------------ */
+/* Limits checked before anything is sent (the server checks them too). */
+
+#define RLC_KEY_MAX 512
+#define RLC_RULE_MAX 128
+#define RLC_WINDOW_MAX_S 31622400u
+#define RLC_ERROR_MAX 128 /* bytes kept of a server's error text, NUL incl. */
+
+/* ------------------------------------------------------------------------ */
+/* Options, shared by both APIs. Always start from rlc_options_init() so that
+ * fields added later get their defaults. The library copies what it needs:
+ * the struct and its strings may be freed once the constructor returns. */
+
+#define RLC_FAIL_CLOSED 0
+#define RLC_FAIL_OPEN 1
+
+typedef struct rlc_options_s {
+    /* "HOST:PORT" or a comma-separated list "HOST:PORT,HOST:PORT". Tried in
+     * turn: the client connects to one at a time and moves to the next when
+     * it cannot connect or loses the connection. HOST is an IPv4 address,
+     * [IPv6] in brackets, or a name resolved once, when the client is
+     * created (a blocking lookup). Required. */
+    const char *servers;
+    /* Per address tried. Default 1000. */
+    uint32_t connect_timeout_ms;
+    /* From submission to answer. Default 1000. */
+    uint32_t request_timeout_ms;
+    /* What a check decides when no server answers in time (timeout, no
+     * connection, connection lost): RLC_FAIL_CLOSED (default) gives code
+     * RLC_CODE_ERROR with flag RLC_RESULT_FAILED_CLOSED; RLC_FAIL_OPEN gives
+     * RLC_CODE_OK with flag RLC_RESULT_FAILED_OPEN. Either way the result's
+     * status holds the reason. */
+    int fail_mode;
+    /* Delay before reconnecting: starts at min, doubles after each failed
+     * round through the address list (with up to 25% random jitter) up to
+     * max, and returns to min after a successful connect. Defaults 100 and
+     * 5000. */
+    uint32_t reconnect_min_ms;
+    uint32_t reconnect_max_ms;
+    /* Async only: request slots, allocated once. A check submitted while all
+     * are in use is refused with RLC_EBUSY. Default 16384. */
+    uint32_t max_inflight;
+    /* Largest response payload accepted; a bigger frame is a protocol error
+     * and closes the connection. Default 65536. */
+    uint32_t max_frame;
+} rlc_options_t;
+
+/* Fills *o with the defaults above (servers NULL). */
+RLC_EXPORT void rlc_options_init(rlc_options_t *o);
+
+/* ------------------------------------------------------------------------ */
+/* A check: which caller, how much, and the limit to apply: either inline
+ * (limit hits per window_s seconds) or a rule configured on the server. The
+ * library reads it during the call that takes it and keeps no pointer. */
+
+typedef struct rlc_check_s {
+    const char *key;  /* who is limited, e.g. "user:u123"; required */
+    size_t key_len;   /* bytes of key; 0 means strlen(key) */
+    uint32_t cost;    /* hits this request consumes; 0 is read as 1 */
+    uint64_t limit;   /* inline limit: hits allowed per window */
+    uint32_t window_s; /* inline limit: window length in seconds */
+    const char *rule; /* or a named server-side rule (NUL-terminated) */
+} rlc_check_t;
+
+/* ------------------------------------------------------------------------ */
+/* A result: every CheckResponse field, plus how it was obtained. A result
+ * is a plain value with no pointers: copy it freely. */
+
+#define RLC_CODE_UNKNOWN 0
+#define RLC_CODE_OK 1         /* allowed */
+#define RLC_CODE_OVER_LIMIT 2 /* refused: over the limit */
+#define RLC_CODE_ERROR 3      /* no decision: see status and error */
+
+/* flags */
+#define RLC_RESULT_FAILED_OPEN 1u   /* no server answered; allowed by policy */
+#define RLC_RESULT_FAILED_CLOSED 2u /* no server answered; refused by policy */
+
+typedef struct rlc_result_s {
+    /* The decision: RLC_CODE_*. Other values may come from newer servers. */
+    int code;
+    /* 0 when a server answered (code and the counters are its own); else
+     * the RLC_E* reason no server answered: RLC_ETIMEDOUT, RLC_ECLOSED,
+     * RLC_EIO, RLC_ECANCELED, or a validation error for a check that was
+     * never sent. */
+    int status;
+    /* RLC_RESULT_* bits: set when code came from the fail_mode policy. */
+    unsigned flags;
+    /* The check's inline window (0 for a rule), kept for the headers. */
+    uint32_t window_s;
+    /* The request id the client chose (unique per client). */
+    uint64_t id;
+    uint64_t limit;          /* the limit that decided */
+    uint64_t used;           /* hits counted in this window, this included */
+    uint64_t remaining;      /* max(0, limit - used) */
+    uint64_t reset_after_ms; /* until the current window ends */
+    uint64_t retry_after_ms; /* 0 when allowed; else until the window ends */
+    /* Wall clock (ms since the Unix epoch) when the result was made; the
+     * HTTP helpers turn reset_after_ms into an absolute time with it. */
+    uint64_t unix_ms;
+    /* Why, when code is ERROR, or when the server bypassed its store
+     * (fail-open on its side): NUL-terminated, possibly truncated. Empty
+     * otherwise. */
+    char error[RLC_ERROR_MAX];
+} rlc_result_t;
+
+/* Returns 1 when r allows the request (code RLC_CODE_OK, whether a server
+ * said so or the fail-open policy did), else 0. NULL gives 0. */
+RLC_EXPORT int rlc_result_allowed(const rlc_result_t *r);
+
+/* Returns a static name for a code: "OK", "OVER_LIMIT", "ERROR",
+ * "UNKNOWN". */
+RLC_EXPORT const char *rlc_code_name(int code);
+
+/* ------------------------------------------------------------------------ */
+/* Blocking API. Each call sends, then waits for its answers up to
+ * request_timeout_ms. Not for use on an event loop's thread. */
+
+typedef struct rlc_client_s rlc_client_t;
+
+/* Creates a client and connects to the first server of opts->servers that
+ * accepts within connect_timeout_ms, trying them in turn.
+ *
+ * Returns 0 with *out set (free it with rlc_free), or RLC_EINVAL (NULL, bad
+ * option), RLC_EADDR (malformed or unresolvable address), RLC_ENOMEM, or
+ * the connect error of the last address tried (RLC_ETIMEDOUT, RLC_ECLOSED
+ * for refused, RLC_EIO); then *out is NULL. */
+RLC_EXPORT int rlc_connect(rlc_client_t **out, const rlc_options_t *opts);
+
+/* Asks one question. *res is always filled.
+ *
+ * Returns 0 when a server answered (res->code is its decision, which may be
+ * RLC_CODE_ERROR with res->error saying why, e.g. an unknown rule); a
+ * validation error (RLC_EKEYLONG, ...) when req is invalid, with nothing
+ * sent and res->code RLC_CODE_ERROR; RLC_EINVAL for NULL arguments (res
+ * filled if non-NULL); or the transport reason (RLC_ETIMEDOUT, RLC_ECLOSED,
+ * RLC_EIO) with res decided by the fail_mode policy.
+ *
+ * A lost connection is re-established on the next call: at once when it
+ * was found closed (a restarted server), or after the reconnect backoff
+ * when the last attempt failed. A late answer to a timed-out check is
+ * recognised by its id and dropped. */
+RLC_EXPORT int rlc_check(rlc_client_t *c, const rlc_check_t *req,
+                         rlc_result_t *res);
+
+/* Asks n questions in one round trip: all n requests go out in one write,
+ * then the call waits until all n answers are in or request_timeout_ms has
+ * passed. res[i] answers reqs[i] and is always filled. An invalid reqs[i]
+ * is not sent; res[i] gets its validation error as status and code ERROR.
+ *
+ * Returns 0 when every check was sent and answered, else the first nonzero
+ * res[i].status in order; RLC_EINVAL for NULL arguments with n > 0. n = 0
+ * does nothing and returns 0. */
+RLC_EXPORT int rlc_check_batch(rlc_client_t *c, const rlc_check_t *reqs,
+                               size_t n, rlc_result_t *res);
+
+/* Returns the "HOST:PORT" of the server in use or last tried, as given in
+ * the options; valid until rlc_free. */
+RLC_EXPORT const char *rlc_server(const rlc_client_t *c);
+
+/* Closes the connection and frees the client. Accepts NULL. */
+RLC_EXPORT void rlc_free(rlc_client_t *c);
+
+/* ------------------------------------------------------------------------ */
+/* Async API on a libuv loop that the caller owns and runs. Everything here,
+ * callbacks included, happens on the thread that runs the loop.
+ *
+ * Many checks are in flight on one connection; answers are matched by id in
+ * whatever order they come. Requests submitted during one loop iteration go
+ * out together in one write when the iteration is about to poll (or at once
+ * when 64 KiB are waiting). Submitting allocates nothing: request slots are
+ * allocated when the client is created. */
+
+typedef struct rlc_async_s rlc_async_t;
+
+/* Called exactly once for every check that rlc_async_check accepted: with
+ * the server's answer (res->status 0), or with res->status RLC_ETIMEDOUT
+ * (no answer within request_timeout_ms), RLC_ECLOSED (the connection was
+ * lost, or no server could be reached, before the answer came) or
+ * RLC_ECANCELED (the client was freed), res->code then following the
+ * fail_mode policy (ECANCELED: always RLC_CODE_ERROR). Never called from
+ * inside rlc_async_check. *res is valid only during the call; copy it to
+ * keep it. The callback may submit new checks, and may free the client. */
+typedef void (*rlc_check_cb)(rlc_async_t *c, const rlc_result_t *res,
+                             void *arg);
+
+/* Called when a connection comes up (connected 1, status 0) and when it is
+ * lost or an attempt fails (connected 0, status the reason). May submit
+ * checks and may free the client. */
+typedef void (*rlc_state_cb)(rlc_async_t *c, int connected, int status,
+                             void *arg);
+
+/* Creates a client on loop and starts connecting to the first server. The
+ * loop must outlive the client. Checks may be submitted at once; they go
+ * out when the connection is up.
+ *
+ * Returns 0 with *out set, or RLC_EINVAL, RLC_EADDR, RLC_ENOMEM, RLC_EIO
+ * (then *out is NULL). While it is connected or reconnecting, the client
+ * keeps uv_run() from returning, as any open handle does. */
+RLC_EXPORT int rlc_async_new(rlc_async_t **out, struct uv_loop_s *loop,
+                             const rlc_options_t *opts);
+
+/* Submits one check; cb(c, res, arg) will fire exactly once, later, on the
+ * loop's thread. req is copied (into the output buffer) before returning.
+ *
+ * Returns 0, or without queueing anything (cb never fires): a validation
+ * error (RLC_EKEYLONG, ...), RLC_EINVAL (NULL c, req or cb), RLC_EBUSY (all
+ * max_inflight slots in use), RLC_ECANCELED (the client is being freed),
+ * RLC_ENOMEM. */
+RLC_EXPORT int rlc_async_check(rlc_async_t *c, const rlc_check_t *req,
+                               rlc_check_cb cb, void *arg);
+
+/* Number of accepted checks whose callback has not fired yet. */
+RLC_EXPORT size_t rlc_async_inflight(const rlc_async_t *c);
+
+/* Returns 1 when a connection is up, else 0. */
+RLC_EXPORT int rlc_async_connected(const rlc_async_t *c);
+
+/* Sets (or clears, with NULL) the connection state callback. */
+RLC_EXPORT void rlc_async_on_state(rlc_async_t *c, rlc_state_cb cb,
+                                   void *arg);
+
+/* Returns the "HOST:PORT" in use or being tried; valid until the client is
+ * freed. */
+RLC_EXPORT const char *rlc_async_server(const rlc_async_t *c);
+
+/* Frees the client. Every check still in flight gets its callback, with
+ * RLC_ECANCELED, before this returns (or, when called from inside one of
+ * this client's callbacks, before that callback's caller returns to the
+ * loop). The client's handles then close; their memory is released by the
+ * loop, so run it (uv_run) once more before uv_loop_close(). Accepts
+ * NULL. */
+RLC_EXPORT void rlc_async_free(rlc_async_t *c);
+
+/* ------------------------------------------------------------------------ */
+/* HTTP helpers: pure functions of a result, safe from any thread.
+ *
+ * Headers (in this order, each only when it applies):
+ *   X-Ratelimit-Limit      limit
+ *   X-Ratelimit-Used       used
+ *   X-Ratelimit-Remaining  remaining
+ *   X-Ratelimit-Reset      when the window resets, in UTC, as seconds since
+ *                          the Unix epoch (unix_ms + reset_after_ms,
+ *                          rounded to the nearest second: windows end on
+ *                          whole seconds)
+ *   RateLimit-Policy       "POLICY";q=LIMIT;w=WINDOW_S  (w only when known)
+ *   RateLimit              "POLICY";r=REMAINING;t=SECONDS  (t rounded up)
+ *   Retry-After            SECONDS (rounded up), only when over the limit
+ * The rate-limit headers are emitted when a server decided (code OK or
+ * OVER_LIMIT with a nonzero limit); a result decided by the fail_mode
+ * policy, or an error, gets none. */
+
+#define RLC_HTTP_HEADERS_MAX 7
+#define RLC_HTTP_VALUE_MAX 256
+#define RLC_POLICY_MAX 100
+
+typedef struct rlc_http_header_s {
+    const char *name;               /* static string */
+    char value[RLC_HTTP_VALUE_MAX]; /* NUL-terminated */
+} rlc_http_header_t;
+
+/* The status to answer with: 200 (allowed: go on with the request), 429
+ * (over the limit) or 503 (no decision: an error, or refused by the
+ * fail-closed policy). NULL gives 503. */
+RLC_EXPORT int rlc_http_status(const rlc_result_t *r);
+
+/* The reason phrase of 200, 429 or 503 ("OK", "Too Many Requests",
+ * "Service Unavailable"); "" for others. */
+RLC_EXPORT const char *rlc_http_reason(int status);
+
+/* Fills out[0..cap) with the headers for r. policy names the limit in the
+ * IETF fields (NULL: "default"); it is at most RLC_POLICY_MAX printable
+ * ASCII bytes and is quoted and escaped as a structured-field string.
+ *
+ * Returns the number of headers written (0 to RLC_HTTP_HEADERS_MAX), or
+ * RLC_EINVAL (NULL r or out, bad policy), RLC_EFULL (cap too small). */
+RLC_EXPORT int rlc_http_headers(const rlc_result_t *r, const char *policy,
+                                rlc_http_header_t *out, size_t cap);
+
+/* Writes the same headers as "Name: value\r\n" lines, NUL-terminated, to
+ * buf. Returns the length written (without the NUL), or RLC_EINVAL,
+ * RLC_EFULL (cap too small; buf then holds ""). */
+RLC_EXPORT int rlc_http_format(const rlc_result_t *r, const char *policy,
+                               char *buf, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,82 @@
+/* Internals shared by the files of librlc. Nothing here is exported: the
+ * library is built with -fvisibility=hidden and a version script, and these
+ * names carry the rlc__ prefix (two underscores, as libuv's uv__ do) so they
+ * cannot be mistaken for the public API. */
+#ifndef RLC_INT_H
+#define RLC_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "rl_buf.h"
+#include "rl_msg.h"
+#include "rlc.h"
+
+/* Largest frame a valid check can encode to: header, id, key, cost, limit,
+ * window and rule, each with its tag and length. Sizes output buffers. */
+#define RLC__CHECK_FRAME_MAX (5 + 11 + 3 + RLC_KEY_MAX + 6 + 11 + 6 + 3 + \
+                              RLC_RULE_MAX)
+
+/* Reads of the socket go into this much free space at a time. */
+#define RLC__READ_CHUNK 65536
+
+/* One resolved server address. Names that resolve to several addresses
+ * become several entries sharing one text. */
+typedef struct rlc__addr_s {
+    const char *text; /* "HOST:PORT" as given, owned by the conf */
+    struct sockaddr_storage sa;
+    socklen_t len;
+} rlc__addr_t;
+
+/* Options after validation, with defaults applied and addresses resolved. */
+typedef struct rlc__conf_s {
+    rlc_options_t o; /* o.servers is not kept */
+    rlc__addr_t *addrs;
+    size_t naddr;
+    char *texts; /* storage of the address texts */
+} rlc__conf_t;
+
+/* Validates opts and resolves its addresses (a blocking lookup for names).
+ * Returns 0, RLC_EINVAL, RLC_EADDR or RLC_ENOMEM; on error cf holds
+ * nothing to free. */
+int rlc__conf_init(rlc__conf_t *cf, const rlc_options_t *opts);
+void rlc__conf_free(rlc__conf_t *cf);
+
+/* Validates req and appends its frame, with this id, to out. On success
+ * stores the inline window in *window_s. Returns 0, a validation error,
+ * RLC_EINVAL (NULL req), RLC_EFULL or RLC_ENOMEM; out is unchanged on
+ * error. */
+int rlc__encode(rl_buf_t *out, const rlc_check_t *req, uint64_t id,
+                uint32_t *window_s);
+
+/* Fills res from a server's answer. */
+void rlc__result_from(rlc_result_t *res, const rl_result_t *r,
+                      uint32_t window_s, uint64_t unix_ms);
+
+/* Fills res for a check no server answered: status is the reason, and the
+ * code follows fail_mode (except RLC_ECANCELED and validation errors, which
+ * are never decisions: code ERROR, no flag). */
+void rlc__result_fail(rlc_result_t *res, uint64_t id, int status,
+                      int fail_mode, uint32_t window_s, uint64_t unix_ms);
+
+uint64_t rlc__unix_ms(void);
+uint64_t rlc__mono_ms(void);
+
+/* The delay after `cur` (0 at first) for a failed round: doubled, within
+ * [min, max], plus up to 25% jitter from *seed. */
+uint32_t rlc__backoff(uint32_t cur, const rlc_options_t *o, unsigned *seed);
+
+/* Opens a non-blocking TCP socket (TCP_NODELAY, close-on-exec) and starts
+ * connecting it to a. Returns 0 with *fd set when connected already,
+ * RLC_EAGAIN with *fd set while the connect is in progress (wait for
+ * writability, then call rlc__sock_finish), or an error with *fd -1. */
+int rlc__sock_connect(const rlc__addr_t *a, int *fd);
+
+/* The outcome of a connect that became writable: 0 or an RLC_E* code. */
+int rlc__sock_finish(int fd);
+
+/* Maps an errno value from connect/send/recv to an RLC_E* code. */
+int rlc__errno(int err);
+
+#endif

@@ -1,0 +1,357 @@
+/* The blocking client: plain non-blocking sockets waited on with poll(), so
+ * that every wait has a deadline. A batch is encoded into one buffer and
+ * leaves in one send(); its answers are matched by id, which makes late
+ * answers to earlier, timed-out calls harmless: their ids are below the
+ * current batch's. */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "rl_error.h"
+#include "rl_frame.h"
+#include "rlc_int.h"
+
+/* Marks a result whose answer is still awaited, inside one call only. */
+#define PENDING RLC_EAGAIN
+
+struct rlc_client_s {
+    rlc__conf_t cf;
+    int fd;           /* -1 when not connected */
+    size_t cur;       /* address in use, or where the next round starts */
+    rl_buf_t in, out; /* reused across calls */
+    uint64_t next_id;
+    uint32_t backoff_ms; /* 0 after a successful connect */
+    uint64_t retry_at;   /* no connect attempt before this (monotonic ms) */
+    unsigned seed;
+};
+
+/* Waits for events on fd until the absolute deadline. Returns 1 when
+ * ready, 0 on timeout, or an RLC_E* code. */
+static int wait_fd(int fd, short events, uint64_t deadline)
+{
+    struct pollfd p;
+
+    for (;;) {
+        uint64_t now = rlc__mono_ms();
+        int rc;
+
+        if (now >= deadline)
+            return 0;
+        p.fd = fd;
+        p.events = events;
+        p.revents = 0;
+        rc = poll(&p, 1, (int)(deadline - now > 60000 ? 60000
+                                                       : deadline - now));
+        if (rc > 0)
+            return 1;
+        if (rc < 0 && errno != EINTR)
+            return rlc__errno(errno);
+    }
+}
+
+static int connect_one(const rlc__addr_t *a, uint32_t timeout_ms, int *fd)
+{
+    int rc = rlc__sock_connect(a, fd);
+
+    if (rc != RLC_EAGAIN)
+        return rc;
+    rc = wait_fd(*fd, POLLOUT, rlc__mono_ms() + timeout_ms);
+    if (rc == 1)
+        rc = rlc__sock_finish(*fd);
+    else if (rc == 0)
+        rc = RLC_ETIMEDOUT;
+    if (rc != RLC_OK) {
+        close(*fd);
+        *fd = -1;
+    }
+    return rc;
+}
+
+/* Tries every address once, starting at the current one. On failure the
+ * next round is put off by the backoff. Returns 0 or the last error. */
+static int connect_round(rlc_client_t *c)
+{
+    int rc = RLC_ECLOSED;
+    size_t i;
+
+    for (i = 0; i < c->cf.naddr; i++) {
+        size_t k = (c->cur + i) % c->cf.naddr;
+        rc = connect_one(&c->cf.addrs[k], c->cf.o.connect_timeout_ms, &c->fd);
+        if (rc == RLC_OK) {
+            c->cur = k;
+            c->backoff_ms = 0;
+            c->retry_at = 0;
+            return RLC_OK;
+        }
+    }
+    c->backoff_ms = rlc__backoff(c->backoff_ms, &c->cf.o, &c->seed);
+    c->retry_at = rlc__mono_ms() + c->backoff_ms;
+    return rc;
+}
+
+/* Forgets the connection. The next call reconnects at once: a connection
+ * that worked and then closed most often means a restarted server. */
+static void drop(rlc_client_t *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    rl_buf_reset(&c->in);
+}
+
+/* Makes sure a live connection is there. An idle connection whose server
+ * has closed it is found out here, before anything is sent on it: a
+ * non-blocking read sees the end of file (any bytes it finds are late
+ * answers, kept and later dropped by id). */
+static int ensure_conn(rlc_client_t *c)
+{
+    if (c->fd >= 0) {
+        uint8_t *w;
+        ssize_t n;
+
+        if (rl_buf_reserve(&c->in, RLC__READ_CHUNK, &w) != RL_OK)
+            rl_buf_reset(&c->in);
+        else {
+            n = recv(c->fd, w, RLC__READ_CHUNK, MSG_DONTWAIT);
+            if (n > 0)
+                rl_buf_commit(&c->in, (size_t)n);
+            else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK &&
+                                errno != EINTR))
+                drop(c);
+        }
+    }
+    if (c->fd >= 0)
+        return RLC_OK;
+    if (rlc__mono_ms() < c->retry_at)
+        return RLC_ECLOSED;
+    return connect_round(c);
+}
+
+static void fail_pending(rlc_client_t *c, rlc_result_t *res, size_t n,
+                         int status)
+{
+    uint64_t now = rlc__unix_ms();
+    size_t i;
+
+    for (i = 0; i < n; i++)
+        if (res[i].status == PENDING)
+            rlc__result_fail(&res[i], res[i].id, status, c->cf.o.fail_mode,
+                             res[i].window_s, now);
+}
+
+static int send_all(rlc_client_t *c, uint64_t deadline)
+{
+    while (rl_buf_len(&c->out) > 0) {
+        ssize_t n = send(c->fd, rl_buf_rptr(&c->out), rl_buf_len(&c->out),
+                         MSG_NOSIGNAL);
+        if (n > 0) {
+            rl_buf_consume(&c->out, (size_t)n);
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            int rc = wait_fd(c->fd, POLLOUT, deadline);
+            if (rc == 1)
+                continue;
+            return rc == 0 ? RLC_ETIMEDOUT : rc;
+        }
+        return rlc__errno(errno);
+    }
+    return RLC_OK;
+}
+
+/* Decodes every whole frame in the input buffer and files the answers that
+ * belong to this batch. Returns 0 or a protocol error. */
+static int take_answers(rlc_client_t *c, uint64_t base, rlc_result_t *res,
+                        size_t n, size_t *pending)
+{
+    uint64_t now = 0;
+
+    for (;;) {
+        rl_frame_t f;
+        rl_result_t r;
+        int rc = rl_frame_decode(rl_buf_rptr(&c->in), rl_buf_len(&c->in),
+                                 c->cf.o.max_frame, &f);
+        if (rc == RL_EAGAIN)
+            return RLC_OK;
+        if (rc != RL_OK)
+            return rc;
+        rc = rl_result_decode(f.payload, f.len, &r);
+        if (rc != RL_OK)
+            return rc;
+        if (r.id >= base && r.id - base < n &&
+            res[r.id - base].status == PENDING) {
+            if (now == 0)
+                now = rlc__unix_ms();
+            rlc__result_from(&res[r.id - base], &r,
+                             res[r.id - base].window_s, now);
+            (*pending)--;
+        }
+        rl_buf_consume(&c->in, f.size);
+    }
+}
+
+static int roundtrip(rlc_client_t *c, uint64_t base, rlc_result_t *res,
+                     size_t n, size_t pending)
+{
+    uint64_t deadline;
+    int rc;
+
+    rc = ensure_conn(c);
+    if (rc != RLC_OK)
+        return rc;
+    deadline = rlc__mono_ms() + c->cf.o.request_timeout_ms;
+    rc = send_all(c, deadline);
+    if (rc != RLC_OK) {
+        /* Part of a frame may be out: the stream is no longer framed. */
+        drop(c);
+        return rc;
+    }
+    for (;;) {
+        uint8_t *w;
+        ssize_t got;
+
+        rc = take_answers(c, base, res, n, &pending);
+        if (rc != RLC_OK) {
+            drop(c);
+            return rc;
+        }
+        if (pending == 0)
+            return RLC_OK;
+        rc = wait_fd(c->fd, POLLIN, deadline);
+        if (rc == 0)
+            return RLC_ETIMEDOUT;
+        if (rc < 0) {
+            drop(c);
+            return rc;
+        }
+        rc = rl_buf_reserve(&c->in, RLC__READ_CHUNK, &w);
+        if (rc != RL_OK) {
+            drop(c);
+            return rc;
+        }
+        got = recv(c->fd, w, RLC__READ_CHUNK, 0);
+        if (got > 0)
+            rl_buf_commit(&c->in, (size_t)got);
+        else if (got == 0) {
+            drop(c);
+            return RLC_ECLOSED;
+        } else if (errno != EINTR && errno != EAGAIN &&
+                   errno != EWOULDBLOCK) {
+            rc = rlc__errno(errno);
+            drop(c);
+            return rc;
+        }
+    }
+}
+
+int rlc_check_batch(rlc_client_t *c, const rlc_check_t *reqs, size_t n,
+                    rlc_result_t *res)
+{
+    size_t i, pending = 0;
+    uint64_t base;
+    int rc;
+
+    if (n == 0)
+        return RLC_OK;
+    if (res == NULL)
+        return RLC_EINVAL;
+    if (c == NULL || reqs == NULL) {
+        for (i = 0; i < n; i++)
+            rlc__result_fail(&res[i], 0, RLC_EINVAL, RLC_FAIL_CLOSED, 0,
+                             rlc__unix_ms());
+        return RLC_EINVAL;
+    }
+
+    /* Every check gets an id, sent or not, so an answer finds its slot by
+     * subtraction. */
+    base = c->next_id;
+    c->next_id += n;
+    rl_buf_reset(&c->out);
+    for (i = 0; i < n; i++) {
+        uint32_t window_s = 0;
+        rc = rlc__encode(&c->out, &reqs[i], base + i, &window_s);
+        if (rc != RLC_OK) {
+            rlc__result_fail(&res[i], base + i, rc, c->cf.o.fail_mode, 0,
+                             rlc__unix_ms());
+            continue;
+        }
+        res[i].status = PENDING;
+        res[i].id = base + i;
+        res[i].window_s = window_s;
+        pending++;
+    }
+
+    if (pending > 0) {
+        rc = roundtrip(c, base, res, n, pending);
+        rl_buf_reset(&c->out);
+        if (rc != RLC_OK)
+            fail_pending(c, res, n, rc);
+    }
+    for (i = 0; i < n; i++)
+        if (res[i].status != RLC_OK)
+            return res[i].status;
+    return RLC_OK;
+}
+
+int rlc_check(rlc_client_t *c, const rlc_check_t *req, rlc_result_t *res)
+{
+    if (req == NULL) {
+        if (res != NULL)
+            rlc__result_fail(res, 0, RLC_EINVAL, RLC_FAIL_CLOSED, 0,
+                             rlc__unix_ms());
+        return RLC_EINVAL;
+    }
+    return rlc_check_batch(c, req, 1, res);
+}
+
+int rlc_connect(rlc_client_t **out, const rlc_options_t *opts)
+{
+    rlc_client_t *c;
+    int rc;
+
+    if (out == NULL)
+        return RLC_EINVAL;
+    *out = NULL;
+    c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return RLC_ENOMEM;
+    rc = rlc__conf_init(&c->cf, opts);
+    if (rc != RLC_OK) {
+        free(c);
+        return rc;
+    }
+    c->fd = -1;
+    c->next_id = 1; /* id 0 is what the server uses for unmatched errors */
+    c->seed = (unsigned)rlc__mono_ms() ^ (unsigned)(uintptr_t)c;
+    rl_buf_init(&c->in, c->cf.o.max_frame + RL_FRAME_HEADER +
+                            RLC__READ_CHUNK);
+    rl_buf_init(&c->out, SIZE_MAX / 2);
+    rc = connect_round(c);
+    if (rc != RLC_OK) {
+        rlc_free(c);
+        return rc;
+    }
+    *out = c;
+    return RLC_OK;
+}
+
+const char *rlc_server(const rlc_client_t *c)
+{
+    return c == NULL ? "" : c->cf.addrs[c->cur].text;
+}
+
+void rlc_free(rlc_client_t *c)
+{
+    if (c == NULL)
+        return;
+    drop(c);
+    rl_buf_free(&c->in);
+    rl_buf_free(&c->out);
+    rlc__conf_free(&c->cf);
+    free(c);
+}
