@@ -231,3 +231,84 @@ void rlt_redis_stop(rlt_redis_t *r)
         r->dir[0] = '\0';
     }
 }
+
+/* Launches redis-server with extra arguments and waits until it answers
+ * anything at all (a server with requirepass answers PING with NOAUTH).
+ * Returns 0, or -1 as launch() does. */
+static int launch_with(rlt_redis_t *r, char *const extra[])
+{
+    char port[16];
+    char *argv[64] = {"redis-server", "--port", port, "--bind", "127.0.0.1",
+                      "--dir", r->dir, "--save", "", "--appendonly", "no",
+                      "--daemonize", "no", "--loglevel", "warning"};
+    size_t n = 15, i;
+    uint64_t deadline = rlt_mono_ms() + 10000;
+    int status;
+
+    for (i = 0; extra != NULL && extra[i] != NULL; i++) {
+        if (n + 1 >= sizeof(argv) / sizeof(argv[0]))
+            return -1;
+        argv[n++] = extra[i];
+    }
+    argv[n] = NULL;
+    snprintf(port, sizeof(port), "%d", r->port);
+    r->pid = rlt_spawn(argv);
+    if (r->pid < 0)
+        return -1;
+    for (;;) {
+        redisContext *c = rlt_redis_connect(r);
+        redisReply *rep = c ? redisCommand(c, "PING") : NULL;
+        int alive = rep != NULL;
+
+        if (rep)
+            freeReplyObject(rep);
+        if (c)
+            redisFree(c);
+        if (alive)
+            return 0;
+        if (waitpid(r->pid, &status, WNOHANG) == r->pid ||
+            rlt_mono_ms() >= deadline) {
+            rlt_stop(r->pid, SIGKILL, 1000);
+            r->pid = -1;
+            return -1;
+        }
+        nap_ms(5);
+    }
+}
+
+int rlt_redis_start_with(rlt_redis_t *r, char *const extra[])
+{
+    int attempt;
+
+    memset(r, 0, sizeof(*r));
+    r->pid = -1;
+    snprintf(r->dir, sizeof(r->dir), "/tmp/rlt-redis-XXXXXX");
+    if (mkdtemp(r->dir) == NULL)
+        return -1;
+    for (attempt = 0; attempt < 5; attempt++) {
+        r->port = rlt_free_port();
+        if (r->port > 0 && launch_with(r, extra) == 0)
+            return 0;
+    }
+    rmdir(r->dir);
+    r->dir[0] = '\0';
+    return -1;
+}
+
+int rlt_redis_restart_with(rlt_redis_t *r, char *const extra[])
+{
+    uint64_t deadline = rlt_mono_ms() + 10000;
+
+    while (launch_with(r, extra) != 0) {
+        if (rlt_mono_ms() >= deadline)
+            return -1;
+        nap_ms(20);
+    }
+    return 0;
+}
+
+void rlt_redis_pause(rlt_redis_t *r, int paused)
+{
+    if (r->pid > 0)
+        kill(r->pid, paused ? SIGSTOP : SIGCONT);
+}

@@ -53,4 +53,16 @@ pid_t rlt_spawn(char *const argv[]);
  * or -1. */
 int rlt_stop(pid_t pid, int sig, int timeout_ms);
 
+/* Like rlt_redis_start, with extra redis-server arguments appended to the
+ * usual ones, e.g. {"--requirepass", "pw", NULL}. The server counts as up
+ * once it answers anything (an error such as NOAUTH included). */
+int rlt_redis_start_with(rlt_redis_t *r, char *const extra[]);
+
+/* Like rlt_redis_restart, with the same extra arguments as the start. */
+int rlt_redis_restart_with(rlt_redis_t *r, char *const extra[]);
+
+/* Pauses (SIGSTOP) or resumes (SIGCONT) the server; its sockets stay open
+ * and unanswered meanwhile, as for a Redis stuck in a slow command. */
+void rlt_redis_pause(rlt_redis_t *r, int paused);
+
 #endif

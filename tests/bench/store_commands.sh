@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Builds and runs tests/bench/store_commands.c: the measurement behind the
+# command strategy of server/store_redis.c (see the comment at its top).
+# It starts its own redis-server on a free loopback port and stops it.
+#
+#   tests/bench/store_commands.sh [runs] [ops per run] [batches in flight]
+#
+# Defaults: 3 runs, 100000 ops (10000 for batch size 1), 8 in flight; about
+# a minute on two cores. Built with -O2 and no sanitizers so that the
+# allocation counter can interpose on malloc.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=$(mktemp -d /tmp/store_commands.XXXXXX)
+trap 'rm -rf "$out"' EXIT
+cc -std=c11 -O2 -D_POSIX_C_SOURCE=200809L -DRL_BENCH_COUNT_MALLOC \
+  -Wall -Wextra -Itests/support \
+  tests/bench/store_commands.c tests/support/rlt.c \
+  $(pkg-config --cflags --libs hiredis libuv) -o "$out/store_commands"
+"$out/store_commands" "$@"

@@ -1,0 +1,718 @@
+/* The Redis store, driven directly on a libuv loop against a private
+ * redis-server: counts, expiries, the clock, and every kind of trouble
+ * (never started, killed mid-batch, restarted, stuck, flushed, closed with
+ * batches in flight). Callbacks are counted and the counts asserted after
+ * the loop ran; every wait has a deadline. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <hiredis/hiredis.h>
+#include <uv.h>
+
+#include "rl_error.h"
+#include "rls_store.h"
+#include "rlt.h"
+
+#define MAX_OPS 300
+
+typedef struct fx_s {
+    uv_loop_t loop;
+    uv_timer_t tick; /* wakes uv_run(UV_RUN_ONCE) so deadlines are seen */
+    rlt_redis_t redis;
+    redisContext *rc; /* blocking connection, to inspect Redis */
+    rls_store_t *st;
+    int closed;
+    const char *password;
+} fx_t;
+
+/* One batch and what its callback saw. */
+typedef struct job_s {
+    rls_op_t ops[MAX_OPS];
+    char keys[MAX_OPS][96];
+    size_t n;
+    int calls, status;
+    uint64_t fired_ms;
+    fx_t *resubmit; /* submit again from inside the callback */
+    int resubmit_status, resubmit_calls;
+} job_t;
+
+static void on_tick(uv_timer_t *t)
+{
+    (void)t;
+}
+
+static void on_done(void *arg)
+{
+    (*(int *)arg)++;
+}
+
+/* Runs the loop until cond holds or ms pass; evaluates to cond. */
+#define RUN_UNTIL(f, cond, ms)                                                \
+    do {                                                                      \
+        uint64_t dl_ = rlt_mono_ms() + (ms);                                  \
+        while (!(cond) && rlt_mono_ms() < dl_)                                \
+            uv_run(&(f)->loop, UV_RUN_ONCE);                                  \
+    } while (0)
+
+static void run_for(fx_t *f, uint64_t ms)
+{
+    uint64_t dl = rlt_mono_ms() + ms;
+
+    while (rlt_mono_ms() < dl)
+        uv_run(&f->loop, UV_RUN_ONCE);
+}
+
+static rls_store_t *open_store(fx_t *f, int port, uint64_t timeout_ms, int db)
+{
+    rls_redis_opts_t o;
+
+    memset(&o, 0, sizeof(o));
+    o.host = "127.0.0.1";
+    o.port = port;
+    o.password = f->password;
+    o.db = db;
+    o.timeout_ms = timeout_ms;
+    o.grace_ms = 1000;
+    f->st = rls_store_redis_new(&f->loop, &o);
+    assert_non_null(f->st);
+    f->closed = 0;
+    return f->st;
+}
+
+static void close_store(fx_t *f)
+{
+    int done = 0;
+
+    if (f->st == NULL || f->closed)
+        return;
+    f->st->v->close(f->st, on_done, &done);
+    f->closed = 1;
+    assert_int_equal(done, 0); /* from a close callback, never inline */
+    RUN_UNTIL(f, done > 0, 5000);
+    assert_int_equal(done, 1);
+    f->st = NULL;
+}
+
+static int fx_setup_with(void **state, char *const extra[], const char *pw)
+{
+    fx_t *f = calloc(1, sizeof(*f));
+
+    if (f == NULL)
+        return -1;
+    uv_loop_init(&f->loop);
+    uv_timer_init(&f->loop, &f->tick);
+    uv_timer_start(&f->tick, on_tick, 5, 5);
+    if (rlt_redis_start_with(&f->redis, extra) != 0) {
+        free(f);
+        return -1;
+    }
+    f->rc = rlt_redis_connect(&f->redis);
+    f->password = pw;
+    if (f->rc != NULL && pw != NULL) {
+        redisReply *r = redisCommand(f->rc, "AUTH %s", pw);
+        if (r)
+            freeReplyObject(r);
+    }
+    *state = f;
+    return f->rc != NULL ? 0 : -1;
+}
+
+static int fx_setup(void **state)
+{
+    return fx_setup_with(state, NULL, NULL);
+}
+
+static int fx_setup_auth(void **state)
+{
+    static char *const extra[] = {"--requirepass", "s3cret pw", NULL};
+
+    return fx_setup_with(state, extra, "s3cret pw");
+}
+
+static int fx_teardown(void **state)
+{
+    fx_t *f = *state;
+
+    rlt_redis_pause(&f->redis, 0);
+    close_store(f);
+    uv_close((uv_handle_t *)&f->tick, NULL);
+    uv_run(&f->loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&f->loop), 0);
+    if (f->rc)
+        redisFree(f->rc);
+    rlt_redis_stop(&f->redis);
+    free(f);
+    return 0;
+}
+
+static void on_job(void *data, rls_op_t *ops, size_t n, int status)
+{
+    job_t *j = data;
+
+    assert_ptr_equal(ops, j->ops);
+    assert_int_equal(n, j->n);
+    j->calls++;
+    j->status = status;
+    j->fired_ms = rlt_mono_ms();
+    if (j->resubmit != NULL && j->calls == 1) {
+        job_t *again = calloc(1, sizeof(*again));
+        assert_non_null(again);
+        again->n = 1;
+        again->ops[0] = j->ops[0];
+        again->ops[0].err = 0;
+        j->resubmit->st->v->submit(j->resubmit->st, again->ops, 1, on_job,
+                                   again);
+        /* The store is closing or down here: it must answer at once. */
+        j->resubmit_calls = again->calls;
+        j->resubmit_status = again->status;
+        free(again);
+    }
+}
+
+/* A one-op batch, small enough to submit a thousand of. */
+typedef struct small_s {
+    rls_op_t op;
+    int calls, status;
+} small_t;
+
+static void on_small(void *data, rls_op_t *ops, size_t n, int status)
+{
+    small_t *s = data;
+
+    assert_ptr_equal(ops, &s->op);
+    assert_int_equal(n, 1);
+    s->calls++;
+    s->status = status;
+}
+
+/* Fills a job with n keys "rl:{<tag>:<i>}:60:1", each due to expire a
+ * minute from now on the store's clock. */
+static void job_init(job_t *j, fx_t *f, size_t n, const char *tag,
+                     uint64_t incr)
+{
+    uint64_t now = f->st->v->now_ms(f->st);
+    size_t i;
+
+    memset(j, 0, sizeof(*j));
+    j->n = n;
+    for (i = 0; i < n; i++) {
+        snprintf(j->keys[i], sizeof(j->keys[i]), "rl:{%s:%zu}:60:1", tag, i);
+        j->ops[i].key = j->keys[i];
+        j->ops[i].key_len = strlen(j->keys[i]);
+        j->ops[i].incr = incr;
+        j->ops[i].expire_at_ms = now + 60000;
+        j->ops[i].count = -1;
+    }
+}
+
+static void submit(fx_t *f, job_t *j)
+{
+    f->st->v->submit(f->st, j->ops, j->n, on_job, j);
+}
+
+static void wait_up(fx_t *f, uint64_t ms)
+{
+    RUN_UNTIL(f, f->st->v->up(f->st), ms);
+    assert_true(f->st->v->up(f->st));
+}
+
+static long long redis_int(fx_t *f, const char *fmt, const char *key)
+{
+    redisReply *r = redisCommand(f->rc, fmt, key);
+    long long v;
+
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_INTEGER)
+        v = r->integer;
+    else if (r->type == REDIS_REPLY_STRING)
+        v = strtoll(r->str, NULL, 10);
+    else
+        v = -999;
+    freeReplyObject(r);
+    return v;
+}
+
+/* Every key in the current db of f->rc carries a TTL no longer than
+ * max_ms. Returns how many keys there are. */
+static long long assert_all_keys_expire(fx_t *f, long long max_ms)
+{
+    redisReply *r = redisCommand(f->rc, "KEYS *");
+    long long n;
+    size_t i;
+
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    for (i = 0; i < r->elements; i++) {
+        long long pttl = redis_int(f, "PTTL %s", r->element[i]->str);
+        if (pttl <= 0 || pttl > max_ms)
+            fail_msg("key %s has PTTL %lld", r->element[i]->str, pttl);
+    }
+    n = (long long)r->elements;
+    freeReplyObject(r);
+    return n;
+}
+
+static void test_counts_and_ttl(void **state)
+{
+    fx_t *f = *state;
+    static const char *const names[] = {
+        "rl:{user:1}:60:100", "rl:{a:b:c}:60:100", "rl:{{x}}:60:100",
+        "rl:{ip:203.0.113.7:/search}:60:100", "rl:{us\xc3\xa9r:\xe6\x97\xa5}:60:100",
+        "rl:{}:60:100", "rl:{ sp ace }:60:100"};
+    enum { NK = sizeof(names) / sizeof(names[0]) };
+    static job_t j[3];
+    uint64_t now;
+    size_t i, b;
+
+    open_store(f, f->redis.port, 2000, 0);
+    wait_up(f, 5000);
+    now = f->st->v->now_ms(f->st);
+    /* Three batches in one loop iteration: one pipelined write. */
+    for (b = 0; b < 3; b++) {
+        memset(&j[b], 0, sizeof(j[b]));
+        j[b].n = NK;
+        for (i = 0; i < NK; i++) {
+            j[b].ops[i].key = names[i];
+            j[b].ops[i].key_len = strlen(names[i]);
+            j[b].ops[i].incr = i + 1 + b * 10;
+            j[b].ops[i].expire_at_ms = now + 30000;
+            j[b].ops[i].count = -1;
+        }
+        submit(f, &j[b]);
+    }
+    RUN_UNTIL(f, j[2].calls > 0, 5000);
+    for (b = 0; b < 3; b++) {
+        assert_int_equal(j[b].calls, 1);
+        assert_int_equal(j[b].status, 0);
+        for (i = 0; i < NK; i++) {
+            /* running sum of incr over batches 0..b */
+            int64_t want = (int64_t)((b + 1) * (i + 1) + 10 * b * (b + 1) / 2);
+            assert_int_equal(j[b].ops[i].err, 0);
+            assert_int_equal(j[b].ops[i].count, want);
+        }
+    }
+    for (i = 0; i < NK; i++) {
+        long long pttl = redis_int(f, "PTTL %s", names[i]);
+        assert_int_equal(redis_int(f, "GET %s", names[i]),
+                         3 * (i + 1) + 30);
+        assert_true(pttl > 25000);
+        assert_true(pttl <= 30000 + 50);
+    }
+    assert_int_equal(assert_all_keys_expire(f, 30050), NK);
+    assert_int_equal(f->st->stats.batches, 3);
+    assert_int_equal(f->st->stats.ops, 3 * NK);
+    assert_int_equal(f->st->stats.errors, 0);
+    assert_true(f->st->stats.rtt_us_last > 0);
+    assert_true(f->st->stats.rtt_us_last < 2000000);
+}
+
+static void test_big_batch_and_resubmit_from_callback(void **state)
+{
+    fx_t *f = *state;
+    static job_t a, b;
+    size_t i;
+
+    open_store(f, f->redis.port, 2000, 0);
+    wait_up(f, 5000);
+    job_init(&a, f, MAX_OPS, "big", 3);
+    submit(f, &a);
+    RUN_UNTIL(f, a.calls > 0, 5000);
+    assert_int_equal(a.status, 0);
+    job_init(&b, f, MAX_OPS, "big", 4);
+    submit(f, &b);
+    RUN_UNTIL(f, b.calls > 0, 5000);
+    assert_int_equal(b.calls, 1);
+    assert_int_equal(b.status, 0);
+    for (i = 0; i < MAX_OPS; i++)
+        assert_int_equal(b.ops[i].count, 7);
+    assert_int_equal(assert_all_keys_expire(f, 60050), MAX_OPS);
+}
+
+static void test_ttl_after_delete_and_flush(void **state)
+{
+    fx_t *f = *state;
+    static job_t j;
+    redisReply *r;
+
+    open_store(f, f->redis.port, 2000, 0);
+    wait_up(f, 5000);
+    job_init(&j, f, 4, "del", 2);
+    submit(f, &j);
+    RUN_UNTIL(f, j.calls > 0, 5000);
+    assert_int_equal(j.ops[3].count, 2);
+    /* Mid-run: one key deleted, then everything flushed; both come back
+     * with a TTL when the next batch recreates them. */
+    assert_int_equal(redis_int(f, "DEL %s", j.keys[1]), 1);
+    job_init(&j, f, 4, "del", 2);
+    submit(f, &j);
+    RUN_UNTIL(f, j.calls > 0, 5000);
+    assert_int_equal(j.status, 0);
+    assert_int_equal(j.ops[0].count, 4);
+    assert_int_equal(j.ops[1].count, 2);
+    assert_int_equal(assert_all_keys_expire(f, 60050), 4);
+    r = redisCommand(f->rc, "FLUSHALL");
+    assert_non_null(r);
+    freeReplyObject(r);
+    job_init(&j, f, 4, "del", 5);
+    submit(f, &j);
+    RUN_UNTIL(f, j.calls > 0, 5000);
+    assert_int_equal(j.status, 0);
+    assert_int_equal(j.ops[0].count, 5);
+    assert_int_equal(assert_all_keys_expire(f, 60050), 4);
+}
+
+static void test_bad_key_fails_only_its_op(void **state)
+{
+    fx_t *f = *state;
+    static job_t j;
+    redisReply *r;
+
+    open_store(f, f->redis.port, 2000, 0);
+    wait_up(f, 5000);
+    r = redisCommand(f->rc, "SET rl:{bad:1}:60:1 notanumber");
+    freeReplyObject(r);
+    r = redisCommand(f->rc, "RPUSH rl:{bad:3}:60:1 x");
+    freeReplyObject(r);
+    job_init(&j, f, 5, "bad", 1);
+    /* An increment Redis cannot take (over 2^63-1) fails its op too. */
+    j.ops[4].incr = UINT64_MAX;
+    submit(f, &j);
+    RUN_UNTIL(f, j.calls > 0, 5000);
+    assert_int_equal(j.calls, 1);
+    assert_int_equal(j.status, 0);
+    assert_int_equal(j.ops[0].err, 0);
+    assert_int_equal(j.ops[0].count, 1);
+    assert_int_equal(j.ops[1].err, RL_ESTORE);
+    assert_int_equal(j.ops[2].err, 0);
+    assert_int_equal(j.ops[2].count, 1);
+    assert_int_equal(j.ops[3].err, RL_ESTORE);
+    assert_int_equal(j.ops[4].err, RL_ESTORE);
+    assert_true(redis_int(f, "PTTL %s", j.keys[0]) > 0);
+    assert_true(redis_int(f, "PTTL %s", j.keys[2]) > 0);
+    assert_int_equal(redis_int(f, "EXISTS %s", j.keys[4]), 0);
+    assert_int_equal(f->st->stats.errors, 0);
+}
+
+static void test_never_started(void **state)
+{
+    fx_t *f = *state;
+    static job_t j;
+    int port = rlt_free_port();
+
+    open_store(f, port, 500, 0);
+    run_for(f, 100);
+    assert_false(f->st->v->up(f->st));
+    job_init(&j, f, 3, "nobody", 1);
+    submit(f, &j);
+    /* Fails inside submit: nothing to wait for. */
+    assert_int_equal(j.calls, 1);
+    assert_int_equal(j.status, RL_ESTORE);
+    assert_int_equal(j.ops[0].err, RL_ESTORE);
+    assert_int_equal(j.ops[2].err, RL_ESTORE);
+    run_for(f, 50);
+    assert_int_equal(j.calls, 1);
+    assert_int_equal(f->st->stats.errors, 1);
+    assert_int_equal(f->st->stats.reconnects, 0);
+}
+
+static void test_killed_mid_batch_then_restarted(void **state)
+{
+    fx_t *f = *state;
+    static job_t a, b, c;
+    uint64_t t0;
+
+    open_store(f, f->redis.port, 5000, 0);
+    wait_up(f, 5000);
+    job_init(&a, f, 2, "kill", 1);
+    submit(f, &a);
+    RUN_UNTIL(f, a.calls > 0, 5000);
+    assert_int_equal(a.status, 0);
+    /* Paused, the server accepts our write but never answers; killed, it
+     * takes the batch down with it. */
+    rlt_redis_pause(&f->redis, 1);
+    job_init(&b, f, MAX_OPS, "kill", 1);
+    submit(f, &b);
+    run_for(f, 50);
+    assert_int_equal(b.calls, 0);
+    t0 = rlt_mono_ms();
+    rlt_redis_kill(&f->redis);
+    RUN_UNTIL(f, b.calls > 0, 3000);
+    assert_int_equal(b.calls, 1);
+    assert_int_equal(b.status, RL_ESTORE);
+    assert_int_equal(b.ops[0].err, RL_ESTORE);
+    assert_int_equal(b.ops[MAX_OPS - 1].err, RL_ESTORE);
+    assert_true(b.fired_ms - t0 < 1000); /* promptly, not at the timeout */
+    assert_false(f->st->v->up(f->st));
+    /* While down, batches fail inside submit. */
+    job_init(&c, f, 1, "kill", 1);
+    submit(f, &c);
+    assert_int_equal(c.calls, 1);
+    assert_int_equal(c.status, RL_ESTORE);
+    run_for(f, 100);
+    assert_int_equal(b.calls, 1);
+    /* Back with no data (persistence is off): the store reconnects by
+     * itself, and recreated keys get their TTL. */
+    assert_int_equal(rlt_redis_restart(&f->redis), 0);
+    redisFree(f->rc);
+    f->rc = rlt_redis_connect(&f->redis);
+    assert_non_null(f->rc);
+    wait_up(f, 5000);
+    assert_int_equal(f->st->stats.reconnects, 1);
+    job_init(&c, f, 2, "kill", 4);
+    submit(f, &c);
+    RUN_UNTIL(f, c.calls > 0, 5000);
+    assert_int_equal(c.status, 0);
+    assert_int_equal(c.ops[0].count, 4);
+    assert_int_equal(c.ops[1].count, 4);
+    assert_int_equal(assert_all_keys_expire(f, 60050), 2);
+}
+
+static void test_timeout_then_recovery(void **state)
+{
+    fx_t *f = *state;
+    enum { NB = 1100 };
+    static job_t a, b;
+    small_t *small;
+    uint64_t t0;
+    int i, at_once = 0, fired = 0, timedout = 0;
+
+    open_store(f, f->redis.port, 200, 0);
+    wait_up(f, 5000);
+    rlt_redis_pause(&f->redis, 1);
+    t0 = rlt_mono_ms();
+    job_init(&a, f, 3, "slow", 1);
+    job_init(&b, f, 3, "slow", 1);
+    submit(f, &a);
+    run_for(f, 20);
+    submit(f, &b);
+    RUN_UNTIL(f, a.calls > 0 && b.calls > 0, 2000);
+    assert_int_equal(a.calls, 1);
+    assert_int_equal(b.calls, 1);
+    assert_int_equal(a.status, RL_ETIMEDOUT);
+    assert_int_equal(b.status, RL_ETIMEDOUT);
+    assert_int_equal(a.ops[2].err, RL_ETIMEDOUT);
+    assert_true(a.fired_ms - t0 >= 195);
+    assert_true(a.fired_ms - t0 <= 200 + 300);
+    assert_false(f->st->v->up(f->st));
+    assert_int_equal(f->st->stats.timeouts, 2);
+
+    /* Still stuck once reconnected at TCP level: batches beyond the
+     * in-flight cap fail at once, the rest at their timeout; memory stays
+     * bounded and each callback fires once. */
+    rlt_redis_pause(&f->redis, 0);
+    wait_up(f, 5000);
+    rlt_redis_pause(&f->redis, 1);
+    small = calloc(NB, sizeof(*small));
+    assert_non_null(small);
+    for (i = 0; i < NB; i++) {
+        small[i].op.key = "rl:{flood}:60:2";
+        small[i].op.key_len = strlen(small[i].op.key);
+        small[i].op.incr = 1;
+        small[i].op.expire_at_ms = f->st->v->now_ms(f->st) + 60000;
+        f->st->v->submit(f->st, &small[i].op, 1, on_small, &small[i]);
+        at_once += small[i].calls;
+    }
+    assert_true(at_once > 0);
+    assert_true(at_once < NB);
+    RUN_UNTIL(f, f->st->stats.timeouts >= 2 + (uint64_t)(NB - at_once), 3000);
+    for (i = 0; i < NB; i++) {
+        fired += small[i].calls;
+        timedout += small[i].status == RL_ETIMEDOUT;
+        assert_int_equal(small[i].calls, 1);
+    }
+    assert_int_equal(fired, NB);
+    assert_int_equal(timedout, NB - at_once);
+    free(small);
+
+    rlt_redis_pause(&f->redis, 0);
+    wait_up(f, 5000);
+    job_init(&a, f, 3, "slow", 1);
+    submit(f, &a);
+    RUN_UNTIL(f, a.calls > 0, 5000);
+    assert_int_equal(a.status, 0);
+    assert_true(a.ops[0].count >= 1);
+    assert_true(f->st->stats.reconnects >= 1);
+}
+
+static void test_now_ms_follows_redis(void **state)
+{
+    fx_t *f = *state;
+    uint64_t prev, now, redis_ms;
+    redisReply *r;
+    int i;
+
+    open_store(f, rlt_free_port(), 500, 0);
+    /* Before any sample: the local clock, still never decreasing. */
+    prev = f->st->v->now_ms(f->st);
+    for (i = 0; i < 1000; i++) {
+        now = f->st->v->now_ms(f->st);
+        assert_true(now >= prev);
+        prev = now;
+    }
+    close_store(f);
+    open_store(f, f->redis.port, 500, 0);
+    wait_up(f, 5000);
+    r = redisCommand(f->rc, "TIME");
+    assert_non_null(r);
+    assert_int_equal(r->elements, 2);
+    redis_ms = strtoull(r->element[0]->str, NULL, 10) * 1000 +
+               strtoull(r->element[1]->str, NULL, 10) / 1000;
+    freeReplyObject(r);
+    now = f->st->v->now_ms(f->st);
+    assert_true(now + 20 >= redis_ms && now <= redis_ms + 20);
+    /* Across periodic re-samples it never goes backwards. */
+    prev = f->st->v->now_ms(f->st);
+    {
+        uint64_t dl = rlt_mono_ms() + 2200;
+        while (rlt_mono_ms() < dl) {
+            uv_run(&f->loop, UV_RUN_NOWAIT);
+            now = f->st->v->now_ms(f->st);
+            assert_true(now >= prev);
+            prev = now;
+        }
+    }
+}
+
+static void test_close_with_batches_in_flight(void **state)
+{
+    fx_t *f = *state;
+    static job_t j[3];
+    int done = 0, i;
+
+    open_store(f, f->redis.port, 5000, 0);
+    wait_up(f, 5000);
+    rlt_redis_pause(&f->redis, 1);
+    for (i = 0; i < 3; i++) {
+        job_init(&j[i], f, 2, "close", 1);
+        j[i].resubmit = f;
+        submit(f, &j[i]);
+    }
+    run_for(f, 30);
+    f->st->v->close(f->st, on_done, &done);
+    f->closed = 1;
+    RUN_UNTIL(f, done > 0, 5000);
+    assert_int_equal(done, 1);
+    for (i = 0; i < 3; i++) {
+        assert_int_equal(j[i].calls, 1);
+        assert_int_equal(j[i].status, RL_ESHUTDOWN);
+        assert_int_equal(j[i].ops[1].err, RL_ESHUTDOWN);
+        /* a submit from the callback is answered at once */
+        assert_int_equal(j[i].resubmit_calls, 1);
+        assert_int_equal(j[i].resubmit_status, RL_ESHUTDOWN);
+    }
+    f->st = NULL;
+    rlt_redis_pause(&f->redis, 0);
+    /* teardown checks uv_loop_close() == 0 */
+}
+
+static void test_close_while_down_and_connecting(void **state)
+{
+    fx_t *f = *state;
+    int done = 0;
+
+    open_store(f, rlt_free_port(), 500, 0);
+    run_for(f, 30);
+    close_store(f);
+    /* Closed right after new, mid-connect. */
+    open_store(f, f->redis.port, 500, 0);
+    f->st->v->close(f->st, on_done, &done);
+    f->closed = 1;
+    f->st = NULL;
+    RUN_UNTIL(f, done > 0, 5000);
+    assert_int_equal(done, 1);
+}
+
+static void test_noscript_after_script_flush(void **state)
+{
+    fx_t *f = *state;
+    static job_t j;
+    redisReply *r;
+
+    open_store(f, f->redis.port, 2000, 0);
+    wait_up(f, 5000);
+    r = redisCommand(f->rc, "SCRIPT FLUSH");
+    assert_non_null(r);
+    freeReplyObject(r);
+    job_init(&j, f, 3, "ns", 2);
+    submit(f, &j);
+    RUN_UNTIL(f, j.calls > 0, 5000);
+    assert_int_equal(j.calls, 1);
+    assert_int_equal(j.status, 0);
+    assert_int_equal(j.ops[2].count, 2);
+    job_init(&j, f, 3, "ns", 2);
+    submit(f, &j);
+    RUN_UNTIL(f, j.calls > 0, 5000);
+    assert_int_equal(j.status, 0);
+    assert_int_equal(j.ops[2].count, 4);
+    assert_int_equal(assert_all_keys_expire(f, 60050), 3);
+}
+
+static void test_auth_and_select(void **state)
+{
+    fx_t *f = *state;
+    static job_t j;
+    redisReply *r;
+
+    open_store(f, f->redis.port, 2000, 3);
+    wait_up(f, 5000);
+    job_init(&j, f, 2, "auth", 6);
+    submit(f, &j);
+    RUN_UNTIL(f, j.calls > 0, 5000);
+    assert_int_equal(j.status, 0);
+    assert_int_equal(j.ops[1].count, 6);
+    assert_int_equal(redis_int(f, "EXISTS %s", j.keys[0]), 0); /* db 0 */
+    r = redisCommand(f->rc, "SELECT 3");
+    assert_non_null(r);
+    freeReplyObject(r);
+    assert_int_equal(redis_int(f, "GET %s", j.keys[0]), 6);
+    assert_int_equal(assert_all_keys_expire(f, 60050), 2);
+    close_store(f);
+
+    /* A wrong password never comes up, and says so at once. */
+    f->password = "wrong";
+    open_store(f, f->redis.port, 2000, 0);
+    run_for(f, 200);
+    assert_false(f->st->v->up(f->st));
+    job_init(&j, f, 1, "auth", 1);
+    submit(f, &j);
+    assert_int_equal(j.calls, 1);
+    assert_int_equal(j.status, RL_ESTORE);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_counts_and_ttl, fx_setup,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(
+            test_big_batch_and_resubmit_from_callback, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_ttl_after_delete_and_flush,
+                                        fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_bad_key_fails_only_its_op,
+                                        fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_never_started, fx_setup,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_killed_mid_batch_then_restarted,
+                                        fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_timeout_then_recovery, fx_setup,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_now_ms_follows_redis, fx_setup,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_close_with_batches_in_flight,
+                                        fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_close_while_down_and_connecting,
+                                        fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_noscript_after_script_flush,
+                                        fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_auth_and_select, fx_setup_auth,
+                                        fx_teardown),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
