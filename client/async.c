@@ -339,14 +339,19 @@ static void on_poll(uv_poll_t *h, int status, int events)
         leave(c);
         return;
     }
+    /* libuv reports a socket error (POLLERR) as UV_EBADF and stops the
+     * handle; the socket itself knows what went wrong. */
+    int err = status < 0 ? rlc__sock_finish(conn->fd) : RLC_OK;
+    if (status < 0 && err == RLC_OK)
+        err = RLC_EIO;
     if (c->state == ST_CONNECTING) {
-        int rc = status < 0 ? RLC_EIO : rlc__sock_finish(conn->fd);
+        int rc = err != RLC_OK ? err : rlc__sock_finish(conn->fd);
         if (rc == RLC_OK)
             on_connected(c);
         else
             attempt_failed(c, rc);
-    } else if (status < 0) {
-        lost(c, RLC_EIO);
+    } else if (err != RLC_OK) {
+        lost(c, err);
     } else {
         if (events & UV_READABLE)
             do_read(c);

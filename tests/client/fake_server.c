@@ -1,0 +1,293 @@
+#include "fake_server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rl_buf.h"
+#include "rl_frame.h"
+#include "rl_msg.h"
+
+#define MAXCONN 8
+#define MAXKEYS 64
+#define MAXHELD 4096
+
+typedef struct {
+    char key[600];
+    uint64_t used;
+} counter_t;
+
+typedef struct {
+    int fd;
+    rl_buf_t in;
+    int seen; /* requests on this connection */
+    rl_result_t held[MAXHELD];
+    int nheld;
+    int delayed; /* FAKE_DELAY_FIRST: the first answer went out */
+} fconn_t;
+
+typedef struct {
+    fake_t *f;
+    fconn_t conns[MAXCONN];
+    counter_t keys[MAXKEYS];
+    int nkeys;
+} state_t;
+
+static void nap_us(long us)
+{
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+
+    nanosleep(&ts, NULL);
+}
+
+static uint64_t *counter(state_t *st, const rl_check_t *c)
+{
+    int i;
+
+    for (i = 0; i < st->nkeys; i++)
+        if (strlen(st->keys[i].key) == c->key_len &&
+            memcmp(st->keys[i].key, c->key, c->key_len) == 0)
+            return &st->keys[i].used;
+    if (st->nkeys == MAXKEYS || c->key_len >= sizeof(st->keys[0].key))
+        return &st->keys[0].used;
+    memcpy(st->keys[st->nkeys].key, c->key, c->key_len);
+    st->keys[st->nkeys].key[c->key_len] = '\0';
+    return &st->keys[st->nkeys++].used;
+}
+
+/* The fixed-window decision, with a constant 1234 ms to the window's end. */
+static void decide(state_t *st, const rl_check_t *c, rl_result_t *r)
+{
+    uint64_t *used = counter(st, c);
+    uint64_t limit = c->limit;
+
+    memset(r, 0, sizeof(*r));
+    r->id = c->id;
+    if (c->rule_len) {
+        if (c->rule_len != 5 || memcmp(c->rule, "known", 5) != 0) {
+            r->code = RL_CODE_ERROR;
+            r->error = "unknown rule";
+            r->error_len = strlen(r->error);
+            return;
+        }
+        limit = 10;
+    }
+    *used += c->cost ? c->cost : 1;
+    r->limit = limit;
+    r->used = *used;
+    r->remaining = *used < limit ? limit - *used : 0;
+    r->reset_after_ms = 1234;
+    r->code = *used <= limit ? RL_CODE_OK : RL_CODE_OVER_LIMIT;
+    r->retry_after_ms = r->code == RL_CODE_OK ? 0 : 1234;
+}
+
+static void send_all(int fd, const uint8_t *p, size_t n, int bytewise)
+{
+    while (n > 0) {
+        ssize_t k = send(fd, p, bytewise ? 1 : n, MSG_NOSIGNAL);
+        if (k <= 0) {
+            if (k < 0 && errno == EINTR)
+                continue;
+            return;
+        }
+        p += k;
+        n -= (size_t)k;
+        if (bytewise)
+            nap_us(200);
+    }
+}
+
+static void drop_conn(fconn_t *fc)
+{
+    close(fc->fd);
+    rl_buf_free(&fc->in);
+    memset(fc, 0, sizeof(*fc));
+    fc->fd = -1;
+}
+
+/* Handles what one read brought. Returns 0, or -1 when the connection is
+ * to be closed. */
+static int handle(state_t *st, fconn_t *fc)
+{
+    fake_t *f = st->f;
+    rl_buf_t out;
+    int burst = 0, rc = 0;
+
+    rl_buf_init(&out, 1 << 24);
+    for (;;) {
+        rl_frame_t fr;
+        rl_check_t c;
+        rl_result_t r;
+
+        if (rl_frame_decode(rl_buf_rptr(&fc->in), rl_buf_len(&fc->in),
+                            1 << 20, &fr) != 0)
+            break;
+        if (rl_check_decode(fr.payload, fr.len, &c) != 0) {
+            rc = -1;
+            break;
+        }
+        burst++;
+        fc->seen++;
+        atomic_fetch_add(&f->requests, 1);
+        decide(st, &c, &r);
+        switch (f->mode) {
+        case FAKE_ANSWER:
+        case FAKE_BYTEWISE:
+            rl_result_put(&out, &r);
+            break;
+        case FAKE_SILENT:
+            break;
+        case FAKE_CLOSE_AFTER:
+            if (fc->seen >= f->param)
+                rc = -1;
+            break;
+        case FAKE_REVERSE:
+            if (fc->nheld < MAXHELD)
+                fc->held[fc->nheld++] = r;
+            if (fc->nheld == f->param) {
+                while (fc->nheld > 0)
+                    rl_result_put(&out, &fc->held[--fc->nheld]);
+            }
+            break;
+        case FAKE_DELAY_FIRST:
+            if (!fc->delayed) {
+                /* The late answer goes out before anything else. */
+                fc->delayed = 1;
+                nap_us((long)f->param * 1000);
+            }
+            rl_result_put(&out, &r);
+            break;
+        case FAKE_GARBAGE: {
+            uint8_t bad[6] = {1, 0, 0, 0, 1, 0};
+            rl_buf_append(&out, bad, sizeof(bad));
+            break;
+        }
+        }
+        rl_buf_consume(&fc->in, fr.size);
+        if (rc != 0)
+            break;
+    }
+    if (burst > atomic_load(&f->max_burst))
+        atomic_store(&f->max_burst, burst);
+    if (rc == 0 && rl_buf_len(&out) > 0)
+        send_all(fc->fd, rl_buf_rptr(&out), rl_buf_len(&out),
+                 f->mode == FAKE_BYTEWISE);
+    rl_buf_free(&out);
+    return rc;
+}
+
+static void *run(void *arg)
+{
+    state_t *st = calloc(1, sizeof(*st));
+    fake_t *f = arg;
+    int i;
+
+    if (st == NULL)
+        return NULL;
+    st->f = f;
+    for (i = 0; i < MAXCONN; i++)
+        st->conns[i].fd = -1;
+    while (!atomic_load(&f->stop)) {
+        struct pollfd p[MAXCONN + 1];
+        int n = 0, map[MAXCONN + 1];
+
+        p[n].fd = f->lfd;
+        p[n].events = POLLIN;
+        map[n++] = -1;
+        for (i = 0; i < MAXCONN; i++)
+            if (st->conns[i].fd >= 0) {
+                p[n].fd = st->conns[i].fd;
+                p[n].events = POLLIN;
+                map[n++] = i;
+            }
+        if (poll(p, (nfds_t)n, 5) <= 0)
+            continue;
+        if (p[0].revents & POLLIN) {
+            int fd = accept(f->lfd, NULL, NULL);
+            for (i = 0; fd >= 0 && i < MAXCONN; i++)
+                if (st->conns[i].fd < 0) {
+                    st->conns[i].fd = fd;
+                    rl_buf_init(&st->conns[i].in, 1 << 22);
+                    atomic_fetch_add(&f->accepted, 1);
+                    break;
+                }
+            if (fd >= 0 && i == MAXCONN)
+                close(fd);
+        }
+        for (int k = 1; k < n; k++) {
+            fconn_t *fc = &st->conns[map[k]];
+            uint8_t *w;
+            ssize_t got;
+
+            if (!(p[k].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            if (rl_buf_reserve(&fc->in, 65536, &w) != 0) {
+                drop_conn(fc);
+                continue;
+            }
+            got = recv(fc->fd, w, 65536, 0);
+            if (got <= 0) {
+                drop_conn(fc);
+                continue;
+            }
+            rl_buf_commit(&fc->in, (size_t)got);
+            atomic_fetch_add(&f->reads, 1);
+            if (handle(st, fc) != 0)
+                drop_conn(fc);
+        }
+    }
+    for (i = 0; i < MAXCONN; i++)
+        if (st->conns[i].fd >= 0)
+            drop_conn(&st->conns[i]);
+    free(st);
+    return NULL;
+}
+
+int fake_start(fake_t *f, int port, fake_mode_t mode, int param)
+{
+    struct sockaddr_in sa;
+    socklen_t len = sizeof(sa);
+    int one = 1, attempt;
+
+    memset(f, 0, sizeof(*f));
+    f->mode = mode;
+    f->param = param;
+    f->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    if (f->lfd < 0)
+        return -1;
+    setsockopt(f->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sa.sin_port = htons((uint16_t)port);
+    /* A restart on the same port may race the old socket's teardown. */
+    for (attempt = 0; attempt < 200; attempt++) {
+        if (bind(f->lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+            break;
+        nap_us(10000);
+    }
+    if (attempt == 200 || listen(f->lfd, 64) != 0 ||
+        getsockname(f->lfd, (struct sockaddr *)&sa, &len) != 0) {
+        close(f->lfd);
+        return -1;
+    }
+    f->port = ntohs(sa.sin_port);
+    if (pthread_create(&f->thread, NULL, run, f) != 0) {
+        close(f->lfd);
+        return -1;
+    }
+    return 0;
+}
+
+void fake_stop(fake_t *f)
+{
+    atomic_store(&f->stop, 1);
+    pthread_join(f->thread, NULL);
+    close(f->lfd);
+}

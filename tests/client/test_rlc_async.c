@@ -1,0 +1,560 @@
+/* The async client on a libuv loop against the scripted fake server. Every
+ * test counts its callbacks, asserts the counts after uv_run, and ends with
+ * uv_loop_close() == 0: a handle left open or a callback fired twice fails
+ * the test. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <uv.h>
+
+#include "fake_server.h"
+#include "rlc.h"
+#include "rlt.h"
+
+#define MAXN 256
+
+typedef struct ctx_s {
+    uv_loop_t loop;
+    rlc_async_t *c;
+    fake_t fake;
+    char addr[64];
+    int expect; /* callbacks after which the client is freed */
+    int calls, ok, over, errors;
+    int status[MAXN]; /* per check index: status seen, -1000 = none yet */
+    int fired[MAXN];
+    int order[MAXN];
+    int connects, disconnects, last_state_status;
+    int in_submit; /* a callback inside rlc_async_check would be a bug */
+    int resubmit;  /* closed loop: checks still to submit from callbacks */
+    uint64_t t0;
+} ctx_t;
+
+static ctx_t ctx;
+
+static void setup_ctx(void)
+{
+    memset(&ctx, 0, sizeof(ctx));
+    assert_int_equal(uv_loop_init(&ctx.loop), 0);
+}
+
+static void finish_loop(void)
+{
+    uv_run(&ctx.loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&ctx.loop), 0);
+}
+
+static void new_client(const char *servers, uint32_t timeout_ms,
+                       int fail_mode);
+
+static void on_state(rlc_async_t *c, int connected, int status, void *arg)
+{
+    (void)c;
+    (void)arg;
+    assert_int_equal(ctx.in_submit, 0);
+    if (connected) {
+        ctx.connects++;
+        assert_int_equal(status, RLC_OK);
+    } else {
+        ctx.disconnects++;
+        assert_true(status < 0);
+    }
+    ctx.last_state_status = status;
+}
+
+static void on_result(rlc_async_t *c, const rlc_result_t *res, void *arg)
+{
+    int i = (int)(intptr_t)arg;
+
+    assert_int_equal(ctx.in_submit, 0);
+    assert_true(i >= 0 && i < MAXN);
+    assert_int_equal(ctx.fired[i], 0); /* exactly once */
+    ctx.fired[i] = 1;
+    ctx.status[i] = res->status;
+    ctx.order[ctx.calls++] = i;
+    if (res->status != RLC_OK)
+        ctx.errors++;
+    else if (res->code == RLC_CODE_OK)
+        ctx.ok++;
+    else if (res->code == RLC_CODE_OVER_LIMIT)
+        ctx.over++;
+    if (ctx.calls == ctx.expect)
+        rlc_async_free(c);
+}
+
+static int submit(const rlc_check_t *req, int i)
+{
+    int rc;
+
+    ctx.in_submit = 1;
+    rc = rlc_async_check(ctx.c, req, on_result, (void *)(intptr_t)i);
+    ctx.in_submit = 0;
+    return rc;
+}
+
+static void new_client(const char *servers, uint32_t timeout_ms,
+                       int fail_mode)
+{
+    rlc_options_t o;
+
+    rlc_options_init(&o);
+    o.servers = servers;
+    o.request_timeout_ms = timeout_ms;
+    o.fail_mode = fail_mode;
+    o.reconnect_min_ms = 10;
+    o.reconnect_max_ms = 50;
+    assert_int_equal(rlc_async_new(&ctx.c, &ctx.loop, &o), RLC_OK);
+    rlc_async_on_state(ctx.c, on_state, NULL);
+}
+
+static void start_fake(fake_mode_t mode, int param)
+{
+    assert_int_equal(fake_start(&ctx.fake, 0, mode, param), 0);
+    snprintf(ctx.addr, sizeof(ctx.addr), "127.0.0.1:%d", ctx.fake.port);
+}
+
+/* 200 checks submitted before the connection is up leave in one send and
+ * are all answered: 100 allowed, 100 over the limit. */
+static void test_many_in_flight(void **state)
+{
+    rlc_check_t req = {.key = "k", .limit = 100, .window_s = 60};
+    int i;
+
+    (void)state;
+    setup_ctx();
+    start_fake(FAKE_ANSWER, 0);
+    new_client(ctx.addr, 2000, RLC_FAIL_CLOSED);
+    ctx.expect = 200;
+    for (i = 0; i < 200; i++)
+        assert_int_equal(submit(&req, i), RLC_OK);
+    assert_int_equal(rlc_async_inflight(ctx.c), 200);
+    assert_int_equal(rlc_async_connected(ctx.c), 0);
+    assert_int_equal(ctx.calls, 0);
+    finish_loop();
+    assert_int_equal(ctx.calls, 200);
+    assert_int_equal(ctx.ok, 100);
+    assert_int_equal(ctx.over, 100);
+    assert_int_equal(ctx.connects, 1);
+    fake_stop(&ctx.fake);
+    assert_int_equal(atomic_load(&ctx.fake.max_burst), 200);
+    assert_int_equal(atomic_load(&ctx.fake.reads), 1);
+}
+
+/* Answers in reverse order still reach their own callbacks. */
+static void on_result_rev(rlc_async_t *c, const rlc_result_t *res, void *arg)
+{
+    int i = (int)(intptr_t)arg;
+
+    assert_int_equal(res->status, RLC_OK);
+    assert_int_equal(res->limit, 1000 + (uint64_t)i);
+    on_result(c, res, arg);
+}
+
+static void test_out_of_order(void **state)
+{
+    char keys[10][8];
+    int i;
+
+    (void)state;
+    setup_ctx();
+    start_fake(FAKE_REVERSE, 10);
+    new_client(ctx.addr, 2000, RLC_FAIL_CLOSED);
+    ctx.expect = 10;
+    for (i = 0; i < 10; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "k%d", i);
+        rlc_check_t req = {.key = keys[i],
+                           .limit = 1000 + (uint64_t)i,
+                           .window_s = 60};
+        assert_int_equal(rlc_async_check(ctx.c, &req, on_result_rev,
+                                         (void *)(intptr_t)i),
+                         RLC_OK);
+    }
+    finish_loop();
+    assert_int_equal(ctx.calls, 10);
+    for (i = 0; i < 10; i++)
+        assert_int_equal(ctx.order[i], 9 - i);
+    fake_stop(&ctx.fake);
+}
+
+static void test_partial_frames(void **state)
+{
+    rlc_check_t req = {.key = "k", .limit = 3, .window_s = 60};
+    int i;
+
+    (void)state;
+    setup_ctx();
+    start_fake(FAKE_BYTEWISE, 0);
+    new_client(ctx.addr, 5000, RLC_FAIL_CLOSED);
+    ctx.expect = 5;
+    for (i = 0; i < 5; i++)
+        assert_int_equal(submit(&req, i), RLC_OK);
+    finish_loop();
+    assert_int_equal(ctx.calls, 5);
+    assert_int_equal(ctx.ok, 3);
+    assert_int_equal(ctx.over, 2);
+    for (i = 0; i < 5; i++)
+        assert_int_equal(ctx.order[i], i);
+    fake_stop(&ctx.fake);
+}
+
+static void test_closes_mid_flight(void **state)
+{
+    rlc_check_t req = {.key = "k", .limit = 3, .window_s = 60};
+    int i;
+
+    (void)state;
+    setup_ctx();
+    start_fake(FAKE_CLOSE_AFTER, 3);
+    new_client(ctx.addr, 5000, RLC_FAIL_CLOSED);
+    ctx.expect = 10;
+    ctx.t0 = rlt_mono_ms();
+    for (i = 0; i < 10; i++)
+        assert_int_equal(submit(&req, i), RLC_OK);
+    finish_loop();
+    assert_true(rlt_mono_ms() - ctx.t0 < 2000); /* not by timeout */
+    assert_int_equal(ctx.calls, 10);
+    assert_int_equal(ctx.errors, 10);
+    for (i = 0; i < 10; i++)
+        assert_int_equal(ctx.status[i], RLC_ECLOSED);
+    assert_int_equal(ctx.connects, 1);
+    assert_int_equal(ctx.disconnects, 1);
+    fake_stop(&ctx.fake);
+}
+
+static void on_result_timeout(rlc_async_t *c, const rlc_result_t *res,
+                              void *arg)
+{
+    uint64_t dt = rlt_mono_ms() - ctx.t0;
+
+    assert_int_equal(res->status, RLC_ETIMEDOUT);
+    assert_true(dt >= 145 && dt < 1000);
+    if (res->flags == RLC_RESULT_FAILED_OPEN)
+        assert_int_equal(res->code, RLC_CODE_OK);
+    else {
+        assert_int_equal(res->flags, RLC_RESULT_FAILED_CLOSED);
+        assert_int_equal(res->code, RLC_CODE_ERROR);
+    }
+    on_result(c, res, arg);
+}
+
+static void test_never_answers(void **state)
+{
+    rlc_check_t req = {.key = "k", .limit = 3, .window_s = 60};
+    int i, mode;
+
+    (void)state;
+    for (mode = RLC_FAIL_CLOSED; mode <= RLC_FAIL_OPEN; mode++) {
+        setup_ctx();
+        start_fake(FAKE_SILENT, 0);
+        new_client(ctx.addr, 150, mode);
+        ctx.expect = 5;
+        ctx.t0 = rlt_mono_ms();
+        for (i = 0; i < 5; i++)
+            assert_int_equal(rlc_async_check(ctx.c, &req, on_result_timeout,
+                                             (void *)(intptr_t)i),
+                             RLC_OK);
+        finish_loop();
+        assert_int_equal(ctx.calls, 5);
+        assert_int_equal(ctx.errors, 5);
+        fake_stop(&ctx.fake);
+        assert_int_equal(atomic_load(&ctx.fake.requests), 5);
+    }
+}
+
+/* The server goes away after the first answer and comes back on the same
+ * port: the client reconnects by itself and the next check is answered. */
+static void on_result_restart(rlc_async_t *c, const rlc_result_t *res,
+                              void *arg)
+{
+    assert_int_equal(res->status, RLC_OK);
+    assert_int_equal(res->used, 1); /* each fake counts from zero */
+    on_result(c, res, arg);
+    if (ctx.calls == 1) {
+        /* Close the server's side; the thread joins within 5 ms. */
+        atomic_store(&ctx.fake.stop, 1);
+    }
+}
+
+static void on_state_restart(rlc_async_t *c, int connected, int status,
+                             void *arg)
+{
+    rlc_check_t req = {.key = "k", .limit = 5, .window_s = 60};
+    int port = ctx.fake.port;
+
+    on_state(c, connected, status, arg);
+    if (connected) {
+        assert_int_equal(rlc_async_check(c, &req, on_result_restart,
+                                         (void *)(intptr_t)(ctx.connects - 1)),
+                         RLC_OK);
+    } else if (ctx.disconnects == 1) {
+        fake_stop(&ctx.fake);
+        assert_int_equal(fake_start(&ctx.fake, port, FAKE_ANSWER, 0), 0);
+    }
+}
+
+static void test_reconnect_after_restart(void **state)
+{
+    (void)state;
+    setup_ctx();
+    start_fake(FAKE_ANSWER, 0);
+    new_client(ctx.addr, 2000, RLC_FAIL_CLOSED);
+    rlc_async_on_state(ctx.c, on_state_restart, NULL);
+    ctx.expect = 2;
+    finish_loop();
+    assert_int_equal(ctx.calls, 2);
+    assert_int_equal(ctx.ok, 2);
+    assert_int_equal(ctx.connects, 2);
+    assert_true(ctx.disconnects >= 1);
+    fake_stop(&ctx.fake);
+    assert_int_equal(atomic_load(&ctx.fake.accepted), 1);
+}
+
+/* The client is freed with checks in flight: each callback fires, with
+ * ECANCELED, before rlc_async_free returns. */
+static void on_free_timer(uv_timer_t *t)
+{
+    int before = ctx.calls;
+    rlc_check_t req = {.key = "k", .limit = 3, .window_s = 60};
+
+    assert_int_equal(before, 0);
+    assert_int_equal(rlc_async_inflight(ctx.c), 10);
+    rlc_async_free(ctx.c);
+    assert_int_equal(ctx.calls, 10);
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(ctx.status[i], RLC_ECANCELED);
+    (void)req;
+    uv_close((uv_handle_t *)t, NULL);
+}
+
+static void test_free_with_inflight(void **state)
+{
+    rlc_check_t req = {.key = "k", .limit = 3, .window_s = 60};
+    uv_timer_t t;
+    int i;
+
+    (void)state;
+    setup_ctx();
+    start_fake(FAKE_SILENT, 0);
+    new_client(ctx.addr, 5000, RLC_FAIL_OPEN);
+    ctx.expect = -1;
+    for (i = 0; i < 10; i++)
+        assert_int_equal(submit(&req, i), RLC_OK);
+    uv_timer_init(&ctx.loop, &t);
+    uv_timer_start(&t, on_free_timer, 50, 0);
+    finish_loop();
+    assert_int_equal(ctx.calls, 10);
+    assert_int_equal(ctx.errors, 10);
+    fake_stop(&ctx.fake);
+    assert_int_equal(atomic_load(&ctx.fake.requests), 10);
+}
+
+/* Freed from inside the first answer's callback: the rest are cancelled,
+ * and a check submitted from a cancellation callback is refused. */
+static void on_result_free_early(rlc_async_t *c, const rlc_result_t *res,
+                                 void *arg)
+{
+    rlc_check_t req = {.key = "k", .limit = 3, .window_s = 60};
+
+    on_result(c, res, arg);
+    if (ctx.calls == 1) {
+        assert_int_equal(res->status, RLC_OK);
+        rlc_async_free(c);
+        rlc_async_free(c); /* twice is harmless */
+    } else {
+        assert_int_equal(res->status, RLC_ECANCELED);
+        assert_int_equal(res->code, RLC_CODE_ERROR);
+        assert_int_equal(res->flags, 0);
+        assert_int_equal(rlc_async_check(c, &req, on_result, NULL),
+                         RLC_ECANCELED);
+    }
+}
+
+static void test_free_inside_callback(void **state)
+{
+    rlc_check_t req = {.key = "k", .limit = 3, .window_s = 60};
+    int i;
+
+    (void)state;
+    setup_ctx();
+    start_fake(FAKE_ANSWER, 0);
+    new_client(ctx.addr, 5000, RLC_FAIL_CLOSED);
+    ctx.expect = -1;
+    for (i = 0; i < 10; i++)
+        assert_int_equal(rlc_async_check(ctx.c, &req, on_result_free_early,
+                                         (void *)(intptr_t)i),
+                         RLC_OK);
+    finish_loop();
+    assert_int_equal(ctx.calls, 10);
+    assert_int_equal(ctx.ok, 1);
+    assert_int_equal(ctx.errors, 9);
+    fake_stop(&ctx.fake);
+}
+
+/* Nobody listens: the checks fail with ECLOSED once a round of connect
+ * attempts has failed, long before their timeout. */
+static void test_no_server(void **state)
+{
+    rlc_check_t req = {.key = "k", .limit = 3, .window_s = 60};
+    int i;
+
+    (void)state;
+    setup_ctx();
+    snprintf(ctx.addr, sizeof(ctx.addr), "127.0.0.1:%d", rlt_free_port());
+    new_client(ctx.addr, 5000, RLC_FAIL_OPEN);
+    ctx.expect = 3;
+    ctx.t0 = rlt_mono_ms();
+    for (i = 0; i < 3; i++)
+        assert_int_equal(submit(&req, i), RLC_OK);
+    finish_loop();
+    assert_true(rlt_mono_ms() - ctx.t0 < 1000);
+    assert_int_equal(ctx.calls, 3);
+    assert_int_equal(ctx.errors, 3);
+    assert_int_equal(ctx.status[0], RLC_ECLOSED);
+    assert_int_equal(ctx.connects, 0);
+    assert_true(ctx.disconnects >= 1);
+    assert_int_equal(ctx.last_state_status, RLC_ECLOSED);
+}
+
+/* The first address is dead, the second answers. */
+static void test_address_list(void **state)
+{
+    rlc_check_t req = {.key = "k", .limit = 3, .window_s = 60};
+    char list[128];
+
+    (void)state;
+    setup_ctx();
+    start_fake(FAKE_ANSWER, 0);
+    snprintf(list, sizeof(list), "127.0.0.1:%d,%s", rlt_free_port(),
+             ctx.addr);
+    new_client(list, 2000, RLC_FAIL_CLOSED);
+    ctx.expect = 1;
+    assert_int_equal(submit(&req, 0), RLC_OK);
+    finish_loop();
+    assert_int_equal(ctx.calls, 1);
+    assert_int_equal(ctx.ok, 1);
+    assert_int_equal(ctx.connects, 1);
+    fake_stop(&ctx.fake);
+}
+
+/* Closed loop, as rl-bench drives it: each answer submits the next check.
+ * Submissions made while answers are being dispatched are packed: far
+ * fewer reads on the server than checks. */
+static void on_result_loop(rlc_async_t *c, const rlc_result_t *res,
+                           void *arg)
+{
+    rlc_check_t req = {.key = "k", .limit = 1000000, .window_s = 60};
+
+    assert_int_equal(res->status, RLC_OK);
+    ctx.calls++;
+    if (ctx.resubmit > 0) {
+        ctx.resubmit--;
+        ctx.in_submit = 1;
+        assert_int_equal(rlc_async_check(c, &req, on_result_loop, arg),
+                         RLC_OK);
+        ctx.in_submit = 0;
+    } else if (rlc_async_inflight(c) == 0) {
+        rlc_async_free(c);
+    }
+}
+
+static void test_closed_loop(void **state)
+{
+    rlc_check_t req = {.key = "k", .limit = 1000000, .window_s = 60};
+    int i;
+
+    (void)state;
+    setup_ctx();
+    start_fake(FAKE_ANSWER, 0);
+    new_client(ctx.addr, 5000, RLC_FAIL_CLOSED);
+    ctx.resubmit = 20000 - 64;
+    for (i = 0; i < 64; i++)
+        assert_int_equal(rlc_async_check(ctx.c, &req, on_result_loop, NULL),
+                         RLC_OK);
+    finish_loop();
+    assert_int_equal(ctx.calls, 20000);
+    fake_stop(&ctx.fake);
+    assert_int_equal(atomic_load(&ctx.fake.requests), 20000);
+    assert_true(atomic_load(&ctx.fake.reads) < 20000 / 4);
+}
+
+static void test_misuse(void **state)
+{
+    rlc_options_t o;
+    rlc_async_t *c = (rlc_async_t *)&o;
+    rlc_check_t req = {.key = "k", .limit = 3, .window_s = 60};
+    char big[RLC_KEY_MAX + 2];
+    int i;
+
+    (void)state;
+    setup_ctx();
+    rlc_options_init(&o);
+    assert_int_equal(rlc_async_new(NULL, &ctx.loop, &o), RLC_EINVAL);
+    assert_int_equal(rlc_async_new(&c, &ctx.loop, &o), RLC_EINVAL);
+    assert_null(c);
+    o.servers = "127.0.0.1:80";
+    assert_int_equal(rlc_async_new(&c, NULL, &o), RLC_EINVAL);
+    o.servers = "127.0.0.1";
+    assert_int_equal(rlc_async_new(&c, &ctx.loop, &o), RLC_EADDR);
+    o.servers = "no-such-host.invalid:7390";
+    assert_int_equal(rlc_async_new(&c, &ctx.loop, &o), RLC_EADDR);
+    o.servers = "127.0.0.1:7390";
+    o.max_inflight = 0;
+    assert_int_equal(rlc_async_new(&c, &ctx.loop, &o), RLC_EINVAL);
+
+    start_fake(FAKE_ANSWER, 0);
+    rlc_options_init(&o);
+    o.servers = ctx.addr;
+    o.max_inflight = 2;
+    assert_int_equal(rlc_async_new(&ctx.c, &ctx.loop, &o), RLC_OK);
+    memset(big, 'k', sizeof(big));
+    big[RLC_KEY_MAX + 1] = '\0';
+    rlc_check_t bad = {.key = big, .limit = 3, .window_s = 60};
+    assert_int_equal(submit(&bad, 0), RLC_EKEYLONG);
+    bad.key = "";
+    assert_int_equal(submit(&bad, 0), RLC_EKEYEMPTY);
+    bad.key = "k";
+    bad.rule = "r";
+    assert_int_equal(submit(&bad, 0), RLC_EBOTH);
+    assert_int_equal(rlc_async_check(ctx.c, &req, NULL, NULL), RLC_EINVAL);
+    assert_int_equal(rlc_async_check(ctx.c, NULL, on_result, NULL),
+                     RLC_EINVAL);
+    assert_int_equal(rlc_async_check(NULL, &req, on_result, NULL),
+                     RLC_EINVAL);
+    assert_int_equal(rlc_async_inflight(ctx.c), 0);
+    ctx.expect = 2;
+    for (i = 0; i < 2; i++)
+        assert_int_equal(submit(&req, i), RLC_OK);
+    assert_int_equal(submit(&req, 2), RLC_EBUSY);
+    assert_int_equal(rlc_async_inflight(ctx.c), 2);
+    finish_loop();
+    assert_int_equal(ctx.calls, 2); /* refused ones never call back */
+    assert_int_equal(ctx.ok, 2);
+    rlc_async_free(NULL);
+    assert_int_equal(rlc_async_inflight(NULL), 0);
+    assert_int_equal(rlc_async_connected(NULL), 0);
+    fake_stop(&ctx.fake);
+    assert_int_equal(atomic_load(&ctx.fake.requests), 2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_many_in_flight),
+        cmocka_unit_test(test_out_of_order),
+        cmocka_unit_test(test_partial_frames),
+        cmocka_unit_test(test_closes_mid_flight),
+        cmocka_unit_test(test_never_answers),
+        cmocka_unit_test(test_reconnect_after_restart),
+        cmocka_unit_test(test_free_with_inflight),
+        cmocka_unit_test(test_free_inside_callback),
+        cmocka_unit_test(test_no_server),
+        cmocka_unit_test(test_address_list),
+        cmocka_unit_test(test_closed_loop),
+        cmocka_unit_test(test_misuse),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
