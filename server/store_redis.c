@@ -56,6 +56,8 @@
 
 #include "rl_error.h"
 #include "rls_log.h"
+#include "rls_redis_script.h"
+#include "rls_redis_uv.h"
 #include "rls_store.h"
 
 /* Batches in flight beyond this fail at once: while Redis is stuck, memory
@@ -69,19 +71,6 @@
  * would skew the offset by half its wait. */
 #define CLOCK_RTT_SLACK_US 1000
 #define CLOCK_MAX_AGE_MS 10000
-
-static const char script[] =
-    "local r = {} "
-    "for i = 1, #KEYS do "
-    "local a = ARGV[2*i-1] "
-    "local n = redis.pcall('INCRBY', KEYS[i], a) "
-    "if type(n) == 'number' then "
-    "if n == tonumber(a) then "
-    "redis.call('PEXPIREAT', KEYS[i], ARGV[2*i]) end "
-    "if n >= 1e14 or n <= -1e14 then n = string.format('%.0f', n) end "
-    "r[i] = n "
-    "else r[i] = 'e' end end "
-    "return table.concat(r, ' ')";
 
 enum { ST_DOWN, ST_CONNECTING, ST_UP, ST_CLOSING };
 
@@ -98,13 +87,11 @@ typedef struct batch_s {
     int retried; /* already resent as EVAL after NOSCRIPT */
 } batch_t;
 
-/* One hiredis connection and the poll handle that drives it. It outlives
- * its hiredis context: freed in the poll handle's close callback. */
+/* One hiredis connection (ac->data points here). It outlives its context:
+ * freed once the poll handle that drove the context has closed. */
 typedef struct conn_s {
-    uv_poll_t poll;
-    redisAsyncContext *ac; /* NULL once hiredis cleaned up */
+    redisAsyncContext *ac;
     redis_store_t *st;
-    int events;
     int fail;          /* status of batches failed by freeing the context */
     uint64_t time_ns;  /* when the pending TIME was sent, 0 if none */
     uint64_t best_rtt; /* best TIME round trip, us */
@@ -124,8 +111,7 @@ struct redis_store_s {
     int gai_busy, open; /* handles and requests not yet finished */
     batch_t *head, *tail, *pool;
     size_t inflight;
-    char *cmd; /* command scratch buffer, grows and stays */
-    size_t cmd_cap;
+    rls_cmdbuf_t cmd;
     char sha[41];
     int64_t offset_us; /* Redis time minus monotonic time */
     uint64_t offset_at_ms, last_ms, rng;
@@ -187,53 +173,6 @@ static int clock_sample(redis_store_t *st, conn_t *c, redisReply *r)
     return 0;
 }
 
-/* ---- libuv hooks for hiredis -------------------------------------------*/
-
-static void on_poll(uv_poll_t *h, int status, int events)
-{
-    conn_t *c = h->data;
-
-    /* On POLLERR libuv reports an error and no events; hiredis finds the
-     * error itself when it tries the operations it was waiting for. */
-    if (status < 0)
-        events = c->events;
-    if (c->ac != NULL && (events & UV_READABLE))
-        redisAsyncHandleRead(c->ac);
-    if (c->ac != NULL && (events & UV_WRITABLE))
-        redisAsyncHandleWrite(c->ac);
-}
-
-static void ev_update(conn_t *c, int add, int del)
-{
-    if (c->ac == NULL)
-        return;
-    c->events = (c->events | add) & ~del;
-    if (c->events)
-        uv_poll_start(&c->poll, c->events, on_poll);
-    else
-        uv_poll_stop(&c->poll);
-}
-
-static void ev_add_read(void *p)
-{
-    ev_update(p, UV_READABLE, 0);
-}
-
-static void ev_del_read(void *p)
-{
-    ev_update(p, 0, UV_READABLE);
-}
-
-static void ev_add_write(void *p)
-{
-    ev_update(p, UV_WRITABLE, 0);
-}
-
-static void ev_del_write(void *p)
-{
-    ev_update(p, 0, UV_WRITABLE);
-}
-
 static void maybe_finish(redis_store_t *st)
 {
     batch_t *b;
@@ -244,7 +183,7 @@ static void maybe_finish(redis_store_t *st)
         st->pool = b->next;
         free(b);
     }
-    free(st->cmd);
+    free(st->cmd.p);
     free(st->host);
     free(st->password);
     if (st->done != NULL)
@@ -260,25 +199,15 @@ static void on_closed(uv_handle_t *h)
     maybe_finish(st);
 }
 
-static void on_poll_closed(uv_handle_t *h)
+/* The connection's poll handle closed: hiredis freed its context. */
+static void on_conn_closed(void *arg)
 {
-    conn_t *c = h->data;
+    conn_t *c = arg;
     redis_store_t *st = c->st;
 
     free(c);
     st->open--;
     maybe_finish(st);
-}
-
-/* hiredis is letting go of the context (it may call this twice). */
-static void ev_cleanup(void *p)
-{
-    conn_t *c = p;
-
-    if (c->ac == NULL)
-        return;
-    c->ac = NULL;
-    uv_close((uv_handle_t *)&c->poll, on_poll_closed);
 }
 
 /* ---- connection state ---------------------------------------------------*/
@@ -348,8 +277,9 @@ static void drop_conn(redis_store_t *st, int status, const char *why)
     conn_t *c = st->conn;
     redisAsyncContext *ac;
 
-    if (c == NULL || (ac = c->ac) == NULL)
+    if (c == NULL)
         return;
+    ac = c->ac;
     c->fail = status;
     conn_lost(st, c, why);
     redisAsyncFree(ac);
@@ -357,20 +287,21 @@ static void drop_conn(redis_store_t *st, int status, const char *why)
 
 static conn_t *conn_of(const redisAsyncContext *ac)
 {
-    return ac->ev.data;
+    return ac->data;
 }
 
 static void on_connect(const redisAsyncContext *ac, int status)
 {
     /* hiredis frees the context itself after a failed connect. */
     if (status != REDIS_OK)
-        conn_lost(ac->data, conn_of(ac), ac->errstr ? ac->errstr : "?");
+        conn_lost(conn_of(ac)->st, conn_of(ac),
+                  ac->errstr ? ac->errstr : "?");
 }
 
 static void on_disconnect(const redisAsyncContext *ac, int status)
 {
     (void)status;
-    conn_lost(ac->data, conn_of(ac),
+    conn_lost(conn_of(ac)->st, conn_of(ac),
               ac->err && ac->errstr ? ac->errstr : "connection closed");
 }
 
@@ -378,8 +309,8 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
  * -1. */
 static int hs_check(redisAsyncContext *ac, redisReply *r, int type)
 {
-    redis_store_t *st = ac->data;
     conn_t *c = conn_of(ac);
+    redis_store_t *st = c->st;
 
     if (r == NULL) {
         conn_lost(st, c, ac->err && ac->errstr ? ac->errstr : "dropped");
@@ -402,7 +333,7 @@ static void on_status_reply(redisAsyncContext *ac, void *r, void *priv)
 
 static void on_load_reply(redisAsyncContext *ac, void *r, void *priv)
 {
-    redis_store_t *st = ac->data;
+    redis_store_t *st = conn_of(ac)->st;
     redisReply *rep = r;
 
     (void)priv;
@@ -417,8 +348,8 @@ static void on_load_reply(redisAsyncContext *ac, void *r, void *priv)
 
 static void on_time_reply(redisAsyncContext *ac, void *r, void *priv)
 {
-    redis_store_t *st = ac->data;
     conn_t *c = conn_of(ac);
+    redis_store_t *st = c->st;
 
     (void)priv;
     if (hs_check(ac, r, REDIS_REPLY_ARRAY) != 0)
@@ -453,15 +384,28 @@ static void send_time(conn_t *c)
         c->time_ns = 0;
 }
 
+/* Samples Redis's clock every CLOCK_EVERY_MS. A TIME left unanswered also
+ * tells an idle store that Redis hangs, so up() turns 0 without waiting for
+ * a batch to time out. */
 static void on_clock(uv_timer_t *t)
 {
     redis_store_t *st = t->data;
+    uint64_t wait_ms;
 
-    if (st->state == ST_UP && st->conn->time_ns == 0)
+    if (st->state != ST_UP)
+        return;
+    if (st->conn->time_ns == 0) {
         send_time(st->conn);
+        return;
+    }
+    wait_ms = (uv_hrtime() - st->conn->time_ns) / 1000000;
+    if (wait_ms > st->timeout_ms)
+        drop_conn(st, RL_ETIMEDOUT, "TIME unanswered");
 }
 
-/* The handshake did not finish in time (Redis stopped, or a black hole). */
+/* The handshake did not finish in time (Redis stopped, or a black hole).
+ * It gets at least 250 ms, because a very short batch timeout says nothing
+ * about how long a TCP connect plus four commands may take. */
 static void on_hs_deadline(uv_timer_t *t)
 {
     redis_store_t *st = t->data;
@@ -475,30 +419,20 @@ static void connect_addr(redis_store_t *st, const char *ip)
     conn_t *c = NULL;
     char why[128];
 
-    if (ac == NULL || ac->err) {
-        snprintf(why, sizeof(why), "%s", ac ? ac->errstr : "out of memory");
+    snprintf(why, sizeof(why), "%s",
+             ac == NULL ? "out of memory" : ac->err ? ac->errstr : "");
+    if (ac == NULL || ac->err)
         goto fail;
-    }
-    snprintf(why, sizeof(why), "out of memory");
-    if ((c = calloc(1, sizeof(*c))) == NULL)
+    snprintf(why, sizeof(why), "cannot attach to the loop");
+    if ((c = calloc(1, sizeof(*c))) == NULL ||
+        rls_redis_uv_attach(ac, st->loop, on_conn_closed, c) != 0)
         goto fail;
-    if (uv_poll_init(st->loop, &c->poll, ac->c.fd) != 0) {
-        snprintf(why, sizeof(why), "uv_poll_init failed");
-        goto fail;
-    }
     st->open++;
-    c->poll.data = c;
     c->ac = ac;
     c->st = st;
     c->fail = RL_ESTORE;
     c->best_rtt = UINT64_MAX / 4;
-    ac->data = st;
-    ac->ev.data = c;
-    ac->ev.addRead = ev_add_read;
-    ac->ev.delRead = ev_del_read;
-    ac->ev.addWrite = ev_add_write;
-    ac->ev.delWrite = ev_del_write;
-    ac->ev.cleanup = ev_cleanup;
+    ac->data = c;
     st->conn = c;
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
@@ -508,7 +442,8 @@ static void connect_addr(redis_store_t *st, const char *ip)
         redisAsyncCommand(ac, on_status_reply, NULL, "AUTH %s", st->password);
     if (st->db > 0)
         redisAsyncCommand(ac, on_status_reply, NULL, "SELECT %d", st->db);
-    redisAsyncCommand(ac, on_load_reply, NULL, "SCRIPT LOAD %s", script);
+    redisAsyncCommand(ac, on_load_reply, NULL, "SCRIPT LOAD %s",
+                      rls_redis_script);
     send_time(c);
     uv_timer_start(&st->retry, on_hs_deadline,
                    st->timeout_ms > 250 ? st->timeout_ms : 250, 0);
@@ -524,18 +459,27 @@ static void on_resolved(uv_getaddrinfo_t *req, int status,
                         struct addrinfo *res)
 {
     redis_store_t *st = req->data;
+    struct addrinfo *ai, *pick = NULL;
     char ip[64] = "";
 
     st->gai_busy = 0;
     st->open--;
-    if (status == 0 && res != NULL) {
-        const void *a = res->ai_family == AF_INET6
-                            ? (const void *)&((struct sockaddr_in6 *)
-                                                  res->ai_addr)->sin6_addr
-                            : (const void *)&((struct sockaddr_in *)
-                                                  res->ai_addr)->sin_addr;
-        inet_ntop(res->ai_family, a, ip, sizeof(ip));
+    /* IPv4 first, as hiredis does for names: "localhost" often lists ::1
+     * first, while Redis commonly binds 127.0.0.1 only. */
+    for (ai = status == 0 ? res : NULL; ai != NULL; ai = ai->ai_next) {
+        if (ai->ai_family == AF_INET || (pick == NULL &&
+                                         ai->ai_family == AF_INET6))
+            pick = ai;
+        if (ai->ai_family == AF_INET)
+            break;
     }
+    if (pick != NULL && pick->ai_family == AF_INET)
+        inet_ntop(AF_INET, &((struct sockaddr_in *)pick->ai_addr)->sin_addr,
+                  ip, sizeof(ip));
+    else if (pick != NULL)
+        inet_ntop(AF_INET6,
+                  &((struct sockaddr_in6 *)pick->ai_addr)->sin6_addr, ip,
+                  sizeof(ip));
     uv_freeaddrinfo(res);
     if (st->state == ST_CLOSING) {
         maybe_finish(st);
@@ -560,6 +504,7 @@ static void start_connect(redis_store_t *st)
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
+    st->gai.data = st;
     rc = uv_getaddrinfo(st->loop, &st->gai, on_resolved, st->host, NULL,
                         &hints);
     if (rc == 0) {
@@ -571,123 +516,6 @@ static void start_connect(redis_store_t *st)
 }
 
 /* ---- batches ------------------------------------------------------------*/
-
-static char *put_u64(char *p, uint64_t v)
-{
-    char tmp[20];
-    int n = 0;
-
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v != 0);
-    while (n > 0)
-        *p++ = tmp[--n];
-    return p;
-}
-
-static char *put_line(char *p, char type, uint64_t v)
-{
-    *p++ = type;
-    p = put_u64(p, v);
-    *p++ = '\r';
-    *p++ = '\n';
-    return p;
-}
-
-static char *put_bulk(char *p, const char *s, size_t len)
-{
-    p = put_line(p, '$', len);
-    memcpy(p, s, len);
-    p += len;
-    *p++ = '\r';
-    *p++ = '\n';
-    return p;
-}
-
-static char *put_num(char *p, uint64_t v)
-{
-    char tmp[20];
-
-    return put_bulk(p, tmp, (size_t)(put_u64(tmp, v) - tmp));
-}
-
-/* Formats the batch as one EVALSHA, or as EVAL carrying the script when
- * Redis lost it, into st->cmd (which grows to the largest batch and stays).
- * Returns the length, or 0 when the buffer could not grow. */
-static size_t encode(redis_store_t *st, const batch_t *b, int eval)
-{
-    /* Per op: the key and three length lines, two numbers of at most 20
-     * digits; plus the header, the command and the script or its SHA. */
-    size_t need = 128 + sizeof(script), i;
-    char *p;
-
-    for (i = 0; i < b->n; i++)
-        need += b->ops[i].key_len + 96;
-    if (need > st->cmd_cap) {
-        size_t cap = st->cmd_cap ? st->cmd_cap : 4096;
-        while (cap < need)
-            cap *= 2;
-        if ((p = realloc(st->cmd, cap)) == NULL)
-            return 0;
-        st->cmd = p;
-        st->cmd_cap = cap;
-    }
-    p = put_line(st->cmd, '*', 3 + 3 * (uint64_t)b->n);
-    if (eval) {
-        p = put_bulk(p, "EVAL", 4);
-        p = put_bulk(p, script, sizeof(script) - 1);
-    } else {
-        p = put_bulk(p, "EVALSHA", 7);
-        p = put_bulk(p, st->sha, 40);
-    }
-    p = put_num(p, b->n);
-    for (i = 0; i < b->n; i++)
-        p = put_bulk(p, b->ops[i].key, b->ops[i].key_len);
-    for (i = 0; i < b->n; i++) {
-        p = put_num(p, b->ops[i].incr);
-        p = put_num(p, b->ops[i].expire_at_ms);
-    }
-    return (size_t)(p - st->cmd);
-}
-
-/* Reads the script's answer: n counts separated by single spaces, "e" for
- * an op Redis refused. Returns 0, or -1 unless it holds exactly n. */
-static int parse_counts(const char *p, size_t len, rls_op_t *ops, size_t n)
-{
-    const char *end = p + len;
-    size_t i;
-
-    for (i = 0; i < n; i++) {
-        uint64_t v = 0;
-        int neg = 0;
-
-        if (i > 0 && (p == end || *p++ != ' '))
-            return -1;
-        if (p < end && *p == 'e') {
-            ops[i].count = 0;
-            ops[i].err = RL_ESTORE;
-            p++;
-            continue;
-        }
-        if (p < end && *p == '-') {
-            neg = 1;
-            p++;
-        }
-        if (p == end || *p < '0' || *p > '9')
-            return -1;
-        while (p < end && *p >= '0' && *p <= '9') {
-            if (v > (UINT64_C(1) << 62))
-                return -1;
-            v = v * 10 + (uint64_t)(*p++ - '0');
-        }
-        if (v > INT64_MAX)
-            return -1;
-        ops[i].count = neg ? -(int64_t)v : (int64_t)v;
-        ops[i].err = 0;
-    }
-    return p == end ? 0 : -1;
-}
 
 /* Reports a batch: status 0 means every op has its count or its own err;
  * anything else fails every op. The callback may submit again. */
@@ -747,7 +575,7 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
         return;
     }
     if (rep->type == REDIS_REPLY_STRING &&
-        parse_counts(rep->str, rep->len, b->ops, b->n) == 0) {
+        rls_redis_parse_counts(rep->str, rep->len, b->ops, b->n) == 0) {
         finish(st, b, 0);
         return;
     }
@@ -756,9 +584,9 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
     if (rep->type == REDIS_REPLY_ERROR && !b->retried &&
         strncmp(rep->str, "NOSCRIPT", 8) == 0) {
         b->retried = 1;
-        len = encode(st, b, 1);
+        len = rls_redis_encode(&st->cmd, NULL, b->ops, b->n);
         if (len > 0 && redisAsyncFormattedCommand(ac, on_batch_reply, b,
-                                                  st->cmd, len) == REDIS_OK)
+                                                  st->cmd.p, len) == REDIS_OK)
             return;
     }
     RLS_DEBUG("redis batch failed", " err=\"%s\"",
@@ -818,9 +646,9 @@ static void st_submit(rls_store_t *s, rls_op_t *ops, size_t n,
     b->data = data;
     b->retried = 0;
     b->sent_ns = uv_hrtime();
-    len = encode(st, b, 0);
+    len = rls_redis_encode(&st->cmd, st->sha, b->ops, b->n);
     if (len == 0 || redisAsyncFormattedCommand(st->conn->ac, on_batch_reply,
-                                               b, st->cmd, len) != REDIS_OK) {
+                                               b, st->cmd.p, len) != REDIS_OK) {
         b->next = st->pool;
         st->pool = b;
         goto fail;

@@ -16,6 +16,7 @@
 #include <uv.h>
 
 #include "rl_error.h"
+#include "rls_redis_script.h"
 #include "rls_store.h"
 #include "rlt.h"
 
@@ -257,6 +258,111 @@ static long long assert_all_keys_expire(fx_t *f, long long max_ms)
     freeReplyObject(r);
     return n;
 }
+
+/* ---- the command and its reply, without Redis ---------------------------*/
+
+static void test_parse_counts(void **state)
+{
+    static const char *const bad[] = {
+        "",      "x",   "1  2 3", " 1 2 3", "1 2 3 ", "1 2",  "1 2 3 4",
+        "1e+14", "1 - 3", "1 ee 3", "1 2 3x", "1,2,3", "9223372036854775808",
+        "1 99999999999999999999 3"};
+    const char *ok = "12 e -5";
+    rls_op_t ops[4];
+    size_t i, len;
+
+    (void)state;
+    memset(ops, 0, sizeof(ops));
+    ops[1].count = 77;
+    assert_int_equal(rls_redis_parse_counts(ok, strlen(ok), ops, 3), 0);
+    assert_int_equal(ops[0].count, 12);
+    assert_int_equal(ops[0].err, 0);
+    assert_int_equal(ops[1].err, RL_ESTORE);
+    assert_int_equal(ops[2].count, -5);
+    assert_int_equal(ops[2].err, 0);
+    assert_int_equal(rls_redis_parse_counts("9223372036854775807", 19, ops,
+                                            1), 0);
+    assert_int_equal(ops[0].count, INT64_MAX);
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        if (rls_redis_parse_counts(bad[i], strlen(bad[i]), ops, 3) != -1)
+            fail_msg("accepted \"%s\"", bad[i]);
+    assert_int_equal(rls_redis_parse_counts("9223372036854775808", 19, ops,
+                                            1), -1);
+    /* Every truncation of a good reply is refused, never read past. */
+    for (len = 0; len < strlen(ok); len++) {
+        char *copy = malloc(len + 1);
+        assert_non_null(copy);
+        memcpy(copy, ok, len);
+        assert_int_equal(rls_redis_parse_counts(copy, len, ops, 3), -1);
+        free(copy);
+    }
+}
+
+/* Reads a command back with hiredis's own parser: RESP commands are arrays
+ * of bulk strings. */
+static redisReply *read_back(const char *p, size_t len)
+{
+    redisReader *rd = redisReaderCreate();
+    void *rep = NULL;
+
+    assert_non_null(rd);
+    assert_int_equal(redisReaderFeed(rd, p, len), REDIS_OK);
+    assert_int_equal(redisReaderGetReply(rd, &rep), REDIS_OK);
+    assert_non_null(rep);
+    redisReaderFree(rd);
+    return rep;
+}
+
+static void test_encode(void **state)
+{
+    static const char sha[] = "0123456789abcdef0123456789abcdef01234567";
+    rls_cmdbuf_t buf = {NULL, 0};
+    rls_op_t ops[2];
+    redisReply *r;
+    size_t len, cap;
+    char *p;
+
+    (void)state;
+    memset(ops, 0, sizeof(ops));
+    ops[0].key = "rl:{a b}:60:1";
+    ops[0].key_len = strlen(ops[0].key);
+    ops[0].incr = 1;
+    ops[0].expire_at_ms = 1763778000000ULL;
+    ops[1].key = "rl:{\xe6\x97\xa5\r\n}:1:0";
+    ops[1].key_len = strlen(ops[1].key);
+    ops[1].incr = UINT64_MAX;
+    ops[1].expire_at_ms = 0;
+    len = rls_redis_encode(&buf, sha, ops, 2);
+    assert_true(len > 0);
+    r = read_back(buf.p, len);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->elements, 9);
+    assert_string_equal(r->element[0]->str, "EVALSHA");
+    assert_string_equal(r->element[1]->str, sha);
+    assert_string_equal(r->element[2]->str, "2");
+    assert_string_equal(r->element[3]->str, ops[0].key);
+    assert_int_equal(r->element[4]->len, ops[1].key_len);
+    assert_memory_equal(r->element[4]->str, ops[1].key, ops[1].key_len);
+    assert_string_equal(r->element[5]->str, "1");
+    assert_string_equal(r->element[6]->str, "1763778000000");
+    assert_string_equal(r->element[7]->str, "18446744073709551615");
+    assert_string_equal(r->element[8]->str, "0");
+    freeReplyObject(r);
+    /* The buffer stays: a smaller command reuses it. */
+    p = buf.p;
+    cap = buf.cap;
+    len = rls_redis_encode(&buf, NULL, ops, 1);
+    assert_ptr_equal(buf.p, p);
+    assert_int_equal(buf.cap, cap);
+    r = read_back(buf.p, len);
+    assert_int_equal(r->elements, 6);
+    assert_string_equal(r->element[0]->str, "EVAL");
+    assert_string_equal(r->element[1]->str, rls_redis_script);
+    freeReplyObject(r);
+    free(buf.p);
+}
+
+/* ---- the store against a private redis-server ---------------------------*/
 
 static void test_counts_and_ttl(void **state)
 {
@@ -653,6 +759,26 @@ static void test_noscript_after_script_flush(void **state)
     assert_int_equal(assert_all_keys_expire(f, 60050), 3);
 }
 
+static void test_hostname_is_resolved(void **state)
+{
+    fx_t *f = *state;
+    static job_t j;
+    rls_redis_opts_t o;
+
+    memset(&o, 0, sizeof(o));
+    o.host = "localhost";
+    o.port = f->redis.port;
+    o.timeout_ms = 2000;
+    f->st = rls_store_redis_new(&f->loop, &o);
+    assert_non_null(f->st);
+    wait_up(f, 5000);
+    job_init(&j, f, 1, "host", 1);
+    submit(f, &j);
+    RUN_UNTIL(f, j.calls > 0, 5000);
+    assert_int_equal(j.status, 0);
+    assert_int_equal(j.ops[0].count, 1);
+}
+
 static void test_auth_and_select(void **state)
 {
     fx_t *f = *state;
@@ -688,6 +814,8 @@ static void test_auth_and_select(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parse_counts),
+        cmocka_unit_test(test_encode),
         cmocka_unit_test_setup_teardown(test_counts_and_ttl, fx_setup,
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(
@@ -710,6 +838,8 @@ int main(void)
                                         fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_noscript_after_script_flush,
                                         fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_hostname_is_resolved, fx_setup,
+                                        fx_teardown),
         cmocka_unit_test_setup_teardown(test_auth_and_select, fx_setup_auth,
                                         fx_teardown),
     };
