@@ -1,0 +1,423 @@
+/* librlc against the real rl-server (label: integration): decisions with
+ * the memory store and with Redis, both APIs, reconnect after the server
+ * restarts, timeouts while the server is frozen, and two servers sharing
+ * one Redis. rl-server is started on a free port and stopped by its pid. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "rlc.h"
+#include "rlt.h"
+
+#ifndef RL_SERVER_BIN
+#error "RL_SERVER_BIN must name the rl-server binary"
+#endif
+
+typedef struct server_s {
+    pid_t pid;
+    int port;
+    char addr[64];
+    char redis[64]; /* "" for the memory store */
+} server_t;
+
+static rlt_redis_t redis;
+static int have_redis;
+
+/* Starts rl-server on s->port (0: a free one). Returns 0 or -1. */
+static int server_start(server_t *s, int port, const char *redis_addr)
+{
+    char listen[64];
+    int attempt;
+
+    for (attempt = 0; attempt < 5; attempt++) {
+        s->port = port ? port : rlt_free_port();
+        snprintf(listen, sizeof(listen), "127.0.0.1:%d", s->port);
+        snprintf(s->addr, sizeof(s->addr), "127.0.0.1:%d", s->port);
+        snprintf(s->redis, sizeof(s->redis), "%s",
+                 redis_addr ? redis_addr : "");
+        char *argv[] = {RL_SERVER_BIN, "--listen", listen,
+                        "--log-level", "warn", "--rule", "search=3/60",
+                        redis_addr ? "--redis" : NULL, (char *)redis_addr,
+                        NULL};
+        s->pid = rlt_spawn(argv);
+        if (s->pid > 0 && rlt_wait_port(s->port, 5000))
+            return 0;
+        rlt_stop(s->pid, SIGKILL, 1000);
+        if (port) /* a fixed port may need a moment to be free again */
+            nanosleep(&(struct timespec){0, 100 * 1000000L}, NULL);
+    }
+    return -1;
+}
+
+static void server_stop(server_t *s)
+{
+    int st = rlt_stop(s->pid, SIGTERM, 5000);
+
+    s->pid = -1;
+    assert_true(st != -1);
+}
+
+static rlc_client_t *connect_to(const char *servers, uint32_t timeout_ms)
+{
+    rlc_options_t o;
+    rlc_client_t *c = NULL;
+
+    rlc_options_init(&o);
+    o.servers = servers;
+    o.request_timeout_ms = timeout_ms;
+    o.reconnect_min_ms = 10;
+    assert_int_equal(rlc_connect(&c, &o), RLC_OK);
+    return c;
+}
+
+/* A key no other test or run uses. */
+static void fresh_key(char *dst, size_t cap, const char *what)
+{
+    static int n;
+
+    snprintf(dst, cap, "it:%s:%d:%d:%llu", what, (int)getpid(), n++,
+             (unsigned long long)rlt_mono_ms());
+}
+
+/* A 60 s window that is about to end would split the test's hits in two:
+ * wait for the next one instead. */
+static void avoid_window_edge(rlc_client_t *c)
+{
+    char key[128];
+    rlc_result_t res;
+
+    fresh_key(key, sizeof(key), "edge");
+    rlc_check_t req = {.key = key, .limit = 1000, .window_s = 60};
+    assert_int_equal(rlc_check(c, &req, &res), RLC_OK);
+    if (res.reset_after_ms < 3000)
+        nanosleep(&(struct timespec){(time_t)(res.reset_after_ms / 1000 + 1),
+                                     0},
+                  NULL);
+}
+
+/* 5 per 60 s: five allowed, the sixth over the limit, every field right. */
+static void check_five_then_over(rlc_client_t *c)
+{
+    char key[128];
+    rlc_result_t res;
+    int i;
+
+    avoid_window_edge(c);
+    fresh_key(key, sizeof(key), "five");
+    rlc_check_t req = {.key = key, .limit = 5, .window_s = 60};
+    for (i = 1; i <= 6; i++) {
+        assert_int_equal(rlc_check(c, &req, &res), RLC_OK);
+        assert_int_equal(res.status, RLC_OK);
+        assert_int_equal(res.limit, 5);
+        assert_int_equal(res.used, (uint64_t)i);
+        assert_int_equal(res.remaining, i <= 5 ? (uint64_t)(5 - i) : 0);
+        assert_true(res.reset_after_ms > 0 && res.reset_after_ms <= 60000);
+        if (i <= 5) {
+            assert_int_equal(res.code, RLC_CODE_OK);
+            assert_int_equal(res.retry_after_ms, 0);
+        } else {
+            assert_int_equal(res.code, RLC_CODE_OVER_LIMIT);
+            assert_true(res.retry_after_ms > 0);
+            assert_int_equal(rlc_http_status(&res), 429);
+        }
+    }
+
+    /* The batch call against the real server: one round trip, answers in
+     * their places. */
+    rlc_check_t reqs[3] = {{.key = key, .limit = 5, .window_s = 60},
+                           {.key = "it:batch:other", .limit = 9,
+                            .window_s = 60},
+                           {.key = key, .rule = NULL, .limit = 5,
+                            .window_s = 60, .cost = 2}};
+    rlc_result_t out[3];
+    assert_int_equal(rlc_check_batch(c, reqs, 3, out), RLC_OK);
+    assert_int_equal(out[0].used, 7);
+    assert_int_equal(out[1].limit, 9);
+    assert_int_equal(out[2].used, 9);
+    assert_int_equal(out[2].code, RLC_CODE_OVER_LIMIT);
+
+    /* Named rules: known, and unknown (an ERROR answer, not a failure). */
+    fresh_key(key, sizeof(key), "rule");
+    rlc_check_t rule = {.key = key, .rule = "search"};
+    for (i = 1; i <= 4; i++) {
+        assert_int_equal(rlc_check(c, &rule, &res), RLC_OK);
+        assert_int_equal(res.limit, 3);
+        assert_int_equal(res.code,
+                         i <= 3 ? RLC_CODE_OK : RLC_CODE_OVER_LIMIT);
+    }
+    rule.rule = "no-such-rule";
+    assert_int_equal(rlc_check(c, &rule, &res), RLC_OK);
+    assert_int_equal(res.code, RLC_CODE_ERROR);
+    assert_true(strlen(res.error) > 0);
+}
+
+static void test_memory_decisions(void **state)
+{
+    server_t s;
+    rlc_client_t *c;
+
+    (void)state;
+    assert_int_equal(server_start(&s, 0, NULL), 0);
+    c = connect_to(s.addr, 2000);
+    check_five_then_over(c);
+    rlc_free(c);
+    server_stop(&s);
+}
+
+static void test_redis_decisions(void **state)
+{
+    server_t s;
+    rlc_client_t *c;
+    char ra[64];
+
+    (void)state;
+    if (!have_redis)
+        skip();
+    snprintf(ra, sizeof(ra), "127.0.0.1:%d", redis.port);
+    assert_int_equal(server_start(&s, 0, ra), 0);
+    c = connect_to(s.addr, 2000);
+    check_five_then_over(c);
+    rlc_free(c);
+    server_stop(&s);
+}
+
+/* Two rl-servers on one Redis share one count per caller; the client's
+ * address list reaches the second when the first is stopped. */
+static void test_redis_two_servers(void **state)
+{
+    server_t a, b;
+    rlc_client_t *ca, *cb, *both;
+    rlc_result_t res;
+    char ra[64], key[128], list[160];
+    int i;
+
+    (void)state;
+    if (!have_redis)
+        skip();
+    snprintf(ra, sizeof(ra), "127.0.0.1:%d", redis.port);
+    assert_int_equal(server_start(&a, 0, ra), 0);
+    assert_int_equal(server_start(&b, 0, ra), 0);
+    ca = connect_to(a.addr, 2000);
+    cb = connect_to(b.addr, 2000);
+    avoid_window_edge(ca);
+    fresh_key(key, sizeof(key), "shared");
+    rlc_check_t req = {.key = key, .limit = 5, .window_s = 60};
+    for (i = 1; i <= 6; i++) {
+        assert_int_equal(rlc_check(i % 2 ? ca : cb, &req, &res), RLC_OK);
+        assert_int_equal(res.used, (uint64_t)i);
+        assert_int_equal(res.code,
+                         i <= 5 ? RLC_CODE_OK : RLC_CODE_OVER_LIMIT);
+    }
+    snprintf(list, sizeof(list), "%s,%s", a.addr, b.addr);
+    both = connect_to(list, 2000);
+    assert_string_equal(rlc_server(both), a.addr);
+    server_stop(&a);
+    assert_int_equal(rlc_check(both, &req, &res), RLC_OK);
+    assert_int_equal(res.used, 7);
+    assert_string_equal(rlc_server(both), b.addr);
+    rlc_free(both);
+    rlc_free(ca);
+    rlc_free(cb);
+    server_stop(&b);
+}
+
+/* Blocking client: the server restarts between two checks. */
+static void test_reconnect_blocking(void **state)
+{
+    server_t s;
+    rlc_client_t *c;
+    rlc_result_t res;
+    char key[128];
+
+    (void)state;
+    assert_int_equal(server_start(&s, 0, NULL), 0);
+    c = connect_to(s.addr, 2000);
+    fresh_key(key, sizeof(key), "restart");
+    rlc_check_t req = {.key = key, .limit = 5, .window_s = 60};
+    assert_int_equal(rlc_check(c, &req, &res), RLC_OK);
+    assert_int_equal(res.used, 1);
+    server_stop(&s);
+    assert_int_equal(rlc_check(c, &req, &res), RLC_ECLOSED);
+    assert_int_equal(res.flags, RLC_RESULT_FAILED_CLOSED);
+    assert_int_equal(server_start(&s, s.port, NULL), 0);
+    nanosleep(&(struct timespec){0, 50 * 1000000L}, NULL); /* backoff */
+    assert_int_equal(rlc_check(c, &req, &res), RLC_OK);
+    assert_int_equal(res.used, 1); /* a new memory store */
+    rlc_free(c);
+    server_stop(&s);
+}
+
+/* A frozen server (SIGSTOP) accepts bytes but answers nothing: the request
+ * timeout is honoured, and the server answers again once thawed. */
+static void test_timeout_frozen_server(void **state)
+{
+    server_t s;
+    rlc_client_t *c;
+    rlc_result_t res;
+    uint64_t t0, dt;
+
+    (void)state;
+    assert_int_equal(server_start(&s, 0, NULL), 0);
+    c = connect_to(s.addr, 200);
+    rlc_check_t req = {.key = "it:frozen", .limit = 5, .window_s = 60};
+    assert_int_equal(rlc_check(c, &req, &res), RLC_OK);
+    kill(s.pid, SIGSTOP);
+    t0 = rlt_mono_ms();
+    assert_int_equal(rlc_check(c, &req, &res), RLC_ETIMEDOUT);
+    dt = rlt_mono_ms() - t0;
+    assert_true(dt >= 199 && dt < 1000);
+    kill(s.pid, SIGCONT);
+    assert_int_equal(rlc_check(c, &req, &res), RLC_OK);
+    assert_int_equal(res.used, 3); /* the timed-out check counted too */
+    rlc_free(c);
+    server_stop(&s);
+}
+
+/* Async client: 100 checks in flight, 50 allowed; the server restarts and
+ * the client reconnects by itself; a frozen server times checks out. */
+typedef struct actx_s {
+    server_t s;
+    rlc_async_t *c;
+    char key[128];
+    int phase, calls, ok, over, errors, timeouts, connects, disconnects;
+    uint64_t t0;
+} actx_t;
+
+static actx_t A;
+
+static void a_on_result(rlc_async_t *c, const rlc_result_t *res, void *arg);
+
+static void a_submit(int n, int limit)
+{
+    rlc_check_t req = {.key = A.key, .limit = (uint64_t)limit,
+                       .window_s = 60};
+    int i;
+
+    for (i = 0; i < n; i++)
+        assert_int_equal(rlc_async_check(A.c, &req, a_on_result, NULL),
+                         RLC_OK);
+}
+
+static void a_on_state(rlc_async_t *c, int connected, int status, void *arg)
+{
+    (void)c;
+    (void)arg;
+    (void)status;
+    if (connected) {
+        A.connects++;
+        if (A.phase == 1) {
+            /* Back after the restart: a fresh store. */
+            A.phase = 2;
+            a_submit(1, 5);
+        }
+        return;
+    }
+    A.disconnects++;
+    if (A.phase == 1 && A.disconnects == 1) {
+        int port = A.s.port;
+        server_stop(&A.s);
+        assert_int_equal(server_start(&A.s, port, NULL), 0);
+    }
+}
+
+static void a_on_result(rlc_async_t *c, const rlc_result_t *res, void *arg)
+{
+    (void)arg;
+    A.calls++;
+    if (res->status == RLC_ETIMEDOUT)
+        A.timeouts++;
+    else if (res->status != RLC_OK)
+        A.errors++;
+    else if (res->code == RLC_CODE_OK)
+        A.ok++;
+    else if (res->code == RLC_CODE_OVER_LIMIT)
+        A.over++;
+
+    if (A.phase == 0 && A.calls == 100) {
+        assert_int_equal(A.ok, 50);
+        assert_int_equal(A.over, 50);
+        assert_int_equal(rlc_async_inflight(c), 0);
+        A.phase = 1;
+        /* Restart the server: the state callback sees it go. */
+        kill(A.s.pid, SIGTERM);
+    } else if (A.phase == 2) {
+        assert_int_equal(res->status, RLC_OK);
+        assert_int_equal(res->used, 1);
+        A.phase = 3;
+        kill(A.s.pid, SIGSTOP);
+        A.t0 = rlt_mono_ms();
+        a_submit(3, 5);
+    } else if (A.phase == 3 && A.timeouts == 3) {
+        uint64_t dt = rlt_mono_ms() - A.t0;
+        assert_true(dt >= 295 && dt < 1500);
+        kill(A.s.pid, SIGCONT);
+        rlc_async_free(c);
+    }
+}
+
+static void test_async_against_server(void **state)
+{
+    uv_loop_t loop;
+    rlc_options_t o;
+
+    (void)state;
+    memset(&A, 0, sizeof(A));
+    assert_int_equal(server_start(&A.s, 0, NULL), 0);
+    fresh_key(A.key, sizeof(A.key), "async");
+    uv_loop_init(&loop);
+    rlc_options_init(&o);
+    o.servers = A.s.addr;
+    o.request_timeout_ms = 300;
+    o.reconnect_min_ms = 20;
+    assert_int_equal(rlc_async_new(&A.c, &loop, &o), RLC_OK);
+    rlc_async_on_state(A.c, a_on_state, NULL);
+    a_submit(100, 50);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    assert_int_equal(A.phase, 3);
+    assert_int_equal(A.calls, 104);
+    assert_int_equal(A.connects, 2);
+    assert_int_equal(A.timeouts, 3);
+    assert_int_equal(A.errors, 0);
+    server_stop(&A.s);
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    signal(SIGPIPE, SIG_IGN);
+    have_redis = rlt_redis_start(&redis) == 0;
+    if (!have_redis)
+        fprintf(stderr, "redis-server did not start: Redis tests skip\n");
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    if (have_redis)
+        rlt_redis_stop(&redis);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_memory_decisions),
+        cmocka_unit_test(test_redis_decisions),
+        cmocka_unit_test(test_redis_two_servers),
+        cmocka_unit_test(test_reconnect_blocking),
+        cmocka_unit_test(test_timeout_frozen_server),
+        cmocka_unit_test(test_async_against_server),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
