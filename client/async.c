@@ -158,8 +158,8 @@ static void fire_fail(rlc_async_t *c, uint32_t i, int status, uint64_t now)
     void *arg = s->arg;
     rlc_result_t res;
 
-    rlc__result_fail(&res, (uint64_t)s->gen << 32 | (uint64_t)(i + 1),
-                     status, c->cf.o.fail_mode, s->window_s, now);
+    rlc__result_fail(&res, (uint64_t)s->gen << 32 | (uint64_t)(i + 1), status,
+                     c->cf.o.fail_mode, s->window_s, now);
     free_slot(c, i);
     cb(c, &res, arg);
 }
@@ -431,8 +431,8 @@ static void attempt(rlc_async_t *c)
         return;
     }
     watch(c, UV_WRITABLE);
-    uv_timer_start(&c->conn_timer, on_conn_timer,
-                   c->cf.o.connect_timeout_ms, 0);
+    uv_timer_start(&c->conn_timer, on_conn_timer, c->cf.o.connect_timeout_ms,
+                   0);
 }
 
 /* ---- timeouts and flushing ----------------------------------------------- */
@@ -443,8 +443,7 @@ static void on_req_timer(uv_timer_t *t)
     uint64_t now = uv_now(c->loop), unix_now = 0;
 
     enter(c);
-    while (!c->closing && c->head != NIL &&
-           c->slots[c->head].deadline <= now) {
+    while (!c->closing && c->head != NIL && c->slots[c->head].deadline <= now) {
         uint32_t i = c->head;
         if (unix_now == 0)
             unix_now = rlc__unix_ms();
@@ -483,8 +482,7 @@ static void on_check(uv_check_t *h)
 
 /* ---- API ----------------------------------------------------------------- */
 
-int rlc_async_new(rlc_async_t **out, uv_loop_t *loop,
-                  const rlc_options_t *opts)
+int rlc_async_new(rlc_async_t **out, uv_loop_t *loop, const rlc_options_t *opts)
 {
     rlc_async_t *c;
     uint32_t i;
@@ -518,8 +516,7 @@ int rlc_async_new(rlc_async_t **out, uv_loop_t *loop,
     c->head = c->tail = NIL;
     c->loop = loop;
     c->seed = (unsigned)rlc__mono_ms() ^ (unsigned)(uintptr_t)c;
-    rl_buf_init(&c->in, c->cf.o.max_frame + RL_FRAME_HEADER +
-                            RLC__READ_CHUNK);
+    rl_buf_init(&c->in, c->cf.o.max_frame + RL_FRAME_HEADER + RLC__READ_CHUNK);
     /* Room for every slot's frame twice over: enough for a full window of
      * checks plus the frames of timed-out ones still waiting to go. */
     rl_buf_init(&c->out, (size_t)c->nslots * RLC__CHECK_FRAME_MAX * 2);
@@ -579,8 +576,8 @@ int rlc_async_check(rlc_async_t *c, const rlc_check_t *req, rlc_check_cb cb,
     c->inflight++;
 
     if (!uv_is_active((uv_handle_t *)&c->req_timer))
-        uv_timer_start(&c->req_timer, on_req_timer,
-                       c->cf.o.request_timeout_ms, 0);
+        uv_timer_start(&c->req_timer, on_req_timer, c->cf.o.request_timeout_ms,
+                       0);
     /* A big burst goes out now rather than at the end of the iteration;
      * inside our own callbacks the check handle will do it. */
     if (c->depth == 0 && rl_buf_len(&c->out) >= FLUSH_NOW)

@@ -230,9 +230,9 @@ int rlc__encode(rl_buf_t *out, const rlc_check_t *req, uint64_t id,
     memset(&c, 0, sizeof(c));
     c.id = id;
     c.key = req->key;
-    c.key_len = req->key == NULL       ? 0
-                : req->key_len != 0    ? req->key_len
-                                       : strlen(req->key);
+    c.key_len = req->key == NULL    ? 0
+                : req->key_len != 0 ? req->key_len
+                                    : strlen(req->key);
     c.cost = req->cost;
     c.limit = req->limit;
     c.window_s = req->window_s;
@@ -275,8 +275,8 @@ void rlc__result_from(rlc_result_t *res, const rl_result_t *r,
     res->error[n] = '\0';
 }
 
-void rlc__result_fail(rlc_result_t *res, uint64_t id, int status,
-                      int fail_mode, uint32_t window_s, uint64_t unix_ms)
+void rlc__result_fail(rlc_result_t *res, uint64_t id, int status, int fail_mode,
+                      uint32_t window_s, uint64_t unix_ms)
 {
     /* Only a missing answer is decided by policy: a cancelled check was
      * abandoned by its caller and an invalid one was never a question. */

@@ -82,11 +82,11 @@ int rlc_http_headers(const rlc_result_t *r, const char *policy,
     if (cap < (size_t)(6 + over))
         return RLC_EFULL;
 
-#define HDR(hname, ...)                                                       \
-    do {                                                                      \
-        out[n].name = (hname);                                                \
-        snprintf(out[n].value, sizeof(out[n].value), __VA_ARGS__);           \
-        n++;                                                                  \
+#define HDR(hname, ...)                                                        \
+    do {                                                                       \
+        out[n].name = (hname);                                                 \
+        snprintf(out[n].value, sizeof(out[n].value), __VA_ARGS__);             \
+        n++;                                                                   \
     } while (0)
 
     HDR("X-Ratelimit-Limit", "%" PRIu64, r->limit);
@@ -123,8 +123,7 @@ int rlc_http_format(const rlc_result_t *r, const char *policy, char *buf,
     if (n < 0)
         return n;
     for (i = 0; i < n; i++) {
-        int w = snprintf(buf + k, cap - k, "%s: %s\r\n", h[i].name,
-                         h[i].value);
+        int w = snprintf(buf + k, cap - k, "%s: %s\r\n", h[i].name, h[i].value);
         if (w < 0 || (size_t)w >= cap - k) {
             buf[0] = '\0';
             return RLC_EFULL;

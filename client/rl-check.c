@@ -22,12 +22,11 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: rl-check --server HOST:PORT --key KEY\n"
-            "                (--limit N --window SECONDS | --rule NAME)\n"
-            "                [--cost N] [--repeat N] [--timeout MS]\n"
-            "Asks rl-server for a rate-limit decision and prints it.\n"
-            "Exit status: 0 allowed, 1 over the limit, 2 error.\n");
+    fprintf(f, "usage: rl-check --server HOST:PORT --key KEY\n"
+               "                (--limit N --window SECONDS | --rule NAME)\n"
+               "                [--cost N] [--repeat N] [--timeout MS]\n"
+               "Asks rl-server for a rate-limit decision and prints it.\n"
+               "Exit status: 0 allowed, 1 over the limit, 2 error.\n");
 }
 
 /* Parses a decimal in [min, max]. Returns 0 or -1. */
@@ -83,16 +82,17 @@ static int parse_args(int argc, char **argv, args_t *a)
             return 1;
         }
 
-#define NUM(opt, lo, hi, dst)                                                 \
-    if (strcmp(name, opt) == 0) {                                             \
-        if (parse_u64(val, lo, hi, &v) != 0) {                                \
-            fprintf(stderr, "rl-check: %s wants a number in [%" PRIu64      \
-                            ", %" PRIu64 "], not '%s'\n",                     \
-                    opt, (uint64_t)(lo), (uint64_t)(hi), val);               \
-            return 1;                                                         \
-        }                                                                     \
-        dst = v;                                                              \
-        continue;                                                             \
+#define NUM(opt, lo, hi, dst)                                                  \
+    if (strcmp(name, opt) == 0) {                                              \
+        if (parse_u64(val, lo, hi, &v) != 0) {                                 \
+            fprintf(stderr,                                                    \
+                    "rl-check: %s wants a number in [%" PRIu64 ", %" PRIu64    \
+                    "], not '%s'\n",                                           \
+                    opt, (uint64_t)(lo), (uint64_t)(hi), val);                 \
+            return 1;                                                          \
+        }                                                                      \
+        dst = v;                                                               \
+        continue;                                                              \
     }
         if (strcmp(name, "--server") == 0) {
             a->server = val;

@@ -51,33 +51,33 @@ struct uv_loop_s;
  * code is the same number in the client, the server and their logs. */
 
 #define RLC_OK 0
-#define RLC_EAGAIN (-1)     /* need more bytes (internal; never returned) */
-#define RLC_ENOMEM (-2)     /* out of memory */
-#define RLC_EFULL (-3)      /* a buffer or array is too small */
-#define RLC_EFRAMEFLAG (-4) /* the server sent a compressed/broken frame */
-#define RLC_EFRAMESIZE (-5) /* the server sent a frame over max_frame */
-#define RLC_EDECODE (-6)    /* the server sent an undecodable message */
-#define RLC_EKEYEMPTY (-7)  /* key is empty */
-#define RLC_EKEYLONG (-8)   /* key is longer than RLC_KEY_MAX bytes */
-#define RLC_EKEYNUL (-9)    /* key contains a NUL byte */
-#define RLC_ENOLIMIT (-10)  /* neither limit and window_s nor rule */
-#define RLC_EWINDOW (-11)   /* window_s is 0 while limit is set */
+#define RLC_EAGAIN (-1)      /* need more bytes (internal; never returned) */
+#define RLC_ENOMEM (-2)      /* out of memory */
+#define RLC_EFULL (-3)       /* a buffer or array is too small */
+#define RLC_EFRAMEFLAG (-4)  /* the server sent a compressed/broken frame */
+#define RLC_EFRAMESIZE (-5)  /* the server sent a frame over max_frame */
+#define RLC_EDECODE (-6)     /* the server sent an undecodable message */
+#define RLC_EKEYEMPTY (-7)   /* key is empty */
+#define RLC_EKEYLONG (-8)    /* key is longer than RLC_KEY_MAX bytes */
+#define RLC_EKEYNUL (-9)     /* key contains a NUL byte */
+#define RLC_ENOLIMIT (-10)   /* neither limit and window_s nor rule */
+#define RLC_EWINDOW (-11)    /* window_s is 0 while limit is set */
 #define RLC_EWINDOWMAX (-12) /* window_s over RLC_WINDOW_MAX_S */
-#define RLC_ELIMITMAX (-13) /* limit over 2^63-1 */
-#define RLC_ERULELONG (-14) /* rule name longer than RLC_RULE_MAX */
-#define RLC_ERULEBAD (-15)  /* rule name outside [A-Za-z0-9_.:-] */
-#define RLC_EBOTH (-16)     /* both a rule and an inline limit */
-#define RLC_ENORULE (-17)   /* unknown rule (from the server) */
-#define RLC_EINVAL (-18)    /* invalid argument (NULL, bad option) */
-#define RLC_ETIMEDOUT (-19) /* no answer within the timeout */
-#define RLC_ECLOSED (-20)   /* no connection, or it closed in flight */
-#define RLC_ECANCELED (-21) /* the client was freed with this in flight */
-#define RLC_ESTORE (-22)    /* the server's store is unavailable */
-#define RLC_EADDR (-23)     /* an address is malformed or does not resolve */
-#define RLC_EIO (-24)       /* a socket error */
-#define RLC_EBUSY (-25)     /* every request slot is in use (async) */
-#define RLC_ESHUTDOWN (-26) /* the server is shutting down */
-#define RLC_ELIMIT (-27)    /* limit is 0 while window_s is set */
+#define RLC_ELIMITMAX (-13)  /* limit over 2^63-1 */
+#define RLC_ERULELONG (-14)  /* rule name longer than RLC_RULE_MAX */
+#define RLC_ERULEBAD (-15)   /* rule name outside [A-Za-z0-9_.:-] */
+#define RLC_EBOTH (-16)      /* both a rule and an inline limit */
+#define RLC_ENORULE (-17)    /* unknown rule (from the server) */
+#define RLC_EINVAL (-18)     /* invalid argument (NULL, bad option) */
+#define RLC_ETIMEDOUT (-19)  /* no answer within the timeout */
+#define RLC_ECLOSED (-20)    /* no connection, or it closed in flight */
+#define RLC_ECANCELED (-21)  /* the client was freed with this in flight */
+#define RLC_ESTORE (-22)     /* the server's store is unavailable */
+#define RLC_EADDR (-23)      /* an address is malformed or does not resolve */
+#define RLC_EIO (-24)        /* a socket error */
+#define RLC_EBUSY (-25)      /* every request slot is in use (async) */
+#define RLC_ESHUTDOWN (-26)  /* the server is shutting down */
+#define RLC_ELIMIT (-27)     /* limit is 0 while window_s is set */
 
 /* Returns a static description of an RLC_E* code; never NULL. Unknown codes
  * give "unknown error". Thread-safe. */
@@ -139,12 +139,12 @@ RLC_EXPORT void rlc_options_init(rlc_options_t *o);
  * library reads it during the call that takes it and keeps no pointer. */
 
 typedef struct rlc_check_s {
-    const char *key;  /* who is limited, e.g. "user:u123"; required */
-    size_t key_len;   /* bytes of key; 0 means strlen(key) */
-    uint32_t cost;    /* hits this request consumes; 0 is read as 1 */
-    uint64_t limit;   /* inline limit: hits allowed per window */
+    const char *key;   /* who is limited, e.g. "user:u123"; required */
+    size_t key_len;    /* bytes of key; 0 means strlen(key) */
+    uint32_t cost;     /* hits this request consumes; 0 is read as 1 */
+    uint64_t limit;    /* inline limit: hits allowed per window */
     uint32_t window_s; /* inline limit: window length in seconds */
-    const char *rule; /* or a named server-side rule (NUL-terminated) */
+    const char *rule;  /* or a named server-side rule (NUL-terminated) */
 } rlc_check_t;
 
 /* ------------------------------------------------------------------------ */
@@ -158,7 +158,8 @@ typedef struct rlc_check_s {
 
 /* flags */
 #define RLC_RESULT_FAILED_OPEN 1u   /* no server answered; allowed by policy */
-#define RLC_RESULT_FAILED_CLOSED 2u /* no server answered; refused by policy */
+#define RLC_RESULT_FAILED_CLOSED 2u /* no server answered; refused by policy   \
+                                     */
 
 typedef struct rlc_result_s {
     /* The decision: RLC_CODE_*. Other values may come from newer servers. */
@@ -301,8 +302,7 @@ RLC_EXPORT size_t rlc_async_inflight(const rlc_async_t *c);
 RLC_EXPORT int rlc_async_connected(const rlc_async_t *c);
 
 /* Sets (or clears, with NULL) the connection state callback. */
-RLC_EXPORT void rlc_async_on_state(rlc_async_t *c, rlc_state_cb cb,
-                                   void *arg);
+RLC_EXPORT void rlc_async_on_state(rlc_async_t *c, rlc_state_cb cb, void *arg);
 
 /* Returns the "HOST:PORT" in use or being tried; valid until the client is
  * freed. */

@@ -15,8 +15,8 @@
 
 /* Largest frame a valid check can encode to: header, id, key, cost, limit,
  * window and rule, each with its tag and length. Sizes output buffers. */
-#define RLC__CHECK_FRAME_MAX (5 + 11 + 3 + RLC_KEY_MAX + 6 + 11 + 6 + 3 + \
-                              RLC_RULE_MAX)
+#define RLC__CHECK_FRAME_MAX                                                   \
+    (5 + 11 + 3 + RLC_KEY_MAX + 6 + 11 + 6 + 3 + RLC_RULE_MAX)
 
 /* Reads of the socket go into this much free space at a time. */
 #define RLC__READ_CHUNK 65536
@@ -57,8 +57,8 @@ void rlc__result_from(rlc_result_t *res, const rl_result_t *r,
 /* Fills res for a check no server answered: status is the reason, and the
  * code follows fail_mode (except RLC_ECANCELED and validation errors, which
  * are never decisions: code ERROR, no flag). */
-void rlc__result_fail(rlc_result_t *res, uint64_t id, int status,
-                      int fail_mode, uint32_t window_s, uint64_t unix_ms);
+void rlc__result_fail(rlc_result_t *res, uint64_t id, int status, int fail_mode,
+                      uint32_t window_s, uint64_t unix_ms);
 
 uint64_t rlc__unix_ms(void);
 uint64_t rlc__mono_ms(void);

@@ -43,8 +43,8 @@ static int wait_fd(int fd, short events, uint64_t deadline)
         p.fd = fd;
         p.events = events;
         p.revents = 0;
-        rc = poll(&p, 1, (int)(deadline - now > 60000 ? 60000
-                                                       : deadline - now));
+        rc =
+            poll(&p, 1, (int)(deadline - now > 60000 ? 60000 : deadline - now));
         if (rc > 0)
             return 1;
         if (rc < 0 && errno != EINTR)
@@ -187,8 +187,8 @@ static int take_answers(rlc_client_t *c, uint64_t base, rlc_result_t *res,
             res[r.id - base].status == PENDING) {
             if (now == 0)
                 now = rlc__unix_ms();
-            rlc__result_from(&res[r.id - base], &r,
-                             res[r.id - base].window_s, now);
+            rlc__result_from(&res[r.id - base], &r, res[r.id - base].window_s,
+                             now);
             (*pending)--;
         }
         rl_buf_consume(&c->in, f.size);
@@ -240,8 +240,7 @@ static int roundtrip(rlc_client_t *c, uint64_t base, rlc_result_t *res,
         else if (got == 0) {
             drop(c);
             return RLC_ECLOSED;
-        } else if (errno != EINTR && errno != EAGAIN &&
-                   errno != EWOULDBLOCK) {
+        } else if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) {
             rc = rlc__errno(errno);
             drop(c);
             return rc;
@@ -328,8 +327,7 @@ int rlc_connect(rlc_client_t **out, const rlc_options_t *opts)
     c->fd = -1;
     c->next_id = 1; /* id 0 is what the server uses for unmatched errors */
     c->seed = (unsigned)rlc__mono_ms() ^ (unsigned)(uintptr_t)c;
-    rl_buf_init(&c->in, c->cf.o.max_frame + RL_FRAME_HEADER +
-                            RLC__READ_CHUNK);
+    rl_buf_init(&c->in, c->cf.o.max_frame + RL_FRAME_HEADER + RLC__READ_CHUNK);
     rl_buf_init(&c->out, SIZE_MAX / 2);
     rc = connect_round(c);
     if (rc != RLC_OK) {

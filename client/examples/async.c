@@ -34,8 +34,8 @@ static void on_state(rlc_async_t *c, int connected, int status, void *arg)
 {
     (void)arg;
     fprintf(stderr, "%s %s%s%s\n", rlc_async_server(c),
-            connected ? "connected" : "disconnected",
-            status ? ": " : "", status ? rlc_strerror(status) : "");
+            connected ? "connected" : "disconnected", status ? ": " : "",
+            status ? rlc_strerror(status) : "");
 }
 
 int main(int argc, char **argv)

@@ -125,8 +125,8 @@ static int handle(state_t *st, fconn_t *fc)
         rl_check_t c;
         rl_result_t r;
 
-        if (rl_frame_decode(rl_buf_rptr(&fc->in), rl_buf_len(&fc->in),
-                            1 << 20, &fr) != 0)
+        if (rl_frame_decode(rl_buf_rptr(&fc->in), rl_buf_len(&fc->in), 1 << 20,
+                            &fr) != 0)
             break;
         if (rl_check_decode(fr.payload, fr.len, &c) != 0) {
             rc = -1;

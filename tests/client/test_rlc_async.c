@@ -48,8 +48,7 @@ static void finish_loop(void)
     assert_int_equal(uv_loop_close(&ctx.loop), 0);
 }
 
-static void new_client(const char *servers, uint32_t timeout_ms,
-                       int fail_mode);
+static void new_client(const char *servers, uint32_t timeout_ms, int fail_mode);
 
 static void on_state(rlc_async_t *c, int connected, int status, void *arg)
 {
@@ -96,8 +95,7 @@ static int submit(const rlc_check_t *req, int i)
     return rc;
 }
 
-static void new_client(const char *servers, uint32_t timeout_ms,
-                       int fail_mode)
+static void new_client(const char *servers, uint32_t timeout_ms, int fail_mode)
 {
     rlc_options_t o;
 
@@ -166,12 +164,11 @@ static void test_out_of_order(void **state)
     ctx.expect = 10;
     for (i = 0; i < 10; i++) {
         snprintf(keys[i], sizeof(keys[i]), "k%d", i);
-        rlc_check_t req = {.key = keys[i],
-                           .limit = 1000 + (uint64_t)i,
-                           .window_s = 60};
-        assert_int_equal(rlc_async_check(ctx.c, &req, on_result_rev,
-                                         (void *)(intptr_t)i),
-                         RLC_OK);
+        rlc_check_t req = {
+            .key = keys[i], .limit = 1000 + (uint64_t)i, .window_s = 60};
+        assert_int_equal(
+            rlc_async_check(ctx.c, &req, on_result_rev, (void *)(intptr_t)i),
+            RLC_OK);
     }
     finish_loop();
     assert_int_equal(ctx.calls, 10);
@@ -428,8 +425,7 @@ static void test_address_list(void **state)
     (void)state;
     setup_ctx();
     start_fake(FAKE_ANSWER, 0);
-    snprintf(list, sizeof(list), "127.0.0.1:%d,%s", rlt_free_port(),
-             ctx.addr);
+    snprintf(list, sizeof(list), "127.0.0.1:%d,%s", rlt_free_port(), ctx.addr);
     new_client(list, 2000, RLC_FAIL_CLOSED);
     ctx.expect = 1;
     assert_int_equal(submit(&req, 0), RLC_OK);
@@ -443,8 +439,7 @@ static void test_address_list(void **state)
 /* Closed loop, as rl-bench drives it: each answer submits the next check.
  * Submissions made while answers are being dispatched are packed: far
  * fewer reads on the server than checks. */
-static void on_result_loop(rlc_async_t *c, const rlc_result_t *res,
-                           void *arg)
+static void on_result_loop(rlc_async_t *c, const rlc_result_t *res, void *arg)
 {
     rlc_check_t req = {.key = "k", .limit = 1000000, .window_s = 60};
 
@@ -453,8 +448,7 @@ static void on_result_loop(rlc_async_t *c, const rlc_result_t *res,
     if (ctx.resubmit > 0) {
         ctx.resubmit--;
         ctx.in_submit = 1;
-        assert_int_equal(rlc_async_check(c, &req, on_result_loop, arg),
-                         RLC_OK);
+        assert_int_equal(rlc_async_check(c, &req, on_result_loop, arg), RLC_OK);
         ctx.in_submit = 0;
     } else if (rlc_async_inflight(c) == 0) {
         rlc_async_free(c);
@@ -520,10 +514,8 @@ static void test_misuse(void **state)
     bad.rule = "r";
     assert_int_equal(submit(&bad, 0), RLC_EBOTH);
     assert_int_equal(rlc_async_check(ctx.c, &req, NULL, NULL), RLC_EINVAL);
-    assert_int_equal(rlc_async_check(ctx.c, NULL, on_result, NULL),
-                     RLC_EINVAL);
-    assert_int_equal(rlc_async_check(NULL, &req, on_result, NULL),
-                     RLC_EINVAL);
+    assert_int_equal(rlc_async_check(ctx.c, NULL, on_result, NULL), RLC_EINVAL);
+    assert_int_equal(rlc_async_check(NULL, &req, on_result, NULL), RLC_EINVAL);
     assert_int_equal(rlc_async_inflight(ctx.c), 0);
     ctx.expect = 2;
     for (i = 0; i < 2; i++)

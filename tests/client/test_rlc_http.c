@@ -195,8 +195,7 @@ static void test_misuse(void **state)
     /* One byte short of the whole block. */
     int need = rlc_http_format(&r, NULL, buf, sizeof(buf));
     assert_true(need > 0);
-    assert_int_equal(rlc_http_format(&r, NULL, buf, (size_t)need),
-                     RLC_EFULL);
+    assert_int_equal(rlc_http_format(&r, NULL, buf, (size_t)need), RLC_EFULL);
     assert_string_equal(buf, "");
     assert_int_equal(rlc_http_format(&r, NULL, buf, (size_t)need + 1), need);
 }

@@ -44,9 +44,15 @@ static int server_start(server_t *s, int port, const char *redis_addr)
         snprintf(s->addr, sizeof(s->addr), "127.0.0.1:%d", s->port);
         snprintf(s->redis, sizeof(s->redis), "%s",
                  redis_addr ? redis_addr : "");
-        char *argv[] = {RL_SERVER_BIN, "--listen", listen,
-                        "--log-level", "warn", "--rule", "search=3/60",
-                        redis_addr ? "--redis" : NULL, (char *)redis_addr,
+        char *argv[] = {RL_SERVER_BIN,
+                        "--listen",
+                        listen,
+                        "--log-level",
+                        "warn",
+                        "--rule",
+                        "search=3/60",
+                        redis_addr ? "--redis" : NULL,
+                        (char *)redis_addr,
                         NULL};
         s->pid = rlt_spawn(argv);
         if (s->pid > 0 && rlt_wait_port(s->port, 5000))
@@ -99,9 +105,9 @@ static void avoid_window_edge(rlc_client_t *c)
     rlc_check_t req = {.key = key, .limit = 1000, .window_s = 60};
     assert_int_equal(rlc_check(c, &req, &res), RLC_OK);
     if (res.reset_after_ms < 3000)
-        nanosleep(&(struct timespec){(time_t)(res.reset_after_ms / 1000 + 1),
-                                     0},
-                  NULL);
+        nanosleep(
+            &(struct timespec){(time_t)(res.reset_after_ms / 1000 + 1), 0},
+            NULL);
 }
 
 /* 5 per 60 s: five allowed, the sixth over the limit, every field right. */
@@ -133,11 +139,10 @@ static void check_five_then_over(rlc_client_t *c)
 
     /* The batch call against the real server: one round trip, answers in
      * their places. */
-    rlc_check_t reqs[3] = {{.key = key, .limit = 5, .window_s = 60},
-                           {.key = "it:batch:other", .limit = 9,
-                            .window_s = 60},
-                           {.key = key, .rule = NULL, .limit = 5,
-                            .window_s = 60, .cost = 2}};
+    rlc_check_t reqs[3] = {
+        {.key = key, .limit = 5, .window_s = 60},
+        {.key = "it:batch:other", .limit = 9, .window_s = 60},
+        {.key = key, .rule = NULL, .limit = 5, .window_s = 60, .cost = 2}};
     rlc_result_t out[3];
     assert_int_equal(rlc_check_batch(c, reqs, 3, out), RLC_OK);
     assert_int_equal(out[0].used, 7);
@@ -151,8 +156,7 @@ static void check_five_then_over(rlc_client_t *c)
     for (i = 1; i <= 4; i++) {
         assert_int_equal(rlc_check(c, &rule, &res), RLC_OK);
         assert_int_equal(res.limit, 3);
-        assert_int_equal(res.code,
-                         i <= 3 ? RLC_CODE_OK : RLC_CODE_OVER_LIMIT);
+        assert_int_equal(res.code, i <= 3 ? RLC_CODE_OK : RLC_CODE_OVER_LIMIT);
     }
     rule.rule = "no-such-rule";
     assert_int_equal(rlc_check(c, &rule, &res), RLC_OK);
@@ -214,8 +218,7 @@ static void test_redis_two_servers(void **state)
     for (i = 1; i <= 6; i++) {
         assert_int_equal(rlc_check(i % 2 ? ca : cb, &req, &res), RLC_OK);
         assert_int_equal(res.used, (uint64_t)i);
-        assert_int_equal(res.code,
-                         i <= 5 ? RLC_CODE_OK : RLC_CODE_OVER_LIMIT);
+        assert_int_equal(res.code, i <= 5 ? RLC_CODE_OK : RLC_CODE_OVER_LIMIT);
     }
     snprintf(list, sizeof(list), "%s,%s", a.addr, b.addr);
     both = connect_to(list, 2000);
@@ -298,13 +301,11 @@ static void a_on_result(rlc_async_t *c, const rlc_result_t *res, void *arg);
 
 static void a_submit(int n, int limit)
 {
-    rlc_check_t req = {.key = A.key, .limit = (uint64_t)limit,
-                       .window_s = 60};
+    rlc_check_t req = {.key = A.key, .limit = (uint64_t)limit, .window_s = 60};
     int i;
 
     for (i = 0; i < n; i++)
-        assert_int_equal(rlc_async_check(A.c, &req, a_on_result, NULL),
-                         RLC_OK);
+        assert_int_equal(rlc_async_check(A.c, &req, a_on_result, NULL), RLC_OK);
 }
 
 static void a_on_state(rlc_async_t *c, int connected, int status, void *arg)

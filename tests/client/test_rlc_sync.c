@@ -348,9 +348,16 @@ static void test_misuse(void **state)
     assert_null(c);
     rlc_options_init(&o);
     assert_int_equal(rlc_connect(&c, &o), RLC_EINVAL); /* no servers */
-    const char *bad[] = {"", "127.0.0.1", "127.0.0.1:", ":80", "1.2.3.4:0",
-                         "1.2.3.4:65536", "1.2.3.4:80x", "[::1:80",
-                         "no-such-host.invalid:80", "127.0.0.1:80,",
+    const char *bad[] = {"",
+                         "127.0.0.1",
+                         "127.0.0.1:",
+                         ":80",
+                         "1.2.3.4:0",
+                         "1.2.3.4:65536",
+                         "1.2.3.4:80x",
+                         "[::1:80",
+                         "no-such-host.invalid:80",
+                         "127.0.0.1:80,",
                          "a:b:c"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         o.servers = bad[i];
