@@ -562,6 +562,11 @@ int rlc_async_check(rlc_async_t *c, const rlc_check_t *req, rlc_check_cb cb,
     if (rc != RLC_OK)
         return rc == RLC_EFULL ? RLC_EBUSY : rc;
 
+    /* Outside our callbacks the loop's cached time may be old (the caller
+     * may have been busy since the loop last polled): a deadline from it
+     * would be early. Inside them it was taken microseconds ago. */
+    if (c->depth == 0)
+        uv_update_time(c->loop);
     c->free_head = s->next;
     s->cb = cb;
     s->arg = arg;

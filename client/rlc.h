@@ -279,8 +279,8 @@ typedef void (*rlc_state_cb)(rlc_async_t *c, int connected, int status,
  * loop must outlive the client. Checks may be submitted at once; they go
  * out when the connection is up.
  *
- * Returns 0 with *out set, or RLC_EINVAL, RLC_EADDR, RLC_ENOMEM, RLC_EIO
- * (then *out is NULL). While it is connected or reconnecting, the client
+ * Returns 0 with *out set, or RLC_EINVAL, RLC_EADDR, RLC_ENOMEM (then
+ * *out is NULL). While it is connected or reconnecting, the client
  * keeps uv_run() from returning, as any open handle does. */
 RLC_EXPORT int rlc_async_new(rlc_async_t **out, struct uv_loop_s *loop,
                              const rlc_options_t *opts);
