@@ -27,14 +27,13 @@ typedef struct rls_cmdbuf_s {
  * hex digits), or, when sha is NULL, EVAL carrying the script (after
  * NOSCRIPT; it also puts the script back in Redis's cache). Returns the
  * command's length, or 0 if the buffer could not grow (buf is unchanged). */
-size_t rls_redis_encode(rls_cmdbuf_t *buf, const char *sha,
-                        const rls_op_t *ops, size_t n);
+size_t rls_redis_encode(rls_cmdbuf_t *buf, const char *sha, const rls_op_t *ops,
+                        size_t n);
 
 /* Reads the script's reply (len bytes at p, not NUL-terminated) into
  * ops[i].count and ops[i].err (0, or RL_ESTORE for an "e"). Returns 0, or
  * -1 unless the reply holds exactly n well-formed entries; ops may then be
  * partly written. */
-int rls_redis_parse_counts(const char *p, size_t len, rls_op_t *ops,
-                           size_t n);
+int rls_redis_parse_counts(const char *p, size_t len, rls_op_t *ops, size_t n);
 
 #endif

@@ -2,50 +2,83 @@
  * async connection driven by the server's libuv loop.
  *
  * Commands. Each batch is ONE `EVALSHA` whose KEYS are the batch's counters
- * and whose ARGV holds each counter's increment and absolute expiry. The
- * script INCRBYs every key with redis.pcall (a key holding a non-integer
- * fails only its own op), sets PEXPIREAT only when the INCRBY created the key
- * (its result equals the increment), and answers with the counts packed in
- * one string ("12 7 e 3"). A script runs atomically, so a key is never
- * created without its expiry, whatever happens to rl-server or the
- * connection; keys recreated after a flush or restart are created by the
- * script too and get theirs the same way.
+ * and whose ARGV holds each counter's increment and absolute expiry
+ * (store_redis_script.c). The script INCRBYs every key with redis.pcall (a
+ * key holding a non-integer fails only its own op), sets PEXPIREAT only
+ * when the INCRBY created the key, and answers with the counts packed in
+ * one string. A script runs atomically, so no key is ever created without
+ * its expiry, whatever happens to rl-server or the connection; keys
+ * recreated after a flush or a restart are created by the script too.
  *
- * Measured with tests/bench/store_commands.sh (private redis-server 7.0 on
- * loopback, hiredis 0.14.1, 8 batches in flight, 2 shared cores, median of 5
- * runs; ops/s, Redis CPU s per million ops, allocations per op in our
- * process, hiredis included):
+ * Why, measured with tests/bench/store_commands.sh (private redis-server
+ * 7.0.15 on loopback, hiredis 0.14.1, 8 batches in flight, a shared 2-core
+ * VM, median of 5 interleaved runs; run-to-run noise is about 20%):
+ *   pipe   INCRBY + PEXPIREAT per op, pipelined
+ *   multi  the same inside MULTI/EXEC, one transaction per batch
+ *   eval1  one EVALSHA per op
+ *   evalb  one EVALSHA per batch, PEXPIREAT every op, array reply
+ *   new    as evalb, PEXPIREAT only when INCRBY created the key
+ *   store  this file: as new, counts packed into one string reply
  *
- *   batch keys      pipe           multi          evalb          chosen
- *       1 distinct  @P1D
+ *   Redis CPU, s per million ops:
+ *   batch keys        pipe  multi  eval1  evalb    new  store
+ *       1 distinct    16.9   15.7   21.0   19.0   17.8   18.9
+ *       1 repeat       8.2    9.2   11.2   12.3   12.2   14.2
+ *      16 distinct     3.2    3.2    5.5    4.0    4.3    5.0
+ *      16 repeat       2.2    2.4    5.1    3.9    2.9    3.1
+ *     256 distinct     3.7    3.4    7.6    4.6    5.2    5.4
+ *     256 repeat       2.3    2.1    4.7    2.9    2.1    2.5
  *
- * pipe (INCRBY + PEXPIREAT per op, pipelined) is not atomic: a connection
- * lost between the two leaves a key without a TTL. MULTI/EXEC is atomic but
- * costs 8 allocations per op in hiredis (a callback per queued command plus
- * a reply object each). One EVALSHA per op pays Lua's fixed cost per op.
- * The chosen script ("evalb_cat" in the bench) needs no allocation per op at
- * all (hiredis builds one reply object per batch, not one per element), and
- * skipping PEXPIREAT on existing keys is what "remembering which keys
- * already have their expiry" buys, without any memory on our side.
+ *   Thousand ops/s:
+ *   batch keys        pipe  multi  eval1  evalb    new  store
+ *       1 distinct      25     28     24     30     32     30
+ *       1 repeat        44     39     45     42     41     41
+ *      16 distinct     170    158    135    177    170    161
+ *      16 repeat       196    186    127    190    241    240
+ *     256 distinct     165    189    116    188    169    169
+ *     256 repeat       207    202    147    240    379    364
  *
- * Counts travel through Lua numbers (doubles): exact up to 2^53.
+ *   rl-server CPU s per million ops, and allocations per op:
+ *   batch keys        pipe  multi  eval1  evalb    new  store
+ *       1 cpu        10.68  13.28   8.56   8.47  10.19   7.82
+ *       1 allocs      4.62  14.88   2.50   4.50   4.50   3.50
+ *      16 cpu         2.51   2.96   2.15   1.21   1.17   0.80
+ *      16 allocs      4.07   8.45   2.06   1.22   1.22   0.22
+ *     256 cpu         2.48   2.71   2.02   1.01   0.94   0.42
+ *     256 allocs      4.01   8.04   2.03   1.02   1.02   0.02
+ *
+ * pipe is out: a connection lost between INCRBY and PEXPIREAT leaves a key
+ * without a TTL. multi is atomic and the cheapest for Redis with distinct
+ * keys (15-40% under store), but hiredis allocates per queued command and
+ * per reply element: 8 allocations and 3-6x our CPU per op, where the
+ * store's 3.5 allocations are per batch (callback node, output buffer,
+ * reply), none per request. eval1 pays Lua's fixed cost per op. Setting
+ * the expiry only on creation is what "remembering which keys already
+ * have their expiry" buys, without memory on our side: about 25% less
+ * Redis CPU than evalb on hot keys (repeat), the common case within a
+ * window. The packed reply costs Redis a little over new's array (an
+ * in-Lua number-to-string per op) and saves one allocation per op here.
+ * At batch 1 Lua's fixed cost makes the script dearer than multi; batches
+ * are that small only when traffic is light. Counts travel through Lua
+ * numbers (doubles): exact up to 2^53.
  *
  * Connection: AUTH and SELECT (when configured), SCRIPT LOAD and TIME are
  * pipelined on every (re)connect; the store is up once TIME answers. A
  * NOSCRIPT reply (SCRIPT FLUSH, failover) resends that batch once as EVAL,
- * which also reloads the script. Reconnects back off from 20 ms, doubling to
- * 1 s, plus up to 50% jitter.
+ * which also reloads the script. Reconnects back off from 20 ms, doubling
+ * to 1 s, plus up to 50% jitter. Names are resolved on libuv's thread pool.
  *
- * Failure: every batch handed to hiredis is finished from its reply callback
- * and from nowhere else, so it finishes exactly once. To fail the batches in
- * flight (timeout, close) we free the hiredis context, which calls every
- * pending callback with a NULL reply; the connection's `fail` field says
- * which status those callbacks report.
+ * Failure: every batch handed to hiredis is finished from its reply
+ * callback and from nowhere else, so it finishes exactly once. To fail the
+ * batches in flight (timeout, close) we free the hiredis context, which
+ * calls every pending callback with a NULL reply at once; the connection's
+ * `fail` field says which status those callbacks report. Only the oldest
+ * batch needs a deadline: replies come in order. Ops with their own error
+ * (a key holding a non-integer) come back with status 0 and op->err set.
  *
- * We attach our own libuv poll hooks instead of redisLibuvAttach: the
- * 0.14.1 adapter ignores a poll error status, and libuv reports a refused
- * non-blocking connect or a reset socket exactly that way (POLLERR), so the
- * connection would hang until the timeout instead of failing at once. */
+ * hiredis's own libuv adapter ignores poll errors (see rls_redis_uv.h), so
+ * a refused connect would never be reported; store_redis_uv.c replaces it.
+ * opts->grace_ms is not used here: the batcher puts it into expire_at_ms. */
 #include <arpa/inet.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +89,7 @@
 
 #include "rl_error.h"
 #include "rls_log.h"
+#include "rls_redis_clock.h"
 #include "rls_redis_script.h"
 #include "rls_redis_uv.h"
 #include "rls_store.h"
@@ -66,11 +100,6 @@
 #define BACKOFF_MIN_MS 20
 #define BACKOFF_MAX_MS 1000
 #define CLOCK_EVERY_MS 1000
-/* A TIME sample is used only when its round trip is at most twice the best
- * of this connection plus this much: a reply queued behind big batches
- * would skew the offset by half its wait. */
-#define CLOCK_RTT_SLACK_US 1000
-#define CLOCK_MAX_AGE_MS 10000
 
 enum { ST_DOWN, ST_CONNECTING, ST_UP, ST_CLOSING };
 
@@ -92,9 +121,8 @@ typedef struct batch_s {
 typedef struct conn_s {
     redisAsyncContext *ac;
     redis_store_t *st;
-    int fail;          /* status of batches failed by freeing the context */
-    uint64_t time_ns;  /* when the pending TIME was sent, 0 if none */
-    uint64_t best_rtt; /* best TIME round trip, us */
+    int fail;         /* status of batches failed by freeing the context */
+    uint64_t time_ns; /* when the pending TIME was sent, 0 if none */
 } conn_t;
 
 struct redis_store_s {
@@ -103,8 +131,8 @@ struct redis_store_s {
     char *host, *password;
     int port, db, numeric, state, ever_up, quiet;
     uint64_t timeout_ms, backoff_ms, down_since_ms;
-    conn_t *conn; /* current connection, NULL while down */
-    uv_timer_t retry; /* reconnect backoff, or handshake deadline */
+    conn_t *conn;      /* current connection, NULL while down */
+    uv_timer_t retry;  /* reconnect backoff, or handshake deadline */
     uv_timer_t expiry; /* deadline of the oldest batch in flight */
     uv_timer_t clock;
     uv_getaddrinfo_t gai;
@@ -113,8 +141,8 @@ struct redis_store_s {
     size_t inflight;
     rls_cmdbuf_t cmd;
     char sha[41];
-    int64_t offset_us; /* Redis time minus monotonic time */
-    uint64_t offset_at_ms, last_ms, rng;
+    rls_redis_clock_t clk;
+    uint64_t rng;
     void (*done)(void *);
     void *done_arg;
 };
@@ -131,45 +159,28 @@ static uint64_t mono_ms(void)
 static uint64_t st_now_ms(rls_store_t *s)
 {
     redis_store_t *st = (redis_store_t *)s;
-    uint64_t ms;
+    struct timespec ts = {0, 0};
 
-    if (st->offset_at_ms != 0) {
-        ms = (uint64_t)((int64_t)(uv_hrtime() / 1000) + st->offset_us) / 1000;
-    } else {
-        /* No sample yet: the local clock is the best guess. */
-        struct timespec ts;
+    /* The local clock is read only until Redis's is known. */
+    if (st->clk.sampled_us == 0)
         clock_gettime(CLOCK_REALTIME, &ts);
-        ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-    }
-    /* A new sample or the switch from the local clock may step back;
-     * windows must not, so time stands still until it catches up. */
-    if (ms < st->last_ms)
-        ms = st->last_ms;
-    st->last_ms = ms;
-    return ms;
+    return rls_redis_clock_now(&st->clk, uv_hrtime() / 1000,
+                               (uint64_t)ts.tv_sec * 1000 +
+                                   (uint64_t)ts.tv_nsec / 1000000);
 }
 
-/* Applies a TIME reply: Redis read its clock about halfway through the
- * round trip. Returns 0, or -1 if the reply is malformed. */
-static int clock_sample(redis_store_t *st, conn_t *c, redisReply *r)
+/* Applies a TIME reply received at now_ns. Returns 0, or -1 if the reply
+ * is malformed. */
+static int clock_sample(redis_store_t *st, conn_t *c, redisReply *r,
+                        uint64_t now_ns)
 {
-    uint64_t now_ns = uv_hrtime(), rtt_us, redis_us;
-
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
         r->element[0]->type != REDIS_REPLY_STRING ||
         r->element[1]->type != REDIS_REPLY_STRING)
         return -1;
-    redis_us = strtoull(r->element[0]->str, NULL, 10) * 1000000 +
-               strtoull(r->element[1]->str, NULL, 10);
-    rtt_us = (now_ns - c->time_ns) / 1000;
-    if (rtt_us < c->best_rtt)
-        c->best_rtt = rtt_us;
-    if (rtt_us > 2 * c->best_rtt + CLOCK_RTT_SLACK_US &&
-        mono_ms() - st->offset_at_ms < CLOCK_MAX_AGE_MS)
-        return 0;
-    st->offset_us =
-        (int64_t)redis_us - (int64_t)((c->time_ns + now_ns) / 2 / 1000);
-    st->offset_at_ms = mono_ms();
+    rls_redis_clock_sample(&st->clk, c->time_ns / 1000, now_ns / 1000,
+                           strtoull(r->element[0]->str, NULL, 10) * 1000000 +
+                               strtoull(r->element[1]->str, NULL, 10));
     return 0;
 }
 
@@ -261,8 +272,7 @@ static void conn_lost(redis_store_t *st, conn_t *c, const char *why)
         connect_failed(st, why);
         return;
     }
-    RLS_WARN("redis down", " addr=%s:%d err=\"%s\"", st->host, st->port,
-             why);
+    RLS_WARN("redis down", " addr=%s:%d err=\"%s\"", st->host, st->port, why);
     st->down_since_ms = mono_ms();
     st->quiet = 1;
     st->state = ST_DOWN;
@@ -294,8 +304,7 @@ static void on_connect(const redisAsyncContext *ac, int status)
 {
     /* hiredis frees the context itself after a failed connect. */
     if (status != REDIS_OK)
-        conn_lost(conn_of(ac)->st, conn_of(ac),
-                  ac->errstr ? ac->errstr : "?");
+        conn_lost(conn_of(ac)->st, conn_of(ac), ac->errstr ? ac->errstr : "?");
 }
 
 static void on_disconnect(const redisAsyncContext *ac, int status)
@@ -354,7 +363,7 @@ static void on_time_reply(redisAsyncContext *ac, void *r, void *priv)
     (void)priv;
     if (hs_check(ac, r, REDIS_REPLY_ARRAY) != 0)
         return;
-    if (clock_sample(st, c, r) != 0) {
+    if (clock_sample(st, c, r, uv_hrtime()) != 0) {
         drop_conn(st, RL_ESTORE, "bad TIME reply");
         return;
     }
@@ -368,8 +377,7 @@ static void on_time_reply(redisAsyncContext *ac, void *r, void *priv)
     if (st->ever_up) {
         st->base.stats.reconnects++;
         RLS_INFO("redis reconnected", " addr=%s:%d down_ms=%llu", st->host,
-                 st->port,
-                 (unsigned long long)(mono_ms() - st->down_since_ms));
+                 st->port, (unsigned long long)(mono_ms() - st->down_since_ms));
     } else {
         RLS_INFO("redis connected", " addr=%s:%d db=%d", st->host, st->port,
                  st->db);
@@ -420,7 +428,9 @@ static void connect_addr(redis_store_t *st, const char *ip)
     char why[128];
 
     snprintf(why, sizeof(why), "%s",
-             ac == NULL ? "out of memory" : ac->err ? ac->errstr : "");
+             ac == NULL ? "out of memory"
+             : ac->err  ? ac->errstr
+                        : "");
     if (ac == NULL || ac->err)
         goto fail;
     snprintf(why, sizeof(why), "cannot attach to the loop");
@@ -431,7 +441,7 @@ static void connect_addr(redis_store_t *st, const char *ip)
     c->ac = ac;
     c->st = st;
     c->fail = RL_ESTORE;
-    c->best_rtt = UINT64_MAX / 4;
+    rls_redis_clock_new_path(&st->clk);
     ac->data = c;
     st->conn = c;
     redisAsyncSetConnectCallback(ac, on_connect);
@@ -455,8 +465,7 @@ fail:
     connect_failed(st, why);
 }
 
-static void on_resolved(uv_getaddrinfo_t *req, int status,
-                        struct addrinfo *res)
+static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 {
     redis_store_t *st = req->data;
     struct addrinfo *ai, *pick = NULL;
@@ -467,19 +476,18 @@ static void on_resolved(uv_getaddrinfo_t *req, int status,
     /* IPv4 first, as hiredis does for names: "localhost" often lists ::1
      * first, while Redis commonly binds 127.0.0.1 only. */
     for (ai = status == 0 ? res : NULL; ai != NULL; ai = ai->ai_next) {
-        if (ai->ai_family == AF_INET || (pick == NULL &&
-                                         ai->ai_family == AF_INET6))
+        if (ai->ai_family == AF_INET ||
+            (pick == NULL && ai->ai_family == AF_INET6))
             pick = ai;
         if (ai->ai_family == AF_INET)
             break;
     }
     if (pick != NULL && pick->ai_family == AF_INET)
-        inet_ntop(AF_INET, &((struct sockaddr_in *)pick->ai_addr)->sin_addr,
-                  ip, sizeof(ip));
-    else if (pick != NULL)
-        inet_ntop(AF_INET6,
-                  &((struct sockaddr_in6 *)pick->ai_addr)->sin6_addr, ip,
+        inet_ntop(AF_INET, &((struct sockaddr_in *)pick->ai_addr)->sin_addr, ip,
                   sizeof(ip));
+    else if (pick != NULL)
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)pick->ai_addr)->sin6_addr,
+                  ip, sizeof(ip));
     uv_freeaddrinfo(res);
     if (st->state == ST_CLOSING) {
         maybe_finish(st);
@@ -505,8 +513,8 @@ static void start_connect(redis_store_t *st)
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     st->gai.data = st;
-    rc = uv_getaddrinfo(st->loop, &st->gai, on_resolved, st->host, NULL,
-                        &hints);
+    rc =
+        uv_getaddrinfo(st->loop, &st->gai, on_resolved, st->host, NULL, &hints);
     if (rc == 0) {
         st->gai_busy = 1;
         st->open++;
@@ -614,8 +622,8 @@ static void on_expiry(uv_timer_t *t)
     drop_conn(st, RL_ETIMEDOUT, why);
 }
 
-static void st_submit(rls_store_t *s, rls_op_t *ops, size_t n,
-                      rls_store_cb cb, void *data)
+static void st_submit(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
+                      void *data)
 {
     redis_store_t *st = (redis_store_t *)s;
     batch_t *b;
@@ -628,9 +636,8 @@ static void st_submit(rls_store_t *s, rls_op_t *ops, size_t n,
         return;
     }
     if (st->state != ST_UP || st->inflight >= MAX_INFLIGHT) {
-        complete(st, ops, n,
-                 st->state == ST_CLOSING ? RL_ESHUTDOWN : RL_ESTORE, cb,
-                 data);
+        complete(st, ops, n, st->state == ST_CLOSING ? RL_ESHUTDOWN : RL_ESTORE,
+                 cb, data);
         return;
     }
     /* Batch records come from a pool that grows to the most ever in
@@ -647,8 +654,8 @@ static void st_submit(rls_store_t *s, rls_op_t *ops, size_t n,
     b->retried = 0;
     b->sent_ns = uv_hrtime();
     len = rls_redis_encode(&st->cmd, st->sha, b->ops, b->n);
-    if (len == 0 || redisAsyncFormattedCommand(st->conn->ac, on_batch_reply,
-                                               b, st->cmd.p, len) != REDIS_OK) {
+    if (len == 0 || redisAsyncFormattedCommand(st->conn->ac, on_batch_reply, b,
+                                               st->cmd.p, len) != REDIS_OK) {
         b->next = st->pool;
         st->pool = b;
         goto fail;
@@ -719,6 +726,7 @@ rls_store_t *rls_store_redis_new(uv_loop_t *loop, const rls_redis_opts_t *opts)
                   inet_pton(AF_INET6, host, addr) == 1;
     st->backoff_ms = BACKOFF_MIN_MS;
     st->rng = (uv_hrtime() ^ (uint64_t)(uintptr_t)st) | 1;
+    rls_redis_clock_init(&st->clk);
     st->state = ST_DOWN;
     uv_timer_init(loop, &st->retry);
     uv_timer_init(loop, &st->expiry);

@@ -65,8 +65,8 @@ static char *put_num(char *p, uint64_t v)
     return put_bulk(p, tmp, (size_t)(put_u64(tmp, v) - tmp));
 }
 
-size_t rls_redis_encode(rls_cmdbuf_t *buf, const char *sha,
-                        const rls_op_t *ops, size_t n)
+size_t rls_redis_encode(rls_cmdbuf_t *buf, const char *sha, const rls_op_t *ops,
+                        size_t n)
 {
     /* Per op: the key and three length lines, two numbers of at most 20
      * digits; plus the header, the command and the script or its SHA. */
@@ -102,8 +102,7 @@ size_t rls_redis_encode(rls_cmdbuf_t *buf, const char *sha,
     return (size_t)(p - buf->p);
 }
 
-int rls_redis_parse_counts(const char *p, size_t len, rls_op_t *ops,
-                           size_t n)
+int rls_redis_parse_counts(const char *p, size_t len, rls_op_t *ops, size_t n)
 {
     const char *end = p + len;
     size_t i;
@@ -138,4 +137,3 @@ int rls_redis_parse_counts(const char *p, size_t len, rls_op_t *ops,
     }
     return p == end ? 0 : -1;
 }
-

@@ -19,6 +19,8 @@
  *             string.format('%.0f'), exact up to 2^53
  *   evalb_cat as evalb_str, but counts below 1e14 go to table.concat as
  *             numbers (formatted in C), only larger ones via string.format
+ *   store     server/store_redis.c itself (evalb_cat plus its bookkeeping),
+ *             through rls_store_t: what rl-server really pays
  *
  * For each candidate, batch size (1, 16, 256 ops) and key pattern (distinct:
  * every op a key never seen before, like a crowd of new callers; repeat: the
@@ -40,6 +42,7 @@
 #include <hiredis/adapters/libuv.h>
 #include <uv.h>
 
+#include "rls_store.h"
 #include "rlt.h"
 
 #ifdef RL_BENCH_COUNT_MALLOC
@@ -87,12 +90,13 @@ enum {
     S_EVALB_NEW,
     S_EVALB_STR,
     S_EVALB_CAT,
+    S_STORE,
     S_N
 };
 
 static const char *const strat_name[S_N] = {
-    "pipe",      "multi",     "eval1",    "evalb",
-    "evalb_new", "evalb_str", "evalb_cat"};
+    "pipe",      "multi",     "eval1",     "evalb",
+    "evalb_new", "evalb_str", "evalb_cat", "store"};
 
 static const char lua_eval1[] =
     "local n = redis.call('INCRBY', KEYS[1], ARGV[1]) "
@@ -165,7 +169,16 @@ typedef struct bench_s {
     char sha[S_N][41];
     sbuf_t cmd;
     size_t *offs; /* command boundaries inside cmd, for per-op strategies */
+    rls_store_t *store;
+    struct slot_s *slots; /* one per batch in flight, for the store */
 } bench_t;
+
+/* A batch in flight through the store: its ops and their keys. */
+typedef struct slot_s {
+    bench_t *bn;
+    rls_op_t ops[256];
+    char keys[256][48];
+} slot_t;
 
 static void sb_grow(sbuf_t *b, size_t more)
 {
@@ -206,7 +219,8 @@ static void sb_num(sbuf_t *b, unsigned long long v)
 
 static size_t key_of(bench_t *bn, size_t i, char *out, size_t cap)
 {
-    unsigned long long id = bn->distinct ? bn->key_seq++ : (unsigned long long)i;
+    unsigned long long id =
+        bn->distinct ? bn->key_seq++ : (unsigned long long)i;
     int n = snprintf(out, cap, "rl:{bench:user:%llu}:60:29390400", id);
 
     return (size_t)n;
@@ -348,10 +362,58 @@ static void send_batch(bench_t *bn)
     bn->ops_sent += b;
 }
 
+static void store_send(bench_t *bn, slot_t *sl);
+
+static void on_store_batch(void *data, rls_op_t *ops, size_t n, int status)
+{
+    slot_t *sl = data;
+    bench_t *bn = sl->bn;
+    size_t i;
+
+    if (status != 0)
+        bn->bad++;
+    for (i = 0; i < n; i++)
+        if (ops[i].err != 0 || ops[i].count <= 0)
+            bn->bad++;
+    bn->inflight--;
+    bn->ops_done += n;
+    if (bn->ops_done >= bn->ops_target && bn->inflight == 0)
+        uv_stop(bn->loop);
+    else if (bn->ops_sent < bn->ops_target)
+        store_send(bn, sl);
+}
+
+static void store_send(bench_t *bn, slot_t *sl)
+{
+    size_t i;
+
+    for (i = 0; i < bn->batch; i++) {
+        sl->ops[i].key = sl->keys[i];
+        sl->ops[i].key_len = key_of(bn, i, sl->keys[i], sizeof(sl->keys[i]));
+        sl->ops[i].incr = 1;
+        sl->ops[i].expire_at_ms = bn->expire_at_ms;
+    }
+    bn->inflight++;
+    bn->ops_sent += bn->batch;
+    bn->store->v->submit(bn->store, sl->ops, bn->batch, on_store_batch, sl);
+}
+
 static void send_more(bench_t *bn)
 {
+    int i;
+
+    if (bn->strat == S_STORE) {
+        for (i = 0; i < bn->depth && bn->ops_sent < bn->ops_target; i++)
+            store_send(bn, &bn->slots[i]);
+        return;
+    }
     while (bn->inflight < bn->depth && bn->ops_sent < bn->ops_target)
         send_batch(bn);
+}
+
+static void on_store_closed(void *arg)
+{
+    *(int *)arg = 1;
 }
 
 static double redis_cpu(redisContext *c)
@@ -434,8 +496,8 @@ static result_t run_once(bench_t *bn, redisContext *sc)
 static void load_scripts(bench_t *bn, redisContext *sc)
 {
     static const char *const src[S_N] = {
-        NULL,          NULL,          lua_eval1,    lua_evalb,
-        lua_evalb_new, lua_evalb_str, lua_evalb_cat};
+        NULL,          NULL,          lua_eval1,     lua_evalb,
+        lua_evalb_new, lua_evalb_str, lua_evalb_cat, NULL};
     int s;
 
     for (s = 0; s < S_N; s++) {
@@ -489,6 +551,25 @@ int main(int argc, char **argv)
     }
     bn.ac->data = &bn;
     load_scripts(&bn, sc);
+    {
+        rls_redis_opts_t o;
+        int i;
+
+        memset(&o, 0, sizeof(o));
+        o.host = "127.0.0.1";
+        o.port = rs.port;
+        o.timeout_ms = 5000;
+        bn.store = rls_store_redis_new(&loop, &o);
+        bn.slots = calloc((size_t)depth, sizeof(*bn.slots));
+        if (bn.store == NULL || bn.slots == NULL) {
+            fprintf(stderr, "out of memory\n");
+            return 1;
+        }
+        for (i = 0; i < depth; i++)
+            bn.slots[i].bn = &bn;
+        while (!bn.store->v->up(bn.store))
+            uv_run(&loop, UV_RUN_ONCE);
+    }
     /* Keys expire two minutes from Redis's "now", like a 60 s window plus
      * grace; runs are far shorter, so nothing expires while measured. */
     {
@@ -502,41 +583,59 @@ int main(int argc, char **argv)
         freeReplyObject(t);
     }
     printf("redis-server %d, %d runs (median), %llu ops per run "
-           "(1/10 for batch 1), %d batches in flight\n",
+           "(1/5 for batch 1), %d batches in flight\n",
            rs.port, runs, (unsigned long long)ops, depth);
-    printf("%-10s %5s %-8s %10s %14s %14s %10s\n", "strategy", "batch",
-           "keys", "ops/s", "redis_cpu_s/M", "self_cpu_s/M", "allocs/op");
+    printf("%-10s %5s %-8s %10s %14s %14s %10s\n", "strategy", "batch", "keys",
+           "ops/s", "redis_cpu_s/M", "self_cpu_s/M", "allocs/op");
+    /* Runs interleave the candidates (run 1 of each, then run 2 of
+     * each...), so that a slow spell of a shared machine hits them all
+     * alike instead of whichever happened to be measured then. */
     for (z = 0; z < sizeof(sizes) / sizeof(sizes[0]); z++) {
         for (d = 1; d >= 0; d--) {
-            for (s = 0; s < S_N; s++) {
-                double v[4][15];
-                bn.strat = s;
-                bn.batch = sizes[z];
-                bn.distinct = d;
-                bn.ops_target = sizes[z] == 1 ? ops / 10 : ops;
-                bn.bad = 0;
-                for (r = 0; r < runs; r++) {
-                    result_t res = run_once(&bn, sc);
-                    v[0][r] = res.ops_s;
-                    v[1][r] = res.redis_cpu;
-                    v[2][r] = res.self_cpu;
-                    v[3][r] = res.allocs;
+            static double v[S_N][4][15];
+            unsigned long long bad[S_N] = {0};
+
+            bn.batch = sizes[z];
+            bn.distinct = d;
+            bn.ops_target = sizes[z] == 1 ? ops / 5 : ops;
+            for (r = 0; r < runs; r++) {
+                for (s = 0; s < S_N; s++) {
+                    result_t res;
+
+                    bn.strat = s;
+                    bn.bad = 0;
+                    res = run_once(&bn, sc);
+                    bad[s] += bn.bad;
+                    v[s][0][r] = res.ops_s;
+                    v[s][1][r] = res.redis_cpu;
+                    v[s][2][r] = res.self_cpu;
+                    v[s][3][r] = res.allocs;
                 }
-                if (bn.bad) {
+            }
+            for (s = 0; s < S_N; s++) {
+                if (bad[s]) {
                     fprintf(stderr, "%s: %llu bad replies\n", strat_name[s],
-                            bn.bad);
+                            bad[s]);
                     status = 1;
                 }
                 printf("%-10s %5zu %-8s %10.0f %14.2f %14.2f %10.2f\n",
                        strat_name[s], sizes[z], d ? "distinct" : "repeat",
-                       median(v[0], runs), median(v[1], runs),
-                       median(v[2], runs), median(v[3], runs));
-                fflush(stdout);
+                       median(v[s][0], runs), median(v[s][1], runs),
+                       median(v[s][2], runs), median(v[s][3], runs));
             }
+            fflush(stdout);
         }
     }
-    redisAsyncFree(bn.ac);
-    uv_run(&loop, UV_RUN_DEFAULT);
+    {
+        int closed = 0;
+
+        bn.store->v->close(bn.store, on_store_closed, &closed);
+        redisAsyncFree(bn.ac);
+        uv_run(&loop, UV_RUN_DEFAULT);
+        if (!closed)
+            status = 1;
+    }
+    free(bn.slots);
     uv_loop_close(&loop);
     redisFree(sc);
     free(bn.cmd.p);

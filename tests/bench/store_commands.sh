@@ -5,7 +5,7 @@
 #
 #   tests/bench/store_commands.sh [runs] [ops per run] [batches in flight]
 #
-# Defaults: 3 runs, 100000 ops (10000 for batch size 1), 8 in flight; about
+# Defaults: 3 runs, 100000 ops (20000 for batch size 1), 8 in flight; about
 # a minute on two cores. Built with -O2 and no sanitizers so that the
 # allocation counter can interpose on malloc.
 set -euo pipefail
@@ -13,7 +13,8 @@ cd "$(dirname "$0")/../.."
 out=$(mktemp -d /tmp/store_commands.XXXXXX)
 trap 'rm -rf "$out"' EXIT
 cc -std=c11 -O2 -D_POSIX_C_SOURCE=200809L -DRL_BENCH_COUNT_MALLOC \
-  -Wall -Wextra -Itests/support \
-  tests/bench/store_commands.c tests/support/rlt.c \
+  -Wall -Wextra -Itests/support -Iserver -Ilib \
+  tests/bench/store_commands.c tests/support/rlt.c server/store_redis*.c \
+  server/log.c \
   $(pkg-config --cflags --libs hiredis libuv) -o "$out/store_commands"
 "$out/store_commands" "$@"

@@ -16,6 +16,7 @@
 #include <uv.h>
 
 #include "rl_error.h"
+#include "rls_redis_clock.h"
 #include "rls_redis_script.h"
 #include "rls_store.h"
 #include "rlt.h"
@@ -54,11 +55,11 @@ static void on_done(void *arg)
 }
 
 /* Runs the loop until cond holds or ms pass; evaluates to cond. */
-#define RUN_UNTIL(f, cond, ms)                                                \
-    do {                                                                      \
-        uint64_t dl_ = rlt_mono_ms() + (ms);                                  \
-        while (!(cond) && rlt_mono_ms() < dl_)                                \
-            uv_run(&(f)->loop, UV_RUN_ONCE);                                  \
+#define RUN_UNTIL(f, cond, ms)                                                 \
+    do {                                                                       \
+        uint64_t dl_ = rlt_mono_ms() + (ms);                                   \
+        while (!(cond) && rlt_mono_ms() < dl_)                                 \
+            uv_run(&(f)->loop, UV_RUN_ONCE);                                   \
     } while (0)
 
 static void run_for(fx_t *f, uint64_t ms)
@@ -263,10 +264,20 @@ static long long assert_all_keys_expire(fx_t *f, long long max_ms)
 
 static void test_parse_counts(void **state)
 {
-    static const char *const bad[] = {
-        "",      "x",   "1  2 3", " 1 2 3", "1 2 3 ", "1 2",  "1 2 3 4",
-        "1e+14", "1 - 3", "1 ee 3", "1 2 3x", "1,2,3", "9223372036854775808",
-        "1 99999999999999999999 3"};
+    static const char *const bad[] = {"",
+                                      "x",
+                                      "1  2 3",
+                                      " 1 2 3",
+                                      "1 2 3 ",
+                                      "1 2",
+                                      "1 2 3 4",
+                                      "1e+14",
+                                      "1 - 3",
+                                      "1 ee 3",
+                                      "1 2 3x",
+                                      "1,2,3",
+                                      "9223372036854775808",
+                                      "1 99999999999999999999 3"};
     const char *ok = "12 e -5";
     rls_op_t ops[4];
     size_t i, len;
@@ -280,14 +291,14 @@ static void test_parse_counts(void **state)
     assert_int_equal(ops[1].err, RL_ESTORE);
     assert_int_equal(ops[2].count, -5);
     assert_int_equal(ops[2].err, 0);
-    assert_int_equal(rls_redis_parse_counts("9223372036854775807", 19, ops,
-                                            1), 0);
+    assert_int_equal(rls_redis_parse_counts("9223372036854775807", 19, ops, 1),
+                     0);
     assert_int_equal(ops[0].count, INT64_MAX);
     for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         if (rls_redis_parse_counts(bad[i], strlen(bad[i]), ops, 3) != -1)
             fail_msg("accepted \"%s\"", bad[i]);
-    assert_int_equal(rls_redis_parse_counts("9223372036854775808", 19, ops,
-                                            1), -1);
+    assert_int_equal(rls_redis_parse_counts("9223372036854775808", 19, ops, 1),
+                     -1);
     /* Every truncation of a good reply is refused, never read past. */
     for (len = 0; len < strlen(ok); len++) {
         char *copy = malloc(len + 1);
@@ -362,15 +373,65 @@ static void test_encode(void **state)
     free(buf.p);
 }
 
+static void test_clock(void **state)
+{
+    /* Redis's clock: 2026-11-22, in us; the local monotonic clock starts
+     * at 1 s and the local realtime clock is 3 s behind Redis. */
+    const uint64_t R = UINT64_C(1795315969000000), M = 1000000;
+    const uint64_t local = R / 1000 - 3000;
+    rls_redis_clock_t c;
+
+    (void)state;
+    rls_redis_clock_init(&c);
+    /* Before any sample: the local clock, clamped so it never goes back. */
+    assert_int_equal(rls_redis_clock_now(&c, M, local), local);
+    assert_int_equal(rls_redis_clock_now(&c, M, local - 50), local);
+    assert_int_equal(rls_redis_clock_now(&c, M, local + 7), local + 7);
+    /* TIME sent at M, answered 2 ms later: Redis read R at M + 1 ms. */
+    assert_int_equal(rls_redis_clock_sample(&c, M, M + 2000, R), 1);
+    assert_int_equal(rls_redis_clock_now(&c, M + 1000, 0), R / 1000);
+    assert_int_equal(rls_redis_clock_now(&c, M + 61000, 0), R / 1000 + 60);
+    /* A later sample says Redis is 5 ms behind our estimate: time stands
+     * still until it catches up, then follows the new offset. */
+    assert_int_equal(
+        rls_redis_clock_sample(&c, M + 100000, M + 102000, R + 100000 - 5000),
+        1);
+    assert_int_equal(rls_redis_clock_now(&c, M + 62000, 0), R / 1000 + 60);
+    assert_int_equal(rls_redis_clock_now(&c, M + 66000, 0), R / 1000 + 60);
+    assert_int_equal(rls_redis_clock_now(&c, M + 70000, 0), R / 1000 + 64);
+    /* A reply that waited behind big batches (20 ms round trip against a
+     * best of 2 ms) is ignored while the offset is fresh... */
+    assert_int_equal(
+        rls_redis_clock_sample(&c, M + 200000, M + 220000, R + 900000), 0);
+    /* (the offset in use: Redis read R + 95000 at M + 101000) */
+    assert_int_equal(rls_redis_clock_now(&c, M + 201000, 0),
+                     (R + 195000) / 1000);
+    /* ...used when the offset is over 10 s old, or on a new path. */
+    assert_int_equal(
+        rls_redis_clock_sample(&c, M + 20000000, M + 20020000, R + 20010000),
+        1);
+    rls_redis_clock_new_path(&c);
+    assert_int_equal(
+        rls_redis_clock_sample(&c, M + 20100000, M + 20140000, R + 20120000),
+        1);
+    assert_int_equal(rls_redis_clock_now(&c, M + 20120000, 0),
+                     (R + 20120000) / 1000);
+    /* A receive time before the send time is nonsense, not a sample. */
+    assert_int_equal(rls_redis_clock_sample(&c, M + 5, M + 4, R), 0);
+}
+
 /* ---- the store against a private redis-server ---------------------------*/
 
 static void test_counts_and_ttl(void **state)
 {
     fx_t *f = *state;
-    static const char *const names[] = {
-        "rl:{user:1}:60:100", "rl:{a:b:c}:60:100", "rl:{{x}}:60:100",
-        "rl:{ip:203.0.113.7:/search}:60:100", "rl:{us\xc3\xa9r:\xe6\x97\xa5}:60:100",
-        "rl:{}:60:100", "rl:{ sp ace }:60:100"};
+    static const char *const names[] = {"rl:{user:1}:60:100",
+                                        "rl:{a:b:c}:60:100",
+                                        "rl:{{x}}:60:100",
+                                        "rl:{ip:203.0.113.7:/search}:60:100",
+                                        "rl:{us\xc3\xa9r:\xe6\x97\xa5}:60:100",
+                                        "rl:{}:60:100",
+                                        "rl:{ sp ace }:60:100"};
     enum { NK = sizeof(names) / sizeof(names[0]) };
     static job_t j[3];
     uint64_t now;
@@ -405,8 +466,7 @@ static void test_counts_and_ttl(void **state)
     }
     for (i = 0; i < NK; i++) {
         long long pttl = redis_int(f, "PTTL %s", names[i]);
-        assert_int_equal(redis_int(f, "GET %s", names[i]),
-                         3 * (i + 1) + 30);
+        assert_int_equal(redis_int(f, "GET %s", names[i]), 3 * (i + 1) + 30);
         assert_true(pttl > 25000);
         assert_true(pttl <= 30000 + 50);
     }
@@ -816,6 +876,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_counts),
         cmocka_unit_test(test_encode),
+        cmocka_unit_test(test_clock),
         cmocka_unit_test_setup_teardown(test_counts_and_ttl, fx_setup,
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(
