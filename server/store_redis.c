@@ -94,9 +94,12 @@
 #include "rls_redis_uv.h"
 #include "rls_store.h"
 
-/* Batches in flight beyond this fail at once: while Redis is stuck, memory
- * (ours and hiredis's output buffer) stays bounded until the timeout. */
+/* Batches or ops in flight beyond these fail at once: while Redis is stuck,
+ * memory (ours and hiredis's output buffer, at most ~600 bytes an op)
+ * stays bounded until the timeout. A healthy Redis needs far less: 500k
+ * ops/s with a 1 ms round trip keep 500 ops in flight. */
 #define MAX_INFLIGHT 1024
+#define MAX_INFLIGHT_OPS 65536
 #define BACKOFF_MIN_MS 20
 #define BACKOFF_MAX_MS 1000
 #define CLOCK_EVERY_MS 1000
@@ -129,7 +132,8 @@ struct redis_store_s {
     rls_store_t base;
     uv_loop_t *loop;
     char *host, *password;
-    int port, db, numeric, state, ever_up, quiet;
+    int port, db, numeric, state, ever_up;
+    int quiet; /* a failure was logged; more go to debug until up again */
     uint64_t timeout_ms, backoff_ms, down_since_ms;
     conn_t *conn;      /* current connection, NULL while down */
     uv_timer_t retry;  /* reconnect backoff, or handshake deadline */
@@ -138,7 +142,7 @@ struct redis_store_s {
     uv_getaddrinfo_t gai;
     int gai_busy, open; /* handles and requests not yet finished */
     batch_t *head, *tail, *pool;
-    size_t inflight;
+    size_t inflight, inflight_ops;
     rls_cmdbuf_t cmd;
     char sha[41];
     rls_redis_clock_t clk;
@@ -560,6 +564,7 @@ static void finish(redis_store_t *st, batch_t *b, int status)
     else
         st->tail = b->prev;
     st->inflight--;
+    st->inflight_ops -= n;
     if (status == 0)
         st->base.stats.rtt_us_last = (uv_hrtime() - b->sent_ns) / 1000;
     b->next = st->pool;
@@ -635,7 +640,8 @@ static void st_submit(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
         cb(data, ops, n, 0);
         return;
     }
-    if (st->state != ST_UP || st->inflight >= MAX_INFLIGHT) {
+    if (st->state != ST_UP || st->inflight >= MAX_INFLIGHT ||
+        (st->inflight_ops > 0 && st->inflight_ops + n > MAX_INFLIGHT_OPS)) {
         complete(st, ops, n, st->state == ST_CLOSING ? RL_ESHUTDOWN : RL_ESTORE,
                  cb, data);
         return;
@@ -668,6 +674,7 @@ static void st_submit(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
         st->head = b;
     st->tail = b;
     st->inflight++;
+    st->inflight_ops += n;
     if (!uv_is_active((uv_handle_t *)&st->expiry))
         uv_timer_start(&st->expiry, on_expiry, st->timeout_ms, 0);
     return;

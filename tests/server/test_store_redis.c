@@ -193,6 +193,20 @@ static void on_small(void *data, rls_op_t *ops, size_t n, int status)
     s->status = status;
 }
 
+/* Counts a callback for a batch whose ops array is shared. */
+static int counted;
+
+static void on_count(void *data, rls_op_t *ops, size_t n, int status)
+{
+    small_t *s = data;
+
+    (void)ops;
+    (void)n;
+    counted++;
+    s->calls++;
+    s->status = status;
+}
+
 /* Fills a job with n keys "rl:{<tag>:<i>}:60:1", each due to expire a
  * minute from now on the store's clock. */
 static void job_init(job_t *j, fx_t *f, size_t n, const char *tag,
@@ -695,6 +709,36 @@ static void test_timeout_then_recovery(void **state)
     assert_int_equal(fired, NB);
     assert_int_equal(timedout, NB - at_once);
     free(small);
+
+    /* The same with big batches: the cap on ops in flight holds. */
+    rlt_redis_pause(&f->redis, 0);
+    wait_up(f, 5000);
+    rlt_redis_pause(&f->redis, 1);
+    {
+        enum { NBIG = 300 };
+        static job_t big;
+        static small_t seen[NBIG];
+
+        job_init(&big, f, 256, "bigflood", 1);
+        memset(seen, 0, sizeof(seen));
+        at_once = fired = counted = 0;
+        for (i = 0; i < NBIG; i++) {
+            /* One ops array shared by every batch: only callbacks are
+             * counted here. */
+            f->st->v->submit(f->st, big.ops, 256, on_count, &seen[i]);
+            at_once += seen[i].calls;
+        }
+        assert_true(at_once > 0);
+        assert_true(at_once < NBIG);
+        RUN_UNTIL(f, counted >= NBIG, 3000);
+        for (i = 0; i < NBIG; i++) {
+            fired += seen[i].calls;
+            assert_int_equal(seen[i].calls, 1);
+            assert_true(seen[i].status == RL_ESTORE ||
+                        seen[i].status == RL_ETIMEDOUT);
+        }
+        assert_int_equal(fired, NBIG);
+    }
 
     rlt_redis_pause(&f->redis, 0);
     wait_up(f, 5000);
