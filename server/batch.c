@@ -1,0 +1,280 @@
+#include "rls_batch.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rl_check.h"
+#include "rl_error.h"
+#include "rl_window.h"
+#include "rls_util.h"
+
+/* One queued request. */
+typedef struct {
+    void *owner;
+    uint64_t id;
+    uint64_t limit;
+    uint32_t cost;
+    uint32_t window_s;
+    uint32_t op; /* index of its store op */
+} req_t;
+
+/* A slot of the per-batch key index: which op holds a key. Slots from an
+ * earlier batch are told apart by their generation, so the index is never
+ * cleared between batches. */
+typedef struct {
+    uint32_t gen;
+    uint32_t op;
+} slot_t;
+
+struct rls_batch_s {
+    rls_batcher_t *owner;
+    rls_batch_t *next; /* in the free list */
+    uint64_t now_ms;   /* one clock reading for the whole batch */
+
+    req_t *reqs;
+    size_t nreqs;
+    rls_op_t *ops;
+    size_t nops;
+    uint64_t *hash;    /* per op */
+    size_t *key_off;   /* per op: offset of its key in `keys` */
+    int64_t *run;      /* per op: running count while deciding */
+    rl_buf_t keys;     /* formatted store keys, NUL-terminated */
+
+    slot_t *index;
+    uint32_t mask;
+    uint32_t gen;
+};
+
+void rls_batcher_init(rls_batcher_t *b, rls_store_t *store,
+                      rls_respond_fn respond, const char *prefix,
+                      size_t prefix_len, size_t max_reqs, uint64_t grace_ms,
+                      int fail_open)
+{
+    memset(b, 0, sizeof(*b));
+    b->store = store;
+    b->respond = respond;
+    b->prefix = prefix;
+    b->prefix_len = prefix_len;
+    b->max_reqs = max_reqs;
+    b->grace_ms = grace_ms;
+    b->fail_open = fail_open;
+    rls_random_key(&b->hash_key);
+}
+
+static void batch_destroy(rls_batch_t *t)
+{
+    free(t->reqs);
+    free(t->ops);
+    free(t->hash);
+    free(t->key_off);
+    free(t->run);
+    free(t->index);
+    rl_buf_free(&t->keys);
+    free(t);
+}
+
+static rls_batch_t *batch_new(rls_batcher_t *b)
+{
+    rls_batch_t *t = calloc(1, sizeof(*t));
+    size_t n = b->max_reqs, slots = 1;
+
+    if (t == NULL)
+        return NULL;
+    /* A table at most half full keeps probe chains short. */
+    while (slots < 2 * n)
+        slots <<= 1;
+    t->owner = b;
+    t->reqs = malloc(n * sizeof(*t->reqs));
+    t->ops = malloc(n * sizeof(*t->ops));
+    t->hash = malloc(n * sizeof(*t->hash));
+    t->key_off = malloc(n * sizeof(*t->key_off));
+    t->run = malloc(n * sizeof(*t->run));
+    t->index = calloc(slots, sizeof(*t->index));
+    t->mask = (uint32_t)(slots - 1);
+    rl_buf_init(&t->keys, n * RL_KEY_SIZE(b->prefix_len, RL_KEY_MAX));
+    if (!t->reqs || !t->ops || !t->hash || !t->key_off || !t->run ||
+        !t->index) {
+        batch_destroy(t);
+        return NULL;
+    }
+    return t;
+}
+
+/* Takes a spare batch, or makes one, and starts it. */
+static rls_batch_t *batch_start(rls_batcher_t *b)
+{
+    rls_batch_t *t = b->free;
+
+    if (t != NULL) {
+        b->free = t->next;
+    } else if ((t = batch_new(b)) == NULL) {
+        return NULL;
+    }
+    t->nreqs = 0;
+    t->nops = 0;
+    rl_buf_reset(&t->keys);
+    /* Generation 0 marks never-used slots; skip it on wrap-around. */
+    if (++t->gen == 0) {
+        memset(t->index, 0, ((size_t)t->mask + 1) * sizeof(*t->index));
+        t->gen = 1;
+    }
+    t->now_ms = b->store->v->now_ms(b->store);
+    return t;
+}
+
+/* Why a request was not counted, as sent back in `error`. */
+static const char *failure_text(int err, int fail_open, char *buf,
+                                size_t len)
+{
+    snprintf(buf, len, "store unavailable (%s); %s", rl_strerror(err),
+             fail_open ? "allowed by fail-open" : "refused by fail-closed");
+    return buf;
+}
+
+static void on_store_done(void *data, rls_op_t *ops, size_t nops, int status)
+{
+    rls_batch_t *t = data;
+    rls_batcher_t *b = t->owner;
+    char text[160];
+    size_t i;
+
+    assert(ops == t->ops && nops == t->nops);
+    for (i = 0; i < nops; i++) {
+        if (status != 0 && ops[i].err == 0)
+            ops[i].err = status;
+        t->run[i] = ops[i].count - (int64_t)ops[i].incr;
+    }
+
+    for (i = 0; i < t->nreqs; i++) {
+        const req_t *q = &t->reqs[i];
+        rls_op_t *op = &ops[q->op];
+        rl_result_t r;
+
+        memset(&r, 0, sizeof(r));
+        r.id = q->id;
+        if (op->err != 0) {
+            r.error = failure_text(op->err, b->fail_open, text, sizeof(text));
+            r.error_len = strlen(r.error);
+            r.limit = q->limit;
+            b->stats.store_errors++;
+            if (b->fail_open) {
+                /* Allowed, and nothing was counted. */
+                r.code = RL_CODE_OK;
+                r.remaining = q->limit;
+                r.reset_after_ms =
+                    rl_window_reset_after_ms(t->now_ms, q->window_s);
+                b->stats.failed_open++;
+            } else {
+                r.code = RL_CODE_ERROR;
+            }
+        } else {
+            t->run[q->op] += q->cost;
+            /* A counter someone else decremented below zero counts as 0. */
+            rl_decide(t->run[q->op] > 0 ? (uint64_t)t->run[q->op] : 0,
+                      q->limit, t->now_ms, q->window_s, &r);
+        }
+        b->respond(q->owner, &r);
+    }
+
+    b->in_flight--;
+    t->next = b->free;
+    b->free = t;
+}
+
+static void submit(rls_batcher_t *b)
+{
+    rls_batch_t *t = b->cur;
+    size_t i;
+
+    b->cur = NULL;
+    /* The key arena may have moved while it grew: point ops at it now. */
+    for (i = 0; i < t->nops; i++) {
+        t->ops[i].key = (const char *)t->keys.data + t->key_off[i];
+        t->ops[i].count = 0;
+        t->ops[i].err = 0;
+    }
+    b->stats.batches++;
+    b->in_flight++;
+    /* May call on_store_done before returning. */
+    b->store->v->submit(b->store, t->ops, t->nops, on_store_done, t);
+}
+
+int rls_batcher_add(rls_batcher_t *b, void *owner, uint64_t id,
+                    const char *key, size_t key_len, uint32_t cost,
+                    uint64_t limit, uint32_t window_s)
+{
+    rls_batch_t *t = b->cur;
+    uint8_t *w;
+    uint64_t index, h;
+    uint32_t pos, op;
+    int n;
+
+    if (t == NULL && (t = b->cur = batch_start(b)) == NULL)
+        return RL_ENOMEM;
+
+    index = rl_window_index(t->now_ms, window_s);
+    if (rl_buf_reserve(&t->keys, RL_KEY_SIZE(b->prefix_len, key_len), &w) !=
+        RL_OK)
+        return RL_ENOMEM;
+    n = rl_key_format((char *)w, RL_KEY_SIZE(b->prefix_len, key_len),
+                      b->prefix, b->prefix_len, key, key_len, window_s,
+                      index);
+    assert(n > 0);
+    h = rl_hash(&b->hash_key, w, (size_t)n);
+
+    /* Find the op for this key, or make one. */
+    for (pos = (uint32_t)h & t->mask;; pos = (pos + 1) & t->mask) {
+        slot_t *s = &t->index[pos];
+        if (s->gen != t->gen) {
+            op = (uint32_t)t->nops++;
+            s->gen = t->gen;
+            s->op = op;
+            t->hash[op] = h;
+            t->key_off[op] = (size_t)(w - t->keys.data);
+            t->ops[op].key_len = (size_t)n;
+            t->ops[op].incr = 0;
+            t->ops[op].expire_at_ms =
+                rl_window_end_ms(index, window_s) + b->grace_ms;
+            rl_buf_commit(&t->keys, (size_t)n + 1);
+            break;
+        }
+        op = s->op;
+        if (t->hash[op] == h && t->ops[op].key_len == (size_t)n &&
+            memcmp(t->keys.data + t->key_off[op], w, (size_t)n) == 0) {
+            b->stats.coalesced++;
+            break;
+        }
+    }
+    t->ops[op].incr += cost;
+
+    t->reqs[t->nreqs++] = (req_t){owner, id, limit, cost, window_s, op};
+    b->stats.requests++;
+    if (t->nreqs == b->max_reqs)
+        submit(b);
+    return RL_OK;
+}
+
+void rls_batcher_flush(rls_batcher_t *b)
+{
+    if (b->cur != NULL && b->cur->nreqs > 0)
+        submit(b);
+}
+
+void rls_batcher_free(rls_batcher_t *b)
+{
+    rls_batch_t *t;
+
+    assert(b->in_flight == 0);
+    if (b->cur != NULL) {
+        assert(b->cur->nreqs == 0);
+        b->cur->next = b->free;
+        b->free = b->cur;
+        b->cur = NULL;
+    }
+    while ((t = b->free) != NULL) {
+        b->free = t->next;
+        batch_destroy(t);
+    }
+}

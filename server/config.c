@@ -1,0 +1,376 @@
+#include "rls_config.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rl_window.h"
+#include "rls_version.h"
+
+void rls_config_defaults(rls_config_t *c)
+{
+    memset(c, 0, sizeof(*c));
+    strcpy(c->listen_host, "127.0.0.1");
+    c->listen_port = 7390;
+    c->redis_timeout_ms = 200;
+    c->grace_ms = 1000;
+    strcpy(c->prefix, "rl:");
+    c->prefix_len = 3;
+    c->max_frame = 65536;
+    c->fail_open = 1;
+    c->max_connections = 10000;
+    c->max_inflight = 1024;
+    c->max_output = 4u << 20;
+    c->drain_ms = 0;
+    strcpy(c->log_level, "info");
+}
+
+static const char usage[] =
+    "usage: rl-server [options]\n"
+    "\n"
+    "A fixed-window rate-limit service. Clients send CheckRequest frames;\n"
+    "counts live in Redis (--redis) or, without it, in process memory.\n"
+    "\n"
+    "  --listen HOST:PORT       accept clients here (default 127.0.0.1:7390)\n"
+    "  --redis HOST:PORT        count in this Redis; also\n"
+    "          redis://[:PASSWORD@]HOST:PORT[/DB]\n"
+    "                           (default: none, the embedded memory store)\n"
+    "  --prefix STR             Redis key prefix, no braces (default rl:)\n"
+    "  --rule NAME=LIMIT/SECS   a named limit clients may ask for by name;\n"
+    "                           repeatable (default: none)\n"
+    "  --fail-open              allow requests when the store cannot answer,\n"
+    "                           saying so in `error` (default)\n"
+    "  --fail-closed            answer ERROR when the store cannot answer\n"
+    "  --redis-timeout-ms N     a Redis batch unanswered this long fails\n"
+    "                           (default 200)\n"
+    "  --expiry-grace-ms N      keys expire this long after their window\n"
+    "                           ends (default 1000)\n"
+    "  --max-frame BYTES        largest request frame accepted; a bigger one\n"
+    "                           closes its connection (default 65536)\n"
+    "  --max-connections N      refuse clients beyond this (default 10000)\n"
+    "  --max-inflight N         stop reading a connection with this many\n"
+    "                           requests unanswered (default 1024)\n"
+    "  --max-output BYTES       close a connection whose unsent responses\n"
+    "                           pass this (default 4194304)\n"
+    "  --metrics HOST:PORT      serve /metrics and /healthz over HTTP\n"
+    "                           (default: off)\n"
+    "  --drain-ms N             on SIGTERM, report unhealthy and keep serving\n"
+    "                           this long before closing (default 0)\n"
+    "  --log-level LEVEL        debug, info, warn or error (default info)\n"
+    "  --version                print the version and exit\n"
+    "  --help                   print this and exit\n";
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return RLS_CONFIG_ERROR;
+}
+
+/* Parses a whole decimal number in [min, max]. */
+static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+    char *end;
+    unsigned long long v;
+
+    if (*s < '0' || *s > '9')
+        return -1;
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno || *end != '\0' || v < min || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int rls_parse_hostport(const char *s, char *host, size_t hostlen, int *port)
+{
+    const char *colon, *h = s;
+    size_t hl;
+    uint64_t p;
+
+    if (*s == '[') {
+        const char *close = strchr(s, ']');
+        if (close == NULL || close[1] != ':')
+            return -1;
+        h = s + 1;
+        hl = (size_t)(close - h);
+        colon = close + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (colon == NULL)
+            return -1;
+        hl = (size_t)(colon - s);
+    }
+    if (hl == 0 || hl >= hostlen)
+        return -1;
+    if (parse_u64(colon + 1, 1, 65535, &p) != 0)
+        return -1;
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    *port = (int)p;
+    return 0;
+}
+
+/* --redis accepts HOST:PORT or redis://[[USER]:PASSWORD@]HOST:PORT[/DB]. */
+static int parse_redis(rls_config_t *c, const char *s, char *err,
+                       size_t errlen)
+{
+    char buf[2 * RLS_HOST_MAX + 32], *at, *slash, *hp;
+    uint64_t db;
+
+    if (strncmp(s, "redis://", 8) != 0) {
+        if (rls_parse_hostport(s, c->redis_host, sizeof(c->redis_host),
+                               &c->redis_port) != 0)
+            return fail(err, errlen, "--redis: expected HOST:PORT or "
+                                     "redis://[:PASSWORD@]HOST:PORT[/DB], "
+                                     "got '%s'",
+                        s);
+        c->use_redis = 1;
+        return 0;
+    }
+    if (strlen(s + 8) >= sizeof(buf))
+        return fail(err, errlen, "--redis: URL too long");
+    strcpy(buf, s + 8);
+    hp = buf;
+    at = strrchr(buf, '@');
+    if (at != NULL) {
+        char *pw = strchr(buf, ':');
+        *at = '\0';
+        if (pw == NULL || pw > at || strlen(pw + 1) > RLS_HOST_MAX)
+            return fail(err, errlen, "--redis: expected :PASSWORD@ in URL");
+        strcpy(c->redis_password, pw + 1);
+        hp = at + 1;
+    }
+    slash = strchr(hp, '/');
+    if (slash != NULL) {
+        *slash = '\0';
+        if (slash[1] != '\0') {
+            if (parse_u64(slash + 1, 0, 1 << 20, &db) != 0)
+                return fail(err, errlen, "--redis: bad database number '%s'",
+                            slash + 1);
+            c->redis_db = (int)db;
+        }
+    }
+    if (rls_parse_hostport(hp, c->redis_host, sizeof(c->redis_host),
+                           &c->redis_port) != 0)
+        return fail(err, errlen, "--redis: bad HOST:PORT in '%s'", s);
+    c->use_redis = 1;
+    return 0;
+}
+
+/* --rule NAME=LIMIT/WINDOW_SECONDS */
+static int parse_rule(rls_config_t *c, const char *s, char *err,
+                      size_t errlen)
+{
+    const char *eq = strchr(s, '='), *slash;
+    rls_rule_t *r;
+    rl_check_t probe;
+    char num[32];
+    uint64_t v;
+    size_t i;
+
+    if (c->nrules == RLS_RULES_MAX)
+        return fail(err, errlen, "--rule: at most %d rules", RLS_RULES_MAX);
+    if (eq == NULL || (slash = strchr(eq, '/')) == NULL)
+        return fail(err, errlen,
+                    "--rule: expected NAME=LIMIT/WINDOW_SECONDS, got '%s'", s);
+    r = &c->rules[c->nrules];
+    memset(r, 0, sizeof(*r));
+    r->name_len = (size_t)(eq - s);
+
+    /* A rule name must pass the same checks as one sent by a client. */
+    memset(&probe, 0, sizeof(probe));
+    probe.key = "k";
+    probe.key_len = 1;
+    probe.rule = s;
+    probe.rule_len = r->name_len;
+    if (r->name_len == 0 || rl_check_validate(&probe) != 0)
+        return fail(err, errlen, "--rule: bad name in '%s' (1-%d bytes of "
+                                 "[A-Za-z0-9_.:-])",
+                    s, RL_RULE_MAX);
+    memcpy(r->name, s, r->name_len);
+    for (i = 0; i < c->nrules; i++)
+        if (c->rules[i].name_len == r->name_len &&
+            memcmp(c->rules[i].name, r->name, r->name_len) == 0)
+            return fail(err, errlen, "--rule: '%s' given twice", r->name);
+
+    if ((size_t)(slash - eq - 1) >= sizeof(num))
+        return fail(err, errlen, "--rule: bad limit in '%s'", s);
+    memcpy(num, eq + 1, (size_t)(slash - eq - 1));
+    num[slash - eq - 1] = '\0';
+    if (parse_u64(num, 1, INT64_MAX, &r->limit) != 0)
+        return fail(err, errlen, "--rule: bad limit in '%s'", s);
+    if (parse_u64(slash + 1, 1, RL_WINDOW_MAX_S, &v) != 0)
+        return fail(err, errlen, "--rule: bad window in '%s' (1-%u seconds)",
+                    s, RL_WINDOW_MAX_S);
+    r->window_s = (uint32_t)v;
+    c->nrules++;
+    return 0;
+}
+
+const rls_rule_t *rls_config_rule(const rls_config_t *c, const char *name,
+                                  size_t len)
+{
+    size_t i;
+
+    for (i = 0; i < c->nrules; i++)
+        if (c->rules[i].name_len == len &&
+            memcmp(c->rules[i].name, name, len) == 0)
+            return &c->rules[i];
+    return NULL;
+}
+
+/* Numeric flags: name, where to store, and the accepted range. */
+typedef struct {
+    const char *name;
+    size_t off;
+    int size; /* 4 or 8 bytes */
+    uint64_t min, max;
+} num_flag_t;
+
+#define NUM(name, field, min, max)                                            \
+    {name, offsetof(rls_config_t, field),                                     \
+     (int)sizeof(((rls_config_t *)0)->field), min, max}
+
+static const num_flag_t num_flags[] = {
+    NUM("--redis-timeout-ms", redis_timeout_ms, 1, 600000),
+    NUM("--expiry-grace-ms", grace_ms, 0, 3600000),
+    NUM("--max-frame", max_frame, 64, 16u << 20),
+    NUM("--max-connections", max_connections, 1, 1000000),
+    NUM("--max-inflight", max_inflight, 1, 1u << 20),
+    NUM("--max-output", max_output, 4096, (uint64_t)1 << 32),
+    NUM("--drain-ms", drain_ms, 0, 3600000),
+};
+
+static int takes_value(const char *name)
+{
+    static const char *const names[] = {"--listen", "--metrics", "--redis",
+                                        "--prefix", "--rule", "--log-level"};
+    size_t k;
+
+    for (k = 0; k < sizeof(names) / sizeof(names[0]); k++)
+        if (strcmp(name, names[k]) == 0)
+            return 1;
+    for (k = 0; k < sizeof(num_flags) / sizeof(num_flags[0]); k++)
+        if (strcmp(name, num_flags[k].name) == 0)
+            return 1;
+    return 0;
+}
+
+int rls_config_parse(rls_config_t *c, int argc, char **argv, void *out,
+                     char *err, size_t errlen)
+{
+    int i;
+    size_t k;
+
+    for (i = 1; i < argc; i++) {
+        const char *arg = argv[i], *val = NULL, *eq;
+        char name[64];
+
+        if (strncmp(arg, "--", 2) != 0)
+            return fail(err, errlen, "unexpected argument '%s' (see --help)",
+                        arg);
+        /* --name=value or --name value */
+        eq = strchr(arg, '=');
+        if (eq != NULL) {
+            if ((size_t)(eq - arg) >= sizeof(name))
+                return fail(err, errlen, "unknown option '%s'", arg);
+            memcpy(name, arg, (size_t)(eq - arg));
+            name[eq - arg] = '\0';
+            val = eq + 1;
+        } else {
+            if (strlen(arg) >= sizeof(name))
+                return fail(err, errlen, "unknown option '%s'", arg);
+            strcpy(name, arg);
+        }
+
+        if (strcmp(name, "--help") == 0) {
+            fputs(usage, out);
+            return RLS_CONFIG_EXIT;
+        }
+        if (strcmp(name, "--version") == 0) {
+            fprintf(out, "rl-server %s\n", RLS_VERSION);
+            return RLS_CONFIG_EXIT;
+        }
+        if (strcmp(name, "--fail-open") == 0 ||
+            strcmp(name, "--fail-closed") == 0) {
+            if (val != NULL)
+                return fail(err, errlen, "%s takes no value", name);
+            c->fail_open = name[7] == 'o';
+            continue;
+        }
+
+        if (!takes_value(name))
+            return fail(err, errlen, "unknown option '%s' (see --help)",
+                        name);
+        if (val == NULL) {
+            if (i + 1 >= argc)
+                return fail(err, errlen, "%s needs a value", name);
+            val = argv[++i];
+        }
+
+        if (strcmp(name, "--listen") == 0) {
+            if (rls_parse_hostport(val, c->listen_host,
+                                   sizeof(c->listen_host),
+                                   &c->listen_port) != 0)
+                return fail(err, errlen,
+                            "--listen: expected HOST:PORT, got '%s'", val);
+        } else if (strcmp(name, "--metrics") == 0) {
+            if (rls_parse_hostport(val, c->metrics_host,
+                                   sizeof(c->metrics_host),
+                                   &c->metrics_port) != 0)
+                return fail(err, errlen,
+                            "--metrics: expected HOST:PORT, got '%s'", val);
+        } else if (strcmp(name, "--redis") == 0) {
+            if (parse_redis(c, val, err, errlen) != 0)
+                return RLS_CONFIG_ERROR;
+        } else if (strcmp(name, "--prefix") == 0) {
+            /* Braces in the prefix would move the Redis Cluster hash tag
+             * off the caller's key. */
+            if (strlen(val) > RLS_PREFIX_MAX || strpbrk(val, "{}") != NULL)
+                return fail(err, errlen, "--prefix: at most %d bytes, no "
+                                         "braces",
+                            RLS_PREFIX_MAX);
+            strcpy(c->prefix, val);
+            c->prefix_len = strlen(val);
+        } else if (strcmp(name, "--rule") == 0) {
+            if (parse_rule(c, val, err, errlen) != 0)
+                return RLS_CONFIG_ERROR;
+        } else if (strcmp(name, "--log-level") == 0) {
+            if (strcmp(val, "debug") && strcmp(val, "info") &&
+                strcmp(val, "warn") && strcmp(val, "error"))
+                return fail(err, errlen, "--log-level: expected debug, info, "
+                                         "warn or error, got '%s'",
+                            val);
+            strcpy(c->log_level, val);
+        } else {
+            for (k = 0; k < sizeof(num_flags) / sizeof(num_flags[0]); k++)
+                if (strcmp(name, num_flags[k].name) == 0)
+                    break;
+            if (k == sizeof(num_flags) / sizeof(num_flags[0]))
+                return fail(err, errlen, "unknown option '%s' (see --help)",
+                            name);
+            const num_flag_t *f = &num_flags[k];
+            uint64_t v;
+            if (parse_u64(val, f->min, f->max, &v) != 0)
+                return fail(err, errlen, "%s: expected a number from %llu "
+                                         "to %llu, got '%s'",
+                            name, (unsigned long long)f->min,
+                            (unsigned long long)f->max, val);
+            char *dst = (char *)c + f->off;
+            if (f->size == 4) {
+                uint32_t v32 = (uint32_t)v;
+                memcpy(dst, &v32, 4);
+            } else {
+                memcpy(dst, &v, 8);
+            }
+        }
+    }
+    return RLS_CONFIG_RUN;
+}

@@ -1,0 +1,70 @@
+/* The batcher: collects the requests of one loop iteration, coalesces those
+ * that share a store key, sends the batch to the store in one submission and
+ * decides every request from the totals the store returns.
+ *
+ * Coalescing is exact. If requests r1..rk (in arrival order) share a key
+ * with summed cost T, the store adds T once and returns the counter C after
+ * the addition; the counter before the batch was C - T, and request ri is
+ * decided on C - T + cost(r1) + ... + cost(ri), which is exactly what it
+ * would have seen had the k requests gone to the store one at a time. */
+#ifndef RLS_BATCH_H
+#define RLS_BATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rl_hash.h"
+#include "rl_msg.h"
+#include "rls_store.h"
+
+/* Receives the one response for a request. `r` and its strings are valid
+ * only during the call. */
+typedef void (*rls_respond_fn)(void *owner, const rl_result_t *r);
+
+typedef struct rls_batch_stats_s {
+    uint64_t batches;     /* batches submitted */
+    uint64_t requests;    /* requests batched */
+    uint64_t coalesced;   /* requests that shared a key with an earlier one */
+    uint64_t failed_open; /* answered OK because the store could not answer */
+    uint64_t store_errors;/* requests whose store op failed */
+} rls_batch_stats_t;
+
+typedef struct rls_batch_s rls_batch_t;
+
+typedef struct rls_batcher_s {
+    rls_store_t *store;
+    rls_respond_fn respond;
+    const char *prefix;
+    size_t prefix_len;
+    size_t max_reqs;   /* a batch is submitted when it holds this many */
+    uint64_t grace_ms; /* keys expire this long after their window ends */
+    int fail_open;
+    rl_hash_key_t hash_key;
+
+    rls_batch_t *cur;  /* filling; NULL when empty */
+    rls_batch_t *free; /* spare batches, reused */
+    size_t in_flight;  /* batches submitted and not yet answered */
+    rls_batch_stats_t stats;
+} rls_batcher_t;
+
+/* Prepares a batcher; allocates nothing yet. */
+void rls_batcher_init(rls_batcher_t *b, rls_store_t *store,
+                      rls_respond_fn respond, const char *prefix,
+                      size_t prefix_len, size_t max_reqs, uint64_t grace_ms,
+                      int fail_open);
+
+/* Adds one validated request (cost >= 1). Its response goes to
+ * respond(owner, ...) exactly once: later, or before this returns if the
+ * batch filled up and the store answered at once. Returns 0, or RL_ENOMEM
+ * with nothing queued (the caller answers the request itself). */
+int rls_batcher_add(rls_batcher_t *b, void *owner, uint64_t id,
+                    const char *key, size_t key_len, uint32_t cost,
+                    uint64_t limit, uint32_t window_s);
+
+/* Submits the filling batch, if any. Called once per loop iteration. */
+void rls_batcher_flush(rls_batcher_t *b);
+
+/* Frees the spare batches. Nothing may be in flight or filling. */
+void rls_batcher_free(rls_batcher_t *b);
+
+#endif

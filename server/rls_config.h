@@ -1,0 +1,69 @@
+/* rl-server's configuration, from the command line. */
+#ifndef RLS_CONFIG_H
+#define RLS_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rl_check.h"
+
+#define RLS_HOST_MAX 255
+#define RLS_PREFIX_MAX 64
+#define RLS_RULES_MAX 256
+
+/* A named server-side limit: `--rule NAME=LIMIT/WINDOW_SECONDS`. */
+typedef struct rls_rule_s {
+    char name[RL_RULE_MAX + 1];
+    size_t name_len;
+    uint64_t limit;
+    uint32_t window_s;
+} rls_rule_t;
+
+typedef struct rls_config_s {
+    char listen_host[RLS_HOST_MAX + 1];
+    int listen_port;
+    char metrics_host[RLS_HOST_MAX + 1]; /* empty: no metrics listener */
+    int metrics_port;
+
+    int use_redis; /* 0: the embedded memory store */
+    char redis_host[RLS_HOST_MAX + 1];
+    int redis_port;
+    char redis_password[RLS_HOST_MAX + 1]; /* empty: no AUTH */
+    int redis_db;
+    uint64_t redis_timeout_ms;
+    uint64_t grace_ms;
+
+    char prefix[RLS_PREFIX_MAX + 1];
+    size_t prefix_len;
+    uint32_t max_frame;
+    int fail_open;
+    uint32_t max_connections;
+    uint32_t max_inflight;
+    size_t max_output;
+    uint64_t drain_ms;
+    char log_level[8];
+
+    rls_rule_t rules[RLS_RULES_MAX];
+    size_t nrules;
+} rls_config_t;
+
+/* Fills *c with the defaults shown by --help. */
+void rls_config_defaults(rls_config_t *c);
+
+enum { RLS_CONFIG_RUN = 0, RLS_CONFIG_EXIT = 1, RLS_CONFIG_ERROR = -1 };
+
+/* Parses argv over the defaults already in *c. Returns RLS_CONFIG_RUN;
+ * RLS_CONFIG_EXIT when --help or --version printed to `out`; or
+ * RLS_CONFIG_ERROR with one line describing the problem in err. */
+int rls_config_parse(rls_config_t *c, int argc, char **argv, void *out,
+                     char *err, size_t errlen);
+
+/* Splits "HOST:PORT" or "[V6]:PORT" into host and port (1-65535).
+ * Returns 0 or -1. */
+int rls_parse_hostport(const char *s, char *host, size_t hostlen, int *port);
+
+/* Finds a rule by name; NULL if there is none. */
+const rls_rule_t *rls_config_rule(const rls_config_t *c, const char *name,
+                                  size_t len);
+
+#endif
