@@ -61,6 +61,8 @@ void rls_batcher_init(rls_batcher_t *b, rls_store_t *store,
     b->grace_ms = grace_ms;
     b->fail_open = fail_open;
     rls_random_key(&b->hash_key);
+    rls_hist_init(&b->stats.size, rls_batch_bounds,
+                  sizeof(rls_batch_bounds) / sizeof(rls_batch_bounds[0]));
 }
 
 static void batch_destroy(rls_batch_t *t)
@@ -196,6 +198,7 @@ static void submit(rls_batcher_t *b)
         t->ops[i].err = 0;
     }
     b->stats.batches++;
+    rls_hist_observe(&b->stats.size, t->nreqs);
     b->in_flight++;
     /* May call on_store_done before returning. */
     b->store->v->submit(b->store, t->ops, t->nops, on_store_done, t);

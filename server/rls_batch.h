@@ -15,6 +15,7 @@
 
 #include "rl_hash.h"
 #include "rl_msg.h"
+#include "rls_hist.h"
 #include "rls_store.h"
 
 /* Receives the one response for a request. `r` and its strings are valid
@@ -27,6 +28,7 @@ typedef struct rls_batch_stats_s {
     uint64_t coalesced;   /* requests that shared a key with an earlier one */
     uint64_t failed_open; /* answered OK because the store could not answer */
     uint64_t store_errors;/* requests whose store op failed */
+    rls_hist_t size;      /* requests per batch */
 } rls_batch_stats_t;
 
 typedef struct rls_batch_s rls_batch_t;

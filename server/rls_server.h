@@ -53,6 +53,7 @@ typedef struct rls_server_s {
     int draining;       /* reporting unhealthy before stopping */
     int closed;         /* handles closed, loop may end */
     rls_stats_t stats;
+    void *metrics;      /* the --metrics HTTP listener (metrics.c) */
 } rls_server_t;
 
 /* Binds the listener and starts serving on loop. Returns 0, or a negative
@@ -68,6 +69,16 @@ void rls_server_stop(rls_server_t *s);
 
 /* Frees what the server holds after uv_run has returned. */
 void rls_server_free(rls_server_t *s);
+
+/* 1 while the server takes work and its store answers; otherwise 0 with
+ * a one-line reason in *why. */
+int rls_server_healthy(const rls_server_t *s, const char **why);
+
+/* The --metrics listener (metrics.c): GET /metrics, GET /healthz.
+ * rls_metrics_start returns 0 or a negative libuv error; rls_metrics_close
+ * closes its handles (idempotent). */
+int rls_metrics_start(rls_server_t *s);
+void rls_metrics_close(rls_server_t *s);
 
 /* Connection module (conn.c). */
 void rls_conn_on_connection(uv_stream_t *listener, int status);

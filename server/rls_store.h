@@ -19,6 +19,8 @@
 
 #include <uv.h>
 
+#include "rls_hist.h"
+
 typedef struct rls_store_s rls_store_t;
 
 typedef struct rls_op_s {
@@ -45,6 +47,7 @@ typedef struct rls_store_stats_s {
     uint64_t timeouts;     /* batches failed by timeout */
     uint64_t reconnects;   /* successful (re)connections after the first */
     uint64_t rtt_us_last;  /* round trip of the last answered batch */
+    rls_hist_t rtt_us;     /* round trips of answered batches */
 } rls_store_stats_t;
 
 typedef struct rls_store_vtbl_s {

@@ -58,6 +58,7 @@ static void close_all(rls_server_t *s)
     uv_close((uv_handle_t *)&s->sigterm, NULL);
     uv_close((uv_handle_t *)&s->sigint, NULL);
     uv_close((uv_handle_t *)&s->stop_timer, NULL);
+    rls_metrics_close(s);
     s->store->v->close(s->store, on_store_closed, s);
     s->store = NULL;
     RLS_INFO("stopped", NULL);
@@ -159,6 +160,11 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
         return rc;
     }
 
+    if (cfg->metrics_host[0] != '\0' && (rc = rls_metrics_start(s)) != 0) {
+        uv_close((uv_handle_t *)&s->listener, NULL);
+        return rc;
+    }
+
     uv_check_init(loop, &s->tick);
     s->tick.data = s;
     uv_check_start(&s->tick, on_tick);
@@ -173,6 +179,20 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
     s->sigint.data = s;
     uv_signal_start(&s->sigint, on_signal, SIGINT);
     return 0;
+}
+
+int rls_server_healthy(const rls_server_t *s, const char **why)
+{
+    if (s->stopping) {
+        *why = s->draining ? "draining" : "stopping";
+        return 0;
+    }
+    if (!s->store->v->up(s->store)) {
+        *why = "store unavailable";
+        return 0;
+    }
+    *why = "ok";
+    return 1;
 }
 
 void rls_server_free(rls_server_t *s)

@@ -565,8 +565,10 @@ static void finish(redis_store_t *st, batch_t *b, int status)
         st->tail = b->prev;
     st->inflight--;
     st->inflight_ops -= n;
-    if (status == 0)
+    if (status == 0) {
         st->base.stats.rtt_us_last = (uv_hrtime() - b->sent_ns) / 1000;
+        rls_hist_observe(&st->base.stats.rtt_us, st->base.stats.rtt_us_last);
+    }
     b->next = st->pool;
     st->pool = b;
     complete(st, ops, n, status, cb, data);
@@ -725,6 +727,8 @@ rls_store_t *rls_store_redis_new(uv_loop_t *loop, const rls_redis_opts_t *opts)
         (st->password = strdup(opts->password)) == NULL)
         goto fail;
     st->base.v = &vtbl;
+    rls_hist_init(&st->base.stats.rtt_us, rls_rtt_bounds_us,
+                  sizeof(rls_rtt_bounds_us) / sizeof(rls_rtt_bounds_us[0]));
     st->loop = loop;
     st->port = opts->port > 0 ? opts->port : 6379;
     st->db = opts->db;

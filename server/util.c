@@ -1,5 +1,7 @@
 #include "rls_util.h"
 
+#include "rls_hist.h"
+
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
@@ -25,3 +27,9 @@ uint64_t rls_realtime_ms(void)
     clock_gettime(CLOCK_REALTIME, &ts);
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
+
+const uint64_t rls_rtt_bounds_us[12] = {50,   100,   250,   500,   1000,  2500,
+                                        5000, 10000, 25000, 50000, 100000,
+                                        250000};
+const uint64_t rls_batch_bounds[11] = {1,  2,   4,   8,   16,  32,
+                                       64, 128, 256, 512, 1024};
