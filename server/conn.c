@@ -305,8 +305,9 @@ void rls_conn_resume(rls_server_t *s)
         /* Frames already buffered come first; read more only if there is
          * still room. */
         process(c);
+        /* A draining server still takes work (--drain-ms). */
         if (!c->closing && c->inflight < s->cfg->max_inflight &&
-            !s->stopping)
+            (!s->stopping || s->draining))
             start_reading(c);
         maybe_finish(c);
     }
@@ -393,7 +394,8 @@ void rls_conn_on_connection(uv_stream_t *listener, int status)
         conn_close(c);
         return;
     }
-    if (s->stopping || s->stats.conns_open > s->cfg->max_connections) {
+    if ((s->stopping && !s->draining) ||
+        s->stats.conns_open > s->cfg->max_connections) {
         /* Refuse cleanly: one ERROR frame, written without queuing, then
          * close. The client learns why instead of seeing a bare reset. */
         static const char msg[] = "server at --max-connections";
