@@ -1,0 +1,86 @@
+/* HTTP/1.x for the --metrics listener: a request-head parser and the pieces
+ * of the listener that tests drive directly.
+ *
+ * Debian 12 packages no maintained HTTP parser (llhttp is not packaged, and
+ * the libhttp-parser-dev it does ship is the archived, unmaintained
+ * nodejs/http-parser), and the listener needs very little: GET or HEAD of a
+ * path, no bodies. So this is a small parser in the picohttpparser mould:
+ * it does no I/O, keeps no state between calls, copies nothing (the request
+ * points into the caller's buffer), and is strict: anything it does not
+ * understand is an error, never a guess.
+ *
+ * Limits, checked before anything is reserved:
+ *   - request line plus headers plus the blank line: RLS_HTTP_HEAD_MAX bytes;
+ *   - at most RLS_HTTP_HEADERS_MAX header lines;
+ *   - no request body: a Content-Length other than 0, or any
+ *     Transfer-Encoding, is refused (the listener never reads a body, so it
+ *     could not find the next request after one). */
+#ifndef RLS_HTTP_H
+#define RLS_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rl_buf.h"
+
+#define RLS_HTTP_HEAD_MAX 8192
+#define RLS_HTTP_HEADERS_MAX 64
+#define RLS_HTTP_METHOD_MAX 16
+
+typedef struct rls_http_req_s {
+    const char *method; /* points into the caller's buffer; not terminated */
+    size_t method_len;
+    const char *target; /* request-target as sent, query string included */
+    size_t target_len;
+    int minor;      /* 0 for HTTP/1.0, 1 for HTTP/1.1 */
+    int keep_alive; /* the client lets the connection stay open */
+    size_t nheaders;
+    size_t head_len; /* bytes of the head, blank line included */
+} rls_http_req_t;
+
+/* Parses one request head at the start of buf[0, len).
+ *
+ * Returns RL_OK with *req filled (its pointers into buf) when a whole,
+ * valid head is there; the request ends at buf + req->head_len and any bytes
+ * after it belong to the next (pipelined) request. Returns RL_EAGAIN when
+ * everything so far is a valid prefix of a head and more bytes are needed;
+ * RL_EFULL when no head ends within RLS_HTTP_HEAD_MAX bytes; RL_EINVAL when
+ * the bytes cannot be the start of a valid head (bad method, target or
+ * version, a header line without a colon, a control byte, a bare CR, a
+ * folded header, too many headers, a bad Content-Length, a body).
+ *
+ * Never reads buf[len] or beyond, and never more than RLS_HTTP_HEAD_MAX
+ * bytes. Up to 4 empty lines before the request line are skipped, as RFC
+ * 9112 section 2.2 asks of servers; they count in head_len. */
+int rls_http_parse(const char *buf, size_t len, rls_http_req_t *req);
+
+/* The path of a request-target: the bytes before any '?'. */
+size_t rls_http_path_len(const rls_http_req_t *req);
+
+/* ------------------------------------------------------------------------ */
+/* The metrics listener (metrics.c); rls_metrics_start/close are declared in
+ * rls_server.h. */
+
+struct rls_server_s;
+
+/* Idle limit of a metrics connection: a request must arrive whole, and its
+ * response be taken, within this long of the connection opening or of the
+ * previous response. One deadline per request rather than per byte, so a
+ * client that trickles bytes (slowloris) is closed as fast as an idle one. */
+#define RLS_METRICS_IDLE_MS 10000
+/* Metrics connections open at once; more are answered 503 and closed. */
+#define RLS_METRICS_CONNS_MAX 64
+/* Largest response (the /metrics page is a few KiB). */
+#define RLS_METRICS_OUT_MAX (1u << 20)
+
+/* Overrides the limits above for a started listener (tests use a short idle
+ * limit). Call before the loop runs, or from the loop's thread. */
+void rls_metrics_set_limits(struct rls_server_s *s, uint64_t idle_ms,
+                            unsigned max_conns);
+
+/* Appends the Prometheus text exposition (format 0.0.4) of the server's
+ * counters to out. Returns 0, or RL_EFULL / RL_ENOMEM from the buffer, in
+ * which case out holds a truncated page that must not be sent. */
+int rls_metrics_render(const struct rls_server_s *s, rl_buf_t *out);
+
+#endif

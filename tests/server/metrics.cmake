@@ -1,0 +1,16 @@
+# The --metrics listener (included by tests/server/CMakeLists.txt): the HTTP
+# parser on its own, then the listener in process against a real rl-server
+# loop (its Redis health test starts a private redis-server, hence the
+# integration label).
+find_package(Threads REQUIRED)
+
+rl_add_test(test_http
+  SOURCES test_http.c
+  LIBS rls_core
+  TIMEOUT 60)
+
+rl_add_test(test_metrics
+  SOURCES test_metrics.c
+  LIBS rls_core rl_testsupport Threads::Threads
+  LABELS integration
+  TIMEOUT 120)

@@ -1,0 +1,820 @@
+/* The --metrics listener, in process: a real rl-server (memory store, or
+ * Redis for the health test) runs on its loop in a second thread while this
+ * thread talks HTTP to it over loopback with plain blocking sockets, the way
+ * Prometheus or HAProxy would. The loop thread is stopped through a
+ * uv_async handle (rls_server_stop runs on the loop's own thread), and each
+ * test ends by checking that uv_loop_close() succeeds: every handle the
+ * listener opened was closed. Every wait has a deadline. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <uv.h>
+
+#include "rl_error.h"
+#include "rl_frame.h"
+#include "rl_msg.h"
+#include "rls_http.h"
+#include "rls_server.h"
+#include "rlt.h"
+
+#define IDLE_MS 300
+#define MAX_CONNS 4
+
+typedef struct fx_s {
+    rls_config_t cfg;
+    rls_server_t srv;
+    uv_loop_t loop;
+    uv_async_t stop;
+    pthread_t thread;
+    int running;
+    rlt_redis_t redis;
+    int port, mport;
+} fx_t;
+
+static void nap_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+
+    nanosleep(&ts, NULL);
+}
+
+static void on_stop(uv_async_t *a)
+{
+    fx_t *f = a->data;
+
+    rls_server_stop(&f->srv);
+    uv_close((uv_handle_t *)a, NULL);
+}
+
+static void *loop_main(void *arg)
+{
+    fx_t *f = arg;
+
+    uv_run(&f->loop, UV_RUN_DEFAULT);
+    return NULL;
+}
+
+/* Starts rl-server with --metrics on free loopback ports, its loop in a
+ * thread. redis: use the fixture's Redis. */
+static void start_idle(fx_t *f, int redis, uint64_t drain_ms, uint64_t idle_ms)
+{
+    rls_store_t *st;
+
+    rls_config_defaults(&f->cfg);
+    f->port = rlt_free_port();
+    f->mport = rlt_free_port();
+    assert_true(f->port > 0 && f->mport > 0 && f->port != f->mport);
+    f->cfg.listen_port = f->port;
+    strcpy(f->cfg.metrics_host, "127.0.0.1");
+    f->cfg.metrics_port = f->mport;
+    f->cfg.drain_ms = drain_ms;
+    assert_int_equal(uv_loop_init(&f->loop), 0);
+    if (redis) {
+        rls_redis_opts_t ro;
+        memset(&ro, 0, sizeof(ro));
+        ro.host = "127.0.0.1";
+        ro.port = f->redis.port;
+        ro.timeout_ms = 200;
+        ro.grace_ms = 1000;
+        f->cfg.use_redis = 1;
+        strcpy(f->cfg.redis_host, "127.0.0.1");
+        f->cfg.redis_port = f->redis.port;
+        st = rls_store_redis_new(&f->loop, &ro);
+    } else {
+        st = rls_store_memory_new(&f->loop);
+    }
+    assert_non_null(st);
+    assert_int_equal(rls_server_start(&f->srv, &f->loop, &f->cfg, st), 0);
+    /* Before the loop thread starts: the limits belong to the loop. */
+    rls_metrics_set_limits(&f->srv, idle_ms, MAX_CONNS);
+    assert_int_equal(uv_async_init(&f->loop, &f->stop, on_stop), 0);
+    f->stop.data = f;
+    assert_int_equal(pthread_create(&f->thread, NULL, loop_main, f), 0);
+    f->running = 1;
+}
+
+static void start(fx_t *f, int redis, uint64_t drain_ms)
+{
+    start_idle(f, redis, drain_ms, IDLE_MS);
+}
+
+/* Asks the loop thread to stop the server and waits for uv_run to return;
+ * then every handle must be closed. */
+static void stop(fx_t *f)
+{
+    if (!f->running)
+        return;
+    f->running = 0;
+    uv_async_send(&f->stop);
+    pthread_join(f->thread, NULL);
+    rls_server_free(&f->srv);
+    assert_int_equal(uv_loop_close(&f->loop), 0);
+}
+
+static int setup(void **state)
+{
+    fx_t *f = calloc(1, sizeof(*f));
+
+    if (f == NULL)
+        return -1;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fx_t *f = *state;
+
+    stop(f);
+    if (f->redis.pid > 0)
+        rlt_redis_stop(&f->redis);
+    free(f);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* A tiny blocking HTTP client */
+
+static int dial(int port)
+{
+    struct sockaddr_in sa;
+    struct timeval tv = {3, 0};
+    int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+
+    assert_true(fd >= 0);
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    /* A bounded wait for every read: a hung server fails the test. */
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    return fd;
+}
+
+static void send_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+
+    while (n > 0) {
+        ssize_t k = send(fd, c, n, MSG_NOSIGNAL);
+        assert_true(k > 0);
+        c += k;
+        n -= (size_t)k;
+    }
+}
+
+typedef struct resp_s {
+    int status;
+    int closes; /* Connection: close */
+    char head[1024];
+    char body[16384];
+    size_t body_len;
+} resp_t;
+
+/* Bytes read from one connection and not yet taken as a response. */
+typedef struct rd_s {
+    char buf[65536];
+    size_t len;
+} rd_t;
+
+/* Reads one response from fd; bytes of a following (pipelined) response
+ * stay in rd. Returns 0, or -1 when the connection ended or timed out
+ * before a whole response. */
+static int read_resp(int fd, rd_t *rd, resp_t *r)
+{
+    char *end;
+    size_t hlen, need;
+    long clen = -1;
+    char *cl;
+
+    memset(r, 0, sizeof(*r));
+    for (;;) {
+        end = NULL;
+        if (rd->len > 0) {
+            rd->buf[rd->len] = '\0';
+            end = strstr(rd->buf, "\r\n\r\n");
+        }
+        if (end != NULL) {
+            hlen = (size_t)(end - rd->buf) + 4;
+            cl = strstr(rd->buf, "Content-Length: ");
+            if (cl != NULL && cl < end)
+                clen = strtol(cl + 16, NULL, 10);
+            assert_true(clen >= 0);
+            need = hlen + (size_t)clen;
+            if (rd->len >= need) {
+                assert_true(hlen < sizeof(r->head));
+                memcpy(r->head, rd->buf, hlen);
+                r->head[hlen] = '\0';
+                assert_true((size_t)clen < sizeof(r->body));
+                memcpy(r->body, rd->buf + hlen, (size_t)clen);
+                r->body[clen] = '\0';
+                r->body_len = (size_t)clen;
+                r->status = atoi(r->head + 9);
+                r->closes = strstr(r->head, "Connection: close") != NULL;
+                memmove(rd->buf, rd->buf + need, rd->len - need);
+                rd->len -= need;
+                return 0;
+            }
+        }
+        if (rd->len + 1 >= sizeof(rd->buf))
+            return -1;
+        ssize_t k =
+            recv(fd, rd->buf + rd->len, sizeof(rd->buf) - rd->len - 1, 0);
+        if (k <= 0)
+            return -1;
+        rd->len += (size_t)k;
+    }
+}
+
+/* HEAD responses carry Content-Length but no body: read the head only. */
+static int read_head_only(int fd, rd_t *rd, resp_t *r)
+{
+    char *end;
+    size_t hlen;
+
+    memset(r, 0, sizeof(*r));
+    for (;;) {
+        rd->buf[rd->len] = '\0';
+        end = strstr(rd->buf, "\r\n\r\n");
+        if (end != NULL) {
+            hlen = (size_t)(end - rd->buf) + 4;
+            memcpy(r->head, rd->buf, hlen);
+            r->status = atoi(r->head + 9);
+            memmove(rd->buf, rd->buf + hlen, rd->len - hlen);
+            rd->len -= hlen;
+            return 0;
+        }
+        ssize_t k =
+            recv(fd, rd->buf + rd->len, sizeof(rd->buf) - rd->len - 1, 0);
+        if (k <= 0)
+            return -1;
+        rd->len += (size_t)k;
+    }
+}
+
+/* 1 when the peer closes (EOF or reset) within ms, 0 if it stays open or
+ * sends more. */
+static int closed_within(int fd, int ms)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    char c;
+    ssize_t k;
+
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    k = recv(fd, &c, 1, 0);
+    if (k == 0)
+        return 1;
+    if (k < 0 && errno == ECONNRESET)
+        return 1;
+    return 0;
+}
+
+/* One request on a fresh connection. */
+static void fetch(int port, const char *req, resp_t *r)
+{
+    static rd_t rd;
+    int fd = dial(port);
+
+    rd.len = 0;
+    send_all(fd, req, strlen(req));
+    assert_int_equal(read_resp(fd, &rd, r), 0);
+    close(fd);
+}
+
+static void get(int port, const char *path, resp_t *r)
+{
+    char req[256];
+
+    snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: t\r\n\r\n", path);
+    fetch(port, req, r);
+}
+
+/* The value of one sample line ("name{labels} value") in a page; -1 if the
+ * sample is missing. */
+static long long sample(const char *page, const char *series)
+{
+    size_t n = strlen(series);
+    const char *p = page;
+
+    while ((p = strstr(p, series)) != NULL) {
+        if ((p == page || p[-1] == '\n') && p[n] == ' ')
+            return strtoll(p + n + 1, NULL, 10);
+        p += n;
+    }
+    return -1;
+}
+
+/* One check over the wire protocol, through a raw socket. */
+static int check_once(int port, const char *key, uint64_t limit)
+{
+    uint8_t frame[256], in[256];
+    rl_check_t q;
+    rl_result_t r;
+    rl_frame_t fr;
+    size_t n, got = 0;
+    int fd = dial(port);
+
+    memset(&q, 0, sizeof(q));
+    q.id = 7;
+    q.key = key;
+    q.key_len = strlen(key);
+    q.cost = 1;
+    q.limit = limit;
+    q.window_s = 60;
+    n = rl_check_encode(&q, frame + RL_FRAME_HEADER);
+    rl_frame_header(frame, (uint32_t)n);
+    send_all(fd, frame, n + RL_FRAME_HEADER);
+    for (;;) {
+        ssize_t k = recv(fd, in + got, sizeof(in) - got, 0);
+        assert_true(k > 0);
+        got += (size_t)k;
+        if (rl_frame_decode(in, got, 65536, &fr) == RL_OK)
+            break;
+    }
+    assert_int_equal(rl_result_decode(fr.payload, fr.len, &r), RL_OK);
+    close(fd);
+    return r.code;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The page itself */
+
+/* Every line is a HELP or TYPE comment or a "name[{labels}] value" sample
+ * whose name belongs to the last TYPE; every histogram's buckets are
+ * cumulative and its +Inf bucket equals its _count. */
+static void assert_exposition(const char *page)
+{
+    char family[128] = "", type[32] = "", name[160];
+    const char *line = page, *nl;
+    long long last_bucket = -1, inf = -1;
+    int samples = 0;
+
+    assert_true(strlen(page) > 0 && page[strlen(page) - 1] == '\n');
+    for (; *line != '\0'; line = nl + 1) {
+        nl = strchr(line, '\n');
+        assert_non_null(nl);
+        if (strncmp(line, "# HELP ", 7) == 0)
+            continue;
+        if (strncmp(line, "# TYPE ", 7) == 0) {
+            assert_int_equal(sscanf(line, "# TYPE %127s %31s", family, type),
+                             2);
+            last_bucket = -1;
+            inf = -1;
+            continue;
+        }
+        assert_true(line[0] != '#');
+        /* name: [a-zA-Z_:][a-zA-Z0-9_:]* */
+        size_t i = 0;
+        while (line + i < nl && line[i] != '{' && line[i] != ' ')
+            i++;
+        assert_true(i > 0 && i < sizeof(name));
+        memcpy(name, line, i);
+        name[i] = '\0';
+        for (size_t k = 0; k < i; k++)
+            assert_true(strchr("abcdefghijklmnopqrstuvwxyz"
+                               "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_:",
+                               name[k]) != NULL);
+        assert_int_equal(strncmp(name, family, strlen(family)), 0);
+        const char *sp = memchr(line, ' ', (size_t)(nl - line));
+        assert_non_null(sp);
+        if (line[i] == '{')
+            assert_true(sp[-1] == '}');
+        char *end;
+        double v = strtod(sp + 1, &end);
+        assert_true(end == nl);
+        assert_true(v >= 0);
+        if (strcmp(type, "histogram") == 0) {
+            if (strstr(name, "_bucket") != NULL) {
+                assert_true((long long)v >= last_bucket);
+                last_bucket = (long long)v;
+                if (strstr(line, "le=\"+Inf\"") != NULL)
+                    inf = (long long)v;
+            } else if (strstr(name, "_count") != NULL) {
+                assert_true(inf >= 0);
+                assert_int_equal((long long)v, inf);
+            }
+        }
+        samples++;
+    }
+    assert_true(samples > 20);
+}
+
+static void test_metrics_page(void **state)
+{
+    fx_t *f = *state;
+    resp_t r;
+    int i;
+
+    start(f, 0, 0);
+    /* Three allowed, two over the limit of 3, one invalid (limit 0 with a
+     * window: refused before the store). */
+    for (i = 0; i < 5; i++)
+        assert_int_equal(check_once(f->port, "k", 3),
+                         i < 3 ? RL_CODE_OK : RL_CODE_OVER_LIMIT);
+    assert_int_equal(check_once(f->port, "k", 0), RL_CODE_ERROR);
+
+    get(f->mport, "/metrics", &r);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.head, "Content-Type: text/plain; version=0.0.4"));
+    assert_exposition(r.body);
+    assert_int_equal(sample(r.body, "rl_decisions_total{code=\"ok\"}"), 3);
+    assert_int_equal(sample(r.body, "rl_decisions_total{code=\"over_limit\"}"),
+                     2);
+    assert_int_equal(sample(r.body, "rl_decisions_total{code=\"error\"}"), 1);
+    assert_int_equal(
+        sample(r.body, "rl_frames_rejected_total{reason=\"invalid\"}"), 1);
+    assert_int_equal(sample(r.body, "rl_connections_accepted_total"), 6);
+    assert_int_equal(sample(r.body, "rl_requests_inflight"), 0);
+    assert_int_equal(sample(r.body, "rl_healthy"), 1);
+    assert_int_equal(sample(r.body, "rl_batch_size_count"), 5);
+    assert_non_null(strstr(r.body, "rl_build_info{version=\""));
+
+    /* HEAD: the headers, with the page's length, and no body. */
+    {
+        static rd_t rd;
+        int fd = dial(f->mport);
+
+        rd.len = 0;
+        send_all(fd, "HEAD /metrics HTTP/1.1\r\n\r\n", 26);
+        assert_int_equal(read_head_only(fd, &rd, &r), 0);
+        assert_int_equal(r.status, 200);
+        assert_non_null(strstr(r.head, "Content-Length: "));
+        /* Nothing follows the head: the next bytes are the next answer. */
+        send_all(fd, "GET /healthz HTTP/1.1\r\n\r\n", 25);
+        assert_int_equal(read_resp(fd, &rd, &r), 0);
+        assert_int_equal(r.status, 200);
+        assert_string_equal(r.body, "ok\n");
+        close(fd);
+    }
+    stop(f);
+}
+
+static void test_routes(void **state)
+{
+    fx_t *f = *state;
+    resp_t r;
+
+    start(f, 0, 0);
+    get(f->mport, "/healthz", &r);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(r.body, "ok\n");
+    get(f->mport, "/healthz?verbose=1", &r);
+    assert_int_equal(r.status, 200);
+    get(f->mport, "/", &r);
+    assert_int_equal(r.status, 404);
+    get(f->mport, "/metricsx", &r);
+    assert_int_equal(r.status, 404);
+    get(f->mport, "/healthz/", &r);
+    assert_int_equal(r.status, 404);
+    fetch(f->mport, "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n", &r);
+    assert_int_equal(r.status, 405);
+    assert_non_null(strstr(r.head, "Allow: GET, HEAD"));
+    fetch(f->mport, "get /metrics HTTP/1.1\r\n\r\n", &r); /* case matters */
+    assert_int_equal(r.status, 405);
+    stop(f);
+}
+
+/* Malformed and oversized requests get 400 and the connection closes. */
+static void test_bad_requests(void **state)
+{
+#define BAD(s)                                                                 \
+    {                                                                          \
+        s, sizeof(s) - 1                                                       \
+    }
+    static const struct {
+        const char *req;
+        size_t len; /* some hold NUL bytes */
+    } bad[] = {
+        BAD("GARBAGE\r\n\r\n"),
+        BAD("GET /metrics HTTP/1.1\r\nno colon here\r\n\r\n"),
+        BAD("GET /metrics HTTP/1.1\r\nHost: a\0b\r\n\r\n"),
+        BAD("GET /metrics HTTP/3.0\r\n\r\n"),
+        BAD("\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03"),
+        BAD("GET /metrics HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"),
+        BAD("GET /metrics HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc"),
+    };
+#undef BAD
+    static char big[RLS_HTTP_HEAD_MAX + 100];
+    static rd_t rd;
+    fx_t *f = *state;
+    resp_t r;
+    size_t i;
+    int fd;
+
+    start(f, 0, 0);
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        fd = dial(f->mport);
+        rd.len = 0;
+        send_all(fd, bad[i].req, bad[i].len);
+        assert_int_equal(read_resp(fd, &rd, &r), 0);
+        if (r.status != 400)
+            fail_msg("case %zu answered %d", i, r.status);
+        assert_true(r.closes);
+        assert_true(closed_within(fd, 2000));
+        close(fd);
+    }
+
+    /* A head over 8 KiB: 400 and close, even though the client goes on
+     * sending (the server drains it rather than resetting). */
+    memcpy(big, "GET /metrics HTTP/1.1\r\nX-Pad: ", 30);
+    memset(big + 30, 'a', sizeof(big) - 30);
+    fd = dial(f->mport);
+    rd.len = 0;
+    send_all(fd, big, sizeof(big));
+    assert_int_equal(read_resp(fd, &rd, &r), 0);
+    assert_int_equal(r.status, 400);
+    assert_true(closed_within(fd, 3000));
+    close(fd);
+
+    /* The listener is still fine. */
+    get(f->mport, "/healthz", &r);
+    assert_int_equal(r.status, 200);
+    stop(f);
+}
+
+/* Three requests in one write: three answers in order; the last asks to
+ * close, and the connection closes after it. Then the same request sent
+ * one byte per write still gets its answer. */
+static void test_pipelined_and_split(void **state)
+{
+    static const char reqs[] = "GET /healthz HTTP/1.1\r\n\r\n"
+                               "GET /nope HTTP/1.1\r\n\r\n"
+                               "GET /metrics HTTP/1.1\r\n"
+                               "Connection: close\r\n\r\n";
+    static const char one[] = "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n";
+    static rd_t rd;
+    fx_t *f = *state;
+    resp_t r;
+    size_t i;
+    int fd;
+
+    start(f, 0, 0);
+    fd = dial(f->mport);
+    rd.len = 0;
+    send_all(fd, reqs, sizeof(reqs) - 1);
+    assert_int_equal(read_resp(fd, &rd, &r), 0);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(r.body, "ok\n");
+    assert_false(r.closes);
+    assert_int_equal(read_resp(fd, &rd, &r), 0);
+    assert_int_equal(r.status, 404);
+    assert_int_equal(read_resp(fd, &rd, &r), 0);
+    assert_int_equal(r.status, 200);
+    assert_true(r.closes);
+    assert_true(sample(r.body, "rl_healthy") == 1);
+    assert_true(closed_within(fd, 2000));
+    close(fd);
+
+    fd = dial(f->mport);
+    rd.len = 0;
+    for (i = 0; i < sizeof(one) - 1; i++) {
+        send_all(fd, one + i, 1);
+        nap_ms(1);
+    }
+    assert_int_equal(read_resp(fd, &rd, &r), 0);
+    assert_int_equal(r.status, 200);
+    /* Keep-alive: a second request on the same connection. */
+    send_all(fd, one, sizeof(one) - 1);
+    assert_int_equal(read_resp(fd, &rd, &r), 0);
+    assert_int_equal(r.status, 200);
+    close(fd);
+    stop(f);
+}
+
+/* Slowloris: a head trickled byte by byte is cut off at the idle limit,
+ * counted from the connection's start, not from its last byte; an idle
+ * keep-alive connection is closed too. */
+static void test_idle_limit(void **state)
+{
+    static const char head[] = "GET /metrics HTTP/1.1\r\nX-Slow: "
+                               "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    static rd_t rd;
+    fx_t *f = *state;
+    uint64_t t0;
+    resp_t r;
+    size_t i;
+    int fd, closed = 0;
+    char c;
+
+    start(f, 0, 0);
+    fd = dial(f->mport);
+    t0 = rlt_mono_ms();
+    for (i = 0; i < sizeof(head) - 1 && !closed; i++) {
+        if (send(fd, head + i, 1, MSG_NOSIGNAL) != 1) {
+            closed = 1;
+            break;
+        }
+        nap_ms(20);
+        /* Closed yet? (MSG_DONTWAIT: look without waiting.) */
+        ssize_t k = recv(fd, &c, 1, MSG_DONTWAIT);
+        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+            closed = 1;
+    }
+    assert_true(closed);
+    assert_true(rlt_mono_ms() - t0 < IDLE_MS + 500);
+    close(fd);
+
+    fd = dial(f->mport);
+    rd.len = 0;
+    send_all(fd, "GET /healthz HTTP/1.1\r\n\r\n", 25);
+    assert_int_equal(read_resp(fd, &rd, &r), 0);
+    t0 = rlt_mono_ms();
+    assert_true(closed_within(fd, 3000));
+    assert_true(rlt_mono_ms() - t0 >= IDLE_MS / 2);
+    close(fd);
+    stop(f);
+}
+
+/* Connections beyond the cap are answered 503 and closed; once some close,
+ * new ones are served again. */
+static void test_connection_cap(void **state)
+{
+    static rd_t rd;
+    fx_t *f = *state;
+    int fds[MAX_CONNS], fd, i;
+    resp_t r;
+
+    start_idle(f, 0, 0, 5000); /* no idle cut in this test */
+    for (i = 0; i < MAX_CONNS; i++) {
+        fds[i] = dial(f->mport);
+        /* A full round trip makes sure the server holds this connection
+         * before the next one arrives. */
+        rd.len = 0;
+        send_all(fds[i], "GET /healthz HTTP/1.1\r\n\r\n", 25);
+        assert_int_equal(read_resp(fds[i], &rd, &r), 0);
+    }
+    fd = dial(f->mport);
+    rd.len = 0;
+    assert_int_equal(read_resp(fd, &rd, &r), 0);
+    assert_int_equal(r.status, 503);
+    assert_true(closed_within(fd, 2000));
+    close(fd);
+
+    close(fds[0]);
+    /* Until the server has seen that close, a new one may still be
+     * refused: retry with a deadline. */
+    uint64_t deadline = rlt_mono_ms() + 3000;
+    for (;;) {
+        fd = dial(f->mport);
+        rd.len = 0;
+        send_all(fd, "GET /healthz HTTP/1.1\r\n\r\n", 25);
+        assert_int_equal(read_resp(fd, &rd, &r), 0);
+        close(fd);
+        if (r.status == 200)
+            break;
+        assert_true(rlt_mono_ms() < deadline);
+        nap_ms(10);
+    }
+    for (i = 1; i < MAX_CONNS; i++)
+        close(fds[i]);
+    stop(f);
+}
+
+/* --drain-ms: after the stop signal /healthz is 503 "draining" at once,
+ * while the server still answers checks; then the server exits cleanly. */
+static void test_drain(void **state)
+{
+    fx_t *f = *state;
+    uint64_t deadline;
+    resp_t r;
+
+    start(f, 0, 1500);
+    get(f->mport, "/healthz", &r);
+    assert_int_equal(r.status, 200);
+    uv_async_send(&f->stop);
+    deadline = rlt_mono_ms() + 1000;
+    for (;;) {
+        get(f->mport, "/healthz", &r);
+        if (r.status == 503)
+            break;
+        assert_true(rlt_mono_ms() < deadline);
+        nap_ms(5);
+    }
+    assert_string_equal(r.body, "draining\n");
+    get(f->mport, "/metrics", &r);
+    assert_int_equal(sample(r.body, "rl_draining"), 1);
+    assert_int_equal(sample(r.body, "rl_healthy"), 0);
+    /* Still serving during the drain. */
+    assert_int_equal(check_once(f->port, "d", 5), RL_CODE_OK);
+    f->running = 0;
+    pthread_join(f->thread, NULL);
+    rls_server_free(&f->srv);
+    assert_int_equal(uv_loop_close(&f->loop), 0);
+}
+
+/* /healthz follows the store: 503 "store unavailable" while Redis is down,
+ * 200 again once it is back (the server reconnects by itself). */
+static void test_health_follows_redis(void **state)
+{
+    fx_t *f = *state;
+    uint64_t deadline;
+    resp_t r;
+
+    assert_int_equal(rlt_redis_start(&f->redis), 0);
+    start(f, 1, 0);
+    deadline = rlt_mono_ms() + 5000;
+    for (get(f->mport, "/healthz", &r); r.status != 200;
+         get(f->mport, "/healthz", &r)) {
+        assert_true(rlt_mono_ms() < deadline);
+        nap_ms(10);
+    }
+    assert_int_equal(check_once(f->port, "h", 5), RL_CODE_OK);
+
+    rlt_redis_kill(&f->redis);
+    deadline = rlt_mono_ms() + 5000;
+    for (get(f->mport, "/healthz", &r); r.status != 503;
+         get(f->mport, "/healthz", &r)) {
+        /* A request makes the store notice sooner, as traffic would. */
+        check_once(f->port, "h", 5);
+        assert_true(rlt_mono_ms() < deadline);
+        nap_ms(10);
+    }
+    assert_string_equal(r.body, "store unavailable\n");
+    get(f->mport, "/metrics", &r);
+    assert_int_equal(sample(r.body, "rl_store_up"), 0);
+
+    assert_int_equal(rlt_redis_restart(&f->redis), 0);
+    deadline = rlt_mono_ms() + 15000;
+    for (get(f->mport, "/healthz", &r); r.status != 200;
+         get(f->mport, "/healthz", &r)) {
+        assert_true(rlt_mono_ms() < deadline);
+        nap_ms(20);
+    }
+    get(f->mport, "/metrics", &r);
+    assert_int_equal(sample(r.body, "rl_store_up"), 1);
+    assert_true(sample(r.body, "rl_store_reconnects_total") >= 1);
+    assert_true(sample(r.body, "rl_redis_rtt_seconds_count") >= 1);
+    assert_exposition(r.body);
+    stop(f);
+}
+
+/* A --metrics port already in use: start fails with the error, and
+ * nothing is left open. */
+static void test_port_in_use(void **state)
+{
+    fx_t *f = *state;
+    rls_store_t *st;
+    int fd, one = 1;
+    struct sockaddr_in sa;
+
+    (void)state;
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(listen(fd, 1), 0);
+    socklen_t len = sizeof(sa);
+    getsockname(fd, (struct sockaddr *)&sa, &len);
+
+    rls_config_defaults(&f->cfg);
+    f->cfg.listen_port = rlt_free_port();
+    strcpy(f->cfg.metrics_host, "127.0.0.1");
+    f->cfg.metrics_port = ntohs(sa.sin_port);
+    assert_int_equal(uv_loop_init(&f->loop), 0);
+    st = rls_store_memory_new(&f->loop);
+    assert_non_null(st);
+    assert_int_equal(rls_server_start(&f->srv, &f->loop, &f->cfg, st),
+                     UV_EADDRINUSE);
+    st->v->close(st, NULL, NULL);
+    uv_run(&f->loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&f->loop), 0);
+    close(fd);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_metrics_page, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_routes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_requests, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pipelined_and_split, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_idle_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_connection_cap, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_drain, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_health_follows_redis, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_port_in_use, setup, teardown),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
