@@ -9,6 +9,7 @@ packages=(
   libcmocka-dev
   redis-server redis-tools
   haproxy faketime gnuplot-nox procps
+  curl jq
 )
 
 missing=()
