@@ -21,7 +21,7 @@
 #define RL_HIST_SUB_BITS_MAX 16
 
 typedef struct rl_hist_s {
-    uint64_t *counts;   /* nbuckets counters */
+    uint64_t *counts; /* nbuckets counters */
     size_t nbuckets;
     unsigned sub_bits;
     uint64_t highest;   /* largest value recorded as itself */

@@ -33,8 +33,7 @@ static void check_tiling(unsigned sub_bits, uint64_t highest)
         assert_int_equal(rl_hist_index(&h, hi), i);
         assert_int_equal(rl_hist_index(&h, lo + (hi - lo) / 2), i);
         if (lo >= (UINT64_C(1) << sub_bits))
-            assert_true((hi - lo + 1) * (UINT64_C(1) << (sub_bits - 1)) <=
-                        lo);
+            assert_true((hi - lo + 1) * (UINT64_C(1) << (sub_bits - 1)) <= lo);
     }
     /* The last bucket holds highest. */
     assert_true(rl_hist_bucket_low(&h, h.nbuckets - 1) <= highest);
