@@ -1,0 +1,173 @@
+/* The audit: a correctness check run under load, from the responses alone.
+ * See rlb.h for how a response is placed in its window. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rl_error.h"
+#include "rlb.h"
+
+#define TAB_MIN 4096
+
+static uint64_t mix(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+
+int rlb_audit_init(rlb_audit_t *a, uint32_t window_s, uint32_t cost)
+{
+    memset(a, 0, sizeof(*a));
+    a->tab = calloc(TAB_MIN, sizeof(*a->tab));
+    if (a->tab == NULL)
+        return RL_ENOMEM;
+    a->mask = TAB_MIN - 1;
+    a->window_ms = (double)window_s * 1000;
+    a->cost = cost;
+    return 0;
+}
+
+void rlb_audit_free(rlb_audit_t *a)
+{
+    if (a == NULL)
+        return;
+    free(a->tab);
+    a->tab = NULL;
+}
+
+static int grow(rlb_audit_t *a)
+{
+    size_t n = 2 * (a->mask + 1), i;
+    rlb_audit_ent_t *t = calloc(n, sizeof(*t));
+
+    if (t == NULL)
+        return -1;
+    for (i = 0; i <= a->mask; i++) {
+        rlb_audit_ent_t *e = &a->tab[i];
+        size_t p;
+        if (e->id == 0)
+            continue;
+        for (p = mix(e->id) & (n - 1); t[p].id != 0; p = (p + 1) & (n - 1))
+            ;
+        t[p] = *e;
+    }
+    free(a->tab);
+    a->tab = t;
+    a->mask = n - 1;
+    return 0;
+}
+
+void rlb_audit_add(rlb_audit_t *a, uint32_t key, int allowed, uint64_t limit,
+                   uint64_t reset_after_ms, double sent_ms, double recv_ms)
+{
+    /* The server decided somewhere between send and receive; the midpoint
+     * is off by at most half the round trip. */
+    double end = (sent_ms + recv_ms) / 2 + (double)reset_after_ms;
+    double k, skew;
+    uint64_t id;
+    size_t p;
+
+    if (!a->have_ref) {
+        a->have_ref = 1;
+        a->ref_ms = end;
+    }
+    k = floor((end - a->ref_ms) / a->window_ms + 0.5);
+    skew = fabs(end - (a->ref_ms + k * a->window_ms));
+    if (skew > a->max_skew_ms)
+        a->max_skew_ms = skew;
+    if (k < -2147483647.0 || k > 2147483647.0)
+        k = k < 0 ? -2147483647.0 : 2147483647.0;
+    id = (uint64_t)key << 32 | (uint32_t)((int64_t)k + 2147483648LL);
+
+    if (2 * (a->used + 1) > a->mask + 1 && grow(a) != 0) {
+        a->nomem = 1;
+        return;
+    }
+    for (p = mix(id) & a->mask; a->tab[p].id != 0 && a->tab[p].id != id;
+         p = (p + 1) & a->mask)
+        ;
+    if (a->tab[p].id == 0) {
+        a->tab[p].id = id;
+        a->tab[p].limit = limit;
+        a->used++;
+    } else if (a->tab[p].limit != limit) {
+        /* One window, one limit: a change means another client shares the
+         * key with other settings; the smaller limit is the strict one. */
+        a->limit_mismatch++;
+        if (limit < a->tab[p].limit)
+            a->tab[p].limit = limit;
+    }
+    if (allowed)
+        a->tab[p].allowed++;
+    else
+        a->tab[p].denied++;
+}
+
+static int by_end(const void *x, const void *y)
+{
+    const rlb_audit_window_t *a = x, *b = y;
+
+    if (a->end_ms != b->end_ms)
+        return a->end_ms < b->end_ms ? -1 : 1;
+    return a->key < b->key ? -1 : a->key > b->key;
+}
+
+int rlb_audit_report(const rlb_audit_t *a, double run_start_ms,
+                     double first_send_ms, rlb_audit_report_t *r)
+{
+    /* A window counts as begun inside the run only if it did so by more
+     * than the estimates' spread. */
+    double margin = 2 * a->max_skew_ms + 10;
+    size_t i;
+
+    memset(r, 0, sizeof(*r));
+    r->max_skew_ms = a->max_skew_ms;
+    r->unreliable = a->max_skew_ms > a->window_ms / 4 || a->nomem;
+    r->over = calloc(RLB_AUDIT_LIST_MAX, sizeof(*r->over));
+    r->inexact = calloc(RLB_AUDIT_LIST_MAX, sizeof(*r->inexact));
+    if (r->over == NULL || r->inexact == NULL) {
+        rlb_audit_report_free(r);
+        return RL_ENOMEM;
+    }
+    for (i = 0; i <= a->mask; i++) {
+        const rlb_audit_ent_t *e = &a->tab[i];
+        double k, end;
+        rlb_audit_window_t w;
+
+        if (e->id == 0)
+            continue;
+        k = (double)((int64_t)(e->id & 0xffffffffu) - 2147483648LL);
+        end = a->ref_ms + k * a->window_ms;
+        w.key = (uint32_t)(e->id >> 32);
+        w.end_ms = end - run_start_ms;
+        w.allowed = e->allowed;
+        w.denied = e->denied;
+        w.limit = e->limit;
+        r->windows++;
+        if ((uint64_t)e->allowed * a->cost > e->limit) {
+            r->over_limit++;
+            if (r->nover < RLB_AUDIT_LIST_MAX)
+                r->over[r->nover++] = w;
+        }
+        if (e->denied > 0 && end - a->window_ms >= first_send_ms + margin) {
+            r->checked++;
+            if (e->allowed == e->limit / a->cost)
+                r->exact++;
+            else if (r->ninexact < RLB_AUDIT_LIST_MAX)
+                r->inexact[r->ninexact++] = w;
+        }
+    }
+    qsort(r->over, r->nover, sizeof(*r->over), by_end);
+    qsort(r->inexact, r->ninexact, sizeof(*r->inexact), by_end);
+    return 0;
+}
+
+void rlb_audit_report_free(rlb_audit_report_t *r)
+{
+    if (r == NULL)
+        return;
+    free(r->over);
+    free(r->inexact);
+    r->over = r->inexact = NULL;
+}

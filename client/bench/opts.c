@@ -1,0 +1,318 @@
+/* rl-bench's command line. Every mistake gets one line that names the
+ * option and what it wants, then exit status 2: scripts and CI read the
+ * status, people read the line. */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rlb.h"
+#include "rlc.h"
+
+static void usage(FILE *f)
+{
+    fprintf(
+        f,
+        "usage: rl-bench [options]\n"
+        "\n"
+        "Load generator for rl-server, on librlc's async API: measures\n"
+        "decisions per second and latency, and with --audit checks that no\n"
+        "window allowed more than its limit.\n"
+        "\n"
+        "  --server HOST:PORT[,HOST:PORT...]  rl-server to load\n"
+        "                          (default 127.0.0.1:7390)\n"
+        "  --connections N         connections, one client each (default 4)\n"
+        "  --duration SECONDS      measured time, fractions allowed "
+        "(default 10)\n"
+        "  --warmup SECONDS        load before measuring (default 0)\n"
+        "  --inflight N            closed loop: requests outstanding per\n"
+        "                          connection (default 64)\n"
+        "  --rate R                open loop instead: R requests per second\n"
+        "                          on a fixed schedule; latency counts from\n"
+        "                          the scheduled send time\n"
+        "  --tick-us N             open loop: send what has fallen due every\n"
+        "                          N us (default: 4 intervals, within "
+        "50..1000)\n"
+        "  --requests N            stop after sending N (default: no cap)\n"
+        "  --keys N                distinct keys (default 100000)\n"
+        "  --dist D                uniform, zipf:S (S > 0, e.g. zipf:1.1), or\n"
+        "                          hot[:F] (share F of requests, default 1,\n"
+        "                          for one key, the rest uniform) "
+        "(default uniform)\n"
+        "  --key-prefix STR        keys are STR0, STR1, ... (default "
+        "bench:)\n"
+        "  --limit N               hits allowed per window (default 100)\n"
+        "  --window SECONDS        window length (default 60)\n"
+        "  --cost N                hits each request consumes (default 1)\n"
+        "  --timeout-ms N          per request (default 1000)\n"
+        "  --give-up SECONDS       end the run when no server has been\n"
+        "                          connected this long (default 3)\n"
+        "  --seed N                key sequence seed (default: from the "
+        "clock)\n"
+        "  --audit                 count allowed decisions per key and "
+        "window;\n"
+        "                          exit 1 if any window allowed more than "
+        "its\n"
+        "                          limit\n"
+        "  --progress, --no-progress  a live line every second (default: "
+        "when\n"
+        "                          stderr is a terminal)\n"
+        "  --json FILE             write the results as JSON\n"
+        "  --hist-csv FILE         write the latency distribution as CSV\n"
+        "  --plot FILE.png         draw the latency percentile curve "
+        "(gnuplot)\n"
+        "  --help                  print this and exit\n"
+        "\n"
+        "Exit status: 0 done, 1 audit found a window over its limit, 2 bad\n"
+        "arguments, 3 no server reachable or it went away (a summary is\n"
+        "still printed), 4 a report could not be written.\n");
+}
+
+/* Prints "rl-bench: <message>" and a pointer to --help; returns the usage
+ * exit status so that callers can `return bad(...)`. */
+static int bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int bad(const char *fmt, ...)
+{
+    va_list ap;
+
+    fprintf(stderr, "rl-bench: ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n(rl-bench --help lists the options)\n");
+    return RLB_EXIT_USAGE;
+}
+
+/* Parses a decimal in [min, max]. Returns 0 or -1. */
+static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *v)
+{
+    char *end;
+    unsigned long long x;
+
+    if (s == NULL || *s < '0' || *s > '9')
+        return -1;
+    errno = 0;
+    x = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0' || x < min || x > max)
+        return -1;
+    *v = x;
+    return 0;
+}
+
+/* Parses a finite number in (min, max] (min excluded when open_min). */
+static int parse_num(const char *s, double min, double max, int open_min,
+                     double *v)
+{
+    char *end;
+    double x;
+
+    if (s == NULL || *s == '\0')
+        return -1;
+    errno = 0;
+    x = strtod(s, &end);
+    if (errno != 0 || *end != '\0' || !isfinite(x) || x < min ||
+        (open_min && x == min) || x > max)
+        return -1;
+    *v = x;
+    return 0;
+}
+
+static int parse_dist(const char *s, rlb_opts_t *o)
+{
+    if (strcmp(s, "uniform") == 0) {
+        o->dist = RLB_DIST_UNIFORM;
+        return 0;
+    }
+    if (strncmp(s, "zipf:", 5) == 0) {
+        o->dist = RLB_DIST_ZIPF;
+        return parse_num(s + 5, 0, 100, 1, &o->zipf_s);
+    }
+    if (strcmp(s, "hot") == 0) {
+        o->dist = RLB_DIST_HOT;
+        o->hot_frac = 1;
+        return 0;
+    }
+    if (strncmp(s, "hot:", 4) == 0) {
+        o->dist = RLB_DIST_HOT;
+        return parse_num(s + 4, 0, 1, 1, &o->hot_frac);
+    }
+    return -1;
+}
+
+static int takes_value(const char *name)
+{
+    static const char *const names[] = {
+        "--server",      "--key-prefix", "--json",    "--hist-csv", "--plot",
+        "--connections", "--duration",   "--warmup",  "--inflight", "--rate",
+        "--requests",    "--keys",       "--tick-us", "--limit",    "--window",
+        "--cost",        "--timeout-ms", "--give-up", "--seed",     "--dist"};
+    size_t i;
+
+    for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcmp(name, names[i]) == 0)
+            return 1;
+    return 0;
+}
+
+static FILE *open_out(const char *opt, const char *path)
+{
+    FILE *f = fopen(path, "w");
+
+    if (f == NULL)
+        bad("%s: cannot write '%s': %s", opt, path, strerror(errno));
+    return f;
+}
+
+int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
+{
+    int i, have_inflight = 0;
+
+    memset(o, 0, sizeof(*o));
+    o->server = "127.0.0.1:7390";
+    o->connections = 4;
+    o->duration_s = 10;
+    o->inflight = 64;
+    o->keys = 100000;
+    o->dist = RLB_DIST_UNIFORM;
+    o->key_prefix = "bench:";
+    o->limit = 100;
+    o->window_s = 60;
+    o->cost = 1;
+    o->timeout_ms = 1000;
+    o->down_s = 3;
+    o->progress = -1;
+    o->seed = 0;
+
+    for (i = 1; i < argc; i++) {
+        char *name = argv[i], *val = NULL, *eq;
+        uint64_t v;
+        double d;
+
+        if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) {
+            usage(stdout);
+            exit(RLB_EXIT_OK);
+        }
+        if (strncmp(name, "--", 2) != 0)
+            return bad("unexpected argument '%s'", name);
+        if (strcmp(name, "--audit") == 0) {
+            o->audit = 1;
+            continue;
+        }
+        if (strcmp(name, "--progress") == 0) {
+            o->progress = 1;
+            continue;
+        }
+        if (strcmp(name, "--no-progress") == 0) {
+            o->progress = 0;
+            continue;
+        }
+        eq = strchr(name, '=');
+        if (eq != NULL)
+            *eq = '\0';
+        if (!takes_value(name))
+            return bad("unknown option '%s'", name);
+        if (eq != NULL) {
+            val = eq + 1;
+        } else if (i + 1 < argc) {
+            val = argv[++i];
+        } else {
+            return bad("%s needs a value", name);
+        }
+
+#define STR(opt, dst)                                                          \
+    if (strcmp(name, opt) == 0) {                                              \
+        if (*val == '\0')                                                      \
+            return bad("%s needs a value", opt);                               \
+        dst = val;                                                             \
+        continue;                                                              \
+    }
+#define INT(opt, lo, hi, dst)                                                  \
+    if (strcmp(name, opt) == 0) {                                              \
+        if (parse_u64(val, lo, hi, &v) != 0) {                                 \
+            fprintf(stderr,                                                    \
+                    "rl-bench: %s wants a whole number in [%" PRIu64           \
+                    ", %" PRIu64 "], not '%s'\n",                              \
+                    opt, (uint64_t)(lo), (uint64_t)(hi), val);                 \
+            return RLB_EXIT_USAGE;                                             \
+        }                                                                      \
+        dst = v;                                                               \
+        continue;                                                              \
+    }
+#define NUM(opt, lo, hi, dst)                                                  \
+    if (strcmp(name, opt) == 0) {                                              \
+        if (parse_num(val, lo, hi, 1, &d) != 0) {                              \
+            fprintf(stderr,                                                    \
+                    "rl-bench: %s wants a number above %g, up to %g, not "     \
+                    "'%s'\n",                                                  \
+                    opt, (double)(lo), (double)(hi), val);                     \
+            return RLB_EXIT_USAGE;                                             \
+        }                                                                      \
+        dst = d;                                                               \
+        continue;                                                              \
+    }
+        STR("--server", o->server)
+        STR("--key-prefix", o->key_prefix)
+        STR("--json", o->json_path)
+        STR("--hist-csv", o->csv_path)
+        STR("--plot", o->plot_path)
+        INT("--connections", 1, 1024, o->connections)
+        NUM("--duration", 0, 86400, o->duration_s)
+        if (strcmp(name, "--warmup") == 0) {
+            if (parse_num(val, 0, 3600, 0, &d) != 0)
+                return bad("--warmup wants seconds in [0, 3600], not '%s'",
+                           val);
+            o->warmup_s = d;
+            continue;
+        }
+        if (strcmp(name, "--inflight") == 0)
+            have_inflight = 1;
+        INT("--inflight", 1, 65536, o->inflight)
+        NUM("--rate", 0, 1e8, o->rate)
+        NUM("--tick-us", 0, 999999, o->tick_us)
+        INT("--requests", 1, UINT64_MAX, o->requests)
+        INT("--keys", 1, UINT32_MAX, o->keys)
+        INT("--limit", 1, INT64_MAX, o->limit)
+        INT("--window", 1, RLC_WINDOW_MAX_S, o->window_s)
+        INT("--cost", 1, UINT32_MAX, o->cost)
+        INT("--timeout-ms", 1, 3600000, o->timeout_ms)
+        NUM("--give-up", 0, 3600, o->down_s)
+        INT("--seed", 0, UINT64_MAX, o->seed)
+        if (strcmp(name, "--dist") == 0) {
+            if (parse_dist(val, o) != 0)
+                return bad("--dist wants uniform, zipf:S (S > 0) or hot[:F] "
+                           "(0 < F <= 1), not '%s'",
+                           val);
+            continue;
+        }
+#undef STR
+#undef INT
+#undef NUM
+        return bad("unknown option '%s'", name);
+    }
+
+    if (o->rate > 0 && have_inflight)
+        return bad("give --inflight (closed loop) or --rate (open loop), "
+                   "not both");
+    /* The longest key is the prefix plus ten digits. */
+    if (strlen(o->key_prefix) + 10 > RLC_KEY_MAX)
+        return bad("--key-prefix is longer than %d bytes", RLC_KEY_MAX - 10);
+    if (o->dist == RLB_DIST_ZIPF && o->keys > 50000000)
+        return bad("--dist zipf takes at most 50000000 keys");
+    if (o->plot_path != NULL && !rlb_have_program("gnuplot"))
+        return bad("--plot needs gnuplot on PATH (Debian: apt-get install "
+                   "gnuplot-nox)");
+    if (o->json_path != NULL &&
+        (o->json = open_out("--json", o->json_path)) == NULL)
+        return RLB_EXIT_USAGE;
+    if (o->csv_path != NULL &&
+        (o->csv = open_out("--hist-csv", o->csv_path)) == NULL)
+        return RLB_EXIT_USAGE;
+    if (o->progress < 0)
+        o->progress = isatty(STDERR_FILENO);
+    return 0;
+}

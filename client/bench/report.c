@@ -1,0 +1,353 @@
+/* What rl-bench prints and writes: the live progress line, the summary, the
+ * JSON results, the latency CSV and the percentile plot. */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rlb.h"
+
+static double us(uint64_t ns)
+{
+    return (double)ns / 1000.0;
+}
+
+static double pct_us(const rl_hist_t *h, double p)
+{
+    return us(rl_hist_percentile(h, p));
+}
+
+void rlb_progress_line(char *buf, size_t cap, double t, double rate,
+                       const rlb_stats_t *s)
+{
+    snprintf(buf, cap,
+             "%6.1fs %9.0f/s  allowed %" PRIu64 "  denied %" PRIu64
+             "  errors %" PRIu64 "  p50 %.0fus  p99 %.0fus",
+             t, rate, s->allowed, s->denied, rlb_errors(s) + s->unsent,
+             pct_us(&s->lat_ns, 50), pct_us(&s->lat_ns, 99));
+}
+
+static const char *dist_name(const rlb_opts_t *o, char *buf, size_t cap)
+{
+    if (o->dist == RLB_DIST_ZIPF)
+        snprintf(buf, cap, "zipf:%g", o->zipf_s);
+    else if (o->dist == RLB_DIST_HOT && o->hot_frac < 1)
+        snprintf(buf, cap, "hot:%g", o->hot_frac);
+    else
+        snprintf(buf, cap, "%s", o->dist == RLB_DIST_HOT ? "hot" : "uniform");
+    return buf;
+}
+
+static double per_sec(const rlb_result_t *r)
+{
+    return r->seconds > 0 ? (double)(r->st.allowed + r->st.denied) / r->seconds
+                          : 0;
+}
+
+static void print_windows(FILE *f, const char *what, const rlb_opts_t *o,
+                          const rlb_audit_window_t *w, size_t n, uint64_t total)
+{
+    size_t i, shown = n < 20 ? n : 20;
+
+    for (i = 0; i < shown; i++)
+        fprintf(f,
+                "  %s: key %s%" PRIu32 ", window ending at %+.1f s: %" PRIu64
+                " allowed (x cost %" PRIu32 "), limit %" PRIu64 ", %" PRIu64
+                " refused\n",
+                what, o->key_prefix, w[i].key, w[i].end_ms / 1000, w[i].allowed,
+                o->cost, w[i].limit, w[i].denied);
+    if (total > shown)
+        fprintf(f, "  ... and %" PRIu64 " more (all in --json)\n",
+                total - shown);
+}
+
+void rlb_print_summary(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
+{
+    const rlb_stats_t *s = &r->st;
+    const rl_hist_t *h = &s->lat_ns;
+    char dist[32];
+
+    fprintf(f, "rl-bench   %s, %" PRIu32 " connection%s, ", o->server,
+            o->connections, o->connections == 1 ? "" : "s");
+    if (o->rate > 0)
+        fprintf(f, "open loop at %.0f/s", o->rate);
+    else
+        fprintf(f, "closed loop, %" PRIu32 " in flight each", o->inflight);
+    fprintf(f, ", %.2f s measured\n", r->seconds);
+    fprintf(f,
+            "keys       %" PRIu32 " %s, prefix \"%s\"; limit %" PRIu64
+            " per %" PRIu32 " s, cost %" PRIu32 "\n",
+            o->keys, dist_name(o, dist, sizeof(dist)), o->key_prefix, o->limit,
+            o->window_s, o->cost);
+    if (r->ended_early)
+        fprintf(f, "ENDED EARLY: %s\n", r->end_reason);
+    fprintf(f,
+            "decisions  %" PRIu64 " (%.0f/s): allowed %" PRIu64
+            ", denied %" PRIu64 "\n",
+            s->allowed + s->denied, per_sec(r), s->allowed, s->denied);
+    if (s->failed_open)
+        fprintf(f,
+                "           %" PRIu64 " allowed by the server's fail-open "
+                "policy (store unavailable)\n",
+                s->failed_open);
+    fprintf(f,
+            "errors     %" PRIu64 " (server %" PRIu64 ", timeouts %" PRIu64
+            ", connection lost %" PRIu64 ", other %" PRIu64 ", unsent %" PRIu64
+            "); disconnects %" PRIu64 "\n",
+            rlb_errors(s) + s->unsent, s->server_errors, s->timeouts, s->closed,
+            s->other_errors, s->unsent, s->disconnects);
+    fprintf(f,
+            "latency    p50 %.1f us, p90 %.1f us, p99 %.1f us, p99.9 %.1f us, "
+            "max %.1f us (mean %.1f us)%s\n",
+            pct_us(h, 50), pct_us(h, 90), pct_us(h, 99), pct_us(h, 99.9),
+            us(h->max), rl_hist_mean(h) / 1000,
+            o->rate > 0 ? ", from the scheduled send" : "");
+    if (!r->audited)
+        return;
+    fprintf(f, "audit      %" PRIu64 " windows, %" PRIu64 " over the limit%s",
+            r->audit.windows, r->audit.over_limit,
+            r->audit.over_limit ? " (FAILED)" : "");
+    if (r->audit.checked)
+        fprintf(f,
+                "; hammered windows with exactly the limit allowed: %" PRIu64
+                " of %" PRIu64 "%s",
+                r->audit.exact, r->audit.checked,
+                r->audit.exact == r->audit.checked ? "" : " (NOT EXACT)");
+    fprintf(f, "\n");
+    if (r->audit.unreliable)
+        fprintf(f,
+                "  warning: window estimates strayed %.0f ms from the grid; "
+                "the grouping may be wrong\n",
+                r->audit.max_skew_ms);
+    print_windows(f, "over", o, r->audit.over, r->audit.nover,
+                  r->audit.over_limit);
+    print_windows(f, "not exact", o, r->audit.inexact, r->audit.ninexact,
+                  r->audit.checked - r->audit.exact);
+}
+
+/* Writes s as a JSON string. */
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            fprintf(f, "\\%c", ch);
+        else if (ch < 0x20)
+            fprintf(f, "\\u%04x", ch);
+        else
+            fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
+static void json_windows(FILE *f, const char *name, const rlb_opts_t *o,
+                         const rlb_audit_window_t *w, size_t n)
+{
+    size_t i;
+    char key[600];
+
+    fprintf(f, ",\n  \"%s\": [", name);
+    for (i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "%s%" PRIu32, o->key_prefix, w[i].key);
+        fprintf(f, "%s\n    {\"key\": ", i ? "," : "");
+        json_str(f, key);
+        fprintf(f,
+                ", \"window_end_s\": %.3f, \"allowed\": %" PRIu64
+                ", \"denied\": %" PRIu64 ", \"limit\": %" PRIu64 "}",
+                w[i].end_ms / 1000, w[i].allowed, w[i].denied, w[i].limit);
+    }
+    fprintf(f, "%s]", n ? "\n  " : "");
+}
+
+int rlb_write_json(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
+{
+    const rlb_stats_t *s = &r->st;
+    const rl_hist_t *h = &s->lat_ns;
+    char dist[32];
+
+    fprintf(f, "{\n  \"server\": ");
+    json_str(f, o->server);
+    fprintf(f, ",\n  \"mode\": \"%s\",\n", o->rate > 0 ? "open" : "closed");
+    fprintf(f, "  \"connections\": %" PRIu32 ",\n", o->connections);
+    if (o->rate > 0)
+        fprintf(f, "  \"rate\": %.3f,\n  \"inflight\": null,\n", o->rate);
+    else
+        fprintf(f, "  \"rate\": null,\n  \"inflight\": %" PRIu32 ",\n",
+                o->inflight);
+    fprintf(f,
+            "  \"keys\": %" PRIu32 ",\n  \"dist\": \"%s\",\n  \"key_prefix\": ",
+            o->keys, dist_name(o, dist, sizeof(dist)));
+    json_str(f, o->key_prefix);
+    fprintf(f,
+            ",\n  \"limit\": %" PRIu64 ",\n  \"window\": %" PRIu32
+            ",\n  \"cost\": %" PRIu32 ",\n",
+            o->limit, o->window_s, o->cost);
+    fprintf(f,
+            "  \"decisions\": %" PRIu64 ",\n  \"seconds\": %.6f,\n"
+            "  \"decisions_per_sec\": %.1f,\n",
+            s->allowed + s->denied, r->seconds, per_sec(r));
+    fprintf(f,
+            "  \"sent\": %" PRIu64 ",\n  \"allowed\": %" PRIu64
+            ",\n  \"denied\": %" PRIu64 ",\n  \"errors\": %" PRIu64 ",\n",
+            s->sent, s->allowed, s->denied, rlb_errors(s) + s->unsent);
+    fprintf(f,
+            "  \"server_errors\": %" PRIu64 ",\n  \"timeouts\": %" PRIu64
+            ",\n  \"connection_lost\": %" PRIu64
+            ",\n  \"other_errors\": %" PRIu64 ",\n  \"unsent\": %" PRIu64
+            ",\n  \"failed_open\": %" PRIu64 ",\n  \"disconnects\": %" PRIu64
+            ",\n",
+            s->server_errors, s->timeouts, s->closed, s->other_errors,
+            s->unsent, s->failed_open, s->disconnects);
+    fprintf(f,
+            "  \"p50_us\": %.1f,\n  \"p90_us\": %.1f,\n  \"p99_us\": %.1f,\n"
+            "  \"p999_us\": %.1f,\n  \"max_us\": %.1f,\n  \"min_us\": %.1f,\n"
+            "  \"mean_us\": %.1f,\n",
+            pct_us(h, 50), pct_us(h, 90), pct_us(h, 99), pct_us(h, 99.9),
+            us(h->max), h->total ? us(h->min) : 0.0, rl_hist_mean(h) / 1000);
+    fprintf(f, "  \"ended_early\": %s,\n  \"end_reason\": ",
+            r->ended_early ? "true" : "false");
+    if (r->ended_early)
+        json_str(f, r->end_reason);
+    else
+        fprintf(f, "null");
+    fprintf(f, ",\n  \"audit\": %s", r->audited ? "true" : "false");
+    if (r->audited) {
+        const rlb_audit_report_t *a = &r->audit;
+        fprintf(f,
+                ",\n  \"audit_windows\": %" PRIu64
+                ",\n  \"audit_over_limit\": %" PRIu64
+                ",\n  \"audit_checked_windows\": %" PRIu64
+                ",\n  \"audit_exact_windows\": %" PRIu64
+                ",\n  \"audit_exact\": %s,\n  \"audit_max_skew_ms\": %.1f"
+                ",\n  \"audit_unreliable\": %s",
+                a->windows, a->over_limit, a->checked, a->exact,
+                a->checked == 0          ? "null"
+                : a->exact == a->checked ? "true"
+                                         : "false",
+                a->max_skew_ms, a->unreliable ? "true" : "false");
+        json_windows(f, "audit_violations", o, a->over, a->nover);
+        json_windows(f, "audit_inexact", o, a->inexact, a->ninexact);
+    }
+    fprintf(f, "\n}\n");
+    if (fflush(f) != 0 || ferror(f)) {
+        fprintf(stderr, "rl-bench: writing --json: %s\n", strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int rlb_write_csv(FILE *f, const rl_hist_t *h)
+{
+    uint64_t lo, hi, n, cum = 0;
+    size_t i = 0;
+
+    fprintf(f, "latency_us_low,latency_us_high,count,cumulative_count,"
+               "percentile\n");
+    while (rl_hist_next(h, &i, &lo, &hi, &n)) {
+        cum += n;
+        fprintf(f, "%.3f,%.3f,%" PRIu64 ",%" PRIu64 ",%.6f\n", us(lo), us(hi),
+                n, cum, 100.0 * (double)cum / (double)h->total);
+    }
+    if (fflush(f) != 0 || ferror(f)) {
+        fprintf(stderr, "rl-bench: writing --hist-csv: %s\n", strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int rlb_have_program(const char *name)
+{
+    const char *path = getenv("PATH");
+    char buf[4096];
+
+    if (path == NULL)
+        return 0;
+    while (*path) {
+        size_t n = strcspn(path, ":");
+        if (n > 0 && n + strlen(name) + 2 <= sizeof(buf)) {
+            memcpy(buf, path, n);
+            buf[n] = '/';
+            strcpy(buf + n + 1, name);
+            if (access(buf, X_OK) == 0)
+                return 1;
+        }
+        path += n;
+        if (*path == ':')
+            path++;
+    }
+    return 0;
+}
+
+/* Writes s inside a gnuplot single-quoted string, where '' is a quote. */
+static void gp_str(FILE *f, const char *s)
+{
+    fputc('\'', f);
+    for (; *s; s++) {
+        if (*s == '\'')
+            fputc('\'', f);
+        fputc(*s, f);
+    }
+    fputc('\'', f);
+}
+
+int rlb_plot(const char *path, const rlb_opts_t *o, const rl_hist_t *h)
+{
+    FILE *gp;
+    char dist[32], title[256];
+    int i, rc;
+
+    if (h->total == 0) {
+        fprintf(stderr, "rl-bench: --plot: no latencies to draw\n");
+        return -1;
+    }
+    gp = popen("gnuplot", "w");
+    if (gp == NULL) {
+        fprintf(stderr, "rl-bench: --plot: cannot run gnuplot: %s\n",
+                strerror(errno));
+        return -1;
+    }
+    if (o->rate > 0)
+        snprintf(title, sizeof(title),
+                 "rl-bench latency, open loop %.0f/s, %s over %" PRIu32 " keys",
+                 o->rate, dist_name(o, dist, sizeof(dist)), o->keys);
+    else
+        snprintf(title, sizeof(title),
+                 "rl-bench latency, closed loop %" PRIu32 " x %" PRIu32
+                 ", %s over %" PRIu32 " keys",
+                 o->connections, o->inflight, dist_name(o, dist, sizeof(dist)),
+                 o->keys);
+    fprintf(gp, "set terminal pngcairo size 960,600 font ',10'\n"
+                "set output ");
+    gp_str(gp, path);
+    fprintf(gp, "\nset title ");
+    gp_str(gp, title);
+    /* The x axis is 1/(1-p), on a log scale: each decade is one more nine,
+     * so the tail, where the story usually is, gets as much room as the
+     * median. Tic labels are gnuplot formats, hence %%%% for a '%'. */
+    fprintf(gp,
+            "\nset logscale x\nset xrange [1:*]\nset yrange [0:*]\n"
+            "set xlabel 'percentile'\nset ylabel 'latency (us)'\n"
+            "set xtics ('0%%%%' 1, '90%%%%' 10, '99%%%%' 100, '99.9%%%%' 1000, "
+            "'99.99%%%%' 10000, '99.999%%%%' 100000, "
+            "'99.9999%%%%' 1000000)\n"
+            "set grid\nset key top left\n$lat << EOD\n");
+    for (i = 0; i <= 240; i++) {
+        double q = 1 - pow(10, -(double)i / 40);
+        if (i > 0 && 1 - q < 1.0 / (double)h->total)
+            break;
+        fprintf(gp, "%.6g %.3f\n", 1 / (1 - q), pct_us(h, q * 100));
+    }
+    fprintf(gp, "%.6g %.3f\n", (double)h->total, us(h->max));
+    fprintf(gp, "EOD\nplot $lat using 1:2 with lines lw 2 title "
+                "'latency at percentile'\n");
+    rc = pclose(gp);
+    if (rc != 0) {
+        fprintf(stderr, "rl-bench: --plot: gnuplot failed (status %d)\n", rc);
+        return -1;
+    }
+    return 0;
+}

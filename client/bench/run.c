@@ -1,0 +1,616 @@
+/* The load loop: N async librlc clients on one libuv loop.
+ *
+ * Closed loop: each connection keeps --inflight checks outstanding; every
+ * answer sends the next one from inside its callback, and librlc packs the
+ * checks submitted in one loop iteration into one write.
+ *
+ * Open loop: check i is due at start + i / rate, whatever the server does.
+ * A timerfd wakes the loop every few tens of microseconds (libuv's timers
+ * count whole milliseconds, too coarse for 50,000 checks a second) and
+ * every check that has fallen due is sent. Latency runs from the scheduled
+ * time, not from the send, so a server that falls behind shows its queueing
+ * in the percentiles instead of quietly slowing the generator down (the
+ * "coordinated omission" that closed loops suffer). Checks that could not
+ * even be sent because every request slot was taken stay due, and are
+ * counted as unsent if the run ends first.
+ *
+ * Phases: warmup (audited, not measured), measure, drain (nothing new is
+ * sent; answers still count), done. Which checks are measured is decided by
+ * when each was sent (or scheduled), so the boundaries are sharp. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "rl_error.h"
+#include "rlb.h"
+#include "rlc.h"
+
+#define NIL UINT32_MAX
+#define HIST_HIGHEST_NS (UINT64_C(1) << 40) /* about 18 minutes */
+#define HIST_SUB_BITS 8
+#define DRAIN_EXTRA_MS 500 /* beyond the request timeout */
+#define TICK_MS 100        /* phase changes, give-up check */
+
+enum { PH_WARMUP, PH_MEASURE, PH_DRAIN, PH_DONE };
+
+struct bench_s;
+
+/* One check in flight: what the answer needs to be accounted. */
+typedef struct req_s {
+    uint64_t due_ns;  /* scheduled (open loop) or sent (closed loop) */
+    uint64_t sent_ns; /* handed to librlc */
+    struct conn_s *conn;
+    uint32_t key;
+    uint32_t next; /* free list */
+} req_t;
+
+typedef struct conn_s {
+    struct bench_s *b;
+    rlc_async_t *c;
+    req_t *reqs; /* nreqs slots, allocated once */
+    uint32_t nreqs, free_head, inflight;
+    int connected;
+    char key[RLC_KEY_MAX + 1]; /* the prefix, then the digits */
+    size_t prefix_len;
+} conn_t;
+
+typedef struct bench_s {
+    const rlb_opts_t *o;
+    rlb_result_t *res;
+    uv_loop_t loop;
+    conn_t *conns;
+    uint32_t nconns;
+    rlb_keys_t keys;
+    rlb_audit_t audit;
+    int phase;
+
+    uint64_t start_ns;   /* load began */
+    uint64_t measure_ns; /* measurement began */
+    uint64_t end_ns;     /* measurement ended (0: not yet) */
+    uint64_t drain_deadline_ns;
+    uint64_t first_send_ns;
+    uint64_t sent_total; /* warmup included, for --requests */
+    uint64_t inflight;   /* over all connections */
+    int capped;          /* --requests reached */
+
+    /* open loop */
+    double interval_ns;
+    uint64_t seq; /* next check to send */
+    uint32_t rr;  /* next connection to try */
+    int tfd;
+    uv_poll_t tpoll;
+
+    uv_timer_t tick, phase_timer, progress, finisher;
+    uv_signal_t sigint;
+    int nconnected, ever_connected, sigints;
+    uint64_t down_since_ns;
+    uint64_t last_decisions;
+    int progress_shown;
+} bench_t;
+
+static void finish(bench_t *b, const char *early);
+
+/* ---- keys and checks ------------------------------------------------- */
+
+static size_t put_u32(char *p, uint32_t v)
+{
+    char tmp[10];
+    size_t n = 0, i;
+
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (i = 0; i < n; i++)
+        p[i] = tmp[n - 1 - i];
+    return n;
+}
+
+static void on_result(rlc_async_t *cl, const rlc_result_t *res, void *arg);
+
+/* May more checks be sent? */
+static int sending(const bench_t *b)
+{
+    return b->phase <= PH_MEASURE && !b->capped;
+}
+
+static void on_finisher(uv_timer_t *t);
+
+/* Stops sending; the measurement ends at end_ns (0: at the last answer,
+ * for a run cut short by --requests). The run finishes once every answer
+ * is in, or at the drain deadline. Only sets state and timers, so it may be
+ * called from inside librlc's callbacks. */
+static void start_drain(bench_t *b, uint64_t end_ns)
+{
+    uint64_t now = uv_hrtime();
+
+    if (b->phase >= PH_DRAIN)
+        return;
+    if (b->phase == PH_WARMUP)
+        b->measure_ns = now; /* cut short in warmup: nothing measured */
+    b->phase = PH_DRAIN;
+    b->end_ns = end_ns;
+    uv_timer_stop(&b->phase_timer);
+    b->drain_deadline_ns =
+        now + ((uint64_t)b->o->timeout_ms + DRAIN_EXTRA_MS) * 1000000;
+    if (b->inflight == 0)
+        uv_timer_start(&b->finisher, on_finisher, 0, 0);
+}
+
+/* Sends one check on c, due at due_ns. Returns 0, or the librlc error
+ * (RLC_EBUSY when every slot is taken) with nothing sent. */
+static int send_check(conn_t *c, uint64_t due_ns, uint64_t now_ns)
+{
+    bench_t *b = c->b;
+    const rlb_opts_t *o = b->o;
+    rlc_check_t q;
+    uint32_t i;
+    req_t *r;
+    int rc;
+
+    if (c->free_head == NIL)
+        return RLC_EBUSY;
+    i = c->free_head;
+    r = &c->reqs[i];
+    r->key = rlb_keys_pick(&b->keys);
+    memset(&q, 0, sizeof(q));
+    q.key = c->key;
+    q.key_len = c->prefix_len + put_u32(c->key + c->prefix_len, r->key);
+    q.cost = o->cost;
+    q.limit = o->limit;
+    q.window_s = o->window_s;
+    r->due_ns = due_ns;
+    r->sent_ns = now_ns;
+    rc = rlc_async_check(c->c, &q, on_result, r);
+    if (rc != RLC_OK)
+        return rc;
+    c->free_head = r->next;
+    c->inflight++;
+    b->inflight++;
+    b->sent_total++;
+    if (b->first_send_ns == 0)
+        b->first_send_ns = now_ns;
+    if (b->phase == PH_MEASURE && due_ns >= b->measure_ns)
+        b->res->st.sent++;
+    if (o->requests && b->sent_total >= o->requests && !b->capped) {
+        b->capped = 1;
+        start_drain(b, 0);
+    }
+    return 0;
+}
+
+static void record(bench_t *b, const req_t *r, const rlc_result_t *res,
+                   uint64_t now_ns)
+{
+    rlb_stats_t *st = &b->res->st;
+    int measured =
+        r->due_ns >= b->measure_ns && (b->end_ns == 0 || r->due_ns < b->end_ns);
+    int decided = res->status == RLC_OK && (res->code == RLC_CODE_OK ||
+                                            res->code == RLC_CODE_OVER_LIMIT);
+    int bypassed = decided && res->code == RLC_CODE_OK && res->error[0];
+
+    if (b->o->audit && decided) {
+        if (bypassed)
+            b->audit.failed_open++;
+        else
+            rlb_audit_add(&b->audit, r->key, res->code == RLC_CODE_OK,
+                          res->limit, res->reset_after_ms,
+                          (double)r->sent_ns / 1e6, (double)now_ns / 1e6);
+    }
+    if (!measured)
+        return;
+    if (res->status == RLC_OK) {
+        rl_hist_record(&st->lat_ns, now_ns - r->due_ns);
+        if (res->code == RLC_CODE_OK) {
+            st->allowed++;
+            st->failed_open += bypassed;
+        } else if (res->code == RLC_CODE_OVER_LIMIT) {
+            st->denied++;
+        } else {
+            st->server_errors++;
+        }
+    } else if (res->status == RLC_ETIMEDOUT) {
+        st->timeouts++;
+    } else if (res->status == RLC_ECLOSED || res->status == RLC_ECANCELED ||
+               res->status == RLC_EIO) {
+        st->closed++;
+    } else {
+        st->other_errors++;
+    }
+}
+
+static void on_result(rlc_async_t *cl, const rlc_result_t *res, void *arg)
+{
+    req_t *r = arg;
+    conn_t *c = r->conn;
+    bench_t *b = c->b;
+    uint64_t now = uv_hrtime();
+
+    (void)cl;
+    record(b, r, res, now);
+    r->next = c->free_head;
+    c->free_head = (uint32_t)(r - c->reqs);
+    c->inflight--;
+    b->inflight--;
+
+    if (b->o->rate <= 0 && sending(b) && b->phase != PH_DONE)
+        send_check(c, now, now);
+    if (b->phase == PH_DRAIN && b->inflight == 0)
+        uv_timer_start(&b->finisher, on_finisher, 0, 0);
+}
+
+/* ---- open loop --------------------------------------------------------- */
+
+static void on_tfd(uv_poll_t *h, int status, int events)
+{
+    bench_t *b = h->data;
+    uint64_t expirations, now, due;
+    uint32_t tries;
+
+    (void)status;
+    (void)events;
+    if (read(b->tfd, &expirations, sizeof(expirations)) < 0 && errno != EAGAIN)
+        return;
+    now = uv_hrtime();
+    /* A server so slow that no slot is free never lets the schedule reach
+     * its end below; the clock ends the run then, and what was due and
+     * never sent is counted as unsent. */
+    if (b->phase == PH_MEASURE &&
+        now >= b->measure_ns + (uint64_t)(b->o->duration_s * 1e9) +
+                   (uint64_t)b->interval_ns)
+        start_drain(b, b->measure_ns + (uint64_t)(b->o->duration_s * 1e9));
+    while (sending(b)) {
+        due = b->start_ns + (uint64_t)((double)b->seq * b->interval_ns);
+        if (due > now)
+            break;
+        if (b->phase == PH_MEASURE &&
+            due >= b->measure_ns + (uint64_t)(b->o->duration_s * 1e9)) {
+            /* The schedule, not a timer, ends an open-loop run: every
+             * check due inside it has then been sent or counted. */
+            start_drain(b, b->measure_ns + (uint64_t)(b->o->duration_s * 1e9));
+            break;
+        }
+        for (tries = 0; tries < b->nconns; tries++) {
+            conn_t *c = &b->conns[b->rr];
+            b->rr = (b->rr + 1) % b->nconns;
+            if (send_check(c, due, now) == 0)
+                break;
+        }
+        if (tries == b->nconns)
+            break; /* every slot busy: stays due, sent when one frees */
+        b->seq++;
+    }
+}
+
+static int open_loop_start(bench_t *b)
+{
+    struct itimerspec its;
+    double tick_ns = 4 * b->interval_ns;
+
+    /* By default a few checks per wakeup: fine-grained enough that
+     * scheduling adds tens of microseconds at most, coarse enough not to
+     * spin. --tick-us trades that delay for fewer, larger writes. */
+    if (tick_ns < 50000)
+        tick_ns = 50000;
+    if (tick_ns > 1000000)
+        tick_ns = 1000000;
+    if (b->o->tick_us > 0)
+        tick_ns = b->o->tick_us * 1000;
+    b->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (b->tfd < 0)
+        return RL_EIO;
+    memset(&its, 0, sizeof(its));
+    its.it_interval.tv_nsec = (long)tick_ns;
+    its.it_value.tv_nsec = (long)tick_ns;
+    if (timerfd_settime(b->tfd, 0, &its, NULL) != 0 ||
+        uv_poll_init(&b->loop, &b->tpoll, b->tfd) != 0) {
+        close(b->tfd);
+        b->tfd = -1;
+        return RL_EIO;
+    }
+    b->tpoll.data = b;
+    uv_poll_start(&b->tpoll, UV_READABLE, on_tfd);
+    return 0;
+}
+
+/* ---- timers, state, signals -------------------------------------------- */
+
+static void on_state(rlc_async_t *cl, int connected, int status, void *arg)
+{
+    conn_t *c = arg;
+    bench_t *b = c->b;
+
+    (void)cl;
+    (void)status;
+    if (connected && !c->connected) {
+        c->connected = 1;
+        b->nconnected++;
+        b->ever_connected = 1;
+    } else if (!connected && c->connected) {
+        c->connected = 0;
+        b->res->st.disconnects++;
+        if (--b->nconnected == 0)
+            b->down_since_ns = uv_hrtime();
+    }
+}
+
+/* Warmup over, then measurement over. */
+static void on_phase(uv_timer_t *t)
+{
+    bench_t *b = t->data;
+
+    if (b->phase == PH_WARMUP) {
+        b->phase = PH_MEASURE;
+        b->measure_ns = uv_hrtime();
+        uv_timer_start(&b->phase_timer, on_phase,
+                       (uint64_t)(b->o->duration_s * 1000 + 0.5), 0);
+    } else if (b->phase == PH_MEASURE && b->o->rate <= 0) {
+        start_drain(b, b->measure_ns + (uint64_t)(b->o->duration_s * 1e9));
+    }
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    bench_t *b = t->data;
+    uint64_t now = uv_hrtime();
+
+    if (b->phase == PH_DRAIN && now >= b->drain_deadline_ns) {
+        finish(b, NULL);
+        return;
+    }
+    if (b->phase <= PH_MEASURE && b->nconnected == 0 &&
+        now - b->down_since_ns >= (uint64_t)(b->o->down_s * 1e9))
+        finish(b, b->ever_connected ? "the server went away"
+                                    : "no server reachable");
+}
+
+static void on_finisher(uv_timer_t *t)
+{
+    finish(t->data, NULL);
+}
+
+static void on_progress(uv_timer_t *t)
+{
+    bench_t *b = t->data;
+    const rlb_stats_t *s = &b->res->st;
+    uint64_t now = uv_hrtime(), d = s->allowed + s->denied;
+    char line[256];
+
+    if (b->phase == PH_WARMUP) {
+        fprintf(stderr, "\r%6.1fs  warming up, %u of %u connected\033[K",
+                (double)(now - b->start_ns) / 1e9, (unsigned)b->nconnected,
+                (unsigned)b->nconns);
+    } else {
+        rlb_progress_line(line, sizeof(line),
+                          (double)(now - b->measure_ns) / 1e9,
+                          (double)(d - b->last_decisions), s);
+        fprintf(stderr, "\r%s\033[K", line);
+    }
+    b->last_decisions = d;
+    b->progress_shown = 1;
+}
+
+static void on_sigint(uv_signal_t *h, int signum)
+{
+    bench_t *b = h->data;
+
+    (void)signum;
+    if (b->sigints++ > 0) {
+        finish(b, "interrupted");
+        return;
+    }
+    b->res->ended_early = 1;
+    b->res->end_reason = "interrupted";
+    start_drain(b, uv_hrtime());
+}
+
+/* The timerfd is closed only once libuv has let go of it. */
+static void on_tpoll_closed(uv_handle_t *h)
+{
+    bench_t *b = h->data;
+
+    close(b->tfd);
+    b->tfd = -1;
+}
+
+/* Ends the run: no more sending, every client freed (checks still in
+ * flight are answered with RLC_ECANCELED at once), every handle closed, so
+ * that uv_run returns. */
+static void finish(bench_t *b, const char *early)
+{
+    uint64_t now = uv_hrtime();
+    uint32_t i;
+
+    if (b->phase == PH_DONE)
+        return;
+    if (b->phase == PH_WARMUP)
+        b->measure_ns = now;
+    if (b->end_ns == 0)
+        b->end_ns = now;
+    b->phase = PH_DONE;
+    if (early != NULL) {
+        b->res->ended_early = 1;
+        b->res->end_reason = early;
+    }
+    if (b->o->rate > 0 && b->tfd >= 0) {
+        /* Checks due within the measurement that were never sent: those
+         * from index max(seq, first) up to the last one due before the
+         * end. Indices count from start_ns in steps of interval_ns. */
+        double first =
+            ceil((double)(b->measure_ns - b->start_ns) / b->interval_ns);
+        double end = ceil((double)(b->end_ns - b->start_ns) / b->interval_ns);
+        double from = (double)b->seq > first ? (double)b->seq : first;
+        if (!b->capped && end > from)
+            b->res->st.unsent = (uint64_t)(end - from);
+        uv_close((uv_handle_t *)&b->tpoll, on_tpoll_closed);
+    }
+    for (i = 0; i < b->nconns; i++) {
+        rlc_async_free(b->conns[i].c);
+        b->conns[i].c = NULL;
+    }
+    uv_close((uv_handle_t *)&b->tick, NULL);
+    uv_close((uv_handle_t *)&b->phase_timer, NULL);
+    uv_close((uv_handle_t *)&b->progress, NULL);
+    uv_close((uv_handle_t *)&b->finisher, NULL);
+    uv_close((uv_handle_t *)&b->sigint, NULL);
+}
+
+/* ---- setup ------------------------------------------------------------ */
+
+static int conns_init(bench_t *b)
+{
+    const rlb_opts_t *o = b->o;
+    rlc_options_t ro;
+    uint32_t i, j, slots;
+    int rc;
+
+    if (o->rate > 0) {
+        /* Room for every check of a full timeout at this rate, and half
+         * as much again: slots run out only when the server is far
+         * behind, and then the schedule (not the slot count) decides. */
+        double per_conn = o->rate / o->connections * o->timeout_ms / 1000 * 1.5;
+        slots = per_conn < 1024      ? 1024
+                : per_conn > 1048576 ? 1048576
+                                     : (uint32_t)per_conn;
+    } else {
+        slots = o->inflight;
+    }
+    b->conns = calloc(o->connections, sizeof(*b->conns));
+    if (b->conns == NULL)
+        return RL_ENOMEM;
+    b->nconns = o->connections;
+    rlc_options_init(&ro);
+    ro.servers = o->server;
+    ro.request_timeout_ms = o->timeout_ms;
+    ro.connect_timeout_ms = o->timeout_ms < 1000 ? o->timeout_ms : 1000;
+    /* A load balancer in front: come back quickly when it drops us. */
+    ro.reconnect_min_ms = 50;
+    ro.reconnect_max_ms = 500;
+    ro.max_inflight = slots;
+    for (i = 0; i < b->nconns; i++) {
+        conn_t *c = &b->conns[i];
+        c->b = b;
+        c->nreqs = slots;
+        c->reqs = calloc(slots, sizeof(*c->reqs));
+        if (c->reqs == NULL)
+            return RL_ENOMEM;
+        for (j = 0; j < slots; j++) {
+            c->reqs[j].conn = c;
+            c->reqs[j].next = j + 1 < slots ? j + 1 : NIL;
+        }
+        c->free_head = 0;
+        c->prefix_len = strlen(o->key_prefix);
+        memcpy(c->key, o->key_prefix, c->prefix_len);
+        rc = rlc_async_new(&c->c, (struct uv_loop_s *)&b->loop, &ro);
+        if (rc != RLC_OK) {
+            fprintf(stderr, "rl-bench: --server '%s': %s\n", o->server,
+                    rlc_strerror(rc));
+            return rc == RLC_ENOMEM ? RL_ENOMEM : RL_EADDR;
+        }
+        rlc_async_on_state(c->c, on_state, c);
+    }
+    return 0;
+}
+
+static void conns_free(bench_t *b)
+{
+    uint32_t i;
+
+    for (i = 0; i < b->nconns; i++) {
+        rlc_async_free(b->conns[i].c);
+        free(b->conns[i].reqs);
+    }
+    free(b->conns);
+}
+
+int rlb_run(const rlb_opts_t *o, rlb_result_t *res)
+{
+    bench_t b;
+    uint32_t i, j;
+    int rc;
+
+    memset(res, 0, sizeof(*res));
+    memset(&b, 0, sizeof(b));
+    b.o = o;
+    b.res = res;
+    b.tfd = -1;
+    if (uv_loop_init(&b.loop) != 0)
+        return RL_EIO;
+    if ((rc = rl_hist_init(&res->st.lat_ns, HIST_SUB_BITS, HIST_HIGHEST_NS)) !=
+            0 ||
+        (rc = rlb_keys_init(&b.keys, o)) != 0 ||
+        (o->audit &&
+         (rc = rlb_audit_init(&b.audit, o->window_s, o->cost)) != 0) ||
+        (rc = conns_init(&b)) != 0) {
+        if (rc == RL_ENOMEM)
+            fprintf(stderr, "rl-bench: out of memory\n");
+        goto out;
+    }
+
+    uv_timer_init(&b.loop, &b.tick);
+    uv_timer_init(&b.loop, &b.phase_timer);
+    uv_timer_init(&b.loop, &b.progress);
+    uv_timer_init(&b.loop, &b.finisher);
+    uv_signal_init(&b.loop, &b.sigint);
+    b.tick.data = b.phase_timer.data = b.progress.data = &b;
+    b.finisher.data = b.sigint.data = &b;
+    uv_signal_start(&b.sigint, on_sigint, SIGINT);
+
+    b.start_ns = b.down_since_ns = uv_hrtime();
+    b.phase = o->warmup_s > 0 ? PH_WARMUP : PH_MEASURE;
+    b.measure_ns = b.phase == PH_MEASURE ? b.start_ns : UINT64_MAX;
+    uv_timer_start(&b.tick, on_tick, TICK_MS, TICK_MS);
+    uv_timer_start(
+        &b.phase_timer, on_phase,
+        (uint64_t)((b.phase == PH_WARMUP ? o->warmup_s : o->duration_s) * 1000 +
+                   0.5),
+        0);
+    if (o->progress)
+        uv_timer_start(&b.progress, on_progress, 1000, 1000);
+
+    if (o->rate > 0) {
+        b.interval_ns = 1e9 / o->rate;
+        if ((rc = open_loop_start(&b)) != 0) {
+            fprintf(stderr, "rl-bench: timerfd: %s\n", strerror(errno));
+            finish(&b, "setup failed");
+            uv_run(&b.loop, UV_RUN_DEFAULT);
+            goto out;
+        }
+    } else {
+        /* Checks queue in librlc until the connection is up. */
+        for (i = 0; i < b.nconns && sending(&b); i++)
+            for (j = 0; j < o->inflight && sending(&b); j++)
+                send_check(&b.conns[i], b.start_ns, b.start_ns);
+    }
+
+    uv_run(&b.loop, UV_RUN_DEFAULT);
+    if (b.progress_shown)
+        fputc('\n', stderr);
+
+    res->seconds = (double)(b.end_ns - b.measure_ns) / 1e9;
+    if (res->seconds < 0)
+        res->seconds = 0;
+    if (o->audit) {
+        res->audited = 1;
+        rc = rlb_audit_report(&b.audit, (double)b.start_ns / 1e6,
+                              (double)b.first_send_ns / 1e6, &res->audit);
+        res->audit.max_skew_ms = b.audit.max_skew_ms;
+        if (rc != 0)
+            fprintf(stderr, "rl-bench: out of memory for the audit\n");
+    }
+    rc = 0;
+out:
+    conns_free(&b);
+    uv_run(&b.loop, UV_RUN_DEFAULT); /* close callbacks */
+    if (uv_loop_close(&b.loop) != 0)
+        fprintf(stderr, "rl-bench: loop not closed cleanly\n");
+    rlb_keys_free(&b.keys);
+    rlb_audit_free(&b.audit);
+    return rc;
+}

@@ -1,0 +1,403 @@
+/* rl-bench smoke test (label: integration): short runs against a spawned
+ * rl-server, memory store and Redis store, checking what scripts rely on:
+ * the JSON fields, the audit's verdicts, and the exit statuses (0 done,
+ * 1 window over its limit, 2 bad arguments, 3 server gone). Nothing here
+ * asserts a speed: a loaded CI machine must pass it too. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rlt.h"
+
+#ifndef RL_SERVER_BIN
+#error "RL_SERVER_BIN must name the rl-server binary"
+#endif
+#ifndef RL_BENCH_BIN
+#error "RL_BENCH_BIN must name the rl-bench binary"
+#endif
+
+static char tmpdir[64];
+static char json_path[128], out_path[128], err_path[128];
+static pid_t server_pid = -1;
+static char server_addr[64];
+static rlt_redis_t redis;
+static int have_redis;
+
+/* Starts rl-server (with --redis when redis_port > 0) on a free port. */
+static int server_start(int redis_port)
+{
+    char listen[64], raddr[64];
+    int attempt;
+
+    for (attempt = 0; attempt < 5; attempt++) {
+        int port = rlt_free_port();
+        snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+        snprintf(server_addr, sizeof(server_addr), "127.0.0.1:%d", port);
+        snprintf(raddr, sizeof(raddr), "127.0.0.1:%d", redis_port);
+        char *argv[] = {RL_SERVER_BIN, "--listen",
+                        listen,        "--log-level",
+                        "error",       redis_port > 0 ? "--redis" : NULL,
+                        raddr,         NULL};
+        server_pid = rlt_spawn(argv);
+        if (server_pid > 0 && rlt_wait_port(port, 5000))
+            return 0;
+        rlt_stop(server_pid, SIGKILL, 1000);
+        server_pid = -1;
+    }
+    return -1;
+}
+
+static void server_stop(void)
+{
+    if (server_pid > 0)
+        rlt_stop(server_pid, SIGTERM, 5000);
+    server_pid = -1;
+}
+
+/* Runs rl-bench with the given arguments (NULL-terminated, after argv[0]),
+ * stdout and stderr to files. Returns its exit status, or -1 if it did not
+ * exit normally within a minute. */
+static int bench(const char *first, ...)
+{
+    char *argv[64];
+    va_list ap;
+    int n = 0, status;
+    pid_t pid;
+    uint64_t deadline;
+
+    argv[n++] = RL_BENCH_BIN;
+    va_start(ap, first);
+    for (const char *a = first; a != NULL && n < 63;
+         a = va_arg(ap, const char *))
+        argv[n++] = (char *)a;
+    va_end(ap);
+    argv[n] = NULL;
+
+    pid = fork();
+    if (pid == 0) {
+        int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (o < 0 || e < 0)
+            _exit(126);
+        dup2(o, STDOUT_FILENO);
+        dup2(e, STDERR_FILENO);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    if (pid < 0)
+        return -1;
+    deadline = rlt_mono_ms() + 60000;
+    for (;;) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid)
+            return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        if (r < 0 || rlt_mono_ms() > deadline) {
+            rlt_stop(pid, SIGKILL, 1000);
+            return -1;
+        }
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* The whole of a small file, NUL-terminated, or NULL. */
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf;
+    size_t n;
+
+    if (f == NULL)
+        return NULL;
+    buf = calloc(1, 1 << 20);
+    if (buf != NULL) {
+        n = fread(buf, 1, (1 << 20) - 1, f);
+        buf[n] = '\0';
+    }
+    fclose(f);
+    return buf;
+}
+
+/* The raw value token of a top-level JSON field ("123", "true", "null"),
+ * copied to out; 0 if found. */
+static int field(const char *json, const char *name, char *out, size_t cap)
+{
+    char pat[80];
+    const char *p;
+    size_t n;
+
+    snprintf(pat, sizeof(pat), "\n  \"%s\": ", name);
+    p = strstr(json, pat);
+    if (p == NULL)
+        return -1;
+    p += strlen(pat);
+    n = strcspn(p, ",\n");
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(out, p, n);
+    out[n] = '\0';
+    return 0;
+}
+
+static double num(const char *json, const char *name)
+{
+    char v[64];
+
+    if (field(json, name, v, sizeof(v)) != 0)
+        fail_msg("JSON has no field %s", name);
+    return strtod(v, NULL);
+}
+
+static void expect_token(const char *json, const char *name, const char *want)
+{
+    char v[64];
+
+    if (field(json, name, v, sizeof(v)) != 0)
+        fail_msg("JSON has no field %s", name);
+    if (strcmp(v, want) != 0)
+        fail_msg("%s is %s, expected %s", name, v, want);
+}
+
+static const char *const required[] = {
+    "decisions",        "seconds",    "decisions_per_sec",
+    "allowed",          "denied",     "errors",
+    "p50_us",           "p90_us",     "p99_us",
+    "p999_us",          "max_us",     "audit_windows",
+    "audit_over_limit", "audit_exact"};
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/rl-bench-test.XXXXXX");
+    if (mkdtemp(tmpdir) == NULL)
+        return -1;
+    snprintf(json_path, sizeof(json_path), "%s/out.json", tmpdir);
+    snprintf(out_path, sizeof(out_path), "%s/stdout", tmpdir);
+    snprintf(err_path, sizeof(err_path), "%s/stderr", tmpdir);
+    have_redis = rlt_redis_start(&redis) == 0;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    server_stop();
+    if (have_redis)
+        rlt_redis_stop(&redis);
+    unlink(json_path);
+    unlink(out_path);
+    unlink(err_path);
+    rmdir(tmpdir);
+    return 0;
+}
+
+/* Uniform keys for a second: every field is there, the counts add up, and
+ * no window allowed more than its limit. */
+static void test_uniform_json(void **state)
+{
+    char *json;
+    size_t i;
+
+    (void)state;
+    assert_int_equal(server_start(0), 0);
+    assert_int_equal(bench("--server", server_addr, "--duration", "1",
+                           "--connections", "2", "--inflight", "16", "--keys",
+                           "500", "--limit", "20", "--window", "1", "--audit",
+                           "--json", json_path, NULL),
+                     0);
+    json = slurp(json_path);
+    assert_non_null(json);
+    for (i = 0; i < sizeof(required) / sizeof(required[0]); i++) {
+        char v[64];
+        if (field(json, required[i], v, sizeof(v)) != 0)
+            fail_msg("JSON has no field %s", required[i]);
+    }
+    assert_true(num(json, "decisions") > 0);
+    assert_true(num(json, "decisions") ==
+                num(json, "allowed") + num(json, "denied"));
+    assert_true(num(json, "errors") == 0);
+    assert_true(num(json, "p50_us") <= num(json, "p99_us"));
+    assert_true(num(json, "p99_us") <= num(json, "max_us"));
+    assert_true(num(json, "audit_windows") > 0);
+    expect_token(json, "audit_over_limit", "0");
+    free(json);
+    server_stop();
+}
+
+/* One key hammered far past its limit over several windows: every window
+ * that began inside the run allowed exactly the limit. */
+static void hot_exact(const char *prefix)
+{
+    char *json;
+
+    assert_int_equal(bench("--server", server_addr, "--duration", "2.6",
+                           "--connections", "2", "--inflight", "8", "--dist",
+                           "hot", "--key-prefix", prefix, "--limit", "37",
+                           "--window", "1", "--audit", "--json", json_path,
+                           NULL),
+                     0);
+    json = slurp(json_path);
+    assert_non_null(json);
+    expect_token(json, "audit_over_limit", "0");
+    expect_token(json, "audit_exact", "true");
+    assert_true(num(json, "audit_checked_windows") >= 1);
+    assert_true(num(json, "denied") > 0);
+    free(json);
+}
+
+static void test_hot_exact_memory(void **state)
+{
+    char prefix[64];
+
+    (void)state;
+    assert_int_equal(server_start(0), 0);
+    snprintf(prefix, sizeof(prefix), "hot-mem-%d:", (int)getpid());
+    hot_exact(prefix);
+    server_stop();
+}
+
+static void test_hot_exact_redis(void **state)
+{
+    char prefix[64];
+
+    (void)state;
+    if (!have_redis)
+        skip();
+    assert_int_equal(server_start(redis.port), 0);
+    snprintf(prefix, sizeof(prefix), "hot-redis-%d:", (int)getpid());
+    hot_exact(prefix);
+    server_stop();
+}
+
+/* Open loop at a modest rate: everything scheduled was sent and
+ * answered, and --requests caps the count. */
+static void test_open_loop(void **state)
+{
+    char *json;
+
+    (void)state;
+    assert_int_equal(server_start(0), 0);
+    assert_int_equal(bench("--server", server_addr, "--duration", "1", "--rate",
+                           "2000", "--connections", "1", "--keys", "100",
+                           "--audit", "--json", json_path, NULL),
+                     0);
+    json = slurp(json_path);
+    assert_non_null(json);
+    expect_token(json, "mode", "\"open\"");
+    expect_token(json, "unsent", "0");
+    expect_token(json, "errors", "0");
+    /* A schedule of 2000/s for one second is 2000 checks, give or take
+     * the one at the boundary. */
+    assert_true(num(json, "decisions") >= 1999 &&
+                num(json, "decisions") <= 2001);
+    free(json);
+
+    assert_int_equal(bench("--server", server_addr, "--duration", "30",
+                           "--requests", "500", "--inflight", "4", "--json",
+                           json_path, NULL),
+                     0);
+    json = slurp(json_path);
+    assert_non_null(json);
+    expect_token(json, "decisions", "500");
+    free(json);
+    server_stop();
+}
+
+/* Bad arguments: a message naming the problem, and status 2. */
+static void test_bad_arguments(void **state)
+{
+    static const char *const cases[][3] = {
+        {"--bogus", NULL, NULL},
+        {"--connections", "0", NULL},
+        {"--duration", "-1", NULL},
+        {"--dist", "zipf", NULL},
+        {"--dist", "hot:1.5", NULL},
+        {"--limit", "abc", NULL},
+        {"--rate", "100", "--inflight"},
+        {"--json", "/nonexistent-dir/x.json", NULL},
+        {"--window", NULL, NULL},
+        {"stray", NULL, NULL},
+    };
+    size_t i;
+
+    (void)state;
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int rc;
+        char *err;
+        if (cases[i][2] != NULL)
+            rc = bench(cases[i][0], cases[i][1], cases[i][2], "4", NULL);
+        else
+            rc = bench(cases[i][0], cases[i][1], NULL);
+        if (rc != 2)
+            fail_msg("case %zu (%s) exited %d, expected 2", i, cases[i][0], rc);
+        err = slurp(err_path);
+        assert_non_null(err);
+        assert_non_null(strstr(err, "rl-bench: "));
+        free(err);
+    }
+}
+
+/* No server at all, then a server killed mid-run: the run ends with a
+ * summary and status 3, never a crash. */
+static void test_server_gone(void **state)
+{
+    char addr[64], *out, *json;
+    pid_t killer;
+
+    (void)state;
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", rlt_free_port());
+    assert_int_equal(bench("--server", addr, "--duration", "5", "--give-up",
+                           "0.5", "--json", json_path, NULL),
+                     3);
+    out = slurp(out_path);
+    assert_non_null(out);
+    assert_non_null(strstr(out, "no server reachable"));
+    free(out);
+
+    assert_int_equal(server_start(0), 0);
+    killer = fork();
+    if (killer == 0) {
+        struct timespec ts = {0, 700000000};
+        nanosleep(&ts, NULL);
+        kill(server_pid, SIGKILL);
+        _exit(0);
+    }
+    assert_true(killer > 0);
+    assert_int_equal(bench("--server", server_addr, "--duration", "10",
+                           "--give-up", "0.5", "--audit", "--json", json_path,
+                           NULL),
+                     3);
+    waitpid(killer, NULL, 0);
+    rlt_stop(server_pid, SIGKILL, 1000);
+    server_pid = -1;
+    json = slurp(json_path);
+    assert_non_null(json);
+    expect_token(json, "ended_early", "true");
+    expect_token(json, "end_reason", "\"the server went away\"");
+    assert_true(num(json, "decisions") > 0);
+    free(json);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_uniform_json),
+        cmocka_unit_test(test_hot_exact_memory),
+        cmocka_unit_test(test_hot_exact_redis),
+        cmocka_unit_test(test_open_loop),
+        cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_server_gone),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
