@@ -132,16 +132,22 @@ redisContext *rlt_redis_connect(const rlt_redis_t *r)
     return c;
 }
 
+/* 1 when the redis-server answering on r->port is the one we started: a
+ * port freed by a killed server may be taken by another test's server, and
+ * a PING alone would not tell them apart. */
 static int answers_ping(const rlt_redis_t *r)
 {
     redisContext *c = rlt_redis_connect(r);
     redisReply *rep;
+    const char *pid;
     int ok = 0;
 
     if (c == NULL)
         return 0;
-    rep = redisCommand(c, "PING");
-    ok = rep != NULL && rep->type == REDIS_REPLY_STATUS;
+    rep = redisCommand(c, "INFO server");
+    if (rep != NULL && rep->type == REDIS_REPLY_STRING &&
+        (pid = strstr(rep->str, "process_id:")) != NULL)
+        ok = atol(pid + 11) == (long)r->pid;
     if (rep)
         freeReplyObject(rep);
     redisFree(c);

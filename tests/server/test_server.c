@@ -1,0 +1,829 @@
+/* rl-server end to end: a real process on a free loopback port, spoken to
+ * over TCP with the frame codec of rl_core. Each test starts what it needs
+ * (rl-server, a private redis-server) and stops it by pid, also when an
+ * assertion fails (teardown). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "rl_buf.h"
+#include "rl_error.h"
+#include "rl_frame.h"
+#include "rl_msg.h"
+#include "rlt.h"
+
+#ifndef RL_SERVER_BIN
+#error "RL_SERVER_BIN must name the rl-server binary"
+#endif
+
+/* ---- processes ---- */
+
+static pid_t server_pid = -1;
+static int server_port;
+static rlt_redis_t redis;
+static int redis_on;
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (server_pid > 0)
+        rlt_stop(server_pid, SIGKILL, 5000);
+    server_pid = -1;
+    if (redis_on)
+        rlt_redis_stop(&redis);
+    redis_on = 0;
+    return 0;
+}
+
+static void start_redis(void)
+{
+    assert_int_equal(rlt_redis_start(&redis), 0);
+    redis_on = 1;
+}
+
+/* Starts rl-server with the given extra flags (NULL-terminated) and waits
+ * until it accepts connections. */
+static void start_server(const char *first, ...)
+{
+    char *argv[32], port[32];
+    const char *a;
+    int argc = 0, attempt;
+    va_list ap;
+
+    for (attempt = 0; attempt < 5; attempt++) {
+        argc = 0;
+        server_port = rlt_free_port();
+        snprintf(port, sizeof(port), "127.0.0.1:%d", server_port);
+        argv[argc++] = RL_SERVER_BIN;
+        argv[argc++] = "--listen";
+        argv[argc++] = port;
+        argv[argc++] = "--log-level";
+        argv[argc++] = getenv("RLT_SERVER_LOG") ? getenv("RLT_SERVER_LOG")
+                                                : "warn";
+        va_start(ap, first);
+        for (a = first; a != NULL; a = va_arg(ap, const char *))
+            argv[argc++] = (char *)a;
+        va_end(ap);
+        argv[argc] = NULL;
+        server_pid = rlt_spawn(argv);
+        assert_true(server_pid > 0);
+        if (rlt_wait_port(server_port, 5000))
+            return;
+        rlt_stop(server_pid, SIGKILL, 1000);
+        server_pid = -1;
+    }
+    fail_msg("rl-server did not start");
+}
+
+static char *redis_addr(void)
+{
+    static char addr[32];
+
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", redis.port);
+    return addr;
+}
+
+/* ---- a tiny blocking client ---- */
+
+typedef struct {
+    int fd;
+    rl_buf_t in;
+} cli_t;
+
+typedef struct {
+    rl_result_t r;
+    char err[200];
+} res_t;
+
+static void cli_open(cli_t *c)
+{
+    struct sockaddr_in sa;
+    int one = 1;
+
+    c->fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(c->fd >= 0);
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)server_port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    rl_buf_init(&c->in, 1 << 24);
+}
+
+static void cli_close(cli_t *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    rl_buf_free(&c->in);
+}
+
+static void send_all(int fd, const void *p, size_t n)
+{
+    const char *s = p;
+
+    while (n > 0) {
+        ssize_t k = send(fd, s, n, MSG_NOSIGNAL);
+        if (k < 0 && errno == EINTR)
+            continue;
+        assert_true(k > 0);
+        s += k;
+        n -= (size_t)k;
+    }
+}
+
+static rl_check_t check(uint64_t id, const char *key, uint64_t limit,
+                        uint32_t window, uint32_t cost)
+{
+    rl_check_t q;
+
+    memset(&q, 0, sizeof(q));
+    q.id = id;
+    q.key = key;
+    q.key_len = strlen(key);
+    q.limit = limit;
+    q.window_s = window;
+    q.cost = cost;
+    return q;
+}
+
+static void send_checks(cli_t *c, const rl_check_t *q, size_t n)
+{
+    rl_buf_t b;
+    size_t i;
+
+    rl_buf_init(&b, 1 << 26);
+    for (i = 0; i < n; i++)
+        assert_int_equal(rl_check_put(&b, &q[i]), RL_OK);
+    send_all(c->fd, rl_buf_rptr(&b), rl_buf_len(&b)); /* one write */
+    rl_buf_free(&b);
+}
+
+/* Reads up to n responses, waiting at most timeout_ms for each next byte.
+ * Returns how many arrived; *eof is set when the server closed. */
+static size_t recv_results(cli_t *c, res_t *out, size_t n, int timeout_ms,
+                           int *eof)
+{
+    size_t got = 0;
+
+    *eof = 0;
+    while (got < n) {
+        rl_frame_t f;
+        int rc = rl_frame_decode(rl_buf_rptr(&c->in), rl_buf_len(&c->in),
+                                 1 << 20, &f);
+        if (rc == RL_OK) {
+            assert_int_equal(rl_result_decode(f.payload, f.len, &out[got].r),
+                             RL_OK);
+            snprintf(out[got].err, sizeof(out[got].err), "%.*s",
+                     (int)out[got].r.error_len,
+                     out[got].r.error ? out[got].r.error : "");
+            out[got].r.error = NULL;
+            rl_buf_consume(&c->in, f.size);
+            got++;
+            continue;
+        }
+        assert_int_equal(rc, RL_EAGAIN);
+        struct pollfd p = {c->fd, POLLIN, 0};
+        if (poll(&p, 1, timeout_ms) <= 0)
+            break;
+        uint8_t *w;
+        assert_int_equal(rl_buf_reserve(&c->in, 65536, &w), RL_OK);
+        ssize_t k = recv(c->fd, w, 65536, 0);
+        if (k <= 0) {
+            *eof = 1;
+            break;
+        }
+        rl_buf_commit(&c->in, (size_t)k);
+    }
+    return got;
+}
+
+/* One request, one answer. */
+static res_t ask(cli_t *c, rl_check_t q)
+{
+    res_t r;
+    int eof;
+
+    send_checks(c, &q, 1);
+    assert_int_equal(recv_results(c, &r, 1, 5000, &eof), 1);
+    assert_int_equal(r.r.id, q.id);
+    return r;
+}
+
+/* ---- tests ---- */
+
+/* The seed scenario over the wire, on both stores: 5 per 60 s; the sixth
+ * is refused with retry_after_ms equal to the time left in the window. If a
+ * window edge happens to fall inside the run (reset_after_ms jumps up), the
+ * run is repeated on a fresh key. */
+static void seed_scenario(void)
+{
+    char key[64];
+    int attempt;
+
+    for (attempt = 0; attempt < 3; attempt++) {
+        cli_t c;
+        res_t r[6];
+        int i, same_window = 1;
+
+        snprintf(key, sizeof(key), "user:seed:%d:%d", getpid(), attempt);
+        cli_open(&c);
+        for (i = 0; i < 6; i++) {
+            r[i] = ask(&c, check((uint64_t)i + 1, key, 5, 60, 0));
+            if (i > 0 && r[i].r.reset_after_ms > r[i - 1].r.reset_after_ms)
+                same_window = 0;
+        }
+        cli_close(&c);
+        if (!same_window)
+            continue;
+        for (i = 0; i < 6; i++) {
+            assert_int_equal(r[i].r.code,
+                             i < 5 ? RL_CODE_OK : RL_CODE_OVER_LIMIT);
+            assert_int_equal(r[i].r.used, i + 1);
+            assert_int_equal(r[i].r.limit, 5);
+            assert_int_equal(r[i].r.remaining, i < 5 ? 4 - i : 0);
+            assert_true(r[i].r.reset_after_ms >= 1 &&
+                        r[i].r.reset_after_ms <= 60000);
+            assert_string_equal(r[i].err, "");
+        }
+        assert_int_equal(r[5].r.retry_after_ms, r[5].r.reset_after_ms);
+        return;
+    }
+    fail_msg("three window edges in a row");
+}
+
+static void test_seed_memory(void **state)
+{
+    (void)state;
+    start_server(NULL);
+    seed_scenario();
+}
+
+static void test_seed_redis(void **state)
+{
+    (void)state;
+    start_redis();
+    start_server("--redis", redis_addr(), NULL);
+    seed_scenario();
+}
+
+/* 1,000 requests for one key in one write, limit 300: exactly 300 allowed,
+ * the first 300 in arrival order; every id answered exactly once. */
+static void coalesce_scenario(void)
+{
+    static rl_check_t q[1000];
+    static res_t r[1000];
+    int seen[1001] = {0}, eof;
+    char key[64];
+    size_t i;
+    cli_t c;
+
+    snprintf(key, sizeof(key), "hot:%d", getpid());
+    for (i = 0; i < 1000; i++)
+        q[i] = check(i + 1, key, 300, 3600, 1);
+    cli_open(&c);
+    send_checks(&c, q, 1000);
+    assert_int_equal(recv_results(&c, r, 1000, 5000, &eof), 1000);
+    for (i = 0; i < 1000; i++) {
+        uint64_t id = r[i].r.id;
+        assert_true(id >= 1 && id <= 1000);
+        seen[id]++;
+        /* arrival order: request n saw the counter at n */
+        assert_int_equal(r[i].r.used, id);
+        assert_int_equal(r[i].r.code,
+                         id <= 300 ? RL_CODE_OK : RL_CODE_OVER_LIMIT);
+    }
+    for (i = 1; i <= 1000; i++)
+        assert_int_equal(seen[i], 1);
+    cli_close(&c);
+}
+
+static void test_coalesce_memory(void **state)
+{
+    (void)state;
+    start_server(NULL);
+    coalesce_scenario();
+}
+
+static void test_coalesce_redis(void **state)
+{
+    (void)state;
+    start_redis();
+    start_server("--redis", redis_addr(), NULL);
+    coalesce_scenario();
+}
+
+/* Cost weighting: limit 10, cost 4: 4, 8 allowed; 12 refused. */
+static void test_cost(void **state)
+{
+    cli_t c;
+    res_t r;
+
+    (void)state;
+    start_server(NULL);
+    cli_open(&c);
+    r = ask(&c, check(1, "cost", 10, 3600, 4));
+    assert_int_equal(r.r.used, 4);
+    r = ask(&c, check(2, "cost", 10, 3600, 4));
+    assert_int_equal(r.r.code, RL_CODE_OK);
+    assert_int_equal(r.r.remaining, 2);
+    r = ask(&c, check(3, "cost", 10, 3600, 4));
+    assert_int_equal(r.r.code, RL_CODE_OVER_LIMIT);
+    assert_int_equal(r.r.used, 12);
+    cli_close(&c);
+}
+
+/* A frame cut at every byte offset, the two halves sent separately: each
+ * is answered, once. */
+static void test_split_at_every_byte(void **state)
+{
+    rl_buf_t b;
+    cli_t c;
+    size_t k, len;
+    int eof;
+
+    (void)state;
+    start_server(NULL);
+    cli_open(&c);
+    rl_buf_init(&b, 1 << 16);
+    rl_check_t q = check(7, "split:key", 1000000, 60, 1);
+    assert_int_equal(rl_check_put(&b, &q), RL_OK);
+    len = rl_buf_len(&b);
+    for (k = 1; k < len; k++) {
+        res_t r;
+        send_all(c.fd, rl_buf_rptr(&b), k);
+        /* nothing can be answered from half a frame */
+        struct pollfd p = {c.fd, POLLIN, 0};
+        assert_int_equal(poll(&p, 1, 0), 0);
+        send_all(c.fd, rl_buf_rptr(&b) + k, len - k);
+        assert_int_equal(recv_results(&c, &r, 1, 5000, &eof), 1);
+        assert_int_equal(r.r.id, 7);
+        assert_int_equal(r.r.used, k);
+    }
+    rl_buf_free(&b);
+    cli_close(&c);
+}
+
+static void put_raw_frame(rl_buf_t *b, uint8_t flag, const void *p,
+                          uint32_t n)
+{
+    uint8_t h[RL_FRAME_HEADER];
+
+    rl_frame_header(h, n);
+    h[0] = flag;
+    assert_int_equal(rl_buf_append(b, h, sizeof(h)), RL_OK);
+    assert_int_equal(rl_buf_append(b, p, n), RL_OK);
+}
+
+/* DESIGN's bad-input rules: an invalid request gets ERROR with its id and
+ * the connection stays open; an undecodable payload gets ERROR with id 0
+ * and the connection stays open; a broken frame gets one ERROR with id 0
+ * and the connection is closed. Another connection is unaffected
+ * throughout. */
+static void test_bad_inputs(void **state)
+{
+    static const struct {
+        rl_check_t q;
+        const char *msg;
+    } invalid[] = {
+        {{11, "", 0, 0, 5, 60, NULL, 0}, "key is empty"},
+        {{12, "a\0b", 3, 0, 5, 60, NULL, 0}, "key contains a NUL byte"},
+        {{13, "k", 1, 0, 0, 0, NULL, 0}, "neither"},
+        {{14, "k", 1, 0, 5, 0, NULL, 0}, "window_seconds must be > 0"},
+        {{15, "k", 1, 0, 0, 60, NULL, 0}, "limit must be > 0"},
+        {{16, "k", 1, 0, 5, 31622401, NULL, 0}, "exceeds the maximum"},
+        {{17, "k", 1, 0, 0, 0, "nope", 4}, "unknown rule 'nope'"},
+        {{18, "k", 1, 0, 5, 60, "api", 3}, "not both"},
+        {{19, "k", 1, 0, 0, 0, "bad rule", 8}, "rule name contains"},
+    };
+    char longkey[600];
+    cli_t bad, good;
+    res_t r;
+    size_t i;
+    int eof;
+
+    (void)state;
+    start_server("--rule", "api=2/60", "--max-frame", "1024", NULL);
+    cli_open(&good);
+    cli_open(&bad);
+
+    for (i = 0; i < sizeof(invalid) / sizeof(invalid[0]); i++) {
+        r = ask(&bad, invalid[i].q);
+        assert_int_equal(r.r.code, RL_CODE_ERROR);
+        assert_non_null(strstr(r.err, invalid[i].msg));
+    }
+    memset(longkey, 'k', sizeof(longkey));
+    rl_check_t q = check(20, "", 5, 60, 1);
+    q.key = longkey;
+    q.key_len = 513;
+    r = ask(&bad, q);
+    assert_int_equal(r.r.code, RL_CODE_ERROR);
+    assert_string_equal(r.err, "key is longer than 512 bytes");
+
+    /* a rule by name works */
+    q = check(21, "ruled", 0, 0, 1);
+    q.rule = "api";
+    q.rule_len = 3;
+    r = ask(&bad, q);
+    assert_int_equal(r.r.code, RL_CODE_OK);
+    assert_int_equal(r.r.limit, 2);
+
+    /* undecodable payload: ERROR id 0, connection stays open */
+    rl_buf_t b;
+    rl_buf_init(&b, 1 << 20);
+    put_raw_frame(&b, 0, "\x0f\x01", 2);
+    send_all(bad.fd, rl_buf_rptr(&b), rl_buf_len(&b));
+    assert_int_equal(recv_results(&bad, &r, 1, 5000, &eof), 1);
+    assert_int_equal(r.r.id, 0);
+    assert_int_equal(r.r.code, RL_CODE_ERROR);
+    r = ask(&bad, check(22, "still-open", 5, 60, 1));
+    assert_int_equal(r.r.code, RL_CODE_OK);
+
+    /* the other connection has been fine all along */
+    r = ask(&good, check(1, "good", 5, 60, 1));
+    assert_int_equal(r.r.code, RL_CODE_OK);
+
+    /* over --max-frame: one ERROR id 0, then close; requests before it in
+     * the same write are still answered */
+    rl_buf_reset(&b);
+    q = check(23, "before", 5, 60, 1);
+    assert_int_equal(rl_check_put(&b, &q), RL_OK);
+    uint8_t hdr[RL_FRAME_HEADER];
+    rl_frame_header(hdr, 1025);
+    rl_buf_append(&b, hdr, sizeof(hdr));
+    send_all(bad.fd, rl_buf_rptr(&b), rl_buf_len(&b));
+    res_t two[3];
+    assert_int_equal(recv_results(&bad, two, 3, 5000, &eof), 2);
+    assert_true(eof);
+    /* answers come in any order; here the frame error is written at once
+     * while the valid request waits for its batch */
+    i = two[0].r.id == 0 ? 0 : 1;
+    assert_int_equal(two[1 - i].r.id, 23);
+    assert_int_equal(two[1 - i].r.code, RL_CODE_OK);
+    assert_int_equal(two[i].r.id, 0);
+    assert_int_equal(two[i].r.code, RL_CODE_ERROR);
+    assert_string_equal(two[i].err,
+                        "frame length exceeds the configured maximum");
+    cli_close(&bad);
+
+    /* flag byte not 0: the same */
+    cli_open(&bad);
+    rl_buf_reset(&b);
+    put_raw_frame(&b, 1, "\x08\x01", 2);
+    send_all(bad.fd, rl_buf_rptr(&b), rl_buf_len(&b));
+    assert_int_equal(recv_results(&bad, two, 3, 5000, &eof), 1);
+    assert_true(eof);
+    assert_int_equal(two[0].r.id, 0);
+    assert_non_null(strstr(two[0].err, "flag byte"));
+    cli_close(&bad);
+
+    /* garbage: whatever it is, the server answers or closes, never hangs,
+     * and the good connection still works */
+    for (i = 0; i < 50; i++) {
+        uint8_t junk[256];
+        size_t k;
+        unsigned seed = (unsigned)i;
+        for (k = 0; k < sizeof(junk); k++)
+            junk[k] = (uint8_t)rand_r(&seed);
+        junk[0] = i % 2 ? 0 : junk[0];
+        cli_open(&bad);
+        send_all(bad.fd, junk, sizeof(junk));
+        shutdown(bad.fd, SHUT_WR);
+        res_t g[64];
+        recv_results(&bad, g, 64, 5000, &eof);
+        assert_true(eof); /* closed after answering what it could */
+        cli_close(&bad);
+    }
+    r = ask(&good, check(2, "good", 5, 60, 1));
+    assert_int_equal(r.r.code, RL_CODE_OK);
+    assert_int_equal(r.r.used, 2);
+    rl_buf_free(&b);
+    cli_close(&good);
+}
+
+/* Redis killed mid-run, then restarted: answers follow the fail mode, no
+ * request hangs, and real decisions resume by themselves. */
+static void redis_outage(int fail_open)
+{
+    cli_t c;
+    res_t r;
+    uint64_t id = 1, deadline;
+
+    start_redis();
+    start_server("--redis", redis_addr(), "--redis-timeout-ms", "200",
+                 fail_open ? "--fail-open" : "--fail-closed", NULL);
+    cli_open(&c);
+    r = ask(&c, check(id++, "outage", 100, 3600, 1));
+    assert_int_equal(r.r.code, RL_CODE_OK);
+    assert_string_equal(r.err, "");
+
+    rlt_redis_kill(&redis);
+    r = ask(&c, check(id++, "outage", 100, 3600, 1));
+    assert_int_equal(r.r.code, fail_open ? RL_CODE_OK : RL_CODE_ERROR);
+    assert_non_null(strstr(r.err, "store unavailable"));
+
+    /* a burst while down: all answered, once */
+    rl_check_t q[100];
+    res_t rr[100];
+    int eof, i;
+    for (i = 0; i < 100; i++)
+        q[i] = check(id++, "outage", 100, 3600, 1);
+    send_checks(&c, q, 100);
+    assert_int_equal(recv_results(&c, rr, 100, 5000, &eof), 100);
+    for (i = 0; i < 100; i++)
+        assert_int_equal(rr[i].r.code,
+                         fail_open ? RL_CODE_OK : RL_CODE_ERROR);
+
+    assert_int_equal(rlt_redis_restart(&redis), 0);
+    deadline = rlt_mono_ms() + 10000;
+    do {
+        r = ask(&c, check(id++, "outage", 100, 3600, 1));
+    } while (r.err[0] != '\0' && rlt_mono_ms() < deadline);
+    assert_string_equal(r.err, "");
+    assert_int_equal(r.r.code, RL_CODE_OK);
+    assert_true(r.r.used >= 1);
+    cli_close(&c);
+}
+
+static void test_redis_killed_fail_open(void **state)
+{
+    (void)state;
+    redis_outage(1);
+}
+
+static void test_redis_killed_fail_closed(void **state)
+{
+    (void)state;
+    redis_outage(0);
+}
+
+/* Redis never started: answered at once per the fail mode. */
+static void test_redis_never_started(void **state)
+{
+    char addr[32];
+    cli_t c;
+    res_t r;
+
+    (void)state;
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", rlt_free_port());
+    start_server("--redis", addr, "--fail-closed", NULL);
+    cli_open(&c);
+    r = ask(&c, check(1, "k", 5, 60, 1));
+    assert_int_equal(r.r.code, RL_CODE_ERROR);
+    assert_non_null(strstr(r.err, "fail-closed"));
+    cli_close(&c);
+}
+
+/* After a run every key in Redis has a TTL no longer than its window plus
+ * the grace. */
+static void test_every_key_has_ttl(void **state)
+{
+    static rl_check_t q[600];
+    static const uint32_t windows[] = {1, 60, 3600, 86400};
+    char keys[600][32];
+    res_t r[600];
+    size_t i;
+    int eof;
+    cli_t c;
+
+    (void)state;
+    start_redis();
+    start_server("--redis", redis_addr(), "--expiry-grace-ms", "1000", NULL);
+    cli_open(&c);
+    for (i = 0; i < 600; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "ttl:%zu", i % 150);
+        q[i] = check(i + 1, keys[i], 10, windows[i % 4], 1);
+    }
+    send_checks(&c, q, 600);
+    assert_int_equal(recv_results(&c, r, 600, 5000, &eof), 600);
+    cli_close(&c);
+
+    redisContext *rc = rlt_redis_connect(&redis);
+    assert_non_null(rc);
+    redisReply *keysr = redisCommand(rc, "KEYS rl:*");
+    assert_non_null(keysr);
+    assert_true(keysr->elements >= 150);
+    for (i = 0; i < keysr->elements; i++) {
+        const char *k = keysr->element[i]->str;
+        unsigned long w = strtoul(strrchr(k, '}') + 2, NULL, 10);
+        redisReply *t = redisCommand(rc, "PTTL %s", k);
+        assert_non_null(t);
+        assert_true(t->integer > 0); /* -1 would be a key without TTL */
+        assert_true((uint64_t)t->integer <= w * 1000 + 1000);
+        freeReplyObject(t);
+    }
+    freeReplyObject(keysr);
+    redisFree(rc);
+}
+
+static long rss_kb(pid_t pid)
+{
+    char path[64], line[256];
+    long kb = -1;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    if ((f = fopen(path, "r")) == NULL)
+        return -1;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
+            break;
+    fclose(f);
+    return kb;
+}
+
+/* A client that never reads: the server stops reading it at
+ * --max-inflight, closes it once its unsent output passes --max-output,
+ * does not grow without bound meanwhile, and keeps answering another client
+ * all along. */
+static void test_backpressure(void **state)
+{
+    static rl_check_t q[2000];
+    cli_t flood, good;
+    long rss0, rss1;
+    int i, closed = 0, rounds = 0;
+    uint64_t deadline;
+    res_t r;
+
+    (void)state;
+    start_server("--max-inflight", "64", "--max-output", "65536", NULL);
+    rss0 = rss_kb(server_pid);
+    cli_open(&flood);
+    cli_open(&good);
+    int small = 4096;
+    setsockopt(flood.fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    for (i = 0; i < 2000; i++)
+        q[i] = check((uint64_t)i + 1, "flood", 1000000000, 3600, 1);
+
+    /* Flood from a non-blocking socket until the server closes it; the
+     * good client does a round trip between bursts. */
+    int fl = 1;
+    setsockopt(flood.fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
+    rl_buf_t b;
+    rl_buf_init(&b, 1 << 26);
+    for (i = 0; i < 2000; i++)
+        rl_check_put(&b, &q[i]);
+    deadline = rlt_mono_ms() + 20000;
+    while (!closed && rlt_mono_ms() < deadline) {
+        ssize_t k = send(flood.fd, rl_buf_rptr(&b), rl_buf_len(&b),
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+            closed = 1;
+        r = ask(&good, check((uint64_t)++rounds, "good", 1000000, 3600, 1));
+        assert_int_equal(r.r.code, RL_CODE_OK);
+        assert_int_equal(r.r.used, rounds);
+        (void)fl;
+    }
+    assert_true(closed);
+    assert_true(rounds >= 1);
+    rss1 = rss_kb(server_pid);
+    /* bounded: nowhere near the megabytes the flood sent */
+    assert_true(rss1 - rss0 < 32 * 1024);
+    rl_buf_free(&b);
+    cli_close(&flood);
+    cli_close(&good);
+}
+
+/* --max-connections: the extra client gets one ERROR saying why, then EOF;
+ * those already connected carry on. */
+static void test_max_connections(void **state)
+{
+    cli_t a, b, extra;
+    res_t r[2];
+    int eof;
+
+    (void)state;
+    start_server("--max-connections", "2", NULL);
+    /* start_server's port probe was a connection too; a round trip on `a`
+     * proves the server has seen the probe close before `b` connects */
+    cli_open(&a);
+    assert_int_equal(ask(&a, check(1, "a", 5, 60, 1)).r.code, RL_CODE_OK);
+    cli_open(&b);
+    assert_int_equal(ask(&b, check(1, "b", 5, 60, 1)).r.code, RL_CODE_OK);
+    cli_open(&extra);
+    assert_int_equal(recv_results(&extra, r, 2, 5000, &eof), 1);
+    assert_true(eof);
+    assert_int_equal(r[0].r.code, RL_CODE_ERROR);
+    assert_string_equal(r[0].err, "server at --max-connections");
+    cli_close(&extra);
+    assert_int_equal(ask(&a, check(2, "a", 5, 60, 1)).r.code, RL_CODE_OK);
+    cli_close(&a);
+    cli_close(&b);
+}
+
+/* SIGTERM with requests received but not yet answered (the connection is
+ * held at --max-inflight 8): all of them are answered, then the server
+ * closes and exits 0. */
+static void test_sigterm_answers_everything(void **state)
+{
+    static rl_check_t q[500];
+    static res_t r[500];
+    int eof, status;
+    size_t i, got;
+    cli_t c;
+
+    (void)state;
+    start_redis();
+    start_server("--redis", redis_addr(), "--max-inflight", "8", NULL);
+    cli_open(&c);
+    for (i = 0; i < 500; i++)
+        q[i] = check(i + 1, "term", 1000, 3600, 1);
+    send_checks(&c, q, 500);
+    /* the server has read the write once the first answer is back */
+    assert_int_equal(recv_results(&c, r, 1, 5000, &eof), 1);
+    kill(server_pid, SIGTERM);
+    got = 1 + recv_results(&c, r + 1, 499, 5000, &eof);
+    assert_int_equal(got, 500);
+    assert_int_equal(recv_results(&c, r, 1, 5000, &eof), 0);
+    assert_true(eof);
+    /* wait for the exit; another SIGTERM could land after the server has
+     * closed its signal handles and kill it */
+    status = rlt_stop(server_pid, 0, 10000);
+    server_pid = -1;
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    cli_close(&c);
+}
+
+/* Flags: bad ones and an address in use give one line and a non-zero
+ * exit. */
+static void test_bad_flags(void **state)
+{
+    static const char *const bad[][4] = {
+        {"--bogus", NULL},
+        {"--listen", "nowhere", NULL},
+        {"--max-frame", "12", NULL},
+        {"--redis", "redis://:pw@", NULL},
+        {"--prefix", "a{b", NULL},
+        {"--rule", "x=0/60", NULL},
+    };
+    char *argv[8];
+    size_t i;
+
+    (void)state;
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int k = 0, status;
+        argv[k++] = RL_SERVER_BIN;
+        for (int j = 0; bad[i][j] != NULL; j++)
+            argv[k++] = (char *)bad[i][j];
+        argv[k] = NULL;
+        pid_t p = rlt_spawn(argv);
+        status = rlt_stop(p, 0, 5000);
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 2);
+    }
+    /* address in use */
+    start_server(NULL);
+    char addr[32];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", server_port);
+    argv[0] = RL_SERVER_BIN;
+    argv[1] = "--listen";
+    argv[2] = addr;
+    argv[3] = NULL;
+    pid_t p = rlt_spawn(argv);
+    int status = rlt_stop(p, 0, 5000);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_seed_memory, teardown),
+        cmocka_unit_test_teardown(test_seed_redis, teardown),
+        cmocka_unit_test_teardown(test_coalesce_memory, teardown),
+        cmocka_unit_test_teardown(test_coalesce_redis, teardown),
+        cmocka_unit_test_teardown(test_cost, teardown),
+        cmocka_unit_test_teardown(test_split_at_every_byte, teardown),
+        cmocka_unit_test_teardown(test_bad_inputs, teardown),
+        cmocka_unit_test_teardown(test_redis_killed_fail_open, teardown),
+        cmocka_unit_test_teardown(test_redis_killed_fail_closed, teardown),
+        cmocka_unit_test_teardown(test_redis_never_started, teardown),
+        cmocka_unit_test_teardown(test_every_key_has_ttl, teardown),
+        cmocka_unit_test_teardown(test_backpressure, teardown),
+        cmocka_unit_test_teardown(test_max_connections, teardown),
+        cmocka_unit_test_teardown(test_sigterm_answers_everything, teardown),
+        cmocka_unit_test_teardown(test_bad_flags, teardown),
+    };
+    /* RLT_FILTER=test_name runs one test (cmocka's glob filter). */
+    if (getenv("RLT_FILTER") != NULL)
+        cmocka_set_test_filter(getenv("RLT_FILTER"));
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
