@@ -130,8 +130,14 @@ static rls_batch_t *batch_start(rls_batcher_t *b)
 static const char *failure_text(int err, int fail_open, char *buf,
                                 size_t len)
 {
-    snprintf(buf, len, "store unavailable (%s); %s", rl_strerror(err),
-             fail_open ? "allowed by fail-open" : "refused by fail-closed");
+    const char *verdict =
+        fail_open ? "allowed by fail-open" : "refused by fail-closed";
+
+    if (err == RL_ESTORE)
+        snprintf(buf, len, "store unavailable; %s", verdict);
+    else
+        snprintf(buf, len, "store unavailable (%s); %s", rl_strerror(err),
+                 verdict);
     return buf;
 }
 
