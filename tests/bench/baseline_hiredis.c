@@ -8,14 +8,18 @@
  * decision (two on a window's first hit), no pipelining, no batching: the
  * recipe of the seeds, which is what rl-server is compared with.
  *
- * Keys are "<prefix>{<key>}:<window>:<index>" with the index from the local
- * clock, chosen uniformly among --keys or all on one key (--dist hot), like
- * rl-bench's. Prints decisions/s and latency percentiles, and with --json
+ * Keys are "<store-prefix>{<key-prefix><n>}:<window>:<index>", the layout
+ * of rl-server's Redis store, with the index from the local clock and n
+ * chosen uniformly among --keys or always 0 (--dist hot), like rl-bench's.
+ * With --store-prefix rl: the baseline counts on the very keys rl-server's
+ * runs created, so its INCRs find them and skip the EXPIRE round trip: the
+ * baseline at its best. Prints decisions/s and latency percentiles, and with --json
  * the same field names as rl-bench.
  *
  *   baseline_hiredis --redis HOST:PORT [--threads 8] [--duration 10]
  *                    [--keys 100000] [--dist uniform|hot] [--limit 100]
- *                    [--window 60] [--key-prefix bl:] [--json FILE] */
+ *                    [--window 60] [--key-prefix bench:]
+ *                    [--store-prefix bl:] [--json FILE] */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -40,6 +44,7 @@ typedef struct opts_s {
     uint64_t limit;
     uint32_t window;
     const char *prefix;
+    const char *store_prefix;
     const char *json;
 } opts_t;
 
@@ -105,7 +110,7 @@ static void *work(void *arg)
         k = o->hot ? 0 : ((next_rand(&seed) >> 32) * o->keys) >> 32;
         win = real_ms() / ((uint64_t)o->window * 1000);
         snprintf(key, sizeof(key), "%s{%s%" PRIu64 "}:%" PRIu32 ":%" PRIu64,
-                 "bl:", o->prefix, k, o->window, win);
+                 o->store_prefix, o->prefix, k, o->window, win);
         r = redisCommand(c, "INCR %s", key);
         if (r == NULL || r->type != REDIS_REPLY_INTEGER) {
             w->errors++;
@@ -148,6 +153,7 @@ static int parse_args(int argc, char **argv, opts_t *o)
     o->limit = 100;
     o->window = 60;
     o->prefix = "bench:";
+    o->store_prefix = "bl:";
     for (i = 1; i + 1 < argc; i += 2) {
         const char *n = argv[i], *v = argv[i + 1];
         char *end = NULL;
@@ -193,6 +199,10 @@ static int parse_args(int argc, char **argv, opts_t *o)
             if (strlen(v) > 500)
                 return -1;
             o->prefix = v;
+        } else if (strcmp(n, "--store-prefix") == 0) {
+            if (strlen(v) > 32)
+                return -1;
+            o->store_prefix = v;
         } else if (strcmp(n, "--json") == 0) {
             o->json = v;
         } else {
@@ -220,7 +230,8 @@ int main(int argc, char **argv)
                 "[--duration S]\n"
                 "         [--keys N] [--dist uniform|hot] [--limit N] "
                 "[--window S]\n"
-                "         [--key-prefix STR] [--json FILE]\n");
+                "         [--key-prefix STR] [--store-prefix STR] "
+                "[--json FILE]\n");
         return 2;
     }
     if (rl_hist_init(&lat, 8, UINT64_C(1) << 40) != 0) {

@@ -1,0 +1,280 @@
+#!/usr/bin/env bash
+# The benchmark of issue 5, in one command, on one machine:
+#
+#   tests/bench/run.sh [RESULTS_DIR]
+#
+# Builds Release (build-bench/, or $RL_BENCH_BUILD), starts a private
+# redis-server and rl-server on free loopback ports, and measures side by
+# side, in this order:
+#   rl uniform   rl-bench closed loop, 100k keys, limit 100 per 60 s
+#   base uniform baseline_hiredis (seeds' recipe, 8 connections), the same
+#                keys: it counts on the keys rl-server just created, so its
+#                INCRs find them and skip EXPIRE (the baseline at its best)
+#   rl hot       one key
+#   base hot     the same key
+#   rl zipf      zipf:1.1 over 100k keys
+#   ceiling      redis-benchmark INCR, -P 64, -r 100000: Redis alone
+#   open 50k/s   rl-bench open loop at 50,000/s, latency from the schedule,
+#                $RL_BENCH_SOAK seconds (default 60) with rl-server's RSS
+#                sampled every 5 s
+# Every rl-bench run has --audit. For each run: decisions/s, p50/p99,
+# rl-server CPU seconds per million decisions (utime+stime from
+# /proc/PID/stat), Redis's too, and rl-server's peak RSS (VmHWM); then the
+# ratios to the baseline and to the ceiling, and a verdict on the targets.
+# Closed-loop phases last $RL_BENCH_SECONDS (default 10) after 1 s of
+# warmup; the whole run takes about 3 minutes. Loopback only; everything
+# started here is stopped by its pid on exit.
+#
+# Results (JSON of each run, the table, a latency plot of the open loop)
+# go to RESULTS_DIR (default: a new directory under /tmp). Exit status 0
+# when every run completed and every audit passed, 1 otherwise; the speed
+# targets are reported, not enforced.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+build=${RL_BENCH_BUILD:-$root/build-bench}
+secs=${RL_BENCH_SECONDS:-10}
+soak=${RL_BENCH_SOAK:-60}
+conns=${RL_BENCH_CONNECTIONS:-4}
+inflight=${RL_BENCH_INFLIGHT:-256}
+out=${1:-$(mktemp -d /tmp/rl-bench-run.XXXXXX)}
+mkdir -p "$out"
+
+log() { printf '%s\n' "$*" >&2; }
+
+# ---- build ---------------------------------------------------------------
+log "== building Release in $build"
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DRL_WERROR=ON \
+  >"$out/cmake.log" 2>&1 || { cat "$out/cmake.log"; exit 1; }
+cmake --build "$build" -j 2 --target rl-server rl-bench baseline_hiredis \
+  >"$out/build.log" 2>&1 || { cat "$out/build.log"; exit 1; }
+server_bin=$build/server/rl-server
+bench_bin=$build/client/bench/rl-bench
+base_bin=$build/tests/bench/baseline_hiredis
+for tool in redis-server redis-benchmark; do
+  command -v "$tool" >/dev/null ||
+    { log "$tool not found: apt-get install redis-server redis-tools"; exit 1; }
+done
+
+# ---- processes -----------------------------------------------------------
+pids=()
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do
+    kill -TERM "$p" 2>/dev/null || true
+  done
+  for p in "${pids[@]}"; do
+    wait "$p" 2>/dev/null || true
+  done
+}
+trap cleanup EXIT
+
+# A loopback port nobody listens on: tried at random below Linux's ephemeral
+# range (so no outgoing connection holds it), checked by connecting. Each
+# $(free_port) is a subshell that would replay the parent's RANDOM
+# sequence, hence the reseed.
+free_port() {
+  local p i
+  RANDOM=$(( $(date +%N | sed 's/^0*//;s/^$/0/') % 32768 ))
+  for i in $(seq 1 50); do
+    p=$((20000 + RANDOM % 12000))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      echo "$p"
+      return 0
+    fi
+  done
+  return 1
+}
+
+wait_port() {
+  local i
+  for i in $(seq 1 500); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.01
+  done
+  return 1
+}
+
+# start_on NAME COMMAND...: runs COMMAND (with PORT in its arguments
+# replaced by a free port) in the background until it listens; a port
+# taken meanwhile gets another try. Sets started_pid and started_port.
+start_on() {
+  local name=$1 try p args a
+  shift
+  for try in 1 2 3 4 5; do
+    p=$(free_port)
+    args=()
+    for a in "$@"; do args+=("${a//PORT/$p}"); done
+    "${args[@]}" 2>>"$out/$name.log" &
+    started_pid=$!
+    if wait_port "$p" && kill -0 "$started_pid" 2>/dev/null; then
+      pids+=("$started_pid")
+      started_port=$p
+      return 0
+    fi
+    kill "$started_pid" 2>/dev/null || true
+    wait "$started_pid" 2>/dev/null || true
+  done
+  log "$name did not start; see $out/$name.log"
+  exit 1
+}
+
+mkdir -p "$out/redis"
+start_on redis redis-server --port PORT --bind 127.0.0.1 --save '' \
+  --appendonly no --dir "$out/redis"
+redis_pid=$started_pid
+redis_port=$started_port
+start_on rl-server "$server_bin" --listen 127.0.0.1:PORT \
+  --redis "127.0.0.1:$redis_port" --log-level warn
+rls_pid=$started_pid
+rls_port=$started_port
+# Let the store connect and sample Redis's clock before measuring.
+sleep 0.5
+
+clk_tck=$(getconf CLK_TCK)
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+status_kb() { awk -v f="$2:" '$1 == f {print $2}' "/proc/$1/status"; }
+
+# Reads a number or token from our own JSON ("  \"name\": value,").
+jf() { sed -n "s/^  \"$2\": \\([^,]*\\),\\{0,1\\}\$/\\1/p" "$1" | head -1; }
+
+failed=0
+declare -A rate p50 p99 cpu rcpu note
+
+# record NAME JSON CPU_BEFORE REDIS_BEFORE
+record() {
+  local name=$1 json=$2 c0=$3 r0=$4 c1 r1 d
+  c1=$(cpu_ticks "$rls_pid")
+  r1=$(cpu_ticks "$redis_pid")
+  d=$(jf "$json" decisions)
+  rate[$name]=$(jf "$json" decisions_per_sec)
+  p50[$name]=$(jf "$json" p50_us)
+  p99[$name]=$(jf "$json" p99_us)
+  if [ -n "$c0" ] && [ "${d:-0}" -gt 0 ]; then
+    cpu[$name]=$(awk -v t=$((c1 - c0)) -v k="$clk_tck" -v d="$d" \
+      'BEGIN { printf "%.2f", t / k / d * 1e6 }')
+    rcpu[$name]=$(awk -v t=$((r1 - r0)) -v k="$clk_tck" -v d="$d" \
+      'BEGIN { printf "%.2f", t / k / d * 1e6 }')
+  else
+    cpu[$name]="-"
+    rcpu[$name]="-"
+  fi
+}
+
+# rl NAME RL-BENCH-ARGS...: one rl-bench run with the audit.
+rl() {
+  local name=$1 c0 r0 rc=0
+  shift
+  log "== $name: rl-bench $*"
+  c0=$(cpu_ticks "$rls_pid")
+  r0=$(cpu_ticks "$redis_pid")
+  "$bench_bin" --server "127.0.0.1:$rls_port" --audit --no-progress \
+    --json "$out/$name.json" "$@" >"$out/$name.txt" 2>&1 || rc=$?
+  cat "$out/$name.txt" >&2
+  record "$name" "$out/$name.json" "$c0" "$r0"
+  note[$name]="audit: $(jf "$out/$name.json" audit_windows) windows, $(jf "$out/$name.json" audit_over_limit) over"
+  if [ "$rc" -ne 0 ] || [ "$(jf "$out/$name.json" audit_over_limit)" != 0 ]; then
+    log "!! $name failed (exit $rc)"
+    failed=1
+  fi
+}
+
+# base NAME ARGS...: one baseline run.
+base() {
+  local name=$1 r0 rc=0
+  shift
+  log "== $name: baseline_hiredis $*"
+  r0=$(cpu_ticks "$redis_pid")
+  "$base_bin" --redis "127.0.0.1:$redis_port" --threads 8 \
+    --duration "$secs" --json "$out/$name.json" "$@" \
+    >"$out/$name.txt" 2>&1 || rc=$?
+  cat "$out/$name.txt" >&2
+  record "$name" "$out/$name.json" "" "$r0"
+  rcpu[$name]=$(awk -v t=$(($(cpu_ticks "$redis_pid") - r0)) \
+    -v k="$clk_tck" -v d="$(jf "$out/$name.json" decisions)" \
+    'BEGIN { printf "%.2f", t / k / d * 1e6 }')
+  note[$name]="8 connections, INCR + EXPIRE on first hit"
+  [ "$rc" -eq 0 ] || { log "!! $name failed (exit $rc)"; failed=1; }
+}
+
+closed=(--connections "$conns" --inflight "$inflight" --warmup 1
+  --duration "$secs" --limit 100 --window 60)
+
+rl rl_uniform "${closed[@]}" --keys 100000 --dist uniform
+base base_uniform --keys 100000 --dist uniform --store-prefix rl:
+rl rl_hot "${closed[@]}" --keys 100000 --dist hot
+base base_hot --dist hot --store-prefix rl:
+rl rl_zipf "${closed[@]}" --keys 100000 --dist zipf:1.1
+
+# The ceiling: Redis alone, pipelined INCR over the same key spread.
+log "== ceiling: redis-benchmark INCR -P 64 -r 100000"
+r0=$(cpu_ticks "$redis_pid")
+redis-benchmark -h 127.0.0.1 -p "$redis_port" -c 4 -P 64 -r 100000 \
+  -n 3000000 --csv -t incr >"$out/ceiling.csv" 2>/dev/null || failed=1
+line=$(grep -i '"INCR"' "$out/ceiling.csv" | tail -1 | tr -d '"')
+rate[ceiling]=$(cut -d, -f2 <<<"$line")
+p50[ceiling]=$(awk -F, '{printf "%.1f", $5 * 1000}' <<<"$line")
+p99[ceiling]=$(awk -F, '{printf "%.1f", $7 * 1000}' <<<"$line")
+cpu[ceiling]="-"
+rcpu[ceiling]=$(awk -v t=$(($(cpu_ticks "$redis_pid") - r0)) \
+  -v k="$clk_tck" 'BEGIN { printf "%.2f", t / k / 3000000 * 1e6 }')
+note[ceiling]="Redis alone: pipelined INCR, no TTL, no decision"
+log "$line"
+
+# Open loop at 50,000/s; rl-server's RSS sampled while it runs.
+log "== open loop 50000/s for ${soak}s"
+: >"$out/rss.txt"
+(
+  for _ in $(seq 1 $((soak / 5))); do
+    sleep 5
+    echo "$(status_kb "$rls_pid" VmRSS)" >>"$out/rss.txt"
+  done
+) &
+sampler=$!
+rl open_50k --connections 1 --rate 50000 --duration "$soak" --warmup 1 \
+  --keys 100000 --dist uniform --limit 100 --window 60 \
+  --hist-csv "$out/open_50k.csv" \
+  $(command -v gnuplot >/dev/null && echo --plot "$out/open_50k.png")
+wait "$sampler" || true
+errors_open=$(jf "$out/open_50k.json" errors)
+note[open_50k]="errors $errors_open; ${note[open_50k]}"
+
+hwm_kb=$(status_kb "$rls_pid" VmHWM)
+rss_first=$(head -1 "$out/rss.txt")
+rss_last=$(tail -1 "$out/rss.txt")
+
+# ---- the table -----------------------------------------------------------
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1fx", a / b; else printf "-" }'; }
+{
+  echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p' | head -1), kernel $(uname -r)"
+  echo "redis: $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), rl-bench: $conns connections x $inflight in flight (closed loop), ${secs}s per run"
+  echo
+  printf '| %-12s | %12s | %9s | %9s | %12s | %12s | %s |\n' \
+    run "decisions/s" "p50 us" "p99 us" "server s/M" "redis s/M" notes
+  printf '|%s|%s|%s|%s|%s|%s|%s|\n' -------------- -------------: \
+    ----------: ----------: -------------: -------------: -------
+  for n in rl_uniform base_uniform rl_hot base_hot rl_zipf ceiling open_50k; do
+    printf '| %-12s | %12.0f | %9s | %9s | %12s | %12s | %s |\n' "$n" \
+      "${rate[$n]:-0}" "${p50[$n]:--}" "${p99[$n]:--}" "${cpu[$n]:--}" \
+      "${rcpu[$n]:--}" "${note[$n]:-}"
+  done
+  echo
+  echo "rl-server peak RSS (VmHWM): $((hwm_kb / 1024)) MB; RSS during the open loop: first sample $((rss_first / 1024)) MB, last $((rss_last / 1024)) MB ($(tr '\n' ' ' <"$out/rss.txt" | sed 's/ $//') kB)"
+  echo
+  echo "ratios: uniform $(ratio "${rate[rl_uniform]}" "${rate[base_uniform]}") the baseline," \
+    "hot $(ratio "${rate[rl_hot]}" "${rate[base_hot]}") the baseline;" \
+    "uniform at $(awk -v a="${rate[rl_uniform]}" -v b="${rate[ceiling]}" 'BEGIN { printf "%.0f%%", 100 * a / b }') of the ceiling," \
+    "hot at $(awk -v a="${rate[rl_hot]}" -v b="${rate[ceiling]}" 'BEGIN { printf "%.0f%%", 100 * a / b }')"
+  verdict() { if awk "BEGIN { exit !($2) }"; then echo "  met:    $1"; else echo "  MISSED: $1"; fi; }
+  echo "targets:"
+  verdict "uniform >= 5x baseline" "${rate[rl_uniform]} >= 5 * ${rate[base_uniform]}"
+  verdict "hot >= 8x baseline" "${rate[rl_hot]} >= 8 * ${rate[base_hot]}"
+  verdict "open loop 50k/s p99 <= 1 ms (p99 ${p99[open_50k]} us)" "${p99[open_50k]} <= 1000"
+  verdict "open loop 50k/s without errors ($errors_open)" "$errors_open == 0"
+  verdict "rl-server RSS <= 64 MB ($((hwm_kb / 1024)) MB)" "$hwm_kb <= 65536"
+  verdict "no RSS growth over the ${soak}s run (+$(( (rss_last - rss_first) / 1024 )) MB)" "$rss_last - $rss_first <= 2048"
+  verdict "every audit: no window over its limit" "$failed == 0"
+} | tee "$out/table.md"
+log "results in $out"
+exit "$failed"
