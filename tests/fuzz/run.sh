@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Coverage-guided fuzzing of the request path with clang's libFuzzer, for a
+# bounded time (default 60 s); crashes land in tests/fuzz/artifacts/.
+#   tests/fuzz/run.sh [SECONDS]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+secs=${1:-60}
+command -v clang >/dev/null || { echo "needs clang: apt-get install clang" >&2; exit 2; }
+out=build-fuzz
+mkdir -p "$out" tests/fuzz/artifacts
+clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 \
+  -fsanitize=fuzzer,address,undefined -Ilib \
+  tests/fuzz/fuzz_request.c lib/buf.c lib/check.c lib/error.c lib/frame.c \
+  lib/msg.c lib/window.c -o "$out/fuzz_request"
+mkdir -p "$out/corpus"
+"$out/fuzz_request" -max_total_time="$secs" -max_len=4096 \
+  -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus"
