@@ -57,7 +57,12 @@ lc_port_busy() {
 
 # 0 when /healthz on 127.0.0.1:PORT answers 200.
 lc_healthy() {
-    curl -fsS -m 1 -o /dev/null "http://127.0.0.1:$1/healthz"
+    curl -fs -m 1 -o /dev/null "http://127.0.0.1:$1/healthz"
+}
+
+# lc_healthy_or_gone DIR I PORT: server I answers 200, or has exited.
+lc_healthy_or_gone() {
+    lc_healthy "$3" || ! lc_alive "$1" "rl-server-$2"
 }
 
 # lc_alive DIR NAME: 0 when the pid recorded for NAME still runs the
@@ -244,7 +249,9 @@ lc_up() {
         servers="$servers $p:$m"
     done
     for i in $(seq 1 "$n"); do
-        lc_wait_until 5000 lc_healthy $((base + 110 + i)) ||
+        # Stop waiting early for a server that exited (a bad flag, say).
+        lc_wait_until 5000 lc_healthy_or_gone "$dir" "$i" $((base + 110 + i)) || true
+        lc_healthy $((base + 110 + i)) ||
             { lc_down >/dev/null; lc_die "rl-server $i is not healthy; see $dir/rl-server-$i.log"; }
     done
 
