@@ -7,10 +7,11 @@ cd "$(dirname "$0")/.."
 
 bash deploy/setup-debian.sh
 echo "== building (Release) into build-demo/"
+log=$(mktemp /tmp/rl-demo-build.XXXXXX)
 cmake -S . -B build-demo -DCMAKE_BUILD_TYPE=Release -DRL_BUILD_TESTS=OFF \
-  >build-demo.log 2>&1 || { cat build-demo.log; exit 1; }
+  >"$log" 2>&1 || { cat "$log"; exit 1; }
 cmake --build build-demo -j "$(nproc)" --target rl-server rl-check \
-  >>build-demo.log 2>&1 || { cat build-demo.log; exit 1; }
+  >>"$log" 2>&1 || { cat "$log"; exit 1; }
 
 server=build-demo/server/rl-server
 check=build-demo/client/rl-check

@@ -305,9 +305,9 @@ void rls_conn_resume(rls_server_t *s)
         /* Frames already buffered come first; read more only if there is
          * still room. */
         process(c);
-        /* A draining server still takes work (--drain-ms). */
-        if (!c->closing && c->inflight < s->cfg->max_inflight &&
-            (!s->stopping || s->draining))
+        /* Reading goes on while stopping too: a client told to go away
+         * (rls_conn_goaway_all) is still answered until it closes. */
+        if (!c->closing && c->inflight < s->cfg->max_inflight)
             start_reading(c);
         maybe_finish(c);
     }
@@ -420,20 +420,24 @@ void rls_conn_on_connection(uv_stream_t *listener, int status)
     start_reading(c);
 }
 
-void rls_conn_stop_all(rls_server_t *s)
+size_t rls_conn_goaway_all(rls_server_t *s)
 {
     rls_list_t *n, *next;
+    size_t count = 0;
 
     for (n = s->conns.next; n != &s->conns; n = next) {
         rls_conn_t *c = RLS_CONTAINER_OF(n, rls_conn_t, node);
         next = n->next;
-        stop_reading(c);
-        /* What was received is still answered: frames already buffered are
-         * decoded now (or as in-flight answers drain, if paused). */
-        process(c);
-        c->eof = 1;
-        maybe_finish(c);
+        if (c->eof || c->closing)
+            continue; /* the client is already leaving */
+        /* GOAWAY: id 0 is about the connection, not a request. The client
+         * stops sending here and closes once it has its answers; until it
+         * does, everything it sent is read and answered, so a request in
+         * flight when the stop began is not lost. */
+        reply_error(c, 0, rl_strerror(RL_ESHUTDOWN));
+        count++;
     }
+    return count;
 }
 
 void rls_conn_close_all(rls_server_t *s)

@@ -85,7 +85,10 @@ void rls_conn_on_connection(uv_stream_t *listener, int status);
 void rls_conn_respond(void *owner, const rl_result_t *r);
 void rls_conn_flush(rls_server_t *s);   /* one write per dirty conn */
 void rls_conn_resume(rls_server_t *s);  /* read conns under their limit */
-void rls_conn_stop_all(rls_server_t *s); /* stop reading, close when done */
+/* Sends every open connection the GOAWAY notice (id 0, ERROR, "server is
+ * shutting down") and keeps serving it until the client closes. Returns the
+ * number of connections told. */
+size_t rls_conn_goaway_all(rls_server_t *s);
 void rls_conn_close_all(rls_server_t *s); /* close at once */
 
 #endif

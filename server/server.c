@@ -21,7 +21,8 @@
  * and the batch's memory; a busier iteration sends several batches. */
 #define RLS_BATCH_MAX 1024
 
-/* How long a stop may wait for answers and writes before closing anyway. */
+/* How long a stop waits for clients to act on GOAWAY (and for answers and
+ * writes) before closing the connections that remain. */
 #define RLS_STOP_GRACE_MIN_MS 5000
 
 static void on_tick(uv_check_t *h)
@@ -70,6 +71,7 @@ static void on_stop_timer(uv_timer_t *t)
     rls_server_t *s = t->data;
 
     if (s->draining) {
+        RLS_INFO("drain over", NULL);
         s->draining = 0;
         rls_server_stop(s);
         return;
@@ -103,7 +105,8 @@ void rls_server_stop(rls_server_t *s)
 
     if (!uv_is_closing((uv_handle_t *)&s->listener)) {
         uv_close((uv_handle_t *)&s->listener, NULL);
-        rls_conn_stop_all(s);
+        RLS_INFO("stopping: listener closed, clients told to go away",
+                 " connections=%zu", rls_conn_goaway_all(s));
         grace = 4 * s->cfg->redis_timeout_ms;
         if (grace < RLS_STOP_GRACE_MIN_MS)
             grace = RLS_STOP_GRACE_MIN_MS;

@@ -729,37 +729,74 @@ static void test_max_connections(void **state)
 }
 
 /* SIGTERM with requests received but not yet answered (the connection is
- * held at --max-inflight 8): all of them are answered, then the server
- * closes and exits 0. */
-static void test_sigterm_answers_everything(void **state)
+ * held at --max-inflight 8): the server tells the client to go away (id 0,
+ * ERROR, "server is shutting down"), answers every request, keeps reading
+ * and answering until the client closes, then exits 0. A second client that
+ * ignores the notice is closed after the stop's grace. */
+static void test_sigterm_goaway(void **state)
 {
     static rl_check_t q[500];
-    static res_t r[500];
-    int eof, status;
+    static res_t r[600];
+    int eof, status, notices = 0, seen[503] = {0};
     size_t i, got;
-    cli_t c;
+    cli_t c, deaf;
 
     (void)state;
     start_redis();
     start_server("--redis", redis_addr(), "--max-inflight", "8", NULL);
     cli_open(&c);
+    cli_open(&deaf);
+    assert_int_equal(ask(&deaf, check(1, "deaf", 1000, 3600, 1)).r.code,
+                     RL_CODE_OK);
     for (i = 0; i < 500; i++)
         q[i] = check(i + 1, "term", 1000, 3600, 1);
     send_checks(&c, q, 500);
     /* the server has read the write once the first answer is back */
     assert_int_equal(recv_results(&c, r, 1, 5000, &eof), 1);
     kill(server_pid, SIGTERM);
-    got = 1 + recv_results(&c, r + 1, 499, 5000, &eof);
-    assert_int_equal(got, 500);
+    got = 1 + recv_results(&c, r + 1, 500, 5000, &eof);
+    assert_int_equal(got, 501); /* 500 answers and the notice */
+    assert_false(eof);
+
+    /* after the notice, what the client still sends is answered too */
+    q[0] = check(501, "term", 1000, 3600, 1);
+    q[1] = check(502, "term", 1000, 3600, 1);
+    send_checks(&c, q, 2);
+    assert_int_equal(recv_results(&c, r + 501, 2, 5000, &eof), 2);
+    for (i = 0; i < 503; i++) {
+        if (r[i].r.id == 0) {
+            notices++;
+            assert_int_equal(r[i].r.code, RL_CODE_ERROR);
+            assert_string_equal(r[i].err, "server is shutting down");
+            continue;
+        }
+        assert_true(r[i].r.id <= 502);
+        seen[r[i].r.id]++;
+        assert_int_equal(r[i].r.code, RL_CODE_OK);
+    }
+    assert_int_equal(notices, 1);
+    for (i = 1; i <= 502; i++)
+        assert_int_equal(seen[i], 1);
+
+    /* the client leaves: its connection ends cleanly */
+    shutdown(c.fd, SHUT_WR);
     assert_int_equal(recv_results(&c, r, 1, 5000, &eof), 0);
     assert_true(eof);
+    cli_close(&c);
+
+    /* the deaf client got the notice too, ignores it, and is closed after
+     * the grace; then the server exits 0 */
+    assert_int_equal(recv_results(&deaf, r, 1, 5000, &eof), 1);
+    assert_int_equal(r[0].r.id, 0);
+    assert_int_equal(recv_results(&deaf, r, 1, 15000, &eof), 0);
+    assert_true(eof);
+    cli_close(&deaf);
     /* wait for the exit; another SIGTERM could land after the server has
      * closed its signal handles and kill it */
     status = rlt_stop(server_pid, 0, 10000);
     server_pid = -1;
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
-    cli_close(&c);
 }
 
 /* Flags: bad ones and an address in use give one line and a non-zero
@@ -819,7 +856,7 @@ int main(void)
         cmocka_unit_test_teardown(test_every_key_has_ttl, teardown),
         cmocka_unit_test_teardown(test_backpressure, teardown),
         cmocka_unit_test_teardown(test_max_connections, teardown),
-        cmocka_unit_test_teardown(test_sigterm_answers_everything, teardown),
+        cmocka_unit_test_teardown(test_sigterm_goaway, teardown),
         cmocka_unit_test_teardown(test_bad_flags, teardown),
     };
     /* RLT_FILTER=test_name runs one test (cmocka's glob filter). */
