@@ -134,13 +134,14 @@ redisContext *rlt_redis_connect(const rlt_redis_t *r)
 
 /* 1 when the redis-server answering on r->port is the one we started: a
  * port freed by a killed server may be taken by another test's server, and
- * a PING alone would not tell them apart. */
+ * a PING alone would not tell them apart. A server started with requirepass
+ * answers NOAUTH; that counts while our own process is still alive. */
 static int answers_ping(const rlt_redis_t *r)
 {
     redisContext *c = rlt_redis_connect(r);
     redisReply *rep;
     const char *pid;
-    int ok = 0;
+    int ok = 0, status;
 
     if (c == NULL)
         return 0;
@@ -148,23 +149,34 @@ static int answers_ping(const rlt_redis_t *r)
     if (rep != NULL && rep->type == REDIS_REPLY_STRING &&
         (pid = strstr(rep->str, "process_id:")) != NULL)
         ok = atol(pid + 11) == (long)r->pid;
+    else if (rep != NULL && rep->type == REDIS_REPLY_ERROR &&
+             strncmp(rep->str, "NOAUTH", 6) == 0)
+        ok = waitpid(r->pid, &status, WNOHANG) == 0;
     if (rep)
         freeReplyObject(rep);
     redisFree(c);
     return ok;
 }
 
-/* Launches redis-server on r->port in r->dir and waits for PING. Returns 0,
- * or -1 if it exited (port taken) or never answered within 10 s. */
-static int launch(rlt_redis_t *r)
+/* Launches redis-server on r->port in r->dir, with extra arguments (may be
+ * NULL), and waits until it answers. Returns 0, or -1 if it exited (port
+ * taken) or never answered within 10 s. */
+static int launch(rlt_redis_t *r, char *const extra[])
 {
     char port[16];
-    char *argv[] = {"redis-server", "--port", port, "--bind", "127.0.0.1",
-                    "--dir", r->dir, "--save", "", "--appendonly", "no",
-                    "--daemonize", "no", "--loglevel", "warning", NULL};
+    char *argv[64] = {"redis-server", "--port", port, "--bind", "127.0.0.1",
+                      "--dir", r->dir, "--save", "", "--appendonly", "no",
+                      "--daemonize", "no", "--loglevel", "warning"};
+    size_t n = 15, i;
     uint64_t deadline = rlt_mono_ms() + 10000;
     int status;
 
+    for (i = 0; extra != NULL && extra[i] != NULL; i++) {
+        if (n + 1 >= sizeof(argv) / sizeof(argv[0]))
+            return -1;
+        argv[n++] = extra[i];
+    }
+    argv[n] = NULL;
     snprintf(port, sizeof(port), "%d", r->port);
     r->pid = rlt_spawn(argv);
     if (r->pid < 0)
@@ -181,7 +193,7 @@ static int launch(rlt_redis_t *r)
     return 0;
 }
 
-int rlt_redis_start(rlt_redis_t *r)
+int rlt_redis_start_with(rlt_redis_t *r, char *const extra[])
 {
     int attempt;
 
@@ -194,7 +206,7 @@ int rlt_redis_start(rlt_redis_t *r)
      * bind; a new port is the cure. */
     for (attempt = 0; attempt < 5; attempt++) {
         r->port = rlt_free_port();
-        if (r->port > 0 && launch(r) == 0)
+        if (r->port > 0 && launch(r, extra) == 0)
             return 0;
     }
     rmdir(r->dir);
@@ -202,17 +214,27 @@ int rlt_redis_start(rlt_redis_t *r)
     return -1;
 }
 
-int rlt_redis_restart(rlt_redis_t *r)
+int rlt_redis_start(rlt_redis_t *r)
+{
+    return rlt_redis_start_with(r, NULL);
+}
+
+int rlt_redis_restart_with(rlt_redis_t *r, char *const extra[])
 {
     uint64_t deadline = rlt_mono_ms() + 10000;
 
     /* The old socket may linger briefly; keep trying the same port. */
-    while (launch(r) != 0) {
+    while (launch(r, extra) != 0) {
         if (rlt_mono_ms() >= deadline)
             return -1;
         nap_ms(20);
     }
     return 0;
+}
+
+int rlt_redis_restart(rlt_redis_t *r)
+{
+    return rlt_redis_restart_with(r, NULL);
 }
 
 void rlt_redis_kill(rlt_redis_t *r)
@@ -236,81 +258,6 @@ void rlt_redis_stop(rlt_redis_t *r)
         rmdir(r->dir);
         r->dir[0] = '\0';
     }
-}
-
-/* Launches redis-server with extra arguments and waits until it answers
- * anything at all (a server with requirepass answers PING with NOAUTH).
- * Returns 0, or -1 as launch() does. */
-static int launch_with(rlt_redis_t *r, char *const extra[])
-{
-    char port[16];
-    char *argv[64] = {"redis-server", "--port", port, "--bind", "127.0.0.1",
-                      "--dir", r->dir, "--save", "", "--appendonly", "no",
-                      "--daemonize", "no", "--loglevel", "warning"};
-    size_t n = 15, i;
-    uint64_t deadline = rlt_mono_ms() + 10000;
-    int status;
-
-    for (i = 0; extra != NULL && extra[i] != NULL; i++) {
-        if (n + 1 >= sizeof(argv) / sizeof(argv[0]))
-            return -1;
-        argv[n++] = extra[i];
-    }
-    argv[n] = NULL;
-    snprintf(port, sizeof(port), "%d", r->port);
-    r->pid = rlt_spawn(argv);
-    if (r->pid < 0)
-        return -1;
-    for (;;) {
-        redisContext *c = rlt_redis_connect(r);
-        redisReply *rep = c ? redisCommand(c, "PING") : NULL;
-        int alive = rep != NULL;
-
-        if (rep)
-            freeReplyObject(rep);
-        if (c)
-            redisFree(c);
-        if (alive)
-            return 0;
-        if (waitpid(r->pid, &status, WNOHANG) == r->pid ||
-            rlt_mono_ms() >= deadline) {
-            rlt_stop(r->pid, SIGKILL, 1000);
-            r->pid = -1;
-            return -1;
-        }
-        nap_ms(5);
-    }
-}
-
-int rlt_redis_start_with(rlt_redis_t *r, char *const extra[])
-{
-    int attempt;
-
-    memset(r, 0, sizeof(*r));
-    r->pid = -1;
-    snprintf(r->dir, sizeof(r->dir), "/tmp/rlt-redis-XXXXXX");
-    if (mkdtemp(r->dir) == NULL)
-        return -1;
-    for (attempt = 0; attempt < 5; attempt++) {
-        r->port = rlt_free_port();
-        if (r->port > 0 && launch_with(r, extra) == 0)
-            return 0;
-    }
-    rmdir(r->dir);
-    r->dir[0] = '\0';
-    return -1;
-}
-
-int rlt_redis_restart_with(rlt_redis_t *r, char *const extra[])
-{
-    uint64_t deadline = rlt_mono_ms() + 10000;
-
-    while (launch_with(r, extra) != 0) {
-        if (rlt_mono_ms() >= deadline)
-            return -1;
-        nap_ms(20);
-    }
-    return 0;
 }
 
 void rlt_redis_pause(rlt_redis_t *r, int paused)
