@@ -18,4 +18,17 @@
 int rls_redis_uv_attach(redisAsyncContext *ac, uv_loop_t *loop,
                         void (*closed)(void *arg), void *arg);
 
+/* Driving hiredis from our own code (not from a poll callback): between
+ * hold and release, poll changes that hiredis asks for are held, and
+ * release applies only the net change. With write_now, release first
+ * writes what hiredis has buffered, instead of waiting for the loop to
+ * poll for writability: a command submitted in one iteration then leaves
+ * in that iteration, and the usual round of "watch for writable, write,
+ * stop watching" costs no epoll_ctl at all. The write may fail the
+ * connection, which fires hiredis's callbacks (every pending reply with
+ * NULL) and frees ac before release returns: callers must not touch ac
+ * afterwards. Calls nest. */
+void rls_redis_uv_hold(redisAsyncContext *ac);
+void rls_redis_uv_release(redisAsyncContext *ac, int write_now);
+
 #endif

@@ -633,6 +633,7 @@ static void st_submit(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
                       void *data)
 {
     redis_store_t *st = (redis_store_t *)s;
+    redisAsyncContext *ac;
     batch_t *b;
     size_t len;
 
@@ -661,9 +662,12 @@ static void st_submit(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
     b->data = data;
     b->retried = 0;
     b->sent_ns = uv_hrtime();
+    ac = st->conn->ac;
     len = rls_redis_encode(&st->cmd, st->sha, b->ops, b->n);
-    if (len == 0 || redisAsyncFormattedCommand(st->conn->ac, on_batch_reply, b,
+    rls_redis_uv_hold(ac);
+    if (len == 0 || redisAsyncFormattedCommand(ac, on_batch_reply, b,
                                                st->cmd.p, len) != REDIS_OK) {
+        rls_redis_uv_release(ac, 0);
         b->next = st->pool;
         st->pool = b;
         goto fail;
@@ -679,6 +683,11 @@ static void st_submit(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
     st->inflight_ops += n;
     if (!uv_is_active((uv_handle_t *)&st->expiry))
         uv_timer_start(&st->expiry, on_expiry, st->timeout_ms, 0);
+    /* Written now, not when the loop next polls: one iteration and the
+     * epoll_ctl calls of a write-interest round sooner. A failed write
+     * fails the batch (b is then finished already): touch nothing
+     * after. */
+    rls_redis_uv_release(ac, 1);
     return;
 fail:
     complete(st, ops, n, RL_ESTORE, cb, data);
