@@ -40,6 +40,12 @@ static inline uint64_t rl_window_reset_after_ms(uint64_t now_ms,
 void rl_decide(uint64_t count, uint64_t limit, uint64_t now_ms,
                uint32_t window_s, rl_result_t *r);
 
+/* The same, for a caller that already knows reset_after_ms (the window's
+ * end minus now, >= 1): a batch decides many requests at one instant, and
+ * the division need not be repeated for each. */
+void rl_decide_reset(uint64_t count, uint64_t limit, uint64_t reset_after_ms,
+                     rl_result_t *r);
+
 /* Longest key rl_key_format() can produce for these lengths, NUL included:
  * prefix, braces, key, two colons, up to 10 + 20 digits, NUL. */
 #define RL_KEY_SIZE(prefix_len, key_len) ((prefix_len) + (key_len) + 35)
@@ -50,10 +56,10 @@ void rl_decide(uint64_t count, uint64_t limit, uint64_t now_ms,
  * to the first '}', so a key that begins with '}' has an empty tag and each
  * window hashes on its own; that costs co-location only, never correctness,
  * since every command for one window names one key.) The mapping is one to
- * one: the window and index are digits after the last two colons. Returns the length
- * without the NUL, or RL_EFULL if cap is too small (see RL_KEY_SIZE). */
-int rl_key_format(char *dst, size_t cap, const char *prefix,
-                  size_t prefix_len, const char *key, size_t key_len,
-                  uint32_t window_s, uint64_t index);
+ * one: the window and index are digits after the last two colons. Returns the
+ * length without the NUL, or RL_EFULL if cap is too small (see RL_KEY_SIZE). */
+int rl_key_format(char *dst, size_t cap, const char *prefix, size_t prefix_len,
+                  const char *key, size_t key_len, uint32_t window_s,
+                  uint64_t index);
 
 #endif

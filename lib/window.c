@@ -7,7 +7,13 @@
 void rl_decide(uint64_t count, uint64_t limit, uint64_t now_ms,
                uint32_t window_s, rl_result_t *r)
 {
-    uint64_t reset = rl_window_reset_after_ms(now_ms, window_s);
+    rl_decide_reset(count, limit, rl_window_reset_after_ms(now_ms, window_s),
+                    r);
+}
+
+void rl_decide_reset(uint64_t count, uint64_t limit, uint64_t reset,
+                     rl_result_t *r)
+{
     int allowed = count <= limit;
 
     r->code = allowed ? RL_CODE_OK : RL_CODE_OVER_LIMIT;
@@ -33,9 +39,9 @@ static size_t put_u64(char *p, uint64_t v)
     return n;
 }
 
-int rl_key_format(char *dst, size_t cap, const char *prefix,
-                  size_t prefix_len, const char *key, size_t key_len,
-                  uint32_t window_s, uint64_t index)
+int rl_key_format(char *dst, size_t cap, const char *prefix, size_t prefix_len,
+                  const char *key, size_t key_len, uint32_t window_s,
+                  uint64_t index)
 {
     size_t n = 0;
 

@@ -28,19 +28,33 @@ typedef struct {
     uint32_t op;
 } slot_t;
 
+/* What one window size works out to for a batch's clock reading. A
+ * batch nearly always holds one window size, so this is computed once per
+ * batch instead of two 64-bit divisions and two decimal conversions per
+ * request. */
+typedef struct {
+    uint32_t window_s;     /* 0: not computed yet */
+    uint64_t index;        /* window index at the batch's now_ms */
+    uint64_t expire_at_ms; /* window end + grace */
+    uint64_t mix;          /* folded into key hashes: index and size */
+    size_t suffix_len;
+    char suffix[40]; /* ":<window_s>:<index>", as rl_key_format writes it */
+} win_t;
+
 struct rls_batch_s {
     rls_batcher_t *owner;
     rls_batch_t *next; /* in the free list */
     uint64_t now_ms;   /* one clock reading for the whole batch */
+    win_t win;         /* the last window size seen */
 
     req_t *reqs;
     size_t nreqs;
     rls_op_t *ops;
     size_t nops;
-    uint64_t *hash;    /* per op */
-    size_t *key_off;   /* per op: offset of its key in `keys` */
-    int64_t *run;      /* per op: running count while deciding */
-    rl_buf_t keys;     /* formatted store keys, NUL-terminated */
+    uint64_t *hash;  /* per op */
+    size_t *key_off; /* per op: offset of its key in `keys` */
+    int64_t *run;    /* per op: running count while deciding */
+    rl_buf_t keys;   /* formatted store keys, NUL-terminated */
 
     slot_t *index;
     uint32_t mask;
@@ -116,6 +130,7 @@ static rls_batch_t *batch_start(rls_batcher_t *b)
     }
     t->nreqs = 0;
     t->nops = 0;
+    t->win.window_s = 0;
     rl_buf_reset(&t->keys);
     /* Generation 0 marks never-used slots; skip it on wrap-around. */
     if (++t->gen == 0) {
@@ -127,8 +142,7 @@ static rls_batch_t *batch_start(rls_batcher_t *b)
 }
 
 /* Why a request was not counted, as sent back in `error`. */
-static const char *failure_text(int err, int fail_open, char *buf,
-                                size_t len)
+static const char *failure_text(int err, int fail_open, char *buf, size_t len)
 {
     const char *verdict =
         fail_open ? "allowed by fail-open" : "refused by fail-closed";
@@ -146,6 +160,8 @@ static void on_store_done(void *data, rls_op_t *ops, size_t nops, int status)
     rls_batch_t *t = data;
     rls_batcher_t *b = t->owner;
     char text[160];
+    uint32_t reset_w = 0;
+    uint64_t reset_ms = 0;
     size_t i;
 
     assert(ops == t->ops && nops == t->nops);
@@ -160,6 +176,11 @@ static void on_store_done(void *data, rls_op_t *ops, size_t nops, int status)
         rls_op_t *op = &ops[q->op];
         rl_result_t r;
 
+        /* One division per window size and batch, not per request. */
+        if (q->window_s != reset_w) {
+            reset_w = q->window_s;
+            reset_ms = rl_window_reset_after_ms(t->now_ms, reset_w);
+        }
         memset(&r, 0, sizeof(r));
         r.id = q->id;
         if (op->err != 0) {
@@ -171,8 +192,7 @@ static void on_store_done(void *data, rls_op_t *ops, size_t nops, int status)
                 /* Allowed, and nothing was counted. */
                 r.code = RL_CODE_OK;
                 r.remaining = q->limit;
-                r.reset_after_ms =
-                    rl_window_reset_after_ms(t->now_ms, q->window_s);
+                r.reset_after_ms = reset_ms;
                 b->stats.failed_open++;
             } else {
                 r.code = RL_CODE_ERROR;
@@ -180,8 +200,8 @@ static void on_store_done(void *data, rls_op_t *ops, size_t nops, int status)
         } else {
             t->run[q->op] += q->cost;
             /* A counter someone else decremented below zero counts as 0. */
-            rl_decide(t->run[q->op] > 0 ? (uint64_t)t->run[q->op] : 0,
-                      q->limit, t->now_ms, q->window_s, &r);
+            rl_decide_reset(t->run[q->op] > 0 ? (uint64_t)t->run[q->op] : 0,
+                            q->limit, reset_ms, &r);
         }
         b->respond(q->owner, &r);
     }
@@ -210,28 +230,61 @@ static void submit(rls_batcher_t *b)
     b->store->v->submit(b->store, t->ops, t->nops, on_store_done, t);
 }
 
-int rls_batcher_add(rls_batcher_t *b, void *owner, uint64_t id,
-                    const char *key, size_t key_len, uint32_t cost,
-                    uint64_t limit, uint32_t window_s)
+/* Works out window_s for the batch's clock reading (see win_t). */
+static void win_set(rls_batch_t *t, const rls_batcher_t *b, uint32_t window_s)
+{
+    win_t *w = &t->win;
+    char tmp[48];
+    int n;
+
+    w->window_s = window_s;
+    w->index = rl_window_index(t->now_ms, window_s);
+    w->expire_at_ms = rl_window_end_ms(w->index, window_s) + b->grace_ms;
+    w->mix = (w->index * UINT64_C(0x9e3779b97f4a7c15)) ^
+             ((uint64_t)window_s * UINT64_C(0xc2b2ae3d27d4eb4f));
+    /* rl_key_format itself writes the suffix, so the keys built from it
+     * are byte for byte the ones it would build. */
+    n = rl_key_format(tmp, sizeof(tmp), "", 0, "", 0, window_s, w->index);
+    assert(n > 2 && (size_t)n - 2 < sizeof(w->suffix));
+    w->suffix_len = (size_t)n - 2; /* drop the empty "{}" */
+    memcpy(w->suffix, tmp + 2, w->suffix_len);
+}
+
+int rls_batcher_add(rls_batcher_t *b, void *owner, uint64_t id, const char *key,
+                    size_t key_len, uint32_t cost, uint64_t limit,
+                    uint32_t window_s)
 {
     rls_batch_t *t = b->cur;
-    uint8_t *w;
-    uint64_t index, h;
+    uint8_t *w, *p;
+    uint64_t h;
     uint32_t pos, op;
-    int n;
+    size_t n;
 
     if (t == NULL && (t = b->cur = batch_start(b)) == NULL)
         return RL_ENOMEM;
+    if (window_s != t->win.window_s)
+        win_set(t, b, window_s);
 
-    index = rl_window_index(t->now_ms, window_s);
+    /* The store key "<prefix>{<key>}:<window_s>:<index>", NUL-terminated,
+     * as rl_key_format would write it (RL_KEY_SIZE bounds it). */
     if (rl_buf_reserve(&t->keys, RL_KEY_SIZE(b->prefix_len, key_len), &w) !=
         RL_OK)
         return RL_ENOMEM;
-    n = rl_key_format((char *)w, RL_KEY_SIZE(b->prefix_len, key_len),
-                      b->prefix, b->prefix_len, key, key_len, window_s,
-                      index);
-    assert(n > 0);
-    h = rl_hash(&b->hash_key, w, (size_t)n);
+    p = w;
+    memcpy(p, b->prefix, b->prefix_len);
+    p += b->prefix_len;
+    *p++ = '{';
+    memcpy(p, key, key_len);
+    p += key_len;
+    *p++ = '}';
+    memcpy(p, t->win.suffix, t->win.suffix_len);
+    p += t->win.suffix_len;
+    *p = '\0';
+    n = (size_t)(p - w);
+    /* Keys of one batch differ only in the caller's key and the window:
+     * hash those, not the constant prefix and the digits. Keyed SipHash
+     * still decides the slot, so clients cannot aim keys at one chain. */
+    h = rl_hash(&b->hash_key, key, key_len) ^ t->win.mix;
 
     /* Find the op for this key, or make one. */
     for (pos = (uint32_t)h & t->mask;; pos = (pos + 1) & t->mask) {
@@ -242,16 +295,15 @@ int rls_batcher_add(rls_batcher_t *b, void *owner, uint64_t id,
             s->op = op;
             t->hash[op] = h;
             t->key_off[op] = (size_t)(w - t->keys.data);
-            t->ops[op].key_len = (size_t)n;
+            t->ops[op].key_len = n;
             t->ops[op].incr = 0;
-            t->ops[op].expire_at_ms =
-                rl_window_end_ms(index, window_s) + b->grace_ms;
-            rl_buf_commit(&t->keys, (size_t)n + 1);
+            t->ops[op].expire_at_ms = t->win.expire_at_ms;
+            rl_buf_commit(&t->keys, n + 1);
             break;
         }
         op = s->op;
-        if (t->hash[op] == h && t->ops[op].key_len == (size_t)n &&
-            memcmp(t->keys.data + t->key_off[op], w, (size_t)n) == 0) {
+        if (t->hash[op] == h && t->ops[op].key_len == n &&
+            memcmp(t->keys.data + t->key_off[op], w, n) == 0) {
             b->stats.coalesced++;
             break;
         }
