@@ -42,7 +42,15 @@ static char *put_u64(char *p, uint64_t v)
 static char *put_line(char *p, char type, uint64_t v)
 {
     *p++ = type;
-    p = put_u64(p, v);
+    /* Lengths are mostly one or two digits: skip the general loop. */
+    if (v < 10) {
+        *p++ = (char)('0' + v);
+    } else if (v < 100) {
+        *p++ = (char)('0' + v / 10);
+        *p++ = (char)('0' + v % 10);
+    } else {
+        p = put_u64(p, v);
+    }
     *p++ = '\r';
     *p++ = '\n';
     return p;
@@ -70,8 +78,9 @@ size_t rls_redis_encode(rls_cmdbuf_t *buf, const char *sha, const rls_op_t *ops,
 {
     /* Per op: the key and three length lines, two numbers of at most 20
      * digits; plus the header, the command and the script or its SHA. */
-    size_t need = 128 + sizeof(rls_redis_script), i;
-    char *p;
+    size_t need = 128 + sizeof(rls_redis_script), i, exp_len = 0;
+    uint64_t last_exp = 0;
+    char *p, exp[32];
 
     for (i = 0; i < n; i++)
         need += ops[i].key_len + 96;
@@ -95,9 +104,25 @@ size_t rls_redis_encode(rls_cmdbuf_t *buf, const char *sha, const rls_op_t *ops,
     p = put_num(p, n);
     for (i = 0; i < n; i++)
         p = put_bulk(p, ops[i].key, ops[i].key_len);
+    /* The ops of a batch nearly all share one expiry (one window size) and
+     * most add a one-digit cost: the expiry's bulk string is formatted
+     * once and copied, and a small increment is written directly. */
     for (i = 0; i < n; i++) {
-        p = put_num(p, ops[i].incr);
-        p = put_num(p, ops[i].expire_at_ms);
+        if (ops[i].incr < 10) {
+            memcpy(p, "$1\r\n", 4);
+            p[4] = (char)('0' + ops[i].incr);
+            p[5] = '\r';
+            p[6] = '\n';
+            p += 7;
+        } else {
+            p = put_num(p, ops[i].incr);
+        }
+        if (i == 0 || ops[i].expire_at_ms != last_exp) {
+            last_exp = ops[i].expire_at_ms;
+            exp_len = (size_t)(put_num(exp, last_exp) - exp);
+        }
+        memcpy(p, exp, exp_len);
+        p += exp_len;
     }
     return (size_t)(p - buf->p);
 }
