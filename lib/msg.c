@@ -9,10 +9,16 @@ enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_I32 = 5 };
 
 /* Reads a base-128 varint. Returns bytes used, or 0 when truncated or
  * longer than the 10 bytes a 64-bit value can take. */
-static size_t get_varint(const uint8_t *p, size_t n, uint64_t *v)
+static inline size_t get_varint(const uint8_t *p, size_t n, uint64_t *v)
 {
     uint64_t x = 0;
     size_t i;
+
+    /* Tags and most values of these messages fit in one byte. */
+    if (n > 0 && p[0] < 0x80) {
+        *v = p[0];
+        return 1;
+    }
 
     for (i = 0; i < n && i < 10; i++) {
         x |= (uint64_t)(p[i] & 0x7f) << (7 * i);
@@ -24,7 +30,7 @@ static size_t get_varint(const uint8_t *p, size_t n, uint64_t *v)
     return 0;
 }
 
-static size_t varint_size(uint64_t v)
+static inline size_t varint_size(uint64_t v)
 {
     size_t n = 1;
 
@@ -35,9 +41,14 @@ static size_t varint_size(uint64_t v)
     return n;
 }
 
-static size_t put_varint(uint8_t *p, uint64_t v)
+static inline size_t put_varint(uint8_t *p, uint64_t v)
 {
     size_t n = 0;
+
+    if (v < 0x80) {
+        p[0] = (uint8_t)v;
+        return 1;
+    }
 
     while (v >= 0x80) {
         p[n++] = (uint8_t)(v | 0x80);
@@ -60,7 +71,8 @@ typedef struct {
 /* Reads the field at p[*off..n). Returns 1 with *f filled, 0 at the end of
  * input, RL_EDECODE on malformed input. Fixed-width fields are skipped with
  * f->num set to 0 (this schema has none, so they can only be unknown). */
-static int next_field(const uint8_t *p, size_t n, size_t *off, field_t *f)
+static inline int next_field(const uint8_t *p, size_t n, size_t *off,
+                             field_t *f)
 {
     uint64_t tag, len;
     size_t k;
@@ -104,16 +116,16 @@ static int next_field(const uint8_t *p, size_t n, size_t *off, field_t *f)
 }
 
 /* A known field must arrive with the wire type its declaration implies. */
-#define EXPECT(f, type)                                                       \
-    do {                                                                      \
-        if ((f).wt != (type))                                                 \
-            return RL_EDECODE;                                                \
+#define EXPECT(f, type)                                                        \
+    do {                                                                       \
+        if ((f).wt != (type))                                                  \
+            return RL_EDECODE;                                                 \
     } while (0)
 
 int rl_check_decode(const uint8_t *p, size_t n, rl_check_t *out)
 {
     size_t off = 0;
-    field_t f;
+    field_t f = {0, 0, 0, NULL, 0};
     int rc;
 
     memset(out, 0, sizeof(*out));
@@ -155,7 +167,7 @@ int rl_check_decode(const uint8_t *p, size_t n, rl_check_t *out)
 int rl_result_decode(const uint8_t *p, size_t n, rl_result_t *out)
 {
     size_t off = 0;
-    field_t f;
+    field_t f = {0, 0, 0, NULL, 0};
     int rc;
 
     memset(out, 0, sizeof(*out));
@@ -258,9 +270,9 @@ static uint64_t enum_wire(int32_t v)
 size_t rl_result_size(const rl_result_t *r)
 {
     return size_u(1, r->id) + size_u(2, enum_wire(r->code)) +
-           size_u(3, r->limit) + size_u(4, r->used) +
-           size_u(5, r->remaining) + size_u(6, r->reset_after_ms) +
-           size_u(7, r->retry_after_ms) + size_s(8, r->error_len);
+           size_u(3, r->limit) + size_u(4, r->used) + size_u(5, r->remaining) +
+           size_u(6, r->reset_after_ms) + size_u(7, r->retry_after_ms) +
+           size_s(8, r->error_len);
 }
 
 size_t rl_result_encode(const rl_result_t *r, uint8_t *p)
@@ -295,12 +307,30 @@ int rl_check_put(rl_buf_t *b, const rl_check_t *c)
     return RL_OK;
 }
 
+/* A CheckResponse without its error text is at most seven varint fields
+ * of a one-byte tag and up to ten bytes each, plus the error's tag and
+ * length. */
+#define RESULT_FIXED_MAX (7 * 11 + 1 + 10)
+
 int rl_result_put(rl_buf_t *b, const rl_result_t *r)
 {
-    size_t n = rl_result_size(r);
+    size_t n;
     uint8_t *w;
     int rc;
 
+    /* The common case encodes in one pass: room for the largest possible
+     * encoding, header written after. Only where that much room is not to
+     * be had (a buffer near its cap) is the exact size worked out first,
+     * so what fits is exactly what fitted before. */
+    if (r->error_len <= UINT32_MAX - RESULT_FIXED_MAX &&
+        rl_buf_avail(b) >= RL_FRAME_HEADER + RESULT_FIXED_MAX + r->error_len) {
+        w = b->data + b->wpos;
+        n = rl_result_encode(r, w + RL_FRAME_HEADER);
+        rl_frame_header(w, (uint32_t)n);
+        rl_buf_commit(b, RL_FRAME_HEADER + n);
+        return RL_OK;
+    }
+    n = rl_result_size(r);
     if (n > UINT32_MAX)
         return RL_EINVAL;
     rc = rl_buf_reserve(b, RL_FRAME_HEADER + n, &w);
