@@ -35,8 +35,8 @@ static void usage(FILE *f)
         "                          on a fixed schedule; latency counts from\n"
         "                          the scheduled send time\n"
         "  --tick-us N             open loop: send what has fallen due every\n"
-        "                          N us (default: 4 intervals, within "
-        "50..1000)\n"
+        "                          N us (default: 20 intervals, within "
+        "100..1000)\n"
         "  --requests N            stop after sending N (default: no cap)\n"
         "  --keys N                distinct keys (default 100000)\n"
         "  --dist D                uniform, zipf:S (S > 0, e.g. zipf:1.1), or\n"
@@ -58,6 +58,10 @@ static void usage(FILE *f)
         "                          exit 1 if any window allowed more than "
         "its\n"
         "                          limit\n"
+        "  --keep-awake            run an idle-priority spinning thread per "
+        "CPU,\n"
+        "                          so that idle vCPUs do not halt (see "
+        "awake.c)\n"
         "  --progress, --no-progress  a live line every second (default: "
         "when\n"
         "                          stderr is a terminal)\n"
@@ -201,6 +205,10 @@ int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
             return bad("unexpected argument '%s'", name);
         if (strcmp(name, "--audit") == 0) {
             o->audit = 1;
+            continue;
+        }
+        if (strcmp(name, "--keep-awake") == 0) {
+            o->keep_awake = 1;
             continue;
         }
         if (strcmp(name, "--progress") == 0) {

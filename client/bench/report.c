@@ -76,7 +76,8 @@ void rlb_print_summary(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
         fprintf(f, "open loop at %.0f/s", o->rate);
     else
         fprintf(f, "closed loop, %" PRIu32 " in flight each", o->inflight);
-    fprintf(f, ", %.2f s measured\n", r->seconds);
+    fprintf(f, ", %.2f s measured%s\n", r->seconds,
+            o->keep_awake ? ", vCPUs kept awake" : "");
     fprintf(f,
             "keys       %" PRIu32 " %s, prefix \"%s\"; limit %" PRIu64
             " per %" PRIu32 " s, cost %" PRIu32 "\n",
@@ -173,6 +174,7 @@ int rlb_write_json(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
     json_str(f, o->server);
     fprintf(f, ",\n  \"mode\": \"%s\",\n", o->rate > 0 ? "open" : "closed");
     fprintf(f, "  \"connections\": %" PRIu32 ",\n", o->connections);
+    fprintf(f, "  \"keep_awake\": %s,\n", o->keep_awake ? "true" : "false");
     if (o->rate > 0)
         fprintf(f, "  \"rate\": %.3f,\n  \"inflight\": null,\n", o->rate);
     else

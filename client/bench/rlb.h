@@ -41,7 +41,8 @@ typedef struct rlb_opts_s {
     double down_s;       /* end the run after this long with no server */
     uint64_t seed;
     int audit;
-    int progress; /* -1: when stderr is a terminal */
+    int keep_awake; /* idle-priority spinners on every CPU */
+    int progress;   /* -1: when stderr is a terminal */
     const char *json_path, *csv_path, *plot_path;
     FILE *json, *csv; /* opened before the run, so bad paths fail early */
 } rlb_opts_t;
@@ -184,6 +185,11 @@ void rlb_print_summary(FILE *f, const rlb_opts_t *o, const rlb_result_t *r);
 int rlb_write_json(FILE *f, const rlb_opts_t *o, const rlb_result_t *r);
 int rlb_write_csv(FILE *f, const rl_hist_t *h);
 int rlb_plot(const char *path, const rlb_opts_t *o, const rl_hist_t *h);
+
+/* --keep-awake (awake.c): starts a SCHED_IDLE spinning thread per CPU;
+ * returns 0 or -1 after printing why. stop ends and joins them. */
+int rlb_awake_start(void);
+void rlb_awake_stop(void);
 
 /* 1 if an executable named name is on PATH. */
 int rlb_have_program(const char *name);

@@ -291,13 +291,17 @@ static void on_tfd(uv_poll_t *h, int status, int events)
 static int open_loop_start(bench_t *b)
 {
     struct itimerspec its;
-    double tick_ns = 4 * b->interval_ns;
+    double tick_ns = 20 * b->interval_ns;
 
-    /* By default a few checks per wakeup: fine-grained enough that
-     * scheduling adds tens of microseconds at most, coarse enough not to
-     * spin. --tick-us trades that delay for fewer, larger writes. */
-    if (tick_ns < 50000)
-        tick_ns = 50000;
+    /* By default about 20 checks per wakeup, within 100 us..1 ms. Every
+     * tick costs a wakeup and a write here and a read, a store round trip
+     * and a write in rl-server, so a finer tick buys little delay and
+     * costs much CPU: at 50,000/s on the 2-core VM of BENCHMARKS.md, 80 us
+     * ticks gave a worse p99 than 400 us ticks. The tick's own delay (up
+     * to one tick) is inside the measured latency, which counts from the
+     * schedule. --tick-us overrides. */
+    if (tick_ns < 100000)
+        tick_ns = 100000;
     if (tick_ns > 1000000)
         tick_ns = 1000000;
     if (b->o->tick_us > 0)
@@ -589,7 +593,15 @@ int rlb_run(const rlb_opts_t *o, rlb_result_t *res)
                 send_check(&b.conns[i], b.start_ns, b.start_ns);
     }
 
+    if (o->keep_awake && rlb_awake_start() != 0) {
+        finish(&b, "setup failed");
+        uv_run(&b.loop, UV_RUN_DEFAULT);
+        rc = RL_EIO;
+        goto out;
+    }
     uv_run(&b.loop, UV_RUN_DEFAULT);
+    if (o->keep_awake)
+        rlb_awake_stop();
     if (b.progress_shown)
         fputc('\n', stderr);
 

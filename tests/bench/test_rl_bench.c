@@ -311,6 +311,18 @@ static void test_open_loop(void **state)
     assert_non_null(json);
     expect_token(json, "decisions", "500");
     free(json);
+
+    /* Idle-priority spinners start, do not stop the run, and are said. */
+    assert_int_equal(bench("--server", server_addr, "--duration", "0.5",
+                           "--rate", "1000", "--keep-awake", "--json",
+                           json_path, NULL),
+                     0);
+    json = slurp(json_path);
+    assert_non_null(json);
+    expect_token(json, "keep_awake", "true");
+    expect_token(json, "errors", "0");
+    assert_true(num(json, "decisions") >= 499);
+    free(json);
     server_stop();
 }
 
