@@ -258,13 +258,6 @@ static void on_tfd(uv_poll_t *h, int status, int events)
     if (read(b->tfd, &expirations, sizeof(expirations)) < 0 && errno != EAGAIN)
         return;
     now = uv_hrtime();
-    /* A server so slow that no slot is free never lets the schedule reach
-     * its end below; the clock ends the run then, and what was due and
-     * never sent is counted as unsent. */
-    if (b->phase == PH_MEASURE &&
-        now >= b->measure_ns + (uint64_t)(b->o->duration_s * 1e9) +
-                   (uint64_t)b->interval_ns)
-        start_drain(b, b->measure_ns + (uint64_t)(b->o->duration_s * 1e9));
     while (sending(b)) {
         due = b->start_ns + (uint64_t)((double)b->seq * b->interval_ns);
         if (due > now)
@@ -286,6 +279,13 @@ static void on_tfd(uv_poll_t *h, int status, int events)
             break; /* every slot busy: stays due, sent when one frees */
         b->seq++;
     }
+    /* A server so slow that no slot is free keeps the schedule above
+     * from reaching its end; the clock ends the run then, once all that
+     * could be sent was, and what fell due and was never sent is counted
+     * as unsent. */
+    if (b->phase == PH_MEASURE &&
+        now >= b->measure_ns + (uint64_t)(b->o->duration_s * 1e9))
+        start_drain(b, b->measure_ns + (uint64_t)(b->o->duration_s * 1e9));
 }
 
 static int open_loop_start(bench_t *b)
