@@ -314,8 +314,10 @@ int rlb_plot(const char *path, const rlb_opts_t *o, const rl_hist_t *h)
     }
     if (o->rate > 0)
         snprintf(title, sizeof(title),
-                 "rl-bench latency, open loop %.0f/s, %s over %" PRIu32 " keys",
-                 o->rate, dist_name(o, dist, sizeof(dist)), o->keys);
+                 "rl-bench latency, open loop %.0f/s, %s over %" PRIu32
+                 " keys%s",
+                 o->rate, dist_name(o, dist, sizeof(dist)), o->keys,
+                 o->keep_awake ? ", vCPUs kept awake" : "");
     else
         snprintf(title, sizeof(title),
                  "rl-bench latency, closed loop %" PRIu32 " x %" PRIu32
