@@ -15,6 +15,16 @@
  * list, kept in submission order, is also in deadline order; one timer
  * watches its head.
  *
+ * GOAWAY: a server that stops sends a notice (id 0, ERROR, "server is
+ * shutting down") and then answers everything it still reads until the
+ * client closes its side. On the notice the client stops adding to the
+ * connection: what is already in the output buffer (whole frames) still
+ * goes out, checks submitted from then on are encoded into a second buffer
+ * (`next`), and once the first is empty the write side is shut down. The
+ * answers keep coming until the server's end of file; then the connection
+ * is closed, `next` becomes the output buffer, and the client reconnects at
+ * once, to the next address, without failing the checks that were waiting.
+ *
  * Re-entrancy: user callbacks may submit checks and may free the client.
  * Every entry from libuv goes through enter()/leave(); a free requested
  * while inside is carried out by the outermost leave(), and loops that call
@@ -41,7 +51,8 @@ typedef struct slot_s {
     void *arg;
     uint64_t deadline; /* loop time, ms */
     uint32_t gen;
-    uint32_t window_s;
+    uint32_t window_s : 31; /* at most RLC_WINDOW_MAX_S */
+    uint32_t later : 1;  /* submitted after a GOAWAY: its frame is in `next` */
     uint32_t prev, next; /* pending list, or free list (next only) */
 } slot_t;
 
@@ -63,6 +74,7 @@ struct rlc_async_s {
     size_t inflight;
 
     rl_buf_t in, out;
+    rl_buf_t next; /* frames for the next connection, after a GOAWAY */
 
     conn_t *conn; /* NULL while idle */
     int state;
@@ -70,6 +82,8 @@ struct rlc_async_s {
     size_t tried; /* addresses tried in the current round */
     uint32_t backoff_ms;
     unsigned seed;
+    int goaway;  /* the server said it is shutting down: stop sending */
+    int wr_shut; /* ... and the rest of `out` went out: FIN sent */
 
     uv_timer_t req_timer;  /* request deadlines */
     uv_timer_t conn_timer; /* connect timeout, then reconnect delay */
@@ -108,6 +122,7 @@ static void release(rlc_async_t *c)
 {
     rl_buf_free(&c->in);
     rl_buf_free(&c->out);
+    rl_buf_free(&c->next);
     rlc__conf_free(&c->cf);
     free(c->slots);
     free(c);
@@ -145,6 +160,7 @@ static void free_slot(rlc_async_t *c, uint32_t i)
 
     s->cb = NULL;
     s->arg = NULL;
+    s->later = 0;
     s->gen++;
     s->next = c->free_head;
     c->free_head = i;
@@ -164,19 +180,83 @@ static void fire_fail(rlc_async_t *c, uint32_t i, int status, uint64_t now)
     cb(c, &res, arg);
 }
 
-/* Fails every pending check with status. The list is detached first, so
- * checks that the callbacks submit stay queued for the next connection. */
-static void fail_all(rlc_async_t *c, int status)
+/* Appends slot i to the pending list (the newest check). */
+static void link_slot(rlc_async_t *c, uint32_t i)
 {
-    uint32_t i = c->head;
+    slot_t *s = &c->slots[i];
+
+    s->next = NIL;
+    s->prev = c->tail;
+    if (c->tail != NIL)
+        c->slots[c->tail].next = i;
+    else
+        c->head = i;
+    c->tail = i;
+}
+
+/* Fires the failure callback of every slot on the detached chain from i
+ * (linked by next). It runs to the end even if a callback frees the client:
+ * each of these checks is off the pending list, so only this loop can
+ * complete it. */
+static void fail_chain(rlc_async_t *c, uint32_t i, int status)
+{
     uint64_t now = rlc__unix_ms();
 
-    c->head = c->tail = NIL;
     while (i != NIL) {
         uint32_t next = c->slots[i].next;
         fire_fail(c, i, status, now);
         i = next;
     }
+}
+
+/* Detaches the whole pending list and returns its head, to be failed with
+ * fail_chain. Detached before any callback runs (the state callback
+ * included), checks that callbacks submit stay queued for the next
+ * connection. */
+static uint32_t take_all(rlc_async_t *c)
+{
+    uint32_t i = c->head;
+
+    c->head = c->tail = NIL;
+    return i;
+}
+
+/* Fails every pending check with status. */
+static void fail_all(rlc_async_t *c, int status)
+{
+    fail_chain(c, take_all(c), status);
+}
+
+/* After a GOAWAY, detaches the checks that went to the connection which is
+ * now gone, and returns their chain, to be failed with fail_chain: a server
+ * that keeps its word has answered them all, so these are only what a
+ * misbehaving one left unanswered. The checks submitted after the notice
+ * (`later`) never went there: they stay pending, in order, for the next
+ * connection, and checks submitted from then on queue behind them, so the
+ * list stays in deadline order. */
+static uint32_t take_sent(rlc_async_t *c)
+{
+    uint32_t i = c->head, gone = NIL, gone_tail = NIL;
+
+    c->head = c->tail = NIL;
+    while (i != NIL) {
+        slot_t *s = &c->slots[i];
+        uint32_t next = s->next;
+
+        if (s->later) {
+            s->later = 0;
+            link_slot(c, i);
+        } else {
+            s->next = NIL;
+            if (gone_tail != NIL)
+                c->slots[gone_tail].next = i;
+            else
+                gone = i;
+            gone_tail = i;
+        }
+        i = next;
+    }
+    return gone;
 }
 
 /* ---- connection ---------------------------------------------------------- */
@@ -211,6 +291,20 @@ static void close_conn(rlc_async_t *c)
 
 static void watch(rlc_async_t *c, int events);
 
+/* After a send, or on a GOAWAY: once the server has said it is going away
+ * and the last byte of `out` has left, the write side is shut down. The
+ * buffer only ever holds whole frames, so this end of the stream falls on
+ * a frame boundary; the server answers everything up to it and closes. */
+static void wrote(rlc_async_t *c)
+{
+    if (c->goaway && !c->wr_shut && rl_buf_len(&c->out) == 0) {
+        c->wr_shut = 1;
+        /* An error here (the peer is gone) shows up as the read's end. */
+        (void)shutdown(c->conn->fd, SHUT_WR);
+    }
+    watch(c, UV_READABLE | (rl_buf_len(&c->out) > 0 ? UV_WRITABLE : 0));
+}
+
 /* Sends what is waiting, with one send(). Errors other than "would block"
  * are left for the poll callback to find (the socket reports writable),
  * so that this may be called where user callbacks must not fire. */
@@ -224,7 +318,18 @@ static void do_write(rlc_async_t *c)
              MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0)
         rl_buf_consume(&c->out, (size_t)n);
-    watch(c, UV_READABLE | (rl_buf_len(&c->out) > 0 ? UV_WRITABLE : 0));
+    wrote(c);
+}
+
+/* The server is shutting down: nothing new goes to this connection. What
+ * is in `out` still leaves (the server reads until our FIN), then the write
+ * side closes; answers are read until the server's end of file. */
+static void go_away(rlc_async_t *c)
+{
+    if (c->goaway)
+        return;
+    c->goaway = 1;
+    wrote(c);
 }
 
 static void dispatch(rlc_async_t *c)
@@ -248,8 +353,12 @@ static void dispatch(rlc_async_t *c)
         rl_buf_consume(&c->in, f.size);
 
         uint64_t low = r.id & 0xffffffffu;
-        if (low == 0 || low > c->nslots)
-            continue; /* id 0: an error about no check of ours */
+        if (low == 0 || low > c->nslots) {
+            /* id 0: about the connection, not a check of ours. */
+            if (rlc__is_goaway(&r))
+                go_away(c);
+            continue;
+        }
         uint32_t i = (uint32_t)(low - 1);
         slot_t *s = &c->slots[i];
         if (s->cb == NULL || s->gen != (uint32_t)(r.id >> 32))
@@ -299,6 +408,8 @@ static void on_connected(rlc_async_t *c)
  * round, give up on the queued checks and wait out the backoff. */
 static void attempt_failed(rlc_async_t *c, int status)
 {
+    uint32_t gone;
+
     close_conn(c);
     c->state = ST_IDLE;
     c->cur = (c->cur + 1) % c->cf.naddr;
@@ -310,23 +421,56 @@ static void attempt_failed(rlc_async_t *c, int status)
     c->backoff_ms = rlc__backoff(c->backoff_ms, &c->cf.o, &c->seed);
     uv_timer_start(&c->conn_timer, on_conn_timer, c->backoff_ms, 0);
     rl_buf_reset(&c->out);
+    gone = take_all(c);
     notify(c, 0, status);
-    fail_all(c, RLC_ECLOSED);
+    fail_chain(c, gone, RLC_ECLOSED);
+}
+
+/* The end of a connection whose server said GOAWAY: normally its end of
+ * file after our FIN, once every answer is in; or its close at the end of
+ * its grace. The frames in `next` never went anywhere: they become the
+ * output buffer, and the client reconnects at once (no backoff), starting
+ * at the next address, since this one is shutting down; behind a load
+ * balancer the one address leads to another server. Checks sent here that
+ * are still unanswered can no longer be, and fail. */
+static void gone_away(rlc_async_t *c, int status)
+{
+    rl_buf_t t = c->out;
+    uint32_t gone;
+
+    c->out = c->next; /* swapped, not copied: both allocations are kept */
+    c->next = t;
+    c->goaway = 0;
+    c->wr_shut = 0;
+    c->cur = (c->cur + 1) % c->cf.naddr;
+    c->tried = 0;
+    c->backoff_ms = 0;
+    uv_timer_start(&c->conn_timer, on_conn_timer, 0, 0);
+    gone = take_sent(c);
+    notify(c, 0, status == RLC_ECLOSED ? RLC_ESHUTDOWN : status);
+    fail_chain(c, gone, RLC_ECLOSED);
 }
 
 /* A working connection is gone: every check on it fails, and the client
  * reconnects after the shortest backoff, to the same address first (most
- * often the server was restarted). */
+ * often the server was restarted). After a GOAWAY, see gone_away. */
 static void lost(rlc_async_t *c, int status)
 {
+    uint32_t gone;
+
     close_conn(c);
     c->state = ST_IDLE;
     rl_buf_reset(&c->in);
     rl_buf_reset(&c->out);
+    if (c->goaway) {
+        gone_away(c, status);
+        return;
+    }
     c->backoff_ms = rlc__backoff(0, &c->cf.o, &c->seed);
     uv_timer_start(&c->conn_timer, on_conn_timer, c->backoff_ms, 0);
+    gone = take_all(c);
     notify(c, 0, status);
-    fail_all(c, RLC_ECLOSED);
+    fail_chain(c, gone, RLC_ECLOSED);
 }
 
 static void on_poll(uv_poll_t *h, int status, int events)
@@ -364,8 +508,7 @@ static void on_poll(uv_poll_t *h, int status, int events)
             else {
                 if (n > 0)
                     rl_buf_consume(&c->out, (size_t)n);
-                watch(c, UV_READABLE |
-                             (rl_buf_len(&c->out) > 0 ? UV_WRITABLE : 0));
+                wrote(c);
             }
         }
     }
@@ -454,6 +597,8 @@ static void on_req_timer(uv_timer_t *t)
      * otherwise wait in the buffer to be sent to the next one. */
     if (c->head == NIL && c->state != ST_CONNECTED)
         rl_buf_reset(&c->out);
+    if (c->head == NIL)
+        rl_buf_reset(&c->next);
     if (!c->closing && c->head != NIL)
         uv_timer_start(&c->req_timer, on_req_timer,
                        c->slots[c->head].deadline - now, 0);
@@ -520,6 +665,8 @@ int rlc_async_new(rlc_async_t **out, uv_loop_t *loop, const rlc_options_t *opts)
     /* Room for every slot's frame twice over: enough for a full window of
      * checks plus the frames of timed-out ones still waiting to go. */
     rl_buf_init(&c->out, (size_t)c->nslots * RLC__CHECK_FRAME_MAX * 2);
+    /* Allocated at the first GOAWAY only; then kept, as `out` is. */
+    rl_buf_init(&c->next, (size_t)c->nslots * RLC__CHECK_FRAME_MAX * 2);
 
     /* These four cannot fail on a valid loop. */
     uv_timer_init(loop, &c->req_timer);
@@ -545,7 +692,7 @@ int rlc_async_new(rlc_async_t **out, uv_loop_t *loop, const rlc_options_t *opts)
 int rlc_async_check(rlc_async_t *c, const rlc_check_t *req, rlc_check_cb cb,
                     void *arg)
 {
-    uint32_t i;
+    uint32_t i, window_s = 0;
     slot_t *s;
     int rc;
 
@@ -557,8 +704,9 @@ int rlc_async_check(rlc_async_t *c, const rlc_check_t *req, rlc_check_cb cb,
         return RLC_EBUSY;
     i = c->free_head;
     s = &c->slots[i];
-    rc = rlc__encode(&c->out, req, (uint64_t)s->gen << 32 | (uint64_t)(i + 1),
-                     &s->window_s);
+    /* After a GOAWAY the frame waits for the next connection. */
+    rc = rlc__encode(c->goaway ? &c->next : &c->out, req,
+                     (uint64_t)s->gen << 32 | (uint64_t)(i + 1), &window_s);
     if (rc != RLC_OK)
         return rc == RLC_EFULL ? RLC_EBUSY : rc;
 
@@ -571,13 +719,9 @@ int rlc_async_check(rlc_async_t *c, const rlc_check_t *req, rlc_check_cb cb,
     s->cb = cb;
     s->arg = arg;
     s->deadline = uv_now(c->loop) + c->cf.o.request_timeout_ms;
-    s->next = NIL;
-    s->prev = c->tail;
-    if (c->tail != NIL)
-        c->slots[c->tail].next = i;
-    else
-        c->head = i;
-    c->tail = i;
+    s->window_s = window_s;
+    s->later = c->goaway != 0;
+    link_slot(c, i);
     c->inflight++;
 
     if (!uv_is_active((uv_handle_t *)&c->req_timer))

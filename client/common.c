@@ -252,6 +252,15 @@ int rlc__encode(rl_buf_t *out, const rlc_check_t *req, uint64_t id,
     return RLC_OK;
 }
 
+int rlc__is_goaway(const rl_result_t *r)
+{
+    const char *msg = rl_strerror(RL_ESHUTDOWN);
+    size_t len = strlen(msg);
+
+    return r->id == 0 && r->code == RL_CODE_ERROR && r->error_len == len &&
+           memcmp(r->error, msg, len) == 0;
+}
+
 void rlc__result_from(rlc_result_t *res, const rl_result_t *r,
                       uint32_t window_s, uint64_t unix_ms)
 {

@@ -20,7 +20,29 @@
  * on that thread. The HTTP helpers and rlc_strerror are safe anywhere.
  *
  * Signals: the library never raises SIGPIPE (it sends with MSG_NOSIGNAL) and
- * never changes signal dispositions. */
+ * never changes signal dispositions.
+ *
+ * Server shutdown (GOAWAY): a response with id 0 is about the connection,
+ * never an answer to a check. When rl-server stops (on SIGTERM, after its
+ * --drain-ms if set), it writes on every connection one notice: id 0, code
+ * ERROR, error "server is shutting down" (rlc_strerror(RLC_ESHUTDOWN)); then
+ * it keeps reading and answering everything until the client closes its
+ * side (for at least 5 s). Both APIs honour it, so a stopping server fails no
+ * check that reached it:
+ *   async     nothing new is put on that connection: the requests already
+ *             buffered still go out, whole, then the client shuts down its
+ *             write side and reads the remaining answers until the server's
+ *             end of file; checks submitted after the notice wait, and go
+ *             out on a new connection made at once (no backoff), starting
+ *             at the next address. The state callback reports the end with
+ *             status RLC_ESHUTDOWN and the new connection as usual.
+ *   blocking  a call that is waiting gets its answers and returns normally;
+ *             the connection is then closed. A notice found on an idle
+ *             connection closes it before anything is sent. Either way the
+ *             next call connects again, at once and without an error,
+ *             starting at the next address.
+ * Behind a load balancer (one address), the new connection reaches another
+ * server. */
 #ifndef RLC_H
 #define RLC_H
 
@@ -102,7 +124,8 @@ RLC_EXPORT const char *rlc_strerror(int code);
 typedef struct rlc_options_s {
     /* "HOST:PORT" or a comma-separated list "HOST:PORT,HOST:PORT". Tried in
      * turn: the client connects to one at a time and moves to the next when
-     * it cannot connect or loses the connection. HOST is an IPv4 address,
+     * it cannot connect, loses the connection or is told the server is
+     * shutting down (GOAWAY, above). HOST is an IPv4 address,
      * [IPv6] in brackets, or a name resolved once, when the client is
      * created (a blocking lookup). Required. */
     const char *servers;
@@ -222,9 +245,9 @@ RLC_EXPORT int rlc_connect(rlc_client_t **out, const rlc_options_t *opts);
  * RLC_EIO) with res decided by the fail_mode policy.
  *
  * A lost connection is re-established on the next call: at once when it
- * was found closed (a restarted server), or after the reconnect backoff
- * when the last attempt failed. A late answer to a timed-out check is
- * recognised by its id and dropped. */
+ * was found closed (a restarted server) or its server said GOAWAY, or
+ * after the reconnect backoff when the last attempt failed. A late answer
+ * to a timed-out check is recognised by its id and dropped. */
 RLC_EXPORT int rlc_check(rlc_client_t *c, const rlc_check_t *req,
                          rlc_result_t *res);
 
@@ -261,7 +284,9 @@ typedef struct rlc_async_s rlc_async_t;
 /* Called exactly once for every check that rlc_async_check accepted: with
  * the server's answer (res->status 0), or with res->status RLC_ETIMEDOUT
  * (no answer within request_timeout_ms), RLC_ECLOSED (the connection was
- * lost, or no server could be reached, before the answer came) or
+ * lost, or no server could be reached, before the answer came; a server
+ * that said GOAWAY answers what it was sent, so this is not a shutdown's
+ * doing unless the server broke its word) or
  * RLC_ECANCELED (the client was freed), res->code then following the
  * fail_mode policy (ECANCELED: always RLC_CODE_ERROR). Never called from
  * inside rlc_async_check. *res is valid only during the call; copy it to
@@ -270,8 +295,9 @@ typedef void (*rlc_check_cb)(rlc_async_t *c, const rlc_result_t *res,
                              void *arg);
 
 /* Called when a connection comes up (connected 1, status 0) and when it is
- * lost or an attempt fails (connected 0, status the reason). May submit
- * checks and may free the client. */
+ * lost or an attempt fails (connected 0, status the reason; RLC_ESHUTDOWN
+ * when it ended after the server's GOAWAY, and the client then reconnects
+ * at once). May submit checks and may free the client. */
 typedef void (*rlc_state_cb)(rlc_async_t *c, int connected, int status,
                              void *arg);
 

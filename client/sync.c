@@ -2,7 +2,15 @@
  * that every wait has a deadline. A batch is encoded into one buffer and
  * leaves in one send(); its answers are matched by id, which makes late
  * answers to earlier, timed-out calls harmless: their ids are below the
- * current batch's. */
+ * current batch's.
+ *
+ * GOAWAY: a server that stops sends a notice (id 0, ERROR, "server is
+ * shutting down") and answers everything it still reads until the client
+ * closes. A notice that comes while a call waits changes nothing for that
+ * call (its answers still come); the connection is closed when the call
+ * returns. One found on an idle connection, before sending, closes it at
+ * once. Either way the next call connects again, without an error, starting
+ * at the next address. */
 #include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -26,6 +34,7 @@ struct rlc_client_s {
     uint32_t backoff_ms; /* 0 after a successful connect */
     uint64_t retry_at;   /* no connect attempt before this (monotonic ms) */
     unsigned seed;
+    int goaway; /* the server of this connection said it is shutting down */
 };
 
 /* Waits for events on fd until the absolute deadline. Returns 1 when
@@ -99,13 +108,45 @@ static void drop(rlc_client_t *c)
     if (c->fd >= 0)
         close(c->fd);
     c->fd = -1;
+    c->goaway = 0;
     rl_buf_reset(&c->in);
 }
 
+/* Closes a connection whose server said GOAWAY once nothing more is wanted
+ * from it. The next call connects at once (the server kept its word: this
+ * is no failure, so no backoff), starting at the next address: this one is
+ * shutting down, and behind a load balancer the one address leads to
+ * another server. */
+static void leave_server(rlc_client_t *c)
+{
+    drop(c);
+    c->cur = (c->cur + 1) % c->cf.naddr;
+}
+
+/* Goes through the whole frames an idle connection received: late answers
+ * to timed-out calls, dropped here as they would be later (their ids are
+ * below any call still to come), and possibly a GOAWAY. Stops at a broken
+ * frame, leaving it for the next call to report. */
+static void skim(rlc_client_t *c)
+{
+    for (;;) {
+        rl_frame_t f;
+        rl_result_t r;
+
+        if (rl_frame_decode(rl_buf_rptr(&c->in), rl_buf_len(&c->in),
+                            c->cf.o.max_frame, &f) != RL_OK ||
+            rl_result_decode(f.payload, f.len, &r) != RL_OK)
+            return;
+        if (rlc__is_goaway(&r))
+            c->goaway = 1;
+        rl_buf_consume(&c->in, f.size);
+    }
+}
+
 /* Makes sure a live connection is there. An idle connection whose server
- * has closed it is found out here, before anything is sent on it: a
- * non-blocking read sees the end of file (any bytes it finds are late
- * answers, kept and later dropped by id). */
+ * has closed it, or said GOAWAY, is found out here, before anything is sent
+ * on it: a non-blocking read sees the end of file or the notice (any other
+ * bytes it finds are late answers, dropped by id). */
 static int ensure_conn(rlc_client_t *c)
 {
     if (c->fd >= 0) {
@@ -116,12 +157,15 @@ static int ensure_conn(rlc_client_t *c)
             rl_buf_reset(&c->in);
         else {
             n = recv(c->fd, w, RLC__READ_CHUNK, MSG_DONTWAIT);
-            if (n > 0)
+            if (n > 0) {
                 rl_buf_commit(&c->in, (size_t)n);
-            else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK &&
-                                errno != EINTR))
+                skim(c);
+            } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK &&
+                                  errno != EINTR))
                 drop(c);
         }
+        if (c->goaway)
+            leave_server(c);
     }
     if (c->fd >= 0)
         return RLC_OK;
@@ -165,7 +209,8 @@ static int send_all(rlc_client_t *c, uint64_t deadline)
 }
 
 /* Decodes every whole frame in the input buffer and files the answers that
- * belong to this batch. Returns 0 or a protocol error. */
+ * belong to this batch; a GOAWAY notice sets c->goaway. Returns 0 or a
+ * protocol error. */
 static int take_answers(rlc_client_t *c, uint64_t base, rlc_result_t *res,
                         size_t n, size_t *pending)
 {
@@ -183,8 +228,10 @@ static int take_answers(rlc_client_t *c, uint64_t base, rlc_result_t *res,
         rc = rl_result_decode(f.payload, f.len, &r);
         if (rc != RL_OK)
             return rc;
-        if (r.id >= base && r.id - base < n &&
-            res[r.id - base].status == PENDING) {
+        if (rlc__is_goaway(&r))
+            c->goaway = 1;
+        else if (r.id >= base && r.id - base < n &&
+                 res[r.id - base].status == PENDING) {
             if (now == 0)
                 now = rlc__unix_ms();
             rlc__result_from(&res[r.id - base], &r, res[r.id - base].window_s,
@@ -220,11 +267,19 @@ static int roundtrip(rlc_client_t *c, uint64_t base, rlc_result_t *res,
             drop(c);
             return rc;
         }
-        if (pending == 0)
+        /* After a GOAWAY the answers still come; the connection is closed
+         * once the call has them (or has given up on them). */
+        if (pending == 0) {
+            if (c->goaway)
+                leave_server(c);
             return RLC_OK;
+        }
         rc = wait_fd(c->fd, POLLIN, deadline);
-        if (rc == 0)
+        if (rc == 0) {
+            if (c->goaway)
+                leave_server(c);
             return RLC_ETIMEDOUT;
+        }
         if (rc < 0) {
             drop(c);
             return rc;
