@@ -14,7 +14,7 @@
 #include "rl_frame.h"
 #include "rl_msg.h"
 
-#define MAXCONN 8
+#define MAXCONN FAKE_MAXCONN
 #define MAXKEYS 64
 #define MAXHELD 4096
 
@@ -29,7 +29,12 @@ typedef struct {
     int seen; /* requests on this connection */
     rl_result_t held[MAXHELD];
     int nheld;
-    int delayed; /* FAKE_DELAY_FIRST: the first answer went out */
+    int delayed;          /* FAKE_DELAY_FIRST: the first answer went out */
+    int ordinal;          /* accept order, from 0 */
+    int noticed;          /* GOAWAY sent on this connection */
+    int silent;           /* FAKE_GOAWAY_DROP: never answered */
+    uint64_t stall_until; /* not read before this (monotonic ms) */
+    uint64_t close_at;    /* ended by the client; close at this time */
 } fconn_t;
 
 typedef struct {
@@ -37,6 +42,8 @@ typedef struct {
     fconn_t conns[MAXCONN];
     counter_t keys[MAXKEYS];
     int nkeys;
+    int naccepted;
+    int goaway_done; /* FAKE_GOAWAY*: the one scripted notice went out */
 } state_t;
 
 static void nap_us(long us)
@@ -44,6 +51,14 @@ static void nap_us(long us)
     struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
 
     nanosleep(&ts, NULL);
+}
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 static uint64_t *counter(state_t *st, const rl_check_t *c)
@@ -103,6 +118,25 @@ static void send_all(int fd, const uint8_t *p, size_t n, int bytewise)
     }
 }
 
+/* The stopping server's notice: id 0 (about the connection), ERROR, and
+ * exactly this text. */
+static void send_notice(fake_t *f, fconn_t *fc)
+{
+    rl_result_t r;
+    rl_buf_t out;
+
+    memset(&r, 0, sizeof(r));
+    r.code = RL_CODE_ERROR;
+    r.error = "server is shutting down";
+    r.error_len = strlen(r.error);
+    rl_buf_init(&out, 1024);
+    rl_result_put(&out, &r);
+    send_all(fc->fd, rl_buf_rptr(&out), rl_buf_len(&out), 0);
+    rl_buf_free(&out);
+    fc->noticed = 1;
+    atomic_fetch_add(&f->notices, 1);
+}
+
 static void drop_conn(fconn_t *fc)
 {
     close(fc->fd);
@@ -118,6 +152,8 @@ static int handle(state_t *st, fconn_t *fc)
     fake_t *f = st->f;
     rl_buf_t out;
     int burst = 0, rc = 0;
+    /* Frames of a read done after the notice went out. */
+    int late = fc->noticed;
 
     rl_buf_init(&out, 1 << 24);
     for (;;) {
@@ -135,11 +171,33 @@ static int handle(state_t *st, fconn_t *fc)
         burst++;
         fc->seen++;
         atomic_fetch_add(&f->requests, 1);
+        if (fc->ordinal < MAXCONN)
+            atomic_fetch_add(&f->conn_requests[fc->ordinal], 1);
+        if (late)
+            atomic_fetch_add(&f->after_notice, 1);
         decide(st, &c, &r);
         switch (f->mode) {
         case FAKE_ANSWER:
         case FAKE_BYTEWISE:
+        case FAKE_GOAWAY_STALL:
             rl_result_put(&out, &r);
+            break;
+        case FAKE_GOAWAY:
+            if (!st->goaway_done && atomic_load(&f->requests) == f->param) {
+                /* The answers of this read, this one's included, go out
+                 * after the notice, and only once the client has had time
+                 * to act on it: its checks are in flight meanwhile. */
+                st->goaway_done = 1;
+                send_all(fc->fd, rl_buf_rptr(&out), rl_buf_len(&out), 0);
+                rl_buf_reset(&out);
+                send_notice(f, fc);
+                nap_us(20000);
+            }
+            rl_result_put(&out, &r);
+            break;
+        case FAKE_GOAWAY_DROP:
+            if (!fc->silent)
+                rl_result_put(&out, &r);
             break;
         case FAKE_SILENT:
             break;
@@ -196,25 +254,54 @@ static void *run(void *arg)
     while (!atomic_load(&f->stop)) {
         struct pollfd p[MAXCONN + 1];
         int n = 0, map[MAXCONN + 1];
+        uint64_t now = mono_ms();
 
+        if (atomic_load(&f->goaway_now)) {
+            for (i = 0; i < MAXCONN; i++)
+                if (st->conns[i].fd >= 0 && !st->conns[i].noticed)
+                    send_notice(f, &st->conns[i]);
+            atomic_store(&f->goaway_now, 0);
+        }
         p[n].fd = f->lfd;
         p[n].events = POLLIN;
         map[n++] = -1;
-        for (i = 0; i < MAXCONN; i++)
-            if (st->conns[i].fd >= 0) {
-                p[n].fd = st->conns[i].fd;
+        for (i = 0; i < MAXCONN; i++) {
+            fconn_t *fc = &st->conns[i];
+            if (fc->fd >= 0 && fc->close_at && fc->close_at <= now)
+                drop_conn(fc);
+            if (fc->fd >= 0 && fc->stall_until && fc->stall_until <= now) {
+                /* The stall is over: read at full speed from now on. */
+                int big = 1 << 20;
+                setsockopt(fc->fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
+                fc->stall_until = 0;
+            }
+            if (fc->fd >= 0 && !fc->close_at && fc->stall_until <= now) {
+                p[n].fd = fc->fd;
                 p[n].events = POLLIN;
                 map[n++] = i;
             }
+        }
         if (poll(p, (nfds_t)n, 5) <= 0)
             continue;
         if (p[0].revents & POLLIN) {
             int fd = accept(f->lfd, NULL, NULL);
             for (i = 0; fd >= 0 && i < MAXCONN; i++)
                 if (st->conns[i].fd < 0) {
-                    st->conns[i].fd = fd;
-                    rl_buf_init(&st->conns[i].in, 1 << 22);
+                    fconn_t *fc = &st->conns[i];
+                    fc->fd = fd;
+                    fc->ordinal = st->naccepted++;
+                    rl_buf_init(&fc->in, 1 << 22);
                     atomic_fetch_add(&f->accepted, 1);
+                    if ((f->mode == FAKE_GOAWAY_STALL ||
+                         f->mode == FAKE_GOAWAY_DROP) &&
+                        !st->goaway_done) {
+                        st->goaway_done = 1;
+                        send_notice(f, fc);
+                        if (f->mode == FAKE_GOAWAY_STALL)
+                            fc->stall_until = mono_ms() + (uint64_t)f->param;
+                        else
+                            fc->silent = 1;
+                    }
                     break;
                 }
             if (fd >= 0 && i == MAXCONN)
@@ -232,6 +319,16 @@ static void *run(void *arg)
                 continue;
             }
             got = recv(fc->fd, w, 65536, 0);
+            if (got == 0 && fc->noticed) {
+                /* The client left as told: were its requests whole? */
+                atomic_fetch_add(&f->left, 1);
+                if (rl_buf_len(&fc->in) > 0)
+                    atomic_fetch_add(&f->partial, 1);
+                if (f->mode == FAKE_GOAWAY_DROP && f->param > 0) {
+                    fc->close_at = mono_ms() + (uint64_t)f->param;
+                    continue;
+                }
+            }
             if (got <= 0) {
                 drop_conn(fc);
                 continue;
@@ -262,6 +359,12 @@ int fake_start(fake_t *f, int port, fake_mode_t mode, int param)
     if (f->lfd < 0)
         return -1;
     setsockopt(f->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (mode == FAKE_GOAWAY_STALL) {
+        /* A small window (accepted sockets inherit it), so that a client
+         * writing to a stalled connection soon has bytes it cannot send. */
+        int small = 4096;
+        setsockopt(f->lfd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    }
     memset(&sa, 0, sizeof(sa));
     sa.sin_family = AF_INET;
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -283,6 +386,31 @@ int fake_start(fake_t *f, int port, fake_mode_t mode, int param)
         return -1;
     }
     return 0;
+}
+
+int fake_wait(atomic_int *counter, int want, int ms)
+{
+    uint64_t end = mono_ms() + (uint64_t)ms;
+
+    while (atomic_load(counter) < want) {
+        if (mono_ms() >= end)
+            return 0;
+        nap_us(1000);
+    }
+    return 1;
+}
+
+int fake_goaway(fake_t *f)
+{
+    uint64_t end = mono_ms() + 2000;
+
+    atomic_store(&f->goaway_now, 1);
+    while (atomic_load(&f->goaway_now)) {
+        if (mono_ms() >= end)
+            return -1;
+        nap_us(1000);
+    }
+    return atomic_load(&f->notices);
 }
 
 void fake_stop(fake_t *f)

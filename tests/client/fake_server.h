@@ -5,7 +5,13 @@
  *
  * Answers echo the request where a test needs to match them: limit is the
  * request's limit (or 10 for the rule "known"), used is a per-key running
- * total of costs, so a test can tell which answer went to which check. */
+ * total of costs, so a test can tell which answer went to which check.
+ *
+ * GOAWAY: the fake can send the stopping server's notice (id 0, ERROR,
+ * "server is shutting down"), by mode or on demand (fake_goaway). A
+ * connection that got it is still read and answered until the client's end
+ * of file, and the fake counts how that end came: after whole frames only,
+ * or in the middle of one. */
 #ifndef FAKE_SERVER_H
 #define FAKE_SERVER_H
 
@@ -14,16 +20,26 @@
 #include <stdint.h>
 
 typedef enum {
-    FAKE_ANSWER,      /* answer every request at once, all of a read in one
-                         send */
-    FAKE_SILENT,      /* read, never answer */
-    FAKE_CLOSE_AFTER, /* close the connection after param requests */
-    FAKE_REVERSE,     /* collect param requests, answer them in reverse */
-    FAKE_BYTEWISE,    /* answer, one byte per send, 200 us apart */
-    FAKE_DELAY_FIRST, /* answer the first request after param ms, the rest
-                         at once */
-    FAKE_GARBAGE      /* answer with a frame whose flag byte is 1 */
+    FAKE_ANSWER,       /* answer every request at once, all of a read in one
+                          send */
+    FAKE_SILENT,       /* read, never answer */
+    FAKE_CLOSE_AFTER,  /* close the connection after param requests */
+    FAKE_REVERSE,      /* collect param requests, answer them in reverse */
+    FAKE_BYTEWISE,     /* answer, one byte per send, 200 us apart */
+    FAKE_DELAY_FIRST,  /* answer the first request after param ms, the rest
+                          at once */
+    FAKE_GARBAGE,      /* answer with a frame whose flag byte is 1 */
+    FAKE_GOAWAY,       /* answer; on the connection that brings the param-th
+                          request, the notice goes out alone before that
+                          request's answer, and the answers 20 ms later */
+    FAKE_GOAWAY_STALL, /* answer; the first connection gets the notice as
+                          it is accepted and is not read for param ms */
+    FAKE_GOAWAY_DROP   /* answer; the first connection gets the notice as
+                          it is accepted, is never answered, and is closed
+                          param ms after the client's end of file */
 } fake_mode_t;
+
+#define FAKE_MAXCONN 8
 
 typedef struct fake_s {
     int port;
@@ -33,6 +49,12 @@ typedef struct fake_s {
     atomic_int requests;  /* frames decoded */
     atomic_int reads;     /* recv calls that returned data */
     atomic_int max_burst; /* most frames that arrived in one recv */
+    atomic_int conn_requests[FAKE_MAXCONN]; /* frames, by accept order */
+    atomic_int notices;                     /* GOAWAY notices sent */
+    atomic_int after_notice; /* frames of reads done after the notice */
+    atomic_int left;       /* clean ends of file on notified connections ... */
+    atomic_int partial;    /* ... of which in the middle of a frame */
+    atomic_int goaway_now; /* fake_goaway's request to the thread */
     atomic_int stop;
     int lfd;
     pthread_t thread;
@@ -41,6 +63,14 @@ typedef struct fake_s {
 /* Starts a fake on port (0: a free port; the port is in f->port). Returns
  * 0 or -1. The counters start at 0. */
 int fake_start(fake_t *f, int port, fake_mode_t mode, int param);
+
+/* Sends the GOAWAY notice on every open connection that has not had it,
+ * from the fake's thread. Returns once it is sent: the number of notices
+ * sent so far, or -1 if the thread did not act within 2 s. */
+int fake_goaway(fake_t *f);
+
+/* Waits up to ms for *counter to reach want. Returns 1 when it did. */
+int fake_wait(atomic_int *counter, int want, int ms);
 
 /* Stops the thread and closes every socket (clients see end of file). */
 void fake_stop(fake_t *f);

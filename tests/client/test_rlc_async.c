@@ -17,7 +17,7 @@
 #include "rlc.h"
 #include "rlt.h"
 
-#define MAXN 256
+#define MAXN 16384
 
 typedef struct ctx_s {
     uv_loop_t loop;
@@ -29,7 +29,7 @@ typedef struct ctx_s {
     int status[MAXN]; /* per check index: status seen, -1000 = none yet */
     int fired[MAXN];
     int order[MAXN];
-    int connects, disconnects, last_state_status;
+    int connects, disconnects, last_state_status, down_status;
     int in_submit; /* a callback inside rlc_async_check would be a bug */
     int resubmit;  /* closed loop: checks still to submit from callbacks */
     uint64_t t0;
@@ -62,6 +62,7 @@ static void on_state(rlc_async_t *c, int connected, int status, void *arg)
     } else {
         ctx.disconnects++;
         assert_true(status < 0);
+        ctx.down_status = status;
     }
     ctx.last_state_status = status;
 }
@@ -536,6 +537,246 @@ static void test_misuse(void **state)
     assert_int_equal(atomic_load(&ctx.fake.requests), 2);
 }
 
+/* GOAWAY with checks in flight: the fake sends the notice as the first
+ * request arrives and the 100 answers 20 ms later. The first 50 answers
+ * each submit a check, after the notice: those must not go to the leaving
+ * server but to a new connection, as must one submitted from the state
+ * callback that reports the end. Nothing fails, nothing times out. */
+static void on_result_goaway(rlc_async_t *c, const rlc_result_t *res, void *arg)
+{
+    rlc_check_t req = {.key = "k", .limit = 1000, .window_s = 60};
+    int i = (int)(intptr_t)arg;
+
+    assert_int_equal(res->status, RLC_OK);
+    assert_int_equal(res->code, RLC_CODE_OK);
+    if (i < 100 && ctx.resubmit > 0) {
+        int next = 100 + 50 - ctx.resubmit--;
+        ctx.in_submit = 1;
+        assert_int_equal(
+            rlc_async_check(c, &req, on_result_goaway, (void *)(intptr_t)next),
+            RLC_OK);
+        ctx.in_submit = 0;
+    }
+    on_result(c, res, arg);
+}
+
+static void on_state_goaway(rlc_async_t *c, int connected, int status,
+                            void *arg)
+{
+    rlc_check_t req = {.key = "k", .limit = 1000, .window_s = 60};
+
+    on_state(c, connected, status, arg);
+    if (!connected) {
+        assert_int_equal(status, RLC_ESHUTDOWN);
+        /* The 50 submitted after the notice wait for the next server. */
+        assert_int_equal(rlc_async_inflight(c), 50);
+        assert_int_equal(
+            rlc_async_check(c, &req, on_result_goaway, (void *)(intptr_t)150),
+            RLC_OK);
+    }
+}
+
+static void test_goaway_in_flight(void **state)
+{
+    rlc_check_t req = {.key = "k", .limit = 1000, .window_s = 60};
+    int i;
+
+    (void)state;
+    setup_ctx();
+    start_fake(FAKE_GOAWAY, 1);
+    new_client(ctx.addr, 5000, RLC_FAIL_CLOSED);
+    rlc_async_on_state(ctx.c, on_state_goaway, NULL);
+    ctx.expect = 151;
+    ctx.resubmit = 50;
+    ctx.t0 = rlt_mono_ms();
+    for (i = 0; i < 100; i++)
+        assert_int_equal(
+            rlc_async_check(ctx.c, &req, on_result_goaway, (void *)(intptr_t)i),
+            RLC_OK);
+    finish_loop();
+    assert_true(rlt_mono_ms() - ctx.t0 < 2000); /* nothing waited a timeout */
+    assert_int_equal(ctx.calls, 151);
+    assert_int_equal(ctx.ok, 151);
+    assert_int_equal(ctx.errors, 0);
+    for (i = 0; i < 151; i++)
+        assert_int_equal(ctx.fired[i], 1);
+    /* The state callback saw the server go, then the new connection. */
+    assert_int_equal(ctx.connects, 2);
+    assert_int_equal(ctx.disconnects, 1);
+    assert_int_equal(ctx.down_status, RLC_ESHUTDOWN);
+    fake_stop(&ctx.fake);
+    assert_int_equal(atomic_load(&ctx.fake.notices), 1);
+    assert_int_equal(atomic_load(&ctx.fake.accepted), 2);
+    /* The first connection carried the 100 and nothing after the notice;
+     * the client then closed its side after a whole frame. */
+    assert_int_equal(atomic_load(&ctx.fake.conn_requests[0]), 100);
+    assert_int_equal(atomic_load(&ctx.fake.after_notice), 0);
+    assert_int_equal(atomic_load(&ctx.fake.left), 1);
+    assert_int_equal(atomic_load(&ctx.fake.partial), 0);
+    /* The 51 submitted after the notice were answered on the new one. */
+    assert_int_equal(atomic_load(&ctx.fake.conn_requests[1]), 51);
+    assert_int_equal(atomic_load(&ctx.fake.requests), 151);
+}
+
+/* GOAWAY while the client still has bytes to write: the fake sends the
+ * notice as it accepts, then reads nothing for 300 ms through a small
+ * window, while the client has some 6 MB of checks to send, more than the
+ * kernel's buffers take (at most 4 MB of send buffer by default): megabytes
+ * are still in the client's output buffer when the notice is read. Every
+ * byte already buffered still goes to that connection, up to the end of a
+ * whole frame, before the client closes its side; the checks submitted
+ * after the notice go to the next connection. */
+#define BIG_N 12000
+
+static char big_key[500];
+
+static void on_result_goaway_big(rlc_async_t *c, const rlc_result_t *res,
+                                 void *arg)
+{
+    rlc_check_t req = {.key = big_key, .limit = 1000000, .window_s = 60};
+    int i = (int)(intptr_t)arg;
+
+    assert_int_equal(res->status, RLC_OK);
+    if (ctx.calls == 0) {
+        for (int k = 0; k < 10; k++) {
+            ctx.in_submit = 1;
+            assert_int_equal(rlc_async_check(c, &req, on_result_goaway_big,
+                                             (void *)(intptr_t)(BIG_N + k)),
+                             RLC_OK);
+            ctx.in_submit = 0;
+        }
+    }
+    (void)i;
+    on_result(c, res, arg);
+}
+
+static void test_goaway_while_writing(void **state)
+{
+    rlc_check_t req = {.key = big_key, .limit = 1000000, .window_s = 60};
+    int i;
+
+    (void)state;
+    memset(big_key, 'b', sizeof(big_key) - 1);
+    big_key[sizeof(big_key) - 1] = '\0';
+    setup_ctx();
+    start_fake(FAKE_GOAWAY_STALL, 300);
+    new_client(ctx.addr, 20000, RLC_FAIL_CLOSED);
+    ctx.expect = BIG_N + 10;
+    ctx.t0 = rlt_mono_ms();
+    for (i = 0; i < BIG_N; i++)
+        assert_int_equal(rlc_async_check(ctx.c, &req, on_result_goaway_big,
+                                         (void *)(intptr_t)i),
+                         RLC_OK);
+    finish_loop();
+    assert_int_equal(ctx.calls, BIG_N + 10);
+    assert_int_equal(ctx.ok, BIG_N + 10);
+    assert_int_equal(ctx.errors, 0);
+    assert_int_equal(ctx.connects, 2);
+    assert_int_equal(ctx.disconnects, 1);
+    assert_int_equal(ctx.down_status, RLC_ESHUTDOWN);
+    fake_stop(&ctx.fake);
+    assert_int_equal(atomic_load(&ctx.fake.accepted), 2);
+    assert_int_equal(atomic_load(&ctx.fake.conn_requests[0]), BIG_N);
+    assert_int_equal(atomic_load(&ctx.fake.after_notice), BIG_N);
+    assert_int_equal(atomic_load(&ctx.fake.left), 1);
+    assert_int_equal(atomic_load(&ctx.fake.partial), 0);
+    assert_int_equal(atomic_load(&ctx.fake.conn_requests[1]), 10);
+}
+
+/* A server that breaks its word: it says GOAWAY, answers nothing, and
+ * closes 300 ms after the client's FIN. The 5 checks it was sent fail with
+ * ECLOSED at its close (not by timeout); 3 submitted after the client left
+ * go to the next connection and are answered. */
+static void on_poll_left(uv_timer_t *t)
+{
+    rlc_check_t req = {.key = "k", .limit = 1000, .window_s = 60};
+
+    /* The fake saw the client's FIN: the notice was acted on, and the
+     * connection is not closed yet. A client that never sends it fails
+     * here rather than hanging the test. */
+    if (atomic_load(&ctx.fake.left) < 1) {
+        assert_true(rlt_mono_ms() - ctx.t0 < 3000);
+        return;
+    }
+    for (int i = 5; i < 8; i++)
+        assert_int_equal(submit(&req, i), RLC_OK);
+    uv_close((uv_handle_t *)t, NULL);
+}
+
+static void test_goaway_unanswered(void **state)
+{
+    rlc_check_t req = {.key = "k", .limit = 1000, .window_s = 60};
+    uv_timer_t t;
+    int i;
+
+    (void)state;
+    setup_ctx();
+    start_fake(FAKE_GOAWAY_DROP, 300);
+    new_client(ctx.addr, 5000, RLC_FAIL_CLOSED);
+    ctx.expect = 8;
+    ctx.t0 = rlt_mono_ms();
+    for (i = 0; i < 5; i++)
+        assert_int_equal(submit(&req, i), RLC_OK);
+    uv_timer_init(&ctx.loop, &t);
+    uv_timer_start(&t, on_poll_left, 1, 1);
+    finish_loop();
+    assert_true(rlt_mono_ms() - ctx.t0 < 3000);
+    assert_int_equal(ctx.calls, 8);
+    for (i = 0; i < 5; i++)
+        assert_int_equal(ctx.status[i], RLC_ECLOSED);
+    for (i = 5; i < 8; i++)
+        assert_int_equal(ctx.status[i], RLC_OK);
+    assert_int_equal(ctx.connects, 2);
+    assert_int_equal(ctx.disconnects, 1);
+    fake_stop(&ctx.fake);
+    assert_int_equal(atomic_load(&ctx.fake.conn_requests[0]), 5);
+    assert_int_equal(atomic_load(&ctx.fake.conn_requests[1]), 3);
+    assert_int_equal(atomic_load(&ctx.fake.partial), 0);
+}
+
+/* Freed while leaving a server (its write side closed, checks both on it
+ * and waiting for the next connection): every check is cancelled once. */
+static void on_free_leaving(uv_timer_t *t)
+{
+    rlc_check_t req = {.key = "k", .limit = 3, .window_s = 60};
+
+    if (ctx.calls == 0 && rlc_async_inflight(ctx.c) == 10) {
+        for (int i = 10; i < 15; i++)
+            assert_int_equal(submit(&req, i), RLC_OK);
+        return;
+    }
+    assert_int_equal(rlc_async_inflight(ctx.c), 15);
+    rlc_async_free(ctx.c);
+    assert_int_equal(ctx.calls, 15);
+    for (int i = 0; i < 15; i++)
+        assert_int_equal(ctx.status[i], RLC_ECANCELED);
+    uv_close((uv_handle_t *)t, NULL);
+}
+
+static void test_goaway_free(void **state)
+{
+    rlc_check_t req = {.key = "k", .limit = 3, .window_s = 60};
+    uv_timer_t t;
+    int i;
+
+    (void)state;
+    setup_ctx();
+    start_fake(FAKE_GOAWAY_STALL, 5000);
+    new_client(ctx.addr, 5000, RLC_FAIL_CLOSED);
+    ctx.expect = -1;
+    for (i = 0; i < 10; i++)
+        assert_int_equal(submit(&req, i), RLC_OK);
+    uv_timer_init(&ctx.loop, &t);
+    uv_timer_start(&t, on_free_leaving, 100, 50);
+    finish_loop();
+    assert_int_equal(ctx.calls, 15);
+    assert_int_equal(ctx.errors, 15);
+    assert_int_equal(ctx.connects, 1);
+    assert_int_equal(ctx.disconnects, 0); /* freed: no state callback */
+    fake_stop(&ctx.fake);
+    assert_int_equal(atomic_load(&ctx.fake.notices), 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -551,6 +792,10 @@ int main(void)
         cmocka_unit_test(test_address_list),
         cmocka_unit_test(test_closed_loop),
         cmocka_unit_test(test_misuse),
+        cmocka_unit_test(test_goaway_in_flight),
+        cmocka_unit_test(test_goaway_while_writing),
+        cmocka_unit_test(test_goaway_unanswered),
+        cmocka_unit_test(test_goaway_free),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,7 @@
 /* The blocking client against the scripted fake server: decisions, one
  * round trip per batch, partial frames, a server that closes mid-flight or
- * never answers, reconnect after a restart, and misuse. */
+ * never answers, reconnect after a restart, a server that says GOAWAY, and
+ * misuse. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -421,6 +422,109 @@ static void test_misuse(void **state)
     fake_stop(&f);
 }
 
+/* GOAWAY while a batch waits: the notice comes after two answers, the
+ * other eight 20 ms later. The batch still gets every answer; then the
+ * client closes that connection (after whole frames), and the next call
+ * goes out on a new one. */
+static void test_goaway_during_batch(void **state)
+{
+    rlc_check_t reqs[10];
+    rlc_result_t res[10], one;
+    char keys[10][16];
+    fake_t f;
+    rlc_client_t *c = open_client(&f, FAKE_GOAWAY, 3, 2000, RLC_FAIL_CLOSED);
+    int i;
+
+    (void)state;
+    memset(reqs, 0, sizeof(reqs));
+    for (i = 0; i < 10; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "k%d", i);
+        reqs[i].key = keys[i];
+        reqs[i].limit = 100 + (uint64_t)i;
+        reqs[i].window_s = 60;
+    }
+    assert_int_equal(rlc_check_batch(c, reqs, 10, res), RLC_OK);
+    for (i = 0; i < 10; i++) {
+        assert_int_equal(res[i].status, RLC_OK);
+        assert_int_equal(res[i].code, RLC_CODE_OK);
+        assert_int_equal(res[i].limit, 100 + (uint64_t)i);
+    }
+    assert_int_equal(atomic_load(&f.notices), 1);
+    /* Closed when the call returned, not at the next call. */
+    assert_true(fake_wait(&f.left, 1, 1000));
+    assert_int_equal(atomic_load(&f.partial), 0);
+    assert_int_equal(atomic_load(&f.conn_requests[0]), 10);
+
+    assert_int_equal(rlc_check(c, &reqs[0], &one), RLC_OK);
+    assert_int_equal(one.status, RLC_OK);
+    assert_int_equal(one.used, 2);
+    assert_int_equal(atomic_load(&f.accepted), 2);
+    assert_int_equal(atomic_load(&f.conn_requests[1]), 1);
+    rlc_free(c);
+    fake_stop(&f);
+}
+
+/* GOAWAY on an idle connection: it is found before anything is sent, and
+ * the next call succeeds on a new connection, with no error. */
+static void test_goaway_idle(void **state)
+{
+    rlc_check_t req = {.key = "k", .limit = 5, .window_s = 60};
+    rlc_result_t res;
+    fake_t f;
+    rlc_client_t *c = open_client(&f, FAKE_ANSWER, 0, 1000, RLC_FAIL_CLOSED);
+
+    (void)state;
+    assert_int_equal(rlc_check(c, &req, &res), RLC_OK);
+    assert_int_equal(fake_goaway(&f), 1);
+    /* Let the notice reach the client's socket. */
+    nanosleep(&(struct timespec){0, 20 * 1000000L}, NULL);
+    assert_int_equal(rlc_check(c, &req, &res), RLC_OK);
+    assert_int_equal(res.status, RLC_OK);
+    assert_int_equal(res.used, 2);
+    assert_int_equal(atomic_load(&f.accepted), 2);
+    assert_int_equal(atomic_load(&f.conn_requests[0]), 1);
+    assert_int_equal(atomic_load(&f.conn_requests[1]), 1);
+    assert_int_equal(atomic_load(&f.after_notice), 0);
+    assert_true(fake_wait(&f.left, 1, 1000));
+    assert_int_equal(atomic_load(&f.partial), 0);
+    /* The new connection is used from then on. */
+    assert_int_equal(rlc_check(c, &req, &res), RLC_OK);
+    assert_int_equal(atomic_load(&f.accepted), 2);
+    rlc_free(c);
+    fake_stop(&f);
+}
+
+/* GOAWAY from the first of two servers: the next call goes to the second
+ * (the address list moves on), even though the first still listens. */
+static void test_goaway_moves_on(void **state)
+{
+    rlc_check_t req = {.key = "k", .limit = 5, .window_s = 60};
+    rlc_result_t res;
+    rlc_options_t o;
+    rlc_client_t *c;
+    fake_t a, b;
+    char list[128], second[64];
+
+    (void)state;
+    assert_int_equal(fake_start(&a, 0, FAKE_ANSWER, 0), 0);
+    assert_int_equal(fake_start(&b, 0, FAKE_ANSWER, 0), 0);
+    snprintf(list, sizeof(list), "127.0.0.1:%d,127.0.0.1:%d", a.port, b.port);
+    snprintf(second, sizeof(second), "127.0.0.1:%d", b.port);
+    rlc_options_init(&o);
+    o.servers = list;
+    assert_int_equal(rlc_connect(&c, &o), RLC_OK);
+    assert_int_equal(rlc_check(c, &req, &res), RLC_OK);
+    assert_int_equal(fake_goaway(&a), 1);
+    nanosleep(&(struct timespec){0, 20 * 1000000L}, NULL);
+    assert_int_equal(rlc_check(c, &req, &res), RLC_OK);
+    assert_string_equal(rlc_server(c), second);
+    assert_int_equal(atomic_load(&a.accepted), 1);
+    assert_int_equal(atomic_load(&b.requests), 1);
+    rlc_free(c);
+    fake_stop(&a);
+    fake_stop(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -434,6 +538,9 @@ int main(void)
         cmocka_unit_test(test_address_list),
         cmocka_unit_test(test_connect_timeout),
         cmocka_unit_test(test_misuse),
+        cmocka_unit_test(test_goaway_during_batch),
+        cmocka_unit_test(test_goaway_idle),
+        cmocka_unit_test(test_goaway_moves_on),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
