@@ -1,7 +1,8 @@
 /* librlc against the real rl-server (label: integration): decisions with
  * the memory store and with Redis, both APIs, reconnect after the server
- * restarts, timeouts while the server is frozen, and two servers sharing
- * one Redis. rl-server is started on a free port and stopped by its pid. */
+ * restarts, timeouts while the server is frozen, two servers sharing one
+ * Redis, and a drained server (GOAWAY) that fails no check. rl-server is
+ * started on a free port and stopped by its pid. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +12,7 @@
 
 #include <cmocka.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <uv.h>
@@ -32,28 +34,39 @@ typedef struct server_s {
 static rlt_redis_t redis;
 static int have_redis;
 
-/* Starts rl-server on s->port (0: a free one). Returns 0 or -1. */
-static int server_start(server_t *s, int port, const char *redis_addr)
+/* Starts rl-server on s->port (0: a free one), with --drain-ms drain_ms
+ * unless it is NULL. Returns 0 or -1. */
+static int server_start_drain(server_t *s, int port, const char *redis_addr,
+                              const char *drain_ms)
 {
     char listen[64];
     int attempt;
 
     for (attempt = 0; attempt < 5; attempt++) {
+        char *argv[12];
+        int k = 0;
+
         s->port = port ? port : rlt_free_port();
         snprintf(listen, sizeof(listen), "127.0.0.1:%d", s->port);
         snprintf(s->addr, sizeof(s->addr), "127.0.0.1:%d", s->port);
         snprintf(s->redis, sizeof(s->redis), "%s",
                  redis_addr ? redis_addr : "");
-        char *argv[] = {RL_SERVER_BIN,
-                        "--listen",
-                        listen,
-                        "--log-level",
-                        "warn",
-                        "--rule",
-                        "search=3/60",
-                        redis_addr ? "--redis" : NULL,
-                        (char *)redis_addr,
-                        NULL};
+        argv[k++] = RL_SERVER_BIN;
+        argv[k++] = "--listen";
+        argv[k++] = listen;
+        argv[k++] = "--log-level";
+        argv[k++] = "warn";
+        argv[k++] = "--rule";
+        argv[k++] = "search=3/60";
+        if (redis_addr) {
+            argv[k++] = "--redis";
+            argv[k++] = (char *)redis_addr;
+        }
+        if (drain_ms) {
+            argv[k++] = "--drain-ms";
+            argv[k++] = (char *)drain_ms;
+        }
+        argv[k] = NULL;
         s->pid = rlt_spawn(argv);
         if (s->pid > 0 && rlt_wait_port(s->port, 5000))
             return 0;
@@ -62,6 +75,12 @@ static int server_start(server_t *s, int port, const char *redis_addr)
             nanosleep(&(struct timespec){0, 100 * 1000000L}, NULL);
     }
     return -1;
+}
+
+/* Starts rl-server on s->port (0: a free one). Returns 0 or -1. */
+static int server_start(server_t *s, int port, const char *redis_addr)
+{
+    return server_start_drain(s, port, redis_addr, NULL);
 }
 
 static void server_stop(server_t *s)
@@ -392,6 +411,163 @@ static void test_async_against_server(void **state)
     server_stop(&A.s);
 }
 
+/* A drained server fails no check (issue 6). Servers A (--drain-ms 300)
+ * and B are both in `servers`; an async client keeps 100 checks in flight
+ * on A, in a closed loop, when A gets SIGTERM. A serves through its drain,
+ * then says GOAWAY: the client sends what it had buffered, closes its side,
+ * reads the last answers, and moves to B with the checks submitted
+ * meanwhile. Not one check may fail or time out, and A, left by its only
+ * client, exits long before its 5 s grace is up. */
+#define DRAIN_INFLIGHT 100
+#define DRAIN_AFTER 500 /* answers to collect from B before stopping */
+
+typedef struct dctx_s {
+    server_t a, b;
+    rlc_async_t *c;
+    char key[128];
+    int calls, failed, first_failure, on_b, connects, disconnects;
+    int down_status;
+    size_t down_inflight;
+    int stopping;
+    uint64_t t_term, t_down;
+} dctx_t;
+
+static dctx_t D;
+
+static void d_on_result(rlc_async_t *c, const rlc_result_t *res, void *arg);
+
+static void d_submit(void)
+{
+    rlc_check_t req = {.key = D.key, .limit = 1000000000, .window_s = 60};
+
+    assert_int_equal(rlc_async_check(D.c, &req, d_on_result, NULL), RLC_OK);
+}
+
+static void d_on_state(rlc_async_t *c, int connected, int status, void *arg)
+{
+    (void)arg;
+    if (connected) {
+        D.connects++;
+        return;
+    }
+    D.disconnects++;
+    D.down_status = status;
+    D.down_inflight = rlc_async_inflight(c);
+    D.t_down = rlt_mono_ms();
+}
+
+static void d_on_result(rlc_async_t *c, const rlc_result_t *res, void *arg)
+{
+    (void)arg;
+    D.calls++;
+    if (res->status != RLC_OK || res->code != RLC_CODE_OK) {
+        if (D.failed++ == 0)
+            D.first_failure = res->status;
+    }
+    if (D.disconnects > 0 && strcmp(rlc_async_server(c), D.b.addr) == 0)
+        D.on_b++;
+    if (D.on_b >= DRAIN_AFTER)
+        D.stopping = 1;
+    if (!D.stopping)
+        d_submit();
+    else if (rlc_async_inflight(c) == 0)
+        rlc_async_free(c);
+}
+
+static void d_on_term(uv_timer_t *t)
+{
+    D.t_term = rlt_mono_ms();
+    assert_int_equal(kill(D.a.pid, SIGTERM), 0);
+    uv_close((uv_handle_t *)t, NULL);
+}
+
+static void test_async_drain_loses_nothing(void **state)
+{
+    uv_loop_t loop;
+    uv_timer_t term;
+    rlc_options_t o;
+    char list[160];
+    int i, st;
+
+    (void)state;
+    memset(&D, 0, sizeof(D));
+    assert_int_equal(server_start_drain(&D.a, 0, NULL, "300"), 0);
+    assert_int_equal(server_start(&D.b, 0, NULL), 0);
+    snprintf(list, sizeof(list), "%s,%s", D.a.addr, D.b.addr);
+    fresh_key(D.key, sizeof(D.key), "drain");
+    uv_loop_init(&loop);
+    rlc_options_init(&o);
+    o.servers = list;
+    o.request_timeout_ms = 3000;
+    o.reconnect_min_ms = 20;
+    assert_int_equal(rlc_async_new(&D.c, &loop, &o), RLC_OK);
+    rlc_async_on_state(D.c, d_on_state, NULL);
+    for (i = 0; i < DRAIN_INFLIGHT; i++)
+        d_submit();
+    uv_timer_init(&loop, &term);
+    uv_timer_start(&term, d_on_term, 200, 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+
+    if (D.failed)
+        fprintf(stderr, "first failure: %s\n", rlc_strerror(D.first_failure));
+    assert_int_equal(D.failed, 0);
+    assert_true(D.on_b >= DRAIN_AFTER);
+    /* A served through its drain, then its end came from the GOAWAY, with
+     * checks waiting for the next server; then B took over. */
+    assert_true(D.t_down - D.t_term >= 300);
+    assert_int_equal(D.disconnects, 1);
+    assert_int_equal(D.down_status, RLC_ESHUTDOWN);
+    assert_true(D.down_inflight > 0);
+    assert_int_equal(D.connects, 2);
+    st = rlt_stop(D.a.pid, 0, 10000);
+    D.a.pid = -1;
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    assert_true(rlt_mono_ms() - D.t_term < 4000); /* not by the grace */
+    server_stop(&D.b);
+}
+
+/* The same with the blocking client, one check at a time: every call is
+ * answered, by A through its drain and by B after A's GOAWAY. */
+static void test_blocking_drain_loses_nothing(void **state)
+{
+    server_t a, b;
+    rlc_client_t *c;
+    rlc_result_t res;
+    char key[128], list[160];
+    uint64_t t_term;
+    int on_b = 0, calls = 0, st;
+
+    (void)state;
+    assert_int_equal(server_start_drain(&a, 0, NULL, "300"), 0);
+    assert_int_equal(server_start(&b, 0, NULL), 0);
+    snprintf(list, sizeof(list), "%s,%s", a.addr, b.addr);
+    c = connect_to(list, 3000);
+    fresh_key(key, sizeof(key), "drain-blocking");
+    rlc_check_t req = {.key = key, .limit = 1000000000, .window_s = 60};
+    assert_int_equal(rlc_check(c, &req, &res), RLC_OK);
+    t_term = rlt_mono_ms();
+    assert_int_equal(kill(a.pid, SIGTERM), 0);
+    while (on_b < 200) {
+        assert_int_equal(rlc_check(c, &req, &res), RLC_OK);
+        assert_int_equal(res.code, RLC_CODE_OK);
+        calls++;
+        if (strcmp(rlc_server(c), b.addr) == 0)
+            on_b++;
+        else
+            assert_true(rlt_mono_ms() - t_term < 3000);
+    }
+    assert_true(calls > on_b); /* A answered through its drain */
+    st = rlt_stop(a.pid, 0, 10000);
+    a.pid = -1;
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    assert_true(rlt_mono_ms() - t_term < 4000); /* not by the grace */
+    rlc_free(c);
+    server_stop(&b);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -419,6 +595,8 @@ int main(void)
         cmocka_unit_test(test_reconnect_blocking),
         cmocka_unit_test(test_timeout_frozen_server),
         cmocka_unit_test(test_async_against_server),
+        cmocka_unit_test(test_async_drain_loses_nothing),
+        cmocka_unit_test(test_blocking_drain_loses_nothing),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
