@@ -442,13 +442,14 @@ static void gone_away(rlc_async_t *c, int status)
     c->next = t;
     c->goaway = 0;
     c->wr_shut = 0;
-    c->cur = (c->cur + 1) % c->cf.naddr;
     c->tried = 0;
     c->backoff_ms = 0;
     uv_timer_start(&c->conn_timer, on_conn_timer, 0, 0);
     gone = take_sent(c);
     notify(c, 0, status == RLC_ECLOSED ? RLC_ESHUTDOWN : status);
     fail_chain(c, gone, RLC_ECLOSED);
+    /* Only now: the callbacks above still see the server that left. */
+    c->cur = (c->cur + 1) % c->cf.naddr;
 }
 
 /* A working connection is gone: every check on it fails, and the client

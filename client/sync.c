@@ -34,7 +34,8 @@ struct rlc_client_s {
     uint32_t backoff_ms; /* 0 after a successful connect */
     uint64_t retry_at;   /* no connect attempt before this (monotonic ms) */
     unsigned seed;
-    int goaway; /* the server of this connection said it is shutting down */
+    int goaway;  /* the server of this connection said it is shutting down */
+    int move_on; /* so the next connect starts at the next address */
 };
 
 /* Waits for events on fd until the absolute deadline. Returns 1 when
@@ -86,6 +87,10 @@ static int connect_round(rlc_client_t *c)
     int rc = RLC_ECLOSED;
     size_t i;
 
+    if (c->move_on) {
+        c->move_on = 0;
+        c->cur = (c->cur + 1) % c->cf.naddr;
+    }
     for (i = 0; i < c->cf.naddr; i++) {
         size_t k = (c->cur + i) % c->cf.naddr;
         rc = connect_one(&c->cf.addrs[k], c->cf.o.connect_timeout_ms, &c->fd);
@@ -120,7 +125,7 @@ static void drop(rlc_client_t *c)
 static void leave_server(rlc_client_t *c)
 {
     drop(c);
-    c->cur = (c->cur + 1) % c->cf.naddr;
+    c->move_on = 1;
 }
 
 /* Goes through the whole frames an idle connection received: late answers

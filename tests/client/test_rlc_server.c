@@ -452,6 +452,8 @@ static void d_on_state(rlc_async_t *c, int connected, int status, void *arg)
     }
     D.disconnects++;
     D.down_status = status;
+    /* The report names the server that went away. */
+    assert_string_equal(rlc_async_server(c), D.a.addr);
     D.down_inflight = rlc_async_inflight(c);
     D.t_down = rlt_mono_ms();
 }

@@ -503,17 +503,19 @@ static void test_goaway_moves_on(void **state)
     rlc_options_t o;
     rlc_client_t *c;
     fake_t a, b;
-    char list[128], second[64];
+    char list[128], first[64], second[64];
 
     (void)state;
     assert_int_equal(fake_start(&a, 0, FAKE_ANSWER, 0), 0);
     assert_int_equal(fake_start(&b, 0, FAKE_ANSWER, 0), 0);
     snprintf(list, sizeof(list), "127.0.0.1:%d,127.0.0.1:%d", a.port, b.port);
+    snprintf(first, sizeof(first), "127.0.0.1:%d", a.port);
     snprintf(second, sizeof(second), "127.0.0.1:%d", b.port);
     rlc_options_init(&o);
     o.servers = list;
     assert_int_equal(rlc_connect(&c, &o), RLC_OK);
     assert_int_equal(rlc_check(c, &req, &res), RLC_OK);
+    assert_string_equal(rlc_server(c), first);
     assert_int_equal(fake_goaway(&a), 1);
     nanosleep(&(struct timespec){0, 20 * 1000000L}, NULL);
     assert_int_equal(rlc_check(c, &req, &res), RLC_OK);
