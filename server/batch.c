@@ -10,6 +10,10 @@
 #include "rl_window.h"
 #include "rls_util.h"
 
+/* Spare batches kept for reuse. Steady load keeps a few in flight; more
+ * are made during a store stall and freed as they come back. */
+#define SPARE_MAX 8
+
 /* One queued request. */
 typedef struct {
     void *owner;
@@ -125,6 +129,7 @@ static rls_batch_t *batch_start(rls_batcher_t *b)
 
     if (t != NULL) {
         b->free = t->next;
+        b->nfree--;
     } else if ((t = batch_new(b)) == NULL) {
         return NULL;
     }
@@ -207,8 +212,17 @@ static void on_store_done(void *data, rls_op_t *ops, size_t nops, int status)
     }
 
     b->in_flight--;
+    /* Spares are kept for reuse, but only so many: a Redis stall piles up
+     * batches in flight, and a pool that kept them all would hold its
+     * high-water mark (up to ~130 KB a batch) for the process's life, so
+     * RSS would creep up with every spike. */
+    if (b->nfree >= SPARE_MAX) {
+        batch_destroy(t);
+        return;
+    }
     t->next = b->free;
     b->free = t;
+    b->nfree++;
 }
 
 static void submit(rls_batcher_t *b)
@@ -336,6 +350,7 @@ void rls_batcher_free(rls_batcher_t *b)
     }
     while ((t = b->free) != NULL) {
         b->free = t->next;
+        b->nfree = 0;
         batch_destroy(t);
     }
 }

@@ -45,6 +45,7 @@ typedef struct rls_batcher_s {
 
     rls_batch_t *cur;  /* filling; NULL when empty */
     rls_batch_t *free; /* spare batches, reused */
+    size_t nfree;      /* batches on the free list */
     size_t in_flight;  /* batches submitted and not yet answered */
     rls_batch_stats_t stats;
 } rls_batcher_t;

@@ -5,7 +5,11 @@
  * is needed) and counts calls. SIGUSR2 appends one line to the file named
  * by RL_MALLOC_COUNT_FILE:
  *
- *   allocs=N frees=M
+ *   allocs=N frees=M live=L
+ *
+ * allocs counts every call that may allocate (realloc included: it may
+ * move the block); live is blocks currently allocated (a realloc of an
+ * existing block leaves it unchanged), which tells a leak from churn.
  *
  * so a script can read the counts before and after a load and divide by
  * the decisions made in between (tests/bench/allocs.sh). The handler only
@@ -27,11 +31,13 @@ extern void *__libc_memalign(size_t align, size_t n);
 extern void __libc_free(void *p);
 
 static unsigned long long n_alloc, n_free;
+static long long n_live;
 static int out_fd = -1;
 
 static void count_alloc(void)
 {
     __atomic_fetch_add(&n_alloc, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&n_live, 1, __ATOMIC_RELAXED);
 }
 
 void *malloc(size_t n)
@@ -48,14 +54,23 @@ void *calloc(size_t n, size_t m)
 
 void *realloc(void *p, size_t n)
 {
-    count_alloc();
-    return __libc_realloc(p, n);
+    void *q;
+
+    __atomic_fetch_add(&n_alloc, 1, __ATOMIC_RELAXED);
+    q = __libc_realloc(p, n);
+    if (p == NULL && q != NULL)
+        __atomic_fetch_add(&n_live, 1, __ATOMIC_RELAXED);
+    else if (p != NULL && n == 0)
+        __atomic_fetch_sub(&n_live, 1, __ATOMIC_RELAXED);
+    return q;
 }
 
 void free(void *p)
 {
-    if (p != NULL)
+    if (p != NULL) {
         __atomic_fetch_add(&n_free, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_sub(&n_live, 1, __ATOMIC_RELAXED);
+    }
     __libc_free(p);
 }
 
@@ -107,6 +122,9 @@ static void on_usr2(int sig)
     p = put_ull(p + 7, __atomic_load_n(&n_alloc, __ATOMIC_RELAXED));
     memcpy(p, " frees=", 7);
     p = put_ull(p + 7, __atomic_load_n(&n_free, __ATOMIC_RELAXED));
+    memcpy(p, " live=", 6);
+    p = put_ull(p + 6,
+                (unsigned long long)__atomic_load_n(&n_live, __ATOMIC_RELAXED));
     *p++ = '\n';
     if (out_fd >= 0 && write(out_fd, line, (size_t)(p - line)) < 0)
         errno = saved;
