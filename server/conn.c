@@ -110,13 +110,15 @@ static void mark_dirty(rls_conn_t *c)
         rls_list_push(&c->srv->dirty, &c->dirty);
 }
 
-/* Appends one response. Returns 0, or -1 if the connection was closed
- * because its unsent output passed the cap. */
-static int put_result(rls_conn_t *c, const rl_result_t *r)
+/* Appends one response; `decision` says whether it answers a request (and
+ * counts in the decisions metric) or is a connection-level notice. Returns
+ * 0, or -1 if the connection was closed because its unsent output passed
+ * the cap. */
+static int put_result(rls_conn_t *c, const rl_result_t *r, int decision)
 {
     rls_server_t *s = c->srv;
 
-    if (r->code >= 0 && r->code <= RL_CODE_ERROR)
+    if (decision && r->code >= 0 && r->code <= RL_CODE_ERROR)
         s->stats.decisions[r->code]++;
     if (rl_result_put(&c->out, r) != RL_OK) {
         s->stats.conns_overflow++;
@@ -129,7 +131,8 @@ static int put_result(rls_conn_t *c, const rl_result_t *r)
     return 0;
 }
 
-static void reply_error(rls_conn_t *c, uint64_t id, const char *msg)
+static void put_error(rls_conn_t *c, uint64_t id, const char *msg,
+                      int decision)
 {
     rl_result_t r;
 
@@ -138,7 +141,20 @@ static void reply_error(rls_conn_t *c, uint64_t id, const char *msg)
     r.code = RL_CODE_ERROR;
     r.error = msg;
     r.error_len = strlen(msg);
-    put_result(c, &r);
+    put_result(c, &r, decision);
+}
+
+/* Answers a request that will not be decided (invalid, unknown rule). */
+static void reply_error(rls_conn_t *c, uint64_t id, const char *msg)
+{
+    put_error(c, id, msg, 1);
+}
+
+/* A notice about the connection, with id 0: a payload that does not decode,
+ * a broken frame, GOAWAY. Counted as rejected frames, not as decisions. */
+static void reply_notice(rls_conn_t *c, const char *msg)
+{
+    put_error(c, 0, msg, 0);
 }
 
 void rls_conn_respond(void *owner, const rl_result_t *r)
@@ -152,7 +168,7 @@ void rls_conn_respond(void *owner, const rl_result_t *r)
         maybe_free(c);
         return;
     }
-    if (put_result(c, r) != 0)
+    if (put_result(c, r, 1) != 0)
         return;
     /* A paused connection reads again once it is under half its limit;
      * the read resumes from the check handle, not from inside a store
@@ -191,7 +207,7 @@ static void handle_request(rls_conn_t *c, const uint8_t *p, size_t n)
 
     if (rl_check_decode(p, n, &q) != RL_OK) {
         s->stats.rejected[RLS_REJECT_DECODE]++;
-        reply_error(c, 0, "payload is not a valid CheckRequest");
+        reply_notice(c, "payload is not a valid CheckRequest");
         return;
     }
     if ((rc = rl_check_validate(&q)) != RL_OK) {
@@ -248,7 +264,7 @@ static void process(rls_conn_t *c)
             s->stats.rejected[rc == RL_EFRAMEFLAG ? RLS_REJECT_FLAG
                                                   : RLS_REJECT_SIZE]++;
             RLS_DEBUG("broken frame", " err=\"%s\"", rl_strerror(rc));
-            reply_error(c, 0, rl_strerror(rc));
+            reply_notice(c, rl_strerror(rc));
             rl_buf_reset(&c->in);
             stop_reading(c);
             c->eof = 1;
@@ -434,7 +450,7 @@ size_t rls_conn_goaway_all(rls_server_t *s)
          * stops sending here and closes once it has its answers; until it
          * does, everything it sent is read and answered, so a request in
          * flight when the stop began is not lost. */
-        reply_error(c, 0, rl_strerror(RL_ESHUTDOWN));
+        reply_notice(c, rl_strerror(RL_ESHUTDOWN));
         count++;
     }
     return count;
