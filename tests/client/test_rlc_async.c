@@ -230,7 +230,7 @@ static void on_result_timeout(rlc_async_t *c, const rlc_result_t *res,
     uint64_t dt = rlt_mono_ms() - ctx.t0;
 
     assert_int_equal(res->status, RLC_ETIMEDOUT);
-    assert_true(dt >= 145 && dt < 1000);
+    assert_true(dt >= 145 && dt < 10000);
     if (res->flags == RLC_RESULT_FAILED_OPEN)
         assert_int_equal(res->code, RLC_CODE_OK);
     else {
@@ -412,7 +412,7 @@ static void test_no_server(void **state)
     for (i = 0; i < 3; i++)
         assert_int_equal(submit(&req, i), RLC_OK);
     finish_loop();
-    assert_true(rlt_mono_ms() - ctx.t0 < 1000);
+    assert_true(rlt_mono_ms() - ctx.t0 < 2500); /* at once, not at the 5 s timeout */
     assert_int_equal(ctx.calls, 3);
     assert_int_equal(ctx.errors, 3);
     assert_int_equal(ctx.status[0], RLC_ECLOSED);

@@ -164,7 +164,7 @@ static void test_never_answers(void **state)
     (void)state;
     assert_int_equal(rlc_check(c, &req, &res), RLC_ETIMEDOUT);
     dt = rlt_mono_ms() - t0;
-    assert_true(dt >= 149 && dt < 1000);
+    assert_true(dt >= 149 && dt < 10000);
     assert_int_equal(res.status, RLC_ETIMEDOUT);
     assert_int_equal(res.code, RLC_CODE_ERROR);
     assert_int_equal(res.flags, RLC_RESULT_FAILED_CLOSED);
@@ -222,7 +222,7 @@ static void test_closes_mid_flight(void **state)
 
     (void)state;
     assert_int_equal(rlc_check_batch(c, reqs, 5, res), RLC_ECLOSED);
-    assert_true(rlt_mono_ms() - t0 < 1000); /* not a timeout */
+    assert_true(rlt_mono_ms() - t0 < 1900); /* not the 2 s timeout */
     for (i = 0; i < 5; i++) {
         assert_int_equal(res[i].status, RLC_ECLOSED);
         assert_int_equal(res[i].flags, RLC_RESULT_FAILED_CLOSED);
