@@ -14,6 +14,8 @@
 #   base hot     the same key
 #   rl zipf      zipf:1.1 over 100k keys
 #   ceiling      redis-benchmark INCR, -P 64, -r 100000: Redis alone
+#   floor ping   redis-benchmark PING, one client: one round trip on this
+#                machine, no rl-server (the latency floor of a hop)
 #   open 50k/s   rl-bench open loop at 50,000/s, latency from the schedule,
 #                $RL_BENCH_OPEN_SECONDS (default 20)
 #   open awake   the same with rl-bench --keep-awake (idle vCPUs of this
@@ -225,6 +227,18 @@ rcpu[ceiling]=$(awk -v t=$(($(cpu_ticks "$redis_pid") - r0)) \
 note[ceiling]="Redis alone: pipelined INCR, no TTL, no decision"
 log "$line"
 
+# The platform's own floor: one client ping-ponging PING with Redis, one
+# hop and no rl-server. An rl-server decision crosses two such hops
+# (client to rl-server, rl-server to Redis).
+log "== floor: redis-benchmark PING, 1 client, no pipelining"
+redis-benchmark -h 127.0.0.1 -p "$redis_port" -c 1 -n 20000 --csv \
+  -t ping_mbulk >"$out/floor.csv" 2>/dev/null || failed=1
+line=$(grep -i '"PING_MBULK"' "$out/floor.csv" | tail -1 | tr -d '"')
+rate[floor_ping]=$(cut -d, -f2 <<<"$line")
+p50[floor_ping]=$(awk -F, '{printf "%.1f", $5 * 1000}' <<<"$line")
+p99[floor_ping]=$(awk -F, '{printf "%.1f", $7 * 1000}' <<<"$line")
+note[floor_ping]="one round trip to Redis, 1 client: this VM's floor"
+
 # Open loop at 50,000/s, twice: as the machine is, and with rl-bench's
 # --keep-awake (idle-priority spinners, so idle vCPUs do not halt; see
 # client/bench/awake.c). rl-server's RSS is sampled through the second,
@@ -266,8 +280,8 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1fx", a / b; els
     run "decisions/s" "p50 us" "p99 us" "server s/M" "redis s/M" notes
   printf '|%s|%s|%s|%s|%s|%s|%s|\n' -------------- -------------: \
     ----------: ----------: -------------: -------------: -------
-  for n in rl_uniform base_uniform rl_hot base_hot rl_zipf ceiling open_50k \
-    open_50k_awake; do
+  for n in rl_uniform base_uniform rl_hot base_hot rl_zipf ceiling \
+    floor_ping open_50k open_50k_awake; do
     printf '| %-12s | %12.0f | %9s | %9s | %12s | %12s | %s |\n' "$n" \
       "${rate[$n]:-0}" "${p50[$n]:--}" "${p99[$n]:--}" "${cpu[$n]:--}" \
       "${rcpu[$n]:--}" "${note[$n]:-}"
