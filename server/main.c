@@ -56,8 +56,11 @@ int main(int argc, char **argv)
 
     rc = rls_server_start(&srv, &loop, &cfg, store);
     if (rc != 0) {
-        fprintf(stderr, "rl-server: cannot listen on %s:%d: %s\n",
-                cfg.listen_host, cfg.listen_port, uv_strerror(rc));
+        int metrics = srv.failed_flag && strcmp(srv.failed_flag, "--metrics") == 0;
+        fprintf(stderr, "rl-server: %s: cannot listen on %s:%d: %s\n",
+                metrics ? "--metrics" : "--listen",
+                metrics ? cfg.metrics_host : cfg.listen_host,
+                metrics ? cfg.metrics_port : cfg.listen_port, uv_strerror(rc));
         store->v->close(store, NULL, NULL);
         uv_run(&loop, UV_RUN_DEFAULT);
         uv_loop_close(&loop);

@@ -633,27 +633,6 @@ static void on_listener_closed(uv_handle_t *h)
     maybe_free(m);
 }
 
-static int bind_listen(metrics_t *m, const rls_config_t *cfg)
-{
-    struct addrinfo hints, *ai;
-    char port[8];
-    int rc;
-
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    snprintf(port, sizeof(port), "%d", cfg->metrics_port);
-    /* Startup only, before the loop runs: a blocking lookup is fine. */
-    if (getaddrinfo(cfg->metrics_host, port, &hints, &ai) != 0)
-        return UV_EAI_NONAME;
-    rc = uv_tcp_bind(&m->listener, ai->ai_addr, 0);
-    freeaddrinfo(ai);
-    if (rc != 0)
-        return rc;
-    return uv_listen((uv_stream_t *)&m->listener, 64, on_connection);
-}
-
 int rls_metrics_start(rls_server_t *s)
 {
     metrics_t *m;
@@ -670,7 +649,8 @@ int rls_metrics_start(rls_server_t *s)
     rl_buf_init(&m->page, RLS_METRICS_OUT_MAX);
     uv_tcp_init(s->loop, &m->listener);
     m->listener.data = m;
-    if ((rc = bind_listen(m, s->cfg)) != 0) {
+    if ((rc = rls_listen(&m->listener, s->cfg->metrics_host,
+                         s->cfg->metrics_port, 64, on_connection)) != 0) {
         RLS_ERROR("cannot listen for metrics", " addr=%s:%d err=\"%s\"",
                   s->cfg->metrics_host, s->cfg->metrics_port, uv_strerror(rc));
         m->closing = 1;

@@ -54,6 +54,7 @@ typedef struct rls_server_s {
     int closed;         /* handles closed, loop may end */
     rls_stats_t stats;
     void *metrics;      /* the --metrics HTTP listener (metrics.c) */
+    const char *failed_flag; /* which listener failed to start */
 } rls_server_t;
 
 /* Binds the listener and starts serving on loop. Returns 0, or a negative

@@ -7,7 +7,6 @@
  * one write. With the memory store the answers of that batch are already in
  * the output buffers when the writes go out, so a request read in an
  * iteration is answered in the same iteration. */
-#include <netdb.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,29 +116,6 @@ void rls_server_stop(rls_server_t *s)
         close_all(s);
 }
 
-static int bind_listener(rls_server_t *s)
-{
-    struct addrinfo hints, *ai;
-    char port[8];
-    int rc;
-
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    snprintf(port, sizeof(port), "%d", s->cfg->listen_port);
-    /* Startup only, before the loop runs: a blocking lookup is fine. */
-    if (getaddrinfo(s->cfg->listen_host, port, &hints, &ai) != 0)
-        return UV_EAI_NONAME;
-    rc = uv_tcp_bind(&s->listener, ai->ai_addr, 0);
-    freeaddrinfo(ai);
-    if (rc != 0)
-        return rc;
-    /* Errors such as EADDRINUSE surface at listen on Linux. */
-    return uv_listen((uv_stream_t *)&s->listener, 511,
-                     rls_conn_on_connection);
-}
-
 int rls_server_start(rls_server_t *s, uv_loop_t *loop,
                      const rls_config_t *cfg, rls_store_t *store)
 {
@@ -158,12 +134,16 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
 
     uv_tcp_init(loop, &s->listener);
     s->listener.data = s;
-    if ((rc = bind_listener(s)) != 0) {
+    rc = rls_listen(&s->listener, cfg->listen_host, cfg->listen_port, 511,
+                    rls_conn_on_connection);
+    if (rc != 0) {
+        s->failed_flag = "--listen";
         uv_close((uv_handle_t *)&s->listener, NULL);
         return rc;
     }
 
     if (cfg->metrics_host[0] != '\0' && (rc = rls_metrics_start(s)) != 0) {
+        s->failed_flag = "--metrics";
         uv_close((uv_handle_t *)&s->listener, NULL);
         return rc;
     }
