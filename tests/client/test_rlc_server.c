@@ -104,6 +104,22 @@ static rlc_client_t *connect_to(const char *servers, uint32_t timeout_ms)
     return c;
 }
 
+/* rl-server connects to Redis in the background: wait (bounded) until a
+ * probe is counted rather than failed open (the server's error text says
+ * when the store was bypassed). */
+static void await_store_up(rlc_client_t *c)
+{
+    rlc_check_t req = {.key = "probe:store-up", .limit = 1000000,
+                       .window_s = 60};
+    uint64_t deadline = rlt_mono_ms() + 10000;
+    rlc_result_t res;
+
+    do {
+        assert_int_equal(rlc_check(c, &req, &res), RLC_OK);
+    } while (res.error[0] != '\0' && rlt_mono_ms() < deadline);
+    assert_string_equal(res.error, "");
+}
+
 /* A key no other test or run uses. */
 static void fresh_key(char *dst, size_t cap, const char *what)
 {
@@ -208,6 +224,7 @@ static void test_redis_decisions(void **state)
     snprintf(ra, sizeof(ra), "127.0.0.1:%d", redis.port);
     assert_int_equal(server_start(&s, 0, ra), 0);
     c = connect_to(s.addr, 2000);
+    await_store_up(c);
     check_five_then_over(c);
     rlc_free(c);
     server_stop(&s);
@@ -231,6 +248,8 @@ static void test_redis_two_servers(void **state)
     assert_int_equal(server_start(&b, 0, ra), 0);
     ca = connect_to(a.addr, 2000);
     cb = connect_to(b.addr, 2000);
+    await_store_up(ca);
+    await_store_up(cb);
     avoid_window_edge(ca);
     fresh_key(key, sizeof(key), "shared");
     rlc_check_t req = {.key = key, .limit = 5, .window_s = 60};

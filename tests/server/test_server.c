@@ -227,6 +227,22 @@ static res_t ask(cli_t *c, rl_check_t q)
     return r;
 }
 
+/* rl-server connects to Redis in the background: wait (bounded) until a
+ * probe on a key of its own is counted, not failed open or closed. */
+static void await_store_up(void)
+{
+    uint64_t deadline = rlt_mono_ms() + 10000, id = 1;
+    cli_t c;
+    res_t r;
+
+    cli_open(&c);
+    do {
+        r = ask(&c, check(id++, "probe:store-up", 1000000, 60, 1));
+    } while (r.err[0] != '\0' && rlt_mono_ms() < deadline);
+    assert_string_equal(r.err, "");
+    cli_close(&c);
+}
+
 /* ---- tests ---- */
 
 /* The seed scenario over the wire, on both stores: 5 per 60 s; the sixth
@@ -281,6 +297,7 @@ static void test_seed_redis(void **state)
     (void)state;
     start_redis();
     start_server("--redis", redis_addr(), NULL);
+    await_store_up();
     seed_scenario();
 }
 
@@ -327,6 +344,7 @@ static void test_coalesce_redis(void **state)
     (void)state;
     start_redis();
     start_server("--redis", redis_addr(), NULL);
+    await_store_up();
     coalesce_scenario();
 }
 
@@ -529,6 +547,7 @@ static void redis_outage(int fail_open)
     start_redis();
     start_server("--redis", redis_addr(), "--redis-timeout-ms", "200",
                  fail_open ? "--fail-open" : "--fail-closed", NULL);
+    await_store_up();
     cli_open(&c);
     r = ask(&c, check(id++, "outage", 100, 3600, 1));
     assert_int_equal(r.r.code, RL_CODE_OK);
@@ -606,6 +625,7 @@ static void test_every_key_has_ttl(void **state)
     (void)state;
     start_redis();
     start_server("--redis", redis_addr(), "--expiry-grace-ms", "1000", NULL);
+    await_store_up();
     cli_open(&c);
     for (i = 0; i < 600; i++) {
         snprintf(keys[i], sizeof(keys[i]), "ttl:%zu", i % 150);
@@ -744,6 +764,7 @@ static void test_sigterm_goaway(void **state)
     (void)state;
     start_redis();
     start_server("--redis", redis_addr(), "--max-inflight", "8", NULL);
+    await_store_up();
     cli_open(&c);
     cli_open(&deaf);
     assert_int_equal(ask(&deaf, check(1, "deaf", 1000, 3600, 1)).r.code,
