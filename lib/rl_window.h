@@ -46,6 +46,10 @@ void rl_decide(uint64_t count, uint64_t limit, uint64_t now_ms,
 void rl_decide_reset(uint64_t count, uint64_t limit, uint64_t reset_after_ms,
                      rl_result_t *r);
 
+/* Writes v in decimal at p (no NUL; up to 20 bytes) and returns the digit
+ * count. */
+size_t rl_put_u64(char *p, uint64_t v);
+
 /* Longest key rl_key_format() can produce for these lengths, NUL included:
  * prefix, braces, key, two colons, up to 10 + 20 digits, NUL. */
 #define RL_KEY_SIZE(prefix_len, key_len) ((prefix_len) + (key_len) + 35)

@@ -24,8 +24,7 @@ void rl_decide_reset(uint64_t count, uint64_t limit, uint64_t reset,
     r->retry_after_ms = allowed ? 0 : reset;
 }
 
-/* Writes v in decimal at p, returns the digit count. */
-static size_t put_u64(char *p, uint64_t v)
+size_t rl_put_u64(char *p, uint64_t v)
 {
     char tmp[20];
     size_t n = 0, i;
@@ -54,9 +53,9 @@ int rl_key_format(char *dst, size_t cap, const char *prefix, size_t prefix_len,
     n += key_len;
     dst[n++] = '}';
     dst[n++] = ':';
-    n += put_u64(dst + n, window_s);
+    n += rl_put_u64(dst + n, window_s);
     dst[n++] = ':';
-    n += put_u64(dst + n, index);
+    n += rl_put_u64(dst + n, index);
     dst[n] = '\0';
     return (int)n;
 }

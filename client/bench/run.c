@@ -27,6 +27,7 @@
 
 #include <uv.h>
 
+#include "rl_window.h"
 #include "rl_error.h"
 #include "rlb.h"
 #include "rlc.h"
@@ -98,20 +99,6 @@ static void finish(bench_t *b, const char *early);
 
 /* ---- keys and checks ------------------------------------------------- */
 
-static size_t put_u32(char *p, uint32_t v)
-{
-    char tmp[10];
-    size_t n = 0, i;
-
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    for (i = 0; i < n; i++)
-        p[i] = tmp[n - 1 - i];
-    return n;
-}
-
 static void on_result(rlc_async_t *cl, const rlc_result_t *res, void *arg);
 
 /* May more checks be sent? */
@@ -161,7 +148,7 @@ static int send_check(conn_t *c, uint64_t due_ns, uint64_t now_ns)
     r->key = rlb_keys_pick(&b->keys);
     memset(&q, 0, sizeof(q));
     q.key = c->key;
-    q.key_len = c->prefix_len + put_u32(c->key + c->prefix_len, r->key);
+    q.key_len = c->prefix_len + rl_put_u64(c->key + c->prefix_len, r->key);
     q.cost = o->cost;
     q.limit = o->limit;
     q.window_s = o->window_s;
