@@ -79,6 +79,7 @@ void rls_batcher_init(rls_batcher_t *b, rls_store_t *store,
     b->grace_ms = grace_ms;
     b->fail_open = fail_open;
     rls_random_key(&b->hash_key);
+    b->rng = b->hash_key.k0 | 1;
     rls_hist_init(&b->stats.size, rls_batch_bounds,
                   sizeof(rls_batch_bounds) / sizeof(rls_batch_bounds[0]));
 }
@@ -245,7 +246,7 @@ static void submit(rls_batcher_t *b)
 }
 
 /* Works out window_s for the batch's clock reading (see win_t). */
-static void win_set(rls_batch_t *t, const rls_batcher_t *b, uint32_t window_s)
+static void win_set(rls_batch_t *t, rls_batcher_t *b, uint32_t window_s)
 {
     win_t *w = &t->win;
     char tmp[48];
@@ -254,6 +255,19 @@ static void win_set(rls_batch_t *t, const rls_batcher_t *b, uint32_t window_s)
     w->window_s = window_s;
     w->index = rl_window_index(t->now_ms, window_s);
     w->expire_at_ms = rl_window_end_ms(w->index, window_s) + b->grace_ms;
+    /* Every key of a window would otherwise carry the same expiry, and
+     * Redis would delete a whole window's keys at once: its expire cycle
+     * then holds the event loop for up to 25 ms at a time, and every
+     * decision waits. A random extra per batch spreads the expiries, since
+     * a window's keys are created in many batches. */
+    if (b->spread_ms > 0) {
+        uint64_t cap = (uint64_t)window_s * 250, span;
+        span = b->spread_ms < cap ? b->spread_ms : cap;
+        b->rng ^= b->rng << 13;
+        b->rng ^= b->rng >> 7;
+        b->rng ^= b->rng << 17;
+        w->expire_at_ms += b->rng % (span + 1);
+    }
     w->mix = (w->index * UINT64_C(0x9e3779b97f4a7c15)) ^
              ((uint64_t)window_s * UINT64_C(0xc2b2ae3d27d4eb4f));
     /* rl_key_format itself writes the suffix, so the keys built from it

@@ -16,6 +16,7 @@ void rls_config_defaults(rls_config_t *c)
     c->listen_port = 7390;
     c->redis_timeout_ms = 200;
     c->grace_ms = 1000;
+    c->spread_ms = 10000;
     strcpy(c->prefix, "rl:");
     c->prefix_len = 3;
     c->max_frame = 65536;
@@ -47,6 +48,11 @@ static const char usage[] =
     "                           (default 200)\n"
     "  --expiry-grace-ms N      keys expire this long after their window\n"
     "                           ends (default 1000)\n"
+    "  --expiry-spread-ms N     Redis store: each key lives up to this much\n"
+    "                           longer, at random (at most a quarter of its\n"
+    "                           window), so that a window's keys do not all\n"
+    "                           expire at once and stall Redis (default\n"
+    "                           10000; 0: none)\n"
     "  --max-frame BYTES        largest request frame accepted; a bigger one\n"
     "                           closes its connection (default 65536)\n"
     "  --max-connections N      refuse clients beyond this (default 10000)\n"
@@ -241,6 +247,7 @@ typedef struct {
 static const num_flag_t num_flags[] = {
     NUM("--redis-timeout-ms", redis_timeout_ms, 1, 600000),
     NUM("--expiry-grace-ms", grace_ms, 0, 3600000),
+    NUM("--expiry-spread-ms", spread_ms, 0, 3600000),
     NUM("--max-frame", max_frame, 64, 16u << 20),
     NUM("--max-connections", max_connections, 1, 1000000),
     NUM("--max-inflight", max_inflight, 1, 1u << 20),

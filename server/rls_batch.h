@@ -40,6 +40,11 @@ typedef struct rls_batcher_s {
     size_t prefix_len;
     size_t max_reqs;   /* a batch is submitted when it holds this many */
     uint64_t grace_ms; /* keys expire this long after their window ends */
+    /* Up to this much more, drawn per batch and capped at a quarter of the
+     * window, so that the keys of one window do not all expire at the same
+     * millisecond (see win_set). 0 after init; set it before the first add. */
+    uint64_t spread_ms;
+    uint64_t rng;      /* xorshift64 state for the spread */
     int fail_open;
     rl_hash_key_t hash_key;
 

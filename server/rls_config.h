@@ -32,6 +32,7 @@ typedef struct rls_config_s {
     int redis_db;
     uint64_t redis_timeout_ms;
     uint64_t grace_ms;
+    uint64_t spread_ms; /* Redis store: expiries spread over up to this */
 
     char prefix[RLS_PREFIX_MAX + 1];
     size_t prefix_len;

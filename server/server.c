@@ -131,6 +131,10 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
     rls_batcher_init(&s->batcher, store, rls_conn_respond, cfg->prefix,
                      cfg->prefix_len, RLS_BATCH_MAX, cfg->grace_ms,
                      cfg->fail_open);
+    /* The memory store frees a window's counters a few thousand per tick
+     * (store_memory.c): its expiries need no spreading. */
+    if (cfg->use_redis)
+        s->batcher.spread_ms = cfg->spread_ms;
 
     uv_tcp_init(loop, &s->listener);
     s->listener.data = s;

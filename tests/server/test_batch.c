@@ -64,12 +64,18 @@ typedef struct {
     uint64_t now;
     void (*done)(void *);
     void *done_arg;
+    uint64_t expiry[64]; /* expire_at_ms of the first ops submitted */
+    size_t nexpiry;
 } clock_store_t;
 
 static void w_submit(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
                      void *data)
 {
     clock_store_t *w = (clock_store_t *)s;
+    size_t i;
+
+    for (i = 0; i < n && w->nexpiry < 64; i++)
+        w->expiry[w->nexpiry++] = ops[i].expire_at_ms;
     w->inner->v->submit(w->inner, ops, n, cb, data);
 }
 
@@ -476,6 +482,63 @@ static void test_no_alloc_per_request(void **state)
 #endif
 }
 
+/* The expiry of `n` single-request batches, each asking for a new key with
+ * the given window at B + 10 ms. */
+static void expiries(h_t *h, uint64_t B, uint32_t window, size_t n)
+{
+    char key[32];
+    size_t i;
+
+    h->store->nexpiry = 0;
+    for (i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "spread:%u:%zu", window, i);
+        h_add(h, B + 10, key, 10, window, 1);
+        h_flush(h);
+    }
+    assert_int_equal(h->store->nexpiry, n);
+}
+
+/* With a spread, each batch's keys expire at window end + grace + a random
+ * extra of at most the spread and at most a quarter of the window; batches
+ * differ, so a window's keys do not all expire at once. Without, every key
+ * expires at window end + grace exactly. */
+static void test_expiry_spread(void **state)
+{
+    h_t *h = calloc(1, sizeof(*h));
+    uint64_t B = base_ms(), lo, hi;
+    size_t i, distinct;
+
+    (void)state;
+    h_open(h, 0, 1024, 1);
+
+    expiries(h, B, 60, 64); /* spread 0: the default after init */
+    for (i = 0; i < 64; i++)
+        assert_int_equal(h->store->expiry[i], B + 60000 + 1000);
+
+    h->b.spread_ms = 10000;
+    expiries(h, B, 60, 64);
+    lo = hi = h->store->expiry[0];
+    for (i = distinct = 0; i < 64; i++) {
+        uint64_t e = h->store->expiry[i];
+        assert_true(e >= B + 60000 + 1000 && e <= B + 60000 + 1000 + 10000);
+        distinct += i > 0 && e != h->store->expiry[i - 1];
+        lo = e < lo ? e : lo;
+        hi = e > hi ? e : hi;
+    }
+    /* 64 draws from 10,001 values: equal neighbours would be a broken
+     * generator, and so would a narrow range (chance below 1e-15) */
+    assert_true(distinct >= 60);
+    assert_true(hi - lo >= 5000);
+
+    /* a 1 s window: capped at a quarter of it, 250 ms */
+    expiries(h, B, 1, 64);
+    for (i = 0; i < 64; i++)
+        assert_true(h->store->expiry[i] >= B + 1000 + 1000 &&
+                    h->store->expiry[i] <= B + 1000 + 1000 + 250);
+    h_close(h);
+    free(h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -484,6 +547,7 @@ int main(void)
         cmocka_unit_test_teardown(test_stores_agree, teardown),
         cmocka_unit_test_teardown(test_store_down_fail_modes, teardown),
         cmocka_unit_test_teardown(test_no_alloc_per_request, teardown),
+        cmocka_unit_test_teardown(test_expiry_spread, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
