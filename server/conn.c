@@ -3,8 +3,9 @@
  * Reads land in a per-connection buffer and every whole frame in it is
  * decoded in place. Valid requests go to the batcher; anything invalid is
  * answered at once. Responses are appended to the connection's output
- * buffer and written with one uv_write per loop iteration (rls_conn_flush,
- * from the server's check handle); while that write is in flight, new
+ * buffer and written once per loop iteration (rls_conn_flush, from the
+ * server's check handle): straight to the socket when it takes them all,
+ * else what remains with uv_write; while that write is in flight, new
  * responses collect in a second buffer.
  *
  * Backpressure: a connection with --max-inflight requests unanswered is not
@@ -355,6 +356,7 @@ void rls_conn_flush(rls_server_t *s)
         rls_conn_t *c = RLS_CONTAINER_OF(n, rls_conn_t, dirty);
         rl_buf_t tmp;
         uv_buf_t b;
+        int wrote;
 
         next = n->next;
         if (c->writing)
@@ -362,7 +364,26 @@ void rls_conn_flush(rls_server_t *s)
         rls_list_remove(n);
         if (rl_buf_len(&c->out) == 0)
             continue;
-        /* Swap buffers: the full one goes out, the empty one collects. */
+        /* Most writes go out whole at once: uv_try_write sends them with no
+         * request and no callback. A uv_write would also cost an epoll_ctl
+         * per write (libuv 1.44 re-registers the socket when its write
+         * queue empties, even though nothing changed). */
+        b = uv_buf_init((char *)rl_buf_rptr(&c->out),
+                        (unsigned)rl_buf_len(&c->out));
+        wrote = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+        if (wrote < 0 && wrote != UV_EAGAIN) {
+            RLS_DEBUG("write error", " err=\"%s\"", uv_strerror(wrote));
+            conn_close(c);
+            continue;
+        }
+        if (wrote > 0)
+            rl_buf_consume(&c->out, (size_t)wrote);
+        if (rl_buf_len(&c->out) == 0) {
+            maybe_finish(c);
+            continue;
+        }
+        /* The rest waits for the socket: swap buffers, the full one goes
+         * out, the empty one collects. */
         tmp = c->wbuf;
         c->wbuf = c->out;
         c->out = tmp;
