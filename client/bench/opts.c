@@ -67,6 +67,10 @@ static void usage(FILE *f)
         "                          stderr is a terminal)\n"
         "  --json FILE             write the results as JSON\n"
         "  --hist-csv FILE         write the latency distribution as CSV\n"
+        "  --timeline-csv FILE     write latency over time as CSV, a row per\n"
+        "                          100 ms of the measured run (answers\n"
+        "                          received, their p50/p99/max): where in the\n"
+        "                          run a tail came from\n"
         "  --plot FILE.png         draw the latency percentile curve "
         "(gnuplot)\n"
         "  --help                  print this and exit\n"
@@ -152,6 +156,7 @@ static int takes_value(const char *name)
 {
     static const char *const names[] = {
         "--server",      "--key-prefix", "--json",    "--hist-csv", "--plot",
+        "--timeline-csv",
         "--connections", "--duration",   "--warmup",  "--inflight", "--rate",
         "--requests",    "--keys",       "--tick-us", "--limit",    "--window",
         "--cost",        "--timeout-ms", "--give-up", "--seed",     "--dist"};
@@ -267,6 +272,7 @@ int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
         STR("--key-prefix", o->key_prefix)
         STR("--json", o->json_path)
         STR("--hist-csv", o->csv_path)
+        STR("--timeline-csv", o->timeline_path)
         STR("--plot", o->plot_path)
         INT("--connections", 1, 1024, o->connections)
         NUM("--duration", 0, 86400, o->duration_s)
@@ -319,6 +325,9 @@ int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
         return RLB_EXIT_USAGE;
     if (o->csv_path != NULL &&
         (o->csv = open_out("--hist-csv", o->csv_path)) == NULL)
+        return RLB_EXIT_USAGE;
+    if (o->timeline_path != NULL &&
+        (o->timeline = open_out("--timeline-csv", o->timeline_path)) == NULL)
         return RLB_EXIT_USAGE;
     if (o->progress < 0)
         o->progress = isatty(STDERR_FILENO);

@@ -53,6 +53,11 @@ out:
         status = RLB_EXIT_OUTPUT;
     if (o.csv != NULL && fclose(o.csv) != 0 && status == RLB_EXIT_OK)
         status = RLB_EXIT_OUTPUT;
+    if (o.timeline != NULL && (ferror(o.timeline) | fclose(o.timeline)) &&
+        status == RLB_EXIT_OK) {
+        fprintf(stderr, "rl-bench: writing --timeline-csv failed\n");
+        status = RLB_EXIT_OUTPUT;
+    }
     rlb_audit_report_free(&r.audit);
     rl_hist_free(&r.st.lat_ns);
     return status;

@@ -43,8 +43,9 @@ typedef struct rlb_opts_s {
     int audit;
     int keep_awake; /* idle-priority spinners on every CPU */
     int progress;   /* -1: when stderr is a terminal */
-    const char *json_path, *csv_path, *plot_path;
+    const char *json_path, *csv_path, *plot_path, *timeline_path;
     FILE *json, *csv; /* opened before the run, so bad paths fail early */
+    FILE *timeline;   /* --timeline-csv: one row per 100 ms, during the run */
 } rlb_opts_t;
 
 /* Parses argv into *o. Returns 0; prints usage and exits 0 for --help;

@@ -93,7 +93,14 @@ typedef struct bench_s {
     uint64_t down_since_ns;
     uint64_t last_decisions;
     int progress_shown;
+
+    /* --timeline-csv: latencies of the answers received in the current
+     * 100 ms slot of the measured run */
+    rl_hist_t tl;
+    uint64_t tl_slot; /* slots since measure_ns of the row being filled */
 } bench_t;
+
+#define TIMELINE_SLOT_NS 100000000ULL
 
 static void finish(bench_t *b, const char *early);
 
@@ -172,6 +179,30 @@ static int send_check(conn_t *c, uint64_t due_ns, uint64_t now_ns)
     return 0;
 }
 
+/* Writes the rows of every slot before the one `now_ns` falls in, empty
+ * ones too (a stall shows as a row with no answers), and starts that slot. */
+static void timeline_advance(bench_t *b, uint64_t now_ns)
+{
+    uint64_t slot;
+
+    if (now_ns < b->measure_ns)
+        return;
+    slot = (now_ns - b->measure_ns) / TIMELINE_SLOT_NS;
+    if (b->tl_slot == UINT64_MAX) {
+        b->tl_slot = slot;
+        return;
+    }
+    for (; b->tl_slot < slot; b->tl_slot++) {
+        fprintf(b->o->timeline, "%.1f,%llu,%.1f,%.1f,%.1f\n",
+                (double)(b->tl_slot * TIMELINE_SLOT_NS) / 1e9,
+                (unsigned long long)b->tl.total,
+                (double)rl_hist_percentile(&b->tl, 50) / 1e3,
+                (double)rl_hist_percentile(&b->tl, 99) / 1e3,
+                (double)b->tl.max / 1e3);
+        rl_hist_reset(&b->tl);
+    }
+}
+
 static void record(bench_t *b, const req_t *r, const rlc_result_t *res,
                    uint64_t now_ns)
 {
@@ -194,6 +225,10 @@ static void record(bench_t *b, const req_t *r, const rlc_result_t *res,
         return;
     if (res->status == RLC_OK) {
         rl_hist_record(&st->lat_ns, now_ns - r->due_ns);
+        if (b->o->timeline != NULL) {
+            timeline_advance(b, now_ns);
+            rl_hist_record(&b->tl, now_ns - r->due_ns);
+        }
         if (res->code == RLC_CODE_OK) {
             st->allowed++;
             st->failed_open += bypassed;
@@ -533,8 +568,12 @@ int rlb_run(const rlb_opts_t *o, rlb_result_t *res)
     b.tfd = -1;
     if (uv_loop_init(&b.loop) != 0)
         return RL_EIO;
+    b.tl_slot = UINT64_MAX;
+    if (o->timeline != NULL)
+        fprintf(o->timeline, "t_s,answers,p50_us,p99_us,max_us\n");
     if ((rc = rl_hist_init(&res->st.lat_ns, HIST_SUB_BITS, HIST_HIGHEST_NS)) !=
             0 ||
+        (rc = rl_hist_init(&b.tl, HIST_SUB_BITS, HIST_HIGHEST_NS)) != 0 ||
         (rc = rlb_keys_init(&b.keys, o)) != 0 ||
         (o->audit &&
          (rc = rlb_audit_init(&b.audit, o->window_s, o->cost)) != 0) ||
@@ -592,6 +631,9 @@ int rlb_run(const rlb_opts_t *o, rlb_result_t *res)
     if (b.progress_shown)
         fputc('\n', stderr);
 
+    if (o->timeline != NULL && b.tl_slot != UINT64_MAX)
+        timeline_advance(&b, b.measure_ns +
+                                 (b.tl_slot + 1) * TIMELINE_SLOT_NS);
     res->seconds = (double)(b.end_ns - b.measure_ns) / 1e9;
     if (res->seconds < 0)
         res->seconds = 0;
@@ -611,5 +653,6 @@ out:
         fprintf(stderr, "rl-bench: loop not closed cleanly\n");
     rlb_keys_free(&b.keys);
     rlb_audit_free(&b.audit);
+    rl_hist_free(&b.tl);
     return rc;
 }
