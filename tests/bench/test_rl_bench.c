@@ -284,9 +284,12 @@ static void test_hot_exact_redis(void **state)
  * answered, and --requests caps the count. */
 static void test_open_loop(void **state)
 {
-    char *json;
+    char *json, *csv, *line, csv_path[160];
+    double answers;
+    int rows;
 
     (void)state;
+    snprintf(csv_path, sizeof(csv_path), "%s/timeline.csv", tmpdir);
     assert_int_equal(server_start(0), 0);
     assert_int_equal(bench("--server", server_addr, "--duration", "1", "--rate",
                            "2000", "--connections", "1", "--keys", "100",
@@ -302,6 +305,37 @@ static void test_open_loop(void **state)
     assert_true(num(json, "decisions") >= 1999 &&
                 num(json, "decisions") <= 2001);
     free(json);
+
+    /* --timeline-csv: a row per 100 ms of the second, whose answers add
+     * up to the decisions, each row's percentiles in order. */
+    assert_int_equal(bench("--server", server_addr, "--duration", "1", "--rate",
+                           "2000", "--connections", "1", "--keys", "100",
+                           "--json", json_path, "--timeline-csv", csv_path,
+                           NULL),
+                     0);
+    json = slurp(json_path);
+    csv = slurp(csv_path);
+    assert_non_null(json);
+    assert_non_null(csv);
+    assert_memory_equal(csv, "t_s,answers,p50_us,p99_us,max_us\n", 32);
+    rows = 0;
+    answers = 0;
+    for (line = strchr(csv, '\n') + 1; *line; line = strchr(line, '\n') + 1) {
+        double t, a, p50, p99, max;
+        assert_int_equal(sscanf(line, "%lf,%lf,%lf,%lf,%lf", &t, &a, &p50,
+                                &p99, &max),
+                         5);
+        assert_true(t >= 0 && t < 1.3);
+        assert_true(p50 <= p99 && p99 <= max);
+        assert_true(a == 0 || max > 0);
+        answers += a;
+        rows++;
+    }
+    assert_true(rows >= 10 && rows <= 12);
+    assert_true(answers == num(json, "decisions"));
+    free(csv);
+    free(json);
+    unlink(csv_path);
 
     assert_int_equal(bench("--server", server_addr, "--duration", "30",
                            "--requests", "500", "--inflight", "4", "--json",
@@ -338,6 +372,7 @@ static void test_bad_arguments(void **state)
         {"--limit", "abc", NULL},
         {"--rate", "100", "--inflight"},
         {"--json", "/nonexistent-dir/x.json", NULL},
+        {"--timeline-csv", "/nonexistent-dir/t.csv", NULL},
         {"--window", NULL, NULL},
         {"stray", NULL, NULL},
     };
