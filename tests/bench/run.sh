@@ -22,12 +22,18 @@
 #                VM halt, and their wakeups, not the service, then make
 #                the tail), $RL_BENCH_SOAK seconds (default 60) with
 #                rl-server's RSS sampled every 5 s
+#   open pinned  awake, Redis on CPU 1, rl-server and rl-bench on CPU 0
+#   open memory  awake, against an rl-server on the memory store: the same
+#                path without Redis
+# Open loops write a timeline (rl-bench --timeline-csv) and report how many
+# 100 ms slots had a p99 over 1 ms. Every rl-bench run reports the steal
+# time of the VM's CPUs meanwhile (/proc/stat).
 # Every rl-bench run has --audit. For each run: decisions/s, p50/p99,
 # rl-server CPU seconds per million decisions (utime+stime from
 # /proc/PID/stat), Redis's too, and rl-server's peak RSS (VmHWM); then the
 # ratios to the baseline and to the ceiling, and a verdict on the targets.
 # Closed-loop phases last $RL_BENCH_SECONDS (default 10) after 1 s of
-# warmup; the whole run takes about 3 to 4 minutes. Loopback only; everything
+# warmup; the whole run takes about 5 minutes. Loopback only; everything
 # started here is stopped by its pid on exit.
 #
 # Results (JSON of each run, the table, a latency plot of the open loop)
@@ -145,7 +151,7 @@ status_kb() { awk -v f="$2:" '$1 == f {print $2}' "/proc/$1/status"; }
 jf() { sed -n "s/^  \"$2\": \\([^,]*\\),\\{0,1\\}\$/\\1/p" "$1" | head -1; }
 
 failed=0
-declare -A rate p50 p99 cpu rcpu note
+declare -A rate p50 p99 cpu rcpu note steal errors
 
 # record NAME JSON CPU_BEFORE REDIS_BEFORE
 record() {
@@ -167,22 +173,46 @@ record() {
   fi
 }
 
-# rl NAME RL-BENCH-ARGS...: one rl-bench run with the audit.
+# Steal: time the hypervisor ran something else while our vCPUs wanted to
+# run, as a share of all CPU time (/proc/stat, every CPU).
+cpu_stat() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print $9, t }' /proc/stat; }
+steal_pct() { awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " ");
+  d = y[2] - x[2]; printf "%.1f", (d > 0 ? 100 * (y[1] - x[1]) / d : 0) }'; }
+
+# rl NAME RL-BENCH-ARGS...: one rl-bench run with the audit, against
+# rl-server on ${RL_PORT:-$rls_port}, run through ${RL_WRAP:-} (taskset).
 rl() {
-  local name=$1 c0 r0 rc=0
+  local name=$1 c0 r0 s0 rc=0
   shift
-  log "== $name: rl-bench $*"
-  c0=$(cpu_ticks "$rls_pid")
+  log "== $name: ${RL_WRAP:+$RL_WRAP }rl-bench $*"
+  c0=$(cpu_ticks "${RL_PID:-$rls_pid}")
   r0=$(cpu_ticks "$redis_pid")
-  "$bench_bin" --server "127.0.0.1:$rls_port" --audit --no-progress \
-    --json "$out/$name.json" "$@" >"$out/$name.txt" 2>&1 || rc=$?
+  s0=$(cpu_stat)
+  ${RL_WRAP:-} "$bench_bin" --server "127.0.0.1:${RL_PORT:-$rls_port}" --audit \
+    --no-progress --json "$out/$name.json" "$@" >"$out/$name.txt" 2>&1 || rc=$?
+  steal[$name]=$(steal_pct "$s0" "$(cpu_stat)")
   cat "$out/$name.txt" >&2
+  rls_pid_saved=$rls_pid
+  rls_pid=${RL_PID:-$rls_pid}
   record "$name" "$out/$name.json" "$c0" "$r0"
+  rls_pid=$rls_pid_saved
   note[$name]="audit: $(jf "$out/$name.json" audit_windows) windows, $(jf "$out/$name.json" audit_over_limit) over"
   if [ "$rc" -ne 0 ] || [ "$(jf "$out/$name.json" audit_over_limit)" != 0 ]; then
     log "!! $name failed (exit $rc)"
     failed=1
   fi
+}
+
+# open NAME RL-BENCH-ARGS...: an open-loop run, with its timeline; the note
+# says how many 100 ms slots had a p99 over 1 ms (stalls, or a steady tail).
+open_run() {
+  local name=$1
+  shift
+  rl "$name" "${open[@]}" --timeline-csv "$out/$name.timeline.csv" "$@"
+  errors[$name]=$(jf "$out/$name.json" errors)
+  note[$name]="errors ${errors[$name]}; $(awk -F, 'NR > 1 { n++; if ($4 > 1000) k++ }
+    END { printf "%d of %d slots of 100 ms with p99 > 1 ms", k, n }' \
+    "$out/$name.timeline.csv"); ${note[$name]}"
 }
 
 # base NAME ARGS...: one baseline run.
@@ -239,15 +269,15 @@ p50[floor_ping]=$(awk -F, '{printf "%.1f", $5 * 1000}' <<<"$line")
 p99[floor_ping]=$(awk -F, '{printf "%.1f", $7 * 1000}' <<<"$line")
 note[floor_ping]="one round trip to Redis, 1 client: this VM's floor"
 
-# Open loop at 50,000/s, twice: as the machine is, and with rl-bench's
+# Open loop at 50,000/s. First as the machine is; then with rl-bench's
 # --keep-awake (idle-priority spinners, so idle vCPUs do not halt; see
-# client/bench/awake.c). rl-server's RSS is sampled through the second,
-# longer run.
+# client/bench/awake.c), a longer run through which rl-server's RSS is
+# sampled; then, still awake, with Redis on a CPU of its own (rl-server and
+# rl-bench on the other), as deploy/README.md advises; and last against an
+# rl-server on the memory store, the same path without Redis.
 open=(--connections 1 --rate 50000 --tick-us 400 --warmup 1 --keys 100000
   --dist uniform --limit 100 --window 60)
-rl open_50k "${open[@]}" --duration "$open_secs"
-errors_open=$(jf "$out/open_50k.json" errors)
-note[open_50k]="errors $errors_open; ${note[open_50k]}"
+open_run open_50k --duration "$open_secs"
 
 log "== open loop 50000/s, vCPUs kept awake, for ${soak}s"
 : >"$out/rss.txt"
@@ -258,12 +288,27 @@ log "== open loop 50000/s, vCPUs kept awake, for ${soak}s"
   done
 ) &
 sampler=$!
-rl open_50k_awake "${open[@]}" --duration "$soak" --keep-awake \
+open_run open_50k_awake --duration "$soak" --keep-awake \
   --hist-csv "$out/open_50k_awake.csv" \
   $(command -v gnuplot >/dev/null && echo --plot "$out/open_50k_awake.png")
 wait "$sampler" || true
-errors_awake=$(jf "$out/open_50k_awake.json" errors)
-note[open_50k_awake]="errors $errors_awake; ${note[open_50k_awake]}"
+
+opens=(open_50k open_50k_awake)
+if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null; then
+  taskset -pc 1 "$redis_pid" >/dev/null
+  taskset -pc 0 "$rls_pid" >/dev/null
+  RL_WRAP="taskset -c 0" open_run open_50k_pinned --duration "$open_secs" \
+    --keep-awake
+  taskset -pc "0-$(($(nproc) - 1))" "$redis_pid" >/dev/null
+  taskset -pc "0-$(($(nproc) - 1))" "$rls_pid" >/dev/null
+  opens+=(open_50k_pinned)
+fi
+
+start_on rl-server-memory "$server_bin" --listen 127.0.0.1:PORT \
+  --log-level warn
+RL_PORT=$started_port RL_PID=$started_pid open_run open_50k_memory \
+  --duration "$open_secs" --keep-awake
+opens+=(open_50k_memory)
 
 hwm_kb=$(status_kb "$rls_pid" VmHWM)
 rss_first=$(head -1 "$out/rss.txt")
@@ -276,15 +321,16 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1fx", a / b; els
   echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p' | head -1), kernel $(uname -r)"
   echo "redis: $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), rl-bench: $conns connections x $inflight in flight (closed loop), ${secs}s per run"
   echo
-  printf '| %-12s | %12s | %9s | %9s | %12s | %12s | %s |\n' \
-    run "decisions/s" "p50 us" "p99 us" "server s/M" "redis s/M" notes
-  printf '|%s|%s|%s|%s|%s|%s|%s|\n' -------------- -------------: \
-    ----------: ----------: -------------: -------------: -------
+  printf '| %-16s | %12s | %9s | %9s | %10s | %10s | %7s | %s |\n' \
+    run "decisions/s" "p50 us" "p99 us" "server s/M" "redis s/M" "steal %" \
+    notes
+  printf '|%s|%s|%s|%s|%s|%s|%s|%s|\n' ------------------ -------------: \
+    ----------: ----------: -----------: -----------: --------: -------
   for n in rl_uniform base_uniform rl_hot base_hot rl_zipf ceiling \
-    floor_ping open_50k open_50k_awake; do
-    printf '| %-12s | %12.0f | %9s | %9s | %12s | %12s | %s |\n' "$n" \
+    floor_ping "${opens[@]}"; do
+    printf '| %-16s | %12.0f | %9s | %9s | %10s | %10s | %7s | %s |\n' "$n" \
       "${rate[$n]:-0}" "${p50[$n]:--}" "${p99[$n]:--}" "${cpu[$n]:--}" \
-      "${rcpu[$n]:--}" "${note[$n]:-}"
+      "${rcpu[$n]:--}" "${steal[$n]:--}" "${note[$n]:-}"
   done
   echo
   echo "rl-server peak RSS (VmHWM): $((hwm_kb / 1024)) MB; RSS during the open loop: first sample $((rss_first / 1024)) MB, last $((rss_last / 1024)) MB ($(tr '\n' ' ' <"$out/rss.txt" | sed 's/ $//') kB)"
@@ -297,9 +343,12 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1fx", a / b; els
   echo "targets:"
   verdict "uniform >= 5x baseline" "${rate[rl_uniform]} >= 5 * ${rate[base_uniform]}"
   verdict "hot >= 8x baseline" "${rate[rl_hot]} >= 8 * ${rate[base_hot]}"
-  verdict "open loop 50k/s p99 <= 1 ms (p99 ${p99[open_50k]} us)" "${p99[open_50k]} <= 1000"
-  verdict "open loop 50k/s, vCPUs awake, p99 <= 1 ms (p99 ${p99[open_50k_awake]} us)" "${p99[open_50k_awake]} <= 1000"
-  verdict "open loops without errors ($errors_open, $errors_awake)" "$errors_open + $errors_awake == 0"
+  for n in "${opens[@]}"; do
+    verdict "$n: 50k/s p99 <= 1 ms (p99 ${p99[$n]} us, steal ${steal[$n]}%)" "${p99[$n]} <= 1000"
+  done
+  for n in "${opens[@]}"; do
+    verdict "$n: no errors (${errors[$n]})" "${errors[$n]} == 0"
+  done
   verdict "rl-server RSS <= 64 MB ($((hwm_kb / 1024)) MB)" "$hwm_kb <= 65536"
   verdict "no RSS growth over the ${soak}s run (+$(( (rss_last - rss_first) / 1024 )) MB)" "$rss_last - $rss_first <= 2048"
   verdict "every audit: no window over its limit" "$failed == 0"
