@@ -449,6 +449,22 @@ void rls_conn_on_connection(uv_stream_t *listener, int status)
         uv_buf_t b = uv_buf_init((char *)frame, (unsigned)(n + 5));
         uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
         s->stats.conns_refused++;
+        /* An operator must hear of refusals, but a flood of them must not
+         * flood the log: one warning a second at most, with the count. */
+        if (!s->stopping) {
+            uint64_t now = uv_now(s->loop);
+            s->refused_unlogged++;
+            if (s->refusal_logged_ms == 0 ||
+                now - s->refusal_logged_ms >= 1000) {
+                RLS_WARN("refusing connections at --max-connections",
+                         " refused=%llu open=%llu max=%u",
+                         (unsigned long long)s->refused_unlogged,
+                         (unsigned long long)s->stats.conns_open - 1,
+                         s->cfg->max_connections);
+                s->refusal_logged_ms = now ? now : 1;
+                s->refused_unlogged = 0;
+            }
+        }
         conn_close(c);
         return;
     }

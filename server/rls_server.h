@@ -55,6 +55,8 @@ typedef struct rls_server_s {
     rls_stats_t stats;
     void *metrics;      /* the --metrics HTTP listener (metrics.c) */
     const char *failed_flag; /* which listener failed to start */
+    uint64_t refusal_logged_ms; /* loop time of the last refusal warning */
+    uint64_t refused_unlogged;  /* refusals since that warning */
 } rls_server_t;
 
 /* Binds the listener and starts serving on loop. Returns 0, or a negative

@@ -724,15 +724,27 @@ static void test_backpressure(void **state)
 }
 
 /* --max-connections: the extra client gets one ERROR saying why, then EOF;
- * those already connected carry on. */
+ * those already connected carry on. The server warns of refusals, at most
+ * once a second however many there are. */
 static void test_max_connections(void **state)
 {
+    char log_path[] = "/tmp/rlt-maxconn-XXXXXX", line[512];
     cli_t a, b, extra;
     res_t r[2];
-    int eof;
+    int eof, i, saved, fd, warnings = 0, first_counts_one = 0;
+    FILE *f;
 
     (void)state;
+    /* the server inherits our stderr: point it at a file meanwhile */
+    fd = mkstemp(log_path);
+    assert_true(fd >= 0);
+    saved = dup(STDERR_FILENO);
+    assert_true(saved >= 0);
+    assert_true(dup2(fd, STDERR_FILENO) >= 0);
     start_server("--max-connections", "2", NULL);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    close(fd);
     /* start_server's port probe was a connection too; a round trip on `a`
      * proves the server has seen the probe close before `b` connects */
     cli_open(&a);
@@ -745,9 +757,34 @@ static void test_max_connections(void **state)
     assert_int_equal(r[0].r.code, RL_CODE_ERROR);
     assert_string_equal(r[0].err, "server at --max-connections");
     cli_close(&extra);
+    for (i = 0; i < 20; i++) {
+        cli_open(&extra);
+        assert_int_equal(recv_results(&extra, r, 2, 5000, &eof), 1);
+        assert_true(eof);
+        cli_close(&extra);
+    }
     assert_int_equal(ask(&a, check(2, "a", 5, 60, 1)).r.code, RL_CODE_OK);
     cli_close(&a);
     cli_close(&b);
+
+    assert_int_equal(rlt_stop(server_pid, SIGTERM, 5000), 0);
+    server_pid = -1;
+    f = fopen(log_path, "r");
+    assert_non_null(f);
+    while (fgets(line, sizeof(line), f)) {
+        if (strstr(line, "level=warn msg=\"refusing connections at "
+                         "--max-connections\"") == NULL)
+            continue;
+        assert_non_null(strstr(line, " max=2"));
+        if (warnings++ == 0)
+            first_counts_one = strstr(line, " refused=1 ") != NULL;
+    }
+    fclose(f);
+    unlink(log_path);
+    /* 21 refusals: the first is told at once, the rest folded into at
+     * most one line a second (a second apart would take a very slow run) */
+    assert_true(first_counts_one);
+    assert_true(warnings >= 1 && warnings <= 5);
 }
 
 /* SIGTERM with requests received but not yet answered (the connection is
