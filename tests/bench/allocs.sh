@@ -22,36 +22,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${1:-5}
-build=${RL_BENCH_BUILD:-$PWD/build-bench}
 out=$(mktemp -d /tmp/rl-allocs.XXXXXX)
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DRL_WERROR=ON >/dev/null
-cmake --build "$build" -j 2 --target rl-server rl-bench >/dev/null
+. tests/bench/lib.sh
 cc -std=c11 -O2 -shared -fPIC -Wall -Wextra -o "$out/malloc_count.so" \
   tests/bench/malloc_count.c
-
-pids=()
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-wait_port() {
-  local i
-  for i in $(seq 1 500); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.01
-  done
-  return 1
-}
-pick_port() {
-  local p
-  while :; do
-    p=$((20000 + RANDOM % 12000))
-    port_free "$p" && { echo "$p"; return; }
-  done
-}
 
 rport=$(pick_port)
 redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no \

@@ -17,40 +17,13 @@ cd "$(dirname "$0")/../.."
 store=${1:-redis}
 dist=${2:-uniform}
 n=${3:-100000}
-build=${RL_BENCH_BUILD:-$PWD/build-bench}
 out=$(mktemp -d /tmp/rl-callgrind.XXXXXX)
 
 for tool in valgrind callgrind_control callgrind_annotate; do
   command -v "$tool" >/dev/null ||
     { echo "$tool not found: apt-get install valgrind" >&2; exit 1; }
 done
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DRL_WERROR=ON >/dev/null
-cmake --build "$build" -j 2 --target rl-server rl-bench >/dev/null
-
-pids=()
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-wait_port() {
-  local i
-  for i in $(seq 1 3000); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.01
-  done
-  return 1
-}
-pick_port() {
-  local p
-  while :; do
-    p=$((20000 + RANDOM % 12000))
-    port_free "$p" && { echo "$p"; return; }
-  done
-}
+. tests/bench/lib.sh
 
 store_args=()
 if [ "$store" = redis ]; then
@@ -58,7 +31,7 @@ if [ "$store" = redis ]; then
   redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no \
     --dir "$out" >"$out/redis.log" 2>&1 &
   pids+=($!)
-  wait_port "$rport"
+  wait_port "$rport" 3000
   store_args=(--redis "127.0.0.1:$rport")
 fi
 sport=$(pick_port)
@@ -68,7 +41,7 @@ valgrind --tool=callgrind --instr-atstart=no \
   "${store_args[@]}" >"$out/server.log" 2>&1 &
 vg=$!
 pids+=("$vg")
-wait_port "$sport" || { cat "$out/server.log"; exit 1; }
+wait_port "$sport" 3000 || { cat "$out/server.log"; exit 1; }
 sleep 1
 
 bench=("$build/client/bench/rl-bench" --server "127.0.0.1:$sport"

@@ -18,34 +18,8 @@ cd "$(dirname "$0")/../.."
 secs=${1:-5}
 want_perf=0
 [ "${2:-}" = --perf ] && want_perf=1
-build=${RL_BENCH_BUILD:-$PWD/build-bench}
 out=$(mktemp -d /tmp/rl-profile.XXXXXX)
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DRL_WERROR=ON >/dev/null
-cmake --build "$build" -j 2 --target rl-server rl-bench >/dev/null
-
-pids=()
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-wait_port() {
-  local i
-  for i in $(seq 1 500); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.01
-  done
-  return 1
-}
-pick_port() {
-  local p
-  while :; do
-    p=$((20000 + RANDOM % 12000))
-    port_free "$p" && { echo "$p"; return; }
-  done
-}
+. tests/bench/lib.sh
 
 rport=$(pick_port)
 redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no \
