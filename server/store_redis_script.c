@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "rl_error.h"
+#include "rl_window.h"
 #include "rls_redis_script.h"
 
 /* Counts reach us through Lua numbers (doubles). table.concat prints them
@@ -25,20 +26,6 @@ const char rls_redis_script[] =
     "else r[i] = 'e' end end "
     "return table.concat(r, ' ')";
 
-static char *put_u64(char *p, uint64_t v)
-{
-    char tmp[20];
-    int n = 0;
-
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v != 0);
-    while (n > 0)
-        *p++ = tmp[--n];
-    return p;
-}
-
 static char *put_line(char *p, char type, uint64_t v)
 {
     *p++ = type;
@@ -49,7 +36,7 @@ static char *put_line(char *p, char type, uint64_t v)
         *p++ = (char)('0' + v / 10);
         *p++ = (char)('0' + v % 10);
     } else {
-        p = put_u64(p, v);
+        p += rl_put_u64(p, v);
     }
     *p++ = '\r';
     *p++ = '\n';
@@ -70,7 +57,7 @@ static char *put_num(char *p, uint64_t v)
 {
     char tmp[20];
 
-    return put_bulk(p, tmp, (size_t)(put_u64(tmp, v) - tmp));
+    return put_bulk(p, tmp, rl_put_u64(tmp, v));
 }
 
 size_t rls_redis_encode(rls_cmdbuf_t *buf, const char *sha, const rls_op_t *ops,
