@@ -153,10 +153,10 @@ jf() { sed -n "s/^  \"$2\": \\([^,]*\\),\\{0,1\\}\$/\\1/p" "$1" | head -1; }
 failed=0
 declare -A rate p50 p99 cpu rcpu note steal errors
 
-# record NAME JSON CPU_BEFORE REDIS_BEFORE
+# record NAME JSON CPU_BEFORE REDIS_BEFORE [SERVER_PID]
 record() {
   local name=$1 json=$2 c0=$3 r0=$4 c1 r1 d
-  c1=$(cpu_ticks "$rls_pid")
+  c1=$(cpu_ticks "${5:-$rls_pid}")
   r1=$(cpu_ticks "$redis_pid")
   d=$(jf "$json" decisions)
   rate[$name]=$(jf "$json" decisions_per_sec)
@@ -180,7 +180,8 @@ steal_pct() { awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " "
   d = y[2] - x[2]; printf "%.1f", (d > 0 ? 100 * (y[1] - x[1]) / d : 0) }'; }
 
 # rl NAME RL-BENCH-ARGS...: one rl-bench run with the audit, against
-# rl-server on ${RL_PORT:-$rls_port}, run through ${RL_WRAP:-} (taskset).
+# rl-server on ${RL_PORT:-$rls_port} (pid ${RL_PID:-$rls_pid}), run through
+# ${RL_WRAP:-} (taskset).
 rl() {
   local name=$1 c0 r0 s0 rc=0
   shift
@@ -192,10 +193,7 @@ rl() {
     --no-progress --json "$out/$name.json" "$@" >"$out/$name.txt" 2>&1 || rc=$?
   steal[$name]=$(steal_pct "$s0" "$(cpu_stat)")
   cat "$out/$name.txt" >&2
-  rls_pid_saved=$rls_pid
-  rls_pid=${RL_PID:-$rls_pid}
-  record "$name" "$out/$name.json" "$c0" "$r0"
-  rls_pid=$rls_pid_saved
+  record "$name" "$out/$name.json" "$c0" "$r0" "${RL_PID:-$rls_pid}"
   note[$name]="audit: $(jf "$out/$name.json" audit_windows) windows, $(jf "$out/$name.json" audit_over_limit) over"
   if [ "$rc" -ne 0 ] || [ "$(jf "$out/$name.json" audit_over_limit)" != 0 ]; then
     log "!! $name failed (exit $rc)"
