@@ -1,6 +1,8 @@
 #include "rl_buf.h"
 
 #include <assert.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -95,4 +97,27 @@ int rl_buf_append(rl_buf_t *b, const void *p, size_t n)
 void rl_buf_reset(rl_buf_t *b)
 {
     b->rpos = b->wpos = 0;
+}
+
+int rl_buf_printf(rl_buf_t *b, const char *fmt, ...)
+{
+    size_t room = 256;
+    uint8_t *w;
+    va_list ap;
+    int k, rc;
+
+    for (;;) {
+        if ((rc = rl_buf_reserve(b, room, &w)) != RL_OK)
+            return rc;
+        va_start(ap, fmt);
+        k = vsnprintf((char *)w, rl_buf_avail(b), fmt, ap);
+        va_end(ap);
+        if (k < 0)
+            return RL_EINVAL;
+        if ((size_t)k < rl_buf_avail(b)) {
+            rl_buf_commit(b, (size_t)k);
+            return RL_OK;
+        }
+        room = (size_t)k + 1;
+    }
 }

@@ -54,6 +54,14 @@ int rl_buf_append(rl_buf_t *b, const void *p, size_t n);
 /* Forgets all content but keeps the allocation. */
 void rl_buf_reset(rl_buf_t *b);
 
+/* Appends printf-formatted text (no NUL). Returns 0, RL_EFULL / RL_ENOMEM
+ * from the buffer (nothing appended), or RL_EINVAL for a bad format. */
+int rl_buf_printf(rl_buf_t *b, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
 static inline uint8_t *rl_buf_rptr(const rl_buf_t *b)
 {
     return b->data + b->rpos;

@@ -1,4 +1,4 @@
-#include "rls_batch.h"
+#include "batch.h"
 
 #include <assert.h>
 #include <stdio.h>
@@ -8,7 +8,7 @@
 #include "rl_check.h"
 #include "rl_error.h"
 #include "rl_window.h"
-#include "rls_util.h"
+#include "util.h"
 
 /* Spare batches kept for reuse. Steady load keeps a few in flight; more
  * are made during a store stall and freed as they come back. */

@@ -1,4 +1,4 @@
-#include "rls_log.h"
+#include "log.h"
 
 #include <stdarg.h>
 #include <stdio.h>

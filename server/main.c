@@ -6,10 +6,12 @@
 
 #include <uv.h>
 
-#include "rls_config.h"
-#include "rls_log.h"
-#include "rls_server.h"
-#include "rls_version.h"
+#include "log.h"
+#include "policy/config.h"
+#include "server.h"
+#include "store/memory.h"
+#include "store/redis.h"
+#include "version.h"
 
 int main(int argc, char **argv)
 {

@@ -13,8 +13,11 @@
 #include <string.h>
 
 #include "rl_error.h"
-#include "rls_log.h"
-#include "rls_server.h"
+#include "log.h"
+#include "metrics.h"
+#include "net/listen.h"
+#include "server.h"
+#include "util.h"
 
 /* Requests per batch. Bounds one store submission (one Redis script run)
  * and the batch's memory; a busier iteration sends several batches. */
@@ -28,11 +31,11 @@ static void on_tick(uv_check_t *h)
 {
     rls_server_t *s = h->data;
 
-    rls_conn_resume(s);
+    rls_conns_resume(&s->conns);
     rls_batcher_flush(&s->batcher);
-    rls_conn_flush(s);
+    rls_conns_flush(&s->conns);
     if (s->stopping && !s->draining && !s->closed &&
-        rls_list_empty(&s->conns) && s->batcher.in_flight == 0)
+        rls_list_empty(&s->conns.all) && s->batcher.in_flight == 0)
         rls_server_stop(s); /* everything answered: finish the stop */
 }
 
@@ -54,11 +57,23 @@ static void close_all(rls_server_t *s)
     s->closed = 1;
     rls_batcher_free(&s->batcher);
     uv_close((uv_handle_t *)&s->tick, NULL);
-    uv_close((uv_handle_t *)&s->spin, NULL);
+    rls_conns_free(&s->conns);
     uv_close((uv_handle_t *)&s->sigterm, NULL);
     uv_close((uv_handle_t *)&s->sigint, NULL);
     uv_close((uv_handle_t *)&s->stop_timer, NULL);
-    rls_metrics_close(s);
+    /* The last scrape misses whatever happened after it, which during a
+     * stop is exactly what an operator wants to see: whether everything
+     * read was answered. */
+    RLS_INFO("final counters",
+             " ok=%llu over_limit=%llu error=%llu failed_open=%llu"
+             " inflight=%llu",
+             (unsigned long long)s->conns.stats.decisions[RL_CODE_OK],
+             (unsigned long long)s->conns.stats.decisions[RL_CODE_OVER_LIMIT],
+             (unsigned long long)s->conns.stats.decisions[RL_CODE_ERROR],
+             (unsigned long long)s->batcher.stats.failed_open,
+             (unsigned long long)s->conns.stats.inflight);
+    rls_http_server_close(s->http);
+    s->http = NULL;
     s->store->v->close(s->store, on_store_closed, s);
     s->store = NULL;
     RLS_INFO("stopped", NULL);
@@ -72,13 +87,14 @@ static void on_stop_timer(uv_timer_t *t)
     if (s->draining) {
         RLS_INFO("drain over", NULL);
         s->draining = 0;
+        s->conns.draining = 0;
         rls_server_stop(s);
         return;
     }
     /* Answers or writes are stuck (a client not reading, say): close the
      * remaining connections; their requests' answers are dropped. */
     RLS_WARN("stop timed out; closing remaining connections", NULL);
-    rls_conn_close_all(s);
+    rls_conns_close(&s->conns);
 }
 
 void rls_server_stop(rls_server_t *s)
@@ -89,9 +105,11 @@ void rls_server_stop(rls_server_t *s)
         return;
     if (!s->stopping) {
         s->stopping = 1;
+        s->conns.stopping = 1;
         if (s->cfg->drain_ms > 0) {
             /* Keep serving while the load balancer notices /healthz. */
             s->draining = 1;
+            s->conns.draining = 1;
             RLS_INFO("draining", " drain_ms=%llu",
                      (unsigned long long)s->cfg->drain_ms);
             uv_timer_start(&s->stop_timer, on_stop_timer, s->cfg->drain_ms,
@@ -105,15 +123,95 @@ void rls_server_stop(rls_server_t *s)
     if (!uv_is_closing((uv_handle_t *)&s->listener)) {
         uv_close((uv_handle_t *)&s->listener, NULL);
         RLS_INFO("stopping: listener closed, clients told to go away",
-                 " connections=%zu", rls_conn_goaway_all(s));
+                 " connections=%zu", rls_conns_goaway(&s->conns));
         grace = 4 * s->cfg->redis_timeout_ms;
         if (grace < RLS_STOP_GRACE_MIN_MS)
             grace = RLS_STOP_GRACE_MIN_MS;
         uv_timer_start(&s->stop_timer, on_stop_timer, grace, 0);
     }
     rls_batcher_flush(&s->batcher);
-    if (rls_list_empty(&s->conns) && s->batcher.in_flight == 0)
+    if (rls_list_empty(&s->conns.all) && s->batcher.in_flight == 0)
         close_all(s);
+}
+
+static void on_conns_empty(void *arg)
+{
+    rls_server_stop(arg);
+}
+
+static void on_connection(uv_stream_t *listener, int status)
+{
+    rls_server_t *s = listener->data;
+
+    rls_conns_accept(&s->conns, listener, status);
+}
+
+int rls_server_metrics(const rls_server_t *s, rl_buf_t *out)
+{
+    rls_metrics_view_t v;
+    const char *why;
+
+    memset(&v, 0, sizeof(v));
+    v.cfg = s->cfg;
+    v.conns = &s->conns.stats;
+    v.batch = &s->batcher.stats;
+    v.store = s->store;
+    v.start_unix_ms = s->start_unix_ms;
+    v.healthy = s->store != NULL && rls_server_healthy(s, &why);
+    v.draining = s->draining;
+    return rls_metrics_render(&v, out);
+}
+
+static int path_is(const rls_http_req_t *q, size_t plen, const char *p)
+{
+    return plen == strlen(p) && memcmp(q->target, p, plen) == 0;
+}
+
+static int method_is(const rls_http_req_t *q, const char *name)
+{
+    return q->method_len == strlen(name) &&
+           memcmp(q->method, name, q->method_len) == 0;
+}
+
+/* The --metrics listener's pages: GET (or HEAD) /metrics and /healthz;
+ * another method on them is 405, any other path 404. */
+static void on_http(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
+{
+    static char body[128];
+    rls_server_t *s = arg;
+    size_t plen = rls_http_path_len(q);
+    int get = method_is(q, "HEAD") || method_is(q, "GET");
+    int rc;
+
+    if (!path_is(q, plen, "/metrics") && !path_is(q, plen, "/healthz"))
+        return; /* 404 */
+    if (!get) {
+        rls_http_reply_text(r, 405, "Method Not Allowed",
+                            "method not allowed\n");
+        r->extra = "Allow: GET, HEAD\r\n";
+        return;
+    }
+    if (path_is(q, plen, "/healthz")) {
+        const char *why = "stopped";
+        int ok = s->store != NULL && rls_server_healthy(s, &why);
+
+        snprintf(body, sizeof(body), "%s\n", why);
+        rls_http_reply_text(r, ok ? 200 : 503,
+                            ok ? "OK" : "Service Unavailable", body);
+        return;
+    }
+    rl_buf_reset(&s->page);
+    if ((rc = rls_server_metrics(s, &s->page)) != RL_OK) {
+        RLS_ERROR("cannot render /metrics", " err=\"%s\"", rl_strerror(rc));
+        rls_http_reply_text(r, 500, "Internal Server Error",
+                            "internal error\n");
+        r->close = 1;
+        return;
+    }
+    rls_http_reply_text(r, 200, "OK", "");
+    r->ctype = "text/plain; version=0.0.4; charset=utf-8";
+    r->body = rl_buf_rptr(&s->page);
+    r->body_len = rl_buf_len(&s->page);
 }
 
 int rls_server_start(rls_server_t *s, uv_loop_t *loop,
@@ -125,38 +223,46 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
     s->loop = loop;
     s->cfg = cfg;
     s->store = store;
-    rls_list_init(&s->conns);
-    rls_list_init(&s->dirty);
-    rls_list_init(&s->resume);
+    s->start_unix_ms = rls_realtime_ms();
+    rl_buf_init(&s->page, RLS_HTTP_OUT_MAX);
     rls_batcher_init(&s->batcher, store, rls_conn_respond, cfg->prefix,
                      cfg->prefix_len, RLS_BATCH_MAX, cfg->grace_ms,
                      cfg->fail_open);
     /* The memory store frees a window's counters a few thousand per tick
-     * (store_memory.c): its expiries need no spreading. */
+     * (store/memory.c): its expiries need no spreading. */
     if (cfg->use_redis)
         s->batcher.spread_ms = cfg->spread_ms;
 
     uv_tcp_init(loop, &s->listener);
     s->listener.data = s;
     rc = rls_listen(&s->listener, cfg->listen_host, cfg->listen_port, 511,
-                    rls_conn_on_connection);
+                    on_connection);
     if (rc != 0) {
         s->failed_flag = "--listen";
         uv_close((uv_handle_t *)&s->listener, NULL);
         return rc;
     }
 
-    if (cfg->metrics_host[0] != '\0' && (rc = rls_metrics_start(s)) != 0) {
-        s->failed_flag = "--metrics";
-        uv_close((uv_handle_t *)&s->listener, NULL);
-        return rc;
+    if (cfg->metrics_host[0] != '\0') {
+        rc = rls_http_server_start(&s->http, loop, cfg->metrics_host,
+                                   cfg->metrics_port, on_http, s);
+        if (rc != 0) {
+            RLS_ERROR("cannot listen for metrics", " addr=%s:%d err=\"%s\"",
+                      cfg->metrics_host, cfg->metrics_port, uv_strerror(rc));
+            s->failed_flag = "--metrics";
+            uv_close((uv_handle_t *)&s->listener, NULL);
+            return rc;
+        }
+        RLS_INFO("metrics listening", " addr=%s:%d", cfg->metrics_host,
+                 cfg->metrics_port);
     }
+    rls_conns_init(&s->conns, loop, cfg, &s->batcher);
+    s->conns.on_empty = on_conns_empty;
+    s->conns.arg = s;
 
     uv_check_init(loop, &s->tick);
     s->tick.data = s;
     uv_check_start(&s->tick, on_tick);
-    uv_idle_init(loop, &s->spin);
-    s->spin.data = s;
     uv_timer_init(loop, &s->stop_timer);
     s->stop_timer.data = s;
     uv_signal_init(loop, &s->sigterm);
@@ -184,5 +290,5 @@ int rls_server_healthy(const rls_server_t *s, const char **why)
 
 void rls_server_free(rls_server_t *s)
 {
-    (void)s;
+    rl_buf_free(&s->page);
 }

@@ -42,7 +42,8 @@
 #include <hiredis/adapters/libuv.h>
 #include <uv.h>
 
-#include "rls_store.h"
+#include "store/redis.h"
+#include "store/store.h"
 #include "rlt.h"
 
 #ifdef RL_BENCH_COUNT_MALLOC

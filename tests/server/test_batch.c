@@ -17,8 +17,10 @@
 
 #include "rl_error.h"
 #include "rl_window.h"
-#include "rls_batch.h"
-#include "rls_store.h"
+#include "batch.h"
+#include "store/memory.h"
+#include "store/redis.h"
+#include "store/store.h"
 #include "rlt.h"
 
 /* ---- a counting allocator (not under ASan, which owns malloc) ---- */

@@ -16,7 +16,7 @@
 #include <cmocka.h>
 
 #include "rl_error.h"
-#include "rls_http.h"
+#include "net/http.h"
 
 /* A buffer whose last byte is followed by an inaccessible page. */
 static char *g_area;

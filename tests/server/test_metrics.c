@@ -28,8 +28,10 @@
 #include "rl_error.h"
 #include "rl_frame.h"
 #include "rl_msg.h"
-#include "rls_http.h"
-#include "rls_server.h"
+#include "net/http.h"
+#include "server.h"
+#include "store/memory.h"
+#include "store/redis.h"
 #include "rlt.h"
 
 #define IDLE_MS 300
@@ -101,7 +103,7 @@ static void start_idle(fx_t *f, int redis, uint64_t drain_ms, uint64_t idle_ms)
     assert_non_null(st);
     assert_int_equal(rls_server_start(&f->srv, &f->loop, &f->cfg, st), 0);
     /* Before the loop thread starts: the limits belong to the loop. */
-    rls_metrics_set_limits(&f->srv, idle_ms, MAX_CONNS);
+    rls_http_server_set_limits(f->srv.http, idle_ms, MAX_CONNS);
     assert_int_equal(uv_async_init(&f->loop, &f->stop, on_stop), 0);
     f->stop.data = f;
     assert_int_equal(pthread_create(&f->thread, NULL, loop_main, f), 0);

@@ -16,9 +16,10 @@
 #include <uv.h>
 
 #include "rl_error.h"
-#include "rls_redis_clock.h"
-#include "rls_redis_script.h"
-#include "rls_store.h"
+#include "store/redis_clock.h"
+#include "store/redis_script.h"
+#include "store/redis.h"
+#include "store/store.h"
 #include "rlt.h"
 
 #define MAX_OPS 300

@@ -8,8 +8,8 @@
  * the addition. The batcher then decides every request of the batch from
  * those totals.
  *
- * Two stores implement it: memory (store_memory.c, the embedded default) and
- * Redis (store_redis.c). Both run on the server's libuv loop and never
+ * Two stores implement it: memory (store/memory.c, the embedded default) and
+ * Redis (store/redis.c). Both run on the server's libuv loop and never
  * block. */
 #ifndef RLS_STORE_H
 #define RLS_STORE_H
@@ -19,7 +19,7 @@
 
 #include <uv.h>
 
-#include "rls_hist.h"
+#include "hist.h"
 
 typedef struct rls_store_s rls_store_t;
 
@@ -72,24 +72,5 @@ struct rls_store_s {
     const rls_store_vtbl_t *v;
     rls_store_stats_t stats;
 };
-
-/* Memory store: counters in a hash table, reclaimed as windows end.
- * Returns NULL on allocation failure. */
-rls_store_t *rls_store_memory_new(uv_loop_t *loop);
-
-typedef struct rls_redis_opts_s {
-    const char *host;      /* IPv4/IPv6 literal or name */
-    int port;
-    const char *password;  /* NULL: no AUTH */
-    int db;                /* SELECT db when > 0 */
-    uint64_t timeout_ms;   /* a batch unanswered this long fails */
-    uint64_t grace_ms;     /* keys expire this long after their window */
-} rls_redis_opts_t;
-
-/* Redis store: hiredis async on `loop`. Connects in the background and
- * reconnects with backoff; batches submitted while down fail at once.
- * Returns NULL on allocation failure. */
-rls_store_t *rls_store_redis_new(uv_loop_t *loop,
-                                 const rls_redis_opts_t *opts);
 
 #endif

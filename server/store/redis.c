@@ -76,7 +76,7 @@
  * batch needs a deadline: replies come in order. Ops with their own error
  * (a key holding a non-integer) come back with status 0 and op->err set.
  *
- * hiredis's own libuv adapter ignores poll errors (see rls_redis_uv.h), so
+ * hiredis's own libuv adapter ignores poll errors (see store/redis_uv.h), so
  * a refused connect would never be reported; store_redis_uv.c replaces it.
  * opts->grace_ms is not used here: the batcher puts it into expire_at_ms. */
 #include <arpa/inet.h>
@@ -88,11 +88,12 @@
 #include <hiredis/hiredis.h>
 
 #include "rl_error.h"
-#include "rls_log.h"
-#include "rls_redis_clock.h"
-#include "rls_redis_script.h"
-#include "rls_redis_uv.h"
-#include "rls_store.h"
+#include "log.h"
+#include "store/redis_clock.h"
+#include "store/redis_script.h"
+#include "store/redis_uv.h"
+#include "store/redis.h"
+#include "store/store.h"
 
 /* Batches or ops in flight beyond these fail at once: while Redis is stuck,
  * memory (ours and hiredis's output buffer, at most ~600 bytes an op)

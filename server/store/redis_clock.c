@@ -1,5 +1,5 @@
-/* Redis time as an offset to the monotonic clock; see rls_redis_clock.h. */
-#include "rls_redis_clock.h"
+/* Redis time as an offset to the monotonic clock; see redis_clock.h. */
+#include "store/redis_clock.h"
 
 /* Slack for the round-trip filter, and how long a filtered clock may go
  * without a fresh offset. */

@@ -1,12 +1,12 @@
 /* The Redis store's script and the formatting of its command; see
- * rls_redis_script.h, and store_redis.c for why this script. */
+ * redis_script.h, and redis.c for why this script. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "rl_error.h"
 #include "rl_window.h"
-#include "rls_redis_script.h"
+#include "store/redis_script.h"
 
 /* Counts reach us through Lua numbers (doubles). table.concat prints them
  * with "%.14g", exact below 1e14; beyond, string.format('%.0f') keeps every

@@ -1,14 +1,14 @@
 /* The Redis store's one command per batch (store_redis_script.c): a Lua
  * script that adds each op's increment to its counter, gives a counter it
  * created its absolute expiry, and answers with every count. Pure code, no
- * I/O: the store (store_redis.c) sends what this formats and hands back the
+ * I/O: the store (redis.c) sends what this formats and hands back the
  * reply. */
 #ifndef RLS_REDIS_SCRIPT_H
 #define RLS_REDIS_SCRIPT_H
 
 #include <stddef.h>
 
-#include "rls_store.h"
+#include "store/store.h"
 
 /* The script's source, NUL-terminated. KEYS[i] is op i's key, ARGV[2i-1] its
  * increment and ARGV[2i] its expiry (ms since the epoch, Redis clock). The

@@ -3,7 +3,7 @@
  * Reads land in a per-connection buffer and every whole frame in it is
  * decoded in place. Valid requests go to the batcher; anything invalid is
  * answered at once. Responses are appended to the connection's output
- * buffer and written once per loop iteration (rls_conn_flush, from the
+ * buffer and written once per loop iteration (rls_conns_flush, from the
  * server's check handle): straight to the socket when it takes them all,
  * else what remains with uv_write; while that write is in flight, new
  * responses collect in a second buffer.
@@ -20,16 +20,16 @@
 #include "rl_error.h"
 #include "rl_frame.h"
 #include "rl_msg.h"
-#include "rls_log.h"
-#include "rls_server.h"
+#include "log.h"
+#include "net/conn.h"
 
 #define READ_CHUNK 65536
 
 typedef struct rls_conn_s {
     uv_tcp_t tcp;
     uv_write_t wreq;
-    rls_server_t *srv;
-    rls_list_t node;    /* in srv->conns */
+    rls_conns_t *srv;
+    rls_list_t node;    /* in srv->all */
     rls_list_t dirty;   /* in srv->dirty while it has output to write */
     rls_list_t resume;  /* in srv->resume while it should read again */
     rl_buf_t in;
@@ -59,18 +59,18 @@ static void maybe_free(rls_conn_t *c)
 static void on_closed(uv_handle_t *h)
 {
     rls_conn_t *c = h->data;
-    rls_server_t *s = c->srv;
+    rls_conns_t *s = c->srv;
 
     c->closed = 1;
     maybe_free(c);
     /* The last connection of a stopping server lets it finish. */
-    if (s->stopping && rls_list_empty(&s->conns))
-        rls_server_stop(s);
+    if (s->stopping && rls_list_empty(&s->all) && s->on_empty != NULL)
+        s->on_empty(s->arg);
 }
 
 static void conn_close(rls_conn_t *c)
 {
-    rls_server_t *s = c->srv;
+    rls_conns_t *s = c->srv;
 
     if (c->closing)
         return;
@@ -117,7 +117,7 @@ static void mark_dirty(rls_conn_t *c)
  * the cap. */
 static int put_result(rls_conn_t *c, const rl_result_t *r, int decision)
 {
-    rls_server_t *s = c->srv;
+    rls_conns_t *s = c->srv;
 
     if (decision && r->code >= 0 && r->code <= RL_CODE_ERROR)
         s->stats.decisions[r->code]++;
@@ -161,7 +161,7 @@ static void reply_notice(rls_conn_t *c, const char *msg)
 void rls_conn_respond(void *owner, const rl_result_t *r)
 {
     rls_conn_t *c = owner;
-    rls_server_t *s = c->srv;
+    rls_conns_t *s = c->srv;
 
     c->inflight--;
     s->stats.inflight--;
@@ -200,7 +200,7 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 /* Handles one decoded frame payload. */
 static void handle_request(rls_conn_t *c, const uint8_t *p, size_t n)
 {
-    rls_server_t *s = c->srv;
+    rls_conns_t *s = c->srv;
     const rls_rule_t *rule;
     rl_check_t q;
     char msg[RL_RULE_MAX + 32];
@@ -230,7 +230,7 @@ static void handle_request(rls_conn_t *c, const uint8_t *p, size_t n)
     }
     c->inflight++;
     s->stats.inflight++;
-    if (rls_batcher_add(&s->batcher, c, q.id, q.key, q.key_len, q.cost,
+    if (rls_batcher_add(s->batcher, c, q.id, q.key, q.key_len, q.cost,
                         q.limit, q.window_s) != RL_OK) {
         c->inflight--;
         s->stats.inflight--;
@@ -250,7 +250,7 @@ static void stop_reading(rls_conn_t *c)
  * in-flight limit. */
 static void process(rls_conn_t *c)
 {
-    rls_server_t *s = c->srv;
+    rls_conns_t *s = c->srv;
     rl_frame_t f;
     int rc;
 
@@ -313,7 +313,7 @@ static void start_reading(rls_conn_t *c)
     }
 }
 
-void rls_conn_resume(rls_server_t *s)
+void rls_conns_resume(rls_conns_t *s)
 {
     while (!rls_list_empty(&s->resume)) {
         rls_list_t *n = s->resume.next;
@@ -323,7 +323,7 @@ void rls_conn_resume(rls_server_t *s)
          * still room. */
         process(c);
         /* Reading goes on while stopping too: a client told to go away
-         * (rls_conn_goaway_all) is still answered until it closes. */
+         * (rls_conns_goaway) is still answered until it closes. */
         if (!c->closing && c->inflight < s->cfg->max_inflight)
             start_reading(c);
         maybe_finish(c);
@@ -348,7 +348,7 @@ static void on_write(uv_write_t *req, int status)
     maybe_finish(c);
 }
 
-void rls_conn_flush(rls_server_t *s)
+void rls_conns_flush(rls_conns_t *s)
 {
     rls_list_t *n, *next;
 
@@ -398,9 +398,8 @@ void rls_conn_flush(rls_server_t *s)
     }
 }
 
-void rls_conn_on_connection(uv_stream_t *listener, int status)
+void rls_conns_accept(rls_conns_t *s, uv_stream_t *listener, int status)
 {
-    rls_server_t *s = listener->data;
     rls_conn_t *c;
 
     if (status < 0) {
@@ -419,7 +418,7 @@ void rls_conn_on_connection(uv_stream_t *listener, int status)
     rls_list_init(&c->node);
     rls_list_init(&c->dirty);
     rls_list_init(&c->resume);
-    rls_list_push(&s->conns, &c->node);
+    rls_list_push(&s->all, &c->node);
     s->stats.conns_open++;
     /* A frame plus a read's worth of the next must fit. */
     rl_buf_init(&c->in, (size_t)s->cfg->max_frame + RL_FRAME_HEADER +
@@ -473,12 +472,12 @@ void rls_conn_on_connection(uv_stream_t *listener, int status)
     start_reading(c);
 }
 
-size_t rls_conn_goaway_all(rls_server_t *s)
+size_t rls_conns_goaway(rls_conns_t *s)
 {
     rls_list_t *n, *next;
     size_t count = 0;
 
-    for (n = s->conns.next; n != &s->conns; n = next) {
+    for (n = s->all.next; n != &s->all; n = next) {
         rls_conn_t *c = RLS_CONTAINER_OF(n, rls_conn_t, node);
         next = n->next;
         if (c->eof || c->closing)
@@ -493,8 +492,27 @@ size_t rls_conn_goaway_all(rls_server_t *s)
     return count;
 }
 
-void rls_conn_close_all(rls_server_t *s)
+void rls_conns_close(rls_conns_t *s)
 {
-    while (!rls_list_empty(&s->conns))
-        conn_close(RLS_CONTAINER_OF(s->conns.next, rls_conn_t, node));
+    while (!rls_list_empty(&s->all))
+        conn_close(RLS_CONTAINER_OF(s->all.next, rls_conn_t, node));
+}
+
+void rls_conns_init(rls_conns_t *s, uv_loop_t *loop, const rls_config_t *cfg,
+                    rls_batcher_t *batcher)
+{
+    memset(s, 0, sizeof(*s));
+    s->loop = loop;
+    s->cfg = cfg;
+    s->batcher = batcher;
+    rls_list_init(&s->all);
+    rls_list_init(&s->dirty);
+    rls_list_init(&s->resume);
+    uv_idle_init(loop, &s->spin);
+    s->spin.data = s;
+}
+
+void rls_conns_free(rls_conns_t *s)
+{
+    uv_close((uv_handle_t *)&s->spin, NULL);
 }

@@ -2,21 +2,14 @@
 #ifndef RLS_UTIL_H
 #define RLS_UTIL_H
 
+#include <stddef.h>
 #include <stdint.h>
-
-#include <uv.h>
 
 #include "rl_hash.h"
 
 /* A fresh hash key from /dev/urandom (or, failing that, from the clock and
  * pid: still per process, just less secret). */
 void rls_random_key(rl_hash_key_t *k);
-
-/* Resolves host (a name or a literal; a blocking lookup, for startup only),
- * binds tcp to host:port and listens. Returns 0 or a negative libuv error
- * (EADDRINUSE, EADDRNOTAVAIL, EAI_NONAME...). */
-int rls_listen(uv_tcp_t *tcp, const char *host, int port, int backlog,
-               uv_connection_cb cb);
 
 /* Wall-clock time, ms since the Unix epoch. */
 uint64_t rls_realtime_ms(void);

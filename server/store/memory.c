@@ -14,8 +14,9 @@
 
 #include "rl_error.h"
 #include "rl_hash.h"
-#include "rls_store.h"
-#include "rls_util.h"
+#include "store/memory.h"
+#include "store/store.h"
+#include "util.h"
 
 #define SWEEP_EVERY_MS 250
 #define SWEEP_BUDGET 20000 /* counters freed per timer tick, at most */

@@ -1,4 +1,4 @@
-#include "rls_config.h"
+#include "policy/config.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "rl_window.h"
-#include "rls_version.h"
+#include "version.h"
 
 void rls_config_defaults(rls_config_t *c)
 {

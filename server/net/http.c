@@ -1,4 +1,4 @@
-/* The HTTP/1.x request-head parser of the metrics listener (see rls_http.h
+/* The HTTP/1.x request-head parser of the metrics listener (see http.h
  * for why it is ours and what it accepts).
  *
  * Grammar (RFC 9112), as far as a GET of /metrics needs it:
@@ -9,7 +9,7 @@
  * accept one) but a CR must always be followed by LF. Everything is checked
  * byte by byte against the bound `n`, so no read ever passes the input or
  * the head limit. */
-#include "rls_http.h"
+#include "net/http.h"
 
 #include <string.h>
 

@@ -1,5 +1,4 @@
-/* HTTP/1.x for the --metrics listener: a request-head parser and the pieces
- * of the listener that tests drive directly.
+/* HTTP/1.x request heads, for the server's HTTP listeners (http_server.c).
  *
  * Debian 12 packages no maintained HTTP parser (llhttp is not packaged, and
  * the libhttp-parser-dev it does ship is the archived, unmaintained
@@ -15,13 +14,11 @@
  *   - no request body: a Content-Length other than 0, or any
  *     Transfer-Encoding, is refused (the listener never reads a body, so it
  *     could not find the next request after one). */
-#ifndef RLS_HTTP_H
-#define RLS_HTTP_H
+#ifndef RLS_NET_HTTP_H
+#define RLS_NET_HTTP_H
 
 #include <stddef.h>
 #include <stdint.h>
-
-#include "rl_buf.h"
 
 #define RLS_HTTP_HEAD_MAX 8192
 #define RLS_HTTP_HEADERS_MAX 64
@@ -56,31 +53,5 @@ int rls_http_parse(const char *buf, size_t len, rls_http_req_t *req);
 
 /* The path of a request-target: the bytes before any '?'. */
 size_t rls_http_path_len(const rls_http_req_t *req);
-
-/* ------------------------------------------------------------------------ */
-/* The metrics listener (metrics.c); rls_metrics_start/close are declared in
- * rls_server.h. */
-
-struct rls_server_s;
-
-/* Idle limit of a metrics connection: a request must arrive whole, and its
- * response be taken, within this long of the connection opening or of the
- * previous response. One deadline per request rather than per byte, so a
- * client that trickles bytes (slowloris) is closed as fast as an idle one. */
-#define RLS_METRICS_IDLE_MS 10000
-/* Metrics connections open at once; more are answered 503 and closed. */
-#define RLS_METRICS_CONNS_MAX 64
-/* Largest response (the /metrics page is a few KiB). */
-#define RLS_METRICS_OUT_MAX (1u << 20)
-
-/* Overrides the limits above for a started listener (tests use a short idle
- * limit). Call before the loop runs, or from the loop's thread. */
-void rls_metrics_set_limits(struct rls_server_s *s, uint64_t idle_ms,
-                            unsigned max_conns);
-
-/* Appends the Prometheus text exposition (format 0.0.4) of the server's
- * counters to out. Returns 0, or RL_EFULL / RL_ENOMEM from the buffer, in
- * which case out holds a truncated page that must not be sent. */
-int rls_metrics_render(const struct rls_server_s *s, rl_buf_t *out);
 
 #endif

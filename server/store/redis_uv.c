@@ -1,8 +1,8 @@
-/* hiredis on libuv, reporting poll errors; see rls_redis_uv.h. */
+/* hiredis on libuv, reporting poll errors; see redis_uv.h. */
 #include <stdlib.h>
 
 #include "rl_error.h"
-#include "rls_redis_uv.h"
+#include "store/redis_uv.h"
 
 typedef struct uvev_s {
     uv_poll_t poll;

@@ -15,8 +15,8 @@
 
 #include "rl_hash.h"
 #include "rl_msg.h"
-#include "rls_hist.h"
-#include "rls_store.h"
+#include "hist.h"
+#include "store/store.h"
 
 /* Receives the one response for a request. `r` and its strings are valid
  * only during the call. */

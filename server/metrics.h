@@ -1,0 +1,28 @@
+/* The /metrics page (metrics.c): what it reads, and the renderer. */
+#ifndef RLS_METRICS_H
+#define RLS_METRICS_H
+
+#include <stdint.h>
+
+#include "batch.h"
+#include "net/conn.h"
+#include "policy/config.h"
+#include "rl_buf.h"
+#include "store/store.h"
+
+/* The counters a page is rendered from; the server fills it per scrape. */
+typedef struct rls_metrics_view_s {
+    const rls_config_t *cfg;
+    const rls_conn_stats_t *conns;
+    const rls_batch_stats_t *batch;
+    const rls_store_t *store; /* NULL once the store is closed */
+    uint64_t start_unix_ms;
+    int healthy;  /* what /healthz answers now */
+    int draining;
+} rls_metrics_view_t;
+
+/* Appends the page to out. Returns 0, or RL_EFULL / RL_ENOMEM from the
+ * buffer, in which case out holds a truncated page that must not be sent. */
+int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out);
+
+#endif

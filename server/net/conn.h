@@ -1,0 +1,80 @@
+/* Client connections of the native protocol: frames in, responses out
+ * (conn.c). The set of connections is one rls_conns_t, owned by the server,
+ * which tells it when to accept, flush, resume, say GOAWAY and close; the
+ * connections hand valid requests to the batcher and get their answers
+ * back through rls_conn_respond. Nothing here knows the server itself: a
+ * stopping set reports that its last connection closed through on_empty. */
+#ifndef RLS_NET_CONN_H
+#define RLS_NET_CONN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "batch.h"
+#include "policy/config.h"
+#include "rl_msg.h"
+#include "util.h"
+
+/* Why frames were refused, for metrics. */
+enum {
+    RLS_REJECT_FLAG,    /* flag byte not 0: connection closed */
+    RLS_REJECT_SIZE,    /* over --max-frame: connection closed */
+    RLS_REJECT_DECODE,  /* payload not a CheckRequest */
+    RLS_REJECT_INVALID, /* decoded, but breaks a request rule */
+    RLS_REJECT_RULE,    /* names an unknown rule */
+    RLS_REJECT_MAX
+};
+
+typedef struct rls_conn_stats_s {
+    uint64_t decisions[4]; /* by rl_code_t */
+    uint64_t rejected[RLS_REJECT_MAX];
+    uint64_t conns_accepted;
+    uint64_t conns_refused;  /* over --max-connections */
+    uint64_t conns_overflow; /* closed for not reading their responses */
+    uint64_t conns_open;
+    uint64_t inflight; /* requests read and not yet answered */
+} rls_conn_stats_t;
+
+typedef struct rls_conns_s {
+    uv_loop_t *loop;
+    const rls_config_t *cfg;
+    rls_batcher_t *batcher;
+    uv_idle_t spin;    /* keeps poll from blocking while reads are deferred */
+    rls_list_t all;    /* every open connection */
+    rls_list_t dirty;  /* connections with responses to write */
+    rls_list_t resume; /* connections to read again */
+    int stopping;      /* set by the server: refuse new connections... */
+    int draining;      /* ...unless still draining (then serve them) */
+    void (*on_empty)(void *arg); /* the last connection of a stopping set */
+    void *arg;                   /* closed */
+    uint64_t refusal_logged_ms;  /* loop time of the last refusal warning */
+    uint64_t refused_unlogged;   /* refusals since that warning */
+    rls_conn_stats_t stats;
+} rls_conns_t;
+
+/* Prepares an empty set (and its idle handle) on loop. */
+void rls_conns_init(rls_conns_t *s, uv_loop_t *loop, const rls_config_t *cfg,
+                    rls_batcher_t *batcher);
+
+/* Closes the set's own handle; every connection must be closed already. */
+void rls_conns_free(rls_conns_t *s);
+
+/* The listener's connection callback goes here. */
+void rls_conns_accept(rls_conns_t *s, uv_stream_t *listener, int status);
+
+/* The batcher's respond callback: owner is the connection. */
+void rls_conn_respond(void *owner, const rl_result_t *r);
+
+void rls_conns_flush(rls_conns_t *s);  /* one write per dirty connection */
+void rls_conns_resume(rls_conns_t *s); /* read connections under their limit */
+
+/* Sends every open connection the GOAWAY notice (id 0, ERROR, "server is
+ * shutting down") and keeps serving it until the client closes. Returns the
+ * number of connections told. */
+size_t rls_conns_goaway(rls_conns_t *s);
+
+void rls_conns_close(rls_conns_t *s); /* close every connection at once */
+
+#endif

@@ -1,0 +1,450 @@
+/* A small HTTP/1.1 server on the server's own libuv loop, for the --metrics
+ * listener: requests are parsed by http.c and answered by the route the
+ * owner gives; a malformed or oversized request gets 400 and the
+ * connection is closed.
+ *
+ * A connection costs a fixed struct (its 8 KiB input buffer inline) plus
+ * the response it is writing. Requests are served one at a time: while a
+ * response is being written the connection is not read, so a client that
+ * pipelines and never reads holds one response, not many. Connections are
+ * capped (RLS_HTTP_CONNS_MAX; extras get 503 and are closed) and each must
+ * complete a request within the idle limit, counted per request, not per
+ * byte. The listener therefore can neither grow the server's memory nor be
+ * held open by a slow client.
+ *
+ * Lifetime: rls_http_server_close closes the listener and every
+ * connection; the state is freed by the last close callback. */
+#include "net/http_server.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "net/listen.h"
+#include "rl_buf.h"
+#include "rl_error.h"
+#include "util.h"
+
+/* After a response that closes the connection, input is drained for at most
+ * this long so that the client reads the response rather than a reset. */
+#define LINGER_MS 2000
+
+struct rls_http_server_s {
+    uv_loop_t *loop;
+    rls_http_route_fn route;
+    void *arg;
+    uv_tcp_t listener;
+    uv_tcp_t spare;   /* accepts connections that get no struct */
+    rls_list_t conns; /* open connections */
+    unsigned nconns;  /* on the list */
+    unsigned live;    /* allocated, closing ones included */
+    uint64_t idle_ms;
+    unsigned max_conns;
+    unsigned listener_closed : 1;
+    unsigned spare_busy : 1;     /* spare is accepted and closing */
+    unsigned accept_pending : 1; /* a connection waits for the spare */
+    unsigned closing : 1;
+};
+
+typedef struct mconn_s {
+    uv_tcp_t tcp;
+    uv_timer_t timer; /* the per-request deadline */
+    uv_write_t wreq;
+    uv_shutdown_t sreq;
+    rls_http_server_t *m;
+    rls_list_t node;
+    rl_buf_t out; /* the response being written */
+    size_t in_len;
+    int handles; /* open handles; the struct is freed at 0 */
+    unsigned reading : 1;
+    unsigned writing : 1;
+    unsigned closing : 1;
+    unsigned lingering : 1;   /* response sent; draining input to close */
+    unsigned close_after : 1; /* close once the response is written */
+    char in[RLS_HTTP_HEAD_MAX];
+} mconn_t;
+
+static void conn_serve(mconn_t *c, int parse);
+
+/* Frees the listener's state once nothing refers to it any more. */
+static void maybe_free(rls_http_server_t *m)
+{
+    if (!m->closing || !m->listener_closed || m->spare_busy || m->live > 0)
+        return;
+    free(m);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Connections */
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    mconn_t *c = h->data;
+    rls_http_server_t *m = c->m;
+
+    if (--c->handles > 0)
+        return;
+    rl_buf_free(&c->out);
+    free(c);
+    m->live--;
+    maybe_free(m);
+}
+
+static void conn_close(mconn_t *c)
+{
+    if (c->closing)
+        return;
+    c->closing = 1;
+    rls_list_remove(&c->node);
+    c->m->nconns--;
+    uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+    uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+}
+
+static void on_timeout(uv_timer_t *t)
+{
+    mconn_t *c = t->data;
+
+    if (!c->lingering)
+        RLS_DEBUG("http connection idle past its limit; closing",
+                  " idle_ms=%llu", (unsigned long long)c->m->idle_ms);
+    conn_close(c);
+}
+
+static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+    mconn_t *c = h->data;
+
+    (void)hint;
+    if (c->lingering)
+        c->in_len = 0; /* input after the last response is discarded */
+    /* A full buffer holds an oversized head, which was answered 400 before
+     * reading resumed; zero length makes libuv report UV_ENOBUFS. */
+    buf->base = c->in + c->in_len;
+    buf->len = sizeof(c->in) - c->in_len;
+}
+
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+    mconn_t *c = st->data;
+    int parse;
+
+    (void)buf;
+    if (nread == 0)
+        return; /* EAGAIN */
+    if (nread < 0) {
+        /* The client is gone or done; nothing more can be answered. */
+        conn_close(c);
+        return;
+    }
+    if (c->lingering)
+        return;
+    /* Parse when a line has ended (a head ends in a blank line), when the
+     * buffer is full, or on the first bytes of a request (to refuse garbage
+     * at once). Re-parsing on every byte of a trickled head would cost
+     * O(head^2). */
+    parse = c->in_len == 0 ||
+            memchr(c->in + c->in_len, '\n', (size_t)nread) != NULL;
+    c->in_len += (size_t)nread;
+    conn_serve(c, parse || c->in_len == sizeof(c->in));
+}
+
+static void start_reading(mconn_t *c)
+{
+    if (c->reading || c->closing)
+        return;
+    if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
+        conn_close(c);
+        return;
+    }
+    c->reading = 1;
+}
+
+static void stop_reading(mconn_t *c)
+{
+    if (c->reading) {
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        c->reading = 0;
+    }
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+    mconn_t *c = req->data;
+
+    if (status < 0)
+        conn_close(c);
+}
+
+static void on_write(uv_write_t *req, int status)
+{
+    mconn_t *c = req->data;
+    rls_http_server_t *m = c->m;
+
+    c->writing = 0;
+    rl_buf_reset(&c->out);
+    if (status < 0 || m->closing) {
+        conn_close(c);
+        return;
+    }
+    if (c->close_after) {
+        /* Half-close, then drain what the client still sends until it
+         * closes too: closing with unread input would send a reset, which
+         * can destroy the response before the client reads it. */
+        c->lingering = 1;
+        c->in_len = 0;
+        if (uv_shutdown(&c->sreq, (uv_stream_t *)&c->tcp, on_shutdown) != 0) {
+            conn_close(c);
+            return;
+        }
+        uv_timer_start(&c->timer, on_timeout,
+                       m->idle_ms < LINGER_MS ? m->idle_ms : LINGER_MS, 0);
+        start_reading(c);
+        return;
+    }
+    /* The next request has a fresh deadline; it may already be buffered
+     * (pipelined). */
+    uv_timer_start(&c->timer, on_timeout, m->idle_ms, 0);
+    conn_serve(c, c->in_len > 0);
+}
+
+/* Builds the status line and headers in c->out, then the body unless the
+ * request was HEAD. Returns 0 or an RL_E* code from the buffer. */
+static int build(mconn_t *c, const rls_http_reply_t *r, int head_only)
+{
+    int rc;
+
+    rc = rl_buf_printf(&c->out,
+                       "HTTP/1.1 %d %s\r\n"
+                       "Content-Type: %s\r\n"
+                       "Content-Length: %zu\r\n"
+                       "Cache-Control: no-store\r\n"
+                       "%s"
+                       "Connection: %s\r\n"
+                       "\r\n",
+                       r->status, r->reason,
+                       r->ctype ? r->ctype : "text/plain; charset=utf-8",
+                       r->body_len, r->extra ? r->extra : "",
+                       c->close_after ? "close" : "keep-alive");
+    if (rc == RL_OK && !head_only && r->body_len > 0)
+        rc = rl_buf_append(&c->out, r->body, r->body_len);
+    return rc;
+}
+
+int rls_http_reply_text(rls_http_reply_t *r, int status, const char *reason,
+                        const char *body)
+{
+    memset(r, 0, sizeof(*r));
+    r->status = status;
+    r->reason = reason;
+    r->body = body;
+    r->body_len = strlen(body);
+    return 0;
+}
+
+static int method_is(const rls_http_req_t *q, const char *name)
+{
+    return q->method_len == strlen(name) &&
+           memcmp(q->method, name, q->method_len) == 0;
+}
+
+/* Answers one parsed request into c->out through the route. */
+static int serve_one(mconn_t *c, const rls_http_req_t *q)
+{
+    rls_http_reply_t r;
+
+    c->close_after = !q->keep_alive;
+    rls_http_reply_text(&r, 404, "Not Found", "not found\n");
+    c->m->route(c->m->arg, q, &r);
+    if (r.close)
+        c->close_after = 1;
+    return build(c, &r, method_is(q, "HEAD") && r.status != 405);
+}
+
+/* Serves the request at the front of c->in if it is whole. `parse` is 0
+ * when the bytes that just arrived cannot have completed a head. */
+static void conn_serve(mconn_t *c, int parse)
+{
+    rls_http_req_t q;
+    uv_buf_t b;
+    int rc;
+
+    if (c->writing || c->closing || c->lingering)
+        return;
+    rc = parse ? rls_http_parse(c->in, c->in_len, &q) : RL_EAGAIN;
+    if (rc == RL_EAGAIN) {
+        start_reading(c);
+        return;
+    }
+    stop_reading(c);
+    rl_buf_reset(&c->out);
+    if (rc != RL_OK) {
+        RLS_DEBUG("http: bad request", " err=\"%s\" bytes=%zu",
+                  rc == RL_EFULL ? "head over 8 KiB" : "malformed", c->in_len);
+        c->close_after = 1;
+        c->in_len = 0;
+        rls_http_reply_t r;
+        rls_http_reply_text(&r, 400, "Bad Request", "bad request\n");
+        rc = build(c, &r, 0);
+    } else {
+        rc = serve_one(c, &q);
+        RLS_DEBUG("http request", " method=%.*s path=%.*s",
+                  (int)q.method_len, q.method, (int)rls_http_path_len(&q),
+                  q.target);
+        /* The request is done with: keep only what follows it. */
+        memmove(c->in, c->in + q.head_len, c->in_len - q.head_len);
+        c->in_len -= q.head_len;
+    }
+    if (rc != RL_OK) {
+        conn_close(c);
+        return;
+    }
+    b = uv_buf_init((char *)rl_buf_rptr(&c->out),
+                    (unsigned)rl_buf_len(&c->out));
+    c->writing = 1;
+    if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, on_write) != 0) {
+        c->writing = 0;
+        conn_close(c);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Listener */
+
+static void accept_one(rls_http_server_t *m);
+
+static void on_spare_closed(uv_handle_t *h)
+{
+    rls_http_server_t *m = h->data;
+
+    m->spare_busy = 0;
+    /* libuv stopped watching the listener while a connection waited to be
+     * accepted; accepting it now resumes the listener. */
+    if (m->accept_pending && !m->closing) {
+        m->accept_pending = 0;
+        accept_one(m);
+    }
+    maybe_free(m);
+}
+
+/* Takes the next connection off the listener: into its own struct when
+ * under the cap and memory allows, else into the spare handle, which
+ * answers 503 and closes. With the spare busy the connection waits in the
+ * kernel's backlog until the spare is free again. */
+static void accept_one(rls_http_server_t *m)
+{
+    static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\n"
+                               "Content-Type: text/plain; charset=utf-8\r\n"
+                               "Content-Length: 21\r\n"
+                               "Connection: close\r\n"
+                               "\r\n"
+                               "too many connections\n";
+    mconn_t *c = NULL;
+    uv_buf_t b;
+
+    if (m->nconns < m->max_conns && (c = calloc(1, sizeof(*c))) != NULL) {
+        c->m = m;
+        c->tcp.data = c;
+        c->timer.data = c;
+        c->wreq.data = c;
+        c->sreq.data = c;
+        rl_buf_init(&c->out, RLS_HTTP_OUT_MAX);
+        uv_tcp_init(m->loop, &c->tcp);
+        uv_timer_init(m->loop, &c->timer);
+        c->handles = 2;
+        m->live++;
+        m->nconns++;
+        rls_list_push(&m->conns, &c->node);
+        if (uv_accept((uv_stream_t *)&m->listener, (uv_stream_t *)&c->tcp) !=
+            0) {
+            conn_close(c);
+            return;
+        }
+        uv_tcp_nodelay(&c->tcp, 1);
+        uv_timer_start(&c->timer, on_timeout, m->idle_ms, 0);
+        start_reading(c);
+        return;
+    }
+    if (c == NULL && m->nconns < m->max_conns)
+        RLS_ERROR("out of memory accepting an http connection", NULL);
+    if (m->spare_busy) {
+        m->accept_pending = 1;
+        return;
+    }
+    uv_tcp_init(m->loop, &m->spare);
+    m->spare.data = m;
+    m->spare_busy = 1;
+    if (uv_accept((uv_stream_t *)&m->listener, (uv_stream_t *)&m->spare) == 0) {
+        RLS_DEBUG("http connection refused", " open=%u max=%u", m->nconns,
+                  m->max_conns);
+        b = uv_buf_init((char *)busy, sizeof(busy) - 1);
+        uv_try_write((uv_stream_t *)&m->spare, &b, 1);
+    }
+    uv_close((uv_handle_t *)&m->spare, on_spare_closed);
+}
+
+static void on_connection(uv_stream_t *listener, int status)
+{
+    rls_http_server_t *m = listener->data;
+
+    if (status < 0) {
+        RLS_WARN("http accept failed", " err=\"%s\"", uv_strerror(status));
+        return;
+    }
+    accept_one(m);
+}
+
+static void on_listener_closed(uv_handle_t *h)
+{
+    rls_http_server_t *m = h->data;
+
+    m->listener_closed = 1;
+    maybe_free(m);
+}
+
+int rls_http_server_start(rls_http_server_t **out, uv_loop_t *loop,
+                          const char *host, int port, rls_http_route_fn route,
+                          void *arg)
+{
+    rls_http_server_t *m;
+    int rc;
+
+    *out = NULL;
+    m = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return UV_ENOMEM;
+    m->loop = loop;
+    m->route = route;
+    m->arg = arg;
+    m->idle_ms = RLS_HTTP_IDLE_MS;
+    m->max_conns = RLS_HTTP_CONNS_MAX;
+    rls_list_init(&m->conns);
+    uv_tcp_init(loop, &m->listener);
+    m->listener.data = m;
+    if ((rc = rls_listen(&m->listener, host, port, 64, on_connection)) != 0) {
+        m->closing = 1;
+        uv_close((uv_handle_t *)&m->listener, on_listener_closed);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+void rls_http_server_set_limits(rls_http_server_t *m, uint64_t idle_ms,
+                                unsigned max_conns)
+{
+    if (m == NULL)
+        return;
+    m->idle_ms = idle_ms;
+    m->max_conns = max_conns;
+}
+
+void rls_http_server_close(rls_http_server_t *m)
+{
+    if (m == NULL)
+        return;
+    m->closing = 1;
+    while (!rls_list_empty(&m->conns))
+        conn_close(RLS_CONTAINER_OF(m->conns.next, mconn_t, node));
+    uv_close((uv_handle_t *)&m->listener, on_listener_closed);
+}

@@ -1,0 +1,28 @@
+/* Binding a TCP listener, shared by every listener of the server. */
+#include "net/listen.h"
+
+#include <netdb.h>
+#include <stdio.h>
+#include <string.h>
+
+int rls_listen(uv_tcp_t *tcp, const char *host, int port, int backlog,
+               uv_connection_cb cb)
+{
+    struct addrinfo hints, *ai;
+    char service[8];
+    int rc;
+
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    snprintf(service, sizeof(service), "%d", port);
+    if (getaddrinfo(host, service, &hints, &ai) != 0)
+        return UV_EAI_NONAME;
+    rc = uv_tcp_bind(tcp, ai->ai_addr, 0);
+    freeaddrinfo(ai);
+    if (rc != 0)
+        return rc;
+    /* Errors such as EADDRINUSE surface at listen on Linux. */
+    return uv_listen((uv_stream_t *)tcp, backlog, cb);
+}

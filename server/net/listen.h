@@ -1,0 +1,13 @@
+/* Binding a TCP listener. */
+#ifndef RLS_NET_LISTEN_H
+#define RLS_NET_LISTEN_H
+
+#include <uv.h>
+
+/* Resolves host (a name or a literal; a blocking lookup, for startup only),
+ * binds tcp to host:port and listens. Returns 0 or a negative libuv error
+ * (EADDRINUSE, EADDRNOTAVAIL, EAI_NONAME...). */
+int rls_listen(uv_tcp_t *tcp, const char *host, int port, int backlog,
+               uv_connection_cb cb);
+
+#endif

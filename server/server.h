@@ -1,0 +1,61 @@
+/* rl-server's life (server.c): the native listener, its connections, the
+ * batcher, the store and the --metrics listener, all on one libuv loop;
+ * start, one tick per loop iteration, drain and graceful stop. */
+#ifndef RLS_SERVER_H
+#define RLS_SERVER_H
+
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "batch.h"
+#include "net/conn.h"
+#include "net/http_server.h"
+#include "policy/config.h"
+#include "rl_buf.h"
+#include "store/store.h"
+
+typedef struct rls_server_s {
+    uv_loop_t *loop;
+    const rls_config_t *cfg;
+    rls_store_t *store;
+    rls_batcher_t batcher;
+    rls_conns_t conns;
+
+    uv_tcp_t listener;
+    uv_check_t tick;  /* end of every loop iteration: submit, then write */
+    uv_signal_t sigterm, sigint;
+    uv_timer_t stop_timer;
+
+    int stopping;       /* SIGTERM/SIGINT seen: no new work accepted */
+    int draining;       /* reporting unhealthy before stopping */
+    int closed;         /* handles closed, loop may end */
+    uint64_t start_unix_ms;
+    rls_http_server_t *http; /* the --metrics listener, or NULL */
+    rl_buf_t page;           /* the /metrics page being built */
+    const char *failed_flag; /* which listener failed to start */
+} rls_server_t;
+
+/* Binds the listener and starts serving on loop. Returns 0, or a negative
+ * libuv error (address in use, cannot bind) with nothing left open and
+ * failed_flag naming the flag ("--listen", "--metrics"). The store belongs
+ * to the server from here on and is closed by it. */
+int rls_server_start(rls_server_t *s, uv_loop_t *loop,
+                     const rls_config_t *cfg, rls_store_t *store);
+
+/* Begins a graceful stop: report unhealthy for --drain-ms, stop accepting,
+ * answer everything already received, close every connection, close the
+ * store, then every handle, so that uv_run returns. Idempotent. */
+void rls_server_stop(rls_server_t *s);
+
+/* Frees what the server holds after uv_run has returned. */
+void rls_server_free(rls_server_t *s);
+
+/* 1 while the server takes work and its store answers; otherwise 0 with
+ * a one-line reason in *why. */
+int rls_server_healthy(const rls_server_t *s, const char **why);
+
+/* Renders the /metrics page of the server into out (see metrics.h). */
+int rls_server_metrics(const rls_server_t *s, rl_buf_t *out);
+
+#endif
