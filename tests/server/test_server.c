@@ -410,11 +410,11 @@ static void put_raw_frame(rl_buf_t *b, uint8_t flag, const void *p,
     assert_int_equal(rl_buf_append(b, p, n), RL_OK);
 }
 
-/* DESIGN's bad-input rules: an invalid request gets ERROR with its id and
- * the connection stays open; an undecodable payload gets ERROR with id 0
- * and the connection stays open; a broken frame gets one ERROR with id 0
- * and the connection is closed. Another connection is unaffected
- * throughout. */
+/* The bad-input rules (DESIGN.md, "Bad input"): an invalid request gets
+ * ERROR with its id and the connection stays open; an undecodable payload
+ * gets ERROR with id 0 and the connection stays open; a broken frame gets
+ * one ERROR with id 0 and the connection is closed. Another connection is
+ * unaffected throughout. */
 static void test_bad_inputs(void **state)
 {
     static const struct {
