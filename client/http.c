@@ -1,6 +1,7 @@
-/* HTTP headers from a result: the X-Ratelimit-* headers of the seed story
- * and the IETF RateLimit / RateLimit-Policy fields. Pure functions: time
- * comes from the result (unix_ms), so the output is exact and testable. */
+/* HTTP headers from a result: the de-facto X-Ratelimit-* headers (Limit,
+ * Used, Remaining, Reset) and the IETF RateLimit / RateLimit-Policy fields.
+ * Pure functions: time comes from the result (unix_ms), so the output is
+ * exact and testable. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>

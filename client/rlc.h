@@ -1,7 +1,7 @@
 /* librlc: the C client of the ratelimit service.
  *
  * One question per incoming request, "may this caller do this now?", asked
- * of rl-server over TCP (the wire protocol of DESIGN.md). Two APIs share one
+ * of rl-server over TCP (DESIGN.md, "Wire protocol"). Two APIs share one
  * options struct and one result struct:
  *
  *   blocking   rlc_connect, rlc_check, rlc_check_batch, rlc_free

@@ -10,9 +10,10 @@
 #define RL_KEY_MAX 512
 #define RL_RULE_MAX 128
 
-/* Checks c against the rules of DESIGN.md and normalises it: a cost of 0 is
- * read as 1. Returns 0, or the first rule broken as an RL_E* code whose
- * rl_strerror() text is the message to send back:
+/* Checks c against the request rules (DESIGN.md, "Messages" and "Bad
+ * input") and normalises it: a cost of 0 is read as 1. Returns 0, or the
+ * first rule broken as an RL_E* code whose rl_strerror() text is the
+ * message to send back:
  *   key empty, longer than RL_KEY_MAX bytes, or holding a NUL byte;
  *   a rule name over RL_RULE_MAX bytes or outside [A-Za-z0-9_.:-];
  *   both a rule and an inline limit/window; neither;

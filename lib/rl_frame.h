@@ -1,4 +1,4 @@
-/* Frame codec: the gRPC-style framing of DESIGN.md.
+/* Frame codec: the gRPC-style framing of DESIGN.md, "Framing".
  *
  *   +------+----------------------+-----------------------+
  *   | flag | length (u32, BE)     | payload (length bytes)|

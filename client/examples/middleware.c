@@ -1,5 +1,5 @@
-/* HTTP middleware, the shape of the seed story's Django middleware: limit
- * the authenticated user when there is one, else the IP address; refuse
+/* HTTP middleware, shaped like a typical web framework's (Django, say):
+ * limit the authenticated user when there is one, else the IP address; refuse
  * with 429 when over; put the rate-limit headers on every answer. The
  * "requests" here come from argv so the example needs no HTTP server.
  *
@@ -29,7 +29,7 @@ static int rate_limit(rlc_client_t *c, const http_request_t *r)
         snprintf(key, sizeof(key), "user:%s", r->user_id);
     else
         snprintf(key, sizeof(key), "ip:%s", r->ip);
-    /* 5 requests per 5-minute window, as in the story's fixed windows. */
+    /* 5 requests per fixed 5-minute window. */
     rlc_check_t req = {.key = key, .limit = 5, .window_s = 300};
     rlc_check(c, &req, &res);
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Heap allocations per decision in rl-server under rl-bench (issue 3: "no
-# allocation per request on the hot path"):
+# Heap allocations per decision in rl-server under rl-bench (the goal: "no
+# allocation per request on the hot path", DESIGN.md, "Batching and
+# coalescing"):
 #
 #   tests/bench/allocs.sh [SECONDS]
 #

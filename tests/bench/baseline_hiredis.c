@@ -1,12 +1,13 @@
 /* baseline_hiredis: the fixed-window limiter users write today, as the
- * seeds describe it, measured the way rl-bench measures rl-server.
+ * common Redis tutorials describe it, measured the way rl-bench measures
+ * rl-server.
  *
  * Each of --threads threads owns one synchronous hiredis connection and
  * makes decisions back to back: INCR the window's key, and when the count
  * is 1 (the key was just created) EXPIRE it for the window's length; the
  * request is allowed when the count is within the limit. One round trip per
  * decision (two on a window's first hit), no pipelining, no batching: the
- * recipe of the seeds, which is what rl-server is compared with.
+ * usual INCR-then-EXPIRE recipe, which is what rl-server is compared with.
  *
  * Keys are "<store-prefix>{<key-prefix><n>}:<window>:<index>", the layout
  * of rl-server's Redis store, with the index from the local clock and n
@@ -122,7 +123,7 @@ static void *work(void *arg)
         count = r->integer;
         freeReplyObject(r);
         if (count == 1) {
-            /* The seeds' recipe: a TTL on the first hit only. */
+            /* The usual recipe: a TTL on the first hit only. */
             r = redisCommand(c, "EXPIRE %s %u", key, (unsigned)o->window);
             if (r == NULL) {
                 w->errors++;

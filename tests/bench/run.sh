@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The benchmark of issue 5, in one command, on one machine:
+# The benchmark of BENCHMARKS.md, in one command, on one machine:
 #
 #   tests/bench/run.sh [RESULTS_DIR]
 #
@@ -7,7 +7,7 @@
 # redis-server and rl-server on free loopback ports, and measures side by
 # side, in this order:
 #   rl uniform   rl-bench closed loop, 100k keys, limit 100 per 60 s
-#   base uniform baseline_hiredis (seeds' recipe, 8 connections), the same
+#   base uniform baseline_hiredis (INCR-then-EXPIRE, 8 connections), the same
 #                keys: it counts on the keys rl-server just created, so its
 #                INCRs find them and skip EXPIRE (the baseline at its best)
 #   rl hot       one key

@@ -431,13 +431,14 @@ static void test_async_against_server(void **state)
     server_stop(&A.s);
 }
 
-/* A drained server fails no check (issue 6). Servers A (--drain-ms 300)
- * and B are both in `servers`; an async client keeps 100 checks in flight
- * on A, in a closed loop, when A gets SIGTERM. A serves through its drain,
- * then says GOAWAY: the client sends what it had buffered, closes its side,
- * reads the last answers, and moves to B with the checks submitted
- * meanwhile. Not one check may fail or time out, and A, left by its only
- * client, exits long before its 5 s grace is up. */
+/* A drained server fails no check (DESIGN.md, "Stopping: drain and
+ * GOAWAY"). Servers A (--drain-ms 300) and B are both in `servers`; an
+ * async client keeps 100 checks in flight on A, in a closed loop, when A
+ * gets SIGTERM. A serves through its drain, then says GOAWAY: the client
+ * sends what it had buffered, closes its side, reads the last answers, and
+ * moves to B with the checks submitted meanwhile. Not one check may fail or
+ * time out, and A, left by its only client, exits long before its 5 s
+ * grace is up. */
 #define DRAIN_INFLIGHT 100
 #define DRAIN_AFTER 500 /* answers to collect from B before stopping */
 

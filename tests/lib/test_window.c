@@ -74,9 +74,9 @@ static void test_decide(void **state)
     assert_int_equal(r.remaining, 0);
 }
 
-/* The seed scenario: 5 per 60 s, counted one at a time; the sixth is refused
- * with retry_after_ms equal to the time left in the window. */
-static void test_seed_five_per_minute(void **state)
+/* The textbook example, 5 per 60 s, counted one at a time: the sixth is
+ * refused with retry_after_ms equal to the time left in the window. */
+static void test_five_per_minute(void **state)
 {
     uint64_t now = B + 20000, count = 0;
     rl_result_t r;
@@ -97,7 +97,7 @@ static void test_seed_five_per_minute(void **state)
 }
 
 /* Five at the end of one window and five at the start of the next are all
- * allowed: the 2x boundary burst the seeds describe is the algorithm's. */
+ * allowed: the 2x boundary burst is the fixed-window algorithm's own. */
 static void test_boundary_burst(void **state)
 {
     uint64_t count[2] = {0, 0}, k = B / 60000;
@@ -219,7 +219,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_index_and_reset_at_boundary),
         cmocka_unit_test(test_decide),
-        cmocka_unit_test(test_seed_five_per_minute),
+        cmocka_unit_test(test_five_per_minute),
         cmocka_unit_test(test_boundary_burst),
         cmocka_unit_test(test_key_format),
         cmocka_unit_test(test_hash_tag_stable_across_windows),

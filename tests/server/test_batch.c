@@ -263,13 +263,14 @@ static uint64_t base_ms(void)
 
 /* ---- scripted scenarios, each run on a store ---- */
 
-/* Seed: 5 per 60 s, the sixth refused with retry_after = time left. */
-static void scenario_seed(h_t *h, uint64_t B)
+/* The textbook example, 5 per 60 s: the sixth is refused with retry_after =
+ * time left. */
+static void scenario_five_per_minute(h_t *h, uint64_t B)
 {
     size_t i, first = h->n;
 
     for (i = 0; i < 6; i++)
-        h_add(h, B + 20000, "user:seed", 5, 60, 1);
+        h_add(h, B + 20000, "user:fpm", 5, 60, 1);
     h_flush(h);
     for (i = 0; i < 6; i++) {
         rl_result_t *r = &h->res[first + i];
@@ -281,7 +282,7 @@ static void scenario_seed(h_t *h, uint64_t B)
 }
 
 /* Five at the last millisecond of a window, five at the first of the next:
- * all allowed (the 2x boundary burst of the seeds). */
+ * all allowed (the 2x boundary burst of the fixed-window algorithm). */
 static void scenario_boundary(h_t *h, uint64_t B)
 {
     size_t i, first = h->n;
@@ -361,7 +362,7 @@ static void run_all(h_t *h)
 {
     uint64_t B = base_ms();
 
-    scenario_seed(h, B);
+    scenario_five_per_minute(h, B);
     scenario_boundary(h, B);
     scenario_cost(h, B);
     scenario_coalesce(h, B);

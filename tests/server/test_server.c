@@ -245,11 +245,11 @@ static void await_store_up(void)
 
 /* ---- tests ---- */
 
-/* The seed scenario over the wire, on both stores: 5 per 60 s; the sixth
+/* The textbook example over the wire, on both stores: 5 per 60 s; the sixth
  * is refused with retry_after_ms equal to the time left in the window. If a
  * window edge happens to fall inside the run (reset_after_ms jumps up), the
  * run is repeated on a fresh key. */
-static void seed_scenario(void)
+static void five_per_minute(void)
 {
     char key[64];
     int attempt;
@@ -259,7 +259,7 @@ static void seed_scenario(void)
         res_t r[6];
         int i, same_window = 1;
 
-        snprintf(key, sizeof(key), "user:seed:%d:%d", getpid(), attempt);
+        snprintf(key, sizeof(key), "user:fpm:%d:%d", getpid(), attempt);
         cli_open(&c);
         for (i = 0; i < 6; i++) {
             r[i] = ask(&c, check((uint64_t)i + 1, key, 5, 60, 0));
@@ -285,20 +285,20 @@ static void seed_scenario(void)
     fail_msg("three window edges in a row");
 }
 
-static void test_seed_memory(void **state)
+static void test_five_per_minute_memory(void **state)
 {
     (void)state;
     start_server(NULL);
-    seed_scenario();
+    five_per_minute();
 }
 
-static void test_seed_redis(void **state)
+static void test_five_per_minute_redis(void **state)
 {
     (void)state;
     start_redis();
     start_server("--redis", redis_addr(), NULL);
     await_store_up();
-    seed_scenario();
+    five_per_minute();
 }
 
 /* 1,000 requests for one key in one write, limit 300: exactly 300 allowed,
@@ -410,11 +410,11 @@ static void put_raw_frame(rl_buf_t *b, uint8_t flag, const void *p,
     assert_int_equal(rl_buf_append(b, p, n), RL_OK);
 }
 
-/* DESIGN's bad-input rules: an invalid request gets ERROR with its id and
- * the connection stays open; an undecodable payload gets ERROR with id 0
- * and the connection stays open; a broken frame gets one ERROR with id 0
- * and the connection is closed. Another connection is unaffected
- * throughout. */
+/* The bad-input rules (DESIGN.md, "Bad input"): an invalid request gets
+ * ERROR with its id and the connection stays open; an undecodable payload
+ * gets ERROR with id 0 and the connection stays open; a broken frame gets
+ * one ERROR with id 0 and the connection is closed. Another connection is
+ * unaffected throughout. */
 static void test_bad_inputs(void **state)
 {
     static const struct {
@@ -903,8 +903,8 @@ static void test_bad_flags(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_seed_memory, teardown),
-        cmocka_unit_test_teardown(test_seed_redis, teardown),
+        cmocka_unit_test_teardown(test_five_per_minute_memory, teardown),
+        cmocka_unit_test_teardown(test_five_per_minute_redis, teardown),
         cmocka_unit_test_teardown(test_coalesce_memory, teardown),
         cmocka_unit_test_teardown(test_coalesce_redis, teardown),
         cmocka_unit_test_teardown(test_cost, teardown),
