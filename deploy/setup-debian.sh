@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config git
   libprotobuf-c-dev protobuf-c-compiler libuv1-dev libhiredis-dev
+  libyaml-dev
   libcmocka-dev
   redis-server redis-tools
   haproxy faketime gnuplot-nox procps

@@ -1,0 +1,956 @@
+/* The policy: building it from --rule flags and a YAML file, and looking
+ * rules and overrides up (see rules.h).
+ *
+ * The file is read with libyaml's event parser, not its document loader:
+ * the loader builds a node per value of any shape and depth, so a hostile
+ * file of nested brackets would cost memory far beyond its size. Events let
+ * this code accept exactly the shape it knows, refuse nesting beyond
+ * RLS_RULES_DEPTH_MAX and aliases (which could expand a small file into a
+ * huge one), and keep a line number for every message. Errors do not stop
+ * the parse unless the YAML itself is broken, so one run reports them all. */
+#include "policy/rules.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <yaml.h>
+
+#include "rl_error.h"
+#include "rl_hash.h"
+#include "rl_window.h"
+#include "util.h"
+
+/* Memory of a policy: one arena of chunks for names and keys. */
+typedef struct chunk_s {
+    struct chunk_s *next;
+    size_t used, cap;
+    char data[];
+} chunk_t;
+
+struct rls_policy_s {
+    unsigned refs;
+    rls_rule_t *rules;
+    size_t n, cap;
+    uint32_t *index; /* open-addressed by name hash: rule index + 1 */
+    uint32_t mask;
+    rl_hash_key_t hash_key;
+    chunk_t *arena;
+};
+
+static void *arena_copy(rls_policy_t *p, const char *s, size_t len)
+{
+    chunk_t *c = p->arena;
+    char *out;
+
+    if (c == NULL || c->cap - c->used < len + 1) {
+        size_t cap = len + 1 > 65536 ? len + 1 : 65536;
+        if ((c = malloc(sizeof(*c) + cap)) == NULL)
+            return NULL;
+        c->next = p->arena;
+        c->used = 0;
+        c->cap = cap;
+        p->arena = c;
+    }
+    out = c->data + c->used;
+    memcpy(out, s, len);
+    out[len] = '\0';
+    c->used += len + 1;
+    return out;
+}
+
+static void policy_free(rls_policy_t *p)
+{
+    chunk_t *c, *next;
+    size_t i;
+
+    if (p == NULL)
+        return;
+    for (i = 0; i < p->n; i++)
+        free(p->rules[i].overrides);
+    free(p->rules);
+    free(p->index);
+    for (c = p->arena; c != NULL; c = next) {
+        next = c->next;
+        free(c);
+    }
+    free(p);
+}
+
+rls_policy_t *rls_policy_ref(rls_policy_t *p)
+{
+    p->refs++;
+    return p;
+}
+
+void rls_policy_unref(rls_policy_t *p)
+{
+    if (p != NULL && --p->refs == 0)
+        policy_free(p);
+}
+
+size_t rls_policy_count(const rls_policy_t *p)
+{
+    return p->n;
+}
+
+const rls_rule_t *rls_policy_rule_at(const rls_policy_t *p, size_t i)
+{
+    return i < p->n ? &p->rules[i] : NULL;
+}
+
+const rls_rule_t *rls_policy_find(const rls_policy_t *p, const char *name,
+                                  size_t len)
+{
+    uint32_t pos, v;
+
+    if (p == NULL || p->index == NULL)
+        return NULL;
+    pos = (uint32_t)rl_hash(&p->hash_key, name, len) & p->mask;
+    for (;; pos = (pos + 1) & p->mask) {
+        if ((v = p->index[pos]) == 0)
+            return NULL;
+        if (p->rules[v - 1].name_len == len &&
+            memcmp(p->rules[v - 1].name, name, len) == 0)
+            return &p->rules[v - 1];
+    }
+}
+
+const rls_limits_t *rls_rule_limits(const rls_rule_t *r, const char *key,
+                                    size_t key_len)
+{
+    /* The table is at most half full, so a probe ends on an empty slot. */
+    uint32_t pos;
+    uint64_t h;
+
+    if (r->overrides == NULL)
+        return &r->limits;
+    h = rl_hash(r->hash_key, key, key_len);
+    for (pos = (uint32_t)h & r->overrides_mask;;
+         pos = (pos + 1) & r->overrides_mask) {
+        const rls_override_t *o = &r->overrides[pos];
+        if (o->key == NULL)
+            return &r->limits;
+        if (o->hash == h && o->key_len == key_len &&
+            memcmp(o->key, key, key_len) == 0)
+            return &o->limits;
+    }
+}
+
+const char *rls_mode_name(int mode)
+{
+    switch (mode) {
+    case RLS_MODE_ENFORCE: return "enforce";
+    case RLS_MODE_SHADOW: return "shadow";
+    case RLS_MODE_OFF: return "off";
+    }
+    return "unknown";
+}
+
+int rls_mode_parse(const char *s, size_t len)
+{
+    int m;
+
+    for (m = 0; m < RLS_MODE_MAX; m++)
+        if (strlen(rls_mode_name(m)) == len &&
+            memcmp(rls_mode_name(m), s, len) == 0)
+            return m;
+    return RL_EINVAL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Limits */
+
+static int parse_digits(const char *s, size_t len, uint64_t max, uint64_t *out)
+{
+    uint64_t v = 0;
+    size_t i;
+
+    if (len == 0 || len > 19)
+        return RL_EINVAL;
+    for (i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return RL_EINVAL;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (v > max)
+        return RL_EINVAL;
+    *out = v;
+    return RL_OK;
+}
+
+int rls_limit_parse(const char *s, size_t len, rls_limit_t *out,
+                    const char **why)
+{
+    const char *slash = memchr(s, '/', len), *d;
+    uint64_t n, secs, unit = 1;
+    size_t dlen;
+
+    if (slash == NULL) {
+        *why = "expected N/DURATION, e.g. 100/1m";
+        return RL_EINVAL;
+    }
+    if (parse_digits(s, (size_t)(slash - s), INT64_MAX, &n) != RL_OK) {
+        *why = "the limit must be a whole number from 1 to 2^63-1";
+        return RL_EINVAL;
+    }
+    if (n == 0) {
+        *why = "the limit must be at least 1 (mode: off allows everything)";
+        return RL_EINVAL;
+    }
+    d = slash + 1;
+    dlen = len - (size_t)(d - s);
+    if (dlen > 0) {
+        switch (d[dlen - 1]) {
+        case 's': unit = 1; dlen--; break;
+        case 'm': unit = 60; dlen--; break;
+        case 'h': unit = 3600; dlen--; break;
+        case 'd': unit = 86400; dlen--; break;
+        }
+    }
+    if (parse_digits(d, dlen, RL_WINDOW_MAX_S, &secs) != RL_OK ||
+        secs * unit > RL_WINDOW_MAX_S || secs == 0) {
+        *why = "the duration must be 1s to 366d: a number with s, m, h or d,"
+               " or bare seconds";
+        return RL_EINVAL;
+    }
+    out->limit = n;
+    out->window_s = (uint32_t)(secs * unit);
+    return RL_OK;
+}
+
+size_t rls_limit_format(const rls_limit_t *l, char *buf, size_t len)
+{
+    static const struct {
+        uint32_t secs;
+        char unit;
+    } units[] = {{86400, 'd'}, {3600, 'h'}, {60, 'm'}, {1, 's'}};
+    size_t i;
+    int n;
+
+    for (i = 0; l->window_s % units[i].secs != 0; i++)
+        ;
+    n = snprintf(buf, len, "%llu/%u%c", (unsigned long long)l->limit,
+                 l->window_s / units[i].secs, units[i].unit);
+    return n < 0 ? 0 : (size_t)n < len ? (size_t)n : len - 1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Building */
+
+typedef struct builder_s {
+    rls_policy_t *p;
+    rls_diag_t *diag;
+    const char *file; /* for messages */
+    size_t max_rules;
+    int nomem;
+    /* the rule being read, and its overrides until the rule is done */
+    rls_override_t *ovr;
+    size_t novr, ovr_cap;
+} builder_t;
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static void diag(builder_t *b, int line, const char *fmt, ...)
+{
+    rls_diag_t *d = b->diag;
+    char msg[200];
+    va_list ap;
+
+    if (d->n == RLS_DIAG_MAX) {
+        d->dropped++;
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (line > 0)
+        snprintf(d->msg[d->n], sizeof(d->msg[0]), "%s:%d: %s", b->file, line,
+                 msg);
+    else
+        snprintf(d->msg[d->n], sizeof(d->msg[0]), "%s: %s", b->file, msg);
+    d->n++;
+}
+
+/* Adds a window to a set; returns 0 or a reason. Kept sorted by length. */
+static const char *limits_add(rls_limits_t *ls, const rls_limit_t *l)
+{
+    uint32_t i, j;
+
+    if (ls->n == RLS_WINDOWS_MAX)
+        return "more than 8 windows";
+    for (i = 0; i < ls->n && ls->w[i].window_s < l->window_s; i++)
+        ;
+    if (i < ls->n && ls->w[i].window_s == l->window_s)
+        return "two limits with the same window length";
+    for (j = ls->n; j > i; j--)
+        ls->w[j] = ls->w[j - 1];
+    ls->w[i] = *l;
+    ls->n++;
+    return NULL;
+}
+
+static int name_ok(const char *s, size_t len)
+{
+    rl_check_t probe;
+
+    memset(&probe, 0, sizeof(probe));
+    probe.key = "k";
+    probe.key_len = 1;
+    probe.rule = s;
+    probe.rule_len = len;
+    return len > 0 && rl_check_validate(&probe) == RL_OK;
+}
+
+static rls_rule_t *rule_new(builder_t *b, const char *name, size_t len,
+                            int line)
+{
+    rls_policy_t *p = b->p;
+    rls_rule_t *r;
+    size_t i;
+
+    if (!name_ok(name, len)) {
+        diag(b, line, "bad rule name '%.*s': 1-%d bytes of [A-Za-z0-9_.:-]",
+             (int)(len > 64 ? 64 : len), name, RL_RULE_MAX);
+        return NULL;
+    }
+    /* Duplicates are found by a scan while building; lookups later use the
+     * index. Files of many rules are checked through the index instead. */
+    if (p->index != NULL) {
+        if (rls_policy_find(p, name, len) != NULL) {
+            diag(b, line, "rule '%.*s' is defined twice", (int)len, name);
+            return NULL;
+        }
+    } else {
+        for (i = 0; i < p->n; i++)
+            if (p->rules[i].name_len == len &&
+                memcmp(p->rules[i].name, name, len) == 0) {
+                diag(b, line, "rule '%.*s' is defined twice", (int)len, name);
+                return NULL;
+            }
+    }
+    if (p->n == b->max_rules) {
+        diag(b, line, "more than %zu rules (--max-rules)", b->max_rules);
+        return NULL;
+    }
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? 2 * p->cap : 16;
+        rls_rule_t *nr = realloc(p->rules, cap * sizeof(*nr));
+        if (nr == NULL) {
+            b->nomem = 1;
+            return NULL;
+        }
+        p->rules = nr;
+        p->cap = cap;
+    }
+    r = &p->rules[p->n];
+    memset(r, 0, sizeof(*r));
+    if ((r->name = arena_copy(p, name, len)) == NULL) {
+        b->nomem = 1;
+        return NULL;
+    }
+    r->name_len = len;
+    r->line = line;
+    r->index = (uint32_t)p->n;
+    r->hash_key = &p->hash_key;
+    return r;
+}
+
+/* Makes a rule count: indexes its name. */
+static int rule_commit(builder_t *b)
+{
+    rls_policy_t *p = b->p;
+    rls_rule_t *r = &p->rules[p->n];
+    uint32_t pos;
+
+    /* The name index is rebuilt when it would pass half full. */
+    if (p->index == NULL || 2 * (p->n + 1) > (size_t)p->mask + 1) {
+        size_t slots = 64, i;
+        uint32_t *idx;
+
+        while (slots < 4 * (p->n + 1))
+            slots <<= 1;
+        if ((idx = calloc(slots, sizeof(*idx))) == NULL) {
+            b->nomem = 1;
+            return RL_ENOMEM;
+        }
+        free(p->index);
+        p->index = idx;
+        p->mask = (uint32_t)(slots - 1);
+        for (i = 0; i < p->n; i++) {
+            pos = (uint32_t)rl_hash(&p->hash_key, p->rules[i].name,
+                                    p->rules[i].name_len) &
+                  p->mask;
+            while (p->index[pos] != 0)
+                pos = (pos + 1) & p->mask;
+            p->index[pos] = (uint32_t)i + 1;
+        }
+    }
+    pos = (uint32_t)rl_hash(&p->hash_key, r->name, r->name_len) & p->mask;
+    while (p->index[pos] != 0)
+        pos = (pos + 1) & p->mask;
+    p->index[pos] = (uint32_t)p->n + 1;
+    p->n++;
+    return RL_OK;
+}
+
+/* Moves the collected overrides into the rule's own table. */
+static int overrides_commit(builder_t *b, rls_rule_t *r)
+{
+    size_t slots = 4, i;
+    uint32_t pos;
+
+    if (b->novr == 0)
+        return RL_OK;
+    while (slots < 2 * b->novr)
+        slots <<= 1;
+    if ((r->overrides = calloc(slots, sizeof(*r->overrides))) == NULL) {
+        b->nomem = 1;
+        return RL_ENOMEM;
+    }
+    r->overrides_mask = (uint32_t)(slots - 1);
+    for (i = 0; i < b->novr; i++) {
+        const rls_override_t *o = &b->ovr[i];
+        pos = (uint32_t)o->hash & r->overrides_mask;
+        while (r->overrides[pos].key != NULL)
+            pos = (pos + 1) & r->overrides_mask;
+        r->overrides[pos] = *o;
+    }
+    r->noverrides = (uint32_t)b->novr;
+    b->novr = 0;
+    return RL_OK;
+}
+
+static int override_add(builder_t *b, const char *key, size_t len,
+                        const rls_limits_t *ls, int line)
+{
+    rls_override_t *o;
+    uint64_t h;
+    size_t i;
+
+    if (len == 0 || len > RL_KEY_MAX || memchr(key, '\0', len) != NULL) {
+        diag(b, line,
+             "override key a client could not send: 1-%d bytes, no NUL",
+             RL_KEY_MAX);
+        return RL_EINVAL;
+    }
+    h = rl_hash(&b->p->hash_key, key, len);
+    for (i = 0; i < b->novr; i++)
+        if (b->ovr[i].hash == h && b->ovr[i].key_len == len &&
+            memcmp(b->ovr[i].key, key, len) == 0) {
+            diag(b, line, "override for '%.*s' given twice",
+                 (int)(len > 64 ? 64 : len), key);
+            return RL_EINVAL;
+        }
+    if (b->novr == b->ovr_cap) {
+        size_t cap = b->ovr_cap ? 2 * b->ovr_cap : 16;
+        rls_override_t *n = realloc(b->ovr, cap * sizeof(*n));
+        if (n == NULL) {
+            b->nomem = 1;
+            return RL_ENOMEM;
+        }
+        b->ovr = n;
+        b->ovr_cap = cap;
+    }
+    o = &b->ovr[b->novr];
+    if ((o->key = arena_copy(b->p, key, len)) == NULL) {
+        b->nomem = 1;
+        return RL_ENOMEM;
+    }
+    o->key_len = len;
+    o->hash = h;
+    o->limits = *ls;
+    b->novr++;
+    return RL_OK;
+}
+
+/* "NAME=N/DUR[,N/DUR...]" */
+static void add_flag(builder_t *b, const char *s)
+{
+    const char *eq = strchr(s, '='), *p, *end;
+    rls_limits_t ls;
+    rls_rule_t *r;
+
+    if (eq == NULL) {
+        diag(b, 0, "expected NAME=LIMIT/DURATION[,LIMIT/DURATION...], got '%s'",
+             s);
+        return;
+    }
+    memset(&ls, 0, sizeof(ls));
+    for (p = eq + 1;; p = end + 1) {
+        const char *why, *err;
+        rls_limit_t l;
+
+        end = strchr(p, ',');
+        if (end == NULL)
+            end = p + strlen(p);
+        if (rls_limit_parse(p, (size_t)(end - p), &l, &why) != RL_OK) {
+            diag(b, 0, "bad limit in '%s': %s", s, why);
+            return;
+        }
+        if ((err = limits_add(&ls, &l)) != NULL) {
+            diag(b, 0, "'%s': %s", s, err);
+            return;
+        }
+        if (*end == '\0')
+            break;
+    }
+    if ((r = rule_new(b, s, (size_t)(eq - s), 0)) == NULL)
+        return;
+    r->limits = ls;
+    r->mode = RLS_MODE_ENFORCE;
+    rule_commit(b);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The YAML file, event by event */
+
+typedef struct yp_s {
+    builder_t *b;
+    yaml_parser_t parser;
+    yaml_event_t ev; /* the current event, owned until the next */
+    int have;        /* ev holds an event to delete */
+    int depth;
+    int broken; /* the YAML itself is bad: stop */
+} yp_t;
+
+static int line_of(const yp_t *y)
+{
+    return (int)y->ev.start_mark.line + 1;
+}
+
+/* Advances to the next event. Returns 0, or RL_EINVAL when the YAML is
+ * broken, too deep or uses an alias (said once, in diag). */
+static int next(yp_t *y)
+{
+    if (y->broken)
+        return RL_EINVAL;
+    if (y->have)
+        yaml_event_delete(&y->ev);
+    y->have = 0;
+    if (!yaml_parser_parse(&y->parser, &y->ev)) {
+        int line = (int)(y->parser.problem_mark.line + 1);
+        if (y->parser.error == YAML_MEMORY_ERROR)
+            y->b->nomem = 1;
+        diag(y->b, line, "not valid YAML: %s%s%s",
+             y->parser.problem ? y->parser.problem : "parse error",
+             y->parser.context ? " " : "",
+             y->parser.context ? y->parser.context : "");
+        y->broken = 1;
+        return RL_EINVAL;
+    }
+    y->have = 1;
+    switch (y->ev.type) {
+    case YAML_SEQUENCE_START_EVENT:
+    case YAML_MAPPING_START_EVENT:
+        if (++y->depth > RLS_RULES_DEPTH_MAX) {
+            diag(y->b, line_of(y), "nested deeper than %d levels",
+                 RLS_RULES_DEPTH_MAX);
+            y->broken = 1;
+            return RL_EINVAL;
+        }
+        break;
+    case YAML_SEQUENCE_END_EVENT:
+    case YAML_MAPPING_END_EVENT:
+        y->depth--;
+        break;
+    case YAML_ALIAS_EVENT:
+        diag(y->b, line_of(y), "aliases (*name) are not supported");
+        y->broken = 1;
+        return RL_EINVAL;
+    default:
+        break;
+    }
+    return RL_OK;
+}
+
+/* Skips the value starting at the current event. */
+static int skip_value(yp_t *y)
+{
+    int depth = y->depth;
+
+    if (y->ev.type != YAML_SEQUENCE_START_EVENT &&
+        y->ev.type != YAML_MAPPING_START_EVENT)
+        return RL_OK;
+    while (y->depth >= depth)
+        if (next(y) != RL_OK)
+            return RL_EINVAL;
+    return RL_OK;
+}
+
+static int is_scalar(const yp_t *y)
+{
+    return y->ev.type == YAML_SCALAR_EVENT;
+}
+
+static const char *sval(const yp_t *y)
+{
+    return (const char *)y->ev.data.scalar.value;
+}
+
+static size_t slen(const yp_t *y)
+{
+    return y->ev.data.scalar.length;
+}
+
+static int key_is(const yp_t *y, const char *k)
+{
+    return slen(y) == strlen(k) && memcmp(sval(y), k, slen(y)) == 0;
+}
+
+/* A plain empty or ~ or null scalar: YAML's null. */
+static int is_null(const yp_t *y)
+{
+    return is_scalar(y) && y->ev.data.scalar.plain_implicit &&
+           (slen(y) == 0 || key_is(y, "~") || key_is(y, "null"));
+}
+
+/* read_limits' result when it reported an error and the parse can go on. */
+#define REPORTED 1
+
+/* A limits value: one scalar or a sequence of them. Returns 0, REPORTED,
+ * or a negative RL_E* when the parse cannot go on. */
+static int read_limits(yp_t *y, rls_limits_t *ls)
+{
+    int ok = 1;
+
+    memset(ls, 0, sizeof(*ls));
+    if (is_scalar(y) || y->ev.type == YAML_SEQUENCE_START_EVENT) {
+        int seq = !is_scalar(y);
+        for (;;) {
+            const char *why, *err;
+            rls_limit_t l;
+
+            if (seq && next(y) != RL_OK)
+                return RL_EINVAL;
+            if (seq && y->ev.type == YAML_SEQUENCE_END_EVENT)
+                break;
+            if (!is_scalar(y)) {
+                diag(y->b, line_of(y), "a limit must be N/DURATION");
+                ok = 0;
+                if (skip_value(y) != RL_OK)
+                    return RL_EINVAL;
+            } else if (rls_limit_parse(sval(y), slen(y), &l, &why) !=
+                       RL_OK) {
+                diag(y->b, line_of(y), "bad limit '%.*s': %s",
+                     (int)(slen(y) > 40 ? 40 : slen(y)), sval(y), why);
+                ok = 0;
+            } else if ((err = limits_add(ls, &l)) != NULL) {
+                diag(y->b, line_of(y), "%s", err);
+                ok = 0;
+            }
+            if (!seq)
+                break;
+        }
+    } else {
+        diag(y->b, line_of(y), "limits must be a list like [100/1m, 1000/1h]");
+        if (skip_value(y) != RL_OK)
+            return RL_EINVAL;
+        return REPORTED;
+    }
+    if (ok && ls->n == 0) {
+        diag(y->b, line_of(y), "no limits given");
+        ok = 0;
+    }
+    return ok ? RL_OK : REPORTED;
+}
+
+static int read_overrides(yp_t *y)
+{
+    if (is_null(y))
+        return RL_OK;
+    if (y->ev.type != YAML_MAPPING_START_EVENT) {
+        diag(y->b, line_of(y), "overrides must map caller keys to limits");
+        return skip_value(y);
+    }
+    for (;;) {
+        char key[RL_KEY_MAX + 1];
+        size_t klen;
+        int line, rc;
+        rls_limits_t ls;
+
+        if (next(y) != RL_OK)
+            return RL_EINVAL;
+        if (y->ev.type == YAML_MAPPING_END_EVENT)
+            return RL_OK;
+        line = line_of(y);
+        if (!is_scalar(y)) {
+            diag(y->b, line, "an override's key must be a string");
+            if (skip_value(y) != RL_OK || next(y) != RL_OK ||
+                skip_value(y) != RL_OK)
+                return RL_EINVAL;
+            continue;
+        }
+        /* Too long to be a key: still reported by override_add. */
+        klen = slen(y) <= RL_KEY_MAX ? slen(y) : RL_KEY_MAX + 1;
+        memcpy(key, sval(y), klen <= RL_KEY_MAX ? klen : RL_KEY_MAX);
+        if (next(y) != RL_OK)
+            return RL_EINVAL;
+        if ((rc = read_limits(y, &ls)) < 0)
+            return rc;
+        if (rc == RL_OK)
+            override_add(y->b, key, klen, &ls, line);
+    }
+}
+
+static int read_rule(yp_t *y, const char *name, size_t name_len, int line)
+{
+    builder_t *b = y->b;
+    rls_rule_t *r = rule_new(b, name, name_len, line);
+    rls_rule_t scratch;
+    int have_limits = 0, ok = r != NULL, rc;
+
+    /* A bad name is reported and its body still checked. */
+    if (r == NULL) {
+        memset(&scratch, 0, sizeof(scratch));
+        r = &scratch;
+    }
+    b->novr = 0;
+    if (y->ev.type != YAML_MAPPING_START_EVENT) {
+        diag(b, line_of(y), "rule '%.*s' must be a map with limits",
+             (int)name_len, name);
+        return skip_value(y);
+    }
+    for (;;) {
+        if (next(y) != RL_OK)
+            return RL_EINVAL;
+        if (y->ev.type == YAML_MAPPING_END_EVENT)
+            break;
+        if (!is_scalar(y)) {
+            diag(b, line_of(y), "a rule's keys are limits, mode, overrides");
+            ok = 0;
+            if (skip_value(y) != RL_OK || next(y) != RL_OK ||
+                skip_value(y) != RL_OK)
+                return RL_EINVAL;
+            continue;
+        }
+        if (key_is(y, "limits")) {
+            if (next(y) != RL_OK || (rc = read_limits(y, &r->limits)) < 0)
+                return RL_EINVAL;
+            have_limits = 1;
+            ok &= rc == RL_OK;
+        } else if (key_is(y, "mode")) {
+            if (next(y) != RL_OK)
+                return RL_EINVAL;
+            if (!is_scalar(y) ||
+                (r->mode = rls_mode_parse(sval(y), slen(y))) < 0) {
+                diag(b, line_of(y), "mode must be enforce, shadow or off");
+                ok = 0;
+                if (skip_value(y) != RL_OK)
+                    return RL_EINVAL;
+            }
+        } else if (key_is(y, "overrides")) {
+            size_t before = b->diag->n + b->diag->dropped;
+            if (next(y) != RL_OK || read_overrides(y) != RL_OK)
+                return RL_EINVAL;
+            ok &= b->diag->n + b->diag->dropped == before;
+        } else if (key_is(y, "description")) {
+            if (next(y) != RL_OK || skip_value(y) != RL_OK)
+                return RL_EINVAL;
+        } else {
+            diag(b, line_of(y),
+                 "unknown key '%.*s' in rule '%.*s' (limits, mode, overrides,"
+                 " description)",
+                 (int)(slen(y) > 40 ? 40 : slen(y)), sval(y), (int)name_len,
+                 name);
+            ok = 0;
+            if (next(y) != RL_OK || skip_value(y) != RL_OK)
+                return RL_EINVAL;
+        }
+    }
+    if (!have_limits) {
+        diag(b, line, "rule '%.*s' has no limits", (int)name_len, name);
+        ok = 0;
+    }
+    if (ok && r != &scratch && !b->nomem) {
+        if (overrides_commit(b, r) != RL_OK || rule_commit(b) != RL_OK)
+            return RL_ENOMEM;
+    }
+    return RL_OK;
+}
+
+static int read_rules(yp_t *y)
+{
+    if (is_null(y))
+        return RL_OK;
+    if (y->ev.type != YAML_MAPPING_START_EVENT) {
+        diag(y->b, line_of(y), "rules must map rule names to rules");
+        return skip_value(y);
+    }
+    for (;;) {
+        char name[RL_RULE_MAX + 1];
+        size_t len;
+        int line;
+
+        if (next(y) != RL_OK)
+            return RL_EINVAL;
+        if (y->ev.type == YAML_MAPPING_END_EVENT)
+            return RL_OK;
+        line = line_of(y);
+        if (!is_scalar(y)) {
+            diag(y->b, line, "a rule's name must be a string");
+            if (skip_value(y) != RL_OK || next(y) != RL_OK ||
+                skip_value(y) != RL_OK)
+                return RL_EINVAL;
+            continue;
+        }
+        /* A name too long is cut here and refused by rule_new. */
+        len = slen(y) <= RL_RULE_MAX ? slen(y) : RL_RULE_MAX + 1;
+        memcpy(name, sval(y), len <= RL_RULE_MAX ? len : RL_RULE_MAX);
+        name[len <= RL_RULE_MAX ? len : RL_RULE_MAX] = '\0';
+        if (next(y) != RL_OK || read_rule(y, name, len, line) != RL_OK)
+            return RL_EINVAL;
+        if (y->b->nomem)
+            return RL_ENOMEM;
+    }
+}
+
+static void read_file(builder_t *b, const char *buf, size_t len)
+{
+    yp_t y;
+    int seen_rules = 0;
+
+    memset(&y, 0, sizeof(y));
+    y.b = b;
+    if (!yaml_parser_initialize(&y.parser)) {
+        b->nomem = 1;
+        return;
+    }
+    yaml_parser_set_input_string(&y.parser, (const unsigned char *)buf, len);
+    if (next(&y) != RL_OK) /* STREAM_START */
+        goto done;
+    if (next(&y) != RL_OK)
+        goto done;
+    if (y.ev.type == YAML_STREAM_END_EVENT) {
+        diag(b, 1, "empty file: expected a map with 'rules'");
+        goto done;
+    }
+    if (next(&y) != RL_OK) /* after DOCUMENT_START */
+        goto done;
+    if (y.ev.type != YAML_MAPPING_START_EVENT) {
+        diag(b, line_of(&y), "expected a map with 'rules'");
+        goto done;
+    }
+    for (;;) {
+        if (next(&y) != RL_OK)
+            goto done;
+        if (y.ev.type == YAML_MAPPING_END_EVENT)
+            break;
+        if (is_scalar(&y) && key_is(&y, "rules")) {
+            if (seen_rules)
+                diag(b, line_of(&y), "'rules' given twice");
+            seen_rules = 1;
+            if (next(&y) != RL_OK || read_rules(&y) != RL_OK)
+                goto done;
+        } else {
+            diag(b, line_of(&y), "unknown key%s%.*s%s at the top (rules)",
+                 is_scalar(&y) ? " '" : "",
+                 is_scalar(&y) ? (int)(slen(&y) > 40 ? 40 : slen(&y)) : 0,
+                 is_scalar(&y) ? sval(&y) : "", is_scalar(&y) ? "'" : "");
+            if (skip_value(&y) != RL_OK || next(&y) != RL_OK ||
+                skip_value(&y) != RL_OK)
+                goto done;
+        }
+    }
+    if (!seen_rules)
+        diag(b, line_of(&y), "no 'rules' map");
+    /* One document only: a second one would be silently ignored. */
+    if (next(&y) != RL_OK || next(&y) != RL_OK)
+        goto done;
+    if (y.ev.type != YAML_STREAM_END_EVENT)
+        diag(b, line_of(&y), "more than one YAML document");
+done:
+    if (y.have)
+        yaml_event_delete(&y.ev);
+    yaml_parser_delete(&y.parser);
+}
+
+static int build(const char *const *flags, size_t nflags, const char *name,
+                 const char *buf, size_t len, size_t max_rules,
+                 rls_policy_t **out, rls_diag_t *d)
+{
+    builder_t b;
+    size_t i;
+
+    *out = NULL;
+    memset(&b, 0, sizeof(b));
+    b.diag = d;
+    b.max_rules = max_rules;
+    if ((b.p = calloc(1, sizeof(*b.p))) == NULL)
+        return RL_ENOMEM;
+    b.p->refs = 1;
+    rls_random_key(&b.p->hash_key);
+    b.file = "--rule";
+    for (i = 0; i < nflags && !b.nomem; i++)
+        add_flag(&b, flags[i]);
+    if (name != NULL && !b.nomem) {
+        b.file = name;
+        read_file(&b, buf, len);
+    }
+    free(b.ovr);
+    if (b.nomem) {
+        policy_free(b.p);
+        return RL_ENOMEM;
+    }
+    if (d->n > 0) {
+        policy_free(b.p);
+        return RL_EINVAL;
+    }
+    *out = b.p;
+    return RL_OK;
+}
+
+int rls_policy_build_buf(const char *const *flags, size_t nflags,
+                         const char *name, const char *buf, size_t len,
+                         size_t max_rules, rls_policy_t **out,
+                         rls_diag_t *diag)
+{
+    memset(diag, 0, sizeof(*diag));
+    return build(flags, nflags, name, buf, len, max_rules, out, diag);
+}
+
+int rls_policy_build(const char *const *flags, size_t nflags,
+                     const char *path, size_t max_rules, rls_policy_t **out,
+                     rls_diag_t *diag)
+{
+    struct stat st;
+    FILE *f = NULL;
+    char *buf = NULL;
+    size_t len = 0;
+    int rc;
+
+    memset(diag, 0, sizeof(*diag));
+    *out = NULL;
+    if (path != NULL) {
+        /* The size is checked before anything is reserved, and reading
+         * stops at the cap even if the file grows meanwhile. */
+        if ((f = fopen(path, "rb")) == NULL || fstat(fileno(f), &st) != 0) {
+            snprintf(diag->msg[0], sizeof(diag->msg[0]), "%s: cannot read: %s",
+                     path, "no such file or not readable");
+            diag->n = 1;
+            if (f != NULL)
+                fclose(f);
+            return RL_EINVAL;
+        }
+        if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > RLS_RULES_FILE_MAX) {
+            snprintf(diag->msg[0], sizeof(diag->msg[0]),
+                     "%s: not a regular file of at most %u MiB", path,
+                     RLS_RULES_FILE_MAX >> 20);
+            diag->n = 1;
+            fclose(f);
+            return RL_EINVAL;
+        }
+        if ((buf = malloc((size_t)st.st_size + 1)) == NULL) {
+            fclose(f);
+            return RL_ENOMEM;
+        }
+        len = fread(buf, 1, (size_t)st.st_size, f);
+        fclose(f);
+    }
+    rc = build(flags, nflags, path, buf, len, max_rules, out, diag);
+    free(buf);
+    return rc;
+}

@@ -1,0 +1,124 @@
+/* The policy: named rules, each with up to RLS_WINDOWS_MAX fixed windows, a
+ * mode, and per-caller overrides (rules.c). A policy is built whole (from
+ * --rule flags and a YAML rules file), validated completely, and then never
+ * changed: a reload builds a new one and swaps it in between batches, and a
+ * request holds the rule it was decided under until it is answered.
+ *
+ * The file (libyaml's event parser; no hand-written YAML):
+ *
+ *   rules:
+ *     login:
+ *       limits: [5/60s]
+ *     api:
+ *       limits: [33/1m, 2000/1h]        # every window must allow
+ *       overrides:                       # per-caller quotas, by exact key
+ *         "user:acme": [1000/1m, 50000/1h]
+ *     search:
+ *       limits: [10/1s]
+ *       mode: shadow                     # enforce (default) | shadow | off
+ *
+ * A limit is N/DURATION: N from 1 to 2^63-1, a duration in s, m, h, d or
+ * bare seconds, from 1 s to 366 d. */
+#ifndef RLS_POLICY_RULES_H
+#define RLS_POLICY_RULES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rl_check.h"
+#include "rl_hash.h"
+
+#define RLS_WINDOWS_MAX 8
+/* Largest rules file read; a bigger one is refused before it is parsed. */
+#define RLS_RULES_FILE_MAX (16u << 20)
+/* Nesting deeper than this is refused (the format needs 5 levels). */
+#define RLS_RULES_DEPTH_MAX 8
+
+enum { RLS_MODE_ENFORCE, RLS_MODE_SHADOW, RLS_MODE_OFF, RLS_MODE_MAX };
+
+typedef struct rls_limit_s {
+    uint64_t limit;
+    uint32_t window_s;
+} rls_limit_t;
+
+/* A rule's windows, sorted by window length, no length twice. */
+typedef struct rls_limits_s {
+    rls_limit_t w[RLS_WINDOWS_MAX];
+    uint32_t n;
+} rls_limits_t;
+
+typedef struct rls_override_s {
+    const char *key; /* in the policy's arena; not NUL-terminated */
+    size_t key_len;
+    uint64_t hash;
+    rls_limits_t limits;
+} rls_override_t;
+
+typedef struct rls_rule_s {
+    const char *name; /* in the policy's arena, NUL-terminated */
+    size_t name_len;
+    rls_limits_t limits;
+    int mode;
+    int line; /* where it was defined (0: a --rule flag) */
+    rls_override_t *overrides; /* open-addressed by key hash, or NULL */
+    const rl_hash_key_t *hash_key; /* the policy's, for overrides */
+    uint32_t overrides_mask;   /* table size - 1 */
+    uint32_t noverrides;
+    uint32_t index; /* position in the policy, 0-based */
+} rls_rule_t;
+
+typedef struct rls_policy_s rls_policy_t;
+
+/* One error found while building a policy: "FILE:LINE: what" (or
+ * "--rule: what" for a flag). Building collects up to RLS_DIAG_MAX. */
+#define RLS_DIAG_MAX 32
+typedef struct rls_diag_s {
+    char msg[RLS_DIAG_MAX][256];
+    size_t n;
+    size_t dropped; /* errors past RLS_DIAG_MAX */
+} rls_diag_t;
+
+/* Parses "N/DURATION" (len bytes, no NUL needed). Returns 0 or RL_EINVAL
+ * with a reason in why (static text). */
+int rls_limit_parse(const char *s, size_t len, rls_limit_t *out,
+                    const char **why);
+
+/* Formats a limit as "N/DURATION" with the largest exact unit ("33/1m");
+ * returns the length written (buf of 48 bytes is always enough). */
+size_t rls_limit_format(const rls_limit_t *l, char *buf, size_t len);
+
+/* Builds a policy from --rule flags (each "NAME=N/DURATION[,N/DURATION...]")
+ * and, when path is not NULL, a rules file. A name defined twice, in either
+ * or across both, is an error. max_rules bounds the number of rules.
+ * Returns 0 with *out set, or RL_EINVAL with every error in *diag (and
+ * *out NULL), or RL_ENOMEM. */
+int rls_policy_build(const char *const *flags, size_t nflags,
+                     const char *path, size_t max_rules, rls_policy_t **out,
+                     rls_diag_t *diag);
+
+/* Same, from a buffer holding a file's bytes (name is used in messages). */
+int rls_policy_build_buf(const char *const *flags, size_t nflags,
+                         const char *name, const char *buf, size_t len,
+                         size_t max_rules, rls_policy_t **out,
+                         rls_diag_t *diag);
+
+/* A reference: the policy lives until its last reference is dropped. */
+rls_policy_t *rls_policy_ref(rls_policy_t *p);
+void rls_policy_unref(rls_policy_t *p);
+
+size_t rls_policy_count(const rls_policy_t *p);
+const rls_rule_t *rls_policy_rule_at(const rls_policy_t *p, size_t i);
+
+/* The rule called name, or NULL. */
+const rls_rule_t *rls_policy_find(const rls_policy_t *p, const char *name,
+                                  size_t len);
+
+/* The limits for key under rule: its override, or the rule's own. */
+const rls_limits_t *rls_rule_limits(const rls_rule_t *r, const char *key,
+                                    size_t key_len);
+
+const char *rls_mode_name(int mode);
+/* Returns RLS_MODE_* or -1 for an unknown name. */
+int rls_mode_parse(const char *s, size_t len);
+
+#endif
