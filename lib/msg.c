@@ -172,11 +172,17 @@ int rl_result_decode(const uint8_t *p, size_t n, rl_result_t *out)
 
     memset(out, 0, sizeof(*out));
     while ((rc = next_field(p, n, &off, &f)) == 1) {
-        if (f.num >= 1 && f.num <= 7)
+        if ((f.num >= 1 && f.num <= 7) || f.num == 9 || f.num == 10)
             EXPECT(f, WT_VARINT);
         switch (f.num) {
         case 1:
             out->id = f.v;
+            break;
+        case 9:
+            out->shadow_refused = f.v != 0;
+            break;
+        case 10:
+            out->window_s = (uint32_t)f.v;
             break;
         case 2:
             out->code = (int32_t)(uint32_t)f.v;
@@ -272,7 +278,8 @@ size_t rl_result_size(const rl_result_t *r)
     return size_u(1, r->id) + size_u(2, enum_wire(r->code)) +
            size_u(3, r->limit) + size_u(4, r->used) + size_u(5, r->remaining) +
            size_u(6, r->reset_after_ms) + size_u(7, r->retry_after_ms) +
-           size_s(8, r->error_len);
+           size_s(8, r->error_len) + size_u(9, r->shadow_refused != 0) +
+           size_u(10, r->window_s);
 }
 
 size_t rl_result_encode(const rl_result_t *r, uint8_t *p)
@@ -287,6 +294,8 @@ size_t rl_result_encode(const rl_result_t *r, uint8_t *p)
     k += put_u(p + k, 6, r->reset_after_ms);
     k += put_u(p + k, 7, r->retry_after_ms);
     k += put_s(p + k, 8, r->error, r->error_len);
+    k += put_u(p + k, 9, r->shadow_refused != 0);
+    k += put_u(p + k, 10, r->window_s);
     return k;
 }
 
@@ -309,8 +318,8 @@ int rl_check_put(rl_buf_t *b, const rl_check_t *c)
 
 /* A CheckResponse without its error text is at most seven varint fields
  * of a one-byte tag and up to ten bytes each, plus the error's tag and
- * length. */
-#define RESULT_FIXED_MAX (7 * 11 + 1 + 10)
+ * length, then shadow_refused (2 bytes) and window_seconds (up to 6). */
+#define RESULT_FIXED_MAX (7 * 11 + 1 + 10 + 2 + 6)
 
 int rl_result_put(rl_buf_t *b, const rl_result_t *r)
 {

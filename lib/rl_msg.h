@@ -46,6 +46,8 @@ typedef struct rl_result_s {
     uint64_t retry_after_ms;
     const char *error;
     size_t error_len;
+    int shadow_refused; /* allowed by a rule in shadow mode that refused */
+    uint32_t window_s;  /* the deciding window's length; 0 if unknown */
 } rl_result_t;
 
 /* Decode a payload. Strings in *out point into p, valid while p is.

@@ -1,0 +1,142 @@
+/* Admission against several windows: check, then increment. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "rl_admit.h"
+
+/* 33/1m + 2000/1h: a caller refused by the minute keeps the hour. */
+static void test_minute_refusal_keeps_hour(void **state)
+{
+    rl_admit_win_t w[2] = {{33, 0, 20000, 60}, {2000, 0, 1800000, 3600}};
+    rl_result_t r;
+    int i;
+
+    (void)state;
+    for (i = 0; i < 33; i++)
+        assert_int_equal(rl_admit_one(w, 2, 1), 1);
+    for (i = 0; i < 100; i++)
+        assert_int_equal(rl_admit_one(w, 2, 1), 0);
+    assert_int_equal(w[0].count, 33);
+    assert_int_equal(w[1].count, 33); /* the refusals took nothing */
+    memset(&r, 0, sizeof(r));
+    rl_admit_result(w, 2, 1, 0, &r);
+    assert_int_equal(r.code, RL_CODE_OVER_LIMIT);
+    assert_int_equal(r.window_s, 60);
+    assert_int_equal(r.limit, 33);
+    assert_int_equal(r.used, 33);
+    assert_int_equal(r.remaining, 0);
+    assert_int_equal(r.retry_after_ms, 20000);
+}
+
+/* The hour refuses while the minute has room. */
+static void test_hour_refuses(void **state)
+{
+    rl_admit_win_t w[2] = {{33, 5, 20000, 60}, {2000, 1999, 50000, 3600}};
+    rl_result_t r;
+
+    (void)state;
+    assert_int_equal(rl_admit_one(w, 2, 1), 1);
+    memset(&r, 0, sizeof(r));
+    rl_admit_result(w, 2, 1, 1, &r);
+    /* allowed: the window with the least remaining is the hour (0 left) */
+    assert_int_equal(r.code, RL_CODE_OK);
+    assert_int_equal(r.window_s, 3600);
+    assert_int_equal(r.used, 2000);
+    assert_int_equal(r.remaining, 0);
+    assert_int_equal(r.retry_after_ms, 0);
+    assert_int_equal(rl_admit_one(w, 2, 1), 0);
+    rl_admit_result(w, 2, 1, 0, &r);
+    assert_int_equal(r.window_s, 3600);
+    assert_int_equal(r.retry_after_ms, 50000);
+    assert_int_equal(w[0].count, 6);
+}
+
+/* Refused by two windows: the one that frees up last decides. */
+static void test_refused_by_both(void **state)
+{
+    rl_admit_win_t w[2] = {{10, 10, 5000, 60}, {100, 100, 900000, 3600}};
+    rl_result_t r;
+
+    (void)state;
+    assert_int_equal(rl_admit_one(w, 2, 1), 0);
+    memset(&r, 0, sizeof(r));
+    rl_admit_result(w, 2, 1, 0, &r);
+    assert_int_equal(r.window_s, 3600);
+    assert_int_equal(r.retry_after_ms, 900000);
+}
+
+/* A costly request is refused; a cheaper one after it may still fit. */
+static void test_costs(void **state)
+{
+    rl_admit_win_t w[1] = {{10, 7, 1000, 1}};
+
+    (void)state;
+    assert_int_equal(rl_admit_one(w, 1, 4), 0);
+    assert_int_equal(w[0].count, 7);
+    assert_int_equal(rl_admit_one(w, 1, 3), 1);
+    assert_int_equal(w[0].count, 10);
+    /* a count past its limit (the limit was lowered) leaves no room */
+    w[0].limit = 5;
+    assert_int_equal(rl_admit_one(w, 1, 1), 0);
+    assert_int_equal(rl_admit_equal(w, 1, 1, 10), 0);
+}
+
+/* The closed form equals deciding one at a time, on random cases. */
+static void test_equal_matches_loop(void **state)
+{
+    unsigned seed = 12345;
+    int t;
+
+    (void)state;
+    for (t = 0; t < 20000; t++) {
+        rl_admit_win_t a[RL_ADMIT_WINDOWS_MAX], b[RL_ADMIT_WINDOWS_MAX];
+        size_t n = 1 + (size_t)rand_r(&seed) % RL_ADMIT_WINDOWS_MAX, i;
+        uint64_t cost = 1 + (uint64_t)(rand_r(&seed) % 5);
+        uint64_t k = (uint64_t)(rand_r(&seed) % 50), got, want = 0, j;
+
+        for (i = 0; i < n; i++) {
+            a[i].limit = 1 + (uint64_t)(rand_r(&seed) % 60);
+            a[i].count = (uint64_t)(rand_r(&seed) % 70);
+            a[i].reset_after_ms = 1;
+            a[i].window_s = (uint32_t)i + 1;
+            b[i] = a[i];
+        }
+        for (j = 0; j < k; j++)
+            want += (uint64_t)rl_admit_one(b, n, cost);
+        got = rl_admit_equal(a, n, cost, k);
+        assert_int_equal(got, want);
+        for (i = 0; i < n; i++)
+            assert_int_equal(a[i].count, b[i].count);
+    }
+}
+
+/* Near 2^63: no overflow in the room arithmetic. */
+static void test_large(void **state)
+{
+    rl_admit_win_t w[1] = {{INT64_MAX, INT64_MAX - 3, 1, 1}};
+
+    (void)state;
+    assert_int_equal(rl_admit_equal(w, 1, 2, 5), 1);
+    assert_int_equal(w[0].count, INT64_MAX - 1);
+    assert_int_equal(rl_admit_one(w, 1, UINT32_MAX), 0);
+    assert_int_equal(rl_admit_one(w, 1, 1), 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_minute_refusal_keeps_hour),
+        cmocka_unit_test(test_hour_refuses),
+        cmocka_unit_test(test_refused_by_both),
+        cmocka_unit_test(test_costs),
+        cmocka_unit_test(test_equal_matches_loop),
+        cmocka_unit_test(test_large),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
