@@ -24,7 +24,16 @@ static void usage(FILE *f)
         "window allowed more than its limit.\n"
         "\n"
         "  --server HOST:PORT[,HOST:PORT...]  rl-server to load\n"
-        "                          (default 127.0.0.1:7390)\n"
+        "                          (default 127.0.0.1:7390); with several,\n"
+        "                          each connection fails over along the list\n"
+        "  --fleet                 spread the connections over every server\n"
+        "                          of --server instead: connection i talks to\n"
+        "                          server i mod N only (no failover), the\n"
+        "                          audit counts all their answers together\n"
+        "                          (a key's window over its limit summed\n"
+        "                          across servers fails it), and the results\n"
+        "                          give each server's decisions; needs at\n"
+        "                          least N connections\n"
         "  --connections N         connections, one client each (default 4)\n"
         "  --duration SECONDS      measured time, fractions allowed "
         "(default 10)\n"
@@ -168,6 +177,26 @@ static int takes_value(const char *name)
     return 0;
 }
 
+/* Counts the entries of a comma-separated server list. Returns 0, or -1
+ * when an entry is empty or blank ("a,,b", a trailing comma): librlc
+ * would refuse the list anyway, and --fleet must know N before anything
+ * connects. */
+static int count_servers(const char *list, uint32_t *n)
+{
+    const char *p = list;
+
+    *n = 0;
+    for (;;) {
+        size_t len = strcspn(p, ",");
+        if (strspn(p, " ") >= len)
+            return -1;
+        ++*n;
+        if (p[len] == '\0')
+            return 0;
+        p += len + 1;
+    }
+}
+
 static FILE *open_out(const char *opt, const char *path)
 {
     FILE *f = fopen(path, "w");
@@ -210,6 +239,10 @@ int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
             return bad("unexpected argument '%s'", name);
         if (strcmp(name, "--audit") == 0) {
             o->audit = 1;
+            continue;
+        }
+        if (strcmp(name, "--fleet") == 0) {
+            o->fleet = 1;
             continue;
         }
         if (strcmp(name, "--keep-awake") == 0) {
@@ -309,6 +342,14 @@ int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
         return bad("unknown option '%s'", name);
     }
 
+    if (count_servers(o->server, &o->nservers) != 0)
+        return bad("--server wants HOST:PORT[,HOST:PORT...] with no empty "
+                   "entry, not '%s'",
+                   o->server);
+    if (o->fleet && o->connections < o->nservers)
+        return bad("--fleet over %" PRIu32 " servers needs at least as many "
+                   "--connections, not %" PRIu32,
+                   o->nservers, o->connections);
     if (o->rate > 0 && have_inflight)
         return bad("give --inflight (closed loop) or --rate (open loop), "
                    "not both");

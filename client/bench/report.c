@@ -69,9 +69,15 @@ void rlb_print_summary(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
     const rlb_stats_t *s = &r->st;
     const rl_hist_t *h = &s->lat_ns;
     char dist[32];
+    uint32_t i;
 
-    fprintf(f, "rl-bench   %s, %" PRIu32 " connection%s, ", o->server,
-            o->connections, o->connections == 1 ? "" : "s");
+    if (o->fleet)
+        fprintf(f, "rl-bench   fleet of %" PRIu32 " server%s (%s), ",
+                o->nservers, o->nservers == 1 ? "" : "s", o->server);
+    else
+        fprintf(f, "rl-bench   %s, ", o->server);
+    fprintf(f, "%" PRIu32 " connection%s, ", o->connections,
+            o->connections == 1 ? "" : "s");
     if (o->rate > 0)
         fprintf(f, "open loop at %.0f/s", o->rate);
     else
@@ -100,6 +106,15 @@ void rlb_print_summary(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
             "); disconnects %" PRIu64 "\n",
             rlb_errors(s) + s->unsent, s->server_errors, s->timeouts, s->closed,
             s->other_errors, s->unsent, s->disconnects);
+    for (i = 0; i < r->nservers; i++) {
+        const rlb_server_stats_t *sv = &r->servers[i];
+        fprintf(f,
+                "server     %s (%" PRIu32 " connection%s): %" PRIu64
+                " decisions, allowed %" PRIu64 ", denied %" PRIu64
+                ", errors %" PRIu64 "\n",
+                sv->addr, sv->connections, sv->connections == 1 ? "" : "s",
+                sv->allowed + sv->denied, sv->allowed, sv->denied, sv->errors);
+    }
     fprintf(f,
             "latency    p50 %.1f us, p90 %.1f us, p99 %.1f us, p99.9 %.1f us, "
             "max %.1f us (mean %.1f us)%s\n",
@@ -164,6 +179,32 @@ static void json_windows(FILE *f, const char *name, const rlb_opts_t *o,
     fprintf(f, "%s]", n ? "\n  " : "");
 }
 
+/* --fleet: "servers", an array with one line per server, in --server's
+ * order; null otherwise (which server a failing-over connection was on is
+ * not known). */
+static void json_servers(FILE *f, const rlb_result_t *r)
+{
+    uint32_t i;
+
+    if (r->servers == NULL) {
+        fprintf(f, "  \"servers\": null,\n");
+        return;
+    }
+    fprintf(f, "  \"servers\": [");
+    for (i = 0; i < r->nservers; i++) {
+        const rlb_server_stats_t *sv = &r->servers[i];
+        fprintf(f, "%s\n    {\"server\": ", i ? "," : "");
+        json_str(f, sv->addr);
+        fprintf(f,
+                ", \"connections\": %" PRIu32 ", \"decisions\": %" PRIu64
+                ", \"allowed\": %" PRIu64 ", \"denied\": %" PRIu64
+                ", \"errors\": %" PRIu64 "}",
+                sv->connections, sv->allowed + sv->denied, sv->allowed,
+                sv->denied, sv->errors);
+    }
+    fprintf(f, "\n  ],\n");
+}
+
 int rlb_write_json(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
 {
     const rlb_stats_t *s = &r->st;
@@ -172,6 +213,7 @@ int rlb_write_json(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
 
     fprintf(f, "{\n  \"server\": ");
     json_str(f, o->server);
+    fprintf(f, ",\n  \"fleet\": %s", o->fleet ? "true" : "false");
     fprintf(f, ",\n  \"mode\": \"%s\",\n", o->rate > 0 ? "open" : "closed");
     fprintf(f, "  \"connections\": %" PRIu32 ",\n", o->connections);
     fprintf(f, "  \"keep_awake\": %s,\n", o->keep_awake ? "true" : "false");
@@ -204,6 +246,7 @@ int rlb_write_json(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
             ",\n",
             s->server_errors, s->timeouts, s->closed, s->other_errors,
             s->unsent, s->failed_open, s->disconnects);
+    json_servers(f, r);
     fprintf(f,
             "  \"p50_us\": %.1f,\n  \"p90_us\": %.1f,\n  \"p99_us\": %.1f,\n"
             "  \"p999_us\": %.1f,\n  \"max_us\": %.1f,\n  \"min_us\": %.1f,\n"

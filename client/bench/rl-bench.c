@@ -58,7 +58,6 @@ out:
         fprintf(stderr, "rl-bench: writing --timeline-csv failed\n");
         status = RLB_EXIT_OUTPUT;
     }
-    rlb_audit_report_free(&r.audit);
-    rl_hist_free(&r.st.lat_ns);
+    rlb_result_free(&r);
     return status;
 }

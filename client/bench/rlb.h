@@ -22,6 +22,10 @@ enum { RLB_DIST_UNIFORM, RLB_DIST_ZIPF, RLB_DIST_HOT };
 
 typedef struct rlb_opts_s {
     const char *server;
+    /* --fleet: connection i talks to server i mod nservers only, instead of
+     * every connection failing over along the whole list. */
+    int fleet;
+    uint32_t nservers; /* entries in --server's comma-separated list */
     uint32_t connections;
     double duration_s;
     double warmup_s;   /* run but not measured; audited all the same */
@@ -159,8 +163,18 @@ typedef struct rlb_stats_s {
     rl_hist_t lat_ns;       /* latency of answered checks */
 } rlb_stats_t;
 
+/* --fleet: one server's share of the measured answers. */
+typedef struct rlb_server_stats_s {
+    char *addr; /* "HOST:PORT", owned */
+    uint32_t connections;
+    uint64_t allowed, denied;
+    uint64_t errors; /* server errors, timeouts, connections lost, other */
+} rlb_server_stats_t;
+
 typedef struct rlb_result_s {
     rlb_stats_t st;
+    rlb_server_stats_t *servers; /* --fleet only: nservers entries */
+    uint32_t nservers;
     double seconds;  /* measured time */
     int ended_early; /* the server went away (or SIGINT) */
     const char *end_reason;
@@ -173,9 +187,14 @@ static inline uint64_t rlb_errors(const rlb_stats_t *s)
     return s->server_errors + s->timeouts + s->closed + s->other_errors;
 }
 
-/* Runs the load as *o says; fills *res. Returns 0, or RL_ENOMEM /
+/* Runs the load as *o says; fills *res, which the caller frees with
+ * rlb_result_free whatever the return. Returns 0, or RL_ENOMEM /
  * RL_EADDR-like codes for setup failures (after printing why). */
 int rlb_run(const rlb_opts_t *o, rlb_result_t *res);
+
+/* Frees what rlb_run allocated in *r (the histogram, the audit's lists,
+ * the per-server counts). Accepts NULL. */
+void rlb_result_free(rlb_result_t *r);
 
 /* One progress line (no newline) into buf. */
 void rlb_progress_line(char *buf, size_t cap, double t, double rate,

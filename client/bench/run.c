@@ -56,6 +56,7 @@ typedef struct conn_s {
     rlc_async_t *c;
     req_t *reqs; /* nreqs slots, allocated once */
     uint32_t nreqs, free_head, inflight;
+    uint32_t server; /* --fleet: index into res->servers */
     int connected;
     char key[RLC_KEY_MAX + 1]; /* the prefix, then the digits */
     size_t prefix_len;
@@ -223,6 +224,16 @@ static void record(bench_t *b, const req_t *r, const rlc_result_t *res,
     }
     if (!measured)
         return;
+    if (b->o->fleet) {
+        rlb_server_stats_t *sv = &b->res->servers[r->conn->server];
+        /* The same split as the totals below, so that they add up. */
+        if (res->status == RLC_OK && res->code == RLC_CODE_OK)
+            sv->allowed++;
+        else if (res->status == RLC_OK && res->code == RLC_CODE_OVER_LIMIT)
+            sv->denied++;
+        else
+            sv->errors++;
+    }
     if (res->status == RLC_OK) {
         rl_hist_record(&st->lat_ns, now_ns - r->due_ns);
         if (b->o->timeline != NULL) {
@@ -489,6 +500,34 @@ static void finish(bench_t *b, const char *early)
 
 /* ---- setup ------------------------------------------------------------ */
 
+/* --fleet: res->servers from the comma-separated list, blanks around each
+ * entry trimmed as librlc does. Returns 0 or RL_ENOMEM. */
+static int fleet_init(bench_t *b)
+{
+    const char *p = b->o->server;
+    rlb_result_t *res = b->res;
+
+    res->servers = calloc(b->o->nservers, sizeof(*res->servers));
+    if (res->servers == NULL)
+        return RL_ENOMEM;
+    for (res->nservers = 0; res->nservers < b->o->nservers;) {
+        size_t len = strcspn(p, ",");
+        const char *next = p + len + (p[len] == ',');
+        while (len > 0 && *p == ' ') {
+            p++;
+            len--;
+        }
+        while (len > 0 && p[len - 1] == ' ')
+            len--;
+        res->servers[res->nservers].addr = strndup(p, len);
+        if (res->servers[res->nservers].addr == NULL)
+            return RL_ENOMEM;
+        res->nservers++;
+        p = next;
+    }
+    return 0;
+}
+
 static int conns_init(bench_t *b)
 {
     const rlb_opts_t *o = b->o;
@@ -511,6 +550,8 @@ static int conns_init(bench_t *b)
     if (b->conns == NULL)
         return RL_ENOMEM;
     b->nconns = o->connections;
+    if (o->fleet && (rc = fleet_init(b)) != 0)
+        return rc;
     rlc_options_init(&ro);
     ro.servers = o->server;
     ro.request_timeout_ms = o->timeout_ms;
@@ -533,9 +574,16 @@ static int conns_init(bench_t *b)
         c->free_head = 0;
         c->prefix_len = strlen(o->key_prefix);
         memcpy(c->key, o->key_prefix, c->prefix_len);
+        if (o->fleet) {
+            /* Pinned to one server: a failover would move its share to
+             * another and make the per-server counts lie. */
+            c->server = i % b->res->nservers;
+            ro.servers = b->res->servers[c->server].addr;
+            b->res->servers[c->server].connections++;
+        }
         rc = rlc_async_new(&c->c, (struct uv_loop_s *)&b->loop, &ro);
         if (rc != RLC_OK) {
-            fprintf(stderr, "rl-bench: --server '%s': %s\n", o->server,
+            fprintf(stderr, "rl-bench: --server '%s': %s\n", ro.servers,
                     rlc_strerror(rc));
             return rc == RLC_ENOMEM ? RL_ENOMEM : RL_EADDR;
         }
@@ -553,6 +601,21 @@ static void conns_free(bench_t *b)
         free(b->conns[i].reqs);
     }
     free(b->conns);
+}
+
+void rlb_result_free(rlb_result_t *r)
+{
+    uint32_t i;
+
+    if (r == NULL)
+        return;
+    for (i = 0; i < r->nservers; i++)
+        free(r->servers[i].addr);
+    free(r->servers);
+    r->servers = NULL;
+    r->nservers = 0;
+    rlb_audit_report_free(&r->audit);
+    rl_hist_free(&r->st.lat_ns);
 }
 
 int rlb_run(const rlb_opts_t *o, rlb_result_t *res)

@@ -1,8 +1,10 @@
 /* rl-bench smoke test (label: integration): short runs against a spawned
  * rl-server, memory store and Redis store, checking what scripts rely on:
  * the JSON fields, the audit's verdicts, and the exit statuses (0 done,
- * 1 window over its limit, 2 bad arguments, 3 server gone). Nothing here
- * asserts a speed: a loaded CI machine must pass it too. */
+ * 1 window over its limit, 2 bad arguments, 3 server gone); and --fleet
+ * over three rl-servers, whose one audit must see over-admission summed
+ * across servers that do not share a store. Nothing here asserts a speed:
+ * a loaded CI machine must pass it too. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -34,6 +36,13 @@ static char server_addr[64];
 static rlt_redis_t redis;
 static int have_redis;
 
+/* --fleet tests: their servers, stopped by pid by the test's teardown
+ * whether it passed or not. */
+#define FLEET_N 3
+static pid_t fleet_pids[FLEET_N] = {-1, -1, -1};
+static char fleet_addrs[FLEET_N][32];
+static char fleet_list[FLEET_N * 32];
+
 /* Starts rl-server (with --redis when redis_port > 0) on a free port. */
 static int server_start(int redis_port)
 {
@@ -63,6 +72,62 @@ static void server_stop(void)
     if (server_pid > 0)
         rlt_stop(server_pid, SIGTERM, 5000);
     server_pid = -1;
+}
+
+/* Starts FLEET_N rl-servers on free ports, each with its own memory store,
+ * or all over the test's Redis when redis_port > 0; fleet_list is their
+ * comma-separated addresses. Returns 0 or -1. */
+static int fleet_start(int redis_port)
+{
+    char raddr[64];
+    size_t len = 0;
+    int i, attempt;
+
+    snprintf(raddr, sizeof(raddr), "127.0.0.1:%d", redis_port);
+    for (i = 0; i < FLEET_N; i++) {
+        for (attempt = 0; attempt < 5 && fleet_pids[i] <= 0; attempt++) {
+            int port = rlt_free_port();
+            snprintf(fleet_addrs[i], sizeof(fleet_addrs[i]), "127.0.0.1:%d",
+                     port);
+            /* A loaded CI machine may stretch a Redis round trip past the
+             * default 200 ms; a server would then fail open, which the
+             * audit leaves out and these tests do not test. Without Redis
+             * the NULL ends the list before those flags. */
+            char *argv[] = {RL_SERVER_BIN,  "--listen",
+                            fleet_addrs[i], "--log-level",
+                            "error",        redis_port > 0 ? "--redis" : NULL,
+                            raddr,          "--redis-timeout-ms",
+                            "1000",         NULL};
+            fleet_pids[i] = rlt_spawn(argv);
+            if (fleet_pids[i] > 0 && rlt_wait_port(port, 5000))
+                break;
+            rlt_stop(fleet_pids[i], SIGKILL, 1000);
+            fleet_pids[i] = -1;
+        }
+        if (fleet_pids[i] <= 0)
+            return -1;
+        len += (size_t)snprintf(fleet_list + len, sizeof(fleet_list) - len,
+                                "%s%s", i ? "," : "", fleet_addrs[i]);
+    }
+    return 0;
+}
+
+static void fleet_stop(void)
+{
+    int i;
+
+    for (i = 0; i < FLEET_N; i++) {
+        if (fleet_pids[i] > 0)
+            rlt_stop(fleet_pids[i], SIGTERM, 5000);
+        fleet_pids[i] = -1;
+    }
+}
+
+static int fleet_teardown(void **state)
+{
+    (void)state;
+    fleet_stop();
+    return 0;
 }
 
 /* Runs rl-bench with the given arguments (NULL-terminated, after argv[0]),
@@ -169,6 +234,49 @@ static void expect_token(const char *json, const char *name, const char *want)
         fail_msg("%s is %s, expected %s", name, v, want);
 }
 
+/* A number from the "servers" entry of server addr (one line each), or
+ * fails the test. */
+static double server_num(const char *json, const char *addr, const char *name)
+{
+    char pat[96];
+    const char *line, *eol, *p;
+
+    snprintf(pat, sizeof(pat), "{\"server\": \"%s\", ", addr);
+    line = strstr(json, pat);
+    if (line == NULL)
+        fail_msg("JSON has no servers entry for %s", addr);
+    eol = strchr(line, '\n');
+    snprintf(pat, sizeof(pat), "\"%s\": ", name);
+    p = strstr(line, pat);
+    if (p == NULL || (eol != NULL && p > eol))
+        fail_msg("servers entry of %s has no field %s", addr, name);
+    return strtod(p + strlen(pat), NULL);
+}
+
+/* The per-server counts add up to the totals, and every server answered
+ * some of the checks (the connections were spread, not failed over). */
+static void expect_fleet_shares(const char *json)
+{
+    double allowed = 0, denied = 0, errors = 0;
+    int i;
+
+    expect_token(json, "fleet", "true");
+    for (i = 0; i < FLEET_N; i++) {
+        assert_true(server_num(json, fleet_addrs[i], "connections") >= 1);
+        if (server_num(json, fleet_addrs[i], "decisions") <= 0)
+            fail_msg("server %s answered nothing", fleet_addrs[i]);
+        assert_true(server_num(json, fleet_addrs[i], "decisions") ==
+                    server_num(json, fleet_addrs[i], "allowed") +
+                        server_num(json, fleet_addrs[i], "denied"));
+        allowed += server_num(json, fleet_addrs[i], "allowed");
+        denied += server_num(json, fleet_addrs[i], "denied");
+        errors += server_num(json, fleet_addrs[i], "errors");
+    }
+    assert_true(allowed == num(json, "allowed"));
+    assert_true(denied == num(json, "denied"));
+    assert_true(errors == num(json, "errors") - num(json, "unsent"));
+}
+
 static const char *const required[] = {
     "decisions",        "seconds",    "decisions_per_sec",
     "allowed",          "denied",     "errors",
@@ -193,6 +301,7 @@ static int teardown(void **state)
 {
     (void)state;
     server_stop();
+    fleet_stop();
     if (have_redis)
         rlt_redis_stop(&redis);
     unlink(json_path);
@@ -393,6 +502,115 @@ static void test_bad_arguments(void **state)
         assert_non_null(strstr(err, "rl-bench: "));
         free(err);
     }
+    /* --fleet needs a connection per server, and a list without holes. */
+    assert_int_equal(bench("--server", "127.0.0.1:1,127.0.0.1:2", "--fleet",
+                           "--connections", "1", NULL),
+                     2);
+    assert_int_equal(
+        bench("--server", "127.0.0.1:1,,127.0.0.1:2", "--fleet", NULL), 2);
+    assert_int_equal(bench("--server", "127.0.0.1:1,", NULL), 2);
+}
+
+/* --fleet over three memory-store servers: each keeps its own count, so
+ * together they admit the hot key three times per window. One rl-bench
+ * audit over all their answers must see that (exit 1), and every window
+ * it flags holds more than the limit but no more than the three servers'
+ * limits together: a wider count would mean windows merged. */
+static void test_fleet_memory_over_admits(void **state)
+{
+    char prefix[64], *json, *p, *end;
+    int i, flagged = 0;
+
+    (void)state;
+    assert_int_equal(fleet_start(0), 0);
+    snprintf(prefix, sizeof(prefix), "fleet-mem-%d:", (int)getpid());
+    assert_int_equal(bench("--server", fleet_list, "--fleet", "--connections",
+                           "3", "--inflight", "8", "--dist", "hot",
+                           "--key-prefix", prefix, "--limit", "20", "--window",
+                           "1", "--duration", "1.5", "--audit", "--json",
+                           json_path, NULL),
+                     1);
+    json = slurp(json_path);
+    assert_non_null(json);
+    expect_fleet_shares(json);
+    expect_token(json, "errors", "0");
+    assert_true(num(json, "audit_over_limit") > 0);
+    for (i = 0; i < FLEET_N; i++)
+        assert_true(server_num(json, fleet_addrs[i], "allowed") > 0);
+    p = strstr(json, "\n  \"audit_violations\": [");
+    assert_non_null(p);
+    end = strstr(p, "\n  \"audit_inexact\": [");
+    assert_non_null(end);
+    for (; (p = strstr(p, "\"allowed\": ")) != NULL && p < end; flagged++) {
+        double allowed = strtod(p + strlen("\"allowed\": "), NULL);
+        if (allowed <= 20 || allowed > 20 * FLEET_N)
+            fail_msg("a flagged window allowed %g (limit 20 on each of %d "
+                     "servers)",
+                     allowed, FLEET_N);
+        p++;
+    }
+    assert_true(flagged == num(json, "audit_over_limit"));
+    print_message("fleet of %d memory stores: %g of %g windows over the "
+                  "limit, %g allowed in all\n",
+                  FLEET_N, num(json, "audit_over_limit"),
+                  num(json, "audit_windows"), num(json, "allowed"));
+    free(json);
+    fleet_stop();
+}
+
+/* --fleet over three servers sharing one Redis: one budget per window in
+ * total, so the audit across them passes, exactly at the limit. */
+static void test_fleet_redis_exact(void **state)
+{
+    char prefix[64], *json;
+
+    (void)state;
+    if (!have_redis)
+        skip();
+    assert_int_equal(fleet_start(redis.port), 0);
+    snprintf(prefix, sizeof(prefix), "fleet-redis-%d:", (int)getpid());
+    assert_int_equal(bench("--server", fleet_list, "--fleet", "--connections",
+                           "3", "--inflight", "8", "--dist", "hot",
+                           "--key-prefix", prefix, "--limit", "37", "--window",
+                           "1", "--duration", "2.6", "--audit", "--json",
+                           json_path, NULL),
+                     0);
+    json = slurp(json_path);
+    assert_non_null(json);
+    expect_fleet_shares(json);
+    expect_token(json, "errors", "0");
+    expect_token(json, "failed_open", "0");
+    expect_token(json, "audit_over_limit", "0");
+    expect_token(json, "audit_exact", "true");
+    assert_true(num(json, "audit_checked_windows") >= 1);
+    free(json);
+    fleet_stop();
+}
+
+/* Without --fleet a list still means failover: the first address refuses,
+ * every connection moves on to the second, nothing fails, and no
+ * per-server counts are claimed. */
+static void test_failover_without_fleet(void **state)
+{
+    char list[160], *json;
+
+    (void)state;
+    assert_int_equal(server_start(0), 0);
+    snprintf(list, sizeof(list), "127.0.0.1:%d,%s", rlt_free_port(),
+             server_addr);
+    assert_int_equal(bench("--server", list, "--connections", "3", "--inflight",
+                           "4", "--duration", "0.5", "--keys", "100", "--audit",
+                           "--json", json_path, NULL),
+                     0);
+    json = slurp(json_path);
+    assert_non_null(json);
+    expect_token(json, "fleet", "false");
+    expect_token(json, "servers", "null");
+    expect_token(json, "errors", "0");
+    expect_token(json, "audit_over_limit", "0");
+    assert_true(num(json, "decisions") > 0);
+    free(json);
+    server_stop();
 }
 
 /* No server at all, then a server killed mid-run: the run ends with a
@@ -443,6 +661,10 @@ int main(void)
         cmocka_unit_test(test_hot_exact_memory),
         cmocka_unit_test(test_hot_exact_redis),
         cmocka_unit_test(test_open_loop),
+        cmocka_unit_test_teardown(test_fleet_memory_over_admits,
+                                  fleet_teardown),
+        cmocka_unit_test_teardown(test_fleet_redis_exact, fleet_teardown),
+        cmocka_unit_test(test_failover_without_fleet),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_server_gone),
     };

@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # Cluster scenarios: three rl-servers behind HAProxy over one Redis, driven
-# through HAProxy by rl-bench --audit. Each scenario starts its own cluster
-# on free loopback ports and stops every process by pid when it ends.
+# through HAProxy by rl-bench --audit (the fleet scenario drives the
+# servers themselves with rl-bench --fleet). Each scenario starts its own
+# cluster on free loopback ports and stops every process by pid when it
+# ends.
 #
 #   tests/cluster/cluster.sh SCENARIO RL_SERVER RL_BENCH [RL_CHECK]
 #   tests/cluster/cluster.sh all      RL_SERVER RL_BENCH [RL_CHECK]
 #
 # Scenarios (CTest runs each as cluster_<name>, label `integration`):
 #   hot_key       one key, limit L per window: exactly L per window in total
+#   fleet         the same without HAProxy: rl-bench --fleet pins two
+#                 connections to each server and audits all their answers
+#                 as one; each server's /metrics equals its share
 #   uniform       many keys: no window over its limit
 #   clock_skew    two servers' wall clocks shifted by -40 s and +25 s
 #   kill_server   one server SIGKILLed mid-run
@@ -113,6 +118,39 @@ scenario_hot_key() {
     check_every_server_served
     check_metrics_match hot
     t_log "hot_key: $(t_audit_line hot)"
+}
+
+# HAProxy decides which server a connection lands on, so the scenarios
+# above cannot say what each server did. --fleet connects to the servers
+# themselves, connection i to server i mod 3, and reports each one's
+# decisions: they must equal that server's own /metrics, and the one audit
+# over every server's answers must find the hot key exact per window.
+scenario_fleet() {
+    local i j ok over
+    t_init 3
+    t_cluster_up
+    t_bench_at "$(t_servers)" fleet --fleet --duration 4 --keys 1 --dist hot \
+        --limit 100 --window 2 --key-prefix fleet: --audit "${LOAD[@]}"
+    t_check "rl-bench exited $(cat "$T_DIR/fleet.rc")" [ "$(cat "$T_DIR/fleet.rc")" = 0 ]
+    t_check "fleet: not a --fleet run" [ "$(t_json fleet fleet)" = true ]
+    check_audit_clean fleet
+    check_exact fleet
+    check_no_errors fleet
+    for i in $(seq 1 "$T_N"); do
+        j=$((i - 1))
+        t_check "fleet: servers[$j] is not rl-server $i" \
+            [ "$(t_json fleet "servers[$j].server")" = "127.0.0.1:$(t_server_port "$i")" ]
+        t_expect fleet "servers[$j].connections" -eq $((CONNS / T_N))
+        t_expect fleet "servers[$j].decisions" -gt 0
+        t_expect fleet "servers[$j].errors" -eq 0
+        ok=$(t_metric "$i" "$OK")
+        over=$(t_metric "$i" "$OVER")
+        t_expect fleet "servers[$j].allowed" -eq "$ok"
+        t_expect fleet "servers[$j].denied" -eq "$over"
+        t_log "fleet: rl-server $i: /metrics ok $ok, over_limit $over (= rl-bench's count for it)"
+    done
+    check_metrics_match fleet
+    t_log "fleet: $(t_audit_line fleet)"
 }
 
 scenario_uniform() {
@@ -318,7 +356,7 @@ scenario_local_cluster() {
     t_log "local_cluster: up 2, status, rl-check through HAProxy (allowed, then over), down stopped pids$pids and left pid $decoy alone"
 }
 
-SCENARIOS="hot_key uniform clock_skew kill_server drain redis_health local_cluster"
+SCENARIOS="hot_key fleet uniform clock_skew kill_server drain redis_health local_cluster"
 
 if [ "$SCENARIO" = all ]; then
     failed=0

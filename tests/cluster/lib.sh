@@ -109,6 +109,14 @@ t_init() {
 }
 
 t_lb_port() { echo "$T_PORT"; }
+# t_servers: every rl-server's address, comma-separated, server 1 first.
+t_servers() {
+    local i list=""
+    for i in $(seq 1 "$T_N"); do
+        list="$list${list:+,}127.0.0.1:$(t_server_port "$i")"
+    done
+    echo "$list"
+}
 t_stats_port() { echo $((T_PORT + 1)); }
 t_redis_port() { echo $((T_PORT + 2)); }
 t_server_port() { echo $((T_PORT + 10 + $1)); }
@@ -235,9 +243,14 @@ t_metric_above() {
 # t_bench NAME ARGS...: rl-bench through HAProxy, JSON into NAME.json;
 # runs in the foreground and records its exit status in NAME.rc.
 t_bench() {
-    local name=$1 rc=0
-    shift
-    "$RL_BENCH_BIN" --server "127.0.0.1:$(t_lb_port)" --no-progress \
+    t_bench_at "127.0.0.1:$(t_lb_port)" "$@"
+}
+
+# t_bench_at SERVERS NAME ARGS...: the same against --server SERVERS.
+t_bench_at() {
+    local server=$1 name=$2 rc=0
+    shift 2
+    "$RL_BENCH_BIN" --server "$server" --no-progress \
         --json "$T_DIR/$name.json" "$@" >"$T_DIR/$name.out" 2>&1 || rc=$?
     echo "$rc" >"$T_DIR/$name.rc"
     sed 's/^/    /' "$T_DIR/$name.out"
