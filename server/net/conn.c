@@ -201,7 +201,7 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 static void handle_request(rls_conn_t *c, const uint8_t *p, size_t n)
 {
     rls_conns_t *s = c->srv;
-    const rls_rule_t *rule;
+    const rls_flag_rule_t *rule;
     rl_check_t q;
     char msg[RL_RULE_MAX + 32];
     int rc;

@@ -175,7 +175,7 @@ static int parse_rule(rls_config_t *c, const char *s, char *err,
                       size_t errlen)
 {
     const char *eq = strchr(s, '='), *slash;
-    rls_rule_t *r;
+    rls_flag_rule_t *r;
     rl_check_t probe;
     char num[32];
     uint64_t v;
@@ -220,7 +220,7 @@ static int parse_rule(rls_config_t *c, const char *s, char *err,
     return 0;
 }
 
-const rls_rule_t *rls_config_rule(const rls_config_t *c, const char *name,
+const rls_flag_rule_t *rls_config_rule(const rls_config_t *c, const char *name,
                                   size_t len)
 {
     size_t i;

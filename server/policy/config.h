@@ -12,12 +12,12 @@
 #define RLS_RULES_MAX 256
 
 /* A named server-side limit: `--rule NAME=LIMIT/WINDOW_SECONDS`. */
-typedef struct rls_rule_s {
+typedef struct rls_flag_rule_s {
     char name[RL_RULE_MAX + 1];
     size_t name_len;
     uint64_t limit;
     uint32_t window_s;
-} rls_rule_t;
+} rls_flag_rule_t;
 
 typedef struct rls_config_s {
     char listen_host[RLS_HOST_MAX + 1];
@@ -44,7 +44,7 @@ typedef struct rls_config_s {
     uint64_t drain_ms;
     char log_level[8];
 
-    rls_rule_t rules[RLS_RULES_MAX];
+    rls_flag_rule_t rules[RLS_RULES_MAX];
     size_t nrules;
 } rls_config_t;
 
@@ -64,7 +64,7 @@ int rls_config_parse(rls_config_t *c, int argc, char **argv, void *out,
 int rls_parse_hostport(const char *s, char *host, size_t hostlen, int *port);
 
 /* Finds a rule by name; NULL if there is none. */
-const rls_rule_t *rls_config_rule(const rls_config_t *c, const char *name,
+const rls_flag_rule_t *rls_config_rule(const rls_config_t *c, const char *name,
                                   size_t len);
 
 #endif

@@ -1,0 +1,562 @@
+/* rl-ctl: the operators' switches, kept in Redis for every rl-server.
+ *
+ *   per-caller quotas   <prefix>{<key>}:q      HASH  rule -> "N/S N/S..."
+ *   runtime switches    <prefix>policy         HASH  version, global,
+ *                                                    mode:<rule>, scale:<rule>
+ *   who applies what    <prefix>instances      HASH  instance -> "V MS"
+ *
+ * A quota lives beside the caller's counters (same hash tag, so the same
+ * Redis Cluster slot) and is read by the decision script itself: setting
+ * one adds no round trip to any decision and takes effect on the next.
+ * Switches are polled by every rl-server (twice a second); each change
+ * bumps `version`, and each server records the version it applies under
+ * its instance name, which is how `rl-ctl` tells when the fleet has it.
+ *
+ * Exit: 0 done; 1 Redis failed, nothing found, or the fleet did not apply
+ * a change in time; 2 bad arguments. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+
+#include <hiredis/hiredis.h>
+
+#include "policy/config.h"
+#include "policy/rules.h"
+#include "rl_check.h"
+#include "rl_error.h"
+#include "version.h"
+
+#define EXIT_FAIL 1
+#define EXIT_USAGE 2
+
+/* An instance that has not reported for this long is not waited for. */
+#define STALE_MS 10000
+
+static const char usage[] =
+    "usage: rl-ctl [--redis ADDR] [--prefix STR] [--wait-ms N] COMMAND\n"
+    "\n"
+    "Per-caller quotas and fleet-wide switches for rl-server, stored in\n"
+    "Redis; every rl-server using that Redis (and prefix) applies them.\n"
+    "\n"
+    "  quota set RULE KEY LIMIT...  give caller KEY its own limits under\n"
+    "                               RULE, e.g. 1000/1m 50000/1h\n"
+    "  quota get RULE KEY           print them\n"
+    "  quota del RULE KEY           back to the rule's limits\n"
+    "  mode RULE MODE               enforce, shadow, off, or default (the\n"
+    "                               rules file's mode)\n"
+    "  scale RULE FACTOR            multiply RULE's limits by FACTOR\n"
+    "                               (0 < FACTOR <= 1000), or default\n"
+    "  global MODE                  one mode for every rule and inline\n"
+    "                               limit: enforce, shadow, off, or default\n"
+    "                               (each rule its own)\n"
+    "  show                         the switches, and which version each\n"
+    "                               rl-server applies\n"
+    "  wait                         until every rl-server applies the\n"
+    "                               current version\n"
+    "\n"
+    "  --redis ADDR    HOST:PORT or redis://[:PASSWORD@]HOST:PORT[/DB], as\n"
+    "                  rl-server's --redis (default 127.0.0.1:6379)\n"
+    "  --prefix STR    key prefix, as rl-server's (default rl:)\n"
+    "  --wait-ms N     after a switch, wait this long for every rl-server\n"
+    "                  to apply it, printing each one's delay (default\n"
+    "                  5000; 0: do not wait)\n"
+    "\n"
+    "Exit status: 0 done; 1 Redis failed, nothing found, or a server did not\n"
+    "apply the change in time; 2 bad arguments.\n";
+
+typedef struct ctl_s {
+    redisContext *rc;
+    rls_config_t cfg; /* --redis and --prefix, parsed as rl-server does */
+    uint64_t wait_ms;
+} ctl_t;
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 1, 2)))
+#endif
+static int bad(const char *fmt, ...)
+{
+    va_list ap;
+
+    fprintf(stderr, "rl-ctl: ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n");
+    return EXIT_USAGE;
+}
+
+static int rule_ok(const char *s)
+{
+    rl_check_t probe;
+
+    memset(&probe, 0, sizeof(probe));
+    probe.key = "k";
+    probe.key_len = 1;
+    probe.rule = s;
+    probe.rule_len = strlen(s);
+    return probe.rule_len > 0 && rl_check_validate(&probe) == RL_OK;
+}
+
+static int key_ok(const char *s)
+{
+    size_t n = strlen(s);
+
+    return n > 0 && n <= RL_KEY_MAX;
+}
+
+/* Runs one command; NULL (with a message printed) when Redis failed or
+ * answered an error. */
+static redisReply *cmd(ctl_t *c, int argc, const char **argv,
+                       const size_t *lens)
+{
+    redisReply *r = redisCommandArgv(c->rc, argc, argv, lens);
+
+    if (r == NULL) {
+        fprintf(stderr, "rl-ctl: redis: %s\n",
+                c->rc->errstr[0] ? c->rc->errstr : "no reply");
+        return NULL;
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+        fprintf(stderr, "rl-ctl: redis: %s\n", r->str);
+        freeReplyObject(r);
+        return NULL;
+    }
+    return r;
+}
+
+static int connect_redis(ctl_t *c)
+{
+    struct timeval tv = {2, 0};
+    redisReply *r;
+
+    c->rc = redisConnectWithTimeout(c->cfg.redis_host, c->cfg.redis_port, tv);
+    if (c->rc == NULL || c->rc->err) {
+        fprintf(stderr, "rl-ctl: cannot connect to redis at %s:%d: %s\n",
+                c->cfg.redis_host, c->cfg.redis_port,
+                c->rc ? c->rc->errstr : "out of memory");
+        return EXIT_FAIL;
+    }
+    redisSetTimeout(c->rc, tv);
+    if (c->cfg.redis_password[0]) {
+        const char *a[] = {"AUTH", c->cfg.redis_password};
+        if ((r = cmd(c, 2, a, NULL)) == NULL)
+            return EXIT_FAIL;
+        freeReplyObject(r);
+    }
+    if (c->cfg.redis_db > 0) {
+        char db[16];
+        const char *a[] = {"SELECT", db};
+        snprintf(db, sizeof(db), "%d", c->cfg.redis_db);
+        if ((r = cmd(c, 2, a, NULL)) == NULL)
+            return EXIT_FAIL;
+        freeReplyObject(r);
+    }
+    return 0;
+}
+
+static void quota_key(const ctl_t *c, const char *key, char *out, size_t len)
+{
+    snprintf(out, len, "%s{%s}:q", c->cfg.prefix, key);
+}
+
+static void policy_key(const ctl_t *c, const char *what, char *out,
+                       size_t len)
+{
+    snprintf(out, len, "%s%s", c->cfg.prefix, what);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Quotas */
+
+static int quota(ctl_t *c, int argc, char **argv)
+{
+    char qkey[RL_KEY_MAX + 80], value[RLS_WINDOWS_MAX * 48];
+    const char *op, *rule, *key;
+    redisReply *r;
+    int rc;
+
+    if (argc < 3)
+        return bad("%s", "quota: expected set|get|del RULE KEY [LIMIT...]");
+    op = argv[0];
+    rule = argv[1];
+    key = argv[2];
+    if (!rule_ok(rule))
+        return bad("bad rule name '%s': 1-128 bytes of [A-Za-z0-9_.:-]", rule);
+    if (!key_ok(key))
+        return bad("%s", "bad key: 1-512 bytes");
+    quota_key(c, key, qkey, sizeof(qkey));
+
+    if (strcmp(op, "set") == 0) {
+        /* Validated whole before anything is written: never half-applied.
+         * Stored normalized (limit/seconds, by window length) so the
+         * script reads it with one pattern. */
+        rls_limits_t ls;
+        size_t i, n = 0;
+
+        memset(&ls, 0, sizeof(ls));
+        if (argc < 4)
+            return bad("%s", "quota set: give at least one LIMIT, e.g. 100/1m");
+        for (i = 3; i < (size_t)argc; i++) {
+            const char *why;
+            rls_limit_t l;
+            uint32_t j;
+
+            if (rls_limit_parse(argv[i], strlen(argv[i]), &l, &why) != RL_OK) {
+                fprintf(stderr, "rl-ctl: bad limit '%s': %s\n", argv[i], why);
+                return EXIT_USAGE;
+            }
+            if (ls.n == RLS_WINDOWS_MAX)
+                return bad("%s", "quota set: at most 8 limits");
+            for (j = 0; j < ls.n; j++)
+                if (ls.w[j].window_s == l.window_s)
+                    return bad("quota set: two limits with the window of '%s'",
+                               argv[i]);
+            ls.w[ls.n++] = l;
+        }
+        for (i = 0; i < ls.n; i++)
+            n += (size_t)snprintf(value + n, sizeof(value) - n, "%s%llu/%u",
+                                  i ? " " : "",
+                                  (unsigned long long)ls.w[i].limit,
+                                  ls.w[i].window_s);
+        {
+            const char *a[] = {"HSET", qkey, rule, value};
+            if ((rc = connect_redis(c)) != 0)
+                return rc;
+            if ((r = cmd(c, 4, a, NULL)) == NULL)
+                return EXIT_FAIL;
+            freeReplyObject(r);
+        }
+        printf("quota %s %s: %s\n", rule, key, value);
+        return 0;
+    }
+    if (strcmp(op, "get") == 0 || strcmp(op, "del") == 0) {
+        int get = op[0] == 'g';
+        const char *a[] = {get ? "HGET" : "HDEL", qkey, rule};
+
+        if (argc != 3)
+            return bad("quota %s: expected RULE KEY", op);
+        if ((rc = connect_redis(c)) != 0)
+            return rc;
+        if ((r = cmd(c, 3, a, NULL)) == NULL)
+            return EXIT_FAIL;
+        if (get && r->type == REDIS_REPLY_STRING) {
+            /* Shown in the form it was given in: 1000/1m 50000/1h. */
+            const char *p = r->str;
+            printf("quota %s %s:", rule, key);
+            while (*p) {
+                const char *sp = strchr(p, ' '), *why;
+                size_t len = sp ? (size_t)(sp - p) : strlen(p);
+                char buf[48];
+                rls_limit_t l;
+                if (rls_limit_parse(p, len, &l, &why) == RL_OK) {
+                    rls_limit_format(&l, buf, sizeof(buf));
+                    printf(" %s", buf);
+                } else {
+                    printf(" (unparsable: %.*s)", (int)len, p);
+                }
+                p += len;
+                while (*p == ' ')
+                    p++;
+            }
+            printf("\n");
+            freeReplyObject(r);
+            return 0;
+        }
+        rc = get ? r->type == REDIS_REPLY_STRING : r->integer == 1;
+        freeReplyObject(r);
+        if (!rc) {
+            fprintf(stderr, "rl-ctl: no quota for %s under %s\n", key, rule);
+            return EXIT_FAIL;
+        }
+        printf("quota %s %s: deleted\n", rule, key);
+        return 0;
+    }
+    return bad("quota: unknown operation '%s' (set, get, del)", op);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Switches */
+
+/* Reads the instances hash and prints, for each live instance, whether it
+ * applies version v. Returns how many live instances do not yet, or RL_EIO
+ * when Redis failed (said on stderr). */
+static long instances_behind(ctl_t *c, long long v, int print,
+                             uint64_t since_ms, long *live)
+{
+    char ikey[128];
+    const char *a[] = {"HGETALL", ikey};
+    redisReply *r;
+    uint64_t now = now_ms();
+    long behind = 0;
+    size_t i;
+
+    policy_key(c, "instances", ikey, sizeof(ikey));
+    if ((r = cmd(c, 2, a, NULL)) == NULL)
+        return RL_EIO;
+    for (i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
+        long long iv = 0;
+        unsigned long long at = 0;
+        const char *name = r->element[i]->str;
+        if (r->element[i + 1]->type != REDIS_REPLY_STRING ||
+            sscanf(r->element[i + 1]->str, "%lld %llu", &iv, &at) != 2)
+            continue;
+        if (at + STALE_MS < now)
+            continue; /* gone, or not reporting: not waited for */
+        (*live)++;
+        if (iv < v)
+            behind++;
+        if (print)
+            printf("  %-40s version %lld%s", name, iv,
+                   iv >= v ? "" : " (behind)");
+        if (print && since_ms && iv >= v)
+            printf("  applied within %llu ms",
+                   (unsigned long long)(at > since_ms ? at - since_ms : 0));
+        if (print)
+            printf("\n");
+    }
+    freeReplyObject(r);
+    return behind;
+}
+
+/* Waits until every live instance applies version v. */
+static int wait_for(ctl_t *c, long long v, uint64_t since_ms)
+{
+    uint64_t deadline = now_ms() + c->wait_ms;
+    long behind, live;
+
+    for (;;) {
+        live = 0;
+        behind = instances_behind(c, v, 0, 0, &live);
+        if (behind < 0)
+            return EXIT_FAIL;
+        if (behind == 0 || now_ms() >= deadline)
+            break;
+        struct timespec ts = {0, 20 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    if (live == 0) {
+        printf("version %lld: no rl-server has reported in the last %d s\n",
+               v, STALE_MS / 1000);
+        return 0;
+    }
+    printf("version %lld applied by every live rl-server%s\n", v,
+           behind ? ": NO, some are behind" : "");
+    live = 0;
+    instances_behind(c, v, 1, since_ms, &live);
+    if (behind) {
+        fprintf(stderr, "rl-ctl: %ld rl-server(s) did not apply version %lld "
+                        "within %llu ms\n",
+                behind, v, (unsigned long long)c->wait_ms);
+        return EXIT_FAIL;
+    }
+    return 0;
+}
+
+/* Sets (or with value NULL, clears) one field of the switches and bumps
+ * the version, atomically. */
+static int set_switch(ctl_t *c, const char *field, const char *value)
+{
+    char pkey[128];
+    const char *multi[] = {"MULTI"}, *exec[] = {"EXEC"};
+    const char *set[] = {"HSET", pkey, field, value};
+    const char *del[] = {"HDEL", pkey, field};
+    const char *bump[] = {"HINCRBY", pkey, "version", "1"};
+    redisReply *r;
+    uint64_t t0;
+    long long v;
+    int rc;
+
+    policy_key(c, "policy", pkey, sizeof(pkey));
+    if ((rc = connect_redis(c)) != 0)
+        return rc;
+    t0 = now_ms();
+    if ((r = cmd(c, 1, multi, NULL)) == NULL)
+        return EXIT_FAIL;
+    freeReplyObject(r);
+    if ((r = value ? cmd(c, 4, set, NULL) : cmd(c, 3, del, NULL)) == NULL)
+        return EXIT_FAIL;
+    freeReplyObject(r);
+    if ((r = cmd(c, 4, bump, NULL)) == NULL)
+        return EXIT_FAIL;
+    freeReplyObject(r);
+    if ((r = cmd(c, 1, exec, NULL)) == NULL)
+        return EXIT_FAIL;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[1]->type != REDIS_REPLY_INTEGER) {
+        fprintf(stderr, "rl-ctl: redis: unexpected reply to EXEC\n");
+        freeReplyObject(r);
+        return EXIT_FAIL;
+    }
+    v = r->element[1]->integer;
+    freeReplyObject(r);
+    printf("%s = %s (version %lld)\n", field, value ? value : "default", v);
+    return c->wait_ms ? wait_for(c, v, t0) : 0;
+}
+
+static int mode_value(const char *s, const char **out)
+{
+    if (strcmp(s, "default") == 0) {
+        *out = NULL;
+        return 0;
+    }
+    if (rls_mode_parse(s, strlen(s)) < 0)
+        return bad("bad mode '%s': enforce, shadow, off or default", s);
+    *out = s;
+    return 0;
+}
+
+static int show(ctl_t *c)
+{
+    char pkey[128];
+    const char *a[] = {"HGETALL", pkey};
+    long long v = 0;
+    redisReply *r;
+    size_t i;
+    int rc;
+
+    policy_key(c, "policy", pkey, sizeof(pkey));
+    if ((rc = connect_redis(c)) != 0)
+        return rc;
+    if ((r = cmd(c, 2, a, NULL)) == NULL)
+        return EXIT_FAIL;
+    printf("switches (%s):\n", pkey);
+    for (i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
+        if (strcmp(r->element[i]->str, "version") == 0)
+            v = strtoll(r->element[i + 1]->str, NULL, 10);
+        else
+            printf("  %s = %s\n", r->element[i]->str, r->element[i + 1]->str);
+    }
+    freeReplyObject(r);
+    printf("version %lld; rl-servers reporting in the last %d s:\n", v,
+           STALE_MS / 1000);
+    {
+        long live = 0;
+        return instances_behind(c, v, 1, 0, &live) < 0 ? EXIT_FAIL : 0;
+    }
+}
+
+static int current_version(ctl_t *c, long long *v)
+{
+    char pkey[128];
+    const char *a[] = {"HGET", pkey, "version"};
+    redisReply *r;
+
+    policy_key(c, "policy", pkey, sizeof(pkey));
+    if ((r = cmd(c, 3, a, NULL)) == NULL)
+        return EXIT_FAIL;
+    *v = r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : 0;
+    freeReplyObject(r);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static ctl_t c;
+    const char *redis = "127.0.0.1:6379", *prefix = "rl:", *value;
+    char field[RL_RULE_MAX + 16], err[512];
+    int i, rc;
+
+    c.wait_ms = 5000;
+    for (i = 1; i < argc && argv[i][0] == '-'; i++) {
+        const char *o = argv[i];
+        if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) {
+            fputs(usage, stdout);
+            return 0;
+        }
+        if (strcmp(o, "--version") == 0) {
+            printf("rl-ctl %s\n", RLS_VERSION);
+            return 0;
+        }
+        if (i + 1 >= argc)
+            return bad("%s needs a value (see --help)", o);
+        if (strcmp(o, "--redis") == 0) {
+            redis = argv[++i];
+        } else if (strcmp(o, "--prefix") == 0) {
+            prefix = argv[++i];
+        } else if (strcmp(o, "--wait-ms") == 0) {
+            char *end;
+            errno = 0;
+            c.wait_ms = strtoull(argv[++i], &end, 10);
+            if (errno || *end || argv[i][0] == '-' || c.wait_ms > 600000)
+                return bad("--wait-ms: expected 0 to 600000, got '%s'",
+                           argv[i]);
+        } else {
+            return bad("unknown option '%s' (see --help)", o);
+        }
+    }
+    /* --redis and --prefix mean exactly what they mean to rl-server: its
+     * own parser reads them. */
+    {
+        char *sargv[] = {"rl-ctl", "--redis", (char *)redis, "--prefix",
+                         (char *)prefix};
+        rls_config_defaults(&c.cfg);
+        if (rls_config_parse(&c.cfg, 5, sargv, stdout, err, sizeof(err)) !=
+            RLS_CONFIG_RUN) {
+            fprintf(stderr, "rl-ctl: %s\n", err);
+            return EXIT_USAGE;
+        }
+    }
+    if (i >= argc) {
+        fputs(usage, stderr);
+        return EXIT_USAGE;
+    }
+    argc -= i;
+    argv += i;
+
+    if (strcmp(argv[0], "quota") == 0) {
+        rc = quota(&c, argc - 1, argv + 1);
+    } else if (strcmp(argv[0], "mode") == 0 && argc == 3) {
+        if (!rule_ok(argv[1]))
+            return bad("bad rule name '%s'", argv[1]);
+        if ((rc = mode_value(argv[2], &value)) != 0)
+            return rc;
+        snprintf(field, sizeof(field), "mode:%s", argv[1]);
+        rc = set_switch(&c, field, value);
+    } else if (strcmp(argv[0], "global") == 0 && argc == 2) {
+        if ((rc = mode_value(argv[1], &value)) != 0)
+            return rc;
+        rc = set_switch(&c, "global", value);
+    } else if (strcmp(argv[0], "scale") == 0 && argc == 3) {
+        char *end;
+        double f;
+        if (!rule_ok(argv[1]))
+            return bad("bad rule name '%s'", argv[1]);
+        value = NULL;
+        if (strcmp(argv[2], "default") != 0) {
+            errno = 0;
+            f = strtod(argv[2], &end);
+            if (errno || *end || end == argv[2] || !(f > 0 && f <= 1000))
+                return bad("bad scale '%s': a number above 0, at most 1000, "
+                           "or default",
+                           argv[2]);
+            value = argv[2];
+        }
+        snprintf(field, sizeof(field), "scale:%s", argv[1]);
+        rc = set_switch(&c, field, value);
+    } else if (strcmp(argv[0], "show") == 0 && argc == 1) {
+        rc = show(&c);
+    } else if (strcmp(argv[0], "wait") == 0 && argc == 1) {
+        long long v;
+        if ((rc = connect_redis(&c)) == 0 &&
+            (rc = current_version(&c, &v)) == 0)
+            rc = wait_for(&c, v, 0);
+    } else {
+        rc = bad("unknown command or wrong arguments: '%s' (see --help)",
+                 argv[0]);
+    }
+    if (c.rc != NULL)
+        redisFree(c.rc);
+    return rc;
+}
