@@ -1,0 +1,312 @@
+/* The policy in force; see runtime.h. */
+#include "policy/runtime.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rl_error.h"
+#include "util.h"
+
+/* A rule's effective settings under the current switches. */
+typedef struct rls_rule_rt_s {
+    int mode;
+    double scale; /* 1: unscaled */
+    rls_rule_stats_t *stats;
+} rule_rt_t;
+
+uint64_t rls_scale_limit(uint64_t limit, double scale)
+{
+    double v;
+
+    if (scale == 1.0)
+        return limit;
+    v = floor((double)limit * scale);
+    if (v < 1)
+        return 1;
+    if (v >= 9223372036854775807.0)
+        return INT64_MAX;
+    return (uint64_t)v;
+}
+
+/* The counters of a rule name, made on first use and kept for the life of
+ * the process, so a reload does not reset them. Past max_stats names, new
+ * ones share one entry. Found through an open-addressed table of the
+ * entries (at most half full), so a reload of many rules stays linear. */
+static rls_rule_stats_t *stats_for(rls_runtime_t *rt, const char *name,
+                                   size_t len)
+{
+    rls_rule_stats_t *s;
+    uint32_t pos;
+
+    if (rt->stats_cap == 0 || 2 * (rt->nstats + 1) > rt->stats_cap) {
+        size_t cap = rt->stats_cap ? 2 * rt->stats_cap : 64, i;
+        rls_rule_stats_t **t = calloc(cap, sizeof(*t));
+        if (t == NULL)
+            return &rt->other_stats;
+        for (i = 0; i < rt->stats_cap; i++) {
+            if ((s = rt->stats[i]) == NULL)
+                continue;
+            pos = (uint32_t)rl_hash(&rt->hash_key, s->name, strlen(s->name)) &
+                  (uint32_t)(cap - 1);
+            while (t[pos] != NULL)
+                pos = (pos + 1) & (uint32_t)(cap - 1);
+            t[pos] = s;
+        }
+        free(rt->stats);
+        rt->stats = t;
+        rt->stats_cap = cap;
+    }
+    pos = (uint32_t)rl_hash(&rt->hash_key, name, len) &
+          (uint32_t)(rt->stats_cap - 1);
+    for (; (s = rt->stats[pos]) != NULL;
+         pos = (pos + 1) & (uint32_t)(rt->stats_cap - 1))
+        if (strlen(s->name) == len && memcmp(s->name, name, len) == 0)
+            return s;
+    if (rt->nstats == rt->max_stats || (s = calloc(1, sizeof(*s))) == NULL)
+        return &rt->other_stats;
+    memcpy(s->name, name, len);
+    rt->stats[pos] = s;
+    rt->nstats++;
+    return s;
+}
+
+/* Works out every rule's effective settings into a new array. */
+static rule_rt_t *compute(rls_runtime_t *rt, const rls_policy_t *p,
+                          const rls_switches_t *sw)
+{
+    size_t n = rls_policy_count(p), i;
+    rule_rt_t *a = calloc(n ? n : 1, sizeof(*a));
+
+    if (a == NULL)
+        return NULL;
+    /* Switches are few; rules may be many: look each switch's rule up
+     * instead of scanning the switches per rule. */
+    for (i = 0; i < n; i++) {
+        const rls_rule_t *r = rls_policy_rule_at(p, i);
+        a[i].mode = r->mode;
+        a[i].scale = 1.0;
+        a[i].stats = stats_for(rt, r->name, r->name_len);
+    }
+    for (i = 0; i < sw->n; i++) {
+        const rls_rule_t *r =
+            rls_policy_find(p, sw->items[i].rule, strlen(sw->items[i].rule));
+        if (r == NULL)
+            continue;
+        if (sw->items[i].mode >= 0)
+            a[r->index].mode = sw->items[i].mode;
+        if (sw->items[i].scale > 0)
+            a[r->index].scale = sw->items[i].scale;
+    }
+    if (sw->global_mode >= 0)
+        for (i = 0; i < n; i++)
+            a[i].mode = sw->global_mode;
+    return a;
+}
+
+int rls_runtime_init(rls_runtime_t *rt, rls_policy_t *p, size_t max_rules)
+{
+    memset(rt, 0, sizeof(*rt));
+    rt->sw.global_mode = -1;
+    rt->max_stats = 4 * (max_rules ? max_rules : 1);
+    strcpy(rt->other_stats.name, "(other)");
+    rt->inline_mode = RLS_INLINE_ALLOW;
+    rls_random_key(&rt->hash_key);
+    if ((rt->rt = compute(rt, p, &rt->sw)) == NULL)
+        return RL_ENOMEM;
+    rt->policy = p;
+    rt->generation = 1;
+    return RL_OK;
+}
+
+void rls_runtime_free(rls_runtime_t *rt)
+{
+    size_t i;
+
+    rls_policy_unref(rt->policy);
+    free(rt->rt);
+    rls_switches_free(&rt->sw);
+    for (i = 0; i < rt->stats_cap; i++)
+        free(rt->stats[i]);
+    free(rt->stats);
+    memset(rt, 0, sizeof(*rt));
+}
+
+int rls_runtime_set_policy(rls_runtime_t *rt, rls_policy_t *p)
+{
+    rule_rt_t *a = compute(rt, p, &rt->sw);
+
+    if (a == NULL) {
+        rls_policy_unref(p);
+        return RL_ENOMEM;
+    }
+    if (rt->before_change != NULL)
+        rt->before_change(rt->arg);
+    free(rt->rt);
+    rt->rt = a;
+    rls_policy_unref(rt->policy);
+    rt->policy = p;
+    rt->generation++;
+    return RL_OK;
+}
+
+int rls_runtime_set_switches(rls_runtime_t *rt, rls_switches_t *sw)
+{
+    rule_rt_t *a = compute(rt, rt->policy, sw);
+
+    if (a == NULL) {
+        rls_switches_free(sw);
+        return RL_ENOMEM;
+    }
+    if (rt->before_change != NULL)
+        rt->before_change(rt->arg);
+    free(rt->rt);
+    rt->rt = a;
+    rls_switches_free(&rt->sw);
+    rt->sw = *sw;
+    memset(sw, 0, sizeof(*sw));
+    return RL_OK;
+}
+
+void rls_switches_free(rls_switches_t *sw)
+{
+    free(sw->items);
+    sw->items = NULL;
+    sw->n = 0;
+}
+
+static int field_is(const char *f, size_t len, const char *prefix)
+{
+    size_t n = strlen(prefix);
+
+    return len >= n && memcmp(f, prefix, n) == 0;
+}
+
+int rls_switches_parse(rls_switches_t *sw, size_t npairs,
+                       const char *const *fields, const size_t *flens,
+                       const char *const *values, const size_t *vlens,
+                       size_t *bad)
+{
+    size_t i;
+
+    memset(sw, 0, sizeof(*sw));
+    sw->global_mode = -1;
+    *bad = 0;
+    if (npairs > 0 && (sw->items = calloc(npairs, sizeof(*sw->items))) == NULL)
+        return RL_ENOMEM;
+    for (i = 0; i < npairs; i++) {
+        const char *f = fields[i], *v = values[i];
+        size_t fl = flens[i], vl = vlens[i];
+        char num[32];
+
+        if (fl == 7 && memcmp(f, "version", 7) == 0) {
+            if (vl == 0 || vl >= sizeof(num)) {
+                (*bad)++;
+                continue;
+            }
+            memcpy(num, v, vl);
+            num[vl] = '\0';
+            sw->version = strtoll(num, NULL, 10);
+        } else if (fl == 6 && memcmp(f, "global", 6) == 0) {
+            if ((sw->global_mode = rls_mode_parse(v, vl)) < 0) {
+                sw->global_mode = -1;
+                (*bad)++;
+            }
+        } else if (field_is(f, fl, "mode:") || field_is(f, fl, "scale:")) {
+            int is_mode = f[0] == 'm';
+            size_t skip = is_mode ? 5 : 6, rl = fl - skip, j;
+            struct rls_switch_s *it = NULL;
+
+            if (rl == 0 || rl > RL_RULE_MAX) {
+                (*bad)++;
+                continue;
+            }
+            for (j = 0; j < sw->n; j++)
+                if (strlen(sw->items[j].rule) == rl &&
+                    memcmp(sw->items[j].rule, f + skip, rl) == 0)
+                    it = &sw->items[j];
+            if (it == NULL) {
+                it = &sw->items[sw->n++];
+                memcpy(it->rule, f + skip, rl);
+                it->rule[rl] = '\0';
+                it->mode = -1;
+                it->scale = 0;
+            }
+            if (is_mode) {
+                if ((it->mode = rls_mode_parse(v, vl)) < 0) {
+                    it->mode = -1;
+                    (*bad)++;
+                }
+            } else {
+                char *end;
+                double d;
+                if (vl == 0 || vl >= sizeof(num)) {
+                    (*bad)++;
+                    continue;
+                }
+                memcpy(num, v, vl);
+                num[vl] = '\0';
+                d = strtod(num, &end);
+                if (*end != '\0' || !(d > 0 && d <= 1000))
+                    (*bad)++;
+                else
+                    it->scale = d;
+            }
+        } else {
+            (*bad)++;
+        }
+    }
+    return RL_OK;
+}
+
+int rls_runtime_resolve(rls_runtime_t *rt, const rl_check_t *q,
+                        rls_spec_t *spec, const char **why)
+{
+    const rls_rule_t *r;
+    const rule_rt_t *e;
+    const rls_limits_t *ls;
+    uint32_t i;
+
+    if (q->rule_len == 0) {
+        if (rt->inline_mode == RLS_INLINE_DENY) {
+            *why = "inline limits are not allowed here (--inline-limits "
+                   "deny): name a rule";
+            return RL_EINVAL;
+        }
+        if (rt->max_inline_window && q->window_s > rt->max_inline_window) {
+            *why = "window_seconds is over this server's "
+                   "--max-inline-window";
+            return RL_EINVAL;
+        }
+        if (rt->max_inline_limit && q->limit > rt->max_inline_limit) {
+            *why = "limit is over this server's --max-inline-limit";
+            return RL_EINVAL;
+        }
+        spec->rule = NULL;
+        spec->stats = &rt->inline_stats;
+        spec->mode = rt->sw.global_mode >= 0 ? rt->sw.global_mode
+                                             : RLS_MODE_ENFORCE;
+        spec->limits.n = 1;
+        spec->limits.w[0].limit = q->limit;
+        spec->limits.w[0].window_s = q->window_s;
+        spec->quota = 0;
+        spec->scale = 1.0;
+        return RL_OK;
+    }
+    if ((r = rls_policy_find(rt->policy, q->rule, q->rule_len)) == NULL)
+        return RL_ENORULE;
+    e = &rt->rt[r->index];
+    ls = rls_rule_limits(r, q->key, q->key_len);
+    spec->rule = r;
+    spec->stats = e->stats;
+    spec->mode = e->mode;
+    spec->limits = *ls;
+    for (i = 0; i < spec->limits.n; i++)
+        spec->limits.w[i].limit =
+            rls_scale_limit(spec->limits.w[i].limit, e->scale);
+    /* A quota stored with rl-ctl, when there is one, wins over the file's
+     * override and the rule: it is the operator's latest word. */
+    spec->quota = 1;
+    spec->scale = e->scale;
+    return RL_OK;
+}

@@ -1,0 +1,123 @@
+/* The policy in force (runtime.c): the current rules, the operators'
+ * runtime switches on top of them, the caps on inline limits, and the
+ * per-rule counters. Every request is resolved here into what the batcher
+ * needs: which counters, which limits, which mode.
+ *
+ *   effective mode  = the global switch if set, else the rule's switch if
+ *                     set, else the rule's mode from the file
+ *   effective limit = the rule's (or the caller's override's) limit times
+ *                     the rule's scale switch, at least 1 (a scale never
+ *                     turns a limit into "refuse everything")
+ *
+ * A policy is swapped whole (a reload) and switches are applied whole
+ * (a poll that saw a new version); both happen between batches, through
+ * the before_change hook, so no batch mixes two versions. */
+#ifndef RLS_POLICY_RUNTIME_H
+#define RLS_POLICY_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "policy/rules.h"
+#include "rl_check.h"
+#include "rl_hash.h"
+
+/* Windows per rule the quota-fit counters tell apart; a rule whose callers
+ * have more distinct window lengths (through quotas) counts the rest under
+ * window="other". */
+#define RLS_STATS_WINDOWS 16
+
+typedef struct rls_win_stats_s {
+    uint32_t window_s; /* 0: the "other" slot */
+    uint64_t started;  /* caller-windows whose first consumption we made */
+    uint64_t reached[3]; /* ...that reached 50 %, 80 %, 100 % of the limit */
+} rls_win_stats_t;
+
+typedef struct rls_rule_stats_s {
+    char name[RL_RULE_MAX + 1]; /* "" for inline limits */
+    uint64_t allowed;
+    uint64_t refused;
+    uint64_t shadow_refused; /* allowed only because of shadow mode */
+    uint64_t uncounted;      /* allowed by mode off */
+    uint64_t quota_errors;   /* stored quotas that did not parse */
+    uint32_t nwin;
+    rls_win_stats_t win[RLS_STATS_WINDOWS + 1];
+} rls_rule_stats_t;
+
+/* What one request is decided under. */
+typedef struct rls_spec_s {
+    const rls_rule_t *rule;   /* NULL: an inline limit */
+    rls_rule_stats_t *stats;
+    int mode;                 /* RLS_MODE_ENFORCE, _SHADOW or _OFF */
+    rls_limits_t limits;      /* effective: override, scale */
+    /* Redis store: the caller's stored quota replaces limits when present
+     * (scaled by quota_scale); 0 for inline limits. */
+    int quota;
+    double scale;
+} rls_spec_t;
+
+enum { RLS_INLINE_ALLOW, RLS_INLINE_DENY };
+
+typedef struct rls_switches_s {
+    int64_t version;
+    int global_mode; /* RLS_MODE_* or -1 */
+    size_t n;
+    struct rls_switch_s {
+        char rule[RL_RULE_MAX + 1];
+        int mode;     /* -1: not set */
+        double scale; /* 0: not set */
+    } *items;
+} rls_switches_t;
+
+typedef struct rls_runtime_s {
+    rls_policy_t *policy;
+    struct rls_rule_rt_s *rt; /* per rule of policy: effective settings */
+    rls_switches_t sw;
+    uint64_t generation; /* policies installed so far */
+    /* inline limits */
+    int inline_mode;
+    uint32_t max_inline_window; /* 0: no cap beyond the protocol's */
+    uint64_t max_inline_limit;  /* 0: no cap */
+    /* counters by rule name, kept across reloads: a hash table */
+    rl_hash_key_t hash_key;
+    rls_rule_stats_t **stats;
+    size_t nstats, stats_cap, max_stats;
+    rls_rule_stats_t inline_stats;
+    rls_rule_stats_t other_stats; /* names past max_stats */
+    /* Called before the policy or the switches change (the server flushes
+     * the batch it is filling). */
+    void (*before_change)(void *arg);
+    void *arg;
+} rls_runtime_t;
+
+/* Starts with policy p (the runtime takes the reference). max_rules also
+ * bounds the names the counters remember across reloads (4x). */
+int rls_runtime_init(rls_runtime_t *rt, rls_policy_t *p, size_t max_rules);
+void rls_runtime_free(rls_runtime_t *rt);
+
+/* Installs a new policy (taking the reference), between batches. Returns
+ * 0 or RL_ENOMEM (the old policy stays). */
+int rls_runtime_set_policy(rls_runtime_t *rt, rls_policy_t *p);
+
+/* Applies switches (taking ownership of sw->items). Returns 0, or RL_ENOMEM
+ * (the old switches stay, sw->items freed). */
+int rls_runtime_set_switches(rls_runtime_t *rt, rls_switches_t *sw);
+
+/* Parses the switches hash as HGETALL returns it: field/value pairs. Bad
+ * fields are skipped (counted in *bad). Returns 0 or RL_ENOMEM. */
+int rls_switches_parse(rls_switches_t *sw, size_t npairs,
+                       const char *const *fields, const size_t *flens,
+                       const char *const *values, const size_t *vlens,
+                       size_t *bad);
+void rls_switches_free(rls_switches_t *sw);
+
+/* Resolves a validated request into *spec. Returns 0, RL_ENORULE (unknown
+ * rule), or RL_EINVAL with *why set (an inline limit refused by the caps
+ * or by --inline-limits deny). */
+int rls_runtime_resolve(rls_runtime_t *rt, const rl_check_t *q,
+                        rls_spec_t *spec, const char **why);
+
+/* Effective limit of l under scale (at least 1). */
+uint64_t rls_scale_limit(uint64_t limit, double scale);
+
+#endif
