@@ -50,6 +50,8 @@ int main(int argc, char **argv)
         store = rls_store_redis_new(&loop, &ro);
     } else {
         store = rls_store_memory_new(&loop);
+        if (store != NULL)
+            rls_store_memory_set_max(store, cfg.memory_max);
     }
     if (store == NULL) {
         fprintf(stderr, "rl-server: out of memory\n");

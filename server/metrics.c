@@ -170,6 +170,21 @@ int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
                     "Successful reconnections to the store after the "
                     "first connection.",
                     ss->reconnects));
+        if (!v->cfg->use_redis) {
+            TRY(gauge(out, "rl_memory_store_bytes",
+                      "Bytes the memory store holds for its counters.",
+                      ss->mem_bytes));
+            TRY(gauge(out, "rl_memory_store_max_bytes",
+                      "Cap on rl_memory_store_bytes (--memory-max).",
+                      ss->mem_max));
+            TRY(gauge(out, "rl_memory_store_full",
+                      "1 while the memory store refuses new counters.",
+                      (uint64_t)(ss->mem_full != 0)));
+            TRY(counter(out, "rl_memory_store_full_total",
+                        "New counters refused because the memory store was "
+                        "full (answered by the fail mode).",
+                        ss->mem_refused));
+        }
         /* The memory store has no round trip to measure. */
         if (v->cfg->use_redis)
             TRY(histogram(out, "rl_redis_rtt_seconds",

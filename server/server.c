@@ -284,6 +284,10 @@ int rls_server_healthy(const rls_server_t *s, const char **why)
         *why = "store unavailable";
         return 0;
     }
+    if (s->store->stats.mem_full) {
+        *why = "memory store full";
+        return 0;
+    }
     *why = "ok";
     return 1;
 }

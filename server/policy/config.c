@@ -17,6 +17,7 @@ void rls_config_defaults(rls_config_t *c)
     c->redis_timeout_ms = 200;
     c->grace_ms = 1000;
     c->spread_ms = 10000;
+    c->memory_max = (uint64_t)256 << 20;
     strcpy(c->prefix, "rl:");
     c->prefix_len = 3;
     c->max_frame = 65536;
@@ -53,6 +54,11 @@ static const char usage[] =
     "                           window), so that a window's keys do not all\n"
     "                           expire at once and stall Redis (default\n"
     "                           10000; 0: none)\n"
+    "  --memory-max BYTES       memory store: cap on its counters' memory;\n"
+    "                           new counters past it are refused (by the\n"
+    "                           fail mode), existing ones keep counting;\n"
+    "                           k, m or g suffix for KiB, MiB, GiB\n"
+    "                           (default 256m)\n"
     "  --max-frame BYTES        largest request frame accepted; a bigger one\n"
     "                           closes its connection (default 65536)\n"
     "  --max-connections N      refuse clients beyond this (default 10000)\n"
@@ -91,6 +97,31 @@ static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
     if (errno || *end != '\0' || v < min || v > max)
         return -1;
     *out = v;
+    return 0;
+}
+
+/* Parses a byte count with an optional k, m or g suffix (KiB, MiB, GiB)
+ * into [min, max]. */
+static int parse_bytes(const char *s, uint64_t min, uint64_t max,
+                       uint64_t *out)
+{
+    char num[24];
+    size_t len = strlen(s);
+    unsigned shift = 0;
+    uint64_t v;
+
+    if (len > 0 && strchr("kKmMgG", s[len - 1]) != NULL) {
+        char u = s[len - 1];
+        shift = u == 'k' || u == 'K' ? 10 : u == 'm' || u == 'M' ? 20 : 30;
+        len--;
+    }
+    if (len == 0 || len >= sizeof(num))
+        return -1;
+    memcpy(num, s, len);
+    num[len] = '\0';
+    if (parse_u64(num, 0, max >> shift, &v) != 0 || (v << shift) < min)
+        return -1;
+    *out = v << shift;
     return 0;
 }
 
@@ -258,7 +289,8 @@ static const num_flag_t num_flags[] = {
 static int takes_value(const char *name)
 {
     static const char *const names[] = {"--listen", "--metrics", "--redis",
-                                        "--prefix", "--rule", "--log-level"};
+                                        "--prefix", "--rule", "--log-level",
+                                        "--memory-max"};
     size_t k;
 
     for (k = 0; k < sizeof(names) / sizeof(names[0]); k++)
@@ -349,6 +381,13 @@ int rls_config_parse(rls_config_t *c, int argc, char **argv, void *out,
         } else if (strcmp(name, "--rule") == 0) {
             if (parse_rule(c, val, err, errlen) != 0)
                 return RLS_CONFIG_ERROR;
+        } else if (strcmp(name, "--memory-max") == 0) {
+            if (parse_bytes(val, 65536, (uint64_t)1 << 40, &c->memory_max) !=
+                0)
+                return fail(err, errlen, "--memory-max: expected bytes from "
+                                         "65536 to 1099511627776, or with a "
+                                         "k, m or g suffix, got '%s'",
+                            val);
         } else if (strcmp(name, "--log-level") == 0) {
             if (strcmp(val, "debug") && strcmp(val, "info") &&
                 strcmp(val, "warn") && strcmp(val, "error"))

@@ -7,11 +7,20 @@
  * together, so there are only a few groups, kept sorted in an array. A
  * timer frees whole groups as their time passes, a bounded number of
  * counters per tick so a million expiring keys never stall the loop; the
- * table shrinks again when it empties, so memory tracks the live windows. */
+ * table shrinks again when it empties, so memory tracks the live windows.
+ *
+ * Memory is bounded (rls_store_memory_set_max): the bytes held by counters,
+ * the table and the groups are counted as malloc holds them, and a new
+ * counter that would pass the cap is refused, its op alone failing with
+ * RL_ENOMEM so the batcher answers it by the fail mode. Counters that exist
+ * keep counting: they need no memory. Once full, the store refuses new
+ * counters until expiry brings it below a low-water mark (7/8 of the cap),
+ * so that it does not flap between full and not at every key. */
 #include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
 #include "rl_error.h"
 #include "rl_hash.h"
 #include "store/memory.h"
@@ -21,6 +30,8 @@
 #define SWEEP_EVERY_MS 250
 #define SWEEP_BUDGET 20000 /* counters freed per timer tick, at most */
 #define TABLE_MIN 1024
+#define GROUPS_MIN 16
+#define WARN_EVERY_MS 1000 /* "store full" warnings, at most one per */
 
 typedef struct ent_s {
     struct ent_s *hnext;   /* hash chain */
@@ -48,6 +59,9 @@ typedef struct {
     size_t ngroups, groups_cap;
     size_t freed_since_trim;
     uint64_t last_now;
+    uint64_t unwarned;     /* refusals not yet in a warning */
+    uint64_t warned_at_ms; /* loop time of the last warning */
+    int warned;
     void (*done)(void *);
     void *done_arg;
 } mstore_t;
@@ -90,13 +104,72 @@ static int resize(mstore_t *m, size_t nbuckets)
         }
     }
     free(m->table);
+    m->base.stats.mem_bytes -= (m->mask + 1) * sizeof(*m->table);
+    m->base.stats.mem_bytes += nbuckets * sizeof(*nt);
     m->table = nt;
     m->mask = nbuckets - 1;
     return 0;
 }
 
-/* The group for an expiry time, created in order if new; NULL on OOM. */
-static group_t *group_for(mstore_t *m, uint64_t at)
+/* What malloc holds for an entry with a key of klen bytes (glibc: the
+ * request plus an 8-byte header, rounded up to 16, at least 32). */
+static size_t ent_cost(size_t klen)
+{
+    size_t n = (sizeof(ent_t) + klen + 8 + 15) & ~(size_t)15;
+
+    return n < 32 ? 32 : n;
+}
+
+/* Warns that new counters are being refused, with how many since the last
+ * warning, at most once per WARN_EVERY_MS; the sweep timer calls it too, so
+ * the last refusals of a burst are reported. */
+static void warn_full(mstore_t *m)
+{
+    const rls_store_stats_t *st = &m->base.stats;
+    uint64_t now = uv_now(m->sweep.loop);
+
+    if (m->unwarned == 0 ||
+        (m->warned && now - m->warned_at_ms < WARN_EVERY_MS))
+        return;
+    RLS_WARN("memory store full: new counters refused (--memory-max)",
+             " refused=%llu bytes=%llu max=%llu",
+             (unsigned long long)m->unwarned,
+             (unsigned long long)st->mem_bytes,
+             (unsigned long long)st->mem_max);
+    m->unwarned = 0;
+    m->warned = 1;
+    m->warned_at_ms = now;
+}
+
+/* Refuses a new counter: the store is full. */
+static int refuse(mstore_t *m)
+{
+    m->base.stats.mem_full = 1;
+    m->base.stats.mem_refused++;
+    m->unwarned++;
+    warn_full(m);
+    return RL_ENOMEM;
+}
+
+/* Accepts new counters again once expiry brought the store below its
+ * low-water mark. */
+static void check_recovered(mstore_t *m)
+{
+    rls_store_stats_t *st = &m->base.stats;
+
+    if (!st->mem_full || st->mem_bytes > st->mem_max - st->mem_max / 8)
+        return;
+    warn_full(m);
+    st->mem_full = 0;
+    RLS_INFO("memory store accepting new counters again",
+             " bytes=%llu max=%llu refused_total=%llu",
+             (unsigned long long)st->mem_bytes,
+             (unsigned long long)st->mem_max,
+             (unsigned long long)st->mem_refused);
+}
+
+/* Where the group for an expiry time is, or would be inserted. */
+static size_t group_pos(const mstore_t *m, uint64_t at)
 {
     size_t lo = 0, hi = m->ngroups;
 
@@ -107,28 +180,45 @@ static group_t *group_for(mstore_t *m, uint64_t at)
         else
             hi = mid;
     }
-    if (lo < m->ngroups && m->groups[lo].expire_at_ms == at)
-        return &m->groups[lo];
-    if (m->ngroups == m->groups_cap) {
-        size_t ncap = m->groups_cap ? 2 * m->groups_cap : 16;
-        group_t *ng = realloc(m->groups, ncap * sizeof(*ng));
-        if (ng == NULL)
-            return NULL;
-        m->groups = ng;
-        m->groups_cap = ncap;
-    }
-    memmove(&m->groups[lo + 1], &m->groups[lo],
-            (m->ngroups - lo) * sizeof(*m->groups));
+    return lo;
+}
+
+/* Resizes the group array to ncap >= ngroups. Returns 0 or RL_ENOMEM. */
+static int groups_resize(mstore_t *m, size_t ncap)
+{
+    group_t *ng = realloc(m->groups, ncap * sizeof(*ng));
+
+    if (ng == NULL)
+        return RL_ENOMEM;
+    m->base.stats.mem_bytes -= m->groups_cap * sizeof(*ng);
+    m->base.stats.mem_bytes += ncap * sizeof(*ng);
+    m->groups = ng;
+    m->groups_cap = ncap;
+    return 0;
+}
+
+/* Inserts an empty group for `at` at pos (from group_pos). Returns 0 or
+ * RL_ENOMEM. */
+static int group_insert(mstore_t *m, size_t pos, uint64_t at)
+{
+    if (m->ngroups == m->groups_cap &&
+        groups_resize(m, m->groups_cap ? 2 * m->groups_cap : GROUPS_MIN) != 0)
+        return RL_ENOMEM;
+    memmove(&m->groups[pos + 1], &m->groups[pos],
+            (m->ngroups - pos) * sizeof(*m->groups));
     m->ngroups++;
-    m->groups[lo].expire_at_ms = at;
-    m->groups[lo].head = NULL;
-    return &m->groups[lo];
+    m->groups[pos].expire_at_ms = at;
+    m->groups[pos].head = NULL;
+    return 0;
 }
 
 static int incr(mstore_t *m, rls_op_t *op)
 {
     uint64_t h = rl_hash(&m->hk, op->key, op->key_len);
     ent_t **head = &m->table[h & m->mask], *e;
+    rls_store_stats_t *st = &m->base.stats;
+    size_t pos, cost, grow;
+    int newg;
     group_t *g;
 
     for (e = *head; e != NULL; e = e->hnext) {
@@ -143,10 +233,21 @@ static int incr(mstore_t *m, rls_op_t *op)
         }
     }
 
-    if ((g = group_for(m, op->expire_at_ms)) == NULL)
+    /* A new counter: it must fit under the cap, with the growth of the
+     * group array it may cause. */
+    pos = group_pos(m, op->expire_at_ms);
+    newg = pos == m->ngroups || m->groups[pos].expire_at_ms != op->expire_at_ms;
+    cost = ent_cost(op->key_len);
+    if (newg && m->ngroups == m->groups_cap)
+        cost += (m->groups_cap ? m->groups_cap : GROUPS_MIN) * sizeof(group_t);
+    if (st->mem_full || st->mem_bytes + cost > st->mem_max)
+        return refuse(m);
+    if (newg && group_insert(m, pos, op->expire_at_ms) != 0)
         return RL_ENOMEM;
+    g = &m->groups[pos];
     if ((e = malloc(sizeof(*e) + op->key_len)) == NULL)
-        return RL_ENOMEM;
+        return RL_ENOMEM; /* an empty group is freed by the sweep */
+    st->mem_bytes += ent_cost(op->key_len);
     e->hash = h;
     e->count = (int64_t)op->incr;
     e->klen = op->key_len;
@@ -160,8 +261,11 @@ static int incr(mstore_t *m, rls_op_t *op)
     g->head = e;
     op->count = e->count;
 
-    if (++m->count > m->mask + 1)
-        resize(m, 2 * (m->mask + 1)); /* on failure, chains just grow */
+    /* A bigger table only if it fits too; if not (or on failure), chains
+     * just grow. */
+    grow = (m->mask + 1) * sizeof(*m->table);
+    if (++m->count > m->mask + 1 && st->mem_bytes + grow <= st->mem_max)
+        resize(m, 2 * (m->mask + 1));
     return 0;
 }
 
@@ -170,18 +274,14 @@ static void m_submit(rls_store_t *s, rls_op_t *ops, size_t n,
 {
     mstore_t *m = (mstore_t *)s;
     size_t i;
-    int status = 0;
 
     s->stats.batches++;
     s->stats.ops += n;
-    for (i = 0; i < n; i++) {
+    /* An op that fails (overflow, full) fails alone, with its own err, as
+     * in the Redis store: the others were counted and must be decided. */
+    for (i = 0; i < n; i++)
         ops[i].err = incr(m, &ops[i]);
-        if (ops[i].err != 0)
-            status = RL_ESTORE;
-    }
-    if (status != 0)
-        s->stats.errors++;
-    cb(data, ops, n, status);
+    cb(data, ops, n, 0);
 }
 
 static void free_ent(mstore_t *m, ent_t *e)
@@ -189,15 +289,16 @@ static void free_ent(mstore_t *m, ent_t *e)
     *e->hprev = e->hnext;
     if (e->hnext)
         e->hnext->hprev = e->hprev;
+    m->base.stats.mem_bytes -= ent_cost(e->klen);
     free(e);
     m->count--;
     m->freed_since_trim++;
 }
 
-static void on_sweep(uv_timer_t *timer)
+/* Frees up to SWEEP_BUDGET counters that expired by now; returns how many
+ * it freed. */
+static size_t sweep(mstore_t *m, uint64_t now)
 {
-    mstore_t *m = timer->data;
-    uint64_t now = m_now(&m->base);
     size_t budget = SWEEP_BUDGET;
 
     while (m->ngroups > 0 && m->groups[0].expire_at_ms <= now && budget) {
@@ -223,13 +324,36 @@ static void on_sweep(uv_timer_t *timer)
             nb /= 2;
         resize(m, nb);
     }
+    while (m->groups_cap > GROUPS_MIN && m->ngroups < m->groups_cap / 4 &&
+           groups_resize(m, m->groups_cap / 2) == 0)
+        ;
     if (m->freed_since_trim > 100000 && budget) {
         malloc_trim(0);
         m->freed_since_trim = 0;
     }
+    check_recovered(m);
+    warn_full(m);
+    return SWEEP_BUDGET - budget;
+}
+
+static void on_sweep(uv_timer_t *timer)
+{
+    mstore_t *m = timer->data;
+
     /* More expired than one tick may free: come back at once. */
-    if (budget == 0)
+    if (sweep(m, m_now(&m->base)) == SWEEP_BUDGET)
         uv_timer_start(&m->sweep, on_sweep, 1, SWEEP_EVERY_MS);
+}
+
+size_t rls_store_memory_sweep(rls_store_t *s, uint64_t now_ms)
+{
+    return sweep((mstore_t *)s, now_ms);
+}
+
+void rls_store_memory_set_max(rls_store_t *s, uint64_t max_bytes)
+{
+    s->stats.mem_max = max_bytes;
+    check_recovered((mstore_t *)s);
 }
 
 static void on_timer_closed(uv_handle_t *h)
@@ -278,6 +402,8 @@ rls_store_t *rls_store_memory_new(uv_loop_t *loop)
     }
     m->mask = TABLE_MIN - 1;
     m->base.v = &memory_vtbl;
+    m->base.stats.mem_bytes = sizeof(*m) + TABLE_MIN * sizeof(*m->table);
+    m->base.stats.mem_max = RLS_MEMORY_MAX_DEFAULT;
     rls_random_key(&m->hk);
     uv_timer_init(loop, &m->sweep);
     m->sweep.data = m;

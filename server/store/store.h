@@ -35,7 +35,8 @@ typedef struct rls_op_s {
 } rls_op_t;
 
 /* Fires exactly once per submitted batch. status is 0 when every op has its
- * count, or RL_ESTORE / RL_ETIMEDOUT / RL_ESHUTDOWN when the store could not
+ * count or its own err (that op alone failed: a counter that would
+ * overflow, a memory store that is full), or RL_ESTORE / RL_ETIMEDOUT / RL_ESHUTDOWN when the store could not
  * answer, in which case every op's err is set too. The ops array is the
  * caller's again once the callback returns. */
 typedef void (*rls_store_cb)(void *data, rls_op_t *ops, size_t n, int status);
@@ -48,6 +49,11 @@ typedef struct rls_store_stats_s {
     uint64_t reconnects;   /* successful (re)connections after the first */
     uint64_t rtt_us_last;  /* round trip of the last answered batch */
     rls_hist_t rtt_us;     /* round trips of answered batches */
+    /* The memory store's budget (--memory-max); all 0 in the Redis store. */
+    uint64_t mem_bytes;    /* held by counters, their table and groups */
+    uint64_t mem_max;      /* the cap on mem_bytes */
+    uint64_t mem_refused;  /* ops refused: a new counter would not fit */
+    int mem_full;          /* 1 while new counters are refused */
 } rls_store_stats_t;
 
 typedef struct rls_store_vtbl_s {

@@ -542,6 +542,177 @@ static void test_expiry_spread(void **state)
     free(h);
 }
 
+/* ---- the memory store's own errors and its cap ---- */
+
+static int cb_status;
+static size_t cb_calls;
+
+static void on_ops(void *data, rls_op_t *ops, size_t n, int status)
+{
+    (void)data;
+    (void)ops;
+    (void)n;
+    cb_calls++;
+    cb_status = status;
+}
+
+/* An op that fails (here a counter that would overflow) fails alone, with
+ * batch status 0: the other op of the batch was counted and keeps its
+ * count, as with Redis. It used to fail the whole batch, so the batcher
+ * answered every request of it by the fail mode. */
+static void test_memory_op_error_alone(void **state)
+{
+    uint64_t exp = base_ms() + 60000;
+    rls_op_t ops[2];
+    uv_loop_t loop;
+    rls_store_t *s;
+
+    (void)state;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    s = rls_store_memory_new(&loop);
+    assert_non_null(s);
+    memset(ops, 0, sizeof(ops));
+    ops[0].key = "rl:{a}:60:1";
+    ops[0].key_len = strlen(ops[0].key);
+    ops[0].incr = INT64_MAX;
+    ops[0].expire_at_ms = exp;
+    ops[1].key = "rl:{b}:60:1";
+    ops[1].key_len = strlen(ops[1].key);
+    ops[1].incr = 1;
+    ops[1].expire_at_ms = exp;
+    cb_calls = 0;
+    s->v->submit(s, ops, 2, on_ops, NULL);
+    assert_int_equal(cb_calls, 1);
+    assert_int_equal(cb_status, 0);
+    assert_int_equal(ops[0].err, 0);
+    assert_true(ops[0].count == INT64_MAX);
+
+    ops[0].incr = 1; /* would overflow */
+    s->v->submit(s, ops, 2, on_ops, NULL);
+    assert_int_equal(cb_calls, 2);
+    assert_int_equal(cb_status, 0);
+    assert_int_equal(ops[0].err, RL_ESTORE);
+    assert_int_equal(ops[1].err, 0);
+    assert_int_equal(ops[1].count, 2);
+    assert_int_equal(s->stats.errors, 0); /* no batch failed */
+
+    s->v->close(s, NULL, NULL);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+/* A request for a key refused by a full store, answered by the fail mode. */
+static void assert_refused(const h_t *h, size_t i, int fail_open)
+{
+    assert_int_equal(h->res[i].code, fail_open ? RL_CODE_OK : RL_CODE_ERROR);
+    assert_non_null(strstr(h->err[i], "store unavailable (out of memory)"));
+    assert_non_null(
+        strstr(h->err[i], fail_open ? "allowed by fail-open"
+                                    : "refused by fail-closed"));
+    if (fail_open)
+        assert_int_equal(h->res[i].remaining, h->res[i].limit);
+}
+
+static void assert_counted(const h_t *h, size_t i, int code, uint64_t used)
+{
+    assert_int_equal(h->res[i].code, code);
+    assert_int_equal(h->res[i].used, used);
+    assert_string_equal(h->err[i], "");
+}
+
+/* A tiny cap and many keys: the store fills, new keys are refused per the
+ * fail mode (and only they: the keys it holds, in the same batches, are
+ * still decided exactly), it says it is full until the windows end, and
+ * then takes new keys again. */
+static void test_memory_full(void **state)
+{
+    int mode;
+
+    (void)state;
+    for (mode = 0; mode <= 1; mode++) {
+        h_t *h = calloc(1, sizeof(*h));
+        uint64_t B = base_ms(), T, after;
+        rls_store_t *ms;
+        size_t i, j, first_new, first_refused, late;
+        char key[32];
+
+        h_open(h, 0, 1024, mode);
+        ms = h->store->inner;
+        rls_store_memory_set_max(ms, 65536);
+        assert_int_equal(ms->stats.mem_max, 65536);
+        assert_true(ms->stats.mem_bytes > 0 &&
+                    ms->stats.mem_bytes < 65536 / 2);
+
+        /* Eight keys counted once each, then 2,000 new ones. */
+        for (i = 0; i < 8; i++) {
+            snprintf(key, sizeof(key), "old:%zu", i);
+            h_add(h, B + 10, key, 5, 60, 1);
+        }
+        h_flush(h);
+        for (i = 0; i < 8; i++)
+            assert_counted(h, i, RL_CODE_OK, 1);
+        first_new = h->n;
+        for (i = 0; i < 2000; i++) {
+            snprintf(key, sizeof(key), "new:%zu", i);
+            h_add(h, B + 10, key, 5, 60, 1);
+            if (i % 100 == 99)
+                h_flush(h);
+        }
+        /* The first keys fit, then every later one is refused. */
+        for (i = first_new; i < h->n && h->err[i][0] == '\0'; i++)
+            assert_counted(h, i, RL_CODE_OK, 1);
+        first_refused = i;
+        assert_true(first_refused > first_new + 100);
+        assert_true(first_refused < h->n);
+        for (; i < h->n; i++)
+            assert_refused(h, i, mode);
+        assert_int_equal(ms->stats.mem_refused, h->n - first_refused);
+        assert_int_equal(ms->stats.mem_full, 1);
+        assert_true(ms->stats.mem_bytes <= 65536);
+        assert_true(ms->stats.mem_bytes > 65536 - 65536 / 8);
+
+        /* One batch: the old keys up to and past their limit, a new key
+         * that fit, and a new one. Only the new one is refused. */
+        T = h->n;
+        for (i = 0; i < 8; i++) {
+            snprintf(key, sizeof(key), "old:%zu", i);
+            for (j = 0; j < 5; j++)
+                h_add(h, B + 20, key, 5, 60, 1);
+        }
+        h_add(h, B + 20, "new:0", 5, 60, 1);
+        late = h_add(h, B + 20, "late", 5, 60, 1);
+        h_flush(h);
+        for (i = 0; i < 8; i++) {
+            for (j = 0; j < 4; j++)
+                assert_counted(h, T + 5 * i + j, RL_CODE_OK, 2 + j);
+            assert_counted(h, T + 5 * i + 4, RL_CODE_OVER_LIMIT, 6);
+        }
+        assert_counted(h, late - 1, RL_CODE_OK, 2);
+        assert_refused(h, late, mode);
+
+        /* Not before the windows end (+ 1 s grace)... */
+        after = B + 60000 + 1000;
+        assert_int_equal(rls_store_memory_sweep(ms, after - 1), 0);
+        assert_int_equal(ms->stats.mem_full, 1);
+        /* ...then every counter is freed, and new keys are taken again. */
+        while (rls_store_memory_sweep(ms, after) > 0)
+            ;
+        assert_int_equal(ms->stats.mem_full, 0);
+        assert_true(ms->stats.mem_bytes < 65536 / 2);
+        T = h->n;
+        for (i = 0; i < 100; i++) {
+            snprintf(key, sizeof(key), "again:%zu", i);
+            h_add(h, after + 10, key, 5, 60, 1);
+        }
+        h_add(h, after + 10, "late", 5, 60, 1);
+        h_flush(h);
+        for (i = T; i < h->n; i++)
+            assert_counted(h, i, RL_CODE_OK, 1);
+        h_close(h);
+        free(h);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -551,6 +722,8 @@ int main(void)
         cmocka_unit_test_teardown(test_store_down_fail_modes, teardown),
         cmocka_unit_test_teardown(test_no_alloc_per_request, teardown),
         cmocka_unit_test_teardown(test_expiry_spread, teardown),
+        cmocka_unit_test_teardown(test_memory_op_error_alone, teardown),
+        cmocka_unit_test_teardown(test_memory_full, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
