@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "rl_buf.h"
+#include "rl_clock.h"
 #include "rl_frame.h"
 #include "rl_msg.h"
 
@@ -51,14 +52,6 @@ static void nap_us(long us)
     struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
 
     nanosleep(&ts, NULL);
-}
-
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 static uint64_t *counter(state_t *st, const rl_check_t *c)
@@ -122,15 +115,10 @@ static void send_all(int fd, const uint8_t *p, size_t n, int bytewise)
  * exactly this text. */
 static void send_notice(fake_t *f, fconn_t *fc)
 {
-    rl_result_t r;
     rl_buf_t out;
 
-    memset(&r, 0, sizeof(r));
-    r.code = RL_CODE_ERROR;
-    r.error = "server is shutting down";
-    r.error_len = strlen(r.error);
     rl_buf_init(&out, 1024);
-    rl_result_put(&out, &r);
+    rl_result_put(&out, &rl_goaway_notice);
     send_all(fc->fd, rl_buf_rptr(&out), rl_buf_len(&out), 0);
     rl_buf_free(&out);
     fc->noticed = 1;
@@ -254,7 +242,7 @@ static void *run(void *arg)
     while (!atomic_load(&f->stop)) {
         struct pollfd p[MAXCONN + 1];
         int n = 0, map[MAXCONN + 1];
-        uint64_t now = mono_ms();
+        uint64_t now = rl_mono_ms();
 
         if (atomic_load(&f->goaway_now)) {
             for (i = 0; i < MAXCONN; i++)
@@ -298,7 +286,7 @@ static void *run(void *arg)
                         st->goaway_done = 1;
                         send_notice(f, fc);
                         if (f->mode == FAKE_GOAWAY_STALL)
-                            fc->stall_until = mono_ms() + (uint64_t)f->param;
+                            fc->stall_until = rl_mono_ms() + (uint64_t)f->param;
                         else
                             fc->silent = 1;
                     }
@@ -325,7 +313,7 @@ static void *run(void *arg)
                 if (rl_buf_len(&fc->in) > 0)
                     atomic_fetch_add(&f->partial, 1);
                 if (f->mode == FAKE_GOAWAY_DROP && f->param > 0) {
-                    fc->close_at = mono_ms() + (uint64_t)f->param;
+                    fc->close_at = rl_mono_ms() + (uint64_t)f->param;
                     continue;
                 }
             }
@@ -390,10 +378,10 @@ int fake_start(fake_t *f, int port, fake_mode_t mode, int param)
 
 int fake_wait(atomic_int *counter, int want, int ms)
 {
-    uint64_t end = mono_ms() + (uint64_t)ms;
+    uint64_t end = rl_mono_ms() + (uint64_t)ms;
 
     while (atomic_load(counter) < want) {
-        if (mono_ms() >= end)
+        if (rl_mono_ms() >= end)
             return 0;
         nap_us(1000);
     }
@@ -402,11 +390,11 @@ int fake_wait(atomic_int *counter, int want, int ms)
 
 int fake_goaway(fake_t *f)
 {
-    uint64_t end = mono_ms() + 2000;
+    uint64_t end = rl_mono_ms() + 2000;
 
     atomic_store(&f->goaway_now, 1);
     while (atomic_load(&f->goaway_now)) {
-        if (mono_ms() >= end)
+        if (rl_mono_ms() >= end)
             return -1;
         nap_us(1000);
     }
