@@ -12,6 +12,7 @@
 
 #include "rl_buf.h"
 #include "rl_clock.h"
+#include "rl_error.h"
 #include "rl_frame.h"
 #include "rl_msg.h"
 
@@ -133,8 +134,8 @@ static void drop_conn(fconn_t *fc)
     fc->fd = -1;
 }
 
-/* Handles what one read brought. Returns 0, or -1 when the connection is
- * to be closed. */
+/* Handles what one read brought. Returns 0, or an RL_E* code when the
+ * connection is to be closed. */
 static int handle(state_t *st, fconn_t *fc)
 {
     fake_t *f = st->f;
@@ -149,11 +150,10 @@ static int handle(state_t *st, fconn_t *fc)
         rl_check_t c;
         rl_result_t r;
 
-        if (rl_frame_decode(rl_buf_rptr(&fc->in), rl_buf_len(&fc->in), 1 << 20,
-                            &fr) != 0)
+        if (rl_frame_take(&fc->in, 1 << 20, &fr) != RL_OK)
             break;
-        if (rl_check_decode(fr.payload, fr.len, &c) != 0) {
-            rc = -1;
+        if (rl_check_decode(fr.payload, fr.len, &c) != RL_OK) {
+            rc = RL_EDECODE;
             break;
         }
         burst++;
@@ -191,7 +191,7 @@ static int handle(state_t *st, fconn_t *fc)
             break;
         case FAKE_CLOSE_AFTER:
             if (fc->seen >= f->param)
-                rc = -1;
+                rc = RL_ECLOSED;
             break;
         case FAKE_REVERSE:
             if (fc->nheld < MAXHELD)
@@ -215,7 +215,6 @@ static int handle(state_t *st, fconn_t *fc)
             break;
         }
         }
-        rl_buf_consume(&fc->in, fr.size);
         if (rc != 0)
             break;
     }
@@ -345,7 +344,7 @@ int fake_start(fake_t *f, int port, fake_mode_t mode, int param)
     f->param = param;
     f->lfd = socket(AF_INET, SOCK_STREAM, 0);
     if (f->lfd < 0)
-        return -1;
+        return RL_EIO;
     setsockopt(f->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (mode == FAKE_GOAWAY_STALL) {
         /* A small window (accepted sockets inherit it), so that a client
@@ -366,12 +365,12 @@ int fake_start(fake_t *f, int port, fake_mode_t mode, int param)
     if (attempt == 200 || listen(f->lfd, 64) != 0 ||
         getsockname(f->lfd, (struct sockaddr *)&sa, &len) != 0) {
         close(f->lfd);
-        return -1;
+        return RL_EIO;
     }
     f->port = ntohs(sa.sin_port);
     if (pthread_create(&f->thread, NULL, run, f) != 0) {
         close(f->lfd);
-        return -1;
+        return RL_EIO;
     }
     return 0;
 }
@@ -395,7 +394,7 @@ int fake_goaway(fake_t *f)
     atomic_store(&f->goaway_now, 1);
     while (atomic_load(&f->goaway_now)) {
         if (rl_mono_ms() >= end)
-            return -1;
+            return RL_ETIMEDOUT;
         nap_us(1000);
     }
     return atomic_load(&f->notices);
