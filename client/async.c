@@ -15,8 +15,8 @@
  * list, kept in submission order, is also in deadline order; one timer
  * watches its head.
  *
- * GOAWAY: a server that stops sends a notice (id 0, ERROR, "server is
- * shutting down") and then answers everything it still reads until the
+ * GOAWAY: a server that stops sends a notice (id 0, ERROR, notice
+ * NOTICE_GOAWAY; rl_result_is_goaway) and then answers everything it still reads until the
  * client closes its side. On the notice the client stops adding to the
  * connection: what is already in the output buffer (whole frames) still
  * goes out, checks submitted from then on are encoded into a second buffer

@@ -4,8 +4,8 @@
  * answers to earlier, timed-out calls harmless: their ids are below the
  * current batch's.
  *
- * GOAWAY: a server that stops sends a notice (id 0, ERROR, "server is
- * shutting down") and answers everything it still reads until the client
+ * GOAWAY: a server that stops sends a notice (id 0, ERROR, notice
+ * NOTICE_GOAWAY; rl_result_is_goaway) and answers everything it still reads until the client
  * closes. A notice that comes while a call waits changes nothing for that
  * call (its answers still come); the connection is closed when the call
  * returns. One found on an idle connection, before sending, closes it at
