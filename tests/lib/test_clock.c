@@ -9,31 +9,34 @@
 
 #include "rl_clock.h"
 
-/* Both clocks count milliseconds: each agrees with its clock_gettime
- * reading taken around it. The monotonic one never goes back. */
-static void test_clocks(void **state)
+static uint64_t ms_of(const struct timespec *ts)
+{
+    return (uint64_t)ts->tv_sec * 1000 + (uint64_t)ts->tv_nsec / 1000000;
+}
+
+/* Reads fn between two readings of clock id: it must lie between them. */
+static void agrees(clockid_t id, uint64_t (*fn)(void))
 {
     struct timespec a, b;
+    uint64_t ms;
+
+    clock_gettime(id, &a);
+    ms = fn();
+    clock_gettime(id, &b);
+    assert_true(ms >= ms_of(&a));
+    assert_true(ms <= ms_of(&b));
+}
+
+/* Both clocks count milliseconds of their clock; the monotonic one never
+ * goes back. */
+static void test_clocks(void **state)
+{
     uint64_t prev = 0, ms;
     int i;
 
     (void)state;
-    clock_gettime(CLOCK_REALTIME, &a);
-    ms = rl_unix_ms();
-    clock_gettime(CLOCK_REALTIME, &b);
-    assert_true(ms >=
-                (uint64_t)a.tv_sec * 1000 + (uint64_t)a.tv_nsec / 1000000);
-    assert_true(ms <=
-                (uint64_t)b.tv_sec * 1000 + (uint64_t)b.tv_nsec / 1000000);
-
-    clock_gettime(CLOCK_MONOTONIC, &a);
-    ms = rl_mono_ms();
-    clock_gettime(CLOCK_MONOTONIC, &b);
-    assert_true(ms >=
-                (uint64_t)a.tv_sec * 1000 + (uint64_t)a.tv_nsec / 1000000);
-    assert_true(ms <=
-                (uint64_t)b.tv_sec * 1000 + (uint64_t)b.tv_nsec / 1000000);
-
+    agrees(CLOCK_REALTIME, rl_unix_ms);
+    agrees(CLOCK_MONOTONIC, rl_mono_ms);
     for (i = 0; i < 1000; i++) {
         ms = rl_mono_ms();
         assert_true(ms >= prev);
