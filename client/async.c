@@ -15,8 +15,8 @@
  * list, kept in submission order, is also in deadline order; one timer
  * watches its head.
  *
- * GOAWAY: a server that stops sends a notice (id 0, ERROR, "server is
- * shutting down") and then answers everything it still reads until the
+ * GOAWAY: a server that stops sends a notice (id 0, ERROR, notice
+ * NOTICE_GOAWAY; rl_result_is_goaway) and then answers everything it still reads until the
  * client closes its side. On the notice the client stops adding to the
  * connection: what is already in the output buffer (whole frames) still
  * goes out, checks submitted from then on are encoded into a second buffer
@@ -200,7 +200,7 @@ static void link_slot(rlc_async_t *c, uint32_t i)
  * complete it. */
 static void fail_chain(rlc_async_t *c, uint32_t i, int status)
 {
-    uint64_t now = rlc__unix_ms();
+    uint64_t now = rl_unix_ms();
 
     while (i != NIL) {
         uint32_t next = c->slots[i].next;
@@ -334,28 +334,23 @@ static void go_away(rlc_async_t *c)
 
 static void dispatch(rlc_async_t *c)
 {
-    uint64_t now = rlc__unix_ms();
+    uint64_t now = rl_unix_ms();
 
     while (!c->closing && c->state == ST_CONNECTED) {
-        rl_frame_t f;
         rl_result_t r;
         rlc_result_t res;
-        int rc = rl_frame_decode(rl_buf_rptr(&c->in), rl_buf_len(&c->in),
-                                 c->cf.o.max_frame, &f);
+        int rc = rl_result_take(&c->in, c->cf.o.max_frame, &r);
         if (rc == RL_EAGAIN)
             return;
-        if (rc == RL_OK)
-            rc = rl_result_decode(f.payload, f.len, &r);
         if (rc != RL_OK) {
             lost(c, rc);
             return;
         }
-        rl_buf_consume(&c->in, f.size);
 
         uint64_t low = r.id & 0xffffffffu;
         if (low == 0 || low > c->nslots) {
             /* id 0: about the connection, not a check of ours. */
-            if (rlc__is_goaway(&r))
+            if (rl_result_is_goaway(&r))
                 go_away(c);
             continue;
         }
@@ -590,7 +585,7 @@ static void on_req_timer(uv_timer_t *t)
     while (!c->closing && c->head != NIL && c->slots[c->head].deadline <= now) {
         uint32_t i = c->head;
         if (unix_now == 0)
-            unix_now = rlc__unix_ms();
+            unix_now = rl_unix_ms();
         unlink_slot(c, i);
         fire_fail(c, i, RLC_ETIMEDOUT, unix_now);
     }
@@ -661,7 +656,7 @@ int rlc_async_new(rlc_async_t **out, uv_loop_t *loop, const rlc_options_t *opts)
     c->free_head = 0;
     c->head = c->tail = NIL;
     c->loop = loop;
-    c->seed = (unsigned)rlc__mono_ms() ^ (unsigned)(uintptr_t)c;
+    c->seed = (unsigned)rl_mono_ms() ^ (unsigned)(uintptr_t)c;
     rl_buf_init(&c->in, c->cf.o.max_frame + RL_FRAME_HEADER + RLC__READ_CHUNK);
     /* Room for every slot's frame twice over: enough for a full window of
      * checks plus the frames of timed-out ones still waiting to go. */

@@ -1,14 +1,14 @@
 /* What both client APIs share: options and addresses, encoding a check,
- * filling a result, clocks and backoff. */
+ * filling a result, and backoff. */
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "rl_check.h"
 #include "rl_error.h"
 #include "rl_frame.h"
+#include "rl_parse.h"
 #include "rl_window.h"
 #include "rlc_int.h"
 
@@ -88,51 +88,19 @@ const char *rlc_code_name(int code)
     }
 }
 
-/* Splits "HOST:PORT" or "[HOST]:PORT" (in place) into host and port.
- * Returns 0 or RLC_EADDR. */
-static int split_hostport(char *s, char **host, char **port)
-{
-    char *colon, *end;
-    long p;
-
-    if (s[0] == '[') {
-        char *close = strchr(s, ']');
-        if (close == NULL || close[1] != ':')
-            return RLC_EADDR;
-        *close = '\0';
-        *host = s + 1;
-        colon = close + 1;
-    } else {
-        colon = strrchr(s, ':');
-        if (colon == NULL || strchr(s, ':') != colon)
-            return RLC_EADDR;
-        *colon = '\0';
-        *host = s;
-    }
-    *port = colon + 1;
-    if (**host == '\0' || **port == '\0')
-        return RLC_EADDR;
-    p = strtol(*port, &end, 10);
-    if (*end != '\0' || p < 1 || p > 65535)
-        return RLC_EADDR;
-    return RLC_OK;
-}
-
 /* Resolves one "HOST:PORT" and appends its addresses to cf. text is kept
  * (it points into cf->texts). */
 static int add_server(rlc__conf_t *cf, const char *text)
 {
-    char buf[300], *host, *port;
+    char host[300], port[8];
     struct addrinfo hints, *res = NULL, *ai;
     size_t n = 0;
-    int rc;
+    int rc, p;
 
-    if (strlen(text) >= sizeof(buf))
-        return RLC_EADDR;
-    strcpy(buf, text);
-    rc = split_hostport(buf, &host, &port);
-    if (rc != RLC_OK)
+    rc = rl_parse_hostport(text, host, sizeof(host), &p);
+    if (rc != RL_OK)
         return rc;
+    snprintf(port, sizeof(port), "%d", p);
 
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_UNSPEC;
@@ -252,15 +220,6 @@ int rlc__encode(rl_buf_t *out, const rlc_check_t *req, uint64_t id,
     return RLC_OK;
 }
 
-int rlc__is_goaway(const rl_result_t *r)
-{
-    const char *msg = rl_strerror(RL_ESHUTDOWN);
-    size_t len = strlen(msg);
-
-    return r->id == 0 && r->code == RL_CODE_ERROR && r->error_len == len &&
-           memcmp(r->error, msg, len) == 0;
-}
-
 void rlc__result_from(rlc_result_t *res, const rl_result_t *r,
                       uint32_t window_s, uint64_t unix_ms)
 {
@@ -309,22 +268,6 @@ void rlc__result_fail(rlc_result_t *res, uint64_t id, int status, int fail_mode,
         snprintf(res->error, sizeof(res->error), "%s%s", rlc_strerror(status),
                  policy ? "; failed closed" : "");
     }
-}
-
-uint64_t rlc__unix_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-uint64_t rlc__mono_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 uint32_t rlc__backoff(uint32_t cur, const rlc_options_t *o, unsigned *seed)

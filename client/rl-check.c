@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rl_error.h"
+#include "rl_parse.h"
 #include "rlc.h"
 
 #define EXIT_ALLOWED 0
@@ -27,22 +29,6 @@ static void usage(FILE *f)
                "                [--cost N] [--repeat N] [--timeout MS]\n"
                "Asks rl-server for a rate-limit decision and prints it.\n"
                "Exit status: 0 allowed, 1 over the limit, 2 error.\n");
-}
-
-/* Parses a decimal in [min, max]. Returns 0 or -1. */
-static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *v)
-{
-    char *end;
-    unsigned long long x;
-
-    if (s == NULL || *s < '0' || *s > '9')
-        return -1;
-    errno = 0;
-    x = strtoull(s, &end, 10);
-    if (errno != 0 || *end != '\0' || x < min || x > max)
-        return -1;
-    *v = x;
-    return 0;
 }
 
 typedef struct args_s {
@@ -84,7 +70,7 @@ static int parse_args(int argc, char **argv, args_t *a)
 
 #define NUM(opt, lo, hi, dst)                                                  \
     if (strcmp(name, opt) == 0) {                                              \
-        if (parse_u64(val, lo, hi, &v) != 0) {                                 \
+        if (rl_parse_u64(val, lo, hi, &v) != RL_OK) {                          \
             fprintf(stderr,                                                    \
                     "rl-check: %s wants a number in [%" PRIu64 ", %" PRIu64    \
                     "], not '%s'\n",                                           \
@@ -159,8 +145,9 @@ int main(int argc, char **argv)
     }
     rc = rlc_connect(&c, &o);
     if (rc != RLC_OK) {
-        fprintf(stderr, "rl-check: cannot connect to %s: %s\n", a.server,
-                rc == RLC_ECLOSED ? "connection refused" : rlc_strerror(rc));
+        fprintf(stderr, "rl-check: cannot connect to %s: %s%s\n", a.server,
+                rc == RLC_ECLOSED ? "connection refused" : rlc_strerror(rc),
+                rc == RLC_EADDR ? " (expected " RL_HOSTPORT_HELP ")" : "");
         return EXIT_ERROR;
     }
 

@@ -25,7 +25,8 @@
  * Server shutdown (GOAWAY): a response with id 0 is about the connection,
  * never an answer to a check. When rl-server stops (on SIGTERM, after its
  * --drain-ms if set), it writes on every connection one notice: id 0, code
- * ERROR, error "server is shutting down" (rlc_strerror(RLC_ESHUTDOWN)); then
+ * ERROR, notice NOTICE_GOAWAY (field 9; error "server is shutting down",
+ * rlc_strerror(RLC_ESHUTDOWN), is for people); then
  * it keeps reading and answering everything until the client closes its
  * side (for at least 5 s). Both APIs honour it, so a stopping server fails no
  * check that reached it:

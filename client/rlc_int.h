@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 
 #include "rl_buf.h"
+#include "rl_clock.h"
 #include "rl_msg.h"
 #include "rlc.h"
 
@@ -50,11 +51,6 @@ void rlc__conf_free(rlc__conf_t *cf);
 int rlc__encode(rl_buf_t *out, const rlc_check_t *req, uint64_t id,
                 uint32_t *window_s);
 
-/* Returns 1 when r is the GOAWAY notice of a server that is shutting down:
- * id 0 (about the connection, not a check), code ERROR, error exactly
- * "server is shutting down" (RLC_ESHUTDOWN's text). Else 0. */
-int rlc__is_goaway(const rl_result_t *r);
-
 /* Fills res from a server's answer. */
 void rlc__result_from(rlc_result_t *res, const rl_result_t *r,
                       uint32_t window_s, uint64_t unix_ms);
@@ -64,9 +60,6 @@ void rlc__result_from(rlc_result_t *res, const rl_result_t *r,
  * are never decisions: code ERROR, no flag). */
 void rlc__result_fail(rlc_result_t *res, uint64_t id, int status, int fail_mode,
                       uint32_t window_s, uint64_t unix_ms);
-
-uint64_t rlc__unix_ms(void);
-uint64_t rlc__mono_ms(void);
 
 /* The delay after `cur` (0 at first) for a failed round: doubled, within
  * [min, max], plus up to 25% jitter from *seed. */

@@ -4,8 +4,8 @@
  * answers to earlier, timed-out calls harmless: their ids are below the
  * current batch's.
  *
- * GOAWAY: a server that stops sends a notice (id 0, ERROR, "server is
- * shutting down") and answers everything it still reads until the client
+ * GOAWAY: a server that stops sends a notice (id 0, ERROR, notice
+ * NOTICE_GOAWAY; rl_result_is_goaway) and answers everything it still reads until the client
  * closes. A notice that comes while a call waits changes nothing for that
  * call (its answers still come); the connection is closed when the call
  * returns. One found on an idle connection, before sending, closes it at
@@ -45,7 +45,7 @@ static int wait_fd(int fd, short events, uint64_t deadline)
     struct pollfd p;
 
     for (;;) {
-        uint64_t now = rlc__mono_ms();
+        uint64_t now = rl_mono_ms();
         int rc;
 
         if (now >= deadline)
@@ -68,7 +68,7 @@ static int connect_one(const rlc__addr_t *a, uint32_t timeout_ms, int *fd)
 
     if (rc != RLC_EAGAIN)
         return rc;
-    rc = wait_fd(*fd, POLLOUT, rlc__mono_ms() + timeout_ms);
+    rc = wait_fd(*fd, POLLOUT, rl_mono_ms() + timeout_ms);
     if (rc == 1)
         rc = rlc__sock_finish(*fd);
     else if (rc == 0)
@@ -102,7 +102,7 @@ static int connect_round(rlc_client_t *c)
         }
     }
     c->backoff_ms = rlc__backoff(c->backoff_ms, &c->cf.o, &c->seed);
-    c->retry_at = rlc__mono_ms() + c->backoff_ms;
+    c->retry_at = rl_mono_ms() + c->backoff_ms;
     return rc;
 }
 
@@ -134,18 +134,11 @@ static void leave_server(rlc_client_t *c)
  * frame, leaving it for the next call to report. */
 static void skim(rlc_client_t *c)
 {
-    for (;;) {
-        rl_frame_t f;
-        rl_result_t r;
+    rl_result_t r;
 
-        if (rl_frame_decode(rl_buf_rptr(&c->in), rl_buf_len(&c->in),
-                            c->cf.o.max_frame, &f) != RL_OK ||
-            rl_result_decode(f.payload, f.len, &r) != RL_OK)
-            return;
-        if (rlc__is_goaway(&r))
+    while (rl_result_take(&c->in, c->cf.o.max_frame, &r) == RL_OK)
+        if (rl_result_is_goaway(&r))
             c->goaway = 1;
-        rl_buf_consume(&c->in, f.size);
-    }
 }
 
 /* Makes sure a live connection is there. An idle connection whose server
@@ -174,7 +167,7 @@ static int ensure_conn(rlc_client_t *c)
     }
     if (c->fd >= 0)
         return RLC_OK;
-    if (rlc__mono_ms() < c->retry_at)
+    if (rl_mono_ms() < c->retry_at)
         return RLC_ECLOSED;
     return connect_round(c);
 }
@@ -182,7 +175,7 @@ static int ensure_conn(rlc_client_t *c)
 static void fail_pending(rlc_client_t *c, rlc_result_t *res, size_t n,
                          int status)
 {
-    uint64_t now = rlc__unix_ms();
+    uint64_t now = rl_unix_ms();
     size_t i;
 
     for (i = 0; i < n; i++)
@@ -222,28 +215,22 @@ static int take_answers(rlc_client_t *c, uint64_t base, rlc_result_t *res,
     uint64_t now = 0;
 
     for (;;) {
-        rl_frame_t f;
         rl_result_t r;
-        int rc = rl_frame_decode(rl_buf_rptr(&c->in), rl_buf_len(&c->in),
-                                 c->cf.o.max_frame, &f);
+        int rc = rl_result_take(&c->in, c->cf.o.max_frame, &r);
         if (rc == RL_EAGAIN)
             return RLC_OK;
         if (rc != RL_OK)
             return rc;
-        rc = rl_result_decode(f.payload, f.len, &r);
-        if (rc != RL_OK)
-            return rc;
-        if (rlc__is_goaway(&r))
+        if (rl_result_is_goaway(&r))
             c->goaway = 1;
         else if (r.id >= base && r.id - base < n &&
                  res[r.id - base].status == PENDING) {
             if (now == 0)
-                now = rlc__unix_ms();
+                now = rl_unix_ms();
             rlc__result_from(&res[r.id - base], &r, res[r.id - base].window_s,
                              now);
             (*pending)--;
         }
-        rl_buf_consume(&c->in, f.size);
     }
 }
 
@@ -256,7 +243,7 @@ static int roundtrip(rlc_client_t *c, uint64_t base, rlc_result_t *res,
     rc = ensure_conn(c);
     if (rc != RLC_OK)
         return rc;
-    deadline = rlc__mono_ms() + c->cf.o.request_timeout_ms;
+    deadline = rl_mono_ms() + c->cf.o.request_timeout_ms;
     rc = send_all(c, deadline);
     if (rc != RLC_OK) {
         /* Part of a frame may be out: the stream is no longer framed. */
@@ -322,7 +309,7 @@ int rlc_check_batch(rlc_client_t *c, const rlc_check_t *reqs, size_t n,
     if (c == NULL || reqs == NULL) {
         for (i = 0; i < n; i++)
             rlc__result_fail(&res[i], 0, RLC_EINVAL, RLC_FAIL_CLOSED, 0,
-                             rlc__unix_ms());
+                             rl_unix_ms());
         return RLC_EINVAL;
     }
 
@@ -336,7 +323,7 @@ int rlc_check_batch(rlc_client_t *c, const rlc_check_t *reqs, size_t n,
         rc = rlc__encode(&c->out, &reqs[i], base + i, &window_s);
         if (rc != RLC_OK) {
             rlc__result_fail(&res[i], base + i, rc, c->cf.o.fail_mode, 0,
-                             rlc__unix_ms());
+                             rl_unix_ms());
             continue;
         }
         res[i].status = PENDING;
@@ -362,7 +349,7 @@ int rlc_check(rlc_client_t *c, const rlc_check_t *req, rlc_result_t *res)
     if (req == NULL) {
         if (res != NULL)
             rlc__result_fail(res, 0, RLC_EINVAL, RLC_FAIL_CLOSED, 0,
-                             rlc__unix_ms());
+                             rl_unix_ms());
         return RLC_EINVAL;
     }
     return rlc_check_batch(c, req, 1, res);
@@ -386,7 +373,7 @@ int rlc_connect(rlc_client_t **out, const rlc_options_t *opts)
     }
     c->fd = -1;
     c->next_id = 1; /* id 0 is what the server uses for unmatched errors */
-    c->seed = (unsigned)rlc__mono_ms() ^ (unsigned)(uintptr_t)c;
+    c->seed = (unsigned)rl_mono_ms() ^ (unsigned)(uintptr_t)c;
     rl_buf_init(&c->in, c->cf.o.max_frame + RL_FRAME_HEADER + RLC__READ_CHUNK);
     rl_buf_init(&c->out, SIZE_MAX / 2);
     rc = connect_round(c);

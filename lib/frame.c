@@ -29,6 +29,15 @@ int rl_frame_decode(const uint8_t *p, size_t n, uint32_t max_payload,
     return RL_OK;
 }
 
+int rl_frame_take(rl_buf_t *b, uint32_t max_payload, rl_frame_t *f)
+{
+    int rc = rl_frame_decode(rl_buf_rptr(b), rl_buf_len(b), max_payload, f);
+
+    if (rc == RL_OK)
+        rl_buf_consume(b, f->size);
+    return rc;
+}
+
 void rl_frame_header(uint8_t *p, uint32_t len)
 {
     p[0] = 0;

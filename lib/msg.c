@@ -172,17 +172,11 @@ int rl_result_decode(const uint8_t *p, size_t n, rl_result_t *out)
 
     memset(out, 0, sizeof(*out));
     while ((rc = next_field(p, n, &off, &f)) == 1) {
-        if ((f.num >= 1 && f.num <= 7) || f.num == 9 || f.num == 10)
+        if ((f.num >= 1 && f.num <= 7) || (f.num >= 9 && f.num <= 11))
             EXPECT(f, WT_VARINT);
         switch (f.num) {
         case 1:
             out->id = f.v;
-            break;
-        case 9:
-            out->shadow_refused = f.v != 0;
-            break;
-        case 10:
-            out->window_s = (uint32_t)f.v;
             break;
         case 2:
             out->code = (int32_t)(uint32_t)f.v;
@@ -206,6 +200,15 @@ int rl_result_decode(const uint8_t *p, size_t n, rl_result_t *out)
             EXPECT(f, WT_LEN);
             out->error = (const char *)f.s;
             out->error_len = f.len;
+            break;
+        case 9:
+            out->notice = (int32_t)(uint32_t)f.v;
+            break;
+        case 10:
+            out->shadow_refused = f.v != 0;
+            break;
+        case 11:
+            out->window_s = (uint32_t)f.v;
             break;
         default:
             break;
@@ -278,8 +281,8 @@ size_t rl_result_size(const rl_result_t *r)
     return size_u(1, r->id) + size_u(2, enum_wire(r->code)) +
            size_u(3, r->limit) + size_u(4, r->used) + size_u(5, r->remaining) +
            size_u(6, r->reset_after_ms) + size_u(7, r->retry_after_ms) +
-           size_s(8, r->error_len) + size_u(9, r->shadow_refused != 0) +
-           size_u(10, r->window_s);
+           size_s(8, r->error_len) + size_u(9, enum_wire(r->notice)) +
+           size_u(10, r->shadow_refused != 0) + size_u(11, r->window_s);
 }
 
 size_t rl_result_encode(const rl_result_t *r, uint8_t *p)
@@ -294,8 +297,9 @@ size_t rl_result_encode(const rl_result_t *r, uint8_t *p)
     k += put_u(p + k, 6, r->reset_after_ms);
     k += put_u(p + k, 7, r->retry_after_ms);
     k += put_s(p + k, 8, r->error, r->error_len);
-    k += put_u(p + k, 9, r->shadow_refused != 0);
-    k += put_u(p + k, 10, r->window_s);
+    k += put_u(p + k, 9, enum_wire(r->notice));
+    k += put_u(p + k, 10, r->shadow_refused != 0);
+    k += put_u(p + k, 11, r->window_s);
     return k;
 }
 
@@ -316,10 +320,10 @@ int rl_check_put(rl_buf_t *b, const rl_check_t *c)
     return RL_OK;
 }
 
-/* A CheckResponse without its error text is at most seven varint fields
+/* A CheckResponse without its error text is at most eight varint fields
  * of a one-byte tag and up to ten bytes each, plus the error's tag and
  * length, then shadow_refused (2 bytes) and window_seconds (up to 6). */
-#define RESULT_FIXED_MAX (7 * 11 + 1 + 10 + 2 + 6)
+#define RESULT_FIXED_MAX (8 * 11 + 1 + 10 + 2 + 6)
 
 int rl_result_put(rl_buf_t *b, const rl_result_t *r)
 {
@@ -349,4 +353,32 @@ int rl_result_put(rl_buf_t *b, const rl_result_t *r)
     rl_result_encode(r, w + RL_FRAME_HEADER);
     rl_buf_commit(b, RL_FRAME_HEADER + n);
     return RL_OK;
+}
+
+int rl_result_take(rl_buf_t *b, uint32_t max_payload, rl_result_t *r)
+{
+    rl_frame_t f;
+    int rc;
+
+    rc = rl_frame_decode(rl_buf_rptr(b), rl_buf_len(b), max_payload, &f);
+    if (rc != RL_OK)
+        return rc;
+    rc = rl_result_decode(f.payload, f.len, r);
+    if (rc != RL_OK)
+        return rc;
+    rl_buf_consume(b, f.size);
+    return RL_OK;
+}
+
+const rl_result_t rl_goaway_notice = {
+    .code = RL_CODE_ERROR,
+    .error = "server is shutting down",
+    .error_len = sizeof("server is shutting down") - 1,
+    .notice = RL_NOTICE_GOAWAY,
+};
+
+int rl_result_is_goaway(const rl_result_t *r)
+{
+    return r->id == 0 && r->code == RL_CODE_ERROR &&
+           r->notice == RL_NOTICE_GOAWAY;
 }

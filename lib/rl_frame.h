@@ -37,6 +37,12 @@ typedef struct rl_frame_s {
 int rl_frame_decode(const uint8_t *p, size_t n, uint32_t max_payload,
                     rl_frame_t *f);
 
+/* Takes the next frame off the front of b: rl_frame_decode on b's readable
+ * bytes, then, on RL_OK only, consumes the frame. f->payload stays valid
+ * until the next reserve, append or free on b (consuming moves no bytes).
+ * Returns what rl_frame_decode returns. */
+int rl_frame_take(rl_buf_t *b, uint32_t max_payload, rl_frame_t *f);
+
 /* Writes a 5-byte header for a payload of `len` bytes at p. */
 void rl_frame_header(uint8_t *p, uint32_t len);
 

@@ -22,6 +22,15 @@ typedef enum {
     RL_CODE_ERROR = 3
 } rl_code_t;
 
+/* What an id-0 response (a notice about the connection) announces, in its
+ * `notice` field, so that a peer tells notices apart by number, never by
+ * their text. RL_NOTICE_NONE is every other notice, and every notice of a
+ * server older than the field. */
+typedef enum {
+    RL_NOTICE_NONE = 0,
+    RL_NOTICE_GOAWAY = 1 /* the server is stopping: send no more here */
+} rl_notice_t;
+
 /* A CheckRequest. Strings are not NUL-terminated; NULL with length 0 is the
  * empty string. */
 typedef struct rl_check_s {
@@ -46,9 +55,18 @@ typedef struct rl_result_s {
     uint64_t retry_after_ms;
     const char *error;
     size_t error_len;
+    int32_t notice;     /* rl_notice_t, with id 0 only */
     int shadow_refused; /* allowed by a rule in shadow mode that refused */
     uint32_t window_s;  /* the deciding window's length; 0 if unknown */
 } rl_result_t;
+
+/* The GOAWAY notice: id 0, code ERROR, notice RL_NOTICE_GOAWAY and the
+ * text of RL_ESHUTDOWN for people reading it. */
+extern const rl_result_t rl_goaway_notice;
+
+/* Returns 1 when r is a GOAWAY notice (id 0, code ERROR, notice
+ * RL_NOTICE_GOAWAY), else 0. The text is not looked at. */
+int rl_result_is_goaway(const rl_result_t *r);
 
 /* Decode a payload. Strings in *out point into p, valid while p is.
  * Return 0 or RL_EDECODE (truncated, overlong varint, bad wire type). */
@@ -68,5 +86,13 @@ size_t rl_result_encode(const rl_result_t *r, uint8_t *p);
  * RL_ENOMEM; on error b is unchanged. */
 int rl_check_put(rl_buf_t *b, const rl_check_t *c);
 int rl_result_put(rl_buf_t *b, const rl_result_t *r);
+
+/* Takes the next response off the front of b: decodes its frame (payload at
+ * most max_payload bytes) and its message, then consumes the frame.
+ * Returns RL_OK with *r filled (its strings point into b's storage and stay
+ * valid until the next reserve, append or free on b); RL_EAGAIN when no
+ * whole frame is buffered yet; RL_EFRAMEFLAG, RL_EFRAMESIZE or RL_EDECODE
+ * when the stream is broken. Nothing is consumed unless RL_OK. */
+int rl_result_take(rl_buf_t *b, uint32_t max_payload, rl_result_t *r);
 
 #endif

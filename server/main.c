@@ -60,7 +60,7 @@ int main(int argc, char **argv)
 
     rc = rls_server_start(&srv, &loop, &cfg, store);
     if (rc != 0) {
-        int metrics = srv.failed_flag && strcmp(srv.failed_flag, "--metrics") == 0;
+        int metrics = srv.failed == RLS_LISTENER_METRICS;
         fprintf(stderr, "rl-server: %s: cannot listen on %s:%d: %s\n",
                 metrics ? "--metrics" : "--listen",
                 metrics ? cfg.metrics_host : cfg.listen_host,

@@ -238,7 +238,7 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
     rc = rls_listen(&s->listener, cfg->listen_host, cfg->listen_port, 511,
                     on_connection);
     if (rc != 0) {
-        s->failed_flag = "--listen";
+        s->failed = RLS_LISTENER_NATIVE;
         uv_close((uv_handle_t *)&s->listener, NULL);
         return rc;
     }
@@ -249,7 +249,7 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
         if (rc != 0) {
             RLS_ERROR("cannot listen for metrics", " addr=%s:%d err=\"%s\"",
                       cfg->metrics_host, cfg->metrics_port, uv_strerror(rc));
-            s->failed_flag = "--metrics";
+            s->failed = RLS_LISTENER_METRICS;
             uv_close((uv_handle_t *)&s->listener, NULL);
             return rc;
         }

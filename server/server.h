@@ -15,6 +15,13 @@
 #include "rl_buf.h"
 #include "store/store.h"
 
+/* The listeners a server opens, to say which one could not start. */
+typedef enum {
+    RLS_LISTENER_NONE = 0,
+    RLS_LISTENER_NATIVE, /* --listen */
+    RLS_LISTENER_METRICS /* --metrics */
+} rls_listener_t;
+
 typedef struct rls_server_s {
     uv_loop_t *loop;
     const rls_config_t *cfg;
@@ -33,13 +40,13 @@ typedef struct rls_server_s {
     uint64_t start_unix_ms;
     rls_http_server_t *http; /* the --metrics listener, or NULL */
     rl_buf_t page;           /* the /metrics page being built */
-    const char *failed_flag; /* which listener failed to start */
+    rls_listener_t failed;   /* which listener failed to start */
 } rls_server_t;
 
 /* Binds the listener and starts serving on loop. Returns 0, or a negative
  * libuv error (address in use, cannot bind) with nothing left open and
- * failed_flag naming the flag ("--listen", "--metrics"). The store belongs
- * to the server from here on and is closed by it. */
+ * `failed` naming the listener that could not start. The store belongs to
+ * the server from here on and is closed by it. */
 int rls_server_start(rls_server_t *s, uv_loop_t *loop,
                      const rls_config_t *cfg, rls_store_t *store);
 

@@ -42,7 +42,7 @@ static int grow(rlb_audit_t *a)
     rlb_audit_ent_t *t = calloc(n, sizeof(*t));
 
     if (t == NULL)
-        return -1;
+        return RL_ENOMEM;
     for (i = 0; i <= a->mask; i++) {
         rlb_audit_ent_t *e = &a->tab[i];
         size_t p;

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "rl_error.h"
 #include "rlb.h"
 
 #define MAX_SPINNERS 256
@@ -76,7 +77,7 @@ int rlb_awake_start(void)
             fprintf(stderr, "rl-bench: --keep-awake: cannot start an idle-"
                             "priority thread\n");
             rlb_awake_stop();
-            return -1;
+            return RL_EIO;
         }
         pthread_attr_destroy(&attr);
         nspinners++;
@@ -88,7 +89,7 @@ int rlb_awake_start(void)
         fprintf(stderr, "rl-bench: --keep-awake: cannot switch a thread to "
                         "SCHED_IDLE\n");
         rlb_awake_stop();
-        return -1;
+        return RL_EIO;
     }
     return 0;
 }

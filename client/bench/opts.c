@@ -10,6 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "rl_error.h"
+#include "rl_parse.h"
 #include "rlb.h"
 #include "rlc.h"
 
@@ -105,23 +107,8 @@ static int bad(const char *fmt, ...)
     return RLB_EXIT_USAGE;
 }
 
-/* Parses a decimal in [min, max]. Returns 0 or -1. */
-static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *v)
-{
-    char *end;
-    unsigned long long x;
-
-    if (s == NULL || *s < '0' || *s > '9')
-        return -1;
-    errno = 0;
-    x = strtoull(s, &end, 10);
-    if (errno != 0 || *end != '\0' || x < min || x > max)
-        return -1;
-    *v = x;
-    return 0;
-}
-
-/* Parses a finite number in (min, max] (min excluded when open_min). */
+/* Parses a finite number in (min, max] (min excluded when open_min).
+ * Returns 0 or RL_EINVAL. */
 static int parse_num(const char *s, double min, double max, int open_min,
                      double *v)
 {
@@ -129,21 +116,22 @@ static int parse_num(const char *s, double min, double max, int open_min,
     double x;
 
     if (s == NULL || *s == '\0')
-        return -1;
+        return RL_EINVAL;
     errno = 0;
     x = strtod(s, &end);
     if (errno != 0 || *end != '\0' || !isfinite(x) || x < min ||
         (open_min && x == min) || x > max)
-        return -1;
+        return RL_EINVAL;
     *v = x;
-    return 0;
+    return RL_OK;
 }
 
+/* Returns 0 or RL_EINVAL. */
 static int parse_dist(const char *s, rlb_opts_t *o)
 {
     if (strcmp(s, "uniform") == 0) {
         o->dist = RLB_DIST_UNIFORM;
-        return 0;
+        return RL_OK;
     }
     if (strncmp(s, "zipf:", 5) == 0) {
         o->dist = RLB_DIST_ZIPF;
@@ -152,13 +140,13 @@ static int parse_dist(const char *s, rlb_opts_t *o)
     if (strcmp(s, "hot") == 0) {
         o->dist = RLB_DIST_HOT;
         o->hot_frac = 1;
-        return 0;
+        return RL_OK;
     }
     if (strncmp(s, "hot:", 4) == 0) {
         o->dist = RLB_DIST_HOT;
         return parse_num(s + 4, 0, 1, 1, &o->hot_frac);
     }
-    return -1;
+    return RL_EINVAL;
 }
 
 static int takes_value(const char *name)
@@ -279,7 +267,7 @@ int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
     }
 #define INT(opt, lo, hi, dst)                                                  \
     if (strcmp(name, opt) == 0) {                                              \
-        if (parse_u64(val, lo, hi, &v) != 0) {                                 \
+        if (rl_parse_u64(val, lo, hi, &v) != RL_OK) {                          \
             fprintf(stderr,                                                    \
                     "rl-bench: %s wants a whole number in [%" PRIu64           \
                     ", %" PRIu64 "], not '%s'\n",                              \

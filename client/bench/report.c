@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "rl_error.h"
 #include "rlb.h"
 
 static double us(uint64_t ns)
@@ -280,7 +281,7 @@ int rlb_write_json(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
     fprintf(f, "\n}\n");
     if (fflush(f) != 0 || ferror(f)) {
         fprintf(stderr, "rl-bench: writing --json: %s\n", strerror(errno));
-        return -1;
+        return RL_EIO;
     }
     return 0;
 }
@@ -299,7 +300,7 @@ int rlb_write_csv(FILE *f, const rl_hist_t *h)
     }
     if (fflush(f) != 0 || ferror(f)) {
         fprintf(stderr, "rl-bench: writing --hist-csv: %s\n", strerror(errno));
-        return -1;
+        return RL_EIO;
     }
     return 0;
 }
@@ -347,13 +348,13 @@ int rlb_plot(const char *path, const rlb_opts_t *o, const rl_hist_t *h)
 
     if (h->total == 0) {
         fprintf(stderr, "rl-bench: --plot: no latencies to draw\n");
-        return -1;
+        return RL_EIO;
     }
     gp = popen("gnuplot", "w");
     if (gp == NULL) {
         fprintf(stderr, "rl-bench: --plot: cannot run gnuplot: %s\n",
                 strerror(errno));
-        return -1;
+        return RL_EIO;
     }
     if (o->rate > 0)
         snprintf(title, sizeof(title),
@@ -394,7 +395,7 @@ int rlb_plot(const char *path, const rlb_opts_t *o, const rl_hist_t *h)
     rc = pclose(gp);
     if (rc != 0) {
         fprintf(stderr, "rl-bench: --plot: gnuplot failed (status %d)\n", rc);
-        return -1;
+        return RL_EIO;
     }
     return 0;
 }

@@ -201,13 +201,13 @@ void rlb_progress_line(char *buf, size_t cap, double t, double rate,
                        const rlb_stats_t *s);
 
 void rlb_print_summary(FILE *f, const rlb_opts_t *o, const rlb_result_t *r);
-/* Each returns 0, or -1 after printing why. */
+/* Each returns 0, or RL_EIO after printing why. */
 int rlb_write_json(FILE *f, const rlb_opts_t *o, const rlb_result_t *r);
 int rlb_write_csv(FILE *f, const rl_hist_t *h);
 int rlb_plot(const char *path, const rlb_opts_t *o, const rl_hist_t *h);
 
 /* --keep-awake (awake.c): starts a SCHED_IDLE spinning thread per CPU;
- * returns 0 or -1 after printing why. stop ends and joins them. */
+ * returns 0 or RL_EIO after printing why. stop ends and joins them. */
 int rlb_awake_start(void);
 void rlb_awake_stop(void);
 

@@ -255,8 +255,7 @@ static void process(rls_conn_t *c)
     int rc;
 
     while (!c->closing && c->inflight < s->cfg->max_inflight) {
-        rc = rl_frame_decode(rl_buf_rptr(&c->in), rl_buf_len(&c->in),
-                             s->cfg->max_frame, &f);
+        rc = rl_frame_take(&c->in, s->cfg->max_frame, &f);
         if (rc == RL_EAGAIN)
             break;
         if (rc != RL_OK) {
@@ -272,7 +271,6 @@ static void process(rls_conn_t *c)
             return;
         }
         handle_request(c, f.payload, f.len);
-        rl_buf_consume(&c->in, f.size);
     }
     if (c->inflight >= s->cfg->max_inflight)
         stop_reading(c);
@@ -443,6 +441,7 @@ void rls_conns_accept(rls_conns_t *s, uv_stream_t *listener, int status)
         r.code = RL_CODE_ERROR;
         r.error = s->stopping ? "server is shutting down" : msg;
         r.error_len = strlen(r.error);
+        r.notice = s->stopping ? RL_NOTICE_GOAWAY : RL_NOTICE_NONE;
         n = rl_result_encode(&r, frame + RL_FRAME_HEADER);
         rl_frame_header(frame, (uint32_t)n);
         uv_buf_t b = uv_buf_init((char *)frame, (unsigned)(n + 5));
@@ -486,7 +485,7 @@ size_t rls_conns_goaway(rls_conns_t *s)
          * stops sending here and closes once it has its answers; until it
          * does, everything it sent is read and answered, so a request in
          * flight when the stop began is not lost. */
-        reply_notice(c, rl_strerror(RL_ESHUTDOWN));
+        put_result(c, &rl_goaway_notice, 0);
         count++;
     }
     return count;

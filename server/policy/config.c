@@ -1,11 +1,12 @@
 #include "policy/config.h"
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "rl_error.h"
+#include "rl_parse.h"
 #include "rl_window.h"
 #include "version.h"
 
@@ -84,24 +85,8 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
     return RLS_CONFIG_ERROR;
 }
 
-/* Parses a whole decimal number in [min, max]. */
-static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
-{
-    char *end;
-    unsigned long long v;
-
-    if (*s < '0' || *s > '9')
-        return -1;
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno || *end != '\0' || v < min || v > max)
-        return -1;
-    *out = v;
-    return 0;
-}
-
 /* Parses a byte count with an optional k, m or g suffix (KiB, MiB, GiB)
- * into [min, max]. */
+ * into [min, max]. Returns 0 or RL_EINVAL. */
 static int parse_bytes(const char *s, uint64_t min, uint64_t max,
                        uint64_t *out)
 {
@@ -116,42 +101,13 @@ static int parse_bytes(const char *s, uint64_t min, uint64_t max,
         len--;
     }
     if (len == 0 || len >= sizeof(num))
-        return -1;
+        return RL_EINVAL;
     memcpy(num, s, len);
     num[len] = '\0';
-    if (parse_u64(num, 0, max >> shift, &v) != 0 || (v << shift) < min)
-        return -1;
+    if (rl_parse_u64(num, 0, max >> shift, &v) != RL_OK || (v << shift) < min)
+        return RL_EINVAL;
     *out = v << shift;
-    return 0;
-}
-
-int rls_parse_hostport(const char *s, char *host, size_t hostlen, int *port)
-{
-    const char *colon, *h = s;
-    size_t hl;
-    uint64_t p;
-
-    if (*s == '[') {
-        const char *close = strchr(s, ']');
-        if (close == NULL || close[1] != ':')
-            return -1;
-        h = s + 1;
-        hl = (size_t)(close - h);
-        colon = close + 1;
-    } else {
-        colon = strrchr(s, ':');
-        if (colon == NULL)
-            return -1;
-        hl = (size_t)(colon - s);
-    }
-    if (hl == 0 || hl >= hostlen)
-        return -1;
-    if (parse_u64(colon + 1, 1, 65535, &p) != 0)
-        return -1;
-    memcpy(host, h, hl);
-    host[hl] = '\0';
-    *port = (int)p;
-    return 0;
+    return RL_OK;
 }
 
 /* --redis accepts HOST:PORT or redis://[[USER]:PASSWORD@]HOST:PORT[/DB]. */
@@ -162,11 +118,12 @@ static int parse_redis(rls_config_t *c, const char *s, char *err,
     uint64_t db;
 
     if (strncmp(s, "redis://", 8) != 0) {
-        if (rls_parse_hostport(s, c->redis_host, sizeof(c->redis_host),
-                               &c->redis_port) != 0)
-            return fail(err, errlen, "--redis: expected HOST:PORT or "
-                                     "redis://[:PASSWORD@]HOST:PORT[/DB], "
-                                     "got '%s'",
+        if (rl_parse_hostport(s, c->redis_host, sizeof(c->redis_host),
+                              &c->redis_port) != RL_OK)
+            return fail(err, errlen,
+                        "--redis: expected " RL_HOSTPORT_HELP
+                        " or redis://[:PASSWORD@]HOST:PORT[/DB], "
+                        "got '%s'",
                         s);
         c->use_redis = 1;
         return 0;
@@ -188,15 +145,18 @@ static int parse_redis(rls_config_t *c, const char *s, char *err,
     if (slash != NULL) {
         *slash = '\0';
         if (slash[1] != '\0') {
-            if (parse_u64(slash + 1, 0, 1 << 20, &db) != 0)
+            if (rl_parse_u64(slash + 1, 0, 1 << 20, &db) != RL_OK)
                 return fail(err, errlen, "--redis: bad database number '%s'",
                             slash + 1);
             c->redis_db = (int)db;
         }
     }
-    if (rls_parse_hostport(hp, c->redis_host, sizeof(c->redis_host),
-                           &c->redis_port) != 0)
-        return fail(err, errlen, "--redis: bad HOST:PORT in '%s'", s);
+    if (rl_parse_hostport(hp, c->redis_host, sizeof(c->redis_host),
+                          &c->redis_port) != RL_OK)
+        return fail(err, errlen,
+                    "--redis: bad HOST:PORT in '%s' (expected " RL_HOSTPORT_HELP
+                    ")",
+                    s);
     c->use_redis = 1;
     return 0;
 }
@@ -241,9 +201,9 @@ static int parse_rule(rls_config_t *c, const char *s, char *err,
         return fail(err, errlen, "--rule: bad limit in '%s'", s);
     memcpy(num, eq + 1, (size_t)(slash - eq - 1));
     num[slash - eq - 1] = '\0';
-    if (parse_u64(num, 1, INT64_MAX, &r->limit) != 0)
+    if (rl_parse_u64(num, 1, INT64_MAX, &r->limit) != RL_OK)
         return fail(err, errlen, "--rule: bad limit in '%s'", s);
-    if (parse_u64(slash + 1, 1, RL_WINDOW_MAX_S, &v) != 0)
+    if (rl_parse_u64(slash + 1, 1, RL_WINDOW_MAX_S, &v) != RL_OK)
         return fail(err, errlen, "--rule: bad window in '%s' (1-%u seconds)",
                     s, RL_WINDOW_MAX_S);
     r->window_s = (uint32_t)v;
@@ -355,17 +315,17 @@ int rls_config_parse(rls_config_t *c, int argc, char **argv, void *out,
         }
 
         if (strcmp(name, "--listen") == 0) {
-            if (rls_parse_hostport(val, c->listen_host,
-                                   sizeof(c->listen_host),
-                                   &c->listen_port) != 0)
+            if (rl_parse_hostport(val, c->listen_host, sizeof(c->listen_host),
+                                  &c->listen_port) != RL_OK)
                 return fail(err, errlen,
-                            "--listen: expected HOST:PORT, got '%s'", val);
+                            "--listen: expected " RL_HOSTPORT_HELP ", got '%s'",
+                            val);
         } else if (strcmp(name, "--metrics") == 0) {
-            if (rls_parse_hostport(val, c->metrics_host,
-                                   sizeof(c->metrics_host),
-                                   &c->metrics_port) != 0)
-                return fail(err, errlen,
-                            "--metrics: expected HOST:PORT, got '%s'", val);
+            if (rl_parse_hostport(val, c->metrics_host, sizeof(c->metrics_host),
+                                  &c->metrics_port) != RL_OK)
+                return fail(
+                    err, errlen,
+                    "--metrics: expected " RL_HOSTPORT_HELP ", got '%s'", val);
         } else if (strcmp(name, "--redis") == 0) {
             if (parse_redis(c, val, err, errlen) != 0)
                 return RLS_CONFIG_ERROR;
@@ -404,7 +364,7 @@ int rls_config_parse(rls_config_t *c, int argc, char **argv, void *out,
                             name);
             const num_flag_t *f = &num_flags[k];
             uint64_t v;
-            if (parse_u64(val, f->min, f->max, &v) != 0)
+            if (rl_parse_u64(val, f->min, f->max, &v) != RL_OK)
                 return fail(err, errlen, "%s: expected a number from %llu "
                                          "to %llu, got '%s'",
                             name, (unsigned long long)f->min,

@@ -60,10 +60,6 @@ enum { RLS_CONFIG_RUN = 0, RLS_CONFIG_EXIT = 1, RLS_CONFIG_ERROR = -1 };
 int rls_config_parse(rls_config_t *c, int argc, char **argv, void *out,
                      char *err, size_t errlen);
 
-/* Splits "HOST:PORT" or "[V6]:PORT" into host and port (1-65535).
- * Returns 0 or -1. */
-int rls_parse_hostport(const char *s, char *host, size_t hostlen, int *port);
-
 /* Finds a rule by name; NULL if there is none. */
 const rls_flag_rule_t *rls_config_rule(const rls_config_t *c, const char *name,
                                   size_t len);

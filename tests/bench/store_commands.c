@@ -18,8 +18,9 @@
  *             instead of one per op; each count is formatted with
  *             string.format('%.0f'), exact up to 2^53
  *   evalb_cat as evalb_str, but counts below 1e14 go to table.concat as
- *             numbers (formatted in C), only larger ones via string.format
- *   store     server/store_redis.c itself (evalb_cat plus its bookkeeping),
+ *             numbers (formatted in C), only larger ones via string.format:
+ *             the production script (rls_redis_script, redis_script.c)
+ *   store     server/store/redis.c itself (evalb_cat plus its bookkeeping),
  *             through rls_store_t: what rl-server really pays
  *
  * For each candidate, batch size (1, 16, 256 ops) and key pattern (distinct:
@@ -43,6 +44,7 @@
 #include <uv.h>
 
 #include "store/redis.h"
+#include "store/redis_script.h"
 #include "store/store.h"
 #include "rlt.h"
 
@@ -133,22 +135,6 @@ static const char lua_evalb_str[] =
     "if n == tonumber(a) then "
     "redis.call('PEXPIREAT', KEYS[i], ARGV[2*i]) end "
     "r[i] = string.format('%.0f', n) "
-    "else r[i] = 'e' end end "
-    "return table.concat(r, ' ')";
-
-/* As evalb_str, but numbers go to table.concat as they are, which prints
- * them with "%.14g" in C; only counts from 1e14 up (exponent notation) pay
- * for string.format. */
-static const char lua_evalb_cat[] =
-    "local r = {} "
-    "for i = 1, #KEYS do "
-    "local a = ARGV[2*i-1] "
-    "local n = redis.pcall('INCRBY', KEYS[i], a) "
-    "if type(n) == 'number' then "
-    "if n == tonumber(a) then "
-    "redis.call('PEXPIREAT', KEYS[i], ARGV[2*i]) end "
-    "if n >= 1e14 then n = string.format('%.0f', n) end "
-    "r[i] = n "
     "else r[i] = 'e' end end "
     "return table.concat(r, ' ')";
 
@@ -497,8 +483,10 @@ static result_t run_once(bench_t *bn, redisContext *sc)
 static void load_scripts(bench_t *bn, redisContext *sc)
 {
     static const char *const src[S_N] = {
-        NULL,          NULL,          lua_eval1,     lua_evalb,
-        lua_evalb_new, lua_evalb_str, lua_evalb_cat, NULL};
+        NULL, NULL, lua_eval1, lua_evalb, lua_evalb_new, lua_evalb_str,
+        /* evalb_cat is the production script itself, from the store, so
+         * that its figures are for what the server runs. */
+        rls_redis_script, NULL};
     int s;
 
     for (s = 0; s < S_N; s++) {

@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "rl_error.h"
 #include "rlt.h"
 
 #ifndef RL_SERVER_BIN
@@ -31,8 +32,7 @@
 
 static char tmpdir[64];
 static char json_path[128], out_path[128], err_path[128];
-static pid_t server_pid = -1;
-static char server_addr[64];
+static rlt_server_t server = {.pid = -1};
 static rlt_redis_t redis;
 static int have_redis;
 
@@ -43,35 +43,23 @@ static pid_t fleet_pids[FLEET_N] = {-1, -1, -1};
 static char fleet_addrs[FLEET_N][32];
 static char fleet_list[FLEET_N * 32];
 
-/* Starts rl-server (with --redis when redis_port > 0) on a free port. */
+/* Starts rl-server (with --redis when redis_port > 0) on a free port.
+ * Returns 0 or an RL_E* code. */
 static int server_start(int redis_port)
 {
-    char listen[64], raddr[64];
-    int attempt;
+    char raddr[64];
+    char *argv[] = {"--log-level", "error", redis_port > 0 ? "--redis" : NULL,
+                    raddr, NULL};
 
-    for (attempt = 0; attempt < 5; attempt++) {
-        int port = rlt_free_port();
-        snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
-        snprintf(server_addr, sizeof(server_addr), "127.0.0.1:%d", port);
-        snprintf(raddr, sizeof(raddr), "127.0.0.1:%d", redis_port);
-        char *argv[] = {RL_SERVER_BIN, "--listen",
-                        listen,        "--log-level",
-                        "error",       redis_port > 0 ? "--redis" : NULL,
-                        raddr,         NULL};
-        server_pid = rlt_spawn(argv);
-        if (server_pid > 0 && rlt_wait_port(port, 5000))
-            return 0;
-        rlt_stop(server_pid, SIGKILL, 1000);
-        server_pid = -1;
-    }
-    return -1;
+    snprintf(raddr, sizeof(raddr), "127.0.0.1:%d", redis_port);
+    return rlt_server_start(&server, RL_SERVER_BIN, 0, argv);
 }
 
 static void server_stop(void)
 {
-    if (server_pid > 0)
-        rlt_stop(server_pid, SIGTERM, 5000);
-    server_pid = -1;
+    if (server.pid > 0)
+        rlt_server_stop(&server);
+    server.pid = -1;
 }
 
 /* Starts FLEET_N rl-servers on free ports, each with its own memory store,
@@ -131,8 +119,8 @@ static int fleet_teardown(void **state)
 }
 
 /* Runs rl-bench with the given arguments (NULL-terminated, after argv[0]),
- * stdout and stderr to files. Returns its exit status, or -1 if it did not
- * exit normally within a minute. */
+ * stdout and stderr to files. Returns its exit status, or RL_EIO if it did
+ * not exit normally within a minute. */
 static int bench(const char *first, ...)
 {
     char *argv[64];
@@ -161,15 +149,15 @@ static int bench(const char *first, ...)
         _exit(127);
     }
     if (pid < 0)
-        return -1;
+        return RL_EIO;
     deadline = rlt_mono_ms() + 60000;
     for (;;) {
         pid_t r = waitpid(pid, &status, WNOHANG);
         if (r == pid)
-            return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+            return WIFEXITED(status) ? WEXITSTATUS(status) : RL_EIO;
         if (r < 0 || rlt_mono_ms() > deadline) {
             rlt_stop(pid, SIGKILL, 1000);
-            return -1;
+            return RL_EIO;
         }
         struct timespec ts = {0, 10000000};
         nanosleep(&ts, NULL);
@@ -195,7 +183,7 @@ static char *slurp(const char *path)
 }
 
 /* The raw value token of a top-level JSON field ("123", "true", "null"),
- * copied to out; 0 if found. */
+ * copied to out. Returns 0, or RL_EINVAL when it is not there. */
 static int field(const char *json, const char *name, char *out, size_t cap)
 {
     char pat[80];
@@ -205,7 +193,7 @@ static int field(const char *json, const char *name, char *out, size_t cap)
     snprintf(pat, sizeof(pat), "\n  \"%s\": ", name);
     p = strstr(json, pat);
     if (p == NULL)
-        return -1;
+        return RL_EINVAL;
     p += strlen(pat);
     n = strcspn(p, ",\n");
     if (n >= cap)
@@ -289,7 +277,7 @@ static int setup(void **state)
     (void)state;
     snprintf(tmpdir, sizeof(tmpdir), "/tmp/rl-bench-test.XXXXXX");
     if (mkdtemp(tmpdir) == NULL)
-        return -1;
+        return RL_EIO;
     snprintf(json_path, sizeof(json_path), "%s/out.json", tmpdir);
     snprintf(out_path, sizeof(out_path), "%s/stdout", tmpdir);
     snprintf(err_path, sizeof(err_path), "%s/stderr", tmpdir);
@@ -320,7 +308,7 @@ static void test_uniform_json(void **state)
 
     (void)state;
     assert_int_equal(server_start(0), 0);
-    assert_int_equal(bench("--server", server_addr, "--duration", "1",
+    assert_int_equal(bench("--server", server.addr, "--duration", "1",
                            "--connections", "2", "--inflight", "16", "--keys",
                            "500", "--limit", "20", "--window", "1", "--audit",
                            "--json", json_path, NULL),
@@ -350,7 +338,7 @@ static void hot_exact(const char *prefix)
 {
     char *json;
 
-    assert_int_equal(bench("--server", server_addr, "--duration", "2.6",
+    assert_int_equal(bench("--server", server.addr, "--duration", "2.6",
                            "--connections", "2", "--inflight", "8", "--dist",
                            "hot", "--key-prefix", prefix, "--limit", "37",
                            "--window", "1", "--audit", "--json", json_path,
@@ -400,7 +388,7 @@ static void test_open_loop(void **state)
     (void)state;
     snprintf(csv_path, sizeof(csv_path), "%s/timeline.csv", tmpdir);
     assert_int_equal(server_start(0), 0);
-    assert_int_equal(bench("--server", server_addr, "--duration", "1", "--rate",
+    assert_int_equal(bench("--server", server.addr, "--duration", "1", "--rate",
                            "2000", "--connections", "1", "--keys", "100",
                            "--audit", "--json", json_path, NULL),
                      0);
@@ -417,7 +405,7 @@ static void test_open_loop(void **state)
 
     /* --timeline-csv: a row per 100 ms of the second, whose answers add
      * up to the decisions, each row's percentiles in order. */
-    assert_int_equal(bench("--server", server_addr, "--duration", "1", "--rate",
+    assert_int_equal(bench("--server", server.addr, "--duration", "1", "--rate",
                            "2000", "--connections", "1", "--keys", "100",
                            "--json", json_path, "--timeline-csv", csv_path,
                            NULL),
@@ -446,7 +434,7 @@ static void test_open_loop(void **state)
     free(json);
     unlink(csv_path);
 
-    assert_int_equal(bench("--server", server_addr, "--duration", "30",
+    assert_int_equal(bench("--server", server.addr, "--duration", "30",
                            "--requests", "500", "--inflight", "4", "--json",
                            json_path, NULL),
                      0);
@@ -456,7 +444,7 @@ static void test_open_loop(void **state)
     free(json);
 
     /* Idle-priority spinners start, do not stop the run, and are said. */
-    assert_int_equal(bench("--server", server_addr, "--duration", "0.5",
+    assert_int_equal(bench("--server", server.addr, "--duration", "0.5",
                            "--rate", "1000", "--keep-awake", "--json",
                            json_path, NULL),
                      0);
@@ -597,7 +585,7 @@ static void test_failover_without_fleet(void **state)
     (void)state;
     assert_int_equal(server_start(0), 0);
     snprintf(list, sizeof(list), "127.0.0.1:%d,%s", rlt_free_port(),
-             server_addr);
+             server.addr);
     assert_int_equal(bench("--server", list, "--connections", "3", "--inflight",
                            "4", "--duration", "0.5", "--keys", "100", "--audit",
                            "--json", json_path, NULL),
@@ -635,17 +623,17 @@ static void test_server_gone(void **state)
     if (killer == 0) {
         struct timespec ts = {0, 700000000};
         nanosleep(&ts, NULL);
-        kill(server_pid, SIGKILL);
+        kill(server.pid, SIGKILL);
         _exit(0);
     }
     assert_true(killer > 0);
-    assert_int_equal(bench("--server", server_addr, "--duration", "10",
+    assert_int_equal(bench("--server", server.addr, "--duration", "10",
                            "--give-up", "0.5", "--audit", "--json", json_path,
                            NULL),
                      3);
     waitpid(killer, NULL, 0);
-    rlt_stop(server_pid, SIGKILL, 1000);
-    server_pid = -1;
+    rlt_stop(server.pid, SIGKILL, 1000);
+    server.pid = -1;
     json = slurp(json_path);
     assert_non_null(json);
     expect_token(json, "ended_early", "true");

@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include "rl_buf.h"
+#include "rl_clock.h"
+#include "rl_error.h"
 #include "rl_frame.h"
 #include "rl_msg.h"
 
@@ -51,14 +53,6 @@ static void nap_us(long us)
     struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
 
     nanosleep(&ts, NULL);
-}
-
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 static uint64_t *counter(state_t *st, const rl_check_t *c)
@@ -122,15 +116,10 @@ static void send_all(int fd, const uint8_t *p, size_t n, int bytewise)
  * exactly this text. */
 static void send_notice(fake_t *f, fconn_t *fc)
 {
-    rl_result_t r;
     rl_buf_t out;
 
-    memset(&r, 0, sizeof(r));
-    r.code = RL_CODE_ERROR;
-    r.error = "server is shutting down";
-    r.error_len = strlen(r.error);
     rl_buf_init(&out, 1024);
-    rl_result_put(&out, &r);
+    rl_result_put(&out, &rl_goaway_notice);
     send_all(fc->fd, rl_buf_rptr(&out), rl_buf_len(&out), 0);
     rl_buf_free(&out);
     fc->noticed = 1;
@@ -145,8 +134,8 @@ static void drop_conn(fconn_t *fc)
     fc->fd = -1;
 }
 
-/* Handles what one read brought. Returns 0, or -1 when the connection is
- * to be closed. */
+/* Handles what one read brought. Returns 0, or an RL_E* code when the
+ * connection is to be closed. */
 static int handle(state_t *st, fconn_t *fc)
 {
     fake_t *f = st->f;
@@ -161,11 +150,10 @@ static int handle(state_t *st, fconn_t *fc)
         rl_check_t c;
         rl_result_t r;
 
-        if (rl_frame_decode(rl_buf_rptr(&fc->in), rl_buf_len(&fc->in), 1 << 20,
-                            &fr) != 0)
+        if (rl_frame_take(&fc->in, 1 << 20, &fr) != RL_OK)
             break;
-        if (rl_check_decode(fr.payload, fr.len, &c) != 0) {
-            rc = -1;
+        if (rl_check_decode(fr.payload, fr.len, &c) != RL_OK) {
+            rc = RL_EDECODE;
             break;
         }
         burst++;
@@ -203,7 +191,7 @@ static int handle(state_t *st, fconn_t *fc)
             break;
         case FAKE_CLOSE_AFTER:
             if (fc->seen >= f->param)
-                rc = -1;
+                rc = RL_ECLOSED;
             break;
         case FAKE_REVERSE:
             if (fc->nheld < MAXHELD)
@@ -227,7 +215,6 @@ static int handle(state_t *st, fconn_t *fc)
             break;
         }
         }
-        rl_buf_consume(&fc->in, fr.size);
         if (rc != 0)
             break;
     }
@@ -254,7 +241,7 @@ static void *run(void *arg)
     while (!atomic_load(&f->stop)) {
         struct pollfd p[MAXCONN + 1];
         int n = 0, map[MAXCONN + 1];
-        uint64_t now = mono_ms();
+        uint64_t now = rl_mono_ms();
 
         if (atomic_load(&f->goaway_now)) {
             for (i = 0; i < MAXCONN; i++)
@@ -298,7 +285,7 @@ static void *run(void *arg)
                         st->goaway_done = 1;
                         send_notice(f, fc);
                         if (f->mode == FAKE_GOAWAY_STALL)
-                            fc->stall_until = mono_ms() + (uint64_t)f->param;
+                            fc->stall_until = rl_mono_ms() + (uint64_t)f->param;
                         else
                             fc->silent = 1;
                     }
@@ -325,7 +312,7 @@ static void *run(void *arg)
                 if (rl_buf_len(&fc->in) > 0)
                     atomic_fetch_add(&f->partial, 1);
                 if (f->mode == FAKE_GOAWAY_DROP && f->param > 0) {
-                    fc->close_at = mono_ms() + (uint64_t)f->param;
+                    fc->close_at = rl_mono_ms() + (uint64_t)f->param;
                     continue;
                 }
             }
@@ -357,7 +344,7 @@ int fake_start(fake_t *f, int port, fake_mode_t mode, int param)
     f->param = param;
     f->lfd = socket(AF_INET, SOCK_STREAM, 0);
     if (f->lfd < 0)
-        return -1;
+        return RL_EIO;
     setsockopt(f->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (mode == FAKE_GOAWAY_STALL) {
         /* A small window (accepted sockets inherit it), so that a client
@@ -378,22 +365,22 @@ int fake_start(fake_t *f, int port, fake_mode_t mode, int param)
     if (attempt == 200 || listen(f->lfd, 64) != 0 ||
         getsockname(f->lfd, (struct sockaddr *)&sa, &len) != 0) {
         close(f->lfd);
-        return -1;
+        return RL_EIO;
     }
     f->port = ntohs(sa.sin_port);
     if (pthread_create(&f->thread, NULL, run, f) != 0) {
         close(f->lfd);
-        return -1;
+        return RL_EIO;
     }
     return 0;
 }
 
 int fake_wait(atomic_int *counter, int want, int ms)
 {
-    uint64_t end = mono_ms() + (uint64_t)ms;
+    uint64_t end = rl_mono_ms() + (uint64_t)ms;
 
     while (atomic_load(counter) < want) {
-        if (mono_ms() >= end)
+        if (rl_mono_ms() >= end)
             return 0;
         nap_us(1000);
     }
@@ -402,12 +389,12 @@ int fake_wait(atomic_int *counter, int want, int ms)
 
 int fake_goaway(fake_t *f)
 {
-    uint64_t end = mono_ms() + 2000;
+    uint64_t end = rl_mono_ms() + 2000;
 
     atomic_store(&f->goaway_now, 1);
     while (atomic_load(&f->goaway_now)) {
-        if (mono_ms() >= end)
-            return -1;
+        if (rl_mono_ms() >= end)
+            return RL_ETIMEDOUT;
         nap_us(1000);
     }
     return atomic_load(&f->notices);

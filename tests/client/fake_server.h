@@ -61,12 +61,12 @@ typedef struct fake_s {
 } fake_t;
 
 /* Starts a fake on port (0: a free port; the port is in f->port). Returns
- * 0 or -1. The counters start at 0. */
+ * 0 or RL_EIO. The counters start at 0. */
 int fake_start(fake_t *f, int port, fake_mode_t mode, int param);
 
 /* Sends the GOAWAY notice on every open connection that has not had it,
  * from the fake's thread. Returns once it is sent: the number of notices
- * sent so far, or -1 if the thread did not act within 2 s. */
+ * sent so far, or RL_ETIMEDOUT if the thread did not act within 2 s. */
 int fake_goaway(fake_t *f);
 
 /* Waits up to ms for *counter to reach want. Returns 1 when it did. */

@@ -24,60 +24,37 @@
 #error "RL_SERVER_BIN must name the rl-server binary"
 #endif
 
-typedef struct server_s {
-    pid_t pid;
-    int port;
-    char addr[64];
-    char redis[64]; /* "" for the memory store */
-} server_t;
+typedef rlt_server_t server_t;
 
 static rlt_redis_t redis;
 static int have_redis;
 
 /* Starts rl-server on s->port (0: a free one), with --drain-ms drain_ms
- * unless it is NULL. Returns 0 or -1. */
+ * unless it is NULL. Returns 0 or an RL_E* code. */
 static int server_start_drain(server_t *s, int port, const char *redis_addr,
                               const char *drain_ms)
 {
-    char listen[64];
-    int attempt;
+    char *argv[12];
+    int k = 0;
 
-    for (attempt = 0; attempt < 5; attempt++) {
-        char *argv[12];
-        int k = 0;
-
-        s->port = port ? port : rlt_free_port();
-        snprintf(listen, sizeof(listen), "127.0.0.1:%d", s->port);
-        snprintf(s->addr, sizeof(s->addr), "127.0.0.1:%d", s->port);
-        snprintf(s->redis, sizeof(s->redis), "%s",
-                 redis_addr ? redis_addr : "");
-        argv[k++] = RL_SERVER_BIN;
-        argv[k++] = "--listen";
-        argv[k++] = listen;
-        argv[k++] = "--log-level";
-        argv[k++] = "warn";
-        argv[k++] = "--rule";
-        argv[k++] = "search=3/60";
-        if (redis_addr) {
-            argv[k++] = "--redis";
-            argv[k++] = (char *)redis_addr;
-        }
-        if (drain_ms) {
-            argv[k++] = "--drain-ms";
-            argv[k++] = (char *)drain_ms;
-        }
-        argv[k] = NULL;
-        s->pid = rlt_spawn(argv);
-        if (s->pid > 0 && rlt_wait_port(s->port, 5000))
-            return 0;
-        rlt_stop(s->pid, SIGKILL, 1000);
-        if (port) /* a fixed port may need a moment to be free again */
-            nanosleep(&(struct timespec){0, 100 * 1000000L}, NULL);
+    argv[k++] = "--log-level";
+    argv[k++] = "warn";
+    argv[k++] = "--rule";
+    argv[k++] = "search=3/60";
+    if (redis_addr) {
+        argv[k++] = "--redis";
+        argv[k++] = (char *)redis_addr;
     }
-    return -1;
+    if (drain_ms) {
+        argv[k++] = "--drain-ms";
+        argv[k++] = (char *)drain_ms;
+    }
+    argv[k] = NULL;
+    return rlt_server_start(s, RL_SERVER_BIN, port, argv);
 }
 
-/* Starts rl-server on s->port (0: a free one). Returns 0 or -1. */
+/* Starts rl-server on s->port (0: a free one). Returns 0 or an RL_E*
+ * code. */
 static int server_start(server_t *s, int port, const char *redis_addr)
 {
     return server_start_drain(s, port, redis_addr, NULL);
@@ -85,10 +62,7 @@ static int server_start(server_t *s, int port, const char *redis_addr)
 
 static void server_stop(server_t *s)
 {
-    int st = rlt_stop(s->pid, SIGTERM, 5000);
-
-    s->pid = -1;
-    assert_true(st != -1);
+    assert_true(rlt_server_stop(s) >= 0);
 }
 
 static rlc_client_t *connect_to(const char *servers, uint32_t timeout_ms)

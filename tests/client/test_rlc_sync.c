@@ -357,6 +357,7 @@ static void test_misuse(void **state)
                          "1.2.3.4:65536",
                          "1.2.3.4:80x",
                          "[::1:80",
+                         "::1:7390", /* a bare IPv6 address: ambiguous */
                          "no-such-host.invalid:80",
                          "127.0.0.1:80,",
                          "a:b:c"};

@@ -269,6 +269,48 @@ static void test_several_frames_in_one_buffer(void **state)
     rl_buf_free(&b);
 }
 
+/* rl_frame_take consumes a frame only when it is whole and sound. */
+static void test_take(void **state)
+{
+    rl_buf_t b;
+    rl_frame_t f;
+    rl_check_t c, got;
+    size_t one;
+
+    (void)state;
+    rl_buf_init(&b, 1 << 20);
+    memset(&c, 0, sizeof(c));
+    c.id = 9;
+    c.key = "k";
+    c.key_len = 1;
+    assert_int_equal(rl_check_put(&b, &c), RL_OK);
+    one = rl_buf_len(&b);
+    c.id = 10;
+    assert_int_equal(rl_check_put(&b, &c), RL_OK);
+    /* The second frame lacks its last byte. */
+    b.wpos--;
+
+    assert_int_equal(rl_frame_take(&b, MAXP, &f), RL_OK);
+    assert_int_equal(f.size, one);
+    assert_int_equal(rl_check_decode(f.payload, f.len, &got), RL_OK);
+    assert_int_equal(got.id, 9);
+    assert_int_equal(rl_buf_len(&b), one - 1);
+    assert_int_equal(rl_frame_take(&b, MAXP, &f), RL_EAGAIN);
+    assert_int_equal(rl_buf_len(&b), one - 1);
+    b.wpos++;
+    assert_int_equal(rl_frame_take(&b, 2, &f), RL_EFRAMESIZE);
+    assert_int_equal(rl_buf_len(&b), one);
+    assert_int_equal(rl_frame_take(&b, MAXP, &f), RL_OK);
+    assert_int_equal(rl_check_decode(f.payload, f.len, &got), RL_OK);
+    assert_int_equal(got.id, 10);
+    assert_int_equal(rl_buf_len(&b), 0);
+
+    assert_int_equal(rl_buf_append(&b, "\x01\0\0\0\0", 5), RL_OK);
+    assert_int_equal(rl_frame_take(&b, MAXP, &f), RL_EFRAMEFLAG);
+    assert_int_equal(rl_buf_len(&b), 5);
+    rl_buf_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -279,6 +321,7 @@ int main(void)
         cmocka_unit_test(test_flag_not_zero),
         cmocka_unit_test(test_garbage),
         cmocka_unit_test(test_several_frames_in_one_buffer),
+        cmocka_unit_test(test_take),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,6 +8,7 @@
 
 #include <cmocka.h>
 
+#include "rl_clock.h"
 #include "rl_error.h"
 #include "rl_hist.h"
 
@@ -139,9 +140,7 @@ static void test_percentiles_match_sorted(void **state)
     assert_non_null(vals);
     assert_int_equal(rl_hist_init(&h, 8, UINT64_C(1) << 40), RL_OK);
     for (i = 0; i < N; i++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        rl_xorshift64(&x);
         /* 10^3 .. 10^9, log-uniform-ish: a shift picks the decade. */
         vals[i] = 1000 + ((x >> 20) % 1000) * (UINT64_C(1) << (x % 20));
         rl_hist_record(&h, vals[i]);

@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "ratelimit.pb-c.h"
+#include "rl_buf.h"
 #include "rl_error.h"
 #include "rl_msg.h"
 
@@ -105,6 +106,7 @@ static void test_result_matches_protobuf_c(void **state)
         r.retry_after_ms = rnd_u64();
         rnd_str(err, 250, &r.error_len);
         r.error = err;
+        r.notice = rand_r(&seed) % 3;
 
         pc.id = r.id;
         pc.code = (Ratelimit__V1__CheckResponse__Code)r.code;
@@ -114,6 +116,7 @@ static void test_result_matches_protobuf_c(void **state)
         pc.reset_after_ms = r.reset_after_ms;
         pc.retry_after_ms = r.retry_after_ms;
         pc.error = err;
+        pc.notice = (Ratelimit__V1__CheckResponse__Notice)r.notice;
 
         size_t n = rl_result_size(&r);
         assert_int_equal(n,
@@ -129,6 +132,7 @@ static void test_result_matches_protobuf_c(void **state)
         assert_int_equal(up->code, r.code);
         assert_int_equal(up->remaining, r.remaining);
         assert_string_equal(up->error, err);
+        assert_int_equal(up->notice, r.notice);
         ratelimit__v1__check_response__free_unpacked(up, NULL);
 
         assert_int_equal(rl_result_decode(ours, n, &back), RL_OK);
@@ -140,7 +144,104 @@ static void test_result_matches_protobuf_c(void **state)
         assert_int_equal(back.reset_after_ms, r.reset_after_ms);
         assert_int_equal(back.retry_after_ms, r.retry_after_ms);
         assert_int_equal(back.error_len, r.error_len);
+        assert_int_equal(back.notice, r.notice);
     }
+}
+
+/* GOAWAY is told by its notice field: the same text without the field
+ * (another notice, or a server older than the field) is not GOAWAY, and
+ * the field with an id is not a notice. */
+static void test_goaway_by_notice(void **state)
+{
+    rl_buf_t b;
+    rl_result_t r;
+
+    (void)state;
+    assert_int_equal(rl_goaway_notice.error_len,
+                     strlen(rl_strerror(RL_ESHUTDOWN)));
+    assert_memory_equal(rl_goaway_notice.error, rl_strerror(RL_ESHUTDOWN),
+                        rl_goaway_notice.error_len);
+
+    rl_buf_init(&b, 1024);
+    assert_int_equal(rl_result_put(&b, &rl_goaway_notice), RL_OK);
+    assert_int_equal(rl_result_take(&b, 1024, &r), RL_OK);
+    assert_int_equal(rl_buf_len(&b), 0);
+    assert_true(rl_result_is_goaway(&r));
+
+    r = rl_goaway_notice;
+    r.notice = RL_NOTICE_NONE;
+    assert_false(rl_result_is_goaway(&r));
+    r = rl_goaway_notice;
+    r.id = 7;
+    assert_false(rl_result_is_goaway(&r));
+    r = rl_goaway_notice;
+    r.code = RL_CODE_OK;
+    assert_false(rl_result_is_goaway(&r));
+    r = rl_goaway_notice;
+    r.error = "other";
+    r.error_len = 5;
+    assert_true(rl_result_is_goaway(&r));
+    rl_buf_free(&b);
+}
+
+/* rl_result_take: whole responses one by one, RL_EAGAIN on a partial
+ * frame (nothing consumed), errors without consuming. */
+static void test_result_take(void **state)
+{
+    rl_buf_t b;
+    rl_result_t a = {0}, r;
+    size_t i, whole;
+
+    (void)state;
+    rl_buf_init(&b, 4096);
+    a.id = 1;
+    a.code = RL_CODE_OK;
+    a.limit = 10;
+    assert_int_equal(rl_result_put(&b, &a), RL_OK);
+    a.id = 2;
+    a.error = "why";
+    a.error_len = 3;
+    assert_int_equal(rl_result_put(&b, &a), RL_OK);
+    whole = rl_buf_len(&b);
+
+    /* Every split of the second frame: the first is taken, the second
+     * waits. */
+    for (i = 0; i < whole; i++) {
+        rl_buf_t part;
+        rl_buf_init(&part, 4096);
+        assert_int_equal(rl_buf_append(&part, rl_buf_rptr(&b), i), RL_OK);
+        int got = 0, rc;
+        while ((rc = rl_result_take(&part, 1024, &r)) == RL_OK)
+            assert_int_equal(r.id, (uint64_t)++got);
+        assert_int_equal(rc, RL_EAGAIN);
+        assert_true(got < 2);
+        rl_buf_free(&part);
+    }
+    assert_int_equal(rl_result_take(&b, 1024, &r), RL_OK);
+    assert_int_equal(r.id, 1);
+    assert_int_equal(r.limit, 10);
+    assert_int_equal(rl_result_take(&b, 1024, &r), RL_OK);
+    assert_int_equal(r.id, 2);
+    assert_int_equal(r.error_len, 3);
+    assert_memory_equal(r.error, "why", 3);
+    assert_int_equal(rl_buf_len(&b), 0);
+    assert_int_equal(rl_result_take(&b, 1024, &r), RL_EAGAIN);
+
+    /* Over the size cap, a bad flag, a payload that does not decode:
+     * errors, and the bytes are left where they were. */
+    assert_int_equal(rl_result_put(&b, &a), RL_OK);
+    i = rl_buf_len(&b);
+    assert_int_equal(rl_result_take(&b, 4, &r), RL_EFRAMESIZE);
+    assert_int_equal(rl_buf_len(&b), i);
+    rl_buf_reset(&b);
+    assert_int_equal(rl_buf_append(&b, "\x01\0\0\0\0", 5), RL_OK);
+    assert_int_equal(rl_result_take(&b, 1024, &r), RL_EFRAMEFLAG);
+    assert_int_equal(rl_buf_len(&b), 5);
+    rl_buf_reset(&b);
+    assert_int_equal(rl_buf_append(&b, "\0\0\0\0\1\x07", 6), RL_OK);
+    assert_int_equal(rl_result_take(&b, 1024, &r), RL_EDECODE);
+    assert_int_equal(rl_buf_len(&b), 6);
+    rl_buf_free(&b);
 }
 
 /* Fields this version does not know (a newer client's) are skipped. */
@@ -271,6 +372,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_check_matches_protobuf_c),
         cmocka_unit_test(test_result_matches_protobuf_c),
+        cmocka_unit_test(test_goaway_by_notice),
+        cmocka_unit_test(test_result_take),
         cmocka_unit_test(test_unknown_fields_skipped),
         cmocka_unit_test(test_last_value_wins),
         cmocka_unit_test(test_malformed),

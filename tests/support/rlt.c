@@ -13,13 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-uint64_t rlt_mono_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
+#include "rl_error.h"
 
 static void nap_ms(int ms)
 {
@@ -32,10 +26,10 @@ int rlt_free_port(void)
 {
     struct sockaddr_in sa;
     socklen_t len = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port = RL_EIO;
 
     if (fd < 0)
-        return -1;
+        return RL_EIO;
     memset(&sa, 0, sizeof(sa));
     sa.sin_family = AF_INET;
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -64,10 +58,10 @@ static int try_connect(int port)
 
 int rlt_wait_port(int port, int timeout_ms)
 {
-    uint64_t deadline = rlt_mono_ms() + (uint64_t)timeout_ms;
+    uint64_t deadline = rl_mono_ms() + (uint64_t)timeout_ms;
 
     while (!try_connect(port)) {
-        if (rlt_mono_ms() >= deadline)
+        if (rl_mono_ms() >= deadline)
             return 0;
         nap_ms(5);
     }
@@ -79,7 +73,7 @@ pid_t rlt_spawn(char *const argv[])
     pid_t pid = fork();
 
     if (pid < 0)
-        return -1;
+        return RL_EIO;
     if (pid == 0) {
         if (getenv("RLT_VERBOSE") == NULL) {
             int fd = open("/dev/null", O_WRONLY);
@@ -97,21 +91,21 @@ pid_t rlt_spawn(char *const argv[])
 
 int rlt_stop(pid_t pid, int sig, int timeout_ms)
 {
-    uint64_t deadline = rlt_mono_ms() + (uint64_t)timeout_ms;
+    uint64_t deadline = rl_mono_ms() + (uint64_t)timeout_ms;
     int status;
 
     if (pid <= 0)
-        return -1;
+        return RL_EIO;
     kill(pid, sig);
     for (;;) {
         pid_t r = waitpid(pid, &status, WNOHANG);
         if (r == pid)
             return status;
         if (r < 0)
-            return -1;
-        if (rlt_mono_ms() >= deadline) {
+            return RL_EIO;
+        if (rl_mono_ms() >= deadline) {
             kill(pid, SIGKILL);
-            return waitpid(pid, &status, 0) == pid ? status : -1;
+            return waitpid(pid, &status, 0) == pid ? status : RL_EIO;
         }
         nap_ms(2);
     }
@@ -159,7 +153,7 @@ static int answers_ping(const rlt_redis_t *r)
 }
 
 /* Launches redis-server on r->port in r->dir, with extra arguments (may be
- * NULL), and waits until it answers. Returns 0, or -1 if it exited (port
+ * NULL), and waits until it answers. Returns 0, or RL_EIO if it exited (port
  * taken) or never answered within 10 s. */
 static int launch(rlt_redis_t *r, char *const extra[])
 {
@@ -168,25 +162,25 @@ static int launch(rlt_redis_t *r, char *const extra[])
                       "--dir", r->dir, "--save", "", "--appendonly", "no",
                       "--daemonize", "no", "--loglevel", "warning"};
     size_t n = 15, i;
-    uint64_t deadline = rlt_mono_ms() + 10000;
+    uint64_t deadline = rl_mono_ms() + 10000;
     int status;
 
     for (i = 0; extra != NULL && extra[i] != NULL; i++) {
         if (n + 1 >= sizeof(argv) / sizeof(argv[0]))
-            return -1;
+            return RL_EIO;
         argv[n++] = extra[i];
     }
     argv[n] = NULL;
     snprintf(port, sizeof(port), "%d", r->port);
     r->pid = rlt_spawn(argv);
     if (r->pid < 0)
-        return -1;
+        return RL_EIO;
     while (!answers_ping(r)) {
         if (waitpid(r->pid, &status, WNOHANG) == r->pid ||
-            rlt_mono_ms() >= deadline) {
+            rl_mono_ms() >= deadline) {
             rlt_stop(r->pid, SIGKILL, 1000);
             r->pid = -1;
-            return -1;
+            return RL_EIO;
         }
         nap_ms(5);
     }
@@ -201,7 +195,7 @@ int rlt_redis_start_with(rlt_redis_t *r, char *const extra[])
     r->pid = -1;
     snprintf(r->dir, sizeof(r->dir), "/tmp/rlt-redis-XXXXXX");
     if (mkdtemp(r->dir) == NULL)
-        return -1;
+        return RL_EIO;
     /* Another process may take the port between our probe and redis's
      * bind; a new port is the cure. */
     for (attempt = 0; attempt < 5; attempt++) {
@@ -211,7 +205,7 @@ int rlt_redis_start_with(rlt_redis_t *r, char *const extra[])
     }
     rmdir(r->dir);
     r->dir[0] = '\0';
-    return -1;
+    return RL_EIO;
 }
 
 int rlt_redis_start(rlt_redis_t *r)
@@ -221,12 +215,12 @@ int rlt_redis_start(rlt_redis_t *r)
 
 int rlt_redis_restart_with(rlt_redis_t *r, char *const extra[])
 {
-    uint64_t deadline = rlt_mono_ms() + 10000;
+    uint64_t deadline = rl_mono_ms() + 10000;
 
     /* The old socket may linger briefly; keep trying the same port. */
     while (launch(r, extra) != 0) {
-        if (rlt_mono_ms() >= deadline)
-            return -1;
+        if (rl_mono_ms() >= deadline)
+            return RL_EIO;
         nap_ms(20);
     }
     return 0;
@@ -264,4 +258,50 @@ void rlt_redis_pause(rlt_redis_t *r, int paused)
 {
     if (r->pid > 0)
         kill(r->pid, paused ? SIGSTOP : SIGCONT);
+}
+
+int rlt_server_start(rlt_server_t *s, const char *bin, int port,
+                     char *const extra[])
+{
+    char *argv[64];
+    size_t n, i;
+    int attempt;
+
+    memset(s, 0, sizeof(*s));
+    s->pid = -1;
+    argv[0] = (char *)bin;
+    argv[1] = "--listen";
+    argv[2] = s->addr;
+    n = 3;
+    for (i = 0; extra != NULL && extra[i] != NULL; i++) {
+        if (n + 1 >= sizeof(argv) / sizeof(argv[0]))
+            return RL_EINVAL;
+        argv[n++] = extra[i];
+    }
+    argv[n] = NULL;
+    for (attempt = 0; attempt < 5; attempt++) {
+        /* Another process may take a free port between the probe and the
+         * bind: a new port is the cure. A fixed one may need a moment to
+         * be free again after its last server. */
+        s->port = port ? port : rlt_free_port();
+        if (s->port <= 0)
+            continue;
+        snprintf(s->addr, sizeof(s->addr), "127.0.0.1:%d", s->port);
+        s->pid = rlt_spawn(argv);
+        if (s->pid > 0 && rlt_wait_port(s->port, 5000))
+            return RL_OK;
+        rlt_stop(s->pid, SIGKILL, 1000);
+        s->pid = -1;
+        if (port)
+            nap_ms(100);
+    }
+    return RL_EIO;
+}
+
+int rlt_server_stop(rlt_server_t *s)
+{
+    int st = rlt_stop(s->pid, SIGTERM, 5000);
+
+    s->pid = -1;
+    return st;
 }

@@ -9,6 +9,8 @@
 
 #include <hiredis/hiredis.h>
 
+#include "rl_clock.h"
+
 typedef struct rlt_redis_s {
     pid_t pid;
     int port;
@@ -16,9 +18,12 @@ typedef struct rlt_redis_s {
 } rlt_redis_t;
 
 /* Milliseconds on the monotonic clock. */
-uint64_t rlt_mono_ms(void);
+static inline uint64_t rlt_mono_ms(void)
+{
+    return rl_mono_ms();
+}
 
-/* A TCP port on 127.0.0.1 that was free a moment ago. */
+/* A TCP port on 127.0.0.1 that was free a moment ago, or RL_EIO. */
 int rlt_free_port(void);
 
 /* Returns 1 once a TCP connect to 127.0.0.1:port succeeds, 0 after
@@ -26,11 +31,12 @@ int rlt_free_port(void);
 int rlt_wait_port(int port, int timeout_ms);
 
 /* Starts redis-server on a free loopback port with persistence off, in a new
- * temporary directory, and waits until it answers PING. Returns 0 or -1. */
+ * temporary directory, and waits until it answers PING. Returns 0 or
+ * RL_EIO. */
 int rlt_redis_start(rlt_redis_t *r);
 
 /* Starts redis-server again on r->port and r->dir (after rlt_redis_kill).
- * Returns 0 or -1. */
+ * Returns 0 or RL_EIO. */
 int rlt_redis_restart(rlt_redis_t *r);
 
 /* SIGKILLs the server and reaps it; r->dir is kept for a restart. */
@@ -45,12 +51,12 @@ redisContext *rlt_redis_connect(const rlt_redis_t *r);
 
 /* fork+exec argv (argv[0] looked up in PATH if it has no '/'); the child's
  * stdout goes to /dev/null unless RLT_VERBOSE is set, stderr is kept.
- * Returns the pid or -1. */
+ * Returns the pid, or RL_EIO when fork fails. */
 pid_t rlt_spawn(char *const argv[]);
 
 /* Sends sig to pid and waits up to timeout_ms for it to exit; SIGKILLs it
  * after that. Returns its exit status as from waitpid (use WIFEXITED etc.),
- * or -1. */
+ * or RL_EIO (no such child). */
 int rlt_stop(pid_t pid, int sig, int timeout_ms);
 
 /* Like rlt_redis_start, with extra redis-server arguments appended to the
@@ -64,5 +70,24 @@ int rlt_redis_restart_with(rlt_redis_t *r, char *const extra[]);
 /* Pauses (SIGSTOP) or resumes (SIGCONT) the server; its sockets stay open
  * and unanswered meanwhile, as for a Redis stuck in a slow command. */
 void rlt_redis_pause(rlt_redis_t *r, int paused);
+
+/* An rl-server started by rlt_server_start. */
+typedef struct rlt_server_s {
+    pid_t pid;
+    int port;
+    char addr[32]; /* "127.0.0.1:PORT", for --listen and for clients */
+} rlt_server_t;
+
+/* Starts the rl-server at bin with --listen 127.0.0.1:port (0: a free
+ * port) and the extra arguments (NULL-terminated, may be NULL), and waits
+ * until the port accepts connections. A free port taken meanwhile is
+ * retried with another, a fixed one again after a moment, five times in
+ * all. Returns 0, RL_EINVAL (too many arguments) or RL_EIO. */
+int rlt_server_start(rlt_server_t *s, const char *bin, int port,
+                     char *const extra[]);
+
+/* Stops it by pid (SIGTERM, then SIGKILL after 5 s) and reaps it. Returns
+ * what rlt_stop returns. */
+int rlt_server_stop(rlt_server_t *s);
 
 #endif
