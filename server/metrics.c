@@ -191,6 +191,20 @@ int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
                           "Round trip of answered Redis batches.", &ss->rtt_us,
                           1));
     }
+    if (v->http != NULL) {
+        TRY(counter(out, "rl_http_connections_evicted_total",
+                    "--metrics connections closed to make room for a new "
+                    "one while the listener was full.",
+                    v->http->evicted));
+        TRY(counter(out, "rl_http_connections_refused_total",
+                    "--metrics connections answered 503: the listener was "
+                    "full and none could give way.",
+                    v->http->refused));
+        TRY(counter(out, "rl_http_connections_timed_out_total",
+                    "--metrics connections closed at the header deadline "
+                    "or the idle limit.",
+                    v->http->timed_out));
+    }
 #undef TRY
     return RL_OK;
 }

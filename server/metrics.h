@@ -6,6 +6,7 @@
 
 #include "batch.h"
 #include "net/conn.h"
+#include "net/http_server.h"
 #include "policy/config.h"
 #include "rl_buf.h"
 #include "store/store.h"
@@ -16,6 +17,7 @@ typedef struct rls_metrics_view_s {
     const rls_conn_stats_t *conns;
     const rls_batch_stats_t *batch;
     const rls_store_t *store; /* NULL once the store is closed */
+    const rls_http_stats_t *http; /* the --metrics listener's; or NULL */
     uint64_t start_unix_ms;
     int healthy;  /* what /healthz answers now */
     int draining;

@@ -156,6 +156,7 @@ int rls_server_metrics(const rls_server_t *s, rl_buf_t *out)
     v.conns = &s->conns.stats;
     v.batch = &s->batcher.stats;
     v.store = s->store;
+    v.http = s->http != NULL ? rls_http_server_stats(s->http) : NULL;
     v.start_unix_ms = s->start_unix_ms;
     v.healthy = s->store != NULL && rls_server_healthy(s, &why);
     v.draining = s->draining;

@@ -7,10 +7,13 @@
  * the response it is writing. Requests are served one at a time: while a
  * response is being written the connection is not read, so a client that
  * pipelines and never reads holds one response, not many. Connections are
- * capped (RLS_HTTP_CONNS_MAX; extras get 503 and are closed) and each must
- * complete a request within the idle limit, counted per request, not per
- * byte. The listener therefore can neither grow the server's memory nor be
- * held open by a slow client.
+ * capped (RLS_HTTP_CONNS_MAX): over the cap a new connection evicts the one
+ * that has done least (see evict_rank), so connections that never complete
+ * a request cannot lock out a load balancer's /healthz; 503 is left for
+ * when nothing can give way. Each head must arrive whole by the header
+ * deadline, counted per head, not per byte, and a kept-alive connection
+ * may wait the idle limit between requests. The listener therefore can
+ * neither grow the server's memory nor be held by slow clients.
  *
  * Lifetime: rls_http_server_close closes the listener and every
  * connection; the state is freed by the last close callback. */
@@ -39,7 +42,9 @@ struct rls_http_server_s {
     unsigned nconns;  /* on the list */
     unsigned live;    /* allocated, closing ones included */
     uint64_t idle_ms;
+    uint64_t head_ms;
     unsigned max_conns;
+    rls_http_stats_t stats;
     unsigned listener_closed : 1;
     unsigned spare_busy : 1;     /* spare is accepted and closing */
     unsigned accept_pending : 1; /* a connection waits for the spare */
@@ -55,7 +60,11 @@ typedef struct mconn_s {
     rls_list_t node;
     rl_buf_t out; /* the response being written */
     size_t in_len;
+    /* When the connection's current state began (loop time): opening,
+     * first byte of a request, or the last response; orders evictions. */
+    uint64_t since;
     int handles; /* open handles; the struct is freed at 0 */
+    unsigned served : 1; /* a response has been written */
     unsigned reading : 1;
     unsigned writing : 1;
     unsigned closing : 1;
@@ -65,6 +74,13 @@ typedef struct mconn_s {
 } mconn_t;
 
 static void conn_serve(mconn_t *c, int parse);
+static void on_timeout(uv_timer_t *t);
+
+/* The header deadline in effect: never more than the idle limit. */
+static uint64_t head_limit(const rls_http_server_t *m)
+{
+    return m->head_ms < m->idle_ms ? m->head_ms : m->idle_ms;
+}
 
 /* Frees the listener's state once nothing refers to it any more. */
 static void maybe_free(rls_http_server_t *m)
@@ -105,9 +121,11 @@ static void on_timeout(uv_timer_t *t)
 {
     mconn_t *c = t->data;
 
-    if (!c->lingering)
-        RLS_DEBUG("http connection idle past its limit; closing",
-                  " idle_ms=%llu", (unsigned long long)c->m->idle_ms);
+    if (!c->lingering) {
+        c->m->stats.timed_out++;
+        RLS_DEBUG("http connection past its deadline; closing",
+                  " bytes=%zu served=%u", c->in_len, (unsigned)c->served);
+    }
     conn_close(c);
 }
 
@@ -139,6 +157,12 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     }
     if (c->lingering)
         return;
+    if (c->in_len == 0 && c->served) {
+        /* The first byte of a kept-alive connection's next request: its
+         * head now has the header deadline rather than the idle limit. */
+        c->since = uv_now(c->m->loop);
+        uv_timer_start(&c->timer, on_timeout, head_limit(c->m), 0);
+    }
     /* Parse when a line has ended (a head ends in a blank line), when the
      * buffer is full, or on the first bytes of a request (to refuse garbage
      * at once). Re-parsing on every byte of a trickled head would cost
@@ -202,9 +226,12 @@ static void on_write(uv_write_t *req, int status)
         start_reading(c);
         return;
     }
-    /* The next request has a fresh deadline; it may already be buffered
-     * (pipelined). */
-    uv_timer_start(&c->timer, on_timeout, m->idle_ms, 0);
+    /* The next request has a fresh deadline: the idle limit to start, or
+     * the header deadline if it has (pipelined bytes are buffered). */
+    c->served = 1;
+    c->since = uv_now(m->loop);
+    uv_timer_start(&c->timer, on_timeout,
+                   c->in_len > 0 ? head_limit(m) : m->idle_ms, 0);
     conn_serve(c, c->in_len > 0);
 }
 
@@ -301,6 +328,8 @@ static void conn_serve(mconn_t *c, int parse)
     }
     b = uv_buf_init((char *)rl_buf_rptr(&c->out),
                     (unsigned)rl_buf_len(&c->out));
+    /* The head is in: the client has the idle limit to take the answer. */
+    uv_timer_start(&c->timer, on_timeout, c->m->idle_ms, 0);
     c->writing = 1;
     if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, on_write) != 0) {
         c->writing = 0;
@@ -312,6 +341,53 @@ static void conn_serve(mconn_t *c, int parse)
 /* Listener */
 
 static void accept_one(rls_http_server_t *m);
+
+/* How readily a connection gives way to a new one when the listener is
+ * full: lower ranks go first, the oldest `since` first within a rank; -1
+ * never. A client that has completed a request has shown it is one, so it
+ * goes after every connection that has not, whatever their age; among
+ * those, one waiting between requests goes before one in the middle of a
+ * request. One writing a response keeps it (the idle limit bounds that). */
+static int evict_rank(const mconn_t *c)
+{
+    if (c->lingering)
+        return 0; /* answered; only draining before it closes */
+    if (c->writing)
+        return -1;
+    if (!c->served)
+        return 1; /* no request completed: new, idle or slow */
+    if (c->in_len == 0)
+        return 2; /* kept alive, between requests */
+    return 3;     /* a proven client, mid-request */
+}
+
+/* Closes the connection that gives way most readily, to make room for a
+ * new one. Returns 1 if one was closed, 0 if none can go. */
+static int evict_one(rls_http_server_t *m)
+{
+    mconn_t *c, *victim = NULL;
+    rls_list_t *n;
+    int rank, best = 0;
+
+    for (n = m->conns.next; n != &m->conns; n = n->next) {
+        c = RLS_CONTAINER_OF(n, mconn_t, node);
+        rank = evict_rank(c);
+        if (rank < 0)
+            continue;
+        if (victim == NULL || rank < best ||
+            (rank == best && c->since < victim->since)) {
+            victim = c;
+            best = rank;
+        }
+    }
+    if (victim == NULL)
+        return 0;
+    RLS_DEBUG("http connection evicted for a new one", " rank=%d bytes=%zu",
+              best, victim->in_len);
+    m->stats.evicted++;
+    conn_close(victim);
+    return 1;
+}
 
 static void on_spare_closed(uv_handle_t *h)
 {
@@ -342,6 +418,10 @@ static void accept_one(rls_http_server_t *m)
     mconn_t *c = NULL;
     uv_buf_t b;
 
+    /* Evicted connections hold their memory until their close callbacks
+     * run, later in this loop iteration: a burst of accepts is bounded. */
+    if (m->nconns >= m->max_conns && m->live < 4 * (uint64_t)m->max_conns)
+        evict_one(m);
     if (m->nconns < m->max_conns && (c = calloc(1, sizeof(*c))) != NULL) {
         c->m = m;
         c->tcp.data = c;
@@ -352,6 +432,7 @@ static void accept_one(rls_http_server_t *m)
         uv_tcp_init(m->loop, &c->tcp);
         uv_timer_init(m->loop, &c->timer);
         c->handles = 2;
+        c->since = uv_now(m->loop);
         m->live++;
         m->nconns++;
         rls_list_push(&m->conns, &c->node);
@@ -361,7 +442,8 @@ static void accept_one(rls_http_server_t *m)
             return;
         }
         uv_tcp_nodelay(&c->tcp, 1);
-        uv_timer_start(&c->timer, on_timeout, m->idle_ms, 0);
+        m->stats.accepted++;
+        uv_timer_start(&c->timer, on_timeout, head_limit(m), 0);
         start_reading(c);
         return;
     }
@@ -377,6 +459,7 @@ static void accept_one(rls_http_server_t *m)
     if (uv_accept((uv_stream_t *)&m->listener, (uv_stream_t *)&m->spare) == 0) {
         RLS_DEBUG("http connection refused", " open=%u max=%u", m->nconns,
                   m->max_conns);
+        m->stats.refused++;
         b = uv_buf_init((char *)busy, sizeof(busy) - 1);
         uv_try_write((uv_stream_t *)&m->spare, &b, 1);
     }
@@ -417,6 +500,7 @@ int rls_http_server_start(rls_http_server_t **out, uv_loop_t *loop,
     m->route = route;
     m->arg = arg;
     m->idle_ms = RLS_HTTP_IDLE_MS;
+    m->head_ms = RLS_HTTP_HEAD_MS;
     m->max_conns = RLS_HTTP_CONNS_MAX;
     rls_list_init(&m->conns);
     uv_tcp_init(loop, &m->listener);
@@ -437,6 +521,17 @@ void rls_http_server_set_limits(rls_http_server_t *m, uint64_t idle_ms,
         return;
     m->idle_ms = idle_ms;
     m->max_conns = max_conns;
+}
+
+void rls_http_server_set_head_ms(rls_http_server_t *m, uint64_t head_ms)
+{
+    if (m != NULL)
+        m->head_ms = head_ms;
+}
+
+const rls_http_stats_t *rls_http_server_stats(const rls_http_server_t *m)
+{
+    return &m->stats;
 }
 
 void rls_http_server_close(rls_http_server_t *m)

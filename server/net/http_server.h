@@ -11,17 +11,37 @@
 
 #include "net/http.h"
 
-/* Idle limit of a connection: a request must arrive whole, and its response
- * be taken, within this long of the connection opening or of the previous
- * response. One deadline per request rather than per byte, so a client that
- * trickles bytes (slowloris) is closed as fast as an idle one. */
+/* Idle limit of a kept-alive connection: the next request must start
+ * within this long of the previous response, and a response must be taken
+ * within this long of its request. */
 #define RLS_HTTP_IDLE_MS 10000
-/* Connections open at once; more are answered 503 and closed. */
+/* Header deadline: a request head must arrive whole within this long of the
+ * connection opening (the first request) or of its first byte (later ones);
+ * never more than the idle limit. One deadline per head rather than per
+ * byte, so a client that trickles bytes (slowloris) is closed as fast as an
+ * idle one. */
+#define RLS_HTTP_HEAD_MS 2000
+/* Connections open at once. A new connection over the cap takes the place
+ * of the one that has done least: first one that is closing, then the
+ * oldest that has not completed a request (idle or slow), then the longest
+ * idle kept-alive one, then the oldest one in the middle of a request; one
+ * writing a response never gives way. Only when none can (or closed ones
+ * still hold memory) is the new one answered 503 and closed. So a flood of
+ * connections that send nothing useful cannot keep /healthz from being
+ * answered. */
 #define RLS_HTTP_CONNS_MAX 64
 /* Largest response (the /metrics page is a few KiB). */
 #define RLS_HTTP_OUT_MAX (1u << 20)
 
 typedef struct rls_http_server_s rls_http_server_t;
+
+/* What the listener has done with connections, since it started. */
+typedef struct rls_http_stats_s {
+    uint64_t accepted;  /* given a connection struct */
+    uint64_t evicted;   /* closed to make room for a newer connection */
+    uint64_t refused;   /* answered 503 and closed: full, none could go */
+    uint64_t timed_out; /* closed at the header deadline or idle limit */
+} rls_http_stats_t;
 
 /* What a route answers. body is the route's and must stay valid until the
  * route is called again or the server closes (the response is copied out
@@ -55,6 +75,12 @@ int rls_http_server_start(rls_http_server_t **out, uv_loop_t *loop,
  * ignored. */
 void rls_http_server_set_limits(rls_http_server_t *h, uint64_t idle_ms,
                                 unsigned max_conns);
+
+/* Overrides RLS_HTTP_HEAD_MS (tests). NULL is ignored. */
+void rls_http_server_set_head_ms(rls_http_server_t *h, uint64_t head_ms);
+
+/* The listener's counters, owned by h and valid until it is closed. */
+const rls_http_stats_t *rls_http_server_stats(const rls_http_server_t *h);
 
 /* Closes the listener and every connection; the state is freed by the last
  * close callback. NULL is ignored. */

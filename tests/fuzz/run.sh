@@ -15,3 +15,12 @@ clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 \
 mkdir -p "$out/corpus"
 "$out/fuzz_request" -max_total_time="$secs" -max_len=4096 \
   -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus"
+
+# The HTTP request-head parser (server/net/http.c), seeded from
+# tests/fuzz/corpus/http; heads up to a little over the 8 KiB limit.
+clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 \
+  -fsanitize=fuzzer,address,undefined -Ilib -Iserver \
+  tests/fuzz/fuzz_http.c server/net/http.c -o "$out/fuzz_http"
+mkdir -p "$out/corpus_http"
+"$out/fuzz_http" -max_total_time="$secs" -max_len=9000 \
+  -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus_http" tests/fuzz/corpus/http

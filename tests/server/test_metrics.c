@@ -72,8 +72,10 @@ static void *loop_main(void *arg)
 }
 
 /* Starts rl-server with --metrics on free loopback ports, its loop in a
- * thread. redis: use the fixture's Redis. */
-static void start_idle(fx_t *f, int redis, uint64_t drain_ms, uint64_t idle_ms)
+ * thread. redis: use the fixture's Redis. The listener gets the given idle
+ * limit, cap and header deadline. */
+static void start_limits(fx_t *f, int redis, uint64_t drain_ms,
+                         uint64_t idle_ms, unsigned max_conns, uint64_t head_ms)
 {
     rls_store_t *st;
 
@@ -103,11 +105,17 @@ static void start_idle(fx_t *f, int redis, uint64_t drain_ms, uint64_t idle_ms)
     assert_non_null(st);
     assert_int_equal(rls_server_start(&f->srv, &f->loop, &f->cfg, st), 0);
     /* Before the loop thread starts: the limits belong to the loop. */
-    rls_http_server_set_limits(f->srv.http, idle_ms, MAX_CONNS);
+    rls_http_server_set_limits(f->srv.http, idle_ms, max_conns);
+    rls_http_server_set_head_ms(f->srv.http, head_ms);
     assert_int_equal(uv_async_init(&f->loop, &f->stop, on_stop), 0);
     f->stop.data = f;
     assert_int_equal(pthread_create(&f->thread, NULL, loop_main, f), 0);
     f->running = 1;
+}
+
+static void start_idle(fx_t *f, int redis, uint64_t drain_ms, uint64_t idle_ms)
+{
+    start_limits(f, redis, drain_ms, idle_ms, MAX_CONNS, RLS_HTTP_HEAD_MS);
 }
 
 static void start(fx_t *f, int redis, uint64_t drain_ms)
@@ -644,48 +652,171 @@ static void test_idle_limit(void **state)
     stop(f);
 }
 
-/* Connections beyond the cap are answered 503 and closed; once some close,
- * new ones are served again. */
-static void test_connection_cap(void **state)
+/* One keep-alive GET on fd; returns the status. */
+static int roundtrip(int fd, const char *path, resp_t *r)
 {
     static rd_t rd;
+    char req[256];
+
+    rd.len = 0;
+    snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: t\r\n\r\n", path);
+    send_all(fd, req, strlen(req));
+    assert_int_equal(read_resp(fd, &rd, r), 0);
+    return r->status;
+}
+
+/* The first half of a request head: the scraper is mid-request. */
+static const char half_head[] = "GET /metrics HTTP/1.1\r\n";
+static const char rest_head[] = "Host: t\r\n\r\n";
+
+/* The tail of a request begun with half_head; returns the status. */
+static int finish(int fd, resp_t *r)
+{
+    static rd_t rd;
+
+    rd.len = 0;
+    send_all(fd, rest_head, sizeof(rest_head) - 1);
+    assert_int_equal(read_resp(fd, &rd, r), 0);
+    return r->status;
+}
+
+/* A full listener makes room for a new connection: the longest idle
+ * kept-alive one gives way, not a scraper in the middle of a request nor a
+ * more recently active one. Before, the new connection got 503. */
+static void test_cap_evicts_idle_first(void **state)
+{
     fx_t *f = *state;
-    int fds[MAX_CONNS], fd, i;
+    int a, b, c, d, e;
     resp_t r;
 
-    start_idle(f, 0, 0, 5000); /* no idle cut in this test */
-    for (i = 0; i < MAX_CONNS; i++) {
-        fds[i] = dial(f->mport);
-        /* A full round trip makes sure the server holds this connection
-         * before the next one arrives. */
-        rd.len = 0;
-        send_all(fds[i], "GET /healthz HTTP/1.1\r\n\r\n", 25);
-        assert_int_equal(read_resp(fds[i], &rd, &r), 0);
+    start_limits(f, 0, 0, 5000, MAX_CONNS, 5000); /* no deadline cuts */
+    a = dial(f->mport);
+    b = dial(f->mport);
+    c = dial(f->mport);
+    d = dial(f->mport);
+    /* Round trips make sure the server holds each and has served it. */
+    assert_int_equal(roundtrip(a, "/healthz", &r), 200);
+    assert_int_equal(roundtrip(b, "/healthz", &r), 200);
+    assert_int_equal(roundtrip(c, "/healthz", &r), 200);
+    send_all(a, half_head, sizeof(half_head) - 1);
+    send_all(b, half_head, sizeof(half_head) - 1);
+    /* d's answer comes after the server has read a's and b's halves. */
+    assert_int_equal(roundtrip(d, "/healthz", &r), 200);
+
+    e = dial(f->mport);
+    assert_int_equal(roundtrip(e, "/healthz", &r), 200);
+    assert_true(closed_within(c, 2000)); /* idle longest: gave way */
+    assert_int_equal(finish(a, &r), 200);
+    assert_true(sample(r.body, "rl_http_connections_evicted_total") == 1);
+    assert_true(sample(r.body, "rl_http_connections_refused_total") == 0);
+    assert_int_equal(finish(b, &r), 200);
+    assert_int_equal(roundtrip(d, "/healthz", &r), 200);
+    close(a);
+    close(b);
+    close(c);
+    close(d);
+    close(e);
+    stop(f);
+}
+
+#define FLOOD 500
+
+/* Health cannot be knocked down through the metrics port: 500 connections
+ * that send one byte each, then /healthz on a new connection answers 200
+ * at once (before, 503 "too many connections" until the idle limit cut the
+ * flood, 10 s), and again while the flood goes on. Scrapers kept alive
+ * across the flood, in the middle of a request or between requests, are
+ * not evicted while flood connections remain to give way. */
+static void test_flood_keeps_health(void **state)
+{
+    static int fds[FLOOD];
+    fx_t *f = *state;
+    int keep[3], i, round;
+    uint64_t t0;
+    resp_t r;
+
+    /* The default cap; the deadlines are long, so only eviction can make
+     * room within the test. */
+    start_limits(f, 0, 0, 30000, RLS_HTTP_CONNS_MAX, 30000);
+    for (i = 0; i < 3; i++) {
+        keep[i] = dial(f->mport);
+        assert_int_equal(roundtrip(keep[i], "/healthz", &r), 200);
     }
+    send_all(keep[0], half_head, sizeof(half_head) - 1);
+    send_all(keep[1], half_head, sizeof(half_head) - 1);
+    /* keep[2] stays idle between requests. */
+
+    for (i = 0; i < FLOOD; i++) {
+        fds[i] = dial(f->mport);
+        /* No assertion: a refused or evicted socket may be reset. */
+        (void)send(fds[i], "G", 1, MSG_NOSIGNAL);
+    }
+    for (round = 0; round < 5; round++) {
+        t0 = rlt_mono_ms();
+        get(f->mport, "/healthz", &r);
+        assert_int_equal(r.status, 200);
+        assert_string_equal(r.body, "ok\n");
+        /* A liveness bound, far below the old 10 s; the answer is
+         * awaited (get() reads with a 3 s timeout), not slept for. */
+        assert_true(rlt_mono_ms() - t0 < 2000);
+        /* The flood reconnects: a hundred fresh one-byte connections. */
+        for (i = round * 100; i < round * 100 + 100; i++) {
+            close(fds[i]);
+            fds[i] = dial(f->mport);
+            (void)send(fds[i], "G", 1, MSG_NOSIGNAL);
+        }
+    }
+    get(f->mport, "/healthz", &r);
+    assert_int_equal(r.status, 200);
+
+    assert_int_equal(finish(keep[0], &r), 200);
+    assert_int_equal(finish(keep[1], &r), 200);
+    assert_int_equal(roundtrip(keep[2], "/metrics", &r), 200);
+    /* The first flood alone overfills the 64 slots by 439 (some of the
+     * flood may have been refused instead, if evicted connections still
+     * held their memory); reconnecting frees slots by closing. */
+    assert_true(sample(r.body, "rl_http_connections_evicted_total") +
+                    sample(r.body, "rl_http_connections_refused_total") >=
+                FLOOD + 3 - RLS_HTTP_CONNS_MAX);
+    for (i = 0; i < FLOOD; i++)
+        close(fds[i]);
+    for (i = 0; i < 3; i++)
+        close(keep[i]);
+    stop(f);
+}
+
+/* The header deadline: a head must arrive whole within head_ms of the
+ * connection opening, or of its first byte on a kept-alive connection,
+ * while a kept-alive connection may wait the (longer) idle limit between
+ * requests. */
+static void test_header_deadline(void **state)
+{
+    fx_t *f = *state;
+    uint64_t t0;
+    resp_t r;
+    int fd;
+
+    start_limits(f, 0, 0, 10000, MAX_CONNS, 300);
     fd = dial(f->mport);
-    rd.len = 0;
-    assert_int_equal(read_resp(fd, &rd, &r), 0);
-    assert_int_equal(r.status, 503);
-    assert_true(closed_within(fd, 2000));
+    t0 = rlt_mono_ms();
+    send_all(fd, "G", 1);
+    assert_true(closed_within(fd, 3000));
+    assert_true(rlt_mono_ms() - t0 < 5000); /* the idle limit is 10 s */
     close(fd);
 
-    close(fds[0]);
-    /* Until the server has seen that close, a new one may still be
-     * refused: retry with a deadline. */
-    uint64_t deadline = rlt_mono_ms() + 3000;
-    for (;;) {
-        fd = dial(f->mport);
-        rd.len = 0;
-        send_all(fd, "GET /healthz HTTP/1.1\r\n\r\n", 25);
-        assert_int_equal(read_resp(fd, &rd, &r), 0);
-        close(fd);
-        if (r.status == 200)
-            break;
-        assert_true(rlt_mono_ms() < deadline);
-        nap_ms(10);
-    }
-    for (i = 1; i < MAX_CONNS; i++)
-        close(fds[i]);
+    fd = dial(f->mport);
+    assert_int_equal(roundtrip(fd, "/healthz", &r), 200);
+    /* Idle between requests: more than the header deadline is fine. */
+    assert_false(closed_within(fd, 900));
+    t0 = rlt_mono_ms();
+    send_all(fd, "G", 1);
+    assert_true(closed_within(fd, 3000));
+    assert_true(rlt_mono_ms() - t0 < 5000);
+    close(fd);
+
+    get(f->mport, "/metrics", &r);
+    assert_int_equal(sample(r.body, "rl_http_connections_timed_out_total"), 2);
+    assert_int_equal(sample(r.body, "rl_http_connections_evicted_total"), 0);
     stop(f);
 }
 
@@ -811,7 +942,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pipelined_and_split, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_idle_limit, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_connection_cap, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cap_evicts_idle_first, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_flood_keeps_health, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_header_deadline, setup, teardown),
         cmocka_unit_test_setup_teardown(test_drain, setup, teardown),
         cmocka_unit_test_setup_teardown(test_health_follows_redis, setup,
                                         teardown),
