@@ -1,6 +1,6 @@
 /* store_commands: which Redis commands should the Redis store send?
  *
- * Each candidate is driven exactly as store_redis.c would drive it: hiredis
+ * Each candidate is driven exactly as store/redis.c would drive it: hiredis
  * async on a libuv loop, commands formatted by us into one reused buffer and
  * handed over with redisAsyncFormattedCommand, a fixed number of batches in
  * flight. The candidates:
@@ -19,7 +19,7 @@
  *             string.format('%.0f'), exact up to 2^53
  *   evalb_cat as evalb_str, but counts below 1e14 go to table.concat as
  *             numbers (formatted in C), only larger ones via string.format
- *   store     server/store_redis.c itself (evalb_cat plus its bookkeeping),
+ *   store     server/store/redis.c itself (evalb_cat plus its bookkeeping),
  *             through rls_store_t: what rl-server really pays
  *
  * For each candidate, batch size (1, 16, 256 ops) and key pattern (distinct:
