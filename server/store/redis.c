@@ -17,12 +17,22 @@
  * The connection, its handshake and its backoff are in redis_conn.c.
  *
  * Failure: every batch handed to hiredis is finished from its reply
- * callback and from nowhere else, so it finishes exactly once. To fail the
- * batches in flight (timeout, close) we free the hiredis context, which
- * calls every pending callback with a NULL reply at once; the connection's
- * `fail` field says which status those callbacks report. Only the oldest
- * batch needs a deadline: replies come in order. Ops with their own error
- * (a key holding a non-integer) come back with status 0 and op->err set.
+ * callback and from nowhere else, so it is recycled exactly once. A batch
+ * unanswered at its deadline is answered by timeout then (its callback
+ * fires, the record stays in flight until its reply or the connection's
+ * end, and the reply is ignored). The script carries that deadline on
+ * Redis's clock and counts nothing when Redis runs it later, so a request
+ * answered by timeout never consumes quota afterwards. The store then
+ * counts as stalled: new batches fail at once, and once nothing in flight
+ * can be answered any more the connection is dropped and remade. Dropping
+ * it earlier would fail younger batches before their deadline, while a
+ * Redis that wakes up would still run them. To fail the batches in flight
+ * at once (an I/O error, close) the hiredis context is freed, which calls
+ * every pending callback with a NULL reply; the connection's `fail` field
+ * says which status those callbacks report. Ops with their own error (a
+ * key holding a non-integer, OOM) come back with status 0 and op->err
+ * set. Every failure is counted by kind (store.h), and Redis's error
+ * replies are logged at warn, at most one line a second.
  *
  * opts->grace_ms is not used here: the batcher puts it into expire_at_ms. */
 #include <arpa/inet.h>
@@ -56,7 +66,9 @@ struct rls_redis_batch_s {
     rls_store_cb cb;
     void *data;
     uint64_t sent_ns;
-    int retried; /* already resent as EVAL after NOSCRIPT */
+    uint64_t deadline_ms; /* the script's, on Redis's clock */
+    int retried;          /* already resent as EVAL after NOSCRIPT */
+    int abandoned;        /* answered by timeout; ops is the caller's */
 };
 
 void rls_redis_maybe_finish(rls_redis_store_t *st)
@@ -85,12 +97,55 @@ static void on_closed(uv_handle_t *h)
     rls_redis_maybe_finish(st);
 }
 
+/* ---- errors -------------------------------------------------------------*/
+
+static uint64_t mono_ms(void)
+{
+    return uv_hrtime() / 1000000;
+}
+
+void rls_redis_errors_log(rls_redis_store_t *st)
+{
+    uint64_t now = mono_ms();
+
+    if (st->err_pending == 0 || now - st->err_logged_ms < 1000)
+        return;
+    RLS_WARN("redis errors", " count=%llu kind=%s err=\"%s\"",
+             (unsigned long long)st->err_pending,
+             rls_store_err_name(st->err_kind), st->err_text);
+    st->err_pending = 0;
+    st->err_logged_ms = now;
+}
+
+/* Notes n ops or batches refused by Redis, of `kind`, with the text of one
+ * refusal, for the warn line; logs now if the last line is a second old.
+ * The text is made safe to quote: no quotes, no control characters. */
+static void note_errors(rls_redis_store_t *st, uint64_t n, int kind,
+                        const char *text, size_t len)
+{
+    size_t i;
+
+    if (len >= sizeof(st->err_text))
+        len = sizeof(st->err_text) - 1;
+    for (i = 0; i < len; i++) {
+        char ch = text[i];
+        st->err_text[i] = ch == '"' || ch == '\\'  ? '\''
+                          : (unsigned char)ch < 32 ? ' '
+                                                   : ch;
+    }
+    st->err_text[len] = '\0';
+    st->err_kind = kind;
+    st->err_pending += n;
+    rls_redis_errors_log(st);
+}
+
 /* ---- batches ------------------------------------------------------------*/
 
 /* Reports a batch: status 0 means every op has its count or its own err;
- * anything else fails every op. The callback may submit again. */
+ * anything else fails every op, and counts once under `kind`. The
+ * callback may submit again. */
 static void complete(rls_redis_store_t *st, rls_op_t *ops, size_t n, int status,
-                     rls_store_cb cb, void *data)
+                     int kind, rls_store_cb cb, void *data)
 {
     size_t i;
 
@@ -98,20 +153,24 @@ static void complete(rls_redis_store_t *st, rls_op_t *ops, size_t n, int status,
         for (i = 0; i < n; i++)
             ops[i].err = status;
         st->base.stats.errors++;
+        st->base.stats.errors_kind[kind]++;
         if (status == RL_ETIMEDOUT)
             st->base.stats.timeouts++;
     }
     cb(data, ops, n, status);
 }
 
-/* Takes a batch off the in-flight list, back to the pool, and reports it.
- * Called only from the batch's hiredis reply callback. */
-static void finish(rls_redis_store_t *st, rls_redis_batch_t *b, int status)
+/* Takes a batch off the in-flight list, back to the pool, and reports it
+ * unless it was answered by timeout already. Called only from the batch's
+ * hiredis reply callback. */
+static void finish(rls_redis_store_t *st, rls_redis_batch_t *b, int status,
+                   int kind)
 {
     rls_op_t *ops = b->ops;
     size_t n = b->n;
     rls_store_cb cb = b->cb;
     void *data = b->data;
+    int abandoned = b->abandoned;
 
     if (b->prev != NULL)
         b->prev->next = b->next;
@@ -123,13 +182,29 @@ static void finish(rls_redis_store_t *st, rls_redis_batch_t *b, int status)
         st->tail = b->prev;
     st->inflight--;
     st->inflight_ops -= n;
+    b->next = st->pool;
+    st->pool = b;
+    if (abandoned)
+        return;
+    st->live--;
     if (status == 0) {
         st->base.stats.rtt_us_last = (uv_hrtime() - b->sent_ns) / 1000;
         rls_hist_observe(&st->base.stats.rtt_us, st->base.stats.rtt_us_last);
     }
-    b->next = st->pool;
-    st->pool = b;
-    complete(st, ops, n, status, cb, data);
+    complete(st, ops, n, status, kind, cb, data);
+}
+
+/* A stuck Redis is left once nothing in flight can still be answered by
+ * it: every batch was answered, by Redis or by its deadline. */
+static void maybe_leave_stall(rls_redis_store_t *st, rls_redis_conn_t *c)
+{
+    char why[64];
+
+    if (!st->stalled || st->live > 0 || st->conn != c || c == NULL)
+        return;
+    snprintf(why, sizeof(why), "no reply within %llu ms",
+             (unsigned long long)st->timeout_ms);
+    rls_redis_conn_drop(st, RL_ETIMEDOUT, why);
 }
 
 static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
@@ -138,19 +213,49 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
     rls_redis_store_t *st = b->st;
     rls_redis_conn_t *c = rls_redis_conn_of(ac);
     redisReply *rep = r;
+    rls_redis_errs_t errs;
     size_t len;
+    int rc, k;
 
     if (rep == NULL) {
         /* The context is being freed: by us (c->fail says why) or by
          * hiredis after an I/O error (RL_ESTORE). */
         rls_redis_conn_lost(st, c,
                             ac->err && ac->errstr ? ac->errstr : "dropped");
-        finish(st, b, c->fail);
+        finish(st, b, c->fail,
+               c->fail == RL_ETIMEDOUT ? RLS_SERR_TIMEOUT
+                                       : RLS_SERR_UNAVAILABLE);
+        return;
+    }
+    if (b->abandoned) {
+        /* Answered by timeout already. The script saw its deadline pass
+         * and did nothing ("late"), unless Redis ran it just in time and
+         * only its reply was late. */
+        if (rep->type != REDIS_REPLY_STRING || rep->len != 4 ||
+            memcmp(rep->str, "late", 4) != 0)
+            RLS_DEBUG("redis reply after the batch timed out", NULL);
+        finish(st, b, 0, 0);
+        maybe_leave_stall(st, c);
         return;
     }
     if (rep->type == REDIS_REPLY_STRING &&
-        rls_redis_parse_counts(rep->str, rep->len, b->ops, b->n) == 0) {
-        finish(st, b, 0);
+        (rc = rls_redis_parse_counts(rep->str, rep->len, b->ops, b->n,
+                                     &errs)) >= 0) {
+        if (rc == RLS_REDIS_LATE) {
+            /* Our timer had not fired yet, Redis's clock had passed the
+             * deadline: nothing was counted. */
+            finish(st, b, RL_ETIMEDOUT, RLS_SERR_TIMEOUT);
+        } else {
+            if (errs.failed > 0) {
+                for (k = 0; k < RLS_SERR_MAX; k++)
+                    st->base.stats.errors_kind[k] += errs.by_kind[k];
+                note_errors(st, errs.failed,
+                            rls_redis_err_kind(errs.text, errs.text_len),
+                            errs.text, errs.text_len);
+            }
+            finish(st, b, 0, 0);
+        }
+        maybe_leave_stall(st, c);
         return;
     }
     /* The script cache was flushed: EVAL runs the script and caches it
@@ -158,34 +263,63 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
     if (rep->type == REDIS_REPLY_ERROR && !b->retried &&
         strncmp(rep->str, "NOSCRIPT", 8) == 0) {
         b->retried = 1;
-        len = rls_redis_encode(&st->cmd, NULL, b->ops, b->n);
+        len = rls_redis_encode(&st->cmd, NULL, b->ops, b->n, b->deadline_ms);
         if (len > 0 && redisAsyncFormattedCommand(ac, on_batch_reply, b,
                                                   st->cmd.p, len) == REDIS_OK)
             return;
     }
-    RLS_DEBUG("redis batch failed", " err=\"%s\"",
-              rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
-    finish(st, b, RL_ESTORE);
+    if (rep->type == REDIS_REPLY_ERROR) {
+        k = rls_redis_err_kind(rep->str, rep->len);
+        note_errors(st, 1, k, rep->str, rep->len);
+    } else {
+        k = RLS_SERR_OTHER;
+        note_errors(st, 1, k, "unexpected reply", 16);
+    }
+    finish(st, b, RL_ESTORE, k);
+    maybe_leave_stall(st, c);
 }
 
-/* Fires at the deadline of the oldest batch in flight; replies come in
- * order, so if it is late, Redis is stuck for every batch behind it too. */
+static rls_redis_batch_t *first_live(rls_redis_store_t *st)
+{
+    rls_redis_batch_t *b = st->head;
+
+    while (b != NULL && b->abandoned)
+        b = b->next;
+    return b;
+}
+
+/* Fires at the deadline of the oldest batch not yet answered; replies
+ * come in order, so if it is late, Redis is stuck. Each batch is answered
+ * by timeout at its own deadline, never earlier: the script, if Redis
+ * runs it later, sees that deadline passed and counts nothing. The
+ * connection is dropped once the last batch in flight is answered. */
 static void on_expiry(uv_timer_t *t)
 {
     rls_redis_store_t *st = t->data;
+    rls_redis_batch_t *b;
     uint64_t age_ms;
-    char why[64];
 
-    if (st->head == NULL)
-        return;
-    age_ms = (uv_hrtime() - st->head->sent_ns) / 1000000;
-    if (age_ms < st->timeout_ms) {
-        uv_timer_start(t, on_expiry, st->timeout_ms - age_ms, 0);
-        return;
+    while ((b = first_live(st)) != NULL) {
+        age_ms = (uv_hrtime() - b->sent_ns) / 1000000;
+        if (age_ms < st->timeout_ms) {
+            uv_timer_start(t, on_expiry, st->timeout_ms - age_ms, 0);
+            return;
+        }
+        if (!st->stalled)
+            RLS_DEBUG("redis stuck: batches time out", NULL);
+        st->stalled = 1;
+        b->abandoned = 1;
+        st->live--;
+        /* The callback may submit (failed at once: stalled) or close the
+         * store (every batch is then finished): look again from the
+         * head. */
+        complete(st, b->ops, b->n, RL_ETIMEDOUT, RLS_SERR_TIMEOUT, b->cb,
+                 b->data);
+        b->ops = NULL;
+        if (st->state == RLS_REDIS_CLOSING)
+            return;
     }
-    snprintf(why, sizeof(why), "no reply within %llu ms",
-             (unsigned long long)st->timeout_ms);
-    rls_redis_conn_drop(st, RL_ETIMEDOUT, why);
+    maybe_leave_stall(st, st->conn);
 }
 
 static void st_submit(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
@@ -194,6 +328,7 @@ static void st_submit(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
     rls_redis_store_t *st = (rls_redis_store_t *)s;
     redisAsyncContext *ac;
     rls_redis_batch_t *b;
+    uint64_t margin_ms;
     size_t len;
 
     s->stats.batches++;
@@ -202,11 +337,12 @@ static void st_submit(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
         cb(data, ops, n, 0);
         return;
     }
-    if (st->state != RLS_REDIS_UP || st->inflight >= MAX_INFLIGHT ||
+    if (st->state != RLS_REDIS_UP || st->stalled ||
+        st->inflight >= MAX_INFLIGHT ||
         (st->inflight_ops > 0 && st->inflight_ops + n > MAX_INFLIGHT_OPS)) {
         complete(st, ops, n,
-                 st->state == RLS_REDIS_CLOSING ? RL_ESHUTDOWN : RL_ESTORE, cb,
-                 data);
+                 st->state == RLS_REDIS_CLOSING ? RL_ESHUTDOWN : RL_ESTORE,
+                 RLS_SERR_UNAVAILABLE, cb, data);
         return;
     }
     /* Batch records come from a pool that grows to the most ever in
@@ -221,9 +357,18 @@ static void st_submit(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
     b->cb = cb;
     b->data = data;
     b->retried = 0;
+    b->abandoned = 0;
     b->sent_ns = uv_hrtime();
+    /* The script's deadline, on Redis's clock, a little before ours: our
+     * estimate of Redis's clock may be off by half the best TIME round
+     * trip, and the reply of a script run just in time still has to
+     * reach us before our timer fires. */
+    margin_ms = 1 + st->clk.best_rtt_us / 1000;
+    if (margin_ms > st->timeout_ms / 2)
+        margin_ms = st->timeout_ms / 2;
+    b->deadline_ms = rls_redis_now_ms(s) + st->timeout_ms - margin_ms;
     ac = st->conn->ac;
-    len = rls_redis_encode(&st->cmd, st->sha, b->ops, b->n);
+    len = rls_redis_encode(&st->cmd, st->sha, b->ops, b->n, b->deadline_ms);
     rls_redis_uv_hold(ac);
     if (len == 0 || redisAsyncFormattedCommand(ac, on_batch_reply, b, st->cmd.p,
                                                len) != REDIS_OK) {
@@ -241,6 +386,7 @@ static void st_submit(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
     st->tail = b;
     st->inflight++;
     st->inflight_ops += n;
+    st->live++;
     if (!uv_is_active((uv_handle_t *)&st->expiry))
         uv_timer_start(&st->expiry, on_expiry, st->timeout_ms, 0);
     /* Written now, not when the loop next polls: one iteration and the
@@ -250,7 +396,7 @@ static void st_submit(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
     rls_redis_uv_release(ac, 1);
     return;
 fail:
-    complete(st, ops, n, RL_ESTORE, cb, data);
+    complete(st, ops, n, RL_ESTORE, RLS_SERR_UNAVAILABLE, cb, data);
 }
 
 static void st_close(rls_store_t *s, void (*done)(void *arg), void *arg)

@@ -1,8 +1,11 @@
 /* The Redis store's connection: see redis_conn.h, and redis.c for the
  * batches.
  *
- * AUTH and SELECT (when configured), SCRIPT LOAD and TIME are pipelined on
- * every (re)connect; the store is up once TIME answers. Reconnects back off
+ * AUTH and SELECT (when configured), SCRIPT LOAD, INFO server and TIME are
+ * pipelined on every (re)connect; the store is up once TIME answers. INFO's
+ * run_id tells a restarted Redis (whose counters of the current window
+ * are gone, unless it persisted them) from a connection that was merely
+ * lost. Reconnects back off
  * from 20 ms, doubling to 1 s, plus up to 50% jitter. Names are resolved on
  * libuv's thread pool. TIME is sampled again every second: the store's
  * clock is Redis's (redis_clock.h), and a TIME left unanswered tells an
@@ -211,6 +214,37 @@ static void on_load_reply(redisAsyncContext *ac, void *r, void *priv)
     memcpy(st->sha, rep->str, 40);
 }
 
+/* Reads run_id from INFO server. A Redis where INFO is renamed or denied
+ * still serves: restarts then go unnoticed (logged at debug). */
+static void on_info_reply(redisAsyncContext *ac, void *r, void *priv)
+{
+    rls_redis_conn_t *c = rls_redis_conn_of(ac);
+    rls_redis_store_t *st = c->st;
+    redisReply *rep = r;
+    const char *id;
+
+    (void)priv;
+    if (rep == NULL || st->conn != c)
+        return;
+    if (rep->type != REDIS_REPLY_STRING ||
+        (id = strstr(rep->str, "run_id:")) == NULL ||
+        strspn(id + 7, "0123456789abcdef") != 40) {
+        RLS_DEBUG("redis run_id unknown", " err=\"%s\"",
+                  rep->type == REDIS_REPLY_ERROR ? rep->str : "no run_id");
+        return;
+    }
+    id += 7;
+    if (st->run_id[0] != '\0' && memcmp(st->run_id, id, 40) != 0) {
+        st->base.stats.restarts++;
+        RLS_WARN("redis restarted: counts of the current windows are lost "
+                 "unless it persists them",
+                 " addr=%s:%d run_id=%.40s was=%s", st->host, st->port, id,
+                 st->run_id);
+    }
+    memcpy(st->run_id, id, 40);
+    st->run_id[40] = '\0';
+}
+
 static void on_time_reply(redisAsyncContext *ac, void *r, void *priv)
 {
     rls_redis_conn_t *c = rls_redis_conn_of(ac);
@@ -256,6 +290,7 @@ static void on_clock(uv_timer_t *t)
     rls_redis_store_t *st = t->data;
     uint64_t wait_ms;
 
+    rls_redis_errors_log(st);
     if (st->state != RLS_REDIS_UP)
         return;
     if (st->conn->time_ns == 0) {
@@ -263,7 +298,13 @@ static void on_clock(uv_timer_t *t)
         return;
     }
     wait_ms = (uv_hrtime() - st->conn->time_ns) / 1000000;
-    if (wait_ms > st->timeout_ms)
+    if (wait_ms <= st->timeout_ms)
+        return;
+    /* Dropping the connection now would fail the batches in flight before
+     * their deadline, and a Redis that wakes up would still run them:
+     * stop sending instead; the last batch's deadline drops it. */
+    st->stalled = 1;
+    if (st->live == 0)
         rls_redis_conn_drop(st, RL_ETIMEDOUT, "TIME unanswered");
 }
 
@@ -298,6 +339,7 @@ static void connect_addr(rls_redis_store_t *st, const char *ip)
     c->st = st;
     c->fail = RL_ESTORE;
     rls_redis_clock_new_path(&st->clk);
+    st->stalled = 0;
     ac->data = c;
     st->conn = c;
     redisAsyncSetConnectCallback(ac, on_connect);
@@ -310,6 +352,7 @@ static void connect_addr(rls_redis_store_t *st, const char *ip)
         redisAsyncCommand(ac, on_status_reply, NULL, "SELECT %d", st->db);
     redisAsyncCommand(ac, on_load_reply, NULL, "SCRIPT LOAD %s",
                       rls_redis_script);
+    redisAsyncCommand(ac, on_info_reply, NULL, "INFO server");
     send_time(c);
     uv_timer_start(&st->retry, on_hs_deadline,
                    st->timeout_ms > 250 ? st->timeout_ms : 250, 0);
@@ -381,7 +424,9 @@ static void start_connect(rls_redis_store_t *st)
 
 int rls_redis_up(rls_store_t *s)
 {
-    return ((rls_redis_store_t *)s)->state == RLS_REDIS_UP;
+    rls_redis_store_t *st = (rls_redis_store_t *)s;
+
+    return st->state == RLS_REDIS_UP && !st->stalled;
 }
 
 void rls_redis_conn_start(rls_redis_store_t *st)

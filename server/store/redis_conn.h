@@ -43,6 +43,17 @@ struct rls_redis_store_s {
     int gai_busy, open; /* handles and requests not yet finished */
     rls_redis_batch_t *head, *tail, *pool;
     size_t inflight, inflight_ops;
+    size_t live; /* batches in flight not yet answered by timeout */
+    /* A batch timed out, or TIME went unanswered: Redis is stuck. New
+     * batches fail at once; the connection is dropped once every batch in
+     * flight is answered (by Redis or by its own deadline), never before,
+     * so that Redis cannot later run a batch answered early. */
+    int stalled;
+    char run_id[41]; /* Redis's INFO run_id; "" until known */
+    /* Redis error replies not yet logged (at most one line a second). */
+    uint64_t err_pending, err_logged_ms;
+    int err_kind;
+    char err_text[160];
     rls_cmdbuf_t cmd;
     char sha[41];
     rls_redis_clock_t clk;
@@ -74,6 +85,12 @@ void rls_redis_conn_drop(rls_redis_store_t *st, int status, const char *why);
 /* The store's vtbl entries for the clock and health. */
 uint64_t rls_redis_now_ms(rls_store_t *s);
 int rls_redis_up(rls_store_t *s);
+
+/* Logs the Redis errors noted since the last line, if any, and if the
+ * last line is at least a second old. Defined in redis.c; the connection's
+ * clock timer calls it every second so that the count is not held back
+ * once errors stop. */
+void rls_redis_errors_log(rls_redis_store_t *st);
 
 /* Frees the store once it is closing and every handle and request has
  * finished (st->open == 0); calls the close callback. Defined in redis.c. */
