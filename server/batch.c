@@ -161,10 +161,40 @@ static const char *failure_text(int err, int fail_open, char *buf, size_t len)
     return buf;
 }
 
+static void share_add(rls_batcher_t *b, uint64_t decided, uint64_t failed)
+{
+    uint64_t sec = uv_hrtime() / 1000000000;
+    rls_share_t *sh = &b->share[sec % RLS_SHARE_S];
+
+    if (sh->sec != sec) {
+        sh->sec = sec;
+        sh->decided = sh->failed = 0;
+    }
+    sh->decided += decided;
+    sh->failed += failed;
+}
+
+void rls_batcher_share(const rls_batcher_t *b, uint64_t now_s,
+                       uint64_t *decided, uint64_t *failed)
+{
+    size_t i;
+
+    *decided = *failed = 0;
+    for (i = 0; i < RLS_SHARE_S; i++) {
+        const rls_share_t *sh = &b->share[i];
+
+        if (sh->sec + RLS_SHARE_S > now_s && sh->sec <= now_s) {
+            *decided += sh->decided;
+            *failed += sh->failed;
+        }
+    }
+}
+
 static void on_store_done(void *data, rls_op_t *ops, size_t nops, int status)
 {
     rls_batch_t *t = data;
     rls_batcher_t *b = t->owner;
+    uint64_t failed = 0;
     char text[160];
     uint32_t reset_w = 0;
     uint64_t reset_ms = 0;
@@ -194,6 +224,7 @@ static void on_store_done(void *data, rls_op_t *ops, size_t nops, int status)
             r.error_len = strlen(r.error);
             r.limit = q->limit;
             b->stats.store_errors++;
+            failed++;
             if (b->fail_open) {
                 /* Allowed, and nothing was counted. */
                 r.code = RL_CODE_OK;
@@ -212,6 +243,7 @@ static void on_store_done(void *data, rls_op_t *ops, size_t nops, int status)
         b->respond(q->owner, &r);
     }
 
+    share_add(b, t->nreqs, failed);
     b->in_flight--;
     /* Spares are kept for reuse, but only so many: a Redis stall piles up
      * batches in flight, and a pool that kept them all would hold its

@@ -33,6 +33,14 @@ typedef struct rls_batch_stats_s {
 
 typedef struct rls_batch_s rls_batch_t;
 
+/* Decisions of the last RLS_SHARE_S seconds, one bucket a second, and how
+ * many of them the store failed: what /healthz's error-ratio check reads. */
+#define RLS_SHARE_S 10
+typedef struct rls_share_s {
+    uint64_t sec; /* monotonic second of this bucket */
+    uint64_t decided, failed;
+} rls_share_t;
+
 typedef struct rls_batcher_s {
     rls_store_t *store;
     rls_respond_fn respond;
@@ -53,6 +61,7 @@ typedef struct rls_batcher_s {
     size_t nfree;      /* batches on the free list */
     size_t in_flight;  /* batches submitted and not yet answered */
     rls_batch_stats_t stats;
+    rls_share_t share[RLS_SHARE_S];
 } rls_batcher_t;
 
 /* Prepares a batcher; allocates nothing yet. */
@@ -71,6 +80,11 @@ int rls_batcher_add(rls_batcher_t *b, void *owner, uint64_t id,
 
 /* Submits the filling batch, if any. Called once per loop iteration. */
 void rls_batcher_flush(rls_batcher_t *b);
+
+/* Sums the decisions of the RLS_SHARE_S seconds up to now_s (monotonic
+ * seconds) into *decided, and those the store failed into *failed. */
+void rls_batcher_share(const rls_batcher_t *b, uint64_t now_s,
+                       uint64_t *decided, uint64_t *failed);
 
 /* Frees the spare batches. Nothing may be in flight or filling. */
 void rls_batcher_free(rls_batcher_t *b);

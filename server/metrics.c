@@ -78,6 +78,32 @@ static int histogram(rl_buf_t *b, const char *name, const char *help,
                 (unsigned long long)cum);
 }
 
+/* Store failures by kind: a batch failed whole counts once, an op Redis
+ * refused on its own counts once. */
+static int store_errors(rl_buf_t *b, const rls_store_stats_t *ss)
+{
+    uint64_t sum = 0;
+    int k, rc;
+
+    rc = family(b, "rl_store_errors_total", "counter",
+                "Store failures by kind: a batch failed whole (timeout, "
+                "unavailable, or a Redis error refusing the script) counts "
+                "once, a key Redis refused (oom, readonly, overflow...) "
+                "counts once.");
+    for (k = 0; k < RLS_SERR_MAX; k++)
+        sum += ss->errors_kind[k];
+    for (k = 0; k < RLS_SERR_MAX && rc == RL_OK; k++) {
+        uint64_t v = ss->errors_kind[k];
+
+        /* A store that does not classify its failures. */
+        if (sum == 0 && k == RLS_SERR_OTHER)
+            v = ss->errors;
+        rc = rl_buf_printf(b, "rl_store_errors_total{kind=\"%s\"} %llu\n",
+                           rls_store_err_name(k), (unsigned long long)v);
+    }
+    return rc;
+}
+
 int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
 {
     static const char *const codes[] = {"unknown", "ok", "over_limit", "error"};
@@ -161,8 +187,7 @@ int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
                     "Batches submitted to the store.", ss->batches));
         TRY(counter(out, "rl_store_ops_total",
                     "Store operations (distinct keys) submitted.", ss->ops));
-        TRY(counter(out, "rl_store_errors_total",
-                    "Store batches that failed, for any reason.", ss->errors));
+        TRY(store_errors(out, ss));
         TRY(counter(out, "rl_store_timeouts_total",
                     "Store batches that failed by --redis-timeout-ms.",
                     ss->timeouts));
@@ -185,6 +210,12 @@ int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
                         "full (answered by the fail mode).",
                         ss->mem_refused));
         }
+        if (v->cfg->use_redis)
+            TRY(counter(out, "rl_store_redis_restarts_total",
+                        "Redis restarts noticed on reconnection (its run_id "
+                        "changed): the current windows' counts were lost "
+                        "unless Redis persisted them.",
+                        ss->restarts));
         /* The memory store has no round trip to measure. */
         if (v->cfg->use_redis)
             TRY(histogram(out, "rl_redis_rtt_seconds",

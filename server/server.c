@@ -275,6 +275,26 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
     return 0;
 }
 
+/* The store answers, but with errors (Redis out of memory, read-only, a
+ * script that fails): a load balancer and an alert must see that too. */
+static int store_failing(const rls_server_t *s, const char **why)
+{
+    static char text[96];
+    uint64_t decided, failed;
+
+    rls_batcher_share(&s->batcher, uv_hrtime() / 1000000000, &decided,
+                      &failed);
+    if (decided < s->cfg->unhealthy_min_decisions ||
+        (double)failed <= s->cfg->unhealthy_error_ratio * (double)decided)
+        return 0;
+    snprintf(text, sizeof(text),
+             "store errors: %llu of %llu decisions failed in the last %d s",
+             (unsigned long long)failed, (unsigned long long)decided,
+             RLS_SHARE_S);
+    *why = text;
+    return 1;
+}
+
 int rls_server_healthy(const rls_server_t *s, const char **why)
 {
     if (s->stopping) {
@@ -289,6 +309,8 @@ int rls_server_healthy(const rls_server_t *s, const char **why)
         *why = "memory store full";
         return 0;
     }
+    if (store_failing(s, why))
+        return 0;
     *why = "ok";
     return 1;
 }

@@ -27,6 +27,8 @@ void rls_config_defaults(rls_config_t *c)
     c->max_inflight = 1024;
     c->max_output = 4u << 20;
     c->drain_ms = 0;
+    c->unhealthy_error_ratio = 0.5;
+    c->unhealthy_min_decisions = 20;
     strcpy(c->log_level, "info");
 }
 
@@ -71,6 +73,13 @@ static const char usage[] =
     "                           (default: off)\n"
     "  --drain-ms N             on SIGTERM, report unhealthy and keep serving\n"
     "                           this long before closing (default 0)\n"
+    "  --unhealthy-error-ratio R\n"
+    "                           /healthz answers 503 while more than this\n"
+    "                           share (0-1) of the last 10 s of decisions\n"
+    "                           failed in the store (default 0.5; 1: never)\n"
+    "  --unhealthy-min-decisions N\n"
+    "                           ... once there were at least this many\n"
+    "                           (default 20)\n"
     "  --log-level LEVEL        debug, info, warn or error (default info)\n"
     "  --version                print the version and exit\n"
     "  --help                   print this and exit\n";
@@ -244,13 +253,15 @@ static const num_flag_t num_flags[] = {
     NUM("--max-inflight", max_inflight, 1, 1u << 20),
     NUM("--max-output", max_output, 4096, (uint64_t)1 << 32),
     NUM("--drain-ms", drain_ms, 0, 3600000),
+    NUM("--unhealthy-min-decisions", unhealthy_min_decisions, 1, 1u << 30),
 };
 
 static int takes_value(const char *name)
 {
     static const char *const names[] = {"--listen", "--metrics", "--redis",
                                         "--prefix", "--rule", "--log-level",
-                                        "--memory-max"};
+                                        "--memory-max",
+                                        "--unhealthy-error-ratio"};
     size_t k;
 
     for (k = 0; k < sizeof(names) / sizeof(names[0]); k++)
@@ -348,6 +359,14 @@ int rls_config_parse(rls_config_t *c, int argc, char **argv, void *out,
                                          "65536 to 1099511627776, or with a "
                                          "k, m or g suffix, got '%s'",
                             val);
+        } else if (strcmp(name, "--unhealthy-error-ratio") == 0) {
+            char *end;
+            double r = strtod(val, &end);
+            if (end == val || *end != '\0' || !(r >= 0 && r <= 1))
+                return fail(err, errlen, "--unhealthy-error-ratio: expected "
+                                         "a number from 0 to 1, got '%s'",
+                            val);
+            c->unhealthy_error_ratio = r;
         } else if (strcmp(name, "--log-level") == 0) {
             if (strcmp(val, "debug") && strcmp(val, "info") &&
                 strcmp(val, "warn") && strcmp(val, "error"))

@@ -43,6 +43,11 @@ typedef struct rls_config_s {
     uint32_t max_inflight;
     size_t max_output;
     uint64_t drain_ms;
+    /* /healthz fails while more than this share of the decisions of the
+     * last 10 s failed in the store, once there were at least
+     * unhealthy_min_decisions of them; 1 never fails. */
+    double unhealthy_error_ratio;
+    uint64_t unhealthy_min_decisions;
     char log_level[8];
 
     rls_flag_rule_t rules[RLS_RULES_MAX];

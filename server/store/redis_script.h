@@ -7,14 +7,34 @@
 #define RLS_REDIS_SCRIPT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "store/store.h"
 
 /* The script's source, NUL-terminated. KEYS[i] is op i's key, ARGV[2i-1] its
- * increment and ARGV[2i] its expiry (ms since the epoch, Redis clock). The
- * reply is one string: op i's count, or "e" if Redis refused that op (the
- * key holds a non-integer or the sum overflows), separated by one space. */
+ * increment and ARGV[2i] its expiry (ms since the epoch, Redis clock); the
+ * last ARGV is the batch's deadline (same clock). The reply is one string:
+ * "late" if Redis ran it after the deadline (it then changed nothing);
+ * else op i's count, or "e" and a word if Redis refused that op (OOM, a
+ * non-integer, a sum past 2^63), separated by one space, and when an op
+ * was refused, a newline and the first refusal's error text. */
 extern const char rls_redis_script[];
+
+/* Classifies a Redis error text (len bytes at s) by its leading
+ * upper-case word: RLS_SERR_OOM, _BUSY, _READONLY, _NOSCRIPT, _LOADING,
+ * _OVERFLOW (also any text mentioning "overflow"), else _OTHER. */
+int rls_redis_err_kind(const char *s, size_t len);
+
+/* What the refused ops of one reply were. */
+typedef struct rls_redis_errs_s {
+    uint64_t by_kind[RLS_SERR_MAX]; /* refused ops by kind */
+    size_t failed;                  /* refused ops */
+    const char *text;               /* first refusal's text, in the reply */
+    size_t text_len;
+} rls_redis_errs_t;
+
+/* rls_redis_parse_counts: the script ran after the batch's deadline. */
+#define RLS_REDIS_LATE 1
 
 /* A command buffer that grows to the largest command and then stays, so
  * steady traffic formats without allocating. Zero-initialise; free p. */
@@ -25,15 +45,19 @@ typedef struct rls_cmdbuf_s {
 
 /* Formats ops[0..n) as one RESP command into buf->p: EVALSHA with `sha` (40
  * hex digits), or, when sha is NULL, EVAL carrying the script (after
- * NOSCRIPT; it also puts the script back in Redis's cache). Returns the
+ * NOSCRIPT; it also puts the script back in Redis's cache). deadline_ms
+ * is the last moment, on Redis's clock, at which the script may still
+ * count (see rls_redis_script). Returns the
  * command's length, or 0 if the buffer could not grow (buf is unchanged). */
 size_t rls_redis_encode(rls_cmdbuf_t *buf, const char *sha, const rls_op_t *ops,
-                        size_t n);
+                        size_t n, uint64_t deadline_ms);
 
 /* Reads the script's reply (len bytes at p, not NUL-terminated) into
- * ops[i].count and ops[i].err (0, or RL_ESTORE for an "e"). Returns 0, or
- * -1 unless the reply holds exactly n well-formed entries; ops may then be
- * partly written. */
-int rls_redis_parse_counts(const char *p, size_t len, rls_op_t *ops, size_t n);
+ * ops[i].count and ops[i].err (0, or RL_ESTORE for an "e"), and what was
+ * refused into *errs (its text points into p). Returns 0; RLS_REDIS_LATE
+ * for "late" (ops untouched); or -1 unless the reply holds exactly n
+ * well-formed entries, in which case ops may be partly written. */
+int rls_redis_parse_counts(const char *p, size_t len, rls_op_t *ops, size_t n,
+                           rls_redis_errs_t *errs);
 
 #endif

@@ -41,10 +41,41 @@ typedef struct rls_op_s {
  * caller's again once the callback returns. */
 typedef void (*rls_store_cb)(void *data, rls_op_t *ops, size_t n, int status);
 
+/* What a store failure was, for rl_store_errors_total{kind}. The Redis
+ * kinds come from the prefix of Redis's error reply; a bounded set, so
+ * anything else is "other". */
+enum {
+    RLS_SERR_TIMEOUT,     /* no answer within the timeout */
+    RLS_SERR_UNAVAILABLE, /* not connected, or too much in flight */
+    RLS_SERR_OOM,         /* OOM: Redis at maxmemory with noeviction */
+    RLS_SERR_BUSY,        /* BUSY: another script runs too long */
+    RLS_SERR_READONLY,    /* READONLY: connected to a replica */
+    RLS_SERR_NOSCRIPT,    /* NOSCRIPT even after resending the script */
+    RLS_SERR_LOADING,     /* LOADING: Redis is loading its dataset */
+    RLS_SERR_OVERFLOW,    /* a counter would pass 2^63 */
+    RLS_SERR_OTHER,
+    RLS_SERR_MAX
+};
+
+/* The kind's label value, e.g. "oom". */
+static inline const char *rls_store_err_name(int kind)
+{
+    static const char *const names[RLS_SERR_MAX] = {
+        "timeout",  "unavailable", "oom",      "busy", "readonly",
+        "noscript", "loading",     "overflow", "other"};
+
+    return kind >= 0 && kind < RLS_SERR_MAX ? names[kind] : "other";
+}
+
 typedef struct rls_store_stats_s {
     uint64_t batches;      /* batches submitted */
     uint64_t ops;          /* ops submitted */
     uint64_t errors;       /* batches failed (any reason) */
+    /* Failures by kind: a batch failed whole counts once, an op failed on
+     * its own (a key Redis refused) counts once. A store that leaves this
+     * all zero has its `errors` shown as "other". */
+    uint64_t errors_kind[RLS_SERR_MAX];
+    uint64_t restarts;     /* Redis restarts seen (run_id changed) */
     uint64_t timeouts;     /* batches failed by timeout */
     uint64_t reconnects;   /* successful (re)connections after the first */
     uint64_t rtt_us_last;  /* round trip of the last answered batch */

@@ -1,6 +1,6 @@
 /* store_commands: which Redis commands should the Redis store send?
  *
- * Each candidate is driven exactly as store_redis.c would drive it: hiredis
+ * Each candidate is driven exactly as store/redis.c would drive it: hiredis
  * async on a libuv loop, commands formatted by us into one reused buffer and
  * handed over with redisAsyncFormattedCommand, a fixed number of batches in
  * flight. The candidates:

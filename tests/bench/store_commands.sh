@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds and runs tests/bench/store_commands.c: the measurement behind the
-# command strategy of server/store_redis.c (see the comment at its top).
+# Redis store's command strategy (BENCHMARKS.md, "Redis command strategy").
 # It starts its own redis-server on a free loopback port and stops it.
 #
 #   tests/bench/store_commands.sh [runs] [ops per run] [batches in flight]
@@ -14,7 +14,7 @@ out=$(mktemp -d /tmp/store_commands.XXXXXX)
 trap 'rm -rf "$out"' EXIT
 cc -std=c11 -O2 -D_POSIX_C_SOURCE=200809L -DRL_BENCH_COUNT_MALLOC \
   -Wall -Wextra -Itests/support -Iserver -Ilib \
-  tests/bench/store_commands.c tests/support/rlt.c server/store_redis*.c \
-  server/log.c \
+  tests/bench/store_commands.c tests/support/rlt.c server/store/redis*.c \
+  server/log.c server/hist.c lib/*.c \
   $(pkg-config --cflags --libs hiredis libuv) -o "$out/store_commands"
 "$out/store_commands" "$@"

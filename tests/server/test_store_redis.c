@@ -10,12 +10,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
 #include <uv.h>
 
 #include "rl_error.h"
+#include "batch.h"
+#include "policy/config.h"
+#include "server.h"
 #include "store/redis_clock.h"
 #include "store/redis_script.h"
 #include "store/redis.h"
@@ -288,40 +292,76 @@ static void test_parse_counts(void **state)
                                       "1 2 3 4",
                                       "1e+14",
                                       "1 - 3",
-                                      "1 ee 3",
                                       "1 2 3x",
                                       "1,2,3",
                                       "9223372036854775808",
                                       "1 99999999999999999999 3"};
     const char *ok = "12 e -5";
+    const char *oom = "eOOM 3 eOVERFLOW\nOOM command not allowed";
+    rls_redis_errs_t errs;
     rls_op_t ops[4];
     size_t i, len;
 
     (void)state;
     memset(ops, 0, sizeof(ops));
     ops[1].count = 77;
-    assert_int_equal(rls_redis_parse_counts(ok, strlen(ok), ops, 3), 0);
+    assert_int_equal(rls_redis_parse_counts(ok, strlen(ok), ops, 3, &errs), 0);
+    assert_int_equal(errs.failed, 1);
+    assert_int_equal(errs.by_kind[RLS_SERR_OTHER], 1);
+    assert_null(errs.text);
     assert_int_equal(ops[0].count, 12);
     assert_int_equal(ops[0].err, 0);
     assert_int_equal(ops[1].err, RL_ESTORE);
     assert_int_equal(ops[2].count, -5);
     assert_int_equal(ops[2].err, 0);
-    assert_int_equal(rls_redis_parse_counts("9223372036854775807", 19, ops, 1),
+    assert_int_equal(rls_redis_parse_counts("9223372036854775807", 19, ops, 1,
+                                            &errs),
                      0);
     assert_int_equal(ops[0].count, INT64_MAX);
     for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-        if (rls_redis_parse_counts(bad[i], strlen(bad[i]), ops, 3) != -1)
+        if (rls_redis_parse_counts(bad[i], strlen(bad[i]), ops, 3, &errs) !=
+            -1)
             fail_msg("accepted \"%s\"", bad[i]);
-    assert_int_equal(rls_redis_parse_counts("9223372036854775808", 19, ops, 1),
+    assert_int_equal(rls_redis_parse_counts("9223372036854775808", 19, ops, 1,
+                                            &errs),
                      -1);
     /* Every truncation of a good reply is refused, never read past. */
     for (len = 0; len < strlen(ok); len++) {
         char *copy = malloc(len + 1);
         assert_non_null(copy);
         memcpy(copy, ok, len);
-        assert_int_equal(rls_redis_parse_counts(copy, len, ops, 3), -1);
+        assert_int_equal(rls_redis_parse_counts(copy, len, ops, 3, &errs),
+                         -1);
         free(copy);
     }
+    /* Refusals by kind, and the first one's text after the counts. */
+    assert_int_equal(rls_redis_parse_counts(oom, strlen(oom), ops, 3, &errs),
+                     0);
+    assert_int_equal(ops[0].err, RL_ESTORE);
+    assert_int_equal(ops[1].count, 3);
+    assert_int_equal(ops[2].err, RL_ESTORE);
+    assert_int_equal(errs.failed, 2);
+    assert_int_equal(errs.by_kind[RLS_SERR_OOM], 1);
+    assert_int_equal(errs.by_kind[RLS_SERR_OVERFLOW], 1);
+    assert_int_equal(errs.text_len, strlen("OOM command not allowed"));
+    assert_memory_equal(errs.text, "OOM command not allowed", errs.text_len);
+    /* A script run after its deadline. */
+    ops[0].count = 5;
+    assert_int_equal(rls_redis_parse_counts("late", 4, ops, 1, &errs),
+                     RLS_REDIS_LATE);
+    assert_int_equal(ops[0].count, 5);
+    /* Error texts by kind. */
+    assert_int_equal(rls_redis_err_kind("BUSY Redis is busy", 18),
+                     RLS_SERR_BUSY);
+    assert_int_equal(rls_redis_err_kind("READONLY You can't", 18),
+                     RLS_SERR_READONLY);
+    assert_int_equal(rls_redis_err_kind("NOSCRIPT No", 11), RLS_SERR_NOSCRIPT);
+    assert_int_equal(rls_redis_err_kind("ERR increment or decrement would "
+                                        "overflow",
+                                        41),
+                     RLS_SERR_OVERFLOW);
+    assert_int_equal(rls_redis_err_kind("OOMX", 4), RLS_SERR_OTHER);
+    assert_int_equal(rls_redis_err_kind("", 0), RLS_SERR_OTHER);
 }
 
 /* Reads a command back with hiredis's own parser: RESP commands are arrays
@@ -358,11 +398,11 @@ static void test_encode(void **state)
     ops[1].key_len = strlen(ops[1].key);
     ops[1].incr = UINT64_MAX;
     ops[1].expire_at_ms = 0;
-    len = rls_redis_encode(&buf, sha, ops, 2);
+    len = rls_redis_encode(&buf, sha, ops, 2, 1763777000123ULL);
     assert_true(len > 0);
     r = read_back(buf.p, len);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
-    assert_int_equal(r->elements, 9);
+    assert_int_equal(r->elements, 10);
     assert_string_equal(r->element[0]->str, "EVALSHA");
     assert_string_equal(r->element[1]->str, sha);
     assert_string_equal(r->element[2]->str, "2");
@@ -373,19 +413,292 @@ static void test_encode(void **state)
     assert_string_equal(r->element[6]->str, "1763778000000");
     assert_string_equal(r->element[7]->str, "18446744073709551615");
     assert_string_equal(r->element[8]->str, "0");
+    assert_string_equal(r->element[9]->str, "1763777000123");
     freeReplyObject(r);
     /* The buffer stays: a smaller command reuses it. */
     p = buf.p;
     cap = buf.cap;
-    len = rls_redis_encode(&buf, NULL, ops, 1);
+    len = rls_redis_encode(&buf, NULL, ops, 1, 1);
     assert_ptr_equal(buf.p, p);
     assert_int_equal(buf.cap, cap);
     r = read_back(buf.p, len);
-    assert_int_equal(r->elements, 6);
+    assert_int_equal(r->elements, 7);
     assert_string_equal(r->element[0]->str, "EVAL");
     assert_string_equal(r->element[1]->str, rls_redis_script);
     freeReplyObject(r);
     free(buf.p);
+}
+
+/* Points stderr (where rls_log writes) at a temporary file until
+ * log_end, which returns whether a line holds every one of the given
+ * strings (NULL-terminated). */
+typedef struct logcap_s {
+    char path[64];
+    int saved;
+} logcap_t;
+
+static void log_begin(logcap_t *l)
+{
+    int fd;
+
+    strcpy(l->path, "/tmp/rlt-storelog-XXXXXX");
+    fd = mkstemp(l->path);
+    assert_true(fd >= 0);
+    fflush(stderr);
+    l->saved = dup(STDERR_FILENO);
+    assert_true(l->saved >= 0);
+    assert_true(dup2(fd, STDERR_FILENO) >= 0);
+    close(fd);
+}
+
+static int log_end(logcap_t *l, ...)
+{
+    char line[1024];
+    int found = 0;
+    FILE *fp;
+
+    fflush(stderr);
+    dup2(l->saved, STDERR_FILENO);
+    close(l->saved);
+    fp = fopen(l->path, "r");
+    assert_non_null(fp);
+    while (!found && fgets(line, sizeof(line), fp) != NULL) {
+        va_list ap;
+        const char *want;
+
+        fputs(line, stderr);
+        found = 1;
+        va_start(ap, l);
+        while ((want = va_arg(ap, const char *)) != NULL)
+            if (strstr(line, want) == NULL)
+                found = 0;
+        va_end(ap);
+    }
+    fclose(fp);
+    unlink(l->path);
+    return found;
+}
+
+static int fx_setup_oom(void **state)
+{
+    static char *const extra[] = {"--maxmemory", "1mb", "--maxmemory-policy",
+                                  "noeviction", NULL};
+
+    return fx_setup_with(state, extra, NULL);
+}
+
+static int responded, resp_errors;
+
+static void on_respond(void *owner, const rl_result_t *r)
+{
+    (void)owner;
+    responded++;
+    resp_errors += r->error_len > 0;
+}
+
+/* Sends n requests for distinct keys through the batcher, waits for every
+ * answer. */
+static void decide(fx_t *f, rls_batcher_t *b, int n, const char *tag)
+{
+    static unsigned seq;
+    char key[64];
+    int i, want = responded + n;
+
+    for (i = 0; i < n; i++) {
+        int len = snprintf(key, sizeof(key), "%s-%u", tag, seq++);
+        assert_int_equal(rls_batcher_add(b, NULL, (uint64_t)i, key,
+                                         (size_t)len, 1, 100, 600),
+                         0);
+    }
+    rls_batcher_flush(b);
+    RUN_UNTIL(f, responded >= want, 3000);
+    assert_int_equal(responded, want);
+}
+
+/* Redis at maxmemory with noeviction refuses every new key: the refusals
+ * are counted by kind, logged at warn, and turn /healthz unhealthy with a
+ * reason; once Redis has room again, and the errors have left the 10 s
+ * window, it is healthy again. */
+static void test_oom_counted_logged_unhealthy(void **state)
+{
+    fx_t *f = *state;
+    static rls_server_t srv;
+    static rls_config_t cfg;
+    static job_t a;
+    redisReply *rep;
+    const char *why = NULL;
+    logcap_t lc;
+    uint64_t dl;
+    int i, oom = 0;
+
+    /* Fill Redis until it refuses writes. */
+    for (i = 0; i < 100000 && !oom; i++) {
+        rep = redisCommand(f->rc, "SET fill:%d %s", i,
+                           "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx");
+        assert_non_null(rep);
+        oom = rep->type == REDIS_REPLY_ERROR &&
+              strncmp(rep->str, "OOM", 3) == 0;
+        freeReplyObject(rep);
+    }
+    assert_true(oom);
+
+    log_begin(&lc);
+    open_store(f, f->redis.port, 1000, 0);
+    wait_up(f, 5000);
+    job_init(&a, f, 3, "oom", 1);
+    submit(f, &a);
+    RUN_UNTIL(f, a.calls > 0, 3000);
+    assert_int_equal(a.calls, 1);
+    assert_int_equal(a.status, 0);
+    for (i = 0; i < 3; i++)
+        assert_int_equal(a.ops[i].err, RL_ESTORE);
+    assert_int_equal(f->st->stats.errors_kind[RLS_SERR_OOM], 3);
+
+    /* The server's health, on the same store. */
+    rls_config_defaults(&cfg);
+    memset(&srv, 0, sizeof(srv));
+    srv.cfg = &cfg;
+    srv.store = f->st;
+    rls_batcher_init(&srv.batcher, f->st, on_respond, "rl:", 3, 1024, 1000,
+                     1);
+    assert_true(rls_server_healthy(&srv, &why));
+    decide(f, &srv.batcher, 50, "oom");
+    assert_int_equal(resp_errors, 50);
+    assert_false(rls_server_healthy(&srv, &why));
+    assert_non_null(strstr(why, "store errors: 50 of 50 decisions failed"));
+    assert_true(log_end(&lc, "level=warn", "msg=\"redis errors\"", "kind=oom",
+                        "OOM command not allowed", NULL));
+
+    /* Room again: decisions succeed at once; health returns once the
+     * failures are older than the window. */
+    rep = redisCommand(f->rc, "CONFIG SET maxmemory 0");
+    assert_non_null(rep);
+    freeReplyObject(rep);
+    resp_errors = 0;
+    dl = rlt_mono_ms() + 15000;
+    while (!rls_server_healthy(&srv, &why) && rlt_mono_ms() < dl) {
+        decide(f, &srv.batcher, 5, "ok");
+        run_for(f, 100);
+    }
+    assert_true(rls_server_healthy(&srv, &why));
+    assert_string_equal(why, "ok");
+    assert_int_equal(resp_errors, 0);
+    rls_batcher_free(&srv.batcher);
+}
+
+typedef struct tick_s {
+    fx_t *f;
+    small_t *s;
+    int n, max;
+} tick_t;
+
+static void on_feed(uv_timer_t *t)
+{
+    tick_t *k = t->data;
+    small_t *s;
+
+    if (k->n >= k->max)
+        return;
+    s = &k->s[k->n++];
+    s->op.key = "rl:{paused}:60:1";
+    s->op.key_len = strlen(s->op.key);
+    s->op.incr = 1;
+    s->op.expire_at_ms = k->f->st->v->now_ms(k->f->st) + 600000;
+    k->f->st->v->submit(k->f->st, &s->op, 1, on_small, s);
+}
+
+/* A steady stream of batches while Redis is paused for 1.5 s: batches
+ * answered by timeout must not be counted when Redis wakes up and runs
+ * what it had read. The counter ends equal to the ops answered with a
+ * count. */
+static void test_timeout_consumes_nothing_later(void **state)
+{
+    fx_t *f = *state;
+    enum { MAX = 1200 };
+    static tick_t k;
+    static uv_timer_t feed;
+    redisReply *rep;
+    long long total, clients = 0;
+    int i, ok = 0, timedout = 0;
+    uint64_t dl;
+
+    open_store(f, f->redis.port, 200, 0);
+    wait_up(f, 5000);
+    k.f = f;
+    k.n = 0;
+    k.max = MAX;
+    k.s = calloc(MAX, sizeof(*k.s));
+    assert_non_null(k.s);
+    uv_timer_init(&f->loop, &feed);
+    feed.data = &k;
+    uv_timer_start(&feed, on_feed, 3, 3);
+    run_for(f, 300);
+    rlt_redis_pause(&f->redis, 1);
+    run_for(f, 1500);
+    rlt_redis_pause(&f->redis, 0);
+    run_for(f, 300);
+    uv_timer_stop(&feed);
+    uv_close((uv_handle_t *)&feed, NULL);
+    RUN_UNTIL(f, k.n > 0 && k.s[k.n - 1].calls > 0, 3000);
+    wait_up(f, 5000);
+    for (i = 0; i < k.n; i++) {
+        assert_int_equal(k.s[i].calls, 1);
+        ok += k.s[i].status == 0 && k.s[i].op.err == 0;
+        timedout += k.s[i].status == RL_ETIMEDOUT;
+    }
+    assert_true(timedout > 0);
+    assert_true(ok > 0);
+    /* The old connection is gone once Redis has read all it held (it
+     * closes a client at the end of its input): then nothing more can
+     * be run. */
+    dl = rlt_mono_ms() + 5000;
+    do {
+        rep = redisCommand(f->rc, "INFO clients");
+        assert_non_null(rep);
+        clients = strtoll(strstr(rep->str, "connected_clients:") + 18, NULL,
+                          10);
+        freeReplyObject(rep);
+        if (clients > 2)
+            run_for(f, 10);
+    } while (clients > 2 && rlt_mono_ms() < dl);
+    assert_int_equal(clients, 2);
+    total = redis_int(f, "GET %s", "rl:{paused}:60:1");
+    assert_int_equal(total, ok);
+    free(k.s);
+}
+
+/* A restarted Redis (new run_id) is counted and logged; a reconnection to
+ * the same instance is not. */
+static void test_restart_noticed(void **state)
+{
+    fx_t *f = *state;
+    redisReply *rep;
+    logcap_t lc;
+    uint64_t rc0;
+
+    open_store(f, f->redis.port, 200, 0);
+    wait_up(f, 5000);
+    assert_int_equal(f->st->stats.restarts, 0);
+    log_begin(&lc);
+    rc0 = f->st->stats.reconnects;
+    rep = redisCommand(f->rc, "CLIENT KILL TYPE normal SKIPME yes");
+    assert_non_null(rep);
+    freeReplyObject(rep);
+    RUN_UNTIL(f, f->st->stats.reconnects > rc0 && f->st->v->up(f->st), 5000);
+    assert_true(f->st->stats.reconnects > rc0);
+    assert_int_equal(f->st->stats.restarts, 0);
+
+    redisFree(f->rc);
+    f->rc = NULL;
+    rlt_redis_kill(&f->redis);
+    RUN_UNTIL(f, !f->st->v->up(f->st), 5000);
+    assert_int_equal(rlt_redis_restart(&f->redis), 0);
+    f->rc = rlt_redis_connect(&f->redis);
+    rc0 = f->st->stats.reconnects;
+    RUN_UNTIL(f, f->st->stats.reconnects > rc0 && f->st->v->up(f->st), 5000);
+    assert_int_equal(f->st->stats.restarts, 1);
+    assert_true(log_end(&lc, "level=warn", "msg=\"redis restarted", "run_id=",
+                        NULL));
 }
 
 static void test_clock(void **state)
@@ -945,6 +1258,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_noscript_after_script_flush,
                                         fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_hostname_is_resolved, fx_setup,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_oom_counted_logged_unhealthy,
+                                        fx_setup_oom, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_timeout_consumes_nothing_later,
+                                        fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_restart_noticed, fx_setup,
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_auth_and_select, fx_setup_auth,
                                         fx_teardown),
