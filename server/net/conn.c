@@ -26,7 +26,8 @@
  * connections holding the most are closed, largest first.
  *
  * Deadlines: a connection that completes no frame for --idle-timeout
- * (while it has nothing in flight and nothing to write) is closed, and so
+ * (counted from its last request or, if later, its last answer; never
+ * while it has requests in flight or output to write) is closed, and so
  * is one whose frame is not whole --frame-timeout-ms after its first byte.
  * One timer serves the whole set rather than one per connection: the set
  * keeps `all` ordered by last activity (a connection moves to the tail
@@ -60,7 +61,8 @@ typedef struct rls_conn_s {
     rls_list_t dirty;   /* in srv->dirty while it has output to write */
     rls_list_t resume;  /* in srv->resume while it should read again */
     rls_list_t partial; /* in srv->partial while a frame is incomplete */
-    uint64_t active_ms; /* last whole frame (or last seen busy) */
+    uint64_t active_ms; /* last whole frame or last answer (or last seen
+                           busy by the sweep) */
     uint64_t frame_ms;  /* when the incomplete frame's first byte came */
     size_t in_held;     /* in.cap as counted in stats.input_bytes */
     rl_buf_t in;        /* partial frame, or frames a pause left unread */
@@ -206,6 +208,13 @@ void rls_conn_respond(void *owner, const rl_result_t *r)
     if (c->closing) {
         maybe_free(c);
         return;
+    }
+    if (c->inflight == 0) {
+        /* Its last answer: the idle time starts now, not at the last
+         * request (`all` stays in order: now is the latest time). */
+        c->active_ms = uv_now(s->loop);
+        rls_list_remove(&c->node);
+        rls_list_push(&s->all, &c->node);
     }
     if (put_result(c, r, 1) != 0)
         return;
@@ -433,6 +442,11 @@ static void drop(rls_conn_t *c, int reason, const char *msg)
     RLS_DEBUG("closing connection", " reason=\"%s\" held=%zu", msg,
               c->in_held);
     conn_close(c);
+    /* Nothing is decoding this buffer (drop runs from the sweep and after
+     * a read, never inside decode), so it goes now rather than in
+     * on_closed: a flood closes connections faster than close callbacks
+     * run, and memory counted out must really be out. */
+    rl_buf_free(&c->in);
 }
 
 static int by_held_desc(const void *a, const void *b)
