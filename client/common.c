@@ -193,7 +193,9 @@ int rlc__encode(rl_buf_t *out, const rlc_check_t *req, uint64_t id,
     rl_check_t c;
     int rc;
 
-    if (req == NULL)
+    /* Id 0 is the server's, for notices; an answer to it could not be
+     * matched. Both callers number from 1. */
+    if (req == NULL || id == 0)
         return RLC_EINVAL;
     memset(&c, 0, sizeof(c));
     c.id = id;

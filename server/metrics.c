@@ -108,7 +108,9 @@ int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
 {
     static const char *const codes[] = {"unknown", "ok", "over_limit", "error"};
     static const char *const reasons[RLS_REJECT_MAX] = {
-        "flag", "size", "decode", "invalid", "rule"};
+        "flag", "size", "decode", "invalid", "rule", "id0"};
+    static const char *const closes[RLS_CLOSE_MAX] = {
+        "idle", "frame_timeout", "partial_memory"};
     const rls_batch_stats_t *bs = v->batch;
     const rls_conn_stats_t *cs = v->conns;
     const rls_store_t *st = v->store;
@@ -179,6 +181,20 @@ int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
                 "Client connections closed for not reading their responses "
                 "(--max-output).",
                 cs->conns_overflow));
+    TRY(family(out, "rl_connections_closed_total", "counter",
+               "Client connections the server closed for sending nothing "
+               "useful: no whole request for --idle-timeout (idle), a frame "
+               "unfinished after --frame-timeout-ms (frame_timeout), among "
+               "the largest input buffers over --max-partial-bytes "
+               "(partial_memory)."));
+    for (i = 0; i < RLS_CLOSE_MAX; i++)
+        TRY(rl_buf_printf(out, "rl_connections_closed_total{reason=\"%s\"} "
+                          "%llu\n",
+                          closes[i], (unsigned long long)cs->closed[i]));
+    TRY(gauge(out, "rl_connections_input_bytes",
+              "Memory held by client connections' input buffers (partial "
+              "frames); capped by --max-partial-bytes.",
+              cs->input_bytes));
 
     if (ss != NULL) {
         TRY(gauge(out, "rl_store_up", "1 while the store is believed up.",

@@ -12,7 +12,32 @@
  * read until answers drain; one whose unsent output passes --max-output is
  * closed (it is not reading its responses). A connection's memory is freed
  * only when its handle is closed and no request of it is in flight, so a
- * late answer never touches freed memory. */
+ * late answer never touches freed memory.
+ *
+ * Input memory: a connection with no partial frame has no input buffer of
+ * its own. It reads into the set's shared buffer (one read's worth), whole
+ * frames are decoded there, and only a trailing partial frame is copied to
+ * the connection's buffer. While a frame is partial the connection reads
+ * into its own buffer, growing it at most by what it already holds (4 KiB
+ * at least) and never past the frame's declared end, so a header alone does
+ * not reserve the length it declares and a connection holds about what it
+ * was actually sent. The buffer is freed when it drains. The memory all
+ * input buffers hold is capped by --max-partial-bytes: past it the
+ * connections holding the most are closed, largest first.
+ *
+ * Deadlines: a connection that completes no frame for --idle-timeout
+ * (counted from its last request or, if later, its last answer; never
+ * while it has requests in flight or output to write) is closed, and so
+ * is one whose frame is not whole --frame-timeout-ms after its first byte.
+ * One timer serves the whole set rather than one per connection: the set
+ * keeps `all` ordered by last activity (a connection moves to the tail
+ * when it completes a frame) and `partial` ordered by when the current
+ * frame began (appended when it begins), so each sweep looks only at the
+ * heads of two lists and stops at the first connection not yet due: O(1)
+ * per frame, O(expired) per sweep, and no timer start/stop per read as a
+ * per-connection uv_timer would cost. The price is precision: a deadline
+ * fires up to one sweep period (a quarter of the shorter timeout, 10 to
+ * 250 ms) late. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +50,9 @@
 
 #define READ_CHUNK 65536
 
+/* A partial frame's buffer grows by at least this much per read. */
+#define IN_STEP 4096
+
 typedef struct rls_conn_s {
     uv_tcp_t tcp;
     uv_write_t wreq;
@@ -32,7 +60,12 @@ typedef struct rls_conn_s {
     rls_list_t node;    /* in srv->all */
     rls_list_t dirty;   /* in srv->dirty while it has output to write */
     rls_list_t resume;  /* in srv->resume while it should read again */
-    rl_buf_t in;
+    rls_list_t partial; /* in srv->partial while a frame is incomplete */
+    uint64_t active_ms; /* last whole frame or last answer (or last seen
+                           busy by the sweep) */
+    uint64_t frame_ms;  /* when the incomplete frame's first byte came */
+    size_t in_held;     /* in.cap as counted in stats.input_bytes */
+    rl_buf_t in;        /* partial frame, or frames a pause left unread */
     rl_buf_t out;       /* responses not yet handed to uv_write */
     rl_buf_t wbuf;      /* the bytes of the write in flight */
     uint32_t inflight;  /* requests in the batcher */
@@ -44,7 +77,7 @@ typedef struct rls_conn_s {
 } rls_conn_t;
 
 static void conn_close(rls_conn_t *c);
-static void process(rls_conn_t *c);
+static size_t process(rls_conn_t *c);
 
 static void maybe_free(rls_conn_t *c)
 {
@@ -61,6 +94,8 @@ static void on_closed(uv_handle_t *h)
     rls_conn_t *c = h->data;
     rls_conns_t *s = c->srv;
 
+    /* Nothing reads the input any more; it was uncounted at conn_close. */
+    rl_buf_free(&c->in);
     c->closed = 1;
     maybe_free(c);
     /* The last connection of a stopping server lets it finish. */
@@ -79,6 +114,11 @@ static void conn_close(rls_conn_t *c)
     rls_list_remove(&c->node);
     rls_list_remove(&c->dirty);
     rls_list_remove(&c->resume);
+    rls_list_remove(&c->partial);
+    /* The input buffer is freed in on_closed; counting it out now lets a
+     * memory shed stop as soon as it has closed enough. */
+    s->stats.input_bytes -= c->in_held;
+    c->in_held = 0;
     s->stats.conns_open--;
     RLS_DEBUG("connection closed", " inflight=%u", c->inflight);
     uv_close((uv_handle_t *)&c->tcp, on_closed);
@@ -169,6 +209,13 @@ void rls_conn_respond(void *owner, const rl_result_t *r)
         maybe_free(c);
         return;
     }
+    if (c->inflight == 0) {
+        /* Its last answer: the idle time starts now, not at the last
+         * request (`all` stays in order: now is the latest time). */
+        c->active_ms = uv_now(s->loop);
+        rls_list_remove(&c->node);
+        rls_list_push(&s->all, &c->node);
+    }
     if (put_result(c, r, 1) != 0)
         return;
     /* A paused connection reads again once it is under half its limit;
@@ -182,17 +229,47 @@ void rls_conn_respond(void *owner, const rl_result_t *r)
     }
 }
 
+/* Brings stats.input_bytes in line with the input buffer's allocation. */
+static void in_sync(rls_conn_t *c)
+{
+    rls_conns_t *s = c->srv;
+
+    if (c->closing)
+        return; /* uncounted already */
+    s->stats.input_bytes = s->stats.input_bytes - c->in_held + c->in.cap;
+    c->in_held = c->in.cap;
+}
+
+/* With no partial frame a read goes to the shared buffer; libuv calls
+ * on_read right after on_alloc, so one buffer serves every connection.
+ * With one, the connection's own buffer grows towards the frame's end, by
+ * at most what it holds already (IN_STEP at least). */
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 {
     rls_conn_t *c = h->data;
+    rls_conns_t *s = c->srv;
+    size_t len = rl_buf_len(&c->in), want = IN_STEP;
+    rl_frame_t f;
     uint8_t *w;
 
     (void)hint;
-    if (rl_buf_reserve(&c->in, READ_CHUNK, &w) != RL_OK) {
-        buf->base = NULL;
-        buf->len = 0; /* libuv reports UV_ENOBUFS */
+    buf->base = NULL;
+    buf->len = 0; /* unless set below: libuv reports UV_ENOBUFS */
+    if (len == 0) {
+        if (s->rbuf == NULL && (s->rbuf = malloc(READ_CHUNK)) == NULL)
+            return;
+        buf->base = (char *)s->rbuf;
+        buf->len = READ_CHUNK;
         return;
     }
+    if (rl_frame_decode(rl_buf_rptr(&c->in), len, s->cfg->max_frame, &f) ==
+        RL_EAGAIN)
+        want = f.size > 0 ? f.size - len : RL_FRAME_HEADER - len;
+    if (want > (len > IN_STEP ? len : IN_STEP))
+        want = len > IN_STEP ? len : IN_STEP;
+    if (rl_buf_reserve(&c->in, want, &w) != RL_OK)
+        return;
+    in_sync(c);
     buf->base = (char *)w;
     buf->len = rl_buf_avail(&c->in);
 }
@@ -209,6 +286,13 @@ static void handle_request(rls_conn_t *c, const uint8_t *p, size_t n)
     if (rl_check_decode(p, n, &q) != RL_OK) {
         s->stats.rejected[RLS_REJECT_DECODE]++;
         reply_notice(c, "payload is not a valid CheckRequest");
+        return;
+    }
+    if (q.id == 0) {
+        /* Id 0 is the server's: an answer carrying it would read as a
+         * notice about the connection, and no client could match it. */
+        s->stats.rejected[RLS_REJECT_ID0]++;
+        reply_notice(c, "request id 0 is reserved for server notices");
         return;
     }
     if ((rc = rl_check_validate(&q)) != RL_OK) {
@@ -238,24 +322,29 @@ static void handle_request(rls_conn_t *c, const uint8_t *p, size_t n)
     }
 }
 
+/* Not reading: no frame deadline runs (a pause is the server's doing). */
 static void stop_reading(rls_conn_t *c)
 {
     if (c->reading) {
         uv_read_stop((uv_stream_t *)&c->tcp);
         c->reading = 0;
     }
+    rls_list_remove(&c->partial);
 }
 
-/* Decodes every whole frame in the input buffer, up to the connection's
- * in-flight limit. */
-static void process(rls_conn_t *c)
+/* Decodes the whole frames at p[0..n), up to the connection's in-flight
+ * limit, and counts them in *frames. Returns the bytes consumed: up to the
+ * first frame left undecoded, or all of them when the framing is lost. */
+static size_t decode(rls_conn_t *c, const uint8_t *p, size_t n,
+                     size_t *frames)
 {
     rls_conns_t *s = c->srv;
+    size_t off = 0;
     rl_frame_t f;
     int rc;
 
     while (!c->closing && c->inflight < s->cfg->max_inflight) {
-        rc = rl_frame_take(&c->in, s->cfg->max_frame, &f);
+        rc = rl_frame_decode(p + off, n - off, s->cfg->max_frame, &f);
         if (rc == RL_EAGAIN)
             break;
         if (rc != RL_OK) {
@@ -265,30 +354,199 @@ static void process(rls_conn_t *c)
                                                   : RLS_REJECT_SIZE]++;
             RLS_DEBUG("broken frame", " err=\"%s\"", rl_strerror(rc));
             reply_notice(c, rl_strerror(rc));
-            rl_buf_reset(&c->in);
             stop_reading(c);
             c->eof = 1;
-            return;
+            return n;
         }
         handle_request(c, f.payload, f.len);
+        off += f.size;
+        (*frames)++;
     }
     if (c->inflight >= s->cfg->max_inflight)
         stop_reading(c);
+    return off;
+}
+
+/* Decodes the whole frames in the connection's own buffer. Returns how
+ * many. */
+static size_t process(rls_conn_t *c)
+{
+    size_t frames = 0;
+
+    rl_buf_consume(&c->in, decode(c, rl_buf_rptr(&c->in),
+                                  rl_buf_len(&c->in), &frames));
+    return frames;
+}
+
+/* After input was decoded: a whole frame is activity (the connection moves
+ * to the tail of `all`); a drained buffer is freed; a frame left partial
+ * is on `partial` from the time its first byte came, which is now if it
+ * began after the last whole frame, and is not moved on by more of its
+ * bytes, so trickling does not extend its deadline. */
+static void input_done(rls_conn_t *c, size_t frames)
+{
+    rls_conns_t *s = c->srv;
+    uint64_t now = uv_now(s->loop);
+
+    if (c->closing)
+        return;
+    if (frames > 0) {
+        c->active_ms = now;
+        rls_list_remove(&c->node);
+        rls_list_push(&s->all, &c->node);
+    }
+    if (rl_buf_len(&c->in) == 0) {
+        rls_list_remove(&c->partial);
+        if (c->in.data != NULL) {
+            rl_buf_free(&c->in);
+            in_sync(c);
+        }
+        return;
+    }
+    if (!c->reading)
+        return; /* stop_reading took it off `partial` */
+    if (frames > 0 || !rls_list_linked(&c->partial)) {
+        c->frame_ms = now;
+        rls_list_remove(&c->partial);
+        rls_list_push(&s->partial, &c->partial);
+    }
+}
+
+/* Writes one id-0 notice straight to the socket if nothing else is being
+ * written (it would cut into that), without queuing: for a connection
+ * about to be closed, so the client can tell why. */
+static void try_notice(uv_tcp_t *tcp, const char *msg, int notice)
+{
+    uint8_t frame[256];
+    rl_result_t r;
+    uv_buf_t b;
+    size_t n;
+
+    memset(&r, 0, sizeof(r));
+    r.code = RL_CODE_ERROR;
+    r.error = msg;
+    r.error_len = strlen(msg);
+    r.notice = notice;
+    n = rl_result_encode(&r, frame + RL_FRAME_HEADER);
+    rl_frame_header(frame, (uint32_t)n);
+    b = uv_buf_init((char *)frame, (unsigned)(n + RL_FRAME_HEADER));
+    uv_try_write((uv_stream_t *)tcp, &b, 1);
+}
+
+/* Closes a connection for one of the RLS_CLOSE_* reasons, telling it why
+ * when that cannot interleave with a write. */
+static void drop(rls_conn_t *c, int reason, const char *msg)
+{
+    c->srv->stats.closed[reason]++;
+    if (!c->writing && rl_buf_len(&c->out) == 0)
+        try_notice(&c->tcp, msg, RL_NOTICE_NONE);
+    RLS_DEBUG("closing connection", " reason=\"%s\" held=%zu", msg,
+              c->in_held);
+    conn_close(c);
+    /* Nothing is decoding this buffer (drop runs from the sweep and after
+     * a read, never inside decode), so it goes now rather than in
+     * on_closed: a flood closes connections faster than close callbacks
+     * run, and memory counted out must really be out. */
+    rl_buf_free(&c->in);
+}
+
+static int by_held_desc(const void *a, const void *b)
+{
+    size_t x = (*(rls_conn_t *const *)a)->in_held;
+    size_t y = (*(rls_conn_t *const *)b)->in_held;
+
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Over --max-partial-bytes: closes the connections holding the most input
+ * memory, largest first, until the total is down to three quarters of the
+ * cap, so that under a flood one O(n log n) pass serves for a quarter of
+ * the cap's worth of reads rather than one pass per read. */
+static void shed(rls_conns_t *s)
+{
+    static const char msg[] = "server input memory full (--max-partial-bytes)";
+    uint64_t cap = s->cfg->max_partial_bytes, target = cap - cap / 4;
+    uint64_t before = s->stats.input_bytes, closed0;
+    rls_conn_t **v = NULL;
+    size_t n = 0, i;
+    rls_list_t *q;
+
+    if (cap == 0 || s->stats.input_bytes <= cap)
+        return;
+    closed0 = s->stats.closed[RLS_CLOSE_PARTIAL];
+    v = malloc((size_t)s->stats.conns_open * sizeof(*v));
+    if (v != NULL) {
+        for (q = s->all.next; q != &s->all; q = q->next) {
+            rls_conn_t *c = RLS_CONTAINER_OF(q, rls_conn_t, node);
+            if (c->in_held > 0 && n < s->stats.conns_open)
+                v[n++] = c;
+        }
+        qsort(v, n, sizeof(*v), by_held_desc);
+        for (i = 0; i < n && s->stats.input_bytes > target; i++)
+            drop(v[i], RLS_CLOSE_PARTIAL, msg);
+        free(v);
+    } else {
+        /* Out of memory for the list: the slow way, one scan per close. */
+        while (s->stats.input_bytes > target) {
+            rls_conn_t *max = NULL;
+            for (q = s->all.next; q != &s->all; q = q->next) {
+                rls_conn_t *c = RLS_CONTAINER_OF(q, rls_conn_t, node);
+                if (max == NULL || c->in_held > max->in_held)
+                    max = c;
+            }
+            if (max == NULL || max->in_held == 0)
+                break;
+            drop(max, RLS_CLOSE_PARTIAL, msg);
+        }
+    }
+    /* At most one warning a second, however hard the flood. */
+    uint64_t now = uv_now(s->loop);
+    s->shed_unlogged += s->stats.closed[RLS_CLOSE_PARTIAL] - closed0;
+    if (s->shed_logged_ms == 0 || now - s->shed_logged_ms >= 1000) {
+        RLS_WARN("closing connections over --max-partial-bytes",
+                 " closed=%llu held_before=%llu held=%llu cap=%llu",
+                 (unsigned long long)s->shed_unlogged,
+                 (unsigned long long)before,
+                 (unsigned long long)s->stats.input_bytes,
+                 (unsigned long long)cap);
+        s->shed_logged_ms = now ? now : 1;
+        s->shed_unlogged = 0;
+    }
 }
 
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
     rls_conn_t *c = stream->data;
+    rls_conns_t *s = c->srv;
+    size_t frames = 0, k;
 
-    (void)buf;
     if (nread > 0) {
-        rl_buf_commit(&c->in, (size_t)nread);
-        process(c);
+        if (buf->base == (char *)s->rbuf) {
+            /* Whole frames are decoded where they landed; only the rest
+             * (a partial frame, or frames a pause left) is kept. */
+            k = decode(c, s->rbuf, (size_t)nread, &frames);
+            if (!c->closing && k < (size_t)nread) {
+                if (rl_buf_append(&c->in, s->rbuf + k, (size_t)nread - k) !=
+                    RL_OK) {
+                    RLS_ERROR("out of memory buffering a frame", NULL);
+                    conn_close(c);
+                    return;
+                }
+                in_sync(c);
+            }
+        } else {
+            rl_buf_commit(&c->in, (size_t)nread);
+            frames = process(c);
+        }
+        input_done(c, frames);
         maybe_finish(c);
+        shed(s);
         return;
     }
-    if (nread == 0)
-        return; /* EAGAIN: nothing to do */
+    if (nread == 0) {
+        shed(s); /* on_alloc may have grown the buffer */
+        return;  /* EAGAIN: nothing to do */
+    }
     /* End of input or a read error: answer what was received, then close.
      * An error other than EOF means nobody will read the answers. */
     stop_reading(c);
@@ -316,14 +574,16 @@ void rls_conns_resume(rls_conns_t *s)
     while (!rls_list_empty(&s->resume)) {
         rls_list_t *n = s->resume.next;
         rls_conn_t *c = RLS_CONTAINER_OF(n, rls_conn_t, resume);
+        size_t frames;
         rls_list_remove(n);
         /* Frames already buffered come first; read more only if there is
          * still room. */
-        process(c);
+        frames = process(c);
         /* Reading goes on while stopping too: a client told to go away
          * (rls_conns_goaway) is still answered until it closes. */
         if (!c->closing && c->inflight < s->cfg->max_inflight)
             start_reading(c);
+        input_done(c, frames);
         maybe_finish(c);
     }
     uv_idle_stop(&s->spin);
@@ -416,7 +676,9 @@ void rls_conns_accept(rls_conns_t *s, uv_stream_t *listener, int status)
     rls_list_init(&c->node);
     rls_list_init(&c->dirty);
     rls_list_init(&c->resume);
-    rls_list_push(&s->all, &c->node);
+    rls_list_init(&c->partial);
+    c->active_ms = uv_now(s->loop);
+    rls_list_push(&s->all, &c->node); /* the most recently active */
     s->stats.conns_open++;
     /* A frame plus a read's worth of the next must fit. */
     rl_buf_init(&c->in, (size_t)s->cfg->max_frame + RL_FRAME_HEADER +
@@ -432,20 +694,10 @@ void rls_conns_accept(rls_conns_t *s, uv_stream_t *listener, int status)
         s->stats.conns_open > s->cfg->max_connections) {
         /* Refuse cleanly: one ERROR frame, written without queuing, then
          * close. The client learns why instead of seeing a bare reset. */
-        static const char msg[] = "server at --max-connections";
-        uint8_t frame[64];
-        rl_result_t r;
-        size_t n;
-
-        memset(&r, 0, sizeof(r));
-        r.code = RL_CODE_ERROR;
-        r.error = s->stopping ? "server is shutting down" : msg;
-        r.error_len = strlen(r.error);
-        r.notice = s->stopping ? RL_NOTICE_GOAWAY : RL_NOTICE_NONE;
-        n = rl_result_encode(&r, frame + RL_FRAME_HEADER);
-        rl_frame_header(frame, (uint32_t)n);
-        uv_buf_t b = uv_buf_init((char *)frame, (unsigned)(n + 5));
-        uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+        try_notice(&c->tcp,
+                   s->stopping ? "server is shutting down"
+                               : "server at --max-connections",
+                   s->stopping ? RL_NOTICE_GOAWAY : RL_NOTICE_NONE);
         s->stats.conns_refused++;
         /* An operator must hear of refusals, but a flood of them must not
          * flood the log: one warning a second at most, with the count. */
@@ -497,9 +749,51 @@ void rls_conns_close(rls_conns_t *s)
         conn_close(RLS_CONTAINER_OF(s->all.next, rls_conn_t, node));
 }
 
+/* Is the connection waiting on the server (answers to come, output to
+ * write, a pause to lift) rather than on its client? Then it is not idle. */
+static int busy(const rls_conn_t *c)
+{
+    return c->inflight > 0 || c->writing || rl_buf_len(&c->out) > 0 ||
+           rls_list_linked(&c->resume) || (!c->reading && !c->eof);
+}
+
+/* The set's one timer: closes connections past their deadlines. Both lists
+ * are in deadline order, so each loop stops at the first one not due. */
+static void on_sweep(uv_timer_t *t)
+{
+    rls_conns_t *s = t->data;
+    uint64_t now = uv_now(s->loop);
+    uint64_t idle_ms = s->cfg->idle_timeout_s * 1000;
+    uint64_t frame_ms = s->cfg->frame_timeout_ms;
+    rls_conn_t *c;
+
+    while (frame_ms > 0 && !rls_list_empty(&s->partial)) {
+        c = RLS_CONTAINER_OF(s->partial.next, rls_conn_t, partial);
+        if (now - c->frame_ms < frame_ms)
+            break;
+        drop(c, RLS_CLOSE_FRAME_TIMEOUT,
+             "frame not completed within --frame-timeout-ms");
+    }
+    while (idle_ms > 0 && !rls_list_empty(&s->all)) {
+        c = RLS_CONTAINER_OF(s->all.next, rls_conn_t, node);
+        if (now - c->active_ms < idle_ms)
+            break;
+        if (busy(c)) {
+            /* Not idle: its idle time starts over, at the tail. */
+            c->active_ms = now;
+            rls_list_remove(&c->node);
+            rls_list_push(&s->all, &c->node);
+            continue;
+        }
+        drop(c, RLS_CLOSE_IDLE, "connection idle longer than --idle-timeout");
+    }
+}
+
 void rls_conns_init(rls_conns_t *s, uv_loop_t *loop, const rls_config_t *cfg,
                     rls_batcher_t *batcher)
 {
+    uint64_t shortest;
+
     memset(s, 0, sizeof(*s));
     s->loop = loop;
     s->cfg = cfg;
@@ -507,11 +801,30 @@ void rls_conns_init(rls_conns_t *s, uv_loop_t *loop, const rls_config_t *cfg,
     rls_list_init(&s->all);
     rls_list_init(&s->dirty);
     rls_list_init(&s->resume);
+    rls_list_init(&s->partial);
     uv_idle_init(loop, &s->spin);
     s->spin.data = s;
+    uv_timer_init(loop, &s->sweep);
+    s->sweep.data = s;
+    /* A deadline fires up to one period late: a quarter of the shorter
+     * timeout, between 10 and 250 ms. The timer does not keep the loop
+     * alive by itself. */
+    shortest = cfg->idle_timeout_s * 1000;
+    if (cfg->frame_timeout_ms > 0 &&
+        (shortest == 0 || cfg->frame_timeout_ms < shortest))
+        shortest = cfg->frame_timeout_ms;
+    if (shortest > 0) {
+        s->sweep_ms = shortest / 4 < 10 ? 10 : shortest / 4 > 250 ? 250
+                                                                 : shortest / 4;
+        uv_timer_start(&s->sweep, on_sweep, s->sweep_ms, s->sweep_ms);
+        uv_unref((uv_handle_t *)&s->sweep);
+    }
 }
 
 void rls_conns_free(rls_conns_t *s)
 {
     uv_close((uv_handle_t *)&s->spin, NULL);
+    uv_close((uv_handle_t *)&s->sweep, NULL);
+    free(s->rbuf);
+    s->rbuf = NULL;
 }

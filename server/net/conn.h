@@ -24,7 +24,17 @@ enum {
     RLS_REJECT_DECODE,  /* payload not a CheckRequest */
     RLS_REJECT_INVALID, /* decoded, but breaks a request rule */
     RLS_REJECT_RULE,    /* names an unknown rule */
+    RLS_REJECT_ID0,     /* id 0, which is the server's (notices) */
     RLS_REJECT_MAX
+};
+
+/* Why the server closed a connection that sent nothing useful, for
+ * metrics. */
+enum {
+    RLS_CLOSE_IDLE,          /* no whole frame for --idle-timeout */
+    RLS_CLOSE_FRAME_TIMEOUT, /* a frame unfinished after --frame-timeout-ms */
+    RLS_CLOSE_PARTIAL,       /* among the largest over --max-partial-bytes */
+    RLS_CLOSE_MAX
 };
 
 typedef struct rls_conn_stats_s {
@@ -35,6 +45,8 @@ typedef struct rls_conn_stats_s {
     uint64_t conns_overflow; /* closed for not reading their responses */
     uint64_t conns_open;
     uint64_t inflight; /* requests read and not yet answered */
+    uint64_t closed[RLS_CLOSE_MAX];
+    uint64_t input_bytes; /* held by input buffers, all connections */
 } rls_conn_stats_t;
 
 typedef struct rls_conns_s {
@@ -42,7 +54,14 @@ typedef struct rls_conns_s {
     const rls_config_t *cfg;
     rls_batcher_t *batcher;
     uv_idle_t spin;    /* keeps poll from blocking while reads are deferred */
-    rls_list_t all;    /* every open connection */
+    uv_timer_t sweep;  /* idle and frame deadlines, for every connection */
+    uint64_t sweep_ms; /* its period */
+    uint8_t *rbuf;     /* shared read buffer (connections with no partial
+                          frame read here) */
+    rls_list_t all;    /* every open connection, least recently active
+                          first */
+    rls_list_t partial; /* connections in the middle of a frame, the
+                           oldest frame first */
     rls_list_t dirty;  /* connections with responses to write */
     rls_list_t resume; /* connections to read again */
     int stopping;      /* set by the server: refuse new connections... */
@@ -51,14 +70,16 @@ typedef struct rls_conns_s {
     void *arg;                   /* closed */
     uint64_t refusal_logged_ms;  /* loop time of the last refusal warning */
     uint64_t refused_unlogged;   /* refusals since that warning */
+    uint64_t shed_logged_ms;     /* the same for --max-partial-bytes */
+    uint64_t shed_unlogged;
     rls_conn_stats_t stats;
 } rls_conns_t;
 
-/* Prepares an empty set (and its idle handle) on loop. */
+/* Prepares an empty set (and its idle and timer handles) on loop. */
 void rls_conns_init(rls_conns_t *s, uv_loop_t *loop, const rls_config_t *cfg,
                     rls_batcher_t *batcher);
 
-/* Closes the set's own handle; every connection must be closed already. */
+/* Closes the set's own handles; every connection must be closed already. */
 void rls_conns_free(rls_conns_t *s);
 
 /* The listener's connection callback goes here. */

@@ -26,6 +26,9 @@ void rls_config_defaults(rls_config_t *c)
     c->max_connections = 10000;
     c->max_inflight = 1024;
     c->max_output = 4u << 20;
+    c->idle_timeout_s = 300;
+    c->frame_timeout_ms = 10000;
+    c->max_partial_bytes = 64u << 20;
     c->drain_ms = 0;
     c->unhealthy_error_ratio = 0.5;
     c->unhealthy_min_decisions = 20;
@@ -69,6 +72,16 @@ static const char usage[] =
     "                           requests unanswered (default 1024)\n"
     "  --max-output BYTES       close a connection whose unsent responses\n"
     "                           pass this (default 4194304)\n"
+    "  --idle-timeout SECS      close a connection that sends no whole\n"
+    "                           request this long while nothing of it is\n"
+    "                           in flight (default 300; 0: never)\n"
+    "  --frame-timeout-ms N     close a connection whose frame is not whole\n"
+    "                           this long after its first byte (default\n"
+    "                           10000; 0: never)\n"
+    "  --max-partial-bytes N    memory all connections may hold in input\n"
+    "                           buffers (partial frames); past it the\n"
+    "                           largest holders are closed (default\n"
+    "                           67108864; 0: no cap)\n"
     "  --metrics HOST:PORT      serve /metrics and /healthz over HTTP\n"
     "                           (default: off)\n"
     "  --drain-ms N             on SIGTERM, report unhealthy and keep serving\n"
@@ -252,6 +265,9 @@ static const num_flag_t num_flags[] = {
     NUM("--max-connections", max_connections, 1, 1000000),
     NUM("--max-inflight", max_inflight, 1, 1u << 20),
     NUM("--max-output", max_output, 4096, (uint64_t)1 << 32),
+    NUM("--idle-timeout", idle_timeout_s, 0, 604800),
+    NUM("--frame-timeout-ms", frame_timeout_ms, 0, 3600000),
+    NUM("--max-partial-bytes", max_partial_bytes, 0, (uint64_t)1 << 40),
     NUM("--drain-ms", drain_ms, 0, 3600000),
     NUM("--unhealthy-min-decisions", unhealthy_min_decisions, 1, 1u << 30),
 };

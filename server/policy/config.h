@@ -42,6 +42,9 @@ typedef struct rls_config_s {
     uint32_t max_connections;
     uint32_t max_inflight;
     size_t max_output;
+    uint64_t idle_timeout_s;    /* 0: idle connections are kept */
+    uint64_t frame_timeout_ms;  /* 0: a frame may take forever */
+    uint64_t max_partial_bytes; /* 0: input buffers are not capped */
     uint64_t drain_ms;
     /* /healthz fails while more than this share of the decisions of the
      * last 10 s failed in the store, once there were at least

@@ -159,6 +159,8 @@ static int handle(state_t *st, fconn_t *fc)
         burst++;
         fc->seen++;
         atomic_fetch_add(&f->requests, 1);
+        if (c.id == 0)
+            atomic_fetch_add(&f->id0, 1);
         if (fc->ordinal < MAXCONN)
             atomic_fetch_add(&f->conn_requests[fc->ordinal], 1);
         if (late)

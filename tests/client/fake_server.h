@@ -47,6 +47,7 @@ typedef struct fake_s {
     int param;
     atomic_int accepted;  /* connections */
     atomic_int requests;  /* frames decoded */
+    atomic_int id0;       /* of which with id 0 (librlc must send none) */
     atomic_int reads;     /* recv calls that returned data */
     atomic_int max_burst; /* most frames that arrived in one recv */
     atomic_int conn_requests[FAKE_MAXCONN]; /* frames, by accept order */

@@ -142,6 +142,9 @@ static void test_many_in_flight(void **state)
     fake_stop(&ctx.fake);
     assert_int_equal(atomic_load(&ctx.fake.max_burst), 200);
     assert_int_equal(atomic_load(&ctx.fake.reads), 1);
+    /* id 0 is the server's (notices): no request carries it */
+    assert_int_equal(atomic_load(&ctx.fake.requests), 200);
+    assert_int_equal(atomic_load(&ctx.fake.id0), 0);
 }
 
 /* Answers in reverse order still reach their own callbacks. */

@@ -126,6 +126,8 @@ static void test_batch_is_one_round_trip(void **state)
     assert_int_equal(res[4].used, 2);
     assert_int_equal(atomic_load(&f.reads), 2);
     assert_int_equal(atomic_load(&f.requests), 99);
+    /* id 0 is the server's (notices): no request carries it */
+    assert_int_equal(atomic_load(&f.id0), 0);
     assert_int_equal(rlc_check_batch(c, reqs, 0, res), RLC_OK);
     rlc_free(c);
     fake_stop(&f);
