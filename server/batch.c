@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
+#include "rl_admit.h"
 #include "rl_check.h"
 #include "rl_error.h"
 #include "rl_window.h"
@@ -14,14 +16,17 @@
  * are made during a store stall and freed as they come back. */
 #define SPARE_MAX 8
 
+/* Window sizes whose index and expiry a batch keeps worked out. */
+#define WCACHE 16
+
 /* One queued request. */
 typedef struct {
     void *owner;
     uint64_t id;
-    uint64_t limit;
+    rls_rule_stats_t *stats;
     uint32_t cost;
-    uint32_t window_s;
     uint32_t op; /* index of its store op */
+    int mode;
 } req_t;
 
 /* A slot of the per-batch key index: which op holds a key. Slots from an
@@ -32,46 +37,63 @@ typedef struct {
     uint32_t op;
 } slot_t;
 
-/* What one window size works out to for a batch's clock reading. A
- * batch nearly always holds one window size, so this is computed once per
- * batch instead of two 64-bit divisions and two decimal conversions per
- * request. */
+/* What one window size works out to for a batch's clock reading, computed
+ * once per batch and size instead of per request. */
 typedef struct {
-    uint32_t window_s;     /* 0: not computed yet */
+    uint32_t window_s;
     uint64_t index;        /* window index at the batch's now_ms */
-    uint64_t expire_at_ms; /* window end + grace */
-    uint64_t mix;          /* folded into key hashes: index and size */
-    size_t suffix_len;
-    char suffix[40]; /* ":<window_s>:<index>", as rl_key_format writes it */
+    uint64_t expire_at_ms; /* window end + grace (+ spread) */
+    uint64_t reset_ms;     /* until the window ends */
 } win_t;
+
+/* Per op, beside rls_op_t: what coalescing compares. */
+typedef struct {
+    uint64_t hash;
+    size_t key_off;   /* of its key in `keys` */
+    size_t win_off;   /* of its windows in `wins` */
+    uint32_t first;   /* its first request, to compare specs */
+    uint32_t nreqs;
+    uint64_t limit0;  /* inline: the limit, which must match */
+} opx_t;
 
 struct rls_batch_s {
     rls_batcher_t *owner;
     rls_batch_t *next; /* in the free list */
+    rls_policy_t *policy; /* held while the batch is in flight */
     uint64_t now_ms;   /* one clock reading for the whole batch */
-    win_t win;         /* the last window size seen */
+    win_t wc[WCACHE];
+    uint32_t nwc;
 
     req_t *reqs;
     size_t nreqs;
     rls_op_t *ops;
+    opx_t *opx;
     size_t nops;
-    uint64_t *hash;  /* per op */
-    size_t *key_off; /* per op: offset of its key in `keys` */
-    int64_t *run;    /* per op: running count while deciding */
-    rl_buf_t keys;   /* formatted store keys, NUL-terminated */
+    rl_buf_t keys;   /* op keys, NUL-terminated */
+    rl_buf_t wins;   /* rls_wop_t, per op */
+    uint32_t *costs; /* per request, grouped by op at submit */
 
     slot_t *index;
     uint32_t mask;
     uint32_t gen;
+
+    /* Replay scratch, per op: its windows as they advance, their counts
+     * before the batch, how many windows, how many admitted. Grown to the
+     * largest batch seen, then reused. */
+    rl_admit_win_t *run;
+    int64_t *before;
+    uint32_t *nrun, *admitted;
+    size_t scratch_ops;
 };
 
 void rls_batcher_init(rls_batcher_t *b, rls_store_t *store,
-                      rls_respond_fn respond, const char *prefix,
-                      size_t prefix_len, size_t max_reqs, uint64_t grace_ms,
-                      int fail_open)
+                      rls_runtime_t *rt, rls_respond_fn respond,
+                      const char *prefix, size_t prefix_len, size_t max_reqs,
+                      uint64_t grace_ms, int fail_open)
 {
     memset(b, 0, sizeof(*b));
     b->store = store;
+    b->rt = rt;
     b->respond = respond;
     b->prefix = prefix;
     b->prefix_len = prefix_len;
@@ -88,11 +110,15 @@ static void batch_destroy(rls_batch_t *t)
 {
     free(t->reqs);
     free(t->ops);
-    free(t->hash);
-    free(t->key_off);
-    free(t->run);
+    free(t->opx);
+    free(t->costs);
     free(t->index);
+    free(t->run);
+    free(t->before);
+    free(t->nrun);
+    free(t->admitted);
     rl_buf_free(&t->keys);
+    rl_buf_free(&t->wins);
     free(t);
 }
 
@@ -109,14 +135,15 @@ static rls_batch_t *batch_new(rls_batcher_t *b)
     t->owner = b;
     t->reqs = malloc(n * sizeof(*t->reqs));
     t->ops = malloc(n * sizeof(*t->ops));
-    t->hash = malloc(n * sizeof(*t->hash));
-    t->key_off = malloc(n * sizeof(*t->key_off));
-    t->run = malloc(n * sizeof(*t->run));
+    t->opx = malloc(n * sizeof(*t->opx));
+    t->costs = malloc(n * sizeof(*t->costs));
     t->index = calloc(slots, sizeof(*t->index));
     t->mask = (uint32_t)(slots - 1);
-    rl_buf_init(&t->keys, n * RL_KEY_SIZE(b->prefix_len, RL_KEY_MAX));
-    if (!t->reqs || !t->ops || !t->hash || !t->key_off || !t->run ||
-        !t->index) {
+    /* Keys: prefix, braces, caller, ":r:" and a rule name at most. */
+    rl_buf_init(&t->keys,
+                n * (b->prefix_len + RL_KEY_MAX + RL_RULE_MAX + 8));
+    rl_buf_init(&t->wins, n * RLS_WINDOWS_MAX * sizeof(rls_wop_t));
+    if (!t->reqs || !t->ops || !t->opx || !t->costs || !t->index) {
         batch_destroy(t);
         return NULL;
     }
@@ -136,15 +163,34 @@ static rls_batch_t *batch_start(rls_batcher_t *b)
     }
     t->nreqs = 0;
     t->nops = 0;
-    t->win.window_s = 0;
+    t->nwc = 0;
     rl_buf_reset(&t->keys);
+    rl_buf_reset(&t->wins);
     /* Generation 0 marks never-used slots; skip it on wrap-around. */
     if (++t->gen == 0) {
         memset(t->index, 0, ((size_t)t->mask + 1) * sizeof(*t->index));
         t->gen = 1;
     }
     t->now_ms = b->store->v->now_ms(b->store);
+    t->policy = b->rt != NULL ? rls_policy_ref(b->rt->policy) : NULL;
     return t;
+}
+
+static void batch_recycle(rls_batcher_t *b, rls_batch_t *t)
+{
+    rls_policy_unref(t->policy);
+    t->policy = NULL;
+    /* Spares are kept for reuse, but only so many: a Redis stall piles up
+     * batches in flight, and a pool that kept them all would hold its
+     * high-water mark for the process's life, so RSS would creep up with
+     * every spike. */
+    if (b->nfree >= SPARE_MAX) {
+        batch_destroy(t);
+        return;
+    }
+    t->next = b->free;
+    b->free = t;
+    b->nfree++;
 }
 
 /* Why a request was not counted, as sent back in `error`. */
@@ -190,85 +236,217 @@ void rls_batcher_share(const rls_batcher_t *b, uint64_t now_s,
     }
 }
 
+/* Quota fit: the windows this op started (first consumption) and those
+ * whose consumption crossed 50 %, 80 % or 100 % of the limit in this batch.
+ * One atomic store step moved each counter from `before` to `after`, so
+ * across the fleet exactly one batch sees each start and each crossing. */
+static void fit_count(rls_rule_stats_t *st, const rl_admit_win_t *w,
+                      const int64_t *before, uint32_t n)
+{
+    static const uint64_t pct[3] = {50, 80, 100};
+    uint32_t i, j, k;
+
+    for (i = 0; i < n; i++) {
+        uint64_t b0 = before[i] > 0 ? (uint64_t)before[i] : 0, a = w[i].count;
+        rls_win_stats_t *ws = NULL;
+
+        if (a == b0)
+            continue;
+        for (j = 0; j < st->nwin; j++)
+            if (st->win[j].window_s == w[i].window_s)
+                ws = &st->win[j];
+        if (ws == NULL) {
+            if (st->nwin < RLS_STATS_WINDOWS) {
+                ws = &st->win[st->nwin++];
+                ws->window_s = w[i].window_s;
+            } else {
+                ws = &st->win[RLS_STATS_WINDOWS]; /* "other" */
+            }
+        }
+        if (b0 == 0)
+            ws->started++;
+        for (k = 0; k < 3; k++) {
+            /* threshold t = ceil(limit * pct / 100), at least 1 */
+            uint64_t L = w[i].limit;
+            uint64_t t = L / 100 * pct[k] + (L % 100 * pct[k] + 99) / 100;
+            if (t == 0)
+                t = 1;
+            if (b0 < t && a >= t)
+                ws->reached[k]++;
+        }
+    }
+}
+
+/* Answers an op whose store step failed, per the fail mode. */
+static void answer_failed(rls_batcher_t *b, rls_batch_t *t, rls_op_t *op,
+                          const req_t *q, char *text, size_t tlen)
+{
+    const rls_wop_t *w = &op->win[0];
+    rl_result_t r;
+    uint32_t i;
+
+    for (i = 1; i < op->nwin; i++)
+        if (op->win[i].limit < w->limit)
+            w = &op->win[i];
+    memset(&r, 0, sizeof(r));
+    r.id = q->id;
+    r.error = failure_text(op->err, b->fail_open, text, tlen);
+    r.error_len = strlen(r.error);
+    r.limit = w->limit;
+    r.window_s = w->window_s;
+    b->stats.store_errors++;
+    if (b->fail_open) {
+        /* Allowed, and nothing was counted. */
+        r.code = RL_CODE_OK;
+        r.remaining = w->limit;
+        r.reset_after_ms = rl_window_reset_after_ms(t->now_ms, w->window_s);
+        b->stats.failed_open++;
+    } else {
+        r.code = RL_CODE_ERROR;
+    }
+    b->respond(q->owner, &r);
+}
+
 static void on_store_done(void *data, rls_op_t *ops, size_t nops, int status)
 {
     rls_batch_t *t = data;
     rls_batcher_t *b = t->owner;
+    rl_admit_win_t *run;
+    int64_t *before;
+    uint32_t *nrun, *admitted;
     uint64_t failed = 0;
     char text[160];
-    uint32_t reset_w = 0;
-    uint64_t reset_ms = 0;
-    size_t i;
+    size_t i, j;
 
     assert(ops == t->ops && nops == t->nops);
+    if (nops > t->scratch_ops) {
+        free(t->run);
+        free(t->before);
+        free(t->nrun);
+        free(t->admitted);
+        t->run = malloc(nops * RLS_WINDOWS_MAX * sizeof(*t->run));
+        t->before = malloc(nops * RLS_WINDOWS_MAX * sizeof(*t->before));
+        t->nrun = malloc(nops * sizeof(*t->nrun));
+        t->admitted = malloc(nops * sizeof(*t->admitted));
+        t->scratch_ops = nops;
+        if (!t->run || !t->before || !t->nrun || !t->admitted) {
+            t->scratch_ops = 0;
+            /* Answered per the fail mode, as a store error would be. */
+            status = RL_ENOMEM;
+        }
+    }
+    run = t->run;
+    before = t->before;
+    nrun = t->nrun;
+    admitted = t->admitted;
     for (i = 0; i < nops; i++) {
-        if (status != 0 && ops[i].err == 0)
-            ops[i].err = status;
-        t->run[i] = ops[i].count - (int64_t)ops[i].incr;
+        rls_op_t *op = &ops[i];
+        const rls_wop_t *w = op->nqwin ? op->qwin : op->win;
+        uint32_t n = op->nqwin ? op->nqwin : op->nwin;
+
+        if (status != 0 && op->err == 0)
+            op->err = status;
+        if (op->err != 0)
+            continue;
+        nrun[i] = n;
+        admitted[i] = 0;
+        for (j = 0; j < n; j++) {
+            rl_admit_win_t *a = &run[i * RLS_WINDOWS_MAX + j];
+            int64_t c = w[j].before;
+            /* A counter someone else decremented below zero counts as 0. */
+            a->count = c > 0 ? (uint64_t)c : 0;
+            a->limit = w[j].limit;
+            a->window_s = w[j].window_s;
+            a->reset_after_ms =
+                rl_window_reset_after_ms(t->now_ms, w[j].window_s);
+            before[i * RLS_WINDOWS_MAX + j] = c;
+        }
     }
 
     for (i = 0; i < t->nreqs; i++) {
         const req_t *q = &t->reqs[i];
         rls_op_t *op = &ops[q->op];
+        rl_admit_win_t *w;
         rl_result_t r;
+        int ok;
 
-        /* One division per window size and batch, not per request. */
-        if (q->window_s != reset_w) {
-            reset_w = q->window_s;
-            reset_ms = rl_window_reset_after_ms(t->now_ms, reset_w);
+        if (op->err != 0) {
+            failed++;
+            answer_failed(b, t, op, q, text, sizeof(text));
+            continue;
         }
+        w = &run[(size_t)q->op * RLS_WINDOWS_MAX];
+        ok = rl_admit_one(w, nrun[q->op], q->cost);
+        admitted[q->op] += (uint32_t)ok;
         memset(&r, 0, sizeof(r));
         r.id = q->id;
-        if (op->err != 0) {
-            r.error = failure_text(op->err, b->fail_open, text, sizeof(text));
-            r.error_len = strlen(r.error);
-            r.limit = q->limit;
-            b->stats.store_errors++;
-            failed++;
-            if (b->fail_open) {
-                /* Allowed, and nothing was counted. */
-                r.code = RL_CODE_OK;
-                r.remaining = q->limit;
-                r.reset_after_ms = reset_ms;
-                b->stats.failed_open++;
-            } else {
-                r.code = RL_CODE_ERROR;
-            }
+        rl_admit_result(w, nrun[q->op], q->cost, ok, &r);
+        if (ok) {
+            q->stats->allowed++;
+        } else if (q->mode == RLS_MODE_SHADOW) {
+            /* Decided and counted as enforce would, answered OK. */
+            r.code = RL_CODE_OK;
+            r.retry_after_ms = 0;
+            r.shadow_refused = 1;
+            q->stats->shadow_refused++;
         } else {
-            t->run[q->op] += q->cost;
-            /* A counter someone else decremented below zero counts as 0. */
-            rl_decide_reset(t->run[q->op] > 0 ? (uint64_t)t->run[q->op] : 0,
-                            q->limit, reset_ms, &r);
+            q->stats->refused++;
         }
         b->respond(q->owner, &r);
     }
 
+    for (i = 0; i < nops; i++) {
+        rls_op_t *op = &ops[i];
+        if (op->err != 0)
+            continue;
+        if (admitted[i] != op->admitted && b->stats.replay_mismatch++ == 0)
+            RLS_ERROR("store and batcher disagree on admissions (a bug)",
+                      " store=%llu batcher=%u key=\"%s\"",
+                      (unsigned long long)op->admitted, admitted[i],
+                      op->key);
+        fit_count(t->reqs[t->opx[i].first].stats,
+                  &run[i * RLS_WINDOWS_MAX], &before[i * RLS_WINDOWS_MAX],
+                  nrun[i]);
+    }
     share_add(b, t->nreqs, failed);
     b->in_flight--;
-    /* Spares are kept for reuse, but only so many: a Redis stall piles up
-     * batches in flight, and a pool that kept them all would hold its
-     * high-water mark (up to ~130 KB a batch) for the process's life, so
-     * RSS would creep up with every spike. */
-    if (b->nfree >= SPARE_MAX) {
-        batch_destroy(t);
-        return;
-    }
-    t->next = b->free;
-    b->free = t;
-    b->nfree++;
+    batch_recycle(b, t);
 }
 
 static void submit(rls_batcher_t *b)
 {
     rls_batch_t *t = b->cur;
-    size_t i;
+    size_t i, off = 0;
 
     b->cur = NULL;
-    /* The key arena may have moved while it grew: point ops at it now. */
+    /* Costs grouped by op, in arrival order within each (a counting sort
+     * by op; the ops' request counts are known). */
     for (i = 0; i < t->nops; i++) {
-        t->ops[i].key = (const char *)t->keys.data + t->key_off[i];
-        t->ops[i].count = 0;
-        t->ops[i].err = 0;
+        rls_op_t *op = &t->ops[i];
+        op->costs = t->costs + off;
+        op->ncosts = 0;
+        off += t->opx[i].nreqs;
+    }
+    for (i = 0; i < t->nreqs; i++) {
+        const req_t *q = &t->reqs[i];
+        rls_op_t *op = &t->ops[q->op];
+        ((uint32_t *)op->costs)[op->ncosts++] = q->cost;
+        if (op->ncosts == 1)
+            op->equal_cost = q->cost;
+        else if (op->equal_cost != q->cost)
+            op->equal_cost = 0;
+    }
+    /* The arenas may have moved while they grew: point ops at them now. */
+    for (i = 0; i < t->nops; i++) {
+        rls_op_t *op = &t->ops[i];
+        op->key = (const char *)t->keys.data + t->opx[i].key_off;
+        op->win = (rls_wop_t *)(void *)(t->wins.data + t->opx[i].win_off);
+        if (op->quota != NULL)
+            op->quota = op->key + op->tag_len + 3; /* after ":r:" */
+        op->admitted = 0;
+        op->qwin = NULL;
+        op->nqwin = 0;
+        op->err = 0;
     }
     b->stats.batches++;
     rls_hist_observe(&b->stats.size, t->nreqs);
@@ -277,15 +455,20 @@ static void submit(rls_batcher_t *b)
     b->store->v->submit(b->store, t->ops, t->nops, on_store_done, t);
 }
 
-/* Works out window_s for the batch's clock reading (see win_t). */
-static void win_set(rls_batch_t *t, rls_batcher_t *b, uint32_t window_s)
+/* The window of size window_s at the batch's clock reading. */
+static const win_t *win_get(rls_batch_t *t, rls_batcher_t *b,
+                            uint32_t window_s)
 {
-    win_t *w = &t->win;
-    char tmp[48];
-    int n;
+    win_t *w;
+    uint32_t i;
 
+    for (i = 0; i < t->nwc; i++)
+        if (t->wc[i].window_s == window_s)
+            return &t->wc[i];
+    w = &t->wc[t->nwc < WCACHE ? t->nwc++ : WCACHE - 1];
     w->window_s = window_s;
     w->index = rl_window_index(t->now_ms, window_s);
+    w->reset_ms = rl_window_end_ms(w->index, window_s) - t->now_ms;
     w->expire_at_ms = rl_window_end_ms(w->index, window_s) + b->grace_ms;
     /* Every key of a window would otherwise carry the same expiry, and
      * Redis would delete a whole window's keys at once: its expire cycle
@@ -300,77 +483,128 @@ static void win_set(rls_batch_t *t, rls_batcher_t *b, uint32_t window_s)
         b->rng ^= b->rng << 17;
         w->expire_at_ms += b->rng % (span + 1);
     }
-    w->mix = (w->index * UINT64_C(0x9e3779b97f4a7c15)) ^
-             ((uint64_t)window_s * UINT64_C(0xc2b2ae3d27d4eb4f));
-    /* rl_key_format itself writes the suffix, so the keys built from it
-     * are byte for byte the ones it would build. */
-    n = rl_key_format(tmp, sizeof(tmp), "", 0, "", 0, window_s, w->index);
-    assert(n > 2 && (size_t)n - 2 < sizeof(w->suffix));
-    w->suffix_len = (size_t)n - 2; /* drop the empty "{}" */
-    memcpy(w->suffix, tmp + 2, w->suffix_len);
+    return w;
 }
 
-int rls_batcher_add(rls_batcher_t *b, void *owner, uint64_t id, const char *key,
-                    size_t key_len, uint32_t cost, uint64_t limit,
-                    uint32_t window_s)
+/* Writes the op key "<prefix>{<caller>}:r:<rule>" or "...:i" at w and
+ * returns its length; *tag_len gets the length of "<prefix>{<caller>}". */
+static size_t op_key(const rls_batcher_t *b, uint8_t *w, const char *key,
+                     size_t key_len, const rls_spec_t *spec, size_t *tag_len)
 {
-    rls_batch_t *t = b->cur;
-    uint8_t *w, *p;
-    uint64_t h;
-    uint32_t pos, op;
-    size_t n;
+    uint8_t *p = w;
 
-    if (t == NULL && (t = b->cur = batch_start(b)) == NULL)
-        return RL_ENOMEM;
-    if (window_s != t->win.window_s)
-        win_set(t, b, window_s);
-
-    /* The store key "<prefix>{<key>}:<window_s>:<index>", NUL-terminated,
-     * as rl_key_format would write it (RL_KEY_SIZE bounds it). */
-    if (rl_buf_reserve(&t->keys, RL_KEY_SIZE(b->prefix_len, key_len), &w) !=
-        RL_OK)
-        return RL_ENOMEM;
-    p = w;
     memcpy(p, b->prefix, b->prefix_len);
     p += b->prefix_len;
     *p++ = '{';
     memcpy(p, key, key_len);
     p += key_len;
     *p++ = '}';
-    memcpy(p, t->win.suffix, t->win.suffix_len);
-    p += t->win.suffix_len;
+    *tag_len = (size_t)(p - w);
+    *p++ = ':';
+    if (spec->rule != NULL) {
+        *p++ = 'r';
+        *p++ = ':';
+        memcpy(p, spec->rule->name, spec->rule->name_len);
+        p += spec->rule->name_len;
+    } else {
+        *p++ = 'i';
+    }
     *p = '\0';
-    n = (size_t)(p - w);
-    /* Keys of one batch differ only in the caller's key and the window:
-     * hash those, not the constant prefix and the digits. Keyed SipHash
-     * still decides the slot, so clients cannot aim keys at one chain. */
-    h = rl_hash(&b->hash_key, key, key_len) ^ t->win.mix;
+    return (size_t)(p - w);
+}
 
-    /* Find the op for this key, or make one. */
+int rls_batcher_add(rls_batcher_t *b, void *owner, uint64_t id,
+                    const char *key, size_t key_len, uint32_t cost,
+                    const rls_spec_t *spec)
+{
+    rls_batch_t *t = b->cur;
+    uint8_t *w;
+    uint64_t h;
+    uint32_t pos, op, i;
+    size_t n, tag_len;
+    rls_op_t *o;
+    opx_t *x;
+
+    if (t == NULL && (t = b->cur = batch_start(b)) == NULL)
+        return RL_ENOMEM;
+    if (rl_buf_reserve(&t->keys, b->prefix_len + key_len + RL_RULE_MAX + 8,
+                       &w) != RL_OK)
+        return RL_ENOMEM;
+    n = op_key(b, w, key, key_len, spec, &tag_len);
+    /* Hash the caller's key, the rule and (inline) the window: not the
+     * constant prefix. Keyed SipHash still decides the slot, so clients
+     * cannot aim keys at one chain. */
+    h = rl_hash(&b->hash_key, key, key_len) ^
+        (spec->rule != NULL ? (uint64_t)(uintptr_t)spec->rule
+                            : (uint64_t)spec->limits.w[0].window_s *
+                                  UINT64_C(0x9e3779b97f4a7c15));
+
+    /* Find the op for this (rule, caller), or make one. */
     for (pos = (uint32_t)h & t->mask;; pos = (pos + 1) & t->mask) {
         slot_t *s = &t->index[pos];
-        if (s->gen != t->gen) {
-            op = (uint32_t)t->nops++;
-            s->gen = t->gen;
-            s->op = op;
-            t->hash[op] = h;
-            t->key_off[op] = (size_t)(w - t->keys.data);
-            t->ops[op].key_len = n;
-            t->ops[op].incr = 0;
-            t->ops[op].expire_at_ms = t->win.expire_at_ms;
-            rl_buf_commit(&t->keys, n + 1);
+        if (s->gen != t->gen)
             break;
-        }
         op = s->op;
-        if (t->hash[op] == h && t->ops[op].key_len == n &&
-            memcmp(t->keys.data + t->key_off[op], w, n) == 0) {
-            b->stats.coalesced++;
-            break;
+        x = &t->opx[op];
+        o = &t->ops[op];
+        if (x->hash != h || o->key_len != n ||
+            memcmp(t->keys.data + x->key_off, w, n) != 0)
+            continue;
+        if (spec->rule == NULL &&
+            o->nwin != 0 &&
+            ((rls_wop_t *)(void *)(t->wins.data + x->win_off))->window_s !=
+                spec->limits.w[0].window_s)
+            continue; /* another inline window of this caller */
+        if (spec->rule == NULL && x->limit0 != spec->limits.w[0].limit) {
+            /* One counter, two inline limits: decided in arrival order
+             * only if the earlier requests go first, in their own batch. */
+            submit(b);
+            return rls_batcher_add(b, owner, id, key, key_len, cost, spec);
         }
+        b->stats.coalesced++;
+        goto found;
     }
-    t->ops[op].incr += cost;
+    {
+        rls_wop_t *wo;
 
-    t->reqs[t->nreqs++] = (req_t){owner, id, limit, cost, window_s, op};
+        if (rl_buf_reserve(&t->wins, spec->limits.n * sizeof(rls_wop_t),
+                           (uint8_t **)(void *)&wo) != RL_OK)
+            return RL_ENOMEM;
+        op = (uint32_t)t->nops++;
+        t->index[pos].gen = t->gen;
+        t->index[pos].op = op;
+        x = &t->opx[op];
+        o = &t->ops[op];
+        memset(o, 0, sizeof(*o));
+        x->hash = h;
+        x->key_off = (size_t)(w - t->keys.data);
+        x->win_off = rl_buf_len(&t->wins);
+        x->first = (uint32_t)t->nreqs;
+        x->nreqs = 0;
+        x->limit0 = spec->limits.w[0].limit;
+        o->key_len = n;
+        o->tag_len = tag_len;
+        if (spec->rule != NULL && spec->quota) {
+            o->quota = (const char *)w; /* fixed up at submit */
+            o->quota_len = spec->rule->name_len;
+        }
+        o->scale = spec->scale;
+        o->nwin = spec->limits.n;
+        for (i = 0; i < spec->limits.n; i++) {
+            const win_t *c = win_get(t, b, spec->limits.w[i].window_s);
+            wo[i].window_s = c->window_s;
+            wo[i].limit = spec->limits.w[i].limit;
+            wo[i].index = c->index;
+            wo[i].expire_at_ms = c->expire_at_ms;
+            wo[i].before = 0;
+        }
+        rl_buf_commit(&t->wins, spec->limits.n * sizeof(rls_wop_t));
+        rl_buf_commit(&t->keys, n + 1);
+    }
+found:
+    t->opx[op].nreqs++;
+    t->reqs[t->nreqs++] =
+        (req_t){owner, id, spec->stats, cost, op, spec->mode};
     b->stats.requests++;
     if (t->nreqs == b->max_reqs)
         submit(b);
@@ -390,6 +624,8 @@ void rls_batcher_free(rls_batcher_t *b)
     assert(b->in_flight == 0);
     if (b->cur != NULL) {
         assert(b->cur->nreqs == 0);
+        rls_policy_unref(b->cur->policy);
+        b->cur->policy = NULL;
         b->cur->next = b->free;
         b->free = b->cur;
         b->cur = NULL;

@@ -1,12 +1,16 @@
 /* The batcher: collects the requests of one loop iteration, coalesces those
- * that share a store key, sends the batch to the store in one submission and
- * decides every request from the totals the store returns.
+ * of one (rule, caller) into one store op, sends the batch to the store in
+ * one submission and answers every request from what the store reports.
  *
- * Coalescing is exact. If requests r1..rk (in arrival order) share a key
- * with summed cost T, the store adds T once and returns the counter C after
- * the addition; the counter before the batch was C - T, and request ri is
- * decided on C - T + cost(r1) + ... + cost(ri), which is exactly what it
- * would have seen had the k requests gone to the store one at a time. */
+ * Coalescing is exact. The store decides an op's requests r1..rk in arrival
+ * order, each against every window of the rule (admitted only when all
+ * have room; a refusal consumes nothing), and reports the windows' counts
+ * before the batch. Replaying the same decisions from those counts gives
+ * every request exactly the answer it would have had, had the k requests
+ * gone to the store one at a time (rl_admit.h). Counters are namespaced:
+ * "<prefix>{<caller>}:r:<rule>:<window_s>:<index>" for a rule and
+ * "<prefix>{<caller>}:i:<window_s>:<index>" for an inline limit, so no rule
+ * can spend another's quota. */
 #ifndef RLS_BATCH_H
 #define RLS_BATCH_H
 
@@ -16,6 +20,7 @@
 #include "rl_hash.h"
 #include "rl_msg.h"
 #include "hist.h"
+#include "policy/runtime.h"
 #include "store/store.h"
 
 /* Receives the one response for a request. `r` and its strings are valid
@@ -28,6 +33,7 @@ typedef struct rls_batch_stats_s {
     uint64_t coalesced;   /* requests that shared a key with an earlier one */
     uint64_t failed_open; /* answered OK because the store could not answer */
     uint64_t store_errors;/* requests whose store op failed */
+    uint64_t replay_mismatch; /* store and batcher disagreed: a bug */
     rls_hist_t size;      /* requests per batch */
 } rls_batch_stats_t;
 
@@ -43,6 +49,7 @@ typedef struct rls_share_s {
 
 typedef struct rls_batcher_s {
     rls_store_t *store;
+    rls_runtime_t *rt; /* the policy in force; batches hold a reference */
     rls_respond_fn respond;
     const char *prefix;
     size_t prefix_len;
@@ -66,17 +73,21 @@ typedef struct rls_batcher_s {
 
 /* Prepares a batcher; allocates nothing yet. */
 void rls_batcher_init(rls_batcher_t *b, rls_store_t *store,
-                      rls_respond_fn respond, const char *prefix,
+                      rls_runtime_t *rt, rls_respond_fn respond,
+                      const char *prefix,
                       size_t prefix_len, size_t max_reqs, uint64_t grace_ms,
                       int fail_open);
 
-/* Adds one validated request (cost >= 1). Its response goes to
- * respond(owner, ...) exactly once: later, or before this returns if the
- * batch filled up and the store answered at once. Returns 0, or RL_ENOMEM
- * with nothing queued (the caller answers the request itself). */
+/* Adds one validated request (cost >= 1), resolved into *spec (mode
+ * enforce or shadow; mode off never reaches the batcher). spec->rule must
+ * belong to the policy in force, which the batch holds until answered. Its
+ * response goes to respond(owner, ...) exactly once: later, or before this
+ * returns if the batch filled up and the store answered at once. Returns
+ * 0, or RL_ENOMEM with nothing queued (the caller answers the request
+ * itself). */
 int rls_batcher_add(rls_batcher_t *b, void *owner, uint64_t id,
                     const char *key, size_t key_len, uint32_t cost,
-                    uint64_t limit, uint32_t window_s);
+                    const rls_spec_t *spec);
 
 /* Submits the filling batch, if any. Called once per loop iteration. */
 void rls_batcher_flush(rls_batcher_t *b);

@@ -1,12 +1,21 @@
 /* The store interface: where counters live.
  *
  * The batcher hands a store one batch at a time: an array of operations,
- * one per distinct counter key (requests that share a key were already
- * coalesced and their costs summed). For each op the store adds `incr` to the
- * counter named `key`, makes sure the key expires at `expire_at_ms` (an
- * absolute time on the store's clock), and reports the counter's value after
- * the addition. The batcher then decides every request of the batch from
- * those totals.
+ * one per (rule, caller) of the batch; requests that share one were already
+ * coalesced into it, in arrival order. An op names up to RLS_WINDOWS_MAX
+ * fixed windows, each a counter "<key>:<window_s>:<index>" with its limit,
+ * and lists the costs of its requests. The store decides them atomically:
+ * in arrival order, a request is admitted only when every window has room
+ * for its cost, and a refused request consumes nothing (see rl_admit.h).
+ * It adds the admitted costs to every window, makes sure each counter
+ * expires at its expire_at_ms (an absolute time on the store's clock), and
+ * reports each window's count before the batch. The batcher replays the
+ * same decisions from those counts to answer every request.
+ *
+ * A rule's op may name a quota: the Redis store then reads the caller's
+ * stored limits ("<tag>:q", field = the rule) in the same atomic step and,
+ * when there are some, decides against those windows instead, reporting
+ * them in qwin.
  *
  * Two stores implement it: memory (store/memory.c, the embedded default) and
  * Redis (store/redis.c). Both run on the server's libuv loop and never
@@ -20,27 +29,48 @@
 #include <uv.h>
 
 #include "hist.h"
+#include "policy/rules.h"
 
 typedef struct rls_store_s rls_store_t;
 
+/* One window of an op. */
+typedef struct rls_wop_s {
+    /* Set by the batcher. */
+    uint32_t window_s;
+    uint64_t limit;        /* > 0 */
+    uint64_t index;        /* window index at the batch's clock */
+    uint64_t expire_at_ms; /* window end + grace (+ spread) */
+    /* Set by the store. */
+    int64_t before;        /* the counter before this batch */
+} rls_wop_t;
+
 typedef struct rls_op_s {
     /* Set by the batcher; untouched by the store. */
-    const char *key;       /* NUL-terminated store key */
-    size_t key_len;
-    uint64_t incr;         /* summed cost of the coalesced requests, >= 1 */
-    uint64_t expire_at_ms; /* window end + grace, on the store's clock */
+    const char *key;       /* counter keys are "<key>:<window_s>:<index>" */
+    size_t key_len;        /* NUL-terminated */
+    size_t tag_len;        /* key[0, tag_len) is "<prefix>{<caller>}" */
+    const char *quota;     /* the rule whose stored quota applies, or NULL */
+    size_t quota_len;
+    double scale;          /* multiplies a stored quota's limits */
+    rls_wop_t *win;
+    uint32_t nwin;
+    const uint32_t *costs; /* the requests' costs, in arrival order */
+    uint32_t ncosts;       /* >= 1 */
+    uint32_t equal_cost;   /* every cost equals this, or 0 */
     /* Set by the store before the callback. */
-    int64_t count;         /* counter after the addition */
+    uint64_t admitted;     /* requests admitted */
+    const rls_wop_t *qwin; /* a stored quota's windows, decided instead of */
+    uint32_t nqwin;        /* win; valid during the callback only */
     int err;               /* 0, or an RL_E* code for this op */
 } rls_op_t;
 
 /* Fires exactly once per submitted batch. status is 0 when every op has its
- * count or its own err (that op alone failed: a counter that would
- * overflow, a memory store that is full), or RL_ESTORE / RL_ETIMEDOUT / RL_ESHUTDOWN when the store could not
- * answer, in which case every op's err is set too. The ops array is the
- * caller's again once the callback returns. */
+ * counts or its own err (that op alone failed: a counter that would
+ * overflow, a memory store that is full), or RL_ESTORE / RL_ETIMEDOUT /
+ * RL_ESHUTDOWN when the store could not answer, in which case every op's
+ * err is set too. The ops array is the caller's again once the callback
+ * returns. */
 typedef void (*rls_store_cb)(void *data, rls_op_t *ops, size_t n, int status);
-
 /* What a store failure was, for rl_store_errors_total{kind}. The Redis
  * kinds come from the prefix of Redis's error reply; a bounded set, so
  * anything else is "other". */
@@ -66,6 +96,12 @@ static inline const char *rls_store_err_name(int kind)
 
     return kind >= 0 && kind < RLS_SERR_MAX ? names[kind] : "other";
 }
+
+/* Formats the counter key of window w of op into dst (RLS_WKEY_SIZE(op)
+ * bytes), NUL-terminated; returns its length. */
+#define RLS_WKEY_SIZE(op) ((op)->key_len + 34)
+size_t rls_wkey(const rls_op_t *op, uint32_t window_s, uint64_t index,
+                char *dst);
 
 typedef struct rls_store_stats_s {
     uint64_t batches;      /* batches submitted */
