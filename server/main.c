@@ -7,16 +7,35 @@
 #include <uv.h>
 
 #include "log.h"
+#include "policy/rules.h"
+#include "rl_error.h"
 #include "policy/config.h"
 #include "server.h"
 #include "store/memory.h"
 #include "store/redis.h"
 #include "version.h"
 
+/* Every error of a policy build on stderr, FILE:LINE first. */
+static void print_diag(const rls_diag_t *d, int rc)
+{
+    size_t i;
+
+    if (rc == RL_ENOMEM) {
+        fprintf(stderr, "rl-server: out of memory reading the rules\n");
+        return;
+    }
+    for (i = 0; i < d->n; i++)
+        fprintf(stderr, "%s\n", d->msg[i]);
+    if (d->dropped > 0)
+        fprintf(stderr, "(%zu more errors)\n", d->dropped);
+}
+
 int main(int argc, char **argv)
 {
     static rls_config_t cfg; /* large (rules): keep it off the stack */
     static rls_server_t srv;
+    rls_policy_t *policy = NULL;
+    rls_diag_t diag;
     rls_store_t *store;
     uv_loop_t loop;
     char err[512];
@@ -28,6 +47,25 @@ int main(int argc, char **argv)
         return 0;
     if (rc != RLS_CONFIG_RUN) {
         fprintf(stderr, "rl-server: %s\n", err);
+        return 2;
+    }
+    if (cfg.check_config != NULL) {
+        /* Validate, report every error, serve nothing. */
+        rc = rls_policy_build(cfg.rules, cfg.nrules, cfg.check_config,
+                              cfg.max_rules, &policy, &diag);
+        if (rc == RL_OK) {
+            printf("%s: ok, %zu rules\n", cfg.check_config,
+                   rls_policy_count(policy));
+            rls_policy_unref(policy);
+            return 0;
+        }
+        print_diag(&diag, rc);
+        return 2;
+    }
+    rc = rls_policy_build(cfg.rules, cfg.nrules, cfg.config_path,
+                          cfg.max_rules, &policy, &diag);
+    if (rc != RL_OK) {
+        print_diag(&diag, rc);
         return 2;
     }
     rls_log_set_level(cfg.log_level);
@@ -55,10 +93,11 @@ int main(int argc, char **argv)
     }
     if (store == NULL) {
         fprintf(stderr, "rl-server: out of memory\n");
+        rls_policy_unref(policy);
         return 1;
     }
 
-    rc = rls_server_start(&srv, &loop, &cfg, store);
+    rc = rls_server_start(&srv, &loop, &cfg, store, policy);
     if (rc != 0) {
         int metrics = srv.failed == RLS_LISTENER_METRICS;
         fprintf(stderr, "rl-server: %s: cannot listen on %s:%d: %s\n",

@@ -104,11 +104,117 @@ static int store_errors(rl_buf_t *b, const rls_store_stats_t *ss)
     return rc;
 }
 
+/* One rule's counters. */
+static int render_rule(rl_buf_t *out, const rls_rule_stats_t *st)
+{
+    static const char *const pct[3] = {"50", "80", "100"};
+    const char *name = st->name[0] ? st->name : "(inline)";
+    uint32_t i, k;
+    int rc;
+
+    if ((rc = rl_buf_printf(
+             out,
+             "rl_rule_decisions_total{rule=\"%s\",result=\"allowed\"} %llu\n"
+             "rl_rule_decisions_total{rule=\"%s\",result=\"refused\"} %llu\n"
+             "rl_rule_decisions_total{rule=\"%s\",result=\"shadow_refused\"}"
+             " %llu\n"
+             "rl_rule_decisions_total{rule=\"%s\",result=\"uncounted\"} "
+             "%llu\n",
+             name, (unsigned long long)st->allowed, name,
+             (unsigned long long)st->refused, name,
+             (unsigned long long)st->shadow_refused, name,
+             (unsigned long long)st->uncounted)) != RL_OK)
+        return rc;
+    for (i = 0; i <= RLS_STATS_WINDOWS; i++) {
+        const rls_win_stats_t *w = &st->win[i];
+        char wl[16];
+
+        if (i == RLS_STATS_WINDOWS ? w->started == 0 : i >= st->nwin)
+            continue;
+        if (i == RLS_STATS_WINDOWS)
+            strcpy(wl, "other");
+        else
+            snprintf(wl, sizeof(wl), "%u", w->window_s);
+        if ((rc = rl_buf_printf(out,
+                                "rl_rule_windows_started_total{rule=\"%s\","
+                                "window=\"%s\"} %llu\n",
+                                name, wl,
+                                (unsigned long long)w->started)) != RL_OK)
+            return rc;
+        for (k = 0; k < 3; k++)
+            if ((rc = rl_buf_printf(
+                     out,
+                     "rl_rule_windows_reached_total{rule=\"%s\",window=\"%s\","
+                     "threshold=\"%s\"} %llu\n",
+                     name, wl, pct[k],
+                     (unsigned long long)w->reached[k])) != RL_OK)
+                return rc;
+    }
+    return RL_OK;
+}
+
+/* The policy: its version, reloads, and every rule's counters. Labels
+ * carry rule names and window lengths, never a caller's key. */
+static int render_policy(const rls_metrics_view_t *v, rl_buf_t *out)
+{
+    const rls_runtime_t *rt = v->rt;
+    size_t i;
+    int rc;
+
+#define TRY(x)                                                                 \
+    do {                                                                       \
+        if ((rc = (x)) != RL_OK)                                               \
+            return rc;                                                         \
+    } while (0)
+    TRY(gauge(out, "rl_rules", "Rules in force.",
+              rls_policy_count(rt->policy)));
+    TRY(gauge(out, "rl_config_generation",
+              "Policies installed since start (1 + good reloads).",
+              rt->generation));
+    TRY(gauge(out, "rl_policy_switches_version",
+              "Version of the runtime switches (rl-ctl) applied.",
+              (uint64_t)(rt->sw.version > 0 ? rt->sw.version : 0)));
+    if (v->reload != NULL) {
+        TRY(counter(out, "rl_config_reloads_total",
+                    "Rules files reloaded and swapped in.",
+                    v->reload->reloads));
+        TRY(counter(out, "rl_config_reload_failures_total",
+                    "Rules files refused on reload (the old rules stayed).",
+                    v->reload->failures));
+        TRY(gauge(out, "rl_config_reload_last_microseconds",
+                  "How long the last good reload took, parse to swap.",
+                  v->reload->last_us));
+    }
+    if (v->store != NULL)
+        TRY(counter(out, "rl_quota_unparsable_total",
+                    "Stored quotas (rl-ctl) that did not parse; the rule's "
+                    "limits applied.",
+                    v->store->stats.bad_quotas));
+    TRY(family(out, "rl_rule_decisions_total", "counter",
+               "Decisions per rule: allowed, refused, allowed only by "
+               "shadow mode (would have been refused), allowed uncounted "
+               "(mode off). rule=\"(inline)\" is inline limits."));
+    TRY(family(out, "rl_rule_windows_started_total", "counter",
+               "Caller-windows started (first consumption), per rule and "
+               "window length; each counted once across the fleet."));
+    TRY(family(out, "rl_rule_windows_reached_total", "counter",
+               "Caller-windows whose consumption reached 50, 80 or 100 % of "
+               "the limit; each counted once across the fleet."));
+    for (i = 0; i < rt->stats_cap; i++)
+        if (rt->stats[i] != NULL)
+            TRY(render_rule(out, rt->stats[i]));
+    TRY(render_rule(out, &rt->inline_stats));
+    if (rt->nstats == rt->max_stats)
+        TRY(render_rule(out, &rt->other_stats));
+#undef TRY
+    return RL_OK;
+}
+
 int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
 {
     static const char *const codes[] = {"unknown", "ok", "over_limit", "error"};
     static const char *const reasons[RLS_REJECT_MAX] = {
-        "flag", "size", "decode", "invalid", "rule", "id0"};
+        "flag", "size", "decode", "invalid", "rule", "id0", "inline"};
     static const char *const closes[RLS_CLOSE_MAX] = {
         "idle", "frame_timeout", "partial_memory"};
     const rls_batch_stats_t *bs = v->batch;
@@ -252,6 +358,8 @@ int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
                     "or the idle limit.",
                     v->http->timed_out));
     }
+    if (v->rt != NULL)
+        TRY(render_policy(v, out));
 #undef TRY
     return RL_OK;
 }

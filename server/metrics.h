@@ -8,6 +8,8 @@
 #include "net/conn.h"
 #include "net/http_server.h"
 #include "policy/config.h"
+#include "policy/reload.h"
+#include "policy/runtime.h"
 #include "rl_buf.h"
 #include "store/store.h"
 
@@ -18,6 +20,8 @@ typedef struct rls_metrics_view_s {
     const rls_batch_stats_t *batch;
     const rls_store_t *store; /* NULL once the store is closed */
     const rls_http_stats_t *http; /* the --metrics listener's; or NULL */
+    const rls_runtime_t *rt;      /* the policy in force; or NULL */
+    const rls_reload_stats_t *reload;
     uint64_t start_unix_ms;
     int healthy;  /* what /healthz answers now */
     int draining;

@@ -74,6 +74,7 @@ static void close_all(rls_server_t *s)
              (unsigned long long)s->conns.stats.inflight);
     rls_http_server_close(s->http);
     s->http = NULL;
+    rls_reload_close(&s->reload);
     s->store->v->close(s->store, on_store_closed, s);
     s->store = NULL;
     RLS_INFO("stopped", NULL);
@@ -160,6 +161,8 @@ int rls_server_metrics(const rls_server_t *s, rl_buf_t *out)
     v.start_unix_ms = s->start_unix_ms;
     v.healthy = s->store != NULL && rls_server_healthy(s, &why);
     v.draining = s->draining;
+    v.rt = s->rt.policy != NULL ? &s->rt : NULL;
+    v.reload = &s->reload.stats;
     return rls_metrics_render(&v, out);
 }
 
@@ -215,8 +218,18 @@ static void on_http(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
     r->body_len = rl_buf_len(&s->page);
 }
 
+/* A new policy or new switches: the batch being filled goes out first,
+ * so that no batch mixes two versions. */
+static void before_policy_change(void *arg)
+{
+    rls_server_t *s = arg;
+
+    rls_batcher_flush(&s->batcher);
+}
+
 int rls_server_start(rls_server_t *s, uv_loop_t *loop,
-                     const rls_config_t *cfg, rls_store_t *store)
+                     const rls_config_t *cfg, rls_store_t *store,
+                     rls_policy_t *policy)
 {
     int rc;
 
@@ -225,10 +238,28 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
     s->cfg = cfg;
     s->store = store;
     s->start_unix_ms = rls_realtime_ms();
+    if (policy == NULL) {
+        rls_diag_t d;
+        if (rls_policy_build(cfg->rules, cfg->nrules, NULL, cfg->max_rules,
+                             &policy, &d) != RL_OK) {
+            RLS_ERROR("bad --rule", " error=\"%s\"", d.msg[0]);
+            s->failed = RLS_LISTENER_NATIVE;
+            return UV_EINVAL;
+        }
+    }
+    if (rls_runtime_init(&s->rt, policy, cfg->max_rules) != RL_OK) {
+        rls_policy_unref(policy);
+        return UV_ENOMEM;
+    }
+    s->rt.inline_mode = cfg->inline_deny ? RLS_INLINE_DENY : RLS_INLINE_ALLOW;
+    s->rt.max_inline_window = (uint32_t)cfg->max_inline_window;
+    s->rt.max_inline_limit = cfg->max_inline_limit;
+    s->rt.before_change = before_policy_change;
+    s->rt.arg = s;
     rl_buf_init(&s->page, RLS_HTTP_OUT_MAX);
-    rls_batcher_init(&s->batcher, store, rls_conn_respond, cfg->prefix,
-                     cfg->prefix_len, RLS_BATCH_MAX, cfg->grace_ms,
-                     cfg->fail_open);
+    rls_batcher_init(&s->batcher, store, &s->rt, rls_conn_respond,
+                     cfg->prefix, cfg->prefix_len, RLS_BATCH_MAX,
+                     cfg->grace_ms, cfg->fail_open);
     /* The memory store frees a window's counters a few thousand per tick
      * (store/memory.c): its expiries need no spreading. */
     if (cfg->use_redis)
@@ -241,6 +272,7 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
     if (rc != 0) {
         s->failed = RLS_LISTENER_NATIVE;
         uv_close((uv_handle_t *)&s->listener, NULL);
+        rls_runtime_free(&s->rt);
         return rc;
     }
 
@@ -252,6 +284,7 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
                       cfg->metrics_host, cfg->metrics_port, uv_strerror(rc));
             s->failed = RLS_LISTENER_METRICS;
             uv_close((uv_handle_t *)&s->listener, NULL);
+            rls_runtime_free(&s->rt);
             return rc;
         }
         RLS_INFO("metrics listening", " addr=%s:%d", cfg->metrics_host,
@@ -272,6 +305,8 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
     uv_signal_init(loop, &s->sigint);
     s->sigint.data = s;
     uv_signal_start(&s->sigint, on_signal, SIGINT);
+    rls_reload_start(&s->reload, loop, &s->rt, cfg->config_path, cfg->rules,
+                     cfg->nrules, cfg->max_rules);
     return 0;
 }
 
@@ -318,4 +353,5 @@ int rls_server_healthy(const rls_server_t *s, const char **why)
 void rls_server_free(rls_server_t *s)
 {
     rl_buf_free(&s->page);
+    rls_runtime_free(&s->rt);
 }

@@ -12,6 +12,8 @@
 #include "net/conn.h"
 #include "net/http_server.h"
 #include "policy/config.h"
+#include "policy/reload.h"
+#include "policy/runtime.h"
 #include "rl_buf.h"
 #include "store/store.h"
 
@@ -28,6 +30,8 @@ typedef struct rls_server_s {
     rls_store_t *store;
     rls_batcher_t batcher;
     rls_conns_t conns;
+    rls_runtime_t rt;     /* the policy in force */
+    rls_reload_t reload;  /* SIGHUP and the rules file's changes */
 
     uv_tcp_t listener;
     uv_check_t tick;  /* end of every loop iteration: submit, then write */
@@ -43,12 +47,15 @@ typedef struct rls_server_s {
     rls_listener_t failed;   /* which listener failed to start */
 } rls_server_t;
 
-/* Binds the listener and starts serving on loop. Returns 0, or a negative
- * libuv error (address in use, cannot bind) with nothing left open and
- * `failed` naming the listener that could not start. The store belongs to
- * the server from here on and is closed by it. */
+/* Binds the listener and starts serving on loop under `policy` (the server
+ * takes the reference; NULL: built from cfg's --rule flags alone). Returns
+ * 0, or a negative libuv error (address in use, cannot bind; UV_EINVAL for
+ * bad --rule flags) with nothing left open and `failed` naming the
+ * listener that could not start. The store belongs to the server from here
+ * on and is closed by it. */
 int rls_server_start(rls_server_t *s, uv_loop_t *loop,
-                     const rls_config_t *cfg, rls_store_t *store);
+                     const rls_config_t *cfg, rls_store_t *store,
+                     rls_policy_t *policy);
 
 /* Begins a graceful stop: report unhealthy for --drain-ms, stop accepting,
  * answer everything already received, close every connection, close the

@@ -278,7 +278,8 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 static void handle_request(rls_conn_t *c, const uint8_t *p, size_t n)
 {
     rls_conns_t *s = c->srv;
-    const rls_flag_rule_t *rule;
+    rls_spec_t spec;
+    const char *why = NULL;
     rl_check_t q;
     char msg[RL_RULE_MAX + 32];
     int rc;
@@ -300,22 +301,36 @@ static void handle_request(rls_conn_t *c, const uint8_t *p, size_t n)
         reply_error(c, q.id, rl_strerror(rc));
         return;
     }
-    if (q.rule_len > 0) {
-        rule = rls_config_rule(s->cfg, q.rule, q.rule_len);
-        if (rule == NULL) {
+    if ((rc = rls_runtime_resolve(s->batcher->rt, &q, &spec, &why)) !=
+        RL_OK) {
+        if (rc == RL_ENORULE) {
             s->stats.rejected[RLS_REJECT_RULE]++;
             snprintf(msg, sizeof(msg), "unknown rule '%.*s'",
                      (int)q.rule_len, q.rule);
-            reply_error(c, q.id, msg);
-            return;
+            why = msg;
+        } else {
+            s->stats.rejected[RLS_REJECT_INLINE]++;
         }
-        q.limit = rule->limit;
-        q.window_s = rule->window_s;
+        reply_error(c, q.id, why);
+        return;
+    }
+    if (spec.mode == RLS_MODE_OFF) {
+        /* The kill switch: allowed, and nothing counted. */
+        rl_result_t r;
+
+        memset(&r, 0, sizeof(r));
+        r.id = q.id;
+        r.code = RL_CODE_OK;
+        r.limit = r.remaining = spec.limits.w[0].limit;
+        r.window_s = spec.limits.w[0].window_s;
+        spec.stats->uncounted++;
+        put_result(c, &r, 1);
+        return;
     }
     c->inflight++;
     s->stats.inflight++;
-    if (rls_batcher_add(s->batcher, c, q.id, q.key, q.key_len, q.cost,
-                        q.limit, q.window_s) != RL_OK) {
+    if (rls_batcher_add(s->batcher, c, q.id, q.key, q.key_len,
+                        q.cost, &spec) != RL_OK) {
         c->inflight--;
         s->stats.inflight--;
         reply_error(c, q.id, rl_strerror(RL_ENOMEM));

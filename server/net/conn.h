@@ -25,6 +25,7 @@ enum {
     RLS_REJECT_INVALID, /* decoded, but breaks a request rule */
     RLS_REJECT_RULE,    /* names an unknown rule */
     RLS_REJECT_ID0,     /* id 0, which is the server's (notices) */
+    RLS_REJECT_INLINE,  /* an inline limit this server does not take */
     RLS_REJECT_MAX
 };
 

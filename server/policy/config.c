@@ -33,6 +33,7 @@ void rls_config_defaults(rls_config_t *c)
     c->unhealthy_error_ratio = 0.5;
     c->unhealthy_min_decisions = 20;
     strcpy(c->log_level, "info");
+    c->max_rules = 1000;
 }
 
 static const char usage[] =
@@ -46,7 +47,20 @@ static const char usage[] =
     "          redis://[:PASSWORD@]HOST:PORT[/DB]\n"
     "                           (default: none, the embedded memory store)\n"
     "  --prefix STR             Redis key prefix, no braces (default rl:)\n"
-    "  --rule NAME=LIMIT/SECS   a named limit clients may ask for by name;\n"
+    "  --config FILE            rules file (YAML; see the README's Rules);\n"
+    "                           reloaded on SIGHUP and when it changes\n"
+    "  --check-config FILE      validate a rules file (with any --rule)\n"
+    "                           and exit: 0, or 2 with FILE:LINE: errors\n"
+    "  --rule NAME=N/DUR[,N/DUR...]  a named rule, e.g. api=33/1m,2000/1h\n"
+    "                           (DUR: 60, 60s, 1m, 1h, 1d); repeatable;\n"
+    "                           merged with --config\n"
+    "  --max-rules N            rules at most (default 1000)\n"
+    "  --inline-limits MODE     allow (default) or deny requests that carry\n"
+    "                           their own limit instead of naming a rule\n"
+    "  --max-inline-window SECS refuse inline windows longer (default 0:\n"
+    "                           366 days)\n"
+    "  --max-inline-limit N     refuse inline limits higher (default 0: no\n"
+    "                           cap)\n"
     "                           repeatable (default: none)\n"
     "  --fail-open              allow requests when the store cannot answer,\n"
     "                           saying so in `error` (default)\n"
@@ -183,68 +197,6 @@ static int parse_redis(rls_config_t *c, const char *s, char *err,
     return 0;
 }
 
-/* --rule NAME=LIMIT/WINDOW_SECONDS */
-static int parse_rule(rls_config_t *c, const char *s, char *err,
-                      size_t errlen)
-{
-    const char *eq = strchr(s, '='), *slash;
-    rls_flag_rule_t *r;
-    rl_check_t probe;
-    char num[32];
-    uint64_t v;
-    size_t i;
-
-    if (c->nrules == RLS_RULES_MAX)
-        return fail(err, errlen, "--rule: at most %d rules", RLS_RULES_MAX);
-    if (eq == NULL || (slash = strchr(eq, '/')) == NULL)
-        return fail(err, errlen,
-                    "--rule: expected NAME=LIMIT/WINDOW_SECONDS, got '%s'", s);
-    r = &c->rules[c->nrules];
-    memset(r, 0, sizeof(*r));
-    r->name_len = (size_t)(eq - s);
-
-    /* A rule name must pass the same checks as one sent by a client. */
-    memset(&probe, 0, sizeof(probe));
-    probe.key = "k";
-    probe.key_len = 1;
-    probe.rule = s;
-    probe.rule_len = r->name_len;
-    if (r->name_len == 0 || rl_check_validate(&probe) != 0)
-        return fail(err, errlen, "--rule: bad name in '%s' (1-%d bytes of "
-                                 "[A-Za-z0-9_.:-])",
-                    s, RL_RULE_MAX);
-    memcpy(r->name, s, r->name_len);
-    for (i = 0; i < c->nrules; i++)
-        if (c->rules[i].name_len == r->name_len &&
-            memcmp(c->rules[i].name, r->name, r->name_len) == 0)
-            return fail(err, errlen, "--rule: '%s' given twice", r->name);
-
-    if ((size_t)(slash - eq - 1) >= sizeof(num))
-        return fail(err, errlen, "--rule: bad limit in '%s'", s);
-    memcpy(num, eq + 1, (size_t)(slash - eq - 1));
-    num[slash - eq - 1] = '\0';
-    if (rl_parse_u64(num, 1, INT64_MAX, &r->limit) != RL_OK)
-        return fail(err, errlen, "--rule: bad limit in '%s'", s);
-    if (rl_parse_u64(slash + 1, 1, RL_WINDOW_MAX_S, &v) != RL_OK)
-        return fail(err, errlen, "--rule: bad window in '%s' (1-%u seconds)",
-                    s, RL_WINDOW_MAX_S);
-    r->window_s = (uint32_t)v;
-    c->nrules++;
-    return 0;
-}
-
-const rls_flag_rule_t *rls_config_rule(const rls_config_t *c, const char *name,
-                                  size_t len)
-{
-    size_t i;
-
-    for (i = 0; i < c->nrules; i++)
-        if (c->rules[i].name_len == len &&
-            memcmp(c->rules[i].name, name, len) == 0)
-            return &c->rules[i];
-    return NULL;
-}
-
 /* Numeric flags: name, where to store, and the accepted range. */
 typedef struct {
     const char *name;
@@ -270,6 +222,9 @@ static const num_flag_t num_flags[] = {
     NUM("--max-partial-bytes", max_partial_bytes, 0, (uint64_t)1 << 40),
     NUM("--drain-ms", drain_ms, 0, 3600000),
     NUM("--unhealthy-min-decisions", unhealthy_min_decisions, 1, 1u << 30),
+    NUM("--max-rules", max_rules, 1, 1000000),
+    NUM("--max-inline-window", max_inline_window, 0, RL_WINDOW_MAX_S),
+    NUM("--max-inline-limit", max_inline_limit, 0, INT64_MAX),
 };
 
 static int takes_value(const char *name)
@@ -277,7 +232,9 @@ static int takes_value(const char *name)
     static const char *const names[] = {"--listen", "--metrics", "--redis",
                                         "--prefix", "--rule", "--log-level",
                                         "--memory-max",
-                                        "--unhealthy-error-ratio"};
+                                        "--unhealthy-error-ratio",
+                                        "--config", "--check-config",
+                                        "--inline-limits"};
     size_t k;
 
     for (k = 0; k < sizeof(names) / sizeof(names[0]); k++)
@@ -366,8 +323,20 @@ int rls_config_parse(rls_config_t *c, int argc, char **argv, void *out,
             strcpy(c->prefix, val);
             c->prefix_len = strlen(val);
         } else if (strcmp(name, "--rule") == 0) {
-            if (parse_rule(c, val, err, errlen) != 0)
-                return RLS_CONFIG_ERROR;
+            if (c->nrules == RLS_RULES_MAX)
+                return fail(err, errlen, "--rule: at most %d; use --config",
+                            RLS_RULES_MAX);
+            c->rules[c->nrules++] = val;
+        } else if (strcmp(name, "--config") == 0) {
+            c->config_path = val;
+        } else if (strcmp(name, "--check-config") == 0) {
+            c->check_config = val;
+        } else if (strcmp(name, "--inline-limits") == 0) {
+            if (strcmp(val, "allow") != 0 && strcmp(val, "deny") != 0)
+                return fail(err, errlen, "--inline-limits: expected allow or "
+                                         "deny, got '%s'",
+                            val);
+            c->inline_deny = val[0] == 'd';
         } else if (strcmp(name, "--memory-max") == 0) {
             if (parse_bytes(val, 65536, (uint64_t)1 << 40, &c->memory_max) !=
                 0)

@@ -11,14 +11,6 @@
 #define RLS_PREFIX_MAX 64
 #define RLS_RULES_MAX 256
 
-/* A named server-side limit: `--rule NAME=LIMIT/WINDOW_SECONDS`. */
-typedef struct rls_flag_rule_s {
-    char name[RL_RULE_MAX + 1];
-    size_t name_len;
-    uint64_t limit;
-    uint32_t window_s;
-} rls_flag_rule_t;
-
 typedef struct rls_config_s {
     char listen_host[RLS_HOST_MAX + 1];
     int listen_port;
@@ -53,8 +45,16 @@ typedef struct rls_config_s {
     uint64_t unhealthy_min_decisions;
     char log_level[8];
 
-    rls_flag_rule_t rules[RLS_RULES_MAX];
+    /* The policy: --rule flags (as given; validated when the policy is
+     * built) and the rules file, merged. */
+    const char *rules[RLS_RULES_MAX];
     size_t nrules;
+    const char *config_path;  /* --config, or NULL */
+    const char *check_config; /* --check-config: validate this and exit */
+    uint64_t max_rules;
+    int inline_deny;            /* --inline-limits deny */
+    uint64_t max_inline_window; /* 0: up to the protocol's 366 days */
+    uint64_t max_inline_limit;  /* 0: up to 2^63-1 */
 } rls_config_t;
 
 /* Fills *c with the defaults shown by --help. */
@@ -67,9 +67,5 @@ enum { RLS_CONFIG_RUN = 0, RLS_CONFIG_EXIT = 1, RLS_CONFIG_ERROR = -1 };
  * RLS_CONFIG_ERROR with one line describing the problem in err. */
 int rls_config_parse(rls_config_t *c, int argc, char **argv, void *out,
                      char *err, size_t errlen);
-
-/* Finds a rule by name; NULL if there is none. */
-const rls_flag_rule_t *rls_config_rule(const rls_config_t *c, const char *name,
-                                  size_t len);
 
 #endif

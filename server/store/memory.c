@@ -21,6 +21,8 @@
 #include <string.h>
 
 #include "log.h"
+#include "rl_admit.h"
+#include "rl_check.h"
 #include "rl_error.h"
 #include "rl_hash.h"
 #include "store/memory.h"
@@ -212,46 +214,37 @@ static int group_insert(mstore_t *m, size_t pos, uint64_t at)
     return 0;
 }
 
-static int incr(mstore_t *m, rls_op_t *op)
+static ent_t *find(mstore_t *m, const char *key, size_t len, uint64_t h)
 {
-    uint64_t h = rl_hash(&m->hk, op->key, op->key_len);
+    ent_t *e;
+
+    for (e = m->table[h & m->mask]; e != NULL; e = e->hnext)
+        if (e->hash == h && e->klen == len && memcmp(e->key, key, len) == 0)
+            return e;
+    return NULL;
+}
+
+/* Makes a counter holding `count`, expiring at `at`. The caller checked
+ * that it fits under the cap. Returns 0 or RL_ENOMEM. */
+static int create(mstore_t *m, const char *key, size_t len, uint64_t h,
+                  uint64_t at, int64_t count)
+{
     ent_t **head = &m->table[h & m->mask], *e;
     rls_store_stats_t *st = &m->base.stats;
-    size_t pos, cost, grow;
-    int newg;
+    size_t pos = group_pos(m, at), grow;
     group_t *g;
 
-    for (e = *head; e != NULL; e = e->hnext) {
-        if (e->hash == h && e->klen == op->key_len &&
-            memcmp(e->key, op->key, op->key_len) == 0) {
-            /* Redis refuses to overflow a counter; so do we. */
-            if (e->count > INT64_MAX - (int64_t)op->incr)
-                return RL_ESTORE;
-            e->count += (int64_t)op->incr;
-            op->count = e->count;
-            return 0;
-        }
-    }
-
-    /* A new counter: it must fit under the cap, with the growth of the
-     * group array it may cause. */
-    pos = group_pos(m, op->expire_at_ms);
-    newg = pos == m->ngroups || m->groups[pos].expire_at_ms != op->expire_at_ms;
-    cost = ent_cost(op->key_len);
-    if (newg && m->ngroups == m->groups_cap)
-        cost += (m->groups_cap ? m->groups_cap : GROUPS_MIN) * sizeof(group_t);
-    if (st->mem_full || st->mem_bytes + cost > st->mem_max)
-        return refuse(m);
-    if (newg && group_insert(m, pos, op->expire_at_ms) != 0)
+    if ((pos == m->ngroups || m->groups[pos].expire_at_ms != at) &&
+        group_insert(m, pos, at) != 0)
         return RL_ENOMEM;
     g = &m->groups[pos];
-    if ((e = malloc(sizeof(*e) + op->key_len)) == NULL)
+    if ((e = malloc(sizeof(*e) + len)) == NULL)
         return RL_ENOMEM; /* an empty group is freed by the sweep */
-    st->mem_bytes += ent_cost(op->key_len);
+    st->mem_bytes += ent_cost(len);
     e->hash = h;
-    e->count = (int64_t)op->incr;
-    e->klen = op->key_len;
-    memcpy(e->key, op->key, op->key_len);
+    e->count = count;
+    e->klen = len;
+    memcpy(e->key, key, len);
     e->hnext = *head;
     if (*head)
         (*head)->hprev = &e->hnext;
@@ -259,13 +252,82 @@ static int incr(mstore_t *m, rls_op_t *op)
     *head = e;
     e->enext = g->head;
     g->head = e;
-    op->count = e->count;
 
     /* A bigger table only if it fits too; if not (or on failure), chains
      * just grow. */
     grow = (m->mask + 1) * sizeof(*m->table);
     if (++m->count > m->mask + 1 && st->mem_bytes + grow <= st->mem_max)
         resize(m, 2 * (m->mask + 1));
+    return 0;
+}
+
+/* Longest op key: prefix, braces, caller, ":r:" and a rule name. */
+#define OPKEY_MAX (64 + RL_KEY_MAX + RL_RULE_MAX + 8)
+
+/* Decides an op as the Redis script does (store.h): the windows' counts,
+ * the admissions in arrival order, then the admitted cost added to every
+ * window. All or nothing: an op that cannot be applied whole (a counter
+ * would overflow, the store is full) changes nothing and fails alone. */
+static int apply(mstore_t *m, rls_op_t *op)
+{
+    char keys[RLS_WINDOWS_MAX][OPKEY_MAX + 34];
+    size_t klen[RLS_WINDOWS_MAX], need = 0;
+    uint64_t h[RLS_WINDOWS_MAX], sum = 0, a = 0;
+    ent_t *e[RLS_WINDOWS_MAX];
+    rl_admit_win_t w[RLS_WINDOWS_MAX];
+    rls_store_stats_t *st = &m->base.stats;
+    uint32_t j;
+
+    if (op->nwin == 0 || op->nwin > RLS_WINDOWS_MAX ||
+        op->key_len > OPKEY_MAX)
+        return RL_EINVAL;
+    for (j = 0; j < op->nwin; j++) {
+        rls_wop_t *wo = &op->win[j];
+        klen[j] = rls_wkey(op, wo->window_s, wo->index, keys[j]);
+        h[j] = rl_hash(&m->hk, keys[j], klen[j]);
+        e[j] = find(m, keys[j], klen[j], h[j]);
+        wo->before = e[j] != NULL ? e[j]->count : 0;
+        w[j].limit = wo->limit;
+        w[j].count = wo->before > 0 ? (uint64_t)wo->before : 0;
+        w[j].reset_after_ms = 1;
+        w[j].window_s = wo->window_s;
+    }
+    if (op->equal_cost) {
+        a = rl_admit_equal(w, op->nwin, op->equal_cost, op->ncosts);
+        sum = a * op->equal_cost;
+    } else {
+        for (j = 0; j < op->ncosts; j++)
+            if (rl_admit_one(w, op->nwin, op->costs[j])) {
+                a++;
+                sum += op->costs[j];
+            }
+    }
+    op->admitted = a;
+    if (sum == 0)
+        return 0; /* refusals create nothing */
+    for (j = 0; j < op->nwin; j++) {
+        /* Redis refuses to overflow a counter; so do we. */
+        if (e[j] != NULL && e[j]->count > INT64_MAX - (int64_t)sum)
+            return RL_ESTORE;
+        if (e[j] == NULL)
+            need += ent_cost(klen[j]);
+    }
+    /* New counters must fit under the cap, with the growth of the group
+     * array they may cause. */
+    if (need > 0) {
+        if (m->ngroups + op->nwin > m->groups_cap)
+            need += (m->groups_cap ? m->groups_cap : GROUPS_MIN) *
+                    sizeof(group_t);
+        if (st->mem_full || st->mem_bytes + need > st->mem_max)
+            return refuse(m);
+    }
+    for (j = 0; j < op->nwin; j++) {
+        if (e[j] != NULL)
+            e[j]->count += (int64_t)sum;
+        else if (create(m, keys[j], klen[j], h[j], op->win[j].expire_at_ms,
+                        (int64_t)sum) != 0)
+            return RL_ENOMEM;
+    }
     return 0;
 }
 
@@ -280,7 +342,7 @@ static void m_submit(rls_store_t *s, rls_op_t *ops, size_t n,
     /* An op that fails (overflow, full) fails alone, with its own err, as
      * in the Redis store: the others were counted and must be decided. */
     for (i = 0; i < n; i++)
-        ops[i].err = incr(m, &ops[i]);
+        ops[i].err = apply(m, &ops[i]);
     cb(data, ops, n, 0);
 }
 

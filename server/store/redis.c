@@ -34,7 +34,8 @@
  * set. Every failure is counted by kind (store.h), and Redis's error
  * replies are logged at warn, at most one line a second.
  *
- * opts->grace_ms is not used here: the batcher puts it into expire_at_ms. */
+ * opts->grace_ms: the batcher puts it into the windows' expire_at_ms; the
+ * script adds it to the windows of a stored quota, which it places. */
 #include <arpa/inet.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +68,7 @@ struct rls_redis_batch_s {
     void *data;
     uint64_t sent_ns;
     uint64_t deadline_ms; /* the script's, on Redis's clock */
+    uint64_t now_ms;      /* Redis's clock when sent: places quota windows */
     int retried;          /* already resent as EVAL after NOSCRIPT */
     int abandoned;        /* answered by timeout; ops is the caller's */
 };
@@ -82,6 +84,7 @@ void rls_redis_maybe_finish(rls_redis_store_t *st)
         free(b);
     }
     free(st->cmd.p);
+    free(st->qwin);
     free(st->host);
     free(st->password);
     if (st->done != NULL)
@@ -207,6 +210,28 @@ static void maybe_leave_stall(rls_redis_store_t *st, rls_redis_conn_t *c)
     rls_redis_conn_drop(st, RL_ETIMEDOUT, why);
 }
 
+/* Room for the quota windows a reply may carry: only a reply that has
+ * some (" q ") needs any. Returns 0 when it cannot be had. */
+static int qwin_room(rls_redis_store_t *st, const redisReply *rep, size_t n)
+{
+    size_t i;
+    rls_wop_t *q;
+
+    if (n <= st->qwin_ops)
+        return 1;
+    for (i = 0; i + 2 < rep->len; i++)
+        if (rep->str[i] == ' ' && rep->str[i + 1] == 'q' &&
+            rep->str[i + 2] == ' ')
+            break;
+    if (i + 2 >= rep->len)
+        return 1;
+    if ((q = realloc(st->qwin, n * RLS_WINDOWS_MAX * sizeof(*q))) == NULL)
+        return 0;
+    st->qwin = q;
+    st->qwin_ops = n;
+    return 1;
+}
+
 static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
 {
     rls_redis_batch_t *b = priv;
@@ -238,9 +263,10 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
         maybe_leave_stall(st, c);
         return;
     }
-    if (rep->type == REDIS_REPLY_STRING &&
+    if (rep->type == REDIS_REPLY_STRING && qwin_room(st, rep, b->n) &&
         (rc = rls_redis_parse_counts(rep->str, rep->len, b->ops, b->n,
-                                     &errs)) >= 0) {
+                                     st->qwin, &errs)) >= 0) {
+        st->base.stats.bad_quotas += errs.bad_quotas;
         if (rc == RLS_REDIS_LATE) {
             /* Our timer had not fired yet, Redis's clock had passed the
              * deadline: nothing was counted. */
@@ -263,7 +289,8 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
     if (rep->type == REDIS_REPLY_ERROR && !b->retried &&
         strncmp(rep->str, "NOSCRIPT", 8) == 0) {
         b->retried = 1;
-        len = rls_redis_encode(&st->cmd, NULL, b->ops, b->n, b->deadline_ms);
+        len = rls_redis_encode(&st->cmd, NULL, b->ops, b->n, b->now_ms,
+                               st->grace_ms, b->deadline_ms);
         if (len > 0 && redisAsyncFormattedCommand(ac, on_batch_reply, b,
                                                   st->cmd.p, len) == REDIS_OK)
             return;
@@ -368,7 +395,9 @@ static void st_submit(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
         margin_ms = st->timeout_ms / 2;
     b->deadline_ms = rls_redis_now_ms(s) + st->timeout_ms - margin_ms;
     ac = st->conn->ac;
-    len = rls_redis_encode(&st->cmd, st->sha, b->ops, b->n, b->deadline_ms);
+    b->now_ms = rls_redis_now_ms(s);
+    len = rls_redis_encode(&st->cmd, st->sha, b->ops, b->n, b->now_ms,
+                           st->grace_ms, b->deadline_ms);
     rls_redis_uv_hold(ac);
     if (len == 0 || redisAsyncFormattedCommand(ac, on_batch_reply, b, st->cmd.p,
                                                len) != REDIS_OK) {
@@ -444,6 +473,7 @@ rls_store_t *rls_store_redis_new(uv_loop_t *loop, const rls_redis_opts_t *opts)
     st->port = opts->port > 0 ? opts->port : 6379;
     st->db = opts->db;
     st->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : 1000;
+    st->grace_ms = opts->grace_ms;
     st->numeric = inet_pton(AF_INET, host, addr) == 1 ||
                   inet_pton(AF_INET6, host, addr) == 1;
     st->rng = (uv_hrtime() ^ (uint64_t)(uintptr_t)st) | 1;

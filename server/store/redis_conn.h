@@ -35,6 +35,9 @@ struct rls_redis_store_s {
     int port, db, numeric, state, ever_up;
     int quiet; /* a failure was logged; more go to debug until up again */
     uint64_t timeout_ms, backoff_ms, down_since_ms;
+    uint64_t grace_ms;   /* a stored quota's counters outlive their window */
+    rls_wop_t *qwin;     /* quota windows of the reply being read */
+    size_t qwin_ops;     /* ops qwin has room for */
     rls_redis_conn_t *conn; /* current connection, NULL while down */
     uv_timer_t retry;       /* reconnect backoff, or handshake deadline */
     uv_timer_t expiry;      /* deadline of the oldest batch in flight */

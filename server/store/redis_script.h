@@ -11,13 +11,8 @@
 
 #include "store/store.h"
 
-/* The script's source, NUL-terminated. KEYS[i] is op i's key, ARGV[2i-1] its
- * increment and ARGV[2i] its expiry (ms since the epoch, Redis clock); the
- * last ARGV is the batch's deadline (same clock). The reply is one string:
- * "late" if Redis ran it after the deadline (it then changed nothing);
- * else op i's count, or "e" and a word if Redis refused that op (OOM, a
- * non-integer, a sum past 2^63), separated by one space, and when an op
- * was refused, a newline and the first refusal's error text. */
+/* The script's source, NUL-terminated; its arguments and reply are
+ * described in redis_script.c. */
 extern const char rls_redis_script[];
 
 /* Classifies a Redis error text (len bytes at s) by its leading
@@ -31,6 +26,7 @@ typedef struct rls_redis_errs_s {
     size_t failed;                  /* refused ops */
     const char *text;               /* first refusal's text, in the reply */
     size_t text_len;
+    size_t bad_quotas; /* stored quotas that did not parse */
 } rls_redis_errs_t;
 
 /* rls_redis_parse_counts: the script ran after the batch's deadline. */
@@ -45,19 +41,23 @@ typedef struct rls_cmdbuf_s {
 
 /* Formats ops[0..n) as one RESP command into buf->p: EVALSHA with `sha` (40
  * hex digits), or, when sha is NULL, EVAL carrying the script (after
- * NOSCRIPT; it also puts the script back in Redis's cache). deadline_ms
- * is the last moment, on Redis's clock, at which the script may still
- * count (see rls_redis_script). Returns the
+ * NOSCRIPT; it also puts the script back in Redis's cache). now_ms and
+ * grace_ms place a stored quota's windows; deadline_ms is the last moment,
+ * on Redis's clock, at which the script may still count. Returns the
  * command's length, or 0 if the buffer could not grow (buf is unchanged). */
 size_t rls_redis_encode(rls_cmdbuf_t *buf, const char *sha, const rls_op_t *ops,
-                        size_t n, uint64_t deadline_ms);
+                        size_t n, uint64_t now_ms, uint64_t grace_ms,
+                        uint64_t deadline_ms);
 
-/* Reads the script's reply (len bytes at p, not NUL-terminated) into
- * ops[i].count and ops[i].err (0, or RL_ESTORE for an "e"), and what was
- * refused into *errs (its text points into p). Returns 0; RLS_REDIS_LATE
- * for "late" (ops untouched); or -1 unless the reply holds exactly n
- * well-formed entries, in which case ops may be partly written. */
+/* Reads the script's reply (len bytes at p, not NUL-terminated) into each
+ * op's admitted, window counts (win[].before) and err (0, or RL_ESTORE for
+ * an "e"), and what was refused into *errs (its text points into p). An op
+ * decided under the caller's stored quota gets qwin/nqwin pointing into
+ * qwin (RLS_WINDOWS_MAX entries per op, the caller's). Returns 0;
+ * RLS_REDIS_LATE for "late" (ops untouched); or RL_EINVAL unless the reply
+ * holds exactly n well-formed entries, in which case ops may be partly
+ * written. */
 int rls_redis_parse_counts(const char *p, size_t len, rls_op_t *ops, size_t n,
-                           rls_redis_errs_t *errs);
+                           rls_wop_t *qwin, rls_redis_errs_t *errs);
 
 #endif

@@ -112,6 +112,7 @@ typedef struct rls_store_stats_s {
      * all zero has its `errors` shown as "other". */
     uint64_t errors_kind[RLS_SERR_MAX];
     uint64_t restarts;     /* Redis restarts seen (run_id changed) */
+    uint64_t bad_quotas;   /* stored quotas that did not parse (ignored) */
     uint64_t timeouts;     /* batches failed by timeout */
     uint64_t reconnects;   /* successful (re)connections after the first */
     uint64_t rtt_us_last;  /* round trip of the last answered batch */
