@@ -185,6 +185,18 @@ static int render_policy(const rls_metrics_view_t *v, rl_buf_t *out)
                   "How long the last good reload took, parse to swap.",
                   v->reload->last_us));
     }
+    if (v->switches != NULL && v->cfg->use_redis) {
+        TRY(counter(out, "rl_policy_switch_polls_total",
+                    "Polls of the runtime switches in Redis answered.",
+                    v->switches->polls));
+        TRY(counter(out, "rl_policy_switch_poll_failures_total",
+                    "Polls of the runtime switches that got no usable "
+                    "reply.",
+                    v->switches->failures));
+        TRY(counter(out, "rl_policy_switch_bad_fields_total",
+                    "Switch fields skipped because they did not parse.",
+                    v->switches->bad_fields));
+    }
     if (v->store != NULL)
         TRY(counter(out, "rl_quota_unparsable_total",
                     "Stored quotas (rl-ctl) that did not parse; the rule's "

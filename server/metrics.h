@@ -10,6 +10,7 @@
 #include "policy/config.h"
 #include "policy/reload.h"
 #include "policy/runtime.h"
+#include "policy/switches.h"
 #include "rl_buf.h"
 #include "store/store.h"
 
@@ -22,6 +23,7 @@ typedef struct rls_metrics_view_s {
     const rls_http_stats_t *http; /* the --metrics listener's; or NULL */
     const rls_runtime_t *rt;      /* the policy in force; or NULL */
     const rls_reload_stats_t *reload;
+    const rls_switch_poll_stats_t *switches;
     uint64_t start_unix_ms;
     int healthy;  /* what /healthz answers now */
     int draining;

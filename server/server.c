@@ -8,6 +8,7 @@
  * the output buffers when the writes go out, so a request read in an
  * iteration is answered in the same iteration. */
 #include <signal.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +76,7 @@ static void close_all(rls_server_t *s)
     rls_http_server_close(s->http);
     s->http = NULL;
     rls_reload_close(&s->reload);
+    rls_switch_poll_close(&s->switches);
     s->store->v->close(s->store, on_store_closed, s);
     s->store = NULL;
     RLS_INFO("stopped", NULL);
@@ -163,6 +165,7 @@ int rls_server_metrics(const rls_server_t *s, rl_buf_t *out)
     v.draining = s->draining;
     v.rt = s->rt.policy != NULL ? &s->rt : NULL;
     v.reload = &s->reload.stats;
+    v.switches = &s->switches.stats;
     return rls_metrics_render(&v, out);
 }
 
@@ -307,6 +310,15 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
     uv_signal_start(&s->sigint, on_signal, SIGINT);
     rls_reload_start(&s->reload, loop, &s->rt, cfg->config_path, cfg->rules,
                      cfg->nrules, cfg->max_rules);
+    {
+        char host[64] = "localhost", inst[160];
+        gethostname(host, sizeof(host) - 1);
+        host[sizeof(host) - 1] = '\0';
+        snprintf(inst, sizeof(inst), "%s:%d:%ld", host, cfg->listen_port,
+                 (long)getpid());
+        rls_switch_poll_start(&s->switches, loop, store, &s->rt, cfg->prefix,
+                              inst);
+    }
     return 0;
 }
 

@@ -14,6 +14,7 @@
 #include "policy/config.h"
 #include "policy/reload.h"
 #include "policy/runtime.h"
+#include "policy/switches.h"
 #include "rl_buf.h"
 #include "store/store.h"
 
@@ -32,6 +33,7 @@ typedef struct rls_server_s {
     rls_conns_t conns;
     rls_runtime_t rt;     /* the policy in force */
     rls_reload_t reload;  /* SIGHUP and the rules file's changes */
+    rls_switch_poll_t switches; /* rl-ctl's switches, from Redis */
 
     uv_tcp_t listener;
     uv_check_t tick;  /* end of every loop iteration: submit, then write */

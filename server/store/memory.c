@@ -449,7 +449,8 @@ static void m_close(rls_store_t *s, void (*done)(void *), void *arg)
     uv_close((uv_handle_t *)&m->sweep, on_timer_closed);
 }
 
-static const rls_store_vtbl_t memory_vtbl = {m_submit, m_now, m_up, m_close};
+static const rls_store_vtbl_t memory_vtbl = {m_submit, m_now, m_up, m_close,
+                                              NULL};
 
 rls_store_t *rls_store_memory_new(uv_loop_t *loop)
 {

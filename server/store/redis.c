@@ -450,8 +450,43 @@ static void st_close(rls_store_t *s, void (*done)(void *arg), void *arg)
     uv_close((uv_handle_t *)&st->clock, on_closed);
 }
 
+typedef struct {
+    void (*cb)(void *data, void *reply);
+    void *data;
+} cmd_t;
+
+static void on_cmd_reply(redisAsyncContext *ac, void *r, void *priv)
+{
+    cmd_t *k = priv;
+
+    (void)ac;
+    k->cb(k->data, r);
+    free(k);
+}
+
+static int st_command(rls_store_t *s, int argc, const char **argv,
+                      const size_t *lens, void (*cb)(void *data, void *reply),
+                      void *data)
+{
+    rls_redis_store_t *st = (rls_redis_store_t *)s;
+    cmd_t *k;
+
+    if (st->state != RLS_REDIS_UP || st->conn == NULL || st->stalled)
+        return RL_ESTORE;
+    if ((k = malloc(sizeof(*k))) == NULL)
+        return RL_ENOMEM;
+    k->cb = cb;
+    k->data = data;
+    if (redisAsyncCommandArgv(st->conn->ac, on_cmd_reply, k, argc, argv,
+                              lens) != REDIS_OK) {
+        free(k);
+        return RL_ESTORE;
+    }
+    return RL_OK;
+}
+
 static const rls_store_vtbl_t vtbl = {st_submit, rls_redis_now_ms, rls_redis_up,
-                                      st_close};
+                                      st_close, st_command};
 
 rls_store_t *rls_store_redis_new(uv_loop_t *loop, const rls_redis_opts_t *opts)
 {

@@ -140,6 +140,14 @@ typedef struct rls_store_vtbl_s {
      * closes every handle, frees the store, then calls done(arg) from a close
      * callback. The store must not be used afterwards. */
     void (*close)(rls_store_t *s, void (*done)(void *arg), void *arg);
+    /* Optional (NULL in the memory store): sends one command, argv with
+     * lengths, on the store's connection, beside the batches. cb gets the
+     * reply (a hiredis redisReply, valid during the call) or NULL when the
+     * connection failed first; exactly once, unless this returns an error
+     * (RL_ESTORE: not connected). */
+    int (*command)(rls_store_t *s, int argc, const char **argv,
+                   const size_t *lens, void (*cb)(void *data, void *reply),
+                   void *data);
 } rls_store_vtbl_t;
 
 struct rls_store_s {

@@ -1,0 +1,157 @@
+/* Polling the runtime switches; see switches.h. */
+#include "policy/switches.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include <stdlib.h>
+
+#include <hiredis/hiredis.h>
+
+#include "log.h"
+#include "rl_error.h"
+#include "util.h"
+
+/* Pairs read from one reply at most: a rule has two switches, so this is
+ * far above any real fleet; a bigger hash is refused, not half-applied. */
+#define PAIRS_MAX 65536
+
+static void report(rls_switch_poll_t *p);
+
+static void on_reply(void *data, void *reply)
+{
+    rls_switch_poll_t *p = data;
+    redisReply *r = reply;
+    const char *fields[64], *values[64];
+    size_t flens[64], vlens[64];
+    const char **f = fields, **v = values;
+    size_t *fl = flens, *vl = vlens, n, i, bad = 0;
+    rls_switches_t sw;
+    int64_t version = 0;
+
+    p->busy = 0;
+    if (p->closed)
+        return;
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements % 2 != 0 ||
+        r->elements / 2 > PAIRS_MAX) {
+        p->stats.failures++;
+        return;
+    }
+    p->stats.polls++;
+    n = r->elements / 2;
+    for (i = 0; i < n; i++) {
+        const redisReply *k = r->element[2 * i], *x = r->element[2 * i + 1];
+        if (k->type == REDIS_REPLY_STRING && k->len == 7 &&
+            memcmp(k->str, "version", 7) == 0 && x->type == REDIS_REPLY_STRING)
+            version = strtoll(x->str, NULL, 10);
+    }
+    if (version == p->rt->sw.version) {
+        report(p);
+        return; /* nothing new: the common case, no allocation */
+    }
+    if (n > 64) {
+        f = malloc(n * sizeof(*f));
+        v = malloc(n * sizeof(*v));
+        fl = malloc(n * sizeof(*fl));
+        vl = malloc(n * sizeof(*vl));
+        if (f == NULL || v == NULL || fl == NULL || vl == NULL) {
+            p->stats.failures++;
+            goto out;
+        }
+    }
+    for (i = 0; i < n; i++) {
+        const redisReply *k = r->element[2 * i], *x = r->element[2 * i + 1];
+        int ok = k->type == REDIS_REPLY_STRING &&
+                 x->type == REDIS_REPLY_STRING;
+        f[i] = ok ? k->str : "";
+        fl[i] = ok ? k->len : 0;
+        v[i] = ok ? x->str : "";
+        vl[i] = ok ? x->len : 0;
+    }
+    if (rls_switches_parse(&sw, n, f, fl, v, vl, &bad) != RL_OK ||
+        rls_runtime_set_switches(p->rt, &sw) != RL_OK) {
+        p->stats.failures++;
+        goto out;
+    }
+    p->stats.applied++;
+    p->stats.bad_fields += bad;
+    RLS_INFO("runtime switches applied", " version=%lld global=%s switches=%zu",
+             (long long)p->rt->sw.version,
+             p->rt->sw.global_mode >= 0 ? rls_mode_name(p->rt->sw.global_mode)
+                                        : "default",
+             p->rt->sw.n);
+    if (bad > 0)
+        RLS_WARN("runtime switches: fields skipped (not understood)",
+                 " version=%lld bad=%zu", (long long)p->rt->sw.version, bad);
+    report(p);
+out:
+    if (f != fields) {
+        free(f);
+        free(v);
+        free(fl);
+        free(vl);
+    }
+}
+
+static void on_report_reply(void *data, void *reply)
+{
+    (void)data;
+    (void)reply;
+}
+
+/* "<version> <unix ms>" under this instance: rl-ctl's view of the fleet. */
+static void report(rls_switch_poll_t *p)
+{
+    char val[64];
+    const char *argv[4] = {"HSET", p->ikey, p->instance, val};
+    size_t lens[4];
+
+    snprintf(val, sizeof(val), "%lld %llu", (long long)p->rt->sw.version,
+             (unsigned long long)rls_realtime_ms());
+    lens[0] = 4;
+    lens[1] = strlen(p->ikey);
+    lens[2] = strlen(p->instance);
+    lens[3] = strlen(val);
+    p->store->v->command(p->store, 4, argv, lens, on_report_reply, p);
+}
+
+static void on_timer(uv_timer_t *t)
+{
+    rls_switch_poll_t *p = t->data;
+    const char *argv[2] = {"HGETALL", p->key};
+    size_t lens[2] = {7, strlen(p->key)};
+
+    if (p->busy || p->closed)
+        return;
+    if (p->store->v->command(p->store, 2, argv, lens, on_reply, p) == RL_OK)
+        p->busy = 1;
+}
+
+int rls_switch_poll_start(rls_switch_poll_t *p, uv_loop_t *loop,
+                          rls_store_t *store, rls_runtime_t *rt,
+                          const char *prefix, const char *instance)
+{
+    memset(p, 0, sizeof(*p));
+    p->store = store;
+    p->rt = rt;
+    if (store->v->command == NULL) {
+        p->closed = 1;
+        return 0;
+    }
+    snprintf(p->key, sizeof(p->key), "%spolicy", prefix);
+    snprintf(p->ikey, sizeof(p->ikey), "%sinstances", prefix);
+    snprintf(p->instance, sizeof(p->instance), "%s", instance);
+    uv_timer_init(loop, &p->timer);
+    p->timer.data = p;
+    uv_timer_start(&p->timer, on_timer, RLS_SWITCH_POLL_MS / 5,
+                   RLS_SWITCH_POLL_MS);
+    return 0;
+}
+
+void rls_switch_poll_close(rls_switch_poll_t *p)
+{
+    if (p->closed)
+        return;
+    p->closed = 1;
+    uv_close((uv_handle_t *)&p->timer, NULL);
+}

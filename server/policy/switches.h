@@ -1,0 +1,53 @@
+/* The fleet-wide runtime switches, polled from Redis (switches.c).
+ *
+ * rl-ctl writes the switches into the hash "<prefix>policy" and bumps its
+ * `version` field in the same transaction. Every rl-server reads the hash
+ * every RLS_SWITCH_POLL_MS through its store's connection; when the version
+ * changed it applies the whole hash at once, between batches. After each
+ * poll it records "<version> <unix ms>" under its instance name in the hash
+ * "<prefix>instances", which is how rl-ctl knows when the fleet has a
+ * change and how long it took. With the memory store there is nothing to
+ * poll: switches are a Redis feature. */
+#ifndef RLS_POLICY_SWITCHES_H
+#define RLS_POLICY_SWITCHES_H
+
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "policy/runtime.h"
+#include "store/store.h"
+
+#define RLS_SWITCH_POLL_MS 500
+
+typedef struct rls_switch_poll_stats_s {
+    uint64_t polls;        /* replies read */
+    uint64_t applied;      /* versions applied */
+    uint64_t bad_fields;   /* fields that did not parse (skipped) */
+    uint64_t failures;     /* polls that got no usable reply */
+} rls_switch_poll_stats_t;
+
+typedef struct rls_switch_poll_s {
+    uv_timer_t timer;
+    rls_store_t *store;
+    rls_runtime_t *rt;
+    char key[96];      /* <prefix>policy */
+    char ikey[96];     /* <prefix>instances */
+    char instance[160];
+    int busy;          /* a poll is waiting for its reply */
+    int closed;
+    int bad_logged;    /* the version whose bad fields were logged */
+    rls_switch_poll_stats_t stats;
+} rls_switch_poll_t;
+
+/* Starts polling when the store can carry commands (the Redis store);
+ * otherwise does nothing. instance names this server in <prefix>instances.
+ * Returns 0. */
+int rls_switch_poll_start(rls_switch_poll_t *p, uv_loop_t *loop,
+                          rls_store_t *store, rls_runtime_t *rt,
+                          const char *prefix, const char *instance);
+
+/* Stops polling (idempotent). Replies still in flight are ignored. */
+void rls_switch_poll_close(rls_switch_poll_t *p);
+
+#endif
