@@ -249,7 +249,52 @@ typedef struct builder_s {
     /* the rule being read, and its overrides until the rule is done */
     rls_override_t *ovr;
     size_t novr, ovr_cap;
+    /* every rule name seen, valid or not, to report a second definition
+     * even when the first had errors: open-addressed, at most half full */
+    struct seen_s {
+        const char *name;
+        size_t len;
+    } *seen;
+    size_t nseen, seen_cap;
 } builder_t;
+
+/* Records a rule name; returns 1 if it was seen before, 0 if new, or
+ * RL_ENOMEM. */
+static int seen_add(builder_t *b, const char *name, size_t len)
+{
+    uint32_t pos, mask;
+    size_t i;
+
+    if (2 * (b->nseen + 1) > b->seen_cap) {
+        size_t cap = b->seen_cap ? 2 * b->seen_cap : 64;
+        struct seen_s *t = calloc(cap, sizeof(*t));
+        if (t == NULL)
+            return RL_ENOMEM;
+        for (i = 0; i < b->seen_cap; i++) {
+            if (b->seen[i].name == NULL)
+                continue;
+            pos = (uint32_t)rl_hash(&b->p->hash_key, b->seen[i].name,
+                                    b->seen[i].len) &
+                  (uint32_t)(cap - 1);
+            while (t[pos].name != NULL)
+                pos = (pos + 1) & (uint32_t)(cap - 1);
+            t[pos] = b->seen[i];
+        }
+        free(b->seen);
+        b->seen = t;
+        b->seen_cap = cap;
+    }
+    mask = (uint32_t)(b->seen_cap - 1);
+    for (pos = (uint32_t)rl_hash(&b->p->hash_key, name, len) & mask;
+         b->seen[pos].name != NULL; pos = (pos + 1) & mask)
+        if (b->seen[pos].len == len && memcmp(b->seen[pos].name, name, len) == 0)
+            return 1;
+    if ((b->seen[pos].name = arena_copy(b->p, name, len)) == NULL)
+        return RL_ENOMEM;
+    b->seen[pos].len = len;
+    b->nseen++;
+    return 0;
+}
 
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
@@ -310,27 +355,21 @@ static rls_rule_t *rule_new(builder_t *b, const char *name, size_t len,
 {
     rls_policy_t *p = b->p;
     rls_rule_t *r;
-    size_t i;
 
     if (!name_ok(name, len)) {
         diag(b, line, "bad rule name '%.*s': 1-%d bytes of [A-Za-z0-9_.:-]",
              (int)(len > 64 ? 64 : len), name, RL_RULE_MAX);
         return NULL;
     }
-    /* Duplicates are found by a scan while building; lookups later use the
-     * index. Files of many rules are checked through the index instead. */
-    if (p->index != NULL) {
-        if (rls_policy_find(p, name, len) != NULL) {
-            diag(b, line, "rule '%.*s' is defined twice", (int)len, name);
-            return NULL;
-        }
-    } else {
-        for (i = 0; i < p->n; i++)
-            if (p->rules[i].name_len == len &&
-                memcmp(p->rules[i].name, name, len) == 0) {
-                diag(b, line, "rule '%.*s' is defined twice", (int)len, name);
-                return NULL;
-            }
+    switch (seen_add(b, name, len)) {
+    case 0:
+        break;
+    case 1:
+        diag(b, line, "rule '%.*s' is defined twice", (int)len, name);
+        return NULL;
+    default:
+        b->nomem = 1;
+        return NULL;
     }
     if (p->n == b->max_rules) {
         diag(b, line, "more than %zu rules (--max-rules)", b->max_rules);
@@ -891,6 +930,7 @@ static int build(const char *const *flags, size_t nflags, const char *name,
         read_file(&b, buf, len);
     }
     free(b.ovr);
+    free(b.seen);
     if (b.nomem) {
         policy_free(b.p);
         return RL_ENOMEM;

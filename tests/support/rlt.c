@@ -14,6 +14,9 @@
 #include <unistd.h>
 
 #include "rl_error.h"
+#include "rl_frame.h"
+#include "rl_buf.h"
+#include <sys/time.h>
 
 static void nap_ms(int ms)
 {
@@ -304,4 +307,128 @@ int rlt_server_stop(rlt_server_t *s)
 
     s->pid = -1;
     return st;
+}
+
+int rlt_dial(int port)
+{
+    struct sockaddr_in sa;
+    struct timeval tv = {5, 0};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    if (fd < 0)
+        return RL_EIO;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        close(fd);
+        return RL_EIO;
+    }
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    return fd;
+}
+
+int rlt_send_all(int fd, const void *p, size_t n)
+{
+    const char *s = p;
+
+    while (n > 0) {
+        ssize_t k = send(fd, s, n, MSG_NOSIGNAL);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return RL_EIO;
+        s += k;
+        n -= (size_t)k;
+    }
+    return RL_OK;
+}
+
+int rlt_http_get(int port, const char *path, char *body, size_t len)
+{
+    static char buf[1 << 20];
+    char req[256];
+    size_t got = 0;
+    int fd = rlt_dial(port);
+    char *sep;
+
+    if (fd < 0)
+        return RL_EIO;
+    snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\n\r\n", path);
+    if (rlt_send_all(fd, req, strlen(req)) != RL_OK) {
+        close(fd);
+        return RL_EIO;
+    }
+    for (;;) {
+        ssize_t k = recv(fd, buf + got, sizeof(buf) - 1 - got, 0);
+        if (k <= 0)
+            break;
+        got += (size_t)k;
+    }
+    close(fd);
+    buf[got] = '\0';
+    if ((sep = strstr(buf, "\r\n\r\n")) == NULL || got < 12)
+        return RL_EIO;
+    snprintf(body, len, "%s", sep + 4);
+    return atoi(buf + 9);
+}
+
+long long rlt_sample(const char *page, const char *name)
+{
+    size_t n = strlen(name);
+    const char *p = page;
+
+    while ((p = strstr(p, name)) != NULL) {
+        if ((p == page || p[-1] == '\n') && p[n] == ' ')
+            return strtoll(p + n + 1, NULL, 10);
+        p += n;
+    }
+    return -1;
+}
+
+int rlt_exchange(int fd, const rl_check_t *checks, size_t n,
+                 rlt_result_t *out)
+{
+    rl_buf_t b, in;
+    size_t i, got = 0;
+    int rc = RL_OK;
+
+    rl_buf_init(&b, 1 << 26);
+    rl_buf_init(&in, 1 << 26);
+    for (i = 0; i < n && rc == RL_OK; i++)
+        rc = rl_check_put(&b, &checks[i]);
+    if (rc == RL_OK)
+        rc = rlt_send_all(fd, rl_buf_rptr(&b), rl_buf_len(&b));
+    while (rc == RL_OK && got < n) {
+        rl_result_t r;
+        uint8_t *w;
+        ssize_t k;
+
+        rc = rl_result_take(&in, 1 << 20, &r);
+        if (rc == RL_OK) {
+            rlt_result_t *o = &out[got++];
+            o->r = r;
+            snprintf(o->err, sizeof(o->err), "%.*s", (int)r.error_len,
+                     r.error ? r.error : "");
+            o->r.error = o->err;
+            o->r.error_len = strlen(o->err);
+            continue;
+        }
+        if (rc != RL_EAGAIN)
+            break;
+        rc = rl_buf_reserve(&in, 65536, &w);
+        if (rc != RL_OK)
+            break;
+        k = recv(fd, w, rl_buf_avail(&in), 0);
+        if (k <= 0) {
+            rc = RL_EIO;
+            break;
+        }
+        rl_buf_commit(&in, (size_t)k);
+    }
+    rl_buf_free(&b);
+    rl_buf_free(&in);
+    return rc;
 }

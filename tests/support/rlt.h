@@ -90,4 +90,36 @@ int rlt_server_start(rlt_server_t *s, const char *bin, int port,
  * what rlt_stop returns. */
 int rlt_server_stop(rlt_server_t *s);
 
+/* ---- talking to a server ---- */
+
+#include "rl_msg.h"
+
+/* A blocking TCP connection to 127.0.0.1:port with 5 s receive and send
+ * timeouts, or RL_EIO. */
+int rlt_dial(int port);
+
+/* Writes all n bytes (MSG_NOSIGNAL). Returns 0 or RL_EIO. */
+int rlt_send_all(int fd, const void *p, size_t n);
+
+/* GET path from the HTTP listener on port (HTTP/1.0, so the server closes
+ * after it). Returns the status (body NUL-terminated in body, cut at len),
+ * or RL_EIO. */
+int rlt_http_get(int port, const char *path, char *body, size_t len);
+
+/* The value of the sample "name value" (name with its labels, as printed)
+ * in a Prometheus page; -1 when absent. */
+long long rlt_sample(const char *page, const char *name);
+
+/* One answer, its error text copied out. */
+typedef struct rlt_result_s {
+    rl_result_t r; /* r.error points into err */
+    char err[200];
+} rlt_result_t;
+
+/* Sends the n checks in one write on fd and reads n answers into out (by
+ * position of arrival; match them by r.id). Returns 0, or RL_EIO (the
+ * connection failed or timed out), RL_EDECODE. */
+int rlt_exchange(int fd, const rl_check_t *checks, size_t n,
+                 rlt_result_t *out);
+
 #endif

@@ -1,0 +1,829 @@
+/* The policy end to end, through real rl-server processes: the rules file
+ * and --check-config, counters namespaced per rule, inline caps, several
+ * windows exact across three servers on one Redis (refusals consume
+ * nothing), quota-fit counters summed over the fleet, quotas and switches
+ * from rl-ctl reaching every server, and reloads under load.
+ *
+ * Every server and Redis is started on a free loopback port and stopped by
+ * pid in the test's teardown, whether it passed or not; every wait polls a
+ * condition with a deadline. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rl_error.h"
+#include "rl_msg.h"
+#include "rlt.h"
+
+#ifndef RL_SERVER_BIN
+#error "RL_SERVER_BIN must name the rl-server binary"
+#endif
+#ifndef RL_CTL_BIN
+#error "RL_CTL_BIN must name the rl-ctl binary"
+#endif
+
+#define NSERVERS 3
+
+typedef struct {
+    rlt_redis_t redis;
+    int have_redis;
+    rlt_server_t srv[NSERVERS];
+    int mport[NSERVERS];
+    char dir[64];
+    char rules[128];
+} fx_t;
+
+static void nap_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+
+    nanosleep(&ts, NULL);
+}
+
+static int setup(void **state)
+{
+    fx_t *f = calloc(1, sizeof(*f));
+    int i;
+
+    for (i = 0; i < NSERVERS; i++)
+        f->srv[i].pid = -1;
+    snprintf(f->dir, sizeof(f->dir), "/tmp/rlt-policy-XXXXXX");
+    if (mkdtemp(f->dir) == NULL)
+        return -1;
+    snprintf(f->rules, sizeof(f->rules), "%s/rules.yaml", f->dir);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fx_t *f = *state;
+    char cmd[160];
+    int i;
+
+    for (i = 0; i < NSERVERS; i++)
+        if (f->srv[i].pid > 0)
+            rlt_server_stop(&f->srv[i]);
+    if (f->have_redis)
+        rlt_redis_stop(&f->redis);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", f->dir);
+    free(f);
+    return 0;
+}
+
+static void write_file(const char *path, const char *text)
+{
+    char tmp[256];
+    FILE *fp;
+
+    /* Written aside and renamed over, as editors and config managers do. */
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    fp = fopen(tmp, "w");
+    assert_non_null(fp);
+    assert_int_equal(fputs(text, fp) >= 0, 1);
+    assert_int_equal(fclose(fp), 0);
+    assert_int_equal(rename(tmp, path), 0);
+}
+
+static void start_redis(fx_t *f)
+{
+    assert_int_equal(rlt_redis_start(&f->redis), RL_OK);
+    f->have_redis = 1;
+}
+
+/* Starts server i with --metrics and the extra arguments (NULL-ended);
+ * with Redis when the fixture has one. */
+static void start_server(fx_t *f, int i, ...)
+{
+    char *argv[40], raddr[32], maddr[32];
+    const char *a;
+    va_list ap;
+    int k = 0;
+
+    f->mport[i] = rlt_free_port();
+    snprintf(maddr, sizeof(maddr), "127.0.0.1:%d", f->mport[i]);
+    argv[k++] = "--metrics";
+    argv[k++] = maddr;
+    argv[k++] = "--log-level";
+    argv[k++] = getenv("RLT_SERVER_LOG") ? getenv("RLT_SERVER_LOG") : "error";
+    if (f->have_redis) {
+        snprintf(raddr, sizeof(raddr), "127.0.0.1:%d", f->redis.port);
+        argv[k++] = "--redis";
+        argv[k++] = raddr;
+    }
+    va_start(ap, i);
+    while ((a = va_arg(ap, const char *)) != NULL && k < 38)
+        argv[k++] = (char *)a;
+    va_end(ap);
+    argv[k] = NULL;
+    assert_int_equal(rlt_server_start(&f->srv[i], RL_SERVER_BIN, 0, argv),
+                     RL_OK);
+    assert_true(rlt_wait_port(f->mport[i], 5000));
+}
+
+/* Runs a program to its end; returns its exit status, with its stdout and
+ * stderr in out. */
+static int run(char *out, size_t len, const char *fmt, ...)
+{
+    char cmd[2048];
+    size_t got = 0;
+    va_list ap;
+    FILE *p;
+    int st;
+
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    strncat(cmd, " 2>&1", sizeof(cmd) - strlen(cmd) - 1);
+    p = popen(cmd, "r");
+    assert_non_null(p);
+    while (got + 1 < len && fgets(out + got, (int)(len - got), p) != NULL)
+        got += strlen(out + got);
+    out[got] = '\0';
+    st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static long long metric(fx_t *f, int i, const char *name)
+{
+    static char page[1 << 18];
+
+    assert_int_equal(rlt_http_get(f->mport[i], "/metrics", page,
+                                  sizeof(page)),
+                     200);
+    return rlt_sample(page, name);
+}
+
+/* Waits until a metric of server i reaches at least v; returns the time it
+ * took in ms, or fails the test after timeout_ms. */
+static uint64_t await_metric(fx_t *f, int i, const char *name, long long v,
+                             uint64_t timeout_ms)
+{
+    uint64_t t0 = rlt_mono_ms();
+
+    while (metric(f, i, name) < v) {
+        if (rlt_mono_ms() - t0 > timeout_ms)
+            fail_msg("server %d: %s stayed below %lld for %llu ms", i, name,
+                     v, (unsigned long long)timeout_ms);
+        nap_ms(5);
+    }
+    return rlt_mono_ms() - t0;
+}
+
+static rl_check_t rule_check(uint64_t id, const char *key, const char *rule,
+                             uint32_t cost)
+{
+    rl_check_t q;
+
+    memset(&q, 0, sizeof(q));
+    q.id = id;
+    q.key = key;
+    q.key_len = strlen(key);
+    q.rule = rule;
+    q.rule_len = strlen(rule);
+    q.cost = cost;
+    return q;
+}
+
+static rl_check_t inline_check(uint64_t id, const char *key, uint64_t limit,
+                               uint32_t window_s, uint32_t cost)
+{
+    rl_check_t q;
+
+    memset(&q, 0, sizeof(q));
+    q.id = id;
+    q.key = key;
+    q.key_len = strlen(key);
+    q.limit = limit;
+    q.window_s = window_s;
+    q.cost = cost;
+    return q;
+}
+
+/* One check on a fresh connection. */
+static rlt_result_t ask(int port, rl_check_t q)
+{
+    rlt_result_t r;
+    int fd = rlt_dial(port);
+
+    assert_true(fd >= 0);
+    assert_int_equal(rlt_exchange(fd, &q, 1, &r), RL_OK);
+    close(fd);
+    assert_int_equal(r.r.id, q.id);
+    return r;
+}
+
+static long long redis_int(fx_t *f, const char *fmt, ...)
+{
+    redisContext *c = rlt_redis_connect(&f->redis);
+    char cmd[512];
+    redisReply *r;
+    long long v = -1;
+    va_list ap;
+
+    assert_non_null(c);
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    r = redisCommand(c, cmd);
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_INTEGER)
+        v = r->integer;
+    else if (r->type == REDIS_REPLY_STRING)
+        v = strtoll(r->str, NULL, 10);
+    else if (r->type == REDIS_REPLY_NIL)
+        v = 0;
+    freeReplyObject(r);
+    redisFree(c);
+    return v;
+}
+
+/* ------------------------------------------------------------------------ */
+
+static const char example[] =
+    "rules:\n"
+    "  login:\n"
+    "    limits: [5/60s]\n"
+    "  api:\n"
+    "    limits: [33/1m, 2000/1h]        # every window must allow\n"
+    "    overrides:                       # per-caller quotas, by exact key\n"
+    "      \"user:acme\": [1000/1m, 50000/1h]\n"
+    "  search:\n"
+    "    limits: [10/1s]\n"
+    "    mode: shadow                     # enforce (default) | shadow | off\n";
+
+/* --check-config: 0 for a good file, 2 with FILE:LINE for each error. */
+static void test_check_config(void **state)
+{
+    fx_t *f = *state;
+    char out[8192], path[400];
+    int fd;
+
+    write_file(f->rules, example);
+    assert_int_equal(run(out, sizeof(out), "%s --check-config %s",
+                         RL_SERVER_BIN, f->rules),
+                     0);
+    assert_non_null(strstr(out, "ok, 3 rules"));
+
+    /* Every error, each with its line; nothing served. */
+    write_file(f->rules, "rules:\n"
+                         "  a:\n"
+                         "    limits: [5/60x]\n"
+                         "  b:\n"
+                         "    limits: [0/1m]\n"
+                         "    colour: red\n"
+                         "  \"c d\":\n"
+                         "    limits: [1/1s]\n"
+                         "  e:\n"
+                         "    limits: [1/1s, 1/2s, 1/3s, 1/4s, 1/5s, 1/6s, "
+                         "1/7s, 1/8s, 1/9s]\n"
+                         "  f:\n"
+                         "    limits: [1/1s]\n"
+                         "    overrides:\n"
+                         "      \"\": [2/1s]\n"
+                         "  a:\n"
+                         "    limits: [1/1s]\n");
+    assert_int_equal(run(out, sizeof(out), "%s --check-config %s",
+                         RL_SERVER_BIN, f->rules),
+                     2);
+    snprintf(path, sizeof(path), "%s:3: bad limit", f->rules);
+    assert_non_null(strstr(out, path));
+    snprintf(path, sizeof(path), "%s:5: bad limit", f->rules);
+    assert_non_null(strstr(out, path));
+    snprintf(path, sizeof(path), "%s:6: unknown key 'colour'", f->rules);
+    assert_non_null(strstr(out, path));
+    snprintf(path, sizeof(path), "%s:7: bad rule name", f->rules);
+    assert_non_null(strstr(out, path));
+    snprintf(path, sizeof(path), "%s:10: more than 8 windows", f->rules);
+    assert_non_null(strstr(out, path));
+    snprintf(path, sizeof(path), "%s:14: override key a client could not",
+             f->rules);
+    assert_non_null(strstr(out, path));
+    snprintf(path, sizeof(path), "%s:15: rule 'a' is defined twice", f->rules);
+    assert_non_null(strstr(out, path));
+
+    /* A --rule flag merges with the file; a name in both is an error. */
+    write_file(f->rules, example);
+    assert_int_equal(run(out, sizeof(out),
+                         "%s --rule extra=3/1s,9/1m --check-config %s",
+                         RL_SERVER_BIN, f->rules),
+                     0);
+    assert_non_null(strstr(out, "ok, 4 rules"));
+    assert_int_equal(run(out, sizeof(out), "%s --rule login=3/1s "
+                                           "--check-config %s",
+                         RL_SERVER_BIN, f->rules),
+                     2);
+    snprintf(path, sizeof(path), "%s:2: rule 'login' is defined twice",
+             f->rules);
+    assert_non_null(strstr(out, path));
+    /* Serving refuses a bad file the same way, before listening. */
+    assert_int_equal(run(out, sizeof(out), "%s --listen 127.0.0.1:%d "
+                                           "--rule login=3/1s --config %s",
+                         RL_SERVER_BIN, rlt_free_port(), f->rules),
+                     2);
+
+    /* 100 MB (sparse): refused before it is read. */
+    snprintf(path, sizeof(path), "%s/big.yaml", f->dir);
+    fd = open(path, O_CREAT | O_WRONLY, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, 100 << 20), 0);
+    close(fd);
+    assert_int_equal(run(out, sizeof(out), "%s --check-config %s",
+                         RL_SERVER_BIN, path),
+                     2);
+    assert_non_null(strstr(out, "not a regular file of at most 16 MiB"));
+
+    /* Deeply nested: refused at depth 8, memory bounded. */
+    {
+        static char deep[200016];
+        memcpy(deep, "rules: ", 7);
+        memset(deep + 7, '[', 200000);
+        deep[200007] = '\n';
+        deep[200008] = '\0';
+        write_file(f->rules, deep);
+        assert_int_equal(run(out, sizeof(out), "%s --check-config %s",
+                             RL_SERVER_BIN, f->rules),
+                         2);
+        assert_non_null(strstr(out, "nested deeper than 8 levels"));
+    }
+    /* Binary. */
+    assert_int_equal(run(out, sizeof(out),
+                         "head -c 4096 /dev/urandom > %s/bin.yaml; "
+                         "%s --check-config %s/bin.yaml",
+                         f->dir, RL_SERVER_BIN, f->dir),
+                     2);
+    assert_non_null(strstr(out, "bin.yaml:"));
+}
+
+/* A rule's counter cannot be spent through another rule, nor through an
+ * inline limit on the same key and window. */
+static void test_counters_belong_to_their_rule(void **state)
+{
+    fx_t *f = *state;
+    int p, i;
+
+    start_redis(f);
+    start_server(f, 0, "--rule", "login=5/60", "--rule", "api=100/60", NULL);
+    p = f->srv[0].port;
+    /* login and api, same caller, same window length. */
+    for (i = 0; i < 5; i++)
+        assert_int_equal(ask(p, rule_check(1, "user:1", "login", 1)).r.code,
+                         RL_CODE_OK);
+    assert_int_equal(ask(p, rule_check(2, "user:1", "login", 1)).r.code,
+                     RL_CODE_OVER_LIMIT);
+    assert_int_equal(ask(p, rule_check(3, "user:1", "api", 1)).r.used, 1);
+
+    /* The issue's reproduction: an inline request with the same key and
+     * window, a huge limit and cost 4, then login again. */
+    assert_int_equal(ask(p, rule_check(4, "victim", "login", 1)).r.used, 1);
+    assert_int_equal(ask(p, inline_check(5, "victim", 1000000, 60, 4)).r.code,
+                     RL_CODE_OK);
+    {
+        rlt_result_t r = ask(p, rule_check(6, "victim", "login", 1));
+        assert_int_equal(r.r.code, RL_CODE_OK);
+        assert_int_equal(r.r.used, 2);
+    }
+    /* Distinct keys in Redis. */
+    assert_int_equal(redis_int(f, "EXISTS rl:{victim}:r:login:60:%llu",
+                               (unsigned long long)(time(NULL) / 60)) +
+                         redis_int(f, "EXISTS rl:{victim}:r:login:60:%llu",
+                                   (unsigned long long)(time(NULL) / 60 - 1)),
+                     1);
+}
+
+static void test_inline_caps(void **state)
+{
+    fx_t *f = *state;
+    rlt_result_t r;
+
+    start_server(f, 0, "--rule", "r=5/1m", "--inline-limits", "deny", NULL);
+    r = ask(f->srv[0].port, inline_check(1, "k", 10, 60, 1));
+    assert_int_equal(r.r.code, RL_CODE_ERROR);
+    assert_non_null(strstr(r.err, "--inline-limits deny"));
+    assert_int_equal(ask(f->srv[0].port, rule_check(2, "k", "r", 1)).r.code,
+                     RL_CODE_OK);
+    assert_int_equal(metric(f, 0, "rl_frames_rejected_total{reason=\"inline\"}"),
+                     1);
+    rlt_server_stop(&f->srv[0]);
+
+    start_server(f, 0, "--max-inline-window", "3600", "--max-inline-limit",
+                 "100", NULL);
+    r = ask(f->srv[0].port, inline_check(1, "k", 10, 7200, 1));
+    assert_int_equal(r.r.code, RL_CODE_ERROR);
+    assert_non_null(strstr(r.err, "--max-inline-window"));
+    r = ask(f->srv[0].port, inline_check(2, "k", 101, 60, 1));
+    assert_int_equal(r.r.code, RL_CODE_ERROR);
+    assert_non_null(strstr(r.err, "--max-inline-limit"));
+    r = ask(f->srv[0].port, inline_check(3, "k", 100, 3600, 1));
+    assert_int_equal(r.r.code, RL_CODE_OK);
+}
+
+/* Shadow: counted as enforce would, answered OK, flagged and counted. */
+static void test_shadow(void **state)
+{
+    fx_t *f = *state;
+    rlt_result_t r;
+    int i;
+
+    write_file(f->rules, "rules:\n  s:\n    limits: [2/1h]\n    mode: shadow\n");
+    start_server(f, 0, "--config", f->rules, NULL);
+    for (i = 0; i < 2; i++) {
+        r = ask(f->srv[0].port, rule_check((uint64_t)i + 1, "k", "s", 1));
+        assert_int_equal(r.r.code, RL_CODE_OK);
+        assert_int_equal(r.r.shadow_refused, 0);
+    }
+    r = ask(f->srv[0].port, rule_check(3, "k", "s", 1));
+    assert_int_equal(r.r.code, RL_CODE_OK);
+    assert_int_equal(r.r.shadow_refused, 1);
+    assert_int_equal(r.r.used, 2); /* the refusal consumed nothing */
+    assert_int_equal(r.r.window_s, 3600);
+    assert_int_equal(r.r.retry_after_ms, 0);
+    assert_int_equal(
+        metric(f, 0, "rl_rule_decisions_total{rule=\"s\",result=\"shadow_refused\"}"),
+        1);
+    assert_int_equal(
+        metric(f, 0, "rl_rule_decisions_total{rule=\"s\",result=\"allowed\"}"),
+        2);
+}
+
+/* ---- three servers, one Redis ---- */
+
+#define FLEET_KEYS 6
+#define FLEET_REQS 400
+
+typedef struct {
+    int port;
+    int server;
+    rl_check_t q[FLEET_REQS];
+    rlt_result_t r[FLEET_REQS];
+    char keys[FLEET_REQS][16];
+    int rc;
+} load_t;
+
+static void *load_run(void *arg)
+{
+    load_t *l = arg;
+    int fd = rlt_dial(l->port), i;
+
+    l->rc = RL_EIO;
+    if (fd < 0)
+        return NULL;
+    /* Four pipelined rounds, so batches interleave across servers. */
+    for (i = 0; i < 4; i++) {
+        int n = FLEET_REQS / 4;
+        if ((l->rc = rlt_exchange(fd, l->q + i * n, (size_t)n,
+                                  l->r + i * n)) != RL_OK)
+            break;
+    }
+    close(fd);
+    return NULL;
+}
+
+/* Several windows, exact across the fleet: each window admits no more than
+ * its limit, the tightest admits exactly it, refusals consume nothing, and
+ * the quota-fit counters summed over the servers match the answers. */
+static void test_fleet_exact(void **state)
+{
+    fx_t *f = *state;
+    static load_t load[NSERVERS];
+    pthread_t th[NSERVERS];
+    uint64_t admitted_cost[FLEET_KEYS] = {0};
+    long long started = 0, reached100 = 0, allowed = 0;
+    char name[160];
+    int i, j, k;
+
+    /* Windows of an hour and a day, so none rolls over during the test. */
+    write_file(f->rules, "rules:\n"
+                         "  hot:\n"
+                         "    limits: [40/1h, 25/1d]\n");
+    start_redis(f);
+    for (i = 0; i < NSERVERS; i++)
+        start_server(f, i, "--config", f->rules, NULL);
+    for (i = 0; i < NSERVERS; i++) {
+        load[i].port = f->srv[i].port;
+        for (j = 0; j < FLEET_REQS; j++) {
+            snprintf(load[i].keys[j], sizeof(load[i].keys[j]), "k%d",
+                     j % FLEET_KEYS);
+            load[i].q[j] = rule_check((uint64_t)j + 1, load[i].keys[j], "hot",
+                                      (uint32_t)(1 + (i + j) % 3));
+        }
+    }
+    for (i = 0; i < NSERVERS; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, load_run, &load[i]), 0);
+    for (i = 0; i < NSERVERS; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(load[i].rc, RL_OK);
+    }
+    for (i = 0; i < NSERVERS; i++)
+        for (j = 0; j < FLEET_REQS; j++) {
+            const rl_result_t *r = &load[i].r[j].r;
+            const rl_check_t *q = &load[i].q[r->id - 1];
+            assert_true(r->code == RL_CODE_OK || r->code == RL_CODE_OVER_LIMIT);
+            if (r->code == RL_CODE_OK) {
+                admitted_cost[q->key[1] - '0'] += q->cost;
+                allowed++;
+            }
+        }
+    for (k = 0; k < FLEET_KEYS; k++) {
+        /* Never over the tightest limit, and filled up to within one
+         * request's cost of it (costs are 1 to 3). */
+        assert_true(admitted_cost[k] <= 25);
+        assert_true(admitted_cost[k] >= 23);
+        /* Redis holds exactly the admitted cost in both windows: the
+         * refusals consumed nothing. */
+        assert_int_equal(redis_int(f, "GET rl:{k%d}:r:hot:3600:%llu", k,
+                                   (unsigned long long)(time(NULL) / 3600)),
+                         (long long)admitted_cost[k]);
+        assert_int_equal(redis_int(f, "GET rl:{k%d}:r:hot:86400:%llu", k,
+                                   (unsigned long long)(time(NULL) / 86400)),
+                         (long long)admitted_cost[k]);
+    }
+    /* The fleet's counters, summed, equal what the answers say: every
+     * caller-window started once; reached 100 % of 25 for the day window
+     * only where the admitted cost is exactly 25. */
+    for (i = 0; i < NSERVERS; i++) {
+        snprintf(name, sizeof(name),
+                 "rl_rule_windows_started_total{rule=\"hot\",window=\"86400\"}");
+        started += metric(f, i, name) > 0 ? metric(f, i, name) : 0;
+        snprintf(name, sizeof(name),
+                 "rl_rule_windows_reached_total{rule=\"hot\",window=\"86400\","
+                 "threshold=\"100\"}");
+        reached100 += metric(f, i, name) > 0 ? metric(f, i, name) : 0;
+        allowed -= metric(
+            f, i, "rl_rule_decisions_total{rule=\"hot\",result=\"allowed\"}");
+    }
+    assert_int_equal(started, FLEET_KEYS);
+    {
+        long long want = 0;
+        for (k = 0; k < FLEET_KEYS; k++)
+            want += admitted_cost[k] == 25;
+        assert_int_equal(reached100, want);
+    }
+    assert_int_equal(allowed, 0);
+}
+
+/* Quotas from rl-ctl reach every server; bad input is refused whole; a
+ * garbage stored value falls back to the rule and is counted. */
+static void test_quota_rlctl(void **state)
+{
+    fx_t *f = *state;
+    char out[4096];
+    rlt_result_t r;
+    int i;
+
+    start_redis(f);
+    for (i = 0; i < 2; i++)
+        start_server(f, i, "--rule", "api=3/1h", NULL);
+    assert_int_equal(run(out, sizeof(out),
+                         "%s --redis 127.0.0.1:%d quota set api user:acme "
+                         "10/1h 12/1d",
+                         RL_CTL_BIN, f->redis.port),
+                     0);
+    for (i = 0; i < 2; i++) {
+        r = ask(f->srv[i].port, rule_check(1, "user:acme", "api", 1));
+        assert_int_equal(r.r.code, RL_CODE_OK);
+        assert_int_equal(r.r.limit, 10);
+        assert_int_equal(r.r.used, (uint64_t)i + 1);
+    }
+    assert_int_equal(run(out, sizeof(out),
+                         "%s --redis 127.0.0.1:%d quota get api user:acme",
+                         RL_CTL_BIN, f->redis.port),
+                     0);
+    assert_non_null(strstr(out, "10/1h 12/1d"));
+    /* Bad limits: refused, nothing written. */
+    assert_int_equal(run(out, sizeof(out),
+                         "%s --redis 127.0.0.1:%d quota set api other "
+                         "10/1h 0/1d",
+                         RL_CTL_BIN, f->redis.port),
+                     2);
+    assert_int_equal(redis_int(f, "HLEN rl:{other}:q"), 0);
+    /* Deleted: back to the rule. */
+    assert_int_equal(run(out, sizeof(out),
+                         "%s --redis 127.0.0.1:%d quota del api user:acme",
+                         RL_CTL_BIN, f->redis.port),
+                     0);
+    r = ask(f->srv[0].port, rule_check(2, "user:acme", "api", 1));
+    assert_int_equal(r.r.limit, 3);
+    /* Garbage stored by hand. */
+    assert_int_equal(redis_int(f, "HSET rl:{junk}:q api notalimit"), 1);
+    r = ask(f->srv[0].port, rule_check(3, "junk", "api", 1));
+    assert_int_equal(r.r.code, RL_CODE_OK);
+    assert_int_equal(r.r.limit, 3);
+    assert_int_equal(metric(f, 0, "rl_quota_unparsable_total"), 1);
+}
+
+/* The kill switch and a scale, set with rl-ctl while load runs, reach
+ * every server; the time from rl-ctl returning to the last server applying
+ * is printed (the bound is 2 s). */
+static void test_switches(void **state)
+{
+    fx_t *f = *state;
+    char out[4096];
+    rlt_result_t r;
+    uint64_t worst = 0, t;
+    int i;
+
+    start_redis(f);
+    for (i = 0; i < NSERVERS; i++)
+        start_server(f, i, "--rule", "api=4/1h", NULL);
+    /* Saturate one caller. */
+    for (i = 0; i < 5; i++)
+        r = ask(f->srv[i % NSERVERS].port, rule_check(1, "sat", "api", 1));
+    assert_int_equal(r.r.code, RL_CODE_OVER_LIMIT);
+
+    assert_int_equal(run(out, sizeof(out),
+                         "%s --redis 127.0.0.1:%d --wait-ms 0 mode api off",
+                         RL_CTL_BIN, f->redis.port),
+                     0);
+    for (i = 0; i < NSERVERS; i++) {
+        t = await_metric(f, i, "rl_policy_switches_version", 1, 5000);
+        worst = t > worst ? t : worst;
+    }
+    print_message("kill switch applied by all %d servers %llu ms after "
+                  "rl-ctl returned\n",
+                  NSERVERS, (unsigned long long)worst);
+    assert_true(worst <= 2000);
+    for (i = 0; i < NSERVERS; i++) {
+        r = ask(f->srv[i].port, rule_check(2, "sat", "api", 1));
+        assert_int_equal(r.r.code, RL_CODE_OK);
+    }
+    /* Off counts nothing. */
+    assert_int_equal(redis_int(f, "GET rl:{sat}:r:api:3600:%llu",
+                               (unsigned long long)(time(NULL) / 3600)),
+                     4);
+
+    /* Back on, scaled to half: limit 2. rl-ctl itself waits for the
+     * fleet this time, and reports each server. */
+    assert_int_equal(run(out, sizeof(out),
+                         "%s --redis 127.0.0.1:%d mode api default",
+                         RL_CTL_BIN, f->redis.port),
+                     0);
+    assert_int_equal(run(out, sizeof(out),
+                         "%s --redis 127.0.0.1:%d scale api 0.5", RL_CTL_BIN,
+                         f->redis.port),
+                     0);
+    assert_non_null(strstr(out, "applied by every live rl-server"));
+    for (i = 0; i < NSERVERS; i++) {
+        r = ask(f->srv[i].port, rule_check(3, "fresh", "api", 1));
+        assert_int_equal(r.r.limit, 2);
+    }
+    assert_int_equal(ask(f->srv[0].port, rule_check(4, "fresh", "api", 1))
+                         .r.code,
+                     RL_CODE_OVER_LIMIT);
+    /* Global off wins over every rule, inline limits included. */
+    assert_int_equal(run(out, sizeof(out),
+                         "%s --redis 127.0.0.1:%d global off", RL_CTL_BIN,
+                         f->redis.port),
+                     0);
+    assert_int_equal(ask(f->srv[1].port, rule_check(5, "fresh", "api", 1))
+                         .r.code,
+                     RL_CODE_OK);
+}
+
+/* ---- reload under load ---- */
+
+typedef struct {
+    int port;
+    volatile int stop;
+    uint64_t sent, answered, bad_pairs, errors;
+    int rc;
+} rl_load_t;
+
+static void *reload_load(void *arg)
+{
+    rl_load_t *l = arg;
+    int fd = rlt_dial(l->port);
+    rl_check_t q[32];
+    rlt_result_t r[32];
+    uint64_t id = 1;
+    int i;
+
+    l->rc = RL_EIO;
+    if (fd < 0)
+        return NULL;
+    while (!l->stop) {
+        uint8_t seen[32] = {0};
+        for (i = 0; i < 32; i++)
+            q[i] = rule_check(id + (uint64_t)i, i % 2 ? "a" : "b", "r", 1);
+        if ((l->rc = rlt_exchange(fd, q, 32, r)) != RL_OK)
+            break;
+        l->sent += 32;
+        for (i = 0; i < 32; i++) {
+            const rl_result_t *x = &r[i].r;
+            uint64_t k = x->id - id;
+            /* Exactly once: every id of the round, none twice. */
+            if (x->id < id || k >= 32 || seen[k]++) {
+                l->rc = RL_EINVAL;
+                break;
+            }
+            l->answered++;
+            if (x->code == RL_CODE_ERROR)
+                l->errors++;
+            /* Each answer's window and limit belong to one policy's rule:
+             * A = [7/1h, 11/1d], B = [13/2h, 17/2d]. */
+            if (!((x->window_s == 3600 && x->limit == 7) ||
+                  (x->window_s == 86400 && x->limit == 11) ||
+                  (x->window_s == 7200 && x->limit == 13) ||
+                  (x->window_s == 172800 && x->limit == 17)))
+                l->bad_pairs++;
+        }
+        if (l->rc != RL_OK)
+            break;
+        id += 32;
+    }
+    close(fd);
+    return NULL;
+}
+
+static void test_reload_under_load(void **state)
+{
+    fx_t *f = *state;
+    static const char good_a[] = "rules:\n  r:\n    limits: [7/1h, 11/1d]\n";
+    static const char good_b[] = "rules:\n  r:\n    limits: [13/2h, 17/2d]\n";
+    static const char bad[] = "rules:\n  r:\n    limits: [7/1h, 0/1d]\n";
+    static rl_load_t load;
+    pthread_t th;
+    int i, nbad = 0, ngood = 0;
+
+    write_file(f->rules, good_a);
+    start_server(f, 0, "--config", f->rules, NULL);
+    memset(&load, 0, sizeof(load));
+    load.port = f->srv[0].port;
+    assert_int_equal(pthread_create(&th, NULL, reload_load, &load), 0);
+    for (i = 0; i < 50; i++) {
+        if (i % 2) {
+            write_file(f->rules, bad);
+            nbad++;
+            await_metric(f, 0, "rl_config_reload_failures_total", nbad, 5000);
+        } else {
+            write_file(f->rules, (i / 2) % 2 ? good_a : good_b);
+            ngood++;
+            await_metric(f, 0, "rl_config_reloads_total", ngood, 5000);
+        }
+    }
+    load.stop = 1;
+    pthread_join(th, NULL);
+    assert_int_equal(load.rc, RL_OK);
+    assert_true(load.answered > 0);
+    assert_int_equal(load.answered, load.sent);
+    assert_int_equal(load.errors, 0);
+    assert_int_equal(load.bad_pairs, 0);
+    assert_int_equal(metric(f, 0, "rl_config_reload_failures_total"), nbad);
+    assert_int_equal(metric(f, 0, "rl_config_reloads_total"), ngood);
+    print_message("reload under load: %llu requests answered across %d "
+                  "rewrites (%d refused)\n",
+                  (unsigned long long)load.answered, 50, nbad);
+}
+
+/* SIGHUP reloads too; a file that vanishes keeps the rules. */
+static void test_sighup(void **state)
+{
+    fx_t *f = *state;
+
+    write_file(f->rules, "rules:\n  r:\n    limits: [7/1h]\n");
+    start_server(f, 0, "--config", f->rules, NULL);
+    assert_int_equal(ask(f->srv[0].port, rule_check(1, "k", "r", 1)).r.limit,
+                     7);
+    kill(f->srv[0].pid, SIGHUP);
+    await_metric(f, 0, "rl_config_reloads_total", 1, 5000);
+    assert_int_equal(unlink(f->rules), 0);
+    kill(f->srv[0].pid, SIGHUP);
+    await_metric(f, 0, "rl_config_reload_failures_total", 1, 5000);
+    assert_int_equal(ask(f->srv[0].port, rule_check(2, "k", "r", 1)).r.limit,
+                     7);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_check_config, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_counters_belong_to_their_rule,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_inline_caps, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_shadow, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fleet_exact, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_quota_rlctl, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_switches, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reload_under_load, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_sighup, setup, teardown),
+    };
+    signal(SIGPIPE, SIG_IGN);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
