@@ -104,32 +104,36 @@ static int store_errors(rl_buf_t *b, const rls_store_stats_t *ss)
     return rc;
 }
 
-/* One rule's counters. */
+/* One rule's counters. Only series that have counted something are
+ * written: a policy may hold thousands of rules, most of them quiet, and a
+ * scrape should cost what the traffic is, not what the rules file is. */
 static int render_rule(rl_buf_t *out, const rls_rule_stats_t *st)
 {
     static const char *const pct[3] = {"50", "80", "100"};
     const char *name = st->name[0] ? st->name : "(inline)";
+    const struct {
+        const char *result;
+        uint64_t v;
+    } d[4] = {{"allowed", st->allowed},
+              {"refused", st->refused},
+              {"shadow_refused", st->shadow_refused},
+              {"uncounted", st->uncounted}};
     uint32_t i, k;
     int rc;
 
-    if ((rc = rl_buf_printf(
-             out,
-             "rl_rule_decisions_total{rule=\"%s\",result=\"allowed\"} %llu\n"
-             "rl_rule_decisions_total{rule=\"%s\",result=\"refused\"} %llu\n"
-             "rl_rule_decisions_total{rule=\"%s\",result=\"shadow_refused\"}"
-             " %llu\n"
-             "rl_rule_decisions_total{rule=\"%s\",result=\"uncounted\"} "
-             "%llu\n",
-             name, (unsigned long long)st->allowed, name,
-             (unsigned long long)st->refused, name,
-             (unsigned long long)st->shadow_refused, name,
-             (unsigned long long)st->uncounted)) != RL_OK)
-        return rc;
+    for (i = 0; i < 4; i++)
+        if (d[i].v > 0 &&
+            (rc = rl_buf_printf(out,
+                                "rl_rule_decisions_total{rule=\"%s\","
+                                "result=\"%s\"} %llu\n",
+                                name, d[i].result,
+                                (unsigned long long)d[i].v)) != RL_OK)
+            return rc;
     for (i = 0; i <= RLS_STATS_WINDOWS; i++) {
         const rls_win_stats_t *w = &st->win[i];
         char wl[16];
 
-        if (i == RLS_STATS_WINDOWS ? w->started == 0 : i >= st->nwin)
+        if (w->started == 0 && w->reached[0] == 0)
             continue;
         if (i == RLS_STATS_WINDOWS)
             strcpy(wl, "other");
@@ -142,7 +146,8 @@ static int render_rule(rl_buf_t *out, const rls_rule_stats_t *st)
                                 (unsigned long long)w->started)) != RL_OK)
             return rc;
         for (k = 0; k < 3; k++)
-            if ((rc = rl_buf_printf(
+            if (w->reached[k] > 0 &&
+                (rc = rl_buf_printf(
                      out,
                      "rl_rule_windows_reached_total{rule=\"%s\",window=\"%s\","
                      "threshold=\"%s\"} %llu\n",
@@ -205,7 +210,8 @@ static int render_policy(const rls_metrics_view_t *v, rl_buf_t *out)
     TRY(family(out, "rl_rule_decisions_total", "counter",
                "Decisions per rule: allowed, refused, allowed only by "
                "shadow mode (would have been refused), allowed uncounted "
-               "(mode off). rule=\"(inline)\" is inline limits."));
+               "(mode off). rule=\"(inline)\" is inline limits. A series "
+               "appears once it counts."));
     TRY(family(out, "rl_rule_windows_started_total", "counter",
                "Caller-windows started (first consumption), per rule and "
                "window length; each counted once across the fleet."));

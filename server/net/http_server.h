@@ -30,8 +30,9 @@
  * connections that send nothing useful cannot keep /healthz from being
  * answered. */
 #define RLS_HTTP_CONNS_MAX 64
-/* Largest response (the /metrics page is a few KiB). */
-#define RLS_HTTP_OUT_MAX (1u << 20)
+/* Largest response: the /metrics page is a few KiB, plus about 250 bytes
+ * per rule that has seen traffic. */
+#define RLS_HTTP_OUT_MAX (16u << 20)
 
 typedef struct rls_http_server_s rls_http_server_t;
 

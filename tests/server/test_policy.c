@@ -170,6 +170,14 @@ static long long metric(fx_t *f, int i, const char *name)
     return rlt_sample(page, name);
 }
 
+/* A counter that has not counted yet is absent from the page: 0. */
+static long long metric0(fx_t *f, int i, const char *name)
+{
+    long long v = metric(f, i, name);
+
+    return v < 0 ? 0 : v;
+}
+
 /* Waits until a metric of server i reaches at least v; returns the time it
  * took in ms, or fails the test after timeout_ms. */
 static uint64_t await_metric(fx_t *f, int i, const char *name, long long v,
@@ -560,12 +568,12 @@ static void test_fleet_exact(void **state)
     for (i = 0; i < NSERVERS; i++) {
         snprintf(name, sizeof(name),
                  "rl_rule_windows_started_total{rule=\"hot\",window=\"86400\"}");
-        started += metric(f, i, name) > 0 ? metric(f, i, name) : 0;
+        started += metric0(f, i, name);
         snprintf(name, sizeof(name),
                  "rl_rule_windows_reached_total{rule=\"hot\",window=\"86400\","
                  "threshold=\"100\"}");
-        reached100 += metric(f, i, name) > 0 ? metric(f, i, name) : 0;
-        allowed -= metric(
+        reached100 += metric0(f, i, name);
+        allowed -= metric0(
             f, i, "rl_rule_decisions_total{rule=\"hot\",result=\"allowed\"}");
     }
     assert_int_equal(started, FLEET_KEYS);
