@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "policy/config.h"
 #include "rl_admit.h"
 #include "rl_check.h"
 #include "rl_error.h"
@@ -15,6 +16,9 @@
 /* Spare batches kept for reuse. Steady load keeps a few in flight; more
  * are made during a store stall and freed as they come back. */
 #define SPARE_MAX 8
+
+/* Longest op key: prefix, braces, caller, ":r:" and a rule name. */
+#define RLS_OPKEY_MAX (RLS_PREFIX_MAX + RL_KEY_MAX + RL_RULE_MAX + 8)
 
 /* Window sizes whose index and expiry a batch keeps worked out. */
 #define WCACHE 16
@@ -26,7 +30,8 @@ typedef struct {
     rls_rule_stats_t *stats;
     uint32_t cost;
     uint32_t op; /* index of its store op */
-    int mode;
+    uint8_t mode;
+    uint8_t rule; /* a rule's, not an inline limit */
 } req_t;
 
 /* A slot of the per-batch key index: which op holds a key. Slots from an
@@ -277,6 +282,25 @@ static void fit_count(rls_rule_stats_t *st, const rl_admit_win_t *w,
     }
 }
 
+/* The refusal cache's key of an op: its key, and for an inline limit its
+ * window and limit too (one caller may use several). Returns the length
+ * written to dst (RLS_CKEY_SIZE(key_len) bytes). */
+#define RLS_CKEY_SIZE(key_len) ((key_len) + 34)
+static size_t cache_key(char *dst, const char *key, size_t len, int rule,
+                        uint32_t window_s, uint64_t limit)
+{
+    size_t n = len;
+
+    memcpy(dst, key, len);
+    if (!rule) {
+        dst[n++] = ':';
+        n += rl_put_u64(dst + n, window_s);
+        dst[n++] = ':';
+        n += rl_put_u64(dst + n, limit);
+    }
+    return n;
+}
+
 /* Answers an op whose store step failed, per the fail mode. */
 static void answer_failed(rls_batcher_t *b, rls_batch_t *t, rls_op_t *op,
                           const req_t *q, char *text, size_t tlen)
@@ -407,6 +431,22 @@ static void on_store_done(void *data, rls_op_t *ops, size_t nops, int status)
         fit_count(t->reqs[t->opx[i].first].stats,
                   &run[i * RLS_WINDOWS_MAX], &before[i * RLS_WINDOWS_MAX],
                   nrun[i]);
+        /* A refusal, or no room left for even the cheapest request: what
+         * the windows hold now stays true until they end. */
+        if (b->refusals.slots != NULL &&
+            (admitted[i] < op->ncosts ||
+             !rl_admit_fits(&run[i * RLS_WINDOWS_MAX], nrun[i], 1))) {
+            char ck[RLS_CKEY_SIZE(RLS_OPKEY_MAX)];
+            uint64_t end[RLS_WINDOWS_MAX];
+            size_t kl;
+            for (j = 0; j < nrun[i]; j++)
+                end[j] = t->now_ms + run[i * RLS_WINDOWS_MAX + j].reset_after_ms;
+            kl = cache_key(ck, op->key, op->key_len,
+                           t->reqs[t->opx[i].first].rule,
+                           op->win[0].window_s, t->opx[i].limit0);
+            rls_refusals_learn(&b->refusals, ck, kl, t->now_ms,
+                               &run[i * RLS_WINDOWS_MAX], end, nrun[i]);
+        }
     }
     share_add(b, t->nreqs, failed);
     b->in_flight--;
@@ -486,6 +526,39 @@ static const win_t *win_get(rls_batch_t *t, rls_batcher_t *b,
     return w;
 }
 
+/* Answers a request the refusal cache knows the store would refuse, as
+ * the store's answer would have: same deciding window, used and
+ * retry_after_ms; nothing is queued. Returns 1 when it did. */
+static int local_refusal(rls_batcher_t *b, rls_batch_t *t, void *owner,
+                         uint64_t id, const char *key, size_t len,
+                         uint32_t cost, const rls_spec_t *spec)
+{
+    char ck[RLS_CKEY_SIZE(RLS_OPKEY_MAX)];
+    rl_admit_win_t w[RLS_WINDOWS_MAX];
+    uint32_t n;
+    rl_result_t r;
+    size_t kl = cache_key(ck, key, len, spec->rule != NULL,
+                          spec->limits.w[0].window_s,
+                          spec->limits.w[0].limit);
+
+    if (!rls_refusals_check(&b->refusals, ck, kl, t->now_ms, cost, w, &n))
+        return 0;
+    memset(&r, 0, sizeof(r));
+    r.id = id;
+    rl_admit_result(w, n, cost, 0, &r);
+    if (spec->mode == RLS_MODE_SHADOW) {
+        r.code = RL_CODE_OK;
+        r.retry_after_ms = 0;
+        r.shadow_refused = 1;
+        spec->stats->shadow_refused++;
+    } else {
+        spec->stats->refused++;
+    }
+    b->stats.requests++;
+    b->respond(owner, &r);
+    return 1;
+}
+
 /* Writes the op key "<prefix>{<caller>}:r:<rule>" or "...:i" at w and
  * returns its length; *tag_len gets the length of "<prefix>{<caller>}". */
 static size_t op_key(const rls_batcher_t *b, uint8_t *w, const char *key,
@@ -527,10 +600,19 @@ int rls_batcher_add(rls_batcher_t *b, void *owner, uint64_t id,
 
     if (t == NULL && (t = b->cur = batch_start(b)) == NULL)
         return RL_ENOMEM;
+    if (t->nreqs == 0 && t->nops == 0) {
+        /* A batch that only saw local refusals so far is still empty:
+         * its clock reading must not go stale. */
+        t->now_ms = b->store->v->now_ms(b->store);
+        t->nwc = 0;
+    }
     if (rl_buf_reserve(&t->keys, b->prefix_len + key_len + RL_RULE_MAX + 8,
                        &w) != RL_OK)
         return RL_ENOMEM;
     n = op_key(b, w, key, key_len, spec, &tag_len);
+    if (b->refusals.slots != NULL && local_refusal(b, t, owner, id, (char *)w,
+                                                   n, cost, spec))
+        return RL_OK;
     /* Hash the caller's key, the rule and (inline) the window: not the
      * constant prefix. Keyed SipHash still decides the slot, so clients
      * cannot aim keys at one chain. */
@@ -603,8 +685,10 @@ int rls_batcher_add(rls_batcher_t *b, void *owner, uint64_t id,
     }
 found:
     t->opx[op].nreqs++;
-    t->reqs[t->nreqs++] =
-        (req_t){owner, id, spec->stats, cost, op, spec->mode};
+    t->reqs[t->nreqs++] = (req_t){owner,      id,
+                                  spec->stats, cost,
+                                  op,         (uint8_t)spec->mode,
+                                  (uint8_t)(spec->rule != NULL)};
     b->stats.requests++;
     if (t->nreqs == b->max_reqs)
         submit(b);
@@ -635,4 +719,5 @@ void rls_batcher_free(rls_batcher_t *b)
         b->nfree = 0;
         batch_destroy(t);
     }
+    rls_refusals_free(&b->refusals);
 }

@@ -21,6 +21,7 @@
 #include "rl_msg.h"
 #include "hist.h"
 #include "policy/runtime.h"
+#include "refusals.h"
 #include "store/store.h"
 
 /* Receives the one response for a request. `r` and its strings are valid
@@ -69,6 +70,9 @@ typedef struct rls_batcher_s {
     size_t in_flight;  /* batches submitted and not yet answered */
     rls_batch_stats_t stats;
     rls_share_t share[RLS_SHARE_S];
+    /* Refusals known without the store (disabled until the owner calls
+     * rls_refusals_init on it). */
+    rls_refusals_t refusals;
 } rls_batcher_t;
 
 /* Prepares a batcher; allocates nothing yet. */
@@ -97,7 +101,8 @@ void rls_batcher_flush(rls_batcher_t *b);
 void rls_batcher_share(const rls_batcher_t *b, uint64_t now_s,
                        uint64_t *decided, uint64_t *failed);
 
-/* Frees the spare batches. Nothing may be in flight or filling. */
+/* Frees the spare batches and the refusals. Nothing may be in flight or
+ * filling. */
 void rls_batcher_free(rls_batcher_t *b);
 
 #endif

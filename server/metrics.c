@@ -290,6 +290,19 @@ int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
                 "Valid requests handed to the store.", bs->requests));
     TRY(histogram(out, "rl_batch_size", "Requests per store batch.", &bs->size,
                   0));
+    if (v->refusals != NULL) {
+        TRY(counter(out, "rl_refusals_local_total",
+                    "Requests refused without a store call: the store had "
+                    "shown their windows could not fit them.",
+                    v->refusals->hits));
+        TRY(gauge(out, "rl_refusal_cache_entries",
+                  "Entries of the refusal cache (dead ones until reused).",
+                  v->refusals->entries));
+        TRY(counter(out, "rl_refusal_cache_full_total",
+                    "Refusal cache entries not made: the table was full "
+                    "(--refusal-cache).",
+                    v->refusals->full));
+    }
     TRY(gauge(out, "rl_requests_inflight",
               "Requests read and not yet answered.", cs->inflight));
 

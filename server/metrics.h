@@ -24,6 +24,7 @@ typedef struct rls_metrics_view_s {
     const rls_runtime_t *rt;      /* the policy in force; or NULL */
     const rls_reload_stats_t *reload;
     const rls_switch_poll_stats_t *switches;
+    const rls_refusal_stats_t *refusals;
     uint64_t start_unix_ms;
     int healthy;  /* what /healthz answers now */
     int draining;

@@ -166,6 +166,7 @@ int rls_server_metrics(const rls_server_t *s, rl_buf_t *out)
     v.rt = s->rt.policy != NULL ? &s->rt : NULL;
     v.reload = &s->reload.stats;
     v.switches = &s->switches.stats;
+    v.refusals = &s->batcher.refusals.stats;
     return rls_metrics_render(&v, out);
 }
 
@@ -228,6 +229,8 @@ static void before_policy_change(void *arg)
     rls_server_t *s = arg;
 
     rls_batcher_flush(&s->batcher);
+    /* A limit may have gone up: what was full may not be any more. */
+    rls_refusals_invalidate(&s->batcher.refusals);
 }
 
 int rls_server_start(rls_server_t *s, uv_loop_t *loop,
@@ -293,6 +296,10 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
         RLS_INFO("metrics listening", " addr=%s:%d", cfg->metrics_host,
                  cfg->metrics_port);
     }
+    if (rls_refusals_init(&s->batcher.refusals, cfg->refusal_cache) != RL_OK)
+        RLS_WARN("no memory for the refusal cache; every request goes to "
+                 "the store",
+                 NULL);
     rls_conns_init(&s->conns, loop, cfg, &s->batcher);
     s->conns.on_empty = on_conns_empty;
     s->conns.arg = s;

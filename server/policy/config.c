@@ -34,6 +34,7 @@ void rls_config_defaults(rls_config_t *c)
     c->unhealthy_min_decisions = 20;
     strcpy(c->log_level, "info");
     c->max_rules = 1000;
+    c->refusal_cache = 16384;
 }
 
 static const char usage[] =
@@ -61,6 +62,10 @@ static const char usage[] =
     "                           366 days)\n"
     "  --max-inline-limit N     refuse inline limits higher (default 0: no\n"
     "                           cap)\n"
+    "  --refusal-cache N        remember up to N (rule, caller)s the store\n"
+    "                           showed full, and refuse what cannot fit\n"
+    "                           there without a store call (default 16384;\n"
+    "                           0: off)\n"
     "                           repeatable (default: none)\n"
     "  --fail-open              allow requests when the store cannot answer,\n"
     "                           saying so in `error` (default)\n"
@@ -223,6 +228,7 @@ static const num_flag_t num_flags[] = {
     NUM("--drain-ms", drain_ms, 0, 3600000),
     NUM("--unhealthy-min-decisions", unhealthy_min_decisions, 1, 1u << 30),
     NUM("--max-rules", max_rules, 1, 1000000),
+    NUM("--refusal-cache", refusal_cache, 0, 1u << 24),
     NUM("--max-inline-window", max_inline_window, 0, RL_WINDOW_MAX_S),
     NUM("--max-inline-limit", max_inline_limit, 0, INT64_MAX),
 };

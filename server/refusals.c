@@ -1,0 +1,181 @@
+/* What this instance knows cannot be admitted; see refusals.h.
+ *
+ * The table holds pointers to entries, linear probing over at most PROBES
+ * slots: a lookup looks no further, and an insert takes the first slot in
+ * that run that is empty, holds the same key, or holds an entry that has
+ * expired or belongs to an older epoch. Nothing is ever deleted; dead
+ * entries are reused in place. So a lookup costs at most PROBES key
+ * comparisons, memory is the table plus at most `max` entries, and a full
+ * run drops the new entry (counted). */
+#include "refusals.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "rl_error.h"
+#include "util.h"
+
+#define PROBES 8
+
+struct rls_refusal_s {
+    uint64_t hash;
+    uint64_t epoch;
+    uint64_t expires_ms; /* the earliest window end, or the TTL */
+    uint32_t n;
+    uint32_t klen;
+    uint32_t kcap;
+    struct {
+        uint64_t limit, count, end_ms;
+        uint32_t window_s;
+    } w[RLS_WINDOWS_MAX];
+    char *key;
+};
+
+/* The table is of pointers; the slots array holds them. */
+#define SLOT(c, i) (((rls_refusal_t **)(void *)(c)->slots)[i])
+
+int rls_refusals_init(rls_refusals_t *c, size_t max)
+{
+    size_t slots = 16;
+
+    memset(c, 0, sizeof(*c));
+    if (max == 0)
+        return RL_OK;
+    while (slots < 2 * max)
+        slots <<= 1;
+    c->slots = calloc(slots, sizeof(rls_refusal_t *));
+    if (c->slots == NULL)
+        return RL_ENOMEM;
+    c->mask = (uint32_t)(slots - 1);
+    c->max = max;
+    c->epoch = 1;
+    rls_random_key(&c->hk);
+    return RL_OK;
+}
+
+void rls_refusals_free(rls_refusals_t *c)
+{
+    uint32_t i;
+
+    if (c->slots == NULL)
+        return;
+    for (i = 0; i <= c->mask; i++) {
+        rls_refusal_t *e = SLOT(c, i);
+        if (e != NULL) {
+            free(e->key);
+            free(e);
+        }
+    }
+    free(c->slots);
+    memset(c, 0, sizeof(*c));
+}
+
+void rls_refusals_invalidate(rls_refusals_t *c)
+{
+    c->epoch++;
+}
+
+static int live(const rls_refusals_t *c, const rls_refusal_t *e,
+                uint64_t now_ms)
+{
+    return e->epoch == c->epoch && now_ms < e->expires_ms;
+}
+
+int rls_refusals_check(rls_refusals_t *c, const char *key, size_t len,
+                       uint64_t now_ms, uint64_t cost, rl_admit_win_t *w,
+                       uint32_t *n)
+{
+    uint64_t h;
+    uint32_t i, pos;
+
+    if (c->slots == NULL)
+        return 0;
+    h = rl_hash(&c->hk, key, len);
+    for (i = 0, pos = (uint32_t)h & c->mask; i < PROBES;
+         i++, pos = (pos + 1) & c->mask) {
+        const rls_refusal_t *e = SLOT(c, pos);
+        uint32_t j;
+
+        if (e == NULL)
+            return 0;
+        if (e->hash != h || e->klen != len || memcmp(e->key, key, len) != 0)
+            continue;
+        if (!live(c, e, now_ms))
+            return 0;
+        for (j = 0; j < e->n; j++) {
+            w[j].limit = e->w[j].limit;
+            w[j].count = e->w[j].count;
+            w[j].window_s = e->w[j].window_s;
+            w[j].reset_after_ms = e->w[j].end_ms - now_ms;
+        }
+        *n = e->n;
+        if (rl_admit_fits(w, e->n, cost))
+            return 0; /* may fit: only the store can say */
+        c->stats.hits++;
+        return 1;
+    }
+    return 0;
+}
+
+void rls_refusals_learn(rls_refusals_t *c, const char *key, size_t len,
+                        uint64_t now_ms, const rl_admit_win_t *w,
+                        const uint64_t *end_ms, uint32_t n)
+{
+    rls_refusal_t *e = NULL;
+    uint64_t h, exp = now_ms + RLS_REFUSAL_TTL_MS;
+    uint32_t i, pos, take = UINT32_MAX;
+
+    if (c->slots == NULL || n == 0 || n > RLS_WINDOWS_MAX || len > UINT32_MAX)
+        return;
+    h = rl_hash(&c->hk, key, len);
+    for (i = 0, pos = (uint32_t)h & c->mask; i < PROBES;
+         i++, pos = (pos + 1) & c->mask) {
+        rls_refusal_t *x = SLOT(c, pos);
+        if (x == NULL || (x->hash == h && x->klen == len &&
+                          memcmp(x->key, key, len) == 0)) {
+            take = pos;
+            break;
+        }
+        if (take == UINT32_MAX && !live(c, x, now_ms))
+            take = pos; /* reusable, unless the key is further on */
+    }
+    if (take == UINT32_MAX) {
+        c->stats.full++;
+        return;
+    }
+    e = SLOT(c, take);
+    if (e == NULL) {
+        if (c->stats.entries >= c->max) {
+            c->stats.full++;
+            return;
+        }
+        if ((e = calloc(1, sizeof(*e))) == NULL)
+            return;
+        SLOT(c, take) = e;
+        c->stats.entries++;
+    }
+    if (e->kcap < len) {
+        char *k = realloc(e->key, len);
+        if (k == NULL) {
+            e->epoch = 0; /* dead */
+            return;
+        }
+        e->key = k;
+        e->kcap = (uint32_t)len;
+    }
+    memcpy(e->key, key, len);
+    e->klen = (uint32_t)len;
+    e->hash = h;
+    e->epoch = c->epoch;
+    e->n = n;
+    for (i = 0; i < n; i++) {
+        e->w[i].limit = w[i].limit;
+        e->w[i].count = w[i].count;
+        e->w[i].window_s = w[i].window_s;
+        e->w[i].end_ms = end_ms[i];
+        if (end_ms[i] < exp)
+            exp = end_ms[i];
+    }
+    e->expires_ms = exp;
+    c->stats.inserts++;
+}
