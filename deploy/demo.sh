@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on a fresh Debian 12 machine: install what is missing, build,
-# start a private redis-server and rl-server on free loopback ports, show
-# real decisions with rl-check, then stop exactly what it started.
+# start a private redis-server and rl-server (with deploy/rules.yaml) on free
+# loopback ports, show real decisions with rl-check and a quota set with
+# rl-ctl, then stop exactly what it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,18 +11,19 @@ echo "== building (Release) into build-demo/"
 log=$(mktemp /tmp/rl-demo-build.XXXXXX)
 cmake -S . -B build-demo -DCMAKE_BUILD_TYPE=Release -DRL_BUILD_TESTS=OFF \
   >"$log" 2>&1 || { cat "$log"; exit 1; }
-cmake --build build-demo -j "$(nproc)" --target rl-server rl-check \
+cmake --build build-demo -j "$(nproc)" --target rl-server rl-check rl-ctl \
   >>"$log" 2>&1 || { cat "$log"; exit 1; }
 
 server=build-demo/server/rl-server
 check=build-demo/client/rl-check
+ctl=build-demo/server/rl-ctl
 dir=$(mktemp -d /tmp/rl-demo.XXXXXX)
 pids=()
 
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$dir"
+  rm -rf "$dir" "$log"
 }
 trap cleanup EXIT
 
@@ -56,11 +58,15 @@ redis_pid=$!
 wait_port "$rport"
 
 port=$(free_port)
-"$server" --listen "127.0.0.1:$port" --redis "127.0.0.1:$rport" \
-  --rule login=3/60 --redis-timeout-ms 100 2>"$dir/server.log" &
+mport=$(free_port)
+"$server" --listen "127.0.0.1:$port" --metrics "127.0.0.1:$mport" \
+  --redis "127.0.0.1:$rport" --config deploy/rules.yaml \
+  --redis-timeout-ms 100 2>"$dir/server.log" &
 pids+=($!)
 wait_port "$port"
-echo "== redis-server on 127.0.0.1:$rport, rl-server on 127.0.0.1:$port"
+wait_port "$mport"
+echo "== redis-server on 127.0.0.1:$rport, rl-server on 127.0.0.1:$port" \
+  "(rules: deploy/rules.yaml, metrics on 127.0.0.1:$mport)"
 
 run() {
   echo "\$ rl-check $*"
@@ -71,13 +77,42 @@ echo
 echo "-- 5 requests per 60 s for user:demo; the 6th and 7th are refused"
 run --key user:demo --limit 5 --window 60 --repeat 7
 echo
-echo "-- a named server-side rule (--rule login=3/60), cost 2 per request"
-run --key ip:203.0.113.7 --rule login --cost 2 --repeat 2
+echo "-- rule login (5/60s in deploy/rules.yaml), cost 2 per request: the third"
+echo "   is refused (4 used, 1 left) and, refused, consumes nothing"
+run --key ip:203.0.113.7 --rule login --cost 2 --repeat 3
 echo
-echo "-- what Redis holds: one counter per (key, window), each with a TTL"
-redis-cli -p "$rport" --scan --pattern 'rl:*' | sort | while read -r k; do
-  printf '   %-40s value=%s pttl_ms=%s\n' "$k" \
-    "$(redis-cli -p "$rport" GET "$k")" "$(redis-cli -p "$rport" PTTL "$k")"
+echo "-- rule api, two windows (33/1m and 2000/1h): every window must allow;"
+echo "   the answer describes the deciding window (here the minute)"
+echo "\$ rl-check --key user:demo --rule api --repeat 35   (first 2 and last 3 lines)"
+"$check" --server "127.0.0.1:$port" --key user:demo --rule api --repeat 35 \
+  >"$dir/api.out" || true
+sed -n '1,2p;33,35p' "$dir/api.out"
+echo
+echo "-- rule search (10/1s, mode: shadow): decided and counted, never refused;"
+echo "   what enforce would have refused is answered OK with shadow_refused set"
+echo "   in the response (rl-check does not print it; /metrics counts it)"
+echo "\$ rl-check --key ip:198.51.100.9 --rule search --repeat 12   (last 3 lines)"
+"$check" --server "127.0.0.1:$port" --key ip:198.51.100.9 --rule search \
+  --repeat 12 | tail -n 3
+curl -fsS "http://127.0.0.1:$mport/metrics" |
+  grep '^rl_rule_decisions_total{rule="search"' | sed 's/^/   /'
+echo
+echo "-- rl-ctl: caller user:partner gets its own quota under api (2/1m),"
+echo "   read by the decision script itself; no restart, no reload"
+echo "\$ rl-ctl quota set api user:partner 2/1m"
+"$ctl" --redis "127.0.0.1:$rport" quota set api user:partner 2/1m
+run --key user:partner --rule api --repeat 3
+echo
+echo "-- what Redis holds: counters <prefix>{<caller>}:r:<rule>:<window_s>:<index>"
+echo "   (each with a TTL; a refusal creates none), and the quota hash"
+redis-cli -p "$rport" --scan --pattern 'rl:{*' | sort | while read -r k; do
+  if [ "$(redis-cli -p "$rport" TYPE "$k")" = string ]; then
+    printf '   %-44s value=%s pttl_ms=%s\n' "$k" \
+      "$(redis-cli -p "$rport" GET "$k")" "$(redis-cli -p "$rport" PTTL "$k")"
+  else
+    printf '   %-44s hash: %s\n' "$k" \
+      "$(redis-cli -p "$rport" HGETALL "$k" | paste -sd' ')"
+  fi
 done
 echo
 echo "-- Redis stopped: rl-server keeps answering, failing open (the default)"

@@ -20,6 +20,10 @@
 #                   this tree if built, else rl-server on PATH)
 #   RL_DRAIN_MS     --drain-ms of each rl-server (default 1000)
 #   RL_SERVER_OPTS  more rl-server flags, e.g. "--fail-closed"
+#   RL_RULES        the rules file every rl-server loads with --config
+#                   (default deploy/rules.yaml in this tree; empty: none).
+#                   Edit it and each server reloads it; switches and quotas:
+#                   build/server/rl-ctl --redis 127.0.0.1:$((RL_PORT+2)) ...
 #
 # Every process is started by this script and recorded by pid in the state
 # directory; `down` signals those pids only, after checking that each still
@@ -196,7 +200,8 @@ lc_state_dir() {
 }
 
 lc_up() {
-    local n=${1:-3} dir base bin drain i p m servers="" rp
+    local n=${1:-3} dir base bin drain i p m servers="" rp rules
+    local -a conf=()
     dir=$(lc_state_dir)
     base=${RL_PORT:-7300}
     drain=${RL_DRAIN_MS:-1000}
@@ -209,6 +214,12 @@ lc_up() {
     bin=$(lc_find_server_bin)
     if [ -z "$bin" ] || [ ! -x "$bin" ]; then
         lc_die "no rl-server: build it (cmake --build build) or set RL_SERVER_BIN"
+    fi
+    rules=${RL_RULES-$LC_ROOT/deploy/rules.yaml}
+    if [ -n "$rules" ]; then
+        "$bin" --check-config "$rules" >/dev/null ||
+            lc_die "bad rules file $rules (see above)"
+        conf=(--config "$(cd "$(dirname "$rules")" && pwd)/$(basename "$rules")")
     fi
     for tool in redis-server redis-cli haproxy curl; do
         command -v "$tool" >/dev/null ||
@@ -245,7 +256,8 @@ lc_up() {
         # shellcheck disable=SC2086 # RL_SERVER_OPTS holds several flags
         lc_spawn "$dir" "rl-server-$i" rl-server "$bin" \
             --listen "127.0.0.1:$p" --metrics "127.0.0.1:$m" \
-            --redis "127.0.0.1:$rp" --drain-ms "$drain" ${RL_SERVER_OPTS:-}
+            --redis "127.0.0.1:$rp" --drain-ms "$drain" "${conf[@]}" \
+            ${RL_SERVER_OPTS:-}
         servers="$servers $p:$m"
     done
     for i in $(seq 1 "$n"); do
@@ -269,6 +281,11 @@ lc_up() {
     echo "             try: rl-check --server 127.0.0.1:$base --key demo --limit 5 --window 10"
     echo "  haproxy    http://127.0.0.1:$((base + 1))/stats"
     echo "  redis      127.0.0.1:$rp"
+    if [ -n "$rules" ]; then
+        echo "  rules      ${conf[1]} (reloaded on change)"
+        echo "             try: rl-check --server 127.0.0.1:$base --key demo --rule api"
+        echo "             rl-ctl --redis 127.0.0.1:$rp show"
+    fi
     for i in $(seq 1 "$n"); do
         echo "  rl-server $i 127.0.0.1:$((base + 10 + i))  metrics http://127.0.0.1:$((base + 110 + i))/metrics  health http://127.0.0.1:$((base + 110 + i))/healthz"
     done
