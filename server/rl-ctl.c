@@ -35,6 +35,8 @@
 
 /* An instance that has not reported for this long is not waited for. */
 #define STALE_MS 10000
+/* One that has not reported for this long is removed from the list. */
+#define PRUNE_MS 3600000
 
 static const char usage[] =
     "usage: rl-ctl [--redis ADDR] [--prefix STR] [--wait-ms N] COMMAND\n"
@@ -200,7 +202,7 @@ static int quota(ctl_t *c, int argc, char **argv)
 
     if (strcmp(op, "set") == 0) {
         /* Validated whole before anything is written: never half-applied.
-         * Stored normalized (limit/seconds, by window length) so the
+         * Stored normalized (limit/seconds, in the order given) so the
          * script reads it with one pattern. */
         rls_limits_t ls;
         size_t i, n = 0;
@@ -312,6 +314,15 @@ static long instances_behind(ctl_t *c, long long v, int print,
         if (r->element[i + 1]->type != REDIS_REPLY_STRING ||
             sscanf(r->element[i + 1]->str, "%lld %llu", &iv, &at) != 2)
             continue;
+        if (at + PRUNE_MS < now) {
+            /* Gone for an hour: an instance name includes the pid, so
+             * every restart adds one; old ones are removed here. */
+            const char *d[] = {"HDEL", ikey, name};
+            redisReply *x = cmd(c, 3, d, NULL);
+            if (x != NULL)
+                freeReplyObject(x);
+            continue;
+        }
         if (at + STALE_MS < now)
             continue; /* gone, or not reporting: not waited for */
         (*live)++;

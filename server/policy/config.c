@@ -66,7 +66,6 @@ static const char usage[] =
     "                           showed full, and refuse what cannot fit\n"
     "                           there without a store call (default 16384;\n"
     "                           0: off)\n"
-    "                           repeatable (default: none)\n"
     "  --fail-open              allow requests when the store cannot answer,\n"
     "                           saying so in `error` (default)\n"
     "  --fail-closed            answer ERROR when the store cannot answer\n"
