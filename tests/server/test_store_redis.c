@@ -16,7 +16,9 @@
 #include <hiredis/hiredis.h>
 #include <uv.h>
 
+#include "rl_admit.h"
 #include "rl_error.h"
+#include "rl_window.h"
 #include "batch.h"
 #include "policy/config.h"
 #include "server.h"
@@ -38,10 +40,18 @@ typedef struct fx_s {
     const char *password;
 } fx_t;
 
-/* One batch and what its callback saw. */
+/* One batch and what its callback saw: each op one 60 s window (index 1)
+ * with a limit nothing reaches, and one request of cost `incr`, so the
+ * count after the batch is before + admitted * incr. */
 typedef struct job_s {
     rls_op_t ops[MAX_OPS];
-    char keys[MAX_OPS][96];
+    rls_wop_t win[MAX_OPS][1];
+    uint32_t cost[MAX_OPS];
+    char keys[MAX_OPS][96];  /* the ops' base keys */
+    char wkeys[MAX_OPS][128]; /* their counters */
+    /* A stored quota's windows, copied in the callback. */
+    rls_wop_t qwin[MAX_OPS][RLS_WINDOWS_MAX];
+    uint32_t nqwin[MAX_OPS];
     size_t n;
     int calls, status;
     uint64_t fired_ms;
@@ -162,8 +172,17 @@ static void on_job(void *data, rls_op_t *ops, size_t n, int status)
 {
     job_t *j = data;
 
+    size_t i;
+
     assert_ptr_equal(ops, j->ops);
     assert_int_equal(n, j->n);
+    for (i = 0; i < n; i++) {
+        /* qwin is valid during the callback only */
+        j->nqwin[i] = ops[i].nqwin;
+        if (ops[i].nqwin > 0)
+            memcpy(j->qwin[i], ops[i].qwin,
+                   ops[i].nqwin * sizeof(ops[i].qwin[0]));
+    }
     j->calls++;
     j->status = status;
     j->fired_ms = rlt_mono_ms();
@@ -185,8 +204,66 @@ static void on_job(void *data, rls_op_t *ops, size_t n, int status)
 /* A one-op batch, small enough to submit a thousand of. */
 typedef struct small_s {
     rls_op_t op;
+    rls_wop_t win;
+    uint32_t cost;
     int calls, status;
 } small_t;
+
+/* One request of cost 1 on the 60 s window of index 1 of key. */
+static void small_init(small_t *s, const char *key, uint64_t expire_at_ms)
+{
+    memset(&s->op, 0, sizeof(s->op));
+    s->op.key = key;
+    s->op.key_len = strlen(key);
+    s->op.tag_len = (size_t)(strchr(key, '}') + 1 - key);
+    s->op.scale = 1;
+    s->win.window_s = 60;
+    s->win.limit = INT64_MAX;
+    s->win.index = 1;
+    s->win.expire_at_ms = expire_at_ms;
+    s->win.before = -1;
+    s->op.win = &s->win;
+    s->op.nwin = 1;
+    s->cost = 1;
+    s->op.costs = &s->cost;
+    s->op.ncosts = 1;
+    s->op.equal_cost = 1;
+}
+
+/* The count of op's first window after the batch, its requests all of
+ * one cost. */
+static int64_t after(const rls_op_t *op)
+{
+    return op->win[0].before + (int64_t)(op->admitted * op->costs[0]);
+}
+
+/* Sets up op i of j: base key `key`, one window (60 s, index 1, expiring
+ * at expire_at_ms, no reachable limit), one request of cost incr. */
+static void job_op(job_t *j, size_t i, const char *key, uint64_t incr,
+                   uint64_t expire_at_ms)
+{
+    rls_op_t *op = &j->ops[i];
+
+    snprintf(j->keys[i], sizeof(j->keys[i]), "%s", key);
+    memset(op, 0, sizeof(*op));
+    op->key = j->keys[i];
+    op->key_len = strlen(j->keys[i]);
+    op->tag_len = (size_t)(strrchr(j->keys[i], '}') + 1 - j->keys[i]);
+    op->scale = 1;
+    j->win[i][0].window_s = 60;
+    j->win[i][0].limit = INT64_MAX;
+    j->win[i][0].index = 1;
+    j->win[i][0].expire_at_ms = expire_at_ms;
+    j->win[i][0].before = -1;
+    op->win = j->win[i];
+    op->nwin = 1;
+    j->cost[i] = (uint32_t)incr;
+    op->costs = &j->cost[i];
+    op->ncosts = 1;
+    op->equal_cost = (uint32_t)incr;
+    op->admitted = UINT64_MAX;
+    rls_wkey(op, 60, 1, j->wkeys[i]);
+}
 
 static void on_small(void *data, rls_op_t *ops, size_t n, int status)
 {
@@ -212,23 +289,21 @@ static void on_count(void *data, rls_op_t *ops, size_t n, int status)
     s->status = status;
 }
 
-/* Fills a job with n keys "rl:{<tag>:<i>}:60:1", each due to expire a
- * minute from now on the store's clock. */
+/* Fills a job with n ops "rl:{<tag>:<i>}:r:t" (counters
+ * "rl:{<tag>:<i>}:r:t:60:1"), each due to expire a minute from now on the
+ * store's clock. */
 static void job_init(job_t *j, fx_t *f, size_t n, const char *tag,
                      uint64_t incr)
 {
     uint64_t now = f->st->v->now_ms(f->st);
+    char key[96];
     size_t i;
 
     memset(j, 0, sizeof(*j));
     j->n = n;
     for (i = 0; i < n; i++) {
-        snprintf(j->keys[i], sizeof(j->keys[i]), "rl:{%s:%zu}:60:1", tag, i);
-        j->ops[i].key = j->keys[i];
-        j->ops[i].key_len = strlen(j->keys[i]);
-        j->ops[i].incr = incr;
-        j->ops[i].expire_at_ms = now + 60000;
-        j->ops[i].count = -1;
+        snprintf(key, sizeof(key), "rl:{%s:%zu}:r:t", tag, i);
+        job_op(j, i, key, incr, now + 60000);
     }
 }
 
@@ -281,81 +356,191 @@ static long long assert_all_keys_expire(fx_t *f, long long max_ms)
 
 /* ---- the command and its reply, without Redis ---------------------------*/
 
+/* ops[0..n): nwin windows and ncosts costs each. */
+static void parse_ops(rls_op_t *ops, rls_wop_t (*win)[RLS_WINDOWS_MAX],
+                      size_t n, uint32_t nwin, uint32_t ncosts)
+{
+    size_t i;
+
+    memset(ops, 0, n * sizeof(*ops));
+    memset(win, 0, n * sizeof(*win));
+    for (i = 0; i < n; i++) {
+        ops[i].win = win[i];
+        ops[i].nwin = nwin;
+        ops[i].ncosts = ncosts;
+    }
+}
+
+/* Parses an exact-size heap copy of s, so that ASan sees any read past
+ * len. */
+static int parse_copy(const char *s, size_t len, rls_op_t *ops, size_t n,
+                      rls_wop_t *qwin, rls_redis_errs_t *errs)
+{
+    char *copy = malloc(len ? len : 1);
+    int rc;
+
+    assert_non_null(copy);
+    memcpy(copy, s, len);
+    rc = rls_redis_parse_counts(copy, len, ops, n, qwin, errs);
+    free(copy);
+    return rc;
+}
+
 static void test_parse_counts(void **state)
 {
-    static const char *const bad[] = {"",
-                                      "x",
-                                      "1  2 3",
-                                      " 1 2 3",
-                                      "1 2 3 ",
-                                      "1 2",
-                                      "1 2 3 4",
-                                      "1e+14",
-                                      "1 - 3",
-                                      "1 2 3x",
-                                      "1,2,3",
-                                      "9223372036854775808",
-                                      "1 99999999999999999999 3"};
-    const char *ok = "12 e -5";
-    const char *oom = "eOOM 3 eOVERFLOW\nOOM command not allowed";
+    /* For 3 ops of 2 windows and 3 costs each. */
+    static const char *const bad[] = {
+        "",
+        "x",
+        ",",
+        "1 2 3,",
+        "1 2 3,1 2 3",             /* too few ops */
+        "1 2 3,1 2 3,1 2 3,1 2 3", /* an op too many */
+        "1  2 3,1 2 3,1 2 3",
+        " 1 2 3,1 2 3,1 2 3",
+        "1 2 3 ,1 2 3,1 2 3",
+        "1 2,1 2 3,1 2 3",         /* a window's count missing */
+        "1 2 3 4,1 2 3,1 2 3",     /* a window too many */
+        "1e+14 2 3,1 2 3,1 2 3",
+        "1 - 3,1 2 3,1 2 3",
+        "1 2 3x,1 2 3,1 2 3",
+        "1 2 0x3,1 2 3,1 2 3",
+        "4 2 3,1 2 3,1 2 3",       /* admitted > ncosts */
+        "-1 2 3,1 2 3,1 2 3",
+        "1 99999999999999999999 3,1 2 3,1 2 3",
+        "1 2 9223372036854775808,1 2 3,1 2 3",
+        "1 q,1 2 3,1 2 3",         /* a quota of no window */
+        "1 q ,1 2 3,1 2 3",
+        "1 q 60 5,1 2 3,1 2 3",    /* a quota window's count missing */
+        "1 q 0 5 1,1 2 3,1 2 3",   /* window 0 */
+        "1 q 31622401 5 1,1 2 3,1 2 3",
+        "1 q 60 0 1,1 2 3,1 2 3",  /* limit 0 */
+        "1 q 60 -5 1,1 2 3,1 2 3",
+        "1 q 1 1 0 2 1 0 3 1 0 4 1 0 5 1 0 6 1 0 7 1 0 8 1 0 9 1 0,1 2 3,"
+        "1 2 3",                   /* nine quota windows */
+        "1 Q,1 2 3,1 2 3",
+        "1 QQ 2 3,1 2 3,1 2 3",
+        "1 Z 2 3,1 2 3,1 2 3",     /* unknown tags */
+        "1 z 2 3,1 2 3,1 2 3",
+        "1 e 2 3,1 2 3,1 2 3",
+        "1 2 3,x,1 2 3",
+        "1 2 3,E,1 2 3",
+        "1 2 3,1 2 3,1 2 3,",
+        "late,1 2 3,1 2 3",
+        "lat",
+        "latex"};
+    const char *ok = "2 5 7,eOOM,0 Q -1 3";
+    const char *q = "1 q 60 10 4 3600 100 50,3 0 0,0 q 1 1 9";
+    const char *oom = "eOOM,3 1 2,eOVERFLOW\nOOM command not allowed";
+    static rls_wop_t qwin[3 * RLS_WINDOWS_MAX];
+    rls_wop_t win[3][RLS_WINDOWS_MAX];
     rls_redis_errs_t errs;
-    rls_op_t ops[4];
+    rls_op_t ops[3];
     size_t i, len;
 
     (void)state;
-    memset(ops, 0, sizeof(ops));
-    ops[1].count = 77;
-    assert_int_equal(rls_redis_parse_counts(ok, strlen(ok), ops, 3, &errs), 0);
-    assert_int_equal(errs.failed, 1);
-    assert_int_equal(errs.by_kind[RLS_SERR_OTHER], 1);
-    assert_null(errs.text);
-    assert_int_equal(ops[0].count, 12);
+    parse_ops(ops, win, 3, 2, 3);
+    assert_int_equal(parse_copy(ok, strlen(ok), ops, 3, qwin, &errs), 0);
     assert_int_equal(ops[0].err, 0);
+    assert_int_equal(ops[0].admitted, 2);
+    assert_int_equal(ops[0].win[0].before, 5);
+    assert_int_equal(ops[0].win[1].before, 7);
+    assert_int_equal(ops[0].nqwin, 0);
     assert_int_equal(ops[1].err, RL_ESTORE);
-    assert_int_equal(ops[2].count, -5);
     assert_int_equal(ops[2].err, 0);
-    assert_int_equal(rls_redis_parse_counts("9223372036854775807", 19, ops, 1,
-                                            &errs),
-                     0);
-    assert_int_equal(ops[0].count, INT64_MAX);
-    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-        if (rls_redis_parse_counts(bad[i], strlen(bad[i]), ops, 3, &errs) !=
-            -1)
-            fail_msg("accepted \"%s\"", bad[i]);
-    assert_int_equal(rls_redis_parse_counts("9223372036854775808", 19, ops, 1,
-                                            &errs),
-                     -1);
-    /* Every truncation of a good reply is refused, never read past. */
-    for (len = 0; len < strlen(ok); len++) {
-        char *copy = malloc(len + 1);
-        assert_non_null(copy);
-        memcpy(copy, ok, len);
-        assert_int_equal(rls_redis_parse_counts(copy, len, ops, 3, &errs),
-                         -1);
-        free(copy);
+    assert_int_equal(ops[2].admitted, 0);
+    assert_int_equal(ops[2].win[0].before, -1);
+    assert_int_equal(ops[2].win[1].before, 3);
+    assert_int_equal(errs.failed, 1);
+    assert_int_equal(errs.by_kind[RLS_SERR_OOM], 1);
+    assert_int_equal(errs.bad_quotas, 1);
+    assert_null(errs.text);
+
+    /* The caller's quota: its windows replace the op's. */
+    parse_ops(ops, win, 3, 2, 3);
+    assert_int_equal(parse_copy(q, strlen(q), ops, 3, qwin, &errs), 0);
+    assert_int_equal(ops[0].admitted, 1);
+    assert_int_equal(ops[0].nqwin, 2);
+    assert_ptr_equal(ops[0].qwin, &qwin[0]);
+    assert_int_equal(ops[0].qwin[0].window_s, 60);
+    assert_int_equal(ops[0].qwin[0].limit, 10);
+    assert_int_equal(ops[0].qwin[0].before, 4);
+    assert_int_equal(ops[0].qwin[1].window_s, 3600);
+    assert_int_equal(ops[0].qwin[1].limit, 100);
+    assert_int_equal(ops[0].qwin[1].before, 50);
+    assert_int_equal(ops[1].nqwin, 0);
+    assert_null(ops[1].qwin);
+    assert_int_equal(ops[1].admitted, 3);
+    assert_int_equal(ops[2].nqwin, 1);
+    assert_ptr_equal(ops[2].qwin, &qwin[2 * RLS_WINDOWS_MAX]);
+    assert_int_equal(ops[2].qwin[0].before, 9);
+    assert_int_equal(errs.bad_quotas, 0);
+    /* ...and without room for quota windows it is malformed, not a write
+     * through a null pointer. */
+    assert_int_equal(parse_copy(q, strlen(q), ops, 3, NULL, &errs),
+                     RL_EINVAL);
+    assert_int_equal(parse_copy("3 0 0,1 q 60 10 4", 17, ops, 2, NULL, &errs),
+                     RL_EINVAL);
+    /* Eight quota windows is the most. */
+    {
+        const char *q8 = "1 q 1 1 0 2 1 0 3 1 0 4 1 0 5 1 0 6 1 0 7 1 0 8 1 0";
+        parse_ops(ops, win, 1, 2, 3);
+        assert_int_equal(parse_copy(q8, strlen(q8), ops, 1, qwin, &errs), 0);
+        assert_int_equal(ops[0].nqwin, 8);
+        assert_int_equal(ops[0].qwin[7].window_s, 8);
     }
-    /* Refusals by kind, and the first one's text after the counts. */
-    assert_int_equal(rls_redis_parse_counts(oom, strlen(oom), ops, 3, &errs),
+    /* The extremes of a count. */
+    parse_ops(ops, win, 1, 1, 1);
+    assert_int_equal(parse_copy("1 9223372036854775807", 21, ops, 1, qwin,
+                                &errs),
                      0);
+    assert_int_equal(ops[0].win[0].before, INT64_MAX);
+    assert_int_equal(parse_copy("1 -9223372036854775807", 22, ops, 1, qwin,
+                                &errs),
+                     0);
+    assert_int_equal(ops[0].win[0].before, -INT64_MAX);
+
+    parse_ops(ops, win, 3, 2, 3);
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        if (parse_copy(bad[i], strlen(bad[i]), ops, 3, qwin, &errs) !=
+            RL_EINVAL)
+            fail_msg("accepted \"%s\"", bad[i]);
+    /* Every truncation of a good reply is refused, never read past. */
+    for (len = 0; len < strlen(ok); len++)
+        assert_int_equal(parse_copy(ok, len, ops, 3, qwin, &errs), RL_EINVAL);
+    for (len = 0; len < strlen(q); len++)
+        assert_int_equal(parse_copy(q, len, ops, 3, qwin, &errs), RL_EINVAL);
+    /* No op at all is an empty reply. */
+    assert_int_equal(parse_copy("", 0, ops, 0, qwin, &errs), 0);
+    assert_int_equal(parse_copy("1 2 3", 5, ops, 0, qwin, &errs), RL_EINVAL);
+
+    /* Refusals by kind, and the first one's text after the ops. */
+    parse_ops(ops, win, 3, 2, 3);
+    assert_int_equal(parse_copy(oom, strlen(oom), ops, 3, qwin, &errs), 0);
     assert_int_equal(ops[0].err, RL_ESTORE);
-    assert_int_equal(ops[1].count, 3);
+    assert_int_equal(ops[1].err, 0);
+    assert_int_equal(ops[1].admitted, 3);
+    assert_int_equal(ops[1].win[1].before, 2);
     assert_int_equal(ops[2].err, RL_ESTORE);
     assert_int_equal(errs.failed, 2);
     assert_int_equal(errs.by_kind[RLS_SERR_OOM], 1);
     assert_int_equal(errs.by_kind[RLS_SERR_OVERFLOW], 1);
     assert_int_equal(errs.text_len, strlen("OOM command not allowed"));
     assert_memory_equal(errs.text, "OOM command not allowed", errs.text_len);
-    /* A script run after its deadline. */
-    ops[0].count = 5;
-    assert_int_equal(rls_redis_parse_counts("late", 4, ops, 1, &errs),
+    /* A script run after its deadline: ops untouched. */
+    ops[0].admitted = 5;
+    ops[0].win[0].before = 6;
+    assert_int_equal(parse_copy("late", 4, ops, 1, qwin, &errs),
                      RLS_REDIS_LATE);
-    assert_int_equal(ops[0].count, 5);
+    assert_int_equal(ops[0].admitted, 5);
+    assert_int_equal(ops[0].win[0].before, 6);
     /* Error texts by kind. */
     assert_int_equal(rls_redis_err_kind("BUSY Redis is busy", 18),
                      RLS_SERR_BUSY);
     assert_int_equal(rls_redis_err_kind("READONLY You can't", 18),
                      RLS_SERR_READONLY);
     assert_int_equal(rls_redis_err_kind("NOSCRIPT No", 11), RLS_SERR_NOSCRIPT);
+    assert_int_equal(rls_redis_err_kind("LOADING", 7), RLS_SERR_LOADING);
     assert_int_equal(rls_redis_err_kind("ERR increment or decrement would "
                                         "overflow",
                                         41),
@@ -382,50 +567,112 @@ static redisReply *read_back(const char *p, size_t len)
 static void test_encode(void **state)
 {
     static const char sha[] = "0123456789abcdef0123456789abcdef01234567";
+    static const uint32_t costs0[] = {1, 3, 2};
+    static const uint32_t costs1[] = {7, 7};
+    static const char *const want[] = {
+        "EVALSHA", sha, "2", "rl:{a b}:r:api", NULL /* op 1's key */,
+        "1763777001000", "1763777000123", "2500",
+        /* op 0: two windows, a quota, unequal costs */
+        "2", "60", "29396283", "1763777040000", "33", "3600", "489938",
+        "1763778000000", "18446744073709551615", "api", "0.5", "3", "1", "3",
+        "2",
+        /* op 1: one window, no quota, two requests of cost 7 */
+        "1", "1", "1763777000", "1763777002000", "5", "", "1", "-2", "7"};
     rls_cmdbuf_t buf = {NULL, 0};
+    rls_wop_t w0[2], w1[1];
     rls_op_t ops[2];
     redisReply *r;
-    size_t len, cap;
+    size_t len, cap, i;
     char *p;
 
     (void)state;
     memset(ops, 0, sizeof(ops));
-    ops[0].key = "rl:{a b}:60:1";
+    memset(w0, 0, sizeof(w0));
+    memset(w1, 0, sizeof(w1));
+    ops[0].key = "rl:{a b}:r:api";
     ops[0].key_len = strlen(ops[0].key);
-    ops[0].incr = 1;
-    ops[0].expire_at_ms = 1763778000000ULL;
-    ops[1].key = "rl:{\xe6\x97\xa5\r\n}:1:0";
+    ops[0].tag_len = 8;
+    ops[0].quota = ops[0].key + 11;
+    ops[0].quota_len = 3;
+    ops[0].scale = 0.5;
+    w0[0] = (rls_wop_t){60, 33, 29396283, 1763777040000ULL, 0};
+    w0[1] = (rls_wop_t){3600, UINT64_MAX, 489938, 1763778000000ULL, 0};
+    ops[0].win = w0;
+    ops[0].nwin = 2;
+    ops[0].costs = costs0;
+    ops[0].ncosts = 3;
+    ops[1].key = "rl:{\xe6\x97\xa5\r\n}:i";
     ops[1].key_len = strlen(ops[1].key);
-    ops[1].incr = UINT64_MAX;
-    ops[1].expire_at_ms = 0;
-    len = rls_redis_encode(&buf, sha, ops, 2, 1763777000123ULL);
+    ops[1].tag_len = ops[1].key_len - 2;
+    ops[1].scale = 1;
+    w1[0] = (rls_wop_t){1, 5, 1763777000, 1763777002000ULL, 0};
+    ops[1].win = w1;
+    ops[1].nwin = 1;
+    ops[1].costs = costs1;
+    ops[1].ncosts = 2;
+    ops[1].equal_cost = 7;
+    len = rls_redis_encode(&buf, sha, ops, 2, 1763777000123ULL, 2500,
+                           1763777001000ULL);
     assert_true(len > 0);
     r = read_back(buf.p, len);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
-    assert_int_equal(r->elements, 10);
-    assert_string_equal(r->element[0]->str, "EVALSHA");
-    assert_string_equal(r->element[1]->str, sha);
-    assert_string_equal(r->element[2]->str, "2");
-    assert_string_equal(r->element[3]->str, ops[0].key);
-    assert_int_equal(r->element[4]->len, ops[1].key_len);
-    assert_memory_equal(r->element[4]->str, ops[1].key, ops[1].key_len);
-    assert_string_equal(r->element[5]->str, "1");
-    assert_string_equal(r->element[6]->str, "1763778000000");
-    assert_string_equal(r->element[7]->str, "18446744073709551615");
-    assert_string_equal(r->element[8]->str, "0");
-    assert_string_equal(r->element[9]->str, "1763777000123");
+    assert_int_equal(r->elements, sizeof(want) / sizeof(want[0]));
+    for (i = 0; i < r->elements; i++) {
+        if (want[i] == NULL) {
+            assert_int_equal(r->element[i]->len, ops[1].key_len);
+            assert_memory_equal(r->element[i]->str, ops[1].key,
+                                ops[1].key_len);
+            continue;
+        }
+        if (strcmp(r->element[i]->str, want[i]) != 0)
+            fail_msg("argument %zu: \"%s\", want \"%s\"", i,
+                     r->element[i]->str, want[i]);
+    }
     freeReplyObject(r);
     /* The buffer stays: a smaller command reuses it. */
     p = buf.p;
     cap = buf.cap;
-    len = rls_redis_encode(&buf, NULL, ops, 1, 1);
+    len = rls_redis_encode(&buf, NULL, &ops[1], 1, 1, 0, 0);
     assert_ptr_equal(buf.p, p);
     assert_int_equal(buf.cap, cap);
     r = read_back(buf.p, len);
-    assert_int_equal(r->elements, 7);
+    assert_int_equal(r->elements, 16);
     assert_string_equal(r->element[0]->str, "EVAL");
     assert_string_equal(r->element[1]->str, rls_redis_script);
+    /* no deadline, clock 1 */
+    assert_string_equal(r->element[4]->str, "0");
+    assert_string_equal(r->element[5]->str, "1");
     freeReplyObject(r);
+    /* A batch of many ops with every window and many costs fits. */
+    {
+        enum { N = 200 };
+        static rls_op_t big[N];
+        static rls_wop_t bw[RLS_WINDOWS_MAX];
+        static uint32_t bc[500];
+
+        for (i = 0; i < RLS_WINDOWS_MAX; i++)
+            bw[i] = (rls_wop_t){RL_WINDOW_MAX_S, INT64_MAX, UINT64_MAX,
+                                UINT64_MAX, 0};
+        for (i = 0; i < 500; i++)
+            bc[i] = UINT32_MAX;
+        for (i = 0; i < N; i++) {
+            big[i] = ops[0];
+            big[i].win = bw;
+            big[i].nwin = RLS_WINDOWS_MAX;
+            big[i].costs = bc;
+            big[i].ncosts = 500;
+            big[i].scale = 1.0 / 3;
+        }
+        len = rls_redis_encode(&buf, NULL, big, N, UINT64_MAX, UINT64_MAX,
+                               UINT64_MAX);
+        assert_true(len > 0 && len <= buf.cap);
+        r = read_back(buf.p, len);
+        assert_int_equal(r->elements,
+                         3 + N + 3 + N * (1 + 4 * RLS_WINDOWS_MAX + 3 + 500));
+        assert_string_equal(r->element[3 + N + 3 + 1 + 4 * 8 + 1]->str,
+                            "0.33333333333333331");
+        freeReplyObject(r);
+    }
     free(buf.p);
 }
 
@@ -488,6 +735,7 @@ static int fx_setup_oom(void **state)
 }
 
 static int responded, resp_errors;
+static rls_rule_stats_t inline_stats;
 
 static void on_respond(void *owner, const rl_result_t *r)
 {
@@ -503,11 +751,19 @@ static void decide(fx_t *f, rls_batcher_t *b, int n, const char *tag)
     static unsigned seq;
     char key[64];
     int i, want = responded + n;
+    rls_spec_t spec;
 
+    memset(&spec, 0, sizeof(spec));
+    spec.stats = &inline_stats;
+    spec.mode = RLS_MODE_ENFORCE;
+    spec.limits.n = 1;
+    spec.limits.w[0].limit = 100;
+    spec.limits.w[0].window_s = 600;
+    spec.scale = 1;
     for (i = 0; i < n; i++) {
         int len = snprintf(key, sizeof(key), "%s-%u", tag, seq++);
         assert_int_equal(rls_batcher_add(b, NULL, (uint64_t)i, key,
-                                         (size_t)len, 1, 100, 600),
+                                         (size_t)len, 1, &spec),
                          0);
     }
     rls_batcher_flush(b);
@@ -559,8 +815,8 @@ static void test_oom_counted_logged_unhealthy(void **state)
     memset(&srv, 0, sizeof(srv));
     srv.cfg = &cfg;
     srv.store = f->st;
-    rls_batcher_init(&srv.batcher, f->st, on_respond, "rl:", 3, 1024, 1000,
-                     1);
+    rls_batcher_init(&srv.batcher, f->st, NULL, on_respond, "rl:", 3, 1024,
+                     1000, 1);
     assert_true(rls_server_healthy(&srv, &why));
     decide(f, &srv.batcher, 50, "oom");
     assert_int_equal(resp_errors, 50);
@@ -600,10 +856,7 @@ static void on_feed(uv_timer_t *t)
     if (k->n >= k->max)
         return;
     s = &k->s[k->n++];
-    s->op.key = "rl:{paused}:60:1";
-    s->op.key_len = strlen(s->op.key);
-    s->op.incr = 1;
-    s->op.expire_at_ms = k->f->st->v->now_ms(k->f->st) + 600000;
+    small_init(s, "rl:{paused}:r:t", k->f->st->v->now_ms(k->f->st) + 600000);
     k->f->st->v->submit(k->f->st, &s->op, 1, on_small, s);
 }
 
@@ -643,7 +896,10 @@ static void test_timeout_consumes_nothing_later(void **state)
     wait_up(f, 5000);
     for (i = 0; i < k.n; i++) {
         assert_int_equal(k.s[i].calls, 1);
-        ok += k.s[i].status == 0 && k.s[i].op.err == 0;
+        if (k.s[i].status == 0 && k.s[i].op.err == 0) {
+            assert_int_equal(k.s[i].op.admitted, 1);
+            ok++;
+        }
         timedout += k.s[i].status == RL_ETIMEDOUT;
     }
     assert_true(timedout > 0);
@@ -662,7 +918,7 @@ static void test_timeout_consumes_nothing_later(void **state)
             run_for(f, 10);
     } while (clients > 2 && rlt_mono_ms() < dl);
     assert_int_equal(clients, 2);
-    total = redis_int(f, "GET %s", "rl:{paused}:60:1");
+    total = redis_int(f, "GET %s", "rl:{paused}:r:t:60:1");
     assert_int_equal(total, ok);
     free(k.s);
 }
@@ -753,13 +1009,13 @@ static void test_clock(void **state)
 static void test_counts_and_ttl(void **state)
 {
     fx_t *f = *state;
-    static const char *const names[] = {"rl:{user:1}:60:100",
-                                        "rl:{a:b:c}:60:100",
-                                        "rl:{{x}}:60:100",
-                                        "rl:{ip:203.0.113.7:/search}:60:100",
-                                        "rl:{us\xc3\xa9r:\xe6\x97\xa5}:60:100",
-                                        "rl:{}:60:100",
-                                        "rl:{ sp ace }:60:100"};
+    static const char *const names[] = {"rl:{user:1}:r:t",
+                                        "rl:{a:b:c}:r:t",
+                                        "rl:{{x}}:r:t",
+                                        "rl:{ip:203.0.113.7:/search}:i",
+                                        "rl:{us\xc3\xa9r:\xe6\x97\xa5}:r:t",
+                                        "rl:{}:r:t",
+                                        "rl:{ sp ace }:r:t"};
     enum { NK = sizeof(names) / sizeof(names[0]) };
     static job_t j[3];
     uint64_t now;
@@ -772,13 +1028,8 @@ static void test_counts_and_ttl(void **state)
     for (b = 0; b < 3; b++) {
         memset(&j[b], 0, sizeof(j[b]));
         j[b].n = NK;
-        for (i = 0; i < NK; i++) {
-            j[b].ops[i].key = names[i];
-            j[b].ops[i].key_len = strlen(names[i]);
-            j[b].ops[i].incr = i + 1 + b * 10;
-            j[b].ops[i].expire_at_ms = now + 30000;
-            j[b].ops[i].count = -1;
-        }
+        for (i = 0; i < NK; i++)
+            job_op(&j[b], i, names[i], i + 1 + b * 10, now + 30000);
         submit(f, &j[b]);
     }
     RUN_UNTIL(f, j[2].calls > 0, 5000);
@@ -789,12 +1040,14 @@ static void test_counts_and_ttl(void **state)
             /* running sum of incr over batches 0..b */
             int64_t want = (int64_t)((b + 1) * (i + 1) + 10 * b * (b + 1) / 2);
             assert_int_equal(j[b].ops[i].err, 0);
-            assert_int_equal(j[b].ops[i].count, want);
+            assert_int_equal(j[b].ops[i].admitted, 1);
+            assert_int_equal(after(&j[b].ops[i]), want);
         }
     }
     for (i = 0; i < NK; i++) {
-        long long pttl = redis_int(f, "PTTL %s", names[i]);
-        assert_int_equal(redis_int(f, "GET %s", names[i]), 3 * (i + 1) + 30);
+        long long pttl = redis_int(f, "PTTL %s", j[0].wkeys[i]);
+        assert_int_equal(redis_int(f, "GET %s", j[0].wkeys[i]),
+                         3 * (i + 1) + 30);
         assert_true(pttl > 25000);
         assert_true(pttl <= 30000 + 50);
     }
@@ -824,7 +1077,7 @@ static void test_big_batch_and_resubmit_from_callback(void **state)
     assert_int_equal(b.calls, 1);
     assert_int_equal(b.status, 0);
     for (i = 0; i < MAX_OPS; i++)
-        assert_int_equal(b.ops[i].count, 7);
+        assert_int_equal(after(&b.ops[i]), 7);
     assert_int_equal(assert_all_keys_expire(f, 60050), MAX_OPS);
 }
 
@@ -839,16 +1092,16 @@ static void test_ttl_after_delete_and_flush(void **state)
     job_init(&j, f, 4, "del", 2);
     submit(f, &j);
     RUN_UNTIL(f, j.calls > 0, 5000);
-    assert_int_equal(j.ops[3].count, 2);
+    assert_int_equal(after(&j.ops[3]), 2);
     /* Mid-run: one key deleted, then everything flushed; both come back
      * with a TTL when the next batch recreates them. */
-    assert_int_equal(redis_int(f, "DEL %s", j.keys[1]), 1);
+    assert_int_equal(redis_int(f, "DEL %s", j.wkeys[1]), 1);
     job_init(&j, f, 4, "del", 2);
     submit(f, &j);
     RUN_UNTIL(f, j.calls > 0, 5000);
     assert_int_equal(j.status, 0);
-    assert_int_equal(j.ops[0].count, 4);
-    assert_int_equal(j.ops[1].count, 2);
+    assert_int_equal(after(&j.ops[0]), 4);
+    assert_int_equal(after(&j.ops[1]), 2);
     assert_int_equal(assert_all_keys_expire(f, 60050), 4);
     r = redisCommand(f->rc, "FLUSHALL");
     assert_non_null(r);
@@ -857,7 +1110,8 @@ static void test_ttl_after_delete_and_flush(void **state)
     submit(f, &j);
     RUN_UNTIL(f, j.calls > 0, 5000);
     assert_int_equal(j.status, 0);
-    assert_int_equal(j.ops[0].count, 5);
+    assert_int_equal(after(&j.ops[0]), 5);
+    assert_int_equal(j.ops[0].win[0].before, 0);
     assert_int_equal(assert_all_keys_expire(f, 60050), 4);
 }
 
@@ -869,28 +1123,37 @@ static void test_bad_key_fails_only_its_op(void **state)
 
     open_store(f, f->redis.port, 2000, 0);
     wait_up(f, 5000);
-    r = redisCommand(f->rc, "SET rl:{bad:1}:60:1 notanumber");
-    freeReplyObject(r);
-    r = redisCommand(f->rc, "RPUSH rl:{bad:3}:60:1 x");
-    freeReplyObject(r);
     job_init(&j, f, 5, "bad", 1);
-    /* An increment Redis cannot take (over 2^63-1) fails its op too. */
-    j.ops[4].incr = UINT64_MAX;
+    r = redisCommand(f->rc, "SET %s notanumber", j.wkeys[1]);
+    freeReplyObject(r);
+    r = redisCommand(f->rc, "RPUSH %s x", j.wkeys[3]);
+    freeReplyObject(r);
+    /* A counter that would pass 2^63-1 fails its op too: near 2^63 Lua's
+     * doubles see room (2^63 - 9223372036854774784) that Redis's integer
+     * has not. */
+    r = redisCommand(f->rc, "SET %s 9223372036854775000", j.wkeys[4]);
+    freeReplyObject(r);
+    j.cost[4] = j.ops[4].equal_cost = 1000;
     submit(f, &j);
     RUN_UNTIL(f, j.calls > 0, 5000);
     assert_int_equal(j.calls, 1);
     assert_int_equal(j.status, 0);
     assert_int_equal(j.ops[0].err, 0);
-    assert_int_equal(j.ops[0].count, 1);
+    assert_int_equal(after(&j.ops[0]), 1);
     assert_int_equal(j.ops[1].err, RL_ESTORE);
     assert_int_equal(j.ops[2].err, 0);
-    assert_int_equal(j.ops[2].count, 1);
+    assert_int_equal(after(&j.ops[2]), 1);
     assert_int_equal(j.ops[3].err, RL_ESTORE);
     assert_int_equal(j.ops[4].err, RL_ESTORE);
-    assert_true(redis_int(f, "PTTL %s", j.keys[0]) > 0);
-    assert_true(redis_int(f, "PTTL %s", j.keys[2]) > 0);
-    assert_int_equal(redis_int(f, "EXISTS %s", j.keys[4]), 0);
+    assert_true(redis_int(f, "PTTL %s", j.wkeys[0]) > 0);
+    assert_true(redis_int(f, "PTTL %s", j.wkeys[2]) > 0);
+    r = redisCommand(f->rc, "GET %s", j.wkeys[4]);
+    assert_non_null(r);
+    assert_string_equal(r->str, "9223372036854775000");
+    freeReplyObject(r);
     assert_int_equal(f->st->stats.errors, 0);
+    assert_int_equal(f->st->stats.errors_kind[RLS_SERR_OVERFLOW], 1);
+    assert_int_equal(f->st->stats.errors_kind[RLS_SERR_OTHER], 2);
 }
 
 static void test_never_started(void **state)
@@ -962,8 +1225,8 @@ static void test_killed_mid_batch_then_restarted(void **state)
     submit(f, &c);
     RUN_UNTIL(f, c.calls > 0, 5000);
     assert_int_equal(c.status, 0);
-    assert_int_equal(c.ops[0].count, 4);
-    assert_int_equal(c.ops[1].count, 4);
+    assert_int_equal(after(&c.ops[0]), 4);
+    assert_int_equal(after(&c.ops[1]), 4);
     assert_int_equal(assert_all_keys_expire(f, 60050), 2);
 }
 
@@ -1005,10 +1268,7 @@ static void test_timeout_then_recovery(void **state)
     small = calloc(NB, sizeof(*small));
     assert_non_null(small);
     for (i = 0; i < NB; i++) {
-        small[i].op.key = "rl:{flood}:60:2";
-        small[i].op.key_len = strlen(small[i].op.key);
-        small[i].op.incr = 1;
-        small[i].op.expire_at_ms = f->st->v->now_ms(f->st) + 60000;
+        small_init(&small[i], "rl:{flood}:r:t", f->st->v->now_ms(f->st) + 60000);
         f->st->v->submit(f->st, &small[i].op, 1, on_small, &small[i]);
         at_once += small[i].calls;
     }
@@ -1060,7 +1320,7 @@ static void test_timeout_then_recovery(void **state)
     submit(f, &a);
     RUN_UNTIL(f, a.calls > 0, 5000);
     assert_int_equal(a.status, 0);
-    assert_true(a.ops[0].count >= 1);
+    assert_true(after(&a.ops[0]) >= 1);
     assert_true(f->st->stats.reconnects >= 1);
 }
 
@@ -1168,12 +1428,12 @@ static void test_noscript_after_script_flush(void **state)
     RUN_UNTIL(f, j.calls > 0, 5000);
     assert_int_equal(j.calls, 1);
     assert_int_equal(j.status, 0);
-    assert_int_equal(j.ops[2].count, 2);
+    assert_int_equal(after(&j.ops[2]), 2);
     job_init(&j, f, 3, "ns", 2);
     submit(f, &j);
     RUN_UNTIL(f, j.calls > 0, 5000);
     assert_int_equal(j.status, 0);
-    assert_int_equal(j.ops[2].count, 4);
+    assert_int_equal(after(&j.ops[2]), 4);
     assert_int_equal(assert_all_keys_expire(f, 60050), 3);
 }
 
@@ -1194,7 +1454,7 @@ static void test_hostname_is_resolved(void **state)
     submit(f, &j);
     RUN_UNTIL(f, j.calls > 0, 5000);
     assert_int_equal(j.status, 0);
-    assert_int_equal(j.ops[0].count, 1);
+    assert_int_equal(after(&j.ops[0]), 1);
 }
 
 static void test_auth_and_select(void **state)
@@ -1209,12 +1469,12 @@ static void test_auth_and_select(void **state)
     submit(f, &j);
     RUN_UNTIL(f, j.calls > 0, 5000);
     assert_int_equal(j.status, 0);
-    assert_int_equal(j.ops[1].count, 6);
-    assert_int_equal(redis_int(f, "EXISTS %s", j.keys[0]), 0); /* db 0 */
+    assert_int_equal(after(&j.ops[1]), 6);
+    assert_int_equal(redis_int(f, "EXISTS %s", j.wkeys[0]), 0); /* db 0 */
     r = redisCommand(f->rc, "SELECT 3");
     assert_non_null(r);
     freeReplyObject(r);
-    assert_int_equal(redis_int(f, "GET %s", j.keys[0]), 6);
+    assert_int_equal(redis_int(f, "GET %s", j.wkeys[0]), 6);
     assert_int_equal(assert_all_keys_expire(f, 60050), 2);
     close_store(f);
 
