@@ -45,8 +45,8 @@ typedef struct fx_s {
  * count after the batch is before + admitted * incr. */
 typedef struct job_s {
     rls_op_t ops[MAX_OPS];
-    rls_wop_t win[MAX_OPS][1];
-    uint32_t cost[MAX_OPS];
+    rls_wop_t win[MAX_OPS][RLS_WINDOWS_MAX];
+    uint32_t cost[MAX_OPS][32];
     char keys[MAX_OPS][96];  /* the ops' base keys */
     char wkeys[MAX_OPS][128]; /* their counters */
     /* A stored quota's windows, copied in the callback. */
@@ -257,8 +257,8 @@ static void job_op(job_t *j, size_t i, const char *key, uint64_t incr,
     j->win[i][0].before = -1;
     op->win = j->win[i];
     op->nwin = 1;
-    j->cost[i] = (uint32_t)incr;
-    op->costs = &j->cost[i];
+    j->cost[i][0] = (uint32_t)incr;
+    op->costs = j->cost[i];
     op->ncosts = 1;
     op->equal_cost = (uint32_t)incr;
     op->admitted = UINT64_MAX;
@@ -1133,7 +1133,7 @@ static void test_bad_key_fails_only_its_op(void **state)
      * has not. */
     r = redisCommand(f->rc, "SET %s 9223372036854775000", j.wkeys[4]);
     freeReplyObject(r);
-    j.cost[4] = j.ops[4].equal_cost = 1000;
+    j.cost[4][0] = j.ops[4].equal_cost = 1000;
     submit(f, &j);
     RUN_UNTIL(f, j.calls > 0, 5000);
     assert_int_equal(j.calls, 1);
@@ -1489,6 +1489,519 @@ static void test_auth_and_select(void **state)
     assert_int_equal(j.status, RL_ESTORE);
 }
 
+/* ---- the script's decisions: several windows, costs, quotas --------------*/
+
+/* Window w: length ws, limit lim, at index idx, expiring at its end plus
+ * grace. */
+static void win_at(rls_wop_t *w, uint32_t ws, uint64_t lim, uint64_t idx,
+                   uint64_t grace)
+{
+    w->window_s = ws;
+    w->limit = lim;
+    w->index = idx;
+    w->expire_at_ms = (idx + 1) * ws * 1000 + grace;
+    w->before = -1;
+}
+
+/* Makes op i of j a request list on base key `key` with windows set by the
+ * caller (nw of them in j->win[i]); equal: all costs are costs[0]. */
+static void job_costs(job_t *j, size_t i, const char *key, uint32_t nw,
+                      const uint32_t *costs, uint32_t nc, int equal)
+{
+    rls_op_t *op = &j->ops[i];
+
+    snprintf(j->keys[i], sizeof(j->keys[i]), "%s", key);
+    memset(op, 0, sizeof(*op));
+    op->key = j->keys[i];
+    op->key_len = strlen(j->keys[i]);
+    op->tag_len = (size_t)(strrchr(j->keys[i], '}') + 1 - j->keys[i]);
+    op->scale = 1;
+    op->win = j->win[i];
+    op->nwin = nw;
+    assert_true(nc <= 32);
+    memcpy(j->cost[i], costs, nc * sizeof(*costs));
+    op->costs = j->cost[i];
+    op->ncosts = nc;
+    op->equal_cost = equal ? costs[0] : 0;
+    op->admitted = UINT64_MAX;
+}
+
+/* Op i of j names the stored quota of its rule (the base key's last
+ * part, after ":r:"), scaled. */
+static void job_quota(job_t *j, size_t i, double scale)
+{
+    rls_op_t *op = &j->ops[i];
+
+    op->quota = op->key + op->tag_len + 3;
+    op->quota_len = op->key_len - op->tag_len - 3;
+    op->scale = scale;
+}
+
+static void run_job(fx_t *f, job_t *j, size_t n)
+{
+    j->n = n;
+    j->calls = 0;
+    submit(f, j);
+    RUN_UNTIL(f, j->calls > 0, 5000);
+    assert_int_equal(j->calls, 1);
+    assert_int_equal(j->status, 0);
+}
+
+static uint64_t redis_now_ms(fx_t *f)
+{
+    redisReply *r = redisCommand(f->rc, "TIME");
+    uint64_t ms;
+
+    assert_non_null(r);
+    assert_int_equal(r->elements, 2);
+    ms = strtoull(r->element[0]->str, NULL, 10) * 1000 +
+         strtoull(r->element[1]->str, NULL, 10) / 1000;
+    freeReplyObject(r);
+    return ms;
+}
+
+/* Every counter key ("...:<window_s>:<index>") matching pattern expires
+ * no later than its window's end + grace + slack_ms, and does expire.
+ * Returns how many there are. */
+static long long assert_counters_expire(fx_t *f, const char *pattern,
+                                        uint64_t grace, uint64_t slack_ms)
+{
+    redisReply *r = redisCommand(f->rc, "KEYS %s", pattern);
+    uint64_t now = redis_now_ms(f);
+    long long n;
+    size_t i;
+
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    for (i = 0; i < r->elements; i++) {
+        const char *k = r->element[i]->str, *c1, *c2;
+        uint64_t ws, idx, end;
+        long long pttl;
+
+        c2 = strrchr(k, ':');
+        assert_non_null(c2);
+        for (c1 = c2 - 1; c1 > k && *c1 != ':'; c1--)
+            ;
+        ws = strtoull(c1 + 1, NULL, 10);
+        idx = strtoull(c2 + 1, NULL, 10);
+        end = (idx + 1) * ws * 1000 + grace + slack_ms;
+        pttl = redis_int(f, "PTTL %s", k);
+        if (pttl <= 0 || (uint64_t)pttl > end - now)
+            fail_msg("key %s has PTTL %lld, its window ends in %llu ms", k,
+                     pttl, (unsigned long long)(end - now));
+    }
+    n = (long long)r->elements;
+    freeReplyObject(r);
+    return n;
+}
+
+static long long redis_get(fx_t *f, const rls_op_t *op, uint32_t ws,
+                           uint64_t idx)
+{
+    char key[256];
+
+    rls_wkey(op, ws, idx, key);
+    return redis_int(f, "GET %s", key);
+}
+
+static long long redis_exists(fx_t *f, const rls_op_t *op, uint32_t ws,
+                              uint64_t idx)
+{
+    char key[256];
+
+    rls_wkey(op, ws, idx, key);
+    return redis_int(f, "EXISTS %s", key);
+}
+
+/* 3/60 s and 5/3600 s: admitted in order, only when both windows have
+ * room; a refusal consumes nothing in either and creates no key. */
+static void test_two_windows(void **state)
+{
+    fx_t *f = *state;
+    static job_t j;
+    static const uint32_t c11[] = {1, 1}, c211[] = {2, 1, 1}, c1[] = {1},
+                          c111[] = {1, 1, 1};
+    const char *key = "rl:{two}:r:api";
+    uint64_t now, m, h;
+
+    open_store(f, f->redis.port, 2000, 0);
+    wait_up(f, 5000);
+    now = f->st->v->now_ms(f->st);
+    m = now / 60000;
+    h = now / 3600000;
+#define TWO(min, costs, nc, equal)                                             \
+    do {                                                                       \
+        job_costs(&j, 0, key, 2, costs, nc, equal);                            \
+        win_at(&j.win[0][0], 60, 3, min, 1000);                                \
+        win_at(&j.win[0][1], 3600, 5, h, 1000);                                \
+        run_job(f, &j, 1);                                                     \
+        assert_int_equal(j.ops[0].err, 0);                                     \
+        assert_int_equal(j.nqwin[0], 0);                                       \
+    } while (0)
+
+    TWO(m, c11, 2, 1);
+    assert_int_equal(j.ops[0].admitted, 2);
+    assert_int_equal(j.win[0][0].before, 0);
+    assert_int_equal(j.win[0][1].before, 0);
+    assert_int_equal(redis_get(f, &j.ops[0], 60, m), 2);
+    assert_int_equal(redis_get(f, &j.ops[0], 3600, h), 2);
+    /* Cost 2 does not fit the minute (1 left): refused; the 1 after it
+     * fits; the last 1 does not. */
+    TWO(m, c211, 3, 0);
+    assert_int_equal(j.ops[0].admitted, 1);
+    assert_int_equal(j.win[0][0].before, 2);
+    assert_int_equal(j.win[0][1].before, 2);
+    assert_int_equal(redis_get(f, &j.ops[0], 60, m), 3);
+    assert_int_equal(redis_get(f, &j.ops[0], 3600, h), 3);
+    TWO(m, c1, 1, 1);
+    assert_int_equal(j.ops[0].admitted, 0);
+    assert_int_equal(j.win[0][0].before, 3);
+    assert_int_equal(redis_get(f, &j.ops[0], 60, m), 3);
+    assert_int_equal(redis_get(f, &j.ops[0], 3600, h), 3);
+    /* The next minute: room 3 there, but the hour has 2 left. */
+    TWO(m + 1, c111, 3, 1);
+    assert_int_equal(j.ops[0].admitted, 2);
+    assert_int_equal(j.win[0][0].before, 0);
+    assert_int_equal(j.win[0][1].before, 3);
+    assert_int_equal(redis_get(f, &j.ops[0], 60, m + 1), 2);
+    assert_int_equal(redis_get(f, &j.ops[0], 3600, h), 5);
+    assert_int_equal(redis_get(f, &j.ops[0], 60, m), 3);
+    /* The hour is full: a fresh minute refuses too, and gets no key. */
+    TWO(m + 2, c111, 3, 1);
+    assert_int_equal(j.ops[0].admitted, 0);
+    assert_int_equal(j.win[0][0].before, 0);
+    assert_int_equal(j.win[0][1].before, 5);
+    assert_int_equal(redis_exists(f, &j.ops[0], 60, m + 2), 0);
+    assert_int_equal(redis_get(f, &j.ops[0], 3600, h), 5);
+    TWO(m + 2, c211, 3, 0);
+    assert_int_equal(j.ops[0].admitted, 0);
+    assert_int_equal(redis_exists(f, &j.ops[0], 60, m + 2), 0);
+#undef TWO
+    assert_int_equal(assert_counters_expire(f, "rl:*", 1000, 50), 3);
+}
+
+static uint64_t lcg = 20261123;
+
+static uint32_t rnd(uint32_t n)
+{
+    lcg = lcg * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (uint32_t)((lcg >> 33) % n);
+}
+
+/* Runs ops through the script on the blocking connection (EVAL, no
+ * deadline) and parses the reply. */
+static int script_run(fx_t *f, rls_op_t *ops, size_t n, uint64_t now,
+                      rls_wop_t *qwin, rls_redis_errs_t *errs)
+{
+    rls_cmdbuf_t buf = {NULL, 0};
+    redisReply *rep = NULL;
+    size_t len;
+    int rc;
+
+    len = rls_redis_encode(&buf, NULL, ops, n, now, 1000, 0);
+    assert_true(len > 0);
+    assert_int_equal(redisAppendFormattedCommand(f->rc, buf.p, len),
+                     REDIS_OK);
+    assert_int_equal(redisGetReply(f->rc, (void **)&rep), REDIS_OK);
+    assert_non_null(rep);
+    if (rep->type != REDIS_REPLY_STRING)
+        fail_msg("script reply type %d: %s", rep->type,
+                 rep->type == REDIS_REPLY_ERROR ? rep->str : "");
+    rc = rls_redis_parse_counts(rep->str, rep->len, ops, n, qwin, errs);
+    freeReplyObject(rep);
+    free(buf.p);
+    return rc;
+}
+
+/* Random small cases: 1-3 windows with small limits and random counts
+ * already there (some above the limit, some negative, some absent), 1-8
+ * requests of equal (closed form) or unequal (list) costs. The script
+ * admits exactly what rl_admit_one does in a loop, reports the counts it
+ * found, and adds exactly the admitted costs, creating no key when it
+ * admitted nothing. */
+static void test_script_matches_model(void **state)
+{
+    enum { ROUNDS = 20, PER = 20 };
+    static const uint32_t lens[] = {1, 60, 3600, 86400};
+    fx_t *f = *state;
+    static job_t j;
+    static rls_wop_t qwin[PER * RLS_WINDOWS_MAX];
+    static long long preset[PER][4];
+    static int set[PER][4];
+    static uint64_t sum[PER], want[PER];
+    rls_redis_errs_t errs;
+    uint64_t now = redis_now_ms(f), nequal = 0, nrefused = 0;
+    size_t round, i, k;
+
+    for (round = 0; round < ROUNDS; round++) {
+        memset(&j, 0, sizeof(j));
+        for (i = 0; i < PER; i++) {
+            rl_admit_win_t w[4], w2[4];
+            uint32_t costs[8], nw = 1 + rnd(3), nc = 1 + rnd(8), c;
+            int equal = rnd(2);
+            char key[64];
+            uint32_t order[4] = {0, 1, 2, 3};
+
+            snprintf(key, sizeof(key), "rl:{m%zu:%zu}:r:t", round, i);
+            for (k = 0; k < 4; k++) {
+                uint32_t o = rnd(4), t = order[k];
+                order[k] = order[o];
+                order[o] = t;
+            }
+            c = 1 + rnd(4);
+            for (k = 0; k < nc; k++)
+                costs[k] = equal ? c : 1 + rnd(4);
+            job_costs(&j, i, key, nw, costs, nc, equal);
+            for (k = 0; k < nw; k++) {
+                uint64_t lim = 1 + rnd(10);
+                win_at(&j.win[i][k], lens[order[k]], lim, 7, 0);
+                j.win[i][k].expire_at_ms = now + 600000;
+                preset[i][k] = 0;
+                set[i][k] = rnd(2);
+                if (set[i][k]) {
+                    char wk[128];
+                    redisReply *r;
+                    preset[i][k] = (long long)rnd((uint32_t)lim + 5) - 2;
+                    rls_wkey(&j.ops[i], lens[order[k]], 7, wk);
+                    r = redisCommand(f->rc, "SET %s %lld", wk, preset[i][k]);
+                    assert_non_null(r);
+                    freeReplyObject(r);
+                }
+                w[k].limit = lim;
+                w[k].count = preset[i][k] > 0 ? (uint64_t)preset[i][k] : 0;
+                w[k].window_s = lens[order[k]];
+                w[k].reset_after_ms = 1;
+            }
+            memcpy(w2, w, sizeof(w));
+            want[i] = sum[i] = 0;
+            for (k = 0; k < nc; k++)
+                if (rl_admit_one(w, nw, costs[k])) {
+                    want[i]++;
+                    sum[i] += costs[k];
+                }
+            if (equal) {
+                assert_int_equal(rl_admit_equal(w2, nw, c, nc), want[i]);
+                nequal++;
+            }
+            nrefused += want[i] < nc;
+        }
+        assert_int_equal(script_run(f, j.ops, PER, now, qwin, &errs), 0);
+        assert_int_equal(errs.failed, 0);
+        for (i = 0; i < PER; i++) {
+            rls_op_t *op = &j.ops[i];
+
+            assert_int_equal(op->err, 0);
+            assert_int_equal(op->nqwin, 0);
+            if (op->admitted != want[i])
+                fail_msg("round %zu op %zu: script admitted %llu, model %llu",
+                         round, i, (unsigned long long)op->admitted,
+                         (unsigned long long)want[i]);
+            for (k = 0; k < op->nwin; k++) {
+                rls_wop_t *w = &op->win[k];
+                assert_int_equal(w->before, preset[i][k]);
+                if (sum[i] > 0)
+                    assert_int_equal(redis_get(f, op, w->window_s, 7),
+                                     preset[i][k] + (long long)sum[i]);
+                else if (!set[i][k])
+                    /* never created by a refusal */
+                    assert_int_equal(redis_exists(f, op, w->window_s, 7), 0);
+                else
+                    assert_int_equal(redis_get(f, op, w->window_s, 7),
+                                     preset[i][k]);
+            }
+        }
+    }
+    /* Both forms, and refusals, were exercised. */
+    assert_true(nequal > 50 && nequal < ROUNDS * PER - 50);
+    assert_true(nrefused > 50);
+    /* No key the script created lacks its expiry. */
+    {
+        redisReply *r = redisCommand(f->rc, "KEYS rl:*");
+        size_t n = 0;
+        assert_non_null(r);
+        for (i = 0; i < r->elements; i++) {
+            long long pttl = redis_int(f, "PTTL %s", r->element[i]->str);
+            /* the preset keys have none (-1) unless the script created
+             * them, which it cannot: SET made them first */
+            n += pttl > 0;
+            assert_true(pttl == -1 || (pttl > 0 && pttl <= 600050));
+        }
+        freeReplyObject(r);
+        assert_true(n > 0);
+    }
+}
+
+/* A refusal on a window nobody used yet creates no key; with the list
+ * form too. Checked per created key: the keys that exist are exactly those
+ * the model says received an admission or were preset. */
+static void test_refusal_creates_no_key(void **state)
+{
+    fx_t *f = *state;
+    static job_t j;
+    static const uint32_t big[] = {9, 9}, mixed[] = {9, 4, 9};
+    static rls_wop_t qwin[2 * RLS_WINDOWS_MAX];
+    rls_redis_errs_t errs;
+    uint64_t now = redis_now_ms(f);
+
+    job_costs(&j, 0, "rl:{nk:0}:r:t", 2, big, 2, 1);
+    win_at(&j.win[0][0], 60, 5, now / 60000, 1000);
+    win_at(&j.win[0][1], 3600, 50, now / 3600000, 1000);
+    job_costs(&j, 1, "rl:{nk:1}:r:t", 2, mixed, 3, 0);
+    win_at(&j.win[1][0], 60, 5, now / 60000, 1000);
+    win_at(&j.win[1][1], 3600, 3, now / 3600000, 1000);
+    assert_int_equal(script_run(f, j.ops, 2, now, qwin, &errs), 0);
+    assert_int_equal(j.ops[0].admitted, 0);
+    assert_int_equal(j.ops[1].admitted, 0);
+    assert_int_equal(redis_int(f, "DBSIZE%s", ""), 0);
+}
+
+/* A stored quota ("N/S N/S" under the rule's field of "<tag>:q") replaces
+ * the rule's windows: decided on them, keys made for them, reported in
+ * qwin. One that does not parse is ignored and counted. */
+static void test_quota_replaces_windows(void **state)
+{
+    static const char *const garbage[] = {
+        "abc", "0/60", "5/0", "", " ",
+        "1/1 1/2 1/3 1/4 1/5 1/6 1/7 1/8 1/9", /* nine windows */
+        "5/60 3/60",                            /* a window twice */
+        "1.5/60", "-5/60", "5/60,6/3600", "5/60 abc", "5/31622401",
+        "5/99999999999999999999", "5 / 60", "5/60/60"};
+    enum { NG = sizeof(garbage) / sizeof(garbage[0]) };
+    fx_t *f = *state;
+    static job_t j;
+    static const uint32_t ones[] = {1, 1, 1, 1, 1};
+    char key[64];
+    redisReply *r;
+    uint64_t now;
+    size_t g;
+
+    open_store(f, f->redis.port, 2000, 0);
+    wait_up(f, 5000);
+    now = f->st->v->now_ms(f->st);
+    r = redisCommand(f->rc, "HSET rl:{qa}:q api %s", "2/60 4/3600");
+    freeReplyObject(r);
+    /* Another rule's quota is not this rule's. */
+    r = redisCommand(f->rc, "HSET rl:{qa}:q other %s", "1/60");
+    freeReplyObject(r);
+    job_costs(&j, 0, "rl:{qa}:r:api", 1, ones, 3, 1);
+    win_at(&j.win[0][0], 60, 10, now / 60000, 1000);
+    job_quota(&j, 0, 1);
+    run_job(f, &j, 1);
+    assert_int_equal(j.ops[0].err, 0);
+    assert_int_equal(j.ops[0].admitted, 2);
+    assert_int_equal(j.nqwin[0], 2);
+    assert_int_equal(j.qwin[0][0].window_s, 60);
+    assert_int_equal(j.qwin[0][0].limit, 2);
+    assert_int_equal(j.qwin[0][0].before, 0);
+    assert_int_equal(j.qwin[0][1].window_s, 3600);
+    assert_int_equal(j.qwin[0][1].limit, 4);
+    assert_int_equal(j.qwin[0][1].before, 0);
+    assert_int_equal(assert_counters_expire(f, "rl:{qa}:r:api:60:*", 1000,
+                                            50),
+                     1);
+    assert_int_equal(assert_counters_expire(f, "rl:{qa}:r:api:3600:*", 1000,
+                                            50),
+                     1);
+    /* Again: the quota's hour has 2 left, its minute none. */
+    job_costs(&j, 0, "rl:{qa}:r:api", 1, ones, 3, 1);
+    win_at(&j.win[0][0], 60, 10, now / 60000, 1000);
+    job_quota(&j, 0, 1);
+    run_job(f, &j, 1);
+    assert_int_equal(j.ops[0].admitted, 0);
+    assert_int_equal(j.qwin[0][0].before, 2);
+    assert_int_equal(j.qwin[0][1].before, 2);
+    /* The same op without a quota named: the rule's windows. */
+    job_costs(&j, 0, "rl:{qa}:r:other", 1, ones, 3, 1);
+    win_at(&j.win[0][0], 60, 10, now / 60000, 1000);
+    run_job(f, &j, 1);
+    assert_int_equal(j.ops[0].admitted, 3);
+    assert_int_equal(j.nqwin[0], 0);
+    assert_int_equal(f->st->stats.bad_quotas, 0);
+
+    /* The largest limit rl-ctl writes (2^63-1) is a quota like any other,
+     * not a reply the parser must refuse (which failed the whole
+     * batch). */
+    r = redisCommand(f->rc, "HSET rl:{qbig}:q api %s",
+                     "9223372036854775807/60 3/3600");
+    freeReplyObject(r);
+    job_costs(&j, 0, "rl:{qbig}:r:api", 1, ones, 5, 1);
+    win_at(&j.win[0][0], 60, 10, now / 60000, 1000);
+    job_quota(&j, 0, 1);
+    job_op(&j, 1, "rl:{qbig2}:r:t", 1, now + 60000);
+    run_job(f, &j, 2);
+    assert_int_equal(j.ops[0].err, 0);
+    assert_int_equal(j.ops[0].admitted, 3);
+    assert_int_equal(j.nqwin[0], 2);
+    assert_true(j.qwin[0][0].limit >= (UINT64_C(1) << 62));
+    assert_true(j.qwin[0][0].limit <= INT64_MAX);
+    assert_int_equal(j.ops[1].err, 0);
+    assert_int_equal(j.ops[1].admitted, 1);
+
+    /* Garbage: the rule's windows (3/60) apply, each counted once. */
+    for (g = 0; g < NG; g++) {
+        snprintf(key, sizeof(key), "rl:{qg%zu}:q", g);
+        r = redisCommand(f->rc, "HSET %s api %s", key, garbage[g]);
+        assert_non_null(r);
+        assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+        freeReplyObject(r);
+        snprintf(key, sizeof(key), "rl:{qg%zu}:r:api", g);
+        job_costs(&j, 0, key, 1, ones, 5, 1);
+        win_at(&j.win[0][0], 60, 3, now / 60000, 1000);
+        job_quota(&j, 0, 1);
+        run_job(f, &j, 1);
+        if (j.ops[0].err != 0 || j.ops[0].admitted != 3 || j.nqwin[0] != 0)
+            fail_msg("quota \"%s\": err %d admitted %llu nqwin %u",
+                     garbage[g], j.ops[0].err,
+                     (unsigned long long)j.ops[0].admitted, j.nqwin[0]);
+        assert_int_equal(redis_get(f, &j.ops[0], 60, now / 60000), 3);
+        assert_int_equal(f->st->stats.bad_quotas, g + 1);
+    }
+    assert_counters_expire(f, "rl:{q*}:r:*", 1000, 50);
+}
+
+/* The rule's scale multiplies a stored quota's limits: floored, at least
+ * 1. */
+static void test_quota_scaled(void **state)
+{
+    static const struct {
+        double scale;
+        uint64_t l60, l3600;
+    } cases[] = {{0.5, 5, 1}, {0.05, 1, 1}, {2.5, 25, 7}, {1, 10, 3},
+                 {0.999, 9, 2}};
+    fx_t *f = *state;
+    static job_t j;
+    static uint32_t ones[30];
+    char key[64];
+    redisReply *r;
+    uint64_t now;
+    size_t c, k;
+
+    for (k = 0; k < 30; k++)
+        ones[k] = 1;
+    open_store(f, f->redis.port, 2000, 0);
+    wait_up(f, 5000);
+    now = f->st->v->now_ms(f->st);
+    for (c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        snprintf(key, sizeof(key), "rl:{qs%zu}:q", c);
+        r = redisCommand(f->rc, "HSET %s api %s", key, "10/60 3/3600");
+        freeReplyObject(r);
+        snprintf(key, sizeof(key), "rl:{qs%zu}:r:api", c);
+        job_costs(&j, 0, key, 1, ones, 30, 1);
+        win_at(&j.win[0][0], 60, 1000, now / 60000, 1000);
+        job_quota(&j, 0, 1);
+        j.ops[0].scale = cases[c].scale;
+        run_job(f, &j, 1);
+        assert_int_equal(j.ops[0].err, 0);
+        assert_int_equal(j.nqwin[0], 2);
+        assert_int_equal(j.qwin[0][0].limit, cases[c].l60);
+        assert_int_equal(j.qwin[0][1].limit, cases[c].l3600);
+        assert_int_equal(j.ops[0].admitted, cases[c].l60 < cases[c].l3600
+                                                ? cases[c].l60
+                                                : cases[c].l3600);
+    }
+    assert_int_equal(f->st->stats.bad_quotas, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1526,6 +2039,16 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_restart_noticed, fx_setup,
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_auth_and_select, fx_setup_auth,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_two_windows, fx_setup,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_script_matches_model, fx_setup,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_refusal_creates_no_key, fx_setup,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_quota_replaces_windows, fx_setup,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_quota_scaled, fx_setup,
                                         fx_teardown),
     };
 
