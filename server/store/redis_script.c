@@ -30,6 +30,12 @@
  * follows the reply after a newline); or "late" for the whole batch when
  * Redis ran it after its deadline, having counted nothing.
  *
+ * A stored quota parses when it is 1 to 8 space-separated "N/S", N >= 1,
+ * S from 1 to 366 days, no S twice (as rl-ctl writes it); anything else
+ * ("1.5/60", "-5/60", a window twice, which would count twice in one
+ * counter) is ignored whole. Its limits, scaled, are kept below 2^63 so
+ * that the reply stays within what the parser reads.
+ *
  * Counts reach Lua as doubles: exact to 2^53. The before-counts are
  * returned as Redis stored them, so they are exact; admissions against
  * limits above 2^53 may round. The deadline check calls TIME before any
@@ -69,11 +75,15 @@ const char rls_redis_script[] =
     "if qf ~= '' then "
     "local q = redis.call('HGET', string.sub(base, 1, #base - #qf - 3) .. ':q', qf) "
     "if q then "
-    "local qw, ql, n, ok = {}, {}, 0, true "
-    "for l, s in string.gmatch(q, '(%d+)/(%d+)') do "
+    "local qw, ql, n, ok, seen = {}, {}, 0, true, {} "
+    "for tok in string.gmatch(q, '%S+') do "
+    "local l, s = string.match(tok, '^(%d+)/(%d+)$') "
     "n = n + 1 "
     "l, s = tonumber(l), tonumber(s) "
-    "if n > 8 or l < 1 or s < 1 or s > 31622400 then ok = false end "
+    "if n > 8 or not l or l < 1 or s < 1 or s > 31622400 or seen[s] then "
+    "ok = false; break "
+    "end "
+    "seen[s] = true "
     "qw[n], ql[n] = s, l "
     "end "
     "if ok and n > 0 then "
@@ -85,6 +95,7 @@ const char rls_redis_script[] =
     "ex[j] = (idx + 1) * qw[j] * 1000 + grace "
     "local lim = math.floor(ql[j] * sc) "
     "if lim < 1 then lim = 1 end "
+    "if lim > 9223372036854774784 then lim = 9223372036854774784 end "
     "ls[j] = lim "
     "end "
     "nw, tag = n, 'q' "
@@ -345,7 +356,10 @@ int rls_redis_parse_counts(const char *p, size_t len, rls_op_t *ops, size_t n,
             errs->bad_quotas++;
         } else if (end - p >= 2 && p[0] == ' ' && p[1] == 'q') {
             /* The caller's quota: its own windows. */
-            rls_wop_t *q = qwin + i * RLS_WINDOWS_MAX;
+            rls_wop_t *q;
+            if (qwin == NULL)
+                return RL_EINVAL;
+            q = qwin + i * RLS_WINDOWS_MAX;
             p += 2;
             for (j = 0; p < end && *p == ' '; j++) {
                 int64_t ws, lim, b;

@@ -17,11 +17,14 @@
  *             ("12 7 e 3"), so hiredis builds one reply object per batch
  *             instead of one per op; each count is formatted with
  *             string.format('%.0f'), exact up to 2^53
- *   evalb_cat as evalb_str, but counts below 1e14 go to table.concat as
- *             numbers (formatted in C), only larger ones via string.format:
- *             the production script (rls_redis_script, redis_script.c)
- *   store     server/store/redis.c itself (evalb_cat plus its bookkeeping),
- *             through rls_store_t: what rl-server really pays
+ *   evalb_cat the production script (rls_redis_script, redis_script.c),
+ *             formatted by rls_redis_encode and read back by
+ *             rls_redis_parse_counts, without a deadline: per op one
+ *             window with a limit never reached and one request of cost 1,
+ *             so MGET, the admission, INCRBY and PEXPIREAT when created
+ *   store     server/store/redis.c itself (evalb_cat with a deadline, plus
+ *             its bookkeeping), through rls_store_t: what rl-server really
+ *             pays
  *
  * For each candidate, batch size (1, 16, 256 ops) and key pattern (distinct:
  * every op a key never seen before, like a crowd of new callers; repeat: the
@@ -158,12 +161,16 @@ typedef struct bench_s {
     size_t *offs; /* command boundaries inside cmd, for per-op strategies */
     rls_store_t *store;
     struct slot_s *slots; /* one per batch in flight, for the store */
+    struct slot_s *cat;   /* evalb_cat's ops; replies read into them */
+    rls_cmdbuf_t cat_cmd;
 } bench_t;
 
-/* A batch in flight through the store: its ops and their keys. */
+/* A batch in flight through the store (or the script): its ops, their
+ * window and cost, and their keys. */
 typedef struct slot_s {
     bench_t *bn;
     rls_op_t ops[256];
+    rls_wop_t win[256];
     char keys[256][48];
 } slot_t;
 
@@ -213,6 +220,37 @@ static size_t key_of(bench_t *bn, size_t i, char *out, size_t cap)
     return (size_t)n;
 }
 
+/* Fills sl's first batch ops: base key "rl:{bench:user:N}:r:b", one 60 s
+ * window (counter "...:60:29390400") whose limit is never reached, one
+ * request of cost 1. */
+static void fill_ops(bench_t *bn, slot_t *sl)
+{
+    static const uint32_t one = 1;
+    size_t i;
+
+    for (i = 0; i < bn->batch; i++) {
+        rls_op_t *op = &sl->ops[i];
+        unsigned long long id =
+            bn->distinct ? bn->key_seq++ : (unsigned long long)i;
+
+        memset(op, 0, sizeof(*op));
+        op->key = sl->keys[i];
+        op->key_len = (size_t)snprintf(sl->keys[i], sizeof(sl->keys[i]),
+                                       "rl:{bench:user:%llu}:r:b", id);
+        op->tag_len = op->key_len - 4;
+        op->scale = 1;
+        sl->win[i].window_s = 60;
+        sl->win[i].limit = UINT64_C(1) << 62;
+        sl->win[i].index = 29390400;
+        sl->win[i].expire_at_ms = bn->expire_at_ms;
+        op->win = &sl->win[i];
+        op->nwin = 1;
+        op->costs = &one;
+        op->ncosts = 1;
+        op->equal_cost = 1;
+    }
+}
+
 static void send_more(bench_t *bn);
 
 static void batch_done(bench_t *bn)
@@ -252,6 +290,15 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
             bn->bad++;
         for (i = 0; i < rep->elements; i++)
             if (rep->element[i]->type != REDIS_REPLY_INTEGER)
+                bn->bad++;
+    } else if (rep->type == REDIS_REPLY_STRING && bn->strat == S_EVALB_CAT) {
+        /* The production script's reply, read as the store reads it. */
+        rls_redis_errs_t errs;
+        if (rls_redis_parse_counts(rep->str, rep->len, bn->cat->ops,
+                                   bn->batch, NULL, &errs) != 0)
+            bn->bad++;
+        for (i = 0; i < bn->batch; i++)
+            if (bn->cat->ops[i].err != 0 || bn->cat->ops[i].admitted != 1)
                 bn->bad++;
     } else if (rep->type == REDIS_REPLY_STRING) {
         /* Parse as the store does: one count per op. */
@@ -329,6 +376,22 @@ static void send_batch(bench_t *bn)
                                            bn->offs[i] - from);
         }
         break;
+    case S_EVALB_CAT: {
+        /* Replies carry no op data we keep: the ops of every batch in
+         * flight may share one array. */
+        size_t len;
+        fill_ops(bn, bn->cat);
+        len = rls_redis_encode(&bn->cat_cmd, bn->sha[S_EVALB_CAT],
+                               bn->cat->ops, b, bn->expire_at_ms - 120000, 0,
+                               0);
+        if (len == 0) {
+            fprintf(stderr, "out of memory\n");
+            exit(1);
+        }
+        redisAsyncFormattedCommand(bn->ac, on_batch_reply, NULL,
+                                   bn->cat_cmd.p, len);
+        break;
+    }
     default:
         sb_hdr(c, 3 + 3 * b);
         sb_arg(c, "EVALSHA", 7);
@@ -360,7 +423,8 @@ static void on_store_batch(void *data, rls_op_t *ops, size_t n, int status)
     if (status != 0)
         bn->bad++;
     for (i = 0; i < n; i++)
-        if (ops[i].err != 0 || ops[i].count <= 0)
+        if (ops[i].err != 0 || ops[i].admitted != 1 ||
+            ops[i].win[0].before < 0)
             bn->bad++;
     bn->inflight--;
     bn->ops_done += n;
@@ -372,14 +436,7 @@ static void on_store_batch(void *data, rls_op_t *ops, size_t n, int status)
 
 static void store_send(bench_t *bn, slot_t *sl)
 {
-    size_t i;
-
-    for (i = 0; i < bn->batch; i++) {
-        sl->ops[i].key = sl->keys[i];
-        sl->ops[i].key_len = key_of(bn, i, sl->keys[i], sizeof(sl->keys[i]));
-        sl->ops[i].incr = 1;
-        sl->ops[i].expire_at_ms = bn->expire_at_ms;
-    }
+    fill_ops(bn, sl);
     bn->inflight++;
     bn->ops_sent += bn->batch;
     bn->store->v->submit(bn->store, sl->ops, bn->batch, on_store_batch, sl);
@@ -550,7 +607,8 @@ int main(int argc, char **argv)
         o.timeout_ms = 5000;
         bn.store = rls_store_redis_new(&loop, &o);
         bn.slots = calloc((size_t)depth, sizeof(*bn.slots));
-        if (bn.store == NULL || bn.slots == NULL) {
+        bn.cat = calloc(1, sizeof(*bn.cat));
+        if (bn.store == NULL || bn.slots == NULL || bn.cat == NULL) {
             fprintf(stderr, "out of memory\n");
             return 1;
         }
@@ -625,6 +683,8 @@ int main(int argc, char **argv)
             status = 1;
     }
     free(bn.slots);
+    free(bn.cat);
+    free(bn.cat_cmd.p);
     uv_loop_close(&loop);
     redisFree(sc);
     free(bn.cmd.p);

@@ -24,3 +24,15 @@ clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 \
 mkdir -p "$out/corpus_http"
 "$out/fuzz_http" -max_total_time="$secs" -max_len=9000 \
   -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus_http" tests/fuzz/corpus/http
+
+# The Redis store's script reply parser (server/store/redis_script.c),
+# seeded from tests/fuzz/corpus/redis_reply.
+clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 \
+  -fsanitize=fuzzer,address,undefined -Ilib -Iserver \
+  $(pkg-config --cflags libuv) \
+  tests/fuzz/fuzz_redis_reply.c server/store/redis_script.c lib/window.c \
+  -o "$out/fuzz_redis_reply"
+mkdir -p "$out/corpus_redis_reply"
+"$out/fuzz_redis_reply" -max_total_time="$secs" -max_len=4096 \
+  -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus_redis_reply" \
+  tests/fuzz/corpus/redis_reply

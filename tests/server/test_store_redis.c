@@ -16,7 +16,9 @@
 #include <hiredis/hiredis.h>
 #include <uv.h>
 
+#include "rl_admit.h"
 #include "rl_error.h"
+#include "rl_window.h"
 #include "batch.h"
 #include "policy/config.h"
 #include "server.h"
@@ -38,10 +40,18 @@ typedef struct fx_s {
     const char *password;
 } fx_t;
 
-/* One batch and what its callback saw. */
+/* One batch and what its callback saw: each op one 60 s window (index 1)
+ * with a limit nothing reaches, and one request of cost `incr`, so the
+ * count after the batch is before + admitted * incr. */
 typedef struct job_s {
     rls_op_t ops[MAX_OPS];
-    char keys[MAX_OPS][96];
+    rls_wop_t win[MAX_OPS][RLS_WINDOWS_MAX];
+    uint32_t cost[MAX_OPS][32];
+    char keys[MAX_OPS][96];  /* the ops' base keys */
+    char wkeys[MAX_OPS][128]; /* their counters */
+    /* A stored quota's windows, copied in the callback. */
+    rls_wop_t qwin[MAX_OPS][RLS_WINDOWS_MAX];
+    uint32_t nqwin[MAX_OPS];
     size_t n;
     int calls, status;
     uint64_t fired_ms;
@@ -162,8 +172,17 @@ static void on_job(void *data, rls_op_t *ops, size_t n, int status)
 {
     job_t *j = data;
 
+    size_t i;
+
     assert_ptr_equal(ops, j->ops);
     assert_int_equal(n, j->n);
+    for (i = 0; i < n; i++) {
+        /* qwin is valid during the callback only */
+        j->nqwin[i] = ops[i].nqwin;
+        if (ops[i].nqwin > 0)
+            memcpy(j->qwin[i], ops[i].qwin,
+                   ops[i].nqwin * sizeof(ops[i].qwin[0]));
+    }
     j->calls++;
     j->status = status;
     j->fired_ms = rlt_mono_ms();
@@ -185,8 +204,66 @@ static void on_job(void *data, rls_op_t *ops, size_t n, int status)
 /* A one-op batch, small enough to submit a thousand of. */
 typedef struct small_s {
     rls_op_t op;
+    rls_wop_t win;
+    uint32_t cost;
     int calls, status;
 } small_t;
+
+/* One request of cost 1 on the 60 s window of index 1 of key. */
+static void small_init(small_t *s, const char *key, uint64_t expire_at_ms)
+{
+    memset(&s->op, 0, sizeof(s->op));
+    s->op.key = key;
+    s->op.key_len = strlen(key);
+    s->op.tag_len = (size_t)(strchr(key, '}') + 1 - key);
+    s->op.scale = 1;
+    s->win.window_s = 60;
+    s->win.limit = INT64_MAX;
+    s->win.index = 1;
+    s->win.expire_at_ms = expire_at_ms;
+    s->win.before = -1;
+    s->op.win = &s->win;
+    s->op.nwin = 1;
+    s->cost = 1;
+    s->op.costs = &s->cost;
+    s->op.ncosts = 1;
+    s->op.equal_cost = 1;
+}
+
+/* The count of op's first window after the batch, its requests all of
+ * one cost. */
+static int64_t after(const rls_op_t *op)
+{
+    return op->win[0].before + (int64_t)(op->admitted * op->costs[0]);
+}
+
+/* Sets up op i of j: base key `key`, one window (60 s, index 1, expiring
+ * at expire_at_ms, no reachable limit), one request of cost incr. */
+static void job_op(job_t *j, size_t i, const char *key, uint64_t incr,
+                   uint64_t expire_at_ms)
+{
+    rls_op_t *op = &j->ops[i];
+
+    snprintf(j->keys[i], sizeof(j->keys[i]), "%s", key);
+    memset(op, 0, sizeof(*op));
+    op->key = j->keys[i];
+    op->key_len = strlen(j->keys[i]);
+    op->tag_len = (size_t)(strrchr(j->keys[i], '}') + 1 - j->keys[i]);
+    op->scale = 1;
+    j->win[i][0].window_s = 60;
+    j->win[i][0].limit = INT64_MAX;
+    j->win[i][0].index = 1;
+    j->win[i][0].expire_at_ms = expire_at_ms;
+    j->win[i][0].before = -1;
+    op->win = j->win[i];
+    op->nwin = 1;
+    j->cost[i][0] = (uint32_t)incr;
+    op->costs = j->cost[i];
+    op->ncosts = 1;
+    op->equal_cost = (uint32_t)incr;
+    op->admitted = UINT64_MAX;
+    rls_wkey(op, 60, 1, j->wkeys[i]);
+}
 
 static void on_small(void *data, rls_op_t *ops, size_t n, int status)
 {
@@ -212,23 +289,21 @@ static void on_count(void *data, rls_op_t *ops, size_t n, int status)
     s->status = status;
 }
 
-/* Fills a job with n keys "rl:{<tag>:<i>}:60:1", each due to expire a
- * minute from now on the store's clock. */
+/* Fills a job with n ops "rl:{<tag>:<i>}:r:t" (counters
+ * "rl:{<tag>:<i>}:r:t:60:1"), each due to expire a minute from now on the
+ * store's clock. */
 static void job_init(job_t *j, fx_t *f, size_t n, const char *tag,
                      uint64_t incr)
 {
     uint64_t now = f->st->v->now_ms(f->st);
+    char key[96];
     size_t i;
 
     memset(j, 0, sizeof(*j));
     j->n = n;
     for (i = 0; i < n; i++) {
-        snprintf(j->keys[i], sizeof(j->keys[i]), "rl:{%s:%zu}:60:1", tag, i);
-        j->ops[i].key = j->keys[i];
-        j->ops[i].key_len = strlen(j->keys[i]);
-        j->ops[i].incr = incr;
-        j->ops[i].expire_at_ms = now + 60000;
-        j->ops[i].count = -1;
+        snprintf(key, sizeof(key), "rl:{%s:%zu}:r:t", tag, i);
+        job_op(j, i, key, incr, now + 60000);
     }
 }
 
@@ -281,81 +356,191 @@ static long long assert_all_keys_expire(fx_t *f, long long max_ms)
 
 /* ---- the command and its reply, without Redis ---------------------------*/
 
+/* ops[0..n): nwin windows and ncosts costs each. */
+static void parse_ops(rls_op_t *ops, rls_wop_t (*win)[RLS_WINDOWS_MAX],
+                      size_t n, uint32_t nwin, uint32_t ncosts)
+{
+    size_t i;
+
+    memset(ops, 0, n * sizeof(*ops));
+    memset(win, 0, n * sizeof(*win));
+    for (i = 0; i < n; i++) {
+        ops[i].win = win[i];
+        ops[i].nwin = nwin;
+        ops[i].ncosts = ncosts;
+    }
+}
+
+/* Parses an exact-size heap copy of s, so that ASan sees any read past
+ * len. */
+static int parse_copy(const char *s, size_t len, rls_op_t *ops, size_t n,
+                      rls_wop_t *qwin, rls_redis_errs_t *errs)
+{
+    char *copy = malloc(len ? len : 1);
+    int rc;
+
+    assert_non_null(copy);
+    memcpy(copy, s, len);
+    rc = rls_redis_parse_counts(copy, len, ops, n, qwin, errs);
+    free(copy);
+    return rc;
+}
+
 static void test_parse_counts(void **state)
 {
-    static const char *const bad[] = {"",
-                                      "x",
-                                      "1  2 3",
-                                      " 1 2 3",
-                                      "1 2 3 ",
-                                      "1 2",
-                                      "1 2 3 4",
-                                      "1e+14",
-                                      "1 - 3",
-                                      "1 2 3x",
-                                      "1,2,3",
-                                      "9223372036854775808",
-                                      "1 99999999999999999999 3"};
-    const char *ok = "12 e -5";
-    const char *oom = "eOOM 3 eOVERFLOW\nOOM command not allowed";
+    /* For 3 ops of 2 windows and 3 costs each. */
+    static const char *const bad[] = {
+        "",
+        "x",
+        ",",
+        "1 2 3,",
+        "1 2 3,1 2 3",             /* too few ops */
+        "1 2 3,1 2 3,1 2 3,1 2 3", /* an op too many */
+        "1  2 3,1 2 3,1 2 3",
+        " 1 2 3,1 2 3,1 2 3",
+        "1 2 3 ,1 2 3,1 2 3",
+        "1 2,1 2 3,1 2 3",         /* a window's count missing */
+        "1 2 3 4,1 2 3,1 2 3",     /* a window too many */
+        "1e+14 2 3,1 2 3,1 2 3",
+        "1 - 3,1 2 3,1 2 3",
+        "1 2 3x,1 2 3,1 2 3",
+        "1 2 0x3,1 2 3,1 2 3",
+        "4 2 3,1 2 3,1 2 3",       /* admitted > ncosts */
+        "-1 2 3,1 2 3,1 2 3",
+        "1 99999999999999999999 3,1 2 3,1 2 3",
+        "1 2 9223372036854775808,1 2 3,1 2 3",
+        "1 q,1 2 3,1 2 3",         /* a quota of no window */
+        "1 q ,1 2 3,1 2 3",
+        "1 q 60 5,1 2 3,1 2 3",    /* a quota window's count missing */
+        "1 q 0 5 1,1 2 3,1 2 3",   /* window 0 */
+        "1 q 31622401 5 1,1 2 3,1 2 3",
+        "1 q 60 0 1,1 2 3,1 2 3",  /* limit 0 */
+        "1 q 60 -5 1,1 2 3,1 2 3",
+        "1 q 1 1 0 2 1 0 3 1 0 4 1 0 5 1 0 6 1 0 7 1 0 8 1 0 9 1 0,1 2 3,"
+        "1 2 3",                   /* nine quota windows */
+        "1 Q,1 2 3,1 2 3",
+        "1 QQ 2 3,1 2 3,1 2 3",
+        "1 Z 2 3,1 2 3,1 2 3",     /* unknown tags */
+        "1 z 2 3,1 2 3,1 2 3",
+        "1 e 2 3,1 2 3,1 2 3",
+        "1 2 3,x,1 2 3",
+        "1 2 3,E,1 2 3",
+        "1 2 3,1 2 3,1 2 3,",
+        "late,1 2 3,1 2 3",
+        "lat",
+        "latex"};
+    const char *ok = "2 5 7,eOOM,0 Q -1 3";
+    const char *q = "1 q 60 10 4 3600 100 50,3 0 0,0 q 1 1 9";
+    const char *oom = "eOOM,3 1 2,eOVERFLOW\nOOM command not allowed";
+    static rls_wop_t qwin[3 * RLS_WINDOWS_MAX];
+    rls_wop_t win[3][RLS_WINDOWS_MAX];
     rls_redis_errs_t errs;
-    rls_op_t ops[4];
+    rls_op_t ops[3];
     size_t i, len;
 
     (void)state;
-    memset(ops, 0, sizeof(ops));
-    ops[1].count = 77;
-    assert_int_equal(rls_redis_parse_counts(ok, strlen(ok), ops, 3, &errs), 0);
-    assert_int_equal(errs.failed, 1);
-    assert_int_equal(errs.by_kind[RLS_SERR_OTHER], 1);
-    assert_null(errs.text);
-    assert_int_equal(ops[0].count, 12);
+    parse_ops(ops, win, 3, 2, 3);
+    assert_int_equal(parse_copy(ok, strlen(ok), ops, 3, qwin, &errs), 0);
     assert_int_equal(ops[0].err, 0);
+    assert_int_equal(ops[0].admitted, 2);
+    assert_int_equal(ops[0].win[0].before, 5);
+    assert_int_equal(ops[0].win[1].before, 7);
+    assert_int_equal(ops[0].nqwin, 0);
     assert_int_equal(ops[1].err, RL_ESTORE);
-    assert_int_equal(ops[2].count, -5);
     assert_int_equal(ops[2].err, 0);
-    assert_int_equal(rls_redis_parse_counts("9223372036854775807", 19, ops, 1,
-                                            &errs),
-                     0);
-    assert_int_equal(ops[0].count, INT64_MAX);
-    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-        if (rls_redis_parse_counts(bad[i], strlen(bad[i]), ops, 3, &errs) !=
-            -1)
-            fail_msg("accepted \"%s\"", bad[i]);
-    assert_int_equal(rls_redis_parse_counts("9223372036854775808", 19, ops, 1,
-                                            &errs),
-                     -1);
-    /* Every truncation of a good reply is refused, never read past. */
-    for (len = 0; len < strlen(ok); len++) {
-        char *copy = malloc(len + 1);
-        assert_non_null(copy);
-        memcpy(copy, ok, len);
-        assert_int_equal(rls_redis_parse_counts(copy, len, ops, 3, &errs),
-                         -1);
-        free(copy);
+    assert_int_equal(ops[2].admitted, 0);
+    assert_int_equal(ops[2].win[0].before, -1);
+    assert_int_equal(ops[2].win[1].before, 3);
+    assert_int_equal(errs.failed, 1);
+    assert_int_equal(errs.by_kind[RLS_SERR_OOM], 1);
+    assert_int_equal(errs.bad_quotas, 1);
+    assert_null(errs.text);
+
+    /* The caller's quota: its windows replace the op's. */
+    parse_ops(ops, win, 3, 2, 3);
+    assert_int_equal(parse_copy(q, strlen(q), ops, 3, qwin, &errs), 0);
+    assert_int_equal(ops[0].admitted, 1);
+    assert_int_equal(ops[0].nqwin, 2);
+    assert_ptr_equal(ops[0].qwin, &qwin[0]);
+    assert_int_equal(ops[0].qwin[0].window_s, 60);
+    assert_int_equal(ops[0].qwin[0].limit, 10);
+    assert_int_equal(ops[0].qwin[0].before, 4);
+    assert_int_equal(ops[0].qwin[1].window_s, 3600);
+    assert_int_equal(ops[0].qwin[1].limit, 100);
+    assert_int_equal(ops[0].qwin[1].before, 50);
+    assert_int_equal(ops[1].nqwin, 0);
+    assert_null(ops[1].qwin);
+    assert_int_equal(ops[1].admitted, 3);
+    assert_int_equal(ops[2].nqwin, 1);
+    assert_ptr_equal(ops[2].qwin, &qwin[2 * RLS_WINDOWS_MAX]);
+    assert_int_equal(ops[2].qwin[0].before, 9);
+    assert_int_equal(errs.bad_quotas, 0);
+    /* ...and without room for quota windows it is malformed, not a write
+     * through a null pointer. */
+    assert_int_equal(parse_copy(q, strlen(q), ops, 3, NULL, &errs),
+                     RL_EINVAL);
+    assert_int_equal(parse_copy("3 0 0,1 q 60 10 4", 17, ops, 2, NULL, &errs),
+                     RL_EINVAL);
+    /* Eight quota windows is the most. */
+    {
+        const char *q8 = "1 q 1 1 0 2 1 0 3 1 0 4 1 0 5 1 0 6 1 0 7 1 0 8 1 0";
+        parse_ops(ops, win, 1, 2, 3);
+        assert_int_equal(parse_copy(q8, strlen(q8), ops, 1, qwin, &errs), 0);
+        assert_int_equal(ops[0].nqwin, 8);
+        assert_int_equal(ops[0].qwin[7].window_s, 8);
     }
-    /* Refusals by kind, and the first one's text after the counts. */
-    assert_int_equal(rls_redis_parse_counts(oom, strlen(oom), ops, 3, &errs),
+    /* The extremes of a count. */
+    parse_ops(ops, win, 1, 1, 1);
+    assert_int_equal(parse_copy("1 9223372036854775807", 21, ops, 1, qwin,
+                                &errs),
                      0);
+    assert_int_equal(ops[0].win[0].before, INT64_MAX);
+    assert_int_equal(parse_copy("1 -9223372036854775807", 22, ops, 1, qwin,
+                                &errs),
+                     0);
+    assert_int_equal(ops[0].win[0].before, -INT64_MAX);
+
+    parse_ops(ops, win, 3, 2, 3);
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        if (parse_copy(bad[i], strlen(bad[i]), ops, 3, qwin, &errs) !=
+            RL_EINVAL)
+            fail_msg("accepted \"%s\"", bad[i]);
+    /* Every truncation of a good reply is refused, never read past. */
+    for (len = 0; len < strlen(ok); len++)
+        assert_int_equal(parse_copy(ok, len, ops, 3, qwin, &errs), RL_EINVAL);
+    for (len = 0; len < strlen(q); len++)
+        assert_int_equal(parse_copy(q, len, ops, 3, qwin, &errs), RL_EINVAL);
+    /* No op at all is an empty reply. */
+    assert_int_equal(parse_copy("", 0, ops, 0, qwin, &errs), 0);
+    assert_int_equal(parse_copy("1 2 3", 5, ops, 0, qwin, &errs), RL_EINVAL);
+
+    /* Refusals by kind, and the first one's text after the ops. */
+    parse_ops(ops, win, 3, 2, 3);
+    assert_int_equal(parse_copy(oom, strlen(oom), ops, 3, qwin, &errs), 0);
     assert_int_equal(ops[0].err, RL_ESTORE);
-    assert_int_equal(ops[1].count, 3);
+    assert_int_equal(ops[1].err, 0);
+    assert_int_equal(ops[1].admitted, 3);
+    assert_int_equal(ops[1].win[1].before, 2);
     assert_int_equal(ops[2].err, RL_ESTORE);
     assert_int_equal(errs.failed, 2);
     assert_int_equal(errs.by_kind[RLS_SERR_OOM], 1);
     assert_int_equal(errs.by_kind[RLS_SERR_OVERFLOW], 1);
     assert_int_equal(errs.text_len, strlen("OOM command not allowed"));
     assert_memory_equal(errs.text, "OOM command not allowed", errs.text_len);
-    /* A script run after its deadline. */
-    ops[0].count = 5;
-    assert_int_equal(rls_redis_parse_counts("late", 4, ops, 1, &errs),
+    /* A script run after its deadline: ops untouched. */
+    ops[0].admitted = 5;
+    ops[0].win[0].before = 6;
+    assert_int_equal(parse_copy("late", 4, ops, 1, qwin, &errs),
                      RLS_REDIS_LATE);
-    assert_int_equal(ops[0].count, 5);
+    assert_int_equal(ops[0].admitted, 5);
+    assert_int_equal(ops[0].win[0].before, 6);
     /* Error texts by kind. */
     assert_int_equal(rls_redis_err_kind("BUSY Redis is busy", 18),
                      RLS_SERR_BUSY);
     assert_int_equal(rls_redis_err_kind("READONLY You can't", 18),
                      RLS_SERR_READONLY);
     assert_int_equal(rls_redis_err_kind("NOSCRIPT No", 11), RLS_SERR_NOSCRIPT);
+    assert_int_equal(rls_redis_err_kind("LOADING", 7), RLS_SERR_LOADING);
     assert_int_equal(rls_redis_err_kind("ERR increment or decrement would "
                                         "overflow",
                                         41),
@@ -382,50 +567,112 @@ static redisReply *read_back(const char *p, size_t len)
 static void test_encode(void **state)
 {
     static const char sha[] = "0123456789abcdef0123456789abcdef01234567";
+    static const uint32_t costs0[] = {1, 3, 2};
+    static const uint32_t costs1[] = {7, 7};
+    static const char *const want[] = {
+        "EVALSHA", sha, "2", "rl:{a b}:r:api", NULL /* op 1's key */,
+        "1763777001000", "1763777000123", "2500",
+        /* op 0: two windows, a quota, unequal costs */
+        "2", "60", "29396283", "1763777040000", "33", "3600", "489938",
+        "1763778000000", "18446744073709551615", "api", "0.5", "3", "1", "3",
+        "2",
+        /* op 1: one window, no quota, two requests of cost 7 */
+        "1", "1", "1763777000", "1763777002000", "5", "", "1", "-2", "7"};
     rls_cmdbuf_t buf = {NULL, 0};
+    rls_wop_t w0[2], w1[1];
     rls_op_t ops[2];
     redisReply *r;
-    size_t len, cap;
+    size_t len, cap, i;
     char *p;
 
     (void)state;
     memset(ops, 0, sizeof(ops));
-    ops[0].key = "rl:{a b}:60:1";
+    memset(w0, 0, sizeof(w0));
+    memset(w1, 0, sizeof(w1));
+    ops[0].key = "rl:{a b}:r:api";
     ops[0].key_len = strlen(ops[0].key);
-    ops[0].incr = 1;
-    ops[0].expire_at_ms = 1763778000000ULL;
-    ops[1].key = "rl:{\xe6\x97\xa5\r\n}:1:0";
+    ops[0].tag_len = 8;
+    ops[0].quota = ops[0].key + 11;
+    ops[0].quota_len = 3;
+    ops[0].scale = 0.5;
+    w0[0] = (rls_wop_t){60, 33, 29396283, 1763777040000ULL, 0};
+    w0[1] = (rls_wop_t){3600, UINT64_MAX, 489938, 1763778000000ULL, 0};
+    ops[0].win = w0;
+    ops[0].nwin = 2;
+    ops[0].costs = costs0;
+    ops[0].ncosts = 3;
+    ops[1].key = "rl:{\xe6\x97\xa5\r\n}:i";
     ops[1].key_len = strlen(ops[1].key);
-    ops[1].incr = UINT64_MAX;
-    ops[1].expire_at_ms = 0;
-    len = rls_redis_encode(&buf, sha, ops, 2, 1763777000123ULL);
+    ops[1].tag_len = ops[1].key_len - 2;
+    ops[1].scale = 1;
+    w1[0] = (rls_wop_t){1, 5, 1763777000, 1763777002000ULL, 0};
+    ops[1].win = w1;
+    ops[1].nwin = 1;
+    ops[1].costs = costs1;
+    ops[1].ncosts = 2;
+    ops[1].equal_cost = 7;
+    len = rls_redis_encode(&buf, sha, ops, 2, 1763777000123ULL, 2500,
+                           1763777001000ULL);
     assert_true(len > 0);
     r = read_back(buf.p, len);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
-    assert_int_equal(r->elements, 10);
-    assert_string_equal(r->element[0]->str, "EVALSHA");
-    assert_string_equal(r->element[1]->str, sha);
-    assert_string_equal(r->element[2]->str, "2");
-    assert_string_equal(r->element[3]->str, ops[0].key);
-    assert_int_equal(r->element[4]->len, ops[1].key_len);
-    assert_memory_equal(r->element[4]->str, ops[1].key, ops[1].key_len);
-    assert_string_equal(r->element[5]->str, "1");
-    assert_string_equal(r->element[6]->str, "1763778000000");
-    assert_string_equal(r->element[7]->str, "18446744073709551615");
-    assert_string_equal(r->element[8]->str, "0");
-    assert_string_equal(r->element[9]->str, "1763777000123");
+    assert_int_equal(r->elements, sizeof(want) / sizeof(want[0]));
+    for (i = 0; i < r->elements; i++) {
+        if (want[i] == NULL) {
+            assert_int_equal(r->element[i]->len, ops[1].key_len);
+            assert_memory_equal(r->element[i]->str, ops[1].key,
+                                ops[1].key_len);
+            continue;
+        }
+        if (strcmp(r->element[i]->str, want[i]) != 0)
+            fail_msg("argument %zu: \"%s\", want \"%s\"", i,
+                     r->element[i]->str, want[i]);
+    }
     freeReplyObject(r);
     /* The buffer stays: a smaller command reuses it. */
     p = buf.p;
     cap = buf.cap;
-    len = rls_redis_encode(&buf, NULL, ops, 1, 1);
+    len = rls_redis_encode(&buf, NULL, &ops[1], 1, 1, 0, 0);
     assert_ptr_equal(buf.p, p);
     assert_int_equal(buf.cap, cap);
     r = read_back(buf.p, len);
-    assert_int_equal(r->elements, 7);
+    assert_int_equal(r->elements, 16);
     assert_string_equal(r->element[0]->str, "EVAL");
     assert_string_equal(r->element[1]->str, rls_redis_script);
+    /* no deadline, clock 1 */
+    assert_string_equal(r->element[4]->str, "0");
+    assert_string_equal(r->element[5]->str, "1");
     freeReplyObject(r);
+    /* A batch of many ops with every window and many costs fits. */
+    {
+        enum { N = 200 };
+        static rls_op_t big[N];
+        static rls_wop_t bw[RLS_WINDOWS_MAX];
+        static uint32_t bc[500];
+
+        for (i = 0; i < RLS_WINDOWS_MAX; i++)
+            bw[i] = (rls_wop_t){RL_WINDOW_MAX_S, INT64_MAX, UINT64_MAX,
+                                UINT64_MAX, 0};
+        for (i = 0; i < 500; i++)
+            bc[i] = UINT32_MAX;
+        for (i = 0; i < N; i++) {
+            big[i] = ops[0];
+            big[i].win = bw;
+            big[i].nwin = RLS_WINDOWS_MAX;
+            big[i].costs = bc;
+            big[i].ncosts = 500;
+            big[i].scale = 1.0 / 3;
+        }
+        len = rls_redis_encode(&buf, NULL, big, N, UINT64_MAX, UINT64_MAX,
+                               UINT64_MAX);
+        assert_true(len > 0 && len <= buf.cap);
+        r = read_back(buf.p, len);
+        assert_int_equal(r->elements,
+                         3 + N + 3 + N * (1 + 4 * RLS_WINDOWS_MAX + 3 + 500));
+        assert_string_equal(r->element[3 + N + 3 + 1 + 4 * 8 + 1]->str,
+                            "0.33333333333333331");
+        freeReplyObject(r);
+    }
     free(buf.p);
 }
 
@@ -488,6 +735,7 @@ static int fx_setup_oom(void **state)
 }
 
 static int responded, resp_errors;
+static rls_rule_stats_t inline_stats;
 
 static void on_respond(void *owner, const rl_result_t *r)
 {
@@ -503,11 +751,19 @@ static void decide(fx_t *f, rls_batcher_t *b, int n, const char *tag)
     static unsigned seq;
     char key[64];
     int i, want = responded + n;
+    rls_spec_t spec;
 
+    memset(&spec, 0, sizeof(spec));
+    spec.stats = &inline_stats;
+    spec.mode = RLS_MODE_ENFORCE;
+    spec.limits.n = 1;
+    spec.limits.w[0].limit = 100;
+    spec.limits.w[0].window_s = 600;
+    spec.scale = 1;
     for (i = 0; i < n; i++) {
         int len = snprintf(key, sizeof(key), "%s-%u", tag, seq++);
         assert_int_equal(rls_batcher_add(b, NULL, (uint64_t)i, key,
-                                         (size_t)len, 1, 100, 600),
+                                         (size_t)len, 1, &spec),
                          0);
     }
     rls_batcher_flush(b);
@@ -559,8 +815,8 @@ static void test_oom_counted_logged_unhealthy(void **state)
     memset(&srv, 0, sizeof(srv));
     srv.cfg = &cfg;
     srv.store = f->st;
-    rls_batcher_init(&srv.batcher, f->st, on_respond, "rl:", 3, 1024, 1000,
-                     1);
+    rls_batcher_init(&srv.batcher, f->st, NULL, on_respond, "rl:", 3, 1024,
+                     1000, 1);
     assert_true(rls_server_healthy(&srv, &why));
     decide(f, &srv.batcher, 50, "oom");
     assert_int_equal(resp_errors, 50);
@@ -600,10 +856,7 @@ static void on_feed(uv_timer_t *t)
     if (k->n >= k->max)
         return;
     s = &k->s[k->n++];
-    s->op.key = "rl:{paused}:60:1";
-    s->op.key_len = strlen(s->op.key);
-    s->op.incr = 1;
-    s->op.expire_at_ms = k->f->st->v->now_ms(k->f->st) + 600000;
+    small_init(s, "rl:{paused}:r:t", k->f->st->v->now_ms(k->f->st) + 600000);
     k->f->st->v->submit(k->f->st, &s->op, 1, on_small, s);
 }
 
@@ -643,7 +896,10 @@ static void test_timeout_consumes_nothing_later(void **state)
     wait_up(f, 5000);
     for (i = 0; i < k.n; i++) {
         assert_int_equal(k.s[i].calls, 1);
-        ok += k.s[i].status == 0 && k.s[i].op.err == 0;
+        if (k.s[i].status == 0 && k.s[i].op.err == 0) {
+            assert_int_equal(k.s[i].op.admitted, 1);
+            ok++;
+        }
         timedout += k.s[i].status == RL_ETIMEDOUT;
     }
     assert_true(timedout > 0);
@@ -662,7 +918,7 @@ static void test_timeout_consumes_nothing_later(void **state)
             run_for(f, 10);
     } while (clients > 2 && rlt_mono_ms() < dl);
     assert_int_equal(clients, 2);
-    total = redis_int(f, "GET %s", "rl:{paused}:60:1");
+    total = redis_int(f, "GET %s", "rl:{paused}:r:t:60:1");
     assert_int_equal(total, ok);
     free(k.s);
 }
@@ -753,13 +1009,13 @@ static void test_clock(void **state)
 static void test_counts_and_ttl(void **state)
 {
     fx_t *f = *state;
-    static const char *const names[] = {"rl:{user:1}:60:100",
-                                        "rl:{a:b:c}:60:100",
-                                        "rl:{{x}}:60:100",
-                                        "rl:{ip:203.0.113.7:/search}:60:100",
-                                        "rl:{us\xc3\xa9r:\xe6\x97\xa5}:60:100",
-                                        "rl:{}:60:100",
-                                        "rl:{ sp ace }:60:100"};
+    static const char *const names[] = {"rl:{user:1}:r:t",
+                                        "rl:{a:b:c}:r:t",
+                                        "rl:{{x}}:r:t",
+                                        "rl:{ip:203.0.113.7:/search}:i",
+                                        "rl:{us\xc3\xa9r:\xe6\x97\xa5}:r:t",
+                                        "rl:{}:r:t",
+                                        "rl:{ sp ace }:r:t"};
     enum { NK = sizeof(names) / sizeof(names[0]) };
     static job_t j[3];
     uint64_t now;
@@ -772,13 +1028,8 @@ static void test_counts_and_ttl(void **state)
     for (b = 0; b < 3; b++) {
         memset(&j[b], 0, sizeof(j[b]));
         j[b].n = NK;
-        for (i = 0; i < NK; i++) {
-            j[b].ops[i].key = names[i];
-            j[b].ops[i].key_len = strlen(names[i]);
-            j[b].ops[i].incr = i + 1 + b * 10;
-            j[b].ops[i].expire_at_ms = now + 30000;
-            j[b].ops[i].count = -1;
-        }
+        for (i = 0; i < NK; i++)
+            job_op(&j[b], i, names[i], i + 1 + b * 10, now + 30000);
         submit(f, &j[b]);
     }
     RUN_UNTIL(f, j[2].calls > 0, 5000);
@@ -789,12 +1040,14 @@ static void test_counts_and_ttl(void **state)
             /* running sum of incr over batches 0..b */
             int64_t want = (int64_t)((b + 1) * (i + 1) + 10 * b * (b + 1) / 2);
             assert_int_equal(j[b].ops[i].err, 0);
-            assert_int_equal(j[b].ops[i].count, want);
+            assert_int_equal(j[b].ops[i].admitted, 1);
+            assert_int_equal(after(&j[b].ops[i]), want);
         }
     }
     for (i = 0; i < NK; i++) {
-        long long pttl = redis_int(f, "PTTL %s", names[i]);
-        assert_int_equal(redis_int(f, "GET %s", names[i]), 3 * (i + 1) + 30);
+        long long pttl = redis_int(f, "PTTL %s", j[0].wkeys[i]);
+        assert_int_equal(redis_int(f, "GET %s", j[0].wkeys[i]),
+                         3 * (i + 1) + 30);
         assert_true(pttl > 25000);
         assert_true(pttl <= 30000 + 50);
     }
@@ -824,7 +1077,7 @@ static void test_big_batch_and_resubmit_from_callback(void **state)
     assert_int_equal(b.calls, 1);
     assert_int_equal(b.status, 0);
     for (i = 0; i < MAX_OPS; i++)
-        assert_int_equal(b.ops[i].count, 7);
+        assert_int_equal(after(&b.ops[i]), 7);
     assert_int_equal(assert_all_keys_expire(f, 60050), MAX_OPS);
 }
 
@@ -839,16 +1092,16 @@ static void test_ttl_after_delete_and_flush(void **state)
     job_init(&j, f, 4, "del", 2);
     submit(f, &j);
     RUN_UNTIL(f, j.calls > 0, 5000);
-    assert_int_equal(j.ops[3].count, 2);
+    assert_int_equal(after(&j.ops[3]), 2);
     /* Mid-run: one key deleted, then everything flushed; both come back
      * with a TTL when the next batch recreates them. */
-    assert_int_equal(redis_int(f, "DEL %s", j.keys[1]), 1);
+    assert_int_equal(redis_int(f, "DEL %s", j.wkeys[1]), 1);
     job_init(&j, f, 4, "del", 2);
     submit(f, &j);
     RUN_UNTIL(f, j.calls > 0, 5000);
     assert_int_equal(j.status, 0);
-    assert_int_equal(j.ops[0].count, 4);
-    assert_int_equal(j.ops[1].count, 2);
+    assert_int_equal(after(&j.ops[0]), 4);
+    assert_int_equal(after(&j.ops[1]), 2);
     assert_int_equal(assert_all_keys_expire(f, 60050), 4);
     r = redisCommand(f->rc, "FLUSHALL");
     assert_non_null(r);
@@ -857,7 +1110,8 @@ static void test_ttl_after_delete_and_flush(void **state)
     submit(f, &j);
     RUN_UNTIL(f, j.calls > 0, 5000);
     assert_int_equal(j.status, 0);
-    assert_int_equal(j.ops[0].count, 5);
+    assert_int_equal(after(&j.ops[0]), 5);
+    assert_int_equal(j.ops[0].win[0].before, 0);
     assert_int_equal(assert_all_keys_expire(f, 60050), 4);
 }
 
@@ -869,28 +1123,37 @@ static void test_bad_key_fails_only_its_op(void **state)
 
     open_store(f, f->redis.port, 2000, 0);
     wait_up(f, 5000);
-    r = redisCommand(f->rc, "SET rl:{bad:1}:60:1 notanumber");
-    freeReplyObject(r);
-    r = redisCommand(f->rc, "RPUSH rl:{bad:3}:60:1 x");
-    freeReplyObject(r);
     job_init(&j, f, 5, "bad", 1);
-    /* An increment Redis cannot take (over 2^63-1) fails its op too. */
-    j.ops[4].incr = UINT64_MAX;
+    r = redisCommand(f->rc, "SET %s notanumber", j.wkeys[1]);
+    freeReplyObject(r);
+    r = redisCommand(f->rc, "RPUSH %s x", j.wkeys[3]);
+    freeReplyObject(r);
+    /* A counter that would pass 2^63-1 fails its op too: near 2^63 Lua's
+     * doubles see room (2^63 - 9223372036854774784) that Redis's integer
+     * has not. */
+    r = redisCommand(f->rc, "SET %s 9223372036854775000", j.wkeys[4]);
+    freeReplyObject(r);
+    j.cost[4][0] = j.ops[4].equal_cost = 1000;
     submit(f, &j);
     RUN_UNTIL(f, j.calls > 0, 5000);
     assert_int_equal(j.calls, 1);
     assert_int_equal(j.status, 0);
     assert_int_equal(j.ops[0].err, 0);
-    assert_int_equal(j.ops[0].count, 1);
+    assert_int_equal(after(&j.ops[0]), 1);
     assert_int_equal(j.ops[1].err, RL_ESTORE);
     assert_int_equal(j.ops[2].err, 0);
-    assert_int_equal(j.ops[2].count, 1);
+    assert_int_equal(after(&j.ops[2]), 1);
     assert_int_equal(j.ops[3].err, RL_ESTORE);
     assert_int_equal(j.ops[4].err, RL_ESTORE);
-    assert_true(redis_int(f, "PTTL %s", j.keys[0]) > 0);
-    assert_true(redis_int(f, "PTTL %s", j.keys[2]) > 0);
-    assert_int_equal(redis_int(f, "EXISTS %s", j.keys[4]), 0);
+    assert_true(redis_int(f, "PTTL %s", j.wkeys[0]) > 0);
+    assert_true(redis_int(f, "PTTL %s", j.wkeys[2]) > 0);
+    r = redisCommand(f->rc, "GET %s", j.wkeys[4]);
+    assert_non_null(r);
+    assert_string_equal(r->str, "9223372036854775000");
+    freeReplyObject(r);
     assert_int_equal(f->st->stats.errors, 0);
+    assert_int_equal(f->st->stats.errors_kind[RLS_SERR_OVERFLOW], 1);
+    assert_int_equal(f->st->stats.errors_kind[RLS_SERR_OTHER], 2);
 }
 
 static void test_never_started(void **state)
@@ -962,8 +1225,8 @@ static void test_killed_mid_batch_then_restarted(void **state)
     submit(f, &c);
     RUN_UNTIL(f, c.calls > 0, 5000);
     assert_int_equal(c.status, 0);
-    assert_int_equal(c.ops[0].count, 4);
-    assert_int_equal(c.ops[1].count, 4);
+    assert_int_equal(after(&c.ops[0]), 4);
+    assert_int_equal(after(&c.ops[1]), 4);
     assert_int_equal(assert_all_keys_expire(f, 60050), 2);
 }
 
@@ -1005,10 +1268,7 @@ static void test_timeout_then_recovery(void **state)
     small = calloc(NB, sizeof(*small));
     assert_non_null(small);
     for (i = 0; i < NB; i++) {
-        small[i].op.key = "rl:{flood}:60:2";
-        small[i].op.key_len = strlen(small[i].op.key);
-        small[i].op.incr = 1;
-        small[i].op.expire_at_ms = f->st->v->now_ms(f->st) + 60000;
+        small_init(&small[i], "rl:{flood}:r:t", f->st->v->now_ms(f->st) + 60000);
         f->st->v->submit(f->st, &small[i].op, 1, on_small, &small[i]);
         at_once += small[i].calls;
     }
@@ -1060,7 +1320,7 @@ static void test_timeout_then_recovery(void **state)
     submit(f, &a);
     RUN_UNTIL(f, a.calls > 0, 5000);
     assert_int_equal(a.status, 0);
-    assert_true(a.ops[0].count >= 1);
+    assert_true(after(&a.ops[0]) >= 1);
     assert_true(f->st->stats.reconnects >= 1);
 }
 
@@ -1168,12 +1428,12 @@ static void test_noscript_after_script_flush(void **state)
     RUN_UNTIL(f, j.calls > 0, 5000);
     assert_int_equal(j.calls, 1);
     assert_int_equal(j.status, 0);
-    assert_int_equal(j.ops[2].count, 2);
+    assert_int_equal(after(&j.ops[2]), 2);
     job_init(&j, f, 3, "ns", 2);
     submit(f, &j);
     RUN_UNTIL(f, j.calls > 0, 5000);
     assert_int_equal(j.status, 0);
-    assert_int_equal(j.ops[2].count, 4);
+    assert_int_equal(after(&j.ops[2]), 4);
     assert_int_equal(assert_all_keys_expire(f, 60050), 3);
 }
 
@@ -1194,7 +1454,7 @@ static void test_hostname_is_resolved(void **state)
     submit(f, &j);
     RUN_UNTIL(f, j.calls > 0, 5000);
     assert_int_equal(j.status, 0);
-    assert_int_equal(j.ops[0].count, 1);
+    assert_int_equal(after(&j.ops[0]), 1);
 }
 
 static void test_auth_and_select(void **state)
@@ -1209,12 +1469,12 @@ static void test_auth_and_select(void **state)
     submit(f, &j);
     RUN_UNTIL(f, j.calls > 0, 5000);
     assert_int_equal(j.status, 0);
-    assert_int_equal(j.ops[1].count, 6);
-    assert_int_equal(redis_int(f, "EXISTS %s", j.keys[0]), 0); /* db 0 */
+    assert_int_equal(after(&j.ops[1]), 6);
+    assert_int_equal(redis_int(f, "EXISTS %s", j.wkeys[0]), 0); /* db 0 */
     r = redisCommand(f->rc, "SELECT 3");
     assert_non_null(r);
     freeReplyObject(r);
-    assert_int_equal(redis_int(f, "GET %s", j.keys[0]), 6);
+    assert_int_equal(redis_int(f, "GET %s", j.wkeys[0]), 6);
     assert_int_equal(assert_all_keys_expire(f, 60050), 2);
     close_store(f);
 
@@ -1227,6 +1487,519 @@ static void test_auth_and_select(void **state)
     submit(f, &j);
     assert_int_equal(j.calls, 1);
     assert_int_equal(j.status, RL_ESTORE);
+}
+
+/* ---- the script's decisions: several windows, costs, quotas --------------*/
+
+/* Window w: length ws, limit lim, at index idx, expiring at its end plus
+ * grace. */
+static void win_at(rls_wop_t *w, uint32_t ws, uint64_t lim, uint64_t idx,
+                   uint64_t grace)
+{
+    w->window_s = ws;
+    w->limit = lim;
+    w->index = idx;
+    w->expire_at_ms = (idx + 1) * ws * 1000 + grace;
+    w->before = -1;
+}
+
+/* Makes op i of j a request list on base key `key` with windows set by the
+ * caller (nw of them in j->win[i]); equal: all costs are costs[0]. */
+static void job_costs(job_t *j, size_t i, const char *key, uint32_t nw,
+                      const uint32_t *costs, uint32_t nc, int equal)
+{
+    rls_op_t *op = &j->ops[i];
+
+    snprintf(j->keys[i], sizeof(j->keys[i]), "%s", key);
+    memset(op, 0, sizeof(*op));
+    op->key = j->keys[i];
+    op->key_len = strlen(j->keys[i]);
+    op->tag_len = (size_t)(strrchr(j->keys[i], '}') + 1 - j->keys[i]);
+    op->scale = 1;
+    op->win = j->win[i];
+    op->nwin = nw;
+    assert_true(nc <= 32);
+    memcpy(j->cost[i], costs, nc * sizeof(*costs));
+    op->costs = j->cost[i];
+    op->ncosts = nc;
+    op->equal_cost = equal ? costs[0] : 0;
+    op->admitted = UINT64_MAX;
+}
+
+/* Op i of j names the stored quota of its rule (the base key's last
+ * part, after ":r:"), scaled. */
+static void job_quota(job_t *j, size_t i, double scale)
+{
+    rls_op_t *op = &j->ops[i];
+
+    op->quota = op->key + op->tag_len + 3;
+    op->quota_len = op->key_len - op->tag_len - 3;
+    op->scale = scale;
+}
+
+static void run_job(fx_t *f, job_t *j, size_t n)
+{
+    j->n = n;
+    j->calls = 0;
+    submit(f, j);
+    RUN_UNTIL(f, j->calls > 0, 5000);
+    assert_int_equal(j->calls, 1);
+    assert_int_equal(j->status, 0);
+}
+
+static uint64_t redis_now_ms(fx_t *f)
+{
+    redisReply *r = redisCommand(f->rc, "TIME");
+    uint64_t ms;
+
+    assert_non_null(r);
+    assert_int_equal(r->elements, 2);
+    ms = strtoull(r->element[0]->str, NULL, 10) * 1000 +
+         strtoull(r->element[1]->str, NULL, 10) / 1000;
+    freeReplyObject(r);
+    return ms;
+}
+
+/* Every counter key ("...:<window_s>:<index>") matching pattern expires
+ * no later than its window's end + grace + slack_ms, and does expire.
+ * Returns how many there are. */
+static long long assert_counters_expire(fx_t *f, const char *pattern,
+                                        uint64_t grace, uint64_t slack_ms)
+{
+    redisReply *r = redisCommand(f->rc, "KEYS %s", pattern);
+    uint64_t now = redis_now_ms(f);
+    long long n;
+    size_t i;
+
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    for (i = 0; i < r->elements; i++) {
+        const char *k = r->element[i]->str, *c1, *c2;
+        uint64_t ws, idx, end;
+        long long pttl;
+
+        c2 = strrchr(k, ':');
+        assert_non_null(c2);
+        for (c1 = c2 - 1; c1 > k && *c1 != ':'; c1--)
+            ;
+        ws = strtoull(c1 + 1, NULL, 10);
+        idx = strtoull(c2 + 1, NULL, 10);
+        end = (idx + 1) * ws * 1000 + grace + slack_ms;
+        pttl = redis_int(f, "PTTL %s", k);
+        if (pttl <= 0 || (uint64_t)pttl > end - now)
+            fail_msg("key %s has PTTL %lld, its window ends in %llu ms", k,
+                     pttl, (unsigned long long)(end - now));
+    }
+    n = (long long)r->elements;
+    freeReplyObject(r);
+    return n;
+}
+
+static long long redis_get(fx_t *f, const rls_op_t *op, uint32_t ws,
+                           uint64_t idx)
+{
+    char key[256];
+
+    rls_wkey(op, ws, idx, key);
+    return redis_int(f, "GET %s", key);
+}
+
+static long long redis_exists(fx_t *f, const rls_op_t *op, uint32_t ws,
+                              uint64_t idx)
+{
+    char key[256];
+
+    rls_wkey(op, ws, idx, key);
+    return redis_int(f, "EXISTS %s", key);
+}
+
+/* 3/60 s and 5/3600 s: admitted in order, only when both windows have
+ * room; a refusal consumes nothing in either and creates no key. */
+static void test_two_windows(void **state)
+{
+    fx_t *f = *state;
+    static job_t j;
+    static const uint32_t c11[] = {1, 1}, c211[] = {2, 1, 1}, c1[] = {1},
+                          c111[] = {1, 1, 1};
+    const char *key = "rl:{two}:r:api";
+    uint64_t now, m, h;
+
+    open_store(f, f->redis.port, 2000, 0);
+    wait_up(f, 5000);
+    now = f->st->v->now_ms(f->st);
+    m = now / 60000;
+    h = now / 3600000;
+#define TWO(min, costs, nc, equal)                                             \
+    do {                                                                       \
+        job_costs(&j, 0, key, 2, costs, nc, equal);                            \
+        win_at(&j.win[0][0], 60, 3, min, 1000);                                \
+        win_at(&j.win[0][1], 3600, 5, h, 1000);                                \
+        run_job(f, &j, 1);                                                     \
+        assert_int_equal(j.ops[0].err, 0);                                     \
+        assert_int_equal(j.nqwin[0], 0);                                       \
+    } while (0)
+
+    TWO(m, c11, 2, 1);
+    assert_int_equal(j.ops[0].admitted, 2);
+    assert_int_equal(j.win[0][0].before, 0);
+    assert_int_equal(j.win[0][1].before, 0);
+    assert_int_equal(redis_get(f, &j.ops[0], 60, m), 2);
+    assert_int_equal(redis_get(f, &j.ops[0], 3600, h), 2);
+    /* Cost 2 does not fit the minute (1 left): refused; the 1 after it
+     * fits; the last 1 does not. */
+    TWO(m, c211, 3, 0);
+    assert_int_equal(j.ops[0].admitted, 1);
+    assert_int_equal(j.win[0][0].before, 2);
+    assert_int_equal(j.win[0][1].before, 2);
+    assert_int_equal(redis_get(f, &j.ops[0], 60, m), 3);
+    assert_int_equal(redis_get(f, &j.ops[0], 3600, h), 3);
+    TWO(m, c1, 1, 1);
+    assert_int_equal(j.ops[0].admitted, 0);
+    assert_int_equal(j.win[0][0].before, 3);
+    assert_int_equal(redis_get(f, &j.ops[0], 60, m), 3);
+    assert_int_equal(redis_get(f, &j.ops[0], 3600, h), 3);
+    /* The next minute: room 3 there, but the hour has 2 left. */
+    TWO(m + 1, c111, 3, 1);
+    assert_int_equal(j.ops[0].admitted, 2);
+    assert_int_equal(j.win[0][0].before, 0);
+    assert_int_equal(j.win[0][1].before, 3);
+    assert_int_equal(redis_get(f, &j.ops[0], 60, m + 1), 2);
+    assert_int_equal(redis_get(f, &j.ops[0], 3600, h), 5);
+    assert_int_equal(redis_get(f, &j.ops[0], 60, m), 3);
+    /* The hour is full: a fresh minute refuses too, and gets no key. */
+    TWO(m + 2, c111, 3, 1);
+    assert_int_equal(j.ops[0].admitted, 0);
+    assert_int_equal(j.win[0][0].before, 0);
+    assert_int_equal(j.win[0][1].before, 5);
+    assert_int_equal(redis_exists(f, &j.ops[0], 60, m + 2), 0);
+    assert_int_equal(redis_get(f, &j.ops[0], 3600, h), 5);
+    TWO(m + 2, c211, 3, 0);
+    assert_int_equal(j.ops[0].admitted, 0);
+    assert_int_equal(redis_exists(f, &j.ops[0], 60, m + 2), 0);
+#undef TWO
+    assert_int_equal(assert_counters_expire(f, "rl:*", 1000, 50), 3);
+}
+
+static uint64_t lcg = 20261123;
+
+static uint32_t rnd(uint32_t n)
+{
+    lcg = lcg * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (uint32_t)((lcg >> 33) % n);
+}
+
+/* Runs ops through the script on the blocking connection (EVAL, no
+ * deadline) and parses the reply. */
+static int script_run(fx_t *f, rls_op_t *ops, size_t n, uint64_t now,
+                      rls_wop_t *qwin, rls_redis_errs_t *errs)
+{
+    rls_cmdbuf_t buf = {NULL, 0};
+    redisReply *rep = NULL;
+    size_t len;
+    int rc;
+
+    len = rls_redis_encode(&buf, NULL, ops, n, now, 1000, 0);
+    assert_true(len > 0);
+    assert_int_equal(redisAppendFormattedCommand(f->rc, buf.p, len),
+                     REDIS_OK);
+    assert_int_equal(redisGetReply(f->rc, (void **)&rep), REDIS_OK);
+    assert_non_null(rep);
+    if (rep->type != REDIS_REPLY_STRING)
+        fail_msg("script reply type %d: %s", rep->type,
+                 rep->type == REDIS_REPLY_ERROR ? rep->str : "");
+    rc = rls_redis_parse_counts(rep->str, rep->len, ops, n, qwin, errs);
+    freeReplyObject(rep);
+    free(buf.p);
+    return rc;
+}
+
+/* Random small cases: 1-3 windows with small limits and random counts
+ * already there (some above the limit, some negative, some absent), 1-8
+ * requests of equal (closed form) or unequal (list) costs. The script
+ * admits exactly what rl_admit_one does in a loop, reports the counts it
+ * found, and adds exactly the admitted costs, creating no key when it
+ * admitted nothing. */
+static void test_script_matches_model(void **state)
+{
+    enum { ROUNDS = 20, PER = 20 };
+    static const uint32_t lens[] = {1, 60, 3600, 86400};
+    fx_t *f = *state;
+    static job_t j;
+    static rls_wop_t qwin[PER * RLS_WINDOWS_MAX];
+    static long long preset[PER][4];
+    static int set[PER][4];
+    static uint64_t sum[PER], want[PER];
+    rls_redis_errs_t errs;
+    uint64_t now = redis_now_ms(f), nequal = 0, nrefused = 0;
+    size_t round, i, k;
+
+    for (round = 0; round < ROUNDS; round++) {
+        memset(&j, 0, sizeof(j));
+        for (i = 0; i < PER; i++) {
+            rl_admit_win_t w[4], w2[4];
+            uint32_t costs[8], nw = 1 + rnd(3), nc = 1 + rnd(8), c;
+            int equal = rnd(2);
+            char key[64];
+            uint32_t order[4] = {0, 1, 2, 3};
+
+            snprintf(key, sizeof(key), "rl:{m%zu:%zu}:r:t", round, i);
+            for (k = 0; k < 4; k++) {
+                uint32_t o = rnd(4), t = order[k];
+                order[k] = order[o];
+                order[o] = t;
+            }
+            c = 1 + rnd(4);
+            for (k = 0; k < nc; k++)
+                costs[k] = equal ? c : 1 + rnd(4);
+            job_costs(&j, i, key, nw, costs, nc, equal);
+            for (k = 0; k < nw; k++) {
+                uint64_t lim = 1 + rnd(10);
+                win_at(&j.win[i][k], lens[order[k]], lim, 7, 0);
+                j.win[i][k].expire_at_ms = now + 600000;
+                preset[i][k] = 0;
+                set[i][k] = rnd(2);
+                if (set[i][k]) {
+                    char wk[128];
+                    redisReply *r;
+                    preset[i][k] = (long long)rnd((uint32_t)lim + 5) - 2;
+                    rls_wkey(&j.ops[i], lens[order[k]], 7, wk);
+                    r = redisCommand(f->rc, "SET %s %lld", wk, preset[i][k]);
+                    assert_non_null(r);
+                    freeReplyObject(r);
+                }
+                w[k].limit = lim;
+                w[k].count = preset[i][k] > 0 ? (uint64_t)preset[i][k] : 0;
+                w[k].window_s = lens[order[k]];
+                w[k].reset_after_ms = 1;
+            }
+            memcpy(w2, w, sizeof(w));
+            want[i] = sum[i] = 0;
+            for (k = 0; k < nc; k++)
+                if (rl_admit_one(w, nw, costs[k])) {
+                    want[i]++;
+                    sum[i] += costs[k];
+                }
+            if (equal) {
+                assert_int_equal(rl_admit_equal(w2, nw, c, nc), want[i]);
+                nequal++;
+            }
+            nrefused += want[i] < nc;
+        }
+        assert_int_equal(script_run(f, j.ops, PER, now, qwin, &errs), 0);
+        assert_int_equal(errs.failed, 0);
+        for (i = 0; i < PER; i++) {
+            rls_op_t *op = &j.ops[i];
+
+            assert_int_equal(op->err, 0);
+            assert_int_equal(op->nqwin, 0);
+            if (op->admitted != want[i])
+                fail_msg("round %zu op %zu: script admitted %llu, model %llu",
+                         round, i, (unsigned long long)op->admitted,
+                         (unsigned long long)want[i]);
+            for (k = 0; k < op->nwin; k++) {
+                rls_wop_t *w = &op->win[k];
+                assert_int_equal(w->before, preset[i][k]);
+                if (sum[i] > 0)
+                    assert_int_equal(redis_get(f, op, w->window_s, 7),
+                                     preset[i][k] + (long long)sum[i]);
+                else if (!set[i][k])
+                    /* never created by a refusal */
+                    assert_int_equal(redis_exists(f, op, w->window_s, 7), 0);
+                else
+                    assert_int_equal(redis_get(f, op, w->window_s, 7),
+                                     preset[i][k]);
+            }
+        }
+    }
+    /* Both forms, and refusals, were exercised. */
+    assert_true(nequal > 50 && nequal < ROUNDS * PER - 50);
+    assert_true(nrefused > 50);
+    /* No key the script created lacks its expiry. */
+    {
+        redisReply *r = redisCommand(f->rc, "KEYS rl:*");
+        size_t n = 0;
+        assert_non_null(r);
+        for (i = 0; i < r->elements; i++) {
+            long long pttl = redis_int(f, "PTTL %s", r->element[i]->str);
+            /* the preset keys have none (-1) unless the script created
+             * them, which it cannot: SET made them first */
+            n += pttl > 0;
+            assert_true(pttl == -1 || (pttl > 0 && pttl <= 600050));
+        }
+        freeReplyObject(r);
+        assert_true(n > 0);
+    }
+}
+
+/* A refusal on a window nobody used yet creates no key; with the list
+ * form too. Checked per created key: the keys that exist are exactly those
+ * the model says received an admission or were preset. */
+static void test_refusal_creates_no_key(void **state)
+{
+    fx_t *f = *state;
+    static job_t j;
+    static const uint32_t big[] = {9, 9}, mixed[] = {9, 4, 9};
+    static rls_wop_t qwin[2 * RLS_WINDOWS_MAX];
+    rls_redis_errs_t errs;
+    uint64_t now = redis_now_ms(f);
+
+    job_costs(&j, 0, "rl:{nk:0}:r:t", 2, big, 2, 1);
+    win_at(&j.win[0][0], 60, 5, now / 60000, 1000);
+    win_at(&j.win[0][1], 3600, 50, now / 3600000, 1000);
+    job_costs(&j, 1, "rl:{nk:1}:r:t", 2, mixed, 3, 0);
+    win_at(&j.win[1][0], 60, 5, now / 60000, 1000);
+    win_at(&j.win[1][1], 3600, 3, now / 3600000, 1000);
+    assert_int_equal(script_run(f, j.ops, 2, now, qwin, &errs), 0);
+    assert_int_equal(j.ops[0].admitted, 0);
+    assert_int_equal(j.ops[1].admitted, 0);
+    assert_int_equal(redis_int(f, "DBSIZE%s", ""), 0);
+}
+
+/* A stored quota ("N/S N/S" under the rule's field of "<tag>:q") replaces
+ * the rule's windows: decided on them, keys made for them, reported in
+ * qwin. One that does not parse is ignored and counted. */
+static void test_quota_replaces_windows(void **state)
+{
+    static const char *const garbage[] = {
+        "abc", "0/60", "5/0", "", " ",
+        "1/1 1/2 1/3 1/4 1/5 1/6 1/7 1/8 1/9", /* nine windows */
+        "5/60 3/60",                            /* a window twice */
+        "1.5/60", "-5/60", "5/60,6/3600", "5/60 abc", "5/31622401",
+        "5/99999999999999999999", "5 / 60", "5/60/60"};
+    enum { NG = sizeof(garbage) / sizeof(garbage[0]) };
+    fx_t *f = *state;
+    static job_t j;
+    static const uint32_t ones[] = {1, 1, 1, 1, 1};
+    char key[64];
+    redisReply *r;
+    uint64_t now;
+    size_t g;
+
+    open_store(f, f->redis.port, 2000, 0);
+    wait_up(f, 5000);
+    now = f->st->v->now_ms(f->st);
+    r = redisCommand(f->rc, "HSET rl:{qa}:q api %s", "2/60 4/3600");
+    freeReplyObject(r);
+    /* Another rule's quota is not this rule's. */
+    r = redisCommand(f->rc, "HSET rl:{qa}:q other %s", "1/60");
+    freeReplyObject(r);
+    job_costs(&j, 0, "rl:{qa}:r:api", 1, ones, 3, 1);
+    win_at(&j.win[0][0], 60, 10, now / 60000, 1000);
+    job_quota(&j, 0, 1);
+    run_job(f, &j, 1);
+    assert_int_equal(j.ops[0].err, 0);
+    assert_int_equal(j.ops[0].admitted, 2);
+    assert_int_equal(j.nqwin[0], 2);
+    assert_int_equal(j.qwin[0][0].window_s, 60);
+    assert_int_equal(j.qwin[0][0].limit, 2);
+    assert_int_equal(j.qwin[0][0].before, 0);
+    assert_int_equal(j.qwin[0][1].window_s, 3600);
+    assert_int_equal(j.qwin[0][1].limit, 4);
+    assert_int_equal(j.qwin[0][1].before, 0);
+    assert_int_equal(assert_counters_expire(f, "rl:{qa}:r:api:60:*", 1000,
+                                            50),
+                     1);
+    assert_int_equal(assert_counters_expire(f, "rl:{qa}:r:api:3600:*", 1000,
+                                            50),
+                     1);
+    /* Again: the quota's hour has 2 left, its minute none. */
+    job_costs(&j, 0, "rl:{qa}:r:api", 1, ones, 3, 1);
+    win_at(&j.win[0][0], 60, 10, now / 60000, 1000);
+    job_quota(&j, 0, 1);
+    run_job(f, &j, 1);
+    assert_int_equal(j.ops[0].admitted, 0);
+    assert_int_equal(j.qwin[0][0].before, 2);
+    assert_int_equal(j.qwin[0][1].before, 2);
+    /* The same op without a quota named: the rule's windows. */
+    job_costs(&j, 0, "rl:{qa}:r:other", 1, ones, 3, 1);
+    win_at(&j.win[0][0], 60, 10, now / 60000, 1000);
+    run_job(f, &j, 1);
+    assert_int_equal(j.ops[0].admitted, 3);
+    assert_int_equal(j.nqwin[0], 0);
+    assert_int_equal(f->st->stats.bad_quotas, 0);
+
+    /* The largest limit rl-ctl writes (2^63-1) is a quota like any other,
+     * not a reply the parser must refuse (which failed the whole
+     * batch). */
+    r = redisCommand(f->rc, "HSET rl:{qbig}:q api %s",
+                     "9223372036854775807/60 3/3600");
+    freeReplyObject(r);
+    job_costs(&j, 0, "rl:{qbig}:r:api", 1, ones, 5, 1);
+    win_at(&j.win[0][0], 60, 10, now / 60000, 1000);
+    job_quota(&j, 0, 1);
+    job_op(&j, 1, "rl:{qbig2}:r:t", 1, now + 60000);
+    run_job(f, &j, 2);
+    assert_int_equal(j.ops[0].err, 0);
+    assert_int_equal(j.ops[0].admitted, 3);
+    assert_int_equal(j.nqwin[0], 2);
+    assert_true(j.qwin[0][0].limit >= (UINT64_C(1) << 62));
+    assert_true(j.qwin[0][0].limit <= INT64_MAX);
+    assert_int_equal(j.ops[1].err, 0);
+    assert_int_equal(j.ops[1].admitted, 1);
+
+    /* Garbage: the rule's windows (3/60) apply, each counted once. */
+    for (g = 0; g < NG; g++) {
+        snprintf(key, sizeof(key), "rl:{qg%zu}:q", g);
+        r = redisCommand(f->rc, "HSET %s api %s", key, garbage[g]);
+        assert_non_null(r);
+        assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+        freeReplyObject(r);
+        snprintf(key, sizeof(key), "rl:{qg%zu}:r:api", g);
+        job_costs(&j, 0, key, 1, ones, 5, 1);
+        win_at(&j.win[0][0], 60, 3, now / 60000, 1000);
+        job_quota(&j, 0, 1);
+        run_job(f, &j, 1);
+        if (j.ops[0].err != 0 || j.ops[0].admitted != 3 || j.nqwin[0] != 0)
+            fail_msg("quota \"%s\": err %d admitted %llu nqwin %u",
+                     garbage[g], j.ops[0].err,
+                     (unsigned long long)j.ops[0].admitted, j.nqwin[0]);
+        assert_int_equal(redis_get(f, &j.ops[0], 60, now / 60000), 3);
+        assert_int_equal(f->st->stats.bad_quotas, g + 1);
+    }
+    assert_counters_expire(f, "rl:{q*}:r:*", 1000, 50);
+}
+
+/* The rule's scale multiplies a stored quota's limits: floored, at least
+ * 1. */
+static void test_quota_scaled(void **state)
+{
+    static const struct {
+        double scale;
+        uint64_t l60, l3600;
+    } cases[] = {{0.5, 5, 1}, {0.05, 1, 1}, {2.5, 25, 7}, {1, 10, 3},
+                 {0.999, 9, 2}};
+    fx_t *f = *state;
+    static job_t j;
+    static uint32_t ones[30];
+    char key[64];
+    redisReply *r;
+    uint64_t now;
+    size_t c, k;
+
+    for (k = 0; k < 30; k++)
+        ones[k] = 1;
+    open_store(f, f->redis.port, 2000, 0);
+    wait_up(f, 5000);
+    now = f->st->v->now_ms(f->st);
+    for (c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        snprintf(key, sizeof(key), "rl:{qs%zu}:q", c);
+        r = redisCommand(f->rc, "HSET %s api %s", key, "10/60 3/3600");
+        freeReplyObject(r);
+        snprintf(key, sizeof(key), "rl:{qs%zu}:r:api", c);
+        job_costs(&j, 0, key, 1, ones, 30, 1);
+        win_at(&j.win[0][0], 60, 1000, now / 60000, 1000);
+        job_quota(&j, 0, 1);
+        j.ops[0].scale = cases[c].scale;
+        run_job(f, &j, 1);
+        assert_int_equal(j.ops[0].err, 0);
+        assert_int_equal(j.nqwin[0], 2);
+        assert_int_equal(j.qwin[0][0].limit, cases[c].l60);
+        assert_int_equal(j.qwin[0][1].limit, cases[c].l3600);
+        assert_int_equal(j.ops[0].admitted, cases[c].l60 < cases[c].l3600
+                                                ? cases[c].l60
+                                                : cases[c].l3600);
+    }
+    assert_int_equal(f->st->stats.bad_quotas, 0);
 }
 
 int main(void)
@@ -1266,6 +2039,16 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_restart_noticed, fx_setup,
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_auth_and_select, fx_setup_auth,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_two_windows, fx_setup,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_script_matches_model, fx_setup,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_refusal_creates_no_key, fx_setup,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_quota_replaces_windows, fx_setup,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_quota_scaled, fx_setup,
                                         fx_teardown),
     };
 

@@ -1,0 +1,294 @@
+/* Fuzz target: the Redis store's script reply, as redis.c hands it to
+ * rls_redis_parse_counts (server/store/redis_script.c). A reply comes from
+ * the network and from a Redis anyone with access may have tampered with
+ * (a stored quota, a counter's value), so it is input like any other.
+ *
+ * Input: byte 0 gives the number of ops (1 + b % 4); the next byte per op
+ * its shape (nwin = 1 + b % 8, ncosts = 1 + b / 8 % 32); the rest is the
+ * reply. Beyond "does not crash", it checks the parser's contract:
+ *   - it never reads past the reply (which sits in a heap block of exactly
+ *     its size, so ASan sees any read beyond);
+ *   - it returns RL_OK, RLS_REDIS_LATE or RL_EINVAL, and the same again on
+ *     the same bytes;
+ *   - on RLS_REDIS_LATE the ops are untouched;
+ *   - on RL_OK every op has err, or admitted <= ncosts and nqwin <= 8 with
+ *     qwin inside that op's own slot of the array; errs.failed counts the
+ *     ops with err, by kind too; errs.text lies inside the reply.
+ *
+ * Built two ways (tests/fuzz/CMakeLists.txt, tests/fuzz/run.sh): with
+ * clang's libFuzzer, and with RL_FUZZ_REPLAY as a plain program that runs
+ * the seed corpus (corpus/redis_reply) and deterministic mutations of
+ * well-formed replies in every build. */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rl_error.h"
+#include "store/redis_script.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define CHECK(cond)                                                            \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            fprintf(stderr, "fuzz_redis_reply: %s:%d: %s\n", __FILE__,        \
+                    __LINE__, #cond);                                          \
+            abort();                                                           \
+        }                                                                      \
+    } while (0)
+
+#define MAX_OPS 4
+#define SENTINEL UINT64_C(0xdeadbeef)
+
+static rls_op_t ops[MAX_OPS];
+static rls_wop_t win[MAX_OPS][RLS_WINDOWS_MAX];
+static rls_wop_t qwin[MAX_OPS * RLS_WINDOWS_MAX];
+
+/* Shapes the ops from the header; returns the header's length, or 0 when
+ * the input is too short. */
+static size_t shape(const uint8_t *data, size_t size, size_t *n)
+{
+    size_t i;
+
+    if (size < 1)
+        return 0;
+    *n = 1 + data[0] % MAX_OPS;
+    if (size < 1 + *n)
+        return 0;
+    memset(ops, 0, sizeof(ops));
+    for (i = 0; i < *n; i++) {
+        ops[i].nwin = 1 + data[1 + i] % 8;
+        ops[i].ncosts = 1 + data[1 + i] / 8 % 32;
+        ops[i].win = win[i];
+        ops[i].admitted = SENTINEL;
+        ops[i].err = 12345;
+    }
+    return 1 + *n;
+}
+
+/* Parses the reply in an exact-size heap copy. */
+static int parse(const uint8_t *p, size_t len, size_t n, rls_redis_errs_t *e,
+                 char **copy)
+{
+    *copy = malloc(len ? len : 1);
+    CHECK(*copy != NULL);
+    memcpy(*copy, p, len);
+    return rls_redis_parse_counts(*copy, len, ops, n, qwin, e);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    rls_redis_errs_t e, e2;
+    size_t n, h, i, failed = 0, kinds = 0;
+    char *copy, *copy2;
+    int rc, rc2, k;
+
+    if ((h = shape(data, size, &n)) == 0)
+        return 0;
+    rc = parse(data + h, size - h, n, &e, &copy);
+    CHECK(rc == RL_OK || rc == RLS_REDIS_LATE || rc == RL_EINVAL);
+    if (rc == RLS_REDIS_LATE) {
+        for (i = 0; i < n; i++)
+            CHECK(ops[i].admitted == SENTINEL && ops[i].err == 12345);
+    } else if (rc == RL_OK) {
+        for (i = 0; i < n; i++) {
+            const rls_op_t *op = &ops[i];
+
+            if (op->err != 0) {
+                CHECK(op->err == RL_ESTORE);
+                failed++;
+                continue;
+            }
+            CHECK(op->admitted <= op->ncosts);
+            CHECK(op->nqwin <= RLS_WINDOWS_MAX);
+            CHECK((op->nqwin == 0) == (op->qwin == NULL));
+            if (op->nqwin > 0) {
+                CHECK(op->qwin == &qwin[i * RLS_WINDOWS_MAX]);
+                for (k = 0; k < (int)op->nqwin; k++)
+                    CHECK(op->qwin[k].window_s >= 1 && op->qwin[k].limit >= 1);
+            }
+        }
+        CHECK(e.failed == failed);
+        for (k = 0; k < RLS_SERR_MAX; k++)
+            kinds += e.by_kind[k];
+        CHECK(kinds == failed);
+        CHECK(e.bad_quotas <= n);
+        if (e.text != NULL)
+            CHECK(e.text >= copy && e.text + e.text_len == copy + size - h);
+    }
+    /* The same bytes, the same answer. */
+    shape(data, size, &n);
+    rc2 = parse(data + h, size - h, n, &e2, &copy2);
+    CHECK(rc2 == rc);
+    free(copy);
+    free(copy2);
+    return 0;
+}
+
+#ifdef RL_FUZZ_REPLAY
+/* Without libFuzzer: runs each file named (a directory is read with the
+ * names listed in it), then deterministic mutations of well-formed
+ * replies. A seed named ok-* must parse (RL_OK or RLS_REDIS_LATE), bad-*
+ * must be RL_EINVAL. */
+#include <dirent.h>
+
+static unsigned seed = 20261123;
+
+static unsigned rnd(void)
+{
+    seed = seed * 1103515245u + 12345u;
+    return seed >> 8;
+}
+
+static int run_file(const char *path)
+{
+    static uint8_t buf[1 << 16];
+    const char *base = strrchr(path, '/');
+    rls_redis_errs_t e;
+    FILE *f = fopen(path, "rb");
+    size_t n, h, nops;
+    char *copy;
+    int rc;
+
+    if (f == NULL) {
+        perror(path);
+        return 1;
+    }
+    n = fread(buf, 1, sizeof(buf), f);
+    fclose(f);
+    LLVMFuzzerTestOneInput(buf, n);
+    base = base != NULL ? base + 1 : path;
+    if ((h = shape(buf, n, &nops)) == 0) {
+        fprintf(stderr, "fuzz_redis_reply: %s: no header\n", path);
+        return 1;
+    }
+    rc = parse(buf + h, n - h, nops, &e, &copy);
+    free(copy);
+    if ((strncmp(base, "ok-", 3) == 0 && rc < 0) ||
+        (strncmp(base, "bad-", 4) == 0 && rc != RL_EINVAL)) {
+        fprintf(stderr, "fuzz_redis_reply: %s: rc=%d\n", path, rc);
+        return 1;
+    }
+    return 0;
+}
+
+static int run_path(const char *path, int *files)
+{
+    char sub[4096];
+    struct dirent *d;
+    DIR *dir = opendir(path);
+
+    if (dir == NULL) {
+        (*files)++;
+        return run_file(path);
+    }
+    while ((d = readdir(dir)) != NULL) {
+        if (d->d_name[0] == '.')
+            continue;
+        snprintf(sub, sizeof(sub), "%s/%s", path, d->d_name);
+        (*files)++;
+        if (run_file(sub) != 0) {
+            closedir(dir);
+            return 1;
+        }
+    }
+    closedir(dir);
+    return 0;
+}
+
+/* A well-formed input: header, then a reply the script could send. */
+static size_t well_formed(uint8_t *buf, size_t cap)
+{
+    static const char *const kinds[] = {"OOM", "OVERFLOW", "WRONGTYPE", "ERR",
+                                        ""};
+    size_t n = 1 + rnd() % MAX_OPS, i, len, j;
+    int any_err = 0;
+
+    buf[0] = (uint8_t)(n - 1);
+    len = 1 + n;
+    for (i = 0; i < n; i++) {
+        uint32_t nwin = 1 + rnd() % 8, nc = 1 + rnd() % 32;
+        buf[1 + i] = (uint8_t)((nwin - 1) + 8 * (nc - 1));
+        if (i > 0)
+            buf[len++] = ',';
+        switch (rnd() % 4) {
+        case 0:
+            len += (size_t)snprintf((char *)buf + len, cap - len, "e%s",
+                                    kinds[rnd() % 5]);
+            any_err = 1;
+            break;
+        case 1: {
+            uint32_t q = 1 + rnd() % 8;
+            len += (size_t)snprintf((char *)buf + len, cap - len, "%u q",
+                                    rnd() % (nc + 1));
+            for (j = 0; j < q; j++)
+                len += (size_t)snprintf((char *)buf + len, cap - len,
+                                        " %u %u %d", 1 + rnd() % 86400,
+                                        1 + rnd(), (int)(rnd() % 100) - 1);
+            break;
+        }
+        default:
+            len += (size_t)snprintf((char *)buf + len, cap - len, "%u%s",
+                                    rnd() % (nc + 1), rnd() % 4 ? "" : " Q");
+            for (j = 0; j < nwin; j++)
+                len += (size_t)snprintf((char *)buf + len, cap - len, " %d",
+                                        (int)(rnd() % 1000) - 1);
+        }
+    }
+    if (any_err)
+        len += (size_t)snprintf((char *)buf + len, cap - len,
+                                "\nOOM command not allowed");
+    return len;
+}
+
+int main(int argc, char **argv)
+{
+    static const char alphabet[] = " ,\n-0123456789eqQlate\x7f";
+    static uint8_t buf[4096];
+    int i, iters = 100000, files = 0, ok = 0;
+
+    for (i = 1; i < argc; i++)
+        if (run_path(argv[i], &files) != 0)
+            return 1;
+    for (i = 0; i < iters; i++) {
+        size_t n = well_formed(buf, sizeof(buf) - 8), k, edits = rnd() % 4;
+
+        if (edits == 0) {
+            rls_redis_errs_t e;
+            size_t h, nops;
+            char *copy;
+            h = shape(buf, n, &nops);
+            CHECK(h > 0 && parse(buf + h, n - h, nops, &e, &copy) == RL_OK);
+            free(copy);
+            ok++;
+        }
+        for (k = 0; k < edits && n > 0; k++) {
+            size_t at = rnd() % n;
+            switch (rnd() % 4) {
+            case 0:
+                buf[at] ^= (uint8_t)(1u << (rnd() % 8));
+                break;
+            case 1:
+                buf[at] = (uint8_t)alphabet[rnd() % (sizeof(alphabet) - 1)];
+                break;
+            case 2:
+                memmove(buf + at, buf + at + 1, n - at - 1);
+                n--;
+                break;
+            default:
+                memmove(buf + at + 1, buf + at, n - at);
+                n++;
+            }
+        }
+        if (rnd() % 4 == 0 && n > 0)
+            n = rnd() % n;
+        LLVMFuzzerTestOneInput(buf, n);
+    }
+    printf("fuzz_redis_reply replay: %d files, %d replies (%d unmutated "
+           "parsed), invariants held\n",
+           files, iters, ok);
+    return 0;
+}
+#endif
