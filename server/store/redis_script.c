@@ -1,6 +1,7 @@
 /* The Redis store's script and the formatting of its command; see
  * redis_script.h, and redis.c for why this script. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
