@@ -272,7 +272,9 @@ static void five_per_minute(void)
         for (i = 0; i < 6; i++) {
             assert_int_equal(r[i].r.code,
                              i < 5 ? RL_CODE_OK : RL_CODE_OVER_LIMIT);
-            assert_int_equal(r[i].r.used, i + 1);
+            /* The refusal consumed nothing: used stays at 5. */
+            assert_int_equal(r[i].r.used, i < 5 ? i + 1 : 5);
+            assert_int_equal(r[i].r.window_s, 60);
             assert_int_equal(r[i].r.limit, 5);
             assert_int_equal(r[i].r.remaining, i < 5 ? 4 - i : 0);
             assert_true(r[i].r.reset_after_ms >= 1 &&
@@ -302,7 +304,8 @@ static void test_five_per_minute_redis(void **state)
 }
 
 /* 1,000 requests for one key in one write, limit 300: exactly 300 allowed,
- * the first 300 in arrival order; every id answered exactly once. */
+ * the first 300 in arrival order, and the 700 refusals consume nothing;
+ * every id answered exactly once. */
 static void coalesce_scenario(void)
 {
     static rl_check_t q[1000];
@@ -322,8 +325,9 @@ static void coalesce_scenario(void)
         uint64_t id = r[i].r.id;
         assert_true(id >= 1 && id <= 1000);
         seen[id]++;
-        /* arrival order: request n saw the counter at n */
-        assert_int_equal(r[i].r.used, id);
+        /* arrival order: request n saw the counter at n, and the
+         * refused ones see it stay at 300 */
+        assert_int_equal(r[i].r.used, id <= 300 ? id : 300);
         assert_int_equal(r[i].r.code,
                          id <= 300 ? RL_CODE_OK : RL_CODE_OVER_LIMIT);
     }
@@ -348,7 +352,8 @@ static void test_coalesce_redis(void **state)
     coalesce_scenario();
 }
 
-/* Cost weighting: limit 10, cost 4: 4, 8 allowed; 12 refused. */
+/* Cost weighting: limit 10, cost 4: 4, 8 allowed; 12 refused, consuming
+ * nothing; then a request of cost 2 still fits. */
 static void test_cost(void **state)
 {
     cli_t c;
@@ -364,7 +369,11 @@ static void test_cost(void **state)
     assert_int_equal(r.r.remaining, 2);
     r = ask(&c, check(3, "cost", 10, 3600, 4));
     assert_int_equal(r.r.code, RL_CODE_OVER_LIMIT);
-    assert_int_equal(r.r.used, 12);
+    assert_int_equal(r.r.used, 8);
+    assert_int_equal(r.r.remaining, 2);
+    r = ask(&c, check(4, "cost", 10, 3600, 2));
+    assert_int_equal(r.r.code, RL_CODE_OK);
+    assert_int_equal(r.r.used, 10);
     cli_close(&c);
 }
 
@@ -643,7 +652,9 @@ static void test_every_key_has_ttl(void **state)
     assert_true(keysr->elements >= 150);
     for (i = 0; i < keysr->elements; i++) {
         const char *k = keysr->element[i]->str;
-        unsigned long w = strtoul(strrchr(k, '}') + 2, NULL, 10);
+        /* rl:{<caller>}:i:<window>:<index> for an inline limit */
+        assert_int_equal(strncmp(strrchr(k, '}'), "}:i:", 4), 0);
+        unsigned long w = strtoul(strrchr(k, '}') + 4, NULL, 10);
         redisReply *t = redisCommand(rc, "PTTL %s", k);
         assert_non_null(t);
         assert_true(t->integer > 0); /* -1 would be a key without TTL */
