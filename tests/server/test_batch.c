@@ -43,10 +43,12 @@ extern void *__libc_malloc(size_t);
 extern void *__libc_calloc(size_t, size_t);
 extern void *__libc_realloc(void *, size_t);
 static uint64_t n_allocs;
+static uint64_t fail_alloc; /* this allocation (n_allocs) fails; 0: none */
 
 void *malloc(size_t n)
 {
-    n_allocs++;
+    if (++n_allocs == fail_alloc)
+        return NULL;
     return __libc_malloc(n);
 }
 
@@ -1446,6 +1448,52 @@ static void test_memory_op_errors(void **state)
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+/* An op whose second new counter cannot be allocated changes no count:
+ * the first window's counter used to keep the op's cost although the op
+ * failed (and was answered by the fail mode). Needs the counting
+ * allocator, so not under ASan. */
+static void test_memory_op_alloc_failure(void **state)
+{
+#ifdef COUNT_ALLOCS
+    static const uint32_t c1[1] = {1};
+    uint64_t now = base_ms() + 5000;
+    rls_wop_t w[2];
+    rls_op_t op;
+    uv_loop_t loop;
+    rls_store_t *s;
+
+    (void)state;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    s = rls_store_memory_new(&loop);
+    assert_non_null(s);
+    /* another caller makes both windows' expiry groups */
+    set_op(&op, w, "rl:{warm}:r:x", 2, now, c1, 1);
+    s->v->submit(s, &op, 1, on_ops, NULL);
+    assert_int_equal(op.err, 0);
+
+    /* two new counters: the second allocation fails */
+    set_op(&op, w, "rl:{u}:r:x", 2, now, c1, 1);
+    fail_alloc = n_allocs + 2;
+    s->v->submit(s, &op, 1, on_ops, NULL);
+    fail_alloc = 0;
+    assert_int_equal(op.err, RL_ENOMEM);
+
+    set_op(&op, w, "rl:{u}:r:x", 2, now, c1, 1);
+    s->v->submit(s, &op, 1, on_ops, NULL);
+    assert_int_equal(op.err, 0);
+    assert_int_equal(w[0].before, 0);
+    assert_int_equal(w[1].before, 0);
+    assert_int_equal(op.admitted, 1);
+
+    s->v->close(s, NULL, NULL);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+#else
+    (void)state;
+    skip();
+#endif
+}
+
 /* A request for a key refused by a full store, answered by the fail mode. */
 static void assert_refused(const h_t *h, size_t i, int fail_open)
 {
@@ -1569,6 +1617,7 @@ int main(void)
         cmocka_unit_test_teardown(test_no_alloc_per_request, teardown),
         cmocka_unit_test_teardown(test_expiry_spread, teardown),
         cmocka_unit_test_teardown(test_memory_op_errors, teardown),
+        cmocka_unit_test_teardown(test_memory_op_alloc_failure, teardown),
         cmocka_unit_test_teardown(test_memory_full, teardown),
         cmocka_unit_test_teardown(test_stores_agree_rules, teardown),
         cmocka_unit_test_teardown(test_minute_hour_memory, teardown),
