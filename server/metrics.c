@@ -104,10 +104,13 @@ static int store_errors(rl_buf_t *b, const rls_store_stats_t *ss)
     return rc;
 }
 
-/* One rule's counters. Only series that have counted something are
- * written: a policy may hold thousands of rules, most of them quiet, and a
- * scrape should cost what the traffic is, not what the rules file is. */
-static int render_rule(rl_buf_t *out, const rls_rule_stats_t *st)
+/* One rule's samples of one family (0: decisions, 1: windows started,
+ * 2: windows reached): the text format wants each family's samples
+ * together, after its TYPE line. Only series that have counted something
+ * are written: a policy may hold thousands of rules, most of them quiet,
+ * and a scrape should cost what the traffic is, not what the rules file
+ * is. */
+static int render_rule(rl_buf_t *out, const rls_rule_stats_t *st, int part)
 {
     static const char *const pct[3] = {"50", "80", "100"};
     const char *name = st->name[0] ? st->name : "(inline)";
@@ -121,30 +124,37 @@ static int render_rule(rl_buf_t *out, const rls_rule_stats_t *st)
     uint32_t i, k;
     int rc;
 
-    for (i = 0; i < 4; i++)
-        if (d[i].v > 0 &&
-            (rc = rl_buf_printf(out,
-                                "rl_rule_decisions_total{rule=\"%s\","
-                                "result=\"%s\"} %llu\n",
-                                name, d[i].result,
-                                (unsigned long long)d[i].v)) != RL_OK)
-            return rc;
+    if (part == 0) {
+        for (i = 0; i < 4; i++)
+            if (d[i].v > 0 &&
+                (rc = rl_buf_printf(out,
+                                    "rl_rule_decisions_total{rule=\"%s\","
+                                    "result=\"%s\"} %llu\n",
+                                    name, d[i].result,
+                                    (unsigned long long)d[i].v)) != RL_OK)
+                return rc;
+        return RL_OK;
+    }
     for (i = 0; i <= RLS_STATS_WINDOWS; i++) {
         const rls_win_stats_t *w = &st->win[i];
         char wl[16];
 
-        if (w->started == 0 && w->reached[0] == 0)
+        if (w->started == 0 && w->reached[0] == 0 && w->reached[1] == 0 &&
+            w->reached[2] == 0)
             continue;
         if (i == RLS_STATS_WINDOWS)
             strcpy(wl, "other");
         else
             snprintf(wl, sizeof(wl), "%u", w->window_s);
-        if ((rc = rl_buf_printf(out,
-                                "rl_rule_windows_started_total{rule=\"%s\","
-                                "window=\"%s\"} %llu\n",
-                                name, wl,
-                                (unsigned long long)w->started)) != RL_OK)
-            return rc;
+        if (part == 1) {
+            if ((rc = rl_buf_printf(
+                     out,
+                     "rl_rule_windows_started_total{rule=\"%s\","
+                     "window=\"%s\"} %llu\n",
+                     name, wl, (unsigned long long)w->started)) != RL_OK)
+                return rc;
+            continue;
+        }
         for (k = 0; k < 3; k++)
             if (w->reached[k] > 0 &&
                 (rc = rl_buf_printf(
@@ -164,7 +174,7 @@ static int render_policy(const rls_metrics_view_t *v, rl_buf_t *out)
 {
     const rls_runtime_t *rt = v->rt;
     size_t i;
-    int rc;
+    int rc, part;
 
 #define TRY(x)                                                                 \
     do {                                                                       \
@@ -207,23 +217,28 @@ static int render_policy(const rls_metrics_view_t *v, rl_buf_t *out)
                     "Stored quotas (rl-ctl) that did not parse; the rule's "
                     "limits applied.",
                     v->store->stats.bad_quotas));
-    TRY(family(out, "rl_rule_decisions_total", "counter",
-               "Decisions per rule: allowed, refused, allowed only by "
-               "shadow mode (would have been refused), allowed uncounted "
-               "(mode off). rule=\"(inline)\" is inline limits. A series "
-               "appears once it counts."));
-    TRY(family(out, "rl_rule_windows_started_total", "counter",
-               "Caller-windows started (first consumption), per rule and "
-               "window length; each counted once across the fleet."));
-    TRY(family(out, "rl_rule_windows_reached_total", "counter",
-               "Caller-windows whose consumption reached 50, 80 or 100 % of "
-               "the limit; each counted once across the fleet."));
-    for (i = 0; i < rt->stats_cap; i++)
-        if (rt->stats[i] != NULL)
-            TRY(render_rule(out, rt->stats[i]));
-    TRY(render_rule(out, &rt->inline_stats));
-    if (rt->nstats == rt->max_stats)
-        TRY(render_rule(out, &rt->other_stats));
+    for (part = 0; part < 3; part++) {
+        static const char *const fam[3][2] = {
+            {"rl_rule_decisions_total",
+             "Decisions per rule: allowed, refused, allowed only by "
+             "shadow mode (would have been refused), allowed uncounted "
+             "(mode off). rule=\"(inline)\" is inline limits. A series "
+              "appears once it counts."},
+            {"rl_rule_windows_started_total",
+             "Caller-windows started (first consumption), per rule and "
+             "window length; each counted once across the fleet."},
+            {"rl_rule_windows_reached_total",
+             "Caller-windows whose consumption reached 50, 80 or 100 % of "
+             "the limit; each counted once across the fleet."}};
+
+        TRY(family(out, fam[part][0], "counter", fam[part][1]));
+        for (i = 0; i < rt->stats_cap; i++)
+            if (rt->stats[i] != NULL)
+                TRY(render_rule(out, rt->stats[i], part));
+        TRY(render_rule(out, &rt->inline_stats, part));
+        if (rt->nstats == rt->max_stats)
+            TRY(render_rule(out, &rt->other_stats, part));
+    }
 #undef TRY
     return RL_OK;
 }

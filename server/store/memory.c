@@ -224,10 +224,10 @@ static ent_t *find(mstore_t *m, const char *key, size_t len, uint64_t h)
     return NULL;
 }
 
-/* Makes a counter holding `count`, expiring at `at`. The caller checked
- * that it fits under the cap. Returns 0 or RL_ENOMEM. */
+/* Makes a counter holding 0, expiring at `at`, into *out. The caller
+ * checked that it fits under the cap. Returns 0 or RL_ENOMEM. */
 static int create(mstore_t *m, const char *key, size_t len, uint64_t h,
-                  uint64_t at, int64_t count)
+                  uint64_t at, ent_t **out)
 {
     ent_t **head = &m->table[h & m->mask], *e;
     rls_store_stats_t *st = &m->base.stats;
@@ -242,7 +242,7 @@ static int create(mstore_t *m, const char *key, size_t len, uint64_t h,
         return RL_ENOMEM; /* an empty group is freed by the sweep */
     st->mem_bytes += ent_cost(len);
     e->hash = h;
-    e->count = count;
+    e->count = 0;
     e->klen = len;
     memcpy(e->key, key, len);
     e->hnext = *head;
@@ -252,6 +252,7 @@ static int create(mstore_t *m, const char *key, size_t len, uint64_t h,
     *head = e;
     e->enext = g->head;
     g->head = e;
+    *out = e;
 
     /* A bigger table only if it fits too; if not (or on failure), chains
      * just grow. */
@@ -321,13 +322,15 @@ static int apply(mstore_t *m, rls_op_t *op)
         if (st->mem_full || st->mem_bytes + need > st->mem_max)
             return refuse(m);
     }
-    for (j = 0; j < op->nwin; j++) {
-        if (e[j] != NULL)
-            e[j]->count += (int64_t)sum;
-        else if (create(m, keys[j], klen[j], h[j], op->win[j].expire_at_ms,
-                        (int64_t)sum) != 0)
+    /* Every new counter first, at 0, so that an allocation failure leaves
+     * every count as it was (a counter at 0 decides as a missing one);
+     * only then the admitted cost on every window. */
+    for (j = 0; j < op->nwin; j++)
+        if (e[j] == NULL && create(m, keys[j], klen[j], h[j],
+                                   op->win[j].expire_at_ms, &e[j]) != 0)
             return RL_ENOMEM;
-    }
+    for (j = 0; j < op->nwin; j++)
+        e[j]->count += (int64_t)sum;
     return 0;
 }
 

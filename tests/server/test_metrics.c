@@ -103,7 +103,8 @@ static void start_limits(fx_t *f, int redis, uint64_t drain_ms,
         st = rls_store_memory_new(&f->loop);
     }
     assert_non_null(st);
-    assert_int_equal(rls_server_start(&f->srv, &f->loop, &f->cfg, st), 0);
+    assert_int_equal(
+        rls_server_start(&f->srv, &f->loop, &f->cfg, st, NULL), 0);
     /* Before the loop thread starts: the limits belong to the loop. */
     rls_http_server_set_limits(f->srv.http, idle_ms, max_conns);
     rls_http_server_set_head_ms(f->srv.http, head_ms);
@@ -925,7 +926,7 @@ static void test_port_in_use(void **state)
     assert_int_equal(uv_loop_init(&f->loop), 0);
     st = rls_store_memory_new(&f->loop);
     assert_non_null(st);
-    assert_int_equal(rls_server_start(&f->srv, &f->loop, &f->cfg, st),
+    assert_int_equal(rls_server_start(&f->srv, &f->loop, &f->cfg, st, NULL),
                      UV_EADDRINUSE);
     st->v->close(st, NULL, NULL);
     uv_run(&f->loop, UV_RUN_DEFAULT);
