@@ -174,7 +174,14 @@ static void on_store_done(void *data, rls_op_t *ops, size_t nops, int status)
     for (i = 0; i < nops; i++) {
         if (status != 0 && ops[i].err == 0)
             ops[i].err = status;
-        t->run[i] = ops[i].count - (int64_t)ops[i].incr;
+        /* The count before the batch. A store reply can claim any count
+         * (Redis's parses to as low as -INT64_MAX); one below what the
+         * increment allows saturates instead of overflowing, and decides
+         * as 0 like any negative counter. */
+        if (ops[i].count < INT64_MIN + (int64_t)ops[i].incr)
+            t->run[i] = INT64_MIN;
+        else
+            t->run[i] = ops[i].count - (int64_t)ops[i].incr;
     }
 
     for (i = 0; i < t->nreqs; i++) {

@@ -104,7 +104,7 @@ static uint64_t uN(rd_t *r, int bytes)
 /* ---- the scripted store ---- */
 
 enum { ST_NOW, ST_LATER, ST_ESTORE, ST_ETIMEDOUT, ST_PEROP, ST_MODES };
-enum { CT_REAL, CT_NEAR_MAX, CT_ZERO, CT_NEG, CT_SMALL, CT_STYLES };
+enum { CT_REAL, CT_NEAR_MAX, CT_ZERO, CT_NEG, CT_SMALL, CT_MIN, CT_STYLES };
 
 typedef struct pend_s {
     rls_op_t *ops;
@@ -175,6 +175,9 @@ static void fs_answer(fstore_t *fs, rls_op_t *ops, size_t n, rls_store_cb cb,
             break;
         case CT_NEG: /* decremented below zero, then our increment */
             ops[i].count = -(int64_t)(k % 1000) - 1;
+            break;
+        case CT_MIN: /* the lowest a Redis reply parses to, whatever incr */
+            ops[i].count = -INT64_MAX + (int64_t)(k % 4);
             break;
         default:
             ops[i].count = (int64_t)ops[i].incr + (int64_t)(k % 16);
@@ -282,7 +285,7 @@ typedef struct {
     size_t ncli;
     struct sockaddr_un addr;
     socklen_t addrlen;
-    int lossy;             /* a cut that cannot be pinned on one client */
+    int lossy;             /* every connection cut (rls_conns_close) */
     uint64_t goaways;      /* rls_conns_goaway calls */
     uint64_t empties;      /* on_empty calls */
     int open_at_stop;      /* connections were open when stopping began */
@@ -436,8 +439,6 @@ static void cli_read(harness_t *h, uint32_t ci)
         }
         rl_buf_consume(&c->in, f.size);
     }
-    if (c->eof && rl_buf_len(&c->in) > 0)
-        FAIL("server closed in the middle of a response frame");
 }
 
 /* ---- the server side: listener and tick ---- */
@@ -470,11 +471,7 @@ static void on_empty(void *arg)
 
 static void step(harness_t *h)
 {
-    uint64_t before = h->conns.stats.conns_overflow;
-
     uv_run(&h->loop, UV_RUN_NOWAIT);
-    if (h->conns.stats.conns_overflow != before)
-        h->lossy = 1; /* some connection lost answers it was owed */
 }
 
 static void cli_connect(harness_t *h)
@@ -828,7 +825,10 @@ static void check_owed(harness_t *h)
     if (h->conns.stats.inflight != 0)
         FAIL("%llu requests in flight after every connection closed",
              (unsigned long long)h->conns.stats.inflight);
-    if (h->lossy)
+    /* A connection closed over --max-output loses what it was owed. That
+     * can happen to a client that reads (a burst answered in one iteration
+     * can pass a small cap), and which connection it was is not known. */
+    if (h->lossy || h->conns.stats.conns_overflow > 0)
         return;
     for (i = 0; i < NSLOT; i++) {
         slot_t *s = &h->slot[i];
@@ -840,6 +840,8 @@ static void check_owed(harness_t *h)
         cli_t *c = &h->cli[i];
         if (c->lossy)
             continue;
+        if (rl_buf_len(&c->in) > 0)
+            FAIL("client %zu: server closed in the middle of a response", i);
         if (c->got0 < c->expect0 + c->notices ||
             c->got0 > c->expect0 + c->notices + h->goaways)
             FAIL("client %zu: %llu id-0 responses for %llu id-0 requests, "

@@ -79,6 +79,9 @@ seeds = {
     "late_answer": cfg(mode=1) + CONNECT + req(0, 0, 1) + burst(1, 20, 2)
     + WRITE_ALL(0) + WRITE_ALL(1) + STEP + STEP + GOAWAY + STEP + CLOSEALL
     + STEP + RELEASE(0, 1) + STEP + STEP,
+    # A count far below the increment (a reply parses to -INT64_MAX).
+    "store_count_min": cfg() + STORE(0, 5) + req(0, 0, 1) + burst(0, 3, 1, 2)
+    + WRITE_ALL(0) + STEP + READ,
 }
 
 os.makedirs(OUT, exist_ok=True)

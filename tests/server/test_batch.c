@@ -447,6 +447,61 @@ static void test_store_down_fail_modes(void **state)
     }
 }
 
+/* A store reply can claim any count: Redis's parses to as low as
+ * -INT64_MAX whatever the increment. Such a counter is below zero, so the
+ * requests are decided as on 0, with no signed overflow on the way (found by
+ * fuzz_conn: count - incr overflowed in on_store_done). */
+static void low_submit(rls_store_t *s, rls_op_t *ops, size_t n,
+                       rls_store_cb cb, void *data)
+{
+    size_t i;
+
+    (void)s;
+    for (i = 0; i < n; i++) {
+        ops[i].count = -INT64_MAX;
+        ops[i].err = 0;
+    }
+    cb(data, ops, n, 0);
+}
+
+static uint64_t low_now(rls_store_t *s)
+{
+    (void)s;
+    return UINT64_C(1700000000000);
+}
+
+static int low_up(rls_store_t *s)
+{
+    (void)s;
+    return 1;
+}
+
+static void test_store_count_far_below_incr(void **state)
+{
+    static const rls_store_vtbl_t v = {low_submit, low_now, low_up, NULL};
+    rls_store_t store = {&v, {0}};
+    h_t *h = calloc(1, sizeof(*h));
+    size_t i;
+
+    (void)state;
+    assert_non_null(h);
+    rls_batcher_init(&h->b, &store, respond, "rl:", 3, 1024, 1000, 0);
+    for (i = 0; i < 4; i++) {
+        h->n++;
+        assert_int_equal(rls_batcher_add(&h->b, h, i, "k", 1, 3, 10, 60),
+                         RL_OK);
+    }
+    rls_batcher_flush(&h->b);
+    assert_int_equal(h->answered, 4);
+    for (i = 0; i < 4; i++) {
+        assert_int_equal(h->answers[i], 1);
+        assert_int_equal(h->res[i].code, RL_CODE_OK);
+        assert_int_equal(h->res[i].used, 0);
+    }
+    rls_batcher_free(&h->b);
+    free(h);
+}
+
 /* In steady state (keys known, batches pooled) the memory store path makes
  * no allocation at all per request. */
 static void test_no_alloc_per_request(void **state)
@@ -550,6 +605,7 @@ int main(void)
         cmocka_unit_test_teardown(test_stores_agree, teardown),
         cmocka_unit_test_teardown(test_store_down_fail_modes, teardown),
         cmocka_unit_test_teardown(test_no_alloc_per_request, teardown),
+        cmocka_unit_test(test_store_count_far_below_incr),
         cmocka_unit_test_teardown(test_expiry_spread, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
