@@ -24,19 +24,32 @@
  * partial writes, uv_write, paused reads and --max-output overflows are all
  * reachable. Everything between the socket and the store is the server's
  * code, unchanged: accept and refusal, reads, framing, decoding, validation,
- * rules, the batcher's coalescing and deciding, fail open/closed, responses,
+ * rule resolution against a policy runtime, the batcher's coalescing and
+ * deciding, fail open/closed, shadow and off modes, responses,
  * flush, backpressure, GOAWAY, close. A seam that fed bytes past the socket
  * would miss the write path and the read pausing, and would touch conn.c,
  * which others are editing. The tick (a uv_check) is server.c's on_tick.
  *
- * The store is a scripted fake (store/store.h's vtable): it answers at once,
- * defers to a later command, fails whole batches with RL_ESTORE or
- * RL_ETIMEDOUT, fails single ops, and reports real, zero, negative or
- * near-INT64_MAX counts, all chosen by input bytes.
+ * The policy is real: a runtime (policy/runtime.h) over policy A (rules of
+ * 1 to 3 windows, an override, one shadow, one off, one from a --rule
+ * flag), with inline caps chosen by the input; commands reload policy B
+ * (and back) and apply fleet switches while batches are in flight.
+ * Requests name those rules, unknown ones, or carry inline limits.
+ *
+ * The store is a scripted fake (store/store.h's op contract): it decides
+ * each op with rl_admit as the real stores do and reports win[].before and
+ * admitted; it answers at once, defers to a later command, fails whole
+ * batches with RL_ESTORE or RL_ETIMEDOUT, fails single ops, reports real,
+ * zero, negative, near-INT64_MAX or -INT64_MAX counts, gives callers a
+ * stored quota's windows (qwin), or lies about admitted, all chosen by
+ * input bytes.
  *
  * Invariants (abort on violation):
  *   - every response decodes; no response for an id never sent, and no id
  *     answered more often than it was sent;
+ *   - until a reload or switches, no request to the shadow or off rule is
+ *     refused, and a shadow_refused answer is OK;
+ *   - unless the store lied, the batcher's replay agrees with it;
  *   - when no connection was cut (client close, refusal, overflow, forced
  *     close), every request with a decodable frame got exactly one response,
  *     and every undecodable payload or broken frame exactly one notice;
@@ -57,14 +70,18 @@
 
 #include <uv.h>
 
+#include "rl_admit.h"
 #include "rl_buf.h"
 #include "rl_error.h"
 #include "rl_frame.h"
 #include "rl_msg.h"
+#include "rl_window.h"
 #include "batch.h"
 #include "log.h"
 #include "net/conn.h"
 #include "policy/config.h"
+#include "policy/rules.h"
+#include "policy/runtime.h"
 #include "store/store.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -103,8 +120,18 @@ static uint64_t uN(rd_t *r, int bytes)
 
 /* ---- the scripted store ---- */
 
+/* How the store answers a batch: at once, later (a command releases it),
+ * failed whole, or with some ops failed on their own. */
 enum { ST_NOW, ST_LATER, ST_ESTORE, ST_ETIMEDOUT, ST_PEROP, ST_MODES };
+/* What it reports as the windows' counts before the batch: its own
+ * counters, or counts someone else left there (near INT64_MAX, zero,
+ * decremented below zero, the lowest a Redis reply parses to, small). */
 enum { CT_REAL, CT_NEAR_MAX, CT_ZERO, CT_NEG, CT_SMALL, CT_MIN, CT_STYLES };
+/* Twists, as bits: TW_LIE reports an admitted count that disagrees with
+ * the counts (a store bug: the batcher must still answer every request
+ * once); TW_QUOTA gives half the rule ops a stored quota's windows (qwin),
+ * as the Redis script does for a caller with one. */
+enum { TW_LIE = 1, TW_QUOTA = 2 };
 
 typedef struct pend_s {
     rls_op_t *ops;
@@ -117,24 +144,134 @@ typedef struct pend_s {
 typedef struct {
     rls_store_t base;
     uint64_t now;
-    int mode, style;
+    int mode, style, twist;
+    int lied;            /* a TW_LIE answer went out */
     unsigned salt;       /* varies per-op errors and counts */
-    int64_t ctr[256];    /* CT_REAL counters, by key hash */
+    int64_t ctr[256];    /* CT_REAL counters, by counter key hash */
     pend_t *pend;        /* deferred batches, oldest first */
     size_t npend;
 } fstore_t;
 
-static uint32_t fnv(const char *s, size_t n)
+/* One store byte: mode, count style, twists. */
+static void fs_modes(unsigned m, int *mode, int *style, int *twist)
 {
-    uint32_t h = 2166136261u;
+    *mode = (int)((m & 7) % ST_MODES);
+    *style = (int)(((m >> 3) & 7) % CT_STYLES);
+    *twist = (int)(m >> 6);
+}
+
+static uint32_t fnv(uint32_t h, const void *p, size_t n)
+{
+    const uint8_t *s = p;
+
     while (n--)
-        h = (h ^ (uint8_t)*s++) * 16777619u;
+        h = (h ^ *s++) * 16777619u;
     return h;
 }
 
-static void fs_answer(fstore_t *fs, rls_op_t *ops, size_t n, rls_store_cb cb,
-                      void *data, int mode, int style)
+/* A stored quota's windows, as the script would report them. */
+static uint32_t fs_quota(unsigned k, rls_wop_t *q)
 {
+    static const uint32_t ws[4] = {1, 60, 3600, RL_WINDOW_MAX_S};
+    static const uint64_t lim[4] = {1, 2, 10, INT64_MAX};
+    uint32_t n = 1 + (k >> 1) % 3, j;
+
+    for (j = 0; j < n; j++) {
+        q[j].window_s = ws[(k >> (3 + j)) & 3];
+        q[j].limit = lim[(k >> (5 + j)) & 3];
+        q[j].index = 0;
+        q[j].expire_at_ms = 0;
+    }
+    return n;
+}
+
+/* Decides one op as store.h says (admit in order against every window; a
+ * refusal consumes nothing), from counts the style makes up. */
+static void fs_op(fstore_t *fs, rls_op_t *op, rls_wop_t *qw, int style,
+                  int twist)
+{
+    rl_admit_win_t a[RLS_WINDOWS_MAX];
+    int64_t *ctr[RLS_WINDOWS_MAX];
+    rls_wop_t *w = op->win;
+    uint32_t nw = op->nwin, j;
+    uint64_t adm = 0, sum = 0;
+    unsigned k = fs->salt++;
+
+    if (qw != NULL && op->quota != NULL && k % 2 == 0) {
+        nw = fs_quota(k, qw);
+        w = qw;
+        op->qwin = qw;
+        op->nqwin = nw;
+    }
+    for (j = 0; j < nw; j++) {
+        int64_t c;
+        unsigned v = k + j;
+
+        ctr[j] = NULL;
+        switch (style) {
+        case CT_REAL: {
+            uint32_t h = fnv(2166136261u, op->key, op->key_len);
+            h = fnv(h, &w[j].window_s, sizeof(w[j].window_s));
+            h = fnv(h, &w[j].index, sizeof(w[j].index));
+            ctr[j] = &fs->ctr[h & 255];
+            c = *ctr[j];
+            break;
+        }
+        case CT_NEAR_MAX:
+            c = INT64_MAX - (int64_t)(v % 4);
+            break;
+        case CT_ZERO: /* someone else reset the counter */
+            c = 0;
+            break;
+        case CT_NEG: /* someone else decremented it below zero */
+            c = -(int64_t)(v % 1000) - 1;
+            break;
+        case CT_MIN: /* the lowest a Redis reply parses to */
+            c = -INT64_MAX + (int64_t)(v % 4);
+            break;
+        default:
+            c = (int64_t)(v % 16);
+            break;
+        }
+        w[j].before = c;
+        a[j].limit = w[j].limit;
+        a[j].count = c > 0 ? (uint64_t)c : 0;
+        a[j].reset_after_ms = 1;
+        a[j].window_s = w[j].window_s;
+    }
+    if (op->equal_cost) {
+        adm = rl_admit_equal(a, nw, op->equal_cost, op->ncosts);
+        sum = adm * op->equal_cost;
+    } else {
+        for (j = 0; j < op->ncosts; j++)
+            if (rl_admit_one(a, nw, op->costs[j])) {
+                adm++;
+                sum += op->costs[j];
+            }
+    }
+    if (style == CT_REAL && sum > 0) {
+        /* As Redis INCRBY: refuses to pass INT64_MAX. */
+        for (j = 0; j < nw; j++)
+            if (*ctr[j] > INT64_MAX - (int64_t)sum) {
+                op->err = RL_ESTORE;
+                return;
+            }
+        for (j = 0; j < nw; j++)
+            *ctr[j] += (int64_t)sum;
+    }
+    op->admitted = adm;
+    if (twist & TW_LIE) {
+        /* Any other count from 0 to ncosts, which is all the Redis reply
+         * parser lets through. */
+        op->admitted = (adm + 1 + k % op->ncosts) % (op->ncosts + 1);
+        fs->lied = 1;
+    }
+}
+
+static void fs_answer(fstore_t *fs, rls_op_t *ops, size_t n, rls_store_cb cb,
+                      void *data, int mode, int style, int twist)
+{
+    rls_wop_t *qw = NULL;
     int status = 0;
     size_t i;
 
@@ -148,43 +285,28 @@ static void fs_answer(fstore_t *fs, rls_op_t *ops, size_t n, rls_store_cb cb,
         cb(data, ops, n, status);
         return;
     }
+    /* Quota windows are valid during the callback only. */
+    if ((twist & TW_QUOTA) &&
+        (qw = calloc(n * RLS_WINDOWS_MAX, sizeof(*qw))) == NULL)
+        abort();
     for (i = 0; i < n; i++) {
-        unsigned k = fs->salt++;
-        ops[i].err = 0;
-        if (mode == ST_PEROP && k % 3 == 0) {
-            ops[i].err = k % 2 ? RL_ESTORE : RL_ETIMEDOUT;
+        rls_op_t *op = &ops[i];
+
+        if (op->nwin < 1 || op->nwin > RLS_WINDOWS_MAX || op->ncosts < 1)
+            FAIL("op with %u windows, %u costs", op->nwin, op->ncosts);
+        op->err = 0;
+        op->admitted = 0;
+        op->qwin = NULL;
+        op->nqwin = 0;
+        if (mode == ST_PEROP && fs->salt % 3 == 0) {
+            op->err = fs->salt++ % 2 ? RL_ESTORE : RL_ETIMEDOUT;
             continue;
         }
-        switch (style) {
-        case CT_REAL: {
-            int64_t *c = &fs->ctr[fnv(ops[i].key, ops[i].key_len) & 255];
-            /* As Redis INCRBY: refuses to pass INT64_MAX. */
-            if (*c > INT64_MAX - (int64_t)ops[i].incr) {
-                ops[i].err = RL_ESTORE;
-                continue;
-            }
-            *c += (int64_t)ops[i].incr;
-            ops[i].count = *c;
-            break;
-        }
-        case CT_NEAR_MAX:
-            ops[i].count = INT64_MAX - (int64_t)(k % 4);
-            break;
-        case CT_ZERO: /* someone else reset or decremented the counter */
-            ops[i].count = 0;
-            break;
-        case CT_NEG: /* decremented below zero, then our increment */
-            ops[i].count = -(int64_t)(k % 1000) - 1;
-            break;
-        case CT_MIN: /* the lowest a Redis reply parses to, whatever incr */
-            ops[i].count = -INT64_MAX + (int64_t)(k % 4);
-            break;
-        default:
-            ops[i].count = (int64_t)ops[i].incr + (int64_t)(k % 16);
-            break;
-        }
+        fs_op(fs, op, qw != NULL ? qw + i * RLS_WINDOWS_MAX : NULL, style,
+              twist);
     }
     cb(data, ops, n, status);
+    free(qw);
 }
 
 static void fs_submit(rls_store_t *s, rls_op_t *ops, size_t n,
@@ -196,7 +318,7 @@ static void fs_submit(rls_store_t *s, rls_op_t *ops, size_t n,
     if (n == 0)
         FAIL("batcher submitted an empty batch");
     if (fs->mode != ST_LATER) {
-        fs_answer(fs, ops, n, cb, data, fs->mode, fs->style);
+        fs_answer(fs, ops, n, cb, data, fs->mode, fs->style, fs->twist);
         return;
     }
     if ((p = calloc(1, sizeof(*p))) == NULL)
@@ -212,7 +334,8 @@ static void fs_submit(rls_store_t *s, rls_op_t *ops, size_t n,
 }
 
 /* Answers the deferred batch at position i. */
-static void fs_release(fstore_t *fs, size_t i, int mode, int style)
+static void fs_release(fstore_t *fs, size_t i, int mode, int style,
+                       int twist)
 {
     pend_t **pp = &fs->pend, *p;
 
@@ -223,7 +346,7 @@ static void fs_release(fstore_t *fs, size_t i, int mode, int style)
     fs->npend--;
     if (mode == ST_LATER)
         mode = ST_NOW;
-    fs_answer(fs, p->ops, p->n, p->cb, p->data, mode, style);
+    fs_answer(fs, p->ops, p->n, p->cb, p->data, mode, style, twist);
     free(p);
 }
 
@@ -242,7 +365,7 @@ static void fs_close(rls_store_t *s, void (*done)(void *), void *arg)
 {
     fstore_t *fs = (fstore_t *)s;
     while (fs->pend != NULL)
-        fs_release(fs, 0, ST_ESTORE, CT_REAL);
+        fs_release(fs, 0, ST_ESTORE, CT_REAL, 0);
     if (done != NULL)
         done(arg);
 }
@@ -255,6 +378,7 @@ typedef struct {
     uint64_t id;
     uint32_t cli; /* client index + 1; 0: empty slot */
     uint32_t expected, got;
+    int may_refuse; /* sent once under a rule or limit that can refuse */
 } slot_t;
 
 typedef struct {
@@ -279,6 +403,7 @@ typedef struct {
     uv_check_t tick;
     rls_config_t cfg;
     fstore_t store;
+    rls_runtime_t rt;
     rls_batcher_t batcher;
     rls_conns_t conns;
     cli_t cli[NCLI];
@@ -290,6 +415,8 @@ typedef struct {
     uint64_t empties;      /* on_empty calls */
     int open_at_stop;      /* connections were open when stopping began */
     uint64_t progress;     /* bumps on anything that moved */
+    int policy_changed;    /* a reload or switches: modes may differ */
+    unsigned reloads;
     slot_t slot[NSLOT];
 } harness_t;
 
@@ -343,8 +470,14 @@ static void cli_queue(harness_t *h, uint32_t ci, const void *p, size_t n)
             c->notices++;
         else if (q.id == 0)
             c->expect0++;
-        else
-            slot_find(h, ci, q.id, 1)->expected++;
+        else {
+            slot_t *s = slot_find(h, ci, q.id, 1);
+            s->expected++;
+            /* Under the first policy, shadow and off never refuse. */
+            if (!(q.rule_len == 8 && memcmp(q.rule, "shadowed", 8) == 0) &&
+                !(q.rule_len == 4 && memcmp(q.rule, "dark", 4) == 0))
+                s->may_refuse = 1;
+        }
         rl_buf_consume(&c->parse, f.size);
     }
 }
@@ -436,6 +569,13 @@ static void cli_read(harness_t *h, uint32_t ci)
                 FAIL("response for id %llu %s", (unsigned long long)r.id,
                      s == NULL ? "never sent" : "answered once too often");
             s->got++;
+            if (r.code == RL_CODE_OVER_LIMIT && !s->may_refuse &&
+                !h->policy_changed)
+                FAIL("id %llu refused under a shadow or off rule",
+                     (unsigned long long)r.id);
+            if (r.shadow_refused && r.code != RL_CODE_OK)
+                FAIL("id %llu shadow_refused but not OK",
+                     (unsigned long long)r.id);
         }
         rl_buf_consume(&c->in, f.size);
     }
@@ -527,8 +667,10 @@ static void shrink_walk(uv_handle_t *hd, void *arg)
 
 static const char *const keys[] = {"user:1", "user:2", "a",  "{x}:y",
                                    "\xc3\xa9", "k\0nul", "",  "ip:10.0.0.1"};
-static const char *const rules[] = {"api", "burst", "huge", "nosuch",
-                                    "bad rule"};
+/* The rules of policy A (below), and names no policy has. */
+static const char *const rules[] = {"api",  "burst",    "huge",
+                                    "shadowed", "dark", "flagged",
+                                    "nosuch", "bad rule"};
 
 /* Queues `times` copies of one request (ids counting up from its own). */
 static void cmd_request(harness_t *h, rd_t *r, unsigned times)
@@ -574,7 +716,7 @@ static void cmd_request(harness_t *h, rd_t *r, unsigned times)
         break;
     }
     if ((a >> 5) & 1) {
-        const char *name = rules[(b >> 3) % 5];
+        const char *name = rules[(b >> 3) & 7];
         q.rule = name;
         q.rule_len = strlen(name);
         if (b & 0x80) /* and an inline limit too: invalid */
@@ -634,6 +776,91 @@ static void cmd_raw(harness_t *h, rd_t *r)
     r->off += n;
 }
 
+/* Two policies, built once: A is in force at the start of every input,
+ * B replaces it on a reload (and A B in turn). A has rules of 1 to 3
+ * windows, a per-caller override, a rule at the largest limit and window,
+ * one in shadow mode, one off, and one from a --rule flag; B drops some,
+ * changes windows and modes, so batches in flight hold a policy no longer
+ * in force. */
+static const char policy_a[] =
+    "rules:\n"
+    "  api:\n"
+    "    limits: [10/1m, 100/1h]\n"
+    "    overrides:\n"
+    "      \"user:1\": [3/1m]\n"
+    "  burst:\n"
+    "    limits: [1/1s, 3/1m, 10/1h]\n"
+    "  huge:\n"
+    "    limits: [9223372036854775807/366d]\n"
+    "  shadowed:\n"
+    "    limits: [2/1s, 5/1m]\n"
+    "    mode: shadow\n"
+    "  dark:\n"
+    "    limits: [1/1s]\n"
+    "    mode: off\n";
+static const char policy_b[] =
+    "rules:\n"
+    "  api:\n"
+    "    limits: [2/1s]\n"
+    "  huge:\n"
+    "    limits: [1/1s, 9223372036854775807/366d]\n"
+    "    mode: shadow\n"
+    "  shadowed:\n"
+    "    limits: [1/1s]\n"
+    "  dark:\n"
+    "    limits: [5/1m]\n"
+    "    mode: off\n";
+static rls_policy_t *policies[2];
+
+static rls_policy_t *policy(int which)
+{
+    static const char *const flags[] = {"flagged=4/1s,20/1m"};
+    const char *text = which ? policy_b : policy_a;
+    rls_diag_t d;
+
+    if (policies[which] == NULL &&
+        rls_policy_build_buf(flags, which ? 0 : 1, "fuzz.yaml", text,
+                             strlen(text), 16, &policies[which],
+                             &d) != RL_OK)
+        FAIL("policy %c: %s", 'A' + which, d.n ? d.msg[0] : "no memory");
+    return rls_policy_ref(policies[which]);
+}
+
+/* server.c's before_policy_change: the batch being filled goes first. */
+static void before_change(void *arg)
+{
+    harness_t *h = arg;
+
+    rls_batcher_flush(&h->batcher);
+}
+
+/* Fleet-wide switches, as rl-ctl writes them and the server parses them:
+ * 1 to 3 field/value pairs from small tables. */
+static void cmd_switches(harness_t *h, rd_t *r)
+{
+    static const char *const fields[8] = {
+        "global",     "mode:api",  "mode:burst",  "scale:api",
+        "scale:huge", "mode:dark", "scale:burst", "version"};
+    static const char *const values[8] = {"enforce", "shadow", "off",  "0.5",
+                                          "1000",    "1e-9",   "2",    "x"};
+    const char *f[3], *v[3];
+    size_t fl[3], vl[3], n = 1 + u8(r) % 3, i, bad;
+    rls_switches_t sw;
+
+    for (i = 0; i < n; i++) {
+        unsigned x = u8(r);
+        f[i] = fields[x & 7];
+        v[i] = values[(x >> 3) & 7];
+        fl[i] = strlen(f[i]);
+        vl[i] = strlen(v[i]);
+    }
+    if (rls_switches_parse(&sw, n, f, fl, v, vl, &bad) != RL_OK)
+        abort();
+    if (rls_runtime_set_switches(&h->rt, &sw) != RL_OK)
+        abort();
+    h->policy_changed = 1;
+}
+
 static void config(harness_t *h, rd_t *r)
 {
     static const uint32_t inflight[] = {1, 2, 3, 4, 7, 16, 1024, 1};
@@ -641,7 +868,10 @@ static void config(harness_t *h, rd_t *r)
     static const uint32_t frame[] = {64, 100, 600, 65536};
     static const size_t batch[] = {1, 2, 3, 5, 16, 1024, 1024, 1024};
     static const uint32_t maxconn[] = {1, 2, 3, 10000};
-    unsigned a = u8(r), b = u8(r), c = u8(r);
+    static const uint32_t iwin[] = {0, 0, 60, 3600};
+    static const uint64_t ilim[] = {0, 0, 100, INT64_MAX};
+    unsigned a = u8(r), b = u8(r), c = u8(r), m = u8(r), nb = u8(r),
+             sp = u8(r), d = u8(r);
     rls_config_t *cfg = &h->cfg;
 
     rls_config_defaults(cfg);
@@ -650,29 +880,23 @@ static void config(harness_t *h, rd_t *r)
     cfg->max_frame = frame[(a >> 6) & 3];
     cfg->fail_open = b & 1;
     cfg->max_connections = maxconn[(b >> 1) & 3];
-    h->store.mode = (b >> 3) % ST_MODES;
-    h->store.style = (b >> 6) % CT_STYLES;
+    fs_modes(m, &h->store.mode, &h->store.style, &h->store.twist);
     /* A clock near a window boundary, and far along. */
     h->store.now = UINT64_C(1700000000000) + (c & 0x7f) * UINT64_C(997);
     if (c & 0x80)
         h->store.now = UINT64_C(1) << 52;
-    rls_batcher_init(&h->batcher, &h->store.base, rls_conn_respond,
-                     cfg->prefix, cfg->prefix_len, batch[u8(r) & 7],
+    /* The runtime as rls_server_start makes it, with the inline caps. */
+    if (rls_runtime_init(&h->rt, policy(0), 16) != RL_OK)
+        abort();
+    h->rt.inline_mode = (d & 7) == 7 ? RLS_INLINE_DENY : RLS_INLINE_ALLOW;
+    h->rt.max_inline_window = iwin[(d >> 3) & 3];
+    h->rt.max_inline_limit = ilim[(d >> 5) & 3];
+    h->rt.before_change = before_change;
+    h->rt.arg = h;
+    rls_batcher_init(&h->batcher, &h->store.base, &h->rt, rls_conn_respond,
+                     cfg->prefix, cfg->prefix_len, batch[nb & 7],
                      cfg->grace_ms, cfg->fail_open);
-    h->batcher.spread_ms = u8(r) & 1 ? 50000 : 0;
-    cfg->nrules = 3;
-    strcpy(cfg->rules[0].name, "api");
-    cfg->rules[0].name_len = 3;
-    cfg->rules[0].limit = 10;
-    cfg->rules[0].window_s = 60;
-    strcpy(cfg->rules[1].name, "burst");
-    cfg->rules[1].name_len = 5;
-    cfg->rules[1].limit = 1;
-    cfg->rules[1].window_s = 1;
-    strcpy(cfg->rules[2].name, "huge");
-    cfg->rules[2].name_len = 4;
-    cfg->rules[2].limit = INT64_MAX;
-    cfg->rules[2].window_s = 31622400;
+    h->batcher.spread_ms = sp & 1 ? 50000 : 0;
 }
 
 static void run_script(harness_t *h, rd_t *r)
@@ -719,15 +943,15 @@ static void run_script(harness_t *h, rd_t *r)
             break;
         case 11: /* answer a deferred batch */
             if (h->store.npend > 0) {
-                unsigned m = u8(r);
-                fs_release(&h->store, u8(r) % h->store.npend, m % ST_MODES,
-                           (m >> 4) % CT_STYLES);
+                int mode, style, twist;
+                fs_modes(u8(r), &mode, &style, &twist);
+                fs_release(&h->store, u8(r) % h->store.npend, mode, style,
+                           twist);
             }
             break;
         case 12: { /* how the store answers from now on; the clock moves */
-            unsigned m = u8(r);
-            h->store.mode = m % ST_MODES;
-            h->store.style = (m >> 4) % CT_STYLES;
+            fs_modes(u8(r), &h->store.mode, &h->store.style,
+                     &h->store.twist);
             h->store.now += (uint64_t)u8(r) * 250;
             break;
         }
@@ -745,6 +969,14 @@ static void run_script(harness_t *h, rd_t *r)
                 /* The stop's deadline: cut every connection. */
                 rls_conns_close(&h->conns);
                 h->lossy = 1;
+            } else if ((op >> 4) == 3) {
+                /* A reload: the other policy, between batches. */
+                if (rls_runtime_set_policy(&h->rt,
+                                           policy(++h->reloads % 2)) != RL_OK)
+                    abort();
+                h->policy_changed = 1;
+            } else if ((op >> 4) == 4) {
+                cmd_switches(h, r);
             } else {
                 uv_walk(&h->loop, shrink_walk, NULL);
             }
@@ -787,7 +1019,8 @@ static void finish(harness_t *h)
         int done = 1;
 
         while (h->store.npend > 0) {
-            fs_release(&h->store, 0, ST_NOW, h->store.style);
+            fs_release(&h->store, 0, ST_NOW, h->store.style,
+                       h->store.twist);
             h->progress++;
         }
         for (i = 0; i < h->ncli; i++)
@@ -822,6 +1055,10 @@ static void check_owed(harness_t *h)
 
     if (h->open_at_stop && h->empties == 0)
         FAIL("a stopping set closed its last connection without on_empty");
+    /* The store decided as rl_admit does; the batcher's replay of the same
+     * counts must agree unless the script made the store lie. */
+    if (!h->store.lied && h->batcher.stats.replay_mismatch != 0)
+        FAIL("batcher and an honest store disagree on admissions");
     if (h->conns.stats.inflight != 0)
         FAIL("%llu requests in flight after every connection closed",
              (unsigned long long)h->conns.stats.inflight);
@@ -868,8 +1105,8 @@ static void summary(const harness_t *h)
     fprintf(stderr,
             "fuzz_conn: clients=%zu sent=%llu answered=%llu accepted=%llu "
             "refused=%llu overflow=%llu ok=%llu over=%llu err=%llu "
-            "rejected=%llu/%llu/%llu/%llu/%llu batches=%llu coalesced=%llu "
-            "store_errors=%llu lossy=%d\n",
+            "rejected=%llu/%llu/%llu/%llu/%llu/%llu/%llu batches=%llu "
+            "coalesced=%llu store_errors=%llu mismatch=%llu lossy=%d\n",
             h->ncli, (unsigned long long)sent, (unsigned long long)got,
             (unsigned long long)h->conns.stats.conns_accepted,
             (unsigned long long)h->conns.stats.conns_refused,
@@ -882,9 +1119,12 @@ static void summary(const harness_t *h)
             (unsigned long long)h->conns.stats.rejected[2],
             (unsigned long long)h->conns.stats.rejected[3],
             (unsigned long long)h->conns.stats.rejected[4],
+            (unsigned long long)h->conns.stats.rejected[5],
+            (unsigned long long)h->conns.stats.rejected[6],
             (unsigned long long)h->batcher.stats.batches,
             (unsigned long long)h->batcher.stats.coalesced,
-            (unsigned long long)h->batcher.stats.store_errors, h->lossy);
+            (unsigned long long)h->batcher.stats.store_errors,
+            (unsigned long long)h->batcher.stats.replay_mismatch, h->lossy);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -938,6 +1178,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     /* Tear down as server.c's close_all does; every handle must close. */
     rls_batcher_free(&h->batcher);
+    rls_runtime_free(&h->rt);
     h->store.base.v->close(&h->store.base, NULL, NULL);
     uv_close((uv_handle_t *)&h->tick, NULL);
     uv_close((uv_handle_t *)&h->listener, NULL);
