@@ -187,6 +187,10 @@ seeds = {
     + bytes.fromhex("2d03f90000100000001500070" "90e"),
     "overflow_reading_client": bytes([0xC6, 0x04, 0, store(LATER), 0, 0, 0])
     + b"\x03\xff",
+    # Clients that connect and leave without a byte: conn.c looks at an
+    # input buffer never allocated (clang UBSan: NULL + 0 in rl_buf_rptr).
+    "eof_no_bytes": cfg() + CONNECT + SHUT(0) + SHUT(1) + STEP + READ
+    + ABORT(0),
     "inline_caps": cfg(iwin=2, ilim=2) + req(0, 0, 1)
     + bytes([1, 0, 0x10, 0x28, 2]) + (10 ** 6).to_bytes(8, "big")
     + bytes([1, 0, 0x10, 0x30, 3]) + (3601).to_bytes(4, "big")

@@ -30,7 +30,7 @@ mkdir -p "$out/corpus_http"
 # listeners and server.c it does not use). Seeds: tests/fuzz/corpus/conn.
 sed 's/@PROJECT_VERSION@/fuzz/' server/version.h.in >"$out/version.h"
 clang -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -g -O1 \
-  -fsanitize=fuzzer,address,undefined \
+  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -Ilib -Iserver -I"$out" tests/fuzz/fuzz_conn.c server/batch.c server/hist.c server/log.c \
   server/util.c server/net/conn.c server/policy/config.c \
   server/policy/rules.c server/policy/runtime.c lib/*.c \
