@@ -64,7 +64,9 @@ int rl_buf_printf(rl_buf_t *b, const char *fmt, ...)
 
 static inline uint8_t *rl_buf_rptr(const rl_buf_t *b)
 {
-    return b->data + b->rpos;
+    /* A buffer not yet allocated has data NULL, and NULL + 0 is undefined
+     * in C (clang's UBSan reports it): hand back data itself then. */
+    return b->rpos != 0 ? b->data + b->rpos : b->data;
 }
 
 static inline size_t rl_buf_len(const rl_buf_t *b)

@@ -359,7 +359,10 @@ static size_t decode(rls_conn_t *c, const uint8_t *p, size_t n,
     int rc;
 
     while (!c->closing && c->inflight < s->cfg->max_inflight) {
-        rc = rl_frame_decode(p + off, n - off, s->cfg->max_frame, &f);
+        /* p is NULL when the connection holds no input buffer, and
+         * NULL + 0 is undefined: add off only once a frame was taken. */
+        rc = rl_frame_decode(off > 0 ? p + off : p, n - off,
+                             s->cfg->max_frame, &f);
         if (rc == RL_EAGAIN)
             break;
         if (rc != RL_OK) {

@@ -36,3 +36,19 @@ mkdir -p "$out/corpus_redis_reply"
 "$out/fuzz_redis_reply" -max_total_time="$secs" -max_len=4096 \
   -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus_redis_reply" \
   tests/fuzz/corpus/redis_reply
+
+# fuzz_conn: the server's connections, batcher and policy runtime over a
+# real libuv loop (server sources as rls_core builds them, minus the stores,
+# listeners and server.c it does not use). Seeds: tests/fuzz/corpus/conn.
+sed 's/@PROJECT_VERSION@/fuzz/' server/version.h.in >"$out/version.h"
+clang -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -g -O1 \
+  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+  -Ilib -Iserver -I"$out" tests/fuzz/fuzz_conn.c server/batch.c server/hist.c server/log.c \
+  server/util.c server/net/conn.c server/policy/config.c \
+  server/policy/rules.c server/policy/runtime.c server/refusals.c \
+  server/store/store.c lib/*.c \
+  $(pkg-config --cflags --libs libuv yaml-0.1) -lm -o "$out/fuzz_conn"
+mkdir -p "$out/corpus-conn"
+"$out/fuzz_conn" -max_total_time="$secs" -max_len=4096 -timeout=20 \
+  -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus-conn" \
+  tests/fuzz/corpus/conn
