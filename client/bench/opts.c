@@ -360,7 +360,9 @@ int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
     if (o->rule != NULL) {
         /* The server would refuse a bad name on every request: say so
          * once, before anything is sent. */
-        rl_check_t c = {.key = "k", .key_len = 1, .rule = o->rule,
+        rl_check_t c = {.key = "k",
+                        .key_len = 1,
+                        .rule = o->rule,
                         .rule_len = strlen(o->rule)};
         if (rl_check_validate(&c) != RL_OK)
             return bad("--rule wants a name of at most %d bytes of "

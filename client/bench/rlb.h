@@ -116,12 +116,12 @@ typedef struct rlb_audit_s {
     double max_skew_ms;      /* largest distance of an estimate from the grid */
     uint64_t failed_open;    /* allowed without counting: left out */
     uint64_t limit_mismatch; /* responses whose limit differed in a window */
+    int nomem;               /* a window could not be recorded */
     /* --rule with several windows: answers decided by another window. An
      * admitted one is placed in the audited window by its time on the grid,
      * unless that is too near a window's edge to tell (unplaced); a refused
      * one tells nothing about the audited window (other_refused). */
     uint64_t unplaced, other_refused;
-    int nomem;               /* a window could not be recorded */
 } rlb_audit_t;
 
 /* fixed_limit 0: each window's limit is the one its answers give (inline
@@ -154,7 +154,8 @@ typedef struct rlb_audit_window_s {
 
 typedef struct rlb_audit_report_s {
     uint64_t windows, over_limit, checked, exact;
-    uint64_t unplaced, other_refused; /* copied from the audit */
+    /* Copied from the audit. */
+    uint64_t unplaced, other_refused;
     rlb_audit_window_t *over;    /* the windows over their limit */
     rlb_audit_window_t *inexact; /* checked windows that were not exact */
     size_t nover, ninexact;      /* entries listed (capped) */
@@ -175,8 +176,9 @@ void rlb_audit_report_free(rlb_audit_report_t *r);
 typedef struct rlb_stats_s {
     uint64_t sent;          /* checks submitted (measured part) */
     uint64_t allowed;       /* answered OK */
-    uint64_t shadow_refused; /* of which a rule in shadow mode would have
-                                refused (they consumed nothing) */
+    /* Of those, how many a rule in shadow mode would have refused (they
+     * consumed nothing). */
+    uint64_t shadow_refused;
     uint64_t denied;        /* answered OVER_LIMIT */
     uint64_t server_errors; /* answered ERROR */
     uint64_t failed_open;   /* OK, but the server bypassed its store */

@@ -653,9 +653,9 @@ static void test_shadow_rule(void **state)
     free(err);
 
     /* --limit without --window names no window. */
-    assert_int_equal(bench("--server", server.addr, "--rule", "sh", "--limit",
-                           "5", NULL),
-                     2);
+    assert_int_equal(
+        bench("--server", server.addr, "--rule", "sh", "--limit", "5", NULL),
+        2);
     assert_int_equal(bench("--server", server.addr, "--rule", "no space", NULL),
                      2);
     unlink(rules);

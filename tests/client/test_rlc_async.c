@@ -153,8 +153,7 @@ static void test_many_in_flight(void **state)
 static int shadow_seen[4];
 static uint32_t window_seen[4];
 
-static void on_result_shadow(rlc_async_t *c, const rlc_result_t *res,
-                             void *arg)
+static void on_result_shadow(rlc_async_t *c, const rlc_result_t *res, void *arg)
 {
     int i = (int)(intptr_t)arg;
 
@@ -181,8 +180,7 @@ static void test_shadow_refused(void **state)
     memset(shadow_seen, 0xff, sizeof(shadow_seen));
     for (i = 0; i < 4; i++)
         assert_int_equal(rlc_async_check(ctx.c, i == 2 ? &inl : &req,
-                                         on_result_shadow,
-                                         (void *)(intptr_t)i),
+                                         on_result_shadow, (void *)(intptr_t)i),
                          RLC_OK);
     finish_loop();
     fake_stop(&ctx.fake);

@@ -646,9 +646,15 @@ static int run_check(char *const args[], char *out, size_t cap)
 static void shadow_server_start(const char *redis_addr)
 {
     char path[128];
-    char *argv[] = {"--log-level", "warn", "--rule", "s=2/1s", "--config",
-                    path, redis_addr ? "--redis" : NULL,
-                    (char *)redis_addr, NULL};
+    char *argv[] = {"--log-level",
+                    "warn",
+                    "--rule",
+                    "s=2/1s",
+                    "--config",
+                    path,
+                    redis_addr ? "--redis" : NULL,
+                    (char *)redis_addr,
+                    NULL};
     FILE *f;
 
     if (shadow_dir[0] == '\0') {
@@ -664,8 +670,7 @@ static void shadow_server_start(const char *redis_addr)
           "    mode: shadow\n",
           f);
     assert_int_equal(fclose(f), 0);
-    assert_int_equal(rlt_server_start(&shadow_srv, RL_SERVER_BIN, 0, argv),
-                     0);
+    assert_int_equal(rlt_server_start(&shadow_srv, RL_SERVER_BIN, 0, argv), 0);
 }
 
 /* A rule in shadow mode, from the real server: the third check of a
@@ -703,9 +708,9 @@ static void shadow_checks(const char *redis_addr)
         }
         if (res.reset_after_ms > 15000)
             break;
-        nanosleep(&(struct timespec){(time_t)(res.reset_after_ms / 1000 + 1),
-                                     0},
-                  NULL);
+        nanosleep(
+            &(struct timespec){(time_t)(res.reset_after_ms / 1000 + 1), 0},
+            NULL);
     }
     rlc_check_t req = {.key = key, .rule = "sh"};
     assert_int_equal(rlc_check(c, &req, &res), RLC_OK);
@@ -750,16 +755,17 @@ static void shadow_checks(const char *redis_addr)
     char *args[] = {"--server", shadow_srv.addr, "--key", key, "--rule", "sh",
                     NULL};
     assert_int_equal(run_check(args, out, sizeof(out)), 0);
-    assert_true(strncmp(out, "OK used=2 remaining=0 limit=2 reset_after_ms=",
-                        45) == 0);
+    assert_true(
+        strncmp(out, "OK used=2 remaining=0 limit=2 reset_after_ms=", 45) == 0);
     assert_non_null(strstr(out, " window=3600s shadow_refused\n"));
     assert_int_equal(strchr(out, '\n')[1], '\0'); /* one line */
 
     /* An inline check past its limit: OVER_LIMIT, exit 1, its window at
      * the end and no mark. */
     fresh_key(key, sizeof(key), "inline");
-    char *args2[] = {"--server", shadow_srv.addr, "--key", key, "--limit", "1",
-                     "--window", "86400", "--repeat", "2", NULL};
+    char *args2[] = {
+        "--server", shadow_srv.addr, "--key",    key, "--limit", "1",
+        "--window", "86400",         "--repeat", "2", NULL};
     assert_int_equal(run_check(args2, out, sizeof(out)), 1);
     snprintf(want, sizeof(want), "OK used=1 remaining=0 limit=1 ");
     assert_true(strncmp(out, want, strlen(want)) == 0);
