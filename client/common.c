@@ -230,7 +230,9 @@ void rlc__result_from(rlc_result_t *res, const rl_result_t *r,
     res->code = r->code;
     res->status = RLC_OK;
     res->flags = 0;
-    res->window_s = window_s;
+    res->shadow_refused = r->shadow_refused != 0;
+    /* The server knows which window decided; an older one says nothing. */
+    res->window_s = r->window_s != 0 ? r->window_s : window_s;
     res->id = r->id;
     res->limit = r->limit;
     res->used = r->used;

@@ -7,7 +7,10 @@
  * Prints one line per decision and exits 0 when the last decision allowed,
  * 1 when it was over the limit, 2 on any error (with a message on stderr).
  * Exit codes are the interface for scripts, so every failure path ends in
- * 2, never in a crash or a 1. */
+ * 2, never in a crash or a 1. A refusal by a rule in shadow mode is an
+ * allowed answer (exit 0): the line ends in "shadow_refused" instead.
+ * Fields are only ever added at the end of a line, so scripts that read
+ * the first ones keep working. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -27,8 +30,22 @@ static void usage(FILE *f)
     fprintf(f, "usage: rl-check --server HOST:PORT --key KEY\n"
                "                (--limit N --window SECONDS | --rule NAME)\n"
                "                [--cost N] [--repeat N] [--timeout MS]\n"
-               "Asks rl-server for a rate-limit decision and prints it.\n"
-               "Exit status: 0 allowed, 1 over the limit, 2 error.\n");
+               "Asks rl-server for a rate-limit decision and prints one line "
+               "per decision:\n"
+               "  OK used=N remaining=N limit=N reset_after_ms=N window=Ss"
+               " [shadow_refused]\n"
+               "  OVER_LIMIT used=N remaining=N limit=N retry_after_ms=N"
+               " window=Ss\n"
+               "window is the length of the window that decided (0s when an "
+               "older server\n"
+               "does not say, for a rule). shadow_refused: the rule is in "
+               "shadow mode and\n"
+               "would have refused; the request is allowed and consumed "
+               "nothing.\n"
+               "Exit status: 0 allowed (shadow refusals included), 1 over the "
+               "limit,\n"
+               "2 error. With --repeat, the status is that of the last "
+               "decision.\n");
 }
 
 typedef struct args_s {
@@ -166,14 +183,18 @@ int main(int argc, char **argv)
             break;
         }
         if (res.code == RLC_CODE_OK) {
+            /* New fields go at the end: scripts read the first ones. */
             printf("OK used=%" PRIu64 " remaining=%" PRIu64 " limit=%" PRIu64
-                   " reset_after_ms=%" PRIu64 "\n",
-                   res.used, res.remaining, res.limit, res.reset_after_ms);
+                   " reset_after_ms=%" PRIu64 " window=%" PRIu32 "s%s\n",
+                   res.used, res.remaining, res.limit, res.reset_after_ms,
+                   res.window_s, res.shadow_refused ? " shadow_refused" : "");
             status = EXIT_ALLOWED;
         } else if (res.code == RLC_CODE_OVER_LIMIT) {
             printf("OVER_LIMIT used=%" PRIu64 " remaining=%" PRIu64
-                   " limit=%" PRIu64 " retry_after_ms=%" PRIu64 "\n",
-                   res.used, res.remaining, res.limit, res.retry_after_ms);
+                   " limit=%" PRIu64 " retry_after_ms=%" PRIu64
+                   " window=%" PRIu32 "s\n",
+                   res.used, res.remaining, res.limit, res.retry_after_ms,
+                   res.window_s);
             status = EXIT_OVER;
         } else {
             fprintf(stderr, "rl-check: server answered %s: %s\n",

@@ -195,7 +195,20 @@ typedef struct rlc_result_s {
     int status;
     /* RLC_RESULT_* bits: set when code came from the fail_mode policy. */
     unsigned flags;
-    /* The check's inline window (0 for a rule), kept for the headers. */
+    /* 1 when code is RLC_CODE_OK only because the deciding rule is in shadow
+     * mode: enforced, it would have been OVER_LIMIT (CheckResponse field
+     * shadow_refused). The request is allowed, and, as a refusal would,
+     * it consumed nothing; limit, used, remaining and the times describe
+     * the refusing window, retry_after_ms is 0. Log it, do not refuse:
+     * shadow mode is for seeing what a rule would do before enforcing it.
+     * Else 0. */
+    int shadow_refused;
+    /* The deciding window's length in seconds, the one limit, used,
+     * remaining and reset_after_ms describe: the server's own
+     * (CheckResponse field window_seconds), so a rule's window is known
+     * too, and with several windows it is the one that decided. From a
+     * server older than that field, or when no server answered, the
+     * check's inline window (0 for a rule). The headers use it. */
     uint32_t window_s;
     /* The request id the client chose (unique per client). */
     uint64_t id;

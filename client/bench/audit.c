@@ -16,7 +16,8 @@ static uint64_t mix(uint64_t z)
     return z ^ (z >> 31);
 }
 
-int rlb_audit_init(rlb_audit_t *a, uint32_t window_s, uint32_t cost)
+int rlb_audit_init(rlb_audit_t *a, uint32_t window_s, uint32_t cost,
+                   uint64_t fixed_limit)
 {
     memset(a, 0, sizeof(*a));
     a->tab = calloc(TAB_MIN, sizeof(*a->tab));
@@ -24,7 +25,9 @@ int rlb_audit_init(rlb_audit_t *a, uint32_t window_s, uint32_t cost)
         return RL_ENOMEM;
     a->mask = TAB_MIN - 1;
     a->window_ms = (double)window_s * 1000;
+    a->window_s = window_s;
     a->cost = cost;
+    a->fixed_limit = fixed_limit;
     return 0;
 }
 
@@ -58,15 +61,42 @@ static int grow(rlb_audit_t *a)
     return 0;
 }
 
-void rlb_audit_add(rlb_audit_t *a, uint32_t key, int allowed, uint64_t limit,
-                   uint64_t reset_after_ms, double sent_ms, double recv_ms)
+void rlb_audit_add(rlb_audit_t *a, uint32_t key, int admitted, uint64_t limit,
+                   uint32_t window_s, uint64_t reset_after_ms, double sent_ms,
+                   double recv_ms)
 {
     /* The server decided somewhere between send and receive; the midpoint
      * is off by at most half the round trip. */
-    double end = (sent_ms + recv_ms) / 2 + (double)reset_after_ms;
+    double mid = (sent_ms + recv_ms) / 2;
+    double end = mid + (double)reset_after_ms;
     double k, skew;
     uint64_t id;
     size_t p;
+
+    if (a->fixed_limit)
+        limit = a->fixed_limit;
+    if (window_s != 0 && window_s != a->window_s) {
+        /* Another window of the rule decided: its reset_after_ms says
+         * nothing of the audited window's end. A refusal then is no news
+         * about the audited window; an admission counts in it, placed by
+         * the time of the decision on the grid, when that is clear of an
+         * edge by more than the estimates' spread and the round trip. */
+        double margin = 2 * a->max_skew_ms + (recv_ms - sent_ms) / 2 + 10;
+        if (!admitted) {
+            a->other_refused++;
+            return;
+        }
+        if (!a->have_ref) {
+            a->unplaced++;
+            return;
+        }
+        k = ceil((mid - a->ref_ms) / a->window_ms);
+        end = a->ref_ms + k * a->window_ms;
+        if (end - mid < margin || mid - (end - a->window_ms) < margin) {
+            a->unplaced++;
+            return;
+        }
+    }
 
     if (!a->have_ref) {
         a->have_ref = 1;
@@ -98,7 +128,7 @@ void rlb_audit_add(rlb_audit_t *a, uint32_t key, int allowed, uint64_t limit,
         if (limit < a->tab[p].limit)
             a->tab[p].limit = limit;
     }
-    if (allowed)
+    if (admitted)
         a->tab[p].allowed++;
     else
         a->tab[p].denied++;
@@ -123,6 +153,8 @@ int rlb_audit_report(const rlb_audit_t *a, double run_start_ms,
 
     memset(r, 0, sizeof(*r));
     r->max_skew_ms = a->max_skew_ms;
+    r->unplaced = a->unplaced;
+    r->other_refused = a->other_refused;
     r->unreliable = a->max_skew_ms > a->window_ms / 4 || a->nomem;
     r->over = calloc(RLB_AUDIT_LIST_MAX, sizeof(*r->over));
     r->inexact = calloc(RLB_AUDIT_LIST_MAX, sizeof(*r->inexact));

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "rl_check.h"
 #include "rl_error.h"
 #include "rl_parse.h"
 #include "rlb.h"
@@ -58,6 +59,13 @@ static void usage(FILE *f)
         "bench:)\n"
         "  --limit N               hits allowed per window (default 100)\n"
         "  --window SECONDS        window length (default 60)\n"
+        "  --rule NAME             name a rule configured on the server\n"
+        "                          instead of the inline --limit/--window;\n"
+        "                          then --limit N --window S, given together,\n"
+        "                          only say which of the rule's windows\n"
+        "                          --audit checks (without them there is\n"
+        "                          nothing to audit against: --audit is\n"
+        "                          skipped, with a note)\n"
         "  --cost N                hits each request consumes (default 1)\n"
         "  --timeout-ms N          per request (default 1000)\n"
         "  --give-up SECONDS       end the run when no server has been\n"
@@ -68,7 +76,12 @@ static void usage(FILE *f)
         "window;\n"
         "                          exit 1 if any window allowed more than "
         "its\n"
-        "                          limit\n"
+        "                          limit. An OK answer marked shadow_refused\n"
+        "                          (a rule in shadow mode that would have\n"
+        "                          refused) counts as not admitted: the\n"
+        "                          server counts in shadow mode exactly as\n"
+        "                          it enforces, and a refusal consumes "
+        "nothing\n"
         "  --keep-awake            run an idle-priority spinning thread per "
         "CPU,\n"
         "                          so that idle vCPUs do not halt (see "
@@ -156,7 +169,8 @@ static int takes_value(const char *name)
         "--timeline-csv",
         "--connections", "--duration",   "--warmup",  "--inflight", "--rate",
         "--requests",    "--keys",       "--tick-us", "--limit",    "--window",
-        "--cost",        "--timeout-ms", "--give-up", "--seed",     "--dist"};
+        "--cost",        "--timeout-ms", "--give-up", "--seed",     "--dist",
+        "--rule"};
     size_t i;
 
     for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)
@@ -196,7 +210,7 @@ static FILE *open_out(const char *opt, const char *path)
 
 int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
 {
-    int i, have_inflight = 0;
+    int i, have_inflight = 0, have_limit = 0;
 
     memset(o, 0, sizeof(*o));
     o->server = "127.0.0.1:7390";
@@ -291,6 +305,7 @@ int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
     }
         STR("--server", o->server)
         STR("--key-prefix", o->key_prefix)
+        STR("--rule", o->rule)
         STR("--json", o->json_path)
         STR("--hist-csv", o->csv_path)
         STR("--timeline-csv", o->timeline_path)
@@ -311,6 +326,10 @@ int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
         NUM("--tick-us", 0, 999999, o->tick_us)
         INT("--requests", 1, UINT64_MAX, o->requests)
         INT("--keys", 1, UINT32_MAX, o->keys)
+        if (strcmp(name, "--limit") == 0)
+            have_limit = 1;
+        if (strcmp(name, "--window") == 0)
+            o->have_window = 1;
         INT("--limit", 1, INT64_MAX, o->limit)
         INT("--window", 1, RLC_WINDOW_MAX_S, o->window_s)
         INT("--cost", 1, UINT32_MAX, o->cost)
@@ -338,6 +357,27 @@ int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
         return bad("--fleet over %" PRIu32 " servers needs at least as many "
                    "--connections, not %" PRIu32,
                    o->nservers, o->connections);
+    if (o->rule != NULL) {
+        /* The server would refuse a bad name on every request: say so
+         * once, before anything is sent. */
+        rl_check_t c = {.key = "k",
+                        .key_len = 1,
+                        .rule = o->rule,
+                        .rule_len = strlen(o->rule)};
+        if (rl_check_validate(&c) != RL_OK)
+            return bad("--rule wants a name of at most %d bytes of "
+                       "[A-Za-z0-9_.:-], not '%s'",
+                       RLC_RULE_MAX, o->rule);
+        if (have_limit != o->have_window)
+            return bad("with --rule, give --limit N and --window S together "
+                       "(the rule's window to audit), or neither");
+        if (o->audit && !o->have_window) {
+            o->audit = 0;
+            o->audit_skipped = "--rule without --limit/--window: the rule's "
+                               "window to audit against is not known";
+            fprintf(stderr, "rl-bench: not auditing: %s\n", o->audit_skipped);
+        }
+    }
     if (o->rate > 0 && have_inflight)
         return bad("give --inflight (closed loop) or --rate (open loop), "
                    "not both");

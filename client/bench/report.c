@@ -85,11 +85,25 @@ void rlb_print_summary(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
         fprintf(f, "closed loop, %" PRIu32 " in flight each", o->inflight);
     fprintf(f, ", %.2f s measured%s\n", r->seconds,
             o->keep_awake ? ", vCPUs kept awake" : "");
-    fprintf(f,
-            "keys       %" PRIu32 " %s, prefix \"%s\"; limit %" PRIu64
-            " per %" PRIu32 " s, cost %" PRIu32 "\n",
-            o->keys, dist_name(o, dist, sizeof(dist)), o->key_prefix, o->limit,
-            o->window_s, o->cost);
+    if (o->rule == NULL)
+        fprintf(f,
+                "keys       %" PRIu32 " %s, prefix \"%s\"; limit %" PRIu64
+                " per %" PRIu32 " s, cost %" PRIu32 "\n",
+                o->keys, dist_name(o, dist, sizeof(dist)), o->key_prefix,
+                o->limit, o->window_s, o->cost);
+    else if (o->have_window)
+        fprintf(f,
+                "keys       %" PRIu32 " %s, prefix \"%s\"; rule \"%s\" "
+                "(audited as %" PRIu64 " per %" PRIu32 " s), cost %" PRIu32
+                "\n",
+                o->keys, dist_name(o, dist, sizeof(dist)), o->key_prefix,
+                o->rule, o->limit, o->window_s, o->cost);
+    else
+        fprintf(f,
+                "keys       %" PRIu32 " %s, prefix \"%s\"; rule \"%s\", "
+                "cost %" PRIu32 "\n",
+                o->keys, dist_name(o, dist, sizeof(dist)), o->key_prefix,
+                o->rule, o->cost);
     if (r->ended_early)
         fprintf(f, "ENDED EARLY: %s\n", r->end_reason);
     fprintf(f,
@@ -101,6 +115,12 @@ void rlb_print_summary(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
                 "           %" PRIu64 " allowed by the server's fail-open "
                 "policy (store unavailable)\n",
                 s->failed_open);
+    if (s->shadow_refused)
+        fprintf(f,
+                "           %" PRIu64 " allowed by a rule in shadow mode "
+                "that would have refused (shadow_refused; nothing "
+                "consumed)\n",
+                s->shadow_refused);
     fprintf(f,
             "errors     %" PRIu64 " (server %" PRIu64 ", timeouts %" PRIu64
             ", connection lost %" PRIu64 ", other %" PRIu64 ", unsent %" PRIu64
@@ -122,6 +142,8 @@ void rlb_print_summary(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
             pct_us(h, 50), pct_us(h, 90), pct_us(h, 99), pct_us(h, 99.9),
             us(h->max), rl_hist_mean(h) / 1000,
             o->rate > 0 ? ", from the scheduled send" : "");
+    if (o->audit_skipped != NULL)
+        fprintf(f, "audit      skipped: %s\n", o->audit_skipped);
     if (!r->audited)
         return;
     fprintf(f, "audit      %" PRIu64 " windows, %" PRIu64 " over the limit%s",
@@ -134,6 +156,12 @@ void rlb_print_summary(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
                 r->audit.exact, r->audit.checked,
                 r->audit.exact == r->audit.checked ? "" : " (NOT EXACT)");
     fprintf(f, "\n");
+    if (r->audit.unplaced || r->audit.other_refused)
+        fprintf(f,
+                "           decided by another window of the rule: %" PRIu64
+                " refusals (not counted), %" PRIu64
+                " admissions too near an edge to place (not counted)\n",
+                r->audit.other_refused, r->audit.unplaced);
     if (r->audit.unreliable)
         fprintf(f,
                 "  warning: window estimates strayed %.0f ms from the grid; "
@@ -227,18 +255,28 @@ int rlb_write_json(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
             "  \"keys\": %" PRIu32 ",\n  \"dist\": \"%s\",\n  \"key_prefix\": ",
             o->keys, dist_name(o, dist, sizeof(dist)));
     json_str(f, o->key_prefix);
-    fprintf(f,
-            ",\n  \"limit\": %" PRIu64 ",\n  \"window\": %" PRIu32
-            ",\n  \"cost\": %" PRIu32 ",\n",
-            o->limit, o->window_s, o->cost);
+    fprintf(f, ",\n  \"rule\": ");
+    if (o->rule != NULL)
+        json_str(f, o->rule);
+    else
+        fprintf(f, "null");
+    /* With --rule, limit and window are the audited window, if given. */
+    if (o->rule != NULL && !o->have_window)
+        fprintf(f, ",\n  \"limit\": null,\n  \"window\": null");
+    else
+        fprintf(f, ",\n  \"limit\": %" PRIu64 ",\n  \"window\": %" PRIu32,
+                o->limit, o->window_s);
+    fprintf(f, ",\n  \"cost\": %" PRIu32 ",\n", o->cost);
     fprintf(f,
             "  \"decisions\": %" PRIu64 ",\n  \"seconds\": %.6f,\n"
             "  \"decisions_per_sec\": %.1f,\n",
             s->allowed + s->denied, r->seconds, per_sec(r));
     fprintf(f,
             "  \"sent\": %" PRIu64 ",\n  \"allowed\": %" PRIu64
-            ",\n  \"denied\": %" PRIu64 ",\n  \"errors\": %" PRIu64 ",\n",
-            s->sent, s->allowed, s->denied, rlb_errors(s) + s->unsent);
+            ",\n  \"denied\": %" PRIu64 ",\n  \"shadow_refused\": %" PRIu64
+            ",\n  \"errors\": %" PRIu64 ",\n",
+            s->sent, s->allowed, s->denied, s->shadow_refused,
+            rlb_errors(s) + s->unsent);
     fprintf(f,
             "  \"server_errors\": %" PRIu64 ",\n  \"timeouts\": %" PRIu64
             ",\n  \"connection_lost\": %" PRIu64
@@ -261,6 +299,11 @@ int rlb_write_json(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
     else
         fprintf(f, "null");
     fprintf(f, ",\n  \"audit\": %s", r->audited ? "true" : "false");
+    fprintf(f, ",\n  \"audit_skipped\": ");
+    if (o->audit_skipped != NULL)
+        json_str(f, o->audit_skipped);
+    else
+        fprintf(f, "null");
     if (r->audited) {
         const rlb_audit_report_t *a = &r->audit;
         fprintf(f,
@@ -269,12 +312,15 @@ int rlb_write_json(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
                 ",\n  \"audit_checked_windows\": %" PRIu64
                 ",\n  \"audit_exact_windows\": %" PRIu64
                 ",\n  \"audit_exact\": %s,\n  \"audit_max_skew_ms\": %.1f"
-                ",\n  \"audit_unreliable\": %s",
+                ",\n  \"audit_unreliable\": %s"
+                ",\n  \"audit_other_window_refused\": %" PRIu64
+                ",\n  \"audit_unplaced\": %" PRIu64,
                 a->windows, a->over_limit, a->checked, a->exact,
                 a->checked == 0          ? "null"
                 : a->exact == a->checked ? "true"
                                          : "false",
-                a->max_skew_ms, a->unreliable ? "true" : "false");
+                a->max_skew_ms, a->unreliable ? "true" : "false",
+                a->other_refused, a->unplaced);
         json_windows(f, "audit_violations", o, a->over, a->nover);
         json_windows(f, "audit_inexact", o, a->inexact, a->ninexact);
     }

@@ -38,6 +38,12 @@ typedef struct rlb_opts_s {
     double zipf_s;   /* zipf exponent */
     double hot_frac; /* hot: share of requests for key 0 */
     const char *key_prefix;
+    /* --rule: requests name this server rule instead of an inline limit;
+     * limit and window_s are then only the window the audit checks, given
+     * by --limit and --window (have_window), or nothing to audit. */
+    const char *rule;
+    int have_window;
+    const char *audit_skipped; /* why --audit was turned off, or NULL */
     uint64_t limit;
     uint32_t window_s;
     uint32_t cost;
@@ -102,23 +108,39 @@ typedef struct rlb_audit_s {
     rlb_audit_ent_t *tab;
     size_t mask, used;
     double window_ms;
+    uint32_t window_s;
     uint32_t cost;
+    uint64_t fixed_limit; /* --rule: the audited window's limit, else 0 */
     int have_ref;
     double ref_ms;           /* end of window number 0, local monotonic ms */
     double max_skew_ms;      /* largest distance of an estimate from the grid */
     uint64_t failed_open;    /* allowed without counting: left out */
     uint64_t limit_mismatch; /* responses whose limit differed in a window */
     int nomem;               /* a window could not be recorded */
+    /* --rule with several windows: answers decided by another window. An
+     * admitted one is placed in the audited window by its time on the grid,
+     * unless that is too near a window's edge to tell (unplaced); a refused
+     * one tells nothing about the audited window (other_refused). */
+    uint64_t unplaced, other_refused;
 } rlb_audit_t;
 
-int rlb_audit_init(rlb_audit_t *a, uint32_t window_s, uint32_t cost);
+/* fixed_limit 0: each window's limit is the one its answers give (inline
+ * limits); else the audited window's limit (--rule, whose answers give the
+ * deciding window's limit, which may be another window's). */
+int rlb_audit_init(rlb_audit_t *a, uint32_t window_s, uint32_t cost,
+                   uint64_t fixed_limit);
 void rlb_audit_free(rlb_audit_t *a);
 
 /* Records one server decision (code OK or OVER_LIMIT) for key index key:
  * the request left at sent_ms and its answer came at recv_ms (local
- * monotonic ms). */
-void rlb_audit_add(rlb_audit_t *a, uint32_t key, int allowed, uint64_t limit,
-                   uint64_t reset_after_ms, double sent_ms, double recv_ms);
+ * monotonic ms). admitted is whether it consumed quota: an OK answer that
+ * is shadow_refused did not (in shadow mode the server counts exactly as
+ * enforce would, and a refusal consumes nothing), so it is recorded as
+ * refused. window_s is the answer's deciding window (0: not said, taken as
+ * the audited one). */
+void rlb_audit_add(rlb_audit_t *a, uint32_t key, int admitted, uint64_t limit,
+                   uint32_t window_s, uint64_t reset_after_ms, double sent_ms,
+                   double recv_ms);
 
 /* What the audit found. A window is "checked" for exactness when its key
  * was refused at least once in it (hammered past its limit) and it began
@@ -132,6 +154,8 @@ typedef struct rlb_audit_window_s {
 
 typedef struct rlb_audit_report_s {
     uint64_t windows, over_limit, checked, exact;
+    /* Copied from the audit. */
+    uint64_t unplaced, other_refused;
     rlb_audit_window_t *over;    /* the windows over their limit */
     rlb_audit_window_t *inexact; /* checked windows that were not exact */
     size_t nover, ninexact;      /* entries listed (capped) */
@@ -152,6 +176,9 @@ void rlb_audit_report_free(rlb_audit_report_t *r);
 typedef struct rlb_stats_s {
     uint64_t sent;          /* checks submitted (measured part) */
     uint64_t allowed;       /* answered OK */
+    /* Of those, how many a rule in shadow mode would have refused (they
+     * consumed nothing). */
+    uint64_t shadow_refused;
     uint64_t denied;        /* answered OVER_LIMIT */
     uint64_t server_errors; /* answered ERROR */
     uint64_t failed_open;   /* OK, but the server bypassed its store */

@@ -158,8 +158,12 @@ static int send_check(conn_t *c, uint64_t due_ns, uint64_t now_ns)
     q.key = c->key;
     q.key_len = c->prefix_len + rl_put_u64(c->key + c->prefix_len, r->key);
     q.cost = o->cost;
-    q.limit = o->limit;
-    q.window_s = o->window_s;
+    if (o->rule != NULL) {
+        q.rule = o->rule;
+    } else {
+        q.limit = o->limit;
+        q.window_s = o->window_s;
+    }
     r->due_ns = due_ns;
     r->sent_ns = now_ns;
     rc = rlc_async_check(c->c, &q, on_result, r);
@@ -213,13 +217,17 @@ static void record(bench_t *b, const req_t *r, const rlc_result_t *res,
     int decided = res->status == RLC_OK && (res->code == RLC_CODE_OK ||
                                             res->code == RLC_CODE_OVER_LIMIT);
     int bypassed = decided && res->code == RLC_CODE_OK && res->error[0];
+    /* Allowed, but by a rule in shadow mode that refused: it consumed no
+     * quota, so the audit counts it as not admitted. */
+    int shadow = decided && res->code == RLC_CODE_OK && res->shadow_refused;
 
     if (b->o->audit && decided) {
         if (bypassed)
             b->audit.failed_open++;
         else
-            rlb_audit_add(&b->audit, r->key, res->code == RLC_CODE_OK,
-                          res->limit, res->reset_after_ms,
+            rlb_audit_add(&b->audit, r->key,
+                          res->code == RLC_CODE_OK && !shadow, res->limit,
+                          res->window_s, res->reset_after_ms,
                           (double)r->sent_ns / 1e6, (double)now_ns / 1e6);
     }
     if (!measured)
@@ -243,6 +251,7 @@ static void record(bench_t *b, const req_t *r, const rlc_result_t *res,
         if (res->code == RLC_CODE_OK) {
             st->allowed++;
             st->failed_open += bypassed;
+            st->shadow_refused += shadow;
         } else if (res->code == RLC_CODE_OVER_LIMIT) {
             st->denied++;
         } else {
@@ -639,7 +648,8 @@ int rlb_run(const rlb_opts_t *o, rlb_result_t *res)
         (rc = rl_hist_init(&b.tl, HIST_SUB_BITS, HIST_HIGHEST_NS)) != 0 ||
         (rc = rlb_keys_init(&b.keys, o)) != 0 ||
         (o->audit &&
-         (rc = rlb_audit_init(&b.audit, o->window_s, o->cost)) != 0) ||
+         (rc = rlb_audit_init(&b.audit, o->window_s, o->cost,
+                              o->rule != NULL ? o->limit : 0)) != 0) ||
         (rc = conns_init(&b)) != 0) {
         if (rc == RL_ENOMEM)
             fprintf(stderr, "rl-bench: out of memory\n");

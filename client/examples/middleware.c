@@ -3,7 +3,12 @@
  * with 429 when over; put the rate-limit headers on every answer. The
  * "requests" here come from argv so the example needs no HTTP server.
  *
- *   rlc-example-middleware [HOST:PORT] [N]   (N requests by one user, 7) */
+ *   rlc-example-middleware [HOST:PORT] [N] [RULE]
+ *
+ * N requests by one user (default 7), limited inline to 5 per 5 minutes,
+ * or by the server's rule RULE. A rule in shadow mode never refuses: the
+ * middleware logs what it would have refused, so the rule can be tried on
+ * real traffic before it is enforced. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +24,8 @@ typedef struct http_request_s {
  * would send. Returns the HTTP status. When rl-server cannot be asked the
  * client fails open (see main), so an outage of the limiter never takes
  * the site down with it. */
-static int rate_limit(rlc_client_t *c, const http_request_t *r)
+static int rate_limit(rlc_client_t *c, const http_request_t *r,
+                      const char *rule)
 {
     char key[128], headers[1024];
     rlc_result_t res;
@@ -29,9 +35,19 @@ static int rate_limit(rlc_client_t *c, const http_request_t *r)
         snprintf(key, sizeof(key), "user:%s", r->user_id);
     else
         snprintf(key, sizeof(key), "ip:%s", r->ip);
-    /* 5 requests per fixed 5-minute window. */
+    /* 5 requests per fixed 5-minute window, or the server's rule. */
     rlc_check_t req = {.key = key, .limit = 5, .window_s = 300};
+    if (rule != NULL)
+        req = (rlc_check_t){.key = key, .rule = rule};
     rlc_check(c, &req, &res);
+    /* Shadow mode: allowed, but enforced it would have been a 429. Log it
+     * (to the application's log; stderr here) and serve the request. */
+    if (res.shadow_refused)
+        fprintf(stderr,
+                "rate limit (shadow): would refuse %s: used %llu of %llu "
+                "per %u s\n",
+                key, (unsigned long long)res.used,
+                (unsigned long long)res.limit, (unsigned)res.window_s);
 
     status = rlc_http_status(&res);
     printf("HTTP/1.1 %d %s\r\n", status, rlc_http_reason(status));
@@ -48,6 +64,7 @@ int main(int argc, char **argv)
     rlc_options_t o;
     rlc_client_t *c;
     int i, n = argc > 2 ? atoi(argv[2]) : 7, refused = 0;
+    const char *rule = argc > 3 ? argv[3] : NULL;
     int rc;
 
     rlc_options_init(&o);
@@ -61,7 +78,7 @@ int main(int argc, char **argv)
     }
     http_request_t req = {.user_id = "u123", .ip = "203.0.113.7"};
     for (i = 0; i < n; i++)
-        if (rate_limit(c, &req) == 429)
+        if (rate_limit(c, &req, rule) == 429)
             refused++;
     fprintf(stderr, "%d of %d requests refused\n", refused, n);
     rlc_free(c);

@@ -601,6 +601,67 @@ static void test_failover_without_fleet(void **state)
     server_stop();
 }
 
+/* --rule against a rule in shadow mode (from a rules file): every answer
+ * is OK, those past the limit marked shadow_refused and counted as such;
+ * the audit counts them as not admitted (they consumed nothing), so each
+ * window admitted exactly the limit and nothing is over it. Without
+ * --limit/--window the audit is skipped, with a note. */
+static void test_shadow_rule(void **state)
+{
+    char rules[128], *json, *err;
+    char *argv[] = {"--log-level", "error", "--config", rules, NULL};
+    FILE *f;
+
+    (void)state;
+    snprintf(rules, sizeof(rules), "%s/rules.yaml", tmpdir);
+    f = fopen(rules, "w");
+    assert_non_null(f);
+    fputs("rules:\n  sh:\n    limits: [5/1s]\n    mode: shadow\n", f);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(rlt_server_start(&server, RL_SERVER_BIN, 0, argv), 0);
+
+    assert_int_equal(bench("--server", server.addr, "--duration", "2.6",
+                           "--connections", "2", "--inflight", "8", "--dist",
+                           "hot", "--rule", "sh", "--limit", "5", "--window",
+                           "1", "--audit", "--json", json_path, NULL),
+                     0);
+    json = slurp(json_path);
+    assert_non_null(json);
+    expect_token(json, "rule", "\"sh\"");
+    expect_token(json, "denied", "0");
+    assert_true(num(json, "shadow_refused") > 0);
+    assert_true(num(json, "allowed") > num(json, "shadow_refused"));
+    expect_token(json, "audit_over_limit", "0");
+    expect_token(json, "audit_exact", "true");
+    assert_true(num(json, "audit_checked_windows") >= 1);
+    expect_token(json, "audit_skipped", "null");
+    free(json);
+
+    assert_int_equal(bench("--server", server.addr, "--duration", "0.3",
+                           "--connections", "1", "--rule", "sh", "--audit",
+                           "--json", json_path, NULL),
+                     0);
+    json = slurp(json_path);
+    assert_non_null(json);
+    expect_token(json, "audit", "false");
+    expect_token(json, "limit", "null");
+    assert_non_null(strstr(json, "\"audit_skipped\": \"--rule without"));
+    free(json);
+    err = slurp(err_path);
+    assert_non_null(err);
+    assert_non_null(strstr(err, "not auditing"));
+    free(err);
+
+    /* --limit without --window names no window. */
+    assert_int_equal(
+        bench("--server", server.addr, "--rule", "sh", "--limit", "5", NULL),
+        2);
+    assert_int_equal(bench("--server", server.addr, "--rule", "no space", NULL),
+                     2);
+    unlink(rules);
+    server_stop();
+}
+
 /* No server at all, then a server killed mid-run: the run ends with a
  * summary and status 3, never a crash. */
 static void test_server_gone(void **state)
@@ -654,6 +715,7 @@ int main(void)
         cmocka_unit_test_teardown(test_fleet_redis_exact, fleet_teardown),
         cmocka_unit_test(test_failover_without_fleet),
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_shadow_rule),
         cmocka_unit_test(test_server_gone),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

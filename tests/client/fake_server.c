@@ -76,8 +76,28 @@ static void decide(state_t *st, const rl_check_t *c, rl_result_t *r)
     uint64_t *used = counter(st, c);
     uint64_t limit = c->limit;
 
+    uint64_t cost = c->cost ? c->cost : 1;
+
     memset(r, 0, sizeof(*r));
     r->id = c->id;
+    if (c->rule_len == 6 && memcmp(c->rule, "shadow", 6) == 0) {
+        /* A rule in shadow mode, 2 per 7 s, from a server that names the
+         * deciding window: past the limit it answers OK, shadow_refused,
+         * and counts nothing, as a refusal would. */
+        r->window_s = 7;
+        r->limit = 2;
+        r->reset_after_ms = 1234;
+        r->code = RL_CODE_OK;
+        if (*used + cost > 2) {
+            r->shadow_refused = 1;
+            r->used = *used;
+        } else {
+            *used += cost;
+            r->used = *used;
+        }
+        r->remaining = r->used < 2 ? 2 - r->used : 0;
+        return;
+    }
     if (c->rule_len) {
         if (c->rule_len != 5 || memcmp(c->rule, "known", 5) != 0) {
             r->code = RL_CODE_ERROR;
@@ -87,7 +107,7 @@ static void decide(state_t *st, const rl_check_t *c, rl_result_t *r)
         }
         limit = 10;
     }
-    *used += c->cost ? c->cost : 1;
+    *used += cost;
     r->limit = limit;
     r->used = *used;
     r->remaining = *used < limit ? limit - *used : 0;

@@ -6,6 +6,10 @@
  * Answers echo the request where a test needs to match them: limit is the
  * request's limit (or 10 for the rule "known"), used is a per-key running
  * total of costs, so a test can tell which answer went to which check.
+ * Those answers leave out window_seconds, as a server older than the field
+ * does. The rule "shadow" is 2 per 7 s in shadow mode, answered as a newer
+ * server does: window_seconds 7, and past the limit OK with shadow_refused
+ * set and nothing counted.
  *
  * GOAWAY: the fake can send the stopping server's notice (id 0, ERROR,
  * "server is shutting down"), by mode or on demand (fake_goaway). A

@@ -147,6 +147,57 @@ static void test_many_in_flight(void **state)
     assert_int_equal(atomic_load(&ctx.fake.id0), 0);
 }
 
+/* The shadow mark and the server's window reach the async callback: the
+ * rule "shadow" allows 2, then answers OK with shadow_refused; an inline
+ * check beside it keeps its own window and no mark. */
+static int shadow_seen[4];
+static uint32_t window_seen[4];
+
+static void on_result_shadow(rlc_async_t *c, const rlc_result_t *res, void *arg)
+{
+    int i = (int)(intptr_t)arg;
+
+    assert_true(i >= 0 && i < 4);
+    assert_int_equal(res->status, RLC_OK);
+    assert_int_equal(res->code, RLC_CODE_OK);
+    assert_int_equal(res->retry_after_ms, 0);
+    shadow_seen[i] = res->shadow_refused;
+    window_seen[i] = res->window_s;
+    on_result(c, res, arg);
+}
+
+static void test_shadow_refused(void **state)
+{
+    rlc_check_t req = {.key = "s", .rule = "shadow"};
+    rlc_check_t inl = {.key = "t", .limit = 5, .window_s = 60};
+    int i;
+
+    (void)state;
+    setup_ctx();
+    start_fake(FAKE_ANSWER, 0);
+    new_client(ctx.addr, 2000, RLC_FAIL_CLOSED);
+    ctx.expect = 4;
+    memset(shadow_seen, 0xff, sizeof(shadow_seen));
+    for (i = 0; i < 4; i++)
+        assert_int_equal(rlc_async_check(ctx.c, i == 2 ? &inl : &req,
+                                         on_result_shadow, (void *)(intptr_t)i),
+                         RLC_OK);
+    finish_loop();
+    fake_stop(&ctx.fake);
+    assert_int_equal(ctx.calls, 4);
+    assert_int_equal(ctx.ok, 4);
+    /* Sent in order on one connection: two allowed, the inline check,
+     * then a refusal in shadow. */
+    assert_int_equal(shadow_seen[0], 0);
+    assert_int_equal(shadow_seen[1], 0);
+    assert_int_equal(shadow_seen[2], 0);
+    assert_int_equal(shadow_seen[3], 1);
+    assert_int_equal(window_seen[0], 7);
+    assert_int_equal(window_seen[1], 7);
+    assert_int_equal(window_seen[2], 60);
+    assert_int_equal(window_seen[3], 7);
+}
+
 /* Answers in reverse order still reach their own callbacks. */
 static void on_result_rev(rlc_async_t *c, const rlc_result_t *res, void *arg)
 {
@@ -784,6 +835,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_many_in_flight),
+        cmocka_unit_test(test_shadow_refused),
         cmocka_unit_test(test_out_of_order),
         cmocka_unit_test(test_partial_frames),
         cmocka_unit_test(test_closes_mid_flight),

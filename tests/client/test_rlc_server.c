@@ -8,9 +8,11 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -22,6 +24,9 @@
 
 #ifndef RL_SERVER_BIN
 #error "RL_SERVER_BIN must name the rl-server binary"
+#endif
+#ifndef RL_CHECK_BIN
+#error "RL_CHECK_BIN must name the rl-check binary"
 #endif
 
 typedef rlt_server_t server_t;
@@ -134,7 +139,8 @@ static void check_five_then_over(rlc_client_t *c)
         assert_int_equal(rlc_check(c, &req, &res), RLC_OK);
         assert_int_equal(res.status, RLC_OK);
         assert_int_equal(res.limit, 5);
-        assert_int_equal(res.used, (uint64_t)i);
+        /* A refusal consumes nothing: used stays at the limit. */
+        assert_int_equal(res.used, i <= 5 ? (uint64_t)i : 5);
         assert_int_equal(res.remaining, i <= 5 ? (uint64_t)(5 - i) : 0);
         assert_true(res.reset_after_ms > 0 && res.reset_after_ms <= 60000);
         if (i <= 5) {
@@ -155,9 +161,11 @@ static void check_five_then_over(rlc_client_t *c)
         {.key = key, .rule = NULL, .limit = 5, .window_s = 60, .cost = 2}};
     rlc_result_t out[3];
     assert_int_equal(rlc_check_batch(c, reqs, 3, out), RLC_OK);
-    assert_int_equal(out[0].used, 7);
+    assert_int_equal(out[0].used, 5);
+    assert_int_equal(out[0].code, RLC_CODE_OVER_LIMIT);
     assert_int_equal(out[1].limit, 9);
-    assert_int_equal(out[2].used, 9);
+    assert_int_equal(out[1].code, RLC_CODE_OK);
+    assert_int_equal(out[2].used, 5);
     assert_int_equal(out[2].code, RLC_CODE_OVER_LIMIT);
 
     /* Named rules: known, and unknown (an ERROR answer, not a failure). */
@@ -230,7 +238,8 @@ static void test_redis_two_servers(void **state)
     rlc_check_t req = {.key = key, .limit = 5, .window_s = 60};
     for (i = 1; i <= 6; i++) {
         assert_int_equal(rlc_check(i % 2 ? ca : cb, &req, &res), RLC_OK);
-        assert_int_equal(res.used, (uint64_t)i);
+        /* A refusal consumes nothing. */
+        assert_int_equal(res.used, i <= 5 ? (uint64_t)i : 5);
         assert_int_equal(res.code, i <= 5 ? RLC_CODE_OK : RLC_CODE_OVER_LIMIT);
     }
     snprintf(list, sizeof(list), "%s,%s", a.addr, b.addr);
@@ -238,7 +247,8 @@ static void test_redis_two_servers(void **state)
     assert_string_equal(rlc_server(both), a.addr);
     server_stop(&a);
     assert_int_equal(rlc_check(both, &req, &res), RLC_OK);
-    assert_int_equal(res.used, 7);
+    assert_int_equal(res.used, 5);
+    assert_int_equal(res.code, RLC_CODE_OVER_LIMIT);
     assert_string_equal(rlc_server(both), b.addr);
     rlc_free(both);
     rlc_free(ca);
@@ -565,6 +575,227 @@ static void test_blocking_drain_loses_nothing(void **state)
     server_stop(&b);
 }
 
+/* ---- shadow mode, through librlc and rl-check ----------------------- */
+
+/* The shadow test's server and files, cleaned up by its teardown whether
+ * it passed or not. */
+static server_t shadow_srv = {.pid = -1};
+static char shadow_dir[64];
+
+static int shadow_teardown(void **state)
+{
+    char path[128];
+
+    (void)state;
+    if (shadow_srv.pid > 0)
+        rlt_server_stop(&shadow_srv);
+    shadow_srv.pid = -1;
+    if (shadow_dir[0]) {
+        snprintf(path, sizeof(path), "%s/rules.yaml", shadow_dir);
+        unlink(path);
+        snprintf(path, sizeof(path), "%s/out", shadow_dir);
+        unlink(path);
+        rmdir(shadow_dir);
+        shadow_dir[0] = '\0';
+    }
+    return 0;
+}
+
+/* Runs rl-check with args (NULL-terminated), its stdout into out (NUL-
+ * terminated, at most cap - 1 bytes). Returns its exit status, or -1 when
+ * it did not exit by itself within 10 s (then it is killed). */
+static int run_check(char *const args[], char *out, size_t cap)
+{
+    char path[128], *argv[16];
+    int k = 0, fd, st;
+    pid_t pid;
+    ssize_t n;
+    uint64_t deadline = rlt_mono_ms() + 10000;
+
+    argv[k++] = RL_CHECK_BIN;
+    while (*args != NULL && k < 15)
+        argv[k++] = *args++;
+    argv[k] = NULL;
+    snprintf(path, sizeof(path), "%s/out", shadow_dir);
+    fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    assert_true(fd >= 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(fd, STDOUT_FILENO);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    while (waitpid(pid, &st, WNOHANG) == 0) {
+        if (rlt_mono_ms() > deadline) {
+            rlt_stop(pid, SIGKILL, 1000);
+            close(fd);
+            return -1;
+        }
+        nanosleep(&(struct timespec){0, 5000000}, NULL);
+    }
+    n = pread(fd, out, cap - 1, 0);
+    close(fd);
+    out[n > 0 ? n : 0] = '\0';
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Starts rl-server with an enforced rule from a flag (s: 2 per second)
+ * and, from a rules file, "sh": 2 per hour in shadow mode; over Redis when
+ * redis_addr is set. */
+static void shadow_server_start(const char *redis_addr)
+{
+    char path[128];
+    char *argv[] = {"--log-level",
+                    "warn",
+                    "--rule",
+                    "s=2/1s",
+                    "--config",
+                    path,
+                    redis_addr ? "--redis" : NULL,
+                    (char *)redis_addr,
+                    NULL};
+    FILE *f;
+
+    if (shadow_dir[0] == '\0') {
+        snprintf(shadow_dir, sizeof(shadow_dir), "/tmp/rlc-shadow-XXXXXX");
+        assert_non_null(mkdtemp(shadow_dir));
+    }
+    snprintf(path, sizeof(path), "%s/rules.yaml", shadow_dir);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("rules:\n"
+          "  sh:\n"
+          "    limits: [2/1h]\n"
+          "    mode: shadow\n",
+          f);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(rlt_server_start(&shadow_srv, RL_SERVER_BIN, 0, argv), 0);
+}
+
+/* A rule in shadow mode, from the real server: the third check of a
+ * 2-per-hour rule is allowed and marked shadow_refused, through the
+ * blocking API, the async API and rl-check, which prints the mark and the
+ * deciding window at the end of its line and exits 0. */
+static void on_shadow(rlc_async_t *c, const rlc_result_t *res, void *arg)
+{
+    *(rlc_result_t *)arg = *res;
+    rlc_async_free(c);
+}
+
+static void shadow_checks(const char *redis_addr)
+{
+    char key[128], out[512], want[256];
+    rlc_client_t *c;
+    rlc_result_t res, ares;
+    int i, attempt;
+
+    shadow_server_start(redis_addr);
+    c = connect_to(shadow_srv.addr, 2000);
+    if (redis_addr)
+        await_store_up(c);
+    /* An hour's window ending during the test would split its checks:
+     * take a fresh key past the edge then. */
+    for (attempt = 0; attempt < 2; attempt++) {
+        fresh_key(key, sizeof(key), "shadow");
+        rlc_check_t req = {.key = key, .rule = "sh"};
+        for (i = 1; i <= 2; i++) {
+            assert_int_equal(rlc_check(c, &req, &res), RLC_OK);
+            assert_int_equal(res.code, RLC_CODE_OK);
+            assert_int_equal(res.shadow_refused, 0);
+            assert_int_equal(res.window_s, 3600);
+            assert_int_equal(res.used, (uint64_t)i);
+        }
+        if (res.reset_after_ms > 15000)
+            break;
+        nanosleep(
+            &(struct timespec){(time_t)(res.reset_after_ms / 1000 + 1), 0},
+            NULL);
+    }
+    rlc_check_t req = {.key = key, .rule = "sh"};
+    assert_int_equal(rlc_check(c, &req, &res), RLC_OK);
+    assert_int_equal(res.code, RLC_CODE_OK);
+    assert_int_equal(rlc_result_allowed(&res), 1);
+    assert_int_equal(res.shadow_refused, 1);
+    assert_int_equal(res.window_s, 3600);
+    assert_int_equal(res.limit, 2);
+    assert_int_equal(res.used, 2); /* the refusal consumed nothing */
+    assert_int_equal(res.retry_after_ms, 0);
+    /* The enforced rule names its window too, and has no mark. */
+    char key2[128];
+    fresh_key(key2, sizeof(key2), "enforced");
+    rlc_check_t req2 = {.key = key2, .rule = "s"};
+    assert_int_equal(rlc_check(c, &req2, &res), RLC_OK);
+    assert_int_equal(res.code, RLC_CODE_OK);
+    assert_int_equal(res.shadow_refused, 0);
+    assert_int_equal(res.window_s, 1);
+    rlc_free(c);
+
+    /* The async API, on the same key. */
+    uv_loop_t loop;
+    rlc_async_t *ac;
+    rlc_options_t o;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    rlc_options_init(&o);
+    o.servers = shadow_srv.addr;
+    o.request_timeout_ms = 2000;
+    assert_int_equal(rlc_async_new(&ac, &loop, &o), RLC_OK);
+    memset(&ares, 0, sizeof(ares));
+    ares.status = -1000;
+    assert_int_equal(rlc_async_check(ac, &req, on_shadow, &ares), RLC_OK);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    assert_int_equal(ares.status, RLC_OK);
+    assert_int_equal(ares.code, RLC_CODE_OK);
+    assert_int_equal(ares.shadow_refused, 1);
+    assert_int_equal(ares.window_s, 3600);
+
+    /* rl-check: the existing fields first, in their order, then the new
+     * ones; exit 0 for a shadow refusal. */
+    char *args[] = {"--server", shadow_srv.addr, "--key", key, "--rule", "sh",
+                    NULL};
+    assert_int_equal(run_check(args, out, sizeof(out)), 0);
+    assert_true(
+        strncmp(out, "OK used=2 remaining=0 limit=2 reset_after_ms=", 45) == 0);
+    assert_non_null(strstr(out, " window=3600s shadow_refused\n"));
+    assert_int_equal(strchr(out, '\n')[1], '\0'); /* one line */
+
+    /* An inline check past its limit: OVER_LIMIT, exit 1, its window at
+     * the end and no mark. */
+    fresh_key(key, sizeof(key), "inline");
+    char *args2[] = {
+        "--server", shadow_srv.addr, "--key",    key, "--limit", "1",
+        "--window", "86400",         "--repeat", "2", NULL};
+    assert_int_equal(run_check(args2, out, sizeof(out)), 1);
+    snprintf(want, sizeof(want), "OK used=1 remaining=0 limit=1 ");
+    assert_true(strncmp(out, want, strlen(want)) == 0);
+    assert_non_null(strstr(out, " window=86400s\nOVER_LIMIT used=1 "
+                                "remaining=0 limit=1 retry_after_ms="));
+    assert_true(strlen(out) > 15 &&
+                strcmp(out + strlen(out) - 15, " window=86400s\n") == 0);
+    assert_null(strstr(out, "shadow"));
+
+    assert_true(rlt_server_stop(&shadow_srv) >= 0);
+    shadow_srv.pid = -1;
+}
+
+static void test_shadow_memory(void **state)
+{
+    (void)state;
+    shadow_checks(NULL);
+}
+
+static void test_shadow_redis(void **state)
+{
+    char ra[64];
+
+    (void)state;
+    if (!have_redis)
+        skip();
+    snprintf(ra, sizeof(ra), "127.0.0.1:%d", redis.port);
+    shadow_checks(ra);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -594,6 +825,8 @@ int main(void)
         cmocka_unit_test(test_async_against_server),
         cmocka_unit_test(test_async_drain_loses_nothing),
         cmocka_unit_test(test_blocking_drain_loses_nothing),
+        cmocka_unit_test_teardown(test_shadow_memory, shadow_teardown),
+        cmocka_unit_test_teardown(test_shadow_redis, shadow_teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -84,6 +84,68 @@ static void test_decisions(void **state)
     assert_int_equal(atomic_load(&f.accepted), 1);
 }
 
+/* A rule in shadow mode: past its limit the answer is still OK, and the
+ * result says it would have been refused, with the server's window; a
+ * result filled after it (reused storage) does not keep the mark. Single
+ * checks and a batch fill the fields alike. */
+static void test_shadow_refused(void **state)
+{
+    rlc_check_t req = {.key = "s1", .rule = "shadow"};
+    rlc_check_t inl = {.key = "s2", .limit = 5, .window_s = 60};
+    rlc_check_t reqs[3];
+    rlc_result_t res, bres[3];
+    fake_t f;
+    rlc_client_t *c = open_client(&f, FAKE_ANSWER, 0, 1000, RLC_FAIL_CLOSED);
+    int i;
+
+    (void)state;
+    for (i = 1; i <= 3; i++) {
+        memset(&res, 0xff, sizeof(res));
+        assert_int_equal(rlc_check(c, &req, &res), RLC_OK);
+        assert_int_equal(res.status, RLC_OK);
+        assert_int_equal(res.code, RLC_CODE_OK);
+        assert_int_equal(rlc_result_allowed(&res), 1);
+        assert_int_equal(rlc_http_status(&res), 200);
+        assert_int_equal(res.shadow_refused, i == 3);
+        assert_int_equal(res.window_s, 7);
+        assert_int_equal(res.limit, 2);
+        assert_int_equal(res.used, i < 3 ? (uint64_t)i : 2);
+        assert_int_equal(res.retry_after_ms, 0);
+    }
+    /* The same storage, an inline check: an older server's answer (no
+     * window_seconds) keeps the check's window, and no shadow mark. */
+    assert_int_equal(rlc_check(c, &inl, &res), RLC_OK);
+    assert_int_equal(res.shadow_refused, 0);
+    assert_int_equal(res.window_s, 60);
+
+    reqs[0] = req;
+    reqs[1] = inl;
+    reqs[2] = req;
+    memset(bres, 0xff, sizeof(bres));
+    assert_int_equal(rlc_check_batch(c, reqs, 3, bres), RLC_OK);
+    assert_int_equal(bres[0].shadow_refused, 1);
+    assert_int_equal(bres[0].window_s, 7);
+    assert_int_equal(bres[1].shadow_refused, 0);
+    assert_int_equal(bres[1].window_s, 60);
+    assert_int_equal(bres[1].used, 2);
+    assert_int_equal(bres[2].shadow_refused, 1);
+    assert_int_equal(bres[2].code, RLC_CODE_OK);
+    rlc_free(c);
+    fake_stop(&f);
+
+    /* No answer: no shadow mark either, whatever the storage held. */
+    fake_t g;
+    c = open_client(&g, FAKE_SILENT, 0, 100, RLC_FAIL_OPEN);
+    memset(&res, 0xff, sizeof(res));
+    assert_int_equal(rlc_check(c, &req, &res), RLC_ETIMEDOUT);
+    assert_int_equal(res.code, RLC_CODE_OK);
+    assert_int_equal(res.flags, RLC_RESULT_FAILED_OPEN);
+    assert_int_equal(res.shadow_refused, 0);
+    assert_int_equal(res.window_s, 0);
+    rlc_free(c);
+    fake_stop(&g);
+}
+
 /* All N checks reach the fake in one read, and the answers come back to
  * the right slots. */
 static void test_batch_is_one_round_trip(void **state)
@@ -534,6 +596,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decisions),
+        cmocka_unit_test(test_shadow_refused),
         cmocka_unit_test(test_batch_is_one_round_trip),
         cmocka_unit_test(test_partial_frames),
         cmocka_unit_test(test_never_answers),
