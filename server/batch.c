@@ -697,6 +697,13 @@ found:
 
 void rls_batcher_flush(rls_batcher_t *b)
 {
+    if (b->cur != NULL && b->cur->nreqs > 0 &&
+        (b->max_in_flight == 0 || b->in_flight < b->max_in_flight))
+        submit(b);
+}
+
+void rls_batcher_flush_now(rls_batcher_t *b)
+{
     if (b->cur != NULL && b->cur->nreqs > 0)
         submit(b);
 }

@@ -68,6 +68,12 @@ typedef struct rls_batcher_s {
     rls_batch_t *free; /* spare batches, reused */
     size_t nfree;      /* batches on the free list */
     size_t in_flight;  /* batches submitted and not yet answered */
+    /* rls_batcher_flush sends the filling batch only while fewer than this
+     * many are in flight (0: no bound); requests that arrive meanwhile
+     * join it, so under load a batch fills itself while the store works
+     * on the previous one, and at low load nothing waits. A full batch
+     * goes regardless. */
+    size_t max_in_flight;
     rls_batch_stats_t stats;
     rls_share_t share[RLS_SHARE_S];
     /* Refusals known without the store (disabled until the owner calls
@@ -93,8 +99,13 @@ int rls_batcher_add(rls_batcher_t *b, void *owner, uint64_t id,
                     const char *key, size_t key_len, uint32_t cost,
                     const rls_spec_t *spec);
 
-/* Submits the filling batch, if any. Called once per loop iteration. */
+/* Submits the filling batch, if any and if max_in_flight allows. Called
+ * once per loop iteration. */
 void rls_batcher_flush(rls_batcher_t *b);
+
+/* Submits the filling batch now, whatever is in flight (before a policy
+ * change, and when stopping). */
+void rls_batcher_flush_now(rls_batcher_t *b);
 
 /* Sums the decisions of the RLS_SHARE_S seconds up to now_s (monotonic
  * seconds) into *decided, and those the store failed into *failed. */

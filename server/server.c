@@ -132,7 +132,7 @@ void rls_server_stop(rls_server_t *s)
             grace = RLS_STOP_GRACE_MIN_MS;
         uv_timer_start(&s->stop_timer, on_stop_timer, grace, 0);
     }
-    rls_batcher_flush(&s->batcher);
+    rls_batcher_flush_now(&s->batcher);
     if (rls_list_empty(&s->conns.all) && s->batcher.in_flight == 0)
         close_all(s);
 }
@@ -228,7 +228,7 @@ static void before_policy_change(void *arg)
 {
     rls_server_t *s = arg;
 
-    rls_batcher_flush(&s->batcher);
+    rls_batcher_flush_now(&s->batcher);
     /* A limit may have gone up: what was full may not be any more. */
     rls_refusals_invalidate(&s->batcher.refusals);
 }
@@ -266,6 +266,7 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
     rls_batcher_init(&s->batcher, store, &s->rt, rls_conn_respond,
                      cfg->prefix, cfg->prefix_len, RLS_BATCH_MAX,
                      cfg->grace_ms, cfg->fail_open);
+    s->batcher.max_in_flight = cfg->batches_in_flight;
     /* The memory store frees a window's counters a few thousand per tick
      * (store/memory.c): its expiries need no spreading. */
     if (cfg->use_redis)

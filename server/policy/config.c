@@ -35,6 +35,7 @@ void rls_config_defaults(rls_config_t *c)
     strcpy(c->log_level, "info");
     c->max_rules = 1000;
     c->refusal_cache = 16384;
+    c->batches_in_flight = 1;
 }
 
 static const char usage[] =
@@ -66,6 +67,10 @@ static const char usage[] =
     "                           showed full, and refuse what cannot fit\n"
     "                           there without a store call (default 16384;\n"
     "                           0: off)\n"
+    "  --batches-in-flight N    send a new batch only while fewer than N\n"
+    "                           are with the store; requests arriving\n"
+    "                           meanwhile join the next (default 1; 0: no\n"
+    "                           bound)\n"
     "  --fail-open              allow requests when the store cannot answer,\n"
     "                           saying so in `error` (default)\n"
     "  --fail-closed            answer ERROR when the store cannot answer\n"
@@ -228,6 +233,7 @@ static const num_flag_t num_flags[] = {
     NUM("--unhealthy-min-decisions", unhealthy_min_decisions, 1, 1u << 30),
     NUM("--max-rules", max_rules, 1, 1000000),
     NUM("--refusal-cache", refusal_cache, 0, 1u << 24),
+    NUM("--batches-in-flight", batches_in_flight, 0, 1024),
     NUM("--max-inline-window", max_inline_window, 0, RL_WINDOW_MAX_S),
     NUM("--max-inline-limit", max_inline_limit, 0, INT64_MAX),
 };

@@ -56,6 +56,7 @@ typedef struct rls_config_s {
     uint64_t max_inline_window; /* 0: up to the protocol's 366 days */
     uint64_t max_inline_limit;  /* 0: up to 2^63-1 */
     uint64_t refusal_cache;     /* entries of the refusal cache; 0: off */
+    uint64_t batches_in_flight; /* batches a tick may leave in flight */
 } rls_config_t;
 
 /* Fills *c with the defaults shown by --help. */
