@@ -17,9 +17,6 @@
  * are made during a store stall and freed as they come back. */
 #define SPARE_MAX 8
 
-/* Longest op key: prefix, braces, caller, ":r:" and a rule name. */
-#define RLS_OPKEY_MAX (RLS_PREFIX_MAX + RL_KEY_MAX + RL_RULE_MAX + 8)
-
 /* Window sizes whose index and expiry a batch keeps worked out. */
 #define WCACHE 16
 

@@ -262,8 +262,7 @@ static int create(mstore_t *m, const char *key, size_t len, uint64_t h,
     return 0;
 }
 
-/* Longest op key: prefix, braces, caller, ":r:" and a rule name. */
-#define OPKEY_MAX (64 + RL_KEY_MAX + RL_RULE_MAX + 8)
+#define OPKEY_MAX RLS_OPKEY_MAX
 
 /* Decides an op as the Redis script does (store.h): the windows' counts,
  * the admissions in arrival order, then the admitted cost added to every

@@ -10,18 +10,31 @@
 #include "store/redis_script.h"
 
 /* The script decides every op of a batch as store.h says: per op, the
- * windows' counts (MGET), the admissions in arrival order (with equal costs
- * in closed form, else one by one; refusals consume nothing), then the
- * admitted cost added to every window (INCRBY, and PEXPIREAT when that
- * created the counter). A refusal creates no key.
+ * admissions in arrival order against every window (with equal costs in
+ * closed form, else one by one; refusals consume nothing), the admitted
+ * cost added to every window, PEXPIREAT on a counter it created. A refusal
+ * leaves no key behind.
  *
- * KEYS[i] is op i's key "<prefix>{<caller>}:r:<rule>" (or ":i"); counter
- * keys are built from it, and the quota hash "<prefix>{<caller>}:q" too, so
- * everything an op touches shares its hash slot. ARGV: the batch's
- * deadline and clock (ms, Redis clock) and the counters' grace, then per op:
- * nwin; per window its length, index, expiry and limit; the quota field
- * ('' for none) and scale; the costs: -k and one cost for k equal costs,
- * else k and the k costs.
+ * It adds first and corrects after: INCRBY of the op's whole cost gives
+ * each window's count before the batch in one call, and only when some
+ * request is refused does a DECRBY take the refused cost back (or a DEL
+ * remove a counter that admitted nothing). The script is atomic, so nobody
+ * sees the intermediate value (a counter found at 0, which this script
+ * never leaves, may be removed: 0 counts as no counter), and with the
+ * refusal cache (refusals.c)
+ * most refusals never reach Redis: the common op is one INCRBY, the same
+ * call as a plain counter. An op that fails halfway (Redis refused one
+ * window's INCRBY) has the windows it did increment put back, so it fails
+ * whole.
+ *
+ * KEYS are the ops' counter keys "<prefix>{<caller>}:r:<rule>:<w>:<index>"
+ * (":i:" for an inline limit), built by the server, window after window
+ * and op after op, each op's followed by its caller's quota hash
+ * "<prefix>{<caller>}:q" when it names a quota: one hash slot per op.
+ * ARGV: the batch's deadline and clock (ms, Redis clock), the counters'
+ * grace, the number of ops; then per op: nwin, the quota field ('' for
+ * none); per window its expiry and limit; the scale, only with a quota;
+ * the costs: -k and one cost for k equal costs, else k and the k costs.
  *
  * The reply is one string, the ops separated by commas: "<admitted>
  * <before>..." per op; "<admitted> q <window> <limit> <before>..." when the
@@ -34,47 +47,31 @@
  * A stored quota parses when it is 1 to 8 space-separated "N/S", N >= 1,
  * S from 1 to 366 days, no S twice (as rl-ctl writes it); anything else
  * ("1.5/60", "-5/60", a window twice, which would count twice in one
- * counter) is ignored whole. Its limits, scaled, are kept below 2^63 so
- * that the reply stays within what the parser reads.
- *
- * Counts reach Lua as doubles: exact to 2^53. The before-counts are
- * returned as Redis stored them, so they are exact; admissions against
- * limits above 2^53 may round. The deadline check calls TIME before any
- * write, which needs script effects replication (Redis 5 and later). */
+ * counter) is ignored whole and reported as Q. Quota limits are capped
+ * below 2^63 (scaled in Lua's doubles). Counts reach Lua as doubles: exact
+ * to 2^53, so are the before-counts it returns. The deadline check calls
+ * TIME before any write, which needs script effects replication (Redis 5
+ * and later). */
 const char rls_redis_script[] =
     "local t = redis.call('TIME') "
     "local dl = tonumber(ARGV[1]) "
     "if dl > 0 and t[1] * 1000 + math.floor(t[2] / 1000) > dl then return 'late' end "
     "local now, grace = tonumber(ARGV[2]), tonumber(ARGV[3]) "
-    "local out, e, p = {}, nil, 4 "
-    "local function fmt(n) "
-    "if n >= 1e14 or n <= -1e14 then return string.format('%.0f', n) end "
-    "return n "
-    "end "
-    "for i = 1, #KEYS do "
-    "local base = KEYS[i] "
-    "local nw = tonumber(ARGV[p]) "
-    "local ws, ks, ex, ls = {}, {}, {}, {} "
+    "local out, e, p, kp = {}, nil, 5, 1 "
+    "for i = 1, tonumber(ARGV[4]) do "
+    "local nw, qf = tonumber(ARGV[p]), ARGV[p + 1] "
+    "p = p + 2 "
+    "local ks, ex, ls, ws = {}, {}, {}, nil "
     "for j = 1, nw do "
-    "ws[j] = ARGV[p + 1] "
-    "ks[j] = base .. ':' .. ARGV[p + 1] .. ':' .. ARGV[p + 2] "
-    "ex[j] = ARGV[p + 3] "
-    "ls[j] = tonumber(ARGV[p + 4]) "
-    "p = p + 4 "
-    "end "
-    "local qf, sc, nc = ARGV[p + 1], tonumber(ARGV[p + 2]), tonumber(ARGV[p + 3]) "
-    "p = p + 4 "
-    "local costs, k, c = nil, nc, 0 "
-    "if nc < 0 then "
-    "k, c = -nc, tonumber(ARGV[p]); p = p + 1 "
-    "else "
-    "costs = {} "
-    "for j = 1, nc do costs[j] = tonumber(ARGV[p + j - 1]) end "
-    "p = p + nc "
+    "ks[j], ex[j], ls[j] = KEYS[kp], ARGV[p], tonumber(ARGV[p + 1]) "
+    "kp, p = kp + 1, p + 2 "
     "end "
     "local tag = '' "
     "if qf ~= '' then "
-    "local q = redis.call('HGET', string.sub(base, 1, #base - #qf - 3) .. ':q', qf) "
+    "local sc = tonumber(ARGV[p]) "
+    "local qk = KEYS[kp] "
+    "p, kp = p + 1, kp + 1 "
+    "local q = redis.call('HGET', qk, qf) "
     "if q then "
     "local qw, ql, n, ok, seen = {}, {}, 0, true, {} "
     "for tok in string.gmatch(q, '%S+') do "
@@ -88,6 +85,7 @@ const char rls_redis_script[] =
     "qw[n], ql[n] = s, l "
     "end "
     "if ok and n > 0 then "
+    "local base = string.match(ks[1], '^(.*):%d+:%d+$') "
     "ws, ks, ex, ls = {}, {}, {}, {} "
     "for j = 1, n do "
     "local idx = math.floor(now / (qw[j] * 1000)) "
@@ -105,16 +103,37 @@ const char rls_redis_script[] =
     "end "
     "end "
     "end "
-    "local cur = redis.call('MGET', unpack(ks)) "
+    "local nc = tonumber(ARGV[p]) "
+    "local costs, k, c, total = nil, nc, 0, 0 "
+    "if nc < 0 then "
+    "k, c = -nc, tonumber(ARGV[p + 1]); p = p + 2 "
+    "total = k * c "
+    "else "
+    "costs = {} "
+    "for j = 1, nc do "
+    "costs[j] = tonumber(ARGV[p + j]); total = total + costs[j] "
+    "end "
+    "p = p + nc + 1 "
+    "end "
+    "local bef, err, got = {}, nil, 0 "
+    "for j = 1, nw do "
+    "local n = redis.pcall('INCRBY', ks[j], total) "
+    "if type(n) ~= 'number' then "
+    "err = type(n) == 'table' and tostring(n.err) or '?' "
+    "break "
+    "end "
+    "bef[j], got = n - total, j "
+    "end "
+    "local adm, sum = 0, 0 "
+    "if not err then "
     "local room = nil "
     "for j = 1, nw do "
-    "local n = tonumber(cur[j]) or 0 "
-    "if n < 0 then n = 0 end "
-    "local r = ls[j] - n "
+    "local b = bef[j] "
+    "if b < 0 then b = 0 end "
+    "local r = ls[j] - b "
     "if r < 0 then r = 0 end "
     "if room == nil or r < room then room = r end "
     "end "
-    "local adm, sum = 0, 0 "
     "if costs == nil then "
     "adm = math.floor(room / c) "
     "if adm > k then adm = k end "
@@ -126,27 +145,30 @@ const char rls_redis_script[] =
     "end "
     "end "
     "end "
-    "local r = {adm} "
-    "local err = nil "
-    "if sum > 0 then "
-    "for j = 1, nw do "
-    "local n = redis.pcall('INCRBY', ks[j], sum) "
-    "if type(n) == 'number' then "
-    "if n == sum then redis.call('PEXPIREAT', ks[j], ex[j]) end "
-    "else "
-    "err = type(n) == 'table' and tostring(n.err) or '?' "
-    "break "
     "end "
+    "for j = 1, got do "
+    "if sum < total then "
+    "if bef[j] == 0 and sum == 0 then redis.call('DEL', ks[j]) "
+    "else redis.call('DECRBY', ks[j], total - sum) end "
     "end "
+    "if bef[j] == 0 and sum > 0 then redis.call('PEXPIREAT', ks[j], ex[j]) end "
     "end "
     "if err then "
     "e = e or err "
     "out[i] = 'e' .. (string.find(err, 'overflow', 1, true) and 'OVERFLOW' or string.match(err, '^%u+') or '') "
     "else "
-    "if tag ~= '' then r[#r + 1] = tag end "
+    "local r = {adm} "
+    "if tag ~= '' then r[2] = tag end "
     "for j = 1, nw do "
-    "if tag == 'q' then r[#r + 1] = ws[j]; r[#r + 1] = fmt(ls[j]) end "
-    "r[#r + 1] = cur[j] or 0 "
+    "if tag == 'q' then "
+    "r[#r + 1] = ws[j] "
+    "local l = ls[j] "
+    "if l >= 1e14 then l = string.format('%.0f', l) end "
+    "r[#r + 1] = l "
+    "end "
+    "local b = bef[j] "
+    "if b >= 1e14 or b <= -1e14 then b = string.format('%.0f', b) end "
+    "r[#r + 1] = b "
     "end "
     "out[i] = table.concat(r, ' ') "
     "end "
@@ -217,15 +239,17 @@ size_t rls_redis_encode(rls_cmdbuf_t *buf, const char *sha, const rls_op_t *ops,
 {
     /* Every argument is a bulk string: at most 16 bytes of header and CRLF
      * around its bytes, and numbers of at most 20 digits. */
-    size_t need = 256 + sizeof(rls_redis_script), nargs = 3, i, j;
+    size_t need = 256 + sizeof(rls_redis_script), nkeys = 0, nargs = 4, i,
+           j;
     char *p, scale[40];
 
     for (i = 0; i < n; i++) {
         const rls_op_t *op = &ops[i];
-        size_t a = 1 + 4 * (size_t)op->nwin + 3 +
+        size_t a = 2 + 2 * (size_t)op->nwin + (op->quota ? 1 : 0) + 1 +
                    (op->equal_cost ? 1 : (size_t)op->ncosts);
-        nargs += 1 + a;
-        need += op->key_len + op->quota_len + 36 * (1 + a);
+        nkeys += op->nwin + (op->quota ? 1 : 0);
+        nargs += a;
+        need += (op->key_len + 64) * (op->nwin + 1) + op->quota_len + 36 * a;
     }
     if (need > buf->cap) {
         size_t cap = buf->cap ? buf->cap : 4096;
@@ -236,7 +260,7 @@ size_t rls_redis_encode(rls_cmdbuf_t *buf, const char *sha, const rls_op_t *ops,
         buf->p = p;
         buf->cap = cap;
     }
-    p = put_line(buf->p, '*', 3 + nargs);
+    p = put_line(buf->p, '*', 3 + nkeys + nargs);
     if (sha == NULL) {
         p = put_bulk(p, "EVAL", 4);
         p = put_bulk(p, rls_redis_script, sizeof(rls_redis_script) - 1);
@@ -244,29 +268,47 @@ size_t rls_redis_encode(rls_cmdbuf_t *buf, const char *sha, const rls_op_t *ops,
         p = put_bulk(p, "EVALSHA", 7);
         p = put_bulk(p, sha, 40);
     }
-    p = put_num(p, n);
-    for (i = 0; i < n; i++)
-        p = put_bulk(p, ops[i].key, ops[i].key_len);
+    p = put_num(p, nkeys);
+    for (i = 0; i < n; i++) {
+        const rls_op_t *op = &ops[i];
+        char k[RLS_OPKEY_MAX + 34];
+
+        for (j = 0; j < op->nwin; j++) {
+            /* "<key>:<window>:<index>", written in place: header first,
+             * so the length is worked out before the bytes. */
+            size_t len = op->key_len <= RLS_OPKEY_MAX
+                             ? rls_wkey(op, op->win[j].window_s,
+                                        op->win[j].index, k)
+                             : 0;
+            p = put_bulk(p, k, len);
+        }
+        if (op->quota) {
+            memcpy(k, op->key, op->tag_len);
+            memcpy(k + op->tag_len, ":q", 2);
+            p = put_bulk(p, k, op->tag_len + 2);
+        }
+    }
     p = put_num(p, deadline_ms);
     p = put_num(p, now_ms);
     p = put_num(p, grace_ms);
+    p = put_num(p, n);
     for (i = 0; i < n; i++) {
         const rls_op_t *op = &ops[i];
 
         p = put_num(p, op->nwin);
+        p = put_bulk(p, op->quota ? op->quota : "", op->quota ? op->quota_len
+                                                              : 0);
         for (j = 0; j < op->nwin; j++) {
-            p = put_num(p, op->win[j].window_s);
-            p = put_num(p, op->win[j].index);
             p = put_num(p, op->win[j].expire_at_ms);
             p = put_num(p, op->win[j].limit);
         }
-        p = put_bulk(p, op->quota ? op->quota : "", op->quota ? op->quota_len
-                                                              : 0);
-        if (op->scale == 1.0 || op->scale <= 0) {
-            p = put_bulk(p, "1", 1);
-        } else {
-            int k = snprintf(scale, sizeof(scale), "%.17g", op->scale);
-            p = put_bulk(p, scale, (size_t)k);
+        if (op->quota) {
+            if (op->scale == 1.0 || op->scale <= 0) {
+                p = put_bulk(p, "1", 1);
+            } else {
+                int k = snprintf(scale, sizeof(scale), "%.17g", op->scale);
+                p = put_bulk(p, scale, (size_t)k);
+            }
         }
         if (op->equal_cost) {
             char neg[24];

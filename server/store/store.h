@@ -97,6 +97,9 @@ static inline const char *rls_store_err_name(int kind)
     return kind >= 0 && kind < RLS_SERR_MAX ? names[kind] : "other";
 }
 
+/* Longest op key: prefix, braces, caller, ":r:" and a rule name. */
+#define RLS_OPKEY_MAX (64 + RL_KEY_MAX + RL_RULE_MAX + 8)
+
 /* Formats the counter key of window w of op into dst (RLS_WKEY_SIZE(op)
  * bytes), NUL-terminated; returns its length. */
 #define RLS_WKEY_SIZE(op) ((op)->key_len + 34)
