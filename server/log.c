@@ -1,5 +1,7 @@
 #include "log.h"
 
+#include "rl_error.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -20,7 +22,7 @@ int rls_log_set_level(const char *name)
             return 0;
         }
     }
-    return -1;
+    return RL_EINVAL;
 }
 
 int rls_log_enabled(int level)

@@ -8,7 +8,7 @@
 
 enum { RLS_LOG_DEBUG, RLS_LOG_INFO, RLS_LOG_WARN, RLS_LOG_ERROR };
 
-/* Sets the lowest level printed; returns 0, or -1 for an unknown name
+/* Sets the lowest level printed; returns 0, or RL_EINVAL for an unknown name
  * ("debug", "info", "warn", "error"). */
 int rls_log_set_level(const char *name);
 

@@ -179,7 +179,7 @@ static int takes_value(const char *name)
     return 0;
 }
 
-/* Counts the entries of a comma-separated server list. Returns 0, or -1
+/* Counts the entries of a comma-separated server list. Returns 0, or RL_EINVAL
  * when an entry is empty or blank ("a,,b", a trailing comma): librlc
  * would refuse the list anyway, and --fleet must know N before anything
  * connects. */
@@ -191,7 +191,7 @@ static int count_servers(const char *list, uint32_t *n)
     for (;;) {
         size_t len = strcspn(p, ",");
         if (strspn(p, " ") >= len)
-            return -1;
+            return RL_EINVAL;
         ++*n;
         if (p[len] == '\0')
             return 0;

@@ -153,8 +153,8 @@ static void mark_dirty(rls_conn_t *c)
 
 /* Appends one response; `decision` says whether it answers a request (and
  * counts in the decisions metric) or is a connection-level notice. Returns
- * 0, or -1 if the connection was closed because its unsent output passed
- * the cap. */
+ * 0, or RL_EFULL if the connection was closed because its unsent output
+ * passed the cap. */
 static int put_result(rls_conn_t *c, const rl_result_t *r, int decision)
 {
     rls_conns_t *s = c->srv;
@@ -166,7 +166,7 @@ static int put_result(rls_conn_t *c, const rl_result_t *r, int decision)
         RLS_WARN("closing connection: unsent output over --max-output",
                  " bytes=%zu", rl_buf_len(&c->out) + rl_buf_len(&c->wbuf));
         conn_close(c);
-        return -1;
+        return RL_EFULL;
     }
     mark_dirty(c);
     return 0;

@@ -348,12 +348,15 @@ static void accept_one(rls_http_server_t *m);
  * goes after every connection that has not, whatever their age; among
  * those, one waiting between requests goes before one in the middle of a
  * request. One writing a response keeps it (the idle limit bounds that). */
+/* A rank below every other: never evicted. */
+#define RANK_KEEP (-1)
+
 static int evict_rank(const mconn_t *c)
 {
     if (c->lingering)
         return 0; /* answered; only draining before it closes */
     if (c->writing)
-        return -1;
+        return RANK_KEEP;
     if (!c->served)
         return 1; /* no request completed: new, idle or slow */
     if (c->in_len == 0)
@@ -372,7 +375,7 @@ static int evict_one(rls_http_server_t *m)
     for (n = m->conns.next; n != &m->conns; n = n->next) {
         c = RLS_CONTAINER_OF(n, mconn_t, node);
         rank = evict_rank(c);
-        if (rank < 0)
+        if (rank == RANK_KEEP)
             continue;
         if (victim == NULL || rank < best ||
             (rank == best && c->since < victim->since)) {

@@ -92,7 +92,7 @@ static int resize(mstore_t *m, size_t nbuckets)
     size_t i;
 
     if (nt == NULL)
-        return -1;
+        return RL_ENOMEM;
     for (i = 0; i <= m->mask; i++) {
         ent_t *e = m->table[i], *next;
         for (; e != NULL; e = next) {

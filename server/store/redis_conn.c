@@ -54,7 +54,7 @@ uint64_t rls_redis_now_ms(rls_store_t *s)
                                    (uint64_t)ts.tv_nsec / 1000000);
 }
 
-/* Applies a TIME reply received at now_ns. Returns 0, or -1 if the reply
+/* Applies a TIME reply received at now_ns. Returns 0, or RL_EINVAL if the reply
  * is malformed. */
 static int clock_sample(rls_redis_store_t *st, rls_redis_conn_t *c,
                         redisReply *r, uint64_t now_ns)
@@ -62,7 +62,7 @@ static int clock_sample(rls_redis_store_t *st, rls_redis_conn_t *c,
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
         r->element[0]->type != REDIS_REPLY_STRING ||
         r->element[1]->type != REDIS_REPLY_STRING)
-        return -1;
+        return RL_EINVAL;
     rls_redis_clock_sample(&st->clk, c->time_ns / 1000, now_ns / 1000,
                            strtoull(r->element[0]->str, NULL, 10) * 1000000 +
                                strtoull(r->element[1]->str, NULL, 10));
@@ -172,7 +172,7 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 }
 
 /* Checks a handshake reply; on trouble drops the connection and returns
- * -1. */
+ * RL_ESTORE. */
 static int hs_check(redisAsyncContext *ac, redisReply *r, int type)
 {
     rls_redis_conn_t *c = rls_redis_conn_of(ac);
@@ -181,16 +181,16 @@ static int hs_check(redisAsyncContext *ac, redisReply *r, int type)
     if (r == NULL) {
         rls_redis_conn_lost(st, c,
                             ac->err && ac->errstr ? ac->errstr : "dropped");
-        return -1;
+        return RL_ESTORE;
     }
     if (st->conn != c)
-        return -1;
+        return RL_ESTORE;
     if (r->type == type)
         return 0;
     rls_redis_conn_drop(st, RL_ESTORE,
                         r->type == REDIS_REPLY_ERROR ? r->str
                                                      : "unexpected reply");
-    return -1;
+    return RL_ESTORE;
 }
 
 static void on_status_reply(redisAsyncContext *ac, void *r, void *priv)
