@@ -16,6 +16,14 @@
 #   ceiling      redis-benchmark INCR, -P 64, -r 100000: Redis alone
 #   floor ping   redis-benchmark PING, one client: one round trip on this
 #                machine, no rl-server (the latency floor of a hop)
+#   open 5k, 20k rl-bench open loop at 5,000 and 20,000/s, half of
+#                $RL_BENCH_OPEN_SECONDS each (batch size and CPU per
+#                decision at light load)
+#   floor echo   floor_echo (tests/bench/floor.c): answers every frame OK at
+#                once, one write per read; the 50k/s open loop below,
+#                unaudited: rl-bench, loopback and the kernel, nothing else
+#   floor redis  floor_redis: the same after ONE blocking Redis PING per
+#                read, the one-hop floor every open-loop p99 is divided by
 #   open 50k/s   rl-bench open loop at 50,000/s, latency from the schedule,
 #                $RL_BENCH_OPEN_SECONDS (default 20)
 #   open awake   the same with rl-bench --keep-awake (idle vCPUs of this
@@ -28,12 +36,18 @@
 # Open loops write a timeline (rl-bench --timeline-csv) and report how many
 # 100 ms slots had a p99 over 1 ms. Every rl-bench run reports the steal
 # time of the VM's CPUs meanwhile (/proc/stat).
-# Every rl-bench run has --audit. For each run: decisions/s, p50/p99,
-# rl-server CPU seconds per million decisions (utime+stime from
-# /proc/PID/stat), Redis's too, and rl-server's peak RSS (VmHWM); then the
-# ratios to the baseline and to the ceiling, and a verdict on the targets.
+# Every rl-bench run against rl-server has --audit. For each run:
+# decisions/s, p50/p99, open-loop p99 over floor_redis's p99, the mean
+# store batch (rl_batch_size_sum / _count deltas from rl-server's
+# /metrics), rl-server CPU seconds per million decisions (utime+stime from
+# /proc/PID/stat), Redis's too, Redis commands per decision (INFO
+# commandstats: EVALSHA calls for rl-server, every command but our INFO
+# for the baseline, redis-benchmark and the floors), and
+# rl-server's peak RSS (VmHWM); then the ratios to the baseline and to the
+# ceiling, and a verdict on the targets. rl-server runs with
+# --batches-in-flight $RL_BENCH_BATCHES_IN_FLIGHT (default 1; 0 unbounded).
 # Closed-loop phases last $RL_BENCH_SECONDS (default 10) after 1 s of
-# warmup; the whole run takes about 5 minutes. Loopback only; everything
+# warmup; the whole run takes about 6 minutes. Loopback only; everything
 # started here is stopped by its pid on exit.
 #
 # Results (JSON of each run, the table, a latency plot of the open loop)
@@ -49,6 +63,8 @@ soak=${RL_BENCH_SOAK:-60}
 open_secs=${RL_BENCH_OPEN_SECONDS:-20}
 conns=${RL_BENCH_CONNECTIONS:-4}
 inflight=${RL_BENCH_INFLIGHT:-256}
+bif=${RL_BENCH_BATCHES_IN_FLIGHT:-1}
+low_secs=$(( open_secs / 2 > 2 ? open_secs / 2 : 2 ))
 out=${1:-$(mktemp -d /tmp/rl-bench-run.XXXXXX)}
 mkdir -p "$out"
 
@@ -59,13 +75,15 @@ log "== building Release in $build"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DRL_WERROR=ON \
   >"$out/cmake.log" 2>&1 || { cat "$out/cmake.log"; exit 1; }
 cmake --build "$build" -j 2 --target rl-server rl-bench baseline_hiredis \
+  floor_echo floor_redis \
   >"$out/build.log" 2>&1 || { cat "$out/build.log"; exit 1; }
 server_bin=$build/server/rl-server
 bench_bin=$build/client/bench/rl-bench
 base_bin=$build/tests/bench/baseline_hiredis
-for tool in redis-server redis-benchmark; do
+floor_bin=$build/tests/bench
+for tool in redis-server redis-benchmark redis-cli curl; do
   command -v "$tool" >/dev/null ||
-    { log "$tool not found: apt-get install redis-server redis-tools"; exit 1; }
+    { log "$tool not found: apt-get install redis-server redis-tools curl"; exit 1; }
 done
 
 # ---- processes -----------------------------------------------------------
@@ -108,20 +126,23 @@ wait_port() {
 }
 
 # start_on NAME COMMAND...: runs COMMAND (with PORT in its arguments
-# replaced by a free port) in the background until it listens; a port
-# taken meanwhile gets another try. Sets started_pid and started_port.
+# replaced by a free port, and MPORT by another) in the background until it
+# listens; a port taken meanwhile gets another try. Sets started_pid,
+# started_port and started_mport.
 start_on() {
-  local name=$1 try p args a
+  local name=$1 try p m args a
   shift
   for try in 1 2 3 4 5; do
     p=$(free_port)
+    m=$(free_port)
     args=()
-    for a in "$@"; do args+=("${a//PORT/$p}"); done
+    for a in "$@"; do a=${a//MPORT/$m}; args+=("${a//PORT/$p}"); done
     "${args[@]}" 2>>"$out/$name.log" &
     started_pid=$!
     if wait_port "$p" && kill -0 "$started_pid" 2>/dev/null; then
       pids+=("$started_pid")
       started_port=$p
+      started_mport=$m
       return 0
     fi
     kill "$started_pid" 2>/dev/null || true
@@ -137,9 +158,11 @@ start_on redis redis-server --port PORT --bind 127.0.0.1 --save '' \
 redis_pid=$started_pid
 redis_port=$started_port
 start_on rl-server "$server_bin" --listen 127.0.0.1:PORT \
-  --redis "127.0.0.1:$redis_port" --log-level warn
+  --metrics 127.0.0.1:MPORT --redis "127.0.0.1:$redis_port" \
+  --batches-in-flight "$bif" --log-level warn
 rls_pid=$started_pid
 rls_port=$started_port
+rls_mport=$started_mport
 # Let the store connect and sample Redis's clock before measuring.
 sleep 0.5
 
@@ -151,26 +174,76 @@ status_kb() { awk -v f="$2:" '$1 == f {print $2}' "/proc/$1/status"; }
 jf() { sed -n "s/^  \"$2\": \\([^,]*\\),\\{0,1\\}\$/\\1/p" "$1" | head -1; }
 
 failed=0
-declare -A rate p50 p99 cpu rcpu note steal errors
+declare -A rate p50 p99 cpu rcpu note steal errors batch cmds
 
-# record NAME JSON CPU_BEFORE REDIS_BEFORE [SERVER_PID]
+# Redis's command calls so far, "name calls" a line, from INFO
+# commandstats; INFO itself (ours, for this) is left out.
+redis_cmds() {
+  redis-cli -h 127.0.0.1 -p "$redis_port" INFO commandstats | tr -d '\r' |
+    awk -F'[:=,]' '/^cmdstat_/ && $1 != "cmdstat_info" { print substr($1, 9), $3 }'
+}
+
+# rl-server's batch histogram so far, "sum count", from /metrics on port $1.
+batch_stat() {
+  curl -s --max-time 5 "http://127.0.0.1:$1/metrics" |
+    awk '$1 == "rl_batch_size_sum" { s = $2 } $1 == "rl_batch_size_count" { c = $2 }
+      END { if (c != "") print s, c }'
+}
+
+# snap PID MPORT: the counters before a run: the server's CPU (PID; - for
+# none), Redis's CPU and commands, the server's batches (/metrics on MPORT;
+# - for none).
+snap() {
+  snap_pid=$1
+  snap_mport=$2
+  snap_c0=
+  snap_b0=
+  if [ "$1" != - ]; then snap_c0=$(cpu_ticks "$1"); fi
+  snap_r0=$(cpu_ticks "$redis_pid")
+  redis_cmds >"$out/cmds.before"
+  if [ "$2" != - ]; then snap_b0=$(batch_stat "$2"); fi
+}
+
+# per_m TICKS DECISIONS: CPU seconds per million decisions.
+per_m() { awk -v t="$1" -v k="$clk_tck" -v d="$2" 'BEGIN { printf "%.2f", t / k / d * 1e6 }'; }
+
+# record NAME DECISIONS: the per-decision figures since snap: server CPU,
+# Redis CPU, Redis commands (EVALSHA when there were any, else all; each
+# command's count in $out/NAME.cmdstats) and the mean store batch.
 record() {
-  local name=$1 json=$2 c0=$3 r0=$4 c1 r1 d
-  c1=$(cpu_ticks "${5:-$rls_pid}")
-  r1=$(cpu_ticks "$redis_pid")
-  d=$(jf "$json" decisions)
-  rate[$name]=$(jf "$json" decisions_per_sec)
-  p50[$name]=$(jf "$json" p50_us)
-  p99[$name]=$(jf "$json" p99_us)
-  if [ -n "$c0" ] && [ "${d:-0}" -gt 0 ]; then
-    cpu[$name]=$(awk -v t=$((c1 - c0)) -v k="$clk_tck" -v d="$d" \
-      'BEGIN { printf "%.2f", t / k / d * 1e6 }')
-    rcpu[$name]=$(awk -v t=$((r1 - r0)) -v k="$clk_tck" -v d="$d" \
-      'BEGIN { printf "%.2f", t / k / d * 1e6 }')
-  else
-    cpu[$name]="-"
-    rcpu[$name]="-"
+  local name=$1 d=$2 b1 total
+  cpu[$name]="-"
+  rcpu[$name]="-"
+  cmds[$name]="-"
+  batch[$name]="-"
+  [ "${d:-0}" -gt 0 ] || return 0
+  if [ -n "$snap_c0" ]; then
+    cpu[$name]=$(per_m $(($(cpu_ticks "$snap_pid") - snap_c0)) "$d")
   fi
+  rcpu[$name]=$(per_m $(($(cpu_ticks "$redis_pid") - snap_r0)) "$d")
+  redis_cmds | awk 'NR == FNR { b[$1] = $2; next }
+    $2 - b[$1] > 0 { print $1, $2 - b[$1] }' "$out/cmds.before" - \
+    >"$out/$name.cmdstats"
+  # Commands a script runs count in commandstats too: for rl-server, whose
+  # every batch is one EVALSHA, count those; for others, every command.
+  total=$(awk '$1 == "evalsha" || $1 == "eval" { e += $2 } { n += $2 }
+    END { print (e > 0 ? e : n + 0) }' "$out/$name.cmdstats")
+  cmds[$name]=$(awk -v n="$total" -v d="$d" 'BEGIN { printf "%.4f", n / d }')
+  if [ -n "$snap_b0" ]; then
+    b1=$(batch_stat "$snap_mport")
+    batch[$name]=$(awk -v a="$snap_b0" -v b="$b1" 'BEGIN { split(a, x, " ");
+      split(b, y, " "); c = y[2] - x[2];
+      if (c > 0) printf "%.1f", (y[1] - x[1]) / c; else printf "-" }')
+  fi
+}
+
+# record_json NAME JSON: rate and latency from an rl-bench or baseline
+# JSON, then record.
+record_json() {
+  rate[$1]=$(jf "$2" decisions_per_sec)
+  p50[$1]=$(jf "$2" p50_us)
+  p99[$1]=$(jf "$2" p99_us)
+  record "$1" "$(jf "$2" decisions)"
 }
 
 # Steal: time the hypervisor ran something else while our vCPUs wanted to
@@ -180,20 +253,27 @@ steal_pct() { awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " "
   d = y[2] - x[2]; printf "%.1f", (d > 0 ? 100 * (y[1] - x[1]) / d : 0) }'; }
 
 # rl NAME RL-BENCH-ARGS...: one rl-bench run with the audit, against
-# rl-server on ${RL_PORT:-$rls_port} (pid ${RL_PID:-$rls_pid}), run through
-# ${RL_WRAP:-} (taskset).
+# rl-server on ${RL_PORT:-$rls_port} (pid ${RL_PID:-$rls_pid}, /metrics on
+# ${RL_MPORT:-$rls_mport}, - for none), run through ${RL_WRAP:-}
+# (taskset). RL_NOAUDIT=1: no audit (a floor server decides nothing).
 rl() {
-  local name=$1 c0 r0 s0 rc=0
+  local name=$1 s0 rc=0 audit=(--audit)
   shift
+  if [ -n "${RL_NOAUDIT:-}" ]; then audit=(); fi
   log "== $name: ${RL_WRAP:+$RL_WRAP }rl-bench $*"
-  c0=$(cpu_ticks "${RL_PID:-$rls_pid}")
-  r0=$(cpu_ticks "$redis_pid")
+  snap "${RL_PID:-$rls_pid}" "${RL_MPORT:-$rls_mport}"
   s0=$(cpu_stat)
-  ${RL_WRAP:-} "$bench_bin" --server "127.0.0.1:${RL_PORT:-$rls_port}" --audit \
-    --no-progress --json "$out/$name.json" "$@" >"$out/$name.txt" 2>&1 || rc=$?
+  ${RL_WRAP:-} "$bench_bin" --server "127.0.0.1:${RL_PORT:-$rls_port}" \
+    "${audit[@]}" --no-progress --json "$out/$name.json" "$@" \
+    >"$out/$name.txt" 2>&1 || rc=$?
   steal[$name]=$(steal_pct "$s0" "$(cpu_stat)")
   cat "$out/$name.txt" >&2
-  record "$name" "$out/$name.json" "$c0" "$r0" "${RL_PID:-$rls_pid}"
+  record_json "$name" "$out/$name.json"
+  if [ -n "${RL_NOAUDIT:-}" ]; then
+    note[$name]="no audit"
+    [ "$rc" -eq 0 ] || { log "!! $name failed (exit $rc)"; failed=1; }
+    return 0
+  fi
   note[$name]="audit: $(jf "$out/$name.json" audit_windows) windows, $(jf "$out/$name.json" audit_over_limit) over"
   if [ "$rc" -ne 0 ] || [ "$(jf "$out/$name.json" audit_over_limit)" != 0 ]; then
     log "!! $name failed (exit $rc)"
@@ -215,18 +295,15 @@ open_run() {
 
 # base NAME ARGS...: one baseline run.
 base() {
-  local name=$1 r0 rc=0
+  local name=$1 rc=0
   shift
   log "== $name: baseline_hiredis $*"
-  r0=$(cpu_ticks "$redis_pid")
+  snap - -
   "$base_bin" --redis "127.0.0.1:$redis_port" --threads 8 \
     --duration "$secs" --json "$out/$name.json" "$@" \
     >"$out/$name.txt" 2>&1 || rc=$?
   cat "$out/$name.txt" >&2
-  record "$name" "$out/$name.json" "" "$r0"
-  rcpu[$name]=$(awk -v t=$(($(cpu_ticks "$redis_pid") - r0)) \
-    -v k="$clk_tck" -v d="$(jf "$out/$name.json" decisions)" \
-    'BEGIN { printf "%.2f", t / k / d * 1e6 }')
+  record_json "$name" "$out/$name.json"
   note[$name]="8 connections, INCR + EXPIRE on first hit"
   [ "$rc" -eq 0 ] || { log "!! $name failed (exit $rc)"; failed=1; }
 }
@@ -242,39 +319,61 @@ rl rl_zipf "${closed[@]}" --keys 100000 --dist zipf:1.1
 
 # The ceiling: Redis alone, pipelined INCR over the same key spread.
 log "== ceiling: redis-benchmark INCR -P 64 -r 100000"
-r0=$(cpu_ticks "$redis_pid")
+snap - -
 redis-benchmark -h 127.0.0.1 -p "$redis_port" -c 4 -P 64 -r 100000 \
   -n 3000000 --csv -t incr >"$out/ceiling.csv" 2>/dev/null || failed=1
 line=$(grep -i '"INCR"' "$out/ceiling.csv" | tail -1 | tr -d '"')
 rate[ceiling]=$(cut -d, -f2 <<<"$line")
 p50[ceiling]=$(awk -F, '{printf "%.1f", $5 * 1000}' <<<"$line")
 p99[ceiling]=$(awk -F, '{printf "%.1f", $7 * 1000}' <<<"$line")
-cpu[ceiling]="-"
-rcpu[ceiling]=$(awk -v t=$(($(cpu_ticks "$redis_pid") - r0)) \
-  -v k="$clk_tck" 'BEGIN { printf "%.2f", t / k / 3000000 * 1e6 }')
-note[ceiling]="Redis alone: pipelined INCR, no TTL, no decision"
+record ceiling 3000000
+note[ceiling]="Redis alone: pipelined INCR, no TTL, no decision; per INCR"
 log "$line"
 
 # The platform's own floor: one client ping-ponging PING with Redis, one
 # hop and no rl-server. An rl-server decision crosses two such hops
 # (client to rl-server, rl-server to Redis).
 log "== floor: redis-benchmark PING, 1 client, no pipelining"
+snap - -
 redis-benchmark -h 127.0.0.1 -p "$redis_port" -c 1 -n 20000 --csv \
   -t ping_mbulk >"$out/floor.csv" 2>/dev/null || failed=1
 line=$(grep -i '"PING_MBULK"' "$out/floor.csv" | tail -1 | tr -d '"')
 rate[floor_ping]=$(cut -d, -f2 <<<"$line")
 p50[floor_ping]=$(awk -F, '{printf "%.1f", $5 * 1000}' <<<"$line")
 p99[floor_ping]=$(awk -F, '{printf "%.1f", $7 * 1000}' <<<"$line")
-note[floor_ping]="one round trip to Redis, 1 client: this VM's floor"
+record floor_ping 20000
+note[floor_ping]="one round trip to Redis, 1 client: this VM's floor; per PING"
 
-# Open loop at 50,000/s. First as the machine is; then with rl-bench's
-# --keep-awake (idle-priority spinners, so idle vCPUs do not halt; see
+# Open loop. First at 5,000 and 20,000/s (small batches: CPU per decision
+# at light load), shorter. Then at 50,000/s: the two floor servers, then
+# rl-server as the machine is; then with rl-bench's --keep-awake
+# (idle-priority spinners, so idle vCPUs do not halt; see
 # client/bench/awake.c), a longer run through which rl-server's RSS is
 # sampled; then, still awake, with Redis on a CPU of its own (rl-server and
 # rl-bench on the other), as deploy/README.md advises; and last against an
 # rl-server on the memory store, the same path without Redis.
-open=(--connections 1 --rate 50000 --tick-us 400 --warmup 1 --keys 100000
+open=(--connections 1 --tick-us 400 --warmup 1 --keys 100000
   --dist uniform --limit 100 --window 60)
+lows=(open_5k open_20k)
+open_run open_5k --rate 5000 --duration "$low_secs"
+open_run open_20k --rate 20000 --duration "$low_secs"
+open+=(--rate 50000)
+
+# The floor at 50k/s, the same open loop as open_50k, just before it: no
+# hop (floor_echo), and one blocking Redis round trip per read
+# (floor_redis), the one-hop floor of the p99 / floor column. The server
+# CPU column is then the floor server's; floor_redis's batch is its frames
+# per PING.
+floors=(floor_echo floor_redis)
+start_on floor_echo "$floor_bin/floor_echo" --listen 127.0.0.1:PORT
+RL_PORT=$started_port RL_PID=$started_pid RL_MPORT=- RL_NOAUDIT=1 \
+  open_run floor_echo --duration "$open_secs"
+start_on floor_redis "$floor_bin/floor_redis" --listen 127.0.0.1:PORT \
+  --redis "127.0.0.1:$redis_port"
+RL_PORT=$started_port RL_PID=$started_pid RL_MPORT=- RL_NOAUDIT=1 \
+  open_run floor_redis --duration "$open_secs"
+batch[floor_redis]=$(awk -v c="${cmds[floor_redis]}" 'BEGIN { if (c > 0) printf "%.1f", 1 / c; else printf "-" }')
+
 open_run open_50k --duration "$open_secs"
 
 log "== open loop 50000/s, vCPUs kept awake, for ${soak}s"
@@ -303,8 +402,9 @@ if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null; then
 fi
 
 start_on rl-server-memory "$server_bin" --listen 127.0.0.1:PORT \
-  --log-level warn
-RL_PORT=$started_port RL_PID=$started_pid open_run open_50k_memory \
+  --metrics 127.0.0.1:MPORT --batches-in-flight "$bif" --log-level warn
+RL_PORT=$started_port RL_PID=$started_pid RL_MPORT=$started_mport \
+  open_run open_50k_memory \
   --duration "$open_secs" --keep-awake
 opens+=(open_50k_memory)
 
@@ -319,16 +419,25 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1fx", a / b; els
   echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p' | head -1), kernel $(uname -r)"
   echo "redis: $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), rl-bench: $conns connections x $inflight in flight (closed loop), ${secs}s per run"
   echo
-  printf '| %-16s | %12s | %9s | %9s | %10s | %10s | %7s | %s |\n' \
-    run "decisions/s" "p50 us" "p99 us" "server s/M" "redis s/M" "steal %" \
-    notes
-  printf '|%s|%s|%s|%s|%s|%s|%s|%s|\n' ------------------ -------------: \
-    ----------: ----------: -----------: -----------: --------: -------
+  echo "rl-server: --batches-in-flight $bif; p99 / floor: open-loop p99 over floor_redis's (one blocking Redis round trip per read, the same open loop)"
+  echo
+  printf '| %-16s | %12s | %9s | %9s | %9s | %7s | %10s | %10s | %9s | %7s | %s |\n' \
+    run "decisions/s" "p50 us" "p99 us" "p99/floor" batch "server s/M" \
+    "redis s/M" "cmd/dec" "steal %" notes
+  printf '|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n' ------------------ \
+    -------------: ----------: ----------: ----------: --------: \
+    -----------: -----------: ----------: --------: -------
   for n in rl_uniform base_uniform rl_hot base_hot rl_zipf ceiling \
-    floor_ping "${opens[@]}"; do
-    printf '| %-16s | %12.0f | %9s | %9s | %10s | %10s | %7s | %s |\n' "$n" \
-      "${rate[$n]:-0}" "${p50[$n]:--}" "${p99[$n]:--}" "${cpu[$n]:--}" \
-      "${rcpu[$n]:--}" "${steal[$n]:--}" "${note[$n]:-}"
+    floor_ping "${lows[@]}" "${floors[@]}" "${opens[@]}"; do
+    case " ${lows[*]} ${floors[*]} ${opens[*]} " in
+      *" $n "*) pf=$(awk -v a="${p99[$n]:-0}" -v b="${p99[floor_redis]:-0}" \
+          'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "-" }') ;;
+      *) pf="-" ;;
+    esac
+    printf '| %-16s | %12.0f | %9s | %9s | %9s | %7s | %10s | %10s | %9s | %7s | %s |\n' \
+      "$n" "${rate[$n]:-0}" "${p50[$n]:--}" "${p99[$n]:--}" "$pf" \
+      "${batch[$n]:--}" "${cpu[$n]:--}" "${rcpu[$n]:--}" "${cmds[$n]:--}" \
+      "${steal[$n]:--}" "${note[$n]:-}"
   done
   echo
   echo "rl-server peak RSS (VmHWM): $((hwm_kb / 1024)) MB; RSS during the open loop: first sample $((rss_first / 1024)) MB, last $((rss_last / 1024)) MB ($(tr '\n' ' ' <"$out/rss.txt" | sed 's/ $//') kB)"
@@ -344,7 +453,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1fx", a / b; els
   for n in "${opens[@]}"; do
     verdict "$n: 50k/s p99 <= 1 ms (p99 ${p99[$n]} us, steal ${steal[$n]}%)" "${p99[$n]} <= 1000"
   done
-  for n in "${opens[@]}"; do
+  for n in "${lows[@]}" "${floors[@]}" "${opens[@]}"; do
     verdict "$n: no errors (${errors[$n]})" "${errors[$n]} == 0"
   done
   verdict "rl-server RSS <= 64 MB ($((hwm_kb / 1024)) MB)" "$hwm_kb <= 65536"
