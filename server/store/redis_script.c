@@ -32,9 +32,12 @@
  * and op after op, each op's followed by its caller's quota hash
  * "<prefix>{<caller>}:q" when it names a quota: one hash slot per op.
  * ARGV: the batch's deadline and clock (ms, Redis clock), the counters'
- * grace, the number of ops; then per op: nwin, the quota field ('' for
- * none); per window its expiry and limit; the scale, only with a quota;
- * the costs: -k and one cost for k equal costs, else k and the k costs.
+ * grace, the number of ops, the number of profiles and the profiles (an
+ * expiry and a limit each); then per op: its profile P when it is one
+ * window, equal costs and no quota (P alone for one request of cost 1;
+ * -P, the count and the cost otherwise); or 0, nwin, the quota field (''
+ * for none), per window its expiry and limit, the scale only with a quota,
+ * and the costs: -k and one cost for k equal costs, else k and the costs.
  *
  * The reply is one string, the ops separated by commas: "<admitted>
  * <before>..." per op; "<admitted> q <window> <limit> <before>..." when the
@@ -57,17 +60,23 @@ const char rls_redis_script[] =
     "local dl = tonumber(ARGV[1]) "
     "if dl > 0 and t[1] * 1000 + math.floor(t[2] / 1000) > dl then return 'late' end "
     "local now, grace = tonumber(ARGV[2]), tonumber(ARGV[3]) "
-    "local o, no, e, p, kp = {}, 0, nil, 5, 1 "
+    "local pe, pl, np = {}, {}, tonumber(ARGV[5]) "
+    "for j = 1, np do pe[j], pl[j] = ARGV[4 + 2 * j], tonumber(ARGV[5 + 2 * j]) end "
+    "local o, no, e, p, kp = {}, 0, nil, 6 + 2 * np, 1 "
     "for i = 1, tonumber(ARGV[4]) do "
     "if i > 1 then no = no + 1; o[no] = ',' end "
-    "local nw, qf = tonumber(ARGV[p]), ARGV[p + 1] "
-    "if nw == 1 and qf == '' and tonumber(ARGV[p + 4]) < 0 then "
-    "local key, k, c = KEYS[kp], -tonumber(ARGV[p + 4]), tonumber(ARGV[p + 5]) "
+    "local P = tonumber(ARGV[p]) "
+    "if P ~= 0 then "
+    "local key, k, c = KEYS[kp], 1, 1 "
+    "if P < 0 then "
+    "P, k, c = -P, tonumber(ARGV[p + 1]), tonumber(ARGV[p + 2]) "
+    "p = p + 2 "
+    "end "
     "local total = k * c "
     "local n = redis.pcall('INCRBY', key, total) "
     "if type(n) == 'number' then "
     "local b = n - total "
-    "local room = tonumber(ARGV[p + 3]) - (b > 0 and b or 0) "
+    "local room = pl[P] - (b > 0 and b or 0) "
     "local a = 0 "
     "if room > 0 then "
     "a = math.floor(room / c) "
@@ -78,7 +87,7 @@ const char rls_redis_script[] =
     "if b == 0 and s == 0 then redis.call('DEL', key) "
     "else redis.call('DECRBY', key, total - s) end "
     "end "
-    "if b == 0 and s > 0 then redis.call('PEXPIREAT', key, ARGV[p + 2]) end "
+    "if b == 0 and s > 0 then redis.call('PEXPIREAT', key, pe[P]) end "
     "if b >= 1e14 or b <= -1e14 then b = string.format('%.0f', b) end "
     "o[no + 1], o[no + 2], o[no + 3] = a, ' ', b "
     "no = no + 3 "
@@ -88,9 +97,10 @@ const char rls_redis_script[] =
     "no = no + 1 "
     "o[no] = 'e' .. (string.find(err, 'overflow', 1, true) and 'OVERFLOW' or string.match(err, '^%u+') or '') "
     "end "
-    "p, kp = p + 6, kp + 1 "
+    "p, kp = p + 1, kp + 1 "
     "else "
-    "p = p + 2 "
+    "local nw, qf = tonumber(ARGV[p + 1]), ARGV[p + 2] "
+    "p = p + 3 "
     "local ks, ex, ls, ws = {}, {}, {}, nil "
     "for j = 1, nw do "
     "ks[j], ex[j], ls[j] = KEYS[kp], ARGV[p], tonumber(ARGV[p + 1]) "
@@ -265,24 +275,59 @@ static char *put_num(char *p, uint64_t v)
     return put_bulk(p, tmp, rl_put_u64(tmp, v));
 }
 
+/* Most ops of a batch are one window, equal costs and no quota, and share
+ * their window's expiry and limit with many others: those pairs go once,
+ * as numbered profiles, and such an op is one argument (its profile, or
+ * minus it followed by the count and cost when that is not one request of
+ * cost 1). Redis makes a Lua string of every argument, so arguments per op
+ * are what the script's cost per op is made of. */
+#define PROFILES 16
+
+static int is_simple(const rls_op_t *op)
+{
+    return op->nwin == 1 && op->quota == NULL && op->equal_cost != 0;
+}
+
+/* The profile of a simple op, made if there is room; 0 if none fits. */
+static uint32_t profile_of(const rls_op_t *op, uint64_t *pe, uint64_t *pl,
+                           uint32_t *np)
+{
+    uint32_t k;
+
+    for (k = 0; k < *np; k++)
+        if (pe[k] == op->win[0].expire_at_ms && pl[k] == op->win[0].limit)
+            return k + 1;
+    if (*np == PROFILES)
+        return 0;
+    pe[*np] = op->win[0].expire_at_ms;
+    pl[*np] = op->win[0].limit;
+    return ++*np;
+}
+
 size_t rls_redis_encode(rls_cmdbuf_t *buf, const char *sha, const rls_op_t *ops,
                         size_t n, uint64_t now_ms, uint64_t grace_ms,
                         uint64_t deadline_ms)
 {
     /* Every argument is a bulk string: at most 16 bytes of header and CRLF
      * around its bytes, and numbers of at most 20 digits. */
-    size_t need = 256 + sizeof(rls_redis_script), nkeys = 0, nargs = 4, i,
+    size_t need = 256 + sizeof(rls_redis_script), nkeys = 0, nargs = 5, i,
            j;
+    uint64_t pe[PROFILES], pl[PROFILES];
+    uint32_t np = 0;
     char *p, scale[40];
 
     for (i = 0; i < n; i++) {
         const rls_op_t *op = &ops[i];
-        size_t a = 2 + 2 * (size_t)op->nwin + (op->quota ? 1 : 0) + 1 +
+        size_t a = 3 + 2 * (size_t)op->nwin + (op->quota ? 1 : 0) + 1 +
                    (op->equal_cost ? 1 : (size_t)op->ncosts);
+        if (is_simple(op))
+            profile_of(op, pe, pl, &np);
         nkeys += op->nwin + (op->quota ? 1 : 0);
         nargs += a;
         need += (op->key_len + 64) * (op->nwin + 1) + op->quota_len + 36 * a;
     }
+    nargs += 2 * (size_t)np;
+    need += 72 * (size_t)np;
     if (need > buf->cap) {
         size_t cap = buf->cap ? buf->cap : 4096;
         while (cap < need)
@@ -292,7 +337,9 @@ size_t rls_redis_encode(rls_cmdbuf_t *buf, const char *sha, const rls_op_t *ops,
         buf->p = p;
         buf->cap = cap;
     }
-    p = put_line(buf->p, '*', 3 + nkeys + nargs);
+    /* The argument count goes first but depends on how each op is sent:
+     * written last, into room left for it. */
+    p = buf->p + 32;
     if (sha == NULL) {
         p = put_bulk(p, "EVAL", 4);
         p = put_bulk(p, rls_redis_script, sizeof(rls_redis_script) - 1);
@@ -306,8 +353,6 @@ size_t rls_redis_encode(rls_cmdbuf_t *buf, const char *sha, const rls_op_t *ops,
         char k[RLS_OPKEY_MAX + 34];
 
         for (j = 0; j < op->nwin; j++) {
-            /* "<key>:<window>:<index>", written in place: header first,
-             * so the length is worked out before the bytes. */
             size_t len = op->key_len <= RLS_OPKEY_MAX
                              ? rls_wkey(op, op->win[j].window_s,
                                         op->win[j].index, k)
@@ -324,36 +369,69 @@ size_t rls_redis_encode(rls_cmdbuf_t *buf, const char *sha, const rls_op_t *ops,
     p = put_num(p, now_ms);
     p = put_num(p, grace_ms);
     p = put_num(p, n);
+    p = put_num(p, np);
+    for (j = 0; j < np; j++) {
+        p = put_num(p, pe[j]);
+        p = put_num(p, pl[j]);
+    }
+    nargs = 5 + 2 * (size_t)np;
     for (i = 0; i < n; i++) {
         const rls_op_t *op = &ops[i];
+        uint32_t prof = is_simple(op) ? profile_of(op, pe, pl, &np) : 0;
+        char neg[24];
 
+        if (prof != 0 && op->ncosts == 1 && op->equal_cost == 1) {
+            p = put_num(p, prof);
+            nargs += 1;
+            continue;
+        }
+        if (prof != 0) {
+            neg[0] = '-';
+            p = put_bulk(p, neg, 1 + rl_put_u64(neg + 1, prof));
+            p = put_num(p, op->ncosts);
+            p = put_num(p, op->equal_cost);
+            nargs += 3;
+            continue;
+        }
+        p = put_num(p, 0);
         p = put_num(p, op->nwin);
         p = put_bulk(p, op->quota ? op->quota : "", op->quota ? op->quota_len
                                                               : 0);
+        nargs += 3;
         for (j = 0; j < op->nwin; j++) {
             p = put_num(p, op->win[j].expire_at_ms);
             p = put_num(p, op->win[j].limit);
+            nargs += 2;
         }
         if (op->quota) {
             if (op->scale == 1.0 || op->scale <= 0) {
                 p = put_bulk(p, "1", 1);
             } else {
-                int k = snprintf(scale, sizeof(scale), "%.17g", op->scale);
-                p = put_bulk(p, scale, (size_t)k);
+                int w = snprintf(scale, sizeof(scale), "%.17g", op->scale);
+                p = put_bulk(p, scale, (size_t)w);
             }
+            nargs += 1;
         }
         if (op->equal_cost) {
-            char neg[24];
             neg[0] = '-';
             p = put_bulk(p, neg, 1 + rl_put_u64(neg + 1, op->ncosts));
             p = put_num(p, op->equal_cost);
+            nargs += 2;
         } else {
             p = put_num(p, op->ncosts);
             for (j = 0; j < op->ncosts; j++)
                 p = put_num(p, op->costs[j]);
+            nargs += 1 + op->ncosts;
         }
     }
-    return (size_t)(p - buf->p);
+    {
+        /* "*<count>\r\n" right before the first argument. */
+        char head[32];
+        size_t hl = (size_t)(put_line(head, '*', 3 + nkeys + nargs) - head);
+        memcpy(buf->p + 32 - hl, head, hl);
+        memmove(buf->p, buf->p + 32 - hl, (size_t)(p - buf->p) - (32 - hl));
+        return (size_t)(p - buf->p) - (32 - hl);
+    }
 }
 
 /* Reads a decimal integer (an optional '-'); RL_EINVAL if malformed. */

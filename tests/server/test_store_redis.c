@@ -574,12 +574,14 @@ static void test_encode(void **state)
         /* keys: op 0's two windows and its quota hash, op 1's window */
         "rl:{a b}:r:api:60:29396283", "rl:{a b}:r:api:3600:489938",
         "rl:{a b}:q", NULL /* op 1's window key */,
-        "1763777001000", "1763777000123", "2500", "2",
-        /* op 0: two windows, a quota, unequal costs */
-        "2", "api", "1763777040000", "33", "1763778000000",
+        /* deadline, clock, grace, 2 ops, 1 profile: op 1's expiry, limit */
+        "1763777001000", "1763777000123", "2500", "2", "1", "1763777002000",
+        "5",
+        /* op 0: not a profile; two windows, a quota, unequal costs */
+        "0", "2", "api", "1763777040000", "33", "1763778000000",
         "18446744073709551615", "0.5", "3", "1", "3", "2",
-        /* op 1: one window, no quota, two requests of cost 7 */
-        "1", "", "1763777002000", "5", "-2", "7"};
+        /* op 1: profile 1, two requests of cost 7 */
+        "-1", "2", "7"};
     rls_cmdbuf_t buf = {NULL, 0};
     rls_wop_t w0[2], w1[1];
     rls_op_t ops[2];
@@ -674,13 +676,13 @@ static void test_encode(void **state)
         assert_true(len > 0 && len <= buf.cap);
         r = read_back(buf.p, len);
         /* command, script, nkeys; N ops of 8 window keys and a quota
-         * key; 4 batch arguments; per op nwin, field, 8 x (expiry,
-         * limit), scale, the count and 500 costs */
+         * key; 5 batch arguments (no profile); per op 0, nwin, field,
+         * 8 x (expiry, limit), scale, the count and 500 costs */
         assert_int_equal(r->elements,
-                         3 + N * (RLS_WINDOWS_MAX + 1) + 4 +
-                             N * (2 + 2 * RLS_WINDOWS_MAX + 1 + 1 + 500));
+                         3 + N * (RLS_WINDOWS_MAX + 1) + 5 +
+                             N * (3 + 2 * RLS_WINDOWS_MAX + 1 + 1 + 500));
         assert_string_equal(
-            r->element[3 + N * (RLS_WINDOWS_MAX + 1) + 4 + 2 +
+            r->element[3 + N * (RLS_WINDOWS_MAX + 1) + 5 + 3 +
                        2 * RLS_WINDOWS_MAX]
                 ->str,
             "0.33333333333333331");
