@@ -109,6 +109,7 @@ void rls_server_stop(rls_server_t *s)
     if (!s->stopping) {
         s->stopping = 1;
         s->conns.stopping = 1;
+        rls_switch_poll_leave(&s->switches);
         if (s->cfg->drain_ms > 0) {
             /* Keep serving while the load balancer notices /healthz. */
             s->draining = 1;

@@ -148,6 +148,20 @@ int rls_switch_poll_start(rls_switch_poll_t *p, uv_loop_t *loop,
     return 0;
 }
 
+void rls_switch_poll_leave(rls_switch_poll_t *p)
+{
+    const char *argv[3] = {"HDEL", p->ikey, p->instance};
+    size_t lens[3];
+
+    if (p->closed)
+        return;
+    lens[0] = 4;
+    lens[1] = strlen(p->ikey);
+    lens[2] = strlen(p->instance);
+    p->store->v->command(p->store, 3, argv, lens, on_report_reply, p);
+    rls_switch_poll_close(p);
+}
+
 void rls_switch_poll_close(rls_switch_poll_t *p)
 {
     if (p->closed)

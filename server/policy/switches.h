@@ -47,6 +47,11 @@ int rls_switch_poll_start(rls_switch_poll_t *p, uv_loop_t *loop,
                           rls_store_t *store, rls_runtime_t *rt,
                           const char *prefix, const char *instance);
 
+/* Says goodbye: removes this instance from <prefix>instances (so rl-ctl
+ * stops waiting for it) and stops polling. Called when a stop begins, while
+ * the store can still send it. */
+void rls_switch_poll_leave(rls_switch_poll_t *p);
+
 /* Stops polling (idempotent). Replies still in flight are ignored. */
 void rls_switch_poll_close(rls_switch_poll_t *p);
 

@@ -469,6 +469,7 @@ static int st_command(rls_store_t *s, int argc, const char **argv,
                       void *data)
 {
     rls_redis_store_t *st = (rls_redis_store_t *)s;
+    redisAsyncContext *ac;
     cmd_t *k;
 
     if (st->state != RLS_REDIS_UP || st->conn == NULL || st->stalled)
@@ -477,11 +478,18 @@ static int st_command(rls_store_t *s, int argc, const char **argv,
         return RL_ENOMEM;
     k->cb = cb;
     k->data = data;
-    if (redisAsyncCommandArgv(st->conn->ac, on_cmd_reply, k, argc, argv,
-                              lens) != REDIS_OK) {
+    ac = st->conn->ac;
+    rls_redis_uv_hold(ac);
+    if (redisAsyncCommandArgv(ac, on_cmd_reply, k, argc, argv, lens) !=
+        REDIS_OK) {
+        rls_redis_uv_release(ac, 0);
         free(k);
         return RL_ESTORE;
     }
+    /* Written now: a command sent as the server stops (its goodbye) must
+     * leave before the store closes. A failed write fails it through its
+     * callback. */
+    rls_redis_uv_release(ac, 1);
     return RL_OK;
 }
 
