@@ -487,3 +487,14 @@ int rlt_exchange(int fd, const rl_check_t *checks, size_t n,
     rl_buf_free(&in);
     return rc;
 }
+
+int rlt_ask(int port, const rl_check_t *q, rlt_result_t *out)
+{
+    int fd = rlt_dial(port), rc;
+
+    if (fd < 0)
+        return fd;
+    rc = rlt_exchange(fd, q, 1, out);
+    close(fd);
+    return rc;
+}

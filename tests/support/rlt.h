@@ -140,4 +140,8 @@ typedef struct rlt_result_s {
 int rlt_exchange(int fd, const rl_check_t *checks, size_t n,
                  rlt_result_t *out);
 
+/* One check on a fresh connection to port: rlt_dial, rlt_exchange, close.
+ * Returns what they return. */
+int rlt_ask(int port, const rl_check_t *q, rlt_result_t *out);
+
 #endif
