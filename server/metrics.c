@@ -32,18 +32,38 @@ static int family(rl_buf_t *b, const char *name, const char *type,
     return rl_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static int counter(rl_buf_t *b, const char *name, const char *help, uint64_t v)
+/* A family of one sample, without labels. */
+static int single(rl_buf_t *b, const char *name, const char *type,
+                  const char *help, uint64_t v)
 {
-    int rc = family(b, name, "counter", help);
+    int rc = family(b, name, type, help);
 
     return rc != RL_OK ? rc : rl_buf_printf(b, "%s %llu\n", name, (unsigned long long)v);
 }
 
+static int counter(rl_buf_t *b, const char *name, const char *help, uint64_t v)
+{
+    return single(b, name, "counter", help, v);
+}
+
 static int gauge(rl_buf_t *b, const char *name, const char *help, uint64_t v)
 {
-    int rc = family(b, name, "gauge", help);
+    return single(b, name, "gauge", help, v);
+}
 
-    return rc != RL_OK ? rc : rl_buf_printf(b, "%s %llu\n", name, (unsigned long long)v);
+/* A counter family with one label: the sample name{label="names[i]"} v[i]
+ * for each i from `from` up to, not including, `to`. */
+static int labelled(rl_buf_t *b, const char *name, const char *help,
+                    const char *label, const char *const *names,
+                    const uint64_t *v, size_t from, size_t to)
+{
+    int rc = family(b, name, "counter", help);
+    size_t i;
+
+    for (i = from; i < to && rc == RL_OK; i++)
+        rc = rl_buf_printf(b, "%s{%s=\"%s\"} %llu\n", name, label, names[i],
+                           (unsigned long long)v[i]);
+    return rc;
 }
 
 /* A histogram; with `us` the observations are microseconds and are shown
@@ -255,7 +275,6 @@ int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
     const rls_store_t *st = v->store;
     const rls_store_stats_t *ss = st ? &st->stats : NULL;
     int rc;
-    size_t i;
 
 #define TRY(x)                                                                 \
     do {                                                                       \
@@ -279,11 +298,9 @@ int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
     TRY(gauge(out, "rl_draining", "1 between SIGTERM and the end of --drain-ms",
               (uint64_t)(v->draining != 0)));
 
-    TRY(family(out, "rl_decisions_total", "counter",
-               "Responses sent, by code (error includes refused requests)."));
-    for (i = 1; i < 4; i++)
-        TRY(rl_buf_printf(out, "rl_decisions_total{code=\"%s\"} %llu\n", codes[i],
-                 (unsigned long long)cs->decisions[i]));
+    TRY(labelled(out, "rl_decisions_total",
+                 "Responses sent, by code (error includes refused requests).",
+                 "code", codes, cs->decisions, 1, 4));
     TRY(counter(out, "rl_failed_open_total",
                 "Requests answered OK because the store could not answer "
                 "(--fail-open).",
@@ -291,12 +308,10 @@ int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
     TRY(counter(out, "rl_store_failed_requests_total",
                 "Requests whose store operation failed (either fail mode).",
                 bs->store_errors));
-    TRY(family(out, "rl_frames_rejected_total", "counter",
-               "Frames or requests refused before reaching the store, by "
-               "reason."));
-    for (i = 0; i < RLS_REJECT_MAX; i++)
-        TRY(rl_buf_printf(out, "rl_frames_rejected_total{reason=\"%s\"} %llu\n",
-                 reasons[i], (unsigned long long)cs->rejected[i]));
+    TRY(labelled(out, "rl_frames_rejected_total",
+                 "Frames or requests refused before reaching the store, by "
+                 "reason.",
+                 "reason", reasons, cs->rejected, 0, RLS_REJECT_MAX));
     TRY(counter(out, "rl_requests_coalesced_total",
                 "Requests that shared a store key with an earlier one of "
                 "their batch.",
@@ -333,16 +348,13 @@ int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
                 "Client connections closed for not reading their responses "
                 "(--max-output).",
                 cs->conns_overflow));
-    TRY(family(out, "rl_connections_closed_total", "counter",
-               "Client connections the server closed for sending nothing "
-               "useful: no whole request for --idle-timeout (idle), a frame "
-               "unfinished after --frame-timeout-ms (frame_timeout), among "
-               "the largest input buffers over --max-partial-bytes "
-               "(partial_memory)."));
-    for (i = 0; i < RLS_CLOSE_MAX; i++)
-        TRY(rl_buf_printf(out, "rl_connections_closed_total{reason=\"%s\"} "
-                          "%llu\n",
-                          closes[i], (unsigned long long)cs->closed[i]));
+    TRY(labelled(out, "rl_connections_closed_total",
+                 "Client connections the server closed for sending nothing "
+                 "useful: no whole request for --idle-timeout (idle), a frame "
+                 "unfinished after --frame-timeout-ms (frame_timeout), among "
+                 "the largest input buffers over --max-partial-bytes "
+                 "(partial_memory).",
+                 "reason", closes, cs->closed, 0, RLS_CLOSE_MAX));
     TRY(gauge(out, "rl_connections_input_bytes",
               "Memory held by client connections' input buffers (partial "
               "frames); capped by --max-partial-bytes.",

@@ -635,6 +635,28 @@ static size_t slen(const yp_t *y)
     return y->ev.data.scalar.length;
 }
 
+/* Moves to the next key of the mapping being read. A key that is not a
+ * string is reported as `what`, skipped with its value, and clears *ok
+ * (when ok is not NULL). Returns 1 at a string key, 0 at the end of the
+ * mapping, or RL_EINVAL. */
+static int next_key(yp_t *y, const char *what, int *ok)
+{
+    for (;;) {
+        if (next(y) != RL_OK)
+            return RL_EINVAL;
+        if (y->ev.type == YAML_MAPPING_END_EVENT)
+            return 0;
+        if (is_scalar(y))
+            return 1;
+        diag(y->b, line_of(y), "%s", what);
+        if (ok != NULL)
+            *ok = 0;
+        if (skip_value(y) != RL_OK || next(y) != RL_OK ||
+            skip_value(y) != RL_OK)
+            return RL_EINVAL;
+    }
+}
+
 static int key_is(const yp_t *y, const char *k)
 {
     return slen(y) == strlen(k) && memcmp(sval(y), k, slen(y)) == 0;
@@ -699,30 +721,20 @@ static int read_limits(yp_t *y, rls_limits_t *ls)
 
 static int read_overrides(yp_t *y)
 {
+    int rc;
+
     if (is_null(y))
         return RL_OK;
     if (y->ev.type != YAML_MAPPING_START_EVENT) {
         diag(y->b, line_of(y), "overrides must map caller keys to limits");
         return skip_value(y);
     }
-    for (;;) {
+    while ((rc = next_key(y, "an override's key must be a string", NULL)) > 0) {
         char key[RL_KEY_MAX + 1];
         size_t klen;
-        int line, rc;
+        int line = line_of(y);
         rls_limits_t ls;
 
-        if (next(y) != RL_OK)
-            return RL_EINVAL;
-        if (y->ev.type == YAML_MAPPING_END_EVENT)
-            return RL_OK;
-        line = line_of(y);
-        if (!is_scalar(y)) {
-            diag(y->b, line, "an override's key must be a string");
-            if (skip_value(y) != RL_OK || next(y) != RL_OK ||
-                skip_value(y) != RL_OK)
-                return RL_EINVAL;
-            continue;
-        }
         /* Too long to be a key: still reported by override_add. */
         klen = slen(y) <= RL_KEY_MAX ? slen(y) : RL_KEY_MAX + 1;
         memcpy(key, sval(y), klen <= RL_KEY_MAX ? klen : RL_KEY_MAX);
@@ -733,6 +745,7 @@ static int read_overrides(yp_t *y)
         if (rc == RL_OK)
             override_add(y->b, key, klen, &ls, line);
     }
+    return rc;
 }
 
 static int read_rule(yp_t *y, const char *name, size_t name_len, int line)
@@ -753,19 +766,8 @@ static int read_rule(yp_t *y, const char *name, size_t name_len, int line)
              (int)name_len, name);
         return skip_value(y);
     }
-    for (;;) {
-        if (next(y) != RL_OK)
-            return RL_EINVAL;
-        if (y->ev.type == YAML_MAPPING_END_EVENT)
-            break;
-        if (!is_scalar(y)) {
-            diag(b, line_of(y), "a rule's keys are limits, mode, overrides");
-            ok = 0;
-            if (skip_value(y) != RL_OK || next(y) != RL_OK ||
-                skip_value(y) != RL_OK)
-                return RL_EINVAL;
-            continue;
-        }
+    while ((rc = next_key(y, "a rule's keys are limits, mode, overrides",
+                          &ok)) > 0) {
         if (key_is(y, "limits")) {
             if (next(y) != RL_OK || (rc = read_limits(y, &r->limits)) < 0)
                 return RL_EINVAL;
@@ -800,6 +802,8 @@ static int read_rule(yp_t *y, const char *name, size_t name_len, int line)
                 return RL_EINVAL;
         }
     }
+    if (rc < 0)
+        return rc;
     if (!have_limits) {
         diag(b, line, "rule '%.*s' has no limits", (int)name_len, name);
         ok = 0;
@@ -813,29 +817,19 @@ static int read_rule(yp_t *y, const char *name, size_t name_len, int line)
 
 static int read_rules(yp_t *y)
 {
+    int rc;
+
     if (is_null(y))
         return RL_OK;
     if (y->ev.type != YAML_MAPPING_START_EVENT) {
         diag(y->b, line_of(y), "rules must map rule names to rules");
         return skip_value(y);
     }
-    for (;;) {
+    while ((rc = next_key(y, "a rule's name must be a string", NULL)) > 0) {
         char name[RL_RULE_MAX + 1];
         size_t len;
-        int line;
+        int line = line_of(y);
 
-        if (next(y) != RL_OK)
-            return RL_EINVAL;
-        if (y->ev.type == YAML_MAPPING_END_EVENT)
-            return RL_OK;
-        line = line_of(y);
-        if (!is_scalar(y)) {
-            diag(y->b, line, "a rule's name must be a string");
-            if (skip_value(y) != RL_OK || next(y) != RL_OK ||
-                skip_value(y) != RL_OK)
-                return RL_EINVAL;
-            continue;
-        }
         /* A name too long is cut here and refused by rule_new. */
         len = slen(y) <= RL_RULE_MAX ? slen(y) : RL_RULE_MAX + 1;
         memcpy(name, sval(y), len <= RL_RULE_MAX ? len : RL_RULE_MAX);
@@ -845,6 +839,7 @@ static int read_rules(yp_t *y)
         if (y->b->nomem)
             return RL_ENOMEM;
     }
+    return rc;
 }
 
 static void read_file(builder_t *b, const char *buf, size_t len)

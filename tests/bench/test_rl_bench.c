@@ -39,8 +39,7 @@ static int have_redis;
 /* --fleet tests: their servers, stopped by pid by the test's teardown
  * whether it passed or not. */
 #define FLEET_N 3
-static pid_t fleet_pids[FLEET_N] = {-1, -1, -1};
-static char fleet_addrs[FLEET_N][32];
+static rlt_server_t fleet[FLEET_N] = {{.pid = -1}, {.pid = -1}, {.pid = -1}};
 static char fleet_list[FLEET_N * 32];
 
 /* Starts rl-server (with --redis when redis_port > 0) on a free port.
@@ -69,33 +68,25 @@ static int fleet_start(int redis_port)
 {
     char raddr[64];
     size_t len = 0;
-    int i, attempt;
+    int i;
+    /* A loaded CI machine may stretch a Redis round trip past the default
+     * 200 ms; a server would then fail open, which the audit leaves out
+     * and these tests do not test. Without Redis the NULL ends the list
+     * before those flags. */
+    char *argv[] = {"--log-level",
+                    "error",
+                    redis_port > 0 ? "--redis" : NULL,
+                    raddr,
+                    "--redis-timeout-ms",
+                    "1000",
+                    NULL};
 
     snprintf(raddr, sizeof(raddr), "127.0.0.1:%d", redis_port);
     for (i = 0; i < FLEET_N; i++) {
-        for (attempt = 0; attempt < 5 && fleet_pids[i] <= 0; attempt++) {
-            int port = rlt_free_port();
-            snprintf(fleet_addrs[i], sizeof(fleet_addrs[i]), "127.0.0.1:%d",
-                     port);
-            /* A loaded CI machine may stretch a Redis round trip past the
-             * default 200 ms; a server would then fail open, which the
-             * audit leaves out and these tests do not test. Without Redis
-             * the NULL ends the list before those flags. */
-            char *argv[] = {RL_SERVER_BIN,  "--listen",
-                            fleet_addrs[i], "--log-level",
-                            "error",        redis_port > 0 ? "--redis" : NULL,
-                            raddr,          "--redis-timeout-ms",
-                            "1000",         NULL};
-            fleet_pids[i] = rlt_spawn(argv);
-            if (fleet_pids[i] > 0 && rlt_wait_port(port, 5000))
-                break;
-            rlt_stop(fleet_pids[i], SIGKILL, 1000);
-            fleet_pids[i] = -1;
-        }
-        if (fleet_pids[i] <= 0)
+        if (rlt_server_start(&fleet[i], RL_SERVER_BIN, 0, argv) != RL_OK)
             return -1;
         len += (size_t)snprintf(fleet_list + len, sizeof(fleet_list) - len,
-                                "%s%s", i ? "," : "", fleet_addrs[i]);
+                                "%s%s", i ? "," : "", fleet[i].addr);
     }
     return 0;
 }
@@ -105,9 +96,9 @@ static void fleet_stop(void)
     int i;
 
     for (i = 0; i < FLEET_N; i++) {
-        if (fleet_pids[i] > 0)
-            rlt_stop(fleet_pids[i], SIGTERM, 5000);
-        fleet_pids[i] = -1;
+        if (fleet[i].pid > 0)
+            rlt_server_stop(&fleet[i]);
+        fleet[i].pid = -1;
     }
 }
 
@@ -250,15 +241,15 @@ static void expect_fleet_shares(const char *json)
 
     expect_token(json, "fleet", "true");
     for (i = 0; i < FLEET_N; i++) {
-        assert_true(server_num(json, fleet_addrs[i], "connections") >= 1);
-        if (server_num(json, fleet_addrs[i], "decisions") <= 0)
-            fail_msg("server %s answered nothing", fleet_addrs[i]);
-        assert_true(server_num(json, fleet_addrs[i], "decisions") ==
-                    server_num(json, fleet_addrs[i], "allowed") +
-                        server_num(json, fleet_addrs[i], "denied"));
-        allowed += server_num(json, fleet_addrs[i], "allowed");
-        denied += server_num(json, fleet_addrs[i], "denied");
-        errors += server_num(json, fleet_addrs[i], "errors");
+        assert_true(server_num(json, fleet[i].addr, "connections") >= 1);
+        if (server_num(json, fleet[i].addr, "decisions") <= 0)
+            fail_msg("server %s answered nothing", fleet[i].addr);
+        assert_true(server_num(json, fleet[i].addr, "decisions") ==
+                    server_num(json, fleet[i].addr, "allowed") +
+                        server_num(json, fleet[i].addr, "denied"));
+        allowed += server_num(json, fleet[i].addr, "allowed");
+        denied += server_num(json, fleet[i].addr, "denied");
+        errors += server_num(json, fleet[i].addr, "errors");
     }
     assert_true(allowed == num(json, "allowed"));
     assert_true(denied == num(json, "denied"));
@@ -524,7 +515,7 @@ static void test_fleet_memory_over_admits(void **state)
     expect_token(json, "errors", "0");
     assert_true(num(json, "audit_over_limit") > 0);
     for (i = 0; i < FLEET_N; i++)
-        assert_true(server_num(json, fleet_addrs[i], "allowed") > 0);
+        assert_true(server_num(json, fleet[i].addr, "allowed") > 0);
     p = strstr(json, "\n  \"audit_violations\": [");
     assert_non_null(p);
     end = strstr(p, "\n  \"audit_inexact\": [");

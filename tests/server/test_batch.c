@@ -537,26 +537,28 @@ static void run_all(h_t *h)
     scenario_mixed(h, B);
 }
 
-static void test_memory_store(void **state)
+/* Runs a scenario on a fresh harness over the memory store (0) or Redis
+ * (1). */
+static void on_store(int redis, void (*scenario)(h_t *h))
 {
     h_t *h = calloc(1, sizeof(*h));
 
-    (void)state;
-    h_open(h, 0, 1024, 1);
-    run_all(h);
+    h_open(h, redis, 1024, 1);
+    scenario(h);
     h_close(h);
     free(h);
 }
 
+static void test_memory_store(void **state)
+{
+    (void)state;
+    on_store(0, run_all);
+}
+
 static void test_redis_store(void **state)
 {
-    h_t *h = calloc(1, sizeof(*h));
-
     (void)state;
-    h_open(h, 1, 1024, 1);
-    run_all(h);
-    h_close(h);
-    free(h);
+    on_store(1, run_all);
 }
 
 /* Every decision field of the two harnesses' answers. */
@@ -857,24 +859,14 @@ static void scenario_minute_hour(h_t *h)
 
 static void test_minute_hour_memory(void **state)
 {
-    h_t *h = calloc(1, sizeof(*h));
-
     (void)state;
-    h_open(h, 0, 1024, 1);
-    scenario_minute_hour(h);
-    h_close(h);
-    free(h);
+    on_store(0, scenario_minute_hour);
 }
 
 static void test_minute_hour_redis(void **state)
 {
-    h_t *h = calloc(1, sizeof(*h));
-
     (void)state;
-    h_open(h, 1, 1024, 1);
-    scenario_minute_hour(h);
-    h_close(h);
-    free(h);
+    on_store(1, scenario_minute_hour);
 }
 
 /* ---- shadow mode against a model ---- */

@@ -39,17 +39,14 @@
 #error "RL_SERVER_BIN must name the rl-server binary"
 #endif
 
-static pid_t server_pid = -1;
-static int server_port, metrics_port;
+static rlt_server_t server = {.pid = -1};
 static rlt_redis_t redis;
 static int redis_on;
 
 static int teardown(void **state)
 {
     (void)state;
-    if (server_pid > 0)
-        rlt_stop(server_pid, SIGKILL, 5000);
-    server_pid = -1;
+    rlt_server_kill(&server);
     if (redis_on)
         rlt_redis_stop(&redis);
     redis_on = 0;
@@ -60,41 +57,21 @@ static int teardown(void **state)
  * terminated) and waits until both ports accept connections. */
 static void start_server(const char *first, ...)
 {
-    char *argv[32], port[32], mport[32];
+    char *argv[32];
     const char *a, *bin = getenv("RLT_SERVER_BIN");
-    int argc, attempt;
+    int argc = 0;
     va_list ap;
 
-    for (attempt = 0; attempt < 5; attempt++) {
-        argc = 0;
-        server_port = rlt_free_port();
-        do
-            metrics_port = rlt_free_port();
-        while (metrics_port == server_port);
-        snprintf(port, sizeof(port), "127.0.0.1:%d", server_port);
-        snprintf(mport, sizeof(mport), "127.0.0.1:%d", metrics_port);
-        argv[argc++] = (char *)(bin ? bin : RL_SERVER_BIN);
-        argv[argc++] = "--listen";
-        argv[argc++] = port;
-        argv[argc++] = "--metrics";
-        argv[argc++] = mport;
-        argv[argc++] = "--log-level";
-        argv[argc++] = getenv("RLT_SERVER_LOG") ? getenv("RLT_SERVER_LOG")
-                                                : "error";
-        va_start(ap, first);
-        for (a = first; a != NULL; a = va_arg(ap, const char *))
-            argv[argc++] = (char *)a;
-        va_end(ap);
-        argv[argc] = NULL;
-        server_pid = rlt_spawn(argv);
-        assert_true(server_pid > 0);
-        if (rlt_wait_port(server_port, 5000) &&
-            rlt_wait_port(metrics_port, 5000))
-            return;
-        rlt_stop(server_pid, SIGKILL, 1000);
-        server_pid = -1;
-    }
-    fail_msg("rl-server did not start");
+    argv[argc++] = "--log-level";
+    argv[argc++] = (char *)rlt_log_level("error");
+    va_start(ap, first);
+    for (a = first; a != NULL && argc < 31; a = va_arg(ap, const char *))
+        argv[argc++] = (char *)a;
+    va_end(ap);
+    argv[argc] = NULL;
+    if (rlt_server_start_metrics(&server, bin ? bin : RL_SERVER_BIN, argv) !=
+        RL_OK)
+        fail_msg("rl-server did not start");
 }
 
 static void sleep_ms(int ms)
@@ -108,31 +85,10 @@ static void sleep_ms(int ms)
 
 static int dial(int port)
 {
-    struct sockaddr_in sa;
-    int one = 1, fd = socket(AF_INET, SOCK_STREAM, 0);
+    int fd = rlt_dial(port);
 
     assert_true(fd >= 0);
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)port);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     return fd;
-}
-
-static void send_all(int fd, const void *p, size_t n)
-{
-    const char *s = p;
-
-    while (n > 0) {
-        ssize_t k = send(fd, s, n, MSG_NOSIGNAL);
-        if (k < 0 && errno == EINTR)
-            continue;
-        assert_true(k > 0);
-        s += k;
-        n -= (size_t)k;
-    }
 }
 
 typedef struct {
@@ -148,7 +104,7 @@ typedef struct {
 
 static void cli_open(cli_t *c)
 {
-    c->fd = dial(server_port);
+    c->fd = dial(server.port);
     rl_buf_init(&c->in, 1 << 20);
 }
 
@@ -230,7 +186,8 @@ static void send_check(cli_t *c, uint64_t id, const char *key)
     q.cost = 1;
     rl_buf_init(&b, 4096);
     assert_int_equal(rl_check_put(&b, &q), RL_OK);
-    send_all(c->fd, rl_buf_rptr(&b), rl_buf_len(&b));
+    assert_int_equal(rlt_send_all(c->fd, rl_buf_rptr(&b), rl_buf_len(&b)),
+                     RL_OK);
     rl_buf_free(&b);
 }
 
@@ -255,7 +212,7 @@ static void send_partial(int fd, uint32_t len, size_t n)
     rl_frame_header(p, len);
     memset(p + RL_FRAME_HEADER, 0xff, len);
     assert_true(n <= RL_FRAME_HEADER + (size_t)len);
-    send_all(fd, p, n);
+    assert_int_equal(rlt_send_all(fd, p, n), RL_OK);
     free(p);
 }
 
@@ -266,29 +223,12 @@ static void send_partial(int fd, uint32_t len, size_t n)
 static uint64_t metric(const char *name)
 {
     static char page[1 << 17];
-    const char *req = "GET /metrics HTTP/1.1\r\nHost: t\r\n"
-                      "Connection: close\r\n\r\n";
-    size_t len = 0, nl = strlen(name);
-    const char *p;
-    int fd = dial(metrics_port);
-    ssize_t k;
+    long long v;
 
-    send_all(fd, req, strlen(req));
-    for (;;) {
-        struct pollfd pf = {fd, POLLIN, 0};
-        if (len + 1 >= sizeof(page) || poll(&pf, 1, 5000) <= 0)
-            break;
-        k = recv(fd, page + len, sizeof(page) - 1 - len, 0);
-        if (k <= 0)
-            break;
-        len += (size_t)k;
-    }
-    close(fd);
-    page[len] = '\0';
-    for (p = page; (p = strstr(p, name)) != NULL; p += nl)
-        if ((p == page || p[-1] == '\n') && p[nl] == ' ')
-            return strtoull(p + nl + 1, NULL, 10);
-    return UINT64_MAX;
+    if (rlt_http_get(server.mport, "/metrics", page, sizeof(page)) != 200)
+        return UINT64_MAX;
+    v = rlt_sample(page, name);
+    return v < 0 ? UINT64_MAX : (uint64_t)v;
 }
 
 /* Waits up to timeout_ms for metric(name) to reach at least want. */
@@ -422,7 +362,8 @@ static void test_frame_timeout(void **state)
     /* half a frame, 100 ms, the other half: well within 500 ms */
     send_partial(halves.fd, 100, 50);
     sleep_ms(100);
-    send_all(halves.fd, frame + 50, sizeof(frame) - 50);
+    assert_int_equal(rlt_send_all(halves.fd, frame + 50, sizeof(frame) - 50),
+                     RL_OK);
     assert_int_equal(recv_one(&halves, &r, 5000), 1);
     assert_int_equal(r.id, 0);
     assert_string_equal(r.err, "payload is not a valid CheckRequest");
@@ -470,7 +411,9 @@ static void test_partial_memory(void **state)
     assert_non_null(rest);
     memset(rest, 0xff, RL_FRAME_HEADER + 120000);
     for (i = 1; i < 4; i++) {
-        send_all(c[i].fd, rest, RL_FRAME_HEADER + len[i] - sent[i]);
+        assert_int_equal(
+            rlt_send_all(c[i].fd, rest, RL_FRAME_HEADER + len[i] - sent[i]),
+            RL_OK);
         assert_int_equal(recv_one(&c[i], &r, 5000), 1);
         assert_int_equal(r.id, 0);
         assert_string_equal(r.err, "payload is not a valid CheckRequest");
@@ -557,9 +500,9 @@ static void test_hostile_rss(void **state)
 
     start_server(NULL);
     sleep_ms(200);
-    before = proc_kb(server_pid, "VmRSS:");
+    before = proc_kb(server.pid, "VmRSS:");
     for (i = 0; i < n; i++) {
-        fds[i] = dial(server_port);
+        fds[i] = dial(server.port);
         setsockopt(fds[i], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
         /* a server that closed the connection may reset it: fine */
         uint8_t *p = malloc(64000);
@@ -582,7 +525,7 @@ static void test_hostile_rss(void **state)
     deadline = rlt_mono_ms() + 30000;
     for (;;) {
         sleep_ms(500);
-        rss = proc_kb(server_pid, "VmRSS:");
+        rss = proc_kb(server.pid, "VmRSS:");
         if (rss == prev || rlt_mono_ms() >= deadline)
             break;
         prev = rss;
@@ -595,7 +538,7 @@ static void test_hostile_rss(void **state)
         if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             open_n++; /* not closed by the server */
     }
-    uint64_t peak = proc_kb(server_pid, "VmHWM:");
+    uint64_t peak = proc_kb(server.pid, "VmHWM:");
     print_message("hostile connections: %d x 64,000-byte partial frames: "
                   "server RSS %.1f MB before, %.1f MB after, peak %.1f MB; "
                   "%d left open; input bytes held %llu\n",

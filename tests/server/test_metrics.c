@@ -163,32 +163,10 @@ static int teardown(void **state)
 
 static int dial(int port)
 {
-    struct sockaddr_in sa;
-    struct timeval tv = {3, 0};
-    int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    int fd = rlt_dial(port); /* reads time out: a hung server fails */
 
     assert_true(fd >= 0);
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)port);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    /* A bounded wait for every read: a hung server fails the test. */
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     return fd;
-}
-
-static void send_all(int fd, const void *p, size_t n)
-{
-    const char *c = p;
-
-    while (n > 0) {
-        ssize_t k = send(fd, c, n, MSG_NOSIGNAL);
-        assert_true(k > 0);
-        c += k;
-        n -= (size_t)k;
-    }
 }
 
 typedef struct resp_s {
@@ -304,7 +282,7 @@ static void fetch(int port, const char *req, resp_t *r)
     int fd = dial(port);
 
     rd.len = 0;
-    send_all(fd, req, strlen(req));
+    assert_int_equal(rlt_send_all(fd, req, strlen(req)), RL_OK);
     assert_int_equal(read_resp(fd, &rd, r), 0);
     close(fd);
 }
@@ -317,51 +295,14 @@ static void get(int port, const char *path, resp_t *r)
     fetch(port, req, r);
 }
 
-/* The value of one sample line ("name{labels} value") in a page; -1 if the
- * sample is missing. */
-static long long sample(const char *page, const char *series)
-{
-    size_t n = strlen(series);
-    const char *p = page;
-
-    while ((p = strstr(p, series)) != NULL) {
-        if ((p == page || p[-1] == '\n') && p[n] == ' ')
-            return strtoll(p + n + 1, NULL, 10);
-        p += n;
-    }
-    return -1;
-}
-
-/* One check over the wire protocol, through a raw socket. */
+/* One check over the wire protocol, on a fresh connection. */
 static int check_once(int port, const char *key, uint64_t limit)
 {
-    uint8_t frame[256], in[256];
-    rl_check_t q;
-    rl_result_t r;
-    rl_frame_t fr;
-    size_t n, got = 0;
-    int fd = dial(port);
+    rl_check_t q = rlt_check(7, key, limit, 60, 1);
+    rlt_result_t r;
 
-    memset(&q, 0, sizeof(q));
-    q.id = 7;
-    q.key = key;
-    q.key_len = strlen(key);
-    q.cost = 1;
-    q.limit = limit;
-    q.window_s = 60;
-    n = rl_check_encode(&q, frame + RL_FRAME_HEADER);
-    rl_frame_header(frame, (uint32_t)n);
-    send_all(fd, frame, n + RL_FRAME_HEADER);
-    for (;;) {
-        ssize_t k = recv(fd, in + got, sizeof(in) - got, 0);
-        assert_true(k > 0);
-        got += (size_t)k;
-        if (rl_frame_decode(in, got, 65536, &fr) == RL_OK)
-            break;
-    }
-    assert_int_equal(rl_result_decode(fr.payload, fr.len, &r), RL_OK);
-    close(fd);
-    return r.code;
+    assert_int_equal(rlt_ask(port, &q, &r), RL_OK);
+    return r.r.code;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -445,19 +386,20 @@ static void test_metrics_page(void **state)
     assert_int_equal(r.status, 200);
     assert_non_null(strstr(r.head, "Content-Type: text/plain; version=0.0.4"));
     assert_exposition(r.body);
-    assert_int_equal(sample(r.body, "rl_decisions_total{code=\"ok\"}"), 3);
-    assert_int_equal(sample(r.body, "rl_decisions_total{code=\"over_limit\"}"),
-                     2);
-    assert_int_equal(sample(r.body, "rl_decisions_total{code=\"error\"}"), 1);
+    assert_int_equal(rlt_sample(r.body, "rl_decisions_total{code=\"ok\"}"), 3);
     assert_int_equal(
-        sample(r.body, "rl_frames_rejected_total{reason=\"invalid\"}"), 1);
-    assert_int_equal(sample(r.body, "rl_connections_accepted_total"), 6);
-    assert_int_equal(sample(r.body, "rl_requests_inflight"), 0);
-    assert_int_equal(sample(r.body, "rl_healthy"), 1);
+        rlt_sample(r.body, "rl_decisions_total{code=\"over_limit\"}"), 2);
+    assert_int_equal(rlt_sample(r.body, "rl_decisions_total{code=\"error\"}"),
+                     1);
+    assert_int_equal(
+        rlt_sample(r.body, "rl_frames_rejected_total{reason=\"invalid\"}"), 1);
+    assert_int_equal(rlt_sample(r.body, "rl_connections_accepted_total"), 6);
+    assert_int_equal(rlt_sample(r.body, "rl_requests_inflight"), 0);
+    assert_int_equal(rlt_sample(r.body, "rl_healthy"), 1);
     /* The third answer left no room: the store showed the window full, so
      * the two refusals were answered without a batch. */
-    assert_int_equal(sample(r.body, "rl_batch_size_count"), 3);
-    assert_int_equal(sample(r.body, "rl_refusals_local_total"), 2);
+    assert_int_equal(rlt_sample(r.body, "rl_batch_size_count"), 3);
+    assert_int_equal(rlt_sample(r.body, "rl_refusals_local_total"), 2);
     assert_non_null(strstr(r.body, "rl_build_info{version=\""));
 
     /* HEAD: the headers, with the page's length, and no body. */
@@ -466,12 +408,14 @@ static void test_metrics_page(void **state)
         int fd = dial(f->mport);
 
         rd.len = 0;
-        send_all(fd, "HEAD /metrics HTTP/1.1\r\n\r\n", 26);
+        assert_int_equal(rlt_send_all(fd, "HEAD /metrics HTTP/1.1\r\n\r\n", 26),
+                         RL_OK);
         assert_int_equal(read_head_only(fd, &rd, &r), 0);
         assert_int_equal(r.status, 200);
         assert_non_null(strstr(r.head, "Content-Length: "));
         /* Nothing follows the head: the next bytes are the next answer. */
-        send_all(fd, "GET /healthz HTTP/1.1\r\n\r\n", 25);
+        assert_int_equal(rlt_send_all(fd, "GET /healthz HTTP/1.1\r\n\r\n", 25),
+                         RL_OK);
         assert_int_equal(read_resp(fd, &rd, &r), 0);
         assert_int_equal(r.status, 200);
         assert_string_equal(r.body, "ok\n");
@@ -536,7 +480,7 @@ static void test_bad_requests(void **state)
     for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         fd = dial(f->mport);
         rd.len = 0;
-        send_all(fd, bad[i].req, bad[i].len);
+        assert_int_equal(rlt_send_all(fd, bad[i].req, bad[i].len), RL_OK);
         assert_int_equal(read_resp(fd, &rd, &r), 0);
         if (r.status != 400)
             fail_msg("case %zu answered %d", i, r.status);
@@ -551,7 +495,7 @@ static void test_bad_requests(void **state)
     memset(big + 30, 'a', sizeof(big) - 30);
     fd = dial(f->mport);
     rd.len = 0;
-    send_all(fd, big, sizeof(big));
+    assert_int_equal(rlt_send_all(fd, big, sizeof(big)), RL_OK);
     assert_int_equal(read_resp(fd, &rd, &r), 0);
     assert_int_equal(r.status, 400);
     assert_true(closed_within(fd, 3000));
@@ -582,7 +526,7 @@ static void test_pipelined_and_split(void **state)
     start(f, 0, 0);
     fd = dial(f->mport);
     rd.len = 0;
-    send_all(fd, reqs, sizeof(reqs) - 1);
+    assert_int_equal(rlt_send_all(fd, reqs, sizeof(reqs) - 1), RL_OK);
     assert_int_equal(read_resp(fd, &rd, &r), 0);
     assert_int_equal(r.status, 200);
     assert_string_equal(r.body, "ok\n");
@@ -592,20 +536,20 @@ static void test_pipelined_and_split(void **state)
     assert_int_equal(read_resp(fd, &rd, &r), 0);
     assert_int_equal(r.status, 200);
     assert_true(r.closes);
-    assert_true(sample(r.body, "rl_healthy") == 1);
+    assert_true(rlt_sample(r.body, "rl_healthy") == 1);
     assert_true(closed_within(fd, 2000));
     close(fd);
 
     fd = dial(f->mport);
     rd.len = 0;
     for (i = 0; i < sizeof(one) - 1; i++) {
-        send_all(fd, one + i, 1);
+        assert_int_equal(rlt_send_all(fd, one + i, 1), RL_OK);
         nap_ms(1);
     }
     assert_int_equal(read_resp(fd, &rd, &r), 0);
     assert_int_equal(r.status, 200);
     /* Keep-alive: a second request on the same connection. */
-    send_all(fd, one, sizeof(one) - 1);
+    assert_int_equal(rlt_send_all(fd, one, sizeof(one) - 1), RL_OK);
     assert_int_equal(read_resp(fd, &rd, &r), 0);
     assert_int_equal(r.status, 200);
     close(fd);
@@ -647,7 +591,8 @@ static void test_idle_limit(void **state)
 
     fd = dial(f->mport);
     rd.len = 0;
-    send_all(fd, "GET /healthz HTTP/1.1\r\n\r\n", 25);
+    assert_int_equal(rlt_send_all(fd, "GET /healthz HTTP/1.1\r\n\r\n", 25),
+                     RL_OK);
     assert_int_equal(read_resp(fd, &rd, &r), 0);
     t0 = rlt_mono_ms();
     assert_true(closed_within(fd, 3000));
@@ -664,7 +609,7 @@ static int roundtrip(int fd, const char *path, resp_t *r)
 
     rd.len = 0;
     snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: t\r\n\r\n", path);
-    send_all(fd, req, strlen(req));
+    assert_int_equal(rlt_send_all(fd, req, strlen(req)), RL_OK);
     assert_int_equal(read_resp(fd, &rd, r), 0);
     return r->status;
 }
@@ -679,7 +624,7 @@ static int finish(int fd, resp_t *r)
     static rd_t rd;
 
     rd.len = 0;
-    send_all(fd, rest_head, sizeof(rest_head) - 1);
+    assert_int_equal(rlt_send_all(fd, rest_head, sizeof(rest_head) - 1), RL_OK);
     assert_int_equal(read_resp(fd, &rd, r), 0);
     return r->status;
 }
@@ -702,8 +647,8 @@ static void test_cap_evicts_idle_first(void **state)
     assert_int_equal(roundtrip(a, "/healthz", &r), 200);
     assert_int_equal(roundtrip(b, "/healthz", &r), 200);
     assert_int_equal(roundtrip(c, "/healthz", &r), 200);
-    send_all(a, half_head, sizeof(half_head) - 1);
-    send_all(b, half_head, sizeof(half_head) - 1);
+    assert_int_equal(rlt_send_all(a, half_head, sizeof(half_head) - 1), RL_OK);
+    assert_int_equal(rlt_send_all(b, half_head, sizeof(half_head) - 1), RL_OK);
     /* d's answer comes after the server has read a's and b's halves. */
     assert_int_equal(roundtrip(d, "/healthz", &r), 200);
 
@@ -711,8 +656,8 @@ static void test_cap_evicts_idle_first(void **state)
     assert_int_equal(roundtrip(e, "/healthz", &r), 200);
     assert_true(closed_within(c, 2000)); /* idle longest: gave way */
     assert_int_equal(finish(a, &r), 200);
-    assert_true(sample(r.body, "rl_http_connections_evicted_total") == 1);
-    assert_true(sample(r.body, "rl_http_connections_refused_total") == 0);
+    assert_true(rlt_sample(r.body, "rl_http_connections_evicted_total") == 1);
+    assert_true(rlt_sample(r.body, "rl_http_connections_refused_total") == 0);
     assert_int_equal(finish(b, &r), 200);
     assert_int_equal(roundtrip(d, "/healthz", &r), 200);
     close(a);
@@ -746,8 +691,10 @@ static void test_flood_keeps_health(void **state)
         keep[i] = dial(f->mport);
         assert_int_equal(roundtrip(keep[i], "/healthz", &r), 200);
     }
-    send_all(keep[0], half_head, sizeof(half_head) - 1);
-    send_all(keep[1], half_head, sizeof(half_head) - 1);
+    assert_int_equal(rlt_send_all(keep[0], half_head, sizeof(half_head) - 1),
+                     RL_OK);
+    assert_int_equal(rlt_send_all(keep[1], half_head, sizeof(half_head) - 1),
+                     RL_OK);
     /* keep[2] stays idle between requests. */
 
     for (i = 0; i < FLOOD; i++) {
@@ -779,8 +726,8 @@ static void test_flood_keeps_health(void **state)
     /* The first flood alone overfills the 64 slots by 439 (some of the
      * flood may have been refused instead, if evicted connections still
      * held their memory); reconnecting frees slots by closing. */
-    assert_true(sample(r.body, "rl_http_connections_evicted_total") +
-                    sample(r.body, "rl_http_connections_refused_total") >=
+    assert_true(rlt_sample(r.body, "rl_http_connections_evicted_total") +
+                    rlt_sample(r.body, "rl_http_connections_refused_total") >=
                 FLOOD + 3 - RLS_HTTP_CONNS_MAX);
     for (i = 0; i < FLOOD; i++)
         close(fds[i]);
@@ -803,7 +750,7 @@ static void test_header_deadline(void **state)
     start_limits(f, 0, 0, 10000, MAX_CONNS, 300);
     fd = dial(f->mport);
     t0 = rlt_mono_ms();
-    send_all(fd, "G", 1);
+    assert_int_equal(rlt_send_all(fd, "G", 1), RL_OK);
     assert_true(closed_within(fd, 3000));
     assert_true(rlt_mono_ms() - t0 < 5000); /* the idle limit is 10 s */
     close(fd);
@@ -813,14 +760,16 @@ static void test_header_deadline(void **state)
     /* Idle between requests: more than the header deadline is fine. */
     assert_false(closed_within(fd, 900));
     t0 = rlt_mono_ms();
-    send_all(fd, "G", 1);
+    assert_int_equal(rlt_send_all(fd, "G", 1), RL_OK);
     assert_true(closed_within(fd, 3000));
     assert_true(rlt_mono_ms() - t0 < 5000);
     close(fd);
 
     get(f->mport, "/metrics", &r);
-    assert_int_equal(sample(r.body, "rl_http_connections_timed_out_total"), 2);
-    assert_int_equal(sample(r.body, "rl_http_connections_evicted_total"), 0);
+    assert_int_equal(rlt_sample(r.body, "rl_http_connections_timed_out_total"),
+                     2);
+    assert_int_equal(rlt_sample(r.body, "rl_http_connections_evicted_total"),
+                     0);
     stop(f);
 }
 
@@ -846,8 +795,8 @@ static void test_drain(void **state)
     }
     assert_string_equal(r.body, "draining\n");
     get(f->mport, "/metrics", &r);
-    assert_int_equal(sample(r.body, "rl_draining"), 1);
-    assert_int_equal(sample(r.body, "rl_healthy"), 0);
+    assert_int_equal(rlt_sample(r.body, "rl_draining"), 1);
+    assert_int_equal(rlt_sample(r.body, "rl_healthy"), 0);
     /* Still serving during the drain. */
     assert_int_equal(check_once(f->port, "d", 5), RL_CODE_OK);
     f->running = 0;
@@ -885,7 +834,7 @@ static void test_health_follows_redis(void **state)
     }
     assert_string_equal(r.body, "store unavailable\n");
     get(f->mport, "/metrics", &r);
-    assert_int_equal(sample(r.body, "rl_store_up"), 0);
+    assert_int_equal(rlt_sample(r.body, "rl_store_up"), 0);
 
     assert_int_equal(rlt_redis_restart(&f->redis), 0);
     deadline = rlt_mono_ms() + 15000;
@@ -895,9 +844,9 @@ static void test_health_follows_redis(void **state)
         nap_ms(20);
     }
     get(f->mport, "/metrics", &r);
-    assert_int_equal(sample(r.body, "rl_store_up"), 1);
-    assert_true(sample(r.body, "rl_store_reconnects_total") >= 1);
-    assert_true(sample(r.body, "rl_redis_rtt_seconds_count") >= 1);
+    assert_int_equal(rlt_sample(r.body, "rl_store_up"), 1);
+    assert_true(rlt_sample(r.body, "rl_store_reconnects_total") >= 1);
+    assert_true(rlt_sample(r.body, "rl_redis_rtt_seconds_count") >= 1);
     assert_exposition(r.body);
     stop(f);
 }

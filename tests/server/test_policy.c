@@ -209,30 +209,12 @@ static rl_check_t rule_check(uint64_t id, const char *key, const char *rule,
     return q;
 }
 
-static rl_check_t inline_check(uint64_t id, const char *key, uint64_t limit,
-                               uint32_t window_s, uint32_t cost)
-{
-    rl_check_t q;
-
-    memset(&q, 0, sizeof(q));
-    q.id = id;
-    q.key = key;
-    q.key_len = strlen(key);
-    q.limit = limit;
-    q.window_s = window_s;
-    q.cost = cost;
-    return q;
-}
-
 /* One check on a fresh connection. */
 static rlt_result_t ask(int port, rl_check_t q)
 {
     rlt_result_t r;
-    int fd = rlt_dial(port);
 
-    assert_true(fd >= 0);
-    assert_int_equal(rlt_exchange(fd, &q, 1, &r), RL_OK);
-    close(fd);
+    assert_int_equal(rlt_ask(port, &q, &r), RL_OK);
     assert_int_equal(r.r.id, q.id);
     return r;
 }
@@ -400,7 +382,7 @@ static void test_counters_belong_to_their_rule(void **state)
     /* The issue's reproduction: an inline request with the same key and
      * window, a huge limit and cost 4, then login again. */
     assert_int_equal(ask(p, rule_check(4, "victim", "login", 1)).r.used, 1);
-    assert_int_equal(ask(p, inline_check(5, "victim", 1000000, 60, 4)).r.code,
+    assert_int_equal(ask(p, rlt_check(5, "victim", 1000000, 60, 4)).r.code,
                      RL_CODE_OK);
     {
         rlt_result_t r = ask(p, rule_check(6, "victim", "login", 1));
@@ -421,7 +403,7 @@ static void test_inline_caps(void **state)
     rlt_result_t r;
 
     start_server(f, 0, "--rule", "r=5/1m", "--inline-limits", "deny", NULL);
-    r = ask(f->srv[0].port, inline_check(1, "k", 10, 60, 1));
+    r = ask(f->srv[0].port, rlt_check(1, "k", 10, 60, 1));
     assert_int_equal(r.r.code, RL_CODE_ERROR);
     assert_non_null(strstr(r.err, "--inline-limits deny"));
     assert_int_equal(ask(f->srv[0].port, rule_check(2, "k", "r", 1)).r.code,
@@ -432,13 +414,13 @@ static void test_inline_caps(void **state)
 
     start_server(f, 0, "--max-inline-window", "3600", "--max-inline-limit",
                  "100", NULL);
-    r = ask(f->srv[0].port, inline_check(1, "k", 10, 7200, 1));
+    r = ask(f->srv[0].port, rlt_check(1, "k", 10, 7200, 1));
     assert_int_equal(r.r.code, RL_CODE_ERROR);
     assert_non_null(strstr(r.err, "--max-inline-window"));
-    r = ask(f->srv[0].port, inline_check(2, "k", 101, 60, 1));
+    r = ask(f->srv[0].port, rlt_check(2, "k", 101, 60, 1));
     assert_int_equal(r.r.code, RL_CODE_ERROR);
     assert_non_null(strstr(r.err, "--max-inline-limit"));
-    r = ask(f->srv[0].port, inline_check(3, "k", 100, 3600, 1));
+    r = ask(f->srv[0].port, rlt_check(3, "k", 100, 3600, 1));
     assert_int_equal(r.r.code, RL_CODE_OK);
 }
 

@@ -34,17 +34,14 @@
 
 /* ---- processes ---- */
 
-static pid_t server_pid = -1;
-static int server_port;
+static rlt_server_t server = {.pid = -1};
 static rlt_redis_t redis;
 static int redis_on;
 
 static int teardown(void **state)
 {
     (void)state;
-    if (server_pid > 0)
-        rlt_stop(server_pid, SIGKILL, 5000);
-    server_pid = -1;
+    rlt_server_kill(&server);
     if (redis_on)
         rlt_redis_stop(&redis);
     redis_on = 0;
@@ -61,34 +58,20 @@ static void start_redis(void)
  * until it accepts connections. */
 static void start_server(const char *first, ...)
 {
-    char *argv[32], port[32];
+    char *argv[32];
     const char *a;
-    int argc = 0, attempt;
+    int argc = 0;
     va_list ap;
 
-    for (attempt = 0; attempt < 5; attempt++) {
-        argc = 0;
-        server_port = rlt_free_port();
-        snprintf(port, sizeof(port), "127.0.0.1:%d", server_port);
-        argv[argc++] = RL_SERVER_BIN;
-        argv[argc++] = "--listen";
-        argv[argc++] = port;
-        argv[argc++] = "--log-level";
-        argv[argc++] = getenv("RLT_SERVER_LOG") ? getenv("RLT_SERVER_LOG")
-                                                : "warn";
-        va_start(ap, first);
-        for (a = first; a != NULL; a = va_arg(ap, const char *))
-            argv[argc++] = (char *)a;
-        va_end(ap);
-        argv[argc] = NULL;
-        server_pid = rlt_spawn(argv);
-        assert_true(server_pid > 0);
-        if (rlt_wait_port(server_port, 5000))
-            return;
-        rlt_stop(server_pid, SIGKILL, 1000);
-        server_pid = -1;
-    }
-    fail_msg("rl-server did not start");
+    argv[argc++] = "--log-level";
+    argv[argc++] = (char *)rlt_log_level("warn");
+    va_start(ap, first);
+    for (a = first; a != NULL && argc < 31; a = va_arg(ap, const char *))
+        argv[argc++] = (char *)a;
+    va_end(ap);
+    argv[argc] = NULL;
+    if (rlt_server_start(&server, RL_SERVER_BIN, 0, argv) != RL_OK)
+        fail_msg("rl-server did not start");
 }
 
 static char *redis_addr(void)
@@ -113,17 +96,8 @@ typedef struct {
 
 static void cli_open(cli_t *c)
 {
-    struct sockaddr_in sa;
-    int one = 1;
-
-    c->fd = socket(AF_INET, SOCK_STREAM, 0);
+    c->fd = rlt_dial(server.port);
     assert_true(c->fd >= 0);
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)server_port);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     rl_buf_init(&c->in, 1 << 24);
 }
 
@@ -135,35 +109,6 @@ static void cli_close(cli_t *c)
     rl_buf_free(&c->in);
 }
 
-static void send_all(int fd, const void *p, size_t n)
-{
-    const char *s = p;
-
-    while (n > 0) {
-        ssize_t k = send(fd, s, n, MSG_NOSIGNAL);
-        if (k < 0 && errno == EINTR)
-            continue;
-        assert_true(k > 0);
-        s += k;
-        n -= (size_t)k;
-    }
-}
-
-static rl_check_t check(uint64_t id, const char *key, uint64_t limit,
-                        uint32_t window, uint32_t cost)
-{
-    rl_check_t q;
-
-    memset(&q, 0, sizeof(q));
-    q.id = id;
-    q.key = key;
-    q.key_len = strlen(key);
-    q.limit = limit;
-    q.window_s = window;
-    q.cost = cost;
-    return q;
-}
-
 static void send_checks(cli_t *c, const rl_check_t *q, size_t n)
 {
     rl_buf_t b;
@@ -172,7 +117,8 @@ static void send_checks(cli_t *c, const rl_check_t *q, size_t n)
     rl_buf_init(&b, 1 << 26);
     for (i = 0; i < n; i++)
         assert_int_equal(rl_check_put(&b, &q[i]), RL_OK);
-    send_all(c->fd, rl_buf_rptr(&b), rl_buf_len(&b)); /* one write */
+    assert_int_equal(rlt_send_all(c->fd, rl_buf_rptr(&b), rl_buf_len(&b)),
+                     RL_OK); /* one write */
     rl_buf_free(&b);
 }
 
@@ -237,7 +183,7 @@ static void await_store_up(void)
 
     cli_open(&c);
     do {
-        r = ask(&c, check(id++, "probe:store-up", 1000000, 60, 1));
+        r = ask(&c, rlt_check(id++, "probe:store-up", 1000000, 60, 1));
     } while (r.err[0] != '\0' && rlt_mono_ms() < deadline);
     assert_string_equal(r.err, "");
     cli_close(&c);
@@ -262,7 +208,7 @@ static void five_per_minute(void)
         snprintf(key, sizeof(key), "user:fpm:%d:%d", getpid(), attempt);
         cli_open(&c);
         for (i = 0; i < 6; i++) {
-            r[i] = ask(&c, check((uint64_t)i + 1, key, 5, 60, 0));
+            r[i] = ask(&c, rlt_check((uint64_t)i + 1, key, 5, 60, 0));
             if (i > 0 && r[i].r.reset_after_ms > r[i - 1].r.reset_after_ms)
                 same_window = 0;
         }
@@ -317,7 +263,7 @@ static void coalesce_scenario(void)
 
     snprintf(key, sizeof(key), "hot:%d", getpid());
     for (i = 0; i < 1000; i++)
-        q[i] = check(i + 1, key, 300, 3600, 1);
+        q[i] = rlt_check(i + 1, key, 300, 3600, 1);
     cli_open(&c);
     send_checks(&c, q, 1000);
     assert_int_equal(recv_results(&c, r, 1000, 5000, &eof), 1000);
@@ -362,16 +308,16 @@ static void test_cost(void **state)
     (void)state;
     start_server(NULL);
     cli_open(&c);
-    r = ask(&c, check(1, "cost", 10, 3600, 4));
+    r = ask(&c, rlt_check(1, "cost", 10, 3600, 4));
     assert_int_equal(r.r.used, 4);
-    r = ask(&c, check(2, "cost", 10, 3600, 4));
+    r = ask(&c, rlt_check(2, "cost", 10, 3600, 4));
     assert_int_equal(r.r.code, RL_CODE_OK);
     assert_int_equal(r.r.remaining, 2);
-    r = ask(&c, check(3, "cost", 10, 3600, 4));
+    r = ask(&c, rlt_check(3, "cost", 10, 3600, 4));
     assert_int_equal(r.r.code, RL_CODE_OVER_LIMIT);
     assert_int_equal(r.r.used, 8);
     assert_int_equal(r.r.remaining, 2);
-    r = ask(&c, check(4, "cost", 10, 3600, 2));
+    r = ask(&c, rlt_check(4, "cost", 10, 3600, 2));
     assert_int_equal(r.r.code, RL_CODE_OK);
     assert_int_equal(r.r.used, 10);
     cli_close(&c);
@@ -390,16 +336,17 @@ static void test_split_at_every_byte(void **state)
     start_server(NULL);
     cli_open(&c);
     rl_buf_init(&b, 1 << 16);
-    rl_check_t q = check(7, "split:key", 1000000, 60, 1);
+    rl_check_t q = rlt_check(7, "split:key", 1000000, 60, 1);
     assert_int_equal(rl_check_put(&b, &q), RL_OK);
     len = rl_buf_len(&b);
     for (k = 1; k < len; k++) {
         res_t r;
-        send_all(c.fd, rl_buf_rptr(&b), k);
+        assert_int_equal(rlt_send_all(c.fd, rl_buf_rptr(&b), k), RL_OK);
         /* nothing can be answered from half a frame */
         struct pollfd p = {c.fd, POLLIN, 0};
         assert_int_equal(poll(&p, 1, 0), 0);
-        send_all(c.fd, rl_buf_rptr(&b) + k, len - k);
+        assert_int_equal(rlt_send_all(c.fd, rl_buf_rptr(&b) + k, len - k),
+                         RL_OK);
         assert_int_equal(recv_results(&c, &r, 1, 5000, &eof), 1);
         assert_int_equal(r.r.id, 7);
         assert_int_equal(r.r.used, k);
@@ -457,7 +404,7 @@ static void test_bad_inputs(void **state)
         assert_non_null(strstr(r.err, invalid[i].msg));
     }
     memset(longkey, 'k', sizeof(longkey));
-    rl_check_t q = check(20, "", 5, 60, 1);
+    rl_check_t q = rlt_check(20, "", 5, 60, 1);
     q.key = longkey;
     q.key_len = 513;
     r = ask(&bad, q);
@@ -465,7 +412,7 @@ static void test_bad_inputs(void **state)
     assert_string_equal(r.err, "key is longer than 512 bytes");
 
     /* a rule by name works */
-    q = check(21, "ruled", 0, 0, 1);
+    q = rlt_check(21, "ruled", 0, 0, 1);
     q.rule = "api";
     q.rule_len = 3;
     r = ask(&bad, q);
@@ -476,26 +423,28 @@ static void test_bad_inputs(void **state)
     rl_buf_t b;
     rl_buf_init(&b, 1 << 20);
     put_raw_frame(&b, 0, "\x0f\x01", 2);
-    send_all(bad.fd, rl_buf_rptr(&b), rl_buf_len(&b));
+    assert_int_equal(rlt_send_all(bad.fd, rl_buf_rptr(&b), rl_buf_len(&b)),
+                     RL_OK);
     assert_int_equal(recv_results(&bad, &r, 1, 5000, &eof), 1);
     assert_int_equal(r.r.id, 0);
     assert_int_equal(r.r.code, RL_CODE_ERROR);
-    r = ask(&bad, check(22, "still-open", 5, 60, 1));
+    r = ask(&bad, rlt_check(22, "still-open", 5, 60, 1));
     assert_int_equal(r.r.code, RL_CODE_OK);
 
     /* the other connection has been fine all along */
-    r = ask(&good, check(1, "good", 5, 60, 1));
+    r = ask(&good, rlt_check(1, "good", 5, 60, 1));
     assert_int_equal(r.r.code, RL_CODE_OK);
 
     /* over --max-frame: one ERROR id 0, then close; requests before it in
      * the same write are still answered */
     rl_buf_reset(&b);
-    q = check(23, "before", 5, 60, 1);
+    q = rlt_check(23, "before", 5, 60, 1);
     assert_int_equal(rl_check_put(&b, &q), RL_OK);
     uint8_t hdr[RL_FRAME_HEADER];
     rl_frame_header(hdr, 1025);
     rl_buf_append(&b, hdr, sizeof(hdr));
-    send_all(bad.fd, rl_buf_rptr(&b), rl_buf_len(&b));
+    assert_int_equal(rlt_send_all(bad.fd, rl_buf_rptr(&b), rl_buf_len(&b)),
+                     RL_OK);
     res_t two[3];
     assert_int_equal(recv_results(&bad, two, 3, 5000, &eof), 2);
     assert_true(eof);
@@ -514,7 +463,8 @@ static void test_bad_inputs(void **state)
     cli_open(&bad);
     rl_buf_reset(&b);
     put_raw_frame(&b, 1, "\x08\x01", 2);
-    send_all(bad.fd, rl_buf_rptr(&b), rl_buf_len(&b));
+    assert_int_equal(rlt_send_all(bad.fd, rl_buf_rptr(&b), rl_buf_len(&b)),
+                     RL_OK);
     assert_int_equal(recv_results(&bad, two, 3, 5000, &eof), 1);
     assert_true(eof);
     assert_int_equal(two[0].r.id, 0);
@@ -531,14 +481,14 @@ static void test_bad_inputs(void **state)
             junk[k] = (uint8_t)rand_r(&seed);
         junk[0] = i % 2 ? 0 : junk[0];
         cli_open(&bad);
-        send_all(bad.fd, junk, sizeof(junk));
+        assert_int_equal(rlt_send_all(bad.fd, junk, sizeof(junk)), RL_OK);
         shutdown(bad.fd, SHUT_WR);
         res_t g[64];
         recv_results(&bad, g, 64, 5000, &eof);
         assert_true(eof); /* closed after answering what it could */
         cli_close(&bad);
     }
-    r = ask(&good, check(2, "good", 5, 60, 1));
+    r = ask(&good, rlt_check(2, "good", 5, 60, 1));
     assert_int_equal(r.r.code, RL_CODE_OK);
     assert_int_equal(r.r.used, 2);
     rl_buf_free(&b);
@@ -558,12 +508,12 @@ static void redis_outage(int fail_open)
                  fail_open ? "--fail-open" : "--fail-closed", NULL);
     await_store_up();
     cli_open(&c);
-    r = ask(&c, check(id++, "outage", 100, 3600, 1));
+    r = ask(&c, rlt_check(id++, "outage", 100, 3600, 1));
     assert_int_equal(r.r.code, RL_CODE_OK);
     assert_string_equal(r.err, "");
 
     rlt_redis_kill(&redis);
-    r = ask(&c, check(id++, "outage", 100, 3600, 1));
+    r = ask(&c, rlt_check(id++, "outage", 100, 3600, 1));
     assert_int_equal(r.r.code, fail_open ? RL_CODE_OK : RL_CODE_ERROR);
     assert_non_null(strstr(r.err, "store unavailable"));
 
@@ -572,7 +522,7 @@ static void redis_outage(int fail_open)
     res_t rr[100];
     int eof, i;
     for (i = 0; i < 100; i++)
-        q[i] = check(id++, "outage", 100, 3600, 1);
+        q[i] = rlt_check(id++, "outage", 100, 3600, 1);
     send_checks(&c, q, 100);
     assert_int_equal(recv_results(&c, rr, 100, 5000, &eof), 100);
     for (i = 0; i < 100; i++)
@@ -582,7 +532,7 @@ static void redis_outage(int fail_open)
     assert_int_equal(rlt_redis_restart(&redis), 0);
     deadline = rlt_mono_ms() + 10000;
     do {
-        r = ask(&c, check(id++, "outage", 100, 3600, 1));
+        r = ask(&c, rlt_check(id++, "outage", 100, 3600, 1));
     } while (r.err[0] != '\0' && rlt_mono_ms() < deadline);
     assert_string_equal(r.err, "");
     assert_int_equal(r.r.code, RL_CODE_OK);
@@ -613,7 +563,7 @@ static void test_redis_never_started(void **state)
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", rlt_free_port());
     start_server("--redis", addr, "--fail-closed", NULL);
     cli_open(&c);
-    r = ask(&c, check(1, "k", 5, 60, 1));
+    r = ask(&c, rlt_check(1, "k", 5, 60, 1));
     assert_int_equal(r.r.code, RL_CODE_ERROR);
     assert_non_null(strstr(r.err, "fail-closed"));
     cli_close(&c);
@@ -639,7 +589,7 @@ static void test_every_key_has_ttl(void **state)
     cli_open(&c);
     for (i = 0; i < 600; i++) {
         snprintf(keys[i], sizeof(keys[i]), "ttl:%zu", i % 150);
-        q[i] = check(i + 1, keys[i], 10, windows[i % 4], 1);
+        q[i] = rlt_check(i + 1, keys[i], 10, windows[i % 4], 1);
     }
     send_checks(&c, q, 600);
     assert_int_equal(recv_results(&c, r, 600, 5000, &eof), 600);
@@ -697,13 +647,13 @@ static void test_backpressure(void **state)
 
     (void)state;
     start_server("--max-inflight", "64", "--max-output", "65536", NULL);
-    rss0 = rss_kb(server_pid);
+    rss0 = rss_kb(server.pid);
     cli_open(&flood);
     cli_open(&good);
     int small = 4096;
     setsockopt(flood.fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
     for (i = 0; i < 2000; i++)
-        q[i] = check((uint64_t)i + 1, "flood", 1000000000, 3600, 1);
+        q[i] = rlt_check((uint64_t)i + 1, "flood", 1000000000, 3600, 1);
 
     /* Flood from a non-blocking socket until the server closes it; the
      * good client does a round trip between bursts. */
@@ -719,14 +669,14 @@ static void test_backpressure(void **state)
                          MSG_NOSIGNAL | MSG_DONTWAIT);
         if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
             closed = 1;
-        r = ask(&good, check((uint64_t)++rounds, "good", 1000000, 3600, 1));
+        r = ask(&good, rlt_check((uint64_t)++rounds, "good", 1000000, 3600, 1));
         assert_int_equal(r.r.code, RL_CODE_OK);
         assert_int_equal(r.r.used, rounds);
         (void)fl;
     }
     assert_true(closed);
     assert_true(rounds >= 1);
-    rss1 = rss_kb(server_pid);
+    rss1 = rss_kb(server.pid);
     /* bounded: nowhere near the megabytes the flood sent */
     assert_true(rss1 - rss0 < 32 * 1024);
     rl_buf_free(&b);
@@ -759,9 +709,9 @@ static void test_max_connections(void **state)
     /* start_server's port probe was a connection too; a round trip on `a`
      * proves the server has seen the probe close before `b` connects */
     cli_open(&a);
-    assert_int_equal(ask(&a, check(1, "a", 5, 60, 1)).r.code, RL_CODE_OK);
+    assert_int_equal(ask(&a, rlt_check(1, "a", 5, 60, 1)).r.code, RL_CODE_OK);
     cli_open(&b);
-    assert_int_equal(ask(&b, check(1, "b", 5, 60, 1)).r.code, RL_CODE_OK);
+    assert_int_equal(ask(&b, rlt_check(1, "b", 5, 60, 1)).r.code, RL_CODE_OK);
     cli_open(&extra);
     assert_int_equal(recv_results(&extra, r, 2, 5000, &eof), 1);
     assert_true(eof);
@@ -774,12 +724,12 @@ static void test_max_connections(void **state)
         assert_true(eof);
         cli_close(&extra);
     }
-    assert_int_equal(ask(&a, check(2, "a", 5, 60, 1)).r.code, RL_CODE_OK);
+    assert_int_equal(ask(&a, rlt_check(2, "a", 5, 60, 1)).r.code, RL_CODE_OK);
     cli_close(&a);
     cli_close(&b);
 
-    assert_int_equal(rlt_stop(server_pid, SIGTERM, 5000), 0);
-    server_pid = -1;
+    assert_int_equal(rlt_stop(server.pid, SIGTERM, 5000), 0);
+    server.pid = -1;
     f = fopen(log_path, "r");
     assert_non_null(f);
     while (fgets(line, sizeof(line), f)) {
@@ -817,21 +767,21 @@ static void test_sigterm_goaway(void **state)
     await_store_up();
     cli_open(&c);
     cli_open(&deaf);
-    assert_int_equal(ask(&deaf, check(1, "deaf", 1000, 3600, 1)).r.code,
+    assert_int_equal(ask(&deaf, rlt_check(1, "deaf", 1000, 3600, 1)).r.code,
                      RL_CODE_OK);
     for (i = 0; i < 500; i++)
-        q[i] = check(i + 1, "term", 1000, 3600, 1);
+        q[i] = rlt_check(i + 1, "term", 1000, 3600, 1);
     send_checks(&c, q, 500);
     /* the server has read the write once the first answer is back */
     assert_int_equal(recv_results(&c, r, 1, 5000, &eof), 1);
-    kill(server_pid, SIGTERM);
+    kill(server.pid, SIGTERM);
     got = 1 + recv_results(&c, r + 1, 500, 5000, &eof);
     assert_int_equal(got, 501); /* 500 answers and the notice */
     assert_false(eof);
 
     /* after the notice, what the client still sends is answered too */
-    q[0] = check(501, "term", 1000, 3600, 1);
-    q[1] = check(502, "term", 1000, 3600, 1);
+    q[0] = rlt_check(501, "term", 1000, 3600, 1);
+    q[1] = rlt_check(502, "term", 1000, 3600, 1);
     send_checks(&c, q, 2);
     assert_int_equal(recv_results(&c, r + 501, 2, 5000, &eof), 2);
     for (i = 0; i < 503; i++) {
@@ -864,8 +814,8 @@ static void test_sigterm_goaway(void **state)
     cli_close(&deaf);
     /* wait for the exit; another SIGTERM could land after the server has
      * closed its signal handles and kill it */
-    status = rlt_stop(server_pid, 0, 10000);
-    server_pid = -1;
+    status = rlt_stop(server.pid, 0, 10000);
+    server.pid = -1;
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
 }
@@ -900,7 +850,7 @@ static void test_bad_flags(void **state)
     /* address in use */
     start_server(NULL);
     char addr[32];
-    snprintf(addr, sizeof(addr), "127.0.0.1:%d", server_port);
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", server.port);
     argv[0] = RL_SERVER_BIN;
     argv[1] = "--listen";
     argv[2] = addr;

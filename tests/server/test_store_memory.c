@@ -84,177 +84,58 @@ static void test_flag(void **state)
 
 /* ---- the server ---- */
 
-static pid_t server_pid = -1;
-static int port, mport;
+static rlt_server_t server = {.pid = -1};
 
 static int teardown(void **state)
 {
     (void)state;
-    if (server_pid > 0)
-        rlt_stop(server_pid, SIGKILL, 5000);
-    server_pid = -1;
+    rlt_server_kill(&server);
     return 0;
 }
 
 static void start_server(const char *fail_mode)
 {
-    char addr[32], maddr[32];
-    char *argv[16];
-    int attempt, k;
+    char *argv[] = {"--memory-max",
+                    "64k",
+                    "--expiry-grace-ms",
+                    "0",
+                    (char *)fail_mode,
+                    "--log-level",
+                    (char *)rlt_log_level("error"),
+                    NULL};
 
-    for (attempt = 0; attempt < 5; attempt++) {
-        port = rlt_free_port();
-        mport = rlt_free_port();
-        if (port <= 0 || mport <= 0 || port == mport)
-            continue;
-        snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
-        snprintf(maddr, sizeof(maddr), "127.0.0.1:%d", mport);
-        k = 0;
-        argv[k++] = RL_SERVER_BIN;
-        argv[k++] = "--listen";
-        argv[k++] = addr;
-        argv[k++] = "--metrics";
-        argv[k++] = maddr;
-        argv[k++] = "--memory-max";
-        argv[k++] = "64k";
-        argv[k++] = "--expiry-grace-ms";
-        argv[k++] = "0";
-        argv[k++] = (char *)fail_mode;
-        argv[k++] = "--log-level";
-        argv[k++] = getenv("RLT_SERVER_LOG") ? getenv("RLT_SERVER_LOG")
-                                             : "error";
-        argv[k] = NULL;
-        server_pid = rlt_spawn(argv);
-        assert_true(server_pid > 0);
-        if (rlt_wait_port(port, 5000) && rlt_wait_port(mport, 5000))
-            return;
-        rlt_stop(server_pid, SIGKILL, 1000);
-        server_pid = -1;
-    }
-    fail_msg("rl-server did not start");
+    if (rlt_server_start_metrics(&server, RL_SERVER_BIN, argv) != RL_OK)
+        fail_msg("rl-server did not start");
 }
 
-static int dial(int p)
-{
-    struct sockaddr_in sa;
-    struct timeval tv = {5, 0};
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-    assert_true(fd >= 0);
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)p);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    return fd;
-}
-
-static void send_all(int fd, const void *p, size_t n)
-{
-    const char *s = p;
-
-    while (n > 0) {
-        ssize_t k = send(fd, s, n, MSG_NOSIGNAL);
-        if (k < 0 && errno == EINTR)
-            continue;
-        assert_true(k > 0);
-        s += k;
-        n -= (size_t)k;
-    }
-}
-
-/* GET path over HTTP/1.0 (the server closes after the response); returns
- * the status, with the body in body. */
+/* GET path from the --metrics listener; returns the status, with the body
+ * in body. */
 static int http_get(const char *path, char *body, size_t len)
 {
-    static char buf[1 << 16];
-    char req[128];
-    size_t got = 0;
-    int fd = dial(mport);
-    char *sep;
+    int status = rlt_http_get(server.mport, path, body, len);
 
-    snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\n\r\n", path);
-    send_all(fd, req, strlen(req));
-    for (;;) {
-        ssize_t k = recv(fd, buf + got, sizeof(buf) - 1 - got, 0);
-        if (k <= 0)
-            break;
-        got += (size_t)k;
-    }
-    close(fd);
-    buf[got] = '\0';
-    sep = strstr(buf, "\r\n\r\n");
-    assert_non_null(sep);
-    snprintf(body, len, "%s", sep + 4);
-    return atoi(buf + 9);
+    assert_true(status > 0);
+    return status;
 }
 
-/* The value of a sample line "name value" in a page; -1 if missing. */
-static long long sample(const char *page, const char *name)
-{
-    size_t n = strlen(name);
-    const char *p = page;
-
-    while ((p = strstr(p, name)) != NULL) {
-        if ((p == page || p[-1] == '\n') && p[n] == ' ')
-            return strtoll(p + n + 1, NULL, 10);
-        p += n;
-    }
-    return -1;
-}
-
-typedef struct {
-    rl_result_t r;
-    char err[200];
-} res_t;
+typedef rlt_result_t res_t;
 
 /* Sends n checks (window WINDOW_S, limit 5) in one write on a fresh
  * connection and reads the n answers, in order. */
 static void ask(char keys[][160], size_t n, res_t *out)
 {
-    rl_buf_t b, in;
-    size_t i, got = 0;
-    int fd = dial(port);
+    static rl_check_t q[NKEYS];
+    size_t i;
+    int fd = rlt_dial(server.port);
 
-    rl_buf_init(&b, 1 << 24);
-    rl_buf_init(&in, 1 << 24);
-    for (i = 0; i < n; i++) {
-        rl_check_t q;
-        memset(&q, 0, sizeof(q));
-        q.id = i + 1;
-        q.key = keys[i];
-        q.key_len = strlen(keys[i]);
-        q.limit = 5;
-        q.window_s = WINDOW_S;
-        q.cost = 1;
-        assert_int_equal(rl_check_put(&b, &q), RL_OK);
-    }
-    send_all(fd, rl_buf_rptr(&b), rl_buf_len(&b));
-    while (got < n) {
-        rl_frame_t f;
-        uint8_t *w;
-        int rc = rl_frame_decode(rl_buf_rptr(&in), rl_buf_len(&in), 1 << 20,
-                                 &f);
-        if (rc == RL_OK) {
-            res_t *r = &out[got++];
-            assert_int_equal(rl_result_decode(f.payload, f.len, &r->r), RL_OK);
-            assert_int_equal(r->r.id, got);
-            snprintf(r->err, sizeof(r->err), "%.*s", (int)r->r.error_len,
-                     r->r.error ? r->r.error : "");
-            r->r.error = NULL;
-            rl_buf_consume(&in, f.size);
-            continue;
-        }
-        assert_int_equal(rc, RL_EAGAIN);
-        assert_int_equal(rl_buf_reserve(&in, 65536, &w), RL_OK);
-        ssize_t k = recv(fd, w, 65536, 0);
-        assert_true(k > 0);
-        rl_buf_commit(&in, (size_t)k);
-    }
+    assert_true(fd >= 0);
+    assert_true(n <= NKEYS);
+    for (i = 0; i < n; i++)
+        q[i] = rlt_check(i + 1, keys[i], 5, WINDOW_S, 1);
+    assert_int_equal(rlt_exchange(fd, q, n, out), RL_OK);
+    for (i = 0; i < n; i++)
+        assert_int_equal(out[i].r.id, i + 1);
     close(fd);
-    rl_buf_free(&b);
-    rl_buf_free(&in);
 }
 
 static res_t ask1(const char *key)
@@ -335,13 +216,13 @@ static void fill_and_recover(int fail_open)
     assert_int_equal(status, 503);
     assert_string_equal(page, "memory store full\n");
     assert_int_equal(http_get("/metrics", page, sizeof(page)), 200);
-    assert_int_equal(sample(page, "rl_memory_store_full_total"),
+    assert_int_equal(rlt_sample(page, "rl_memory_store_full_total"),
                      (long long)refused);
-    assert_int_equal(sample(page, "rl_memory_store_full"), 1);
-    assert_int_equal(sample(page, "rl_memory_store_max_bytes"), CAP);
-    assert_true(sample(page, "rl_memory_store_bytes") <= CAP);
-    assert_true(sample(page, "rl_memory_store_bytes") > CAP - CAP / 8);
-    assert_int_equal(sample(page, "rl_healthy"), 0);
+    assert_int_equal(rlt_sample(page, "rl_memory_store_full"), 1);
+    assert_int_equal(rlt_sample(page, "rl_memory_store_max_bytes"), CAP);
+    assert_true(rlt_sample(page, "rl_memory_store_bytes") <= CAP);
+    assert_true(rlt_sample(page, "rl_memory_store_bytes") > CAP - CAP / 8);
+    assert_int_equal(rlt_sample(page, "rl_healthy"), 0);
 
     /* The window ends (no grace): the sweep frees it and the store takes
      * new keys again. */
@@ -352,8 +233,8 @@ static void fill_and_recover(int fail_open)
     assert_int_equal(status, 200);
     assert_string_equal(page, "ok\n");
     assert_int_equal(http_get("/metrics", page, sizeof(page)), 200);
-    assert_int_equal(sample(page, "rl_memory_store_full"), 0);
-    assert_true(sample(page, "rl_memory_store_bytes") < CAP / 2);
+    assert_int_equal(rlt_sample(page, "rl_memory_store_full"), 0);
+    assert_true(rlt_sample(page, "rl_memory_store_bytes") < CAP / 2);
     ask(keys, 100, res);
     for (i = 0; i < 100; i++) {
         assert_int_equal(res[i].r.code, RL_CODE_OK);
@@ -361,8 +242,8 @@ static void fill_and_recover(int fail_open)
         assert_string_equal(res[i].err, "");
     }
 
-    assert_int_equal(rlt_stop(server_pid, SIGTERM, 5000), 0);
-    server_pid = -1;
+    assert_int_equal(rlt_stop(server.pid, SIGTERM, 5000), 0);
+    server.pid = -1;
 }
 
 static void test_full_fail_closed(void **state)

@@ -312,6 +312,16 @@ static void submit(fx_t *f, job_t *j)
     f->st->v->submit(f->st, j->ops, j->n, on_job, j);
 }
 
+/* Builds job j, submits it and runs the loop until it is answered (5 s at
+ * most). */
+static void run_new_job(fx_t *f, job_t *j, size_t n, const char *tag,
+                        uint64_t incr)
+{
+    job_init(j, f, n, tag, incr);
+    submit(f, j);
+    RUN_UNTIL(f, j->calls > 0, 5000);
+}
+
 static void wait_up(fx_t *f, uint64_t ms)
 {
     RUN_UNTIL(f, f->st->v->up(f->st), ms);
@@ -1082,13 +1092,9 @@ static void test_big_batch_and_resubmit_from_callback(void **state)
 
     open_store(f, f->redis.port, 2000, 0);
     wait_up(f, 5000);
-    job_init(&a, f, MAX_OPS, "big", 3);
-    submit(f, &a);
-    RUN_UNTIL(f, a.calls > 0, 5000);
+    run_new_job(f, &a, MAX_OPS, "big", 3);
     assert_int_equal(a.status, 0);
-    job_init(&b, f, MAX_OPS, "big", 4);
-    submit(f, &b);
-    RUN_UNTIL(f, b.calls > 0, 5000);
+    run_new_job(f, &b, MAX_OPS, "big", 4);
     assert_int_equal(b.calls, 1);
     assert_int_equal(b.status, 0);
     for (i = 0; i < MAX_OPS; i++)
@@ -1104,16 +1110,12 @@ static void test_ttl_after_delete_and_flush(void **state)
 
     open_store(f, f->redis.port, 2000, 0);
     wait_up(f, 5000);
-    job_init(&j, f, 4, "del", 2);
-    submit(f, &j);
-    RUN_UNTIL(f, j.calls > 0, 5000);
+    run_new_job(f, &j, 4, "del", 2);
     assert_int_equal(after(&j.ops[3]), 2);
     /* Mid-run: one key deleted, then everything flushed; both come back
      * with a TTL when the next batch recreates them. */
     assert_int_equal(redis_int(f, "DEL %s", j.wkeys[1]), 1);
-    job_init(&j, f, 4, "del", 2);
-    submit(f, &j);
-    RUN_UNTIL(f, j.calls > 0, 5000);
+    run_new_job(f, &j, 4, "del", 2);
     assert_int_equal(j.status, 0);
     assert_int_equal(after(&j.ops[0]), 4);
     assert_int_equal(after(&j.ops[1]), 2);
@@ -1121,9 +1123,7 @@ static void test_ttl_after_delete_and_flush(void **state)
     r = redisCommand(f->rc, "FLUSHALL");
     assert_non_null(r);
     freeReplyObject(r);
-    job_init(&j, f, 4, "del", 5);
-    submit(f, &j);
-    RUN_UNTIL(f, j.calls > 0, 5000);
+    run_new_job(f, &j, 4, "del", 5);
     assert_int_equal(j.status, 0);
     assert_int_equal(after(&j.ops[0]), 5);
     assert_int_equal(j.ops[0].win[0].before, 0);
@@ -1201,9 +1201,7 @@ static void test_killed_mid_batch_then_restarted(void **state)
 
     open_store(f, f->redis.port, 5000, 0);
     wait_up(f, 5000);
-    job_init(&a, f, 2, "kill", 1);
-    submit(f, &a);
-    RUN_UNTIL(f, a.calls > 0, 5000);
+    run_new_job(f, &a, 2, "kill", 1);
     assert_int_equal(a.status, 0);
     /* Paused, the server accepts our write but never answers; killed, it
      * takes the batch down with it. */
@@ -1236,9 +1234,7 @@ static void test_killed_mid_batch_then_restarted(void **state)
     assert_non_null(f->rc);
     wait_up(f, 5000);
     assert_int_equal(f->st->stats.reconnects, 1);
-    job_init(&c, f, 2, "kill", 4);
-    submit(f, &c);
-    RUN_UNTIL(f, c.calls > 0, 5000);
+    run_new_job(f, &c, 2, "kill", 4);
     assert_int_equal(c.status, 0);
     assert_int_equal(after(&c.ops[0]), 4);
     assert_int_equal(after(&c.ops[1]), 4);
@@ -1331,9 +1327,7 @@ static void test_timeout_then_recovery(void **state)
 
     rlt_redis_pause(&f->redis, 0);
     wait_up(f, 5000);
-    job_init(&a, f, 3, "slow", 1);
-    submit(f, &a);
-    RUN_UNTIL(f, a.calls > 0, 5000);
+    run_new_job(f, &a, 3, "slow", 1);
     assert_int_equal(a.status, 0);
     assert_true(after(&a.ops[0]) >= 1);
     assert_true(f->st->stats.reconnects >= 1);
@@ -1438,15 +1432,11 @@ static void test_noscript_after_script_flush(void **state)
     r = redisCommand(f->rc, "SCRIPT FLUSH");
     assert_non_null(r);
     freeReplyObject(r);
-    job_init(&j, f, 3, "ns", 2);
-    submit(f, &j);
-    RUN_UNTIL(f, j.calls > 0, 5000);
+    run_new_job(f, &j, 3, "ns", 2);
     assert_int_equal(j.calls, 1);
     assert_int_equal(j.status, 0);
     assert_int_equal(after(&j.ops[2]), 2);
-    job_init(&j, f, 3, "ns", 2);
-    submit(f, &j);
-    RUN_UNTIL(f, j.calls > 0, 5000);
+    run_new_job(f, &j, 3, "ns", 2);
     assert_int_equal(j.status, 0);
     assert_int_equal(after(&j.ops[2]), 4);
     assert_int_equal(assert_all_keys_expire(f, 60050), 3);
@@ -1465,9 +1455,7 @@ static void test_hostname_is_resolved(void **state)
     f->st = rls_store_redis_new(&f->loop, &o);
     assert_non_null(f->st);
     wait_up(f, 5000);
-    job_init(&j, f, 1, "host", 1);
-    submit(f, &j);
-    RUN_UNTIL(f, j.calls > 0, 5000);
+    run_new_job(f, &j, 1, "host", 1);
     assert_int_equal(j.status, 0);
     assert_int_equal(after(&j.ops[0]), 1);
 }
@@ -1480,9 +1468,7 @@ static void test_auth_and_select(void **state)
 
     open_store(f, f->redis.port, 2000, 3);
     wait_up(f, 5000);
-    job_init(&j, f, 2, "auth", 6);
-    submit(f, &j);
-    RUN_UNTIL(f, j.calls > 0, 5000);
+    run_new_job(f, &j, 2, "auth", 6);
     assert_int_equal(j.status, 0);
     assert_int_equal(after(&j.ops[1]), 6);
     assert_int_equal(redis_int(f, "EXISTS %s", j.wkeys[0]), 0); /* db 0 */

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -263,8 +264,9 @@ void rlt_redis_pause(rlt_redis_t *r, int paused)
         kill(r->pid, paused ? SIGSTOP : SIGCONT);
 }
 
-int rlt_server_start(rlt_server_t *s, const char *bin, int port,
-                     char *const extra[])
+/* rlt_server_start, with --metrics on a second free port when metrics. */
+static int server_start(rlt_server_t *s, const char *bin, int port, int metrics,
+                        char *const extra[])
 {
     char *argv[64];
     size_t n, i;
@@ -276,6 +278,10 @@ int rlt_server_start(rlt_server_t *s, const char *bin, int port,
     argv[1] = "--listen";
     argv[2] = s->addr;
     n = 3;
+    if (metrics) {
+        argv[n++] = "--metrics";
+        argv[n++] = s->maddr;
+    }
     for (i = 0; extra != NULL && extra[i] != NULL; i++) {
         if (n + 1 >= sizeof(argv) / sizeof(argv[0]))
             return RL_EINVAL;
@@ -290,8 +296,15 @@ int rlt_server_start(rlt_server_t *s, const char *bin, int port,
         if (s->port <= 0)
             continue;
         snprintf(s->addr, sizeof(s->addr), "127.0.0.1:%d", s->port);
+        if (metrics) {
+            s->mport = rlt_free_port();
+            if (s->mport <= 0 || s->mport == s->port)
+                continue;
+            snprintf(s->maddr, sizeof(s->maddr), "127.0.0.1:%d", s->mport);
+        }
         s->pid = rlt_spawn(argv);
-        if (s->pid > 0 && rlt_wait_port(s->port, 5000))
+        if (s->pid > 0 && rlt_wait_port(s->port, 5000) &&
+            (!metrics || rlt_wait_port(s->mport, 5000)))
             return RL_OK;
         rlt_stop(s->pid, SIGKILL, 1000);
         s->pid = -1;
@@ -299,6 +312,18 @@ int rlt_server_start(rlt_server_t *s, const char *bin, int port,
             nap_ms(100);
     }
     return RL_EIO;
+}
+
+int rlt_server_start(rlt_server_t *s, const char *bin, int port,
+                     char *const extra[])
+{
+    return server_start(s, bin, port, 0, extra);
+}
+
+int rlt_server_start_metrics(rlt_server_t *s, const char *bin,
+                             char *const extra[])
+{
+    return server_start(s, bin, 0, 1, extra);
 }
 
 int rlt_server_stop(rlt_server_t *s)
@@ -309,11 +334,25 @@ int rlt_server_stop(rlt_server_t *s)
     return st;
 }
 
+void rlt_server_kill(rlt_server_t *s)
+{
+    if (s->pid > 0)
+        rlt_stop(s->pid, SIGKILL, 5000);
+    s->pid = -1;
+}
+
+const char *rlt_log_level(const char *dflt)
+{
+    const char *v = getenv("RLT_SERVER_LOG");
+
+    return v != NULL ? v : dflt;
+}
+
 int rlt_dial(int port)
 {
     struct sockaddr_in sa;
     struct timeval tv = {5, 0};
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1, fd = socket(AF_INET, SOCK_STREAM, 0);
 
     if (fd < 0)
         return RL_EIO;
@@ -327,6 +366,7 @@ int rlt_dial(int port)
     }
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     return fd;
 }
 
@@ -388,6 +428,21 @@ long long rlt_sample(const char *page, const char *name)
     return -1;
 }
 
+rl_check_t rlt_check(uint64_t id, const char *key, uint64_t limit,
+                     uint32_t window_s, uint32_t cost)
+{
+    rl_check_t q;
+
+    memset(&q, 0, sizeof(q));
+    q.id = id;
+    q.key = key;
+    q.key_len = strlen(key);
+    q.limit = limit;
+    q.window_s = window_s;
+    q.cost = cost;
+    return q;
+}
+
 int rlt_exchange(int fd, const rl_check_t *checks, size_t n,
                  rlt_result_t *out)
 {
@@ -430,5 +485,16 @@ int rlt_exchange(int fd, const rl_check_t *checks, size_t n,
     }
     rl_buf_free(&b);
     rl_buf_free(&in);
+    return rc;
+}
+
+int rlt_ask(int port, const rl_check_t *q, rlt_result_t *out)
+{
+    int fd = rlt_dial(port), rc;
+
+    if (fd < 0)
+        return fd;
+    rc = rlt_exchange(fd, q, 1, out);
+    close(fd);
     return rc;
 }

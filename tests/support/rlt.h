@@ -76,6 +76,8 @@ typedef struct rlt_server_s {
     pid_t pid;
     int port;
     char addr[32]; /* "127.0.0.1:PORT", for --listen and for clients */
+    int mport;     /* rlt_server_start_metrics: the --metrics port */
+    char maddr[32]; /* and its "127.0.0.1:PORT" */
 } rlt_server_t;
 
 /* Starts the rl-server at bin with --listen 127.0.0.1:port (0: a free
@@ -86,16 +88,28 @@ typedef struct rlt_server_s {
 int rlt_server_start(rlt_server_t *s, const char *bin, int port,
                      char *const extra[]);
 
+/* Like rlt_server_start on a free port, with --metrics on another free
+ * port (s->mport, s->maddr); waits until both accept connections. */
+int rlt_server_start_metrics(rlt_server_t *s, const char *bin,
+                             char *const extra[]);
+
 /* Stops it by pid (SIGTERM, then SIGKILL after 5 s) and reaps it. Returns
  * what rlt_stop returns. */
 int rlt_server_stop(rlt_server_t *s);
+
+/* SIGKILLs it (if running) and reaps it, for a teardown. Safe to call
+ * twice. */
+void rlt_server_kill(rlt_server_t *s);
+
+/* The --log-level for a test's servers: $RLT_SERVER_LOG, else dflt. */
+const char *rlt_log_level(const char *dflt);
 
 /* ---- talking to a server ---- */
 
 #include "rl_msg.h"
 
-/* A blocking TCP connection to 127.0.0.1:port with 5 s receive and send
- * timeouts, or RL_EIO. */
+/* A blocking TCP connection to 127.0.0.1:port with TCP_NODELAY and 5 s
+ * receive and send timeouts, or RL_EIO. */
 int rlt_dial(int port);
 
 /* Writes all n bytes (MSG_NOSIGNAL). Returns 0 or RL_EIO. */
@@ -110,6 +124,10 @@ int rlt_http_get(int port, const char *path, char *body, size_t len);
  * in a Prometheus page; -1 when absent. */
 long long rlt_sample(const char *page, const char *name);
 
+/* A check with an inline limit (no rule). */
+rl_check_t rlt_check(uint64_t id, const char *key, uint64_t limit,
+                     uint32_t window_s, uint32_t cost);
+
 /* One answer, its error text copied out. */
 typedef struct rlt_result_s {
     rl_result_t r; /* r.error points into err */
@@ -121,5 +139,9 @@ typedef struct rlt_result_s {
  * connection failed or timed out), RL_EDECODE. */
 int rlt_exchange(int fd, const rl_check_t *checks, size_t n,
                  rlt_result_t *out);
+
+/* One check on a fresh connection to port: rlt_dial, rlt_exchange, close.
+ * Returns what they return. */
+int rlt_ask(int port, const rl_check_t *q, rlt_result_t *out);
 
 #endif
