@@ -526,9 +526,9 @@ static const win_t *win_get(rls_batch_t *t, rls_batcher_t *b,
 /* Answers a request the refusal cache knows the store would refuse, as
  * the store's answer would have: same deciding window, used and
  * retry_after_ms; nothing is queued. Returns 1 when it did. */
-static int local_refusal(rls_batcher_t *b, rls_batch_t *t, void *owner,
-                         uint64_t id, const char *key, size_t len,
-                         uint32_t cost, const rls_spec_t *spec)
+static int local_refusal(rls_batcher_t *b, void *owner, uint64_t id,
+                         const char *key, size_t len, uint32_t cost,
+                         const rls_spec_t *spec)
 {
     char ck[RLS_CKEY_SIZE(RLS_OPKEY_MAX)];
     rl_admit_win_t w[RLS_WINDOWS_MAX];
@@ -538,7 +538,10 @@ static int local_refusal(rls_batcher_t *b, rls_batch_t *t, void *owner,
                           spec->limits.w[0].window_s,
                           spec->limits.w[0].limit);
 
-    if (!rls_refusals_check(&b->refusals, ck, kl, t->now_ms, cost, w, &n))
+    /* The clock now, not the batch's: a batch may wait while another is
+     * in flight, and a window that ended meanwhile must not refuse. */
+    if (!rls_refusals_check(&b->refusals, ck, kl,
+                            b->store->v->now_ms(b->store), cost, w, &n))
         return 0;
     memset(&r, 0, sizeof(r));
     r.id = id;
@@ -607,8 +610,8 @@ int rls_batcher_add(rls_batcher_t *b, void *owner, uint64_t id,
                        &w) != RL_OK)
         return RL_ENOMEM;
     n = op_key(b, w, key, key_len, spec, &tag_len);
-    if (b->refusals.slots != NULL && local_refusal(b, t, owner, id, (char *)w,
-                                                   n, cost, spec))
+    if (b->refusals.slots != NULL &&
+        local_refusal(b, owner, id, (char *)w, n, cost, spec))
         return RL_OK;
     /* Hash the caller's key, the rule and (inline) the window: not the
      * constant prefix. Keyed SipHash still decides the slot, so clients
