@@ -725,6 +725,40 @@ static void test_stores_agree_rules(void **state)
     free(r);
 }
 
+/* The refusal cache changes no decision: the rules script, with the cache
+ * on and off, gives the same answers field by field, on each store; and
+ * with it on, some answers came without a store call. */
+static void test_refusal_cache_changes_nothing(void **state)
+{
+    int redis;
+
+    (void)state;
+    for (redis = 0; redis < 2; redis++) {
+        h_t *off = calloc(1, sizeof(*off)), *on = calloc(1, sizeof(*on));
+        uint64_t B = base_ms();
+
+        h_open(off, redis, 7, 1);
+        h_open(on, redis, 7, 1);
+        assert_int_equal(rls_refusals_init(&on->b.refusals, 64), RL_OK);
+        h_rules(off, agree_yaml);
+        h_rules(on, agree_yaml);
+        script_agree(off, B);
+        script_agree(on, B);
+        assert_same_answers(off, on);
+        assert_int_equal(off->b.refusals.stats.hits, 0);
+        assert_true(on->b.refusals.stats.hits > 50);
+        print_message("%s store: %llu of %zu requests refused without a "
+                      "store call\n",
+                      redis ? "redis" : "memory",
+                      (unsigned long long)on->b.refusals.stats.hits, on->n);
+        h_close(off);
+        h_close(on);
+        free(off);
+        free(on);
+    }
+}
+
+
 /* ---- 33 per minute and 2000 per hour ---- */
 
 static const char api_yaml[] = "rules:\n"
@@ -1612,6 +1646,8 @@ int main(void)
         cmocka_unit_test_teardown(test_memory_op_alloc_failure, teardown),
         cmocka_unit_test_teardown(test_memory_full, teardown),
         cmocka_unit_test_teardown(test_stores_agree_rules, teardown),
+        cmocka_unit_test_teardown(test_refusal_cache_changes_nothing,
+                                  teardown),
         cmocka_unit_test_teardown(test_minute_hour_memory, teardown),
         cmocka_unit_test_teardown(test_minute_hour_redis, teardown),
         cmocka_unit_test_teardown(test_shadow, teardown),
