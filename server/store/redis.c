@@ -142,6 +142,22 @@ static void note_errors(rls_redis_store_t *st, uint64_t n, int kind,
     rls_redis_errors_log(st);
 }
 
+/* A stored quota that does not parse falls back to the rule's limits; the
+ * operator hears of it once a second at most, with the count since. */
+static void note_bad_quotas(rls_redis_store_t *st, uint64_t n)
+{
+    uint64_t now = uv_now(st->loop);
+
+    st->bad_quota_pending += n;
+    if (st->bad_quota_logged_ms != 0 && now - st->bad_quota_logged_ms < 1000)
+        return;
+    RLS_WARN("stored quotas that do not parse: those callers get their "
+             "rule's limits (fix with rl-ctl quota set or del)",
+             " count=%llu", (unsigned long long)st->bad_quota_pending);
+    st->bad_quota_logged_ms = now ? now : 1;
+    st->bad_quota_pending = 0;
+}
+
 /* ---- batches ------------------------------------------------------------*/
 
 /* Reports a batch: status 0 means every op has its count or its own err;
@@ -267,6 +283,8 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
         (rc = rls_redis_parse_counts(rep->str, rep->len, b->ops, b->n,
                                      st->qwin, &errs)) >= 0) {
         st->base.stats.bad_quotas += errs.bad_quotas;
+        if (errs.bad_quotas > 0)
+            note_bad_quotas(st, errs.bad_quotas);
         if (rc == RLS_REDIS_LATE) {
             /* Our timer had not fired yet, Redis's clock had passed the
              * deadline: nothing was counted. */

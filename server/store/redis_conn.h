@@ -38,6 +38,8 @@ struct rls_redis_store_s {
     uint64_t grace_ms;   /* a stored quota's counters outlive their window */
     rls_wop_t *qwin;     /* quota windows of the reply being read */
     size_t qwin_ops;     /* ops qwin has room for */
+    uint64_t bad_quota_logged_ms; /* loop time of the last warning */
+    uint64_t bad_quota_pending;   /* bad quotas since it */
     rls_redis_conn_t *conn; /* current connection, NULL while down */
     uv_timer_t retry;       /* reconnect backoff, or handshake deadline */
     uv_timer_t expiry;      /* deadline of the oldest batch in flight */

@@ -618,12 +618,75 @@ static void test_quota_rlctl(void **state)
     assert_int_equal(metric(f, 0, "rl_quota_unparsable_total"), 1);
 }
 
+/* A client that keeps 32 requests for rule `rule` in flight on one
+ * connection until told to stop, checking that every request is answered
+ * exactly once; with check_pairs, that each answer's (limit, window)
+ * belongs to one of the reload test's two policies. */
+typedef struct {
+    int port;
+    const char *rule;
+    int check_pairs;
+    volatile int stop;
+    uint64_t sent, answered, bad_pairs, errors;
+    int rc;
+} rl_load_t;
+
+static void *load_run_rule(void *arg)
+{
+    rl_load_t *l = arg;
+    int fd = rlt_dial(l->port);
+    rl_check_t q[32];
+    rlt_result_t r[32];
+    uint64_t id = 1;
+    int i;
+
+    l->rc = RL_EIO;
+    if (fd < 0)
+        return NULL;
+    while (!l->stop) {
+        uint8_t seen[32] = {0};
+        for (i = 0; i < 32; i++)
+            q[i] = rule_check(id + (uint64_t)i, i % 2 ? "a" : "b", l->rule,
+                              1);
+        if ((l->rc = rlt_exchange(fd, q, 32, r)) != RL_OK)
+            break;
+        l->sent += 32;
+        for (i = 0; i < 32; i++) {
+            const rl_result_t *x = &r[i].r;
+            uint64_t k = x->id - id;
+            /* Exactly once: every id of the round, none twice. */
+            if (x->id < id || k >= 32 || seen[k]++) {
+                l->rc = RL_EINVAL;
+                break;
+            }
+            l->answered++;
+            if (x->code == RL_CODE_ERROR)
+                l->errors++;
+            /* Each answer's window and limit belong to one policy's rule:
+             * A = [7/1h, 11/1d], B = [13/2h, 17/2d]. */
+            if (l->check_pairs &&
+                !((x->window_s == 3600 && x->limit == 7) ||
+                  (x->window_s == 86400 && x->limit == 11) ||
+                  (x->window_s == 7200 && x->limit == 13) ||
+                  (x->window_s == 172800 && x->limit == 17)))
+                l->bad_pairs++;
+        }
+        if (l->rc != RL_OK)
+            break;
+        id += 32;
+    }
+    close(fd);
+    return NULL;
+}
+
 /* The kill switch and a scale, set with rl-ctl while load runs, reach
  * every server; the time from rl-ctl returning to the last server applying
  * is printed (the bound is 2 s). */
 static void test_switches(void **state)
 {
     fx_t *f = *state;
+    static rl_load_t sw_load[NSERVERS];
+    pthread_t sw_th[NSERVERS];
     char out[4096];
     rlt_result_t r;
     uint64_t worst = 0, t;
@@ -632,6 +695,14 @@ static void test_switches(void **state)
     start_redis(f);
     for (i = 0; i < NSERVERS; i++)
         start_server(f, i, "--rule", "api=4/1h", NULL);
+    /* Load on every server throughout. */
+    memset(sw_load, 0, sizeof(sw_load));
+    for (i = 0; i < NSERVERS; i++) {
+        sw_load[i].port = f->srv[i].port;
+        sw_load[i].rule = "api";
+        assert_int_equal(
+            pthread_create(&sw_th[i], NULL, load_run_rule, &sw_load[i]), 0);
+    }
     /* Saturate one caller. */
     for (i = 0; i < 5; i++)
         r = ask(f->srv[i % NSERVERS].port, rule_check(1, "sat", "api", 1));
@@ -684,62 +755,17 @@ static void test_switches(void **state)
     assert_int_equal(ask(f->srv[1].port, rule_check(5, "fresh", "api", 1))
                          .r.code,
                      RL_CODE_OK);
+    for (i = 0; i < NSERVERS; i++) {
+        sw_load[i].stop = 1;
+        pthread_join(sw_th[i], NULL);
+        assert_int_equal(sw_load[i].rc, RL_OK);
+        assert_true(sw_load[i].answered > 0);
+        assert_int_equal(sw_load[i].answered, sw_load[i].sent);
+        assert_int_equal(sw_load[i].errors, 0);
+    }
 }
 
 /* ---- reload under load ---- */
-
-typedef struct {
-    int port;
-    volatile int stop;
-    uint64_t sent, answered, bad_pairs, errors;
-    int rc;
-} rl_load_t;
-
-static void *reload_load(void *arg)
-{
-    rl_load_t *l = arg;
-    int fd = rlt_dial(l->port);
-    rl_check_t q[32];
-    rlt_result_t r[32];
-    uint64_t id = 1;
-    int i;
-
-    l->rc = RL_EIO;
-    if (fd < 0)
-        return NULL;
-    while (!l->stop) {
-        uint8_t seen[32] = {0};
-        for (i = 0; i < 32; i++)
-            q[i] = rule_check(id + (uint64_t)i, i % 2 ? "a" : "b", "r", 1);
-        if ((l->rc = rlt_exchange(fd, q, 32, r)) != RL_OK)
-            break;
-        l->sent += 32;
-        for (i = 0; i < 32; i++) {
-            const rl_result_t *x = &r[i].r;
-            uint64_t k = x->id - id;
-            /* Exactly once: every id of the round, none twice. */
-            if (x->id < id || k >= 32 || seen[k]++) {
-                l->rc = RL_EINVAL;
-                break;
-            }
-            l->answered++;
-            if (x->code == RL_CODE_ERROR)
-                l->errors++;
-            /* Each answer's window and limit belong to one policy's rule:
-             * A = [7/1h, 11/1d], B = [13/2h, 17/2d]. */
-            if (!((x->window_s == 3600 && x->limit == 7) ||
-                  (x->window_s == 86400 && x->limit == 11) ||
-                  (x->window_s == 7200 && x->limit == 13) ||
-                  (x->window_s == 172800 && x->limit == 17)))
-                l->bad_pairs++;
-        }
-        if (l->rc != RL_OK)
-            break;
-        id += 32;
-    }
-    close(fd);
-    return NULL;
-}
 
 static void test_reload_under_load(void **state)
 {
@@ -755,7 +781,9 @@ static void test_reload_under_load(void **state)
     start_server(f, 0, "--config", f->rules, NULL);
     memset(&load, 0, sizeof(load));
     load.port = f->srv[0].port;
-    assert_int_equal(pthread_create(&th, NULL, reload_load, &load), 0);
+    load.rule = "r";
+    load.check_pairs = 1;
+    assert_int_equal(pthread_create(&th, NULL, load_run_rule, &load), 0);
     for (i = 0; i < 50; i++) {
         if (i % 2) {
             write_file(f->rules, bad);

@@ -1866,6 +1866,7 @@ static void test_refusal_creates_no_key(void **state)
  * qwin. One that does not parse is ignored and counted. */
 static void test_quota_replaces_windows(void **state)
 {
+    logcap_t lc;
     static const char *const garbage[] = {
         "abc", "0/60", "5/0", "", " ",
         "1/1 1/2 1/3 1/4 1/5 1/6 1/7 1/8 1/9", /* nine windows */
@@ -1943,7 +1944,9 @@ static void test_quota_replaces_windows(void **state)
     assert_int_equal(j.ops[1].err, 0);
     assert_int_equal(j.ops[1].admitted, 1);
 
-    /* Garbage: the rule's windows (3/60) apply, each counted once. */
+    /* Garbage: the rule's windows (3/60) apply, each counted once, and
+     * the operator is told, once a second at most. */
+    log_begin(&lc);
     for (g = 0; g < NG; g++) {
         snprintf(key, sizeof(key), "rl:{qg%zu}:q", g);
         r = redisCommand(f->rc, "HSET %s api %s", key, garbage[g]);
@@ -1962,6 +1965,8 @@ static void test_quota_replaces_windows(void **state)
         assert_int_equal(redis_get(f, &j.ops[0], 60, now / 60000), 3);
         assert_int_equal(f->st->stats.bad_quotas, g + 1);
     }
+    assert_true(log_end(&lc, "level=warn", "stored quotas that do not parse",
+                        "count=1", NULL));
     assert_counters_expire(f, "rl:{q*}:r:*", 1000, 50);
 }
 
