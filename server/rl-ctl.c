@@ -179,6 +179,38 @@ static void policy_key(const ctl_t *c, const char *what, char *out,
     snprintf(out, len, "%s%s", c->cfg.prefix, what);
 }
 
+static int wait_for(ctl_t *c, long long v, uint64_t since_ms);
+
+/* The servers look a caller's quota up (a Redis call per decision) only
+ * for rules marked as having some: the first quota of a rule sets the
+ * switch "quotas:<rule>" and bumps the version, and rl-ctl then waits
+ * for the fleet to apply it as for any switch. */
+static int mark_quotas(ctl_t *c, const char *rule)
+{
+    char pkey[128], field[RL_RULE_MAX + 16];
+    const char *a[] = {"HSETNX", pkey, field, "1"};
+    const char *bump[] = {"HINCRBY", pkey, "version", "1"};
+    uint64_t t0 = now_ms();
+    redisReply *r;
+    long long v;
+
+    policy_key(c, "policy", pkey, sizeof(pkey));
+    snprintf(field, sizeof(field), "quotas:%s", rule);
+    if ((r = cmd(c, 4, a, NULL)) == NULL)
+        return EXIT_FAIL;
+    v = r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
+    freeReplyObject(r);
+    if (v != 1)
+        return 0; /* marked already: every server looks */
+    if ((r = cmd(c, 4, bump, NULL)) == NULL)
+        return EXIT_FAIL;
+    v = r->integer;
+    freeReplyObject(r);
+    printf("%s = 1 (version %lld): rl-servers now look up quotas of %s\n",
+           field, v, rule);
+    return c->wait_ms ? wait_for(c, v, t0) : 0;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Quotas */
 
@@ -241,7 +273,7 @@ static int quota(ctl_t *c, int argc, char **argv)
             freeReplyObject(r);
         }
         printf("quota %s %s: %s\n", rule, key, value);
-        return 0;
+        return mark_quotas(c, rule);
     }
     if (strcmp(op, "get") == 0 || strcmp(op, "del") == 0) {
         int get = op[0] == 'g';

@@ -12,6 +12,7 @@
 typedef struct rls_rule_rt_s {
     int mode;
     double scale; /* 1: unscaled */
+    int quotas;   /* look for stored quotas */
     rls_rule_stats_t *stats;
 } rule_rt_t;
 
@@ -97,6 +98,7 @@ static rule_rt_t *compute(rls_runtime_t *rt, const rls_policy_t *p,
             a[r->index].mode = sw->items[i].mode;
         if (sw->items[i].scale > 0)
             a[r->index].scale = sw->items[i].scale;
+        a[r->index].quotas = sw->items[i].quotas;
     }
     if (sw->global_mode >= 0)
         for (i = 0; i < n; i++)
@@ -212,9 +214,11 @@ int rls_switches_parse(rls_switches_t *sw, size_t npairs,
                 sw->global_mode = -1;
                 (*bad)++;
             }
-        } else if (field_is(f, fl, "mode:") || field_is(f, fl, "scale:")) {
-            int is_mode = f[0] == 'm';
-            size_t skip = is_mode ? 5 : 6, rl = fl - skip, j;
+        } else if (field_is(f, fl, "mode:") || field_is(f, fl, "scale:") ||
+                   field_is(f, fl, "quotas:")) {
+            int kind = f[0]; /* 'm', 's' or 'q' */
+            size_t skip = kind == 'm' ? 5 : kind == 's' ? 6 : 7,
+                   rl = fl - skip, j;
             struct rls_switch_s *it = NULL;
 
             if (rl == 0 || rl > RL_RULE_MAX) {
@@ -231,8 +235,13 @@ int rls_switches_parse(rls_switches_t *sw, size_t npairs,
                 it->rule[rl] = '\0';
                 it->mode = -1;
                 it->scale = 0;
+                it->quotas = 0;
             }
-            if (is_mode) {
+            if (kind == 'q') {
+                it->quotas = vl == 1 && v[0] == '1';
+                if (!it->quotas)
+                    (*bad)++;
+            } else if (kind == 'm') {
                 if ((it->mode = rls_mode_parse(v, vl)) < 0) {
                     it->mode = -1;
                     (*bad)++;
@@ -306,7 +315,7 @@ int rls_runtime_resolve(rls_runtime_t *rt, const rl_check_t *q,
             rls_scale_limit(spec->limits.w[i].limit, e->scale);
     /* A quota stored with rl-ctl, when there is one, wins over the file's
      * override and the rule: it is the operator's latest word. */
-    spec->quota = 1;
+    spec->quota = e->quotas;
     spec->scale = e->scale;
     return RL_OK;
 }

@@ -50,8 +50,10 @@ typedef struct rls_spec_s {
     rls_rule_stats_t *stats;
     int mode;                 /* RLS_MODE_ENFORCE, _SHADOW or _OFF */
     rls_limits_t limits;      /* effective: override, scale */
-    /* Redis store: the caller's stored quota replaces limits when present
-     * (scaled by quota_scale); 0 for inline limits. */
+    /* Redis store: look for the caller's stored quota, which replaces the
+     * limits when present (scaled by `scale`): only for a rule rl-ctl has
+     * stored quotas for (the switch "quotas:<rule>"), since the look-up is
+     * a Redis call per op; 0 for inline limits. */
     int quota;
     double scale;
 } rls_spec_t;
@@ -66,6 +68,7 @@ typedef struct rls_switches_s {
         char rule[RL_RULE_MAX + 1];
         int mode;     /* -1: not set */
         double scale; /* 0: not set */
+        int quotas;   /* rl-ctl has stored quotas for this rule */
     } *items;
 } rls_switches_t;
 

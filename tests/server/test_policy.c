@@ -590,6 +590,14 @@ static void test_quota_rlctl(void **state)
                          "10/1h 12/1d",
                          RL_CTL_BIN, f->redis.port),
                      0);
+    /* The first quota of a rule marks it (switch version 1); every server
+     * looks quotas of that rule up once it has applied that, within its
+     * 500 ms poll (rl-ctl waits for the servers that already report). */
+    assert_non_null(strstr(out, "quotas:api = 1 (version 1)"));
+    for (i = 0; i < 2; i++)
+        print_message("server %d applies the quota mark after %llu ms\n", i,
+                      (unsigned long long)await_metric(
+                          f, i, "rl_policy_switches_version", 1, 2000));
     for (i = 0; i < 2; i++) {
         r = ask(f->srv[i].port, rule_check(1, "user:acme", "api", 1));
         assert_int_equal(r.r.code, RL_CODE_OK);
