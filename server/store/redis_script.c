@@ -32,12 +32,13 @@
  * and op after op, each op's followed by its caller's quota hash
  * "<prefix>{<caller>}:q" when it names a quota: one hash slot per op.
  * ARGV: the batch's deadline and clock (ms, Redis clock), the counters'
- * grace, the number of ops, the number of profiles and the profiles (an
- * expiry and a limit each); then per op: its profile P when it is one
- * window, equal costs and no quota (P alone for one request of cost 1;
- * -P, the count and the cost otherwise); or 0, nwin, the quota field (''
- * for none), per window its expiry and limit, the scale only with a quota,
- * and the costs: -k and one cost for k equal costs, else k and the costs.
+ * grace, the number of ops, the number of profiles and the profiles (a
+ * number of windows, then an expiry and a limit per window); then per op:
+ * its profile P when it has equal costs and no quota (P alone for one
+ * request of cost 1; -P, the count and the cost otherwise); or 0, nwin,
+ * the quota field ('' for none), per window its expiry and limit, the
+ * scale only with a quota, and the costs: -k and one cost for k equal
+ * costs, else k and the costs.
  *
  * The reply is one string, the ops separated by commas: "<admitted>
  * <before>..." per op; "<admitted> q <window> <limit> <before>..." when the
@@ -60,45 +61,73 @@ const char rls_redis_script[] =
     "local dl = tonumber(ARGV[1]) "
     "if dl > 0 and t[1] * 1000 + math.floor(t[2] / 1000) > dl then return 'late' end "
     "local now, grace = tonumber(ARGV[2]), tonumber(ARGV[3]) "
-    "local pe, pl, np = {}, {}, tonumber(ARGV[5]) "
-    "for j = 1, np do pe[j], pl[j] = ARGV[4 + 2 * j], tonumber(ARGV[5 + 2 * j]) end "
-    "local o, no, e, p, kp = {}, 0, nil, 6 + 2 * np, 1 "
+    "local pn, pe, pl, np, q = {}, {}, {}, tonumber(ARGV[5]), 6 "
+    "for j = 1, np do "
+    "local n = tonumber(ARGV[q]) "
+    "local E, L = {}, {} "
+    "for w = 1, n do E[w], L[w] = ARGV[q + 2 * w - 1], tonumber(ARGV[q + 2 * w]) end "
+    "pn[j], pe[j], pl[j] = n, E, L "
+    "q = q + 1 + 2 * n "
+    "end "
+    "local o, no, e, p, kp, bef = {}, 0, nil, q, 1, {} "
     "for i = 1, tonumber(ARGV[4]) do "
     "if i > 1 then no = no + 1; o[no] = ',' end "
     "local P = tonumber(ARGV[p]) "
     "if P ~= 0 then "
-    "local key, k, c, ts = KEYS[kp], 1, 1, '1' "
+    "local k, c, ts = 1, 1, '1' "
     "if P < 0 then "
     "P, k, c = -P, tonumber(ARGV[p + 1]), tonumber(ARGV[p + 2]) "
     "p = p + 2 "
     "ts = nil "
     "end "
+    "local nw, E, L = pn[P], pe[P], pl[P] "
     "local total = k * c "
-    "local n = redis.pcall('INCRBY', key, ts or total) "
-    "if type(n) == 'number' then "
-    "local b = n - total "
-    "local room = pl[P] - (b > 0 and b or 0) "
-    "local a = 0 "
+    "local got, err = 0, nil "
+    "for j = 1, nw do "
+    "local n = redis.pcall('INCRBY', KEYS[kp + j - 1], ts or total) "
+    "if type(n) ~= 'number' then "
+    "err = type(n) == 'table' and tostring(n.err) or '?' "
+    "break "
+    "end "
+    "bef[j], got = n - total, j "
+    "end "
+    "local a, s = 0, 0 "
+    "if not err then "
+    "local room = nil "
+    "for j = 1, nw do "
+    "local b = bef[j] "
+    "local r = L[j] - (b > 0 and b or 0) "
+    "if room == nil or r < room then room = r end "
+    "end "
     "if room > 0 then "
     "a = math.floor(room / c) "
     "if a > k then a = k end "
     "end "
-    "local s = a * c "
+    "s = a * c "
+    "end "
+    "for j = 1, got do "
+    "local key = KEYS[kp + j - 1] "
     "if s < total then "
-    "if b == 0 and s == 0 then redis.call('DEL', key) "
+    "if bef[j] == 0 and s == 0 then redis.call('DEL', key) "
     "else redis.call('DECRBY', key, total - s) end "
     "end "
-    "if b == 0 and s > 0 then redis.call('PEXPIREAT', key, pe[P]) end "
-    "if b >= 1e14 or b <= -1e14 then b = string.format('%.0f', b) end "
-    "o[no + 1], o[no + 2], o[no + 3] = a == 1 and '1' or a == 0 and '0' or a, ' ', b "
-    "no = no + 3 "
-    "else "
-    "local err = type(n) == 'table' and tostring(n.err) or '?' "
+    "if bef[j] == 0 and s > 0 then redis.call('PEXPIREAT', key, E[j]) end "
+    "end "
+    "if err then "
     "e = e or err "
     "no = no + 1 "
     "o[no] = 'e' .. (string.find(err, 'overflow', 1, true) and 'OVERFLOW' or string.match(err, '^%u+') or '') "
+    "else "
+    "no = no + 1 "
+    "o[no] = a == 1 and '1' or a == 0 and '0' or a "
+    "for j = 1, nw do "
+    "local b = bef[j] "
+    "if b >= 1e14 or b <= -1e14 then b = string.format('%.0f', b) end "
+    "o[no + 1], o[no + 2] = ' ', b "
+    "no = no + 2 "
     "end "
-    "p, kp = p + 1, kp + 1 "
+    "end "
+    "p, kp = p + 1, kp + nw "
     "else "
     "local nw, qf = tonumber(ARGV[p + 1]), ARGV[p + 2] "
     "p = p + 3 "
@@ -276,32 +305,46 @@ static char *put_num(char *p, uint64_t v)
     return put_bulk(p, tmp, rl_put_u64(tmp, v));
 }
 
-/* Most ops of a batch are one window, equal costs and no quota, and share
- * their window's expiry and limit with many others: those pairs go once,
- * as numbered profiles, and such an op is one argument (its profile, or
- * minus it followed by the count and cost when that is not one request of
- * cost 1). Redis makes a Lua string of every argument, so arguments per op
- * are what the script's cost per op is made of. */
+/* Most ops of a batch have equal costs and no quota, and share their
+ * windows' expiries and limits with many others: those go once, as
+ * numbered profiles, and such an op is one argument (its profile, or minus
+ * it followed by the count and cost when that is not one request of cost
+ * 1). Redis makes a Lua string of every argument, so arguments per op are
+ * what the script's cost per op is made of. */
 #define PROFILES 16
 
 static int is_simple(const rls_op_t *op)
 {
-    return op->nwin == 1 && op->quota == NULL && op->equal_cost != 0;
+    return op->quota == NULL && op->equal_cost != 0;
 }
 
-/* The profile of a simple op, made if there is room; 0 if none fits. */
-static uint32_t profile_of(const rls_op_t *op, uint64_t *pe, uint64_t *pl,
-                           uint32_t *np)
-{
-    uint32_t k;
+typedef struct {
+    uint32_t n;
+    uint64_t exp[RLS_WINDOWS_MAX], lim[RLS_WINDOWS_MAX];
+} profile_t;
 
-    for (k = 0; k < *np; k++)
-        if (pe[k] == op->win[0].expire_at_ms && pl[k] == op->win[0].limit)
+/* The profile of a simple op, made if there is room; 0 if none fits. */
+static uint32_t profile_of(const rls_op_t *op, profile_t *pr, uint32_t *np)
+{
+    uint32_t k, j;
+
+    for (k = 0; k < *np; k++) {
+        if (pr[k].n != op->nwin)
+            continue;
+        for (j = 0; j < op->nwin; j++)
+            if (pr[k].exp[j] != op->win[j].expire_at_ms ||
+                pr[k].lim[j] != op->win[j].limit)
+                break;
+        if (j == op->nwin)
             return k + 1;
+    }
     if (*np == PROFILES)
         return 0;
-    pe[*np] = op->win[0].expire_at_ms;
-    pl[*np] = op->win[0].limit;
+    pr[*np].n = op->nwin;
+    for (j = 0; j < op->nwin; j++) {
+        pr[*np].exp[j] = op->win[j].expire_at_ms;
+        pr[*np].lim[j] = op->win[j].limit;
+    }
     return ++*np;
 }
 
@@ -313,7 +356,7 @@ size_t rls_redis_encode(rls_cmdbuf_t *buf, const char *sha, const rls_op_t *ops,
      * around its bytes, and numbers of at most 20 digits. */
     size_t need = 256 + sizeof(rls_redis_script), nkeys = 0, nargs = 5, i,
            j;
-    uint64_t pe[PROFILES], pl[PROFILES];
+    profile_t pr[PROFILES];
     uint32_t np = 0;
     char *p, scale[40];
 
@@ -322,13 +365,15 @@ size_t rls_redis_encode(rls_cmdbuf_t *buf, const char *sha, const rls_op_t *ops,
         size_t a = 3 + 2 * (size_t)op->nwin + (op->quota ? 1 : 0) + 1 +
                    (op->equal_cost ? 1 : (size_t)op->ncosts);
         if (is_simple(op))
-            profile_of(op, pe, pl, &np);
+            profile_of(op, pr, &np);
         nkeys += op->nwin + (op->quota ? 1 : 0);
         nargs += a;
         need += (op->key_len + 64) * (op->nwin + 1) + op->quota_len + 36 * a;
     }
-    nargs += 2 * (size_t)np;
-    need += 72 * (size_t)np;
+    for (j = 0; j < np; j++) {
+        nargs += 1 + 2 * (size_t)pr[j].n;
+        need += 36 * (1 + 2 * (size_t)pr[j].n);
+    }
     if (need > buf->cap) {
         size_t cap = buf->cap ? buf->cap : 4096;
         while (cap < need)
@@ -371,14 +416,19 @@ size_t rls_redis_encode(rls_cmdbuf_t *buf, const char *sha, const rls_op_t *ops,
     p = put_num(p, grace_ms);
     p = put_num(p, n);
     p = put_num(p, np);
+    nargs = 5;
     for (j = 0; j < np; j++) {
-        p = put_num(p, pe[j]);
-        p = put_num(p, pl[j]);
+        uint32_t w;
+        p = put_num(p, pr[j].n);
+        for (w = 0; w < pr[j].n; w++) {
+            p = put_num(p, pr[j].exp[w]);
+            p = put_num(p, pr[j].lim[w]);
+        }
+        nargs += 1 + 2 * (size_t)pr[j].n;
     }
-    nargs = 5 + 2 * (size_t)np;
     for (i = 0; i < n; i++) {
         const rls_op_t *op = &ops[i];
-        uint32_t prof = is_simple(op) ? profile_of(op, pe, pl, &np) : 0;
+        uint32_t prof = is_simple(op) ? profile_of(op, pr, &np) : 0;
         char neg[24];
 
         if (prof != 0 && op->ncosts == 1 && op->equal_cost == 1) {

@@ -584,9 +584,10 @@ static void test_encode(void **state)
         /* keys: op 0's two windows and its quota hash, op 1's window */
         "rl:{a b}:r:api:60:29396283", "rl:{a b}:r:api:3600:489938",
         "rl:{a b}:q", NULL /* op 1's window key */,
-        /* deadline, clock, grace, 2 ops, 1 profile: op 1's expiry, limit */
-        "1763777001000", "1763777000123", "2500", "2", "1", "1763777002000",
-        "5",
+        /* deadline, clock, grace, 2 ops, 1 profile: one window, op 1's
+         * expiry and limit */
+        "1763777001000", "1763777000123", "2500", "2", "1", "1",
+        "1763777002000", "5",
         /* op 0: not a profile; two windows, a quota, unequal costs */
         "0", "2", "api", "1763777040000", "33", "1763778000000",
         "18446744073709551615", "0.5", "3", "1", "3", "2",
@@ -653,7 +654,7 @@ static void test_encode(void **state)
     assert_ptr_equal(buf.p, p);
     assert_int_equal(buf.cap, cap);
     r = read_back(buf.p, len);
-    assert_int_equal(r->elements, 14);
+    assert_int_equal(r->elements, 15);
     assert_string_equal(r->element[0]->str, "EVAL");
     assert_string_equal(r->element[1]->str, rls_redis_script);
     /* one key; no deadline, clock 1 */
