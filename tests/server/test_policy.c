@@ -383,7 +383,7 @@ static void test_counters_belong_to_their_rule(void **state)
                      RL_CODE_OVER_LIMIT);
     assert_int_equal(ask(p, rule_check(3, "user:1", "api", 1)).r.used, 1);
 
-    /* The issue's reproduction: an inline request with the same key and
+    /* The reproduction: an inline request with the same key and
      * window, a huge limit and cost 4, then login again. */
     assert_int_equal(ask(p, rule_check(4, "victim", "login", 1)).r.used, 1);
     assert_int_equal(ask(p, rlt_check(5, "victim", 1000000, 3600, 4)).r.code,

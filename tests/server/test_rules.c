@@ -83,7 +83,7 @@ static rls_policy_t *build_ok(const char *yaml, const char *const *flags,
     return p;
 }
 
-/* The example, whole. */
+/* The README's example, whole. */
 static const char example[] =
     "rules:\n"
     "  login:\n"
