@@ -515,10 +515,7 @@ static const win_t *win_get(rls_batch_t *t, rls_batcher_t *b,
     if (b->spread_ms > 0) {
         uint64_t cap = (uint64_t)window_s * 250, span;
         span = b->spread_ms < cap ? b->spread_ms : cap;
-        b->rng ^= b->rng << 13;
-        b->rng ^= b->rng >> 7;
-        b->rng ^= b->rng << 17;
-        w->expire_at_ms += b->rng % (span + 1);
+        w->expire_at_ms += rl_xorshift64(&b->rng) % (span + 1);
     }
     return w;
 }

@@ -27,6 +27,7 @@
 #include "policy/config.h"
 #include "policy/rules.h"
 #include "rl_check.h"
+#include "rl_clock.h"
 #include "rl_error.h"
 #include "version.h"
 
@@ -75,14 +76,6 @@ typedef struct ctl_s {
     rls_config_t cfg; /* --redis and --prefix, parsed as rl-server does */
     uint64_t wait_ms;
 } ctl_t;
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 #if defined(__GNUC__)
 __attribute__((format(printf, 1, 2)))
@@ -190,7 +183,7 @@ static int mark_quotas(ctl_t *c, const char *rule)
     char pkey[128], field[RL_RULE_MAX + 16];
     const char *a[] = {"HSETNX", pkey, field, "1"};
     const char *bump[] = {"HINCRBY", pkey, "version", "1"};
-    uint64_t t0 = now_ms();
+    uint64_t t0 = rl_unix_ms();
     redisReply *r;
     long long v;
 
@@ -332,7 +325,7 @@ static long instances_behind(ctl_t *c, long long v, int print,
     char ikey[128];
     const char *a[] = {"HGETALL", ikey};
     redisReply *r;
-    uint64_t now = now_ms();
+    uint64_t now = rl_unix_ms();
     long behind = 0;
     size_t i;
 
@@ -376,7 +369,7 @@ static long instances_behind(ctl_t *c, long long v, int print,
 /* Waits until every live instance applies version v. */
 static int wait_for(ctl_t *c, long long v, uint64_t since_ms)
 {
-    uint64_t deadline = now_ms() + c->wait_ms;
+    uint64_t deadline = rl_unix_ms() + c->wait_ms;
     long behind, live;
 
     for (;;) {
@@ -384,7 +377,7 @@ static int wait_for(ctl_t *c, long long v, uint64_t since_ms)
         behind = instances_behind(c, v, 0, 0, &live);
         if (behind < 0)
             return EXIT_FAIL;
-        if (behind == 0 || now_ms() >= deadline)
+        if (behind == 0 || rl_unix_ms() >= deadline)
             break;
         struct timespec ts = {0, 20 * 1000000};
         nanosleep(&ts, NULL);
@@ -424,7 +417,7 @@ static int set_switch(ctl_t *c, const char *field, const char *value)
     policy_key(c, "policy", pkey, sizeof(pkey));
     if ((rc = connect_redis(c)) != 0)
         return rc;
-    t0 = now_ms();
+    t0 = rl_unix_ms();
     if ((r = cmd(c, 1, multi, NULL)) == NULL)
         return EXIT_FAIL;
     freeReplyObject(r);

@@ -244,7 +244,7 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
     s->loop = loop;
     s->cfg = cfg;
     s->store = store;
-    s->start_unix_ms = rls_realtime_ms();
+    s->start_unix_ms = rl_unix_ms();
     if (policy == NULL) {
         rls_diag_t d;
         if (rls_policy_build(cfg->rules, cfg->nrules, NULL, cfg->max_rules,

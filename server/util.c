@@ -16,14 +16,6 @@ void rls_random_key(rl_hash_key_t *k)
         if (n == 1)
             return;
     }
-    k->k0 = rls_realtime_ms() * UINT64_C(0x9e3779b97f4a7c15);
+    k->k0 = rl_unix_ms() * UINT64_C(0x9e3779b97f4a7c15);
     k->k1 = (uint64_t)getpid() * UINT64_C(0xbf58476d1ce4e5b9);
-}
-
-uint64_t rls_realtime_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }

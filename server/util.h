@@ -5,14 +5,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rl_clock.h"
 #include "rl_hash.h"
 
 /* A fresh hash key from /dev/urandom (or, failing that, from the clock and
  * pid: still per process, just less secret). */
 void rls_random_key(rl_hash_key_t *k);
-
-/* Wall-clock time, ms since the Unix epoch. */
-uint64_t rls_realtime_ms(void);
 
 /* Intrusive doubly-linked list, as libuv's QUEUE: a node embedded in each
  * element, a sentinel node as the head. */

@@ -107,7 +107,7 @@ static void report(rls_switch_poll_t *p)
     size_t lens[4];
 
     snprintf(val, sizeof(val), "%lld %llu", (long long)p->rt->sw.version,
-             (unsigned long long)rls_realtime_ms());
+             (unsigned long long)rl_unix_ms());
     lens[0] = 4;
     lens[1] = strlen(p->ikey);
     lens[2] = strlen(p->instance);

@@ -71,7 +71,7 @@ typedef struct {
 static uint64_t m_now(rls_store_t *s)
 {
     mstore_t *m = (mstore_t *)s;
-    uint64_t now = rls_realtime_ms();
+    uint64_t now = rl_unix_ms();
 
     /* The wall clock may step back (NTP); decisions must not. */
     if (now < m->last_now)

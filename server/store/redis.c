@@ -43,6 +43,7 @@
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
+#include "rl_clock.h"
 #include "rl_error.h"
 #include "log.h"
 #include "store/redis_clock.h"
@@ -102,14 +103,9 @@ static void on_closed(uv_handle_t *h)
 
 /* ---- errors -------------------------------------------------------------*/
 
-static uint64_t mono_ms(void)
-{
-    return uv_hrtime() / 1000000;
-}
-
 void rls_redis_errors_log(rls_redis_store_t *st)
 {
-    uint64_t now = mono_ms();
+    uint64_t now = rl_mono_ms();
 
     if (st->err_pending == 0 || now - st->err_logged_ms < 1000)
         return;

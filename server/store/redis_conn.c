@@ -23,6 +23,7 @@
 
 #include "rl_error.h"
 #include "log.h"
+#include "rl_clock.h"
 #include "store/redis_clock.h"
 #include "store/redis_conn.h"
 #include "store/redis_script.h"
@@ -33,11 +34,6 @@
 #define CLOCK_EVERY_MS 1000
 
 static void start_connect(rls_redis_store_t *st);
-
-static uint64_t mono_ms(void)
-{
-    return uv_hrtime() / 1000000;
-}
 
 /* ---- clock -------------------------------------------------------------*/
 
@@ -93,10 +89,7 @@ static void schedule_retry(rls_redis_store_t *st)
 
     /* xorshift64: jitter only, so that many servers do not reconnect in
      * lockstep after Redis returns. */
-    st->rng ^= st->rng << 13;
-    st->rng ^= st->rng >> 7;
-    st->rng ^= st->rng << 17;
-    delay += st->rng % (st->backoff_ms / 2 + 1);
+    delay += rl_xorshift64(&st->rng) % (st->backoff_ms / 2 + 1);
     st->backoff_ms *= 2;
     if (st->backoff_ms > BACKOFF_MAX_MS)
         st->backoff_ms = BACKOFF_MAX_MS;
@@ -133,7 +126,7 @@ void rls_redis_conn_lost(rls_redis_store_t *st, rls_redis_conn_t *c,
         return;
     }
     RLS_WARN("redis down", " addr=%s:%d err=\"%s\"", st->host, st->port, why);
-    st->down_since_ms = mono_ms();
+    st->down_since_ms = rl_mono_ms();
     st->quiet = 1;
     st->state = RLS_REDIS_DOWN;
     schedule_retry(st);
@@ -267,7 +260,7 @@ static void on_time_reply(redisAsyncContext *ac, void *r, void *priv)
     if (st->ever_up) {
         st->base.stats.reconnects++;
         RLS_INFO("redis reconnected", " addr=%s:%d down_ms=%llu", st->host,
-                 st->port, (unsigned long long)(mono_ms() - st->down_since_ms));
+                 st->port, (unsigned long long)(rl_mono_ms() - st->down_since_ms));
     } else {
         RLS_INFO("redis connected", " addr=%s:%d db=%d", st->host, st->port,
                  st->db);
