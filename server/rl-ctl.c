@@ -94,14 +94,7 @@ static int bad(const char *fmt, ...)
 
 static int rule_ok(const char *s)
 {
-    rl_check_t probe;
-
-    memset(&probe, 0, sizeof(probe));
-    probe.key = "k";
-    probe.key_len = 1;
-    probe.rule = s;
-    probe.rule_len = strlen(s);
-    return probe.rule_len > 0 && rl_check_validate(&probe) == RL_OK;
+    return rls_rule_name_ok(s, strlen(s));
 }
 
 static int key_ok(const char *s)

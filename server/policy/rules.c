@@ -338,7 +338,7 @@ static const char *limits_add(rls_limits_t *ls, const rls_limit_t *l)
     return NULL;
 }
 
-static int name_ok(const char *s, size_t len)
+int rls_rule_name_ok(const char *s, size_t len)
 {
     rl_check_t probe;
 
@@ -356,7 +356,7 @@ static rls_rule_t *rule_new(builder_t *b, const char *name, size_t len,
     rls_policy_t *p = b->p;
     rls_rule_t *r;
 
-    if (!name_ok(name, len)) {
+    if (!rls_rule_name_ok(name, len)) {
         diag(b, line, "bad rule name '%.*s': 1-%d bytes of [A-Za-z0-9_.:-]",
              (int)(len > 64 ? 64 : len), name, RL_RULE_MAX);
         return NULL;

@@ -117,6 +117,10 @@ const rls_rule_t *rls_policy_find(const rls_policy_t *p, const char *name,
 const rls_limits_t *rls_rule_limits(const rls_rule_t *r, const char *key,
                                     size_t key_len);
 
+/* 1 when s[0, len) is a rule name a client could send: 1 to 128 bytes of
+ * [A-Za-z0-9_.:-] (the same check rl_check_validate makes). */
+int rls_rule_name_ok(const char *s, size_t len);
+
 const char *rls_mode_name(int mode);
 /* Returns RLS_MODE_* or -1 for an unknown name. */
 int rls_mode_parse(const char *s, size_t len);
