@@ -279,25 +279,6 @@ static void fit_count(rls_rule_stats_t *st, const rl_admit_win_t *w,
     }
 }
 
-/* The refusal cache's key of an op: its key, and for an inline limit its
- * window and limit too (one caller may use several). Returns the length
- * written to dst (RLS_CKEY_SIZE(key_len) bytes). */
-#define RLS_CKEY_SIZE(key_len) ((key_len) + 34)
-static size_t cache_key(char *dst, const char *key, size_t len, int rule,
-                        uint32_t window_s, uint64_t limit)
-{
-    size_t n = len;
-
-    memcpy(dst, key, len);
-    if (!rule) {
-        dst[n++] = ':';
-        n += rl_put_u64(dst + n, window_s);
-        dst[n++] = ':';
-        n += rl_put_u64(dst + n, limit);
-    }
-    return n;
-}
-
 /* Answers an op whose store step failed, per the fail mode. */
 static void answer_failed(rls_batcher_t *b, rls_batch_t *t, rls_op_t *op,
                           const req_t *q, char *text, size_t tlen)
@@ -433,15 +414,13 @@ static void on_store_done(void *data, rls_op_t *ops, size_t nops, int status)
         if (b->refusals.slots != NULL &&
             (admitted[i] < op->ncosts ||
              !rl_admit_fits(&run[i * RLS_WINDOWS_MAX], nrun[i], 1))) {
-            char ck[RLS_CKEY_SIZE(RLS_OPKEY_MAX)];
+            int rule = t->reqs[t->opx[i].first].rule;
             uint64_t end[RLS_WINDOWS_MAX];
-            size_t kl;
             for (j = 0; j < nrun[i]; j++)
                 end[j] = t->now_ms + run[i * RLS_WINDOWS_MAX + j].reset_after_ms;
-            kl = cache_key(ck, op->key, op->key_len,
-                           t->reqs[t->opx[i].first].rule,
-                           op->win[0].window_s, t->opx[i].limit0);
-            rls_refusals_learn(&b->refusals, ck, kl, t->now_ms,
+            rls_refusals_learn(&b->refusals, op->key, op->key_len,
+                               rule ? 0 : op->win[0].window_s,
+                               rule ? 0 : t->opx[i].limit0, t->now_ms,
                                &run[i * RLS_WINDOWS_MAX], end, nrun[i]);
         }
     }
@@ -527,18 +506,22 @@ static int local_refusal(rls_batcher_t *b, void *owner, uint64_t id,
                          const char *key, size_t len, uint32_t cost,
                          const rls_spec_t *spec)
 {
-    char ck[RLS_CKEY_SIZE(RLS_OPKEY_MAX)];
+    int rule = spec->rule != NULL;
+    const rls_refusal_t *e =
+        rls_refusals_find(&b->refusals, key, len,
+                          rule ? 0 : spec->limits.w[0].window_s,
+                          rule ? 0 : spec->limits.w[0].limit);
     rl_admit_win_t w[RLS_WINDOWS_MAX];
     uint32_t n;
     rl_result_t r;
-    size_t kl = cache_key(ck, key, len, spec->rule != NULL,
-                          spec->limits.w[0].window_s,
-                          spec->limits.w[0].limit);
 
-    /* The clock now, not the batch's: a batch may wait while another is
-     * in flight, and a window that ended meanwhile must not refuse. */
-    if (!rls_refusals_check(&b->refusals, ck, kl,
-                            b->store->v->now_ms(b->store), cost, w, &n))
+    /* Most requests have no entry: the clock is read only for those that
+     * do. It is the clock now, not the batch's: a batch may wait while
+     * another is in flight, and a window that ended meanwhile must not
+     * refuse. */
+    if (e == NULL ||
+        !rls_refusals_refuse(&b->refusals, e, b->store->v->now_ms(b->store),
+                             cost, w, &n))
         return 0;
     memset(&r, 0, sizeof(r));
     r.id = id;

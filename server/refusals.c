@@ -19,6 +19,8 @@
 
 struct rls_refusal_s {
     uint64_t hash;
+    uint64_t limit0;  /* with window0: an inline limit's, or 0 */
+    uint32_t window0;
     uint64_t epoch;
     uint64_t expires_ms; /* the earliest window end, or the TTL */
     uint32_t n;
@@ -81,45 +83,68 @@ static int live(const rls_refusals_t *c, const rls_refusal_t *e,
     return e->epoch == c->epoch && now_ms < e->expires_ms;
 }
 
-int rls_refusals_check(rls_refusals_t *c, const char *key, size_t len,
-                       uint64_t now_ms, uint64_t cost, rl_admit_win_t *w,
-                       uint32_t *n)
+static uint64_t key_hash(const rls_refusals_t *c, const char *key,
+                         size_t len, uint32_t window_s, uint64_t limit)
+{
+    return rl_hash(&c->hk, key, len) ^
+           ((uint64_t)window_s * UINT64_C(0x9e3779b97f4a7c15)) ^
+           (limit * UINT64_C(0xc2b2ae3d27d4eb4f));
+}
+
+static int same(const rls_refusal_t *e, uint64_t h, const char *key,
+                size_t len, uint32_t window_s, uint64_t limit)
+{
+    return e->hash == h && e->klen == len && e->window0 == window_s &&
+           e->limit0 == limit && memcmp(e->key, key, len) == 0;
+}
+
+const rls_refusal_t *rls_refusals_find(const rls_refusals_t *c,
+                                       const char *key, size_t len,
+                                       uint32_t window_s, uint64_t limit)
 {
     uint64_t h;
     uint32_t i, pos;
 
     if (c->slots == NULL)
-        return 0;
-    h = rl_hash(&c->hk, key, len);
+        return NULL;
+    h = key_hash(c, key, len, window_s, limit);
     for (i = 0, pos = (uint32_t)h & c->mask; i < PROBES;
          i++, pos = (pos + 1) & c->mask) {
         const rls_refusal_t *e = SLOT(c, pos);
-        uint32_t j;
 
         if (e == NULL)
-            return 0;
-        if (e->hash != h || e->klen != len || memcmp(e->key, key, len) != 0)
-            continue;
-        if (!live(c, e, now_ms))
-            return 0;
-        for (j = 0; j < e->n; j++) {
-            w[j].limit = e->w[j].limit;
-            w[j].count = e->w[j].count;
-            w[j].window_s = e->w[j].window_s;
-            w[j].reset_after_ms = e->w[j].end_ms - now_ms;
-        }
-        *n = e->n;
-        if (rl_admit_fits(w, e->n, cost))
-            return 0; /* may fit: only the store can say */
-        c->stats.hits++;
-        return 1;
+            return NULL;
+        if (same(e, h, key, len, window_s, limit))
+            return e->epoch == c->epoch ? e : NULL;
     }
-    return 0;
+    return NULL;
+}
+
+int rls_refusals_refuse(rls_refusals_t *c, const rls_refusal_t *e,
+                        uint64_t now_ms, uint64_t cost, rl_admit_win_t *w,
+                        uint32_t *n)
+{
+    uint32_t j;
+
+    if (!live(c, e, now_ms))
+        return 0;
+    for (j = 0; j < e->n; j++) {
+        w[j].limit = e->w[j].limit;
+        w[j].count = e->w[j].count;
+        w[j].window_s = e->w[j].window_s;
+        w[j].reset_after_ms = e->w[j].end_ms - now_ms;
+    }
+    *n = e->n;
+    if (rl_admit_fits(w, e->n, cost))
+        return 0; /* may fit: only the store can say */
+    c->stats.hits++;
+    return 1;
 }
 
 void rls_refusals_learn(rls_refusals_t *c, const char *key, size_t len,
-                        uint64_t now_ms, const rl_admit_win_t *w,
-                        const uint64_t *end_ms, uint32_t n)
+                        uint32_t window_s, uint64_t limit, uint64_t now_ms,
+                        const rl_admit_win_t *w, const uint64_t *end_ms,
+                        uint32_t n)
 {
     rls_refusal_t *e = NULL;
     uint64_t h, exp = now_ms + RLS_REFUSAL_TTL_MS;
@@ -127,12 +152,11 @@ void rls_refusals_learn(rls_refusals_t *c, const char *key, size_t len,
 
     if (c->slots == NULL || n == 0 || n > RLS_WINDOWS_MAX || len > UINT32_MAX)
         return;
-    h = rl_hash(&c->hk, key, len);
+    h = key_hash(c, key, len, window_s, limit);
     for (i = 0, pos = (uint32_t)h & c->mask; i < PROBES;
          i++, pos = (pos + 1) & c->mask) {
         rls_refusal_t *x = SLOT(c, pos);
-        if (x == NULL || (x->hash == h && x->klen == len &&
-                          memcmp(x->key, key, len) == 0)) {
+        if (x == NULL || same(x, h, key, len, window_s, limit)) {
             take = pos;
             break;
         }
@@ -166,6 +190,8 @@ void rls_refusals_learn(rls_refusals_t *c, const char *key, size_t len,
     memcpy(e->key, key, len);
     e->klen = (uint32_t)len;
     e->hash = h;
+    e->window0 = window_s;
+    e->limit0 = limit;
     e->epoch = c->epoch;
     e->n = n;
     for (i = 0; i < n; i++) {

@@ -55,17 +55,28 @@ void rls_refusals_free(rls_refusals_t *c);
 /* Forgets everything (a reload or a switch may have raised a limit). */
 void rls_refusals_invalidate(rls_refusals_t *c);
 
-/* Looks key up at now_ms (the store's clock). When an entry says a request
- * of `cost` cannot be admitted, fills w[0..*n) with the remembered windows
- * (reset_after_ms from now_ms) and returns 1; else 0. */
-int rls_refusals_check(rls_refusals_t *c, const char *key, size_t len,
-                       uint64_t now_ms, uint64_t cost, rl_admit_win_t *w,
-                       uint32_t *n);
+/* A cache key is an op's key and, for an inline limit, its window length
+ * and limit (one caller may use several; 0 and 0 for a rule), so nothing
+ * is copied to form it. */
+
+/* The entry for a key, or NULL. Cheap: no clock is read. */
+const rls_refusal_t *rls_refusals_find(const rls_refusals_t *c,
+                                       const char *key, size_t len,
+                                       uint32_t window_s, uint64_t limit);
+
+/* Whether entry e, read at now_ms (the store's clock), says a request of
+ * `cost` cannot be admitted. If so, fills w[0..*n) with the remembered
+ * windows (reset_after_ms from now_ms), counts a hit and returns 1; else
+ * 0. */
+int rls_refusals_refuse(rls_refusals_t *c, const rls_refusal_t *e,
+                        uint64_t now_ms, uint64_t cost, rl_admit_win_t *w,
+                        uint32_t *n);
 
 /* Remembers key's windows as a store answer left them (counts after the
  * batch; end_ms[i] when window i ends, on the store's clock). */
 void rls_refusals_learn(rls_refusals_t *c, const char *key, size_t len,
-                        uint64_t now_ms, const rl_admit_win_t *w,
-                        const uint64_t *end_ms, uint32_t n);
+                        uint32_t window_s, uint64_t limit, uint64_t now_ms,
+                        const rl_admit_win_t *w, const uint64_t *end_ms,
+                        uint32_t n);
 
 #endif
