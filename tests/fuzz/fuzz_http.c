@@ -171,10 +171,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 }
 
 #ifdef RL_FUZZ_REPLAY
+#include "walk.h"
 /* Without libFuzzer: runs each file named (a directory is read with the
  * names listed in it, so ctest can pass the seed corpus), then a fixed
  * number of deterministic mutations of valid heads. */
-#include <dirent.h>
 
 static unsigned seed = 20261123;
 
@@ -230,30 +230,6 @@ static int run_file(const char *path)
     return expect(path, buf, n);
 }
 
-static int run_path(const char *path, int *files)
-{
-    char sub[4096];
-    struct dirent *e;
-    DIR *d = opendir(path);
-
-    if (d == NULL) {
-        (*files)++;
-        return run_file(path);
-    }
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue;
-        snprintf(sub, sizeof(sub), "%s/%s", path, e->d_name);
-        (*files)++;
-        if (run_file(sub) != 0) {
-            closedir(d);
-            return 1;
-        }
-    }
-    closedir(d);
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     static const char *heads[] = {
@@ -269,7 +245,7 @@ int main(int argc, char **argv)
     int i, iters = 50000, files = 0;
 
     for (i = 1; i < argc; i++)
-        if (run_path(argv[i], &files) != 0)
+        if (rlf_walk(argv[i], run_file, &files) != 0)
             return 1;
     for (i = 0; i < iters; i++) {
         const char *h = heads[rnd() % (sizeof(heads) / sizeof(heads[0]))];

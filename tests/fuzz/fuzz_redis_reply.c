@@ -128,11 +128,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 }
 
 #ifdef RL_FUZZ_REPLAY
+#include "walk.h"
 /* Without libFuzzer: runs each file named (a directory is read with the
  * names listed in it), then deterministic mutations of well-formed
  * replies. A seed named ok-* must parse (RL_OK or RLS_REDIS_LATE), bad-*
  * must be RL_EINVAL. */
-#include <dirent.h>
 
 static unsigned seed = 20261123;
 
@@ -171,30 +171,6 @@ static int run_file(const char *path)
         fprintf(stderr, "fuzz_redis_reply: %s: rc=%d\n", path, rc);
         return 1;
     }
-    return 0;
-}
-
-static int run_path(const char *path, int *files)
-{
-    char sub[4096];
-    struct dirent *d;
-    DIR *dir = opendir(path);
-
-    if (dir == NULL) {
-        (*files)++;
-        return run_file(path);
-    }
-    while ((d = readdir(dir)) != NULL) {
-        if (d->d_name[0] == '.')
-            continue;
-        snprintf(sub, sizeof(sub), "%s/%s", path, d->d_name);
-        (*files)++;
-        if (run_file(sub) != 0) {
-            closedir(dir);
-            return 1;
-        }
-    }
-    closedir(dir);
     return 0;
 }
 
@@ -250,7 +226,7 @@ int main(int argc, char **argv)
     int i, iters = 100000, files = 0, ok = 0;
 
     for (i = 1; i < argc; i++)
-        if (run_path(argv[i], &files) != 0)
+        if (rlf_walk(argv[i], run_file, &files) != 0)
             return 1;
     for (i = 0; i < iters; i++) {
         size_t n = well_formed(buf, sizeof(buf) - 8), k, edits = rnd() % 4;
