@@ -22,6 +22,7 @@
 
 /* One queued request. */
 typedef struct {
+    rls_respond_fn respond;
     void *owner;
     uint64_t id;
     rls_rule_stats_t *stats;
@@ -89,14 +90,13 @@ struct rls_batch_s {
 };
 
 void rls_batcher_init(rls_batcher_t *b, rls_store_t *store,
-                      rls_runtime_t *rt, rls_respond_fn respond,
+                      rls_runtime_t *rt,
                       const char *prefix, size_t prefix_len, size_t max_reqs,
                       uint64_t grace_ms, int fail_open)
 {
     memset(b, 0, sizeof(*b));
     b->store = store;
     b->rt = rt;
-    b->respond = respond;
     b->prefix = prefix;
     b->prefix_len = prefix_len;
     b->max_reqs = max_reqs;
@@ -306,7 +306,7 @@ static void answer_failed(rls_batcher_t *b, rls_batch_t *t, rls_op_t *op,
     } else {
         r.code = RL_CODE_ERROR;
     }
-    b->respond(q->owner, &r);
+    q->respond(q->owner, &r);
 }
 
 static void on_store_done(void *data, rls_op_t *ops, size_t nops, int status)
@@ -394,7 +394,7 @@ static void on_store_done(void *data, rls_op_t *ops, size_t nops, int status)
         } else {
             q->stats->refused++;
         }
-        b->respond(q->owner, &r);
+        q->respond(q->owner, &r);
     }
 
     for (i = 0; i < nops; i++) {
@@ -502,7 +502,8 @@ static const win_t *win_get(rls_batch_t *t, rls_batcher_t *b,
 /* Answers a request the refusal cache knows the store would refuse, as
  * the store's answer would have: same deciding window, used and
  * retry_after_ms; nothing is queued. Returns 1 when it did. */
-static int local_refusal(rls_batcher_t *b, void *owner, uint64_t id,
+static int local_refusal(rls_batcher_t *b, rls_respond_fn respond,
+                         void *owner, uint64_t id,
                          const char *key, size_t len, uint32_t cost,
                          const rls_spec_t *spec)
 {
@@ -535,7 +536,7 @@ static int local_refusal(rls_batcher_t *b, void *owner, uint64_t id,
         spec->stats->refused++;
     }
     b->stats.requests++;
-    b->respond(owner, &r);
+    respond(owner, &r);
     return 1;
 }
 
@@ -566,7 +567,8 @@ static size_t op_key(const rls_batcher_t *b, uint8_t *w, const char *key,
     return (size_t)(p - w);
 }
 
-int rls_batcher_add(rls_batcher_t *b, void *owner, uint64_t id,
+int rls_batcher_add(rls_batcher_t *b, rls_respond_fn respond, void *owner,
+                    uint64_t id,
                     const char *key, size_t key_len, uint32_t cost,
                     const rls_spec_t *spec)
 {
@@ -591,7 +593,7 @@ int rls_batcher_add(rls_batcher_t *b, void *owner, uint64_t id,
         return RL_ENOMEM;
     n = op_key(b, w, key, key_len, spec, &tag_len);
     if (b->refusals.slots != NULL &&
-        local_refusal(b, owner, id, (char *)w, n, cost, spec))
+        local_refusal(b, respond, owner, id, (char *)w, n, cost, spec))
         return RL_OK;
     /* Hash the caller's key, the rule and (inline) the window: not the
      * constant prefix. Keyed SipHash still decides the slot, so clients
@@ -621,7 +623,8 @@ int rls_batcher_add(rls_batcher_t *b, void *owner, uint64_t id,
             /* One counter, two inline limits: decided in arrival order
              * only if the earlier requests go first, in their own batch. */
             submit(b);
-            return rls_batcher_add(b, owner, id, key, key_len, cost, spec);
+            return rls_batcher_add(b, respond, owner, id, key, key_len,
+                                   cost, spec);
         }
         b->stats.coalesced++;
         goto found;
@@ -665,7 +668,7 @@ int rls_batcher_add(rls_batcher_t *b, void *owner, uint64_t id,
     }
 found:
     t->opx[op].nreqs++;
-    t->reqs[t->nreqs++] = (req_t){owner,      id,
+    t->reqs[t->nreqs++] = (req_t){respond,    owner,      id,
                                   spec->stats, cost,
                                   op,         (uint8_t)spec->mode,
                                   (uint8_t)(spec->rule != NULL)};

@@ -24,8 +24,9 @@
 #include "refusals.h"
 #include "store/store.h"
 
-/* Receives the one response for a request. `r` and its strings are valid
- * only during the call. */
+/* Receives the one response for a request: whoever asked (a native
+ * connection, a gRPC stream, an HTTP check) says with each request where
+ * its answer goes. `r` and its strings are valid only during the call. */
 typedef void (*rls_respond_fn)(void *owner, const rl_result_t *r);
 
 typedef struct rls_batch_stats_s {
@@ -51,7 +52,6 @@ typedef struct rls_share_s {
 typedef struct rls_batcher_s {
     rls_store_t *store;
     rls_runtime_t *rt; /* the policy in force; batches hold a reference */
-    rls_respond_fn respond;
     const char *prefix;
     size_t prefix_len;
     size_t max_reqs;   /* a batch is submitted when it holds this many */
@@ -83,7 +83,7 @@ typedef struct rls_batcher_s {
 
 /* Prepares a batcher; allocates nothing yet. */
 void rls_batcher_init(rls_batcher_t *b, rls_store_t *store,
-                      rls_runtime_t *rt, rls_respond_fn respond,
+                      rls_runtime_t *rt,
                       const char *prefix,
                       size_t prefix_len, size_t max_reqs, uint64_t grace_ms,
                       int fail_open);
@@ -95,7 +95,8 @@ void rls_batcher_init(rls_batcher_t *b, rls_store_t *store,
  * returns if the batch filled up and the store answered at once. Returns
  * 0, or RL_ENOMEM with nothing queued (the caller answers the request
  * itself). */
-int rls_batcher_add(rls_batcher_t *b, void *owner, uint64_t id,
+int rls_batcher_add(rls_batcher_t *b, rls_respond_fn respond, void *owner,
+                    uint64_t id,
                     const char *key, size_t key_len, uint32_t cost,
                     const rls_spec_t *spec);
 

@@ -264,8 +264,8 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
     s->rt.before_change = before_policy_change;
     s->rt.arg = s;
     rl_buf_init(&s->page, RLS_HTTP_OUT_MAX);
-    rls_batcher_init(&s->batcher, store, &s->rt, rls_conn_respond,
-                     cfg->prefix, cfg->prefix_len, RLS_BATCH_MAX,
+    rls_batcher_init(&s->batcher, store, &s->rt, cfg->prefix,
+                     cfg->prefix_len, RLS_BATCH_MAX,
                      cfg->grace_ms, cfg->fail_open);
     s->batcher.max_in_flight = cfg->batches_in_flight;
     /* The memory store frees a window's counters a few thousand per tick

@@ -329,7 +329,7 @@ static void handle_request(rls_conn_t *c, const uint8_t *p, size_t n)
     }
     c->inflight++;
     s->stats.inflight++;
-    if (rls_batcher_add(s->batcher, c, q.id, q.key, q.key_len,
+    if (rls_batcher_add(s->batcher, rls_conn_respond, c, q.id, q.key, q.key_len,
                         q.cost, &spec) != RL_OK) {
         c->inflight--;
         s->stats.inflight--;

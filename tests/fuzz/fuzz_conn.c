@@ -893,7 +893,7 @@ static void config(harness_t *h, rd_t *r)
     h->rt.max_inline_limit = ilim[(d >> 5) & 3];
     h->rt.before_change = before_change;
     h->rt.arg = h;
-    rls_batcher_init(&h->batcher, &h->store.base, &h->rt, rls_conn_respond,
+    rls_batcher_init(&h->batcher, &h->store.base, &h->rt,
                      cfg->prefix, cfg->prefix_len, batch[nb & 7],
                      cfg->grace_ms, cfg->fail_open);
     h->batcher.spread_ms = sp & 1 ? 50000 : 0;

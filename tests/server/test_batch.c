@@ -234,7 +234,7 @@ static void h_open(h_t *h, int use_redis, size_t max_reqs, int fail_open)
         h->store->inner = rls_store_memory_new(&h->loop);
     }
     assert_non_null(h->store->inner);
-    rls_batcher_init(&h->b, &h->store->base, NULL, respond, "rl:", 3,
+    rls_batcher_init(&h->b, &h->store->base, NULL, "rl:", 3,
                      max_reqs, 1000, fail_open);
 }
 
@@ -275,8 +275,8 @@ static size_t h_spec(h_t *h, uint64_t now, const char *key, uint32_t cost,
     assert_true(i < MAXR);
     /* the clock is read when a batch starts; keep one time per batch */
     h->store->now = now;
-    assert_int_equal(rls_batcher_add(&h->b, h, i, key, strlen(key), cost,
-                                     spec),
+    assert_int_equal(rls_batcher_add(&h->b, respond, h, i, key, strlen(key),
+                                     cost, spec),
                      RL_OK);
     return i;
 }

@@ -788,7 +788,7 @@ static void decide(fx_t *f, rls_batcher_t *b, int n, const char *tag)
     spec.scale = 1;
     for (i = 0; i < n; i++) {
         int len = snprintf(key, sizeof(key), "%s-%u", tag, seq++);
-        assert_int_equal(rls_batcher_add(b, NULL, (uint64_t)i, key,
+        assert_int_equal(rls_batcher_add(b, on_respond, NULL, (uint64_t)i, key,
                                          (size_t)len, 1, &spec),
                          0);
     }
@@ -841,7 +841,7 @@ static void test_oom_counted_logged_unhealthy(void **state)
     memset(&srv, 0, sizeof(srv));
     srv.cfg = &cfg;
     srv.store = f->st;
-    rls_batcher_init(&srv.batcher, f->st, NULL, on_respond, "rl:", 3, 1024,
+    rls_batcher_init(&srv.batcher, f->st, NULL, "rl:", 3, 1024,
                      1000, 1);
     assert_true(rls_server_healthy(&srv, &why));
     decide(f, &srv.batcher, 50, "oom");
