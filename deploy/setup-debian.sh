@@ -7,6 +7,8 @@ packages=(
   build-essential cmake pkg-config git
   libprotobuf-c-dev protobuf-c-compiler libuv1-dev libhiredis-dev
   libyaml-dev
+  libnghttp2-dev
+  python3-grpcio python3-protobuf python3-grpc-tools
   libcmocka-dev
   redis-server redis-tools
   haproxy faketime gnuplot-nox procps

@@ -7,6 +7,7 @@
 #include <uv.h>
 
 #include "log.h"
+#include "policy/envoy_conf.h"
 #include "policy/rules.h"
 #include "rl_error.h"
 #include "policy/config.h"
@@ -48,6 +49,28 @@ int main(int argc, char **argv)
     if (rc != RLS_CONFIG_RUN) {
         fprintf(stderr, "rl-server: %s\n", err);
         return 2;
+    }
+    if (cfg.check_envoy_config != NULL || cfg.nenvoy_configs > 0) {
+        /* Envoy descriptor files: every error, FILE:LINE first. */
+        rls_envoy_conf_t *ec = NULL;
+        const char *one[1] = {cfg.check_envoy_config};
+        int check = cfg.check_envoy_config != NULL;
+
+        rc = check ? rls_envoy_conf_build(one, 1, &ec, &diag)
+                   : rls_envoy_conf_build(cfg.envoy_configs,
+                                          cfg.nenvoy_configs, &ec, &diag);
+        if (rc != RL_OK) {
+            print_diag(&diag, rc);
+            return 2;
+        }
+        if (check) {
+            printf("%s: ok, %zu domain, %zu descriptors\n",
+                   cfg.check_envoy_config, rls_envoy_conf_domains(ec),
+                   rls_envoy_conf_nodes(ec));
+            rls_envoy_conf_unref(ec);
+            return 0;
+        }
+        rls_envoy_conf_unref(ec);
     }
     if (cfg.check_config != NULL) {
         /* Validate, report every error, serve nothing. */
@@ -100,6 +123,10 @@ int main(int argc, char **argv)
     rc = rls_server_start(&srv, &loop, &cfg, store, policy);
     if (rc != 0) {
         int metrics = srv.failed == RLS_LISTENER_METRICS;
+        if (srv.failed == RLS_LISTENER_GRPC)
+            fprintf(stderr, "rl-server: --grpc: cannot listen on %s:%d: %s\n",
+                    cfg.grpc_host, cfg.grpc_port, uv_strerror(rc));
+        else
         fprintf(stderr, "rl-server: %s: cannot listen on %s:%d: %s\n",
                 metrics ? "--metrics" : "--listen",
                 metrics ? cfg.metrics_host : cfg.listen_host,

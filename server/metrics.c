@@ -335,6 +335,8 @@ int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
     }
     TRY(gauge(out, "rl_requests_inflight",
               "Requests read and not yet answered.", cs->inflight));
+    if (v->grpc != NULL)
+        TRY(rls_grpc_metrics(v->grpc, out));
 
     TRY(gauge(out, "rl_connections_open", "Client connections open.",
               cs->conns_open));

@@ -6,6 +6,7 @@
 
 #include "batch.h"
 #include "net/conn.h"
+#include "net/grpc.h"
 #include "net/http_server.h"
 #include "policy/config.h"
 #include "policy/reload.h"
@@ -25,6 +26,7 @@ typedef struct rls_metrics_view_s {
     const rls_reload_stats_t *reload;
     const rls_switch_poll_stats_t *switches;
     const rls_refusal_stats_t *refusals;
+    const rls_grpc_t *grpc; /* the --grpc listener's; or NULL */
     uint64_t start_unix_ms;
     int healthy;  /* what /healthz answers now */
     int draining;

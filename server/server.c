@@ -35,8 +35,11 @@ static void on_tick(uv_check_t *h)
     rls_conns_resume(&s->conns);
     rls_batcher_flush(&s->batcher);
     rls_conns_flush(&s->conns);
+    if (s->grpc != NULL)
+        rls_grpc_flush(s->grpc);
     if (s->stopping && !s->draining && !s->closed &&
-        rls_list_empty(&s->conns.all) && s->batcher.in_flight == 0)
+        rls_list_empty(&s->conns.all) && rls_grpc_idle(s->grpc) &&
+        s->batcher.in_flight == 0)
         rls_server_stop(s); /* everything answered: finish the stop */
 }
 
@@ -75,6 +78,9 @@ static void close_all(rls_server_t *s)
              (unsigned long long)s->conns.stats.inflight);
     rls_http_server_close(s->http);
     s->http = NULL;
+    rls_grpc_free(s->grpc);
+    s->grpc = NULL;
+    rls_envoy_reload_close(&s->envoy_reload);
     rls_reload_close(&s->reload);
     rls_switch_poll_close(&s->switches);
     s->store->v->close(s->store, on_store_closed, s);
@@ -98,6 +104,8 @@ static void on_stop_timer(uv_timer_t *t)
      * remaining connections; their requests' answers are dropped. */
     RLS_WARN("stop timed out; closing remaining connections", NULL);
     rls_conns_close(&s->conns);
+    if (s->grpc != NULL)
+        rls_grpc_close_all(s->grpc);
 }
 
 void rls_server_stop(rls_server_t *s)
@@ -114,6 +122,8 @@ void rls_server_stop(rls_server_t *s)
             /* Keep serving while the load balancer notices /healthz. */
             s->draining = 1;
             s->conns.draining = 1;
+            if (s->grpc != NULL)
+                rls_grpc_set_draining(s->grpc, 1);
             RLS_INFO("draining", " drain_ms=%llu",
                      (unsigned long long)s->cfg->drain_ms);
             uv_timer_start(&s->stop_timer, on_stop_timer, s->cfg->drain_ms,
@@ -128,13 +138,17 @@ void rls_server_stop(rls_server_t *s)
         uv_close((uv_handle_t *)&s->listener, NULL);
         RLS_INFO("stopping: listener closed, clients told to go away",
                  " connections=%zu", rls_conns_goaway(&s->conns));
+        if (s->grpc != NULL)
+            RLS_INFO("stopping: gRPC listener closed, GOAWAY sent",
+                     " connections=%zu", rls_grpc_goaway(s->grpc));
         grace = 4 * s->cfg->redis_timeout_ms;
         if (grace < RLS_STOP_GRACE_MIN_MS)
             grace = RLS_STOP_GRACE_MIN_MS;
         uv_timer_start(&s->stop_timer, on_stop_timer, grace, 0);
     }
     rls_batcher_flush_now(&s->batcher);
-    if (rls_list_empty(&s->conns.all) && s->batcher.in_flight == 0)
+    if (rls_list_empty(&s->conns.all) && rls_grpc_idle(s->grpc) &&
+        s->batcher.in_flight == 0)
         close_all(s);
 }
 
@@ -168,6 +182,7 @@ int rls_server_metrics(const rls_server_t *s, rl_buf_t *out)
     v.reload = &s->reload.stats;
     v.switches = &s->switches.stats;
     v.refusals = &s->batcher.refusals.stats;
+    v.grpc = s->grpc;
     return rls_metrics_render(&v, out);
 }
 
@@ -221,6 +236,45 @@ static void on_http(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
     r->ctype = "text/plain; version=0.0.4; charset=utf-8";
     r->body = rl_buf_rptr(&s->page);
     r->body_len = rl_buf_len(&s->page);
+}
+
+static void install_envoy_conf(void *arg, rls_envoy_conf_t *conf)
+{
+    rls_server_t *s = arg;
+
+    rls_grpc_set_conf(s->grpc, conf);
+}
+
+/* The --grpc listener and its --envoy-config files. Returns 0 or a libuv
+ * error (UV_EINVAL: a bad file, logged). */
+static int start_grpc(rls_server_t *s)
+{
+    const rls_config_t *cfg = s->cfg;
+    rls_envoy_conf_t *conf = NULL;
+    rls_diag_t d;
+    int rc;
+
+    if (cfg->nenvoy_configs > 0 &&
+        (rc = rls_envoy_conf_build(cfg->envoy_configs, cfg->nenvoy_configs,
+                                   &conf, &d)) != RL_OK) {
+        RLS_ERROR("bad --envoy-config", " error=\"%s\"",
+                  rc == RL_EINVAL ? d.msg[0] : "out of memory");
+        return UV_EINVAL;
+    }
+    if ((rc = rls_grpc_start(&s->grpc, s->loop, cfg, &s->batcher)) != 0) {
+        rls_envoy_conf_unref(conf);
+        RLS_ERROR("cannot listen for gRPC", " addr=%s:%d err=\"%s\"",
+                  cfg->grpc_host, cfg->grpc_port, uv_strerror(rc));
+        return rc;
+    }
+    rls_grpc_set_conf(s->grpc, conf);
+    rls_grpc_on_empty(s->grpc, on_conns_empty, s);
+    if (cfg->nenvoy_configs > 0)
+        rls_envoy_reload_start(&s->envoy_reload, s->loop, cfg->envoy_configs,
+                               cfg->nenvoy_configs, install_envoy_conf, s);
+    RLS_INFO("grpc listening", " addr=%s:%d envoy_configs=%zu",
+             cfg->grpc_host, cfg->grpc_port, cfg->nenvoy_configs);
+    return 0;
 }
 
 /* A new policy or new switches: the batch being filled goes out first,
@@ -297,6 +351,14 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
         }
         RLS_INFO("metrics listening", " addr=%s:%d", cfg->metrics_host,
                  cfg->metrics_port);
+    }
+    if (cfg->grpc_host[0] != '\0' && (rc = start_grpc(s)) != 0) {
+        s->failed = RLS_LISTENER_GRPC;
+        uv_close((uv_handle_t *)&s->listener, NULL);
+        rls_http_server_close(s->http);
+        s->http = NULL;
+        rls_runtime_free(&s->rt);
+        return rc;
     }
     if (rls_refusals_init(&s->batcher.refusals, cfg->refusal_cache) != RL_OK)
         RLS_WARN("no memory for the refusal cache; every request goes to "

@@ -10,8 +10,10 @@
 
 #include "batch.h"
 #include "net/conn.h"
+#include "net/grpc.h"
 #include "net/http_server.h"
 #include "policy/config.h"
+#include "policy/envoy_reload.h"
 #include "policy/reload.h"
 #include "policy/runtime.h"
 #include "policy/switches.h"
@@ -22,7 +24,8 @@
 typedef enum {
     RLS_LISTENER_NONE = 0,
     RLS_LISTENER_NATIVE, /* --listen */
-    RLS_LISTENER_METRICS /* --metrics */
+    RLS_LISTENER_METRICS, /* --metrics */
+    RLS_LISTENER_GRPC     /* --grpc */
 } rls_listener_t;
 
 typedef struct rls_server_s {
@@ -47,6 +50,8 @@ typedef struct rls_server_s {
     rls_http_server_t *http; /* the --metrics listener, or NULL */
     rl_buf_t page;           /* the /metrics page being built */
     rls_listener_t failed;   /* which listener failed to start */
+    rls_grpc_t *grpc;        /* the --grpc listener, or NULL */
+    rls_envoy_reload_t envoy_reload; /* the --envoy-config files */
 } rls_server_t;
 
 /* Binds the listener and starts serving on loop under `policy` (the server

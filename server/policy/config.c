@@ -36,6 +36,7 @@ void rls_config_defaults(rls_config_t *c)
     c->max_rules = 1000;
     c->refusal_cache = 16384;
     c->batches_in_flight = 1;
+    c->grpc_max_streams = 100;
 }
 
 static const char usage[] =
@@ -107,6 +108,16 @@ static const char usage[] =
     "                           67108864; 0: no cap)\n"
     "  --metrics HOST:PORT      serve /metrics and /healthz over HTTP\n"
     "                           (default: off)\n"
+    "  --grpc HOST:PORT         serve Envoy's rate limit service (gRPC,\n"
+    "                           HTTP/2 cleartext) here (default: off)\n"
+    "  --envoy-config FILE      envoy-ratelimit descriptor file, one domain\n"
+    "                           each (see deploy/README.md, Envoy);\n"
+    "                           repeatable; reloaded on SIGHUP and when\n"
+    "                           one changes\n"
+    "  --check-envoy-config FILE  validate an Envoy descriptor file and\n"
+    "                           exit: 0, or 2 with FILE:LINE: errors\n"
+    "  --grpc-max-streams N     concurrent streams per gRPC connection\n"
+    "                           (SETTINGS; default 100)\n"
     "  --drain-ms N             on SIGTERM, report unhealthy and keep serving\n"
     "                           this long before closing (default 0)\n"
     "  --unhealthy-error-ratio R\n"
@@ -236,6 +247,7 @@ static const num_flag_t num_flags[] = {
     NUM("--batches-in-flight", batches_in_flight, 0, 1024),
     NUM("--max-inline-window", max_inline_window, 0, RL_WINDOW_MAX_S),
     NUM("--max-inline-limit", max_inline_limit, 0, INT64_MAX),
+    NUM("--grpc-max-streams", grpc_max_streams, 1, 65536),
 };
 
 static int takes_value(const char *name)
@@ -245,7 +257,9 @@ static int takes_value(const char *name)
                                         "--memory-max",
                                         "--unhealthy-error-ratio",
                                         "--config", "--check-config",
-                                        "--inline-limits"};
+                                        "--inline-limits", "--grpc",
+                                        "--envoy-config",
+                                        "--check-envoy-config"};
     size_t k;
 
     for (k = 0; k < sizeof(names) / sizeof(names[0]); k++)
@@ -342,6 +356,19 @@ int rls_config_parse(rls_config_t *c, int argc, char **argv, void *out,
             c->config_path = val;
         } else if (strcmp(name, "--check-config") == 0) {
             c->check_config = val;
+        } else if (strcmp(name, "--grpc") == 0) {
+            if (rl_parse_hostport(val, c->grpc_host, sizeof(c->grpc_host),
+                                  &c->grpc_port) != RL_OK)
+                return fail(err, errlen,
+                            "--grpc: expected " RL_HOSTPORT_HELP ", got '%s'",
+                            val);
+        } else if (strcmp(name, "--envoy-config") == 0) {
+            if (c->nenvoy_configs == RLS_ENVOY_CONFIGS_MAX)
+                return fail(err, errlen, "--envoy-config: at most %d files",
+                            RLS_ENVOY_CONFIGS_MAX);
+            c->envoy_configs[c->nenvoy_configs++] = val;
+        } else if (strcmp(name, "--check-envoy-config") == 0) {
+            c->check_envoy_config = val;
         } else if (strcmp(name, "--inline-limits") == 0) {
             if (strcmp(val, "allow") != 0 && strcmp(val, "deny") != 0)
                 return fail(err, errlen, "--inline-limits: expected allow or "

@@ -10,6 +10,7 @@
 #define RLS_HOST_MAX 255
 #define RLS_PREFIX_MAX 64
 #define RLS_RULES_MAX 256
+#define RLS_ENVOY_CONFIGS_MAX 64
 
 typedef struct rls_config_s {
     char listen_host[RLS_HOST_MAX + 1];
@@ -57,6 +58,15 @@ typedef struct rls_config_s {
     uint64_t max_inline_limit;  /* 0: up to 2^63-1 */
     uint64_t refusal_cache;     /* entries of the refusal cache; 0: off */
     uint64_t batches_in_flight; /* batches a tick may leave in flight */
+
+    /* Envoy's rate limit service (--grpc; empty host: off) and its
+     * descriptor files (--envoy-config, repeatable). */
+    char grpc_host[RLS_HOST_MAX + 1];
+    int grpc_port;
+    uint32_t grpc_max_streams;
+    const char *envoy_configs[RLS_ENVOY_CONFIGS_MAX];
+    size_t nenvoy_configs;
+    const char *check_envoy_config; /* validate this Envoy file and exit */
 } rls_config_t;
 
 /* Fills *c with the defaults shown by --help. */

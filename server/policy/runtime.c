@@ -72,6 +72,12 @@ static rls_rule_stats_t *stats_for(rls_runtime_t *rt, const char *name,
     return s;
 }
 
+rls_rule_stats_t *rls_runtime_stats(rls_runtime_t *rt, const char *name,
+                                    size_t len)
+{
+    return stats_for(rt, name, len);
+}
+
 /* Works out every rule's effective settings into a new array. */
 static rule_rt_t *compute(rls_runtime_t *rt, const rls_policy_t *p,
                           const rls_switches_t *sw)

@@ -120,6 +120,12 @@ void rls_switches_free(rls_switches_t *sw);
 int rls_runtime_resolve(rls_runtime_t *rt, const rl_check_t *q,
                         rls_spec_t *spec, const char **why);
 
+/* The counters kept under name (made on first use, kept for the life of
+ * the runtime; past the cap, the shared "(other)" entry): for decisions
+ * made without a rule of the policy, such as Envoy's descriptors. */
+rls_rule_stats_t *rls_runtime_stats(rls_runtime_t *rt, const char *name,
+                                    size_t len);
+
 /* Effective limit of l under scale (at least 1). */
 uint64_t rls_scale_limit(uint64_t limit, double scale);
 

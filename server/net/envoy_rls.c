@@ -1,0 +1,538 @@
+/* Envoy's ShouldRateLimit, decided like a native request; see envoy_rls.h.
+ *
+ * Each descriptor is one request of the batcher, with the call as owner and
+ * the descriptor's index as id, so the descriptors of one call, and of
+ * every call and native connection of the same loop iteration, share one
+ * batch. What the batcher answers is copied into the call's status slots
+ * (its strings do not outlive the callback); the last answer completes the
+ * call. A call holds a reference to the configuration it was mapped under
+ * until it is freed, so a reload mid-call changes nothing for it. */
+#include "net/envoy_rls.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "envoy/service/ratelimit/v3/rls.pb-c.h"
+#include "log.h"
+#include "net/rl_headers.h"
+#include "rl_error.h"
+#include "rl_hash.h"
+#include "rl_window.h"
+
+typedef Envoy__Service__Ratelimit__V3__RateLimitRequest req_t;
+typedef Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor desc_t;
+typedef Envoy__Service__Ratelimit__V3__RateLimitResponse resp_t;
+typedef Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus
+    dstatus_t;
+typedef Envoy__Service__Ratelimit__V3__RateLimitResponse__RateLimit
+    ratelimit_t;
+typedef Envoy__Config__Core__V3__HeaderValue header_t;
+typedef Google__Protobuf__Duration duration_t;
+
+#define CODE_OK 1
+#define CODE_OVER 2
+
+struct rls_envoy_status_s {
+    int code;      /* CODE_OK or CODE_OVER */
+    int decided;   /* a limit applied: current_limit and the rest are set */
+    int unlimited; /* matched unlimited: true */
+    uint32_t rpu;  /* current_limit.requests_per_unit */
+    int unit;
+    const char *name; /* in the call's configuration; or NULL */
+    size_t name_len;
+    rl_result_t r; /* the decision (no strings) */
+};
+
+/* ------------------------------------------------------------------------ */
+/* Counter keys */
+
+static size_t put_escaped(char *out, size_t at, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch <= 0x20 || ch >= 0x7f || ch == '/' || ch == '=' ||
+            ch == '%' || ch == '#') {
+            if (at + 3 <= RLS_ENVOY_KEY_MAX * 4) {
+                out[at++] = '%';
+                out[at++] = hex[ch >> 4];
+                out[at++] = hex[ch & 15];
+            }
+        } else if (at < RLS_ENVOY_KEY_MAX * 4) {
+            out[at++] = (char)ch;
+        }
+    }
+    return at;
+}
+
+size_t rls_envoy_key(char *out, const char *domain, size_t dlen,
+                     const char *const *keys, const size_t *klens,
+                     const char *const *values, const size_t *vlens,
+                     size_t n)
+{
+    /* Every server must build the same key for the same descriptor, so
+     * the hash of a long key is under a fixed key, not a random one. It
+     * only shortens keys; nothing is looked up by it in a table here. */
+    static const rl_hash_key_t fixed = {0x72656e766f796b31u,
+                                        0x6c696d69746b6579u};
+    char full[RLS_ENVOY_KEY_MAX * 4];
+    size_t at = 0, i;
+    uint64_t h0, h1;
+
+    /* Escaped, the whole key may be three times its bytes: build it in
+     * `full` (bounded), shorten it if needed. */
+    at = put_escaped(full, at, domain, dlen);
+    for (i = 0; i < n; i++) {
+        if (at < sizeof(full))
+            full[at++] = '/';
+        at = put_escaped(full, at, keys[i], klens[i]);
+        if (at < sizeof(full))
+            full[at++] = '=';
+        at = put_escaped(full, at, values[i], vlens[i]);
+    }
+    if (at <= RLS_ENVOY_KEY_MAX && at < sizeof(full)) {
+        memcpy(out, full, at);
+        return at;
+    }
+    /* Hash the unescaped parts, whole, so that what the bounded buffer
+     * dropped still tells keys apart. */
+    h0 = rl_siphash24(&fixed, domain, dlen);
+    for (i = 0; i < n; i++) {
+        uint64_t part[3];
+        part[0] = h0;
+        part[1] = rl_siphash24(&fixed, keys[i], klens[i]);
+        part[2] = rl_siphash24(&fixed, values[i], vlens[i]);
+        h0 = rl_siphash24(&fixed, part, sizeof(part));
+    }
+    h1 = rl_siphash24(&fixed, &h0, sizeof(h0)) ^ (uint64_t)n;
+    memcpy(out, full, 360);
+    snprintf(out + 360, RLS_ENVOY_KEY_MAX + 1 - 360,
+             "#%016" PRIx64 "%016" PRIx64, h0, h1);
+    return 360 + 33;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Deciding */
+
+static void respond(void *owner, const rl_result_t *r)
+{
+    rls_envoy_call_t *call = owner;
+    rls_envoy_status_t *st;
+
+    if (r->id < call->n) {
+        st = &call->st[r->id];
+        st->r = *r;
+        st->r.error = NULL;
+        st->r.error_len = 0;
+        /* ERROR: the store could not decide and the server fails closed
+         * (fail-open answers OK): refused, as the operator asked. */
+        st->code = r->code == RL_CODE_OK ? CODE_OK : CODE_OVER;
+        if (r->code == RL_CODE_ERROR) {
+            st->r.code = RL_CODE_OVER_LIMIT;
+            if (st->r.retry_after_ms == 0)
+                st->r.retry_after_ms = 1000;
+        }
+    }
+    if (--call->pending == 0 && call->done != NULL)
+        call->done(call);
+}
+
+static uint64_t wall_ms(void)
+{
+    struct timeval tv;
+
+    gettimeofday(&tv, NULL);
+    return (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
+}
+
+static uint32_t clamp32(uint64_t v)
+{
+    return v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+}
+
+/* Answered without the store: a limit of 0 refuses everything. */
+static void refuse_zero(rls_envoy_status_t *st, uint32_t window_s)
+{
+    uint64_t now = wall_ms();
+    uint64_t left = rl_window_reset_after_ms(now, window_s);
+
+    st->code = CODE_OVER;
+    st->decided = 1;
+    memset(&st->r, 0, sizeof(st->r));
+    st->r.code = RL_CODE_OVER_LIMIT;
+    st->r.window_s = window_s;
+    st->r.reset_after_ms = st->r.retry_after_ms = left;
+}
+
+static int unit_seconds(int unit, uint32_t *s)
+{
+    switch (unit) {
+    case 1: *s = 1; return 1;
+    case 2: *s = 60; return 1;
+    case 3: *s = 3600; return 1;
+    case 4: *s = 86400; return 1;
+    default: return 0;
+    }
+}
+
+/* Decides descriptor i of the call (mapped through node x, or overridden
+ * by the request's own limit). Returns 0 or a gRPC status. */
+static int add_one(rls_envoy_call_t *call, uint32_t i, const desc_t *d,
+                   const rls_envoy_node_t *x, uint32_t cost,
+                   const char **why)
+{
+    rls_envoy_ctx_t *ctx = call->ctx;
+    rls_runtime_t *rt = ctx->batcher->rt;
+    rls_envoy_status_t *st = &call->st[i];
+    const char *keys[RLS_ENVOY_ENTRIES_MAX], *vals[RLS_ENVOY_ENTRIES_MAX];
+    size_t klens[RLS_ENVOY_ENTRIES_MAX], vlens[RLS_ENVOY_ENTRIES_MAX], j;
+    char key[RLS_ENVOY_KEY_MAX + 1];
+    size_t klen;
+    rls_spec_t spec;
+    uint32_t window_s = 0;
+    uint64_t limit = 0;
+
+    st->code = CODE_OK;
+    if (d->limit != NULL && unit_seconds(d->limit->unit, &window_s)) {
+        /* The request's own limit (RateLimitOverride), as envoy-ratelimit
+         * takes it: in place of whatever the configuration says. */
+        limit = d->limit->requests_per_unit;
+        st->unit = d->limit->unit;
+    } else if (x != NULL && x->kind == RLS_ENVOY_LIMIT) {
+        limit = x->limit;
+        window_s = x->window_s;
+        st->unit = x->unit;
+        st->name = x->name;
+        st->name_len = x->name_len;
+    } else if (x != NULL && x->kind == RLS_ENVOY_RULE) {
+        window_s = 0; /* from the rule */
+    } else {
+        /* No configuration, or unlimited: allowed, nothing counted. */
+        st->unlimited = x != NULL && x->kind == RLS_ENVOY_UNLIMITED;
+        ctx->stats.uncounted++;
+        return RLS_GRPC_OK;
+    }
+    for (j = 0; j < d->n_entries; j++) {
+        keys[j] = d->entries[j]->key;
+        klens[j] = strlen(keys[j]);
+        vals[j] = d->entries[j]->value;
+        vlens[j] = strlen(vals[j]);
+    }
+    klen = rls_envoy_key(key, call->dom->name, call->dom->name_len, keys,
+                         klens, vals, vlens, d->n_entries);
+    if (window_s != 0) {
+        st->rpu = clamp32(limit);
+        if (limit == 0) {
+            refuse_zero(st, window_s);
+            return RLS_GRPC_OK;
+        }
+        memset(&spec, 0, sizeof(spec));
+        spec.rule = NULL;
+        spec.stats = rls_runtime_stats(rt, call->dom->stats_name,
+                                       strlen(call->dom->stats_name));
+        spec.mode = rt->sw.global_mode >= 0
+                        ? rt->sw.global_mode
+                        : (x != NULL && x->shadow ? RLS_MODE_SHADOW
+                                                  : RLS_MODE_ENFORCE);
+        spec.limits.n = 1;
+        spec.limits.w[0].limit = limit;
+        spec.limits.w[0].window_s = window_s;
+        spec.quota = 0;
+        spec.scale = 1.0;
+    } else {
+        rl_check_t q;
+        const char *w = NULL;
+        memset(&q, 0, sizeof(q));
+        q.id = i + 1;
+        q.key = key;
+        q.key_len = klen;
+        q.cost = cost;
+        q.rule = x->rule;
+        q.rule_len = x->rule_len;
+        if (rls_runtime_resolve(rt, &q, &spec, &w) != RL_OK) {
+            *why = "a descriptor's rule is not in the rules file";
+            return RLS_GRPC_UNAVAILABLE;
+        }
+        if (x->shadow && spec.mode == RLS_MODE_ENFORCE)
+            spec.mode = RLS_MODE_SHADOW;
+        st->name = x->rule;
+        st->name_len = x->rule_len;
+    }
+    st->decided = 1;
+    if (spec.mode == RLS_MODE_OFF) {
+        st->r.code = RL_CODE_OK;
+        st->r.limit = st->r.remaining = spec.limits.w[0].limit;
+        st->r.window_s = spec.limits.w[0].window_s;
+        spec.stats->uncounted++;
+        ctx->stats.uncounted++;
+        return RLS_GRPC_OK;
+    }
+    call->pending++;
+    if (rls_batcher_add(ctx->batcher, respond, call, i, key, klen, cost,
+                        &spec) != RL_OK) {
+        call->pending--;
+        *why = "out of memory";
+        return RLS_GRPC_RESOURCE_EXHAUSTED;
+    }
+    return RLS_GRPC_OK;
+}
+
+/* Checks the request before anything is queued, so that a bad descriptor
+ * leaves nothing in flight. */
+static int validate(const req_t *q, const char **why)
+{
+    size_t i, j;
+
+    if (q->domain == NULL || q->domain[0] == '\0') {
+        *why = "domain is empty";
+        return RLS_GRPC_INVALID_ARGUMENT;
+    }
+    if (q->n_descriptors == 0) {
+        *why = "no descriptors";
+        return RLS_GRPC_INVALID_ARGUMENT;
+    }
+    if (q->n_descriptors > RLS_ENVOY_DESCRIPTORS_MAX) {
+        *why = "more than 64 descriptors";
+        return RLS_GRPC_INVALID_ARGUMENT;
+    }
+    for (i = 0; i < q->n_descriptors; i++) {
+        const desc_t *d = q->descriptors[i];
+        if (d->n_entries == 0) {
+            *why = "a descriptor has no entries";
+            return RLS_GRPC_INVALID_ARGUMENT;
+        }
+        if (d->n_entries > RLS_ENVOY_ENTRIES_MAX) {
+            *why = "a descriptor has more than 32 entries";
+            return RLS_GRPC_INVALID_ARGUMENT;
+        }
+        for (j = 0; j < d->n_entries; j++)
+            if (d->entries[j]->key == NULL || d->entries[j]->key[0] == '\0') {
+                *why = "a descriptor entry has an empty key";
+                return RLS_GRPC_INVALID_ARGUMENT;
+            }
+    }
+    return RLS_GRPC_OK;
+}
+
+int rls_envoy_start(rls_envoy_call_t *call, rls_envoy_ctx_t *ctx,
+                    const uint8_t *p, size_t n, const char **why)
+{
+    req_t *q;
+    uint32_t i, cost;
+    int rc;
+
+    call->ctx = ctx;
+    call->conf = NULL;
+    call->dom = NULL;
+    call->st = NULL;
+    call->n = 0;
+    call->pending = 0;
+    q = envoy__service__ratelimit__v3__rate_limit_request__unpack(NULL, n, p);
+    if (q == NULL) {
+        *why = "the message is not a RateLimitRequest";
+        return RLS_GRPC_INTERNAL;
+    }
+    if ((rc = validate(q, why)) != RLS_GRPC_OK)
+        goto out;
+    call->n = (uint32_t)q->n_descriptors;
+    if ((call->st = calloc(call->n, sizeof(*call->st))) == NULL) {
+        *why = "out of memory";
+        rc = RLS_GRPC_RESOURCE_EXHAUSTED;
+        goto out;
+    }
+    if (ctx->conf != NULL) {
+        call->conf = rls_envoy_conf_ref(ctx->conf);
+        call->dom = rls_envoy_conf_domain(call->conf, q->domain,
+                                          strlen(q->domain));
+    }
+    if (call->dom == NULL) {
+        /* No configuration for the domain: everything allowed, nothing
+         * counted, as envoy-ratelimit answers. */
+        ctx->stats.unknown_domain++;
+        for (i = 0; i < call->n; i++)
+            call->st[i].code = CODE_OK;
+        ctx->stats.uncounted += call->n;
+        rc = RLS_GRPC_OK;
+        goto out;
+    }
+    cost = q->hits_addend == 0 ? 1 : q->hits_addend;
+    /* The guard: an answer given inside the loop (a full batch the memory
+     * store answered at once) must not complete the call under us. */
+    call->pending = 1;
+    for (i = 0; i < call->n; i++) {
+        const desc_t *d = q->descriptors[i];
+        const rls_envoy_node_t *x = NULL;
+        size_t j;
+        for (j = 0; j < d->n_entries; j++) {
+            const rls_envoy_node_t *nx = rls_envoy_conf_step(
+                call->conf, call->dom, x, d->entries[j]->key,
+                strlen(d->entries[j]->key), d->entries[j]->value,
+                strlen(d->entries[j]->value));
+            if (nx == NULL) {
+                x = NULL;
+                break;
+            }
+            x = nx;
+        }
+        if ((rc = add_one(call, i, d, x, cost, why)) != RLS_GRPC_OK) {
+            /* What is queued stays queued and is answered into the call;
+             * the transport waits for it before freeing. */
+            call->pending--;
+            goto out;
+        }
+    }
+    call->pending--;
+    rc = RLS_GRPC_OK;
+out:
+    envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(q, NULL);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The response */
+
+typedef struct hdrs_s {
+    header_t h[8];
+    header_t *hp[8];
+    char names[8][32];
+    char values[8][RLS_HDR_VALUE_MAX];
+    size_t n;
+} hdrs_t;
+
+static int add_header(void *arg, const char *name, const char *value)
+{
+    hdrs_t *hs = arg;
+    header_t init = ENVOY__CONFIG__CORE__V3__HEADER_VALUE__INIT;
+
+    if (hs->n == 8)
+        return RL_EFULL;
+    snprintf(hs->names[hs->n], sizeof(hs->names[0]), "%s", name);
+    snprintf(hs->values[hs->n], sizeof(hs->values[0]), "%s", value);
+    hs->h[hs->n] = init;
+    hs->h[hs->n].key = hs->names[hs->n];
+    hs->h[hs->n].value = hs->values[hs->n];
+    hs->hp[hs->n] = &hs->h[hs->n];
+    hs->n++;
+    return RL_OK;
+}
+
+/* The descriptor whose numbers the headers carry: a refused one that frees
+ * up last, else the decided one with the least room left. */
+static const rls_envoy_status_t *headline(const rls_envoy_call_t *call)
+{
+    const rls_envoy_status_t *best = NULL;
+    uint32_t i;
+
+    for (i = 0; i < call->n; i++) {
+        const rls_envoy_status_t *s = &call->st[i];
+        if (!s->decided)
+            continue;
+        if (best == NULL)
+            best = s;
+        else if (s->code == CODE_OVER && best->code != CODE_OVER)
+            best = s;
+        else if (s->code == CODE_OVER && best->code == CODE_OVER)
+            best = s->r.retry_after_ms > best->r.retry_after_ms ? s : best;
+        else if (s->code == best->code && s->r.remaining < best->r.remaining)
+            best = s;
+    }
+    return best;
+}
+
+int rls_envoy_encode(const rls_envoy_call_t *call, rl_buf_t *out)
+{
+    resp_t resp = ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__INIT;
+    dstatus_t ds[RLS_ENVOY_DESCRIPTORS_MAX];
+    dstatus_t *dsp[RLS_ENVOY_DESCRIPTORS_MAX];
+    ratelimit_t rl[RLS_ENVOY_DESCRIPTORS_MAX];
+    duration_t du[RLS_ENVOY_DESCRIPTORS_MAX];
+    char names[RLS_ENVOY_DESCRIPTORS_MAX][24];
+    hdrs_t hs;
+    const rls_envoy_status_t *h;
+    size_t len;
+    uint8_t *w;
+    uint32_t i;
+    int over = 0, rc;
+
+    hs.n = 0;
+    for (i = 0; i < call->n; i++) {
+        const rls_envoy_status_t *s = &call->st[i];
+        dstatus_t di =
+            ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__DESCRIPTOR_STATUS__INIT;
+        ratelimit_t ri =
+            ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__INIT;
+        duration_t dz = GOOGLE__PROTOBUF__DURATION__INIT;
+
+        ds[i] = di;
+        rl[i] = ri;
+        du[i] = dz;
+        dsp[i] = &ds[i];
+        ds[i].code = s->code == CODE_OVER ? CODE_OVER : CODE_OK;
+        call->ctx->stats.descriptors[ds[i].code]++;
+        over |= s->code == CODE_OVER;
+        if (s->unlimited)
+            ds[i].limit_remaining = UINT32_MAX;
+        if (!s->decided)
+            continue;
+        /* current_limit: the deciding window's (a rule may have several),
+         * in Envoy's unit when the window is one, else UNKNOWN with the
+         * window in the name, e.g. "90s". */
+        rl[i].requests_per_unit = clamp32(s->r.limit ? s->r.limit : s->rpu);
+        switch (s->r.window_s) {
+        case 1: rl[i].unit = 1; break;
+        case 60: rl[i].unit = 2; break;
+        case 3600: rl[i].unit = 3; break;
+        case 86400: rl[i].unit = 4; break;
+        default: rl[i].unit = 0; break;
+        }
+        if (s->name != NULL) {
+            rl[i].name = (char *)s->name; /* NUL-terminated in the conf */
+        } else if (rl[i].unit == 0 && s->r.window_s != 0) {
+            snprintf(names[i], sizeof(names[i]), "%us", s->r.window_s);
+            rl[i].name = names[i];
+        }
+        ds[i].current_limit = &rl[i];
+        ds[i].limit_remaining = clamp32(s->r.remaining);
+        du[i].seconds = (int64_t)(s->r.reset_after_ms / 1000);
+        du[i].nanos = (int32_t)(s->r.reset_after_ms % 1000) * 1000000;
+        ds[i].duration_until_reset = &du[i];
+    }
+    resp.overall_code = over ? CODE_OVER : CODE_OK;
+    resp.n_statuses = call->n;
+    resp.statuses = dsp;
+    if (call->dom != NULL && call->dom->headers != 0 &&
+        (h = headline(call)) != NULL) {
+        /* The policy name is the domain's stats name: always a valid
+         * structured-field string, which a rate_limit name need not be. */
+        rls_rl_headers(&h->r, call->dom->stats_name,
+                       strlen(call->dom->stats_name), call->dom->headers,
+                       add_header, &hs);
+        resp.n_response_headers_to_add = hs.n;
+        resp.response_headers_to_add = hs.hp;
+    }
+    len = envoy__service__ratelimit__v3__rate_limit_response__get_packed_size(
+        &resp);
+    if ((rc = rl_buf_reserve(out, len + 5, &w)) != RL_OK)
+        return rc;
+    w[0] = 0;
+    w[1] = (uint8_t)(len >> 24);
+    w[2] = (uint8_t)(len >> 16);
+    w[3] = (uint8_t)(len >> 8);
+    w[4] = (uint8_t)len;
+    envoy__service__ratelimit__v3__rate_limit_response__pack(&resp, w + 5);
+    rl_buf_commit(out, len + 5);
+    return RL_OK;
+}
+
+void rls_envoy_call_free(rls_envoy_call_t *call)
+{
+    free(call->st);
+    call->st = NULL;
+    rls_envoy_conf_unref(call->conf);
+    call->conf = NULL;
+}

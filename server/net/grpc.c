@@ -1,0 +1,968 @@
+/* The --grpc listener: HTTP/2 cleartext with nghttp2, gRPC unary calls of
+ * Envoy's RateLimitService; see grpc.h.
+ *
+ * nghttp2 does all of HTTP/2 (framing, HPACK, flow control, SETTINGS,
+ * GOAWAY, flood protection); this file moves bytes between it and the
+ * socket and turns streams into calls. Reads go to one buffer shared by
+ * every connection and are handed to nghttp2_session_mem_recv at once,
+ * which consumes them whole. Frames to send are drawn with
+ * nghttp2_session_mem_send into the connection's output buffer once per
+ * loop iteration (rls_grpc_flush) and not while a write is in flight, so
+ * a client that does not read holds at most its streams' answers inside
+ * nghttp2: streams stay open until their answers are sent, and their
+ * number is capped.
+ *
+ * Lifetimes. A stream object lives until nghttp2 closed the stream (or
+ * the connection went) *and* no answer of its call is still due from the
+ * batcher; a connection lives until its handle is closed and none of its
+ * stream objects remains. So an answer that arrives after the client went
+ * away finds its stream and connection still allocated and only frees
+ * them, as net/conn.c does with inflight. */
+#include "net/grpc.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nghttp2/nghttp2.h>
+
+#include "log.h"
+#include "net/listen.h"
+#include "rl_error.h"
+#include "util.h"
+
+#define READ_CHUNK 65536
+/* Output drawn from nghttp2 per write, at most (it may overshoot by one
+ * frame). */
+#define OUT_BATCH 65536
+#define RLS_GRPC_PATH "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+
+typedef struct gconn_s gconn_t;
+
+typedef struct gstream_s {
+    gconn_t *c;
+    int32_t id;
+    rls_list_t node; /* in c->streams */
+    rl_buf_t msg;    /* the request body so far */
+    rl_buf_t resp;   /* the response message being sent */
+    size_t resp_off;
+    rls_envoy_call_t call;
+    int err; /* a gRPC status decided before the request ended; or 0 */
+    const char *why;
+    size_t hdr_bytes;
+    unsigned post : 1;
+    unsigned path_ok : 1;
+    unsigned path_seen : 1;
+    unsigned ctype_ok : 1;
+    unsigned encoding : 1; /* grpc-encoding other than identity */
+    unsigned started : 1;  /* the call was started */
+    unsigned answered : 1; /* a response was submitted */
+    unsigned closed : 1;   /* nghttp2 is done with it */
+} gstream_t;
+
+struct gconn_s {
+    uv_tcp_t tcp;
+    uv_write_t wreq;
+    rls_grpc_t *g;
+    nghttp2_session *h2;
+    rls_list_t node;    /* in g->conns */
+    rls_list_t dirty;   /* in g->dirty */
+    rls_list_t streams; /* stream objects alive */
+    rl_buf_t out;       /* bytes drawn from nghttp2, being written */
+    uint64_t active_ms;
+    uint32_t open_streams; /* streams nghttp2 has open with us */
+    unsigned writing : 1;
+    unsigned closing : 1;
+    unsigned closed : 1;
+    unsigned goaway : 1;
+};
+
+struct rls_grpc_s {
+    uv_loop_t *loop;
+    const rls_config_t *cfg;
+    uv_tcp_t listener;
+    uv_timer_t sweep;
+    int listening;
+    int draining;
+    int stopping;
+    int freeing;
+    unsigned handles; /* of listener and sweep, still open */
+    size_t nalloc;    /* connections allocated (open or closing) */
+    rls_list_t conns;
+    rls_list_t dirty;
+    uint8_t *rbuf;
+    nghttp2_session_callbacks *cbs;
+    nghttp2_option *opt;
+    rls_envoy_ctx_t ctx;
+    void (*on_empty)(void *arg);
+    void *arg;
+    rls_grpc_stats_t stats;
+};
+
+static void conn_close(gconn_t *c);
+static void maybe_free_grpc(rls_grpc_t *g);
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    rls_grpc_t *g = h->data;
+
+    g->handles--;
+    maybe_free_grpc(g);
+}
+
+static void mark_dirty(gconn_t *c)
+{
+    if (!c->closing && !rls_list_linked(&c->dirty))
+        rls_list_push(&c->g->dirty, &c->dirty);
+}
+
+static void maybe_free_conn(gconn_t *c)
+{
+    rls_grpc_t *g = c->g;
+
+    if (!c->closed || !rls_list_empty(&c->streams))
+        return;
+    rl_buf_free(&c->out);
+    free(c);
+    g->nalloc--;
+    maybe_free_grpc(g);
+}
+
+static void stream_free_maybe(gstream_t *st)
+{
+    gconn_t *c = st->c;
+
+    if (!st->closed || st->call.pending > 0)
+        return;
+    if (st->started)
+        rls_envoy_call_free(&st->call);
+    rl_buf_free(&st->msg);
+    rl_buf_free(&st->resp);
+    rls_list_remove(&st->node);
+    free(st);
+    maybe_free_conn(c);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Answers */
+
+static const char *status_text(int code)
+{
+    switch (code) {
+    case RLS_GRPC_INVALID_ARGUMENT: return "3";
+    case RLS_GRPC_RESOURCE_EXHAUSTED: return "8";
+    case RLS_GRPC_UNIMPLEMENTED: return "12";
+    case RLS_GRPC_INTERNAL: return "13";
+    case RLS_GRPC_UNAVAILABLE: return "14";
+    default: return "0";
+    }
+}
+
+#define NV(n, v)                                                            \
+    {                                                                       \
+        (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v),           \
+            NGHTTP2_NV_FLAG_NO_COPY_NAME                                    \
+    }
+
+/* grpc-message is percent-encoded (gRPC over HTTP/2): our texts are
+ * printable ASCII, so only '%' itself needs it. */
+static void grpc_message(char *out, size_t cap, const char *why)
+{
+    size_t k = 0;
+
+    for (; *why != '\0' && k + 4 < cap; why++) {
+        if (*why == '%' || (unsigned char)*why < 0x20 ||
+            (unsigned char)*why > 0x7e) {
+            k += (size_t)snprintf(out + k, cap - k, "%%%02X",
+                                  (unsigned char)*why);
+        } else {
+            out[k++] = *why;
+        }
+    }
+    out[k] = '\0';
+}
+
+/* A trailers-only response: the status in the one HEADERS frame. */
+static void reply_status(gstream_t *st, int code, const char *why)
+{
+    gconn_t *c = st->c;
+    char msg[256];
+    nghttp2_nv nva[4] = {
+        NV(":status", "200"),
+        NV("content-type", "application/grpc"),
+        NV("grpc-status", status_text(code)),
+        NV("grpc-message", ""),
+    };
+
+    if (st->answered)
+        return;
+    st->answered = 1;
+    c->g->stats.calls[code < RLS_GRPC_CODES ? code : RLS_GRPC_INTERNAL]++;
+    if (st->closed || c->closing)
+        return;
+    grpc_message(msg, sizeof(msg), why != NULL ? why : "");
+    nva[3].value = (uint8_t *)msg;
+    nva[3].valuelen = strlen(msg);
+    if (nghttp2_submit_response(c->h2, st->id, nva, 4, NULL) != 0)
+        nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, st->id,
+                                  NGHTTP2_INTERNAL_ERROR);
+    mark_dirty(c);
+}
+
+/* Not a gRPC request at all (content-type): HTTP 415, as gRPC says. */
+static void reply_http(gstream_t *st, const char *status)
+{
+    gconn_t *c = st->c;
+    nghttp2_nv nva[1] = {NV(":status", status)};
+
+    if (st->answered)
+        return;
+    st->answered = 1;
+    c->g->stats.http_errors++;
+    if (st->closed || c->closing)
+        return;
+    nghttp2_submit_response(c->h2, st->id, nva, 1, NULL);
+    mark_dirty(c);
+}
+
+static ssize_t read_body(nghttp2_session *s, int32_t id, uint8_t *buf,
+                         size_t length, uint32_t *flags,
+                         nghttp2_data_source *src, void *ud)
+{
+    gstream_t *st = src->ptr;
+    size_t left = rl_buf_len(&st->resp) - st->resp_off;
+    size_t n = left < length ? left : length;
+    nghttp2_nv trailers[1] = {NV("grpc-status", "0")};
+
+    (void)ud;
+    memcpy(buf, rl_buf_rptr(&st->resp) + st->resp_off, n);
+    st->resp_off += n;
+    if (st->resp_off == rl_buf_len(&st->resp)) {
+        *flags |= NGHTTP2_DATA_FLAG_EOF;
+        if (nghttp2_submit_trailer(s, id, trailers, 1) == 0)
+            *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+    }
+    return (ssize_t)n;
+}
+
+static void reply_ok(gstream_t *st)
+{
+    gconn_t *c = st->c;
+    nghttp2_nv nva[2] = {
+        NV(":status", "200"),
+        NV("content-type", "application/grpc"),
+    };
+    nghttp2_data_provider prd;
+
+    if (st->answered)
+        return;
+    if (st->closed || c->closing) {
+        st->answered = 1;
+        c->g->stats.calls[RLS_GRPC_OK]++;
+        return;
+    }
+    rl_buf_init(&st->resp, (size_t)c->g->cfg->max_frame * 4 + 65536);
+    if (rls_envoy_encode(&st->call, &st->resp) != RL_OK) {
+        reply_status(st, RLS_GRPC_RESOURCE_EXHAUSTED,
+                     "out of memory encoding the response");
+        return;
+    }
+    st->answered = 1;
+    c->g->stats.calls[RLS_GRPC_OK]++;
+    prd.source.ptr = st;
+    prd.read_callback = read_body;
+    if (nghttp2_submit_response(c->h2, st->id, nva, 2, &prd) != 0)
+        nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, st->id,
+                                  NGHTTP2_INTERNAL_ERROR);
+    mark_dirty(c);
+}
+
+/* The last answer of a call came. */
+static void on_call_done(rls_envoy_call_t *call)
+{
+    gstream_t *st = RLS_CONTAINER_OF(call, gstream_t, call);
+
+    reply_ok(st); /* nothing when an error was answered already */
+    stream_free_maybe(st);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Requests */
+
+/* The request ended (END_STREAM): check the framing, start the call. */
+static void request_done(gstream_t *st)
+{
+    const uint8_t *p = rl_buf_rptr(&st->msg);
+    size_t n = rl_buf_len(&st->msg), len;
+    const char *why = NULL;
+    int rc;
+
+    if (st->answered)
+        return;
+    if (st->err != 0) {
+        reply_status(st, st->err, st->why);
+        return;
+    }
+    if (!st->ctype_ok) {
+        reply_http(st, "415");
+        return;
+    }
+    if (!st->post || !st->path_ok) {
+        reply_status(st, RLS_GRPC_UNIMPLEMENTED,
+                     st->post ? "unknown service or method; this server "
+                                "serves " RLS_GRPC_PATH
+                              : "method must be POST");
+        return;
+    }
+    if (n < 5) {
+        reply_status(st, RLS_GRPC_INTERNAL,
+                     "expected one length-prefixed message");
+        return;
+    }
+    if (p[0] == 1) {
+        /* gRPC: a compressed message needs a grpc-encoding; one we do not
+         * support is UNIMPLEMENTED, none at all INTERNAL. */
+        reply_status(st,
+                     st->encoding ? RLS_GRPC_UNIMPLEMENTED
+                                  : RLS_GRPC_INTERNAL,
+                     st->encoding ? "compression is not supported; send "
+                                    "uncompressed messages"
+                                  : "compressed flag set without "
+                                    "grpc-encoding");
+        return;
+    }
+    if (p[0] != 0) {
+        reply_status(st, RLS_GRPC_INTERNAL, "bad message flag");
+        return;
+    }
+    len = ((size_t)p[1] << 24) | ((size_t)p[2] << 16) | ((size_t)p[3] << 8) |
+          (size_t)p[4];
+    if (len > st->c->g->cfg->max_frame) {
+        reply_status(st, RLS_GRPC_RESOURCE_EXHAUSTED,
+                     "message larger than --max-frame");
+        return;
+    }
+    if (len != n - 5) {
+        reply_status(st, RLS_GRPC_INTERNAL,
+                     len > n - 5 ? "message truncated"
+                                 : "more than one message in a unary call");
+        return;
+    }
+    st->started = 1;
+    st->call.done = on_call_done;
+    rc = rls_envoy_start(&st->call, &st->c->g->ctx, p + 5, len, &why);
+    rl_buf_free(&st->msg);
+    if (rc != RLS_GRPC_OK)
+        reply_status(st, rc, why);
+    else if (st->call.pending == 0)
+        reply_ok(st);
+}
+
+static gstream_t *stream_of(nghttp2_session *s, int32_t id)
+{
+    return nghttp2_session_get_stream_user_data(s, id);
+}
+
+static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f,
+                            void *ud)
+{
+    gconn_t *c = ud;
+    gstream_t *st;
+
+    if (f->hd.type != NGHTTP2_HEADERS ||
+        f->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0;
+    /* nghttp2 enforces the SETTINGS limit once the client acknowledged it;
+     * this covers the streams opened before that. */
+    if (c->open_streams >= c->g->cfg->grpc_max_streams) {
+        c->g->stats.streams_refused++;
+        nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, f->hd.stream_id,
+                                  NGHTTP2_REFUSED_STREAM);
+        return 0;
+    }
+    if ((st = calloc(1, sizeof(*st))) == NULL) {
+        nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, f->hd.stream_id,
+                                  NGHTTP2_INTERNAL_ERROR);
+        return 0;
+    }
+    st->c = c;
+    st->id = f->hd.stream_id;
+    rl_buf_init(&st->msg, (size_t)c->g->cfg->max_frame + 5);
+    rls_list_push(&c->streams, &st->node);
+    c->open_streams++;
+    nghttp2_session_set_stream_user_data(s, st->id, st);
+    return 0;
+}
+
+static int hv_is(const uint8_t *v, size_t n, const char *w)
+{
+    return n == strlen(w) && memcmp(v, w, n) == 0;
+}
+
+static int on_header(nghttp2_session *s, const nghttp2_frame *f,
+                     const uint8_t *name, size_t namelen,
+                     const uint8_t *value, size_t valuelen, uint8_t flags,
+                     void *ud)
+{
+    gstream_t *st = stream_of(s, f->hd.stream_id);
+
+    (void)flags;
+    (void)ud;
+    if (st == NULL || f->hd.type != NGHTTP2_HEADERS ||
+        f->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0; /* trailers from the client: nothing we need */
+    /* RFC 9113's size of a header list: name, value and 32 each. */
+    st->hdr_bytes += namelen + valuelen + 32;
+    if (st->hdr_bytes > RLS_GRPC_HEADERS_MAX) {
+        st->err = RLS_GRPC_RESOURCE_EXHAUSTED;
+        st->why = "header list larger than 8 KiB";
+        return 0;
+    }
+    if (hv_is(name, namelen, ":method")) {
+        st->post = hv_is(value, valuelen, "POST");
+    } else if (hv_is(name, namelen, ":path")) {
+        st->path_seen = 1;
+        st->path_ok = hv_is(value, valuelen, RLS_GRPC_PATH);
+    } else if (hv_is(name, namelen, "content-type")) {
+        st->ctype_ok = valuelen >= 16 &&
+                       memcmp(value, "application/grpc", 16) == 0 &&
+                       (valuelen == 16 || value[16] == '+' ||
+                        value[16] == ';');
+    } else if (hv_is(name, namelen, "grpc-encoding")) {
+        st->encoding = !hv_is(value, valuelen, "identity");
+    }
+    return 0;
+}
+
+static int on_data(nghttp2_session *s, uint8_t flags, int32_t id,
+                   const uint8_t *data, size_t len, void *ud)
+{
+    gstream_t *st = stream_of(s, id);
+    size_t max;
+
+    (void)flags;
+    (void)ud;
+    if (st == NULL || st->answered || st->err != 0 || st->started)
+        return 0; /* dropped: the stream has its answer or will */
+    max = (size_t)st->c->g->cfg->max_frame + 5;
+    if (rl_buf_len(&st->msg) + len > max) {
+        st->err = RLS_GRPC_RESOURCE_EXHAUSTED;
+        st->why = "message larger than --max-frame";
+        rl_buf_free(&st->msg);
+        /* Answer now: no need to wait for the rest of an oversized body. */
+        reply_status(st, st->err, st->why);
+        return 0;
+    }
+    if (rl_buf_append(&st->msg, data, len) != RL_OK) {
+        st->err = RLS_GRPC_RESOURCE_EXHAUSTED;
+        st->why = "out of memory";
+    }
+    return 0;
+}
+
+static int on_frame(nghttp2_session *s, const nghttp2_frame *f, void *ud)
+{
+    gstream_t *st;
+
+    (void)ud;
+    if (f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA)
+        return 0;
+    if ((st = stream_of(s, f->hd.stream_id)) == NULL)
+        return 0;
+    if (f->hd.flags & NGHTTP2_FLAG_END_STREAM)
+        request_done(st);
+    else if (f->hd.type == NGHTTP2_HEADERS && st->err != 0)
+        reply_status(st, st->err, st->why); /* e.g. headers too large */
+    return 0;
+}
+
+static int on_stream_close(nghttp2_session *s, int32_t id, uint32_t code,
+                           void *ud)
+{
+    gconn_t *c = ud;
+    gstream_t *st = stream_of(s, id);
+
+    (void)code;
+    if (st == NULL)
+        return 0;
+    if (!st->answered)
+        c->g->stats.streams_reset++;
+    nghttp2_session_set_stream_user_data(s, id, NULL);
+    st->closed = 1;
+    c->open_streams--;
+    stream_free_maybe(st);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Connections */
+
+static void on_closed(uv_handle_t *h)
+{
+    gconn_t *c = h->data;
+    rls_grpc_t *g = c->g;
+    rls_list_t *n, *next;
+
+    /* Streams still waiting for the batcher free themselves when their
+     * answers come; the others go now. */
+    c->closed = 1;
+    for (n = c->streams.next; n != &c->streams; n = next) {
+        gstream_t *st = RLS_CONTAINER_OF(n, gstream_t, node);
+        next = n->next;
+        st->closed = 1;
+        stream_free_maybe(st);
+    }
+    if (g->stopping && rls_list_empty(&g->conns) && g->on_empty != NULL)
+        g->on_empty(g->arg);
+    maybe_free_conn(c);
+}
+
+static void conn_close(gconn_t *c)
+{
+    if (c->closing)
+        return;
+    c->closing = 1;
+    rls_list_remove(&c->node);
+    rls_list_remove(&c->dirty);
+    c->g->stats.conns_open--;
+    if (c->h2 != NULL) {
+        nghttp2_session_del(c->h2);
+        c->h2 = NULL;
+    }
+    uv_close((uv_handle_t *)&c->tcp, on_closed);
+}
+
+/* Closes a connection nghttp2 is done with (GOAWAY both ways, or after a
+ * fatal error) once everything is written. */
+static void maybe_finish(gconn_t *c)
+{
+    if (c->closing || c->writing || rl_buf_len(&c->out) > 0)
+        return;
+    if (!nghttp2_session_want_read(c->h2) &&
+        !nghttp2_session_want_write(c->h2))
+        conn_close(c);
+}
+
+static void conn_send(gconn_t *c);
+
+static void on_write(uv_write_t *req, int status)
+{
+    gconn_t *c = req->data;
+
+    c->writing = 0;
+    rl_buf_reset(&c->out);
+    if (status < 0) {
+        conn_close(c);
+        return;
+    }
+    conn_send(c);
+}
+
+static void conn_send(gconn_t *c)
+{
+    const uint8_t *data;
+    ssize_t n;
+    uv_buf_t b;
+    int wrote;
+
+    if (c->closing || c->writing)
+        return;
+    while (rl_buf_len(&c->out) < OUT_BATCH) {
+        n = nghttp2_session_mem_send(c->h2, &data);
+        if (n < 0) {
+            conn_close(c);
+            return;
+        }
+        if (n == 0)
+            break;
+        if (rl_buf_append(&c->out, data, (size_t)n) != RL_OK) {
+            conn_close(c);
+            return;
+        }
+    }
+    if (rl_buf_len(&c->out) == 0) {
+        maybe_finish(c);
+        return;
+    }
+    b = uv_buf_init((char *)rl_buf_rptr(&c->out),
+                    (unsigned)rl_buf_len(&c->out));
+    wrote = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+    if (wrote < 0 && wrote != UV_EAGAIN) {
+        conn_close(c);
+        return;
+    }
+    if (wrote > 0)
+        rl_buf_consume(&c->out, (size_t)wrote);
+    if (rl_buf_len(&c->out) == 0) {
+        /* More may wait inside nghttp2 (past OUT_BATCH). */
+        if (nghttp2_session_want_write(c->h2))
+            mark_dirty(c);
+        else
+            maybe_finish(c);
+        return;
+    }
+    b = uv_buf_init((char *)rl_buf_rptr(&c->out),
+                    (unsigned)rl_buf_len(&c->out));
+    c->writing = 1;
+    if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, on_write) != 0) {
+        c->writing = 0;
+        conn_close(c);
+    }
+}
+
+void rls_grpc_flush(rls_grpc_t *g)
+{
+    while (!rls_list_empty(&g->dirty)) {
+        gconn_t *c = RLS_CONTAINER_OF(g->dirty.next, gconn_t, dirty);
+        rls_list_remove(&c->dirty);
+        conn_send(c);
+    }
+}
+
+static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+    gconn_t *c = h->data;
+    rls_grpc_t *g = c->g;
+
+    (void)hint;
+    if (g->rbuf == NULL)
+        g->rbuf = malloc(READ_CHUNK);
+    buf->base = (char *)g->rbuf;
+    buf->len = g->rbuf != NULL ? READ_CHUNK : 0;
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    gconn_t *c = s->data;
+    ssize_t rc;
+
+    if (nread == 0)
+        return;
+    if (nread < 0) {
+        /* The client went: answers still due are dropped when they
+         * come. */
+        conn_close(c);
+        return;
+    }
+    c->active_ms = uv_now(c->g->loop);
+    rc = nghttp2_session_mem_recv(c->h2, (const uint8_t *)buf->base,
+                                  (size_t)nread);
+    if (rc < 0) {
+        /* A connection error nghttp2 could not answer itself (bad client
+         * preface, a flood): GOAWAY and close once it is written. */
+        RLS_DEBUG("grpc: connection error", " err=\"%s\"",
+                  nghttp2_strerror((int)rc));
+        c->g->stats.conns_protocol++;
+        nghttp2_session_terminate_session(c->h2, NGHTTP2_PROTOCOL_ERROR);
+        uv_read_stop(s);
+    }
+    mark_dirty(c);
+}
+
+static void on_connection(uv_stream_t *l, int status)
+{
+    rls_grpc_t *g = l->data;
+    nghttp2_settings_entry iv[3];
+    gconn_t *c;
+
+    if (status < 0)
+        return;
+    if ((c = calloc(1, sizeof(*c))) == NULL ||
+        uv_tcp_init(g->loop, &c->tcp) != 0) {
+        free(c);
+        return;
+    }
+    c->tcp.data = c;
+    c->wreq.data = c;
+    c->g = g;
+    g->nalloc++;
+    rls_list_init(&c->node);
+    rls_list_init(&c->dirty);
+    rls_list_init(&c->streams);
+    rl_buf_init(&c->out, 4 * OUT_BATCH);
+    rls_list_push(&g->conns, &c->node);
+    g->stats.conns_open++;
+    c->active_ms = uv_now(g->loop);
+    if (uv_accept(l, (uv_stream_t *)&c->tcp) != 0 ||
+        nghttp2_session_server_new2(&c->h2, g->cbs, c, g->opt) != 0) {
+        c->h2 = NULL;
+        conn_close(c);
+        return;
+    }
+    if ((g->stopping && !g->draining) ||
+        g->stats.conns_open > g->cfg->max_connections) {
+        /* Refused: GOAWAY at once (REFUSED_STREAM's connection-level
+         * cousin), then close once written. */
+        g->stats.conns_refused++;
+        nghttp2_session_terminate_session(
+            c->h2, g->stopping ? NGHTTP2_NO_ERROR : NGHTTP2_REFUSED_STREAM);
+        c->goaway = 1;
+        conn_send(c);
+        if (!c->closing && !c->writing)
+            conn_close(c);
+        return;
+    }
+    g->stats.conns_accepted++;
+    iv[0].settings_id = NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS;
+    iv[0].value = g->cfg->grpc_max_streams;
+    iv[1].settings_id = NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE;
+    iv[1].value = RLS_GRPC_HEADERS_MAX;
+    iv[2].settings_id = NGHTTP2_SETTINGS_ENABLE_PUSH;
+    iv[2].value = 0;
+    nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, 3);
+    uv_tcp_nodelay(&c->tcp, 1);
+    if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
+        conn_close(c);
+        return;
+    }
+    mark_dirty(c);
+}
+
+/* Idle connections: no stream open, nothing to write, no bytes for
+ * --idle-timeout. A scan a second: connections are capped. */
+static void on_sweep(uv_timer_t *t)
+{
+    rls_grpc_t *g = t->data;
+    uint64_t now = uv_now(g->loop), idle = g->cfg->idle_timeout_s * 1000;
+    rls_list_t *n, *next;
+
+    if (idle == 0)
+        return;
+    for (n = g->conns.next; n != &g->conns; n = next) {
+        gconn_t *c = RLS_CONTAINER_OF(n, gconn_t, node);
+        next = n->next;
+        if (c->goaway || c->open_streams > 0 || c->writing ||
+            now - c->active_ms < idle)
+            continue;
+        g->stats.conns_idle++;
+        c->goaway = 1;
+        nghttp2_session_terminate_session(c->h2, NGHTTP2_NO_ERROR);
+        mark_dirty(c);
+    }
+    rls_grpc_flush(g);
+}
+
+int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop,
+                   const rls_config_t *cfg, rls_batcher_t *batcher)
+{
+    rls_grpc_t *g;
+    int rc;
+
+    *out = NULL;
+    if ((g = calloc(1, sizeof(*g))) == NULL)
+        return UV_ENOMEM;
+    g->loop = loop;
+    g->cfg = cfg;
+    g->ctx.batcher = batcher;
+    rls_list_init(&g->conns);
+    rls_list_init(&g->dirty);
+    if (nghttp2_session_callbacks_new(&g->cbs) != 0 ||
+        nghttp2_option_new(&g->opt) != 0) {
+        nghttp2_session_callbacks_del(g->cbs);
+        free(g);
+        return UV_ENOMEM;
+    }
+    nghttp2_session_callbacks_set_on_begin_headers_callback(
+        g->cbs, on_begin_headers);
+    nghttp2_session_callbacks_set_on_header_callback(g->cbs, on_header);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(g->cbs,
+                                                              on_data);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(g->cbs, on_frame);
+    nghttp2_session_callbacks_set_on_stream_close_callback(g->cbs,
+                                                           on_stream_close);
+    uv_tcp_init(loop, &g->listener);
+    g->listener.data = g;
+    uv_timer_init(loop, &g->sweep);
+    g->sweep.data = g;
+    rc = rls_listen(&g->listener, cfg->grpc_host, cfg->grpc_port, 511,
+                    on_connection);
+    if (rc != 0) {
+        /* g goes when both close callbacks have run. */
+        g->freeing = 1;
+        g->handles = 2;
+        uv_close((uv_handle_t *)&g->listener, on_handle_closed);
+        uv_close((uv_handle_t *)&g->sweep, on_handle_closed);
+        return rc;
+    }
+    g->listening = 1;
+    uv_timer_start(&g->sweep, on_sweep, 1000, 1000);
+    uv_unref((uv_handle_t *)&g->sweep);
+    *out = g;
+    return 0;
+}
+
+void rls_grpc_set_conf(rls_grpc_t *g, rls_envoy_conf_t *conf)
+{
+    rls_envoy_conf_unref(g->ctx.conf);
+    g->ctx.conf = conf;
+}
+
+void rls_grpc_set_draining(rls_grpc_t *g, int draining)
+{
+    g->draining = draining;
+    if (draining)
+        g->stopping = 1;
+}
+
+size_t rls_grpc_goaway(rls_grpc_t *g)
+{
+    rls_list_t *n;
+    size_t count = 0;
+
+    g->stopping = 1;
+    g->draining = 0;
+    if (g->listening) {
+        g->listening = 0;
+        uv_close((uv_handle_t *)&g->listener, NULL);
+    }
+    for (n = g->conns.next; n != &g->conns; n = n->next) {
+        gconn_t *c = RLS_CONTAINER_OF(n, gconn_t, node);
+        if (c->goaway)
+            continue;
+        c->goaway = 1;
+        /* Graceful: the streams the client already opened are answered;
+         * nghttp2 refuses new ones and stops reading once they are done. */
+        nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE,
+                              nghttp2_session_get_last_proc_stream_id(c->h2),
+                              NGHTTP2_NO_ERROR, NULL, 0);
+        mark_dirty(c);
+        count++;
+    }
+    rls_grpc_flush(g);
+    return count;
+}
+
+int rls_grpc_idle(const rls_grpc_t *g)
+{
+    return g == NULL || rls_list_empty(&g->conns);
+}
+
+void rls_grpc_on_empty(rls_grpc_t *g, void (*fn)(void *arg), void *arg)
+{
+    g->on_empty = fn;
+    g->arg = arg;
+}
+
+void rls_grpc_close_all(rls_grpc_t *g)
+{
+    while (!rls_list_empty(&g->conns))
+        conn_close(RLS_CONTAINER_OF(g->conns.next, gconn_t, node));
+}
+
+static void maybe_free_grpc(rls_grpc_t *g)
+{
+    /* Connections closed but not yet freed still point here. */
+    if (!g->freeing || g->handles > 0 || g->nalloc > 0)
+        return;
+    nghttp2_session_callbacks_del(g->cbs);
+    nghttp2_option_del(g->opt);
+    rls_envoy_conf_unref(g->ctx.conf);
+    free(g->rbuf);
+    free(g);
+}
+
+void rls_grpc_free(rls_grpc_t *g)
+{
+    if (g == NULL)
+        return;
+    rls_grpc_close_all(g);
+    g->freeing = 1;
+    g->handles = 0;
+    if (!uv_is_closing((uv_handle_t *)&g->listener)) {
+        g->handles++;
+        uv_close((uv_handle_t *)&g->listener, on_handle_closed);
+    }
+    if (!uv_is_closing((uv_handle_t *)&g->sweep)) {
+        g->handles++;
+        uv_close((uv_handle_t *)&g->sweep, on_handle_closed);
+    }
+    if (g->handles == 0)
+        maybe_free_grpc(g);
+}
+
+const rls_grpc_stats_t *rls_grpc_stats(const rls_grpc_t *g)
+{
+    return &g->stats;
+}
+
+const rls_envoy_stats_t *rls_grpc_envoy_stats(const rls_grpc_t *g)
+{
+    return &g->ctx.stats;
+}
+
+int rls_grpc_metrics(const rls_grpc_t *g, rl_buf_t *out)
+{
+    static const struct {
+        int code;
+        const char *name;
+    } codes[] = {{0, "OK"},
+                 {3, "INVALID_ARGUMENT"},
+                 {8, "RESOURCE_EXHAUSTED"},
+                 {12, "UNIMPLEMENTED"},
+                 {13, "INTERNAL"},
+                 {14, "UNAVAILABLE"}};
+    const rls_grpc_stats_t *s = &g->stats;
+    const rls_envoy_stats_t *e = &g->ctx.stats;
+    size_t i;
+    int rc = 0;
+
+    rc |= rl_buf_printf(out,
+                        "# HELP rl_grpc_calls_total gRPC calls of Envoy's "
+                        "ShouldRateLimit answered, by grpc-status.\n"
+                        "# TYPE rl_grpc_calls_total counter\n");
+    for (i = 0; i < sizeof(codes) / sizeof(codes[0]); i++)
+        rc |= rl_buf_printf(out, "rl_grpc_calls_total{status=\"%s\"} %" PRIu64
+                                 "\n",
+                            codes[i].name, s->calls[codes[i].code]);
+    rc |= rl_buf_printf(
+        out,
+        "# HELP rl_grpc_http_errors_total gRPC-listener requests answered "
+        "with an HTTP error (not gRPC: 415).\n"
+        "# TYPE rl_grpc_http_errors_total counter\n"
+        "rl_grpc_http_errors_total %" PRIu64 "\n"
+        "# HELP rl_grpc_descriptors_total Envoy descriptors answered, by "
+        "code.\n"
+        "# TYPE rl_grpc_descriptors_total counter\n"
+        "rl_grpc_descriptors_total{code=\"ok\"} %" PRIu64 "\n"
+        "rl_grpc_descriptors_total{code=\"over_limit\"} %" PRIu64 "\n"
+        "# HELP rl_grpc_descriptors_uncounted_total Envoy descriptors "
+        "allowed without counting (no matching config, unlimited, mode "
+        "off).\n"
+        "# TYPE rl_grpc_descriptors_uncounted_total counter\n"
+        "rl_grpc_descriptors_uncounted_total %" PRIu64 "\n"
+        "# HELP rl_grpc_unknown_domain_total Calls whose domain has no "
+        "--envoy-config.\n"
+        "# TYPE rl_grpc_unknown_domain_total counter\n"
+        "rl_grpc_unknown_domain_total %" PRIu64 "\n"
+        "# HELP rl_grpc_connections_open gRPC connections open.\n"
+        "# TYPE rl_grpc_connections_open gauge\n"
+        "rl_grpc_connections_open %" PRIu64 "\n"
+        "# HELP rl_grpc_connections_accepted_total gRPC connections "
+        "accepted.\n"
+        "# TYPE rl_grpc_connections_accepted_total counter\n"
+        "rl_grpc_connections_accepted_total %" PRIu64 "\n"
+        "# HELP rl_grpc_connections_refused_total gRPC connections refused "
+        "(over --max-connections, or stopping).\n"
+        "# TYPE rl_grpc_connections_refused_total counter\n"
+        "rl_grpc_connections_refused_total %" PRIu64 "\n"
+        "# HELP rl_grpc_connections_closed_total gRPC connections the "
+        "server ended, by reason.\n"
+        "# TYPE rl_grpc_connections_closed_total counter\n"
+        "rl_grpc_connections_closed_total{reason=\"idle\"} %" PRIu64 "\n"
+        "rl_grpc_connections_closed_total{reason=\"protocol\"} %" PRIu64
+        "\n"
+        "# HELP rl_grpc_streams_refused_total Streams refused over "
+        "--grpc-max-streams.\n"
+        "# TYPE rl_grpc_streams_refused_total counter\n"
+        "rl_grpc_streams_refused_total %" PRIu64 "\n"
+        "# HELP rl_grpc_streams_reset_total Streams the client reset "
+        "before their answer.\n"
+        "# TYPE rl_grpc_streams_reset_total counter\n"
+        "rl_grpc_streams_reset_total %" PRIu64 "\n",
+        s->http_errors, e->descriptors[1], e->descriptors[2], e->uncounted,
+        e->unknown_domain, s->conns_open, s->conns_accepted,
+        s->conns_refused, s->conns_idle, s->conns_protocol,
+        s->streams_refused, s->streams_reset);
+    return rc;
+}

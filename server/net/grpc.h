@@ -1,0 +1,82 @@
+/* The --grpc listener (grpc.c): Envoy's rate limit service over HTTP/2
+ * cleartext (h2c with prior knowledge, as Envoy's gRPC client speaks it),
+ * with nghttp2 for HTTP/2 and net/envoy_rls.c for the calls. It runs on
+ * the server's loop and sends its descriptors to the server's batcher; the
+ * server flushes it once per loop iteration and tells it when to say
+ * GOAWAY and close, as it does the native connections.
+ *
+ * Limits: --max-connections gRPC connections (apart from native ones),
+ * --grpc-max-streams concurrent streams per connection (SETTINGS; streams
+ * over it are refused with RST_STREAM REFUSED_STREAM), a header list of
+ * RLS_GRPC_HEADERS_MAX bytes, a message of --max-frame bytes (past it
+ * RESOURCE_EXHAUSTED), --idle-timeout. A connection holds no input buffer
+ * (nghttp2 consumes every read whole) and at most its streams' messages. */
+#ifndef RLS_NET_GRPC_H
+#define RLS_NET_GRPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "batch.h"
+#include "net/envoy_rls.h"
+#include "policy/config.h"
+#include "rl_buf.h"
+
+#define RLS_GRPC_HEADERS_MAX 8192
+
+typedef struct rls_grpc_stats_s {
+    uint64_t calls[RLS_GRPC_CODES]; /* calls answered, by grpc-status */
+    uint64_t http_errors;     /* answered with an HTTP error (415) */
+    uint64_t conns_accepted;
+    uint64_t conns_refused;   /* over --max-connections, or stopping */
+    uint64_t conns_open;
+    uint64_t conns_idle;      /* closed after --idle-timeout */
+    uint64_t conns_protocol;  /* ended by an HTTP/2 protocol error */
+    uint64_t streams_refused; /* over --grpc-max-streams */
+    uint64_t streams_reset;   /* reset by the client before the answer */
+} rls_grpc_stats_t;
+
+typedef struct rls_grpc_s rls_grpc_t;
+
+/* Listens on host:port. Returns 0 with *out set, or a negative libuv
+ * error with nothing left open. */
+int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop,
+                   const rls_config_t *cfg, rls_batcher_t *batcher);
+
+/* The Envoy configuration in force from now on (the listener takes the
+ * reference; NULL: none). Calls already started keep theirs. */
+void rls_grpc_set_conf(rls_grpc_t *g, rls_envoy_conf_t *conf);
+
+/* Sends what the connections have to send: once per loop iteration. */
+void rls_grpc_flush(rls_grpc_t *g);
+
+/* While the server drains, connections are still accepted and served. */
+void rls_grpc_set_draining(rls_grpc_t *g, int draining);
+
+/* Stops accepting and sends every connection GOAWAY; each is closed once
+ * its streams are answered and written. Returns the connections told. */
+size_t rls_grpc_goaway(rls_grpc_t *g);
+
+/* 1 when no connection is open. */
+int rls_grpc_idle(const rls_grpc_t *g);
+
+/* Called when the last connection closed after rls_grpc_goaway. */
+void rls_grpc_on_empty(rls_grpc_t *g, void (*fn)(void *arg), void *arg);
+
+/* Closes every connection at once (the stop's grace ran out). */
+void rls_grpc_close_all(rls_grpc_t *g);
+
+/* Closes the handles; memory goes when the last one is closed and no
+ * stream waits for an answer. NULL is fine. */
+void rls_grpc_free(rls_grpc_t *g);
+
+const rls_grpc_stats_t *rls_grpc_stats(const rls_grpc_t *g);
+const rls_envoy_stats_t *rls_grpc_envoy_stats(const rls_grpc_t *g);
+
+/* Appends the gRPC part of the /metrics page. Returns 0 or the buffer's
+ * error. */
+int rls_grpc_metrics(const rls_grpc_t *g, rl_buf_t *out);
+
+#endif

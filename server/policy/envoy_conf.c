@@ -1,0 +1,887 @@
+/* envoy-ratelimit's descriptor configuration; see envoy_conf.h.
+ *
+ * Read with libyaml's event parser, as rules.c reads the rules file, and
+ * for the same reasons: a hostile file cannot cost memory beyond its size
+ * (nesting past ENVOY_DEPTH_MAX, aliases and files over
+ * RLS_RULES_FILE_MAX are refused), and every error keeps its line. Nodes
+ * live in one array; one open-addressed table, keyed by (domain, parent,
+ * key, value), finds a node's child in O(1) whatever the fan-out. */
+#include "policy/envoy_conf.h"
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <yaml.h>
+
+#include "net/rl_headers.h"
+#include "rl_error.h"
+#include "rl_hash.h"
+#include "util.h"
+
+/* YAML nesting: each descriptor level is a sequence and a mapping, so
+ * this allows about 30 levels of descriptors. */
+#define ENVOY_DEPTH_MAX 64
+#define ENVOY_NODES_MAX (1u << 20)
+
+typedef struct chunk_s {
+    struct chunk_s *next;
+    size_t used, cap;
+    char data[];
+} chunk_t;
+
+struct rls_envoy_conf_s {
+    unsigned refs;
+    rls_envoy_node_t *nodes;
+    size_t n, cap;
+    rls_envoy_domain_t *domains;
+    size_t nd, dcap;
+    uint32_t *index; /* node index + 1, by (domain, parent, key, value) */
+    uint32_t mask;
+    rl_hash_key_t hash_key;
+    chunk_t *arena;
+};
+
+typedef struct builder_s {
+    rls_envoy_conf_t *c;
+    rls_diag_t *d;
+    const char *file;
+    int nomem;
+} builder_t;
+
+static void diag(builder_t *b, int line, const char *fmt, ...)
+{
+    va_list ap;
+    int k;
+
+    if (b->d->n >= RLS_DIAG_MAX) {
+        b->d->dropped++;
+        return;
+    }
+    k = snprintf(b->d->msg[b->d->n], sizeof(b->d->msg[0]), "%s:%d: ",
+                 b->file, line);
+    if (k < 0)
+        k = 0;
+    va_start(ap, fmt);
+    vsnprintf(b->d->msg[b->d->n] + k, sizeof(b->d->msg[0]) - (size_t)k, fmt,
+              ap);
+    va_end(ap);
+    b->d->n++;
+}
+
+static const char *arena_copy(builder_t *b, const char *s, size_t len)
+{
+    rls_envoy_conf_t *c = b->c;
+    chunk_t *k = c->arena;
+    char *out;
+
+    if (k == NULL || k->cap - k->used < len + 1) {
+        size_t cap = len + 1 > 65536 ? len + 1 : 65536;
+        if ((k = malloc(sizeof(*k) + cap)) == NULL) {
+            b->nomem = 1;
+            return NULL;
+        }
+        k->next = c->arena;
+        k->used = 0;
+        k->cap = cap;
+        c->arena = k;
+    }
+    out = k->data + k->used;
+    memcpy(out, s, len);
+    out[len] = '\0';
+    k->used += len + 1;
+    return out;
+}
+
+static uint64_t node_hash(const rls_envoy_conf_t *c, uint32_t domain,
+                          uint32_t parent, const char *key, size_t klen,
+                          const char *value, size_t vlen, int has_value)
+{
+    uint64_t h[4];
+
+    h[0] = rl_hash(&c->hash_key, key, klen);
+    h[1] = has_value ? rl_hash(&c->hash_key, value, vlen) : 0x9e3779b97f4a7c15u;
+    h[2] = domain;
+    h[3] = ((uint64_t)parent << 1) | (uint64_t)(has_value != 0);
+    return rl_hash(&c->hash_key, h, sizeof(h));
+}
+
+static int node_is(const rls_envoy_node_t *x, uint32_t domain,
+                   uint32_t parent, const char *key, size_t klen,
+                   const char *value, size_t vlen, int has_value)
+{
+    if (x->domain != domain || x->parent != parent || x->key_len != klen ||
+        memcmp(x->key, key, klen) != 0)
+        return 0;
+    if ((x->value != NULL) != (has_value != 0))
+        return 0;
+    return !has_value ||
+           (x->value_len == vlen && memcmp(x->value, value, vlen) == 0);
+}
+
+static const rls_envoy_node_t *find(const rls_envoy_conf_t *c,
+                                    uint32_t domain, uint32_t parent,
+                                    const char *key, size_t klen,
+                                    const char *value, size_t vlen,
+                                    int has_value)
+{
+    uint32_t i;
+
+    if (c->index == NULL)
+        return NULL;
+    i = (uint32_t)node_hash(c, domain, parent, key, klen, value, vlen,
+                            has_value) & c->mask;
+    for (; c->index[i] != 0; i = (i + 1) & c->mask) {
+        const rls_envoy_node_t *x = &c->nodes[c->index[i] - 1];
+        if (node_is(x, domain, parent, key, klen, value, vlen, has_value))
+            return x;
+    }
+    return NULL;
+}
+
+/* Indexes every node; duplicates (same key and value under one parent)
+ * are errors, as in envoy-ratelimit. */
+static int build_index(builder_t *b, const int *lines)
+{
+    rls_envoy_conf_t *c = b->c;
+    size_t size = 16, k;
+
+    while (size < c->n * 2)
+        size <<= 1;
+    c->index = calloc(size, sizeof(*c->index));
+    if (c->index == NULL) {
+        b->nomem = 1;
+        return RL_ENOMEM;
+    }
+    c->mask = (uint32_t)(size - 1);
+    for (k = 0; k < c->n; k++) {
+        rls_envoy_node_t *x = &c->nodes[k];
+        uint32_t i;
+        if (find(c, x->domain, x->parent, x->key, x->key_len, x->value,
+                 x->value_len, x->value != NULL) != NULL) {
+            diag(b, lines[k], "duplicate descriptor key '%s'%s%s%s",
+                 x->key, x->value ? " value '" : "",
+                 x->value ? x->value : "", x->value ? "'" : "");
+            continue;
+        }
+        i = (uint32_t)node_hash(c, x->domain, x->parent, x->key, x->key_len,
+                                x->value, x->value_len, x->value != NULL) &
+            c->mask;
+        while (c->index[i] != 0)
+            i = (i + 1) & c->mask;
+        c->index[i] = (uint32_t)k + 1;
+    }
+    return RL_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Events */
+
+typedef struct yp_s {
+    builder_t *b;
+    yaml_parser_t parser;
+    yaml_event_t ev;
+    int have;
+    int depth;
+    int broken;
+    int *lines; /* per node, for duplicate errors */
+    size_t lcap;
+} yp_t;
+
+static int line_of(const yp_t *y)
+{
+    return (int)y->ev.start_mark.line + 1;
+}
+
+static int next(yp_t *y)
+{
+    if (y->broken)
+        return RL_EINVAL;
+    if (y->have)
+        yaml_event_delete(&y->ev);
+    y->have = 0;
+    if (!yaml_parser_parse(&y->parser, &y->ev)) {
+        if (y->parser.error == YAML_MEMORY_ERROR)
+            y->b->nomem = 1;
+        diag(y->b, (int)(y->parser.problem_mark.line + 1),
+             "not valid YAML: %s%s%s",
+             y->parser.problem ? y->parser.problem : "parse error",
+             y->parser.context ? " " : "",
+             y->parser.context ? y->parser.context : "");
+        y->broken = 1;
+        return RL_EINVAL;
+    }
+    y->have = 1;
+    switch (y->ev.type) {
+    case YAML_SEQUENCE_START_EVENT:
+    case YAML_MAPPING_START_EVENT:
+        if (++y->depth > ENVOY_DEPTH_MAX) {
+            diag(y->b, line_of(y), "nested deeper than %d levels",
+                 ENVOY_DEPTH_MAX);
+            y->broken = 1;
+            return RL_EINVAL;
+        }
+        break;
+    case YAML_SEQUENCE_END_EVENT:
+    case YAML_MAPPING_END_EVENT:
+        y->depth--;
+        break;
+    case YAML_ALIAS_EVENT:
+        diag(y->b, line_of(y), "aliases (*name) are not supported");
+        y->broken = 1;
+        return RL_EINVAL;
+    default:
+        break;
+    }
+    return RL_OK;
+}
+
+static int skip_value(yp_t *y)
+{
+    int depth = y->depth;
+
+    if (y->ev.type != YAML_SEQUENCE_START_EVENT &&
+        y->ev.type != YAML_MAPPING_START_EVENT)
+        return RL_OK;
+    while (y->depth >= depth)
+        if (next(y) != RL_OK)
+            return RL_EINVAL;
+    return RL_OK;
+}
+
+static int is_scalar(const yp_t *y)
+{
+    return y->ev.type == YAML_SCALAR_EVENT;
+}
+
+static const char *sval(const yp_t *y, size_t *len)
+{
+    *len = y->ev.data.scalar.length;
+    return (const char *)y->ev.data.scalar.value;
+}
+
+static int key_is(const char *k, size_t kl, const char *want)
+{
+    return kl == strlen(want) && memcmp(k, want, kl) == 0;
+}
+
+/* A scalar value as a bool (YAML 1.1 words envoy-ratelimit's parser also
+ * takes). Returns 0/1, or -1. */
+static int parse_bool(const char *s, size_t n)
+{
+    static const char *const yes[] = {"true", "True", "TRUE", "yes", "on"};
+    static const char *const no[] = {"false", "False", "FALSE", "no", "off"};
+    size_t i;
+
+    for (i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+        if (key_is(s, n, yes[i]))
+            return 1;
+        if (key_is(s, n, no[i]))
+            return 0;
+    }
+    return -1;
+}
+
+static int ieq(const char *s, size_t n, const char *w)
+{
+    size_t i;
+
+    if (n != strlen(w))
+        return 0;
+    for (i = 0; i < n; i++)
+        if (tolower((unsigned char)s[i]) != w[i])
+            return 0;
+    return 1;
+}
+
+/* Expects a scalar value for `what`; says so when it is not. */
+static int want_scalar(yp_t *y, const char *what)
+{
+    if (is_scalar(y))
+        return 1;
+    diag(y->b, line_of(y), "'%s' must be a single value", what);
+    skip_value(y);
+    return 0;
+}
+
+/* rate_limit: { unit, requests_per_unit, name, window } */
+static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
+{
+    builder_t *b = y->b;
+    int line = line_of(y), have_rpu = 0, have_unit = 0, have_window = 0;
+
+    if (y->ev.type != YAML_MAPPING_START_EVENT) {
+        diag(b, line, "'rate_limit' must be a mapping");
+        return skip_value(y);
+    }
+    for (;;) {
+        const char *k;
+        size_t kl, vl;
+        const char *v;
+        char kbuf[32];
+
+        if (next(y) != RL_OK)
+            return RL_EINVAL;
+        if (y->ev.type == YAML_MAPPING_END_EVENT)
+            break;
+        k = sval(y, &kl);
+        snprintf(kbuf, sizeof(kbuf), "%.*s", (int)(kl < 31 ? kl : 31), k);
+        if (next(y) != RL_OK)
+            return RL_EINVAL;
+        if (strcmp(kbuf, "unit") == 0) {
+            if (!want_scalar(y, "unit"))
+                continue;
+            v = sval(y, &vl);
+            have_unit = 1;
+            if (ieq(v, vl, "second")) {
+                x->unit = 1;
+                x->window_s = 1;
+            } else if (ieq(v, vl, "minute")) {
+                x->unit = 2;
+                x->window_s = 60;
+            } else if (ieq(v, vl, "hour")) {
+                x->unit = 3;
+                x->window_s = 3600;
+            } else if (ieq(v, vl, "day")) {
+                x->unit = 4;
+                x->window_s = 86400;
+            } else {
+                diag(b, line_of(y),
+                     "unit '%.*s': use second, minute, hour or day (or "
+                     "'window: DURATION' for any other length)",
+                     (int)(vl > 32 ? 32 : vl), v);
+            }
+        } else if (strcmp(kbuf, "requests_per_unit") == 0) {
+            char num[24];
+            char *end;
+            unsigned long long n;
+            if (!want_scalar(y, "requests_per_unit"))
+                continue;
+            v = sval(y, &vl);
+            snprintf(num, sizeof(num), "%.*s", (int)(vl > 22 ? 22 : vl), v);
+            n = strtoull(num, &end, 10);
+            if (vl == 0 || vl > 10 || *end != '\0' || !isdigit((unsigned char)num[0]) ||
+                n > UINT32_MAX) {
+                diag(b, line_of(y),
+                     "requests_per_unit must be a whole number from 0 to "
+                     "4294967295");
+                continue;
+            }
+            x->limit = n;
+            have_rpu = 1;
+        } else if (strcmp(kbuf, "name") == 0) {
+            if (!want_scalar(y, "name"))
+                continue;
+            v = sval(y, &vl);
+            x->name = arena_copy(b, v, vl);
+            x->name_len = vl;
+        } else if (strcmp(kbuf, "window") == 0) {
+            char lim[64];
+            rls_limit_t l;
+            const char *why;
+            if (!want_scalar(y, "window"))
+                continue;
+            v = sval(y, &vl);
+            snprintf(lim, sizeof(lim), "1/%.*s", (int)(vl > 40 ? 40 : vl),
+                     v);
+            if (vl > 40 || rls_limit_parse(lim, strlen(lim), &l, &why) !=
+                               RL_OK) {
+                diag(b, line_of(y), "window '%.*s': a duration like 90s, "
+                     "15m, 2h or 7d, from 1 s to 366 d",
+                     (int)(vl > 40 ? 40 : vl), v);
+                continue;
+            }
+            have_window = 1;
+            x->window_s = l.window_s;
+        } else if (strcmp(kbuf, "replaces") == 0) {
+            diag(b, line_of(y), "'replaces' is not supported; give the "
+                 "descriptor its own limit");
+            skip_value(y);
+        } else {
+            diag(b, line_of(y), "unknown key '%s' in rate_limit", kbuf);
+            skip_value(y);
+        }
+    }
+    if (have_window) {
+        /* The unit Envoy is told is the window's when it is one. */
+        x->unit = x->window_s == 1 ? 1 : x->window_s == 60 ? 2
+                  : x->window_s == 3600 ? 3 : x->window_s == 86400 ? 4 : 0;
+        if (have_unit)
+            diag(b, line, "rate_limit: give 'unit' or 'window', not both");
+    } else if (!have_unit) {
+        diag(b, line, "rate_limit needs 'unit' (or 'window')");
+    }
+    if (!have_rpu)
+        diag(b, line, "rate_limit needs 'requests_per_unit'");
+    x->kind = RLS_ENVOY_LIMIT;
+    return RL_OK;
+}
+
+static rls_envoy_node_t *node_new(yp_t *y)
+{
+    rls_envoy_conf_t *c = y->b->c;
+
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 64;
+        rls_envoy_node_t *v;
+        int *l;
+        if (cap > ENVOY_NODES_MAX)
+            return NULL;
+        if ((v = realloc(c->nodes, cap * sizeof(*v))) == NULL) {
+            y->b->nomem = 1;
+            return NULL;
+        }
+        c->nodes = v;
+        if ((l = realloc(y->lines, cap * sizeof(*l))) == NULL) {
+            y->b->nomem = 1;
+            return NULL;
+        }
+        y->lines = l;
+        c->cap = cap;
+    }
+    memset(&c->nodes[c->n], 0, sizeof(c->nodes[0]));
+    c->nodes[c->n].index = (uint32_t)c->n;
+    y->lines[c->n] = line_of(y);
+    return &c->nodes[c->n++];
+}
+
+static int parse_descriptors(yp_t *y, uint32_t domain, uint32_t parent);
+
+/* One descriptor mapping; the current event is its MAPPING_START. */
+static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
+{
+    builder_t *b = y->b;
+    int line = line_of(y), have_key = 0, unlimited = 0;
+    rls_envoy_node_t *x;
+    uint32_t self;
+
+    if ((x = node_new(y)) == NULL) {
+        if (!b->nomem)
+            diag(b, line, "more than %u descriptors", ENVOY_NODES_MAX);
+        y->broken = 1;
+        return RL_EINVAL;
+    }
+    x->domain = domain;
+    x->parent = parent;
+    self = x->index + 1;
+    for (;;) {
+        const char *k, *v;
+        size_t kl, vl;
+        char kbuf[32];
+
+        if (next(y) != RL_OK)
+            return RL_EINVAL;
+        if (y->ev.type == YAML_MAPPING_END_EVENT)
+            break;
+        k = sval(y, &kl);
+        snprintf(kbuf, sizeof(kbuf), "%.*s", (int)(kl < 31 ? kl : 31), k);
+        if (next(y) != RL_OK)
+            return RL_EINVAL;
+        /* node_new in a nested list may move the array. */
+        x = &b->c->nodes[self - 1];
+        if (strcmp(kbuf, "key") == 0) {
+            if (!want_scalar(y, "key"))
+                continue;
+            v = sval(y, &vl);
+            if (vl == 0) {
+                diag(b, line_of(y), "descriptor key must not be empty");
+                continue;
+            }
+            x->key = arena_copy(b, v, vl);
+            x->key_len = vl;
+            have_key = 1;
+        } else if (strcmp(kbuf, "value") == 0) {
+            if (!want_scalar(y, "value"))
+                continue;
+            v = sval(y, &vl);
+            x->value = arena_copy(b, v, vl);
+            x->value_len = vl;
+        } else if (strcmp(kbuf, "rate_limit") == 0) {
+            if (parse_rate_limit(y, x) != RL_OK)
+                return RL_EINVAL;
+        } else if (strcmp(kbuf, "rule") == 0) {
+            if (!want_scalar(y, "rule"))
+                continue;
+            v = sval(y, &vl);
+            if (!rls_rule_name_ok(v, vl)) {
+                diag(b, line_of(y), "rule: 1 to %d bytes of "
+                     "[A-Za-z0-9_.:-]", RL_RULE_MAX);
+                continue;
+            }
+            x->rule = arena_copy(b, v, vl);
+            x->rule_len = vl;
+        } else if (strcmp(kbuf, "unlimited") == 0 ||
+                   strcmp(kbuf, "shadow_mode") == 0 ||
+                   strcmp(kbuf, "detailed_metric") == 0) {
+            int t;
+            if (!want_scalar(y, kbuf))
+                continue;
+            v = sval(y, &vl);
+            if ((t = parse_bool(v, vl)) < 0) {
+                diag(b, line_of(y), "'%s' must be true or false", kbuf);
+                continue;
+            }
+            if (kbuf[0] == 'u')
+                unlimited = t;
+            else if (kbuf[0] == 's')
+                x->shadow = t;
+        } else if (strcmp(kbuf, "descriptors") == 0) {
+            if (parse_descriptors(y, domain, self) != RL_OK)
+                return RL_EINVAL;
+        } else {
+            diag(b, line_of(y), "unknown key '%s' in a descriptor", kbuf);
+            if (skip_value(y) != RL_OK)
+                return RL_EINVAL;
+        }
+    }
+    x = &b->c->nodes[self - 1];
+    if (!have_key) {
+        diag(b, line, "descriptor without 'key'");
+        x->key = "";
+    }
+    if (x->key == NULL)
+        x->key = ""; /* out of memory, reported */
+    if ((x->kind == RLS_ENVOY_LIMIT) + unlimited + (x->rule != NULL) > 1)
+        diag(b, line, "a descriptor takes one of 'rate_limit', "
+             "'unlimited: true' and 'rule'");
+    if (unlimited)
+        x->kind = RLS_ENVOY_UNLIMITED;
+    else if (x->rule != NULL)
+        x->kind = RLS_ENVOY_RULE;
+    return RL_OK;
+}
+
+static int parse_descriptors(yp_t *y, uint32_t domain, uint32_t parent)
+{
+    if (y->ev.type != YAML_SEQUENCE_START_EVENT) {
+        diag(y->b, line_of(y), "'descriptors' must be a list");
+        return skip_value(y);
+    }
+    for (;;) {
+        if (next(y) != RL_OK)
+            return RL_EINVAL;
+        if (y->ev.type == YAML_SEQUENCE_END_EVENT)
+            return RL_OK;
+        if (y->ev.type != YAML_MAPPING_START_EVENT) {
+            diag(y->b, line_of(y), "a descriptor must be a mapping");
+            if (skip_value(y) != RL_OK)
+                return RL_EINVAL;
+            continue;
+        }
+        if (parse_descriptor(y, domain, parent) != RL_OK)
+            return RL_EINVAL;
+    }
+}
+
+static void stats_name(rls_envoy_domain_t *d)
+{
+    size_t i, n = 0;
+
+    memcpy(d->stats_name, "envoy:", 6);
+    n = 6;
+    for (i = 0; i < d->name_len && n < RL_RULE_MAX; i++) {
+        unsigned char ch = (unsigned char)d->name[i];
+        d->stats_name[n++] = (isalnum(ch) || ch == '_' || ch == '.' ||
+                              ch == ':' || ch == '-')
+                                 ? (char)ch
+                                 : '_';
+    }
+    d->stats_name[n] = '\0';
+}
+
+/* One file: a mapping with domain, descriptors, rate_limit_headers. */
+static int parse_file(yp_t *y)
+{
+    builder_t *b = y->b;
+    rls_envoy_conf_t *c = b->c;
+    rls_envoy_domain_t dom;
+    uint32_t di = (uint32_t)c->nd;
+    int have_domain = 0, line;
+
+    memset(&dom, 0, sizeof(dom));
+    do {
+        if (next(y) != RL_OK)
+            return RL_EINVAL;
+    } while (y->ev.type == YAML_STREAM_START_EVENT ||
+             y->ev.type == YAML_DOCUMENT_START_EVENT);
+    if (y->ev.type == YAML_STREAM_END_EVENT) {
+        diag(b, 1, "empty file: expected 'domain' and 'descriptors'");
+        return RL_OK;
+    }
+    if (y->ev.type != YAML_MAPPING_START_EVENT) {
+        diag(b, line_of(y), "expected a mapping with 'domain' and "
+             "'descriptors'");
+        return RL_OK;
+    }
+    line = line_of(y);
+    /* The domain's slot is reserved first: descriptors name it by index. */
+    if (c->nd == c->dcap) {
+        size_t cap = c->dcap ? c->dcap * 2 : 4;
+        rls_envoy_domain_t *v = realloc(c->domains, cap * sizeof(*v));
+        if (v == NULL) {
+            b->nomem = 1;
+            return RL_ENOMEM;
+        }
+        c->domains = v;
+        c->dcap = cap;
+    }
+    memset(&c->domains[c->nd], 0, sizeof(c->domains[0]));
+    c->nd++;
+    for (;;) {
+        const char *k, *v;
+        size_t kl, vl;
+        char kbuf[32];
+
+        if (next(y) != RL_OK)
+            return RL_EINVAL;
+        if (y->ev.type == YAML_MAPPING_END_EVENT)
+            break;
+        k = sval(y, &kl);
+        snprintf(kbuf, sizeof(kbuf), "%.*s", (int)(kl < 31 ? kl : 31), k);
+        if (next(y) != RL_OK)
+            return RL_EINVAL;
+        if (strcmp(kbuf, "domain") == 0) {
+            if (!want_scalar(y, "domain"))
+                continue;
+            v = sval(y, &vl);
+            if (vl == 0) {
+                diag(b, line_of(y), "domain must not be empty");
+                continue;
+            }
+            dom.name = arena_copy(b, v, vl);
+            dom.name_len = vl;
+            have_domain = 1;
+        } else if (strcmp(kbuf, "rate_limit_headers") == 0) {
+            if (!want_scalar(y, kbuf))
+                continue;
+            v = sval(y, &vl);
+            if (key_is(v, vl, "none"))
+                dom.headers = 0;
+            else if (key_is(v, vl, "x"))
+                dom.headers = RLS_HDR_X | RLS_HDR_RETRY;
+            else if (key_is(v, vl, "draft"))
+                dom.headers = RLS_HDR_DRAFT | RLS_HDR_RETRY;
+            else if (key_is(v, vl, "all"))
+                dom.headers = RLS_HDR_X | RLS_HDR_DRAFT | RLS_HDR_RETRY;
+            else
+                diag(b, line_of(y),
+                     "rate_limit_headers: none, x, draft or all");
+        } else if (strcmp(kbuf, "descriptors") == 0) {
+            if (parse_descriptors(y, di, 0) != RL_OK)
+                return RL_EINVAL;
+        } else {
+            diag(b, line_of(y), "unknown key '%s'", kbuf);
+            if (skip_value(y) != RL_OK)
+                return RL_EINVAL;
+        }
+    }
+    if (!have_domain) {
+        diag(b, line, "no 'domain'");
+        dom.name = "";
+    } else if (dom.name != NULL &&
+               rls_envoy_conf_domain(c, dom.name, dom.name_len) != NULL) {
+        diag(b, line, "domain '%s' is already defined by another file",
+             dom.name);
+    }
+    if (dom.name == NULL)
+        dom.name = "";
+    stats_name(&dom);
+    c->domains[di] = dom;
+    /* Anything after the mapping (a second document) is an error. */
+    if (next(y) != RL_OK)
+        return RL_EINVAL;
+    if (y->ev.type == YAML_DOCUMENT_END_EVENT && next(y) != RL_OK)
+        return RL_EINVAL;
+    if (y->ev.type != YAML_STREAM_END_EVENT)
+        diag(b, line_of(y), "one document per file");
+    return RL_OK;
+}
+
+static int parse_buf(builder_t *b, const char *buf, size_t len, int **lines)
+{
+    yp_t y;
+
+    memset(&y, 0, sizeof(y));
+    y.b = b;
+    y.lines = *lines;
+    y.lcap = 0;
+    if (!yaml_parser_initialize(&y.parser)) {
+        b->nomem = 1;
+        return RL_ENOMEM;
+    }
+    yaml_parser_set_input_string(&y.parser, (const unsigned char *)buf, len);
+    parse_file(&y);
+    if (y.have)
+        yaml_event_delete(&y.ev);
+    yaml_parser_delete(&y.parser);
+    *lines = y.lines;
+    return RL_OK;
+}
+
+static void conf_free(rls_envoy_conf_t *c)
+{
+    chunk_t *k, *nx;
+
+    if (c == NULL)
+        return;
+    for (k = c->arena; k != NULL; k = nx) {
+        nx = k->next;
+        free(k);
+    }
+    free(c->nodes);
+    free(c->domains);
+    free(c->index);
+    free(c);
+}
+
+static int finish(builder_t *b, int *lines, rls_envoy_conf_t **out)
+{
+    /* Duplicates are found while indexing, once every node is in. */
+    if (!b->nomem)
+        build_index(b, lines);
+    free(lines);
+    if (b->nomem) {
+        conf_free(b->c);
+        return RL_ENOMEM;
+    }
+    if (b->d->n > 0 || b->d->dropped > 0) {
+        conf_free(b->c);
+        return RL_EINVAL;
+    }
+    *out = b->c;
+    return RL_OK;
+}
+
+static rls_envoy_conf_t *conf_new(void)
+{
+    rls_envoy_conf_t *c = calloc(1, sizeof(*c));
+
+    if (c == NULL)
+        return NULL;
+    c->refs = 1;
+    /* Lookups hash what clients send: a random key, so that no client can
+     * aim its entries at one chain. */
+    rls_random_key(&c->hash_key);
+    return c;
+}
+
+int rls_envoy_conf_build_buf(const char *name, const char *buf, size_t len,
+                             rls_envoy_conf_t **out, rls_diag_t *diag_out)
+{
+    builder_t b;
+    int *lines = NULL;
+
+    *out = NULL;
+    memset(diag_out, 0, sizeof(*diag_out));
+    memset(&b, 0, sizeof(b));
+    b.d = diag_out;
+    b.file = name;
+    if ((b.c = conf_new()) == NULL)
+        return RL_ENOMEM;
+    if (len > RLS_RULES_FILE_MAX)
+        diag(&b, 1, "file larger than %u bytes", RLS_RULES_FILE_MAX);
+    else
+        parse_buf(&b, buf, len, &lines);
+    return finish(&b, lines, out);
+}
+
+int rls_envoy_conf_build(const char *const *paths, size_t npaths,
+                         rls_envoy_conf_t **out, rls_diag_t *diag_out)
+{
+    builder_t b;
+    int *lines = NULL;
+    size_t i;
+
+    *out = NULL;
+    memset(diag_out, 0, sizeof(*diag_out));
+    memset(&b, 0, sizeof(b));
+    b.d = diag_out;
+    if ((b.c = conf_new()) == NULL)
+        return RL_ENOMEM;
+    for (i = 0; i < npaths && !b.nomem; i++) {
+        struct stat st;
+        FILE *f;
+        char *buf;
+        size_t got;
+
+        b.file = paths[i];
+        if (stat(paths[i], &st) != 0 || (f = fopen(paths[i], "rb")) == NULL) {
+            diag(&b, 0, "cannot read the file");
+            continue;
+        }
+        if ((uint64_t)st.st_size > RLS_RULES_FILE_MAX) {
+            diag(&b, 1, "file larger than %u bytes", RLS_RULES_FILE_MAX);
+            fclose(f);
+            continue;
+        }
+        if ((buf = malloc((size_t)st.st_size + 1)) == NULL) {
+            fclose(f);
+            b.nomem = 1;
+            break;
+        }
+        got = fread(buf, 1, (size_t)st.st_size, f);
+        fclose(f);
+        parse_buf(&b, buf, got, &lines);
+        free(buf);
+    }
+    return finish(&b, lines, out);
+}
+
+rls_envoy_conf_t *rls_envoy_conf_ref(rls_envoy_conf_t *c)
+{
+    c->refs++;
+    return c;
+}
+
+void rls_envoy_conf_unref(rls_envoy_conf_t *c)
+{
+    if (c != NULL && --c->refs == 0)
+        conf_free(c);
+}
+
+size_t rls_envoy_conf_domains(const rls_envoy_conf_t *c)
+{
+    return c->nd;
+}
+
+size_t rls_envoy_conf_nodes(const rls_envoy_conf_t *c)
+{
+    return c->n;
+}
+
+const rls_envoy_domain_t *rls_envoy_conf_domain(const rls_envoy_conf_t *c,
+                                                const char *name, size_t len)
+{
+    size_t i;
+
+    /* Few domains (one per file): a scan. */
+    for (i = 0; i < c->nd; i++)
+        if (c->domains[i].name != NULL && c->domains[i].name_len == len &&
+            memcmp(c->domains[i].name, name, len) == 0)
+            return &c->domains[i];
+    return NULL;
+}
+
+const rls_envoy_domain_t *rls_envoy_conf_domain_at(const rls_envoy_conf_t *c,
+                                                   uint32_t i)
+{
+    return i < c->nd ? &c->domains[i] : NULL;
+}
+
+const rls_envoy_node_t *rls_envoy_conf_step(const rls_envoy_conf_t *c,
+                                            const rls_envoy_domain_t *d,
+                                            const rls_envoy_node_t *parent,
+                                            const char *key, size_t klen,
+                                            const char *value, size_t vlen)
+{
+    uint32_t di = (uint32_t)(d - c->domains);
+    uint32_t pi = parent != NULL ? parent->index + 1 : 0;
+    const rls_envoy_node_t *x;
+
+    if ((x = find(c, di, pi, key, klen, value, vlen, 1)) != NULL)
+        return x;
+    return find(c, di, pi, key, klen, NULL, 0, 0);
+}

@@ -1,0 +1,115 @@
+/* Envoy rate limit descriptors (envoy_conf.c): the configuration format of
+ * envoy-ratelimit (github.com/envoyproxy/ratelimit), so that its users can
+ * bring their files unchanged, plus two extensions. One file per domain:
+ *
+ *   domain: mongo_cps
+ *   rate_limit_headers: draft      # ours: none (default) | x | draft | all
+ *   descriptors:
+ *     - key: database
+ *       value: users               # optional: without it, any value matches
+ *       rate_limit:
+ *         unit: second             # second | minute | hour | day
+ *         requests_per_unit: 500
+ *         name: users-limit        # optional, echoed in current_limit
+ *         window: 90s              # ours: any length from 1 s to 366 d
+ *                                  # instead of unit
+ *       shadow_mode: true          # decided and counted, never refused
+ *       detailed_metric: true      # accepted, ignored
+ *       descriptors: [...]         # nested: the request's next entry
+ *     - key: remote_address
+ *       unlimited: true            # matched, never counted
+ *     - key: tenant
+ *       rule: api                  # ours: decided under the rules file's
+ *                                  # rule "api" (its windows, mode, overrides,
+ *                                  # switches and quotas)
+ *
+ * Matching is envoy-ratelimit's: the request descriptor's entries walk down
+ * the tree, at each level a node with the entry's key and value preferred
+ * to one with the key alone; the node reached by the last entry decides.
+ * No node, or a node without a limit: allowed and not counted.
+ *
+ * A configuration is built whole from all files, validated completely
+ * (every error with FILE:LINE) and never changed: a reload builds a new one
+ * and swaps it in; requests hold a reference to the one they started
+ * under. */
+#ifndef RLS_POLICY_ENVOY_CONF_H
+#define RLS_POLICY_ENVOY_CONF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "policy/rules.h"
+
+/* What a matched node does. */
+enum {
+    RLS_ENVOY_NONE,      /* no rate_limit here: allowed, not counted */
+    RLS_ENVOY_LIMIT,     /* requests_per_unit per window */
+    RLS_ENVOY_UNLIMITED, /* unlimited: true */
+    RLS_ENVOY_RULE       /* rule: NAME of the rules file */
+};
+
+typedef struct rls_envoy_node_s {
+    const char *key; /* in the configuration's arena, NUL-terminated */
+    size_t key_len;
+    const char *value; /* NULL: matches any value */
+    size_t value_len;
+    const char *name; /* rate_limit.name, or NULL */
+    size_t name_len;
+    const char *rule; /* RLS_ENVOY_RULE: the rule's name */
+    size_t rule_len;
+    int kind;
+    int shadow;
+    int unit;          /* Envoy's RateLimit.Unit, 0 for a custom window */
+    uint64_t limit;    /* RLS_ENVOY_LIMIT: requests per window (0: none) */
+    uint32_t window_s; /* RLS_ENVOY_LIMIT: the window's length */
+    uint32_t domain;   /* index of its domain */
+    uint32_t parent;   /* index + 1 of its parent node; 0: top level */
+    uint32_t index;
+} rls_envoy_node_t;
+
+/* Which rate-limit headers a domain's responses carry (net/rl_headers.h's
+ * RLS_HDR_* bits; 0: none). */
+typedef struct rls_envoy_domain_s {
+    const char *name;
+    size_t name_len;
+    unsigned headers;
+    /* "envoy:<domain>" with bytes outside [A-Za-z0-9_.:-] as '_': the name
+     * its decisions are counted under, and the headers' policy name. */
+    char stats_name[RL_RULE_MAX + 1];
+} rls_envoy_domain_t;
+
+typedef struct rls_envoy_conf_s rls_envoy_conf_t;
+
+/* Builds a configuration from files (each one domain). Errors go to
+ * *diag as "FILE:LINE: what". Returns 0 with *out set, RL_EINVAL with
+ * every error in *diag (*out NULL), or RL_ENOMEM. */
+int rls_envoy_conf_build(const char *const *paths, size_t npaths,
+                         rls_envoy_conf_t **out, rls_diag_t *diag);
+
+/* Same from one buffer holding a file's bytes (name used in messages). */
+int rls_envoy_conf_build_buf(const char *name, const char *buf, size_t len,
+                             rls_envoy_conf_t **out, rls_diag_t *diag);
+
+rls_envoy_conf_t *rls_envoy_conf_ref(rls_envoy_conf_t *c);
+void rls_envoy_conf_unref(rls_envoy_conf_t *c); /* NULL is fine */
+
+size_t rls_envoy_conf_domains(const rls_envoy_conf_t *c);
+size_t rls_envoy_conf_nodes(const rls_envoy_conf_t *c);
+
+/* The domain called name, or NULL. */
+const rls_envoy_domain_t *rls_envoy_conf_domain(const rls_envoy_conf_t *c,
+                                                const char *name,
+                                                size_t len);
+const rls_envoy_domain_t *rls_envoy_conf_domain_at(const rls_envoy_conf_t *c,
+                                                   uint32_t i);
+
+/* One step of the walk: the child of parent (NULL: the domain's top level)
+ * for the entry (key, value), the node with that exact value first, else
+ * the one with the key alone. NULL when neither exists. */
+const rls_envoy_node_t *rls_envoy_conf_step(const rls_envoy_conf_t *c,
+                                            const rls_envoy_domain_t *d,
+                                            const rls_envoy_node_t *parent,
+                                            const char *key, size_t klen,
+                                            const char *value, size_t vlen);
+
+#endif
