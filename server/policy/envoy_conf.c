@@ -307,6 +307,20 @@ static int want_scalar(yp_t *y, const char *what)
     return 0;
 }
 
+/* The rest of a rate_limit mapping that says unlimited: true (unit and
+ * requests_per_unit are meaningless then, and allowed). */
+static int skip_rest(yp_t *y)
+{
+    for (;;) {
+        if (next(y) != RL_OK)
+            return RL_EINVAL;
+        if (y->ev.type == YAML_MAPPING_END_EVENT)
+            return RL_OK;
+        if (next(y) != RL_OK || skip_value(y) != RL_OK)
+            return RL_EINVAL;
+    }
+}
+
 /* rate_limit: { unit, requests_per_unit, name, window } */
 static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
 {
@@ -368,6 +382,7 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
                 diag(b, line_of(y),
                      "requests_per_unit must be a whole number from 0 to "
                      "4294967295");
+                have_rpu = 1; /* said once */
                 continue;
             }
             x->limit = n;
@@ -396,6 +411,21 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
             }
             have_window = 1;
             x->window_s = l.window_s;
+        } else if (strcmp(kbuf, "unlimited") == 0) {
+            /* envoy-ratelimit's README puts it here (its Example 5) as
+             * well as beside rate_limit. */
+            int t;
+            if (!want_scalar(y, "unlimited"))
+                continue;
+            v = sval(y, &vl);
+            if ((t = parse_bool(v, vl)) < 0) {
+                diag(b, line_of(y), "'unlimited' must be true or false");
+                continue;
+            }
+            if (t) {
+                x->kind = RLS_ENVOY_UNLIMITED;
+                return skip_rest(y);
+            }
         } else if (strcmp(kbuf, "replaces") == 0) {
             diag(b, line_of(y), "'replaces' is not supported; give the "
                  "descriptor its own limit");
@@ -544,6 +574,8 @@ static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
     }
     if (x->key == NULL)
         x->key = ""; /* out of memory, reported */
+    if (x->kind == RLS_ENVOY_UNLIMITED)
+        unlimited = 1;
     if ((x->kind == RLS_ENVOY_LIMIT) + unlimited + (x->rule != NULL) > 1)
         diag(b, line, "a descriptor takes one of 'rate_limit', "
              "'unlimited: true' and 'rule'");
