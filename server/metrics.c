@@ -337,6 +337,16 @@ int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
               "Requests read and not yet answered.", cs->inflight));
     if (v->grpc != NULL)
         TRY(rls_grpc_metrics(v->grpc, out));
+    if (v->envoy_reload != NULL) {
+        TRY(counter(out, "rl_envoy_config_reloads_total",
+                    "--envoy-config reloads that put a new configuration "
+                    "in force.",
+                    v->envoy_reload->reloads));
+        TRY(counter(out, "rl_envoy_config_reload_failures_total",
+                    "--envoy-config reloads refused (the old configuration "
+                    "stayed).",
+                    v->envoy_reload->failures));
+    }
 
     TRY(gauge(out, "rl_connections_open", "Client connections open.",
               cs->conns_open));

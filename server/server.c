@@ -183,6 +183,8 @@ int rls_server_metrics(const rls_server_t *s, rl_buf_t *out)
     v.switches = &s->switches.stats;
     v.refusals = &s->batcher.refusals.stats;
     v.grpc = s->grpc;
+    v.envoy_reload = s->cfg->nenvoy_configs > 0 ? &s->envoy_reload.stats
+                                                : NULL;
     return rls_metrics_render(&v, out);
 }
 

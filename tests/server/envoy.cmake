@@ -1,0 +1,24 @@
+# Envoy's rate limit service (included by tests/server/CMakeLists.txt):
+# grpcio from Debian's /usr/bin/python3 (the PATH python3 may lack it)
+# calls rl-server --grpc with envoy-ratelimit's README examples as
+# fixtures, on the memory store and on a private redis-server.
+find_program(RL_DEBIAN_PYTHON /usr/bin/python3 NO_DEFAULT_PATH)
+find_program(RL_REDIS_SERVER redis-server)
+if(RL_DEBIAN_PYTHON)
+  add_test(NAME test_envoy_grpc
+    COMMAND ${RL_DEBIAN_PYTHON}
+            ${CMAKE_CURRENT_SOURCE_DIR}/envoy/test_envoy_grpc.py
+            $<TARGET_FILE:rl-server> ${PROJECT_SOURCE_DIR}/proto
+            ${CMAKE_CURRENT_SOURCE_DIR}/envoy)
+  set_tests_properties(test_envoy_grpc PROPERTIES TIMEOUT 120
+                       LABELS integration)
+  if(RL_REDIS_SERVER)
+    add_test(NAME test_envoy_grpc_redis
+      COMMAND ${RL_DEBIAN_PYTHON}
+              ${CMAKE_CURRENT_SOURCE_DIR}/envoy/test_envoy_grpc.py
+              $<TARGET_FILE:rl-server> ${PROJECT_SOURCE_DIR}/proto
+              ${CMAKE_CURRENT_SOURCE_DIR}/envoy ${RL_REDIS_SERVER})
+    set_tests_properties(test_envoy_grpc_redis PROPERTIES TIMEOUT 120
+                         LABELS integration)
+  endif()
+endif()
