@@ -505,14 +505,16 @@ static void on_closed(uv_handle_t *h)
     rls_list_t *n, *next;
 
     /* Streams still waiting for the batcher free themselves when their
-     * answers come; the others go now. */
-    c->closed = 1;
+     * answers come; the others go now. The connection counts as closed
+     * only after this walk, so that freeing its last stream here does not
+     * free it under the loop. */
     for (n = c->streams.next; n != &c->streams; n = next) {
         gstream_t *st = RLS_CONTAINER_OF(n, gstream_t, node);
         next = n->next;
         st->closed = 1;
         stream_free_maybe(st);
     }
+    c->closed = 1;
     if (g->stopping && rls_list_empty(&g->conns) && g->on_empty != NULL)
         g->on_empty(g->arg);
     maybe_free_conn(c);

@@ -22,3 +22,17 @@ if(RL_DEBIAN_PYTHON)
                          LABELS integration)
   endif()
 endif()
+
+# Bad input on the --grpc listener, each case with its gRPC status or
+# GOAWAY, a well-behaved client served throughout (raw frames, HPACK by
+# nghttp2).
+add_library(rl_h2raw STATIC ${PROJECT_SOURCE_DIR}/tests/support/h2raw.c)
+target_include_directories(rl_h2raw PUBLIC ${PROJECT_SOURCE_DIR}/tests/support)
+target_link_libraries(rl_h2raw PUBLIC rl_envoy_proto PkgConfig::NGHTTP2)
+rl_warnings(rl_h2raw)
+rl_add_test(test_grpc_bad SOURCES test_grpc_bad.c
+  LIBS rl_h2raw rl_testsupport LABELS integration TIMEOUT 120)
+target_compile_definitions(test_grpc_bad PRIVATE
+  RL_SERVER_BIN="$<TARGET_FILE:rl-server>"
+  RL_FIXTURES="${CMAKE_CURRENT_SOURCE_DIR}/envoy")
+add_dependencies(test_grpc_bad rl-server)

@@ -1,0 +1,492 @@
+/* rl-server's --grpc listener under bad input: each case with the gRPC
+ * status or GOAWAY it must get, and a well-behaved client on its own
+ * connection answered after every one. Frames are written raw
+ * (tests/support/h2raw.c) so that a case can send what no HTTP/2 library
+ * would; the server is a real process, stopped by pid. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "h2raw.h"
+#include "rlt.h"
+
+#ifndef RL_SERVER_BIN
+#error "RL_SERVER_BIN must name the rl-server binary"
+#endif
+#ifndef RL_FIXTURES
+#error "RL_FIXTURES must name tests/server/envoy"
+#endif
+
+static pid_t server = -1;
+static int port;
+static h2r_t good;
+static int32_t good_id = 1;
+
+/* What the streams of one connection ended with, by stream id. */
+#define MAXS 4096
+typedef struct {
+    int grpc[MAXS];
+    int http[MAXS];
+    uint32_t rst[MAXS];
+    int done[MAXS];
+    int ndone;
+} ends_t;
+
+static void on_done(void *arg, int32_t id, int grpc, int http, uint32_t rst)
+{
+    ends_t *e = arg;
+
+    if (id <= 0 || id >= MAXS)
+        return;
+    e->grpc[id] = grpc;
+    e->http[id] = http;
+    e->rst[id] = rst;
+    if (!e->done[id]) {
+        e->done[id] = 1;
+        e->ndone++;
+    }
+}
+
+/* Pumps c until stream id ended, the connection ended, or 5 s. */
+static int wait_stream(h2r_t *c, ends_t *e, int32_t id)
+{
+    uint64_t end = rlt_mono_ms() + 5000;
+
+    while (!e->done[id] && rlt_mono_ms() < end)
+        if (h2r_pump(c, 50) != 0)
+            break;
+    return e->done[id];
+}
+
+/* Pumps c until the server closed it (end of file) or 5 s. */
+static int wait_eof(h2r_t *c)
+{
+    uint64_t end = rlt_mono_ms() + 5000;
+
+    while (!c->eof && rlt_mono_ms() < end)
+        h2r_pump(c, 50);
+    return c->eof;
+}
+
+static ends_t good_ends;
+
+/* The well-behaved client: one call on its long-lived connection. */
+static void good_call(void)
+{
+    const char *kv[] = {"database", "unlisted"};
+    size_t n;
+    uint8_t *m = h2r_rls_request("mongo_cps", kv, 1, 0, &n);
+    int32_t id;
+
+    h2r_pump(&good, 0);
+    if (good.goaway > 0 || good.eof) {
+        /* Only --idle-timeout may end the good client's connection, and
+         * it does so with NO_ERROR: reconnect. */
+        assert_int_equal(good.goaway_code, NGHTTP2_NO_ERROR);
+        h2r_close(&good);
+        memset(&good_ends, 0, sizeof(good_ends));
+        assert_int_equal(h2r_connect(&good, port, 0), 0);
+        good.on_done = on_done;
+        good.arg = &good_ends;
+        good_id = 1;
+    }
+    id = good_id;
+
+    good_id += 2;
+    assert_non_null(m);
+    assert_int_equal(h2r_grpc(&good, id, H2R_PATH, m, n, 0), 0);
+    free(m);
+    assert_true(wait_stream(&good, &good_ends, id));
+    assert_int_equal(good_ends.grpc[id], 0);
+}
+
+static int setup(void **state)
+{
+    char p[16], fix[512];
+    char *argv[] = {RL_SERVER_BIN,   "--listen",          NULL,
+                    "--grpc",        p,                   "--envoy-config",
+                    fix,             "--grpc-max-streams", "8",
+                    "--idle-timeout", "1",                "--max-connections",
+                    "6",             "--log-level",       "warn",
+                    NULL};
+    char lp[32];
+
+    (void)state;
+    port = rlt_free_port();
+    snprintf(p, sizeof(p), "127.0.0.1:%d", port);
+    snprintf(lp, sizeof(lp), "127.0.0.1:%d", rlt_free_port());
+    argv[2] = lp;
+    snprintf(fix, sizeof(fix), "%s/mongo_cps.yaml", RL_FIXTURES);
+    server = rlt_spawn(argv);
+    if (server < 0 || !rlt_wait_port(port, 10000))
+        return -1;
+    memset(&good_ends, 0, sizeof(good_ends));
+    if (h2r_connect(&good, port, 0) != 0)
+        return -1;
+    good.on_done = on_done;
+    good.arg = &good_ends;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (good.def != NULL)
+        h2r_close(&good);
+    if (server > 0)
+        rlt_stop(server, SIGKILL, 5000);
+    server = -1;
+    return 0;
+}
+
+/* One raw connection with its stream results. */
+typedef struct {
+    h2r_t c;
+    ends_t e;
+} conn_t;
+
+static conn_t *dial(int raw)
+{
+    conn_t *k = calloc(1, sizeof(*k));
+
+    assert_non_null(k);
+    assert_int_equal(h2r_connect(&k->c, port, raw), 0);
+    k->c.on_done = on_done;
+    k->c.arg = &k->e;
+    return k;
+}
+
+static void hang_up(conn_t *k)
+{
+    h2r_close(&k->c);
+    free(k);
+}
+
+/* A call on a fresh connection; returns its grpc-status (-1: none), with
+ * the HTTP status in *http. */
+static int one_call(const char *path, const uint8_t *msg, size_t n,
+                    uint8_t flag, int *http)
+{
+    conn_t *k = dial(0);
+    int g;
+
+    assert_int_equal(h2r_grpc(&k->c, 1, path, msg, n, flag), 0);
+    assert_true(wait_stream(&k->c, &k->e, 1));
+    g = k->e.grpc[1];
+    if (http != NULL)
+        *http = k->e.http[1];
+    hang_up(k);
+    return g;
+}
+
+static void test_not_http2(void **state)
+{
+    static const char req[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    conn_t *k = dial(1);
+
+    (void)state;
+    h2r_raw(&k->c, req, sizeof(req) - 1);
+    /* The preface is wrong: GOAWAY (maybe) and the connection ends. */
+    assert_true(wait_eof(&k->c));
+    hang_up(k);
+    good_call();
+}
+
+static void test_data_on_stream_0(void **state)
+{
+    conn_t *k = dial(0);
+
+    (void)state;
+    h2r_frame(&k->c, NGHTTP2_DATA, 0, 0, "xxxx", 4);
+    assert_true(wait_eof(&k->c));
+    assert_true(k->c.goaway >= 1);
+    assert_int_equal(k->c.goaway_code, NGHTTP2_PROTOCOL_ERROR);
+    hang_up(k);
+    good_call();
+}
+
+static void test_stream_flood(void **state)
+{
+    conn_t *k = dial(0);
+    nghttp2_nv nv[] = {
+        {(uint8_t *)":method", (uint8_t *)"POST", 7, 4, 0},
+        {(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0},
+        {(uint8_t *)":path", (uint8_t *)H2R_PATH, 5, strlen(H2R_PATH), 0},
+        {(uint8_t *)":authority", (uint8_t *)"rl", 10, 2, 0},
+        {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16,
+         0},
+    };
+    int32_t id;
+    int refused = 0;
+    uint64_t end;
+
+    (void)state;
+    /* 200 streams opened at once, none finished: over the 8 allowed. */
+    for (id = 1; id < 400; id += 2)
+        h2r_headers(&k->c, id, nv, 5, 0);
+    end = rlt_mono_ms() + 3000;
+    while (rlt_mono_ms() < end && !k->c.eof && k->c.goaway == 0 &&
+           k->e.ndone < 150)
+        h2r_pump(&k->c, 50);
+    for (id = 1; id < 400; id += 2)
+        refused += k->e.rst[id] == NGHTTP2_REFUSED_STREAM;
+    /* Refused stream by stream, or the connection ended with GOAWAY. */
+    assert_true(refused >= 150 || k->c.goaway > 0);
+    hang_up(k);
+    good_call();
+}
+
+static void test_huge_headers(void **state)
+{
+    conn_t *k = dial(0);
+    static char big[9000];
+    const char *kv[] = {"database", "users"};
+    size_t n;
+    uint8_t *m = h2r_rls_request("mongo_cps", kv, 1, 0, &n), body[64];
+    nghttp2_nv nv[] = {
+        {(uint8_t *)":method", (uint8_t *)"POST", 7, 4, 0},
+        {(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0},
+        {(uint8_t *)":path", (uint8_t *)H2R_PATH, 5, strlen(H2R_PATH), 0},
+        {(uint8_t *)":authority", (uint8_t *)"rl", 10, 2, 0},
+        {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16,
+         0},
+        {(uint8_t *)"x-big", (uint8_t *)big, 5, sizeof(big), 0},
+    };
+
+    (void)state;
+    memset(big, 'a', sizeof(big));
+    assert_true(n + 5 <= sizeof(body));
+    body[0] = 0;
+    body[1] = body[2] = body[3] = 0;
+    body[4] = (uint8_t)n;
+    memcpy(body + 5, m, n);
+    free(m);
+    h2r_headers(&k->c, 1, nv, 6, 0);
+    h2r_frame(&k->c, NGHTTP2_DATA, NGHTTP2_FLAG_END_STREAM, 1, body, n + 5);
+    assert_true(wait_stream(&k->c, &k->e, 1) || k->c.goaway > 0);
+    if (k->e.done[1] && k->e.rst[1] == 0)
+        assert_int_equal(k->e.grpc[1], 8); /* RESOURCE_EXHAUSTED */
+    hang_up(k);
+    good_call();
+}
+
+static void test_big_message(void **state)
+{
+    uint8_t *m = calloc(1, 70000);
+
+    (void)state;
+    assert_non_null(m);
+    assert_int_equal(one_call(H2R_PATH, m, 70000, 0, NULL), 8);
+    free(m);
+    good_call();
+}
+
+static void test_compressed(void **state)
+{
+    const char *kv[] = {"database", "users"};
+    size_t n;
+    uint8_t *m = h2r_rls_request("mongo_cps", kv, 1, 0, &n);
+
+    (void)state;
+    /* Compressed flag without grpc-encoding: INTERNAL (gRPC's rule). */
+    assert_int_equal(one_call(H2R_PATH, m, n, 1, NULL), 13);
+    /* A flag byte that is neither 0 nor 1. */
+    assert_int_equal(one_call(H2R_PATH, m, n, 7, NULL), 13);
+    free(m);
+    good_call();
+}
+
+static void test_unknown_method(void **state)
+{
+    const char *kv[] = {"database", "users"};
+    size_t n;
+    uint8_t *m = h2r_rls_request("mongo_cps", kv, 1, 0, &n);
+
+    (void)state;
+    assert_int_equal(
+        one_call("/envoy.service.ratelimit.v3.RateLimitService/Nope", m, n,
+                 0, NULL),
+        12);
+    assert_int_equal(one_call("/other.Service/ShouldRateLimit", m, n, 0,
+                              NULL),
+                     12);
+    free(m);
+    good_call();
+}
+
+static void test_invalid_argument(void **state)
+{
+    const char *kv[] = {"database", "users"};
+    const char *empty_key[] = {"", "x"};
+    size_t n;
+    uint8_t *m;
+
+    (void)state;
+    m = h2r_rls_request("", kv, 1, 0, &n);
+    assert_int_equal(one_call(H2R_PATH, m, n, 0, NULL), 3);
+    free(m);
+    m = h2r_rls_request("mongo_cps", kv, 0, 0, &n);
+    assert_int_equal(one_call(H2R_PATH, m, n, 0, NULL), 3);
+    free(m);
+    m = h2r_rls_request("mongo_cps", empty_key, 1, 0, &n);
+    assert_int_equal(one_call(H2R_PATH, m, n, 0, NULL), 3);
+    free(m);
+    /* Not a RateLimitRequest at all: INTERNAL, as gRPC does for a
+     * message that does not parse. */
+    assert_int_equal(one_call(H2R_PATH, (const uint8_t *)"\xff\xff\xff", 3,
+                              0, NULL),
+                     13);
+    good_call();
+}
+
+static void test_bad_framing(void **state)
+{
+    conn_t *k = dial(0);
+    nghttp2_nv nv[] = {
+        {(uint8_t *)":method", (uint8_t *)"POST", 7, 4, 0},
+        {(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0},
+        {(uint8_t *)":path", (uint8_t *)H2R_PATH, 5, strlen(H2R_PATH), 0},
+        {(uint8_t *)":authority", (uint8_t *)"rl", 10, 2, 0},
+        {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16,
+         0},
+    };
+    static const uint8_t truncated[] = {0, 0, 0, 0, 50, 1, 2, 3};
+    int http = 0;
+
+    (void)state;
+    /* Declares 50 bytes, sends 3, ends the stream: INTERNAL. */
+    h2r_headers(&k->c, 1, nv, 5, 0);
+    h2r_frame(&k->c, NGHTTP2_DATA, NGHTTP2_FLAG_END_STREAM, 1, truncated,
+              sizeof(truncated));
+    /* No body at all. */
+    h2r_headers(&k->c, 3, nv, 5, 1);
+    assert_true(wait_stream(&k->c, &k->e, 1));
+    assert_true(wait_stream(&k->c, &k->e, 3));
+    assert_int_equal(k->e.grpc[1], 13);
+    assert_int_equal(k->e.grpc[3], 13);
+    hang_up(k);
+    /* Not gRPC: HTTP 415. */
+    {
+        conn_t *j = dial(0);
+        nghttp2_nv nv2[] = {
+            {(uint8_t *)":method", (uint8_t *)"POST", 7, 4, 0},
+            {(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0},
+            {(uint8_t *)":path", (uint8_t *)H2R_PATH, 5, strlen(H2R_PATH),
+             0},
+            {(uint8_t *)":authority", (uint8_t *)"rl", 10, 2, 0},
+            {(uint8_t *)"content-type", (uint8_t *)"text/plain", 12, 10, 0},
+        };
+        h2r_headers(&j->c, 1, nv2, 5, 1);
+        assert_true(wait_stream(&j->c, &j->e, 1));
+        http = j->e.http[1];
+        hang_up(j);
+    }
+    assert_int_equal(http, 415);
+    good_call();
+}
+
+static void test_reset_and_hang_up(void **state)
+{
+    const char *kv[] = {"database", "users"};
+    size_t n;
+    uint8_t *m = h2r_rls_request("mongo_cps", kv, 1, 0, &n);
+    static const uint8_t cancel[4] = {0, 0, 0, 8};
+    int i;
+
+    (void)state;
+    /* Streams reset right after their request, then connections that go
+     * with calls in flight: answers that come later touch nothing. */
+    for (i = 0; i < 20; i++) {
+        conn_t *k = dial(0);
+        int32_t id;
+        for (id = 1; id < 16; id += 2) {
+            h2r_grpc(&k->c, id, H2R_PATH, m, n, 0);
+            if (i % 2 == 0)
+                h2r_frame(&k->c, NGHTTP2_RST_STREAM, 0, id, cancel, 4);
+        }
+        h2r_pump(&k->c, 1);
+        hang_up(k);
+    }
+    free(m);
+    good_call();
+}
+
+static void test_connection_cap(void **state)
+{
+    conn_t *k[6];
+    int i, refused = 0;
+
+    (void)state;
+    /* 1 (the good client) + 6 > --max-connections 6. */
+    for (i = 0; i < 6; i++)
+        k[i] = dial(0);
+    for (i = 0; i < 6; i++) {
+        uint64_t end = rlt_mono_ms() + 1000;
+        while (rlt_mono_ms() < end && k[i]->c.settings == 0 && !k[i]->c.eof)
+            h2r_pump(&k[i]->c, 50);
+    }
+    for (i = 0; i < 6; i++)
+        refused += k[i]->c.goaway > 0 && wait_eof(&k[i]->c);
+    assert_int_equal(refused, 1);
+    for (i = 0; i < 6; i++)
+        hang_up(k[i]);
+    good_call();
+}
+
+static void test_idle_timeout(void **state)
+{
+    conn_t *k = dial(0);
+    uint64_t t0 = rlt_mono_ms();
+
+    (void)state;
+    /* --idle-timeout 1: GOAWAY and close within a sweep or two. */
+    assert_true(wait_eof(&k->c));
+    assert_true(k->c.goaway >= 1);
+    assert_true(rlt_mono_ms() - t0 >= 900);
+    hang_up(k);
+    good_call();
+}
+
+static void test_stop_clean(void **state)
+{
+    int st;
+
+    (void)state;
+    good_call();
+    st = rlt_stop(server, SIGTERM, 10000);
+    server = -1;
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_not_http2),
+        cmocka_unit_test(test_data_on_stream_0),
+        cmocka_unit_test(test_stream_flood),
+        cmocka_unit_test(test_huge_headers),
+        cmocka_unit_test(test_big_message),
+        cmocka_unit_test(test_compressed),
+        cmocka_unit_test(test_unknown_method),
+        cmocka_unit_test(test_invalid_argument),
+        cmocka_unit_test(test_bad_framing),
+        cmocka_unit_test(test_reset_and_hang_up),
+        cmocka_unit_test(test_connection_cap),
+        cmocka_unit_test(test_idle_timeout),
+        cmocka_unit_test(test_stop_clean),
+    };
+
+    signal(SIGPIPE, SIG_IGN);
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
