@@ -52,3 +52,31 @@ mkdir -p "$out/corpus-conn"
 "$out/fuzz_conn" -max_total_time="$secs" -max_len=4096 -timeout=20 \
   -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus-conn" \
   tests/fuzz/corpus/conn
+
+# The --envoy-config loader (server/policy/envoy_conf.c), seeded from
+# tests/fuzz/corpus/envoy_conf; and the --grpc input path (nghttp2, gRPC,
+# RateLimitRequest, batcher, memory store) over a real loop. Both need the
+# server's sources and the Envoy proto's generated code.
+mkdir -p "$out/gen"
+(cd proto && protoc-c --c_out="../$out/gen" \
+  envoy/service/ratelimit/v3/rls.proto \
+  envoy/extensions/common/ratelimit/v3/ratelimit.proto \
+  envoy/config/core/v3/base.proto envoy/type/v3/ratelimit_unit.proto \
+  google/protobuf/duration.proto)
+srv=$(find server -name '*.c' ! -name main.c ! -name rl-ctl.c)
+gen=$(find "$out/gen" -name '*.pb-c.c')
+for t in envoy_conf grpc; do
+  extra=""
+  [ "$t" = grpc ] && extra="tests/support/h2raw.c -Itests/support"
+  clang -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -g -O1 \
+    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+    -Ilib -Iserver -I"$out" -I"$out/gen" "tests/fuzz/fuzz_$t.c" $extra \
+    $srv $gen lib/*.c \
+    $(pkg-config --cflags --libs libuv yaml-0.1 hiredis libnghttp2 \
+      libprotobuf-c) -lm -o "$out/fuzz_$t"
+  mkdir -p "$out/corpus-$t"
+  seeds=""
+  [ "$t" = envoy_conf ] && seeds=tests/fuzz/corpus/envoy_conf
+  "$out/fuzz_$t" -max_total_time="$secs" -max_len=4096 -timeout=20 \
+    -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus-$t" $seeds
+done
