@@ -189,8 +189,12 @@ static int add_one(rls_envoy_call_t *call, uint32_t i, const desc_t *d,
     rls_envoy_ctx_t *ctx = call->ctx;
     rls_runtime_t *rt = ctx->batcher->rt;
     rls_envoy_status_t *st = &call->st[i];
-    const char *keys[RLS_ENVOY_ENTRIES_MAX], *vals[RLS_ENVOY_ENTRIES_MAX];
-    size_t klens[RLS_ENVOY_ENTRIES_MAX], vlens[RLS_ENVOY_ENTRIES_MAX], j;
+    /* Initialised only for the optimiser, which cannot see that
+     * validate() bounds n_entries to 1..RLS_ENVOY_ENTRIES_MAX. */
+    const char *keys[RLS_ENVOY_ENTRIES_MAX] = {0};
+    const char *vals[RLS_ENVOY_ENTRIES_MAX] = {0};
+    size_t klens[RLS_ENVOY_ENTRIES_MAX] = {0}, vlens[RLS_ENVOY_ENTRIES_MAX] = {0};
+    size_t j;
     char key[RLS_ENVOY_KEY_MAX + 1];
     size_t klen;
     rls_spec_t spec;

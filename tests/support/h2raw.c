@@ -312,6 +312,38 @@ int h2r_pump(h2r_t *c, int timeout_ms)
     }
 }
 
+int h2r_io(h2r_t *c, short revents)
+{
+    ssize_t n;
+
+    if ((revents & POLLOUT) && c->out_len > 0) {
+        n = send(c->fd, c->out, c->out_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0 && errno != EAGAIN)
+            return -1;
+        if (n > 0) {
+            memmove(c->out, c->out + n, c->out_len - (size_t)n);
+            c->out_len -= (size_t)n;
+        }
+    }
+    if (revents & (POLLIN | POLLHUP | POLLERR)) {
+        if (grow(&c->in, &c->in_cap, c->in_len + 65536) != 0)
+            return -1;
+        n = recv(c->fd, c->in + c->in_len, 65536, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN)) {
+            c->eof = 1;
+            return -1;
+        }
+        if (n > 0) {
+            size_t k;
+            c->in_len += (size_t)n;
+            k = parse(c);
+            memmove(c->in, c->in + k, c->in_len - k);
+            c->in_len -= k;
+        }
+    }
+    return 0;
+}
+
 uint8_t *h2r_rls_request(const char *domain, const char *const *kv,
                          size_t n, uint32_t hits, size_t *len)
 {

@@ -63,6 +63,11 @@ int h2r_raw(h2r_t *c, const void *p, size_t n);
  * at end of file or on an error. */
 int h2r_pump(h2r_t *c, int timeout_ms);
 
+/* One non-blocking round for a caller's own poll over many connections:
+ * sends what is queued if revents has POLLOUT, reads and parses once if
+ * it has POLLIN. Returns 0, or -1 at end of file or on an error. */
+int h2r_io(h2r_t *c, short revents);
+
 /* A RateLimitRequest for domain with one descriptor per (key, value)
  * pair (n pairs, each its own descriptor); *len set. malloc'd. */
 uint8_t *h2r_rls_request(const char *domain, const char *const *kv,
