@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Envoy's rate limit service (--grpc) next to the native protocol, same
+# server, same run: rl-bench on --listen, grpc_load on --grpc, each alone
+# for the same time, on the memory store and on a private redis-server.
+#   tests/bench/run_grpc.sh [BUILD_DIR] [SECONDS]
+# Prints one line per (store, protocol). Figures, not a test.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=${1:-build-rel}
+secs=${2:-5}
+tmp=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$tmp"; }
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.05; done; return 1; }
+
+# rl-bench's default inline limit is 100 per 60 s; the same for Envoy.
+cat >"$tmp/bench.yaml" <<'YAML'
+domain: bench
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 100}
+YAML
+
+run() { # store-name [--redis HOST:PORT]
+  local name=$1; shift
+  local lp gp
+  lp=$(free_port); gp=$(free_port)
+  "$build/server/rl-server" --listen 127.0.0.1:$lp --grpc 127.0.0.1:$gp \
+    --envoy-config "$tmp/bench.yaml" --log-level warn "$@" &
+  local spid=$!
+  pids+=("$spid")
+  wait_port "$lp"; wait_port "$gp"
+  echo "== $name store"
+  "$build/client/bench/rl-bench" --server 127.0.0.1:$lp --connections 4 \
+    --inflight 64 --duration "$secs" --keys 100000 2>&1 | \
+    grep -Ei 'decisions|p50|p99|latency' | sed 's/^/native: /'
+  "$build/tests/bench/grpc_load" "$gp" 4 64 "$secs" 100000 1
+  "$build/tests/bench/grpc_load" "$gp" 4 64 "$secs" 100000 4
+  kill "$spid"; wait "$spid" || true
+}
+
+run memory
+rp=$(free_port)
+redis-server --port "$rp" --bind 127.0.0.1 --save "" --appendonly no \
+  --dir "$tmp" >/dev/null &
+pids+=($!)
+wait_port "$rp"
+run redis --redis 127.0.0.1:$rp
