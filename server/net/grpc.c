@@ -51,6 +51,8 @@ typedef struct gstream_s {
     int err; /* a gRPC status decided before the request ended; or 0 */
     const char *why;
     size_t hdr_bytes;
+    size_t held;       /* msg bytes counted in g->held */
+    uint64_t begin_ms; /* when its HEADERS came */
     unsigned post : 1;
     unsigned path_ok : 1;
     unsigned path_seen : 1;
@@ -89,6 +91,7 @@ struct rls_grpc_s {
     int freeing;
     unsigned handles; /* of listener and sweep, still open */
     size_t nalloc;    /* connections allocated (open or closing) */
+    uint64_t held;    /* request bytes buffered by all streams */
     rls_list_t conns;
     rls_list_t dirty;
     uint8_t *rbuf;
@@ -129,6 +132,14 @@ static void maybe_free_conn(gconn_t *c)
     maybe_free_grpc(g);
 }
 
+/* Frees a stream's request buffer and uncounts it. */
+static void msg_release(gstream_t *st)
+{
+    st->c->g->held -= st->held;
+    st->held = 0;
+    rl_buf_free(&st->msg);
+}
+
 static void stream_free_maybe(gstream_t *st)
 {
     gconn_t *c = st->c;
@@ -137,7 +148,7 @@ static void stream_free_maybe(gstream_t *st)
         return;
     if (st->started)
         rls_envoy_call_free(&st->call);
-    rl_buf_free(&st->msg);
+    msg_release(st);
     rl_buf_free(&st->resp);
     rls_list_remove(&st->node);
     free(st);
@@ -151,6 +162,7 @@ static const char *status_text(int code)
 {
     switch (code) {
     case RLS_GRPC_INVALID_ARGUMENT: return "3";
+    case RLS_GRPC_DEADLINE_EXCEEDED: return "4";
     case RLS_GRPC_RESOURCE_EXHAUSTED: return "8";
     case RLS_GRPC_UNIMPLEMENTED: return "12";
     case RLS_GRPC_INTERNAL: return "13";
@@ -352,7 +364,7 @@ static void request_done(gstream_t *st)
     st->started = 1;
     st->call.done = on_call_done;
     rc = rls_envoy_start(&st->call, &st->c->g->ctx, p + 5, len, &why);
-    rl_buf_free(&st->msg);
+    msg_release(st);
     if (rc != RLS_GRPC_OK)
         reply_status(st, rc, why);
     else if (st->call.pending == 0)
@@ -388,6 +400,7 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f,
     }
     st->c = c;
     st->id = f->hd.stream_id;
+    st->begin_ms = uv_now(c->g->loop);
     rl_buf_init(&st->msg, (size_t)c->g->cfg->max_frame + 5);
     rls_list_push(&c->streams, &st->node);
     c->open_streams++;
@@ -449,15 +462,25 @@ static int on_data(nghttp2_session *s, uint8_t flags, int32_t id,
     if (rl_buf_len(&st->msg) + len > max) {
         st->err = RLS_GRPC_RESOURCE_EXHAUSTED;
         st->why = "message larger than --max-frame";
-        rl_buf_free(&st->msg);
-        /* Answer now: no need to wait for the rest of an oversized body. */
-        reply_status(st, st->err, st->why);
-        return 0;
-    }
-    if (rl_buf_append(&st->msg, data, len) != RL_OK) {
+    } else if (st->c->g->cfg->max_partial_bytes > 0 &&
+               st->c->g->held + len > st->c->g->cfg->max_partial_bytes) {
+        /* The bodies of all streams together, like the native side's
+         * partial frames, are capped by --max-partial-bytes: the stream
+         * that would pass it is refused, the others go on. */
+        st->c->g->stats.streams_shed++;
+        st->err = RLS_GRPC_RESOURCE_EXHAUSTED;
+        st->why = "server input memory full (--max-partial-bytes)";
+    } else if (rl_buf_append(&st->msg, data, len) != RL_OK) {
         st->err = RLS_GRPC_RESOURCE_EXHAUSTED;
         st->why = "out of memory";
+    } else {
+        st->held += len;
+        st->c->g->held += len;
+        return 0;
     }
+    msg_release(st);
+    /* Answer now: no need to wait for the rest of the body. */
+    reply_status(st, st->err, st->why);
     return 0;
 }
 
@@ -713,6 +736,11 @@ static void on_connection(uv_stream_t *l, int status)
     iv[2].settings_id = NGHTTP2_SETTINGS_ENABLE_PUSH;
     iv[2].value = 0;
     nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, 3);
+    /* The connection's window: room for many streams' messages at once
+     * (each stream keeps the default 64 KiB); memory is bounded by the
+     * stream cap and --max-partial-bytes, not by flow control. */
+    nghttp2_session_set_local_window_size(c->h2, NGHTTP2_FLAG_NONE, 0,
+                                          1 << 20);
     uv_tcp_nodelay(&c->tcp, 1);
     if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
         conn_close(c);
@@ -721,20 +749,36 @@ static void on_connection(uv_stream_t *l, int status)
     mark_dirty(c);
 }
 
-/* Idle connections: no stream open, nothing to write, no bytes for
- * --idle-timeout. A scan a second: connections are capped. */
+/* Once a second (connections and their streams are capped): requests
+ * past --frame-timeout-ms, and idle connections: no stream open, nothing
+ * to write, no bytes for --idle-timeout. */
 static void on_sweep(uv_timer_t *t)
 {
     rls_grpc_t *g = t->data;
     uint64_t now = uv_now(g->loop), idle = g->cfg->idle_timeout_s * 1000;
+    uint64_t frame_ms = g->cfg->frame_timeout_ms;
     rls_list_t *n, *next;
 
-    if (idle == 0)
-        return;
     for (n = g->conns.next; n != &g->conns; n = next) {
         gconn_t *c = RLS_CONTAINER_OF(n, gconn_t, node);
+        rls_list_t *m;
         next = n->next;
-        if (c->goaway || c->open_streams > 0 || c->writing ||
+        /* A request not whole --frame-timeout-ms after its HEADERS (a
+         * client trickling or stalling its body) is answered
+         * DEADLINE_EXCEEDED and its buffer freed. */
+        for (m = c->streams.next; frame_ms > 0 && m != &c->streams;
+             m = m->next) {
+            gstream_t *st = RLS_CONTAINER_OF(m, gstream_t, node);
+            if (!st->started && !st->answered && !st->closed &&
+                now - st->begin_ms >= frame_ms) {
+                g->stats.streams_timeout++;
+                msg_release(st);
+                reply_status(st, RLS_GRPC_DEADLINE_EXCEEDED,
+                             "request not completed within "
+                             "--frame-timeout-ms");
+            }
+        }
+        if (idle == 0 || c->goaway || c->open_streams > 0 || c->writing ||
             now - c->active_ms < idle)
             continue;
         g->stats.conns_idle++;
@@ -900,6 +944,7 @@ int rls_grpc_metrics(const rls_grpc_t *g, rl_buf_t *out)
         const char *name;
     } codes[] = {{0, "OK"},
                  {3, "INVALID_ARGUMENT"},
+                 {4, "DEADLINE_EXCEEDED"},
                  {8, "RESOURCE_EXHAUSTED"},
                  {12, "UNIMPLEMENTED"},
                  {13, "INTERNAL"},
@@ -961,10 +1006,23 @@ int rls_grpc_metrics(const rls_grpc_t *g, rl_buf_t *out)
         "# HELP rl_grpc_streams_reset_total Streams the client reset "
         "before their answer.\n"
         "# TYPE rl_grpc_streams_reset_total counter\n"
-        "rl_grpc_streams_reset_total %" PRIu64 "\n",
+        "rl_grpc_streams_reset_total %" PRIu64 "\n"
+        "# HELP rl_grpc_streams_timeout_total Requests not whole within "
+        "--frame-timeout-ms (DEADLINE_EXCEEDED).\n"
+        "# TYPE rl_grpc_streams_timeout_total counter\n"
+        "rl_grpc_streams_timeout_total %" PRIu64 "\n"
+        "# HELP rl_grpc_streams_shed_total Requests refused because the "
+        "bodies buffered by all streams reached --max-partial-bytes.\n"
+        "# TYPE rl_grpc_streams_shed_total counter\n"
+        "rl_grpc_streams_shed_total %" PRIu64 "\n"
+        "# HELP rl_grpc_input_bytes Request bytes buffered by gRPC "
+        "streams.\n"
+        "# TYPE rl_grpc_input_bytes gauge\n"
+        "rl_grpc_input_bytes %" PRIu64 "\n",
         s->http_errors, e->descriptors[1], e->descriptors[2], e->uncounted,
         e->unknown_domain, s->conns_open, s->conns_accepted,
         s->conns_refused, s->conns_idle, s->conns_protocol,
-        s->streams_refused, s->streams_reset);
+        s->streams_refused, s->streams_reset, s->streams_timeout,
+        s->streams_shed, g->held);
     return rc;
 }

@@ -9,7 +9,10 @@
  * --grpc-max-streams concurrent streams per connection (SETTINGS; streams
  * over it are refused with RST_STREAM REFUSED_STREAM), a header list of
  * RLS_GRPC_HEADERS_MAX bytes, a message of --max-frame bytes (past it
- * RESOURCE_EXHAUSTED), --idle-timeout. A connection holds no input buffer
+ * RESOURCE_EXHAUSTED), a request whole within --frame-timeout-ms (past
+ * it DEADLINE_EXCEEDED), the bodies of all streams together within
+ * --max-partial-bytes (past it RESOURCE_EXHAUSTED for the stream that
+ * would pass it), --idle-timeout. A connection holds no input buffer
  * (nghttp2 consumes every read whole) and at most its streams' messages. */
 #ifndef RLS_NET_GRPC_H
 #define RLS_NET_GRPC_H
@@ -36,6 +39,8 @@ typedef struct rls_grpc_stats_s {
     uint64_t conns_protocol;  /* ended by an HTTP/2 protocol error */
     uint64_t streams_refused; /* over --grpc-max-streams */
     uint64_t streams_reset;   /* reset by the client before the answer */
+    uint64_t streams_timeout; /* not whole within --frame-timeout-ms */
+    uint64_t streams_shed;    /* refused at --max-partial-bytes */
 } rls_grpc_stats_t;
 
 typedef struct rls_grpc_s rls_grpc_t;
