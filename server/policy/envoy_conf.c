@@ -40,6 +40,8 @@ struct rls_envoy_conf_s {
     rls_envoy_domain_t *domains;
     size_t nd, dcap;
     uint32_t *index; /* node index + 1, by (domain, parent, key, value) */
+    uint32_t *wild;  /* indexes of wildcard nodes, in file order */
+    size_t nwild;
     uint32_t mask;
     rl_hash_key_t hash_key;
     chunk_t *arena;
@@ -157,9 +159,17 @@ static int build_index(builder_t *b, const int *lines)
         return RL_ENOMEM;
     }
     c->mask = (uint32_t)(size - 1);
+    if ((c->wild = calloc(c->n ? c->n : 1, sizeof(*c->wild))) == NULL) {
+        b->nomem = 1;
+        return RL_ENOMEM;
+    }
     for (k = 0; k < c->n; k++) {
         rls_envoy_node_t *x = &c->nodes[k];
         uint32_t i;
+        if (x->wildcard) {
+            c->wild[c->nwild++] = (uint32_t)k;
+            continue;
+        }
         if (find(c, x->domain, x->parent, x->key, x->key_len, x->value,
                  x->value_len, x->value != NULL) != NULL) {
             diag(b, lines[k], "duplicate descriptor key '%s'%s%s%s",
@@ -529,6 +539,10 @@ static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
             v = sval(y, &vl);
             x->value = arena_copy(b, v, vl);
             x->value_len = vl;
+            if (vl > 0 && v[vl - 1] == '*') {
+                x->wildcard = 1;
+                x->value_len = vl - 1;
+            }
         } else if (strcmp(kbuf, "rate_limit") == 0) {
             if (parse_rate_limit(y, x) != RL_OK)
                 return RL_EINVAL;
@@ -766,6 +780,7 @@ static void conf_free(rls_envoy_conf_t *c)
     free(c->nodes);
     free(c->domains);
     free(c->index);
+    free(c->wild);
     free(c);
 }
 
@@ -913,7 +928,17 @@ const rls_envoy_node_t *rls_envoy_conf_step(const rls_envoy_conf_t *c,
     uint32_t pi = parent != NULL ? parent->index + 1 : 0;
     const rls_envoy_node_t *x;
 
+    size_t i;
+
     if ((x = find(c, di, pi, key, klen, value, vlen, 1)) != NULL)
         return x;
+    /* Wildcards: few, scanned in file order (envoy-ratelimit's). */
+    for (i = 0; i < c->nwild; i++) {
+        x = &c->nodes[c->wild[i]];
+        if (x->domain == di && x->parent == pi && x->key_len == klen &&
+            memcmp(x->key, key, klen) == 0 && vlen >= x->value_len &&
+            memcmp(x->value, value, x->value_len) == 0)
+            return x;
+    }
     return find(c, di, pi, key, klen, NULL, 0, 0);
 }

@@ -52,7 +52,10 @@ typedef struct rls_envoy_node_s {
     const char *key; /* in the configuration's arena, NUL-terminated */
     size_t key_len;
     const char *value; /* NULL: matches any value */
-    size_t value_len;
+    size_t value_len;  /* with wildcard: the prefix, without the '*' */
+    int wildcard;      /* value ended in '*': matches values with that
+                          prefix (after an exact value, before the key
+                          alone) */
     const char *name; /* rate_limit.name, or NULL */
     size_t name_len;
     const char *rule; /* RLS_ENVOY_RULE: the rule's name */

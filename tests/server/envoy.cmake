@@ -36,3 +36,7 @@ target_compile_definitions(test_grpc_bad PRIVATE
   RL_SERVER_BIN="$<TARGET_FILE:rl-server>"
   RL_FIXTURES="${CMAKE_CURRENT_SOURCE_DIR}/envoy")
 add_dependencies(test_grpc_bad rl-server)
+
+# The descriptor files' loader and matcher, and descriptor counter keys.
+rl_add_test(test_envoy_conf SOURCES test_envoy_conf.c LIBS rls_core
+  TIMEOUT 30)

@@ -239,6 +239,17 @@ def readme_examples(s):
         reset_ms)
     check(res[1].overall_code == OVER, "ex6 user-b refused at 21")
 
+    # Example 9: a wildcard value matches by prefix, each value counted
+    # on its own.
+    r = s.call("example9", D(("key1", "value1")), D(("key1", "value2")),
+               D(("key1", "other")))
+    check(r.statuses[0].current_limit.requests_per_unit == 20 and
+          r.statuses[1].current_limit.requests_per_unit == 20 and
+          r.statuses[0].limit_remaining == 19 and
+          r.statuses[1].limit_remaining == 19 and
+          not r.statuses[2].HasField("current_limit"),
+          "ex9 wildcard value*")
+
     # The "rl" domain: one request a minute per cluster pair.
     pair = D(("source_cluster", "proxy"), ("destination_cluster", "bar"))
     a, b = s.call("rl", pair), s.call("rl", pair)
