@@ -243,6 +243,10 @@ static int next(yp_t *y)
         diag(y->b, line_of(y), "aliases (*name) are not supported");
         y->broken = 1;
         return RL_EINVAL;
+    case YAML_NO_EVENT:
+        /* Past the end: a walk that lost its place must stop. */
+        y->broken = 1;
+        return RL_EINVAL;
     default:
         break;
     }
@@ -276,6 +280,36 @@ static const char *sval(const yp_t *y, size_t *len)
 static int key_is(const char *k, size_t kl, const char *want)
 {
     return kl == strlen(want) && memcmp(k, want, kl) == 0;
+}
+
+/* Reads the next key of the mapping being walked into kbuf (cut to 31
+ * bytes) and advances to its value. Returns 1, 0 at the mapping's end,
+ * or RL_EINVAL. A key that is not a plain value (a YAML complex key) is
+ * reported and skipped with its value. */
+static int next_key(yp_t *y, char kbuf[32])
+{
+    for (;;) {
+        size_t kl;
+        const char *k;
+
+        if (next(y) != RL_OK)
+            return RL_EINVAL;
+        if (y->ev.type == YAML_MAPPING_END_EVENT)
+            return 0;
+        if (y->ev.type != YAML_SCALAR_EVENT) {
+            diag(y->b, line_of(y), "a key must be a single value");
+            if (skip_value(y) != RL_OK || next(y) != RL_OK ||
+                skip_value(y) != RL_OK)
+                return RL_EINVAL;
+            continue;
+        }
+        k = (const char *)y->ev.data.scalar.value;
+        kl = y->ev.data.scalar.length;
+        snprintf(kbuf, 32, "%.*s", (int)(kl < 31 ? kl : 31), k);
+        if (next(y) != RL_OK)
+            return RL_EINVAL;
+        return 1;
+    }
 }
 
 /* A scalar value as a bool (YAML 1.1 words envoy-ratelimit's parser also
@@ -326,7 +360,9 @@ static int skip_rest(yp_t *y)
             return RL_EINVAL;
         if (y->ev.type == YAML_MAPPING_END_EVENT)
             return RL_OK;
-        if (next(y) != RL_OK || skip_value(y) != RL_OK)
+        /* the key (any shape), then its value */
+        if (skip_value(y) != RL_OK || next(y) != RL_OK ||
+            skip_value(y) != RL_OK)
             return RL_EINVAL;
     }
 }
@@ -342,19 +378,15 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
         return skip_value(y);
     }
     for (;;) {
-        const char *k;
-        size_t kl, vl;
+        size_t vl;
         const char *v;
         char kbuf[32];
+        int rc;
 
-        if (next(y) != RL_OK)
+        if ((rc = next_key(y, kbuf)) < 0)
             return RL_EINVAL;
-        if (y->ev.type == YAML_MAPPING_END_EVENT)
+        if (rc == 0)
             break;
-        k = sval(y, &kl);
-        snprintf(kbuf, sizeof(kbuf), "%.*s", (int)(kl < 31 ? kl : 31), k);
-        if (next(y) != RL_OK)
-            return RL_EINVAL;
         if (strcmp(kbuf, "unit") == 0) {
             if (!want_scalar(y, "unit"))
                 continue;
@@ -483,6 +515,9 @@ static rls_envoy_node_t *node_new(yp_t *y)
         c->cap = cap;
     }
     memset(&c->nodes[c->n], 0, sizeof(c->nodes[0]));
+    /* A parse cut short (broken YAML) leaves nodes without their key;
+     * the index still hashes them. */
+    c->nodes[c->n].key = "";
     c->nodes[c->n].index = (uint32_t)c->n;
     y->lines[c->n] = line_of(y);
     return &c->nodes[c->n++];
@@ -508,18 +543,15 @@ static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
     x->parent = parent;
     self = x->index + 1;
     for (;;) {
-        const char *k, *v;
-        size_t kl, vl;
+        const char *v;
+        size_t vl;
         char kbuf[32];
+        int rc;
 
-        if (next(y) != RL_OK)
+        if ((rc = next_key(y, kbuf)) < 0)
             return RL_EINVAL;
-        if (y->ev.type == YAML_MAPPING_END_EVENT)
+        if (rc == 0)
             break;
-        k = sval(y, &kl);
-        snprintf(kbuf, sizeof(kbuf), "%.*s", (int)(kl < 31 ? kl : 31), k);
-        if (next(y) != RL_OK)
-            return RL_EINVAL;
         /* node_new in a nested list may move the array. */
         x = &b->c->nodes[self - 1];
         if (strcmp(kbuf, "key") == 0) {
@@ -677,18 +709,15 @@ static int parse_file(yp_t *y)
     memset(&c->domains[c->nd], 0, sizeof(c->domains[0]));
     c->nd++;
     for (;;) {
-        const char *k, *v;
-        size_t kl, vl;
+        const char *v;
+        size_t vl;
         char kbuf[32];
+        int rc;
 
-        if (next(y) != RL_OK)
+        if ((rc = next_key(y, kbuf)) < 0)
             return RL_EINVAL;
-        if (y->ev.type == YAML_MAPPING_END_EVENT)
+        if (rc == 0)
             break;
-        k = sval(y, &kl);
-        snprintf(kbuf, sizeof(kbuf), "%.*s", (int)(kl < 31 ? kl : 31), k);
-        if (next(y) != RL_OK)
-            return RL_EINVAL;
         if (strcmp(kbuf, "domain") == 0) {
             if (!want_scalar(y, "domain"))
                 continue;
