@@ -27,8 +27,7 @@ typedef Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor desc_t;
 typedef Envoy__Service__Ratelimit__V3__RateLimitResponse resp_t;
 typedef Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus
     dstatus_t;
-typedef Envoy__Service__Ratelimit__V3__RateLimitResponse__RateLimit
-    ratelimit_t;
+typedef Envoy__Service__Ratelimit__V3__RateLimitResponse__RateLimit ratelimit_t;
 typedef Envoy__Config__Core__V3__HeaderValue header_t;
 typedef Google__Protobuf__Duration duration_t;
 
@@ -56,8 +55,8 @@ static size_t put_escaped(char *out, size_t at, const char *s, size_t n)
 
     for (i = 0; i < n; i++) {
         unsigned char ch = (unsigned char)s[i];
-        if (ch <= 0x20 || ch >= 0x7f || ch == '/' || ch == '=' ||
-            ch == '%' || ch == '#') {
+        if (ch <= 0x20 || ch >= 0x7f || ch == '/' || ch == '=' || ch == '%' ||
+            ch == '#') {
             if (at + 3 <= RLS_ENVOY_KEY_MAX * 4) {
                 out[at++] = '%';
                 out[at++] = hex[ch >> 4];
@@ -72,8 +71,7 @@ static size_t put_escaped(char *out, size_t at, const char *s, size_t n)
 
 size_t rls_envoy_key(char *out, const char *domain, size_t dlen,
                      const char *const *keys, const size_t *klens,
-                     const char *const *values, const size_t *vlens,
-                     size_t n)
+                     const char *const *values, const size_t *vlens, size_t n)
 {
     /* Every server must build the same key for the same descriptor, so
      * the hash of a long key is under a fixed key, not a random one. It
@@ -172,19 +170,27 @@ static void refuse_zero(rls_envoy_status_t *st, uint32_t window_s)
 static int unit_seconds(int unit, uint32_t *s)
 {
     switch (unit) {
-    case 1: *s = 1; return 1;
-    case 2: *s = 60; return 1;
-    case 3: *s = 3600; return 1;
-    case 4: *s = 86400; return 1;
-    default: return 0;
+    case 1:
+        *s = 1;
+        return 1;
+    case 2:
+        *s = 60;
+        return 1;
+    case 3:
+        *s = 3600;
+        return 1;
+    case 4:
+        *s = 86400;
+        return 1;
+    default:
+        return 0;
     }
 }
 
 /* Decides descriptor i of the call (mapped through node x, or overridden
  * by the request's own limit). Returns 0 or a gRPC status. */
 static int add_one(rls_envoy_call_t *call, uint32_t i, const desc_t *d,
-                   const rls_envoy_node_t *x, uint32_t cost,
-                   const char **why)
+                   const rls_envoy_node_t *x, uint32_t cost, const char **why)
 {
     rls_envoy_ctx_t *ctx = call->ctx;
     rls_runtime_t *rt = ctx->batcher->rt;
@@ -193,7 +199,8 @@ static int add_one(rls_envoy_call_t *call, uint32_t i, const desc_t *d,
      * validate() bounds n_entries to 1..RLS_ENVOY_ENTRIES_MAX. */
     const char *keys[RLS_ENVOY_ENTRIES_MAX] = {0};
     const char *vals[RLS_ENVOY_ENTRIES_MAX] = {0};
-    size_t klens[RLS_ENVOY_ENTRIES_MAX] = {0}, vlens[RLS_ENVOY_ENTRIES_MAX] = {0};
+    size_t klens[RLS_ENVOY_ENTRIES_MAX] = {0},
+           vlens[RLS_ENVOY_ENTRIES_MAX] = {0};
     size_t j;
     char key[RLS_ENVOY_KEY_MAX + 1];
     size_t klen;
@@ -227,8 +234,8 @@ static int add_one(rls_envoy_call_t *call, uint32_t i, const desc_t *d,
         vals[j] = d->entries[j]->value;
         vlens[j] = strlen(vals[j]);
     }
-    klen = rls_envoy_key(key, call->dom->name, call->dom->name_len, keys,
-                         klens, vals, vlens, d->n_entries);
+    klen = rls_envoy_key(key, call->dom->name, call->dom->name_len, keys, klens,
+                         vals, vlens, d->n_entries);
     if (window_s != 0) {
         st->rpu = clamp32(limit);
         if (limit == 0) {
@@ -239,10 +246,10 @@ static int add_one(rls_envoy_call_t *call, uint32_t i, const desc_t *d,
         spec.rule = NULL;
         spec.stats = rls_runtime_stats(rt, call->dom->stats_name,
                                        strlen(call->dom->stats_name));
-        spec.mode = rt->sw.global_mode >= 0
-                        ? rt->sw.global_mode
-                        : (x != NULL && x->shadow ? RLS_MODE_SHADOW
-                                                  : RLS_MODE_ENFORCE);
+        spec.mode =
+            rt->sw.global_mode >= 0
+                ? rt->sw.global_mode
+                : (x != NULL && x->shadow ? RLS_MODE_SHADOW : RLS_MODE_ENFORCE);
         spec.limits.n = 1;
         spec.limits.w[0].limit = limit;
         spec.limits.w[0].window_s = window_s;
@@ -351,8 +358,8 @@ int rls_envoy_start(rls_envoy_call_t *call, rls_envoy_ctx_t *ctx,
     }
     if (ctx->conf != NULL) {
         call->conf = rls_envoy_conf_ref(ctx->conf);
-        call->dom = rls_envoy_conf_domain(call->conf, q->domain,
-                                          strlen(q->domain));
+        call->dom =
+            rls_envoy_conf_domain(call->conf, q->domain, strlen(q->domain));
     }
     if (call->dom == NULL) {
         /* No configuration for the domain: everything allowed, nothing
@@ -488,11 +495,21 @@ int rls_envoy_encode(const rls_envoy_call_t *call, rl_buf_t *out)
          * window in the name, e.g. "90s". */
         rl[i].requests_per_unit = clamp32(s->r.limit ? s->r.limit : s->rpu);
         switch (s->r.window_s) {
-        case 1: rl[i].unit = 1; break;
-        case 60: rl[i].unit = 2; break;
-        case 3600: rl[i].unit = 3; break;
-        case 86400: rl[i].unit = 4; break;
-        default: rl[i].unit = 0; break;
+        case 1:
+            rl[i].unit = 1;
+            break;
+        case 60:
+            rl[i].unit = 2;
+            break;
+        case 3600:
+            rl[i].unit = 3;
+            break;
+        case 86400:
+            rl[i].unit = 4;
+            break;
+        default:
+            rl[i].unit = 0;
+            break;
         }
         if (s->name != NULL) {
             rl[i].name = (char *)s->name; /* NUL-terminated in the conf */

@@ -84,7 +84,6 @@ void rls_envoy_call_free(rls_envoy_call_t *call);
 #define RLS_ENVOY_KEY_MAX 400
 size_t rls_envoy_key(char *out, const char *domain, size_t dlen,
                      const char *const *keys, const size_t *klens,
-                     const char *const *values, const size_t *vlens,
-                     size_t n);
+                     const char *const *values, const size_t *vlens, size_t n);
 
 #endif

@@ -36,7 +36,8 @@
 /* Output drawn from nghttp2 per write, at most (it may overshoot by one
  * frame). */
 #define OUT_BATCH 65536
-#define RLS_GRPC_PATH "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+#define RLS_GRPC_PATH                                                          \
+    "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 
 typedef struct gconn_s gconn_t;
 
@@ -161,20 +162,27 @@ static void stream_free_maybe(gstream_t *st)
 static const char *status_text(int code)
 {
     switch (code) {
-    case RLS_GRPC_INVALID_ARGUMENT: return "3";
-    case RLS_GRPC_DEADLINE_EXCEEDED: return "4";
-    case RLS_GRPC_RESOURCE_EXHAUSTED: return "8";
-    case RLS_GRPC_UNIMPLEMENTED: return "12";
-    case RLS_GRPC_INTERNAL: return "13";
-    case RLS_GRPC_UNAVAILABLE: return "14";
-    default: return "0";
+    case RLS_GRPC_INVALID_ARGUMENT:
+        return "3";
+    case RLS_GRPC_DEADLINE_EXCEEDED:
+        return "4";
+    case RLS_GRPC_RESOURCE_EXHAUSTED:
+        return "8";
+    case RLS_GRPC_UNIMPLEMENTED:
+        return "12";
+    case RLS_GRPC_INTERNAL:
+        return "13";
+    case RLS_GRPC_UNAVAILABLE:
+        return "14";
+    default:
+        return "0";
     }
 }
 
-#define NV(n, v)                                                            \
-    {                                                                       \
-        (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v),           \
-            NGHTTP2_NV_FLAG_NO_COPY_NAME                                    \
+#define NV(n, v)                                                               \
+    {                                                                          \
+        (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v),              \
+            NGHTTP2_NV_FLAG_NO_COPY_NAME                                       \
     }
 
 /* grpc-message is percent-encoded (gRPC over HTTP/2): our texts are
@@ -336,8 +344,7 @@ static void request_done(gstream_t *st)
         /* gRPC: a compressed message needs a grpc-encoding; one we do not
          * support is UNIMPLEMENTED, none at all INTERNAL. */
         reply_status(st,
-                     st->encoding ? RLS_GRPC_UNIMPLEMENTED
-                                  : RLS_GRPC_INTERNAL,
+                     st->encoding ? RLS_GRPC_UNIMPLEMENTED : RLS_GRPC_INTERNAL,
                      st->encoding ? "compression is not supported; send "
                                     "uncompressed messages"
                                   : "compressed flag set without "
@@ -382,8 +389,7 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f,
     gconn_t *c = ud;
     gstream_t *st;
 
-    if (f->hd.type != NGHTTP2_HEADERS ||
-        f->headers.cat != NGHTTP2_HCAT_REQUEST)
+    if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0;
     /* nghttp2 enforces the SETTINGS limit once the client acknowledged it;
      * this covers the streams opened before that. */
@@ -414,9 +420,8 @@ static int hv_is(const uint8_t *v, size_t n, const char *w)
 }
 
 static int on_header(nghttp2_session *s, const nghttp2_frame *f,
-                     const uint8_t *name, size_t namelen,
-                     const uint8_t *value, size_t valuelen, uint8_t flags,
-                     void *ud)
+                     const uint8_t *name, size_t namelen, const uint8_t *value,
+                     size_t valuelen, uint8_t flags, void *ud)
 {
     gstream_t *st = stream_of(s, f->hd.stream_id);
 
@@ -440,8 +445,7 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f,
     } else if (hv_is(name, namelen, "content-type")) {
         st->ctype_ok = valuelen >= 16 &&
                        memcmp(value, "application/grpc", 16) == 0 &&
-                       (valuelen == 16 || value[16] == '+' ||
-                        value[16] == ';');
+                       (valuelen == 16 || value[16] == '+' || value[16] == ';');
     } else if (hv_is(name, namelen, "grpc-encoding")) {
         st->encoding = !hv_is(value, valuelen, "identity");
     }
@@ -564,8 +568,7 @@ static void maybe_finish(gconn_t *c)
 {
     if (c->closing || c->writing || rl_buf_len(&c->out) > 0)
         return;
-    if (!nghttp2_session_want_read(c->h2) &&
-        !nghttp2_session_want_write(c->h2))
+    if (!nghttp2_session_want_read(c->h2) && !nghttp2_session_want_write(c->h2))
         conn_close(c);
 }
 
@@ -739,8 +742,7 @@ static void on_connection(uv_stream_t *l, int status)
     /* The connection's window: room for many streams' messages at once
      * (each stream keeps the default 64 KiB); memory is bounded by the
      * stream cap and --max-partial-bytes, not by flow control. */
-    nghttp2_session_set_local_window_size(c->h2, NGHTTP2_FLAG_NONE, 0,
-                                          1 << 20);
+    nghttp2_session_set_local_window_size(c->h2, NGHTTP2_FLAG_NONE, 0, 1 << 20);
     uv_tcp_nodelay(&c->tcp, 1);
     if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
         conn_close(c);
@@ -789,8 +791,8 @@ static void on_sweep(uv_timer_t *t)
     rls_grpc_flush(g);
 }
 
-int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop,
-                   const rls_config_t *cfg, rls_batcher_t *batcher)
+int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_config_t *cfg,
+                   rls_batcher_t *batcher)
 {
     rls_grpc_t *g;
     int rc;
@@ -809,11 +811,10 @@ int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop,
         free(g);
         return UV_ENOMEM;
     }
-    nghttp2_session_callbacks_set_on_begin_headers_callback(
-        g->cbs, on_begin_headers);
+    nghttp2_session_callbacks_set_on_begin_headers_callback(g->cbs,
+                                                            on_begin_headers);
     nghttp2_session_callbacks_set_on_header_callback(g->cbs, on_header);
-    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(g->cbs,
-                                                              on_data);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(g->cbs, on_data);
     nghttp2_session_callbacks_set_on_frame_recv_callback(g->cbs, on_frame);
     nghttp2_session_callbacks_set_on_stream_close_callback(g->cbs,
                                                            on_stream_close);
@@ -954,13 +955,12 @@ int rls_grpc_metrics(const rls_grpc_t *g, rl_buf_t *out)
     size_t i;
     int rc = 0;
 
-    rc |= rl_buf_printf(out,
-                        "# HELP rl_grpc_calls_total gRPC calls of Envoy's "
-                        "ShouldRateLimit answered, by grpc-status.\n"
-                        "# TYPE rl_grpc_calls_total counter\n");
+    rc |= rl_buf_printf(out, "# HELP rl_grpc_calls_total gRPC calls of Envoy's "
+                             "ShouldRateLimit answered, by grpc-status.\n"
+                             "# TYPE rl_grpc_calls_total counter\n");
     for (i = 0; i < sizeof(codes) / sizeof(codes[0]); i++)
-        rc |= rl_buf_printf(out, "rl_grpc_calls_total{status=\"%s\"} %" PRIu64
-                                 "\n",
+        rc |= rl_buf_printf(out,
+                            "rl_grpc_calls_total{status=\"%s\"} %" PRIu64 "\n",
                             codes[i].name, s->calls[codes[i].code]);
     rc |= rl_buf_printf(
         out,
@@ -997,8 +997,7 @@ int rls_grpc_metrics(const rls_grpc_t *g, rl_buf_t *out)
         "server ended, by reason.\n"
         "# TYPE rl_grpc_connections_closed_total counter\n"
         "rl_grpc_connections_closed_total{reason=\"idle\"} %" PRIu64 "\n"
-        "rl_grpc_connections_closed_total{reason=\"protocol\"} %" PRIu64
-        "\n"
+        "rl_grpc_connections_closed_total{reason=\"protocol\"} %" PRIu64 "\n"
         "# HELP rl_grpc_streams_refused_total Streams refused over "
         "--grpc-max-streams.\n"
         "# TYPE rl_grpc_streams_refused_total counter\n"
@@ -1020,9 +1019,8 @@ int rls_grpc_metrics(const rls_grpc_t *g, rl_buf_t *out)
         "# TYPE rl_grpc_input_bytes gauge\n"
         "rl_grpc_input_bytes %" PRIu64 "\n",
         s->http_errors, e->descriptors[1], e->descriptors[2], e->uncounted,
-        e->unknown_domain, s->conns_open, s->conns_accepted,
-        s->conns_refused, s->conns_idle, s->conns_protocol,
-        s->streams_refused, s->streams_reset, s->streams_timeout,
-        s->streams_shed, g->held);
+        e->unknown_domain, s->conns_open, s->conns_accepted, s->conns_refused,
+        s->conns_idle, s->conns_protocol, s->streams_refused, s->streams_reset,
+        s->streams_timeout, s->streams_shed, g->held);
     return rc;
 }

@@ -31,9 +31,9 @@
 
 typedef struct rls_grpc_stats_s {
     uint64_t calls[RLS_GRPC_CODES]; /* calls answered, by grpc-status */
-    uint64_t http_errors;     /* answered with an HTTP error (415) */
+    uint64_t http_errors;           /* answered with an HTTP error (415) */
     uint64_t conns_accepted;
-    uint64_t conns_refused;   /* over --max-connections, or stopping */
+    uint64_t conns_refused; /* over --max-connections, or stopping */
     uint64_t conns_open;
     uint64_t conns_idle;      /* closed after --idle-timeout */
     uint64_t conns_protocol;  /* ended by an HTTP/2 protocol error */
@@ -47,8 +47,8 @@ typedef struct rls_grpc_s rls_grpc_t;
 
 /* Listens on host:port. Returns 0 with *out set, or a negative libuv
  * error with nothing left open. */
-int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop,
-                   const rls_config_t *cfg, rls_batcher_t *batcher);
+int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_config_t *cfg,
+                   rls_batcher_t *batcher);
 
 /* The Envoy configuration in force from now on (the listener takes the
  * reference; NULL: none). Calls already started keep theirs. */

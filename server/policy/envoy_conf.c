@@ -63,8 +63,8 @@ static void diag(builder_t *b, int line, const char *fmt, ...)
         b->d->dropped++;
         return;
     }
-    k = snprintf(b->d->msg[b->d->n], sizeof(b->d->msg[0]), "%s:%d: ",
-                 b->file, line);
+    k = snprintf(b->d->msg[b->d->n], sizeof(b->d->msg[0]), "%s:%d: ", b->file,
+                 line);
     if (k < 0)
         k = 0;
     va_start(ap, fmt);
@@ -111,9 +111,9 @@ static uint64_t node_hash(const rls_envoy_conf_t *c, uint32_t domain,
     return rl_hash(&c->hash_key, h, sizeof(h));
 }
 
-static int node_is(const rls_envoy_node_t *x, uint32_t domain,
-                   uint32_t parent, const char *key, size_t klen,
-                   const char *value, size_t vlen, int has_value)
+static int node_is(const rls_envoy_node_t *x, uint32_t domain, uint32_t parent,
+                   const char *key, size_t klen, const char *value, size_t vlen,
+                   int has_value)
 {
     if (x->domain != domain || x->parent != parent || x->key_len != klen ||
         memcmp(x->key, key, klen) != 0)
@@ -124,10 +124,9 @@ static int node_is(const rls_envoy_node_t *x, uint32_t domain,
            (x->value_len == vlen && memcmp(x->value, value, vlen) == 0);
 }
 
-static const rls_envoy_node_t *find(const rls_envoy_conf_t *c,
-                                    uint32_t domain, uint32_t parent,
-                                    const char *key, size_t klen,
-                                    const char *value, size_t vlen,
+static const rls_envoy_node_t *find(const rls_envoy_conf_t *c, uint32_t domain,
+                                    uint32_t parent, const char *key,
+                                    size_t klen, const char *value, size_t vlen,
                                     int has_value)
 {
     uint32_t i;
@@ -135,7 +134,8 @@ static const rls_envoy_node_t *find(const rls_envoy_conf_t *c,
     if (c->index == NULL)
         return NULL;
     i = (uint32_t)node_hash(c, domain, parent, key, klen, value, vlen,
-                            has_value) & c->mask;
+                            has_value) &
+        c->mask;
     for (; c->index[i] != 0; i = (i + 1) & c->mask) {
         const rls_envoy_node_t *x = &c->nodes[c->index[i] - 1];
         if (node_is(x, domain, parent, key, klen, value, vlen, has_value))
@@ -172,9 +172,9 @@ static int build_index(builder_t *b, const int *lines)
         }
         if (find(c, x->domain, x->parent, x->key, x->key_len, x->value,
                  x->value_len, x->value != NULL) != NULL) {
-            diag(b, lines[k], "duplicate descriptor key '%s'%s%s%s",
-                 x->key, x->value ? " value '" : "",
-                 x->value ? x->value : "", x->value ? "'" : "");
+            diag(b, lines[k], "duplicate descriptor key '%s'%s%s%s", x->key,
+                 x->value ? " value '" : "", x->value ? x->value : "",
+                 x->value ? "'" : "");
             continue;
         }
         i = (uint32_t)node_hash(c, x->domain, x->parent, x->key, x->key_len,
@@ -419,8 +419,8 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
             v = sval(y, &vl);
             snprintf(num, sizeof(num), "%.*s", (int)(vl > 22 ? 22 : vl), v);
             n = strtoull(num, &end, 10);
-            if (vl == 0 || vl > 10 || *end != '\0' || !isdigit((unsigned char)num[0]) ||
-                n > UINT32_MAX) {
+            if (vl == 0 || vl > 10 || *end != '\0' ||
+                !isdigit((unsigned char)num[0]) || n > UINT32_MAX) {
                 diag(b, line_of(y),
                      "requests_per_unit must be a whole number from 0 to "
                      "4294967295");
@@ -442,11 +442,11 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
             if (!want_scalar(y, "window"))
                 continue;
             v = sval(y, &vl);
-            snprintf(lim, sizeof(lim), "1/%.*s", (int)(vl > 40 ? 40 : vl),
-                     v);
-            if (vl > 40 || rls_limit_parse(lim, strlen(lim), &l, &why) !=
-                               RL_OK) {
-                diag(b, line_of(y), "window '%.*s': a duration like 90s, "
+            snprintf(lim, sizeof(lim), "1/%.*s", (int)(vl > 40 ? 40 : vl), v);
+            if (vl > 40 ||
+                rls_limit_parse(lim, strlen(lim), &l, &why) != RL_OK) {
+                diag(b, line_of(y),
+                     "window '%.*s': a duration like 90s, "
                      "15m, 2h or 7d, from 1 s to 366 d",
                      (int)(vl > 40 ? 40 : vl), v);
                 continue;
@@ -469,7 +469,8 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
                 return skip_rest(y);
             }
         } else if (strcmp(kbuf, "replaces") == 0) {
-            diag(b, line_of(y), "'replaces' is not supported; give the "
+            diag(b, line_of(y),
+                 "'replaces' is not supported; give the "
                  "descriptor its own limit");
             skip_value(y);
         } else {
@@ -479,8 +480,11 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
     }
     if (have_window) {
         /* The unit Envoy is told is the window's when it is one. */
-        x->unit = x->window_s == 1 ? 1 : x->window_s == 60 ? 2
-                  : x->window_s == 3600 ? 3 : x->window_s == 86400 ? 4 : 0;
+        x->unit = x->window_s == 1       ? 1
+                  : x->window_s == 60    ? 2
+                  : x->window_s == 3600  ? 3
+                  : x->window_s == 86400 ? 4
+                                         : 0;
         if (have_unit)
             diag(b, line, "rate_limit: give 'unit' or 'window', not both");
     } else if (!have_unit) {
@@ -583,8 +587,10 @@ static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
                 continue;
             v = sval(y, &vl);
             if (!rls_rule_name_ok(v, vl)) {
-                diag(b, line_of(y), "rule: 1 to %d bytes of "
-                     "[A-Za-z0-9_.:-]", RL_RULE_MAX);
+                diag(b, line_of(y),
+                     "rule: 1 to %d bytes of "
+                     "[A-Za-z0-9_.:-]",
+                     RL_RULE_MAX);
                 continue;
             }
             x->rule = arena_copy(b, v, vl);
@@ -623,7 +629,8 @@ static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
     if (x->kind == RLS_ENVOY_UNLIMITED)
         unlimited = 1;
     if ((x->kind == RLS_ENVOY_LIMIT) + unlimited + (x->rule != NULL) > 1)
-        diag(b, line, "a descriptor takes one of 'rate_limit', "
+        diag(b, line,
+             "a descriptor takes one of 'rate_limit', "
              "'unlimited: true' and 'rule'");
     if (unlimited)
         x->kind = RLS_ENVOY_UNLIMITED;
@@ -662,10 +669,10 @@ static void stats_name(rls_envoy_domain_t *d)
     n = 6;
     for (i = 0; i < d->name_len && n < RL_RULE_MAX; i++) {
         unsigned char ch = (unsigned char)d->name[i];
-        d->stats_name[n++] = (isalnum(ch) || ch == '_' || ch == '.' ||
-                              ch == ':' || ch == '-')
-                                 ? (char)ch
-                                 : '_';
+        d->stats_name[n++] =
+            (isalnum(ch) || ch == '_' || ch == '.' || ch == ':' || ch == '-')
+                ? (char)ch
+                : '_';
     }
     d->stats_name[n] = '\0';
 }
@@ -690,7 +697,8 @@ static int parse_file(yp_t *y)
         return RL_OK;
     }
     if (y->ev.type != YAML_MAPPING_START_EVENT) {
-        diag(b, line_of(y), "expected a mapping with 'domain' and "
+        diag(b, line_of(y),
+             "expected a mapping with 'domain' and "
              "'descriptors'");
         return RL_OK;
     }

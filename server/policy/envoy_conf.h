@@ -56,7 +56,7 @@ typedef struct rls_envoy_node_s {
     int wildcard;      /* value ended in '*': matches values with that
                           prefix (after an exact value, before the key
                           alone) */
-    const char *name; /* rate_limit.name, or NULL */
+    const char *name;  /* rate_limit.name, or NULL */
     size_t name_len;
     const char *rule; /* RLS_ENVOY_RULE: the rule's name */
     size_t rule_len;
@@ -101,8 +101,7 @@ size_t rls_envoy_conf_nodes(const rls_envoy_conf_t *c);
 
 /* The domain called name, or NULL. */
 const rls_envoy_domain_t *rls_envoy_conf_domain(const rls_envoy_conf_t *c,
-                                                const char *name,
-                                                size_t len);
+                                                const char *name, size_t len);
 const rls_envoy_domain_t *rls_envoy_conf_domain_at(const rls_envoy_conf_t *c,
                                                    uint32_t i);
 

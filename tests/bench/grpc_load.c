@@ -109,11 +109,16 @@ int main(int argc, char **argv)
         return 2;
     }
     port = atoi(argv[1]);
-    if (argc > 2) nc = atoi(argv[2]);
-    if (argc > 3) streams = atoi(argv[3]);
-    if (argc > 4) secs = atof(argv[4]);
-    if (argc > 5) keys = atoi(argv[5]);
-    if (argc > 6) ndesc = atoi(argv[6]);
+    if (argc > 2)
+        nc = atoi(argv[2]);
+    if (argc > 3)
+        streams = atoi(argv[3]);
+    if (argc > 4)
+        secs = atof(argv[4]);
+    if (argc > 5)
+        keys = atoi(argv[5]);
+    if (argc > 6)
+        ndesc = atoi(argv[6]);
     if (nc < 1 || nc > MAXC || streams < 1 || ndesc < 1 || ndesc > 16 ||
         keys < 1)
         return 2;

@@ -28,7 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define CHECK(cond)                                                            \
     do {                                                                       \
         if (!(cond)) {                                                         \
-            fprintf(stderr, "fuzz_envoy_conf: %s:%d: %s\n", __FILE__,         \
+            fprintf(stderr, "fuzz_envoy_conf: %s:%d: %s\n", __FILE__,          \
                     __LINE__, #cond);                                          \
             abort();                                                           \
         }                                                                      \
@@ -46,8 +46,8 @@ static void check_walk(const rls_envoy_conf_t *c)
     /* Walk a few chains: every node reached from NULL by its own key and
      * value at the top level is that node, or the exact-value one. */
     for (i = 0; i < n && i < 64; i++) {
-        const rls_envoy_node_t *x = rls_envoy_conf_step(
-            c, d, NULL, "k", 1, "v", 1);
+        const rls_envoy_node_t *x =
+            rls_envoy_conf_step(c, d, NULL, "k", 1, "v", 1);
         (void)x;
     }
 }
@@ -59,8 +59,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t i;
     int rc;
 
-    rc = rls_envoy_conf_build_buf("fuzz.yaml", (const char *)data, size, &c,
-                                  &d);
+    rc =
+        rls_envoy_conf_build_buf("fuzz.yaml", (const char *)data, size, &c, &d);
     CHECK(rc == RL_OK || rc == RL_EINVAL || rc == RL_ENOMEM);
     if (rc == RL_EINVAL) {
         CHECK(c == NULL);

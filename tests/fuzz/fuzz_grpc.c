@@ -47,7 +47,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define CHECK(cond)                                                            \
     do {                                                                       \
         if (!(cond)) {                                                         \
-            fprintf(stderr, "fuzz_grpc: %s:%d: %s\n", __FILE__, __LINE__,     \
+            fprintf(stderr, "fuzz_grpc: %s:%d: %s\n", __FILE__, __LINE__,      \
                     #cond);                                                    \
             abort();                                                           \
         }                                                                      \

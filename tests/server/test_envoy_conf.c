@@ -115,19 +115,19 @@ static void test_matching(void **state)
 static void test_errors(void **state)
 {
     static const char bad[] =
-        "domain: x\n"                                            /* 1 */
-        "descriptors:\n"                                         /* 2 */
-        "  - key: a\n"                                           /* 3 */
-        "    rate_limit: {unit: week, requests_per_unit: 5}\n"   /* 4 */
-        "  - value: b\n"                                         /* 5 */
-        "  - key: c\n"                                           /* 6 */
-        "    rate_limit: {unit: second}\n"                       /* 7 */
-        "  - key: d\n"                                           /* 8 */
-        "    bogus: 1\n"                                         /* 9 */
-        "  - key: e\n"                                           /* 10 */
-        "    rate_limit: {unit: second, requests_per_unit: 1,\n" /* 11 */
-        "                 replaces: [{name: q}]}\n"              /* 12 */
-        "  - key: a\n"                                           /* 13 */
+        "domain: x\n"                                             /* 1 */
+        "descriptors:\n"                                          /* 2 */
+        "  - key: a\n"                                            /* 3 */
+        "    rate_limit: {unit: week, requests_per_unit: 5}\n"    /* 4 */
+        "  - value: b\n"                                          /* 5 */
+        "  - key: c\n"                                            /* 6 */
+        "    rate_limit: {unit: second}\n"                        /* 7 */
+        "  - key: d\n"                                            /* 8 */
+        "    bogus: 1\n"                                          /* 9 */
+        "  - key: e\n"                                            /* 10 */
+        "    rate_limit: {unit: second, requests_per_unit: 1,\n"  /* 11 */
+        "                 replaces: [{name: q}]}\n"               /* 12 */
+        "  - key: a\n"                                            /* 13 */
         "    rate_limit: {unit: second, requests_per_unit: 1}\n"; /* 14 */
     static const char *const want[] = {
         "t.yaml:4: unit 'week'",
@@ -167,8 +167,9 @@ static void test_hostile(void **state)
     assert_null(build(alias, &d, &rc));
     assert_int_equal(rc, RL_EINVAL);
     assert_non_null(strstr(d.msg[0], "aliases"));
-    n += (size_t)snprintf(deep + n, sizeof(deep) - n, "domain: d\n"
-                                                      "descriptors: ");
+    n += (size_t)snprintf(deep + n, sizeof(deep) - n,
+                          "domain: d\n"
+                          "descriptors: ");
     for (i = 0; i < 40; i++)
         n += (size_t)snprintf(deep + n, sizeof(deep) - n,
                               "[{key: k, descriptors: ");

@@ -113,13 +113,26 @@ static void good_call(void)
 static int setup(void **state)
 {
     char p[16], fix[512];
-    char *argv[] = {RL_SERVER_BIN,   "--listen",          NULL,
-                    "--grpc",        p,                   "--envoy-config",
-                    fix,             "--grpc-max-streams", "8",
-                    "--idle-timeout", "1",                "--max-connections",
-                    "6",             "--log-level",       "warn",
-                    "--frame-timeout-ms", "500", "--max-partial-bytes",
-                    "150000",        NULL};
+    char *argv[] = {RL_SERVER_BIN,
+                    "--listen",
+                    NULL,
+                    "--grpc",
+                    p,
+                    "--envoy-config",
+                    fix,
+                    "--grpc-max-streams",
+                    "8",
+                    "--idle-timeout",
+                    "1",
+                    "--max-connections",
+                    "6",
+                    "--log-level",
+                    "warn",
+                    "--frame-timeout-ms",
+                    "500",
+                    "--max-partial-bytes",
+                    "150000",
+                    NULL};
     char lp[32];
 
     (void)state;
@@ -224,8 +237,7 @@ static void test_stream_flood(void **state)
         {(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0},
         {(uint8_t *)":path", (uint8_t *)H2R_PATH, 5, strlen(H2R_PATH), 0},
         {(uint8_t *)":authority", (uint8_t *)"rl", 10, 2, 0},
-        {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16,
-         0},
+        {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16, 0},
     };
     int32_t id;
     int refused = 0;
@@ -259,8 +271,7 @@ static void test_huge_headers(void **state)
         {(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0},
         {(uint8_t *)":path", (uint8_t *)H2R_PATH, 5, strlen(H2R_PATH), 0},
         {(uint8_t *)":authority", (uint8_t *)"rl", 10, 2, 0},
-        {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16,
-         0},
+        {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16, 0},
         {(uint8_t *)"x-big", (uint8_t *)big, 5, sizeof(big), 0},
     };
 
@@ -315,11 +326,10 @@ static void test_unknown_method(void **state)
 
     (void)state;
     assert_int_equal(
-        one_call("/envoy.service.ratelimit.v3.RateLimitService/Nope", m, n,
-                 0, NULL),
+        one_call("/envoy.service.ratelimit.v3.RateLimitService/Nope", m, n, 0,
+                 NULL),
         12);
-    assert_int_equal(one_call("/other.Service/ShouldRateLimit", m, n, 0,
-                              NULL),
+    assert_int_equal(one_call("/other.Service/ShouldRateLimit", m, n, 0, NULL),
                      12);
     free(m);
     good_call();
@@ -344,9 +354,8 @@ static void test_invalid_argument(void **state)
     free(m);
     /* Not a RateLimitRequest at all: INTERNAL, as gRPC does for a
      * message that does not parse. */
-    assert_int_equal(one_call(H2R_PATH, (const uint8_t *)"\xff\xff\xff", 3,
-                              0, NULL),
-                     13);
+    assert_int_equal(
+        one_call(H2R_PATH, (const uint8_t *)"\xff\xff\xff", 3, 0, NULL), 13);
     good_call();
 }
 
@@ -358,8 +367,7 @@ static void test_bad_framing(void **state)
         {(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0},
         {(uint8_t *)":path", (uint8_t *)H2R_PATH, 5, strlen(H2R_PATH), 0},
         {(uint8_t *)":authority", (uint8_t *)"rl", 10, 2, 0},
-        {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16,
-         0},
+        {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16, 0},
     };
     static const uint8_t truncated[] = {0, 0, 0, 0, 50, 1, 2, 3};
     int http = 0;
@@ -382,8 +390,7 @@ static void test_bad_framing(void **state)
         nghttp2_nv nv2[] = {
             {(uint8_t *)":method", (uint8_t *)"POST", 7, 4, 0},
             {(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0},
-            {(uint8_t *)":path", (uint8_t *)H2R_PATH, 5, strlen(H2R_PATH),
-             0},
+            {(uint8_t *)":path", (uint8_t *)H2R_PATH, 5, strlen(H2R_PATH), 0},
             {(uint8_t *)":authority", (uint8_t *)"rl", 10, 2, 0},
             {(uint8_t *)"content-type", (uint8_t *)"text/plain", 12, 10, 0},
         };
@@ -406,8 +413,7 @@ static void test_stalled_body(void **state)
         {(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0},
         {(uint8_t *)":path", (uint8_t *)H2R_PATH, 5, strlen(H2R_PATH), 0},
         {(uint8_t *)":authority", (uint8_t *)"rl", 10, 2, 0},
-        {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16,
-         0},
+        {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16, 0},
     };
     static const uint8_t part[] = {0, 0, 0, 0, 40, 1, 2};
     uint64_t t0 = rlt_mono_ms();
@@ -433,8 +439,7 @@ static void test_input_memory_cap(void **state)
         {(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0},
         {(uint8_t *)":path", (uint8_t *)H2R_PATH, 5, strlen(H2R_PATH), 0},
         {(uint8_t *)":authority", (uint8_t *)"rl", 10, 2, 0},
-        {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16,
-         0},
+        {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16, 0},
     };
     static uint8_t chunk[16000];
     int32_t id;

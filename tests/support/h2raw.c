@@ -38,8 +38,8 @@ int h2r_raw(h2r_t *c, const void *p, size_t n)
     return 0;
 }
 
-int h2r_frame(h2r_t *c, uint8_t type, uint8_t flags, int32_t id,
-              const void *p, size_t n)
+int h2r_frame(h2r_t *c, uint8_t type, uint8_t flags, int32_t id, const void *p,
+              size_t n)
 {
     uint8_t h[9];
 
@@ -125,19 +125,22 @@ int h2r_headers(h2r_t *c, int32_t id, const nghttp2_nv *nv, size_t n,
     return rc;
 }
 
-#define MKNV(n, v)                                                          \
-    {                                                                       \
-        (uint8_t *)(n), (uint8_t *)(v), strlen(n), strlen(v),               \
-            NGHTTP2_NV_FLAG_NONE                                            \
+#define MKNV(n, v)                                                             \
+    {                                                                          \
+        (uint8_t *)(n), (uint8_t *)(v), strlen(n), strlen(v),                  \
+            NGHTTP2_NV_FLAG_NONE                                               \
     }
 
 int h2r_grpc(h2r_t *c, int32_t id, const char *path, const uint8_t *msg,
              size_t n, uint8_t flag)
 {
     nghttp2_nv nv[] = {
-        MKNV(":method", "POST"),          MKNV(":scheme", "http"),
-        MKNV(":path", path),              MKNV(":authority", "rl"),
-        MKNV("content-type", "application/grpc"), MKNV("te", "trailers"),
+        MKNV(":method", "POST"),
+        MKNV(":scheme", "http"),
+        MKNV(":path", path),
+        MKNV(":authority", "rl"),
+        MKNV("content-type", "application/grpc"),
+        MKNV("te", "trailers"),
     };
     uint8_t *body;
     int rc;
@@ -208,9 +211,9 @@ static size_t parse(h2r_t *c)
         const uint8_t *h = c->in + off;
         size_t len = ((size_t)h[0] << 16) | ((size_t)h[1] << 8) | h[2];
         uint8_t type = h[3], flags = h[4];
-        int32_t id = (int32_t)((((uint32_t)h[5] & 0x7f) << 24) |
-                               ((uint32_t)h[6] << 16) |
-                               ((uint32_t)h[7] << 8) | h[8]);
+        int32_t id =
+            (int32_t)((((uint32_t)h[5] & 0x7f) << 24) | ((uint32_t)h[6] << 16) |
+                      ((uint32_t)h[7] << 8) | h[8]);
         const uint8_t *p = h + 9;
 
         if (c->in_len - off < 9 + len)
@@ -344,13 +347,15 @@ int h2r_io(h2r_t *c, short revents)
     return 0;
 }
 
-uint8_t *h2r_rls_request(const char *domain, const char *const *kv,
-                         size_t n, uint32_t hits, size_t *len)
+uint8_t *h2r_rls_request(const char *domain, const char *const *kv, size_t n,
+                         uint32_t hits, size_t *len)
 {
     Envoy__Service__Ratelimit__V3__RateLimitRequest q =
         ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_REQUEST__INIT;
-    Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor d[16], *dp[16];
-    Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor__Entry e[16], *ep[16];
+    Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor d[16],
+        *dp[16];
+    Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor__Entry e[16],
+        *ep[16];
     uint8_t *out;
     size_t i;
 
@@ -374,8 +379,8 @@ uint8_t *h2r_rls_request(const char *domain, const char *const *kv,
     q.n_descriptors = n;
     q.descriptors = dp;
     q.hits_addend = hits;
-    *len = envoy__service__ratelimit__v3__rate_limit_request__get_packed_size(
-        &q);
+    *len =
+        envoy__service__ratelimit__v3__rate_limit_request__get_packed_size(&q);
     if ((out = malloc(*len + 1)) == NULL)
         return NULL;
     envoy__service__ratelimit__v3__rate_limit_request__pack(&q, out);

@@ -18,8 +18,7 @@
 typedef void (*h2r_done_fn)(void *arg, int32_t id, int grpc_status,
                             int http_status, uint32_t rst);
 /* A DATA frame's payload. */
-typedef void (*h2r_data_fn)(void *arg, int32_t id, const uint8_t *p,
-                            size_t n);
+typedef void (*h2r_data_fn)(void *arg, int32_t id, const uint8_t *p, size_t n);
 
 typedef struct h2r_s {
     int fd;
@@ -30,11 +29,11 @@ typedef struct h2r_s {
     uint8_t *out;
     size_t out_len, out_cap;
     int eof;
-    int goaway;            /* GOAWAY frames received */
-    uint32_t goaway_code;  /* the last one's error code */
-    int settings;          /* SETTINGS frames (not ACKs) received */
-    uint64_t unacked;      /* DATA bytes not yet given back */
-    int last_http_status;  /* per the last HEADERS, for trailers-only */
+    int goaway;           /* GOAWAY frames received */
+    uint32_t goaway_code; /* the last one's error code */
+    int settings;         /* SETTINGS frames (not ACKs) received */
+    uint64_t unacked;     /* DATA bytes not yet given back */
+    int last_http_status; /* per the last HEADERS, for trailers-only */
     h2r_done_fn on_done;
     h2r_data_fn on_data;
     void *arg;
@@ -46,8 +45,8 @@ int h2r_connect(h2r_t *c, int port, int raw);
 void h2r_close(h2r_t *c);
 
 /* Queues a frame (no flags checked). */
-int h2r_frame(h2r_t *c, uint8_t type, uint8_t flags, int32_t id,
-              const void *p, size_t n);
+int h2r_frame(h2r_t *c, uint8_t type, uint8_t flags, int32_t id, const void *p,
+              size_t n);
 /* Queues a HEADERS frame with the header block of nv. */
 int h2r_headers(h2r_t *c, int32_t id, const nghttp2_nv *nv, size_t n,
                 int end_stream);
@@ -70,8 +69,8 @@ int h2r_io(h2r_t *c, short revents);
 
 /* A RateLimitRequest for domain with one descriptor per (key, value)
  * pair (n pairs, each its own descriptor); *len set. malloc'd. */
-uint8_t *h2r_rls_request(const char *domain, const char *const *kv,
-                         size_t n, uint32_t hits, size_t *len);
+uint8_t *h2r_rls_request(const char *domain, const char *const *kv, size_t n,
+                         uint32_t hits, size_t *len);
 
 #define H2R_PATH "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 
