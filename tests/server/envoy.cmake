@@ -40,3 +40,9 @@ add_dependencies(test_grpc_bad rl-server)
 # The descriptor files' loader and matcher, and descriptor counter keys.
 rl_add_test(test_envoy_conf SOURCES test_envoy_conf.c LIBS rls_core
   TIMEOUT 30)
+
+# The example shipped in deploy/ stays valid.
+add_test(NAME envoy_deploy_example
+  COMMAND rl-server --check-envoy-config
+          ${PROJECT_SOURCE_DIR}/deploy/envoy/edge_proxy_per_ip.yaml)
+set_tests_properties(envoy_deploy_example PROPERTIES TIMEOUT 30)
