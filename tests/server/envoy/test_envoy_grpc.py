@@ -35,7 +35,8 @@ def gen_stubs():
     os.mkdir(out)
     subprocess.check_call([sys.executable, "-m", "grpc_tools.protoc",
                            "-I", PROTO_DIR, "--python_out=" + out,
-                           "--grpc_python_out=" + out] + files)
+                           "--grpc_python_out=" + out] + files +
+                          ["ratelimit.proto"])
     sys.path.insert(0, out)
 
 
@@ -43,6 +44,9 @@ gen_stubs()
 import grpc  # noqa: E402
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc  # noqa: E402
 from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2  # noqa: E402
+import ratelimit_pb2 as native_pb2  # noqa: E402
+import struct  # noqa: E402
+import threading  # noqa: E402
 
 OK, OVER = rls_pb2.RateLimitResponse.OK, rls_pb2.RateLimitResponse.OVER_LIMIT
 RL = rls_pb2.RateLimitResponse.RateLimit
@@ -83,10 +87,39 @@ def D(*kv, override=None):
     return d
 
 
+def native_checks(port, rule, key, n):
+    """n CheckRequests on the native protocol, pipelined on one
+    connection; returns the CheckResponses."""
+    sock = socket.create_connection(("127.0.0.1", port), 5)
+    out = b""
+    for i in range(n):
+        m = native_pb2.CheckRequest(id=i + 1, key=key,
+                                    rule=rule).SerializeToString()
+        out += struct.pack(">BI", 0, len(m)) + m
+    sock.sendall(out)
+    buf, res = b"", []
+    while len(res) < n:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+        while len(buf) >= 5:
+            ln = struct.unpack(">I", buf[1:5])[0]
+            if len(buf) < 5 + ln:
+                break
+            r = native_pb2.CheckResponse.FromString(buf[5:5 + ln])
+            buf = buf[5 + ln:]
+            if r.id != 0:
+                res.append(r)
+    sock.close()
+    return res
+
+
 class Server:
     def __init__(self, envoy_files, extra=()):
         self.grpc_port, self.metrics_port = free_port(), free_port()
-        args = [RL_SERVER, "--listen", "127.0.0.1:%d" % free_port(),
+        self.native_port = free_port()
+        args = [RL_SERVER, "--listen", "127.0.0.1:%d" % self.native_port,
                 "--grpc", "127.0.0.1:%d" % self.grpc_port,
                 "--metrics", "127.0.0.1:%d" % self.metrics_port,
                 "--config", os.path.join(FIX, "rules.yaml")]
@@ -297,6 +330,39 @@ def extensions(s):
           "override: 1/hour")
 
 
+def mixed(s):
+    # Native requests and Envoy descriptors on one counter, at once: a
+    # descriptor naming a rule counts under <prefix>{<descriptor key>}:r:
+    # <rule>, which a native request for that rule and key shares. The
+    # rule "mix" allows 40 an hour; 4 native connections and 4 gRPC
+    # threads send 30 each: exactly 40 are admitted in total.
+    key = "ext/mix=m%d" % s.grpc_port
+    results = {"native": 0, "grpc": 0}
+    lock = threading.Lock()
+
+    def nat():
+        ok = sum(1 for r in native_checks(s.native_port, "mix", key, 30)
+                 if r.code == native_pb2.CheckResponse.OK)
+        with lock:
+            results["native"] += ok
+
+    def env():
+        ok = 0
+        for _ in range(30):
+            r = s.call("ext", D(("mix", "m%d" % s.grpc_port)))
+            ok += r.overall_code == OK
+        with lock:
+            results["grpc"] += ok
+    ts = [threading.Thread(target=f) for f in [nat, env] * 4]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(30)
+    total = results["native"] + results["grpc"]
+    check(total == 40, "mixed: %d admitted (native %d, grpc %d), want 40"
+          % (total, results["native"], results["grpc"]))
+
+
 def errors(s):
     IA = grpc.StatusCode.INVALID_ARGUMENT
     check(s.status_of("", D(("a", "b"))) == IA, "empty domain")
@@ -434,6 +500,7 @@ def main():
     try:
         readme_examples(s)
         extensions(s)
+        mixed(s)
         errors(s)
         many_streams(s)
         m = s.metrics()
