@@ -71,6 +71,10 @@ int main(int argc, char **argv)
             return 0;
         }
         rls_envoy_conf_unref(ec);
+        if (cfg.grpc_host[0] == '\0') {
+            fprintf(stderr, "rl-server: --envoy-config needs --grpc\n");
+            return 2;
+        }
     }
     if (cfg.check_config != NULL) {
         /* Validate, report every error, serve nothing. */
@@ -123,14 +127,14 @@ int main(int argc, char **argv)
     rc = rls_server_start(&srv, &loop, &cfg, store, policy);
     if (rc != 0) {
         int metrics = srv.failed == RLS_LISTENER_METRICS;
-        if (srv.failed == RLS_LISTENER_GRPC)
-            fprintf(stderr, "rl-server: --grpc: cannot listen on %s:%d: %s\n",
-                    cfg.grpc_host, cfg.grpc_port, uv_strerror(rc));
-        else
+        int grpc = srv.failed == RLS_LISTENER_GRPC;
         fprintf(stderr, "rl-server: %s: cannot listen on %s:%d: %s\n",
-                metrics ? "--metrics" : "--listen",
-                metrics ? cfg.metrics_host : cfg.listen_host,
-                metrics ? cfg.metrics_port : cfg.listen_port, uv_strerror(rc));
+                grpc ? "--grpc" : metrics ? "--metrics" : "--listen",
+                grpc ? cfg.grpc_host
+                     : metrics ? cfg.metrics_host : cfg.listen_host,
+                grpc ? cfg.grpc_port
+                     : metrics ? cfg.metrics_port : cfg.listen_port,
+                uv_strerror(rc));
         store->v->close(store, NULL, NULL);
         uv_run(&loop, UV_RUN_DEFAULT);
         uv_loop_close(&loop);
