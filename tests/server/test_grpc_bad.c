@@ -553,6 +553,75 @@ static void test_stop_clean(void **state)
     assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+/* Answers that come after their streams and connections went: with
+ * Redis paused, calls are read and sent to the store, their clients reset
+ * the streams or hang up, and only then does Redis answer. The server must
+ * free what it held without touching it after (ASan would abort it, and
+ * its exit status would not be 0). */
+static void test_late_answers_redis(void **state)
+{
+    rlt_redis_t redis;
+    rlt_server_t srv = {.pid = -1};
+    char ra[32], gp[32], fix[512], page[65536];
+    char *extra[] = {"--redis",         ra,     "--grpc",
+                     gp,                "--envoy-config", fix,
+                     "--redis-timeout-ms", "5000", "--log-level",
+                     "error",           NULL};
+    const char *kv[] = {"database", "users"};
+    static const uint8_t cancel[4] = {0, 0, 0, 8};
+    conn_t *k[5];
+    size_t n;
+    uint8_t *m = h2r_rls_request("mongo_cps", kv, 1, 0, &n);
+    int gport = rlt_free_port(), i, st;
+    uint64_t end;
+    long long open = -1;
+
+    (void)state;
+    memset(&redis, 0, sizeof(redis));
+    if (rlt_redis_start(&redis) != 0)
+        skip();
+    snprintf(ra, sizeof(ra), "127.0.0.1:%d", redis.port);
+    snprintf(gp, sizeof(gp), "127.0.0.1:%d", gport);
+    snprintf(fix, sizeof(fix), "%s/mongo_cps.yaml", RL_FIXTURES);
+    assert_int_equal(rlt_server_start_metrics(&srv, RL_SERVER_BIN, extra),
+                     0);
+    assert_true(rlt_wait_port(gport, 10000));
+    /* Wait for the store: /healthz 200. */
+    end = rlt_mono_ms() + 5000;
+    while (rlt_mono_ms() < end &&
+           rlt_http_get(srv.mport, "/healthz", page, sizeof(page)) != 200)
+        ;
+    rlt_redis_pause(&redis, 1);
+    for (i = 0; i < 5; i++) {
+        int32_t id;
+        k[i] = calloc(1, sizeof(*k[i]));
+        assert_non_null(k[i]);
+        assert_int_equal(h2r_connect(&k[i]->c, gport, 0), 0);
+        for (id = 1; id < 16; id += 2) {
+            h2r_grpc(&k[i]->c, id, H2R_PATH, m, n, 0);
+            if (i % 2 == 0 && id > 8)
+                h2r_frame(&k[i]->c, NGHTTP2_RST_STREAM, 0, id, cancel, 4);
+        }
+        h2r_pump(&k[i]->c, 50);
+    }
+    for (i = 0; i < 5; i++)
+        hang_up(k[i]);
+    /* The server has seen them all go, with their calls still at Redis. */
+    end = rlt_mono_ms() + 5000;
+    while (rlt_mono_ms() < end && open != 0) {
+        if (rlt_http_get(srv.mport, "/metrics", page, sizeof(page)) == 200)
+            open = rlt_sample(page, "rl_grpc_connections_open");
+    }
+    assert_int_equal(open, 0);
+    assert_true(rlt_sample(page, "rl_requests_batched_total") >= 40);
+    rlt_redis_pause(&redis, 0);
+    free(m);
+    st = rlt_server_stop(&srv);
+    rlt_redis_stop(&redis);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -571,6 +640,7 @@ int main(void)
         cmocka_unit_test(test_connection_cap),
         cmocka_unit_test(test_idle_timeout),
         cmocka_unit_test(test_stop_clean),
+        cmocka_unit_test(test_late_answers_redis),
     };
 
     signal(SIGPIPE, SIG_IGN);
