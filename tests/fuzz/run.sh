@@ -30,7 +30,8 @@ mkdir -p "$out/corpus_http"
 clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 \
   -fsanitize=fuzzer,address,undefined -Ilib -Iserver \
   $(pkg-config --cflags libuv) \
-  tests/fuzz/fuzz_redis_reply.c server/store/redis_script.c lib/window.c \
+  tests/fuzz/fuzz_redis_reply.c server/store/redis_script.c \
+  server/store/store.c lib/window.c \
   -o "$out/fuzz_redis_reply"
 mkdir -p "$out/corpus_redis_reply"
 "$out/fuzz_redis_reply" -max_total_time="$secs" -max_len=4096 \
