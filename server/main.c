@@ -100,10 +100,14 @@ int main(int argc, char **argv)
     rc = rls_server_start(&srv, &loop, &cfg, store, policy);
     if (rc != 0) {
         int metrics = srv.failed == RLS_LISTENER_METRICS;
+        int http = srv.failed == RLS_LISTENER_HTTP;
         fprintf(stderr, "rl-server: %s: cannot listen on %s:%d: %s\n",
-                metrics ? "--metrics" : "--listen",
-                metrics ? cfg.metrics_host : cfg.listen_host,
-                metrics ? cfg.metrics_port : cfg.listen_port, uv_strerror(rc));
+                http ? "--http" : metrics ? "--metrics" : "--listen",
+                http ? cfg.http_host
+                     : metrics ? cfg.metrics_host : cfg.listen_host,
+                http ? cfg.http_port
+                     : metrics ? cfg.metrics_port : cfg.listen_port,
+                uv_strerror(rc));
         store->v->close(store, NULL, NULL);
         uv_run(&loop, UV_RUN_DEFAULT);
         uv_loop_close(&loop);

@@ -25,6 +25,7 @@ typedef struct rls_metrics_view_s {
     const rls_reload_stats_t *reload;
     const rls_switch_poll_stats_t *switches;
     const rls_refusal_stats_t *refusals;
+    const rls_http_stats_t *check; /* the --http listener's; or NULL */
     uint64_t start_unix_ms;
     int healthy;  /* what /healthz answers now */
     int draining;

@@ -36,7 +36,8 @@ static void on_tick(uv_check_t *h)
     rls_batcher_flush(&s->batcher);
     rls_conns_flush(&s->conns);
     if (s->stopping && !s->draining && !s->closed &&
-        rls_list_empty(&s->conns.all) && s->batcher.in_flight == 0)
+        rls_list_empty(&s->conns.all) && s->batcher.in_flight == 0 &&
+        !rls_check_busy(&s->check))
         rls_server_stop(s); /* everything answered: finish the stop */
 }
 
@@ -75,6 +76,7 @@ static void close_all(rls_server_t *s)
              (unsigned long long)s->conns.stats.inflight);
     rls_http_server_close(s->http);
     s->http = NULL;
+    rls_check_close(&s->check);
     rls_reload_close(&s->reload);
     rls_switch_poll_close(&s->switches);
     s->store->v->close(s->store, on_store_closed, s);
@@ -97,6 +99,7 @@ static void on_stop_timer(uv_timer_t *t)
     /* Answers or writes are stuck (a client not reading, say): close the
      * remaining connections; their requests' answers are dropped. */
     RLS_WARN("stop timed out; closing remaining connections", NULL);
+    rls_check_close(&s->check);
     rls_conns_close(&s->conns);
 }
 
@@ -132,9 +135,12 @@ void rls_server_stop(rls_server_t *s)
         if (grace < RLS_STOP_GRACE_MIN_MS)
             grace = RLS_STOP_GRACE_MIN_MS;
         uv_timer_start(&s->stop_timer, on_stop_timer, grace, 0);
+        /* --http: answers what it holds, with Connection: close. */
+        rls_check_stop(&s->check);
     }
     rls_batcher_flush_now(&s->batcher);
-    if (rls_list_empty(&s->conns.all) && s->batcher.in_flight == 0)
+    if (rls_list_empty(&s->conns.all) && s->batcher.in_flight == 0 &&
+        !rls_check_busy(&s->check))
         close_all(s);
 }
 
@@ -168,6 +174,7 @@ int rls_server_metrics(const rls_server_t *s, rl_buf_t *out)
     v.reload = &s->reload.stats;
     v.switches = &s->switches.stats;
     v.refusals = &s->batcher.refusals.stats;
+    v.check = rls_check_stats(&s->check);
     return rls_metrics_render(&v, out);
 }
 
@@ -297,6 +304,26 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
         }
         RLS_INFO("metrics listening", " addr=%s:%d", cfg->metrics_host,
                  cfg->metrics_port);
+    }
+    if (cfg->http_host[0] != '\0') {
+        rls_check_opts_t o;
+
+        if (rls_check_opts_init(&o, cfg->check_key_header,
+                                cfg->check_rule_header) != RL_OK ||
+            (rc = rls_check_start(&s->check, loop, cfg->http_host,
+                                  cfg->http_port, &s->batcher, &o)) != 0) {
+            rc = rc != 0 ? rc : UV_EINVAL;
+            RLS_ERROR("cannot listen for checks", " addr=%s:%d err=\"%s\"",
+                      cfg->http_host, cfg->http_port, uv_strerror(rc));
+            s->failed = RLS_LISTENER_HTTP;
+            rls_http_server_close(s->http);
+            s->http = NULL;
+            uv_close((uv_handle_t *)&s->listener, NULL);
+            rls_runtime_free(&s->rt);
+            return rc;
+        }
+        RLS_INFO("checks listening", " addr=%s:%d", cfg->http_host,
+                 cfg->http_port);
     }
     if (rls_refusals_init(&s->batcher.refusals, cfg->refusal_cache) != RL_OK)
         RLS_WARN("no memory for the refusal cache; every request goes to "

@@ -9,6 +9,7 @@
 #include <uv.h>
 
 #include "batch.h"
+#include "net/check.h"
 #include "net/conn.h"
 #include "net/http_server.h"
 #include "policy/config.h"
@@ -22,7 +23,8 @@
 typedef enum {
     RLS_LISTENER_NONE = 0,
     RLS_LISTENER_NATIVE, /* --listen */
-    RLS_LISTENER_METRICS /* --metrics */
+    RLS_LISTENER_METRICS, /* --metrics */
+    RLS_LISTENER_HTTP     /* --http */
 } rls_listener_t;
 
 typedef struct rls_server_s {
@@ -47,6 +49,7 @@ typedef struct rls_server_s {
     rls_http_server_t *http; /* the --metrics listener, or NULL */
     rl_buf_t page;           /* the /metrics page being built */
     rls_listener_t failed;   /* which listener failed to start */
+    rls_check_t check;       /* the --http check endpoint (net/check.h) */
 } rls_server_t;
 
 /* Binds the listener and starts serving on loop under `policy` (the server

@@ -57,6 +57,12 @@ typedef struct rls_config_s {
     uint64_t max_inline_limit;  /* 0: up to 2^63-1 */
     uint64_t refusal_cache;     /* entries of the refusal cache; 0: off */
     uint64_t batches_in_flight; /* batches a tick may leave in flight */
+
+    /* The HTTP check endpoint (net/check.h). */
+    char http_host[RLS_HOST_MAX + 1]; /* empty: no --http listener */
+    int http_port;
+    const char *check_key_header;  /* --check-key-header, or NULL */
+    const char *check_rule_header; /* --check-rule-header, or NULL */
 } rls_config_t;
 
 /* Fills *c with the defaults shown by --help. */
