@@ -651,6 +651,7 @@ void rls_http_server_close(rls_http_server_t *m)
     while (!rls_list_empty(&m->conns))
         conn_close(RLS_CONTAINER_OF(m->conns.next, mconn_t, node));
     close_listener(m);
+    maybe_free(m); /* a stop may have closed the listener already */
 }
 
 void rls_http_server_stop(rls_http_server_t *m)
