@@ -35,6 +35,8 @@
 typedef struct fx_s {
     rlt_server_t srv;
     int hport;
+    rlt_redis_t redis;
+    int redis_on;
 } fx_t;
 
 static fx_t fx;
@@ -77,6 +79,10 @@ static int teardown(void **state)
     fx_t *f = *state;
 
     rlt_server_kill(&f->srv);
+    if (f->redis_on) {
+        rlt_redis_pause(&f->redis, 0);
+        rlt_redis_stop(&f->redis);
+    }
     return 0;
 }
 
@@ -550,6 +556,78 @@ static void test_stop(void **state)
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+/* rl_requests_batched_total: checks handed to the batcher. */
+static long long batched(fx_t *f)
+{
+    static char page[1 << 17];
+
+    assert_int_equal(rlt_http_get(f->srv.mport, "/metrics", page,
+                                  sizeof(page)),
+                     200);
+    return rlt_sample(page, "rl_requests_batched_total");
+}
+
+/* Answers that come late, with Redis stopped (SIGSTOP) so a batch waits
+ * for --redis-timeout-ms: a client that closes before its answer comes
+ * (the connection's memory must outlive it: ASan would catch a use after
+ * free, and the server must go on), and a SIGTERM while an answer is
+ * pending (answered, with Connection: close, then exit 0). */
+static void test_late_answers(void **state)
+{
+    static const char req[] = "GET /check?rule=api&key=a HTTP/1.1\r\n\r\n";
+    static rd_t rd;
+    fx_t *f = *state;
+    rlt_redis_t *redis = &f->redis;
+    char raddr[32];
+    int gone, kept, status, i;
+    long long base;
+    uint64_t deadline;
+    resp_t r;
+
+    if (rlt_redis_start(redis) != 0) {
+        skip();
+        return;
+    }
+    f->redis_on = 1;
+    snprintf(raddr, sizeof(raddr), "127.0.0.1:%d", redis->port);
+    start(f, "--rule", "api=100/3600s", "--redis", raddr, "--redis-timeout-ms",
+          "2000");
+    /* Up: a decision from Redis. */
+    for (i = 0; i < 100; i++) {
+        get(f->hport, "/check?rule=api&key=a", "", &r);
+        /* A fail-open answer (Redis not up yet) consumes nothing. */
+        if (r.status == 200 && hnum(&r, "X-RateLimit-Remaining") < 100)
+            break;
+        usleep(20000);
+    }
+    assert_true(i < 100);
+    base = batched(f);
+    rlt_redis_pause(redis, 1);
+    gone = rlt_dial(f->hport);
+    kept = rlt_dial(f->hport);
+    assert_true(gone >= 0 && kept >= 0);
+    assert_int_equal(rlt_send_all(gone, req, sizeof(req) - 1), RL_OK);
+    assert_int_equal(rlt_send_all(kept, req, sizeof(req) - 1), RL_OK);
+    /* Both are with the batcher (and Redis, stopped, holds the batch until
+     * --redis-timeout-ms). */
+    deadline = rlt_mono_ms() + 1500;
+    while (batched(f) < base + 2 && rlt_mono_ms() < deadline)
+        usleep(2000);
+    assert_int_equal(batched(f), base + 2);
+    close(gone); /* before its answer */
+    assert_int_equal(kill(f->srv.pid, SIGTERM), 0);
+    rd.len = 0;
+    assert_int_equal(read_resp(kept, &rd, &r), 0); /* after the timeout */
+    assert_int_equal(r.status, 200);               /* fail-open */
+    assert_non_null(strstr(r.body, "allowed"));
+    assert_true(r.closes);
+    assert_true(closed_within(kept, 3000));
+    close(kept);
+    rlt_redis_pause(redis, 0);
+    status = rlt_server_stop(&f->srv);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -560,6 +638,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_store_down, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_late_answers, setup, teardown),
     };
 
     signal(SIGPIPE, SIG_IGN);
