@@ -12,6 +12,9 @@
  *   - 503 when the store is down under --fail-closed;
  *   - SIGTERM: an idle connection is closed, a request half sent is still
  *     answered (Connection: close), and the server exits 0;
+ *   - late answers (Redis stopped): a client gone before its answer (its
+ *     connection's memory must outlive it), SIGTERM with answers pending;
+ *   - shadow and off modes as for native requests;
  *   - rl_check_requests_total{code} on /metrics. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -556,6 +559,53 @@ static void test_stop(void **state)
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+/* Modes as for native requests: shadow allows what enforce would refuse
+ * (counted as shadow_refused), off allows without counting. */
+static void test_modes(void **state)
+{
+    static char page[1 << 17];
+    char path[64];
+    fx_t *f = *state;
+    resp_t r;
+    FILE *fp;
+
+    snprintf(path, sizeof(path), "/tmp/rl-check-rules.%d.yaml", (int)getpid());
+    fp = fopen(path, "w");
+    assert_non_null(fp);
+    fputs("rules:\n"
+          "  sh:\n    limits: [1/1h]\n    mode: shadow\n"
+          "  offr:\n    limits: [1/1h]\n    mode: off\n",
+          fp);
+    fclose(fp);
+    start(f, "--config", path, NULL, NULL, NULL, NULL);
+    get(f->hport, "/check?rule=sh&key=a", "", &r);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(r.body, "allowed\n");
+    get(f->hport, "/check?rule=sh&key=a", "", &r);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "shadow"));
+    assert_int_equal(hnum(&r, "Retry-After"), -1);
+    get(f->hport, "/check?rule=offr&key=a", "", &r);
+    assert_int_equal(r.status, 200);
+    get(f->hport, "/check?rule=offr&key=a", "", &r);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(hnum(&r, "X-RateLimit-Remaining"), 1);
+    assert_int_equal(rlt_http_get(f->srv.mport, "/metrics", page,
+                                  sizeof(page)),
+                     200);
+    assert_int_equal(rlt_sample(page, "rl_rule_decisions_total{rule=\"sh\","
+                                      "result=\"shadow_refused\"}"),
+                     1);
+    assert_int_equal(rlt_sample(page, "rl_rule_decisions_total{rule=\"sh\","
+                                      "result=\"allowed\"}"),
+                     1);
+    assert_int_equal(rlt_sample(page, "rl_rule_decisions_total{rule="
+                                      "\"offr\",result=\"uncounted\"}"),
+                     2);
+    unlink(path);
+    assert_int_equal(rlt_server_stop(&f->srv), 0);
+}
+
 /* rl_requests_batched_total: checks handed to the batcher. */
 static long long batched(fx_t *f)
 {
@@ -639,6 +689,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_store_down, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop, setup, teardown),
         cmocka_unit_test_setup_teardown(test_late_answers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_modes, setup, teardown),
     };
 
     signal(SIGPIPE, SIG_IGN);
