@@ -62,8 +62,7 @@ static void decision(rls_check_t *k, const rl_result_t *r, const char *rule,
         if (deny_status == 403)
             rls_http_reply_text(rep, 403, "Forbidden", "over limit\n");
         else
-            rls_http_reply_text(rep, 429, "Too Many Requests",
-                                "over limit\n");
+            rls_http_reply_text(rep, 429, "Too Many Requests", "over limit\n");
         break;
     default:
         snprintf(body, sizeof(body), "%.*s\n",
@@ -163,8 +162,8 @@ static void on_request(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
     if ((rc = rls_runtime_resolve(k->batcher->rt, &chk, &spec, &why)) !=
         RL_OK) {
         if (rc == RL_ENORULE) {
-            snprintf(msg, sizeof(msg), "unknown rule '%.*s'",
-                     (int)cq.rule_len, cq.rule);
+            snprintf(msg, sizeof(msg), "unknown rule '%.*s'", (int)cq.rule_len,
+                     cq.rule);
             why = msg;
         }
         bad(r, why != NULL ? why : rl_strerror(rc));
@@ -203,8 +202,8 @@ static void on_request(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
     }
 }
 
-int rls_check_start(rls_check_t *k, uv_loop_t *loop, const char *host,
-                    int port, rls_batcher_t *b, const rls_check_opts_t *o)
+int rls_check_start(rls_check_t *k, uv_loop_t *loop, const char *host, int port,
+                    rls_batcher_t *b, const rls_check_opts_t *o)
 {
     int rc;
 
@@ -214,8 +213,7 @@ int rls_check_start(rls_check_t *k, uv_loop_t *loop, const char *host,
     rc = rls_http_server_start(&k->http, loop, host, port, on_request, k);
     if (rc != 0)
         return rc;
-    rls_http_server_set_limits(k->http, RLS_CHECK_IDLE_MS,
-                               RLS_CHECK_CONNS_MAX);
+    rls_http_server_set_limits(k->http, RLS_CHECK_IDLE_MS, RLS_CHECK_CONNS_MAX);
     rls_http_server_set_ctx_size(k->http, sizeof(check_ctx_t));
     uv_idle_init(loop, &k->kick);
     uv_check_init(loop, &k->settle);

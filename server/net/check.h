@@ -44,8 +44,8 @@ typedef struct rls_check_s {
      * poll phase (the next pipelined request, served when the previous
      * answer is written) must reach the tick, which flushes the batch,
      * before the loop blocks in poll. */
-    uv_idle_t kick;     /* active: the next poll does not block */
-    uv_check_t settle;  /* after that poll: stops kick */
+    uv_idle_t kick;    /* active: the next poll does not block */
+    uv_check_t settle; /* after that poll: stops kick */
     int kick_open;
     rls_check_opts_t opts;
     uint64_t pending; /* checks in the batcher, not yet answered */
@@ -55,8 +55,8 @@ typedef struct rls_check_s {
 
 /* Listens on host:port and answers checks with b (whose runtime holds the
  * policy). Returns 0, or a negative libuv error with nothing left open. */
-int rls_check_start(rls_check_t *k, uv_loop_t *loop, const char *host,
-                    int port, rls_batcher_t *b, const rls_check_opts_t *o);
+int rls_check_start(rls_check_t *k, uv_loop_t *loop, const char *host, int port,
+                    rls_batcher_t *b, const rls_check_opts_t *o);
 
 /* The server is stopping: see rls_http_server_stop. */
 void rls_check_stop(rls_check_t *k);

@@ -183,9 +183,8 @@ escape:
 
 /* The key from a header value: the first entry of an X-Forwarded-For list,
  * or the whole value. Header values hold no NUL or CR/LF (http.c). */
-static int key_from_header(const rls_check_opts_t *o, const char *v,
-                           size_t n, rls_check_query_t *out,
-                           const char **why)
+static int key_from_header(const rls_check_opts_t *o, const char *v, size_t n,
+                           rls_check_query_t *out, const char **why)
 {
     if (o->key_xff) {
         const char *comma = memchr(v, ',', n);
@@ -224,8 +223,8 @@ int rls_check_query(const rls_http_req_t *q, const rls_check_opts_t *o,
         amp = memchr(p, '&', (size_t)(end - p));
         if (amp == NULL)
             amp = end;
-        if (amp > p && (rc = param(p, (size_t)(amp - p), out, &seen, why)) !=
-                           RL_OK)
+        if (amp > p &&
+            (rc = param(p, (size_t)(amp - p), out, &seen, why)) != RL_OK)
             return rc;
     }
     if (!(seen & SEEN_RULE) && o->rule_header[0] != '\0' &&

@@ -149,8 +149,8 @@ static void *run(void *arg)
             else
                 w->other++;
             if (w->nlat < w->cap)
-                w->lat[w->nlat++] = lat > UINT32_MAX ? UINT32_MAX
-                                                     : (uint32_t)lat;
+                w->lat[w->nlat++] =
+                    lat > UINT32_MAX ? UINT32_MAX : (uint32_t)lat;
             done++;
             memmove(in, in + used, inlen - used);
             inlen -= used;
@@ -218,16 +218,16 @@ int main(int argc, char **argv)
     t0 = now_ns();
     for (i = 0; i < o.conns; i++) {
         w[i].o = &o;
-        w[i].quota = o.requests ? o.requests / (unsigned long)o.conns +
-                                      ((unsigned long)i <
-                                       o.requests % (unsigned long)o.conns)
-                                : 0;
+        w[i].quota =
+            o.requests
+                ? o.requests / (unsigned long)o.conns +
+                      ((unsigned long)i < o.requests % (unsigned long)o.conns)
+                : 0;
         w[i].deadline_ns = t0 + (uint64_t)(o.duration * 1e9);
         w[i].cap = 4u << 20;
         w[i].lat = malloc(w[i].cap * sizeof(uint32_t));
         w[i].rng = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1) ^ t0;
-        if (w[i].lat == NULL ||
-            pthread_create(&w[i].th, NULL, run, &w[i]) != 0)
+        if (w[i].lat == NULL || pthread_create(&w[i].th, NULL, run, &w[i]) != 0)
             return 1;
     }
     for (i = 0; i < o.conns; i++) {
@@ -255,8 +255,8 @@ int main(int argc, char **argv)
            (unsigned long long)(allowed + refused + other),
            (unsigned long long)allowed, (unsigned long long)refused,
            (unsigned long long)other, secs,
-           (double)(allowed + refused + other) / secs,
-           nall ? all[nall / 2] : 0, nall ? all[nall * 99 / 100] : 0);
+           (double)(allowed + refused + other) / secs, nall ? all[nall / 2] : 0,
+           nall ? all[nall * 99 / 100] : 0);
     free(all);
     free(w);
     return failed ? 1 : 0;

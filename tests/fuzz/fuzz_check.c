@@ -32,7 +32,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define CHECK(cond)                                                            \
     do {                                                                       \
         if (!(cond)) {                                                         \
-            fprintf(stderr, "fuzz_check: %s:%d: %s\n", __FILE__, __LINE__,    \
+            fprintf(stderr, "fuzz_check: %s:%d: %s\n", __FILE__, __LINE__,     \
                     #cond);                                                    \
             abort();                                                           \
         }                                                                      \
@@ -156,7 +156,8 @@ int main(int argc, char **argv)
         "X-Forwarded-For:  ,1.2.3.4\r\n\r\n",
         "\x02GET /check?deny_status=403&rule=a.b:c-d_e&key=a+b%2B HTTP/1.0\r\n"
         "X-User-Id: 42\r\n\r\n",
-        "\x00HEAD /check?rule=r&&key=%00&key=k&cost=4294967295 HTTP/1.1\r\n\r\n",
+        "\x00HEAD /check?rule=r&&key=%00&key=k&cost=4294967295 "
+        "HTTP/1.1\r\n\r\n",
         "\x05GET /check?rule=%41pi&key=%zz&cost=0&deny_status=500&x HTTP/1.1"
         "\r\nx-ratelimit-rule:\r\nx-user-id: \t\r\n\r\n",
     };

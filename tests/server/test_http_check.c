@@ -62,12 +62,18 @@ static void start(fx_t *f, const char *a1, const char *a2, const char *a3,
         argv[n++] = haddr;
         argv[n++] = "--log-level";
         argv[n++] = (char *)rlt_log_level("warn");
-        if (a1) argv[n++] = (char *)a1;
-        if (a2) argv[n++] = (char *)a2;
-        if (a3) argv[n++] = (char *)a3;
-        if (a4) argv[n++] = (char *)a4;
-        if (a5) argv[n++] = (char *)a5;
-        if (a6) argv[n++] = (char *)a6;
+        if (a1)
+            argv[n++] = (char *)a1;
+        if (a2)
+            argv[n++] = (char *)a2;
+        if (a3)
+            argv[n++] = (char *)a3;
+        if (a4)
+            argv[n++] = (char *)a4;
+        if (a5)
+            argv[n++] = (char *)a5;
+        if (a6)
+            argv[n++] = (char *)a6;
         argv[n] = NULL;
         if (rlt_server_start_metrics(&f->srv, RL_SERVER_BIN, argv) == 0 &&
             rlt_wait_port(f->hport, 5000))
@@ -148,8 +154,8 @@ static int read_resp_h(int fd, rd_t *rd, resp_t *r, int head_only)
         rd->len += (size_t)got;
     }
     r->status = atoi(r->head + 9);
-    memcpy(r->body, rd->buf + hlen, blen < sizeof(r->body) ? blen
-                                                           : sizeof(r->body) - 1);
+    memcpy(r->body, rd->buf + hlen,
+           blen < sizeof(r->body) ? blen : sizeof(r->body) - 1);
     r->closes = strstr(r->head, "Connection: close") != NULL;
     memmove(rd->buf, rd->buf + total, rd->len - total);
     rd->len -= total;
@@ -209,8 +215,7 @@ static long hnum(const resp_t *r, const char *name)
     return atol(v);
 }
 
-static void assert_decision_headers(const resp_t *r, long limit,
-                                    long remaining)
+static void assert_decision_headers(const resp_t *r, long limit, long remaining)
 {
     char v[128];
 
@@ -269,8 +274,9 @@ static void test_limit(void **state)
     /* HEAD: the same decision, headers only. */
     fd = rlt_dial(f->hport);
     rd.len = 0;
-    snprintf(req, sizeof(req), "HEAD /check?rule=api&key=user%%201 HTTP/1.1"
-                               "\r\n\r\n");
+    snprintf(req, sizeof(req),
+             "HEAD /check?rule=api&key=user%%201 HTTP/1.1"
+             "\r\n\r\n");
     assert_int_equal(rlt_send_all(fd, req, strlen(req)), RL_OK);
     assert_int_equal(read_resp_h(fd, &rd, &r, 1), 0);
     assert_int_equal(r.status, 200);
@@ -280,9 +286,8 @@ static void test_limit(void **state)
     /* /metrics counts the responses by status. */
     {
         static char page[1 << 17];
-        assert_int_equal(rlt_http_get(f->srv.mport, "/metrics", page,
-                                      sizeof(page)),
-                         200);
+        assert_int_equal(
+            rlt_http_get(f->srv.mport, "/metrics", page, sizeof(page)), 200);
         assert_int_equal(
             rlt_sample(page, "rl_check_requests_total{code=\"200\"}"), 7);
         assert_int_equal(
@@ -300,8 +305,8 @@ static void test_key_header(void **state)
     fx_t *f = *state;
     resp_t r;
 
-    start(f, "--rule", "api=2/3600s", "--check-key-header",
-          "x-forwarded-for", "--check-rule-header", "X-RateLimit-Rule");
+    start(f, "--rule", "api=2/3600s", "--check-key-header", "x-forwarded-for",
+          "--check-rule-header", "X-RateLimit-Rule");
     get(f->hport, "/check?rule=api", "X-Forwarded-For: 10.0.0.1\r\n", &r);
     assert_int_equal(r.status, 200);
     assert_int_equal(hnum(&r, "X-RateLimit-Remaining"), 1);
@@ -408,8 +413,9 @@ static void test_bad_input(void **state)
     fetch(f->hport, req, (size_t)n, &r);
     assert_int_equal(r.status, 414);
     assert_true(r.closes);
-    n = snprintf(req, sizeof(req), "GET /check?rule=api&key=a HTTP/1.1\r\n"
-                                   "X-Pad: ");
+    n = snprintf(req, sizeof(req),
+                 "GET /check?rule=api&key=a HTTP/1.1\r\n"
+                 "X-Pad: ");
     memset(req + n, 'p', 9000);
     n += 9000;
     n += snprintf(req + n, sizeof(req) - (size_t)n, "\r\n\r\n");
@@ -424,20 +430,23 @@ static void test_bad_input(void **state)
     assert_int_equal(r.status, 431);
 
     /* Methods: POST, DELETE 405 with Allow; garbage 400 and close. */
-    n = snprintf(req, sizeof(req), "POST /check?rule=api&key=a HTTP/1.1\r\n"
-                                   "Content-Length: 0\r\n\r\n");
+    n = snprintf(req, sizeof(req),
+                 "POST /check?rule=api&key=a HTTP/1.1\r\n"
+                 "Content-Length: 0\r\n\r\n");
     fetch(f->hport, req, (size_t)n, &r);
     assert_int_equal(r.status, 405);
     assert_non_null(strstr(r.head, "Allow: GET, HEAD"));
-    n = snprintf(req, sizeof(req), "DELETE /check?rule=api&key=a HTTP/1.1"
-                                   "\r\n\r\n");
+    n = snprintf(req, sizeof(req),
+                 "DELETE /check?rule=api&key=a HTTP/1.1"
+                 "\r\n\r\n");
     fetch(f->hport, req, (size_t)n, &r);
     assert_int_equal(r.status, 405);
     fetch(f->hport, "GARBAGE\r\n\r\n", 11, &r);
     assert_int_equal(r.status, 400);
     assert_true(r.closes);
-    n = snprintf(req, sizeof(req), "GET /check?rule=api&key=a HTTP/1.1\r\n"
-                                   "Content-Length: 5\r\n\r\nhello");
+    n = snprintf(req, sizeof(req),
+                 "GET /check?rule=api&key=a HTTP/1.1\r\n"
+                 "Content-Length: 5\r\n\r\nhello");
     fetch(f->hport, req, (size_t)n, &r);
     assert_int_equal(r.status, 400);
 
@@ -490,8 +499,7 @@ static void test_store_down(void **state)
     int dead = rlt_free_port();
 
     snprintf(redis, sizeof(redis), "127.0.0.1:%d", dead);
-    start(f, "--rule", "api=5/3600s", "--redis", redis, "--fail-closed",
-          NULL);
+    start(f, "--rule", "api=5/3600s", "--redis", redis, "--fail-closed", NULL);
     get(f->hport, "/check?rule=api&key=a", "", &r);
     assert_int_equal(r.status, 503);
     assert_non_null(strstr(r.body, "fail-closed"));
@@ -590,8 +598,7 @@ static void test_modes(void **state)
     get(f->hport, "/check?rule=offr&key=a", "", &r);
     assert_int_equal(r.status, 200);
     assert_int_equal(hnum(&r, "X-RateLimit-Remaining"), 1);
-    assert_int_equal(rlt_http_get(f->srv.mport, "/metrics", page,
-                                  sizeof(page)),
+    assert_int_equal(rlt_http_get(f->srv.mport, "/metrics", page, sizeof(page)),
                      200);
     assert_int_equal(rlt_sample(page, "rl_rule_decisions_total{rule=\"sh\","
                                       "result=\"shadow_refused\"}"),
@@ -611,8 +618,7 @@ static long long batched(fx_t *f)
 {
     static char page[1 << 17];
 
-    assert_int_equal(rlt_http_get(f->srv.mport, "/metrics", page,
-                                  sizeof(page)),
+    assert_int_equal(rlt_http_get(f->srv.mport, "/metrics", page, sizeof(page)),
                      200);
     return rlt_sample(page, "rl_requests_batched_total");
 }
