@@ -12,6 +12,7 @@ packages=(
   libcmocka-dev
   redis-server redis-tools
   haproxy faketime gnuplot-nox procps
+  nginx-light
   curl jq
 )
 

@@ -126,15 +126,30 @@ int main(int argc, char **argv)
 
     rc = rls_server_start(&srv, &loop, &cfg, store, policy);
     if (rc != 0) {
-        int metrics = srv.failed == RLS_LISTENER_METRICS;
-        int grpc = srv.failed == RLS_LISTENER_GRPC;
-        fprintf(stderr, "rl-server: %s: cannot listen on %s:%d: %s\n",
-                grpc ? "--grpc" : metrics ? "--metrics" : "--listen",
-                grpc ? cfg.grpc_host
-                     : metrics ? cfg.metrics_host : cfg.listen_host,
-                grpc ? cfg.grpc_port
-                     : metrics ? cfg.metrics_port : cfg.listen_port,
-                uv_strerror(rc));
+        const char *flag = "--listen", *host = cfg.listen_host;
+        int port = cfg.listen_port;
+
+        switch (srv.failed) {
+        case RLS_LISTENER_METRICS:
+            flag = "--metrics";
+            host = cfg.metrics_host;
+            port = cfg.metrics_port;
+            break;
+        case RLS_LISTENER_GRPC:
+            flag = "--grpc";
+            host = cfg.grpc_host;
+            port = cfg.grpc_port;
+            break;
+        case RLS_LISTENER_HTTP:
+            flag = "--http";
+            host = cfg.http_host;
+            port = cfg.http_port;
+            break;
+        default:
+            break;
+        }
+        fprintf(stderr, "rl-server: %s: cannot listen on %s:%d: %s\n", flag,
+                host, port, uv_strerror(rc));
         store->v->close(store, NULL, NULL);
         uv_run(&loop, UV_RUN_DEFAULT);
         uv_loop_close(&loop);

@@ -263,6 +263,47 @@ static int render_policy(const rls_metrics_view_t *v, rl_buf_t *out)
     return RL_OK;
 }
 
+/* The --http check endpoint: responses by status, and its connections. */
+static int render_check(const rls_http_stats_t *h, rl_buf_t *out)
+{
+    const char *name = "rl_check_requests_total";
+    unsigned i;
+    int rc;
+
+    rc = family(out, name, "counter",
+                "--http responses by status: 200 allowed, 429 or 403 "
+                "refused, 400/404/405/414/431 bad requests, 503 store "
+                "failed with --fail-closed; code=\"other\" for the rest.");
+    for (i = 0; i < RLS_HTTP_NSTATUS && rc == RL_OK; i++) {
+        int st = rls_http_slot_status(i);
+        if (st != 0)
+            rc = rl_buf_printf(out, "%s{code=\"%d\"} %llu\n", name, st,
+                               (unsigned long long)h->status[i]);
+        else
+            rc = rl_buf_printf(out, "%s{code=\"other\"} %llu\n", name,
+                               (unsigned long long)h->status[i]);
+    }
+    if (rc == RL_OK)
+        rc = counter(out, "rl_check_connections_accepted_total",
+                     "--http connections accepted.", h->accepted);
+    if (rc == RL_OK)
+        rc = counter(out, "rl_check_connections_evicted_total",
+                     "--http connections closed to make room for a new one "
+                     "while the listener was full.",
+                     h->evicted);
+    if (rc == RL_OK)
+        rc = counter(out, "rl_check_connections_refused_total",
+                     "--http connections answered 503: the listener was "
+                     "full and none could give way.",
+                     h->refused);
+    if (rc == RL_OK)
+        rc = counter(out, "rl_check_connections_timed_out_total",
+                     "--http connections closed at the header deadline or "
+                     "the idle limit.",
+                     h->timed_out);
+    return rc;
+}
+
 int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
 {
     static const char *const codes[] = {"unknown", "ok", "over_limit", "error"};
@@ -428,6 +469,8 @@ int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
                     "or the idle limit.",
                     v->http->timed_out));
     }
+    if (v->check != NULL)
+        TRY(render_check(v->check, out));
     if (v->rt != NULL)
         TRY(render_policy(v, out));
 #undef TRY

@@ -28,6 +28,7 @@ typedef struct rls_metrics_view_s {
     const rls_refusal_stats_t *refusals;
     const rls_grpc_t *grpc; /* the --grpc listener's; or NULL */
     const rls_reload_stats_t *envoy_reload; /* --envoy-config; or NULL */
+    const rls_http_stats_t *check; /* the --http listener's; or NULL */
     uint64_t start_unix_ms;
     int healthy;  /* what /healthz answers now */
     int draining;

@@ -39,7 +39,7 @@ static void on_tick(uv_check_t *h)
         rls_grpc_flush(s->grpc);
     if (s->stopping && !s->draining && !s->closed &&
         rls_list_empty(&s->conns.all) && rls_grpc_idle(s->grpc) &&
-        s->batcher.in_flight == 0)
+        s->batcher.in_flight == 0 && !rls_check_busy(&s->check))
         rls_server_stop(s); /* everything answered: finish the stop */
 }
 
@@ -81,6 +81,7 @@ static void close_all(rls_server_t *s)
     rls_grpc_free(s->grpc);
     s->grpc = NULL;
     rls_envoy_reload_close(&s->envoy_reload);
+    rls_check_close(&s->check);
     rls_reload_close(&s->reload);
     rls_switch_poll_close(&s->switches);
     s->store->v->close(s->store, on_store_closed, s);
@@ -103,6 +104,7 @@ static void on_stop_timer(uv_timer_t *t)
     /* Answers or writes are stuck (a client not reading, say): close the
      * remaining connections; their requests' answers are dropped. */
     RLS_WARN("stop timed out; closing remaining connections", NULL);
+    rls_check_close(&s->check);
     rls_conns_close(&s->conns);
     if (s->grpc != NULL)
         rls_grpc_close_all(s->grpc);
@@ -145,10 +147,12 @@ void rls_server_stop(rls_server_t *s)
         if (grace < RLS_STOP_GRACE_MIN_MS)
             grace = RLS_STOP_GRACE_MIN_MS;
         uv_timer_start(&s->stop_timer, on_stop_timer, grace, 0);
+        /* --http: answers what it holds, with Connection: close. */
+        rls_check_stop(&s->check);
     }
     rls_batcher_flush_now(&s->batcher);
     if (rls_list_empty(&s->conns.all) && rls_grpc_idle(s->grpc) &&
-        s->batcher.in_flight == 0)
+        s->batcher.in_flight == 0 && !rls_check_busy(&s->check))
         close_all(s);
 }
 
@@ -185,6 +189,7 @@ int rls_server_metrics(const rls_server_t *s, rl_buf_t *out)
     v.grpc = s->grpc;
     v.envoy_reload = s->cfg->nenvoy_configs > 0 ? &s->envoy_reload.stats
                                                 : NULL;
+    v.check = rls_check_stats(&s->check);
     return rls_metrics_render(&v, out);
 }
 
@@ -361,6 +366,29 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
         s->http = NULL;
         rls_runtime_free(&s->rt);
         return rc;
+    }
+    if (cfg->http_host[0] != '\0') {
+        rls_check_opts_t o;
+
+        if (rls_check_opts_init(&o, cfg->check_key_header,
+                                cfg->check_rule_header) != RL_OK ||
+            (rc = rls_check_start(&s->check, loop, cfg->http_host,
+                                  cfg->http_port, &s->batcher, &o)) != 0) {
+            rc = rc != 0 ? rc : UV_EINVAL;
+            RLS_ERROR("cannot listen for checks", " addr=%s:%d err=\"%s\"",
+                      cfg->http_host, cfg->http_port, uv_strerror(rc));
+            s->failed = RLS_LISTENER_HTTP;
+            rls_http_server_close(s->http);
+            s->http = NULL;
+            rls_grpc_free(s->grpc);
+            s->grpc = NULL;
+            rls_envoy_reload_close(&s->envoy_reload);
+            uv_close((uv_handle_t *)&s->listener, NULL);
+            rls_runtime_free(&s->rt);
+            return rc;
+        }
+        RLS_INFO("checks listening", " addr=%s:%d", cfg->http_host,
+                 cfg->http_port);
     }
     if (rls_refusals_init(&s->batcher.refusals, cfg->refusal_cache) != RL_OK)
         RLS_WARN("no memory for the refusal cache; every request goes to "

@@ -9,6 +9,7 @@
 #include <uv.h>
 
 #include "batch.h"
+#include "net/check.h"
 #include "net/conn.h"
 #include "net/grpc.h"
 #include "net/http_server.h"
@@ -25,7 +26,8 @@ typedef enum {
     RLS_LISTENER_NONE = 0,
     RLS_LISTENER_NATIVE, /* --listen */
     RLS_LISTENER_METRICS, /* --metrics */
-    RLS_LISTENER_GRPC     /* --grpc */
+    RLS_LISTENER_GRPC,    /* --grpc */
+    RLS_LISTENER_HTTP     /* --http */
 } rls_listener_t;
 
 typedef struct rls_server_s {
@@ -52,6 +54,7 @@ typedef struct rls_server_s {
     rls_listener_t failed;   /* which listener failed to start */
     rls_grpc_t *grpc;        /* the --grpc listener, or NULL */
     rls_envoy_reload_t envoy_reload; /* the --envoy-config files */
+    rls_check_t check;       /* the --http check endpoint (net/check.h) */
 } rls_server_t;
 
 /* Binds the listener and starts serving on loop under `policy` (the server

@@ -133,6 +133,7 @@ int rls_http_parse(const char *buf, size_t len, rls_http_req_t *req)
     int rc;
 
     memset(req, 0, sizeof(*req));
+    req->head = buf;
 
     /* Stray line ends before the request line (left by a client after an
      * earlier request) are skipped, a few at most. */
@@ -183,6 +184,7 @@ int rls_http_parse(const char *buf, size_t len, rls_http_req_t *req)
     i++;
     if ((rc = eol(buf, n, &i)) != RL_OK)
         return rc == RL_EAGAIN ? more(len) : rc;
+    req->line_len = i;
 
     /* field lines, up to the blank line */
     for (;;) {
@@ -233,6 +235,37 @@ int rls_http_parse(const char *buf, size_t len, rls_http_req_t *req)
     req->keep_alive = cf.close ? 0 : req->minor == 1 ? 1 : cf.keep_alive;
     req->head_len = i;
     return RL_OK;
+}
+
+int rls_http_header(const rls_http_req_t *req, const char *lower,
+                    const char **v, size_t *vlen)
+{
+    const char *b = req->head, *end = req->head + req->head_len;
+    const char *p = b + req->line_len, *nl, *colon, *vs, *ve;
+
+    /* The head was validated: every line ends in LF, every field line has
+     * a colon right after its name, and the blank line comes last. */
+    while (p < end && *p != '\r' && *p != '\n') {
+        nl = memchr(p, '\n', (size_t)(end - p));
+        if (nl == NULL)
+            return 0;
+        colon = memchr(p, ':', (size_t)(nl - p));
+        if (colon != NULL && lower_eq(p, (size_t)(colon - p), lower)) {
+            vs = colon + 1;
+            ve = nl;
+            if (ve > vs && ve[-1] == '\r')
+                ve--;
+            while (vs < ve && (*vs == ' ' || *vs == '\t'))
+                vs++;
+            while (ve > vs && (ve[-1] == ' ' || ve[-1] == '\t'))
+                ve--;
+            *v = vs;
+            *vlen = (size_t)(ve - vs);
+            return 1;
+        }
+        p = nl + 1;
+    }
+    return 0;
 }
 
 size_t rls_http_path_len(const rls_http_req_t *req)

@@ -33,6 +33,12 @@ typedef struct rls_http_req_s {
     int keep_alive; /* the client lets the connection stay open */
     size_t nheaders;
     size_t head_len; /* bytes of the head, blank line included */
+    const char *head; /* the buffer parsed: the head starts here */
+    /* Bytes up to the end of the request line, 0 while it has not ended.
+     * Also set when the parse fails, so that a head over the limit can be
+     * told apart: 0 (the request line alone is too long: 414) or not (the
+     * header lines are: 431). */
+    size_t line_len;
 } rls_http_req_t;
 
 /* Parses one request head at the start of buf[0, len).
@@ -44,12 +50,20 @@ typedef struct rls_http_req_s {
  * RL_EFULL when no head ends within RLS_HTTP_HEAD_MAX bytes; RL_EINVAL when
  * the bytes cannot be the start of a valid head (bad method, target or
  * version, a header line without a colon, a control byte, a bare CR, a
- * folded header, too many headers, a bad Content-Length, a body).
+ * folded header, too many headers, a bad Content-Length, a body). With
+ * too many headers, req->nheaders is RLS_HTTP_HEADERS_MAX.
  *
  * Never reads buf[len] or beyond, and never more than RLS_HTTP_HEAD_MAX
  * bytes. Up to 4 empty lines before the request line are skipped, as RFC
  * 9112 section 2.2 asks of servers; they count in head_len. */
 int rls_http_parse(const char *buf, size_t len, rls_http_req_t *req);
+
+/* Finds the first header line named `lower` (a lower-case field name) in a
+ * head rls_http_parse accepted. Returns 1 with *v, *vlen set to its value,
+ * white space around it trimmed (pointing into the head), or 0 when the
+ * head has no such line. */
+int rls_http_header(const rls_http_req_t *req, const char *lower,
+                    const char **v, size_t *vlen);
 
 /* The path of a request-target: the bytes before any '?'. */
 size_t rls_http_path_len(const rls_http_req_t *req);

@@ -15,10 +15,19 @@
  * may wait the idle limit between requests. The listener therefore can
  * neither grow the server's memory nor be held by slow clients.
  *
+ * A route may answer later (the /check endpoint answers when the batcher
+ * does): the connection then stays unread and unanswered until
+ * rls_http_answer; with one request at a time, pipelined requests are
+ * answered in order. A connection that closes meanwhile keeps its memory
+ * until the answer it is owed arrives (`owed`, as net/conn.c keeps
+ * `inflight`), so a late answer never touches freed memory.
+ *
  * Lifetime: rls_http_server_close closes the listener and every
- * connection; the state is freed by the last close callback. */
+ * connection; the state is freed by the last close callback, or by the
+ * last answer owed to a closed connection. */
 #include "net/http_server.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,14 +53,18 @@ struct rls_http_server_s {
     uint64_t idle_ms;
     uint64_t head_ms;
     unsigned max_conns;
+    size_t ctx_size; /* route's bytes after each connection */
     rls_http_stats_t stats;
+    unsigned listener_closing : 1;
     unsigned listener_closed : 1;
+    unsigned stopping : 1; /* rls_http_server_stop: every answer closes */
     unsigned spare_busy : 1;     /* spare is accepted and closing */
     unsigned accept_pending : 1; /* a connection waits for the spare */
     unsigned closing : 1;
 };
 
-typedef struct mconn_s {
+typedef struct rls_http_conn_s mconn_t;
+struct rls_http_conn_s {
     uv_tcp_t tcp;
     uv_timer_t timer; /* the per-request deadline */
     uv_write_t wreq;
@@ -63,18 +76,27 @@ typedef struct mconn_s {
     /* When the connection's current state began (loop time): opening,
      * first byte of a request, or the last response; orders evictions. */
     uint64_t since;
-    int handles; /* open handles; the struct is freed at 0 */
+    int handles; /* open handles; the struct is freed at 0 and owed 0 */
+    unsigned owed;  /* answers a route left pending, not yet given */
     unsigned served : 1; /* a response has been written */
+    unsigned awaiting : 1;  /* the route answers later */
+    unsigned in_route : 1;  /* the route is running */
+    unsigned answered : 1;  /* ... and has answered already */
+    int answered_rc;        /* what building that answer returned */
+    unsigned head_only : 1; /* the request is HEAD */
     unsigned reading : 1;
     unsigned writing : 1;
     unsigned closing : 1;
     unsigned lingering : 1;   /* response sent; draining input to close */
     unsigned close_after : 1; /* close once the response is written */
     char in[RLS_HTTP_HEAD_MAX];
-} mconn_t;
+    _Alignas(max_align_t) unsigned char ctx[]; /* the route's ctx_size */
+};
 
 static void conn_serve(mconn_t *c, int parse);
 static void on_timeout(uv_timer_t *t);
+static void on_write(uv_write_t *req, int status);
+static void close_listener(rls_http_server_t *m);
 
 /* The header deadline in effect: never more than the idle limit. */
 static uint64_t head_limit(const rls_http_server_t *m)
@@ -93,17 +115,26 @@ static void maybe_free(rls_http_server_t *m)
 /* ------------------------------------------------------------------------ */
 /* Connections */
 
-static void on_handle_closed(uv_handle_t *h)
+/* Frees a closed connection once no handle and no owed answer refers to
+ * it. */
+static void conn_free(mconn_t *c)
 {
-    mconn_t *c = h->data;
     rls_http_server_t *m = c->m;
 
-    if (--c->handles > 0)
+    if (c->handles > 0 || c->owed > 0)
         return;
     rl_buf_free(&c->out);
     free(c);
     m->live--;
     maybe_free(m);
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    mconn_t *c = h->data;
+
+    c->handles--;
+    conn_free(c);
 }
 
 static void conn_close(mconn_t *c)
@@ -241,6 +272,9 @@ static int build(mconn_t *c, const rls_http_reply_t *r, int head_only)
 {
     int rc;
 
+    if (c->m->stopping)
+        c->close_after = 1;
+    c->m->stats.status[rls_http_status_slot(r->status)]++;
     rc = rl_buf_printf(&c->out,
                        "HTTP/1.1 %d %s\r\n"
                        "Content-Type: %s\r\n"
@@ -275,17 +309,74 @@ static int method_is(const rls_http_req_t *q, const char *name)
            memcmp(q->method, name, q->method_len) == 0;
 }
 
-/* Answers one parsed request into c->out through the route. */
+/* Builds a route's reply into c->out. */
+static int build_reply(mconn_t *c, const rls_http_reply_t *r)
+{
+    if (r->close)
+        c->close_after = 1;
+    return build(c, r, c->head_only && r->status != 405);
+}
+
+/* Answers one parsed request into c->out through the route. Returns 0,
+ * RL_EAGAIN when the route answers later, or an RL_E* code from the
+ * buffer. */
 static int serve_one(mconn_t *c, const rls_http_req_t *q)
 {
     rls_http_reply_t r;
 
     c->close_after = !q->keep_alive;
+    c->head_only = method_is(q, "HEAD");
     rls_http_reply_text(&r, 404, "Not Found", "not found\n");
+    r.conn = c;
+    c->in_route = 1;
+    c->answered = 0;
     c->m->route(c->m->arg, q, &r);
-    if (r.close)
-        c->close_after = 1;
-    return build(c, &r, method_is(q, "HEAD") && r.status != 405);
+    c->in_route = 0;
+    if (!r.pending)
+        return build_reply(c, &r);
+    if (c->answered)
+        return c->answered_rc;
+    c->owed++;
+    c->awaiting = 1;
+    return RL_EAGAIN;
+}
+
+/* Hands c->out to the socket; the client has the idle limit to take it. */
+static void start_write(mconn_t *c)
+{
+    uv_buf_t b;
+
+    b = uv_buf_init((char *)rl_buf_rptr(&c->out),
+                    (unsigned)rl_buf_len(&c->out));
+    uv_timer_start(&c->timer, on_timeout, c->m->idle_ms, 0);
+    c->writing = 1;
+    if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, on_write) != 0) {
+        c->writing = 0;
+        conn_close(c);
+    }
+}
+
+void rls_http_answer(rls_http_conn_t *c, const rls_http_reply_t *r)
+{
+    int rc;
+
+    if (c->in_route) {
+        /* Answered before the route returned: serve_one writes it. */
+        c->answered = 1;
+        c->answered_rc = build_reply(c, r);
+        return;
+    }
+    c->owed--;
+    c->awaiting = 0;
+    if (c->closing) {
+        conn_free(c);
+        return;
+    }
+    if ((rc = build_reply(c, r)) != RL_OK) {
+        conn_close(c);
+        return;
+    }
+    start_write(c);
 }
 
 /* Serves the request at the front of c->in if it is whole. `parse` is 0
@@ -293,10 +384,9 @@ static int serve_one(mconn_t *c, const rls_http_req_t *q)
 static void conn_serve(mconn_t *c, int parse)
 {
     rls_http_req_t q;
-    uv_buf_t b;
     int rc;
 
-    if (c->writing || c->closing || c->lingering)
+    if (c->writing || c->awaiting || c->closing || c->lingering)
         return;
     rc = parse ? rls_http_parse(c->in, c->in_len, &q) : RL_EAGAIN;
     if (rc == RL_EAGAIN) {
@@ -306,12 +396,21 @@ static void conn_serve(mconn_t *c, int parse)
     stop_reading(c);
     rl_buf_reset(&c->out);
     if (rc != RL_OK) {
+        rls_http_reply_t r;
+
         RLS_DEBUG("http: bad request", " err=\"%s\" bytes=%zu",
                   rc == RL_EFULL ? "head over 8 KiB" : "malformed", c->in_len);
         c->close_after = 1;
         c->in_len = 0;
-        rls_http_reply_t r;
-        rls_http_reply_text(&r, 400, "Bad Request", "bad request\n");
+        if (rc == RL_EFULL && q.line_len == 0)
+            rls_http_reply_text(&r, 414, "URI Too Long",
+                                "request line over 8 KiB\n");
+        else if (rc == RL_EFULL || q.nheaders == RLS_HTTP_HEADERS_MAX)
+            rls_http_reply_text(&r, 431, "Request Header Fields Too Large",
+                                "request head over 8 KiB or 64 header "
+                                "lines\n");
+        else
+            rls_http_reply_text(&r, 400, "Bad Request", "bad request\n");
         rc = build(c, &r, 0);
     } else {
         rc = serve_one(c, &q);
@@ -322,19 +421,17 @@ static void conn_serve(mconn_t *c, int parse)
         memmove(c->in, c->in + q.head_len, c->in_len - q.head_len);
         c->in_len -= q.head_len;
     }
+    if (rc == RL_EAGAIN) {
+        /* The answer comes later; no deadline runs meanwhile (the batcher
+         * always answers, by the store's timeout at the latest). */
+        uv_timer_stop(&c->timer);
+        return;
+    }
     if (rc != RL_OK) {
         conn_close(c);
         return;
     }
-    b = uv_buf_init((char *)rl_buf_rptr(&c->out),
-                    (unsigned)rl_buf_len(&c->out));
-    /* The head is in: the client has the idle limit to take the answer. */
-    uv_timer_start(&c->timer, on_timeout, c->m->idle_ms, 0);
-    c->writing = 1;
-    if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, on_write) != 0) {
-        c->writing = 0;
-        conn_close(c);
-    }
+    start_write(c);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -355,7 +452,7 @@ static int evict_rank(const mconn_t *c)
 {
     if (c->lingering)
         return 0; /* answered; only draining before it closes */
-    if (c->writing)
+    if (c->writing || c->awaiting)
         return RANK_KEEP;
     if (!c->served)
         return 1; /* no request completed: new, idle or slow */
@@ -425,7 +522,8 @@ static void accept_one(rls_http_server_t *m)
      * run, later in this loop iteration: a burst of accepts is bounded. */
     if (m->nconns >= m->max_conns && m->live < 4 * (uint64_t)m->max_conns)
         evict_one(m);
-    if (m->nconns < m->max_conns && (c = calloc(1, sizeof(*c))) != NULL) {
+    if (m->nconns < m->max_conns &&
+        (c = calloc(1, sizeof(*c) + m->ctx_size)) != NULL) {
         c->m = m;
         c->tcp.data = c;
         c->timer.data = c;
@@ -508,9 +606,9 @@ int rls_http_server_start(rls_http_server_t **out, uv_loop_t *loop,
     rls_list_init(&m->conns);
     uv_tcp_init(loop, &m->listener);
     m->listener.data = m;
-    if ((rc = rls_listen(&m->listener, host, port, 64, on_connection)) != 0) {
+    if ((rc = rls_listen(&m->listener, host, port, 511, on_connection)) != 0) {
         m->closing = 1;
-        uv_close((uv_handle_t *)&m->listener, on_listener_closed);
+        close_listener(m);
         return rc;
     }
     *out = m;
@@ -537,6 +635,14 @@ const rls_http_stats_t *rls_http_server_stats(const rls_http_server_t *m)
     return &m->stats;
 }
 
+static void close_listener(rls_http_server_t *m)
+{
+    if (m->listener_closing)
+        return;
+    m->listener_closing = 1;
+    uv_close((uv_handle_t *)&m->listener, on_listener_closed);
+}
+
 void rls_http_server_close(rls_http_server_t *m)
 {
     if (m == NULL)
@@ -544,5 +650,66 @@ void rls_http_server_close(rls_http_server_t *m)
     m->closing = 1;
     while (!rls_list_empty(&m->conns))
         conn_close(RLS_CONTAINER_OF(m->conns.next, mconn_t, node));
-    uv_close((uv_handle_t *)&m->listener, on_listener_closed);
+    close_listener(m);
+    maybe_free(m); /* a stop may have closed the listener already */
+}
+
+void rls_http_server_stop(rls_http_server_t *m)
+{
+    rls_list_t *n, *next;
+    mconn_t *c;
+
+    if (m == NULL || m->stopping)
+        return;
+    m->stopping = 1;
+    close_listener(m);
+    for (n = m->conns.next; n != &m->conns; n = next) {
+        next = n->next;
+        c = RLS_CONTAINER_OF(n, mconn_t, node);
+        /* Between requests, or only draining: nothing is owed. */
+        if (c->lingering ||
+            (!c->writing && !c->awaiting && c->in_len == 0))
+            conn_close(c);
+    }
+}
+
+unsigned rls_http_server_live(const rls_http_server_t *m)
+{
+    return m != NULL ? m->live : 0;
+}
+
+void rls_http_server_set_ctx_size(rls_http_server_t *m, size_t size)
+{
+    if (m != NULL)
+        m->ctx_size = size;
+}
+
+void *rls_http_conn_ctx(rls_http_conn_t *c)
+{
+    return c->ctx;
+}
+
+static const int statuses[] = {
+#define RLS_HTTP_STATUS_ITEM(code) code,
+    RLS_HTTP_STATUSES(RLS_HTTP_STATUS_ITEM)
+#undef RLS_HTTP_STATUS_ITEM
+};
+
+_Static_assert(sizeof(statuses) / sizeof(statuses[0]) + 1 == RLS_HTTP_NSTATUS,
+               "RLS_HTTP_NSTATUS is the statuses listed plus one");
+
+unsigned rls_http_status_slot(int status)
+{
+    unsigned i;
+
+    for (i = 0; i < sizeof(statuses) / sizeof(statuses[0]); i++)
+        if (statuses[i] == status)
+            return i;
+    return RLS_HTTP_NSTATUS - 1;
+}
+
+int rls_http_slot_status(unsigned slot)
+{
+    return slot < sizeof(statuses) / sizeof(statuses[0]) ? statuses[slot]
+                                                          : 0;
 }

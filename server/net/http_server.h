@@ -1,6 +1,7 @@
 /* A small HTTP/1.1 server on a libuv loop (http_server.c): keep-alive, one
  * request at a time per connection, no request bodies, bounded
- * connections and deadlines. What each request gets is the owner's route. */
+ * connections and deadlines. What each request gets is the owner's route,
+ * answered at once or later (rls_http_answer). */
 #ifndef RLS_NET_HTTP_SERVER_H
 #define RLS_NET_HTTP_SERVER_H
 
@@ -35,6 +36,20 @@
 #define RLS_HTTP_OUT_MAX (16u << 20)
 
 typedef struct rls_http_server_s rls_http_server_t;
+/* One connection, as a route sees it (opaque). */
+typedef struct rls_http_conn_s rls_http_conn_t;
+
+/* The statuses counted one by one in rls_http_stats_t.status; any other
+ * is counted in the last slot. */
+#define RLS_HTTP_STATUSES(X)                                                   \
+    X(200) X(400) X(403) X(404) X(405) X(414) X(429) X(431) X(500) X(503)
+#define RLS_HTTP_NSTATUS 11
+
+/* Index of a status in rls_http_stats_t.status; RLS_HTTP_NSTATUS - 1 for
+ * any status not listed. */
+unsigned rls_http_status_slot(int status);
+/* The status of a slot, 0 for the last ("other"). */
+int rls_http_slot_status(unsigned slot);
 
 /* What the listener has done with connections, since it started. */
 typedef struct rls_http_stats_s {
@@ -42,6 +57,9 @@ typedef struct rls_http_stats_s {
     uint64_t evicted;   /* closed to make room for a newer connection */
     uint64_t refused;   /* answered 503 and closed: full, none could go */
     uint64_t timed_out; /* closed at the header deadline or idle limit */
+    /* Responses by status (rls_http_status_slot), those the listener gives
+     * itself (400, 414, 431) included; not the 503 of `refused`. */
+    uint64_t status[RLS_HTTP_NSTATUS];
 } rls_http_stats_t;
 
 /* What a route answers. body is the route's and must stay valid until the
@@ -55,10 +73,16 @@ typedef struct rls_http_reply_s {
     size_t body_len;
     const char *extra;  /* more header lines, each ending in CRLF, or NULL */
     int close;          /* close the connection after this response */
+    /* Set by the server before the route runs: the connection asking. */
+    rls_http_conn_t *conn;
+    /* Set by a route that answers later: it has arranged for exactly one
+     * rls_http_answer(conn, ...) call (which may even have happened before
+     * the route returned), and the rest of *r is ignored. */
+    int pending;
 } rls_http_reply_t;
 
-/* Answers one request: *r arrives as a 404 and the route overwrites it. A
- * HEAD request gets the headers only. */
+/* Answers one request: *r arrives as a 404 and the route overwrites it, or
+ * sets r->pending. A HEAD request gets the headers only. */
 typedef void (*rls_http_route_fn)(void *arg, const rls_http_req_t *q,
                                   rls_http_reply_t *r);
 
@@ -72,6 +96,30 @@ int rls_http_server_start(rls_http_server_t **out, uv_loop_t *loop,
                           const char *host, int port, rls_http_route_fn route,
                           void *arg);
 
+/* Answers the request a route left pending on c. *r is copied before this
+ * returns. If c was closed meanwhile (client gone, evicted, deadline,
+ * stop), the answer is dropped and c freed: a connection's memory is kept
+ * while an answer is owed, so c is always valid here, exactly once per
+ * pending request. */
+void rls_http_answer(rls_http_conn_t *c, const rls_http_reply_t *r);
+
+/* Per-connection memory for the route: `size` bytes, zeroed when the
+ * connection opens, valid until its pending answer (if any) is given. Set
+ * before the first connection is accepted (right after start). */
+void rls_http_server_set_ctx_size(rls_http_server_t *h, size_t size);
+void *rls_http_conn_ctx(rls_http_conn_t *c);
+
+/* Stops taking work, as a server does when it stops: the listener closes,
+ * connections between requests close, and a request under way (a head
+ * being read, an answer pending or being written) is answered with
+ * "Connection: close", after which its connection closes. NULL is
+ * ignored. */
+void rls_http_server_stop(rls_http_server_t *h);
+
+/* Connections still allocated (closing ones and ones owed an answer
+ * included); 0 once a stopped listener has nothing left to answer. */
+unsigned rls_http_server_live(const rls_http_server_t *h);
+
 /* Overrides the limits above (tests use a short idle limit). NULL is
  * ignored. */
 void rls_http_server_set_limits(rls_http_server_t *h, uint64_t idle_ms,
@@ -84,7 +132,8 @@ void rls_http_server_set_head_ms(rls_http_server_t *h, uint64_t head_ms);
 const rls_http_stats_t *rls_http_server_stats(const rls_http_server_t *h);
 
 /* Closes the listener and every connection; the state is freed by the last
- * close callback. NULL is ignored. */
+ * close callback (or the last answer owed to a closed connection). NULL is
+ * ignored. */
 void rls_http_server_close(rls_http_server_t *h);
 
 #endif

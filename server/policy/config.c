@@ -118,6 +118,13 @@ static const char usage[] =
     "                           exit: 0, or 2 with FILE:LINE: errors\n"
     "  --grpc-max-streams N     concurrent streams per gRPC connection\n"
     "                           (SETTINGS; default 100)\n"
+    "  --http HOST:PORT         serve GET /check?rule=R&key=K over HTTP, for\n"
+    "                           proxies' auth subrequests (default: off)\n"
+    "  --check-key-header NAME  /check: the key from this request header when\n"
+    "                           the query has no key= (X-Forwarded-For: its\n"
+    "                           first address) (default: none)\n"
+    "  --check-rule-header NAME /check: the rule from this request header\n"
+    "                           when the query has no rule= (default: none)\n"
     "  --drain-ms N             on SIGTERM, report unhealthy and keep serving\n"
     "                           this long before closing (default 0)\n"
     "  --unhealthy-error-ratio R\n"
@@ -259,7 +266,9 @@ static int takes_value(const char *name)
                                         "--config", "--check-config",
                                         "--inline-limits", "--grpc",
                                         "--envoy-config",
-                                        "--check-envoy-config"};
+                                        "--check-envoy-config", "--http",
+                                        "--check-key-header",
+                                        "--check-rule-header"};
     size_t k;
 
     for (k = 0; k < sizeof(names) / sizeof(names[0]); k++)
@@ -335,6 +344,27 @@ int rls_config_parse(rls_config_t *c, int argc, char **argv, void *out,
                 return fail(
                     err, errlen,
                     "--metrics: expected " RL_HOSTPORT_HELP ", got '%s'", val);
+        } else if (strcmp(name, "--http") == 0) {
+            if (rl_parse_hostport(val, c->http_host, sizeof(c->http_host),
+                                  &c->http_port) != RL_OK)
+                return fail(err, errlen,
+                            "--http: expected " RL_HOSTPORT_HELP ", got '%s'",
+                            val);
+        } else if (strcmp(name, "--check-key-header") == 0 ||
+                   strcmp(name, "--check-rule-header") == 0) {
+            /* A header field name: a token, as rls_check_opts_init takes. */
+            size_t n = strspn(val, "abcdefghijklmnopqrstuvwxyz"
+                                   "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                                   "!#$%&'*+-.^_`|~");
+            if (val[0] == '\0' || val[n] != '\0' || n > 64)
+                return fail(err, errlen, "%s: expected a header name (up to "
+                                         "64 bytes of letters, digits and "
+                                         "-), got '%s'",
+                            name, val);
+            if (name[8] == 'k')
+                c->check_key_header = val;
+            else
+                c->check_rule_header = val;
         } else if (strcmp(name, "--redis") == 0) {
             if (parse_redis(c, val, err, errlen) != 0)
                 return RLS_CONFIG_ERROR;

@@ -67,6 +67,11 @@ typedef struct rls_config_s {
     const char *envoy_configs[RLS_ENVOY_CONFIGS_MAX];
     size_t nenvoy_configs;
     const char *check_envoy_config; /* validate this Envoy file and exit */
+    /* The HTTP check endpoint (net/check.h). */
+    char http_host[RLS_HOST_MAX + 1]; /* empty: no --http listener */
+    int http_port;
+    const char *check_key_header;  /* --check-key-header, or NULL */
+    const char *check_rule_header; /* --check-rule-header, or NULL */
 } rls_config_t;
 
 /* Fills *c with the defaults shown by --help. */

@@ -25,6 +25,16 @@ mkdir -p "$out/corpus_http"
 "$out/fuzz_http" -max_total_time="$secs" -max_len=9000 \
   -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus_http" tests/fuzz/corpus/http
 
+# The /check request (server/net/check_query.c over server/net/http.c),
+# seeded from tests/fuzz/corpus/check; the first byte picks the options.
+clang -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -g -O1 \
+  -fsanitize=fuzzer,address,undefined -Ilib -Iserver \
+  tests/fuzz/fuzz_check.c server/net/check_query.c server/net/http.c \
+  lib/error.c -o "$out/fuzz_check"
+mkdir -p "$out/corpus_check"
+"$out/fuzz_check" -max_total_time="$secs" -max_len=9000 \
+  -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus_check" tests/fuzz/corpus/check
+
 # The Redis store's script reply parser (server/store/redis_script.c),
 # seeded from tests/fuzz/corpus/redis_reply.
 clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 \

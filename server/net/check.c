@@ -1,0 +1,250 @@
+/* The HTTP check endpoint (see check.h): a route on an HTTP listener of its
+ * own that turns GET /check into a request to the batcher and answers when
+ * the batcher does.
+ *
+ * Each connection carries one check at a time (http_server.c reads the
+ * next request only once this one is answered), so its per-connection
+ * context holds what the answer needs: the status to refuse with and the
+ * rule's name for RateLimit-Policy. The batcher's owner is the connection
+ * itself; http_server keeps its memory until the answer comes, even if the
+ * client has gone. */
+#include "net/check.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "log.h"
+#include "net/rl_headers.h"
+#include "rl_error.h"
+
+/* What a connection's answer needs, in its http_server context. */
+typedef struct check_ctx_s {
+    rls_check_t *k;
+    int deny_status;
+    size_t rule_len;
+    char rule[RL_RULE_MAX];
+} check_ctx_t;
+
+static int emit(void *arg, const char *name, const char *value)
+{
+    rls_check_t *k = arg;
+    int n = snprintf(k->extra + k->extra_len, sizeof(k->extra) - k->extra_len,
+                     "%s: %s\r\n", name, value);
+
+    if (n < 0 || (size_t)n >= sizeof(k->extra) - k->extra_len)
+        return RL_EFULL;
+    k->extra_len += (size_t)n;
+    return RL_OK;
+}
+
+/* Fills *rep with the answer to decision r for a check of `rule` refused
+ * with deny_status. The headers go to k->extra, valid until the next
+ * answer. */
+static void decision(rls_check_t *k, const rl_result_t *r, const char *rule,
+                     size_t rule_len, int deny_status, rls_http_reply_t *rep)
+{
+    static char body[256];
+
+    k->extra_len = 0;
+    k->extra[0] = '\0';
+    if (rls_rl_headers(r, rule, rule_len,
+                       RLS_HDR_X | RLS_HDR_DRAFT | RLS_HDR_RETRY, emit,
+                       k) != RL_OK)
+        k->extra[k->extra_len] = '\0'; /* cannot happen: 1 KiB is ample */
+    switch (r->code) {
+    case RL_CODE_OK:
+        rls_http_reply_text(rep, 200, "OK",
+                            r->shadow_refused ? "allowed (shadow mode: "
+                                                "enforce would refuse)\n"
+                                              : "allowed\n");
+        break;
+    case RL_CODE_OVER_LIMIT:
+        if (deny_status == 403)
+            rls_http_reply_text(rep, 403, "Forbidden", "over limit\n");
+        else
+            rls_http_reply_text(rep, 429, "Too Many Requests", "over limit\n");
+        break;
+    default:
+        snprintf(body, sizeof(body), "%.*s\n",
+                 r->error_len > 200 ? 200 : (int)r->error_len,
+                 r->error != NULL ? r->error : "");
+        rls_http_reply_text(rep, 503, "Service Unavailable", body);
+        break;
+    }
+    rep->extra = k->extra;
+}
+
+/* The batcher's answer to one check: owner is the connection. */
+static void on_decided(void *owner, const rl_result_t *r)
+{
+    rls_http_conn_t *c = owner;
+    check_ctx_t *x = rls_http_conn_ctx(c);
+    rls_http_reply_t rep;
+
+    x->k->pending--;
+    decision(x->k, r, x->rule, x->rule_len, x->deny_status, &rep);
+    rls_http_answer(c, &rep);
+}
+
+/* An active idle handle makes libuv poll without blocking; its callback
+ * need not do anything. It is stopped after the poll (on_settle), not
+ * here: a check read in the pending phase (a write's callback) starts it
+ * just before the idle phase of the same iteration. */
+static void on_kick(uv_idle_t *h)
+{
+    (void)h;
+}
+
+static void on_settle(uv_check_t *h)
+{
+    rls_check_t *k = h->data;
+
+    uv_idle_stop(&k->kick);
+    uv_check_stop(&k->settle);
+}
+
+static int method_is(const rls_http_req_t *q, const char *name)
+{
+    return q->method_len == strlen(name) &&
+           memcmp(q->method, name, q->method_len) == 0;
+}
+
+static void bad(rls_http_reply_t *r, const char *why)
+{
+    static char body[RL_RULE_MAX + 96];
+
+    snprintf(body, sizeof(body), "%s\n", why);
+    rls_http_reply_text(r, 400, "Bad Request", body);
+}
+
+static void on_request(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
+{
+    static char msg[RL_RULE_MAX + 32];
+    rls_check_t *k = arg;
+    size_t plen = rls_http_path_len(q);
+    rls_check_query_t cq;
+    check_ctx_t *x;
+    rls_spec_t spec;
+    rl_check_t chk;
+    const char *why = NULL;
+    int rc;
+
+    if (plen != 6 || memcmp(q->target, "/check", 6) != 0) {
+        rls_http_reply_text(r, 404, "Not Found",
+                            "not found: this listener serves GET /check\n");
+        return;
+    }
+    if (!method_is(q, "GET") && !method_is(q, "HEAD")) {
+        rls_http_reply_text(r, 405, "Method Not Allowed",
+                            "method not allowed\n");
+        r->extra = "Allow: GET, HEAD\r\n";
+        return;
+    }
+    if (q->target_len > RLS_CHECK_TARGET_MAX) {
+        rls_http_reply_text(r, 414, "URI Too Long", "target over 4 KiB\n");
+        return;
+    }
+    if (rls_check_query(q, &k->opts, &cq, &why) != RL_OK) {
+        bad(r, why);
+        return;
+    }
+    memset(&chk, 0, sizeof(chk));
+    chk.id = 1;
+    chk.key = cq.key;
+    chk.key_len = cq.key_len;
+    chk.cost = cq.cost;
+    chk.rule = cq.rule;
+    chk.rule_len = cq.rule_len;
+    if ((rc = rl_check_validate(&chk)) != RL_OK) {
+        bad(r, rl_strerror(rc));
+        return;
+    }
+    if ((rc = rls_runtime_resolve(k->batcher->rt, &chk, &spec, &why)) !=
+        RL_OK) {
+        if (rc == RL_ENORULE) {
+            snprintf(msg, sizeof(msg), "unknown rule '%.*s'", (int)cq.rule_len,
+                     cq.rule);
+            why = msg;
+        }
+        bad(r, why != NULL ? why : rl_strerror(rc));
+        return;
+    }
+    if (spec.mode == RLS_MODE_OFF) {
+        /* The kill switch: allowed, nothing counted, as for native. */
+        rl_result_t res;
+
+        memset(&res, 0, sizeof(res));
+        res.id = chk.id;
+        res.code = RL_CODE_OK;
+        res.limit = res.remaining = spec.limits.w[0].limit;
+        res.window_s = spec.limits.w[0].window_s;
+        spec.stats->uncounted++;
+        decision(k, &res, cq.rule, cq.rule_len, cq.deny_status, r);
+        return;
+    }
+    x = rls_http_conn_ctx(r->conn);
+    x->k = k;
+    x->deny_status = cq.deny_status;
+    memcpy(x->rule, cq.rule, cq.rule_len);
+    x->rule_len = cq.rule_len;
+    k->pending++;
+    r->pending = 1;
+    if (!uv_is_active((uv_handle_t *)&k->kick)) {
+        uv_idle_start(&k->kick, on_kick);
+        uv_check_start(&k->settle, on_settle);
+    }
+    if (rls_batcher_add(k->batcher, on_decided, r->conn, chk.id, cq.key,
+                        cq.key_len, cq.cost, &spec) != RL_OK) {
+        /* Nothing queued, so no answer will come. */
+        k->pending--;
+        r->pending = 0;
+        rls_http_reply_text(r, 503, "Service Unavailable", "out of memory\n");
+    }
+}
+
+int rls_check_start(rls_check_t *k, uv_loop_t *loop, const char *host, int port,
+                    rls_batcher_t *b, const rls_check_opts_t *o)
+{
+    int rc;
+
+    memset(k, 0, sizeof(*k));
+    k->batcher = b;
+    k->opts = *o;
+    rc = rls_http_server_start(&k->http, loop, host, port, on_request, k);
+    if (rc != 0)
+        return rc;
+    rls_http_server_set_limits(k->http, RLS_CHECK_IDLE_MS, RLS_CHECK_CONNS_MAX);
+    rls_http_server_set_ctx_size(k->http, sizeof(check_ctx_t));
+    uv_idle_init(loop, &k->kick);
+    uv_check_init(loop, &k->settle);
+    k->settle.data = k;
+    k->kick_open = 1;
+    return 0;
+}
+
+void rls_check_stop(rls_check_t *k)
+{
+    rls_http_server_stop(k->http);
+}
+
+int rls_check_busy(const rls_check_t *k)
+{
+    return k->pending > 0 ||
+           (k->http != NULL && rls_http_server_live(k->http) > 0);
+}
+
+void rls_check_close(rls_check_t *k)
+{
+    rls_http_server_close(k->http);
+    k->http = NULL;
+    if (k->kick_open) {
+        k->kick_open = 0;
+        uv_close((uv_handle_t *)&k->kick, NULL);
+        uv_close((uv_handle_t *)&k->settle, NULL);
+    }
+}
+
+const rls_http_stats_t *rls_check_stats(const rls_check_t *k)
+{
+    return k->http != NULL ? rls_http_server_stats(k->http) : NULL;
+}

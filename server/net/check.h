@@ -1,0 +1,74 @@
+/* The HTTP check endpoint (check.c) on its own listener, --http: for
+ * proxies that ask an HTTP service whether to let a request through
+ * (nginx auth_request, Traefik forwardAuth, any "auth subrequest").
+ *
+ *   GET /check?rule=NAME&key=KEY[&cost=N][&deny_status=403]   (or HEAD)
+ *
+ *   200  allowed (also: shadow mode, mode off, fail-open)
+ *   429  refused (or 403 with deny_status=403: nginx auth_request passes
+ *        only 401 and 403 through, anything else becomes a 500)
+ *   400  bad input: no rule, no key, unknown rule, bad escape, bad cost...
+ *        with the reason as the body
+ *   405  another method; 404 another path; 414 a target over 4 KiB or a
+ *        request line over 8 KiB; 431 a head over 8 KiB or 64 headers
+ *   503  the store failed and the fail mode is closed (or out of memory)
+ *
+ * A decision carries X-RateLimit-Limit/-Remaining/-Reset, RateLimit-Policy,
+ * RateLimit and, when refused, Retry-After (net/rl_headers.h). The request
+ * is decided as a native one naming that rule: validated, resolved under
+ * the policy in force, mode off answered at once, and the rest added to
+ * the batcher, so HTTP checks share batches, coalescing and counters with
+ * native requests. */
+#ifndef RLS_NET_CHECK_H
+#define RLS_NET_CHECK_H
+
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "batch.h"
+#include "net/check_query.h"
+#include "net/http_server.h"
+
+/* Connections the --http listener keeps open at once (a proxy keeps a pool
+ * of kept-alive connections per worker). */
+#define RLS_CHECK_CONNS_MAX 1024
+/* Idle limit of a kept-alive check connection. Proxies should close theirs
+ * sooner (nginx: keepalive_timeout in the upstream block). */
+#define RLS_CHECK_IDLE_MS 60000
+
+typedef struct rls_check_s {
+    rls_http_server_t *http;
+    rls_batcher_t *batcher;
+    /* Runs the loop once more without waiting: a check read outside the
+     * poll phase (the next pipelined request, served when the previous
+     * answer is written) must reach the tick, which flushes the batch,
+     * before the loop blocks in poll. */
+    uv_idle_t kick;    /* active: the next poll does not block */
+    uv_check_t settle; /* after that poll: stops kick */
+    int kick_open;
+    rls_check_opts_t opts;
+    uint64_t pending; /* checks in the batcher, not yet answered */
+    char extra[1024]; /* the header lines of the answer being built */
+    size_t extra_len;
+} rls_check_t;
+
+/* Listens on host:port and answers checks with b (whose runtime holds the
+ * policy). Returns 0, or a negative libuv error with nothing left open. */
+int rls_check_start(rls_check_t *k, uv_loop_t *loop, const char *host, int port,
+                    rls_batcher_t *b, const rls_check_opts_t *o);
+
+/* The server is stopping: see rls_http_server_stop. */
+void rls_check_stop(rls_check_t *k);
+
+/* 1 while a connection is open or an answer is owed. */
+int rls_check_busy(const rls_check_t *k);
+
+/* Closes the listener and every connection (answers owed are dropped when
+ * they come). */
+void rls_check_close(rls_check_t *k);
+
+/* The listener's counters, or NULL when not started. */
+const rls_http_stats_t *rls_check_stats(const rls_check_t *k);
+
+#endif

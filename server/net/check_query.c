@@ -1,0 +1,263 @@
+/* The /check request's parameters (see check_query.h for the rules). */
+#include "net/check_query.h"
+
+#include <string.h>
+
+#include "rl_error.h"
+
+static int is_tchar(unsigned char c)
+{
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+        (c >= '0' && c <= '9'))
+        return 1;
+    return c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL;
+}
+
+static int lower_copy(char *dst, const char *src)
+{
+    size_t i, n = src != NULL ? strlen(src) : 0;
+
+    if (n > RLS_CHECK_HEADER_MAX)
+        return RL_EINVAL;
+    for (i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)src[i];
+        if (!is_tchar(c))
+            return RL_EINVAL;
+        dst[i] = (char)(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+    }
+    dst[n] = '\0';
+    return RL_OK;
+}
+
+int rls_check_opts_init(rls_check_opts_t *o, const char *key_header,
+                        const char *rule_header)
+{
+    memset(o, 0, sizeof(*o));
+    if (lower_copy(o->key_header, key_header) != RL_OK ||
+        lower_copy(o->rule_header, rule_header) != RL_OK)
+        return RL_EINVAL;
+    o->key_xff = strcmp(o->key_header, "x-forwarded-for") == 0;
+    return RL_OK;
+}
+
+static int hexval(unsigned char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Percent-decodes v[0, n) into dst (cap bytes). Returns the decoded
+ * length, -1 for a bad escape, -2 when it would pass cap. */
+static long decode(const char *v, size_t n, char *dst, size_t cap)
+{
+    size_t i, o = 0;
+    int hi, lo;
+
+    for (i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)v[i];
+        if (o == cap)
+            return -2;
+        if (c == '%') {
+            if (n - i < 3 || (hi = hexval((unsigned char)v[i + 1])) < 0 ||
+                (lo = hexval((unsigned char)v[i + 2])) < 0)
+                return -1;
+            dst[o++] = (char)(hi * 16 + lo);
+            i += 2;
+        } else {
+            dst[o++] = c == '+' ? ' ' : (char)c;
+        }
+    }
+    return (long)o;
+}
+
+static int name_is(const char *n, size_t len, const char *lit)
+{
+    return len == strlen(lit) && memcmp(n, lit, len) == 0;
+}
+
+/* A whole number from 1 to max in decimal digits (no sign, no spaces). */
+static int number(const char *v, size_t n, uint64_t max, uint64_t *out)
+{
+    uint64_t x = 0;
+    size_t i;
+
+    if (n == 0 || n > 20)
+        return RL_EINVAL;
+    for (i = 0; i < n; i++) {
+        if (v[i] < '0' || v[i] > '9')
+            return RL_EINVAL;
+        x = x * 10 + (uint64_t)(v[i] - '0');
+        if (x > max)
+            return RL_EINVAL;
+    }
+    if (x == 0)
+        return RL_EINVAL;
+    *out = x;
+    return RL_OK;
+}
+
+enum { SEEN_RULE = 1, SEEN_KEY = 2, SEEN_COST = 4, SEEN_DENY = 8 };
+
+/* One name=value pair of the query. */
+static int param(const char *p, size_t n, rls_check_query_t *out,
+                 unsigned *seen, const char **why)
+{
+    const char *eq = memchr(p, '=', n);
+    const char *v = eq != NULL ? eq + 1 : p + n;
+    size_t nlen = eq != NULL ? (size_t)(eq - p) : n;
+    size_t vlen = (size_t)(p + n - v);
+    char num[24];
+    uint64_t x;
+    long d;
+
+    if (name_is(p, nlen, "rule")) {
+        if (*seen & SEEN_RULE)
+            goto twice;
+        *seen |= SEEN_RULE;
+        d = decode(v, vlen, out->rule, sizeof(out->rule));
+        if (d == -2) {
+            *why = rl_strerror(RL_ERULELONG);
+            return RL_EINVAL;
+        }
+        if (d < 0)
+            goto escape;
+        out->rule_len = (size_t)d;
+        return RL_OK;
+    }
+    if (name_is(p, nlen, "key")) {
+        if (*seen & SEEN_KEY)
+            goto twice;
+        *seen |= SEEN_KEY;
+        d = decode(v, vlen, out->key, sizeof(out->key));
+        if (d == -2) {
+            *why = rl_strerror(RL_EKEYLONG);
+            return RL_EINVAL;
+        }
+        if (d < 0)
+            goto escape;
+        out->key_len = (size_t)d;
+        if (out->key_len == 0) {
+            *why = "key= is empty";
+            return RL_EINVAL;
+        }
+        return RL_OK;
+    }
+    if (name_is(p, nlen, "cost")) {
+        if (*seen & SEEN_COST)
+            goto twice;
+        *seen |= SEEN_COST;
+        d = decode(v, vlen, num, sizeof(num));
+        if (d < 0 || number(num, (size_t)d, UINT32_MAX, &x) != RL_OK) {
+            *why = "cost must be a whole number from 1 to 4294967295";
+            return RL_EINVAL;
+        }
+        out->cost = (uint32_t)x;
+        return RL_OK;
+    }
+    if (name_is(p, nlen, "deny_status")) {
+        if (*seen & SEEN_DENY)
+            goto twice;
+        *seen |= SEEN_DENY;
+        d = decode(v, vlen, num, sizeof(num));
+        if (d < 0 || number(num, (size_t)d, 999, &x) != RL_OK ||
+            (x != 403 && x != 429)) {
+            *why = "deny_status must be 403 or 429";
+            return RL_EINVAL;
+        }
+        out->deny_status = (int)x;
+        return RL_OK;
+    }
+    return RL_OK; /* not ours */
+twice:
+    *why = "a parameter is given twice";
+    return RL_EINVAL;
+escape:
+    *why = "bad percent-escape in the query (expected %XX)";
+    return RL_EINVAL;
+}
+
+/* The key from a header value: the first entry of an X-Forwarded-For list,
+ * or the whole value. Header values hold no NUL or CR/LF (http.c). */
+static int key_from_header(const rls_check_opts_t *o, const char *v, size_t n,
+                           rls_check_query_t *out, const char **why)
+{
+    if (o->key_xff) {
+        const char *comma = memchr(v, ',', n);
+        if (comma != NULL)
+            n = (size_t)(comma - v);
+        while (n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t'))
+            n--;
+    }
+    if (n == 0) {
+        *why = "the key header is empty";
+        return RL_EINVAL;
+    }
+    if (n > RL_KEY_MAX) {
+        *why = rl_strerror(RL_EKEYLONG);
+        return RL_EINVAL;
+    }
+    memcpy(out->key, v, n);
+    out->key_len = n;
+    return RL_OK;
+}
+
+int rls_check_query(const rls_http_req_t *q, const rls_check_opts_t *o,
+                    rls_check_query_t *out, const char **why)
+{
+    const char *t = q->target, *end = q->target + q->target_len, *p, *amp;
+    const char *v;
+    size_t vlen;
+    unsigned seen = 0;
+    int rc;
+
+    out->rule_len = out->key_len = 0;
+    out->cost = 1;
+    out->deny_status = 429;
+    p = memchr(t, '?', q->target_len);
+    for (p = p != NULL ? p + 1 : end; p < end; p = amp + 1) {
+        amp = memchr(p, '&', (size_t)(end - p));
+        if (amp == NULL)
+            amp = end;
+        if (amp > p &&
+            (rc = param(p, (size_t)(amp - p), out, &seen, why)) != RL_OK)
+            return rc;
+    }
+    if (!(seen & SEEN_RULE) && o->rule_header[0] != '\0' &&
+        rls_http_header(q, o->rule_header, &v, &vlen)) {
+        if (vlen > RL_RULE_MAX) {
+            *why = rl_strerror(RL_ERULELONG);
+            return RL_EINVAL;
+        }
+        memcpy(out->rule, v, vlen);
+        out->rule_len = vlen;
+    }
+    if (out->rule_len == 0) {
+        *why = o->rule_header[0] != '\0'
+                   ? "no rule: give rule=NAME in the query or the rule "
+                     "header (--check-rule-header)"
+                   : "no rule: give rule=NAME in the query";
+        return RL_EINVAL;
+    }
+    if (!(seen & SEEN_KEY)) {
+        if (o->key_header[0] == '\0' ||
+            !rls_http_header(q, o->key_header, &v, &vlen)) {
+            *why = o->key_header[0] != '\0'
+                       ? "no key: give key=VALUE in the query or the key "
+                         "header (--check-key-header)"
+                       : "no key: give key=VALUE in the query";
+            return RL_EINVAL;
+        }
+        if ((rc = key_from_header(o, v, vlen, out, why)) != RL_OK)
+            return rc;
+    }
+    if (memchr(out->key, '\0', out->key_len) != NULL) {
+        *why = rl_strerror(RL_EKEYNUL);
+        return RL_EINVAL;
+    }
+    return RL_OK;
+}

@@ -1,0 +1,212 @@
+/* Fuzz target: the HTTP check request as the --http listener reads it:
+ * the head (server/net/http.c), then the query string and headers
+ * (server/net/check_query.c: percent-decoding, bounds, header lookup).
+ *
+ * The input is split: its first byte picks the options (key header none,
+ * X-Forwarded-For or X-User-Id; rule header or not), the rest is the
+ * request head. Beyond "does not crash", it checks:
+ *   - the input sits in a heap block of exactly its size, so reading past
+ *     it is caught;
+ *   - rls_check_query returns 0 or RL_EINVAL, the latter with a reason;
+ *   - on 0: 1 <= rule_len <= RL_RULE_MAX, 1 <= key_len <= RL_KEY_MAX, no
+ *     NUL in the key, cost >= 1, deny_status 403 or 429;
+ *   - a header value rls_http_header finds lies inside the head;
+ *   - round trip: a key of any bytes but NUL, percent-encoded into
+ *     key=, decodes to exactly those bytes.
+ *
+ * Built two ways (tests/fuzz/CMakeLists.txt, tests/fuzz/run.sh): with
+ * libFuzzer, and with RL_FUZZ_REPLAY as a plain program that runs the seed
+ * corpus (corpus/check) and deterministic mutations in every build. */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "net/check_query.h"
+#include "net/http.h"
+#include "rl_error.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define CHECK(cond)                                                            \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            fprintf(stderr, "fuzz_check: %s:%d: %s\n", __FILE__, __LINE__,     \
+                    #cond);                                                    \
+            abort();                                                           \
+        }                                                                      \
+    } while (0)
+
+static void opts_for(uint8_t sel, rls_check_opts_t *o)
+{
+    static const char *keys[] = {NULL, "X-Forwarded-For", "X-User-Id"};
+
+    CHECK(rls_check_opts_init(o, keys[sel % 3],
+                              (sel / 3) % 2 ? "X-RateLimit-Rule" : NULL) ==
+          RL_OK);
+}
+
+static void check_query(const rls_http_req_t *q, const rls_check_opts_t *o)
+{
+    rls_check_query_t cq;
+    const char *why = NULL, *v;
+    size_t vlen;
+    int rc = rls_check_query(q, o, &cq, &why);
+
+    CHECK(rc == RL_OK || rc == RL_EINVAL);
+    if (rc != RL_OK) {
+        CHECK(why != NULL && why[0] != '\0');
+        return;
+    }
+    CHECK(cq.rule_len >= 1 && cq.rule_len <= RL_RULE_MAX);
+    CHECK(cq.key_len >= 1 && cq.key_len <= RL_KEY_MAX);
+    CHECK(memchr(cq.key, '\0', cq.key_len) == NULL);
+    CHECK(cq.cost >= 1);
+    CHECK(cq.deny_status == 403 || cq.deny_status == 429);
+    if (o->key_header[0] != '\0' &&
+        rls_http_header(q, o->key_header, &v, &vlen))
+        CHECK(v >= q->head && v + vlen <= q->head + q->head_len);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    rls_check_opts_t o;
+    rls_http_req_t q;
+    char *b;
+
+    if (size < 1)
+        return 0;
+    opts_for(data[0], &o);
+    size--;
+    b = malloc(size ? size : 1);
+    CHECK(b != NULL);
+    if (size > 0)
+        memcpy(b, data + 1, size);
+    if (rls_http_parse(b, size, &q) == RL_OK)
+        check_query(&q, &o);
+    free(b);
+    return 0;
+}
+
+/* key= with every byte of key[0, n) percent-encoded (or left as is when
+ * unreserved) decodes to exactly those bytes. */
+static void roundtrip(const uint8_t *key, size_t n, int plain)
+{
+    static char head[8192];
+    static const char hex[] = "0123456789ABCDEF";
+    rls_check_opts_t o;
+    rls_check_query_t cq;
+    rls_http_req_t q;
+    const char *why;
+    size_t len = 0, i;
+
+    len += (size_t)snprintf(head, sizeof(head), "GET /check?rule=r&key=");
+    for (i = 0; i < n; i++) {
+        unsigned char c = key[i];
+        if (plain && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'))) {
+            head[len++] = (char)c;
+        } else {
+            head[len++] = '%';
+            head[len++] = hex[c >> 4];
+            head[len++] = hex[c & 15];
+        }
+    }
+    len += (size_t)snprintf(head + len, sizeof(head) - len,
+                            "&x=y HTTP/1.1\r\n\r\n");
+    CHECK(rls_http_parse(head, len, &q) == RL_OK);
+    CHECK(rls_check_opts_init(&o, NULL, NULL) == RL_OK);
+    CHECK(rls_check_query(&q, &o, &cq, &why) == RL_OK);
+    CHECK(cq.key_len == n && memcmp(cq.key, key, n) == 0);
+}
+
+#ifdef RL_FUZZ_REPLAY
+#include "walk.h"
+
+static unsigned seed = 20261123;
+
+static unsigned rnd(void)
+{
+    seed = seed * 1103515245u + 12345u;
+    return seed >> 8;
+}
+
+static int run_file(const char *path)
+{
+    static uint8_t buf[1 << 16];
+    FILE *f = fopen(path, "rb");
+    size_t n;
+
+    if (f == NULL) {
+        perror(path);
+        return 1;
+    }
+    n = fread(buf, 1, sizeof(buf), f);
+    fclose(f);
+    LLVMFuzzerTestOneInput(buf, n);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const char *heads[] = {
+        "\x01GET /check?rule=api&key=u%3A1&cost=2 HTTP/1.1\r\n"
+        "X-Forwarded-For: 10.0.0.1, 10.0.0.2\r\n\r\n",
+        "\x04GET /check HTTP/1.1\r\nX-RateLimit-Rule: api\r\n"
+        "X-Forwarded-For:  ,1.2.3.4\r\n\r\n",
+        "\x02GET /check?deny_status=403&rule=a.b:c-d_e&key=a+b%2B HTTP/1.0\r\n"
+        "X-User-Id: 42\r\n\r\n",
+        "\x00HEAD /check?rule=r&&key=%00&key=k&cost=4294967295 "
+        "HTTP/1.1\r\n\r\n",
+        "\x05GET /check?rule=%41pi&key=%zz&cost=0&deny_status=500&x HTTP/1.1"
+        "\r\nx-ratelimit-rule:\r\nx-user-id: \t\r\n\r\n",
+    };
+    static const char alphabet[] = "%&=+?,:0129AFafz \t\r\n\x80";
+    static uint8_t buf[1024], key[RL_KEY_MAX];
+    int i, iters = 50000, files = 0;
+    size_t k;
+
+    for (i = 1; i < argc; i++)
+        if (rlf_walk(argv[i], run_file, &files) != 0)
+            return 1;
+    for (i = 0; i < iters; i++) {
+        const char *h = heads[rnd() % (sizeof(heads) / sizeof(heads[0]))];
+        size_t n = 1 + strlen(h + 1), edits = rnd() % 4;
+
+        memcpy(buf, h, n);
+        for (k = 0; k < edits && n > 1; k++) {
+            size_t at = 1 + rnd() % (n - 1);
+            switch (rnd() % 4) {
+            case 0:
+                buf[at] ^= (uint8_t)(1u << (rnd() % 8));
+                break;
+            case 1:
+                buf[at] = (uint8_t)alphabet[rnd() % (sizeof(alphabet) - 1)];
+                break;
+            case 2:
+                memmove(buf + at, buf + at + 1, n - at - 1);
+                n--;
+                break;
+            default:
+                if (n < sizeof(buf)) {
+                    memmove(buf + at + 1, buf + at, n - at);
+                    n++;
+                }
+            }
+        }
+        buf[0] = (uint8_t)rnd();
+        LLVMFuzzerTestOneInput(buf, n);
+    }
+    /* Round trips: keys of every length up to the cap, any bytes but NUL. */
+    for (i = 0; i < 2000; i++) {
+        size_t n = 1 + rnd() % RL_KEY_MAX;
+        for (k = 0; k < n; k++)
+            key[k] = (uint8_t)(1 + rnd() % 255);
+        roundtrip(key, n, i % 2);
+    }
+    printf("fuzz_check replay: %d files, %d mutated requests, 2000 key "
+           "round trips, invariants held\n",
+           files, iters);
+    return 0;
+}
+#endif

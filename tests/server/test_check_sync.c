@@ -1,0 +1,168 @@
+/* The HTTP check endpoint in process, for what cannot be arranged from
+ * outside: the batcher answering a check before rls_batcher_add returns,
+ * i.e. before the route has returned (a batch that fills is submitted at
+ * once, and the memory store answers in its submit). With the batch size
+ * forced to 1, every check takes that path; pipelined checks on one
+ * connection and checks on several connections must all be answered, in
+ * order, exactly once, and the server must stop cleanly (every handle
+ * closed, nothing leaked under ASan). */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <uv.h>
+
+#include "rl_error.h"
+#include "rlt.h"
+#include "server.h"
+#include "store/memory.h"
+
+typedef struct fx_s {
+    uv_loop_t loop;
+    rls_config_t cfg;
+    rls_server_t srv;
+    uv_async_t stop;
+    pthread_t thread;
+    int hport;
+} fx_t;
+
+static void on_stop(uv_async_t *a)
+{
+    fx_t *f = a->data;
+
+    rls_server_stop(&f->srv);
+    uv_close((uv_handle_t *)a, NULL);
+}
+
+static void *loop_main(void *arg)
+{
+    fx_t *f = arg;
+
+    uv_run(&f->loop, UV_RUN_DEFAULT);
+    return NULL;
+}
+
+/* Reads until `n` responses (each ending in "allowed\n" or "over
+ * limit\n") have come; returns the bytes read, NUL-terminated, in buf. */
+static size_t read_answers(int fd, char *buf, size_t cap, int n)
+{
+    size_t len = 0;
+    int seen = 0;
+    const char *p;
+
+    while (seen < n) {
+        ssize_t got = recv(fd, buf + len, cap - 1 - len, 0);
+        assert_true(got > 0);
+        len += (size_t)got;
+        buf[len] = '\0';
+        for (seen = 0, p = buf; (p = strstr(p, "HTTP/1.1 ")) != NULL; p++)
+            seen++;
+        /* The last one must be whole: its body ends the buffer. */
+        if (seen == n &&
+            !(len >= 8 && (strcmp(buf + len - 8, "allowed\n") == 0 ||
+                           strcmp(buf + len - 11, "over limit\n") == 0)))
+            seen--;
+    }
+    return len;
+}
+
+static void test_answered_inside_add(void **state)
+{
+    static char buf[1 << 18];
+    static const char req[] = "GET /check?rule=api&key=k HTTP/1.1\r\n\r\n";
+    char rule[] = "api=10/3600s", more[64 * sizeof(req)];
+    fx_t *f = *state;
+    rls_store_t *st;
+    const char *p;
+    int fd[3], i, k, allowed = 0, refused = 0, last = 11;
+
+    rls_config_defaults(&f->cfg);
+    f->cfg.listen_port = rlt_free_port();
+    f->hport = rlt_free_port();
+    assert_true(f->cfg.listen_port > 0 && f->hport > 0);
+    strcpy(f->cfg.http_host, "127.0.0.1");
+    f->cfg.http_port = f->hport;
+    f->cfg.rules[0] = rule;
+    f->cfg.nrules = 1;
+    f->cfg.refusal_cache = 0; /* every refusal from the store */
+    assert_int_equal(uv_loop_init(&f->loop), 0);
+    st = rls_store_memory_new(&f->loop);
+    assert_non_null(st);
+    assert_int_equal(rls_server_start(&f->srv, &f->loop, &f->cfg, st, NULL), 0);
+    /* Before the loop runs: each check fills a batch by itself. */
+    f->srv.batcher.max_reqs = 1;
+    assert_int_equal(uv_async_init(&f->loop, &f->stop, on_stop), 0);
+    f->stop.data = f;
+    assert_int_equal(pthread_create(&f->thread, NULL, loop_main, f), 0);
+    assert_true(rlt_wait_port(f->hport, 5000));
+
+    /* 3 connections x 8 pipelined checks of one key with limit 10: the
+     * answers on each connection come in order (remaining counts down),
+     * 10 allowed and 14 refused in all. */
+    for (k = 0; k < 3; k++) {
+        fd[k] = rlt_dial(f->hport);
+        assert_true(fd[k] >= 0);
+    }
+    for (i = 0; i < 8; i++)
+        memcpy(more + i * (sizeof(req) - 1), req, sizeof(req) - 1);
+    for (k = 0; k < 3; k++)
+        assert_int_equal(rlt_send_all(fd[k], more, 8 * (sizeof(req) - 1)),
+                         RL_OK);
+    for (k = 0; k < 3; k++) {
+        int prev = 11;
+        read_answers(fd[k], buf, sizeof(buf), 8);
+        for (p = buf; (p = strstr(p, "X-RateLimit-Remaining: ")) != NULL; p++) {
+            int rem = atoi(p + 23);
+            assert_true(rem <= prev); /* in order */
+            prev = rem;
+        }
+        for (p = buf; (p = strstr(p, "HTTP/1.1 200")) != NULL; p++)
+            allowed++;
+        for (p = buf; (p = strstr(p, "HTTP/1.1 429")) != NULL; p++)
+            refused++;
+        if (prev < last)
+            last = prev;
+        close(fd[k]);
+    }
+    assert_int_equal(allowed, 10);
+    assert_int_equal(refused, 14);
+    assert_int_equal(last, 0);
+    assert_int_equal(f->srv.batcher.stats.size.count, 24);
+
+    uv_async_send(&f->stop);
+    pthread_join(f->thread, NULL);
+    rls_server_free(&f->srv);
+    assert_int_equal(uv_loop_close(&f->loop), 0);
+}
+
+static int setup(void **state)
+{
+    fx_t *f = calloc(1, sizeof(*f));
+
+    *state = f;
+    return f == NULL ? -1 : 0;
+}
+
+static int teardown(void **state)
+{
+    free(*state);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_answered_inside_add, setup,
+                                        teardown),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
