@@ -63,6 +63,10 @@ struct rls_redis_store_s {
     char sha[41];
     rls_redis_clock_t clk;
     uint64_t rng;
+    int cluster;     /* a cluster master: redirections go to the caller */
+    int cork;        /* rls_redis_cork depth */
+    char redir[160]; /* the redirection of the batch being failed */
+    size_t redir_len;
     void (*done)(void *);
     void *done_arg;
 };

@@ -29,6 +29,7 @@
 #include <uv.h>
 
 #include "hist.h"
+#include "rl_buf.h"
 #include "policy/rules.h"
 
 typedef struct rls_store_s rls_store_t;
@@ -125,6 +126,10 @@ typedef struct rls_store_stats_s {
     uint64_t mem_max;      /* the cap on mem_bytes */
     uint64_t mem_refused;  /* ops refused: a new counter would not fit */
     int mem_full;          /* 1 while new counters are refused */
+    /* Why up() is 0, for /healthz, when the store can say more than
+     * "store unavailable" (the cluster store: which share of slots has no
+     * reachable master); "" otherwise. */
+    char down_text[96];
 } rls_store_stats_t;
 
 typedef struct rls_store_vtbl_s {
@@ -151,6 +156,9 @@ typedef struct rls_store_vtbl_s {
     int (*command)(rls_store_t *s, int argc, const char **argv,
                    const size_t *lens, void (*cb)(void *data, void *reply),
                    void *data);
+    /* Optional: appends the store's own /metrics series (the cluster
+     * store's per-node ones) to out. Returns 0 or RL_EFULL / RL_ENOMEM. */
+    int (*metrics)(const rls_store_t *s, rl_buf_t *out);
 } rls_store_vtbl_t;
 
 struct rls_store_s {
