@@ -112,6 +112,7 @@ struct rls_cluster_s {
     uv_timer_t tick;
     uint64_t refreshes, refresh_failures, moved, ask;
     uint32_t slots_down;
+    unsigned masters, covered; /* in the map applied last */
     uint64_t last_ms;
     int open; /* tick handle + nodes not yet freed */
     void (*done)(void *);
@@ -236,11 +237,18 @@ static void apply_map(rls_cluster_t *cl, const rls_slot_range_t *r, size_t n)
         }
     }
     cl->refreshes++;
-    if (!cl->have_map || changed > 0)
+    /* Info when the set of masters changes (a failover, a node added);
+     * slots moving between the same masters (a resharding, many maps a
+     * second) at debug. */
+    if (!cl->have_map || masters != cl->masters || covered != cl->covered)
         RLS_INFO(cl->have_map ? "redis cluster map changed"
                               : "redis cluster map loaded",
                  " masters=%u slots_covered=%u slots_moved=%u", masters,
                  covered, changed);
+    else if (changed > 0)
+        RLS_DEBUG("redis cluster slots moved", " slots_moved=%u", changed);
+    cl->masters = masters;
+    cl->covered = covered;
     cl->have_map = 1;
 }
 

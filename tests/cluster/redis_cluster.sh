@@ -39,8 +39,10 @@ export RL_SERVER_BIN RL_BENCH_BIN RL_CHECK_BIN
 # shellcheck source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-# Cluster nodes on T_PORT+31..36 (bus ports +10000).
+# Cluster nodes on T_PORT+31..36, their bus ports on T_PORT+41..46 (the
+# default, port + 10000, may fall in the ephemeral range).
 rc_port() { echo $((T_PORT + 30 + $1)); }
+rc_bus_port() { echo $((T_PORT + 40 + $1)); }
 RC_PASS=""
 # A failed master's replica takes over after about this long (ms).
 RC_NODE_TIMEOUT=1000
@@ -59,6 +61,11 @@ rc_ping() {
     [ "$(rc_cli "$1" ping 2>/dev/null)" = PONG ]
 }
 
+rc_synced() {
+    rc_cli "$(rc_port "$1")" info replication 2>/dev/null |
+        grep -q '^master_link_status:up'
+}
+
 rc_state_ok() {
     rc_cli "$(rc_port "$1")" cluster info 2>/dev/null |
         grep -q '^cluster_state:ok'
@@ -71,15 +78,16 @@ rc_start() {
     for i in 1 2 3 4 5 6; do
         p=$(rc_port "$i")
         lc_port_busy "$p" && t_fail "port $p busy"
-        lc_port_busy $((p + 10000)) && t_fail "port $((p + 10000)) busy"
+        lc_port_busy "$(rc_bus_port "$i")" && t_fail "port $(rc_bus_port "$i") busy"
     done
     for i in 1 2 3 4 5 6; do
         p=$(rc_port "$i")
         mkdir -p "$T_DIR/node$i"
         args=(--port "$p" --bind 127.0.0.1 --save "" --appendonly no
             --dir "$T_DIR/node$i" --cluster-enabled yes
-            --cluster-config-file nodes.conf
-            --cluster-node-timeout "$RC_NODE_TIMEOUT")
+            --cluster-port "$(rc_bus_port "$i")" --cluster-config-file nodes.conf
+            --cluster-node-timeout "$RC_NODE_TIMEOUT"
+            --cluster-replica-validity-factor 0)
         [ -n "$RC_PASS" ] && args+=(--requirepass "$RC_PASS" --masterauth "$RC_PASS")
         lc_spawn "$T_DIR" "node$i" redis-server redis-server "${args[@]}"
     done
@@ -99,6 +107,10 @@ rc_start() {
     fi
     for i in 1 2 3 4 5 6; do
         t_await 10000 "node $i: cluster_state:ok" rc_state_ok "$i"
+    done
+    # Replicas in sync, so that a failover can happen at once.
+    for i in 4 5 6; do
+        t_await 10000 "node $i: replica in sync" rc_synced "$i"
     done
     t_log "redis cluster up on ports $(rc_port 1)-$(rc_port 6)"
 }
@@ -126,6 +138,24 @@ rc_server() {
 # with its labels).
 rc_metric() {
     t_metric "$@"
+}
+
+# Stops every rl-server with one SIGTERM each and fails unless each exits
+# 0. (lib.sh's t_servers_exit_clean signals twice, and a second SIGTERM
+# that lands after the server's signal handle closed ends it with 143.)
+rc_servers_exit_clean() {
+    local f name pid rc
+    for f in "$T_DIR"/rl-server-*.pid; do
+        [ -e "$f" ] || continue
+        name=$(basename "$f" .pid)
+        pid=$(cat "$f")
+        lc_signal "$T_DIR" "$name" TERM
+        t_await 10000 "$name exits" lc_gone "$pid"
+        rc=0
+        wait "$pid" || rc=$?
+        rm -f "$T_DIR/$name.pid" "$T_DIR/$name.comm"
+        t_check "$name exited $rc on SIGTERM" [ "$rc" = 0 ]
+    done
 }
 
 rc_bench() {
@@ -214,7 +244,7 @@ scenario_match() {
             [ "$ttl" -gt 0 ] || t_fail "key $k on :$p has no TTL ($ttl)"
         done
     done
-    t_servers_exit_clean
+    rc_servers_exit_clean
 }
 
 # ---- reshard --------------------------------------------------------------
@@ -246,7 +276,7 @@ scenario_reshard() {
     ask=$(rc_redirections ask)
     t_log "redirections: MOVED $moved, ASK $ask"
     t_check "MOVED or ASK seen" [ $((moved + ask)) -gt 0 ]
-    t_servers_exit_clean
+    rc_servers_exit_clean
 }
 
 # ---- failover -------------------------------------------------------------
@@ -285,7 +315,7 @@ scenario_failover() {
         --audit --timeout-ms 3000
     t_expect after errors -eq 0
     t_expect after audit_over_limit -eq 0
-    t_servers_exit_clean
+    rc_servers_exit_clean
 }
 
 # ---- hang -----------------------------------------------------------------
@@ -324,7 +354,7 @@ scenario_hang() {
         [ "$(rc_port "$n")" = "$victim" ] && lc_signal "$T_DIR" "node$n" CONT
     done
     t_await 10000 "server healthy after SIGCONT" t_healthy 1
-    t_servers_exit_clean
+    rc_servers_exit_clean
 }
 
 # ---- password -------------------------------------------------------------
@@ -345,7 +375,7 @@ scenario_password() {
     grep 'level=warn' "$T_DIR/rl-server-2.log" | sed 's/^/    /'
     t_check "one warning line per seed (2), got $n" [ "$n" -le 2 ]
     t_healthy 2 && t_fail "server 2 healthy with a wrong password"
-    t_servers_exit_clean
+    rc_servers_exit_clean
 }
 
 case $SCENARIO in
