@@ -66,6 +66,7 @@ typedef struct node_s {
     int up;          /* st->v->up, as of the last tick */
     size_t inflight; /* our calls and commands on it */
     uint32_t slots;  /* slots the map gives it */
+    int mapped;      /* has had slots in an applied map */
     uint64_t moved, ask, calls;
 } node_t;
 
@@ -202,7 +203,7 @@ static void apply_map(rls_cluster_t *cl, const rls_slot_range_t *r, size_t n)
 {
     node_t *nd, *was;
     size_t i;
-    unsigned s, changed = 0, masters = 0, covered = 0;
+    unsigned s, changed = 0, masters = 0, covered = 0, added = 0;
 
     for (nd = cl->nodes; nd != NULL; nd = nd->next)
         nd->slots = 0;
@@ -230,6 +231,10 @@ static void apply_map(rls_cluster_t *cl, const rls_slot_range_t *r, size_t n)
     }
     for (nd = cl->nodes; nd != NULL; nd = nd->next) {
         masters += nd->slots > 0;
+        if (nd->slots > 0 && !nd->mapped) {
+            nd->mapped = 1;
+            added++;
+        }
         if (nd->slots == 0 && !nd->retired && !nd->closed) {
             nd->retired = 1;
             RLS_DEBUG("redis cluster node left the map", " node=%s",
@@ -240,11 +245,12 @@ static void apply_map(rls_cluster_t *cl, const rls_slot_range_t *r, size_t n)
     /* Info when the set of masters changes (a failover, a node added);
      * slots moving between the same masters (a resharding, many maps a
      * second) at debug. */
-    if (!cl->have_map || masters != cl->masters || covered != cl->covered)
+    if (!cl->have_map || masters != cl->masters || covered != cl->covered ||
+        added > 0)
         RLS_INFO(cl->have_map ? "redis cluster map changed"
                               : "redis cluster map loaded",
-                 " masters=%u slots_covered=%u slots_moved=%u", masters,
-                 covered, changed);
+                 " masters=%u new_masters=%u slots_covered=%u slots_moved=%u",
+                 masters, added, covered, changed);
     else if (changed > 0)
         RLS_DEBUG("redis cluster slots moved", " slots_moved=%u", changed);
     cl->masters = masters;
