@@ -72,6 +72,7 @@ struct rls_redis_batch_s {
     uint64_t now_ms;      /* Redis's clock when sent: places quota windows */
     int retried;          /* already resent as EVAL after NOSCRIPT */
     int asking;           /* cluster: preceded by ASKING */
+    int declared;         /* cluster: KEYS declared (one slot) */
     int abandoned;        /* answered by timeout; ops is the caller's */
 };
 
@@ -248,6 +249,24 @@ static int qwin_room(rls_redis_store_t *st, const redisReply *rep, size_t n)
     return 1;
 }
 
+/* The batch's command into st->cmd: EVALSHA with sha, or EVAL when sha is
+ * NULL. A cluster master gets the cluster script, its keys undeclared
+ * unless the batch is one slot's. Returns its length, 0 on no memory. */
+static size_t encode(rls_redis_store_t *st, const rls_redis_batch_t *b,
+                     const char *sha)
+{
+    const char *script;
+    size_t slen;
+
+    if (!st->cluster)
+        return rls_redis_encode(&st->cmd, sha, b->ops, b->n, b->now_ms,
+                                st->grace_ms, b->deadline_ms);
+    script = rls_redis_cluster_script(&slen);
+    return rls_redis_encode_ex(&st->cmd, sha, script, slen, !b->declared,
+                               b->ops, b->n, b->now_ms, st->grace_ms,
+                               b->deadline_ms);
+}
+
 static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
 {
     rls_redis_batch_t *b = priv;
@@ -307,8 +326,7 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
     if (rep->type == REDIS_REPLY_ERROR && !b->retried &&
         strncmp(rep->str, "NOSCRIPT", 8) == 0) {
         b->retried = 1;
-        len = rls_redis_encode(&st->cmd, NULL, b->ops, b->n, b->now_ms,
-                               st->grace_ms, b->deadline_ms);
+        len = encode(st, b, NULL);
         if (b->asking)
             redisAsyncCommand(ac, NULL, NULL, "ASKING");
         if (len > 0 && redisAsyncFormattedCommand(ac, on_batch_reply, b,
@@ -386,8 +404,9 @@ static void on_expiry(uv_timer_t *t)
 }
 
 static void submit_ex(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
-                      void *data, int asking)
+                      void *data, int flags)
 {
+    int asking = (flags & RLS_REDIS_ASKING) != 0;
     rls_redis_store_t *st = (rls_redis_store_t *)s;
     redisAsyncContext *ac;
     rls_redis_batch_t *b;
@@ -422,6 +441,7 @@ static void submit_ex(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
     b->data = data;
     b->retried = 0;
     b->asking = asking;
+    b->declared = (flags & RLS_REDIS_DECLARED) != 0;
     b->abandoned = 0;
     b->sent_ns = uv_hrtime();
     /* The script's deadline, on Redis's clock, a little before ours: our
@@ -434,8 +454,7 @@ static void submit_ex(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
     b->deadline_ms = rls_redis_now_ms(s) + st->timeout_ms - margin_ms;
     ac = st->conn->ac;
     b->now_ms = rls_redis_now_ms(s);
-    len = rls_redis_encode(&st->cmd, st->sha, b->ops, b->n, b->now_ms,
-                           st->grace_ms, b->deadline_ms);
+    len = encode(st, b, st->sha);
     rls_redis_uv_hold(ac);
     if (asking && len > 0)
         redisAsyncCommand(ac, NULL, NULL, "ASKING");
@@ -475,9 +494,9 @@ static void st_submit(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
 }
 
 void rls_redis_submit_ex(rls_store_t *s, rls_op_t *ops, size_t n,
-                         rls_store_cb cb, void *data, int asking)
+                         rls_store_cb cb, void *data, int flags)
 {
-    submit_ex(s, ops, n, cb, data, asking);
+    submit_ex(s, ops, n, cb, data, flags);
 }
 
 const char *rls_redis_redirect(const rls_store_t *s, size_t *len)

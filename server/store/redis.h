@@ -31,10 +31,14 @@ rls_store_t *rls_store_redis_new(uv_loop_t *loop,
  * during its callback (NULL for any other failure). */
 const char *rls_redis_redirect(const rls_store_t *s, size_t *len);
 
-/* Like submit; with asking, the script call is preceded by ASKING (after
- * an ASK redirection). */
+/* Like submit, with flags: RLS_REDIS_ASKING precedes the script call
+ * with ASKING (after an ASK redirection); RLS_REDIS_DECLARED declares the
+ * keys (ops of one slot), else a cluster master gets them undeclared (see
+ * rls_redis_cluster_script). */
+#define RLS_REDIS_ASKING 1
+#define RLS_REDIS_DECLARED 2
 void rls_redis_submit_ex(rls_store_t *s, rls_op_t *ops, size_t n,
-                         rls_store_cb cb, void *data, int asking);
+                         rls_store_cb cb, void *data, int flags);
 
 /* Between cork and uncork, submitted calls are buffered and leave in one
  * write at uncork (many calls to one node per batch). */

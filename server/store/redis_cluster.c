@@ -44,6 +44,7 @@
 #include "store/redis.h"
 #include "store/redis_cluster.h"
 #include "store/redis_cluster_map.h"
+#include "store/redis_script.h"
 #include "store/store.h"
 
 #define TICK_MS 50
@@ -60,6 +61,7 @@ typedef struct node_s {
     rls_store_t *st;
     char host[RLS_NODE_HOST_MAX + 1];
     int port;
+    unsigned id;     /* order of creation: sorts a batch's ops by node */
     char addr[RLS_NODE_HOST_MAX + 8]; /* host:port, the metrics label */
     int retired;     /* not in the map: closed once nothing is in flight */
     int closed;      /* close called; freed from its done callback */
@@ -77,8 +79,8 @@ typedef struct call_s {
     batch_t *bt;
     node_t *node;
     uint32_t off, n; /* bt->sub[off, off + n) */
-    unsigned slot;
-    int hops, asking;
+    unsigned slot;   /* of a declared call */
+    int hops, asking, declared;
     uint64_t due_ms, sent_ns;
 } call_t;
 
@@ -90,10 +92,10 @@ struct batch_s {
     void *data;
     size_t pending; /* calls not yet answered, + 1 while being sent */
     uint64_t start_ms;
-    rls_op_t *sub;   /* copies of ops, sorted by slot */
-    uint64_t *order; /* slot << 32 | index into ops, sorted */
-    call_t *calls;
-    size_t ncalls;
+    rls_op_t *sub;   /* copies of ops, sorted by master, then slot */
+    uint64_t *order; /* slot << 32 | index into ops, in that order */
+    call_t *calls;   /* room for 2n: one per master, and one per op */
+    size_t ncalls;   /* sent again on its own after eNONLOCAL */
     rls_wop_t *qwin; /* stored quotas' windows, RLS_WINDOWS_MAX per op */
 };
 
@@ -115,6 +117,7 @@ struct rls_cluster_s {
     uint32_t slots_down;
     unsigned masters, covered; /* in the map applied last */
     uint64_t last_ms;
+    unsigned next_id;
     int open; /* tick handle + nodes not yet freed */
     void (*done)(void *);
     void *done_arg;
@@ -177,6 +180,7 @@ static node_t *node_get(rls_cluster_t *cl, const char *host, int port)
         return NULL;
     snprintf(nd->host, sizeof(nd->host), "%s", host);
     nd->port = port;
+    nd->id = ++cl->next_id;
     snprintf(nd->addr, sizeof(nd->addr), "%s:%d", host, port);
     memset(&o, 0, sizeof(o));
     o.host = nd->host;
@@ -381,9 +385,28 @@ static void on_call_done(void *data, rls_op_t *ops, size_t n, int status)
 
     nd->inflight--;
     if (status == 0) {
+        call_t *more = bt->calls + bt->ncalls;
+        size_t nmore = 0;
+
         for (j = 0; j < n; j++) {
             uint32_t i = (uint32_t)bt->order[c->off + j];
             rls_op_t *o = &bt->ops[i];
+            if (ops[j].err == RLS_REDIS_ENOTHERE) {
+                /* Not this master's (a stale map, a migrating slot): it
+                 * ran nothing; sent again alone, keys declared, so that
+                 * Redis answers MOVED or ASK for it. */
+                call_t *f = &more[nmore++];
+                memset(f, 0, sizeof(*f));
+                f->bt = bt;
+                f->off = c->off + (uint32_t)j;
+                f->n = 1;
+                f->slot = (unsigned)(bt->order[f->off] >> 32);
+                f->declared = 1;
+                f->hops = c->hops + 1;
+                f->node = cl->slot[f->slot] != NULL ? cl->slot[f->slot] : nd;
+                ops[j].err = 0;
+                continue;
+            }
             o->admitted = ops[j].admitted;
             o->err = ops[j].err;
             if (ops[j].err != 0) {
@@ -405,6 +428,19 @@ static void on_call_done(void *data, rls_op_t *ops, size_t n, int status)
         }
         cl->base.stats.rtt_us_last = (uv_hrtime() - c->sent_ns) / 1000;
         rls_hist_observe(&cl->base.stats.rtt_us, cl->base.stats.rtt_us_last);
+        if (nmore > 0) {
+            /* Every follow-up counted before any is sent: one may be
+             * answered at once. */
+            bt->ncalls += nmore;
+            bt->pending += nmore;
+            cl->want_refresh = 1;
+            for (j = 0; j < nmore; j++) {
+                if (cl->closing || more[j].hops > MAX_HOPS)
+                    call_fail(&more[j], cl->closing ? RL_ESHUTDOWN : RL_ESTORE);
+                else
+                    dispatch(&more[j]);
+            }
+        }
         batch_end(bt);
         return;
     }
@@ -473,13 +509,22 @@ static void dispatch(call_t *c)
     c->sent_ns = uv_hrtime();
     /* May call on_call_done before returning (a node that is down). */
     rls_redis_submit_ex(nd->st, c->bt->sub + c->off, c->n, on_call_done, c,
-                        c->asking);
+                        (c->asking ? RLS_REDIS_ASKING : 0) |
+                            (c->declared ? RLS_REDIS_DECLARED : 0));
 }
 
-static int cmp_u64(const void *a, const void *b)
+/* Sorts a batch's ops by master (the map's, at submission), then slot,
+ * then arrival. The loop is single-threaded: the map is passed aside. */
+static const rls_cluster_t *sort_cl;
+
+static int cmp_op(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    const node_t *nx = sort_cl->slot[x >> 32], *ny = sort_cl->slot[y >> 32];
+    unsigned ix = nx != NULL ? nx->id : 0, iy = ny != NULL ? ny->id : 0;
 
+    if (ix != iy)
+        return ix < iy ? -1 : 1;
     return x < y ? -1 : x > y;
 }
 
@@ -498,7 +543,7 @@ static void cl_submit(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
         return;
     }
     sz = sizeof(*bt) + n * (sizeof(rls_op_t) + sizeof(uint64_t) +
-                            sizeof(call_t));
+                            2 * sizeof(call_t));
     if (cl->closing || !cl->have_map || (bt = malloc(sz)) == NULL) {
         for (i = 0; i < n; i++)
             ops[i].err = cl->closing ? RL_ESHUTDOWN : RL_ESTORE;
@@ -521,18 +566,20 @@ static void cl_submit(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
         bt->order[i] = (uint64_t)rls_key_slot(ops[i].key, ops[i].key_len)
                            << 32 |
                        i;
-    qsort(bt->order, n, sizeof(*bt->order), cmp_u64);
+    sort_cl = cl;
+    qsort(bt->order, n, sizeof(*bt->order), cmp_op);
     for (i = 0; i < n; i++)
         bt->sub[i] = ops[(uint32_t)bt->order[i]];
+    /* One call per master: its ops' keys go undeclared (they span
+     * slots), under the cluster script's allow-cross-slot-keys. */
     for (i = 0; i < n; i = j) {
         unsigned slot = (unsigned)(bt->order[i] >> 32);
         call_t *c = &bt->calls[bt->ncalls++];
-        for (j = i + 1; j < n && (unsigned)(bt->order[j] >> 32) == slot; j++)
+        for (j = i + 1;
+             j < n && cl->slot[bt->order[j] >> 32] == cl->slot[slot]; j++)
             ;
-        c->next = NULL;
+        memset(c, 0, sizeof(*c));
         c->bt = bt;
-        c->hops = c->asking = 0;
-        c->due_ms = c->sent_ns = 0;
         c->off = (uint32_t)i;
         c->n = (uint32_t)(j - i);
         c->slot = slot;
@@ -592,7 +639,7 @@ static void on_tick(uv_timer_t *t)
     while ((c = due) != NULL) {
         due = c->next;
         /* The slot's master as the map now says. */
-        if (cl->slot[c->slot] != NULL)
+        if (c->declared && cl->slot[c->slot] != NULL)
             c->node = cl->slot[c->slot];
         dispatch(c);
     }

@@ -343,8 +343,15 @@ static void connect_addr(rls_redis_store_t *st, const char *ip)
         redisAsyncCommand(ac, on_status_reply, NULL, "AUTH %s", st->password);
     if (st->db > 0)
         redisAsyncCommand(ac, on_status_reply, NULL, "SELECT %d", st->db);
-    redisAsyncCommand(ac, on_load_reply, NULL, "SCRIPT LOAD %s",
-                      rls_redis_script);
+    if (st->cluster) {
+        size_t slen;
+        const char *text = rls_redis_cluster_script(&slen);
+        redisAsyncCommand(ac, on_load_reply, NULL, "SCRIPT LOAD %b", text,
+                          slen);
+    } else {
+        redisAsyncCommand(ac, on_load_reply, NULL, "SCRIPT LOAD %s",
+                          rls_redis_script);
+    }
     redisAsyncCommand(ac, on_info_reply, NULL, "INFO server");
     send_time(c);
     uv_timer_start(&st->retry, on_hs_deadline,
