@@ -4,7 +4,8 @@
 # latency, and Redis CPU-seconds per million decisions summed over the
 # redis-server processes (utime + stime from /proc/PID/stat, masters and
 # replicas apart). Everything on loopback ports from BASE (default 26500),
-# stopped by pid at the end.
+# stopped by pid at the end. REPLICAS=0 leaves the replicas out (3
+# masters only), to compare the per-decision cost without replication.
 #   tests/bench/redis_cluster_bench.sh BUILD_DIR [SECONDS] [BENCH ARGS...]
 set -euo pipefail
 build=$(realpath "$1")
@@ -85,21 +86,24 @@ pids+=("$single")
 await 50 redis-cli -p $((base + 1)) ping
 run single --redis "127.0.0.1:$((base + 1))" "$single" ""
 
+reps=${REPLICAS:-1}
+nn=$((reps > 0 ? 6 : 3))
 nodes=()
 cpids=()
-for i in 1 2 3 4 5 6; do
+for i in $(seq 1 $nn); do
     p=$((base + 10 + i))
     cpids+=("$(redis "$p" --cluster-enabled yes --cluster-port $((base + 20 + i)) \
         --cluster-config-file nodes.conf --cluster-node-timeout 2000)")
     nodes+=("127.0.0.1:$p")
 done
 pids+=("${cpids[@]}")
-for i in 1 2 3 4 5 6; do await 50 redis-cli -p $((base + 10 + i)) ping; done
-redis-cli --cluster create "${nodes[@]}" --cluster-replicas 1 --cluster-yes \
-    >"$dir/create.log" 2>&1
-for i in 1 2 3 4 5 6; do
+for i in $(seq 1 $nn); do await 50 redis-cli -p $((base + 10 + i)) ping; done
+redis-cli --cluster create "${nodes[@]}" --cluster-replicas "$reps" \
+    --cluster-yes >"$dir/create.log" 2>&1
+for i in $(seq 1 $nn); do
     await 100 bash -c "redis-cli -p $((base + 10 + i)) cluster info | grep -q cluster_state:ok"
 done
 # create makes the first three nodes the masters.
-run cluster --redis-cluster "127.0.0.1:$((base + 11))" \
-    "${cpids[0]} ${cpids[1]} ${cpids[2]}" "${cpids[3]} ${cpids[4]} ${cpids[5]}"
+run "cluster (replicas: $reps per master)" --redis-cluster \
+    "127.0.0.1:$((base + 11))" "${cpids[0]} ${cpids[1]} ${cpids[2]}" \
+    "${cpids[*]:3}"
