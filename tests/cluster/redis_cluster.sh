@@ -24,6 +24,10 @@
 #             mode); /healthz names the share of slots down
 #   password  a cluster with requirepass: served with the password; a
 #             wrong one gives one clear error line per seed
+#   ctl       rl-ctl --redis-cluster: a quota set lands in the caller's slot
+#             and is decided under; a switch (global shadow) reaches the
+#             server, which polls it and reports in <prefix>instances
+#             through the cluster store's command routing
 set -euo pipefail
 
 [ $# -ge 3 ] || {
@@ -378,8 +382,42 @@ scenario_password() {
     rc_servers_exit_clean
 }
 
+# ---- ctl ------------------------------------------------------------------
+
+rc_ctl() {
+    "$(dirname "$RL_SERVER_BIN")/rl-ctl" --redis-cluster \
+        "127.0.0.1:$(rc_port 2),127.0.0.1:$(rc_port 5)" "$@"
+}
+
+scenario_ctl() {
+    local out
+    t_init 1
+    rc_start
+    rc_server 1 --rule api=5/60
+    t_await 5000 "server healthy" t_healthy 1
+    for k in q1 q2 q3 q4 q5 q6; do
+        rc_ctl --wait-ms 3000 quota set api "$k" 2/60 >"$T_DIR/ctl.out" 2>&1 ||
+            t_fail "rl-ctl quota set: $(cat "$T_DIR/ctl.out")"
+        out=$(rc_ctl quota get api "$k" 2>&1 || true)
+        [[ "$out" == *2/1m* ]] || t_fail "quota get $k: $out"
+        out=$("$RL_CHECK_BIN" --server "127.0.0.1:$(t_server_port 1)" \
+            --key "$k" --rule api --repeat 3 || true)
+        echo "$out" | tail -n 1 | grep -q '^OVER_LIMIT.*limit=2' ||
+            t_fail "quota of $k not applied: $out"
+    done
+    t_log "quotas of 6 callers set through rl-ctl --redis-cluster, applied"
+    rc_ctl --wait-ms 5000 global shadow >"$T_DIR/ctl.out" 2>&1 ||
+        t_fail "rl-ctl global shadow: $(cat "$T_DIR/ctl.out")"
+    sed 's/^/    /' "$T_DIR/ctl.out"
+    out=$("$RL_CHECK_BIN" --server "127.0.0.1:$(t_server_port 1)" --key q1 \
+        --rule api)
+    echo "$out" | grep -q shadow_refused || t_fail "switch not applied: $out"
+    t_log "global shadow reached the server: $out"
+    rc_servers_exit_clean
+}
+
 case $SCENARIO in
-match | reshard | failover | hang | password) "scenario_$SCENARIO" ;;
+match | reshard | failover | hang | password | ctl) "scenario_$SCENARIO" ;;
 *)
     echo "unknown scenario '$SCENARIO'" >&2
     exit 2
