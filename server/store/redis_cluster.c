@@ -12,14 +12,18 @@
  * does); a node that leaves the map is closed once nothing of ours is in
  * flight on it.
  *
- * Calls. A batch's ops are sorted by hash slot; the ops of one slot are one
- * script call (EVALSHA, with redis.c's NOSCRIPT handling) with KEYS
- * declared, so Redis's own routing checks every call: Redis refuses a
- * call whose declared keys span slots (CROSSSLOT), even from a script
- * flagged allow-cross-slot-keys (checked on 7.0.15; that flag covers keys
- * a script touches without declaring them). The calls of one batch are
- * written to each master in one write (cork/uncork). DESIGN.md ("Redis
- * Cluster") says why one call per slot and what it costs.
+ * Calls. A batch's ops are sorted by master, and each master gets one
+ * script call (EVALSHA of the cluster script, with redis.c's NOSCRIPT
+ * handling) for all of its ops. Redis refuses a call whose declared keys
+ * span slots (CROSSSLOT), even from a script flagged allow-cross-slot-keys
+ * (checked on 7.0.15; the flag covers keys a script touches without
+ * declaring them), so the keys go undeclared (redis_script.c,
+ * rls_redis_cluster_script) and Redis checks each as the script touches
+ * it: an op whose keys this master does not serve fails alone, before
+ * writing anything (eNONLOCAL), and is sent again on its own with its
+ * keys declared, so that Redis's routing answers MOVED or ASK for it. The
+ * calls of one batch leave in one write per master (cork/uncork).
+ * DESIGN.md ("Redis Cluster store") has the measured cost.
  *
  * Redirections: MOVED (the map was stale) updates the slot and resends the
  * call to the named node; ASK (the slot is migrating) resends it, preceded
@@ -31,8 +35,9 @@
  * never resent: its ops are answered by the fail mode, as with one Redis,
  * because it may have run.
  *
- * One batch fires its callback once, when its last call is answered: the
- * batcher's interface has one callback per batch. */
+ * Each call's ops are reported to the batcher as soon as that call is
+ * answered (store->part), so a slow master delays only its own requests;
+ * the batch's callback fires once, after its last call. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,6 +102,7 @@ struct batch_s {
     call_t *calls;   /* room for 2n: one per master, and one per op */
     size_t ncalls;   /* sent again on its own after eNONLOCAL */
     rls_wop_t *qwin; /* stored quotas' windows, RLS_WINDOWS_MAX per op */
+    uint32_t *idx;   /* scratch: the ops of a part reported early */
 };
 
 struct rls_cluster_s {
@@ -353,6 +359,17 @@ static void batch_end(batch_t *bt)
     free(bt);
 }
 
+/* Reports bt->idx[0, k) to the batcher as decided, so that their requests
+ * are answered now (a slow master delays only its own), unless the batch's
+ * callback is about to answer everything anyway. */
+static void report_part(batch_t *bt, size_t k)
+{
+    rls_cluster_t *cl = bt->cl;
+
+    if (cl->base.part != NULL && bt->pending > 1 && k > 0)
+        cl->base.part(bt->data, bt->ops, bt->idx, k);
+}
+
 /* The call's ops get `status`, and it ends. */
 static void call_fail(call_t *c, int status)
 {
@@ -360,8 +377,11 @@ static void call_fail(call_t *c, int status)
     rls_cluster_t *cl = bt->cl;
     uint32_t j;
 
-    for (j = 0; j < c->n; j++)
-        bt->ops[(uint32_t)bt->order[c->off + j]].err = status;
+    for (j = 0; j < c->n; j++) {
+        bt->idx[j] = (uint32_t)bt->order[c->off + j];
+        bt->ops[bt->idx[j]].err = status;
+    }
+    report_part(bt, c->n);
     cl->base.stats.errors++;
     if (status == RL_ETIMEDOUT) {
         cl->base.stats.timeouts++;
@@ -386,7 +406,7 @@ static void on_call_done(void *data, rls_op_t *ops, size_t n, int status)
     nd->inflight--;
     if (status == 0) {
         call_t *more = bt->calls + bt->ncalls;
-        size_t nmore = 0;
+        size_t nmore = 0, k = 0;
 
         for (j = 0; j < n; j++) {
             uint32_t i = (uint32_t)bt->order[c->off + j];
@@ -407,6 +427,7 @@ static void on_call_done(void *data, rls_op_t *ops, size_t n, int status)
                 ops[j].err = 0;
                 continue;
             }
+            bt->idx[k++] = i;
             o->admitted = ops[j].admitted;
             o->err = ops[j].err;
             if (ops[j].err != 0) {
@@ -428,11 +449,12 @@ static void on_call_done(void *data, rls_op_t *ops, size_t n, int status)
         }
         cl->base.stats.rtt_us_last = (uv_hrtime() - c->sent_ns) / 1000;
         rls_hist_observe(&cl->base.stats.rtt_us, cl->base.stats.rtt_us_last);
+        /* Every follow-up counted before anything is answered or sent:
+         * one may be answered at once (and reuse idx). */
+        bt->ncalls += nmore;
+        bt->pending += nmore;
+        report_part(bt, k);
         if (nmore > 0) {
-            /* Every follow-up counted before any is sent: one may be
-             * answered at once. */
-            bt->ncalls += nmore;
-            bt->pending += nmore;
             cl->want_refresh = 1;
             for (j = 0; j < nmore; j++) {
                 if (cl->closing || more[j].hops > MAX_HOPS)
@@ -543,7 +565,7 @@ static void cl_submit(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
         return;
     }
     sz = sizeof(*bt) + n * (sizeof(rls_op_t) + sizeof(uint64_t) +
-                            2 * sizeof(call_t));
+                            2 * sizeof(call_t) + sizeof(uint32_t));
     if (cl->closing || !cl->have_map || (bt = malloc(sz)) == NULL) {
         for (i = 0; i < n; i++)
             ops[i].err = cl->closing ? RL_ESHUTDOWN : RL_ESTORE;
@@ -562,6 +584,7 @@ static void cl_submit(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
     bt->sub = (rls_op_t *)(void *)(bt + 1);
     bt->order = (uint64_t *)(void *)(bt->sub + n);
     bt->calls = (call_t *)(void *)(bt->order + n);
+    bt->idx = (uint32_t *)(void *)(bt->calls + 2 * n);
     for (i = 0; i < n; i++)
         bt->order[i] = (uint64_t)rls_key_slot(ops[i].key, ops[i].key_len)
                            << 32 |

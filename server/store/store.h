@@ -161,9 +161,19 @@ typedef struct rls_store_vtbl_s {
     int (*metrics)(const rls_store_t *s, rl_buf_t *out);
 } rls_store_vtbl_t;
 
+/* A store that decides a batch in parts (the cluster store: one part per
+ * master) may report a part early, before the batch's callback: ops[idx[0
+ * .. k)] then have their counts or their err, and their requests are
+ * answered at once; the batch's callback answers the rest. Set by the
+ * batcher (rls_batcher_init); NULL: the store reports whole batches only.
+ * data is the batch's, as passed to submit. */
+typedef void (*rls_store_part_cb)(void *data, rls_op_t *ops,
+                                  const uint32_t *idx, size_t k);
+
 struct rls_store_s {
     const rls_store_vtbl_t *v;
     rls_store_stats_t stats;
+    rls_store_part_cb part;
 };
 
 #endif

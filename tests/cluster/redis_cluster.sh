@@ -351,6 +351,20 @@ scenario_hang() {
     t_log "while stopped: $ok decided, $err failed (of 60 keys)"
     t_check "keys of the other masters decided" [ "$ok" -ge 20 ]
     t_check "keys of the stopped master failed" [ "$err" -ge 5 ]
+    # Under load: a batch holds keys of every master; the stopped one's
+    # calls wait for --redis-timeout-ms (300 ms), the others' requests are
+    # answered as their masters answer (the cluster store reports each
+    # master's part as it comes). A median latency below 150 ms says the
+    # others did not wait for the stopped master (they would be at 300+).
+    rc_bench hung --duration 3 --connections 4 --inflight 16 --keys 20000 \
+        --limit 1000 --timeout-ms 3000
+    t_expect hung timeouts -eq 0
+    t_expect hung connection_lost -eq 0
+    p50=$(t_json hung p50_us)
+    t_log "while stopped, under load: p50 $p50 us, $(t_json hung errors) of $(t_json hung decisions) failed"
+    t_check "others not held by the stopped master (p50 $p50 us)" \
+        awk -v p="$p50" 'BEGIN { exit !(p < 150000) }'
+    t_check "the stopped master's share failed" [ "$(t_json hung errors)" -gt 0 ]
     curl -sS -m 1 "http://127.0.0.1:$(t_metrics_port 1)/healthz" >"$T_DIR/hz" || true
     t_log "healthz: $(cat "$T_DIR/hz")"
     grep -q 'slots' "$T_DIR/hz" || t_fail "/healthz does not name the slots down"
