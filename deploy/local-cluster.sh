@@ -273,7 +273,8 @@ lc_up() {
                 --port $((rp + i)) --bind 127.0.0.1 --save "" \
                 --appendonly no --dir "$dir/redis-node$i" \
                 --cluster-enabled yes --cluster-port $((base + 210 + i)) \
-                --cluster-config-file nodes.conf --cluster-node-timeout 2000
+                --cluster-config-file nodes.conf --cluster-node-timeout 2000 \
+                --cluster-require-full-coverage no
             nodes+=("127.0.0.1:$((rp + i))")
         done
         for i in 1 2 3 4 5 6; do

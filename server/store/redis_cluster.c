@@ -520,6 +520,7 @@ static void on_call_done(void *data, rls_op_t *ops, size_t n, int status)
     c->due_ms = now + wait;
     c->next = cl->retry;
     cl->retry = c;
+    nd->inflight++; /* not closed while a call waits to go back to it */
 }
 
 static void dispatch(call_t *c)
@@ -661,6 +662,7 @@ static void on_tick(uv_timer_t *t)
     }
     while ((c = due) != NULL) {
         due = c->next;
+        c->node->inflight--;
         /* The slot's master as the map now says. */
         if (c->declared && cl->slot[c->slot] != NULL)
             c->node = cl->slot[c->slot];
@@ -732,6 +734,7 @@ static void cl_close(rls_store_t *s, void (*done)(void *arg), void *arg)
     cl->closing = 1;
     while ((c = cl->retry) != NULL) {
         cl->retry = c->next;
+        c->node->inflight--;
         call_fail(c, RL_ESHUTDOWN);
     }
     for (nd = cl->nodes; nd != NULL; nd = next) {

@@ -91,7 +91,8 @@ rc_start() {
             --dir "$T_DIR/node$i" --cluster-enabled yes
             --cluster-port "$(rc_bus_port "$i")" --cluster-config-file nodes.conf
             --cluster-node-timeout "$RC_NODE_TIMEOUT"
-            --cluster-replica-validity-factor 0)
+            --cluster-replica-validity-factor 0
+            --cluster-require-full-coverage no)
         [ -n "$RC_PASS" ] && args+=(--requirepass "$RC_PASS" --masterauth "$RC_PASS")
         lc_spawn "$T_DIR" "node$i" redis-server redis-server "${args[@]}"
     done
