@@ -120,9 +120,9 @@ rc_start() {
     t_log "redis cluster up on ports $(rc_port 1)-$(rc_port 6)"
 }
 
-# rc_masters: the ports of the masters that serve slots.
+# rc_masters: the ports of the masters that serve slots (node 1's view).
 rc_masters() {
-    rc_cli "$(rc_port "${1:-1}")" cluster nodes |
+    rc_cli "$(rc_port 1)" cluster nodes |
         awk '$3 ~ /master/ && $3 !~ /fail/ && NF > 8 { split($2, a, "[:@]"); print a[2] }' |
         sort -n
 }
@@ -137,12 +137,6 @@ rc_server() {
         --listen "127.0.0.1:$(t_server_port "$i")" \
         --metrics "127.0.0.1:$(t_metrics_port "$i")" \
         --redis-cluster "$seeds" "$@"
-}
-
-# rc_metric I SERIES: one sample of server I (whole line match on the name
-# with its labels).
-rc_metric() {
-    t_metric "$@"
 }
 
 # Stops every rl-server with one SIGTERM each and fails unless each exits
