@@ -211,10 +211,12 @@ static node_t *node_get(rls_cluster_t *cl, const char *host, int port)
 
 static void apply_map(rls_cluster_t *cl, const rls_slot_range_t *r, size_t n)
 {
+    static uint8_t named[RLS_SLOTS];
     node_t *nd, *was;
     size_t i;
     unsigned s, changed = 0, masters = 0, covered = 0, added = 0;
 
+    memset(named, 0, sizeof(named));
     for (nd = cl->nodes; nd != NULL; nd = nd->next)
         nd->slots = 0;
     for (i = 0; i < n; i++) {
@@ -222,15 +224,13 @@ static void apply_map(rls_cluster_t *cl, const rls_slot_range_t *r, size_t n)
         for (s = r[i].first; s <= r[i].last; s++) {
             was = cl->slot[s];
             cl->slot[s] = nd;
-            changed += was != nd;
+            changed += was != nd && !named[s];
+            named[s] = 1;
         }
     }
     /* Slots no range names have no master now. */
     for (s = 0; s < RLS_SLOTS; s++) {
-        for (i = 0; i < n; i++)
-            if (s >= r[i].first && s <= r[i].last)
-                break;
-        if (i == n) {
+        if (!named[s]) {
             changed += cl->slot[s] != NULL;
             cl->slot[s] = NULL;
         }
