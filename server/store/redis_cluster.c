@@ -103,7 +103,12 @@ struct batch_s {
     size_t ncalls;   /* sent again on its own after eNONLOCAL */
     rls_wop_t *qwin; /* stored quotas' windows, RLS_WINDOWS_MAX per op */
     uint32_t *idx;   /* scratch: the ops of a part reported early */
+    size_t cap;      /* ops the block has room for (qwin too, if made) */
+    batch_t *next;   /* in the pool */
 };
+
+/* Spare batch records kept: steady traffic allocates nothing per batch. */
+#define POOL_MAX 8
 
 struct rls_cluster_s {
     rls_store_t base;
@@ -118,6 +123,8 @@ struct rls_cluster_s {
     int have_map, use_slots_cmd, refreshing, want_refresh, closing;
     uint64_t last_refresh_ms, no_node_since_ms;
     call_t *retry; /* calls waiting for TRYAGAIN / CLUSTERDOWN backoff */
+    batch_t *pool;
+    unsigned npool;
     uv_timer_t tick;
     uint64_t refreshes, refresh_failures, moved, ask;
     uint32_t slots_down;
@@ -135,8 +142,15 @@ static void dispatch(call_t *c);
 
 static void maybe_finish(rls_cluster_t *cl)
 {
+    batch_t *bt;
+
     if (!cl->closing || cl->open > 0)
         return;
+    while ((bt = cl->pool) != NULL) {
+        cl->pool = bt->next;
+        free(bt->qwin);
+        free(bt);
+    }
     free(cl->password);
     if (cl->done != NULL)
         cl->done(cl->done_arg);
@@ -352,11 +366,53 @@ static void refresh(rls_cluster_t *cl)
 
 static void batch_end(batch_t *bt)
 {
+    rls_cluster_t *cl = bt->cl;
+
     if (--bt->pending > 0)
         return;
     bt->cb(bt->data, bt->ops, bt->n, 0);
+    if (cl->npool < POOL_MAX) {
+        bt->next = cl->pool;
+        cl->pool = bt;
+        cl->npool++;
+        return;
+    }
     free(bt->qwin);
     free(bt);
+}
+
+/* A batch record with room for n ops, from the pool or made; NULL when out
+ * of memory. Its fields are zero but for its room. */
+static batch_t *batch_take(rls_cluster_t *cl, size_t n)
+{
+    batch_t *bt, **pp;
+    rls_wop_t *qwin = NULL;
+    size_t cap;
+
+    for (pp = &cl->pool; (bt = *pp) != NULL; pp = &bt->next)
+        if (bt->cap >= n)
+            break;
+    if (bt != NULL) {
+        *pp = bt->next;
+        cl->npool--;
+        cap = bt->cap;
+        qwin = bt->qwin;
+    } else {
+        cap = (n + 63) & ~(size_t)63;
+        bt = malloc(sizeof(*bt) + cap * (sizeof(rls_op_t) + sizeof(uint64_t) +
+                                         2 * sizeof(call_t) +
+                                         sizeof(uint32_t)));
+        if (bt == NULL)
+            return NULL;
+    }
+    memset(bt, 0, sizeof(*bt));
+    bt->cap = cap;
+    bt->qwin = qwin;
+    bt->sub = (rls_op_t *)(void *)(bt + 1);
+    bt->order = (uint64_t *)(void *)(bt->sub + cap);
+    bt->calls = (call_t *)(void *)(bt->order + cap);
+    bt->idx = (uint32_t *)(void *)(bt->calls + 2 * cap);
+    return bt;
 }
 
 /* Reports bt->idx[0, k) to the batcher as decided, so that their requests
@@ -436,7 +492,7 @@ static void on_call_done(void *data, rls_op_t *ops, size_t n, int status)
             }
             if (ops[j].nqwin > 0) {
                 if (bt->qwin == NULL &&
-                    (bt->qwin = malloc(bt->n * RLS_WINDOWS_MAX *
+                    (bt->qwin = malloc(bt->cap * RLS_WINDOWS_MAX *
                                        sizeof(*bt->qwin))) == NULL) {
                     o->err = RL_ENOMEM;
                     continue;
@@ -557,7 +613,7 @@ static void cl_submit(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
     rls_cluster_t *cl = (rls_cluster_t *)s;
     batch_t *bt;
     node_t *nd;
-    size_t i, j, k, sz;
+    size_t i, j, k;
 
     s->stats.batches++;
     s->stats.ops += n;
@@ -565,9 +621,7 @@ static void cl_submit(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
         cb(data, ops, n, 0);
         return;
     }
-    sz = sizeof(*bt) + n * (sizeof(rls_op_t) + sizeof(uint64_t) +
-                            2 * sizeof(call_t) + sizeof(uint32_t));
-    if (cl->closing || !cl->have_map || (bt = malloc(sz)) == NULL) {
+    if (cl->closing || !cl->have_map || (bt = batch_take(cl, n)) == NULL) {
         for (i = 0; i < n; i++)
             ops[i].err = cl->closing ? RL_ESHUTDOWN : RL_ESTORE;
         s->stats.errors++;
@@ -575,17 +629,12 @@ static void cl_submit(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
         cb(data, ops, n, cl->closing ? RL_ESHUTDOWN : RL_ESTORE);
         return;
     }
-    memset(bt, 0, sizeof(*bt));
     bt->cl = cl;
     bt->ops = ops;
     bt->n = n;
     bt->cb = cb;
     bt->data = data;
     bt->start_ms = uv_now(cl->loop);
-    bt->sub = (rls_op_t *)(void *)(bt + 1);
-    bt->order = (uint64_t *)(void *)(bt->sub + n);
-    bt->calls = (call_t *)(void *)(bt->order + n);
-    bt->idx = (uint32_t *)(void *)(bt->calls + 2 * n);
     for (i = 0; i < n; i++)
         bt->order[i] = (uint64_t)rls_key_slot(ops[i].key, ops[i].key_len)
                            << 32 |
