@@ -281,12 +281,13 @@ scenario_reshard() {
 # ---- failover -------------------------------------------------------------
 
 scenario_failover() {
-    local victim t0 t1 errs
+    local victim t0 t1 errs masters p
     t_init 1
     rc_start
     rc_server 1 --redis-timeout-ms 500 --fail-closed
     t_await 5000 "server healthy" t_healthy 1
-    victim=$(rc_masters | head -n 1)
+    masters=$(rc_masters)
+    victim=$(echo "$masters" | head -n 1)
     rc_bench_bg fo --duration 10 --connections 4 --inflight 32 --keys 20000 \
         --limit 50 --window 60 --audit --timeout-ms 3000
     sleep 2 # load running; what follows is awaited
@@ -309,6 +310,20 @@ scenario_failover() {
     t_expect fo connection_lost -eq 0
     errs=$(t_json fo errors)
     t_log "errors during the failover: $errs"
+    # Only the dead master's calls failed: the other two masters count no
+    # error (cluster-require-full-coverage no keeps them serving). (The
+    # promoted replica may count a few: calls sent while rl-server was
+    # still connecting to it.)
+    curl -fsS -m 2 "http://127.0.0.1:$(t_metrics_port 1)/metrics" |
+        grep '^rl_redis_cluster_node_errors_total' >"$T_DIR/node_errors"
+    sed 's/^/    /' "$T_DIR/node_errors"
+    grep -q ":$victim\"" "$T_DIR/node_errors" &&
+        t_fail "the dead master is still in the map"
+    for p in $masters; do
+        [ "$p" = "$victim" ] && continue
+        grep -q ":$p\"} 0\$" "$T_DIR/node_errors" ||
+            t_fail "surviving master :$p had failed calls"
+    done
     # After recovery: no more errors.
     rc_bench after --duration 2 --connections 2 --keys 5000 --limit 50 \
         --audit --timeout-ms 3000
