@@ -619,6 +619,7 @@ rls_store_t *rls_store_redis_new(uv_loop_t *loop, const rls_redis_opts_t *opts)
     st->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : 1000;
     st->grace_ms = opts->grace_ms;
     st->cluster = opts->cluster;
+    st->quiet_shared = opts->quiet;
     st->numeric = inet_pton(AF_INET, host, addr) == 1 ||
                   inet_pton(AF_INET6, host, addr) == 1;
     st->rng = (uv_hrtime() ^ (uint64_t)(uintptr_t)st) | 1;

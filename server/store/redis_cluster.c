@@ -131,6 +131,7 @@ struct rls_cluster_s {
     unsigned masters, covered; /* in the map applied last */
     uint64_t last_ms;
     unsigned next_id;
+    int quiet; /* the nodes' shared "connect failure logged" */
     int open; /* tick handle + nodes not yet freed */
     void (*done)(void *);
     void *done_arg;
@@ -209,6 +210,7 @@ static node_t *node_get(rls_cluster_t *cl, const char *host, int port)
     o.timeout_ms = cl->timeout_ms;
     o.grace_ms = cl->grace_ms;
     o.cluster = 1;
+    o.quiet = &cl->quiet;
     if ((nd->st = rls_store_redis_new(cl->loop, &o)) == NULL) {
         free(nd);
         return NULL;

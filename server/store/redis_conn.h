@@ -34,6 +34,7 @@ struct rls_redis_store_s {
     char *host, *password;
     int port, db, numeric, state, ever_up;
     int quiet; /* a failure was logged; more go to debug until up again */
+    int *quiet_shared; /* the cluster store's: the same for all its nodes */
     uint64_t timeout_ms, backoff_ms, down_since_ms;
     uint64_t grace_ms;   /* a stored quota's counters outlive their window */
     rls_wop_t *qwin;     /* quota windows of the reply being read */
