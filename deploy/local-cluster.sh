@@ -4,6 +4,10 @@
 # Debian's packages plus this tree's rl-server.
 #
 #   deploy/local-cluster.sh up [N]   start it (N rl-servers, default 3)
+#   deploy/local-cluster.sh up [N] --redis-cluster
+#                                    the same over a Redis Cluster of 3
+#                                    masters + 3 replicas instead of one
+#                                    redis-server
 #   deploy/local-cluster.sh status   what runs, and whether it is healthy
 #                                    (exit 0 all healthy, 1 not, 3 not up)
 #   deploy/local-cluster.sh down     stop exactly the processes `up` started
@@ -16,6 +20,8 @@
 #                     RL_PORT+2      redis-server
 #                     RL_PORT+10+i   rl-server i (i = 1..N, N <= 99)
 #                     RL_PORT+110+i  its --metrics (/metrics, /healthz)
+#                     RL_PORT+2+k    with --redis-cluster: node k (1..6;
+#                                    1-3 masters), its bus at RL_PORT+210+k
 #   RL_SERVER_BIN   the rl-server to run (default: build/server/rl-server in
 #                   this tree if built, else rl-server on PATH)
 #   RL_DRAIN_MS     --drain-ms of each rl-server (default 1000)
@@ -200,8 +206,8 @@ lc_state_dir() {
 }
 
 lc_up() {
-    local n=${1:-3} dir base bin drain i p m servers="" rp rules
-    local -a conf=()
+    local n=${1:-3} cl=${2:-} dir base bin drain i p m servers="" rp rules
+    local -a conf=() store=() nodes=()
     dir=$(lc_state_dir)
     base=${RL_PORT:-7300}
     drain=${RL_DRAIN_MS:-1000}
@@ -232,6 +238,13 @@ lc_up() {
             lc_die "already up (state in $dir); run '$0 down' first"
     done
     rp=$((base + 2))
+    if [ -n "$cl" ]; then
+        # Nodes on RL_PORT+3..8, so rp+1.. ; buses on RL_PORT+211..216.
+        for i in 1 2 3 4 5 6; do
+            lc_port_busy $((rp + i)) && lc_die "port $((rp + i)) is in use; pick another RL_PORT"
+            lc_port_busy $((base + 210 + i)) && lc_die "port $((base + 210 + i)) is in use; pick another RL_PORT"
+        done
+    fi
     for p in "$base" $((base + 1)) "$rp" $(seq $((base + 11)) $((base + 10 + n))) \
         $(seq $((base + 111)) $((base + 110 + n))); do
         lc_port_busy "$p" && lc_die "port $p is in use; pick another RL_PORT"
@@ -241,14 +254,42 @@ lc_up() {
         echo "LC_N=$n"
         echo "LC_PORT=$base"
         echo "LC_DRAIN_MS=$drain"
+        echo "LC_CLUSTER=${cl:+1}"
     } >"$dir/cluster.env"
 
     # From here on, a failure stops what was already started.
-    mkdir -p "$dir/redis"
-    lc_spawn "$dir" redis redis-server redis-server --port "$rp" \
-        --bind 127.0.0.1 --save "" --appendonly no --dir "$dir/redis"
-    lc_wait_until 5000 redis-cli -p "$rp" ping ||
-        { lc_down >/dev/null; lc_die "redis-server did not start; see $dir/redis.log"; }
+    if [ -z "$cl" ]; then
+        mkdir -p "$dir/redis"
+        lc_spawn "$dir" redis redis-server redis-server --port "$rp" \
+            --bind 127.0.0.1 --save "" --appendonly no --dir "$dir/redis"
+        lc_wait_until 5000 redis-cli -p "$rp" ping ||
+            { lc_down >/dev/null; lc_die "redis-server did not start; see $dir/redis.log"; }
+        store=(--redis "127.0.0.1:$rp")
+    else
+        for i in 1 2 3 4 5 6; do
+            mkdir -p "$dir/redis-node$i"
+            rm -f "$dir/redis-node$i/nodes.conf"
+            lc_spawn "$dir" "redis-node$i" redis-server redis-server \
+                --port $((rp + i)) --bind 127.0.0.1 --save "" \
+                --appendonly no --dir "$dir/redis-node$i" \
+                --cluster-enabled yes --cluster-port $((base + 210 + i)) \
+                --cluster-config-file nodes.conf --cluster-node-timeout 2000 \
+                --cluster-require-full-coverage no
+            nodes+=("127.0.0.1:$((rp + i))")
+        done
+        for i in 1 2 3 4 5 6; do
+            lc_wait_until 5000 redis-cli -p $((rp + i)) ping ||
+                { lc_down >/dev/null; lc_die "redis node $i did not start; see $dir/redis-node$i.log"; }
+        done
+        redis-cli --cluster create "${nodes[@]}" --cluster-replicas 1 \
+            --cluster-yes >"$dir/cluster-create.log" 2>&1 ||
+            { lc_down >/dev/null; lc_die "redis-cli --cluster create failed; see $dir/cluster-create.log"; }
+        for i in 1 2 3 4 5 6; do
+            lc_wait_until 10000 lc_cluster_ok $((rp + i)) ||
+                { lc_down >/dev/null; lc_die "redis node $i: cluster_state not ok"; }
+        done
+        store=(--redis-cluster "127.0.0.1:$((rp + 1)),127.0.0.1:$((rp + 4))")
+    fi
 
     for i in $(seq 1 "$n"); do
         p=$((base + 10 + i))
@@ -256,7 +297,7 @@ lc_up() {
         # shellcheck disable=SC2086 # RL_SERVER_OPTS holds several flags
         lc_spawn "$dir" "rl-server-$i" rl-server "$bin" \
             --listen "127.0.0.1:$p" --metrics "127.0.0.1:$m" \
-            --redis "127.0.0.1:$rp" --drain-ms "$drain" "${conf[@]}" \
+            "${store[@]}" --drain-ms "$drain" "${conf[@]}" \
             ${RL_SERVER_OPTS:-}
         servers="$servers $p:$m"
     done
@@ -276,20 +317,32 @@ lc_up() {
             { lc_down >/dev/null; lc_die "HAProxy does not see rl$i up; see $dir/haproxy.log"; }
     done
 
-    echo "local cluster up: $n rl-server(s) behind HAProxy, one redis-server"
+    if [ -n "$cl" ]; then
+        echo "local cluster up: $n rl-server(s) behind HAProxy, a Redis Cluster (3 masters + 3 replicas)"
+    else
+        echo "local cluster up: $n rl-server(s) behind HAProxy, one redis-server"
+    fi
     echo "  endpoint   127.0.0.1:$base"
     echo "             try: rl-check --server 127.0.0.1:$base --key demo --limit 5 --window 10"
     echo "  haproxy    http://127.0.0.1:$((base + 1))/stats"
-    echo "  redis      127.0.0.1:$rp"
+    if [ -z "$cl" ]; then
+        echo "  redis      127.0.0.1:$rp"
+    else
+        echo "  redis      cluster nodes 127.0.0.1:$((rp + 1))-$((rp + 6)) (1-3 masters)"
+    fi
     if [ -n "$rules" ]; then
         echo "  rules      ${conf[1]} (reloaded on change)"
         echo "             try: rl-check --server 127.0.0.1:$base --key demo --rule api"
-        echo "             rl-ctl --redis 127.0.0.1:$rp show"
+        echo "             rl-ctl ${store[*]} show"
     fi
     for i in $(seq 1 "$n"); do
         echo "  rl-server $i 127.0.0.1:$((base + 10 + i))  metrics http://127.0.0.1:$((base + 110 + i))/metrics  health http://127.0.0.1:$((base + 110 + i))/healthz"
     done
     echo "  state      $dir (pids, logs); stop with: $0 down"
+}
+
+lc_cluster_ok() {
+    redis-cli -p "$1" cluster info 2>/dev/null | grep -q '^cluster_state:ok'
 }
 
 lc_backend_is() {
@@ -321,6 +374,12 @@ lc_down() {
         lc_reap "$dir" "rl-server-$i" $((LC_DRAIN_MS + 10000))
     done
     lc_stop "$dir" redis 5000
+    for i in 1 2 3 4 5 6; do
+        lc_signal "$dir" "redis-node$i" TERM
+    done
+    for i in 1 2 3 4 5 6; do
+        lc_reap "$dir" "redis-node$i" 5000
+    done
     rm -f "$dir/cluster.env"
     echo "local cluster down (logs kept in $dir)"
 }
@@ -334,7 +393,16 @@ lc_status() {
     fi
     n=$LC_N
     base=$LC_PORT
-    if lc_alive "$dir" redis; then
+    if [ -n "${LC_CLUSTER:-}" ]; then
+        for i in 1 2 3 4 5 6; do
+            if lc_alive "$dir" "redis-node$i"; then
+                echo "redis node $i pid $(cat "$dir/redis-node$i.pid")  127.0.0.1:$((base + 2 + i))"
+            else
+                echo "redis node $i DOWN"
+                bad=1
+            fi
+        done
+    elif lc_alive "$dir" redis; then
         echo "redis      pid $(cat "$dir/redis.pid")  127.0.0.1:$((base + 2))"
     else
         echo "redis      DOWN"
@@ -361,11 +429,22 @@ lc_status() {
 
 lc_main() {
     case "${1:-}" in
-    up) lc_up "${2:-3}" ;;
+    up)
+        if [ "${2:-}" = --redis-cluster ]; then
+            lc_up 3 cluster
+        elif [ "${3:-}" = --redis-cluster ]; then
+            lc_up "${2:-3}" cluster
+        elif [ -n "${3:-}" ]; then
+            echo "usage: $0 up [N] [--redis-cluster]" >&2
+            exit 2
+        else
+            lc_up "${2:-3}"
+        fi
+        ;;
     down) lc_down ;;
     status) lc_status ;;
     *)
-        echo "usage: $0 up [N] | down | status" >&2
+        echo "usage: $0 up [N] [--redis-cluster] | down | status" >&2
         exit 2
         ;;
     esac

@@ -87,7 +87,13 @@ struct rls_batch_s {
     int64_t *before;
     uint32_t *nrun, *admitted;
     size_t scratch_ops;
+    /* Per op: 0 not decided yet, 1 being answered now, 2 answered (by a
+     * part the store reported early, see rls_store_part_cb). */
+    uint8_t *done;
 };
+
+static void on_store_part(void *data, rls_op_t *ops, const uint32_t *idx,
+                          size_t k);
 
 void rls_batcher_init(rls_batcher_t *b, rls_store_t *store,
                       rls_runtime_t *rt,
@@ -96,6 +102,7 @@ void rls_batcher_init(rls_batcher_t *b, rls_store_t *store,
 {
     memset(b, 0, sizeof(*b));
     b->store = store;
+    store->part = on_store_part;
     b->rt = rt;
     b->prefix = prefix;
     b->prefix_len = prefix_len;
@@ -119,6 +126,7 @@ static void batch_destroy(rls_batch_t *t)
     free(t->before);
     free(t->nrun);
     free(t->admitted);
+    free(t->done);
     rl_buf_free(&t->keys);
     rl_buf_free(&t->wins);
     free(t);
@@ -139,13 +147,15 @@ static rls_batch_t *batch_new(rls_batcher_t *b)
     t->ops = malloc(n * sizeof(*t->ops));
     t->opx = malloc(n * sizeof(*t->opx));
     t->costs = malloc(n * sizeof(*t->costs));
+    t->done = malloc(n);
     t->index = calloc(slots, sizeof(*t->index));
     t->mask = (uint32_t)(slots - 1);
     /* Keys: prefix, braces, caller, ":r:" and a rule name at most. */
     rl_buf_init(&t->keys,
                 n * (b->prefix_len + RL_KEY_MAX + RL_RULE_MAX + 8));
     rl_buf_init(&t->wins, n * RLS_WINDOWS_MAX * sizeof(rls_wop_t));
-    if (!t->reqs || !t->ops || !t->opx || !t->costs || !t->index) {
+    if (!t->reqs || !t->ops || !t->opx || !t->costs || !t->index ||
+        !t->done) {
         batch_destroy(t);
         return NULL;
     }
@@ -309,18 +319,18 @@ static void answer_failed(rls_batcher_t *b, rls_batch_t *t, rls_op_t *op,
     q->respond(q->owner, &r);
 }
 
-static void on_store_done(void *data, rls_op_t *ops, size_t nops, int status)
+/* Answers the requests of the ops marked 1 in t->done (the replay, the
+ * stats, the refusal cache), then marks those ops 2. */
+static void decide(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
 {
-    rls_batch_t *t = data;
     rls_batcher_t *b = t->owner;
     rl_admit_win_t *run;
     int64_t *before;
     uint32_t *nrun, *admitted;
-    uint64_t failed = 0;
+    uint64_t failed = 0, decided = 0;
     char text[160];
     size_t i, j;
 
-    assert(ops == t->ops && nops == t->nops);
     if (nops > t->scratch_ops) {
         free(t->run);
         free(t->before);
@@ -346,6 +356,8 @@ static void on_store_done(void *data, rls_op_t *ops, size_t nops, int status)
         const rls_wop_t *w = op->nqwin ? op->qwin : op->win;
         uint32_t n = op->nqwin ? op->nqwin : op->nwin;
 
+        if (t->done[i] != 1)
+            continue;
         if (status != 0 && op->err == 0)
             op->err = status;
         if (op->err != 0)
@@ -372,6 +384,9 @@ static void on_store_done(void *data, rls_op_t *ops, size_t nops, int status)
         rl_result_t r;
         int ok;
 
+        if (t->done[q->op] != 1)
+            continue;
+        decided++;
         if (op->err != 0) {
             failed++;
             answer_failed(b, t, op, q, text, sizeof(text));
@@ -399,6 +414,9 @@ static void on_store_done(void *data, rls_op_t *ops, size_t nops, int status)
 
     for (i = 0; i < nops; i++) {
         rls_op_t *op = &ops[i];
+        if (t->done[i] != 1)
+            continue;
+        t->done[i] = 2;
         if (op->err != 0)
             continue;
         if (admitted[i] != op->admitted && b->stats.replay_mismatch++ == 0)
@@ -424,7 +442,34 @@ static void on_store_done(void *data, rls_op_t *ops, size_t nops, int status)
                                &run[i * RLS_WINDOWS_MAX], end, nrun[i]);
         }
     }
-    share_add(b, t->nreqs, failed);
+    share_add(b, decided, failed);
+}
+
+/* A part of the batch decided early (the cluster store: one master's
+ * ops): its requests are answered now. */
+static void on_store_part(void *data, rls_op_t *ops, const uint32_t *idx,
+                          size_t k)
+{
+    rls_batch_t *t = data;
+    size_t i;
+
+    for (i = 0; i < k; i++)
+        if (idx[i] < t->nops && t->done[idx[i]] == 0)
+            t->done[idx[i]] = 1;
+    decide(t, ops, t->nops, 0);
+}
+
+static void on_store_done(void *data, rls_op_t *ops, size_t nops, int status)
+{
+    rls_batch_t *t = data;
+    rls_batcher_t *b = t->owner;
+    size_t i;
+
+    assert(ops == t->ops && nops == t->nops);
+    for (i = 0; i < nops; i++)
+        if (t->done[i] == 0)
+            t->done[i] = 1;
+    decide(t, ops, nops, status);
     b->in_flight--;
     batch_recycle(b, t);
 }
@@ -464,6 +509,7 @@ static void submit(rls_batcher_t *b)
         op->nqwin = 0;
         op->err = 0;
     }
+    memset(t->done, 0, t->nops);
     b->stats.batches++;
     rls_hist_observe(&b->stats.size, t->nreqs);
     b->in_flight++;

@@ -14,6 +14,7 @@
 #include "server.h"
 #include "store/memory.h"
 #include "store/redis.h"
+#include "store/redis_cluster.h"
 #include "version.h"
 
 /* Every error of a policy build on stderr, FILE:LINE first. */
@@ -103,7 +104,20 @@ int main(int argc, char **argv)
         fprintf(stderr, "rl-server: cannot create event loop\n");
         return 1;
     }
-    if (cfg.use_redis) {
+    if (cfg.redis_cluster > 0) {
+        rls_cluster_opts_t co;
+        int k;
+        memset(&co, 0, sizeof(co));
+        for (k = 0; k < cfg.redis_cluster; k++) {
+            co.hosts[k] = cfg.redis_seed_host[k];
+            co.ports[k] = cfg.redis_seed_port[k];
+        }
+        co.nseeds = cfg.redis_cluster;
+        co.password = cfg.redis_password[0] ? cfg.redis_password : NULL;
+        co.timeout_ms = cfg.redis_timeout_ms;
+        co.grace_ms = cfg.grace_ms;
+        store = rls_store_cluster_new(&loop, &co);
+    } else if (cfg.use_redis) {
         rls_redis_opts_t ro;
         memset(&ro, 0, sizeof(ro));
         ro.host = cfg.redis_host;
@@ -159,7 +173,12 @@ int main(int argc, char **argv)
              cfg.listen_host, cfg.listen_port,
              cfg.use_redis ? "redis" : "memory",
              cfg.fail_open ? "open" : "closed", RLS_VERSION);
-    if (cfg.use_redis)
+    if (cfg.redis_cluster > 0)
+        RLS_INFO("redis cluster", " seeds=%d first=%s:%d timeout_ms=%llu",
+                 cfg.redis_cluster, cfg.redis_seed_host[0],
+                 cfg.redis_seed_port[0],
+                 (unsigned long long)cfg.redis_timeout_ms);
+    else if (cfg.use_redis)
         RLS_INFO("redis", " addr=%s:%d db=%d timeout_ms=%llu",
                  cfg.redis_host, cfg.redis_port, cfg.redis_db,
                  (unsigned long long)cfg.redis_timeout_ms);

@@ -454,6 +454,8 @@ int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
             TRY(histogram(out, "rl_redis_rtt_seconds",
                           "Round trip of answered Redis batches.", &ss->rtt_us,
                           1));
+        if (v->store->v->metrics != NULL)
+            TRY(v->store->v->metrics(v->store, out));
     }
     if (v->http != NULL) {
         TRY(counter(out, "rl_http_connections_evicted_total",

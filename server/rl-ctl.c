@@ -29,6 +29,7 @@
 #include "rl_check.h"
 #include "rl_clock.h"
 #include "rl_error.h"
+#include "store/redis_cluster_map.h"
 #include "version.h"
 
 #define EXIT_FAIL 1
@@ -40,7 +41,8 @@
 #define PRUNE_MS 3600000
 
 static const char usage[] =
-    "usage: rl-ctl [--redis ADDR] [--prefix STR] [--wait-ms N] COMMAND\n"
+    "usage: rl-ctl [--redis ADDR | --redis-cluster SEEDS] [--prefix STR]\n"
+    "              [--wait-ms N] COMMAND\n"
     "\n"
     "Per-caller quotas and fleet-wide switches for rl-server, stored in\n"
     "Redis; every rl-server using that Redis (and prefix) applies them.\n"
@@ -63,6 +65,9 @@ static const char usage[] =
     "\n"
     "  --redis ADDR    HOST:PORT or redis://[:PASSWORD@]HOST:PORT[/DB], as\n"
     "                  rl-server's --redis (default 127.0.0.1:6379)\n"
+    "  --redis-cluster SEEDS  a Redis Cluster instead, as rl-server's\n"
+    "                  --redis-cluster: each command goes to the master of\n"
+    "                  its key's slot\n"
     "  --prefix STR    key prefix, as rl-server's (default rl:)\n"
     "  --wait-ms N     after a switch, wait this long for every rl-server\n"
     "                  to apply it, printing each one's delay (default\n"
@@ -75,6 +80,11 @@ typedef struct ctl_s {
     redisContext *rc;
     rls_config_t cfg; /* --redis and --prefix, parsed as rl-server does */
     uint64_t wait_ms;
+    /* --redis-cluster: the slot map, and the node rc is connected to. */
+    rls_slot_range_t *map;
+    int nmap;
+    char at_host[RLS_NODE_HOST_MAX + 1];
+    int at_port;
 } ctl_t;
 
 #if defined(__GNUC__)
@@ -104,12 +114,32 @@ static int key_ok(const char *s)
     return n > 0 && n <= RL_KEY_MAX;
 }
 
-/* Runs one command; NULL (with a message printed) when Redis failed or
- * answered an error. */
-static redisReply *cmd(ctl_t *c, int argc, const char **argv,
-                       const size_t *lens)
+static int route(ctl_t *c, const char *key);
+static int connect_to(ctl_t *c, const char *host, int port);
+
+/* Runs one command on the current connection; NULL (with a message
+ * printed) when Redis failed or answered an error. */
+static redisReply *cmd_raw(ctl_t *c, int argc, const char **argv,
+                           const size_t *lens)
 {
-    redisReply *r = redisCommandArgv(c->rc, argc, argv, lens);
+    redisReply *r;
+
+    if (c->rc == NULL) {
+        fprintf(stderr, "rl-ctl: redis: not connected\n");
+        return NULL;
+    }
+    r = redisCommandArgv(c->rc, argc, argv, lens);
+    /* A cluster's slot moved since the map was read: once to the node
+     * named. */
+    if (c->map != NULL && r != NULL && r->type == REDIS_REPLY_ERROR &&
+        strncmp(r->str, "MOVED ", 6) == 0) {
+        rls_redirect_t rd;
+        if (rls_cluster_parse_redirect(r->str, r->len, c->at_host, &rd) == 0 &&
+            connect_to(c, rd.host, rd.port) == 0) {
+            freeReplyObject(r);
+            r = redisCommandArgv(c->rc, argc, argv, lens);
+        }
+    }
 
     if (r == NULL) {
         fprintf(stderr, "rl-ctl: redis: %s\n",
@@ -124,22 +154,39 @@ static redisReply *cmd(ctl_t *c, int argc, const char **argv,
     return r;
 }
 
-static int connect_redis(ctl_t *c)
+/* The same, on a cluster first to the master of argv[1]'s slot (a
+ * command with a key). */
+static redisReply *cmd(ctl_t *c, int argc, const char **argv,
+                       const size_t *lens)
+{
+    if (c->map != NULL && argc >= 2 && route(c, argv[1]) != 0)
+        return NULL;
+    return cmd_raw(c, argc, argv, lens);
+}
+
+static int connect_to(ctl_t *c, const char *host, int port)
 {
     struct timeval tv = {2, 0};
     redisReply *r;
 
-    c->rc = redisConnectWithTimeout(c->cfg.redis_host, c->cfg.redis_port, tv);
+    if (c->rc != NULL)
+        redisFree(c->rc);
+    c->at_host[0] = '\0';
+    c->rc = redisConnectWithTimeout(host, port, tv);
     if (c->rc == NULL || c->rc->err) {
         fprintf(stderr, "rl-ctl: cannot connect to redis at %s:%d: %s\n",
-                c->cfg.redis_host, c->cfg.redis_port,
-                c->rc ? c->rc->errstr : "out of memory");
+                host, port, c->rc ? c->rc->errstr : "out of memory");
+        if (c->rc != NULL)
+            redisFree(c->rc);
+        c->rc = NULL;
         return EXIT_FAIL;
     }
     redisSetTimeout(c->rc, tv);
+    snprintf(c->at_host, sizeof(c->at_host), "%s", host);
+    c->at_port = port;
     if (c->cfg.redis_password[0]) {
         const char *a[] = {"AUTH", c->cfg.redis_password};
-        if ((r = cmd(c, 2, a, NULL)) == NULL)
+        if ((r = cmd_raw(c, 2, a, NULL)) == NULL)
             return EXIT_FAIL;
         freeReplyObject(r);
     }
@@ -147,11 +194,69 @@ static int connect_redis(ctl_t *c)
         char db[16];
         const char *a[] = {"SELECT", db};
         snprintf(db, sizeof(db), "%d", c->cfg.redis_db);
-        if ((r = cmd(c, 2, a, NULL)) == NULL)
+        if ((r = cmd_raw(c, 2, a, NULL)) == NULL)
             return EXIT_FAIL;
         freeReplyObject(r);
     }
     return 0;
+}
+
+/* A cluster's slot map, from the first seed that gives one. */
+static int load_map(ctl_t *c)
+{
+    const char *shards[] = {"CLUSTER", "SHARDS"}, *slots[] = {"CLUSTER",
+                                                              "SLOTS"};
+    redisReply *r;
+    int i, n = -1;
+
+    if ((c->map = malloc(RLS_SLOTS * sizeof(*c->map))) == NULL)
+        return bad("out of memory");
+    for (i = 0; i < c->cfg.redis_cluster && n <= 0; i++) {
+        if (connect_to(c, c->cfg.redis_seed_host[i],
+                       c->cfg.redis_seed_port[i]) != 0)
+            continue;
+        r = redisCommandArgv(c->rc, 2, shards, NULL);
+        if (r != NULL && r->type == REDIS_REPLY_ERROR) {
+            freeReplyObject(r);
+            r = redisCommandArgv(c->rc, 2, slots, NULL);
+        }
+        n = r != NULL ? rls_cluster_parse_map(r, c->map, RLS_SLOTS) : -1;
+        if (n <= 0)
+            fprintf(stderr, "rl-ctl: no slot map from %s:%d\n",
+                    c->cfg.redis_seed_host[i], c->cfg.redis_seed_port[i]);
+        if (r != NULL)
+            freeReplyObject(r);
+    }
+    if (n <= 0)
+        return EXIT_FAIL;
+    c->nmap = n;
+    return 0;
+}
+
+/* On a cluster: connected to the master of key's slot. */
+static int route(ctl_t *c, const char *key)
+{
+    unsigned slot = rls_key_slot(key, strlen(key));
+    int i;
+
+    for (i = 0; i < c->nmap; i++)
+        if (slot >= c->map[i].first && slot <= c->map[i].last)
+            break;
+    if (i == c->nmap) {
+        fprintf(stderr, "rl-ctl: no master serves slot %u\n", slot);
+        return EXIT_FAIL;
+    }
+    if (c->rc != NULL && c->at_port == c->map[i].port &&
+        strcmp(c->at_host, c->map[i].host) == 0)
+        return 0;
+    return connect_to(c, c->map[i].host, c->map[i].port);
+}
+
+static int connect_redis(ctl_t *c)
+{
+    if (c->cfg.redis_cluster > 0)
+        return c->map != NULL ? 0 : load_map(c);
+    return connect_to(c, c->cfg.redis_host, c->cfg.redis_port);
 }
 
 static void quota_key(const ctl_t *c, const char *key, char *out, size_t len)
@@ -410,6 +515,9 @@ static int set_switch(ctl_t *c, const char *field, const char *value)
     policy_key(c, "policy", pkey, sizeof(pkey));
     if ((rc = connect_redis(c)) != 0)
         return rc;
+    /* MULTI has no key: on a cluster, to the policy hash's master first. */
+    if (c->map != NULL && (rc = route(c, pkey)) != 0)
+        return rc;
     t0 = rl_unix_ms();
     if ((r = cmd(c, 1, multi, NULL)) == NULL)
         return EXIT_FAIL;
@@ -494,6 +602,7 @@ int main(int argc, char **argv)
 {
     static ctl_t c;
     const char *redis = "127.0.0.1:6379", *prefix = "rl:", *value;
+    const char *redis_flag = "--redis";
     char field[RL_RULE_MAX + 16], err[512];
     int i, rc;
 
@@ -510,7 +619,8 @@ int main(int argc, char **argv)
         }
         if (i + 1 >= argc)
             return bad("%s needs a value (see --help)", o);
-        if (strcmp(o, "--redis") == 0) {
+        if (strcmp(o, "--redis") == 0 || strcmp(o, "--redis-cluster") == 0) {
+            redis_flag = o;
             redis = argv[++i];
         } else if (strcmp(o, "--prefix") == 0) {
             prefix = argv[++i];
@@ -528,8 +638,8 @@ int main(int argc, char **argv)
     /* --redis and --prefix mean exactly what they mean to rl-server: its
      * own parser reads them. */
     {
-        char *sargv[] = {"rl-ctl", "--redis", (char *)redis, "--prefix",
-                         (char *)prefix};
+        char *sargv[] = {"rl-ctl", (char *)redis_flag, (char *)redis,
+                         "--prefix", (char *)prefix};
         rls_config_defaults(&c.cfg);
         if (rls_config_parse(&c.cfg, 5, sargv, stdout, err, sizeof(err)) !=
             RLS_CONFIG_RUN) {
@@ -587,5 +697,6 @@ int main(int argc, char **argv)
     }
     if (c.rc != NULL)
         redisFree(c.rc);
+    free(c.map);
     return rc;
 }

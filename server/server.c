@@ -450,7 +450,8 @@ int rls_server_healthy(const rls_server_t *s, const char **why)
         return 0;
     }
     if (!s->store->v->up(s->store)) {
-        *why = "store unavailable";
+        *why = s->store->stats.down_text[0] ? s->store->stats.down_text
+                                            : "store unavailable";
         return 0;
     }
     if (s->store->stats.mem_full) {

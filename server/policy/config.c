@@ -49,6 +49,9 @@ static const char usage[] =
     "  --redis HOST:PORT        count in this Redis; also\n"
     "          redis://[:PASSWORD@]HOST:PORT[/DB]\n"
     "                           (default: none, the embedded memory store)\n"
+    "  --redis-cluster HOST:PORT[,HOST:PORT...]  count in this Redis\n"
+    "                           Cluster (seed nodes; also redis://[:PASSWORD@]\n"
+    "                           before the list); not with --redis\n"
     "  --prefix STR             Redis key prefix, no braces (default rl:)\n"
     "  --config FILE            rules file (YAML; see the README's Rules);\n"
     "                           reloaded on SIGHUP and when it changes\n"
@@ -224,6 +227,52 @@ static int parse_redis(rls_config_t *c, const char *s, char *err,
     return 0;
 }
 
+/* --redis-cluster: [redis://[:PASSWORD@]]HOST:PORT[,HOST:PORT...], at
+ * most 16 seeds. */
+static int parse_redis_cluster(rls_config_t *c, const char *s, char *err,
+                               size_t errlen)
+{
+    char buf[2 * RLS_HOST_MAX + 1024], host[RLS_HOST_MAX + 1], *at, *hp, *tok;
+    char *save = NULL;
+    int port;
+
+    if (strlen(s) >= sizeof(buf))
+        return fail(err, errlen, "--redis-cluster: value too long");
+    strcpy(buf, s);
+    hp = buf;
+    if (strncmp(buf, "redis://", 8) == 0) {
+        hp = buf + 8;
+        at = strrchr(hp, '@');
+        if (at != NULL) {
+            char *pw = strchr(hp, ':');
+            *at = '\0';
+            if (pw == NULL || pw > at || strlen(pw + 1) > RLS_HOST_MAX)
+                return fail(err, errlen,
+                            "--redis-cluster: expected :PASSWORD@ in URL");
+            strcpy(c->redis_password, pw + 1);
+            hp = at + 1;
+        }
+    }
+    c->redis_cluster = 0;
+    for (tok = strtok_r(hp, ",", &save); tok != NULL;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (c->redis_cluster == 16)
+            return fail(err, errlen, "--redis-cluster: at most 16 seed nodes");
+        if (rl_parse_hostport(tok, host, sizeof(host), &port) != RL_OK ||
+            strlen(host) >= sizeof(c->redis_seed_host[0]))
+            return fail(err, errlen,
+                        "--redis-cluster: bad seed '%s' (expected "
+                        RL_HOSTPORT_HELP ")",
+                        tok);
+        strcpy(c->redis_seed_host[c->redis_cluster], host);
+        c->redis_seed_port[c->redis_cluster++] = port;
+    }
+    if (c->redis_cluster == 0)
+        return fail(err, errlen,
+                    "--redis-cluster: expected HOST:PORT[,HOST:PORT...]");
+    return 0;
+}
+
 /* Numeric flags: name, where to store, and the accepted range. */
 typedef struct {
     const char *name;
@@ -260,6 +309,7 @@ static const num_flag_t num_flags[] = {
 static int takes_value(const char *name)
 {
     static const char *const names[] = {"--listen", "--metrics", "--redis",
+                                        "--redis-cluster",
                                         "--prefix", "--rule", "--log-level",
                                         "--memory-max",
                                         "--unhealthy-error-ratio",
@@ -366,8 +416,18 @@ int rls_config_parse(rls_config_t *c, int argc, char **argv, void *out,
             else
                 c->check_rule_header = val;
         } else if (strcmp(name, "--redis") == 0) {
+            if (c->redis_cluster > 0)
+                return fail(err, errlen, "--redis and --redis-cluster are "
+                                         "exclusive: give one");
             if (parse_redis(c, val, err, errlen) != 0)
                 return RLS_CONFIG_ERROR;
+        } else if (strcmp(name, "--redis-cluster") == 0) {
+            if (c->use_redis && c->redis_cluster == 0)
+                return fail(err, errlen, "--redis and --redis-cluster are "
+                                         "exclusive: give one");
+            if (parse_redis_cluster(c, val, err, errlen) != 0)
+                return RLS_CONFIG_ERROR;
+            c->use_redis = 1;
         } else if (strcmp(name, "--prefix") == 0) {
             /* Braces in the prefix would move the Redis Cluster hash tag
              * off the caller's key. */

@@ -23,6 +23,11 @@ typedef struct rls_config_s {
     int redis_port;
     char redis_password[RLS_HOST_MAX + 1]; /* empty: no AUTH */
     int redis_db;
+    /* --redis-cluster: seed nodes (redis_password applies to every node);
+     * use_redis is set too. */
+    int redis_cluster; /* number of seeds, 0: not a cluster */
+    char redis_seed_host[16][64];
+    int redis_seed_port[16];
     uint64_t redis_timeout_ms;
     uint64_t grace_ms;
     uint64_t spread_ms; /* Redis store: expiries spread over up to this */

@@ -452,7 +452,7 @@ static void m_close(rls_store_t *s, void (*done)(void *), void *arg)
 }
 
 static const rls_store_vtbl_t memory_vtbl = {m_submit, m_now, m_up, m_close,
-                                              NULL};
+                                              NULL, NULL};
 
 rls_store_t *rls_store_memory_new(uv_loop_t *loop)
 {

@@ -71,6 +71,8 @@ struct rls_redis_batch_s {
     uint64_t deadline_ms; /* the script's, on Redis's clock */
     uint64_t now_ms;      /* Redis's clock when sent: places quota windows */
     int retried;          /* already resent as EVAL after NOSCRIPT */
+    int asking;           /* cluster: preceded by ASKING */
+    int declared;         /* cluster: KEYS declared (one slot) */
     int abandoned;        /* answered by timeout; ops is the caller's */
 };
 
@@ -167,6 +169,9 @@ static void complete(rls_redis_store_t *st, rls_op_t *ops, size_t n, int status,
     if (status != 0) {
         for (i = 0; i < n; i++)
             ops[i].err = status;
+    }
+    /* A redirection is not an error: the cluster store resends. */
+    if (status != 0 && st->redir_len == 0) {
         st->base.stats.errors++;
         st->base.stats.errors_kind[kind]++;
         if (status == RL_ETIMEDOUT)
@@ -244,6 +249,24 @@ static int qwin_room(rls_redis_store_t *st, const redisReply *rep, size_t n)
     return 1;
 }
 
+/* The batch's command into st->cmd: EVALSHA with sha, or EVAL when sha is
+ * NULL. A cluster master gets the cluster script, its keys undeclared
+ * unless the batch is one slot's. Returns its length, 0 on no memory. */
+static size_t encode(rls_redis_store_t *st, const rls_redis_batch_t *b,
+                     const char *sha)
+{
+    const char *script;
+    size_t slen;
+
+    if (!st->cluster)
+        return rls_redis_encode(&st->cmd, sha, b->ops, b->n, b->now_ms,
+                                st->grace_ms, b->deadline_ms);
+    script = rls_redis_cluster_script(&slen);
+    return rls_redis_encode_ex(&st->cmd, sha, script, slen, !b->declared,
+                               b->ops, b->n, b->now_ms, st->grace_ms,
+                               b->deadline_ms);
+}
+
 static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
 {
     rls_redis_batch_t *b = priv;
@@ -303,11 +326,28 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
     if (rep->type == REDIS_REPLY_ERROR && !b->retried &&
         strncmp(rep->str, "NOSCRIPT", 8) == 0) {
         b->retried = 1;
-        len = rls_redis_encode(&st->cmd, NULL, b->ops, b->n, b->now_ms,
-                               st->grace_ms, b->deadline_ms);
+        len = encode(st, b, NULL);
+        if (b->asking)
+            redisAsyncCommand(ac, NULL, NULL, "ASKING");
         if (len > 0 && redisAsyncFormattedCommand(ac, on_batch_reply, b,
                                                   st->cmd.p, len) == REDIS_OK)
             return;
+    }
+    /* Cluster redirections: Redis ran nothing of the call; the cluster
+     * store (redis_cluster.c) reads the text and resends. */
+    if (rep->type == REDIS_REPLY_ERROR && st->cluster &&
+        (strncmp(rep->str, "MOVED ", 6) == 0 ||
+         strncmp(rep->str, "ASK ", 4) == 0 ||
+         strncmp(rep->str, "TRYAGAIN", 8) == 0 ||
+         strncmp(rep->str, "CLUSTERDOWN", 11) == 0)) {
+        len = rep->len < sizeof(st->redir) ? rep->len : sizeof(st->redir) - 1;
+        memcpy(st->redir, rep->str, len);
+        st->redir[len] = '\0';
+        st->redir_len = len > 0 ? len : 1;
+        finish(st, b, RL_ESTORE, RLS_SERR_OTHER);
+        st->redir_len = 0;
+        maybe_leave_stall(st, c);
+        return;
     }
     if (rep->type == REDIS_REPLY_ERROR) {
         k = rls_redis_err_kind(rep->str, rep->len);
@@ -363,15 +403,17 @@ static void on_expiry(uv_timer_t *t)
     maybe_leave_stall(st, st->conn);
 }
 
-static void st_submit(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
-                      void *data)
+static void submit_ex(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
+                      void *data, int flags)
 {
+    int asking = (flags & RLS_REDIS_ASKING) != 0;
     rls_redis_store_t *st = (rls_redis_store_t *)s;
     redisAsyncContext *ac;
     rls_redis_batch_t *b;
     uint64_t margin_ms;
     size_t len;
 
+    st->redir_len = 0;
     s->stats.batches++;
     s->stats.ops += n;
     if (n == 0) {
@@ -398,6 +440,8 @@ static void st_submit(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
     b->cb = cb;
     b->data = data;
     b->retried = 0;
+    b->asking = asking;
+    b->declared = (flags & RLS_REDIS_DECLARED) != 0;
     b->abandoned = 0;
     b->sent_ns = uv_hrtime();
     /* The script's deadline, on Redis's clock, a little before ours: our
@@ -410,9 +454,10 @@ static void st_submit(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
     b->deadline_ms = rls_redis_now_ms(s) + st->timeout_ms - margin_ms;
     ac = st->conn->ac;
     b->now_ms = rls_redis_now_ms(s);
-    len = rls_redis_encode(&st->cmd, st->sha, b->ops, b->n, b->now_ms,
-                           st->grace_ms, b->deadline_ms);
+    len = encode(st, b, st->sha);
     rls_redis_uv_hold(ac);
+    if (asking && len > 0)
+        redisAsyncCommand(ac, NULL, NULL, "ASKING");
     if (len == 0 || redisAsyncFormattedCommand(ac, on_batch_reply, b, st->cmd.p,
                                                len) != REDIS_OK) {
         rls_redis_uv_release(ac, 0);
@@ -436,10 +481,52 @@ static void st_submit(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
      * epoll_ctl calls of a write-interest round sooner. A failed write
      * fails the batch (b is then finished already): touch nothing
      * after. */
-    rls_redis_uv_release(ac, 1);
+    rls_redis_uv_release(ac, st->cork == 0);
     return;
 fail:
     complete(st, ops, n, RL_ESTORE, RLS_SERR_UNAVAILABLE, cb, data);
+}
+
+static void st_submit(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
+                      void *data)
+{
+    submit_ex(s, ops, n, cb, data, 0);
+}
+
+void rls_redis_submit_ex(rls_store_t *s, rls_op_t *ops, size_t n,
+                         rls_store_cb cb, void *data, int flags)
+{
+    submit_ex(s, ops, n, cb, data, flags);
+}
+
+const char *rls_redis_redirect(const rls_store_t *s, size_t *len)
+{
+    const rls_redis_store_t *st = (const rls_redis_store_t *)s;
+
+    *len = st->redir_len;
+    return st->redir_len > 0 ? st->redir : NULL;
+}
+
+void rls_redis_cork(rls_store_t *s)
+{
+    ((rls_redis_store_t *)s)->cork++;
+}
+
+/* Writes what the calls submitted while corked left in hiredis's buffer.
+ * The write may fail the connection and its batches (their callbacks run
+ * now). */
+void rls_redis_uncork(rls_store_t *s)
+{
+    rls_redis_store_t *st = (rls_redis_store_t *)s;
+    redisAsyncContext *ac;
+
+    if (st->cork > 0 && --st->cork > 0)
+        return;
+    if (st->state != RLS_REDIS_UP || st->conn == NULL ||
+        (ac = st->conn->ac) == NULL)
+        return;
+    rls_redis_uv_hold(ac);
+    rls_redis_uv_release(ac, 1);
 }
 
 static void st_close(rls_store_t *s, void (*done)(void *arg), void *arg)
@@ -508,7 +595,7 @@ static int st_command(rls_store_t *s, int argc, const char **argv,
 }
 
 static const rls_store_vtbl_t vtbl = {st_submit, rls_redis_now_ms, rls_redis_up,
-                                      st_close, st_command};
+                                      st_close, st_command, NULL};
 
 rls_store_t *rls_store_redis_new(uv_loop_t *loop, const rls_redis_opts_t *opts)
 {
@@ -531,6 +618,8 @@ rls_store_t *rls_store_redis_new(uv_loop_t *loop, const rls_redis_opts_t *opts)
     st->db = opts->db;
     st->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : 1000;
     st->grace_ms = opts->grace_ms;
+    st->cluster = opts->cluster;
+    st->quiet_shared = opts->quiet;
     st->numeric = inet_pton(AF_INET, host, addr) == 1 ||
                   inet_pton(AF_INET6, host, addr) == 1;
     st->rng = (uv_hrtime() ^ (uint64_t)(uintptr_t)st) | 1;

@@ -99,13 +99,17 @@ static void schedule_retry(rls_redis_store_t *st)
 /* A connection attempt failed before there was a connection to lose. */
 static void connect_failed(rls_redis_store_t *st, const char *why)
 {
-    if (!st->quiet)
+    /* A cluster's masters share one flag: a refusal every node gives
+     * (a wrong password) is one warning, not one per node. */
+    if (!st->quiet && (st->quiet_shared == NULL || !*st->quiet_shared))
         RLS_WARN("redis unreachable", " addr=%s:%d err=\"%s\"", st->host,
                  st->port, why);
     else
         RLS_DEBUG("redis connect failed", " addr=%s:%d err=\"%s\"", st->host,
                   st->port, why);
     st->quiet = 1;
+    if (st->quiet_shared != NULL)
+        *st->quiet_shared = 1;
     st->state = RLS_REDIS_DOWN;
     schedule_retry(st);
 }
@@ -257,6 +261,8 @@ static void on_time_reply(redisAsyncContext *ac, void *r, void *priv)
     st->state = RLS_REDIS_UP;
     st->backoff_ms = BACKOFF_MIN_MS;
     st->quiet = 0;
+    if (st->quiet_shared != NULL)
+        *st->quiet_shared = 0;
     if (st->ever_up) {
         st->base.stats.reconnects++;
         RLS_INFO("redis reconnected", " addr=%s:%d down_ms=%llu", st->host,
@@ -343,8 +349,15 @@ static void connect_addr(rls_redis_store_t *st, const char *ip)
         redisAsyncCommand(ac, on_status_reply, NULL, "AUTH %s", st->password);
     if (st->db > 0)
         redisAsyncCommand(ac, on_status_reply, NULL, "SELECT %d", st->db);
-    redisAsyncCommand(ac, on_load_reply, NULL, "SCRIPT LOAD %s",
-                      rls_redis_script);
+    if (st->cluster) {
+        size_t slen;
+        const char *text = rls_redis_cluster_script(&slen);
+        redisAsyncCommand(ac, on_load_reply, NULL, "SCRIPT LOAD %b", text,
+                          slen);
+    } else {
+        redisAsyncCommand(ac, on_load_reply, NULL, "SCRIPT LOAD %s",
+                          rls_redis_script);
+    }
     redisAsyncCommand(ac, on_info_reply, NULL, "INFO server");
     send_time(c);
     uv_timer_start(&st->retry, on_hs_deadline,

@@ -34,6 +34,7 @@ struct rls_redis_store_s {
     char *host, *password;
     int port, db, numeric, state, ever_up;
     int quiet; /* a failure was logged; more go to debug until up again */
+    int *quiet_shared; /* the cluster store's: the same for all its nodes */
     uint64_t timeout_ms, backoff_ms, down_since_ms;
     uint64_t grace_ms;   /* a stored quota's counters outlive their window */
     rls_wop_t *qwin;     /* quota windows of the reply being read */
@@ -63,6 +64,10 @@ struct rls_redis_store_s {
     char sha[41];
     rls_redis_clock_t clk;
     uint64_t rng;
+    int cluster;     /* a cluster master: redirections go to the caller */
+    int cork;        /* rls_redis_cork depth */
+    char redir[160]; /* the redirection of the batch being failed */
+    size_t redir_len;
     void (*done)(void *);
     void *done_arg;
 };

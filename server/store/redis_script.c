@@ -116,7 +116,7 @@ const char rls_redis_script[] =
     "if err then "
     "e = e or err "
     "no = no + 1 "
-    "o[no] = 'e' .. (string.find(err, 'overflow', 1, true) and 'OVERFLOW' or string.match(err, '^%u+') or '') "
+    "o[no] = 'e' .. (string.find(err, 'overflow', 1, true) and 'OVERFLOW' or string.find(err, 'non local key', 1, true) and 'NONLOCAL' or string.find(err, 'cluster is down', 1, true) and 'CLUSTERDOWN' or string.match(err, '^%u+') or '') "
     "else "
     "no = no + 1 "
     "o[no] = a == 1 and '1' or a == 0 and '0' or a "
@@ -136,12 +136,13 @@ const char rls_redis_script[] =
     "ks[j], ex[j], ls[j] = KEYS[kp], ARGV[p], tonumber(ARGV[p + 1]) "
     "kp, p = kp + 1, p + 2 "
     "end "
-    "local tag = '' "
+    "local tag, qerr = '', nil "
     "if qf ~= '' then "
     "local sc = tonumber(ARGV[p]) "
     "local qk = KEYS[kp] "
     "p, kp = p + 1, kp + 1 "
-    "local q = redis.call('HGET', qk, qf) "
+    "local q = redis.pcall('HGET', qk, qf) "
+    "if type(q) == 'table' then qerr = tostring(q.err); q = nil end "
     "if q then "
     "local qw, ql, n, ok, seen = {}, {}, 0, true, {} "
     "for tok in string.gmatch(q, '%S+') do "
@@ -185,8 +186,8 @@ const char rls_redis_script[] =
     "end "
     "p = p + nc + 1 "
     "end "
-    "local bef, err, got = {}, nil, 0 "
-    "for j = 1, nw do "
+    "local bef, err, got = {}, qerr, 0 "
+    "for j = 1, (qerr and 0 or nw) do "
     "local n = redis.pcall('INCRBY', ks[j], total) "
     "if type(n) ~= 'number' then "
     "err = type(n) == 'table' and tostring(n.err) or '?' "
@@ -226,7 +227,7 @@ const char rls_redis_script[] =
     "if err then "
     "e = e or err "
     "no = no + 1 "
-    "o[no] = 'e' .. (string.find(err, 'overflow', 1, true) and 'OVERFLOW' or string.match(err, '^%u+') or '') "
+    "o[no] = 'e' .. (string.find(err, 'overflow', 1, true) and 'OVERFLOW' or string.find(err, 'non local key', 1, true) and 'NONLOCAL' or string.find(err, 'cluster is down', 1, true) and 'CLUSTERDOWN' or string.match(err, '^%u+') or '') "
     "else "
     "no = no + 1; o[no] = adm "
     "if tag ~= '' then no = no + 2; o[no - 1], o[no] = ' ', tag end "
@@ -247,6 +248,38 @@ const char rls_redis_script[] =
     "end "
     "if e then return table.concat(o) .. '\\n' .. e end "
     "return table.concat(o) ";
+
+/* Redis Cluster (redis_cluster.c): the same script, flagged to touch keys
+ * of several slots, so that one call can carry every op a master serves.
+ * Redis refuses a call whose declared KEYS span slots (CROSSSLOT), flag or
+ * not, so such a call declares none: numkeys is 0, ARGV[1] is the number
+ * of keys and the keys follow; the prologue puts them back into KEYS and
+ * the rest into ARGV. A call that declares its keys (one slot, after a
+ * redirection) runs as is. A key this master does not serve (the map was
+ * stale, or its slot is migrating) fails its op alone with eNONLOCAL,
+ * before that op wrote anything (all of an op's keys share a slot). */
+#define CLUSTER_PROLOGUE                                                       \
+    "#!lua flags=allow-cross-slot-keys\n"                                     \
+    "local KEYS, ARGV = KEYS, ARGV "                                           \
+    "if #KEYS == 0 then "                                                      \
+    "local K, A, nk = {}, {}, tonumber(ARGV[1]) "                              \
+    "for i = 1, nk do K[i] = ARGV[i + 1] end "                                 \
+    "for i = nk + 2, #ARGV do A[i - nk - 1] = ARGV[i] end "                    \
+    "KEYS, ARGV = K, A "                                                       \
+    "end "
+
+const char *rls_redis_cluster_script(size_t *len)
+{
+    static char text[sizeof(CLUSTER_PROLOGUE) + sizeof(rls_redis_script)];
+
+    if (text[0] == '\0') {
+        memcpy(text, CLUSTER_PROLOGUE, sizeof(CLUSTER_PROLOGUE) - 1);
+        memcpy(text + sizeof(CLUSTER_PROLOGUE) - 1, rls_redis_script,
+               sizeof(rls_redis_script));
+    }
+    *len = sizeof(CLUSTER_PROLOGUE) - 1 + sizeof(rls_redis_script) - 1;
+    return text;
+}
 
 int rls_redis_err_kind(const char *s, size_t len)
 {
@@ -352,10 +385,20 @@ size_t rls_redis_encode(rls_cmdbuf_t *buf, const char *sha, const rls_op_t *ops,
                         size_t n, uint64_t now_ms, uint64_t grace_ms,
                         uint64_t deadline_ms)
 {
+    return rls_redis_encode_ex(buf, sha, rls_redis_script,
+                               sizeof(rls_redis_script) - 1, 0, ops, n, now_ms,
+                               grace_ms, deadline_ms);
+}
+
+size_t rls_redis_encode_ex(rls_cmdbuf_t *buf, const char *sha,
+                           const char *script, size_t script_len,
+                           int undeclared, const rls_op_t *ops, size_t n,
+                           uint64_t now_ms, uint64_t grace_ms,
+                           uint64_t deadline_ms)
+{
     /* Every argument is a bulk string: at most 16 bytes of header and CRLF
      * around its bytes, and numbers of at most 20 digits. */
-    size_t need = 256 + sizeof(rls_redis_script), nkeys = 0, nargs = 5, i,
-           j;
+    size_t need = 256 + script_len, nkeys = 0, nargs = 5, i, j;
     profile_t pr[PROFILES];
     uint32_t np = 0;
     char *p, scale[40];
@@ -388,11 +431,13 @@ size_t rls_redis_encode(rls_cmdbuf_t *buf, const char *sha, const rls_op_t *ops,
     p = buf->p + 32;
     if (sha == NULL) {
         p = put_bulk(p, "EVAL", 4);
-        p = put_bulk(p, rls_redis_script, sizeof(rls_redis_script) - 1);
+        p = put_bulk(p, script, script_len);
     } else {
         p = put_bulk(p, "EVALSHA", 7);
         p = put_bulk(p, sha, 40);
     }
+    if (undeclared)
+        p = put_num(p, 0);
     p = put_num(p, nkeys);
     for (i = 0; i < n; i++) {
         const rls_op_t *op = &ops[i];
@@ -478,7 +523,9 @@ size_t rls_redis_encode(rls_cmdbuf_t *buf, const char *sha, const rls_op_t *ops,
     {
         /* "*<count>\r\n" right before the first argument. */
         char head[32];
-        size_t hl = (size_t)(put_line(head, '*', 3 + nkeys + nargs) - head);
+        size_t hl = (size_t)(put_line(head, '*', 3 + nkeys + nargs +
+                                               (undeclared ? 1 : 0)) -
+                             head);
         memcpy(buf->p + 32 - hl, head, hl);
         memmove(buf->p, buf->p + 32 - hl, (size_t)(p - buf->p) - (32 - hl));
         return (size_t)(p - buf->p) - (32 - hl);
@@ -546,6 +593,13 @@ int rls_redis_parse_counts(const char *p, size_t len, rls_op_t *ops, size_t n,
 
             while (p < end && *p != ',')
                 p++;
+            /* Redis Cluster: a key of another master (or none now). */
+            if ((p - w == 8 && memcmp(w, "NONLOCAL", 8) == 0) ||
+                (p - w == 11 && memcmp(w, "CLUSTERDOWN", 11) == 0)) {
+                op->err = RLS_REDIS_ENOTHERE;
+                errs->elsewhere++;
+                continue;
+            }
             op->err = RL_ESTORE;
             errs->by_kind[rls_redis_err_kind(w, (size_t)(p - w))]++;
             errs->failed++;

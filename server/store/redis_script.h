@@ -9,11 +9,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rl_error.h"
 #include "store/store.h"
 
 /* The script's source, NUL-terminated; its arguments and reply are
  * described in redis_script.c. */
 extern const char rls_redis_script[];
+
+/* The script for a Redis Cluster master: flagged allow-cross-slot-keys,
+ * and taking its keys either declared (one slot) or, with numkeys 0, as
+ * ARGV[1] = their number followed by the keys. *len gets its length. */
+const char *rls_redis_cluster_script(size_t *len);
+
+/* op->err of an op whose keys this master does not serve (reply entry
+ * eNONLOCAL or eCLUSTERDOWN): nothing of it ran; the cluster store sends it
+ * again on its own. */
+#define RLS_REDIS_ENOTHERE RL_EAGAIN
 
 /* Classifies a Redis error text (len bytes at s) by its leading
  * upper-case word: RLS_SERR_OOM, _BUSY, _READONLY, _NOSCRIPT, _LOADING,
@@ -27,6 +38,7 @@ typedef struct rls_redis_errs_s {
     const char *text;               /* first refusal's text, in the reply */
     size_t text_len;
     size_t bad_quotas; /* stored quotas that did not parse */
+    size_t elsewhere;  /* ops with RLS_REDIS_ENOTHERE (not failed) */
 } rls_redis_errs_t;
 
 /* rls_redis_parse_counts: the script ran after the batch's deadline. */
@@ -57,6 +69,15 @@ size_t rls_redis_encode(rls_cmdbuf_t *buf, const char *sha, const rls_op_t *ops,
  * RLS_REDIS_LATE for "late" (ops untouched); or RL_EINVAL unless the reply
  * holds exactly n well-formed entries, in which case ops may be partly
  * written. */
+/* The same, for a Redis Cluster master: the script text for EVAL (sha
+ * NULL), and with undeclared the keys go in ARGV behind a numkeys of 0
+ * (see rls_redis_cluster_script). */
+size_t rls_redis_encode_ex(rls_cmdbuf_t *buf, const char *sha,
+                           const char *script, size_t script_len,
+                           int undeclared, const rls_op_t *ops, size_t n,
+                           uint64_t now_ms, uint64_t grace_ms,
+                           uint64_t deadline_ms);
+
 int rls_redis_parse_counts(const char *p, size_t len, rls_op_t *ops, size_t n,
                            rls_wop_t *qwin, rls_redis_errs_t *errs);
 

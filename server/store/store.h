@@ -29,6 +29,7 @@
 #include <uv.h>
 
 #include "hist.h"
+#include "rl_buf.h"
 #include "policy/rules.h"
 
 typedef struct rls_store_s rls_store_t;
@@ -125,6 +126,10 @@ typedef struct rls_store_stats_s {
     uint64_t mem_max;      /* the cap on mem_bytes */
     uint64_t mem_refused;  /* ops refused: a new counter would not fit */
     int mem_full;          /* 1 while new counters are refused */
+    /* Why up() is 0, for /healthz, when the store can say more than
+     * "store unavailable" (the cluster store: which share of slots has no
+     * reachable master); "" otherwise. */
+    char down_text[96];
 } rls_store_stats_t;
 
 typedef struct rls_store_vtbl_s {
@@ -151,11 +156,24 @@ typedef struct rls_store_vtbl_s {
     int (*command)(rls_store_t *s, int argc, const char **argv,
                    const size_t *lens, void (*cb)(void *data, void *reply),
                    void *data);
+    /* Optional: appends the store's own /metrics series (the cluster
+     * store's per-node ones) to out. Returns 0 or RL_EFULL / RL_ENOMEM. */
+    int (*metrics)(const rls_store_t *s, rl_buf_t *out);
 } rls_store_vtbl_t;
+
+/* A store that decides a batch in parts (the cluster store: one part per
+ * master) may report a part early, before the batch's callback: ops[idx[0
+ * .. k)] then have their counts or their err, and their requests are
+ * answered at once; the batch's callback answers the rest. Set by the
+ * batcher (rls_batcher_init); NULL: the store reports whole batches only.
+ * data is the batch's, as passed to submit. */
+typedef void (*rls_store_part_cb)(void *data, rls_op_t *ops,
+                                  const uint32_t *idx, size_t k);
 
 struct rls_store_s {
     const rls_store_vtbl_t *v;
     rls_store_stats_t stats;
+    rls_store_part_cb part;
 };
 
 #endif

@@ -91,3 +91,14 @@ for t in envoy_conf grpc; do
   "$out/fuzz_$t" -max_total_time="$secs" -max_len=4096 -timeout=20 \
     -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus-$t" $seeds
 done
+
+# The Redis Cluster store's slot-map and redirection parsers
+# (server/store/redis_cluster_map.c), seeded from tests/fuzz/corpus/cluster.
+clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 \
+  -fsanitize=fuzzer,address,undefined -Ilib -Iserver \
+  tests/fuzz/fuzz_cluster.c server/store/redis_cluster_map.c lib/error.c \
+  $(pkg-config --cflags --libs hiredis) -o "$out/fuzz_cluster"
+mkdir -p "$out/corpus_cluster"
+"$out/fuzz_cluster" -max_total_time="$secs" -max_len=4096 \
+  -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus_cluster" \
+  tests/fuzz/corpus/cluster

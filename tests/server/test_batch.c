@@ -1205,6 +1205,49 @@ static void test_spare_batches(void **state)
     free(h);
 }
 
+/* A store that reports a batch in parts (the cluster store, one part per
+ * master): a part's requests are answered at once, the batch's callback
+ * answers the rest, and every request exactly once. */
+static void test_part_answers(void **state)
+{
+    h_t *h = calloc(1, sizeof(*h));
+    const uint64_t B = base_ms();
+    held_t *hb;
+    uint32_t idx[1] = {0};
+
+    (void)state;
+    h_open(h, 0, 1024, 1);
+    h->store->hold = 1;
+    h_add(h, B + 10, "p1", 5, 60, 1);
+    h_add(h, B + 10, "p1", 5, 60, 1);
+    h_add(h, B + 10, "p2", 5, 60, 1);
+    rls_batcher_flush(&h->b);
+    assert_int_equal(h->store->nheld, 1);
+    hb = &h->store->held[0];
+    assert_int_equal(hb->n, 2); /* p1 (two requests), p2 */
+    assert_non_null(h->store->base.part);
+    /* p1's master answered: 3 counted before, both admitted. */
+    hb->ops[0].admitted = 2;
+    hb->ops[0].win[0].before = 3;
+    hb->ops[0].err = 0;
+    h->store->base.part(hb->data, hb->ops, idx, 1);
+    assert_int_equal(h->answered, 2);
+    assert_int_equal(h->answers[2], 0);
+    assert_result(h, 0, RL_CODE_OK, 5, 4, 1, 59990, 60);
+    assert_result(h, 1, RL_CODE_OK, 5, 5, 0, 59990, 60);
+    /* Then p2's master failed: fail open, p1 not answered again. */
+    hb->ops[1].err = RL_ETIMEDOUT;
+    h->store->nheld = 0;
+    h->store->hold = 0;
+    hb->cb(hb->data, hb->ops, hb->n, 0);
+    assert_int_equal(h->answered, 3);
+    assert_int_equal(h->res[2].code, RL_CODE_OK);
+    assert_non_null(strstr(h->err[2], "timed out"));
+    assert_int_equal(h->b.in_flight, 0);
+    h_close(h);
+    free(h);
+}
+
 /* Redis gone: every request answered once, per the fail mode; a rule's
  * answer names its smallest limit. */
 static void test_store_down_fail_modes(void **state)
@@ -1654,6 +1697,7 @@ int main(void)
         cmocka_unit_test_teardown(test_inline_order, teardown),
         cmocka_unit_test_teardown(test_policy_swap_in_flight, teardown),
         cmocka_unit_test_teardown(test_spare_batches, teardown),
+        cmocka_unit_test_teardown(test_part_answers, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
