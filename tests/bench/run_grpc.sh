@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Envoy's rate limit service (--grpc) next to the native protocol, same
-# server, same run: rl-bench on --listen, grpc_load on --grpc, each alone
-# for the same time, on the memory store and on a private redis-server.
+# The proxy front ends next to the native protocol, same server, same run:
+# rl-bench on --listen, grpc_load on --grpc (Envoy's rate limit service)
+# and http_check_load on --http (GET /check), each alone for the same time,
+# on the memory store and on a private redis-server.
 #   tests/bench/run_grpc.sh [BUILD_DIR] [SECONDS]
 # Prints one line per (store, protocol). Figures, not a test.
 set -euo pipefail
@@ -25,19 +26,27 @@ YAML
 
 run() { # store-name [--redis HOST:PORT]
   local name=$1; shift
-  local lp gp
-  lp=$(free_port); gp=$(free_port)
+  local lp gp hp
+  lp=$(free_port); gp=$(free_port); hp=$(free_port)
   "$build/server/rl-server" --listen 127.0.0.1:$lp --grpc 127.0.0.1:$gp \
-    --envoy-config "$tmp/bench.yaml" --log-level warn "$@" &
+    --envoy-config "$tmp/bench.yaml" --http 127.0.0.1:$hp \
+    --rule bench=100/60s --log-level warn "$@" &
   local spid=$!
   pids+=("$spid")
-  wait_port "$lp"; wait_port "$gp"
+  wait_port "$lp"; wait_port "$gp"; wait_port "$hp"
   echo "== $name store"
   "$build/client/bench/rl-bench" --server 127.0.0.1:$lp --connections 4 \
     --inflight 64 --duration "$secs" --keys 100000 2>&1 | \
     grep -Ei 'decisions|p50|p99|latency' | sed 's/^/native: /'
   "$build/tests/bench/grpc_load" "$gp" 4 64 "$secs" 100000 1
   "$build/tests/bench/grpc_load" "$gp" 4 64 "$secs" 100000 4
+  # One request outstanding per connection, as proxies send auth
+  # subrequests, for HTTP and for the native protocol alike.
+  "$build/client/bench/rl-bench" --server 127.0.0.1:$lp --connections 16 \
+    --inflight 1 --duration "$secs" --keys 100000 2>&1 | \
+    grep -Ei 'decisions|p50|p99|latency' | sed 's/^/native 16x1: /'
+  "$build/tests/bench/http_check_load" --addr 127.0.0.1:$hp --rule bench \
+    --keys 100000 --connections 16 --duration "$secs" | sed 's/^/http 16x1: /'
   kill "$spid"; wait "$spid" || true
 }
 
