@@ -15,9 +15,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include <yaml.h>
 
 #include "net/rl_headers.h"
+#include "policy/yaml_in.h"
 #include "rl_error.h"
 #include "rl_hash.h"
 #include "util.h"
@@ -192,89 +192,49 @@ static int build_index(builder_t *b, const int *lines)
 
 typedef struct yp_s {
     builder_t *b;
-    yaml_parser_t parser;
-    yaml_event_t ev;
-    int have;
-    int depth;
-    int broken;
+    rls_yaml_in_t in;
     int *lines; /* per node, for duplicate errors */
     size_t lcap;
 } yp_t;
 
 static int line_of(const yp_t *y)
 {
-    return (int)y->ev.start_mark.line + 1;
+    return rls_yaml_in_line(&y->in);
+}
+
+/* Passes on rc, saying once why the walk stopped, if it did. */
+static int said(yp_t *y, int rc)
+{
+    if (rc != RL_OK) {
+        if (y->in.nomem)
+            y->b->nomem = 1;
+        if (y->in.why[0] != '\0') {
+            diag(y->b, y->in.why_line, "%s", y->in.why);
+            y->in.why[0] = '\0';
+        }
+    }
+    return rc;
 }
 
 static int next(yp_t *y)
 {
-    if (y->broken)
-        return RL_EINVAL;
-    if (y->have)
-        yaml_event_delete(&y->ev);
-    y->have = 0;
-    if (!yaml_parser_parse(&y->parser, &y->ev)) {
-        if (y->parser.error == YAML_MEMORY_ERROR)
-            y->b->nomem = 1;
-        diag(y->b, (int)(y->parser.problem_mark.line + 1),
-             "not valid YAML: %s%s%s",
-             y->parser.problem ? y->parser.problem : "parse error",
-             y->parser.context ? " " : "",
-             y->parser.context ? y->parser.context : "");
-        y->broken = 1;
-        return RL_EINVAL;
-    }
-    y->have = 1;
-    switch (y->ev.type) {
-    case YAML_SEQUENCE_START_EVENT:
-    case YAML_MAPPING_START_EVENT:
-        if (++y->depth > ENVOY_DEPTH_MAX) {
-            diag(y->b, line_of(y), "nested deeper than %d levels",
-                 ENVOY_DEPTH_MAX);
-            y->broken = 1;
-            return RL_EINVAL;
-        }
-        break;
-    case YAML_SEQUENCE_END_EVENT:
-    case YAML_MAPPING_END_EVENT:
-        y->depth--;
-        break;
-    case YAML_ALIAS_EVENT:
-        diag(y->b, line_of(y), "aliases (*name) are not supported");
-        y->broken = 1;
-        return RL_EINVAL;
-    case YAML_NO_EVENT:
-        /* Past the end: a walk that lost its place must stop. */
-        y->broken = 1;
-        return RL_EINVAL;
-    default:
-        break;
-    }
-    return RL_OK;
+    return said(y, rls_yaml_in_next(&y->in));
 }
 
 static int skip_value(yp_t *y)
 {
-    int depth = y->depth;
-
-    if (y->ev.type != YAML_SEQUENCE_START_EVENT &&
-        y->ev.type != YAML_MAPPING_START_EVENT)
-        return RL_OK;
-    while (y->depth >= depth)
-        if (next(y) != RL_OK)
-            return RL_EINVAL;
-    return RL_OK;
+    return said(y, rls_yaml_in_skip(&y->in));
 }
 
 static int is_scalar(const yp_t *y)
 {
-    return y->ev.type == YAML_SCALAR_EVENT;
+    return y->in.ev.type == YAML_SCALAR_EVENT;
 }
 
 static const char *sval(const yp_t *y, size_t *len)
 {
-    *len = y->ev.data.scalar.length;
-    return (const char *)y->ev.data.scalar.value;
+    *len = y->in.ev.data.scalar.length;
+    return (const char *)y->in.ev.data.scalar.value;
 }
 
 static int key_is(const char *k, size_t kl, const char *want)
@@ -294,17 +254,17 @@ static int next_key(yp_t *y, char kbuf[32])
 
         if (next(y) != RL_OK)
             return RL_EINVAL;
-        if (y->ev.type == YAML_MAPPING_END_EVENT)
+        if (y->in.ev.type == YAML_MAPPING_END_EVENT)
             return 0;
-        if (y->ev.type != YAML_SCALAR_EVENT) {
+        if (y->in.ev.type != YAML_SCALAR_EVENT) {
             diag(y->b, line_of(y), "a key must be a single value");
             if (skip_value(y) != RL_OK || next(y) != RL_OK ||
                 skip_value(y) != RL_OK)
                 return RL_EINVAL;
             continue;
         }
-        k = (const char *)y->ev.data.scalar.value;
-        kl = y->ev.data.scalar.length;
+        k = (const char *)y->in.ev.data.scalar.value;
+        kl = y->in.ev.data.scalar.length;
         snprintf(kbuf, 32, "%.*s", (int)(kl < 31 ? kl : 31), k);
         if (next(y) != RL_OK)
             return RL_EINVAL;
@@ -358,7 +318,7 @@ static int skip_rest(yp_t *y)
     for (;;) {
         if (next(y) != RL_OK)
             return RL_EINVAL;
-        if (y->ev.type == YAML_MAPPING_END_EVENT)
+        if (y->in.ev.type == YAML_MAPPING_END_EVENT)
             return RL_OK;
         /* the key (any shape), then its value */
         if (skip_value(y) != RL_OK || next(y) != RL_OK ||
@@ -373,7 +333,7 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
     builder_t *b = y->b;
     int line = line_of(y), have_rpu = 0, have_unit = 0, have_window = 0;
 
-    if (y->ev.type != YAML_MAPPING_START_EVENT) {
+    if (y->in.ev.type != YAML_MAPPING_START_EVENT) {
         diag(b, line, "'rate_limit' must be a mapping");
         return skip_value(y);
     }
@@ -540,7 +500,7 @@ static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
     if ((x = node_new(y)) == NULL) {
         if (!b->nomem)
             diag(b, line, "more than %u descriptors", ENVOY_NODES_MAX);
-        y->broken = 1;
+        y->in.broken = 1;
         return RL_EINVAL;
     }
     x->domain = domain;
@@ -641,16 +601,16 @@ static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
 
 static int parse_descriptors(yp_t *y, uint32_t domain, uint32_t parent)
 {
-    if (y->ev.type != YAML_SEQUENCE_START_EVENT) {
+    if (y->in.ev.type != YAML_SEQUENCE_START_EVENT) {
         diag(y->b, line_of(y), "'descriptors' must be a list");
         return skip_value(y);
     }
     for (;;) {
         if (next(y) != RL_OK)
             return RL_EINVAL;
-        if (y->ev.type == YAML_SEQUENCE_END_EVENT)
+        if (y->in.ev.type == YAML_SEQUENCE_END_EVENT)
             return RL_OK;
-        if (y->ev.type != YAML_MAPPING_START_EVENT) {
+        if (y->in.ev.type != YAML_MAPPING_START_EVENT) {
             diag(y->b, line_of(y), "a descriptor must be a mapping");
             if (skip_value(y) != RL_OK)
                 return RL_EINVAL;
@@ -690,13 +650,13 @@ static int parse_file(yp_t *y)
     do {
         if (next(y) != RL_OK)
             return RL_EINVAL;
-    } while (y->ev.type == YAML_STREAM_START_EVENT ||
-             y->ev.type == YAML_DOCUMENT_START_EVENT);
-    if (y->ev.type == YAML_STREAM_END_EVENT) {
+    } while (y->in.ev.type == YAML_STREAM_START_EVENT ||
+             y->in.ev.type == YAML_DOCUMENT_START_EVENT);
+    if (y->in.ev.type == YAML_STREAM_END_EVENT) {
         diag(b, 1, "empty file: expected 'domain' and 'descriptors'");
         return RL_OK;
     }
-    if (y->ev.type != YAML_MAPPING_START_EVENT) {
+    if (y->in.ev.type != YAML_MAPPING_START_EVENT) {
         diag(b, line_of(y),
              "expected a mapping with 'domain' and "
              "'descriptors'");
@@ -776,9 +736,9 @@ static int parse_file(yp_t *y)
     /* Anything after the mapping (a second document) is an error. */
     if (next(y) != RL_OK)
         return RL_EINVAL;
-    if (y->ev.type == YAML_DOCUMENT_END_EVENT && next(y) != RL_OK)
+    if (y->in.ev.type == YAML_DOCUMENT_END_EVENT && next(y) != RL_OK)
         return RL_EINVAL;
-    if (y->ev.type != YAML_STREAM_END_EVENT)
+    if (y->in.ev.type != YAML_STREAM_END_EVENT)
         diag(b, line_of(y), "one document per file");
     return RL_OK;
 }
@@ -791,15 +751,12 @@ static int parse_buf(builder_t *b, const char *buf, size_t len, int **lines)
     y.b = b;
     y.lines = *lines;
     y.lcap = 0;
-    if (!yaml_parser_initialize(&y.parser)) {
+    if (rls_yaml_in_open(&y.in, buf, len, ENVOY_DEPTH_MAX) != RL_OK) {
         b->nomem = 1;
         return RL_ENOMEM;
     }
-    yaml_parser_set_input_string(&y.parser, (const unsigned char *)buf, len);
     parse_file(&y);
-    if (y.have)
-        yaml_event_delete(&y.ev);
-    yaml_parser_delete(&y.parser);
+    rls_yaml_in_close(&y.in);
     *lines = y.lines;
     return RL_OK;
 }

@@ -4,7 +4,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "log.h"
 #include "rl_error.h"
@@ -19,19 +18,6 @@ struct rls_envoy_watch_s {
     int started;
 };
 
-static void signature(const char *path, uint64_t sig[4])
-{
-    struct stat st;
-
-    memset(sig, 0, 4 * sizeof(sig[0]));
-    if (stat(path, &st) != 0)
-        return;
-    sig[0] = (uint64_t)st.st_ino;
-    sig[1] = (uint64_t)st.st_size;
-    sig[2] = (uint64_t)st.st_mtim.tv_sec;
-    sig[3] = (uint64_t)st.st_mtim.tv_nsec;
-}
-
 int rls_envoy_reload_now(rls_envoy_reload_t *r)
 {
     rls_envoy_conf_t *c = NULL;
@@ -41,7 +27,7 @@ int rls_envoy_reload_now(rls_envoy_reload_t *r)
     int rc;
 
     for (i = 0; i < r->npaths; i++)
-        signature(r->paths[i], r->sigs[i]);
+        rls_file_signature(r->paths[i], r->sigs[i]);
     rc = rls_envoy_conf_build(r->paths, r->npaths, &c, &d);
     if (rc != RL_OK) {
         r->stats.failures++;
@@ -74,7 +60,7 @@ static void on_debounce(uv_timer_t *t)
     int changed = 0;
 
     for (i = 0; i < r->npaths; i++) {
-        signature(r->paths[i], sig);
+        rls_file_signature(r->paths[i], sig);
         /* A file gone (mid-rename) keeps the configuration in force. */
         if (sig[0] == 0)
             return;
@@ -122,7 +108,7 @@ int rls_envoy_reload_start(rls_envoy_reload_t *r, uv_loop_t *loop,
         const char *slash = strrchr(paths[i], '/');
         size_t dl;
 
-        signature(paths[i], r->sigs[i]);
+        rls_file_signature(paths[i], r->sigs[i]);
         w->r = r;
         if (slash == NULL) {
             strcpy(w->dir, ".");

@@ -13,7 +13,7 @@
  * read once the burst has been quiet this long. */
 #define DEBOUNCE_MS 50
 
-static void signature(const char *path, uint64_t sig[4])
+void rls_file_signature(const char *path, uint64_t sig[4])
 {
     struct stat st;
 
@@ -33,7 +33,7 @@ int rls_reload_now(rls_reload_t *r)
     uint64_t t0 = uv_hrtime();
     int rc;
 
-    signature(r->path ? r->path : "", r->sig);
+    rls_file_signature(r->path ? r->path : "", r->sig);
     rc = rls_policy_build(r->flags, r->nflags, r->path, r->max_rules, &p, &d);
     if (rc == RL_EINVAL) {
         r->stats.failures++;
@@ -77,7 +77,7 @@ static void on_debounce(uv_timer_t *t)
     rls_reload_t *r = t->data;
     uint64_t sig[4];
 
-    signature(r->path, sig);
+    rls_file_signature(r->path, sig);
     /* Gone (mid-rename) or unchanged: nothing to do. A file that
      * disappears keeps the rules in force. */
     if (sig[0] == 0 || memcmp(sig, r->sig, sizeof(sig)) == 0)
@@ -125,7 +125,7 @@ int rls_reload_start(rls_reload_t *r, uv_loop_t *loop, rls_runtime_t *rt,
     r->watch.data = r;
     if (path == NULL)
         return 0;
-    signature(path, r->sig);
+    rls_file_signature(path, r->sig);
     slash = strrchr(path, '/');
     if (slash == NULL) {
         strcpy(r->dir, ".");

@@ -55,4 +55,9 @@ int rls_reload_now(rls_reload_t *r);
 /* Closes the handles (idempotent). */
 void rls_reload_close(rls_reload_t *r);
 
+/* What tells a file's versions apart without reading it: inode, size and
+ * modification time (all 0 when it cannot be read). A save that replaces
+ * the file by rename changes the inode even within one mtime tick. */
+void rls_file_signature(const char *path, uint64_t sig[4]);
+
 #endif

@@ -16,8 +16,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include <yaml.h>
 
+#include "policy/yaml_in.h"
 #include "rl_error.h"
 #include "rl_hash.h"
 #include "rl_window.h"
@@ -549,90 +549,52 @@ static void add_flag(builder_t *b, const char *s)
 
 typedef struct yp_s {
     builder_t *b;
-    yaml_parser_t parser;
-    yaml_event_t ev; /* the current event, owned until the next */
-    int have;        /* ev holds an event to delete */
-    int depth;
-    int broken; /* the YAML itself is bad: stop */
+    rls_yaml_in_t in;
 } yp_t;
 
 static int line_of(const yp_t *y)
 {
-    return (int)y->ev.start_mark.line + 1;
+    return rls_yaml_in_line(&y->in);
 }
 
-/* Advances to the next event. Returns 0, or RL_EINVAL when the YAML is
- * broken, too deep or uses an alias (said once, in diag). */
+/* Passes on rc, saying once why the walk stopped, if it did. */
+static int said(yp_t *y, int rc)
+{
+    if (rc != RL_OK) {
+        if (y->in.nomem)
+            y->b->nomem = 1;
+        if (y->in.why[0] != '\0') {
+            diag(y->b, y->in.why_line, "%s", y->in.why);
+            y->in.why[0] = '\0';
+        }
+    }
+    return rc;
+}
+
 static int next(yp_t *y)
 {
-    if (y->broken)
-        return RL_EINVAL;
-    if (y->have)
-        yaml_event_delete(&y->ev);
-    y->have = 0;
-    if (!yaml_parser_parse(&y->parser, &y->ev)) {
-        int line = (int)(y->parser.problem_mark.line + 1);
-        if (y->parser.error == YAML_MEMORY_ERROR)
-            y->b->nomem = 1;
-        diag(y->b, line, "not valid YAML: %s%s%s",
-             y->parser.problem ? y->parser.problem : "parse error",
-             y->parser.context ? " " : "",
-             y->parser.context ? y->parser.context : "");
-        y->broken = 1;
-        return RL_EINVAL;
-    }
-    y->have = 1;
-    switch (y->ev.type) {
-    case YAML_SEQUENCE_START_EVENT:
-    case YAML_MAPPING_START_EVENT:
-        if (++y->depth > RLS_RULES_DEPTH_MAX) {
-            diag(y->b, line_of(y), "nested deeper than %d levels",
-                 RLS_RULES_DEPTH_MAX);
-            y->broken = 1;
-            return RL_EINVAL;
-        }
-        break;
-    case YAML_SEQUENCE_END_EVENT:
-    case YAML_MAPPING_END_EVENT:
-        y->depth--;
-        break;
-    case YAML_ALIAS_EVENT:
-        diag(y->b, line_of(y), "aliases (*name) are not supported");
-        y->broken = 1;
-        return RL_EINVAL;
-    default:
-        break;
-    }
-    return RL_OK;
+    return said(y, rls_yaml_in_next(&y->in));
 }
 
 /* Skips the value starting at the current event. */
 static int skip_value(yp_t *y)
 {
-    int depth = y->depth;
-
-    if (y->ev.type != YAML_SEQUENCE_START_EVENT &&
-        y->ev.type != YAML_MAPPING_START_EVENT)
-        return RL_OK;
-    while (y->depth >= depth)
-        if (next(y) != RL_OK)
-            return RL_EINVAL;
-    return RL_OK;
+    return said(y, rls_yaml_in_skip(&y->in));
 }
 
 static int is_scalar(const yp_t *y)
 {
-    return y->ev.type == YAML_SCALAR_EVENT;
+    return y->in.ev.type == YAML_SCALAR_EVENT;
 }
 
 static const char *sval(const yp_t *y)
 {
-    return (const char *)y->ev.data.scalar.value;
+    return (const char *)y->in.ev.data.scalar.value;
 }
 
 static size_t slen(const yp_t *y)
 {
-    return y->ev.data.scalar.length;
+    return y->in.ev.data.scalar.length;
 }
 
 /* Moves to the next key of the mapping being read. A key that is not a
@@ -644,7 +606,7 @@ static int next_key(yp_t *y, const char *what, int *ok)
     for (;;) {
         if (next(y) != RL_OK)
             return RL_EINVAL;
-        if (y->ev.type == YAML_MAPPING_END_EVENT)
+        if (y->in.ev.type == YAML_MAPPING_END_EVENT)
             return 0;
         if (is_scalar(y))
             return 1;
@@ -665,7 +627,7 @@ static int key_is(const yp_t *y, const char *k)
 /* A plain empty or ~ or null scalar: YAML's null. */
 static int is_null(const yp_t *y)
 {
-    return is_scalar(y) && y->ev.data.scalar.plain_implicit &&
+    return is_scalar(y) && y->in.ev.data.scalar.plain_implicit &&
            (slen(y) == 0 || key_is(y, "~") || key_is(y, "null"));
 }
 
@@ -679,7 +641,7 @@ static int read_limits(yp_t *y, rls_limits_t *ls)
     int ok = 1;
 
     memset(ls, 0, sizeof(*ls));
-    if (is_scalar(y) || y->ev.type == YAML_SEQUENCE_START_EVENT) {
+    if (is_scalar(y) || y->in.ev.type == YAML_SEQUENCE_START_EVENT) {
         int seq = !is_scalar(y);
         for (;;) {
             const char *why, *err;
@@ -687,7 +649,7 @@ static int read_limits(yp_t *y, rls_limits_t *ls)
 
             if (seq && next(y) != RL_OK)
                 return RL_EINVAL;
-            if (seq && y->ev.type == YAML_SEQUENCE_END_EVENT)
+            if (seq && y->in.ev.type == YAML_SEQUENCE_END_EVENT)
                 break;
             if (!is_scalar(y)) {
                 diag(y->b, line_of(y), "a limit must be N/DURATION");
@@ -725,7 +687,7 @@ static int read_overrides(yp_t *y)
 
     if (is_null(y))
         return RL_OK;
-    if (y->ev.type != YAML_MAPPING_START_EVENT) {
+    if (y->in.ev.type != YAML_MAPPING_START_EVENT) {
         diag(y->b, line_of(y), "overrides must map caller keys to limits");
         return skip_value(y);
     }
@@ -761,7 +723,7 @@ static int read_rule(yp_t *y, const char *name, size_t name_len, int line)
         r = &scratch;
     }
     b->novr = 0;
-    if (y->ev.type != YAML_MAPPING_START_EVENT) {
+    if (y->in.ev.type != YAML_MAPPING_START_EVENT) {
         diag(b, line_of(y), "rule '%.*s' must be a map with limits",
              (int)name_len, name);
         return skip_value(y);
@@ -821,7 +783,7 @@ static int read_rules(yp_t *y)
 
     if (is_null(y))
         return RL_OK;
-    if (y->ev.type != YAML_MAPPING_START_EVENT) {
+    if (y->in.ev.type != YAML_MAPPING_START_EVENT) {
         diag(y->b, line_of(y), "rules must map rule names to rules");
         return skip_value(y);
     }
@@ -849,29 +811,28 @@ static void read_file(builder_t *b, const char *buf, size_t len)
 
     memset(&y, 0, sizeof(y));
     y.b = b;
-    if (!yaml_parser_initialize(&y.parser)) {
+    if (rls_yaml_in_open(&y.in, buf, len, RLS_RULES_DEPTH_MAX) != RL_OK) {
         b->nomem = 1;
         return;
     }
-    yaml_parser_set_input_string(&y.parser, (const unsigned char *)buf, len);
     if (next(&y) != RL_OK) /* STREAM_START */
         goto done;
     if (next(&y) != RL_OK)
         goto done;
-    if (y.ev.type == YAML_STREAM_END_EVENT) {
+    if (y.in.ev.type == YAML_STREAM_END_EVENT) {
         diag(b, 1, "empty file: expected a map with 'rules'");
         goto done;
     }
     if (next(&y) != RL_OK) /* after DOCUMENT_START */
         goto done;
-    if (y.ev.type != YAML_MAPPING_START_EVENT) {
+    if (y.in.ev.type != YAML_MAPPING_START_EVENT) {
         diag(b, line_of(&y), "expected a map with 'rules'");
         goto done;
     }
     for (;;) {
         if (next(&y) != RL_OK)
             goto done;
-        if (y.ev.type == YAML_MAPPING_END_EVENT)
+        if (y.in.ev.type == YAML_MAPPING_END_EVENT)
             break;
         if (is_scalar(&y) && key_is(&y, "rules")) {
             if (seen_rules)
@@ -894,12 +855,10 @@ static void read_file(builder_t *b, const char *buf, size_t len)
     /* One document only: a second one would be silently ignored. */
     if (next(&y) != RL_OK || next(&y) != RL_OK)
         goto done;
-    if (y.ev.type != YAML_STREAM_END_EVENT)
+    if (y.in.ev.type != YAML_STREAM_END_EVENT)
         diag(b, line_of(&y), "more than one YAML document");
 done:
-    if (y.have)
-        yaml_event_delete(&y.ev);
-    yaml_parser_delete(&y.parser);
+    rls_yaml_in_close(&y.in);
 }
 
 static int build(const char *const *flags, size_t nflags, const char *name,
