@@ -125,7 +125,13 @@ int rls_reload_start(rls_reload_t *r, uv_loop_t *loop, rls_runtime_t *rt,
     r->watch.data = r;
     if (path == NULL)
         return 0;
-    rls_file_signature(path, r->sig);
+    /* What the policy in force read, not what is there now: a change
+     * between the first read and the watch below would otherwise never
+     * be loaded. The check after the watch starts compares the two. */
+    if (rt->policy != NULL)
+        rls_policy_file_signature(rt->policy, r->sig);
+    else
+        rls_file_signature(path, r->sig);
     slash = strrchr(path, '/');
     if (slash == NULL) {
         strcpy(r->dir, ".");
@@ -145,6 +151,7 @@ int rls_reload_start(rls_reload_t *r, uv_loop_t *loop, rls_runtime_t *rt,
         return rc;
     }
     r->watching = 1;
+    uv_timer_start(&r->debounce, on_debounce, 0, 0);
     return 0;
 }
 

@@ -38,6 +38,9 @@ struct rls_policy_s {
     uint32_t mask;
     rl_hash_key_t hash_key;
     chunk_t *arena;
+    /* The rules file as read (rls_file_signature's fields); 0s without
+     * one. */
+    uint64_t file_sig[4];
 };
 
 static void *arena_copy(rls_policy_t *p, const char *s, size_t len)
@@ -946,5 +949,16 @@ int rls_policy_build(const char *const *flags, size_t nflags,
     }
     rc = build(flags, nflags, path, buf, len, max_rules, out, diag);
     free(buf);
+    if (rc == RL_OK && path != NULL) {
+        (*out)->file_sig[0] = (uint64_t)st.st_ino;
+        (*out)->file_sig[1] = (uint64_t)st.st_size;
+        (*out)->file_sig[2] = (uint64_t)st.st_mtim.tv_sec;
+        (*out)->file_sig[3] = (uint64_t)st.st_mtim.tv_nsec;
+    }
     return rc;
+}
+
+void rls_policy_file_signature(const rls_policy_t *p, uint64_t sig[4])
+{
+    memcpy(sig, p->file_sig, sizeof(p->file_sig));
 }

@@ -87,6 +87,10 @@ int rls_limit_parse(const char *s, size_t len, rls_limit_t *out,
  * returns the length written (buf of 48 bytes is always enough). */
 size_t rls_limit_format(const rls_limit_t *l, char *buf, size_t len);
 
+/* The signature (rls_file_signature) of the rules file as this policy
+ * read it; all 0 when built without a file. */
+void rls_policy_file_signature(const rls_policy_t *p, uint64_t sig[4]);
+
 /* Builds a policy from --rule flags (each "NAME=N/DURATION[,N/DURATION...]")
  * and, when path is not NULL, a rules file. A name defined twice, in either
  * or across both, is an error. max_rules bounds the number of rules.

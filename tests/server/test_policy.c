@@ -135,6 +135,19 @@ static void start_server(fx_t *f, int i, ...)
     assert_int_equal(rlt_server_start(&f->srv[i], RL_SERVER_BIN, 0, argv),
                      RL_OK);
     assert_true(rlt_wait_port(f->mport[i], 5000));
+    if (f->have_redis) {
+        /* These tests count exact decisions: requests that come before
+         * the server has connected to Redis get the fail mode, uncounted
+         * (and /healthz says 503 until then). */
+        char body[256];
+        uint64_t t0 = rlt_mono_ms();
+
+        while (rlt_http_get(f->mport[i], "/healthz", body, sizeof(body)) !=
+               200) {
+            assert_true(rlt_mono_ms() - t0 < 5000);
+            nap_ms(10);
+        }
+    }
 }
 
 /* Runs a program to its end; returns its exit status, with its stdout and
