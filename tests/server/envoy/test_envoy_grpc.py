@@ -118,8 +118,9 @@ def native_checks(port, rule, key, n):
 class Server:
     def __init__(self, envoy_files, extra=()):
         self.grpc_port, self.metrics_port = free_port(), free_port()
-        self.native_port = free_port()
+        self.native_port, self.http_port = free_port(), free_port()
         args = [RL_SERVER, "--listen", "127.0.0.1:%d" % self.native_port,
+                "--http", "127.0.0.1:%d" % self.http_port,
                 "--grpc", "127.0.0.1:%d" % self.grpc_port,
                 "--metrics", "127.0.0.1:%d" % self.metrics_port,
                 "--config", os.path.join(FIX, "rules.yaml")]
@@ -331,13 +332,14 @@ def extensions(s):
 
 
 def mixed(s):
-    # Native requests and Envoy descriptors on one counter, at once: a
-    # descriptor naming a rule counts under <prefix>{<descriptor key>}:r:
-    # <rule>, which a native request for that rule and key shares. The
-    # rule "mix" allows 40 an hour; 4 native connections and 4 gRPC
-    # threads send 30 each: exactly 40 are admitted in total.
+    # Native requests, Envoy descriptors and HTTP checks on one counter, at
+    # once: a descriptor naming a rule counts under <prefix>{<descriptor
+    # key>}:r:<rule>, which a native request and a GET /check for that rule
+    # and key share. The rule "mix" allows 40 an hour; 4 native
+    # connections, 4 gRPC threads and 4 kept-alive HTTP connections send
+    # 30 each: exactly 40 are admitted in total.
     key = "ext/mix=m%d" % s.grpc_port
-    results = {"native": 0, "grpc": 0}
+    results = {"native": 0, "grpc": 0, "http": 0}
     lock = threading.Lock()
 
     def nat():
@@ -353,14 +355,33 @@ def mixed(s):
             ok += r.overall_code == OK
         with lock:
             results["grpc"] += ok
-    ts = [threading.Thread(target=f) for f in [nat, env] * 4]
+    def web():
+        import http.client
+        import urllib.parse
+        ok = refused = 0
+        c = http.client.HTTPConnection("127.0.0.1", s.http_port, timeout=10)
+        path = "/check?rule=mix&key=" + urllib.parse.quote(key, safe="")
+        for _ in range(30):
+            c.request("GET", path)
+            r = c.getresponse()
+            r.read()
+            ok += r.status == 200
+            refused += r.status == 429
+        c.close()
+        check(ok + refused == 30, "mixed: HTTP answers other than 200/429")
+        with lock:
+            results["http"] += ok
+    ts = [threading.Thread(target=f) for f in [nat, env, web] * 4]
     for t in ts:
         t.start()
     for t in ts:
         t.join(30)
-    total = results["native"] + results["grpc"]
-    check(total == 40, "mixed: %d admitted (native %d, grpc %d), want 40"
-          % (total, results["native"], results["grpc"]))
+    total = results["native"] + results["grpc"] + results["http"]
+    check(total == 40,
+          "mixed: %d admitted (native %d, grpc %d, http %d), want 40"
+          % (total, results["native"], results["grpc"], results["http"]))
+    print("mixed: native %d + grpc %d + http %d = %d admitted of 360 asked"
+          % (results["native"], results["grpc"], results["http"], total))
 
 
 def errors(s):
