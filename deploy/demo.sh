@@ -27,11 +27,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# A loopback port nobody listens on (bash's /dev/tcp: refused means free).
+# A loopback port nobody listens on (bash's /dev/tcp: refused means free),
+# below Linux's ephemeral range (32768-60999), where outgoing connections
+# of other programs could take it between this probe and the bind.
 free_port() {
   local p
   while :; do
-    p=$((20000 + RANDOM % 40000))
+    p=$((20000 + RANDOM % 12000))
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
       echo "$p"
       return

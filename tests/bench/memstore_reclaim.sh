@@ -12,7 +12,7 @@ build=${1:-build-bench}
   exit 2
 }
 window=20
-port=$((20000 + RANDOM % 40000))
+port=$((20000 + RANDOM % 12000)) # below the ephemeral range
 
 rss() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 hwm() { awk '/VmHWM/ {print $2}' "/proc/$1/status"; }
