@@ -174,26 +174,7 @@ int main(int argc, char **argv)
         size_t n = 1 + strlen(h + 1), edits = rnd() % 4;
 
         memcpy(buf, h, n);
-        for (k = 0; k < edits && n > 1; k++) {
-            size_t at = 1 + rnd() % (n - 1);
-            switch (rnd() % 4) {
-            case 0:
-                buf[at] ^= (uint8_t)(1u << (rnd() % 8));
-                break;
-            case 1:
-                buf[at] = (uint8_t)alphabet[rnd() % (sizeof(alphabet) - 1)];
-                break;
-            case 2:
-                memmove(buf + at, buf + at + 1, n - at - 1);
-                n--;
-                break;
-            default:
-                if (n < sizeof(buf)) {
-                    memmove(buf + at + 1, buf + at, n - at);
-                    n++;
-                }
-            }
-        }
+        n = rlf_mutate(buf, n, sizeof(buf), edits, alphabet, rnd);
         buf[0] = (uint8_t)rnd();
         LLVMFuzzerTestOneInput(buf, n);
     }

@@ -187,29 +187,10 @@ int main(int argc, char **argv)
             return 1;
     for (i = 0; i < iters && nseeds > 0; i++) {
         int s = (int)(rnd() % (unsigned)nseeds);
-        size_t n = seed_len[s], k, edits = 1 + rnd() % 4;
+        size_t n = seed_len[s], edits = 1 + rnd() % 4;
 
         memcpy(buf, seeds[s], n);
-        for (k = 0; k < edits && n > 1; k++) {
-            size_t at = 1 + rnd() % (n - 1);
-            switch (rnd() % 4) {
-            case 0:
-                buf[at] ^= (uint8_t)(1u << (rnd() % 8));
-                break;
-            case 1:
-                buf[at] = (uint8_t)alphabet[rnd() % (sizeof(alphabet) - 1)];
-                break;
-            case 2:
-                memmove(buf + at, buf + at + 1, n - at - 1);
-                n--;
-                break;
-            default:
-                if (n < sizeof(buf) - 1) {
-                    memmove(buf + at + 1, buf + at, n - at);
-                    n++;
-                }
-            }
-        }
+        n = rlf_mutate(buf, n, sizeof(buf) - 1, edits, alphabet, rnd);
         LLVMFuzzerTestOneInput(buf, n);
     }
     printf("fuzz_cluster replay: %d files, %d mutations, invariants held\n",

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <stdio.h>
+#include <string.h>
 
 int rlf_walk(const char *path, int (*run)(const char *file), int *files)
 {
@@ -23,4 +24,32 @@ int rlf_walk(const char *path, int (*run)(const char *file), int *files)
     }
     closedir(d);
     return rc;
+}
+
+size_t rlf_mutate(unsigned char *buf, size_t n, size_t cap, size_t edits,
+                  const char *alphabet, unsigned (*rnd)(void))
+{
+    size_t k, na = strlen(alphabet);
+
+    for (k = 0; k < edits && n > 1; k++) {
+        size_t at = 1 + rnd() % (n - 1);
+        switch (rnd() % 4) {
+        case 0:
+            buf[at] ^= (unsigned char)(1u << (rnd() % 8));
+            break;
+        case 1:
+            buf[at] = (unsigned char)alphabet[rnd() % na];
+            break;
+        case 2:
+            memmove(buf + at, buf + at + 1, n - at - 1);
+            n--;
+            break;
+        default:
+            if (n < cap) {
+                memmove(buf + at + 1, buf + at, n - at);
+                n++;
+            }
+        }
+    }
+    return n;
 }

@@ -3,8 +3,18 @@
 #ifndef RL_FUZZ_WALK_H
 #define RL_FUZZ_WALK_H
 
+#include <stddef.h>
+
 /* Calls run(file) for path or each file under it, counting them in
  * *files; stops at the first run that returns non-zero and returns that. */
 int rlf_walk(const char *path, int (*run)(const char *file), int *files);
+
+/* Applies `edits` random edits to buf[1 .. n) (byte 0 is left alone: the
+ * drivers use it to pick a mode): flip a bit, set a byte from alphabet,
+ * delete a byte, or insert a copy while n stays below cap. rnd is the
+ * driver's own generator, so each driver's sequence stays repeatable.
+ * Returns the new length. */
+size_t rlf_mutate(unsigned char *buf, size_t n, size_t cap, size_t edits,
+                  const char *alphabet, unsigned (*rnd)(void));
 
 #endif
