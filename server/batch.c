@@ -436,7 +436,8 @@ static void decide(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
             uint64_t end[RLS_WINDOWS_MAX];
             for (j = 0; j < nrun[i]; j++)
                 end[j] = t->now_ms + run[i * RLS_WINDOWS_MAX + j].reset_after_ms;
-            rls_refusals_learn(&b->refusals, op->key, op->key_len,
+            rls_refusals_learn(&b->refusals, t->opx[i].hash, op->key,
+                               op->key_len,
                                rule ? 0 : op->win[0].window_s,
                                rule ? 0 : t->opx[i].limit0, t->now_ms,
                                &run[i * RLS_WINDOWS_MAX], end, nrun[i]);
@@ -549,13 +550,13 @@ static const win_t *win_get(rls_batch_t *t, rls_batcher_t *b,
  * the store's answer would have: same deciding window, used and
  * retry_after_ms; nothing is queued. Returns 1 when it did. */
 static int local_refusal(rls_batcher_t *b, rls_respond_fn respond,
-                         void *owner, uint64_t id,
+                         void *owner, uint64_t id, uint64_t h,
                          const char *key, size_t len, uint32_t cost,
                          const rls_spec_t *spec)
 {
     int rule = spec->rule != NULL;
     const rls_refusal_t *e =
-        rls_refusals_find(&b->refusals, key, len,
+        rls_refusals_find(&b->refusals, h, key, len,
                           rule ? 0 : spec->limits.w[0].window_s,
                           rule ? 0 : spec->limits.w[0].limit);
     rl_admit_win_t w[RLS_WINDOWS_MAX];
@@ -638,16 +639,17 @@ int rls_batcher_add(rls_batcher_t *b, rls_respond_fn respond, void *owner,
                        &w) != RL_OK)
         return RL_ENOMEM;
     n = op_key(b, w, key, key_len, spec, &tag_len);
-    if (b->refusals.slots != NULL &&
-        local_refusal(b, respond, owner, id, (char *)w, n, cost, spec))
-        return RL_OK;
     /* Hash the caller's key, the rule and (inline) the window: not the
      * constant prefix. Keyed SipHash still decides the slot, so clients
-     * cannot aim keys at one chain. */
+     * cannot aim keys at one chain. The refusal cache places its entries
+     * by the same hash. */
     h = rl_hash(&b->hash_key, key, key_len) ^
         (spec->rule != NULL ? (uint64_t)(uintptr_t)spec->rule
                             : (uint64_t)spec->limits.w[0].window_s *
                                   UINT64_C(0x9e3779b97f4a7c15));
+    if (b->refusals.slots != NULL &&
+        local_refusal(b, respond, owner, id, h, (char *)w, n, cost, spec))
+        return RL_OK;
 
     /* Find the op for this (rule, caller), or make one. */
     for (pos = (uint32_t)h & t->mask;; pos = (pos + 1) & t->mask) {

@@ -51,7 +51,6 @@ int rls_refusals_init(rls_refusals_t *c, size_t max)
     c->mask = (uint32_t)(slots - 1);
     c->max = max;
     c->epoch = 1;
-    rls_random_key(&c->hk);
     return RL_OK;
 }
 
@@ -83,12 +82,9 @@ static int live(const rls_refusals_t *c, const rls_refusal_t *e,
     return e->epoch == c->epoch && now_ms < e->expires_ms;
 }
 
-static uint64_t key_hash(const rls_refusals_t *c, const char *key,
-                         size_t len, uint32_t window_s, uint64_t limit)
+static uint64_t key_hash(uint64_t h, uint64_t limit)
 {
-    return rl_hash(&c->hk, key, len) ^
-           ((uint64_t)window_s * UINT64_C(0x9e3779b97f4a7c15)) ^
-           (limit * UINT64_C(0xc2b2ae3d27d4eb4f));
+    return h ^ (limit * UINT64_C(0xc2b2ae3d27d4eb4f));
 }
 
 static int same(const rls_refusal_t *e, uint64_t h, const char *key,
@@ -98,16 +94,15 @@ static int same(const rls_refusal_t *e, uint64_t h, const char *key,
            e->limit0 == limit && memcmp(e->key, key, len) == 0;
 }
 
-const rls_refusal_t *rls_refusals_find(const rls_refusals_t *c,
+const rls_refusal_t *rls_refusals_find(const rls_refusals_t *c, uint64_t h,
                                        const char *key, size_t len,
                                        uint32_t window_s, uint64_t limit)
 {
-    uint64_t h;
     uint32_t i, pos;
 
     if (c->slots == NULL)
         return NULL;
-    h = key_hash(c, key, len, window_s, limit);
+    h = key_hash(h, limit);
     for (i = 0, pos = (uint32_t)h & c->mask; i < PROBES;
          i++, pos = (pos + 1) & c->mask) {
         const rls_refusal_t *e = SLOT(c, pos);
@@ -141,18 +136,18 @@ int rls_refusals_refuse(rls_refusals_t *c, const rls_refusal_t *e,
     return 1;
 }
 
-void rls_refusals_learn(rls_refusals_t *c, const char *key, size_t len,
-                        uint32_t window_s, uint64_t limit, uint64_t now_ms,
-                        const rl_admit_win_t *w, const uint64_t *end_ms,
-                        uint32_t n)
+void rls_refusals_learn(rls_refusals_t *c, uint64_t h, const char *key,
+                        size_t len, uint32_t window_s, uint64_t limit,
+                        uint64_t now_ms, const rl_admit_win_t *w,
+                        const uint64_t *end_ms, uint32_t n)
 {
     rls_refusal_t *e = NULL;
-    uint64_t h, exp = now_ms + RLS_REFUSAL_TTL_MS;
+    uint64_t exp = now_ms + RLS_REFUSAL_TTL_MS;
     uint32_t i, pos, take = UINT32_MAX;
 
     if (c->slots == NULL || n == 0 || n > RLS_WINDOWS_MAX || len > UINT32_MAX)
         return;
-    h = key_hash(c, key, len, window_s, limit);
+    h = key_hash(h, limit);
     for (i = 0, pos = (uint32_t)h & c->mask; i < PROBES;
          i++, pos = (pos + 1) & c->mask) {
         rls_refusal_t *x = SLOT(c, pos);

@@ -43,7 +43,6 @@ typedef struct rls_refusals_s {
     uint32_t mask;       /* slots - 1; 0 with no table (disabled) */
     size_t max;          /* entries at most */
     uint64_t epoch;      /* bumped when limits may have changed */
-    rl_hash_key_t hk;
     rls_refusal_stats_t stats;
 } rls_refusals_t;
 
@@ -57,10 +56,14 @@ void rls_refusals_invalidate(rls_refusals_t *c);
 
 /* A cache key is an op's key and, for an inline limit, its window length
  * and limit (one caller may use several; 0 and 0 for a rule), so nothing
- * is copied to form it. */
+ * is copied to form it. `h` is the caller's keyed hash of the op (the
+ * batcher's, which it computes for its own index anyway: SipHash of the
+ * caller's key with the rule or the inline window mixed in); the cache
+ * mixes in the limit. Entries are told apart by their whole key, so h
+ * only places them. */
 
 /* The entry for a key, or NULL. Cheap: no clock is read. */
-const rls_refusal_t *rls_refusals_find(const rls_refusals_t *c,
+const rls_refusal_t *rls_refusals_find(const rls_refusals_t *c, uint64_t h,
                                        const char *key, size_t len,
                                        uint32_t window_s, uint64_t limit);
 
@@ -74,7 +77,8 @@ int rls_refusals_refuse(rls_refusals_t *c, const rls_refusal_t *e,
 
 /* Remembers key's windows as a store answer left them (counts after the
  * batch; end_ms[i] when window i ends, on the store's clock). */
-void rls_refusals_learn(rls_refusals_t *c, const char *key, size_t len,
+void rls_refusals_learn(rls_refusals_t *c, uint64_t h, const char *key,
+                        size_t len,
                         uint32_t window_s, uint64_t limit, uint64_t now_ms,
                         const rl_admit_win_t *w, const uint64_t *end_ms,
                         uint32_t n);
