@@ -134,15 +134,10 @@ static unsigned rnd(void)
 static int run_file(const char *path)
 {
     static uint8_t buf[1 << 16];
-    FILE *f = fopen(path, "rb");
     size_t n;
 
-    if (f == NULL) {
-        perror(path);
+    if (rlf_read(path, buf, sizeof(buf), &n) != 0)
         return 1;
-    }
-    n = fread(buf, 1, sizeof(buf), f);
-    fclose(f);
     LLVMFuzzerTestOneInput(buf, n);
     return 0;
 }

@@ -136,16 +136,11 @@ static int run_file(const char *path)
 {
     static uint8_t buf[1 << 16];
     const char *base = strrchr(path, '/');
-    FILE *f = fopen(path, "rb");
     size_t n;
     int rc;
 
-    if (f == NULL) {
-        perror(path);
+    if (rlf_read(path, buf, sizeof(buf), &n) != 0)
         return 1;
-    }
-    n = fread(buf, 1, sizeof(buf), f);
-    fclose(f);
     base = base != NULL ? base + 1 : path;
     rc = run_one(buf, n);
     if ((strncmp(base, "ok-", 3) == 0 && rc < 0) ||

@@ -314,14 +314,11 @@ static void synth(void)
 
 static int run_file(const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    uint8_t buf[65536];
+    static uint8_t buf[65536];
     size_t n;
 
-    if (f == NULL)
+    if (rlf_read(path, buf, sizeof(buf), &n) != 0)
         return 1;
-    n = fread(buf, 1, sizeof(buf), f);
-    fclose(f);
     LLVMFuzzerTestOneInput(buf, n);
     return 0;
 }

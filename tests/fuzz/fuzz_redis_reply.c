@@ -147,17 +147,12 @@ static int run_file(const char *path)
     static uint8_t buf[1 << 16];
     const char *base = strrchr(path, '/');
     rls_redis_errs_t e;
-    FILE *f = fopen(path, "rb");
     size_t n, h, nops;
     char *copy;
     int rc;
 
-    if (f == NULL) {
-        perror(path);
+    if (rlf_read(path, buf, sizeof(buf), &n) != 0)
         return 1;
-    }
-    n = fread(buf, 1, sizeof(buf), f);
-    fclose(f);
     LLVMFuzzerTestOneInput(buf, n);
     base = base != NULL ? base + 1 : path;
     if ((h = shape(buf, n, &nops)) == 0) {

@@ -53,3 +53,16 @@ size_t rlf_mutate(unsigned char *buf, size_t n, size_t cap, size_t edits,
     }
     return n;
 }
+
+int rlf_read(const char *path, unsigned char *buf, size_t cap, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+
+    if (f == NULL) {
+        perror(path);
+        return 1;
+    }
+    *n = fread(buf, 1, cap, f);
+    fclose(f);
+    return 0;
+}

@@ -9,6 +9,10 @@
  * *files; stops at the first run that returns non-zero and returns that. */
 int rlf_walk(const char *path, int (*run)(const char *file), int *files);
 
+/* Reads at most cap bytes of path into buf, their count in *n. Returns 0,
+ * or 1 (said on stderr) when it cannot be opened. */
+int rlf_read(const char *path, unsigned char *buf, size_t cap, size_t *n);
+
 /* Applies `edits` random edits to buf[1 .. n) (byte 0 is left alone: the
  * drivers use it to pick a mode): flip a bit, set a byte from alphabet,
  * delete a byte, or insert a copy while n stays below cap. rnd is the
