@@ -5,8 +5,9 @@
  * and whose ARGV holds each counter's increment and absolute expiry
  * (redis_script.c). The script INCRBYs every key with redis.pcall (a
  * key holding a non-integer fails only its own op), sets PEXPIREAT only
- * when the INCRBY created the key, and answers with the counts packed in
- * one string. A script runs atomically, so no key is ever created without
+ * when the INCRBY created the key, and answers with the counts, one
+ * integer each, in one array (read without an allocation per integer,
+ * redis_reply.c). A script runs atomically, so no key is ever created without
  * its expiry, whatever happens to rl-server or the connection; keys
  * recreated after a flush or a restart are created by the script too.
  *
@@ -228,19 +229,27 @@ static void maybe_leave_stall(rls_redis_store_t *st, rls_redis_conn_t *c)
 }
 
 /* Room for the quota windows a reply may carry: only a reply that has
- * some (" q ") needs any. Returns 0 when it cannot be had. */
+ * some (an op's entry "<admitted> q ...") needs any. Returns 0 when it
+ * cannot be had. */
 static int qwin_room(rls_redis_store_t *st, const redisReply *rep, size_t n)
 {
-    size_t i;
+    size_t i, e;
     rls_wop_t *q;
 
-    if (n <= st->qwin_ops)
+    if (n <= st->qwin_ops || rep->type != REDIS_REPLY_ARRAY)
         return 1;
-    for (i = 0; i + 2 < rep->len; i++)
-        if (rep->str[i] == ' ' && rep->str[i + 1] == 'q' &&
-            rep->str[i + 2] == ' ')
+    for (e = 0; e < rep->elements; e++) {
+        const redisReply *x = rep->element[e];
+        if (x->type != REDIS_REPLY_STRING)
+            continue;
+        for (i = 0; i + 2 < x->len; i++)
+            if (x->str[i] == ' ' && x->str[i + 1] == 'q' &&
+                x->str[i + 2] == ' ')
+                break;
+        if (i + 2 < x->len)
             break;
-    if (i + 2 >= rep->len)
+    }
+    if (e == rep->elements)
         return 1;
     if ((q = realloc(st->qwin, n * RLS_WINDOWS_MAX * sizeof(*q))) == NULL)
         return 0;
@@ -298,9 +307,9 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
         maybe_leave_stall(st, c);
         return;
     }
-    if (rep->type == REDIS_REPLY_STRING && qwin_room(st, rep, b->n) &&
-        (rc = rls_redis_parse_counts(rep->str, rep->len, b->ops, b->n,
-                                     st->qwin, &errs)) >= 0) {
+    if (rep->type != REDIS_REPLY_ERROR && qwin_room(st, rep, b->n) &&
+        (rc = rls_redis_parse_reply(rep, b->ops, b->n, st->qwin, &errs)) >=
+            0) {
         st->base.stats.bad_quotas += errs.bad_quotas;
         if (errs.bad_quotas > 0)
             note_bad_quotas(st, errs.bad_quotas);

@@ -26,6 +26,7 @@
 #include "rl_clock.h"
 #include "store/redis_clock.h"
 #include "store/redis_conn.h"
+#include "store/redis_reply.h"
 #include "store/redis_script.h"
 #include "store/redis_uv.h"
 
@@ -335,6 +336,7 @@ static void connect_addr(rls_redis_store_t *st, const char *ip)
         goto fail;
     st->open++;
     c->ac = ac;
+    ac->c.reader->fn = &rls_redis_reply_fns;
     c->st = st;
     c->fail = RL_ESTORE;
     rls_redis_clock_new_path(&st->clk);

@@ -40,13 +40,18 @@
  * scale only with a quota, and the costs: -k and one cost for k equal
  * costs, else k and the costs.
  *
- * The reply is one string, the ops separated by commas: "<admitted>
- * <before>..." per op; "<admitted> q <window> <limit> <before>..." when the
- * caller's stored quota replaced the rule's windows; "<admitted> Q
+ * The reply is an array, op after op: the admitted count and the count
+ * before of each window, as integers (the common op); or one string for an
+ * op out of the ordinary: "<admitted> q <window> <limit> <before>..." when
+ * the caller's stored quota replaced the rule's windows, "<admitted> Q
  * <before>..." when a stored quota did not parse (the rule's windows
- * applied); "e<KIND>" when Redis refused the op (the first refusal's text
- * follows the reply after a newline); or "late" for the whole batch when
- * Redis ran it after its deadline, having counted nothing.
+ * applied), "e<KIND>" when Redis refused the op. When some op was refused,
+ * one more string, the first refusal's text, ends the array. The whole
+ * reply is the string "late" when Redis ran the batch after its deadline,
+ * having counted nothing. Integers and not one string of digits because
+ * Lua turns a number into text with sprintf, the costliest step of an op
+ * after its INCRBY (BENCHMARKS.md, "Redis command strategy"); the store
+ * reads the array without one allocation per integer (redis_reply.c).
  *
  * A stored quota parses when it is 1 to 8 space-separated "N/S", N >= 1,
  * S from 1 to 366 days, no S twice (as rl-ctl writes it); anything else
@@ -71,7 +76,6 @@ const char rls_redis_script[] =
     "end "
     "local o, no, e, p, kp, bef = {}, 0, nil, q, 1, {} "
     "for i = 1, tonumber(ARGV[4]) do "
-    "if i > 1 then no = no + 1; o[no] = ',' end "
     "local P = tonumber(ARGV[p]) "
     "if P ~= 0 then "
     "local k, c, ts = 1, 1, '1' "
@@ -118,13 +122,11 @@ const char rls_redis_script[] =
     "no = no + 1 "
     "o[no] = 'e' .. (string.find(err, 'overflow', 1, true) and 'OVERFLOW' or string.find(err, 'non local key', 1, true) and 'NONLOCAL' or string.find(err, 'cluster is down', 1, true) and 'CLUSTERDOWN' or string.match(err, '^%u+') or '') "
     "else "
-    "no = no + 1 "
-    "o[no] = a == 1 and '1' or a == 0 and '0' or a "
+    "no = no + 1; o[no] = a "
     "for j = 1, nw do "
     "local b = bef[j] "
-    "if b >= 1e14 or b <= -1e14 then b = string.format('%.0f', b) end "
-    "o[no + 1], o[no + 2] = ' ', b "
-    "no = no + 2 "
+    "if b > 9e18 then b = 9e18 elseif b < -9e18 then b = -9e18 end "
+    "no = no + 1; o[no] = b "
     "end "
     "end "
     "p, kp = p + 1, kp + nw "
@@ -229,25 +231,34 @@ const char rls_redis_script[] =
     "no = no + 1 "
     "o[no] = 'e' .. (string.find(err, 'overflow', 1, true) and 'OVERFLOW' or string.find(err, 'non local key', 1, true) and 'NONLOCAL' or string.find(err, 'cluster is down', 1, true) and 'CLUSTERDOWN' or string.match(err, '^%u+') or '') "
     "else "
+    "if tag == '' then "
     "no = no + 1; o[no] = adm "
-    "if tag ~= '' then no = no + 2; o[no - 1], o[no] = ' ', tag end "
+    "for j = 1, nw do "
+    "local b = bef[j] "
+    "if b > 9e18 then b = 9e18 elseif b < -9e18 then b = -9e18 end "
+    "no = no + 1; o[no] = b "
+    "end "
+    "else "
+    "local t, m = {adm, ' ', tag}, 3 "
     "for j = 1, nw do "
     "if tag == 'q' then "
     "local l = ls[j] "
     "if l >= 1e14 then l = string.format('%.0f', l) end "
-    "o[no + 1], o[no + 2], o[no + 3], o[no + 4] = ' ', ws[j], ' ', l "
-    "no = no + 4 "
+    "t[m + 1], t[m + 2], t[m + 3], t[m + 4] = ' ', ws[j], ' ', l "
+    "m = m + 4 "
     "end "
     "local b = bef[j] "
     "if b >= 1e14 or b <= -1e14 then b = string.format('%.0f', b) end "
-    "o[no + 1], o[no + 2] = ' ', b "
-    "no = no + 2 "
+    "t[m + 1], t[m + 2] = ' ', b "
+    "m = m + 2 "
+    "end "
+    "no = no + 1; o[no] = table.concat(t) "
     "end "
     "end "
     "end "
     "end "
-    "if e then return table.concat(o) .. '\\n' .. e end "
-    "return table.concat(o) ";
+    "if e then o[no + 1] = e end "
+    "return o ";
 
 /* Redis Cluster (redis_cluster.c): the same script, flagged to touch keys
  * of several slots, so that one call can carry every op a master serves.
@@ -565,83 +576,114 @@ static int get_sp_i64(const char **pp, const char *end, int64_t *out)
     return get_i64(pp, end, out);
 }
 
-int rls_redis_parse_counts(const char *p, size_t len, rls_op_t *ops, size_t n,
-                           rls_wop_t *qwin, rls_redis_errs_t *errs)
+/* Reads one op's text entry, [p, end): "e<KIND>", or "<admitted>" then
+ * " Q" and the window counts, or " q" and a window, limit and count per
+ * window of the caller's quota (into q, RLS_WINDOWS_MAX entries). */
+static int parse_op_text(const char *p, const char *end, rls_op_t *op,
+                         rls_wop_t *q, rls_redis_errs_t *errs)
 {
-    const char *end = p + len, *nl;
-    size_t i, j;
     int64_t v;
+    size_t j;
+
+    if (p < end && *p == 'e') {
+        const char *w = ++p;
+        size_t wl = (size_t)(end - w);
+
+        /* Redis Cluster: a key of another master (or none now). */
+        if ((wl == 8 && memcmp(w, "NONLOCAL", 8) == 0) ||
+            (wl == 11 && memcmp(w, "CLUSTERDOWN", 11) == 0)) {
+            op->err = RLS_REDIS_ENOTHERE;
+            errs->elsewhere++;
+            return RL_OK;
+        }
+        op->err = RL_ESTORE;
+        errs->by_kind[rls_redis_err_kind(w, wl)]++;
+        errs->failed++;
+        return RL_OK;
+    }
+    if (get_i64(&p, end, &v) != RL_OK || v < 0 || v > op->ncosts)
+        return RL_EINVAL;
+    op->admitted = (uint64_t)v;
+    op->err = 0;
+    if (end - p >= 2 && p[0] == ' ' && p[1] == 'Q') {
+        p += 2;
+        errs->bad_quotas++;
+    } else if (end - p >= 2 && p[0] == ' ' && p[1] == 'q') {
+        /* The caller's quota: its own windows. */
+        if (q == NULL)
+            return RL_EINVAL;
+        p += 2;
+        for (j = 0; p < end && *p == ' '; j++) {
+            int64_t ws, lim, b;
+            if (j == RLS_WINDOWS_MAX || get_sp_i64(&p, end, &ws) != RL_OK ||
+                get_sp_i64(&p, end, &lim) != RL_OK ||
+                get_sp_i64(&p, end, &b) != RL_OK || ws < 1 ||
+                ws > RL_WINDOW_MAX_S || lim < 1)
+                return RL_EINVAL;
+            q[j].window_s = (uint32_t)ws;
+            q[j].limit = (uint64_t)lim;
+            q[j].before = b;
+            q[j].index = 0;
+            q[j].expire_at_ms = 0;
+        }
+        if (j == 0)
+            return RL_EINVAL;
+        op->qwin = q;
+        op->nqwin = (uint32_t)j;
+        return p == end ? RL_OK : RL_EINVAL;
+    }
+    for (j = 0; j < op->nwin; j++)
+        if (get_sp_i64(&p, end, &op->win[j].before) != RL_OK)
+            return RL_EINVAL;
+    return p == end ? RL_OK : RL_EINVAL;
+}
+
+int rls_redis_parse_reply(const redisReply *rep, rls_op_t *ops, size_t n,
+                          rls_wop_t *qwin, rls_redis_errs_t *errs)
+{
+    size_t i, j, e = 0;
 
     memset(errs, 0, sizeof(*errs));
-    if (len == 4 && memcmp(p, "late", 4) == 0)
+    if (rep->type == REDIS_REPLY_STRING && rep->len == 4 &&
+        memcmp(rep->str, "late", 4) == 0)
         return RLS_REDIS_LATE;
-    /* The first refusal's text, if any, follows the ops. */
-    if ((nl = memchr(p, '\n', len)) != NULL) {
-        errs->text = nl + 1;
-        errs->text_len = (size_t)(end - nl - 1);
-        end = nl;
-    }
+    if (rep->type != REDIS_REPLY_ARRAY)
+        return RL_EINVAL;
     for (i = 0; i < n; i++) {
         rls_op_t *op = &ops[i];
+        const redisReply *x;
 
         op->qwin = NULL;
         op->nqwin = 0;
-        if (i > 0 && (p == end || *p++ != ','))
+        if (e == rep->elements)
             return RL_EINVAL;
-        if (p < end && *p == 'e') {
-            const char *w = ++p;
-
-            while (p < end && *p != ',')
-                p++;
-            /* Redis Cluster: a key of another master (or none now). */
-            if ((p - w == 8 && memcmp(w, "NONLOCAL", 8) == 0) ||
-                (p - w == 11 && memcmp(w, "CLUSTERDOWN", 11) == 0)) {
-                op->err = RLS_REDIS_ENOTHERE;
-                errs->elsewhere++;
-                continue;
-            }
-            op->err = RL_ESTORE;
-            errs->by_kind[rls_redis_err_kind(w, (size_t)(p - w))]++;
-            errs->failed++;
+        x = rep->element[e++];
+        if (x->type == REDIS_REPLY_STRING) {
+            if (parse_op_text(x->str, x->str + x->len, op,
+                              qwin ? qwin + i * RLS_WINDOWS_MAX : NULL,
+                              errs) != RL_OK)
+                return RL_EINVAL;
             continue;
         }
-        if (get_i64(&p, end, &v) != RL_OK || v < 0 || v > op->ncosts)
+        if (x->type != REDIS_REPLY_INTEGER || x->integer < 0 ||
+            (uint64_t)x->integer > op->ncosts ||
+            rep->elements - e < op->nwin)
             return RL_EINVAL;
-        op->admitted = (uint64_t)v;
+        op->admitted = (uint64_t)x->integer;
         op->err = 0;
-        if (end - p >= 2 && p[0] == ' ' && p[1] == 'Q') {
-            p += 2;
-            errs->bad_quotas++;
-        } else if (end - p >= 2 && p[0] == ' ' && p[1] == 'q') {
-            /* The caller's quota: its own windows. */
-            rls_wop_t *q;
-            if (qwin == NULL)
+        for (j = 0; j < op->nwin; j++) {
+            x = rep->element[e++];
+            if (x->type != REDIS_REPLY_INTEGER)
                 return RL_EINVAL;
-            q = qwin + i * RLS_WINDOWS_MAX;
-            p += 2;
-            for (j = 0; p < end && *p == ' '; j++) {
-                int64_t ws, lim, b;
-                if (j == RLS_WINDOWS_MAX ||
-                    get_sp_i64(&p, end, &ws) != RL_OK ||
-                    get_sp_i64(&p, end, &lim) != RL_OK ||
-                    get_sp_i64(&p, end, &b) != RL_OK || ws < 1 ||
-                    ws > RL_WINDOW_MAX_S || lim < 1)
-                    return RL_EINVAL;
-                q[j].window_s = (uint32_t)ws;
-                q[j].limit = (uint64_t)lim;
-                q[j].before = b;
-                q[j].index = 0;
-                q[j].expire_at_ms = 0;
-            }
-            if (j == 0)
-                return RL_EINVAL;
-            op->qwin = q;
-            op->nqwin = (uint32_t)j;
-            continue;
+            op->win[j].before = x->integer;
         }
-        for (j = 0; j < op->nwin; j++)
-            if (get_sp_i64(&p, end, &op->win[j].before) != RL_OK)
-                return RL_EINVAL;
     }
-    return p == end ? RL_OK : RL_EINVAL;
+    /* The first refusal's text, if any, follows the ops. */
+    if (e + 1 == rep->elements &&
+        rep->element[e]->type == REDIS_REPLY_STRING) {
+        errs->text = rep->element[e]->str;
+        errs->text_len = rep->element[e]->len;
+        e++;
+    }
+    return e == rep->elements ? RL_OK : RL_EINVAL;
 }

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <hiredis/hiredis.h>
+
 #include "rl_error.h"
 #include "store/store.h"
 
@@ -41,7 +43,7 @@ typedef struct rls_redis_errs_s {
     size_t elsewhere;  /* ops with RLS_REDIS_ENOTHERE (not failed) */
 } rls_redis_errs_t;
 
-/* rls_redis_parse_counts: the script ran after the batch's deadline. */
+/* rls_redis_parse_reply: the script ran after the batch's deadline. */
 #define RLS_REDIS_LATE 1
 
 /* A command buffer that grows to the largest command and then stays, so
@@ -61,14 +63,6 @@ size_t rls_redis_encode(rls_cmdbuf_t *buf, const char *sha, const rls_op_t *ops,
                         size_t n, uint64_t now_ms, uint64_t grace_ms,
                         uint64_t deadline_ms);
 
-/* Reads the script's reply (len bytes at p, not NUL-terminated) into each
- * op's admitted, window counts (win[].before) and err (0, or RL_ESTORE for
- * an "e"), and what was refused into *errs (its text points into p). An op
- * decided under the caller's stored quota gets qwin/nqwin pointing into
- * qwin (RLS_WINDOWS_MAX entries per op, the caller's). Returns 0;
- * RLS_REDIS_LATE for "late" (ops untouched); or RL_EINVAL unless the reply
- * holds exactly n well-formed entries, in which case ops may be partly
- * written. */
 /* The same, for a Redis Cluster master: the script text for EVAL (sha
  * NULL), and with undeclared the keys go in ARGV behind a numkeys of 0
  * (see rls_redis_cluster_script). */
@@ -78,7 +72,14 @@ size_t rls_redis_encode_ex(rls_cmdbuf_t *buf, const char *sha,
                            uint64_t now_ms, uint64_t grace_ms,
                            uint64_t deadline_ms);
 
-int rls_redis_parse_counts(const char *p, size_t len, rls_op_t *ops, size_t n,
-                           rls_wop_t *qwin, rls_redis_errs_t *errs);
+/* Reads the script's reply into each op's admitted, window counts
+ * (win[].before) and err (0, or RL_ESTORE for an "e" entry), and what was
+ * refused into *errs (its text points into rep). An op decided under the
+ * caller's stored quota gets qwin/nqwin pointing into qwin (RLS_WINDOWS_MAX
+ * entries per op, the caller's). Returns 0; RLS_REDIS_LATE for "late" (ops
+ * untouched); or RL_EINVAL unless the reply holds exactly n well-formed
+ * entries, in which case ops may be partly written. */
+int rls_redis_parse_reply(const redisReply *rep, rls_op_t *ops, size_t n,
+                          rls_wop_t *qwin, rls_redis_errs_t *errs);
 
 #endif

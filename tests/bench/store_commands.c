@@ -19,7 +19,7 @@
  *             string.format('%.0f'), exact up to 2^53
  *   evalb_cat the production script (rls_redis_script, redis_script.c),
  *             formatted by rls_redis_encode and read back by
- *             rls_redis_parse_counts, without a deadline: per op one
+ *             rls_redis_parse_reply, without a deadline: per op one
  *             window with a limit never reached and one request of cost 1,
  *             so MGET, the admission, INCRBY and PEXPIREAT when created
  *   store     server/store/redis.c itself (evalb_cat with a deadline, plus
@@ -285,20 +285,20 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
     (void)priv;
     if (rep == NULL || rep->type == REDIS_REPLY_ERROR) {
         bn->bad++;
+    } else if (bn->strat == S_EVALB_CAT) {
+        /* The production script's reply, read as the store reads it. */
+        rls_redis_errs_t errs;
+        if (rls_redis_parse_reply(rep, bn->cat->ops, bn->batch, NULL,
+                                  &errs) != 0)
+            bn->bad++;
+        for (i = 0; i < bn->batch; i++)
+            if (bn->cat->ops[i].err != 0 || bn->cat->ops[i].admitted != 1)
+                bn->bad++;
     } else if (rep->type == REDIS_REPLY_ARRAY) {
         if (rep->elements != (bn->strat == S_MULTI ? 2 : 1) * bn->batch)
             bn->bad++;
         for (i = 0; i < rep->elements; i++)
             if (rep->element[i]->type != REDIS_REPLY_INTEGER)
-                bn->bad++;
-    } else if (rep->type == REDIS_REPLY_STRING && bn->strat == S_EVALB_CAT) {
-        /* The production script's reply, read as the store reads it. */
-        rls_redis_errs_t errs;
-        if (rls_redis_parse_counts(rep->str, rep->len, bn->cat->ops,
-                                   bn->batch, NULL, &errs) != 0)
-            bn->bad++;
-        for (i = 0; i < bn->batch; i++)
-            if (bn->cat->ops[i].err != 0 || bn->cat->ops[i].admitted != 1)
                 bn->bad++;
     } else if (rep->type == REDIS_REPLY_STRING) {
         /* Parse as the store does: one count per op. */

@@ -1,19 +1,22 @@
-/* Fuzz target: the Redis store's script reply, as redis.c hands it to
- * rls_redis_parse_counts (server/store/redis_script.c). A reply comes from
- * the network and from a Redis anyone with access may have tampered with
- * (a stored quota, a counter's value), so it is input like any other.
+/* Fuzz target: the Redis store's script reply, as the store's connection
+ * reads it (a hiredis reader making the objects of redis_reply.c) and
+ * hands it to rls_redis_parse_reply (server/store/redis_script.c). A reply
+ * comes from the network and from a Redis anyone with access may have
+ * tampered with (a stored quota, a counter's value), so it is input like
+ * any other.
  *
  * Input: byte 0 gives the number of ops (1 + b % 4); the next byte per op
- * its shape (nwin = 1 + b % 8, ncosts = 1 + b / 8 % 32); the rest is the
- * reply. Beyond "does not crash", it checks the parser's contract:
- *   - it never reads past the reply (which sits in a heap block of exactly
- *     its size, so ASan sees any read beyond);
- *   - it returns RL_OK, RLS_REDIS_LATE or RL_EINVAL, and the same again on
- *     the same bytes;
+ * its shape (nwin = 1 + b % 8, ncosts = 1 + b / 8 % 32); the rest is RESP,
+ * the reply. Beyond "does not crash or leak", it checks the contract:
+ *   - the reader's objects hold what the RESP said, and free whole, also
+ *     when the RESP is cut or malformed halfway through an array;
+ *   - the parser returns RL_OK, RLS_REDIS_LATE or RL_EINVAL, and the same
+ *     again on the same bytes;
  *   - on RLS_REDIS_LATE the ops are untouched;
  *   - on RL_OK every op has err, or admitted <= ncosts and nqwin <= 8 with
  *     qwin inside that op's own slot of the array; errs.failed counts the
- *     ops with err, by kind too; errs.text lies inside the reply.
+ *     ops with err RL_ESTORE, by kind too, and errs.elsewhere those with
+ *     RLS_REDIS_ENOTHERE; errs.text is the reply's last element.
  *
  * Built two ways (tests/fuzz/CMakeLists.txt, tests/fuzz/run.sh): with
  * clang's libFuzzer, and with RL_FUZZ_REPLAY as a plain program that runs
@@ -25,7 +28,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <hiredis/hiredis.h>
+
 #include "rl_error.h"
+#include "store/redis_reply.h"
 #include "store/redis_script.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -68,27 +74,37 @@ static size_t shape(const uint8_t *data, size_t size, size_t *n)
     return 1 + *n;
 }
 
-/* Parses the reply in an exact-size heap copy. */
+/* Reads the RESP at p as the store's connection does and parses the
+ * reply; -100 when the bytes hold no complete reply (hiredis waits for
+ * more, or refuses them). *rep gets the reply to free, or NULL. */
 static int parse(const uint8_t *p, size_t len, size_t n, rls_redis_errs_t *e,
-                 char **copy)
+                 void **rep)
 {
-    *copy = malloc(len ? len : 1);
-    CHECK(*copy != NULL);
-    memcpy(*copy, p, len);
-    return rls_redis_parse_counts(*copy, len, ops, n, qwin, e);
+    redisReader *rd = redisReaderCreateWithFunctions(&rls_redis_reply_fns);
+    int ok;
+
+    CHECK(rd != NULL);
+    *rep = NULL;
+    ok = redisReaderFeed(rd, (const char *)p, len) == REDIS_OK &&
+         redisReaderGetReply(rd, rep) == REDIS_OK && *rep != NULL;
+    redisReaderFree(rd);
+    if (!ok)
+        return -100;
+    return rls_redis_parse_reply(*rep, ops, n, qwin, e);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     rls_redis_errs_t e, e2;
-    size_t n, h, i, failed = 0, kinds = 0;
-    char *copy, *copy2;
+    size_t n, h, i, failed = 0, elsewhere = 0, kinds = 0;
+    void *rep, *rep2;
     int rc, rc2, k;
 
     if ((h = shape(data, size, &n)) == 0)
         return 0;
-    rc = parse(data + h, size - h, n, &e, &copy);
-    CHECK(rc == RL_OK || rc == RLS_REDIS_LATE || rc == RL_EINVAL);
+    rc = parse(data + h, size - h, n, &e, &rep);
+    CHECK(rc == RL_OK || rc == RLS_REDIS_LATE || rc == RL_EINVAL ||
+          rc == -100);
     if (rc == RLS_REDIS_LATE) {
         for (i = 0; i < n; i++)
             CHECK(ops[i].admitted == SENTINEL && ops[i].err == 12345);
@@ -96,6 +112,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (i = 0; i < n; i++) {
             const rls_op_t *op = &ops[i];
 
+            if (op->err == RLS_REDIS_ENOTHERE) {
+                elsewhere++;
+                continue;
+            }
             if (op->err != 0) {
                 CHECK(op->err == RL_ESTORE);
                 failed++;
@@ -110,20 +130,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     CHECK(op->qwin[k].window_s >= 1 && op->qwin[k].limit >= 1);
             }
         }
-        CHECK(e.failed == failed);
+        CHECK(e.failed == failed && e.elsewhere == elsewhere);
         for (k = 0; k < RLS_SERR_MAX; k++)
             kinds += e.by_kind[k];
         CHECK(kinds == failed);
         CHECK(e.bad_quotas <= n);
-        if (e.text != NULL)
-            CHECK(e.text >= copy && e.text + e.text_len == copy + size - h);
+        if (e.text != NULL) {
+            const redisReply *r = rep;
+            const redisReply *last = r->element[r->elements - 1];
+            CHECK(last->type == REDIS_REPLY_STRING && e.text == last->str &&
+                  e.text_len == last->len);
+        }
     }
     /* The same bytes, the same answer. */
     shape(data, size, &n);
-    rc2 = parse(data + h, size - h, n, &e2, &copy2);
+    rc2 = parse(data + h, size - h, n, &e2, &rep2);
     CHECK(rc2 == rc);
-    free(copy);
-    free(copy2);
+    rls_redis_reply_fns.freeObject(rep);
+    rls_redis_reply_fns.freeObject(rep2);
     return 0;
 }
 
@@ -132,7 +156,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 /* Without libFuzzer: runs each file named (a directory is read with the
  * names listed in it), then deterministic mutations of well-formed
  * replies. A seed named ok-* must parse (RL_OK or RLS_REDIS_LATE), bad-*
- * must be RL_EINVAL. */
+ * must be RL_EINVAL or no reply at all (hiredis refused the RESP). */
 
 static unsigned seed = 20261123;
 
@@ -148,7 +172,7 @@ static int run_file(const char *path)
     const char *base = strrchr(path, '/');
     rls_redis_errs_t e;
     size_t n, h, nops;
-    char *copy;
+    void *rep;
     int rc;
 
     if (rlf_read(path, buf, sizeof(buf), &n) != 0)
@@ -159,14 +183,19 @@ static int run_file(const char *path)
         fprintf(stderr, "fuzz_redis_reply: %s: no header\n", path);
         return 1;
     }
-    rc = parse(buf + h, n - h, nops, &e, &copy);
-    free(copy);
+    rc = parse(buf + h, n - h, nops, &e, &rep);
+    rls_redis_reply_fns.freeObject(rep);
     if ((strncmp(base, "ok-", 3) == 0 && rc < 0) ||
-        (strncmp(base, "bad-", 4) == 0 && rc != RL_EINVAL)) {
+        (strncmp(base, "bad-", 4) == 0 && rc != RL_EINVAL && rc != -100)) {
         fprintf(stderr, "fuzz_redis_reply: %s: rc=%d\n", path, rc);
         return 1;
     }
     return 0;
+}
+
+static size_t put_str(uint8_t *buf, size_t cap, const char *t)
+{
+    return (size_t)snprintf((char *)buf, cap, "$%zu\r\n%s\r\n", strlen(t), t);
 }
 
 /* A well-formed input: header, then a reply the script could send. */
@@ -174,50 +203,77 @@ static size_t well_formed(uint8_t *buf, size_t cap)
 {
     static const char *const kinds[] = {"OOM", "OVERFLOW", "WRONGTYPE", "ERR",
                                         ""};
-    size_t n = 1 + rnd() % MAX_OPS, i, len, j;
+    size_t n = 1 + rnd() % MAX_OPS, i, len, j, elems = 0, at;
     int any_err = 0;
+    char t[512];
 
+    if (rnd() % 50 == 0) {
+        buf[0] = 0;
+        buf[1] = 0;
+        return 2 + put_str(buf + 2, cap - 2, "late");
+    }
     buf[0] = (uint8_t)(n - 1);
     len = 1 + n;
+    /* The array's header is written last, into room kept for it. */
+    at = len;
+    len += 16;
     for (i = 0; i < n; i++) {
         uint32_t nwin = 1 + rnd() % 8, nc = 1 + rnd() % 32;
+        size_t tl;
         buf[1 + i] = (uint8_t)((nwin - 1) + 8 * (nc - 1));
-        if (i > 0)
-            buf[len++] = ',';
         switch (rnd() % 4) {
         case 0:
-            len += (size_t)snprintf((char *)buf + len, cap - len, "e%s",
-                                    kinds[rnd() % 5]);
+            snprintf(t, sizeof(t), "e%s", kinds[rnd() % 5]);
+            len += put_str(buf + len, cap - len, t);
+            elems++;
             any_err = 1;
             break;
         case 1: {
             uint32_t q = 1 + rnd() % 8;
-            len += (size_t)snprintf((char *)buf + len, cap - len, "%u q",
-                                    rnd() % (nc + 1));
+            tl = (size_t)snprintf(t, sizeof(t), "%u q", rnd() % (nc + 1));
             for (j = 0; j < q; j++)
-                len += (size_t)snprintf((char *)buf + len, cap - len,
-                                        " %u %u %d", 1 + rnd() % 86400,
-                                        1 + rnd(), (int)(rnd() % 100) - 1);
+                tl += (size_t)snprintf(t + tl, sizeof(t) - tl, " %u %u %d",
+                                       1 + rnd() % 86400, 1 + rnd(),
+                                       (int)(rnd() % 100) - 1);
+            len += put_str(buf + len, cap - len, t);
+            elems++;
             break;
         }
-        default:
-            len += (size_t)snprintf((char *)buf + len, cap - len, "%u%s",
-                                    rnd() % (nc + 1), rnd() % 4 ? "" : " Q");
+        case 2:
+            tl = (size_t)snprintf(t, sizeof(t), "%u Q", rnd() % (nc + 1));
             for (j = 0; j < nwin; j++)
-                len += (size_t)snprintf((char *)buf + len, cap - len, " %d",
-                                        (int)(rnd() % 1000) - 1);
+                tl += (size_t)snprintf(t + tl, sizeof(t) - tl, " %d",
+                                       (int)(rnd() % 1000) - 1);
+            len += put_str(buf + len, cap - len, t);
+            elems++;
+            break;
+        default:
+            len += (size_t)snprintf((char *)buf + len, cap - len, ":%u\r\n",
+                                    rnd() % (nc + 1));
+            for (j = 0; j < nwin; j++)
+                len += (size_t)snprintf((char *)buf + len, cap - len,
+                                        ":%d\r\n", (int)(rnd() % 1000) - 1);
+            elems += 1 + nwin;
         }
     }
-    if (any_err)
-        len += (size_t)snprintf((char *)buf + len, cap - len,
-                                "\nOOM command not allowed");
+    if (any_err) {
+        len += put_str(buf + len, cap - len, "OOM command not allowed");
+        elems++;
+    }
+    {
+        char hd[16];
+        size_t hl = (size_t)snprintf(hd, sizeof(hd), "*%zu\r\n", elems);
+        memmove(buf + at + hl, buf + at + 16, len - at - 16);
+        memcpy(buf + at, hd, hl);
+        len -= 16 - hl;
+    }
     return len;
 }
 
 int main(int argc, char **argv)
 {
-    static const char alphabet[] = " ,\n-0123456789eqQlate\x7f";
-    static uint8_t buf[4096];
+    static const char alphabet[] = " \r\n*$:+-~0123456789eqQlate\x7f";
+    static uint8_t buf[8192];
     int i, iters = 100000, files = 0, ok = 0;
 
     for (i = 1; i < argc; i++)
@@ -229,10 +285,13 @@ int main(int argc, char **argv)
         if (edits == 0) {
             rls_redis_errs_t e;
             size_t h, nops;
-            char *copy;
+            void *rep;
+            int rc;
             h = shape(buf, n, &nops);
-            CHECK(h > 0 && parse(buf + h, n - h, nops, &e, &copy) == RL_OK);
-            free(copy);
+            CHECK(h > 0);
+            rc = parse(buf + h, n - h, nops, &e, &rep);
+            CHECK(rc == RL_OK || (rc == RLS_REDIS_LATE && nops == 1));
+            rls_redis_reply_fns.freeObject(rep);
             ok++;
         }
         for (k = 0; k < edits && n > 0; k++) {

@@ -35,14 +35,15 @@ mkdir -p "$out/corpus_check"
 "$out/fuzz_check" -max_total_time="$secs" -max_len=9000 \
   -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus_check" tests/fuzz/corpus/check
 
-# The Redis store's script reply parser (server/store/redis_script.c),
+# The Redis store's script reply: hiredis's reader with the store's reply
+# objects (server/store/redis_reply.c) and the parser (redis_script.c),
 # seeded from tests/fuzz/corpus/redis_reply.
 clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 \
   -fsanitize=fuzzer,address,undefined -Ilib -Iserver \
   $(pkg-config --cflags libuv) \
   tests/fuzz/fuzz_redis_reply.c server/store/redis_script.c \
-  server/store/store.c lib/window.c \
-  -o "$out/fuzz_redis_reply"
+  server/store/redis_reply.c server/store/store.c lib/window.c \
+  $(pkg-config --libs hiredis) -o "$out/fuzz_redis_reply"
 mkdir -p "$out/corpus_redis_reply"
 "$out/fuzz_redis_reply" -max_total_time="$secs" -max_len=4096 \
   -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus_redis_reply" \

@@ -23,6 +23,7 @@
 #include "policy/config.h"
 #include "server.h"
 #include "store/redis_clock.h"
+#include "store/redis_reply.h"
 #include "store/redis_script.h"
 #include "store/redis.h"
 #include "store/store.h"
@@ -381,76 +382,135 @@ static void parse_ops(rls_op_t *ops, rls_wop_t (*win)[RLS_WINDOWS_MAX],
     }
 }
 
-/* Parses an exact-size heap copy of s, so that ASan sees any read past
- * len. */
-static int parse_copy(const char *s, size_t len, rls_op_t *ops, size_t n,
+/* RESP for a reply written "e1|e2|...": an element ":N" is an integer,
+ * "-T" an error, "+T" a status, "~" a nil, "*" an empty array, anything
+ * else a string; "=T" alone is the string reply T, "" an empty array. */
+static size_t resp_of(const char *note, char *out, size_t cap)
+{
+    size_t n = 0, k = 0, len = strlen(note);
+    const char *p = note, *e;
+
+    if (note[0] == '=')
+        return (size_t)snprintf(out, cap, "$%zu\r\n%s\r\n", len - 1, note + 1);
+    if (len > 0)
+        for (n = 1, e = note; (e = strchr(e, '|')) != NULL; e++)
+            n++;
+    k = (size_t)snprintf(out, cap, "*%zu\r\n", n);
+    while (n-- > 0) {
+        size_t el;
+        e = strchr(p, '|');
+        el = e ? (size_t)(e - p) : strlen(p);
+        if (el > 0 && (p[0] == ':' || p[0] == '-' || p[0] == '+'))
+            k += (size_t)snprintf(out + k, cap - k, "%.*s\r\n", (int)el, p);
+        else if (el == 1 && p[0] == '~')
+            k += (size_t)snprintf(out + k, cap - k, "$-1\r\n");
+        else if (el == 1 && p[0] == '*')
+            k += (size_t)snprintf(out + k, cap - k, "*0\r\n");
+        else
+            k += (size_t)snprintf(out + k, cap - k, "$%zu\r\n%.*s\r\n", el,
+                                  (int)el, p);
+        assert_true(k < cap);
+        p = e ? e + 1 : p + el;
+    }
+    return k;
+}
+
+/* Reads the reply `note` (see resp_of) as the store does, through a hiredis
+ * reader making the store's objects (redis_reply.c), and parses it. The
+ * reply (errs->text points into it) lives until the next call, or until a
+ * call with a NULL note frees it. */
+static int parse_note(const char *note, rls_op_t *ops, size_t n,
                       rls_wop_t *qwin, rls_redis_errs_t *errs)
 {
-    char *copy = malloc(len ? len : 1);
-    int rc;
+    static char resp[8192];
+    static void *rep;
+    redisReader *rd;
+    size_t len;
 
-    assert_non_null(copy);
-    memcpy(copy, s, len);
-    rc = rls_redis_parse_counts(copy, len, ops, n, qwin, errs);
-    free(copy);
-    return rc;
+    rls_redis_reply_fns.freeObject(rep);
+    rep = NULL;
+    if (note == NULL)
+        return 0;
+    len = resp_of(note, resp, sizeof(resp));
+    rd = redisReaderCreateWithFunctions(&rls_redis_reply_fns);
+    assert_non_null(rd);
+    assert_int_equal(redisReaderFeed(rd, resp, len), REDIS_OK);
+    assert_int_equal(redisReaderGetReply(rd, &rep), REDIS_OK);
+    redisReaderFree(rd);
+    assert_non_null(rep);
+    return rls_redis_parse_reply(rep, ops, n, qwin, errs);
 }
 
 static void test_parse_counts(void **state)
 {
-    /* For 3 ops of 2 windows and 3 costs each. */
+    /* For 3 ops of 2 windows and 3 costs each; "G" stands for two good
+     * ops after the one under test. */
+#define G "|:1|:2|:3|:1|:2|:3"
     static const char *const bad[] = {
         "",
         "x",
-        ",",
-        "1 2 3,",
-        "1 2 3,1 2 3",             /* too few ops */
-        "1 2 3,1 2 3,1 2 3,1 2 3", /* an op too many */
-        "1  2 3,1 2 3,1 2 3",
-        " 1 2 3,1 2 3,1 2 3",
-        "1 2 3 ,1 2 3,1 2 3",
-        "1 2,1 2 3,1 2 3",         /* a window's count missing */
-        "1 2 3 4,1 2 3,1 2 3",     /* a window too many */
-        "1e+14 2 3,1 2 3,1 2 3",
-        "1 - 3,1 2 3,1 2 3",
-        "1 2 3x,1 2 3,1 2 3",
-        "1 2 0x3,1 2 3,1 2 3",
-        "4 2 3,1 2 3,1 2 3",       /* admitted > ncosts */
-        "-1 2 3,1 2 3,1 2 3",
-        "1 99999999999999999999 3,1 2 3,1 2 3",
-        "1 2 9223372036854775808,1 2 3,1 2 3",
-        "1 q,1 2 3,1 2 3",         /* a quota of no window */
-        "1 q ,1 2 3,1 2 3",
-        "1 q 60 5,1 2 3,1 2 3",    /* a quota window's count missing */
-        "1 q 0 5 1,1 2 3,1 2 3",   /* window 0 */
-        "1 q 31622401 5 1,1 2 3,1 2 3",
-        "1 q 60 0 1,1 2 3,1 2 3",  /* limit 0 */
-        "1 q 60 -5 1,1 2 3,1 2 3",
-        "1 q 1 1 0 2 1 0 3 1 0 4 1 0 5 1 0 6 1 0 7 1 0 8 1 0 9 1 0,1 2 3,"
-        "1 2 3",                   /* nine quota windows */
-        "1 Q,1 2 3,1 2 3",
-        "1 QQ 2 3,1 2 3,1 2 3",
-        "1 Z 2 3,1 2 3,1 2 3",     /* unknown tags */
-        "1 z 2 3,1 2 3,1 2 3",
-        "1 e 2 3,1 2 3,1 2 3",
-        "1 2 3,x,1 2 3",
-        "1 2 3,E,1 2 3",
-        "1 2 3,1 2 3,1 2 3,",
-        "late,1 2 3,1 2 3",
-        "lat",
-        "latex"};
-    const char *ok = "2 5 7,eOOM,0 Q -1 3";
-    const char *q = "1 q 60 10 4 3600 100 50,3 0 0,0 q 1 1 9";
-    const char *oom = "eOOM,3 1 2,eOVERFLOW\nOOM command not allowed";
+        "=x",
+        "=1 2 3",
+        ":1|:2|:3",                     /* too few ops */
+        ":1|:2|:3" G "|:1|:2|:3",       /* an op too many */
+        ":1|:2" G,                      /* a window's count missing */
+        ":1|:2|:3|:4" G,                /* a window too many */
+        ":4|:2|:3" G,                   /* admitted > ncosts */
+        ":-1|:2|:3" G,
+        ":1|x|:3" G,                    /* a count that is a string */
+        ":1|~|:3" G,
+        ":1|:2|*" G,
+        "~" G,
+        "*" G,
+        "-ERR x" G,
+        "+OK" G,
+        "1  2 3" G,
+        " 1 2 3" G,
+        "1 2 3 " G,
+        "1 2" G,
+        "1 2 3 4" G,
+        "1e+14 2 3" G,
+        "1 - 3" G,
+        "1 2 3x" G,
+        "1 2 0x3" G,
+        "4 2 3" G,
+        "-1 2 3" G,
+        "1 99999999999999999999 3" G,
+        "1 2 9223372036854775808" G,
+        "1 q" G,                        /* a quota of no window */
+        "1 q " G,
+        "1 q 60 5" G,                   /* a quota window's count missing */
+        "1 q 0 5 1" G,                  /* window 0 */
+        "1 q 31622401 5 1" G,
+        "1 q 60 0 1" G,                 /* limit 0 */
+        "1 q 60 -5 1" G,
+        "1 q 60 5 1 " G,
+        "1 q 1 1 0 2 1 0 3 1 0 4 1 0 5 1 0 6 1 0 7 1 0 8 1 0 9 1 0" G,
+        "1 Q" G,
+        "1 QQ 2 3" G,
+        "1 Z 2 3" G,                    /* unknown tags */
+        "1 z 2 3" G,
+        "1 e 2 3" G,
+        "" G,
+        "E" G,
+        "late" G,
+        ":1|:2|:3" G "|:0",             /* an integer after the ops */
+        ":1|:2|:3" G "|a|b",            /* two texts after the ops */
+        ":1|:2|:3" G "|~",
+        "=lat",
+        "=latex"};
+    const char *ok = ":2|:5|:7|eOOM|0 Q -1 3";
+    const char *q = "1 q 60 10 4 3600 100 50|:3|:0|:0|0 q 1 1 9";
+    const char *oom = "eOOM|:3|:1|:2|eOVERFLOW|OOM command not allowed";
     static rls_wop_t qwin[3 * RLS_WINDOWS_MAX];
     rls_wop_t win[3][RLS_WINDOWS_MAX];
     rls_redis_errs_t errs;
     rls_op_t ops[3];
-    size_t i, len;
+    size_t i;
 
     (void)state;
     parse_ops(ops, win, 3, 2, 3);
-    assert_int_equal(parse_copy(ok, strlen(ok), ops, 3, qwin, &errs), 0);
+    assert_int_equal(parse_note(ok, ops, 3, qwin, &errs), 0);
     assert_int_equal(ops[0].err, 0);
     assert_int_equal(ops[0].admitted, 2);
     assert_int_equal(ops[0].win[0].before, 5);
@@ -468,7 +528,7 @@ static void test_parse_counts(void **state)
 
     /* The caller's quota: its windows replace the op's. */
     parse_ops(ops, win, 3, 2, 3);
-    assert_int_equal(parse_copy(q, strlen(q), ops, 3, qwin, &errs), 0);
+    assert_int_equal(parse_note(q, ops, 3, qwin, &errs), 0);
     assert_int_equal(ops[0].admitted, 1);
     assert_int_equal(ops[0].nqwin, 2);
     assert_ptr_equal(ops[0].qwin, &qwin[0]);
@@ -487,46 +547,59 @@ static void test_parse_counts(void **state)
     assert_int_equal(errs.bad_quotas, 0);
     /* ...and without room for quota windows it is malformed, not a write
      * through a null pointer. */
-    assert_int_equal(parse_copy(q, strlen(q), ops, 3, NULL, &errs),
-                     RL_EINVAL);
-    assert_int_equal(parse_copy("3 0 0,1 q 60 10 4", 17, ops, 2, NULL, &errs),
+    assert_int_equal(parse_note(q, ops, 3, NULL, &errs), RL_EINVAL);
+    assert_int_equal(parse_note(":3|:0|:0|1 q 60 10 4", ops, 2, NULL, &errs),
                      RL_EINVAL);
     /* Eight quota windows is the most. */
-    {
-        const char *q8 = "1 q 1 1 0 2 1 0 3 1 0 4 1 0 5 1 0 6 1 0 7 1 0 8 1 0";
-        parse_ops(ops, win, 1, 2, 3);
-        assert_int_equal(parse_copy(q8, strlen(q8), ops, 1, qwin, &errs), 0);
-        assert_int_equal(ops[0].nqwin, 8);
-        assert_int_equal(ops[0].qwin[7].window_s, 8);
-    }
-    /* The extremes of a count. */
+    parse_ops(ops, win, 1, 2, 3);
+    assert_int_equal(
+        parse_note("1 q 1 1 0 2 1 0 3 1 0 4 1 0 5 1 0 6 1 0 7 1 0 8 1 0",
+                   ops, 1, qwin, &errs),
+        0);
+    assert_int_equal(ops[0].nqwin, 8);
+    assert_int_equal(ops[0].qwin[7].window_s, 8);
+    /* The extremes of a count, as an integer and as text. */
     parse_ops(ops, win, 1, 1, 1);
-    assert_int_equal(parse_copy("1 9223372036854775807", 21, ops, 1, qwin,
-                                &errs),
-                     0);
+    assert_int_equal(
+        parse_note(":1|:9223372036854775807", ops, 1, qwin, &errs), 0);
     assert_int_equal(ops[0].win[0].before, INT64_MAX);
-    assert_int_equal(parse_copy("1 -9223372036854775807", 22, ops, 1, qwin,
-                                &errs),
+    assert_int_equal(
+        parse_note(":1|:-9223372036854775808", ops, 1, qwin, &errs), 0);
+    assert_int_equal(ops[0].win[0].before, INT64_MIN);
+    assert_int_equal(parse_note("1 -9223372036854775807", ops, 1, qwin, &errs),
                      0);
     assert_int_equal(ops[0].win[0].before, -INT64_MAX);
 
     parse_ops(ops, win, 3, 2, 3);
     for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-        if (parse_copy(bad[i], strlen(bad[i]), ops, 3, qwin, &errs) !=
-            RL_EINVAL)
+        if (parse_note(bad[i], ops, 3, qwin, &errs) != RL_EINVAL)
             fail_msg("accepted \"%s\"", bad[i]);
-    /* Every truncation of a good reply is refused, never read past. */
-    for (len = 0; len < strlen(ok); len++)
-        assert_int_equal(parse_copy(ok, len, ops, 3, qwin, &errs), RL_EINVAL);
-    for (len = 0; len < strlen(q); len++)
-        assert_int_equal(parse_copy(q, len, ops, 3, qwin, &errs), RL_EINVAL);
-    /* No op at all is an empty reply. */
-    assert_int_equal(parse_copy("", 0, ops, 0, qwin, &errs), 0);
-    assert_int_equal(parse_copy("1 2 3", 5, ops, 0, qwin, &errs), RL_EINVAL);
+#undef G
+    /* Every array short of a good reply's elements is refused. */
+    {
+        static const char *const goods[] = {
+            ":2|:5|:7|eOOM|0 Q -1 3",
+            "1 q 60 10 4 3600 100 50|:3|:0|:0|0 q 1 1 9"};
+        char cut[128];
+        size_t g;
+        for (g = 0; g < 2; g++) {
+            const char *p = goods[g];
+            while ((p = strchr(p, '|')) != NULL) {
+                memcpy(cut, goods[g], (size_t)(p - goods[g]));
+                cut[p - goods[g]] = '\0';
+                if (parse_note(cut, ops, 3, qwin, &errs) != RL_EINVAL)
+                    fail_msg("accepted \"%s\"", cut);
+                p++;
+            }
+        }
+    }
+    /* No op at all is an empty array. */
+    assert_int_equal(parse_note("", ops, 0, qwin, &errs), 0);
+    assert_int_equal(parse_note(":1|:2|:3", ops, 0, qwin, &errs), RL_EINVAL);
 
     /* Refusals by kind, and the first one's text after the ops. */
     parse_ops(ops, win, 3, 2, 3);
-    assert_int_equal(parse_copy(oom, strlen(oom), ops, 3, qwin, &errs), 0);
+    assert_int_equal(parse_note(oom, ops, 3, qwin, &errs), 0);
     assert_int_equal(ops[0].err, RL_ESTORE);
     assert_int_equal(ops[1].err, 0);
     assert_int_equal(ops[1].admitted, 3);
@@ -540,10 +613,11 @@ static void test_parse_counts(void **state)
     /* A script run after its deadline: ops untouched. */
     ops[0].admitted = 5;
     ops[0].win[0].before = 6;
-    assert_int_equal(parse_copy("late", 4, ops, 1, qwin, &errs),
+    assert_int_equal(parse_note("=late", ops, 1, qwin, &errs),
                      RLS_REDIS_LATE);
     assert_int_equal(ops[0].admitted, 5);
     assert_int_equal(ops[0].win[0].before, 6);
+    parse_note(NULL, NULL, 0, NULL, NULL);
     /* Error texts by kind. */
     assert_int_equal(rls_redis_err_kind("BUSY Redis is busy", 18),
                      RLS_SERR_BUSY);
@@ -1706,10 +1780,10 @@ static int script_run(fx_t *f, rls_op_t *ops, size_t n, uint64_t now,
                      REDIS_OK);
     assert_int_equal(redisGetReply(f->rc, (void **)&rep), REDIS_OK);
     assert_non_null(rep);
-    if (rep->type != REDIS_REPLY_STRING)
+    if (rep->type != REDIS_REPLY_ARRAY && rep->type != REDIS_REPLY_STRING)
         fail_msg("script reply type %d: %s", rep->type,
                  rep->type == REDIS_REPLY_ERROR ? rep->str : "");
-    rc = rls_redis_parse_counts(rep->str, rep->len, ops, n, qwin, errs);
+    rc = rls_redis_parse_reply(rep, ops, n, qwin, errs);
     freeReplyObject(rep);
     free(buf.p);
     return rc;
