@@ -1,0 +1,152 @@
+/* redis_floor: what Redis itself spends per counter update, measured on the
+ * keys rl-server uses, so that rl-server's Redis CPU per decision can be
+ * read against it (tests/bench/redis_floor.sh runs both on one Redis).
+ *
+ *   redis_floor PORT MODE OPS [BATCH] [KEYS]
+ *
+ * MODE incr:   pipelined INCR, one command per op: Redis's least work per
+ *              counter update (no TTL set, no decision);
+ * MODE script: one EVALSHA per BATCH ops of a script doing one INCRBY per
+ *              key and PEXPIREAT when it created it, counts back as an
+ *              array: the least a script that keeps every key with its TTL
+ *              can do per op.
+ * Keys: "rl:{floor:<n>}:r:b:60:1", n uniform over KEYS (default 100000)
+ * from a fixed seed; 8 batches in flight (incr: 8 x BATCH commands).
+ * Prints ops/s and Redis CPU seconds per million ops (INFO cpu, before and
+ * after, on a second connection). Loopback only; OPS bounds the run. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <hiredis/hiredis.h>
+
+#define DEPTH 8
+#define MAX_BATCH 4096
+
+static const char script[] =
+    "local r = {} "
+    "for i = 1, #KEYS do "
+    "local n = redis.call('INCRBY', KEYS[i], 1) "
+    "if n == 1 then redis.call('PEXPIREAT', KEYS[i], ARGV[1]) end "
+    "r[i] = n "
+    "end "
+    "return r";
+
+static double redis_cpu(redisContext *c)
+{
+    redisReply *r = redisCommand(c, "INFO cpu");
+    double v = -1;
+    const char *u, *s;
+
+    if (r != NULL && r->type == REDIS_REPLY_STRING &&
+        (u = strstr(r->str, "used_cpu_user:")) != NULL &&
+        (s = strstr(r->str, "used_cpu_sys:")) != NULL)
+        v = atof(u + 14) + atof(s + 13);
+    freeReplyObject(r);
+    return v;
+}
+
+static uint64_t rng = 88172645463325252ull;
+
+static unsigned next_key(unsigned keys)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (unsigned)(rng % keys);
+}
+
+int main(int argc, char **argv)
+{
+    static char keybuf[MAX_BATCH][48];
+    static const char *av[MAX_BATCH + 4];
+    static size_t al[MAX_BATCH + 4];
+    char sha[41], nk[16], exp[24];
+    int port, incr, k;
+    unsigned long long ops, done = 0, bad = 0;
+    unsigned batch, keys, i;
+    redisContext *c, *m;
+    redisReply *r;
+    struct timespec t0, t1;
+    double c0, c1, el;
+
+    if (argc < 4) {
+        fprintf(stderr, "usage: %s PORT incr|script OPS [BATCH] [KEYS]\n",
+                argv[0]);
+        return 2;
+    }
+    port = atoi(argv[1]);
+    incr = strcmp(argv[2], "incr") == 0;
+    ops = strtoull(argv[3], NULL, 10);
+    batch = argc > 4 ? (unsigned)atoi(argv[4]) : 256;
+    keys = argc > 5 ? (unsigned)atoi(argv[5]) : 100000;
+    if ((!incr && strcmp(argv[2], "script") != 0) || port <= 0 ||
+        port > 65535 || batch < 1 || batch > MAX_BATCH || keys < 1 ||
+        ops < batch) {
+        fprintf(stderr, "redis_floor: bad arguments\n");
+        return 2;
+    }
+    c = redisConnect("127.0.0.1", port);
+    m = redisConnect("127.0.0.1", port);
+    if (c == NULL || c->err || m == NULL || m->err) {
+        fprintf(stderr, "redis_floor: cannot connect to 127.0.0.1:%d\n", port);
+        return 1;
+    }
+    r = redisCommand(m, "SCRIPT LOAD %s", script);
+    if (r == NULL || r->type != REDIS_REPLY_STRING || r->len != 40) {
+        fprintf(stderr, "redis_floor: SCRIPT LOAD failed\n");
+        return 1;
+    }
+    memcpy(sha, r->str, 41);
+    freeReplyObject(r);
+    snprintf(exp, sizeof(exp), "%lld", (long long)time(NULL) * 1000 + 600000);
+    snprintf(nk, sizeof(nk), "%u", batch);
+    c0 = redis_cpu(m);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (done < ops) {
+        for (k = 0; k < DEPTH; k++) {
+            size_t a = 0;
+            for (i = 0; i < batch; i++)
+                snprintf(keybuf[i], sizeof(keybuf[i]), "rl:{floor:%u}:r:b:60:1",
+                         next_key(keys));
+            if (incr) {
+                for (i = 0; i < batch; i++)
+                    redisAppendCommand(c, "INCR %s", keybuf[i]);
+                continue;
+            }
+            av[a] = "EVALSHA", al[a++] = 7;
+            av[a] = sha, al[a++] = 40;
+            av[a] = nk, al[a++] = strlen(nk);
+            for (i = 0; i < batch; i++)
+                av[a] = keybuf[i], al[a++] = strlen(keybuf[i]);
+            av[a] = exp, al[a++] = strlen(exp);
+            redisAppendCommandArgv(c, (int)a, av, al);
+        }
+        for (k = 0; k < DEPTH; k++) {
+            unsigned n = incr ? batch : 1;
+            while (n-- > 0) {
+                if (redisGetReply(c, (void **)&r) != REDIS_OK) {
+                    fprintf(stderr, "redis_floor: %s\n", c->errstr);
+                    return 1;
+                }
+                if (r->type != (incr ? REDIS_REPLY_INTEGER : REDIS_REPLY_ARRAY) ||
+                    (!incr && r->elements != batch))
+                    bad++;
+                freeReplyObject(r);
+            }
+        }
+        done += (unsigned long long)DEPTH * batch;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    c1 = redis_cpu(m);
+    el = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    printf("%s ops=%llu batch=%u keys=%u ops_per_s=%.0f redis_s_per_M=%.3f "
+           "bad=%llu\n",
+           argv[2], done, batch, keys, (double)done / el,
+           (c1 - c0) * 1e6 / (double)done, bad);
+    redisFree(c);
+    redisFree(m);
+    return bad != 0 || c0 < 0 || c1 < 0;
+}
