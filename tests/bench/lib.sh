@@ -1,8 +1,11 @@
-# Shared by the bench scripts (allocs.sh, callgrind.sh, profile.sh); source
+# Shared by the bench scripts (allocs.sh, callgrind.sh, profile.sh,
+# redis_floor.sh); source
 # it from the repository root. Builds the Release binaries and gives:
 #   pids        processes to stop on exit (append to it); stopped by pid
 #   pick_port   a loopback port nobody listens on, below the ephemeral range
 #   wait_port P [TRIES]  waits until something listens on P (10 ms a try)
+#   start_redis DIR, start_server DIR ARGS...  a private redis-server and
+#               rl-server on free ports (rport/rpid, sport/spid)
 build=${RL_BENCH_BUILD:-$PWD/build-bench}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DRL_WERROR=ON >/dev/null
 cmake --build "$build" -j 2 --target rl-server rl-bench >/dev/null
@@ -30,4 +33,28 @@ pick_port() {
     p=$((20000 + RANDOM % 12000))
     port_free "$p" && { echo "$p"; return; }
   done
+}
+
+# start_redis DIR: a private redis-server on a free port, no persistence,
+# logging to DIR/redis.log; sets rport and rpid.
+start_redis() {
+  rport=$(pick_port)
+  redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no \
+    --dir "$1" >"$1/redis.log" 2>&1 &
+  rpid=$!
+  pids+=("$rpid")
+  wait_port "$rport"
+}
+
+# start_server DIR ARGS...: rl-server (the Release build) on a free port
+# with ARGS, logging to DIR/server.log; sets sport and spid.
+start_server() {
+  local dir=$1
+  shift
+  sport=$(pick_port)
+  "$build/server/rl-server" --listen "127.0.0.1:$sport" --log-level warn \
+    "$@" 2>"$dir/server.log" &
+  spid=$!
+  pids+=("$spid")
+  wait_port "$sport"
 }

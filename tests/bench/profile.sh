@@ -21,18 +21,8 @@ want_perf=0
 out=$(mktemp -d /tmp/rl-profile.XXXXXX)
 . tests/bench/lib.sh
 
-rport=$(pick_port)
-redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no \
-  --dir "$out" >"$out/redis.log" 2>&1 &
-rpid=$!
-pids+=("$rpid")
-wait_port "$rport"
-sport=$(pick_port)
-"$build/server/rl-server" --listen "127.0.0.1:$sport" --log-level warn \
-  --redis "127.0.0.1:$rport" 2>"$out/server.log" &
-spid=$!
-pids+=("$spid")
-wait_port "$sport"
+start_redis "$out"
+start_server "$out" --redis "127.0.0.1:$rport"
 sleep 0.5
 
 tck=$(getconf CLK_TCK)

@@ -22,18 +22,8 @@ out=$(mktemp -d /tmp/redis_floor.XXXXXX)
 . tests/bench/lib.sh
 cmake --build "$build" -j 2 --target redis_floor >/dev/null
 
-rport=$(pick_port)
-redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no \
-  --dir "$out" >"$out/redis.log" 2>&1 &
-rpid=$!
-pids+=("$rpid")
-wait_port "$rport"
-sport=$(pick_port)
-"$build/server/rl-server" --listen "127.0.0.1:$sport" --log-level warn \
-  --redis "127.0.0.1:$rport" 2>"$out/server.log" &
-spid=$!
-pids+=("$spid")
-wait_port "$sport"
+start_redis "$out"
+start_server "$out" --redis "127.0.0.1:$rport"
 
 tck=$(getconf CLK_TCK)
 cpu() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
