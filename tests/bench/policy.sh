@@ -23,12 +23,7 @@ clk_tck=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 median() { sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 
-rport=$(pick_port)
-redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no \
-  --dir "$dir" >"$dir/redis.log" 2>&1 &
-redis_pid=$!
-pids+=("$redis_pid")
-wait_port "$rport"
+start_redis "$dir"
 
 cat >"$dir/rules.yaml" <<'EOF'
 rules:
@@ -52,12 +47,12 @@ printf '%-6s %12s %16s %16s\n' rule 'decisions/s' 'rl-server us/dec' 'redis us/d
 for rule in one two; do
   for r in $(seq 1 "$rounds"); do
     c0=$(cpu_ticks "$rls_pid")
-    r0=$(cpu_ticks "$redis_pid")
+    r0=$(cpu_ticks "$rpid")
     "$build/client/bench/rl-bench" --server "127.0.0.1:$sport" --rule "$rule" \
       --connections 8 --inflight 64 --duration "$secs" --keys 100000 \
       --no-progress --json "$dir/$rule.$r.json" >/dev/null 2>&1
     c1=$(cpu_ticks "$rls_pid")
-    r1=$(cpu_ticks "$redis_pid")
+    r1=$(cpu_ticks "$rpid")
     d=$(jq .decisions "$dir/$rule.$r.json")
     echo "$(jq .decisions_per_sec "$dir/$rule.$r.json") \
 $(awk -v t=$((c1 - c0)) -v k="$clk_tck" -v d="$d" 'BEGIN {printf "%.2f", t / k * 1e6 / d}') \
