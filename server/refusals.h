@@ -16,7 +16,8 @@
  * RLS_REFUSAL_TTL_MS, the bound on how late a raised quota is honoured.
  *
  * Memory is bounded: at most `max` entries in an open-addressed table of
- * 2*max slots; when full, the new entry is dropped and counted. */
+ * up to 2*max slots (it starts at 64 and doubles when half full); when
+ * full, the new entry is dropped and counted. */
 #ifndef RLS_REFUSALS_H
 #define RLS_REFUSALS_H
 
