@@ -477,6 +477,7 @@ static void on_store_done(void *data, rls_op_t *ops, size_t nops, int status)
 
 static void submit(rls_batcher_t *b)
 {
+    b->held_since_ns = 0;
     rls_batch_t *t = b->cur;
     size_t i, off = 0;
 
@@ -731,6 +732,52 @@ void rls_batcher_flush(rls_batcher_t *b)
     if (b->cur != NULL && b->cur->nreqs > 0 &&
         (b->max_in_flight == 0 || b->in_flight < b->max_in_flight))
         submit(b);
+}
+
+/* The arrival rate, smoothed over spans of at least 1 ms. */
+static void rate_update(rls_batcher_t *b, uint64_t now_ns)
+{
+    uint64_t span = now_ns - b->rate_at_ns;
+
+    if (b->rate_at_ns == 0 || now_ns < b->rate_at_ns) {
+        b->rate_at_ns = now_ns;
+        b->rate_reqs = b->stats.requests;
+        return;
+    }
+    if (span < 1000000)
+        return;
+    b->rate = 0.75 * b->rate +
+              0.25 * (double)(b->stats.requests - b->rate_reqs) / (double)span;
+    b->rate_at_ns = now_ns;
+    b->rate_reqs = b->stats.requests;
+}
+
+uint64_t rls_batcher_tick(rls_batcher_t *b, uint64_t now_ns)
+{
+    uint64_t age;
+
+    if (b->hold_ns == 0) {
+        rls_batcher_flush(b);
+        return 0;
+    }
+    rate_update(b, now_ns);
+    if (b->cur == NULL || b->cur->nreqs == 0) {
+        b->held_since_ns = 0;
+        return 0;
+    }
+    if (b->max_in_flight != 0 && b->in_flight >= b->max_in_flight)
+        return 0; /* it fills while the store works */
+    if (b->held_since_ns == 0 || now_ns < b->held_since_ns)
+        b->held_since_ns = now_ns;
+    age = now_ns - b->held_since_ns;
+    if (age < b->hold_ns &&
+        b->rate * (double)(b->hold_ns - age) >= RLS_HOLD_GAIN) {
+        b->stats.held++;
+        return b->hold_ns - age;
+    }
+    b->held_since_ns = 0;
+    submit(b);
+    return 0;
 }
 
 void rls_batcher_flush_now(rls_batcher_t *b)

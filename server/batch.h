@@ -36,6 +36,7 @@ typedef struct rls_batch_stats_s {
     uint64_t failed_open; /* answered OK because the store could not answer */
     uint64_t store_errors;/* requests whose store op failed */
     uint64_t replay_mismatch; /* store and batcher disagreed: a bug */
+    uint64_t held;        /* ticks that held the filling batch back */
     rls_hist_t size;      /* requests per batch */
 } rls_batch_stats_t;
 
@@ -74,6 +75,15 @@ typedef struct rls_batcher_s {
      * on the previous one, and at low load nothing waits. A full batch
      * goes regardless. */
     size_t max_in_flight;
+    /* rls_batcher_tick holds a batch that is not full until its first
+     * request is this old (0: never), but only while the arrival rate says
+     * at least RLS_HOLD_GAIN more requests will join it meanwhile: under
+     * load, fewer and bigger store calls for a bounded wait; at low load,
+     * no wait at all. */
+    uint64_t hold_ns;
+    uint64_t held_since_ns; /* first tick that saw the filling batch */
+    uint64_t rate_at_ns, rate_reqs; /* start of the rate's current span */
+    double rate;                    /* requests per ns, smoothed */
     rls_batch_stats_t stats;
     rls_share_t share[RLS_SHARE_S];
     /* Refusals known without the store (disabled until the owner calls
@@ -103,6 +113,16 @@ int rls_batcher_add(rls_batcher_t *b, rls_respond_fn respond, void *owner,
 /* Submits the filling batch, if any and if max_in_flight allows. Called
  * once per loop iteration. */
 void rls_batcher_flush(rls_batcher_t *b);
+
+/* A hold makes a batch worth waiting for when this many more requests
+ * are expected to join it before the hold ends. */
+#define RLS_HOLD_GAIN 4
+
+/* rls_batcher_flush with the hold (hold_ns) applied, at now_ns (a
+ * monotonic clock; read only when hold_ns is set, else pass 0). Returns 0,
+ * or the nanoseconds left before the held batch is due: the caller calls
+ * again by then (any loop iteration before also does). */
+uint64_t rls_batcher_tick(rls_batcher_t *b, uint64_t now_ns);
 
 /* Submits the filling batch now, whatever is in flight (before a policy
  * change, and when stopping). */

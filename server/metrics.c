@@ -361,6 +361,10 @@ int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
                 "Valid requests handed to the store.", bs->requests));
     TRY(histogram(out, "rl_batch_size", "Requests per store batch.", &bs->size,
                   0));
+    TRY(counter(out, "rl_batch_holds_total",
+                "Loop iterations that held a batch back to let it grow "
+                "(--batch-hold-us).",
+                bs->held));
     if (v->refusals != NULL) {
         TRY(counter(out, "rl_refusals_local_total",
                     "Requests refused without a store call: the store had "

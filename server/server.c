@@ -28,12 +28,24 @@
  * writes) before closing the connections that remain. */
 #define RLS_STOP_GRACE_MIN_MS 5000
 
+static void on_hold(uv_timer_t *t)
+{
+    (void)t; /* its loop iteration ends in on_tick, which sends the batch */
+}
+
 static void on_tick(uv_check_t *h)
 {
     rls_server_t *s = h->data;
 
+    uint64_t wait;
+
     rls_conns_resume(&s->conns);
-    rls_batcher_flush(&s->batcher);
+    wait = rls_batcher_tick(&s->batcher,
+                            s->batcher.hold_ns != 0 ? uv_hrtime() : 0);
+    /* A held batch is due in `wait` ns: any loop iteration before then
+     * looks again; the timer makes sure one comes (libuv's are in ms). */
+    if (wait > 0 && !uv_is_active((uv_handle_t *)&s->hold))
+        uv_timer_start(&s->hold, on_hold, (wait + 999999) / 1000000, 0);
     rls_conns_flush(&s->conns);
     if (s->grpc != NULL)
         rls_grpc_flush(s->grpc);
@@ -61,6 +73,7 @@ static void close_all(rls_server_t *s)
     s->closed = 1;
     rls_batcher_free(&s->batcher);
     uv_close((uv_handle_t *)&s->tick, NULL);
+    uv_close((uv_handle_t *)&s->hold, NULL);
     rls_conns_free(&s->conns);
     uv_close((uv_handle_t *)&s->sigterm, NULL);
     uv_close((uv_handle_t *)&s->sigint, NULL);
@@ -329,6 +342,7 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
                      cfg->prefix_len, RLS_BATCH_MAX,
                      cfg->grace_ms, cfg->fail_open);
     s->batcher.max_in_flight = cfg->batches_in_flight;
+    s->batcher.hold_ns = cfg->batch_hold_us * 1000;
     /* The memory store frees a window's counters a few thousand per tick
      * (store/memory.c): its expiries need no spreading. */
     if (cfg->use_redis)
@@ -401,6 +415,7 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
     uv_check_init(loop, &s->tick);
     s->tick.data = s;
     uv_check_start(&s->tick, on_tick);
+    uv_timer_init(loop, &s->hold);
     uv_timer_init(loop, &s->stop_timer);
     s->stop_timer.data = s;
     uv_signal_init(loop, &s->sigterm);

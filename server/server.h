@@ -42,6 +42,7 @@ typedef struct rls_server_s {
 
     uv_tcp_t listener;
     uv_check_t tick;  /* end of every loop iteration: submit, then write */
+    uv_timer_t hold;  /* wakes the loop when a held batch is due */
     uv_signal_t sigterm, sigint;
     uv_timer_t stop_timer;
 

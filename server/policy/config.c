@@ -75,6 +75,12 @@ static const char usage[] =
     "                           are with the store; requests arriving\n"
     "                           meanwhile join the next (default 1; 0: no\n"
     "                           bound)\n"
+    "  --batch-hold-us N        under load, hold a batch that is not full\n"
+    "                           until it is N us old (at most 10000) when\n"
+    "                           the arrival rate says at least 4 more\n"
+    "                           requests will join it meanwhile: fewer,\n"
+    "                           bigger store calls for up to N us more\n"
+    "                           latency; never at low load (default 0: off)\n"
     "  --fail-open              allow requests when the store cannot answer,\n"
     "                           saying so in `error` (default)\n"
     "  --fail-closed            answer ERROR when the store cannot answer\n"
@@ -301,6 +307,7 @@ static const num_flag_t num_flags[] = {
     NUM("--max-rules", max_rules, 1, 1000000),
     NUM("--refusal-cache", refusal_cache, 0, 1u << 24),
     NUM("--batches-in-flight", batches_in_flight, 0, 1024),
+    NUM("--batch-hold-us", batch_hold_us, 0, 10000),
     NUM("--max-inline-window", max_inline_window, 0, RL_WINDOW_MAX_S),
     NUM("--max-inline-limit", max_inline_limit, 0, INT64_MAX),
     NUM("--grpc-max-streams", grpc_max_streams, 1, 65536),

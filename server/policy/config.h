@@ -63,6 +63,7 @@ typedef struct rls_config_s {
     uint64_t max_inline_limit;  /* 0: up to 2^63-1 */
     uint64_t refusal_cache;     /* entries of the refusal cache; 0: off */
     uint64_t batches_in_flight; /* batches a tick may leave in flight */
+    uint64_t batch_hold_us;     /* --batch-hold-us; 0: off */
 
     /* Envoy's rate limit service (--grpc; empty host: off) and its
      * descriptor files (--envoy-config, repeatable). */

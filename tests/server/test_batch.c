@@ -1102,6 +1102,96 @@ static void test_inline_order(void **state)
     }
 }
 
+/* ---- holding a batch under load (--batch-hold-us) ---- */
+
+/* rls_batcher_tick with a clock of the test's: at low load a batch goes at
+ * the first tick; once the arrival rate promises RLS_HOLD_GAIN more
+ * requests within the hold, it waits until its first tick is hold_ns old
+ * (telling how long is left), and never past that; a full batch and
+ * flush_now go regardless; with a batch in flight nothing is held (the
+ * in-flight bound already lets it fill). */
+static void test_hold(void **state)
+{
+    h_t *h = calloc(1, sizeof(*h));
+    const uint64_t t = base_ms() + 10;
+    const uint64_t MS = 1000000;
+    uint64_t now = 1000 * MS, batches;
+    size_t i, k;
+
+    (void)state;
+    h_open(h, 0, 8, 1);
+    h_rules(h, "rules:\n  api:\n    limits: [1000000/1h]\n");
+    h->b.hold_ns = 300000; /* 300 us */
+    h->b.max_in_flight = 1; /* rl-server's default */
+
+    /* Low load: 1 request per ms, 0.3 expected within a hold. */
+    for (i = 0; i < 5; i++) {
+        h_rule(h, t, "u", "api", 1);
+        assert_int_equal(rls_batcher_tick(&h->b, now), 0);
+        now += MS;
+    }
+    assert_int_equal(h->b.stats.batches, 5);
+    assert_int_equal(h->b.stats.held, 0);
+
+    /* High load: 40 requests per ms, 12 within a hold. The estimate is
+     * smoothed over spans of 1 ms: a few spans to catch up. */
+    for (k = 0; k < 6; k++) {
+        for (i = 0; i < 5; i++)
+            h_rule(h, t, "u", "api", 1);
+        rls_batcher_flush_now(&h->b);
+        h->b.stats.requests += 35; /* as if 35 more had come */
+        now += MS;
+        assert_int_equal(rls_batcher_tick(&h->b, now), 0);
+    }
+    assert_true(h->b.rate * 300000.0 >= RLS_HOLD_GAIN);
+    batches = h->b.stats.batches;
+    h_rule(h, t, "u", "api", 1);
+    assert_int_equal(rls_batcher_tick(&h->b, now), 300000); /* all left */
+    assert_int_equal(h->b.stats.batches, batches);
+    h_rule(h, t, "v", "api", 1);
+    assert_int_equal(rls_batcher_tick(&h->b, now + 100000), 200000);
+    assert_int_equal(h->b.stats.batches, batches);
+    assert_int_equal(h->b.stats.held, 2);
+    /* Due: it goes, with both requests. */
+    assert_int_equal(rls_batcher_tick(&h->b, now + 300000), 0);
+    assert_int_equal(h->b.stats.batches, batches + 1);
+    assert_int_equal(rls_batcher_tick(&h->b, now + 300001), 0);
+    assert_int_equal(h->b.stats.batches, batches + 1); /* nothing left */
+
+    /* A full batch goes at once, held or not. */
+    now += 400000;
+    for (i = 0; i < 8; i++)
+        h_rule(h, t, "u", "api", 1);
+    assert_int_equal(h->b.stats.batches, batches + 2);
+    /* flush_now ignores the hold. */
+    h_rule(h, t, "u", "api", 1);
+    assert_true(rls_batcher_tick(&h->b, now) > 0);
+    rls_batcher_flush_now(&h->b);
+    assert_int_equal(h->b.stats.batches, batches + 3);
+
+    /* A batch in flight: the next one fills meanwhile, never held. */
+    h->store->hold = 1;
+    h_rule(h, t, "u", "api", 1);
+    rls_batcher_flush_now(&h->b);
+    assert_int_equal(h->b.in_flight, 1);
+    h_rule(h, t, "w", "api", 1);
+    assert_int_equal(rls_batcher_tick(&h->b, now + 1000), 0);
+    assert_int_equal(h->b.in_flight, 1);
+    h_release(h);
+    rls_batcher_flush_now(&h->b);
+    h_wait(h);
+    assert_int_equal(h->b.in_flight, 0);
+
+    /* Every request got exactly one answer, all allowed. */
+    assert_int_equal(h->answered, h->n);
+    for (i = 0; i < h->n; i++) {
+        assert_int_equal(h->answers[i], 1);
+        assert_int_equal(h->res[i].code, RL_CODE_OK);
+    }
+    h_close(h);
+    free(h);
+}
+
 /* ---- a policy swap while batches are in flight ---- */
 
 /* Batches hold the policy they were filled under: swapping it while they
@@ -1695,6 +1785,7 @@ int main(void)
         cmocka_unit_test_teardown(test_minute_hour_redis, teardown),
         cmocka_unit_test_teardown(test_shadow, teardown),
         cmocka_unit_test_teardown(test_inline_order, teardown),
+        cmocka_unit_test_teardown(test_hold, teardown),
         cmocka_unit_test_teardown(test_policy_swap_in_flight, teardown),
         cmocka_unit_test_teardown(test_spare_batches, teardown),
         cmocka_unit_test_teardown(test_part_answers, teardown),
