@@ -101,6 +101,7 @@ void rls_batcher_init(rls_batcher_t *b, rls_store_t *store,
                       uint64_t grace_ms, int fail_open)
 {
     memset(b, 0, sizeof(*b));
+    b->hold_joined = RLS_HOLD_GAIN; /* holds pay until seen otherwise */
     b->store = store;
     store->part = on_store_part;
     b->rt = rt;
@@ -477,6 +478,11 @@ static void on_store_done(void *data, rls_op_t *ops, size_t nops, int status)
 
 static void submit(rls_batcher_t *b)
 {
+    if (b->held_nreqs != 0 && b->cur != NULL) {
+        b->hold_joined = 0.75 * b->hold_joined +
+                         0.25 * (double)(b->cur->nreqs - b->held_nreqs);
+        b->held_nreqs = 0;
+    }
     b->held_since_ns = 0;
     rls_batch_t *t = b->cur;
     size_t i, off = 0;
@@ -771,11 +777,16 @@ uint64_t rls_batcher_tick(rls_batcher_t *b, uint64_t now_ns)
         b->held_since_ns = now_ns;
     age = now_ns - b->held_since_ns;
     if (age < b->hold_ns &&
-        b->rate * (double)(b->hold_ns - age) >= RLS_HOLD_GAIN) {
+        b->rate * (double)(b->hold_ns - age) >= RLS_HOLD_GAIN &&
+        (b->held_nreqs != 0 || b->hold_joined >= RLS_HOLD_GAIN / 2.0 ||
+         ++b->hold_skipped >= RLS_HOLD_PROBE)) {
+        if (b->held_nreqs == 0) {
+            b->held_nreqs = b->cur->nreqs;
+            b->hold_skipped = 0;
+        }
         b->stats.held++;
         return b->hold_ns - age;
     }
-    b->held_since_ns = 0;
     submit(b);
     return 0;
 }

@@ -82,6 +82,9 @@ typedef struct rls_batcher_s {
      * no wait at all. */
     uint64_t hold_ns;
     uint64_t held_since_ns; /* first tick that saw the filling batch */
+    size_t held_nreqs;      /* its requests when first held; 0: not held */
+    double hold_joined;     /* requests that joined held batches, smoothed */
+    unsigned hold_skipped;  /* holds skipped since the last one */
     uint64_t rate_at_ns, rate_reqs; /* start of the rate's current span */
     double rate;                    /* requests per ns, smoothed */
     rls_batch_stats_t stats;
@@ -115,8 +118,12 @@ int rls_batcher_add(rls_batcher_t *b, rls_respond_fn respond, void *owner,
 void rls_batcher_flush(rls_batcher_t *b);
 
 /* A hold makes a batch worth waiting for when this many more requests
- * are expected to join it before the hold ends. */
+ * are expected to join it before the hold ends, and while holds keep
+ * paying: when fewer than half that many joined the recent held batches
+ * (arrivals come in bursts, not spread), only every RLS_HOLD_PROBE-th
+ * batch is held, to find out when they pay again. */
 #define RLS_HOLD_GAIN 4
+#define RLS_HOLD_PROBE 16
 
 /* rls_batcher_flush with the hold (hold_ns) applied, at now_ns (a
  * monotonic clock; read only when hold_ns is set, else pass 0). Returns 0,

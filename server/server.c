@@ -8,6 +8,8 @@
  * the output buffers when the writes go out, so a request read in an
  * iteration is answered in the same iteration. */
 #include <signal.h>
+#include <sys/timerfd.h>
+#include <time.h>
 #include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,24 +30,49 @@
  * writes) before closing the connections that remain. */
 #define RLS_STOP_GRACE_MIN_MS 5000
 
-static void on_hold(uv_timer_t *t)
+/* The hold's timer fired: its loop iteration ends in on_tick, which sends
+ * the batch that is due. */
+static void on_hold(uv_poll_t *p, int status, int events)
 {
-    (void)t; /* its loop iteration ends in on_tick, which sends the batch */
+    rls_server_t *s = p->data;
+    uint64_t expirations;
+
+    (void)status;
+    (void)events;
+    if (read(s->hold_fd, &expirations, sizeof(expirations)) < 0) {
+        /* EAGAIN: nothing to read, nothing to do */
+    }
+    s->hold_due_ns = 0;
+}
+
+/* Arms the hold's timer for `wait` ns from now (unless it fires sooner
+ * already). A timerfd and not a libuv timer: libuv's count milliseconds,
+ * and a hold is a few hundred microseconds. */
+static void hold_arm(rls_server_t *s, uint64_t now_ns, uint64_t wait)
+{
+    struct itimerspec it;
+
+    if (s->hold_fd < 0 ||
+        (s->hold_due_ns != 0 && s->hold_due_ns <= now_ns + wait))
+        return;
+    memset(&it, 0, sizeof(it));
+    it.it_value.tv_sec = (time_t)(wait / 1000000000);
+    it.it_value.tv_nsec = (long)(wait % 1000000000);
+    if (timerfd_settime(s->hold_fd, 0, &it, NULL) == 0)
+        s->hold_due_ns = now_ns + wait;
 }
 
 static void on_tick(uv_check_t *h)
 {
     rls_server_t *s = h->data;
 
-    uint64_t wait;
+    uint64_t now = s->batcher.hold_ns != 0 ? uv_hrtime() : 0, wait;
 
     rls_conns_resume(&s->conns);
-    wait = rls_batcher_tick(&s->batcher,
-                            s->batcher.hold_ns != 0 ? uv_hrtime() : 0);
     /* A held batch is due in `wait` ns: any loop iteration before then
-     * looks again; the timer makes sure one comes (libuv's are in ms). */
-    if (wait > 0 && !uv_is_active((uv_handle_t *)&s->hold))
-        uv_timer_start(&s->hold, on_hold, (wait + 999999) / 1000000, 0);
+     * looks again; the timer makes sure one comes. */
+    if ((wait = rls_batcher_tick(&s->batcher, now)) > 0)
+        hold_arm(s, now, wait);
     rls_conns_flush(&s->conns);
     if (s->grpc != NULL)
         rls_grpc_flush(s->grpc);
@@ -68,12 +95,22 @@ static void on_store_closed(void *arg)
     (void)arg;
 }
 
+static void on_hold_closed(uv_handle_t *h)
+{
+    rls_server_t *s = h->data;
+
+    close(s->hold_fd);
+    s->hold_fd = -1;
+}
+
 static void close_all(rls_server_t *s)
 {
     s->closed = 1;
     rls_batcher_free(&s->batcher);
     uv_close((uv_handle_t *)&s->tick, NULL);
-    uv_close((uv_handle_t *)&s->hold, NULL);
+    if (s->hold_fd >= 0) {
+        uv_close((uv_handle_t *)&s->hold, on_hold_closed);
+    }
     rls_conns_free(&s->conns);
     uv_close((uv_handle_t *)&s->sigterm, NULL);
     uv_close((uv_handle_t *)&s->sigint, NULL);
@@ -315,6 +352,7 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
     int rc;
 
     memset(s, 0, sizeof(*s));
+    s->hold_fd = -1;
     s->loop = loop;
     s->cfg = cfg;
     s->store = store;
@@ -415,7 +453,20 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
     uv_check_init(loop, &s->tick);
     s->tick.data = s;
     uv_check_start(&s->tick, on_tick);
-    uv_timer_init(loop, &s->hold);
+    if (s->batcher.hold_ns != 0) {
+        s->hold_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+        if (s->hold_fd < 0 || uv_poll_init(loop, &s->hold, s->hold_fd) != 0) {
+            RLS_WARN("no timer for --batch-hold-us; batches are not held",
+                     NULL);
+            if (s->hold_fd >= 0)
+                close(s->hold_fd);
+            s->hold_fd = -1;
+            s->batcher.hold_ns = 0;
+        } else {
+            s->hold.data = s;
+            uv_poll_start(&s->hold, UV_READABLE, on_hold);
+        }
+    }
     uv_timer_init(loop, &s->stop_timer);
     s->stop_timer.data = s;
     uv_signal_init(loop, &s->sigterm);

@@ -448,6 +448,40 @@ static void test_open_loop(void **state)
     server_stop();
 }
 
+/* --batch-hold-us under an open loop fast enough for holds (the rate
+ * promises more than RLS_HOLD_GAIN requests within 2 ms): every check
+ * answered, no window over its limit, some batches were held (the server's
+ * hold timer fired them), and none waited unboundedly. */
+static void test_batch_hold(void **state)
+{
+    static char page[1 << 16];
+    char *json;
+    char *argv[] = {"--log-level", "error", "--batch-hold-us", "2000", NULL};
+
+    (void)state;
+    assert_int_equal(rlt_server_start_metrics(&server, RL_SERVER_BIN, argv),
+                     0);
+    assert_int_equal(bench("--server", server.addr, "--duration", "1",
+                           "--rate", "20000", "--connections", "2", "--keys",
+                           "50", "--limit", "30", "--window", "1", "--audit",
+                           "--json", json_path, NULL),
+                     0);
+    json = slurp(json_path);
+    assert_non_null(json);
+    expect_token(json, "unsent", "0");
+    expect_token(json, "errors", "0");
+    expect_token(json, "audit_over_limit", "0");
+    assert_true(num(json, "decisions") >= 19999);
+    /* A hold is 2 ms at most; the slowest answer is far from a stuck one
+     * (the VM may add its own stalls, hence the generous bound). */
+    assert_true(num(json, "max_us") < 2000000);
+    free(json);
+    assert_int_equal(rlt_http_get(server.mport, "/metrics", page, sizeof(page)),
+                     200);
+    assert_true(rlt_sample(page, "rl_batch_holds_total") > 0);
+    server_stop();
+}
+
 /* Bad arguments: a message naming the problem, and status 2. */
 static void test_bad_arguments(void **state)
 {
@@ -705,6 +739,7 @@ int main(void)
                                   fleet_teardown),
         cmocka_unit_test_teardown(test_fleet_redis_exact, fleet_teardown),
         cmocka_unit_test(test_failover_without_fleet),
+        cmocka_unit_test(test_batch_hold),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_shadow_rule),
         cmocka_unit_test(test_server_gone),

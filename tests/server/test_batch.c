@@ -1109,7 +1109,8 @@ static void test_inline_order(void **state)
  * requests within the hold, it waits until its first tick is hold_ns old
  * (telling how long is left), and never past that; a full batch and
  * flush_now go regardless; with a batch in flight nothing is held (the
- * in-flight bound already lets it fill). */
+ * in-flight bound already lets it fill); holds that gain nothing (bursty
+ * arrivals) stop but for probes. */
 static void test_hold(void **state)
 {
     h_t *h = calloc(1, sizeof(*h));
@@ -1181,6 +1182,27 @@ static void test_hold(void **state)
     rls_batcher_flush_now(&h->b);
     h_wait(h);
     assert_int_equal(h->b.in_flight, 0);
+
+    /* Bursts: held batches that nothing joins. Once the smoothed gain is
+     * under RLS_HOLD_GAIN / 2, only every RLS_HOLD_PROBE-th batch is
+     * held. */
+    {
+        unsigned held = 0, n;
+        now += MS;
+        for (n = 0; n < 40; n++) {
+            uint64_t w;
+            h->b.rate = 0.04; /* 40 a ms: the rate alone says hold */
+            h_rule(h, t, "u", "api", 1);
+            if ((w = rls_batcher_tick(&h->b, now)) > 0) {
+                held++;
+                assert_int_equal(rls_batcher_tick(&h->b, now + w), 0);
+            }
+            now += MS;
+        }
+        assert_true(h->b.hold_joined < RLS_HOLD_GAIN / 2.0);
+        assert_true(held >= 40 / RLS_HOLD_PROBE);
+        assert_true(held <= 6 + 40 / RLS_HOLD_PROBE);
+    }
 
     /* Every request got exactly one answer, all allowed. */
     assert_int_equal(h->answered, h->n);
