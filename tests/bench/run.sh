@@ -26,6 +26,8 @@
 #                read, the one-hop floor every open-loop p99 is divided by
 #   open 50k/s   rl-bench open loop at 50,000/s, latency from the schedule,
 #                $RL_BENCH_OPEN_SECONDS (default 20)
+#   open hold    the same through a second rl-server on the same Redis with
+#                --batch-hold-us $RL_BENCH_HOLD_US (default 300; 0: skip)
 #   open awake   the same with rl-bench --keep-awake (idle vCPUs of this
 #                VM halt, and their wakeups, not the service, then make
 #                the tail), $RL_BENCH_SOAK seconds (default 60) with
@@ -376,6 +378,22 @@ batch[floor_redis]=$(awk -v c="${cmds[floor_redis]}" 'BEGIN { if (c > 0) printf 
 
 open_run open_50k --duration "$open_secs"
 
+# The same open loop through a second rl-server on the same Redis with
+# --batch-hold-us $RL_BENCH_HOLD_US (default 300; 0 skips the row): what
+# fewer, bigger store calls save in CPU and cost in latency.
+hold_us=${RL_BENCH_HOLD_US:-300}
+holds=()
+if [ "$hold_us" -gt 0 ]; then
+  start_on rl-server-hold "$server_bin" --listen 127.0.0.1:PORT \
+    --metrics 127.0.0.1:MPORT --redis "127.0.0.1:$redis_port" \
+    --batches-in-flight "$bif" --batch-hold-us "$hold_us" --log-level warn
+  sleep 0.5
+  RL_PORT=$started_port RL_PID=$started_pid RL_MPORT=$started_mport \
+    open_run open_50k_hold --duration "$open_secs"
+  note[open_50k_hold]="--batch-hold-us $hold_us; ${note[open_50k_hold]}"
+  holds=(open_50k_hold)
+fi
+
 log "== open loop 50000/s, vCPUs kept awake, for ${soak}s"
 : >"$out/rss.txt"
 (
@@ -428,8 +446,8 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1fx", a / b; els
     -------------: ----------: ----------: ----------: --------: \
     -----------: -----------: ----------: --------: -------
   for n in rl_uniform base_uniform rl_hot base_hot rl_zipf ceiling \
-    floor_ping "${lows[@]}" "${floors[@]}" "${opens[@]}"; do
-    case " ${lows[*]} ${floors[*]} ${opens[*]} " in
+    floor_ping "${lows[@]}" "${floors[@]}" "${opens[@]}" "${holds[@]}"; do
+    case " ${lows[*]} ${floors[*]} ${opens[*]} ${holds[*]} " in
       *" $n "*) pf=$(awk -v a="${p99[$n]:-0}" -v b="${p99[floor_redis]:-0}" \
           'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "-" }') ;;
       *) pf="-" ;;
