@@ -478,14 +478,17 @@ static void on_store_done(void *data, rls_op_t *ops, size_t nops, int status)
 
 static void submit(rls_batcher_t *b)
 {
-    if (b->held_nreqs != 0 && b->cur != NULL) {
+    rls_batch_t *t = b->cur;
+    size_t i, off = 0;
+
+    /* A held batch goes: what joined it while held tells whether holding
+     * pays (rls_batcher_tick). */
+    if (b->held_nreqs != 0 && t != NULL) {
         b->hold_joined = 0.75 * b->hold_joined +
-                         0.25 * (double)(b->cur->nreqs - b->held_nreqs);
+                         0.25 * (double)(t->nreqs - b->held_nreqs);
         b->held_nreqs = 0;
     }
     b->held_since_ns = 0;
-    rls_batch_t *t = b->cur;
-    size_t i, off = 0;
 
     b->cur = NULL;
     /* Costs grouped by op, in arrival order within each (a counting sort

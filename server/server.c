@@ -65,7 +65,6 @@ static void hold_arm(rls_server_t *s, uint64_t now_ns, uint64_t wait)
 static void on_tick(uv_check_t *h)
 {
     rls_server_t *s = h->data;
-
     uint64_t now = s->batcher.hold_ns != 0 ? uv_hrtime() : 0, wait;
 
     rls_conns_resume(&s->conns);
@@ -108,9 +107,8 @@ static void close_all(rls_server_t *s)
     s->closed = 1;
     rls_batcher_free(&s->batcher);
     uv_close((uv_handle_t *)&s->tick, NULL);
-    if (s->hold_fd >= 0) {
+    if (s->hold_fd >= 0)
         uv_close((uv_handle_t *)&s->hold, on_hold_closed);
-    }
     rls_conns_free(&s->conns);
     uv_close((uv_handle_t *)&s->sigterm, NULL);
     uv_close((uv_handle_t *)&s->sigint, NULL);
