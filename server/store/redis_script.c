@@ -35,7 +35,9 @@
  * grace, the number of ops, the number of profiles and the profiles (a
  * number of windows, then an expiry and a limit per window); then per op:
  * its profile P when it has equal costs and no quota (P alone for one
- * request of cost 1; -P, the count and the cost otherwise); or 0, nwin,
+ * request of cost 1, and for k >= 2 such ops in a row on one profile "r",
+ * k and P once, which stands for all k; -P, the count and the cost
+ * otherwise); or 0, nwin,
  * the quota field ('' for none), per window its expiry and limit, the
  * scale only with a quota, and the costs: -k and one cost for k equal
  * costs, else k and the costs.
@@ -76,9 +78,18 @@ const char rls_redis_script[] =
     "pn[j], pe[j], pl[j] = n, E, L "
     "q = q + 1 + 2 * n "
     "end "
-    "local o, no, e, p, kp, bef = {}, 0, nil, q, 1, {} "
+    "local o, no, e, p, kp, bef, run, rP = {}, 0, nil, q, 1, {}, 0, 0 "
     "for i = 1, tonumber(ARGV[4]) do "
-    "local P = pid[ARGV[p]] or tonumber(ARGV[p]) "
+    "local P, adv = rP, 0 "
+    "if run > 0 then run = run - 1 "
+    "else "
+    "local a = ARGV[p] "
+    "adv = 1 "
+    "if a == 'r' then "
+    "run, P = tonumber(ARGV[p + 1]) - 1, pid[ARGV[p + 2]] "
+    "rP, p = P, p + 2 "
+    "else P = pid[a] or tonumber(a) end "
+    "end "
     "if P ~= 0 then "
     "local k, c, ts = 1, 1, '1' "
     "if P < 0 then "
@@ -131,7 +142,7 @@ const char rls_redis_script[] =
     "no = no + 1; o[no] = b "
     "end "
     "end "
-    "p, kp = p + 1, kp + nw "
+    "p, kp = p + adv, kp + nw "
     "else "
     "local nw, qf = tonumber(ARGV[p + 1]), ARGV[p + 2] "
     "p = p + 3 "
@@ -355,13 +366,20 @@ static char *put_num(char *p, uint64_t v)
  * windows' expiries and limits with many others: those go once, as
  * numbered profiles, and such an op is one argument (its profile, or minus
  * it followed by the count and cost when that is not one request of cost
- * 1). Redis makes a Lua string of every argument, so arguments per op are
- * what the script's cost per op is made of. */
+ * 1), and a run of ops of one request of cost 1 on one profile is three
+ * arguments in all. Redis makes a Lua string of every argument, so
+ * arguments per op are what the script's cost per op is made of. */
 #define PROFILES 16
 
 static int is_simple(const rls_op_t *op)
 {
     return op->quota == NULL && op->equal_cost != 0;
+}
+
+/* A simple op of one request of cost 1: the most common op. */
+static int is_unit(const rls_op_t *op)
+{
+    return is_simple(op) && op->ncosts == 1 && op->equal_cost == 1;
 }
 
 typedef struct {
@@ -490,6 +508,20 @@ size_t rls_redis_encode_ex(rls_cmdbuf_t *buf, const char *sha,
         char neg[24];
 
         if (prof != 0 && op->ncosts == 1 && op->equal_cost == 1) {
+            /* A run of such ops with one profile is "r", its length and
+             * the profile: no argument per op at all. */
+            size_t r = 1;
+            while (i + r < n && is_unit(&ops[i + r]) &&
+                   profile_of(&ops[i + r], pr, &np) == prof)
+                r++;
+            if (r >= 2) {
+                p = put_bulk(p, "r", 1);
+                p = put_num(p, r);
+                p = put_num(p, prof);
+                nargs += 3;
+                i += r - 1;
+                continue;
+            }
             p = put_num(p, prof);
             nargs += 1;
             continue;

@@ -1806,7 +1806,7 @@ static void test_script_matches_model(void **state)
     static int set[PER][4];
     static uint64_t sum[PER], want[PER];
     rls_redis_errs_t errs;
-    uint64_t now = redis_now_ms(f), nequal = 0, nrefused = 0;
+    uint64_t now = redis_now_ms(f), nequal = 0, nrefused = 0, nruns = 0;
     size_t round, i, k;
 
     for (round = 0; round < ROUNDS; round++) {
@@ -1817,6 +1817,10 @@ static void test_script_matches_model(void **state)
             int equal = rnd(2);
             char key[64];
             uint32_t order[4] = {0, 1, 2, 3};
+            /* Every other round, mostly the commonest op: one request of
+             * cost 1 on one 60 s window of limit 3 or 5, so that ops of
+             * one profile come in runs (sent as "r", count, profile). */
+            int unit = round % 2 == 1 && rnd(5) != 0;
 
             snprintf(key, sizeof(key), "rl:{m%zu:%zu}:r:t", round, i);
             for (k = 0; k < 4; k++) {
@@ -1825,11 +1829,18 @@ static void test_script_matches_model(void **state)
                 order[o] = t;
             }
             c = 1 + rnd(4);
+            if (unit) {
+                nw = 1;
+                nc = 1;
+                equal = 1;
+                c = 1;
+                order[0] = 1; /* lens[1]: 60 s */
+            }
             for (k = 0; k < nc; k++)
                 costs[k] = equal ? c : 1 + rnd(4);
             job_costs(&j, i, key, nw, costs, nc, equal);
             for (k = 0; k < nw; k++) {
-                uint64_t lim = 1 + rnd(10);
+                uint64_t lim = unit ? 3 + 2 * rnd(2) : 1 + rnd(10);
                 win_at(&j.win[i][k], lens[order[k]], lim, 7, 0);
                 j.win[i][k].expire_at_ms = now + 600000;
                 preset[i][k] = 0;
@@ -1861,6 +1872,13 @@ static void test_script_matches_model(void **state)
             }
             nrefused += want[i] < nc;
         }
+        for (i = 1; i < PER; i++)
+            nruns += j.ops[i].nwin == 1 && j.ops[i - 1].nwin == 1 &&
+                     j.ops[i].ncosts == 1 && j.ops[i - 1].ncosts == 1 &&
+                     j.ops[i].equal_cost == 1 && j.ops[i - 1].equal_cost == 1 &&
+                     j.ops[i].win[0].limit == j.ops[i - 1].win[0].limit &&
+                     j.ops[i].win[0].window_s == 60 &&
+                     j.ops[i - 1].win[0].window_s == 60;
         assert_int_equal(script_run(f, j.ops, PER, now, qwin, &errs), 0);
         assert_int_equal(errs.failed, 0);
         for (i = 0; i < PER; i++) {
@@ -1892,8 +1910,9 @@ static void test_script_matches_model(void **state)
             }
         }
     }
-    /* Both forms, and refusals, were exercised. */
+    /* Both forms, runs, and refusals, were exercised. */
     assert_true(nequal > 50 && nequal < ROUNDS * PER - 50);
+    assert_true(nruns > 10);
     assert_true(nrefused > 50);
     /* No key the script created lacks its expiry. */
     {
