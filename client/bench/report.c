@@ -271,6 +271,7 @@ int rlb_write_json(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
             "  \"decisions\": %" PRIu64 ",\n  \"seconds\": %.6f,\n"
             "  \"decisions_per_sec\": %.1f,\n",
             s->allowed + s->denied, r->seconds, per_sec(r));
+    fprintf(f, "  \"sent_total\": %" PRIu64 ",\n", r->sent_total);
     fprintf(f,
             "  \"sent\": %" PRIu64 ",\n  \"allowed\": %" PRIu64
             ",\n  \"denied\": %" PRIu64 ",\n  \"shadow_refused\": %" PRIu64

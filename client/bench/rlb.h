@@ -203,6 +203,8 @@ typedef struct rlb_result_s {
     rlb_server_stats_t *servers; /* --fleet only: nservers entries */
     uint32_t nservers;
     double seconds;  /* measured time */
+    uint64_t sent_total; /* checks sent, warmup included: what the server
+                          * answered over the whole run */
     int ended_early; /* the server went away (or SIGINT) */
     const char *end_reason;
     rlb_audit_report_t audit;

@@ -707,6 +707,7 @@ int rlb_run(const rlb_opts_t *o, rlb_result_t *res)
     if (o->timeline != NULL && b.tl_slot != UINT64_MAX)
         timeline_advance(&b, b.measure_ns +
                                  (b.tl_slot + 1) * TIMELINE_SLOT_NS);
+    res->sent_total = b.sent_total;
     res->seconds = (double)(b.end_ns - b.measure_ns) / 1e9;
     if (res->seconds < 0)
         res->seconds = 0;

@@ -240,12 +240,16 @@ record() {
 }
 
 # record_json NAME JSON: rate and latency from an rl-bench or baseline
-# JSON, then record.
+# JSON, then record. CPU and commands are per check the server answered
+# over the whole run: rl-bench's sent_total counts its warmup too, which
+# the measured decisions leave out (the CPU read from /proc covers it).
 record_json() {
+  local all
   rate[$1]=$(jf "$2" decisions_per_sec)
   p50[$1]=$(jf "$2" p50_us)
   p99[$1]=$(jf "$2" p99_us)
-  record "$1" "$(jf "$2" decisions)"
+  all=$(jf "$2" sent_total)
+  record "$1" "${all:-$(jf "$2" decisions)}"
 }
 
 # Steal: time the hypervisor ran something else while our vCPUs wanted to

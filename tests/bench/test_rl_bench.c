@@ -261,7 +261,7 @@ static const char *const required[] = {
     "allowed",          "denied",     "errors",
     "p50_us",           "p90_us",     "p99_us",
     "p999_us",          "max_us",     "audit_windows",
-    "audit_over_limit", "audit_exact"};
+    "audit_over_limit", "audit_exact", "sent_total"};
 
 static int setup(void **state)
 {
@@ -392,6 +392,22 @@ static void test_open_loop(void **state)
      * the one at the boundary. */
     assert_true(num(json, "decisions") >= 1999 &&
                 num(json, "decisions") <= 2001);
+    /* No warmup: everything sent was measured. */
+    assert_true(num(json, "sent_total") == num(json, "decisions"));
+    free(json);
+
+    /* With a warmup, sent_total counts it too (what the server answered,
+     * which run.sh divides CPU by); the decisions do not. */
+    assert_int_equal(bench("--server", server.addr, "--duration", "1", "--rate",
+                           "2000", "--warmup", "0.5", "--connections", "1",
+                           "--keys", "100", "--json", json_path, NULL),
+                     0);
+    json = slurp(json_path);
+    assert_non_null(json);
+    assert_true(num(json, "decisions") >= 1999 &&
+                num(json, "decisions") <= 2001);
+    assert_true(num(json, "sent_total") >= 2990 &&
+                num(json, "sent_total") <= 3010);
     free(json);
 
     /* --timeline-csv: a row per 100 ms of the second, whose answers add
