@@ -26,6 +26,8 @@
 #                read, the one-hop floor every open-loop p99 is divided by
 #   open 50k/s   rl-bench open loop at 50,000/s, latency from the schedule,
 #                $RL_BENCH_OPEN_SECONDS (default 20)
+#   open steady  the same once every counter it touches exists (a
+#                closed-loop pass in hour windows creates them first)
 #   open hold    the same through a second rl-server on the same Redis with
 #                --batch-hold-us $RL_BENCH_HOLD_US (default 300; 0: skip)
 #   open awake   the same with rl-bench --keep-awake (idle vCPUs of this
@@ -382,6 +384,21 @@ batch[floor_redis]=$(awk -v c="${cmds[floor_redis]}" 'BEGIN { if (c > 0) printf 
 
 open_run open_50k --duration "$open_secs"
 
+# The same open loop once every counter it touches exists: open_50k's
+# window is new to Redis, so about a third of its ops create their counter
+# (and give it its expiry), which a window's later traffic does not. A
+# closed-loop pass (not measured) creates them first, in hour windows.
+steady=(--keys 100000 --dist uniform --limit 1000000 --window 3600)
+log "== open_50k_steady: creating its counters first"
+"$bench_bin" --server "127.0.0.1:$rls_port" --no-progress --connections 4 \
+  --inflight 256 --duration 3 "${steady[@]}" >"$out/steady_pre.txt" 2>&1 ||
+  failed=1
+rl open_50k_steady --connections 1 --tick-us 400 --warmup 1 --rate 50000 \
+  --duration "$open_secs" "${steady[@]}" \
+  --timeline-csv "$out/open_50k_steady.timeline.csv"
+errors[open_50k_steady]=$(jf "$out/open_50k_steady.json" errors)
+note[open_50k_steady]="counters existing; errors ${errors[open_50k_steady]}; ${note[open_50k_steady]}"
+
 # The same open loop through a second rl-server on the same Redis with
 # --batch-hold-us $RL_BENCH_HOLD_US (default 300; 0 skips the row): what
 # fewer, bigger store calls save in CPU and cost in latency.
@@ -397,6 +414,7 @@ if [ "$hold_us" -gt 0 ]; then
   note[open_50k_hold]="--batch-hold-us $hold_us; ${note[open_50k_hold]}"
   holds=(open_50k_hold)
 fi
+holds=(open_50k_steady "${holds[@]}")
 
 log "== open loop 50000/s, vCPUs kept awake, for ${soak}s"
 : >"$out/rss.txt"
