@@ -202,28 +202,24 @@ static int line_of(const yp_t *y)
     return rls_yaml_in_line(&y->in);
 }
 
-/* Passes on rc, saying once why the walk stopped, if it did. */
-static int said(yp_t *y, int rc)
+/* The walk stopped (rls_yaml_in_t's on_stop): said at its line. */
+static void yaml_stopped(void *arg, int line, const char *why, int nomem)
 {
-    if (rc != RL_OK) {
-        if (y->in.nomem)
-            y->b->nomem = 1;
-        if (y->in.why[0] != '\0') {
-            diag(y->b, y->in.why_line, "%s", y->in.why);
-            y->in.why[0] = '\0';
-        }
-    }
-    return rc;
+    builder_t *b = arg;
+
+    if (nomem)
+        b->nomem = 1;
+    diag(b, line, "%s", why);
 }
 
 static int next(yp_t *y)
 {
-    return said(y, rls_yaml_in_next(&y->in));
+    return rls_yaml_in_next(&y->in);
 }
 
 static int skip_value(yp_t *y)
 {
-    return said(y, rls_yaml_in_skip(&y->in));
+    return rls_yaml_in_skip(&y->in);
 }
 
 static int is_scalar(const yp_t *y)
@@ -751,7 +747,8 @@ static int parse_buf(builder_t *b, const char *buf, size_t len, int **lines)
     y.b = b;
     y.lines = *lines;
     y.lcap = 0;
-    if (rls_yaml_in_open(&y.in, buf, len, ENVOY_DEPTH_MAX) != RL_OK) {
+    if (rls_yaml_in_open(&y.in, buf, len, ENVOY_DEPTH_MAX, yaml_stopped,
+                         b) != RL_OK) {
         b->nomem = 1;
         return RL_ENOMEM;
     }

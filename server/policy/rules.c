@@ -560,29 +560,25 @@ static int line_of(const yp_t *y)
     return rls_yaml_in_line(&y->in);
 }
 
-/* Passes on rc, saying once why the walk stopped, if it did. */
-static int said(yp_t *y, int rc)
+/* The walk stopped (rls_yaml_in_t's on_stop): said at its line. */
+static void yaml_stopped(void *arg, int line, const char *why, int nomem)
 {
-    if (rc != RL_OK) {
-        if (y->in.nomem)
-            y->b->nomem = 1;
-        if (y->in.why[0] != '\0') {
-            diag(y->b, y->in.why_line, "%s", y->in.why);
-            y->in.why[0] = '\0';
-        }
-    }
-    return rc;
+    builder_t *b = arg;
+
+    if (nomem)
+        b->nomem = 1;
+    diag(b, line, "%s", why);
 }
 
 static int next(yp_t *y)
 {
-    return said(y, rls_yaml_in_next(&y->in));
+    return rls_yaml_in_next(&y->in);
 }
 
 /* Skips the value starting at the current event. */
 static int skip_value(yp_t *y)
 {
-    return said(y, rls_yaml_in_skip(&y->in));
+    return rls_yaml_in_skip(&y->in);
 }
 
 static int is_scalar(const yp_t *y)
@@ -814,7 +810,8 @@ static void read_file(builder_t *b, const char *buf, size_t len)
 
     memset(&y, 0, sizeof(y));
     y.b = b;
-    if (rls_yaml_in_open(&y.in, buf, len, RLS_RULES_DEPTH_MAX) != RL_OK) {
+    if (rls_yaml_in_open(&y.in, buf, len, RLS_RULES_DEPTH_MAX,
+                         yaml_stopped, b) != RL_OK) {
         b->nomem = 1;
         return;
     }

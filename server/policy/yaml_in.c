@@ -6,9 +6,11 @@
 #include "rl_error.h"
 
 int rls_yaml_in_open(rls_yaml_in_t *y, const char *buf, size_t len,
-                     int depth_max)
+                     int depth_max, rls_yaml_stop_fn on_stop, void *arg)
 {
     memset(y, 0, sizeof(*y));
+    y->on_stop = on_stop;
+    y->arg = arg;
     if (!yaml_parser_initialize(&y->parser))
         return RL_ENOMEM;
     yaml_parser_set_input_string(&y->parser, (const unsigned char *)buf, len);
@@ -29,18 +31,17 @@ int rls_yaml_in_line(const rls_yaml_in_t *y)
     return (int)y->ev.start_mark.line + 1;
 }
 
-/* Stops the walk, saying why (at most once). */
-static int stop(rls_yaml_in_t *y, int line, const char *why)
+/* Stops the walk, saying why (once: a stopped walk says nothing more). */
+static int stop(rls_yaml_in_t *y, int line, const char *why, int nomem)
 {
     y->broken = 1;
-    y->why_line = line;
-    snprintf(y->why, sizeof(y->why), "%s", why);
+    y->on_stop(y->arg, line, why, nomem);
     return RL_EINVAL;
 }
 
 int rls_yaml_in_next(rls_yaml_in_t *y)
 {
-    char why[sizeof(y->why)];
+    char why[160];
 
     if (y->broken)
         return RL_EINVAL;
@@ -48,13 +49,12 @@ int rls_yaml_in_next(rls_yaml_in_t *y)
         yaml_event_delete(&y->ev);
     y->have = 0;
     if (!yaml_parser_parse(&y->parser, &y->ev)) {
-        if (y->parser.error == YAML_MEMORY_ERROR)
-            y->nomem = 1;
         snprintf(why, sizeof(why), "not valid YAML: %s%s%s",
                  y->parser.problem ? y->parser.problem : "parse error",
                  y->parser.context ? " " : "",
                  y->parser.context ? y->parser.context : "");
-        return stop(y, (int)(y->parser.problem_mark.line + 1), why);
+        return stop(y, (int)(y->parser.problem_mark.line + 1), why,
+                    y->parser.error == YAML_MEMORY_ERROR);
     }
     y->have = 1;
     switch (y->ev.type) {
@@ -63,7 +63,7 @@ int rls_yaml_in_next(rls_yaml_in_t *y)
         if (++y->depth > y->depth_max) {
             snprintf(why, sizeof(why), "nested deeper than %d levels",
                      y->depth_max);
-            return stop(y, rls_yaml_in_line(y), why);
+            return stop(y, rls_yaml_in_line(y), why, 0);
         }
         break;
     case YAML_SEQUENCE_END_EVENT:
@@ -72,7 +72,7 @@ int rls_yaml_in_next(rls_yaml_in_t *y)
         break;
     case YAML_ALIAS_EVENT:
         return stop(y, rls_yaml_in_line(y),
-                    "aliases (*name) are not supported");
+                    "aliases (*name) are not supported", 0);
     case YAML_NO_EVENT:
         /* Past the end: a walk that lost its place must stop (libyaml
          * hands out empty events forever). Nothing to say: the walk

@@ -12,6 +12,11 @@
 
 #include <yaml.h>
 
+/* Told once, when the walk stops: where (line, 1-based) and why, and
+ * whether libyaml ran out of memory. */
+typedef void (*rls_yaml_stop_fn)(void *arg, int line, const char *why,
+                                 int nomem);
+
 typedef struct rls_yaml_in_s {
     yaml_parser_t parser;
     yaml_event_t ev; /* the current event, owned until the next */
@@ -19,23 +24,21 @@ typedef struct rls_yaml_in_s {
     int depth;       /* sequences and maps open around ev */
     int depth_max;
     int broken;      /* stopped: every rls_yaml_next fails */
-    int nomem;       /* libyaml ran out of memory */
-    /* Why it stopped and where (1-based), to be said once by the caller;
-     * why[0] is '\0' when there is nothing (more) to say. */
-    int why_line;
-    char why[160];
+    rls_yaml_stop_fn on_stop;
+    void *arg;
 } rls_yaml_in_t;
 
 /* Prepares to read len bytes of buf (which must outlive y), nesting at
- * most depth_max deep. Returns 0, or RL_ENOMEM with nothing to close. */
+ * most depth_max deep; on_stop(arg, ...) hears why it stopped, once.
+ * Returns 0, or RL_ENOMEM with nothing to close. */
 int rls_yaml_in_open(rls_yaml_in_t *y, const char *buf, size_t len,
-                     int depth_max);
+                     int depth_max, rls_yaml_stop_fn on_stop, void *arg);
 
 /* Frees what y holds. */
 void rls_yaml_in_close(rls_yaml_in_t *y);
 
 /* Advances to the next event. Returns 0, or RL_EINVAL once stopped (the
- * first time with why set). */
+ * first time telling on_stop why). */
 int rls_yaml_in_next(rls_yaml_in_t *y);
 
 /* The current event's line, 1-based. */
