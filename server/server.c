@@ -452,7 +452,8 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
     s->tick.data = s;
     uv_check_start(&s->tick, on_tick);
     if (s->batcher.hold_ns != 0) {
-        s->hold_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+        s->hold_fd =
+            timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
         if (s->hold_fd < 0 || uv_poll_init(loop, &s->hold, s->hold_fd) != 0) {
             RLS_WARN("no timer for --batch-hold-us; batches are not held",
                      NULL);

@@ -123,14 +123,6 @@ static void roundtrip(const uint8_t *key, size_t n, int plain)
 #ifdef RL_FUZZ_REPLAY
 #include "walk.h"
 
-static unsigned seed = 20261123;
-
-static unsigned rnd(void)
-{
-    seed = seed * 1103515245u + 12345u;
-    return seed >> 8;
-}
-
 static int run_file(const char *path)
 {
     static uint8_t buf[1 << 16];
@@ -165,19 +157,19 @@ int main(int argc, char **argv)
         if (rlf_walk(argv[i], run_file, &files) != 0)
             return 1;
     for (i = 0; i < iters; i++) {
-        const char *h = heads[rnd() % (sizeof(heads) / sizeof(heads[0]))];
-        size_t n = 1 + strlen(h + 1), edits = rnd() % 4;
+        const char *h = heads[rlf_rand() % (sizeof(heads) / sizeof(heads[0]))];
+        size_t n = 1 + strlen(h + 1), edits = rlf_rand() % 4;
 
         memcpy(buf, h, n);
-        n = rlf_mutate(buf, n, sizeof(buf), edits, alphabet, rnd);
-        buf[0] = (uint8_t)rnd();
+        n = rlf_mutate(buf, n, sizeof(buf), edits, alphabet, rlf_rand);
+        buf[0] = (uint8_t)rlf_rand();
         LLVMFuzzerTestOneInput(buf, n);
     }
     /* Round trips: keys of every length up to the cap, any bytes but NUL. */
     for (i = 0; i < 2000; i++) {
-        size_t n = 1 + rnd() % RL_KEY_MAX;
+        size_t n = 1 + rlf_rand() % RL_KEY_MAX;
         for (k = 0; k < n; k++)
-            key[k] = (uint8_t)(1 + rnd() % 255);
+            key[k] = (uint8_t)(1 + rlf_rand() % 255);
         roundtrip(key, n, i % 2);
     }
     printf("fuzz_check replay: %d files, %d mutated requests, 2000 key "

@@ -101,7 +101,8 @@ static int run_one(const uint8_t *data, size_t size)
         rc = rls_cluster_parse_redirect(copy, size - 1, "127.0.0.1", &rd);
         CHECK(rc == 0 || rc == RL_EINVAL);
         if (rc == 0) {
-            CHECK(rd.kind >= RLS_REDIR_MOVED && rd.kind <= RLS_REDIR_CLUSTERDOWN);
+            CHECK(rd.kind >= RLS_REDIR_MOVED &&
+                  rd.kind <= RLS_REDIR_CLUSTERDOWN);
             if (rd.kind == RLS_REDIR_MOVED || rd.kind == RLS_REDIR_ASK) {
                 CHECK(rd.slot >= 0 && rd.slot < RLS_SLOTS);
                 CHECK(rd.port >= 1 && rd.port <= 65535);
@@ -155,15 +156,6 @@ static int run_file(const char *path)
     return 0;
 }
 
-static uint32_t rng = 2463534242u;
-static unsigned rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 17;
-    rng ^= rng << 5;
-    return rng;
-}
-
 int main(int argc, char **argv)
 {
     static const char alphabet[] = "*:$+-\r\n0123456789 MOVEDASK[]:.";
@@ -181,11 +173,11 @@ int main(int argc, char **argv)
         if (rlf_walk(argv[i], run_file, &files) != 0)
             return 1;
     for (i = 0; i < iters && nseeds > 0; i++) {
-        int s = (int)(rnd() % (unsigned)nseeds);
-        size_t n = seed_len[s], edits = 1 + rnd() % 4;
+        int s = (int)(rlf_rand() % (unsigned)nseeds);
+        size_t n = seed_len[s], edits = 1 + rlf_rand() % 4;
 
         memcpy(buf, seeds[s], n);
-        n = rlf_mutate(buf, n, sizeof(buf) - 1, edits, alphabet, rnd);
+        n = rlf_mutate(buf, n, sizeof(buf) - 1, edits, alphabet, rlf_rand);
         LLVMFuzzerTestOneInput(buf, n);
     }
     printf("fuzz_cluster replay: %d files, %d mutations, invariants held\n",

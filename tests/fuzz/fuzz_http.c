@@ -176,14 +176,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
  * names listed in it, so ctest can pass the seed corpus), then a fixed
  * number of deterministic mutations of valid heads. */
 
-static unsigned seed = 20261123;
-
-static unsigned rnd(void)
-{
-    seed = seed * 1103515245u + 12345u;
-    return seed >> 8;
-}
-
 /* A seed's name says what it is: ok-*, partial-*, full-* or bad-* must
  * parse to RL_OK, RL_EAGAIN, RL_EFULL or RL_EINVAL. */
 static int expect(const char *path, const uint8_t *p, size_t n)
@@ -243,18 +235,19 @@ int main(int argc, char **argv)
         if (rlf_walk(argv[i], run_file, &files) != 0)
             return 1;
     for (i = 0; i < iters; i++) {
-        const char *h = heads[rnd() % (sizeof(heads) / sizeof(heads[0]))];
-        size_t n = strlen(h), k, edits = rnd() % 4;
+        const char *h = heads[rlf_rand() % (sizeof(heads) / sizeof(heads[0]))];
+        size_t n = strlen(h), k, edits = rlf_rand() % 4;
 
         memcpy(buf, h, n);
         for (k = 0; k < edits && n > 0; k++) {
-            size_t at = rnd() % n;
-            switch (rnd() % 4) {
+            size_t at = rlf_rand() % n;
+            switch (rlf_rand() % 4) {
             case 0: /* flip a bit */
-                buf[at] ^= (uint8_t)(1u << (rnd() % 8));
+                buf[at] ^= (uint8_t)(1u << (rlf_rand() % 8));
                 break;
             case 1: /* an interesting byte */
-                buf[at] = (uint8_t)alphabet[rnd() % (sizeof(alphabet) - 1)];
+                buf[at] =
+                    (uint8_t)alphabet[rlf_rand() % (sizeof(alphabet) - 1)];
                 break;
             case 2: /* delete a byte */
                 memmove(buf + at, buf + at + 1, n - at - 1);
@@ -267,8 +260,8 @@ int main(int argc, char **argv)
                 }
             }
         }
-        if (rnd() % 4 == 0 && n > 0)
-            n = rnd() % n; /* truncated */
+        if (rlf_rand() % 4 == 0 && n > 0)
+            n = rlf_rand() % n; /* truncated */
         LLVMFuzzerTestOneInput(buf, n);
     }
     printf("fuzz_http replay: %d files, %d mutated heads, invariants held\n",

@@ -158,14 +158,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
  * replies. A seed named ok-* must parse (RL_OK or RLS_REDIS_LATE), bad-*
  * must be RL_EINVAL or no reply at all (hiredis refused the RESP). */
 
-static unsigned seed = 20261123;
-
-static unsigned rnd(void)
-{
-    seed = seed * 1103515245u + 12345u;
-    return seed >> 8;
-}
-
 static int run_file(const char *path)
 {
     static uint8_t buf[1 << 16];
@@ -203,11 +195,11 @@ static size_t well_formed(uint8_t *buf, size_t cap)
 {
     static const char *const kinds[] = {"OOM", "OVERFLOW", "WRONGTYPE", "ERR",
                                         ""};
-    size_t n = 1 + rnd() % MAX_OPS, i, len, j, elems = 0, at;
+    size_t n = 1 + rlf_rand() % MAX_OPS, i, len, j, elems = 0, at;
     int any_err = 0;
     char t[512];
 
-    if (rnd() % 50 == 0) {
+    if (rlf_rand() % 50 == 0) {
         buf[0] = 0;
         buf[1] = 0;
         return 2 + put_str(buf + 2, cap - 2, "late");
@@ -218,41 +210,41 @@ static size_t well_formed(uint8_t *buf, size_t cap)
     at = len;
     len += 16;
     for (i = 0; i < n; i++) {
-        uint32_t nwin = 1 + rnd() % 8, nc = 1 + rnd() % 32;
+        uint32_t nwin = 1 + rlf_rand() % 8, nc = 1 + rlf_rand() % 32;
         size_t tl;
         buf[1 + i] = (uint8_t)((nwin - 1) + 8 * (nc - 1));
-        switch (rnd() % 4) {
+        switch (rlf_rand() % 4) {
         case 0:
-            snprintf(t, sizeof(t), "e%s", kinds[rnd() % 5]);
+            snprintf(t, sizeof(t), "e%s", kinds[rlf_rand() % 5]);
             len += put_str(buf + len, cap - len, t);
             elems++;
             any_err = 1;
             break;
         case 1: {
-            uint32_t q = 1 + rnd() % 8;
-            tl = (size_t)snprintf(t, sizeof(t), "%u q", rnd() % (nc + 1));
+            uint32_t q = 1 + rlf_rand() % 8;
+            tl = (size_t)snprintf(t, sizeof(t), "%u q", rlf_rand() % (nc + 1));
             for (j = 0; j < q; j++)
                 tl += (size_t)snprintf(t + tl, sizeof(t) - tl, " %u %u %d",
-                                       1 + rnd() % 86400, 1 + rnd(),
-                                       (int)(rnd() % 100) - 1);
+                                       1 + rlf_rand() % 86400, 1 + rlf_rand(),
+                                       (int)(rlf_rand() % 100) - 1);
             len += put_str(buf + len, cap - len, t);
             elems++;
             break;
         }
         case 2:
-            tl = (size_t)snprintf(t, sizeof(t), "%u Q", rnd() % (nc + 1));
+            tl = (size_t)snprintf(t, sizeof(t), "%u Q", rlf_rand() % (nc + 1));
             for (j = 0; j < nwin; j++)
                 tl += (size_t)snprintf(t + tl, sizeof(t) - tl, " %d",
-                                       (int)(rnd() % 1000) - 1);
+                                       (int)(rlf_rand() % 1000) - 1);
             len += put_str(buf + len, cap - len, t);
             elems++;
             break;
         default:
             len += (size_t)snprintf((char *)buf + len, cap - len, ":%u\r\n",
-                                    rnd() % (nc + 1));
+                                    rlf_rand() % (nc + 1));
             for (j = 0; j < nwin; j++)
-                len += (size_t)snprintf((char *)buf + len, cap - len,
-                                        ":%d\r\n", (int)(rnd() % 1000) - 1);
+                len += (size_t)snprintf((char *)buf + len, cap - len, ":%d\r\n",
+                                        (int)(rlf_rand() % 1000) - 1);
             elems += 1 + nwin;
         }
     }
@@ -280,7 +272,7 @@ int main(int argc, char **argv)
         if (rlf_walk(argv[i], run_file, &files) != 0)
             return 1;
     for (i = 0; i < iters; i++) {
-        size_t n = well_formed(buf, sizeof(buf) - 8), k, edits = rnd() % 4;
+        size_t n = well_formed(buf, sizeof(buf) - 8), edits = rlf_rand() % 4;
 
         if (edits == 0) {
             rls_redis_errs_t e;
@@ -294,26 +286,9 @@ int main(int argc, char **argv)
             rls_redis_reply_fns.freeObject(rep);
             ok++;
         }
-        for (k = 0; k < edits && n > 0; k++) {
-            size_t at = rnd() % n;
-            switch (rnd() % 4) {
-            case 0:
-                buf[at] ^= (uint8_t)(1u << (rnd() % 8));
-                break;
-            case 1:
-                buf[at] = (uint8_t)alphabet[rnd() % (sizeof(alphabet) - 1)];
-                break;
-            case 2:
-                memmove(buf + at, buf + at + 1, n - at - 1);
-                n--;
-                break;
-            default:
-                memmove(buf + at + 1, buf + at, n - at);
-                n++;
-            }
-        }
-        if (rnd() % 4 == 0 && n > 0)
-            n = rnd() % n;
+        n = rlf_mutate(buf, n, sizeof(buf), edits, alphabet, rlf_rand);
+        if (rlf_rand() % 4 == 0 && n > 0)
+            n = rlf_rand() % n;
         LLVMFuzzerTestOneInput(buf, n);
     }
     printf("fuzz_redis_reply replay: %d files, %d replies (%d unmutated "

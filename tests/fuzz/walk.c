@@ -66,3 +66,11 @@ int rlf_read(const char *path, unsigned char *buf, size_t cap, size_t *n)
     fclose(f);
     return 0;
 }
+
+unsigned rlf_rand(void)
+{
+    static unsigned seed = 20261123;
+
+    seed = seed * 1103515245u + 12345u;
+    return seed >> 8;
+}

@@ -15,10 +15,14 @@ int rlf_read(const char *path, unsigned char *buf, size_t cap, size_t *n);
 
 /* Applies `edits` random edits to buf[1 .. n) (byte 0 is left alone: the
  * drivers use it to pick a mode): flip a bit, set a byte from alphabet,
- * delete a byte, or insert a copy while n stays below cap. rnd is the
- * driver's own generator, so each driver's sequence stays repeatable.
+ * delete a byte, or insert a copy while n stays below cap, drawing from
+ * rnd (rlf_rand, or a driver's own repeatable generator).
  * Returns the new length. */
 size_t rlf_mutate(unsigned char *buf, size_t n, size_t cap, size_t edits,
                   const char *alphabet, unsigned (*rnd)(void));
+
+/* The drivers' generator: a fixed-seed LCG, so every replay run makes
+ * the same inputs. */
+unsigned rlf_rand(void);
 
 #endif
