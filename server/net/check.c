@@ -173,12 +173,7 @@ static void on_request(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
         /* The kill switch: allowed, nothing counted, as for native. */
         rl_result_t res;
 
-        memset(&res, 0, sizeof(res));
-        res.id = chk.id;
-        res.code = RL_CODE_OK;
-        res.limit = res.remaining = spec.limits.w[0].limit;
-        res.window_s = spec.limits.w[0].window_s;
-        spec.stats->uncounted++;
+        rls_spec_off_result(&spec, chk.id, &res);
         decision(k, &res, cq.rule, cq.rule_len, cq.deny_status, r);
         return;
     }

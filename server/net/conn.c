@@ -318,12 +318,7 @@ static void handle_request(rls_conn_t *c, const uint8_t *p, size_t n)
         /* The kill switch: allowed, and nothing counted. */
         rl_result_t r;
 
-        memset(&r, 0, sizeof(r));
-        r.id = q.id;
-        r.code = RL_CODE_OK;
-        r.limit = r.remaining = spec.limits.w[0].limit;
-        r.window_s = spec.limits.w[0].window_s;
-        spec.stats->uncounted++;
+        rls_spec_off_result(&spec, q.id, &r);
         put_result(c, &r, 1);
         return;
     }

@@ -276,10 +276,7 @@ static int add_one(rls_envoy_call_t *call, uint32_t i, const desc_t *d,
     }
     st->decided = 1;
     if (spec.mode == RLS_MODE_OFF) {
-        st->r.code = RL_CODE_OK;
-        st->r.limit = st->r.remaining = spec.limits.w[0].limit;
-        st->r.window_s = spec.limits.w[0].window_s;
-        spec.stats->uncounted++;
+        rls_spec_off_result(&spec, st->r.id, &st->r);
         ctx->stats.uncounted++;
         return RLS_GRPC_OK;
     }

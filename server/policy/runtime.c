@@ -325,3 +325,14 @@ int rls_runtime_resolve(rls_runtime_t *rt, const rl_check_t *q,
     spec->scale = e->scale;
     return RL_OK;
 }
+
+void rls_spec_off_result(const rls_spec_t *spec, uint64_t id,
+                         rl_result_t *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->id = id;
+    r->code = RL_CODE_OK;
+    r->limit = r->remaining = spec->limits.w[0].limit;
+    r->window_s = spec->limits.w[0].window_s;
+    spec->stats->uncounted++;
+}

@@ -21,6 +21,7 @@
 #include "policy/rules.h"
 #include "rl_check.h"
 #include "rl_hash.h"
+#include "rl_msg.h"
 
 /* Windows per rule the quota-fit counters tell apart; a rule whose callers
  * have more distinct window lengths (through quotas) counts the rest under
@@ -125,6 +126,12 @@ int rls_runtime_resolve(rls_runtime_t *rt, const rl_check_t *q,
  * made without a rule of the policy, such as Envoy's descriptors. */
 rls_rule_stats_t *rls_runtime_stats(rls_runtime_t *rt, const char *name,
                                     size_t len);
+
+/* The answer to a request resolved into mode off (a kill switch), for
+ * every front end alike: allowed, nothing counted, the first window's
+ * limit as limit and remaining. Counts it in spec->stats->uncounted. */
+void rls_spec_off_result(const rls_spec_t *spec, uint64_t id,
+                         rl_result_t *r);
 
 /* Effective limit of l under scale (at least 1). */
 uint64_t rls_scale_limit(uint64_t limit, double scale);
