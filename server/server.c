@@ -6,7 +6,9 @@
  * to the store in one submission, and every connection with responses gets
  * one write. With the memory store the answers of that batch are already in
  * the output buffers when the writes go out, so a request read in an
- * iteration is answered in the same iteration. */
+ * iteration is answered in the same iteration. A uv_prepare handle does the
+ * same right before each poll, for requests that joined the batch outside
+ * the poll (on_before_poll). */
 #include <signal.h>
 #include <sys/timerfd.h>
 #include <time.h>
@@ -62,12 +64,12 @@ static void hold_arm(rls_server_t *s, uint64_t now_ns, uint64_t wait)
         s->hold_due_ns = now_ns + wait;
 }
 
-static void on_tick(uv_check_t *h)
+/* Sends the filling batch (unless held or behind one in flight) and
+ * writes what the connections have to write. */
+static void submit_and_write(rls_server_t *s)
 {
-    rls_server_t *s = h->data;
     uint64_t now = s->batcher.hold_ns != 0 ? uv_hrtime() : 0, wait;
 
-    rls_conns_resume(&s->conns);
     /* A held batch is due in `wait` ns: any loop iteration before then
      * looks again; the timer makes sure one comes. */
     if ((wait = rls_batcher_tick(&s->batcher, now)) > 0)
@@ -75,6 +77,23 @@ static void on_tick(uv_check_t *h)
     rls_conns_flush(&s->conns);
     if (s->grpc != NULL)
         rls_grpc_flush(s->grpc);
+}
+
+/* Right before the poll: requests that joined the batch since the last
+ * tick without a read of this iteration's poll (a front end that reads a
+ * client's next request from a write's callback, which libuv runs before
+ * the poll) go now, or the poll could block with them unsent. */
+static void on_before_poll(uv_prepare_t *h)
+{
+    submit_and_write(h->data);
+}
+
+static void on_tick(uv_check_t *h)
+{
+    rls_server_t *s = h->data;
+
+    rls_conns_resume(&s->conns);
+    submit_and_write(s);
     if (s->stopping && !s->draining && !s->closed &&
         rls_list_empty(&s->conns.all) && rls_grpc_idle(s->grpc) &&
         s->batcher.in_flight == 0 && !rls_check_busy(&s->check))
@@ -107,6 +126,7 @@ static void close_all(rls_server_t *s)
     s->closed = 1;
     rls_batcher_free(&s->batcher);
     uv_close((uv_handle_t *)&s->tick, NULL);
+    uv_close((uv_handle_t *)&s->before_poll, NULL);
     if (s->hold_fd >= 0)
         uv_close((uv_handle_t *)&s->hold, on_hold_closed);
     rls_conns_free(&s->conns);
@@ -451,6 +471,9 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
     uv_check_init(loop, &s->tick);
     s->tick.data = s;
     uv_check_start(&s->tick, on_tick);
+    uv_prepare_init(loop, &s->before_poll);
+    s->before_poll.data = s;
+    uv_prepare_start(&s->before_poll, on_before_poll);
     if (s->batcher.hold_ns != 0) {
         s->hold_fd =
             timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);

@@ -42,6 +42,7 @@ typedef struct rls_server_s {
 
     uv_tcp_t listener;
     uv_check_t tick;  /* end of every loop iteration: submit, then write */
+    uv_prepare_t before_poll; /* the same before each poll */
     uv_poll_t hold;   /* hold_fd: wakes the loop when a held batch is due */
     int hold_fd;      /* a timerfd with --batch-hold-us, else -1 */
     uint64_t hold_due_ns; /* when it fires (uv_hrtime), 0: disarmed */

@@ -86,23 +86,6 @@ static void on_decided(void *owner, const rl_result_t *r)
     rls_http_answer(c, &rep);
 }
 
-/* An active idle handle makes libuv poll without blocking; its callback
- * need not do anything. It is stopped after the poll (on_settle), not
- * here: a check read in the pending phase (a write's callback) starts it
- * just before the idle phase of the same iteration. */
-static void on_kick(uv_idle_t *h)
-{
-    (void)h;
-}
-
-static void on_settle(uv_check_t *h)
-{
-    rls_check_t *k = h->data;
-
-    uv_idle_stop(&k->kick);
-    uv_check_stop(&k->settle);
-}
-
 static int method_is(const rls_http_req_t *q, const char *name)
 {
     return q->method_len == strlen(name) &&
@@ -184,10 +167,6 @@ static void on_request(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
     x->rule_len = cq.rule_len;
     k->pending++;
     r->pending = 1;
-    if (!uv_is_active((uv_handle_t *)&k->kick)) {
-        uv_idle_start(&k->kick, on_kick);
-        uv_check_start(&k->settle, on_settle);
-    }
     if (rls_batcher_add(k->batcher, on_decided, r->conn, chk.id, cq.key,
                         cq.key_len, cq.cost, &spec) != RL_OK) {
         /* Nothing queued, so no answer will come. */
@@ -210,10 +189,6 @@ int rls_check_start(rls_check_t *k, uv_loop_t *loop, const char *host, int port,
         return rc;
     rls_http_server_set_limits(k->http, RLS_CHECK_IDLE_MS, RLS_CHECK_CONNS_MAX);
     rls_http_server_set_ctx_size(k->http, sizeof(check_ctx_t));
-    uv_idle_init(loop, &k->kick);
-    uv_check_init(loop, &k->settle);
-    k->settle.data = k;
-    k->kick_open = 1;
     return 0;
 }
 
@@ -232,11 +207,6 @@ void rls_check_close(rls_check_t *k)
 {
     rls_http_server_close(k->http);
     k->http = NULL;
-    if (k->kick_open) {
-        k->kick_open = 0;
-        uv_close((uv_handle_t *)&k->kick, NULL);
-        uv_close((uv_handle_t *)&k->settle, NULL);
-    }
 }
 
 const rls_http_stats_t *rls_check_stats(const rls_check_t *k)

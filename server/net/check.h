@@ -40,13 +40,6 @@
 typedef struct rls_check_s {
     rls_http_server_t *http;
     rls_batcher_t *batcher;
-    /* Runs the loop once more without waiting: a check read outside the
-     * poll phase (the next pipelined request, served when the previous
-     * answer is written) must reach the tick, which flushes the batch,
-     * before the loop blocks in poll. */
-    uv_idle_t kick;    /* active: the next poll does not block */
-    uv_check_t settle; /* after that poll: stops kick */
-    int kick_open;
     rls_check_opts_t opts;
     uint64_t pending; /* checks in the batcher, not yet answered */
     char extra[1024]; /* the header lines of the answer being built */
