@@ -27,6 +27,16 @@
 #error "RL_FIXTURES must name tests/server/envoy"
 #endif
 
+
+/* The five header fields of a gRPC call to the rate limit service, as
+ * Envoy sends them: the start of every hand-made request below. */
+#define GRPC_REQUEST_NV                                                        \
+    {(uint8_t *)":method", (uint8_t *)"POST", 7, 4, 0},                        \
+    {(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0},                        \
+    {(uint8_t *)":path", (uint8_t *)H2R_PATH, 5, sizeof(H2R_PATH) - 1, 0},     \
+    {(uint8_t *)":authority", (uint8_t *)"rl", 10, 2, 0},                      \
+    {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16, 0}
+
 static pid_t server = -1;
 static int port;
 static h2r_t good;
@@ -233,11 +243,7 @@ static void test_stream_flood(void **state)
 {
     conn_t *k = dial(0);
     nghttp2_nv nv[] = {
-        {(uint8_t *)":method", (uint8_t *)"POST", 7, 4, 0},
-        {(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0},
-        {(uint8_t *)":path", (uint8_t *)H2R_PATH, 5, strlen(H2R_PATH), 0},
-        {(uint8_t *)":authority", (uint8_t *)"rl", 10, 2, 0},
-        {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16, 0},
+        GRPC_REQUEST_NV,
     };
     int32_t id;
     int refused = 0;
@@ -267,11 +273,7 @@ static void test_huge_headers(void **state)
     size_t n;
     uint8_t *m = h2r_rls_request("mongo_cps", kv, 1, 0, &n), body[64];
     nghttp2_nv nv[] = {
-        {(uint8_t *)":method", (uint8_t *)"POST", 7, 4, 0},
-        {(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0},
-        {(uint8_t *)":path", (uint8_t *)H2R_PATH, 5, strlen(H2R_PATH), 0},
-        {(uint8_t *)":authority", (uint8_t *)"rl", 10, 2, 0},
-        {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16, 0},
+        GRPC_REQUEST_NV,
         {(uint8_t *)"x-big", (uint8_t *)big, 5, sizeof(big), 0},
     };
 
@@ -363,11 +365,7 @@ static void test_bad_framing(void **state)
 {
     conn_t *k = dial(0);
     nghttp2_nv nv[] = {
-        {(uint8_t *)":method", (uint8_t *)"POST", 7, 4, 0},
-        {(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0},
-        {(uint8_t *)":path", (uint8_t *)H2R_PATH, 5, strlen(H2R_PATH), 0},
-        {(uint8_t *)":authority", (uint8_t *)"rl", 10, 2, 0},
-        {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16, 0},
+        GRPC_REQUEST_NV,
     };
     static const uint8_t truncated[] = {0, 0, 0, 0, 50, 1, 2, 3};
     int http = 0;
@@ -409,11 +407,7 @@ static void test_stalled_body(void **state)
 {
     conn_t *k = dial(0);
     nghttp2_nv nv[] = {
-        {(uint8_t *)":method", (uint8_t *)"POST", 7, 4, 0},
-        {(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0},
-        {(uint8_t *)":path", (uint8_t *)H2R_PATH, 5, strlen(H2R_PATH), 0},
-        {(uint8_t *)":authority", (uint8_t *)"rl", 10, 2, 0},
-        {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16, 0},
+        GRPC_REQUEST_NV,
     };
     static const uint8_t part[] = {0, 0, 0, 0, 40, 1, 2};
     uint64_t t0 = rlt_mono_ms();
@@ -435,11 +429,7 @@ static void test_input_memory_cap(void **state)
 {
     conn_t *k = dial(0);
     nghttp2_nv nv[] = {
-        {(uint8_t *)":method", (uint8_t *)"POST", 7, 4, 0},
-        {(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0},
-        {(uint8_t *)":path", (uint8_t *)H2R_PATH, 5, strlen(H2R_PATH), 0},
-        {(uint8_t *)":authority", (uint8_t *)"rl", 10, 2, 0},
-        {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16, 0},
+        GRPC_REQUEST_NV,
     };
     static uint8_t chunk[16000];
     int32_t id;
