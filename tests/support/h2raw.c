@@ -273,52 +273,13 @@ static size_t parse(h2r_t *c)
     return off;
 }
 
-int h2r_pump(h2r_t *c, int timeout_ms)
-{
-    struct pollfd pf;
-    ssize_t n;
-
-    pf.fd = c->fd;
-    for (;;) {
-        pf.events = POLLIN | (c->out_len > 0 ? POLLOUT : 0);
-        pf.revents = 0;
-        if (poll(&pf, 1, timeout_ms) <= 0)
-            return 0;
-        if (pf.revents & POLLOUT) {
-            n = send(c->fd, c->out, c->out_len, MSG_NOSIGNAL | MSG_DONTWAIT);
-            if (n < 0 && errno != EAGAIN)
-                return -1;
-            if (n > 0) {
-                memmove(c->out, c->out + n, c->out_len - (size_t)n);
-                c->out_len -= (size_t)n;
-            }
-        }
-        if (pf.revents & (POLLIN | POLLHUP | POLLERR)) {
-            if (grow(&c->in, &c->in_cap, c->in_len + 65536) != 0)
-                return -1;
-            n = recv(c->fd, c->in + c->in_len, 65536, MSG_DONTWAIT);
-            if (n == 0 || (n < 0 && errno != EAGAIN)) {
-                c->eof = 1;
-                return -1;
-            }
-            if (n > 0) {
-                size_t k;
-                c->in_len += (size_t)n;
-                k = parse(c);
-                memmove(c->in, c->in + k, c->in_len - k);
-                c->in_len -= k;
-                return 0;
-            }
-        }
-        if (!(pf.revents & POLLIN) && c->out_len == 0)
-            return 0;
-    }
-}
-
-int h2r_io(h2r_t *c, short revents)
+/* One round of I/O on what poll reported: send what is queued, read and
+ * parse what came. *got says whether anything was read. */
+static int io(h2r_t *c, short revents, int *got)
 {
     ssize_t n;
 
+    *got = 0;
     if ((revents & POLLOUT) && c->out_len > 0) {
         n = send(c->fd, c->out, c->out_len, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n < 0 && errno != EAGAIN)
@@ -342,9 +303,35 @@ int h2r_io(h2r_t *c, short revents)
             k = parse(c);
             memmove(c->in, c->in + k, c->in_len - k);
             c->in_len -= k;
+            *got = 1;
         }
     }
     return 0;
+}
+
+int h2r_pump(h2r_t *c, int timeout_ms)
+{
+    struct pollfd pf;
+    int got;
+
+    pf.fd = c->fd;
+    for (;;) {
+        pf.events = POLLIN | (c->out_len > 0 ? POLLOUT : 0);
+        pf.revents = 0;
+        if (poll(&pf, 1, timeout_ms) <= 0)
+            return 0;
+        if (io(c, pf.revents, &got) != 0)
+            return -1;
+        if (got || (!(pf.revents & POLLIN) && c->out_len == 0))
+            return 0;
+    }
+}
+
+int h2r_io(h2r_t *c, short revents)
+{
+    int got;
+
+    return io(c, revents, &got);
 }
 
 uint8_t *h2r_rls_request(const char *domain, const char *const *kv, size_t n,
