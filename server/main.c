@@ -126,6 +126,7 @@ int main(int argc, char **argv)
         ro.db = cfg.redis_db;
         ro.timeout_ms = cfg.redis_timeout_ms;
         ro.grace_ms = cfg.grace_ms;
+        ro.no_module = cfg.redis_module_off;
         store = rls_store_redis_new(&loop, &ro);
     } else {
         store = rls_store_memory_new(&loop);

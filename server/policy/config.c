@@ -84,6 +84,10 @@ static const char usage[] =
     "  --fail-open              allow requests when the store cannot answer,\n"
     "                           saying so in `error` (default)\n"
     "  --fail-closed            answer ERROR when the store cannot answer\n"
+    "  --redis-module MODE      auto (default): decide batches with the\n"
+    "                           ratelimit Redis module (RL.BATCH) where\n"
+    "                           Redis has it loaded, else with the Lua\n"
+    "                           script; off: always the script\n"
     "  --redis-timeout-ms N     a Redis batch unanswered this long fails\n"
     "                           (default 200)\n"
     "  --expiry-grace-ms N      keys expire this long after their window\n"
@@ -322,6 +326,7 @@ static int takes_value(const char *name)
                                         "--unhealthy-error-ratio",
                                         "--config", "--check-config",
                                         "--inline-limits", "--grpc",
+                                        "--redis-module",
                                         "--envoy-config",
                                         "--check-envoy-config", "--http",
                                         "--check-key-header",
@@ -466,6 +471,12 @@ int rls_config_parse(rls_config_t *c, int argc, char **argv, void *out,
             c->envoy_configs[c->nenvoy_configs++] = val;
         } else if (strcmp(name, "--check-envoy-config") == 0) {
             c->check_envoy_config = val;
+        } else if (strcmp(name, "--redis-module") == 0) {
+            if (strcmp(val, "auto") != 0 && strcmp(val, "off") != 0)
+                return fail(err, errlen, "--redis-module: expected auto or "
+                                         "off, got '%s'",
+                            val);
+            c->redis_module_off = val[0] == 'o';
         } else if (strcmp(name, "--inline-limits") == 0) {
             if (strcmp(val, "allow") != 0 && strcmp(val, "deny") != 0)
                 return fail(err, errlen, "--inline-limits: expected allow or "

@@ -59,6 +59,7 @@ typedef struct rls_config_s {
     const char *check_config; /* --check-config: validate this and exit */
     uint64_t max_rules;
     int inline_deny;            /* --inline-limits deny */
+    int redis_module_off;       /* --redis-module off */
     uint64_t max_inline_window; /* 0: up to the protocol's 366 days */
     uint64_t max_inline_limit;  /* 0: up to 2^63-1 */
     uint64_t refusal_cache;     /* entries of the refusal cache; 0: off */

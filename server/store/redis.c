@@ -72,6 +72,7 @@ struct rls_redis_batch_s {
     uint64_t deadline_ms; /* the script's, on Redis's clock */
     uint64_t now_ms;      /* Redis's clock when sent: places quota windows */
     int retried;          /* already resent as EVAL after NOSCRIPT */
+    int module;           /* sent as RL.BATCH */
     int asking;           /* cluster: preceded by ASKING */
     int declared;         /* cluster: KEYS declared (one slot) */
     int abandoned;        /* answered by timeout; ops is the caller's */
@@ -258,15 +259,20 @@ static int qwin_room(rls_redis_store_t *st, const redisReply *rep, size_t n)
     return 1;
 }
 
-/* The batch's command into st->cmd: EVALSHA with sha, or EVAL when sha is
- * NULL. A cluster master gets the cluster script, its keys undeclared
- * unless the batch is one slot's. Returns its length, 0 on no memory. */
-static size_t encode(rls_redis_store_t *st, const rls_redis_batch_t *b,
+/* The batch's command into st->cmd: RL.BATCH where Redis has the module,
+ * else EVALSHA with sha, or EVAL when sha is NULL. A cluster master gets
+ * the cluster script, its keys undeclared unless the batch is one slot's.
+ * Returns its length, 0 on no memory. */
+static size_t encode(rls_redis_store_t *st, rls_redis_batch_t *b,
                      const char *sha)
 {
     const char *script;
     size_t slen;
 
+    b->module = st->module && sha != NULL;
+    if (b->module)
+        return rls_redis_encode_module(&st->cmd, b->ops, b->n, b->now_ms,
+                                       st->grace_ms, b->deadline_ms);
     if (!st->cluster)
         return rls_redis_encode(&st->cmd, sha, b->ops, b->n, b->now_ms,
                                 st->grace_ms, b->deadline_ms);
@@ -331,10 +337,18 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
         return;
     }
     /* The script cache was flushed: EVAL runs the script and caches it
-     * again, so the batches after this one find it. */
+     * again, so the batches after this one find it. The module was
+     * unloaded (Redis ran nothing): the script takes over until the next
+     * connection looks for it again. */
     if (rep->type == REDIS_REPLY_ERROR && !b->retried &&
-        strncmp(rep->str, "NOSCRIPT", 8) == 0) {
+        (strncmp(rep->str, "NOSCRIPT", 8) == 0 ||
+         (b->module && strncmp(rep->str, "ERR unknown command", 19) == 0))) {
         b->retried = 1;
+        if (b->module && st->module) {
+            st->module = 0;
+            RLS_WARN("redis: the ratelimit module is gone; batches go to "
+                     "the Lua script", " addr=%s:%d", st->host, st->port);
+        }
         len = encode(st, b, NULL);
         if (b->asking)
             redisAsyncCommand(ac, NULL, NULL, "ASKING");
@@ -628,6 +642,7 @@ rls_store_t *rls_store_redis_new(uv_loop_t *loop, const rls_redis_opts_t *opts)
     st->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : 1000;
     st->grace_ms = opts->grace_ms;
     st->cluster = opts->cluster;
+    st->use_module = !opts->cluster && !opts->no_module;
     st->quiet_shared = opts->quiet;
     st->numeric = inet_pton(AF_INET, host, addr) == 1 ||
                   inet_pton(AF_INET6, host, addr) == 1;

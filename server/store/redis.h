@@ -16,6 +16,7 @@ typedef struct rls_redis_opts_s {
     uint64_t timeout_ms;   /* a batch unanswered this long fails */
     uint64_t grace_ms;     /* keys expire this long after their window */
     int cluster;           /* a Redis Cluster master (redis_cluster.c) */
+    int no_module;         /* never RL.BATCH, even where Redis has it */
     int *quiet;            /* cluster: a connect failure logged by one node
                             * goes to debug on the others until one is up */
 } rls_redis_opts_t;

@@ -212,6 +212,27 @@ static void on_load_reply(redisAsyncContext *ac, void *r, void *priv)
     memcpy(st->sha, rep->str, 40);
 }
 
+/* RL.VERSION: the ratelimit module (server/redis_module) is loaded and
+ * speaks our format. Anything else (an unknown command, another version)
+ * leaves batches to the script. */
+static void on_module_reply(redisAsyncContext *ac, void *r, void *priv)
+{
+    rls_redis_conn_t *c = rls_redis_conn_of(ac);
+    rls_redis_store_t *st = c->st;
+    redisReply *rep = r;
+
+    (void)priv;
+    if (rep == NULL || st->conn != c)
+        return;
+    st->module = rep->type == REDIS_REPLY_INTEGER &&
+                 rep->integer == RLS_REDIS_MODULE_VERSION;
+    if (!st->module && rep->type == REDIS_REPLY_INTEGER)
+        RLS_WARN("redis: the ratelimit module speaks another version; "
+                 "batches go to the Lua script",
+                 " addr=%s:%d version=%lld want=%d", st->host, st->port,
+                 rep->integer, RLS_REDIS_MODULE_VERSION);
+}
+
 /* Reads run_id from INFO server. A Redis where INFO is renamed or denied
  * still serves: restarts then go unnoticed (logged at debug). */
 static void on_info_reply(redisAsyncContext *ac, void *r, void *priv)
@@ -266,11 +287,13 @@ static void on_time_reply(redisAsyncContext *ac, void *r, void *priv)
         *st->quiet_shared = 0;
     if (st->ever_up) {
         st->base.stats.reconnects++;
-        RLS_INFO("redis reconnected", " addr=%s:%d down_ms=%llu", st->host,
-                 st->port, (unsigned long long)(rl_mono_ms() - st->down_since_ms));
+        RLS_INFO("redis reconnected", " addr=%s:%d down_ms=%llu batch=%s",
+                 st->host, st->port,
+                 (unsigned long long)(rl_mono_ms() - st->down_since_ms),
+                 st->module ? "module" : "script");
     } else {
-        RLS_INFO("redis connected", " addr=%s:%d db=%d", st->host, st->port,
-                 st->db);
+        RLS_INFO("redis connected", " addr=%s:%d db=%d batch=%s", st->host,
+                 st->port, st->db, st->module ? "module" : "script");
     }
     st->ever_up = 1;
 }
@@ -360,6 +383,9 @@ static void connect_addr(rls_redis_store_t *st, const char *ip)
         redisAsyncCommand(ac, on_load_reply, NULL, "SCRIPT LOAD %s",
                           rls_redis_script);
     }
+    st->module = 0;
+    if (st->use_module)
+        redisAsyncCommand(ac, on_module_reply, NULL, "RL.VERSION");
     redisAsyncCommand(ac, on_info_reply, NULL, "INFO server");
     send_time(c);
     uv_timer_start(&st->retry, on_hs_deadline,

@@ -412,6 +412,13 @@ static uint32_t profile_of(const rls_op_t *op, profile_t *pr, uint32_t *np)
     return ++*np;
 }
 
+const char RLS_REDIS_MODULE_CMD[] = "RL.BATCH";
+
+static size_t encode(rls_cmdbuf_t *buf, const char *sha, const char *script,
+                     size_t script_len, int undeclared, const rls_op_t *ops,
+                     size_t n, uint64_t now_ms, uint64_t grace_ms,
+                     uint64_t deadline_ms);
+
 size_t rls_redis_encode(rls_cmdbuf_t *buf, const char *sha, const rls_op_t *ops,
                         size_t n, uint64_t now_ms, uint64_t grace_ms,
                         uint64_t deadline_ms)
@@ -427,9 +434,28 @@ size_t rls_redis_encode_ex(rls_cmdbuf_t *buf, const char *sha,
                            uint64_t now_ms, uint64_t grace_ms,
                            uint64_t deadline_ms)
 {
+    return encode(buf, sha, script, script_len, undeclared, ops, n, now_ms,
+                  grace_ms, deadline_ms);
+}
+
+size_t rls_redis_encode_module(rls_cmdbuf_t *buf, const rls_op_t *ops,
+                               size_t n, uint64_t now_ms, uint64_t grace_ms,
+                               uint64_t deadline_ms)
+{
+    return encode(buf, RLS_REDIS_MODULE_CMD, NULL, 0, 0, ops, n, now_ms,
+                  grace_ms, deadline_ms);
+}
+
+/* sha: EVALSHA with it, NULL: EVAL with the script, RLS_REDIS_MODULE_CMD:
+ * the module's command (no script). */
+static size_t encode(rls_cmdbuf_t *buf, const char *sha, const char *script,
+                     size_t script_len, int undeclared, const rls_op_t *ops,
+                     size_t n, uint64_t now_ms, uint64_t grace_ms,
+                     uint64_t deadline_ms)
+{
     /* Every argument is a bulk string: at most 16 bytes of header and CRLF
      * around its bytes, and numbers of at most 20 digits. */
-    size_t need = 256 + script_len, nkeys = 0, nargs = 5, i, j;
+    size_t need = 256 + script_len, nkeys = 0, nargs = 5, nhead = 3, i, j;
     profile_t pr[PROFILES];
     uint32_t np = 0;
     char *p, scale[40];
@@ -460,7 +486,10 @@ size_t rls_redis_encode_ex(rls_cmdbuf_t *buf, const char *sha,
     /* The argument count goes first but depends on how each op is sent:
      * written last, into room left for it. */
     p = buf->p + 32;
-    if (sha == NULL) {
+    if (sha == RLS_REDIS_MODULE_CMD) {
+        p = put_bulk(p, sha, strlen(sha));
+        nhead = 2;
+    } else if (sha == NULL) {
         p = put_bulk(p, "EVAL", 4);
         p = put_bulk(p, script, script_len);
     } else {
@@ -568,7 +597,7 @@ size_t rls_redis_encode_ex(rls_cmdbuf_t *buf, const char *sha,
     {
         /* "*<count>\r\n" right before the first argument. */
         char head[32];
-        size_t hl = (size_t)(put_line(head, '*', 3 + nkeys + nargs +
+        size_t hl = (size_t)(put_line(head, '*', nhead + nkeys + nargs +
                                                (undeclared ? 1 : 0)) -
                              head);
         memcpy(buf->p + 32 - hl, head, hl);

@@ -72,6 +72,18 @@ size_t rls_redis_encode_ex(rls_cmdbuf_t *buf, const char *sha,
                            uint64_t now_ms, uint64_t grace_ms,
                            uint64_t deadline_ms);
 
+/* The same for the ratelimit Redis module (server/redis_module):
+ * "RL.BATCH numkeys key... arg...", the script's keys and arguments and
+ * the same reply, decided in C without Lua. */
+size_t rls_redis_encode_module(rls_cmdbuf_t *buf, const rls_op_t *ops,
+                               size_t n, uint64_t now_ms, uint64_t grace_ms,
+                               uint64_t deadline_ms);
+
+/* The module's command name, and the format version (its RL.VERSION)
+ * this encoder and rls_redis_parse_reply speak. */
+extern const char RLS_REDIS_MODULE_CMD[];
+#define RLS_REDIS_MODULE_VERSION 1
+
 /* Reads the script's reply into each op's admitted, window counts
  * (win[].before) and err (0, or RL_ESTORE for an "e" entry), and what was
  * refused into *errs (its text points into rep). An op decided under the

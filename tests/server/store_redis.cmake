@@ -5,3 +5,11 @@ rl_add_test(test_store_redis
   LIBS rls_core rl_testsupport
   LABELS integration
   TIMEOUT 120)
+
+# The same tests with the ratelimit module loaded into every redis-server
+# they start: the store finds it and sends RL.BATCH (test_module_in_use
+# checks that it does); every decision must be the script's.
+add_test(NAME test_store_redis_module COMMAND test_store_redis)
+set_tests_properties(test_store_redis_module PROPERTIES
+  TIMEOUT 120 LABELS integration
+  ENVIRONMENT "RLT_REDIS_MODULE=$<TARGET_FILE:rl_redis_module>;RLT_EXPECT_MODULE=1")

@@ -1764,8 +1764,18 @@ static uint32_t rnd(uint32_t n)
     return (uint32_t)((lcg >> 33) % n);
 }
 
+/* 1 when this run loads the ratelimit module into its redis-servers
+ * (test_store_redis_module): the store must then use it, and script_run
+ * runs RL.BATCH instead of the script. */
+static int with_module(void)
+{
+    const char *e = getenv("RLT_EXPECT_MODULE");
+
+    return e != NULL && strcmp(e, "1") == 0;
+}
+
 /* Runs ops through the script on the blocking connection (EVAL, no
- * deadline) and parses the reply. */
+ * deadline; RL.BATCH with the module) and parses the reply. */
 static int script_run(fx_t *f, rls_op_t *ops, size_t n, uint64_t now,
                       rls_wop_t *qwin, rls_redis_errs_t *errs)
 {
@@ -1774,7 +1784,9 @@ static int script_run(fx_t *f, rls_op_t *ops, size_t n, uint64_t now,
     size_t len;
     int rc;
 
-    len = rls_redis_encode(&buf, NULL, ops, n, now, 1000, 0);
+    len = with_module()
+              ? rls_redis_encode_module(&buf, ops, n, now, 1000, 0)
+              : rls_redis_encode(&buf, NULL, ops, n, now, 1000, 0);
     assert_true(len > 0);
     assert_int_equal(redisAppendFormattedCommand(f->rc, buf.p, len),
                      REDIS_OK);
@@ -1929,6 +1941,290 @@ static void test_script_matches_model(void **state)
         freeReplyObject(r);
         assert_true(n > 0);
     }
+}
+
+/* The store sends its batches to the module where Redis has it (and to
+ * the script where it has not, or with no_module). */
+static void test_module_in_use(void **state)
+{
+    fx_t *f = *state;
+    static job_t j;
+    redisReply *r;
+    int pass;
+
+    for (pass = 0; pass < 2; pass++) {
+        rls_redis_opts_t o;
+        int done = 0, module = with_module() && pass == 0;
+
+        memset(&o, 0, sizeof(o));
+        o.host = "127.0.0.1";
+        o.port = f->redis.port;
+        o.timeout_ms = 2000;
+        o.grace_ms = 1000;
+        o.no_module = pass == 1;
+        r = redisCommand(f->rc, "CONFIG RESETSTAT");
+        freeReplyObject(r);
+        f->st = rls_store_redis_new(&f->loop, &o);
+        f->closed = 0;
+        wait_up(f, 5000);
+        job_op(&j, 0, "rl:{use}:r:t", 1, redis_now_ms(f) + 60000);
+        run_job(f, &j, 1);
+        assert_int_equal(j.ops[0].err, 0);
+        assert_int_equal(j.ops[0].admitted, 1);
+        assert_int_equal(redis_int(f, "GET %s", "rl:{use}:r:t:60:1"),
+                         pass + 1);
+        r = redisCommand(f->rc, "INFO commandstats");
+        assert_non_null(r);
+        assert_int_equal(r->type, REDIS_REPLY_STRING);
+        if ((strstr(r->str, "cmdstat_rl.batch:calls=1,") != NULL) != module ||
+            (strstr(r->str, "cmdstat_evalsha:calls=1,") != NULL) == module)
+            fail_msg("pass %d, module expected %d: %s", pass, module,
+                     r->str);
+        freeReplyObject(r);
+        f->st->v->close(f->st, on_done, &done);
+        f->closed = 1;
+        RUN_UNTIL(f, done > 0, 5000);
+        f->st = NULL;
+    }
+}
+
+/* Presets a copy of a key ("A" or "B" after "rl:{d"): kind 0 none, 1 a
+ * count, 2 not a number, 3 2^63 - 1, 4 a list, 5 zero. */
+static void preset_key(fx_t *f, const char *key, int kind, long long v)
+{
+    redisReply *r = NULL;
+
+    switch (kind) {
+    case 1:
+        r = redisCommand(f->rc, "SET %s %lld", key, v);
+        break;
+    case 2:
+        r = redisCommand(f->rc, "SET %s %s", key, "abc");
+        break;
+    case 3:
+        /* 2^63 - 1: any increment overflows. (Below that the script's
+         * doubles are not exact, where the module's integers are.) */
+        r = redisCommand(f->rc, "SET %s %s", key, "9223372036854775807");
+        break;
+    case 4:
+        r = redisCommand(f->rc, "RPUSH %s %s", key, "x");
+        break;
+    case 5:
+        r = redisCommand(f->rc, "SET %s %s", key, "0");
+        break;
+    default:
+        return;
+    }
+    assert_non_null(r);
+    assert_int_not_equal(r->type, REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+}
+
+/* One batch as EVAL of the script or as RL.BATCH; the raw reply. */
+static redisReply *raw_run(fx_t *f, const rls_op_t *ops, size_t n,
+                           uint64_t now, int module)
+{
+    rls_cmdbuf_t buf = {NULL, 0};
+    redisReply *rep = NULL;
+    size_t len = module ? rls_redis_encode_module(&buf, ops, n, now, 1000, 0)
+                        : rls_redis_encode(&buf, NULL, ops, n, now, 1000, 0);
+
+    assert_true(len > 0);
+    assert_int_equal(redisAppendFormattedCommand(f->rc, buf.p, len),
+                     REDIS_OK);
+    assert_int_equal(redisGetReply(f->rc, (void **)&rep), REDIS_OK);
+    assert_non_null(rep);
+    free(buf.p);
+    return rep;
+}
+
+static void same_reply(const redisReply *a, const redisReply *b, size_t round)
+{
+    size_t i;
+
+    if (a->type != b->type)
+        fail_msg("round %zu: script reply type %d, module %d (%s / %s)",
+                 round, a->type, b->type,
+                 a->type == REDIS_REPLY_ERROR ? a->str : "",
+                 b->type == REDIS_REPLY_ERROR ? b->str : "");
+    switch (a->type) {
+    case REDIS_REPLY_INTEGER:
+        if (a->integer != b->integer)
+            fail_msg("round %zu: script %lld, module %lld", round,
+                     a->integer, b->integer);
+        break;
+    case REDIS_REPLY_ARRAY:
+        if (a->elements != b->elements)
+            fail_msg("round %zu: script %zu entries, module %zu", round,
+                     a->elements, b->elements);
+        for (i = 0; i < a->elements; i++)
+            same_reply(a->element[i], b->element[i], round);
+        break;
+    default:
+        if (a->len != b->len || memcmp(a->str, b->str, a->len) != 0)
+            fail_msg("round %zu: script \"%s\", module \"%s\"", round,
+                     a->str, b->str);
+    }
+}
+
+/* The module decides as the script does: random batches (1-3 windows,
+ * equal and listed costs, runs, callers repeated within a batch, stored
+ * quotas good, bad and of the wrong type, counters absent, counting,
+ * negative, zero, at 2^63 - 1, not numbers, of the wrong type) run once
+ * through each, on two copies of the same keys; the replies are
+ * identical, and so is every key after (value, type, expiry). */
+static void test_module_matches_script(void **state)
+{
+    enum { ROUNDS = 30, PER = 24, CALLERS = 10 };
+    static const uint32_t lens[] = {1, 60, 3600, 86400};
+    static const char *const quotas[] = {"2/60 4/3600", "3/60", "abc",
+                                         "0/60", "5/60 3/60", "1.5/60",
+                                         "9223372036854775807/60 3/3600",
+                                         "5"};
+    enum { NQ = sizeof(quotas) / sizeof(quotas[0]) };
+    fx_t *f = *state;
+    static job_t ja, jb;
+    static rls_wop_t qwin[PER * RLS_WINDOWS_MAX];
+    rls_redis_errs_t errs;
+    uint64_t now;
+    size_t round, i, k, c, nerr = 0, nq = 0, nrefused = 0, nkeys = 0;
+
+    if (!with_module())
+        skip();
+    now = redis_now_ms(f);
+    for (round = 0; round < ROUNDS; round++) {
+        redisReply *ra, *rb, *keys;
+        int qkind[CALLERS];
+        char pat[64];
+
+        memset(&ja, 0, sizeof(ja));
+        memset(&jb, 0, sizeof(jb));
+        for (c = 0; c < CALLERS; c++) {
+            /* The caller's quota hash: none, a quota, a list. */
+            char qk[64];
+            qkind[c] = (int)rnd(NQ + 3);
+            for (k = 0; k < 2; k++) {
+                redisReply *r = NULL;
+                snprintf(qk, sizeof(qk), "rl:{d%c%zu:%zu}:q", "AB"[k],
+                         round, c);
+                if (qkind[c] < NQ)
+                    r = redisCommand(f->rc, "HSET %s t %s", qk,
+                                     quotas[qkind[c]]);
+                else if (qkind[c] == NQ)
+                    r = redisCommand(f->rc, "RPUSH %s x", qk);
+                if (r != NULL)
+                    freeReplyObject(r);
+            }
+        }
+        for (i = 0; i < PER; i++) {
+            uint32_t costs[8], nw = 1 + rnd(3), nc = 1 + rnd(8), cost;
+            uint32_t order[4] = {0, 1, 2, 3};
+            int equal = rnd(2), unit = rnd(3) == 0, quota = rnd(4) == 0;
+            double scale = rnd(3) == 0 ? 0.5 : rnd(2) ? 1 : 2.5;
+            char key[64];
+
+            c = rnd(CALLERS);
+            for (k = 0; k < 4; k++) {
+                uint32_t o = rnd(4), t = order[k];
+                order[k] = order[o];
+                order[o] = t;
+            }
+            cost = 1 + rnd(4);
+            if (unit) {
+                nw = 1;
+                nc = 1;
+                equal = 1;
+                cost = 1;
+                quota = 0;
+                order[0] = 1;
+            }
+            for (k = 0; k < nc; k++)
+                costs[k] = equal ? cost : 1 + rnd(4);
+            for (k = 0; k < 2; k++) {
+                job_t *j = k == 0 ? &ja : &jb;
+                snprintf(key, sizeof(key), "rl:{d%c%zu:%zu}:r:t", "AB"[k],
+                         round, c);
+                job_costs(j, i, key, nw, costs, nc, equal);
+                if (quota)
+                    job_quota(j, i, scale);
+            }
+            nq += quota;
+            for (k = 0; k < nw; k++) {
+                uint64_t lim = unit         ? 3 + 2 * rnd(2)
+                               : rnd(8) == 0 ? (UINT64_C(1) << 62)
+                                             : 1 + rnd(10);
+                int kind = (int)rnd(12);
+                long long v = (long long)rnd(lim < 20 ? (uint32_t)lim + 5 : 25) -
+                              2;
+                size_t h;
+                win_at(&ja.win[i][k], lens[order[k]], lim, 7, 0);
+                ja.win[i][k].expire_at_ms = now + 600000 + (unit ? 0 : rnd(1000));
+                jb.win[i][k] = ja.win[i][k];
+                for (h = 0; h < 2; h++) {
+                    char wk[128];
+                    rls_wkey(h == 0 ? &ja.ops[i] : &jb.ops[i],
+                             lens[order[k]], 7, wk);
+                    if (kind <= 5 && redis_int(f, "EXISTS %s", wk) == 0)
+                        preset_key(f, wk, kind, v);
+                }
+            }
+        }
+        ra = raw_run(f, ja.ops, PER, now, 0);
+        rb = raw_run(f, jb.ops, PER, now, 1);
+        same_reply(ra, rb, round);
+        assert_int_equal(ra->type, REDIS_REPLY_ARRAY);
+        for (i = 0; i < ra->elements; i++)
+            if (ra->element[i]->type == REDIS_REPLY_STRING &&
+                ra->element[i]->str[0] == 'e')
+                nerr++;
+        assert_int_equal(rls_redis_parse_reply(ra, ja.ops, PER, qwin, &errs),
+                         0);
+        for (i = 0; i < PER; i++)
+            nrefused += ja.ops[i].err == 0 &&
+                        ja.ops[i].admitted < ja.ops[i].ncosts;
+        freeReplyObject(ra);
+        freeReplyObject(rb);
+        /* Every key of copy A as its twin in copy B. */
+        snprintf(pat, sizeof(pat), "rl:{dA%zu:*", round);
+        keys = redisCommand(f->rc, "KEYS %s", pat);
+        assert_non_null(keys);
+        for (i = 0; i < keys->elements; i++) {
+            char twin[160];
+            const char *a = keys->element[i]->str;
+            redisReply *ta, *tb;
+            snprintf(twin, sizeof(twin), "%s", a);
+            twin[5] = 'B';
+            ta = redisCommand(f->rc, "TYPE %s", a);
+            tb = redisCommand(f->rc, "TYPE %s", twin);
+            assert_string_equal(ta->str, tb->str);
+            if (strcmp(ta->str, "string") == 0) {
+                redisReply *ga = redisCommand(f->rc, "GET %s", a);
+                redisReply *gb = redisCommand(f->rc, "GET %s", twin);
+                if (strcmp(ga->str, gb->str) != 0)
+                    fail_msg("%s: script left %s, module %s", a, ga->str,
+                             gb->str);
+                freeReplyObject(ga);
+                freeReplyObject(gb);
+                assert_int_equal(redis_int(f, "PEXPIRETIME %s", a),
+                                 redis_int(f, "PEXPIRETIME %s", twin));
+            }
+            freeReplyObject(ta);
+            freeReplyObject(tb);
+        }
+        nkeys += keys->elements;
+        k = keys->elements;
+        freeReplyObject(keys);
+        pat[5] = 'B';
+        keys = redisCommand(f->rc, "KEYS %s", pat);
+        assert_non_null(keys);
+        assert_int_equal(keys->elements, k);
+        freeReplyObject(keys);
+    }
+    /* What could differ was exercised. */
+    assert_true(nerr > 20);
+    assert_true(nq > 50);
+    assert_true(nrefused > 50);
+    assert_true(nkeys > 200);
 }
 
 /* A refusal on a window nobody used yet creates no key; with the list
@@ -2148,6 +2444,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_two_windows, fx_setup,
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_script_matches_model, fx_setup,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_module_in_use, fx_setup,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_module_matches_script, fx_setup,
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_refusal_creates_no_key, fx_setup,
                                         fx_teardown),

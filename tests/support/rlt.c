@@ -157,8 +157,11 @@ static int answers_ping(const rlt_redis_t *r)
 }
 
 /* Launches redis-server on r->port in r->dir, with extra arguments (may be
- * NULL), and waits until it answers. Returns 0, or RL_EIO if it exited (port
- * taken) or never answered within 10 s. */
+ * NULL), and waits until it answers. With RLT_REDIS_MODULE set in the
+ * environment, it loads that module (the ratelimit module: the tests of
+ * the Redis store then run against RL.BATCH instead of the script).
+ * Returns 0, or RL_EIO if it exited (port taken) or never answered within
+ * 10 s. */
 static int launch(rlt_redis_t *r, char *const extra[])
 {
     char port[16];
@@ -167,8 +170,13 @@ static int launch(rlt_redis_t *r, char *const extra[])
                       "--daemonize", "no", "--loglevel", "warning"};
     size_t n = 15, i;
     uint64_t deadline = rl_mono_ms() + 10000;
+    const char *module = getenv("RLT_REDIS_MODULE");
     int status;
 
+    if (module != NULL && module[0] != '\0') {
+        argv[n++] = "--loadmodule";
+        argv[n++] = (char *)module;
+    }
     for (i = 0; extra != NULL && extra[i] != NULL; i++) {
         if (n + 1 >= sizeof(argv) / sizeof(argv[0]))
             return RL_EIO;

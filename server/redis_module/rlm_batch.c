@@ -1,0 +1,550 @@
+/* The module's batch over an abstract keyspace; see rlm_batch.h, and
+ * store/redis_script.c for the arguments and the reply, which are the
+ * script's.
+ *
+ * Where the script adds first and takes back what it refused (INCRBY, then
+ * DECRBY or DEL), this reads each window's counter once, decides, and
+ * writes the final count: the same keys, counts and expiries in the end,
+ * one lookup per counter. Counts are 64-bit integers where the script's
+ * are doubles, so the two agree wherever the script is exact (below
+ * 2^53). The arguments are all checked before anything is read: a batch
+ * with a malformed one fails whole, where the script could stop halfway. */
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rlm_batch.h"
+
+typedef struct {
+    uint32_t n;
+    int64_t exp[RLM_WIN_MAX], lim[RLM_WIN_MAX];
+} profile_t;
+
+typedef struct {
+    void *h;
+    size_t key;     /* KEYS index, unless the op has a base */
+    int64_t qw;     /* a stored quota's window (s), with a base */
+    int64_t before; /* the counter before the op */
+    int64_t exp, lim;
+    int exists;
+} win_t;
+
+/* One op, as the arguments give it (and a stored quota replaces). */
+typedef struct {
+    uint32_t nw;
+    win_t w[RLM_WIN_MAX];
+    int64_t k, c;      /* k requests of cost c, unless costs */
+    size_t costs;      /* ARGV index of the first of k costs, or 0 */
+    int64_t total;     /* the sum of the costs */
+    const char *base;  /* a stored quota's counters are base:<qw>:<idx> */
+    size_t base_len;
+    char tag;          /* 0, 'q' (a stored quota) or 'Q' (one unparsable) */
+    const char *qerr;  /* reading the stored quota failed */
+} op_t;
+
+typedef struct {
+    const rlm_io_t *io;
+    void *env;
+    const rlm_args_t *a;
+    int dry;
+    const char *refuse;
+    int64_t now, grace;
+    uint32_t np;
+    const char *err1; /* the first refusal's text */
+    size_t nput;
+    profile_t pr[RLM_PROFILES_MAX]; /* last: only np of them are set */
+} batch_t;
+
+int rlm_parse_i64(const char *s, size_t len, int64_t *v)
+{
+    uint64_t u = 0, max = INT64_MAX;
+    size_t i = 0;
+    int neg = 0;
+
+    if (len == 0 || len > 20)
+        return -1;
+    if (s[0] == '-') {
+        neg = 1;
+        max = (uint64_t)INT64_MAX + 1;
+        if (++i == len)
+            return -1;
+    }
+    if (s[i] == '0' && len - i > 1)
+        return -1;
+    if (s[i] == '0' && neg)
+        return -1;
+    for (; i < len; i++) {
+        unsigned d = (unsigned char)s[i] - '0';
+        if (d > 9 || u > (max - d) / 10)
+            return -1;
+        u = u * 10 + d;
+    }
+    *v = neg ? (int64_t)(0 - u) : (int64_t)u;
+    return 0;
+}
+
+static int num(const batch_t *b, size_t i, int64_t *v)
+{
+    return i < b->a->nargs ? rlm_parse_i64(b->a->av[i], b->a->al[i], v) : -1;
+}
+
+/* ---- a stored quota ----------------------------------------------------*/
+
+static int is_space(char c)
+{
+    return c == ' ' || (c >= '\t' && c <= '\r');
+}
+
+static size_t digits(const char *s, size_t len)
+{
+    size_t i = 0;
+
+    while (i < len && s[i] >= '0' && s[i] <= '9')
+        i++;
+    return i;
+}
+
+/* Reads "N/S ..." (len bytes at s, NUL after them) into o's windows, as
+ * the script does: 1 to 8 tokens, N >= 1, 1 <= S <= 366 days, no S twice,
+ * in Lua's doubles; limits N x scale, floored, within [1, 2^63 - 1024].
+ * Returns 0, or -1 when it does not parse (o untouched). */
+static int parse_quota(const batch_t *b, const char *s, size_t len,
+                       double scale, op_t *o)
+{
+    double ql[RLM_WIN_MAX], qs[RLM_WIN_MAX];
+    uint32_t n = 0, j, i;
+    size_t at = 0;
+
+    while (at < len) {
+        size_t t, dl, ds;
+
+        while (at < len && is_space(s[at]))
+            at++;
+        if (at == len)
+            break;
+        for (t = at; t < len && !is_space(s[t]); t++)
+            ;
+        dl = digits(s + at, t - at);
+        if (dl == 0 || at + dl == t || s[at + dl] != '/')
+            return -1;
+        ds = digits(s + at + dl + 1, t - at - dl - 1);
+        if (ds == 0 || at + dl + 1 + ds != t || n == RLM_WIN_MAX)
+            return -1;
+        /* strtod stops at the '/' and at the space or NUL after S. */
+        ql[n] = strtod(s + at, NULL);
+        qs[n] = strtod(s + at + dl + 1, NULL);
+        if (ql[n] < 1 || qs[n] < 1 || qs[n] > 31622400)
+            return -1;
+        for (i = 0; i < n; i++)
+            if (qs[i] == qs[n])
+                return -1;
+        n++;
+        at = t;
+    }
+    if (n == 0)
+        return -1;
+    for (j = 0; j < n; j++) {
+        win_t *w = &o->w[j];
+        int64_t idx, ms;
+        double lim = floor(ql[j] * scale);
+
+        w->qw = (int64_t)qs[j];
+        ms = w->qw * 1000;
+        idx = b->now / ms;
+        w->exp = (idx + 1) * ms + b->grace;
+        if (lim < 1)
+            lim = 1;
+        if (lim > 9223372036854774784.0)
+            lim = 9223372036854774784.0;
+        w->lim = (int64_t)lim;
+    }
+    o->nw = n;
+    return 0;
+}
+
+/* The script's base: KEYS of the op's first window up to ":<w>:<index>".
+ * Returns its length, or 0 when that key has no such end. */
+static size_t base_of(const char *k, size_t len)
+{
+    size_t e = len, c;
+
+    for (c = 0; c < 2; c++) {
+        size_t d = 0;
+        while (d < e && k[e - 1 - d] >= '0' && k[e - 1 - d] <= '9')
+            d++;
+        if (d == 0 || d == e || k[e - 1 - d] != ':')
+            return 0;
+        e -= d + 1;
+    }
+    return e;
+}
+
+/* ---- one op ------------------------------------------------------------*/
+
+static void put_str(batch_t *b, const char *s, size_t len)
+{
+    b->io->put_str(b->env, s, len);
+    b->nput++;
+}
+
+static void put_int(batch_t *b, int64_t v)
+{
+    b->io->put_int(b->env, v);
+    b->nput++;
+}
+
+/* The kind word the store reads from an op's error ("e<KIND>"). */
+static void put_err(batch_t *b, const char *err)
+{
+    char t[40] = "e";
+    size_t n = 1;
+
+    if (strstr(err, "overflow") != NULL) {
+        memcpy(t + 1, "OVERFLOW", 8);
+        n = 9;
+    } else if (strstr(err, "non local key") != NULL) {
+        memcpy(t + 1, "NONLOCAL", 8);
+        n = 9;
+    } else if (strstr(err, "cluster is down") != NULL) {
+        memcpy(t + 1, "CLUSTERDOWN", 11);
+        n = 12;
+    } else {
+        while (n < sizeof(t) && err[n - 1] >= 'A' && err[n - 1] <= 'Z') {
+            t[n] = err[n - 1];
+            n++;
+        }
+    }
+    put_str(b, t, n);
+    if (b->err1 == NULL)
+        b->err1 = err;
+}
+
+static void *open_win(batch_t *b, const op_t *o, const win_t *w)
+{
+    char name[RLM_BASE_MAX + 48];
+    size_t n;
+
+    if (o->base == NULL)
+        return b->io->open(b->env, w->key, NULL, 0);
+    memcpy(name, o->base, o->base_len);
+    n = o->base_len;
+    n += (size_t)snprintf(name + n, sizeof(name) - n, ":%lld:%lld",
+                          (long long)w->qw,
+                          (long long)(b->now / (w->qw * 1000)));
+    return b->io->open(b->env, 0, name, n);
+}
+
+/* Reads the op's counters, decides its requests in arrival order against
+ * every window (refusals consume nothing), writes each counter's final
+ * count (with its expiry when it starts), and puts its reply entry. */
+static void decide(batch_t *b, op_t *o)
+{
+    const char *err = b->refuse != NULL ? b->refuse : o->qerr;
+    int64_t room = INT64_MAX, adm = 0, sum = 0;
+    uint32_t j, opened = 0, got = 0;
+
+    for (j = 0; err == NULL && j < o->nw; j++) {
+        win_t *w = &o->w[j];
+        int rc;
+
+        if ((w->h = open_win(b, o, w)) == NULL) {
+            err = "ERR out of memory";
+            break;
+        }
+        opened = j + 1;
+        rc = b->io->get(b->env, w->h, &w->before, &w->exists);
+        if (rc != RLM_VAL_OK) {
+            err = rc == RLM_VAL_WRONGTYPE ? RLM_ERR_WRONGTYPE : RLM_ERR_NOTINT;
+            break;
+        }
+        if (w->before > 0 && o->total > INT64_MAX - w->before) {
+            err = RLM_ERR_OVERFLOW;
+            break;
+        }
+        got = j + 1;
+    }
+    if (err == NULL) {
+        for (j = 0; j < o->nw; j++) {
+            int64_t r = o->w[j].lim - (o->w[j].before > 0 ? o->w[j].before : 0);
+            if (r < room)
+                room = r;
+        }
+        if (room < 0)
+            room = 0;
+        if (o->costs == 0) {
+            adm = room / o->c;
+            if (adm > o->k)
+                adm = o->k;
+            sum = adm * o->c;
+        } else {
+            int64_t i, c;
+            for (i = 0; i < o->k; i++) {
+                num(b, o->costs + (size_t)i, &c);
+                if (c <= room) {
+                    adm++;
+                    sum += c;
+                    room -= c;
+                }
+            }
+        }
+    }
+    for (j = 0; j < got; j++) {
+        win_t *w = &o->w[j];
+        if (sum > 0) {
+            b->io->set(b->env, w->h, w->before + sum);
+            if (w->before == 0)
+                b->io->expire_at(b->env, w->h, w->exp);
+        } else if (w->before == 0 && w->exists) {
+            /* The script's INCRBY then DEL: 0 counts as no counter. */
+            b->io->del(b->env, w->h);
+        }
+    }
+    for (j = 0; j < opened; j++)
+        b->io->close(b->env, o->w[j].h);
+    if (err != NULL) {
+        put_err(b, err);
+    } else if (o->tag == 0) {
+        put_int(b, adm);
+        for (j = 0; j < o->nw; j++) {
+            int64_t v = o->w[j].before;
+            if (v > 9000000000000000000)
+                v = 9000000000000000000;
+            else if (v < -9000000000000000000)
+                v = -9000000000000000000;
+            put_int(b, v);
+        }
+    } else {
+        char t[32 + RLM_WIN_MAX * 66];
+        int n = snprintf(t, sizeof(t), "%lld %c", (long long)adm, o->tag);
+        for (j = 0; j < o->nw; j++) {
+            if (o->tag == 'q')
+                n += snprintf(t + n, sizeof(t) - (size_t)n, " %lld %lld",
+                              (long long)o->w[j].qw, (long long)o->w[j].lim);
+            n += snprintf(t + n, sizeof(t) - (size_t)n, " %lld",
+                          (long long)o->w[j].before);
+        }
+        put_str(b, t, (size_t)n);
+    }
+}
+
+/* ---- the batch ---------------------------------------------------------*/
+
+/* Profiles: ARGV[5] of them from ARGV[6], each a number of windows and an
+ * expiry and a limit per window. Returns the ARGV index after them, or 0
+ * when malformed. */
+static size_t read_profiles(batch_t *b)
+{
+    int64_t np, n, e, l;
+    size_t p = 5, j, w;
+
+    if (num(b, 4, &np) != 0 || np < 0 || np > RLM_PROFILES_MAX)
+        return 0;
+    for (j = 0; j < (size_t)np; j++) {
+        if (num(b, p, &n) != 0 || n < 1 || n > RLM_WIN_MAX)
+            return 0;
+        b->pr[j].n = (uint32_t)n;
+        for (w = 0; w < (size_t)n; w++) {
+            if (num(b, p + 1 + 2 * w, &e) != 0 ||
+                num(b, p + 2 + 2 * w, &l) != 0 || l < 0)
+                return 0;
+            b->pr[j].exp[w] = e;
+            b->pr[j].lim[w] = l;
+        }
+        p += 1 + 2 * (size_t)n;
+    }
+    b->np = (uint32_t)np;
+    return p;
+}
+
+/* k requests of equal cost c, or k costs from ARGV index at: their sum
+ * into o; -1 if malformed or over 2^63. */
+static int costs(const batch_t *b, op_t *o, int64_t k, int64_t c, size_t at)
+{
+    int64_t i, x;
+
+    o->k = k;
+    o->c = c;
+    o->costs = at;
+    if (k < 1)
+        return -1;
+    if (at == 0) {
+        if (c < 1 || k > INT64_MAX / c)
+            return -1;
+        o->total = k * c;
+        return 0;
+    }
+    o->total = 0;
+    for (i = 0; i < k; i++) {
+        if (num(b, at + (size_t)i, &x) != 0 || x < 1 ||
+            x > INT64_MAX - o->total)
+            return -1;
+        o->total += x;
+    }
+    return 0;
+}
+
+/* An op out of the ordinary (ARGV[p] is 0): its windows, stored quota and
+ * costs. Returns the ARGV index after it, or 0 when malformed. */
+static size_t general_op(batch_t *b, op_t *o, size_t p, size_t *kp)
+{
+    const rlm_args_t *a = b->a;
+    size_t qf, qk = 0, j;
+    int64_t nw, nc, c = 0;
+    double scale = 1;
+
+    if (num(b, p + 1, &nw) != 0 || nw < 0 || nw > RLM_WIN_MAX ||
+        p + 2 >= a->nargs)
+        return 0;
+    qf = p + 2;
+    p += 3;
+    o->nw = (uint32_t)nw;
+    for (j = 0; j < o->nw; j++) {
+        win_t *w = &o->w[j];
+        if (*kp >= a->nkeys || num(b, p, &w->exp) != 0 ||
+            num(b, p + 1, &w->lim) != 0 || w->lim < 0)
+            return 0;
+        w->key = (*kp)++;
+        p += 2;
+    }
+    if (a->al[qf] > 0) {
+        char t[64];
+        char *end;
+        if (p >= a->nargs || a->al[p] == 0 || a->al[p] >= sizeof(t) ||
+            *kp >= a->nkeys || o->nw == 0)
+            return 0;
+        memcpy(t, a->av[p], a->al[p]);
+        t[a->al[p]] = '\0';
+        scale = strtod(t, &end);
+        if (end != t + a->al[p] || !isfinite(scale))
+            return 0;
+        o->base = a->kv[o->w[0].key];
+        o->base_len = base_of(o->base, a->kl[o->w[0].key]);
+        if (o->base_len == 0 || o->base_len > RLM_BASE_MAX)
+            return 0;
+        qk = (*kp)++;
+        p++;
+    }
+    if (num(b, p, &nc) != 0)
+        return 0;
+    if (nc < 0) {
+        if (nc == INT64_MIN || num(b, p + 1, &c) != 0 ||
+            costs(b, o, -nc, c, 0) != 0)
+            return 0;
+        p += 2;
+    } else {
+        if ((uint64_t)nc > a->nargs - p - 1 || costs(b, o, nc, 0, p + 1) != 0)
+            return 0;
+        p += (size_t)nc + 1;
+    }
+    if (a->al[qf] > 0 && !b->dry) {
+        const char *s;
+        size_t len;
+        if (b->io->quota(b->env, qk, qf, &s, &len) != RLM_VAL_OK)
+            o->qerr = RLM_ERR_WRONGTYPE;
+        else if (s == NULL)
+            ;
+        else if (parse_quota(b, s, len, scale, o) == 0)
+            o->tag = 'q';
+        else
+            o->tag = 'Q';
+    }
+    if (o->tag != 'q')
+        o->base = NULL;
+    return p;
+}
+
+/* Every op: checks them (dry) or decides them. Returns 0, or -1 when the
+ * arguments are malformed (never once they have been checked). */
+static int walk(batch_t *b, size_t p)
+{
+    const rlm_args_t *a = b->a;
+    int64_t nops, i, run = 0, P = 0, rP = 0;
+    size_t kp = 0, j;
+
+    if (num(b, 3, &nops) != 0 || nops < 0)
+        return -1;
+    for (i = 0; i < nops; i++) {
+        op_t o;
+        size_t adv = 0;
+
+        memset(&o, 0, sizeof(o));
+        if (run > 0) {
+            run--;
+            P = rP;
+        } else {
+            adv = 1;
+            if (p >= a->nargs)
+                return -1;
+            if (a->al[p] == 1 && a->av[p][0] == 'r') {
+                if (num(b, p + 1, &run) != 0 || run < 1 || run > nops - i ||
+                    num(b, p + 2, &rP) != 0 || rP < 1 || rP > b->np)
+                    return -1;
+                run--;
+                P = rP;
+                p += 2;
+            } else if (num(b, p, &P) != 0 || P > b->np || P < -(int64_t)b->np) {
+                return -1;
+            }
+        }
+        if (P == 0) {
+            if ((p = general_op(b, &o, p, &kp)) == 0)
+                return -1;
+        } else {
+            const profile_t *pr;
+            int64_t k = 1, c = 1;
+            if (P < 0) {
+                if (num(b, p + 1, &k) != 0 || num(b, p + 2, &c) != 0)
+                    return -1;
+                P = -P;
+                p += 2;
+            }
+            pr = &b->pr[P - 1];
+            if (costs(b, &o, k, c, 0) != 0 || a->nkeys - kp < pr->n)
+                return -1;
+            o.nw = pr->n;
+            for (j = 0; j < pr->n; j++) {
+                o.w[j].key = kp++;
+                o.w[j].exp = pr->exp[j];
+                o.w[j].lim = pr->lim[j];
+            }
+            p += adv;
+        }
+        if (!b->dry)
+            decide(b, &o);
+    }
+    return p == a->nargs && kp == a->nkeys ? 0 : -1;
+}
+
+int rlm_batch(const rlm_io_t *io, void *env, const rlm_args_t *a,
+              int64_t clock_ms, const char *refuse, size_t *nput)
+{
+    batch_t batch, *b = &batch;
+    int64_t dl;
+    size_t p;
+    int rc = RLM_EARGS;
+
+    memset(b, 0, offsetof(batch_t, pr));
+    b->io = io;
+    b->env = env;
+    b->a = a;
+    b->refuse = refuse;
+    b->dry = 1;
+    if (num(b, 0, &dl) != 0 || num(b, 1, &b->now) != 0 || b->now < 0 ||
+        num(b, 2, &b->grace) != 0 || b->grace < 0 ||
+        (p = read_profiles(b)) == 0 || walk(b, p) != 0)
+        goto done;
+    rc = RLM_LATE;
+    if (clock_ms >= 0 && dl > 0 && clock_ms > dl)
+        goto done;
+    b->dry = 0;
+    io->begin(env);
+    walk(b, p);
+    if (b->err1 != NULL)
+        put_str(b, b->err1, strlen(b->err1));
+    rc = RLM_OK;
+done:
+    *nput = b->nput;
+    return rc;
+}

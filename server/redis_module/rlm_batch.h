@@ -1,0 +1,79 @@
+/* The batch command of the ratelimit Redis module (module.c), over an
+ * abstract keyspace: the same decisions, keys and reply as the store's Lua
+ * script (store/redis_script.c, which describes the arguments and the
+ * reply), in C. Pure code: module.c binds it to Redis's module API, and a
+ * fuzz target and the tests drive it with a keyspace of their own. */
+#ifndef RLM_BATCH_H
+#define RLM_BATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Windows per op and profiles per batch it accepts; rl-server sends at
+ * most 8 windows (RLS_WINDOWS_MAX) and 16 profiles. */
+#define RLM_WIN_MAX 8
+#define RLM_PROFILES_MAX 64
+/* The longest key it derives a stored quota's counter names from. */
+#define RLM_BASE_MAX 4096
+
+/* rlm_batch's results. */
+#define RLM_OK 0
+#define RLM_LATE 1   /* after the deadline: nothing read, written or put */
+#define RLM_EARGS -1 /* malformed arguments: nothing read, written or put */
+
+/* What the keyspace says of a value. */
+#define RLM_VAL_OK 0
+#define RLM_VAL_WRONGTYPE 1 /* not a string (a counter) / not a hash */
+#define RLM_VAL_NOTINT 2    /* a string that is not a 64-bit integer */
+
+/* Redis's error texts for those, as a script's redis.pcall reports them. */
+#define RLM_ERR_WRONGTYPE                                                      \
+    "WRONGTYPE Operation against a key holding the wrong kind of value"
+#define RLM_ERR_NOTINT "ERR value is not an integer or out of range"
+#define RLM_ERR_OVERFLOW "ERR increment or decrement would overflow"
+
+typedef struct rlm_io_s {
+    /* Opens the counter KEYS[key] (0-based), or, when name is not NULL,
+     * the counter named by len bytes at name; NULL if it cannot. */
+    void *(*open)(void *env, size_t key, const char *name, size_t len);
+    /* The counter's value into *v and whether it exists (a missing one
+     * reads 0); RLM_VAL_OK, _WRONGTYPE or _NOTINT. */
+    int (*get)(void *env, void *h, int64_t *v, int *exists);
+    void (*set)(void *env, void *h, int64_t v);   /* keeps its expiry */
+    void (*del)(void *env, void *h);
+    void (*expire_at)(void *env, void *h, int64_t ms); /* absolute, ms */
+    void (*close)(void *env, void *h);
+    /* Field ARGV[field] of the hash KEYS[key]: RLM_VAL_OK with the value
+     * in *s and *len (*s NULL when there is none; else NUL after len
+     * bytes), or RLM_VAL_WRONGTYPE. *s stays valid until the next call. */
+    int (*quota)(void *env, size_t key, size_t field, const char **s,
+                 size_t *len);
+    /* The reply: begin, then its elements. */
+    void (*begin)(void *env);
+    void (*put_int)(void *env, int64_t v);
+    void (*put_str)(void *env, const char *s, size_t len);
+} rlm_io_t;
+
+typedef struct rlm_args_s {
+    const char *const *kv; /* KEYS */
+    const size_t *kl;
+    size_t nkeys;
+    const char *const *av; /* ARGV */
+    const size_t *al;
+    size_t nargs;
+} rlm_args_t;
+
+/* Runs one batch: checks every argument first (RLM_EARGS, having done
+ * nothing), then the deadline ARGV[1] against clock_ms (skipped when
+ * clock_ms < 0: a replica or a reload replays what its master decided),
+ * then decides op after op through io. With refuse not NULL every op
+ * fails with that error text (Redis out of memory) and no key is touched.
+ * *nput gets the number of elements put. */
+int rlm_batch(const rlm_io_t *io, void *env, const rlm_args_t *a,
+              int64_t clock_ms, const char *refuse, size_t *nput);
+
+/* Reads a whole decimal int64 (an optional '-', no leading zeros, no
+ * sign or space elsewhere), as Redis reads a counter; 0 on success. */
+int rlm_parse_i64(const char *s, size_t len, int64_t *v);
+
+#endif
