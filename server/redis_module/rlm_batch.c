@@ -455,6 +455,22 @@ static size_t general_op(batch_t *b, op_t *o, size_t p, size_t *kp)
     return p;
 }
 
+/* 1 when the op's windows are distinct keys. The same key twice would be
+ * read twice before either write, where the script adds twice; rl-server
+ * never sends it (its windows differ in length). */
+static int distinct(const batch_t *b, const op_t *o)
+{
+    uint32_t i, j;
+
+    for (i = 1; i < o->nw; i++)
+        for (j = 0; j < i; j++)
+            if (b->a->kl[o->w[i].key] == b->a->kl[o->w[j].key] &&
+                memcmp(b->a->kv[o->w[i].key], b->a->kv[o->w[j].key],
+                       b->a->kl[o->w[i].key]) == 0)
+                return 0;
+    return 1;
+}
+
 /* Every op: checks them (dry) or decides them. Returns 0, or -1 when the
  * arguments are malformed (never once they have been checked). */
 static int walk(batch_t *b, size_t p)
@@ -511,6 +527,8 @@ static int walk(batch_t *b, size_t p)
             }
             p += adv;
         }
+        if (b->dry && !distinct(b, &o))
+            return -1;
         if (!b->dry)
             decide(b, &o);
     }

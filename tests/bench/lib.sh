@@ -35,12 +35,15 @@ pick_port() {
   done
 }
 
-# start_redis DIR: a private redis-server on a free port, no persistence,
-# logging to DIR/redis.log; sets rport and rpid.
+# start_redis DIR [ARGS...]: a private redis-server on a free port, no
+# persistence, logging to DIR/redis.log, with ARGS (e.g. --loadmodule F);
+# sets rport and rpid.
 start_redis() {
+  local dir=$1
+  shift
   rport=$(pick_port)
   redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no \
-    --dir "$1" >"$1/redis.log" 2>&1 &
+    --dir "$dir" "$@" >"$dir/redis.log" 2>&1 &
   rpid=$!
   pids+=("$rpid")
   wait_port "$rport"

@@ -7,6 +7,10 @@
 # redis-server and rl-server on free loopback ports, and measures side by
 # side, in this order:
 #   rl uniform   rl-bench closed loop, 100k keys, limit 100 per 60 s
+#   rl uniform script  the same (61 s windows: keys of its own) through a
+#                second rl-server on the same Redis with --redis-module
+#                off: the Lua script instead of the module (this row and
+#                open 50k script only when the module is loaded)
 #   base uniform baseline_hiredis (INCR-then-EXPIRE, 8 connections), the same
 #                keys: it counts on the keys rl-server just created, so its
 #                INCRs find them and skip EXPIRE (the baseline at its best)
@@ -26,6 +30,8 @@
 #                read, the one-hop floor every open-loop p99 is divided by
 #   open 50k/s   rl-bench open loop at 50,000/s, latency from the schedule,
 #                $RL_BENCH_OPEN_SECONDS (default 20)
+#   open 50k script  the same through the script's rl-server (61 s
+#                windows)
 #   open steady  the same once every counter it touches exists (a
 #                closed-loop pass in hour windows creates them first)
 #   open hold    the same through a second rl-server on the same Redis with
@@ -54,6 +60,10 @@
 # warmup; the whole run takes about 6 minutes. Loopback only; everything
 # started here is stopped by its pid on exit.
 #
+# Redis runs with the ratelimit module (server/redis_module, RL.BATCH)
+# loaded, which rl-server then uses; RL_BENCH_MODULE=0 runs it without,
+# every rl-server row then being the Lua script's.
+#
 # Results (JSON of each run, the table, a latency plot of the open loop)
 # go to RESULTS_DIR (default: a new directory under /tmp). Exit status 0
 # when every run completed and every audit passed, 1 otherwise; the speed
@@ -68,6 +78,7 @@ open_secs=${RL_BENCH_OPEN_SECONDS:-20}
 conns=${RL_BENCH_CONNECTIONS:-4}
 inflight=${RL_BENCH_INFLIGHT:-256}
 bif=${RL_BENCH_BATCHES_IN_FLIGHT:-1}
+with_module=${RL_BENCH_MODULE:-1}
 low_secs=$(( open_secs / 2 > 2 ? open_secs / 2 : 2 ))
 out=${1:-$(mktemp -d /tmp/rl-bench-run.XXXXXX)}
 mkdir -p "$out"
@@ -79,7 +90,7 @@ log "== building Release in $build"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DRL_WERROR=ON \
   >"$out/cmake.log" 2>&1 || { cat "$out/cmake.log"; exit 1; }
 cmake --build "$build" -j 2 --target rl-server rl-bench baseline_hiredis \
-  floor_echo floor_redis \
+  floor_echo floor_redis rl_redis_module \
   >"$out/build.log" 2>&1 || { cat "$out/build.log"; exit 1; }
 server_bin=$build/server/rl-server
 bench_bin=$build/client/bench/rl-bench
@@ -157,8 +168,13 @@ start_on() {
 }
 
 mkdir -p "$out/redis"
+module_args=()
+if [ "$with_module" = 1 ]; then
+  module_args=(--loadmodule "$build/server/redis_module/ratelimit.so")
+fi
 start_on redis redis-server --port PORT --bind 127.0.0.1 --save '' \
-  --appendonly no --dir "$out/redis" --logfile "$out/redis/redis.log"
+  --appendonly no --dir "$out/redis" --logfile "$out/redis/redis.log" \
+  "${module_args[@]}"
 redis_pid=$started_pid
 redis_port=$started_port
 start_on rl-server "$server_bin" --listen 127.0.0.1:PORT \
@@ -229,8 +245,9 @@ record() {
     $2 - b[$1] > 0 { print $1, $2 - b[$1] }' "$out/cmds.before" - \
     >"$out/$name.cmdstats"
   # Commands a script runs count in commandstats too: for rl-server, whose
-  # every batch is one EVALSHA, count those; for others, every command.
-  total=$(awk '$1 == "evalsha" || $1 == "eval" { e += $2 } { n += $2 }
+  # every batch is one EVALSHA (or RL.BATCH), count those; for others,
+  # every command.
+  total=$(awk '$1 == "evalsha" || $1 == "eval" || $1 == "rl.batch" { e += $2 } { n += $2 }
     END { print (e > 0 ? e : n + 0) }' "$out/$name.cmdstats")
   cmds[$name]=$(awk -v n="$total" -v d="$d" 'BEGIN { printf "%.4f", n / d }')
   if [ -n "$snap_b0" ]; then
@@ -320,6 +337,19 @@ closed=(--connections "$conns" --inflight "$inflight" --warmup 1
   --duration "$secs" --limit 100 --window 60)
 
 rl rl_uniform "${closed[@]}" --keys 100000 --dist uniform
+scripts=()
+if [ "$with_module" = 1 ]; then
+  start_on rl-server-script "$server_bin" --listen 127.0.0.1:PORT \
+    --metrics 127.0.0.1:MPORT --redis "127.0.0.1:$redis_port" \
+    --batches-in-flight "$bif" --redis-module off --log-level warn
+  script_pid=$started_pid script_port=$started_port script_mport=$started_mport
+  sleep 0.5
+  RL_PORT=$script_port RL_PID=$script_pid RL_MPORT=$script_mport \
+    rl rl_uniform_script "${closed[@]}" --keys 100000 --dist uniform \
+    --window 61
+  note[rl_uniform_script]="Lua script (--redis-module off); ${note[rl_uniform_script]}"
+  scripts=(rl_uniform_script)
+fi
 base base_uniform --keys 100000 --dist uniform --store-prefix rl:
 rl rl_hot "${closed[@]}" --keys 100000 --dist hot
 base base_hot --dist hot --store-prefix rl:
@@ -383,6 +413,11 @@ RL_PORT=$started_port RL_PID=$started_pid RL_MPORT=- RL_NOAUDIT=1 \
 batch[floor_redis]=$(awk -v c="${cmds[floor_redis]}" 'BEGIN { if (c > 0) printf "%.1f", 1 / c; else printf "-" }')
 
 open_run open_50k --duration "$open_secs"
+if [ "$with_module" = 1 ]; then
+  RL_PORT=$script_port RL_PID=$script_pid RL_MPORT=$script_mport \
+    open_run open_50k_script --duration "$open_secs" --window 61
+  note[open_50k_script]="Lua script; ${note[open_50k_script]}"
+fi
 
 # The same open loop once every counter it touches exists: open_50k's
 # window is new to Redis, so about a third of its ops create their counter
@@ -415,6 +450,7 @@ if [ "$hold_us" -gt 0 ]; then
   holds=(open_50k_hold)
 fi
 holds=(open_50k_steady "${holds[@]}")
+if [ "$with_module" = 1 ]; then holds=(open_50k_script "${holds[@]}"); fi
 
 log "== open loop 50000/s, vCPUs kept awake, for ${soak}s"
 : >"$out/rss.txt"
@@ -467,7 +503,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1fx", a / b; els
   printf '|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n' ------------------ \
     -------------: ----------: ----------: ----------: --------: \
     -----------: -----------: ----------: --------: -------
-  for n in rl_uniform base_uniform rl_hot base_hot rl_zipf ceiling \
+  for n in rl_uniform "${scripts[@]}" base_uniform rl_hot base_hot rl_zipf ceiling \
     floor_ping "${lows[@]}" "${floors[@]}" "${opens[@]}" "${holds[@]}"; do
     case " ${lows[*]} ${floors[*]} ${opens[*]} ${holds[*]} " in
       *" $n "*) pf=$(awk -v a="${p99[$n]:-0}" -v b="${p99[floor_redis]:-0}" \
@@ -496,6 +532,10 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1fx", a / b; els
   for n in "${lows[@]}" "${floors[@]}" "${opens[@]}"; do
     verdict "$n: no errors (${errors[$n]})" "${errors[$n]} == 0"
   done
+  verdict "closed loop: Redis CPU per decision <= 1.0x the ceiling's per INCR (${rcpu[rl_uniform]} vs ${rcpu[ceiling]} s/M)" "${rcpu[rl_uniform]} <= ${rcpu[ceiling]}"
+  verdict "open_50k: Redis CPU <= 3 s/M (${rcpu[open_50k]})" "${rcpu[open_50k]} <= 3"
+  verdict "open_50k: rl-server CPU <= 2.5 s/M (${cpu[open_50k]})" "${cpu[open_50k]} <= 2.5"
+  verdict "open_50k: p99 <= 1.3x floor_redis's (${p99[open_50k]} vs ${p99[floor_redis]} us)" "${p99[open_50k]} <= 1.3 * ${p99[floor_redis]}"
   verdict "rl-server RSS <= 64 MB ($((hwm_kb / 1024)) MB)" "$hwm_kb <= 65536"
   verdict "no RSS growth over the ${soak}s run (+$(( (rss_last - rss_first) / 1024 )) MB)" "$rss_last - $rss_first <= 2048"
   verdict "every audit: no window over its limit" "$failed == 0"

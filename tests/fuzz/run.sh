@@ -49,6 +49,17 @@ mkdir -p "$out/corpus_redis_reply"
   -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus_redis_reply" \
   tests/fuzz/corpus/redis_reply
 
+# The Redis module's batch (server/redis_module/rlm_batch.c) over the
+# target's own keyspace, seeded from tests/fuzz/corpus/rlm_batch.
+clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 \
+  -fsanitize=fuzzer,address,undefined -Iserver \
+  tests/fuzz/fuzz_rlm_batch.c server/redis_module/rlm_batch.c -lm \
+  -o "$out/fuzz_rlm_batch"
+mkdir -p "$out/corpus_rlm_batch"
+"$out/fuzz_rlm_batch" -max_total_time="$secs" -max_len=4096 \
+  -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus_rlm_batch" \
+  tests/fuzz/corpus/rlm_batch
+
 # fuzz_conn: the server's connections, batcher and policy runtime over a
 # real libuv loop (server sources as rls_core builds them, minus the stores,
 # listeners and server.c it does not use). Seeds: tests/fuzz/corpus/conn.
