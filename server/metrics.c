@@ -447,6 +447,11 @@ int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
                         "full (answered by the fail mode).",
                         ss->mem_refused));
         }
+        if (v->cfg->use_redis && !v->cfg->redis_cluster)
+            TRY(gauge(out, "rl_store_redis_module",
+                      "1 while Redis batches go to the ratelimit module "
+                      "(RL.BATCH), 0 while they go to the Lua script.",
+                      (uint64_t)(ss->redis_module != 0)));
         if (v->cfg->use_redis)
             TRY(counter(out, "rl_store_redis_restarts_total",
                         "Redis restarts noticed on reconnection (its run_id "

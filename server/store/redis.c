@@ -346,6 +346,7 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
         b->retried = 1;
         if (b->module && st->module) {
             st->module = 0;
+            st->base.stats.redis_module = 0;
             RLS_WARN("redis: the ratelimit module is gone; batches go to "
                      "the Lua script", " addr=%s:%d", st->host, st->port);
         }

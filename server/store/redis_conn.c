@@ -226,6 +226,7 @@ static void on_module_reply(redisAsyncContext *ac, void *r, void *priv)
         return;
     st->module = rep->type == REDIS_REPLY_INTEGER &&
                  rep->integer == RLS_REDIS_MODULE_VERSION;
+    st->base.stats.redis_module = st->module;
     if (!st->module && rep->type == REDIS_REPLY_INTEGER)
         RLS_WARN("redis: the ratelimit module speaks another version; "
                  "batches go to the Lua script",
@@ -384,6 +385,7 @@ static void connect_addr(rls_redis_store_t *st, const char *ip)
                           rls_redis_script);
     }
     st->module = 0;
+    st->base.stats.redis_module = 0;
     if (st->use_module)
         redisAsyncCommand(ac, on_module_reply, NULL, "RL.VERSION");
     redisAsyncCommand(ac, on_info_reply, NULL, "INFO server");

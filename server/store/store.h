@@ -130,6 +130,9 @@ typedef struct rls_store_stats_s {
      * "store unavailable" (the cluster store: which share of slots has no
      * reachable master); "" otherwise. */
     char down_text[96];
+    /* The Redis store: 1 while its batches go to the ratelimit module
+     * (RL.BATCH) rather than the Lua script. */
+    int redis_module;
 } rls_store_stats_t;
 
 typedef struct rls_store_vtbl_s {

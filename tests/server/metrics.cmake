@@ -14,3 +14,7 @@ rl_add_test(test_metrics
   LIBS rls_core rl_testsupport Threads::Threads
   LABELS integration
   TIMEOUT 120)
+# Its Redis loads the ratelimit module (rl_store_redis_module).
+target_compile_definitions(test_metrics PRIVATE
+  RL_TEST_REDIS_MODULE="$<TARGET_FILE:rl_redis_module>")
+add_dependencies(test_metrics rl_redis_module)

@@ -807,14 +807,17 @@ static void test_drain(void **state)
 }
 
 /* /healthz follows the store: 503 "store unavailable" while Redis is down,
- * 200 again once it is back (the server reconnects by itself). */
+ * 200 again once it is back (the server reconnects by itself). Redis has
+ * the ratelimit module: the store finds it again after the restart. */
 static void test_health_follows_redis(void **state)
 {
+    static char *const module[] = {"--loadmodule", RL_TEST_REDIS_MODULE,
+                                   NULL};
     fx_t *f = *state;
     uint64_t deadline;
     resp_t r;
 
-    assert_int_equal(rlt_redis_start(&f->redis), 0);
+    assert_int_equal(rlt_redis_start_with(&f->redis, module), 0);
     start(f, 1, 0);
     deadline = rlt_mono_ms() + 5000;
     for (get(f->mport, "/healthz", &r); r.status != 200;
@@ -823,6 +826,8 @@ static void test_health_follows_redis(void **state)
         nap_ms(10);
     }
     assert_int_equal(check_once(f->port, "h", 5), RL_CODE_OK);
+    get(f->mport, "/metrics", &r);
+    assert_int_equal(rlt_sample(r.body, "rl_store_redis_module"), 1);
 
     rlt_redis_kill(&f->redis);
     deadline = rlt_mono_ms() + 5000;
@@ -837,7 +842,7 @@ static void test_health_follows_redis(void **state)
     get(f->mport, "/metrics", &r);
     assert_int_equal(rlt_sample(r.body, "rl_store_up"), 0);
 
-    assert_int_equal(rlt_redis_restart(&f->redis), 0);
+    assert_int_equal(rlt_redis_restart_with(&f->redis, module), 0);
     deadline = rlt_mono_ms() + 15000;
     for (get(f->mport, "/healthz", &r); r.status != 200;
          get(f->mport, "/healthz", &r)) {
@@ -846,6 +851,7 @@ static void test_health_follows_redis(void **state)
     }
     get(f->mport, "/metrics", &r);
     assert_int_equal(rlt_sample(r.body, "rl_store_up"), 1);
+    assert_int_equal(rlt_sample(r.body, "rl_store_redis_module"), 1);
     assert_true(rlt_sample(r.body, "rl_store_reconnects_total") >= 1);
     assert_true(rlt_sample(r.body, "rl_redis_rtt_seconds_count") >= 1);
     assert_exposition(r.body);

@@ -1973,6 +1973,7 @@ static void test_module_in_use(void **state)
         assert_int_equal(j.ops[0].admitted, 1);
         assert_int_equal(redis_int(f, "GET %s", "rl:{use}:r:t:60:1"),
                          pass + 1);
+        assert_int_equal(f->st->stats.redis_module, module);
         r = redisCommand(f->rc, "INFO commandstats");
         assert_non_null(r);
         assert_int_equal(r->type, REDIS_REPLY_STRING);
@@ -1981,6 +1982,31 @@ static void test_module_in_use(void **state)
             fail_msg("pass %d, module expected %d: %s", pass, module,
                      r->str);
         freeReplyObject(r);
+        if (module) {
+            /* The module unloaded under a live connection: the batch
+             * that finds it gone goes to the script, and so do the
+             * next. */
+            logcap_t lc;
+            r = redisCommand(f->rc, "MODULE UNLOAD ratelimit");
+            assert_non_null(r);
+            assert_int_equal(r->type, REDIS_REPLY_STATUS);
+            freeReplyObject(r);
+            log_begin(&lc);
+            run_job(f, &j, 1);
+            assert_int_equal(j.ops[0].err, 0);
+            assert_int_equal(j.ops[0].admitted, 1);
+            run_job(f, &j, 1);
+            assert_int_equal(j.ops[0].err, 0);
+            assert_int_equal(redis_int(f, "GET %s", "rl:{use}:r:t:60:1"), 3);
+            assert_int_equal(f->st->stats.redis_module, 0);
+            assert_int_equal(f->st->stats.errors, 0);
+            assert_true(log_end(&lc, "level=warn",
+                                "the ratelimit module is gone", NULL));
+            r = redisCommand(f->rc, "DEL %s", "rl:{use}:r:t:60:1");
+            freeReplyObject(r);
+            r = redisCommand(f->rc, "SET %s 1", "rl:{use}:r:t:60:1");
+            freeReplyObject(r);
+        }
         f->st->v->close(f->st, on_done, &done);
         f->closed = 1;
         RUN_UNTIL(f, done > 0, 5000);

@@ -176,6 +176,9 @@ static int launch(rlt_redis_t *r, char *const extra[])
     if (module != NULL && module[0] != '\0') {
         argv[n++] = "--loadmodule";
         argv[n++] = (char *)module;
+        /* MODULE UNLOAD from the test (Redis 7 refuses it otherwise). */
+        argv[n++] = "--enable-module-command";
+        argv[n++] = "local";
     }
     for (i = 0; extra != NULL && extra[i] != NULL; i++) {
         if (n + 1 >= sizeof(argv) / sizeof(argv[0]))
