@@ -12,6 +12,7 @@ log=$(mktemp /tmp/rl-demo-build.XXXXXX)
 cmake -S . -B build-demo -DCMAKE_BUILD_TYPE=Release -DRL_BUILD_TESTS=OFF \
   >"$log" 2>&1 || { cat "$log"; exit 1; }
 cmake --build build-demo -j "$(nproc)" --target rl-server rl-check rl-ctl \
+  rl_redis_module \
   >>"$log" 2>&1 || { cat "$log"; exit 1; }
 
 server=build-demo/server/rl-server
@@ -53,8 +54,12 @@ wait_port() {
 }
 
 rport=$(free_port)
+# With the ratelimit module loaded, rl-server decides its batches with
+# RL.BATCH instead of the Lua script (deploy/README.md, "Redis module").
 redis-server --port "$rport" --bind 127.0.0.1 --dir "$dir" --save "" \
-  --appendonly no --daemonize no --loglevel warning >"$dir/redis.log" 2>&1 &
+  --appendonly no --daemonize no --loglevel warning \
+  --loadmodule "$PWD/build-demo/server/redis_module/ratelimit.so" \
+  >"$dir/redis.log" 2>&1 &
 pids+=($!)
 redis_pid=$!
 wait_port "$rport"

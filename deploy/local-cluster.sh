@@ -260,8 +260,15 @@ lc_up() {
     # From here on, a failure stops what was already started.
     if [ -z "$cl" ]; then
         mkdir -p "$dir/redis"
+        # The ratelimit module, when built next to rl-server (RL.BATCH;
+        # rl-server falls back to the Lua script without it).
+        local -a module=()
+        local so
+        so=$(dirname "$bin")/redis_module/ratelimit.so
+        [ -f "$so" ] && module=(--loadmodule "$so")
         lc_spawn "$dir" redis redis-server redis-server --port "$rp" \
-            --bind 127.0.0.1 --save "" --appendonly no --dir "$dir/redis"
+            --bind 127.0.0.1 --save "" --appendonly no --dir "$dir/redis" \
+            "${module[@]}"
         lc_wait_until 5000 redis-cli -p "$rp" ping ||
             { lc_down >/dev/null; lc_die "redis-server did not start; see $dir/redis.log"; }
         store=(--redis "127.0.0.1:$rp")
