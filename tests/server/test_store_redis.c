@@ -35,6 +35,7 @@ typedef struct fx_s {
     uv_loop_t loop;
     uv_timer_t tick; /* wakes uv_run(UV_RUN_ONCE) so deadlines are seen */
     rlt_redis_t redis;
+    rlt_redis_t replica; /* test_module_replicates; pid 0 if none */
     redisContext *rc; /* blocking connection, to inspect Redis */
     rls_store_t *st;
     int closed;
@@ -165,6 +166,8 @@ static int fx_teardown(void **state)
     if (f->rc)
         redisFree(f->rc);
     rlt_redis_stop(&f->redis);
+    if (f->replica.pid > 0)
+        rlt_redis_stop(&f->replica);
     free(f);
     return 0;
 }
@@ -2253,6 +2256,85 @@ static void test_module_matches_script(void **state)
     assert_true(nkeys > 200);
 }
 
+/* A replica (with the module, as it must have) ends up with the master's
+ * counters, values and expiries alike, RL.BATCH replayed as the master
+ * ran it: quotas, refusals and all. */
+static void test_module_replicates(void **state)
+{
+    fx_t *f = *state;
+    static job_t j;
+    static const uint32_t ones[] = {1, 1, 1, 1};
+    char port[16], key[64];
+    char *extra[] = {"--replicaof", "127.0.0.1", port, NULL};
+    rlt_redis_t *rep = &f->replica;
+    redisContext *rc;
+    redisReply *r, *keys;
+    uint64_t now, deadline;
+    size_t i, round;
+
+    if (!with_module())
+        skip();
+    snprintf(port, sizeof(port), "%d", f->redis.port);
+    assert_int_equal(rlt_redis_start_with(rep, extra), 0);
+    rc = rlt_redis_connect(rep);
+    assert_non_null(rc);
+    deadline = rlt_mono_ms() + 10000;
+    for (;;) {
+        int up;
+        r = redisCommand(rc, "INFO replication");
+        assert_non_null(r);
+        up = strstr(r->str, "master_link_status:up") != NULL;
+        freeReplyObject(r);
+        if (up)
+            break;
+        assert_true(rlt_mono_ms() < deadline);
+        run_for(f, 20);
+    }
+    r = redisCommand(f->rc, "HSET rl:{rq0}:q t %s", "3/60 5/3600");
+    freeReplyObject(r);
+    open_store(f, f->redis.port, 2000, 0);
+    wait_up(f, 5000);
+    now = f->st->v->now_ms(f->st);
+    for (round = 0; round < 5; round++) {
+        for (i = 0; i < 8; i++) {
+            snprintf(key, sizeof(key), "rl:{rq%zu}:r:t", i % 4);
+            job_costs(&j, i, key, 1, ones, 1 + (uint32_t)(i % 3), 1);
+            win_at(&j.win[i][0], 60, 4, now / 60000, 1000);
+            if (i % 4 == 0)
+                job_quota(&j, i, 1);
+        }
+        run_job(f, &j, 8);
+        assert_int_equal(j.status, 0);
+    }
+    r = redisCommand(f->rc, "WAIT 1 2000");
+    assert_non_null(r);
+    assert_int_equal(r->integer, 1);
+    freeReplyObject(r);
+    keys = redisCommand(f->rc, "KEYS rl:{rq*}:r:*");
+    assert_non_null(keys);
+    assert_true(keys->elements >= 5);
+    for (i = 0; i < keys->elements; i++) {
+        const char *k = keys->element[i]->str;
+        redisReply *a = redisCommand(f->rc, "GET %s", k);
+        redisReply *b = redisCommand(rc, "GET %s", k);
+        redisReply *ea = redisCommand(f->rc, "PEXPIRETIME %s", k);
+        redisReply *eb = redisCommand(rc, "PEXPIRETIME %s", k);
+        assert_int_equal(b->type, REDIS_REPLY_STRING);
+        assert_string_equal(a->str, b->str);
+        assert_true(ea->integer > 0);
+        assert_int_equal(ea->integer, eb->integer);
+        freeReplyObject(a);
+        freeReplyObject(b);
+        freeReplyObject(ea);
+        freeReplyObject(eb);
+    }
+    r = redisCommand(rc, "DBSIZE");
+    assert_int_equal((size_t)r->integer, keys->elements + 1); /* + quota */
+    freeReplyObject(r);
+    freeReplyObject(keys);
+    redisFree(rc);
+}
+
 /* A refusal on a window nobody used yet creates no key; with the list
  * form too. Checked per created key: the keys that exist are exactly those
  * the model says received an admission or were preset. */
@@ -2474,6 +2556,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_module_in_use, fx_setup,
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_module_matches_script, fx_setup,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_module_replicates, fx_setup,
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_refusal_creates_no_key, fx_setup,
                                         fx_teardown),
