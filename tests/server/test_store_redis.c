@@ -1777,6 +1777,18 @@ static int with_module(void)
     return e != NULL && strcmp(e, "1") == 0;
 }
 
+/* Shuffles order[0..4) (window lengths to pick from). */
+static void shuffle4(uint32_t *order)
+{
+    uint32_t k;
+
+    for (k = 0; k < 4; k++) {
+        uint32_t o = rnd(4), t = order[k];
+        order[k] = order[o];
+        order[o] = t;
+    }
+}
+
 /* Runs ops through the script on the blocking connection (EVAL, no
  * deadline; RL.BATCH with the module) and parses the reply. */
 static int script_run(fx_t *f, rls_op_t *ops, size_t n, uint64_t now,
@@ -1838,11 +1850,7 @@ static void test_script_matches_model(void **state)
             int unit = round % 2 == 1 && rnd(5) != 0;
 
             snprintf(key, sizeof(key), "rl:{m%zu:%zu}:r:t", round, i);
-            for (k = 0; k < 4; k++) {
-                uint32_t o = rnd(4), t = order[k];
-                order[k] = order[o];
-                order[o] = t;
-            }
+            shuffle4(order);
             c = 1 + rnd(4);
             if (unit) {
                 nw = 1;
@@ -2153,11 +2161,7 @@ static void test_module_matches_script(void **state)
             char key[64];
 
             c = rnd(CALLERS);
-            for (k = 0; k < 4; k++) {
-                uint32_t o = rnd(4), t = order[k];
-                order[k] = order[o];
-                order[o] = t;
-            }
+            shuffle4(order);
             cost = 1 + rnd(4);
             if (unit) {
                 nw = 1;
