@@ -42,24 +42,27 @@ static int have_redis;
 static rlt_server_t fleet[FLEET_N] = {{.pid = -1}, {.pid = -1}, {.pid = -1}};
 static char fleet_list[FLEET_N * 32];
 
-/* Starts rl-server (with --redis when redis_port > 0) on a free port.
- * Returns 0 or an RL_E* code. */
-static int server_start(int redis_port)
-{
-    char raddr[64];
-    char *argv[] = {"--log-level", "error", redis_port > 0 ? "--redis" : NULL,
-                    raddr, NULL};
-
-    snprintf(raddr, sizeof(raddr), "127.0.0.1:%d", redis_port);
-    return rlt_server_start(&server, RL_SERVER_BIN, 0, argv);
-}
-
 static void server_stop(void)
 {
     if (server.pid > 0)
         rlt_server_stop(&server);
     server.pid = -1;
 }
+
+/* Starts rl-server (with --redis when redis_port > 0) on a free port,
+ * first stopping the one a failed test left running (a failed assertion
+ * skips its test's server_stop). Returns 0 or an RL_E* code. */
+static int server_start(int redis_port)
+{
+    char raddr[64];
+    char *argv[] = {"--log-level", "error", redis_port > 0 ? "--redis" : NULL,
+                    raddr, NULL};
+
+    server_stop();
+    snprintf(raddr, sizeof(raddr), "127.0.0.1:%d", redis_port);
+    return rlt_server_start(&server, RL_SERVER_BIN, 0, argv);
+}
+
 
 /* Starts FLEET_N rl-servers on free ports, each with its own memory store,
  * or all over the test's Redis when redis_port > 0; fleet_list is their
@@ -406,8 +409,11 @@ static void test_open_loop(void **state)
     assert_non_null(json);
     assert_true(num(json, "decisions") >= 1999 &&
                 num(json, "decisions") <= 2001);
-    assert_true(num(json, "sent_total") >= 2990 &&
-                num(json, "sent_total") <= 3010);
+    /* About 1000 in the warmup: fewer when the machine is loaded (the
+     * half second is timed on libuv's millisecond timer from the first
+     * tick; 967 to 991 seen with two CPU hogs under ASan), never more. */
+    assert_true(num(json, "sent_total") >= num(json, "decisions") + 900 &&
+                num(json, "sent_total") <= num(json, "decisions") + 1010);
     free(json);
 
     /* --timeline-csv: a row per 100 ms of the second, whose answers add
@@ -475,6 +481,7 @@ static void test_batch_hold(void **state)
     char *argv[] = {"--log-level", "error", "--batch-hold-us", "2000", NULL};
 
     (void)state;
+    server_stop();
     assert_int_equal(rlt_server_start_metrics(&server, RL_SERVER_BIN, argv),
                      0);
     assert_int_equal(bench("--server", server.addr, "--duration", "1",
@@ -659,6 +666,7 @@ static void test_shadow_rule(void **state)
     assert_non_null(f);
     fputs("rules:\n  sh:\n    limits: [5/1s]\n    mode: shadow\n", f);
     assert_int_equal(fclose(f), 0);
+    server_stop();
     assert_int_equal(rlt_server_start(&server, RL_SERVER_BIN, 0, argv), 0);
 
     assert_int_equal(bench("--server", server.addr, "--duration", "2.6",
