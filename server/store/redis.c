@@ -269,7 +269,7 @@ static size_t encode(rls_redis_store_t *st, rls_redis_batch_t *b,
     const char *script;
     size_t slen;
 
-    b->module = st->module && sha != NULL;
+    b->module = st->base.stats.redis_module && sha != NULL;
     if (b->module)
         return rls_redis_encode_module(&st->cmd, b->ops, b->n, b->now_ms,
                                        st->grace_ms, b->deadline_ms);
@@ -344,8 +344,7 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
         (strncmp(rep->str, "NOSCRIPT", 8) == 0 ||
          (b->module && strncmp(rep->str, "ERR unknown command", 19) == 0))) {
         b->retried = 1;
-        if (b->module && st->module) {
-            st->module = 0;
+        if (b->module && st->base.stats.redis_module) {
             st->base.stats.redis_module = 0;
             RLS_WARN("redis: the ratelimit module is gone; batches go to "
                      "the Lua script", " addr=%s:%d", st->host, st->port);

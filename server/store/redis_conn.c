@@ -224,10 +224,9 @@ static void on_module_reply(redisAsyncContext *ac, void *r, void *priv)
     (void)priv;
     if (rep == NULL || st->conn != c)
         return;
-    st->module = rep->type == REDIS_REPLY_INTEGER &&
-                 rep->integer == RLS_REDIS_MODULE_VERSION;
-    st->base.stats.redis_module = st->module;
-    if (!st->module && rep->type == REDIS_REPLY_INTEGER)
+    st->base.stats.redis_module = rep->type == REDIS_REPLY_INTEGER &&
+                                  rep->integer == RLS_REDIS_MODULE_VERSION;
+    if (!st->base.stats.redis_module && rep->type == REDIS_REPLY_INTEGER)
         RLS_WARN("redis: the ratelimit module speaks another version; "
                  "batches go to the Lua script",
                  " addr=%s:%d version=%lld want=%d", st->host, st->port,
@@ -291,10 +290,11 @@ static void on_time_reply(redisAsyncContext *ac, void *r, void *priv)
         RLS_INFO("redis reconnected", " addr=%s:%d down_ms=%llu batch=%s",
                  st->host, st->port,
                  (unsigned long long)(rl_mono_ms() - st->down_since_ms),
-                 st->module ? "module" : "script");
+                 st->base.stats.redis_module ? "module" : "script");
     } else {
         RLS_INFO("redis connected", " addr=%s:%d db=%d batch=%s", st->host,
-                 st->port, st->db, st->module ? "module" : "script");
+                 st->port, st->db,
+                 st->base.stats.redis_module ? "module" : "script");
     }
     st->ever_up = 1;
 }
@@ -384,7 +384,6 @@ static void connect_addr(rls_redis_store_t *st, const char *ip)
         redisAsyncCommand(ac, on_load_reply, NULL, "SCRIPT LOAD %s",
                           rls_redis_script);
     }
-    st->module = 0;
     st->base.stats.redis_module = 0;
     if (st->use_module)
         redisAsyncCommand(ac, on_module_reply, NULL, "RL.VERSION");

@@ -65,8 +65,9 @@ struct rls_redis_store_s {
     rls_redis_clock_t clk;
     uint64_t rng;
     int cluster;     /* a cluster master: redirections go to the caller */
-    int use_module;  /* look for the ratelimit module at each connect */
-    int module;      /* this connection's Redis has it: RL.BATCH */
+    int use_module;  /* look for the ratelimit module at each connect;
+                      * base.stats.redis_module: this connection's Redis
+                      * has it (RL.BATCH) */
     int cork;        /* rls_redis_cork depth */
     char redir[160]; /* the redirection of the batch being failed */
     size_t redir_len;

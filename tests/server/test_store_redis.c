@@ -1789,30 +1789,37 @@ static void shuffle4(uint32_t *order)
     }
 }
 
-/* Runs ops through the script on the blocking connection (EVAL, no
- * deadline; RL.BATCH with the module) and parses the reply. */
-static int script_run(fx_t *f, rls_op_t *ops, size_t n, uint64_t now,
-                      rls_wop_t *qwin, rls_redis_errs_t *errs)
+/* One batch as EVAL of the script or as RL.BATCH; the raw reply. */
+static redisReply *raw_run(fx_t *f, const rls_op_t *ops, size_t n,
+                           uint64_t now, int module)
 {
     rls_cmdbuf_t buf = {NULL, 0};
     redisReply *rep = NULL;
-    size_t len;
-    int rc;
+    size_t len = module ? rls_redis_encode_module(&buf, ops, n, now, 1000, 0)
+                        : rls_redis_encode(&buf, NULL, ops, n, now, 1000, 0);
 
-    len = with_module()
-              ? rls_redis_encode_module(&buf, ops, n, now, 1000, 0)
-              : rls_redis_encode(&buf, NULL, ops, n, now, 1000, 0);
     assert_true(len > 0);
     assert_int_equal(redisAppendFormattedCommand(f->rc, buf.p, len),
                      REDIS_OK);
     assert_int_equal(redisGetReply(f->rc, (void **)&rep), REDIS_OK);
     assert_non_null(rep);
+    free(buf.p);
+    return rep;
+}
+
+/* Runs ops through the script on the blocking connection (EVAL, no
+ * deadline; RL.BATCH with the module) and parses the reply. */
+static int script_run(fx_t *f, rls_op_t *ops, size_t n, uint64_t now,
+                      rls_wop_t *qwin, rls_redis_errs_t *errs)
+{
+    redisReply *rep = raw_run(f, ops, n, now, with_module());
+    int rc;
+
     if (rep->type != REDIS_REPLY_ARRAY && rep->type != REDIS_REPLY_STRING)
         fail_msg("script reply type %d: %s", rep->type,
                  rep->type == REDIS_REPLY_ERROR ? rep->str : "");
     rc = rls_redis_parse_reply(rep, ops, n, qwin, errs);
     freeReplyObject(rep);
-    free(buf.p);
     return rc;
 }
 
@@ -2029,50 +2036,23 @@ static void test_module_in_use(void **state)
  * count, 2 not a number, 3 2^63 - 1, 4 a list, 5 zero. */
 static void preset_key(fx_t *f, const char *key, int kind, long long v)
 {
-    redisReply *r = NULL;
+    /* 2^63 - 1: any increment overflows. (Below that the script's doubles
+     * are not exact, where the module's integers are.) */
+    static const char *const text[] = {NULL, NULL, "abc",
+                                       "9223372036854775807", NULL, "0"};
+    redisReply *r;
 
-    switch (kind) {
-    case 1:
-        r = redisCommand(f->rc, "SET %s %lld", key, v);
-        break;
-    case 2:
-        r = redisCommand(f->rc, "SET %s %s", key, "abc");
-        break;
-    case 3:
-        /* 2^63 - 1: any increment overflows. (Below that the script's
-         * doubles are not exact, where the module's integers are.) */
-        r = redisCommand(f->rc, "SET %s %s", key, "9223372036854775807");
-        break;
-    case 4:
-        r = redisCommand(f->rc, "RPUSH %s %s", key, "x");
-        break;
-    case 5:
-        r = redisCommand(f->rc, "SET %s %s", key, "0");
-        break;
-    default:
+    if (kind < 1 || kind > 5)
         return;
-    }
+    if (kind == 1)
+        r = redisCommand(f->rc, "SET %s %lld", key, v);
+    else if (kind == 4)
+        r = redisCommand(f->rc, "RPUSH %s %s", key, "x");
+    else
+        r = redisCommand(f->rc, "SET %s %s", key, text[kind]);
     assert_non_null(r);
     assert_int_not_equal(r->type, REDIS_REPLY_ERROR);
     freeReplyObject(r);
-}
-
-/* One batch as EVAL of the script or as RL.BATCH; the raw reply. */
-static redisReply *raw_run(fx_t *f, const rls_op_t *ops, size_t n,
-                           uint64_t now, int module)
-{
-    rls_cmdbuf_t buf = {NULL, 0};
-    redisReply *rep = NULL;
-    size_t len = module ? rls_redis_encode_module(&buf, ops, n, now, 1000, 0)
-                        : rls_redis_encode(&buf, NULL, ops, n, now, 1000, 0);
-
-    assert_true(len > 0);
-    assert_int_equal(redisAppendFormattedCommand(f->rc, buf.p, len),
-                     REDIS_OK);
-    assert_int_equal(redisGetReply(f->rc, (void **)&rep), REDIS_OK);
-    assert_non_null(rep);
-    free(buf.p);
-    return rep;
 }
 
 static void same_reply(const redisReply *a, const redisReply *b, size_t round)
