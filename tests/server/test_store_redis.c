@@ -2167,11 +2167,12 @@ static void test_module_matches_script(void **state)
                                : rnd(8) == 0 ? (UINT64_C(1) << 62)
                                              : 1 + rnd(10);
                 int kind = (int)rnd(12);
-                long long v = (long long)rnd(lim < 20 ? (uint32_t)lim + 5 : 25) -
-                              2;
+                uint32_t span = lim < 20 ? (uint32_t)lim + 5 : 25;
+                long long v = (long long)rnd(span) - 2;
                 size_t h;
                 win_at(&ja.win[i][k], lens[order[k]], lim, 7, 0);
-                ja.win[i][k].expire_at_ms = now + 600000 + (unit ? 0 : rnd(1000));
+                ja.win[i][k].expire_at_ms =
+                    now + 600000 + (unit ? 0 : rnd(1000));
                 jb.win[i][k] = ja.win[i][k];
                 for (h = 0; h < 2; h++) {
                     char wk[128];
