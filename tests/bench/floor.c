@@ -2,7 +2,7 @@
  * the floor that run.sh reads rl-server's latency against.
  *
  *   floor_echo  --listen HOST:PORT
- *   floor_redis --listen HOST:PORT --redis HOST:PORT
+ *   floor_redis --listen HOST:PORT --redis HOST:PORT [--incr]
  *
  * One thread, epoll, any number of connections, pipelining. Per read from a
  * client connection, every whole CheckRequest frame is answered OK with the
@@ -11,6 +11,10 @@
  * floor_redis (built with FLOOR_REDIS) first makes ONE blocking round trip
  * to Redis (PING, on a connection of its own) per read that held a frame:
  * one hop to Redis per batch, as rl-server makes, and nothing else.
+ * With --incr that round trip is instead one pipelined INCR per frame, of
+ * "floor:" and the frame's key: the least Redis work that counts every
+ * decision (no expiry, no limit), the floor of Redis's CPU per decision at
+ * that load.
  *
  * Uses only lib/ (frames, message codec, buffers) and hiredis; none of
  * rl-server's or librlc's code. Not a service: a broken frame closes its
@@ -52,6 +56,7 @@ typedef struct fconn_s {
 static int ep;
 #ifdef FLOOR_REDIS
 static redisContext *redis;
+static int incr; /* --incr: one INCR per frame instead of one PING */
 #endif
 
 static void conn_close(fconn_t *c)
@@ -105,6 +110,33 @@ static void redis_hop(void)
     }
     freeReplyObject(r);
 }
+
+/* --incr: appends INCR floor:KEY for one frame's key (sent by incr_hop). */
+static void incr_add(const rl_check_t *chk)
+{
+    if (redisAppendCommand(redis, "INCR floor:%b", chk->key, chk->key_len) !=
+        REDIS_OK) {
+        fprintf(stderr, "floor_redis: out of memory\n");
+        exit(1);
+    }
+}
+
+/* --incr: the round trip of a read's n appended INCRs: one write, then
+ * their n replies. */
+static void incr_hop(int n)
+{
+    redisReply *r;
+
+    while (n-- > 0) {
+        if (redisGetReply(redis, (void **)&r) != REDIS_OK ||
+            r->type != REDIS_REPLY_INTEGER) {
+            fprintf(stderr, "floor_redis: INCR failed: %s\n",
+                    redis->err ? redis->errstr : "unexpected reply");
+            exit(1);
+        }
+        freeReplyObject(r);
+    }
+}
 #endif
 
 /* One read, then an answer for every whole frame buffered. Returns 0, or a
@@ -142,6 +174,10 @@ static int conn_read(fconn_t *c)
         res.window_s = chk.window_s;
         if ((rc = rl_result_put(&c->out, &res)) != 0)
             return rc;
+#ifdef FLOOR_REDIS
+        if (incr)
+            incr_add(&chk);
+#endif
         frames++;
     }
     if (rc != RL_EAGAIN)
@@ -149,7 +185,10 @@ static int conn_read(fconn_t *c)
     if (frames == 0)
         return 0;
 #ifdef FLOOR_REDIS
-    redis_hop();
+    if (incr)
+        incr_hop(frames);
+    else
+        redis_hop();
 #endif
     return conn_flush(c);
 }
@@ -210,7 +249,8 @@ static void accept_all(int lfd)
 static void usage(void)
 {
 #ifdef FLOOR_REDIS
-    fprintf(stderr, "usage: floor_redis --listen HOST:PORT --redis HOST:PORT\n");
+    fprintf(stderr, "usage: floor_redis --listen HOST:PORT --redis HOST:PORT "
+                    "[--incr]\n");
 #else
     fprintf(stderr, "usage: floor_echo --listen HOST:PORT\n");
 #endif
@@ -224,7 +264,16 @@ int main(int argc, char **argv)
     const char *listen_arg = NULL, *redis_arg = NULL;
     int port, lfd, i, n;
 
-    for (i = 1; i + 1 < argc; i += 2) {
+    for (i = 1; i < argc; i += 2) {
+#ifdef FLOOR_REDIS
+        if (strcmp(argv[i], "--incr") == 0) {
+            incr = 1;
+            i--;
+            continue;
+        }
+#endif
+        if (i + 1 == argc)
+            usage();
         if (strcmp(argv[i], "--listen") == 0)
             listen_arg = argv[i + 1];
         else if (strcmp(argv[i], "--redis") == 0)

@@ -28,10 +28,17 @@
 #                unaudited: rl-bench, loopback and the kernel, nothing else
 #   floor redis  floor_redis: the same after ONE blocking Redis PING per
 #                read, the one-hop floor every open-loop p99 is divided by
+#   floor incr   floor_redis --incr: that round trip carrying one
+#                pipelined INCR per frame (no expiry): the least Redis and
+#                server work that counts each decision
 #   open 50k/s   rl-bench open loop at 50,000/s, latency from the schedule,
 #                $RL_BENCH_OPEN_SECONDS (default 20)
 #   open 50k script  the same through the script's rl-server (61 s
 #                windows)
+#                The three floors and these two run interleaved in
+#                $RL_BENCH_ROUNDS rounds (default 3); their figures are the
+#                medians of the rounds, p99/floor the median of each
+#                round's own ratio
 #   open steady  the same once every counter it touches exists (a
 #                closed-loop pass in hour windows creates them first)
 #   open hold    the same through a second rl-server on the same Redis with
@@ -57,7 +64,7 @@
 # ceiling, and a verdict on the targets. rl-server runs with
 # --batches-in-flight $RL_BENCH_BATCHES_IN_FLIGHT (default 1; 0 unbounded).
 # Closed-loop phases last $RL_BENCH_SECONDS (default 10) after 1 s of
-# warmup; the whole run takes about 6 minutes. Loopback only; everything
+# warmup; the whole run takes about 11 minutes. Loopback only; everything
 # started here is stopped by its pid on exit.
 #
 # Redis runs with the ratelimit module (server/redis_module, RL.BATCH)
@@ -194,7 +201,7 @@ status_kb() { awk -v f="$2:" '$1 == f {print $2}' "/proc/$1/status"; }
 jf() { sed -n "s/^  \"$2\": \\([^,]*\\),\\{0,1\\}\$/\\1/p" "$1" | head -1; }
 
 failed=0
-declare -A rate p50 p99 cpu rcpu note steal errors batch cmds
+declare -A rate p50 p99 cpu rcpu note steal errors batch cmds pfr
 
 # Redis's command calls so far, "name calls" a line, from INFO
 # commandstats; INFO itself (ours, for this) is left out.
@@ -318,6 +325,34 @@ open_run() {
     "$out/$name.timeline.csv"); ${note[$name]}"
 }
 
+# median_rows NAME: NAME's figures as the medians of its rounds' (rows
+# NAME@1..NAME@$rounds); errors as their most; p99/floor (pfr) as the
+# median of each round's p99 over floor_redis's in the same round.
+median_of() { tr ' ' '\n' | awk '/^[0-9.]+$/' | sort -g |
+  awk '{ v[NR] = $1 } END { if (NR == 0) print "-";
+    else if (NR % 2) print v[(NR + 1) / 2];
+    else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+median_rows() {
+  local n=$1 a r vals
+  for a in rate p50 p99 cpu rcpu cmds batch steal; do
+    local -n arr=$a
+    vals=
+    for r in $(seq 1 "$rounds"); do vals+=" ${arr[$n@$r]:--}"; done
+    arr[$n]=$(median_of <<<"$vals")
+  done
+  vals=
+  for r in $(seq 1 "$rounds"); do
+    vals+=" $(awk -v a="${p99[$n@$r]:-0}" -v b="${p99[floor_redis@$r]:-0}" \
+      'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "-" }')"
+  done
+  pfr[$n]=$(median_of <<<"$vals")
+  errors[$n]=0
+  for r in $(seq 1 "$rounds"); do
+    if [ "${errors[$n@$r]:-1}" != 0 ]; then errors[$n]=${errors[$n@$r]:-1}; fi
+  done
+  note[$n]="median of $rounds rounds; ${note[$n@$rounds]:-}"
+}
+
 # base NAME ARGS...: one baseline run.
 base() {
   local name=$1 rc=0
@@ -397,25 +432,44 @@ open_run open_5k --rate 5000 --duration "$low_secs"
 open_run open_20k --rate 20000 --duration "$low_secs"
 open+=(--rate 50000)
 
-# The floor at 50k/s, the same open loop as open_50k, just before it: no
-# hop (floor_echo), and one blocking Redis round trip per read
-# (floor_redis), the one-hop floor of the p99 / floor column. The server
-# CPU column is then the floor server's; floor_redis's batch is its frames
-# per PING.
-floors=(floor_echo floor_redis)
+# The floors at 50k/s and open_50k, the same open loop, interleaved in
+# $RL_BENCH_ROUNDS rounds (default 3; each row's figures are then the
+# medians over its rounds, and p99/floor the median of each round's own
+# ratio): no hop (floor_echo), one blocking Redis round trip per read
+# (floor_redis, the one-hop floor of the p99 / floor column), and that
+# round trip carrying one pipelined INCR per frame (floor_incr: the least
+# Redis work that counts each decision, and the least server work that
+# sends it; no expiry). The server CPU column is then the floor server's;
+# floor_redis's batch is its frames per PING.
+rounds=${RL_BENCH_ROUNDS:-3}
+floors=(floor_echo floor_redis floor_incr)
 start_on floor_echo "$floor_bin/floor_echo" --listen 127.0.0.1:PORT
-RL_PORT=$started_port RL_PID=$started_pid RL_MPORT=- RL_NOAUDIT=1 \
-  open_run floor_echo --duration "$open_secs"
+echo_pid=$started_pid echo_port=$started_port
 start_on floor_redis "$floor_bin/floor_redis" --listen 127.0.0.1:PORT \
   --redis "127.0.0.1:$redis_port"
-RL_PORT=$started_port RL_PID=$started_pid RL_MPORT=- RL_NOAUDIT=1 \
-  open_run floor_redis --duration "$open_secs"
+fredis_pid=$started_pid fredis_port=$started_port
+start_on floor_incr "$floor_bin/floor_redis" --listen 127.0.0.1:PORT \
+  --redis "127.0.0.1:$redis_port" --incr
+fincr_pid=$started_pid fincr_port=$started_port
+paired=("${floors[@]}" open_50k)
+if [ "$with_module" = 1 ]; then paired+=(open_50k_script); fi
+for r in $(seq 1 "$rounds"); do
+  log "== 50k/s round $r of $rounds"
+  RL_PORT=$echo_port RL_PID=$echo_pid RL_MPORT=- RL_NOAUDIT=1 \
+    open_run "floor_echo@$r" --duration "$open_secs"
+  RL_PORT=$fredis_port RL_PID=$fredis_pid RL_MPORT=- RL_NOAUDIT=1 \
+    open_run "floor_redis@$r" --duration "$open_secs"
+  RL_PORT=$fincr_port RL_PID=$fincr_pid RL_MPORT=- RL_NOAUDIT=1 \
+    open_run "floor_incr@$r" --duration "$open_secs"
+  open_run "open_50k@$r" --duration "$open_secs"
+  if [ "$with_module" = 1 ]; then
+    RL_PORT=$script_port RL_PID=$script_pid RL_MPORT=$script_mport \
+      open_run "open_50k_script@$r" --duration "$open_secs" --window 61
+  fi
+done
+for n in "${paired[@]}"; do median_rows "$n"; done
 batch[floor_redis]=$(awk -v c="${cmds[floor_redis]}" 'BEGIN { if (c > 0) printf "%.1f", 1 / c; else printf "-" }')
-
-open_run open_50k --duration "$open_secs"
 if [ "$with_module" = 1 ]; then
-  RL_PORT=$script_port RL_PID=$script_pid RL_MPORT=$script_mport \
-    open_run open_50k_script --duration "$open_secs" --window 61
   note[open_50k_script]="Lua script; ${note[open_50k_script]}"
 fi
 
@@ -489,7 +543,7 @@ rss_first=$(head -1 "$out/rss.txt")
 rss_last=$(tail -1 "$out/rss.txt")
 
 # ---- the table -----------------------------------------------------------
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1fx", a / b; else printf "-" }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else printf "-" }'; }
 {
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p' | head -1), kernel $(uname -r)"
@@ -506,14 +560,23 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1fx", a / b; els
   for n in rl_uniform "${scripts[@]}" base_uniform rl_hot base_hot rl_zipf ceiling \
     floor_ping "${lows[@]}" "${floors[@]}" "${opens[@]}" "${holds[@]}"; do
     case " ${lows[*]} ${floors[*]} ${opens[*]} ${holds[*]} " in
-      *" $n "*) pf=$(awk -v a="${p99[$n]:-0}" -v b="${p99[floor_redis]:-0}" \
-          'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "-" }') ;;
+      *" $n "*) pf=${pfr[$n]:-$(awk -v a="${p99[$n]:-0}" -v b="${p99[floor_redis]:-0}" \
+          'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "-" }')} ;;
       *) pf="-" ;;
     esac
     printf '| %-16s | %12.0f | %9s | %9s | %9s | %7s | %10s | %10s | %9s | %7s | %s |\n' \
       "$n" "${rate[$n]:-0}" "${p50[$n]:--}" "${p99[$n]:--}" "$pf" \
       "${batch[$n]:--}" "${cpu[$n]:--}" "${rcpu[$n]:--}" "${cmds[$n]:--}" \
       "${steal[$n]:--}" "${note[$n]:-}"
+  done
+  echo
+  echo "50k/s rounds (p99 us / server s/M / redis s/M, round by round):"
+  for n in "${paired[@]}"; do
+    line="  $n:"
+    for r in $(seq 1 "$rounds"); do
+      line+=" ${p99[$n@$r]:--} / ${cpu[$n@$r]:--} / ${rcpu[$n@$r]:--};"
+    done
+    echo "${line%;}"
   done
   echo
   echo "rl-server peak RSS (VmHWM): $((hwm_kb / 1024)) MB; RSS during the open loop: first sample $((rss_first / 1024)) MB, last $((rss_last / 1024)) MB ($(tr '\n' ' ' <"$out/rss.txt" | sed 's/ $//') kB)"
@@ -535,7 +598,8 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1fx", a / b; els
   verdict "closed loop: Redis CPU per decision <= 1.0x the ceiling's per INCR (${rcpu[rl_uniform]} vs ${rcpu[ceiling]} s/M)" "${rcpu[rl_uniform]} <= ${rcpu[ceiling]}"
   verdict "open_50k: Redis CPU <= 3 s/M (${rcpu[open_50k]})" "${rcpu[open_50k]} <= 3"
   verdict "open_50k: rl-server CPU <= 2.5 s/M (${cpu[open_50k]})" "${cpu[open_50k]} <= 2.5"
-  verdict "open_50k: p99 <= 1.3x floor_redis's (${p99[open_50k]} vs ${p99[floor_redis]} us)" "${p99[open_50k]} <= 1.3 * ${p99[floor_redis]}"
+  verdict "open_50k: p99 <= 1.3x floor_redis's, median of $rounds rounds' ratios (${pfr[open_50k]}x)" "${pfr[open_50k]} <= 1.3"
+  echo "against floor_incr (pipelined INCR per frame, same rounds): rl-server CPU $(ratio "${cpu[open_50k]}" "${cpu[floor_incr]}"), Redis CPU $(ratio "${rcpu[open_50k]}" "${rcpu[floor_incr]}")"
   verdict "rl-server RSS <= 64 MB ($((hwm_kb / 1024)) MB)" "$hwm_kb <= 65536"
   verdict "no RSS growth over the ${soak}s run (+$(( (rss_last - rss_first) / 1024 )) MB)" "$rss_last - $rss_first <= 2048"
   verdict "every audit: no window over its limit" "$failed == 0"

@@ -1,7 +1,8 @@
 /* Smoke test of run.sh's floor servers (label: integration): floor_echo
  * answers 3 pipelined frames with 3 OK answers carrying their ids;
  * floor_redis does the same after a round trip to its Redis, seen in
- * Redis's INFO commandstats. Nothing here asserts a speed. */
+ * Redis's INFO commandstats, and with --incr counts each frame's key there.
+ * Nothing here asserts a speed. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -94,13 +95,12 @@ static long long calls_of(redisContext *c, const char *cmd)
     return n;
 }
 
-static void test_floor_redis(void **state)
+/* Starts a Redis and floor_redis on it, with --incr if incr. */
+static void start_floor_redis(int incr)
 {
-    char raddr[64];
-    char *argv[] = {"--redis", raddr, NULL};
-    long long before, after;
+    static char raddr[64];
+    char *argv[] = {"--redis", raddr, incr ? "--incr" : NULL, NULL};
 
-    (void)state;
     if (rlt_redis_start(&redis) != 0) {
         redis.pid = -1;
         skip(); /* no redis-server on this machine */
@@ -109,12 +109,40 @@ static void test_floor_redis(void **state)
     rc = rlt_redis_connect(&redis);
     assert_non_null(rc);
     assert_int_equal(rlt_server_start(&srv, FLOOR_REDIS_BIN, 0, argv), 0);
+}
+
+static void test_floor_redis(void **state)
+{
+    long long before, after;
+
+    (void)state;
+    start_floor_redis(0);
     before = calls_of(rc, "ping"); /* its connect-time PING at least */
     assert_true(before >= 1);
     exchange_three(&srv);
     after = calls_of(rc, "ping");
     /* One PING per read that held a frame: 1 to 3 for the 3 frames. */
     assert_true(after >= before + 1 && after <= before + 3);
+    assert_int_equal(calls_of(rc, "incr"), -1);
+}
+
+/* --incr: each frame's key counted once, in place of the PINGs. */
+static void test_floor_incr(void **state)
+{
+    long long pings;
+    redisReply *r;
+
+    (void)state;
+    start_floor_redis(1);
+    pings = calls_of(rc, "ping");
+    exchange_three(&srv);
+    assert_int_equal(calls_of(rc, "incr"), 3);
+    assert_int_equal(calls_of(rc, "ping"), pings);
+    r = redisCommand(rc, "GET floor:floor:k");
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    assert_string_equal(r->str, "3");
+    freeReplyObject(r);
 }
 
 int main(void)
@@ -122,6 +150,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_floor_echo, teardown),
         cmocka_unit_test_teardown(test_floor_redis, teardown),
+        cmocka_unit_test_teardown(test_floor_incr, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
