@@ -8,6 +8,7 @@
 #include "rlb.h"
 
 #define TAB_MIN 4096
+#define TAB_PRESIZE_MAX (1u << 22) /* entries reserved up front, at most */
 
 static uint64_t mix(uint64_t z)
 {
@@ -17,13 +18,23 @@ static uint64_t mix(uint64_t z)
 }
 
 int rlb_audit_init(rlb_audit_t *a, uint32_t window_s, uint32_t cost,
-                   uint64_t fixed_limit)
+                   uint64_t fixed_limit, uint64_t expect)
 {
+    size_t n = TAB_MIN, i;
+
     memset(a, 0, sizeof(*a));
-    a->tab = calloc(TAB_MIN, sizeof(*a->tab));
+    /* Room for the windows the run is expected to see, at most half full,
+     * so that no grow() (a rehash of everything, tens of ms with a large
+     * table) stalls the loop mid-run and shows in the latencies it
+     * measures; the pages are touched now, before anything is timed. */
+    while (n < TAB_PRESIZE_MAX && n < 2 * expect)
+        n *= 2;
+    a->tab = calloc(n, sizeof(*a->tab));
     if (a->tab == NULL)
         return RL_ENOMEM;
-    a->mask = TAB_MIN - 1;
+    for (i = 0; i < n * sizeof(*a->tab); i += 4096)
+        ((volatile char *)a->tab)[i] = 0;
+    a->mask = n - 1;
     a->window_ms = (double)window_s * 1000;
     a->window_s = window_s;
     a->cost = cost;

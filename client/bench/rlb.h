@@ -126,9 +126,11 @@ typedef struct rlb_audit_s {
 
 /* fixed_limit 0: each window's limit is the one its answers give (inline
  * limits); else the audited window's limit (--rule, whose answers give the
- * deciding window's limit, which may be another window's). */
+ * deciding window's limit, which may be another window's). expect: the
+ * windows the run should see, room for which is reserved up front (up to
+ * 4M entries; beyond, the table grows as it fills). */
 int rlb_audit_init(rlb_audit_t *a, uint32_t window_s, uint32_t cost,
-                   uint64_t fixed_limit);
+                   uint64_t fixed_limit, uint64_t expect);
 void rlb_audit_free(rlb_audit_t *a);
 
 /* Records one server decision (code OK or OVER_LIMIT) for key index key:

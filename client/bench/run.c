@@ -627,6 +627,17 @@ void rlb_result_free(rlb_result_t *r)
     rl_hist_free(&r->st.lat_ns);
 }
 
+/* The audit's windows a run is expected to see: every key in every window
+ * its phases span, and one more for the grid's offset. */
+static uint64_t audit_expect(const rlb_opts_t *o)
+{
+    double span = o->warmup_s + o->duration_s;
+
+    if (o->window_s == 0 || span <= 0)
+        return o->keys;
+    return (uint64_t)o->keys * (uint64_t)(ceil(span / o->window_s) + 1);
+}
+
 int rlb_run(const rlb_opts_t *o, rlb_result_t *res)
 {
     bench_t b;
@@ -649,7 +660,8 @@ int rlb_run(const rlb_opts_t *o, rlb_result_t *res)
         (rc = rlb_keys_init(&b.keys, o)) != 0 ||
         (o->audit &&
          (rc = rlb_audit_init(&b.audit, o->window_s, o->cost,
-                              o->rule != NULL ? o->limit : 0)) != 0) ||
+                              o->rule != NULL ? o->limit : 0,
+                              audit_expect(o))) != 0) ||
         (rc = conns_init(&b)) != 0) {
         if (rc == RL_ENOMEM)
             fprintf(stderr, "rl-bench: out of memory\n");
