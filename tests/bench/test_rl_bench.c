@@ -49,20 +49,26 @@ static void server_stop(void)
     server.pid = -1;
 }
 
-/* Starts rl-server (with --redis when redis_port > 0) on a free port,
- * first stopping the one a failed test left running (a failed assertion
- * skips its test's server_stop). Returns 0 or an RL_E* code. */
+/* Every test's teardown: a failed assertion skips the test's own
+ * server_stop, and its rl-server must not outlive it. */
+static int server_teardown(void **state)
+{
+    (void)state;
+    server_stop();
+    return 0;
+}
+
+/* Starts rl-server (with --redis when redis_port > 0) on a free port.
+ * Returns 0 or an RL_E* code. */
 static int server_start(int redis_port)
 {
     char raddr[64];
     char *argv[] = {"--log-level", "error", redis_port > 0 ? "--redis" : NULL,
                     raddr, NULL};
 
-    server_stop();
     snprintf(raddr, sizeof(raddr), "127.0.0.1:%d", redis_port);
     return rlt_server_start(&server, RL_SERVER_BIN, 0, argv);
 }
-
 
 /* Starts FLEET_N rl-servers on free ports, each with its own memory store,
  * or all over the test's Redis when redis_port > 0; fleet_list is their
@@ -107,9 +113,8 @@ static void fleet_stop(void)
 
 static int fleet_teardown(void **state)
 {
-    (void)state;
     fleet_stop();
-    return 0;
+    return server_teardown(state);
 }
 
 /* Runs rl-bench with the given arguments (NULL-terminated, after argv[0]),
@@ -481,7 +486,6 @@ static void test_batch_hold(void **state)
     char *argv[] = {"--log-level", "error", "--batch-hold-us", "2000", NULL};
 
     (void)state;
-    server_stop();
     assert_int_equal(rlt_server_start_metrics(&server, RL_SERVER_BIN, argv),
                      0);
     assert_int_equal(bench("--server", server.addr, "--duration", "1",
@@ -666,7 +670,6 @@ static void test_shadow_rule(void **state)
     assert_non_null(f);
     fputs("rules:\n  sh:\n    limits: [5/1s]\n    mode: shadow\n", f);
     assert_int_equal(fclose(f), 0);
-    server_stop();
     assert_int_equal(rlt_server_start(&server, RL_SERVER_BIN, 0, argv), 0);
 
     assert_int_equal(bench("--server", server.addr, "--duration", "2.6",
@@ -755,18 +758,19 @@ static void test_server_gone(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_uniform_json),
-        cmocka_unit_test(test_hot_exact_memory),
-        cmocka_unit_test(test_hot_exact_redis),
-        cmocka_unit_test(test_open_loop),
+        cmocka_unit_test_teardown(test_uniform_json, server_teardown),
+        cmocka_unit_test_teardown(test_hot_exact_memory, server_teardown),
+        cmocka_unit_test_teardown(test_hot_exact_redis, server_teardown),
+        cmocka_unit_test_teardown(test_open_loop, server_teardown),
         cmocka_unit_test_teardown(test_fleet_memory_over_admits,
                                   fleet_teardown),
         cmocka_unit_test_teardown(test_fleet_redis_exact, fleet_teardown),
-        cmocka_unit_test(test_failover_without_fleet),
-        cmocka_unit_test(test_batch_hold),
-        cmocka_unit_test(test_bad_arguments),
-        cmocka_unit_test(test_shadow_rule),
-        cmocka_unit_test(test_server_gone),
+        cmocka_unit_test_teardown(test_failover_without_fleet,
+                                  server_teardown),
+        cmocka_unit_test_teardown(test_batch_hold, server_teardown),
+        cmocka_unit_test_teardown(test_bad_arguments, server_teardown),
+        cmocka_unit_test_teardown(test_shadow_rule, server_teardown),
+        cmocka_unit_test_teardown(test_server_gone, server_teardown),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
