@@ -264,24 +264,23 @@ int main(int argc, char **argv)
     const char *listen_arg = NULL, *redis_arg = NULL;
     int port, lfd, i, n;
 
-    for (i = 1; i < argc; i += 2) {
+    for (i = 1; i < argc; i++) {
 #ifdef FLOOR_REDIS
         if (strcmp(argv[i], "--incr") == 0) {
             incr = 1;
-            i--;
             continue;
         }
 #endif
         if (i + 1 == argc)
             usage();
         if (strcmp(argv[i], "--listen") == 0)
-            listen_arg = argv[i + 1];
+            listen_arg = argv[++i];
         else if (strcmp(argv[i], "--redis") == 0)
-            redis_arg = argv[i + 1];
+            redis_arg = argv[++i];
         else
             usage();
     }
-    if (i != argc || listen_arg == NULL)
+    if (listen_arg == NULL)
         usage();
 #ifdef FLOOR_REDIS
     if (redis_arg == NULL ||
