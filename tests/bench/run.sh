@@ -35,7 +35,11 @@
 #                $RL_BENCH_OPEN_SECONDS (default 20)
 #   open 50k script  the same through the script's rl-server (61 s
 #                windows)
-#                The three floors and these two run interleaved in
+#   floor redis split, floor incr split, open 50k split  floor_redis,
+#                floor_incr and open 50k again, the service (every server
+#                and Redis) on the last vCPU and rl-bench on vCPU 0: the
+#                load generator apart from what it measures
+#                The floors and these rows run interleaved in
 #                $RL_BENCH_ROUNDS rounds (default 3); their figures are the
 #                medians of the rounds, p99/floor the median of each
 #                round's own ratio
@@ -327,13 +331,14 @@ open_run() {
 
 # median_rows NAME: NAME's figures as the medians of its rounds' (rows
 # NAME@1..NAME@$rounds); errors as their most; p99/floor (pfr) as the
-# median of each round's p99 over floor_redis's in the same round.
+# median of each round's p99 over FLOOR's (default floor_redis) in the
+# same round.
 median_of() { tr ' ' '\n' | awk '/^[0-9.]+$/' | sort -g |
   awk '{ v[NR] = $1 } END { if (NR == 0) print "-";
     else if (NR % 2) print v[(NR + 1) / 2];
     else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 median_rows() {
-  local n=$1 a r vals
+  local n=$1 fl=${2:-floor_redis} a r vals
   for a in rate p50 p99 cpu rcpu cmds batch steal; do
     local -n arr=$a
     vals=
@@ -342,7 +347,7 @@ median_rows() {
   done
   vals=
   for r in $(seq 1 "$rounds"); do
-    vals+=" $(awk -v a="${p99[$n@$r]:-0}" -v b="${p99[floor_redis@$r]:-0}" \
+    vals+=" $(awk -v a="${p99[$n@$r]:-0}" -v b="${p99[$fl@$r]:-0}" \
       'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "-" }')"
   done
   pfr[$n]=$(median_of <<<"$vals")
@@ -453,6 +458,24 @@ start_on floor_incr "$floor_bin/floor_redis" --listen 127.0.0.1:PORT \
 fincr_pid=$started_pid fincr_port=$started_port
 paired=("${floors[@]}" open_50k)
 if [ "$with_module" = 1 ]; then paired+=(open_50k_script); fi
+# The same rows again with the load generator apart from the service:
+# every server and Redis on the last vCPU, rl-bench on vCPU 0. Three busy
+# processes on two vCPUs otherwise queue behind each other and migrate
+# (about one migration per frame for rl-server, a wakeup across vCPUs being
+# a hypervisor exit on this VM), and the figures measure that as much as
+# the service.
+splits=()
+service=("$redis_pid" "$rls_pid" "$echo_pid" "$fredis_pid" "$fincr_pid")
+if [ "$with_module" = 1 ]; then service+=("$script_pid"); fi
+last_cpu=$(($(nproc) - 1))
+if [ "$last_cpu" -ge 1 ] && command -v taskset >/dev/null; then
+  splits=(floor_redis_split floor_incr_split open_50k_split)
+fi
+# pin_service CPUS: every thread of every service process onto CPUS.
+pin_service() {
+  local p
+  for p in "${service[@]}"; do taskset -apc "$1" "$p" >/dev/null; done
+}
 for r in $(seq 1 "$rounds"); do
   log "== 50k/s round $r of $rounds"
   RL_PORT=$echo_port RL_PID=$echo_pid RL_MPORT=- RL_NOAUDIT=1 \
@@ -466,8 +489,22 @@ for r in $(seq 1 "$rounds"); do
     RL_PORT=$script_port RL_PID=$script_pid RL_MPORT=$script_mport \
       open_run "open_50k_script@$r" --duration "$open_secs" --window 61
   fi
+  if [ "${#splits[@]}" -gt 0 ]; then
+    pin_service "$last_cpu"
+    RL_PORT=$fredis_port RL_PID=$fredis_pid RL_MPORT=- RL_NOAUDIT=1 \
+      RL_WRAP="taskset -c 0" open_run "floor_redis_split@$r" \
+      --duration "$open_secs"
+    RL_PORT=$fincr_port RL_PID=$fincr_pid RL_MPORT=- RL_NOAUDIT=1 \
+      RL_WRAP="taskset -c 0" open_run "floor_incr_split@$r" \
+      --duration "$open_secs"
+    RL_WRAP="taskset -c 0" open_run "open_50k_split@$r" \
+      --duration "$open_secs"
+    pin_service "0-$last_cpu"
+  fi
 done
 for n in "${paired[@]}"; do median_rows "$n"; done
+for n in "${splits[@]}"; do median_rows "$n" floor_redis_split; done
+paired+=("${splits[@]}")
 batch[floor_redis]=$(awk -v c="${cmds[floor_redis]}" 'BEGIN { if (c > 0) printf "%.1f", 1 / c; else printf "-" }')
 if [ "$with_module" = 1 ]; then
   note[open_50k_script]="Lua script; ${note[open_50k_script]}"
@@ -549,7 +586,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; els
   echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p' | head -1), kernel $(uname -r)"
   echo "redis: $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), rl-bench: $conns connections x $inflight in flight (closed loop), ${secs}s per run"
   echo
-  echo "rl-server: --batches-in-flight $bif; p99 / floor: open-loop p99 over floor_redis's (one blocking Redis round trip per read, the same open loop)"
+  echo "rl-server: --batches-in-flight $bif; p99 / floor: open-loop p99 over floor_redis's (one blocking Redis round trip per read, the same open loop; _split rows: over floor_redis_split's)"
   echo
   printf '| %-16s | %12s | %9s | %9s | %9s | %7s | %10s | %10s | %9s | %7s | %s |\n' \
     run "decisions/s" "p50 us" "p99 us" "p99/floor" batch "server s/M" \
@@ -558,8 +595,9 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; els
     -------------: ----------: ----------: ----------: --------: \
     -----------: -----------: ----------: --------: -------
   for n in rl_uniform "${scripts[@]}" base_uniform rl_hot base_hot rl_zipf ceiling \
-    floor_ping "${lows[@]}" "${floors[@]}" "${opens[@]}" "${holds[@]}"; do
-    case " ${lows[*]} ${floors[*]} ${opens[*]} ${holds[*]} " in
+    floor_ping "${lows[@]}" "${floors[@]}" "${opens[@]}" "${splits[@]}" \
+    "${holds[@]}"; do
+    case " ${lows[*]} ${floors[*]} ${opens[*]} ${splits[*]} ${holds[*]} " in
       *" $n "*) pf=${pfr[$n]:-$(awk -v a="${p99[$n]:-0}" -v b="${p99[floor_redis]:-0}" \
           'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "-" }')} ;;
       *) pf="-" ;;
@@ -592,7 +630,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; els
   for n in "${opens[@]}"; do
     verdict "$n: 50k/s p99 <= 1 ms (p99 ${p99[$n]} us, steal ${steal[$n]}%)" "${p99[$n]} <= 1000"
   done
-  for n in "${lows[@]}" "${floors[@]}" "${opens[@]}"; do
+  for n in "${lows[@]}" "${floors[@]}" "${opens[@]}" "${splits[@]}"; do
     verdict "$n: no errors (${errors[$n]})" "${errors[$n]} == 0"
   done
   verdict "closed loop: Redis CPU per decision <= 1.0x the ceiling's per INCR (${rcpu[rl_uniform]} vs ${rcpu[ceiling]} s/M)" "${rcpu[rl_uniform]} <= ${rcpu[ceiling]}"
@@ -600,6 +638,13 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; els
   verdict "open_50k: rl-server CPU <= 2.5 s/M (${cpu[open_50k]})" "${cpu[open_50k]} <= 2.5"
   verdict "open_50k: p99 <= 1.3x floor_redis's, median of $rounds rounds' ratios (${pfr[open_50k]}x)" "${pfr[open_50k]} <= 1.3"
   echo "against floor_incr (pipelined INCR per frame, same rounds): rl-server CPU $(ratio "${cpu[open_50k]}" "${cpu[floor_incr]}"), Redis CPU $(ratio "${rcpu[open_50k]}" "${rcpu[floor_incr]}")"
+  if [ "${#splits[@]}" -gt 0 ]; then
+    s=open_50k_split
+    verdict "$s: Redis CPU <= 3 s/M (${rcpu[$s]})" "${rcpu[$s]} <= 3"
+    verdict "$s: rl-server CPU <= 2.5 s/M (${cpu[$s]})" "${cpu[$s]} <= 2.5"
+    verdict "$s: p99 <= 1.3x floor_redis_split's, median of $rounds rounds' ratios (${pfr[$s]}x)" "${pfr[$s]} <= 1.3"
+    echo "against floor_incr_split (same rounds): rl-server CPU $(ratio "${cpu[$s]}" "${cpu[floor_incr_split]}"), Redis CPU $(ratio "${rcpu[$s]}" "${rcpu[floor_incr_split]}")"
+  fi
   verdict "rl-server RSS <= 64 MB ($((hwm_kb / 1024)) MB)" "$hwm_kb <= 65536"
   verdict "no RSS growth over the ${soak}s run (+$(( (rss_last - rss_first) / 1024 )) MB)" "$rss_last - $rss_first <= 2048"
   verdict "every audit: no window over its limit" "$failed == 0"
