@@ -68,7 +68,7 @@
 # ceiling, and a verdict on the targets. rl-server runs with
 # --batches-in-flight $RL_BENCH_BATCHES_IN_FLIGHT (default 1; 0 unbounded).
 # Closed-loop phases last $RL_BENCH_SECONDS (default 10) after 1 s of
-# warmup; the whole run takes about 11 minutes. Loopback only; everything
+# warmup; the whole run takes about 13 minutes. Loopback only; everything
 # started here is stopped by its pid on exit.
 #
 # Redis runs with the ratelimit module (server/redis_module, RL.BATCH)
