@@ -72,6 +72,14 @@ mport=$(free_port)
 pids+=($!)
 wait_port "$port"
 wait_port "$mport"
+# Ready, as a load balancer sees it: Redis connected and the fleet's
+# runtime switches applied (at most 10 s).
+for i in $(seq 1 200); do
+  curl -fsS "http://127.0.0.1:$mport/healthz" >/dev/null 2>&1 && break
+  sleep 0.05
+done
+curl -fsS "http://127.0.0.1:$mport/healthz" >/dev/null ||
+  { echo "rl-server not ready" >&2; exit 1; }
 echo "== redis-server on 127.0.0.1:$rport, rl-server on 127.0.0.1:$port" \
   "(rules: deploy/rules.yaml, metrics on 127.0.0.1:$mport)"
 

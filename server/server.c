@@ -542,6 +542,10 @@ int rls_server_healthy(const rls_server_t *s, const char **why)
                                             : "store unavailable";
         return 0;
     }
+    if (!rls_switch_poll_ready(&s->switches)) {
+        *why = "runtime switches not read yet";
+        return 0;
+    }
     if (s->store->stats.mem_full) {
         *why = "memory store full";
         return 0;

@@ -16,7 +16,20 @@
  * far above any real fleet; a bigger hash is refused, not half-applied. */
 #define PAIRS_MAX 65536
 
-static void report(rls_switch_poll_t *p);
+static int report(rls_switch_poll_t *p);
+static void on_timer(uv_timer_t *t);
+
+/* The first poll is done: Redis answered it, and, unless its answer was
+ * an error, this server's report is on its way, so rl-ctl knows of it.
+ * From now on, the usual period. */
+static void settle(rls_switch_poll_t *p)
+{
+    if (!p->first)
+        return;
+    p->first = 0;
+    uv_timer_start(&p->timer, on_timer, RLS_SWITCH_POLL_MS,
+                   RLS_SWITCH_POLL_MS);
+}
 
 static void on_reply(void *data, void *reply)
 {
@@ -35,6 +48,10 @@ static void on_reply(void *data, void *reply)
     if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements % 2 != 0 ||
         r->elements / 2 > PAIRS_MAX) {
         p->stats.failures++;
+        /* Switches Redis will not give (an ACL, a wrong type) are not
+         * waited for: counted, and the server goes on without. */
+        if (r != NULL)
+            settle(p);
         return;
     }
     p->stats.polls++;
@@ -46,7 +63,8 @@ static void on_reply(void *data, void *reply)
             version = strtoll(x->str, NULL, 10);
     }
     if (version == p->rt->sw.version) {
-        report(p);
+        if (report(p) == RL_OK)
+            settle(p);
         return; /* nothing new: the common case, no allocation */
     }
     if (n > 64) {
@@ -83,7 +101,8 @@ static void on_reply(void *data, void *reply)
     if (bad > 0)
         RLS_WARN("runtime switches: fields skipped (not understood)",
                  " version=%lld bad=%zu", (long long)p->rt->sw.version, bad);
-    report(p);
+    if (report(p) == RL_OK)
+        settle(p);
 out:
     if (f != fields) {
         free(f);
@@ -99,8 +118,10 @@ static void on_report_reply(void *data, void *reply)
     (void)reply;
 }
 
-/* "<version> <unix ms>" under this instance: rl-ctl's view of the fleet. */
-static void report(rls_switch_poll_t *p)
+/* "<version> <unix ms>" under this instance: rl-ctl's view of the fleet.
+ * Returns RL_OK once sent (with a cluster, its key's master may not be
+ * connected yet). */
+static int report(rls_switch_poll_t *p)
 {
     char val[64];
     const char *argv[4] = {"HSET", p->ikey, p->instance, val};
@@ -112,7 +133,7 @@ static void report(rls_switch_poll_t *p)
     lens[1] = strlen(p->ikey);
     lens[2] = strlen(p->instance);
     lens[3] = strlen(val);
-    p->store->v->command(p->store, 4, argv, lens, on_report_reply, p);
+    return p->store->v->command(p->store, 4, argv, lens, on_report_reply, p);
 }
 
 static void on_timer(uv_timer_t *t)
@@ -143,9 +164,18 @@ int rls_switch_poll_start(rls_switch_poll_t *p, uv_loop_t *loop,
     snprintf(p->instance, sizeof(p->instance), "%s", instance);
     uv_timer_init(loop, &p->timer);
     p->timer.data = p;
-    uv_timer_start(&p->timer, on_timer, RLS_SWITCH_POLL_MS / 5,
-                   RLS_SWITCH_POLL_MS);
+    /* At once, and then often until the first poll is done (settle): the
+     * server is not ready (rls_switch_poll_ready) until it applies the
+     * fleet's switches and has told rl-ctl so. A poll while the store is
+     * down fails at once, with no I/O. */
+    p->first = 1;
+    uv_timer_start(&p->timer, on_timer, 0, RLS_SWITCH_FIRST_MS);
     return 0;
+}
+
+int rls_switch_poll_ready(const rls_switch_poll_t *p)
+{
+    return p->closed || !p->first;
 }
 
 void rls_switch_poll_leave(rls_switch_poll_t *p)

@@ -19,6 +19,8 @@
 #include "store/store.h"
 
 #define RLS_SWITCH_POLL_MS 500
+/* The period until Redis first answers a poll. */
+#define RLS_SWITCH_FIRST_MS 10
 
 typedef struct rls_switch_poll_stats_s {
     uint64_t polls;        /* replies read */
@@ -35,6 +37,7 @@ typedef struct rls_switch_poll_s {
     char ikey[96];     /* <prefix>instances */
     char instance[160];
     int busy;          /* a poll is waiting for its reply */
+    int first;         /* polling, and no poll done yet (settle) */
     int closed;
     int bad_logged;    /* the version whose bad fields were logged */
     rls_switch_poll_stats_t stats;
@@ -46,6 +49,14 @@ typedef struct rls_switch_poll_s {
 int rls_switch_poll_start(rls_switch_poll_t *p, uv_loop_t *loop,
                           rls_store_t *store, rls_runtime_t *rt,
                           const char *prefix, const char *instance);
+
+/* 0 from the start of polling until Redis has answered a poll and this
+ * server's report of the version it applies is sent (an error reply ends
+ * it too: switches Redis will not give are not waited for); else 1, and
+ * 1 with nothing to poll. Until then /healthz answers 503, so a new
+ * server takes work only once it applies the fleet's switches and rl-ctl
+ * knows of it. */
+int rls_switch_poll_ready(const rls_switch_poll_t *p);
 
 /* Says goodbye: removes this instance from <prefix>instances (so rl-ctl
  * stops waiting for it) and stops polling. Called when a stop begins, while

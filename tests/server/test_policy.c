@@ -644,6 +644,54 @@ static void test_quota_rlctl(void **state)
     assert_int_equal(metric(f, 0, "rl_quota_unparsable_total"), 1);
 }
 
+/* A new server takes work (/healthz 200, which start_server awaits) only
+ * once it applies the fleet's switches and has reported so: a switch set
+ * before it started is in force from its first decision, and rl-ctl run
+ * right after waits for it instead of finding no server. */
+static void test_ready_after_switches(void **state)
+{
+    fx_t *f = *state;
+    char out[4096];
+    rlt_result_t r;
+    int i;
+
+    start_redis(f);
+    assert_int_equal(run(out, sizeof(out),
+                         "%s --redis 127.0.0.1:%d --wait-ms 0 mode api off",
+                         RL_CTL_BIN, f->redis.port),
+                     0);
+    start_server(f, 0, "--rule", "api=1/1h", "--rule", "b=1/1h", NULL);
+    /* Off: nothing refused, nothing counted, from the first decision. */
+    for (i = 0; i < 3; i++) {
+        r = ask(f->srv[0].port, rule_check((uint64_t)i + 1, "k", "api", 1));
+        assert_int_equal(r.r.code, RL_CODE_OK);
+    }
+    assert_int_equal(redis_int(f, "EXISTS rl:{k}:r:api:3600:%llu",
+                               (unsigned long long)(time(NULL) / 3600)),
+                     0);
+
+    /* A second server, and a quota (of rule b, which is on) right after
+     * it is ready. */
+    start_server(f, 1, "--rule", "api=1/1h", "--rule", "b=1/1h", NULL);
+    assert_int_equal(run(out, sizeof(out),
+                         "%s --redis 127.0.0.1:%d quota set b user:q 2/1h",
+                         RL_CTL_BIN, f->redis.port),
+                     0);
+    assert_non_null(strstr(out, "applied by every live rl-server"));
+    assert_null(strstr(out, "no rl-server has reported"));
+    r = ask(f->srv[1].port, rule_check(10, "user:q", "b", 1));
+    assert_int_equal(r.r.code, RL_CODE_OK);
+    assert_int_equal(r.r.limit, 2);
+
+    /* Switches Redis will not give (here the policy key of another type)
+     * are not waited for: the server becomes ready, the failure counted. */
+    assert_int_equal(redis_int(f, "DEL rl:policy"), 1);
+    assert_int_equal(redis_int(f, "SADD rl:policy junk"), 1);
+    start_server(f, 2, "--rule", "b=1/1h", NULL);
+    assert_true(metric(f, 2, "rl_policy_switch_poll_failures_total") >= 1);
+    assert_int_equal(metric(f, 2, "rl_policy_switches_version"), 0);
+}
+
 /* A client that keeps 32 requests for rule `rule` in flight on one
  * connection until told to stop, checking that every request is answered
  * exactly once; with check_pairs, that each answer's (limit, window)
@@ -864,6 +912,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fleet_exact, setup, teardown),
         cmocka_unit_test_setup_teardown(test_quota_rlctl, setup, teardown),
         cmocka_unit_test_setup_teardown(test_switches, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ready_after_switches, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_reload_under_load, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_sighup, setup, teardown),
