@@ -48,15 +48,17 @@ t_cleanup() {
     [ -n "$T_DIR" ] && [ -d "$T_DIR" ] || return 0
     # Stop every process this scenario started, by its recorded pid: all
     # at once with SIGTERM (each exits 0 on it), SIGKILL for any still
-    # there after 5 s.
-    for f in "$T_DIR"/*.pid; do
+    # there after 5 s. A directory below T_DIR holds the pids of what a
+    # script started for it (local_cluster's deploy/local-cluster.sh),
+    # stopped here too when the scenario fails before its `down`.
+    for f in "$T_DIR"/*.pid "$T_DIR"/*/*.pid; do
         [ -e "$f" ] || continue
-        lc_signal "$T_DIR" "$(basename "$f" .pid)" TERM
+        lc_signal "$(dirname "$f")" "$(basename "$f" .pid)" TERM
     done
-    for f in "$T_DIR"/*.pid; do
+    for f in "$T_DIR"/*.pid "$T_DIR"/*/*.pid; do
         [ -e "$f" ] || continue
         name=$(basename "$f" .pid)
-        lc_reap "$T_DIR" "$name" 5000
+        lc_reap "$(dirname "$f")" "$name" 5000
     done
     if [ "$T_FAILED" -ne 0 ]; then
         for f in "$T_DIR"/*.log; do

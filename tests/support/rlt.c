@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -74,11 +75,15 @@ int rlt_wait_port(int port, int timeout_ms)
 
 pid_t rlt_spawn(char *const argv[])
 {
-    pid_t pid = fork();
+    pid_t parent = getpid(), pid = fork();
 
     if (pid < 0)
         return RL_EIO;
     if (pid == 0) {
+        /* Dies with the test: a test that hangs is killed by ctest's
+         * timeout, which leaves it no chance to stop what it started. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+            _exit(127);
         if (getenv("RLT_VERBOSE") == NULL) {
             int fd = open("/dev/null", O_WRONLY);
             if (fd >= 0) {
