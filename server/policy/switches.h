@@ -19,7 +19,7 @@
 #include "store/store.h"
 
 #define RLS_SWITCH_POLL_MS 500
-/* The period until Redis first answers a poll. */
+/* The period until the first poll is done (Redis answered, report sent). */
 #define RLS_SWITCH_FIRST_MS 10
 
 typedef struct rls_switch_poll_stats_s {
