@@ -634,16 +634,17 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; els
     verdict "$n: no errors (${errors[$n]})" "${errors[$n]} == 0"
   done
   verdict "closed loop: Redis CPU per decision <= 1.0x the ceiling's per INCR (${rcpu[rl_uniform]} vs ${rcpu[ceiling]} s/M)" "${rcpu[rl_uniform]} <= ${rcpu[ceiling]}"
-  verdict "open_50k: Redis CPU <= 3 s/M (${rcpu[open_50k]})" "${rcpu[open_50k]} <= 3"
-  verdict "open_50k: rl-server CPU <= 2.5 s/M (${cpu[open_50k]})" "${cpu[open_50k]} <= 2.5"
-  verdict "open_50k: p99 <= 1.3x floor_redis's, median of $rounds rounds' ratios (${pfr[open_50k]}x)" "${pfr[open_50k]} <= 1.3"
-  echo "against floor_incr (pipelined INCR per frame, same rounds): rl-server CPU $(ratio "${cpu[open_50k]}" "${cpu[floor_incr]}"), Redis CPU $(ratio "${rcpu[open_50k]}" "${rcpu[floor_incr]}")"
+  # targets_50k ROW FLOOR INCR: issue 12's 50k/s targets for ROW, read
+  # against the floors of the same rounds and layout.
+  targets_50k() {
+    verdict "$1: Redis CPU <= 3 s/M (${rcpu[$1]})" "${rcpu[$1]} <= 3"
+    verdict "$1: rl-server CPU <= 2.5 s/M (${cpu[$1]})" "${cpu[$1]} <= 2.5"
+    verdict "$1: p99 <= 1.3x $2's, median of $rounds rounds' ratios (${pfr[$1]}x)" "${pfr[$1]} <= 1.3"
+    echo "against $3 (pipelined INCR per frame, same rounds): rl-server CPU $(ratio "${cpu[$1]}" "${cpu[$3]}"), Redis CPU $(ratio "${rcpu[$1]}" "${rcpu[$3]}")"
+  }
+  targets_50k open_50k floor_redis floor_incr
   if [ "${#splits[@]}" -gt 0 ]; then
-    s=open_50k_split
-    verdict "$s: Redis CPU <= 3 s/M (${rcpu[$s]})" "${rcpu[$s]} <= 3"
-    verdict "$s: rl-server CPU <= 2.5 s/M (${cpu[$s]})" "${cpu[$s]} <= 2.5"
-    verdict "$s: p99 <= 1.3x floor_redis_split's, median of $rounds rounds' ratios (${pfr[$s]}x)" "${pfr[$s]} <= 1.3"
-    echo "against floor_incr_split (same rounds): rl-server CPU $(ratio "${cpu[$s]}" "${cpu[floor_incr_split]}"), Redis CPU $(ratio "${rcpu[$s]}" "${rcpu[floor_incr_split]}")"
+    targets_50k open_50k_split floor_redis_split floor_incr_split
   fi
   verdict "rl-server RSS <= 64 MB ($((hwm_kb / 1024)) MB)" "$hwm_kb <= 65536"
   verdict "no RSS growth over the ${soak}s run (+$(( (rss_last - rss_first) / 1024 )) MB)" "$rss_last - $rss_first <= 2048"
