@@ -53,6 +53,19 @@ wait_port() {
   return 1
 }
 
+# Waits (at most 10 s) until rl-server is ready as a load balancer sees it
+# (/healthz 200 on the metrics port): Redis connected and the fleet's
+# runtime switches applied.
+wait_ready() {
+  local i
+  for i in $(seq 1 200); do
+    curl -fsS "http://127.0.0.1:$1/healthz" >/dev/null 2>&1 && return 0
+    sleep 0.05
+  done
+  echo "rl-server not ready on 127.0.0.1:$1" >&2
+  return 1
+}
+
 rport=$(free_port)
 # With the ratelimit module loaded, rl-server decides its batches with
 # RL.BATCH instead of the Lua script (deploy/README.md, "Redis module").
@@ -71,15 +84,7 @@ mport=$(free_port)
   --redis-timeout-ms 100 2>"$dir/server.log" &
 pids+=($!)
 wait_port "$port"
-wait_port "$mport"
-# Ready, as a load balancer sees it: Redis connected and the fleet's
-# runtime switches applied (at most 10 s).
-for i in $(seq 1 200); do
-  curl -fsS "http://127.0.0.1:$mport/healthz" >/dev/null 2>&1 && break
-  sleep 0.05
-done
-curl -fsS "http://127.0.0.1:$mport/healthz" >/dev/null ||
-  { echo "rl-server not ready" >&2; exit 1; }
+wait_ready "$mport"
 echo "== redis-server on 127.0.0.1:$rport, rl-server on 127.0.0.1:$port" \
   "(rules: deploy/rules.yaml, metrics on 127.0.0.1:$mport)"
 
