@@ -28,30 +28,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# A loopback port nobody listens on (bash's /dev/tcp: refused means free),
-# below Linux's ephemeral range (32768-60999), where outgoing connections
-# of other programs could take it between this probe and the bind.
-free_port() {
-  local p
-  while :; do
-    p=$((20000 + RANDOM % 12000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-      echo "$p"
-      return
-    fi
-  done
-}
-
-# Waits (at most 10 s) until something accepts on the port.
-wait_port() {
-  local i
-  for i in $(seq 1 200); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.05
-  done
-  echo "nothing listening on 127.0.0.1:$1" >&2
-  return 1
-}
+# Loopback ports: rl-server picks its own and says which (--port-file);
+# redis-server gets one reserved below the ephemeral range.
+. deploy/ports.sh
 
 # Waits (at most 10 s) until rl-server is ready as a load balancer sees it
 # (/healthz 200 on the metrics port): Redis connected and the fleet's
@@ -66,24 +45,21 @@ wait_ready() {
   return 1
 }
 
-rport=$(free_port)
 # With the ratelimit module loaded, rl-server decides its batches with
 # RL.BATCH instead of the Lua script (deploy/README.md, "Redis module").
-redis-server --port "$rport" --bind 127.0.0.1 --dir "$dir" --save "" \
-  --appendonly no --daemonize no --loglevel warning \
-  --loadmodule "$PWD/build-demo/server/redis_module/ratelimit.so" \
-  >"$dir/redis.log" 2>&1 &
-pids+=($!)
-redis_pid=$!
-wait_port "$rport"
+rl_start_redis "$dir" "$dir/redis.log" --loglevel warning \
+  --loadmodule "$PWD/build-demo/server/redis_module/ratelimit.so"
+pids+=("$rl_pid")
+redis_pid=$rl_pid
+rport=$rl_redis_port
 
-port=$(free_port)
-mport=$(free_port)
-"$server" --listen "127.0.0.1:$port" --metrics "127.0.0.1:$mport" \
+rl_start_ours "$dir/server.log" "$dir/server.ports" \
+  "$server" --listen 127.0.0.1:0 --metrics 127.0.0.1:0 \
   --redis "127.0.0.1:$rport" --config deploy/rules.yaml \
-  --redis-timeout-ms 100 2>"$dir/server.log" &
-pids+=($!)
-wait_port "$port"
+  --redis-timeout-ms 100
+pids+=("$rl_pid")
+port=$(rl_port_of "$dir/server.ports" listen)
+mport=$(rl_port_of "$dir/server.ports" metrics)
 wait_ready "$mport"
 echo "== redis-server on 127.0.0.1:$rport, rl-server on 127.0.0.1:$port" \
   "(rules: deploy/rules.yaml, metrics on 127.0.0.1:$mport)"

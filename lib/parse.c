@@ -23,7 +23,9 @@ int rl_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
     return RL_OK;
 }
 
-int rl_parse_hostport(const char *s, char *host, size_t hostlen, int *port)
+/* rl_parse_hostport with the lowest port allowed. */
+static int parse_hostport(const char *s, char *host, size_t hostlen, int *port,
+                          uint64_t min_port)
 {
     const char *h = s, *colon;
     size_t hl;
@@ -48,10 +50,20 @@ int rl_parse_hostport(const char *s, char *host, size_t hostlen, int *port)
     }
     if (hl == 0 || hl >= hostlen)
         return RL_EADDR;
-    if (rl_parse_u64(colon + 1, 1, 65535, &p) != RL_OK)
+    if (rl_parse_u64(colon + 1, min_port, 65535, &p) != RL_OK)
         return RL_EADDR;
     memcpy(host, h, hl);
     host[hl] = '\0';
     *port = (int)p;
     return RL_OK;
+}
+
+int rl_parse_hostport(const char *s, char *host, size_t hostlen, int *port)
+{
+    return parse_hostport(s, host, hostlen, port, 1);
+}
+
+int rl_parse_listen(const char *s, char *host, size_t hostlen, int *port)
+{
+    return parse_hostport(s, host, hostlen, port, 0);
 }

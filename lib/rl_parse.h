@@ -22,4 +22,8 @@ int rl_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
  * 0 or RL_EADDR (host and *port untouched). */
 int rl_parse_hostport(const char *s, char *host, size_t hostlen, int *port);
 
+/* rl_parse_hostport for an address to listen on: port 0 is allowed too,
+ * and asks the system for any free port. */
+int rl_parse_listen(const char *s, char *host, size_t hostlen, int *port);
+
 #endif

@@ -41,7 +41,7 @@ int main(int argc, char **argv)
     rls_store_t *store;
     uv_loop_t loop;
     char err[512];
-    int rc;
+    int rc, exit_code = 0;
 
     rls_config_defaults(&cfg);
     rc = rls_config_parse(&cfg, argc, argv, stdout, err, sizeof(err));
@@ -171,7 +171,7 @@ int main(int argc, char **argv)
         return 1;
     }
     RLS_INFO("listening", " addr=%s:%d store=%s fail=%s version=%s",
-             cfg.listen_host, cfg.listen_port,
+             cfg.listen_host, srv.port[RLS_LISTENER_NATIVE],
              cfg.use_redis ? "redis" : "memory",
              cfg.fail_open ? "open" : "closed", RLS_VERSION);
     if (cfg.redis_cluster > 0)
@@ -184,10 +184,17 @@ int main(int argc, char **argv)
                  cfg.redis_host, cfg.redis_port, cfg.redis_db,
                  (unsigned long long)cfg.redis_timeout_ms);
 
+    if (cfg.port_file != NULL &&
+        rls_server_write_ports(&srv, cfg.port_file) != RL_OK) {
+        RLS_ERROR("cannot write --port-file; stopping",
+                  " path=\"%s\"", cfg.port_file);
+        exit_code = 1;
+        rls_server_stop(&srv);
+    }
     uv_run(&loop, UV_RUN_DEFAULT);
     rls_server_free(&srv);
     rc = uv_loop_close(&loop);
     if (rc != 0)
         RLS_WARN("handles left open at exit", " err=\"%s\"", uv_strerror(rc));
-    return 0;
+    return exit_code;
 }

@@ -347,8 +347,10 @@ static int start_grpc(rls_server_t *s)
     if (cfg->nenvoy_configs > 0)
         rls_envoy_reload_start(&s->envoy_reload, s->loop, cfg->envoy_configs,
                                cfg->nenvoy_configs, install_envoy_conf, s);
+    s->port[RLS_LISTENER_GRPC] = rls_grpc_port(s->grpc);
     RLS_INFO("grpc listening", " addr=%s:%d envoy_configs=%zu",
-             cfg->grpc_host, cfg->grpc_port, cfg->nenvoy_configs);
+             cfg->grpc_host, s->port[RLS_LISTENER_GRPC],
+             cfg->nenvoy_configs);
     return 0;
 }
 
@@ -414,6 +416,7 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
         rls_runtime_free(&s->rt);
         return rc;
     }
+    s->port[RLS_LISTENER_NATIVE] = rls_listen_port(&s->listener);
 
     if (cfg->metrics_host[0] != '\0') {
         rc = rls_http_server_start(&s->http, loop, cfg->metrics_host,
@@ -426,8 +429,9 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
             rls_runtime_free(&s->rt);
             return rc;
         }
+        s->port[RLS_LISTENER_METRICS] = rls_http_server_port(s->http);
         RLS_INFO("metrics listening", " addr=%s:%d", cfg->metrics_host,
-                 cfg->metrics_port);
+                 s->port[RLS_LISTENER_METRICS]);
     }
     if (cfg->grpc_host[0] != '\0' && (rc = start_grpc(s)) != 0) {
         s->failed = RLS_LISTENER_GRPC;
@@ -457,8 +461,9 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
             rls_runtime_free(&s->rt);
             return rc;
         }
+        s->port[RLS_LISTENER_HTTP] = rls_check_port(&s->check);
         RLS_INFO("checks listening", " addr=%s:%d", cfg->http_host,
-                 cfg->http_port);
+                 s->port[RLS_LISTENER_HTTP]);
     }
     if (rls_refusals_init(&s->batcher.refusals, cfg->refusal_cache) != RL_OK)
         RLS_WARN("no memory for the refusal cache; every request goes to "
@@ -503,12 +508,48 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
         char host[64] = "localhost", inst[160];
         gethostname(host, sizeof(host) - 1);
         host[sizeof(host) - 1] = '\0';
-        snprintf(inst, sizeof(inst), "%s:%d:%ld", host, cfg->listen_port,
+        snprintf(inst, sizeof(inst), "%s:%d:%ld", host,
+                 s->port[RLS_LISTENER_NATIVE],
                  (long)getpid());
         rls_switch_poll_start(&s->switches, loop, store, &s->rt, cfg->prefix,
                               inst);
     }
     return 0;
+}
+
+int rls_server_write_ports(const rls_server_t *s, const char *path)
+{
+    static const char *const flag[RLS_LISTENERS] = {
+        [RLS_LISTENER_NATIVE] = "listen", [RLS_LISTENER_METRICS] = "metrics",
+        [RLS_LISTENER_GRPC] = "grpc", [RLS_LISTENER_HTTP] = "http"};
+    const char *host[RLS_LISTENERS] = {
+        [RLS_LISTENER_NATIVE] = s->cfg->listen_host,
+        [RLS_LISTENER_METRICS] = s->cfg->metrics_host,
+        [RLS_LISTENER_GRPC] = s->cfg->grpc_host,
+        [RLS_LISTENER_HTTP] = s->cfg->http_host};
+    char tmp[4096];
+    FILE *f;
+    int i, ok;
+
+    if (snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", path, (long)getpid()) >=
+        (int)sizeof(tmp))
+        return RL_EIO;
+    if ((f = fopen(tmp, "w")) == NULL)
+        return RL_EIO;
+    for (i = 0; i < RLS_LISTENERS; i++) {
+        if (s->port[i] <= 0)
+            continue;
+        /* An IPv6 literal in brackets, as the flags take it. */
+        fprintf(f, strchr(host[i], ':') != NULL ? "%s [%s]:%d\n" : "%s %s:%d\n",
+                flag[i], host[i], s->port[i]);
+    }
+    ok = fflush(f) == 0 && !ferror(f);
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return RL_EIO;
+    }
+    return RL_OK;
 }
 
 /* The store answers, but with errors (Redis out of memory, read-only, a

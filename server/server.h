@@ -27,7 +27,8 @@ typedef enum {
     RLS_LISTENER_NATIVE, /* --listen */
     RLS_LISTENER_METRICS, /* --metrics */
     RLS_LISTENER_GRPC,    /* --grpc */
-    RLS_LISTENER_HTTP     /* --http */
+    RLS_LISTENER_HTTP,    /* --http */
+    RLS_LISTENERS
 } rls_listener_t;
 
 typedef struct rls_server_s {
@@ -56,6 +57,9 @@ typedef struct rls_server_s {
     rls_http_server_t *http; /* the --metrics listener, or NULL */
     rl_buf_t page;           /* the /metrics page being built */
     rls_listener_t failed;   /* which listener failed to start */
+    /* The port each listener is bound to (the one the system picked for
+     * port 0), 0 for a listener not opened. */
+    int port[RLS_LISTENERS];
     rls_grpc_t *grpc;        /* the --grpc listener, or NULL */
     rls_envoy_reload_t envoy_reload; /* the --envoy-config files */
     rls_check_t check;       /* the --http check endpoint (net/check.h) */
@@ -70,6 +74,13 @@ typedef struct rls_server_s {
 int rls_server_start(rls_server_t *s, uv_loop_t *loop,
                      const rls_config_t *cfg, rls_store_t *store,
                      rls_policy_t *policy);
+
+/* Writes one line per open listener, "FLAG HOST:PORT" (FLAG: listen,
+ * metrics, grpc or http, as the options are named; PORT the one bound),
+ * to path, atomically: the file appears whole or not at all, so a process
+ * that started the server on port 0 can wait for it and read it. Returns
+ * 0 or RL_EIO. */
+int rls_server_write_ports(const rls_server_t *s, const char *path);
 
 /* Begins a graceful stop: report unhealthy for --drain-ms, stop accepting,
  * answer everything already received, close every connection, close the

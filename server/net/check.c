@@ -192,6 +192,11 @@ int rls_check_start(rls_check_t *k, uv_loop_t *loop, const char *host, int port,
     return 0;
 }
 
+int rls_check_port(const rls_check_t *k)
+{
+    return rls_http_server_port(k->http);
+}
+
 void rls_check_stop(rls_check_t *k)
 {
     rls_http_server_stop(k->http);

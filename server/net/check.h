@@ -51,6 +51,9 @@ typedef struct rls_check_s {
 int rls_check_start(rls_check_t *k, uv_loop_t *loop, const char *host, int port,
                     rls_batcher_t *b, const rls_check_opts_t *o);
 
+/* The port the listener is bound to, or a negative libuv error. */
+int rls_check_port(const rls_check_t *k);
+
 /* The server is stopping: see rls_http_server_stop. */
 void rls_check_stop(rls_check_t *k);
 

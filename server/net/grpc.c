@@ -839,6 +839,11 @@ int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_config_t *cfg,
     return 0;
 }
 
+int rls_grpc_port(const rls_grpc_t *g)
+{
+    return rls_listen_port(&g->listener);
+}
+
 void rls_grpc_set_conf(rls_grpc_t *g, rls_envoy_conf_t *conf)
 {
     rls_envoy_conf_unref(g->ctx.conf);

@@ -50,6 +50,9 @@ typedef struct rls_grpc_s rls_grpc_t;
 int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_config_t *cfg,
                    rls_batcher_t *batcher);
 
+/* The port the listener is bound to, or a negative libuv error. */
+int rls_grpc_port(const rls_grpc_t *g);
+
 /* The Envoy configuration in force from now on (the listener takes the
  * reference; NULL: none). Calls already started keep theirs. */
 void rls_grpc_set_conf(rls_grpc_t *g, rls_envoy_conf_t *conf);

@@ -615,6 +615,11 @@ int rls_http_server_start(rls_http_server_t **out, uv_loop_t *loop,
     return 0;
 }
 
+int rls_http_server_port(const rls_http_server_t *m)
+{
+    return rls_listen_port(&m->listener);
+}
+
 void rls_http_server_set_limits(rls_http_server_t *m, uint64_t idle_ms,
                                 unsigned max_conns)
 {

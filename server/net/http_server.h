@@ -96,6 +96,9 @@ int rls_http_server_start(rls_http_server_t **out, uv_loop_t *loop,
                           const char *host, int port, rls_http_route_fn route,
                           void *arg);
 
+/* The port the listener is bound to, or a negative libuv error. */
+int rls_http_server_port(const rls_http_server_t *h);
+
 /* Answers the request a route left pending on c. *r is copied before this
  * returns. If c was closed meanwhile (client gone, evicted, deadline,
  * stop), the answer is dropped and c freed: a connection's memory is kept

@@ -1,6 +1,7 @@
 /* Binding a TCP listener, shared by every listener of the server. */
 #include "net/listen.h"
 
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <string.h>
@@ -25,4 +26,19 @@ int rls_listen(uv_tcp_t *tcp, const char *host, int port, int backlog,
         return rc;
     /* Errors such as EADDRINUSE surface at listen on Linux. */
     return uv_listen((uv_stream_t *)tcp, backlog, cb);
+}
+
+int rls_listen_port(const uv_tcp_t *tcp)
+{
+    struct sockaddr_storage ss;
+    int len = (int)sizeof(ss), rc;
+
+    rc = uv_tcp_getsockname(tcp, (struct sockaddr *)&ss, &len);
+    if (rc != 0)
+        return rc;
+    if (ss.ss_family == AF_INET)
+        return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    if (ss.ss_family == AF_INET6)
+        return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    return UV_EAFNOSUPPORT;
 }

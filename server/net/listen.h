@@ -10,4 +10,8 @@
 int rls_listen(uv_tcp_t *tcp, const char *host, int port, int backlog,
                uv_connection_cb cb);
 
+/* The local port tcp is bound to (the one the system picked when it was
+ * asked for port 0), or a negative libuv error. */
+int rls_listen_port(const uv_tcp_t *tcp);
+
 #endif

@@ -45,7 +45,9 @@ static const char usage[] =
     "A fixed-window rate-limit service. Clients send CheckRequest frames;\n"
     "counts live in Redis (--redis) or, without it, in process memory.\n"
     "\n"
-    "  --listen HOST:PORT       accept clients here (default 127.0.0.1:7390)\n"
+    "  --listen HOST:PORT       accept clients here (default 127.0.0.1:7390;\n"
+    "                           port 0 on this and every listener: any\n"
+    "                           free port, see --port-file)\n"
     "  --redis HOST:PORT        count in this Redis; also\n"
     "          redis://[:PASSWORD@]HOST:PORT[/DB]\n"
     "                           (default: none, the embedded memory store)\n"
@@ -147,6 +149,11 @@ static const char usage[] =
     "  --unhealthy-min-decisions N\n"
     "                           ... once there were at least this many\n"
     "                           (default 20)\n"
+    "  --port-file FILE         once every listener is open, write one\n"
+    "                           line per listener to FILE, e.g. \"listen\n"
+    "                           127.0.0.1:7390\" (with the port bound, for\n"
+    "                           listeners given port 0: the system picks a\n"
+    "                           free one); the file appears whole\n"
     "  --log-level LEVEL        debug, info, warn or error (default info)\n"
     "  --version                print the version and exit\n"
     "  --help                   print this and exit\n";
@@ -330,7 +337,7 @@ static int takes_value(const char *name)
                                         "--envoy-config",
                                         "--check-envoy-config", "--http",
                                         "--check-key-header",
-                                        "--check-rule-header"};
+                                        "--check-rule-header", "--port-file"};
     size_t k;
 
     for (k = 0; k < sizeof(names) / sizeof(names[0]); k++)
@@ -395,19 +402,19 @@ int rls_config_parse(rls_config_t *c, int argc, char **argv, void *out,
         }
 
         if (strcmp(name, "--listen") == 0) {
-            if (rl_parse_hostport(val, c->listen_host, sizeof(c->listen_host),
+            if (rl_parse_listen(val, c->listen_host, sizeof(c->listen_host),
                                   &c->listen_port) != RL_OK)
                 return fail(err, errlen,
                             "--listen: expected " RL_HOSTPORT_HELP ", got '%s'",
                             val);
         } else if (strcmp(name, "--metrics") == 0) {
-            if (rl_parse_hostport(val, c->metrics_host, sizeof(c->metrics_host),
+            if (rl_parse_listen(val, c->metrics_host, sizeof(c->metrics_host),
                                   &c->metrics_port) != RL_OK)
                 return fail(
                     err, errlen,
                     "--metrics: expected " RL_HOSTPORT_HELP ", got '%s'", val);
         } else if (strcmp(name, "--http") == 0) {
-            if (rl_parse_hostport(val, c->http_host, sizeof(c->http_host),
+            if (rl_parse_listen(val, c->http_host, sizeof(c->http_host),
                                   &c->http_port) != RL_OK)
                 return fail(err, errlen,
                             "--http: expected " RL_HOSTPORT_HELP ", got '%s'",
@@ -454,12 +461,14 @@ int rls_config_parse(rls_config_t *c, int argc, char **argv, void *out,
                 return fail(err, errlen, "--rule: at most %d; use --config",
                             RLS_RULES_MAX);
             c->rules[c->nrules++] = val;
+        } else if (strcmp(name, "--port-file") == 0) {
+            c->port_file = val;
         } else if (strcmp(name, "--config") == 0) {
             c->config_path = val;
         } else if (strcmp(name, "--check-config") == 0) {
             c->check_config = val;
         } else if (strcmp(name, "--grpc") == 0) {
-            if (rl_parse_hostport(val, c->grpc_host, sizeof(c->grpc_host),
+            if (rl_parse_listen(val, c->grpc_host, sizeof(c->grpc_host),
                                   &c->grpc_port) != RL_OK)
                 return fail(err, errlen,
                             "--grpc: expected " RL_HOSTPORT_HELP ", got '%s'",

@@ -50,6 +50,7 @@ typedef struct rls_config_s {
     double unhealthy_error_ratio;
     uint64_t unhealthy_min_decisions;
     char log_level[8];
+    const char *port_file; /* --port-file: where the bound ports go */
 
     /* The policy: --rule flags (as given; validated when the policy is
      * built) and the rules file, merged. */

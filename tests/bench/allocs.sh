@@ -28,11 +28,7 @@ out=$(mktemp -d /tmp/rl-allocs.XXXXXX)
 cc -std=c11 -O2 -shared -fPIC -Wall -Wextra -o "$out/malloc_count.so" \
   tests/bench/malloc_count.c
 
-rport=$(pick_port)
-redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no \
-  --dir "$out" >"$out/redis.log" 2>&1 &
-pids+=($!)
-wait_port "$rport"
+start_redis "$out"
 
 # Batches the server has submitted, from its /metrics.
 batches() {
@@ -58,19 +54,18 @@ snapshot() {
 
 bad=0
 for store in memory redis; do
-  sport=$(pick_port)
-  mport=$(pick_port)
   count="$out/count-$store.txt"
   : >"$count"
   store_args=()
   [ "$store" = redis ] && store_args=(--redis "127.0.0.1:$rport")
-  LD_PRELOAD="$out/malloc_count.so" RL_MALLOC_COUNT_FILE="$count" \
-    "$build/server/rl-server" --listen "127.0.0.1:$sport" --log-level warn \
-    --metrics "127.0.0.1:$mport" "${store_args[@]}" \
-    2>"$out/server-$store.log" &
-  spid=$!
+  rl_start_ours "$out/server-$store.log" "$out/server-$store.ports" \
+    env LD_PRELOAD="$out/malloc_count.so" RL_MALLOC_COUNT_FILE="$count" \
+    "$build/server/rl-server" --listen 127.0.0.1:0 --log-level warn \
+    --metrics 127.0.0.1:0 "${store_args[@]}"
+  spid=$rl_pid
   pids+=("$spid")
-  wait_port "$sport"
+  sport=$(rl_port_of "$out/server-$store.ports" listen)
+  mport=$(rl_port_of "$out/server-$store.ports" metrics)
   sleep 0.3
   for dist in uniform hot; do
     bench=("$build/client/bench/rl-bench" --server "127.0.0.1:$sport"

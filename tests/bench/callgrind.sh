@@ -27,21 +27,17 @@ done
 
 store_args=()
 if [ "$store" = redis ]; then
-  rport=$(pick_port)
-  redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no \
-    --dir "$out" >"$out/redis.log" 2>&1 &
-  pids+=($!)
-  wait_port "$rport" 3000
+  start_redis "$out"
   store_args=(--redis "127.0.0.1:$rport")
 fi
-sport=$(pick_port)
-valgrind --tool=callgrind --instr-atstart=no \
+rl_start_ours "$out/server.log" "$out/server.ports" \
+  valgrind --tool=callgrind --instr-atstart=no \
   --callgrind-out-file="$out/callgrind.out" \
-  "$build/server/rl-server" --listen "127.0.0.1:$sport" --log-level warn \
-  "${store_args[@]}" >"$out/server.log" 2>&1 &
-vg=$!
+  "$build/server/rl-server" --listen 127.0.0.1:0 --log-level warn \
+  "${store_args[@]}"
+vg=$rl_pid
 pids+=("$vg")
-wait_port "$sport" 3000 || { cat "$out/server.log"; exit 1; }
+sport=$(rl_port_of "$out/server.ports" listen)
 sleep 1
 
 bench=("$build/client/bench/rl-bench" --server "127.0.0.1:$sport"

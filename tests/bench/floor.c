@@ -220,6 +220,25 @@ static int listen_on(const char *host, int port)
     return fd;
 }
 
+/* --port-file: "listen HOST:PORT" with the port bound, written whole
+ * (renamed into place) as rl-server writes its own. */
+static int write_port_file(const char *path, const char *host, int lfd)
+{
+    struct sockaddr_in sa;
+    socklen_t len = sizeof(sa);
+    char tmp[4096];
+    FILE *f;
+    int ok;
+
+    if (getsockname(lfd, (struct sockaddr *)&sa, &len) != 0 ||
+        snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp) ||
+        (f = fopen(tmp, "w")) == NULL)
+        return -1;
+    fprintf(f, "listen %s:%d\n", host, ntohs(sa.sin_port));
+    ok = fclose(f) == 0;
+    return ok && rename(tmp, path) == 0 ? 0 : -1;
+}
+
 static void accept_all(int lfd)
 {
     struct epoll_event ev;
@@ -250,9 +269,9 @@ static void usage(void)
 {
 #ifdef FLOOR_REDIS
     fprintf(stderr, "usage: floor_redis --listen HOST:PORT --redis HOST:PORT "
-                    "[--incr]\n");
+                    "[--incr] [--port-file FILE]\n");
 #else
-    fprintf(stderr, "usage: floor_echo --listen HOST:PORT\n");
+    fprintf(stderr, "usage: floor_echo --listen HOST:PORT [--port-file FILE]\n");
 #endif
     exit(2);
 }
@@ -261,7 +280,7 @@ int main(int argc, char **argv)
 {
     struct epoll_event evs[MAX_EVENTS], ev;
     char host[256];
-    const char *listen_arg = NULL, *redis_arg = NULL;
+    const char *listen_arg = NULL, *redis_arg = NULL, *port_file = NULL;
     int port, lfd, i, n;
 
     for (i = 1; i < argc; i++) {
@@ -277,6 +296,8 @@ int main(int argc, char **argv)
             listen_arg = argv[++i];
         else if (strcmp(argv[i], "--redis") == 0)
             redis_arg = argv[++i];
+        else if (strcmp(argv[i], "--port-file") == 0)
+            port_file = argv[++i];
         else
             usage();
     }
@@ -297,10 +318,14 @@ int main(int argc, char **argv)
     if (redis_arg != NULL)
         usage();
 #endif
-    if (rl_parse_hostport(listen_arg, host, sizeof(host), &port) != RL_OK)
+    if (rl_parse_listen(listen_arg, host, sizeof(host), &port) != RL_OK)
         usage();
     if ((lfd = listen_on(host, port)) < 0)
         return 1;
+    if (port_file != NULL && write_port_file(port_file, host, lfd) != 0) {
+        fprintf(stderr, "floor: cannot write %s\n", port_file);
+        return 1;
+    }
     if ((ep = epoll_create1(EPOLL_CLOEXEC)) < 0)
         return 1;
     ev.events = EPOLLIN;

@@ -12,15 +12,17 @@ build=${1:-build-bench}
   exit 2
 }
 window=20
-port=$((20000 + RANDOM % 12000)) # below the ephemeral range
+. deploy/ports.sh
 
 rss() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 hwm() { awk '/VmHWM/ {print $2}' "/proc/$1/status"; }
 
-"$build/server/rl-server" --listen "127.0.0.1:$port" --log-level warn &
-pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null || true' EXIT
-for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.05; done
+tmp=$(mktemp -d)
+rl_start_ours "$tmp/server.log" "$tmp/server.ports" \
+  "$build/server/rl-server" --listen 127.0.0.1:0 --log-level warn
+pid=$rl_pid
+trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null || true; rm -rf "$tmp"' EXIT
+port=$(rl_port_of "$tmp/server.ports" listen)
 
 start=$(rss $pid)
 t0=$(date +%s%3N)

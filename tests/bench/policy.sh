@@ -32,15 +32,12 @@ rules:
   two:
     limits: [1000000/1m, 1000000/1h]
 EOF
-sport=$(pick_port)
-mport=$(pick_port)
-"$bin/rl-server" --listen "127.0.0.1:$sport" --metrics "127.0.0.1:$mport" \
-  --redis "127.0.0.1:$rport" --config "$dir/rules.yaml" --log-level warn \
-  2>>"$dir/rl-server.log" &
-rls_pid=$!
+rl_start_ours "$dir/rl-server.log" "$dir/rl-server.ports" \
+  "$bin/rl-server" --listen 127.0.0.1:0 --metrics 127.0.0.1:0 \
+  --redis "127.0.0.1:$rport" --config "$dir/rules.yaml" --log-level warn
+rls_pid=$rl_pid
 pids+=("$rls_pid")
-wait_port "$sport"
-wait_port "$mport"
+sport=$(rl_port_of "$dir/rl-server.ports" listen)
 
 echo "== 1. one window against two, closed loop, 100k uniform keys, ${secs} s x $rounds"
 printf '%-6s %12s %16s %16s\n' rule 'decisions/s' 'rl-server us/dec' 'redis us/dec'
@@ -77,12 +74,12 @@ awk 'BEGIN {
   }
 }' >"$dir/big.yaml"
 ls -l "$dir/big.yaml" | awk '{print "file bytes:", $5}'
-"$bin/rl-server" --listen "127.0.0.1:$sport" --metrics "127.0.0.1:$mport" \
-  --max-rules 10000 --config "$dir/big.yaml" --log-level warn \
-  2>>"$dir/rl-server.log" &
-big_pid=$!
+rl_start_ours "$dir/rl-server.log" "$dir/big.ports" \
+  "$bin/rl-server" --listen 127.0.0.1:0 --metrics 127.0.0.1:0 \
+  --max-rules 10000 --config "$dir/big.yaml" --log-level warn
+big_pid=$rl_pid
 pids+=("$big_pid")
-wait_port "$mport"
+mport=$(rl_port_of "$dir/big.ports" metrics)
 metric() {
   curl -s "http://127.0.0.1:$mport/metrics" | awk -v m="$1" '$1 == m {print $2}'
 }
@@ -97,11 +94,10 @@ wait "$big_pid" 2>/dev/null || true
 
 echo "== 3. a switch reaching three rl-servers (rl-ctl waits and reports)"
 for i in 1 2 3; do
-  p=$(pick_port)
-  "$bin/rl-server" --listen "127.0.0.1:$p" --redis "127.0.0.1:$rport" \
-    --config "$dir/rules.yaml" --log-level warn 2>>"$dir/rl-server.log" &
-  pids+=("$!")
-  wait_port "$p"
+  rl_start_ours "$dir/rl-server.log" "$dir/fleet$i.ports" \
+    "$bin/rl-server" --listen 127.0.0.1:0 --redis "127.0.0.1:$rport" \
+    --config "$dir/rules.yaml" --log-level warn
+  pids+=("$rl_pid")
 done
 sleep 1
 for v in 0.5 1 0.25 1 0.5; do

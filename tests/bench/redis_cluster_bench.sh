@@ -3,8 +3,8 @@
 # replicas), the same closed-loop rl-bench load against each: decisions/s,
 # latency, and Redis CPU-seconds per million decisions summed over the
 # redis-server processes (utime + stime from /proc/PID/stat, masters and
-# replicas apart). Everything on loopback ports from BASE (default 26500),
-# stopped by pid at the end. REPLICAS=0 leaves the replicas out (3
+# replicas apart). Everything on loopback ports from BASE (default 26500,
+# reserved as deploy/ports.sh reserves ports), stopped by pid at the end. REPLICAS=0 leaves the replicas out (3
 # masters only), to compare the per-decision cost without replication.
 #   tests/bench/redis_cluster_bench.sh BUILD_DIR [SECONDS] [BENCH ARGS...]
 set -euo pipefail
@@ -13,6 +13,11 @@ secs=${2:-10}
 shift $(($# >= 2 ? 2 : 1))
 extra=("$@")
 base=${BASE:-26500}
+. "$(dirname "${BASH_SOURCE[0]}")/../../deploy/ports.sh"
+for p in $((base + 1)) $(seq $((base + 11)) $((base + 16))) \
+    $(seq $((base + 21)) $((base + 26))) $((base + 90)) $((base + 91)); do
+    rl_port_lock "$p" || { echo "port $p is taken; pick another BASE" >&2; exit 1; }
+done
 dir=$(mktemp -d /tmp/rl-cluster-bench.XXXXXX)
 pids=()
 cleanup() {

@@ -125,50 +125,38 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# A loopback port nobody listens on: tried at random below Linux's ephemeral
-# range (so no outgoing connection holds it), checked by connecting. Each
-# $(free_port) is a subshell that would replay the parent's RANDOM
-# sequence, hence the reseed.
-free_port() {
-  local p i
-  RANDOM=$(( $(date +%N | sed 's/^0*//;s/^$/0/') % 32768 ))
-  for i in $(seq 1 50); do
-    p=$((20000 + RANDOM % 12000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-      echo "$p"
-      return 0
-    fi
-  done
-  return 1
-}
+. deploy/ports.sh
 
-wait_port() {
-  local i
-  for i in $(seq 1 500); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.01
-  done
-  return 1
-}
-
-# start_on NAME COMMAND...: runs COMMAND (with PORT in its arguments
-# replaced by a free port, and MPORT by another) in the background until it
-# listens; a port taken meanwhile gets another try. Sets started_pid,
-# started_port and started_mport.
+# start_on NAME COMMAND...: runs COMMAND in the background until it
+# listens. Our servers (an argument with 127.0.0.1:PORT, and MPORT for
+# --metrics) listen on port 0 and say which ports they bound; another
+# (redis-server's --port PORT) gets a reserved port, and one more try on
+# another if that one was taken. Sets started_pid, started_port and
+# started_mport.
 start_on() {
-  local name=$1 try p m args a
+  local name=$1 try p a ours=0 args
   shift
-  for try in 1 2 3 4 5; do
-    p=$(free_port)
-    m=$(free_port)
+  for a in "$@"; do [[ $a == *127.0.0.1:PORT* ]] && ours=1; done
+  if [ "$ours" = 1 ]; then
     args=()
-    for a in "$@"; do a=${a//MPORT/$m}; args+=("${a//PORT/$p}"); done
+    for a in "$@"; do a=${a//MPORT/0}; args+=("${a//PORT/0}"); done
+    rl_start_ours "$out/$name.log" "$out/$name.ports" "${args[@]}" ||
+      { log "$name did not start; see $out/$name.log"; exit 1; }
+    started_pid=$rl_pid
+    pids+=("$started_pid")
+    started_port=$(rl_port_of "$out/$name.ports" listen)
+    started_mport=$(rl_port_of "$out/$name.ports" metrics)
+    return 0
+  fi
+  for try in 1 2; do
+    rl_port_reserve p
+    args=()
+    for a in "$@"; do args+=("${a//PORT/$p}"); done
     "${args[@]}" 2>>"$out/$name.log" &
     started_pid=$!
-    if wait_port "$p" && kill -0 "$started_pid" 2>/dev/null; then
+    if rl_wait_listen "$p" "$started_pid" "$out/$name.log"; then
       pids+=("$started_pid")
       started_port=$p
-      started_mport=$m
       return 0
     fi
     kill "$started_pid" 2>/dev/null || true

@@ -13,8 +13,7 @@ tmp=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$tmp"; }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.05; done; return 1; }
+. deploy/ports.sh
 
 # rl-bench's default inline limit is 100 per 60 s; the same for Envoy.
 cat >"$tmp/bench.yaml" <<'YAML'
@@ -26,14 +25,16 @@ YAML
 
 run() { # store-name [--redis HOST:PORT]
   local name=$1; shift
-  local lp gp hp
-  lp=$(free_port); gp=$(free_port); hp=$(free_port)
-  "$build/server/rl-server" --listen 127.0.0.1:$lp --grpc 127.0.0.1:$gp \
-    --envoy-config "$tmp/bench.yaml" --http 127.0.0.1:$hp \
-    --rule bench=100/60s --log-level warn "$@" &
-  local spid=$!
+  local lp gp hp spid
+  rl_start_ours "$tmp/server.log" "$tmp/server.ports" \
+    "$build/server/rl-server" --listen 127.0.0.1:0 --grpc 127.0.0.1:0 \
+    --envoy-config "$tmp/bench.yaml" --http 127.0.0.1:0 \
+    --rule bench=100/60s --log-level warn "$@"
+  spid=$rl_pid
   pids+=("$spid")
-  wait_port "$lp"; wait_port "$gp"; wait_port "$hp"
+  lp=$(rl_port_of "$tmp/server.ports" listen)
+  gp=$(rl_port_of "$tmp/server.ports" grpc)
+  hp=$(rl_port_of "$tmp/server.ports" http)
   echo "== $name store"
   "$build/client/bench/rl-bench" --server 127.0.0.1:$lp --connections 4 \
     --inflight 64 --duration "$secs" --keys 100000 2>&1 | \
@@ -51,9 +52,7 @@ run() { # store-name [--redis HOST:PORT]
 }
 
 run memory
-rp=$(free_port)
-redis-server --port "$rp" --bind 127.0.0.1 --save "" --appendonly no \
-  --dir "$tmp" >/dev/null &
-pids+=($!)
-wait_port "$rp"
+rl_start_redis "$tmp" "$tmp/redis.log"
+pids+=("$rl_pid")
+rp=$rl_redis_port
 run redis --redis 127.0.0.1:$rp

@@ -636,7 +636,7 @@ static void test_failover_without_fleet(void **state)
 
     (void)state;
     assert_int_equal(server_start(0), 0);
-    snprintf(list, sizeof(list), "127.0.0.1:%d,%s", rlt_free_port(),
+    snprintf(list, sizeof(list), "127.0.0.1:%d,%s", rlt_port_reserve(),
              server.addr);
     assert_int_equal(bench("--server", list, "--connections", "3", "--inflight",
                            "4", "--duration", "0.5", "--keys", "100", "--audit",
@@ -722,7 +722,7 @@ static void test_server_gone(void **state)
     pid_t killer;
 
     (void)state;
-    snprintf(addr, sizeof(addr), "127.0.0.1:%d", rlt_free_port());
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", rlt_port_reserve());
     assert_int_equal(bench("--server", addr, "--duration", "5", "--give-up",
                            "0.5", "--json", json_path, NULL),
                      3);

@@ -10,6 +10,8 @@
 # an instrumented library needs its runtime in the program too.
 set -euo pipefail
 build=$1 server_bin=$2 san=${3:-}
+# shellcheck source=../../deploy/ports.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../../deploy/ports.sh"
 
 work=$(mktemp -d /tmp/rlc-install-XXXXXX)
 server_pid=
@@ -69,20 +71,12 @@ int main(int argc, char **argv)
 }
 C
 
-# A server on a free port (retry on the rare race for it).
-for attempt in 1 2 3 4 5; do
-  port=$(( 20000 + (RANDOM * 32768 + RANDOM) % 40000 ))
-  "$server_bin" --listen "127.0.0.1:$port" --log-level warn &
-  server_pid=$!
-  for _ in $(seq 1 200); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break; fi
-    kill -0 "$server_pid" 2>/dev/null || break
-    sleep 0.02
-  done
-  kill -0 "$server_pid" 2>/dev/null && break
-  server_pid=
-done
-[ -n "$server_pid" ] || { echo "rl-server did not start"; exit 1; }
+# A server on the port the system picks, as it reports it.
+rl_start_ours "$work/server.log" "$work/server.ports" \
+  "$server_bin" --listen 127.0.0.1:0 --log-level warn ||
+  { echo "rl-server did not start"; exit 1; }
+server_pid=$rl_pid
+port=$(rl_port_of "$work/server.ports" listen)
 
 expect="OK OK OVER_LIMIT"
 run() { # NAME BINARY

@@ -459,7 +459,8 @@ static void test_no_server(void **state)
 
     (void)state;
     setup_ctx();
-    snprintf(ctx.addr, sizeof(ctx.addr), "127.0.0.1:%d", rlt_free_port());
+    /* Reserved: nothing listens there. */
+    snprintf(ctx.addr, sizeof(ctx.addr), "127.0.0.1:%d", rlt_port_reserve());
     new_client(ctx.addr, 5000, RLC_FAIL_OPEN);
     ctx.expect = 3;
     ctx.t0 = rlt_mono_ms();
@@ -484,7 +485,8 @@ static void test_address_list(void **state)
     (void)state;
     setup_ctx();
     start_fake(FAKE_ANSWER, 0);
-    snprintf(list, sizeof(list), "127.0.0.1:%d,%s", rlt_free_port(), ctx.addr);
+    snprintf(list, sizeof(list), "127.0.0.1:%d,%s", rlt_port_reserve(),
+             ctx.addr);
     new_client(list, 2000, RLC_FAIL_CLOSED);
     ctx.expect = 1;
     assert_int_equal(submit(&req, 0), RLC_OK);

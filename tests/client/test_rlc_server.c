@@ -265,7 +265,9 @@ static void test_reconnect_blocking(void **state)
     char key[128];
 
     (void)state;
-    assert_int_equal(server_start(&s, 0, NULL), 0);
+    /* A reserved port: nothing else can take it while the server is
+     * down. */
+    assert_int_equal(server_start(&s, rlt_port_reserve(), NULL), 0);
     c = connect_to(s.addr, 2000);
     fresh_key(key, sizeof(key), "restart");
     rlc_check_t req = {.key = key, .limit = 5, .window_s = 60};
@@ -395,7 +397,8 @@ static void test_async_against_server(void **state)
 
     (void)state;
     memset(&A, 0, sizeof(A));
-    assert_int_equal(server_start(&A.s, 0, NULL), 0);
+    /* Restarted on the same port: a reserved one. */
+    assert_int_equal(server_start(&A.s, rlt_port_reserve(), NULL), 0);
     fresh_key(A.key, sizeof(A.key), "async");
     uv_loop_init(&loop);
     rlc_options_init(&o);

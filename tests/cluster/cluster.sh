@@ -344,7 +344,7 @@ scenario_local_cluster() {
     # `down`, which stops recorded pids only.
     lc_spawn "$T_DIR" decoy rl-server "$RL_SERVER_BIN" \
         --listen "127.0.0.1:$((T_PORT + 3))"
-    t_await 5000 "decoy rl-server listening" lc_port_busy $((T_PORT + 3))
+    t_await_proc decoy 5000 "decoy rl-server listening" lc_port_busy $((T_PORT + 3))
     decoy=$(cat "$T_DIR/decoy.pid")
     "$lc" down | sed 's/^/    /'
     for p in $pids; do

@@ -9,6 +9,8 @@
 T_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # shellcheck source=../../deploy/local-cluster.sh
 . "$T_ROOT/deploy/local-cluster.sh"
+# shellcheck source=../../deploy/ports.sh
+. "$T_ROOT/deploy/ports.sh"
 
 T_DIR=""
 T_PORT=0
@@ -41,6 +43,20 @@ t_await() {
     local ms=$1 what=$2
     shift 2
     lc_wait_until "$ms" "$@" || t_fail "not within ${ms} ms: $what"
+}
+
+# t_await_proc NAME TIMEOUT_MS DESCRIPTION CMD...: t_await that fails at
+# once when the process recorded as NAME exits meanwhile (the logs' last
+# lines follow, from t_cleanup).
+t_await_proc() {
+    local name=$1 ms=$2 what=$3 deadline
+    shift 3
+    deadline=$(($(lc_ms) + ms))
+    until "$@" >/dev/null 2>&1; do
+        lc_alive "$T_DIR" "$name" || t_fail "$name exited before: $what"
+        (($(lc_ms) < deadline)) || t_fail "not within ${ms} ms: $what"
+        sleep 0.05
+    done
 }
 
 t_cleanup() {
@@ -79,11 +95,13 @@ t_on_exit() {
     exit "$rc"
 }
 
-# t_init N: a private directory and a block of free ports for N servers.
-# Ports come from 20000-31999, below Linux's ephemeral range, so that the
-# outgoing connections of other tests running meanwhile cannot take them.
+# t_init N: a private directory and a block of ports for N servers: every
+# port of the block a scenario may use (the ones below, the Redis Cluster
+# nodes' and local-cluster.sh's) is reserved as deploy/ports.sh does (below
+# the ephemeral range, locked until the scenario ends). The block is fixed
+# because servers come back on their own ports (HAProxy knows them).
 t_init() {
-    local tries p ok
+    local tries p ok lo hi
     T_N=$1
     for tool in redis-server redis-cli haproxy curl jq; do
         command -v "$tool" >/dev/null ||
@@ -94,13 +112,18 @@ t_init() {
     done
     T_DIR=$(mktemp -d "${TMPDIR:-/tmp}/rl-cluster-test.XXXXXX")
     trap t_on_exit EXIT
+    read -r lo hi < <(rl_port_range)
     for tries in $(seq 1 50); do
-        T_PORT=$((20000 + (RANDOM % 118) * 100))
+        T_PORT=$((lo + (RANDOM % ((hi - lo - 220) / 250)) * 250))
         ok=1
-        for p in $T_PORT $((T_PORT + 1)) $((T_PORT + 2)) \
+        for p in $(seq "$T_PORT" $((T_PORT + 8))) \
             $(seq $((T_PORT + 11)) $((T_PORT + 10 + T_N))) \
-            $(seq $((T_PORT + 61)) $((T_PORT + 60 + T_N))); do
-            if lc_port_busy "$p"; then
+            $(seq $((T_PORT + 31)) $((T_PORT + 36))) \
+            $(seq $((T_PORT + 41)) $((T_PORT + 46))) \
+            $(seq $((T_PORT + 61)) $((T_PORT + 60 + T_N))) \
+            $(seq $((T_PORT + 111)) $((T_PORT + 110 + T_N))) \
+            $(seq $((T_PORT + 211)) $((T_PORT + 216))); do
+            if ! rl_port_lock "$p"; then
                 ok=0
                 break
             fi
@@ -129,7 +152,8 @@ t_start_redis() {
     lc_spawn "$T_DIR" redis redis-server redis-server \
         --port "$(t_redis_port)" --bind 127.0.0.1 --save "" \
         --appendonly no --dir "$T_DIR/redis"
-    t_await 5000 "redis-server answers" redis-cli -p "$(t_redis_port)" ping
+    t_await_proc redis 5000 "redis-server answers" \
+        redis-cli -p "$(t_redis_port)" ping
 }
 
 t_redis_ping() {
@@ -204,11 +228,11 @@ t_cluster_up() {
         t_start_server "$i" "$f" "$@"
     done
     for i in $(seq 1 "$T_N"); do
-        t_await 5000 "rl-server $i healthy" t_healthy "$i"
+        t_await_proc "rl-server-$i" 5000 "rl-server $i healthy" t_healthy "$i"
     done
     t_start_haproxy
     for i in $(seq 1 "$T_N"); do
-        t_await 5000 "HAProxy routes to rl$i" t_lb_sees "$i" UP
+        t_await_proc haproxy 5000 "HAProxy routes to rl$i" t_lb_sees "$i" UP
     done
     t_log "cluster up: redis :$(t_redis_port), $T_N rl-servers, HAProxy :$(t_lb_port)"
 }

@@ -97,7 +97,7 @@ rc_start() {
         lc_spawn "$T_DIR" "node$i" redis-server redis-server "${args[@]}"
     done
     for i in 1 2 3 4 5 6; do
-        t_await 5000 "node $i answers" rc_ping "$(rc_port "$i")"
+        t_await_proc "node$i" 5000 "node $i answers" rc_ping "$(rc_port "$i")"
     done
     local addrs=()
     for i in 1 2 3 4 5 6; do addrs+=("127.0.0.1:$(rc_port "$i")"); done
@@ -212,8 +212,8 @@ scenario_match() {
     rc_start
     t_start_server 1 "" --rule multi=5/60,6/3600
     rc_server 2 --rule multi=5/60,6/3600
-    t_await 5000 "single-Redis server healthy" t_healthy 1
-    t_await 5000 "cluster server healthy" t_healthy 2
+    t_await_proc rl-server-1 5000 "single-Redis server healthy" t_healthy 1
+    t_await_proc rl-server-2 5000 "cluster server healthy" t_healthy 2
     # Both runs inside one minute window (edges are on the Unix epoch).
     t_await 15000 "not near a minute's edge" rc_mid_minute
     single=$(rc_sequence 1)
@@ -257,7 +257,7 @@ scenario_reshard() {
     t_init 1
     rc_start
     rc_server 1 --redis-timeout-ms 1000
-    t_await 5000 "server healthy" t_healthy 1
+    t_await_proc rl-server-1 5000 "server healthy" t_healthy 1
     from=$(rc_cli "$(rc_port 1)" cluster myid)
     to=$(rc_cli "$(rc_port 2)" cluster myid)
     rc_bench_bg uni --duration 8 --connections 4 --inflight 32 --keys 20000 \
@@ -289,7 +289,7 @@ scenario_failover() {
     t_init 1
     rc_start
     rc_server 1 --redis-timeout-ms 500 --fail-closed
-    t_await 5000 "server healthy" t_healthy 1
+    t_await_proc rl-server-1 5000 "server healthy" t_healthy 1
     masters=$(rc_masters)
     victim=$(echo "$masters" | head -n 1)
     rc_bench_bg fo --duration 10 --connections 4 --inflight 32 --keys 20000 \
@@ -345,7 +345,7 @@ scenario_hang() {
     RC_NODE_TIMEOUT=60000
     rc_start
     rc_server 1 --redis-timeout-ms 300 --fail-closed
-    t_await 5000 "server healthy" t_healthy 1
+    t_await_proc rl-server-1 5000 "server healthy" t_healthy 1
     victim=$(rc_masters | head -n 1)
     for n in 1 2 3; do
         [ "$(rc_port "$n")" = "$victim" ] && lc_signal "$T_DIR" "node$n" STOP
@@ -396,7 +396,7 @@ scenario_password() {
     t_init 2
     rc_start s3cret-pw
     rc_server 1
-    t_await 5000 "server healthy with the password" t_healthy 1
+    t_await_proc rl-server-1 5000 "server healthy with the password" t_healthy 1
     "$RL_CHECK_BIN" --server "127.0.0.1:$(t_server_port 1)" --key pw \
         --limit 3 --window 60 | grep -q '^OK' || t_fail "no decision"
     RC_PASS=wrong-pw rc_server 2
@@ -423,7 +423,7 @@ scenario_ctl() {
     rc_start
     # Hour windows: a minute's edge passing mid-test would reset counts.
     rc_server 1 --rule api=5/3600
-    t_await 5000 "server healthy" t_healthy 1
+    t_await_proc rl-server-1 5000 "server healthy" t_healthy 1
     for k in q1 q2 q3 q4 q5 q6; do
         rc_ctl --wait-ms 5000 quota set api "$k" 2/3600 >"$T_DIR/ctl.out" 2>&1 ||
             t_fail "rl-ctl quota set: $(cat "$T_DIR/ctl.out")"

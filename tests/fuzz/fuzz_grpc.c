@@ -90,29 +90,12 @@ static void on_tick(uv_check_t *h)
     rls_grpc_flush(S.grpc);
 }
 
-static int free_port(void)
-{
-    struct sockaddr_in a;
-    socklen_t l = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port;
-
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    CHECK(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
-    CHECK(getsockname(fd, (struct sockaddr *)&a, &l) == 0);
-    port = ntohs(a.sin_port);
-    close(fd);
-    return port;
-}
-
 static void setup(void)
 {
     const char *rules[] = {"api=2/1m,5/1h"};
     rls_policy_t *p = NULL;
     rls_envoy_conf_t *ec = NULL;
     rls_diag_t d;
-    int tries;
 
     if (S.up)
         return;
@@ -129,12 +112,11 @@ static void setup(void)
     S.store = rls_store_memory_new(&S.loop);
     CHECK(S.store != NULL);
     rls_batcher_init(&S.batcher, S.store, &S.rt, "rl:", 3, 16, 1000, 1);
-    for (tries = 0; tries < 20; tries++) {
-        S.cfg.grpc_port = free_port();
-        if (rls_grpc_start(&S.grpc, &S.loop, &S.cfg, &S.batcher) == 0)
-            break;
-    }
-    CHECK(S.grpc != NULL);
+    /* Port 0: the system picks one, and the listener says which. */
+    S.cfg.grpc_port = 0;
+    CHECK(rls_grpc_start(&S.grpc, &S.loop, &S.cfg, &S.batcher) == 0);
+    S.cfg.grpc_port = rls_grpc_port(S.grpc);
+    CHECK(S.cfg.grpc_port > 0);
     CHECK(rls_envoy_conf_build_buf("fuzz", conf_yaml, sizeof(conf_yaml) - 1,
                                    &ec, &d) == RL_OK);
     rls_grpc_set_conf(S.grpc, ec);

@@ -21,6 +21,8 @@
 set -euo pipefail
 
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# shellcheck source=../../deploy/ports.sh
+. "$SRC/deploy/ports.sh"
 DIR=$(mktemp -d "${TMPDIR:-/tmp}/rl-http-check.XXXXXX")
 PIDS=()
 
@@ -53,34 +55,19 @@ fail() {
     exit 1
 }
 
-# A TCP port on 127.0.0.1 that was free a moment ago.
-free_port() {
-    /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-# wait_port PORT: until something accepts on it, 10 s at most.
-wait_port() {
-    local i
-    for i in $(seq 200); do
-        if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then
-            return 0
-        fi
-        sleep 0.05
-    done
-    return 1
-}
-
 start_rl() { # RL_SERVER ARGS...
     local bin=$1
     shift
-    RL_HTTP_PORT=$(free_port)
-    RL_PORT=$(free_port)
-    RL_MPORT=$(free_port)
-    "$bin" --listen "127.0.0.1:$RL_PORT" --http "127.0.0.1:$RL_HTTP_PORT" \
-        --metrics "127.0.0.1:$RL_MPORT" --log-level warn "$@" \
+    # Port 0 everywhere: rl-server says which ports it bound.
+    "$bin" --listen 127.0.0.1:0 --http 127.0.0.1:0 --metrics 127.0.0.1:0 \
+        --port-file "$DIR/rl.ports" --log-level warn "$@" \
         2>"$DIR/rl-server.log" &
     PIDS+=($!)
-    wait_port "$RL_HTTP_PORT" || fail "rl-server did not listen"
+    rl_wait_ports "$DIR/rl.ports" "$!" "$DIR/rl-server.log" ||
+        fail "rl-server did not listen"
+    RL_PORT=$(rl_port_of "$DIR/rl.ports" listen)
+    RL_HTTP_PORT=$(rl_port_of "$DIR/rl.ports" http)
+    RL_MPORT=$(rl_port_of "$DIR/rl.ports" metrics)
 }
 
 # The hour-long windows are aligned to the epoch: keep clear of an edge.
@@ -92,61 +79,69 @@ away_from_edge() {
 }
 
 scenario_nginx() {
-    local rl=$1 port bport code hits i hdr post
+    local rl=$1 port bport code hits i hdr post attempt npid
     command -v nginx >/dev/null || fail "nginx not installed (deploy/setup-debian.sh)"
     away_from_edge
     start_rl "$rl" --rule 'api=5/3600s' --check-key-header X-RateLimit-Key
-    port=$(free_port)
-    bport=$(free_port)
-    mkdir -p "$DIR/logs" "$DIR/conf"
-    # The shipped snippets; only the upstream's address is the test's.
-    sed "s/server 127.0.0.1:8081/server 127.0.0.1:$RL_HTTP_PORT/" \
-        "$SRC/deploy/nginx/ratelimit-upstream.conf" >"$DIR/conf/ratelimit-upstream.conf"
-    cp "$SRC/deploy/nginx/ratelimit.conf" "$DIR/conf/ratelimit.conf"
-    cat >"$DIR/conf/nginx.conf" <<EOF
-worker_processes 1;
-error_log $DIR/logs/error.log warn;
-events { worker_connections 64; }
-http {
-    access_log off;
-    client_body_temp_path $DIR/tmp_body;
-    proxy_temp_path $DIR/tmp_proxy;
-    fastcgi_temp_path $DIR/tmp_fastcgi;
-    uwsgi_temp_path $DIR/tmp_uwsgi;
-    scgi_temp_path $DIR/tmp_scgi;
-    include $DIR/conf/ratelimit-upstream.conf;
-    log_format hit '\$request_uri';
-    # The backend: counts its hits in its access log.
-    server {
-        listen 127.0.0.1:$bport;
-        access_log $DIR/logs/backend.log hit;
-        location / { return 200 "backend\n"; }
-    }
-    server {
-        listen 127.0.0.1:$port;
-        access_log $DIR/logs/front.log;
-        include $DIR/conf/ratelimit.conf;
-        location /api/ {
-            set \$ratelimit_rule api;
-            auth_request /_ratelimit;
-            add_header X-RateLimit-Remaining \$ratelimit_remaining always;
-            proxy_pass http://127.0.0.1:$bport;
+    for attempt in 1 2; do
+        rl_port_reserve port
+        rl_port_reserve bport
+        mkdir -p "$DIR/logs" "$DIR/conf"
+        # The shipped snippets; only the upstream's address is the test's.
+        sed "s/server 127.0.0.1:8081/server 127.0.0.1:$RL_HTTP_PORT/" \
+            "$SRC/deploy/nginx/ratelimit-upstream.conf" >"$DIR/conf/ratelimit-upstream.conf"
+        cp "$SRC/deploy/nginx/ratelimit.conf" "$DIR/conf/ratelimit.conf"
+        cat >"$DIR/conf/nginx.conf" <<EOF
+    worker_processes 1;
+    error_log $DIR/logs/error.log warn;
+    events { worker_connections 64; }
+    http {
+        access_log off;
+        client_body_temp_path $DIR/tmp_body;
+        proxy_temp_path $DIR/tmp_proxy;
+        fastcgi_temp_path $DIR/tmp_fastcgi;
+        uwsgi_temp_path $DIR/tmp_uwsgi;
+        scgi_temp_path $DIR/tmp_scgi;
+        include $DIR/conf/ratelimit-upstream.conf;
+        log_format hit '\$request_uri';
+        # The backend: counts its hits in its access log.
+        server {
+            listen 127.0.0.1:$bport;
+            access_log $DIR/logs/backend.log hit;
+            location / { return 200 "backend\n"; }
         }
-        location /unknown/ {
-            set \$ratelimit_rule nope;
-            auth_request /_ratelimit;
-            proxy_pass http://127.0.0.1:$bport;
+        server {
+            listen 127.0.0.1:$port;
+            access_log $DIR/logs/front.log;
+            include $DIR/conf/ratelimit.conf;
+            location /api/ {
+                set \$ratelimit_rule api;
+                auth_request /_ratelimit;
+                add_header X-RateLimit-Remaining \$ratelimit_remaining always;
+                proxy_pass http://127.0.0.1:$bport;
+            }
+            location /unknown/ {
+                set \$ratelimit_rule nope;
+                auth_request /_ratelimit;
+                proxy_pass http://127.0.0.1:$bport;
+            }
         }
     }
-}
 EOF
-    nginx -t -p "$DIR" -c "$DIR/conf/nginx.conf" -g "pid $DIR/nginx.pid;" \
-        >"$DIR/nginx-t.log" 2>&1 || fail "nginx -t: $(cat "$DIR/nginx-t.log")"
-    nginx -p "$DIR" -c "$DIR/conf/nginx.conf" -g "daemon off; pid $DIR/nginx.pid;" \
-        2>"$DIR/nginx.log" &
-    PIDS+=($!)
-    wait_port "$port" || fail "nginx did not listen"
-    wait_port "$bport" || fail "nginx backend did not listen"
+        nginx -t -p "$DIR" -c "$DIR/conf/nginx.conf" -g "pid $DIR/nginx.pid;" \
+            >"$DIR/nginx-t.log" 2>&1 || fail "nginx -t: $(cat "$DIR/nginx-t.log")"
+        nginx -p "$DIR" -c "$DIR/conf/nginx.conf" -g "daemon off; pid $DIR/nginx.pid;" \
+            2>"$DIR/nginx.log" &
+        npid=$!
+        PIDS+=("$npid")
+        rl_wait_listen "$port" "$npid" "$DIR/nginx.log" &&
+            rl_wait_listen "$bport" "$npid" "$DIR/nginx.log" && break
+        # A reserved port that something outside the tests holds: once
+        # more on others.
+        [ "$attempt" = 1 ] && rl_bind_failed "$DIR/nginx.log" ||
+            fail "nginx did not listen"
+        wait "$npid" 2>/dev/null || true
+    done
 
     for i in 1 2 3 4 5 6 7; do
         # The first is a POST with a body: the check must still be a GET

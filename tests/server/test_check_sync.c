@@ -85,11 +85,10 @@ static void test_answered_inside_add(void **state)
     int fd[3], i, k, allowed = 0, refused = 0, last = 11;
 
     rls_config_defaults(&f->cfg);
-    f->cfg.listen_port = rlt_free_port();
-    f->hport = rlt_free_port();
-    assert_true(f->cfg.listen_port > 0 && f->hport > 0);
+    /* Port 0: the system picks; the server says which it bound. */
+    f->cfg.listen_port = 0;
     strcpy(f->cfg.http_host, "127.0.0.1");
-    f->cfg.http_port = f->hport;
+    f->cfg.http_port = 0;
     f->cfg.rules[0] = rule;
     f->cfg.nrules = 1;
     f->cfg.refusal_cache = 0; /* every refusal from the store */
@@ -97,6 +96,8 @@ static void test_answered_inside_add(void **state)
     st = rls_store_memory_new(&f->loop);
     assert_non_null(st);
     assert_int_equal(rls_server_start(&f->srv, &f->loop, &f->cfg, st, NULL), 0);
+    f->hport = f->srv.port[RLS_LISTENER_HTTP];
+    assert_true(f->hport > 0);
     /* Before the loop runs: each check fills a batch by itself. */
     f->srv.batcher.max_reqs = 1;
     assert_int_equal(uv_async_init(&f->loop, &f->stop, on_stop), 0);

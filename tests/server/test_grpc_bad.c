@@ -122,12 +122,12 @@ static void good_call(void)
 
 static int setup(void **state)
 {
-    char p[16], fix[512];
+    char fix[512];
     char *argv[] = {RL_SERVER_BIN,
                     "--listen",
-                    NULL,
+                    "127.0.0.1:0",
                     "--grpc",
-                    p,
+                    "127.0.0.1:0",
                     "--envoy-config",
                     fix,
                     "--grpc-max-streams",
@@ -143,17 +143,14 @@ static int setup(void **state)
                     "--max-partial-bytes",
                     "150000",
                     NULL};
-    char lp[32];
+    rlt_server_t s;
 
     (void)state;
-    port = rlt_free_port();
-    snprintf(p, sizeof(p), "127.0.0.1:%d", port);
-    snprintf(lp, sizeof(lp), "127.0.0.1:%d", rlt_free_port());
-    argv[2] = lp;
     snprintf(fix, sizeof(fix), "%s/mongo_cps.yaml", RL_FIXTURES);
-    server = rlt_spawn(argv);
-    if (server < 0 || !rlt_wait_port(port, 10000))
+    if (rlt_spawn_listening(&s, argv, 10000) != 0)
         return -1;
+    server = s.pid;
+    port = s.gport;
     memset(&good_ends, 0, sizeof(good_ends));
     if (h2r_connect(&good, port, 0) != 0)
         return -1;
@@ -552,9 +549,9 @@ static void test_late_answers_redis(void **state)
 {
     rlt_redis_t redis;
     rlt_server_t srv = {.pid = -1};
-    char ra[32], gp[32], fix[512], page[65536];
+    char ra[32], fix[512], page[65536];
     char *extra[] = {"--redis",         ra,     "--grpc",
-                     gp,                "--envoy-config", fix,
+                     "127.0.0.1:0",     "--envoy-config", fix,
                      "--redis-timeout-ms", "5000", "--log-level",
                      "error",           NULL};
     const char *kv[] = {"database", "users"};
@@ -562,7 +559,7 @@ static void test_late_answers_redis(void **state)
     conn_t *k[5];
     size_t n;
     uint8_t *m = h2r_rls_request("mongo_cps", kv, 1, 0, &n);
-    int gport = rlt_free_port(), i, st;
+    int gport, i, st;
     uint64_t end;
     long long open = -1;
 
@@ -571,11 +568,10 @@ static void test_late_answers_redis(void **state)
     if (rlt_redis_start(&redis) != 0)
         skip();
     snprintf(ra, sizeof(ra), "127.0.0.1:%d", redis.port);
-    snprintf(gp, sizeof(gp), "127.0.0.1:%d", gport);
     snprintf(fix, sizeof(fix), "%s/mongo_cps.yaml", RL_FIXTURES);
     assert_int_equal(rlt_server_start_metrics(&srv, RL_SERVER_BIN, extra),
                      0);
-    assert_true(rlt_wait_port(gport, 10000));
+    gport = srv.gport;
     /* Wait for the store: /healthz 200. */
     end = rlt_mono_ms() + 5000;
     while (rlt_mono_ms() < end &&

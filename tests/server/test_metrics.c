@@ -80,12 +80,10 @@ static void start_limits(fx_t *f, int redis, uint64_t drain_ms,
     rls_store_t *st;
 
     rls_config_defaults(&f->cfg);
-    f->port = rlt_free_port();
-    f->mport = rlt_free_port();
-    assert_true(f->port > 0 && f->mport > 0 && f->port != f->mport);
-    f->cfg.listen_port = f->port;
+    /* Port 0: the system picks; the server says which it bound. */
+    f->cfg.listen_port = 0;
     strcpy(f->cfg.metrics_host, "127.0.0.1");
-    f->cfg.metrics_port = f->mport;
+    f->cfg.metrics_port = 0;
     f->cfg.drain_ms = drain_ms;
     assert_int_equal(uv_loop_init(&f->loop), 0);
     if (redis) {
@@ -105,6 +103,9 @@ static void start_limits(fx_t *f, int redis, uint64_t drain_ms,
     assert_non_null(st);
     assert_int_equal(
         rls_server_start(&f->srv, &f->loop, &f->cfg, st, NULL), 0);
+    f->port = f->srv.port[RLS_LISTENER_NATIVE];
+    f->mport = f->srv.port[RLS_LISTENER_METRICS];
+    assert_true(f->port > 0 && f->mport > 0 && f->port != f->mport);
     /* Before the loop thread starts: the limits belong to the loop. */
     rls_http_server_set_limits(f->srv.http, idle_ms, max_conns);
     rls_http_server_set_head_ms(f->srv.http, head_ms);
@@ -879,7 +880,7 @@ static void test_port_in_use(void **state)
     getsockname(fd, (struct sockaddr *)&sa, &len);
 
     rls_config_defaults(&f->cfg);
-    f->cfg.listen_port = rlt_free_port();
+    f->cfg.listen_port = 0;
     strcpy(f->cfg.metrics_host, "127.0.0.1");
     f->cfg.metrics_port = ntohs(sa.sin_port);
     assert_int_equal(uv_loop_init(&f->loop), 0);

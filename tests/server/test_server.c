@@ -560,7 +560,8 @@ static void test_redis_never_started(void **state)
     res_t r;
 
     (void)state;
-    snprintf(addr, sizeof(addr), "127.0.0.1:%d", rlt_free_port());
+    /* Reserved, so nothing listens there. */
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", rlt_port_reserve());
     start_server("--redis", addr, "--fail-closed", NULL);
     cli_open(&c);
     r = ask(&c, rlt_check(1, "k", 5, 60, 1));

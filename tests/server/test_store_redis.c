@@ -1253,7 +1253,7 @@ static void test_never_started(void **state)
 {
     fx_t *f = *state;
     static job_t j;
-    int port = rlt_free_port();
+    int port = rlt_port_reserve(); /* reserved: nothing listens there */
 
     open_store(f, port, 500, 0);
     run_for(f, 100);
@@ -1418,7 +1418,7 @@ static void test_now_ms_follows_redis(void **state)
     redisReply *r;
     int i;
 
-    open_store(f, rlt_free_port(), 500, 0);
+    open_store(f, rlt_port_reserve(), 500, 0); /* nothing listens */
     /* Before any sample: the local clock, still never decreasing. */
     prev = f->st->v->now_ms(f->st);
     for (i = 0; i < 1000; i++) {
@@ -1487,7 +1487,7 @@ static void test_close_while_down_and_connecting(void **state)
     fx_t *f = *state;
     int done = 0;
 
-    open_store(f, rlt_free_port(), 500, 0);
+    open_store(f, rlt_port_reserve(), 500, 0); /* nothing listens */
     run_for(f, 30);
     close_store(f);
     /* Closed right after new, mid-connect. */

@@ -9,7 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -27,22 +29,85 @@ static void nap_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-int rlt_free_port(void)
+/* The ports a test may reserve: below the system's ephemeral range (where
+ * every outgoing connection of every process draws its local port), or
+ * above it when there is no room below. */
+static void port_range(int *lo, int *hi)
+{
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    int elo = 32768, ehi = 60999;
+
+    if (f != NULL) {
+        if (fscanf(f, "%d %d", &elo, &ehi) != 2) {
+            elo = 32768;
+            ehi = 60999;
+        }
+        fclose(f);
+    }
+    if (elo - 1 >= 15000 + 1000) {
+        *lo = 15000;
+        *hi = elo - 1;
+    } else {
+        *lo = ehi + 1;
+        *hi = 65535;
+    }
+}
+
+/* 1 when nothing is bound to 127.0.0.1:port right now (bound as a server
+ * binds, with SO_REUSEADDR, so a closed connection's TIME_WAIT does not
+ * count). */
+static int bindable(int port)
 {
     struct sockaddr_in sa;
-    socklen_t len = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port = RL_EIO;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1, ok;
 
     if (fd < 0)
-        return RL_EIO;
+        return 0;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     memset(&sa, 0, sizeof(sa));
     sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
-        port = ntohs(sa.sin_port);
+    ok = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
     close(fd);
-    return port;
+    return ok;
+}
+
+int rlt_port_reserve(void)
+{
+    static unsigned seed;
+    const char *dir = getenv("RLT_PORT_DIR");
+    char path[512];
+    int lo, hi, attempt;
+
+    if (dir == NULL || dir[0] == '\0')
+        dir = "/tmp/rlt-ports";
+    /* Shared by every user's tests on this machine: anyone may add a lock
+     * file (the sticky bit keeps them from removing another's). */
+    if (mkdir(dir, 01777) == 0)
+        chmod(dir, 01777);
+    if (seed == 0)
+        seed = (unsigned)getpid() ^ (unsigned)rl_mono_ms();
+    port_range(&lo, &hi);
+    for (attempt = 0; attempt < 4096; attempt++) {
+        int port = lo + (int)(rand_r(&seed) % (unsigned)(hi - lo + 1)), fd;
+
+        snprintf(path, sizeof(path), "%s/%d", dir, port);
+        fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+        if (fd < 0)
+            continue;
+        /* Held until this process exits (the descriptor is never closed):
+         * no other process gets the port meanwhile, and this one cannot
+         * lock the same file twice, so it never hands a port out again. */
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            close(fd);
+            continue;
+        }
+        if (!bindable(port))
+            continue; /* used outside the tests: keep it locked, skip it */
+        return port;
+    }
+    return RL_EIO;
 }
 
 static int try_connect(int port)
@@ -169,11 +234,12 @@ static int answers_ping(const rlt_redis_t *r)
  * 10 s. */
 static int launch(rlt_redis_t *r, char *const extra[])
 {
-    char port[16];
+    char port[16], log[192];
     char *argv[64] = {"redis-server", "--port", port, "--bind", "127.0.0.1",
                       "--dir", r->dir, "--save", "", "--appendonly", "no",
-                      "--daemonize", "no", "--loglevel", "warning"};
-    size_t n = 15, i;
+                      "--daemonize", "no", "--loglevel", "warning",
+                      "--logfile", log};
+    size_t n = 17, i;
     uint64_t deadline = rl_mono_ms() + 10000;
     const char *module = getenv("RLT_REDIS_MODULE");
     int status;
@@ -192,13 +258,18 @@ static int launch(rlt_redis_t *r, char *const extra[])
     }
     argv[n] = NULL;
     snprintf(port, sizeof(port), "%d", r->port);
+    snprintf(log, sizeof(log), "%s/redis.log", r->dir);
     r->pid = rlt_spawn(argv);
     if (r->pid < 0)
         return RL_EIO;
     while (!answers_ping(r)) {
-        if (waitpid(r->pid, &status, WNOHANG) == r->pid ||
-            rl_mono_ms() >= deadline) {
-            rlt_stop(r->pid, SIGKILL, 1000);
+        int gone = waitpid(r->pid, &status, WNOHANG) == r->pid;
+        if (gone || rl_mono_ms() >= deadline) {
+            fprintf(stderr, "rlt: redis-server on port %d %s; its log:\n",
+                    r->port, gone ? "exited" : "never answered");
+            rlt_tail(log, 10);
+            if (!gone)
+                rlt_stop(r->pid, SIGKILL, 1000);
             r->pid = -1;
             return RL_EIO;
         }
@@ -216,10 +287,10 @@ int rlt_redis_start_with(rlt_redis_t *r, char *const extra[])
     snprintf(r->dir, sizeof(r->dir), "/tmp/rlt-redis-XXXXXX");
     if (mkdtemp(r->dir) == NULL)
         return RL_EIO;
-    /* Another process may take the port between our probe and redis's
-     * bind; a new port is the cure. */
-    for (attempt = 0; attempt < 5; attempt++) {
-        r->port = rlt_free_port();
+    /* The port is reserved for this process, but something outside the
+     * tests may hold it: one more try on another port. */
+    for (attempt = 0; attempt < 2; attempt++) {
+        r->port = rlt_port_reserve();
         if (r->port > 0 && launch(r, extra) == 0)
             return 0;
     }
@@ -269,6 +340,8 @@ void rlt_redis_stop(rlt_redis_t *r)
         /* Persistence is off, but remove anything redis may have left. */
         snprintf(path, sizeof(path), "%s/dump.rdb", r->dir);
         unlink(path);
+        snprintf(path, sizeof(path), "%s/redis.log", r->dir);
+        unlink(path);
         rmdir(r->dir);
         r->dir[0] = '\0';
     }
@@ -280,23 +353,135 @@ void rlt_redis_pause(rlt_redis_t *r, int paused)
         kill(r->pid, paused ? SIGSTOP : SIGCONT);
 }
 
-/* rlt_server_start, with --metrics on a second free port when metrics. */
+void rlt_tail(const char *path, int lines)
+{
+    char buf[8192];
+    FILE *f = fopen(path, "r");
+    size_t n, start;
+    long at;
+    int seen = 0;
+
+    if (f == NULL)
+        return;
+    fseek(f, 0, SEEK_END);
+    at = ftell(f);
+    at = at > (long)sizeof(buf) - 1 ? at - (long)sizeof(buf) + 1 : 0;
+    fseek(f, at, SEEK_SET);
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    start = n > 0 && buf[n - 1] == '\n' ? n - 1 : n;
+    while (start > 0 && !(buf[start - 1] == '\n' && ++seen == lines))
+        start--;
+    fputs(buf + start, stderr);
+}
+
+/* Reads "FLAG HOST:PORT" lines of a --port-file into s. Returns 0 once the
+ * file is there and names the native listener, RL_EAGAIN before. */
+static int read_ports(rlt_server_t *s, const char *path)
+{
+    char line[512], flag[32], addr[300];
+    FILE *f = fopen(path, "r");
+    int got = 0;
+
+    if (f == NULL)
+        return RL_EAGAIN;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        char *colon;
+        int port;
+        if (sscanf(line, "%31s %299s", flag, addr) != 2 ||
+            (colon = strrchr(addr, ':')) == NULL)
+            continue;
+        port = atoi(colon + 1);
+        if (strcmp(flag, "listen") == 0) {
+            s->port = port;
+            snprintf(s->addr, sizeof(s->addr), "127.0.0.1:%d", port);
+            got = 1;
+        } else if (strcmp(flag, "metrics") == 0) {
+            s->mport = port;
+            snprintf(s->maddr, sizeof(s->maddr), "127.0.0.1:%d", port);
+        } else if (strcmp(flag, "grpc") == 0) {
+            s->gport = port;
+        } else if (strcmp(flag, "http") == 0) {
+            s->hport = port;
+        }
+    }
+    fclose(f);
+    return got ? RL_OK : RL_EAGAIN;
+}
+
+int rlt_spawn_listening(rlt_server_t *s, char *const argv[], int timeout_ms)
+{
+    char *args[80], dir[64], path[96];
+    uint64_t deadline = rl_mono_ms() + (uint64_t)timeout_ms;
+    size_t n = 0;
+    int status, rc = RL_EIO;
+
+    s->pid = -1;
+    while (argv[n] != NULL) {
+        if (n + 3 >= sizeof(args) / sizeof(args[0]))
+            return RL_EINVAL;
+        args[n] = argv[n];
+        n++;
+    }
+    snprintf(dir, sizeof(dir), "/tmp/rlt-srv-XXXXXX");
+    if (mkdtemp(dir) == NULL)
+        return RL_EIO;
+    snprintf(path, sizeof(path), "%s/ports", dir);
+    args[n++] = "--port-file";
+    args[n++] = path;
+    args[n] = NULL;
+    if ((s->pid = rlt_spawn(args)) < 0) {
+        rmdir(dir);
+        return RL_EIO;
+    }
+    for (;;) {
+        if (read_ports(s, path) == RL_OK) {
+            rc = RL_OK;
+            break;
+        }
+        /* A server that exits fails the start at once; its stderr, the
+         * test's own, shows why just above. */
+        if (waitpid(s->pid, &status, WNOHANG) == s->pid) {
+            fprintf(stderr, "rlt: %s exited (%s %d) before listening\n",
+                    argv[0], WIFEXITED(status) ? "status" : "signal",
+                    WIFEXITED(status) ? WEXITSTATUS(status)
+                                      : WTERMSIG(status));
+            s->pid = -1;
+            break;
+        }
+        if (rl_mono_ms() >= deadline) {
+            fprintf(stderr, "rlt: %s not listening after %d ms\n", argv[0],
+                    timeout_ms);
+            rlt_stop(s->pid, SIGKILL, 1000);
+            s->pid = -1;
+            break;
+        }
+        nap_ms(2);
+    }
+    unlink(path);
+    rmdir(dir);
+    return rc;
+}
+
+/* rlt_server_start, with --metrics too when metrics. */
 static int server_start(rlt_server_t *s, const char *bin, int port, int metrics,
                         char *const extra[])
 {
-    char *argv[64];
+    char *argv[64], laddr[32];
     size_t n, i;
     int attempt;
 
     memset(s, 0, sizeof(*s));
     s->pid = -1;
+    snprintf(laddr, sizeof(laddr), "127.0.0.1:%d", port);
     argv[0] = (char *)bin;
     argv[1] = "--listen";
-    argv[2] = s->addr;
+    argv[2] = laddr;
     n = 3;
     if (metrics) {
         argv[n++] = "--metrics";
-        argv[n++] = s->maddr;
+        argv[n++] = "127.0.0.1:0";
     }
     for (i = 0; extra != NULL && extra[i] != NULL; i++) {
         if (n + 1 >= sizeof(argv) / sizeof(argv[0]))
@@ -304,28 +489,14 @@ static int server_start(rlt_server_t *s, const char *bin, int port, int metrics,
         argv[n++] = extra[i];
     }
     argv[n] = NULL;
-    for (attempt = 0; attempt < 5; attempt++) {
-        /* Another process may take a free port between the probe and the
-         * bind: a new port is the cure. A fixed one may need a moment to
-         * be free again after its last server. */
-        s->port = port ? port : rlt_free_port();
-        if (s->port <= 0)
-            continue;
-        snprintf(s->addr, sizeof(s->addr), "127.0.0.1:%d", s->port);
-        if (metrics) {
-            s->mport = rlt_free_port();
-            if (s->mport <= 0 || s->mport == s->port)
-                continue;
-            snprintf(s->maddr, sizeof(s->maddr), "127.0.0.1:%d", s->mport);
-        }
-        s->pid = rlt_spawn(argv);
-        if (s->pid > 0 && rlt_wait_port(s->port, 5000) &&
-            (!metrics || rlt_wait_port(s->mport, 5000)))
-            return RL_OK;
-        rlt_stop(s->pid, SIGKILL, 1000);
-        s->pid = -1;
-        if (port)
+    /* Port 0: the server binds what the system gives and says which. A
+     * fixed port (a restart where the last server was) may need a moment
+     * to be free again. */
+    for (attempt = 0; attempt < (port ? 5 : 1); attempt++) {
+        if (attempt > 0)
             nap_ms(100);
+        if (rlt_spawn_listening(s, argv, 10000) == RL_OK)
+            return RL_OK;
     }
     return RL_EIO;
 }

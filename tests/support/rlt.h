@@ -23,8 +23,18 @@ static inline uint64_t rlt_mono_ms(void)
     return rl_mono_ms();
 }
 
-/* A TCP port on 127.0.0.1 that was free a moment ago, or RL_EIO. */
-int rlt_free_port(void);
+/* A TCP port on 127.0.0.1 for a server that cannot say which port it
+ * bound (redis-server...) or for a port where nothing must listen: free
+ * now, outside the system's ephemeral range (so no outgoing connection of
+ * any process takes it), and reserved for this process until it exits: a
+ * lock file in $RLT_PORT_DIR (default /tmp/rlt-ports) keeps every other
+ * test process from getting it, and this one never gets it twice. Our own
+ * servers listen on port 0 and report the port instead (see
+ * rlt_server_start). Returns the port or RL_EIO. */
+int rlt_port_reserve(void);
+
+/* Copies the last `lines` lines of the file at path to stderr. */
+void rlt_tail(const char *path, int lines);
 
 /* Returns 1 once a TCP connect to 127.0.0.1:port succeeds, 0 after
  * timeout_ms. */
@@ -76,20 +86,30 @@ typedef struct rlt_server_s {
     pid_t pid;
     int port;
     char addr[32]; /* "127.0.0.1:PORT", for --listen and for clients */
-    int mport;     /* rlt_server_start_metrics: the --metrics port */
+    int mport;     /* --metrics' port, when it listens */
     char maddr[32]; /* and its "127.0.0.1:PORT" */
+    int gport;     /* --grpc's port, when it listens */
+    int hport;     /* --http's port, when it listens */
 } rlt_server_t;
 
-/* Starts the rl-server at bin with --listen 127.0.0.1:port (0: a free
- * port) and the extra arguments (NULL-terminated, may be NULL), and waits
- * until the port accepts connections. A free port taken meanwhile is
- * retried with another, a fixed one again after a moment, five times in
- * all. Returns 0, RL_EINVAL (too many arguments) or RL_EIO. */
+/* Starts argv (NULL-terminated; a server of ours that takes --port-file,
+ * its listeners on port 0 or fixed ones) with --port-file added, and waits
+ * up to timeout_ms until the file names the ports bound: s->pid, s->port
+ * and s->addr (--listen), s->mport and s->maddr, s->gport, s->hport (when
+ * those listen). A server that exits first fails the start at once.
+ * Returns 0, RL_EINVAL (too many arguments) or RL_EIO. */
+int rlt_spawn_listening(rlt_server_t *s, char *const argv[], int timeout_ms);
+
+/* Starts the rl-server at bin with --listen 127.0.0.1:port (0: any port,
+ * as rlt_spawn_listening reports it) and the extra arguments (NULL-
+ * terminated, may be NULL; other listeners given port 0 are reported the
+ * same way). A fixed port is tried again after a moment, five times in
+ * all, for a restart where the last server was. Returns 0, RL_EINVAL (too
+ * many arguments) or RL_EIO. */
 int rlt_server_start(rlt_server_t *s, const char *bin, int port,
                      char *const extra[]);
 
-/* Like rlt_server_start on a free port, with --metrics on another free
- * port (s->mport, s->maddr); waits until both accept connections. */
+/* Like rlt_server_start on port 0, with --metrics 127.0.0.1:0 too. */
 int rlt_server_start_metrics(rlt_server_t *s, const char *bin,
                              char *const extra[]);
 

@@ -20,6 +20,10 @@ import tempfile
 import time
 import urllib.request
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "support"))
+import rlt  # noqa: E402
+
 RL_SERVER, PROTO_DIR, FIX = sys.argv[1], sys.argv[2], sys.argv[3]
 REDIS = sys.argv[4] if len(sys.argv) > 4 else None
 TMP = tempfile.mkdtemp(prefix="rl-envoy-")
@@ -57,25 +61,6 @@ def check(cond, what):
     if not cond:
         FAILS.append(what)
         print("FAIL:", what, flush=True)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def wait_port(port, deadline_s=10):
-    end = time.time() + deadline_s
-    while time.time() < end:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.02)
-    raise RuntimeError("port %d never opened" % port)
 
 
 def D(*kv, override=None):
@@ -116,24 +101,28 @@ def native_checks(port, rule, key, n):
 
 
 class Server:
+    started = 0
+
     def __init__(self, envoy_files, extra=()):
-        self.grpc_port, self.metrics_port = free_port(), free_port()
-        self.native_port, self.http_port = free_port(), free_port()
-        args = [RL_SERVER, "--listen", "127.0.0.1:%d" % self.native_port,
-                "--http", "127.0.0.1:%d" % self.http_port,
-                "--grpc", "127.0.0.1:%d" % self.grpc_port,
-                "--metrics", "127.0.0.1:%d" % self.metrics_port,
+        Server.started += 1
+        n = Server.started
+        ports = os.path.join(TMP, "server-%d.ports" % n)
+        # Every listener on port 0: the server says which ports it bound.
+        args = [RL_SERVER, "--listen", "127.0.0.1:0",
+                "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0",
+                "--metrics", "127.0.0.1:0", "--port-file", ports,
                 "--config", os.path.join(FIX, "rules.yaml")]
         for f in envoy_files:
             args += ["--envoy-config", f]
         if REDIS_PORT:
             args += ["--redis", "127.0.0.1:%d" % REDIS_PORT,
-                     "--prefix", "rl%d:" % self.grpc_port]
-        self.log = open(os.path.join(TMP, "server-%d.log" % self.grpc_port),
-                        "w")
+                     "--prefix", "rl%d:" % n]
+        self.log = open(os.path.join(TMP, "server-%d.log" % n), "w")
         self.p = subprocess.Popen(args + list(extra), stderr=self.log)
         PROCS.append(self.p)
-        wait_port(self.grpc_port)
+        got = rlt.wait_ports(self.p, ports, self.log.name)
+        self.native_port, self.http_port = got["listen"], got["http"]
+        self.grpc_port, self.metrics_port = got["grpc"], got["metrics"]
         self.ch = grpc.insecure_channel("127.0.0.1:%d" % self.grpc_port)
         self.stub = rls_pb2_grpc.RateLimitServiceStub(self.ch)
 
@@ -509,12 +498,22 @@ REDIS_PORT = None
 def main():
     global REDIS_PORT
     if REDIS:
-        REDIS_PORT = free_port()
-        PROCS.append(subprocess.Popen(
-            [REDIS, "--port", str(REDIS_PORT), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--dir", TMP],
-            stdout=subprocess.DEVNULL))
-        wait_port(REDIS_PORT)
+        # A reserved port; one more try on another if something outside
+        # the tests holds it.
+        for attempt in (1, 2):
+            REDIS_PORT = rlt.reserve_port()
+            log = os.path.join(TMP, "redis-%d.log" % attempt)
+            p = subprocess.Popen(
+                [REDIS, "--port", str(REDIS_PORT), "--bind", "127.0.0.1",
+                 "--save", "", "--appendonly", "no", "--dir", TMP,
+                 "--logfile", log], stdout=subprocess.DEVNULL)
+            PROCS.append(p)
+            try:
+                rlt.wait_listen(REDIS_PORT, p, log)
+                break
+            except RuntimeError:
+                if attempt == 2:
+                    raise
     files = [os.path.join(FIX, f) for f in sorted(os.listdir(FIX))
              if f.endswith(".yaml") and f != "rules.yaml"]
     s = Server(files)

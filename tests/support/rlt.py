@@ -1,0 +1,112 @@
+"""Ports and servers for the Python tests, as tests/support/rlt.c does for
+the C ones: our servers listen on port 0 and say which ports they bound
+(--port-file); a server that cannot (redis-server) gets a port reserved
+with the same lock files as rlt.c and deploy/ports.sh. Every wait also
+watches the process, and a process that exits fails the wait at once with
+the last lines of its log."""
+import fcntl
+import os
+import random
+import socket
+import time
+
+PORT_DIR = os.environ.get("RLT_PORT_DIR") or "/tmp/rlt-ports"
+_held = []  # lock files, open for as long as this process lives
+
+
+def _port_range():
+    lo, hi = 32768, 60999
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = (int(x) for x in f.read().split())
+    except (OSError, ValueError):
+        pass
+    return (15000, lo - 1) if lo - 1 >= 16000 else (hi + 1, 65535)
+
+
+def _bindable(port):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind(("127.0.0.1", port))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def reserve_port():
+    """A loopback port outside the ephemeral range, locked for this process
+    until it exits (no other test gets it, and this one never twice)."""
+    try:
+        os.mkdir(PORT_DIR, 0o1777)
+        os.chmod(PORT_DIR, 0o1777)
+    except FileExistsError:
+        pass
+    lo, hi = _port_range()
+    for _ in range(4096):
+        port = random.randint(lo, hi)
+        try:
+            f = open(os.path.join(PORT_DIR, str(port)), "a+")
+        except OSError:
+            continue
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.close()
+            continue
+        _held.append(f)  # kept locked even when busy: never ours to use
+        if _bindable(port):
+            return port
+    raise RuntimeError("no port left to reserve in %d-%d" % (lo, hi))
+
+
+def tail(path, lines=15):
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _gone(proc, log, what):
+    raise RuntimeError("%s exited (status %s) before it listened; last "
+                       "lines of %s:\n%s" % (what, proc.returncode, log,
+                                             tail(log)))
+
+
+def wait_ports(proc, port_file, log, timeout_s=10):
+    """Waits until proc (started with --port-file port_file) has written
+    it; returns {flag: port}. Fails at once if proc exits first."""
+    end = time.time() + timeout_s
+    while time.time() < end:
+        try:
+            with open(port_file) as f:
+                text = f.read()
+        except FileNotFoundError:
+            text = ""
+        if text.endswith("\n"):
+            return {flag: int(addr.rsplit(":", 1)[1]) for flag, addr in
+                    (line.split() for line in text.splitlines())}
+        if proc.poll() is not None:
+            _gone(proc, log, "server")
+        time.sleep(0.01)
+    raise RuntimeError("no port file %s after %d s" % (port_file, timeout_s))
+
+
+def wait_listen(port, proc, log, timeout_s=10):
+    """Waits until something accepts on 127.0.0.1:port; fails at once if
+    proc exits first."""
+    end = time.time() + timeout_s
+    while time.time() < end:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            pass
+        if proc.poll() is not None:
+            _gone(proc, log, "server on port %d" % port)
+        time.sleep(0.01)
+    raise RuntimeError("nothing listening on port %d after %d s"
+                       % (port, timeout_s))
