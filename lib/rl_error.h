@@ -34,7 +34,8 @@
     X(EIO, -24, "I/O error")                                                  \
     X(EBUSY, -25, "too many requests in flight")                              \
     X(ESHUTDOWN, -26, "server is shutting down")                              \
-    X(ELIMIT, -27, "limit must be > 0 when window_seconds is set")
+    X(ELIMIT, -27, "limit must be > 0 when window_seconds is set")            \
+    X(EINLINE, -28, "the request's own limit is refused by this server")
 
 enum {
 #define RL_ERRNO_ENUM(name, value, text) RL_##name = (value),

@@ -597,7 +597,8 @@ static int local_refusal(rls_batcher_t *b, rls_respond_fn respond,
     return 1;
 }
 
-/* Writes the op key "<prefix>{<caller>}:r:<rule>" or "...:i" at w and
+/* Writes the op key "<prefix>{<caller>}:r:<rule>", or "...:i" or "...:e"
+ * for a limit without a rule (spec->ns), at w and
  * returns its length; *tag_len gets the length of "<prefix>{<caller>}". */
 static size_t op_key(const rls_batcher_t *b, uint8_t *w, const char *key,
                      size_t key_len, const rls_spec_t *spec, size_t *tag_len)
@@ -618,7 +619,9 @@ static size_t op_key(const rls_batcher_t *b, uint8_t *w, const char *key,
         memcpy(p, spec->rule->name, spec->rule->name_len);
         p += spec->rule->name_len;
     } else {
-        *p++ = 'i';
+        /* Whose counters (decide.h): no request of one family can reach
+         * another's. */
+        *p++ = spec->ns != 0 ? (uint8_t)spec->ns : 'i';
     }
     *p = '\0';
     return (size_t)(p - w);

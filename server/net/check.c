@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "decide.h"
 #include "log.h"
 #include "net/rl_headers.h"
 #include "rl_error.h"
@@ -102,15 +103,12 @@ static void bad(rls_http_reply_t *r, const char *why)
 
 static void on_request(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
 {
-    static char msg[RL_RULE_MAX + 32];
     rls_check_t *k = arg;
     size_t plen = rls_http_path_len(q);
     rls_check_query_t cq;
     check_ctx_t *x;
-    rls_spec_t spec;
-    rl_check_t chk;
+    rls_ask_t a;
     const char *why = NULL;
-    int rc;
 
     if (plen != 6 || memcmp(q->target, "/check", 6) != 0) {
         rls_http_reply_text(r, 404, "Not Found",
@@ -131,48 +129,34 @@ static void on_request(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
         bad(r, why);
         return;
     }
-    memset(&chk, 0, sizeof(chk));
-    chk.id = 1;
-    chk.key = cq.key;
-    chk.key_len = cq.key_len;
-    chk.cost = cq.cost;
-    chk.rule = cq.rule;
-    chk.rule_len = cq.rule_len;
-    if ((rc = rl_check_validate(&chk)) != RL_OK) {
-        bad(r, rl_strerror(rc));
-        return;
-    }
-    if ((rc = rls_runtime_resolve(k->batcher->rt, &chk, &spec, &why)) !=
-        RL_OK) {
-        if (rc == RL_ENORULE) {
-            snprintf(msg, sizeof(msg), "unknown rule '%.*s'", (int)cq.rule_len,
-                     cq.rule);
-            why = msg;
-        }
-        bad(r, why != NULL ? why : rl_strerror(rc));
-        return;
-    }
-    if (spec.mode == RLS_MODE_OFF) {
-        /* The kill switch: allowed, nothing counted, as for native. */
-        rl_result_t res;
-
-        rls_spec_off_result(&spec, chk.id, &res);
-        decision(k, &res, cq.rule, cq.rule_len, cq.deny_status, r);
-        return;
-    }
+    memset(&a, 0, sizeof(a));
+    a.id = 1;
+    a.key = cq.key;
+    a.key_len = cq.key_len;
+    a.cost = cq.cost;
+    a.rule = cq.rule;
+    a.rule_len = cq.rule_len;
     x = rls_http_conn_ctx(r->conn);
     x->k = k;
     x->deny_status = cq.deny_status;
     memcpy(x->rule, cq.rule, cq.rule_len);
     x->rule_len = cq.rule_len;
+    /* Pending from here: the answer may come before rls_decide returns
+     * (a kill switch, a refusal known without the store). */
     k->pending++;
     r->pending = 1;
-    if (rls_batcher_add(k->batcher, on_decided, r->conn, chk.id, cq.key,
-                        cq.key_len, cq.cost, &spec) != RL_OK) {
-        /* Nothing queued, so no answer will come. */
+    switch (rls_decide(k->batcher, &a, on_decided, r->conn, &why)) {
+    case RL_OK:
+        return;
+    case RL_ENOMEM:
         k->pending--;
         r->pending = 0;
         rls_http_reply_text(r, 503, "Service Unavailable", "out of memory\n");
+        return;
+    default:
+        k->pending--;
+        r->pending = 0;
+        bad(r, why);
     }
 }
 

@@ -45,6 +45,7 @@
 #include "rl_error.h"
 #include "rl_frame.h"
 #include "rl_msg.h"
+#include "decide.h"
 #include "log.h"
 #include "net/conn.h"
 
@@ -278,10 +279,9 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 static void handle_request(rls_conn_t *c, const uint8_t *p, size_t n)
 {
     rls_conns_t *s = c->srv;
-    rls_spec_t spec;
     const char *why = NULL;
+    rls_ask_t a;
     rl_check_t q;
-    char msg[RL_RULE_MAX + 32];
     int rc;
 
     if (rl_check_decode(p, n, &q) != RL_OK) {
@@ -296,39 +296,30 @@ static void handle_request(rls_conn_t *c, const uint8_t *p, size_t n)
         reply_notice(c, "request id 0 is reserved for server notices");
         return;
     }
-    if ((rc = rl_check_validate(&q)) != RL_OK) {
-        s->stats.rejected[RLS_REJECT_INVALID]++;
-        reply_error(c, q.id, rl_strerror(rc));
-        return;
-    }
-    if ((rc = rls_runtime_resolve(s->batcher->rt, &q, &spec, &why)) !=
-        RL_OK) {
-        if (rc == RL_ENORULE) {
-            s->stats.rejected[RLS_REJECT_RULE]++;
-            snprintf(msg, sizeof(msg), "unknown rule '%.*s'",
-                     (int)q.rule_len, q.rule);
-            why = msg;
-        } else {
-            s->stats.rejected[RLS_REJECT_INLINE]++;
-        }
-        reply_error(c, q.id, why);
-        return;
-    }
-    if (spec.mode == RLS_MODE_OFF) {
-        /* The kill switch: allowed, and nothing counted. */
-        rl_result_t r;
-
-        rls_spec_off_result(&spec, q.id, &r);
-        put_result(c, &r, 1);
-        return;
-    }
+    memset(&a, 0, sizeof(a));
+    a.id = q.id;
+    a.key = q.key;
+    a.key_len = q.key_len;
+    a.cost = q.cost;
+    a.rule = q.rule;
+    a.rule_len = q.rule_len;
+    a.limit = q.limit;
+    a.window_s = q.window_s;
+    a.from_request = 1;
+    a.ns = RLS_NS_INLINE;
+    /* In flight from here: the answer may come before rls_decide returns
+     * (a kill switch, a refusal known without the store). */
     c->inflight++;
     s->stats.inflight++;
-    if (rls_batcher_add(s->batcher, rls_conn_respond, c, q.id, q.key, q.key_len,
-                        q.cost, &spec) != RL_OK) {
+    if ((rc = rls_decide(s->batcher, &a, rls_conn_respond, c, &why)) !=
+        RL_OK) {
         c->inflight--;
         s->stats.inflight--;
-        reply_error(c, q.id, rl_strerror(RL_ENOMEM));
+        if (rc != RL_ENOMEM)
+            s->stats.rejected[rc == RL_ENORULE   ? RLS_REJECT_RULE
+                              : rc == RL_EINLINE ? RLS_REJECT_INLINE
+                                                 : RLS_REJECT_INVALID]++;
+        reply_error(c, q.id, why);
     }
 }
 

@@ -13,9 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 
 #include "envoy/service/ratelimit/v3/rls.pb-c.h"
+#include "decide.h"
 #include "log.h"
 #include "net/rl_headers.h"
 #include "rl_error.h"
@@ -135,36 +135,19 @@ static void respond(void *owner, const rl_result_t *r)
             if (st->r.retry_after_ms == 0)
                 st->r.retry_after_ms = 1000;
         }
+        /* Allowed with nothing used and no error: a kill switch's answer
+         * (an allowed decision counts its cost; fail-open says why). */
+        if (r->code == RL_CODE_OK && r->used == 0 && r->error_len == 0 &&
+            !r->shadow_refused)
+            call->ctx->stats.uncounted++;
     }
     if (--call->pending == 0 && call->done != NULL)
         call->done(call);
 }
 
-static uint64_t wall_ms(void)
-{
-    struct timeval tv;
-
-    gettimeofday(&tv, NULL);
-    return (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
-}
-
 static uint32_t clamp32(uint64_t v)
 {
     return v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
-}
-
-/* Answered without the store: a limit of 0 refuses everything. */
-static void refuse_zero(rls_envoy_status_t *st, uint32_t window_s)
-{
-    uint64_t now = wall_ms();
-    uint64_t left = rl_window_reset_after_ms(now, window_s);
-
-    st->code = CODE_OVER;
-    st->decided = 1;
-    memset(&st->r, 0, sizeof(st->r));
-    st->r.code = RL_CODE_OVER_LIMIT;
-    st->r.window_s = window_s;
-    st->r.reset_after_ms = st->r.retry_after_ms = left;
 }
 
 static int unit_seconds(int unit, uint32_t *s)
@@ -193,7 +176,6 @@ static int add_one(rls_envoy_call_t *call, uint32_t i, const desc_t *d,
                    const rls_envoy_node_t *x, uint32_t cost, const char **why)
 {
     rls_envoy_ctx_t *ctx = call->ctx;
-    rls_runtime_t *rt = ctx->batcher->rt;
     rls_envoy_status_t *st = &call->st[i];
     /* Initialised only for the optimiser, which cannot see that
      * validate() bounds n_entries to 1..RLS_ENVOY_ENTRIES_MAX. */
@@ -203,17 +185,19 @@ static int add_one(rls_envoy_call_t *call, uint32_t i, const desc_t *d,
            vlens[RLS_ENVOY_ENTRIES_MAX] = {0};
     size_t j;
     char key[RLS_ENVOY_KEY_MAX + 1];
-    size_t klen;
-    rls_spec_t spec;
+    rls_ask_t a;
     uint32_t window_s = 0;
     uint64_t limit = 0;
+    int from_request = 0, rc;
 
     st->code = CODE_OK;
     if (d->limit != NULL && unit_seconds(d->limit->unit, &window_s)) {
         /* The request's own limit (RateLimitOverride), as envoy-ratelimit
-         * takes it: in place of whatever the configuration says. */
+         * takes it: in place of whatever the configuration says, and
+         * under the caps this server puts on limits requests bring. */
         limit = d->limit->requests_per_unit;
         st->unit = d->limit->unit;
+        from_request = 1;
     } else if (x != NULL && x->kind == RLS_ENVOY_LIMIT) {
         limit = x->limit;
         window_s = x->window_s;
@@ -234,58 +218,41 @@ static int add_one(rls_envoy_call_t *call, uint32_t i, const desc_t *d,
         vals[j] = d->entries[j]->value;
         vlens[j] = strlen(vals[j]);
     }
-    klen = rls_envoy_key(key, call->dom->name, call->dom->name_len, keys, klens,
-                         vals, vlens, d->n_entries);
+    memset(&a, 0, sizeof(a));
+    a.id = i;
+    a.key = key;
+    a.key_len = rls_envoy_key(key, call->dom->name, call->dom->name_len, keys,
+                              klens, vals, vlens, d->n_entries);
+    a.cost = cost;
+    a.shadow = x != NULL && x->shadow;
     if (window_s != 0) {
         st->rpu = clamp32(limit);
-        if (limit == 0) {
-            refuse_zero(st, window_s);
-            return RLS_GRPC_OK;
-        }
-        memset(&spec, 0, sizeof(spec));
-        spec.rule = NULL;
-        spec.stats = rls_runtime_stats(rt, call->dom->stats_name,
-                                       strlen(call->dom->stats_name));
-        spec.mode =
-            rt->sw.global_mode >= 0
-                ? rt->sw.global_mode
-                : (x != NULL && x->shadow ? RLS_MODE_SHADOW : RLS_MODE_ENFORCE);
-        spec.limits.n = 1;
-        spec.limits.w[0].limit = limit;
-        spec.limits.w[0].window_s = window_s;
-        spec.quota = 0;
-        spec.scale = 1.0;
+        a.limit = limit;
+        a.window_s = window_s;
+        a.from_request = from_request;
+        a.ns = RLS_NS_ENVOY;
+        a.stats_name = call->dom->stats_name;
+        a.stats_name_len = strlen(call->dom->stats_name);
     } else {
-        rl_check_t q;
-        const char *w = NULL;
-        memset(&q, 0, sizeof(q));
-        q.id = i + 1;
-        q.key = key;
-        q.key_len = klen;
-        q.cost = cost;
-        q.rule = x->rule;
-        q.rule_len = x->rule_len;
-        if (rls_runtime_resolve(rt, &q, &spec, &w) != RL_OK) {
-            *why = "a descriptor's rule is not in the rules file";
-            return RLS_GRPC_UNAVAILABLE;
-        }
-        if (x->shadow && spec.mode == RLS_MODE_ENFORCE)
-            spec.mode = RLS_MODE_SHADOW;
+        a.rule = x->rule;
+        a.rule_len = x->rule_len;
         st->name = x->rule;
         st->name_len = x->rule_len;
     }
     st->decided = 1;
-    if (spec.mode == RLS_MODE_OFF) {
-        rls_spec_off_result(&spec, st->r.id, &st->r);
-        ctx->stats.uncounted++;
-        return RLS_GRPC_OK;
-    }
     call->pending++;
-    if (rls_batcher_add(ctx->batcher, respond, call, i, key, klen, cost,
-                        &spec) != RL_OK) {
+    if ((rc = rls_decide(ctx->batcher, &a, respond, call, why)) != RL_OK) {
         call->pending--;
-        *why = "out of memory";
-        return RLS_GRPC_RESOURCE_EXHAUSTED;
+        st->decided = 0;
+        switch (rc) {
+        case RL_ENOMEM:
+            return RLS_GRPC_RESOURCE_EXHAUSTED;
+        case RL_ENORULE:
+            *why = "a descriptor's rule is not in the rules file";
+            return RLS_GRPC_UNAVAILABLE;
+        default:
+            return RLS_GRPC_INVALID_ARGUMENT;
+        }
     }
     return RLS_GRPC_OK;
 }

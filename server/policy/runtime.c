@@ -274,45 +274,20 @@ int rls_switches_parse(rls_switches_t *sw, size_t npairs,
     return RL_OK;
 }
 
-int rls_runtime_resolve(rls_runtime_t *rt, const rl_check_t *q,
-                        rls_spec_t *spec, const char **why)
+int rls_runtime_resolve(rls_runtime_t *rt, const char *rule, size_t rule_len,
+                        const char *key, size_t key_len, rls_spec_t *spec)
 {
     const rls_rule_t *r;
     const rule_rt_t *e;
     const rls_limits_t *ls;
     uint32_t i;
 
-    if (q->rule_len == 0) {
-        if (rt->inline_mode == RLS_INLINE_DENY) {
-            *why = "inline limits are not allowed here (--inline-limits "
-                   "deny): name a rule";
-            return RL_EINVAL;
-        }
-        if (rt->max_inline_window && q->window_s > rt->max_inline_window) {
-            *why = "window_seconds is over this server's "
-                   "--max-inline-window";
-            return RL_EINVAL;
-        }
-        if (rt->max_inline_limit && q->limit > rt->max_inline_limit) {
-            *why = "limit is over this server's --max-inline-limit";
-            return RL_EINVAL;
-        }
-        spec->rule = NULL;
-        spec->stats = &rt->inline_stats;
-        spec->mode = rt->sw.global_mode >= 0 ? rt->sw.global_mode
-                                             : RLS_MODE_ENFORCE;
-        spec->limits.n = 1;
-        spec->limits.w[0].limit = q->limit;
-        spec->limits.w[0].window_s = q->window_s;
-        spec->quota = 0;
-        spec->scale = 1.0;
-        return RL_OK;
-    }
-    if ((r = rls_policy_find(rt->policy, q->rule, q->rule_len)) == NULL)
+    if ((r = rls_policy_find(rt->policy, rule, rule_len)) == NULL)
         return RL_ENORULE;
     e = &rt->rt[r->index];
-    ls = rls_rule_limits(r, q->key, q->key_len);
+    ls = rls_rule_limits(r, key, key_len);
     spec->rule = r;
+    spec->ns = 0;
     spec->stats = e->stats;
     spec->mode = e->mode;
     spec->limits = *ls;

@@ -57,6 +57,9 @@ typedef struct rls_spec_s {
      * a Redis call per op; 0 for inline limits. */
     int quota;
     double scale;
+    /* Limits without a rule: whose counters (decide.h's RLS_NS_*), a
+     * letter in the store key. */
+    int ns;
 } rls_spec_t;
 
 enum { RLS_INLINE_ALLOW, RLS_INLINE_DENY };
@@ -115,11 +118,11 @@ int rls_switches_parse(rls_switches_t *sw, size_t npairs,
                        size_t *bad);
 void rls_switches_free(rls_switches_t *sw);
 
-/* Resolves a validated request into *spec. Returns 0, RL_ENORULE (unknown
- * rule), or RL_EINVAL with *why set (an inline limit refused by the caps
- * or by --inline-limits deny). */
-int rls_runtime_resolve(rls_runtime_t *rt, const rl_check_t *q,
-                        rls_spec_t *spec, const char **why);
+/* Resolves a request of caller key naming rule into *spec: the rule's
+ * windows, or the caller's override, scaled; its mode and switches; whether
+ * to look for a stored quota. Returns 0 or RL_ENORULE (no such rule). */
+int rls_runtime_resolve(rls_runtime_t *rt, const char *rule, size_t rule_len,
+                        const char *key, size_t key_len, rls_spec_t *spec);
 
 /* The counters kept under name (made on first use, kept for the life of
  * the runtime; past the cap, the shared "(other)" entry): for decisions

@@ -303,17 +303,10 @@ static size_t h_add(h_t *h, uint64_t now, const char *key, uint64_t limit,
 static void resolve(h_t *h, const char *key, const char *rule, uint32_t cost,
                     rls_spec_t *spec)
 {
-    const char *why = NULL;
-    rl_check_t q;
-
-    memset(&q, 0, sizeof(q));
-    q.id = 1;
-    q.key = key;
-    q.key_len = strlen(key);
-    q.cost = cost;
-    q.rule = rule;
-    q.rule_len = strlen(rule);
-    assert_int_equal(rls_runtime_resolve(&h->rt, &q, spec, &why), RL_OK);
+    (void)cost;
+    assert_int_equal(rls_runtime_resolve(&h->rt, rule, strlen(rule), key,
+                                         strlen(key), spec),
+                     RL_OK);
 }
 
 /* Adds a request naming `rule` at the scripted time `now`. */

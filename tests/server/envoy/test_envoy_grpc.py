@@ -72,14 +72,16 @@ def D(*kv, override=None):
     return d
 
 
-def native_checks(port, rule, key, n):
+def native_checks(port, rule, key, n, limit=0, window=0):
     """n CheckRequests on the native protocol, pipelined on one
-    connection; returns the CheckResponses."""
+    connection (naming rule, or with an inline limit per window seconds);
+    returns the CheckResponses."""
     sock = socket.create_connection(("127.0.0.1", port), 5)
     out = b""
     for i in range(n):
-        m = native_pb2.CheckRequest(id=i + 1, key=key,
-                                    rule=rule).SerializeToString()
+        m = native_pb2.CheckRequest(id=i + 1, key=key, rule=rule,
+                                    limit=limit, window_seconds=window
+                                    ).SerializeToString()
         out += struct.pack(">BI", 0, len(m)) + m
     sock.sendall(out)
     buf, res = b"", []
@@ -320,6 +322,55 @@ def extensions(s):
           "override: 1/hour")
 
 
+def isolation(s):
+    # A native request's own limit never spends an Envoy descriptor's
+    # counter, however its key is spelled: "ext/client=..." is the
+    # descriptor's counter key, and 2 per 90 s its limit and window.
+    v = "iso%d" % s.grpc_port
+    nat = native_checks(s.native_port, "", "ext/client=" + v, 2, limit=2,
+                        window=90)
+    check([r.code for r in nat] == [native_pb2.CheckResponse.OK] * 2,
+          "isolation: native inline allowed")
+    rs = [s.call("ext", D(("client", v))) for _ in range(3)]
+    check([r.overall_code for r in rs] == [OK, OK, OVER],
+          "isolation: the descriptor keeps its own 2 per 90 s, got %r"
+          % [r.overall_code for r in rs])
+
+
+def inline_caps_test():
+    # A limit the request brings (RateLimitDescriptor.limit) is under the
+    # same caps as a native inline limit: --max-inline-limit and
+    # --inline-limits deny refuse it (INVALID_ARGUMENT), and nothing is
+    # counted.
+    IA = grpc.StatusCode.INVALID_ARGUMENT
+    f = [os.path.join(FIX, "mongo_cps.yaml")]
+    s = Server(f, ["--max-inline-limit", "1000"])
+    try:
+        big = [s.status_of("mongo_cps", D(("database", "cap"),
+                                          override=(4294967295, RL.SECOND)))
+               for _ in range(50)]
+        check(big == [IA] * 50, "caps: 50 overrides over "
+              "--max-inline-limit refused, got %r" % set(big))
+        r = s.call("mongo_cps", D(("database", "cap"), override=(5, RL.HOUR)))
+        check(r.overall_code == OK and
+              r.statuses[0].current_limit.requests_per_unit == 5 and
+              r.statuses[0].limit_remaining == 4,
+              "caps: an override under the cap is decided, first of 5")
+    finally:
+        check(s.stop() == 0, "caps server exit 0")
+    s = Server(f, ["--inline-limits", "deny"])
+    try:
+        check(s.status_of("mongo_cps", D(("database", "d"),
+                                         override=(5, RL.HOUR))) == IA,
+              "caps: --inline-limits deny refuses an override")
+        r = s.call("mongo_cps", D(("database", "users")))
+        check(r.overall_code == OK and
+              r.statuses[0].current_limit.requests_per_unit == 500,
+              "caps: the file's limits still apply under deny")
+    finally:
+        check(s.stop() == 0, "deny server exit 0")
+
+
 def mixed(s):
     # Native requests, Envoy descriptors and HTTP checks on one counter, at
     # once: a descriptor naming a rule counts under <prefix>{<descriptor
@@ -520,6 +571,7 @@ def main():
     try:
         readme_examples(s)
         extensions(s)
+        isolation(s)
         mixed(s)
         errors(s)
         many_streams(s)
@@ -533,6 +585,7 @@ def main():
     finally:
         check(s.stop() == 0, "server exit 0")
     reload_test()
+    inline_caps_test()
     drain_test()
 
 
