@@ -27,7 +27,8 @@
  *
  * Redirections: MOVED (the map was stale) updates the slot and resends the
  * call to the named node; ASK (the slot is migrating) resends it, preceded
- * by ASKING, without touching the map; TRYAGAIN and CLUSTERDOWN resend it
+ * by ASKING, without touching the map; either only to a node the map gives
+ * slots (any other is retried after a refresh, never connected to); TRYAGAIN and CLUSTERDOWN resend it
  * after 10, 20, 40... ms while the batch is younger than the timeout. At
  * most MAX_HOPS resends a call. Each of those replies means Redis ran
  * nothing of the call, so a resend never counts twice. A call that fails
@@ -127,6 +128,7 @@ struct rls_cluster_s {
     unsigned npool;
     uv_timer_t tick;
     uint64_t refreshes, refresh_failures, moved, ask;
+    uint64_t unmapped; /* redirections to nodes not in the map */
     uint32_t slots_down;
     unsigned masters, covered; /* in the map applied last */
     uint64_t last_ms;
@@ -221,6 +223,21 @@ static node_t *node_get(rls_cluster_t *cl, const char *host, int port)
     cl->open++;
     RLS_DEBUG("redis cluster node added", " node=%s", nd->addr);
     return nd;
+}
+
+/* The live node at host:port if the applied map gives it slots, else
+ * NULL. A redirection is followed only to such a node: the map comes from
+ * the cluster itself, while a MOVED or ASK reply could name any address,
+ * and following it means connecting there and sending the password. */
+static node_t *node_mapped(rls_cluster_t *cl, const char *host, int port)
+{
+    node_t *nd;
+
+    for (nd = cl->nodes; nd != NULL; nd = nd->next)
+        if (!nd->retired && !nd->closed && nd->slots > 0 &&
+            nd->port == port && strcmp(nd->host, host) == 0)
+            return nd;
+    return NULL;
 }
 
 /* ---- the slot map -------------------------------------------------------*/
@@ -546,11 +563,16 @@ static void on_call_done(void *data, rls_op_t *ops, size_t n, int status)
         ops[j].nqwin = 0;
         ops[j].qwin = NULL;
     }
-    if (rd.kind == RLS_REDIR_MOVED || rd.kind == RLS_REDIR_ASK) {
-        if ((to = node_get(cl, rd.host, rd.port)) == NULL) {
-            call_fail(c, RL_ESTORE);
-            return;
-        }
+    if ((rd.kind == RLS_REDIR_MOVED || rd.kind == RLS_REDIR_ASK) &&
+        (to = node_mapped(cl, rd.host, rd.port)) == NULL) {
+        /* A node the map does not know (yet): the map is refreshed from
+         * the cluster, and the call goes back where it was after the
+         * backoff below; by then a real move is in the map, and a
+         * redirection anywhere else is never followed. */
+        cl->unmapped++;
+        RLS_DEBUG("redis cluster redirection to a node not in the map",
+                  " node=%s:%d", rd.host, rd.port);
+    } else if (rd.kind == RLS_REDIR_MOVED || rd.kind == RLS_REDIR_ASK) {
         if (rd.kind == RLS_REDIR_MOVED) {
             nd->moved++;
             cl->moved++;
@@ -566,8 +588,9 @@ static void on_call_done(void *data, rls_op_t *ops, size_t n, int status)
         dispatch(c);
         return;
     }
-    /* TRYAGAIN (a multi-key call during a migration) or CLUSTERDOWN: again
-     * after a short backoff, while the batch is younger than the timeout. */
+    /* TRYAGAIN (a multi-key call during a migration), CLUSTERDOWN or a
+     * redirection to an unknown node: again after a short backoff, while
+     * the batch is younger than the timeout. */
     now = uv_now(cl->loop);
     wait = (uint64_t)10 << (c->hops - 1);
     if (now + wait >= bt->start_ms + cl->timeout_ms) {
@@ -939,6 +962,14 @@ static int cl_metrics(const rls_store_t *s, rl_buf_t *b)
                 "\"ask\"} %llu\n",
                 nd->addr, (unsigned long long)nd->moved, nd->addr,
                 (unsigned long long)nd->ask));
+    TRY(rl_buf_printf(b, "# HELP rl_redis_cluster_unmapped_redirections_total"
+                         " MOVED and ASK replies naming a node the slot map "
+                         "does not give slots: not followed (the map is "
+                         "refreshed and the call tried again).\n"
+                         "# TYPE rl_redis_cluster_unmapped_redirections_total"
+                         " counter\n"
+                         "rl_redis_cluster_unmapped_redirections_total %llu\n",
+                      (unsigned long long)cl->unmapped));
     TRY(rl_buf_printf(b, "# HELP rl_redis_cluster_node_errors_total Calls "
                          "to this node that failed (timeout, connection, "
                          "Redis error).\n"
