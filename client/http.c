@@ -1,17 +1,13 @@
-/* HTTP headers from a result: the de-facto X-Ratelimit-* headers (Limit,
- * Used, Remaining, Reset) and the IETF RateLimit / RateLimit-Policy fields.
- * Pure functions: time comes from the result (unix_ms), so the output is
- * exact and testable. */
+/* HTTP answers from a result: the status, and the rate-limit headers of
+ * lib/rl_headers.h. Pure functions: time comes from the result (unix_ms),
+ * so the output is exact and testable. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "rl_error.h"
+#include "rl_headers.h"
 #include "rlc_int.h"
-
-static uint64_t ceil_s(uint64_t ms)
-{
-    return ms / 1000 + (ms % 1000 != 0);
-}
 
 int rlc_http_status(const rlc_result_t *r)
 {
@@ -41,72 +37,43 @@ const char *rlc_http_reason(int status)
     }
 }
 
-/* Writes policy as a structured-field string ("..." with \ and " escaped)
- * to dst. Returns its length, or RLC_EINVAL for a name that is too long or
- * holds a byte a header value cannot carry. */
-static int sf_string(char *dst, size_t cap, const char *policy)
-{
-    size_t i, k = 0, n = strlen(policy);
-
-    if (n == 0 || n > RLC_POLICY_MAX || cap < 2 * n + 3)
-        return RLC_EINVAL;
-    dst[k++] = '"';
-    for (i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)policy[i];
-        if (ch < 0x20 || ch > 0x7e)
-            return RLC_EINVAL;
-        if (ch == '"' || ch == '\\')
-            dst[k++] = '\\';
-        dst[k++] = (char)ch;
-    }
-    dst[k++] = '"';
-    dst[k] = '\0';
-    return (int)k;
-}
-
 int rlc_http_headers(const rlc_result_t *r, const char *policy,
                      rlc_http_header_t *out, size_t cap)
 {
-    char name[2 * RLC_POLICY_MAX + 3];
-    int n = 0, over;
+    rl_hdr_t h[RL_HDR_MAX];
+    rl_result_t d;
+    int n, i;
 
     if (r == NULL || out == NULL)
         return RLC_EINVAL;
-    if (sf_string(name, sizeof(name), policy ? policy : "default") < 0)
+    if (policy != NULL && (policy[0] == '\0' ||
+                           strlen(policy) > RLC_POLICY_MAX))
         return RLC_EINVAL;
     /* Only a server's decision carries counters worth telling the client;
      * a policy decision or an error knows nothing about its usage. */
-    if (r->status != RLC_OK || r->flags != 0 || r->limit == 0 ||
-        (r->code != RLC_CODE_OK && r->code != RLC_CODE_OVER_LIMIT))
-        return 0;
-    over = r->code == RLC_CODE_OVER_LIMIT;
-    if (cap < (size_t)(6 + over))
+    memset(&d, 0, sizeof(d));
+    if (r->status == RLC_OK && r->flags == 0 &&
+        (r->code == RLC_CODE_OK || r->code == RLC_CODE_OVER_LIMIT)) {
+        d.code = r->code == RLC_CODE_OK ? RL_CODE_OK : RL_CODE_OVER_LIMIT;
+        d.limit = r->limit;
+        d.used = r->used;
+        d.remaining = r->remaining;
+        d.reset_after_ms = r->reset_after_ms;
+        d.retry_after_ms = r->retry_after_ms;
+        d.window_s = r->window_s;
+    }
+    /* The one implementation every HTTP surface uses (lib/rl_headers.h):
+     * rl-server's /check and Envoy answers say the same. */
+    n = rl_headers(&d, r->unix_ms, policy, policy ? strlen(policy) : 0,
+                   RL_HDR_ALL, h, RL_HDR_MAX);
+    if (n < 0)
+        return n == RL_EFULL ? RLC_EFULL : RLC_EINVAL;
+    if ((size_t)n > cap)
         return RLC_EFULL;
-
-#define HDR(hname, ...)                                                        \
-    do {                                                                       \
-        out[n].name = (hname);                                                 \
-        snprintf(out[n].value, sizeof(out[n].value), __VA_ARGS__);             \
-        n++;                                                                   \
-    } while (0)
-
-    HDR("X-Ratelimit-Limit", "%" PRIu64, r->limit);
-    HDR("X-Ratelimit-Used", "%" PRIu64, r->used);
-    HDR("X-Ratelimit-Remaining", "%" PRIu64, r->remaining);
-    /* Windows end on whole seconds of the server's clock; rounding to the
-     * nearest second absorbs a small skew between the two clocks. */
-    HDR("X-Ratelimit-Reset", "%" PRIu64,
-        (r->unix_ms + r->reset_after_ms + 500) / 1000);
-    if (r->window_s)
-        HDR("RateLimit-Policy", "%s;q=%" PRIu64 ";w=%" PRIu32, name, r->limit,
-            r->window_s);
-    else
-        HDR("RateLimit-Policy", "%s;q=%" PRIu64, name, r->limit);
-    HDR("RateLimit", "%s;r=%" PRIu64 ";t=%" PRIu64, name, r->remaining,
-        ceil_s(r->reset_after_ms));
-    if (over)
-        HDR("Retry-After", "%" PRIu64, ceil_s(r->retry_after_ms));
-#undef HDR
+    for (i = 0; i < n; i++) {
+        out[i].name = h[i].name;
+        snprintf(out[i].value, sizeof(out[i].value), "%s", h[i].value);
+    }
     return n;
 }
 

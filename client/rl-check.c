@@ -29,7 +29,8 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: rl-check --server HOST:PORT --key KEY\n"
                "                (--limit N --window SECONDS | --rule NAME)\n"
-               "                [--cost N] [--repeat N] [--timeout MS]\n"
+               "                [--cost N] [--repeat N] [--timeout MS]"
+               " [--headers]\n"
                "Asks rl-server for a rate-limit decision and prints one line "
                "per decision:\n"
                "  OK used=N remaining=N limit=N reset_after_ms=N window=Ss"
@@ -45,13 +46,18 @@ static void usage(FILE *f)
                "Exit status: 0 allowed (shadow refusals included), 1 over the "
                "limit,\n"
                "2 error. With --repeat, the status is that of the last "
-               "decision.\n");
+               "decision.\n"
+               "--headers: after each decision, the HTTP rate-limit headers "
+               "a backend\n"
+               "would send for it (rlc_http_format; the policy is the rule, "
+               "else \"default\"),\n"
+               "each line indented by two spaces.\n");
 }
 
 typedef struct args_s {
     const char *server, *key, *rule;
     uint64_t limit, window, cost, repeat, timeout;
-    int have_limit, have_window;
+    int have_limit, have_window, headers;
 } args_t;
 
 /* Accepts "--name value" and "--name=value". Returns 0, or 1 after
@@ -73,6 +79,10 @@ static int parse_args(int argc, char **argv, args_t *a)
         if (strncmp(name, "--", 2) != 0) {
             fprintf(stderr, "rl-check: unexpected argument '%s'\n", name);
             return 1;
+        }
+        if (strcmp(name, "--headers") == 0) {
+            a->headers = 1;
+            continue;
         }
         eq = strchr(name, '=');
         if (eq != NULL) {
@@ -202,6 +212,12 @@ int main(int argc, char **argv)
                     res.error[0] ? res.error : "(no message)");
             status = EXIT_ERROR;
             break;
+        }
+        if (a.headers) {
+            rlc_http_header_t h[RLC_HTTP_HEADERS_MAX];
+            int k, n = rlc_http_headers(&res, a.rule, h, RLC_HTTP_HEADERS_MAX);
+            for (k = 0; k < n; k++)
+                printf("  %s: %s\n", h[k].name, h[k].value);
         }
         /* An allowed answer can still carry news, e.g. that the server
          * could not reach its store and failed open. */

@@ -360,10 +360,10 @@ RLC_EXPORT void rlc_async_free(rlc_async_t *c);
 /* HTTP helpers: pure functions of a result, safe from any thread.
  *
  * Headers (in this order, each only when it applies):
- *   X-Ratelimit-Limit      limit
- *   X-Ratelimit-Used       used
- *   X-Ratelimit-Remaining  remaining
- *   X-Ratelimit-Reset      when the window resets, in UTC, as seconds since
+ *   X-RateLimit-Limit      limit
+ *   X-RateLimit-Used       used
+ *   X-RateLimit-Remaining  remaining
+ *   X-RateLimit-Reset      when the window resets, in UTC, as seconds since
  *                          the Unix epoch (unix_ms + reset_after_ms,
  *                          rounded to the nearest second: windows end on
  *                          whole seconds)

@@ -54,7 +54,7 @@ static int rate_limit(rlc_client_t *c, const http_request_t *r,
     if (rlc_http_format(&res, "per-user", headers, sizeof(headers)) > 0)
         fputs(headers, stdout);
     if (res.flags & RLC_RESULT_FAILED_OPEN)
-        printf("X-Ratelimit-Note: limiter unavailable (%s)\r\n", res.error);
+        printf("X-RateLimit-Note: limiter unavailable (%s)\r\n", res.error);
     printf("\r\n");
     return status;
 }

@@ -15,7 +15,8 @@
 
 #include "decide.h"
 #include "log.h"
-#include "net/rl_headers.h"
+#include "rl_clock.h"
+#include "rl_headers.h"
 #include "rl_error.h"
 
 /* What a connection's answer needs, in its http_server context. */
@@ -26,18 +27,6 @@ typedef struct check_ctx_s {
     char rule[RL_RULE_MAX];
 } check_ctx_t;
 
-static int emit(void *arg, const char *name, const char *value)
-{
-    rls_check_t *k = arg;
-    int n = snprintf(k->extra + k->extra_len, sizeof(k->extra) - k->extra_len,
-                     "%s: %s\r\n", name, value);
-
-    if (n < 0 || (size_t)n >= sizeof(k->extra) - k->extra_len)
-        return RL_EFULL;
-    k->extra_len += (size_t)n;
-    return RL_OK;
-}
-
 /* Fills *rep with the answer to decision r for a check of `rule` refused
  * with deny_status. The headers go to k->extra, valid until the next
  * answer. */
@@ -46,12 +35,23 @@ static void decision(rls_check_t *k, const rl_result_t *r, const char *rule,
 {
     static char body[256];
 
+    rl_hdr_t h[RL_HDR_MAX];
+    int n, i;
+
     k->extra_len = 0;
     k->extra[0] = '\0';
-    if (rls_rl_headers(r, rule, rule_len,
-                       RLS_HDR_X | RLS_HDR_DRAFT | RLS_HDR_RETRY, emit,
-                       k) != RL_OK)
-        k->extra[k->extra_len] = '\0'; /* cannot happen: 1 KiB is ample */
+    /* The headers librlc and Envoy answers carry too (lib/rl_headers.h). */
+    n = rl_headers(r, rl_unix_ms(), rule, rule_len, RL_HDR_ALL, h, RL_HDR_MAX);
+    for (i = 0; i < n; i++) {
+        int w = snprintf(k->extra + k->extra_len,
+                         sizeof(k->extra) - k->extra_len, "%s: %s\r\n",
+                         h[i].name, h[i].value);
+        if (w < 0 || (size_t)w >= sizeof(k->extra) - k->extra_len) {
+            k->extra[k->extra_len] = '\0'; /* cannot happen: ample room */
+            break;
+        }
+        k->extra_len += (size_t)w;
+    }
     switch (r->code) {
     case RL_CODE_OK:
         rls_http_reply_text(rep, 200, "OK",

@@ -14,7 +14,7 @@
  *   503  the store failed and the fail mode is closed (or out of memory)
  *
  * A decision carries X-RateLimit-Limit/-Remaining/-Reset, RateLimit-Policy,
- * RateLimit and, when refused, Retry-After (net/rl_headers.h). The request
+ * RateLimit and, when refused, Retry-After (lib/rl_headers.h). The request
  * is decided as a native one naming that rule: validated, resolved under
  * the policy in force, mode off answered at once, and the rest added to
  * the batcher, so HTTP checks share batches, coalescing and counters with
@@ -42,7 +42,7 @@ typedef struct rls_check_s {
     rls_batcher_t *batcher;
     rls_check_opts_t opts;
     uint64_t pending; /* checks in the batcher, not yet answered */
-    char extra[1024]; /* the header lines of the answer being built */
+    char extra[2048]; /* the header lines of the answer being built */
     size_t extra_len;
 } rls_check_t;
 

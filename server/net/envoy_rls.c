@@ -17,7 +17,8 @@
 #include "envoy/service/ratelimit/v3/rls.pb-c.h"
 #include "decide.h"
 #include "log.h"
-#include "net/rl_headers.h"
+#include "rl_clock.h"
+#include "rl_headers.h"
 #include "rl_error.h"
 #include "rl_hash.h"
 #include "rl_window.h"
@@ -42,6 +43,7 @@ struct rls_envoy_status_s {
     int unit;
     const char *name; /* in the call's configuration; or NULL */
     size_t name_len;
+    int rule;         /* name is a rules-file rule's */
     rl_result_t r; /* the decision (no strings) */
 };
 
@@ -238,6 +240,7 @@ static int add_one(rls_envoy_call_t *call, uint32_t i, const desc_t *d,
         a.rule_len = x->rule_len;
         st->name = x->rule;
         st->name_len = x->rule_len;
+        st->rule = 1;
     }
     st->decided = 1;
     call->pending++;
@@ -372,29 +375,11 @@ out:
 /* The response */
 
 typedef struct hdrs_s {
-    header_t h[8];
-    header_t *hp[8];
-    char names[8][32];
-    char values[8][RLS_HDR_VALUE_MAX];
+    rl_hdr_t r[RL_HDR_MAX];
+    header_t h[RL_HDR_MAX];
+    header_t *hp[RL_HDR_MAX];
     size_t n;
 } hdrs_t;
-
-static int add_header(void *arg, const char *name, const char *value)
-{
-    hdrs_t *hs = arg;
-    header_t init = ENVOY__CONFIG__CORE__V3__HEADER_VALUE__INIT;
-
-    if (hs->n == 8)
-        return RL_EFULL;
-    snprintf(hs->names[hs->n], sizeof(hs->names[0]), "%s", name);
-    snprintf(hs->values[hs->n], sizeof(hs->values[0]), "%s", value);
-    hs->h[hs->n] = init;
-    hs->h[hs->n].key = hs->names[hs->n];
-    hs->h[hs->n].value = hs->values[hs->n];
-    hs->hp[hs->n] = &hs->h[hs->n];
-    hs->n++;
-    return RL_OK;
-}
 
 /* The descriptor whose numbers the headers carry: a refused one that frees
  * up last, else the decided one with the least room left. */
@@ -492,11 +477,20 @@ int rls_envoy_encode(const rls_envoy_call_t *call, rl_buf_t *out)
     resp.statuses = dsp;
     if (call->dom != NULL && call->dom->headers != 0 &&
         (h = headline(call)) != NULL) {
-        /* The policy name is the domain's stats name: always a valid
-         * structured-field string, which a rate_limit name need not be. */
-        rls_rl_headers(&h->r, call->dom->stats_name,
-                       strlen(call->dom->stats_name), call->dom->headers,
-                       add_header, &hs);
+        /* The policy is the rule a descriptor maps to, as /check and
+         * librlc name it; for the file's own limits, the domain. */
+        const char *pol = h->rule ? h->name : call->dom->stats_name;
+        size_t plen = h->rule ? h->name_len : strlen(pol);
+        int k = rl_headers(&h->r, rl_unix_ms(), pol, plen, call->dom->headers,
+                           hs.r, RL_HDR_MAX);
+        header_t init = ENVOY__CONFIG__CORE__V3__HEADER_VALUE__INIT;
+
+        for (hs.n = 0; k > 0 && hs.n < (size_t)k; hs.n++) {
+            hs.h[hs.n] = init;
+            hs.h[hs.n].key = (char *)hs.r[hs.n].name;
+            hs.h[hs.n].value = hs.r[hs.n].value;
+            hs.hp[hs.n] = &hs.h[hs.n];
+        }
         resp.n_response_headers_to_add = hs.n;
         resp.response_headers_to_add = hs.hp;
     }

@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 
 
-#include "net/rl_headers.h"
+#include "rl_headers.h"
 #include "policy/yaml_in.h"
 #include "rl_error.h"
 #include "rl_hash.h"
@@ -700,11 +700,11 @@ static int parse_file(yp_t *y)
             if (key_is(v, vl, "none"))
                 dom.headers = 0;
             else if (key_is(v, vl, "x"))
-                dom.headers = RLS_HDR_X | RLS_HDR_RETRY;
+                dom.headers = RL_HDR_X | RL_HDR_RETRY;
             else if (key_is(v, vl, "draft"))
-                dom.headers = RLS_HDR_DRAFT | RLS_HDR_RETRY;
+                dom.headers = RL_HDR_IETF | RL_HDR_RETRY;
             else if (key_is(v, vl, "all"))
-                dom.headers = RLS_HDR_X | RLS_HDR_DRAFT | RLS_HDR_RETRY;
+                dom.headers = RL_HDR_ALL;
             else
                 diag(b, line_of(y),
                      "rate_limit_headers: none, x, draft or all");

@@ -70,8 +70,8 @@ typedef struct rls_envoy_node_s {
     uint32_t index;
 } rls_envoy_node_t;
 
-/* Which rate-limit headers a domain's responses carry (net/rl_headers.h's
- * RLS_HDR_* bits; 0: none). */
+/* Which rate-limit headers a domain's responses carry (lib/rl_headers.h's
+ * RL_HDR_* bits; 0: none). */
 typedef struct rls_envoy_domain_s {
     const char *name;
     size_t name_len;

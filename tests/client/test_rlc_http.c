@@ -54,16 +54,16 @@ static void test_allowed_headers(void **state)
 
     n = rlc_http_headers(&r, NULL, h, RLC_HTTP_HEADERS_MAX);
     assert_int_equal(n, 6);
-    assert_string_equal(h[0].name, "X-Ratelimit-Limit");
+    assert_string_equal(h[0].name, "X-RateLimit-Limit");
     assert_string_equal(h[0].value, "5");
-    assert_string_equal(h[3].name, "X-Ratelimit-Reset");
+    assert_string_equal(h[3].name, "X-RateLimit-Reset");
     assert_string_equal(h[3].value, "1700000060");
 
     n = rlc_http_format(&r, NULL, buf, sizeof(buf));
-    assert_string_equal(buf, "X-Ratelimit-Limit: 5\r\n"
-                             "X-Ratelimit-Used: 3\r\n"
-                             "X-Ratelimit-Remaining: 2\r\n"
-                             "X-Ratelimit-Reset: 1700000060\r\n"
+    assert_string_equal(buf, "X-RateLimit-Limit: 5\r\n"
+                             "X-RateLimit-Used: 3\r\n"
+                             "X-RateLimit-Remaining: 2\r\n"
+                             "X-RateLimit-Reset: 1700000060\r\n"
                              "RateLimit-Policy: \"default\";q=5;w=60\r\n"
                              "RateLimit: \"default\";r=2;t=42\r\n");
     assert_int_equal(n, (int)strlen(buf));
@@ -79,10 +79,10 @@ static void test_refused_headers(void **state)
     assert_string_equal(rlc_http_reason(429), "Too Many Requests");
     assert_int_equal(rlc_result_allowed(&r), 0);
     assert_true(rlc_http_format(&r, "per-user", buf, sizeof(buf)) > 0);
-    assert_string_equal(buf, "X-Ratelimit-Limit: 5\r\n"
-                             "X-Ratelimit-Used: 6\r\n"
-                             "X-Ratelimit-Remaining: 0\r\n"
-                             "X-Ratelimit-Reset: 1700000060\r\n"
+    assert_string_equal(buf, "X-RateLimit-Limit: 5\r\n"
+                             "X-RateLimit-Used: 6\r\n"
+                             "X-RateLimit-Remaining: 0\r\n"
+                             "X-RateLimit-Reset: 1700000060\r\n"
                              "RateLimit-Policy: \"per-user\";q=5;w=60\r\n"
                              "RateLimit: \"per-user\";r=0;t=42\r\n"
                              "Retry-After: 42\r\n");

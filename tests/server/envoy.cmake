@@ -11,7 +11,8 @@ if(RL_DEBIAN_PYTHON)
             $<TARGET_FILE:rl-server> ${PROJECT_SOURCE_DIR}/proto
             ${CMAKE_CURRENT_SOURCE_DIR}/envoy)
   set_tests_properties(test_envoy_grpc PROPERTIES TIMEOUT 120
-                       LABELS integration)
+                       LABELS integration
+                       ENVIRONMENT "RL_CHECK=$<TARGET_FILE:rl-check>")
   if(RL_REDIS_SERVER)
     add_test(NAME test_envoy_grpc_redis
       COMMAND ${RL_DEBIAN_PYTHON}
@@ -19,7 +20,8 @@ if(RL_DEBIAN_PYTHON)
               $<TARGET_FILE:rl-server> ${PROJECT_SOURCE_DIR}/proto
               ${CMAKE_CURRENT_SOURCE_DIR}/envoy ${RL_REDIS_SERVER})
     set_tests_properties(test_envoy_grpc_redis PROPERTIES TIMEOUT 120
-                         LABELS integration)
+                         LABELS integration
+                         ENVIRONMENT "RL_CHECK=$<TARGET_FILE:rl-check>")
   endif()
 endif()
 

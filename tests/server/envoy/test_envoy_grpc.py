@@ -322,6 +322,46 @@ def extensions(s):
           "override: 1/hour")
 
 
+def headers_agree(s):
+    # One decision, three surfaces, one set of headers: librlc (rl-check
+    # --headers), GET /check and Envoy's response_headers_to_add, for the
+    # first request of three callers under the rule tenant_api (3/1m and
+    # 100/1h; the minute decides). The calls go inside one wall-clock
+    # second, away from its edges, so that every delta rounds alike.
+    import http.client
+    rl_check = os.environ.get("RL_CHECK")
+    if not rl_check:
+        check(False, "headers: RL_CHECK not set")
+        return
+    for attempt in range(10):
+        while not 0.1 < time.time() % 1 < 0.4:
+            time.sleep(0.01)
+        t0 = time.time()
+        tag = "h%d-%d" % (s.grpc_port, attempt)
+        out = subprocess.run(
+            [rl_check, "--server", "127.0.0.1:%d" % s.native_port, "--rule",
+             "tenant_api", "--key", tag + "-rlc", "--headers"],
+            capture_output=True, text=True, timeout=10).stdout
+        rlc = [ln.strip() for ln in out.splitlines() if ln.startswith("  ")]
+        c = http.client.HTTPConnection("127.0.0.1", s.http_port, timeout=10)
+        c.request("GET", "/check?rule=tenant_api&key=%s-http" % tag)
+        r = c.getresponse()
+        r.read()
+        web = ["%s: %s" % (k, v) for k, v in r.getheaders()
+               if "ratelimit" in k.lower() or k.lower() == "retry-after"]
+        c.close()
+        e = s.call("ext", D(("tenant", tag + "-envoy")))
+        env = ["%s: %s" % (x.key, x.value)
+               for x in e.response_headers_to_add]
+        if int(time.time()) == int(t0):
+            break
+    check(len(rlc) == 6 and rlc[0] == "X-RateLimit-Limit: 3" and
+          "RateLimit-Policy: \"tenant_api\";q=3;w=60" in rlc,
+          "headers: librlc's set %r" % rlc)
+    check(rlc == web, "headers: /check %r != librlc %r" % (web, rlc))
+    check(rlc == env, "headers: Envoy %r != librlc %r" % (env, rlc))
+
+
 def isolation(s):
     # A native request's own limit never spends an Envoy descriptor's
     # counter, however its key is spelled: "ext/client=..." is the
@@ -571,6 +611,7 @@ def main():
     try:
         readme_examples(s)
         extensions(s)
+        headers_agree(s)
         isolation(s)
         mixed(s)
         errors(s)
