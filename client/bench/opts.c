@@ -46,9 +46,14 @@ static void usage(FILE *f)
         "  --rate R                open loop instead: R requests per second\n"
         "                          on a fixed schedule; latency counts from\n"
         "                          the scheduled send time\n"
-        "  --tick-us N             open loop: send what has fallen due every\n"
-        "                          N us (default: 20 intervals, within "
-        "100..1000)\n"
+        "  --arrivals MODE         open loop: each (default: every request\n"
+        "                          written at its own scheduled time, evenly\n"
+        "                          spaced, as from independent clients),\n"
+        "                          poisson (the same, exponential gaps) or\n"
+        "                          grouped (what fell due, once per tick)\n"
+        "  --tick-us N             open loop, grouped: send what has fallen\n"
+        "                          due every N us (default: 20 intervals,\n"
+        "                          within 100..1000); implies grouped\n"
         "  --requests N            stop after sending N (default: no cap)\n"
         "  --keys N                distinct keys (default 100000)\n"
         "  --dist D                uniform, zipf:S (S > 0, e.g. zipf:1.1), or\n"
@@ -170,7 +175,7 @@ static int takes_value(const char *name)
         "--connections", "--duration",   "--warmup",  "--inflight", "--rate",
         "--requests",    "--keys",       "--tick-us", "--limit",    "--window",
         "--cost",        "--timeout-ms", "--give-up", "--seed",     "--dist",
-        "--rule"};
+        "--rule",        "--arrivals"};
     size_t i;
 
     for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)
@@ -210,7 +215,7 @@ static FILE *open_out(const char *opt, const char *path)
 
 int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
 {
-    int i, have_inflight = 0, have_limit = 0;
+    int i, have_inflight = 0, have_limit = 0, have_arrivals = 0;
 
     memset(o, 0, sizeof(*o));
     o->server = "127.0.0.1:7390";
@@ -336,6 +341,20 @@ int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
         INT("--timeout-ms", 1, 3600000, o->timeout_ms)
         NUM("--give-up", 0, 3600, o->down_s)
         INT("--seed", 0, UINT64_MAX, o->seed)
+        if (strcmp(name, "--arrivals") == 0) {
+            have_arrivals = 1;
+            if (strcmp(val, "each") == 0)
+                o->arrivals = RLB_ARRIVE_EACH;
+            else if (strcmp(val, "poisson") == 0)
+                o->arrivals = RLB_ARRIVE_POISSON;
+            else if (strcmp(val, "grouped") == 0)
+                o->arrivals = RLB_ARRIVE_GROUPED;
+            else
+                return bad("--arrivals wants each, poisson or grouped, not "
+                           "'%s'",
+                           val);
+            continue;
+        }
         if (strcmp(name, "--dist") == 0) {
             if (parse_dist(val, o) != 0)
                 return bad("--dist wants uniform, zipf:S (S > 0) or hot[:F] "
@@ -381,6 +400,11 @@ int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
     if (o->rate > 0 && have_inflight)
         return bad("give --inflight (closed loop) or --rate (open loop), "
                    "not both");
+    if (o->tick_us > 0) {
+        if (have_arrivals && o->arrivals != RLB_ARRIVE_GROUPED)
+            return bad("--tick-us is for --arrivals grouped");
+        o->arrivals = RLB_ARRIVE_GROUPED;
+    }
     /* The longest key is the prefix plus ten digits. */
     if (strlen(o->key_prefix) + 10 > RLC_KEY_MAX)
         return bad("--key-prefix is longer than %d bytes", RLC_KEY_MAX - 10);

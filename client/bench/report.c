@@ -21,6 +21,13 @@ static double pct_us(const rl_hist_t *h, double p)
     return us(rl_hist_percentile(h, p));
 }
 
+static const char *arrivals_name(const rlb_opts_t *o)
+{
+    return o->arrivals == RLB_ARRIVE_POISSON   ? "poisson"
+           : o->arrivals == RLB_ARRIVE_GROUPED ? "grouped"
+                                               : "each";
+}
+
 void rlb_progress_line(char *buf, size_t cap, double t, double rate,
                        const rlb_stats_t *s)
 {
@@ -80,7 +87,8 @@ void rlb_print_summary(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
     fprintf(f, "%" PRIu32 " connection%s, ", o->connections,
             o->connections == 1 ? "" : "s");
     if (o->rate > 0)
-        fprintf(f, "open loop at %.0f/s", o->rate);
+        fprintf(f, "open loop at %.0f/s, %s arrivals", o->rate,
+                arrivals_name(o));
     else
         fprintf(f, "closed loop, %" PRIu32 " in flight each", o->inflight);
     fprintf(f, ", %.2f s measured%s\n", r->seconds,
@@ -247,7 +255,10 @@ int rlb_write_json(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
     fprintf(f, "  \"connections\": %" PRIu32 ",\n", o->connections);
     fprintf(f, "  \"keep_awake\": %s,\n", o->keep_awake ? "true" : "false");
     if (o->rate > 0)
-        fprintf(f, "  \"rate\": %.3f,\n  \"inflight\": null,\n", o->rate);
+        fprintf(f,
+                "  \"rate\": %.3f,\n  \"arrivals\": \"%s\",\n"
+                "  \"inflight\": null,\n",
+                o->rate, arrivals_name(o));
     else
         fprintf(f, "  \"rate\": null,\n  \"inflight\": %" PRIu32 ",\n",
                 o->inflight);

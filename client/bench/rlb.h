@@ -20,6 +20,12 @@
 
 enum { RLB_DIST_UNIFORM, RLB_DIST_ZIPF, RLB_DIST_HOT };
 
+/* Open loop: how requests arrive. EACH and POISSON send every request at
+ * its own scheduled time, as independent clients do (evenly spaced, or
+ * with exponential gaps); GROUPED sends what fell due once per tick, so
+ * that each write carries several requests. */
+enum { RLB_ARRIVE_EACH, RLB_ARRIVE_POISSON, RLB_ARRIVE_GROUPED };
+
 typedef struct rlb_opts_s {
     const char *server;
     /* --fleet: connection i talks to server i mod nservers only, instead of
@@ -31,7 +37,8 @@ typedef struct rlb_opts_s {
     double warmup_s;   /* run but not measured; audited all the same */
     uint32_t inflight; /* closed loop: requests outstanding per conn */
     double rate;       /* open loop when > 0: requests per second */
-    double tick_us;    /* open loop: send what is due this often */
+    double tick_us;    /* open loop, grouped: send what is due this often */
+    int arrivals;      /* RLB_ARRIVE_* */
     uint64_t requests; /* stop after this many sent (0: no cap) */
     uint32_t keys;
     int dist;

@@ -4,10 +4,14 @@
  * answer sends the next one from inside its callback, and librlc packs the
  * checks submitted in one loop iteration into one write.
  *
- * Open loop: check i is due at start + i / rate, whatever the server does.
- * A timerfd wakes the loop every few tens of microseconds (libuv's timers
- * count whole milliseconds, too coarse for 50,000 checks a second) and
- * every check that has fallen due is sent. Latency runs from the scheduled
+ * Open loop: check i is due at its scheduled time, whatever the server does:
+ * start + i / rate (--arrivals each), or after exponential gaps of mean
+ * 1 / rate (poisson). A timerfd (libuv's timers count whole milliseconds,
+ * too coarse for 50,000 checks a second) wakes the loop when the next
+ * check is due, so each is written at its own time, one request per
+ * write, as independent clients send them; with --arrivals grouped it
+ * wakes every few tens of microseconds and sends every check that has
+ * fallen due, several per write. Latency runs from the scheduled
  * time, not from the send, so a server that falls behind shows its queueing
  * in the percentiles instead of quietly slowing the generator down (the
  * "coordinated omission" that closed loops suffer). Checks that could not
@@ -27,8 +31,9 @@
 
 #include <uv.h>
 
-#include "rl_window.h"
+#include "rl_clock.h"
 #include "rl_error.h"
+#include "rl_window.h"
 #include "rlb.h"
 #include "rlc.h"
 
@@ -83,7 +88,9 @@ typedef struct bench_s {
 
     /* open loop */
     double interval_ns;
-    uint64_t seq; /* next check to send */
+    uint64_t seq;      /* next check to send */
+    double due_off_ns; /* when it is due, in ns after start_ns */
+    uint64_t rng;      /* poisson: xorshift64 state */
     uint32_t rr;  /* next connection to try */
     int tfd;
     uv_poll_t tpoll;
@@ -289,6 +296,53 @@ static void on_result(rlc_async_t *cl, const rlc_result_t *res, void *arg)
 
 /* ---- open loop --------------------------------------------------------- */
 
+/* The schedule moves to the check after seq. */
+static void schedule_next(bench_t *b)
+{
+    b->seq++;
+    if (b->o->arrivals == RLB_ARRIVE_POISSON) {
+        /* An exponential gap, from a uniform draw in (0, 1]. */
+        double u = (double)((rl_xorshift64(&b->rng) >> 11) + 1) * 0x1p-53;
+        b->due_off_ns += -log(u) * b->interval_ns;
+    } else {
+        b->due_off_ns = (double)b->seq * b->interval_ns;
+    }
+}
+
+/* Wakes the loop at abs_ns on the monotonic clock (uv_hrtime's). */
+static void arm_at(bench_t *b, uint64_t abs_ns)
+{
+    struct itimerspec its;
+
+    memset(&its, 0, sizeof(its));
+    its.it_value.tv_sec = (time_t)(abs_ns / 1000000000);
+    its.it_value.tv_nsec = (long)(abs_ns % 1000000000);
+    timerfd_settime(b->tfd, TFD_TIMER_ABSTIME, &its, NULL);
+}
+
+/* Checks due within the measurement that were never sent: the schedule
+ * from the next unsent check up to the end, those due after the
+ * measurement began. */
+static uint64_t unsent(bench_t *b)
+{
+    double start = (double)(b->measure_ns - b->start_ns);
+    double end = (double)(b->end_ns - b->start_ns);
+    uint64_t n = 0;
+
+    if (b->o->arrivals != RLB_ARRIVE_POISSON) {
+        /* Indices count from start_ns in steps of interval_ns. */
+        double first = ceil(start / b->interval_ns);
+        double last = ceil(end / b->interval_ns);
+        double from = (double)b->seq > first ? (double)b->seq : first;
+        return last > from ? (uint64_t)(last - from) : 0;
+    }
+    while (b->due_off_ns < end) {
+        n += b->due_off_ns >= start;
+        schedule_next(b);
+    }
+    return n;
+}
+
 static void on_tfd(uv_poll_t *h, int status, int events)
 {
     bench_t *b = h->data;
@@ -301,9 +355,12 @@ static void on_tfd(uv_poll_t *h, int status, int events)
         return;
     now = uv_hrtime();
     while (sending(b)) {
-        due = b->start_ns + (uint64_t)((double)b->seq * b->interval_ns);
-        if (due > now)
+        due = b->start_ns + (uint64_t)b->due_off_ns;
+        if (due > now) {
+            if (b->o->arrivals != RLB_ARRIVE_GROUPED)
+                arm_at(b, due);
             break;
+        }
         if (b->phase == PH_MEASURE &&
             due >= b->measure_ns + (uint64_t)(b->o->duration_s * 1e9)) {
             /* The schedule, not a timer, ends an open-loop run: every
@@ -317,9 +374,13 @@ static void on_tfd(uv_poll_t *h, int status, int events)
             if (send_check(c, due, now) == 0)
                 break;
         }
-        if (tries == b->nconns)
-            break; /* every slot busy: stays due, sent when one frees */
-        b->seq++;
+        if (tries == b->nconns) {
+            /* Every slot busy: stays due, tried again shortly. */
+            if (b->o->arrivals != RLB_ARRIVE_GROUPED)
+                arm_at(b, now + 100000);
+            break;
+        }
+        schedule_next(b);
     }
     /* A server so slow that no slot is free keeps the schedule above
      * from reaching its end; the clock ends the run then, once all that
@@ -348,12 +409,18 @@ static int open_loop_start(bench_t *b)
         tick_ns = 1000000;
     if (b->o->tick_us > 0)
         tick_ns = b->o->tick_us * 1000;
+    b->rng = b->o->seed * UINT64_C(0x9e3779b97f4a7c15) + 1;
+    b->due_off_ns = 0;
     b->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     if (b->tfd < 0)
         return RL_EIO;
     memset(&its, 0, sizeof(its));
-    its.it_interval.tv_nsec = (long)tick_ns;
-    its.it_value.tv_nsec = (long)tick_ns;
+    if (b->o->arrivals == RLB_ARRIVE_GROUPED) {
+        its.it_interval.tv_nsec = (long)tick_ns;
+        its.it_value.tv_nsec = (long)tick_ns;
+    } else {
+        its.it_value.tv_nsec = 1; /* at once: the first check is due */
+    }
     if (timerfd_settime(b->tfd, 0, &its, NULL) != 0 ||
         uv_poll_init(&b->loop, &b->tpoll, b->tfd) != 0) {
         close(b->tfd);
@@ -485,15 +552,8 @@ static void finish(bench_t *b, const char *early)
         b->res->end_reason = early;
     }
     if (b->o->rate > 0 && b->tfd >= 0) {
-        /* Checks due within the measurement that were never sent: those
-         * from index max(seq, first) up to the last one due before the
-         * end. Indices count from start_ns in steps of interval_ns. */
-        double first =
-            ceil((double)(b->measure_ns - b->start_ns) / b->interval_ns);
-        double end = ceil((double)(b->end_ns - b->start_ns) / b->interval_ns);
-        double from = (double)b->seq > first ? (double)b->seq : first;
-        if (!b->capped && end > from)
-            b->res->st.unsent = (uint64_t)(end - from);
+        if (!b->capped)
+            b->res->st.unsent = unsent(b);
         uv_close((uv_handle_t *)&b->tpoll, on_tpoll_closed);
     }
     for (i = 0; i < b->nconns; i++) {

@@ -418,7 +418,12 @@ note[floor_ping]="one round trip to Redis, 1 client: this VM's floor; per PING"
 # sampled; then, still awake, with Redis on a CPU of its own (rl-server and
 # rl-bench on the other), as deploy/README.md advises; and last against an
 # rl-server on the memory store, the same path without Redis.
-open=(--connections 1 --tick-us 400 --warmup 1 --keys 100000
+# Requests arrive one at a time, each at its own scheduled time, as from
+# independent clients (rl-bench's default --arrivals each), over 4
+# connections; open_50k_grouped sends what fell due every 400 us on one
+# connection instead (about 20 requests a write), the batches it hands
+# the server being what a grouped generator flatters.
+open=(--connections 4 --warmup 1 --keys 100000
   --dist uniform --limit 100 --window 60)
 lows=(open_5k open_20k)
 open_run open_5k --rate 5000 --duration "$low_secs"
@@ -444,7 +449,7 @@ fredis_pid=$started_pid fredis_port=$started_port
 start_on floor_incr "$floor_bin/floor_redis" --listen 127.0.0.1:PORT \
   --redis "127.0.0.1:$redis_port" --incr
 fincr_pid=$started_pid fincr_port=$started_port
-paired=("${floors[@]}" open_50k)
+paired=("${floors[@]}" open_50k open_50k_grouped)
 if [ "$with_module" = 1 ]; then paired+=(open_50k_script); fi
 # The same rows again with the load generator apart from the service:
 # every server and Redis on the last vCPU, rl-bench on vCPU 0. Three busy
@@ -473,6 +478,8 @@ for r in $(seq 1 "$rounds"); do
   RL_PORT=$fincr_port RL_PID=$fincr_pid RL_MPORT=- RL_NOAUDIT=1 \
     open_run "floor_incr@$r" --duration "$open_secs"
   open_run "open_50k@$r" --duration "$open_secs"
+  open_run "open_50k_grouped@$r" --duration "$open_secs" --connections 1 \
+    --tick-us 400
   if [ "$with_module" = 1 ]; then
     RL_PORT=$script_port RL_PID=$script_pid RL_MPORT=$script_mport \
       open_run "open_50k_script@$r" --duration "$open_secs" --window 61
@@ -507,7 +514,7 @@ log "== open_50k_steady: creating its counters first"
 "$bench_bin" --server "127.0.0.1:$rls_port" --no-progress --connections 4 \
   --inflight 256 --duration 3 "${steady[@]}" >"$out/steady_pre.txt" 2>&1 ||
   failed=1
-rl open_50k_steady --connections 1 --tick-us 400 --warmup 1 --rate 50000 \
+rl open_50k_steady --connections 4 --warmup 1 --rate 50000 \
   --duration "$open_secs" "${steady[@]}" \
   --timeline-csv "$out/open_50k_steady.timeline.csv"
 errors[open_50k_steady]=$(jf "$out/open_50k_steady.json" errors)

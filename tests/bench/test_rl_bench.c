@@ -509,6 +509,68 @@ static void test_batch_hold(void **state)
     server_stop();
 }
 
+/* The mean batch rl-server saw, from its /metrics. */
+static double mean_batch(void)
+{
+    static char page[1 << 16];
+
+    assert_int_equal(rlt_http_get(server.mport, "/metrics", page, sizeof(page)),
+                     200);
+    return (double)rlt_sample(page, "rl_batch_size_sum") /
+           (double)rlt_sample(page, "rl_batch_size_count");
+}
+
+/* Open-loop arrivals: by default every request is written at its own
+ * scheduled time, so at 500/s (2 ms apart) rl-server's batches hold about
+ * one request each; grouped arrivals write what fell due once per tick, so
+ * a 20 ms tick at 2,000/s brings about 40 at a time. Poisson arrivals keep
+ * the mean rate (2,000 in a second, within five standard deviations). */
+static void test_arrivals(void **state)
+{
+    char *json;
+    char *argv[] = {"--log-level", "error", NULL};
+    double each, grouped;
+
+    (void)state;
+    assert_int_equal(rlt_server_start_metrics(&server, RL_SERVER_BIN, argv),
+                     0);
+    assert_int_equal(bench("--server", server.addr, "--duration", "1",
+                           "--rate", "500", "--connections", "2", "--json",
+                           json_path, NULL),
+                     0);
+    json = slurp(json_path);
+    assert_non_null(json);
+    expect_token(json, "arrivals", "\"each\"");
+    free(json);
+    each = mean_batch();
+    server_stop();
+    assert_int_equal(rlt_server_start_metrics(&server, RL_SERVER_BIN, argv),
+                     0);
+    assert_int_equal(bench("--server", server.addr, "--duration", "1",
+                           "--rate", "2000", "--connections", "1",
+                           "--tick-us", "20000", "--json", json_path, NULL),
+                     0);
+    json = slurp(json_path);
+    assert_non_null(json);
+    expect_token(json, "arrivals", "\"grouped\"");
+    free(json);
+    grouped = mean_batch();
+    assert_true(each < 2);
+    assert_true(grouped > 10);
+    assert_int_equal(bench("--server", server.addr, "--duration", "1",
+                           "--rate", "2000", "--arrivals", "poisson",
+                           "--json", json_path, NULL),
+                     0);
+    json = slurp(json_path);
+    assert_non_null(json);
+    expect_token(json, "arrivals", "\"poisson\"");
+    expect_token(json, "unsent", "0");
+    assert_true(num(json, "decisions") >= 1775 &&
+                num(json, "decisions") <= 2225);
+    free(json);
+    server_stop();
+}
+
 /* Bad arguments: a message naming the problem, and status 2. */
 static void test_bad_arguments(void **state)
 {
@@ -520,6 +582,8 @@ static void test_bad_arguments(void **state)
         {"--dist", "hot:1.5", NULL},
         {"--limit", "abc", NULL},
         {"--rate", "100", "--inflight"},
+        {"--arrivals", "bursty", NULL},
+        {"--arrivals", "each", "--tick-us"},
         {"--json", "/nonexistent-dir/x.json", NULL},
         {"--timeline-csv", "/nonexistent-dir/t.csv", NULL},
         {"--window", NULL, NULL},
@@ -768,6 +832,7 @@ int main(void)
         cmocka_unit_test_teardown(test_failover_without_fleet,
                                   server_teardown),
         cmocka_unit_test_teardown(test_batch_hold, server_teardown),
+        cmocka_unit_test_teardown(test_arrivals, server_teardown),
         cmocka_unit_test_teardown(test_bad_arguments, server_teardown),
         cmocka_unit_test_teardown(test_shadow_rule, server_teardown),
         cmocka_unit_test_teardown(test_server_gone, server_teardown),
