@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "net/check.h"
 #include "rl_error.h"
 #include "version.h"
 
@@ -263,8 +264,10 @@ static int render_policy(const rls_metrics_view_t *v, rl_buf_t *out)
     return RL_OK;
 }
 
-/* The --http check endpoint: responses by status, and its connections. */
-static int render_check(const rls_http_stats_t *h, rl_buf_t *out)
+/* The --http check endpoint: responses by status, the 400s by reason,
+ * and its connections. */
+static int render_check(const rls_http_stats_t *h, const uint64_t *rejected,
+                        rl_buf_t *out)
 {
     const char *name = "rl_check_requests_total";
     unsigned i;
@@ -283,6 +286,17 @@ static int render_check(const rls_http_stats_t *h, rl_buf_t *out)
             rc = rl_buf_printf(out, "%s{code=\"other\"} %llu\n", name,
                                (unsigned long long)h->status[i]);
     }
+    if (rc == RL_OK)
+        rc = family(out, "rl_check_rejected_total", "counter",
+                    "--http checks answered 400 before a decision, by "
+                    "reason: bad_query, no_rule, no_key (no key= and no "
+                    "usable key header), bad_key, unknown_rule. Most are "
+                    "the proxy's configuration; the log has the detail.");
+    for (i = 0; i < RLS_CHECK_REASONS && rc == RL_OK; i++)
+        rc = rl_buf_printf(out, "rl_check_rejected_total{reason=\"%s\"} "
+                                "%llu\n",
+                           rls_check_reason_name((int)i),
+                           (unsigned long long)rejected[i]);
     if (rc == RL_OK)
         rc = counter(out, "rl_check_connections_accepted_total",
                      "--http connections accepted.", h->accepted);
@@ -481,7 +495,7 @@ int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
                     v->http->timed_out));
     }
     if (v->check != NULL)
-        TRY(render_check(v->check, out));
+        TRY(render_check(v->check, v->check_rejected, out));
     if (v->rt != NULL)
         TRY(render_policy(v, out));
 #undef TRY

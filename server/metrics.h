@@ -29,6 +29,7 @@ typedef struct rls_metrics_view_s {
     const rls_grpc_t *grpc; /* the --grpc listener's; or NULL */
     const rls_reload_stats_t *envoy_reload; /* --envoy-config; or NULL */
     const rls_http_stats_t *check; /* the --http listener's; or NULL */
+    const uint64_t *check_rejected; /* its 400s by RLS_CHECK_* reason */
     uint64_t start_unix_ms;
     int healthy;  /* what /healthz answers now */
     int draining;

@@ -258,6 +258,7 @@ int rls_server_metrics(const rls_server_t *s, rl_buf_t *out)
     v.envoy_reload = s->cfg->nenvoy_configs > 0 ? &s->envoy_reload.stats
                                                 : NULL;
     v.check = rls_check_stats(&s->check);
+    v.check_rejected = s->check.rejected;
     return rls_metrics_render(&v, out);
 }
 
@@ -444,11 +445,14 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
     if (cfg->http_host[0] != '\0') {
         rls_check_opts_t o;
 
-        if (rls_check_opts_init(&o, cfg->check_key_header,
-                                cfg->check_rule_header) != RL_OK ||
+        rc = rls_check_opts_init(&o, cfg->check_key_header,
+                                 cfg->check_rule_header);
+        o.xff_hops = (unsigned)cfg->check_xff_hops;
+        o.error_details = cfg->check_error_details;
+        if (rc != RL_OK ||
             (rc = rls_check_start(&s->check, loop, cfg->http_host,
                                   cfg->http_port, &s->batcher, &o)) != 0) {
-            rc = rc != 0 ? rc : UV_EINVAL;
+            rc = rc == RL_EINVAL ? UV_EINVAL : rc;
             RLS_ERROR("cannot listen for checks", " addr=%s:%d err=\"%s\"",
                       cfg->http_host, cfg->http_port, uv_strerror(rc));
             s->failed = RLS_LISTENER_HTTP;

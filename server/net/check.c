@@ -93,11 +93,44 @@ static int method_is(const rls_http_req_t *q, const char *name)
            memcmp(q->method, name, q->method_len) == 0;
 }
 
-static void bad(rls_http_reply_t *r, const char *why)
+static const char *const reason_names[RLS_CHECK_REASONS] = {
+    [RLS_CHECK_BAD_QUERY] = "bad_query",
+    [RLS_CHECK_NO_RULE] = "no_rule",
+    [RLS_CHECK_NO_KEY] = "no_key",
+    [RLS_CHECK_BAD_KEY] = "bad_key",
+    [RLS_CHECK_UNKNOWN_RULE] = "unknown_rule"};
+
+const char *rls_check_reason_name(int reason)
+{
+    return reason >= 0 && reason < RLS_CHECK_REASONS ? reason_names[reason]
+                                                     : "other";
+}
+
+/* A check refused before a decision. Most are the proxy's configuration
+ * (no key header set, a rule that does not exist), which is none of the
+ * client's business: the client gets a plain 400, and the operator the
+ * reason in the log (at most a line a second) and in the metrics. */
+static void bad(rls_check_t *k, rls_http_reply_t *r, int reason,
+                const char *why)
 {
     static char body[RL_RULE_MAX + 96];
+    uint64_t now = uv_now(k->loop);
 
-    snprintf(body, sizeof(body), "%s\n", why);
+    k->rejected[reason]++;
+    if (now >= k->log_next_ms) {
+        RLS_WARN("check refused before a decision",
+                 " reason=%s detail=\"%s\" not_logged=%llu",
+                 reason_names[reason], why,
+                 (unsigned long long)k->log_suppressed);
+        k->log_next_ms = now + 1000;
+        k->log_suppressed = 0;
+    } else {
+        k->log_suppressed++;
+    }
+    if (k->opts.error_details)
+        snprintf(body, sizeof(body), "%s\n", why);
+    else
+        snprintf(body, sizeof(body), "bad request\n");
     rls_http_reply_text(r, 400, "Bad Request", body);
 }
 
@@ -126,7 +159,7 @@ static void on_request(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
         return;
     }
     if (rls_check_query(q, &k->opts, &cq, &why) != RL_OK) {
-        bad(r, why);
+        bad(k, r, cq.reason, why);
         return;
     }
     memset(&a, 0, sizeof(a));
@@ -153,10 +186,15 @@ static void on_request(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
         r->pending = 0;
         rls_http_reply_text(r, 503, "Service Unavailable", "out of memory\n");
         return;
+    case RL_ENORULE:
+        k->pending--;
+        r->pending = 0;
+        bad(k, r, RLS_CHECK_UNKNOWN_RULE, why);
+        return;
     default:
         k->pending--;
         r->pending = 0;
-        bad(r, why);
+        bad(k, r, RLS_CHECK_BAD_KEY, why);
     }
 }
 
@@ -166,6 +204,7 @@ int rls_check_start(rls_check_t *k, uv_loop_t *loop, const char *host, int port,
     int rc;
 
     memset(k, 0, sizeof(*k));
+    k->loop = loop;
     k->batcher = b;
     k->opts = *o;
     rc = rls_http_server_start(&k->http, loop, host, port, on_request, k);

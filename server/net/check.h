@@ -8,7 +8,8 @@
  *   429  refused (or 403 with deny_status=403: nginx auth_request passes
  *        only 401 and 403 through, anything else becomes a 500)
  *   400  bad input: no rule, no key, unknown rule, bad escape, bad cost...
- *        with the reason as the body
+ *        with a plain body (the reason is logged, at most a line a second,
+ *        and counted; --check-error-details puts it in the body too)
  *   405  another method; 404 another path; 414 a target over 4 KiB or a
  *        request line over 8 KiB; 431 a head over 8 KiB or 64 headers
  *   503  the store failed and the fail mode is closed (or out of memory)
@@ -39,11 +40,16 @@
 
 typedef struct rls_check_s {
     rls_http_server_t *http;
+    uv_loop_t *loop;
     rls_batcher_t *batcher;
     rls_check_opts_t opts;
     uint64_t pending; /* checks in the batcher, not yet answered */
     char extra[2048]; /* the header lines of the answer being built */
     size_t extra_len;
+    /* Checks answered 400 before a decision, by RLS_CHECK_* reason. */
+    uint64_t rejected[RLS_CHECK_REASONS];
+    uint64_t log_next_ms;   /* the next such refusal is logged from then */
+    uint64_t log_suppressed; /* ...and the ones not logged before it */
 } rls_check_t;
 
 /* Listens on host:port and answers checks with b (whose runtime holds the
@@ -53,6 +59,9 @@ int rls_check_start(rls_check_t *k, uv_loop_t *loop, const char *host, int port,
 
 /* The port the listener is bound to, or a negative libuv error. */
 int rls_check_port(const rls_check_t *k);
+
+/* The metric label of an RLS_CHECK_* reason. */
+const char *rls_check_reason_name(int reason);
 
 /* The server is stopping: see rls_http_server_stop. */
 void rls_check_stop(rls_check_t *k);

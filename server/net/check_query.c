@@ -37,6 +37,7 @@ int rls_check_opts_init(rls_check_opts_t *o, const char *key_header,
         lower_copy(o->rule_header, rule_header) != RL_OK)
         return RL_EINVAL;
     o->key_xff = strcmp(o->key_header, "x-forwarded-for") == 0;
+    o->xff_hops = 1;
     return RL_OK;
 }
 
@@ -181,18 +182,16 @@ escape:
     return RL_EINVAL;
 }
 
-/* The key from a header value: the first entry of an X-Forwarded-For list,
- * or the whole value. Header values hold no NUL or CR/LF (http.c). */
-static int key_from_header(const rls_check_opts_t *o, const char *v, size_t n,
-                           rls_check_query_t *out, const char **why)
+/* The key: n bytes at v, trimmed. */
+static int key_set(const char *v, size_t n, rls_check_query_t *out,
+                   const char **why)
 {
-    if (o->key_xff) {
-        const char *comma = memchr(v, ',', n);
-        if (comma != NULL)
-            n = (size_t)(comma - v);
-        while (n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t'))
-            n--;
+    while (n > 0 && (*v == ' ' || *v == '\t')) {
+        v++;
+        n--;
     }
+    while (n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t'))
+        n--;
     if (n == 0) {
         *why = "the key header is empty";
         return RL_EINVAL;
@@ -204,6 +203,38 @@ static int key_from_header(const rls_check_opts_t *o, const char *v, size_t n,
     memcpy(out->key, v, n);
     out->key_len = n;
     return RL_OK;
+}
+
+/* The key from X-Forwarded-For: the entry o->xff_hops from the right of
+ * every line's entries taken in order (the last RLS_CHECK_XFF_HOPS_MAX
+ * kept as they go by), or the leftmost for 0. Returns 0, or RL_EINVAL
+ * when there is no such entry. */
+static int key_from_xff(const rls_http_req_t *q, const rls_check_opts_t *o,
+                        rls_check_query_t *out, const char **why)
+{
+    const char *from[RLS_CHECK_XFF_HOPS_MAX], *to[RLS_CHECK_XFF_HOPS_MAX];
+    const char *pos = NULL, *v, *p, *e, *comma;
+    size_t vlen, seen = 0, k;
+
+    while (rls_http_header_next(q, o->key_header, &pos, &v, &vlen)) {
+        for (p = v, e = v + vlen; p <= e; p = comma + 1) {
+            comma = memchr(p, ',', (size_t)(e - p));
+            if (comma == NULL)
+                comma = e;
+            if (o->xff_hops == 0)
+                return key_set(p, (size_t)(comma - p), out, why);
+            from[seen % RLS_CHECK_XFF_HOPS_MAX] = p;
+            to[seen % RLS_CHECK_XFF_HOPS_MAX] = comma;
+            seen++;
+        }
+    }
+    if (seen == 0 || seen < o->xff_hops) {
+        *why = "X-Forwarded-For has fewer addresses than the trusted hops "
+               "(--check-xff-hops)";
+        return RL_EINVAL;
+    }
+    k = (seen - o->xff_hops) % RLS_CHECK_XFF_HOPS_MAX;
+    return key_set(from[k], (size_t)(to[k] - from[k]), out, why);
 }
 
 int rls_check_query(const rls_http_req_t *q, const rls_check_opts_t *o,
@@ -218,6 +249,7 @@ int rls_check_query(const rls_http_req_t *q, const rls_check_opts_t *o,
     out->rule_len = out->key_len = 0;
     out->cost = 1;
     out->deny_status = 429;
+    out->reason = RLS_CHECK_BAD_QUERY;
     p = memchr(t, '?', q->target_len);
     for (p = p != NULL ? p + 1 : end; p < end; p = amp + 1) {
         amp = memchr(p, '&', (size_t)(end - p));
@@ -237,6 +269,7 @@ int rls_check_query(const rls_http_req_t *q, const rls_check_opts_t *o,
         out->rule_len = vlen;
     }
     if (out->rule_len == 0) {
+        out->reason = RLS_CHECK_NO_RULE;
         *why = o->rule_header[0] != '\0'
                    ? "no rule: give rule=NAME in the query or the rule "
                      "header (--check-rule-header)"
@@ -244,6 +277,7 @@ int rls_check_query(const rls_http_req_t *q, const rls_check_opts_t *o,
         return RL_EINVAL;
     }
     if (!(seen & SEEN_KEY)) {
+        out->reason = RLS_CHECK_NO_KEY;
         if (o->key_header[0] == '\0' ||
             !rls_http_header(q, o->key_header, &v, &vlen)) {
             *why = o->key_header[0] != '\0'
@@ -252,10 +286,13 @@ int rls_check_query(const rls_http_req_t *q, const rls_check_opts_t *o,
                        : "no key: give key=VALUE in the query";
             return RL_EINVAL;
         }
-        if ((rc = key_from_header(o, v, vlen, out, why)) != RL_OK)
+        rc = o->key_xff ? key_from_xff(q, o, out, why)
+                        : key_set(v, vlen, out, why);
+        if (rc != RL_OK)
             return rc;
     }
     if (memchr(out->key, '\0', out->key_len) != NULL) {
+        out->reason = RLS_CHECK_BAD_KEY;
         *why = rl_strerror(RL_EKEYNUL);
         return RL_EINVAL;
     }

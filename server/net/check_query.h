@@ -17,8 +17,9 @@
  * The query wins because it is what the proxy's configuration writes; a
  * header may have come from the client (Traefik's forwardAuth copies every
  * client header to the check). A key header named X-Forwarded-For gives
- * the first address of the list, white space trimmed; any other header
- * gives its whole value, trimmed. */
+ * the entry xff_hops from the right of the list (all its header lines
+ * together, in order), white space trimmed; any other header gives its
+ * whole value, trimmed. */
 #ifndef RLS_NET_CHECK_QUERY_H
 #define RLS_NET_CHECK_QUERY_H
 
@@ -38,14 +39,37 @@ typedef struct rls_check_opts_s {
     /* Lower-case header names; empty: not read. */
     char key_header[RLS_CHECK_HEADER_MAX + 1];
     char rule_header[RLS_CHECK_HEADER_MAX + 1];
-    int key_xff; /* key_header is x-forwarded-for: take the first entry */
+    int key_xff; /* key_header is x-forwarded-for */
+    /* X-Forwarded-For: the key is the address the xff_hops-th trusted
+     * proxy appended, counting from the right (1: the last entry, written
+     * by the proxy in front of rl-server); 0: the leftmost, which the
+     * client wrote itself (only when asked for). */
+    unsigned xff_hops;
+    /* 400 answers name the problem (the missing parameter, the unknown
+     * rule); else a plain status, the detail logged and counted. */
+    int error_details;
 } rls_check_opts_t;
 
-/* Fills *o from header names as given (any case). Returns 0, or RL_EINVAL
- * when a name is longer than RLS_CHECK_HEADER_MAX or not a token. NULL or
- * "" leaves that header unread. */
+/* Most trusted hops --check-xff-hops takes. */
+#define RLS_CHECK_XFF_HOPS_MAX 16
+
+/* Fills *o from header names as given (any case), with xff_hops 1 and no
+ * error details. Returns 0, or RL_EINVAL when a name is longer than
+ * RLS_CHECK_HEADER_MAX or not a token. NULL or "" leaves that header
+ * unread. */
 int rls_check_opts_init(rls_check_opts_t *o, const char *key_header,
                         const char *rule_header);
+
+/* Why a check is refused before it is decided, for the metrics
+ * (rl_check_rejected_total{reason}). */
+enum {
+    RLS_CHECK_BAD_QUERY,    /* bad escape, parameter twice, cost... */
+    RLS_CHECK_NO_RULE,      /* neither rule= nor the rule header */
+    RLS_CHECK_NO_KEY,       /* neither key= nor a usable key header */
+    RLS_CHECK_BAD_KEY,      /* too long, a NUL; a rule name's syntax */
+    RLS_CHECK_UNKNOWN_RULE, /* not in the policy (decide's answer) */
+    RLS_CHECK_REASONS
+};
 
 typedef struct rls_check_query_s {
     char rule[RL_RULE_MAX];
@@ -54,6 +78,7 @@ typedef struct rls_check_query_s {
     size_t key_len;
     uint32_t cost;   /* 1 unless cost= says otherwise */
     int deny_status; /* 429 unless deny_status= says 403 */
+    int reason;      /* RLS_CHECK_*, when refused */
 } rls_check_query_t;
 
 /* Reads the check request q (a head rls_http_parse accepted) into *out.

@@ -240,8 +240,17 @@ int rls_http_parse(const char *buf, size_t len, rls_http_req_t *req)
 int rls_http_header(const rls_http_req_t *req, const char *lower,
                     const char **v, size_t *vlen)
 {
+    const char *pos = NULL;
+
+    return rls_http_header_next(req, lower, &pos, v, vlen);
+}
+
+int rls_http_header_next(const rls_http_req_t *req, const char *lower,
+                         const char **pos, const char **v, size_t *vlen)
+{
     const char *b = req->head, *end = req->head + req->head_len;
-    const char *p = b + req->line_len, *nl, *colon, *vs, *ve;
+    const char *p = *pos != NULL ? *pos : b + req->line_len;
+    const char *nl, *colon, *vs, *ve;
 
     /* The head was validated: every line ends in LF, every field line has
      * a colon right after its name, and the blank line comes last. */
@@ -261,6 +270,7 @@ int rls_http_header(const rls_http_req_t *req, const char *lower,
                 ve--;
             *v = vs;
             *vlen = (size_t)(ve - vs);
+            *pos = nl + 1;
             return 1;
         }
         p = nl + 1;

@@ -65,6 +65,12 @@ int rls_http_parse(const char *buf, size_t len, rls_http_req_t *req);
 int rls_http_header(const rls_http_req_t *req, const char *lower,
                     const char **v, size_t *vlen);
 
+/* Every header line named `lower`, in order: *pos is NULL for the first
+ * call and is moved past each line found. Returns 1 with *v, *vlen as
+ * rls_http_header sets them, 0 when there is no more. */
+int rls_http_header_next(const rls_http_req_t *req, const char *lower,
+                         const char **pos, const char **v, size_t *vlen);
+
 /* The path of a request-target: the bytes before any '?'. */
 size_t rls_http_path_len(const rls_http_req_t *req);
 

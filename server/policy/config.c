@@ -37,6 +37,7 @@ void rls_config_defaults(rls_config_t *c)
     c->refusal_cache = 16384;
     c->batches_in_flight = 1;
     c->grpc_max_streams = 100;
+    c->check_xff_hops = 1;
 }
 
 static const char usage[] =
@@ -136,8 +137,17 @@ static const char usage[] =
     "  --http HOST:PORT         serve GET /check?rule=R&key=K over HTTP, for\n"
     "                           proxies' auth subrequests (default: off)\n"
     "  --check-key-header NAME  /check: the key from this request header when\n"
-    "                           the query has no key= (X-Forwarded-For: its\n"
-    "                           first address) (default: none)\n"
+    "                           the query has no key= (X-Forwarded-For: see\n"
+    "                           --check-xff-hops) (default: none)\n"
+    "  --check-xff-hops N       /check, key from X-Forwarded-For: the address\n"
+    "                           the Nth trusted proxy appended, counting\n"
+    "                           from the right (1, the default: the last,\n"
+    "                           written by the proxy in front of rl-server;\n"
+    "                           0: the leftmost, which the client wrote)\n"
+    "  --check-error-details    /check: a 400 names its reason in the body\n"
+    "                           (the missing key, the unknown rule); by\n"
+    "                           default the body is plain and the reason\n"
+    "                           goes to the log and the metrics\n"
     "  --check-rule-header NAME /check: the rule from this request header\n"
     "                           when the query has no rule= (default: none)\n"
     "  --drain-ms N             on SIGTERM, report unhealthy and keep serving\n"
@@ -322,6 +332,7 @@ static const num_flag_t num_flags[] = {
     NUM("--max-inline-window", max_inline_window, 0, RL_WINDOW_MAX_S),
     NUM("--max-inline-limit", max_inline_limit, 0, INT64_MAX),
     NUM("--grpc-max-streams", grpc_max_streams, 1, 65536),
+    NUM("--check-xff-hops", check_xff_hops, 0, 16),
 };
 
 static int takes_value(const char *name)
@@ -383,6 +394,12 @@ int rls_config_parse(rls_config_t *c, int argc, char **argv, void *out,
         if (strcmp(name, "--version") == 0) {
             fprintf(out, "rl-server %s\n", RLS_VERSION);
             return RLS_CONFIG_EXIT;
+        }
+        if (strcmp(name, "--check-error-details") == 0) {
+            if (val != NULL)
+                return fail(err, errlen, "%s takes no value", name);
+            c->check_error_details = 1;
+            continue;
         }
         if (strcmp(name, "--fail-open") == 0 ||
             strcmp(name, "--fail-closed") == 0) {

@@ -80,6 +80,8 @@ typedef struct rls_config_s {
     int http_port;
     const char *check_key_header;  /* --check-key-header, or NULL */
     const char *check_rule_header; /* --check-rule-header, or NULL */
+    uint64_t check_xff_hops;       /* --check-xff-hops */
+    int check_error_details;       /* --check-error-details */
 } rls_config_t;
 
 /* Fills *c with the defaults shown by --help. */

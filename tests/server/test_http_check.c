@@ -45,29 +45,22 @@ typedef struct fx_s {
 static fx_t fx;
 
 /* Starts rl-server with --http, --metrics (both on ports the system
- * picks) and the extra arguments. */
-static void start(fx_t *f, const char *a1, const char *a2, const char *a3,
-                  const char *a4, const char *a5, const char *a6)
+ * picks) and the extra arguments, NULL-terminated. */
+static void start(fx_t *f, ...)
 {
-    char *argv[20];
+    char *argv[24];
+    const char *a;
+    va_list ap;
     int n = 0;
 
     argv[n++] = "--http";
     argv[n++] = "127.0.0.1:0";
     argv[n++] = "--log-level";
     argv[n++] = (char *)rlt_log_level("warn");
-    if (a1)
-        argv[n++] = (char *)a1;
-    if (a2)
-        argv[n++] = (char *)a2;
-    if (a3)
-        argv[n++] = (char *)a3;
-    if (a4)
-        argv[n++] = (char *)a4;
-    if (a5)
-        argv[n++] = (char *)a5;
-    if (a6)
-        argv[n++] = (char *)a6;
+    va_start(ap, f);
+    while ((a = va_arg(ap, const char *)) != NULL && n < 23)
+        argv[n++] = (char *)a;
+    va_end(ap);
     argv[n] = NULL;
     if (rlt_server_start_metrics(&f->srv, RL_SERVER_BIN, argv) != 0)
         fail_msg("rl-server with --http did not start");
@@ -289,26 +282,40 @@ static void test_limit(void **state)
     assert_int_equal(rlt_server_stop(&f->srv), 0);
 }
 
-/* The key from a header: X-Forwarded-For's first address; key= wins. The
- * rule from a header when configured; rule= wins. */
+/* A sample of the server's /metrics page; -1 when absent. */
+static long long metric(fx_t *f, const char *name)
+{
+    static char page[1 << 16];
+
+    assert_int_equal(rlt_http_get(f->srv.mport, "/metrics", page,
+                                  sizeof(page)),
+                     200);
+    return rlt_sample(page, name);
+}
+
+/* The key from a header: from X-Forwarded-For, the address the trusted
+ * proxy appended (the last entry, of every line together), whatever the
+ * client wrote before it; key= wins. The rule from a header when
+ * configured; rule= wins. */
 static void test_key_header(void **state)
 {
     fx_t *f = *state;
     resp_t r;
 
     start(f, "--rule", "api=2/3600s", "--check-key-header", "x-forwarded-for",
-          "--check-rule-header", "X-RateLimit-Rule");
+          "--check-rule-header", "X-RateLimit-Rule", NULL);
     get(f->hport, "/check?rule=api", "X-Forwarded-For: 10.0.0.1\r\n", &r);
     assert_int_equal(r.status, 200);
     assert_int_equal(hnum(&r, "X-RateLimit-Remaining"), 1);
+    /* A client that writes its own X-Forwarded-For still spends the
+     * counter of the address its proxy appended. */
     get(f->hport, "/check?rule=api",
-        "X-Forwarded-For:  10.0.0.1 , 192.168.0.9\r\n", &r);
+        "X-Forwarded-For:  192.168.0.9 , 10.0.0.1 \r\n", &r);
     assert_int_equal(r.status, 200);
     assert_int_equal(hnum(&r, "X-RateLimit-Remaining"), 0);
-    /* The same first address in a second header line is ignored: the first
-     * line's first entry counts. */
+    /* Lines add up in order: the last line's last entry counts. */
     get(f->hport, "/check?rule=api",
-        "X-Forwarded-For: 10.0.0.1\r\nX-Forwarded-For: 10.0.0.2\r\n", &r);
+        "X-Forwarded-For: 10.0.0.2\r\nX-Forwarded-For: 10.0.0.1\r\n", &r);
     assert_int_equal(r.status, 429);
     /* key= wins over the header. */
     get(f->hport, "/check?rule=api&key=10.0.0.2",
@@ -323,13 +330,45 @@ static void test_key_header(void **state)
     get(f->hport, "/check?rule=nope",
         "X-RateLimit-Rule: api\r\nX-Forwarded-For: 10.0.0.3\r\n", &r);
     assert_int_equal(r.status, 400);
-    assert_string_equal(r.body, "unknown rule 'nope'\n");
-    /* No key anywhere; an empty header. */
+    assert_string_equal(r.body, "bad request\n");
+    /* No key anywhere; an empty last entry. The client sees a plain 400;
+     * the reason is counted. */
     get(f->hport, "/check?rule=api", "", &r);
     assert_int_equal(r.status, 400);
-    assert_non_null(strstr(r.body, "no key"));
-    get(f->hport, "/check?rule=api", "X-Forwarded-For: , 1.2.3.4\r\n", &r);
+    assert_string_equal(r.body, "bad request\n");
+    get(f->hport, "/check?rule=api", "X-Forwarded-For: 1.2.3.4,\r\n", &r);
     assert_int_equal(r.status, 400);
+    assert_int_equal(metric(f, "rl_check_rejected_total{reason=\"no_key\"}"),
+                     2);
+    assert_int_equal(
+        metric(f, "rl_check_rejected_total{reason=\"unknown_rule\"}"), 1);
+    assert_int_equal(rlt_server_stop(&f->srv), 0);
+
+    /* Two trusted proxies: the entry before the last. */
+    start(f, "--rule", "api=1/3600s", "--check-key-header", "X-Forwarded-For",
+          "--check-xff-hops", "2", "--check-error-details", NULL);
+    get(f->hport, "/check?rule=api",
+        "X-Forwarded-For: 6.6.6.6, 10.0.0.7, 172.16.0.1\r\n", &r);
+    assert_int_equal(r.status, 200);
+    get(f->hport, "/check?rule=api",
+        "X-Forwarded-For: 7.7.7.7\r\nX-Forwarded-For: 10.0.0.7, 172.16.0.2"
+        "\r\n",
+        &r);
+    assert_int_equal(r.status, 429);
+    get(f->hport, "/check?rule=api", "X-Forwarded-For: 172.16.0.1\r\n", &r);
+    assert_int_equal(r.status, 400);
+    assert_non_null(strstr(r.body, "fewer addresses"));
+    assert_int_equal(rlt_server_stop(&f->srv), 0);
+
+    /* --check-xff-hops 0 takes the leftmost: what the client wrote. */
+    start(f, "--rule", "api=1/3600s", "--check-key-header", "X-Forwarded-For",
+          "--check-xff-hops", "0", NULL, NULL);
+    get(f->hport, "/check?rule=api", "X-Forwarded-For: 9.9.9.9, 10.0.0.1\r\n",
+        &r);
+    assert_int_equal(r.status, 200);
+    get(f->hport, "/check?rule=api", "X-Forwarded-For: 9.9.9.9, 10.0.0.2\r\n",
+        &r);
+    assert_int_equal(r.status, 429);
     assert_int_equal(rlt_server_stop(&f->srv), 0);
 }
 
@@ -364,7 +403,9 @@ static void test_bad_input(void **state)
     size_t i;
     int n;
 
-    start(f, "--rule", "api=100/3600s", NULL, NULL, NULL, NULL);
+    /* The reasons in the body, as --check-error-details asks. */
+    start(f, "--rule", "api=100/3600s", "--check-error-details", NULL, NULL,
+          NULL);
     for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         get(f->hport, cases[i].target, "", &r);
         if (r.status != cases[i].status ||
@@ -638,7 +679,7 @@ static void test_late_answers(void **state)
     f->redis_on = 1;
     snprintf(raddr, sizeof(raddr), "127.0.0.1:%d", redis->port);
     start(f, "--rule", "api=100/3600s", "--redis", raddr, "--redis-timeout-ms",
-          "2000");
+          "2000", NULL);
     /* Up: a decision from Redis. */
     for (i = 0; i < 100; i++) {
         get(f->hport, "/check?rule=api&key=a", "", &r);
