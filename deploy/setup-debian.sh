@@ -12,7 +12,7 @@ packages=(
   libcmocka-dev
   redis-server redis-tools
   haproxy faketime gnuplot-nox procps
-  nginx-light
+  nginx-light caddy
   curl jq
 )
 
