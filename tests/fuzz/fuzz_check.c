@@ -45,6 +45,8 @@ static void opts_for(uint8_t sel, rls_check_opts_t *o)
     CHECK(rls_check_opts_init(o, keys[sel % 3],
                               (sel / 3) % 2 ? "X-RateLimit-Rule" : NULL) ==
           RL_OK);
+    /* X-Forwarded-For from the leftmost (0) to past the most hops. */
+    o->xff_hops = (unsigned)(sel / 6) % (RLS_CHECK_XFF_HOPS_MAX + 2);
 }
 
 static void check_query(const rls_http_req_t *q, const rls_check_opts_t *o)
@@ -55,6 +57,7 @@ static void check_query(const rls_http_req_t *q, const rls_check_opts_t *o)
     int rc = rls_check_query(q, o, &cq, &why);
 
     CHECK(rc == RL_OK || rc == RL_EINVAL);
+    CHECK(cq.reason >= 0 && cq.reason < RLS_CHECK_REASONS);
     if (rc != RL_OK) {
         CHECK(why != NULL && why[0] != '\0');
         return;
