@@ -8,7 +8,7 @@ packages=(
   libprotobuf-c-dev protobuf-c-compiler libuv1-dev libhiredis-dev
   libyaml-dev
   libnghttp2-dev
-  python3-grpcio python3-protobuf python3-grpc-tools
+  python3-grpcio python3-protobuf python3-grpc-tools python3-yaml
   libcmocka-dev
   redis-server redis-tools
   haproxy faketime gnuplot-nox procps
