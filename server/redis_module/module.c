@@ -104,6 +104,10 @@ typedef struct {
     int own; /* name created here (a stored quota's counter) */
 } counter_t;
 
+/* The replicated SET's words, made once: a word given as a string costs
+ * the command a reference, as text an allocation. */
+static RedisModuleString *w_pxat, *w_keepttl;
+
 typedef struct {
     RedisModuleCtx *ctx;
     RedisModuleString **keys, **args;
@@ -157,34 +161,41 @@ static int k_get(void *env, void *h, int64_t *v, int *exists)
  * written here is stored as its digits where INCRBY stores a number; see
  * DESIGN.md for what that costs per key.) Then the same state goes to
  * replicas and the AOF as a SET. */
+/* The decimal digits of v, ending at end; returns where they start. */
+static char *digits_of(int64_t v, char *end)
+{
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+
+    do {
+        *--end = (char)('0' + u % 10);
+        u /= 10;
+    } while (u > 0);
+    if (v < 0)
+        *--end = '-';
+    return end;
+}
+
 static void k_write(void *env, void *h, int64_t v, int64_t expire_ms)
 {
     env_t *e = env;
     counter_t *c = h;
-    char t[24];
-    size_t n = 0, len;
-    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
-    char *p;
+    char t[24], x[24], *d = digits_of(v, t + sizeof(t)), *p;
+    size_t n = (size_t)(t + sizeof(t) - d), len;
 
-    do {
-        t[sizeof(t) - 1 - n++] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u > 0);
-    if (v < 0)
-        t[sizeof(t) - 1 - n++] = '-';
     p = rm_StringDMA(c->k, &len, RM_WRITE);
     if (p == NULL || len != n) {
         rm_StringTruncate(c->k, n);
         p = rm_StringDMA(c->k, &len, RM_WRITE);
     }
     if (p != NULL && len == n)
-        memcpy(p, t + sizeof(t) - n, n);
+        memcpy(p, d, n);
     if (expire_ms > 0) {
+        char *xd = digits_of(expire_ms, x + sizeof(x));
         rm_SetAbsExpire(c->k, expire_ms);
-        rm_Replicate(e->ctx, "SET", "slcl", c->name, (long long)v, "PXAT",
-                     (long long)expire_ms);
+        rm_Replicate(e->ctx, "SET", "sbsb", c->name, d, n, w_pxat, xd,
+                     (size_t)(x + sizeof(x) - xd));
     } else {
-        rm_Replicate(e->ctx, "SET", "slc", c->name, (long long)v, "KEEPTTL");
+        rm_Replicate(e->ctx, "SET", "sbs", c->name, d, n, w_keepttl);
     }
 }
 
@@ -343,6 +354,7 @@ static int cmd_version(RedisModuleCtx *ctx, RedisModuleString **argv,
 
 int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv,
                        int argc);
+int RedisModule_OnUnload(RedisModuleCtx *ctx);
 
 __attribute__((visibility("default"))) int
 RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
@@ -377,10 +389,27 @@ RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
         return RM_ERR;
     }
     rm_SetModuleAttribs(ctx, "ratelimit", RLM_VERSION, RM_APIVER_1);
-    if (rm_CreateCommand(ctx, "rl.batch", cmd_batch, "write getkeys-api", 0,
+    if ((w_pxat = rm_CreateString(NULL, "PXAT", 4)) == NULL ||
+        (w_keepttl = rm_CreateString(NULL, "KEEPTTL", 7)) == NULL ||
+        rm_CreateCommand(ctx, "rl.batch", cmd_batch, "write getkeys-api", 0,
                          0, 0) != RM_OK ||
         rm_CreateCommand(ctx, "rl.version", cmd_version, "readonly fast", 0,
-                         0, 0) != RM_OK)
+                         0, 0) != RM_OK) {
+        RedisModule_OnUnload(ctx);
         return RM_ERR;
+    }
+    return RM_OK;
+}
+
+/* Frees what OnLoad made (Redis calls it at MODULE UNLOAD). */
+__attribute__((visibility("default"))) int
+RedisModule_OnUnload(RedisModuleCtx *ctx)
+{
+    if (w_pxat != NULL)
+        rm_FreeString(NULL, w_pxat);
+    if (w_keepttl != NULL)
+        rm_FreeString(NULL, w_keepttl);
+    w_pxat = w_keepttl = NULL;
+    (void)ctx;
     return RM_OK;
 }
