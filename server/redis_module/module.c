@@ -156,11 +156,6 @@ static int k_get(void *env, void *h, int64_t *v, int *exists)
                                                        : RLM_VAL_NOTINT;
 }
 
-/* The digits go into the value in place: no new object, and the key keeps
- * its expiry unless given one. (In place needs a plain string: a counter
- * written here is stored as its digits where INCRBY stores a number; see
- * DESIGN.md for what that costs per key.) Then the same state goes to
- * replicas and the AOF as a SET. */
 /* The decimal digits of v, ending at end; returns where they start. */
 static char *digits_of(int64_t v, char *end)
 {
@@ -175,6 +170,11 @@ static char *digits_of(int64_t v, char *end)
     return end;
 }
 
+/* The digits go into the value in place: no new object, and the key keeps
+ * its expiry unless given one. (In place needs a plain string: a counter
+ * written here is stored as its digits where INCRBY stores a number; see
+ * DESIGN.md for what that costs per key.) Then the same state goes to
+ * replicas and the AOF as a SET. */
 static void k_write(void *env, void *h, int64_t v, int64_t expire_ms)
 {
     env_t *e = env;
