@@ -9,8 +9,8 @@
  * are doubles, so the two agree wherever the script is exact (below
  * 2^53). The arguments are all checked before anything is read: a batch
  * with a malformed one fails whole, where the script could stop halfway.
- * Times (the clock, the grace, expiries) are refused past 2^53 ms, which
- * rl-server never nears, so that no sum of them overflows and every
+ * Times (the clock, the grace, expiries) are refused past 2^53 - 1 ms,
+ * which rl-server never nears, so that no sum of them overflows and every
  * counter it creates gets a real expiry. */
 #include <math.h>
 #include <stddef.h>
