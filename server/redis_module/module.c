@@ -14,10 +14,24 @@
  * lookup and an in-place write of its digits.
  *
  * The decisions are rlm_batch.c's; this file binds them to the module
- * API. Replication: the command goes to replicas and the AOF as it came
- * (only when it wrote something), and a replica or a reload skips the
- * deadline check, so it counts what the master counted. A replica needs
- * the module loaded too, as for any module command.
+ * API.
+ *
+ * Replication and persistence: RL.BATCH itself never reaches a replica or
+ * the AOF. Each counter it writes goes there as the plain command that
+ * leaves it as the master has it: "SET key count PXAT expiry" when the
+ * batch gave it its expiry (it created it), "SET key count KEEPTTL"
+ * otherwise, "DEL key" when it removed one; Redis wraps a call's commands
+ * in MULTI/EXEC. A replica or an AOF reload thus needs no module, keeps
+ * the master's absolute expiries, and could not count differently: it
+ * receives counts, not decisions (the way Redis replicates INCRBYFLOAT).
+ * An RL.BATCH that does arrive from a master or an AOF (written by an
+ * earlier version that replicated the command) is replayed without the
+ * deadline check, so it counts what the master counted.
+ *
+ * Redis Cluster: every key of KEYS is declared (getkeys-api), so Redis
+ * answers MOVED, ASK or CROSSSLOT before the command runs; the counters
+ * of a stored quota, named at run time, must carry the hash tag of KEYS
+ * (rlm_batch's RLM_CLUSTER), or the batch is refused whole.
  *
  * The module API is taken from Redis at load time by name, as the modules
  * API reference documents; the few functions and constants used are
@@ -44,6 +58,7 @@ typedef int (*rm_cmd_fn)(RedisModuleCtx *, RedisModuleString **, int);
 #define RM_KEYTYPE_STRING 1
 #define RM_KEYTYPE_HASH 3
 #define RM_HASH_NONE 0
+#define RM_CTX_FLAGS_CLUSTER (1 << 5)
 #define RM_CTX_FLAGS_OOM (1 << 10)
 #define RM_CTX_FLAGS_REPLICATED (1 << 12)
 #define RM_CTX_FLAGS_LOADING (1 << 13)
@@ -64,8 +79,7 @@ static int (*rm_KeyType)(RedisModuleKey *);
 static int (*rm_DeleteKey)(RedisModuleKey *);
 static char *(*rm_StringDMA)(RedisModuleKey *, size_t *, int);
 static int (*rm_StringTruncate)(RedisModuleKey *, size_t);
-static int (*rm_SetAbsExpire)(RedisModuleKey *, long long); /* Redis 7 */
-static int (*rm_SetExpire)(RedisModuleKey *, long long);
+static int (*rm_SetAbsExpire)(RedisModuleKey *, long long); /* 6.2 */
 static long long (*rm_Milliseconds)(void);
 static int (*rm_HashGet)(RedisModuleKey *, int, ...);
 static int (*rm_ReplyWithArray)(RedisModuleCtx *, long);
@@ -76,38 +90,57 @@ static int (*rm_ReplyWithStringBuffer)(RedisModuleCtx *, const char *,
 static int (*rm_ReplyWithError)(RedisModuleCtx *, const char *);
 static int (*rm_WrongArity)(RedisModuleCtx *);
 static int (*rm_GetContextFlags)(RedisModuleCtx *);
-static int (*rm_ReplicateVerbatim)(RedisModuleCtx *);
+static int (*rm_Replicate)(RedisModuleCtx *, const char *, const char *, ...);
+static void (*rm_Log)(RedisModuleCtx *, const char *, const char *, ...);
 static int (*rm_IsKeysPositionRequest)(RedisModuleCtx *);
 static void (*rm_KeyAtPos)(RedisModuleCtx *, int);
 static void *(*rm_Alloc)(size_t);
 static void (*rm_Free)(void *);
 
+/* An open counter: its key, and its name for the commands replicated. */
+typedef struct {
+    RedisModuleKey *k;
+    RedisModuleString *name;
+    int own; /* name created here (a stored quota's counter) */
+} counter_t;
+
+/* The replicated SET's words, made once: a word given as a string costs
+ * the command a reference, as text an allocation. */
+static RedisModuleString *w_pxat, *w_keepttl;
+
 typedef struct {
     RedisModuleCtx *ctx;
     RedisModuleString **keys, **args;
     RedisModuleString *qval; /* the last stored quota read */
-    int wrote;
+    /* rlm_batch opens at most an op's windows at a time. */
+    counter_t c[RLM_WIN_MAX];
 } env_t;
 
 static void *k_open(void *env, size_t key, const char *name, size_t len)
 {
     env_t *e = env;
-    RedisModuleString *s;
-    void *k;
+    counter_t *c = NULL;
+    size_t i;
 
-    if (name == NULL)
-        return rm_OpenKey(e->ctx, e->keys[key], RM_READ | RM_WRITE);
-    /* The key holds its own reference to the name. */
-    if ((s = rm_CreateString(e->ctx, name, len)) == NULL)
+    for (i = 0; i < RLM_WIN_MAX && c == NULL; i++)
+        if (e->c[i].k == NULL)
+            c = &e->c[i];
+    if (c == NULL)
         return NULL;
-    k = rm_OpenKey(e->ctx, s, RM_READ | RM_WRITE);
-    rm_FreeString(e->ctx, s);
-    return k;
+    c->own = name != NULL;
+    c->name = name == NULL ? e->keys[key] : rm_CreateString(e->ctx, name, len);
+    if (c->name == NULL)
+        return NULL;
+    if ((c->k = rm_OpenKey(e->ctx, c->name, RM_READ | RM_WRITE)) == NULL &&
+        c->own)
+        rm_FreeString(e->ctx, c->name);
+    return c->k != NULL ? c : NULL;
 }
 
 static int k_get(void *env, void *h, int64_t *v, int *exists)
 {
-    int t = rm_KeyType(h);
+    RedisModuleKey *k = ((counter_t *)h)->k;
+    int t = rm_KeyType(k);
     const char *p;
     size_t len;
 
@@ -118,57 +151,73 @@ static int k_get(void *env, void *h, int64_t *v, int *exists)
         return RLM_VAL_OK;
     if (t != RM_KEYTYPE_STRING)
         return RLM_VAL_WRONGTYPE;
-    p = rm_StringDMA(h, &len, RM_READ);
+    p = rm_StringDMA(k, &len, RM_READ);
     return p != NULL && rlm_parse_i64(p, len, v) == 0 ? RLM_VAL_OK
                                                        : RLM_VAL_NOTINT;
 }
 
-/* The digits go into the value in place: no new object, and the key keeps
- * its expiry (a SET would drop it). */
-static void k_set(void *env, void *h, int64_t v)
+/* The decimal digits of v, ending at end; returns where they start. */
+static char *digits_of(int64_t v, char *end)
 {
-    char t[24];
-    size_t n = 0, len;
     uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
-    char *p;
 
     do {
-        t[sizeof(t) - 1 - n++] = (char)('0' + u % 10);
+        *--end = (char)('0' + u % 10);
         u /= 10;
     } while (u > 0);
     if (v < 0)
-        t[sizeof(t) - 1 - n++] = '-';
-    p = rm_StringDMA(h, &len, RM_WRITE);
+        *--end = '-';
+    return end;
+}
+
+/* The digits go into the value in place: no new object, and the key keeps
+ * its expiry unless given one. (In place needs a plain string: a counter
+ * written here is stored as its digits where INCRBY stores a number; see
+ * DESIGN.md for what that costs per key.) Then the same state goes to
+ * replicas and the AOF as a SET. */
+static void k_write(void *env, void *h, int64_t v, int64_t expire_ms)
+{
+    env_t *e = env;
+    counter_t *c = h;
+    char t[24], x[24], *d = digits_of(v, t + sizeof(t)), *p;
+    size_t n = (size_t)(t + sizeof(t) - d), len;
+
+    p = rm_StringDMA(c->k, &len, RM_WRITE);
     if (p == NULL || len != n) {
-        rm_StringTruncate(h, n);
-        p = rm_StringDMA(h, &len, RM_WRITE);
+        rm_StringTruncate(c->k, n);
+        p = rm_StringDMA(c->k, &len, RM_WRITE);
     }
     if (p != NULL && len == n)
-        memcpy(p, t + sizeof(t) - n, n);
-    ((env_t *)env)->wrote = 1;
+        memcpy(p, d, n);
+    if (expire_ms > 0) {
+        char *xd = digits_of(expire_ms, x + sizeof(x));
+        rm_SetAbsExpire(c->k, expire_ms);
+        rm_Replicate(e->ctx, "SET", "sbsb", c->name, d, n, w_pxat, xd,
+                     (size_t)(x + sizeof(x) - xd));
+    } else {
+        rm_Replicate(e->ctx, "SET", "sbs", c->name, d, n, w_keepttl);
+    }
 }
 
 static void k_del(void *env, void *h)
 {
-    rm_DeleteKey(h);
-    ((env_t *)env)->wrote = 1;
-}
+    env_t *e = env;
+    counter_t *c = h;
 
-static void k_expire_at(void *env, void *h, int64_t ms)
-{
-    if (rm_SetAbsExpire != NULL) {
-        rm_SetAbsExpire(h, ms);
-    } else {
-        long long left = ms - rm_Milliseconds();
-        rm_SetExpire(h, left > 0 ? left : 1);
-    }
-    ((env_t *)env)->wrote = 1;
+    rm_DeleteKey(c->k);
+    rm_Replicate(e->ctx, "DEL", "s", c->name);
 }
 
 static void k_close(void *env, void *h)
 {
-    (void)env;
-    rm_CloseKey(h);
+    env_t *e = env;
+    counter_t *c = h;
+
+    rm_CloseKey(c->k);
+    if (c->own)
+        rm_FreeString(e->ctx, c->name);
+    c->k = NULL;
+    c->name = NULL;
 }
 
 static int k_quota(void *env, size_t key, size_t field, const char **s,
@@ -220,8 +269,8 @@ static void r_str(void *env, const char *s, size_t len)
     rm_ReplyWithStringBuffer(((env_t *)env)->ctx, s, len);
 }
 
-static const rlm_io_t io = {k_open,  k_get,   k_set, k_del,  k_expire_at,
-                            k_close, k_quota, r_begin, r_int, r_str};
+static const rlm_io_t io = {k_open,  k_get,   k_write, k_del, k_close,
+                            k_quota, r_begin, r_int,   r_str};
 
 /* argv[1] is numkeys, as EVAL's; -1 when it is not a count of argv. */
 static long long numkeys(RedisModuleString **argv, int argc)
@@ -253,6 +302,8 @@ static int cmd_batch(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     if (nk < 0)
         return rm_ReplyWithError(ctx, "ERR rl.batch: bad number of keys");
     ptr = rm_Alloc((size_t)argc * (sizeof(*ptr) + sizeof(*len)));
+    if (ptr == NULL)
+        return rm_ReplyWithError(ctx, "ERR rl.batch: out of memory");
     len = (size_t *)(void *)(ptr + argc);
     for (i = 2; i < argc; i++)
         ptr[i] = rm_StringPtrLen(argv[i], &len[i]);
@@ -269,6 +320,7 @@ static int cmd_batch(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     flags = rm_GetContextFlags(ctx);
     replay = (flags & (RM_CTX_FLAGS_REPLICATED | RM_CTX_FLAGS_LOADING)) != 0;
     rc = rlm_batch(&io, &e, &a, replay ? -1 : rm_Milliseconds(),
+                   !replay && (flags & RM_CTX_FLAGS_CLUSTER) ? RLM_CLUSTER : 0,
                    !replay && (flags & RM_CTX_FLAGS_OOM)
                        ? "OOM command not allowed when used memory > "
                          "'maxmemory'."
@@ -279,11 +331,13 @@ static int cmd_batch(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     rm_Free(ptr);
     if (rc == RLM_EARGS)
         return rm_ReplyWithError(ctx, "ERR rl.batch: malformed arguments");
+    if (rc == RLM_ECROSSSLOT)
+        return rm_ReplyWithError(ctx, "CROSSSLOT rl.batch: a stored quota's "
+                                      "counters need the hash tag of the "
+                                      "op's keys");
     if (rc == RLM_LATE)
         return rm_ReplyWithStringBuffer(ctx, "late", 4);
     rm_ReplySetArrayLength(ctx, (long)nput);
-    if (e.wrote)
-        rm_ReplicateVerbatim(ctx);
     return RM_OK;
 }
 
@@ -300,6 +354,7 @@ static int cmd_version(RedisModuleCtx *ctx, RedisModuleString **argv,
 
 int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv,
                        int argc);
+int RedisModule_OnUnload(RedisModuleCtx *ctx);
 
 __attribute__((visibility("default"))) int
 RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
@@ -316,21 +371,45 @@ RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     bad |= API(CreateCommand) | API(StringPtrLen) | API(CreateString) |
            API(FreeString) | API(StringToLongLong) | API(OpenKey) |
            API(CloseKey) | API(KeyType) | API(DeleteKey) | API(StringDMA) |
-           API(StringTruncate) | API(SetExpire) | API(Milliseconds) |
-           API(HashGet) | API(ReplyWithArray) | API(ReplySetArrayLength) |
+           API(StringTruncate) | API(Milliseconds) | API(HashGet) |
+           API(ReplyWithArray) | API(ReplySetArrayLength) |
            API(ReplyWithLongLong) | API(ReplyWithStringBuffer) |
            API(ReplyWithError) | API(WrongArity) | API(GetContextFlags) |
-           API(ReplicateVerbatim) | API(IsKeysPositionRequest) |
-           API(KeyAtPos) | API(Alloc) | API(Free);
-    if (API(SetAbsExpire) != RM_OK)
-        rm_SetAbsExpire = NULL;
+           API(Replicate) | API(IsKeysPositionRequest) | API(KeyAtPos) |
+           API(Alloc) | API(Free) | API(Log);
     if (bad)
         return RM_ERR;
+    /* Absolute expiries, for the counters and for the SET ... PXAT that
+     * replicates them (both Redis 6.2 and later): with relative ones a
+     * replica or an AOF reload would move every expiry. */
+    if (API(SetAbsExpire) != RM_OK) {
+        rm_Log(ctx, "warning",
+               "ratelimit: needs Redis 6.2 or later "
+               "(RedisModule_SetAbsExpire)");
+        return RM_ERR;
+    }
     rm_SetModuleAttribs(ctx, "ratelimit", RLM_VERSION, RM_APIVER_1);
-    if (rm_CreateCommand(ctx, "rl.batch", cmd_batch, "write getkeys-api", 0,
+    if ((w_pxat = rm_CreateString(NULL, "PXAT", 4)) == NULL ||
+        (w_keepttl = rm_CreateString(NULL, "KEEPTTL", 7)) == NULL ||
+        rm_CreateCommand(ctx, "rl.batch", cmd_batch, "write getkeys-api", 0,
                          0, 0) != RM_OK ||
         rm_CreateCommand(ctx, "rl.version", cmd_version, "readonly fast", 0,
-                         0, 0) != RM_OK)
+                         0, 0) != RM_OK) {
+        RedisModule_OnUnload(ctx);
         return RM_ERR;
+    }
+    return RM_OK;
+}
+
+/* Frees what OnLoad made (Redis calls it at MODULE UNLOAD). */
+__attribute__((visibility("default"))) int
+RedisModule_OnUnload(RedisModuleCtx *ctx)
+{
+    if (w_pxat != NULL)
+        rm_FreeString(NULL, w_pxat);
+    if (w_keepttl != NULL)
+        rm_FreeString(NULL, w_keepttl);
+    w_pxat = w_keepttl = NULL;
+    (void)ctx;
     return RM_OK;
 }

@@ -8,7 +8,10 @@
  * one lookup per counter. Counts are 64-bit integers where the script's
  * are doubles, so the two agree wherever the script is exact (below
  * 2^53). The arguments are all checked before anything is read: a batch
- * with a malformed one fails whole, where the script could stop halfway. */
+ * with a malformed one fails whole, where the script could stop halfway.
+ * Times (the clock, the grace, expiries) are refused past 2^53 - 1 ms,
+ * which rl-server never nears, so that no sum of them overflows and every
+ * counter it creates gets a real expiry. */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -49,6 +52,8 @@ typedef struct {
     void *env;
     const rlm_args_t *a;
     int dry;
+    unsigned flags;
+    int cross; /* the check failed on a stored quota's slot */
     const char *refuse;
     int64_t now, grace;
     uint32_t np;
@@ -88,6 +93,12 @@ int rlm_parse_i64(const char *s, size_t len, int64_t *v)
 static int num(const batch_t *b, size_t i, int64_t *v)
 {
     return i < b->a->nargs ? rlm_parse_i64(b->a->av[i], b->a->al[i], v) : -1;
+}
+
+/* ARGV[i] as a time within [lo, RLM_MS_MAX]; 0, or -1 if it is not one. */
+static int ms_arg(const batch_t *b, size_t i, int64_t lo, int64_t *v)
+{
+    return num(b, i, v) == 0 && *v >= lo && *v <= RLM_MS_MAX ? 0 : -1;
 }
 
 /* ---- a stored quota ----------------------------------------------------*/
@@ -153,6 +164,7 @@ static int parse_quota(const batch_t *b, const char *s, size_t len,
         w->qw = (int64_t)qs[j];
         ms = w->qw * 1000;
         idx = b->now / ms;
+        /* Below 2^55: now and grace are at most RLM_MS_MAX each. */
         w->exp = (idx + 1) * ms + b->grace;
         if (lim < 1)
             lim = 1;
@@ -179,6 +191,20 @@ static size_t base_of(const char *k, size_t len)
         e -= d + 1;
     }
     return e;
+}
+
+/* 1 when a key starting with len bytes at s has its hash tag in them (a
+ * '{' and, after at least one byte, a '}'): then every counter named
+ * after s hashes to the same Redis Cluster slot as s's key, whatever
+ * follows. Without one, Redis hashes the whole name. */
+static int has_tag(const char *s, size_t len)
+{
+    const char *open = memchr(s, '{', len), *close;
+
+    if (open == NULL)
+        return 0;
+    close = memchr(open + 1, '}', len - (size_t)(open + 1 - s));
+    return close != NULL && close > open + 1;
 }
 
 /* ---- one op ------------------------------------------------------------*/
@@ -293,9 +319,9 @@ static void decide(batch_t *b, op_t *o)
     for (j = 0; j < got; j++) {
         win_t *w = &o->w[j];
         if (sum > 0) {
-            b->io->set(b->env, w->h, w->before + sum);
-            if (w->before == 0)
-                b->io->expire_at(b->env, w->h, w->exp);
+            /* A counter found at 0 gets its expiry as a new one would. */
+            b->io->write(b->env, w->h, w->before + sum,
+                         w->before == 0 ? w->exp : 0);
         } else if (w->before == 0 && w->exists) {
             /* The script's INCRBY then DEL: 0 counts as no counter. */
             b->io->del(b->env, w->h);
@@ -346,7 +372,7 @@ static size_t read_profiles(batch_t *b)
             return 0;
         b->pr[j].n = (uint32_t)n;
         for (w = 0; w < (size_t)n; w++) {
-            if (num(b, p + 1 + 2 * w, &e) != 0 ||
+            if (ms_arg(b, p + 1 + 2 * w, 1, &e) != 0 ||
                 num(b, p + 2 + 2 * w, &l) != 0 || l < 0)
                 return 0;
             b->pr[j].exp[w] = e;
@@ -402,7 +428,7 @@ static size_t general_op(batch_t *b, op_t *o, size_t p, size_t *kp)
     o->nw = (uint32_t)nw;
     for (j = 0; j < o->nw; j++) {
         win_t *w = &o->w[j];
-        if (*kp >= a->nkeys || num(b, p, &w->exp) != 0 ||
+        if (*kp >= a->nkeys || ms_arg(b, p, 1, &w->exp) != 0 ||
             num(b, p + 1, &w->lim) != 0 || w->lim < 0)
             return 0;
         w->key = (*kp)++;
@@ -417,12 +443,19 @@ static size_t general_op(batch_t *b, op_t *o, size_t p, size_t *kp)
         memcpy(t, a->av[p], a->al[p]);
         t[a->al[p]] = '\0';
         scale = strtod(t, &end);
-        if (end != t + a->al[p] || !isfinite(scale))
+        if (end != t + a->al[p] || !(scale > 0 && scale <= RLM_SCALE_MAX))
             return 0;
         o->base = a->kv[o->w[0].key];
         o->base_len = base_of(o->base, a->kl[o->w[0].key]);
         if (o->base_len == 0 || o->base_len > RLM_BASE_MAX)
             return 0;
+        /* The stored quota's counters are not among KEYS: Redis checked
+         * that KEYS hash to one slot this node serves, and only a hash
+         * tag keeps the counters in it too. */
+        if ((b->flags & RLM_CLUSTER) && !has_tag(o->base, o->base_len)) {
+            b->cross = 1;
+            return 0;
+        }
         qk = (*kp)++;
         p++;
     }
@@ -536,7 +569,8 @@ static int walk(batch_t *b, size_t p)
 }
 
 int rlm_batch(const rlm_io_t *io, void *env, const rlm_args_t *a,
-              int64_t clock_ms, const char *refuse, size_t *nput)
+              int64_t clock_ms, unsigned flags, const char *refuse,
+              size_t *nput)
 {
     batch_t batch, *b = &batch;
     int64_t dl;
@@ -547,12 +581,16 @@ int rlm_batch(const rlm_io_t *io, void *env, const rlm_args_t *a,
     b->io = io;
     b->env = env;
     b->a = a;
+    b->flags = flags;
     b->refuse = refuse;
     b->dry = 1;
-    if (num(b, 0, &dl) != 0 || num(b, 1, &b->now) != 0 || b->now < 0 ||
-        num(b, 2, &b->grace) != 0 || b->grace < 0 ||
-        (p = read_profiles(b)) == 0 || walk(b, p) != 0)
+    if (ms_arg(b, 0, 0, &dl) != 0 || ms_arg(b, 1, 0, &b->now) != 0 ||
+        ms_arg(b, 2, 0, &b->grace) != 0 || (p = read_profiles(b)) == 0 ||
+        walk(b, p) != 0) {
+        if (b->cross)
+            rc = RLM_ECROSSSLOT;
         goto done;
+    }
     rc = RLM_LATE;
     if (clock_ms >= 0 && dl > 0 && clock_ms > dl)
         goto done;

@@ -15,11 +15,26 @@
 #define RLM_PROFILES_MAX 64
 /* The longest key it derives a stored quota's counter names from. */
 #define RLM_BASE_MAX 4096
+/* The largest time it takes (ms since the epoch: the clock, every expiry;
+ * and the grace, a span): 2^53 - 1, below which the script's doubles are
+ * exact, so that the two decide alike wherever they are given the same
+ * arguments, and a stored quota's expiries (a window end plus the grace)
+ * stay far from overflowing. */
+#define RLM_MS_MAX INT64_C(9007199254740991)
+/* A stored quota's scale lies in (0, RLM_SCALE_MAX]; rl-server sends at
+ * most 1000. */
+#define RLM_SCALE_MAX 1e6
+
+/* rlm_batch's flags. */
+#define RLM_CLUSTER 1 /* Redis Cluster: keys beyond KEYS stay in their slot */
 
 /* rlm_batch's results. */
 #define RLM_OK 0
 #define RLM_LATE 1   /* after the deadline: nothing read, written or put */
 #define RLM_EARGS -1 /* malformed arguments: nothing read, written or put */
+/* With RLM_CLUSTER, an op with a stored quota whose counters could hash to
+ * another slot than its KEYS (no hash tag): nothing read, written or put. */
+#define RLM_ECROSSSLOT -2
 
 /* What the keyspace says of a value. */
 #define RLM_VAL_OK 0
@@ -39,9 +54,11 @@ typedef struct rlm_io_s {
     /* The counter's value into *v and whether it exists (a missing one
      * reads 0); RLM_VAL_OK, _WRONGTYPE or _NOTINT. */
     int (*get)(void *env, void *h, int64_t *v, int *exists);
-    void (*set)(void *env, void *h, int64_t v);   /* keeps its expiry */
+    /* The counter's value becomes v; with expire_ms > 0 (absolute, ms, at
+     * most RLM_MS_MAX) its expiry becomes that, else it keeps its own.
+     * Every counter it creates gets an expiry. */
+    void (*write)(void *env, void *h, int64_t v, int64_t expire_ms);
     void (*del)(void *env, void *h);
-    void (*expire_at)(void *env, void *h, int64_t ms); /* absolute, ms */
     void (*close)(void *env, void *h);
     /* Field ARGV[field] of the hash KEYS[key]: RLM_VAL_OK with the value
      * in *s and *len (*s NULL when there is none; else NUL after len
@@ -63,14 +80,19 @@ typedef struct rlm_args_s {
     size_t nargs;
 } rlm_args_t;
 
-/* Runs one batch: checks every argument first (RLM_EARGS, having done
- * nothing), then the deadline ARGV[1] against clock_ms (skipped when
- * clock_ms < 0: a replica or a reload replays what its master decided),
- * then decides op after op through io. With refuse not NULL every op
+/* Runs one batch: checks every argument first (RLM_EARGS or
+ * RLM_ECROSSSLOT, having done nothing), then the deadline ARGV[1] against
+ * clock_ms (skipped when clock_ms < 0: a replica or a reload replays what
+ * its master decided), then decides op after op through io. Arguments out
+ * of range are malformed: a deadline, clock or grace below 0 or above
+ * RLM_MS_MAX, an expiry below 1 or above it, a negative limit, a cost
+ * below 1, costs summing past 2^63 - 1, a scale outside (0,
+ * RLM_SCALE_MAX]. flags: RLM_CLUSTER or 0. With refuse not NULL every op
  * fails with that error text (Redis out of memory) and no key is touched.
  * *nput gets the number of elements put. */
 int rlm_batch(const rlm_io_t *io, void *env, const rlm_args_t *a,
-              int64_t clock_ms, const char *refuse, size_t *nput);
+              int64_t clock_ms, unsigned flags, const char *refuse,
+              size_t *nput);
 
 /* Reads a whole decimal int64 (an optional '-', no leading zeros, no
  * sign or space elsewhere), as Redis reads a counter; 0 on success. */

@@ -6,21 +6,33 @@
  * Input, lines ('\n'): first the keyspace, one entry a line, "S name
  * value" (a string), "L name" (a list) or "H name field value" (a hash of
  * one field), up to a line "."; then numkeys, the keys and the arguments,
- * a line each, as RL.BATCH gets them after its name. Beyond "does not
- * crash or leak", it checks the contract:
- *   - rlm_batch returns RLM_OK, RLM_LATE or RLM_EARGS;
+ * a line each, as RL.BATCH gets them after its name. An input whose
+ * length is a multiple of 5 runs as on a Redis Cluster (RLM_CLUSTER).
+ * Beyond "does not crash or leak", it checks the contract:
+ *   - rlm_batch returns RLM_OK, RLM_LATE, RLM_EARGS or (on a cluster
+ *     only) RLM_ECROSSSLOT;
  *   - every counter it opens it closes, and it writes only through open
  *     ones;
- *   - RLM_LATE and RLM_EARGS write nothing and reply nothing;
+ *   - RLM_LATE, RLM_EARGS and RLM_ECROSSSLOT write nothing and reply
+ *     nothing;
+ *   - RLM_OK and RLM_LATE only with the deadline, clock and grace within
+ *     [0, RLM_MS_MAX];
  *   - RLM_OK begins the reply once and *nput is the number of elements;
- *     every value it writes is a counter's digits (an int64);
+ *     every value it writes is a counter's digits (an int64); every
+ *     counter it creates gets an expiry, and every expiry it sets is
+ *     positive;
+ *   - on a cluster, with KEYS in one slot, every counter it opens is in
+ *     that slot;
  *   - the same input, the same reply and the same keyspace after.
  *
  * Built two ways (tests/fuzz/CMakeLists.txt, tests/fuzz/run.sh): with
  * clang's libFuzzer, and with RL_FUZZ_REPLAY as a plain program that runs
  * the seed corpus (corpus/rlm_batch), then well-formed batches as
  * rl-server encodes them (rls_redis_encode_module) over a random keyspace,
- * and mutations of those, in every build. */
+ * some with a time or an expiry at or past the edge of its range (refused
+ * exactly when past it) or with keys of no hash tag (refused exactly on a
+ * cluster, when a stored quota is named), and mutations of those, in
+ * every build. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -56,9 +68,36 @@ typedef struct {
     size_t n;
     const rlm_args_t *a;
     int begun, opens, writes;
+    int slot; /* on a cluster, the slot of every KEYS; else -1 */
     size_t puts;
     uint64_t hash; /* of the reply */
 } env_t;
+
+/* Redis Cluster's slot of a key (CRC16/XMODEM of its hash tag, or of the
+ * whole name when it has none), computed here apart from the module. */
+static int key_slot(const char *k, size_t len)
+{
+    size_t s, e, i;
+    uint16_t crc = 0;
+
+    for (s = 0; s < len && k[s] != '{'; s++)
+        ;
+    if (s < len) {
+        for (e = s + 1; e < len && k[e] != '}'; e++)
+            ;
+        if (e < len && e > s + 1) {
+            k += s + 1;
+            len = e - s - 1;
+        }
+    }
+    for (i = 0; i < len; i++) {
+        int b;
+        crc ^= (uint16_t)((unsigned char)k[i] << 8);
+        for (b = 0; b < 8; b++)
+            crc = (uint16_t)(crc & 0x8000 ? (crc << 1) ^ 0x1021 : crc << 1);
+    }
+    return crc & 16383;
+}
 
 static char *dup_bytes(const char *s, size_t len)
 {
@@ -95,6 +134,7 @@ static void *k_open(void *env, size_t key, const char *name, size_t len)
         name = v->a->kv[key];
         len = v->a->kl[key];
     }
+    CHECK(v->slot < 0 || key_slot(name, len) == v->slot);
     if ((e = find(v, name, len, 1)) == NULL)
         return NULL;
     CHECK(!e->open);
@@ -119,7 +159,7 @@ static int k_get(void *env, void *h, int64_t *val, int *exists)
                                                            : RLM_VAL_NOTINT;
 }
 
-static void k_set(void *env, void *h, int64_t val)
+static void k_write(void *env, void *h, int64_t val, int64_t expire_ms)
 {
     entry_t *e = h;
     char t[32];
@@ -128,10 +168,13 @@ static void k_set(void *env, void *h, int64_t val)
 
     CHECK(e->open && (e->type == 0 || e->type == 'S'));
     CHECK(rlm_parse_i64(t, (size_t)n, &back) == 0 && back == val);
+    CHECK(expire_ms >= 0 && (e->type != 0 || expire_ms > 0));
     free(e->value);
     e->value = dup_bytes(t, (size_t)n);
     e->value_len = (size_t)n;
     e->type = 'S';
+    if (expire_ms > 0)
+        e->expire = expire_ms;
     ((env_t *)env)->writes++;
 }
 
@@ -142,15 +185,6 @@ static void k_del(void *env, void *h)
     CHECK(e->open && e->type == 'S');
     e->type = 0;
     e->expire = 0;
-    ((env_t *)env)->writes++;
-}
-
-static void k_expire_at(void *env, void *h, int64_t ms)
-{
-    entry_t *e = h;
-
-    CHECK(e->open && e->type == 'S');
-    e->expire = ms;
     ((env_t *)env)->writes++;
 }
 
@@ -222,8 +256,8 @@ static void r_str(void *env, const char *s, size_t len)
     mix(v, s, len);
 }
 
-static const rlm_io_t io = {k_open,  k_get,   k_set,   k_del, k_expire_at,
-                            k_close, k_quota, r_begin, r_int, r_str};
+static const rlm_io_t io = {k_open,  k_get,   k_write, k_del, k_close,
+                            k_quota, r_begin, r_int,   r_str};
 
 /* Splits the input into its keyspace and its argument lines. Returns the
  * number of argument lines, or -1 when there is no "." line. */
@@ -303,8 +337,19 @@ static uint64_t state_of(const env_t *v)
     return h;
 }
 
-static int run_once(const uint8_t *data, size_t size, env_t *v, int *rc,
-                    size_t *nput, uint64_t *state)
+/* ARGV[i] is a time rlm_batch may take: within [0, RLM_MS_MAX]. */
+static int in_range(const rlm_args_t *a, size_t i)
+{
+    int64_t x;
+
+    return i < a->nargs && rlm_parse_i64(a->av[i], a->al[i], &x) == 0 &&
+           x >= 0 && x <= RLM_MS_MAX;
+}
+
+/* Runs the input once, as on a Redis Cluster when cluster is set; 0 when
+ * it has no argument lines. */
+static int run_once(const uint8_t *data, size_t size, int cluster, env_t *v,
+                    int *rc, size_t *nput, uint64_t *state)
 {
     static const char *f[MAX_FIELDS];
     static size_t fl[MAX_FIELDS];
@@ -312,6 +357,7 @@ static int run_once(const uint8_t *data, size_t size, env_t *v, int *rc,
     long n;
     rlm_args_t a;
     uint64_t before;
+    size_t i;
 
     memset(v, 0, sizeof(*v));
     if ((n = split(data, size, v, f, fl)) < 1 ||
@@ -326,12 +372,27 @@ static int run_once(const uint8_t *data, size_t size, env_t *v, int *rc,
     a.al = fl + 1 + nk;
     a.nargs = (size_t)(n - 1 - nk);
     v->a = &a;
+    /* Redis runs a call on a cluster node only when its KEYS are in one
+     * slot; the counters it names itself must stay there. */
+    v->slot = -1;
+    for (i = 0; cluster && i < a.nkeys; i++) {
+        int s = key_slot(a.kv[i], a.kl[i]);
+        if (i > 0 && s != v->slot) {
+            v->slot = -1;
+            break;
+        }
+        v->slot = s;
+    }
     before = state_of(v);
     /* The clock: late for any deadline set, unless the input is short. */
     *rc = rlm_batch(&io, v, &a, size % 3 == 0 ? -1 : (int64_t)size * 1000,
+                    cluster ? RLM_CLUSTER : 0,
                     size % 7 == 0 ? "OOM command not allowed" : NULL, nput);
-    CHECK(*rc == RLM_OK || *rc == RLM_LATE || *rc == RLM_EARGS);
+    CHECK(*rc == RLM_OK || *rc == RLM_LATE || *rc == RLM_EARGS ||
+          (cluster && *rc == RLM_ECROSSSLOT));
     CHECK(v->opens == 0);
+    if (*rc == RLM_OK || *rc == RLM_LATE)
+        CHECK(in_range(&a, 0) && in_range(&a, 1) && in_range(&a, 2));
     if (*rc != RLM_OK) {
         CHECK(!v->begun && v->puts == 0 && *nput == 0 && v->writes == 0);
         CHECK(state_of(v) == before);
@@ -350,9 +411,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint64_t s1, s2;
     int rc1, rc2;
 
-    if (!run_once(data, size, &v1, &rc1, &n1, &s1))
+    if (!run_once(data, size, size % 5 == 0, &v1, &rc1, &n1, &s1))
         return 0;
-    CHECK(run_once(data, size, &v2, &rc2, &n2, &s2));
+    CHECK(run_once(data, size, size % 5 == 0, &v2, &rc2, &n2, &s2));
     CHECK(rc1 == rc2 && n1 == n2 && s1 == s2 && v1.hash == v2.hash);
     return 0;
 }
@@ -365,7 +426,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 /* Without libFuzzer: runs each file named (a directory is read with the
  * names listed in it), then batches as rl-server encodes them, then
- * mutations of those. A seed named ok-* must be RLM_OK; bad-* RLM_EARGS. */
+ * mutations of those. A seed named ok-* must be RLM_OK; bad-* RLM_EARGS;
+ * cross-* RLM_ECROSSSLOT on a cluster and RLM_OK elsewhere. */
 
 static int run_file(const char *path)
 {
@@ -374,24 +436,56 @@ static int run_file(const char *path)
     static env_t v;
     size_t n, nput;
     uint64_t st;
-    int rc = -100;
+    int rc = -100, rc_cl = -100, cross;
 
     if (rlf_read(path, buf, sizeof(buf), &n) != 0)
         return 1;
     LLVMFuzzerTestOneInput(buf, n);
     base = base != NULL ? base + 1 : path;
-    run_once(buf, n, &v, &rc, &nput, &st);
-    if ((strncmp(base, "ok-", 3) == 0 && rc != RLM_OK) ||
-        (strncmp(base, "bad-", 4) == 0 && rc != RLM_EARGS)) {
-        fprintf(stderr, "fuzz_rlm_batch: %s: rc=%d\n", path, rc);
+    cross = strncmp(base, "cross-", 6) == 0;
+    run_once(buf, n, 0, &v, &rc, &nput, &st);
+    run_once(buf, n, 1, &v, &rc_cl, &nput, &st);
+    if ((strncmp(base, "ok-", 3) == 0 && (rc != RLM_OK || rc_cl != RLM_OK)) ||
+        (strncmp(base, "bad-", 4) == 0 &&
+         (rc != RLM_EARGS || rc_cl != RLM_EARGS)) ||
+        (cross && (rc != RLM_OK || rc_cl != RLM_ECROSSSLOT))) {
+        fprintf(stderr, "fuzz_rlm_batch: %s: rc=%d, on a cluster %d\n", path,
+                rc, rc_cl);
         return 1;
     }
     return 0;
 }
 
+/* Values at the edges of a time's range [0, RLM_MS_MAX] (an expiry's is
+ * [1, RLM_MS_MAX]), and whether each is in it. */
+static const struct {
+    const char *text;
+    int in, in_expiry;
+} edges[] = {
+    {"0", 1, 0},
+    {"1", 1, 1},
+    {"9007199254740991", 1, 1},
+    {"9007199254740992", 0, 0},
+    {"9223372036854775807", 0, 0},
+    {"-1", 0, 0},
+    {"-9223372036854775808", 0, 0},
+    {"18446744073709551615", 0, 0},
+};
+#define NEDGES (sizeof(edges) / sizeof(edges[0]))
+/* The expiry a batch's edge replaces: no other argument has this value. */
+#define EDGE_EXPIRY "900777"
+
+/* What a generated batch must get. */
+typedef struct {
+    int bad;         /* an argument out of range: RLM_EARGS */
+    int quota_plain; /* a stored quota named on keys of no hash tag */
+} expect_t;
+
 /* A batch as the store encodes it (RESP of RL.BATCH), turned into this
- * target's input over a random keyspace. */
-static size_t well_formed(uint8_t *buf, size_t cap)
+ * target's input over a random keyspace; one time in two with one of the
+ * deadline, clock, grace or an expiry replaced by an edge value, one in
+ * six on keys of no hash tag. */
+static size_t well_formed(uint8_t *buf, size_t cap, expect_t *x)
 {
     static const char *const quotas[] = {"5/60 9/3600", "abc", "0/60",
                                          "3/60 3/60", "7/1"};
@@ -400,17 +494,22 @@ static size_t well_formed(uint8_t *buf, size_t cap)
     static rls_wop_t win[8][RLS_WINDOWS_MAX];
     static uint32_t costs[8][4];
     static rls_cmdbuf_t cmd;
-    size_t n = 1 + rlf_rand() % 8, i, j, len = 0, clen;
-    const char *p, *end;
+    size_t n = 1 + rlf_rand() % 8, i, j, len = 0, clen, nk = 0;
+    unsigned edge = rlf_rand() % 8, e = rlf_rand() % NEDGES;
+    int plain = rlf_rand() % 6 == 0;
+    const char *p, *end, *tag = plain ? "" : "{", *gat = plain ? "" : "}";
 
+    memset(x, 0, sizeof(*x));
     for (i = 0; i < n; i++) {
         rls_op_t *op = &ops[i];
         uint32_t nc = 1 + rlf_rand() % 4, c = 1 + rlf_rand() % 3;
-        snprintf(keys[i], sizeof(keys[i]), "rl:{c%u}:r:t", rlf_rand() % 4);
+        snprintf(keys[i], sizeof(keys[i]), "rl:%sc%u%s:r:t", tag,
+                 rlf_rand() % 4, gat);
         memset(op, 0, sizeof(*op));
         op->key = keys[i];
         op->key_len = strlen(keys[i]);
-        op->tag_len = (size_t)(strchr(keys[i], '}') + 1 - keys[i]);
+        op->tag_len = plain ? op->key_len
+                            : (size_t)(strchr(keys[i], '}') + 1 - keys[i]);
         op->win = win[i];
         op->nwin = 1 + rlf_rand() % 3;
         op->scale = 1;
@@ -426,6 +525,7 @@ static size_t well_formed(uint8_t *buf, size_t cap)
             op->quota = "t";
             op->quota_len = 1;
             op->scale = rlf_rand() % 2 ? 1 : 0.5;
+            x->quota_plain |= plain;
         }
         for (j = 0; j < op->nwin; j++) {
             win[i][j].window_s = (uint32_t)(60 * (j + 1));
@@ -434,9 +534,17 @@ static size_t well_formed(uint8_t *buf, size_t cap)
             win[i][j].expire_at_ms = 900000 + j;
         }
     }
+    if (edge == 3) {
+        i = rlf_rand() % n;
+        win[i][rlf_rand() % ops[i].nwin].expire_at_ms =
+            strtoull(EDGE_EXPIRY, NULL, 10);
+        x->bad = !edges[e].in_expiry;
+    } else if (edge < 3) {
+        x->bad = !edges[e].in;
+    }
     for (i = 0; i < 4; i++) {
         char k[64], wk[128];
-        snprintf(k, sizeof(k), "rl:{c%zu}", i);
+        snprintf(k, sizeof(k), "rl:%sc%zu%s", tag, i, gat);
         switch (rlf_rand() % 4) {
         case 0:
             len += (size_t)snprintf((char *)buf + len, cap - len,
@@ -459,18 +567,29 @@ static size_t well_formed(uint8_t *buf, size_t cap)
     clen = rls_redis_encode_module(&cmd, ops, n, 420000, 1000,
                                    rlf_rand() % 2 ? 0 : 10);
     CHECK(clen > 0);
-    /* "*N" then "$len\r\nbytes\r\n" per argument; skip RL.BATCH. */
+    /* "*N" then "$len\r\nbytes\r\n" per argument; skip RL.BATCH. Argument
+     * i is numkeys (i = 1), a key, or ARGV[i - 2 - numkeys]. */
     p = memchr(cmd.p, '\n', clen) + 1;
     end = cmd.p + clen;
     for (i = 0; p < end; i++) {
-        size_t al = (size_t)strtoul(p + 1, NULL, 10);
+        size_t ol = (size_t)strtoul(p + 1, NULL, 10), al = ol;
+        const char *arg;
         p = memchr(p, '\n', (size_t)(end - p)) + 1;
+        arg = p;
+        if (i == 1)
+            nk = (size_t)strtoul(p, NULL, 10);
+        if ((edge < 3 && i == 2 + nk + edge) ||
+            (edge == 3 && i > 1 + nk && ol == strlen(EDGE_EXPIRY) &&
+             memcmp(p, EDGE_EXPIRY, ol) == 0)) {
+            arg = edges[e].text;
+            al = strlen(arg);
+        }
         if (i > 0 && len + al + 1 < cap) {
-            memcpy(buf + len, p, al);
+            memcpy(buf + len, arg, al);
             len += al;
             buf[len++] = '\n';
         }
-        p += al + 2;
+        p += ol + 2;
     }
     return len > 0 ? len - 1 : 0;
 }
@@ -480,28 +599,41 @@ int main(int argc, char **argv)
     static const char alphabet[] = " \n.-r0123456789:{}qSLH/";
     static uint8_t buf[16384];
     static env_t v;
-    int i, iters = 20000, files = 0, ok = 0;
+    int i, iters = 20000, files = 0, ok = 0, bad = 0, cross = 0;
 
+    /* The oracle's slots, as CLUSTER KEYSLOT gives them. */
+    CHECK(key_slot("foo", 3) == 12182);
+    CHECK(key_slot("a{foo}b", 7) == 12182 && key_slot("{}foo", 5) != 12182);
     for (i = 1; i < argc; i++)
         if (rlf_walk(argv[i], run_file, &files) != 0)
             return 1;
     for (i = 0; i < iters; i++) {
-        size_t n = well_formed(buf, sizeof(buf) - 8), edits = rlf_rand() % 4;
+        expect_t x;
+        size_t n = well_formed(buf, sizeof(buf) - 8, &x), nput;
+        size_t edits = rlf_rand() % 4;
+        int cluster = n % 5 == 0, rc = -100;
+        uint64_t st;
 
-        if (edits == 0) {
-            size_t nput;
-            uint64_t st;
-            int rc = -100;
-            CHECK(run_once(buf, n, &v, &rc, &nput, &st));
+        CHECK(run_once(buf, n, cluster, &v, &rc, &nput, &st));
+        if (x.bad && cluster && x.quota_plain)
+            CHECK(rc == RLM_EARGS || rc == RLM_ECROSSSLOT);
+        else if (x.bad)
+            CHECK(rc == RLM_EARGS);
+        else if (cluster && x.quota_plain)
+            CHECK(rc == RLM_ECROSSSLOT);
+        else
             CHECK(rc == RLM_OK || rc == RLM_LATE);
-            ok += rc == RLM_OK;
-        }
+        ok += rc == RLM_OK;
+        bad += rc == RLM_EARGS;
+        cross += rc == RLM_ECROSSSLOT;
         n = rlf_mutate(buf, n, sizeof(buf), edits, alphabet, rlf_rand);
         LLVMFuzzerTestOneInput(buf, n);
     }
-    printf("fuzz_rlm_batch replay: %d files, %d batches (%d unmutated "
-           "decided), invariants held\n",
-           files, iters, ok);
+    /* Each outcome was reached often. */
+    CHECK(ok > iters / 4 && bad > iters / 20 && cross > iters / 200);
+    printf("fuzz_rlm_batch replay: %d files, %d batches (%d decided, %d out "
+           "of range, %d cross-slot), invariants held\n",
+           files, iters, ok, bad, cross);
     return 0;
 }
 #endif

@@ -2241,26 +2241,34 @@ static void test_module_matches_script(void **state)
     assert_true(nkeys > 200);
 }
 
-/* A replica (with the module, as it must have) ends up with the master's
- * counters, values and expiries alike, RL.BATCH replayed as the master
- * ran it: quotas, refusals and all. */
+/* A replica WITHOUT the module ends up with the master's counters, values
+ * and absolute expiries alike, as the module decided them on the master:
+ * quotas, refusals, a counter at 0 removed, and all; its log has no
+ * CRITICAL line (what a replica writes when it cannot run a command its
+ * master sent). */
 static void test_module_replicates(void **state)
 {
     fx_t *f = *state;
     static job_t j;
-    static const uint32_t ones[] = {1, 1, 1, 1};
-    char port[16], key[64];
+    static const uint32_t ones[] = {1, 1, 1, 1}, five[] = {5};
+    char port[16], key[64], zero[64], module[512], log[192], line[1024];
     char *extra[] = {"--replicaof", "127.0.0.1", port, NULL};
     rlt_redis_t *rep = &f->replica;
     redisContext *rc;
     redisReply *r, *keys;
     uint64_t now, deadline;
     size_t i, round;
+    FILE *lf;
 
     if (!with_module())
         skip();
     snprintf(port, sizeof(port), "%d", f->redis.port);
-    assert_int_equal(rlt_redis_start_with(rep, extra), 0);
+    /* rlt_redis_start loads RLT_REDIS_MODULE: not into this one. */
+    snprintf(module, sizeof(module), "%s", getenv("RLT_REDIS_MODULE"));
+    unsetenv("RLT_REDIS_MODULE");
+    i = (size_t)rlt_redis_start_with(rep, extra);
+    setenv("RLT_REDIS_MODULE", module, 1);
+    assert_int_equal(i, 0);
     rc = rlt_redis_connect(rep);
     assert_non_null(rc);
     deadline = rlt_mono_ms() + 10000;
@@ -2280,6 +2288,11 @@ static void test_module_replicates(void **state)
     open_store(f, f->redis.port, 2000, 0);
     wait_up(f, 5000);
     now = f->st->v->now_ms(f->st);
+    /* A counter at 0 that a refusal removes (the script's INCRBY, DEL). */
+    snprintf(zero, sizeof(zero), "rl:{rq9}:r:t:60:%llu",
+             (unsigned long long)(now / 60000));
+    r = redisCommand(f->rc, "SET %s 0", zero);
+    freeReplyObject(r);
     for (round = 0; round < 5; round++) {
         for (i = 0; i < 8; i++) {
             snprintf(key, sizeof(key), "rl:{rq%zu}:r:t", i % 4);
@@ -2288,9 +2301,19 @@ static void test_module_replicates(void **state)
             if (i % 4 == 0)
                 job_quota(&j, i, 1);
         }
-        run_job(f, &j, 8);
+        job_costs(&j, 8, "rl:{rq9}:r:t", 1, five, 1, 1);
+        win_at(&j.win[8][0], 60, 4, now / 60000, 1000);
+        run_job(f, &j, 9);
         assert_int_equal(j.status, 0);
+        assert_int_equal(j.ops[8].admitted, 0);
     }
+    assert_int_equal(redis_int(f, "EXISTS %s", zero), 0);
+    /* The module decided (its calls, no script's). */
+    r = redisCommand(f->rc, "INFO commandstats");
+    assert_non_null(r);
+    assert_non_null(strstr(r->str, "cmdstat_rl.batch:calls=5,"));
+    assert_null(strstr(r->str, "cmdstat_evalsha:"));
+    freeReplyObject(r);
     r = redisCommand(f->rc, "WAIT 1 2000");
     assert_non_null(r);
     assert_int_equal(r->integer, 1);
@@ -2318,6 +2341,13 @@ static void test_module_replicates(void **state)
     freeReplyObject(r);
     freeReplyObject(keys);
     redisFree(rc);
+    snprintf(log, sizeof(log), "%s/redis.log", rep->dir);
+    lf = fopen(log, "r");
+    assert_non_null(lf);
+    while (fgets(line, sizeof(line), lf) != NULL)
+        if (strstr(line, "CRITICAL") != NULL)
+            fail_msg("replica log: %s", line);
+    fclose(lf);
 }
 
 /* A refusal on a window nobody used yet creates no key; with the list
