@@ -49,11 +49,14 @@ t_await() {
 # once when the process recorded as NAME exits meanwhile (the logs' last
 # lines follow, from t_cleanup).
 t_await_proc() {
-    local name=$1 ms=$2 what=$3 deadline
+    local name=$1 ms=$2 what=$3 deadline pid
     shift 3
+    pid=$(cat "$T_DIR/$name.pid")
     deadline=$(($(lc_ms) + ms))
     until "$@" >/dev/null 2>&1; do
-        lc_alive "$T_DIR" "$name" || t_fail "$name exited before: $what"
+        # By pid, not by program name: right after the spawn the child may
+        # still be the shell that is about to exec it.
+        lc_gone "$pid" && t_fail "$name exited before: $what"
         (($(lc_ms) < deadline)) || t_fail "not within ${ms} ms: $what"
         sleep 0.05
     done
