@@ -288,7 +288,10 @@ scenario_failover() {
     local victim t0 t1 errs masters p
     t_init 1
     rc_start
-    rc_server 1 --redis-timeout-ms 500 --fail-closed
+    # The surviving masters must fail no call: a timeout long enough that a
+    # loaded machine does not make them (the dead master's calls fail at
+    # once: its connections are reset).
+    rc_server 1 --redis-timeout-ms 2000 --fail-closed
     t_await_proc rl-server-1 5000 "server healthy" t_healthy 1
     masters=$(rc_masters)
     victim=$(echo "$masters" | head -n 1)
