@@ -3,14 +3,38 @@
  *
  * nghttp2 does all of HTTP/2 (framing, HPACK, flow control, SETTINGS,
  * GOAWAY, flood protection); this file moves bytes between it and the
- * socket and turns streams into calls. Reads go to one buffer shared by
- * every connection and are handed to nghttp2_session_mem_recv at once,
- * which consumes them whole. Frames to send are drawn with
- * nghttp2_session_mem_send into the connection's output buffer once per
- * loop iteration (rls_grpc_flush) and not while a write is in flight, so
- * a client that does not read holds at most its streams' answers inside
- * nghttp2: streams stay open until their answers are sent, and their
- * number is capped.
+ * socket, turns streams into calls and bounds what one connection can
+ * cost.
+ *
+ * Input. Reads go to one buffer shared by every connection and are handed
+ * to nghttp2_session_mem_recv at once. What one connection may make
+ * nghttp2 do is budgeted per round (a round ends at each flush: the
+ * server flushes at its tick and right before polling): FEED_BUDGET
+ * bytes fed and DECODE_BUDGET bytes of header lists decoded, counted as
+ * RFC 9113 sizes a header list, so that an indexed reference costs what
+ * it expands to and HPACK cannot amplify past the budget. A connection
+ * over either stops reading until the next flush; a header over the
+ * decode budget pauses nghttp2 in the middle of a read
+ * (NGHTTP2_ERR_PAUSE), and the rest of that read waits in the
+ * connection's stash (counted against --max-partial-bytes with the
+ * request bodies). So however a client shapes its input, a round gives
+ * it a bounded slice of the loop and every other connection is read in
+ * between, as net/conn.c's --max-inflight pause does for the native
+ * protocol.
+ *
+ * Header lists. A stream whose headers pass RLS_GRPC_HEADERS_MAX is reset
+ * at once: the header callback refuses (NGHTTP2_ERR_TEMPORAL_CALLBACK_
+ * FAILURE), nghttp2 sends RST_STREAM INTERNAL_ERROR and decodes the rest
+ * of the block only to keep its HPACK table, without validating or
+ * calling back (a small cost per byte, inside the feed budget). The
+ * HEADER_STRIKES-th such stream of a connection ends it: GOAWAY
+ * ENHANCE_YOUR_CALM, after which nghttp2 ignores everything it sends.
+ *
+ * Output. Frames to send are drawn with nghttp2_session_mem_send into
+ * the connection's output buffer once per loop iteration (rls_grpc_flush)
+ * and not while a write is in flight, so a client that does not read
+ * holds at most its streams' answers inside nghttp2: streams stay open
+ * until their answers are sent, and their number is capped.
  *
  * Lifetimes. A stream object lives until nghttp2 closed the stream (or
  * the connection went) *and* no answer of its call is still due from the
@@ -36,6 +60,14 @@
 /* Output drawn from nghttp2 per write, at most (it may overshoot by one
  * frame). */
 #define OUT_BATCH 65536
+/* What one connection may have nghttp2 do per round, by default: bytes
+ * fed, and header-list bytes decoded. A call from Envoy is a few hundred
+ * bytes of each, so a connection's 100 streams fit in one round; an
+ * attack's amplified header blocks are cut to this. */
+#define FEED_BUDGET READ_CHUNK
+#define DECODE_BUDGET 65536
+/* Header lists over the limit that end a connection. */
+#define HEADER_STRIKES 2
 #define RLS_GRPC_PATH                                                          \
     "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 
@@ -60,7 +92,7 @@ typedef struct gstream_s {
     unsigned ctype_ok : 1;
     unsigned encoding : 1; /* grpc-encoding other than identity */
     unsigned started : 1;  /* the call was started */
-    unsigned answered : 1; /* a response was submitted */
+    unsigned answered : 1; /* a response was submitted, or it was reset */
     unsigned closed : 1;   /* nghttp2 is done with it */
 } gstream_t;
 
@@ -71,14 +103,29 @@ struct gconn_s {
     nghttp2_session *h2;
     rls_list_t node;    /* in g->conns */
     rls_list_t dirty;   /* in g->dirty */
+    rls_list_t resume;  /* in g->resume while paused by its budget */
     rls_list_t streams; /* stream objects alive */
     rl_buf_t out;       /* bytes drawn from nghttp2, being written */
+    uint8_t *stash;     /* input left when nghttp2 paused, from stash_off */
+    size_t stash_len;
+    size_t stash_off;
+    uint64_t gen; /* the round fed and decoded count for */
+    size_t fed;
+    size_t decoded;
     uint64_t active_ms;
     uint32_t open_streams; /* streams nghttp2 has open with us */
+    uint32_t strikes;      /* header lists over the limit */
+    unsigned reading : 1;
     unsigned writing : 1;
     unsigned closing : 1;
     unsigned closed : 1;
     unsigned goaway : 1;
+    unsigned ended : 1; /* nghttp2 takes no more input from it */
+    /* nghttp2 paused (NGHTTP2_ERR_PAUSE): it must be called again, with
+     * the stash or nothing, before the connection is read. Even when it
+     * took the whole read: the end of a header block that was in it is
+     * handled only by the next call. */
+    unsigned paused : 1;
 };
 
 struct rls_grpc_s {
@@ -86,15 +133,20 @@ struct rls_grpc_s {
     const rls_config_t *cfg;
     uv_tcp_t listener;
     uv_timer_t sweep;
+    uv_idle_t spin; /* keeps poll from blocking while reads are deferred */
     int listening;
     int draining;
     int stopping;
     int freeing;
-    unsigned handles; /* of listener and sweep, still open */
-    size_t nalloc;    /* connections allocated (open or closing) */
-    uint64_t held;    /* request bytes buffered by all streams */
+    unsigned handles;   /* of listener, sweep and spin, still open */
+    size_t nalloc;      /* connections allocated (open or closing) */
+    uint64_t held;      /* request bytes buffered by all streams and stashes */
+    uint64_t gen;       /* rounds so far */
+    size_t feed_budget; /* FEED_BUDGET unless a test set it */
+    size_t decode_budget; /* DECODE_BUDGET likewise */
     rls_list_t conns;
     rls_list_t dirty;
+    rls_list_t resume;
     uint8_t *rbuf;
     nghttp2_session_callbacks *cbs;
     nghttp2_option *opt;
@@ -391,19 +443,17 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f,
 
     if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0;
-    /* nghttp2 enforces the SETTINGS limit once the client acknowledged it;
-     * this covers the streams opened before that. */
+    /* nghttp2 refuses streams over the SETTINGS limit before this is
+     * called, from the moment the SETTINGS are submitted; this is a
+     * backstop. Refusing here (as for no memory) resets the stream and
+     * has nghttp2 skip its header block. */
     if (c->open_streams >= c->g->cfg->grpc_max_streams) {
         c->g->stats.streams_refused++;
-        nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, f->hd.stream_id,
-                                  NGHTTP2_REFUSED_STREAM);
-        return 0;
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     }
-    if ((st = calloc(1, sizeof(*st))) == NULL) {
-        nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, f->hd.stream_id,
-                                  NGHTTP2_INTERNAL_ERROR);
-        return 0;
-    }
+    if ((st = calloc(1, sizeof(*st))) == NULL)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+
     st->c = c;
     st->id = f->hd.stream_id;
     st->begin_ms = uv_now(c->g->loop);
@@ -419,37 +469,66 @@ static int hv_is(const uint8_t *v, size_t n, const char *w)
     return n == strlen(w) && memcmp(v, w, n) == 0;
 }
 
+/* A stream's header list passed the limit: it is reset now (nghttp2 skips
+ * the rest of its block), and a connection that keeps doing it is
+ * ended. */
+static int headers_too_large(gconn_t *c, gstream_t *st)
+{
+    c->g->stats.streams_oversized++;
+    st->answered = 1; /* the reset is its answer */
+    msg_release(st);
+    if (++c->strikes >= HEADER_STRIKES && !c->ended) {
+        /* GOAWAY, and nghttp2 ignores all further input (it stops
+         * decoding this block too): no more CPU for this client. */
+        RLS_DEBUG("grpc: closing connection: header lists over the limit",
+                  " streams=%u", (unsigned)c->strikes);
+        c->g->stats.conns_headers++;
+        c->ended = 1;
+        c->goaway = 1;
+        nghttp2_session_terminate_session(c->h2, NGHTTP2_ENHANCE_YOUR_CALM);
+    }
+    return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+}
+
 static int on_header(nghttp2_session *s, const nghttp2_frame *f,
                      const uint8_t *name, size_t namelen, const uint8_t *value,
                      size_t valuelen, uint8_t flags, void *ud)
 {
+    gconn_t *c = ud;
     gstream_t *st = stream_of(s, f->hd.stream_id);
+    /* RFC 9113's size of a header field: name, value and 32. An indexed
+     * reference counts what it expands to. */
+    size_t size = namelen + valuelen + 32;
 
     (void)flags;
-    (void)ud;
-    if (st == NULL || f->hd.type != NGHTTP2_HEADERS ||
-        f->headers.cat != NGHTTP2_HCAT_REQUEST)
-        return 0; /* trailers from the client: nothing we need */
-    /* RFC 9113's size of a header list: name, value and 32 each. */
-    st->hdr_bytes += namelen + valuelen + 32;
-    if (st->hdr_bytes > RLS_GRPC_HEADERS_MAX) {
-        st->err = RLS_GRPC_RESOURCE_EXHAUSTED;
-        st->why = "header list larger than 8 KiB";
+    c->decoded += size;
+    if (st == NULL || st->answered)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* nothing wanted */
+    /* Trailers count with the headers: a client has no use for them. */
+    st->hdr_bytes += size;
+    if (st->hdr_bytes > RLS_GRPC_HEADERS_MAX)
+        return headers_too_large(c, st);
+    if (f->hd.type == NGHTTP2_HEADERS &&
+        f->headers.cat == NGHTTP2_HCAT_REQUEST) {
+        if (hv_is(name, namelen, ":method")) {
+            st->post = hv_is(value, valuelen, "POST");
+        } else if (hv_is(name, namelen, ":path")) {
+            st->path_seen = 1;
+            st->path_ok = hv_is(value, valuelen, RLS_GRPC_PATH);
+        } else if (hv_is(name, namelen, "content-type")) {
+            st->ctype_ok =
+                valuelen >= 16 && memcmp(value, "application/grpc", 16) == 0 &&
+                (valuelen == 16 || value[16] == '+' || value[16] == ';');
+        } else if (hv_is(name, namelen, "grpc-encoding")) {
+            st->encoding = !hv_is(value, valuelen, "identity");
+        }
+    }
+    /* Over the round's budget: nghttp2 returns from mem_recv now, and the
+     * rest of the input waits for the next round. */
+    if (c->decoded < c->g->decode_budget)
         return 0;
-    }
-    if (hv_is(name, namelen, ":method")) {
-        st->post = hv_is(value, valuelen, "POST");
-    } else if (hv_is(name, namelen, ":path")) {
-        st->path_seen = 1;
-        st->path_ok = hv_is(value, valuelen, RLS_GRPC_PATH);
-    } else if (hv_is(name, namelen, "content-type")) {
-        st->ctype_ok = valuelen >= 16 &&
-                       memcmp(value, "application/grpc", 16) == 0 &&
-                       (valuelen == 16 || value[16] == '+' || value[16] == ';');
-    } else if (hv_is(name, namelen, "grpc-encoding")) {
-        st->encoding = !hv_is(value, valuelen, "identity");
-    }
-    return 0;
+    c->paused = 1;
+    return NGHTTP2_ERR_PAUSE;
 }
 
 static int on_data(nghttp2_session *s, uint8_t flags, int32_t id,
@@ -499,8 +578,6 @@ static int on_frame(nghttp2_session *s, const nghttp2_frame *f, void *ud)
         return 0;
     if (f->hd.flags & NGHTTP2_FLAG_END_STREAM)
         request_done(st);
-    else if (f->hd.type == NGHTTP2_HEADERS && st->err != 0)
-        reply_status(st, st->err, st->why); /* e.g. headers too large */
     return 0;
 }
 
@@ -547,6 +624,17 @@ static void on_closed(uv_handle_t *h)
     maybe_free_conn(c);
 }
 
+/* Drops the input nghttp2 paused on. */
+static void unstash(gconn_t *c)
+{
+    if (c->stash == NULL)
+        return;
+    c->g->held -= c->stash_len;
+    free(c->stash);
+    c->stash = NULL;
+    c->stash_len = c->stash_off = 0;
+}
+
 static void conn_close(gconn_t *c)
 {
     if (c->closing)
@@ -554,12 +642,38 @@ static void conn_close(gconn_t *c)
     c->closing = 1;
     rls_list_remove(&c->node);
     rls_list_remove(&c->dirty);
+    rls_list_remove(&c->resume);
+    unstash(c);
     c->g->stats.conns_open--;
     if (c->h2 != NULL) {
         nghttp2_session_del(c->h2);
         c->h2 = NULL;
     }
     uv_close((uv_handle_t *)&c->tcp, on_closed);
+}
+
+/* Ends a connection now: GOAWAY with `code` when it can go out without
+ * waiting (no write in flight), then close. */
+static void conn_drop(gconn_t *c, uint32_t code)
+{
+    const uint8_t *data;
+    ssize_t n;
+    uv_buf_t b;
+
+    if (c->closing)
+        return;
+    if (c->h2 != NULL && !c->writing) {
+        nghttp2_session_terminate_session(c->h2, code);
+        while (rl_buf_len(&c->out) < OUT_BATCH &&
+               (n = nghttp2_session_mem_send(c->h2, &data)) > 0)
+            if (rl_buf_append(&c->out, data, (size_t)n) != RL_OK)
+                break;
+        b = uv_buf_init((char *)rl_buf_rptr(&c->out),
+                        (unsigned)rl_buf_len(&c->out));
+        if (b.len > 0)
+            uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+    }
+    conn_close(c);
 }
 
 /* Closes a connection nghttp2 is done with (GOAWAY both ways, or after a
@@ -639,14 +753,8 @@ static void conn_send(gconn_t *c)
     }
 }
 
-void rls_grpc_flush(rls_grpc_t *g)
-{
-    while (!rls_list_empty(&g->dirty)) {
-        gconn_t *c = RLS_CONTAINER_OF(g->dirty.next, gconn_t, dirty);
-        rls_list_remove(&c->dirty);
-        conn_send(c);
-    }
-}
+/* ------------------------------------------------------------------------ */
+/* Input, within each connection's budget */
 
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 {
@@ -660,10 +768,122 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
     buf->len = g->rbuf != NULL ? READ_CHUNK : 0;
 }
 
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
+/* Keeps the loop from blocking in poll while connections wait to be read
+ * again; resume() stops it. */
+static void on_spin(uv_idle_t *h)
+{
+    (void)h;
+}
+
+static void start_reading(gconn_t *c)
+{
+    if (c->reading || c->closing || c->ended)
+        return;
+    if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
+        conn_close(c);
+        return;
+    }
+    c->reading = 1;
+}
+
+static void stop_reading(gconn_t *c)
+{
+    if (c->reading) {
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        c->reading = 0;
+    }
+}
+
+/* A new round starts the connection's budget afresh. */
+static void budget_start(gconn_t *c)
+{
+    if (c->gen != c->g->gen) {
+        c->gen = c->g->gen;
+        c->fed = 0;
+        c->decoded = 0;
+    }
+}
+
+static int over_budget(const gconn_t *c)
+{
+    return c->fed >= c->g->feed_budget || c->decoded >= c->g->decode_budget;
+}
+
+/* Not read again before the next round. */
+static void defer(gconn_t *c)
+{
+    rls_grpc_t *g = c->g;
+
+    stop_reading(c);
+    if (!rls_list_linked(&c->resume)) {
+        rls_list_push(&g->resume, &c->resume);
+        g->stats.reads_deferred++;
+    }
+    uv_idle_start(&g->spin, on_spin);
+}
+
+/* Hands p[0, n) to nghttp2 (p may be NULL when n is 0). Returns the bytes
+ * it took: all of them, or fewer when a header callback paused it over
+ * the decode budget (c->paused). After a connection error (nghttp2's, or
+ * one of ours that ended the connection) it has taken everything, and
+ * the connection reads no more. */
+static size_t feed(gconn_t *c, const uint8_t *p, size_t n)
+{
+    ssize_t rc;
+
+    c->paused = 0;
+    rc = nghttp2_session_mem_recv(c->h2, p, n);
+    mark_dirty(c);
+    if (rc < 0) {
+        /* A connection error nghttp2 could not answer itself (bad client
+         * preface, a flood): GOAWAY and close once it is written. */
+        RLS_DEBUG("grpc: connection error", " err=\"%s\"",
+                  nghttp2_strerror((int)rc));
+        c->g->stats.conns_protocol++;
+        nghttp2_session_terminate_session(c->h2, NGHTTP2_PROTOCOL_ERROR);
+        c->ended = 1;
+    }
+    if (c->ended) {
+        c->paused = 0;
+        stop_reading(c);
+        return n;
+    }
+    c->fed += (size_t)rc;
+    return (size_t)rc;
+}
+
+/* nghttp2 paused: what it did not take of a read (maybe nothing) waits
+ * for the next round; counted with the request bodies, and the
+ * connection is closed rather than pass --max-partial-bytes. */
+static void stash(gconn_t *c, const uint8_t *p, size_t n)
+{
+    rls_grpc_t *g = c->g;
+    uint64_t cap = g->cfg->max_partial_bytes;
+
+    if (n == 0) {
+        defer(c);
+        return;
+    }
+    if ((cap > 0 && g->held + n > cap) || (c->stash = malloc(n)) == NULL) {
+        RLS_DEBUG("grpc: closing connection: input memory full", " held=%llu",
+                  (unsigned long long)g->held);
+        g->stats.conns_memory++;
+        conn_drop(c, NGHTTP2_ENHANCE_YOUR_CALM);
+        return;
+    }
+    memcpy(c->stash, p, n);
+    c->stash_len = n;
+    c->stash_off = 0;
+    g->held += n;
+    defer(c);
+}
+
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     gconn_t *c = s->data;
-    ssize_t rc;
+    size_t took;
 
     if (nread == 0)
         return;
@@ -674,18 +894,63 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     c->active_ms = uv_now(c->g->loop);
-    rc = nghttp2_session_mem_recv(c->h2, (const uint8_t *)buf->base,
-                                  (size_t)nread);
-    if (rc < 0) {
-        /* A connection error nghttp2 could not answer itself (bad client
-         * preface, a flood): GOAWAY and close once it is written. */
-        RLS_DEBUG("grpc: connection error", " err=\"%s\"",
-                  nghttp2_strerror((int)rc));
-        c->g->stats.conns_protocol++;
-        nghttp2_session_terminate_session(c->h2, NGHTTP2_PROTOCOL_ERROR);
-        uv_read_stop(s);
+    budget_start(c);
+    took = feed(c, (const uint8_t *)buf->base, (size_t)nread);
+    if (c->closing || c->ended)
+        return;
+    if (c->paused)
+        stash(c, (const uint8_t *)buf->base + took, (size_t)nread - took);
+    else if (over_budget(c))
+        defer(c);
+}
+
+/* A new round: connections deferred in the last one go on, nghttp2
+ * first if it paused, and read again unless that took their budget
+ * again. */
+static void resume(rls_grpc_t *g)
+{
+    rls_list_t todo;
+
+    rls_list_init(&todo);
+    while (!rls_list_empty(&g->resume)) {
+        rls_list_t *n = g->resume.next;
+        rls_list_remove(n);
+        rls_list_push(&todo, n);
     }
-    mark_dirty(c);
+    while (!rls_list_empty(&todo)) {
+        gconn_t *c = RLS_CONTAINER_OF(todo.next, gconn_t, resume);
+        rls_list_remove(&c->resume);
+        budget_start(c);
+        if (c->paused) {
+            size_t left = c->stash_len - c->stash_off;
+            c->stash_off += feed(
+                c, c->stash != NULL ? c->stash + c->stash_off : NULL, left);
+            if (!c->ended && c->paused) {
+                defer(c);
+                continue;
+            }
+            unstash(c);
+        }
+        if (c->ended)
+            continue;
+        if (over_budget(c))
+            defer(c);
+        else
+            start_reading(c);
+    }
+    if (rls_list_empty(&g->resume))
+        uv_idle_stop(&g->spin);
+}
+
+void rls_grpc_flush(rls_grpc_t *g)
+{
+    g->gen++;
+    resume(g);
+    while (!rls_list_empty(&g->dirty)) {
+        gconn_t *c = RLS_CONTAINER_OF(g->dirty.next, gconn_t, dirty);
+        rls_list_remove(&c->dirty);
+        conn_send(c);
+    }
 }
 
 static void on_connection(uv_stream_t *l, int status)
@@ -707,6 +972,7 @@ static void on_connection(uv_stream_t *l, int status)
     g->nalloc++;
     rls_list_init(&c->node);
     rls_list_init(&c->dirty);
+    rls_list_init(&c->resume);
     rls_list_init(&c->streams);
     rl_buf_init(&c->out, 4 * OUT_BATCH);
     rls_list_push(&g->conns, &c->node);
@@ -744,11 +1010,9 @@ static void on_connection(uv_stream_t *l, int status)
      * stream cap and --max-partial-bytes, not by flow control. */
     nghttp2_session_set_local_window_size(c->h2, NGHTTP2_FLAG_NONE, 0, 1 << 20);
     uv_tcp_nodelay(&c->tcp, 1);
-    if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
-        conn_close(c);
-        return;
-    }
-    mark_dirty(c);
+    start_reading(c);
+    if (!c->closing)
+        mark_dirty(c);
 }
 
 /* Once a second (connections and their streams are capped): requests
@@ -781,7 +1045,7 @@ static void on_sweep(uv_timer_t *t)
             }
         }
         if (idle == 0 || c->goaway || c->open_streams > 0 || c->writing ||
-            now - c->active_ms < idle)
+            c->paused || now - c->active_ms < idle)
             continue;
         g->stats.conns_idle++;
         c->goaway = 1;
@@ -803,8 +1067,11 @@ int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_config_t *cfg,
     g->loop = loop;
     g->cfg = cfg;
     g->ctx.batcher = batcher;
+    g->feed_budget = FEED_BUDGET;
+    g->decode_budget = DECODE_BUDGET;
     rls_list_init(&g->conns);
     rls_list_init(&g->dirty);
+    rls_list_init(&g->resume);
     if (nghttp2_session_callbacks_new(&g->cbs) != 0 ||
         nghttp2_option_new(&g->opt) != 0) {
         nghttp2_session_callbacks_del(g->cbs);
@@ -822,14 +1089,17 @@ int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_config_t *cfg,
     g->listener.data = g;
     uv_timer_init(loop, &g->sweep);
     g->sweep.data = g;
+    uv_idle_init(loop, &g->spin);
+    g->spin.data = g;
     rc = rls_listen(&g->listener, cfg->grpc_host, cfg->grpc_port, 511,
                     on_connection);
     if (rc != 0) {
-        /* g goes when both close callbacks have run. */
+        /* g goes when the three close callbacks have run. */
         g->freeing = 1;
-        g->handles = 2;
+        g->handles = 3;
         uv_close((uv_handle_t *)&g->listener, on_handle_closed);
         uv_close((uv_handle_t *)&g->sweep, on_handle_closed);
+        uv_close((uv_handle_t *)&g->spin, on_handle_closed);
         return rc;
     }
     g->listening = 1;
@@ -896,6 +1166,12 @@ void rls_grpc_on_empty(rls_grpc_t *g, void (*fn)(void *arg), void *arg)
     g->arg = arg;
 }
 
+void rls_grpc_set_budget(rls_grpc_t *g, size_t feed, size_t decode)
+{
+    g->feed_budget = feed > 0 ? feed : 1;
+    g->decode_budget = decode > 0 ? decode : 1;
+}
+
 void rls_grpc_close_all(rls_grpc_t *g)
 {
     while (!rls_list_empty(&g->conns))
@@ -916,19 +1192,22 @@ static void maybe_free_grpc(rls_grpc_t *g)
 
 void rls_grpc_free(rls_grpc_t *g)
 {
+    uv_handle_t *hs[3];
+    size_t i;
+
     if (g == NULL)
         return;
     rls_grpc_close_all(g);
     g->freeing = 1;
     g->handles = 0;
-    if (!uv_is_closing((uv_handle_t *)&g->listener)) {
-        g->handles++;
-        uv_close((uv_handle_t *)&g->listener, on_handle_closed);
-    }
-    if (!uv_is_closing((uv_handle_t *)&g->sweep)) {
-        g->handles++;
-        uv_close((uv_handle_t *)&g->sweep, on_handle_closed);
-    }
+    hs[0] = (uv_handle_t *)&g->listener;
+    hs[1] = (uv_handle_t *)&g->sweep;
+    hs[2] = (uv_handle_t *)&g->spin;
+    for (i = 0; i < 3; i++)
+        if (!uv_is_closing(hs[i])) {
+            g->handles++;
+            uv_close(hs[i], on_handle_closed);
+        }
     if (g->handles == 0)
         maybe_free_grpc(g);
 }
@@ -1003,6 +1282,9 @@ int rls_grpc_metrics(const rls_grpc_t *g, rl_buf_t *out)
         "# TYPE rl_grpc_connections_closed_total counter\n"
         "rl_grpc_connections_closed_total{reason=\"idle\"} %" PRIu64 "\n"
         "rl_grpc_connections_closed_total{reason=\"protocol\"} %" PRIu64 "\n"
+        "rl_grpc_connections_closed_total{reason=\"headers\"} %" PRIu64 "\n"
+        "rl_grpc_connections_closed_total{reason=\"partial_memory\"} "
+        "%" PRIu64 "\n"
         "# HELP rl_grpc_streams_refused_total Streams refused over "
         "--grpc-max-streams.\n"
         "# TYPE rl_grpc_streams_refused_total counter\n"
@@ -1019,13 +1301,22 @@ int rls_grpc_metrics(const rls_grpc_t *g, rl_buf_t *out)
         "bodies buffered by all streams reached --max-partial-bytes.\n"
         "# TYPE rl_grpc_streams_shed_total counter\n"
         "rl_grpc_streams_shed_total %" PRIu64 "\n"
+        "# HELP rl_grpc_streams_oversized_total Streams reset because "
+        "their header list passed 8 KiB.\n"
+        "# TYPE rl_grpc_streams_oversized_total counter\n"
+        "rl_grpc_streams_oversized_total %" PRIu64 "\n"
+        "# HELP rl_grpc_reads_deferred_total Times a connection was not "
+        "read again until the next round, over its per-round budget.\n"
+        "# TYPE rl_grpc_reads_deferred_total counter\n"
+        "rl_grpc_reads_deferred_total %" PRIu64 "\n"
         "# HELP rl_grpc_input_bytes Request bytes buffered by gRPC "
-        "streams.\n"
+        "streams, and input deferred to the next round.\n"
         "# TYPE rl_grpc_input_bytes gauge\n"
         "rl_grpc_input_bytes %" PRIu64 "\n",
         s->http_errors, e->descriptors[1], e->descriptors[2], e->uncounted,
         e->unknown_domain, s->conns_open, s->conns_accepted, s->conns_refused,
-        s->conns_idle, s->conns_protocol, s->streams_refused, s->streams_reset,
-        s->streams_timeout, s->streams_shed, g->held);
+        s->conns_idle, s->conns_protocol, s->conns_headers, s->conns_memory,
+        s->streams_refused, s->streams_reset, s->streams_timeout,
+        s->streams_shed, s->streams_oversized, s->reads_deferred, g->held);
     return rc;
 }
