@@ -275,6 +275,18 @@ static void spawn(rlt_server_t *s, char *const extra[])
     assert_int_equal(rlt_spawn_listening(s, argv, 10000), 0);
 }
 
+/* Opens a connection to the port of another server. */
+static conn_t *dial_to(int p)
+{
+    conn_t *k = calloc(1, sizeof(*k));
+
+    assert_non_null(k);
+    assert_int_equal(h2r_connect(&k->c, p, 0), 0);
+    k->c.on_done = on_done;
+    k->c.arg = &k->e;
+    return k;
+}
+
 /* A call on a fresh connection; returns its grpc-status (-1: none), with
  * the HTTP status in *http. */
 static int one_call(const char *path, const uint8_t *msg, size_t n,
@@ -599,40 +611,218 @@ static void test_reset_and_hang_up(void **state)
     good_call();
 }
 
-/* Dials six connections and returns how many the server refused
+/* Dials six connections and returns a mask of those the server ended
  * (GOAWAY and closed); all are hung up. */
-static int dial_six(void)
+static unsigned dial_six(uint32_t *code)
 {
     conn_t *k[6];
-    int i, refused = 0;
+    unsigned ended = 0;
+    int i;
 
-    for (i = 0; i < 6; i++)
-        k[i] = dial(0);
     for (i = 0; i < 6; i++) {
+        k[i] = dial(0);
+        /* Accepted (its SETTINGS came) before the next one dials. */
         uint64_t end = rlt_mono_ms() + 1000;
         while (rlt_mono_ms() < end && k[i]->c.settings == 0 && !k[i]->c.eof)
             h2r_pump(&k[i]->c, 50);
     }
+    /* What came since: the evicted one's GOAWAY (well before the idle
+     * timeout's). */
     for (i = 0; i < 6; i++)
-        refused += k[i]->c.goaway > 0 && wait_eof(&k[i]->c);
+        h2r_pump(&k[i]->c, 50);
+    for (i = 0; i < 6; i++)
+        if (k[i]->c.goaway > 0 && wait_eof(&k[i]->c)) {
+            ended |= 1u << i;
+            *code = k[i]->c.goaway_code;
+        }
     for (i = 0; i < 6; i++)
         hang_up(k[i]);
-    return refused;
+    return ended;
 }
 
 static void test_connection_cap(void **state)
 {
     uint64_t end = rlt_mono_ms() + 5000;
-    int refused;
+    unsigned ended;
+    uint32_t code = 0;
 
     (void)state;
-    /* 1 (the good client) + 6 > --max-connections 6: exactly one is
-     * refused, once the server has seen the earlier tests' connections
-     * go (their closes may still be on the way: try again until then). */
-    while ((refused = dial_six()) != 1 && rlt_mono_ms() < end)
+    /* 1 (the good client) + 6 > --max-connections 6: the seventh
+     * connection evicts the one that has done least, the oldest of the
+     * six (none has completed a request; the good client has), and none
+     * is refused. Earlier tests' connections may still be on their way
+     * out (and go first): try again until then. */
+    while ((ended = dial_six(&code)) != 1u && rlt_mono_ms() < end)
         h2r_pump(&good, 100);
-    assert_int_equal(refused, 1);
+    assert_int_equal(ended, 1u);
+    assert_int_equal(code, NGHTTP2_NO_ERROR);
     good_call();
+}
+
+/* Answers a client does not take (it announced a zero flow-control
+ * window, so no DATA can go) are owed; past --frame-timeout-ms (500 ms
+ * here) the connection is closed, with GOAWAY, and its memory freed. */
+static void test_zero_window_deadline(void **state)
+{
+    conn_t *k = dial(1);
+    nghttp2_settings_entry iv[1] = {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 0}};
+    int32_t id;
+
+    (void)state;
+    h2r_raw(&k->c, NGHTTP2_CLIENT_MAGIC, NGHTTP2_CLIENT_MAGIC_LEN);
+    h2r_settings(&k->c, iv, 1);
+    for (id = 1; id < 16; id += 2)
+        call(k, id);
+    assert_true(wait_eof(&k->c));
+    assert_true(k->c.goaway >= 1);
+    assert_int_equal(k->c.goaway_code, NGHTTP2_ENHANCE_YOUR_CALM);
+    hang_up(k);
+    assert_true(metric(mport, "rl_grpc_connections_closed_total"
+                              "{reason=\"output_timeout\"}") >= 1);
+    good_call();
+}
+
+/* The same, on a server with --max-output 4096 and no deadline: the
+ * fourth unsent answer (each counts its message and 1 KiB) passes the
+ * cap and the connection is closed at once. */
+static void test_zero_window_cap(void **state)
+{
+    char *extra[] = {"--max-output", "4096", "--frame-timeout-ms", "0",
+                     "--idle-timeout", "0", NULL};
+    nghttp2_settings_entry iv[1] = {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 0}};
+    rlt_server_t srv;
+    conn_t *k, *j;
+    int32_t id;
+    int st;
+
+    (void)state;
+    spawn(&srv, extra);
+    k = calloc(1, sizeof(*k));
+    assert_non_null(k);
+    assert_int_equal(h2r_connect(&k->c, srv.gport, 1), 0);
+    k->c.on_done = on_done;
+    k->c.arg = &k->e;
+    h2r_raw(&k->c, NGHTTP2_CLIENT_MAGIC, NGHTTP2_CLIENT_MAGIC_LEN);
+    h2r_settings(&k->c, iv, 1);
+    for (id = 1; id < 16; id += 2)
+        call(k, id);
+    assert_true(wait_eof(&k->c));
+    assert_int_equal(k->c.goaway_code, NGHTTP2_ENHANCE_YOUR_CALM);
+    hang_up(k);
+    assert_int_equal(metric(srv.mport, "rl_grpc_connections_closed_total"
+                                       "{reason=\"output\"}"),
+                     1);
+    assert_int_equal(metric(srv.mport, "rl_grpc_output_bytes"), 0);
+    /* A client that reads is answered as before. */
+    j = dial_to(srv.gport);
+    call(j, 1);
+    assert_true(wait_stream(&j->c, &j->e, 1));
+    assert_int_equal(j->e.grpc[1], 0);
+    hang_up(j);
+    st = rlt_server_stop(&srv);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+/* A stream that sends HEADERS and never ends its request is answered
+ * (DEADLINE_EXCEEDED after --frame-timeout-ms) and then reset, NO_ERROR:
+ * it does not stay open, and its connection goes idle after
+ * --idle-timeout (1 s) like any other. */
+static void test_headers_only_stream(void **state)
+{
+    conn_t *k = dial(0);
+    nghttp2_nv nv[] = {
+        GRPC_REQUEST_NV,
+    };
+
+    (void)state;
+    h2r_headers(&k->c, 1, nv, 5, 0);
+    assert_true(wait_stream(&k->c, &k->e, 1));
+    assert_int_equal(k->e.grpc[1], 4);
+    assert_true(wait_eof(&k->c));
+    assert_true(k->e.reset[1]);
+    assert_int_equal(k->e.rst[1], NGHTTP2_NO_ERROR);
+    assert_true(k->c.goaway >= 1);
+    assert_int_equal(k->c.goaway_code, NGHTTP2_NO_ERROR);
+    hang_up(k);
+    good_call();
+}
+
+/* PINGs are not requests: a connection that only pings (every 200 ms) is
+ * closed after --idle-timeout (1 s) all the same. */
+static void test_ping_is_not_activity(void **state)
+{
+    conn_t *k = dial(0);
+    uint64_t end = rlt_mono_ms() + 6000;
+
+    (void)state;
+    while (!k->c.eof && rlt_mono_ms() < end) {
+        uint64_t next = rlt_mono_ms() + 200;
+        h2r_ping(&k->c);
+        while (!k->c.eof && rlt_mono_ms() < next)
+            h2r_pump(&k->c, 50);
+    }
+    assert_true(k->c.eof);
+    assert_true(k->c.goaway >= 1);
+    assert_int_equal(k->c.goaway_code, NGHTTP2_NO_ERROR);
+    hang_up(k);
+    good_call();
+}
+
+/* --max-connections (4) full of connections that opened a stream with
+ * HEADERS only: a new client is served. It evicts the oldest connection
+ * that never completed a request, not an older one that did. */
+static void test_cap_evicts_least(void **state)
+{
+    char *extra[] = {"--max-connections", "4", "--frame-timeout-ms", "60000",
+                     "--idle-timeout", "60", NULL};
+    nghttp2_nv nv[] = {
+        GRPC_REQUEST_NV,
+    };
+    rlt_server_t srv;
+    conn_t *k[5];
+    int i, st;
+
+    (void)state;
+    spawn(&srv, extra);
+    /* k[0] completes a call; k[1..3] each open a stream and stall. */
+    for (i = 0; i < 4; i++) {
+        k[i] = dial_to(srv.gport);
+        if (i == 0)
+            call(k[i], 1);
+        else
+            h2r_headers(&k[i]->c, 1, nv, 5, 0);
+        ready(k[i]);
+        if (i == 0) {
+            assert_true(wait_stream(&k[0]->c, &k[0]->e, 1));
+            assert_int_equal(k[0]->e.grpc[1], 0);
+        }
+    }
+    /* Full: the new one is served... */
+    k[4] = dial_to(srv.gport);
+    call(k[4], 1);
+    assert_true(wait_stream(&k[4]->c, &k[4]->e, 1));
+    assert_int_equal(k[4]->e.grpc[1], 0);
+    assert_int_equal(k[4]->c.goaway, 0);
+    /* ...in place of k[1]. */
+    assert_true(wait_eof(&k[1]->c));
+    assert_int_equal(k[1]->c.goaway_code, NGHTTP2_NO_ERROR);
+    for (i = 2; i < 4; i++) {
+        h2r_pump(&k[i]->c, 50);
+        assert_false(k[i]->c.eof);
+    }
+    call(k[0], 3);
+    assert_true(wait_stream(&k[0]->c, &k[0]->e, 3));
+    assert_int_equal(k[0]->e.grpc[3], 0);
+    assert_int_equal(metric(srv.mport, "rl_grpc_connections_closed_total"
+                                       "{reason=\"evicted\"}"),
+                     1);
+    assert_int_equal(metric(srv.mport, "rl_grpc_connections_refused_total"), 0);
+    for (i = 0; i < 5; i++)
+        hang_up(k[i]);
+    st = rlt_server_stop(&srv);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
 }
 
 static void test_idle_timeout(void **state)
@@ -830,9 +1020,14 @@ int main(void)
         cmocka_unit_test(test_input_memory_cap),
         cmocka_unit_test(test_reset_and_hang_up),
         cmocka_unit_test(test_connection_cap),
+        cmocka_unit_test(test_zero_window_deadline),
+        cmocka_unit_test(test_headers_only_stream),
+        cmocka_unit_test(test_ping_is_not_activity),
         cmocka_unit_test(test_idle_timeout),
         cmocka_unit_test(test_stop_clean),
         cmocka_unit_test(test_late_answers_redis),
+        cmocka_unit_test(test_zero_window_cap),
+        cmocka_unit_test(test_cap_evicts_least),
         cmocka_unit_test(test_hpack_flood_fairness),
     };
 
