@@ -20,7 +20,7 @@
 # BUILD_DIR (default build) has the tools; RL_SERVER=PATH runs another
 # rl-server binary (an older build, say) with them. Figures, not a test:
 # the machine's load shows in them, so compare the ratios of one run.
-set -euo pipefail
+set -Eeuo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build}
 secs=${2:-5}
@@ -42,6 +42,9 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
+# A step that fails says which, with the server's last words.
+trap 'echo "grpc_attack.sh: line $LINENO failed: $BASH_COMMAND" >&2;
+      tail -5 "$tmp/server.log" >&2 2>/dev/null' ERR
 . deploy/ports.sh
 
 cat >"$tmp/bench.yaml" <<'YAML'
@@ -71,7 +74,14 @@ start_server() {
 stop_server() { kill "$spid" 2>/dev/null || true; wait "$spid" 2>/dev/null || true; }
 
 metric() { # NAME: its value on /metrics (0 when absent)
-  curl -s "http://127.0.0.1:$mport/metrics" |
+  local page="" i
+  # A server stalled by the attack (the old build) may drop a scrape: its
+  # header deadline passes before its loop reads the request.
+  for i in 1 2 3 4 5; do
+    page=$(curl -s --max-time 10 "http://127.0.0.1:$mport/metrics") && break
+    sleep 0.2
+  done
+  printf '%s\n' "$page" |
     awk -v n="$1" '$1 == n { v = $2 } END { print v + 0 }'
 }
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$spid/stat"; }
@@ -84,11 +94,16 @@ native() {
   local fo0 fo1 t0 t1
   fo0=$(metric rl_failed_open_total)
   t0=$(cpu_ticks)
+  rm -f "$tmp/b.json"
   "$bench" --server "127.0.0.1:$lport" --connections 1 --rate "$rate" \
     --duration "$secs" --keys 100000 --rule bench --no-progress \
-    --json "$tmp/b.json" >/dev/null 2>&1 || true
+    --json "$tmp/b.json" >"$tmp/b.out" 2>&1 || true
   t1=$(cpu_ticks)
   fo1=$(metric rl_failed_open_total)
+  if [ ! -s "$tmp/b.json" ]; then
+    echo "rl-bench wrote no report ($1): $(tail -1 "$tmp/b.out")" >&2
+    return 0
+  fi
   jq -r --arg l "$1" --argjson fo $((fo1 - fo0)) \
     --argjson cpu "$(( (t1 - t0) * 100 / hz / secs ))" \
     '[$l, .p50_us, .p99_us, .decisions_per_sec, .failed_open, $fo, $cpu]
