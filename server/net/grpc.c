@@ -288,6 +288,8 @@ static void stream_free_maybe(gstream_t *st)
  * server. */
 static void mark_answered(gstream_t *st)
 {
+    if (st->answered)
+        return;
     st->answered = 1;
     if (st->started)
         st->c->at_server--;
@@ -610,7 +612,7 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f,
 
     (void)flags;
     c->decoded += size;
-    if (st == NULL || st->answered)
+    if (st == NULL)
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* nothing wanted */
     /* Trailers count with the headers: a client has no use for them. */
     st->hdr_bytes += size;
