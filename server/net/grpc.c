@@ -3,14 +3,51 @@
  *
  * nghttp2 does all of HTTP/2 (framing, HPACK, flow control, SETTINGS,
  * GOAWAY, flood protection); this file moves bytes between it and the
- * socket and turns streams into calls. Reads go to one buffer shared by
- * every connection and are handed to nghttp2_session_mem_recv at once,
- * which consumes them whole. Frames to send are drawn with
- * nghttp2_session_mem_send into the connection's output buffer once per
- * loop iteration (rls_grpc_flush) and not while a write is in flight, so
- * a client that does not read holds at most its streams' answers inside
- * nghttp2: streams stay open until their answers are sent, and their
- * number is capped.
+ * socket, turns streams into calls and bounds what one connection can
+ * cost.
+ *
+ * Input. Reads go to one buffer shared by every connection and are handed
+ * to nghttp2_session_mem_recv at once. What one connection may make
+ * nghttp2 do is budgeted per round (a round ends at each flush: the
+ * server flushes at its tick and right before polling): FEED_BUDGET
+ * bytes fed and DECODE_BUDGET bytes of header lists decoded, counted as
+ * RFC 9113 sizes a header list, so that an indexed reference costs what
+ * it expands to and HPACK cannot amplify past the budget. A connection
+ * over either stops reading until the next flush; a header over the
+ * decode budget pauses nghttp2 in the middle of a read
+ * (NGHTTP2_ERR_PAUSE), and the rest of that read waits in the
+ * connection's stash (counted against --max-partial-bytes with the
+ * request bodies). So however a client shapes its input, a round gives
+ * it a bounded slice of the loop and every other connection is read in
+ * between, as net/conn.c's --max-inflight pause does for the native
+ * protocol.
+ *
+ * Header lists. A stream whose headers pass RLS_GRPC_HEADERS_MAX is reset
+ * at once: the header callback refuses (NGHTTP2_ERR_TEMPORAL_CALLBACK_
+ * FAILURE), nghttp2 sends RST_STREAM INTERNAL_ERROR and decodes the rest
+ * of the block only to keep its HPACK table, without validating or
+ * calling back (a small cost per byte, inside the feed budget). The
+ * HEADER_STRIKES-th such stream of a connection ends it: GOAWAY
+ * ENHANCE_YOUR_CALM, after which nghttp2 ignores everything it sends.
+ *
+ * Output. Frames are drawn with nghttp2_session_mem_send into the
+ * connection's output buffer at the flush, never while a write is in
+ * flight. An answer is owed from its submission until its last frame is
+ * drawn; owed answers are listed oldest first with their memory counted
+ * (the message plus ANSWER_COST). A connection whose owed answers and
+ * output together pass --max-output is closed, and so is one whose oldest
+ * owed answer, or whose write in flight, is older than --frame-timeout-ms:
+ * its client shut its flow-control window or does not read. A stream
+ * answered before its client finished it is reset (NO_ERROR, as RFC 9113
+ * 8.1 allows) once the answer is out, so it does not stay open.
+ *
+ * Connections. Idle time counts from the last request completed or
+ * answer given, not from bytes: PINGs, SETTINGS and unfinished requests
+ * do not keep a connection. Connections that never completed a request
+ * are listed in the order they came (`fresh`), the others by last
+ * activity (`proven`); at --max-connections a new connection evicts the
+ * oldest fresh one, else the least recently active proven one without a
+ * call at the store, and is refused only when none can go.
  *
  * Lifetimes. A stream object lives until nghttp2 closed the stream (or
  * the connection went) *and* no answer of its call is still due from the
@@ -36,6 +73,18 @@
 /* Output drawn from nghttp2 per write, at most (it may overshoot by one
  * frame). */
 #define OUT_BATCH 65536
+/* What one connection may have nghttp2 do per round, by default: bytes
+ * fed, and header-list bytes decoded. A call from Envoy is a few hundred
+ * bytes of each, so a connection's 100 streams fit in one round; an
+ * attack's amplified header blocks are cut to this. */
+#define FEED_BUDGET READ_CHUNK
+#define DECODE_BUDGET 65536
+/* What an answer holds besides its message until it is drawn: our stream
+ * object, nghttp2's stream and its queued frames (measured: about 1 KB an
+ * answer on a zero window, Release build). */
+#define ANSWER_COST 1024
+/* Header lists over the limit that end a connection. */
+#define HEADER_STRIKES 2
 #define RLS_GRPC_PATH                                                          \
     "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 
@@ -45,22 +94,27 @@ typedef struct gstream_s {
     gconn_t *c;
     int32_t id;
     rls_list_t node; /* in c->streams */
+    rls_list_t owed; /* in c->owed while its answer is owed */
     rl_buf_t msg;    /* the request body so far */
-    rl_buf_t resp;   /* the response message being sent */
+    uint8_t *resp;   /* the response message, until drawn whole */
+    size_t resp_len;
     size_t resp_off;
+    size_t owed_bytes; /* counted in c->owed_bytes while owed */
     rls_envoy_call_t call;
     int err; /* a gRPC status decided before the request ended; or 0 */
     const char *why;
     size_t hdr_bytes;
-    size_t held;       /* msg bytes counted in g->held */
-    uint64_t begin_ms; /* when its HEADERS came */
+    size_t held;          /* msg bytes counted in g->held */
+    uint64_t begin_ms;    /* when its HEADERS came */
+    uint64_t answered_ms; /* when its answer was submitted */
     unsigned post : 1;
     unsigned path_ok : 1;
     unsigned path_seen : 1;
     unsigned ctype_ok : 1;
     unsigned encoding : 1; /* grpc-encoding other than identity */
+    unsigned complete : 1; /* the client ended the request (END_STREAM) */
     unsigned started : 1;  /* the call was started */
-    unsigned answered : 1; /* a response was submitted */
+    unsigned answered : 1; /* a response was submitted, or it was reset */
     unsigned closed : 1;   /* nghttp2 is done with it */
 } gstream_t;
 
@@ -69,16 +123,37 @@ struct gconn_s {
     uv_write_t wreq;
     rls_grpc_t *g;
     nghttp2_session *h2;
-    rls_list_t node;    /* in g->conns */
+    rls_list_t node;    /* in g->fresh or g->proven */
     rls_list_t dirty;   /* in g->dirty */
+    rls_list_t resume;  /* in g->resume while paused by its budget */
     rls_list_t streams; /* stream objects alive */
+    rls_list_t owed;    /* streams whose answers are owed, oldest first */
     rl_buf_t out;       /* bytes drawn from nghttp2, being written */
-    uint64_t active_ms;
+    uint8_t *stash;     /* input left when nghttp2 paused, from stash_off */
+    size_t stash_len;
+    size_t stash_off;
+    size_t owed_bytes; /* memory of the owed answers */
+    uint64_t gen;      /* the round fed and decoded count for */
+    size_t fed;
+    size_t decoded;
+    uint64_t active_ms;    /* accepted, last request completed, last answer */
+    uint64_t write_ms;     /* when the write in flight began */
     uint32_t open_streams; /* streams nghttp2 has open with us */
+    uint32_t at_server;    /* calls started and not yet answered */
+    uint32_t strikes;      /* header lists over the limit */
+    unsigned reading : 1;
     unsigned writing : 1;
     unsigned closing : 1;
     unsigned closed : 1;
     unsigned goaway : 1;
+    unsigned proven : 1;   /* completed a request: on g->proven */
+    unsigned ended : 1;    /* nghttp2 takes no more input from it */
+    unsigned overflow : 1; /* owed answers over --max-output */
+    /* nghttp2 paused (NGHTTP2_ERR_PAUSE): it must be called again, with
+     * the stash or nothing, before the connection is read. Even when it
+     * took the whole read: the end of a header block that was in it is
+     * handled only by the next call. */
+    unsigned paused : 1;
 };
 
 struct rls_grpc_s {
@@ -86,16 +161,25 @@ struct rls_grpc_s {
     const rls_config_t *cfg;
     uv_tcp_t listener;
     uv_timer_t sweep;
+    uv_idle_t spin; /* keeps poll from blocking while reads are deferred */
     int listening;
     int draining;
     int stopping;
     int freeing;
-    unsigned handles; /* of listener and sweep, still open */
-    size_t nalloc;    /* connections allocated (open or closing) */
-    uint64_t held;    /* request bytes buffered by all streams */
-    rls_list_t conns;
+    unsigned handles;   /* of listener, sweep and spin, still open */
+    size_t nalloc;      /* connections allocated (open or closing) */
+    uint64_t held;      /* request bytes buffered by all streams and stashes */
+    uint64_t owed;      /* memory of all owed answers */
+    uint64_t gen;       /* rounds so far */
+    size_t feed_budget; /* FEED_BUDGET unless a test set it */
+    size_t decode_budget; /* DECODE_BUDGET likewise */
+    rls_list_t fresh;     /* connections with no request completed, oldest
+                             first */
+    rls_list_t proven;    /* the others, least recently active first */
     rls_list_t dirty;
+    rls_list_t resume;
     uint8_t *rbuf;
+    rl_buf_t scratch; /* where responses are encoded */
     nghttp2_session_callbacks *cbs;
     nghttp2_option *opt;
     rls_envoy_ctx_t ctx;
@@ -121,6 +205,19 @@ static void mark_dirty(gconn_t *c)
         rls_list_push(&c->g->dirty, &c->dirty);
 }
 
+/* Activity: a request completed or an answer given or taken. */
+static void touch(gconn_t *c)
+{
+    c->active_ms = uv_now(c->g->loop);
+    if (c->closing)
+        return;
+    /* From `fresh` at its first whole request: it has shown it is a
+     * client. */
+    c->proven = 1;
+    rls_list_remove(&c->node);
+    rls_list_push(&c->g->proven, &c->node);
+}
+
 static void maybe_free_conn(gconn_t *c)
 {
     rls_grpc_t *g = c->g;
@@ -141,6 +238,36 @@ static void msg_release(gstream_t *st)
     rl_buf_free(&st->msg);
 }
 
+/* The answer is no longer owed: drawn whole, or the stream went. */
+static void unowe(gstream_t *st)
+{
+    gconn_t *c = st->c;
+
+    if (!rls_list_linked(&st->owed))
+        return;
+    rls_list_remove(&st->owed);
+    c->owed_bytes -= st->owed_bytes;
+    c->g->owed -= st->owed_bytes;
+    st->owed_bytes = 0;
+}
+
+/* An answer was submitted: it is owed until drawn. Past --max-output the
+ * connection is marked, and closed at its next flush (never here: this
+ * runs inside nghttp2's callbacks too). */
+static void owe(gstream_t *st, size_t msg_len)
+{
+    gconn_t *c = st->c;
+
+    st->answered_ms = uv_now(c->g->loop);
+    st->owed_bytes = msg_len + ANSWER_COST;
+    c->owed_bytes += st->owed_bytes;
+    c->g->owed += st->owed_bytes;
+    rls_list_push(&c->owed, &st->owed);
+    if (c->owed_bytes + rl_buf_len(&c->out) > c->g->cfg->max_output)
+        c->overflow = 1;
+    mark_dirty(c);
+}
+
 static void stream_free_maybe(gstream_t *st)
 {
     gconn_t *c = st->c;
@@ -150,10 +277,22 @@ static void stream_free_maybe(gstream_t *st)
     if (st->started)
         rls_envoy_call_free(&st->call);
     msg_release(st);
-    rl_buf_free(&st->resp);
+    unowe(st);
+    free(st->resp);
     rls_list_remove(&st->node);
     free(st);
     maybe_free_conn(c);
+}
+
+/* The stream has its answer (or was reset): its call is no longer at the
+ * server. */
+static void mark_answered(gstream_t *st)
+{
+    if (st->answered)
+        return;
+    st->answered = 1;
+    if (st->started)
+        st->c->at_server--;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -217,7 +356,7 @@ static void reply_status(gstream_t *st, int code, const char *why)
 
     if (st->answered)
         return;
-    st->answered = 1;
+    mark_answered(st);
     c->g->stats.calls[code < RLS_GRPC_CODES ? code : RLS_GRPC_INTERNAL]++;
     if (st->closed || c->closing)
         return;
@@ -227,7 +366,9 @@ static void reply_status(gstream_t *st, int code, const char *why)
     if (nghttp2_submit_response(c->h2, st->id, nva, 4, NULL) != 0)
         nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, st->id,
                                   NGHTTP2_INTERNAL_ERROR);
-    mark_dirty(c);
+    owe(st, 0);
+    if (st->complete)
+        touch(c);
 }
 
 /* Not a gRPC request at all (content-type): HTTP 415, as gRPC says. */
@@ -238,27 +379,36 @@ static void reply_http(gstream_t *st, const char *status)
 
     if (st->answered)
         return;
-    st->answered = 1;
+    mark_answered(st);
     c->g->stats.http_errors++;
     if (st->closed || c->closing)
         return;
-    nghttp2_submit_response(c->h2, st->id, nva, 1, NULL);
-    mark_dirty(c);
+    if (nghttp2_submit_response(c->h2, st->id, nva, 1, NULL) != 0)
+        nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, st->id,
+                                  NGHTTP2_INTERNAL_ERROR);
+    owe(st, 0);
+    if (st->complete)
+        touch(c);
 }
 
+/* nghttp2 draws the response message; it is freed as soon as the last of
+ * it is drawn (an answer waiting for a window holds nothing more). */
 static ssize_t read_body(nghttp2_session *s, int32_t id, uint8_t *buf,
                          size_t length, uint32_t *flags,
                          nghttp2_data_source *src, void *ud)
 {
     gstream_t *st = src->ptr;
-    size_t left = rl_buf_len(&st->resp) - st->resp_off;
+    size_t left = st->resp_len - st->resp_off;
     size_t n = left < length ? left : length;
     nghttp2_nv trailers[1] = {NV("grpc-status", "0")};
 
     (void)ud;
-    memcpy(buf, rl_buf_rptr(&st->resp) + st->resp_off, n);
+    if (n > 0)
+        memcpy(buf, st->resp + st->resp_off, n);
     st->resp_off += n;
-    if (st->resp_off == rl_buf_len(&st->resp)) {
+    if (st->resp_off == st->resp_len) {
+        free(st->resp);
+        st->resp = NULL;
         *flags |= NGHTTP2_DATA_FLAG_EOF;
         if (nghttp2_submit_trailer(s, id, trailers, 1) == 0)
             *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
@@ -269,33 +419,42 @@ static ssize_t read_body(nghttp2_session *s, int32_t id, uint8_t *buf,
 static void reply_ok(gstream_t *st)
 {
     gconn_t *c = st->c;
+    rls_grpc_t *g = c->g;
     nghttp2_nv nva[2] = {
         NV(":status", "200"),
         NV("content-type", "application/grpc"),
     };
     nghttp2_data_provider prd;
+    size_t len;
 
     if (st->answered)
         return;
     if (st->closed || c->closing) {
-        st->answered = 1;
-        c->g->stats.calls[RLS_GRPC_OK]++;
+        mark_answered(st);
+        g->stats.calls[RLS_GRPC_OK]++;
         return;
     }
-    rl_buf_init(&st->resp, (size_t)c->g->cfg->max_frame * 4 + 65536);
-    if (rls_envoy_encode(&st->call, &st->resp) != RL_OK) {
+    /* Encoded into the listener's buffer, then copied to one of its own
+     * size: an answer that waits for its client holds only that. */
+    rl_buf_reset(&g->scratch);
+    if (rls_envoy_encode(&st->call, &g->scratch) != RL_OK ||
+        (st->resp = malloc((len = rl_buf_len(&g->scratch)) + 1)) == NULL) {
         reply_status(st, RLS_GRPC_RESOURCE_EXHAUSTED,
                      "out of memory encoding the response");
         return;
     }
-    st->answered = 1;
-    c->g->stats.calls[RLS_GRPC_OK]++;
+    memcpy(st->resp, rl_buf_rptr(&g->scratch), len);
+    st->resp_len = len;
+    mark_answered(st);
+    g->stats.calls[RLS_GRPC_OK]++;
     prd.source.ptr = st;
     prd.read_callback = read_body;
     if (nghttp2_submit_response(c->h2, st->id, nva, 2, &prd) != 0)
         nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, st->id,
                                   NGHTTP2_INTERNAL_ERROR);
-    mark_dirty(c);
+    owe(st, len);
+    if (st->complete)
+        touch(c);
 }
 
 /* The last answer of a call came. */
@@ -320,6 +479,8 @@ static void request_done(gstream_t *st)
 
     if (st->answered)
         return;
+    st->complete = 1;
+    touch(st->c);
     if (st->err != 0) {
         reply_status(st, st->err, st->why);
         return;
@@ -369,6 +530,7 @@ static void request_done(gstream_t *st)
         return;
     }
     st->started = 1;
+    st->c->at_server++;
     st->call.done = on_call_done;
     rc = rls_envoy_start(&st->call, &st->c->g->ctx, p + 5, len, &why);
     msg_release(st);
@@ -391,23 +553,21 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f,
 
     if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0;
-    /* nghttp2 enforces the SETTINGS limit once the client acknowledged it;
-     * this covers the streams opened before that. */
+    /* nghttp2 refuses streams over the SETTINGS limit before this is
+     * called, from the moment the SETTINGS are submitted; this is a
+     * backstop. Refusing here (as for no memory) resets the stream and
+     * has nghttp2 skip its header block. */
     if (c->open_streams >= c->g->cfg->grpc_max_streams) {
         c->g->stats.streams_refused++;
-        nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, f->hd.stream_id,
-                                  NGHTTP2_REFUSED_STREAM);
-        return 0;
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     }
-    if ((st = calloc(1, sizeof(*st))) == NULL) {
-        nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, f->hd.stream_id,
-                                  NGHTTP2_INTERNAL_ERROR);
-        return 0;
-    }
+    if ((st = calloc(1, sizeof(*st))) == NULL)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     st->c = c;
     st->id = f->hd.stream_id;
     st->begin_ms = uv_now(c->g->loop);
     rl_buf_init(&st->msg, (size_t)c->g->cfg->max_frame + 5);
+    rls_list_init(&st->owed);
     rls_list_push(&c->streams, &st->node);
     c->open_streams++;
     nghttp2_session_set_stream_user_data(s, st->id, st);
@@ -419,37 +579,66 @@ static int hv_is(const uint8_t *v, size_t n, const char *w)
     return n == strlen(w) && memcmp(v, w, n) == 0;
 }
 
+/* A stream's header list passed the limit: it is reset now (nghttp2 skips
+ * the rest of its block), and a connection that keeps doing it is
+ * ended. */
+static int headers_too_large(gconn_t *c, gstream_t *st)
+{
+    c->g->stats.streams_oversized++;
+    mark_answered(st); /* the reset is its answer */
+    msg_release(st);
+    if (++c->strikes >= HEADER_STRIKES && !c->ended) {
+        /* GOAWAY, and nghttp2 ignores all further input (it stops
+         * decoding this block too): no more CPU for this client. */
+        RLS_DEBUG("grpc: closing connection: header lists over the limit",
+                  " streams=%u", (unsigned)c->strikes);
+        c->g->stats.conns_headers++;
+        c->ended = 1;
+        c->goaway = 1;
+        nghttp2_session_terminate_session(c->h2, NGHTTP2_ENHANCE_YOUR_CALM);
+    }
+    return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+}
+
 static int on_header(nghttp2_session *s, const nghttp2_frame *f,
                      const uint8_t *name, size_t namelen, const uint8_t *value,
                      size_t valuelen, uint8_t flags, void *ud)
 {
+    gconn_t *c = ud;
     gstream_t *st = stream_of(s, f->hd.stream_id);
+    /* RFC 9113's size of a header field: name, value and 32. An indexed
+     * reference counts what it expands to. */
+    size_t size = namelen + valuelen + 32;
 
     (void)flags;
-    (void)ud;
-    if (st == NULL || f->hd.type != NGHTTP2_HEADERS ||
-        f->headers.cat != NGHTTP2_HCAT_REQUEST)
-        return 0; /* trailers from the client: nothing we need */
-    /* RFC 9113's size of a header list: name, value and 32 each. */
-    st->hdr_bytes += namelen + valuelen + 32;
-    if (st->hdr_bytes > RLS_GRPC_HEADERS_MAX) {
-        st->err = RLS_GRPC_RESOURCE_EXHAUSTED;
-        st->why = "header list larger than 8 KiB";
+    c->decoded += size;
+    if (st == NULL)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* nothing wanted */
+    /* Trailers count with the headers: a client has no use for them. */
+    st->hdr_bytes += size;
+    if (st->hdr_bytes > RLS_GRPC_HEADERS_MAX)
+        return headers_too_large(c, st);
+    if (f->hd.type == NGHTTP2_HEADERS &&
+        f->headers.cat == NGHTTP2_HCAT_REQUEST) {
+        if (hv_is(name, namelen, ":method")) {
+            st->post = hv_is(value, valuelen, "POST");
+        } else if (hv_is(name, namelen, ":path")) {
+            st->path_seen = 1;
+            st->path_ok = hv_is(value, valuelen, RLS_GRPC_PATH);
+        } else if (hv_is(name, namelen, "content-type")) {
+            st->ctype_ok =
+                valuelen >= 16 && memcmp(value, "application/grpc", 16) == 0 &&
+                (valuelen == 16 || value[16] == '+' || value[16] == ';');
+        } else if (hv_is(name, namelen, "grpc-encoding")) {
+            st->encoding = !hv_is(value, valuelen, "identity");
+        }
+    }
+    /* Over the round's budget: nghttp2 returns from mem_recv now, and the
+     * rest of the input waits for the next round. */
+    if (c->decoded < c->g->decode_budget)
         return 0;
-    }
-    if (hv_is(name, namelen, ":method")) {
-        st->post = hv_is(value, valuelen, "POST");
-    } else if (hv_is(name, namelen, ":path")) {
-        st->path_seen = 1;
-        st->path_ok = hv_is(value, valuelen, RLS_GRPC_PATH);
-    } else if (hv_is(name, namelen, "content-type")) {
-        st->ctype_ok = valuelen >= 16 &&
-                       memcmp(value, "application/grpc", 16) == 0 &&
-                       (valuelen == 16 || value[16] == '+' || value[16] == ';');
-    } else if (hv_is(name, namelen, "grpc-encoding")) {
-        st->encoding = !hv_is(value, valuelen, "identity");
-    }
-    return 0;
+    c->paused = 1;
+    return NGHTTP2_ERR_PAUSE;
 }
 
 static int on_data(nghttp2_session *s, uint8_t flags, int32_t id,
@@ -499,8 +688,29 @@ static int on_frame(nghttp2_session *s, const nghttp2_frame *f, void *ud)
         return 0;
     if (f->hd.flags & NGHTTP2_FLAG_END_STREAM)
         request_done(st);
-    else if (f->hd.type == NGHTTP2_HEADERS && st->err != 0)
-        reply_status(st, st->err, st->why); /* e.g. headers too large */
+    return 0;
+}
+
+/* A frame went out. The last of an answer: it is no longer owed, and a
+ * stream the client has not finished is reset, NO_ERROR (RFC 9113 8.1:
+ * the response is complete, the rest of the request is not wanted), so
+ * that it does not stay open waiting for the client. */
+static int on_frame_sent(nghttp2_session *s, const nghttp2_frame *f, void *ud)
+{
+    gconn_t *c = ud;
+    gstream_t *st;
+
+    if ((f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA) ||
+        !(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
+        return 0;
+    if ((st = stream_of(s, f->hd.stream_id)) != NULL) {
+        unowe(st);
+        if (st->complete)
+            touch(c);
+    }
+    if (!nghttp2_session_get_stream_remote_close(s, f->hd.stream_id))
+        nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, f->hd.stream_id,
+                                  NGHTTP2_NO_ERROR);
     return 0;
 }
 
@@ -518,6 +728,7 @@ static int on_stream_close(nghttp2_session *s, int32_t id, uint32_t code,
     nghttp2_session_set_stream_user_data(s, id, NULL);
     st->closed = 1;
     c->open_streams--;
+    unowe(st);
     stream_free_maybe(st);
     return 0;
 }
@@ -542,24 +753,69 @@ static void on_closed(uv_handle_t *h)
         stream_free_maybe(st);
     }
     c->closed = 1;
-    if (g->stopping && rls_list_empty(&g->conns) && g->on_empty != NULL)
+    if (g->stopping && rls_grpc_idle(g) && g->on_empty != NULL)
         g->on_empty(g->arg);
     maybe_free_conn(c);
 }
 
+/* Drops the input nghttp2 paused on. */
+static void unstash(gconn_t *c)
+{
+    if (c->stash == NULL)
+        return;
+    c->g->held -= c->stash_len;
+    free(c->stash);
+    c->stash = NULL;
+    c->stash_len = c->stash_off = 0;
+}
+
 static void conn_close(gconn_t *c)
 {
+    rls_list_t *n;
+
     if (c->closing)
         return;
     c->closing = 1;
     rls_list_remove(&c->node);
     rls_list_remove(&c->dirty);
+    rls_list_remove(&c->resume);
+    unstash(c);
+    /* Owed answers will never go: their memory is counted out now. */
+    for (n = c->owed.next; n != &c->owed;) {
+        gstream_t *st = RLS_CONTAINER_OF(n, gstream_t, owed);
+        n = n->next;
+        unowe(st);
+    }
     c->g->stats.conns_open--;
     if (c->h2 != NULL) {
         nghttp2_session_del(c->h2);
         c->h2 = NULL;
     }
     uv_close((uv_handle_t *)&c->tcp, on_closed);
+}
+
+/* Ends a connection now: GOAWAY with `code` when it can go out without
+ * waiting (no write in flight), then close. */
+static void conn_drop(gconn_t *c, uint32_t code)
+{
+    const uint8_t *data;
+    ssize_t n;
+    uv_buf_t b;
+
+    if (c->closing)
+        return;
+    if (c->h2 != NULL && !c->writing) {
+        nghttp2_session_terminate_session(c->h2, code);
+        while (rl_buf_len(&c->out) < OUT_BATCH &&
+               (n = nghttp2_session_mem_send(c->h2, &data)) > 0)
+            if (rl_buf_append(&c->out, data, (size_t)n) != RL_OK)
+                break;
+        b = uv_buf_init((char *)rl_buf_rptr(&c->out),
+                        (unsigned)rl_buf_len(&c->out));
+        if (b.len > 0)
+            uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+    }
+    conn_close(c);
 }
 
 /* Closes a connection nghttp2 is done with (GOAWAY both ways, or after a
@@ -594,7 +850,18 @@ static void conn_send(gconn_t *c)
     uv_buf_t b;
     int wrote;
 
-    if (c->closing || c->writing)
+    if (c->closing)
+        return;
+    if (c->overflow) {
+        /* Its answers pile up unsent: it is not reading them. */
+        RLS_DEBUG("grpc: closing connection: unsent answers over "
+                  "--max-output",
+                  " bytes=%zu", c->owed_bytes + rl_buf_len(&c->out));
+        c->g->stats.conns_output++;
+        conn_drop(c, NGHTTP2_ENHANCE_YOUR_CALM);
+        return;
+    }
+    if (c->writing)
         return;
     while (rl_buf_len(&c->out) < OUT_BATCH) {
         n = nghttp2_session_mem_send(c->h2, &data);
@@ -633,20 +900,15 @@ static void conn_send(gconn_t *c)
     b = uv_buf_init((char *)rl_buf_rptr(&c->out),
                     (unsigned)rl_buf_len(&c->out));
     c->writing = 1;
+    c->write_ms = uv_now(c->g->loop);
     if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, on_write) != 0) {
         c->writing = 0;
         conn_close(c);
     }
 }
 
-void rls_grpc_flush(rls_grpc_t *g)
-{
-    while (!rls_list_empty(&g->dirty)) {
-        gconn_t *c = RLS_CONTAINER_OF(g->dirty.next, gconn_t, dirty);
-        rls_list_remove(&c->dirty);
-        conn_send(c);
-    }
-}
+/* ------------------------------------------------------------------------ */
+/* Input, within each connection's budget */
 
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 {
@@ -660,10 +922,122 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
     buf->len = g->rbuf != NULL ? READ_CHUNK : 0;
 }
 
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
+/* Keeps the loop from blocking in poll while connections wait to be read
+ * again; resume() stops it. */
+static void on_spin(uv_idle_t *h)
+{
+    (void)h;
+}
+
+static void start_reading(gconn_t *c)
+{
+    if (c->reading || c->closing || c->ended)
+        return;
+    if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
+        conn_close(c);
+        return;
+    }
+    c->reading = 1;
+}
+
+static void stop_reading(gconn_t *c)
+{
+    if (c->reading) {
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        c->reading = 0;
+    }
+}
+
+/* A new round starts the connection's budget afresh. */
+static void budget_start(gconn_t *c)
+{
+    if (c->gen != c->g->gen) {
+        c->gen = c->g->gen;
+        c->fed = 0;
+        c->decoded = 0;
+    }
+}
+
+static int over_budget(const gconn_t *c)
+{
+    return c->fed >= c->g->feed_budget || c->decoded >= c->g->decode_budget;
+}
+
+/* Not read again before the next round. */
+static void defer(gconn_t *c)
+{
+    rls_grpc_t *g = c->g;
+
+    stop_reading(c);
+    if (!rls_list_linked(&c->resume)) {
+        rls_list_push(&g->resume, &c->resume);
+        g->stats.reads_deferred++;
+    }
+    uv_idle_start(&g->spin, on_spin);
+}
+
+/* Hands p[0, n) to nghttp2 (p may be NULL when n is 0). Returns the bytes
+ * it took: all of them, or fewer when a header callback paused it over
+ * the decode budget (c->paused). After a connection error (nghttp2's, or
+ * one of ours that ended the connection) it has taken everything, and
+ * the connection reads no more. */
+static size_t feed(gconn_t *c, const uint8_t *p, size_t n)
+{
+    ssize_t rc;
+
+    c->paused = 0;
+    rc = nghttp2_session_mem_recv(c->h2, p, n);
+    mark_dirty(c);
+    if (rc < 0) {
+        /* A connection error nghttp2 could not answer itself (bad client
+         * preface, a flood): GOAWAY and close once it is written. */
+        RLS_DEBUG("grpc: connection error", " err=\"%s\"",
+                  nghttp2_strerror((int)rc));
+        c->g->stats.conns_protocol++;
+        nghttp2_session_terminate_session(c->h2, NGHTTP2_PROTOCOL_ERROR);
+        c->ended = 1;
+    }
+    if (c->ended) {
+        c->paused = 0;
+        stop_reading(c);
+        return n;
+    }
+    c->fed += (size_t)rc;
+    return (size_t)rc;
+}
+
+/* nghttp2 paused: what it did not take of a read (maybe nothing) waits
+ * for the next round; counted with the request bodies, and the
+ * connection is closed rather than pass --max-partial-bytes. */
+static void stash(gconn_t *c, const uint8_t *p, size_t n)
+{
+    rls_grpc_t *g = c->g;
+    uint64_t cap = g->cfg->max_partial_bytes;
+
+    if (n == 0) {
+        defer(c);
+        return;
+    }
+    if ((cap > 0 && g->held + n > cap) || (c->stash = malloc(n)) == NULL) {
+        RLS_DEBUG("grpc: closing connection: input memory full", " held=%llu",
+                  (unsigned long long)g->held);
+        g->stats.conns_memory++;
+        conn_drop(c, NGHTTP2_ENHANCE_YOUR_CALM);
+        return;
+    }
+    memcpy(c->stash, p, n);
+    c->stash_len = n;
+    c->stash_off = 0;
+    g->held += n;
+    defer(c);
+}
+
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     gconn_t *c = s->data;
-    ssize_t rc;
+    size_t took;
 
     if (nread == 0)
         return;
@@ -673,19 +1047,92 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         conn_close(c);
         return;
     }
-    c->active_ms = uv_now(c->g->loop);
-    rc = nghttp2_session_mem_recv(c->h2, (const uint8_t *)buf->base,
-                                  (size_t)nread);
-    if (rc < 0) {
-        /* A connection error nghttp2 could not answer itself (bad client
-         * preface, a flood): GOAWAY and close once it is written. */
-        RLS_DEBUG("grpc: connection error", " err=\"%s\"",
-                  nghttp2_strerror((int)rc));
-        c->g->stats.conns_protocol++;
-        nghttp2_session_terminate_session(c->h2, NGHTTP2_PROTOCOL_ERROR);
-        uv_read_stop(s);
+    budget_start(c);
+    took = feed(c, (const uint8_t *)buf->base, (size_t)nread);
+    if (c->closing || c->ended)
+        return;
+    if (c->paused)
+        stash(c, (const uint8_t *)buf->base + took, (size_t)nread - took);
+    else if (over_budget(c))
+        defer(c);
+}
+
+/* A new round: connections deferred in the last one go on, nghttp2
+ * first if it paused, and read again unless that took their budget
+ * again. */
+static void resume(rls_grpc_t *g)
+{
+    rls_list_t todo;
+
+    rls_list_init(&todo);
+    while (!rls_list_empty(&g->resume)) {
+        rls_list_t *n = g->resume.next;
+        rls_list_remove(n);
+        rls_list_push(&todo, n);
     }
-    mark_dirty(c);
+    while (!rls_list_empty(&todo)) {
+        gconn_t *c = RLS_CONTAINER_OF(todo.next, gconn_t, resume);
+        rls_list_remove(&c->resume);
+        budget_start(c);
+        if (c->paused) {
+            size_t left = c->stash_len - c->stash_off;
+            c->stash_off += feed(
+                c, c->stash != NULL ? c->stash + c->stash_off : NULL, left);
+            if (!c->ended && c->paused) {
+                defer(c);
+                continue;
+            }
+            unstash(c);
+        }
+        if (c->ended)
+            continue;
+        if (over_budget(c))
+            defer(c);
+        else
+            start_reading(c);
+    }
+    if (rls_list_empty(&g->resume))
+        uv_idle_stop(&g->spin);
+}
+
+void rls_grpc_flush(rls_grpc_t *g)
+{
+    g->gen++;
+    resume(g);
+    while (!rls_list_empty(&g->dirty)) {
+        gconn_t *c = RLS_CONTAINER_OF(g->dirty.next, gconn_t, dirty);
+        rls_list_remove(&c->dirty);
+        conn_send(c);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Accepting */
+
+/* Closes the connection that has done least, to make room for a new one
+ * (not `keep`): the oldest that never completed a request, else the
+ * least recently active one with no call at the store. Returns 1 if one
+ * was closed. */
+static int evict_one(rls_grpc_t *g, const gconn_t *keep)
+{
+    gconn_t *v = NULL;
+    rls_list_t *n;
+
+    for (n = g->fresh.next; v == NULL && n != &g->fresh; n = n->next)
+        if (n != &keep->node)
+            v = RLS_CONTAINER_OF(n, gconn_t, node);
+    for (n = g->proven.next; v == NULL && n != &g->proven; n = n->next) {
+        gconn_t *c = RLS_CONTAINER_OF(n, gconn_t, node);
+        if (c->at_server == 0)
+            v = c;
+    }
+    if (v == NULL)
+        return 0;
+    RLS_DEBUG("grpc: connection evicted for a new one", " proven=%u",
+              (unsigned)v->proven);
+    g->stats.conns_evicted++;
+    conn_drop(v, NGHTTP2_NO_ERROR);
+    return 1;
 }
 
 static void on_connection(uv_stream_t *l, int status)
@@ -707,9 +1154,11 @@ static void on_connection(uv_stream_t *l, int status)
     g->nalloc++;
     rls_list_init(&c->node);
     rls_list_init(&c->dirty);
+    rls_list_init(&c->resume);
     rls_list_init(&c->streams);
+    rls_list_init(&c->owed);
     rl_buf_init(&c->out, 4 * OUT_BATCH);
-    rls_list_push(&g->conns, &c->node);
+    rls_list_push(&g->fresh, &c->node);
     g->stats.conns_open++;
     c->active_ms = uv_now(g->loop);
     if (uv_accept(l, (uv_stream_t *)&c->tcp) != 0 ||
@@ -718,6 +1167,12 @@ static void on_connection(uv_stream_t *l, int status)
         conn_close(c);
         return;
     }
+    /* Full: the connection that has done least makes room, unless closed
+     * ones still hold too much memory (their streams wait for the store):
+     * a burst of evictions is bounded. */
+    if (!g->stopping && g->stats.conns_open > g->cfg->max_connections &&
+        g->nalloc <= 2 * (size_t)g->cfg->max_connections)
+        evict_one(g, c);
     if ((g->stopping && !g->draining) ||
         g->stats.conns_open > g->cfg->max_connections) {
         /* Refused: GOAWAY at once (REFUSED_STREAM's connection-level
@@ -744,50 +1199,83 @@ static void on_connection(uv_stream_t *l, int status)
      * stream cap and --max-partial-bytes, not by flow control. */
     nghttp2_session_set_local_window_size(c->h2, NGHTTP2_FLAG_NONE, 0, 1 << 20);
     uv_tcp_nodelay(&c->tcp, 1);
-    if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
-        conn_close(c);
+    start_reading(c);
+    if (!c->closing)
+        mark_dirty(c);
+}
+
+/* Waiting on the server (a call at the store, an answer to draw or
+ * write, input deferred) rather than on its client: not idle. */
+static int busy(const gconn_t *c)
+{
+    return c->at_server > 0 || !rls_list_empty(&c->owed) || c->writing ||
+           rl_buf_len(&c->out) > 0 || c->paused;
+}
+
+/* The deadlines of one connection; it may be closed. */
+static void sweep_conn(gconn_t *c, uint64_t now)
+{
+    rls_grpc_t *g = c->g;
+    uint64_t idle = g->cfg->idle_timeout_s * 1000;
+    uint64_t frame_ms = g->cfg->frame_timeout_ms;
+    rls_list_t *m;
+
+    /* A request not whole --frame-timeout-ms after its HEADERS (a client
+     * trickling or stalling its body) is answered DEADLINE_EXCEEDED and
+     * its buffer freed. */
+    for (m = c->streams.next; frame_ms > 0 && m != &c->streams; m = m->next) {
+        gstream_t *st = RLS_CONTAINER_OF(m, gstream_t, node);
+        if (!st->started && !st->answered && !st->closed &&
+            now - st->begin_ms >= frame_ms) {
+            g->stats.streams_timeout++;
+            msg_release(st);
+            reply_status(st, RLS_GRPC_DEADLINE_EXCEEDED,
+                         "request not completed within "
+                         "--frame-timeout-ms");
+        }
+    }
+    /* Answers its client has not taken in --frame-timeout-ms (a shut
+     * window, or no reading): the connection goes, and its memory. */
+    if (frame_ms > 0 &&
+        ((!rls_list_empty(&c->owed) &&
+          now - RLS_CONTAINER_OF(c->owed.next, gstream_t, owed)->answered_ms >=
+              frame_ms) ||
+         (c->writing && now - c->write_ms >= frame_ms))) {
+        RLS_DEBUG("grpc: closing connection: answers not taken within "
+                  "--frame-timeout-ms",
+                  " bytes=%zu", c->owed_bytes + rl_buf_len(&c->out));
+        g->stats.conns_output_timeout++;
+        conn_drop(c, NGHTTP2_ENHANCE_YOUR_CALM);
         return;
     }
+    if (idle == 0 || c->goaway || busy(c) || now - c->active_ms < idle)
+        return;
+    g->stats.conns_idle++;
+    c->goaway = 1;
+    nghttp2_session_terminate_session(c->h2, NGHTTP2_NO_ERROR);
     mark_dirty(c);
 }
 
 /* Once a second (connections and their streams are capped): requests
- * past --frame-timeout-ms, and idle connections: no stream open, nothing
- * to write, no bytes for --idle-timeout. */
+ * past --frame-timeout-ms, answers not taken within it, and idle
+ * connections. */
 static void on_sweep(uv_timer_t *t)
 {
     rls_grpc_t *g = t->data;
-    uint64_t now = uv_now(g->loop), idle = g->cfg->idle_timeout_s * 1000;
-    uint64_t frame_ms = g->cfg->frame_timeout_ms;
-    rls_list_t *n, *next;
+    uint64_t now = uv_now(g->loop);
+    rls_list_t *lists[2] = {&g->fresh, &g->proven}, *n, *next;
+    size_t i;
 
-    for (n = g->conns.next; n != &g->conns; n = next) {
-        gconn_t *c = RLS_CONTAINER_OF(n, gconn_t, node);
-        rls_list_t *m;
-        next = n->next;
-        /* A request not whole --frame-timeout-ms after its HEADERS (a
-         * client trickling or stalling its body) is answered
-         * DEADLINE_EXCEEDED and its buffer freed. */
-        for (m = c->streams.next; frame_ms > 0 && m != &c->streams;
-             m = m->next) {
-            gstream_t *st = RLS_CONTAINER_OF(m, gstream_t, node);
-            if (!st->started && !st->answered && !st->closed &&
-                now - st->begin_ms >= frame_ms) {
-                g->stats.streams_timeout++;
-                msg_release(st);
-                reply_status(st, RLS_GRPC_DEADLINE_EXCEEDED,
-                             "request not completed within "
-                             "--frame-timeout-ms");
-            }
+    for (i = 0; i < 2; i++)
+        for (n = lists[i]->next; n != lists[i]; n = next) {
+            /* Only the connection at hand may move (an answer drawn as
+             * it is dropped: then it is closed), and next is taken
+             * first. The requests the sweep answers are unfinished, which
+             * is not activity. */
+            gconn_t *c = RLS_CONTAINER_OF(n, gconn_t, node);
+            next = n->next;
+            sweep_conn(c, now);
         }
-        if (idle == 0 || c->goaway || c->open_streams > 0 || c->writing ||
-            now - c->active_ms < idle)
-            continue;
-        g->stats.conns_idle++;
-        c->goaway = 1;
-        nghttp2_session_terminate_session(c->h2, NGHTTP2_NO_ERROR);
-        mark_dirty(c);
-    }
     rls_grpc_flush(g);
 }
 
@@ -803,8 +1291,13 @@ int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_config_t *cfg,
     g->loop = loop;
     g->cfg = cfg;
     g->ctx.batcher = batcher;
-    rls_list_init(&g->conns);
+    g->feed_budget = FEED_BUDGET;
+    g->decode_budget = DECODE_BUDGET;
+    rls_list_init(&g->fresh);
+    rls_list_init(&g->proven);
     rls_list_init(&g->dirty);
+    rls_list_init(&g->resume);
+    rl_buf_init(&g->scratch, (size_t)cfg->max_frame * 4 + 65536);
     if (nghttp2_session_callbacks_new(&g->cbs) != 0 ||
         nghttp2_option_new(&g->opt) != 0) {
         nghttp2_session_callbacks_del(g->cbs);
@@ -816,20 +1309,24 @@ int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_config_t *cfg,
     nghttp2_session_callbacks_set_on_header_callback(g->cbs, on_header);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(g->cbs, on_data);
     nghttp2_session_callbacks_set_on_frame_recv_callback(g->cbs, on_frame);
+    nghttp2_session_callbacks_set_on_frame_send_callback(g->cbs, on_frame_sent);
     nghttp2_session_callbacks_set_on_stream_close_callback(g->cbs,
                                                            on_stream_close);
     uv_tcp_init(loop, &g->listener);
     g->listener.data = g;
     uv_timer_init(loop, &g->sweep);
     g->sweep.data = g;
+    uv_idle_init(loop, &g->spin);
+    g->spin.data = g;
     rc = rls_listen(&g->listener, cfg->grpc_host, cfg->grpc_port, 511,
                     on_connection);
     if (rc != 0) {
-        /* g goes when both close callbacks have run. */
+        /* g goes when the three close callbacks have run. */
         g->freeing = 1;
-        g->handles = 2;
+        g->handles = 3;
         uv_close((uv_handle_t *)&g->listener, on_handle_closed);
         uv_close((uv_handle_t *)&g->sweep, on_handle_closed);
+        uv_close((uv_handle_t *)&g->spin, on_handle_closed);
         return rc;
     }
     g->listening = 1;
@@ -859,8 +1356,8 @@ void rls_grpc_set_draining(rls_grpc_t *g, int draining)
 
 size_t rls_grpc_goaway(rls_grpc_t *g)
 {
-    rls_list_t *n;
-    size_t count = 0;
+    rls_list_t *lists[2] = {&g->fresh, &g->proven}, *n;
+    size_t count = 0, i;
 
     g->stopping = 1;
     g->draining = 0;
@@ -868,26 +1365,30 @@ size_t rls_grpc_goaway(rls_grpc_t *g)
         g->listening = 0;
         uv_close((uv_handle_t *)&g->listener, NULL);
     }
-    for (n = g->conns.next; n != &g->conns; n = n->next) {
-        gconn_t *c = RLS_CONTAINER_OF(n, gconn_t, node);
-        if (c->goaway)
-            continue;
-        c->goaway = 1;
-        /* Graceful: the streams the client already opened are answered;
-         * nghttp2 refuses new ones and stops reading once they are done. */
-        nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE,
-                              nghttp2_session_get_last_proc_stream_id(c->h2),
-                              NGHTTP2_NO_ERROR, NULL, 0);
-        mark_dirty(c);
-        count++;
-    }
+    for (i = 0; i < 2; i++)
+        for (n = lists[i]->next; n != lists[i]; n = n->next) {
+            gconn_t *c = RLS_CONTAINER_OF(n, gconn_t, node);
+            if (c->goaway)
+                continue;
+            c->goaway = 1;
+            /* Graceful: the streams the client already opened are
+             * answered; nghttp2 refuses new ones and stops reading once
+             * they are done. */
+            nghttp2_submit_goaway(
+                c->h2, NGHTTP2_FLAG_NONE,
+                nghttp2_session_get_last_proc_stream_id(c->h2),
+                NGHTTP2_NO_ERROR, NULL, 0);
+            mark_dirty(c);
+            count++;
+        }
     rls_grpc_flush(g);
     return count;
 }
 
 int rls_grpc_idle(const rls_grpc_t *g)
 {
-    return g == NULL || rls_list_empty(&g->conns);
+    return g == NULL ||
+           (rls_list_empty(&g->fresh) && rls_list_empty(&g->proven));
 }
 
 void rls_grpc_on_empty(rls_grpc_t *g, void (*fn)(void *arg), void *arg)
@@ -896,10 +1397,18 @@ void rls_grpc_on_empty(rls_grpc_t *g, void (*fn)(void *arg), void *arg)
     g->arg = arg;
 }
 
+void rls_grpc_set_budget(rls_grpc_t *g, size_t feed, size_t decode)
+{
+    g->feed_budget = feed > 0 ? feed : 1;
+    g->decode_budget = decode > 0 ? decode : 1;
+}
+
 void rls_grpc_close_all(rls_grpc_t *g)
 {
-    while (!rls_list_empty(&g->conns))
-        conn_close(RLS_CONTAINER_OF(g->conns.next, gconn_t, node));
+    while (!rls_list_empty(&g->fresh))
+        conn_close(RLS_CONTAINER_OF(g->fresh.next, gconn_t, node));
+    while (!rls_list_empty(&g->proven))
+        conn_close(RLS_CONTAINER_OF(g->proven.next, gconn_t, node));
 }
 
 static void maybe_free_grpc(rls_grpc_t *g)
@@ -910,25 +1419,29 @@ static void maybe_free_grpc(rls_grpc_t *g)
     nghttp2_session_callbacks_del(g->cbs);
     nghttp2_option_del(g->opt);
     rls_envoy_conf_unref(g->ctx.conf);
+    rl_buf_free(&g->scratch);
     free(g->rbuf);
     free(g);
 }
 
 void rls_grpc_free(rls_grpc_t *g)
 {
+    uv_handle_t *hs[3];
+    size_t i;
+
     if (g == NULL)
         return;
     rls_grpc_close_all(g);
     g->freeing = 1;
     g->handles = 0;
-    if (!uv_is_closing((uv_handle_t *)&g->listener)) {
-        g->handles++;
-        uv_close((uv_handle_t *)&g->listener, on_handle_closed);
-    }
-    if (!uv_is_closing((uv_handle_t *)&g->sweep)) {
-        g->handles++;
-        uv_close((uv_handle_t *)&g->sweep, on_handle_closed);
-    }
+    hs[0] = (uv_handle_t *)&g->listener;
+    hs[1] = (uv_handle_t *)&g->sweep;
+    hs[2] = (uv_handle_t *)&g->spin;
+    for (i = 0; i < 3; i++)
+        if (!uv_is_closing(hs[i])) {
+            g->handles++;
+            uv_close(hs[i], on_handle_closed);
+        }
     if (g->handles == 0)
         maybe_free_grpc(g);
 }
@@ -995,14 +1508,29 @@ int rls_grpc_metrics(const rls_grpc_t *g, rl_buf_t *out)
         "# TYPE rl_grpc_connections_accepted_total counter\n"
         "rl_grpc_connections_accepted_total %" PRIu64 "\n"
         "# HELP rl_grpc_connections_refused_total gRPC connections refused "
-        "(over --max-connections, or stopping).\n"
+        "(over --max-connections with none to evict, or stopping).\n"
         "# TYPE rl_grpc_connections_refused_total counter\n"
-        "rl_grpc_connections_refused_total %" PRIu64 "\n"
+        "rl_grpc_connections_refused_total %" PRIu64 "\n",
+        s->http_errors, e->descriptors[1], e->descriptors[2], e->uncounted,
+        e->unknown_domain, s->conns_open, s->conns_accepted, s->conns_refused);
+    rc |= rl_buf_printf(
+        out,
         "# HELP rl_grpc_connections_closed_total gRPC connections the "
         "server ended, by reason.\n"
         "# TYPE rl_grpc_connections_closed_total counter\n"
         "rl_grpc_connections_closed_total{reason=\"idle\"} %" PRIu64 "\n"
         "rl_grpc_connections_closed_total{reason=\"protocol\"} %" PRIu64 "\n"
+        "rl_grpc_connections_closed_total{reason=\"headers\"} %" PRIu64 "\n"
+        "rl_grpc_connections_closed_total{reason=\"output\"} %" PRIu64 "\n"
+        "rl_grpc_connections_closed_total{reason=\"output_timeout\"} "
+        "%" PRIu64 "\n"
+        "rl_grpc_connections_closed_total{reason=\"evicted\"} %" PRIu64 "\n"
+        "rl_grpc_connections_closed_total{reason=\"partial_memory\"} "
+        "%" PRIu64 "\n",
+        s->conns_idle, s->conns_protocol, s->conns_headers, s->conns_output,
+        s->conns_output_timeout, s->conns_evicted, s->conns_memory);
+    rc |= rl_buf_printf(
+        out,
         "# HELP rl_grpc_streams_refused_total Streams refused over "
         "--grpc-max-streams.\n"
         "# TYPE rl_grpc_streams_refused_total counter\n"
@@ -1019,13 +1547,24 @@ int rls_grpc_metrics(const rls_grpc_t *g, rl_buf_t *out)
         "bodies buffered by all streams reached --max-partial-bytes.\n"
         "# TYPE rl_grpc_streams_shed_total counter\n"
         "rl_grpc_streams_shed_total %" PRIu64 "\n"
+        "# HELP rl_grpc_streams_oversized_total Streams reset because "
+        "their header list passed 8 KiB.\n"
+        "# TYPE rl_grpc_streams_oversized_total counter\n"
+        "rl_grpc_streams_oversized_total %" PRIu64 "\n"
+        "# HELP rl_grpc_reads_deferred_total Times a connection was not "
+        "read again until the next round, over its per-round budget.\n"
+        "# TYPE rl_grpc_reads_deferred_total counter\n"
+        "rl_grpc_reads_deferred_total %" PRIu64 "\n"
         "# HELP rl_grpc_input_bytes Request bytes buffered by gRPC "
-        "streams.\n"
+        "streams, and input deferred to the next round.\n"
         "# TYPE rl_grpc_input_bytes gauge\n"
-        "rl_grpc_input_bytes %" PRIu64 "\n",
-        s->http_errors, e->descriptors[1], e->descriptors[2], e->uncounted,
-        e->unknown_domain, s->conns_open, s->conns_accepted, s->conns_refused,
-        s->conns_idle, s->conns_protocol, s->streams_refused, s->streams_reset,
-        s->streams_timeout, s->streams_shed, g->held);
+        "rl_grpc_input_bytes %" PRIu64 "\n"
+        "# HELP rl_grpc_output_bytes Memory held by gRPC answers not yet "
+        "sent.\n"
+        "# TYPE rl_grpc_output_bytes gauge\n"
+        "rl_grpc_output_bytes %" PRIu64 "\n",
+        s->streams_refused, s->streams_reset, s->streams_timeout,
+        s->streams_shed, s->streams_oversized, s->reads_deferred, g->held,
+        g->owed);
     return rc;
 }

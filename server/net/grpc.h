@@ -5,15 +5,22 @@
  * server flushes it once per loop iteration and tells it when to say
  * GOAWAY and close, as it does the native connections.
  *
- * Limits: --max-connections gRPC connections (apart from native ones),
+ * Limits: --max-connections gRPC connections (apart from native ones; at
+ * the cap a new one evicts the one that has done least, see grpc.c),
  * --grpc-max-streams concurrent streams per connection (SETTINGS; streams
  * over it are refused with RST_STREAM REFUSED_STREAM), a header list of
- * RLS_GRPC_HEADERS_MAX bytes, a message of --max-frame bytes (past it
- * RESOURCE_EXHAUSTED), a request whole within --frame-timeout-ms (past
- * it DEADLINE_EXCEEDED), the bodies of all streams together within
- * --max-partial-bytes (past it RESOURCE_EXHAUSTED for the stream that
- * would pass it), --idle-timeout. A connection holds no input buffer
- * (nghttp2 consumes every read whole) and at most its streams' messages. */
+ * RLS_GRPC_HEADERS_MAX bytes (past it the stream is reset at once; the
+ * second such stream ends the connection), a message of --max-frame bytes
+ * (past it RESOURCE_EXHAUSTED), a request whole within --frame-timeout-ms
+ * (past it DEADLINE_EXCEEDED), answers taken by the client within
+ * --frame-timeout-ms and unsent answers within --max-output per
+ * connection (past either the connection is closed), the bodies of all
+ * streams together within --max-partial-bytes (past it RESOURCE_EXHAUSTED
+ * for the stream that would pass it), --idle-timeout counted from the
+ * last request or answer. Per round (flush to flush) a connection is read
+ * for at most a fixed budget of bytes and of decoded header bytes. A
+ * connection holds no input buffer but what nghttp2 left of a read when
+ * its budget ran out, and at most its streams' messages. */
 #ifndef RLS_NET_GRPC_H
 #define RLS_NET_GRPC_H
 
@@ -35,12 +42,19 @@ typedef struct rls_grpc_stats_s {
     uint64_t conns_accepted;
     uint64_t conns_refused; /* over --max-connections, or stopping */
     uint64_t conns_open;
-    uint64_t conns_idle;      /* closed after --idle-timeout */
-    uint64_t conns_protocol;  /* ended by an HTTP/2 protocol error */
-    uint64_t streams_refused; /* over --grpc-max-streams */
-    uint64_t streams_reset;   /* reset by the client before the answer */
-    uint64_t streams_timeout; /* not whole within --frame-timeout-ms */
-    uint64_t streams_shed;    /* refused at --max-partial-bytes */
+    uint64_t conns_idle;           /* closed after --idle-timeout */
+    uint64_t conns_protocol;       /* ended by an HTTP/2 protocol error */
+    uint64_t conns_headers;        /* ended for header lists over the limit */
+    uint64_t conns_output;         /* unsent answers over --max-output */
+    uint64_t conns_output_timeout; /* answers not taken in time */
+    uint64_t conns_evicted;        /* closed to make room for a new one */
+    uint64_t conns_memory;         /* deferred input over --max-partial-bytes */
+    uint64_t streams_refused;      /* over --grpc-max-streams */
+    uint64_t streams_reset;        /* reset by the client before the answer */
+    uint64_t streams_timeout;      /* not whole within --frame-timeout-ms */
+    uint64_t streams_shed;         /* refused at --max-partial-bytes */
+    uint64_t streams_oversized;    /* reset: header list over the limit */
+    uint64_t reads_deferred;       /* a connection over its round's budget */
 } rls_grpc_stats_t;
 
 typedef struct rls_grpc_s rls_grpc_t;
@@ -57,7 +71,9 @@ int rls_grpc_port(const rls_grpc_t *g);
  * reference; NULL: none). Calls already started keep theirs. */
 void rls_grpc_set_conf(rls_grpc_t *g, rls_envoy_conf_t *conf);
 
-/* Sends what the connections have to send: once per loop iteration. */
+/* Ends a round: connections deferred over their budget go on, and what
+ * the connections have to send is sent. At least once per loop
+ * iteration. */
 void rls_grpc_flush(rls_grpc_t *g);
 
 /* While the server drains, connections are still accepted and served. */
@@ -72,6 +88,11 @@ int rls_grpc_idle(const rls_grpc_t *g);
 
 /* Called when the last connection closed after rls_grpc_goaway. */
 void rls_grpc_on_empty(rls_grpc_t *g, void (*fn)(void *arg), void *arg);
+
+/* Overrides the per-round budget of a connection (bytes fed to nghttp2,
+ * header-list bytes decoded; 64 KiB each): the fuzz target uses small
+ * ones. */
+void rls_grpc_set_budget(rls_grpc_t *g, size_t feed, size_t decode);
 
 /* Closes every connection at once (the stop's grace ran out). */
 void rls_grpc_close_all(rls_grpc_t *g);

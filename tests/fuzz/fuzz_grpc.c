@@ -5,20 +5,27 @@
  * libuv loop with the server's own tick.
  *
  * The input's first byte chooses how it is sent (a valid client preface
- * and SETTINGS first, or not; the size of the pieces it is written in);
- * the rest are the bytes a client sends on one connection. The target
- * steps the loop while writing and reading, half-closes, and steps until
- * the server has closed the connection.
+ * and SETTINGS first, or not; the size of the pieces it is written in,
+ * or all at once)
+ * and what the rest is: the bytes a client sends on one connection, or
+ * (top bit set) a program of ops that build them (build(), below) with
+ * valid framing and HPACK, so that mutations stay on the header path:
+ * dynamic-table inserts and indexed references, CONTINUATION frames,
+ * header lists around and over the 8 KiB limit, trailers, zero windows,
+ * resets. The target steps the loop while writing and reading,
+ * half-closes, and steps until the server has closed the connection.
  *
  * Invariants (abort on violation): the server closes the connection within
  * a bounded number of loop steps once the client has half-closed and every
  * answer is due (nothing hangs), no request is left in the batcher, and at
  * exit every handle closes and nothing leaks (ASan/LSan).
  *
- * Built with libFuzzer (tests/fuzz/run.sh) and, with RL_FUZZ_REPLAY, as a
- * plain program that synthesizes well-formed calls (headers by nghttp2's
- * HPACK deflater, tests/support/h2raw.c) and runs them whole, cut at
- * every few bytes and with bytes flipped, in every build. */
+ * Built with libFuzzer (tests/fuzz/run.sh, seeded from
+ * tests/fuzz/corpus/grpc, written by gen_grpc_seeds.py) and, with
+ * RL_FUZZ_REPLAY, as a plain program that synthesizes well-formed calls
+ * (headers by nghttp2's HPACK deflater, tests/support/h2raw.c) and runs
+ * them and the seeds whole, cut at every few bytes and with bytes
+ * flipped, in every build. */
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -34,6 +41,7 @@
 #include <uv.h>
 
 #include "batch.h"
+#include "h2raw.h"
 #include "log.h"
 #include "net/grpc.h"
 #include "policy/config.h"
@@ -117,6 +125,9 @@ static void setup(void)
     CHECK(rls_grpc_start(&S.grpc, &S.loop, &S.cfg, &S.batcher) == 0);
     S.cfg.grpc_port = rls_grpc_port(S.grpc);
     CHECK(S.cfg.grpc_port > 0);
+    /* Small budgets, so that inputs of a few KiB are deferred, paused in
+     * the middle of a header block and resumed from the stash. */
+    rls_grpc_set_budget(S.grpc, 2048, 4096);
     CHECK(rls_envoy_conf_build_buf("fuzz", conf_yaml, sizeof(conf_yaml) - 1,
                                    &ec, &d) == RL_OK);
     rls_grpc_set_conf(S.grpc, ec);
@@ -159,6 +170,189 @@ static void drain(int fd)
         received += (uint64_t)r;
 }
 
+/* Queues into c->out without a socket. */
+static void offline(h2r_t *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->fd = -1;
+    CHECK(nghttp2_hd_deflate_new(&c->def, 4096) == 0);
+    CHECK(nghttp2_hd_inflate_new(&c->inf) == 0);
+}
+
+/* A program's cursor: bytes past its end read as 0. */
+typedef struct {
+    const uint8_t *p;
+    size_t n, off;
+} prog_t;
+
+static unsigned next(prog_t *r)
+{
+    return r->off < r->n ? r->p[r->off++] : 0;
+}
+
+#define PROG_OUT_MAX (1u << 20) /* bytes one program may build */
+#define FIELDS_MAX 32
+
+enum {
+    OP_CALL,      /* a: descriptor value; b: 1 compressed flag, 2 bad path */
+    OP_HEADERS,   /* a: fields (0-31), 0x40 END_STREAM, 0x80 all alike;
+                     b: value bytes / 16 */
+    OP_BOMB,      /* a: value bytes / 16; b: references / 32; c: per frame /
+                     64 + 1; d: 1 END_STREAM, 2 leave the block open */
+    OP_BOMB_MORE, /* a: references / 32; b: 1 END_HEADERS */
+    OP_DATA,      /* a: bytes; b: 1 END_STREAM */
+    OP_SETTINGS,  /* a: initial window / 256 (0: a zero window) */
+    OP_PING,
+    OP_RST,      /* a: error code */
+    OP_WINDOW,   /* a: increment / 256 + 1; b: 1 on the stream, else 0 */
+    OP_RAW,      /* a: bytes of the program copied as they are */
+    OP_TRAILERS, /* a: fields (0-31); b: value bytes / 16 */
+    OP_SPLIT,    /* a request's headers, a: fields; HEADERS with the first
+                    b * 4 bytes of the block, CONTINUATION with the rest */
+    OP_COUNT
+};
+
+/* Fills nv with the request's fields and `k` more of `len` bytes each,
+ * named alike (so the deflater inserts the first and refers to it) or
+ * not. Returns how many. */
+static size_t fields(nghttp2_nv *nv, int request, unsigned k, size_t len,
+                     int alike)
+{
+    static char names[FIELDS_MAX][8];
+    static uint8_t value[4096];
+    static const char *const req[][2] = {
+        {":method", "POST"},
+        {":scheme", "http"},
+        {":path", H2R_PATH},
+        {":authority", "rl"},
+        {"content-type", "application/grpc"},
+    };
+    size_t n = 0, i;
+
+    memset(value, 'v', sizeof(value));
+    if (len > sizeof(value))
+        len = sizeof(value);
+    for (i = 0; request && i < 5; i++, n++) {
+        nv[n].name = (uint8_t *)req[i][0];
+        nv[n].value = (uint8_t *)req[i][1];
+        nv[n].namelen = strlen(req[i][0]);
+        nv[n].valuelen = strlen(req[i][1]);
+        nv[n].flags = NGHTTP2_NV_FLAG_NONE;
+    }
+    for (i = 0; i < k && i < FIELDS_MAX; i++, n++) {
+        snprintf(names[i], sizeof(names[i]), "x-f%zu", alike ? 0 : i);
+        nv[n].name = (uint8_t *)names[i];
+        nv[n].namelen = strlen(names[i]);
+        nv[n].value = value;
+        nv[n].valuelen = len;
+        nv[n].flags = NGHTTP2_NV_FLAG_NONE;
+    }
+    return n;
+}
+
+/* Turns a program into the bytes a client would send (into c->out). */
+static void build(const uint8_t *p, size_t n, h2r_t *c)
+{
+    prog_t r = {p, n, 0};
+    nghttp2_nv nv[FIELDS_MAX + 5];
+    uint8_t buf[1024];
+    int32_t sid = -1; /* the stream the ops go to */
+
+    offline(c);
+    while (r.off < r.n && c->out_len < PROG_OUT_MAX) {
+        unsigned op = next(&r) % OP_COUNT, a = next(&r), b = next(&r);
+        size_t k, i;
+
+        switch (op) {
+        case OP_CALL: {
+            char v[8];
+            const char *kv[2] = {"a", v};
+            uint8_t *m;
+            snprintf(v, sizeof(v), "%u", a);
+            m = h2r_rls_request("d", kv, 1, 1, &k);
+            CHECK(m != NULL);
+            sid += 2;
+            h2r_grpc(c, sid, (b & 2) ? "/x/y" : H2R_PATH, m, k, b & 1);
+            free(m);
+            break;
+        }
+        case OP_HEADERS:
+            sid += 2;
+            k = fields(nv, 1, a & 31, (size_t)b * 16, a & 0x80);
+            h2r_headers(c, sid, nv, k, a & 0x40);
+            break;
+        case OP_BOMB: {
+            unsigned per = next(&r), flags = next(&r);
+            sid += 2;
+            h2r_bomb(c, sid, a * 16 > 4000 ? 4000 : a * 16, (size_t)b * 32,
+                     (size_t)per * 64 + 1, flags & 1, (flags & 2) != 0);
+            break;
+        }
+        case OP_BOMB_MORE:
+            h2r_bomb_more(c, sid > 0 ? sid : 1, (size_t)a * 32, b & 1);
+            break;
+        case OP_DATA:
+            memset(buf, 0, a);
+            if (a >= 5)
+                buf[4] = (uint8_t)(a - 5); /* a whole gRPC message */
+            h2r_frame(c, NGHTTP2_DATA, (b & 1) ? NGHTTP2_FLAG_END_STREAM : 0,
+                      sid > 0 ? sid : 1, buf, a);
+            break;
+        case OP_SETTINGS: {
+            nghttp2_settings_entry iv[1] = {
+                {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, (uint32_t)a << 8}};
+            h2r_settings(c, iv, 1);
+            break;
+        }
+        case OP_PING:
+            h2r_ping(c);
+            break;
+        case OP_RST:
+            buf[0] = buf[1] = buf[2] = 0;
+            buf[3] = (uint8_t)a;
+            h2r_frame(c, NGHTTP2_RST_STREAM, 0, sid > 0 ? sid : 1, buf, 4);
+            break;
+        case OP_WINDOW: {
+            uint32_t inc = ((uint32_t)a << 8) + 1;
+            buf[0] = (uint8_t)(inc >> 24);
+            buf[1] = (uint8_t)(inc >> 16);
+            buf[2] = (uint8_t)(inc >> 8);
+            buf[3] = (uint8_t)inc;
+            h2r_frame(c, NGHTTP2_WINDOW_UPDATE, 0, (b & 1) && sid > 0 ? sid : 0,
+                      buf, 4);
+            break;
+        }
+        case OP_RAW:
+            for (i = 0; i < a && r.off < r.n; i++)
+                buf[i] = (uint8_t)next(&r);
+            h2r_raw(c, buf, i);
+            break;
+        case OP_TRAILERS:
+            k = fields(nv, 0, a & 31, (size_t)b * 16, 0);
+            h2r_headers(c, sid > 0 ? sid : 1, nv, k, 1);
+            break;
+        case OP_SPLIT: {
+            size_t bound;
+            uint8_t *blk;
+            ssize_t len;
+            k = fields(nv, 1, a & 31, 64, a & 0x80);
+            bound = nghttp2_hd_deflate_bound(c->def, nv, k);
+            blk = malloc(bound);
+            CHECK(blk != NULL);
+            len = nghttp2_hd_deflate_hd(c->def, blk, bound, nv, k);
+            CHECK(len >= 0);
+            i = (size_t)b * 4 < (size_t)len ? (size_t)b * 4 : (size_t)len;
+            sid += 2;
+            h2r_frame(c, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_STREAM, sid, blk, i);
+            h2r_frame(c, NGHTTP2_CONTINUATION, NGHTTP2_FLAG_END_HEADERS, sid,
+                      blk + i, (size_t)len - i);
+            free(blk);
+            break;
+        }
+        }
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static const uint8_t settings[9] = {0, 0, 0, 4, 0, 0, 0, 0, 0};
@@ -166,6 +360,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint8_t mode;
     size_t off = 0, piece;
     int fd, i, closed = 0;
+    h2r_t prog;
 
     setup();
     if (size == 0)
@@ -174,7 +369,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     mode = data[0];
     data++;
     size--;
-    piece = (size_t)(mode >> 2) * 8 + 1;
+    /* Pieces of 1 to 241 bytes, stepping the loop after each; 31: all
+     * at once (as much as the socket takes), for reads of many KiB. */
+    piece = (mode >> 2) & 31;
+    piece = piece == 31 ? SIZE_MAX : piece * 8 + 1;
+    if (mode & 0x80) {
+        build(data, size, &prog);
+        data = prog.out;
+        size = prog.out_len;
+    }
     fd = socket(AF_INET, SOCK_STREAM, 0);
     CHECK(fd >= 0);
     memset(&a, 0, sizeof(a));
@@ -220,20 +423,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (i = 0; i < 200 && S.batcher.in_flight > 0; i++)
         step();
     CHECK(S.batcher.in_flight == 0);
+    if (mode & 0x80)
+        h2r_close(&prog);
     return 0;
 }
 
 #ifdef RL_FUZZ_REPLAY
-#include "h2raw.h"
-
-/* Queues into c->out without a socket. */
-static void offline(h2r_t *c)
-{
-    memset(c, 0, sizeof(*c));
-    c->fd = -1;
-    CHECK(nghttp2_hd_deflate_new(&c->def, 4096) == 0);
-    CHECK(nghttp2_hd_inflate_new(&c->inf) == 0);
-}
 
 static void run_variants(const uint8_t *p, size_t n)
 {
@@ -244,7 +439,7 @@ static void run_variants(const uint8_t *p, size_t n)
     b[0] = 1; /* preface first, one piece per 1 byte... */
     memcpy(b + 1, p, n);
     LLVMFuzzerTestOneInput(b, n + 1);
-    b[0] = 1 | (63 << 2); /* ...and in big pieces */
+    b[0] = 1 | (31 << 2); /* ...and all at once */
     LLVMFuzzerTestOneInput(b, n + 1);
     for (i = 1; i < n; i += 13)
         LLVMFuzzerTestOneInput(b, i + 1);
@@ -294,30 +489,58 @@ static void synth(void)
 
 #include "walk.h"
 
+/* A seed as it is, sent all at once and in small pieces, and with a few
+ * random edits (byte 0, the mode, is kept: a program stays a program). */
 static int run_file(const char *path)
 {
-    static uint8_t buf[65536];
-    size_t n;
+    static uint8_t buf[65536], b[65536];
+    /* Op codes, small counts, flags, an indexed reference (0xbe). */
+    static const char alphabet[] = "\x01\x02\x03\x04\x05\x06\x07\x08\x09"
+                                   "\x0a\x0b\x10\x20\x40\x7f\x80\xbe\xff";
+    size_t n, m;
+    int i;
 
     if (rlf_read(path, buf, sizeof(buf), &n) != 0)
         return 1;
+    if (n == 0)
+        return 0;
     LLVMFuzzerTestOneInput(buf, n);
+    memcpy(b, buf, n);
+    b[0] = (uint8_t)((buf[0] & 0x83) | (2 << 2));
+    LLVMFuzzerTestOneInput(b, n);
+    for (i = 0; i < 8; i++) {
+        memcpy(b, buf, n);
+        m = rlf_mutate(b, n, sizeof(b), 1 + (size_t)i % 3, alphabet, rlf_rand);
+        LLVMFuzzerTestOneInput(b, m);
+    }
     return 0;
 }
 
 int main(int argc, char **argv)
 {
+    rls_grpc_stats_t st;
     int files = 0, i;
 
     synth();
     for (i = 1; i < argc; i++)
         if (rlf_walk(argv[i], run_file, &files) != 0)
             return 1;
+    st = *rls_grpc_stats(S.grpc);
     teardown();
-    printf("fuzz_grpc: ok, %llu runs, %llu bytes answered, %d files\n",
-           (unsigned long long)runs, (unsigned long long)received, files);
+    printf("fuzz_grpc: ok, %llu runs, %llu bytes answered, %d files; "
+           "%llu streams reset over the header limit, %llu connections "
+           "ended for it, %llu reads deferred\n",
+           (unsigned long long)runs, (unsigned long long)received, files,
+           (unsigned long long)st.streams_oversized,
+           (unsigned long long)st.conns_headers,
+           (unsigned long long)st.reads_deferred);
     /* The synthesized calls must have been answered, or nothing was
-     * tested. */
-    return received > 0 ? 0 : 1;
+     * tested; and the seeds must have taken the header path. */
+    if (received == 0)
+        return 1;
+    if (files > 0 && (st.streams_oversized == 0 || st.conns_headers == 0 ||
+                      st.reads_deferred == 0))
+        return 1;
+    return 0;
 }
 #endif

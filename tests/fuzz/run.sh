@@ -101,6 +101,7 @@ for t in envoy_conf grpc; do
   mkdir -p "$out/corpus-$t"
   seeds=""
   [ "$t" = envoy_conf ] && seeds=tests/fuzz/corpus/envoy_conf
+  [ "$t" = grpc ] && seeds=tests/fuzz/corpus/grpc
   "$out/fuzz_$t" -max_total_time="$secs" -max_len=4096 -timeout=20 \
     -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus-$t" $seeds
 done

@@ -31,6 +31,8 @@ static int grow(uint8_t **b, size_t *cap, size_t need)
 
 int h2r_raw(h2r_t *c, const void *p, size_t n)
 {
+    if (n == 0)
+        return 0; /* c->out may still be NULL */
     if (grow(&c->out, &c->out_cap, c->out_len + n) != 0)
         return -1;
     memcpy(c->out + c->out_len, p, n);
@@ -169,6 +171,133 @@ int h2r_grpc(h2r_t *c, int32_t id, const char *path, const uint8_t *msg,
     return rc;
 }
 
+int h2r_settings(h2r_t *c, const nghttp2_settings_entry *iv, size_t n)
+{
+    uint8_t p[6 * 16];
+    size_t i;
+
+    if (n > 16)
+        return -1;
+    for (i = 0; i < n; i++) {
+        p[6 * i] = (uint8_t)(iv[i].settings_id >> 8);
+        p[6 * i + 1] = (uint8_t)iv[i].settings_id;
+        p[6 * i + 2] = (uint8_t)(iv[i].value >> 24);
+        p[6 * i + 3] = (uint8_t)(iv[i].value >> 16);
+        p[6 * i + 4] = (uint8_t)(iv[i].value >> 8);
+        p[6 * i + 5] = (uint8_t)iv[i].value;
+    }
+    return h2r_frame(c, NGHTTP2_SETTINGS, 0, 0, p, 6 * n);
+}
+
+int h2r_ping(h2r_t *c)
+{
+    static const uint8_t opaque[8];
+
+    return h2r_frame(c, NGHTTP2_PING, 0, 0, opaque, sizeof(opaque));
+}
+
+/* An HPACK integer (RFC 7541, 5.1) with an N-bit prefix after `first`'s
+ * high bits. Returns its length (at most 6 bytes for a size_t below
+ * 2^32). */
+static size_t hpack_int(uint8_t *out, uint8_t first, int prefix, size_t v)
+{
+    size_t max = ((size_t)1 << prefix) - 1, k = 0;
+
+    if (v < max) {
+        out[k++] = (uint8_t)(first | v);
+        return k;
+    }
+    out[k++] = (uint8_t)(first | max);
+    for (v -= max; v >= 128; v >>= 7)
+        out[k++] = (uint8_t)(0x80 | (v & 0x7f));
+    out[k++] = (uint8_t)v;
+    return k;
+}
+
+/* A literal field without indexing whose name is static-table entry
+ * `idx`, with a plain (not Huffman) value. */
+static size_t hpack_lit(uint8_t *out, size_t idx, const char *v)
+{
+    size_t k = hpack_int(out, 0x00, 4, idx), n = strlen(v);
+
+    k += hpack_int(out + k, 0x00, 7, n);
+    memcpy(out + k, v, n);
+    return k + n;
+}
+
+/* The most recent dynamic-table entry: index 62, one byte. */
+#define BOMB_REF (0x80 | 62)
+
+int h2r_bomb(h2r_t *c, int32_t id, size_t value_len, size_t refs,
+             size_t frame_refs, int end_stream, int open)
+{
+    static const char name[] = "x-bomb";
+    uint8_t *blk;
+    size_t k = 0, now, cap;
+    int rc;
+
+    if (value_len > 4000 || frame_refs == 0 || frame_refs > 16000)
+        return -1;
+    cap = 256 + sizeof(H2R_PATH) + value_len + frame_refs;
+    if ((blk = malloc(cap)) == NULL)
+        return -1;
+    /* Table size 0, then 4,096 again: an empty table to insert into. */
+    blk[k++] = 0x20;
+    k += hpack_int(blk + k, 0x20, 5, 4096);
+    blk[k++] = 0x83; /* :method POST */
+    blk[k++] = 0x86; /* :scheme http */
+    k += hpack_lit(blk + k, 4, H2R_PATH);
+    k += hpack_lit(blk + k, 1, "rl");                /* :authority */
+    k += hpack_lit(blk + k, 31, "application/grpc"); /* content-type */
+    /* Literal with incremental indexing, new name: the insert. */
+    blk[k++] = 0x40;
+    k += hpack_int(blk + k, 0x00, 7, sizeof(name) - 1);
+    memcpy(blk + k, name, sizeof(name) - 1);
+    k += sizeof(name) - 1;
+    k += hpack_int(blk + k, 0x00, 7, value_len);
+    memset(blk + k, 'b', value_len);
+    k += value_len;
+    /* The HEADERS frame too stays within the default 16,384 bytes. */
+    now = refs < frame_refs ? refs : frame_refs;
+    if (now > 16384 - k)
+        now = 16384 - k;
+    memset(blk + k, BOMB_REF, now);
+    k += now;
+    refs -= now;
+    rc = h2r_frame(c, NGHTTP2_HEADERS,
+                   (end_stream ? NGHTTP2_FLAG_END_STREAM : 0) |
+                       (refs == 0 && !open ? NGHTTP2_FLAG_END_HEADERS : 0),
+                   id, blk, k);
+    while (rc == 0 && refs > 0) {
+        now = refs < frame_refs ? refs : frame_refs;
+        refs -= now;
+        memset(blk, BOMB_REF, now);
+        rc = h2r_frame(c, NGHTTP2_CONTINUATION,
+                       refs == 0 && !open ? NGHTTP2_FLAG_END_HEADERS : 0, id,
+                       blk, now);
+    }
+    free(blk);
+    /* The deflater's next block empties both tables again. */
+    if (rc == 0 && (nghttp2_hd_deflate_change_table_size(c->def, 0) != 0 ||
+                    nghttp2_hd_deflate_change_table_size(c->def, 4096) != 0))
+        rc = -1;
+    return rc;
+}
+
+int h2r_bomb_more(h2r_t *c, int32_t id, size_t refs, int last)
+{
+    uint8_t *p = malloc(refs > 0 ? refs : 1);
+    int rc;
+
+    if (p == NULL)
+        return -1;
+    memset(p, BOMB_REF, refs);
+    rc = h2r_frame(c, NGHTTP2_CONTINUATION, last ? NGHTTP2_FLAG_END_HEADERS : 0,
+                   id, p, refs);
+    free(p);
+    return rc;
+}
+
 static void on_headers(h2r_t *c, int32_t id, uint8_t flags, const uint8_t *p,
                        size_t n)
 {
@@ -239,6 +368,7 @@ static size_t parse(h2r_t *c)
                                  ((uint32_t)p[6] << 8) | p[7];
             break;
         case NGHTTP2_RST_STREAM:
+            c->rsts++;
             if (len == 4 && c->on_done != NULL)
                 c->on_done(c->arg, id, -1, 0,
                            ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) |

@@ -30,6 +30,7 @@ typedef struct h2r_s {
     size_t out_len, out_cap;
     int eof;
     int goaway;           /* GOAWAY frames received */
+    int rsts;             /* RST_STREAM frames received */
     uint32_t goaway_code; /* the last one's error code */
     int settings;         /* SETTINGS frames (not ACKs) received */
     uint64_t unacked;     /* DATA bytes not yet given back */
@@ -56,6 +57,30 @@ int h2r_grpc(h2r_t *c, int32_t id, const char *path, const uint8_t *msg,
              size_t n, uint8_t flag);
 /* Queues bytes as they are. */
 int h2r_raw(h2r_t *c, const void *p, size_t n);
+/* Queues a SETTINGS frame with n entries (e.g. INITIAL_WINDOW_SIZE 0: the
+ * server may send no DATA), after h2r_connect(c, port, 1) and the
+ * client magic, or at any time as a change. */
+int h2r_settings(h2r_t *c, const nghttp2_settings_entry *iv, size_t n);
+/* Queues a PING (not an ACK) with 8 bytes of zeros. */
+int h2r_ping(h2r_t *c);
+
+/* HPACK amplification, as an attacker sends it: a request's header block
+ * on stream id that inserts one header of value_len bytes ("x-bomb",
+ * value_len at most 4,000 so that it fits the 4,096-byte dynamic table)
+ * into the server's dynamic table and then refers to it `refs` times, one
+ * byte each. The block is a HEADERS frame (the request's fields, the
+ * insert and as many of the references as fit in 16,384 bytes, at most
+ * frame_refs) and CONTINUATION frames of
+ * frame_refs references each (at most 16,000: the default frame size);
+ * the last frame has END_HEADERS unless `open` (the caller goes on with
+ * h2r_bomb_more). The block starts by emptying the dynamic table, and the
+ * deflater empties its own at the start of its next block, so that both
+ * ends' tables stay alike for h2r_headers and h2r_grpc afterwards. */
+int h2r_bomb(h2r_t *c, int32_t id, size_t value_len, size_t refs,
+             size_t frame_refs, int end_stream, int open);
+/* A CONTINUATION of `refs` more references to h2r_bomb's header, in the
+ * block h2r_bomb left open; `last`: END_HEADERS. */
+int h2r_bomb_more(h2r_t *c, int32_t id, size_t refs, int last);
 
 /* Writes what is queued and reads what has come, for up to timeout_ms
  * (returns sooner once something was read and parsed). Returns 0, or -1
