@@ -125,6 +125,19 @@ class Server:
         got = rlt.wait_ports(self.p, ports, self.log.name)
         self.native_port, self.http_port = got["listen"], got["http"]
         self.grpc_port, self.metrics_port = got["grpc"], got["metrics"]
+        # Decisions before the store is up get the fail mode: wait for
+        # /healthz 200, as a load balancer would.
+        end = time.time() + 10
+        while True:
+            try:
+                urllib.request.urlopen("http://127.0.0.1:%d/healthz"
+                                       % self.metrics_port, timeout=2)
+                break
+            except OSError:
+                if time.time() > end or self.p.poll() is not None:
+                    raise RuntimeError("rl-server never healthy; log in %s"
+                                       % self.log.name)
+                time.sleep(0.02)
         self.ch = grpc.insecure_channel("127.0.0.1:%d" % self.grpc_port)
         self.stub = rls_pb2_grpc.RateLimitServiceStub(self.ch)
 
