@@ -115,6 +115,10 @@ t_init() {
     done
     T_DIR=$(mktemp -d "${TMPDIR:-/tmp}/rl-cluster-test.XXXXXX")
     trap t_on_exit EXIT
+    # A command that fails outside t_fail (set -e) says which and where:
+    # otherwise the scenario would end with nothing on its output.
+    set -E
+    trap 'echo "FAIL: status $? from \"$BASH_COMMAND\" (line $LINENO of ${BASH_SOURCE[0]##*/})" >&2' ERR
     read -r lo hi < <(rl_port_range)
     for tries in $(seq 1 50); do
         T_PORT=$((lo + (RANDOM % ((hi - lo - 220) / 250)) * 250))
