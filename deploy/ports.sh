@@ -32,7 +32,9 @@ rl_port_range() {
 rl_port_lock() {
     local fd
     mkdir -p "$RLT_PORT_DIR" 2>/dev/null && chmod 1777 "$RLT_PORT_DIR" 2>/dev/null || true
-    exec {fd}<>"$RLT_PORT_DIR/$1" 2>/dev/null || return 1
+    # Braces: a bare `exec ... 2>/dev/null` would silence this shell's
+    # stderr for good.
+    { exec {fd}<>"$RLT_PORT_DIR/$1"; } 2>/dev/null || return 1
     if ! flock -n "$fd"; then
         exec {fd}>&-
         return 1
@@ -42,18 +44,19 @@ rl_port_lock() {
 }
 
 # rl_port_reserve VAR: sets VAR to a reserved port. Not in a subshell
-# ($(...)): the lock would go with it.
+# ($(...)): the lock would go with it. (The locals' odd names keep them
+# from hiding the caller's VAR.)
 rl_port_reserve() {
-    local lo hi p tries
-    read -r lo hi < <(rl_port_range)
-    for tries in $(seq 1 2000); do
-        p=$((lo + (RANDOM * 32768 + RANDOM) % (hi - lo + 1)))
-        if rl_port_lock "$p"; then
-            printf -v "$1" '%d' "$p"
+    local _rl_lo _rl_hi _rl_p _rl_try
+    read -r _rl_lo _rl_hi < <(rl_port_range)
+    for _rl_try in $(seq 1 2000); do
+        _rl_p=$((_rl_lo + (RANDOM * 32768 + RANDOM) % (_rl_hi - _rl_lo + 1)))
+        if rl_port_lock "$_rl_p"; then
+            printf -v "$1" '%d' "$_rl_p"
             return 0
         fi
     done
-    echo "rl_port_reserve: no free port in $lo-$hi after $tries tries" >&2
+    echo "rl_port_reserve: no free port in $_rl_lo-$_rl_hi after $_rl_try tries" >&2
     return 1
 }
 
