@@ -66,7 +66,8 @@ mkdir -p "$out/corpus_rlm_batch"
 sed 's/@PROJECT_VERSION@/fuzz/' server/version.h.in >"$out/version.h"
 clang -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -g -O1 \
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  -Ilib -Iserver -I"$out" tests/fuzz/fuzz_conn.c server/batch.c server/hist.c server/log.c \
+  -Ilib -Iserver -I"$out" tests/fuzz/fuzz_conn.c server/batch.c server/decide.c \
+  server/hist.c server/log.c \
   server/util.c server/net/conn.c server/policy/config.c \
   server/policy/rules.c server/policy/yaml_in.c server/policy/runtime.c \
   server/refusals.c server/store/store.c lib/*.c \
