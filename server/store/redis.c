@@ -252,7 +252,7 @@ static int qwin_room(rls_redis_store_t *st, const redisReply *rep, size_t n)
     }
     if (e == rep->elements)
         return 1;
-    if ((q = realloc(st->qwin, n * RLS_WINDOWS_MAX * sizeof(*q))) == NULL)
+    if ((q = realloc(st->qwin, n * RL_ADMIT_WINDOWS_MAX * sizeof(*q))) == NULL)
         return 0;
     st->qwin = q;
     st->qwin_ops = n;

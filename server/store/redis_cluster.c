@@ -102,7 +102,7 @@ struct batch_s {
     uint64_t *order; /* slot << 32 | index into ops, in that order */
     call_t *calls;   /* room for 2n: one per master, and one per op */
     size_t ncalls;   /* sent again on its own after eNONLOCAL */
-    rls_wop_t *qwin; /* stored quotas' windows, RLS_WINDOWS_MAX per op */
+    rls_wop_t *qwin; /* stored quotas' windows, RL_ADMIT_WINDOWS_MAX per op */
     uint32_t *idx;   /* scratch: the ops of a part reported early */
     size_t cap;      /* ops the block has room for (qwin too, if made) */
     batch_t *next;   /* in the pool */
@@ -511,14 +511,14 @@ static void on_call_done(void *data, rls_op_t *ops, size_t n, int status)
             }
             if (ops[j].nqwin > 0) {
                 if (bt->qwin == NULL &&
-                    (bt->qwin = malloc(bt->cap * RLS_WINDOWS_MAX *
+                    (bt->qwin = malloc(bt->cap * RL_ADMIT_WINDOWS_MAX *
                                        sizeof(*bt->qwin))) == NULL) {
                     o->err = RL_ENOMEM;
                     continue;
                 }
-                memcpy(&bt->qwin[(size_t)i * RLS_WINDOWS_MAX], ops[j].qwin,
+                memcpy(&bt->qwin[(size_t)i * RL_ADMIT_WINDOWS_MAX], ops[j].qwin,
                        ops[j].nqwin * sizeof(*bt->qwin));
-                o->qwin = &bt->qwin[(size_t)i * RLS_WINDOWS_MAX];
+                o->qwin = &bt->qwin[(size_t)i * RL_ADMIT_WINDOWS_MAX];
                 o->nqwin = ops[j].nqwin;
             }
         }

@@ -384,7 +384,7 @@ static int is_unit(const rls_op_t *op)
 
 typedef struct {
     uint32_t n;
-    uint64_t exp[RLS_WINDOWS_MAX], lim[RLS_WINDOWS_MAX];
+    uint64_t exp[RL_ADMIT_WINDOWS_MAX], lim[RL_ADMIT_WINDOWS_MAX];
 } profile_t;
 
 /* The profile of a simple op, made if there is room; 0 if none fits. */
@@ -641,7 +641,7 @@ static int get_sp_i64(const char **pp, const char *end, int64_t *out)
 
 /* Reads one op's text entry, [p, end): "e<KIND>", or "<admitted>" then
  * " Q" and the window counts, or " q" and a window, limit and count per
- * window of the caller's quota (into q, RLS_WINDOWS_MAX entries). */
+ * window of the caller's quota (into q, RL_ADMIT_WINDOWS_MAX entries). */
 static int parse_op_text(const char *p, const char *end, rls_op_t *op,
                          rls_wop_t *q, rls_redis_errs_t *errs)
 {
@@ -678,7 +678,8 @@ static int parse_op_text(const char *p, const char *end, rls_op_t *op,
         p += 2;
         for (j = 0; p < end && *p == ' '; j++) {
             int64_t ws, lim, b;
-            if (j == RLS_WINDOWS_MAX || get_sp_i64(&p, end, &ws) != RL_OK ||
+            if (j == RL_ADMIT_WINDOWS_MAX ||
+                get_sp_i64(&p, end, &ws) != RL_OK ||
                 get_sp_i64(&p, end, &lim) != RL_OK ||
                 get_sp_i64(&p, end, &b) != RL_OK || ws < 1 ||
                 ws > RL_WINDOW_MAX_S || lim < 1)
@@ -723,7 +724,7 @@ int rls_redis_parse_reply(const redisReply *rep, rls_op_t *ops, size_t n,
         x = rep->element[e++];
         if (x->type == REDIS_REPLY_STRING) {
             if (parse_op_text(x->str, x->str + x->len, op,
-                              qwin ? qwin + i * RLS_WINDOWS_MAX : NULL,
+                              qwin ? qwin + i * RL_ADMIT_WINDOWS_MAX : NULL,
                               errs) != RL_OK)
                 return RL_EINVAL;
             continue;

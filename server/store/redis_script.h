@@ -87,10 +87,11 @@ extern const char RLS_REDIS_MODULE_CMD[];
 /* Reads the script's reply into each op's admitted, window counts
  * (win[].before) and err (0, or RL_ESTORE for an "e" entry), and what was
  * refused into *errs (its text points into rep). An op decided under the
- * caller's stored quota gets qwin/nqwin pointing into qwin (RLS_WINDOWS_MAX
- * entries per op, the caller's). Returns 0; RLS_REDIS_LATE for "late" (ops
- * untouched); or RL_EINVAL unless the reply holds exactly n well-formed
- * entries, in which case ops may be partly written. */
+ * caller's stored quota gets qwin/nqwin pointing into qwin
+ * (RL_ADMIT_WINDOWS_MAX entries per op, the caller's). Returns 0;
+ * RLS_REDIS_LATE for "late" (ops untouched); or RL_EINVAL unless the reply
+ * holds exactly n well-formed entries, in which case ops may be partly written.
+ */
 int rls_redis_parse_reply(const redisReply *rep, rls_op_t *ops, size_t n,
                           rls_wop_t *qwin, rls_redis_errs_t *errs);
 

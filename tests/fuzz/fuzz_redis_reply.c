@@ -49,8 +49,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define SENTINEL UINT64_C(0xdeadbeef)
 
 static rls_op_t ops[MAX_OPS];
-static rls_wop_t win[MAX_OPS][RLS_WINDOWS_MAX];
-static rls_wop_t qwin[MAX_OPS * RLS_WINDOWS_MAX];
+static rls_wop_t win[MAX_OPS][RL_ADMIT_WINDOWS_MAX];
+static rls_wop_t qwin[MAX_OPS * RL_ADMIT_WINDOWS_MAX];
 
 /* Shapes the ops from the header; returns the header's length, or 0 when
  * the input is too short. */
@@ -122,10 +122,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 continue;
             }
             CHECK(op->admitted <= op->ncosts);
-            CHECK(op->nqwin <= RLS_WINDOWS_MAX);
+            CHECK(op->nqwin <= RL_ADMIT_WINDOWS_MAX);
             CHECK((op->nqwin == 0) == (op->qwin == NULL));
             if (op->nqwin > 0) {
-                CHECK(op->qwin == &qwin[i * RLS_WINDOWS_MAX]);
+                CHECK(op->qwin == &qwin[i * RL_ADMIT_WINDOWS_MAX]);
                 for (k = 0; k < (int)op->nqwin; k++)
                     CHECK(op->qwin[k].window_s >= 1 && op->qwin[k].limit >= 1);
             }

@@ -491,7 +491,7 @@ static size_t well_formed(uint8_t *buf, size_t cap, expect_t *x)
                                          "3/60 3/60", "7/1"};
     static char keys[8][64];
     static rls_op_t ops[8];
-    static rls_wop_t win[8][RLS_WINDOWS_MAX];
+    static rls_wop_t win[8][RL_ADMIT_WINDOWS_MAX];
     static uint32_t costs[8][4];
     static rls_cmdbuf_t cmd;
     size_t n = 1 + rlf_rand() % 8, i, j, len = 0, clen, nk = 0;
