@@ -3,12 +3,12 @@
  *
  * Commands. Each batch is ONE `EVALSHA` whose KEYS are the batch's counters
  * and whose ARGV holds each counter's increment and absolute expiry
- * (redis_script.c). The script INCRBYs every key with redis.pcall (a
- * key holding a non-integer fails only its own op), sets PEXPIREAT only
- * when the INCRBY created the key, and answers with the counts, one
- * integer each, in one array (read without an allocation per integer,
- * redis_reply.c). A script runs atomically, so no key is ever created without
- * its expiry, whatever happens to rl-server or the connection; keys
+ * (redis_script.lua, written by redis_encode.c). The script INCRBYs every key
+ * with redis.pcall (a key holding a non-integer fails only its own op), sets
+ * PEXPIREAT only when the INCRBY created the key, and answers with the counts,
+ * one integer each, in one array (read without an allocation per integer,
+ * redis_reply_alloc.c). A script runs atomically, so no key is ever created
+ * without its expiry, whatever happens to rl-server or the connection; keys
  * recreated after a flush or a restart are created by the script too.
  *
  * Why this command and not a pipeline, MULTI/EXEC or a script per op:
@@ -49,6 +49,8 @@
 #include "log.h"
 #include "store/redis_clock.h"
 #include "store/redis_conn.h"
+#include "store/redis_encode.h"
+#include "store/redis_parse.h"
 #include "store/redis_script.h"
 #include "store/redis_uv.h"
 #include "store/redis.h"
@@ -230,15 +232,15 @@ static void maybe_leave_stall(rls_redis_store_t *st, rls_redis_conn_t *c)
 }
 
 /* Room for the quota windows a reply may carry: only a reply that has
- * some (an op's entry "<admitted> q ...") needs any. Returns 0 when it
- * cannot be had. */
+ * some (an op's entry "<admitted> q ...") needs any. Returns 0 or
+ * RL_ENOMEM. */
 static int qwin_room(rls_redis_store_t *st, const redisReply *rep, size_t n)
 {
     size_t i, e;
     rls_wop_t *q;
 
     if (n <= st->qwin_ops || rep->type != REDIS_REPLY_ARRAY)
-        return 1;
+        return 0;
     for (e = 0; e < rep->elements; e++) {
         const redisReply *x = rep->element[e];
         if (x->type != REDIS_REPLY_STRING)
@@ -251,20 +253,19 @@ static int qwin_room(rls_redis_store_t *st, const redisReply *rep, size_t n)
             break;
     }
     if (e == rep->elements)
-        return 1;
-    if ((q = realloc(st->qwin, n * RL_ADMIT_WINDOWS_MAX * sizeof(*q))) == NULL)
         return 0;
+    if ((q = realloc(st->qwin, n * RL_ADMIT_WINDOWS_MAX * sizeof(*q))) == NULL)
+        return RL_ENOMEM;
     st->qwin = q;
     st->qwin_ops = n;
-    return 1;
+    return 0;
 }
 
 /* The batch's command into st->cmd: RL.BATCH where Redis has the module,
  * else EVALSHA with sha, or EVAL when sha is NULL. A cluster master gets
  * the cluster script, its keys undeclared unless the batch is one slot's.
- * Returns its length, 0 on no memory. */
-static size_t encode(rls_redis_store_t *st, rls_redis_batch_t *b,
-                     const char *sha)
+ * Returns 0 or RL_ENOMEM. */
+static int encode(rls_redis_store_t *st, rls_redis_batch_t *b, const char *sha)
 {
     const char *script;
     size_t slen;
@@ -313,9 +314,10 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
         maybe_leave_stall(st, c);
         return;
     }
-    if (rep->type != REDIS_REPLY_ERROR && qwin_room(st, rep, b->n) &&
-        (rc = rls_redis_parse_reply(rep, b->ops, b->n, st->qwin, &errs)) >=
-            0) {
+    rc = RL_EINVAL;
+    if (rep->type != REDIS_REPLY_ERROR && (rc = qwin_room(st, rep, b->n)) == 0)
+        rc = rls_redis_parse_reply(rep, b->ops, b->n, st->qwin, &errs);
+    if (rc == 0 || rc == RLS_REDIS_LATE) {
         st->base.stats.bad_quotas += errs.bad_quotas;
         if (errs.bad_quotas > 0)
             note_bad_quotas(st, errs.bad_quotas);
@@ -349,11 +351,12 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
             RLS_WARN("redis: the ratelimit module is gone; batches go to "
                      "the Lua script", " addr=%s:%d", st->host, st->port);
         }
-        len = encode(st, b, NULL);
+        rc = encode(st, b, NULL);
         if (b->asking)
             redisAsyncCommand(ac, NULL, NULL, "ASKING");
-        if (len > 0 && redisAsyncFormattedCommand(ac, on_batch_reply, b,
-                                                  st->cmd.p, len) == REDIS_OK)
+        if (rc == 0 &&
+            redisAsyncFormattedCommand(ac, on_batch_reply, b, st->cmd.p,
+                                       st->cmd.len) == REDIS_OK)
             return;
     }
     /* Cluster redirections: Redis ran nothing of the call; the cluster
@@ -434,7 +437,7 @@ static void submit_ex(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
     redisAsyncContext *ac;
     rls_redis_batch_t *b;
     uint64_t margin_ms;
-    size_t len;
+    int rc;
 
     st->redir_len = 0;
     s->stats.batches++;
@@ -477,12 +480,12 @@ static void submit_ex(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
     b->deadline_ms = rls_redis_now_ms(s) + st->timeout_ms - margin_ms;
     ac = st->conn->ac;
     b->now_ms = rls_redis_now_ms(s);
-    len = encode(st, b, st->sha);
+    rc = encode(st, b, st->sha);
     rls_redis_uv_hold(ac);
-    if (asking && len > 0)
+    if (asking && rc == 0)
         redisAsyncCommand(ac, NULL, NULL, "ASKING");
-    if (len == 0 || redisAsyncFormattedCommand(ac, on_batch_reply, b, st->cmd.p,
-                                               len) != REDIS_OK) {
+    if (rc != 0 || redisAsyncFormattedCommand(ac, on_batch_reply, b, st->cmd.p,
+                                              st->cmd.len) != REDIS_OK) {
         rls_redis_uv_release(ac, 0);
         b->next = st->pool;
         st->pool = b;

@@ -17,7 +17,7 @@
  * handling) for all of its ops. Redis refuses a call whose declared keys
  * span slots (CROSSSLOT), even from a script flagged allow-cross-slot-keys
  * (checked on 7.0.15; the flag covers keys a script touches without
- * declaring them), so the keys go undeclared (redis_script.c,
+ * declaring them), so the keys go undeclared (redis_cluster_prologue.lua,
  * rls_redis_cluster_script) and Redis checks each as the script touches
  * it: an op whose keys this master does not serve fails alone, before
  * writing anything (eNONLOCAL), and is sent again on its own with its
@@ -28,12 +28,12 @@
  * Redirections: MOVED (the map was stale) updates the slot and resends the
  * call to the named node; ASK (the slot is migrating) resends it, preceded
  * by ASKING, without touching the map; either only to a node the map gives
- * slots (any other is retried after a refresh, never connected to); TRYAGAIN and CLUSTERDOWN resend it
- * after 10, 20, 40... ms while the batch is younger than the timeout. At
- * most MAX_HOPS resends a call. Each of those replies means Redis ran
- * nothing of the call, so a resend never counts twice. A call that fails
- * any other way (timeout, connection lost with the call in flight) is
- * never resent: its ops are answered by the fail mode, as with one Redis,
+ * slots (any other is retried after a refresh, never connected to); TRYAGAIN
+ * and CLUSTERDOWN resend it after 10, 20, 40... ms while the batch is younger
+ * than the timeout. At most MAX_HOPS resends a call. Each of those replies
+ * means Redis ran nothing of the call, so a resend never counts twice. A call
+ * that fails any other way (timeout, connection lost with the call in flight)
+ * is never resent: its ops are answered by the fail mode, as with one Redis,
  * because it may have run.
  *
  * Each call's ops are reported to the batcher as soon as that call is
@@ -50,6 +50,7 @@
 #include "store/redis.h"
 #include "store/redis_cluster.h"
 #include "store/redis_cluster_map.h"
+#include "store/redis_parse.h"
 #include "store/redis_script.h"
 #include "store/store.h"
 

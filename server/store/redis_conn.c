@@ -26,7 +26,7 @@
 #include "rl_clock.h"
 #include "store/redis_clock.h"
 #include "store/redis_conn.h"
-#include "store/redis_reply.h"
+#include "store/redis_reply_alloc.h"
 #include "store/redis_script.h"
 #include "store/redis_uv.h"
 

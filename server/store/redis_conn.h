@@ -11,6 +11,7 @@
 #include <uv.h>
 
 #include "store/redis_clock.h"
+#include "store/redis_encode.h"
 #include "store/redis_script.h"
 #include "store/store.h"
 

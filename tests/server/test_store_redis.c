@@ -23,7 +23,9 @@
 #include "policy/config.h"
 #include "server.h"
 #include "store/redis_clock.h"
-#include "store/redis_reply.h"
+#include "store/redis_encode.h"
+#include "store/redis_parse.h"
+#include "store/redis_reply_alloc.h"
 #include "store/redis_script.h"
 #include "store/redis.h"
 #include "store/store.h"
@@ -419,7 +421,7 @@ static size_t resp_of(const char *note, char *out, size_t cap)
 }
 
 /* Reads the reply `note` (see resp_of) as the store does, through a hiredis
- * reader making the store's objects (redis_reply.c), and parses it. The
+ * reader making the store's objects (redis_reply_alloc.c), and parses it. The
  * reply (errs->text points into it) lives until the next call, or until a
  * call with a NULL note frees it. */
 static int parse_note(const char *note, rls_op_t *ops, size_t n,
@@ -670,7 +672,7 @@ static void test_encode(void **state)
         "18446744073709551615", "0.5", "3", "1", "3", "2",
         /* op 1: profile 1, two requests of cost 7 */
         "-1", "2", "7"};
-    rls_cmdbuf_t buf = {NULL, 0};
+    rls_cmdbuf_t buf = {NULL, 0, 0};
     rls_wop_t w0[2], w1[1];
     rls_op_t ops[2];
     redisReply *r;
@@ -703,8 +705,10 @@ static void test_encode(void **state)
     ops[1].costs = costs1;
     ops[1].ncosts = 2;
     ops[1].equal_cost = 7;
-    len = rls_redis_encode(&buf, sha, ops, 2, 1763777000123ULL, 2500,
-                           1763777001000ULL);
+    assert_int_equal(rls_redis_encode(&buf, sha, ops, 2, 1763777000123ULL, 2500,
+                                      1763777001000ULL),
+                     0);
+    len = buf.len;
     assert_true(len > 0);
     r = read_back(buf.p, len);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
@@ -727,7 +731,8 @@ static void test_encode(void **state)
     /* The buffer stays: a smaller command reuses it. */
     p = buf.p;
     cap = buf.cap;
-    len = rls_redis_encode(&buf, NULL, &ops[1], 1, 1, 0, 0);
+    assert_int_equal(rls_redis_encode(&buf, NULL, &ops[1], 1, 1, 0, 0), 0);
+    len = buf.len;
     assert_ptr_equal(buf.p, p);
     assert_int_equal(buf.cap, cap);
     r = read_back(buf.p, len);
@@ -759,8 +764,10 @@ static void test_encode(void **state)
             big[i].ncosts = 500;
             big[i].scale = 1.0 / 3;
         }
-        len = rls_redis_encode(&buf, NULL, big, N, UINT64_MAX, UINT64_MAX,
-                               UINT64_MAX);
+        assert_int_equal(rls_redis_encode(&buf, NULL, big, N, UINT64_MAX,
+                                          UINT64_MAX, UINT64_MAX),
+                         0);
+        len = buf.len;
         assert_true(len > 0 && len <= buf.cap);
         r = read_back(buf.p, len);
         /* command, script, nkeys; N ops of 8 window keys and a quota
@@ -1793,11 +1800,13 @@ static void shuffle4(uint32_t *order)
 static redisReply *raw_run(fx_t *f, const rls_op_t *ops, size_t n,
                            uint64_t now, int module)
 {
-    rls_cmdbuf_t buf = {NULL, 0};
+    rls_cmdbuf_t buf = {NULL, 0, 0};
     redisReply *rep = NULL;
-    size_t len = module ? rls_redis_encode_module(&buf, ops, n, now, 1000, 0)
-                        : rls_redis_encode(&buf, NULL, ops, n, now, 1000, 0);
+    int rc = module ? rls_redis_encode_module(&buf, ops, n, now, 1000, 0)
+                    : rls_redis_encode(&buf, NULL, ops, n, now, 1000, 0);
+    size_t len = buf.len;
 
+    assert_int_equal(rc, 0);
     assert_true(len > 0);
     assert_int_equal(redisAppendFormattedCommand(f->rc, buf.p, len),
                      REDIS_OK);
