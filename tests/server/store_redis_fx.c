@@ -171,27 +171,15 @@ int64_t after(const rls_op_t *op)
 void job_op(job_t *j, size_t i, const char *key, uint64_t incr,
             uint64_t expire_at_ms)
 {
-    rls_op_t *op = &j->ops[i];
+    uint32_t cost = (uint32_t)incr;
 
-    snprintf(j->keys[i], sizeof(j->keys[i]), "%s", key);
-    memset(op, 0, sizeof(*op));
-    op->key = j->keys[i];
-    op->key_len = strlen(j->keys[i]);
-    op->tag_len = (size_t)(strrchr(j->keys[i], '}') + 1 - j->keys[i]);
-    op->scale = 1;
+    job_costs(j, i, key, 1, &cost, 1, 1);
     j->win[i][0].window_s = 60;
     j->win[i][0].limit = INT64_MAX;
     j->win[i][0].index = 1;
     j->win[i][0].expire_at_ms = expire_at_ms;
     j->win[i][0].before = -1;
-    op->win = j->win[i];
-    op->nwin = 1;
-    j->cost[i][0] = (uint32_t)incr;
-    op->costs = j->cost[i];
-    op->ncosts = 1;
-    op->equal_cost = (uint32_t)incr;
-    op->admitted = UINT64_MAX;
-    rls_wkey(op, 60, 1, j->wkeys[i]);
+    rls_wkey(&j->ops[i], 60, 1, j->wkeys[i]);
 }
 
 void on_small(void *data, rls_op_t *ops, size_t n, int status)
