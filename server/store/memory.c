@@ -270,15 +270,15 @@ static int create(mstore_t *m, const char *key, size_t len, uint64_t h,
  * would overflow, the store is full) changes nothing and fails alone. */
 static int apply(mstore_t *m, rls_op_t *op)
 {
-    char keys[RLS_WINDOWS_MAX][OPKEY_MAX + 34];
-    size_t klen[RLS_WINDOWS_MAX], need = 0;
-    uint64_t h[RLS_WINDOWS_MAX], sum = 0, a = 0;
-    ent_t *e[RLS_WINDOWS_MAX];
-    rl_admit_win_t w[RLS_WINDOWS_MAX];
+    char keys[RL_ADMIT_WINDOWS_MAX][OPKEY_MAX + 34];
+    size_t klen[RL_ADMIT_WINDOWS_MAX], need = 0;
+    uint64_t h[RL_ADMIT_WINDOWS_MAX], sum = 0, a = 0;
+    ent_t *e[RL_ADMIT_WINDOWS_MAX];
+    rl_admit_win_t w[RL_ADMIT_WINDOWS_MAX];
     rls_store_stats_t *st = &m->base.stats;
     uint32_t j;
 
-    if (op->nwin == 0 || op->nwin > RLS_WINDOWS_MAX ||
+    if (op->nwin == 0 || op->nwin > RL_ADMIT_WINDOWS_MAX ||
         op->key_len > OPKEY_MAX)
         return RL_EINVAL;
     for (j = 0; j < op->nwin; j++) {

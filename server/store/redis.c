@@ -3,19 +3,22 @@
  *
  * Commands. Each batch is ONE `EVALSHA` whose KEYS are the batch's counters
  * and whose ARGV holds each counter's increment and absolute expiry
- * (redis_script.c). The script INCRBYs every key with redis.pcall (a
- * key holding a non-integer fails only its own op), sets PEXPIREAT only
- * when the INCRBY created the key, and answers with the counts, one
- * integer each, in one array (read without an allocation per integer,
- * redis_reply.c). A script runs atomically, so no key is ever created without
- * its expiry, whatever happens to rl-server or the connection; keys
- * recreated after a flush or a restart are created by the script too.
+ * (redis_script.lua, written by redis_encode.c), or the same as the
+ * module's RL.BATCH where Redis has it. The script INCRBYs every key with
+ * redis.pcall (a key holding a non-integer fails only its own op), sets
+ * PEXPIREAT only when the INCRBY created the key, and answers with the
+ * counts, one integer each, in one array (read without an allocation per
+ * integer, redis_reply_alloc.c, and parsed by redis_parse.c). A script runs
+ * atomically, so no key is ever created without its expiry, whatever
+ * happens to rl-server or the connection; keys recreated after a flush or
+ * a restart are created by the script too.
  *
  * Why this command and not a pipeline, MULTI/EXEC or a script per op:
  * measured, see BENCHMARKS.md ("Redis command strategy"). Counts travel
  * through Lua numbers (doubles): exact up to 2^53.
  *
- * The connection, its handshake and its backoff are in redis_conn.c.
+ * The connection, its handshake, its clock and its backoff are
+ * redis_conn.c's; it reports to this file through callbacks only.
  *
  * Failure: every batch handed to hiredis is finished from its reply
  * callback and from nowhere else, so it is recycled exactly once. A batch
@@ -29,29 +32,29 @@
  * it earlier would fail younger batches before their deadline, while a
  * Redis that wakes up would still run them. To fail the batches in flight
  * at once (an I/O error, close) the hiredis context is freed, which calls
- * every pending callback with a NULL reply; the connection's `fail` field
- * says which status those callbacks report. Ops with their own error (a
- * key holding a non-integer, OOM) come back with status 0 and op->err
- * set. Every failure is counted by kind (store.h), and Redis's error
- * replies are logged at warn, at most one line a second.
+ * every pending callback with a NULL reply; rls_redis_conn_gone says which
+ * status those callbacks report. Ops with their own error (a key holding a
+ * non-integer, OOM) come back with status 0 and op->err set. Every failure
+ * is counted by kind (store.h), and Redis's error replies are logged at
+ * warn, at most one line a second.
  *
  * opts->grace_ms: the batcher puts it into the windows' expire_at_ms; the
  * script adds it to the windows of a stored quota, which it places. */
-#include <arpa/inet.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
+#include "log.h"
 #include "rl_clock.h"
 #include "rl_error.h"
-#include "log.h"
-#include "store/redis_clock.h"
+#include "store/redis.h"
 #include "store/redis_conn.h"
+#include "store/redis_encode.h"
+#include "store/redis_parse.h"
 #include "store/redis_script.h"
 #include "store/redis_uv.h"
-#include "store/redis.h"
 #include "store/store.h"
 
 /* Batches or ops in flight beyond these fail at once: while Redis is stuck,
@@ -61,8 +64,10 @@
 #define MAX_INFLIGHT 1024
 #define MAX_INFLIGHT_OPS 65536
 
-struct rls_redis_batch_s {
-    struct rls_redis_batch_s *prev, *next; /* in flight list; next: free list */
+typedef struct rls_redis_store_s rls_redis_store_t;
+
+typedef struct batch_s {
+    struct batch_s *prev, *next; /* in flight list; next: free list */
     rls_redis_store_t *st;
     rls_op_t *ops;
     size_t n;
@@ -73,16 +78,55 @@ struct rls_redis_batch_s {
     uint64_t now_ms;      /* Redis's clock when sent: places quota windows */
     int retried;          /* already resent as EVAL after NOSCRIPT */
     int module;           /* sent as RL.BATCH */
-    int asking;           /* cluster: preceded by ASKING */
-    int declared;         /* cluster: KEYS declared (one slot) */
+    int asking;           /* preceded by ASKING */
+    int undeclared;       /* keys in ARGV (the cluster script) */
     int abandoned;        /* answered by timeout; ops is the caller's */
+} batch_t;
+
+struct rls_redis_store_s {
+    rls_store_t base;
+    rls_redis_conn_t *conn; /* NULL once closed */
+    const char *script;
+    size_t script_len;
+    int (*is_redirect)(const char *err, size_t len);
+    int closing;
+    uint64_t timeout_ms;
+    uint64_t grace_ms; /* a stored quota's counters outlive their window */
+    rls_wop_t *qwin;   /* quota windows of the reply being read */
+    size_t qwin_ops;   /* ops qwin has room for */
+    uint64_t bad_quota_logged_ms; /* loop time of the last warning */
+    uint64_t bad_quota_pending;   /* bad quotas since it */
+    uv_loop_t *loop;
+    uv_timer_t expiry; /* deadline of the oldest batch in flight */
+    uv_timer_t errlog; /* logs the errors held back by the rate limit */
+    int open;          /* timers and the connection not yet closed */
+    batch_t *head, *tail, *pool;
+    size_t inflight, inflight_ops;
+    size_t live; /* batches in flight not yet answered by timeout */
+    /* A batch timed out, or TIME went unanswered: Redis is stuck. New
+     * batches fail at once; the connection is dropped once every batch in
+     * flight is answered (by Redis or by its own deadline), never before,
+     * so that Redis cannot later run a batch answered early. */
+    int stalled;
+    /* Redis error replies not yet logged (at most one line a second). */
+    uint64_t err_pending, err_logged_ms;
+    int err_kind;
+    char err_text[160];
+    rls_cmdbuf_t cmd;
+    int cork;        /* rls_redis_cork depth */
+    char redir[160]; /* the redirection of the batch being failed */
+    size_t redir_len;
+    void (*done)(void *);
+    void *done_arg;
 };
 
-void rls_redis_maybe_finish(rls_redis_store_t *st)
-{
-    rls_redis_batch_t *b;
+static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv);
 
-    if (st->state != RLS_REDIS_CLOSING || st->open > 0)
+static void maybe_finish(rls_redis_store_t *st)
+{
+    batch_t *b;
+
+    if (!st->closing || st->open > 0)
         return;
     while ((b = st->pool) != NULL) {
         st->pool = b->next;
@@ -90,8 +134,6 @@ void rls_redis_maybe_finish(rls_redis_store_t *st)
     }
     free(st->cmd.p);
     free(st->qwin);
-    free(st->host);
-    free(st->password);
     if (st->done != NULL)
         st->done(st->done_arg);
     free(st);
@@ -102,22 +144,38 @@ static void on_closed(uv_handle_t *h)
     rls_redis_store_t *st = h->data;
 
     st->open--;
-    rls_redis_maybe_finish(st);
+    maybe_finish(st);
 }
 
 /* ---- errors -------------------------------------------------------------*/
 
-void rls_redis_errors_log(rls_redis_store_t *st)
+static void on_errlog(uv_timer_t *t);
+
+/* Logs the Redis errors noted since the last line, if any, once that line
+ * is a second old; until then a timer holds them, so that the count is
+ * not held back once errors stop. */
+static void errors_log(rls_redis_store_t *st)
 {
     uint64_t now = rl_mono_ms();
 
-    if (st->err_pending == 0 || now - st->err_logged_ms < 1000)
+    if (st->err_pending == 0)
         return;
+    if (now - st->err_logged_ms < 1000) {
+        if (!st->closing && !uv_is_active((uv_handle_t *)&st->errlog))
+            uv_timer_start(&st->errlog, on_errlog,
+                           1000 - (now - st->err_logged_ms), 0);
+        return;
+    }
     RLS_WARN("redis errors", " count=%llu kind=%s err=\"%s\"",
              (unsigned long long)st->err_pending,
              rls_store_err_name(st->err_kind), st->err_text);
     st->err_pending = 0;
     st->err_logged_ms = now;
+}
+
+static void on_errlog(uv_timer_t *t)
+{
+    errors_log(t->data);
 }
 
 /* Notes n ops or batches refused by Redis, of `kind`, with the text of one
@@ -139,7 +197,7 @@ static void note_errors(rls_redis_store_t *st, uint64_t n, int kind,
     st->err_text[len] = '\0';
     st->err_kind = kind;
     st->err_pending += n;
-    rls_redis_errors_log(st);
+    errors_log(st);
 }
 
 /* A stored quota that does not parse falls back to the rule's limits; the
@@ -172,7 +230,7 @@ static void complete(rls_redis_store_t *st, rls_op_t *ops, size_t n, int status,
         for (i = 0; i < n; i++)
             ops[i].err = status;
     }
-    /* A redirection is not an error: the cluster store resends. */
+    /* A redirection is not an error: the caller resends. */
     if (status != 0 && st->redir_len == 0) {
         st->base.stats.errors++;
         st->base.stats.errors_kind[kind]++;
@@ -185,8 +243,7 @@ static void complete(rls_redis_store_t *st, rls_op_t *ops, size_t n, int status,
 /* Takes a batch off the in-flight list, back to the pool, and reports it
  * unless it was answered by timeout already. Called only from the batch's
  * hiredis reply callback. */
-static void finish(rls_redis_store_t *st, rls_redis_batch_t *b, int status,
-                   int kind)
+static void finish(rls_redis_store_t *st, batch_t *b, int status, int kind)
 {
     rls_op_t *ops = b->ops;
     size_t n = b->n;
@@ -217,28 +274,32 @@ static void finish(rls_redis_store_t *st, rls_redis_batch_t *b, int status,
 }
 
 /* A stuck Redis is left once nothing in flight can still be answered by
- * it: every batch was answered, by Redis or by its deadline. */
-static void maybe_leave_stall(rls_redis_store_t *st, rls_redis_conn_t *c)
+ * it: every batch was answered, by Redis or by its deadline. ac is the
+ * context last heard from; nothing is dropped unless it is still the
+ * connection's. */
+static void maybe_leave_stall(rls_redis_store_t *st,
+                              const redisAsyncContext *ac)
 {
     char why[64];
 
-    if (!st->stalled || st->live > 0 || st->conn != c || c == NULL)
+    if (!st->stalled || st->live > 0 || ac == NULL ||
+        ac != rls_redis_conn_ctx(st->conn))
         return;
     snprintf(why, sizeof(why), "no reply within %llu ms",
              (unsigned long long)st->timeout_ms);
-    rls_redis_conn_drop(st, RL_ETIMEDOUT, why);
+    rls_redis_conn_drop(st->conn, RL_ETIMEDOUT, why);
 }
 
 /* Room for the quota windows a reply may carry: only a reply that has
- * some (an op's entry "<admitted> q ...") needs any. Returns 0 when it
- * cannot be had. */
+ * some (an op's entry "<admitted> q ...") needs any. Returns 0 or
+ * RL_ENOMEM. */
 static int qwin_room(rls_redis_store_t *st, const redisReply *rep, size_t n)
 {
     size_t i, e;
     rls_wop_t *q;
 
     if (n <= st->qwin_ops || rep->type != REDIS_REPLY_ARRAY)
-        return 1;
+        return 0;
     for (e = 0; e < rep->elements; e++) {
         const redisReply *x = rep->element[e];
         if (x->type != REDIS_REPLY_STRING)
@@ -251,55 +312,63 @@ static int qwin_room(rls_redis_store_t *st, const redisReply *rep, size_t n)
             break;
     }
     if (e == rep->elements)
-        return 1;
-    if ((q = realloc(st->qwin, n * RLS_WINDOWS_MAX * sizeof(*q))) == NULL)
         return 0;
+    if ((q = realloc(st->qwin, n * RL_ADMIT_WINDOWS_MAX * sizeof(*q))) == NULL)
+        return RL_ENOMEM;
     st->qwin = q;
     st->qwin_ops = n;
-    return 1;
+    return 0;
 }
 
 /* The batch's command into st->cmd: RL.BATCH where Redis has the module,
- * else EVALSHA with sha, or EVAL when sha is NULL. A cluster master gets
- * the cluster script, its keys undeclared unless the batch is one slot's.
- * Returns its length, 0 on no memory. */
-static size_t encode(rls_redis_store_t *st, rls_redis_batch_t *b,
-                     const char *sha)
+ * else EVALSHA with sha, or EVAL when sha is NULL. Returns 0 or
+ * RL_ENOMEM. */
+static int encode(rls_redis_store_t *st, batch_t *b, const char *sha)
 {
-    const char *script;
-    size_t slen;
-
-    b->module = st->base.stats.redis_module && sha != NULL;
+    b->module = rls_redis_conn_module(st->conn) && sha != NULL;
     if (b->module)
         return rls_redis_encode_module(&st->cmd, b->ops, b->n, b->now_ms,
                                        st->grace_ms, b->deadline_ms);
-    if (!st->cluster)
-        return rls_redis_encode(&st->cmd, sha, b->ops, b->n, b->now_ms,
-                                st->grace_ms, b->deadline_ms);
-    script = rls_redis_cluster_script(&slen);
-    return rls_redis_encode_ex(&st->cmd, sha, script, slen, !b->declared,
-                               b->ops, b->n, b->now_ms, st->grace_ms,
-                               b->deadline_ms);
+    return rls_redis_encode_ex(&st->cmd, sha, st->script, st->script_len,
+                               b->undeclared, b->ops, b->n, b->now_ms,
+                               st->grace_ms, b->deadline_ms);
+}
+
+/* Sends batch b on ac (see encode). Returns 0, or RL_ENOMEM / RL_ESTORE:
+ * nothing was sent, and the reply callback will not fire. */
+static int send_batch(rls_redis_store_t *st, batch_t *b, redisAsyncContext *ac,
+                      const char *sha)
+{
+    int rc = encode(st, b, sha);
+
+    if (rc != 0)
+        return rc;
+    /* ASKING admits only the one command after it, and it must come
+     * before every send of the call, the EVAL this store resends after
+     * NOSCRIPT included. That resend is decided here, from the reply,
+     * out of the cluster store's sight: so ASKING is a flag of the batch
+     * (RLS_REDIS_ASKING), not a command the cluster store sends. */
+    if (b->asking)
+        redisAsyncCommand(ac, NULL, NULL, "ASKING");
+    return redisAsyncFormattedCommand(ac, on_batch_reply, b, st->cmd.p,
+                                      st->cmd.len) == REDIS_OK
+               ? 0
+               : RL_ESTORE;
 }
 
 static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
 {
-    rls_redis_batch_t *b = priv;
+    batch_t *b = priv;
     rls_redis_store_t *st = b->st;
-    rls_redis_conn_t *c = rls_redis_conn_of(ac);
     redisReply *rep = r;
     rls_redis_errs_t errs;
     size_t len;
     int rc, k;
 
     if (rep == NULL) {
-        /* The context is being freed: by us (c->fail says why) or by
-         * hiredis after an I/O error (RL_ESTORE). */
-        rls_redis_conn_lost(st, c,
-                            ac->err && ac->errstr ? ac->errstr : "dropped");
-        finish(st, b, c->fail,
-               c->fail == RL_ETIMEDOUT ? RLS_SERR_TIMEOUT
-                                       : RLS_SERR_UNAVAILABLE);
+        rc = rls_redis_conn_gone(ac);
+        finish(st, b, rc,
+               rc == RL_ETIMEDOUT ? RLS_SERR_TIMEOUT : RLS_SERR_UNAVAILABLE);
         return;
     }
     if (b->abandoned) {
@@ -310,12 +379,13 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
             memcmp(rep->str, "late", 4) != 0)
             RLS_DEBUG("redis reply after the batch timed out", NULL);
         finish(st, b, 0, 0);
-        maybe_leave_stall(st, c);
+        maybe_leave_stall(st, ac);
         return;
     }
-    if (rep->type != REDIS_REPLY_ERROR && qwin_room(st, rep, b->n) &&
-        (rc = rls_redis_parse_reply(rep, b->ops, b->n, st->qwin, &errs)) >=
-            0) {
+    rc = RL_EINVAL;
+    if (rep->type != REDIS_REPLY_ERROR && (rc = qwin_room(st, rep, b->n)) == 0)
+        rc = rls_redis_parse_reply(rep, b->ops, b->n, st->qwin, &errs);
+    if (rc == 0 || rc == RLS_REDIS_LATE) {
         st->base.stats.bad_quotas += errs.bad_quotas;
         if (errs.bad_quotas > 0)
             note_bad_quotas(st, errs.bad_quotas);
@@ -333,7 +403,7 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
             }
             finish(st, b, 0, 0);
         }
-        maybe_leave_stall(st, c);
+        maybe_leave_stall(st, ac);
         return;
     }
     /* The script cache was flushed: EVAL runs the script and caches it
@@ -344,32 +414,22 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
         (strncmp(rep->str, "NOSCRIPT", 8) == 0 ||
          (b->module && strncmp(rep->str, "ERR unknown command", 19) == 0))) {
         b->retried = 1;
-        if (b->module && st->base.stats.redis_module) {
-            st->base.stats.redis_module = 0;
-            RLS_WARN("redis: the ratelimit module is gone; batches go to "
-                     "the Lua script", " addr=%s:%d", st->host, st->port);
-        }
-        len = encode(st, b, NULL);
-        if (b->asking)
-            redisAsyncCommand(ac, NULL, NULL, "ASKING");
-        if (len > 0 && redisAsyncFormattedCommand(ac, on_batch_reply, b,
-                                                  st->cmd.p, len) == REDIS_OK)
+        if (b->module)
+            rls_redis_conn_module_gone(st->conn);
+        if (send_batch(st, b, ac, NULL) == 0)
             return;
     }
-    /* Cluster redirections: Redis ran nothing of the call; the cluster
-     * store (redis_cluster.c) reads the text and resends. */
-    if (rep->type == REDIS_REPLY_ERROR && st->cluster &&
-        (strncmp(rep->str, "MOVED ", 6) == 0 ||
-         strncmp(rep->str, "ASK ", 4) == 0 ||
-         strncmp(rep->str, "TRYAGAIN", 8) == 0 ||
-         strncmp(rep->str, "CLUSTERDOWN", 11) == 0)) {
+    /* A redirection (opts.is_redirect): Redis ran nothing of the call;
+     * the caller reads the text and resends. */
+    if (rep->type == REDIS_REPLY_ERROR && st->is_redirect != NULL &&
+        st->is_redirect(rep->str, rep->len)) {
         len = rep->len < sizeof(st->redir) ? rep->len : sizeof(st->redir) - 1;
         memcpy(st->redir, rep->str, len);
         st->redir[len] = '\0';
         st->redir_len = len > 0 ? len : 1;
         finish(st, b, RL_ESTORE, RLS_SERR_OTHER);
         st->redir_len = 0;
-        maybe_leave_stall(st, c);
+        maybe_leave_stall(st, ac);
         return;
     }
     if (rep->type == REDIS_REPLY_ERROR) {
@@ -380,12 +440,12 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
         note_errors(st, 1, k, "unexpected reply", 16);
     }
     finish(st, b, RL_ESTORE, k);
-    maybe_leave_stall(st, c);
+    maybe_leave_stall(st, ac);
 }
 
-static rls_redis_batch_t *first_live(rls_redis_store_t *st)
+static batch_t *first_live(rls_redis_store_t *st)
 {
-    rls_redis_batch_t *b = st->head;
+    batch_t *b = st->head;
 
     while (b != NULL && b->abandoned)
         b = b->next;
@@ -400,7 +460,7 @@ static rls_redis_batch_t *first_live(rls_redis_store_t *st)
 static void on_expiry(uv_timer_t *t)
 {
     rls_redis_store_t *st = t->data;
-    rls_redis_batch_t *b;
+    batch_t *b;
     uint64_t age_ms;
 
     while ((b = first_live(st)) != NULL) {
@@ -420,21 +480,19 @@ static void on_expiry(uv_timer_t *t)
         complete(st, b->ops, b->n, RL_ETIMEDOUT, RLS_SERR_TIMEOUT, b->cb,
                  b->data);
         b->ops = NULL;
-        if (st->state == RLS_REDIS_CLOSING)
+        if (st->closing)
             return;
     }
-    maybe_leave_stall(st, st->conn);
+    maybe_leave_stall(st, rls_redis_conn_ctx(st->conn));
 }
 
 static void submit_ex(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
                       void *data, int flags)
 {
-    int asking = (flags & RLS_REDIS_ASKING) != 0;
     rls_redis_store_t *st = (rls_redis_store_t *)s;
-    redisAsyncContext *ac;
-    rls_redis_batch_t *b;
+    redisAsyncContext *ac = st->closing ? NULL : rls_redis_conn_ctx(st->conn);
     uint64_t margin_ms;
-    size_t len;
+    batch_t *b;
 
     st->redir_len = 0;
     s->stats.batches++;
@@ -443,11 +501,9 @@ static void submit_ex(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
         cb(data, ops, n, 0);
         return;
     }
-    if (st->state != RLS_REDIS_UP || st->stalled ||
-        st->inflight >= MAX_INFLIGHT ||
+    if (ac == NULL || st->stalled || st->inflight >= MAX_INFLIGHT ||
         (st->inflight_ops > 0 && st->inflight_ops + n > MAX_INFLIGHT_OPS)) {
-        complete(st, ops, n,
-                 st->state == RLS_REDIS_CLOSING ? RL_ESHUTDOWN : RL_ESTORE,
+        complete(st, ops, n, st->closing ? RL_ESHUTDOWN : RL_ESTORE,
                  RLS_SERR_UNAVAILABLE, cb, data);
         return;
     }
@@ -463,26 +519,22 @@ static void submit_ex(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
     b->cb = cb;
     b->data = data;
     b->retried = 0;
-    b->asking = asking;
-    b->declared = (flags & RLS_REDIS_DECLARED) != 0;
+    b->asking = (flags & RLS_REDIS_ASKING) != 0;
+    b->undeclared = (flags & RLS_REDIS_UNDECLARED) != 0;
     b->abandoned = 0;
     b->sent_ns = uv_hrtime();
     /* The script's deadline, on Redis's clock, a little before ours: our
      * estimate of Redis's clock may be off by half the best TIME round
      * trip, and the reply of a script run just in time still has to
      * reach us before our timer fires. */
-    margin_ms = 1 + st->clk.best_rtt_us / 1000;
+    margin_ms = 1 + rls_redis_conn_rtt_us(st->conn) / 1000;
     if (margin_ms > st->timeout_ms / 2)
         margin_ms = st->timeout_ms / 2;
-    b->deadline_ms = rls_redis_now_ms(s) + st->timeout_ms - margin_ms;
-    ac = st->conn->ac;
-    b->now_ms = rls_redis_now_ms(s);
-    len = encode(st, b, st->sha);
+    b->deadline_ms =
+        rls_redis_conn_now_ms(st->conn) + st->timeout_ms - margin_ms;
+    b->now_ms = rls_redis_conn_now_ms(st->conn);
     rls_redis_uv_hold(ac);
-    if (asking && len > 0)
-        redisAsyncCommand(ac, NULL, NULL, "ASKING");
-    if (len == 0 || redisAsyncFormattedCommand(ac, on_batch_reply, b, st->cmd.p,
-                                               len) != REDIS_OK) {
+    if (send_batch(st, b, ac, rls_redis_conn_sha(st->conn)) != 0) {
         rls_redis_uv_release(ac, 0);
         b->next = st->pool;
         st->pool = b;
@@ -545,11 +597,22 @@ void rls_redis_uncork(rls_store_t *s)
 
     if (st->cork > 0 && --st->cork > 0)
         return;
-    if (st->state != RLS_REDIS_UP || st->conn == NULL ||
-        (ac = st->conn->ac) == NULL)
+    if (st->closing || (ac = rls_redis_conn_ctx(st->conn)) == NULL)
         return;
     rls_redis_uv_hold(ac);
     rls_redis_uv_release(ac, 1);
+}
+
+static uint64_t st_now_ms(rls_store_t *s)
+{
+    return rls_redis_conn_now_ms(((rls_redis_store_t *)s)->conn);
+}
+
+static int st_up(rls_store_t *s)
+{
+    rls_redis_store_t *st = (rls_redis_store_t *)s;
+
+    return !st->closing && rls_redis_conn_ctx(st->conn) != NULL && !st->stalled;
 }
 
 static void st_close(rls_store_t *s, void (*done)(void *arg), void *arg)
@@ -558,20 +621,12 @@ static void st_close(rls_store_t *s, void (*done)(void *arg), void *arg)
 
     st->done = done;
     st->done_arg = arg;
-    st->state = RLS_REDIS_CLOSING;
-    /* Fails the batches in flight: their callbacks fire now, or as soon as
-     * the hiredis callback we may be inside returns. */
-    if (st->conn != NULL) {
-        st->conn->fail = RL_ESHUTDOWN;
-        if (st->conn->ac != NULL)
-            redisAsyncFree(st->conn->ac);
-        st->conn = NULL;
-    }
-    if (st->gai_busy)
-        uv_cancel((uv_req_t *)&st->gai);
-    uv_close((uv_handle_t *)&st->retry, on_closed);
+    st->closing = 1;
+    /* Fails the batches in flight (RL_ESHUTDOWN): their callbacks fire
+     * now, or as soon as the hiredis callback we may be inside returns. */
+    rls_redis_conn_close(st->conn);
     uv_close((uv_handle_t *)&st->expiry, on_closed);
-    uv_close((uv_handle_t *)&st->clock, on_closed);
+    uv_close((uv_handle_t *)&st->errlog, on_closed);
 }
 
 typedef struct {
@@ -593,16 +648,15 @@ static int st_command(rls_store_t *s, int argc, const char **argv,
                       void *data)
 {
     rls_redis_store_t *st = (rls_redis_store_t *)s;
-    redisAsyncContext *ac;
+    redisAsyncContext *ac = st->closing ? NULL : rls_redis_conn_ctx(st->conn);
     cmd_t *k;
 
-    if (st->state != RLS_REDIS_UP || st->conn == NULL || st->stalled)
+    if (ac == NULL || st->stalled)
         return RL_ESTORE;
     if ((k = malloc(sizeof(*k))) == NULL)
         return RL_ENOMEM;
     k->cb = cb;
     k->data = data;
-    ac = st->conn->ac;
     rls_redis_uv_hold(ac);
     if (redisAsyncCommandArgv(ac, on_cmd_reply, k, argc, argv, lens) !=
         REDIS_OK) {
@@ -617,50 +671,80 @@ static int st_command(rls_store_t *s, int argc, const char **argv,
     return RL_OK;
 }
 
-static const rls_store_vtbl_t vtbl = {st_submit, rls_redis_now_ms, rls_redis_up,
-                                      st_close, st_command, NULL};
+static const rls_store_vtbl_t vtbl = {st_submit, st_now_ms,  st_up,
+                                      st_close,  st_command, NULL};
+
+/* ---- what the connection reports ----------------------------------------*/
+
+/* The connection was lost: what was in flight fails through its replies;
+ * a stall ends with the connection it was on. */
+static void on_conn_down(void *data)
+{
+    rls_redis_store_t *st = data;
+
+    st->stalled = 0;
+}
+
+/* TIME went unanswered: Redis hangs. Dropping the connection now would
+ * fail the batches in flight before their deadline, and a Redis that wakes
+ * up would still run them: stop sending instead; the last batch's
+ * deadline drops it (maybe_leave_stall), or this does when there is
+ * none. */
+static void on_conn_stuck(void *data)
+{
+    rls_redis_store_t *st = data;
+
+    st->stalled = 1;
+    if (st->live == 0)
+        rls_redis_conn_drop(st->conn, RL_ETIMEDOUT, "TIME unanswered");
+}
+
+static void on_conn_closed(void *data)
+{
+    rls_redis_store_t *st = data;
+
+    st->conn = NULL;
+    st->open--;
+    maybe_finish(st);
+}
 
 rls_store_t *rls_store_redis_new(uv_loop_t *loop, const rls_redis_opts_t *opts)
 {
+    static const rls_redis_conn_cbs_t cbs = {on_conn_down, on_conn_stuck,
+                                             on_conn_closed};
     rls_redis_store_t *st = calloc(1, sizeof(*st));
-    const char *host = opts->host != NULL ? opts->host : "127.0.0.1";
-    unsigned char addr[16];
+    rls_redis_conn_opts_t co;
 
     if (st == NULL)
-        goto fail;
-    if ((st->host = strdup(host)) == NULL)
-        goto fail;
-    if (opts->password != NULL &&
-        (st->password = strdup(opts->password)) == NULL)
-        goto fail;
+        return NULL;
     st->base.v = &vtbl;
     rls_hist_init(&st->base.stats.rtt_us, rls_rtt_bounds_us,
                   sizeof(rls_rtt_bounds_us) / sizeof(rls_rtt_bounds_us[0]));
     st->loop = loop;
-    st->port = opts->port > 0 ? opts->port : 6379;
-    st->db = opts->db;
     st->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : 1000;
     st->grace_ms = opts->grace_ms;
-    st->cluster = opts->cluster;
-    st->use_module = !opts->cluster && !opts->no_module;
-    st->quiet_shared = opts->quiet;
-    st->numeric = inet_pton(AF_INET, host, addr) == 1 ||
-                  inet_pton(AF_INET6, host, addr) == 1;
-    st->rng = (uv_hrtime() ^ (uint64_t)(uintptr_t)st) | 1;
-    rls_redis_clock_init(&st->clk);
-    st->state = RLS_REDIS_DOWN;
-    uv_timer_init(loop, &st->retry);
-    uv_timer_init(loop, &st->expiry);
-    uv_timer_init(loop, &st->clock);
-    st->retry.data = st->expiry.data = st->clock.data = st;
-    st->open = 3;
-    rls_redis_conn_start(st);
-    return &st->base;
-fail:
-    if (st != NULL) {
-        free(st->host);
-        free(st->password);
+    st->script = opts->script != NULL ? opts->script : rls_redis_script;
+    st->script_len =
+        opts->script != NULL ? opts->script_len : rls_redis_script_len;
+    st->is_redirect = opts->is_redirect;
+    memset(&co, 0, sizeof(co));
+    co.host = opts->host != NULL ? opts->host : "127.0.0.1";
+    co.port = opts->port > 0 ? opts->port : 6379;
+    co.password = opts->password;
+    co.db = opts->db;
+    co.timeout_ms = st->timeout_ms;
+    co.script = st->script;
+    co.script_len = st->script_len;
+    co.use_module = !opts->no_module;
+    co.quiet = opts->quiet;
+    co.stats = &st->base.stats;
+    if ((st->conn = rls_redis_conn_new(loop, &co, &cbs, st)) == NULL) {
         free(st);
+        return NULL;
     }
-    return NULL;
+    uv_timer_init(loop, &st->expiry);
+    uv_timer_init(loop, &st->errlog);
+    st->expiry.data = st->errlog.data = st;
+    st->open = 3;
+    return &st->base;
 }

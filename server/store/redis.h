@@ -2,6 +2,7 @@
 #ifndef RLS_STORE_REDIS_H
 #define RLS_STORE_REDIS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include <uv.h>
@@ -15,10 +16,20 @@ typedef struct rls_redis_opts_s {
     int db;                /* SELECT db when > 0 */
     uint64_t timeout_ms;   /* a batch unanswered this long fails */
     uint64_t grace_ms;     /* keys expire this long after their window */
-    int cluster;           /* a Redis Cluster master (redis_cluster.c) */
     int no_module;         /* never RL.BATCH, even where Redis has it */
-    int *quiet;            /* cluster: a connect failure logged by one node
-                            * goes to debug on the others until one is up */
+    int *quiet;            /* shared by stores (the cluster's): a connect
+                            * failure logged by one goes to debug on the
+                            * others until one is up */
+    /* The script, NULL for rls_redis_script: the cluster store gives its
+     * own (rls_redis_cluster_script). Must outlive the store. */
+    const char *script;
+    size_t script_len;
+    /* Optional: nonzero for an error reply meaning that Redis ran nothing
+     * of the call and that it belongs on another node (the cluster store's
+     * redirections). A batch refused whole so fails with RL_ESTORE, is not
+     * counted or logged as an error, and rls_redis_redirect gives the
+     * reply's text during its callback. */
+    int (*is_redirect)(const char *err, size_t len);
 } rls_redis_opts_t;
 
 /* Redis store: hiredis async on `loop`. Connects in the background and
@@ -27,19 +38,18 @@ typedef struct rls_redis_opts_s {
 rls_store_t *rls_store_redis_new(uv_loop_t *loop,
                                  const rls_redis_opts_t *opts);
 
-/* For the cluster store (redis_cluster.c), which drives one such store per
- * master. In cluster mode a batch refused whole by a redirection (MOVED,
- * ASK, TRYAGAIN, CLUSTERDOWN: nothing of it ran) fails with RL_ESTORE, is
- * not counted as an error, and rls_redis_redirect gives the reply's text
- * during its callback (NULL for any other failure). */
+/* During the callback of a batch refused by a redirection (see
+ * opts.is_redirect): the reply's text and its length; NULL for any other
+ * failure. */
 const char *rls_redis_redirect(const rls_store_t *s, size_t *len);
 
-/* Like submit, with flags: RLS_REDIS_ASKING precedes the script call
- * with ASKING (after an ASK redirection); RLS_REDIS_DECLARED declares the
- * keys (ops of one slot), else a cluster master gets them undeclared (see
- * rls_redis_cluster_script). */
+/* Like submit, with flags. RLS_REDIS_ASKING: every send of the call,
+ * including the EVAL this store resends after NOSCRIPT, is preceded by
+ * ASKING (after an ASK redirection). RLS_REDIS_UNDECLARED: the keys go in
+ * ARGV behind a numkeys of 0, for a script that reads them from there
+ * (rls_redis_cluster_script); never with the module. */
 #define RLS_REDIS_ASKING 1
-#define RLS_REDIS_DECLARED 2
+#define RLS_REDIS_UNDECLARED 2
 void rls_redis_submit_ex(rls_store_t *s, rls_op_t *ops, size_t n,
                          rls_store_cb cb, void *data, int flags);
 

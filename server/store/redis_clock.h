@@ -1,4 +1,4 @@
-/* The Redis store's clock (store_redis_clock.c): Redis's TIME, sampled now
+/* The Redis store's clock (redis_clock.c): Redis's TIME, sampled now
  * and then, applied as an offset to the local monotonic clock, so that every
  * rl-server instance agrees on window edges whatever its own clock says.
  * Pure arithmetic: the caller passes every "now", so tests can stand on any

@@ -17,7 +17,7 @@
  * handling) for all of its ops. Redis refuses a call whose declared keys
  * span slots (CROSSSLOT), even from a script flagged allow-cross-slot-keys
  * (checked on 7.0.15; the flag covers keys a script touches without
- * declaring them), so the keys go undeclared (redis_script.c,
+ * declaring them), so the keys go undeclared (redis_cluster_prologue.lua,
  * rls_redis_cluster_script) and Redis checks each as the script touches
  * it: an op whose keys this master does not serve fails alone, before
  * writing anything (eNONLOCAL), and is sent again on its own with its
@@ -25,16 +25,19 @@
  * calls of one batch leave in one write per master (cork/uncork).
  * DESIGN.md ("Redis Cluster store") has the measured cost.
  *
- * Redirections: MOVED (the map was stale) updates the slot and resends the
- * call to the named node; ASK (the slot is migrating) resends it, preceded
- * by ASKING, without touching the map; either only to a node the map gives
- * slots (any other is retried after a refresh, never connected to); TRYAGAIN and CLUSTERDOWN resend it
- * after 10, 20, 40... ms while the batch is younger than the timeout. At
- * most MAX_HOPS resends a call. Each of those replies means Redis ran
- * nothing of the call, so a resend never counts twice. A call that fails
- * any other way (timeout, connection lost with the call in flight) is
- * never resent: its ops are answered by the fail mode, as with one Redis,
- * because it may have run.
+ * Redirections: a node's store hands MOVED, ASK, TRYAGAIN and CLUSTERDOWN
+ * replies back uncounted (is_redirect, rls_redis_redirect). MOVED (the map
+ * was stale) updates the slot and resends the call to the named node; ASK
+ * (the slot is migrating) resends it, preceded by ASKING (a flag of the
+ * call: the node's store puts it before every send, see redis.c), without
+ * touching the map; either only to a node the map gives slots (any other
+ * is retried after a refresh, never connected to); TRYAGAIN and
+ * CLUSTERDOWN resend it after 10, 20, 40... ms while the batch is younger
+ * than the timeout. At most MAX_HOPS resends a call. Each of those replies
+ * means Redis ran nothing of the call, so a resend never counts twice. A
+ * call that fails any other way (timeout, connection lost with the call in
+ * flight) is never resent: its ops are answered by the fail mode, as with
+ * one Redis, because it may have run.
  *
  * Each call's ops are reported to the batcher as soon as that call is
  * answered (store->part), so a slow master delays only its own requests;
@@ -50,6 +53,7 @@
 #include "store/redis.h"
 #include "store/redis_cluster.h"
 #include "store/redis_cluster_map.h"
+#include "store/redis_parse.h"
 #include "store/redis_script.h"
 #include "store/store.h"
 
@@ -102,7 +106,7 @@ struct batch_s {
     uint64_t *order; /* slot << 32 | index into ops, in that order */
     call_t *calls;   /* room for 2n: one per master, and one per op */
     size_t ncalls;   /* sent again on its own after eNONLOCAL */
-    rls_wop_t *qwin; /* stored quotas' windows, RLS_WINDOWS_MAX per op */
+    rls_wop_t *qwin; /* stored quotas' windows, RL_ADMIT_WINDOWS_MAX per op */
     uint32_t *idx;   /* scratch: the ops of a part reported early */
     size_t cap;      /* ops the block has room for (qwin too, if made) */
     batch_t *next;   /* in the pool */
@@ -188,6 +192,14 @@ static void node_close(node_t *nd)
     nd->st->v->close(nd->st, on_node_closed, nd);
 }
 
+/* A node's store hands these error replies back to us uncounted
+ * (rls_redis_redirect): Redis ran nothing of the call, and on_call_done
+ * sends it where the reply says. */
+static int is_redirect(const char *err, size_t len)
+{
+    return rls_cluster_redirect_kind(err, len) != 0;
+}
+
 /* The live node at host:port, made (and connecting) if there is none.
  * NULL when out of memory. */
 static node_t *node_get(rls_cluster_t *cl, const char *host, int port)
@@ -211,8 +223,10 @@ static node_t *node_get(rls_cluster_t *cl, const char *host, int port)
     o.password = cl->password;
     o.timeout_ms = cl->timeout_ms;
     o.grace_ms = cl->grace_ms;
-    o.cluster = 1;
+    o.no_module = 1;
     o.quiet = &cl->quiet;
+    o.script = rls_redis_cluster_script(&o.script_len);
+    o.is_redirect = is_redirect;
     if ((nd->st = rls_store_redis_new(cl->loop, &o)) == NULL) {
         free(nd);
         return NULL;
@@ -511,14 +525,14 @@ static void on_call_done(void *data, rls_op_t *ops, size_t n, int status)
             }
             if (ops[j].nqwin > 0) {
                 if (bt->qwin == NULL &&
-                    (bt->qwin = malloc(bt->cap * RLS_WINDOWS_MAX *
+                    (bt->qwin = malloc(bt->cap * RL_ADMIT_WINDOWS_MAX *
                                        sizeof(*bt->qwin))) == NULL) {
                     o->err = RL_ENOMEM;
                     continue;
                 }
-                memcpy(&bt->qwin[(size_t)i * RLS_WINDOWS_MAX], ops[j].qwin,
+                memcpy(&bt->qwin[(size_t)i * RL_ADMIT_WINDOWS_MAX], ops[j].qwin,
                        ops[j].nqwin * sizeof(*bt->qwin));
-                o->qwin = &bt->qwin[(size_t)i * RLS_WINDOWS_MAX];
+                o->qwin = &bt->qwin[(size_t)i * RL_ADMIT_WINDOWS_MAX];
                 o->nqwin = ops[j].nqwin;
             }
         }
@@ -614,7 +628,7 @@ static void dispatch(call_t *c)
     /* May call on_call_done before returning (a node that is down). */
     rls_redis_submit_ex(nd->st, c->bt->sub + c->off, c->n, on_call_done, c,
                         (c->asking ? RLS_REDIS_ASKING : 0) |
-                            (c->declared ? RLS_REDIS_DECLARED : 0));
+                            (c->declared ? 0 : RLS_REDIS_UNDECLARED));
 }
 
 /* Sorts a batch's ops by master (the map's, at submission), then slot,
@@ -831,7 +845,8 @@ static void on_cmd_reply(void *data, void *reply)
 
     k->nd->inflight--;
     if (r != NULL && r->type == REDIS_REPLY_ERROR &&
-        (strncmp(r->str, "MOVED ", 6) == 0 || strncmp(r->str, "ASK ", 4) == 0))
+        (rls_cluster_redirect_kind(r->str, r->len) == RLS_REDIR_MOVED ||
+         rls_cluster_redirect_kind(r->str, r->len) == RLS_REDIR_ASK))
         k->nd->cl->want_refresh = 1;
     k->cb(k->data, reply);
     free(k);

@@ -239,6 +239,19 @@ static int read_num(const char *s, size_t len, size_t *i, long lo, long hi,
     return 0;
 }
 
+int rls_cluster_redirect_kind(const char *s, size_t len)
+{
+    if (len >= 8 && memcmp(s, "TRYAGAIN", 8) == 0)
+        return RLS_REDIR_TRYAGAIN;
+    if (len >= 11 && memcmp(s, "CLUSTERDOWN", 11) == 0)
+        return RLS_REDIR_CLUSTERDOWN;
+    if (len >= 6 && memcmp(s, "MOVED ", 6) == 0)
+        return RLS_REDIR_MOVED;
+    if (len >= 4 && memcmp(s, "ASK ", 4) == 0)
+        return RLS_REDIR_ASK;
+    return 0;
+}
+
 int rls_cluster_parse_redirect(const char *s, size_t len, const char *self_host,
                                rls_redirect_t *out)
 {
@@ -246,23 +259,15 @@ int rls_cluster_parse_redirect(const char *s, size_t len, const char *self_host,
     long slot, port;
 
     memset(out, 0, sizeof(*out));
-    if (len >= 8 && memcmp(s, "TRYAGAIN", 8) == 0) {
-        out->kind = RLS_REDIR_TRYAGAIN;
+    out->kind = rls_cluster_redirect_kind(s, len);
+    if (out->kind == RLS_REDIR_TRYAGAIN || out->kind == RLS_REDIR_CLUSTERDOWN)
         return 0;
-    }
-    if (len >= 11 && memcmp(s, "CLUSTERDOWN", 11) == 0) {
-        out->kind = RLS_REDIR_CLUSTERDOWN;
-        return 0;
-    }
-    if (len >= 6 && memcmp(s, "MOVED ", 6) == 0) {
-        out->kind = RLS_REDIR_MOVED;
+    if (out->kind == RLS_REDIR_MOVED)
         i = 6;
-    } else if (len >= 4 && memcmp(s, "ASK ", 4) == 0) {
-        out->kind = RLS_REDIR_ASK;
+    else if (out->kind == RLS_REDIR_ASK)
         i = 4;
-    } else {
+    else
         return RL_EINVAL;
-    }
     if (read_num(s, len, &i, 0, RLS_SLOTS - 1, &slot) != 0 || i >= len ||
         s[i] != ' ')
         return RL_EINVAL;

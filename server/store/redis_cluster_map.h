@@ -48,6 +48,12 @@ typedef struct rls_redirect_s {
     char host[RLS_NODE_HOST_MAX + 1]; /* MOVED / ASK */
 } rls_redirect_t;
 
+/* The redirection an error reply's text (len bytes at s) announces by its
+ * first word: RLS_REDIR_MOVED for "MOVED ", _ASK for "ASK ", _TRYAGAIN,
+ * _CLUSTERDOWN; 0 for any other error. Each means Redis ran nothing of
+ * the call. */
+int rls_cluster_redirect_kind(const char *s, size_t len);
+
 /* Reads an error reply's text (len bytes at s, not NUL-terminated):
  * "MOVED <slot> <host>:<port>", "ASK <slot> <host>:<port>" (an empty host
  * means the node that sent it, for which the caller passes self_host;

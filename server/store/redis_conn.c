@@ -1,18 +1,20 @@
-/* The Redis store's connection: see redis_conn.h, and redis.c for the
- * batches.
+/* The Redis store's connection: see redis_conn.h.
  *
- * AUTH and SELECT (when configured), SCRIPT LOAD, INFO server and TIME are
- * pipelined on every (re)connect; the store is up once TIME answers. INFO's
- * run_id tells a restarted Redis (whose counters of the current window
- * are gone, unless it persisted them) from a connection that was merely
- * lost. Reconnects back off
- * from 20 ms, doubling to 1 s, plus up to 50% jitter. Names are resolved on
- * libuv's thread pool. TIME is sampled again every second: the store's
- * clock is Redis's (redis_clock.h), and a TIME left unanswered tells an
- * idle store that Redis hangs.
+ * AUTH and SELECT (when configured), SCRIPT LOAD, RL.VERSION (when the
+ * module is wanted), INFO server and TIME are pipelined on every
+ * (re)connect; the connection is up once TIME answers. INFO's run_id
+ * tells a restarted Redis (whose counters of the current window are gone,
+ * unless it persisted them) from a connection that was merely lost.
+ * Reconnects back off from 20 ms, doubling to 1 s, plus up to 50% jitter.
+ * Names are resolved on libuv's thread pool. TIME is sampled again every
+ * second: the store's clock is Redis's (redis_clock.h), and a TIME left
+ * unanswered tells an idle store that Redis hangs.
  *
- * hiredis's own libuv adapter ignores poll errors (see store/redis_uv.h), so
- * a refused connect would never be reported; redis_uv.c replaces it. */
+ * Each hiredis context gets a record of its own (ctx_t, ac->data), which
+ * outlives the context: it is freed once the poll handle that drove the
+ * context has closed. hiredis's own libuv adapter ignores poll errors (see
+ * redis_uv.h), so a refused connect would never be reported; redis_uv.c
+ * replaces it. */
 #include <arpa/inet.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,12 +23,12 @@
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
-#include "rl_error.h"
 #include "log.h"
 #include "rl_clock.h"
+#include "rl_error.h"
 #include "store/redis_clock.h"
 #include "store/redis_conn.h"
-#include "store/redis_reply.h"
+#include "store/redis_reply_alloc.h"
 #include "store/redis_script.h"
 #include "store/redis_uv.h"
 
@@ -34,47 +36,119 @@
 #define BACKOFF_MAX_MS 1000
 #define CLOCK_EVERY_MS 1000
 
-static void start_connect(rls_redis_store_t *st);
+enum { DOWN, CONNECTING, UP, CLOSING };
+
+/* One hiredis context (ac->data points here). */
+typedef struct ctx_s {
+    redisAsyncContext *ac;
+    rls_redis_conn_t *conn;
+    int fail;         /* status of commands failed by freeing the context */
+    uint64_t time_ns; /* when the pending TIME was sent, 0 if none */
+} ctx_t;
+
+struct rls_redis_conn_s {
+    uv_loop_t *loop;
+    char *host, *password;
+    const char *script;
+    size_t script_len;
+    int port, db, numeric, state, ever_up, use_module;
+    int quiet; /* a failure was logged; more go to debug until up */
+    int *quiet_shared;
+    uint64_t timeout_ms, backoff_ms, down_since_ms;
+    ctx_t *ctx;       /* current context, NULL while down */
+    uv_timer_t retry; /* reconnect backoff, or handshake deadline */
+    uv_timer_t clock;
+    uv_getaddrinfo_t gai;
+    int gai_busy, open; /* handles and requests not yet finished */
+    char run_id[41];    /* Redis's INFO run_id; "" until known */
+    char sha[41];
+    int module; /* this connection's Redis has the module */
+    rls_redis_clock_t clk;
+    uint64_t rng;
+    rls_store_stats_t *stats;
+    rls_redis_conn_cbs_t cbs;
+    void *data;
+};
+
+static void start_connect(rls_redis_conn_t *c);
+
+static ctx_t *ctx_of(const redisAsyncContext *ac)
+{
+    return ac->data;
+}
+
+static void set_module(rls_redis_conn_t *c, int on)
+{
+    c->module = on;
+    c->stats->redis_module = on;
+}
+
+/* Frees the connection once it is closing and every handle and request
+ * has finished; then tells the owner. */
+static void maybe_finish(rls_redis_conn_t *c)
+{
+    void (*closed)(void *) = c->cbs.closed;
+    void *data = c->data;
+
+    if (c->state != CLOSING || c->open > 0)
+        return;
+    free(c->host);
+    free(c->password);
+    free(c);
+    closed(data);
+}
+
+static void on_closed(uv_handle_t *h)
+{
+    rls_redis_conn_t *c = h->data;
+
+    c->open--;
+    maybe_finish(c);
+}
+
+/* A context's poll handle closed: hiredis freed the context. */
+static void on_ctx_closed(void *arg)
+{
+    ctx_t *x = arg;
+    rls_redis_conn_t *c = x->conn;
+
+    free(x);
+    c->open--;
+    maybe_finish(c);
+}
 
 /* ---- clock -------------------------------------------------------------*/
 
-uint64_t rls_redis_now_ms(rls_store_t *s)
+uint64_t rls_redis_conn_now_ms(rls_redis_conn_t *c)
 {
-    rls_redis_store_t *st = (rls_redis_store_t *)s;
     struct timespec ts = {0, 0};
 
     /* The local clock is read only until Redis's is known. */
-    if (st->clk.sampled_us == 0)
+    if (c->clk.sampled_us == 0)
         clock_gettime(CLOCK_REALTIME, &ts);
-    return rls_redis_clock_now(&st->clk, uv_hrtime() / 1000,
+    return rls_redis_clock_now(&c->clk, uv_hrtime() / 1000,
                                (uint64_t)ts.tv_sec * 1000 +
                                    (uint64_t)ts.tv_nsec / 1000000);
 }
 
-/* Applies a TIME reply received at now_ns. Returns 0, or RL_EINVAL if the reply
- * is malformed. */
-static int clock_sample(rls_redis_store_t *st, rls_redis_conn_t *c,
-                        redisReply *r, uint64_t now_ns)
+uint64_t rls_redis_conn_rtt_us(const rls_redis_conn_t *c)
+{
+    return c->clk.best_rtt_us;
+}
+
+/* Applies a TIME reply received at now_ns. Returns 0, or RL_EINVAL if the
+ * reply is malformed. */
+static int clock_sample(rls_redis_conn_t *c, ctx_t *x, const redisReply *r,
+                        uint64_t now_ns)
 {
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
         r->element[0]->type != REDIS_REPLY_STRING ||
         r->element[1]->type != REDIS_REPLY_STRING)
         return RL_EINVAL;
-    rls_redis_clock_sample(&st->clk, c->time_ns / 1000, now_ns / 1000,
+    rls_redis_clock_sample(&c->clk, x->time_ns / 1000, now_ns / 1000,
                            strtoull(r->element[0]->str, NULL, 10) * 1000000 +
                                strtoull(r->element[1]->str, NULL, 10));
     return 0;
-}
-
-/* The connection's poll handle closed: hiredis freed its context. */
-static void on_conn_closed(void *arg)
-{
-    rls_redis_conn_t *c = arg;
-    rls_redis_store_t *st = c->st;
-
-    free(c);
-    st->open--;
-    rls_redis_maybe_finish(st);
 }
 
 /* ---- connection state ---------------------------------------------------*/
@@ -84,72 +158,86 @@ static void on_retry(uv_timer_t *t)
     start_connect(t->data);
 }
 
-static void schedule_retry(rls_redis_store_t *st)
+static void schedule_retry(rls_redis_conn_t *c)
 {
-    uint64_t delay = st->backoff_ms;
+    uint64_t delay = c->backoff_ms;
 
     /* xorshift64: jitter only, so that many servers do not reconnect in
      * lockstep after Redis returns. */
-    delay += rl_xorshift64(&st->rng) % (st->backoff_ms / 2 + 1);
-    st->backoff_ms *= 2;
-    if (st->backoff_ms > BACKOFF_MAX_MS)
-        st->backoff_ms = BACKOFF_MAX_MS;
-    uv_timer_start(&st->retry, on_retry, delay, 0);
+    delay += rl_xorshift64(&c->rng) % (c->backoff_ms / 2 + 1);
+    c->backoff_ms *= 2;
+    if (c->backoff_ms > BACKOFF_MAX_MS)
+        c->backoff_ms = BACKOFF_MAX_MS;
+    uv_timer_start(&c->retry, on_retry, delay, 0);
 }
 
 /* A connection attempt failed before there was a connection to lose. */
-static void connect_failed(rls_redis_store_t *st, const char *why)
+static void connect_failed(rls_redis_conn_t *c, const char *why)
 {
     /* A cluster's masters share one flag: a refusal every node gives
      * (a wrong password) is one warning, not one per node. */
-    if (!st->quiet && (st->quiet_shared == NULL || !*st->quiet_shared))
-        RLS_WARN("redis unreachable", " addr=%s:%d err=\"%s\"", st->host,
-                 st->port, why);
+    if (!c->quiet && (c->quiet_shared == NULL || !*c->quiet_shared))
+        RLS_WARN("redis unreachable", " addr=%s:%d err=\"%s\"", c->host,
+                 c->port, why);
     else
-        RLS_DEBUG("redis connect failed", " addr=%s:%d err=\"%s\"", st->host,
-                  st->port, why);
-    st->quiet = 1;
-    if (st->quiet_shared != NULL)
-        *st->quiet_shared = 1;
-    st->state = RLS_REDIS_DOWN;
-    schedule_retry(st);
+        RLS_DEBUG("redis connect failed", " addr=%s:%d err=\"%s\"", c->host,
+                  c->port, why);
+    c->quiet = 1;
+    if (c->quiet_shared != NULL)
+        *c->quiet_shared = 1;
+    c->state = DOWN;
+    schedule_retry(c);
 }
 
-/* Records that connection c is gone or going; idempotent, since hiredis
- * reports one loss through several callbacks. Logs the state change and
- * schedules the reconnect. */
-void rls_redis_conn_lost(rls_redis_store_t *st, rls_redis_conn_t *c,
-                         const char *why)
+/* Records that context x is gone or going; idempotent, since hiredis
+ * reports one loss through several callbacks. Logs the state change,
+ * tells the owner of a connection that was up, and schedules the
+ * reconnect. */
+static void lost(rls_redis_conn_t *c, ctx_t *x, const char *why)
 {
-    if (c == NULL || st->conn != c)
+    if (x == NULL || c->ctx != x)
         return;
-    st->conn = NULL;
-    if (st->state == RLS_REDIS_CLOSING)
+    c->ctx = NULL;
+    if (c->state == CLOSING)
         return;
-    if (st->state != RLS_REDIS_UP) {
-        connect_failed(st, why);
+    if (c->state != UP) {
+        connect_failed(c, why);
         return;
     }
-    RLS_WARN("redis down", " addr=%s:%d err=\"%s\"", st->host, st->port, why);
-    st->down_since_ms = rl_mono_ms();
-    st->quiet = 1;
-    st->state = RLS_REDIS_DOWN;
-    schedule_retry(st);
+    RLS_WARN("redis down", " addr=%s:%d err=\"%s\"", c->host, c->port, why);
+    c->down_since_ms = rl_mono_ms();
+    c->quiet = 1;
+    c->state = DOWN;
+    schedule_retry(c);
+    c->cbs.down(c->data);
 }
 
-/* Drops the current connection; batches in flight fail with `status`.
- * Inside a hiredis callback the free (and their callbacks) happen as soon
- * as that callback returns. */
-void rls_redis_conn_drop(rls_redis_store_t *st, int status, const char *why)
+/* Why hiredis let go of ac, for the log. */
+static const char *why_gone(const redisAsyncContext *ac, const char *dflt)
 {
-    rls_redis_conn_t *c = st->conn;
+    return ac->err && ac->errstr ? ac->errstr : dflt;
+}
+
+int rls_redis_conn_gone(const redisAsyncContext *ac)
+{
+    ctx_t *x = ctx_of(ac);
+
+    /* The context is being freed: by us (x->fail says why) or by hiredis
+     * after an I/O error (RL_ESTORE). */
+    lost(x->conn, x, why_gone(ac, "dropped"));
+    return x->fail;
+}
+
+void rls_redis_conn_drop(rls_redis_conn_t *c, int status, const char *why)
+{
+    ctx_t *x = c->ctx;
     redisAsyncContext *ac;
 
-    if (c == NULL)
+    if (x == NULL)
         return;
-    ac = c->ac;
-    c->fail = status;
-    rls_redis_conn_lost(st, c, why);
+    ac = x->ac;
+    x->fail = status;
+    lost(c, x, why);
     redisAsyncFree(ac);
 }
 
@@ -157,35 +245,33 @@ static void on_connect(const redisAsyncContext *ac, int status)
 {
     /* hiredis frees the context itself after a failed connect. */
     if (status != REDIS_OK)
-        rls_redis_conn_lost(rls_redis_conn_of(ac)->st, rls_redis_conn_of(ac),
-                            ac->errstr ? ac->errstr : "?");
+        lost(ctx_of(ac)->conn, ctx_of(ac), ac->errstr ? ac->errstr : "?");
 }
 
 static void on_disconnect(const redisAsyncContext *ac, int status)
 {
     (void)status;
-    rls_redis_conn_lost(rls_redis_conn_of(ac)->st, rls_redis_conn_of(ac),
-                        ac->err && ac->errstr ? ac->errstr
-                                              : "connection closed");
+    lost(ctx_of(ac)->conn, ctx_of(ac), why_gone(ac, "connection closed"));
 }
+
+/* ---- the handshake ------------------------------------------------------*/
 
 /* Checks a handshake reply; on trouble drops the connection and returns
  * RL_ESTORE. */
-static int hs_check(redisAsyncContext *ac, redisReply *r, int type)
+static int hs_check(redisAsyncContext *ac, const redisReply *r, int type)
 {
-    rls_redis_conn_t *c = rls_redis_conn_of(ac);
-    rls_redis_store_t *st = c->st;
+    ctx_t *x = ctx_of(ac);
+    rls_redis_conn_t *c = x->conn;
 
     if (r == NULL) {
-        rls_redis_conn_lost(st, c,
-                            ac->err && ac->errstr ? ac->errstr : "dropped");
+        lost(c, x, why_gone(ac, "dropped"));
         return RL_ESTORE;
     }
-    if (st->conn != c)
+    if (c->ctx != x)
         return RL_ESTORE;
     if (r->type == type)
         return 0;
-    rls_redis_conn_drop(st, RL_ESTORE,
+    rls_redis_conn_drop(c, RL_ESTORE,
                         r->type == REDIS_REPLY_ERROR ? r->str
                                                      : "unexpected reply");
     return RL_ESTORE;
@@ -199,17 +285,17 @@ static void on_status_reply(redisAsyncContext *ac, void *r, void *priv)
 
 static void on_load_reply(redisAsyncContext *ac, void *r, void *priv)
 {
-    rls_redis_store_t *st = rls_redis_conn_of(ac)->st;
+    rls_redis_conn_t *c = ctx_of(ac)->conn;
     redisReply *rep = r;
 
     (void)priv;
     if (hs_check(ac, rep, REDIS_REPLY_STRING) != 0)
         return;
     if (rep->len != 40) {
-        rls_redis_conn_drop(st, RL_ESTORE, "bad SCRIPT LOAD reply");
+        rls_redis_conn_drop(c, RL_ESTORE, "bad SCRIPT LOAD reply");
         return;
     }
-    memcpy(st->sha, rep->str, 40);
+    memcpy(c->sha, rep->str, 40);
 }
 
 /* RL.VERSION: the ratelimit module (server/redis_module) is loaded and
@@ -217,19 +303,19 @@ static void on_load_reply(redisAsyncContext *ac, void *r, void *priv)
  * leaves batches to the script. */
 static void on_module_reply(redisAsyncContext *ac, void *r, void *priv)
 {
-    rls_redis_conn_t *c = rls_redis_conn_of(ac);
-    rls_redis_store_t *st = c->st;
+    ctx_t *x = ctx_of(ac);
+    rls_redis_conn_t *c = x->conn;
     redisReply *rep = r;
 
     (void)priv;
-    if (rep == NULL || st->conn != c)
+    if (rep == NULL || c->ctx != x)
         return;
-    st->base.stats.redis_module = rep->type == REDIS_REPLY_INTEGER &&
-                                  rep->integer == RLS_REDIS_MODULE_VERSION;
-    if (!st->base.stats.redis_module && rep->type == REDIS_REPLY_INTEGER)
+    set_module(c, rep->type == REDIS_REPLY_INTEGER &&
+                      rep->integer == RLS_REDIS_MODULE_VERSION);
+    if (!c->module && rep->type == REDIS_REPLY_INTEGER)
         RLS_WARN("redis: the ratelimit module speaks another version; "
                  "batches go to the Lua script",
-                 " addr=%s:%d version=%lld want=%d", st->host, st->port,
+                 " addr=%s:%d version=%lld want=%d", c->host, c->port,
                  rep->integer, RLS_REDIS_MODULE_VERSION);
 }
 
@@ -237,13 +323,13 @@ static void on_module_reply(redisAsyncContext *ac, void *r, void *priv)
  * still serves: restarts then go unnoticed (logged at debug). */
 static void on_info_reply(redisAsyncContext *ac, void *r, void *priv)
 {
-    rls_redis_conn_t *c = rls_redis_conn_of(ac);
-    rls_redis_store_t *st = c->st;
+    ctx_t *x = ctx_of(ac);
+    rls_redis_conn_t *c = x->conn;
     redisReply *rep = r;
     const char *id;
 
     (void)priv;
-    if (rep == NULL || st->conn != c)
+    if (rep == NULL || c->ctx != x)
         return;
     if (rep->type != REDIS_REPLY_STRING ||
         (id = strstr(rep->str, "run_id:")) == NULL ||
@@ -253,83 +339,73 @@ static void on_info_reply(redisAsyncContext *ac, void *r, void *priv)
         return;
     }
     id += 7;
-    if (st->run_id[0] != '\0' && memcmp(st->run_id, id, 40) != 0) {
-        st->base.stats.restarts++;
+    if (c->run_id[0] != '\0' && memcmp(c->run_id, id, 40) != 0) {
+        c->stats->restarts++;
         RLS_WARN("redis restarted: counts of the current windows are lost "
                  "unless it persists them",
-                 " addr=%s:%d run_id=%.40s was=%s", st->host, st->port, id,
-                 st->run_id);
+                 " addr=%s:%d run_id=%.40s was=%s", c->host, c->port, id,
+                 c->run_id);
     }
-    memcpy(st->run_id, id, 40);
-    st->run_id[40] = '\0';
+    memcpy(c->run_id, id, 40);
+    c->run_id[40] = '\0';
 }
 
 static void on_time_reply(redisAsyncContext *ac, void *r, void *priv)
 {
-    rls_redis_conn_t *c = rls_redis_conn_of(ac);
-    rls_redis_store_t *st = c->st;
+    ctx_t *x = ctx_of(ac);
+    rls_redis_conn_t *c = x->conn;
 
     (void)priv;
     if (hs_check(ac, r, REDIS_REPLY_ARRAY) != 0)
         return;
-    if (clock_sample(st, c, r, uv_hrtime()) != 0) {
-        rls_redis_conn_drop(st, RL_ESTORE, "bad TIME reply");
+    if (clock_sample(c, x, r, uv_hrtime()) != 0) {
+        rls_redis_conn_drop(c, RL_ESTORE, "bad TIME reply");
         return;
     }
-    c->time_ns = 0;
-    if (st->state != RLS_REDIS_CONNECTING)
+    x->time_ns = 0;
+    if (c->state != CONNECTING)
         return;
-    uv_timer_stop(&st->retry);
-    st->state = RLS_REDIS_UP;
-    st->backoff_ms = BACKOFF_MIN_MS;
-    st->quiet = 0;
-    if (st->quiet_shared != NULL)
-        *st->quiet_shared = 0;
-    if (st->ever_up) {
-        st->base.stats.reconnects++;
+    uv_timer_stop(&c->retry);
+    c->state = UP;
+    c->backoff_ms = BACKOFF_MIN_MS;
+    c->quiet = 0;
+    if (c->quiet_shared != NULL)
+        *c->quiet_shared = 0;
+    if (c->ever_up) {
+        c->stats->reconnects++;
         RLS_INFO("redis reconnected", " addr=%s:%d down_ms=%llu batch=%s",
-                 st->host, st->port,
-                 (unsigned long long)(rl_mono_ms() - st->down_since_ms),
-                 st->base.stats.redis_module ? "module" : "script");
+                 c->host, c->port,
+                 (unsigned long long)(rl_mono_ms() - c->down_since_ms),
+                 c->module ? "module" : "script");
     } else {
-        RLS_INFO("redis connected", " addr=%s:%d db=%d batch=%s", st->host,
-                 st->port, st->db,
-                 st->base.stats.redis_module ? "module" : "script");
+        RLS_INFO("redis connected", " addr=%s:%d db=%d batch=%s", c->host,
+                 c->port, c->db, c->module ? "module" : "script");
     }
-    st->ever_up = 1;
+    c->ever_up = 1;
 }
 
-static void send_time(rls_redis_conn_t *c)
+static void send_time(ctx_t *x)
 {
-    c->time_ns = uv_hrtime();
-    if (redisAsyncCommand(c->ac, on_time_reply, NULL, "TIME") != REDIS_OK)
-        c->time_ns = 0;
+    x->time_ns = uv_hrtime();
+    if (redisAsyncCommand(x->ac, on_time_reply, NULL, "TIME") != REDIS_OK)
+        x->time_ns = 0;
 }
 
 /* Samples Redis's clock every CLOCK_EVERY_MS. A TIME left unanswered also
- * tells an idle store that Redis hangs, so up() turns 0 without waiting for
- * a batch to time out. */
+ * tells an idle store that Redis hangs, so that it stops counting as up
+ * without waiting for a batch to time out. */
 static void on_clock(uv_timer_t *t)
 {
-    rls_redis_store_t *st = t->data;
-    uint64_t wait_ms;
+    rls_redis_conn_t *c = t->data;
 
-    rls_redis_errors_log(st);
-    if (st->state != RLS_REDIS_UP)
+    if (c->state != UP)
         return;
-    if (st->conn->time_ns == 0) {
-        send_time(st->conn);
+    if (c->ctx->time_ns == 0) {
+        send_time(c->ctx);
         return;
     }
-    wait_ms = (uv_hrtime() - st->conn->time_ns) / 1000000;
-    if (wait_ms <= st->timeout_ms)
-        return;
-    /* Dropping the connection now would fail the batches in flight before
-     * their deadline, and a Redis that wakes up would still run them:
-     * stop sending instead; the last batch's deadline drops it. */
-    st->stalled = 1;
-    if (st->live == 0)
-        rls_redis_conn_drop(st, RL_ETIMEDOUT, "TIME unanswered");
+    if ((uv_hrtime() - c->ctx->time_ns) / 1000000 > c->timeout_ms)
+        c->cbs.stuck(c->data);
 }
 
 /* The handshake did not finish in time (Redis stopped, or a black hole).
@@ -337,15 +413,13 @@ static void on_clock(uv_timer_t *t)
  * about how long a TCP connect plus four commands may take. */
 static void on_hs_deadline(uv_timer_t *t)
 {
-    rls_redis_store_t *st = t->data;
-
-    rls_redis_conn_drop(st, RL_ESTORE, "connect timed out");
+    rls_redis_conn_drop(t->data, RL_ESTORE, "connect timed out");
 }
 
-static void connect_addr(rls_redis_store_t *st, const char *ip)
+static void connect_addr(rls_redis_conn_t *c, const char *ip)
 {
-    redisAsyncContext *ac = redisAsyncConnect(ip, st->port);
-    rls_redis_conn_t *c = NULL;
+    redisAsyncContext *ac = redisAsyncConnect(ip, c->port);
+    ctx_t *x = NULL;
     char why[128];
 
     snprintf(why, sizeof(why), "%s",
@@ -355,58 +429,50 @@ static void connect_addr(rls_redis_store_t *st, const char *ip)
     if (ac == NULL || ac->err)
         goto fail;
     snprintf(why, sizeof(why), "cannot attach to the loop");
-    if ((c = calloc(1, sizeof(*c))) == NULL ||
-        rls_redis_uv_attach(ac, st->loop, on_conn_closed, c) != 0)
+    if ((x = calloc(1, sizeof(*x))) == NULL ||
+        rls_redis_uv_attach(ac, c->loop, on_ctx_closed, x) != 0)
         goto fail;
-    st->open++;
-    c->ac = ac;
+    c->open++;
+    x->ac = ac;
     ac->c.reader->fn = &rls_redis_reply_fns;
-    c->st = st;
-    c->fail = RL_ESTORE;
-    rls_redis_clock_new_path(&st->clk);
-    st->stalled = 0;
-    ac->data = c;
-    st->conn = c;
+    x->conn = c;
+    x->fail = RL_ESTORE;
+    rls_redis_clock_new_path(&c->clk);
+    ac->data = x;
+    c->ctx = x;
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     /* The handshake is pipelined behind the connect; hiredis sends it once
      * the socket is writable. */
-    if (st->password != NULL)
-        redisAsyncCommand(ac, on_status_reply, NULL, "AUTH %s", st->password);
-    if (st->db > 0)
-        redisAsyncCommand(ac, on_status_reply, NULL, "SELECT %d", st->db);
-    if (st->cluster) {
-        size_t slen;
-        const char *text = rls_redis_cluster_script(&slen);
-        redisAsyncCommand(ac, on_load_reply, NULL, "SCRIPT LOAD %b", text,
-                          slen);
-    } else {
-        redisAsyncCommand(ac, on_load_reply, NULL, "SCRIPT LOAD %s",
-                          rls_redis_script);
-    }
-    st->base.stats.redis_module = 0;
-    if (st->use_module)
+    if (c->password != NULL)
+        redisAsyncCommand(ac, on_status_reply, NULL, "AUTH %s", c->password);
+    if (c->db > 0)
+        redisAsyncCommand(ac, on_status_reply, NULL, "SELECT %d", c->db);
+    redisAsyncCommand(ac, on_load_reply, NULL, "SCRIPT LOAD %b", c->script,
+                      c->script_len);
+    set_module(c, 0);
+    if (c->use_module)
         redisAsyncCommand(ac, on_module_reply, NULL, "RL.VERSION");
     redisAsyncCommand(ac, on_info_reply, NULL, "INFO server");
-    send_time(c);
-    uv_timer_start(&st->retry, on_hs_deadline,
-                   st->timeout_ms > 250 ? st->timeout_ms : 250, 0);
+    send_time(x);
+    uv_timer_start(&c->retry, on_hs_deadline,
+                   c->timeout_ms > 250 ? c->timeout_ms : 250, 0);
     return;
 fail:
-    free(c);
+    free(x);
     if (ac != NULL)
         redisAsyncFree(ac);
-    connect_failed(st, why);
+    connect_failed(c, why);
 }
 
 static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 {
-    rls_redis_store_t *st = req->data;
+    rls_redis_conn_t *c = req->data;
     struct addrinfo *ai, *pick = NULL;
     char ip[64] = "";
 
-    st->gai_busy = 0;
-    st->open--;
+    c->gai_busy = 0;
+    c->open--;
     /* IPv4 first, as hiredis does for names: "localhost" often lists ::1
      * first, while Redis commonly binds 127.0.0.1 only. */
     for (ai = status == 0 ? res : NULL; ai != NULL; ai = ai->ai_next) {
@@ -423,50 +489,124 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
         inet_ntop(AF_INET6, &((struct sockaddr_in6 *)pick->ai_addr)->sin6_addr,
                   ip, sizeof(ip));
     uv_freeaddrinfo(res);
-    if (st->state == RLS_REDIS_CLOSING) {
-        rls_redis_maybe_finish(st);
+    if (c->state == CLOSING) {
+        maybe_finish(c);
     } else if (ip[0] == '\0') {
-        connect_failed(st, status ? uv_strerror(status) : "no address");
+        connect_failed(c, status ? uv_strerror(status) : "no address");
     } else {
-        connect_addr(st, ip);
+        connect_addr(c, ip);
     }
 }
 
-static void start_connect(rls_redis_store_t *st)
+static void start_connect(rls_redis_conn_t *c)
 {
     struct addrinfo hints;
     int rc;
 
-    st->state = RLS_REDIS_CONNECTING;
-    if (st->numeric) {
-        connect_addr(st, st->host);
+    c->state = CONNECTING;
+    if (c->numeric) {
+        connect_addr(c, c->host);
         return;
     }
     /* A name is resolved on libuv's thread pool: getaddrinfo blocks. */
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
-    st->gai.data = st;
-    rc =
-        uv_getaddrinfo(st->loop, &st->gai, on_resolved, st->host, NULL, &hints);
+    c->gai.data = c;
+    rc = uv_getaddrinfo(c->loop, &c->gai, on_resolved, c->host, NULL, &hints);
     if (rc == 0) {
-        st->gai_busy = 1;
-        st->open++;
+        c->gai_busy = 1;
+        c->open++;
         return;
     }
-    connect_failed(st, uv_strerror(rc));
+    connect_failed(c, uv_strerror(rc));
 }
 
-int rls_redis_up(rls_store_t *s)
-{
-    rls_redis_store_t *st = (rls_redis_store_t *)s;
+/* ---- what the owner uses ------------------------------------------------*/
 
-    return st->state == RLS_REDIS_UP && !st->stalled;
+redisAsyncContext *rls_redis_conn_ctx(const rls_redis_conn_t *c)
+{
+    return c->state == UP && c->ctx != NULL ? c->ctx->ac : NULL;
 }
 
-void rls_redis_conn_start(rls_redis_store_t *st)
+const char *rls_redis_conn_sha(const rls_redis_conn_t *c)
 {
-    st->backoff_ms = BACKOFF_MIN_MS;
-    uv_timer_start(&st->clock, on_clock, CLOCK_EVERY_MS, CLOCK_EVERY_MS);
-    start_connect(st);
+    return c->sha;
+}
+
+int rls_redis_conn_module(const rls_redis_conn_t *c)
+{
+    return c->module;
+}
+
+void rls_redis_conn_module_gone(rls_redis_conn_t *c)
+{
+    if (!c->module)
+        return;
+    set_module(c, 0);
+    RLS_WARN("redis: the ratelimit module is gone; batches go to the Lua "
+             "script",
+             " addr=%s:%d", c->host, c->port);
+}
+
+rls_redis_conn_t *rls_redis_conn_new(uv_loop_t *loop,
+                                     const rls_redis_conn_opts_t *opts,
+                                     const rls_redis_conn_cbs_t *cbs,
+                                     void *data)
+{
+    rls_redis_conn_t *c = calloc(1, sizeof(*c));
+    unsigned char addr[16];
+
+    if (c == NULL || (c->host = strdup(opts->host)) == NULL)
+        goto fail;
+    if (opts->password != NULL &&
+        (c->password = strdup(opts->password)) == NULL)
+        goto fail;
+    c->loop = loop;
+    c->port = opts->port;
+    c->db = opts->db;
+    c->timeout_ms = opts->timeout_ms;
+    c->script = opts->script;
+    c->script_len = opts->script_len;
+    c->use_module = opts->use_module;
+    c->quiet_shared = opts->quiet;
+    c->stats = opts->stats;
+    c->cbs = *cbs;
+    c->data = data;
+    c->numeric = inet_pton(AF_INET, c->host, addr) == 1 ||
+                 inet_pton(AF_INET6, c->host, addr) == 1;
+    c->rng = (uv_hrtime() ^ (uint64_t)(uintptr_t)c) | 1;
+    rls_redis_clock_init(&c->clk);
+    c->backoff_ms = BACKOFF_MIN_MS;
+    uv_timer_init(loop, &c->retry);
+    uv_timer_init(loop, &c->clock);
+    c->retry.data = c->clock.data = c;
+    c->open = 2;
+    uv_timer_start(&c->clock, on_clock, CLOCK_EVERY_MS, CLOCK_EVERY_MS);
+    start_connect(c);
+    return c;
+fail:
+    if (c != NULL) {
+        free(c->host);
+        free(c);
+    }
+    return NULL;
+}
+
+void rls_redis_conn_close(rls_redis_conn_t *c)
+{
+    ctx_t *x = c->ctx;
+
+    c->state = CLOSING;
+    /* Fails what is pending: the replies' callbacks fire now, or as soon
+     * as the hiredis callback we may be inside returns. */
+    if (x != NULL) {
+        x->fail = RL_ESHUTDOWN;
+        redisAsyncFree(x->ac);
+        c->ctx = NULL;
+    }
+    if (c->gai_busy)
+        uv_cancel((uv_req_t *)&c->gai);
+    uv_close((uv_handle_t *)&c->retry, on_closed);
+    uv_close((uv_handle_t *)&c->clock, on_closed);
 }

@@ -1,6 +1,15 @@
-/* The Redis store's connection (redis_conn.c): connecting, AUTH/SELECT,
- * the script and clock handshake, backoff, health; and the state that it
- * shares with the batches (redis.c). Private to those two files. */
+/* The Redis store's connection (redis_conn.c): one Redis server over
+ * hiredis's async API on a libuv loop, kept connected. It connects
+ * (resolving a name on libuv's thread pool), pipelines the handshake
+ * (AUTH and SELECT when configured, SCRIPT LOAD, RL.VERSION, INFO server,
+ * TIME) on every connect, is up once TIME answers, samples Redis's clock
+ * every second, and reconnects with backoff when the connection is lost.
+ *
+ * It knows nothing of what its owner sends: the owner (redis.c) sends
+ * commands on the context rls_redis_conn_ctx gives it and hears of the
+ * connection only through the callbacks it passed at creation, as
+ * hiredis's async.c reports through its connect and disconnect callbacks.
+ * A callback may call any function here, close included. */
 #ifndef RLS_REDIS_CONN_H
 #define RLS_REDIS_CONN_H
 
@@ -10,103 +19,96 @@
 #include <hiredis/async.h>
 #include <uv.h>
 
-#include "store/redis_clock.h"
-#include "store/redis_script.h"
 #include "store/store.h"
 
-enum { RLS_REDIS_DOWN, RLS_REDIS_CONNECTING, RLS_REDIS_UP, RLS_REDIS_CLOSING };
+typedef struct rls_redis_conn_s rls_redis_conn_t;
 
-typedef struct rls_redis_store_s rls_redis_store_t;
-typedef struct rls_redis_batch_s rls_redis_batch_t; /* redis.c */
+typedef struct rls_redis_conn_opts_s {
+    const char *host; /* IPv4/IPv6 literal or name */
+    int port;
+    const char *password; /* NULL: no AUTH */
+    int db;               /* SELECT db when > 0 */
+    /* The handshake must finish within this (and at least 250 ms), and a
+     * TIME left unanswered this long means Redis hangs. */
+    uint64_t timeout_ms;
+    const char *script; /* loaded at every connect; outlives the conn */
+    size_t script_len;
+    int use_module; /* ask RL.VERSION at every connect */
+    /* Shared by connections (the cluster store's): a connect failure
+     * logged by one goes to debug on the others until one is up. NULL:
+     * this connection's own. */
+    int *quiet;
+    /* Where the connection counts Redis restarts and reconnects, and says
+     * whether Redis has the module (the owner's store stats). */
+    rls_store_stats_t *stats;
+} rls_redis_conn_opts_t;
 
-/* One hiredis connection (ac->data points here). It outlives its context:
- * freed once the poll handle that drove the context has closed. */
-typedef struct rls_redis_conn_s {
-    redisAsyncContext *ac;
-    rls_redis_store_t *st;
-    int fail;         /* status of batches failed by freeing the context */
-    uint64_t time_ns; /* when the pending TIME was sent, 0 if none */
-} rls_redis_conn_t;
+/* How the connection reports to its owner; data is the owner's. */
+typedef struct rls_redis_conn_cbs_s {
+    /* The connection that was up is lost (or dropped). Fires before the
+     * replies pending on it fail (with NULL, from hiredis); a reconnect
+     * is scheduled. */
+    void (*down)(void *data);
+    /* A TIME sample went unanswered past timeout_ms while up: Redis
+     * hangs. Fires once a second until it answers or the connection is
+     * dropped; the owner decides when to drop it. */
+    void (*stuck)(void *data);
+    /* After rls_redis_conn_close: every handle and request has finished
+     * and the connection is freed. Fires once, from a close callback. */
+    void (*closed)(void *data);
+} rls_redis_conn_cbs_t;
 
-struct rls_redis_store_s {
-    rls_store_t base;
-    uv_loop_t *loop;
-    char *host, *password;
-    int port, db, numeric, state, ever_up;
-    int quiet; /* a failure was logged; more go to debug until up again */
-    int *quiet_shared; /* the cluster store's: the same for all its nodes */
-    uint64_t timeout_ms, backoff_ms, down_since_ms;
-    uint64_t grace_ms;   /* a stored quota's counters outlive their window */
-    rls_wop_t *qwin;     /* quota windows of the reply being read */
-    size_t qwin_ops;     /* ops qwin has room for */
-    uint64_t bad_quota_logged_ms; /* loop time of the last warning */
-    uint64_t bad_quota_pending;   /* bad quotas since it */
-    rls_redis_conn_t *conn; /* current connection, NULL while down */
-    uv_timer_t retry;       /* reconnect backoff, or handshake deadline */
-    uv_timer_t expiry;      /* deadline of the oldest batch in flight */
-    uv_timer_t clock;
-    uv_getaddrinfo_t gai;
-    int gai_busy, open; /* handles and requests not yet finished */
-    rls_redis_batch_t *head, *tail, *pool;
-    size_t inflight, inflight_ops;
-    size_t live; /* batches in flight not yet answered by timeout */
-    /* A batch timed out, or TIME went unanswered: Redis is stuck. New
-     * batches fail at once; the connection is dropped once every batch in
-     * flight is answered (by Redis or by its own deadline), never before,
-     * so that Redis cannot later run a batch answered early. */
-    int stalled;
-    char run_id[41]; /* Redis's INFO run_id; "" until known */
-    /* Redis error replies not yet logged (at most one line a second). */
-    uint64_t err_pending, err_logged_ms;
-    int err_kind;
-    char err_text[160];
-    rls_cmdbuf_t cmd;
-    char sha[41];
-    rls_redis_clock_t clk;
-    uint64_t rng;
-    int cluster;     /* a cluster master: redirections go to the caller */
-    int use_module;  /* look for the ratelimit module at each connect;
-                      * base.stats.redis_module: this connection's Redis
-                      * has it (RL.BATCH) */
-    int cork;        /* rls_redis_cork depth */
-    char redir[160]; /* the redirection of the batch being failed */
-    size_t redir_len;
-    void (*done)(void *);
-    void *done_arg;
-};
+/* Starts connecting to opts->host on loop; from then on the connection
+ * reconnects by itself until it is closed. opts' strings are copied, but
+ * for the script. Returns NULL on allocation failure (nothing started). */
+rls_redis_conn_t *rls_redis_conn_new(uv_loop_t *loop,
+                                     const rls_redis_conn_opts_t *opts,
+                                     const rls_redis_conn_cbs_t *cbs,
+                                     void *data);
 
-static inline rls_redis_conn_t *rls_redis_conn_of(const redisAsyncContext *ac)
-{
-    return ac->data;
-}
+/* Fails what is pending on the connection (its replies fire with NULL and
+ * rls_redis_conn_gone gives RL_ESHUTDOWN; now, or as soon as the hiredis
+ * callback we may be inside returns), stops reconnecting, closes every
+ * handle, frees the connection, then calls cbs->closed. */
+void rls_redis_conn_close(rls_redis_conn_t *c);
 
-/* Starts the clock sampling timer and the first connection attempt; from
- * then on the store reconnects by itself until it closes. */
-void rls_redis_conn_start(rls_redis_store_t *st);
+/* The hiredis context to send on while the connection is up (the
+ * handshake done), else NULL. Sending through rls_redis_uv_hold/release
+ * (redis_uv.h) writes at once. */
+redisAsyncContext *rls_redis_conn_ctx(const rls_redis_conn_t *c);
 
-/* Records that connection c is gone or going; idempotent, since hiredis
- * reports one loss through several callbacks. Logs the state change and
- * schedules the reconnect. */
-void rls_redis_conn_lost(rls_redis_store_t *st, rls_redis_conn_t *c,
-                         const char *why);
+/* For a reply callback that got NULL (the context is being freed): marks
+ * its connection lost, if that was not known yet, and returns the status
+ * the commands pending on it fail with: RL_ESTORE (an I/O error, or
+ * dropped so), RL_ETIMEDOUT or RL_ESHUTDOWN, as given to
+ * rls_redis_conn_drop or rls_redis_conn_close. */
+int rls_redis_conn_gone(const redisAsyncContext *ac);
 
-/* Drops the current connection; batches in flight fail with `status`.
- * Inside a hiredis callback the free (and their callbacks) happen as soon
- * as that callback returns. */
-void rls_redis_conn_drop(rls_redis_store_t *st, int status, const char *why);
+/* Drops the current context, if any: pending commands fail with `status`
+ * (through rls_redis_conn_gone); logs `why`, fires cbs->down if it was up,
+ * and reconnects after the backoff. Inside a hiredis callback the free
+ * (and the replies' callbacks) happen as soon as that callback returns. */
+void rls_redis_conn_drop(rls_redis_conn_t *c, int status, const char *why);
 
-/* The store's vtbl entries for the clock and health. */
-uint64_t rls_redis_now_ms(rls_store_t *s);
-int rls_redis_up(rls_store_t *s);
+/* Redis's clock, ms since the Unix epoch (redis_clock.h); the local clock
+ * until Redis's is known. Never goes backwards. */
+uint64_t rls_redis_conn_now_ms(rls_redis_conn_t *c);
 
-/* Logs the Redis errors noted since the last line, if any, and if the
- * last line is at least a second old. Defined in redis.c; the connection's
- * clock timer calls it every second so that the count is not held back
- * once errors stop. */
-void rls_redis_errors_log(rls_redis_store_t *st);
+/* The best TIME round trip on this connection, in microseconds: how far
+ * the clock above may be off. */
+uint64_t rls_redis_conn_rtt_us(const rls_redis_conn_t *c);
 
-/* Frees the store once it is closing and every handle and request has
- * finished (st->open == 0); calls the close callback. Defined in redis.c. */
-void rls_redis_maybe_finish(rls_redis_store_t *st);
+/* The loaded script's SHA1, 40 hex digits, once the handshake has passed
+ * SCRIPT LOAD ("" before). */
+const char *rls_redis_conn_sha(const rls_redis_conn_t *c);
+
+/* 1 while batches may go to the ratelimit module (RL.BATCH): RL.VERSION
+ * answered RLS_REDIS_MODULE_VERSION at this connect; else 0. */
+int rls_redis_conn_module(const rls_redis_conn_t *c);
+
+/* Redis no longer knows RL.BATCH (the module was unloaded): batches go to
+ * the script until the next connect looks for the module again. Logs it
+ * once. */
+void rls_redis_conn_module_gone(rls_redis_conn_t *c);
 
 #endif

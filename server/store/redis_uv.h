@@ -1,5 +1,5 @@
 /* Drives a hiredis 0.14 async context from a libuv loop
- * (store_redis_uv.c). It replaces hiredis's own adapter
+ * (redis_uv.c). It replaces hiredis's own adapter
  * (<hiredis/adapters/libuv.h>), which ignores an error status from
  * uv_poll: libuv reports a refused non-blocking connect and a reset
  * connection exactly that way (POLLERR), so with it such a connection is

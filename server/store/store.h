@@ -2,24 +2,25 @@
  *
  * The batcher hands a store one batch at a time: an array of operations,
  * one per (rule, caller) of the batch; requests that share one were already
- * coalesced into it, in arrival order. An op names up to RLS_WINDOWS_MAX
- * fixed windows, each a counter "<key>:<window_s>:<index>" with its limit,
- * and lists the costs of its requests. The store decides them atomically:
- * in arrival order, a request is admitted only when every window has room
- * for its cost, and a refused request consumes nothing (see rl_admit.h).
- * It adds the admitted costs to every window, makes sure each counter
- * expires at its expire_at_ms (an absolute time on the store's clock), and
- * reports each window's count before the batch. The batcher replays the
- * same decisions from those counts to answer every request.
+ * coalesced into it, in arrival order. An op names up to
+ * RL_ADMIT_WINDOWS_MAX fixed windows, each a counter
+ * "<key>:<window_s>:<index>" with its limit, and lists the costs of its
+ * requests. The store decides them atomically: in arrival order, a request
+ * is admitted only when every window has room for its cost, and a refused
+ * request consumes nothing (see rl_admit.h). It adds the admitted costs to
+ * every window, makes sure each counter expires at its expire_at_ms (an
+ * absolute time on the store's clock), and reports each window's count
+ * before the batch. The batcher replays the same decisions from those
+ * counts to answer every request.
  *
  * A rule's op may name a quota: the Redis store then reads the caller's
  * stored limits ("<tag>:q", field = the rule) in the same atomic step and,
  * when there are some, decides against those windows instead, reporting
  * them in qwin.
  *
- * Two stores implement it: memory (store/memory.c, the embedded default) and
- * Redis (store/redis.c). Both run on the server's libuv loop and never
- * block. */
+ * Three stores implement it: memory (store/memory.c, the embedded
+ * default), Redis (store/redis.c) and Redis Cluster (store/redis_cluster.c).
+ * All run on the server's libuv loop and never block. */
 #ifndef RLS_STORE_H
 #define RLS_STORE_H
 
@@ -29,8 +30,9 @@
 #include <uv.h>
 
 #include "hist.h"
+#include "rl_admit.h"
 #include "rl_buf.h"
-#include "policy/rules.h"
+#include "rl_check.h"
 
 typedef struct rls_store_s rls_store_t;
 

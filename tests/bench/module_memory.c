@@ -21,7 +21,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "store/redis_script.h"
+#include "store/redis_encode.h"
 #include "store/store.h"
 
 #define BATCH 512
@@ -74,8 +74,9 @@ static int write_all(redisContext *c, int module, long keys, long long now)
     long at = 0;
 
     while (at < keys) {
-        size_t n = 0, len;
+        size_t n = 0;
         redisReply *r;
+        int rc;
 
         for (; n < BATCH && at < keys; n++, at++) {
             rls_op_t *op = &ops[n];
@@ -95,12 +96,11 @@ static int write_all(redisContext *c, int module, long keys, long long now)
             win[n].index = (uint64_t)now / 60000;
             win[n].expire_at_ms = (uint64_t)now + 600000;
         }
-        len = module ? rls_redis_encode_module(&buf, ops, n, (uint64_t)now,
-                                               1000, 0)
-                     : rls_redis_encode(&buf, NULL, ops, n, (uint64_t)now,
-                                        1000, 0);
-        if (len == 0 ||
-            redisAppendFormattedCommand(c, buf.p, len) != REDIS_OK ||
+        rc = module
+                 ? rls_redis_encode_module(&buf, ops, n, (uint64_t)now, 1000, 0)
+                 : rls_redis_encode(&buf, NULL, ops, n, (uint64_t)now, 1000, 0);
+        if (rc != 0 ||
+            redisAppendFormattedCommand(c, buf.p, buf.len) != REDIS_OK ||
             redisGetReply(c, (void **)&r) != REDIS_OK)
             return -1;
         if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 * n) {

@@ -17,7 +17,7 @@
  *             ("12 7 e 3"), so hiredis builds one reply object per batch
  *             instead of one per op; each count is formatted with
  *             string.format('%.0f'), exact up to 2^53
- *   evalb_cat the production script (rls_redis_script, redis_script.c),
+ *   evalb_cat the production script (rls_redis_script, redis_script.lua),
  *             formatted by rls_redis_encode and read back by
  *             rls_redis_parse_reply, without a deadline: per op one
  *             window with a limit never reached and one request of cost 1,
@@ -47,6 +47,8 @@
 #include <uv.h>
 
 #include "store/redis.h"
+#include "store/redis_encode.h"
+#include "store/redis_parse.h"
 #include "store/redis_script.h"
 #include "store/store.h"
 #include "rlt.h"
@@ -379,17 +381,14 @@ static void send_batch(bench_t *bn)
     case S_EVALB_CAT: {
         /* Replies carry no op data we keep: the ops of every batch in
          * flight may share one array. */
-        size_t len;
         fill_ops(bn, bn->cat);
-        len = rls_redis_encode(&bn->cat_cmd, bn->sha[S_EVALB_CAT],
-                               bn->cat->ops, b, bn->expire_at_ms - 120000, 0,
-                               0);
-        if (len == 0) {
+        if (rls_redis_encode(&bn->cat_cmd, bn->sha[S_EVALB_CAT], bn->cat->ops,
+                             b, bn->expire_at_ms - 120000, 0, 0) != 0) {
             fprintf(stderr, "out of memory\n");
             exit(1);
         }
-        redisAsyncFormattedCommand(bn->ac, on_batch_reply, NULL,
-                                   bn->cat_cmd.p, len);
+        redisAsyncFormattedCommand(bn->ac, on_batch_reply, NULL, bn->cat_cmd.p,
+                                   bn->cat_cmd.len);
         break;
     }
     default:

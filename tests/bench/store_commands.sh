@@ -12,8 +12,13 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=$(mktemp -d /tmp/store_commands.XXXXXX)
 trap 'rm -rf "$out"' EXIT
+mkdir -p "$out/store"
+for f in server/store/*.lua; do
+  cmake -DIN="$f" -DOUT="$out/store/$(basename "$f").h" \
+    -P server/store/lua_embed.cmake
+done
 cc -std=c11 -O2 -D_POSIX_C_SOURCE=200809L -DRL_BENCH_COUNT_MALLOC \
-  -Wall -Wextra -Itests/support -Iserver -Ilib \
+  -Wall -Wextra -Itests/support -Iserver -Ilib -I"$out" \
   tests/bench/store_commands.c tests/support/rlt.c server/store/redis*.c \
   server/store/store.c \
   server/log.c server/hist.c lib/*.c \

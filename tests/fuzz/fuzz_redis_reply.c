@@ -1,6 +1,6 @@
 /* Fuzz target: the Redis store's script reply, as the store's connection
- * reads it (a hiredis reader making the objects of redis_reply.c) and
- * hands it to rls_redis_parse_reply (server/store/redis_script.c). A reply
+ * reads it (a hiredis reader making the objects of redis_reply_alloc.c)
+ * and hands it to rls_redis_parse_reply (server/store/redis_parse.c). A reply
  * comes from the network and from a Redis anyone with access may have
  * tampered with (a stored quota, a counter's value), so it is input like
  * any other.
@@ -31,8 +31,8 @@
 #include <hiredis/hiredis.h>
 
 #include "rl_error.h"
-#include "store/redis_reply.h"
-#include "store/redis_script.h"
+#include "store/redis_parse.h"
+#include "store/redis_reply_alloc.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -49,8 +49,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define SENTINEL UINT64_C(0xdeadbeef)
 
 static rls_op_t ops[MAX_OPS];
-static rls_wop_t win[MAX_OPS][RLS_WINDOWS_MAX];
-static rls_wop_t qwin[MAX_OPS * RLS_WINDOWS_MAX];
+static rls_wop_t win[MAX_OPS][RL_ADMIT_WINDOWS_MAX];
+static rls_wop_t qwin[MAX_OPS * RL_ADMIT_WINDOWS_MAX];
 
 /* Shapes the ops from the header; returns the header's length, or 0 when
  * the input is too short. */
@@ -122,10 +122,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 continue;
             }
             CHECK(op->admitted <= op->ncosts);
-            CHECK(op->nqwin <= RLS_WINDOWS_MAX);
+            CHECK(op->nqwin <= RL_ADMIT_WINDOWS_MAX);
             CHECK((op->nqwin == 0) == (op->qwin == NULL));
             if (op->nqwin > 0) {
-                CHECK(op->qwin == &qwin[i * RLS_WINDOWS_MAX]);
+                CHECK(op->qwin == &qwin[i * RL_ADMIT_WINDOWS_MAX]);
                 for (k = 0; k < (int)op->nqwin; k++)
                     CHECK(op->qwin[k].window_s >= 1 && op->qwin[k].limit >= 1);
             }
@@ -177,7 +177,7 @@ static int run_file(const char *path)
     }
     rc = parse(buf + h, n - h, nops, &e, &rep);
     rls_redis_reply_fns.freeObject(rep);
-    if ((strncmp(base, "ok-", 3) == 0 && rc < 0) ||
+    if ((strncmp(base, "ok-", 3) == 0 && rc != RL_OK && rc != RLS_REDIS_LATE) ||
         (strncmp(base, "bad-", 4) == 0 && rc != RL_EINVAL && rc != -100)) {
         fprintf(stderr, "fuzz_redis_reply: %s: rc=%d\n", path, rc);
         return 1;

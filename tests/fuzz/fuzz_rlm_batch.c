@@ -420,7 +420,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 #ifdef RL_FUZZ_REPLAY
 #include "rl_error.h"
-#include "store/redis_script.h"
+#include "store/redis_encode.h"
 #include "store/store.h"
 #include "walk.h"
 
@@ -491,7 +491,7 @@ static size_t well_formed(uint8_t *buf, size_t cap, expect_t *x)
                                          "3/60 3/60", "7/1"};
     static char keys[8][64];
     static rls_op_t ops[8];
-    static rls_wop_t win[8][RLS_WINDOWS_MAX];
+    static rls_wop_t win[8][RL_ADMIT_WINDOWS_MAX];
     static uint32_t costs[8][4];
     static rls_cmdbuf_t cmd;
     size_t n = 1 + rlf_rand() % 8, i, j, len = 0, clen, nk = 0;
@@ -564,9 +564,9 @@ static size_t well_formed(uint8_t *buf, size_t cap, expect_t *x)
                                     wk, (int)(rlf_rand() % 8) - 1);
     }
     len += (size_t)snprintf((char *)buf + len, cap - len, ".\n");
-    clen = rls_redis_encode_module(&cmd, ops, n, 420000, 1000,
-                                   rlf_rand() % 2 ? 0 : 10);
-    CHECK(clen > 0);
+    CHECK(rls_redis_encode_module(&cmd, ops, n, 420000, 1000,
+                                  rlf_rand() % 2 ? 0 : 10) == 0);
+    clen = cmd.len;
     /* "*N" then "$len\r\nbytes\r\n" per argument; skip RL.BATCH. Argument
      * i is numkeys (i = 1), a key, or ARGV[i - 2 - numkeys]. */
     p = memchr(cmd.p, '\n', clen) + 1;

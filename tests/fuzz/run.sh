@@ -36,13 +36,13 @@ mkdir -p "$out/corpus_check"
   -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus_check" tests/fuzz/corpus/check
 
 # The Redis store's script reply: hiredis's reader with the store's reply
-# objects (server/store/redis_reply.c) and the parser (redis_script.c),
+# objects (server/store/redis_reply_alloc.c) and the parser (redis_parse.c),
 # seeded from tests/fuzz/corpus/redis_reply.
 clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 \
   -fsanitize=fuzzer,address,undefined -Ilib -Iserver \
   $(pkg-config --cflags libuv) \
-  tests/fuzz/fuzz_redis_reply.c server/store/redis_script.c \
-  server/store/redis_reply.c server/store/store.c lib/window.c \
+  tests/fuzz/fuzz_redis_reply.c server/store/redis_parse.c \
+  server/store/redis_reply_alloc.c server/store/store.c lib/window.c \
   $(pkg-config --libs hiredis) -o "$out/fuzz_redis_reply"
 mkdir -p "$out/corpus_redis_reply"
 "$out/fuzz_redis_reply" -max_total_time="$secs" -max_len=4096 \
@@ -64,9 +64,16 @@ mkdir -p "$out/corpus_rlm_batch"
 # real libuv loop (server sources as rls_core builds them, minus the stores,
 # listeners and server.c it does not use). Seeds: tests/fuzz/corpus/conn.
 sed 's/@PROJECT_VERSION@/fuzz/' server/version.h.in >"$out/version.h"
+# The Redis store's Lua scripts as C strings, as the CMake build makes them.
+mkdir -p "$out/store"
+for f in server/store/*.lua; do
+  cmake -DIN="$f" -DOUT="$out/store/$(basename "$f").h" \
+    -P server/store/lua_embed.cmake
+done
 clang -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -g -O1 \
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  -Ilib -Iserver -I"$out" tests/fuzz/fuzz_conn.c server/batch.c server/hist.c server/log.c \
+  -Ilib -Iserver -I"$out" tests/fuzz/fuzz_conn.c server/batch.c server/decide.c \
+  server/hist.c server/log.c \
   server/util.c server/net/conn.c server/policy/config.c \
   server/policy/rules.c server/policy/yaml_in.c server/policy/runtime.c \
   server/refusals.c server/store/store.c lib/*.c \

@@ -1,18 +1,36 @@
 # The Redis store against a private redis-server (included by
-# tests/server/CMakeLists.txt).
-rl_add_test(test_store_redis
-  SOURCES test_store_redis.c
-  LIBS rls_core rl_testsupport
-  LABELS integration
-  TIMEOUT 120)
+# tests/server/CMakeLists.txt), by concern: the basics (test_store_redis),
+# the connection's life and failures (_fail), the script's and the
+# module's decisions (_script); and its pure parts, without Redis (_pure).
+# The tests' shared fixture and helpers: store_redis_fx.c.
+add_library(rlt_store_redis STATIC store_redis_fx.c)
+target_include_directories(rlt_store_redis PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}
+                                                  ${CMOCKA_INCLUDE})
+target_link_libraries(rlt_store_redis PUBLIC rls_core rl_testsupport
+                                             ${CMOCKA_LIB})
+rl_warnings(rlt_store_redis)
 
-# The same tests with the ratelimit module loaded into every redis-server
-# they start: the store finds it and sends RL.BATCH (test_module_in_use
-# checks that it does); every decision must be the script's.
-add_test(NAME test_store_redis_module COMMAND test_store_redis)
-set_tests_properties(test_store_redis_module PROPERTIES
-  TIMEOUT 120 LABELS integration
-  ENVIRONMENT "RLT_REDIS_MODULE=$<TARGET_FILE:rl_redis_module>;RLT_EXPECT_MODULE=1")
+rl_add_test(test_store_redis_pure
+  SOURCES test_store_redis_pure.c
+  LIBS rls_core
+  TIMEOUT 60)
+
+# Each runs a second time (*_module) with the ratelimit module loaded into
+# every redis-server it starts: the store finds it and sends RL.BATCH
+# (test_module_in_use checks that it does); every decision must be the
+# script's.
+foreach(t test_store_redis test_store_redis_fail test_store_redis_script)
+  rl_add_test(${t}
+    SOURCES ${t}.c
+    LIBS rlt_store_redis
+    LABELS integration
+    TIMEOUT 120)
+  add_test(NAME ${t}_module COMMAND ${t})
+  set_tests_properties(${t}_module PROPERTIES
+    TIMEOUT 120 LABELS integration
+    ENVIRONMENT
+      "RLT_REDIS_MODULE=$<TARGET_FILE:rl_redis_module>;RLT_EXPECT_MODULE=1")
+endforeach()
 
 # The module as Redis runs it (test_redis_module.c): its AOF loads into a
 # Redis without it, out-of-range arguments are refused, and on a Redis

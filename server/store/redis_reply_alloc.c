@@ -1,8 +1,9 @@
-/* Reply objects for the store's connections; see redis_reply.h. */
+/* Reply objects for the store's connections, allocated as few times as
+ * can be; see redis_reply_alloc.h. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/redis_reply.h"
+#include "store/redis_reply_alloc.h"
 
 /* An array and its elements in one allocation: the reply, the element
  * pointers hiredis and its readers expect, then the elements themselves.
@@ -65,8 +66,7 @@ static void *create_array(const redisReadTask *task, int elements)
      * thousand ops); over it, hiredis fails the connection. */
     if (n > RLS_REDIS_REPLY_MAX_ELEMENTS ||
         (b = malloc(sizeof(block_t) +
-                    n * (sizeof(redisReply *) + sizeof(redisReply)))) ==
-            NULL)
+                    n * (sizeof(redisReply *) + sizeof(redisReply)))) == NULL)
         return NULL;
     memset(&b->r, 0, sizeof(b->r));
     b->r.type = REDIS_REPLY_ARRAY;

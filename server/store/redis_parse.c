@@ -1,0 +1,175 @@
+/* The Redis store's batch reply, read back into the ops (see
+ * redis_parse.h; redis_script.lua describes the reply). */
+#include <stdint.h>
+#include <string.h>
+
+#include "rl_error.h"
+#include "rl_window.h"
+#include "store/redis_parse.h"
+
+int rls_redis_err_kind(const char *s, size_t len)
+{
+    static const struct {
+        const char *word;
+        int kind;
+    } words[] = {
+        {"OOM", RLS_SERR_OOM},           {"BUSY", RLS_SERR_BUSY},
+        {"READONLY", RLS_SERR_READONLY}, {"NOSCRIPT", RLS_SERR_NOSCRIPT},
+        {"LOADING", RLS_SERR_LOADING},   {"OVERFLOW", RLS_SERR_OVERFLOW}};
+    size_t i, w = 0, k;
+
+    while (w < len && s[w] >= 'A' && s[w] <= 'Z')
+        w++;
+    for (k = 0; k < sizeof(words) / sizeof(words[0]); k++)
+        if (strlen(words[k].word) == w && memcmp(s, words[k].word, w) == 0)
+            return words[k].kind;
+    /* "ERR increment or decrement would overflow" */
+    for (i = 0; i + 8 <= len; i++)
+        if (memcmp(s + i, "overflow", 8) == 0)
+            return RLS_SERR_OVERFLOW;
+    return RLS_SERR_OTHER;
+}
+
+/* Reads a decimal integer (an optional '-'); RL_EINVAL if malformed. */
+static int get_i64(const char **pp, const char *end, int64_t *out)
+{
+    const char *p = *pp;
+    uint64_t v = 0;
+    int neg = 0;
+
+    if (p < end && *p == '-') {
+        neg = 1;
+        p++;
+    }
+    if (p == end || *p < '0' || *p > '9')
+        return RL_EINVAL;
+    while (p < end && *p >= '0' && *p <= '9') {
+        if (v > (UINT64_C(1) << 62))
+            return RL_EINVAL;
+        v = v * 10 + (uint64_t)(*p++ - '0');
+    }
+    if (v > INT64_MAX)
+        return RL_EINVAL;
+    *out = neg ? -(int64_t)v : (int64_t)v;
+    *pp = p;
+    return RL_OK;
+}
+
+static int get_sp_i64(const char **pp, const char *end, int64_t *out)
+{
+    if (*pp == end || **pp != ' ')
+        return RL_EINVAL;
+    (*pp)++;
+    return get_i64(pp, end, out);
+}
+
+/* Reads one op's text entry, [p, end): "e<KIND>", or "<admitted>" then
+ * " Q" and the window counts, or " q" and a window, limit and count per
+ * window of the caller's quota (into q, RL_ADMIT_WINDOWS_MAX entries). */
+static int parse_op_text(const char *p, const char *end, rls_op_t *op,
+                         rls_wop_t *q, rls_redis_errs_t *errs)
+{
+    int64_t v;
+    size_t j;
+
+    if (p < end && *p == 'e') {
+        const char *w = ++p;
+        size_t wl = (size_t)(end - w);
+
+        /* Redis Cluster: a key of another master (or none now). */
+        if ((wl == 8 && memcmp(w, "NONLOCAL", 8) == 0) ||
+            (wl == 11 && memcmp(w, "CLUSTERDOWN", 11) == 0)) {
+            op->err = RLS_REDIS_ENOTHERE;
+            errs->elsewhere++;
+            return RL_OK;
+        }
+        op->err = RL_ESTORE;
+        errs->by_kind[rls_redis_err_kind(w, wl)]++;
+        errs->failed++;
+        return RL_OK;
+    }
+    if (get_i64(&p, end, &v) != RL_OK || v < 0 || v > op->ncosts)
+        return RL_EINVAL;
+    op->admitted = (uint64_t)v;
+    op->err = 0;
+    if (end - p >= 2 && p[0] == ' ' && p[1] == 'Q') {
+        p += 2;
+        errs->bad_quotas++;
+    } else if (end - p >= 2 && p[0] == ' ' && p[1] == 'q') {
+        /* The caller's quota: its own windows. */
+        if (q == NULL)
+            return RL_EINVAL;
+        p += 2;
+        for (j = 0; p < end && *p == ' '; j++) {
+            int64_t ws, lim, b;
+            if (j == RL_ADMIT_WINDOWS_MAX ||
+                get_sp_i64(&p, end, &ws) != RL_OK ||
+                get_sp_i64(&p, end, &lim) != RL_OK ||
+                get_sp_i64(&p, end, &b) != RL_OK || ws < 1 ||
+                ws > RL_WINDOW_MAX_S || lim < 1)
+                return RL_EINVAL;
+            q[j].window_s = (uint32_t)ws;
+            q[j].limit = (uint64_t)lim;
+            q[j].before = b;
+            q[j].index = 0;
+            q[j].expire_at_ms = 0;
+        }
+        if (j == 0)
+            return RL_EINVAL;
+        op->qwin = q;
+        op->nqwin = (uint32_t)j;
+        return p == end ? RL_OK : RL_EINVAL;
+    }
+    for (j = 0; j < op->nwin; j++)
+        if (get_sp_i64(&p, end, &op->win[j].before) != RL_OK)
+            return RL_EINVAL;
+    return p == end ? RL_OK : RL_EINVAL;
+}
+
+int rls_redis_parse_reply(const redisReply *rep, rls_op_t *ops, size_t n,
+                          rls_wop_t *qwin, rls_redis_errs_t *errs)
+{
+    size_t i, j, e = 0;
+
+    memset(errs, 0, sizeof(*errs));
+    if (rep->type == REDIS_REPLY_STRING && rep->len == 4 &&
+        memcmp(rep->str, "late", 4) == 0)
+        return RLS_REDIS_LATE;
+    if (rep->type != REDIS_REPLY_ARRAY)
+        return RL_EINVAL;
+    for (i = 0; i < n; i++) {
+        rls_op_t *op = &ops[i];
+        const redisReply *x;
+
+        op->qwin = NULL;
+        op->nqwin = 0;
+        if (e == rep->elements)
+            return RL_EINVAL;
+        x = rep->element[e++];
+        if (x->type == REDIS_REPLY_STRING) {
+            if (parse_op_text(x->str, x->str + x->len, op,
+                              qwin ? qwin + i * RL_ADMIT_WINDOWS_MAX : NULL,
+                              errs) != RL_OK)
+                return RL_EINVAL;
+            continue;
+        }
+        if (x->type != REDIS_REPLY_INTEGER || x->integer < 0 ||
+            (uint64_t)x->integer > op->ncosts || rep->elements - e < op->nwin)
+            return RL_EINVAL;
+        op->admitted = (uint64_t)x->integer;
+        op->err = 0;
+        for (j = 0; j < op->nwin; j++) {
+            x = rep->element[e++];
+            if (x->type != REDIS_REPLY_INTEGER)
+                return RL_EINVAL;
+            op->win[j].before = x->integer;
+        }
+    }
+    /* The first refusal's text, if any, follows the ops. */
+    if (e + 1 == rep->elements && rep->element[e]->type == REDIS_REPLY_STRING) {
+        errs->text = rep->element[e]->str;
+        errs->text_len = rep->element[e]->len;
+        e++;
+    }
+    return e == rep->elements ? RL_OK : RL_EINVAL;
+}

@@ -1,0 +1,302 @@
+-- The Redis store's script: one call decides a batch (redis_script.c embeds
+-- this file at build time; lua_embed.cmake says how it becomes the one line
+-- Redis runs, whose SHA must not change with the layout of this file).
+--
+-- It decides every op of a batch as store.h says: per op, the admissions
+-- in arrival order against every window (with equal costs in closed form,
+-- else one by one; refusals consume nothing), the admitted cost added to
+-- every window, PEXPIREAT on a counter it created. A refusal leaves no key
+-- behind.
+--
+-- It adds first and corrects after: INCRBY of the op's whole cost gives
+-- each window's count before the batch in one call, and only when some
+-- request is refused does a DECRBY take the refused cost back (or a DEL
+-- remove a counter that admitted nothing). The script is atomic, so nobody
+-- sees the intermediate value (a counter found at 0, which this script
+-- never leaves, may be removed: 0 counts as no counter), and with the
+-- refusal cache (refusals.c) most refusals never reach Redis: the common
+-- op is one INCRBY, the same call as a plain counter. An op that fails
+-- halfway (Redis refused one window's INCRBY) has the windows it did
+-- increment put back, so it fails whole.
+--
+-- KEYS are the ops' counter keys "<prefix>{<caller>}:r:<rule>:<w>:<index>"
+-- (":i:" for an inline limit), built by the server, window after window
+-- and op after op, each op's followed by its caller's quota hash
+-- "<prefix>{<caller>}:q" when it names a quota: one hash slot per op.
+-- ARGV: the batch's deadline and clock (ms, Redis clock), the counters'
+-- grace, the number of ops, the number of profiles and the profiles (a
+-- number of windows, then an expiry and a limit per window); then per op:
+-- its profile P when it has equal costs and no quota (P alone for one
+-- request of cost 1, and for k >= 2 such ops in a row on one profile "r",
+-- k and P once, which stands for all k; -P, the count and the cost
+-- otherwise); or 0, nwin, the quota field ('' for none), per window its
+-- expiry and limit, the scale only with a quota, and the costs: -k and one
+-- cost for k equal costs, else k and the costs (redis_encode.c writes
+-- them).
+--
+-- The reply is an array, op after op: the admitted count and the count
+-- before of each window, as integers (the common op); or one string for an
+-- op out of the ordinary: "<admitted> q <window> <limit> <before>..." when
+-- the caller's stored quota replaced the rule's windows, "<admitted> Q
+-- <before>..." when a stored quota did not parse (the rule's windows
+-- applied), "e<KIND>" when Redis refused the op. When some op was refused,
+-- one more string, the first refusal's text, ends the array. The whole
+-- reply is the string "late" when Redis ran the batch after its deadline,
+-- having counted nothing. Integers and not one string of digits because
+-- Lua turns a number into text with sprintf, the costliest step of an op
+-- after its INCRBY (BENCHMARKS.md, "Redis command strategy"); the store
+-- reads the array without one allocation per integer (redis_reply_alloc.c)
+-- and parses it in redis_parse.c.
+--
+-- A stored quota parses when it is 1 to 8 space-separated "N/S", N >= 1,
+-- S from 1 to 366 days, no S twice (as rl-ctl writes it); anything else
+-- ("1.5/60", "-5/60", a window twice, which would count twice in one
+-- counter) is ignored whole and reported as Q. Quota limits are capped
+-- below 2^63 (scaled in Lua's doubles). Counts reach Lua as doubles: exact
+-- to 2^53, so are the before-counts it returns. The deadline check calls
+-- TIME before any write, which needs script effects replication (Redis 5
+-- and later).
+--
+-- Globals are read once into locals, and a profile is found by table
+-- lookup rather than tonumber: every global a script reads is a lookup
+-- through Redis's protected globals table.
+
+local rcall, rpcall, type, floor, tonumber = redis.call, redis.pcall, type,
+    math.floor, tonumber
+
+-- A batch that reaches Redis after its deadline was answered by timeout
+-- already: it counts nothing.
+local t = rcall('TIME')
+local dl = tonumber(ARGV[1])
+if dl > 0 and t[1] * 1000 + floor(t[2] / 1000) > dl then return 'late' end
+
+-- The profiles: a number of windows, then an expiry and a limit each.
+local now, grace = tonumber(ARGV[2]), tonumber(ARGV[3])
+local pn, pe, pl, pid, np, q = {}, {}, {}, {}, tonumber(ARGV[5]), 6
+for j = 1, np do
+    pid[tostring(j)] = j
+    local n = tonumber(ARGV[q])
+    local E, L = {}, {}
+    for w = 1, n do
+        E[w], L[w] = ARGV[q + 2 * w - 1], tonumber(ARGV[q + 2 * w]) end
+    pn[j], pe[j], pl[j] = n, E, L
+    q = q + 1 + 2 * n
+end
+
+-- The ops. o is the reply, p the next argument, kp the next key; run
+-- counts down the ops of a run ("r", k, P) still to decide.
+local o, no, e, p, kp, bef, run, rP = {}, 0, nil, q, 1, {}, 0, 0
+for i = 1, tonumber(ARGV[4]) do
+    local P, adv = rP, 0
+    if run > 0 then run = run - 1
+    else
+        local a = ARGV[p]
+        adv = 1
+        if a == 'r' then
+            run, P = tonumber(ARGV[p + 1]) - 1, pid[ARGV[p + 2]]
+            rP, p = P, p + 2
+        else P = pid[a] or tonumber(a) end
+    end
+
+    -- An op with a profile: k requests of cost c, no quota.
+    if P ~= 0 then
+        local k, c, ts = 1, 1, '1'
+        if P < 0 then
+            P, k, c = -P, tonumber(ARGV[p + 1]), tonumber(ARGV[p + 2])
+            p = p + 2
+            ts = nil
+        end
+        local nw, E, L = pn[P], pe[P], pl[P]
+        local total = k * c
+        local got, err = 0, nil
+        for j = 1, nw do
+            local n = rpcall('INCRBY', KEYS[kp + j - 1], ts or total)
+            if type(n) ~= 'number' then
+                err = type(n) == 'table' and tostring(n.err) or '?'
+                break
+            end
+            bef[j], got = n - total, j
+        end
+        local a, s = 0, 0
+        if not err then
+            local room = nil
+            for j = 1, nw do
+                local b = bef[j]
+                local r = L[j] - (b > 0 and b or 0)
+                if room == nil or r < room then room = r end
+            end
+            if room > 0 then
+                a = floor(room / c)
+                if a > k then a = k end
+            end
+            s = a * c
+        end
+        for j = 1, got do
+            local key = KEYS[kp + j - 1]
+            if s < total then
+                if bef[j] == 0 and s == 0 then rcall('DEL', key)
+                else rcall('DECRBY', key, total - s) end
+            end
+            if bef[j] == 0 and s > 0 then rcall('PEXPIREAT', key, E[j]) end
+        end
+        if err then
+            e = e or err
+            no = no + 1
+            o[no] = 'e' ..
+                (string.find(err, 'overflow', 1, true) and 'OVERFLOW' or
+                string.find(err, 'non local key', 1, true) and 'NONLOCAL' or
+                string.find(err, 'cluster is down', 1, true) and 'CLUSTERDOWN'
+                or string.match(err, '^%u+') or '')
+        else
+            no = no + 1; o[no] = a
+            for j = 1, nw do
+                local b = bef[j]
+                if b > 9e18 then b = 9e18 elseif b < -9e18 then b = -9e18 end
+                no = no + 1; o[no] = b
+            end
+        end
+        p, kp = p + adv, kp + nw
+    else
+        -- The general op: its own windows, maybe a quota, any costs.
+        local nw, qf = tonumber(ARGV[p + 1]), ARGV[p + 2]
+        p = p + 3
+        local ks, ex, ls, ws = {}, {}, {}, nil
+        for j = 1, nw do
+            ks[j], ex[j], ls[j] = KEYS[kp], ARGV[p], tonumber(ARGV[p + 1])
+            kp, p = kp + 1, p + 2
+        end
+        local tag, qerr = '', nil
+        if qf ~= '' then
+            local sc = tonumber(ARGV[p])
+            local qk = KEYS[kp]
+            p, kp = p + 1, kp + 1
+            local q = rpcall('HGET', qk, qf)
+            if type(q) == 'table' then qerr = tostring(q.err); q = nil end
+            if q then
+                local qw, ql, n, ok, seen = {}, {}, 0, true, {}
+                for tok in string.gmatch(q, '%S+') do
+                    local l, s = string.match(tok, '^(%d+)/(%d+)$')
+                    n = n + 1
+                    l, s = tonumber(l), tonumber(s)
+                    if n > 8 or not l or l < 1 or s < 1 or s > 31622400
+                        or seen[s] then
+                        ok = false; break
+                    end
+                    seen[s] = true
+                    qw[n], ql[n] = s, l
+                end
+                if ok and n > 0 then
+                    local base = string.match(ks[1], '^(.*):%d+:%d+$')
+                    ws, ks, ex, ls = {}, {}, {}, {}
+                    for j = 1, n do
+                        local idx = floor(now / (qw[j] * 1000))
+                        ws[j] = qw[j]
+                        ks[j] = base .. ':' .. qw[j] .. ':' .. idx
+                        ex[j] = (idx + 1) * qw[j] * 1000 + grace
+                        local lim = floor(ql[j] * sc)
+                        if lim < 1 then lim = 1 end
+                        if lim > 9223372036854774784 then
+                            lim = 9223372036854774784 end
+                        ls[j] = lim
+                    end
+                    nw, tag = n, 'q'
+                else
+                    tag = 'Q'
+                end
+            end
+        end
+
+        -- The costs: -k and one cost, or k and each cost.
+        local nc = tonumber(ARGV[p])
+        local costs, k, c, total = nil, nc, 0, 0
+        if nc < 0 then
+            k, c = -nc, tonumber(ARGV[p + 1]); p = p + 2
+            total = k * c
+        else
+            costs = {}
+            for j = 1, nc do
+                costs[j] = tonumber(ARGV[p + j]); total = total + costs[j]
+            end
+            p = p + nc + 1
+        end
+
+        -- Add first, correct after (see the top of this file).
+        local bef, err, got = {}, qerr, 0
+        for j = 1, (qerr and 0 or nw) do
+            local n = rpcall('INCRBY', ks[j], total)
+            if type(n) ~= 'number' then
+                err = type(n) == 'table' and tostring(n.err) or '?'
+                break
+            end
+            bef[j], got = n - total, j
+        end
+        local adm, sum = 0, 0
+        if not err then
+            local room = nil
+            for j = 1, nw do
+                local b = bef[j]
+                if b < 0 then b = 0 end
+                local r = ls[j] - b
+                if r < 0 then r = 0 end
+                if room == nil or r < room then room = r end
+            end
+            if costs == nil then
+                adm = floor(room / c)
+                if adm > k then adm = k end
+                sum = adm * c
+            else
+                for j = 1, k do
+                    if costs[j] <= room then
+                        adm, sum, room = adm + 1, sum + costs[j], room -
+                            costs[j]
+                    end
+                end
+            end
+        end
+        for j = 1, got do
+            if sum < total then
+                if bef[j] == 0 and sum == 0 then rcall('DEL', ks[j])
+                else rcall('DECRBY', ks[j], total - sum) end
+            end
+            if bef[j] == 0 and sum > 0 then rcall('PEXPIREAT', ks[j], ex[j]) end
+        end
+        if err then
+            e = e or err
+            no = no + 1
+            o[no] = 'e' ..
+                (string.find(err, 'overflow', 1, true) and 'OVERFLOW' or
+                string.find(err, 'non local key', 1, true) and 'NONLOCAL' or
+                string.find(err, 'cluster is down', 1, true) and 'CLUSTERDOWN'
+                or string.match(err, '^%u+') or '')
+        else
+            if tag == '' then
+                no = no + 1; o[no] = adm
+                for j = 1, nw do
+                    local b = bef[j]
+                    if b > 9e18 then b = 9e18 elseif b < -9e18 then b = -9e18
+                        end
+                    no = no + 1; o[no] = b
+                end
+            else
+                local t, m = {adm, ' ', tag}, 3
+                for j = 1, nw do
+                    if tag == 'q' then
+                        local l = ls[j]
+                        if l >= 1e14 then l = string.format('%.0f', l) end
+                        t[m + 1], t[m + 2], t[m + 3], t[m + 4] = ' ', ws[j],
+                            ' ', l
+                        m = m + 4
+                    end
+                    local b = bef[j]
+                    if b >= 1e14
+                        or b <= -1e14 then b = string.format('%.0f', b) end
+                    t[m + 1], t[m + 2] = ' ', b
+                    m = m + 2
+                end
+                no = no + 1; o[no] = table.concat(t)
+            end
+        end
+    end
+end
+if e then o[no + 1] = e end
+return o
