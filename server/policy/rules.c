@@ -11,6 +11,7 @@
 #include "policy/rules.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -249,21 +250,41 @@ typedef struct builder_s {
     const char *file; /* for messages */
     size_t max_rules;
     int nomem;
-    /* the rule being read, and its overrides until the rule is done */
+    /* the rule being read, and its overrides until the rule is done, with
+     * the line of each (for a key given twice) */
     rls_override_t *ovr;
+    int *ovr_line;
     size_t novr, ovr_cap;
+    /* The overrides' keys so far, to find one given twice in O(1): open-
+     * addressed, at most half full, each slot the override's index + 1
+     * in its low half and the rule's stamp in its high half; a slot with
+     * another stamp is empty, so a new rule starts with an empty set
+     * without clearing it. */
+    uint64_t *oset;
+    size_t oset_cap;
+    uint32_t stamp;
     /* every rule name seen, valid or not, to report a second definition
      * even when the first had errors: open-addressed, at most half full */
     struct seen_s {
         const char *name;
         size_t len;
+        int line; /* 0: a --rule flag */
     } *seen;
     size_t nseen, seen_cap;
+    uint64_t probes; /* key comparisons, for rls_rules_key_probes */
 } builder_t;
 
-/* Records a rule name; returns 1 if it was seen before, 0 if new, or
- * RL_ENOMEM. */
-static int seen_add(builder_t *b, const char *name, size_t len)
+static _Atomic uint64_t key_probes;
+
+uint64_t rls_rules_key_probes(void)
+{
+    return atomic_load_explicit(&key_probes, memory_order_relaxed);
+}
+
+/* Records a rule name defined at line; returns 1 if it was seen before
+ * (*first: where), 0 if new, or RL_ENOMEM. */
+static int seen_add(builder_t *b, const char *name, size_t len, int line,
+                    int *first)
 {
     uint32_t pos, mask;
     size_t i;
@@ -290,11 +311,15 @@ static int seen_add(builder_t *b, const char *name, size_t len)
     mask = (uint32_t)(b->seen_cap - 1);
     for (pos = (uint32_t)rl_hash(&b->p->hash_key, name, len) & mask;
          b->seen[pos].name != NULL; pos = (pos + 1) & mask)
-        if (b->seen[pos].len == len && memcmp(b->seen[pos].name, name, len) == 0)
+        if (++b->probes, b->seen[pos].len == len &&
+                             memcmp(b->seen[pos].name, name, len) == 0) {
+            *first = b->seen[pos].line;
             return 1;
+        }
     if ((b->seen[pos].name = arena_copy(b->p, name, len)) == NULL)
         return RL_ENOMEM;
     b->seen[pos].len = len;
+    b->seen[pos].line = line;
     b->nseen++;
     return 0;
 }
@@ -358,17 +383,23 @@ static rls_rule_t *rule_new(builder_t *b, const char *name, size_t len,
 {
     rls_policy_t *p = b->p;
     rls_rule_t *r;
+    int first = 0;
 
     if (!rls_rule_name_ok(name, len)) {
         diag(b, line, "bad rule name '%.*s': 1-%d bytes of [A-Za-z0-9_.:-]",
              (int)(len > 64 ? 64 : len), name, RL_RULE_MAX);
         return NULL;
     }
-    switch (seen_add(b, name, len)) {
+    switch (seen_add(b, name, len, line, &first)) {
     case 0:
         break;
     case 1:
-        diag(b, line, "rule '%.*s' is defined twice", (int)len, name);
+        if (first > 0)
+            diag(b, line, "rule '%.*s' is defined twice (first at line %d)",
+                 (int)len, name, first);
+        else
+            diag(b, line, "rule '%.*s' is defined twice (first by --rule)",
+                 (int)len, name);
         return NULL;
     default:
         b->nomem = 1;
@@ -466,12 +497,61 @@ static int overrides_commit(builder_t *b, rls_rule_t *r)
     return RL_OK;
 }
 
+/* Finds key in the current rule's override set: returns the slot where it
+ * is (*found 1) or where it would go (*found 0). */
+static size_t oset_find(builder_t *b, const char *key, size_t len,
+                        uint64_t h, int *found)
+{
+    size_t mask = b->oset_cap - 1, pos;
+
+    *found = 0;
+    for (pos = (size_t)h & mask;; pos = (pos + 1) & mask) {
+        uint64_t v = b->oset[pos];
+        const rls_override_t *o;
+
+        if ((uint32_t)(v >> 32) != b->stamp || (uint32_t)v == 0)
+            return pos;
+        b->probes++;
+        o = &b->ovr[(uint32_t)v - 1];
+        if (o->hash == h && o->key_len == len &&
+            memcmp(o->key, key, len) == 0) {
+            *found = 1;
+            return pos;
+        }
+    }
+}
+
+/* Makes room in the override set for one more key. Returns 0 or
+ * RL_ENOMEM. */
+static int oset_reserve(builder_t *b)
+{
+    size_t cap, i, pos;
+    uint64_t *t;
+    int found;
+
+    if (2 * (b->novr + 1) <= b->oset_cap)
+        return RL_OK;
+    cap = b->oset_cap ? 2 * b->oset_cap : 64;
+    if ((t = calloc(cap, sizeof(*t))) == NULL)
+        return RL_ENOMEM;
+    free(b->oset);
+    b->oset = t;
+    b->oset_cap = cap;
+    for (i = 0; i < b->novr; i++) {
+        pos = oset_find(b, b->ovr[i].key, b->ovr[i].key_len, b->ovr[i].hash,
+                        &found);
+        b->oset[pos] = ((uint64_t)b->stamp << 32) | (uint32_t)(i + 1);
+    }
+    return RL_OK;
+}
+
 static int override_add(builder_t *b, const char *key, size_t len,
                         const rls_limits_t *ls, int line)
 {
     rls_override_t *o;
     uint64_t h;
-    size_t i;
+    size_t pos;
+    int found;
 
     if (len == 0 || len > RL_KEY_MAX || memchr(key, '\0', len) != NULL) {
         diag(b, line,
@@ -479,23 +559,33 @@ static int override_add(builder_t *b, const char *key, size_t len,
              RL_KEY_MAX);
         return RL_EINVAL;
     }
-    h = rl_hash(&b->p->hash_key, key, len);
-    for (i = 0; i < b->novr; i++)
-        if (b->ovr[i].hash == h && b->ovr[i].key_len == len &&
-            memcmp(b->ovr[i].key, key, len) == 0) {
-            diag(b, line, "override for '%.*s' given twice",
-                 (int)(len > 64 ? 64 : len), key);
-            return RL_EINVAL;
-        }
     if (b->novr == b->ovr_cap) {
         size_t cap = b->ovr_cap ? 2 * b->ovr_cap : 16;
         rls_override_t *n = realloc(b->ovr, cap * sizeof(*n));
+        int *nl;
         if (n == NULL) {
             b->nomem = 1;
             return RL_ENOMEM;
         }
         b->ovr = n;
+        if ((nl = realloc(b->ovr_line, cap * sizeof(*nl))) == NULL) {
+            b->nomem = 1;
+            return RL_ENOMEM;
+        }
+        b->ovr_line = nl;
         b->ovr_cap = cap;
+    }
+    if (oset_reserve(b) != RL_OK) {
+        b->nomem = 1;
+        return RL_ENOMEM;
+    }
+    h = rl_hash(&b->p->hash_key, key, len);
+    pos = oset_find(b, key, len, h, &found);
+    if (found) {
+        diag(b, line, "override for '%.*s' given twice (first at line %d)",
+             (int)(len > 64 ? 64 : len), key,
+             b->ovr_line[(uint32_t)b->oset[pos] - 1]);
+        return RL_EINVAL;
     }
     o = &b->ovr[b->novr];
     if ((o->key = arena_copy(b->p, key, len)) == NULL) {
@@ -505,7 +595,9 @@ static int override_add(builder_t *b, const char *key, size_t len,
     o->key_len = len;
     o->hash = h;
     o->limits = *ls;
+    b->ovr_line[b->novr] = line;
     b->novr++;
+    b->oset[pos] = ((uint64_t)b->stamp << 32) | (uint32_t)b->novr;
     return RL_OK;
 }
 
@@ -722,6 +814,7 @@ static int read_rule(yp_t *y, const char *name, size_t name_len, int line)
         r = &scratch;
     }
     b->novr = 0;
+    b->stamp++; /* empties the override set */
     if (y->in.ev.type != YAML_MAPPING_START_EVENT) {
         diag(b, line_of(y), "rule '%.*s' must be a map with limits",
              (int)name_len, name);
@@ -884,7 +977,10 @@ static int build(const char *const *flags, size_t nflags, const char *name,
         read_file(&b, buf, len);
     }
     free(b.ovr);
+    free(b.ovr_line);
+    free(b.oset);
     free(b.seen);
+    atomic_fetch_add_explicit(&key_probes, b.probes, memory_order_relaxed);
     if (b.nomem) {
         policy_free(b.p);
         return RL_ENOMEM;

@@ -125,6 +125,11 @@ const rls_limits_t *rls_rule_limits(const rls_rule_t *r, const char *key,
  * [A-Za-z0-9_.:-] (the same check rl_check_validate makes). */
 int rls_rule_name_ok(const char *s, size_t len);
 
+/* Test hook: the key comparisons made so far, in this process, by builds
+ * checking rule names and override keys for duplicates (summed when each
+ * build ends). A test builds N keys and checks that this grew by O(N). */
+uint64_t rls_rules_key_probes(void);
+
 const char *rls_mode_name(int mode);
 /* Returns RLS_MODE_* or -1 for an unknown name. */
 int rls_mode_parse(const char *s, size_t len);

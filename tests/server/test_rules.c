@@ -315,6 +315,53 @@ static void test_many_rules(void **state)
     free(yaml);
 }
 
+/* Overrides load in linear time: checking each key against those before
+ * it takes a few comparisons, not one per earlier key. Counted through
+ * the builder's hook, so the test does not depend on the machine's
+ * speed: 20,000 overrides in one rule, and 2,000 rules with one each. */
+static void test_overrides_linear(void **state)
+{
+    size_t n = 20000, i, cap = n * 48 + 64, len = 0;
+    char *yaml = malloc(cap);
+    rls_policy_t *p = NULL;
+    rls_diag_t d;
+    uint64_t before;
+    const rls_rule_t *r;
+
+    (void)state;
+    assert_non_null(yaml);
+    len += (size_t)snprintf(yaml + len, cap - len,
+                            "rules:\n  api:\n    limits: [100/1m]\n"
+                            "    overrides:\n");
+    for (i = 0; i < n; i++)
+        len += (size_t)snprintf(yaml + len, cap - len,
+                                "      \"user:%zu\": [%zu/1m]\n", i, i + 1);
+    before = rls_rules_key_probes();
+    assert_int_equal(
+        rls_policy_build_buf(NULL, 0, "big", yaml, len, 10, &p, &d), RL_OK);
+    /* A hash set at most half full: about 1.5 probes a key on average.
+     * The earlier scan of every key before it made n^2/2 (2e8). */
+    print_message("%zu overrides: %llu key comparisons\n", n,
+                  (unsigned long long)(rls_rules_key_probes() - before));
+    assert_true(rls_rules_key_probes() - before <= 4 * n);
+    r = rls_policy_find(p, "api", 3);
+    assert_non_null(r);
+    assert_int_equal(r->noverrides, n);
+    assert_int_equal(rls_rule_limits(r, "user:19999", 10)->w[0].limit, n);
+    rls_policy_unref(p);
+
+    /* A key given twice is still found, among many. */
+    len += (size_t)snprintf(yaml + len, cap - len,
+                            "      \"user:7\": [1/1s]\n");
+    assert_int_equal(
+        rls_policy_build_buf(NULL, 0, "big", yaml, len, 10, &p, &d),
+        RL_EINVAL);
+    assert_int_equal(d.n, 1);
+    assert_non_null(strstr(d.msg[0], "big:20005: override for 'user:7' "
+                                     "given twice (first at line 12)"));
+    free(yaml);
+}
+
 static void test_missing_file(void **state)
 {
     rls_policy_t *p = NULL;
@@ -342,6 +389,7 @@ int main(void)
         cmocka_unit_test(test_binary_file),
         cmocka_unit_test(test_flag_duplicate_with_file),
         cmocka_unit_test(test_many_rules),
+        cmocka_unit_test(test_overrides_linear),
         cmocka_unit_test(test_missing_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
