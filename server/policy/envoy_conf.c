@@ -165,16 +165,19 @@ static int build_index(builder_t *b, const int *lines)
     }
     for (k = 0; k < c->n; k++) {
         rls_envoy_node_t *x = &c->nodes[k];
+        const rls_envoy_node_t *first;
         uint32_t i;
         if (x->wildcard) {
             c->wild[c->nwild++] = (uint32_t)k;
             continue;
         }
-        if (find(c, x->domain, x->parent, x->key, x->key_len, x->value,
-                 x->value_len, x->value != NULL) != NULL) {
-            diag(b, lines[k], "duplicate descriptor key '%s'%s%s%s", x->key,
-                 x->value ? " value '" : "", x->value ? x->value : "",
-                 x->value ? "'" : "");
+        if ((first = find(c, x->domain, x->parent, x->key, x->key_len,
+                          x->value, x->value_len, x->value != NULL)) !=
+            NULL) {
+            diag(b, lines[k],
+                 "duplicate descriptor key '%s'%s%s%s (first at line %d)",
+                 x->key, x->value ? " value '" : "", x->value ? x->value : "",
+                 x->value ? "'" : "", lines[first->index]);
             continue;
         }
         i = (uint32_t)node_hash(c, x->domain, x->parent, x->key, x->key_len,
@@ -202,7 +205,7 @@ static int line_of(const yp_t *y)
     return rls_yaml_in_line(&y->in);
 }
 
-/* The walk stopped (rls_yaml_in_t's on_stop): said at its line. */
+/* An error of the walk (rls_yaml_in_t's on_error): said at its line. */
 static void yaml_stopped(void *arg, int line, const char *why, int nomem)
 {
     builder_t *b = arg;

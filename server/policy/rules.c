@@ -652,7 +652,7 @@ static int line_of(const yp_t *y)
     return rls_yaml_in_line(&y->in);
 }
 
-/* The walk stopped (rls_yaml_in_t's on_stop): said at its line. */
+/* An error of the walk (rls_yaml_in_t's on_error): said at its line. */
 static void yaml_stopped(void *arg, int line, const char *why, int nomem)
 {
     builder_t *b = arg;
@@ -782,6 +782,7 @@ static int read_overrides(yp_t *y)
         diag(y->b, line_of(y), "overrides must map caller keys to limits");
         return skip_value(y);
     }
+    rls_yaml_in_own_keys(&y->in); /* override_add: lines and a hash set */
     while ((rc = next_key(y, "an override's key must be a string", NULL)) > 0) {
         char key[RL_KEY_MAX + 1];
         size_t klen;
@@ -879,6 +880,7 @@ static int read_rules(yp_t *y)
         diag(y->b, line_of(y), "rules must map rule names to rules");
         return skip_value(y);
     }
+    rls_yaml_in_own_keys(&y->in); /* rule_new: "defined twice" */
     while ((rc = next_key(y, "a rule's name must be a string", NULL)) > 0) {
         char name[RL_RULE_MAX + 1];
         size_t len;
@@ -928,9 +930,7 @@ static void read_file(builder_t *b, const char *buf, size_t len)
         if (y.in.ev.type == YAML_MAPPING_END_EVENT)
             break;
         if (is_scalar(&y) && key_is(&y, "rules")) {
-            if (seen_rules)
-                diag(b, line_of(&y), "'rules' given twice");
-            seen_rules = 1;
+            seen_rules = 1; /* twice: told by the walk */
             if (next(&y) != RL_OK || read_rules(&y) != RL_OK)
                 goto done;
         } else {

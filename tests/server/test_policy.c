@@ -372,6 +372,53 @@ static void test_check_config(void **state)
     assert_non_null(strstr(out, "bin.yaml:"));
 }
 
+/* --check-config and --check-envoy-config refuse a key given twice, with
+ * both lines, instead of letting the last one win. */
+static void test_check_duplicate_keys(void **state)
+{
+    fx_t *f = *state;
+    char out[8192], want[512], envoy[128];
+
+    write_file(f->rules, "rules:\n"
+                         "  api:\n"
+                         "    limits: [1/1m]\n"
+                         "    mode: shadow\n"
+                         "    limits: [1000000/1s]\n"
+                         "    mode: enforce\n");
+    assert_int_equal(run(out, sizeof(out), "%s --check-config %s",
+                         RL_SERVER_BIN, f->rules),
+                     2);
+    snprintf(want, sizeof(want),
+             "%s:5: key 'limits' given twice (first at line 3)", f->rules);
+    assert_non_null(strstr(out, want));
+    snprintf(want, sizeof(want),
+             "%s:6: key 'mode' given twice (first at line 4)", f->rules);
+    assert_non_null(strstr(out, want));
+    /* Serving refuses it the same way. */
+    assert_int_equal(run(out, sizeof(out), "%s --listen 127.0.0.1:0 "
+                                           "--config %s",
+                         RL_SERVER_BIN, f->rules),
+                     2);
+    assert_non_null(strstr(out, want));
+
+    snprintf(envoy, sizeof(envoy), "%s/envoy.yaml", f->dir);
+    write_file(envoy, "domain: a\n"
+                      "descriptors:\n"
+                      "  - key: k\n"
+                      "    rate_limit: {unit: minute, requests_per_unit: 1}\n"
+                      "    rate_limit: {unit: second, requests_per_unit: 9}\n"
+                      "domain: b\n");
+    assert_int_equal(run(out, sizeof(out), "%s --check-envoy-config %s",
+                         RL_SERVER_BIN, envoy),
+                     2);
+    snprintf(want, sizeof(want),
+             "%s:5: key 'rate_limit' given twice (first at line 4)", envoy);
+    assert_non_null(strstr(out, want));
+    snprintf(want, sizeof(want),
+             "%s:6: key 'domain' given twice (first at line 1)", envoy);
+    assert_non_null(strstr(out, want));
+}
+
 /* A rule's counter cannot be spent through another rule, nor through an
  * inline limit on the same key and window. */
 static void test_counters_belong_to_their_rule(void **state)
@@ -903,6 +950,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_check_config, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_check_duplicate_keys, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_counters_belong_to_their_rule,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_inline_caps, setup, teardown),

@@ -248,6 +248,43 @@ static void test_bad_files(void **state)
          "r.yaml:6: more than 4 rules");
 }
 
+/* A key given twice anywhere is an error naming both lines: the last one
+ * no longer wins silently. */
+static void test_duplicate_keys(void **state)
+{
+    (void)state;
+    ERRS("rules:\n  a:\n    limits: [1/1m]\n    limits: [1000000/1s]\n",
+         "r.yaml:4: key 'limits' given twice (first at line 3)");
+    ERRS("rules:\n  a:\n    limits: [1/1m]\n    mode: enforce\n"
+         "    mode: off\n",
+         "r.yaml:5: key 'mode' given twice (first at line 4)");
+    ERRS("rules:\n  a:\n    limits: [1/1m]\n    overrides: {k: [2/1m]}\n"
+         "    overrides: {j: [3/1m]}\n",
+         "r.yaml:5: key 'overrides' given twice (first at line 4)");
+    ERRS("rules:\n  a:\n    limits: [1/1m]\n    description: x\n"
+         "    description: y\n",
+         "r.yaml:5: key 'description' given twice (first at line 4)");
+    ERRS("rules:\n  a: {limits: 1/1m}\nrules:\n  b: {limits: 1/1m}\n",
+         "r.yaml:3: key 'rules' given twice (first at line 1)");
+    /* Flow style too; and an unknown key twice is both unknown and
+     * twice. */
+    ERRS("rules: {a: {limits: [1/1m], limits: [2/1m]}}\n",
+         "r.yaml:1: key 'limits' given twice (first at line 1)");
+    ERRS("rules:\n  a:\n    limits: [1/1m]\n    burst: 1\n    burst: 2\n",
+         "r.yaml:4: unknown key 'burst'", "r.yaml:5: key 'burst' given twice",
+         "r.yaml:5: unknown key 'burst'");
+    /* Rule names and override keys keep their own messages, once. */
+    ERRS("rules:\n  a:\n    limits: [1/1m]\n  a:\n    limits: [2/1m]\n",
+         "r.yaml:4: rule 'a' is defined twice (first at line 2)");
+    ERRS("rules:\n  a:\n    limits: [1/1m]\n    overrides:\n"
+         "      k: [2/1m]\n      k: [3/1m]\n",
+         "r.yaml:6: override for 'k' given twice (first at line 5)");
+    /* The same key in two mappings is no duplicate. */
+    build_ok("rules:\n  a: {limits: 1/1m, mode: off}\n"
+             "  b: {limits: 1/1m, mode: off}\n",
+             NULL, 0);
+}
+
 static void test_binary_file(void **state)
 {
     char buf[256];
@@ -386,6 +423,7 @@ int main(void)
         cmocka_unit_test(test_windows_sorted),
         cmocka_unit_test(test_flags_merge),
         cmocka_unit_test(test_bad_files),
+        cmocka_unit_test(test_duplicate_keys),
         cmocka_unit_test(test_binary_file),
         cmocka_unit_test(test_flag_duplicate_with_file),
         cmocka_unit_test(test_many_rules),
