@@ -13,10 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-
 
 #include "net/rl_headers.h"
+#include "policy/file_in.h"
 #include "policy/yaml_in.h"
 #include "rl_error.h"
 #include "rl_hash.h"
@@ -843,28 +842,22 @@ int rls_envoy_conf_build(const char *const *paths, size_t npaths,
     if ((b.c = conf_new()) == NULL)
         return RL_ENOMEM;
     for (i = 0; i < npaths && !b.nomem; i++) {
-        struct stat st;
-        FILE *f;
-        char *buf;
+        uint64_t sig[4];
+        char *buf, why[128];
         size_t got;
+        int rc;
 
         b.file = paths[i];
-        if (stat(paths[i], &st) != 0 || (f = fopen(paths[i], "rb")) == NULL) {
-            diag(&b, 0, "cannot read the file");
-            continue;
-        }
-        if ((uint64_t)st.st_size > RLS_RULES_FILE_MAX) {
-            diag(&b, 1, "file larger than %u bytes", RLS_RULES_FILE_MAX);
-            fclose(f);
-            continue;
-        }
-        if ((buf = malloc((size_t)st.st_size + 1)) == NULL) {
-            fclose(f);
+        rc = rls_file_read(paths[i], RLS_RULES_FILE_MAX, &buf, &got, sig, why,
+                           sizeof(why));
+        if (rc == RL_ENOMEM) {
             b.nomem = 1;
             break;
         }
-        got = fread(buf, 1, (size_t)st.st_size, f);
-        fclose(f);
+        if (rc != RL_OK) {
+            diag(&b, 0, "%s", why);
+            continue;
+        }
         parse_buf(&b, buf, got, &lines);
         free(buf);
     }

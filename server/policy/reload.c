@@ -13,19 +13,6 @@
  * read once the burst has been quiet this long. */
 #define DEBOUNCE_MS 50
 
-void rls_file_signature(const char *path, uint64_t sig[4])
-{
-    struct stat st;
-
-    memset(sig, 0, 4 * sizeof(sig[0]));
-    if (stat(path, &st) != 0)
-        return;
-    sig[0] = (uint64_t)st.st_ino;
-    sig[1] = (uint64_t)st.st_size;
-    sig[2] = (uint64_t)st.st_mtim.tv_sec;
-    sig[3] = (uint64_t)st.st_mtim.tv_nsec;
-}
-
 int rls_reload_now(rls_reload_t *r)
 {
     rls_policy_t *p = NULL;

@@ -16,6 +16,7 @@
 
 #include <uv.h>
 
+#include "policy/file_in.h"
 #include "policy/runtime.h"
 
 typedef struct rls_reload_stats_s {
@@ -54,10 +55,5 @@ int rls_reload_now(rls_reload_t *r);
 
 /* Closes the handles (idempotent). */
 void rls_reload_close(rls_reload_t *r);
-
-/* What tells a file's versions apart without reading it: inode, size and
- * modification time (all 0 when it cannot be read). A save that replaces
- * the file by rename changes the inode even within one mtime tick. */
-void rls_file_signature(const char *path, uint64_t sig[4]);
 
 #endif

@@ -15,9 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
-
+#include "policy/file_in.h"
 #include "policy/yaml_in.h"
 #include "rl_error.h"
 #include "rl_hash.h"
@@ -1006,48 +1005,28 @@ int rls_policy_build(const char *const *flags, size_t nflags,
                      const char *path, size_t max_rules, rls_policy_t **out,
                      rls_diag_t *diag)
 {
-    struct stat st;
-    FILE *f = NULL;
-    char *buf = NULL;
+    uint64_t sig[4] = {0, 0, 0, 0};
+    char *buf = NULL, why[128];
     size_t len = 0;
     int rc;
 
     memset(diag, 0, sizeof(*diag));
     *out = NULL;
     if (path != NULL) {
-        /* The size is checked before anything is reserved, and reading
-         * stops at the cap even if the file grows meanwhile. */
-        if ((f = fopen(path, "rb")) == NULL || fstat(fileno(f), &st) != 0) {
-            snprintf(diag->msg[0], sizeof(diag->msg[0]), "%s: cannot read: %s",
-                     path, "no such file or not readable");
+        rc = rls_file_read(path, RLS_RULES_FILE_MAX, &buf, &len, sig, why,
+                           sizeof(why));
+        if (rc == RL_EINVAL) {
+            snprintf(diag->msg[0], sizeof(diag->msg[0]), "%s: %s", path,
+                     why);
             diag->n = 1;
-            if (f != NULL)
-                fclose(f);
-            return RL_EINVAL;
         }
-        if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > RLS_RULES_FILE_MAX) {
-            snprintf(diag->msg[0], sizeof(diag->msg[0]),
-                     "%s: not a regular file of at most %u MiB", path,
-                     RLS_RULES_FILE_MAX >> 20);
-            diag->n = 1;
-            fclose(f);
-            return RL_EINVAL;
-        }
-        if ((buf = malloc((size_t)st.st_size + 1)) == NULL) {
-            fclose(f);
-            return RL_ENOMEM;
-        }
-        len = fread(buf, 1, (size_t)st.st_size, f);
-        fclose(f);
+        if (rc != RL_OK)
+            return rc;
     }
     rc = build(flags, nflags, path, buf, len, max_rules, out, diag);
     free(buf);
-    if (rc == RL_OK && path != NULL) {
-        (*out)->file_sig[0] = (uint64_t)st.st_ino;
-        (*out)->file_sig[1] = (uint64_t)st.st_size;
-        (*out)->file_sig[2] = (uint64_t)st.st_mtim.tv_sec;
-        (*out)->file_sig[3] = (uint64_t)st.st_mtim.tv_nsec;
-    }
+    if (rc == RL_OK)
+        memcpy((*out)->file_sig, sig, sizeof(sig));
     return rc;
 }
 
