@@ -74,7 +74,7 @@ static size_t key_find(const rls_yaml_in_t *y, uint64_t h, uint32_t serial,
          pos = (pos + 1) & mask) {
         const rls_yaml_key_t *e = &y->keys[y->slots[pos] - 1];
         if (e->hash == h && e->serial == serial && e->len == len &&
-            memcmp(y->bytes + e->off, k, len) == 0) {
+            (len == 0 || memcmp(y->bytes + e->off, k, len) == 0)) {
             *found = 1;
             break;
         }
@@ -155,7 +155,8 @@ static void key_check(rls_yaml_in_t *y, const rls_yaml_frame_t *f)
     e->off = y->nbytes;
     e->len = len;
     e->slot = pos;
-    memcpy(y->bytes + y->nbytes, k, len);
+    if (len > 0)
+        memcpy(y->bytes + y->nbytes, k, len);
     y->nbytes += len;
     y->slots[pos] = (uint32_t)++y->nkeys;
 }

@@ -280,9 +280,9 @@ static void test_duplicate_keys(void **state)
          "      k: [2/1m]\n      k: [3/1m]\n",
          "r.yaml:6: override for 'k' given twice (first at line 5)");
     /* The same key in two mappings is no duplicate. */
-    build_ok("rules:\n  a: {limits: 1/1m, mode: off}\n"
-             "  b: {limits: 1/1m, mode: off}\n",
-             NULL, 0);
+    rls_policy_unref(build_ok("rules:\n  a: {limits: 1/1m, mode: off}\n"
+                              "  b: {limits: 1/1m, mode: off}\n",
+                              NULL, 0));
 }
 
 static void test_binary_file(void **state)
