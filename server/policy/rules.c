@@ -72,7 +72,10 @@ static void policy_free(rls_policy_t *p)
     if (p == NULL)
         return;
     for (i = 0; i < p->n; i++)
+    {
         free(p->rules[i].overrides);
+        free(p->rules[i].override_index);
+    }
     free(p->rules);
     free(p->index);
     for (c = p->arena; c != NULL; c = next) {
@@ -124,22 +127,25 @@ const rls_rule_t *rls_policy_find(const rls_policy_t *p, const char *name,
 const rls_limits_t *rls_rule_limits(const rls_rule_t *r, const char *key,
                                     size_t key_len)
 {
-    /* The table is at most half full, so a probe ends on an empty slot. */
-    uint32_t pos;
-    uint64_t h;
+    /* The index is at most half full, so a probe ends on an empty slot. */
+    uint32_t pos, tag;
+    uint64_t h, v;
 
-    if (r->overrides == NULL)
+    if (r->noverrides == 0)
         return &r->limits;
     h = rl_hash(r->hash_key, key, key_len);
-    for (pos = (uint32_t)h & r->overrides_mask;;
+    tag = (uint32_t)(h >> 32);
+    for (pos = (uint32_t)h & r->overrides_mask;
+         (v = r->override_index[pos]) != 0;
          pos = (pos + 1) & r->overrides_mask) {
-        const rls_override_t *o = &r->overrides[pos];
-        if (o->key == NULL)
-            return &r->limits;
-        if (o->hash == h && o->key_len == key_len &&
-            memcmp(o->key, key, key_len) == 0)
+        const rls_override_t *o;
+        if ((uint32_t)(v >> 32) != tag)
+            continue;
+        o = &r->overrides[(uint32_t)v - 1];
+        if (o->key_len == key_len && memcmp(o->key, key, key_len) == 0)
             return &o->limits;
     }
+    return &r->limits;
 }
 
 const char *rls_mode_name(int mode)
@@ -250,18 +256,14 @@ typedef struct builder_s {
     size_t max_rules;
     int nomem;
     /* the rule being read, and its overrides until the rule is done, with
-     * the line of each (for a key given twice) */
+     * the line of each (for a key given twice) and their index as the
+     * rule will have it (rls_rule_t's override_index), which finds a key
+     * given twice in O(1): both move to the rule when it is done */
     rls_override_t *ovr;
     int *ovr_line;
-    size_t novr, ovr_cap;
-    /* The overrides' keys so far, to find one given twice in O(1): open-
-     * addressed, at most half full, each slot the override's index + 1
-     * in its low half and the rule's stamp in its high half; a slot with
-     * another stamp is empty, so a new rule starts with an empty set
-     * without clearing it. */
-    uint64_t *oset;
-    size_t oset_cap;
-    uint32_t stamp;
+    size_t novr, ovr_cap, line_cap;
+    uint64_t *oidx;
+    size_t oidx_cap;
     /* every rule name seen, valid or not, to report a second definition
      * even when the first had errors: open-addressed, at most half full */
     struct seen_s {
@@ -469,77 +471,72 @@ static int rule_commit(builder_t *b)
     return RL_OK;
 }
 
-/* Moves the collected overrides into the rule's own table. */
-static int overrides_commit(builder_t *b, rls_rule_t *r)
+/* Gives the collected overrides and their index to the rule. */
+static void overrides_commit(builder_t *b, rls_rule_t *r)
 {
-    size_t slots = 4, i;
-    uint32_t pos;
+    rls_override_t *fit;
 
     if (b->novr == 0)
-        return RL_OK;
-    while (slots < 2 * b->novr)
-        slots <<= 1;
-    if ((r->overrides = calloc(slots, sizeof(*r->overrides))) == NULL) {
-        b->nomem = 1;
-        return RL_ENOMEM;
-    }
-    r->overrides_mask = (uint32_t)(slots - 1);
-    for (i = 0; i < b->novr; i++) {
-        const rls_override_t *o = &b->ovr[i];
-        pos = (uint32_t)o->hash & r->overrides_mask;
-        while (r->overrides[pos].key != NULL)
-            pos = (pos + 1) & r->overrides_mask;
-        r->overrides[pos] = *o;
-    }
+        return;
+    /* The array grew by doubling: give back the rest (or keep it all). */
+    fit = realloc(b->ovr, b->novr * sizeof(*fit));
+    r->overrides = fit != NULL ? fit : b->ovr;
+    r->override_index = b->oidx;
+    r->overrides_mask = (uint32_t)(b->oidx_cap - 1);
     r->noverrides = (uint32_t)b->novr;
+    b->ovr = NULL;
+    b->ovr_cap = 0;
+    b->oidx = NULL;
+    b->oidx_cap = 0;
     b->novr = 0;
-    return RL_OK;
 }
 
-/* Finds key in the current rule's override set: returns the slot where it
- * is (*found 1) or where it would go (*found 0). */
+/* Finds key in the overrides so far: returns the slot of their index where
+ * it is (*found 1) or where it would go (*found 0). */
 static size_t oset_find(builder_t *b, const char *key, size_t len,
                         uint64_t h, int *found)
 {
-    size_t mask = b->oset_cap - 1, pos;
+    size_t mask = b->oidx_cap - 1, pos;
+    uint32_t tag = (uint32_t)(h >> 32);
+    uint64_t v;
 
     *found = 0;
-    for (pos = (size_t)h & mask;; pos = (pos + 1) & mask) {
-        uint64_t v = b->oset[pos];
+    for (pos = (size_t)h & mask; (v = b->oidx[pos]) != 0;
+         pos = (pos + 1) & mask) {
         const rls_override_t *o;
 
-        if ((uint32_t)(v >> 32) != b->stamp || (uint32_t)v == 0)
-            return pos;
         b->probes++;
+        if ((uint32_t)(v >> 32) != tag)
+            continue;
         o = &b->ovr[(uint32_t)v - 1];
-        if (o->hash == h && o->key_len == len &&
-            memcmp(o->key, key, len) == 0) {
+        if (o->key_len == len && memcmp(o->key, key, len) == 0) {
             *found = 1;
-            return pos;
+            break;
         }
     }
+    return pos;
 }
 
-/* Makes room in the override set for one more key. Returns 0 or
- * RL_ENOMEM. */
+/* Makes room in the index for one more key. Returns 0 or RL_ENOMEM. */
 static int oset_reserve(builder_t *b)
 {
     size_t cap, i, pos;
     uint64_t *t;
     int found;
 
-    if (2 * (b->novr + 1) <= b->oset_cap)
+    if (2 * (b->novr + 1) <= b->oidx_cap)
         return RL_OK;
-    cap = b->oset_cap ? 2 * b->oset_cap : 64;
+    cap = b->oidx_cap ? 2 * b->oidx_cap : 8;
     if ((t = calloc(cap, sizeof(*t))) == NULL)
         return RL_ENOMEM;
-    free(b->oset);
-    b->oset = t;
-    b->oset_cap = cap;
+    free(b->oidx);
+    b->oidx = t;
+    b->oidx_cap = cap;
     for (i = 0; i < b->novr; i++) {
         pos = oset_find(b, b->ovr[i].key, b->ovr[i].key_len, b->ovr[i].hash,
                         &found);
-        b->oset[pos] = ((uint64_t)b->stamp << 32) | (uint32_t)(i + 1);
+        b->oidx[pos] = (b->ovr[i].hash & UINT64_C(0xffffffff00000000)) |
+                       (uint32_t)(i + 1);
     }
     return RL_OK;
 }
@@ -561,18 +558,22 @@ static int override_add(builder_t *b, const char *key, size_t len,
     if (b->novr == b->ovr_cap) {
         size_t cap = b->ovr_cap ? 2 * b->ovr_cap : 16;
         rls_override_t *n = realloc(b->ovr, cap * sizeof(*n));
-        int *nl;
         if (n == NULL) {
             b->nomem = 1;
             return RL_ENOMEM;
         }
         b->ovr = n;
-        if ((nl = realloc(b->ovr_line, cap * sizeof(*nl))) == NULL) {
+        b->ovr_cap = cap;
+    }
+    if (b->novr == b->line_cap) {
+        size_t cap = b->line_cap ? 2 * b->line_cap : 16;
+        int *nl = realloc(b->ovr_line, cap * sizeof(*nl));
+        if (nl == NULL) {
             b->nomem = 1;
             return RL_ENOMEM;
         }
         b->ovr_line = nl;
-        b->ovr_cap = cap;
+        b->line_cap = cap;
     }
     if (oset_reserve(b) != RL_OK) {
         b->nomem = 1;
@@ -583,7 +584,7 @@ static int override_add(builder_t *b, const char *key, size_t len,
     if (found) {
         diag(b, line, "override for '%.*s' given twice (first at line %d)",
              (int)(len > 64 ? 64 : len), key,
-             b->ovr_line[(uint32_t)b->oset[pos] - 1]);
+             b->ovr_line[(uint32_t)b->oidx[pos] - 1]);
         return RL_EINVAL;
     }
     o = &b->ovr[b->novr];
@@ -596,7 +597,7 @@ static int override_add(builder_t *b, const char *key, size_t len,
     o->limits = *ls;
     b->ovr_line[b->novr] = line;
     b->novr++;
-    b->oset[pos] = ((uint64_t)b->stamp << 32) | (uint32_t)b->novr;
+    b->oidx[pos] = (h & UINT64_C(0xffffffff00000000)) | (uint32_t)b->novr;
     return RL_OK;
 }
 
@@ -813,8 +814,11 @@ static int read_rule(yp_t *y, const char *name, size_t name_len, int line)
         memset(&scratch, 0, sizeof(scratch));
         r = &scratch;
     }
+    /* A rule left with errors keeps its overrides' index: empty it. */
     b->novr = 0;
-    b->stamp++; /* empties the override set */
+    free(b->oidx);
+    b->oidx = NULL;
+    b->oidx_cap = 0;
     if (y->in.ev.type != YAML_MAPPING_START_EVENT) {
         diag(b, line_of(y), "rule '%.*s' must be a map with limits",
              (int)name_len, name);
@@ -863,8 +867,9 @@ static int read_rule(yp_t *y, const char *name, size_t name_len, int line)
         ok = 0;
     }
     if (ok && r != &scratch && !b->nomem) {
-        if (overrides_commit(b, r) != RL_OK || rule_commit(b) != RL_OK)
+        if (rule_commit(b) != RL_OK)
             return RL_ENOMEM;
+        overrides_commit(b, r);
     }
     return RL_OK;
 }
@@ -977,7 +982,7 @@ static int build(const char *const *flags, size_t nflags, const char *name,
     }
     free(b.ovr);
     free(b.ovr_line);
-    free(b.oset);
+    free(b.oidx);
     free(b.seen);
     atomic_fetch_add_explicit(&key_probes, b.probes, memory_order_relaxed);
     if (b.nomem) {

@@ -60,9 +60,13 @@ typedef struct rls_rule_s {
     rls_limits_t limits;
     int mode;
     int line; /* where it was defined (0: a --rule flag) */
-    rls_override_t *overrides; /* open-addressed by key hash, or NULL */
+    rls_override_t *overrides; /* in the file's order, or NULL */
+    /* Open-addressed by key hash, at most half full: each slot the
+     * override's index + 1 in its low half and the high half of its
+     * hash above (compared before the override is touched); 0: empty. */
+    uint64_t *override_index;
     const rl_hash_key_t *hash_key; /* the policy's, for overrides */
-    uint32_t overrides_mask;   /* table size - 1 */
+    uint32_t overrides_mask;   /* index size - 1 */
     uint32_t noverrides;
     uint32_t index; /* position in the policy, 0-based */
 } rls_rule_t;

@@ -56,10 +56,8 @@ static void check_policy(const rls_policy_t *p)
         CHECK(rls_policy_find(p, r->name, r->name_len) == r);
         CHECK(r->mode >= 0 && r->mode < RLS_MODE_MAX);
         check_limits(&r->limits);
-        for (k = 0; r->overrides != NULL && k <= r->overrides_mask; k++) {
+        for (k = 0; k < r->noverrides; k++) {
             const rls_override_t *o = &r->overrides[k];
-            if (o->key == NULL)
-                continue;
             CHECK(rls_rule_limits(r, o->key, o->key_len) == &o->limits);
             check_limits(&o->limits);
             if (o->key_len <= RL_KEY_MAX) {
