@@ -117,15 +117,19 @@ int rls_envoy_reload_start(rls_envoy_reload_t *r, uv_loop_t *loop,
     r->npaths = npaths;
     r->install = install;
     r->arg = arg;
+    r->job.sigs = calloc(k, sizeof(*r->job.sigs));
+    r->job.after = calloc(k, sizeof(*r->job.after));
+    if (r->job.sigs == NULL || r->job.after == NULL) {
+        free(r->job.sigs);
+        free(r->job.after);
+        r->job.sigs = r->job.after = NULL;
+        return RL_ENOMEM;
+    }
     uv_signal_init(loop, &r->sighup);
     r->sighup.data = r;
     uv_signal_start(&r->sighup, on_sighup, SIGHUP);
     rls_rebuild_init(&r->rebuild, loop, job_start, job_work, job_done, r);
     r->started = 1;
-    r->job.sigs = calloc(k, sizeof(*r->job.sigs));
-    r->job.after = calloc(k, sizeof(*r->job.after));
-    if (r->job.sigs == NULL || r->job.after == NULL)
-        return RL_ENOMEM;
     /* The files as they are now stand for what the caller built from:
      * the caller read them just before. */
     for (i = 0; i < npaths; i++)

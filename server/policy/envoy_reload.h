@@ -46,8 +46,8 @@ typedef struct rls_envoy_reload_s {
 
 /* Starts SIGHUP and the watch; the configuration in force was built by
  * the caller from the same paths (a change since is loaded once settled).
- * Returns 0 or RL_ENOMEM (nothing is watched then; SIGHUP still reloads
- * if the signal handle started). */
+ * Returns 0; RL_ENOMEM with nothing started (no reloads; close is still
+ * fine); or RL_ENOMEM from the watch, logged (SIGHUP still reloads). */
 int rls_envoy_reload_start(rls_envoy_reload_t *r, uv_loop_t *loop,
                            const char *const *paths, size_t npaths,
                            uint64_t settle_ms, rls_envoy_install_fn install,

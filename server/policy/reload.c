@@ -3,6 +3,7 @@
 
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
@@ -64,12 +65,50 @@ static void job_work(rls_rebuild_t *rb)
         find_missing(j);
 }
 
+/* An old policy freed off the loop: a big one is tens of MB to unmap. */
+typedef struct drop_s {
+    uv_work_t req;
+    rls_policy_t *p;
+} drop_t;
+
+static void drop_work(uv_work_t *req)
+{
+    rls_policy_unref(((drop_t *)req->data)->p);
+}
+
+static void drop_done(uv_work_t *req, int status)
+{
+    (void)status;
+    free(req->data);
+}
+
+/* Drops the loop's reference to p; the last one frees it on a worker
+ * thread (or here, if that cannot be arranged). */
+static void drop_policy(uv_loop_t *loop, rls_policy_t *p)
+{
+    drop_t *d;
+
+    if ((p = rls_policy_release(p)) == NULL)
+        return;
+    if ((d = malloc(sizeof(*d))) == NULL) {
+        rls_policy_unref(p);
+        return;
+    }
+    d->p = p;
+    d->req.data = d;
+    if (uv_queue_work(loop, &d->req, drop_work, drop_done) != 0) {
+        rls_policy_unref(p);
+        free(d);
+    }
+}
+
 /* On the loop: swap the new policy in, or say why not. */
 static void job_done(rls_rebuild_t *rb, int closing)
 {
     rls_reload_t *r = rb->arg;
     struct rls_reload_job_s *j = &r->job;
     rls_policy_t *p = j->p;
+    uint64_t t_loop = uv_hrtime();
     int rc;
 
     j->p = NULL;
@@ -101,16 +140,24 @@ static void job_done(rls_rebuild_t *rb, int closing)
                   " error=\"out of memory\"");
         goto out;
     }
+    /* The old policy goes now, off the loop (unless a batch still holds
+     * it: then the batch frees it when answered). */
+    drop_policy(r->loop, j->old);
+    j->old = NULL;
     r->stats.reloads++;
     r->stats.last_us = (uv_hrtime() - j->t0) / 1000;
     if (j->nmissing > 0)
         RLS_WARN("rules reloaded without rules the last file had",
                  " file=%s missing=%zu names=\"%s\"",
                  r->path ? r->path : "(flags)", j->nmissing, j->missing);
-    RLS_INFO("rules reloaded", " file=%s rules=%zu generation=%llu us=%llu",
+    /* us: from the start to the swap, mostly on the worker; loop_us: how
+     * long the swap held the loop. */
+    RLS_INFO("rules reloaded",
+             " file=%s rules=%zu generation=%llu us=%llu loop_us=%llu",
              r->path ? r->path : "(flags)", rls_policy_count(r->rt->policy),
              (unsigned long long)r->rt->generation,
-             (unsigned long long)r->stats.last_us);
+             (unsigned long long)r->stats.last_us,
+             (unsigned long long)((uv_hrtime() - t_loop) / 1000));
 out:
     rls_policy_unref(p);
     rls_policy_unref(j->old);

@@ -97,6 +97,14 @@ void rls_policy_unref(rls_policy_t *p)
         policy_free(p);
 }
 
+rls_policy_t *rls_policy_release(rls_policy_t *p)
+{
+    if (p == NULL || p->refs == 1)
+        return p;
+    p->refs--;
+    return NULL;
+}
+
 size_t rls_policy_count(const rls_policy_t *p)
 {
     return p->n;

@@ -114,6 +114,11 @@ int rls_policy_build_buf(const char *const *flags, size_t nflags,
 rls_policy_t *rls_policy_ref(rls_policy_t *p);
 void rls_policy_unref(rls_policy_t *p);
 
+/* Drops a reference unless it is the last: returns NULL, or p when the
+ * caller held the last one (nothing else can reach p then, so the caller
+ * may free it with rls_policy_unref on another thread). NULL is fine. */
+rls_policy_t *rls_policy_release(rls_policy_t *p);
+
 size_t rls_policy_count(const rls_policy_t *p);
 const rls_rule_t *rls_policy_rule_at(const rls_policy_t *p, size_t i);
 

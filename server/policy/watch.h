@@ -25,8 +25,6 @@
 
 /* A burst of events is looked at once it has been quiet this long. */
 #define RLS_WATCH_DEBOUNCE_MS 50
-/* Default settle time: the file unchanged this long before it is read. */
-#define RLS_WATCH_SETTLE_MS 1000
 
 typedef struct rls_watch_s rls_watch_t;
 
