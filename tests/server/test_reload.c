@@ -1,10 +1,11 @@
 /* Reloads in process, on a real libuv loop (server/policy/reload.c,
  * envoy_reload.c, rebuild.c, watch.c): the parse runs off the loop, so the
  * policy in force keeps answering, whole, while a rebuild is held on its
- * worker thread by the rebuild's test hook; requests for a rebuild while
+ * thread by the rebuild's test hook; requests for a rebuild while
  * one runs coalesce into one more; a server that stops while a rebuild is
- * under way neither crashes nor leaks (run under ASan in CI); and the
- * watch reads a file only once it has settled.
+ * under way neither crashes nor leaks (run under ASan in CI). The watch
+ * (settling, ConfigMaps, non-regular files) is tested end to end in
+ * test_policy.c and reload_race.py.
  *
  * The hook waits on a semaphore with a deadline, so a rebuild made on the
  * loop thread (which would hold the loop too) fails the test instead of
@@ -68,7 +69,7 @@ static void write_file(const char *path, const char *text)
     assert_int_equal(rename(tmp, path), 0);
 }
 
-/* On the worker thread: hold until the loop has turned enough. */
+/* On the rebuild's thread: hold until the loop has turned enough. */
 static void hook(rls_rebuild_t *rb)
 {
     fx_t *f = the_fx;
