@@ -347,7 +347,8 @@ static int start_grpc(rls_server_t *s)
     rls_grpc_on_empty(s->grpc, on_conns_empty, s);
     if (cfg->nenvoy_configs > 0)
         rls_envoy_reload_start(&s->envoy_reload, s->loop, cfg->envoy_configs,
-                               cfg->nenvoy_configs, install_envoy_conf, s);
+                               cfg->nenvoy_configs, cfg->reload_settle_ms,
+                               install_envoy_conf, s);
     s->port[RLS_LISTENER_GRPC] = rls_grpc_port(s->grpc);
     RLS_INFO("grpc listening", " addr=%s:%d envoy_configs=%zu",
              cfg->grpc_host, s->port[RLS_LISTENER_GRPC],
@@ -507,7 +508,7 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
     s->sigint.data = s;
     uv_signal_start(&s->sigint, on_signal, SIGINT);
     rls_reload_start(&s->reload, loop, &s->rt, cfg->config_path, cfg->rules,
-                     cfg->nrules, cfg->max_rules);
+                     cfg->nrules, cfg->max_rules, cfg->reload_settle_ms);
     {
         char host[64] = "localhost", inst[160];
         gethostname(host, sizeof(host) - 1);

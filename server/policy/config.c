@@ -34,6 +34,7 @@ void rls_config_defaults(rls_config_t *c)
     c->unhealthy_min_decisions = 20;
     strcpy(c->log_level, "info");
     c->max_rules = 1000;
+    c->reload_settle_ms = 1000;
     c->refusal_cache = 16384;
     c->batches_in_flight = 1;
     c->grpc_max_streams = 100;
@@ -60,6 +61,9 @@ static const char usage[] =
     "                           reloaded on SIGHUP and when it changes\n"
     "  --check-config FILE      validate a rules file (with any --rule)\n"
     "                           and exit: 0, or 2 with FILE:LINE: errors\n"
+    "  --reload-settle-ms MS    a changed rules or Envoy file is reloaded\n"
+    "                           once unchanged this long (default 1000;\n"
+    "                           write files aside and rename them over)\n"
     "  --rule NAME=N/DUR[,N/DUR...]  a named rule, e.g. api=33/1m,2000/1h\n"
     "                           (DUR: 60, 60s, 1m, 1h, 1d); repeatable;\n"
     "                           merged with --config\n"
@@ -326,6 +330,7 @@ static const num_flag_t num_flags[] = {
     NUM("--drain-ms", drain_ms, 0, 3600000),
     NUM("--unhealthy-min-decisions", unhealthy_min_decisions, 1, 1u << 30),
     NUM("--max-rules", max_rules, 1, 1000000),
+    NUM("--reload-settle-ms", reload_settle_ms, 0, 60000),
     NUM("--refusal-cache", refusal_cache, 0, 1u << 24),
     NUM("--batches-in-flight", batches_in_flight, 0, 1024),
     NUM("--batch-hold-us", batch_hold_us, 0, 10000),

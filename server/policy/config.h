@@ -58,6 +58,8 @@ typedef struct rls_config_s {
     size_t nrules;
     const char *config_path;  /* --config, or NULL */
     const char *check_config; /* --check-config: validate this and exit */
+    uint64_t reload_settle_ms;  /* a changed policy file, unchanged this
+                                   long, is reloaded */
     uint64_t max_rules;
     int inline_deny;            /* --inline-limits deny */
     int redis_module_off;       /* --redis-module off */

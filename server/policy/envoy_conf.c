@@ -13,9 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
-
+#include "policy/file_in.h"
 #include "rl_headers.h"
 #include "policy/yaml_in.h"
 #include "rl_error.h"
@@ -165,16 +164,19 @@ static int build_index(builder_t *b, const int *lines)
     }
     for (k = 0; k < c->n; k++) {
         rls_envoy_node_t *x = &c->nodes[k];
+        const rls_envoy_node_t *first;
         uint32_t i;
         if (x->wildcard) {
             c->wild[c->nwild++] = (uint32_t)k;
             continue;
         }
-        if (find(c, x->domain, x->parent, x->key, x->key_len, x->value,
-                 x->value_len, x->value != NULL) != NULL) {
-            diag(b, lines[k], "duplicate descriptor key '%s'%s%s%s", x->key,
-                 x->value ? " value '" : "", x->value ? x->value : "",
-                 x->value ? "'" : "");
+        if ((first = find(c, x->domain, x->parent, x->key, x->key_len,
+                          x->value, x->value_len, x->value != NULL)) !=
+            NULL) {
+            diag(b, lines[k],
+                 "duplicate descriptor key '%s'%s%s%s (first at line %d)",
+                 x->key, x->value ? " value '" : "", x->value ? x->value : "",
+                 x->value ? "'" : "", lines[first->index]);
             continue;
         }
         i = (uint32_t)node_hash(c, x->domain, x->parent, x->key, x->key_len,
@@ -202,7 +204,7 @@ static int line_of(const yp_t *y)
     return rls_yaml_in_line(&y->in);
 }
 
-/* The walk stopped (rls_yaml_in_t's on_stop): said at its line. */
+/* An error of the walk (rls_yaml_in_t's on_error): said at its line. */
 static void yaml_stopped(void *arg, int line, const char *why, int nomem)
 {
     builder_t *b = arg;
@@ -840,28 +842,22 @@ int rls_envoy_conf_build(const char *const *paths, size_t npaths,
     if ((b.c = conf_new()) == NULL)
         return RL_ENOMEM;
     for (i = 0; i < npaths && !b.nomem; i++) {
-        struct stat st;
-        FILE *f;
-        char *buf;
+        uint64_t sig[4];
+        char *buf, why[128];
         size_t got;
+        int rc;
 
         b.file = paths[i];
-        if (stat(paths[i], &st) != 0 || (f = fopen(paths[i], "rb")) == NULL) {
-            diag(&b, 0, "cannot read the file");
-            continue;
-        }
-        if ((uint64_t)st.st_size > RLS_RULES_FILE_MAX) {
-            diag(&b, 1, "file larger than %u bytes", RLS_RULES_FILE_MAX);
-            fclose(f);
-            continue;
-        }
-        if ((buf = malloc((size_t)st.st_size + 1)) == NULL) {
-            fclose(f);
+        rc = rls_file_read(paths[i], RLS_RULES_FILE_MAX, &buf, &got, sig, why,
+                           sizeof(why));
+        if (rc == RL_ENOMEM) {
             b.nomem = 1;
             break;
         }
-        got = fread(buf, 1, (size_t)st.st_size, f);
-        fclose(f);
+        if (rc != RL_OK) {
+            diag(&b, 0, "%s", why);
+            continue;
+        }
         parse_buf(&b, buf, got, &lines);
         free(buf);
     }

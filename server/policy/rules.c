@@ -11,12 +11,12 @@
 #include "policy/rules.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
-
+#include "policy/file_in.h"
 #include "policy/yaml_in.h"
 #include "rl_error.h"
 #include "rl_hash.h"
@@ -72,7 +72,10 @@ static void policy_free(rls_policy_t *p)
     if (p == NULL)
         return;
     for (i = 0; i < p->n; i++)
+    {
         free(p->rules[i].overrides);
+        free(p->rules[i].override_index);
+    }
     free(p->rules);
     free(p->index);
     for (c = p->arena; c != NULL; c = next) {
@@ -92,6 +95,14 @@ void rls_policy_unref(rls_policy_t *p)
 {
     if (p != NULL && --p->refs == 0)
         policy_free(p);
+}
+
+rls_policy_t *rls_policy_release(rls_policy_t *p)
+{
+    if (p == NULL || p->refs == 1)
+        return p;
+    p->refs--;
+    return NULL;
 }
 
 size_t rls_policy_count(const rls_policy_t *p)
@@ -124,22 +135,25 @@ const rls_rule_t *rls_policy_find(const rls_policy_t *p, const char *name,
 const rls_limits_t *rls_rule_limits(const rls_rule_t *r, const char *key,
                                     size_t key_len)
 {
-    /* The table is at most half full, so a probe ends on an empty slot. */
-    uint32_t pos;
-    uint64_t h;
+    /* The index is at most half full, so a probe ends on an empty slot. */
+    uint32_t pos, tag;
+    uint64_t h, v;
 
-    if (r->overrides == NULL)
+    if (r->noverrides == 0)
         return &r->limits;
     h = rl_hash(r->hash_key, key, key_len);
-    for (pos = (uint32_t)h & r->overrides_mask;;
+    tag = (uint32_t)(h >> 32);
+    for (pos = (uint32_t)h & r->overrides_mask;
+         (v = r->override_index[pos]) != 0;
          pos = (pos + 1) & r->overrides_mask) {
-        const rls_override_t *o = &r->overrides[pos];
-        if (o->key == NULL)
-            return &r->limits;
-        if (o->hash == h && o->key_len == key_len &&
-            memcmp(o->key, key, key_len) == 0)
+        const rls_override_t *o;
+        if ((uint32_t)(v >> 32) != tag)
+            continue;
+        o = &r->overrides[(uint32_t)v - 1];
+        if (o->key_len == key_len && memcmp(o->key, key, key_len) == 0)
             return &o->limits;
     }
+    return &r->limits;
 }
 
 const char *rls_mode_name(int mode)
@@ -249,21 +263,37 @@ typedef struct builder_s {
     const char *file; /* for messages */
     size_t max_rules;
     int nomem;
-    /* the rule being read, and its overrides until the rule is done */
+    /* the rule being read, and its overrides until the rule is done, with
+     * the line of each (for a key given twice) and their index as the
+     * rule will have it (rls_rule_t's override_index), which finds a key
+     * given twice in O(1): both move to the rule when it is done */
     rls_override_t *ovr;
-    size_t novr, ovr_cap;
+    int *ovr_line;
+    size_t novr, ovr_cap, line_cap;
+    uint64_t *oidx;
+    size_t oidx_cap;
     /* every rule name seen, valid or not, to report a second definition
      * even when the first had errors: open-addressed, at most half full */
     struct seen_s {
         const char *name;
         size_t len;
+        int line; /* 0: a --rule flag */
     } *seen;
     size_t nseen, seen_cap;
+    uint64_t probes; /* key comparisons, for rls_rules_key_probes */
 } builder_t;
 
-/* Records a rule name; returns 1 if it was seen before, 0 if new, or
- * RL_ENOMEM. */
-static int seen_add(builder_t *b, const char *name, size_t len)
+static _Atomic uint64_t key_probes;
+
+uint64_t rls_rules_key_probes(void)
+{
+    return atomic_load_explicit(&key_probes, memory_order_relaxed);
+}
+
+/* Records a rule name defined at line; returns 1 if it was seen before
+ * (*first: where), 0 if new, or RL_ENOMEM. */
+static int seen_add(builder_t *b, const char *name, size_t len, int line,
+                    int *first)
 {
     uint32_t pos, mask;
     size_t i;
@@ -290,11 +320,15 @@ static int seen_add(builder_t *b, const char *name, size_t len)
     mask = (uint32_t)(b->seen_cap - 1);
     for (pos = (uint32_t)rl_hash(&b->p->hash_key, name, len) & mask;
          b->seen[pos].name != NULL; pos = (pos + 1) & mask)
-        if (b->seen[pos].len == len && memcmp(b->seen[pos].name, name, len) == 0)
+        if (++b->probes, b->seen[pos].len == len &&
+                             memcmp(b->seen[pos].name, name, len) == 0) {
+            *first = b->seen[pos].line;
             return 1;
+        }
     if ((b->seen[pos].name = arena_copy(b->p, name, len)) == NULL)
         return RL_ENOMEM;
     b->seen[pos].len = len;
+    b->seen[pos].line = line;
     b->nseen++;
     return 0;
 }
@@ -358,17 +392,23 @@ static rls_rule_t *rule_new(builder_t *b, const char *name, size_t len,
 {
     rls_policy_t *p = b->p;
     rls_rule_t *r;
+    int first = 0;
 
     if (!rls_rule_name_ok(name, len)) {
         diag(b, line, "bad rule name '%.*s': 1-%d bytes of [A-Za-z0-9_.:-]",
              (int)(len > 64 ? 64 : len), name, RL_RULE_MAX);
         return NULL;
     }
-    switch (seen_add(b, name, len)) {
+    switch (seen_add(b, name, len, line, &first)) {
     case 0:
         break;
     case 1:
-        diag(b, line, "rule '%.*s' is defined twice", (int)len, name);
+        if (first > 0)
+            diag(b, line, "rule '%.*s' is defined twice (first at line %d)",
+                 (int)len, name, first);
+        else
+            diag(b, line, "rule '%.*s' is defined twice (first by --rule)",
+                 (int)len, name);
         return NULL;
     default:
         b->nomem = 1;
@@ -439,30 +479,73 @@ static int rule_commit(builder_t *b)
     return RL_OK;
 }
 
-/* Moves the collected overrides into the rule's own table. */
-static int overrides_commit(builder_t *b, rls_rule_t *r)
+/* Gives the collected overrides and their index to the rule. */
+static void overrides_commit(builder_t *b, rls_rule_t *r)
 {
-    size_t slots = 4, i;
-    uint32_t pos;
+    rls_override_t *fit;
 
     if (b->novr == 0)
-        return RL_OK;
-    while (slots < 2 * b->novr)
-        slots <<= 1;
-    if ((r->overrides = calloc(slots, sizeof(*r->overrides))) == NULL) {
-        b->nomem = 1;
-        return RL_ENOMEM;
-    }
-    r->overrides_mask = (uint32_t)(slots - 1);
-    for (i = 0; i < b->novr; i++) {
-        const rls_override_t *o = &b->ovr[i];
-        pos = (uint32_t)o->hash & r->overrides_mask;
-        while (r->overrides[pos].key != NULL)
-            pos = (pos + 1) & r->overrides_mask;
-        r->overrides[pos] = *o;
-    }
+        return;
+    /* The array grew by doubling: give back the rest (or keep it all). */
+    fit = realloc(b->ovr, b->novr * sizeof(*fit));
+    r->overrides = fit != NULL ? fit : b->ovr;
+    r->override_index = b->oidx;
+    r->overrides_mask = (uint32_t)(b->oidx_cap - 1);
     r->noverrides = (uint32_t)b->novr;
+    b->ovr = NULL;
+    b->ovr_cap = 0;
+    b->oidx = NULL;
+    b->oidx_cap = 0;
     b->novr = 0;
+}
+
+/* Finds key in the overrides so far: returns the slot of their index where
+ * it is (*found 1) or where it would go (*found 0). */
+static size_t oset_find(builder_t *b, const char *key, size_t len,
+                        uint64_t h, int *found)
+{
+    size_t mask = b->oidx_cap - 1, pos;
+    uint32_t tag = (uint32_t)(h >> 32);
+    uint64_t v;
+
+    *found = 0;
+    for (pos = (size_t)h & mask; (v = b->oidx[pos]) != 0;
+         pos = (pos + 1) & mask) {
+        const rls_override_t *o;
+
+        b->probes++;
+        if ((uint32_t)(v >> 32) != tag)
+            continue;
+        o = &b->ovr[(uint32_t)v - 1];
+        if (o->key_len == len && memcmp(o->key, key, len) == 0) {
+            *found = 1;
+            break;
+        }
+    }
+    return pos;
+}
+
+/* Makes room in the index for one more key. Returns 0 or RL_ENOMEM. */
+static int oset_reserve(builder_t *b)
+{
+    size_t cap, i, pos;
+    uint64_t *t;
+    int found;
+
+    if (2 * (b->novr + 1) <= b->oidx_cap)
+        return RL_OK;
+    cap = b->oidx_cap ? 2 * b->oidx_cap : 8;
+    if ((t = calloc(cap, sizeof(*t))) == NULL)
+        return RL_ENOMEM;
+    free(b->oidx);
+    b->oidx = t;
+    b->oidx_cap = cap;
+    for (i = 0; i < b->novr; i++) {
+        pos = oset_find(b, b->ovr[i].key, b->ovr[i].key_len, b->ovr[i].hash,
+                        &found);
+        b->oidx[pos] = (b->ovr[i].hash & UINT64_C(0xffffffff00000000)) |
+                       (uint32_t)(i + 1);
+    }
     return RL_OK;
 }
 
@@ -471,7 +554,8 @@ static int override_add(builder_t *b, const char *key, size_t len,
 {
     rls_override_t *o;
     uint64_t h;
-    size_t i;
+    size_t pos;
+    int found;
 
     if (len == 0 || len > RL_KEY_MAX || memchr(key, '\0', len) != NULL) {
         diag(b, line,
@@ -479,14 +563,6 @@ static int override_add(builder_t *b, const char *key, size_t len,
              RL_KEY_MAX);
         return RL_EINVAL;
     }
-    h = rl_hash(&b->p->hash_key, key, len);
-    for (i = 0; i < b->novr; i++)
-        if (b->ovr[i].hash == h && b->ovr[i].key_len == len &&
-            memcmp(b->ovr[i].key, key, len) == 0) {
-            diag(b, line, "override for '%.*s' given twice",
-                 (int)(len > 64 ? 64 : len), key);
-            return RL_EINVAL;
-        }
     if (b->novr == b->ovr_cap) {
         size_t cap = b->ovr_cap ? 2 * b->ovr_cap : 16;
         rls_override_t *n = realloc(b->ovr, cap * sizeof(*n));
@@ -497,6 +573,28 @@ static int override_add(builder_t *b, const char *key, size_t len,
         b->ovr = n;
         b->ovr_cap = cap;
     }
+    if (b->novr == b->line_cap) {
+        size_t cap = b->line_cap ? 2 * b->line_cap : 16;
+        int *nl = realloc(b->ovr_line, cap * sizeof(*nl));
+        if (nl == NULL) {
+            b->nomem = 1;
+            return RL_ENOMEM;
+        }
+        b->ovr_line = nl;
+        b->line_cap = cap;
+    }
+    if (oset_reserve(b) != RL_OK) {
+        b->nomem = 1;
+        return RL_ENOMEM;
+    }
+    h = rl_hash(&b->p->hash_key, key, len);
+    pos = oset_find(b, key, len, h, &found);
+    if (found) {
+        diag(b, line, "override for '%.*s' given twice (first at line %d)",
+             (int)(len > 64 ? 64 : len), key,
+             b->ovr_line[(uint32_t)b->oidx[pos] - 1]);
+        return RL_EINVAL;
+    }
     o = &b->ovr[b->novr];
     if ((o->key = arena_copy(b->p, key, len)) == NULL) {
         b->nomem = 1;
@@ -505,7 +603,9 @@ static int override_add(builder_t *b, const char *key, size_t len,
     o->key_len = len;
     o->hash = h;
     o->limits = *ls;
+    b->ovr_line[b->novr] = line;
     b->novr++;
+    b->oidx[pos] = (h & UINT64_C(0xffffffff00000000)) | (uint32_t)b->novr;
     return RL_OK;
 }
 
@@ -560,7 +660,7 @@ static int line_of(const yp_t *y)
     return rls_yaml_in_line(&y->in);
 }
 
-/* The walk stopped (rls_yaml_in_t's on_stop): said at its line. */
+/* An error of the walk (rls_yaml_in_t's on_error): said at its line. */
 static void yaml_stopped(void *arg, int line, const char *why, int nomem)
 {
     builder_t *b = arg;
@@ -690,6 +790,7 @@ static int read_overrides(yp_t *y)
         diag(y->b, line_of(y), "overrides must map caller keys to limits");
         return skip_value(y);
     }
+    rls_yaml_in_own_keys(&y->in); /* override_add: lines and a hash set */
     while ((rc = next_key(y, "an override's key must be a string", NULL)) > 0) {
         char key[RL_KEY_MAX + 1];
         size_t klen;
@@ -721,7 +822,11 @@ static int read_rule(yp_t *y, const char *name, size_t name_len, int line)
         memset(&scratch, 0, sizeof(scratch));
         r = &scratch;
     }
+    /* A rule left with errors keeps its overrides' index: empty it. */
     b->novr = 0;
+    free(b->oidx);
+    b->oidx = NULL;
+    b->oidx_cap = 0;
     if (y->in.ev.type != YAML_MAPPING_START_EVENT) {
         diag(b, line_of(y), "rule '%.*s' must be a map with limits",
              (int)name_len, name);
@@ -770,8 +875,9 @@ static int read_rule(yp_t *y, const char *name, size_t name_len, int line)
         ok = 0;
     }
     if (ok && r != &scratch && !b->nomem) {
-        if (overrides_commit(b, r) != RL_OK || rule_commit(b) != RL_OK)
+        if (rule_commit(b) != RL_OK)
             return RL_ENOMEM;
+        overrides_commit(b, r);
     }
     return RL_OK;
 }
@@ -786,6 +892,7 @@ static int read_rules(yp_t *y)
         diag(y->b, line_of(y), "rules must map rule names to rules");
         return skip_value(y);
     }
+    rls_yaml_in_own_keys(&y->in); /* rule_new: "defined twice" */
     while ((rc = next_key(y, "a rule's name must be a string", NULL)) > 0) {
         char name[RL_RULE_MAX + 1];
         size_t len;
@@ -835,9 +942,7 @@ static void read_file(builder_t *b, const char *buf, size_t len)
         if (y.in.ev.type == YAML_MAPPING_END_EVENT)
             break;
         if (is_scalar(&y) && key_is(&y, "rules")) {
-            if (seen_rules)
-                diag(b, line_of(&y), "'rules' given twice");
-            seen_rules = 1;
+            seen_rules = 1; /* twice: told by the walk */
             if (next(&y) != RL_OK || read_rules(&y) != RL_OK)
                 goto done;
         } else {
@@ -884,7 +989,10 @@ static int build(const char *const *flags, size_t nflags, const char *name,
         read_file(&b, buf, len);
     }
     free(b.ovr);
+    free(b.ovr_line);
+    free(b.oidx);
     free(b.seen);
+    atomic_fetch_add_explicit(&key_probes, b.probes, memory_order_relaxed);
     if (b.nomem) {
         policy_free(b.p);
         return RL_ENOMEM;
@@ -910,48 +1018,28 @@ int rls_policy_build(const char *const *flags, size_t nflags,
                      const char *path, size_t max_rules, rls_policy_t **out,
                      rls_diag_t *diag)
 {
-    struct stat st;
-    FILE *f = NULL;
-    char *buf = NULL;
+    uint64_t sig[4] = {0, 0, 0, 0};
+    char *buf = NULL, why[128];
     size_t len = 0;
     int rc;
 
     memset(diag, 0, sizeof(*diag));
     *out = NULL;
     if (path != NULL) {
-        /* The size is checked before anything is reserved, and reading
-         * stops at the cap even if the file grows meanwhile. */
-        if ((f = fopen(path, "rb")) == NULL || fstat(fileno(f), &st) != 0) {
-            snprintf(diag->msg[0], sizeof(diag->msg[0]), "%s: cannot read: %s",
-                     path, "no such file or not readable");
+        rc = rls_file_read(path, RLS_RULES_FILE_MAX, &buf, &len, sig, why,
+                           sizeof(why));
+        if (rc == RL_EINVAL) {
+            snprintf(diag->msg[0], sizeof(diag->msg[0]), "%s: %s", path,
+                     why);
             diag->n = 1;
-            if (f != NULL)
-                fclose(f);
-            return RL_EINVAL;
         }
-        if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > RLS_RULES_FILE_MAX) {
-            snprintf(diag->msg[0], sizeof(diag->msg[0]),
-                     "%s: not a regular file of at most %u MiB", path,
-                     RLS_RULES_FILE_MAX >> 20);
-            diag->n = 1;
-            fclose(f);
-            return RL_EINVAL;
-        }
-        if ((buf = malloc((size_t)st.st_size + 1)) == NULL) {
-            fclose(f);
-            return RL_ENOMEM;
-        }
-        len = fread(buf, 1, (size_t)st.st_size, f);
-        fclose(f);
+        if (rc != RL_OK)
+            return rc;
     }
     rc = build(flags, nflags, path, buf, len, max_rules, out, diag);
     free(buf);
-    if (rc == RL_OK && path != NULL) {
-        (*out)->file_sig[0] = (uint64_t)st.st_ino;
-        (*out)->file_sig[1] = (uint64_t)st.st_size;
-        (*out)->file_sig[2] = (uint64_t)st.st_mtim.tv_sec;
-        (*out)->file_sig[3] = (uint64_t)st.st_mtim.tv_nsec;
-    }
+    if (rc == RL_OK)
+        memcpy((*out)->file_sig, sig, sizeof(sig));
     return rc;
 }
 

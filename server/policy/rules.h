@@ -60,9 +60,13 @@ typedef struct rls_rule_s {
     rls_limits_t limits;
     int mode;
     int line; /* where it was defined (0: a --rule flag) */
-    rls_override_t *overrides; /* open-addressed by key hash, or NULL */
+    rls_override_t *overrides; /* in the file's order, or NULL */
+    /* Open-addressed by key hash, at most half full: each slot the
+     * override's index + 1 in its low half and the high half of its
+     * hash above (compared before the override is touched); 0: empty. */
+    uint64_t *override_index;
     const rl_hash_key_t *hash_key; /* the policy's, for overrides */
-    uint32_t overrides_mask;   /* table size - 1 */
+    uint32_t overrides_mask;   /* index size - 1 */
     uint32_t noverrides;
     uint32_t index; /* position in the policy, 0-based */
 } rls_rule_t;
@@ -110,6 +114,11 @@ int rls_policy_build_buf(const char *const *flags, size_t nflags,
 rls_policy_t *rls_policy_ref(rls_policy_t *p);
 void rls_policy_unref(rls_policy_t *p);
 
+/* Drops a reference unless it is the last: returns NULL, or p when the
+ * caller held the last one (nothing else can reach p then, so the caller
+ * may free it with rls_policy_unref on another thread). NULL is fine. */
+rls_policy_t *rls_policy_release(rls_policy_t *p);
+
 size_t rls_policy_count(const rls_policy_t *p);
 const rls_rule_t *rls_policy_rule_at(const rls_policy_t *p, size_t i);
 
@@ -124,6 +133,11 @@ const rls_limits_t *rls_rule_limits(const rls_rule_t *r, const char *key,
 /* 1 when s[0, len) is a rule name a client could send: 1 to 128 bytes of
  * [A-Za-z0-9_.:-] (the same check rl_check_validate makes). */
 int rls_rule_name_ok(const char *s, size_t len);
+
+/* Test hook: the key comparisons made so far, in this process, by builds
+ * checking rule names and override keys for duplicates (summed when each
+ * build ends). A test builds N keys and checks that this grew by O(N). */
+uint64_t rls_rules_key_probes(void);
 
 const char *rls_mode_name(int mode);
 /* Returns RLS_MODE_* or -1 for an unknown name. */

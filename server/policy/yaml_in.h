@@ -3,19 +3,51 @@
  * parts of the walk that do not depend on what the document means. It
  * keeps the current event, the nesting depth (bounded), and stops for
  * good at the first broken event: bad YAML, an alias, nesting past the
- * bound, or a read past the end. Nothing here reserves memory but
- * libyaml's own. */
+ * bound, or a read past the end.
+ *
+ * It also enforces what libyaml's event parser leaves to its caller: the
+ * keys of a mapping are unique. A key given twice is an error naming both
+ * lines (the walk goes on, so every error is still reported), whatever
+ * the mapping means; a caller that checks a mapping's keys itself, with
+ * a message of its own, says so (rls_yaml_in_own_keys). The keys of the
+ * mappings open around the current event are kept for that (copied: an
+ * event's text lives until the next event), and dropped when their
+ * mapping ends. */
 #ifndef RLS_POLICY_YAML_IN_H
 #define RLS_POLICY_YAML_IN_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <yaml.h>
 
-/* Told once, when the walk stops: where (line, 1-based) and why, and
- * whether libyaml ran out of memory. */
-typedef void (*rls_yaml_stop_fn)(void *arg, int line, const char *why,
-                                 int nomem);
+#include "rl_hash.h"
+
+/* Nesting a walk can be asked to allow, at most. */
+#define RLS_YAML_DEPTH_LIMIT 64
+
+/* Told of each error, with its line (1-based): a key given twice (the walk
+ * goes on), and once why the walk stopped (nomem: libyaml or the key set
+ * ran out of memory). */
+typedef void (*rls_yaml_err_fn)(void *arg, int line, const char *why,
+                                int nomem);
+
+/* A sequence or mapping open around the current event. */
+typedef struct rls_yaml_frame_s {
+    uint32_t serial;  /* mappings: numbered from 1 in the walk */
+    uint32_t mark;    /* keys held when it opened */
+    size_t bytes;     /* key bytes held when it opened */
+    uint8_t is_map;
+    uint8_t want_key; /* mappings: the next node is a key */
+    uint8_t own_keys; /* the caller checks this mapping's keys */
+} rls_yaml_frame_t;
+
+typedef struct rls_yaml_key_s {
+    uint64_t hash;
+    uint32_t serial, line;
+    size_t off, len; /* in the key bytes */
+    size_t slot;     /* where it sits in the set */
+} rls_yaml_key_t;
 
 typedef struct rls_yaml_in_s {
     yaml_parser_t parser;
@@ -23,22 +55,36 @@ typedef struct rls_yaml_in_s {
     int have;        /* ev holds an event to delete */
     int depth;       /* sequences and maps open around ev */
     int depth_max;
-    int broken;      /* stopped: every rls_yaml_next fails */
-    rls_yaml_stop_fn on_stop;
+    int broken;      /* stopped: every rls_yaml_in_next fails */
+    rls_yaml_err_fn on_error;
     void *arg;
+    rls_yaml_frame_t frames[RLS_YAML_DEPTH_LIMIT];
+    uint32_t serials;
+    /* The keys of the open mappings, in the order read (a stack), their
+     * bytes, and a set over them: open-addressed, at most half full, each
+     * slot a key's index + 1. Keys leave in the reverse of their order,
+     * which lets a linear-probing set drop them by emptying their slots. */
+    rls_yaml_key_t *keys;
+    size_t nkeys, keys_cap;
+    char *bytes;
+    size_t nbytes, bytes_cap;
+    uint32_t *slots;
+    size_t slots_cap;
+    rl_hash_key_t hash_key;
 } rls_yaml_in_t;
 
 /* Prepares to read len bytes of buf (which must outlive y), nesting at
- * most depth_max deep; on_stop(arg, ...) hears why it stopped, once.
- * Returns 0, or RL_ENOMEM with nothing to close. */
+ * most depth_max (<= RLS_YAML_DEPTH_LIMIT) deep; on_error(arg, ...) hears
+ * each error. Returns 0, or RL_ENOMEM with nothing to close. */
 int rls_yaml_in_open(rls_yaml_in_t *y, const char *buf, size_t len,
-                     int depth_max, rls_yaml_stop_fn on_stop, void *arg);
+                     int depth_max, rls_yaml_err_fn on_error, void *arg);
 
 /* Frees what y holds. */
 void rls_yaml_in_close(rls_yaml_in_t *y);
 
 /* Advances to the next event. Returns 0, or RL_EINVAL once stopped (the
- * first time telling on_stop why). */
+ * first time telling on_error why). A key given twice is told to
+ * on_error and is not a stop. */
 int rls_yaml_in_next(rls_yaml_in_t *y);
 
 /* The current event's line, 1-based. */
@@ -47,5 +93,9 @@ int rls_yaml_in_line(const rls_yaml_in_t *y);
 /* Skips the value the current event starts (nothing for a scalar).
  * Returns 0 or RL_EINVAL. */
 int rls_yaml_in_skip(rls_yaml_in_t *y);
+
+/* At a MAPPING_START: the caller finds this mapping's duplicate keys
+ * itself (it indexes them anyway, and has a better message). */
+void rls_yaml_in_own_keys(rls_yaml_in_t *y);
 
 #endif

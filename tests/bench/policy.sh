@@ -8,6 +8,8 @@
 #      rl_config_reload_last_microseconds, five SIGHUPs, median);
 #   3. how long a runtime switch takes to reach three rl-servers (rl-ctl
 #      reports each instance; the slowest of each change, five changes).
+# Big rules files (40k to 400k overrides: start, reload, and what a client
+# waits during a reload) are measured by tests/bench/policy_reload.sh.
 # Usage: bash tests/bench/policy.sh [SECONDS] [ROUNDS]   (from the root)
 set -euo pipefail
 cd "$(dirname "$0")/../.."

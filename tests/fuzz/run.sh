@@ -84,7 +84,8 @@ mkdir -p "$out/corpus-conn"
   tests/fuzz/corpus/conn
 
 # The --envoy-config loader (server/policy/envoy_conf.c), seeded from
-# tests/fuzz/corpus/envoy_conf; and the --grpc input path (nghttp2, gRPC,
+# tests/fuzz/corpus/envoy_conf; the rules file loader (rules.c), from
+# tests/fuzz/corpus/rules; and the --grpc input path (nghttp2, gRPC,
 # RateLimitRequest, batcher, memory store) over a real loop. Both need the
 # server's sources and the Envoy proto's generated code.
 mkdir -p "$out/gen"
@@ -96,7 +97,7 @@ mkdir -p "$out/gen"
 srv=$(find server -name '*.c' ! -name main.c ! -name rl-ctl.c \
   ! -path '*/redis_module/module.c')
 gen=$(find "$out/gen" -name '*.pb-c.c')
-for t in envoy_conf grpc; do
+for t in envoy_conf rules grpc; do
   extra=""
   [ "$t" = grpc ] && extra="tests/support/h2raw.c -Itests/support"
   clang -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -g -O1 \
@@ -109,6 +110,7 @@ for t in envoy_conf grpc; do
   seeds=""
   [ "$t" = envoy_conf ] && seeds=tests/fuzz/corpus/envoy_conf
   [ "$t" = grpc ] && seeds=tests/fuzz/corpus/grpc
+  [ "$t" = rules ] && seeds=tests/fuzz/corpus/rules
   "$out/fuzz_$t" -max_total_time="$secs" -max_len=4096 -timeout=20 \
     -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus-$t" $seeds
 done

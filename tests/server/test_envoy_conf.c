@@ -154,6 +154,59 @@ static void test_errors(void **state)
     assert_int_equal(d.n, sizeof(want) / sizeof(want[0]));
 }
 
+/* A key given twice is an error naming both lines, at every level. */
+static void test_duplicate_keys(void **state)
+{
+    static const struct {
+        const char *yaml, *want;
+    } cases[] = {
+        {"domain: a\ndomain: b\ndescriptors: []\n",
+         "t.yaml:2: key 'domain' given twice (first at line 1)"},
+        {"domain: a\ndescriptors:\n  - key: k\n"
+         "    rate_limit: {unit: minute, requests_per_unit: 1}\n"
+         "    rate_limit: {unit: second, requests_per_unit: 1000000}\n",
+         "t.yaml:5: key 'rate_limit' given twice (first at line 4)"},
+        {"domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n"
+         "      unit: minute\n      requests_per_unit: 1\n"
+         "      requests_per_unit: 9\n",
+         "t.yaml:7: key 'requests_per_unit' given twice (first at line 6)"},
+        {"domain: a\ndescriptors:\n  - key: k\n    key: j\n",
+         "t.yaml:4: key 'key' given twice (first at line 3)"},
+        {"domain: a\ndescriptors:\n  - key: k\n    value: v\n"
+         "    value: w\n",
+         "t.yaml:5: key 'value' given twice (first at line 4)"},
+        {"domain: a\ndescriptors: []\nrate_limit_headers: x\n"
+         "rate_limit_headers: all\n",
+         "t.yaml:4: key 'rate_limit_headers' given twice (first at line 3)"},
+        {"domain: a\ndescriptors: []\ndescriptors: []\n",
+         "t.yaml:3: key 'descriptors' given twice (first at line 2)"},
+        {"domain: a\ndescriptors:\n  - key: k\n    value: v\n"
+         "  - key: k\n    value: v\n",
+         "t.yaml:5: duplicate descriptor key 'k' value 'v' (first at line 3)"},
+    };
+    rls_envoy_conf_t *c;
+    rls_diag_t d;
+    size_t i;
+    int rc;
+
+    (void)state;
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        assert_null(build(cases[i].yaml, &d, &rc));
+        assert_int_equal(rc, RL_EINVAL);
+        if (d.n != 1 || strstr(d.msg[0], cases[i].want) == NULL)
+            fail_msg("case %zu: want '%s', got %zu errors, first '%s'", i,
+                     cases[i].want, d.n, d.n ? d.msg[0] : "");
+    }
+    /* Sibling descriptors are separate mappings: the same key names in
+     * each are fine. */
+    c = build("domain: a\ndescriptors:\n"
+              "  - {key: k, value: v}\n  - {key: k, value: w}\n",
+              &d, &rc);
+    assert_int_equal(rc, RL_OK);
+    assert_non_null(c);
+    rls_envoy_conf_unref(c);
+}
+
 static void test_hostile(void **state)
 {
     static const char alias[] = "domain: d\ndescriptors: &a\n"
@@ -222,6 +275,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matching),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_duplicate_keys),
         cmocka_unit_test(test_hostile),
         cmocka_unit_test(test_keys),
     };

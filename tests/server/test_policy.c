@@ -20,7 +20,9 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -109,11 +111,10 @@ static void start_redis(fx_t *f)
 
 /* Starts server i with --metrics and the extra arguments (NULL-ended);
  * with Redis when the fixture has one. */
-static void start_server(fx_t *f, int i, ...)
+static void vstart_server(fx_t *f, int i, va_list ap)
 {
     char *argv[40], raddr[32];
     const char *a;
-    va_list ap;
     int k = 0;
 
     argv[k++] = "--metrics";
@@ -125,10 +126,8 @@ static void start_server(fx_t *f, int i, ...)
         argv[k++] = "--redis";
         argv[k++] = raddr;
     }
-    va_start(ap, i);
     while ((a = va_arg(ap, const char *)) != NULL && k < 38)
         argv[k++] = (char *)a;
-    va_end(ap);
     argv[k] = NULL;
     assert_int_equal(rlt_server_start(&f->srv[i], RL_SERVER_BIN, 0, argv),
                      RL_OK);
@@ -146,6 +145,64 @@ static void start_server(fx_t *f, int i, ...)
             nap_ms(10);
         }
     }
+}
+
+static void start_server(fx_t *f, int i, ...)
+{
+    va_list ap;
+
+    va_start(ap, i);
+    vstart_server(f, i, ap);
+    va_end(ap);
+}
+
+/* Like start_server, at --log-level info, with the server's log (its
+ * stderr) in f->dir/server<i>.log, for tests that read what it says. */
+static void start_server_logged(fx_t *f, int i, ...)
+{
+    char log[128];
+    int saved = dup(2), fd;
+    va_list ap;
+
+    snprintf(log, sizeof(log), "%s/server%d.log", f->dir, i);
+    fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0600);
+    assert_true(saved >= 0 && fd >= 0);
+    /* The child inherits stderr: the log file, not the test's. */
+    fflush(stderr);
+    assert_int_equal(dup2(fd, 2), 2);
+    close(fd);
+    va_start(ap, i);
+    vstart_server(f, i, ap);
+    va_end(ap);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+}
+
+/* Lines of server i's log (start_server_logged) that contain all of the
+ * given strings (NULL-ended). */
+static int log_lines(fx_t *f, int i, ...)
+{
+    char path[128], line[2048];
+    int n = 0;
+    FILE *fp;
+
+    snprintf(path, sizeof(path), "%s/server%d.log", f->dir, i);
+    fp = fopen(path, "r");
+    assert_non_null(fp);
+    while (fgets(line, sizeof(line), fp) != NULL) {
+        const char *want;
+        int all = 1;
+        va_list ap;
+
+        va_start(ap, i);
+        while ((want = va_arg(ap, const char *)) != NULL)
+            all &= strstr(line, want) != NULL;
+        va_end(ap);
+        n += all;
+    }
+    fclose(fp);
+    return n;
 }
 
 /* Runs a program to its end; returns its exit status, with its stdout and
@@ -370,6 +427,53 @@ static void test_check_config(void **state)
                          f->dir, RL_SERVER_BIN, f->dir),
                      2);
     assert_non_null(strstr(out, "bin.yaml:"));
+}
+
+/* --check-config and --check-envoy-config refuse a key given twice, with
+ * both lines, instead of letting the last one win. */
+static void test_check_duplicate_keys(void **state)
+{
+    fx_t *f = *state;
+    char out[8192], want[512], envoy[128];
+
+    write_file(f->rules, "rules:\n"
+                         "  api:\n"
+                         "    limits: [1/1m]\n"
+                         "    mode: shadow\n"
+                         "    limits: [1000000/1s]\n"
+                         "    mode: enforce\n");
+    assert_int_equal(run(out, sizeof(out), "%s --check-config %s",
+                         RL_SERVER_BIN, f->rules),
+                     2);
+    snprintf(want, sizeof(want),
+             "%s:5: key 'limits' given twice (first at line 3)", f->rules);
+    assert_non_null(strstr(out, want));
+    snprintf(want, sizeof(want),
+             "%s:6: key 'mode' given twice (first at line 4)", f->rules);
+    assert_non_null(strstr(out, want));
+    /* Serving refuses it the same way. */
+    assert_int_equal(run(out, sizeof(out), "%s --listen 127.0.0.1:0 "
+                                           "--config %s",
+                         RL_SERVER_BIN, f->rules),
+                     2);
+    assert_non_null(strstr(out, want));
+
+    snprintf(envoy, sizeof(envoy), "%s/envoy.yaml", f->dir);
+    write_file(envoy, "domain: a\n"
+                      "descriptors:\n"
+                      "  - key: k\n"
+                      "    rate_limit: {unit: minute, requests_per_unit: 1}\n"
+                      "    rate_limit: {unit: second, requests_per_unit: 9}\n"
+                      "domain: b\n");
+    assert_int_equal(run(out, sizeof(out), "%s --check-envoy-config %s",
+                         RL_SERVER_BIN, envoy),
+                     2);
+    snprintf(want, sizeof(want),
+             "%s:5: key 'rate_limit' given twice (first at line 4)", envoy);
+    assert_non_null(strstr(out, want));
+    snprintf(want, sizeof(want),
+             "%s:6: key 'domain' given twice (first at line 1)", envoy);
+    assert_non_null(strstr(out, want));
 }
 
 /* A rule's counter cannot be spent through another rule, nor through an
@@ -850,7 +954,10 @@ static void test_reload_under_load(void **state)
     int i, nbad = 0, ngood = 0;
 
     write_file(f->rules, good_a);
-    start_server(f, 0, "--config", f->rules, NULL);
+    /* Files renamed over: no need to wait the default second for each of
+     * the 50 to settle. */
+    start_server(f, 0, "--config", f->rules, "--reload-settle-ms", "200",
+                 NULL);
     memset(&load, 0, sizeof(load));
     load.port = f->srv[0].port;
     load.rule = "r";
@@ -899,10 +1006,218 @@ static void test_sighup(void **state)
                      7);
 }
 
+
+/* The limit and window rule `rule` has for key now (limit 0: no rule). */
+static void rule_now(fx_t *f, const char *rule, uint64_t *limit,
+                     uint32_t *window)
+{
+    static uint64_t id = 1000;
+    rlt_result_t r = ask(f->srv[0].port, rule_check(++id, "k", rule, 0));
+
+    *limit = r.r.code == RL_CODE_ERROR ? 0 : r.r.limit;
+    *window = r.r.window_s;
+}
+
+#define EXPECT_RULE(f, rule, lim, win)                                         \
+    do {                                                                       \
+        uint64_t l_;                                                           \
+        uint32_t w_;                                                           \
+        rule_now(f, rule, &l_, &w_);                                           \
+        if (l_ != (lim) || w_ != (win))                                        \
+            fail_msg("rule %s: %llu/%us, want %llu/%us", rule,                 \
+                     (unsigned long long)l_, w_, (unsigned long long)(lim),    \
+                     (unsigned)(win));                                         \
+    } while (0)
+
+/* A file written in place by a writer that pauses mid-write is not read
+ * half-written: the watch waits until the file has stopped changing
+ * (1 s by default), so requests meanwhile see the old rules, and the
+ * whole new file is what goes live, in one reload. */
+static void test_half_written_file(void **state)
+{
+    fx_t *f = *state;
+    static const char whole[] = "rules:\n"
+                                "  api:\n"
+                                "    limits: 20000/1h\n"
+                                "  login:\n"
+                                "    limits: 5/1m\n";
+    /* Cut inside "1h": what was written so far parses, as 20000 a second
+     * and without login. */
+    size_t cut = (size_t)(strstr(whole, "/1h") - whole) + 2;
+    uint64_t t0;
+    int fd;
+
+    write_file(f->rules, "rules:\n"
+                         "  api:\n"
+                         "    limits: 10000/1h\n"
+                         "  login:\n"
+                         "    limits: 5/1m\n");
+    start_server(f, 0, "--config", f->rules, NULL);
+    EXPECT_RULE(f, "api", 10000, 3600);
+    fd = open(f->rules, O_WRONLY | O_TRUNC);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, whole, cut), (ssize_t)cut);
+    /* The writer's pause: longer than the watch's 50 ms debounce, shorter
+     * than its settle time. */
+    t0 = rlt_mono_ms();
+    while (rlt_mono_ms() - t0 < 400) {
+        EXPECT_RULE(f, "api", 10000, 3600);
+        EXPECT_RULE(f, "login", 5, 60);
+        nap_ms(20);
+    }
+    assert_int_equal(write(fd, whole + cut, strlen(whole) - cut),
+                     (ssize_t)(strlen(whole) - cut));
+    assert_int_equal(close(fd), 0);
+    await_metric(f, 0, "rl_config_reloads_total", 1, 10000);
+    EXPECT_RULE(f, "api", 20000, 3600);
+    EXPECT_RULE(f, "login", 5, 60);
+    assert_int_equal(metric(f, 0, "rl_config_reloads_total"), 1);
+    assert_int_equal(metric0(f, 0, "rl_config_reload_failures_total"), 0);
+}
+
+/* A good file that lacks rules the last one had is loaded, with a
+ * warning naming them. */
+static void test_lost_rules_warning(void **state)
+{
+    fx_t *f = *state;
+
+    write_file(f->rules, "rules:\n"
+                         "  a: {limits: 1/1s}\n"
+                         "  b: {limits: 1/1s}\n"
+                         "  c: {limits: 1/1s}\n");
+    start_server_logged(f, 0, "--config", f->rules, "--log-level", "info",
+                        NULL);
+    write_file(f->rules, "rules:\n  a: {limits: 2/1s}\n");
+    await_metric(f, 0, "rl_config_reloads_total", 1, 10000);
+    EXPECT_RULE(f, "a", 2, 1);
+    assert_int_equal(log_lines(f, 0, "level=warn",
+                               "rules reloaded without rules the last file "
+                               "had",
+                               "missing=2", "names=\"b,c\"", NULL),
+                     1);
+    /* A file with the same rules (or more) says nothing of the kind. */
+    write_file(f->rules, "rules:\n  a: {limits: 3/1s}\n  d: {limits: 1/1s}\n");
+    await_metric(f, 0, "rl_config_reloads_total", 2, 10000);
+    assert_int_equal(log_lines(f, 0, "without rules", NULL), 1);
+}
+
+/* A version of a ConfigMap volume as the kubelet writes it: a new
+ * timestamped directory with the files, a ..data_tmp link to it renamed
+ * over ..data, the old directory removed. The file's own path is a link
+ * through ..data, made once. */
+static void configmap_version(const char *cm, int v, const char *text)
+{
+    char ts[256], file[320], tmp[256], data[256], old[320];
+
+    snprintf(ts, sizeof(ts), "..2026_01_01_00_00_%02d.%09d", v, 100000 + v);
+    snprintf(file, sizeof(file), "%s/%s", cm, ts);
+    assert_int_equal(mkdir(file, 0755), 0);
+    snprintf(file, sizeof(file), "%s/%s/rules.yaml", cm, ts);
+    {
+        FILE *fp = fopen(file, "w");
+        assert_non_null(fp);
+        assert_true(fputs(text, fp) >= 0);
+        assert_int_equal(fclose(fp), 0);
+    }
+    snprintf(tmp, sizeof(tmp), "%s/..data_tmp", cm);
+    snprintf(data, sizeof(data), "%s/..data", cm);
+    assert_int_equal(symlink(ts, tmp), 0);
+    assert_int_equal(rename(tmp, data), 0);
+    if (v > 1) {
+        snprintf(old, sizeof(old), "rm -rf '%s/..2026_01_01_00_00_%02d.%09d'",
+                 cm, v - 1, 100000 + v - 1);
+        assert_int_equal(system(old), 0);
+    } else {
+        snprintf(file, sizeof(file), "%s/rules.yaml", cm);
+        assert_int_equal(symlink("..data/rules.yaml", file), 0);
+    }
+}
+
+/* A rules file mounted from a Kubernetes ConfigMap is reloaded when the
+ * kubelet switches ..data to a new version. */
+static void test_configmap(void **state)
+{
+    fx_t *f = *state;
+    char cm[128], path[160];
+
+    snprintf(cm, sizeof(cm), "%s/cm", f->dir);
+    assert_int_equal(mkdir(cm, 0755), 0);
+    configmap_version(cm, 1, "rules:\n  r:\n    limits: [7/1h]\n");
+    snprintf(path, sizeof(path), "%s/rules.yaml", cm);
+    start_server(f, 0, "--config", path, NULL);
+    EXPECT_RULE(f, "r", 7, 3600);
+    configmap_version(cm, 2, "rules:\n  r:\n    limits: [13/2h]\n");
+    await_metric(f, 0, "rl_config_reloads_total", 1, 10000);
+    EXPECT_RULE(f, "r", 13, 7200);
+    configmap_version(cm, 3, "rules:\n  r:\n    limits: [17/2d]\n");
+    await_metric(f, 0, "rl_config_reloads_total", 2, 10000);
+    EXPECT_RULE(f, "r", 17, 172800);
+    assert_int_equal(metric0(f, 0, "rl_config_reload_failures_total"), 0);
+}
+
+/* A FIFO, a directory and a socket renamed over the rules file: each is
+ * refused with one error line, without blocking (a FIFO opened for
+ * reading waits for a writer), and the server answers throughout under
+ * the rules in force. */
+static void test_not_regular_file(void **state)
+{
+    fx_t *f = *state;
+    struct sockaddr_un sa;
+    char tmp[160];
+    int s;
+
+    snprintf(tmp, sizeof(tmp), "%s/incoming", f->dir);
+    write_file(f->rules, "rules:\n  r:\n    limits: [7/1h]\n");
+    start_server_logged(f, 0, "--config", f->rules, NULL);
+
+    assert_int_equal(mkfifo(tmp, 0600), 0);
+    assert_int_equal(rename(tmp, f->rules), 0);
+    await_metric(f, 0, "rl_config_reload_failures_total", 1, 10000);
+    EXPECT_RULE(f, "r", 7, 3600);
+
+    assert_int_equal(unlink(f->rules), 0);
+    assert_int_equal(mkdir(tmp, 0700), 0);
+    assert_int_equal(rename(tmp, f->rules), 0);
+    await_metric(f, 0, "rl_config_reload_failures_total", 2, 10000);
+    EXPECT_RULE(f, "r", 7, 3600);
+
+    assert_int_equal(rmdir(f->rules), 0);
+    s = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_true(s >= 0);
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    assert_true(strlen(tmp) < sizeof(sa.sun_path));
+    memcpy(sa.sun_path, tmp, strlen(tmp) + 1);
+    assert_int_equal(bind(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(rename(tmp, f->rules), 0);
+    await_metric(f, 0, "rl_config_reload_failures_total", 3, 10000);
+    EXPECT_RULE(f, "r", 7, 3600);
+    close(s);
+
+    assert_int_equal(unlink(f->rules), 0);
+    write_file(f->rules, "rules:\n  r:\n    limits: [13/2h]\n");
+    await_metric(f, 0, "rl_config_reloads_total", 1, 10000);
+    EXPECT_RULE(f, "r", 13, 7200);
+    assert_int_equal(metric(f, 0, "rl_config_reload_failures_total"), 3);
+    assert_int_equal(log_lines(f, 0, "rules not reloaded", NULL), 3);
+    assert_int_equal(
+        log_lines(f, 0, "rules not reloaded", "not a regular file (a FIFO)",
+                  NULL),
+        1);
+    assert_int_equal(log_lines(f, 0, "rules not reloaded",
+                               "not a regular file (a directory)", NULL),
+                     1);
+    assert_int_equal(log_lines(f, 0, "rules not reloaded",
+                               "not a regular file (a socket)", NULL),
+                     1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_check_config, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_check_duplicate_keys, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_counters_belong_to_their_rule,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_inline_caps, setup, teardown),
@@ -915,6 +1230,13 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_reload_under_load, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_sighup, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_half_written_file, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_lost_rules_warning, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_configmap, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_not_regular_file, setup,
+                                        teardown),
     };
     signal(SIGPIPE, SIG_IGN);
     return cmocka_run_group_tests(tests, NULL, NULL);

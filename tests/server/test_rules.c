@@ -248,6 +248,43 @@ static void test_bad_files(void **state)
          "r.yaml:6: more than 4 rules");
 }
 
+/* A key given twice anywhere is an error naming both lines: the last one
+ * no longer wins silently. */
+static void test_duplicate_keys(void **state)
+{
+    (void)state;
+    ERRS("rules:\n  a:\n    limits: [1/1m]\n    limits: [1000000/1s]\n",
+         "r.yaml:4: key 'limits' given twice (first at line 3)");
+    ERRS("rules:\n  a:\n    limits: [1/1m]\n    mode: enforce\n"
+         "    mode: off\n",
+         "r.yaml:5: key 'mode' given twice (first at line 4)");
+    ERRS("rules:\n  a:\n    limits: [1/1m]\n    overrides: {k: [2/1m]}\n"
+         "    overrides: {j: [3/1m]}\n",
+         "r.yaml:5: key 'overrides' given twice (first at line 4)");
+    ERRS("rules:\n  a:\n    limits: [1/1m]\n    description: x\n"
+         "    description: y\n",
+         "r.yaml:5: key 'description' given twice (first at line 4)");
+    ERRS("rules:\n  a: {limits: 1/1m}\nrules:\n  b: {limits: 1/1m}\n",
+         "r.yaml:3: key 'rules' given twice (first at line 1)");
+    /* Flow style too; and an unknown key twice is both unknown and
+     * twice. */
+    ERRS("rules: {a: {limits: [1/1m], limits: [2/1m]}}\n",
+         "r.yaml:1: key 'limits' given twice (first at line 1)");
+    ERRS("rules:\n  a:\n    limits: [1/1m]\n    burst: 1\n    burst: 2\n",
+         "r.yaml:4: unknown key 'burst'", "r.yaml:5: key 'burst' given twice",
+         "r.yaml:5: unknown key 'burst'");
+    /* Rule names and override keys keep their own messages, once. */
+    ERRS("rules:\n  a:\n    limits: [1/1m]\n  a:\n    limits: [2/1m]\n",
+         "r.yaml:4: rule 'a' is defined twice (first at line 2)");
+    ERRS("rules:\n  a:\n    limits: [1/1m]\n    overrides:\n"
+         "      k: [2/1m]\n      k: [3/1m]\n",
+         "r.yaml:6: override for 'k' given twice (first at line 5)");
+    /* The same key in two mappings is no duplicate. */
+    rls_policy_unref(build_ok("rules:\n  a: {limits: 1/1m, mode: off}\n"
+                              "  b: {limits: 1/1m, mode: off}\n",
+                              NULL, 0));
+}
+
 static void test_binary_file(void **state)
 {
     char buf[256];
@@ -315,6 +352,53 @@ static void test_many_rules(void **state)
     free(yaml);
 }
 
+/* Overrides load in linear time: checking each key against those before
+ * it takes a few comparisons, not one per earlier key. Counted through
+ * the builder's hook, so the test does not depend on the machine's
+ * speed: 20,000 overrides in one rule, and 2,000 rules with one each. */
+static void test_overrides_linear(void **state)
+{
+    size_t n = 20000, i, cap = n * 48 + 64, len = 0;
+    char *yaml = malloc(cap);
+    rls_policy_t *p = NULL;
+    rls_diag_t d;
+    uint64_t before;
+    const rls_rule_t *r;
+
+    (void)state;
+    assert_non_null(yaml);
+    len += (size_t)snprintf(yaml + len, cap - len,
+                            "rules:\n  api:\n    limits: [100/1m]\n"
+                            "    overrides:\n");
+    for (i = 0; i < n; i++)
+        len += (size_t)snprintf(yaml + len, cap - len,
+                                "      \"user:%zu\": [%zu/1m]\n", i, i + 1);
+    before = rls_rules_key_probes();
+    assert_int_equal(
+        rls_policy_build_buf(NULL, 0, "big", yaml, len, 10, &p, &d), RL_OK);
+    /* A hash set at most half full: about 1.5 probes a key on average.
+     * The earlier scan of every key before it made n^2/2 (2e8). */
+    print_message("%zu overrides: %llu key comparisons\n", n,
+                  (unsigned long long)(rls_rules_key_probes() - before));
+    assert_true(rls_rules_key_probes() - before <= 4 * n);
+    r = rls_policy_find(p, "api", 3);
+    assert_non_null(r);
+    assert_int_equal(r->noverrides, n);
+    assert_int_equal(rls_rule_limits(r, "user:19999", 10)->w[0].limit, n);
+    rls_policy_unref(p);
+
+    /* A key given twice is still found, among many. */
+    len += (size_t)snprintf(yaml + len, cap - len,
+                            "      \"user:7\": [1/1s]\n");
+    assert_int_equal(
+        rls_policy_build_buf(NULL, 0, "big", yaml, len, 10, &p, &d),
+        RL_EINVAL);
+    assert_int_equal(d.n, 1);
+    assert_non_null(strstr(d.msg[0], "big:20005: override for 'user:7' "
+                                     "given twice (first at line 12)"));
+    free(yaml);
+}
+
 static void test_missing_file(void **state)
 {
     rls_policy_t *p = NULL;
@@ -339,9 +423,11 @@ int main(void)
         cmocka_unit_test(test_windows_sorted),
         cmocka_unit_test(test_flags_merge),
         cmocka_unit_test(test_bad_files),
+        cmocka_unit_test(test_duplicate_keys),
         cmocka_unit_test(test_binary_file),
         cmocka_unit_test(test_flag_duplicate_with_file),
         cmocka_unit_test(test_many_rules),
+        cmocka_unit_test(test_overrides_linear),
         cmocka_unit_test(test_missing_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
