@@ -230,9 +230,12 @@ outage() {
     # Checked again once the proxy retries them (it may leave a failed
     # server alone for a few seconds).
     wait_ms 15000 checked "$open/free/q" || fail "checks did not come back"
-    # One rl-server stopped: the other decides.
+    # One rl-server stopped: the other decides, once the proxy no longer
+    # skips it for the earlier failures.
     kill -TERM "$RL1_PID"
     wait "$RL1_PID" 2>/dev/null || true
+    wait_ms 15000 checked "$open/free/one" ||
+        fail "one rl-server left: no check decided"
     for i in 1 2 3; do
         fetch "$open/free/one$i"
         [ "$CODE" = 200 ] && [ -n "$(hdr X-RateLimit-Limit)" ] ||

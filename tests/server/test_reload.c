@@ -93,17 +93,10 @@ static void hook(rls_rebuild_t *rb)
 /* The limits rule r resolves to now. */
 static void limits_now(fx_t *f, uint64_t *limit, uint32_t *window)
 {
-    rl_check_t q;
     rls_spec_t spec;
-    const char *why;
 
-    memset(&q, 0, sizeof(q));
-    q.key = "k";
-    q.key_len = 1;
-    q.rule = "r";
-    q.rule_len = 1;
-    q.cost = 1;
-    assert_int_equal(rls_runtime_resolve(&f->rt, &q, &spec, &why), RL_OK);
+    assert_int_equal(rls_runtime_resolve(&f->rt, "r", 1, "k", 1, &spec),
+                     RL_OK);
     *limit = spec.limits.w[0].limit;
     *window = spec.limits.w[0].window_s;
 }
