@@ -15,8 +15,9 @@ set_tests_properties(test_store_redis_module PROPERTIES
   ENVIRONMENT "RLT_REDIS_MODULE=$<TARGET_FILE:rl_redis_module>;RLT_EXPECT_MODULE=1")
 
 # The module as Redis runs it (test_redis_module.c): its AOF loads into a
-# Redis without it, out-of-range arguments are refused, and on a Redis
-# Cluster it keeps to the node's slots. It loads the module by path itself.
+# Redis without it, a replica without it holds what the master holds,
+# out-of-range arguments are refused, and on a Redis Cluster it keeps to
+# the node's slots. It loads the module by path itself.
 rl_add_test(test_redis_module
   SOURCES test_redis_module.c
   LIBS rl_testsupport
