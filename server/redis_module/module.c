@@ -21,7 +21,8 @@
  * one EVAL of a fixed script (REP_SCRIPT) that leaves each counter as the
  * master has it: "SET key count PXAT expiry" when the batch gave it its
  * expiry (it created it), "SET key count KEEPTTL" otherwise, "DEL key"
- * when it removed one, in the order the batch did them. A replica or an
+ * when it removed one, in the order the batch did them (a call that
+ * wrote one counter sends that command itself). A replica or an
  * AOF reload thus needs no module (EVAL is built in; never EVALSHA, which
  * a replica or a reload may not have cached), keeps the master's absolute
  * expiries, and could not count differently: it receives counts, not
@@ -203,8 +204,10 @@ static int replicate_one(RedisModuleCtx *ctx, RedisModuleString *key,
                : -1;
 }
 
-/* Replicates the effects logged, as one EVAL of REP_SCRIPT, or, should
- * Redis not have EVAL under that name, one SET or DEL each. */
+/* Replicates the effects logged, as one EVAL of REP_SCRIPT; a single one
+ * as its SET or DEL, which costs the master as much and a replica less
+ * (no Lua), and makes a smaller record; and so each, should Redis not
+ * have EVAL under that name. */
 static void fx_flush(RedisModuleCtx *ctx)
 {
     static int warned;
@@ -213,7 +216,8 @@ static void fx_flush(RedisModuleCtx *ctx)
 
     if (fx.n == 0)
         return;
-    if (rm_Replicate(ctx, "EVAL", "slvb", w_script, (long long)fx.n, fx.key,
+    if (fx.n == 1 ||
+        rm_Replicate(ctx, "EVAL", "slvb", w_script, (long long)fx.n, fx.key,
                      fx.n, fx.word, fx.len) != RM_OK) {
         for (i = 0; i < fx.n; i++) {
             const char *w = fx.word + at, *sp;

@@ -815,6 +815,31 @@ static void edges(fx_t *f, const char *t, int one_eval)
     }
 }
 
+/* A batch that writes one counter replicates that SET (or DEL) itself. */
+static void single(fx_t *f, const char *t)
+{
+    static const char *const cmds[] = {"eval", "set", "del", "multi"};
+    static const long long more[][4] = {{0, 1, 0, 0}, {0, 0, 1, 0}};
+    redisContext *c = f->c[0];
+    long long now = redis_ms(c), exp = now + 600000, n[4];
+    size_t i, round;
+
+    ok(c, "SET rl:{%s}:z:60:1 0 PX 600000", t);
+    for (round = 0; round < 2; round++) {
+        synced(f);
+        for (i = 0; i < 4; i++)
+            n[i] = calls_of(f->c[1], cmds[i]);
+        /* A new counter; then the one at 0, refused (removed). */
+        rlb_ok(c, "1 rl:{%s}:%s:60:1 0 %lld 600000 1 1 1 %lld 5 %s", t,
+               round == 0 ? "a" : "z", now, exp, round == 0 ? "1" : "-1 1 9");
+        synced(f);
+        for (i = 0; i < 4; i++)
+            if (calls_of(f->c[1], cmds[i]) != n[i] + more[round][i])
+                fail_msg("round %zu: the replica ran %s %lld times", round,
+                         cmds[i], calls_of(f->c[1], cmds[i]) - n[i]);
+    }
+}
+
 /* Batches that write nothing replicate nothing: refusals on counters
  * that do not exist, a batch after its deadline, a malformed one. */
 static void writes_nothing(fx_t *f, const char *t)
@@ -935,6 +960,7 @@ static void test_replica_without_module(void **state)
     same_on_replica(f, "batches of every kind");
     edges(f, "e1", 1);
     same_on_replica(f, "new and existing counters, removed, written twice");
+    single(f, "s1");
     writes_nothing(f, "wn");
     expired_in_batch(f, "x1");
     ok(f->c[0], "FLUSHALL");
