@@ -17,16 +17,23 @@
  * API.
  *
  * Replication and persistence: RL.BATCH itself never reaches a replica or
- * the AOF. Each counter it writes goes there as the plain command that
- * leaves it as the master has it: "SET key count PXAT expiry" when the
- * batch gave it its expiry (it created it), "SET key count KEEPTTL"
- * otherwise, "DEL key" when it removed one; Redis wraps a call's commands
- * in MULTI/EXEC. A replica or an AOF reload thus needs no module, keeps
- * the master's absolute expiries, and could not count differently: it
- * receives counts, not decisions (the way Redis replicates INCRBYFLOAT).
- * An RL.BATCH that does arrive from a master or an AOF (written by an
- * earlier version that replicated the command) is replayed without the
- * deadline check, so it counts what the master counted.
+ * the AOF, which may not have the module. What a call wrote goes there as
+ * one EVAL of a fixed script (REP_SCRIPT) that leaves each counter as the
+ * master has it: "SET key count PXAT expiry" when the batch gave it its
+ * expiry (it created it), "SET key count KEEPTTL" otherwise, "DEL key"
+ * when it removed one, in the order the batch did them (a call that
+ * wrote one counter sends that command itself). A replica or an
+ * AOF reload thus needs no module (EVAL is built in; never EVALSHA, which
+ * a replica or a reload may not have cached), keeps the master's absolute
+ * expiries, and could not count differently: it receives counts, not
+ * decisions (the way Redis replicates INCRBYFLOAT). One command per call
+ * rather than one per counter: RedisModule_Replicate looks the command up
+ * and builds its arguments at every call, even when nothing listens, and
+ * a call's several commands go out wrapped in MULTI/EXEC. Should Redis
+ * not know EVAL (renamed), the effects go out as those SETs and DELs, one
+ * command each. An RL.BATCH that does arrive from a master or an AOF
+ * (written by an earlier version that replicated the command) is replayed
+ * without the deadline check, so it counts what the master counted.
  *
  * Redis Cluster: every key of KEYS is declared (getkeys-api), so Redis
  * answers MOVED, ASK or CROSSSLOT before the command runs; the counters
@@ -104,17 +111,184 @@ typedef struct {
     int own; /* name created here (a stored quota's counter) */
 } counter_t;
 
-/* The replicated SET's words, made once: a word given as a string costs
- * the command a reference, as text an allocation. */
-static RedisModuleString *w_pxat, *w_keepttl;
+/* The script a call's writes are replicated as. KEYS are the counters in
+ * the order written (a counter may come twice), ARGV[1] a word for each,
+ * separated by spaces: "count/expiry" for SET ... PXAT, "count" for SET
+ * ... KEEPTTL, "d" for DEL. Counts stay text: a Lua number is exact only
+ * to 2^53. The replicated command carries the script's text each time, so
+ * it is short. */
+#define REP_SCRIPT                                                             \
+    "local r,k,i=redis.call,KEYS,0 "                                           \
+    "for c,x in ARGV[1]:gmatch('([^ /]+)/?(%d*)') do i=i+1 "                   \
+    "if c=='d' then r('DEL',k[i]) "                                            \
+    "elseif x=='' then r('SET',k[i],c,'KEEPTTL') "                             \
+    "else r('SET',k[i],c,'PXAT',x) end end"
+
+/* The longest word: a count (20 bytes with its sign), '/', an expiry (16
+ * digits: at most RLM_MS_MAX) and the space before the next. */
+#define WORD_MAX 40
+
+/* Words of the commands replicated, made once at load: a word given as a
+ * string costs the command a reference, as text an allocation. */
+static RedisModuleString *w_script, *w_pxat, *w_keepttl;
+
+/* A call's writes, replicated at its end (or sooner: see k_write). The
+ * arrays are kept from call to call (Redis runs module commands one at a
+ * time), up to FX_KEEP effects (about 200 kB: the largest batch rl-server
+ * sends, of two windows an op), and given back after a call that grew
+ * them further. */
+typedef struct {
+    RedisModuleString **key;
+    unsigned char *own; /* key[i] made here: freed once replicated */
+    char *word;         /* n words, len bytes */
+    size_t n, cap, len;
+} effects_t;
+
+#define FX_KEEP 4096
+
+static effects_t fx;
 
 typedef struct {
     RedisModuleCtx *ctx;
     RedisModuleString **keys, **args;
     RedisModuleString *qval; /* the last stored quota read */
+    int64_t t0;              /* Redis's clock when the call began */
+    size_t room;             /* the first room made for effects */
     /* rlm_batch opens at most an op's windows at a time. */
     counter_t c[RLM_WIN_MAX];
 } env_t;
+
+/* Room for cap effects, those logged kept; 0, or -1 (none lost). */
+static int fx_grow(size_t cap)
+{
+    size_t each = sizeof(*fx.key) + sizeof(*fx.own) + WORD_MAX;
+    char *m;
+
+    if (cap > SIZE_MAX / each || (m = rm_Alloc(cap * each)) == NULL)
+        return -1;
+    if (fx.n > 0) {
+        memcpy(m, fx.key, fx.n * sizeof(*fx.key));
+        memcpy(m + cap * sizeof(*fx.key), fx.own, fx.n);
+        memcpy(m + cap * (sizeof(*fx.key) + 1), fx.word, fx.len);
+    }
+    rm_Free(fx.key);
+    fx.key = (RedisModuleString **)(void *)m;
+    fx.own = (unsigned char *)m + cap * sizeof(*fx.key);
+    fx.word = m + cap * (sizeof(*fx.key) + 1);
+    fx.cap = cap;
+    return 0;
+}
+
+static void fx_release(void)
+{
+    rm_Free(fx.key);
+    memset(&fx, 0, sizeof(fx));
+}
+
+/* Replicates one effect as its own command (word as REP_SCRIPT reads
+ * it); 0, or -1 if Redis refused. */
+static int replicate_one(RedisModuleCtx *ctx, RedisModuleString *key,
+                         const char *w, size_t len)
+{
+    const char *slash = memchr(w, '/', len);
+
+    if (len == 1 && w[0] == 'd')
+        return rm_Replicate(ctx, "DEL", "s", key) == RM_OK ? 0 : -1;
+    if (slash == NULL)
+        return rm_Replicate(ctx, "SET", "sbs", key, w, len, w_keepttl) == RM_OK
+                   ? 0
+                   : -1;
+    return rm_Replicate(ctx, "SET", "sbsb", key, w, (size_t)(slash - w), w_pxat,
+                        slash + 1, (size_t)(w + len - slash - 1)) == RM_OK
+               ? 0
+               : -1;
+}
+
+/* Replicates the effects logged, as one EVAL of REP_SCRIPT; a single one
+ * as its SET or DEL, which costs the master as much and a replica less
+ * (no Lua), and makes a smaller record; and so each, should Redis not
+ * have EVAL under that name. */
+static void fx_flush(RedisModuleCtx *ctx)
+{
+    static int warned;
+    size_t i, at = 0;
+    int bad = 0;
+
+    if (fx.n == 0)
+        return;
+    if (fx.n == 1 ||
+        rm_Replicate(ctx, "EVAL", "slvb", w_script, (long long)fx.n, fx.key,
+                     fx.n, fx.word, fx.len) != RM_OK) {
+        for (i = 0; i < fx.n; i++) {
+            const char *w = fx.word + at, *sp;
+            size_t len = fx.len - at;
+            if ((sp = memchr(w, ' ', len)) != NULL)
+                len = (size_t)(sp - w);
+            bad |= replicate_one(ctx, fx.key[i], w, len);
+            at += len + 1;
+        }
+    }
+    if (bad && !warned) {
+        warned = 1;
+        rm_Log(ctx, "warning",
+               "ratelimit: Redis refused to replicate a batch's writes "
+               "(EVAL, SET or DEL renamed?): replicas and the AOF miss them");
+    }
+    for (i = 0; i < fx.n; i++)
+        if (fx.own[i])
+            rm_FreeString(ctx, fx.key[i]);
+    fx.n = 0;
+    fx.len = 0;
+}
+
+/* Logs c's write (count digits d, n bytes; expiry digits x, xn bytes,
+ * when x is not NULL) or removal (d NULL); the name passes to the log if
+ * c made it. */
+static void fx_add(env_t *e, counter_t *c, const char *d, size_t n,
+                   const char *x, size_t xn)
+{
+    char *w;
+
+    if (fx.n == fx.cap && fx_grow(fx.cap > 0 ? 2 * fx.cap : e->room) != 0) {
+        /* No room: what is logged goes now, in order, and the log is
+         * empty again (or, never having had room, this goes alone). */
+        fx_flush(e->ctx);
+        if (fx.cap == 0) {
+            char t[WORD_MAX];
+            size_t len = 1;
+            t[0] = 'd';
+            if (d != NULL) {
+                memcpy(t, d, n);
+                len = n;
+                if (x != NULL) {
+                    t[len++] = '/';
+                    memcpy(t + len, x, xn);
+                    len += xn;
+                }
+            }
+            replicate_one(e->ctx, c->name, t, len);
+            return;
+        }
+    }
+    w = fx.word + fx.len;
+    if (fx.n > 0)
+        *w++ = ' ';
+    if (d == NULL) {
+        *w++ = 'd';
+    } else {
+        memcpy(w, d, n);
+        w += n;
+        if (x != NULL) {
+            *w++ = '/';
+            memcpy(w, x, xn);
+            w += xn;
+        }
+    }
+    fx.len = (size_t)(w - fx.word);
+    fx.key[fx.n] = c->name;
+    fx.own[fx.n++] = (unsigned char)c->own;
+    c->own = 0;
+}
 
 static void *k_open(void *env, size_t key, const char *name, size_t len)
 {
@@ -173,13 +347,13 @@ static char *digits_of(int64_t v, char *end)
 /* The digits go into the value in place: no new object, and the key keeps
  * its expiry unless given one. (In place needs a plain string: a counter
  * written here is stored as its digits where INCRBY stores a number; see
- * DESIGN.md for what that costs per key.) Then the same state goes to
- * replicas and the AOF as a SET. */
+ * DESIGN.md for what that costs per key.) Then the write is logged for
+ * the replicas and the AOF. */
 static void k_write(void *env, void *h, int64_t v, int64_t expire_ms)
 {
     env_t *e = env;
     counter_t *c = h;
-    char t[24], x[24], *d = digits_of(v, t + sizeof(t)), *p;
+    char t[24], x[24], *d = digits_of(v, t + sizeof(t)), *p, *xd;
     size_t n = (size_t)(t + sizeof(t) - d), len;
 
     p = rm_StringDMA(c->k, &len, RM_WRITE);
@@ -189,14 +363,18 @@ static void k_write(void *env, void *h, int64_t v, int64_t expire_ms)
     }
     if (p != NULL && len == n)
         memcpy(p, d, n);
-    if (expire_ms > 0) {
-        char *xd = digits_of(expire_ms, x + sizeof(x));
-        rm_SetAbsExpire(c->k, expire_ms);
-        rm_Replicate(e->ctx, "SET", "sbsb", c->name, d, n, w_pxat, xd,
-                     (size_t)(x + sizeof(x) - xd));
-    } else {
-        rm_Replicate(e->ctx, "SET", "sbs", c->name, d, n, w_keepttl);
+    if (expire_ms <= 0) {
+        fx_add(e, c, d, n, NULL, 0);
+        return;
     }
+    rm_SetAbsExpire(c->k, expire_ms);
+    xd = digits_of(expire_ms, x + sizeof(x));
+    fx_add(e, c, d, n, xd, (size_t)(x + sizeof(x) - xd));
+    /* Already past (a caller's clock behind Redis's): the next open of
+     * this key in the call deletes it and replicates that DEL at once, so
+     * the write must go out before it. */
+    if (expire_ms <= e->t0)
+        fx_flush(e->ctx);
 }
 
 static void k_del(void *env, void *h)
@@ -205,7 +383,7 @@ static void k_del(void *env, void *h)
     counter_t *c = h;
 
     rm_DeleteKey(c->k);
-    rm_Replicate(e->ctx, "DEL", "s", c->name);
+    fx_add(e, c, NULL, 0, NULL, 0);
 }
 
 static void k_close(void *env, void *h)
@@ -317,15 +495,22 @@ static int cmd_batch(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     e.ctx = ctx;
     e.keys = argv + 2;
     e.args = argv + 2 + nk;
+    /* Most batches write a counter per key, a few more with a stored
+     * quota's. */
+    e.room = (size_t)nk < FX_KEEP ? (size_t)nk + RLM_WIN_MAX : FX_KEEP;
     flags = rm_GetContextFlags(ctx);
     replay = (flags & (RM_CTX_FLAGS_REPLICATED | RM_CTX_FLAGS_LOADING)) != 0;
-    rc = rlm_batch(&io, &e, &a, replay ? -1 : rm_Milliseconds(),
+    e.t0 = rm_Milliseconds();
+    rc = rlm_batch(&io, &e, &a, replay ? -1 : e.t0,
                    !replay && (flags & RM_CTX_FLAGS_CLUSTER) ? RLM_CLUSTER : 0,
                    !replay && (flags & RM_CTX_FLAGS_OOM)
                        ? "OOM command not allowed when used memory > "
                          "'maxmemory'."
                        : NULL,
                    &nput);
+    fx_flush(ctx);
+    if (fx.cap > FX_KEEP)
+        fx_release();
     if (e.qval != NULL)
         rm_FreeString(ctx, e.qval);
     rm_Free(ptr);
@@ -389,12 +574,14 @@ RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
         return RM_ERR;
     }
     rm_SetModuleAttribs(ctx, "ratelimit", RLM_VERSION, RM_APIVER_1);
-    if ((w_pxat = rm_CreateString(NULL, "PXAT", 4)) == NULL ||
+    if ((w_script = rm_CreateString(NULL, REP_SCRIPT,
+                                    sizeof(REP_SCRIPT) - 1)) == NULL ||
+        (w_pxat = rm_CreateString(NULL, "PXAT", 4)) == NULL ||
         (w_keepttl = rm_CreateString(NULL, "KEEPTTL", 7)) == NULL ||
-        rm_CreateCommand(ctx, "rl.batch", cmd_batch, "write getkeys-api", 0,
-                         0, 0) != RM_OK ||
-        rm_CreateCommand(ctx, "rl.version", cmd_version, "readonly fast", 0,
-                         0, 0) != RM_OK) {
+        rm_CreateCommand(ctx, "rl.batch", cmd_batch, "write getkeys-api", 0, 0,
+                         0) != RM_OK ||
+        rm_CreateCommand(ctx, "rl.version", cmd_version, "readonly fast", 0, 0,
+                         0) != RM_OK) {
         RedisModule_OnUnload(ctx);
         return RM_ERR;
     }
@@ -405,11 +592,14 @@ RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 __attribute__((visibility("default"))) int
 RedisModule_OnUnload(RedisModuleCtx *ctx)
 {
+    if (w_script != NULL)
+        rm_FreeString(NULL, w_script);
     if (w_pxat != NULL)
         rm_FreeString(NULL, w_pxat);
     if (w_keepttl != NULL)
         rm_FreeString(NULL, w_keepttl);
-    w_pxat = w_keepttl = NULL;
+    w_script = w_pxat = w_keepttl = NULL;
+    fx_release();
     (void)ctx;
     return RM_OK;
 }

@@ -33,8 +33,9 @@ foreach(t test_store_redis test_store_redis_fail test_store_redis_script)
 endforeach()
 
 # The module as Redis runs it (test_redis_module.c): its AOF loads into a
-# Redis without it, out-of-range arguments are refused, and on a Redis
-# Cluster it keeps to the node's slots. It loads the module by path itself.
+# Redis without it, a replica without it holds what the master holds,
+# out-of-range arguments are refused, and on a Redis Cluster it keeps to
+# the node's slots. It loads the module by path itself.
 rl_add_test(test_redis_module
   SOURCES test_redis_module.c
   LIBS rl_testsupport
