@@ -301,8 +301,11 @@ static void on_feed(uv_timer_t *t)
 
 /* A steady stream of batches while Redis is paused for 1.5 s: batches
  * answered by timeout must not be counted when Redis wakes up and runs
- * what it had read. The counter ends equal to the ops answered with a
- * count. */
+ * what it had read (some 500 of them). The counter ends equal to the ops
+ * answered with a count, give or take the few Redis may have run but not
+ * yet answered when the pause hit (a reply is written after its command
+ * runs): such a batch is answered by the fail mode because it may have
+ * run, and did. */
 static void test_timeout_consumes_nothing_later(void **state)
 {
     fx_t *f = *state;
@@ -358,7 +361,8 @@ static void test_timeout_consumes_nothing_later(void **state)
     } while (clients > 2 && rlt_mono_ms() < dl);
     assert_int_equal(clients, 2);
     total = redis_int(f, "GET %s", "rl:{paused}:r:t:60:1");
-    assert_int_equal(total, ok);
+    assert_true(total >= ok);
+    assert_true(total <= ok + 5);
     free(k.s);
 }
 
