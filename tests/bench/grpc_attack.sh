@@ -6,9 +6,12 @@
 #     connection): a native client (rl-bench, 1 connection, open loop at
 #     RL_RATE requests/s, default 2,000, latency counted from each
 #     request's scheduled time so that a stalled server cannot hide it)
-#     measured quiet and under the attack, ROUNDS times each,
-#     alternating; p50, p99, answers/s, answers given by fail-open (the
-#     client's count and rl_failed_open_total), and rl-server's CPU.
+#     measured quiet, under the attack, and with the same attack sent to a
+#     sink instead (a process that reads and drops it: the floor, what the
+#     attack's traffic costs this machine whatever the server does),
+#     ROUNDS times each, interleaved; p50, p99, answers/s, answers given
+#     by fail-open (the client's count and rl_failed_open_total), and
+#     rl-server's CPU.
 #  2. Zero windows: 1,000 connections that announce a zero flow-control
 #     window and make 100 calls each; rl-server's RSS before, at its
 #     peak and at the end, and how many connections it ended, when.
@@ -118,8 +121,34 @@ echo "== 1. HPACK amplification, ${secs}s per phase, $rounds rounds"
 printf '%-7s %9s %9s %10s %14s %14s %5s\n' phase p50_us p99_us answers/s \
   failopen_cli failopen_srv cpu%
 : >"$tmp/rows"
+# The sink: reads every connection to the end and drops what it reads.
+rl_port_reserve sport
+python3 -c '
+import socket, sys, threading
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(64)
+def drain(c):
+    try:
+        while c.recv(65536):
+            pass
+    except OSError:
+        pass
+while True:
+    c = s.accept()[0]
+    threading.Thread(target=drain, args=(c,), daemon=True).start()
+' "$sport" &
+pids+=($!)
+rl_wait_listen "$sport" "$!" /dev/null || { echo "no sink" >&2; exit 1; }
 for r in $(seq 1 "$rounds"); do
   native quiet >>"$tmp/rows"
+  "$attack" hpack "$sport" "$((secs + 2))" 800000 >/dev/null &
+  apid=$!
+  pids+=("$apid")
+  sleep 1
+  native sink >>"$tmp/rows"
+  wait "$apid" || true
   "$attack" hpack "$gport" "$((secs + 2))" 800000 >>"$tmp/attack.out" &
   apid=$!
   pids+=("$apid")
@@ -146,9 +175,11 @@ awk -F'\t' '
       delete x; for (i = 1; i <= n[ph]; i++) x[i] = aps[ph, i]; ma[ph] = med(x, n[ph])
     }
     printf "median quiet:  p50 %.0f us  p99 %.0f us  %.0f answers/s\n", m50["quiet"], m99["quiet"], ma["quiet"]
+    printf "median sink:   p50 %.0f us  p99 %.0f us  %.0f answers/s\n", m50["sink"], m99["sink"], ma["sink"]
     printf "median attack: p50 %.0f us  p99 %.0f us  %.0f answers/s\n", m50["attack"], m99["attack"], ma["attack"]
     printf "fail-open answers: quiet %d (client) %d (server), attack %d (client) %d (server), all rounds\n", foc["quiet"], fos["quiet"], foc["attack"], fos["attack"]
     printf "p99 attack/quiet: %.2f   answers/s attack/quiet: %.2f\n", m99["attack"] / m99["quiet"], ma["attack"] / ma["quiet"]
+    printf "p99 sink/quiet (the floor: the attack traffic itself): %.2f   attack/sink: %.2f\n", m99["sink"] / m99["quiet"], m99["attack"] / m99["sink"]
   }' "$tmp/rows"
 for m in rl_grpc_streams_oversized_total rl_grpc_reads_deferred_total \
   'rl_grpc_connections_closed_total{reason="headers"}' \
