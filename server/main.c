@@ -139,39 +139,17 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    rc = rls_server_start(&srv, &loop, &cfg, store, policy);
-    if (rc != 0) {
-        const char *flag = "--listen", *host = cfg.listen_host;
-        int port = cfg.listen_port;
-
-        switch (srv.failed) {
-        case RLS_LISTENER_METRICS:
-            flag = "--metrics";
-            host = cfg.metrics_host;
-            port = cfg.metrics_port;
-            break;
-        case RLS_LISTENER_GRPC:
-            flag = "--grpc";
-            host = cfg.grpc_host;
-            port = cfg.grpc_port;
-            break;
-        case RLS_LISTENER_HTTP:
-            flag = "--http";
-            host = cfg.http_host;
-            port = cfg.http_port;
-            break;
-        default:
-            break;
-        }
-        fprintf(stderr, "rl-server: %s: cannot listen on %s:%d: %s\n", flag,
-                host, port, uv_strerror(rc));
+    rc = rls_server_start(&srv, &loop, &cfg, store, policy, err,
+                          sizeof(err));
+    if (rc != RL_OK) {
+        fprintf(stderr, "rl-server: %s\n", err);
         store->v->close(store, NULL, NULL);
         uv_run(&loop, UV_RUN_DEFAULT);
         uv_loop_close(&loop);
         return 1;
     }
     RLS_INFO("listening", " addr=%s:%d store=%s fail=%s version=%s",
-             cfg.listen_host, srv.port[RLS_LISTENER_NATIVE],
+             cfg.listen_host, rls_server_port(&srv, RLS_LISTENER_NATIVE),
              cfg.use_redis ? "redis" : "memory",
              cfg.fail_open ? "open" : "closed", RLS_VERSION);
     if (cfg.redis_cluster > 0)

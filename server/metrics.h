@@ -1,13 +1,11 @@
-/* The /metrics page (metrics.c): what it reads, and the renderer. */
+/* The /metrics page's core (metrics.c): the batcher, the store, the policy.
+ * Each front end appends its own part (net/frontend.h). */
 #ifndef RLS_METRICS_H
 #define RLS_METRICS_H
 
 #include <stdint.h>
 
 #include "batch.h"
-#include "net/conn.h"
-#include "net/grpc.h"
-#include "net/http_server.h"
 #include "policy/config.h"
 #include "policy/reload.h"
 #include "policy/runtime.h"
@@ -18,18 +16,13 @@
 /* The counters a page is rendered from; the server fills it per scrape. */
 typedef struct rls_metrics_view_s {
     const rls_config_t *cfg;
-    const rls_conn_stats_t *conns;
     const rls_batch_stats_t *batch;
     const rls_store_t *store; /* NULL once the store is closed */
-    const rls_http_stats_t *http; /* the --metrics listener's; or NULL */
-    const rls_runtime_t *rt;      /* the policy in force; or NULL */
+    const rls_runtime_t *rt;  /* the policy in force; or NULL */
     const rls_reload_stats_t *reload;
     const rls_switch_poll_stats_t *switches;
     const rls_refusal_stats_t *refusals;
-    const rls_grpc_t *grpc; /* the --grpc listener's; or NULL */
     const rls_reload_stats_t *envoy_reload; /* --envoy-config; or NULL */
-    const rls_http_stats_t *check; /* the --http listener's; or NULL */
-    const uint64_t *check_rejected; /* its 400s by RLS_CHECK_* reason */
     uint64_t start_unix_ms;
     int healthy;  /* what /healthz answers now */
     int draining;

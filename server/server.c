@@ -20,7 +20,6 @@
 #include "rl_error.h"
 #include "log.h"
 #include "metrics.h"
-#include "net/listen.h"
 #include "server.h"
 #include "util.h"
 
@@ -72,11 +71,28 @@ static void submit_and_write(rls_server_t *s)
 
     /* A held batch is due in `wait` ns: any loop iteration before then
      * looks again; the timer makes sure one comes. */
+    int i;
+
     if ((wait = rls_batcher_tick(&s->batcher, now)) > 0)
         hold_arm(s, now, wait);
-    rls_conns_flush(&s->conns);
-    if (s->grpc != NULL)
-        rls_grpc_flush(s->grpc);
+    for (i = 0; i < RLS_LISTENERS; i++)
+        if (s->fe[i] != NULL && s->fe[i]->ops->flush != NULL)
+            s->fe[i]->ops->flush(s->fe[i]);
+}
+
+/* 1 while a front end holds a connection or owes an answer, or the store
+ * owes one: the stop waits. */
+static int busy(const rls_server_t *s)
+{
+    int i;
+
+    if (s->batcher.in_flight > 0)
+        return 1;
+    for (i = 0; i < RLS_LISTENERS; i++)
+        if (s->fe[i] != NULL && s->fe[i]->ops->busy != NULL &&
+            s->fe[i]->ops->busy(s->fe[i]))
+            return 1;
+    return 0;
 }
 
 /* Right before the poll: requests that joined the batch since the last
@@ -91,12 +107,13 @@ static void on_before_poll(uv_prepare_t *h)
 static void on_tick(uv_check_t *h)
 {
     rls_server_t *s = h->data;
+    int i;
 
-    rls_conns_resume(&s->conns);
+    for (i = 0; i < RLS_LISTENERS; i++)
+        if (s->fe[i] != NULL && s->fe[i]->ops->resume != NULL)
+            s->fe[i]->ops->resume(s->fe[i]);
     submit_and_write(s);
-    if (s->stopping && !s->draining && !s->closed &&
-        rls_list_empty(&s->conns.all) && rls_grpc_idle(s->grpc) &&
-        s->batcher.in_flight == 0 && !rls_check_busy(&s->check))
+    if (s->stopping && !s->draining && !s->closed && !busy(s))
         rls_server_stop(s); /* everything answered: finish the stop */
 }
 
@@ -123,15 +140,21 @@ static void on_hold_closed(uv_handle_t *h)
 
 static void close_all(rls_server_t *s)
 {
+    int i;
+
     s->closed = 1;
     rls_batcher_free(&s->batcher);
     uv_close((uv_handle_t *)&s->tick, NULL);
     uv_close((uv_handle_t *)&s->before_poll, NULL);
     if (s->hold_fd >= 0)
         uv_close((uv_handle_t *)&s->hold, on_hold_closed);
-    rls_conns_free(&s->conns);
     uv_close((uv_handle_t *)&s->sigterm, NULL);
     uv_close((uv_handle_t *)&s->sigint, NULL);
+    /* Closing them gave the signals their default action back: one more
+     * SIGTERM (a supervisor repeating itself) must not kill a server that
+     * is finishing its stop and exits 0 in a moment. */
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
     uv_close((uv_handle_t *)&s->stop_timer, NULL);
     /* The last scrape misses whatever happened after it, which during a
      * stop is exactly what an operator wants to see: whether everything
@@ -144,12 +167,13 @@ static void close_all(rls_server_t *s)
              (unsigned long long)s->conns.stats.decisions[RL_CODE_ERROR],
              (unsigned long long)s->batcher.stats.failed_open,
              (unsigned long long)s->conns.stats.inflight);
-    rls_http_server_close(s->http);
-    s->http = NULL;
-    rls_grpc_free(s->grpc);
+    for (i = 0; i < RLS_LISTENERS; i++)
+        if (s->fe[i] != NULL) {
+            s->fe[i]->ops->free(s->fe[i]);
+            s->fe[i] = NULL;
+        }
     s->grpc = NULL;
     rls_envoy_reload_close(&s->envoy_reload);
-    rls_check_close(&s->check);
     rls_reload_close(&s->reload);
     rls_switch_poll_close(&s->switches);
     s->store->v->close(s->store, on_store_closed, s);
@@ -161,39 +185,38 @@ static void close_all(rls_server_t *s)
 static void on_stop_timer(uv_timer_t *t)
 {
     rls_server_t *s = t->data;
+    int i;
 
     if (s->draining) {
         RLS_INFO("drain over", NULL);
         s->draining = 0;
-        s->conns.draining = 0;
         rls_server_stop(s);
         return;
     }
     /* Answers or writes are stuck (a client not reading, say): close the
      * remaining connections; their requests' answers are dropped. */
     RLS_WARN("stop timed out; closing remaining connections", NULL);
-    rls_check_close(&s->check);
-    rls_conns_close(&s->conns);
-    if (s->grpc != NULL)
-        rls_grpc_close_all(s->grpc);
+    for (i = 0; i < RLS_LISTENERS; i++)
+        if (s->fe[i] != NULL && s->fe[i]->ops->close_all != NULL)
+            s->fe[i]->ops->close_all(s->fe[i]);
 }
 
 void rls_server_stop(rls_server_t *s)
 {
     uint64_t grace;
+    int i;
 
     if (s->closed)
         return;
     if (!s->stopping) {
         s->stopping = 1;
-        s->conns.stopping = 1;
         rls_switch_poll_leave(&s->switches);
         if (s->cfg->drain_ms > 0) {
             /* Keep serving while the load balancer notices /healthz. */
             s->draining = 1;
-            s->conns.draining = 1;
-            if (s->grpc != NULL)
-                rls_grpc_set_draining(s->grpc, 1);
+            for (i = 0; i < RLS_LISTENERS; i++)
+                if (s->fe[i] != NULL && s->fe[i]->ops->drain != NULL)
+                    s->fe[i]->ops->drain(s->fe[i]);
             RLS_INFO("draining", " drain_ms=%llu",
                      (unsigned long long)s->cfg->drain_ms);
             uv_timer_start(&s->stop_timer, on_stop_timer, s->cfg->drain_ms,
@@ -204,49 +227,42 @@ void rls_server_stop(rls_server_t *s)
     if (s->draining)
         return; /* the drain timer comes back here */
 
-    if (!uv_is_closing((uv_handle_t *)&s->listener)) {
-        uv_close((uv_handle_t *)&s->listener, NULL);
-        RLS_INFO("stopping: listener closed, clients told to go away",
-                 " connections=%zu", rls_conns_goaway(&s->conns));
-        if (s->grpc != NULL)
-            RLS_INFO("stopping: gRPC listener closed, GOAWAY sent",
-                     " connections=%zu", rls_grpc_goaway(s->grpc));
+    if (!s->told) {
+        /* Each front end closes its listener and tells its clients to go
+         * (GOAWAY, Connection: close), answering what they asked. */
+        s->told = 1;
+        for (i = 0; i < RLS_LISTENERS; i++)
+            if (s->fe[i] != NULL && s->fe[i]->ops->goaway != NULL)
+                RLS_INFO("stopping: listener closed, GOAWAY sent",
+                         " listener=%s connections=%zu",
+                         s->fe[i]->ops->flag,
+                         s->fe[i]->ops->goaway(s->fe[i]));
         grace = 4 * s->cfg->redis_timeout_ms;
         if (grace < RLS_STOP_GRACE_MIN_MS)
             grace = RLS_STOP_GRACE_MIN_MS;
         uv_timer_start(&s->stop_timer, on_stop_timer, grace, 0);
-        /* --http: answers what it holds, with Connection: close. */
-        rls_check_stop(&s->check);
     }
     rls_batcher_flush_now(&s->batcher);
-    if (rls_list_empty(&s->conns.all) && rls_grpc_idle(s->grpc) &&
-        s->batcher.in_flight == 0 && !rls_check_busy(&s->check))
+    if (!busy(s))
         close_all(s);
 }
 
-static void on_conns_empty(void *arg)
+/* A front end's last connection closed after goaway. */
+static void on_fe_empty(void *arg)
 {
     rls_server_stop(arg);
-}
-
-static void on_connection(uv_stream_t *listener, int status)
-{
-    rls_server_t *s = listener->data;
-
-    rls_conns_accept(&s->conns, listener, status);
 }
 
 int rls_server_metrics(const rls_server_t *s, rl_buf_t *out)
 {
     rls_metrics_view_t v;
     const char *why;
+    int i, rc;
 
     memset(&v, 0, sizeof(v));
     v.cfg = s->cfg;
-    v.conns = &s->conns.stats;
     v.batch = &s->batcher.stats;
     v.store = s->store;
-    v.http = s->http != NULL ? rls_http_server_stats(s->http) : NULL;
     v.start_unix_ms = s->start_unix_ms;
     v.healthy = s->store != NULL && rls_server_healthy(s, &why);
     v.draining = s->draining;
@@ -254,64 +270,27 @@ int rls_server_metrics(const rls_server_t *s, rl_buf_t *out)
     v.reload = &s->reload.stats;
     v.switches = &s->switches.stats;
     v.refusals = &s->batcher.refusals.stats;
-    v.grpc = s->grpc;
     v.envoy_reload = s->cfg->nenvoy_configs > 0 ? &s->envoy_reload.stats
                                                 : NULL;
-    v.check = rls_check_stats(&s->check);
-    v.check_rejected = s->check.rejected;
-    return rls_metrics_render(&v, out);
+    if ((rc = rls_metrics_render(&v, out)) != RL_OK)
+        return rc;
+    for (i = 0; i < RLS_LISTENERS; i++)
+        if (s->fe[i] != NULL && s->fe[i]->ops->metrics != NULL &&
+            (rc = s->fe[i]->ops->metrics(s->fe[i], out)) != RL_OK)
+            return rc;
+    return RL_OK;
 }
 
-static int path_is(const rls_http_req_t *q, size_t plen, const char *p)
+static int admin_page(void *arg, rl_buf_t *out)
 {
-    return plen == strlen(p) && memcmp(q->target, p, plen) == 0;
+    return rls_server_metrics(arg, out);
 }
 
-static int method_is(const rls_http_req_t *q, const char *name)
+static int admin_health(void *arg, const char **why)
 {
-    return q->method_len == strlen(name) &&
-           memcmp(q->method, name, q->method_len) == 0;
-}
-
-/* The --metrics listener's pages: GET (or HEAD) /metrics and /healthz;
- * another method on them is 405, any other path 404. */
-static void on_http(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
-{
-    static char body[128];
     rls_server_t *s = arg;
-    size_t plen = rls_http_path_len(q);
-    int get = method_is(q, "HEAD") || method_is(q, "GET");
-    int rc;
 
-    if (!path_is(q, plen, "/metrics") && !path_is(q, plen, "/healthz"))
-        return; /* 404 */
-    if (!get) {
-        rls_http_reply_text(r, 405, "Method Not Allowed",
-                            "method not allowed\n");
-        r->extra = "Allow: GET, HEAD\r\n";
-        return;
-    }
-    if (path_is(q, plen, "/healthz")) {
-        const char *why = "stopped";
-        int ok = s->store != NULL && rls_server_healthy(s, &why);
-
-        snprintf(body, sizeof(body), "%s\n", why);
-        rls_http_reply_text(r, ok ? 200 : 503,
-                            ok ? "OK" : "Service Unavailable", body);
-        return;
-    }
-    rl_buf_reset(&s->page);
-    if ((rc = rls_server_metrics(s, &s->page)) != RL_OK) {
-        RLS_ERROR("cannot render /metrics", " err=\"%s\"", rl_strerror(rc));
-        rls_http_reply_text(r, 500, "Internal Server Error",
-                            "internal error\n");
-        r->close = 1;
-        return;
-    }
-    rls_http_reply_text(r, 200, "OK", "");
-    r->ctype = "text/plain; version=0.0.4; charset=utf-8";
-    r->body = rl_buf_rptr(&s->page);
-    r->body_len = rl_buf_len(&s->page);
+    return s->store != NULL && rls_server_healthy(s, why);
 }
 
 static void install_envoy_conf(void *arg, rls_envoy_conf_t *conf)
@@ -321,9 +300,9 @@ static void install_envoy_conf(void *arg, rls_envoy_conf_t *conf)
     rls_grpc_set_conf(s->grpc, conf);
 }
 
-/* The --grpc listener and its --envoy-config files. Returns 0 or a libuv
- * error (UV_EINVAL: a bad file, logged). */
-static int start_grpc(rls_server_t *s)
+/* The --grpc listener and its --envoy-config files. Returns 0 or an RL_E*
+ * code with err set. */
+static int start_grpc(rls_server_t *s, char *err, size_t errlen)
 {
     const rls_config_t *cfg = s->cfg;
     rls_envoy_conf_t *conf = NULL;
@@ -333,27 +312,75 @@ static int start_grpc(rls_server_t *s)
     if (cfg->nenvoy_configs > 0 &&
         (rc = rls_envoy_conf_build(cfg->envoy_configs, cfg->nenvoy_configs,
                                    &conf, &d)) != RL_OK) {
-        RLS_ERROR("bad --envoy-config", " error=\"%s\"",
-                  rc == RL_EINVAL ? d.msg[0] : "out of memory");
-        return UV_EINVAL;
+        snprintf(err, errlen, "bad --envoy-config: %s",
+                 rc == RL_EINVAL ? d.msg[0] : "out of memory");
+        return rc;
     }
-    if ((rc = rls_grpc_start(&s->grpc, s->loop, cfg, &s->batcher)) != 0) {
+    if ((rc = rls_grpc_start(&s->grpc, s->loop, cfg, &s->batcher, err,
+                             errlen)) != RL_OK) {
         rls_envoy_conf_unref(conf);
-        RLS_ERROR("cannot listen for gRPC", " addr=%s:%d err=\"%s\"",
-                  cfg->grpc_host, cfg->grpc_port, uv_strerror(rc));
         return rc;
     }
     rls_grpc_set_conf(s->grpc, conf);
-    rls_grpc_on_empty(s->grpc, on_conns_empty, s);
     if (cfg->nenvoy_configs > 0)
         rls_envoy_reload_start(&s->envoy_reload, s->loop, cfg->envoy_configs,
                                cfg->nenvoy_configs, cfg->reload_settle_ms,
                                install_envoy_conf, s);
-    s->port[RLS_LISTENER_GRPC] = rls_grpc_port(s->grpc);
-    RLS_INFO("grpc listening", " addr=%s:%d envoy_configs=%zu",
-             cfg->grpc_host, s->port[RLS_LISTENER_GRPC],
-             cfg->nenvoy_configs);
-    return 0;
+    s->fe[RLS_LISTENER_GRPC] = rls_grpc_frontend(s->grpc);
+    return RL_OK;
+}
+
+/* The --http listener. Returns 0 or an RL_E* code with err set. */
+static int start_check(rls_server_t *s, char *err, size_t errlen)
+{
+    const rls_config_t *cfg = s->cfg;
+    rls_check_opts_t o;
+    int rc;
+
+    if (rls_check_opts_init(&o, cfg->check_key_header,
+                            cfg->check_rule_header) != RL_OK) {
+        snprintf(err, errlen, "bad --check-key-header or --check-rule-header");
+        return RL_EINVAL;
+    }
+    o.xff_hops = (unsigned)cfg->check_xff_hops;
+    o.error_details = cfg->check_error_details;
+    if ((rc = rls_check_start(&s->check, s->loop, cfg->http_host,
+                              cfg->http_port, &s->batcher, &o, err,
+                              errlen)) != RL_OK)
+        return rc;
+    s->fe[RLS_LISTENER_HTTP] = rls_check_frontend(&s->check);
+    return RL_OK;
+}
+
+/* Opens the listeners the configuration names, in rls_listener_t order.
+ * Returns 0, or an RL_E* code with err set and the ones opened before it
+ * in s->fe. */
+static int start_frontends(rls_server_t *s, char *err, size_t errlen)
+{
+    const rls_config_t *cfg = s->cfg;
+    int rc;
+
+    rls_conns_init(&s->conns, s->loop, cfg, &s->batcher);
+    if ((rc = rls_conns_listen(&s->conns, cfg->listen_host, cfg->listen_port,
+                               err, errlen)) != RL_OK) {
+        rls_conns_free(&s->conns);
+        return rc;
+    }
+    s->fe[RLS_LISTENER_NATIVE] = rls_conns_frontend(&s->conns);
+    if (cfg->metrics_host[0] != '\0') {
+        if ((rc = rls_admin_start(&s->admin, s->loop, cfg->metrics_host,
+                                  cfg->metrics_port, admin_page,
+                                  admin_health, s, err, errlen)) != RL_OK)
+            return rc;
+        s->fe[RLS_LISTENER_METRICS] = rls_admin_frontend(&s->admin);
+    }
+    if (cfg->grpc_host[0] != '\0' &&
+        (rc = start_grpc(s, err, errlen)) != RL_OK)
+        return rc;
+    if (cfg->http_host[0] != '\0' &&
+        (rc = start_check(s, err, errlen)) != RL_OK)
+        return rc;
+    return RL_OK;
 }
 
 /* A new policy or new switches: the batch being filled goes out first,
@@ -369,9 +396,9 @@ static void before_policy_change(void *arg)
 
 int rls_server_start(rls_server_t *s, uv_loop_t *loop,
                      const rls_config_t *cfg, rls_store_t *store,
-                     rls_policy_t *policy)
+                     rls_policy_t *policy, char *err, size_t errlen)
 {
-    int rc;
+    int rc, i;
 
     memset(s, 0, sizeof(*s));
     s->hold_fd = -1;
@@ -381,23 +408,23 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
     s->start_unix_ms = rl_unix_ms();
     if (policy == NULL) {
         rls_diag_t d;
-        if (rls_policy_build(cfg->rules, cfg->nrules, NULL, cfg->max_rules,
-                             &policy, &d) != RL_OK) {
-            RLS_ERROR("bad --rule", " error=\"%s\"", d.msg[0]);
-            s->failed = RLS_LISTENER_NATIVE;
-            return UV_EINVAL;
+        if ((rc = rls_policy_build(cfg->rules, cfg->nrules, NULL,
+                                   cfg->max_rules, &policy, &d)) != RL_OK) {
+            snprintf(err, errlen, "bad --rule: %s",
+                     rc == RL_EINVAL ? d.msg[0] : rl_strerror(rc));
+            return rc;
         }
     }
     if (rls_runtime_init(&s->rt, policy, cfg->max_rules) != RL_OK) {
         rls_policy_unref(policy);
-        return UV_ENOMEM;
+        snprintf(err, errlen, "out of memory");
+        return RL_ENOMEM;
     }
     s->rt.inline_mode = cfg->inline_deny ? RLS_INLINE_DENY : RLS_INLINE_ALLOW;
     s->rt.max_inline_window = (uint32_t)cfg->max_inline_window;
     s->rt.max_inline_limit = cfg->max_inline_limit;
     s->rt.before_change = before_policy_change;
     s->rt.arg = s;
-    rl_buf_init(&s->page, RLS_HTTP_OUT_MAX);
     rls_batcher_init(&s->batcher, store, &s->rt, cfg->prefix,
                      cfg->prefix_len, RLS_BATCH_MAX,
                      cfg->grace_ms, cfg->fail_open);
@@ -408,75 +435,31 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
     if (cfg->use_redis)
         s->batcher.spread_ms = cfg->spread_ms;
 
-    uv_tcp_init(loop, &s->listener);
-    s->listener.data = s;
-    rc = rls_listen(&s->listener, cfg->listen_host, cfg->listen_port, 511,
-                    on_connection);
-    if (rc != 0) {
-        s->failed = RLS_LISTENER_NATIVE;
-        uv_close((uv_handle_t *)&s->listener, NULL);
+    if ((rc = start_frontends(s, err, errlen)) != RL_OK) {
+        /* One unwind for every listener: those opened close again. */
+        for (i = 0; i < RLS_LISTENERS; i++)
+            if (s->fe[i] != NULL) {
+                s->fe[i]->ops->free(s->fe[i]);
+                s->fe[i] = NULL;
+            }
+        rls_envoy_reload_close(&s->envoy_reload);
+        rls_batcher_free(&s->batcher);
         rls_runtime_free(&s->rt);
         return rc;
     }
-    s->port[RLS_LISTENER_NATIVE] = rls_listen_port(&s->listener);
-
-    if (cfg->metrics_host[0] != '\0') {
-        rc = rls_http_server_start(&s->http, loop, cfg->metrics_host,
-                                   cfg->metrics_port, on_http, s);
-        if (rc != 0) {
-            RLS_ERROR("cannot listen for metrics", " addr=%s:%d err=\"%s\"",
-                      cfg->metrics_host, cfg->metrics_port, uv_strerror(rc));
-            s->failed = RLS_LISTENER_METRICS;
-            uv_close((uv_handle_t *)&s->listener, NULL);
-            rls_runtime_free(&s->rt);
-            return rc;
+    for (i = 0; i < RLS_LISTENERS; i++)
+        if (s->fe[i] != NULL) {
+            s->fe[i]->on_empty = on_fe_empty;
+            s->fe[i]->arg = s;
+            if (i != RLS_LISTENER_NATIVE) /* main.c logs that one */
+                RLS_INFO("listening", " listener=%s addr=%s:%d",
+                         s->fe[i]->ops->flag, s->fe[i]->host,
+                         s->fe[i]->port);
         }
-        s->port[RLS_LISTENER_METRICS] = rls_http_server_port(s->http);
-        RLS_INFO("metrics listening", " addr=%s:%d", cfg->metrics_host,
-                 s->port[RLS_LISTENER_METRICS]);
-    }
-    if (cfg->grpc_host[0] != '\0' && (rc = start_grpc(s)) != 0) {
-        s->failed = RLS_LISTENER_GRPC;
-        uv_close((uv_handle_t *)&s->listener, NULL);
-        rls_http_server_close(s->http);
-        s->http = NULL;
-        rls_runtime_free(&s->rt);
-        return rc;
-    }
-    if (cfg->http_host[0] != '\0') {
-        rls_check_opts_t o;
-
-        rc = rls_check_opts_init(&o, cfg->check_key_header,
-                                 cfg->check_rule_header);
-        o.xff_hops = (unsigned)cfg->check_xff_hops;
-        o.error_details = cfg->check_error_details;
-        if (rc != RL_OK ||
-            (rc = rls_check_start(&s->check, loop, cfg->http_host,
-                                  cfg->http_port, &s->batcher, &o)) != 0) {
-            rc = rc == RL_EINVAL ? UV_EINVAL : rc;
-            RLS_ERROR("cannot listen for checks", " addr=%s:%d err=\"%s\"",
-                      cfg->http_host, cfg->http_port, uv_strerror(rc));
-            s->failed = RLS_LISTENER_HTTP;
-            rls_http_server_close(s->http);
-            s->http = NULL;
-            rls_grpc_free(s->grpc);
-            s->grpc = NULL;
-            rls_envoy_reload_close(&s->envoy_reload);
-            uv_close((uv_handle_t *)&s->listener, NULL);
-            rls_runtime_free(&s->rt);
-            return rc;
-        }
-        s->port[RLS_LISTENER_HTTP] = rls_check_port(&s->check);
-        RLS_INFO("checks listening", " addr=%s:%d", cfg->http_host,
-                 s->port[RLS_LISTENER_HTTP]);
-    }
     if (rls_refusals_init(&s->batcher.refusals, cfg->refusal_cache) != RL_OK)
         RLS_WARN("no memory for the refusal cache; every request goes to "
                  "the store",
                  NULL);
-    rls_conns_init(&s->conns, loop, cfg, &s->batcher);
-    s->conns.on_empty = on_conns_empty;
-    s->conns.arg = s;
 
     uv_check_init(loop, &s->tick);
     s->tick.data = s;
@@ -514,24 +497,22 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
         gethostname(host, sizeof(host) - 1);
         host[sizeof(host) - 1] = '\0';
         snprintf(inst, sizeof(inst), "%s:%d:%ld", host,
-                 s->port[RLS_LISTENER_NATIVE],
-                 (long)getpid());
+                 rls_server_port(s, RLS_LISTENER_NATIVE), (long)getpid());
         rls_switch_poll_start(&s->switches, loop, store, &s->rt, cfg->prefix,
                               inst);
     }
     return 0;
 }
 
+int rls_server_port(const rls_server_t *s, rls_listener_t which)
+{
+    return s->fe[which] != NULL && s->fe[which]->port > 0 ? s->fe[which]->port
+                                                          : 0;
+}
+
 int rls_server_write_ports(const rls_server_t *s, const char *path)
 {
-    static const char *const flag[RLS_LISTENERS] = {
-        [RLS_LISTENER_NATIVE] = "listen", [RLS_LISTENER_METRICS] = "metrics",
-        [RLS_LISTENER_GRPC] = "grpc", [RLS_LISTENER_HTTP] = "http"};
-    const char *host[RLS_LISTENERS] = {
-        [RLS_LISTENER_NATIVE] = s->cfg->listen_host,
-        [RLS_LISTENER_METRICS] = s->cfg->metrics_host,
-        [RLS_LISTENER_GRPC] = s->cfg->grpc_host,
-        [RLS_LISTENER_HTTP] = s->cfg->http_host};
+    const rls_frontend_t *fe;
     char tmp[4096];
     FILE *f;
     int i, ok;
@@ -542,11 +523,12 @@ int rls_server_write_ports(const rls_server_t *s, const char *path)
     if ((f = fopen(tmp, "w")) == NULL)
         return RL_EIO;
     for (i = 0; i < RLS_LISTENERS; i++) {
-        if (s->port[i] <= 0)
+        if ((fe = s->fe[i]) == NULL || fe->port <= 0)
             continue;
         /* An IPv6 literal in brackets, as the flags take it. */
-        fprintf(f, strchr(host[i], ':') != NULL ? "%s [%s]:%d\n" : "%s %s:%d\n",
-                flag[i], host[i], s->port[i]);
+        fprintf(f, strchr(fe->host, ':') != NULL ? "%s [%s]:%d\n"
+                                                 : "%s %s:%d\n",
+                fe->ops->flag, fe->host, fe->port);
     }
     ok = fflush(f) == 0 && !ferror(f);
     ok = fclose(f) == 0 && ok;
@@ -604,6 +586,5 @@ int rls_server_healthy(const rls_server_t *s, const char **why)
 
 void rls_server_free(rls_server_t *s)
 {
-    rl_buf_free(&s->page);
     rls_runtime_free(&s->rt);
 }

@@ -1,6 +1,7 @@
-/* rl-server's life (server.c): the native listener, its connections, the
- * batcher, the store and the --metrics listener, all on one libuv loop;
- * start, one tick per loop iteration, drain and graceful stop. */
+/* rl-server's life (server.c): its front ends (net/frontend.h: the native
+ * protocol, --metrics, --grpc, --http), the batcher, the policy and the
+ * store, all on one libuv loop; start, one tick per loop iteration, drain
+ * and graceful stop. */
 #ifndef RLS_SERVER_H
 #define RLS_SERVER_H
 
@@ -9,6 +10,7 @@
 #include <uv.h>
 
 #include "batch.h"
+#include "net/admin.h"
 #include "net/check.h"
 #include "net/conn.h"
 #include "net/grpc.h"
@@ -21,10 +23,10 @@
 #include "rl_buf.h"
 #include "store/store.h"
 
-/* The listeners a server opens, to say which one could not start. */
+/* The listeners a server may open, one front end each, in the order they
+ * start, flush and stop. */
 typedef enum {
-    RLS_LISTENER_NONE = 0,
-    RLS_LISTENER_NATIVE, /* --listen */
+    RLS_LISTENER_NATIVE = 0, /* --listen */
     RLS_LISTENER_METRICS, /* --metrics */
     RLS_LISTENER_GRPC,    /* --grpc */
     RLS_LISTENER_HTTP,    /* --http */
@@ -36,12 +38,19 @@ typedef struct rls_server_s {
     const rls_config_t *cfg;
     rls_store_t *store;
     rls_batcher_t batcher;
-    rls_conns_t conns;
     rls_runtime_t rt;     /* the policy in force */
     rls_reload_t reload;  /* SIGHUP and the rules file's changes */
     rls_switch_poll_t switches; /* rl-ctl's switches, from Redis */
 
-    uv_tcp_t listener;
+    /* The front ends by listener, NULL for one not opened; the server
+     * treats them alike through this table. Their state: */
+    rls_frontend_t *fe[RLS_LISTENERS];
+    rls_conns_t conns;       /* --listen */
+    rls_admin_t admin;       /* --metrics */
+    rls_grpc_t *grpc;        /* --grpc */
+    rls_envoy_reload_t envoy_reload; /* its --envoy-config files */
+    rls_check_t check;       /* --http */
+
     uv_check_t tick;  /* end of every loop iteration: submit, then write */
     uv_prepare_t before_poll; /* the same before each poll */
     uv_poll_t hold;   /* hold_fd: wakes the loop when a held batch is due */
@@ -52,28 +61,25 @@ typedef struct rls_server_s {
 
     int stopping;       /* SIGTERM/SIGINT seen: no new work accepted */
     int draining;       /* reporting unhealthy before stopping */
+    int told;           /* the front ends have said goodbye */
     int closed;         /* handles closed, loop may end */
     uint64_t start_unix_ms;
-    rls_http_server_t *http; /* the --metrics listener, or NULL */
-    rl_buf_t page;           /* the /metrics page being built */
-    rls_listener_t failed;   /* which listener failed to start */
-    /* The port each listener is bound to (the one the system picked for
-     * port 0), 0 for a listener not opened. */
-    int port[RLS_LISTENERS];
-    rls_grpc_t *grpc;        /* the --grpc listener, or NULL */
-    rls_envoy_reload_t envoy_reload; /* the --envoy-config files */
-    rls_check_t check;       /* the --http check endpoint (net/check.h) */
 } rls_server_t;
 
-/* Binds the listener and starts serving on loop under `policy` (the server
- * takes the reference; NULL: built from cfg's --rule flags alone). Returns
- * 0, or a negative libuv error (address in use, cannot bind; UV_EINVAL for
- * bad --rule flags) with nothing left open and `failed` naming the
- * listener that could not start. The store belongs to the server from here
- * on and is closed by it. */
+/* Binds the listeners and starts serving on loop under `policy` (the
+ * server takes the reference; NULL: built from cfg's --rule flags alone).
+ * Returns 0, or an RL_E* code (RL_EADDR: a listener cannot bind; RL_EINVAL:
+ * bad --rule flags or --envoy-config; RL_ENOMEM) with a one-line reason in
+ * err (errlen bytes) and nothing left open but handles closing, which a
+ * run of the loop finishes. From a start that succeeded, the store
+ * belongs to the server and is closed by it. */
 int rls_server_start(rls_server_t *s, uv_loop_t *loop,
                      const rls_config_t *cfg, rls_store_t *store,
-                     rls_policy_t *policy);
+                     rls_policy_t *policy, char *err, size_t errlen);
+
+/* The port a listener is bound to (the one the system picked for port 0),
+ * or 0 when it is not open. */
+int rls_server_port(const rls_server_t *s, rls_listener_t which);
 
 /* Writes one line per open listener, "FLAG HOST:PORT" (FLAG: listen,
  * metrics, grpc or http, as the options are named; PORT the one bound),

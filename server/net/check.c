@@ -15,9 +15,11 @@
 
 #include "decide.h"
 #include "log.h"
+#include "prom.h"
 #include "rl_clock.h"
 #include "rl_headers.h"
 #include "rl_error.h"
+#include "util.h"
 
 /* What a connection's answer needs, in its http_server context. */
 typedef struct check_ctx_s {
@@ -198,46 +200,152 @@ static void on_request(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
     }
 }
 
+static const rls_frontend_ops_t check_ops;
+
 int rls_check_start(rls_check_t *k, uv_loop_t *loop, const char *host, int port,
-                    rls_batcher_t *b, const rls_check_opts_t *o)
+                    rls_batcher_t *b, const rls_check_opts_t *o, char *err,
+                    size_t errlen)
 {
     int rc;
 
     memset(k, 0, sizeof(*k));
+    k->fe.ops = &check_ops;
+    k->fe.host = host;
     k->loop = loop;
     k->batcher = b;
     k->opts = *o;
     rc = rls_http_server_start(&k->http, loop, host, port, on_request, k);
-    if (rc != 0)
-        return rc;
+    if (rc != 0) {
+        snprintf(err, errlen, "--http: cannot listen on %s:%d: %s", host,
+                 port, uv_strerror(rc));
+        return rc == UV_ENOMEM ? RL_ENOMEM : RL_EADDR;
+    }
     rls_http_server_set_limits(k->http, RLS_CHECK_IDLE_MS, RLS_CHECK_CONNS_MAX);
     rls_http_server_set_ctx_size(k->http, sizeof(check_ctx_t));
-    return 0;
-}
-
-int rls_check_port(const rls_check_t *k)
-{
-    return rls_http_server_port(k->http);
-}
-
-void rls_check_stop(rls_check_t *k)
-{
-    rls_http_server_stop(k->http);
-}
-
-int rls_check_busy(const rls_check_t *k)
-{
-    return k->pending > 0 ||
-           (k->http != NULL && rls_http_server_live(k->http) > 0);
-}
-
-void rls_check_close(rls_check_t *k)
-{
-    rls_http_server_close(k->http);
-    k->http = NULL;
+    k->fe.port = rls_http_server_port(k->http);
+    return RL_OK;
 }
 
 const rls_http_stats_t *rls_check_stats(const rls_check_t *k)
 {
     return k->http != NULL ? rls_http_server_stats(k->http) : NULL;
+}
+
+/* ---- the front end -------------------------------------------------- */
+
+static rls_check_t *check_of(const rls_frontend_t *fe)
+{
+    return RLS_CONTAINER_OF(fe, rls_check_t, fe);
+}
+
+static void on_http_empty(void *arg)
+{
+    rls_check_t *k = arg;
+
+    if (k->fe.on_empty != NULL)
+        k->fe.on_empty(k->fe.arg);
+}
+
+/* The listener closes, connections between checks close, and a check
+ * under way is answered with Connection: close. */
+static size_t fe_goaway(rls_frontend_t *fe)
+{
+    rls_check_t *k = check_of(fe);
+
+    if (k->http == NULL)
+        return 0;
+    rls_http_server_on_empty(k->http, on_http_empty, k);
+    rls_http_server_stop(k->http);
+    return rls_http_server_live(k->http);
+}
+
+static int fe_busy(const rls_frontend_t *fe)
+{
+    const rls_check_t *k = check_of(fe);
+
+    return k->pending > 0 ||
+           (k->http != NULL && rls_http_server_live(k->http) > 0);
+}
+
+/* Closes the listener and every connection; answers owed are dropped when
+ * they come. */
+static void fe_close(rls_frontend_t *fe)
+{
+    rls_check_t *k = check_of(fe);
+
+    rls_http_server_close(k->http);
+    k->http = NULL;
+}
+
+/* Responses by status, the 400s by reason, and its connections. */
+static int fe_metrics(const rls_frontend_t *fe, rl_buf_t *out)
+{
+    const rls_check_t *k = check_of(fe);
+    const rls_http_stats_t *h = rls_check_stats(k);
+    const char *name = "rl_check_requests_total";
+    char code[16];
+    unsigned i;
+    int rc;
+
+    if (h == NULL)
+        return RL_OK;
+    rc = rls_prom_family(out, name, "counter",
+                         "--http responses by status: 200 allowed, 429 or "
+                         "403 refused, 400/404/405/414/431 bad requests, "
+                         "503 store failed with --fail-closed; "
+                         "code=\"other\" for the rest.");
+    for (i = 0; i < RLS_HTTP_NSTATUS && rc == RL_OK; i++) {
+        int st = rls_http_slot_status(i);
+
+        if (st != 0)
+            snprintf(code, sizeof(code), "%d", st);
+        else
+            snprintf(code, sizeof(code), "other");
+        rc = rls_prom_sample(out, name, "code", code, h->status[i]);
+    }
+    if (rc == RL_OK)
+        rc = rls_prom_family(out, "rl_check_rejected_total", "counter",
+                             "--http checks answered 400 before a decision, "
+                             "by reason: bad_query, no_rule, no_key (no key= "
+                             "and no usable key header), bad_key, "
+                             "unknown_rule. Most are the proxy's "
+                             "configuration; the log has the detail.");
+    for (i = 0; i < RLS_CHECK_REASONS && rc == RL_OK; i++)
+        rc = rls_prom_sample(out, "rl_check_rejected_total", "reason",
+                             rls_check_reason_name((int)i), k->rejected[i]);
+    if (rc == RL_OK)
+        rc = rls_prom_counter(out, "rl_check_connections_accepted_total",
+                              "--http connections accepted.", h->accepted);
+    if (rc == RL_OK)
+        rc = rls_prom_counter(out, "rl_check_connections_evicted_total",
+                              "--http connections closed to make room for a "
+                              "new one while the listener was full.",
+                              h->evicted);
+    if (rc == RL_OK)
+        rc = rls_prom_counter(out, "rl_check_connections_refused_total",
+                              "--http connections answered 503: the "
+                              "listener was full and none could give way.",
+                              h->refused);
+    if (rc == RL_OK)
+        rc = rls_prom_counter(out, "rl_check_connections_timed_out_total",
+                              "--http connections closed at the header "
+                              "deadline or the idle limit.",
+                              h->timed_out);
+    return rc;
+}
+
+/* No resume or flush: an answer is written when it comes. No drain: it
+ * keeps answering while the load balancer notices /healthz. */
+static const rls_frontend_ops_t check_ops = {
+    .flag = "http",
+    .goaway = fe_goaway,
+    .busy = fe_busy,
+    .close_all = fe_close,
+    .free = fe_close,
+    .metrics = fe_metrics,
+};
+
+rls_frontend_t *rls_check_frontend(rls_check_t *k)
+{
+    return &k->fe;
 }

@@ -29,6 +29,7 @@
 
 #include "batch.h"
 #include "net/check_query.h"
+#include "net/frontend.h"
 #include "net/http_server.h"
 
 /* Connections the --http listener keeps open at once (a proxy keeps a pool
@@ -39,6 +40,7 @@
 #define RLS_CHECK_IDLE_MS 60000
 
 typedef struct rls_check_s {
+    rls_frontend_t fe; /* its life, as the server sees it */
     rls_http_server_t *http;
     uv_loop_t *loop;
     rls_batcher_t *batcher;
@@ -53,27 +55,19 @@ typedef struct rls_check_s {
 } rls_check_t;
 
 /* Listens on host:port and answers checks with b (whose runtime holds the
- * policy). Returns 0, or a negative libuv error with nothing left open. */
+ * policy). Returns 0, or RL_EADDR (cannot listen) or RL_ENOMEM with err
+ * (errlen bytes) saying why and nothing left open. */
 int rls_check_start(rls_check_t *k, uv_loop_t *loop, const char *host, int port,
-                    rls_batcher_t *b, const rls_check_opts_t *o);
+                    rls_batcher_t *b, const rls_check_opts_t *o, char *err,
+                    size_t errlen);
 
-/* The port the listener is bound to, or a negative libuv error. */
-int rls_check_port(const rls_check_t *k);
+/* The listener as a front end (net/frontend.h). */
+rls_frontend_t *rls_check_frontend(rls_check_t *k);
 
 /* The metric label of an RLS_CHECK_* reason. */
 const char *rls_check_reason_name(int reason);
 
-/* The server is stopping: see rls_http_server_stop. */
-void rls_check_stop(rls_check_t *k);
-
-/* 1 while a connection is open or an answer is owed. */
-int rls_check_busy(const rls_check_t *k);
-
-/* Closes the listener and every connection (answers owed are dropped when
- * they come). */
-void rls_check_close(rls_check_t *k);
-
-/* The listener's counters, or NULL when not started. */
+/* The listener's counters, or NULL when not started or closed. */
 const rls_http_stats_t *rls_check_stats(const rls_check_t *k);
 
 #endif

@@ -38,6 +38,7 @@
  * per-connection uv_timer would cost. The price is precision: a deadline
  * fires up to one sweep period (a quarter of the shorter timeout, 10 to
  * 250 ms) late. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,6 +49,8 @@
 #include "decide.h"
 #include "log.h"
 #include "net/conn.h"
+#include "net/listen.h"
+#include "prom.h"
 
 #define READ_CHUNK 65536
 
@@ -100,8 +103,8 @@ static void on_closed(uv_handle_t *h)
     c->closed = 1;
     maybe_free(c);
     /* The last connection of a stopping server lets it finish. */
-    if (s->stopping && rls_list_empty(&s->all) && s->on_empty != NULL)
-        s->on_empty(s->arg);
+    if (s->stopping && rls_list_empty(&s->all) && s->fe.on_empty != NULL)
+        s->fe.on_empty(s->fe.arg);
 }
 
 static void conn_close(rls_conn_t *c)
@@ -827,8 +830,164 @@ void rls_conns_init(rls_conns_t *s, uv_loop_t *loop, const rls_config_t *cfg,
 
 void rls_conns_free(rls_conns_t *s)
 {
+    if (s->listening) {
+        s->listening = 0;
+        uv_close((uv_handle_t *)&s->listener, NULL);
+    }
     uv_close((uv_handle_t *)&s->spin, NULL);
     uv_close((uv_handle_t *)&s->sweep, NULL);
     free(s->rbuf);
     s->rbuf = NULL;
+}
+
+/* ---- the front end -------------------------------------------------- */
+
+static rls_conns_t *set_of(const rls_frontend_t *fe)
+{
+    return RLS_CONTAINER_OF(fe, rls_conns_t, fe);
+}
+
+static void fe_resume(rls_frontend_t *fe)
+{
+    rls_conns_resume(set_of(fe));
+}
+
+static void fe_flush(rls_frontend_t *fe)
+{
+    rls_conns_flush(set_of(fe));
+}
+
+static void fe_drain(rls_frontend_t *fe)
+{
+    rls_conns_t *s = set_of(fe);
+
+    s->stopping = 1;
+    s->draining = 1;
+}
+
+static size_t fe_goaway(rls_frontend_t *fe)
+{
+    rls_conns_t *s = set_of(fe);
+
+    s->stopping = 1;
+    s->draining = 0;
+    if (s->listening) {
+        s->listening = 0;
+        uv_close((uv_handle_t *)&s->listener, NULL);
+    }
+    return rls_conns_goaway(s);
+}
+
+static int fe_busy(const rls_frontend_t *fe)
+{
+    return !rls_list_empty(&set_of(fe)->all);
+}
+
+static void fe_close_all(rls_frontend_t *fe)
+{
+    rls_conns_close(set_of(fe));
+}
+
+static void fe_free(rls_frontend_t *fe)
+{
+    rls_conns_free(set_of(fe));
+}
+
+/* The native protocol's part of the /metrics page. */
+static int fe_metrics(const rls_frontend_t *fe, rl_buf_t *out)
+{
+    static const char *const codes[] = {"unknown", "ok", "over_limit",
+                                        "error"};
+    static const char *const reasons[RLS_REJECT_MAX] = {
+        "flag", "size", "decode", "invalid", "rule", "id0", "inline"};
+    static const char *const closes[RLS_CLOSE_MAX] = {
+        "idle", "frame_timeout", "partial_memory"};
+    const rls_conn_stats_t *cs = &set_of(fe)->stats;
+    int rc;
+
+#define TRY(x)                                                                 \
+    do {                                                                       \
+        if ((rc = (x)) != RL_OK)                                               \
+            return rc;                                                         \
+    } while (0)
+    TRY(rls_prom_labelled(out, "rl_decisions_total",
+                          "Responses sent, by code (error includes refused "
+                          "requests).",
+                          "code", codes, cs->decisions, 1, 4));
+    TRY(rls_prom_labelled(out, "rl_frames_rejected_total",
+                          "Frames or requests refused before reaching the "
+                          "store, by reason.",
+                          "reason", reasons, cs->rejected, 0,
+                          RLS_REJECT_MAX));
+    TRY(rls_prom_gauge(out, "rl_requests_inflight",
+                       "Requests read and not yet answered.", cs->inflight));
+    TRY(rls_prom_gauge(out, "rl_connections_open", "Client connections open.",
+                       cs->conns_open));
+    TRY(rls_prom_counter(out, "rl_connections_accepted_total",
+                         "Client connections accepted.", cs->conns_accepted));
+    TRY(rls_prom_counter(out, "rl_connections_refused_total",
+                         "Client connections refused at --max-connections "
+                         "or while stopping.",
+                         cs->conns_refused));
+    TRY(rls_prom_counter(out, "rl_connections_overflow_total",
+                         "Client connections closed for not reading their "
+                         "responses (--max-output).",
+                         cs->conns_overflow));
+    TRY(rls_prom_labelled(
+        out, "rl_connections_closed_total",
+        "Client connections the server closed for sending nothing useful: "
+        "no whole request for --idle-timeout (idle), a frame unfinished "
+        "after --frame-timeout-ms (frame_timeout), among the largest input "
+        "buffers over --max-partial-bytes (partial_memory).",
+        "reason", closes, cs->closed, 0, RLS_CLOSE_MAX));
+    TRY(rls_prom_gauge(out, "rl_connections_input_bytes",
+                       "Memory held by client connections' input buffers "
+                       "(partial frames); capped by --max-partial-bytes.",
+                       cs->input_bytes));
+#undef TRY
+    return RL_OK;
+}
+
+static const rls_frontend_ops_t conns_ops = {
+    .flag = "listen",
+    .resume = fe_resume,
+    .flush = fe_flush,
+    .drain = fe_drain,
+    .goaway = fe_goaway,
+    .busy = fe_busy,
+    .close_all = fe_close_all,
+    .free = fe_free,
+    .metrics = fe_metrics,
+};
+
+rls_frontend_t *rls_conns_frontend(rls_conns_t *s)
+{
+    s->fe.ops = &conns_ops;
+    return &s->fe;
+}
+
+static void on_connection(uv_stream_t *listener, int status)
+{
+    rls_conns_accept(listener->data, listener, status);
+}
+
+int rls_conns_listen(rls_conns_t *s, const char *host, int port, char *err,
+                     size_t errlen)
+{
+    int rc;
+
+    s->fe.ops = &conns_ops;
+    uv_tcp_init(s->loop, &s->listener);
+    s->listener.data = s;
+    if ((rc = rls_listen(&s->listener, host, port, 511, on_connection)) !=
+        0) {
+        snprintf(err, errlen, "--listen: cannot listen on %s:%d: %s", host,
+                 port, uv_strerror(rc));
+        uv_close((uv_handle_t *)&s->listener, NULL);
+        return RL_EADDR;
+    }
+    s->listening = 1;
+    s->fe.host = host;
+    s->fe.port = rls_listen_port(&s->listener);
+    return RL_OK;
 }

@@ -1,9 +1,10 @@
-/* Client connections of the native protocol: frames in, responses out
- * (conn.c). The set of connections is one rls_conns_t, owned by the server,
- * which tells it when to accept, flush, resume, say GOAWAY and close; the
- * connections hand valid requests to the batcher and get their answers
- * back through rls_conn_respond. Nothing here knows the server itself: a
- * stopping set reports that its last connection closed through on_empty. */
+/* The native protocol's front end (conn.c): its listener and the set of
+ * client connections, frames in, responses out. The server drives it as
+ * every front end, through rls_conns_frontend (net/frontend.h); the
+ * connections hand their requests to rls_decide and get the answers back
+ * through rls_conn_respond. Nothing here knows the server itself: a
+ * stopping set reports that its last connection closed through the front
+ * end's on_empty. */
 #ifndef RLS_NET_CONN_H
 #define RLS_NET_CONN_H
 
@@ -13,6 +14,7 @@
 #include <uv.h>
 
 #include "batch.h"
+#include "net/frontend.h"
 #include "policy/config.h"
 #include "rl_msg.h"
 #include "util.h"
@@ -51,6 +53,9 @@ typedef struct rls_conn_stats_s {
 } rls_conn_stats_t;
 
 typedef struct rls_conns_s {
+    rls_frontend_t fe; /* its life, as the server sees it */
+    uv_tcp_t listener; /* rls_conns_listen's */
+    int listening;
     uv_loop_t *loop;
     const rls_config_t *cfg;
     rls_batcher_t *batcher;
@@ -65,10 +70,8 @@ typedef struct rls_conns_s {
                            oldest frame first */
     rls_list_t dirty;  /* connections with responses to write */
     rls_list_t resume; /* connections to read again */
-    int stopping;      /* set by the server: refuse new connections... */
+    int stopping;      /* refuse new connections... */
     int draining;      /* ...unless still draining (then serve them) */
-    void (*on_empty)(void *arg); /* the last connection of a stopping set */
-    void *arg;                   /* closed */
     uint64_t refusal_logged_ms;  /* loop time of the last refusal warning */
     uint64_t refused_unlogged;   /* refusals since that warning */
     uint64_t shed_logged_ms;     /* the same for --max-partial-bytes */
@@ -80,10 +83,21 @@ typedef struct rls_conns_s {
 void rls_conns_init(rls_conns_t *s, uv_loop_t *loop, const rls_config_t *cfg,
                     rls_batcher_t *batcher);
 
-/* Closes the set's own handles; every connection must be closed already. */
+/* Closes the set's own handles (its listener too); every connection must
+ * be closed already. */
 void rls_conns_free(rls_conns_t *s);
 
-/* The listener's connection callback goes here. */
+/* Binds host:port (port 0: any) and accepts connections into the set.
+ * Returns 0, or RL_EADDR with err (errlen bytes) saying why, nothing left
+ * listening. */
+int rls_conns_listen(rls_conns_t *s, const char *host, int port, char *err,
+                     size_t errlen);
+
+/* The set as a front end (net/frontend.h). */
+rls_frontend_t *rls_conns_frontend(rls_conns_t *s);
+
+/* A listener's connection callback goes here (rls_conns_listen's does;
+ * tests that listen on something else call it themselves). */
 void rls_conns_accept(rls_conns_t *s, uv_stream_t *listener, int status);
 
 /* The batcher's respond callback: owner is the connection. */

@@ -68,6 +68,7 @@
 
 #include "log.h"
 #include "net/listen.h"
+#include "prom.h"
 #include "rl_error.h"
 #include "util.h"
 
@@ -166,6 +167,7 @@ struct gconn_s {
 };
 
 struct rls_grpc_s {
+    rls_frontend_t fe; /* its life, as the server sees it */
     uv_loop_t *loop;
     const rls_config_t *cfg;
     uv_tcp_t listener;
@@ -192,8 +194,6 @@ struct rls_grpc_s {
     nghttp2_session_callbacks *cbs;
     nghttp2_option *opt;
     rls_envoy_ctx_t ctx;
-    void (*on_empty)(void *arg);
-    void *arg;
     rls_grpc_stats_t stats;
 };
 
@@ -762,8 +762,8 @@ static void on_closed(uv_handle_t *h)
         stream_free_maybe(st);
     }
     c->closed = 1;
-    if (g->stopping && rls_grpc_idle(g) && g->on_empty != NULL)
-        g->on_empty(g->arg);
+    if (g->stopping && rls_grpc_idle(g) && g->fe.on_empty != NULL)
+        g->fe.on_empty(g->fe.arg);
     maybe_free_conn(c);
 }
 
@@ -1304,15 +1304,21 @@ static void on_sweep(uv_timer_t *t)
     rls_grpc_flush(g);
 }
 
+static const rls_frontend_ops_t grpc_ops;
+
 int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_config_t *cfg,
-                   rls_batcher_t *batcher)
+                   rls_batcher_t *batcher, char *err, size_t errlen)
 {
     rls_grpc_t *g;
     int rc;
 
     *out = NULL;
-    if ((g = calloc(1, sizeof(*g))) == NULL)
-        return UV_ENOMEM;
+    if ((g = calloc(1, sizeof(*g))) == NULL) {
+        snprintf(err, errlen, "--grpc: out of memory");
+        return RL_ENOMEM;
+    }
+    g->fe.ops = &grpc_ops;
+    g->fe.host = cfg->grpc_host;
     g->loop = loop;
     g->cfg = cfg;
     g->ctx.batcher = batcher;
@@ -1326,8 +1332,10 @@ int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_config_t *cfg,
     if (nghttp2_session_callbacks_new(&g->cbs) != 0 ||
         nghttp2_option_new(&g->opt) != 0) {
         nghttp2_session_callbacks_del(g->cbs);
+        rl_buf_free(&g->scratch);
         free(g);
-        return UV_ENOMEM;
+        snprintf(err, errlen, "--grpc: out of memory");
+        return RL_ENOMEM;
     }
     nghttp2_session_callbacks_set_on_begin_headers_callback(g->cbs,
                                                             on_begin_headers);
@@ -1352,18 +1360,16 @@ int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_config_t *cfg,
         uv_close((uv_handle_t *)&g->listener, on_handle_closed);
         uv_close((uv_handle_t *)&g->sweep, on_handle_closed);
         uv_close((uv_handle_t *)&g->spin, on_handle_closed);
-        return rc;
+        snprintf(err, errlen, "--grpc: cannot listen on %s:%d: %s",
+                 cfg->grpc_host, cfg->grpc_port, uv_strerror(rc));
+        return RL_EADDR;
     }
     g->listening = 1;
+    g->fe.port = rls_listen_port(&g->listener);
     uv_timer_start(&g->sweep, on_sweep, 1000, 1000);
     uv_unref((uv_handle_t *)&g->sweep);
     *out = g;
     return 0;
-}
-
-int rls_grpc_port(const rls_grpc_t *g)
-{
-    return rls_listen_port(&g->listener);
 }
 
 void rls_grpc_set_conf(rls_grpc_t *g, rls_envoy_conf_t *conf)
@@ -1414,12 +1420,6 @@ int rls_grpc_idle(const rls_grpc_t *g)
 {
     return g == NULL ||
            (rls_list_empty(&g->fresh) && rls_list_empty(&g->proven));
-}
-
-void rls_grpc_on_empty(rls_grpc_t *g, void (*fn)(void *arg), void *arg)
-{
-    g->on_empty = fn;
-    g->arg = arg;
 }
 
 void rls_grpc_set_budget(rls_grpc_t *g, size_t feed, size_t decode)
@@ -1493,103 +1493,145 @@ int rls_grpc_metrics(const rls_grpc_t *g, rl_buf_t *out)
                  {12, "UNIMPLEMENTED"},
                  {13, "INTERNAL"},
                  {14, "UNAVAILABLE"}};
+    static const char *const descriptor_codes[] = {"unknown", "ok",
+                                                   "over_limit"};
+    static const char *const closes[] = {
+        "idle",    "protocol", "headers",       "output", "output_timeout",
+        "evicted", "partial_memory"};
     const rls_grpc_stats_t *s = &g->stats;
     const rls_envoy_stats_t *e = &g->ctx.stats;
+    const uint64_t closed[] = {s->conns_idle,    s->conns_protocol,
+                               s->conns_headers, s->conns_output,
+                               s->conns_output_timeout, s->conns_evicted,
+                               s->conns_memory};
     size_t i;
-    int rc = 0;
+    int rc;
 
-    rc |= rl_buf_printf(out, "# HELP rl_grpc_calls_total gRPC calls of Envoy's "
-                             "ShouldRateLimit answered, by grpc-status.\n"
-                             "# TYPE rl_grpc_calls_total counter\n");
+#define TRY(x)                                                                 \
+    do {                                                                       \
+        if ((rc = (x)) != RL_OK)                                               \
+            return rc;                                                         \
+    } while (0)
+    TRY(rls_prom_family(out, "rl_grpc_calls_total", "counter",
+                        "gRPC calls of Envoy's ShouldRateLimit answered, by "
+                        "grpc-status."));
     for (i = 0; i < sizeof(codes) / sizeof(codes[0]); i++)
-        rc |= rl_buf_printf(out,
-                            "rl_grpc_calls_total{status=\"%s\"} %" PRIu64 "\n",
-                            codes[i].name, s->calls[codes[i].code]);
-    rc |= rl_buf_printf(
-        out,
-        "# HELP rl_grpc_http_errors_total gRPC-listener requests answered "
-        "with an HTTP error (not gRPC: 415).\n"
-        "# TYPE rl_grpc_http_errors_total counter\n"
-        "rl_grpc_http_errors_total %" PRIu64 "\n"
-        "# HELP rl_grpc_descriptors_total Envoy descriptors answered, by "
-        "code.\n"
-        "# TYPE rl_grpc_descriptors_total counter\n"
-        "rl_grpc_descriptors_total{code=\"ok\"} %" PRIu64 "\n"
-        "rl_grpc_descriptors_total{code=\"over_limit\"} %" PRIu64 "\n"
-        "# HELP rl_grpc_descriptors_uncounted_total Envoy descriptors "
-        "allowed without counting (no matching config, unlimited, mode "
-        "off).\n"
-        "# TYPE rl_grpc_descriptors_uncounted_total counter\n"
-        "rl_grpc_descriptors_uncounted_total %" PRIu64 "\n"
-        "# HELP rl_grpc_unknown_domain_total Calls whose domain has no "
-        "--envoy-config.\n"
-        "# TYPE rl_grpc_unknown_domain_total counter\n"
-        "rl_grpc_unknown_domain_total %" PRIu64 "\n"
-        "# HELP rl_grpc_connections_open gRPC connections open.\n"
-        "# TYPE rl_grpc_connections_open gauge\n"
-        "rl_grpc_connections_open %" PRIu64 "\n"
-        "# HELP rl_grpc_connections_accepted_total gRPC connections "
-        "accepted.\n"
-        "# TYPE rl_grpc_connections_accepted_total counter\n"
-        "rl_grpc_connections_accepted_total %" PRIu64 "\n"
-        "# HELP rl_grpc_connections_refused_total gRPC connections refused "
-        "(over --max-connections with none to evict, or stopping).\n"
-        "# TYPE rl_grpc_connections_refused_total counter\n"
-        "rl_grpc_connections_refused_total %" PRIu64 "\n",
-        s->http_errors, e->descriptors[1], e->descriptors[2], e->uncounted,
-        e->unknown_domain, s->conns_open, s->conns_accepted, s->conns_refused);
-    rc |= rl_buf_printf(
-        out,
-        "# HELP rl_grpc_connections_closed_total gRPC connections the "
-        "server ended, by reason.\n"
-        "# TYPE rl_grpc_connections_closed_total counter\n"
-        "rl_grpc_connections_closed_total{reason=\"idle\"} %" PRIu64 "\n"
-        "rl_grpc_connections_closed_total{reason=\"protocol\"} %" PRIu64 "\n"
-        "rl_grpc_connections_closed_total{reason=\"headers\"} %" PRIu64 "\n"
-        "rl_grpc_connections_closed_total{reason=\"output\"} %" PRIu64 "\n"
-        "rl_grpc_connections_closed_total{reason=\"output_timeout\"} "
-        "%" PRIu64 "\n"
-        "rl_grpc_connections_closed_total{reason=\"evicted\"} %" PRIu64 "\n"
-        "rl_grpc_connections_closed_total{reason=\"partial_memory\"} "
-        "%" PRIu64 "\n",
-        s->conns_idle, s->conns_protocol, s->conns_headers, s->conns_output,
-        s->conns_output_timeout, s->conns_evicted, s->conns_memory);
-    rc |= rl_buf_printf(
-        out,
-        "# HELP rl_grpc_streams_refused_total Streams refused over "
-        "--grpc-max-streams.\n"
-        "# TYPE rl_grpc_streams_refused_total counter\n"
-        "rl_grpc_streams_refused_total %" PRIu64 "\n"
-        "# HELP rl_grpc_streams_reset_total Streams the client reset "
-        "before their answer.\n"
-        "# TYPE rl_grpc_streams_reset_total counter\n"
-        "rl_grpc_streams_reset_total %" PRIu64 "\n"
-        "# HELP rl_grpc_streams_timeout_total Requests not whole within "
-        "--frame-timeout-ms (DEADLINE_EXCEEDED).\n"
-        "# TYPE rl_grpc_streams_timeout_total counter\n"
-        "rl_grpc_streams_timeout_total %" PRIu64 "\n"
-        "# HELP rl_grpc_streams_shed_total Requests refused because the "
-        "bodies buffered by all streams reached --max-partial-bytes.\n"
-        "# TYPE rl_grpc_streams_shed_total counter\n"
-        "rl_grpc_streams_shed_total %" PRIu64 "\n"
-        "# HELP rl_grpc_streams_oversized_total Streams reset because "
-        "their header list passed 8 KiB.\n"
-        "# TYPE rl_grpc_streams_oversized_total counter\n"
-        "rl_grpc_streams_oversized_total %" PRIu64 "\n"
-        "# HELP rl_grpc_reads_deferred_total Times a connection was not "
-        "read again until the next round, over its per-round budget.\n"
-        "# TYPE rl_grpc_reads_deferred_total counter\n"
-        "rl_grpc_reads_deferred_total %" PRIu64 "\n"
-        "# HELP rl_grpc_input_bytes Request bytes buffered by gRPC "
-        "streams, and input deferred to the next round.\n"
-        "# TYPE rl_grpc_input_bytes gauge\n"
-        "rl_grpc_input_bytes %" PRIu64 "\n"
-        "# HELP rl_grpc_output_bytes Memory held by gRPC answers not yet "
-        "sent.\n"
-        "# TYPE rl_grpc_output_bytes gauge\n"
-        "rl_grpc_output_bytes %" PRIu64 "\n",
-        s->streams_refused, s->streams_reset, s->streams_timeout,
-        s->streams_shed, s->streams_oversized, s->reads_deferred, g->held,
-        g->owed);
-    return rc;
+        TRY(rls_prom_sample(out, "rl_grpc_calls_total", "status",
+                            codes[i].name, s->calls[codes[i].code]));
+    TRY(rls_prom_counter(out, "rl_grpc_http_errors_total",
+                         "gRPC-listener requests answered with an HTTP "
+                         "error (not gRPC: 415).",
+                         s->http_errors));
+    TRY(rls_prom_labelled(out, "rl_grpc_descriptors_total",
+                          "Envoy descriptors answered, by code.", "code",
+                          descriptor_codes, e->descriptors, 1, 3));
+    TRY(rls_prom_counter(out, "rl_grpc_descriptors_uncounted_total",
+                         "Envoy descriptors allowed without counting (no "
+                         "matching config, unlimited, mode off).",
+                         e->uncounted));
+    TRY(rls_prom_counter(out, "rl_grpc_unknown_domain_total",
+                         "Calls whose domain has no --envoy-config.",
+                         e->unknown_domain));
+    TRY(rls_prom_gauge(out, "rl_grpc_connections_open",
+                       "gRPC connections open.", s->conns_open));
+    TRY(rls_prom_counter(out, "rl_grpc_connections_accepted_total",
+                         "gRPC connections accepted.", s->conns_accepted));
+    TRY(rls_prom_counter(out, "rl_grpc_connections_refused_total",
+                         "gRPC connections refused (over --max-connections "
+                         "with none to evict, or stopping).",
+                         s->conns_refused));
+    TRY(rls_prom_labelled(out, "rl_grpc_connections_closed_total",
+                          "gRPC connections the server ended, by reason.",
+                          "reason", closes, closed, 0,
+                          sizeof(closed) / sizeof(closed[0])));
+    TRY(rls_prom_counter(out, "rl_grpc_streams_refused_total",
+                         "Streams refused over --grpc-max-streams.",
+                         s->streams_refused));
+    TRY(rls_prom_counter(out, "rl_grpc_streams_reset_total",
+                         "Streams the client reset before their answer.",
+                         s->streams_reset));
+    TRY(rls_prom_counter(out, "rl_grpc_streams_timeout_total",
+                         "Requests not whole within --frame-timeout-ms "
+                         "(DEADLINE_EXCEEDED).",
+                         s->streams_timeout));
+    TRY(rls_prom_counter(out, "rl_grpc_streams_shed_total",
+                         "Requests refused because the bodies buffered by "
+                         "all streams reached --max-partial-bytes.",
+                         s->streams_shed));
+    TRY(rls_prom_counter(out, "rl_grpc_streams_oversized_total",
+                         "Streams reset because their header list passed "
+                         "8 KiB.",
+                         s->streams_oversized));
+    TRY(rls_prom_counter(out, "rl_grpc_reads_deferred_total",
+                         "Times a connection was not read again until the "
+                         "next round, over its per-round budget.",
+                         s->reads_deferred));
+    TRY(rls_prom_gauge(out, "rl_grpc_input_bytes",
+                       "Request bytes buffered by gRPC streams, and input "
+                       "deferred to the next round.",
+                       g->held));
+    TRY(rls_prom_gauge(out, "rl_grpc_output_bytes",
+                       "Memory held by gRPC answers not yet sent.",
+                       g->owed));
+#undef TRY
+    return RL_OK;
+}
+
+/* ---- the front end -------------------------------------------------- */
+
+static rls_grpc_t *grpc_of(const rls_frontend_t *fe)
+{
+    return RLS_CONTAINER_OF(fe, rls_grpc_t, fe);
+}
+
+static void fe_flush(rls_frontend_t *fe)
+{
+    rls_grpc_flush(grpc_of(fe));
+}
+
+static void fe_drain(rls_frontend_t *fe)
+{
+    rls_grpc_set_draining(grpc_of(fe), 1);
+}
+
+static size_t fe_goaway(rls_frontend_t *fe)
+{
+    return rls_grpc_goaway(grpc_of(fe));
+}
+
+static int fe_busy(const rls_frontend_t *fe)
+{
+    return !rls_grpc_idle(grpc_of(fe));
+}
+
+static void fe_close_all(rls_frontend_t *fe)
+{
+    rls_grpc_close_all(grpc_of(fe));
+}
+
+static void fe_free(rls_frontend_t *fe)
+{
+    rls_grpc_free(grpc_of(fe));
+}
+
+static int fe_metrics(const rls_frontend_t *fe, rl_buf_t *out)
+{
+    return rls_grpc_metrics(grpc_of(fe), out);
+}
+
+/* No resume: a round's flush lets deferred connections go on. */
+static const rls_frontend_ops_t grpc_ops = {
+    .flag = "grpc",
+    .flush = fe_flush,
+    .drain = fe_drain,
+    .goaway = fe_goaway,
+    .busy = fe_busy,
+    .close_all = fe_close_all,
+    .free = fe_free,
+    .metrics = fe_metrics,
+};
+
+rls_frontend_t *rls_grpc_frontend(rls_grpc_t *g)
+{
+    return &g->fe;
 }

@@ -1,9 +1,9 @@
 /* The --grpc listener (grpc.c): Envoy's rate limit service over HTTP/2
  * cleartext (h2c with prior knowledge, as Envoy's gRPC client speaks it),
  * with nghttp2 for HTTP/2 and net/envoy_rls.c for the calls. It runs on
- * the server's loop and sends its descriptors to the server's batcher; the
- * server flushes it once per loop iteration and tells it when to say
- * GOAWAY and close, as it does the native connections.
+ * the server's loop and decides its descriptors through rls_decide; the
+ * server drives it as every front end (net/frontend.h, rls_grpc_frontend):
+ * flushed once per loop iteration, told when to say GOAWAY and close.
  *
  * Limits: --max-connections gRPC connections (apart from native ones; at
  * the cap a new one evicts the one that has done least, see grpc.c),
@@ -31,6 +31,7 @@
 
 #include "batch.h"
 #include "net/envoy_rls.h"
+#include "net/frontend.h"
 #include "policy/config.h"
 #include "rl_buf.h"
 
@@ -59,13 +60,15 @@ typedef struct rls_grpc_stats_s {
 
 typedef struct rls_grpc_s rls_grpc_t;
 
-/* Listens on host:port. Returns 0 with *out set, or a negative libuv
- * error with nothing left open. */
+/* Listens on cfg's --grpc host:port. Returns 0 with *out set, or
+ * RL_EADDR (cannot listen) or RL_ENOMEM with err (errlen bytes) saying
+ * why and nothing left open. */
 int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_config_t *cfg,
-                   rls_batcher_t *batcher);
+                   rls_batcher_t *batcher, char *err, size_t errlen);
 
-/* The port the listener is bound to, or a negative libuv error. */
-int rls_grpc_port(const rls_grpc_t *g);
+/* The listener as a front end (net/frontend.h); its on_empty is called
+ * when the last connection closed after goaway. */
+rls_frontend_t *rls_grpc_frontend(rls_grpc_t *g);
 
 /* The Envoy configuration in force from now on (the listener takes the
  * reference; NULL: none). Calls already started keep theirs. */
@@ -85,9 +88,6 @@ size_t rls_grpc_goaway(rls_grpc_t *g);
 
 /* 1 when no connection is open. */
 int rls_grpc_idle(const rls_grpc_t *g);
-
-/* Called when the last connection closed after rls_grpc_goaway. */
-void rls_grpc_on_empty(rls_grpc_t *g, void (*fn)(void *arg), void *arg);
 
 /* Overrides the per-round budget of a connection (bytes fed to nghttp2,
  * header-list bytes decoded; 64 KiB each): the fuzz target uses small

@@ -55,6 +55,8 @@ struct rls_http_server_s {
     unsigned max_conns;
     size_t ctx_size; /* route's bytes after each connection */
     rls_http_stats_t stats;
+    void (*on_empty)(void *arg); /* rls_http_server_on_empty */
+    void *empty_arg;
     unsigned listener_closing : 1;
     unsigned listener_closed : 1;
     unsigned stopping : 1; /* rls_http_server_stop: every answer closes */
@@ -132,9 +134,17 @@ static void conn_free(mconn_t *c)
 static void on_handle_closed(uv_handle_t *h)
 {
     mconn_t *c = h->data;
+    rls_http_server_t *m = c->m;
+    int closing = m->closing;
 
     c->handles--;
-    conn_free(c);
+    conn_free(c); /* frees m only when it is closing */
+    /* From a close callback only: an answer given to a closed connection
+     * frees it inside the batcher's callback, where the owner must not be
+     * told (it would stop the server under the batcher), and the loop's
+     * next check looks anyway. */
+    if (!closing && m->stopping && m->live == 0 && m->on_empty != NULL)
+        m->on_empty(m->empty_arg);
 }
 
 static void conn_close(mconn_t *c)
@@ -676,6 +686,13 @@ void rls_http_server_stop(rls_http_server_t *m)
             (!c->writing && !c->awaiting && c->in_len == 0))
             conn_close(c);
     }
+}
+
+void rls_http_server_on_empty(rls_http_server_t *m, void (*fn)(void *arg),
+                              void *arg)
+{
+    m->on_empty = fn;
+    m->empty_arg = arg;
 }
 
 unsigned rls_http_server_live(const rls_http_server_t *m)

@@ -119,6 +119,11 @@ void *rls_http_conn_ctx(rls_http_conn_t *c);
  * ignored. */
 void rls_http_server_stop(rls_http_server_t *h);
 
+/* fn(arg) is called when the last connection of a stopped listener has
+ * closed (from its close callback). */
+void rls_http_server_on_empty(rls_http_server_t *h, void (*fn)(void *arg),
+                              void *arg);
+
 /* Connections still allocated (closing ones and ones owed an answer
  * included); 0 once a stopped listener has nothing left to answer. */
 unsigned rls_http_server_live(const rls_http_server_t *h);

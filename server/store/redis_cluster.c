@@ -49,6 +49,7 @@
 #include <hiredis/hiredis.h>
 
 #include "log.h"
+#include "prom.h"
 #include "rl_error.h"
 #include "store/redis.h"
 #include "store/redis_cluster.h"
@@ -883,34 +884,6 @@ static int cl_command(rls_store_t *s, int argc, const char **argv,
     return rc;
 }
 
-static int hist_node(rl_buf_t *b, const char *name, const char *addr,
-                     const rls_hist_t *h)
-{
-    uint64_t cum = 0;
-    size_t i;
-    int rc = RL_OK;
-
-    for (i = 0; i < h->n && rc == RL_OK; i++) {
-        cum += h->counts[i];
-        rc = rl_buf_printf(b, "%s_bucket{node=\"%s\",le=\"%llu.%06llu\"} %llu\n",
-                           name, addr,
-                           (unsigned long long)(h->bounds[i] / 1000000),
-                           (unsigned long long)(h->bounds[i] % 1000000),
-                           (unsigned long long)cum);
-    }
-    if (rc != RL_OK)
-        return rc;
-    cum += h->counts[h->n];
-    return rl_buf_printf(b,
-                         "%s_bucket{node=\"%s\",le=\"+Inf\"} %llu\n"
-                         "%s_sum{node=\"%s\"} %llu.%06llu\n"
-                         "%s_count{node=\"%s\"} %llu\n",
-                         name, addr, (unsigned long long)cum, name, addr,
-                         (unsigned long long)(h->sum / 1000000),
-                         (unsigned long long)(h->sum % 1000000), name, addr,
-                         (unsigned long long)cum);
-}
-
 #define TRY(x)                                                                 \
     do {                                                                       \
         int rc_ = (x);                                                         \
@@ -918,55 +891,55 @@ static int hist_node(rl_buf_t *b, const char *name, const char *addr,
             return rc_;                                                        \
     } while (0)
 
+/* One gauge or counter family with a sample per open node. */
+static int per_node(rl_buf_t *b, const rls_cluster_t *cl, const char *name,
+                    const char *type, const char *help,
+                    uint64_t (*value)(const node_t *nd))
+{
+    const node_t *nd;
+
+    TRY(rls_prom_family(b, name, type, help));
+    for (nd = cl->nodes; nd != NULL; nd = nd->next)
+        if (!nd->closed)
+            TRY(rls_prom_sample(b, name, "node", nd->addr, value(nd)));
+    return RL_OK;
+}
+
+static uint64_t node_up(const node_t *nd) { return (uint64_t)nd->up; }
+static uint64_t node_slots(const node_t *nd) { return nd->slots; }
+static uint64_t node_calls(const node_t *nd) { return nd->calls; }
+static uint64_t node_errors(const node_t *nd)
+{
+    return nd->st->stats.errors;
+}
+
 static int cl_metrics(const rls_store_t *s, rl_buf_t *b)
 {
     const rls_cluster_t *cl = (const rls_cluster_t *)s;
     const node_t *nd;
 
-    TRY(rl_buf_printf(
-        b, "# HELP rl_redis_cluster_slots_down Hash slots without a "
-           "reachable master (of 16384).\n"
-           "# TYPE rl_redis_cluster_slots_down gauge\n"
-           "rl_redis_cluster_slots_down %u\n"
-           "# HELP rl_redis_cluster_map_refreshes_total Slot maps loaded "
-           "(CLUSTER SHARDS or SLOTS).\n"
-           "# TYPE rl_redis_cluster_map_refreshes_total counter\n"
-           "rl_redis_cluster_map_refreshes_total %llu\n"
-           "# HELP rl_redis_cluster_map_refresh_failures_total Slot map "
-           "requests that failed or did not parse.\n"
-           "# TYPE rl_redis_cluster_map_refresh_failures_total counter\n"
-           "rl_redis_cluster_map_refresh_failures_total %llu\n",
-        cl->slots_down, (unsigned long long)cl->refreshes,
-        (unsigned long long)cl->refresh_failures));
-    TRY(rl_buf_printf(b, "# HELP rl_redis_cluster_node_up 1 while rl-server "
-                         "is connected to this node and it answers.\n"
-                         "# TYPE rl_redis_cluster_node_up gauge\n"));
-    for (nd = cl->nodes; nd != NULL; nd = nd->next)
-        if (!nd->closed)
-            TRY(rl_buf_printf(b, "rl_redis_cluster_node_up{node=\"%s\"} %d\n",
-                              nd->addr, nd->up));
-    TRY(rl_buf_printf(b, "# HELP rl_redis_cluster_node_slots Hash slots the "
-                         "map gives this node.\n"
-                         "# TYPE rl_redis_cluster_node_slots gauge\n"));
-    for (nd = cl->nodes; nd != NULL; nd = nd->next)
-        if (!nd->closed)
-            TRY(rl_buf_printf(b, "rl_redis_cluster_node_slots{node=\"%s\"} %u\n",
-                              nd->addr, nd->slots));
-    TRY(rl_buf_printf(b, "# HELP rl_redis_cluster_node_calls_total Script "
-                         "calls sent to this node (one per hash slot of a "
-                         "batch, and each resend).\n"
-                         "# TYPE rl_redis_cluster_node_calls_total counter\n"));
-    for (nd = cl->nodes; nd != NULL; nd = nd->next)
-        if (!nd->closed)
-            TRY(rl_buf_printf(b,
-                              "rl_redis_cluster_node_calls_total{node=\"%s\"} "
-                              "%llu\n",
-                              nd->addr, (unsigned long long)nd->calls));
-    TRY(rl_buf_printf(b, "# HELP rl_redis_cluster_redirections_total MOVED "
-                         "and ASK replies from this node (each call "
-                         "resent).\n"
-                         "# TYPE rl_redis_cluster_redirections_total "
-                         "counter\n"));
+    TRY(rls_prom_gauge(b, "rl_redis_cluster_slots_down",
+                       "Hash slots without a reachable master (of 16384).",
+                       cl->slots_down));
+    TRY(rls_prom_counter(b, "rl_redis_cluster_map_refreshes_total",
+                         "Slot maps loaded (CLUSTER SHARDS or SLOTS).",
+                         cl->refreshes));
+    TRY(rls_prom_counter(b, "rl_redis_cluster_map_refresh_failures_total",
+                         "Slot map requests that failed or did not parse.",
+                         cl->refresh_failures));
+    TRY(per_node(b, cl, "rl_redis_cluster_node_up", "gauge",
+                 "1 while rl-server is connected to this node and it "
+                 "answers.",
+                 node_up));
+    TRY(per_node(b, cl, "rl_redis_cluster_node_slots", "gauge",
+                 "Hash slots the map gives this node.", node_slots));
+    TRY(per_node(b, cl, "rl_redis_cluster_node_calls_total", "counter",
+                 "Script calls sent to this node (one per hash slot of a "
+                 "batch, and each resend).",
+                 node_calls));
+    TRY(rls_prom_family(b, "rl_redis_cluster_redirections_total", "counter",
+                        "MOVED and ASK replies from this node (each call "
+                        "resent)."));
     for (nd = cl->nodes; nd != NULL; nd = nd->next)
         if (!nd->closed)
             TRY(rl_buf_printf(
@@ -977,34 +950,23 @@ static int cl_metrics(const rls_store_t *s, rl_buf_t *b)
                 "\"ask\"} %llu\n",
                 nd->addr, (unsigned long long)nd->moved, nd->addr,
                 (unsigned long long)nd->ask));
-    TRY(rl_buf_printf(b, "# HELP rl_redis_cluster_unmapped_redirections_total"
-                         " MOVED and ASK replies naming a node the slot map "
+    TRY(rls_prom_counter(b, "rl_redis_cluster_unmapped_redirections_total",
+                         "MOVED and ASK replies naming a node the slot map "
                          "does not give slots: not followed (the map is "
-                         "refreshed and the call tried again).\n"
-                         "# TYPE rl_redis_cluster_unmapped_redirections_total"
-                         " counter\n"
-                         "rl_redis_cluster_unmapped_redirections_total %llu\n",
-                      (unsigned long long)cl->unmapped));
-    TRY(rl_buf_printf(b, "# HELP rl_redis_cluster_node_errors_total Calls "
-                         "to this node that failed (timeout, connection, "
-                         "Redis error).\n"
-                         "# TYPE rl_redis_cluster_node_errors_total "
-                         "counter\n"));
+                         "refreshed and the call tried again).",
+                         cl->unmapped));
+    TRY(per_node(b, cl, "rl_redis_cluster_node_errors_total", "counter",
+                 "Calls to this node that failed (timeout, connection, "
+                 "Redis error).",
+                 node_errors));
+    TRY(rls_prom_family(b, "rl_redis_cluster_node_rtt_seconds", "histogram",
+                        "Round trip of answered script calls, per node."));
     for (nd = cl->nodes; nd != NULL; nd = nd->next)
         if (!nd->closed)
-            TRY(rl_buf_printf(b,
-                              "rl_redis_cluster_node_errors_total{node=\"%s\"}"
-                              " %llu\n",
-                              nd->addr,
-                              (unsigned long long)nd->st->stats.errors));
-    TRY(rl_buf_printf(b, "# HELP rl_redis_cluster_node_rtt_seconds Round "
-                         "trip of answered script calls, per node.\n"
-                         "# TYPE rl_redis_cluster_node_rtt_seconds "
-                         "histogram\n"));
-    for (nd = cl->nodes; nd != NULL; nd = nd->next)
-        if (!nd->closed)
-            TRY(hist_node(b, "rl_redis_cluster_node_rtt_seconds", nd->addr,
-                          &nd->st->stats.rtt_us));
+            TRY(rls_prom_histogram_series(b,
+                                          "rl_redis_cluster_node_rtt_seconds",
+                                          "node", nd->addr,
+                                          &nd->st->stats.rtt_us, 1));
     return RL_OK;
 }
 

@@ -1163,8 +1163,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uv_listen((uv_stream_t *)&h->listener, 16, on_connection) != 0)
         FAIL("listen");
     rls_conns_init(&h->conns, &h->loop, &h->cfg, &h->batcher);
-    h->conns.on_empty = on_empty;
-    h->conns.arg = h;
+    h->conns.fe.on_empty = on_empty;
+    h->conns.fe.arg = h;
     uv_check_init(&h->loop, &h->tick);
     h->tick.data = h;
     uv_check_start(&h->tick, on_tick);

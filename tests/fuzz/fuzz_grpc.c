@@ -89,6 +89,7 @@ static struct {
     rls_batcher_t batcher;
     rls_grpc_t *grpc;
     uv_check_t tick;
+    char err[256];
 } S;
 
 static void on_tick(uv_check_t *h)
@@ -122,8 +123,9 @@ static void setup(void)
     rls_batcher_init(&S.batcher, S.store, &S.rt, "rl:", 3, 16, 1000, 1);
     /* Port 0: the system picks one, and the listener says which. */
     S.cfg.grpc_port = 0;
-    CHECK(rls_grpc_start(&S.grpc, &S.loop, &S.cfg, &S.batcher) == 0);
-    S.cfg.grpc_port = rls_grpc_port(S.grpc);
+    CHECK(rls_grpc_start(&S.grpc, &S.loop, &S.cfg, &S.batcher, S.err,
+                         sizeof(S.err)) == 0);
+    S.cfg.grpc_port = rls_grpc_frontend(S.grpc)->port;
     CHECK(S.cfg.grpc_port > 0);
     /* Small budgets, so that inputs of a few KiB are deferred, paused in
      * the middle of a header block and resumed from the stash. */

@@ -32,6 +32,7 @@ typedef struct fx_s {
     uv_async_t stop;
     pthread_t thread;
     int hport;
+    char err[256];
 } fx_t;
 
 static void on_stop(uv_async_t *a)
@@ -95,8 +96,10 @@ static void test_answered_inside_add(void **state)
     assert_int_equal(uv_loop_init(&f->loop), 0);
     st = rls_store_memory_new(&f->loop);
     assert_non_null(st);
-    assert_int_equal(rls_server_start(&f->srv, &f->loop, &f->cfg, st, NULL), 0);
-    f->hport = f->srv.port[RLS_LISTENER_HTTP];
+    assert_int_equal(rls_server_start(&f->srv, &f->loop, &f->cfg, st, NULL,
+                                      f->err, sizeof(f->err)),
+                     0);
+    f->hport = rls_server_port(&f->srv, RLS_LISTENER_HTTP);
     assert_true(f->hport > 0);
     /* Before the loop runs: each check fills a batch by itself. */
     f->srv.batcher.max_reqs = 1;

@@ -46,6 +46,7 @@ typedef struct fx_s {
     int running;
     rlt_redis_t redis;
     int port, mport;
+    char err[256];
 } fx_t;
 
 static void nap_ms(int ms)
@@ -101,14 +102,15 @@ static void start_limits(fx_t *f, int redis, uint64_t drain_ms,
         st = rls_store_memory_new(&f->loop);
     }
     assert_non_null(st);
-    assert_int_equal(
-        rls_server_start(&f->srv, &f->loop, &f->cfg, st, NULL), 0);
-    f->port = f->srv.port[RLS_LISTENER_NATIVE];
-    f->mport = f->srv.port[RLS_LISTENER_METRICS];
+    assert_int_equal(rls_server_start(&f->srv, &f->loop, &f->cfg, st, NULL,
+                                      f->err, sizeof(f->err)),
+                     0);
+    f->port = rls_server_port(&f->srv, RLS_LISTENER_NATIVE);
+    f->mport = rls_server_port(&f->srv, RLS_LISTENER_METRICS);
     assert_true(f->port > 0 && f->mport > 0 && f->port != f->mport);
     /* Before the loop thread starts: the limits belong to the loop. */
-    rls_http_server_set_limits(f->srv.http, idle_ms, max_conns);
-    rls_http_server_set_head_ms(f->srv.http, head_ms);
+    rls_http_server_set_limits(f->srv.admin.http, idle_ms, max_conns);
+    rls_http_server_set_head_ms(f->srv.admin.http, head_ms);
     assert_int_equal(uv_async_init(&f->loop, &f->stop, on_stop), 0);
     f->stop.data = f;
     assert_int_equal(pthread_create(&f->thread, NULL, loop_main, f), 0);
@@ -877,14 +879,19 @@ static void test_health_follows_redis(void **state)
 
 /* A --metrics port already in use: start fails with the error, and
  * nothing is left open. */
+/* A listener that cannot bind fails the start with its flag, address and
+ * reason, and the ones opened before it close again: the loop ends with
+ * nothing open. Each of --metrics, --grpc and --http in turn, on a port
+ * already taken; the native listener and the ones before always opened. */
 static void test_port_in_use(void **state)
 {
+    static const char *const flags[] = {"--metrics", "--grpc", "--http"};
     fx_t *f = *state;
     rls_store_t *st;
-    int fd, one = 1;
+    int fd, one = 1, which, port;
     struct sockaddr_in sa;
+    char err[256], want[128];
 
-    (void)state;
     fd = socket(AF_INET, SOCK_STREAM, 0);
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     memset(&sa, 0, sizeof(sa));
@@ -894,19 +901,37 @@ static void test_port_in_use(void **state)
     assert_int_equal(listen(fd, 1), 0);
     socklen_t len = sizeof(sa);
     getsockname(fd, (struct sockaddr *)&sa, &len);
+    port = ntohs(sa.sin_port);
 
-    rls_config_defaults(&f->cfg);
-    f->cfg.listen_port = 0;
-    strcpy(f->cfg.metrics_host, "127.0.0.1");
-    f->cfg.metrics_port = ntohs(sa.sin_port);
-    assert_int_equal(uv_loop_init(&f->loop), 0);
-    st = rls_store_memory_new(&f->loop);
-    assert_non_null(st);
-    assert_int_equal(rls_server_start(&f->srv, &f->loop, &f->cfg, st, NULL),
-                     UV_EADDRINUSE);
-    st->v->close(st, NULL, NULL);
-    uv_run(&f->loop, UV_RUN_DEFAULT);
-    assert_int_equal(uv_loop_close(&f->loop), 0);
+    for (which = 0; which < 3; which++) {
+        rls_config_defaults(&f->cfg);
+        f->cfg.listen_port = 0;
+        /* The ones before `which` open on any port; `which` collides. */
+        strcpy(f->cfg.metrics_host, "127.0.0.1");
+        f->cfg.metrics_port = which == 0 ? port : 0;
+        if (which >= 1) {
+            strcpy(f->cfg.grpc_host, "127.0.0.1");
+            f->cfg.grpc_port = which == 1 ? port : 0;
+        }
+        if (which >= 2) {
+            strcpy(f->cfg.http_host, "127.0.0.1");
+            f->cfg.http_port = port;
+        }
+        assert_int_equal(uv_loop_init(&f->loop), 0);
+        st = rls_store_memory_new(&f->loop);
+        assert_non_null(st);
+        err[0] = '\0';
+        assert_int_equal(rls_server_start(&f->srv, &f->loop, &f->cfg, st,
+                                          NULL, err, sizeof(err)),
+                         RL_EADDR);
+        snprintf(want, sizeof(want),
+                 "%s: cannot listen on 127.0.0.1:%d: address already in use",
+                 flags[which], port);
+        assert_string_equal(err, want);
+        st->v->close(st, NULL, NULL);
+        uv_run(&f->loop, UV_RUN_DEFAULT);
+        assert_int_equal(uv_loop_close(&f->loop), 0);
+    }
     close(fd);
 }
 
