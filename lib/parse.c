@@ -1,26 +1,35 @@
 #include "rl_parse.h"
 
-#include <errno.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "rl_error.h"
 
-int rl_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+int rl_parse_u64n(const char *s, size_t len, uint64_t min, uint64_t max,
+                  uint64_t *out)
 {
-    char *end;
-    unsigned long long v;
+    uint64_t v = 0;
+    unsigned d;
+    size_t i;
 
-    /* strtoull would take a sign or leading space: only digits are a
-     * number here. */
-    if (s == NULL || *s < '0' || *s > '9')
+    if (s == NULL || len == 0)
         return RL_EINVAL;
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno != 0 || *end != '\0' || v < min || v > max)
+    for (i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return RL_EINVAL;
+        d = (unsigned)(s[i] - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return RL_EINVAL; /* past 2^64 - 1 */
+        v = v * 10 + d;
+    }
+    if (v < min || v > max)
         return RL_EINVAL;
     *out = v;
     return RL_OK;
+}
+
+int rl_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+    return s == NULL ? RL_EINVAL : rl_parse_u64n(s, strlen(s), min, max, out);
 }
 
 /* rl_parse_hostport with the lowest port allowed. */

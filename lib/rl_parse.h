@@ -15,6 +15,11 @@
  * after) in [min, max] into *out. Returns 0 or RL_EINVAL (*out untouched). */
 int rl_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 
+/* The same for the len bytes at s, which need no NUL (a YAML scalar, a
+ * query parameter). Work is linear in len. */
+int rl_parse_u64n(const char *s, size_t len, uint64_t min, uint64_t max,
+                  uint64_t *out);
+
 /* Parses "HOST:PORT" or "[HOST]:PORT" (an IPv6 address in brackets) with a
  * port in 1..65535. HOST (without brackets) is copied NUL-terminated into
  * host, which holds hostlen bytes. A HOST with a ':' outside brackets, an

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "rl_error.h"
+#include "rl_parse.h"
 
 static int is_tchar(unsigned char c)
 {
@@ -81,27 +82,6 @@ static int name_is(const char *n, size_t len, const char *lit)
     return len == strlen(lit) && memcmp(n, lit, len) == 0;
 }
 
-/* A whole number from 1 to max in decimal digits (no sign, no spaces). */
-static int number(const char *v, size_t n, uint64_t max, uint64_t *out)
-{
-    uint64_t x = 0;
-    size_t i;
-
-    if (n == 0 || n > 20)
-        return RL_EINVAL;
-    for (i = 0; i < n; i++) {
-        if (v[i] < '0' || v[i] > '9')
-            return RL_EINVAL;
-        x = x * 10 + (uint64_t)(v[i] - '0');
-        if (x > max)
-            return RL_EINVAL;
-    }
-    if (x == 0)
-        return RL_EINVAL;
-    *out = x;
-    return RL_OK;
-}
-
 enum { SEEN_RULE = 1, SEEN_KEY = 2, SEEN_COST = 4, SEEN_DENY = 8 };
 
 /* One name=value pair of the query. */
@@ -153,7 +133,7 @@ static int param(const char *p, size_t n, rls_check_query_t *out,
             goto twice;
         *seen |= SEEN_COST;
         d = decode(v, vlen, num, sizeof(num));
-        if (d < 0 || number(num, (size_t)d, UINT32_MAX, &x) != RL_OK) {
+        if (d < 0 || rl_parse_u64n(num, (size_t)d, 1, UINT32_MAX, &x) != RL_OK) {
             *why = "cost must be a whole number from 1 to 4294967295";
             return RL_EINVAL;
         }
@@ -165,7 +145,7 @@ static int param(const char *p, size_t n, rls_check_query_t *out,
             goto twice;
         *seen |= SEEN_DENY;
         d = decode(v, vlen, num, sizeof(num));
-        if (d < 0 || number(num, (size_t)d, 999, &x) != RL_OK ||
+        if (d < 0 || rl_parse_u64n(num, (size_t)d, 1, 999, &x) != RL_OK ||
             (x != 403 && x != 429)) {
             *why = "deny_status must be 403 or 429";
             return RL_EINVAL;

@@ -18,6 +18,7 @@
 #include "rl_headers.h"
 #include "policy/yaml_in.h"
 #include "rl_error.h"
+#include "rl_parse.h"
 #include "rl_hash.h"
 #include "util.h"
 
@@ -369,16 +370,11 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
                      (int)(vl > 32 ? 32 : vl), v);
             }
         } else if (strcmp(kbuf, "requests_per_unit") == 0) {
-            char num[24];
-            char *end;
-            unsigned long long n;
+            uint64_t n;
             if (!want_scalar(y, "requests_per_unit"))
                 continue;
             v = sval(y, &vl);
-            snprintf(num, sizeof(num), "%.*s", (int)(vl > 22 ? 22 : vl), v);
-            n = strtoull(num, &end, 10);
-            if (vl == 0 || vl > 10 || *end != '\0' ||
-                !isdigit((unsigned char)num[0]) || n > UINT32_MAX) {
+            if (rl_parse_u64n(v, vl, 0, UINT32_MAX, &n) != RL_OK) {
                 diag(b, line_of(y),
                      "requests_per_unit must be a whole number from 0 to "
                      "4294967295");

@@ -19,6 +19,7 @@
 #include "policy/file_in.h"
 #include "policy/yaml_in.h"
 #include "rl_error.h"
+#include "rl_parse.h"
 #include "rl_hash.h"
 #include "rl_window.h"
 #include "util.h"
@@ -180,24 +181,6 @@ int rls_mode_parse(const char *s, size_t len)
 /* ------------------------------------------------------------------------ */
 /* Limits */
 
-static int parse_digits(const char *s, size_t len, uint64_t max, uint64_t *out)
-{
-    uint64_t v = 0;
-    size_t i;
-
-    if (len == 0 || len > 19)
-        return RL_EINVAL;
-    for (i = 0; i < len; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return RL_EINVAL;
-        v = v * 10 + (uint64_t)(s[i] - '0');
-    }
-    if (v > max)
-        return RL_EINVAL;
-    *out = v;
-    return RL_OK;
-}
-
 int rls_limit_parse(const char *s, size_t len, rls_limit_t *out,
                     const char **why)
 {
@@ -209,7 +192,7 @@ int rls_limit_parse(const char *s, size_t len, rls_limit_t *out,
         *why = "expected N/DURATION, e.g. 100/1m";
         return RL_EINVAL;
     }
-    if (parse_digits(s, (size_t)(slash - s), INT64_MAX, &n) != RL_OK) {
+    if (rl_parse_u64n(s, (size_t)(slash - s), 0, INT64_MAX, &n) != RL_OK) {
         *why = "the limit must be a whole number from 1 to 2^63-1";
         return RL_EINVAL;
     }
@@ -227,7 +210,7 @@ int rls_limit_parse(const char *s, size_t len, rls_limit_t *out,
         case 'd': unit = 86400; dlen--; break;
         }
     }
-    if (parse_digits(d, dlen, RL_WINDOW_MAX_S, &secs) != RL_OK ||
+    if (rl_parse_u64n(d, dlen, 0, RL_WINDOW_MAX_S, &secs) != RL_OK ||
         secs * unit > RL_WINDOW_MAX_S || secs == 0) {
         *why = "the duration must be 1s to 366d: a number with s, m, h or d,"
                " or bare seconds";

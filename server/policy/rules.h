@@ -25,10 +25,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rl_admit.h"
 #include "rl_check.h"
 #include "rl_hash.h"
 
-#define RLS_WINDOWS_MAX 8
+/* A rule's windows: as many as admission decides across (lib/). */
+#define RLS_WINDOWS_MAX RL_ADMIT_WINDOWS_MAX
 /* Largest rules file read; a bigger one is refused before it is parsed. */
 #define RLS_RULES_FILE_MAX (16u << 20)
 /* Nesting deeper than this is refused (the format needs 5 levels). */

@@ -18,7 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rl_admit.h"
 #include "rlm_batch.h"
+
+_Static_assert(RLM_WIN_MAX <= RL_ADMIT_WINDOWS_MAX,
+               "the module's windows fit lib/'s admission");
 
 typedef struct {
     uint32_t n;
@@ -268,7 +272,7 @@ static void *open_win(batch_t *b, const op_t *o, const win_t *w)
 static void decide(batch_t *b, op_t *o)
 {
     const char *err = b->refuse != NULL ? b->refuse : o->qerr;
-    int64_t room = INT64_MAX, adm = 0, sum = 0;
+    int64_t adm = 0, sum = 0;
     uint32_t j, opened = 0, got = 0;
 
     for (j = 0; err == NULL && j < o->nw; j++) {
@@ -292,26 +296,27 @@ static void decide(batch_t *b, op_t *o)
         got = j + 1;
     }
     if (err == NULL) {
+        /* The arithmetic is lib/'s, the server's and the memory store's:
+         * one implementation. A counter below 0 (only another writer could
+         * make one) counts as empty, as the script's comparison does. */
+        rl_admit_win_t aw[RLM_WIN_MAX];
+        int64_t i, c;
+
         for (j = 0; j < o->nw; j++) {
-            int64_t r = o->w[j].lim - (o->w[j].before > 0 ? o->w[j].before : 0);
-            if (r < room)
-                room = r;
+            memset(&aw[j], 0, sizeof(aw[j]));
+            aw[j].limit = (uint64_t)o->w[j].lim;
+            aw[j].count = o->w[j].before > 0 ? (uint64_t)o->w[j].before : 0;
         }
-        if (room < 0)
-            room = 0;
         if (o->costs == 0) {
-            adm = room / o->c;
-            if (adm > o->k)
-                adm = o->k;
+            adm = (int64_t)rl_admit_equal(aw, o->nw, (uint64_t)o->c,
+                                          (uint64_t)o->k);
             sum = adm * o->c;
         } else {
-            int64_t i, c;
             for (i = 0; i < o->k; i++) {
                 num(b, o->costs + (size_t)i, &c);
-                if (c <= room) {
+                if (rl_admit_one(aw, o->nw, (uint64_t)c)) {
                     adm++;
                     sum += c;
-                    room -= c;
                 }
             }
         }

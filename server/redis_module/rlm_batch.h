@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 /* Windows per op and profiles per batch it accepts; rl-server sends at
- * most 8 windows (RLS_WINDOWS_MAX) and 16 profiles. */
+ * most 8 windows (RL_ADMIT_WINDOWS_MAX, lib/rl_admit.h) and 16 profiles. */
 #define RLM_WIN_MAX 8
 #define RLM_PROFILES_MAX 64
 /* The longest key it derives a stored quota's counter names from. */

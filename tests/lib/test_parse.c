@@ -1,4 +1,4 @@
-/* rl_parse_u64 and rl_parse_hostport: the one parser of numbers and
+/* rl_parse_u64(n) and rl_parse_hostport: the one parser of numbers and
  * addresses that rl-server, rl-check, rl-bench and librlc share. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -37,6 +37,42 @@ static void test_u64(void **state)
     assert_int_equal(rl_parse_u64("1 ", 0, 10, &v), RL_EINVAL);
     assert_int_equal(rl_parse_u64("1x", 0, 10, &v), RL_EINVAL);
     assert_int_equal(rl_parse_u64("0x1", 0, 10, &v), RL_EINVAL);
+    assert_int_equal(v, 77);
+}
+
+/* The length-taking form reads exactly len bytes: what follows them (no
+ * NUL, more digits) is not part of the number. */
+static void test_u64n(void **state)
+{
+    static const char q[] = "cost=12&deny=403";
+    char big[64];
+    uint64_t v = 77;
+
+    (void)state;
+    assert_int_equal(rl_parse_u64n(q + 5, 2, 1, 100, &v), RL_OK);
+    assert_int_equal(v, 12);
+    assert_int_equal(rl_parse_u64n("123", 1, 0, 100, &v), RL_OK);
+    assert_int_equal(v, 1);
+    assert_int_equal(rl_parse_u64n("00042", 5, 0, 100, &v), RL_OK);
+    assert_int_equal(v, 42);
+    assert_int_equal(rl_parse_u64n("18446744073709551615", 20, 0,
+                                   UINT64_MAX, &v),
+                     RL_OK);
+    assert_true(v == UINT64_MAX);
+
+    v = 77;
+    /* One past 2^64 - 1, and far past it: refused, not wrapped. */
+    assert_int_equal(rl_parse_u64n("18446744073709551616", 20, 0,
+                                   UINT64_MAX, &v),
+                     RL_EINVAL);
+    memset(big, '9', sizeof(big));
+    assert_int_equal(rl_parse_u64n(big, sizeof(big), 0, UINT64_MAX, &v),
+                     RL_EINVAL);
+    assert_int_equal(rl_parse_u64n(q + 5, 3, 0, 100, &v), RL_EINVAL);
+    assert_int_equal(rl_parse_u64n(q, 0, 0, 100, &v), RL_EINVAL);
+    assert_int_equal(rl_parse_u64n(NULL, 3, 0, 100, &v), RL_EINVAL);
+    assert_int_equal(rl_parse_u64n("0", 1, 1, 100, &v), RL_EINVAL);
+    assert_int_equal(rl_parse_u64n("-1", 2, 0, 100, &v), RL_EINVAL);
     assert_int_equal(v, 77);
 }
 
@@ -113,6 +149,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_u64),
+        cmocka_unit_test(test_u64n),
         cmocka_unit_test(test_hostport),
         cmocka_unit_test(test_hostport_length),
     };
