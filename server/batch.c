@@ -6,9 +6,9 @@
 #include <string.h>
 
 #include "log.h"
-#include "policy/config.h"
+#include "flags.h"
 #include "rl_admit.h"
-#include "rl_check.h"
+#include "rl_validate.h"
 #include "rl_error.h"
 #include "rl_window.h"
 #include "util.h"

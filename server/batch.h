@@ -19,7 +19,7 @@
 
 #include "rl_hash.h"
 #include "rl_msg.h"
-#include "hist.h"
+#include "prom_hist.h"
 #include "policy/runtime.h"
 #include "refusals.h"
 #include "store/store.h"

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "rl_check.h"
+#include "rl_validate.h"
 #include "rl_error.h"
 #include "rl_window.h"
 

@@ -10,7 +10,7 @@
 #include "policy/envoy_conf.h"
 #include "policy/rules.h"
 #include "rl_error.h"
-#include "policy/config.h"
+#include "flags.h"
 #include "server.h"
 #include "store/memory.h"
 #include "store/redis.h"
@@ -34,7 +34,7 @@ static void print_diag(const rls_diag_t *d, int rc)
 
 int main(int argc, char **argv)
 {
-    static rls_config_t cfg; /* large (rules): keep it off the stack */
+    static rls_flags_t cfg; /* large (rules): keep it off the stack */
     static rls_server_t srv;
     rls_policy_t *policy = NULL;
     rls_diag_t diag;
@@ -43,14 +43,14 @@ int main(int argc, char **argv)
     char err[512];
     int rc, exit_code = 0;
 
-    rls_config_defaults(&cfg);
-    rc = rls_config_parse(&cfg, argc, argv, stdout, err, sizeof(err));
-    if (rc == RLS_CONFIG_EXIT)
-        return 0;
-    if (rc != RLS_CONFIG_RUN) {
+    rls_flags_defaults(&cfg);
+    rc = rls_flags_parse(&cfg, argc, argv, stdout, err, sizeof(err));
+    if (rc != 0) {
         fprintf(stderr, "rl-server: %s\n", err);
         return 2;
     }
+    if (cfg.info_only)
+        return 0;
     if (cfg.check_envoy_config != NULL || cfg.nenvoy_configs > 0) {
         /* Envoy descriptor files: every error, FILE:LINE first. */
         rls_envoy_conf_t *ec = NULL;

@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "batch.h"
-#include "policy/config.h"
+#include "flags.h"
 #include "policy/reload.h"
 #include "policy/runtime.h"
 #include "policy/switches.h"
@@ -15,7 +15,7 @@
 
 /* The counters a page is rendered from; the server fills it per scrape. */
 typedef struct rls_metrics_view_s {
-    const rls_config_t *cfg;
+    const rls_flags_t *cfg;
     const rls_batch_stats_t *batch;
     const rls_store_t *store; /* NULL once the store is closed */
     const rls_runtime_t *rt;  /* the policy in force; or NULL */

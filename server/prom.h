@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "hist.h"
+#include "prom_hist.h"
 #include "rl_buf.h"
 
 /* The HELP and TYPE lines of a family. */

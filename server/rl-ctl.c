@@ -24,9 +24,9 @@
 
 #include <hiredis/hiredis.h>
 
-#include "policy/config.h"
+#include "flags.h"
 #include "policy/rules.h"
-#include "rl_check.h"
+#include "rl_validate.h"
 #include "rl_clock.h"
 #include "rl_error.h"
 #include "store/redis_cluster_map.h"
@@ -78,7 +78,7 @@ static const char usage[] =
 
 typedef struct ctl_s {
     redisContext *rc;
-    rls_config_t cfg; /* --redis and --prefix, parsed as rl-server does */
+    rls_flags_t cfg; /* --redis and --prefix, parsed as rl-server does */
     uint64_t wait_ms;
     /* --redis-cluster: the slot map, and the node rc is connected to. */
     rls_slot_range_t *map;
@@ -640,9 +640,9 @@ int main(int argc, char **argv)
     {
         char *sargv[] = {"rl-ctl", (char *)redis_flag, (char *)redis,
                          "--prefix", (char *)prefix};
-        rls_config_defaults(&c.cfg);
-        if (rls_config_parse(&c.cfg, 5, sargv, stdout, err, sizeof(err)) !=
-            RLS_CONFIG_RUN) {
+        rls_flags_defaults(&c.cfg);
+        if (rls_flags_parse(&c.cfg, 5, sargv, stdout, err, sizeof(err)) !=
+            0) {
             fprintf(stderr, "rl-ctl: %s\n", err);
             return EXIT_USAGE;
         }

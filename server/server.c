@@ -304,7 +304,7 @@ static void install_envoy_conf(void *arg, rls_envoy_conf_t *conf)
  * code with err set. */
 static int start_grpc(rls_server_t *s, char *err, size_t errlen)
 {
-    const rls_config_t *cfg = s->cfg;
+    const rls_flags_t *cfg = s->cfg;
     rls_envoy_conf_t *conf = NULL;
     rls_diag_t d;
     int rc;
@@ -333,7 +333,7 @@ static int start_grpc(rls_server_t *s, char *err, size_t errlen)
 /* The --http listener. Returns 0 or an RL_E* code with err set. */
 static int start_check(rls_server_t *s, char *err, size_t errlen)
 {
-    const rls_config_t *cfg = s->cfg;
+    const rls_flags_t *cfg = s->cfg;
     rls_check_opts_t o;
     int rc;
 
@@ -357,7 +357,7 @@ static int start_check(rls_server_t *s, char *err, size_t errlen)
  * in s->fe. */
 static int start_frontends(rls_server_t *s, char *err, size_t errlen)
 {
-    const rls_config_t *cfg = s->cfg;
+    const rls_flags_t *cfg = s->cfg;
     int rc;
 
     rls_conns_init(&s->conns, s->loop, cfg, &s->batcher);
@@ -395,7 +395,7 @@ static void before_policy_change(void *arg)
 }
 
 int rls_server_start(rls_server_t *s, uv_loop_t *loop,
-                     const rls_config_t *cfg, rls_store_t *store,
+                     const rls_flags_t *cfg, rls_store_t *store,
                      rls_policy_t *policy, char *err, size_t errlen)
 {
     int rc, i;

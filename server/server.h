@@ -11,11 +11,11 @@
 
 #include "batch.h"
 #include "net/admin.h"
-#include "net/check.h"
+#include "net/http_check.h"
 #include "net/conn.h"
 #include "net/grpc.h"
 #include "net/http_server.h"
-#include "policy/config.h"
+#include "flags.h"
 #include "policy/envoy_reload.h"
 #include "policy/reload.h"
 #include "policy/runtime.h"
@@ -35,7 +35,7 @@ typedef enum {
 
 typedef struct rls_server_s {
     uv_loop_t *loop;
-    const rls_config_t *cfg;
+    const rls_flags_t *cfg;
     rls_store_t *store;
     rls_batcher_t batcher;
     rls_runtime_t rt;     /* the policy in force */
@@ -74,7 +74,7 @@ typedef struct rls_server_s {
  * run of the loop finishes. From a start that succeeded, the store
  * belongs to the server and is closed by it. */
 int rls_server_start(rls_server_t *s, uv_loop_t *loop,
-                     const rls_config_t *cfg, rls_store_t *store,
+                     const rls_flags_t *cfg, rls_store_t *store,
                      rls_policy_t *policy, char *err, size_t errlen);
 
 /* The port a listener is bound to (the one the system picked for port 0),

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "rl_check.h"
+#include "rl_validate.h"
 #include "rl_error.h"
 #include "rl_parse.h"
 #include "rlb.h"

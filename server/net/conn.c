@@ -42,7 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rl_check.h"
+#include "rl_validate.h"
 #include "rl_error.h"
 #include "rl_frame.h"
 #include "rl_msg.h"
@@ -796,7 +796,7 @@ static void on_sweep(uv_timer_t *t)
     }
 }
 
-void rls_conns_init(rls_conns_t *s, uv_loop_t *loop, const rls_config_t *cfg,
+void rls_conns_init(rls_conns_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
                     rls_batcher_t *batcher)
 {
     uint64_t shortest;

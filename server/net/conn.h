@@ -15,7 +15,7 @@
 
 #include "batch.h"
 #include "net/frontend.h"
-#include "policy/config.h"
+#include "flags.h"
 #include "rl_msg.h"
 #include "util.h"
 
@@ -57,7 +57,7 @@ typedef struct rls_conns_s {
     uv_tcp_t listener; /* rls_conns_listen's */
     int listening;
     uv_loop_t *loop;
-    const rls_config_t *cfg;
+    const rls_flags_t *cfg;
     rls_batcher_t *batcher;
     uv_idle_t spin;    /* keeps poll from blocking while reads are deferred */
     uv_timer_t sweep;  /* idle and frame deadlines, for every connection */
@@ -80,7 +80,7 @@ typedef struct rls_conns_s {
 } rls_conns_t;
 
 /* Prepares an empty set (and its idle and timer handles) on loop. */
-void rls_conns_init(rls_conns_t *s, uv_loop_t *loop, const rls_config_t *cfg,
+void rls_conns_init(rls_conns_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
                     rls_batcher_t *batcher);
 
 /* Closes the set's own handles (its listener too); every connection must

@@ -1,5 +1,5 @@
 /* The one life every front end has: the native protocol (conn.c), Envoy's
- * service over gRPC (grpc.c), HTTP checks (check.c) and the metrics and
+ * service over gRPC (grpc.c), HTTP checks (http_check.c) and the metrics and
  * health pages (admin.c). Each is started by its own function, which binds
  * its listener; from then on the server treats them alike through this
  * table, as libuv treats its handles: once per loop iteration it flushes

@@ -169,7 +169,7 @@ struct gconn_s {
 struct rls_grpc_s {
     rls_frontend_t fe; /* its life, as the server sees it */
     uv_loop_t *loop;
-    const rls_config_t *cfg;
+    const rls_flags_t *cfg;
     uv_tcp_t listener;
     uv_timer_t sweep;
     uv_idle_t spin; /* keeps poll from blocking while reads are deferred */
@@ -1306,7 +1306,7 @@ static void on_sweep(uv_timer_t *t)
 
 static const rls_frontend_ops_t grpc_ops;
 
-int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_config_t *cfg,
+int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_flags_t *cfg,
                    rls_batcher_t *batcher, char *err, size_t errlen)
 {
     rls_grpc_t *g;

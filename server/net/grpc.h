@@ -32,7 +32,7 @@
 #include "batch.h"
 #include "net/envoy_rls.h"
 #include "net/frontend.h"
-#include "policy/config.h"
+#include "flags.h"
 #include "rl_buf.h"
 
 #define RLS_GRPC_HEADERS_MAX 8192
@@ -63,7 +63,7 @@ typedef struct rls_grpc_s rls_grpc_t;
 /* Listens on cfg's --grpc host:port. Returns 0 with *out set, or
  * RL_EADDR (cannot listen) or RL_ENOMEM with err (errlen bytes) saying
  * why and nothing left open. */
-int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_config_t *cfg,
+int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_flags_t *cfg,
                    rls_batcher_t *batcher, char *err, size_t errlen);
 
 /* The listener as a front end (net/frontend.h); its on_empty is called

@@ -272,20 +272,20 @@ static int next_key(yp_t *y, char kbuf[32])
 }
 
 /* A scalar value as a bool (YAML 1.1 words envoy-ratelimit's parser also
- * takes). Returns 0/1, or -1. */
-static int parse_bool(const char *s, size_t n)
+ * takes) into *out. Returns 0, or RL_EINVAL for any other word. */
+static int parse_bool(const char *s, size_t n, int *out)
 {
     static const char *const yes[] = {"true", "True", "TRUE", "yes", "on"};
     static const char *const no[] = {"false", "False", "FALSE", "no", "off"};
     size_t i;
 
     for (i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
-        if (key_is(s, n, yes[i]))
-            return 1;
-        if (key_is(s, n, no[i]))
-            return 0;
+        if (key_is(s, n, yes[i]) || key_is(s, n, no[i])) {
+            *out = key_is(s, n, yes[i]);
+            return RL_OK;
+        }
     }
-    return -1;
+    return RL_EINVAL;
 }
 
 static int ieq(const char *s, size_t n, const char *w)
@@ -414,7 +414,7 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
             if (!want_scalar(y, "unlimited"))
                 continue;
             v = sval(y, &vl);
-            if ((t = parse_bool(v, vl)) < 0) {
+            if (parse_bool(v, vl, &t) != RL_OK) {
                 diag(b, line_of(y), "'unlimited' must be true or false");
                 continue;
             }
@@ -556,7 +556,7 @@ static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
             if (!want_scalar(y, kbuf))
                 continue;
             v = sval(y, &vl);
-            if ((t = parse_bool(v, vl)) < 0) {
+            if (parse_bool(v, vl, &t) != RL_OK) {
                 diag(b, line_of(y), "'%s' must be true or false", kbuf);
                 continue;
             }

@@ -713,12 +713,10 @@ static int is_null(const yp_t *y)
            (slen(y) == 0 || key_is(y, "~") || key_is(y, "null"));
 }
 
-/* read_limits' result when it reported an error and the parse can go on. */
-#define REPORTED 1
-
-/* A limits value: one scalar or a sequence of them. Returns 0, REPORTED,
- * or a negative RL_E* when the parse cannot go on. */
-static int read_limits(yp_t *y, rls_limits_t *ls)
+/* A limits value: one scalar or a sequence of them. Returns 0, or a
+ * negative RL_E* when the parse cannot go on; *valid is cleared when an error
+ * was reported and the parse can go on. */
+static int read_limits(yp_t *y, rls_limits_t *ls, int *valid)
 {
     int ok = 1;
 
@@ -754,13 +752,15 @@ static int read_limits(yp_t *y, rls_limits_t *ls)
         diag(y->b, line_of(y), "limits must be a list like [100/1m, 1000/1h]");
         if (skip_value(y) != RL_OK)
             return RL_EINVAL;
-        return REPORTED;
+        *valid = 0;
+        return RL_OK;
     }
     if (ok && ls->n == 0) {
         diag(y->b, line_of(y), "no limits given");
         ok = 0;
     }
-    return ok ? RL_OK : REPORTED;
+    *valid = ok;
+    return RL_OK;
 }
 
 static int read_overrides(yp_t *y)
@@ -777,7 +777,7 @@ static int read_overrides(yp_t *y)
     while ((rc = next_key(y, "an override's key must be a string", NULL)) > 0) {
         char key[RL_KEY_MAX + 1];
         size_t klen;
-        int line = line_of(y);
+        int line = line_of(y), valid;
         rls_limits_t ls;
 
         /* Too long to be a key: still reported by override_add. */
@@ -785,9 +785,9 @@ static int read_overrides(yp_t *y)
         memcpy(key, sval(y), klen <= RL_KEY_MAX ? klen : RL_KEY_MAX);
         if (next(y) != RL_OK)
             return RL_EINVAL;
-        if ((rc = read_limits(y, &ls)) < 0)
+        if ((rc = read_limits(y, &ls, &valid)) < 0)
             return rc;
-        if (rc == RL_OK)
+        if (valid)
             override_add(y->b, key, klen, &ls, line);
     }
     return rc;
@@ -818,10 +818,12 @@ static int read_rule(yp_t *y, const char *name, size_t name_len, int line)
     while ((rc = next_key(y, "a rule's keys are limits, mode, overrides",
                           &ok)) > 0) {
         if (key_is(y, "limits")) {
-            if (next(y) != RL_OK || (rc = read_limits(y, &r->limits)) < 0)
+            int valid;
+            if (next(y) != RL_OK ||
+                read_limits(y, &r->limits, &valid) != RL_OK)
                 return RL_EINVAL;
             have_limits = 1;
-            ok &= rc == RL_OK;
+            ok &= valid;
         } else if (key_is(y, "mode")) {
             if (next(y) != RL_OK)
                 return RL_EINVAL;

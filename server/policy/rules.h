@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #include "rl_admit.h"
-#include "rl_check.h"
+#include "rl_validate.h"
 #include "rl_hash.h"
 
 /* A rule's windows: as many as admission decides across (lib/). */

@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #include "policy/rules.h"
-#include "rl_check.h"
+#include "rl_validate.h"
 #include "rl_hash.h"
 #include "rl_msg.h"
 

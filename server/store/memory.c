@@ -22,7 +22,7 @@
 
 #include "log.h"
 #include "rl_admit.h"
-#include "rl_check.h"
+#include "rl_validate.h"
 #include "rl_error.h"
 #include "rl_hash.h"
 #include "store/memory.h"

@@ -29,10 +29,10 @@
 
 #include <uv.h>
 
-#include "hist.h"
+#include "prom_hist.h"
 #include "rl_admit.h"
 #include "rl_buf.h"
-#include "rl_check.h"
+#include "rl_validate.h"
 
 typedef struct rls_store_s rls_store_t;
 

@@ -79,7 +79,7 @@
 #include "batch.h"
 #include "log.h"
 #include "net/conn.h"
-#include "policy/config.h"
+#include "flags.h"
 #include "policy/rules.h"
 #include "policy/runtime.h"
 #include "store/store.h"
@@ -401,7 +401,7 @@ typedef struct {
     uv_loop_t loop;
     uv_pipe_t listener;
     uv_check_t tick;
-    rls_config_t cfg;
+    rls_flags_t cfg;
     fstore_t store;
     rls_runtime_t rt;
     rls_batcher_t batcher;
@@ -872,9 +872,9 @@ static void config(harness_t *h, rd_t *r)
     static const uint64_t ilim[] = {0, 0, 100, INT64_MAX};
     unsigned a = u8(r), b = u8(r), c = u8(r), m = u8(r), nb = u8(r),
              sp = u8(r), d = u8(r);
-    rls_config_t *cfg = &h->cfg;
+    rls_flags_t *cfg = &h->cfg;
 
-    rls_config_defaults(cfg);
+    rls_flags_defaults(cfg);
     cfg->max_inflight = inflight[a & 7];
     cfg->max_output = output[(a >> 3) % 6];
     cfg->max_frame = frame[(a >> 6) & 3];

@@ -44,7 +44,7 @@
 #include "h2raw.h"
 #include "log.h"
 #include "net/grpc.h"
-#include "policy/config.h"
+#include "flags.h"
 #include "policy/envoy_conf.h"
 #include "policy/runtime.h"
 #include "rl_error.h"
@@ -83,7 +83,7 @@ static const char conf_yaml[] =
 static struct {
     int up;
     uv_loop_t loop;
-    rls_config_t cfg;
+    rls_flags_t cfg;
     rls_store_t *store;
     rls_runtime_t rt;
     rls_batcher_t batcher;
@@ -112,7 +112,7 @@ static void setup(void)
     signal(SIGPIPE, SIG_IGN);
     rls_log_set_level("error");
     CHECK(uv_loop_init(&S.loop) == 0);
-    rls_config_defaults(&S.cfg);
+    rls_flags_defaults(&S.cfg);
     S.cfg.grpc_max_streams = 8;
     S.cfg.max_frame = 4096;
     strcpy(S.cfg.grpc_host, "127.0.0.1");

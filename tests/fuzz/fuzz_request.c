@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "rl_buf.h"
-#include "rl_check.h"
+#include "rl_validate.h"
 #include "rl_error.h"
 #include "rl_frame.h"
 #include "rl_msg.h"

@@ -10,7 +10,7 @@ out=build-fuzz
 mkdir -p "$out" tests/fuzz/artifacts
 clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 \
   -fsanitize=fuzzer,address,undefined -Ilib \
-  tests/fuzz/fuzz_request.c lib/buf.c lib/check.c lib/error.c lib/frame.c \
+  tests/fuzz/fuzz_request.c lib/buf.c lib/validate.c lib/error.c lib/frame.c \
   lib/msg.c lib/window.c -o "$out/fuzz_request"
 mkdir -p "$out/corpus"
 "$out/fuzz_request" -max_total_time="$secs" -max_len=4096 \
@@ -25,11 +25,11 @@ mkdir -p "$out/corpus_http"
 "$out/fuzz_http" -max_total_time="$secs" -max_len=9000 \
   -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus_http" tests/fuzz/corpus/http
 
-# The /check request (server/net/check_query.c over server/net/http.c),
+# The /check request (server/net/http_check_query.c over server/net/http.c),
 # seeded from tests/fuzz/corpus/check; the first byte picks the options.
 clang -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -g -O1 \
   -fsanitize=fuzzer,address,undefined -Ilib -Iserver \
-  tests/fuzz/fuzz_check.c server/net/check_query.c server/net/http.c \
+  tests/fuzz/fuzz_check.c server/net/http_check_query.c server/net/http.c \
   lib/error.c -o "$out/fuzz_check"
 mkdir -p "$out/corpus_check"
 "$out/fuzz_check" -max_total_time="$secs" -max_len=9000 \
@@ -73,8 +73,8 @@ done
 clang -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -g -O1 \
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -Ilib -Iserver -I"$out" tests/fuzz/fuzz_conn.c server/batch.c server/decide.c \
-  server/hist.c server/log.c \
-  server/util.c server/net/conn.c server/policy/config.c \
+  server/prom_hist.c server/log.c \
+  server/util.c server/net/conn.c server/flags.c \
   server/policy/rules.c server/policy/yaml_in.c server/policy/runtime.c \
   server/refusals.c server/store/store.c lib/*.c \
   $(pkg-config --cflags --libs libuv yaml-0.1) -lm -o "$out/fuzz_conn"

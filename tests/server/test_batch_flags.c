@@ -1,4 +1,4 @@
-/* The batching flags (policy/config.c): --batch-hold-us and
+/* The batching flags (flags.c): --batch-hold-us and
  * --batches-in-flight, their defaults, bounds and refusals. The hold itself
  * is tested in test_batch.c (test_hold) and end to end in test_rl_bench. */
 #include <setjmp.h>
@@ -10,19 +10,19 @@
 
 #include <cmocka.h>
 
-#include "policy/config.h"
+#include "flags.h"
 #include "rl_error.h"
 
-static int parse(rls_config_t *c, char *err, size_t errlen, int argc,
+static int parse(rls_flags_t *c, char *err, size_t errlen, int argc,
                  char **argv)
 {
-    rls_config_defaults(c);
-    return rls_config_parse(c, argc, argv, stdout, err, errlen);
+    rls_flags_defaults(c);
+    return rls_flags_parse(c, argc, argv, stdout, err, errlen);
 }
 
 static void test_hold_flag(void **state)
 {
-    static rls_config_t c;
+    static rls_flags_t c;
     char err[512];
     char *none[] = {"rl-server"};
     char *ok[] = {"rl-server", "--batch-hold-us", "300"};

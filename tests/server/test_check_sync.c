@@ -27,7 +27,7 @@
 
 typedef struct fx_s {
     uv_loop_t loop;
-    rls_config_t cfg;
+    rls_flags_t cfg;
     rls_server_t srv;
     uv_async_t stop;
     pthread_t thread;
@@ -85,7 +85,7 @@ static void test_answered_inside_add(void **state)
     const char *p;
     int fd[3], i, k, allowed = 0, refused = 0, last = 11;
 
-    rls_config_defaults(&f->cfg);
+    rls_flags_defaults(&f->cfg);
     /* Port 0: the system picks; the server says which it bound. */
     f->cfg.listen_port = 0;
     strcpy(f->cfg.http_host, "127.0.0.1");

@@ -1,4 +1,4 @@
-/* --redis-cluster parsing (policy/config.c) and the cluster store's pure
+/* --redis-cluster parsing (flags.c) and the cluster store's pure
  * parts (store/redis_cluster_map.c): key slots and redirections as Redis
  * 7 sends them. The store itself is tested against real clusters in
  * tests/cluster/redis_cluster.sh. */
@@ -11,20 +11,20 @@
 
 #include <cmocka.h>
 
-#include "policy/config.h"
+#include "flags.h"
 #include "rl_error.h"
 #include "store/redis_cluster_map.h"
 
-static int parse(rls_config_t *c, char *err, size_t errlen, int argc,
+static int parse(rls_flags_t *c, char *err, size_t errlen, int argc,
                  char **argv)
 {
-    rls_config_defaults(c);
-    return rls_config_parse(c, argc, argv, stdout, err, errlen);
+    rls_flags_defaults(c);
+    return rls_flags_parse(c, argc, argv, stdout, err, errlen);
 }
 
 static void test_flag(void **state)
 {
-    static rls_config_t c;
+    static rls_flags_t c;
     char err[512];
     char *ok[] = {"rl-server", "--redis-cluster",
                   "redis://:pw@127.0.0.1:7000,10.0.0.2:7001,[::1]:7002"};
@@ -36,7 +36,7 @@ static void test_flag(void **state)
     char *empty[] = {"rl-server", "--redis-cluster", ","};
 
     (void)state;
-    assert_int_equal(parse(&c, err, sizeof(err), 3, ok), RLS_CONFIG_RUN);
+    assert_int_equal(parse(&c, err, sizeof(err), 3, ok), 0);
     assert_int_equal(c.redis_cluster, 3);
     assert_true(c.use_redis);
     assert_string_equal(c.redis_password, "pw");
@@ -44,13 +44,13 @@ static void test_flag(void **state)
     assert_int_equal(c.redis_seed_port[0], 7000);
     assert_string_equal(c.redis_seed_host[1], "10.0.0.2");
     assert_int_equal(c.redis_seed_port[2], 7002);
-    assert_int_equal(parse(&c, err, sizeof(err), 5, both), RLS_CONFIG_ERROR);
+    assert_int_equal(parse(&c, err, sizeof(err), 5, both), RL_EINVAL);
     assert_non_null(strstr(err, "exclusive"));
-    assert_int_equal(parse(&c, err, sizeof(err), 5, both2), RLS_CONFIG_ERROR);
+    assert_int_equal(parse(&c, err, sizeof(err), 5, both2), RL_EINVAL);
     assert_non_null(strstr(err, "exclusive"));
-    assert_int_equal(parse(&c, err, sizeof(err), 3, bad), RLS_CONFIG_ERROR);
+    assert_int_equal(parse(&c, err, sizeof(err), 3, bad), RL_EINVAL);
     assert_non_null(strstr(err, "nope"));
-    assert_int_equal(parse(&c, err, sizeof(err), 3, empty), RLS_CONFIG_ERROR);
+    assert_int_equal(parse(&c, err, sizeof(err), 3, empty), RL_EINVAL);
 }
 
 static void test_slots(void **state)

@@ -38,7 +38,7 @@
 #define MAX_CONNS 4
 
 typedef struct fx_s {
-    rls_config_t cfg;
+    rls_flags_t cfg;
     rls_server_t srv;
     uv_loop_t loop;
     uv_async_t stop;
@@ -80,7 +80,7 @@ static void start_limits(fx_t *f, int redis, uint64_t drain_ms,
 {
     rls_store_t *st;
 
-    rls_config_defaults(&f->cfg);
+    rls_flags_defaults(&f->cfg);
     /* Port 0: the system picks; the server says which it bound. */
     f->cfg.listen_port = 0;
     strcpy(f->cfg.metrics_host, "127.0.0.1");
@@ -904,7 +904,7 @@ static void test_port_in_use(void **state)
     port = ntohs(sa.sin_port);
 
     for (which = 0; which < 3; which++) {
-        rls_config_defaults(&f->cfg);
+        rls_flags_defaults(&f->cfg);
         f->cfg.listen_port = 0;
         /* The ones before `which` open on any port; `which` collides. */
         strcpy(f->cfg.metrics_host, "127.0.0.1");

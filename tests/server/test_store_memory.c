@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "policy/config.h"
+#include "flags.h"
 #include "rl_buf.h"
 #include "rl_error.h"
 #include "rl_frame.h"
@@ -43,15 +43,15 @@
 
 static int parse_max(const char *val, uint64_t *out)
 {
-    static rls_config_t c;
+    static rls_flags_t c;
     char *argv[] = {"rl-server", "--memory-max", (char *)val, NULL};
     char err[256];
     int rc;
 
-    rls_config_defaults(&c);
-    rc = rls_config_parse(&c, 3, argv, stdout, err, sizeof(err));
+    rls_flags_defaults(&c);
+    rc = rls_flags_parse(&c, 3, argv, stdout, err, sizeof(err));
     *out = c.memory_max;
-    if (rc != RLS_CONFIG_RUN)
+    if (rc != 0)
         assert_non_null(strstr(err, "--memory-max"));
     return rc;
 }
@@ -61,25 +61,25 @@ static void test_flag(void **state)
     static const char *const bad[] = {"",   "k",     "0",  "65535", "63k",
                                       "-1", "12x",   "1t", "2048g", "1 m",
                                       "m1", "99999999999999999999g"};
-    static rls_config_t c;
+    static rls_flags_t c;
     uint64_t v;
     size_t i;
 
     (void)state;
-    rls_config_defaults(&c);
+    rls_flags_defaults(&c);
     assert_int_equal(c.memory_max, (uint64_t)256 << 20);
-    assert_int_equal(parse_max("65536", &v), RLS_CONFIG_RUN);
+    assert_int_equal(parse_max("65536", &v), 0);
     assert_int_equal(v, 65536);
-    assert_int_equal(parse_max("64k", &v), RLS_CONFIG_RUN);
+    assert_int_equal(parse_max("64k", &v), 0);
     assert_int_equal(v, 65536);
-    assert_int_equal(parse_max("64m", &v), RLS_CONFIG_RUN);
+    assert_int_equal(parse_max("64m", &v), 0);
     assert_int_equal(v, (uint64_t)64 << 20);
-    assert_int_equal(parse_max("1G", &v), RLS_CONFIG_RUN);
+    assert_int_equal(parse_max("1G", &v), 0);
     assert_int_equal(v, (uint64_t)1 << 30);
-    assert_int_equal(parse_max("1024g", &v), RLS_CONFIG_RUN);
+    assert_int_equal(parse_max("1024g", &v), 0);
     assert_int_equal(v, (uint64_t)1 << 40);
     for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-        assert_int_equal(parse_max(bad[i], &v), RLS_CONFIG_ERROR);
+        assert_int_equal(parse_max(bad[i], &v), RL_EINVAL);
 }
 
 /* ---- the server ---- */

@@ -16,7 +16,7 @@
 
 #include "rl_error.h"
 #include "batch.h"
-#include "policy/config.h"
+#include "flags.h"
 #include "server.h"
 #include "store/redis.h"
 #include "store/redis_script.h"
@@ -315,7 +315,7 @@ static void test_oom_counted_logged_unhealthy(void **state)
 {
     fx_t *f = *state;
     static rls_server_t srv;
-    static rls_config_t cfg;
+    static rls_flags_t cfg;
     static job_t a;
     redisReply *rep;
     const char *why = NULL;
@@ -347,7 +347,7 @@ static void test_oom_counted_logged_unhealthy(void **state)
     assert_int_equal(f->st->stats.errors_kind[RLS_SERR_OOM], 3);
 
     /* The server's health, on the same store. */
-    rls_config_defaults(&cfg);
+    rls_flags_defaults(&cfg);
     memset(&srv, 0, sizeof(srv));
     srv.cfg = &cfg;
     srv.store = f->st;

@@ -1,18 +1,18 @@
 /* rl-server's configuration, from the command line. */
-#ifndef RLS_CONFIG_H
-#define RLS_CONFIG_H
+#ifndef RLS_FLAGS_H
+#define RLS_FLAGS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "rl_check.h"
+#include "rl_validate.h"
 
 #define RLS_HOST_MAX 255
 #define RLS_PREFIX_MAX 64
 #define RLS_RULES_MAX 256
 #define RLS_ENVOY_CONFIGS_MAX 64
 
-typedef struct rls_config_s {
+typedef struct rls_flags_s {
     char listen_host[RLS_HOST_MAX + 1];
     int listen_port;
     char metrics_host[RLS_HOST_MAX + 1]; /* empty: no metrics listener */
@@ -77,24 +77,24 @@ typedef struct rls_config_s {
     const char *envoy_configs[RLS_ENVOY_CONFIGS_MAX];
     size_t nenvoy_configs;
     const char *check_envoy_config; /* validate this Envoy file and exit */
-    /* The HTTP check endpoint (net/check.h). */
+    /* The HTTP check endpoint (net/http_check.h). */
     char http_host[RLS_HOST_MAX + 1]; /* empty: no --http listener */
     int http_port;
     const char *check_key_header;  /* --check-key-header, or NULL */
     const char *check_rule_header; /* --check-rule-header, or NULL */
     uint64_t check_xff_hops;       /* --check-xff-hops */
     int check_error_details;       /* --check-error-details */
-} rls_config_t;
+    int info_only;                 /* --help or --version was printed */
+} rls_flags_t;
 
 /* Fills *c with the defaults shown by --help. */
-void rls_config_defaults(rls_config_t *c);
+void rls_flags_defaults(rls_flags_t *c);
 
-enum { RLS_CONFIG_RUN = 0, RLS_CONFIG_EXIT = 1, RLS_CONFIG_ERROR = -1 };
-
-/* Parses argv over the defaults already in *c. Returns RLS_CONFIG_RUN;
- * RLS_CONFIG_EXIT when --help or --version printed to `out`; or
- * RLS_CONFIG_ERROR with one line describing the problem in err. */
-int rls_config_parse(rls_config_t *c, int argc, char **argv, void *out,
+/* Parses argv over the defaults already in *c. Returns 0, with
+ * c->info_only set when --help or --version printed to `out` (the program
+ * then exits 0), or RL_EINVAL with one line describing the problem in
+ * err. */
+int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
                      char *err, size_t errlen);
 
 #endif

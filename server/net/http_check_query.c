@@ -1,5 +1,5 @@
 /* The /check request's parameters (see check_query.h for the rules). */
-#include "net/check_query.h"
+#include "net/http_check_query.h"
 
 #include <string.h>
 
@@ -53,9 +53,11 @@ static int hexval(unsigned char c)
     return -1;
 }
 
-/* Percent-decodes v[0, n) into dst (cap bytes). Returns the decoded
- * length, -1 for a bad escape, -2 when it would pass cap. */
-static long decode(const char *v, size_t n, char *dst, size_t cap)
+/* Percent-decodes v[0, n) into dst (cap bytes), its length into *len.
+ * Returns 0, RL_EINVAL for a bad escape, or RL_EFULL when it would pass
+ * cap. */
+static int decode(const char *v, size_t n, char *dst, size_t cap,
+                  size_t *len)
 {
     size_t i, o = 0;
     int hi, lo;
@@ -63,18 +65,19 @@ static long decode(const char *v, size_t n, char *dst, size_t cap)
     for (i = 0; i < n; i++) {
         unsigned char c = (unsigned char)v[i];
         if (o == cap)
-            return -2;
+            return RL_EFULL;
         if (c == '%') {
             if (n - i < 3 || (hi = hexval((unsigned char)v[i + 1])) < 0 ||
                 (lo = hexval((unsigned char)v[i + 2])) < 0)
-                return -1;
+                return RL_EINVAL;
             dst[o++] = (char)(hi * 16 + lo);
             i += 2;
         } else {
             dst[o++] = c == '+' ? ' ' : (char)c;
         }
     }
-    return (long)o;
+    *len = o;
+    return RL_OK;
 }
 
 static int name_is(const char *n, size_t len, const char *lit)
@@ -94,34 +97,35 @@ static int param(const char *p, size_t n, rls_check_query_t *out,
     size_t vlen = (size_t)(p + n - v);
     char num[24];
     uint64_t x;
-    long d;
+    size_t d;
+    int rc;
 
     if (name_is(p, nlen, "rule")) {
         if (*seen & SEEN_RULE)
             goto twice;
         *seen |= SEEN_RULE;
-        d = decode(v, vlen, out->rule, sizeof(out->rule));
-        if (d == -2) {
+        rc = decode(v, vlen, out->rule, sizeof(out->rule), &d);
+        if (rc == RL_EFULL) {
             *why = rl_strerror(RL_ERULELONG);
             return RL_EINVAL;
         }
-        if (d < 0)
+        if (rc != RL_OK)
             goto escape;
-        out->rule_len = (size_t)d;
+        out->rule_len = d;
         return RL_OK;
     }
     if (name_is(p, nlen, "key")) {
         if (*seen & SEEN_KEY)
             goto twice;
         *seen |= SEEN_KEY;
-        d = decode(v, vlen, out->key, sizeof(out->key));
-        if (d == -2) {
+        rc = decode(v, vlen, out->key, sizeof(out->key), &d);
+        if (rc == RL_EFULL) {
             *why = rl_strerror(RL_EKEYLONG);
             return RL_EINVAL;
         }
-        if (d < 0)
+        if (rc != RL_OK)
             goto escape;
-        out->key_len = (size_t)d;
+        out->key_len = d;
         if (out->key_len == 0) {
             *why = "key= is empty";
             return RL_EINVAL;
@@ -132,8 +136,8 @@ static int param(const char *p, size_t n, rls_check_query_t *out,
         if (*seen & SEEN_COST)
             goto twice;
         *seen |= SEEN_COST;
-        d = decode(v, vlen, num, sizeof(num));
-        if (d < 0 || rl_parse_u64n(num, (size_t)d, 1, UINT32_MAX, &x) != RL_OK) {
+        if (decode(v, vlen, num, sizeof(num), &d) != RL_OK ||
+            rl_parse_u64n(num, d, 1, UINT32_MAX, &x) != RL_OK) {
             *why = "cost must be a whole number from 1 to 4294967295";
             return RL_EINVAL;
         }
@@ -144,8 +148,8 @@ static int param(const char *p, size_t n, rls_check_query_t *out,
         if (*seen & SEEN_DENY)
             goto twice;
         *seen |= SEEN_DENY;
-        d = decode(v, vlen, num, sizeof(num));
-        if (d < 0 || rl_parse_u64n(num, (size_t)d, 1, 999, &x) != RL_OK ||
+        if (decode(v, vlen, num, sizeof(num), &d) != RL_OK ||
+            rl_parse_u64n(num, d, 1, 999, &x) != RL_OK ||
             (x != 403 && x != 429)) {
             *why = "deny_status must be 403 or 429";
             return RL_EINVAL;

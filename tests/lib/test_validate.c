@@ -6,7 +6,7 @@
 
 #include <cmocka.h>
 
-#include "rl_check.h"
+#include "rl_validate.h"
 #include "rl_error.h"
 #include "rl_window.h"
 

@@ -1,8 +1,8 @@
 /* Validation of a CheckRequest, shared by the server (which answers an
  * invalid request with ERROR and its reason) and the client library (which
  * refuses to send one). */
-#ifndef RL_CHECK_H
-#define RL_CHECK_H
+#ifndef RL_VALIDATE_H
+#define RL_VALIDATE_H
 
 #include "rl_msg.h"
 

@@ -1,8 +1,8 @@
 /* A fixed-bucket histogram in the Prometheus style: counts per upper bound,
  * plus the sum and count of every observation. Cheap enough to observe on
  * every batch. */
-#ifndef RLS_HIST_H
-#define RLS_HIST_H
+#ifndef RLS_PROM_HIST_H
+#define RLS_PROM_HIST_H
 
 #include <stddef.h>
 #include <stdint.h>

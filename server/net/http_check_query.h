@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 #include "net/http.h"
-#include "rl_check.h"
+#include "rl_validate.h"
 
 /* Longest request-target /check reads: every byte of the largest key and
  * rule percent-encoded, and room for more parameters. Longer: 414. */

@@ -28,7 +28,7 @@
 #include <uv.h>
 
 #include "batch.h"
-#include "net/check_query.h"
+#include "net/http_check_query.h"
 #include "net/frontend.h"
 #include "net/http_server.h"
 

@@ -8,7 +8,7 @@
  * rule's name for RateLimit-Policy. The batcher's owner is the connection
  * itself; http_server keeps its memory until the answer comes, even if the
  * client has gone. */
-#include "net/check.h"
+#include "net/http_check.h"
 
 #include <stdio.h>
 #include <string.h>

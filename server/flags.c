@@ -1,4 +1,4 @@
-#include "policy/config.h"
+#include "flags.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -10,7 +10,7 @@
 #include "rl_window.h"
 #include "version.h"
 
-void rls_config_defaults(rls_config_t *c)
+void rls_flags_defaults(rls_flags_t *c)
 {
     memset(c, 0, sizeof(*c));
     strcpy(c->listen_host, "127.0.0.1");
@@ -179,7 +179,7 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
-    return RLS_CONFIG_ERROR;
+    return RL_EINVAL;
 }
 
 /* Parses a byte count with an optional k, m or g suffix (KiB, MiB, GiB)
@@ -208,7 +208,7 @@ static int parse_bytes(const char *s, uint64_t min, uint64_t max,
 }
 
 /* --redis accepts HOST:PORT or redis://[[USER]:PASSWORD@]HOST:PORT[/DB]. */
-static int parse_redis(rls_config_t *c, const char *s, char *err,
+static int parse_redis(rls_flags_t *c, const char *s, char *err,
                        size_t errlen)
 {
     char buf[2 * RLS_HOST_MAX + 32], *at, *slash, *hp;
@@ -260,7 +260,7 @@ static int parse_redis(rls_config_t *c, const char *s, char *err,
 
 /* --redis-cluster: [redis://[:PASSWORD@]]HOST:PORT[,HOST:PORT...], at
  * most 16 seeds. */
-static int parse_redis_cluster(rls_config_t *c, const char *s, char *err,
+static int parse_redis_cluster(rls_flags_t *c, const char *s, char *err,
                                size_t errlen)
 {
     char buf[2 * RLS_HOST_MAX + 1024], host[RLS_HOST_MAX + 1], *at, *hp, *tok;
@@ -313,8 +313,8 @@ typedef struct {
 } num_flag_t;
 
 #define NUM(name, field, min, max)                                            \
-    {name, offsetof(rls_config_t, field),                                     \
-     (int)sizeof(((rls_config_t *)0)->field), min, max}
+    {name, offsetof(rls_flags_t, field),                                     \
+     (int)sizeof(((rls_flags_t *)0)->field), min, max}
 
 static const num_flag_t num_flags[] = {
     NUM("--redis-timeout-ms", redis_timeout_ms, 1, 600000),
@@ -365,7 +365,7 @@ static int takes_value(const char *name)
     return 0;
 }
 
-int rls_config_parse(rls_config_t *c, int argc, char **argv, void *out,
+int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
                      char *err, size_t errlen)
 {
     int i;
@@ -394,11 +394,13 @@ int rls_config_parse(rls_config_t *c, int argc, char **argv, void *out,
 
         if (strcmp(name, "--help") == 0) {
             fputs(usage, out);
-            return RLS_CONFIG_EXIT;
+            c->info_only = 1;
+            return 0;
         }
         if (strcmp(name, "--version") == 0) {
             fprintf(out, "rl-server %s\n", RLS_VERSION);
-            return RLS_CONFIG_EXIT;
+            c->info_only = 1;
+            return 0;
         }
         if (strcmp(name, "--check-error-details") == 0) {
             if (val != NULL)
@@ -461,13 +463,13 @@ int rls_config_parse(rls_config_t *c, int argc, char **argv, void *out,
                 return fail(err, errlen, "--redis and --redis-cluster are "
                                          "exclusive: give one");
             if (parse_redis(c, val, err, errlen) != 0)
-                return RLS_CONFIG_ERROR;
+                return RL_EINVAL;
         } else if (strcmp(name, "--redis-cluster") == 0) {
             if (c->use_redis && c->redis_cluster == 0)
                 return fail(err, errlen, "--redis and --redis-cluster are "
                                          "exclusive: give one");
             if (parse_redis_cluster(c, val, err, errlen) != 0)
-                return RLS_CONFIG_ERROR;
+                return RL_EINVAL;
             c->use_redis = 1;
         } else if (strcmp(name, "--prefix") == 0) {
             /* Braces in the prefix would move the Redis Cluster hash tag
@@ -559,5 +561,5 @@ int rls_config_parse(rls_config_t *c, int argc, char **argv, void *out,
             }
         }
     }
-    return RLS_CONFIG_RUN;
+    return 0;
 }

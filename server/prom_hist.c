@@ -1,5 +1,5 @@
 /* Bucket bounds of the server's histograms (hist.h). */
-#include "hist.h"
+#include "prom_hist.h"
 
 const uint64_t rls_rtt_bounds_us[12] = {50,   100,   250,   500,   1000,  2500,
                                         5000, 10000, 25000, 50000, 100000,

@@ -1,4 +1,4 @@
-#include "rl_check.h"
+#include "rl_validate.h"
 
 #include <stdint.h>
 #include <string.h>
