@@ -200,11 +200,6 @@ typedef struct yp_s {
     size_t lcap;
 } yp_t;
 
-static int line_of(const yp_t *y)
-{
-    return rls_yaml_in_line(&y->in);
-}
-
 /* An error of the walk (rls_yaml_in_t's on_error): said at its line. */
 static void yaml_stopped(void *arg, int line, const char *why, int nomem)
 {
@@ -213,27 +208,6 @@ static void yaml_stopped(void *arg, int line, const char *why, int nomem)
     if (nomem)
         b->nomem = 1;
     diag(b, line, "%s", why);
-}
-
-static int next(yp_t *y)
-{
-    return rls_yaml_in_next(&y->in);
-}
-
-static int skip_value(yp_t *y)
-{
-    return rls_yaml_in_skip(&y->in);
-}
-
-static int is_scalar(const yp_t *y)
-{
-    return y->in.ev.type == YAML_SCALAR_EVENT;
-}
-
-static const char *sval(const yp_t *y, size_t *len)
-{
-    *len = y->in.ev.data.scalar.length;
-    return (const char *)y->in.ev.data.scalar.value;
 }
 
 static int key_is(const char *k, size_t kl, const char *want)
@@ -247,28 +221,17 @@ static int key_is(const char *k, size_t kl, const char *want)
  * reported and skipped with its value. */
 static int next_key(yp_t *y, char kbuf[32])
 {
-    for (;;) {
-        size_t kl;
-        const char *k;
+    const char *k;
+    size_t kl;
+    int rc = rls_yaml_in_next_key(&y->in, "a key must be a single value", NULL);
 
-        if (next(y) != RL_OK)
-            return RL_EINVAL;
-        if (y->in.ev.type == YAML_MAPPING_END_EVENT)
-            return 0;
-        if (y->in.ev.type != YAML_SCALAR_EVENT) {
-            diag(y->b, line_of(y), "a key must be a single value");
-            if (skip_value(y) != RL_OK || next(y) != RL_OK ||
-                skip_value(y) != RL_OK)
-                return RL_EINVAL;
-            continue;
-        }
-        k = (const char *)y->in.ev.data.scalar.value;
-        kl = y->in.ev.data.scalar.length;
-        snprintf(kbuf, 32, "%.*s", (int)(kl < 31 ? kl : 31), k);
-        if (next(y) != RL_OK)
-            return RL_EINVAL;
-        return 1;
-    }
+    if (rc <= 0)
+        return rc;
+    k = rls_yaml_in_str(&y->in, &kl);
+    snprintf(kbuf, 32, "%.*s", (int)(kl < 31 ? kl : 31), k);
+    if (rls_yaml_in_next(&y->in) != RL_OK)
+        return RL_EINVAL;
+    return 1;
 }
 
 /* A scalar value as a bool (YAML 1.1 words envoy-ratelimit's parser also
@@ -303,10 +266,10 @@ static int ieq(const char *s, size_t n, const char *w)
 /* Expects a scalar value for `what`; says so when it is not. */
 static int want_scalar(yp_t *y, const char *what)
 {
-    if (is_scalar(y))
+    if (rls_yaml_in_is_scalar(&y->in))
         return 1;
-    diag(y->b, line_of(y), "'%s' must be a single value", what);
-    skip_value(y);
+    diag(y->b, rls_yaml_in_line(&y->in), "'%s' must be a single value", what);
+    rls_yaml_in_skip(&y->in);
     return 0;
 }
 
@@ -315,13 +278,14 @@ static int want_scalar(yp_t *y, const char *what)
 static int skip_rest(yp_t *y)
 {
     for (;;) {
-        if (next(y) != RL_OK)
+        if (rls_yaml_in_next(&y->in) != RL_OK)
             return RL_EINVAL;
         if (y->in.ev.type == YAML_MAPPING_END_EVENT)
             return RL_OK;
         /* the key (any shape), then its value */
-        if (skip_value(y) != RL_OK || next(y) != RL_OK ||
-            skip_value(y) != RL_OK)
+        if (rls_yaml_in_skip(&y->in) != RL_OK ||
+            rls_yaml_in_next(&y->in) != RL_OK ||
+            rls_yaml_in_skip(&y->in) != RL_OK)
             return RL_EINVAL;
     }
 }
@@ -330,11 +294,12 @@ static int skip_rest(yp_t *y)
 static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
 {
     builder_t *b = y->b;
-    int line = line_of(y), have_rpu = 0, have_unit = 0, have_window = 0;
+    int line = rls_yaml_in_line(&y->in), have_rpu = 0, have_unit = 0,
+        have_window = 0;
 
     if (y->in.ev.type != YAML_MAPPING_START_EVENT) {
         diag(b, line, "'rate_limit' must be a mapping");
-        return skip_value(y);
+        return rls_yaml_in_skip(&y->in);
     }
     for (;;) {
         size_t vl;
@@ -349,7 +314,7 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
         if (strcmp(kbuf, "unit") == 0) {
             if (!want_scalar(y, "unit"))
                 continue;
-            v = sval(y, &vl);
+            v = rls_yaml_in_str(&y->in, &vl);
             have_unit = 1;
             if (ieq(v, vl, "second")) {
                 x->unit = 1;
@@ -364,7 +329,7 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
                 x->unit = 4;
                 x->window_s = 86400;
             } else {
-                diag(b, line_of(y),
+                diag(b, rls_yaml_in_line(&y->in),
                      "unit '%.*s': use second, minute, hour or day (or "
                      "'window: DURATION' for any other length)",
                      (int)(vl > 32 ? 32 : vl), v);
@@ -373,9 +338,9 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
             uint64_t n;
             if (!want_scalar(y, "requests_per_unit"))
                 continue;
-            v = sval(y, &vl);
+            v = rls_yaml_in_str(&y->in, &vl);
             if (rl_parse_u64n(v, vl, 0, UINT32_MAX, &n) != RL_OK) {
-                diag(b, line_of(y),
+                diag(b, rls_yaml_in_line(&y->in),
                      "requests_per_unit must be a whole number from 0 to "
                      "4294967295");
                 have_rpu = 1; /* said once */
@@ -386,7 +351,7 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
         } else if (strcmp(kbuf, "name") == 0) {
             if (!want_scalar(y, "name"))
                 continue;
-            v = sval(y, &vl);
+            v = rls_yaml_in_str(&y->in, &vl);
             x->name = arena_copy(b, v, vl);
             x->name_len = vl;
         } else if (strcmp(kbuf, "window") == 0) {
@@ -395,11 +360,11 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
             const char *why;
             if (!want_scalar(y, "window"))
                 continue;
-            v = sval(y, &vl);
+            v = rls_yaml_in_str(&y->in, &vl);
             snprintf(lim, sizeof(lim), "1/%.*s", (int)(vl > 40 ? 40 : vl), v);
             if (vl > 40 ||
                 rls_limit_parse(lim, strlen(lim), &l, &why) != RL_OK) {
-                diag(b, line_of(y),
+                diag(b, rls_yaml_in_line(&y->in),
                      "window '%.*s': a duration like 90s, "
                      "15m, 2h or 7d, from 1 s to 366 d",
                      (int)(vl > 40 ? 40 : vl), v);
@@ -413,9 +378,10 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
             int t;
             if (!want_scalar(y, "unlimited"))
                 continue;
-            v = sval(y, &vl);
+            v = rls_yaml_in_str(&y->in, &vl);
             if (parse_bool(v, vl, &t) != RL_OK) {
-                diag(b, line_of(y), "'unlimited' must be true or false");
+                diag(b, rls_yaml_in_line(&y->in),
+                     "'unlimited' must be true or false");
                 continue;
             }
             if (t) {
@@ -423,13 +389,14 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
                 return skip_rest(y);
             }
         } else if (strcmp(kbuf, "replaces") == 0) {
-            diag(b, line_of(y),
+            diag(b, rls_yaml_in_line(&y->in),
                  "'replaces' is not supported; give the "
                  "descriptor its own limit");
-            skip_value(y);
+            rls_yaml_in_skip(&y->in);
         } else {
-            diag(b, line_of(y), "unknown key '%s' in rate_limit", kbuf);
-            skip_value(y);
+            diag(b, rls_yaml_in_line(&y->in), "unknown key '%s' in rate_limit",
+                 kbuf);
+            rls_yaml_in_skip(&y->in);
         }
     }
     if (have_window) {
@@ -477,7 +444,7 @@ static rls_envoy_node_t *node_new(yp_t *y)
      * the index still hashes them. */
     c->nodes[c->n].key = "";
     c->nodes[c->n].index = (uint32_t)c->n;
-    y->lines[c->n] = line_of(y);
+    y->lines[c->n] = rls_yaml_in_line(&y->in);
     return &c->nodes[c->n++];
 }
 
@@ -487,7 +454,7 @@ static int parse_descriptors(yp_t *y, uint32_t domain, uint32_t parent);
 static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
 {
     builder_t *b = y->b;
-    int line = line_of(y), have_key = 0, unlimited = 0;
+    int line = rls_yaml_in_line(&y->in), have_key = 0, unlimited = 0;
     rls_envoy_node_t *x;
     uint32_t self;
 
@@ -515,9 +482,10 @@ static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
         if (strcmp(kbuf, "key") == 0) {
             if (!want_scalar(y, "key"))
                 continue;
-            v = sval(y, &vl);
+            v = rls_yaml_in_str(&y->in, &vl);
             if (vl == 0) {
-                diag(b, line_of(y), "descriptor key must not be empty");
+                diag(b, rls_yaml_in_line(&y->in),
+                     "descriptor key must not be empty");
                 continue;
             }
             x->key = arena_copy(b, v, vl);
@@ -526,7 +494,7 @@ static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
         } else if (strcmp(kbuf, "value") == 0) {
             if (!want_scalar(y, "value"))
                 continue;
-            v = sval(y, &vl);
+            v = rls_yaml_in_str(&y->in, &vl);
             x->value = arena_copy(b, v, vl);
             x->value_len = vl;
             if (vl > 0 && v[vl - 1] == '*') {
@@ -539,9 +507,9 @@ static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
         } else if (strcmp(kbuf, "rule") == 0) {
             if (!want_scalar(y, "rule"))
                 continue;
-            v = sval(y, &vl);
+            v = rls_yaml_in_str(&y->in, &vl);
             if (!rls_rule_name_ok(v, vl)) {
-                diag(b, line_of(y),
+                diag(b, rls_yaml_in_line(&y->in),
                      "rule: 1 to %d bytes of "
                      "[A-Za-z0-9_.:-]",
                      RL_RULE_MAX);
@@ -555,9 +523,10 @@ static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
             int t;
             if (!want_scalar(y, kbuf))
                 continue;
-            v = sval(y, &vl);
+            v = rls_yaml_in_str(&y->in, &vl);
             if (parse_bool(v, vl, &t) != RL_OK) {
-                diag(b, line_of(y), "'%s' must be true or false", kbuf);
+                diag(b, rls_yaml_in_line(&y->in), "'%s' must be true or false",
+                     kbuf);
                 continue;
             }
             if (kbuf[0] == 'u')
@@ -568,8 +537,9 @@ static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
             if (parse_descriptors(y, domain, self) != RL_OK)
                 return RL_EINVAL;
         } else {
-            diag(b, line_of(y), "unknown key '%s' in a descriptor", kbuf);
-            if (skip_value(y) != RL_OK)
+            diag(b, rls_yaml_in_line(&y->in),
+                 "unknown key '%s' in a descriptor", kbuf);
+            if (rls_yaml_in_skip(&y->in) != RL_OK)
                 return RL_EINVAL;
         }
     }
@@ -596,17 +566,18 @@ static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
 static int parse_descriptors(yp_t *y, uint32_t domain, uint32_t parent)
 {
     if (y->in.ev.type != YAML_SEQUENCE_START_EVENT) {
-        diag(y->b, line_of(y), "'descriptors' must be a list");
-        return skip_value(y);
+        diag(y->b, rls_yaml_in_line(&y->in), "'descriptors' must be a list");
+        return rls_yaml_in_skip(&y->in);
     }
     for (;;) {
-        if (next(y) != RL_OK)
+        if (rls_yaml_in_next(&y->in) != RL_OK)
             return RL_EINVAL;
         if (y->in.ev.type == YAML_SEQUENCE_END_EVENT)
             return RL_OK;
         if (y->in.ev.type != YAML_MAPPING_START_EVENT) {
-            diag(y->b, line_of(y), "a descriptor must be a mapping");
-            if (skip_value(y) != RL_OK)
+            diag(y->b, rls_yaml_in_line(&y->in),
+                 "a descriptor must be a mapping");
+            if (rls_yaml_in_skip(&y->in) != RL_OK)
                 return RL_EINVAL;
             continue;
         }
@@ -642,7 +613,7 @@ static int parse_file(yp_t *y)
 
     memset(&dom, 0, sizeof(dom));
     do {
-        if (next(y) != RL_OK)
+        if (rls_yaml_in_next(&y->in) != RL_OK)
             return RL_EINVAL;
     } while (y->in.ev.type == YAML_STREAM_START_EVENT ||
              y->in.ev.type == YAML_DOCUMENT_START_EVENT);
@@ -651,12 +622,12 @@ static int parse_file(yp_t *y)
         return RL_OK;
     }
     if (y->in.ev.type != YAML_MAPPING_START_EVENT) {
-        diag(b, line_of(y),
+        diag(b, rls_yaml_in_line(&y->in),
              "expected a mapping with 'domain' and "
              "'descriptors'");
         return RL_OK;
     }
-    line = line_of(y);
+    line = rls_yaml_in_line(&y->in);
     /* The domain's slot is reserved first: descriptors name it by index. */
     if (c->nd == c->dcap) {
         size_t cap = c->dcap ? c->dcap * 2 : 4;
@@ -683,9 +654,9 @@ static int parse_file(yp_t *y)
         if (strcmp(kbuf, "domain") == 0) {
             if (!want_scalar(y, "domain"))
                 continue;
-            v = sval(y, &vl);
+            v = rls_yaml_in_str(&y->in, &vl);
             if (vl == 0) {
-                diag(b, line_of(y), "domain must not be empty");
+                diag(b, rls_yaml_in_line(&y->in), "domain must not be empty");
                 continue;
             }
             dom.name = arena_copy(b, v, vl);
@@ -694,7 +665,7 @@ static int parse_file(yp_t *y)
         } else if (strcmp(kbuf, "rate_limit_headers") == 0) {
             if (!want_scalar(y, kbuf))
                 continue;
-            v = sval(y, &vl);
+            v = rls_yaml_in_str(&y->in, &vl);
             if (key_is(v, vl, "none"))
                 dom.headers = 0;
             else if (key_is(v, vl, "x"))
@@ -704,14 +675,14 @@ static int parse_file(yp_t *y)
             else if (key_is(v, vl, "all"))
                 dom.headers = RL_HDR_ALL;
             else
-                diag(b, line_of(y),
+                diag(b, rls_yaml_in_line(&y->in),
                      "rate_limit_headers: none, x, draft or all");
         } else if (strcmp(kbuf, "descriptors") == 0) {
             if (parse_descriptors(y, di, 0) != RL_OK)
                 return RL_EINVAL;
         } else {
-            diag(b, line_of(y), "unknown key '%s'", kbuf);
-            if (skip_value(y) != RL_OK)
+            diag(b, rls_yaml_in_line(&y->in), "unknown key '%s'", kbuf);
+            if (rls_yaml_in_skip(&y->in) != RL_OK)
                 return RL_EINVAL;
         }
     }
@@ -728,12 +699,13 @@ static int parse_file(yp_t *y)
     stats_name(&dom);
     c->domains[di] = dom;
     /* Anything after the mapping (a second document) is an error. */
-    if (next(y) != RL_OK)
+    if (rls_yaml_in_next(&y->in) != RL_OK)
         return RL_EINVAL;
-    if (y->in.ev.type == YAML_DOCUMENT_END_EVENT && next(y) != RL_OK)
+    if (y->in.ev.type == YAML_DOCUMENT_END_EVENT &&
+        rls_yaml_in_next(&y->in) != RL_OK)
         return RL_EINVAL;
     if (y->in.ev.type != YAML_STREAM_END_EVENT)
-        diag(b, line_of(y), "one document per file");
+        diag(b, rls_yaml_in_line(&y->in), "one document per file");
     return RL_OK;
 }
 

@@ -638,11 +638,6 @@ typedef struct yp_s {
     rls_yaml_in_t in;
 } yp_t;
 
-static int line_of(const yp_t *y)
-{
-    return rls_yaml_in_line(&y->in);
-}
-
 /* An error of the walk (rls_yaml_in_t's on_error): said at its line. */
 static void yaml_stopped(void *arg, int line, const char *why, int nomem)
 {
@@ -653,64 +648,20 @@ static void yaml_stopped(void *arg, int line, const char *why, int nomem)
     diag(b, line, "%s", why);
 }
 
-static int next(yp_t *y)
-{
-    return rls_yaml_in_next(&y->in);
-}
-
-/* Skips the value starting at the current event. */
-static int skip_value(yp_t *y)
-{
-    return rls_yaml_in_skip(&y->in);
-}
-
-static int is_scalar(const yp_t *y)
-{
-    return y->in.ev.type == YAML_SCALAR_EVENT;
-}
-
+/* The current scalar's bytes and length. */
 static const char *sval(const yp_t *y)
 {
-    return (const char *)y->in.ev.data.scalar.value;
+    size_t n;
+
+    return rls_yaml_in_str(&y->in, &n);
 }
 
 static size_t slen(const yp_t *y)
 {
-    return y->in.ev.data.scalar.length;
-}
+    size_t n;
 
-/* Moves to the next key of the mapping being read. A key that is not a
- * string is reported as `what`, skipped with its value, and clears *ok
- * (when ok is not NULL). Returns 1 at a string key, 0 at the end of the
- * mapping, or RL_EINVAL. */
-static int next_key(yp_t *y, const char *what, int *ok)
-{
-    for (;;) {
-        if (next(y) != RL_OK)
-            return RL_EINVAL;
-        if (y->in.ev.type == YAML_MAPPING_END_EVENT)
-            return 0;
-        if (is_scalar(y))
-            return 1;
-        diag(y->b, line_of(y), "%s", what);
-        if (ok != NULL)
-            *ok = 0;
-        if (skip_value(y) != RL_OK || next(y) != RL_OK ||
-            skip_value(y) != RL_OK)
-            return RL_EINVAL;
-    }
-}
-
-static int key_is(const yp_t *y, const char *k)
-{
-    return slen(y) == strlen(k) && memcmp(sval(y), k, slen(y)) == 0;
-}
-
-/* A plain empty or ~ or null scalar: YAML's null. */
-static int is_null(const yp_t *y)
-{
-    return is_scalar(y) && y->in.ev.data.scalar.plain_implicit &&
-           (slen(y) == 0 || key_is(y, "~") || key_is(y, "null"));
+    rls_yaml_in_str(&y->in, &n);
+    return n;
 }
 
 /* A limits value: one scalar or a sequence of them. Returns 0, or a
@@ -721,42 +672,44 @@ static int read_limits(yp_t *y, rls_limits_t *ls, int *valid)
     int ok = 1;
 
     memset(ls, 0, sizeof(*ls));
-    if (is_scalar(y) || y->in.ev.type == YAML_SEQUENCE_START_EVENT) {
-        int seq = !is_scalar(y);
+    if (rls_yaml_in_is_scalar(&y->in) ||
+        y->in.ev.type == YAML_SEQUENCE_START_EVENT) {
+        int seq = !rls_yaml_in_is_scalar(&y->in);
         for (;;) {
             const char *why, *err;
             rls_limit_t l;
 
-            if (seq && next(y) != RL_OK)
+            if (seq && rls_yaml_in_next(&y->in) != RL_OK)
                 return RL_EINVAL;
             if (seq && y->in.ev.type == YAML_SEQUENCE_END_EVENT)
                 break;
-            if (!is_scalar(y)) {
-                diag(y->b, line_of(y), "a limit must be N/DURATION");
+            if (!rls_yaml_in_is_scalar(&y->in)) {
+                diag(y->b, rls_yaml_in_line(&y->in),
+                     "a limit must be N/DURATION");
                 ok = 0;
-                if (skip_value(y) != RL_OK)
+                if (rls_yaml_in_skip(&y->in) != RL_OK)
                     return RL_EINVAL;
-            } else if (rls_limit_parse(sval(y), slen(y), &l, &why) !=
-                       RL_OK) {
-                diag(y->b, line_of(y), "bad limit '%.*s': %s",
+            } else if (rls_limit_parse(sval(y), slen(y), &l, &why) != RL_OK) {
+                diag(y->b, rls_yaml_in_line(&y->in), "bad limit '%.*s': %s",
                      (int)(slen(y) > 40 ? 40 : slen(y)), sval(y), why);
                 ok = 0;
             } else if ((err = limits_add(ls, &l)) != NULL) {
-                diag(y->b, line_of(y), "%s", err);
+                diag(y->b, rls_yaml_in_line(&y->in), "%s", err);
                 ok = 0;
             }
             if (!seq)
                 break;
         }
     } else {
-        diag(y->b, line_of(y), "limits must be a list like [100/1m, 1000/1h]");
-        if (skip_value(y) != RL_OK)
+        diag(y->b, rls_yaml_in_line(&y->in),
+             "limits must be a list like [100/1m, 1000/1h]");
+        if (rls_yaml_in_skip(&y->in) != RL_OK)
             return RL_EINVAL;
         *valid = 0;
         return RL_OK;
     }
     if (ok && ls->n == 0) {
-        diag(y->b, line_of(y), "no limits given");
+        diag(y->b, rls_yaml_in_line(&y->in), "no limits given");
         ok = 0;
     }
     *valid = ok;
@@ -767,23 +720,25 @@ static int read_overrides(yp_t *y)
 {
     int rc;
 
-    if (is_null(y))
+    if (rls_yaml_in_is_null(&y->in))
         return RL_OK;
     if (y->in.ev.type != YAML_MAPPING_START_EVENT) {
-        diag(y->b, line_of(y), "overrides must map caller keys to limits");
-        return skip_value(y);
+        diag(y->b, rls_yaml_in_line(&y->in),
+             "overrides must map caller keys to limits");
+        return rls_yaml_in_skip(&y->in);
     }
     rls_yaml_in_own_keys(&y->in); /* override_add: lines and a hash set */
-    while ((rc = next_key(y, "an override's key must be a string", NULL)) > 0) {
+    while ((rc = rls_yaml_in_next_key(
+                &y->in, "an override's key must be a string", NULL)) > 0) {
         char key[RL_KEY_MAX + 1];
         size_t klen;
-        int line = line_of(y), valid;
+        int line = rls_yaml_in_line(&y->in), valid;
         rls_limits_t ls;
 
         /* Too long to be a key: still reported by override_add. */
         klen = slen(y) <= RL_KEY_MAX ? slen(y) : RL_KEY_MAX + 1;
         memcpy(key, sval(y), klen <= RL_KEY_MAX ? klen : RL_KEY_MAX);
-        if (next(y) != RL_OK)
+        if (rls_yaml_in_next(&y->in) != RL_OK)
             return RL_EINVAL;
         if ((rc = read_limits(y, &ls, &valid)) < 0)
             return rc;
@@ -811,45 +766,49 @@ static int read_rule(yp_t *y, const char *name, size_t name_len, int line)
     b->oidx = NULL;
     b->oidx_cap = 0;
     if (y->in.ev.type != YAML_MAPPING_START_EVENT) {
-        diag(b, line_of(y), "rule '%.*s' must be a map with limits",
-             (int)name_len, name);
-        return skip_value(y);
+        diag(b, rls_yaml_in_line(&y->in),
+             "rule '%.*s' must be a map with limits", (int)name_len, name);
+        return rls_yaml_in_skip(&y->in);
     }
-    while ((rc = next_key(y, "a rule's keys are limits, mode, overrides",
-                          &ok)) > 0) {
-        if (key_is(y, "limits")) {
+    while ((rc = rls_yaml_in_next_key(
+                &y->in, "a rule's keys are limits, mode, overrides", &ok)) >
+           0) {
+        if (rls_yaml_in_is(&y->in, "limits")) {
             int valid;
-            if (next(y) != RL_OK ||
+            if (rls_yaml_in_next(&y->in) != RL_OK ||
                 read_limits(y, &r->limits, &valid) != RL_OK)
                 return RL_EINVAL;
             have_limits = 1;
             ok &= valid;
-        } else if (key_is(y, "mode")) {
-            if (next(y) != RL_OK)
+        } else if (rls_yaml_in_is(&y->in, "mode")) {
+            if (rls_yaml_in_next(&y->in) != RL_OK)
                 return RL_EINVAL;
-            if (!is_scalar(y) ||
+            if (!rls_yaml_in_is_scalar(&y->in) ||
                 (r->mode = rls_mode_parse(sval(y), slen(y))) < 0) {
-                diag(b, line_of(y), "mode must be enforce, shadow or off");
+                diag(b, rls_yaml_in_line(&y->in),
+                     "mode must be enforce, shadow or off");
                 ok = 0;
-                if (skip_value(y) != RL_OK)
+                if (rls_yaml_in_skip(&y->in) != RL_OK)
                     return RL_EINVAL;
             }
-        } else if (key_is(y, "overrides")) {
+        } else if (rls_yaml_in_is(&y->in, "overrides")) {
             size_t before = b->diag->n + b->diag->dropped;
-            if (next(y) != RL_OK || read_overrides(y) != RL_OK)
+            if (rls_yaml_in_next(&y->in) != RL_OK || read_overrides(y) != RL_OK)
                 return RL_EINVAL;
             ok &= b->diag->n + b->diag->dropped == before;
-        } else if (key_is(y, "description")) {
-            if (next(y) != RL_OK || skip_value(y) != RL_OK)
+        } else if (rls_yaml_in_is(&y->in, "description")) {
+            if (rls_yaml_in_next(&y->in) != RL_OK ||
+                rls_yaml_in_skip(&y->in) != RL_OK)
                 return RL_EINVAL;
         } else {
-            diag(b, line_of(y),
+            diag(b, rls_yaml_in_line(&y->in),
                  "unknown key '%.*s' in rule '%.*s' (limits, mode, overrides,"
                  " description)",
                  (int)(slen(y) > 40 ? 40 : slen(y)), sval(y), (int)name_len,
                  name);
             ok = 0;
-            if (next(y) != RL_OK || skip_value(y) != RL_OK)
+            if (rls_yaml_in_next(&y->in) != RL_OK ||
+                rls_yaml_in_skip(&y->in) != RL_OK)
                 return RL_EINVAL;
         }
     }
@@ -871,23 +830,26 @@ static int read_rules(yp_t *y)
 {
     int rc;
 
-    if (is_null(y))
+    if (rls_yaml_in_is_null(&y->in))
         return RL_OK;
     if (y->in.ev.type != YAML_MAPPING_START_EVENT) {
-        diag(y->b, line_of(y), "rules must map rule names to rules");
-        return skip_value(y);
+        diag(y->b, rls_yaml_in_line(&y->in),
+             "rules must map rule names to rules");
+        return rls_yaml_in_skip(&y->in);
     }
     rls_yaml_in_own_keys(&y->in); /* rule_new: "defined twice" */
-    while ((rc = next_key(y, "a rule's name must be a string", NULL)) > 0) {
+    while ((rc = rls_yaml_in_next_key(&y->in, "a rule's name must be a string",
+                                      NULL)) > 0) {
         char name[RL_RULE_MAX + 1];
         size_t len;
-        int line = line_of(y);
+        int line = rls_yaml_in_line(&y->in);
 
         /* A name too long is cut here and refused by rule_new. */
         len = slen(y) <= RL_RULE_MAX ? slen(y) : RL_RULE_MAX + 1;
         memcpy(name, sval(y), len <= RL_RULE_MAX ? len : RL_RULE_MAX);
         name[len <= RL_RULE_MAX ? len : RL_RULE_MAX] = '\0';
-        if (next(y) != RL_OK || read_rule(y, name, len, line) != RL_OK)
+        if (rls_yaml_in_next(&y->in) != RL_OK ||
+            read_rule(y, name, len, line) != RL_OK)
             return RL_EINVAL;
         if (y->b->nomem)
             return RL_ENOMEM;
@@ -907,46 +869,51 @@ static void read_file(builder_t *b, const char *buf, size_t len)
         b->nomem = 1;
         return;
     }
-    if (next(&y) != RL_OK) /* STREAM_START */
+    if (rls_yaml_in_next(&y.in) != RL_OK) /* STREAM_START */
         goto done;
-    if (next(&y) != RL_OK)
+    if (rls_yaml_in_next(&y.in) != RL_OK)
         goto done;
     if (y.in.ev.type == YAML_STREAM_END_EVENT) {
         diag(b, 1, "empty file: expected a map with 'rules'");
         goto done;
     }
-    if (next(&y) != RL_OK) /* after DOCUMENT_START */
+    if (rls_yaml_in_next(&y.in) != RL_OK) /* after DOCUMENT_START */
         goto done;
     if (y.in.ev.type != YAML_MAPPING_START_EVENT) {
-        diag(b, line_of(&y), "expected a map with 'rules'");
+        diag(b, rls_yaml_in_line(&y.in), "expected a map with 'rules'");
         goto done;
     }
     for (;;) {
-        if (next(&y) != RL_OK)
+        if (rls_yaml_in_next(&y.in) != RL_OK)
             goto done;
         if (y.in.ev.type == YAML_MAPPING_END_EVENT)
             break;
-        if (is_scalar(&y) && key_is(&y, "rules")) {
+        if (rls_yaml_in_is_scalar(&y.in) && rls_yaml_in_is(&y.in, "rules")) {
             seen_rules = 1; /* twice: told by the walk */
-            if (next(&y) != RL_OK || read_rules(&y) != RL_OK)
+            if (rls_yaml_in_next(&y.in) != RL_OK || read_rules(&y) != RL_OK)
                 goto done;
         } else {
-            diag(b, line_of(&y), "unknown key%s%.*s%s at the top (rules)",
-                 is_scalar(&y) ? " '" : "",
-                 is_scalar(&y) ? (int)(slen(&y) > 40 ? 40 : slen(&y)) : 0,
-                 is_scalar(&y) ? sval(&y) : "", is_scalar(&y) ? "'" : "");
-            if (skip_value(&y) != RL_OK || next(&y) != RL_OK ||
-                skip_value(&y) != RL_OK)
+            diag(b, rls_yaml_in_line(&y.in),
+                 "unknown key%s%.*s%s at the top (rules)",
+                 rls_yaml_in_is_scalar(&y.in) ? " '" : "",
+                 rls_yaml_in_is_scalar(&y.in)
+                     ? (int)(slen(&y) > 40 ? 40 : slen(&y))
+                     : 0,
+                 rls_yaml_in_is_scalar(&y.in) ? sval(&y) : "",
+                 rls_yaml_in_is_scalar(&y.in) ? "'" : "");
+            if (rls_yaml_in_skip(&y.in) != RL_OK ||
+                rls_yaml_in_next(&y.in) != RL_OK ||
+                rls_yaml_in_skip(&y.in) != RL_OK)
                 goto done;
         }
     }
     if (!seen_rules)
-        diag(b, line_of(&y), "no 'rules' map");
+        diag(b, rls_yaml_in_line(&y.in), "no 'rules' map");
     /* One document only: a second one would be silently ignored. */
-    if (next(&y) != RL_OK || next(&y) != RL_OK)
+    if (rls_yaml_in_next(&y.in) != RL_OK || rls_yaml_in_next(&y.in) != RL_OK)
         goto done;
     if (y.in.ev.type != YAML_STREAM_END_EVENT)
-        diag(b, line_of(&y), "more than one YAML document");
+        diag(b, rls_yaml_in_line(&y.in), "more than one YAML document");
 done:
     rls_yaml_in_close(&y.in);
 }

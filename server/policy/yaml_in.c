@@ -44,6 +44,21 @@ int rls_yaml_in_line(const rls_yaml_in_t *y)
     return (int)y->ev.start_mark.line + 1;
 }
 
+int rls_yaml_in_is(const rls_yaml_in_t *y, const char *lit)
+{
+    size_t n = strlen(lit);
+
+    return rls_yaml_in_is_scalar(y) && y->ev.data.scalar.length == n &&
+           memcmp(y->ev.data.scalar.value, lit, n) == 0;
+}
+
+int rls_yaml_in_is_null(const rls_yaml_in_t *y)
+{
+    return rls_yaml_in_is_scalar(y) && y->ev.data.scalar.plain_implicit &&
+           (y->ev.data.scalar.length == 0 || rls_yaml_in_is(y, "~") ||
+            rls_yaml_in_is(y, "null"));
+}
+
 /* Stops the walk, saying why (once: a stopped walk says nothing more). */
 static int stop(rls_yaml_in_t *y, int line, const char *why, int nomem)
 {
@@ -279,4 +294,22 @@ void rls_yaml_in_own_keys(rls_yaml_in_t *y)
 {
     if (y->have && y->ev.type == YAML_MAPPING_START_EVENT && y->depth > 0)
         y->frames[y->depth - 1].own_keys = 1;
+}
+
+int rls_yaml_in_next_key(rls_yaml_in_t *y, const char *what, int *ok)
+{
+    for (;;) {
+        if (rls_yaml_in_next(y) != RL_OK)
+            return RL_EINVAL;
+        if (y->ev.type == YAML_MAPPING_END_EVENT)
+            return 0;
+        if (rls_yaml_in_is_scalar(y))
+            return 1;
+        y->on_error(y->arg, rls_yaml_in_line(y), what, 0);
+        if (ok != NULL)
+            *ok = 0;
+        if (rls_yaml_in_skip(y) != RL_OK || rls_yaml_in_next(y) != RL_OK ||
+            rls_yaml_in_skip(y) != RL_OK)
+            return RL_EINVAL;
+    }
 }

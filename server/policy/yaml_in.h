@@ -94,6 +94,31 @@ int rls_yaml_in_line(const rls_yaml_in_t *y);
  * Returns 0 or RL_EINVAL. */
 int rls_yaml_in_skip(rls_yaml_in_t *y);
 
+/* The current event is a scalar. */
+static inline int rls_yaml_in_is_scalar(const rls_yaml_in_t *y)
+{
+    return y->ev.type == YAML_SCALAR_EVENT;
+}
+
+/* The current scalar's bytes (valid until the next event) and length. */
+static inline const char *rls_yaml_in_str(const rls_yaml_in_t *y, size_t *len)
+{
+    *len = y->ev.data.scalar.length;
+    return (const char *)y->ev.data.scalar.value;
+}
+
+/* The current event is the scalar lit, exactly. */
+int rls_yaml_in_is(const rls_yaml_in_t *y, const char *lit);
+
+/* The current event is YAML's null: a plain empty, ~ or null scalar. */
+int rls_yaml_in_is_null(const rls_yaml_in_t *y);
+
+/* Moves to the next key of the mapping being read. A key that is not a
+ * scalar (a YAML complex key) is told to on_error as `what` (the walk goes
+ * on), skipped with its value, and clears *ok when ok is not NULL.
+ * Returns 1 at a scalar key, 0 at the end of the mapping, or RL_EINVAL. */
+int rls_yaml_in_next_key(rls_yaml_in_t *y, const char *what, int *ok);
+
 /* At a MAPPING_START: the caller finds this mapping's duplicate keys
  * itself (it indexes them anyway, and has a better message). */
 void rls_yaml_in_own_keys(rls_yaml_in_t *y);
