@@ -629,7 +629,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; els
     verdict "$n: no errors (${errors[$n]})" "${errors[$n]} == 0"
   done
   verdict "closed loop: Redis CPU per decision <= 1.0x the ceiling's per INCR (${rcpu[rl_uniform]} vs ${rcpu[ceiling]} s/M)" "${rcpu[rl_uniform]} <= ${rcpu[ceiling]}"
-  # targets_50k ROW FLOOR INCR: issue 12's 50k/s targets for ROW, read
+  # targets_50k ROW FLOOR INCR: the 50k/s targets (BENCHMARKS.md, Targets) for ROW, read
   # against the floors of the same rounds and layout.
   targets_50k() {
     verdict "$1: Redis CPU <= 3 s/M (${rcpu[$1]})" "${rcpu[$1]} <= 3"
