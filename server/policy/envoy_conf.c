@@ -27,12 +27,6 @@
 #define ENVOY_DEPTH_MAX 64
 #define ENVOY_NODES_MAX (1u << 20)
 
-typedef struct chunk_s {
-    struct chunk_s *next;
-    size_t used, cap;
-    char data[];
-} chunk_t;
-
 struct rls_envoy_conf_s {
     unsigned refs;
     rls_envoy_node_t *nodes;
@@ -44,7 +38,7 @@ struct rls_envoy_conf_s {
     size_t nwild;
     uint32_t mask;
     rl_hash_key_t hash_key;
-    chunk_t *arena;
+    rls_arena_t arena; /* names, keys and values */
 };
 
 typedef struct builder_s {
@@ -54,47 +48,16 @@ typedef struct builder_s {
     int nomem;
 } builder_t;
 
-static void diag(builder_t *b, int line, const char *fmt, ...)
-{
-    va_list ap;
-    int k;
+/* An error at line (0: none) of the file being read. */
+#define DIAG(b, line, ...) rls_diag_add((b)->d, (b)->file, line, __VA_ARGS__)
 
-    if (b->d->n >= RLS_DIAG_MAX) {
-        b->d->dropped++;
-        return;
-    }
-    k = snprintf(b->d->msg[b->d->n], sizeof(b->d->msg[0]), "%s:%d: ", b->file,
-                 line);
-    if (k < 0)
-        k = 0;
-    va_start(ap, fmt);
-    vsnprintf(b->d->msg[b->d->n] + k, sizeof(b->d->msg[0]) - (size_t)k, fmt,
-              ap);
-    va_end(ap);
-    b->d->n++;
-}
-
+/* A copy that lives as long as the configuration. */
 static const char *arena_copy(builder_t *b, const char *s, size_t len)
 {
-    rls_envoy_conf_t *c = b->c;
-    chunk_t *k = c->arena;
-    char *out;
+    const char *out = rls_arena_copy(&b->c->arena, s, len);
 
-    if (k == NULL || k->cap - k->used < len + 1) {
-        size_t cap = len + 1 > 65536 ? len + 1 : 65536;
-        if ((k = malloc(sizeof(*k) + cap)) == NULL) {
-            b->nomem = 1;
-            return NULL;
-        }
-        k->next = c->arena;
-        k->used = 0;
-        k->cap = cap;
-        c->arena = k;
-    }
-    out = k->data + k->used;
-    memcpy(out, s, len);
-    out[len] = '\0';
-    k->used += len + 1;
+    if (out == NULL)
+        b->nomem = 1;
     return out;
 }
 
@@ -174,7 +137,7 @@ static int build_index(builder_t *b, const int *lines)
         if ((first = find(c, x->domain, x->parent, x->key, x->key_len,
                           x->value, x->value_len, x->value != NULL)) !=
             NULL) {
-            diag(b, lines[k],
+            DIAG(b, lines[k],
                  "duplicate descriptor key '%s'%s%s%s (first at line %d)",
                  x->key, x->value ? " value '" : "", x->value ? x->value : "",
                  x->value ? "'" : "", lines[first->index]);
@@ -207,7 +170,7 @@ static void yaml_stopped(void *arg, int line, const char *why, int nomem)
 
     if (nomem)
         b->nomem = 1;
-    diag(b, line, "%s", why);
+    DIAG(b, line, "%s", why);
 }
 
 static int key_is(const char *k, size_t kl, const char *want)
@@ -268,7 +231,7 @@ static int want_scalar(yp_t *y, const char *what)
 {
     if (rls_yaml_in_is_scalar(&y->in))
         return 1;
-    diag(y->b, rls_yaml_in_line(&y->in), "'%s' must be a single value", what);
+    DIAG(y->b, rls_yaml_in_line(&y->in), "'%s' must be a single value", what);
     rls_yaml_in_skip(&y->in);
     return 0;
 }
@@ -298,7 +261,7 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
         have_window = 0;
 
     if (y->in.ev.type != YAML_MAPPING_START_EVENT) {
-        diag(b, line, "'rate_limit' must be a mapping");
+        DIAG(b, line, "'rate_limit' must be a mapping");
         return rls_yaml_in_skip(&y->in);
     }
     for (;;) {
@@ -329,7 +292,7 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
                 x->unit = 4;
                 x->window_s = 86400;
             } else {
-                diag(b, rls_yaml_in_line(&y->in),
+                DIAG(b, rls_yaml_in_line(&y->in),
                      "unit '%.*s': use second, minute, hour or day (or "
                      "'window: DURATION' for any other length)",
                      (int)(vl > 32 ? 32 : vl), v);
@@ -340,7 +303,7 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
                 continue;
             v = rls_yaml_in_str(&y->in, &vl);
             if (rl_parse_u64n(v, vl, 0, UINT32_MAX, &n) != RL_OK) {
-                diag(b, rls_yaml_in_line(&y->in),
+                DIAG(b, rls_yaml_in_line(&y->in),
                      "requests_per_unit must be a whole number from 0 to "
                      "4294967295");
                 have_rpu = 1; /* said once */
@@ -364,7 +327,7 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
             snprintf(lim, sizeof(lim), "1/%.*s", (int)(vl > 40 ? 40 : vl), v);
             if (vl > 40 ||
                 rls_limit_parse(lim, strlen(lim), &l, &why) != RL_OK) {
-                diag(b, rls_yaml_in_line(&y->in),
+                DIAG(b, rls_yaml_in_line(&y->in),
                      "window '%.*s': a duration like 90s, "
                      "15m, 2h or 7d, from 1 s to 366 d",
                      (int)(vl > 40 ? 40 : vl), v);
@@ -380,7 +343,7 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
                 continue;
             v = rls_yaml_in_str(&y->in, &vl);
             if (parse_bool(v, vl, &t) != RL_OK) {
-                diag(b, rls_yaml_in_line(&y->in),
+                DIAG(b, rls_yaml_in_line(&y->in),
                      "'unlimited' must be true or false");
                 continue;
             }
@@ -389,12 +352,12 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
                 return skip_rest(y);
             }
         } else if (strcmp(kbuf, "replaces") == 0) {
-            diag(b, rls_yaml_in_line(&y->in),
+            DIAG(b, rls_yaml_in_line(&y->in),
                  "'replaces' is not supported; give the "
                  "descriptor its own limit");
             rls_yaml_in_skip(&y->in);
         } else {
-            diag(b, rls_yaml_in_line(&y->in), "unknown key '%s' in rate_limit",
+            DIAG(b, rls_yaml_in_line(&y->in), "unknown key '%s' in rate_limit",
                  kbuf);
             rls_yaml_in_skip(&y->in);
         }
@@ -407,12 +370,12 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
                   : x->window_s == 86400 ? 4
                                          : 0;
         if (have_unit)
-            diag(b, line, "rate_limit: give 'unit' or 'window', not both");
+            DIAG(b, line, "rate_limit: give 'unit' or 'window', not both");
     } else if (!have_unit) {
-        diag(b, line, "rate_limit needs 'unit' (or 'window')");
+        DIAG(b, line, "rate_limit needs 'unit' (or 'window')");
     }
     if (!have_rpu)
-        diag(b, line, "rate_limit needs 'requests_per_unit'");
+        DIAG(b, line, "rate_limit needs 'requests_per_unit'");
     x->kind = RLS_ENVOY_LIMIT;
     return RL_OK;
 }
@@ -460,7 +423,7 @@ static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
 
     if ((x = node_new(y)) == NULL) {
         if (!b->nomem)
-            diag(b, line, "more than %u descriptors", ENVOY_NODES_MAX);
+            DIAG(b, line, "more than %u descriptors", ENVOY_NODES_MAX);
         y->in.broken = 1;
         return RL_EINVAL;
     }
@@ -484,7 +447,7 @@ static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
                 continue;
             v = rls_yaml_in_str(&y->in, &vl);
             if (vl == 0) {
-                diag(b, rls_yaml_in_line(&y->in),
+                DIAG(b, rls_yaml_in_line(&y->in),
                      "descriptor key must not be empty");
                 continue;
             }
@@ -509,7 +472,7 @@ static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
                 continue;
             v = rls_yaml_in_str(&y->in, &vl);
             if (!rls_rule_name_ok(v, vl)) {
-                diag(b, rls_yaml_in_line(&y->in),
+                DIAG(b, rls_yaml_in_line(&y->in),
                      "rule: 1 to %d bytes of "
                      "[A-Za-z0-9_.:-]",
                      RL_RULE_MAX);
@@ -525,7 +488,7 @@ static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
                 continue;
             v = rls_yaml_in_str(&y->in, &vl);
             if (parse_bool(v, vl, &t) != RL_OK) {
-                diag(b, rls_yaml_in_line(&y->in), "'%s' must be true or false",
+                DIAG(b, rls_yaml_in_line(&y->in), "'%s' must be true or false",
                      kbuf);
                 continue;
             }
@@ -537,7 +500,7 @@ static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
             if (parse_descriptors(y, domain, self) != RL_OK)
                 return RL_EINVAL;
         } else {
-            diag(b, rls_yaml_in_line(&y->in),
+            DIAG(b, rls_yaml_in_line(&y->in),
                  "unknown key '%s' in a descriptor", kbuf);
             if (rls_yaml_in_skip(&y->in) != RL_OK)
                 return RL_EINVAL;
@@ -545,7 +508,7 @@ static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
     }
     x = &b->c->nodes[self - 1];
     if (!have_key) {
-        diag(b, line, "descriptor without 'key'");
+        DIAG(b, line, "descriptor without 'key'");
         x->key = "";
     }
     if (x->key == NULL)
@@ -553,7 +516,7 @@ static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
     if (x->kind == RLS_ENVOY_UNLIMITED)
         unlimited = 1;
     if ((x->kind == RLS_ENVOY_LIMIT) + unlimited + (x->rule != NULL) > 1)
-        diag(b, line,
+        DIAG(b, line,
              "a descriptor takes one of 'rate_limit', "
              "'unlimited: true' and 'rule'");
     if (unlimited)
@@ -566,7 +529,7 @@ static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
 static int parse_descriptors(yp_t *y, uint32_t domain, uint32_t parent)
 {
     if (y->in.ev.type != YAML_SEQUENCE_START_EVENT) {
-        diag(y->b, rls_yaml_in_line(&y->in), "'descriptors' must be a list");
+        DIAG(y->b, rls_yaml_in_line(&y->in), "'descriptors' must be a list");
         return rls_yaml_in_skip(&y->in);
     }
     for (;;) {
@@ -575,7 +538,7 @@ static int parse_descriptors(yp_t *y, uint32_t domain, uint32_t parent)
         if (y->in.ev.type == YAML_SEQUENCE_END_EVENT)
             return RL_OK;
         if (y->in.ev.type != YAML_MAPPING_START_EVENT) {
-            diag(y->b, rls_yaml_in_line(&y->in),
+            DIAG(y->b, rls_yaml_in_line(&y->in),
                  "a descriptor must be a mapping");
             if (rls_yaml_in_skip(&y->in) != RL_OK)
                 return RL_EINVAL;
@@ -618,11 +581,11 @@ static int parse_file(yp_t *y)
     } while (y->in.ev.type == YAML_STREAM_START_EVENT ||
              y->in.ev.type == YAML_DOCUMENT_START_EVENT);
     if (y->in.ev.type == YAML_STREAM_END_EVENT) {
-        diag(b, 1, "empty file: expected 'domain' and 'descriptors'");
+        DIAG(b, 1, "empty file: expected 'domain' and 'descriptors'");
         return RL_OK;
     }
     if (y->in.ev.type != YAML_MAPPING_START_EVENT) {
-        diag(b, rls_yaml_in_line(&y->in),
+        DIAG(b, rls_yaml_in_line(&y->in),
              "expected a mapping with 'domain' and "
              "'descriptors'");
         return RL_OK;
@@ -656,7 +619,7 @@ static int parse_file(yp_t *y)
                 continue;
             v = rls_yaml_in_str(&y->in, &vl);
             if (vl == 0) {
-                diag(b, rls_yaml_in_line(&y->in), "domain must not be empty");
+                DIAG(b, rls_yaml_in_line(&y->in), "domain must not be empty");
                 continue;
             }
             dom.name = arena_copy(b, v, vl);
@@ -675,23 +638,23 @@ static int parse_file(yp_t *y)
             else if (key_is(v, vl, "all"))
                 dom.headers = RL_HDR_ALL;
             else
-                diag(b, rls_yaml_in_line(&y->in),
+                DIAG(b, rls_yaml_in_line(&y->in),
                      "rate_limit_headers: none, x, draft or all");
         } else if (strcmp(kbuf, "descriptors") == 0) {
             if (parse_descriptors(y, di, 0) != RL_OK)
                 return RL_EINVAL;
         } else {
-            diag(b, rls_yaml_in_line(&y->in), "unknown key '%s'", kbuf);
+            DIAG(b, rls_yaml_in_line(&y->in), "unknown key '%s'", kbuf);
             if (rls_yaml_in_skip(&y->in) != RL_OK)
                 return RL_EINVAL;
         }
     }
     if (!have_domain) {
-        diag(b, line, "no 'domain'");
+        DIAG(b, line, "no 'domain'");
         dom.name = "";
     } else if (dom.name != NULL &&
                rls_envoy_conf_domain(c, dom.name, dom.name_len) != NULL) {
-        diag(b, line, "domain '%s' is already defined by another file",
+        DIAG(b, line, "domain '%s' is already defined by another file",
              dom.name);
     }
     if (dom.name == NULL)
@@ -705,7 +668,7 @@ static int parse_file(yp_t *y)
         rls_yaml_in_next(&y->in) != RL_OK)
         return RL_EINVAL;
     if (y->in.ev.type != YAML_STREAM_END_EVENT)
-        diag(b, rls_yaml_in_line(&y->in), "one document per file");
+        DIAG(b, rls_yaml_in_line(&y->in), "one document per file");
     return RL_OK;
 }
 
@@ -730,14 +693,9 @@ static int parse_buf(builder_t *b, const char *buf, size_t len, int **lines)
 
 static void conf_free(rls_envoy_conf_t *c)
 {
-    chunk_t *k, *nx;
-
     if (c == NULL)
         return;
-    for (k = c->arena; k != NULL; k = nx) {
-        nx = k->next;
-        free(k);
-    }
+    rls_arena_free(&c->arena);
     free(c->nodes);
     free(c->domains);
     free(c->index);
@@ -790,7 +748,7 @@ int rls_envoy_conf_build_buf(const char *name, const char *buf, size_t len,
     if ((b.c = conf_new()) == NULL)
         return RL_ENOMEM;
     if (len > RLS_RULES_FILE_MAX)
-        diag(&b, 1, "file larger than %u bytes", RLS_RULES_FILE_MAX);
+        DIAG(&b, 1, "file larger than %u bytes", RLS_RULES_FILE_MAX);
     else
         parse_buf(&b, buf, len, &lines);
     return finish(&b, lines, out);
@@ -823,7 +781,7 @@ int rls_envoy_conf_build(const char *const *paths, size_t npaths,
             break;
         }
         if (rc != RL_OK) {
-            diag(&b, 0, "%s", why);
+            DIAG(&b, 0, "%s", why);
             continue;
         }
         parse_buf(&b, buf, got, &lines);

@@ -24,13 +24,6 @@
 #include "rl_window.h"
 #include "util.h"
 
-/* Memory of a policy: one arena of chunks for names and keys. */
-typedef struct chunk_s {
-    struct chunk_s *next;
-    size_t used, cap;
-    char data[];
-} chunk_t;
-
 struct rls_policy_s {
     unsigned refs;
     rls_rule_t *rules;
@@ -38,36 +31,14 @@ struct rls_policy_s {
     uint32_t *index; /* open-addressed by name hash: rule index + 1 */
     uint32_t mask;
     rl_hash_key_t hash_key;
-    chunk_t *arena;
+    rls_arena_t arena; /* names and keys */
     /* The rules file as read (rls_file_signature's fields); 0s without
      * one. */
     uint64_t file_sig[4];
 };
 
-static void *arena_copy(rls_policy_t *p, const char *s, size_t len)
-{
-    chunk_t *c = p->arena;
-    char *out;
-
-    if (c == NULL || c->cap - c->used < len + 1) {
-        size_t cap = len + 1 > 65536 ? len + 1 : 65536;
-        if ((c = malloc(sizeof(*c) + cap)) == NULL)
-            return NULL;
-        c->next = p->arena;
-        c->used = 0;
-        c->cap = cap;
-        p->arena = c;
-    }
-    out = c->data + c->used;
-    memcpy(out, s, len);
-    out[len] = '\0';
-    c->used += len + 1;
-    return out;
-}
-
 static void policy_free(rls_policy_t *p)
 {
-    chunk_t *c, *next;
     size_t i;
 
     if (p == NULL)
@@ -79,10 +50,7 @@ static void policy_free(rls_policy_t *p)
     }
     free(p->rules);
     free(p->index);
-    for (c = p->arena; c != NULL; c = next) {
-        next = c->next;
-        free(c);
-    }
+    rls_arena_free(&p->arena);
     free(p);
 }
 
@@ -308,7 +276,7 @@ static int seen_add(builder_t *b, const char *name, size_t len, int line,
             *first = b->seen[pos].line;
             return 1;
         }
-    if ((b->seen[pos].name = arena_copy(b->p, name, len)) == NULL)
+    if ((b->seen[pos].name = rls_arena_copy(&b->p->arena, name, len)) == NULL)
         return RL_ENOMEM;
     b->seen[pos].len = len;
     b->seen[pos].line = line;
@@ -316,29 +284,8 @@ static int seen_add(builder_t *b, const char *name, size_t len, int line,
     return 0;
 }
 
-#if defined(__GNUC__)
-__attribute__((format(printf, 3, 4)))
-#endif
-static void diag(builder_t *b, int line, const char *fmt, ...)
-{
-    rls_diag_t *d = b->diag;
-    char msg[200];
-    va_list ap;
-
-    if (d->n == RLS_DIAG_MAX) {
-        d->dropped++;
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    if (line > 0)
-        snprintf(d->msg[d->n], sizeof(d->msg[0]), "%s:%d: %s", b->file, line,
-                 msg);
-    else
-        snprintf(d->msg[d->n], sizeof(d->msg[0]), "%s: %s", b->file, msg);
-    d->n++;
-}
+/* An error at line (0: none) of the file being read. */
+#define DIAG(b, line, ...) rls_diag_add((b)->diag, (b)->file, line, __VA_ARGS__)
 
 /* Adds a window to a set; returns 0 or a reason. Kept sorted by length. */
 static const char *limits_add(rls_limits_t *ls, const rls_limit_t *l)
@@ -378,7 +325,7 @@ static rls_rule_t *rule_new(builder_t *b, const char *name, size_t len,
     int first = 0;
 
     if (!rls_rule_name_ok(name, len)) {
-        diag(b, line, "bad rule name '%.*s': 1-%d bytes of [A-Za-z0-9_.:-]",
+        DIAG(b, line, "bad rule name '%.*s': 1-%d bytes of [A-Za-z0-9_.:-]",
              (int)(len > 64 ? 64 : len), name, RL_RULE_MAX);
         return NULL;
     }
@@ -387,10 +334,10 @@ static rls_rule_t *rule_new(builder_t *b, const char *name, size_t len,
         break;
     case 1:
         if (first > 0)
-            diag(b, line, "rule '%.*s' is defined twice (first at line %d)",
+            DIAG(b, line, "rule '%.*s' is defined twice (first at line %d)",
                  (int)len, name, first);
         else
-            diag(b, line, "rule '%.*s' is defined twice (first by --rule)",
+            DIAG(b, line, "rule '%.*s' is defined twice (first by --rule)",
                  (int)len, name);
         return NULL;
     default:
@@ -398,7 +345,7 @@ static rls_rule_t *rule_new(builder_t *b, const char *name, size_t len,
         return NULL;
     }
     if (p->n == b->max_rules) {
-        diag(b, line, "more than %zu rules (--max-rules)", b->max_rules);
+        DIAG(b, line, "more than %zu rules (--max-rules)", b->max_rules);
         return NULL;
     }
     if (p->n == p->cap) {
@@ -413,7 +360,7 @@ static rls_rule_t *rule_new(builder_t *b, const char *name, size_t len,
     }
     r = &p->rules[p->n];
     memset(r, 0, sizeof(*r));
-    if ((r->name = arena_copy(p, name, len)) == NULL) {
+    if ((r->name = rls_arena_copy(&p->arena, name, len)) == NULL) {
         b->nomem = 1;
         return NULL;
     }
@@ -541,7 +488,7 @@ static int override_add(builder_t *b, const char *key, size_t len,
     int found;
 
     if (len == 0 || len > RL_KEY_MAX || memchr(key, '\0', len) != NULL) {
-        diag(b, line,
+        DIAG(b, line,
              "override key a client could not send: 1-%d bytes, no NUL",
              RL_KEY_MAX);
         return RL_EINVAL;
@@ -573,13 +520,13 @@ static int override_add(builder_t *b, const char *key, size_t len,
     h = rl_hash(&b->p->hash_key, key, len);
     pos = oset_find(b, key, len, h, &found);
     if (found) {
-        diag(b, line, "override for '%.*s' given twice (first at line %d)",
+        DIAG(b, line, "override for '%.*s' given twice (first at line %d)",
              (int)(len > 64 ? 64 : len), key,
              b->ovr_line[(uint32_t)b->oidx[pos] - 1]);
         return RL_EINVAL;
     }
     o = &b->ovr[b->novr];
-    if ((o->key = arena_copy(b->p, key, len)) == NULL) {
+    if ((o->key = rls_arena_copy(&b->p->arena, key, len)) == NULL) {
         b->nomem = 1;
         return RL_ENOMEM;
     }
@@ -600,7 +547,7 @@ static void add_flag(builder_t *b, const char *s)
     rls_rule_t *r;
 
     if (eq == NULL) {
-        diag(b, 0, "expected NAME=LIMIT/DURATION[,LIMIT/DURATION...], got '%s'",
+        DIAG(b, 0, "expected NAME=LIMIT/DURATION[,LIMIT/DURATION...], got '%s'",
              s);
         return;
     }
@@ -613,11 +560,11 @@ static void add_flag(builder_t *b, const char *s)
         if (end == NULL)
             end = p + strlen(p);
         if (rls_limit_parse(p, (size_t)(end - p), &l, &why) != RL_OK) {
-            diag(b, 0, "bad limit in '%s': %s", s, why);
+            DIAG(b, 0, "bad limit in '%s': %s", s, why);
             return;
         }
         if ((err = limits_add(&ls, &l)) != NULL) {
-            diag(b, 0, "'%s': %s", s, err);
+            DIAG(b, 0, "'%s': %s", s, err);
             return;
         }
         if (*end == '\0')
@@ -645,7 +592,7 @@ static void yaml_stopped(void *arg, int line, const char *why, int nomem)
 
     if (nomem)
         b->nomem = 1;
-    diag(b, line, "%s", why);
+    DIAG(b, line, "%s", why);
 }
 
 /* The current scalar's bytes and length. */
@@ -684,24 +631,24 @@ static int read_limits(yp_t *y, rls_limits_t *ls, int *valid)
             if (seq && y->in.ev.type == YAML_SEQUENCE_END_EVENT)
                 break;
             if (!rls_yaml_in_is_scalar(&y->in)) {
-                diag(y->b, rls_yaml_in_line(&y->in),
+                DIAG(y->b, rls_yaml_in_line(&y->in),
                      "a limit must be N/DURATION");
                 ok = 0;
                 if (rls_yaml_in_skip(&y->in) != RL_OK)
                     return RL_EINVAL;
             } else if (rls_limit_parse(sval(y), slen(y), &l, &why) != RL_OK) {
-                diag(y->b, rls_yaml_in_line(&y->in), "bad limit '%.*s': %s",
+                DIAG(y->b, rls_yaml_in_line(&y->in), "bad limit '%.*s': %s",
                      (int)(slen(y) > 40 ? 40 : slen(y)), sval(y), why);
                 ok = 0;
             } else if ((err = limits_add(ls, &l)) != NULL) {
-                diag(y->b, rls_yaml_in_line(&y->in), "%s", err);
+                DIAG(y->b, rls_yaml_in_line(&y->in), "%s", err);
                 ok = 0;
             }
             if (!seq)
                 break;
         }
     } else {
-        diag(y->b, rls_yaml_in_line(&y->in),
+        DIAG(y->b, rls_yaml_in_line(&y->in),
              "limits must be a list like [100/1m, 1000/1h]");
         if (rls_yaml_in_skip(&y->in) != RL_OK)
             return RL_EINVAL;
@@ -709,7 +656,7 @@ static int read_limits(yp_t *y, rls_limits_t *ls, int *valid)
         return RL_OK;
     }
     if (ok && ls->n == 0) {
-        diag(y->b, rls_yaml_in_line(&y->in), "no limits given");
+        DIAG(y->b, rls_yaml_in_line(&y->in), "no limits given");
         ok = 0;
     }
     *valid = ok;
@@ -723,7 +670,7 @@ static int read_overrides(yp_t *y)
     if (rls_yaml_in_is_null(&y->in))
         return RL_OK;
     if (y->in.ev.type != YAML_MAPPING_START_EVENT) {
-        diag(y->b, rls_yaml_in_line(&y->in),
+        DIAG(y->b, rls_yaml_in_line(&y->in),
              "overrides must map caller keys to limits");
         return rls_yaml_in_skip(&y->in);
     }
@@ -766,7 +713,7 @@ static int read_rule(yp_t *y, const char *name, size_t name_len, int line)
     b->oidx = NULL;
     b->oidx_cap = 0;
     if (y->in.ev.type != YAML_MAPPING_START_EVENT) {
-        diag(b, rls_yaml_in_line(&y->in),
+        DIAG(b, rls_yaml_in_line(&y->in),
              "rule '%.*s' must be a map with limits", (int)name_len, name);
         return rls_yaml_in_skip(&y->in);
     }
@@ -785,7 +732,7 @@ static int read_rule(yp_t *y, const char *name, size_t name_len, int line)
                 return RL_EINVAL;
             if (!rls_yaml_in_is_scalar(&y->in) ||
                 (r->mode = rls_mode_parse(sval(y), slen(y))) < 0) {
-                diag(b, rls_yaml_in_line(&y->in),
+                DIAG(b, rls_yaml_in_line(&y->in),
                      "mode must be enforce, shadow or off");
                 ok = 0;
                 if (rls_yaml_in_skip(&y->in) != RL_OK)
@@ -801,7 +748,7 @@ static int read_rule(yp_t *y, const char *name, size_t name_len, int line)
                 rls_yaml_in_skip(&y->in) != RL_OK)
                 return RL_EINVAL;
         } else {
-            diag(b, rls_yaml_in_line(&y->in),
+            DIAG(b, rls_yaml_in_line(&y->in),
                  "unknown key '%.*s' in rule '%.*s' (limits, mode, overrides,"
                  " description)",
                  (int)(slen(y) > 40 ? 40 : slen(y)), sval(y), (int)name_len,
@@ -815,7 +762,7 @@ static int read_rule(yp_t *y, const char *name, size_t name_len, int line)
     if (rc < 0)
         return rc;
     if (!have_limits) {
-        diag(b, line, "rule '%.*s' has no limits", (int)name_len, name);
+        DIAG(b, line, "rule '%.*s' has no limits", (int)name_len, name);
         ok = 0;
     }
     if (ok && r != &scratch && !b->nomem) {
@@ -833,7 +780,7 @@ static int read_rules(yp_t *y)
     if (rls_yaml_in_is_null(&y->in))
         return RL_OK;
     if (y->in.ev.type != YAML_MAPPING_START_EVENT) {
-        diag(y->b, rls_yaml_in_line(&y->in),
+        DIAG(y->b, rls_yaml_in_line(&y->in),
              "rules must map rule names to rules");
         return rls_yaml_in_skip(&y->in);
     }
@@ -874,13 +821,13 @@ static void read_file(builder_t *b, const char *buf, size_t len)
     if (rls_yaml_in_next(&y.in) != RL_OK)
         goto done;
     if (y.in.ev.type == YAML_STREAM_END_EVENT) {
-        diag(b, 1, "empty file: expected a map with 'rules'");
+        DIAG(b, 1, "empty file: expected a map with 'rules'");
         goto done;
     }
     if (rls_yaml_in_next(&y.in) != RL_OK) /* after DOCUMENT_START */
         goto done;
     if (y.in.ev.type != YAML_MAPPING_START_EVENT) {
-        diag(b, rls_yaml_in_line(&y.in), "expected a map with 'rules'");
+        DIAG(b, rls_yaml_in_line(&y.in), "expected a map with 'rules'");
         goto done;
     }
     for (;;) {
@@ -893,7 +840,7 @@ static void read_file(builder_t *b, const char *buf, size_t len)
             if (rls_yaml_in_next(&y.in) != RL_OK || read_rules(&y) != RL_OK)
                 goto done;
         } else {
-            diag(b, rls_yaml_in_line(&y.in),
+            DIAG(b, rls_yaml_in_line(&y.in),
                  "unknown key%s%.*s%s at the top (rules)",
                  rls_yaml_in_is_scalar(&y.in) ? " '" : "",
                  rls_yaml_in_is_scalar(&y.in)
@@ -908,12 +855,12 @@ static void read_file(builder_t *b, const char *buf, size_t len)
         }
     }
     if (!seen_rules)
-        diag(b, rls_yaml_in_line(&y.in), "no 'rules' map");
+        DIAG(b, rls_yaml_in_line(&y.in), "no 'rules' map");
     /* One document only: a second one would be silently ignored. */
     if (rls_yaml_in_next(&y.in) != RL_OK || rls_yaml_in_next(&y.in) != RL_OK)
         goto done;
     if (y.in.ev.type != YAML_STREAM_END_EVENT)
-        diag(b, rls_yaml_in_line(&y.in), "more than one YAML document");
+        DIAG(b, rls_yaml_in_line(&y.in), "more than one YAML document");
 done:
     rls_yaml_in_close(&y.in);
 }

@@ -28,6 +28,7 @@
 #include "rl_admit.h"
 #include "rl_validate.h"
 #include "rl_hash.h"
+#include "policy/loader.h"
 
 /* A rule's windows: as many as admission decides across (lib/). */
 #define RLS_WINDOWS_MAX RL_ADMIT_WINDOWS_MAX
@@ -74,15 +75,6 @@ typedef struct rls_rule_s {
 } rls_rule_t;
 
 typedef struct rls_policy_s rls_policy_t;
-
-/* One error found while building a policy: "FILE:LINE: what" (or
- * "--rule: what" for a flag). Building collects up to RLS_DIAG_MAX. */
-#define RLS_DIAG_MAX 32
-typedef struct rls_diag_s {
-    char msg[RLS_DIAG_MAX][256];
-    size_t n;
-    size_t dropped; /* errors past RLS_DIAG_MAX */
-} rls_diag_t;
 
 /* Parses "N/DURATION" (len bytes, no NUL needed). Returns 0 or RL_EINVAL
  * with a reason in why (static text). */

@@ -52,8 +52,9 @@ mkdir -p "$out/corpus_redis_reply"
 # The Redis module's batch (server/redis_module/rlm_batch.c) over the
 # target's own keyspace, seeded from tests/fuzz/corpus/rlm_batch.
 clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 \
-  -fsanitize=fuzzer,address,undefined -Iserver \
-  tests/fuzz/fuzz_rlm_batch.c server/redis_module/rlm_batch.c -lm \
+  -fsanitize=fuzzer,address,undefined -Iserver -Ilib \
+  tests/fuzz/fuzz_rlm_batch.c server/redis_module/rlm_batch.c lib/admit.c \
+  -lm \
   -o "$out/fuzz_rlm_batch"
 mkdir -p "$out/corpus_rlm_batch"
 "$out/fuzz_rlm_batch" -max_total_time="$secs" -max_len=4096 \
@@ -75,7 +76,8 @@ clang -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -g -O1 \
   -Ilib -Iserver -I"$out" tests/fuzz/fuzz_conn.c server/batch.c server/decide.c \
   server/prom_hist.c server/log.c \
   server/util.c server/net/conn.c server/flags.c \
-  server/policy/rules.c server/policy/yaml_in.c server/policy/runtime.c \
+  server/policy/rules.c server/policy/yaml_in.c server/policy/loader.c \
+  server/policy/runtime.c \
   server/refusals.c server/store/store.c lib/*.c \
   $(pkg-config --cflags --libs libuv yaml-0.1) -lm -o "$out/fuzz_conn"
 mkdir -p "$out/corpus-conn"
