@@ -1,4 +1,4 @@
-/* The rate-limit headers of one decision (rl_headers.c): the one
+/* The rate-limit headers of one decision (headers.c): the one
  * implementation behind every HTTP surface, so that a client hears the
  * same thing from a backend using librlc, from a proxy asking /check and
  * from Envoy's response_headers_to_add.

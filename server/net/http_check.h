@@ -1,4 +1,4 @@
-/* The HTTP check endpoint (check.c) on its own listener, --http: for
+/* The HTTP check endpoint (http_check.c) on its own listener, --http: for
  * proxies that ask an HTTP service whether to let a request through
  * (nginx auth_request, Traefik forwardAuth, any "auth subrequest").
  *

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Redis memory per counter, the Lua script's against the ratelimit
 # module's (RL.BATCH), on one Redis with the module loaded and a replica
-# of it without the module, in one run (DESIGN.md, "Redis module"):
+# of it without the module, in one run (DESIGN.md, "Redis store", the module's memory):
 #
 #   tests/bench/module_memory.sh [KEYS] [ROUNDS]
 #
