@@ -267,11 +267,11 @@ int rls_server_metrics(const rls_server_t *s, rl_buf_t *out)
     v.healthy = s->store != NULL && rls_server_healthy(s, &why);
     v.draining = s->draining;
     v.rt = s->rt.policy != NULL ? &s->rt : NULL;
-    v.reload = &s->reload.stats;
+    v.reload = &s->reload.rl.stats;
     v.switches = &s->switches.stats;
     v.refusals = &s->batcher.refusals.stats;
-    v.envoy_reload = s->cfg->nenvoy_configs > 0 ? &s->envoy_reload.stats
-                                                : NULL;
+    v.envoy_reload =
+        s->cfg->nenvoy_configs > 0 ? &s->envoy_reload.rl.stats : NULL;
     if ((rc = rls_metrics_render(&v, out)) != RL_OK)
         return rc;
     for (i = 0; i < RLS_LISTENERS; i++)

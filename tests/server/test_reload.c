@@ -140,7 +140,7 @@ static void on_tick(uv_timer_t *t)
         return;
     }
     /* phase 2: wait for the new policy (and any rebuild after it). */
-    if (f->rt.generation < 2 || f->r.rebuild.running)
+    if (f->rt.generation < 2 || f->r.rl.rebuild.running)
         return;
     rls_reload_close(&f->r);
     uv_close((uv_handle_t *)&f->tick, NULL);
@@ -188,7 +188,7 @@ static void run(fx_t *f, uint64_t settle_ms)
     assert_int_equal(rls_reload_start(&f->r, &f->loop, &f->rt, f->path, NULL,
                                       0, 10, settle_ms),
                      0);
-    f->r.rebuild.hook = hook;
+    f->r.rl.rebuild.hook = hook;
     uv_timer_init(&f->loop, &f->tick);
     f->tick.data = f;
     uv_timer_start(&f->tick, on_tick, 1, 1);
@@ -210,8 +210,8 @@ static void test_parse_off_loop(void **state)
     assert_int_equal(f->turns_held, TURNS_HELD);
     assert_int_equal(f->wrong, 0);
     assert_int_equal(f->rt.generation, 2);
-    assert_int_equal(f->r.stats.reloads, 1);
-    assert_int_equal(f->r.stats.failures, 0);
+    assert_int_equal(f->r.rl.stats.reloads, 1);
+    assert_int_equal(f->r.rl.stats.failures, 0);
     limits_now(f, &limit, &window);
     assert_int_equal(limit, 13);
     assert_int_equal(window, 7200);
@@ -227,7 +227,7 @@ static void test_coalesce(void **state)
     run(f, 60000);
     assert_int_equal(atomic_load(&f->timed_out), 0);
     assert_int_equal(atomic_load(&f->hooks), 2);
-    assert_int_equal(f->r.stats.reloads, 2);
+    assert_int_equal(f->r.rl.stats.reloads, 2);
     assert_int_equal(f->rt.generation, 3);
 }
 
@@ -243,8 +243,8 @@ static void test_close_during_rebuild(void **state)
     run(f, 60000);
     assert_int_equal(atomic_load(&f->timed_out), 0);
     assert_int_equal(f->rt.generation, 1);
-    assert_int_equal(f->r.stats.reloads, 0);
-    assert_int_equal(f->r.stats.failures, 0);
+    assert_int_equal(f->r.rl.stats.reloads, 0);
+    assert_int_equal(f->r.rl.stats.failures, 0);
 }
 
 /* ---- the Envoy reloader on the same parts ---- */
@@ -297,7 +297,7 @@ static void test_envoy_close_during_rebuild(void **state)
     assert_int_equal(rls_envoy_reload_start(&e.r, &f->loop, paths, 1, 60000,
                                             install, NULL),
                      0);
-    e.r.rebuild.hook = hook;
+    e.r.rl.rebuild.hook = hook;
     uv_timer_init(&f->loop, &e.tick);
     e.tick.data = &e;
     uv_timer_start(&e.tick, on_envoy_tick, 1, 1);
@@ -305,7 +305,7 @@ static void test_envoy_close_during_rebuild(void **state)
     assert_int_equal(uv_loop_close(&f->loop), 0);
     assert_int_equal(atomic_load(&f->timed_out), 0);
     assert_int_equal(installs, 0);
-    assert_null(e.r.job.sigs);
+    assert_null(e.r.rl.sigs);
 }
 
 int main(void)
