@@ -72,15 +72,46 @@ static int grow(rlb_audit_t *a)
     return 0;
 }
 
+/* Places an answer whose window ends within [lo, hi] on the grid and
+ * narrows the grid's phase to what it allows. Returns the window number. */
+static double place(rlb_audit_t *a, double lo, double hi)
+{
+    double w = a->window_ms, k, glo, ghi, skew = 0;
+
+    if (!a->have_ref) {
+        a->have_ref = 1;
+        a->ref_lo = lo;
+        a->ref_hi = hi;
+        a->ref_ms = (lo + hi) / 2;
+    }
+    k = floor(((lo + hi) / 2 - a->ref_ms) / w + 0.5);
+    glo = a->ref_lo + k * w;
+    ghi = a->ref_hi + k * w;
+    if (hi < glo) {
+        skew = glo - hi;
+    } else if (lo > ghi) {
+        skew = lo - ghi;
+    } else {
+        if (lo - k * w > a->ref_lo)
+            a->ref_lo = lo - k * w;
+        if (hi - k * w < a->ref_hi)
+            a->ref_hi = hi - k * w;
+        a->ref_ms = (a->ref_lo + a->ref_hi) / 2;
+    }
+    if (skew > a->max_skew_ms)
+        a->max_skew_ms = skew;
+    return k;
+}
+
 void rlb_audit_add(rlb_audit_t *a, uint32_t key, int admitted, uint64_t limit,
                    uint32_t window_s, uint64_t reset_after_ms, double sent_ms,
                    double recv_ms)
 {
-    /* The server decided somewhere between send and receive; the midpoint
-     * is off by at most half the round trip. */
-    double mid = (sent_ms + recv_ms) / 2;
-    double end = mid + (double)reset_after_ms;
-    double k, skew;
+    /* The window ends reset_after_ms after the decision, which the server
+     * made between send and receive (+1: reset_after_ms is whole ms). */
+    double lo = sent_ms + (double)reset_after_ms;
+    double hi = recv_ms + (double)reset_after_ms + 1;
+    double mid = (sent_ms + recv_ms) / 2, k, end;
     uint64_t id;
     size_t p;
 
@@ -91,8 +122,9 @@ void rlb_audit_add(rlb_audit_t *a, uint32_t key, int admitted, uint64_t limit,
          * nothing of the audited window's end. A refusal then is no news
          * about the audited window; an admission counts in it, placed by
          * the time of the decision on the grid, when that is clear of an
-         * edge by more than the estimates' spread and the round trip. */
-        double margin = 2 * a->max_skew_ms + (recv_ms - sent_ms) / 2 + 10;
+         * edge by more than the grid's and the round trip's uncertainty. */
+        double margin = 2 * a->max_skew_ms + (a->ref_hi - a->ref_lo) +
+                        (recv_ms - sent_ms) / 2 + 10;
         if (!admitted) {
             a->other_refused++;
             return;
@@ -107,16 +139,13 @@ void rlb_audit_add(rlb_audit_t *a, uint32_t key, int admitted, uint64_t limit,
             a->unplaced++;
             return;
         }
+    } else if (hi - lo >= a->window_ms / 2) {
+        /* Too slow to tell which window decided. */
+        a->unplaced++;
+        return;
+    } else {
+        k = place(a, lo, hi);
     }
-
-    if (!a->have_ref) {
-        a->have_ref = 1;
-        a->ref_ms = end;
-    }
-    k = floor((end - a->ref_ms) / a->window_ms + 0.5);
-    skew = fabs(end - (a->ref_ms + k * a->window_ms));
-    if (skew > a->max_skew_ms)
-        a->max_skew_ms = skew;
     if (k < -2147483647.0 || k > 2147483647.0)
         k = k < 0 ? -2147483647.0 : 2147483647.0;
     id = (uint64_t)key << 32 | (uint32_t)((int64_t)k + 2147483648LL);
@@ -158,15 +187,16 @@ int rlb_audit_report(const rlb_audit_t *a, double run_start_ms,
                      double first_send_ms, rlb_audit_report_t *r)
 {
     /* A window counts as begun inside the run only if it did so by more
-     * than the estimates' spread. */
-    double margin = 2 * a->max_skew_ms + 10;
+     * than the grid's uncertainty. */
+    double margin = 2 * a->max_skew_ms + (a->ref_hi - a->ref_lo) + 10;
     size_t i;
 
     memset(r, 0, sizeof(*r));
     r->max_skew_ms = a->max_skew_ms;
     r->unplaced = a->unplaced;
     r->other_refused = a->other_refused;
-    r->unreliable = a->max_skew_ms > a->window_ms / 4 || a->nomem;
+    r->unreliable = a->max_skew_ms > a->window_ms / 4 ||
+                    a->ref_hi - a->ref_lo > a->window_ms / 4 || a->nomem;
     r->over = calloc(RLB_AUDIT_LIST_MAX, sizeof(*r->over));
     r->inexact = calloc(RLB_AUDIT_LIST_MAX, sizeof(*r->inexact));
     if (r->over == NULL || r->inexact == NULL) {

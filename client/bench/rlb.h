@@ -97,14 +97,18 @@ uint32_t rlb_keys_pick(rlb_keys_t *k);
 /* ---- audit ------------------------------------------------------------ */
 
 /* Counts the decisions of every (key, window) from the responses. The
- * window is recognised from the response alone: reset_after_ms added to the
- * local time at which the server decided (estimated as the midpoint of the
- * request's round trip) gives the window's end on the local monotonic
- * clock. Servers take time from Redis, so their reset_after_ms agree
- * whatever their own clocks say; the client's clock only has to be steady.
- * Ends lie exactly window_ms apart, so every estimate is snapped to the
- * grid set by the first one: estimates jitter by a round trip, which is far
- * below half a window. */
+ * window is recognised from the response alone: the server decided
+ * between the request's send and its answer, so the deciding window ends
+ * within reset_after_ms of that interval, on the local monotonic clock.
+ * Servers take time from Redis, so their reset_after_ms agree whatever
+ * their own clocks say; the client's clock only has to be steady. Ends lie
+ * exactly window_ms apart on a grid whose phase every answer bounds: the
+ * phase is narrowed to what all answers allow, and each answer is placed
+ * on the grid point its interval holds. A slow answer widens only its own
+ * interval, so the grid stays as exact as the quickest answers made it,
+ * however loaded the machine; an answer slower than half a window cannot
+ * be placed and is counted apart (unplaced). Skew is how far an answer's
+ * interval misses the grid: 0 while clocks are steady. */
 typedef struct rlb_audit_ent_s {
     uint64_t id; /* key index << 32 | (window number + 2^31); 0: empty */
     uint64_t limit;
@@ -119,8 +123,9 @@ typedef struct rlb_audit_s {
     uint32_t cost;
     uint64_t fixed_limit; /* --rule: the audited window's limit, else 0 */
     int have_ref;
-    double ref_ms;           /* end of window number 0, local monotonic ms */
-    double max_skew_ms;      /* largest distance of an estimate from the grid */
+    double ref_lo, ref_hi;   /* where window number 0 can end (local ms) */
+    double ref_ms;           /* the middle of that: the grid's estimate */
+    double max_skew_ms;      /* largest miss of an answer from the grid */
     uint64_t failed_open;    /* allowed without counting: left out */
     uint64_t limit_mismatch; /* responses whose limit differed in a window */
     int nomem;               /* a window could not be recorded */
