@@ -30,7 +30,7 @@ mkdir -p "$out/corpus_http"
 clang -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -g -O1 \
   -fsanitize=fuzzer,address,undefined -Ilib -Iserver \
   tests/fuzz/fuzz_check.c server/net/http_check_query.c server/net/http.c \
-  lib/error.c -o "$out/fuzz_check"
+  lib/error.c lib/parse.c -o "$out/fuzz_check"
 mkdir -p "$out/corpus_check"
 "$out/fuzz_check" -max_total_time="$secs" -max_len=9000 \
   -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus_check" tests/fuzz/corpus/check
