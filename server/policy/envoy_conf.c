@@ -163,16 +163,6 @@ typedef struct yp_s {
     size_t lcap;
 } yp_t;
 
-/* An error of the walk (rls_yaml_in_t's on_error): said at its line. */
-static void yaml_stopped(void *arg, int line, const char *why, int nomem)
-{
-    builder_t *b = arg;
-
-    if (nomem)
-        b->nomem = 1;
-    DIAG(b, line, "%s", why);
-}
-
 static int key_is(const char *k, size_t kl, const char *want)
 {
     return kl == strlen(want) && memcmp(k, want, kl) == 0;
@@ -680,12 +670,14 @@ static int parse_buf(builder_t *b, const char *buf, size_t len, int **lines)
     y.b = b;
     y.lines = *lines;
     y.lcap = 0;
-    if (rls_yaml_in_open(&y.in, buf, len, ENVOY_DEPTH_MAX, yaml_stopped,
-                         b) != RL_OK) {
+    if (rls_yaml_in_open(&y.in, buf, len, ENVOY_DEPTH_MAX, b->d, b->file) !=
+        RL_OK) {
         b->nomem = 1;
         return RL_ENOMEM;
     }
     parse_file(&y);
+    if (y.in.nomem)
+        b->nomem = 1;
     rls_yaml_in_close(&y.in);
     *lines = y.lines;
     return RL_OK;

@@ -585,16 +585,6 @@ typedef struct yp_s {
     rls_yaml_in_t in;
 } yp_t;
 
-/* An error of the walk (rls_yaml_in_t's on_error): said at its line. */
-static void yaml_stopped(void *arg, int line, const char *why, int nomem)
-{
-    builder_t *b = arg;
-
-    if (nomem)
-        b->nomem = 1;
-    DIAG(b, line, "%s", why);
-}
-
 /* The current scalar's bytes and length. */
 static const char *sval(const yp_t *y)
 {
@@ -811,8 +801,8 @@ static void read_file(builder_t *b, const char *buf, size_t len)
 
     memset(&y, 0, sizeof(y));
     y.b = b;
-    if (rls_yaml_in_open(&y.in, buf, len, RLS_RULES_DEPTH_MAX,
-                         yaml_stopped, b) != RL_OK) {
+    if (rls_yaml_in_open(&y.in, buf, len, RLS_RULES_DEPTH_MAX, b->diag,
+                         b->file) != RL_OK) {
         b->nomem = 1;
         return;
     }
@@ -862,6 +852,8 @@ static void read_file(builder_t *b, const char *buf, size_t len)
     if (y.in.ev.type != YAML_STREAM_END_EVENT)
         DIAG(b, rls_yaml_in_line(&y.in), "more than one YAML document");
 done:
+    if (y.in.nomem)
+        b->nomem = 1;
     rls_yaml_in_close(&y.in);
 }
 

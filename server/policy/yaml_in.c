@@ -9,12 +9,12 @@
 #include "util.h"
 
 int rls_yaml_in_open(rls_yaml_in_t *y, const char *buf, size_t len,
-                     int depth_max, rls_yaml_err_fn on_error, void *arg)
+                     int depth_max, rls_diag_t *diag, const char *file)
 {
     assert(depth_max > 0 && depth_max <= RLS_YAML_DEPTH_LIMIT);
     memset(y, 0, sizeof(*y));
-    y->on_error = on_error;
-    y->arg = arg;
+    y->diag = diag;
+    y->file = file;
     if (!yaml_parser_initialize(&y->parser))
         return RL_ENOMEM;
     yaml_parser_set_input_string(&y->parser, (const unsigned char *)buf, len);
@@ -63,7 +63,8 @@ int rls_yaml_in_is_null(const rls_yaml_in_t *y)
 static int stop(rls_yaml_in_t *y, int line, const char *why, int nomem)
 {
     y->broken = 1;
-    y->on_error(y->arg, line, why, nomem);
+    y->nomem |= nomem;
+    rls_diag_add(y->diag, y->file, line, "%s", why);
     return RL_EINVAL;
 }
 
@@ -152,7 +153,8 @@ static void key_check(rls_yaml_in_t *y, const rls_yaml_frame_t *f)
     if (key_reserve(y, len) != RL_OK) {
         /* Not a stop: the document is fine; the build fails for want of
          * memory all the same. */
-        y->on_error(y->arg, rls_yaml_in_line(y), "out of memory", 1);
+        y->nomem = 1;
+        rls_diag_add(y->diag, y->file, rls_yaml_in_line(y), "out of memory");
         return;
     }
     pos = key_find(y, h, f->serial, k, len, &found);
@@ -160,7 +162,7 @@ static void key_check(rls_yaml_in_t *y, const rls_yaml_frame_t *f)
         snprintf(why, sizeof(why), "key '%.*s' given twice (first at line %u)",
                  (int)(len > 40 ? 40 : len), k,
                  y->keys[y->slots[pos] - 1].line);
-        y->on_error(y->arg, rls_yaml_in_line(y), why, 0);
+        rls_diag_add(y->diag, y->file, rls_yaml_in_line(y), "%s", why);
         return;
     }
     e = &y->keys[y->nkeys];
@@ -305,7 +307,7 @@ int rls_yaml_in_next_key(rls_yaml_in_t *y, const char *what, int *ok)
             return 0;
         if (rls_yaml_in_is_scalar(y))
             return 1;
-        y->on_error(y->arg, rls_yaml_in_line(y), what, 0);
+        rls_diag_add(y->diag, y->file, rls_yaml_in_line(y), "%s", what);
         if (ok != NULL)
             *ok = 0;
         if (rls_yaml_in_skip(y) != RL_OK || rls_yaml_in_next(y) != RL_OK ||

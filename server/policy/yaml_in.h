@@ -21,16 +21,11 @@
 
 #include <yaml.h>
 
+#include "policy/loader.h"
 #include "rl_hash.h"
 
 /* Nesting a walk can be asked to allow, at most. */
 #define RLS_YAML_DEPTH_LIMIT 64
-
-/* Told of each error, with its line (1-based): a key given twice (the walk
- * goes on), and once why the walk stopped (nomem: libyaml or the key set
- * ran out of memory). */
-typedef void (*rls_yaml_err_fn)(void *arg, int line, const char *why,
-                                int nomem);
 
 /* A sequence or mapping open around the current event. */
 typedef struct rls_yaml_frame_s {
@@ -56,8 +51,9 @@ typedef struct rls_yaml_in_s {
     int depth;       /* sequences and maps open around ev */
     int depth_max;
     int broken;      /* stopped: every rls_yaml_in_next fails */
-    rls_yaml_err_fn on_error;
-    void *arg;
+    rls_diag_t *diag; /* hears each error, at file:line */
+    const char *file;
+    int nomem; /* stopped: libyaml or the key set ran out of memory */
     rls_yaml_frame_t frames[RLS_YAML_DEPTH_LIMIT];
     uint32_t serials;
     /* The keys of the open mappings, in the order read (a stack), their
@@ -74,17 +70,19 @@ typedef struct rls_yaml_in_s {
 } rls_yaml_in_t;
 
 /* Prepares to read len bytes of buf (which must outlive y), nesting at
- * most depth_max (<= RLS_YAML_DEPTH_LIMIT) deep; on_error(arg, ...) hears
- * each error. Returns 0, or RL_ENOMEM with nothing to close. */
+ * most depth_max (<= RLS_YAML_DEPTH_LIMIT) deep. Each error goes to diag
+ * at file:line: a key given twice (the walk goes on), and once why the
+ * walk stopped (nomem set when that was memory). Returns 0, or RL_ENOMEM
+ * with nothing to close. */
 int rls_yaml_in_open(rls_yaml_in_t *y, const char *buf, size_t len,
-                     int depth_max, rls_yaml_err_fn on_error, void *arg);
+                     int depth_max, rls_diag_t *diag, const char *file);
 
 /* Frees what y holds. */
 void rls_yaml_in_close(rls_yaml_in_t *y);
 
 /* Advances to the next event. Returns 0, or RL_EINVAL once stopped (the
- * first time telling on_error why). A key given twice is told to
- * on_error and is not a stop. */
+ * first time telling diag why). A key given twice is told to diag and is
+ * not a stop. */
 int rls_yaml_in_next(rls_yaml_in_t *y);
 
 /* The current event's line, 1-based. */
@@ -114,7 +112,7 @@ int rls_yaml_in_is(const rls_yaml_in_t *y, const char *lit);
 int rls_yaml_in_is_null(const rls_yaml_in_t *y);
 
 /* Moves to the next key of the mapping being read. A key that is not a
- * scalar (a YAML complex key) is told to on_error as `what` (the walk goes
+ * scalar (a YAML complex key) is told to diag as `what` (the walk goes
  * on), skipped with its value, and clears *ok when ok is not NULL.
  * Returns 1 at a scalar key, 0 at the end of the mapping, or RL_EINVAL. */
 int rls_yaml_in_next_key(rls_yaml_in_t *y, const char *what, int *ok);
