@@ -74,10 +74,10 @@ done
 clang -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -g -O1 \
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -Ilib -Iserver -I"$out" tests/fuzz/fuzz_conn.c server/batch.c server/decide.c \
-  server/prom_hist.c server/log.c \
-  server/util.c server/net/conn.c server/flags.c \
+  server/prom_hist.c server/prom.c server/log.c \
+  server/util.c server/net/conn.c server/net/listen.c server/flags.c \
   server/policy/rules.c server/policy/yaml_in.c server/policy/loader.c \
-  server/policy/runtime.c \
+  server/policy/file_in.c server/policy/runtime.c \
   server/refusals.c server/store/store.c lib/*.c \
   $(pkg-config --cflags --libs libuv yaml-0.1) -lm -o "$out/fuzz_conn"
 mkdir -p "$out/corpus-conn"
