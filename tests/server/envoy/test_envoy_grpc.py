@@ -571,7 +571,9 @@ def reload_test():
 
 
 def drain_test():
-    s = Server([os.path.join(FIX, "mongo_cps.yaml")], ["--drain-ms", "600"])
+    # Long enough that a machine stalling the test for a second or two
+    # still calls while draining, not after.
+    s = Server([os.path.join(FIX, "mongo_cps.yaml")], ["--drain-ms", "3000"])
     futs = []
     s.call("mongo_cps", D(("database", "users")))
     s.p.send_signal(signal.SIGTERM)
