@@ -51,11 +51,15 @@ static const char usage[] =
     "                           port 0 on this and every listener: any\n"
     "                           free port, see --port-file)\n"
     "  --redis HOST:PORT        count in this Redis; also\n"
-    "          redis://[:PASSWORD@]HOST:PORT[/DB]\n"
+    "          redis://[[USER]:PASSWORD@]HOST:PORT[/DB] (%-escapes in USER\n"
+    "                           and PASSWORD; or the URL in $RL_REDIS_URL)\n"
     "                           (default: none, the embedded memory store)\n"
     "  --redis-cluster HOST:PORT[,HOST:PORT...]  count in this Redis\n"
-    "                           Cluster (seed nodes; also redis://[:PASSWORD@]\n"
-    "                           before the list); not with --redis\n"
+    "                           Cluster (seed nodes; also\n"
+    "                           redis://[[USER]:PASSWORD@] before the list);\n"
+    "                           not with --redis\n"
+    "  --redis-password-file FILE  the Redis password: FILE's first line\n"
+    "                           (kept out of ps and of the URL)\n"
     "  --prefix STR             Redis key prefix, no braces (default rl:)\n"
     "  --config FILE            rules file (YAML; see the README's Rules);\n"
     "                           reloaded on SIGHUP and when it changes\n"
@@ -207,6 +211,91 @@ static int parse_bytes(const char *s, uint64_t min, uint64_t max,
     return RL_OK;
 }
 
+/* One %XX escape's value, or -1. */
+static int hexval(unsigned char ch)
+{
+    if (ch >= '0' && ch <= '9')
+        return ch - '0';
+    if (ch >= 'a' && ch <= 'f')
+        return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F')
+        return ch - 'A' + 10;
+    return -1;
+}
+
+/* Percent-decodes s[0, n) into dst (at most RLS_HOST_MAX bytes and a NUL).
+ * Returns 0 or RL_EINVAL. */
+static int url_decode(const char *s, size_t n, char *dst)
+{
+    size_t i, o = 0;
+
+    for (i = 0; i < n; i++) {
+        int hi, lo;
+        if (o == RLS_HOST_MAX)
+            return RL_EINVAL;
+        if (s[i] != '%') {
+            dst[o++] = s[i];
+            continue;
+        }
+        if (n - i < 3 || (hi = hexval((unsigned char)s[i + 1])) < 0 ||
+            (lo = hexval((unsigned char)s[i + 2])) < 0 || (hi | lo) == 0)
+            return RL_EINVAL;
+        dst[o++] = (char)(hi * 16 + lo);
+        i += 2;
+    }
+    dst[o] = '\0';
+    return RL_OK;
+}
+
+/* A Redis URL's credentials before the '@': USER:PASSWORD, :PASSWORD, or
+ * USER alone (the password from --redis-password-file), percent-encoded as
+ * in any URL (a password may hold ':', '@' or '/'). Errors never repeat
+ * what was given: it is a secret. */
+static int parse_userinfo(rls_flags_t *c, const char *flag, const char *u,
+                          size_t n, char *err, size_t errlen)
+{
+    const char *colon = memchr(u, ':', n);
+    size_t ulen = colon != NULL ? (size_t)(colon - u) : n;
+
+    c->redis_password[0] = '\0';
+    if (url_decode(u, ulen, c->redis_user) != RL_OK ||
+        (colon != NULL &&
+         url_decode(colon + 1, n - ulen - 1, c->redis_password) != RL_OK))
+        return fail(err, errlen,
+                    "%s: the URL's user or password is over %d bytes or has "
+                    "a bad %%-escape",
+                    flag, RLS_HOST_MAX);
+    return 0;
+}
+
+/* --redis-password-file: the password is the file's first line. */
+static int read_password_file(rls_flags_t *c, char *err, size_t errlen)
+{
+    char line[RLS_HOST_MAX + 3];
+    size_t n;
+    FILE *f;
+
+    if (c->redis_password[0] != '\0')
+        return fail(err, errlen,
+                    "--redis-password-file: the Redis URL has a password "
+                    "already");
+    if ((f = fopen(c->redis_password_file, "r")) == NULL)
+        return fail(err, errlen, "--redis-password-file: cannot read '%s'",
+                    c->redis_password_file);
+    if (fgets(line, sizeof(line), f) == NULL)
+        line[0] = '\0';
+    fclose(f);
+    n = strcspn(line, "\r\n");
+    if (n == 0 || n > RLS_HOST_MAX)
+        return fail(err, errlen,
+                    "--redis-password-file: '%s' must hold the password "
+                    "(1 to %d bytes) on its first line",
+                    c->redis_password_file, RLS_HOST_MAX);
+    memcpy(c->redis_password, line, n);
+    c->redis_password[n] = '\0';
+    return 0;
+}
+
 /* --redis accepts HOST:PORT or redis://[[USER]:PASSWORD@]HOST:PORT[/DB]. */
 static int parse_redis(rls_flags_t *c, const char *s, char *err,
                        size_t errlen)
@@ -215,11 +304,15 @@ static int parse_redis(rls_flags_t *c, const char *s, char *err,
     uint64_t db;
 
     if (strncmp(s, "redis://", 8) != 0) {
+        if (strchr(s, '@') != NULL) /* credentials: never repeated */
+            return fail(err, errlen,
+                        "--redis: credentials need a URL: "
+                        "redis://USER:PASSWORD@HOST:PORT");
         if (rl_parse_hostport(s, c->redis_host, sizeof(c->redis_host),
                               &c->redis_port) != RL_OK)
             return fail(err, errlen,
                         "--redis: expected " RL_HOSTPORT_HELP
-                        " or redis://[:PASSWORD@]HOST:PORT[/DB], "
+                        " or redis://[[USER]:PASSWORD@]HOST:PORT[/DB], "
                         "got '%s'",
                         s);
         c->use_redis = 1;
@@ -231,11 +324,9 @@ static int parse_redis(rls_flags_t *c, const char *s, char *err,
     hp = buf;
     at = strrchr(buf, '@');
     if (at != NULL) {
-        char *pw = strchr(buf, ':');
-        *at = '\0';
-        if (pw == NULL || pw > at || strlen(pw + 1) > RLS_HOST_MAX)
-            return fail(err, errlen, "--redis: expected :PASSWORD@ in URL");
-        strcpy(c->redis_password, pw + 1);
+        if (parse_userinfo(c, "--redis", buf, (size_t)(at - buf), err,
+                           errlen) != 0)
+            return RL_EINVAL;
         hp = at + 1;
     }
     slash = strchr(hp, '/');
@@ -253,13 +344,13 @@ static int parse_redis(rls_flags_t *c, const char *s, char *err,
         return fail(err, errlen,
                     "--redis: bad HOST:PORT in '%s' (expected " RL_HOSTPORT_HELP
                     ")",
-                    s);
+                    hp);
     c->use_redis = 1;
     return 0;
 }
 
-/* --redis-cluster: [redis://[:PASSWORD@]]HOST:PORT[,HOST:PORT...], at
- * most 16 seeds. */
+/* --redis-cluster: [redis://[[USER]:PASSWORD@]]HOST:PORT[,HOST:PORT...],
+ * at most 16 seeds. */
 static int parse_redis_cluster(rls_flags_t *c, const char *s, char *err,
                                size_t errlen)
 {
@@ -275,12 +366,9 @@ static int parse_redis_cluster(rls_flags_t *c, const char *s, char *err,
         hp = buf + 8;
         at = strrchr(hp, '@');
         if (at != NULL) {
-            char *pw = strchr(hp, ':');
-            *at = '\0';
-            if (pw == NULL || pw > at || strlen(pw + 1) > RLS_HOST_MAX)
-                return fail(err, errlen,
-                            "--redis-cluster: expected :PASSWORD@ in URL");
-            strcpy(c->redis_password, pw + 1);
+            if (parse_userinfo(c, "--redis-cluster", hp, (size_t)(at - hp), err,
+                               errlen) != 0)
+                return RL_EINVAL;
             hp = at + 1;
         }
     }
@@ -342,18 +430,27 @@ static const num_flag_t num_flags[] = {
 
 static int takes_value(const char *name)
 {
-    static const char *const names[] = {"--listen", "--metrics", "--redis",
+    static const char *const names[] = {"--listen",
+                                        "--metrics",
+                                        "--redis",
                                         "--redis-cluster",
-                                        "--prefix", "--rule", "--log-level",
+                                        "--redis-password-file",
+                                        "--prefix",
+                                        "--rule",
+                                        "--log-level",
                                         "--memory-max",
                                         "--unhealthy-error-ratio",
-                                        "--config", "--check-config",
-                                        "--inline-limits", "--grpc",
+                                        "--config",
+                                        "--check-config",
+                                        "--inline-limits",
+                                        "--grpc",
                                         "--redis-module",
                                         "--envoy-config",
-                                        "--check-envoy-config", "--http",
+                                        "--check-envoy-config",
+                                        "--http",
                                         "--check-key-header",
-                                        "--check-rule-header", "--port-file"};
+                                        "--check-rule-header",
+                                        "--port-file"};
     size_t k;
 
     for (k = 0; k < sizeof(names) / sizeof(names[0]); k++)
@@ -368,6 +465,7 @@ static int takes_value(const char *name)
 int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
                      char *err, size_t errlen)
 {
+    const char *env;
     int i;
     size_t k;
 
@@ -471,6 +569,8 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
             if (parse_redis_cluster(c, val, err, errlen) != 0)
                 return RL_EINVAL;
             c->use_redis = 1;
+        } else if (strcmp(name, "--redis-password-file") == 0) {
+            c->redis_password_file = val;
         } else if (strcmp(name, "--prefix") == 0) {
             /* Braces in the prefix would move the Redis Cluster hash tag
              * off the caller's key. */
@@ -561,5 +661,12 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
             }
         }
     }
+    /* The URL from the environment keeps its password out of ps. */
+    if (!c->use_redis && (env = getenv("RL_REDIS_URL")) != NULL &&
+        env[0] != '\0' && parse_redis(c, env, err, errlen) != 0)
+        return RL_EINVAL;
+    if (c->redis_password_file != NULL &&
+        read_password_file(c, err, errlen) != 0)
+        return RL_EINVAL;
     return 0;
 }

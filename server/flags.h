@@ -21,7 +21,9 @@ typedef struct rls_flags_s {
     int use_redis; /* 0: the embedded memory store */
     char redis_host[RLS_HOST_MAX + 1];
     int redis_port;
+    char redis_user[RLS_HOST_MAX + 1];     /* empty: the default user */
     char redis_password[RLS_HOST_MAX + 1]; /* empty: no AUTH */
+    const char *redis_password_file;       /* --redis-password-file */
     int redis_db;
     /* --redis-cluster: seed nodes (redis_password applies to every node);
      * use_redis is set too. */

@@ -113,6 +113,7 @@ int main(int argc, char **argv)
             co.ports[k] = cfg.redis_seed_port[k];
         }
         co.nseeds = cfg.redis_cluster;
+        co.user = cfg.redis_user[0] ? cfg.redis_user : NULL;
         co.password = cfg.redis_password[0] ? cfg.redis_password : NULL;
         co.timeout_ms = cfg.redis_timeout_ms;
         co.grace_ms = cfg.grace_ms;
@@ -122,6 +123,7 @@ int main(int argc, char **argv)
         memset(&ro, 0, sizeof(ro));
         ro.host = cfg.redis_host;
         ro.port = cfg.redis_port;
+        ro.user = cfg.redis_user[0] ? cfg.redis_user : NULL;
         ro.password = cfg.redis_password[0] ? cfg.redis_password : NULL;
         ro.db = cfg.redis_db;
         ro.timeout_ms = cfg.redis_timeout_ms;

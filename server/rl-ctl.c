@@ -63,8 +63,10 @@ static const char usage[] =
     "  wait                         until every rl-server applies the\n"
     "                               current version\n"
     "\n"
-    "  --redis ADDR    HOST:PORT or redis://[:PASSWORD@]HOST:PORT[/DB], as\n"
-    "                  rl-server's --redis (default 127.0.0.1:6379)\n"
+    "  --redis ADDR    HOST:PORT or redis://[[USER]:PASSWORD@]HOST:PORT[/DB],\n"
+    "                  as rl-server's --redis (default $RL_REDIS_URL, else\n"
+    "                  127.0.0.1:6379)\n"
+    "  --redis-password-file FILE  the password, as rl-server's\n"
     "  --redis-cluster SEEDS  a Redis Cluster instead, as rl-server's\n"
     "                  --redis-cluster: each command goes to the master of\n"
     "                  its key's slot\n"
@@ -185,8 +187,12 @@ static int connect_to(ctl_t *c, const char *host, int port)
     snprintf(c->at_host, sizeof(c->at_host), "%s", host);
     c->at_port = port;
     if (c->cfg.redis_password[0]) {
-        const char *a[] = {"AUTH", c->cfg.redis_password};
-        if ((r = cmd_raw(c, 2, a, NULL)) == NULL)
+        const char *a[3] = {"AUTH"};
+        int n = 1;
+        if (c->cfg.redis_user[0])
+            a[n++] = c->cfg.redis_user;
+        a[n++] = c->cfg.redis_password;
+        if ((r = cmd_raw(c, n, a, NULL)) == NULL)
             return EXIT_FAIL;
         freeReplyObject(r);
     }
@@ -601,7 +607,7 @@ static int current_version(ctl_t *c, long long *v)
 int main(int argc, char **argv)
 {
     static ctl_t c;
-    const char *redis = "127.0.0.1:6379", *prefix = "rl:", *value;
+    const char *redis = NULL, *prefix = "rl:", *value, *pwfile = NULL;
     const char *redis_flag = "--redis";
     char field[RL_RULE_MAX + 16], err[512];
     int i, rc;
@@ -622,6 +628,8 @@ int main(int argc, char **argv)
         if (strcmp(o, "--redis") == 0 || strcmp(o, "--redis-cluster") == 0) {
             redis_flag = o;
             redis = argv[++i];
+        } else if (strcmp(o, "--redis-password-file") == 0) {
+            pwfile = argv[++i];
         } else if (strcmp(o, "--prefix") == 0) {
             prefix = argv[++i];
         } else if (strcmp(o, "--wait-ms") == 0) {
@@ -638,10 +646,21 @@ int main(int argc, char **argv)
     /* --redis and --prefix mean exactly what they mean to rl-server: its
      * own parser reads them. */
     {
-        char *sargv[] = {"rl-ctl", (char *)redis_flag, (char *)redis,
-                         "--prefix", (char *)prefix};
+        char *sargv[7] = {"rl-ctl", "--prefix", (char *)prefix};
+        int sargc = 3;
+        const char *env = getenv("RL_REDIS_URL");
+        if (redis == NULL && (env == NULL || env[0] == '\0'))
+            redis = "127.0.0.1:6379";
+        if (redis != NULL) { /* else the parser reads $RL_REDIS_URL */
+            sargv[sargc++] = (char *)redis_flag;
+            sargv[sargc++] = (char *)redis;
+        }
+        if (pwfile != NULL) {
+            sargv[sargc++] = "--redis-password-file";
+            sargv[sargc++] = (char *)pwfile;
+        }
         rls_flags_defaults(&c.cfg);
-        if (rls_flags_parse(&c.cfg, 5, sargv, stdout, err, sizeof(err)) !=
+        if (rls_flags_parse(&c.cfg, sargc, sargv, stdout, err, sizeof(err)) !=
             0) {
             fprintf(stderr, "rl-ctl: %s\n", err);
             return EXIT_USAGE;

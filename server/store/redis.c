@@ -730,6 +730,7 @@ rls_store_t *rls_store_redis_new(uv_loop_t *loop, const rls_redis_opts_t *opts)
     memset(&co, 0, sizeof(co));
     co.host = opts->host != NULL ? opts->host : "127.0.0.1";
     co.port = opts->port > 0 ? opts->port : 6379;
+    co.user = opts->user;
     co.password = opts->password;
     co.db = opts->db;
     co.timeout_ms = st->timeout_ms;

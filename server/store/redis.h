@@ -12,6 +12,7 @@
 typedef struct rls_redis_opts_s {
     const char *host;      /* IPv4/IPv6 literal or name */
     int port;
+    const char *user;      /* NULL: the default user */
     const char *password;  /* NULL: no AUTH */
     int db;                /* SELECT db when > 0 */
     uint64_t timeout_ms;   /* a batch unanswered this long fails */

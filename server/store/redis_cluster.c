@@ -119,7 +119,7 @@ struct batch_s {
 struct rls_cluster_s {
     rls_store_t base;
     uv_loop_t *loop;
-    char *password;
+    char *user, *password;
     uint64_t timeout_ms, grace_ms;
     char seed_host[RLS_CLUSTER_SEEDS_MAX][RLS_NODE_HOST_MAX + 1];
     int seed_port[RLS_CLUSTER_SEEDS_MAX];
@@ -159,6 +159,7 @@ static void maybe_finish(rls_cluster_t *cl)
         free(bt->qwin);
         free(bt);
     }
+    free(cl->user);
     free(cl->password);
     if (cl->done != NULL)
         cl->done(cl->done_arg);
@@ -221,6 +222,7 @@ static node_t *node_get(rls_cluster_t *cl, const char *host, int port)
     memset(&o, 0, sizeof(o));
     o.host = nd->host;
     o.port = port;
+    o.user = cl->user;
     o.password = cl->password;
     o.timeout_ms = cl->timeout_ms;
     o.grace_ms = cl->grace_ms;
@@ -981,8 +983,10 @@ rls_store_t *rls_store_cluster_new(uv_loop_t *loop,
 
     if (cl == NULL)
         return NULL;
-    if (opts->password != NULL &&
-        (cl->password = strdup(opts->password)) == NULL) {
+    if ((opts->user != NULL && (cl->user = strdup(opts->user)) == NULL) ||
+        (opts->password != NULL &&
+         (cl->password = strdup(opts->password)) == NULL)) {
+        free(cl->user);
         free(cl);
         return NULL;
     }

@@ -15,6 +15,7 @@ typedef struct rls_cluster_opts_s {
     const char *hosts[RLS_CLUSTER_SEEDS_MAX]; /* seed nodes */
     int ports[RLS_CLUSTER_SEEDS_MAX];
     int nseeds;            /* 1 to RLS_CLUSTER_SEEDS_MAX */
+    const char *user;      /* NULL: the default user */
     const char *password;  /* NULL: no AUTH; else sent to every node */
     uint64_t timeout_ms;   /* a call unanswered this long fails */
     uint64_t grace_ms;

@@ -48,7 +48,7 @@ typedef struct ctx_s {
 
 struct rls_redis_conn_s {
     uv_loop_t *loop;
-    char *host, *password;
+    char *host, *user, *password;
     const char *script;
     size_t script_len;
     int port, db, numeric, state, ever_up, use_module;
@@ -93,6 +93,7 @@ static void maybe_finish(rls_redis_conn_t *c)
     if (c->state != CLOSING || c->open > 0)
         return;
     free(c->host);
+    free(c->user);
     free(c->password);
     free(c);
     closed(data);
@@ -444,7 +445,10 @@ static void connect_addr(rls_redis_conn_t *c, const char *ip)
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     /* The handshake is pipelined behind the connect; hiredis sends it once
      * the socket is writable. */
-    if (c->password != NULL)
+    if (c->password != NULL && c->user != NULL)
+        redisAsyncCommand(ac, on_status_reply, NULL, "AUTH %s %s", c->user,
+                          c->password);
+    else if (c->password != NULL)
         redisAsyncCommand(ac, on_status_reply, NULL, "AUTH %s", c->password);
     if (c->db > 0)
         redisAsyncCommand(ac, on_status_reply, NULL, "SELECT %d", c->db);
@@ -559,8 +563,9 @@ rls_redis_conn_t *rls_redis_conn_new(uv_loop_t *loop,
 
     if (c == NULL || (c->host = strdup(opts->host)) == NULL)
         goto fail;
-    if (opts->password != NULL &&
-        (c->password = strdup(opts->password)) == NULL)
+    if ((opts->user != NULL && (c->user = strdup(opts->user)) == NULL) ||
+        (opts->password != NULL &&
+         (c->password = strdup(opts->password)) == NULL))
         goto fail;
     c->loop = loop;
     c->port = opts->port;

@@ -26,6 +26,7 @@ typedef struct rls_redis_conn_s rls_redis_conn_t;
 typedef struct rls_redis_conn_opts_s {
     const char *host; /* IPv4/IPv6 literal or name */
     int port;
+    const char *user;     /* NULL: AUTH PASSWORD as the default user */
     const char *password; /* NULL: no AUTH */
     int db;               /* SELECT db when > 0 */
     /* The handshake must finish within this (and at least 250 ms), and a
