@@ -1,12 +1,14 @@
 #!/usr/bin/python3
 """Redis with ACL users, as managed and self-hosted Redis 6+ run it: the
-default user needs another password, and rl-server's own user may touch
-only the keys under its prefix. rl-server and rl-ctl must log in as that
-user, from a URL with a percent-encoded password, from a password file,
-and from $RL_REDIS_URL; a wrong password is said plainly; and the password
-appears nowhere a run writes (logs, /metrics, /healthz, errors).
+default user needs another password, and rl-server's own user has exactly
+the ACL deploy/README.md gives (its commands, the keys under its prefix),
+with the module's two commands when the module is loaded. rl-server and
+rl-ctl must log in as that user, from a URL with a percent-encoded
+password, from a password file, and from $RL_REDIS_URL; a wrong password
+and a missing permission are said plainly; and the password appears
+nowhere a run writes (logs, /metrics, /healthz, errors).
 
-Usage: redis_acl.py RL_SERVER RL_CHECK RL_CTL REDIS_SERVER"""
+Usage: redis_acl.py RL_SERVER RL_CHECK RL_CTL REDIS_SERVER [MODULE_SO]"""
 import os
 import shutil
 import subprocess
@@ -21,6 +23,16 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
 import rlt  # noqa: E402
 
 RL_SERVER, RL_CHECK, RL_CTL, REDIS = sys.argv[1:5]
+MODULE = sys.argv[5] if len(sys.argv) > 5 else None
+# The smallest ACL rl-server needs (deploy/README.md, "Redis ACL"): the
+# handshake, the batch script and what it calls, the clock, the runtime
+# switches and the fleet's report; rl-ctl's hash commands; and with the
+# module, its two commands.
+RL_ACL = ["~rl:*", "-@all", "+select", "+script|load", "+evalsha", "+eval",
+          "+info", "+time", "+incrby", "+decrby", "+del", "+pexpireat",
+          "+hget", "+hset", "+hgetall", "+hdel", "+ping"]
+CTL_ACL = ["+hsetnx", "+hincrby"]
+MODULE_ACL = ["+rl.batch", "+rl.version"]
 # Every character a URL must escape, so that the decoding is tested too.
 SECRET = "P@ss:w/rd%x-never-elsewhere"
 ENCODED = "P%40ss%3Aw%2Frd%25x-never-elsewhere"
@@ -40,11 +52,13 @@ def start_redis():
     for attempt in (1, 2):
         port = rlt.reserve_port()
         log = os.path.join(TMP, "redis-%d.log" % attempt)
+        acl = RL_ACL + CTL_ACL + (MODULE_ACL if MODULE else [])
         p = subprocess.Popen(
             [REDIS, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "no", "--dir", TMP, "--logfile", log,
              "--user", "default", "on", ">" + DEFAULT_PW, "~*", "+@all",
-             "--user", "rl", "on", ">" + SECRET, "~rl:*", "+@all"],
+             "--user", "rl", "on", ">" + SECRET] + acl +
+            (["--loadmodule", MODULE] if MODULE else []),
             stdout=subprocess.DEVNULL)
         PROCS.append(p)
         try:
@@ -98,9 +112,10 @@ def stop(p):
 
 
 def counted_in_redis(port, key):
-    """The key's counters, read as the rl user."""
+    """The key's counters (read as the default user: rl may not SCAN)."""
     out = subprocess.run(
-        ["redis-cli", "-p", str(port), "--user", "rl", "--pass", SECRET,
+        ["redis-cli", "-p", str(port), "--user", "default", "--pass",
+         DEFAULT_PW,
          "--no-auth-warning", "--scan", "--pattern", "rl:{%s}*" % key],
         capture_output=True, text=True, timeout=10).stdout
     return [k for k in out.split() if k]
@@ -116,6 +131,8 @@ def main():
     code, body = healthz(got["metrics"])
     check(code == 200, "url: /healthz 200 once logged in as rl (%d %s)"
           % (code, body.strip()))
+    want = "batch=module" if MODULE else "batch=script"
+    check(want in open(log).read(), "url: connected, " + want)
     out = decisions(got["listen"], "u1")
     check(out.count("OK used=") == 3 and "OVER_LIMIT" in out,
           "url: 3 allowed then refused, counted in Redis:\n" + out)
@@ -178,7 +195,24 @@ def main():
     stop(p)
     written.append(open(log).read())
 
-    # 5. Bad flags: the error never repeats the password.
+    # 5. A permission missing: the log names it, Redis's own words.
+    subprocess.run(["redis-cli", "-p", str(rport), "--user", "default",
+                    "--pass", DEFAULT_PW, "--no-auth-warning", "ACL",
+                    "SETUSER", "rl", "-evalsha", "-rl.batch" if MODULE
+                    else "-evalsha"], check=True, capture_output=True)
+    p, got, log = start_server("noperm", [
+        "--redis", "redis://rl:%s@127.0.0.1:%d" % (ENCODED, rport)])
+    healthz(got["metrics"])
+    decisions(got["listen"], "u5")
+    end = time.time() + 10
+    while time.time() < end and "NOPERM" not in open(log).read():
+        time.sleep(0.05)
+    check("NOPERM" in open(log).read(),
+          "missing permission: the log says NOPERM and which command")
+    stop(p)
+    written.append(open(log).read())
+
+    # 6. Bad flags: the error never repeats the password.
     bad = subprocess.run(
         [RL_SERVER, "--redis", "redis://rl:%s@127.0.0.1:notaport" % ENCODED],
         capture_output=True, text=True, timeout=10)
