@@ -1,4 +1,4 @@
-# The --metrics listener (included by tests/server/CMakeLists.txt): the HTTP
+# The --metrics listener (included by net/CMakeLists.txt): the HTTP
 # parser on its own, then the listener in process against a real rl-server
 # loop (its Redis health test starts a private redis-server, hence the
 # integration label).

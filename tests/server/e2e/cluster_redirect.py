@@ -18,7 +18,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                "..", "support"))
+                                "..", "..", "support"))
 import rlt  # noqa: E402
 
 RL_SERVER, RL_CHECK = sys.argv[1], sys.argv[2]

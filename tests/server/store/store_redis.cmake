@@ -1,5 +1,5 @@
 # The Redis store against a private redis-server (included by
-# tests/server/CMakeLists.txt), by concern: the basics (test_store_redis),
+# store/CMakeLists.txt), by concern: the basics (test_store_redis),
 # the connection's life and failures (_fail), the script's and the
 # module's decisions (_script); and its pure parts, without Redis (_pure).
 # The tests' shared fixture and helpers: store_redis_fx.c.
@@ -31,16 +31,3 @@ foreach(t test_store_redis test_store_redis_fail test_store_redis_script)
     ENVIRONMENT
       "RLT_REDIS_MODULE=$<TARGET_FILE:rl_redis_module>;RLT_EXPECT_MODULE=1")
 endforeach()
-
-# The module as Redis runs it (test_redis_module.c): its AOF loads into a
-# Redis without it, a replica without it holds what the master holds,
-# out-of-range arguments are refused, and on a Redis Cluster it keeps to
-# the node's slots. It loads the module by path itself.
-rl_add_test(test_redis_module
-  SOURCES test_redis_module.c
-  LIBS rl_testsupport
-  LABELS integration
-  TIMEOUT 180)
-set_tests_properties(test_redis_module PROPERTIES
-  ENVIRONMENT "RLT_MODULE_SO=$<TARGET_FILE:rl_redis_module>")
-add_dependencies(test_redis_module rl_redis_module)

@@ -25,7 +25,7 @@
 #error "RL_SERVER_BIN must name the rl-server binary"
 #endif
 #ifndef RL_FIXTURES
-#error "RL_FIXTURES must name tests/server/envoy"
+#error "RL_FIXTURES must name tests/server/e2e/envoy"
 #endif
 
 

@@ -36,7 +36,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                "..", "support"))
+                                "..", "..", "support"))
 import rlt  # noqa: E402
 
 RL_SERVER, PROTO_DIR = sys.argv[1], sys.argv[2]

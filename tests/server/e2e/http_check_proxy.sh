@@ -28,8 +28,8 @@
 # against a deadline.
 set -euo pipefail
 
-SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-# shellcheck source=../../deploy/ports.sh
+SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
+# shellcheck source=../../../deploy/ports.sh
 . "$SRC/deploy/ports.sh"
 DIR=$(mktemp -d "${TMPDIR:-/tmp}/rl-http-check.XXXXXX")
 PIDS=()

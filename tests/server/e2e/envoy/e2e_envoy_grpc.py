@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Envoy's rate limit service, called by a real gRPC client (grpcio).
 
-Usage: test_envoy_grpc.py RL_SERVER PROTO_DIR FIXTURE_DIR [redis-server]
+Usage: e2e_envoy_grpc.py RL_SERVER PROTO_DIR FIXTURE_DIR [redis-server]
 
 Stubs are generated from the repository's .proto files into a temporary
 directory with grpc_tools.protoc. rl-server runs with envoy-ratelimit's
@@ -21,7 +21,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                "..", "..", "support"))
+                                "..", "..", "..", "support"))
 import rlt  # noqa: E402
 
 RL_SERVER, PROTO_DIR, FIX = sys.argv[1], sys.argv[2], sys.argv[3]
