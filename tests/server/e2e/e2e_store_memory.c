@@ -2,8 +2,9 @@
  * rl-server with a tiny cap, filled over TCP until it refuses new keys,
  * checked through /healthz and /metrics, and seen to recover once the
  * window ends and its counters are freed. (The store's own behaviour on a
- * scripted clock, both fail modes, is in test_batch.c.) Every wait has a
- * deadline; the server is stopped by pid, also when an assertion fails. */
+ * scripted clock, both fail modes, is in store/test_store_memory.c.) Every
+ * wait has a deadline; the server is stopped by pid, also when an
+ * assertion fails. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
