@@ -1,8 +1,9 @@
-/* The memory store's own errors and its cap (server/store/memory.c): an
- * op applied whole or not at all, a failed allocation that changes no
- * count, and a store filled with keys through the batcher on a scripted
- * clock (../batch_fx.h), refusing new keys per the fail mode until its
- * windows end. */
+/* The memory store's own errors and its cap (server/store/memory.c):
+ * --memory-max as parsed, an op applied whole or not at all, a failed
+ * allocation that changes no count, and a store filled with keys through
+ * the batcher on a scripted clock (../batch_fx.h), refusing new keys per
+ * the fail mode until its windows end. The cap end to end, through a real
+ * rl-server, is e2e/e2e_store_memory.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,8 +16,52 @@
 #include <uv.h>
 
 #include "rl_error.h"
+#include "flags.h"
 #include "store/memory.h"
 #include "batch_fx.h"
+
+/* ---- --memory-max ---- */
+
+static int parse_max(const char *val, uint64_t *out)
+{
+    static rls_flags_t c;
+    char *argv[] = {"rl-server", "--memory-max", (char *)val, NULL};
+    char err[256];
+    int rc;
+
+    rls_flags_defaults(&c);
+    rc = rls_flags_parse(&c, 3, argv, stdout, err, sizeof(err));
+    *out = c.memory_max;
+    if (rc != 0)
+        assert_non_null(strstr(err, "--memory-max"));
+    return rc;
+}
+
+static void test_flag(void **state)
+{
+    static const char *const bad[] = {"",   "k",     "0",  "65535", "63k",
+                                      "-1", "12x",   "1t", "2048g", "1 m",
+                                      "m1", "99999999999999999999g"};
+    static rls_flags_t c;
+    uint64_t v;
+    size_t i;
+
+    (void)state;
+    rls_flags_defaults(&c);
+    assert_int_equal(c.memory_max, (uint64_t)256 << 20);
+    assert_int_equal(parse_max("65536", &v), 0);
+    assert_int_equal(v, 65536);
+    assert_int_equal(parse_max("64k", &v), 0);
+    assert_int_equal(v, 65536);
+    assert_int_equal(parse_max("64m", &v), 0);
+    assert_int_equal(v, (uint64_t)64 << 20);
+    assert_int_equal(parse_max("1G", &v), 0);
+    assert_int_equal(v, (uint64_t)1 << 30);
+    assert_int_equal(parse_max("1024g", &v), 0);
+    assert_int_equal(v, (uint64_t)1 << 40);
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        assert_int_equal(parse_max(bad[i], &v), RL_EINVAL);
+}
 
 static int cb_status;
 static size_t cb_calls;
@@ -307,6 +352,7 @@ static void test_memory_full(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_flag),
         cmocka_unit_test_teardown(test_memory_op_errors, h_teardown),
         cmocka_unit_test_teardown(test_memory_op_alloc_failure, h_teardown),
         cmocka_unit_test_teardown(test_memory_full, h_teardown),
