@@ -34,52 +34,11 @@
 #include "rl_frame.h"
 #include "rl_msg.h"
 #include "rlt.h"
+#include "rlt_fx.h"
 
 #ifndef RL_SERVER_BIN
 #error "RL_SERVER_BIN must name the rl-server binary"
 #endif
-
-static rlt_server_t server = {.pid = -1};
-static rlt_redis_t redis;
-static int redis_on;
-
-static int teardown(void **state)
-{
-    (void)state;
-    rlt_server_kill(&server);
-    if (redis_on)
-        rlt_redis_stop(&redis);
-    redis_on = 0;
-    return 0;
-}
-
-/* Starts rl-server with --metrics and the given extra flags (NULL-
- * terminated) and waits until both ports accept connections. */
-static void start_server(const char *first, ...)
-{
-    char *argv[32];
-    const char *a, *bin = getenv("RLT_SERVER_BIN");
-    int argc = 0;
-    va_list ap;
-
-    argv[argc++] = "--log-level";
-    argv[argc++] = (char *)rlt_log_level("error");
-    va_start(ap, first);
-    for (a = first; a != NULL && argc < 31; a = va_arg(ap, const char *))
-        argv[argc++] = (char *)a;
-    va_end(ap);
-    argv[argc] = NULL;
-    if (rlt_server_start_metrics(&server, bin ? bin : RL_SERVER_BIN, argv) !=
-        RL_OK)
-        fail_msg("rl-server did not start");
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-
-    nanosleep(&ts, NULL);
-}
 
 /* ---- a tiny blocking client ---- */
 
@@ -102,9 +61,9 @@ typedef struct {
     char err[200];
 } res_t;
 
-static void cli_open(cli_t *c)
+static void cli_open(cli_t *c, int port)
 {
-    c->fd = dial(server.port);
+    c->fd = dial(port);
     rl_buf_init(&c->in, 1 << 20);
 }
 
@@ -220,27 +179,24 @@ static void send_partial(int fd, uint32_t len, size_t n)
 
 /* The value of the sample line starting with `name ` (labels included in
  * name), or UINT64_MAX if the page or the line is missing. */
-static uint64_t metric(const char *name)
+static uint64_t metric(const rlt_fx_t *f, const char *name)
 {
-    static char page[1 << 17];
-    long long v;
+    long long v = rlt_metric(f->srv[0].mport, name);
 
-    if (rlt_http_get(server.mport, "/metrics", page, sizeof(page)) != 200)
-        return UINT64_MAX;
-    v = rlt_sample(page, name);
     return v < 0 ? UINT64_MAX : (uint64_t)v;
 }
 
 /* Waits up to timeout_ms for metric(name) to reach at least want. */
-static uint64_t await_metric(const char *name, uint64_t want, int timeout_ms)
+static uint64_t await_metric(const rlt_fx_t *f, const char *name, uint64_t want,
+                             int timeout_ms)
 {
     uint64_t deadline = rlt_mono_ms() + (uint64_t)timeout_ms, v;
 
     for (;;) {
-        v = metric(name);
+        v = metric(f, name);
         if ((v != UINT64_MAX && v >= want) || rlt_mono_ms() >= deadline)
             return v;
-        sleep_ms(20);
+        rlt_nap_ms(20);
     }
 }
 
@@ -254,20 +210,17 @@ static uint64_t await_metric(const char *name, uint64_t want, int timeout_ms)
  * timeout. */
 static void test_idle(void **state)
 {
-    char raddr[32];
+    rlt_fx_t *f = *state;
     cli_t idle, active, waiting;
     res_t r;
     uint64_t t0, id = 1;
     int closed = 0;
 
-    (void)state;
-    assert_int_equal(rlt_redis_start(&redis), 0);
-    redis_on = 1;
-    snprintf(raddr, sizeof(raddr), "127.0.0.1:%d", redis.port);
-    start_server("--idle-timeout", "1", "--redis", raddr,
+    rlt_fx_redis(f);
+    rlt_fx_start(f, 0, "--idle-timeout", "1", "--redis", f->raddr,
                  "--redis-timeout-ms", "10000", NULL);
-    cli_open(&active);
-    cli_open(&waiting);
+    cli_open(&active, f->srv[0].port);
+    cli_open(&waiting, f->srv[0].port);
     /* the store is up once a probe is answered without an error */
     t0 = rlt_mono_ms();
     for (;;) {
@@ -281,7 +234,7 @@ static void test_idle(void **state)
     ask_ok(&waiting, 400, "waiting");
 
     /* active asks every 200 ms; idle says nothing; up to 4 s */
-    cli_open(&idle);
+    cli_open(&idle, f->srv[0].port);
     t0 = rlt_mono_ms();
     while (rlt_mono_ms() - t0 < 4000 && !closed) {
         struct pollfd p = {idle.fd, POLLIN, 0};
@@ -297,20 +250,20 @@ static void test_idle(void **state)
     /* closed after the timeout, not before */
     assert_true(rlt_mono_ms() - t0 >= 900);
     ask_ok(&active, id++, "active");
-    assert_int_equal(metric(CLOSED("idle")), 1);
+    assert_int_equal(metric(f, CLOSED("idle")), 1);
 
     /* waiting: a request in flight (Redis paused) for twice the timeout;
      * the connection stays open and gets its answer */
-    rlt_redis_pause(&redis, 1);
+    rlt_redis_pause(&f->redis, 1);
     send_check(&waiting, 500, "waiting");
     assert_int_equal(recv_one(&waiting, &r, 2000), 0); /* nor closed */
-    rlt_redis_pause(&redis, 0);
+    rlt_redis_pause(&f->redis, 0);
     assert_int_equal(recv_one(&waiting, &r, 10000), 1);
     assert_int_equal(r.id, 500);
     assert_int_equal(r.code, RL_CODE_OK);
     /* while it waited, active was quiet for 2 s: closed as idle */
     assert_true(await_close(&active, &r, 1000));
-    assert_int_equal(metric(CLOSED("idle")), 2);
+    assert_int_equal(metric(f, CLOSED("idle")), 2);
     cli_close(&idle);
     cli_close(&active);
     cli_close(&waiting);
@@ -322,6 +275,7 @@ static void test_idle(void **state)
  * sending whole requests all along, stay open. */
 static void test_frame_timeout(void **state)
 {
+    rlt_fx_t *f = *state;
     cli_t trickle, halves, steady;
     uint8_t frame[RL_FRAME_HEADER + 100];
     res_t r;
@@ -329,11 +283,11 @@ static void test_frame_timeout(void **state)
     size_t sent = 0;
     int closed = 0;
 
-    (void)state;
-    start_server("--frame-timeout-ms", "500", "--idle-timeout", "0", NULL);
-    cli_open(&trickle);
-    cli_open(&halves);
-    cli_open(&steady);
+    rlt_fx_start(f, 0, "--frame-timeout-ms", "500", "--idle-timeout", "0",
+                 NULL);
+    cli_open(&trickle, f->srv[0].port);
+    cli_open(&halves, f->srv[0].port);
+    cli_open(&steady, f->srv[0].port);
     rl_frame_header(frame, 100);
     memset(frame + RL_FRAME_HEADER, 0xff, 100);
 
@@ -357,11 +311,11 @@ static void test_frame_timeout(void **state)
     assert_true(sent < sizeof(frame));
     assert_string_equal(r.err,
                         "frame not completed within --frame-timeout-ms");
-    assert_int_equal(metric(CLOSED("frame_timeout")), 1);
+    assert_int_equal(metric(f, CLOSED("frame_timeout")), 1);
 
     /* half a frame, 100 ms, the other half: well within 500 ms */
     send_partial(halves.fd, 100, 50);
-    sleep_ms(100);
+    rlt_nap_ms(100);
     assert_int_equal(rlt_send_all(halves.fd, frame + 50, sizeof(frame) - 50),
                      RL_OK);
     assert_int_equal(recv_one(&halves, &r, 5000), 1);
@@ -369,7 +323,7 @@ static void test_frame_timeout(void **state)
     assert_string_equal(r.err, "payload is not a valid CheckRequest");
     ask_ok(&halves, 7, "halves");
     ask_ok(&steady, id++, "steady");
-    assert_int_equal(metric(CLOSED("frame_timeout")), 1);
+    assert_int_equal(metric(f, CLOSED("frame_timeout")), 1);
     cli_close(&trickle);
     cli_close(&halves);
     cli_close(&steady);
@@ -381,6 +335,7 @@ static void test_frame_timeout(void **state)
  * first, is closed; the others complete their frames and are answered. */
 static void test_partial_memory(void **state)
 {
+    rlt_fx_t *f = *state;
     static const uint32_t len[4] = {120000, 50000, 3000, 50000};
     static const size_t sent[4] = {100005, 40005, 2005, 40005};
     static const uint64_t held[4] = {131072, 196608, 200704, 0};
@@ -389,23 +344,22 @@ static void test_partial_memory(void **state)
     res_t r;
     int i;
 
-    (void)state;
-    start_server("--max-partial-bytes", "262144", "--max-frame", "200000",
+    rlt_fx_start(f, 0, "--max-partial-bytes", "262144", "--max-frame", "200000",
                  NULL);
     for (i = 0; i < 4; i++) {
-        cli_open(&c[i]);
+        cli_open(&c[i], f->srv[0].port);
         send_partial(c[i].fd, len[i], sent[i]);
         if (held[i] > 0)
-            assert_int_equal(await_metric("rl_connections_input_bytes",
-                                          held[i], 5000),
-                             held[i]);
+            assert_int_equal(
+                await_metric(f, "rl_connections_input_bytes", held[i], 5000),
+                held[i]);
     }
     assert_true(await_close(&c[0], &r, 5000));
     assert_string_equal(r.err,
                         "server input memory full (--max-partial-bytes)");
-    assert_int_equal(metric(CLOSED("partial_memory")), 1);
+    assert_int_equal(metric(f, CLOSED("partial_memory")), 1);
     /* 196,608 = three quarters of the cap: B, C and D are what is left */
-    assert_int_equal(metric("rl_connections_input_bytes"), 135168);
+    assert_int_equal(metric(f, "rl_connections_input_bytes"), 135168);
 
     rest = malloc(RL_FRAME_HEADER + 120000);
     assert_non_null(rest);
@@ -421,8 +375,8 @@ static void test_partial_memory(void **state)
     }
     free(rest);
     /* drained buffers are given back */
-    assert_int_equal(metric("rl_connections_input_bytes"), 0);
-    assert_int_equal(metric(CLOSED("partial_memory")), 1);
+    assert_int_equal(metric(f, "rl_connections_input_bytes"), 0);
+    assert_int_equal(metric(f, CLOSED("partial_memory")), 1);
     for (i = 0; i < 4; i++)
         cli_close(&c[i]);
 }
@@ -432,22 +386,21 @@ static void test_partial_memory(void **state)
  * and the connection stays open. */
 static void test_id0(void **state)
 {
+    rlt_fx_t *f = *state;
     cli_t c;
     res_t r;
 
-    (void)state;
-    start_server(NULL);
-    cli_open(&c);
+    rlt_fx_start(f, 0, NULL);
+    cli_open(&c, f->srv[0].port);
     send_check(&c, 0, "zero");
     assert_int_equal(recv_one(&c, &r, 5000), 1);
     assert_int_equal(r.id, 0);
     assert_int_equal(r.code, RL_CODE_ERROR);
     assert_string_equal(r.err, "request id 0 is reserved for server notices");
     ask_ok(&c, 1, "one");
-    assert_int_equal(
-        metric("rl_frames_rejected_total{reason=\"id0\"}"), 1);
-    assert_int_equal(metric("rl_decisions_total{code=\"error\"}"), 0);
-    assert_int_equal(metric("rl_decisions_total{code=\"ok\"}"), 1);
+    assert_int_equal(metric(f, "rl_frames_rejected_total{reason=\"id0\"}"), 1);
+    assert_int_equal(metric(f, "rl_decisions_total{code=\"error\"}"), 0);
+    assert_int_equal(metric(f, "rl_decisions_total{code=\"ok\"}"), 1);
     cli_close(&c);
 }
 
@@ -475,6 +428,8 @@ static uint64_t proc_kb(pid_t pid, const char *field)
  * would be measured too). */
 static void test_hostile_rss(void **state)
 {
+    rlt_fx_t *f = *state;
+
 #ifdef RLT_SANITIZED
     int n = 2000;
 #else
@@ -485,7 +440,6 @@ static void test_hostile_rss(void **state)
     uint64_t before, rss, prev = 0, deadline;
     int *fds, i, open_n = 0;
 
-    (void)state;
     if (getenv("RLT_HOSTILE_CONNS") != NULL)
         n = atoi(getenv("RLT_HOSTILE_CONNS"));
     /* the server inherits the raised limit */
@@ -498,11 +452,11 @@ static void test_hostile_rss(void **state)
     fds = calloc((size_t)n, sizeof(*fds));
     assert_non_null(fds);
 
-    start_server(NULL);
-    sleep_ms(200);
-    before = proc_kb(server.pid, "VmRSS:");
+    rlt_fx_start(f, 0, NULL);
+    rlt_nap_ms(200);
+    before = proc_kb(f->srv[0].pid, "VmRSS:");
     for (i = 0; i < n; i++) {
-        fds[i] = dial(server.port);
+        fds[i] = dial(f->srv[0].port);
         setsockopt(fds[i], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
         /* a server that closed the connection may reset it: fine */
         uint8_t *p = malloc(64000);
@@ -520,12 +474,12 @@ static void test_hostile_rss(void **state)
     }
     /* every connection accepted, then RSS steady for 500 ms */
     /* (the start's port probe was accepted too) */
-    assert_true(await_metric("rl_connections_accepted_total", (uint64_t)n,
+    assert_true(await_metric(f, "rl_connections_accepted_total", (uint64_t)n,
                              30000) >= (uint64_t)n);
     deadline = rlt_mono_ms() + 30000;
     for (;;) {
-        sleep_ms(500);
-        rss = proc_kb(server.pid, "VmRSS:");
+        rlt_nap_ms(500);
+        rss = proc_kb(f->srv[0].pid, "VmRSS:");
         if (rss == prev || rlt_mono_ms() >= deadline)
             break;
         prev = rss;
@@ -538,14 +492,14 @@ static void test_hostile_rss(void **state)
         if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             open_n++; /* not closed by the server */
     }
-    uint64_t peak = proc_kb(server.pid, "VmHWM:");
+    uint64_t peak = proc_kb(f->srv[0].pid, "VmHWM:");
     print_message("hostile connections: %d x 64,000-byte partial frames: "
                   "server RSS %.1f MB before, %.1f MB after, peak %.1f MB; "
                   "%d left open; input bytes held %llu\n",
                   n, before / 1024.0, rss / 1024.0, peak / 1024.0, open_n,
-                  (unsigned long long)metric("rl_connections_input_bytes"));
+                  (unsigned long long)metric(f, "rl_connections_input_bytes"));
     if (getenv("RLT_SERVER_BIN") == NULL)
-        assert_int_equal(metric(CLOSED("partial_memory")),
+        assert_int_equal(metric(f, CLOSED("partial_memory")),
                          (uint64_t)(n - open_n));
 #ifndef RLT_SANITIZED
     if (getenv("RLT_SERVER_BIN") == NULL)
@@ -559,13 +513,18 @@ static void test_hostile_rss(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_idle, teardown),
-        cmocka_unit_test_teardown(test_frame_timeout, teardown),
-        cmocka_unit_test_teardown(test_partial_memory, teardown),
-        cmocka_unit_test_teardown(test_id0, teardown),
-        cmocka_unit_test_teardown(test_hostile_rss, teardown),
+        RLT_FX_TEST(test_idle),
+        RLT_FX_TEST(test_frame_timeout),
+        RLT_FX_TEST(test_partial_memory),
+        RLT_FX_TEST(test_id0),
+        RLT_FX_TEST(test_hostile_rss),
     };
 
+    /* RLT_SERVER_BIN: the hostile RSS measured on another build. */
+    const char *bin = getenv("RLT_SERVER_BIN");
+
     signal(SIGPIPE, SIG_IGN);
+    rlt_fx_use(&(rlt_fx_conf_t){
+        .bin = bin ? bin : RL_SERVER_BIN, .log_level = "error", .metrics = 1});
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -20,6 +20,7 @@
 
 #include "h2raw.h"
 #include "rlt.h"
+#include "rlt_fx.h"
 
 #ifndef RL_SERVER_BIN
 #error "RL_SERVER_BIN must name the rl-server binary"
@@ -38,7 +39,8 @@
     {(uint8_t *)":authority", (uint8_t *)"rl", 10, 2, 0},                      \
     {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16, 0}
 
-static pid_t server = -1;
+/* The server every test shares, and its well-behaved client. */
+static rlt_fx_t group;
 static int port, mport;
 static h2r_t good;
 static int32_t good_id = 1;
@@ -147,38 +149,13 @@ static void good_call(void)
 
 static int setup(void **state)
 {
-    char fix[512];
-    char *argv[] = {RL_SERVER_BIN,
-                    "--listen",
-                    "127.0.0.1:0",
-                    "--grpc",
-                    "127.0.0.1:0",
-                    "--metrics",
-                    "127.0.0.1:0",
-                    "--envoy-config",
-                    fix,
-                    "--grpc-max-streams",
-                    "8",
-                    "--idle-timeout",
-                    "1",
-                    "--max-connections",
-                    "6",
-                    "--log-level",
-                    "warn",
-                    "--frame-timeout-ms",
-                    "500",
-                    "--max-partial-bytes",
-                    "150000",
-                    NULL};
-    rlt_server_t s;
-
     (void)state;
-    snprintf(fix, sizeof(fix), "%s/mongo_cps.yaml", RL_FIXTURES);
-    if (rlt_spawn_listening(&s, argv, 10000) != 0)
-        return -1;
-    server = s.pid;
-    port = s.gport;
-    mport = s.mport;
+    rlt_fx_init(&group);
+    rlt_fx_start(&group, 0, "--grpc-max-streams", "8", "--idle-timeout", "1",
+                 "--max-connections", "6", "--frame-timeout-ms", "500",
+                 "--max-partial-bytes", "150000", NULL);
+    port = group.srv[0].gport;
+    mport = group.srv[0].mport;
     memset(&good_ends, 0, sizeof(good_ends));
     if (h2r_connect(&good, port, 0) != 0)
         return -1;
@@ -192,9 +169,7 @@ static int teardown(void **state)
     (void)state;
     if (good.def != NULL)
         h2r_close(&good);
-    if (server > 0)
-        rlt_stop(server, SIGKILL, 5000);
-    server = -1;
+    rlt_fx_release(&group);
     return 0;
 }
 
@@ -245,34 +220,6 @@ static void call(conn_t *k, int32_t id)
     assert_non_null(m);
     assert_int_equal(h2r_grpc(&k->c, id, H2R_PATH, m, n, 0), 0);
     free(m);
-}
-
-/* A sample of the /metrics page on mp, or -1. */
-static long long metric(int mp, const char *name)
-{
-    static char page[65536];
-
-    if (rlt_http_get(mp, "/metrics", page, sizeof(page)) != 200)
-        return -1;
-    return rlt_sample(page, name);
-}
-
-/* Another rl-server for a case that needs its own limits: --grpc and the
- * mongo_cps descriptors, --metrics, and extra (NULL-terminated). */
-static void spawn(rlt_server_t *s, char *const extra[])
-{
-    static char fix[512];
-    char *argv[40] = {RL_SERVER_BIN, "--listen",       "127.0.0.1:0",
-                      "--grpc",      "127.0.0.1:0",    "--metrics",
-                      "127.0.0.1:0", "--envoy-config", fix,
-                      "--log-level", "warn"};
-    size_t n = 11, i;
-
-    snprintf(fix, sizeof(fix), "%s/mongo_cps.yaml", RL_FIXTURES);
-    for (i = 0; extra[i] != NULL && n + 1 < sizeof(argv) / sizeof(argv[0]); i++)
-        argv[n++] = extra[i];
-    argv[n] = NULL;
-    assert_int_equal(rlt_spawn_listening(s, argv, 10000), 0);
 }
 
 /* Opens a connection to the port of another server. */
@@ -387,9 +334,9 @@ static void test_huge_headers(void **state)
     assert_int_equal(k->c.goaway_code, NGHTTP2_ENHANCE_YOUR_CALM);
     assert_false(k->e.done[5] && k->e.grpc[5] != -1);
     hang_up(k);
-    assert_true(metric(mport, "rl_grpc_streams_oversized_total") >= 2);
-    assert_true(metric(mport, "rl_grpc_connections_closed_total"
-                              "{reason=\"headers\"}") >= 1);
+    assert_true(rlt_metric(mport, "rl_grpc_streams_oversized_total") >= 2);
+    assert_true(rlt_metric(mport, "rl_grpc_connections_closed_total"
+                                  "{reason=\"headers\"}") >= 1);
     good_call();
 }
 
@@ -677,8 +624,8 @@ static void test_zero_window_deadline(void **state)
     assert_true(k->c.goaway >= 1);
     assert_int_equal(k->c.goaway_code, NGHTTP2_ENHANCE_YOUR_CALM);
     hang_up(k);
-    assert_true(metric(mport, "rl_grpc_connections_closed_total"
-                              "{reason=\"output_timeout\"}") >= 1);
+    assert_true(rlt_metric(mport, "rl_grpc_connections_closed_total"
+                                  "{reason=\"output_timeout\"}") >= 1);
     good_call();
 }
 
@@ -687,19 +634,18 @@ static void test_zero_window_deadline(void **state)
  * cap and the connection is closed at once. */
 static void test_zero_window_cap(void **state)
 {
-    char *extra[] = {"--max-output", "4096", "--frame-timeout-ms", "0",
-                     "--idle-timeout", "0", NULL};
     nghttp2_settings_entry iv[1] = {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 0}};
-    rlt_server_t srv;
+    rlt_fx_t *f = *state;
+    rlt_server_t *srv = &f->srv[0];
     conn_t *k, *j;
     int32_t id;
     int st;
 
-    (void)state;
-    spawn(&srv, extra);
+    rlt_fx_start(f, 0, "--max-output", "4096", "--frame-timeout-ms", "0",
+                 "--idle-timeout", "0", NULL);
     k = calloc(1, sizeof(*k));
     assert_non_null(k);
-    assert_int_equal(h2r_connect(&k->c, srv.gport, 1), 0);
+    assert_int_equal(h2r_connect(&k->c, srv->gport, 1), 0);
     k->c.on_done = on_done;
     k->c.arg = &k->e;
     h2r_raw(&k->c, NGHTTP2_CLIENT_MAGIC, NGHTTP2_CLIENT_MAGIC_LEN);
@@ -709,17 +655,17 @@ static void test_zero_window_cap(void **state)
     assert_true(wait_eof(&k->c));
     assert_int_equal(k->c.goaway_code, NGHTTP2_ENHANCE_YOUR_CALM);
     hang_up(k);
-    assert_int_equal(metric(srv.mport, "rl_grpc_connections_closed_total"
-                                       "{reason=\"output\"}"),
+    assert_int_equal(rlt_metric(srv->mport, "rl_grpc_connections_closed_total"
+                                            "{reason=\"output\"}"),
                      1);
-    assert_int_equal(metric(srv.mport, "rl_grpc_output_bytes"), 0);
+    assert_int_equal(rlt_metric(srv->mport, "rl_grpc_output_bytes"), 0);
     /* A client that reads is answered as before. */
-    j = dial_to(srv.gport);
+    j = dial_to(srv->gport);
     call(j, 1);
     assert_true(wait_stream(&j->c, &j->e, 1));
     assert_int_equal(j->e.grpc[1], 0);
     hang_up(j);
-    st = rlt_server_stop(&srv);
+    st = rlt_server_stop(srv);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
 }
@@ -774,20 +720,19 @@ static void test_ping_is_not_activity(void **state)
  * that never completed a request, not an older one that did. */
 static void test_cap_evicts_least(void **state)
 {
-    char *extra[] = {"--max-connections", "4", "--frame-timeout-ms", "60000",
-                     "--idle-timeout", "60", NULL};
     nghttp2_nv nv[] = {
         GRPC_REQUEST_NV,
     };
-    rlt_server_t srv;
+    rlt_fx_t *f = *state;
+    rlt_server_t *srv = &f->srv[0];
     conn_t *k[5];
     int i, st;
 
-    (void)state;
-    spawn(&srv, extra);
+    rlt_fx_start(f, 0, "--max-connections", "4", "--frame-timeout-ms", "60000",
+                 "--idle-timeout", "60", NULL);
     /* k[0] completes a call; k[1..3] each open a stream and stall. */
     for (i = 0; i < 4; i++) {
-        k[i] = dial_to(srv.gport);
+        k[i] = dial_to(srv->gport);
         if (i == 0)
             call(k[i], 1);
         else
@@ -799,7 +744,7 @@ static void test_cap_evicts_least(void **state)
         }
     }
     /* Full: the new one is served... */
-    k[4] = dial_to(srv.gport);
+    k[4] = dial_to(srv->gport);
     call(k[4], 1);
     assert_true(wait_stream(&k[4]->c, &k[4]->e, 1));
     assert_int_equal(k[4]->e.grpc[1], 0);
@@ -814,13 +759,14 @@ static void test_cap_evicts_least(void **state)
     call(k[0], 3);
     assert_true(wait_stream(&k[0]->c, &k[0]->e, 3));
     assert_int_equal(k[0]->e.grpc[3], 0);
-    assert_int_equal(metric(srv.mport, "rl_grpc_connections_closed_total"
-                                       "{reason=\"evicted\"}"),
+    assert_int_equal(rlt_metric(srv->mport, "rl_grpc_connections_closed_total"
+                                            "{reason=\"evicted\"}"),
                      1);
-    assert_int_equal(metric(srv.mport, "rl_grpc_connections_refused_total"), 0);
+    assert_int_equal(
+        rlt_metric(srv->mport, "rl_grpc_connections_refused_total"), 0);
     for (i = 0; i < 5; i++)
         hang_up(k[i]);
-    st = rlt_server_stop(&srv);
+    st = rlt_server_stop(srv);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
 }
@@ -845,8 +791,8 @@ static void test_stop_clean(void **state)
 
     (void)state;
     good_call();
-    st = rlt_stop(server, SIGTERM, 10000);
-    server = -1;
+    st = rlt_stop(group.srv[0].pid, SIGTERM, 10000);
+    group.srv[0].pid = -1;
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
 }
@@ -858,13 +804,10 @@ static void test_stop_clean(void **state)
  * its exit status would not be 0). */
 static void test_late_answers_redis(void **state)
 {
-    rlt_redis_t redis;
-    rlt_server_t srv = {.pid = -1};
-    char ra[32], fix[512], page[65536];
-    char *extra[] = {"--redis",         ra,     "--grpc",
-                     "127.0.0.1:0",     "--envoy-config", fix,
-                     "--redis-timeout-ms", "5000", "--log-level",
-                     "error",           NULL};
+    rlt_fx_t *f = *state;
+    rlt_redis_t *redis = &f->redis;
+    rlt_server_t *srv = &f->srv[0];
+    char ra[32], page[65536];
     const char *kv[] = {"database", "users"};
     static const uint8_t cancel[4] = {0, 0, 0, 8};
     conn_t *k[5];
@@ -874,21 +817,19 @@ static void test_late_answers_redis(void **state)
     uint64_t end;
     long long open = -1;
 
-    (void)state;
-    memset(&redis, 0, sizeof(redis));
-    if (rlt_redis_start(&redis) != 0)
+    if (rlt_redis_start(redis) != 0)
         skip();
-    snprintf(ra, sizeof(ra), "127.0.0.1:%d", redis.port);
-    snprintf(fix, sizeof(fix), "%s/mongo_cps.yaml", RL_FIXTURES);
-    assert_int_equal(rlt_server_start_metrics(&srv, RL_SERVER_BIN, extra),
-                     0);
-    gport = srv.gport;
+    f->redis_on = 1;
+    snprintf(ra, sizeof(ra), "127.0.0.1:%d", redis->port);
+    rlt_fx_start(f, 0, "--redis", ra, "--redis-timeout-ms", "5000",
+                 "--log-level", "error", NULL);
+    gport = srv->gport;
     /* Wait for the store: /healthz 200. */
     end = rlt_mono_ms() + 5000;
     while (rlt_mono_ms() < end &&
-           rlt_http_get(srv.mport, "/healthz", page, sizeof(page)) != 200)
+           rlt_http_get(srv->mport, "/healthz", page, sizeof(page)) != 200)
         ;
-    rlt_redis_pause(&redis, 1);
+    rlt_redis_pause(redis, 1);
     for (i = 0; i < 5; i++) {
         int32_t id;
         k[i] = calloc(1, sizeof(*k[i]));
@@ -906,15 +847,15 @@ static void test_late_answers_redis(void **state)
     /* The server has seen them all go, with their calls still at Redis. */
     end = rlt_mono_ms() + 5000;
     while (rlt_mono_ms() < end && open != 0) {
-        if (rlt_http_get(srv.mport, "/metrics", page, sizeof(page)) == 200)
+        if (rlt_http_get(srv->mport, "/metrics", page, sizeof(page)) == 200)
             open = rlt_sample(page, "rl_grpc_connections_open");
     }
     assert_int_equal(open, 0);
     assert_true(rlt_sample(page, "rl_requests_batched_total") >= 40);
-    rlt_redis_pause(&redis, 0);
+    rlt_redis_pause(redis, 0);
     free(m);
-    st = rlt_server_stop(&srv);
-    rlt_redis_stop(&redis);
+    st = rlt_server_stop(srv);
+    rlt_redis_stop(redis);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
 }
@@ -930,26 +871,25 @@ static void test_late_answers_redis(void **state)
  * connections ended). */
 static void test_hpack_flood_fairness(void **state)
 {
-    rlt_redis_t redis;
-    rlt_server_t srv;
+    rlt_fx_t *f = *state;
+    rlt_redis_t *redis = &f->redis;
+    rlt_server_t *srv = &f->srv[0];
     char ra[32];
-    char *extra[] = {"--redis", ra, "--redis-timeout-ms", "150", NULL};
     h2r_t atk;
     int up = 0, fd, answers = 0, blocks = 0, i;
     int32_t id = 1;
     uint64_t end;
 
-    (void)state;
-    memset(&redis, 0, sizeof(redis));
-    if (rlt_redis_start(&redis) != 0)
+    if (rlt_redis_start(redis) != 0)
         skip();
-    snprintf(ra, sizeof(ra), "127.0.0.1:%d", redis.port);
-    spawn(&srv, extra);
+    f->redis_on = 1;
+    snprintf(ra, sizeof(ra), "127.0.0.1:%d", redis->port);
+    rlt_fx_start(f, 0, "--redis", ra, "--redis-timeout-ms", "150", NULL);
     /* The store is up before the attack starts. */
     end = rlt_mono_ms() + 5000;
-    while (rlt_mono_ms() < end && metric(srv.mport, "rl_store_up") != 1)
+    while (rlt_mono_ms() < end && rlt_metric(srv->mport, "rl_store_up") != 1)
         ;
-    fd = rlt_dial(srv.port);
+    fd = rlt_dial(srv->port);
     assert_true(fd >= 0);
     memset(&atk, 0, sizeof(atk));
     atk.fd = -1;
@@ -961,7 +901,7 @@ static void test_hpack_flood_fairness(void **state)
         char key[32];
 
         if (!up) {
-            assert_int_equal(h2r_connect(&atk, srv.gport, 0), 0);
+            assert_int_equal(h2r_connect(&atk, srv->gport, 0), 0);
             up = 1;
             id = 1;
         }
@@ -993,18 +933,19 @@ static void test_hpack_flood_fairness(void **state)
     close(fd);
     assert_true(answers >= 100);
     assert_true(blocks >= 24);
-    assert_int_equal(metric(srv.mport, "rl_failed_open_total"), 0);
-    assert_true(metric(srv.mport, "rl_grpc_streams_oversized_total") >= 1);
-    assert_true(metric(srv.mport, "rl_grpc_connections_closed_total"
-                                  "{reason=\"headers\"}") >= 1);
-    i = rlt_server_stop(&srv);
-    rlt_redis_stop(&redis);
+    assert_int_equal(rlt_metric(srv->mport, "rl_failed_open_total"), 0);
+    assert_true(rlt_metric(srv->mport, "rl_grpc_streams_oversized_total") >= 1);
+    assert_true(rlt_metric(srv->mport, "rl_grpc_connections_closed_total"
+                                       "{reason=\"headers\"}") >= 1);
+    i = rlt_server_stop(srv);
+    rlt_redis_stop(redis);
     assert_true(WIFEXITED(i));
     assert_int_equal(WEXITSTATUS(i), 0);
 }
 
 int main(void)
 {
+    static char fix[512];
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_not_http2),
         cmocka_unit_test(test_data_on_stream_0),
@@ -1025,13 +966,20 @@ int main(void)
         cmocka_unit_test(test_ping_is_not_activity),
         cmocka_unit_test(test_idle_timeout),
         cmocka_unit_test(test_stop_clean),
-        cmocka_unit_test(test_late_answers_redis),
-        cmocka_unit_test(test_zero_window_cap),
-        cmocka_unit_test(test_cap_evicts_least),
-        cmocka_unit_test(test_hpack_flood_fairness),
+        RLT_FX_TEST(test_late_answers_redis),
+        RLT_FX_TEST(test_zero_window_cap),
+        RLT_FX_TEST(test_cap_evicts_least),
+        RLT_FX_TEST(test_hpack_flood_fairness),
     };
 
     signal(SIGPIPE, SIG_IGN);
+    /* Every server: --grpc with the mongo_cps descriptors, --metrics. */
+    snprintf(fix, sizeof(fix), "%s/mongo_cps.yaml", RL_FIXTURES);
+    rlt_fx_use(&(rlt_fx_conf_t){.bin = RL_SERVER_BIN,
+                                .log_level = "warn",
+                                .args = (char *[]){"--grpc", "127.0.0.1:0",
+                                                   "--envoy-config", fix, NULL},
+                                .metrics = 1});
     /* RLT_FILTER=test_name (a glob) runs only matching tests. */
     if (getenv("RLT_FILTER") != NULL)
         cmocka_set_test_filter(getenv("RLT_FILTER"));

@@ -34,57 +34,7 @@
 
 #include "rl_error.h"
 #include "rlt.h"
-
-typedef struct fx_s {
-    rlt_server_t srv;
-    int hport;
-    rlt_redis_t redis;
-    int redis_on;
-} fx_t;
-
-static fx_t fx;
-
-/* Starts rl-server with --http, --metrics (both on ports the system
- * picks) and the extra arguments, NULL-terminated. */
-static void start(fx_t *f, ...)
-{
-    char *argv[24];
-    const char *a;
-    va_list ap;
-    int n = 0;
-
-    argv[n++] = "--http";
-    argv[n++] = "127.0.0.1:0";
-    argv[n++] = "--log-level";
-    argv[n++] = (char *)rlt_log_level("warn");
-    va_start(ap, f);
-    while ((a = va_arg(ap, const char *)) != NULL && n < 23)
-        argv[n++] = (char *)a;
-    va_end(ap);
-    argv[n] = NULL;
-    if (rlt_server_start_metrics(&f->srv, RL_SERVER_BIN, argv) != 0)
-        fail_msg("rl-server with --http did not start");
-    f->hport = f->srv.hport;
-}
-
-static int teardown(void **state)
-{
-    fx_t *f = *state;
-
-    rlt_server_kill(&f->srv);
-    if (f->redis_on) {
-        rlt_redis_pause(&f->redis, 0);
-        rlt_redis_stop(&f->redis);
-    }
-    return 0;
-}
-
-static int setup(void **state)
-{
-    memset(&fx, 0, sizeof(fx));
-    *state = &fx;
-    return 0;
-}
+#include "rlt_fx.h"
 
 /* ---- a minimal HTTP/1.1 client ---- */
 
@@ -217,13 +167,13 @@ static void assert_decision_headers(const resp_t *r, long limit, long remaining)
 static void test_limit(void **state)
 {
     static rd_t rd;
-    fx_t *f = *state;
+    rlt_fx_t *f = *state;
     char req[256];
     resp_t r;
     int fd, i;
 
-    start(f, "--rule", "api=5/3600s", NULL, NULL, NULL, NULL);
-    fd = rlt_dial(f->hport);
+    rlt_fx_start(f, 0, "--rule", "api=5/3600s", NULL, NULL, NULL, NULL);
+    fd = rlt_dial(f->srv[0].hport);
     assert_true(fd >= 0);
     rd.len = 0;
     for (i = 0; i < 7; i++) {
@@ -246,17 +196,18 @@ static void test_limit(void **state)
     }
     close(fd);
 
-    get(f->hport, "/check?rule=api&key=user%3A1&deny_status=403", "", &r);
+    get(f->srv[0].hport, "/check?rule=api&key=user%3A1&deny_status=403", "",
+        &r);
     assert_int_equal(r.status, 403);
     assert_true(hnum(&r, "Retry-After") >= 1);
     /* "user:1" percent-encoded or not is one key; "user 1" another. */
-    get(f->hport, "/check?rule=api&key=user:1", "", &r);
+    get(f->srv[0].hport, "/check?rule=api&key=user:1", "", &r);
     assert_int_equal(r.status, 429);
-    get(f->hport, "/check?rule=api&key=user+1", "", &r);
+    get(f->srv[0].hport, "/check?rule=api&key=user+1", "", &r);
     assert_int_equal(r.status, 200);
     assert_decision_headers(&r, 5, 4);
     /* HEAD: the same decision, headers only. */
-    fd = rlt_dial(f->hport);
+    fd = rlt_dial(f->srv[0].hport);
     rd.len = 0;
     snprintf(req, sizeof(req),
              "HEAD /check?rule=api&key=user%%201 HTTP/1.1"
@@ -271,7 +222,7 @@ static void test_limit(void **state)
     {
         static char page[1 << 17];
         assert_int_equal(
-            rlt_http_get(f->srv.mport, "/metrics", page, sizeof(page)), 200);
+            rlt_http_get(f->srv[0].mport, "/metrics", page, sizeof(page)), 200);
         assert_int_equal(
             rlt_sample(page, "rl_check_requests_total{code=\"200\"}"), 7);
         assert_int_equal(
@@ -279,18 +230,13 @@ static void test_limit(void **state)
         assert_int_equal(
             rlt_sample(page, "rl_check_requests_total{code=\"403\"}"), 1);
     }
-    assert_int_equal(rlt_server_stop(&f->srv), 0);
+    assert_int_equal(rlt_server_stop(&f->srv[0]), 0);
 }
 
 /* A sample of the server's /metrics page; -1 when absent. */
-static long long metric(fx_t *f, const char *name)
+static long long metric(const rlt_fx_t *f, const char *name)
 {
-    static char page[1 << 16];
-
-    assert_int_equal(rlt_http_get(f->srv.mport, "/metrics", page,
-                                  sizeof(page)),
-                     200);
-    return rlt_sample(page, name);
+    return rlt_fx_metric(f->srv[0].mport, name);
 }
 
 /* The key from a header: from X-Forwarded-For, the address the trusted
@@ -299,77 +245,82 @@ static long long metric(fx_t *f, const char *name)
  * configured; rule= wins. */
 static void test_key_header(void **state)
 {
-    fx_t *f = *state;
+    rlt_fx_t *f = *state;
     resp_t r;
 
-    start(f, "--rule", "api=2/3600s", "--check-key-header", "x-forwarded-for",
-          "--check-rule-header", "X-RateLimit-Rule", NULL);
-    get(f->hport, "/check?rule=api", "X-Forwarded-For: 10.0.0.1\r\n", &r);
+    rlt_fx_start(f, 0, "--rule", "api=2/3600s", "--check-key-header",
+                 "x-forwarded-for", "--check-rule-header", "X-RateLimit-Rule",
+                 NULL);
+    get(f->srv[0].hport, "/check?rule=api", "X-Forwarded-For: 10.0.0.1\r\n",
+        &r);
     assert_int_equal(r.status, 200);
     assert_int_equal(hnum(&r, "X-RateLimit-Remaining"), 1);
     /* A client that writes its own X-Forwarded-For still spends the
      * counter of the address its proxy appended. */
-    get(f->hport, "/check?rule=api",
+    get(f->srv[0].hport, "/check?rule=api",
         "X-Forwarded-For:  192.168.0.9 , 10.0.0.1 \r\n", &r);
     assert_int_equal(r.status, 200);
     assert_int_equal(hnum(&r, "X-RateLimit-Remaining"), 0);
     /* Lines add up in order: the last line's last entry counts. */
-    get(f->hport, "/check?rule=api",
+    get(f->srv[0].hport, "/check?rule=api",
         "X-Forwarded-For: 10.0.0.2\r\nX-Forwarded-For: 10.0.0.1\r\n", &r);
     assert_int_equal(r.status, 429);
     /* key= wins over the header. */
-    get(f->hport, "/check?rule=api&key=10.0.0.2",
+    get(f->srv[0].hport, "/check?rule=api&key=10.0.0.2",
         "X-Forwarded-For: 10.0.0.1\r\n", &r);
     assert_int_equal(r.status, 200);
     assert_int_equal(hnum(&r, "X-RateLimit-Remaining"), 1);
     /* The rule from its header (Traefik forwardAuth style: a fixed URL). */
-    get(f->hport, "/check",
+    get(f->srv[0].hport, "/check",
         "X-RateLimit-Rule: api\r\nX-Forwarded-For: 10.0.0.3\r\n", &r);
     assert_int_equal(r.status, 200);
     assert_int_equal(hnum(&r, "X-RateLimit-Remaining"), 1);
-    get(f->hport, "/check?rule=nope",
+    get(f->srv[0].hport, "/check?rule=nope",
         "X-RateLimit-Rule: api\r\nX-Forwarded-For: 10.0.0.3\r\n", &r);
     assert_int_equal(r.status, 400);
     assert_string_equal(r.body, "bad request\n");
     /* No key anywhere; an empty last entry. The client sees a plain 400;
      * the reason is counted. */
-    get(f->hport, "/check?rule=api", "", &r);
+    get(f->srv[0].hport, "/check?rule=api", "", &r);
     assert_int_equal(r.status, 400);
     assert_string_equal(r.body, "bad request\n");
-    get(f->hport, "/check?rule=api", "X-Forwarded-For: 1.2.3.4,\r\n", &r);
+    get(f->srv[0].hport, "/check?rule=api", "X-Forwarded-For: 1.2.3.4,\r\n",
+        &r);
     assert_int_equal(r.status, 400);
     assert_int_equal(metric(f, "rl_check_rejected_total{reason=\"no_key\"}"),
                      2);
     assert_int_equal(
         metric(f, "rl_check_rejected_total{reason=\"unknown_rule\"}"), 1);
-    assert_int_equal(rlt_server_stop(&f->srv), 0);
+    assert_int_equal(rlt_server_stop(&f->srv[0]), 0);
 
     /* Two trusted proxies: the entry before the last. */
-    start(f, "--rule", "api=1/3600s", "--check-key-header", "X-Forwarded-For",
-          "--check-xff-hops", "2", "--check-error-details", NULL);
-    get(f->hport, "/check?rule=api",
+    rlt_fx_start(f, 0, "--rule", "api=1/3600s", "--check-key-header",
+                 "X-Forwarded-For", "--check-xff-hops", "2",
+                 "--check-error-details", NULL);
+    get(f->srv[0].hport, "/check?rule=api",
         "X-Forwarded-For: 6.6.6.6, 10.0.0.7, 172.16.0.1\r\n", &r);
     assert_int_equal(r.status, 200);
-    get(f->hport, "/check?rule=api",
+    get(f->srv[0].hport, "/check?rule=api",
         "X-Forwarded-For: 7.7.7.7\r\nX-Forwarded-For: 10.0.0.7, 172.16.0.2"
         "\r\n",
         &r);
     assert_int_equal(r.status, 429);
-    get(f->hport, "/check?rule=api", "X-Forwarded-For: 172.16.0.1\r\n", &r);
+    get(f->srv[0].hport, "/check?rule=api", "X-Forwarded-For: 172.16.0.1\r\n",
+        &r);
     assert_int_equal(r.status, 400);
     assert_non_null(strstr(r.body, "fewer addresses"));
-    assert_int_equal(rlt_server_stop(&f->srv), 0);
+    assert_int_equal(rlt_server_stop(&f->srv[0]), 0);
 
     /* --check-xff-hops 0 takes the leftmost: what the client wrote. */
-    start(f, "--rule", "api=1/3600s", "--check-key-header", "X-Forwarded-For",
-          "--check-xff-hops", "0", NULL, NULL);
-    get(f->hport, "/check?rule=api", "X-Forwarded-For: 9.9.9.9, 10.0.0.1\r\n",
-        &r);
+    rlt_fx_start(f, 0, "--rule", "api=1/3600s", "--check-key-header",
+                 "X-Forwarded-For", "--check-xff-hops", "0", NULL, NULL);
+    get(f->srv[0].hport, "/check?rule=api",
+        "X-Forwarded-For: 9.9.9.9, 10.0.0.1\r\n", &r);
     assert_int_equal(r.status, 200);
-    get(f->hport, "/check?rule=api", "X-Forwarded-For: 9.9.9.9, 10.0.0.2\r\n",
-        &r);
+    get(f->srv[0].hport, "/check?rule=api",
+        "X-Forwarded-For: 9.9.9.9, 10.0.0.2\r\n", &r);
     assert_int_equal(r.status, 429);
-    assert_int_equal(rlt_server_stop(&f->srv), 0);
+    assert_int_equal(rlt_server_stop(&f->srv[0]), 0);
 }
 
 /* Bad input gets a clear 4xx, and the listener keeps serving. */
@@ -398,16 +349,16 @@ static void test_bad_input(void **state)
         {"/", 404, NULL},
     };
     static char target[16384], req[16384];
-    fx_t *f = *state;
+    rlt_fx_t *f = *state;
     resp_t r;
     size_t i;
     int n;
 
     /* The reasons in the body, as --check-error-details asks. */
-    start(f, "--rule", "api=100/3600s", "--check-error-details", NULL, NULL,
-          NULL);
+    rlt_fx_start(f, 0, "--rule", "api=100/3600s", "--check-error-details", NULL,
+                 NULL, NULL);
     for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        get(f->hport, cases[i].target, "", &r);
+        get(f->srv[0].hport, cases[i].target, "", &r);
         if (r.status != cases[i].status ||
             (cases[i].body != NULL && strstr(r.body, cases[i].body) == NULL))
             fail_msg("%s: %d '%s'", cases[i].target, r.status, r.body);
@@ -417,10 +368,10 @@ static void test_bad_input(void **state)
     n = snprintf(target, sizeof(target), "/check?rule=api&key=");
     for (i = 0; i < 512; i++)
         n += snprintf(target + n, sizeof(target) - (size_t)n, "%%41");
-    get(f->hport, target, "", &r);
+    get(f->srv[0].hport, target, "", &r);
     assert_int_equal(r.status, 200);
     snprintf(target + n, sizeof(target) - (size_t)n, "B");
-    get(f->hport, target, "", &r);
+    get(f->srv[0].hport, target, "", &r);
     assert_int_equal(r.status, 400);
     assert_non_null(strstr(r.body, "longer than 512"));
     /* A rule name of 129 bytes. */
@@ -428,7 +379,7 @@ static void test_bad_input(void **state)
     for (i = 0; i < 129; i++)
         target[n++] = 'r';
     target[n] = '\0';
-    get(f->hport, target, "", &r);
+    get(f->srv[0].hport, target, "", &r);
     assert_int_equal(r.status, 400);
     assert_non_null(strstr(r.body, "longer than 128"));
 
@@ -437,12 +388,12 @@ static void test_bad_input(void **state)
     n = snprintf(target, sizeof(target), "/check?rule=api&key=a&pad=");
     memset(target + n, 'x', 4200);
     target[n + 4200] = '\0';
-    get(f->hport, target, "", &r);
+    get(f->srv[0].hport, target, "", &r);
     assert_int_equal(r.status, 414);
     memset(target + n, 'x', 9000);
     target[n + 9000] = '\0';
     n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\n\r\n", target);
-    fetch(f->hport, req, (size_t)n, &r);
+    fetch(f->srv[0].hport, req, (size_t)n, &r);
     assert_int_equal(r.status, 414);
     assert_true(r.closes);
     n = snprintf(req, sizeof(req),
@@ -451,42 +402,42 @@ static void test_bad_input(void **state)
     memset(req + n, 'p', 9000);
     n += 9000;
     n += snprintf(req + n, sizeof(req) - (size_t)n, "\r\n\r\n");
-    fetch(f->hport, req, (size_t)n, &r);
+    fetch(f->srv[0].hport, req, (size_t)n, &r);
     assert_int_equal(r.status, 431);
     assert_true(r.closes);
     n = snprintf(req, sizeof(req), "GET /check?rule=api&key=a HTTP/1.1\r\n");
     for (i = 0; i < 65; i++)
         n += snprintf(req + n, sizeof(req) - (size_t)n, "X-H%zu: v\r\n", i);
     n += snprintf(req + n, sizeof(req) - (size_t)n, "\r\n");
-    fetch(f->hport, req, (size_t)n, &r);
+    fetch(f->srv[0].hport, req, (size_t)n, &r);
     assert_int_equal(r.status, 431);
 
     /* Methods: POST, DELETE 405 with Allow; garbage 400 and close. */
     n = snprintf(req, sizeof(req),
                  "POST /check?rule=api&key=a HTTP/1.1\r\n"
                  "Content-Length: 0\r\n\r\n");
-    fetch(f->hport, req, (size_t)n, &r);
+    fetch(f->srv[0].hport, req, (size_t)n, &r);
     assert_int_equal(r.status, 405);
     assert_non_null(strstr(r.head, "Allow: GET, HEAD"));
     n = snprintf(req, sizeof(req),
                  "DELETE /check?rule=api&key=a HTTP/1.1"
                  "\r\n\r\n");
-    fetch(f->hport, req, (size_t)n, &r);
+    fetch(f->srv[0].hport, req, (size_t)n, &r);
     assert_int_equal(r.status, 405);
-    fetch(f->hport, "GARBAGE\r\n\r\n", 11, &r);
+    fetch(f->srv[0].hport, "GARBAGE\r\n\r\n", 11, &r);
     assert_int_equal(r.status, 400);
     assert_true(r.closes);
     n = snprintf(req, sizeof(req),
                  "GET /check?rule=api&key=a HTTP/1.1\r\n"
                  "Content-Length: 5\r\n\r\nhello");
-    fetch(f->hport, req, (size_t)n, &r);
+    fetch(f->srv[0].hport, req, (size_t)n, &r);
     assert_int_equal(r.status, 400);
 
     /* Still serving, and key "A"*512 was counted once. */
-    get(f->hport, "/check?rule=api&key=a", "", &r);
+    get(f->srv[0].hport, "/check?rule=api&key=a", "", &r);
     assert_int_equal(r.status, 200);
     assert_int_equal(hnum(&r, "X-RateLimit-Remaining"), 99);
-    assert_int_equal(rlt_server_stop(&f->srv), 0);
+    assert_int_equal(rlt_server_stop(&f->srv[0]), 0);
 }
 
 /* 1,000 requests on one connection, written 50 at a time without waiting:
@@ -495,13 +446,13 @@ static void test_keepalive_pipelined(void **state)
 {
     static rd_t rd;
     static char batch[50 * 80];
-    fx_t *f = *state;
+    rlt_fx_t *f = *state;
     resp_t r;
     int fd, i, j, n;
     long expect = 99999;
 
-    start(f, "--rule", "api=100000/3600s", NULL, NULL, NULL, NULL);
-    fd = rlt_dial(f->hport);
+    rlt_fx_start(f, 0, "--rule", "api=100000/3600s", NULL, NULL, NULL, NULL);
+    fd = rlt_dial(f->srv[0].hport);
     assert_true(fd >= 0);
     rd.len = 0;
     for (i = 0; i < 20; i++) {
@@ -519,29 +470,30 @@ static void test_keepalive_pipelined(void **state)
     }
     assert_int_equal(rd.len, 0);
     close(fd);
-    assert_int_equal(rlt_server_stop(&f->srv), 0);
+    assert_int_equal(rlt_server_stop(&f->srv[0]), 0);
 }
 
 /* The store is down and the fail mode closed: 503; open: 200. */
 static void test_store_down(void **state)
 {
-    fx_t *f = *state;
+    rlt_fx_t *f = *state;
     char redis[32];
     resp_t r;
     int dead = rlt_port_reserve(); /* reserved: nothing listens there */
 
     snprintf(redis, sizeof(redis), "127.0.0.1:%d", dead);
-    start(f, "--rule", "api=5/3600s", "--redis", redis, "--fail-closed", NULL);
-    get(f->hport, "/check?rule=api&key=a", "", &r);
+    rlt_fx_start(f, 0, "--rule", "api=5/3600s", "--redis", redis,
+                 "--fail-closed", NULL);
+    get(f->srv[0].hport, "/check?rule=api&key=a", "", &r);
     assert_int_equal(r.status, 503);
     assert_non_null(strstr(r.body, "fail-closed"));
     assert_int_equal(hnum(&r, "X-RateLimit-Limit"), 5);
-    assert_int_equal(rlt_server_stop(&f->srv), 0);
+    assert_int_equal(rlt_server_stop(&f->srv[0]), 0);
 
-    start(f, "--rule", "api=5/3600s", "--redis", redis, NULL, NULL);
-    get(f->hport, "/check?rule=api&key=a", "", &r);
+    rlt_fx_start(f, 0, "--rule", "api=5/3600s", "--redis", redis, NULL, NULL);
+    get(f->srv[0].hport, "/check?rule=api&key=a", "", &r);
     assert_int_equal(r.status, 200);
-    assert_int_equal(rlt_server_stop(&f->srv), 0);
+    assert_int_equal(rlt_server_stop(&f->srv[0]), 0);
 }
 
 /* Returns 1 once the peer closes fd (end of file or reset) within ms. */
@@ -565,13 +517,13 @@ static void test_stop(void **state)
 {
     static const char first[] = "GET /check?rule=api&key=a HTTP/1.1\r\n";
     static rd_t rd;
-    fx_t *f = *state;
+    rlt_fx_t *f = *state;
     int idle, half, status;
     resp_t r;
 
-    start(f, "--rule", "api=5/3600s", NULL, NULL, NULL, NULL);
-    idle = rlt_dial(f->hport);
-    half = rlt_dial(f->hport);
+    rlt_fx_start(f, 0, "--rule", "api=5/3600s", NULL, NULL, NULL, NULL);
+    idle = rlt_dial(f->srv[0].hport);
+    half = rlt_dial(f->srv[0].hport);
     assert_true(idle >= 0 && half >= 0);
     /* The idle one has been served once (a kept-alive connection). */
     assert_int_equal(rlt_send_all(idle, first, sizeof(first) - 1), RL_OK);
@@ -581,10 +533,10 @@ static void test_stop(void **state)
     assert_int_equal(r.status, 200);
     assert_int_equal(rlt_send_all(half, first, sizeof(first) - 1), RL_OK);
     /* Both connections are in the server before the signal. */
-    get(f->hport, "/check?rule=api&key=b", "", &r);
+    get(f->srv[0].hport, "/check?rule=api&key=b", "", &r);
     assert_int_equal(r.status, 200);
 
-    assert_int_equal(kill(f->srv.pid, SIGTERM), 0);
+    assert_int_equal(kill(f->srv[0].pid, SIGTERM), 0);
     assert_true(closed_within(idle, 3000));
     assert_int_equal(rlt_send_all(half, "\r\n", 2), RL_OK);
     rd.len = 0;
@@ -595,7 +547,7 @@ static void test_stop(void **state)
     assert_true(closed_within(half, 3000));
     close(idle);
     close(half);
-    status = rlt_server_stop(&f->srv);
+    status = rlt_server_stop(&f->srv[0]);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
@@ -605,7 +557,7 @@ static void test_modes(void **state)
 {
     static char page[1 << 17];
     char path[64];
-    fx_t *f = *state;
+    rlt_fx_t *f = *state;
     resp_t r;
     FILE *fp;
 
@@ -617,21 +569,21 @@ static void test_modes(void **state)
           "  offr:\n    limits: [1/1h]\n    mode: off\n",
           fp);
     fclose(fp);
-    start(f, "--config", path, NULL, NULL, NULL, NULL);
-    get(f->hport, "/check?rule=sh&key=a", "", &r);
+    rlt_fx_start(f, 0, "--config", path, NULL, NULL, NULL, NULL);
+    get(f->srv[0].hport, "/check?rule=sh&key=a", "", &r);
     assert_int_equal(r.status, 200);
     assert_string_equal(r.body, "allowed\n");
-    get(f->hport, "/check?rule=sh&key=a", "", &r);
+    get(f->srv[0].hport, "/check?rule=sh&key=a", "", &r);
     assert_int_equal(r.status, 200);
     assert_non_null(strstr(r.body, "shadow"));
     assert_int_equal(hnum(&r, "Retry-After"), -1);
-    get(f->hport, "/check?rule=offr&key=a", "", &r);
+    get(f->srv[0].hport, "/check?rule=offr&key=a", "", &r);
     assert_int_equal(r.status, 200);
-    get(f->hport, "/check?rule=offr&key=a", "", &r);
+    get(f->srv[0].hport, "/check?rule=offr&key=a", "", &r);
     assert_int_equal(r.status, 200);
     assert_int_equal(hnum(&r, "X-RateLimit-Remaining"), 1);
-    assert_int_equal(rlt_http_get(f->srv.mport, "/metrics", page, sizeof(page)),
-                     200);
+    assert_int_equal(
+        rlt_http_get(f->srv[0].mport, "/metrics", page, sizeof(page)), 200);
     assert_int_equal(rlt_sample(page, "rl_rule_decisions_total{rule=\"sh\","
                                       "result=\"shadow_refused\"}"),
                      1);
@@ -642,17 +594,13 @@ static void test_modes(void **state)
                                       "\"offr\",result=\"uncounted\"}"),
                      2);
     unlink(path);
-    assert_int_equal(rlt_server_stop(&f->srv), 0);
+    assert_int_equal(rlt_server_stop(&f->srv[0]), 0);
 }
 
 /* rl_requests_batched_total: checks handed to the batcher. */
-static long long batched(fx_t *f)
+static long long batched(const rlt_fx_t *f)
 {
-    static char page[1 << 17];
-
-    assert_int_equal(rlt_http_get(f->srv.mport, "/metrics", page, sizeof(page)),
-                     200);
-    return rlt_sample(page, "rl_requests_batched_total");
+    return metric(f, "rl_requests_batched_total");
 }
 
 /* Answers that come late, with Redis stopped (SIGSTOP) so a batch waits
@@ -664,7 +612,7 @@ static void test_late_answers(void **state)
 {
     static const char req[] = "GET /check?rule=api&key=a HTTP/1.1\r\n\r\n";
     static rd_t rd;
-    fx_t *f = *state;
+    rlt_fx_t *f = *state;
     rlt_redis_t *redis = &f->redis;
     char raddr[32];
     int gone, kept, status, i;
@@ -678,11 +626,11 @@ static void test_late_answers(void **state)
     }
     f->redis_on = 1;
     snprintf(raddr, sizeof(raddr), "127.0.0.1:%d", redis->port);
-    start(f, "--rule", "api=100/3600s", "--redis", raddr, "--redis-timeout-ms",
-          "2000", NULL);
+    rlt_fx_start(f, 0, "--rule", "api=100/3600s", "--redis", raddr,
+                 "--redis-timeout-ms", "2000", NULL);
     /* Up: a decision from Redis. */
     for (i = 0; i < 100; i++) {
-        get(f->hport, "/check?rule=api&key=a", "", &r);
+        get(f->srv[0].hport, "/check?rule=api&key=a", "", &r);
         /* A fail-open answer (Redis not up yet) consumes nothing. */
         if (r.status == 200 && hnum(&r, "X-RateLimit-Remaining") < 100)
             break;
@@ -691,8 +639,8 @@ static void test_late_answers(void **state)
     assert_true(i < 100);
     base = batched(f);
     rlt_redis_pause(redis, 1);
-    gone = rlt_dial(f->hport);
-    kept = rlt_dial(f->hport);
+    gone = rlt_dial(f->srv[0].hport);
+    kept = rlt_dial(f->srv[0].hport);
     assert_true(gone >= 0 && kept >= 0);
     assert_int_equal(rlt_send_all(gone, req, sizeof(req) - 1), RL_OK);
     assert_int_equal(rlt_send_all(kept, req, sizeof(req) - 1), RL_OK);
@@ -703,7 +651,7 @@ static void test_late_answers(void **state)
         usleep(2000);
     assert_int_equal(batched(f), base + 2);
     close(gone); /* before its answer */
-    assert_int_equal(kill(f->srv.pid, SIGTERM), 0);
+    assert_int_equal(kill(f->srv[0].pid, SIGTERM), 0);
     rd.len = 0;
     assert_int_equal(read_resp(kept, &rd, &r), 0); /* after the timeout */
     assert_int_equal(r.status, 200);               /* fail-open */
@@ -712,24 +660,28 @@ static void test_late_answers(void **state)
     assert_true(closed_within(kept, 3000));
     close(kept);
     rlt_redis_pause(redis, 0);
-    status = rlt_server_stop(&f->srv);
+    status = rlt_server_stop(&f->srv[0]);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_limit, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_key_header, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_keepalive_pipelined, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_store_down, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_stop, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_late_answers, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_modes, setup, teardown),
+        RLT_FX_TEST(test_limit),
+        RLT_FX_TEST(test_key_header),
+        RLT_FX_TEST(test_bad_input),
+        RLT_FX_TEST(test_keepalive_pipelined),
+        RLT_FX_TEST(test_store_down),
+        RLT_FX_TEST(test_stop),
+        RLT_FX_TEST(test_late_answers),
+        RLT_FX_TEST(test_modes),
     };
 
     signal(SIGPIPE, SIG_IGN);
+    rlt_fx_use(
+        &(rlt_fx_conf_t){.bin = RL_SERVER_BIN,
+                         .log_level = "warn",
+                         .args = (char *[]){"--http", "127.0.0.1:0", NULL},
+                         .metrics = 1});
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

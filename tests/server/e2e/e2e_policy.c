@@ -30,6 +30,7 @@
 #include "rl_error.h"
 #include "rl_msg.h"
 #include "rlt.h"
+#include "rlt_fx.h"
 
 #ifndef RL_SERVER_BIN
 #error "RL_SERVER_BIN must name the rl-server binary"
@@ -38,116 +39,43 @@
 #error "RL_CTL_BIN must name the rl-ctl binary"
 #endif
 
-#define NSERVERS 3
+#define NSERVERS RLT_FX_SERVERS
 
-typedef struct {
-    rlt_redis_t redis;
-    int have_redis;
-    rlt_server_t srv[NSERVERS];
-    int mport[NSERVERS];
-    char dir[64];
-    char rules[128];
-} fx_t;
-
-static void nap_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
-
-    nanosleep(&ts, NULL);
-}
-
+/* Every test has a scratch directory for its rules file (f->rules) and
+ * the servers' logs. */
 static int setup(void **state)
 {
-    fx_t *f = calloc(1, sizeof(*f));
-    int i;
-
-    for (i = 0; i < NSERVERS; i++)
-        f->srv[i].pid = -1;
-    snprintf(f->dir, sizeof(f->dir), "/tmp/rlt-policy-XXXXXX");
-    if (mkdtemp(f->dir) == NULL)
+    if (rlt_fx_setup(state) != 0)
         return -1;
-    snprintf(f->rules, sizeof(f->rules), "%s/rules.yaml", f->dir);
-    *state = f;
-    return 0;
+    return rlt_fx_mkdir(*state, "policy") == RL_OK ? 0 : -1;
 }
 
-static int teardown(void **state)
-{
-    fx_t *f = *state;
-    char cmd[160];
-    int i;
-
-    for (i = 0; i < NSERVERS; i++)
-        if (f->srv[i].pid > 0)
-            rlt_server_stop(&f->srv[i]);
-    if (f->have_redis)
-        rlt_redis_stop(&f->redis);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", f->dir);
-    free(f);
-    return 0;
-}
-
-static void write_file(const char *path, const char *text)
-{
-    char tmp[256];
-    FILE *fp;
-
-    /* Written aside and renamed over, as editors and config managers do. */
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    fp = fopen(tmp, "w");
-    assert_non_null(fp);
-    assert_int_equal(fputs(text, fp) >= 0, 1);
-    assert_int_equal(fclose(fp), 0);
-    assert_int_equal(rename(tmp, path), 0);
-}
-
-static void start_redis(fx_t *f)
-{
-    assert_int_equal(rlt_redis_start(&f->redis), RL_OK);
-    f->have_redis = 1;
-}
+#define POLICY_TEST(t)                                                         \
+    cmocka_unit_test_setup_teardown(t, setup, rlt_fx_teardown)
 
 /* Starts server i with --metrics and the extra arguments (NULL-ended);
  * with Redis when the fixture has one. */
-static void vstart_server(fx_t *f, int i, va_list ap)
+static void vstart_server(rlt_fx_t *f, int i, va_list ap)
 {
-    char *argv[40], raddr[32];
-    const char *a;
-    int k = 0;
+    char *redis[] = {"--redis", f->raddr, NULL};
 
-    argv[k++] = "--metrics";
-    argv[k++] = "127.0.0.1:0";
-    argv[k++] = "--log-level";
-    argv[k++] = getenv("RLT_SERVER_LOG") ? getenv("RLT_SERVER_LOG") : "error";
-    if (f->have_redis) {
-        snprintf(raddr, sizeof(raddr), "127.0.0.1:%d", f->redis.port);
-        argv[k++] = "--redis";
-        argv[k++] = raddr;
-    }
-    while ((a = va_arg(ap, const char *)) != NULL && k < 38)
-        argv[k++] = (char *)a;
-    argv[k] = NULL;
-    assert_int_equal(rlt_server_start(&f->srv[i], RL_SERVER_BIN, 0, argv),
-                     RL_OK);
-    f->mport[i] = f->srv[i].mport;
-    if (f->have_redis) {
+    rlt_fx_vstart(f, i, f->redis_on ? redis : NULL, ap);
+    if (f->redis_on) {
         /* These tests count exact decisions: requests that come before
          * the server has connected to Redis get the fail mode, uncounted
          * (and /healthz says 503 until then). */
         char body[256];
         uint64_t t0 = rlt_mono_ms();
 
-        while (rlt_http_get(f->mport[i], "/healthz", body, sizeof(body)) !=
+        while (rlt_http_get(f->srv[i].mport, "/healthz", body, sizeof(body)) !=
                200) {
             assert_true(rlt_mono_ms() - t0 < 5000);
-            nap_ms(10);
+            rlt_nap_ms(10);
         }
     }
 }
 
-static void start_server(fx_t *f, int i, ...)
+static void start_server(rlt_fx_t *f, int i, ...)
 {
     va_list ap;
 
@@ -158,7 +86,7 @@ static void start_server(fx_t *f, int i, ...)
 
 /* Like start_server, at --log-level info, with the server's log (its
  * stderr) in f->dir/server<i>.log, for tests that read what it says. */
-static void start_server_logged(fx_t *f, int i, ...)
+static void start_server_logged(rlt_fx_t *f, int i, ...)
 {
     char log[128];
     int saved = dup(2), fd;
@@ -181,7 +109,7 @@ static void start_server_logged(fx_t *f, int i, ...)
 
 /* Lines of server i's log (start_server_logged) that contain all of the
  * given strings (NULL-ended). */
-static int log_lines(fx_t *f, int i, ...)
+static int log_lines(rlt_fx_t *f, int i, ...)
 {
     char path[128], line[2048];
     int n = 0;
@@ -228,18 +156,13 @@ static int run(char *out, size_t len, const char *fmt, ...)
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-static long long metric(fx_t *f, int i, const char *name)
+static long long metric(const rlt_fx_t *f, int i, const char *name)
 {
-    static char page[1 << 18];
-
-    assert_int_equal(rlt_http_get(f->mport[i], "/metrics", page,
-                                  sizeof(page)),
-                     200);
-    return rlt_sample(page, name);
+    return rlt_fx_metric(f->srv[i].mport, name);
 }
 
 /* A counter that has not counted yet is absent from the page: 0. */
-static long long metric0(fx_t *f, int i, const char *name)
+static long long metric0(rlt_fx_t *f, int i, const char *name)
 {
     long long v = metric(f, i, name);
 
@@ -248,7 +171,7 @@ static long long metric0(fx_t *f, int i, const char *name)
 
 /* Waits until a metric of server i reaches at least v; returns the time it
  * took in ms, or fails the test after timeout_ms. */
-static uint64_t await_metric(fx_t *f, int i, const char *name, long long v,
+static uint64_t await_metric(rlt_fx_t *f, int i, const char *name, long long v,
                              uint64_t timeout_ms)
 {
     uint64_t t0 = rlt_mono_ms();
@@ -257,7 +180,7 @@ static uint64_t await_metric(fx_t *f, int i, const char *name, long long v,
         if (rlt_mono_ms() - t0 > timeout_ms)
             fail_msg("server %d: %s stayed below %lld for %llu ms", i, name,
                      v, (unsigned long long)timeout_ms);
-        nap_ms(5);
+        rlt_nap_ms(5);
     }
     return rlt_mono_ms() - t0;
 }
@@ -287,7 +210,7 @@ static rlt_result_t ask(int port, rl_check_t q)
     return r;
 }
 
-static long long redis_int(fx_t *f, const char *fmt, ...)
+static long long redis_int(rlt_fx_t *f, const char *fmt, ...)
 {
     redisContext *c = rlt_redis_connect(&f->redis);
     char cmd[512];
@@ -329,34 +252,35 @@ static const char example[] =
 /* --check-config: 0 for a good file, 2 with FILE:LINE for each error. */
 static void test_check_config(void **state)
 {
-    fx_t *f = *state;
+    rlt_fx_t *f = *state;
     char out[8192], path[400];
     int fd;
 
-    write_file(f->rules, example);
+    rlt_fx_write_file(f->rules, example);
     assert_int_equal(run(out, sizeof(out), "%s --check-config %s",
                          RL_SERVER_BIN, f->rules),
                      0);
     assert_non_null(strstr(out, "ok, 3 rules"));
 
     /* Every error, each with its line; nothing served. */
-    write_file(f->rules, "rules:\n"
-                         "  a:\n"
-                         "    limits: [5/60x]\n"
-                         "  b:\n"
-                         "    limits: [0/1m]\n"
-                         "    colour: red\n"
-                         "  \"c d\":\n"
-                         "    limits: [1/1s]\n"
-                         "  e:\n"
-                         "    limits: [1/1s, 1/2s, 1/3s, 1/4s, 1/5s, 1/6s, "
-                         "1/7s, 1/8s, 1/9s]\n"
-                         "  f:\n"
-                         "    limits: [1/1s]\n"
-                         "    overrides:\n"
-                         "      \"\": [2/1s]\n"
-                         "  a:\n"
-                         "    limits: [1/1s]\n");
+    rlt_fx_write_file(f->rules,
+                      "rules:\n"
+                      "  a:\n"
+                      "    limits: [5/60x]\n"
+                      "  b:\n"
+                      "    limits: [0/1m]\n"
+                      "    colour: red\n"
+                      "  \"c d\":\n"
+                      "    limits: [1/1s]\n"
+                      "  e:\n"
+                      "    limits: [1/1s, 1/2s, 1/3s, 1/4s, 1/5s, 1/6s, "
+                      "1/7s, 1/8s, 1/9s]\n"
+                      "  f:\n"
+                      "    limits: [1/1s]\n"
+                      "    overrides:\n"
+                      "      \"\": [2/1s]\n"
+                      "  a:\n"
+                      "    limits: [1/1s]\n");
     assert_int_equal(run(out, sizeof(out), "%s --check-config %s",
                          RL_SERVER_BIN, f->rules),
                      2);
@@ -377,7 +301,7 @@ static void test_check_config(void **state)
     assert_non_null(strstr(out, path));
 
     /* A --rule flag merges with the file; a name in both is an error. */
-    write_file(f->rules, example);
+    rlt_fx_write_file(f->rules, example);
     assert_int_equal(run(out, sizeof(out),
                          "%s --rule extra=3/1s,9/1m --check-config %s",
                          RL_SERVER_BIN, f->rules),
@@ -414,7 +338,7 @@ static void test_check_config(void **state)
         memset(deep + 7, '[', 200000);
         deep[200007] = '\n';
         deep[200008] = '\0';
-        write_file(f->rules, deep);
+        rlt_fx_write_file(f->rules, deep);
         assert_int_equal(run(out, sizeof(out), "%s --check-config %s",
                              RL_SERVER_BIN, f->rules),
                          2);
@@ -433,15 +357,15 @@ static void test_check_config(void **state)
  * both lines, instead of letting the last one win. */
 static void test_check_duplicate_keys(void **state)
 {
-    fx_t *f = *state;
+    rlt_fx_t *f = *state;
     char out[8192], want[512], envoy[128];
 
-    write_file(f->rules, "rules:\n"
-                         "  api:\n"
-                         "    limits: [1/1m]\n"
-                         "    mode: shadow\n"
-                         "    limits: [1000000/1s]\n"
-                         "    mode: enforce\n");
+    rlt_fx_write_file(f->rules, "rules:\n"
+                                "  api:\n"
+                                "    limits: [1/1m]\n"
+                                "    mode: shadow\n"
+                                "    limits: [1000000/1s]\n"
+                                "    mode: enforce\n");
     assert_int_equal(run(out, sizeof(out), "%s --check-config %s",
                          RL_SERVER_BIN, f->rules),
                      2);
@@ -459,7 +383,8 @@ static void test_check_duplicate_keys(void **state)
     assert_non_null(strstr(out, want));
 
     snprintf(envoy, sizeof(envoy), "%s/envoy.yaml", f->dir);
-    write_file(envoy, "domain: a\n"
+    rlt_fx_write_file(envoy,
+                      "domain: a\n"
                       "descriptors:\n"
                       "  - key: k\n"
                       "    rate_limit: {unit: minute, requests_per_unit: 1}\n"
@@ -480,14 +405,14 @@ static void test_check_duplicate_keys(void **state)
  * inline limit on the same key and window. */
 static void test_counters_belong_to_their_rule(void **state)
 {
-    fx_t *f = *state;
+    rlt_fx_t *f = *state;
     int p, i;
 
     /* Hour windows, and not within 5 s of an hour's end: the counts
      * below must all fall in one window. */
     while (3600 - time(NULL) % 3600 < 5)
-        nap_ms(200);
-    start_redis(f);
+        rlt_nap_ms(200);
+    rlt_fx_redis(f);
     start_server(f, 0, "--rule", "login=5/1h", "--rule", "api=100/1h", NULL);
     p = f->srv[0].port;
     /* login and api, same caller, same window length. */
@@ -519,7 +444,7 @@ static void test_counters_belong_to_their_rule(void **state)
 
 static void test_inline_caps(void **state)
 {
-    fx_t *f = *state;
+    rlt_fx_t *f = *state;
     rlt_result_t r;
 
     start_server(f, 0, "--rule", "r=5/1m", "--inline-limits", "deny", NULL);
@@ -547,11 +472,12 @@ static void test_inline_caps(void **state)
 /* Shadow: counted as enforce would, answered OK, flagged and counted. */
 static void test_shadow(void **state)
 {
-    fx_t *f = *state;
+    rlt_fx_t *f = *state;
     rlt_result_t r;
     int i;
 
-    write_file(f->rules, "rules:\n  s:\n    limits: [2/1h]\n    mode: shadow\n");
+    rlt_fx_write_file(f->rules,
+                      "rules:\n  s:\n    limits: [2/1h]\n    mode: shadow\n");
     start_server(f, 0, "--config", f->rules, NULL);
     for (i = 0; i < 2; i++) {
         r = ask(f->srv[0].port, rule_check((uint64_t)i + 1, "k", "s", 1));
@@ -610,7 +536,7 @@ static void *load_run(void *arg)
  * the quota-fit counters summed over the servers match the answers. */
 static void test_fleet_exact(void **state)
 {
-    fx_t *f = *state;
+    rlt_fx_t *f = *state;
     static load_t load[NSERVERS];
     pthread_t th[NSERVERS];
     uint64_t admitted_cost[FLEET_KEYS] = {0};
@@ -619,10 +545,10 @@ static void test_fleet_exact(void **state)
     int i, j, k;
 
     /* Windows of an hour and a day, so none rolls over during the test. */
-    write_file(f->rules, "rules:\n"
-                         "  hot:\n"
-                         "    limits: [40/1h, 25/1d]\n");
-    start_redis(f);
+    rlt_fx_write_file(f->rules, "rules:\n"
+                                "  hot:\n"
+                                "    limits: [40/1h, 25/1d]\n");
+    rlt_fx_redis(f);
     for (i = 0; i < NSERVERS; i++)
         start_server(f, i, "--config", f->rules, NULL);
     for (i = 0; i < NSERVERS; i++) {
@@ -692,12 +618,12 @@ static void test_fleet_exact(void **state)
  * garbage stored value falls back to the rule and is counted. */
 static void test_quota_rlctl(void **state)
 {
-    fx_t *f = *state;
+    rlt_fx_t *f = *state;
     char out[4096];
     rlt_result_t r;
     int i;
 
-    start_redis(f);
+    rlt_fx_redis(f);
     for (i = 0; i < 2; i++)
         start_server(f, i, "--rule", "api=3/1h", NULL);
     assert_int_equal(run(out, sizeof(out),
@@ -752,12 +678,12 @@ static void test_quota_rlctl(void **state)
  * right after waits for it instead of finding no server. */
 static void test_ready_after_switches(void **state)
 {
-    fx_t *f = *state;
+    rlt_fx_t *f = *state;
     char out[4096];
     rlt_result_t r;
     int i;
 
-    start_redis(f);
+    rlt_fx_redis(f);
     assert_int_equal(run(out, sizeof(out),
                          "%s --redis 127.0.0.1:%d --wait-ms 0 mode api off",
                          RL_CTL_BIN, f->redis.port),
@@ -860,7 +786,7 @@ static void *load_run_rule(void *arg)
  * is printed (the bound is 2 s). */
 static void test_switches(void **state)
 {
-    fx_t *f = *state;
+    rlt_fx_t *f = *state;
     static rl_load_t sw_load[NSERVERS];
     pthread_t sw_th[NSERVERS];
     char out[4096];
@@ -868,7 +794,7 @@ static void test_switches(void **state)
     uint64_t worst = 0, t;
     int i;
 
-    start_redis(f);
+    rlt_fx_redis(f);
     for (i = 0; i < NSERVERS; i++)
         start_server(f, i, "--rule", "api=4/1h", NULL);
     /* Load on every server throughout. */
@@ -945,7 +871,7 @@ static void test_switches(void **state)
 
 static void test_reload_under_load(void **state)
 {
-    fx_t *f = *state;
+    rlt_fx_t *f = *state;
     static const char good_a[] = "rules:\n  r:\n    limits: [7/1h, 11/1d]\n";
     static const char good_b[] = "rules:\n  r:\n    limits: [13/2h, 17/2d]\n";
     static const char bad[] = "rules:\n  r:\n    limits: [7/1h, 0/1d]\n";
@@ -953,7 +879,7 @@ static void test_reload_under_load(void **state)
     pthread_t th;
     int i, nbad = 0, ngood = 0;
 
-    write_file(f->rules, good_a);
+    rlt_fx_write_file(f->rules, good_a);
     /* Files renamed over: no need to wait the default second for each of
      * the 50 to settle. */
     start_server(f, 0, "--config", f->rules, "--reload-settle-ms", "200",
@@ -965,11 +891,11 @@ static void test_reload_under_load(void **state)
     assert_int_equal(pthread_create(&th, NULL, load_run_rule, &load), 0);
     for (i = 0; i < 50; i++) {
         if (i % 2) {
-            write_file(f->rules, bad);
+            rlt_fx_write_file(f->rules, bad);
             nbad++;
             await_metric(f, 0, "rl_config_reload_failures_total", nbad, 5000);
         } else {
-            write_file(f->rules, (i / 2) % 2 ? good_a : good_b);
+            rlt_fx_write_file(f->rules, (i / 2) % 2 ? good_a : good_b);
             ngood++;
             await_metric(f, 0, "rl_config_reloads_total", ngood, 5000);
         }
@@ -991,9 +917,9 @@ static void test_reload_under_load(void **state)
 /* SIGHUP reloads too; a file that vanishes keeps the rules. */
 static void test_sighup(void **state)
 {
-    fx_t *f = *state;
+    rlt_fx_t *f = *state;
 
-    write_file(f->rules, "rules:\n  r:\n    limits: [7/1h]\n");
+    rlt_fx_write_file(f->rules, "rules:\n  r:\n    limits: [7/1h]\n");
     start_server(f, 0, "--config", f->rules, NULL);
     assert_int_equal(ask(f->srv[0].port, rule_check(1, "k", "r", 1)).r.limit,
                      7);
@@ -1008,7 +934,7 @@ static void test_sighup(void **state)
 
 
 /* The limit and window rule `rule` has for key now (limit 0: no rule). */
-static void rule_now(fx_t *f, const char *rule, uint64_t *limit,
+static void rule_now(rlt_fx_t *f, const char *rule, uint64_t *limit,
                      uint32_t *window)
 {
     static uint64_t id = 1000;
@@ -1035,7 +961,7 @@ static void rule_now(fx_t *f, const char *rule, uint64_t *limit,
  * whole new file is what goes live, in one reload. */
 static void test_half_written_file(void **state)
 {
-    fx_t *f = *state;
+    rlt_fx_t *f = *state;
     static const char whole[] = "rules:\n"
                                 "  api:\n"
                                 "    limits: 20000/1h\n"
@@ -1047,11 +973,11 @@ static void test_half_written_file(void **state)
     uint64_t t0;
     int fd;
 
-    write_file(f->rules, "rules:\n"
-                         "  api:\n"
-                         "    limits: 10000/1h\n"
-                         "  login:\n"
-                         "    limits: 5/1m\n");
+    rlt_fx_write_file(f->rules, "rules:\n"
+                                "  api:\n"
+                                "    limits: 10000/1h\n"
+                                "  login:\n"
+                                "    limits: 5/1m\n");
     start_server(f, 0, "--config", f->rules, NULL);
     EXPECT_RULE(f, "api", 10000, 3600);
     fd = open(f->rules, O_WRONLY | O_TRUNC);
@@ -1063,7 +989,7 @@ static void test_half_written_file(void **state)
     while (rlt_mono_ms() - t0 < 400) {
         EXPECT_RULE(f, "api", 10000, 3600);
         EXPECT_RULE(f, "login", 5, 60);
-        nap_ms(20);
+        rlt_nap_ms(20);
     }
     assert_int_equal(write(fd, whole + cut, strlen(whole) - cut),
                      (ssize_t)(strlen(whole) - cut));
@@ -1079,15 +1005,15 @@ static void test_half_written_file(void **state)
  * warning naming them. */
 static void test_lost_rules_warning(void **state)
 {
-    fx_t *f = *state;
+    rlt_fx_t *f = *state;
 
-    write_file(f->rules, "rules:\n"
-                         "  a: {limits: 1/1s}\n"
-                         "  b: {limits: 1/1s}\n"
-                         "  c: {limits: 1/1s}\n");
+    rlt_fx_write_file(f->rules, "rules:\n"
+                                "  a: {limits: 1/1s}\n"
+                                "  b: {limits: 1/1s}\n"
+                                "  c: {limits: 1/1s}\n");
     start_server_logged(f, 0, "--config", f->rules, "--log-level", "info",
                         NULL);
-    write_file(f->rules, "rules:\n  a: {limits: 2/1s}\n");
+    rlt_fx_write_file(f->rules, "rules:\n  a: {limits: 2/1s}\n");
     await_metric(f, 0, "rl_config_reloads_total", 1, 10000);
     EXPECT_RULE(f, "a", 2, 1);
     assert_int_equal(log_lines(f, 0, "level=warn",
@@ -1096,7 +1022,8 @@ static void test_lost_rules_warning(void **state)
                                "missing=2", "names=\"b,c\"", NULL),
                      1);
     /* A file with the same rules (or more) says nothing of the kind. */
-    write_file(f->rules, "rules:\n  a: {limits: 3/1s}\n  d: {limits: 1/1s}\n");
+    rlt_fx_write_file(f->rules,
+                      "rules:\n  a: {limits: 3/1s}\n  d: {limits: 1/1s}\n");
     await_metric(f, 0, "rl_config_reloads_total", 2, 10000);
     assert_int_equal(log_lines(f, 0, "without rules", NULL), 1);
 }
@@ -1137,7 +1064,7 @@ static void configmap_version(const char *cm, int v, const char *text)
  * kubelet switches ..data to a new version. */
 static void test_configmap(void **state)
 {
-    fx_t *f = *state;
+    rlt_fx_t *f = *state;
     char cm[128], path[160];
 
     snprintf(cm, sizeof(cm), "%s/cm", f->dir);
@@ -1161,13 +1088,13 @@ static void test_configmap(void **state)
  * the rules in force. */
 static void test_not_regular_file(void **state)
 {
-    fx_t *f = *state;
+    rlt_fx_t *f = *state;
     struct sockaddr_un sa;
     char tmp[160];
     int s;
 
     snprintf(tmp, sizeof(tmp), "%s/incoming", f->dir);
-    write_file(f->rules, "rules:\n  r:\n    limits: [7/1h]\n");
+    rlt_fx_write_file(f->rules, "rules:\n  r:\n    limits: [7/1h]\n");
     start_server_logged(f, 0, "--config", f->rules, NULL);
 
     assert_int_equal(mkfifo(tmp, 0600), 0);
@@ -1195,7 +1122,7 @@ static void test_not_regular_file(void **state)
     close(s);
 
     assert_int_equal(unlink(f->rules), 0);
-    write_file(f->rules, "rules:\n  r:\n    limits: [13/2h]\n");
+    rlt_fx_write_file(f->rules, "rules:\n  r:\n    limits: [13/2h]\n");
     await_metric(f, 0, "rl_config_reloads_total", 1, 10000);
     EXPECT_RULE(f, "r", 13, 7200);
     assert_int_equal(metric(f, 0, "rl_config_reload_failures_total"), 3);
@@ -1215,29 +1142,24 @@ static void test_not_regular_file(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_check_config, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_check_duplicate_keys, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_counters_belong_to_their_rule,
-                                        setup, teardown),
-        cmocka_unit_test_setup_teardown(test_inline_caps, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_shadow, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_fleet_exact, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_quota_rlctl, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_switches, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ready_after_switches, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_reload_under_load, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_sighup, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_half_written_file, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_lost_rules_warning, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_configmap, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_not_regular_file, setup,
-                                        teardown),
+        POLICY_TEST(test_check_config),
+        POLICY_TEST(test_check_duplicate_keys),
+        POLICY_TEST(test_counters_belong_to_their_rule),
+        POLICY_TEST(test_inline_caps),
+        POLICY_TEST(test_shadow),
+        POLICY_TEST(test_fleet_exact),
+        POLICY_TEST(test_quota_rlctl),
+        POLICY_TEST(test_switches),
+        POLICY_TEST(test_ready_after_switches),
+        POLICY_TEST(test_reload_under_load),
+        POLICY_TEST(test_sighup),
+        POLICY_TEST(test_half_written_file),
+        POLICY_TEST(test_lost_rules_warning),
+        POLICY_TEST(test_configmap),
+        POLICY_TEST(test_not_regular_file),
     };
     signal(SIGPIPE, SIG_IGN);
+    rlt_fx_use(&(rlt_fx_conf_t){
+        .bin = RL_SERVER_BIN, .log_level = "error", .metrics = 1, .gentle = 1});
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

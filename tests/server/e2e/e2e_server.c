@@ -27,60 +27,11 @@
 #include "rl_frame.h"
 #include "rl_msg.h"
 #include "rlt.h"
+#include "rlt_fx.h"
 
 #ifndef RL_SERVER_BIN
 #error "RL_SERVER_BIN must name the rl-server binary"
 #endif
-
-/* ---- processes ---- */
-
-static rlt_server_t server = {.pid = -1};
-static rlt_redis_t redis;
-static int redis_on;
-
-static int teardown(void **state)
-{
-    (void)state;
-    rlt_server_kill(&server);
-    if (redis_on)
-        rlt_redis_stop(&redis);
-    redis_on = 0;
-    return 0;
-}
-
-static void start_redis(void)
-{
-    assert_int_equal(rlt_redis_start(&redis), 0);
-    redis_on = 1;
-}
-
-/* Starts rl-server with the given extra flags (NULL-terminated) and waits
- * until it accepts connections. */
-static void start_server(const char *first, ...)
-{
-    char *argv[32];
-    const char *a;
-    int argc = 0;
-    va_list ap;
-
-    argv[argc++] = "--log-level";
-    argv[argc++] = (char *)rlt_log_level("warn");
-    va_start(ap, first);
-    for (a = first; a != NULL && argc < 31; a = va_arg(ap, const char *))
-        argv[argc++] = (char *)a;
-    va_end(ap);
-    argv[argc] = NULL;
-    if (rlt_server_start(&server, RL_SERVER_BIN, 0, argv) != RL_OK)
-        fail_msg("rl-server did not start");
-}
-
-static char *redis_addr(void)
-{
-    static char addr[32];
-
-    snprintf(addr, sizeof(addr), "127.0.0.1:%d", redis.port);
-    return addr;
-}
 
 /* ---- a tiny blocking client ---- */
 
@@ -94,9 +45,9 @@ typedef struct {
     char err[200];
 } res_t;
 
-static void cli_open(cli_t *c)
+static void cli_open(cli_t *c, int port)
 {
-    c->fd = rlt_dial(server.port);
+    c->fd = rlt_dial(port);
     assert_true(c->fd >= 0);
     rl_buf_init(&c->in, 1 << 24);
 }
@@ -175,13 +126,13 @@ static res_t ask(cli_t *c, rl_check_t q)
 
 /* rl-server connects to Redis in the background: wait (bounded) until a
  * probe on a key of its own is counted, not failed open or closed. */
-static void await_store_up(void)
+static void await_store_up(int port)
 {
     uint64_t deadline = rlt_mono_ms() + 10000, id = 1;
     cli_t c;
     res_t r;
 
-    cli_open(&c);
+    cli_open(&c, port);
     do {
         r = ask(&c, rlt_check(id++, "probe:store-up", 1000000, 60, 1));
     } while (r.err[0] != '\0' && rlt_mono_ms() < deadline);
@@ -195,7 +146,7 @@ static void await_store_up(void)
  * is refused with retry_after_ms equal to the time left in the window. If a
  * window edge happens to fall inside the run (reset_after_ms jumps up), the
  * run is repeated on a fresh key. */
-static void five_per_minute(void)
+static void five_per_minute(int port)
 {
     char key[64];
     int attempt;
@@ -206,7 +157,7 @@ static void five_per_minute(void)
         int i, same_window = 1;
 
         snprintf(key, sizeof(key), "user:fpm:%d:%d", getpid(), attempt);
-        cli_open(&c);
+        cli_open(&c, port);
         for (i = 0; i < 6; i++) {
             r[i] = ask(&c, rlt_check((uint64_t)i + 1, key, 5, 60, 0));
             if (i > 0 && r[i].r.reset_after_ms > r[i - 1].r.reset_after_ms)
@@ -235,24 +186,24 @@ static void five_per_minute(void)
 
 static void test_five_per_minute_memory(void **state)
 {
-    (void)state;
-    start_server(NULL);
-    five_per_minute();
+    rlt_fx_t *f = *state;
+    rlt_fx_start(f, 0, NULL);
+    five_per_minute(f->srv[0].port);
 }
 
 static void test_five_per_minute_redis(void **state)
 {
-    (void)state;
-    start_redis();
-    start_server("--redis", redis_addr(), NULL);
-    await_store_up();
-    five_per_minute();
+    rlt_fx_t *f = *state;
+    rlt_fx_redis(f);
+    rlt_fx_start(f, 0, "--redis", f->raddr, NULL);
+    await_store_up(f->srv[0].port);
+    five_per_minute(f->srv[0].port);
 }
 
 /* 1,000 requests for one key in one write, limit 300: exactly 300 allowed,
  * the first 300 in arrival order, and the 700 refusals consume nothing;
  * every id answered exactly once. */
-static void coalesce_scenario(void)
+static void coalesce_scenario(int port)
 {
     static rl_check_t q[1000];
     static res_t r[1000];
@@ -264,7 +215,7 @@ static void coalesce_scenario(void)
     snprintf(key, sizeof(key), "hot:%d", getpid());
     for (i = 0; i < 1000; i++)
         q[i] = rlt_check(i + 1, key, 300, 3600, 1);
-    cli_open(&c);
+    cli_open(&c, port);
     send_checks(&c, q, 1000);
     assert_int_equal(recv_results(&c, r, 1000, 5000, &eof), 1000);
     for (i = 0; i < 1000; i++) {
@@ -284,30 +235,30 @@ static void coalesce_scenario(void)
 
 static void test_coalesce_memory(void **state)
 {
-    (void)state;
-    start_server(NULL);
-    coalesce_scenario();
+    rlt_fx_t *f = *state;
+    rlt_fx_start(f, 0, NULL);
+    coalesce_scenario(f->srv[0].port);
 }
 
 static void test_coalesce_redis(void **state)
 {
-    (void)state;
-    start_redis();
-    start_server("--redis", redis_addr(), NULL);
-    await_store_up();
-    coalesce_scenario();
+    rlt_fx_t *f = *state;
+    rlt_fx_redis(f);
+    rlt_fx_start(f, 0, "--redis", f->raddr, NULL);
+    await_store_up(f->srv[0].port);
+    coalesce_scenario(f->srv[0].port);
 }
 
 /* Cost weighting: limit 10, cost 4: 4, 8 allowed; 12 refused, consuming
  * nothing; then a request of cost 2 still fits. */
 static void test_cost(void **state)
 {
+    rlt_fx_t *f = *state;
     cli_t c;
     res_t r;
 
-    (void)state;
-    start_server(NULL);
-    cli_open(&c);
+    rlt_fx_start(f, 0, NULL);
+    cli_open(&c, f->srv[0].port);
     r = ask(&c, rlt_check(1, "cost", 10, 3600, 4));
     assert_int_equal(r.r.used, 4);
     r = ask(&c, rlt_check(2, "cost", 10, 3600, 4));
@@ -327,14 +278,14 @@ static void test_cost(void **state)
  * is answered, once. */
 static void test_split_at_every_byte(void **state)
 {
+    rlt_fx_t *f = *state;
     rl_buf_t b;
     cli_t c;
     size_t k, len;
     int eof;
 
-    (void)state;
-    start_server(NULL);
-    cli_open(&c);
+    rlt_fx_start(f, 0, NULL);
+    cli_open(&c, f->srv[0].port);
     rl_buf_init(&b, 1 << 16);
     rl_check_t q = rlt_check(7, "split:key", 1000000, 60, 1);
     assert_int_equal(rl_check_put(&b, &q), RL_OK);
@@ -373,6 +324,7 @@ static void put_raw_frame(rl_buf_t *b, uint8_t flag, const void *p,
  * unaffected throughout. */
 static void test_bad_inputs(void **state)
 {
+    rlt_fx_t *f = *state;
     static const struct {
         rl_check_t q;
         const char *msg;
@@ -393,10 +345,9 @@ static void test_bad_inputs(void **state)
     size_t i;
     int eof;
 
-    (void)state;
-    start_server("--rule", "api=2/60", "--max-frame", "1024", NULL);
-    cli_open(&good);
-    cli_open(&bad);
+    rlt_fx_start(f, 0, "--rule", "api=2/60", "--max-frame", "1024", NULL);
+    cli_open(&good, f->srv[0].port);
+    cli_open(&bad, f->srv[0].port);
 
     for (i = 0; i < sizeof(invalid) / sizeof(invalid[0]); i++) {
         r = ask(&bad, invalid[i].q);
@@ -460,7 +411,7 @@ static void test_bad_inputs(void **state)
     cli_close(&bad);
 
     /* flag byte not 0: the same */
-    cli_open(&bad);
+    cli_open(&bad, f->srv[0].port);
     rl_buf_reset(&b);
     put_raw_frame(&b, 1, "\x08\x01", 2);
     assert_int_equal(rlt_send_all(bad.fd, rl_buf_rptr(&b), rl_buf_len(&b)),
@@ -480,7 +431,7 @@ static void test_bad_inputs(void **state)
         for (k = 0; k < sizeof(junk); k++)
             junk[k] = (uint8_t)rand_r(&seed);
         junk[0] = i % 2 ? 0 : junk[0];
-        cli_open(&bad);
+        cli_open(&bad, f->srv[0].port);
         assert_int_equal(rlt_send_all(bad.fd, junk, sizeof(junk)), RL_OK);
         shutdown(bad.fd, SHUT_WR);
         res_t g[64];
@@ -497,22 +448,22 @@ static void test_bad_inputs(void **state)
 
 /* Redis killed mid-run, then restarted: answers follow the fail mode, no
  * request hangs, and real decisions resume by themselves. */
-static void redis_outage(int fail_open)
+static void redis_outage(rlt_fx_t *f, int fail_open)
 {
     cli_t c;
     res_t r;
     uint64_t id = 1, deadline;
 
-    start_redis();
-    start_server("--redis", redis_addr(), "--redis-timeout-ms", "200",
+    rlt_fx_redis(f);
+    rlt_fx_start(f, 0, "--redis", f->raddr, "--redis-timeout-ms", "200",
                  fail_open ? "--fail-open" : "--fail-closed", NULL);
-    await_store_up();
-    cli_open(&c);
+    await_store_up(f->srv[0].port);
+    cli_open(&c, f->srv[0].port);
     r = ask(&c, rlt_check(id++, "outage", 100, 3600, 1));
     assert_int_equal(r.r.code, RL_CODE_OK);
     assert_string_equal(r.err, "");
 
-    rlt_redis_kill(&redis);
+    rlt_redis_kill(&f->redis);
     r = ask(&c, rlt_check(id++, "outage", 100, 3600, 1));
     assert_int_equal(r.r.code, fail_open ? RL_CODE_OK : RL_CODE_ERROR);
     assert_non_null(strstr(r.err, "store unavailable"));
@@ -529,7 +480,7 @@ static void redis_outage(int fail_open)
         assert_int_equal(rr[i].r.code,
                          fail_open ? RL_CODE_OK : RL_CODE_ERROR);
 
-    assert_int_equal(rlt_redis_restart(&redis), 0);
+    assert_int_equal(rlt_redis_restart(&f->redis), 0);
     deadline = rlt_mono_ms() + 10000;
     do {
         r = ask(&c, rlt_check(id++, "outage", 100, 3600, 1));
@@ -542,28 +493,30 @@ static void redis_outage(int fail_open)
 
 static void test_redis_killed_fail_open(void **state)
 {
-    (void)state;
-    redis_outage(1);
+    rlt_fx_t *f = *state;
+
+    redis_outage(f, 1);
 }
 
 static void test_redis_killed_fail_closed(void **state)
 {
-    (void)state;
-    redis_outage(0);
+    rlt_fx_t *f = *state;
+
+    redis_outage(f, 0);
 }
 
 /* Redis never started: answered at once per the fail mode. */
 static void test_redis_never_started(void **state)
 {
+    rlt_fx_t *f = *state;
     char addr[32];
     cli_t c;
     res_t r;
 
-    (void)state;
     /* Reserved, so nothing listens there. */
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", rlt_port_reserve());
-    start_server("--redis", addr, "--fail-closed", NULL);
-    cli_open(&c);
+    rlt_fx_start(f, 0, "--redis", addr, "--fail-closed", NULL);
+    cli_open(&c, f->srv[0].port);
     r = ask(&c, rlt_check(1, "k", 5, 60, 1));
     assert_int_equal(r.r.code, RL_CODE_ERROR);
     assert_non_null(strstr(r.err, "fail-closed"));
@@ -574,6 +527,7 @@ static void test_redis_never_started(void **state)
  * the grace plus the spread (at most a quarter of the window). */
 static void test_every_key_has_ttl(void **state)
 {
+    rlt_fx_t *f = *state;
     static rl_check_t q[600];
     static const uint32_t windows[] = {1, 60, 3600, 86400};
     char keys[600][32];
@@ -582,12 +536,11 @@ static void test_every_key_has_ttl(void **state)
     int eof;
     cli_t c;
 
-    (void)state;
-    start_redis();
-    start_server("--redis", redis_addr(), "--expiry-grace-ms", "1000",
+    rlt_fx_redis(f);
+    rlt_fx_start(f, 0, "--redis", f->raddr, "--expiry-grace-ms", "1000",
                  "--expiry-spread-ms", "2000", NULL);
-    await_store_up();
-    cli_open(&c);
+    await_store_up(f->srv[0].port);
+    cli_open(&c, f->srv[0].port);
     for (i = 0; i < 600; i++) {
         snprintf(keys[i], sizeof(keys[i]), "ttl:%zu", i % 150);
         q[i] = rlt_check(i + 1, keys[i], 10, windows[i % 4], 1);
@@ -596,7 +549,7 @@ static void test_every_key_has_ttl(void **state)
     assert_int_equal(recv_results(&c, r, 600, 5000, &eof), 600);
     cli_close(&c);
 
-    redisContext *rc = rlt_redis_connect(&redis);
+    redisContext *rc = rlt_redis_connect(&f->redis);
     assert_non_null(rc);
     /* Counters only: rl:instances is the server's report to rl-ctl. */
     redisReply *keysr = redisCommand(rc, "KEYS rl:{*");
@@ -640,6 +593,7 @@ static long rss_kb(pid_t pid)
  * all along. */
 static void test_backpressure(void **state)
 {
+    rlt_fx_t *f = *state;
     static rl_check_t q[2000];
     cli_t flood, good;
     long rss0, rss1;
@@ -647,11 +601,10 @@ static void test_backpressure(void **state)
     uint64_t deadline;
     res_t r;
 
-    (void)state;
-    start_server("--max-inflight", "64", "--max-output", "65536", NULL);
-    rss0 = rss_kb(server.pid);
-    cli_open(&flood);
-    cli_open(&good);
+    rlt_fx_start(f, 0, "--max-inflight", "64", "--max-output", "65536", NULL);
+    rss0 = rss_kb(f->srv[0].pid);
+    cli_open(&flood, f->srv[0].port);
+    cli_open(&good, f->srv[0].port);
     int small = 4096;
     setsockopt(flood.fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
     for (i = 0; i < 2000; i++)
@@ -678,7 +631,7 @@ static void test_backpressure(void **state)
     }
     assert_true(closed);
     assert_true(rounds >= 1);
-    rss1 = rss_kb(server.pid);
+    rss1 = rss_kb(f->srv[0].pid);
     /* bounded: nowhere near the megabytes the flood sent */
     assert_true(rss1 - rss0 < 32 * 1024);
     rl_buf_free(&b);
@@ -691,37 +644,37 @@ static void test_backpressure(void **state)
  * once a second however many there are. */
 static void test_max_connections(void **state)
 {
+    rlt_fx_t *f = *state;
     char log_path[] = "/tmp/rlt-maxconn-XXXXXX", line[512];
     cli_t a, b, extra;
     res_t r[2];
     int eof, i, saved, fd, warnings = 0, first_counts_one = 0;
-    FILE *f;
+    FILE *fp;
 
-    (void)state;
     /* the server inherits our stderr: point it at a file meanwhile */
     fd = mkstemp(log_path);
     assert_true(fd >= 0);
     saved = dup(STDERR_FILENO);
     assert_true(saved >= 0);
     assert_true(dup2(fd, STDERR_FILENO) >= 0);
-    start_server("--max-connections", "2", NULL);
+    rlt_fx_start(f, 0, "--max-connections", "2", NULL);
     dup2(saved, STDERR_FILENO);
     close(saved);
     close(fd);
-    /* start_server's port probe was a connection too; a round trip on `a`
+    /* rlt_fx_start's port probe was a connection too; a round trip on `a`
      * proves the server has seen the probe close before `b` connects */
-    cli_open(&a);
+    cli_open(&a, f->srv[0].port);
     assert_int_equal(ask(&a, rlt_check(1, "a", 5, 60, 1)).r.code, RL_CODE_OK);
-    cli_open(&b);
+    cli_open(&b, f->srv[0].port);
     assert_int_equal(ask(&b, rlt_check(1, "b", 5, 60, 1)).r.code, RL_CODE_OK);
-    cli_open(&extra);
+    cli_open(&extra, f->srv[0].port);
     assert_int_equal(recv_results(&extra, r, 2, 5000, &eof), 1);
     assert_true(eof);
     assert_int_equal(r[0].r.code, RL_CODE_ERROR);
     assert_string_equal(r[0].err, "server at --max-connections");
     cli_close(&extra);
     for (i = 0; i < 20; i++) {
-        cli_open(&extra);
+        cli_open(&extra, f->srv[0].port);
         assert_int_equal(recv_results(&extra, r, 2, 5000, &eof), 1);
         assert_true(eof);
         cli_close(&extra);
@@ -730,11 +683,11 @@ static void test_max_connections(void **state)
     cli_close(&a);
     cli_close(&b);
 
-    assert_int_equal(rlt_stop(server.pid, SIGTERM, 5000), 0);
-    server.pid = -1;
-    f = fopen(log_path, "r");
-    assert_non_null(f);
-    while (fgets(line, sizeof(line), f)) {
+    assert_int_equal(rlt_stop(f->srv[0].pid, SIGTERM, 5000), 0);
+    f->srv[0].pid = -1;
+    fp = fopen(log_path, "r");
+    assert_non_null(fp);
+    while (fgets(line, sizeof(line), fp)) {
         if (strstr(line, "level=warn msg=\"refusing connections at "
                          "--max-connections\"") == NULL)
             continue;
@@ -742,7 +695,7 @@ static void test_max_connections(void **state)
         if (warnings++ == 0)
             first_counts_one = strstr(line, " refused=1 ") != NULL;
     }
-    fclose(f);
+    fclose(fp);
     unlink(log_path);
     /* 21 refusals: the first is told at once, the rest folded into at
      * most one line a second (a second apart would take a very slow run) */
@@ -757,18 +710,18 @@ static void test_max_connections(void **state)
  * ignores the notice is closed after the stop's grace. */
 static void test_sigterm_goaway(void **state)
 {
+    rlt_fx_t *f = *state;
     static rl_check_t q[500];
     static res_t r[600];
     int eof, status, notices = 0, seen[503] = {0};
     size_t i, got;
     cli_t c, deaf;
 
-    (void)state;
-    start_redis();
-    start_server("--redis", redis_addr(), "--max-inflight", "8", NULL);
-    await_store_up();
-    cli_open(&c);
-    cli_open(&deaf);
+    rlt_fx_redis(f);
+    rlt_fx_start(f, 0, "--redis", f->raddr, "--max-inflight", "8", NULL);
+    await_store_up(f->srv[0].port);
+    cli_open(&c, f->srv[0].port);
+    cli_open(&deaf, f->srv[0].port);
     assert_int_equal(ask(&deaf, rlt_check(1, "deaf", 1000, 3600, 1)).r.code,
                      RL_CODE_OK);
     for (i = 0; i < 500; i++)
@@ -776,7 +729,7 @@ static void test_sigterm_goaway(void **state)
     send_checks(&c, q, 500);
     /* the server has read the write once the first answer is back */
     assert_int_equal(recv_results(&c, r, 1, 5000, &eof), 1);
-    kill(server.pid, SIGTERM);
+    kill(f->srv[0].pid, SIGTERM);
     got = 1 + recv_results(&c, r + 1, 500, 5000, &eof);
     assert_int_equal(got, 501); /* 500 answers and the notice */
     assert_false(eof);
@@ -816,8 +769,8 @@ static void test_sigterm_goaway(void **state)
     cli_close(&deaf);
     /* wait for the exit; another SIGTERM could land after the server has
      * closed its signal handles and kill it */
-    status = rlt_stop(server.pid, 0, 10000);
-    server.pid = -1;
+    status = rlt_stop(f->srv[0].pid, 0, 10000);
+    f->srv[0].pid = -1;
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
 }
@@ -826,6 +779,7 @@ static void test_sigterm_goaway(void **state)
  * exit. */
 static void test_bad_flags(void **state)
 {
+    rlt_fx_t *f = *state;
     static const char *const bad[][4] = {
         {"--bogus", NULL},
         {"--listen", "nowhere", NULL},
@@ -837,7 +791,6 @@ static void test_bad_flags(void **state)
     char *argv[8];
     size_t i;
 
-    (void)state;
     for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         int k = 0, status;
         argv[k++] = RL_SERVER_BIN;
@@ -850,9 +803,9 @@ static void test_bad_flags(void **state)
         assert_int_equal(WEXITSTATUS(status), 2);
     }
     /* address in use */
-    start_server(NULL);
+    rlt_fx_start(f, 0, NULL);
     char addr[32];
-    snprintf(addr, sizeof(addr), "127.0.0.1:%d", server.port);
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", f->srv[0].port);
     argv[0] = RL_SERVER_BIN;
     argv[1] = "--listen";
     argv[2] = addr;
@@ -866,22 +819,23 @@ static void test_bad_flags(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_five_per_minute_memory, teardown),
-        cmocka_unit_test_teardown(test_five_per_minute_redis, teardown),
-        cmocka_unit_test_teardown(test_coalesce_memory, teardown),
-        cmocka_unit_test_teardown(test_coalesce_redis, teardown),
-        cmocka_unit_test_teardown(test_cost, teardown),
-        cmocka_unit_test_teardown(test_split_at_every_byte, teardown),
-        cmocka_unit_test_teardown(test_bad_inputs, teardown),
-        cmocka_unit_test_teardown(test_redis_killed_fail_open, teardown),
-        cmocka_unit_test_teardown(test_redis_killed_fail_closed, teardown),
-        cmocka_unit_test_teardown(test_redis_never_started, teardown),
-        cmocka_unit_test_teardown(test_every_key_has_ttl, teardown),
-        cmocka_unit_test_teardown(test_backpressure, teardown),
-        cmocka_unit_test_teardown(test_max_connections, teardown),
-        cmocka_unit_test_teardown(test_sigterm_goaway, teardown),
-        cmocka_unit_test_teardown(test_bad_flags, teardown),
+        RLT_FX_TEST(test_five_per_minute_memory),
+        RLT_FX_TEST(test_five_per_minute_redis),
+        RLT_FX_TEST(test_coalesce_memory),
+        RLT_FX_TEST(test_coalesce_redis),
+        RLT_FX_TEST(test_cost),
+        RLT_FX_TEST(test_split_at_every_byte),
+        RLT_FX_TEST(test_bad_inputs),
+        RLT_FX_TEST(test_redis_killed_fail_open),
+        RLT_FX_TEST(test_redis_killed_fail_closed),
+        RLT_FX_TEST(test_redis_never_started),
+        RLT_FX_TEST(test_every_key_has_ttl),
+        RLT_FX_TEST(test_backpressure),
+        RLT_FX_TEST(test_max_connections),
+        RLT_FX_TEST(test_sigterm_goaway),
+        RLT_FX_TEST(test_bad_flags),
     };
+    rlt_fx_use(&(rlt_fx_conf_t){.bin = RL_SERVER_BIN, .log_level = "warn"});
     /* RLT_FILTER=test_name runs one test (cmocka's glob filter). */
     if (getenv("RLT_FILTER") != NULL)
         cmocka_set_test_filter(getenv("RLT_FILTER"));

@@ -30,6 +30,7 @@
 #include "rl_frame.h"
 #include "rl_msg.h"
 #include "rlt.h"
+#include "rlt_fx.h"
 
 #ifndef RL_SERVER_BIN
 #error "RL_SERVER_BIN must name the rl-server binary"
@@ -41,35 +42,11 @@
 
 /* ---- the server ---- */
 
-static rlt_server_t server = {.pid = -1};
-
-static int teardown(void **state)
-{
-    (void)state;
-    rlt_server_kill(&server);
-    return 0;
-}
-
-static void start_server(const char *fail_mode)
-{
-    char *argv[] = {"--memory-max",
-                    "64k",
-                    "--expiry-grace-ms",
-                    "0",
-                    (char *)fail_mode,
-                    "--log-level",
-                    (char *)rlt_log_level("error"),
-                    NULL};
-
-    if (rlt_server_start_metrics(&server, RL_SERVER_BIN, argv) != RL_OK)
-        fail_msg("rl-server did not start");
-}
-
 /* GET path from the --metrics listener; returns the status, with the body
  * in body. */
-static int http_get(const char *path, char *body, size_t len)
+static int http_get(const rlt_fx_t *f, const char *path, char *body, size_t len)
 {
-    int status = rlt_http_get(server.mport, path, body, len);
+    int status = rlt_http_get(f->srv[0].mport, path, body, len);
 
     assert_true(status > 0);
     return status;
@@ -79,11 +56,11 @@ typedef rlt_result_t res_t;
 
 /* Sends n checks (window WINDOW_S, limit 5) in one write on a fresh
  * connection and reads the n answers, in order. */
-static void ask(char keys[][160], size_t n, res_t *out)
+static void ask(const rlt_fx_t *f, char keys[][160], size_t n, res_t *out)
 {
     static rl_check_t q[NKEYS];
     size_t i;
-    int fd = rlt_dial(server.port);
+    int fd = rlt_dial(f->srv[0].port);
 
     assert_true(fd >= 0);
     assert_true(n <= NKEYS);
@@ -95,21 +72,14 @@ static void ask(char keys[][160], size_t n, res_t *out)
     close(fd);
 }
 
-static res_t ask1(const char *key)
+static res_t ask1(const rlt_fx_t *f, const char *key)
 {
     static char k[1][160];
     res_t r;
 
     snprintf(k[0], sizeof(k[0]), "%s", key);
-    ask(k, 1, &r);
+    ask(f, k, 1, &r);
     return r;
-}
-
-static void nap_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-
-    nanosleep(&ts, NULL);
 }
 
 /* Fills a 64 KiB store with 100-byte keys until it refuses them, in one
@@ -117,7 +87,7 @@ static void nap_ms(int ms)
  * counting, /healthz is 503 "memory store full" and /metrics counts the
  * refusals. When the window ends and the sweep frees it, /healthz is 200
  * again and new keys are counted. */
-static void fill_and_recover(int fail_open)
+static void fill_and_recover(rlt_fx_t *f, int fail_open)
 {
     static char keys[NKEYS][160];
     static res_t res[NKEYS];
@@ -127,25 +97,26 @@ static void fill_and_recover(int fail_open)
     int status;
     res_t r;
 
-    start_server(fail_open ? "--fail-open" : "--fail-closed");
-    status = http_get("/healthz", page, sizeof(page));
+    rlt_fx_start(f, 0, "--memory-max", "64k", "--expiry-grace-ms", "0",
+                 fail_open ? "--fail-open" : "--fail-closed", NULL);
+    status = http_get(f, "/healthz", page, sizeof(page));
     assert_int_equal(status, 200);
     assert_string_equal(page, "ok\n");
 
     /* Start early in a window, so that the checks below all fall in it. */
     deadline = rlt_mono_ms() + 3 * WINDOW_S * 1000;
-    while ((r = ask1("align")).r.reset_after_ms < (WINDOW_S - 1) * 1000 &&
+    while ((r = ask1(f, "align")).r.reset_after_ms < (WINDOW_S - 1) * 1000 &&
            rlt_mono_ms() < deadline)
-        nap_ms((int)r.r.reset_after_ms + 5);
+        rlt_nap_ms((int)r.r.reset_after_ms + 5);
     assert_true(r.r.reset_after_ms >= (WINDOW_S - 1) * 1000);
 
-    r = ask1("old");
+    r = ask1(f, "old");
     assert_int_equal(r.r.code, RL_CODE_OK);
     assert_int_equal(r.r.used, 1);
 
     for (i = 0; i < NKEYS; i++)
         snprintf(keys[i], sizeof(keys[i]), "new:%05zu:%090d", i, 0);
-    ask(keys, NKEYS, res);
+    ask(f, keys, NKEYS, res);
     for (i = 0; i < NKEYS; i++) {
         if (res[i].err[0] == '\0') {
             assert_int_equal(res[i].r.code, RL_CODE_OK);
@@ -164,15 +135,15 @@ static void fill_and_recover(int fail_open)
     assert_true(counted > 50);
     assert_true(refused > 0);
 
-    r = ask1("old"); /* exists: counted exactly */
+    r = ask1(f, "old"); /* exists: counted exactly */
     assert_int_equal(r.r.code, RL_CODE_OK);
     assert_int_equal(r.r.used, 2);
     assert_string_equal(r.err, "");
 
-    status = http_get("/healthz", page, sizeof(page));
+    status = http_get(f, "/healthz", page, sizeof(page));
     assert_int_equal(status, 503);
     assert_string_equal(page, "memory store full\n");
-    assert_int_equal(http_get("/metrics", page, sizeof(page)), 200);
+    assert_int_equal(http_get(f, "/metrics", page, sizeof(page)), 200);
     assert_int_equal(rlt_sample(page, "rl_memory_store_full_total"),
                      (long long)refused);
     assert_int_equal(rlt_sample(page, "rl_memory_store_full"), 1);
@@ -184,42 +155,43 @@ static void fill_and_recover(int fail_open)
     /* The window ends (no grace): the sweep frees it and the store takes
      * new keys again. */
     deadline = rlt_mono_ms() + 3 * WINDOW_S * 1000;
-    while ((status = http_get("/healthz", page, sizeof(page))) != 200 &&
+    while ((status = http_get(f, "/healthz", page, sizeof(page))) != 200 &&
            rlt_mono_ms() < deadline)
-        nap_ms(50);
+        rlt_nap_ms(50);
     assert_int_equal(status, 200);
     assert_string_equal(page, "ok\n");
-    assert_int_equal(http_get("/metrics", page, sizeof(page)), 200);
+    assert_int_equal(http_get(f, "/metrics", page, sizeof(page)), 200);
     assert_int_equal(rlt_sample(page, "rl_memory_store_full"), 0);
     assert_true(rlt_sample(page, "rl_memory_store_bytes") < CAP / 2);
-    ask(keys, 100, res);
+    ask(f, keys, 100, res);
     for (i = 0; i < 100; i++) {
         assert_int_equal(res[i].r.code, RL_CODE_OK);
         assert_int_equal(res[i].r.used, 1);
         assert_string_equal(res[i].err, "");
     }
 
-    assert_int_equal(rlt_stop(server.pid, SIGTERM, 5000), 0);
-    server.pid = -1;
+    assert_int_equal(rlt_stop(f->srv[0].pid, SIGTERM, 5000), 0);
+    f->srv[0].pid = -1;
 }
 
 static void test_full_fail_closed(void **state)
 {
-    (void)state;
-    fill_and_recover(0);
+    fill_and_recover(*state, 0);
 }
 
 static void test_full_fail_open(void **state)
 {
-    (void)state;
-    fill_and_recover(1);
+    fill_and_recover(*state, 1);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_full_fail_closed, teardown),
-        cmocka_unit_test_teardown(test_full_fail_open, teardown),
+        RLT_FX_TEST(test_full_fail_closed),
+        RLT_FX_TEST(test_full_fail_open),
     };
+
+    rlt_fx_use(&(rlt_fx_conf_t){
+        .bin = RL_SERVER_BIN, .log_level = "error", .metrics = 1});
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

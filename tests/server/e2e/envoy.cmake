@@ -28,7 +28,7 @@ endif()
 # GOAWAY, a well-behaved client served throughout (raw frames, HPACK by
 # nghttp2).
 rl_add_test(e2e_grpc_bad SOURCES e2e_grpc_bad.c
-  LIBS rl_h2raw rl_testsupport LABELS integration TIMEOUT 120)
+  LIBS rl_h2raw rl_testfx LABELS integration TIMEOUT 120)
 target_compile_definitions(e2e_grpc_bad PRIVATE
   RL_SERVER_BIN="$<TARGET_FILE:rl-server>"
   RL_FIXTURES="${CMAKE_CURRENT_SOURCE_DIR}/envoy")

@@ -11,7 +11,7 @@ rl_add_test(test_http
 
 rl_add_test(test_metrics
   SOURCES test_metrics.c
-  LIBS rls_core rl_testsupport Threads::Threads
+  LIBS rlt_inproc
   LABELS integration
   TIMEOUT 120)
 # Its Redis loads the ratelimit module (rl_store_redis_module).

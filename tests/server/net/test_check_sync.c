@@ -22,34 +22,9 @@
 
 #include "rl_error.h"
 #include "rlt.h"
+#include "inproc.h"
 #include "server.h"
 #include "store/memory.h"
-
-typedef struct fx_s {
-    uv_loop_t loop;
-    rls_flags_t cfg;
-    rls_server_t srv;
-    uv_async_t stop;
-    pthread_t thread;
-    int hport;
-    char err[256];
-} fx_t;
-
-static void on_stop(uv_async_t *a)
-{
-    fx_t *f = a->data;
-
-    rls_server_stop(&f->srv);
-    uv_close((uv_handle_t *)a, NULL);
-}
-
-static void *loop_main(void *arg)
-{
-    fx_t *f = arg;
-
-    uv_run(&f->loop, UV_RUN_DEFAULT);
-    return NULL;
-}
 
 /* Reads until `n` responses (each ending in "allowed\n" or "over
  * limit\n") have come; returns the bytes read, NUL-terminated, in buf. */
@@ -80,7 +55,7 @@ static void test_answered_inside_add(void **state)
     static char buf[1 << 18];
     static const char req[] = "GET /check?rule=api&key=k HTTP/1.1\r\n\r\n";
     char rule[] = "api=10/3600s", more[64 * sizeof(req)];
-    fx_t *f = *state;
+    inproc_t *f = *state;
     rls_store_t *st;
     const char *p;
     int fd[3], i, k, allowed = 0, refused = 0, last = 11;
@@ -103,9 +78,7 @@ static void test_answered_inside_add(void **state)
     assert_true(f->hport > 0);
     /* Before the loop runs: each check fills a batch by itself. */
     f->srv.batcher.max_reqs = 1;
-    assert_int_equal(uv_async_init(&f->loop, &f->stop, on_stop), 0);
-    f->stop.data = f;
-    assert_int_equal(pthread_create(&f->thread, NULL, loop_main, f), 0);
+    inproc_run(f);
     assert_true(rlt_wait_port(f->hport, 5000));
 
     /* 3 connections x 8 pipelined checks of one key with limit 10: the
@@ -141,31 +114,13 @@ static void test_answered_inside_add(void **state)
     assert_int_equal(last, 0);
     assert_int_equal(f->srv.batcher.stats.size.count, 24);
 
-    uv_async_send(&f->stop);
-    pthread_join(f->thread, NULL);
-    rls_server_free(&f->srv);
-    assert_int_equal(uv_loop_close(&f->loop), 0);
-}
-
-static int setup(void **state)
-{
-    fx_t *f = calloc(1, sizeof(*f));
-
-    *state = f;
-    return f == NULL ? -1 : 0;
-}
-
-static int teardown(void **state)
-{
-    free(*state);
-    return 0;
+    inproc_stop(f);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_answered_inside_add, setup,
-                                        teardown),
+        INPROC_TEST(test_answered_inside_add),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -33,49 +33,15 @@
 #include "store/memory.h"
 #include "store/redis.h"
 #include "rlt.h"
+#include "inproc.h"
 
 #define IDLE_MS 300
 #define MAX_CONNS 4
 
-typedef struct fx_s {
-    rls_flags_t cfg;
-    rls_server_t srv;
-    uv_loop_t loop;
-    uv_async_t stop;
-    pthread_t thread;
-    int running;
-    rlt_redis_t redis;
-    int port, mport;
-    char err[256];
-} fx_t;
-
-static void nap_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-
-    nanosleep(&ts, NULL);
-}
-
-static void on_stop(uv_async_t *a)
-{
-    fx_t *f = a->data;
-
-    rls_server_stop(&f->srv);
-    uv_close((uv_handle_t *)a, NULL);
-}
-
-static void *loop_main(void *arg)
-{
-    fx_t *f = arg;
-
-    uv_run(&f->loop, UV_RUN_DEFAULT);
-    return NULL;
-}
-
 /* Starts rl-server with --metrics on free loopback ports, its loop in a
  * thread. redis: use the fixture's Redis. The listener gets the given idle
  * limit, cap and header deadline. */
-static void start_limits(fx_t *f, int redis, uint64_t drain_ms,
+static void start_limits(inproc_t *f, int redis, uint64_t drain_ms,
                          uint64_t idle_ms, unsigned max_conns, uint64_t head_ms)
 {
     rls_store_t *st;
@@ -111,54 +77,18 @@ static void start_limits(fx_t *f, int redis, uint64_t drain_ms,
     /* Before the loop thread starts: the limits belong to the loop. */
     rls_http_server_set_limits(f->srv.admin.http, idle_ms, max_conns);
     rls_http_server_set_head_ms(f->srv.admin.http, head_ms);
-    assert_int_equal(uv_async_init(&f->loop, &f->stop, on_stop), 0);
-    f->stop.data = f;
-    assert_int_equal(pthread_create(&f->thread, NULL, loop_main, f), 0);
-    f->running = 1;
+    inproc_run(f);
 }
 
-static void start_idle(fx_t *f, int redis, uint64_t drain_ms, uint64_t idle_ms)
+static void start_idle(inproc_t *f, int redis, uint64_t drain_ms,
+                       uint64_t idle_ms)
 {
     start_limits(f, redis, drain_ms, idle_ms, MAX_CONNS, RLS_HTTP_HEAD_MS);
 }
 
-static void start(fx_t *f, int redis, uint64_t drain_ms)
+static void start(inproc_t *f, int redis, uint64_t drain_ms)
 {
     start_idle(f, redis, drain_ms, IDLE_MS);
-}
-
-/* Asks the loop thread to stop the server and waits for uv_run to return;
- * then every handle must be closed. */
-static void stop(fx_t *f)
-{
-    if (!f->running)
-        return;
-    f->running = 0;
-    uv_async_send(&f->stop);
-    pthread_join(f->thread, NULL);
-    rls_server_free(&f->srv);
-    assert_int_equal(uv_loop_close(&f->loop), 0);
-}
-
-static int setup(void **state)
-{
-    fx_t *f = calloc(1, sizeof(*f));
-
-    if (f == NULL)
-        return -1;
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    fx_t *f = *state;
-
-    stop(f);
-    if (f->redis.pid > 0)
-        rlt_redis_stop(&f->redis);
-    free(f);
-    return 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -373,7 +303,7 @@ static void assert_exposition(const char *page)
 
 static void test_metrics_page(void **state)
 {
-    fx_t *f = *state;
+    inproc_t *f = *state;
     resp_t r;
     int i;
 
@@ -424,12 +354,12 @@ static void test_metrics_page(void **state)
         assert_string_equal(r.body, "ok\n");
         close(fd);
     }
-    stop(f);
+    inproc_stop(f);
 }
 
 static void test_routes(void **state)
 {
-    fx_t *f = *state;
+    inproc_t *f = *state;
     resp_t r;
 
     start(f, 0, 0);
@@ -449,7 +379,7 @@ static void test_routes(void **state)
     assert_non_null(strstr(r.head, "Allow: GET, HEAD"));
     fetch(f->mport, "get /metrics HTTP/1.1\r\n\r\n", &r); /* case matters */
     assert_int_equal(r.status, 405);
-    stop(f);
+    inproc_stop(f);
 }
 
 /* Malformed and oversized requests get 400 and the connection closes. */
@@ -474,7 +404,7 @@ static void test_bad_requests(void **state)
 #undef BAD
     static char big[RLS_HTTP_HEAD_MAX + 100];
     static rd_t rd;
-    fx_t *f = *state;
+    inproc_t *f = *state;
     resp_t r;
     size_t i;
     int fd;
@@ -508,7 +438,7 @@ static void test_bad_requests(void **state)
     /* The listener is still fine. */
     get(f->mport, "/healthz", &r);
     assert_int_equal(r.status, 200);
-    stop(f);
+    inproc_stop(f);
 }
 
 /* Three requests in one write: three answers in order; the last asks to
@@ -522,7 +452,7 @@ static void test_pipelined_and_split(void **state)
                                "Connection: close\r\n\r\n";
     static const char one[] = "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n";
     static rd_t rd;
-    fx_t *f = *state;
+    inproc_t *f = *state;
     resp_t r;
     size_t i;
     int fd;
@@ -548,7 +478,7 @@ static void test_pipelined_and_split(void **state)
     rd.len = 0;
     for (i = 0; i < sizeof(one) - 1; i++) {
         assert_int_equal(rlt_send_all(fd, one + i, 1), RL_OK);
-        nap_ms(1);
+        rlt_nap_ms(1);
     }
     assert_int_equal(read_resp(fd, &rd, &r), 0);
     assert_int_equal(r.status, 200);
@@ -557,7 +487,7 @@ static void test_pipelined_and_split(void **state)
     assert_int_equal(read_resp(fd, &rd, &r), 0);
     assert_int_equal(r.status, 200);
     close(fd);
-    stop(f);
+    inproc_stop(f);
 }
 
 /* Slowloris: a head trickled byte by byte is cut off at the idle limit,
@@ -568,7 +498,7 @@ static void test_idle_limit(void **state)
     static const char head[] = "GET /metrics HTTP/1.1\r\nX-Slow: "
                                "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
     static rd_t rd;
-    fx_t *f = *state;
+    inproc_t *f = *state;
     uint64_t t0;
     resp_t r;
     size_t i;
@@ -595,7 +525,7 @@ static void test_idle_limit(void **state)
                 closed = 1;
                 break;
             }
-            nap_ms(20);
+            rlt_nap_ms(20);
             /* Closed yet? (MSG_DONTWAIT: look without waiting.) */
             ssize_t k = recv(fd, &c, 1, MSG_DONTWAIT);
             if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
@@ -618,7 +548,7 @@ static void test_idle_limit(void **state)
     assert_true(closed_within(fd, 3000));
     assert_true(rlt_mono_ms() - t0 >= IDLE_MS / 2);
     close(fd);
-    stop(f);
+    inproc_stop(f);
 }
 
 /* One keep-alive GET on fd; returns the status. */
@@ -654,7 +584,7 @@ static int finish(int fd, resp_t *r)
  * more recently active one. Before, the new connection got 503. */
 static void test_cap_evicts_idle_first(void **state)
 {
-    fx_t *f = *state;
+    inproc_t *f = *state;
     int a, b, c, d, e;
     resp_t r;
 
@@ -685,7 +615,7 @@ static void test_cap_evicts_idle_first(void **state)
     close(c);
     close(d);
     close(e);
-    stop(f);
+    inproc_stop(f);
 }
 
 #define FLOOD 500
@@ -699,7 +629,7 @@ static void test_cap_evicts_idle_first(void **state)
 static void test_flood_keeps_health(void **state)
 {
     static int fds[FLOOD];
-    fx_t *f = *state;
+    inproc_t *f = *state;
     int keep[3], i, round;
     uint64_t t0;
     resp_t r;
@@ -753,7 +683,7 @@ static void test_flood_keeps_health(void **state)
         close(fds[i]);
     for (i = 0; i < 3; i++)
         close(keep[i]);
-    stop(f);
+    inproc_stop(f);
 }
 
 /* The header deadline: a head must arrive whole within head_ms of the
@@ -762,7 +692,7 @@ static void test_flood_keeps_health(void **state)
  * requests. */
 static void test_header_deadline(void **state)
 {
-    fx_t *f = *state;
+    inproc_t *f = *state;
     uint64_t t0;
     resp_t r;
     int fd;
@@ -790,14 +720,14 @@ static void test_header_deadline(void **state)
                      2);
     assert_int_equal(rlt_sample(r.body, "rl_http_connections_evicted_total"),
                      0);
-    stop(f);
+    inproc_stop(f);
 }
 
 /* --drain-ms: after the stop signal /healthz is 503 "draining" at once,
  * while the server still answers checks; then the server exits cleanly. */
 static void test_drain(void **state)
 {
-    fx_t *f = *state;
+    inproc_t *f = *state;
     uint64_t deadline;
     resp_t r;
 
@@ -811,7 +741,7 @@ static void test_drain(void **state)
         if (r.status == 503)
             break;
         assert_true(rlt_mono_ms() < deadline);
-        nap_ms(5);
+        rlt_nap_ms(5);
     }
     assert_string_equal(r.body, "draining\n");
     get(f->mport, "/metrics", &r);
@@ -832,7 +762,7 @@ static void test_health_follows_redis(void **state)
 {
     static char *const module[] = {"--loadmodule", RL_TEST_REDIS_MODULE,
                                    NULL};
-    fx_t *f = *state;
+    inproc_t *f = *state;
     uint64_t deadline;
     resp_t r;
 
@@ -842,7 +772,7 @@ static void test_health_follows_redis(void **state)
     for (get(f->mport, "/healthz", &r); r.status != 200;
          get(f->mport, "/healthz", &r)) {
         assert_true(rlt_mono_ms() < deadline);
-        nap_ms(10);
+        rlt_nap_ms(10);
     }
     assert_int_equal(check_once(f->port, "h", 5), RL_CODE_OK);
     get(f->mport, "/metrics", &r);
@@ -855,7 +785,7 @@ static void test_health_follows_redis(void **state)
         /* A request makes the store notice sooner, as traffic would. */
         check_once(f->port, "h", 5);
         assert_true(rlt_mono_ms() < deadline);
-        nap_ms(10);
+        rlt_nap_ms(10);
     }
     assert_string_equal(r.body, "store unavailable\n");
     get(f->mport, "/metrics", &r);
@@ -866,7 +796,7 @@ static void test_health_follows_redis(void **state)
     for (get(f->mport, "/healthz", &r); r.status != 200;
          get(f->mport, "/healthz", &r)) {
         assert_true(rlt_mono_ms() < deadline);
-        nap_ms(20);
+        rlt_nap_ms(20);
     }
     get(f->mport, "/metrics", &r);
     assert_int_equal(rlt_sample(r.body, "rl_store_up"), 1);
@@ -874,7 +804,7 @@ static void test_health_follows_redis(void **state)
     assert_true(rlt_sample(r.body, "rl_store_reconnects_total") >= 1);
     assert_true(rlt_sample(r.body, "rl_redis_rtt_seconds_count") >= 1);
     assert_exposition(r.body);
-    stop(f);
+    inproc_stop(f);
 }
 
 /* A --metrics port already in use: start fails with the error, and
@@ -886,7 +816,7 @@ static void test_health_follows_redis(void **state)
 static void test_port_in_use(void **state)
 {
     static const char *const flags[] = {"--metrics", "--grpc", "--http"};
-    fx_t *f = *state;
+    inproc_t *f = *state;
     rls_store_t *st;
     int fd, one = 1, which, port;
     struct sockaddr_in sa;
@@ -938,21 +868,17 @@ static void test_port_in_use(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_metrics_page, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_routes, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_requests, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_pipelined_and_split, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_idle_limit, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_cap_evicts_idle_first, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_flood_keeps_health, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_header_deadline, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_drain, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_health_follows_redis, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_port_in_use, setup, teardown),
+        INPROC_TEST(test_metrics_page),
+        INPROC_TEST(test_routes),
+        INPROC_TEST(test_bad_requests),
+        INPROC_TEST(test_pipelined_and_split),
+        INPROC_TEST(test_idle_limit),
+        INPROC_TEST(test_cap_evicts_idle_first),
+        INPROC_TEST(test_flood_keeps_health),
+        INPROC_TEST(test_header_deadline),
+        INPROC_TEST(test_drain),
+        INPROC_TEST(test_health_follows_redis),
+        INPROC_TEST(test_port_in_use),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -30,6 +30,7 @@
 #include "policy/envoy_reload.h"
 #include "policy/reload.h"
 #include "rl_error.h"
+#include "rlt_fx.h"
 
 /* How long the hook holds a rebuild, at most. */
 #define HOLD_MAX_S 5
@@ -55,19 +56,6 @@ typedef struct fx_s {
 } fx_t;
 
 static fx_t *the_fx;
-
-static void write_file(const char *path, const char *text)
-{
-    char tmp[256];
-    FILE *fp;
-
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    fp = fopen(tmp, "w");
-    assert_non_null(fp);
-    assert_true(fputs(text, fp) >= 0);
-    assert_int_equal(fclose(fp), 0);
-    assert_int_equal(rename(tmp, path), 0);
-}
 
 /* On the rebuild's thread: hold until the loop has turned enough. */
 static void hook(rls_rebuild_t *rb)
@@ -156,7 +144,7 @@ static int setup(void **state)
     snprintf(f->dir, sizeof(f->dir), "/tmp/rlt-reload-XXXXXX");
     assert_non_null(mkdtemp(f->dir));
     snprintf(f->path, sizeof(f->path), "%s/rules.yaml", f->dir);
-    write_file(f->path, "rules:\n  r:\n    limits: [7/1h]\n");
+    rlt_fx_write_file(f->path, "rules:\n  r:\n    limits: [7/1h]\n");
     assert_int_equal(rls_policy_build(NULL, 0, f->path, 10, &p, &d), RL_OK);
     assert_int_equal(uv_loop_init(&f->loop), 0);
     assert_int_equal(rls_runtime_init(&f->rt, p, 10), RL_OK);
@@ -170,13 +158,10 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fx_t *f = *state;
-    char cmd[128];
 
     rls_runtime_free(&f->rt);
     sem_destroy(&f->go);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", f->dir);
+    rlt_rmtree(f->dir);
     free(f);
     the_fx = NULL;
     return 0;
@@ -204,7 +189,7 @@ static void test_parse_off_loop(void **state)
     uint64_t limit;
     uint32_t window;
 
-    write_file(f->path, "rules:\n  r:\n    limits: [13/2h]\n");
+    rlt_fx_write_file(f->path, "rules:\n  r:\n    limits: [13/2h]\n");
     run(f, 60000);
     assert_int_equal(atomic_load(&f->timed_out), 0);
     assert_int_equal(f->turns_held, TURNS_HELD);
@@ -222,7 +207,7 @@ static void test_coalesce(void **state)
 {
     fx_t *f = *state;
 
-    write_file(f->path, "rules:\n  r:\n    limits: [13/2h]\n");
+    rlt_fx_write_file(f->path, "rules:\n  r:\n    limits: [13/2h]\n");
     f->asks_while_held = 5;
     run(f, 60000);
     assert_int_equal(atomic_load(&f->timed_out), 0);
@@ -238,7 +223,7 @@ static void test_close_during_rebuild(void **state)
 {
     fx_t *f = *state;
 
-    write_file(f->path, "rules:\n  r:\n    limits: [13/2h]\n");
+    rlt_fx_write_file(f->path, "rules:\n  r:\n    limits: [13/2h]\n");
     f->close_while_held = 1;
     run(f, 60000);
     assert_int_equal(atomic_load(&f->timed_out), 0);
@@ -290,8 +275,9 @@ static void test_envoy_close_during_rebuild(void **state)
     const char *paths[1] = {path};
 
     snprintf(path, sizeof(path), "%s/envoy.yaml", f->dir);
-    write_file(path, "domain: d\ndescriptors:\n  - key: k\n"
-                     "    rate_limit: {unit: second, requests_per_unit: 1}\n");
+    rlt_fx_write_file(path,
+                      "domain: d\ndescriptors:\n  - key: k\n"
+                      "    rate_limit: {unit: second, requests_per_unit: 1}\n");
     memset(&e, 0, sizeof(e));
     installs = 0;
     assert_int_equal(rls_envoy_reload_start(&e.r, &f->loop, paths, 1, 60000,

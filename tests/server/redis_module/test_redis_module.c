@@ -43,13 +43,6 @@ static const char *module_so(void)
     return so;
 }
 
-static void nap_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
-
-    nanosleep(&ts, NULL);
-}
-
 static int fx_setup(void **state)
 {
     fx_t *f = calloc(1, sizeof(*f));
@@ -170,7 +163,7 @@ static void node_restart(fx_t *f, int i, int module, char *const extra[])
     if (rlt_redis_restart_with(&f->r[i], argv) == 0 &&
         (f->c[i] = rlt_redis_connect(&f->r[i])) != NULL)
         while ((busy = loading(f->c[i])) == 1 && rlt_mono_ms() < deadline)
-            nap_ms(10);
+            rlt_nap_ms(10);
     if (busy != 0) {
         char log[192];
         snprintf(log, sizeof(log), "%s/redis.log", f->r[i].dir);
@@ -453,7 +446,7 @@ static void test_aof_loads_without_module(void **state)
     deadline = rlt_mono_ms() + 20000;
     while (!rewrite_done(f->c[0])) {
         assert_true(rlt_mono_ms() < deadline);
-        nap_ms(10);
+        rlt_nap_ms(10);
     }
     mix(f->c[0], "b2");
     mix(f->c[0], "a1"); /* counters from before the rewrite */
@@ -717,7 +710,7 @@ static void replica_start(fx_t *f)
         if (up)
             break;
         assert_true(rlt_mono_ms() < deadline);
-        nap_ms(10);
+        rlt_nap_ms(10);
     }
 }
 
@@ -1078,7 +1071,7 @@ static void test_cluster_keys_stay_in_slot(void **state)
     for (i = 0; i < NODES; i++)
         while (!cluster_ok(f->c[i])) {
             assert_true(rlt_mono_ms() < deadline);
-            nap_ms(20);
+            rlt_nap_ms(20);
         }
     now = redis_ms(f->c[0]);
     exp = now + 600000;
