@@ -5,7 +5,7 @@
  * one runs coalesce into one more; a server that stops while a rebuild is
  * under way neither crashes nor leaks (run under ASan in CI). The watch
  * (settling, ConfigMaps, non-regular files) is tested end to end in
- * e2e/e2e_policy.c and e2e/reload_race.py.
+ * e2e/e2e_policy_reload.c and e2e/reload_race.py.
  *
  * The hook waits on a semaphore with a deadline, so a rebuild made on the
  * loop thread (which would hold the loop too) fails the test instead of
