@@ -21,7 +21,8 @@
 typedef struct rlt_fx_conf_s {
     const char *bin;       /* the rl-server to run */
     const char *log_level; /* --log-level, unless $RLT_SERVER_LOG says */
-    char *const *args;     /* given to every server, NULL-terminated */
+    char *const *args;     /* given to every server, NULL-terminated;
+                              kept, not copied: it must outlive the tests */
     int metrics;           /* --metrics 127.0.0.1:0 too */
     int gentle; /* the teardown stops servers with SIGTERM (SIGKILL after
                    5 s), to let them exit as they would; 0: SIGKILL */

@@ -24,12 +24,18 @@ if(RL_DEBIAN_PYTHON)
   endif()
 endif()
 
-# Bad input on the --grpc listener, each case with its gRPC status or
-# GOAWAY, a well-behaved client served throughout (raw frames, HPACK by
-# nghttp2).
-rl_add_test(e2e_grpc_bad SOURCES e2e_grpc_bad.c
-  LIBS rl_h2raw rl_testfx LABELS integration TIMEOUT 120)
-target_compile_definitions(e2e_grpc_bad PRIVATE
+# The --grpc listener (raw frames, HPACK by nghttp2; grpc_fx.c shared),
+# each case with its gRPC status or GOAWAY and a well-behaved client
+# served throughout: bad input (e2e_grpc_bad), and the connection's
+# limits and deadlines (e2e_grpc_limits).
+add_library(rlt_grpc STATIC grpc_fx.c)
+target_link_libraries(rlt_grpc PUBLIC rl_h2raw rl_testfx)
+target_compile_definitions(rlt_grpc PRIVATE
   RL_SERVER_BIN="$<TARGET_FILE:rl-server>"
   RL_FIXTURES="${CMAKE_CURRENT_SOURCE_DIR}/envoy")
-add_dependencies(e2e_grpc_bad rl-server)
+rl_warnings(rlt_grpc)
+foreach(t e2e_grpc_bad e2e_grpc_limits)
+  rl_add_test(${t} SOURCES ${t}.c
+    LIBS rlt_grpc LABELS integration TIMEOUT 120)
+  add_dependencies(${t} rl-server)
+endforeach()
