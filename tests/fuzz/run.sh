@@ -72,7 +72,8 @@ for f in server/store/*.lua; do
 done
 clang -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -g -O1 \
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  -Ilib -Iserver -I"$out" tests/fuzz/fuzz_conn.c server/batch.c server/decide.c \
+  -Ilib -Iserver -I"$out" tests/fuzz/fuzz_conn.c tests/fuzz/fuzz_conn_store.c \
+  server/batch.c server/decide.c \
   server/prom_hist.c server/log.c \
   server/util.c server/net/conn.c server/flags.c \
   server/policy/rules.c server/policy/yaml_in.c server/policy/runtime.c \
