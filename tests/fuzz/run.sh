@@ -30,7 +30,7 @@ mkdir -p "$out/corpus_http"
 clang -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -g -O1 \
   -fsanitize=fuzzer,address,undefined -Ilib -Iserver \
   tests/fuzz/fuzz_check.c server/net/http_check_query.c server/net/http.c \
-  lib/error.c -o "$out/fuzz_check"
+  lib/error.c lib/parse.c -o "$out/fuzz_check"
 mkdir -p "$out/corpus_check"
 "$out/fuzz_check" -max_total_time="$secs" -max_len=9000 \
   -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus_check" tests/fuzz/corpus/check
@@ -52,8 +52,8 @@ mkdir -p "$out/corpus_redis_reply"
 # The Redis module's batch (server/redis_module/rlm_batch.c) over the
 # target's own keyspace, seeded from tests/fuzz/corpus/rlm_batch.
 clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 \
-  -fsanitize=fuzzer,address,undefined -Iserver \
-  tests/fuzz/fuzz_rlm_batch.c server/redis_module/rlm_batch.c -lm \
+  -fsanitize=fuzzer,address,undefined -Ilib -Iserver \
+  tests/fuzz/fuzz_rlm_batch.c server/redis_module/rlm_batch.c lib/admit.c -lm \
   -o "$out/fuzz_rlm_batch"
 mkdir -p "$out/corpus_rlm_batch"
 "$out/fuzz_rlm_batch" -max_total_time="$secs" -max_len=4096 \
@@ -74,10 +74,10 @@ clang -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -g -O1 \
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -Ilib -Iserver -I"$out" tests/fuzz/fuzz_conn.c tests/fuzz/fuzz_conn_store.c \
   server/batch.c server/decide.c \
-  server/prom_hist.c server/log.c \
-  server/util.c server/net/conn.c server/flags.c \
+  server/prom.c server/prom_hist.c server/log.c \
+  server/util.c server/net/conn.c server/net/listen.c server/flags.c \
   server/policy/rules.c server/policy/yaml_in.c server/policy/runtime.c \
-  server/refusals.c server/store/store.c lib/*.c \
+  server/policy/file_in.c server/refusals.c server/store/store.c lib/*.c \
   $(pkg-config --cflags --libs libuv yaml-0.1) -lm -o "$out/fuzz_conn"
 mkdir -p "$out/corpus-conn"
 "$out/fuzz_conn" -max_total_time="$secs" -max_len=4096 -timeout=20 \
