@@ -21,6 +21,7 @@
 
 #include "rlc.h"
 #include "rlt.h"
+#include "rlt_fx.h"
 
 #ifndef RL_SERVER_BIN
 #error "RL_SERVER_BIN must name the rl-server binary"
@@ -580,34 +581,11 @@ static void test_blocking_drain_loses_nothing(void **state)
 
 /* ---- shadow mode, through librlc and rl-check ----------------------- */
 
-/* The shadow test's server and files, cleaned up by its teardown whether
- * it passed or not. */
-static server_t shadow_srv = {.pid = -1};
-static char shadow_dir[64];
-
-static int shadow_teardown(void **state)
-{
-    char path[128];
-
-    (void)state;
-    if (shadow_srv.pid > 0)
-        rlt_server_stop(&shadow_srv);
-    shadow_srv.pid = -1;
-    if (shadow_dir[0]) {
-        snprintf(path, sizeof(path), "%s/rules.yaml", shadow_dir);
-        unlink(path);
-        snprintf(path, sizeof(path), "%s/out", shadow_dir);
-        unlink(path);
-        rmdir(shadow_dir);
-        shadow_dir[0] = '\0';
-    }
-    return 0;
-}
-
 /* Runs rl-check with args (NULL-terminated), its stdout into out (NUL-
  * terminated, at most cap - 1 bytes). Returns its exit status, or -1 when
  * it did not exit by itself within 10 s (then it is killed). */
-static int run_check(char *const args[], char *out, size_t cap)
+static int run_check(const rlt_fx_t *f, char *const args[], char *out,
+                     size_t cap)
 {
     char path[128], *argv[16];
     int k = 0, fd, st;
@@ -619,7 +597,7 @@ static int run_check(char *const args[], char *out, size_t cap)
     while (*args != NULL && k < 15)
         argv[k++] = *args++;
     argv[k] = NULL;
-    snprintf(path, sizeof(path), "%s/out", shadow_dir);
+    snprintf(path, sizeof(path), "%s/out", f->dir);
     fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     assert_true(fd >= 0);
     pid = fork();
@@ -646,34 +624,16 @@ static int run_check(char *const args[], char *out, size_t cap)
 /* Starts rl-server with an enforced rule from a flag (s: 2 per second)
  * and, from a rules file, "sh": 2 per hour in shadow mode; over Redis when
  * redis_addr is set. */
-static void shadow_server_start(const char *redis_addr)
+static void shadow_server_start(rlt_fx_t *f, const char *redis_addr)
 {
-    char path[128];
-    char *argv[] = {"--log-level",
-                    "warn",
-                    "--rule",
-                    "s=2/1s",
-                    "--config",
-                    path,
-                    redis_addr ? "--redis" : NULL,
-                    (char *)redis_addr,
-                    NULL};
-    FILE *f;
-
-    if (shadow_dir[0] == '\0') {
-        snprintf(shadow_dir, sizeof(shadow_dir), "/tmp/rlc-shadow-XXXXXX");
-        assert_non_null(mkdtemp(shadow_dir));
-    }
-    snprintf(path, sizeof(path), "%s/rules.yaml", shadow_dir);
-    f = fopen(path, "w");
-    assert_non_null(f);
-    fputs("rules:\n"
-          "  sh:\n"
-          "    limits: [2/1h]\n"
-          "    mode: shadow\n",
-          f);
-    assert_int_equal(fclose(f), 0);
-    assert_int_equal(rlt_server_start(&shadow_srv, RL_SERVER_BIN, 0, argv), 0);
+    if (f->dir[0] == '\0')
+        assert_int_equal(rlt_fx_mkdir(f, "rlc-shadow"), 0);
+    rlt_fx_write_file(f->rules, "rules:\n"
+                                "  sh:\n"
+                                "    limits: [2/1h]\n"
+                                "    mode: shadow\n");
+    rlt_fx_start(f, 0, "--rule", "s=2/1s", "--config", f->rules,
+                 redis_addr ? "--redis" : NULL, redis_addr, NULL);
 }
 
 /* A rule in shadow mode, from the real server: the third check of a
@@ -686,15 +646,15 @@ static void on_shadow(rlc_async_t *c, const rlc_result_t *res, void *arg)
     rlc_async_free(c);
 }
 
-static void shadow_checks(const char *redis_addr)
+static void shadow_checks(rlt_fx_t *f, const char *redis_addr)
 {
     char key[128], out[512], want[256];
     rlc_client_t *c;
     rlc_result_t res, ares;
     int i, attempt;
 
-    shadow_server_start(redis_addr);
-    c = connect_to(shadow_srv.addr, 2000);
+    shadow_server_start(f, redis_addr);
+    c = connect_to(f->srv[0].addr, 2000);
     if (redis_addr)
         await_store_up(c);
     /* An hour's window ending during the test would split its checks:
@@ -740,7 +700,7 @@ static void shadow_checks(const char *redis_addr)
     rlc_options_t o;
     assert_int_equal(uv_loop_init(&loop), 0);
     rlc_options_init(&o);
-    o.servers = shadow_srv.addr;
+    o.servers = f->srv[0].addr;
     o.request_timeout_ms = 2000;
     assert_int_equal(rlc_async_new(&ac, &loop, &o), RLC_OK);
     memset(&ares, 0, sizeof(ares));
@@ -755,9 +715,9 @@ static void shadow_checks(const char *redis_addr)
 
     /* rl-check: the existing fields first, in their order, then the new
      * ones; exit 0 for a shadow refusal. */
-    char *args[] = {"--server", shadow_srv.addr, "--key", key, "--rule", "sh",
-                    NULL};
-    assert_int_equal(run_check(args, out, sizeof(out)), 0);
+    char *args[] = {"--server", f->srv[0].addr, "--key", key,
+                    "--rule",   "sh",           NULL};
+    assert_int_equal(run_check(f, args, out, sizeof(out)), 0);
     assert_true(
         strncmp(out, "OK used=2 remaining=0 limit=2 reset_after_ms=", 45) == 0);
     assert_non_null(strstr(out, " window=3600s shadow_refused\n"));
@@ -766,10 +726,10 @@ static void shadow_checks(const char *redis_addr)
     /* An inline check past its limit: OVER_LIMIT, exit 1, its window at
      * the end and no mark. */
     fresh_key(key, sizeof(key), "inline");
-    char *args2[] = {
-        "--server", shadow_srv.addr, "--key",    key, "--limit", "1",
-        "--window", "86400",         "--repeat", "2", NULL};
-    assert_int_equal(run_check(args2, out, sizeof(out)), 1);
+    char *args2[] = {"--server", f->srv[0].addr, "--key", key,        "--limit",
+                     "1",        "--window",     "86400", "--repeat", "2",
+                     NULL};
+    assert_int_equal(run_check(f, args2, out, sizeof(out)), 1);
     snprintf(want, sizeof(want), "OK used=1 remaining=0 limit=1 ");
     assert_true(strncmp(out, want, strlen(want)) == 0);
     assert_non_null(strstr(out, " window=86400s\nOVER_LIMIT used=1 "
@@ -778,25 +738,22 @@ static void shadow_checks(const char *redis_addr)
                 strcmp(out + strlen(out) - 15, " window=86400s\n") == 0);
     assert_null(strstr(out, "shadow"));
 
-    assert_true(rlt_server_stop(&shadow_srv) >= 0);
-    shadow_srv.pid = -1;
+    assert_true(rlt_server_stop(&f->srv[0]) >= 0);
 }
 
 static void test_shadow_memory(void **state)
 {
-    (void)state;
-    shadow_checks(NULL);
+    shadow_checks(*state, NULL);
 }
 
 static void test_shadow_redis(void **state)
 {
     char ra[64];
 
-    (void)state;
     if (!have_redis)
         skip();
     snprintf(ra, sizeof(ra), "127.0.0.1:%d", redis.port);
-    shadow_checks(ra);
+    shadow_checks(*state, ra);
 }
 
 static int group_setup(void **state)
@@ -828,8 +785,12 @@ int main(void)
         cmocka_unit_test(test_async_against_server),
         cmocka_unit_test(test_async_drain_loses_nothing),
         cmocka_unit_test(test_blocking_drain_loses_nothing),
-        cmocka_unit_test_teardown(test_shadow_memory, shadow_teardown),
-        cmocka_unit_test_teardown(test_shadow_redis, shadow_teardown),
+        RLT_FX_TEST(test_shadow_memory),
+        RLT_FX_TEST(test_shadow_redis),
     };
+
+    /* The shadow tests' server, in their fixture. */
+    rlt_fx_use(&(rlt_fx_conf_t){
+        .bin = RL_SERVER_BIN, .log_level = "warn", .gentle = 1});
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

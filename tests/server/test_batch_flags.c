@@ -1,6 +1,7 @@
 /* The batching flags (flags.c): --batch-hold-us and
  * --batches-in-flight, their defaults, bounds and refusals. The hold itself
- * is tested in test_batch.c (test_hold) and end to end in test_rl_bench. */
+ * is tested in test_batch_flow.c (test_hold) and end to end in
+ * test_rl_bench. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

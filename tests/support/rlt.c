@@ -22,7 +22,7 @@
 #include "rl_buf.h"
 #include <sys/time.h>
 
-static void nap_ms(int ms)
+void rlt_nap_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
 
@@ -133,7 +133,7 @@ int rlt_wait_port(int port, int timeout_ms)
     while (!try_connect(port)) {
         if (rl_mono_ms() >= deadline)
             return 0;
-        nap_ms(5);
+        rlt_nap_ms(5);
     }
     return 1;
 }
@@ -181,7 +181,7 @@ int rlt_stop(pid_t pid, int sig, int timeout_ms)
             kill(pid, SIGKILL);
             return waitpid(pid, &status, 0) == pid ? status : RL_EIO;
         }
-        nap_ms(2);
+        rlt_nap_ms(2);
     }
 }
 
@@ -273,7 +273,7 @@ static int launch(rlt_redis_t *r, char *const extra[])
             r->pid = -1;
             return RL_EIO;
         }
-        nap_ms(5);
+        rlt_nap_ms(5);
     }
     return 0;
 }
@@ -312,7 +312,7 @@ int rlt_redis_restart_with(rlt_redis_t *r, char *const extra[])
     while (launch(r, extra) != 0) {
         if (rl_mono_ms() >= deadline)
             return RL_EIO;
-        nap_ms(20);
+        rlt_nap_ms(20);
     }
     return 0;
 }
@@ -351,6 +351,15 @@ void rlt_redis_pause(rlt_redis_t *r, int paused)
 {
     if (r->pid > 0)
         kill(r->pid, paused ? SIGSTOP : SIGCONT);
+}
+
+void rlt_rmtree(const char *dir)
+{
+    char cmd[256];
+
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
 }
 
 void rlt_tail(const char *path, int lines)
@@ -457,7 +466,7 @@ int rlt_spawn_listening(rlt_server_t *s, char *const argv[], int timeout_ms)
             s->pid = -1;
             break;
         }
-        nap_ms(2);
+        rlt_nap_ms(2);
     }
     unlink(path);
     rmdir(dir);
@@ -494,7 +503,7 @@ static int server_start(rlt_server_t *s, const char *bin, int port, int metrics,
      * to be free again. */
     for (attempt = 0; attempt < (port ? 5 : 1); attempt++) {
         if (attempt > 0)
-            nap_ms(100);
+            rlt_nap_ms(100);
         if (rlt_spawn_listening(s, argv, 10000) == RL_OK)
             return RL_OK;
     }
@@ -613,6 +622,15 @@ long long rlt_sample(const char *page, const char *name)
         p += n;
     }
     return -1;
+}
+
+long long rlt_metric(int port, const char *name)
+{
+    static char page[1 << 18];
+
+    if (rlt_http_get(port, "/metrics", page, sizeof(page)) != 200)
+        return -1;
+    return rlt_sample(page, name);
 }
 
 rl_check_t rlt_check(uint64_t id, const char *key, uint64_t limit,

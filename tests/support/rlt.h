@@ -33,6 +33,13 @@ static inline uint64_t rlt_mono_ms(void)
  * rlt_server_start). Returns the port or RL_EIO. */
 int rlt_port_reserve(void);
 
+/* Sleeps ms milliseconds (for polls between deadline checks). */
+void rlt_nap_ms(int ms);
+
+/* Removes the directory and all it holds (rm -rf); says so on stderr when
+ * it cannot. */
+void rlt_rmtree(const char *dir);
+
 /* Copies the last `lines` lines of the file at path to stderr. */
 void rlt_tail(const char *path, int lines);
 
@@ -143,6 +150,10 @@ int rlt_http_get(int port, const char *path, char *body, size_t len);
 /* The value of the sample "name value" (name with its labels, as printed)
  * in a Prometheus page; -1 when absent. */
 long long rlt_sample(const char *page, const char *name);
+
+/* The sample `name` on the /metrics page of the listener on port; -1 when
+ * the page cannot be read or has no such sample. */
+long long rlt_metric(int port, const char *name);
 
 /* A check with an inline limit (no rule). */
 rl_check_t rlt_check(uint64_t id, const char *key, uint64_t limit,

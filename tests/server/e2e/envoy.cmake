@@ -1,0 +1,41 @@
+# Envoy's rate limit service (included by e2e/CMakeLists.txt): grpcio from
+# Debian's /usr/bin/python3 (the PATH python3 may lack it) calls rl-server
+# --grpc with envoy-ratelimit's README examples as fixtures, on the memory
+# store and on a private redis-server.
+find_program(RL_REDIS_SERVER redis-server)
+if(RL_DEBIAN_PYTHON)
+  add_test(NAME e2e_envoy_grpc
+    COMMAND ${RL_DEBIAN_PYTHON}
+            ${CMAKE_CURRENT_SOURCE_DIR}/envoy/e2e_envoy_grpc.py
+            $<TARGET_FILE:rl-server> ${PROJECT_SOURCE_DIR}/proto
+            ${CMAKE_CURRENT_SOURCE_DIR}/envoy)
+  set_tests_properties(e2e_envoy_grpc PROPERTIES TIMEOUT 120
+                       LABELS integration
+                       ENVIRONMENT "RL_CHECK=$<TARGET_FILE:rl-check>")
+  if(RL_REDIS_SERVER)
+    add_test(NAME e2e_envoy_grpc_redis
+      COMMAND ${RL_DEBIAN_PYTHON}
+              ${CMAKE_CURRENT_SOURCE_DIR}/envoy/e2e_envoy_grpc.py
+              $<TARGET_FILE:rl-server> ${PROJECT_SOURCE_DIR}/proto
+              ${CMAKE_CURRENT_SOURCE_DIR}/envoy ${RL_REDIS_SERVER})
+    set_tests_properties(e2e_envoy_grpc_redis PROPERTIES TIMEOUT 120
+                         LABELS integration
+                         ENVIRONMENT "RL_CHECK=$<TARGET_FILE:rl-check>")
+  endif()
+endif()
+
+# The --grpc listener (raw frames, HPACK by nghttp2; grpc_fx.c shared),
+# each case with its gRPC status or GOAWAY and a well-behaved client
+# served throughout: bad input (e2e_grpc_bad), and the connection's
+# limits and deadlines (e2e_grpc_limits).
+add_library(rlt_grpc STATIC grpc_fx.c)
+target_link_libraries(rlt_grpc PUBLIC rl_h2raw rl_testfx)
+target_compile_definitions(rlt_grpc PRIVATE
+  RL_SERVER_BIN="$<TARGET_FILE:rl-server>"
+  RL_FIXTURES="${CMAKE_CURRENT_SOURCE_DIR}/envoy")
+rl_warnings(rlt_grpc)
+foreach(t e2e_grpc_bad e2e_grpc_limits)
+  rl_add_test(${t} SOURCES ${t}.c
+    LIBS rlt_grpc LABELS integration TIMEOUT 120)
+  add_dependencies(${t} rl-server)
+endforeach()

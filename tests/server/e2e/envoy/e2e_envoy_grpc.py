@@ -1,0 +1,660 @@
+#!/usr/bin/python3
+"""Envoy's rate limit service, called by a real gRPC client (grpcio).
+
+Usage: e2e_envoy_grpc.py RL_SERVER PROTO_DIR FIXTURE_DIR [redis-server]
+
+Stubs are generated from the repository's .proto files into a temporary
+directory with grpc_tools.protoc. rl-server runs with envoy-ratelimit's
+own README examples as --envoy-config files and the test asserts the
+decisions and statuses that README documents, then rl-server's
+extensions, the errors, reload, /metrics and the drain. With a
+redis-server path as the last argument the same runs against Redis."""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "..", "support"))
+import rlt  # noqa: E402
+
+RL_SERVER, PROTO_DIR, FIX = sys.argv[1], sys.argv[2], sys.argv[3]
+REDIS = sys.argv[4] if len(sys.argv) > 4 else None
+TMP = tempfile.mkdtemp(prefix="rl-envoy-")
+PROCS = []
+
+
+def gen_stubs():
+    files = ["envoy/service/ratelimit/v3/rls.proto",
+             "envoy/extensions/common/ratelimit/v3/ratelimit.proto",
+             "envoy/config/core/v3/base.proto",
+             "envoy/type/v3/ratelimit_unit.proto"]
+    out = os.path.join(TMP, "stubs")
+    os.mkdir(out)
+    subprocess.check_call([sys.executable, "-m", "grpc_tools.protoc",
+                           "-I", PROTO_DIR, "--python_out=" + out,
+                           "--grpc_python_out=" + out] + files +
+                          ["ratelimit.proto"])
+    sys.path.insert(0, out)
+
+
+gen_stubs()
+import grpc  # noqa: E402
+from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc  # noqa: E402
+from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2  # noqa: E402
+import ratelimit_pb2 as native_pb2  # noqa: E402
+import struct  # noqa: E402
+import threading  # noqa: E402
+
+OK, OVER = rls_pb2.RateLimitResponse.OK, rls_pb2.RateLimitResponse.OVER_LIMIT
+RL = rls_pb2.RateLimitResponse.RateLimit
+FAILS = []
+
+
+def check(cond, what):
+    if not cond:
+        FAILS.append(what)
+        print("FAIL:", what, flush=True)
+
+
+def D(*kv, override=None):
+    d = ratelimit_pb2.RateLimitDescriptor(entries=[
+        ratelimit_pb2.RateLimitDescriptor.Entry(key=k, value=v)
+        for k, v in kv])
+    if override:
+        d.limit.requests_per_unit, d.limit.unit = override
+    return d
+
+
+def native_checks(port, rule, key, n, limit=0, window=0):
+    """n CheckRequests on the native protocol, pipelined on one
+    connection (naming rule, or with an inline limit per window seconds);
+    returns the CheckResponses."""
+    sock = socket.create_connection(("127.0.0.1", port), 5)
+    out = b""
+    for i in range(n):
+        m = native_pb2.CheckRequest(id=i + 1, key=key, rule=rule,
+                                    limit=limit, window_seconds=window
+                                    ).SerializeToString()
+        out += struct.pack(">BI", 0, len(m)) + m
+    sock.sendall(out)
+    buf, res = b"", []
+    while len(res) < n:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+        while len(buf) >= 5:
+            ln = struct.unpack(">I", buf[1:5])[0]
+            if len(buf) < 5 + ln:
+                break
+            r = native_pb2.CheckResponse.FromString(buf[5:5 + ln])
+            buf = buf[5 + ln:]
+            if r.id != 0:
+                res.append(r)
+    sock.close()
+    return res
+
+
+class Server:
+    started = 0
+
+    def __init__(self, envoy_files, extra=()):
+        Server.started += 1
+        n = Server.started
+        ports = os.path.join(TMP, "server-%d.ports" % n)
+        # Every listener on port 0: the server says which ports it bound.
+        args = [RL_SERVER, "--listen", "127.0.0.1:0",
+                "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0",
+                "--metrics", "127.0.0.1:0", "--port-file", ports,
+                "--config", os.path.join(FIX, "rules.yaml")]
+        for f in envoy_files:
+            args += ["--envoy-config", f]
+        if REDIS_PORT:
+            args += ["--redis", "127.0.0.1:%d" % REDIS_PORT,
+                     "--prefix", "rl%d:" % n]
+        self.log = open(os.path.join(TMP, "server-%d.log" % n), "w")
+        self.p = subprocess.Popen(args + list(extra), stderr=self.log)
+        PROCS.append(self.p)
+        got = rlt.wait_ports(self.p, ports, self.log.name)
+        self.native_port, self.http_port = got["listen"], got["http"]
+        self.grpc_port, self.metrics_port = got["grpc"], got["metrics"]
+        # Decisions before the store is up get the fail mode: wait for
+        # /healthz 200, as a load balancer would.
+        end = time.time() + 10
+        while True:
+            try:
+                urllib.request.urlopen("http://127.0.0.1:%d/healthz"
+                                       % self.metrics_port, timeout=2)
+                break
+            except OSError:
+                if time.time() > end or self.p.poll() is not None:
+                    raise RuntimeError("rl-server never healthy; log in %s"
+                                       % self.log.name)
+                time.sleep(0.02)
+        self.ch = grpc.insecure_channel("127.0.0.1:%d" % self.grpc_port)
+        self.stub = rls_pb2_grpc.RateLimitServiceStub(self.ch)
+
+    def call(self, domain, *descs, hits=0):
+        return self.stub.ShouldRateLimit(rls_pb2.RateLimitRequest(
+            domain=domain, descriptors=list(descs), hits_addend=hits),
+            timeout=5)
+
+    def status_of(self, domain, *descs, **kw):
+        try:
+            self.call(domain, *descs, **kw)
+            return grpc.StatusCode.OK
+        except grpc.RpcError as e:
+            return e.code()
+
+    def metrics(self):
+        return urllib.request.urlopen(
+            "http://127.0.0.1:%d/metrics" % self.metrics_port,
+            timeout=5).read().decode()
+
+    def stop(self):
+        self.ch.close()
+        self.p.send_signal(signal.SIGTERM)
+        rc = self.p.wait(20)
+        self.log.close()
+        return rc
+
+
+def in_one_window(fn, reset_of, tries=5):
+    """Runs fn() (a sequence of calls) until it ran inside one window: the
+    window's remaining time never grew between its first and last answer.
+    Returns fn's result."""
+    for _ in range(tries):
+        res = fn()
+        resets = [reset_of(r) for r in res]
+        if all(a >= b for a, b in zip(resets, resets[1:])):
+            return res
+    raise RuntimeError("window edge crossed on every try")
+
+
+def reset_ms(resp, i=0):
+    d = resp.statuses[i].duration_until_reset
+    return d.seconds * 1000 + d.nanos // 1000000
+
+
+def readme_examples(s):
+    # Example 1: 500/s per database value; other values are not limited.
+    r = s.call("mongo_cps", D(("database", "users")),
+               D(("database", "default")), D(("database", "other")))
+    check(r.overall_code == OK, "ex1 overall OK")
+    for i in (0, 1):
+        st = r.statuses[i]
+        check(st.code == OK and st.current_limit.requests_per_unit == 500
+              and st.current_limit.unit == RL.SECOND,
+              "ex1 descriptor %d 500/second" % i)
+    check(r.statuses[2].code == OK and
+          not r.statuses[2].HasField("current_limit"),
+          "ex1 unmatched value allowed without a limit")
+
+    # In a second where nothing was counted yet 500 fit and the 501st does
+    # not (a refused call consumes nothing, so a try that met counts of
+    # the call above simply goes again).
+    def burst():
+        for _ in range(20):
+            a = s.call("mongo_cps", D(("database", "users")), hits=500)
+            if a.overall_code == OK:
+                return [a, s.call("mongo_cps", D(("database", "users")))]
+            time.sleep(0.1)
+        raise RuntimeError("no fresh second")
+    res = in_one_window(burst, reset_ms)
+    check(res[1].overall_code == OVER and res[1].statuses[0].code == OVER,
+          "ex1 the 501st request in a second is over the limit")
+    check(res[1].statuses[0].limit_remaining == 0, "ex1 remaining 0")
+
+    # Example 2: 5 marketing messages a day per number, 100 a day per
+    # number overall; both descriptors in one call.
+    both = (D(("message_type", "marketing"), ("to_number", "2061111111")),
+            D(("to_number", "2061111111")))
+    rs = [s.call("messaging", *both) for _ in range(6)]
+    check(all(r.overall_code == OK for r in rs[:5]), "ex2 five allowed")
+    check(rs[5].overall_code == OVER and rs[5].statuses[0].code == OVER and
+          rs[5].statuses[1].code == OK, "ex2 the sixth marketing message "
+          "is over, the per-number limit is not")
+    check(rs[0].statuses[0].current_limit.unit == RL.DAY and
+          rs[0].statuses[0].current_limit.requests_per_unit == 5 and
+          rs[0].statuses[1].current_limit.requests_per_unit == 100,
+          "ex2 limits 5/day and 100/day")
+    check(rs[5].statuses[1].limit_remaining == 94,
+          "ex2 per-number remaining 94 after six")
+    r = s.call("messaging", D(("message_type", "marketing"),
+                              ("to_number", "2062222222")))
+    check(r.overall_code == OK and r.statuses[0].limit_remaining == 4,
+          "ex2 another number has its own 5")
+
+    # Example 3: key/value preferred over key; 0 refuses everything.
+    r = s.call("edge_proxy_per_ip", D(("remote_address", "50.0.0.5")))
+    check(r.overall_code == OVER and
+          r.statuses[0].current_limit.requests_per_unit == 0,
+          "ex3 blacklisted address refused")
+    r = s.call("edge_proxy_per_ip", D(("remote_address", "50.0.0.1")))
+    check(r.overall_code == OK and
+          r.statuses[0].current_limit.requests_per_unit == 10,
+          "ex3 other address 10/s")
+
+    # Example 4: levels must match the number of entries.
+    two = D(("key", "value"), ("subkey", "subvalue"))
+    r = s.call("example4", two)
+    check(r.statuses[0].code == OK and
+          not r.statuses[0].HasField("current_limit"),
+          "ex4 two entries do not match a one-level config")
+    r = s.call("example4b", two)
+    check(r.statuses[0].current_limit.requests_per_unit == 300,
+          "ex4 two entries match the nested config")
+
+    # Example 5: unlimited answers OK with LimitRemaining MaxUint32.
+    r = s.call("internal", D(("ldap", "x")), D(("azure", "y")))
+    check(r.statuses[0].code == OK and
+          r.statuses[0].limit_remaining == 4294967295 and
+          not r.statuses[0].HasField("current_limit"),
+          "ex5 unlimited")
+    check(r.statuses[1].current_limit.requests_per_unit == 100 and
+          r.statuses[1].current_limit.unit == RL.MINUTE, "ex5 azure 100/m")
+
+    # Example 6: shadow mode never refuses; user-b is limited to 20/s.
+    res = in_one_window(
+        lambda: [s.call("example6", D(("service", "auth"),
+                                      ("user", "user-a")), hits=10),
+                 s.call("example6", D(("service", "auth"),
+                                      ("user", "user-a")))],
+        reset_ms)
+    check(res[1].overall_code == OK, "ex6 shadow mode allows the 11th")
+    res = in_one_window(
+        lambda: [s.call("example6", D(("service", "auth"),
+                                      ("user", "user-b")), hits=20),
+                 s.call("example6", D(("service", "auth"),
+                                      ("user", "user-b")))],
+        reset_ms)
+    check(res[1].overall_code == OVER, "ex6 user-b refused at 21")
+
+    # Example 9: a wildcard value matches by prefix, each value counted
+    # on its own.
+    r = s.call("example9", D(("key1", "value1")), D(("key1", "value2")),
+               D(("key1", "other")))
+    check(r.statuses[0].current_limit.requests_per_unit == 20 and
+          r.statuses[1].current_limit.requests_per_unit == 20 and
+          r.statuses[0].limit_remaining == 19 and
+          r.statuses[1].limit_remaining == 19 and
+          not r.statuses[2].HasField("current_limit"),
+          "ex9 wildcard value*")
+
+    # The "rl" domain: one request a minute per cluster pair.
+    pair = D(("source_cluster", "proxy"), ("destination_cluster", "bar"))
+    a, b = s.call("rl", pair), s.call("rl", pair)
+    check(a.overall_code == OK and b.overall_code == OVER,
+          "rl: second call a minute refused")
+    check(b.statuses[0].current_limit.unit == RL.MINUTE and
+          b.statuses[0].duration_until_reset.seconds <= 60,
+          "rl: minute unit, reset within a minute")
+    r = s.call("rl", D(("source_cluster", "proxy"),
+                       ("destination_cluster", "foo")))
+    check(r.overall_code == OK and not r.statuses[0].HasField(
+        "current_limit"), "rl: unconfigured pair not limited")
+    r = s.call("no_such_domain", D(("a", "b")))
+    check(r.overall_code == OK, "unknown domain allowed")
+
+
+def extensions(s):
+    # window: 90s, 2 per window; refusals consume nothing; headers.
+    rs = [s.call("ext", D(("client", "c1"))) for _ in range(4)]
+    check([r.overall_code for r in rs] == [OK, OK, OVER, OVER],
+          "ext: 2 per 90 s")
+    st = rs[2].statuses[0]
+    check(st.current_limit.name == "90s" and
+          st.current_limit.unit == RL.UNKNOWN, "ext: custom window named")
+    h = {x.key: x.value for x in rs[2].response_headers_to_add}
+    check("Retry-After" in h and "RateLimit" in h and
+          "RateLimit-Policy" in h and h.get("X-RateLimit-Limit") == "2",
+          "ext: rate-limit headers on a refusal: %r" % h)
+    check(h.get("RateLimit-Policy") == '"envoy:ext";q=2;w=90',
+          "ext: policy header")
+    h0 = {x.key: x.value for x in rs[0].response_headers_to_add}
+    check("Retry-After" not in h0 and h0.get("X-RateLimit-Remaining") ==
+          "1", "ext: headers when allowed")
+    # rule: tenant_api (3/1m, 100/1h from the rules file).
+    rs = [s.call("ext", D(("tenant", "t1"))) for _ in range(4)]
+    check([r.overall_code for r in rs] == [OK, OK, OK, OVER],
+          "ext: rules-file rule 3/1m")
+    check(rs[3].statuses[0].current_limit.name == "tenant_api",
+          "ext: rule named in current_limit")
+    # The request's own limit (RateLimitOverride) replaces the config's.
+    rs = [s.call("mongo_cps", D(("database", "ovr"),
+                                override=(1, RL.HOUR))) for _ in range(2)]
+    check(rs[0].overall_code == OK and rs[1].overall_code == OVER and
+          rs[1].statuses[0].current_limit.unit == RL.HOUR,
+          "override: 1/hour")
+
+
+def headers_agree(s):
+    # One decision, three surfaces, one set of headers: librlc (rl-check
+    # --headers), GET /check and Envoy's response_headers_to_add, for the
+    # first request of three callers under the rule tenant_api (3/1m and
+    # 100/1h; the minute decides). The calls go inside one wall-clock
+    # second, away from its edges, so that every delta rounds alike.
+    import http.client
+    rl_check = os.environ.get("RL_CHECK")
+    if not rl_check:
+        check(False, "headers: RL_CHECK not set")
+        return
+    for attempt in range(10):
+        while not 0.1 < time.time() % 1 < 0.4:
+            time.sleep(0.01)
+        t0 = time.time()
+        tag = "h%d-%d" % (s.grpc_port, attempt)
+        out = subprocess.run(
+            [rl_check, "--server", "127.0.0.1:%d" % s.native_port, "--rule",
+             "tenant_api", "--key", tag + "-rlc", "--headers"],
+            capture_output=True, text=True, timeout=10).stdout
+        rlc = [ln.strip() for ln in out.splitlines() if ln.startswith("  ")]
+        c = http.client.HTTPConnection("127.0.0.1", s.http_port, timeout=10)
+        c.request("GET", "/check?rule=tenant_api&key=%s-http" % tag)
+        r = c.getresponse()
+        r.read()
+        web = ["%s: %s" % (k, v) for k, v in r.getheaders()
+               if "ratelimit" in k.lower() or k.lower() == "retry-after"]
+        c.close()
+        e = s.call("ext", D(("tenant", tag + "-envoy")))
+        env = ["%s: %s" % (x.key, x.value)
+               for x in e.response_headers_to_add]
+        if int(time.time()) == int(t0):
+            break
+    check(len(rlc) == 6 and rlc[0] == "X-RateLimit-Limit: 3" and
+          "RateLimit-Policy: \"tenant_api\";q=3;w=60" in rlc,
+          "headers: librlc's set %r" % rlc)
+    check(rlc == web, "headers: /check %r != librlc %r" % (web, rlc))
+    check(rlc == env, "headers: Envoy %r != librlc %r" % (env, rlc))
+
+
+def isolation(s):
+    # A native request's own limit never spends an Envoy descriptor's
+    # counter, however its key is spelled: "ext/client=..." is the
+    # descriptor's counter key, and 2 per 90 s its limit and window.
+    v = "iso%d" % s.grpc_port
+    nat = native_checks(s.native_port, "", "ext/client=" + v, 2, limit=2,
+                        window=90)
+    check([r.code for r in nat] == [native_pb2.CheckResponse.OK] * 2,
+          "isolation: native inline allowed")
+    rs = [s.call("ext", D(("client", v))) for _ in range(3)]
+    check([r.overall_code for r in rs] == [OK, OK, OVER],
+          "isolation: the descriptor keeps its own 2 per 90 s, got %r"
+          % [r.overall_code for r in rs])
+
+
+def inline_caps_test():
+    # A limit the request brings (RateLimitDescriptor.limit) is under the
+    # same caps as a native inline limit: --max-inline-limit and
+    # --inline-limits deny refuse it (INVALID_ARGUMENT), and nothing is
+    # counted.
+    IA = grpc.StatusCode.INVALID_ARGUMENT
+    f = [os.path.join(FIX, "mongo_cps.yaml")]
+    s = Server(f, ["--max-inline-limit", "1000"])
+    try:
+        big = [s.status_of("mongo_cps", D(("database", "cap"),
+                                          override=(4294967295, RL.SECOND)))
+               for _ in range(50)]
+        check(big == [IA] * 50, "caps: 50 overrides over "
+              "--max-inline-limit refused, got %r" % set(big))
+        r = s.call("mongo_cps", D(("database", "cap"), override=(5, RL.HOUR)))
+        check(r.overall_code == OK and
+              r.statuses[0].current_limit.requests_per_unit == 5 and
+              r.statuses[0].limit_remaining == 4,
+              "caps: an override under the cap is decided, first of 5")
+    finally:
+        check(s.stop() == 0, "caps server exit 0")
+    s = Server(f, ["--inline-limits", "deny"])
+    try:
+        check(s.status_of("mongo_cps", D(("database", "d"),
+                                         override=(5, RL.HOUR))) == IA,
+              "caps: --inline-limits deny refuses an override")
+        r = s.call("mongo_cps", D(("database", "users")))
+        check(r.overall_code == OK and
+              r.statuses[0].current_limit.requests_per_unit == 500,
+              "caps: the file's limits still apply under deny")
+    finally:
+        check(s.stop() == 0, "deny server exit 0")
+
+
+def mixed(s):
+    # Native requests, Envoy descriptors and HTTP checks on one counter, at
+    # once: a descriptor naming a rule counts under <prefix>{<descriptor
+    # key>}:r:<rule>, which a native request and a GET /check for that rule
+    # and key share. The rule "mix" allows 40 an hour; 4 native
+    # connections, 4 gRPC threads and 4 kept-alive HTTP connections send
+    # 30 each: exactly 40 are admitted in total.
+    key = "ext/mix=m%d" % s.grpc_port
+    results = {"native": 0, "grpc": 0, "http": 0}
+    lock = threading.Lock()
+
+    def nat():
+        ok = sum(1 for r in native_checks(s.native_port, "mix", key, 30)
+                 if r.code == native_pb2.CheckResponse.OK)
+        with lock:
+            results["native"] += ok
+
+    def env():
+        ok = 0
+        for _ in range(30):
+            r = s.call("ext", D(("mix", "m%d" % s.grpc_port)))
+            ok += r.overall_code == OK
+        with lock:
+            results["grpc"] += ok
+    def web():
+        import http.client
+        import urllib.parse
+        ok = refused = 0
+        c = http.client.HTTPConnection("127.0.0.1", s.http_port, timeout=10)
+        path = "/check?rule=mix&key=" + urllib.parse.quote(key, safe="")
+        for _ in range(30):
+            c.request("GET", path)
+            r = c.getresponse()
+            r.read()
+            ok += r.status == 200
+            refused += r.status == 429
+        c.close()
+        check(ok + refused == 30, "mixed: HTTP answers other than 200/429")
+        with lock:
+            results["http"] += ok
+    ts = [threading.Thread(target=f) for f in [nat, env, web] * 4]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(30)
+    total = results["native"] + results["grpc"] + results["http"]
+    check(total == 40,
+          "mixed: %d admitted (native %d, grpc %d, http %d), want 40"
+          % (total, results["native"], results["grpc"], results["http"]))
+    print("mixed: native %d + grpc %d + http %d = %d admitted of 360 asked"
+          % (results["native"], results["grpc"], results["http"], total))
+
+
+def errors(s):
+    IA = grpc.StatusCode.INVALID_ARGUMENT
+    check(s.status_of("", D(("a", "b"))) == IA, "empty domain")
+    check(s.status_of("mongo_cps") == IA, "no descriptors")
+    check(s.status_of("mongo_cps",
+                      ratelimit_pb2.RateLimitDescriptor()) == IA,
+          "empty descriptor")
+    check(s.status_of("mongo_cps", D(("", "x"))) == IA, "empty key")
+    big = D(("database", "x" * 70000))
+    check(s.status_of("mongo_cps", big) ==
+          grpc.StatusCode.RESOURCE_EXHAUSTED, "message over 64 KiB")
+    other = s.ch.unary_unary(
+        "/envoy.service.ratelimit.v3.RateLimitService/Other",
+        request_serializer=rls_pb2.RateLimitRequest.SerializeToString,
+        response_deserializer=rls_pb2.RateLimitResponse.FromString)
+    try:
+        other(rls_pb2.RateLimitRequest(domain="x"), timeout=5)
+        check(False, "unknown method answered")
+    except grpc.RpcError as e:
+        check(e.code() == grpc.StatusCode.UNIMPLEMENTED, "unknown method")
+    other = s.ch.unary_unary("/pkg.Nope/ShouldRateLimit",
+                             request_serializer=lambda b: b,
+                             response_deserializer=lambda b: b)
+    try:
+        other(b"", timeout=5)
+        check(False, "unknown service answered")
+    except grpc.RpcError as e:
+        check(e.code() == grpc.StatusCode.UNIMPLEMENTED, "unknown service")
+    # Compressed messages: not supported, UNIMPLEMENTED per gRPC.
+    try:
+        s.stub.ShouldRateLimit(rls_pb2.RateLimitRequest(
+            domain="mongo_cps", descriptors=[D(("database", "u" * 4000))]),
+            timeout=5, compression=grpc.Compression.Gzip)
+        check(False, "compressed call answered")
+    except grpc.RpcError as e:
+        check(e.code() == grpc.StatusCode.UNIMPLEMENTED,
+              "compressed: %s" % e.code())
+    # The connection is still good for everyone.
+    r = s.call("internal", D(("azure", "after-errors")))
+    check(r.overall_code == OK and r.statuses[0].limit_remaining == 99,
+          "served after errors")
+
+
+def many_streams(s):
+    # More concurrent calls than --grpc-max-streams on one channel: the
+    # client queues by our SETTINGS; every one is answered.
+    futs = [s.stub.ShouldRateLimit.future(rls_pb2.RateLimitRequest(
+        domain="mongo_cps", descriptors=[D(("database", "m%d" % i))]),
+        timeout=10) for i in range(300)]
+    check(all(f.result().overall_code == OK for f in futs),
+          "300 concurrent calls answered")
+
+
+def reload_test():
+    path = os.path.join(TMP, "live.yaml")
+    with open(path, "w") as f:
+        f.write("domain: live\ndescriptors:\n  - key: k\n    rate_limit:"
+                " {unit: minute, requests_per_unit: 1}\n")
+    s = Server([path])
+    try:
+        r = s.call("live", D(("k", "a")))
+        check(r.statuses[0].current_limit.requests_per_unit == 1,
+              "reload: initial limit")
+        # A bad file keeps the old configuration.
+        with open(path + ".tmp", "w") as f:
+            f.write("domain: live\ndescriptors:\n  - key: k\n    "
+                    "rate_limit: {unit: fortnight}\n")
+        os.rename(path + ".tmp", path)
+        end = time.time() + 10
+        while time.time() < end and \
+                "rl_envoy_config_reload_failures_total 1" not in s.metrics():
+            time.sleep(0.05)
+        check("rl_envoy_config_reload_failures_total 1" in s.metrics(),
+              "reload: bad file counted")
+        r = s.call("live", D(("k", "b")))
+        check(r.statuses[0].current_limit.requests_per_unit == 1,
+              "reload: bad file kept the old config")
+        with open(path + ".tmp", "w") as f:
+            f.write("domain: live\ndescriptors:\n  - key: k\n    "
+                    "rate_limit: {unit: minute, requests_per_unit: 7}\n")
+        os.rename(path + ".tmp", path)
+        end, got = time.time() + 10, 0
+        while time.time() < end:
+            r = s.call("live", D(("k", "c")))
+            got = r.statuses[0].current_limit.requests_per_unit
+            if got == 7:
+                break
+            time.sleep(0.05)
+        check(got == 7, "reload: new file in force")
+    finally:
+        check(s.stop() == 0, "reload server exit 0")
+
+
+def drain_test():
+    # Long enough that a machine stalling the test for a second or two
+    # still calls while draining, not after.
+    s = Server([os.path.join(FIX, "mongo_cps.yaml")], ["--drain-ms", "3000"])
+    futs = []
+    s.call("mongo_cps", D(("database", "users")))
+    s.p.send_signal(signal.SIGTERM)
+    # While draining, /healthz says so and calls are still answered.
+    end, health = time.time() + 5, None
+    while time.time() < end:
+        try:
+            urllib.request.urlopen("http://127.0.0.1:%d/healthz" %
+                                   s.metrics_port, timeout=2)
+        except urllib.error.HTTPError as e:
+            health = e.code
+            break
+        time.sleep(0.02)
+    check(health == 503, "drain: /healthz 503")
+    r = s.call("mongo_cps", D(("database", "users")))
+    check(r.overall_code == OK, "drain: served while draining")
+    rc = s.p.wait(20)
+    s.ch.close()
+    check(rc == 0, "drain: exit 0 after GOAWAY")
+    log = open(s.log.name).read()
+    check("GOAWAY sent" in log, "drain: GOAWAY logged")
+    s.log.close()
+
+
+REDIS_PORT = None
+
+
+def main():
+    global REDIS_PORT
+    if REDIS:
+        # A reserved port; one more try on another if something outside
+        # the tests holds it.
+        for attempt in (1, 2):
+            REDIS_PORT = rlt.reserve_port()
+            log = os.path.join(TMP, "redis-%d.log" % attempt)
+            p = subprocess.Popen(
+                [REDIS, "--port", str(REDIS_PORT), "--bind", "127.0.0.1",
+                 "--save", "", "--appendonly", "no", "--dir", TMP,
+                 "--logfile", log], stdout=subprocess.DEVNULL)
+            PROCS.append(p)
+            try:
+                rlt.wait_listen(REDIS_PORT, p, log)
+                break
+            except RuntimeError:
+                if attempt == 2:
+                    raise
+    files = [os.path.join(FIX, f) for f in sorted(os.listdir(FIX))
+             if f.endswith(".yaml") and f != "rules.yaml"]
+    s = Server(files)
+    try:
+        readme_examples(s)
+        extensions(s)
+        headers_agree(s)
+        isolation(s)
+        mixed(s)
+        errors(s)
+        many_streams(s)
+        m = s.metrics()
+        check('rl_grpc_calls_total{status="OK"}' in m and
+              'rl_grpc_calls_total{status="INVALID_ARGUMENT"} 4' in m,
+              "metrics: calls by status")
+        check("rl_grpc_connections_open 1" in m, "metrics: connections")
+        check('rl_rule_decisions_total{rule="envoy:mongo_cps"' in m,
+              "metrics: per-domain decisions")
+    finally:
+        check(s.stop() == 0, "server exit 0")
+    reload_test()
+    inline_caps_test()
+    drain_test()
+
+
+try:
+    main()
+finally:
+    for p in PROCS:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    if not FAILS:
+        shutil.rmtree(TMP, ignore_errors=True)
+    else:
+        print("logs in", TMP)
+print("%d failures" % len(FAILS))
+sys.exit(1 if FAILS else 0)

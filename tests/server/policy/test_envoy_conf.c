@@ -1,0 +1,282 @@
+/* The --envoy-config loader and matcher (server/policy/envoy_conf.c) and
+ * the counter keys of Envoy descriptors (server/net/envoy_rls.c). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "net/envoy_rls.h"
+#include "policy/envoy_conf.h"
+#include "rl_error.h"
+
+static rls_envoy_conf_t *build(const char *yaml, rls_diag_t *d, int *rc)
+{
+    rls_envoy_conf_t *c = NULL;
+
+    *rc = rls_envoy_conf_build_buf("t.yaml", yaml, strlen(yaml), &c, d);
+    return c;
+}
+
+/* Walks pairs (k1, v1, k2, v2, ..., NULL) from the top. */
+static const rls_envoy_node_t *walk(const rls_envoy_conf_t *c,
+                                    const char *domain, ...)
+{
+    const rls_envoy_domain_t *d =
+        rls_envoy_conf_domain(c, domain, strlen(domain));
+    const rls_envoy_node_t *x = NULL;
+    const char *k, *v;
+    va_list ap;
+
+    assert_non_null(d);
+    va_start(ap, domain);
+    while ((k = va_arg(ap, const char *)) != NULL) {
+        v = va_arg(ap, const char *);
+        x = rls_envoy_conf_step(c, d, x, k, strlen(k), v, strlen(v));
+        if (x == NULL)
+            break;
+    }
+    va_end(ap);
+    return x;
+}
+
+static const char example[] =
+    "domain: edge\n"
+    "descriptors:\n"
+    "  - key: remote_address\n"
+    "    rate_limit: {unit: second, requests_per_unit: 10}\n"
+    "  - key: remote_address\n"
+    "    value: 50.0.0.5\n"
+    "    rate_limit: {unit: second, requests_per_unit: 0}\n"
+    "  - key: path\n"
+    "    value: /api/*\n"
+    "    rate_limit: {unit: minute, requests_per_unit: 7}\n"
+    "  - key: path\n"
+    "    value: /api/v1\n"
+    "    rate_limit: {unit: hour, requests_per_unit: 8}\n"
+    "  - key: path\n"
+    "    rate_limit: {window: 90s, requests_per_unit: 9, name: all}\n"
+    "  - key: tenant\n"
+    "    value: acme\n"
+    "    descriptors:\n"
+    "      - key: user\n"
+    "        rule: api\n"
+    "        shadow_mode: true\n"
+    "      - key: ldap\n"
+    "        unlimited: true\n";
+
+static void test_matching(void **state)
+{
+    rls_diag_t d;
+    int rc;
+    rls_envoy_conf_t *c = build(example, &d, &rc);
+    const rls_envoy_node_t *x;
+
+    (void)state;
+    assert_int_equal(rc, RL_OK);
+    assert_int_equal(rls_envoy_conf_domains(c), 1);
+    /* key + value before key alone */
+    x = walk(c, "edge", "remote_address", "50.0.0.5", NULL);
+    assert_non_null(x);
+    assert_int_equal(x->kind, RLS_ENVOY_LIMIT);
+    assert_int_equal(x->limit, 0);
+    x = walk(c, "edge", "remote_address", "1.2.3.4", NULL);
+    assert_int_equal(x->limit, 10);
+    assert_int_equal(x->window_s, 1);
+    assert_int_equal(x->unit, 1);
+    /* exact, then wildcard, then key alone */
+    assert_int_equal(walk(c, "edge", "path", "/api/v1", NULL)->limit, 8);
+    assert_int_equal(walk(c, "edge", "path", "/api/v2", NULL)->limit, 7);
+    x = walk(c, "edge", "path", "/other", NULL);
+    assert_int_equal(x->limit, 9);
+    assert_int_equal(x->window_s, 90);
+    assert_int_equal(x->unit, 0);
+    assert_string_equal(x->name, "all");
+    /* nested: a placeholder, then its children */
+    x = walk(c, "edge", "tenant", "acme", NULL);
+    assert_int_equal(x->kind, RLS_ENVOY_NONE);
+    x = walk(c, "edge", "tenant", "acme", "user", "u1", NULL);
+    assert_int_equal(x->kind, RLS_ENVOY_RULE);
+    assert_string_equal(x->rule, "api");
+    assert_int_equal(x->shadow, 1);
+    x = walk(c, "edge", "tenant", "acme", "ldap", "x", NULL);
+    assert_int_equal(x->kind, RLS_ENVOY_UNLIMITED);
+    /* no match */
+    assert_null(walk(c, "edge", "tenant", "other", "user", "u1", NULL));
+    assert_null(walk(c, "edge", "nope", "x", NULL));
+    assert_null(rls_envoy_conf_domain(c, "other", 5));
+    rls_envoy_conf_unref(c);
+}
+
+/* Every error, each with its line, in one run. */
+static void test_errors(void **state)
+{
+    static const char bad[] =
+        "domain: x\n"                                             /* 1 */
+        "descriptors:\n"                                          /* 2 */
+        "  - key: a\n"                                            /* 3 */
+        "    rate_limit: {unit: week, requests_per_unit: 5}\n"    /* 4 */
+        "  - value: b\n"                                          /* 5 */
+        "  - key: c\n"                                            /* 6 */
+        "    rate_limit: {unit: second}\n"                        /* 7 */
+        "  - key: d\n"                                            /* 8 */
+        "    bogus: 1\n"                                          /* 9 */
+        "  - key: e\n"                                            /* 10 */
+        "    rate_limit: {unit: second, requests_per_unit: 1,\n"  /* 11 */
+        "                 replaces: [{name: q}]}\n"               /* 12 */
+        "  - key: a\n"                                            /* 13 */
+        "    rate_limit: {unit: second, requests_per_unit: 1}\n"; /* 14 */
+    static const char *const want[] = {
+        "t.yaml:4: unit 'week'",
+        "t.yaml:5: descriptor without 'key'",
+        "t.yaml:7: rate_limit needs 'requests_per_unit'",
+        "t.yaml:9: unknown key 'bogus' in a descriptor",
+        "t.yaml:12: 'replaces' is not supported",
+        "t.yaml:13: duplicate descriptor key 'a'",
+    };
+    rls_diag_t d;
+    int rc;
+    size_t i, j;
+
+    (void)state;
+    assert_null(build(bad, &d, &rc));
+    assert_int_equal(rc, RL_EINVAL);
+    for (i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        int found = 0;
+        for (j = 0; j < d.n; j++)
+            found |= strncmp(d.msg[j], want[i], strlen(want[i])) == 0;
+        if (!found)
+            fail_msg("missing: %s", want[i]);
+    }
+    assert_int_equal(d.n, sizeof(want) / sizeof(want[0]));
+}
+
+/* A key given twice is an error naming both lines, at every level. */
+static void test_duplicate_keys(void **state)
+{
+    static const struct {
+        const char *yaml, *want;
+    } cases[] = {
+        {"domain: a\ndomain: b\ndescriptors: []\n",
+         "t.yaml:2: key 'domain' given twice (first at line 1)"},
+        {"domain: a\ndescriptors:\n  - key: k\n"
+         "    rate_limit: {unit: minute, requests_per_unit: 1}\n"
+         "    rate_limit: {unit: second, requests_per_unit: 1000000}\n",
+         "t.yaml:5: key 'rate_limit' given twice (first at line 4)"},
+        {"domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n"
+         "      unit: minute\n      requests_per_unit: 1\n"
+         "      requests_per_unit: 9\n",
+         "t.yaml:7: key 'requests_per_unit' given twice (first at line 6)"},
+        {"domain: a\ndescriptors:\n  - key: k\n    key: j\n",
+         "t.yaml:4: key 'key' given twice (first at line 3)"},
+        {"domain: a\ndescriptors:\n  - key: k\n    value: v\n"
+         "    value: w\n",
+         "t.yaml:5: key 'value' given twice (first at line 4)"},
+        {"domain: a\ndescriptors: []\nrate_limit_headers: x\n"
+         "rate_limit_headers: all\n",
+         "t.yaml:4: key 'rate_limit_headers' given twice (first at line 3)"},
+        {"domain: a\ndescriptors: []\ndescriptors: []\n",
+         "t.yaml:3: key 'descriptors' given twice (first at line 2)"},
+        {"domain: a\ndescriptors:\n  - key: k\n    value: v\n"
+         "  - key: k\n    value: v\n",
+         "t.yaml:5: duplicate descriptor key 'k' value 'v' (first at line 3)"},
+    };
+    rls_envoy_conf_t *c;
+    rls_diag_t d;
+    size_t i;
+    int rc;
+
+    (void)state;
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        assert_null(build(cases[i].yaml, &d, &rc));
+        assert_int_equal(rc, RL_EINVAL);
+        if (d.n != 1 || strstr(d.msg[0], cases[i].want) == NULL)
+            fail_msg("case %zu: want '%s', got %zu errors, first '%s'", i,
+                     cases[i].want, d.n, d.n ? d.msg[0] : "");
+    }
+    /* Sibling descriptors are separate mappings: the same key names in
+     * each are fine. */
+    c = build("domain: a\ndescriptors:\n"
+              "  - {key: k, value: v}\n  - {key: k, value: w}\n",
+              &d, &rc);
+    assert_int_equal(rc, RL_OK);
+    assert_non_null(c);
+    rls_envoy_conf_unref(c);
+}
+
+static void test_hostile(void **state)
+{
+    static const char alias[] = "domain: d\ndescriptors: &a\n"
+                                "  - key: k\n    descriptors: *a\n";
+    char deep[4096];
+    size_t n = 0;
+    rls_diag_t d;
+    int rc, i;
+
+    (void)state;
+    assert_null(build(alias, &d, &rc));
+    assert_int_equal(rc, RL_EINVAL);
+    assert_non_null(strstr(d.msg[0], "aliases"));
+    n += (size_t)snprintf(deep + n, sizeof(deep) - n,
+                          "domain: d\n"
+                          "descriptors: ");
+    for (i = 0; i < 40; i++)
+        n += (size_t)snprintf(deep + n, sizeof(deep) - n,
+                              "[{key: k, descriptors: ");
+    n += (size_t)snprintf(deep + n, sizeof(deep) - n, "[]");
+    for (i = 0; i < 40; i++)
+        n += (size_t)snprintf(deep + n, sizeof(deep) - n, "}]");
+    assert_null(build(deep, &d, &rc));
+    assert_int_equal(rc, RL_EINVAL);
+    assert_non_null(strstr(d.msg[0], "nested deeper"));
+    assert_null(build("domain: a\n---\ndomain: b\n", &d, &rc));
+    assert_int_equal(rc, RL_EINVAL);
+    assert_null(build("", &d, &rc));
+    assert_int_equal(rc, RL_EINVAL);
+}
+
+static void test_keys(void **state)
+{
+    const char *k[2] = {"database", "a/b=c d"};
+    size_t kl[2] = {8, 7};
+    const char *v[2] = {"users", "%#"};
+    size_t vl[2] = {5, 2};
+    char out[RLS_ENVOY_KEY_MAX + 1], out2[RLS_ENVOY_KEY_MAX + 1];
+    char big[600];
+    size_t n, n2;
+
+    (void)state;
+    n = rls_envoy_key(out, "mongo_cps", 9, k, kl, v, vl, 1);
+    assert_int_equal(n, strlen("mongo_cps/database=users"));
+    assert_memory_equal(out, "mongo_cps/database=users", n);
+    /* Separators inside keys and values are escaped: no two chains
+     * share a key. */
+    n = rls_envoy_key(out, "d", 1, k + 1, kl + 1, v + 1, vl + 1, 1);
+    out[n] = '\0';
+    assert_string_equal(out, "d/a%2Fb%3Dc%20d=%25%23");
+    /* Long keys are cut and hashed, and still differ. */
+    memset(big, 'x', sizeof(big));
+    k[0] = big;
+    kl[0] = sizeof(big);
+    n = rls_envoy_key(out, "d", 1, k, kl, v, vl, 1);
+    big[599] = 'y';
+    n2 = rls_envoy_key(out2, "d", 1, k, kl, v, vl, 1);
+    assert_true(n <= RLS_ENVOY_KEY_MAX && n2 <= RLS_ENVOY_KEY_MAX);
+    assert_int_equal(n, n2);
+    assert_true(memcmp(out, out2, n) != 0);
+    assert_memory_equal(out, out2, 360);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matching),       cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_duplicate_keys), cmocka_unit_test(test_hostile),
+        cmocka_unit_test(test_keys),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
