@@ -182,7 +182,7 @@ static int send_check(conn_t *c, uint64_t due_ns, uint64_t now_ns)
     b->sent_total++;
     if (b->first_send_ns == 0)
         b->first_send_ns = now_ns;
-    if (b->phase == PH_MEASURE && due_ns >= b->measure_ns)
+    if (due_ns >= b->measure_ns)
         b->res->st.sent++;
     if (o->requests && b->sent_total >= o->requests && !b->capped) {
         b->capped = 1;
@@ -460,7 +460,8 @@ static void on_phase(uv_timer_t *t)
 
     if (b->phase == PH_WARMUP) {
         b->phase = PH_MEASURE;
-        b->measure_ns = uv_hrtime();
+        if (b->o->rate <= 0)
+            b->measure_ns = uv_hrtime();
         uv_timer_start(&b->phase_timer, on_phase,
                        (uint64_t)(b->o->duration_s * 1000 + 0.5), 0);
     } else if (b->phase == PH_MEASURE && b->o->rate <= 0) {
@@ -739,7 +740,15 @@ int rlb_run(const rlb_opts_t *o, rlb_result_t *res)
 
     b.start_ns = b.down_since_ns = uv_hrtime();
     b.phase = o->warmup_s > 0 ? PH_WARMUP : PH_MEASURE;
-    b.measure_ns = b.phase == PH_MEASURE ? b.start_ns : UINT64_MAX;
+    /* An open loop's warmup ends on its schedule, so that a late timer
+     * moves no check across the boundary; a closed loop's when its timer
+     * fires. */
+    if (b.phase == PH_MEASURE)
+        b.measure_ns = b.start_ns;
+    else if (o->rate > 0)
+        b.measure_ns = b.start_ns + (uint64_t)(o->warmup_s * 1e9);
+    else
+        b.measure_ns = UINT64_MAX;
     uv_timer_start(&b.tick, on_tick, TICK_MS, TICK_MS);
     uv_timer_start(
         &b.phase_timer, on_phase,

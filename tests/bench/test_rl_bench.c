@@ -414,11 +414,11 @@ static void test_open_loop(void **state)
     assert_non_null(json);
     assert_true(num(json, "decisions") >= 1999 &&
                 num(json, "decisions") <= 2001);
-    /* About 1000 in the warmup: fewer when the machine is loaded (the
-     * half second is timed on libuv's millisecond timer from the first
-     * tick; 967 to 991 seen with two CPU hogs under ASan), never more. */
-    assert_true(num(json, "sent_total") >= num(json, "decisions") + 900 &&
-                num(json, "sent_total") <= num(json, "decisions") + 1010);
+    /* The warmup is the schedule's first half second, whenever the timer
+     * that ends it fires: 1000 checks, however loaded the machine (a
+     * boundary by the clock gave 900 to 1,200 under load). */
+    assert_true(num(json, "sent_total") >= num(json, "decisions") + 999 &&
+                num(json, "sent_total") <= num(json, "decisions") + 1001);
     free(json);
 
     /* --timeline-csv: a row per 100 ms of the second, whose answers add
