@@ -7,7 +7,10 @@ the last lines of its log."""
 import fcntl
 import os
 import random
+import shutil
 import socket
+import subprocess
+import sys
 import time
 
 PORT_DIR = os.environ.get("RLT_PORT_DIR") or "/tmp/rlt-ports"
@@ -110,3 +113,41 @@ def wait_listen(port, proc, log, timeout_s=10):
         time.sleep(0.01)
     raise RuntimeError("nothing listening on port %d after %d s"
                        % (port, timeout_s))
+
+
+def start_redis(tmp, extra=(), redis="redis-server", procs=None):
+    """Starts a redis-server on a reserved port with its log and files in
+    tmp (one more try on another port if something outside the tests
+    holds the first); returns (port, proc). The process is appended to
+    procs, for end_run to stop."""
+    for attempt in (1, 2):
+        port = reserve_port()
+        log = os.path.join(tmp, "redis-%d.log" % port)
+        p = subprocess.Popen(
+            [redis, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", tmp, "--logfile", log] +
+            list(extra), stdout=subprocess.DEVNULL)
+        if procs is not None:
+            procs.append(p)
+        try:
+            wait_listen(port, p, log)
+            return port, p
+        except RuntimeError:
+            if attempt == 2:
+                raise
+
+
+def end_run(fails, procs, tmp):
+    """A script's end: kills what it started that still runs, removes tmp
+    unless something failed (then says where the logs are), prints the
+    count of failures and exits with 1 if there were any."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    if not fails:
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        print("logs in", tmp)
+    print("%d failures" % len(fails))
+    sys.exit(1 if fails else 0)

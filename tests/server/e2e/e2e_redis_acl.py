@@ -10,7 +10,6 @@ nowhere a run writes (logs, /metrics, /healthz, errors).
 
 Usage: redis_acl.py RL_SERVER RL_CHECK RL_CTL REDIS_SERVER [MODULE_SO]"""
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -49,24 +48,12 @@ def check(cond, what):
 
 
 def start_redis():
-    for attempt in (1, 2):
-        port = rlt.reserve_port()
-        log = os.path.join(TMP, "redis-%d.log" % attempt)
-        acl = RL_ACL + CTL_ACL + (MODULE_ACL if MODULE else [])
-        p = subprocess.Popen(
-            [REDIS, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", TMP, "--logfile", log,
-             "--user", "default", "on", ">" + DEFAULT_PW, "~*", "+@all",
-             "--user", "rl", "on", ">" + SECRET] + acl +
-            (["--loadmodule", MODULE] if MODULE else []),
-            stdout=subprocess.DEVNULL)
-        PROCS.append(p)
-        try:
-            rlt.wait_listen(port, p, log)
-            return port
-        except RuntimeError:
-            if attempt == 2:
-                raise
+    acl = RL_ACL + CTL_ACL + (MODULE_ACL if MODULE else [])
+    port, _ = rlt.start_redis(
+        TMP, ["--user", "default", "on", ">" + DEFAULT_PW, "~*", "+@all",
+              "--user", "rl", "on", ">" + SECRET] + acl +
+        (["--loadmodule", MODULE] if MODULE else []), REDIS, PROCS)
+    return port
 
 
 def start_server(name, args, env=None):
@@ -232,13 +219,4 @@ def main():
 try:
     main()
 finally:
-    for proc in PROCS:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    if not FAILS:
-        shutil.rmtree(TMP, ignore_errors=True)
-    else:
-        print("logs in", TMP)
-print("%d failures" % len(FAILS))
-sys.exit(1 if FAILS else 0)
+    rlt.end_run(FAILS, PROCS, TMP)

@@ -11,7 +11,6 @@ extensions, the errors, reload, /metrics and the drain. With a
 redis-server path as the last argument the same runs against Redis."""
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -604,22 +603,7 @@ REDIS_PORT = None
 def main():
     global REDIS_PORT
     if REDIS:
-        # A reserved port; one more try on another if something outside
-        # the tests holds it.
-        for attempt in (1, 2):
-            REDIS_PORT = rlt.reserve_port()
-            log = os.path.join(TMP, "redis-%d.log" % attempt)
-            p = subprocess.Popen(
-                [REDIS, "--port", str(REDIS_PORT), "--bind", "127.0.0.1",
-                 "--save", "", "--appendonly", "no", "--dir", TMP,
-                 "--logfile", log], stdout=subprocess.DEVNULL)
-            PROCS.append(p)
-            try:
-                rlt.wait_listen(REDIS_PORT, p, log)
-                break
-            except RuntimeError:
-                if attempt == 2:
-                    raise
+        REDIS_PORT, _ = rlt.start_redis(TMP, redis=REDIS, procs=PROCS)
     files = [os.path.join(FIX, f) for f in sorted(os.listdir(FIX))
              if f.endswith(".yaml") and f != "rules.yaml"]
     s = Server(files)
@@ -648,13 +632,4 @@ def main():
 try:
     main()
 finally:
-    for p in PROCS:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    if not FAILS:
-        shutil.rmtree(TMP, ignore_errors=True)
-    else:
-        print("logs in", TMP)
-print("%d failures" % len(FAILS))
-sys.exit(1 if FAILS else 0)
+    rlt.end_run(FAILS, PROCS, TMP)
