@@ -52,7 +52,8 @@ static const char usage[] =
     "                           free port, see --port-file)\n"
     "  --redis HOST:PORT        count in this Redis; also\n"
     "          redis://[[USER]:PASSWORD@]HOST:PORT[/DB] (%-escapes in USER\n"
-    "                           and PASSWORD; or the URL in $RL_REDIS_URL)\n"
+    "                           and PASSWORD; or the URL in $RL_REDIS_URL),\n"
+    "          unix://[[USER]:PASSWORD@]/PATH[?db=N] (a Unix socket)\n"
     "                           (default: none, the embedded memory store)\n"
     "  --redis-cluster HOST:PORT[,HOST:PORT...]  count in this Redis\n"
     "                           Cluster (seed nodes; also\n"
@@ -296,6 +297,43 @@ static int read_password_file(rls_flags_t *c, char *err, size_t errlen)
     return 0;
 }
 
+/* --redis unix://[[USER]:PASSWORD@]/PATH[?db=N]: the socket's path goes in
+ * redis_host (a host that starts with '/' is a socket), port 0. */
+static int parse_redis_unix(rls_flags_t *c, const char *s, char *err,
+                            size_t errlen)
+{
+    const char *p = s + 7, *at = strchr(p, '@'), *q;
+    uint64_t db;
+    size_t n;
+
+    if (at != NULL && at < strchr(p, '/')) {
+        if (parse_userinfo(c, "--redis", p, (size_t)(at - p), err, errlen) != 0)
+            return RL_EINVAL;
+        p = at + 1;
+    }
+    q = strchr(p, '?');
+    n = q != NULL ? (size_t)(q - p) : strlen(p);
+    /* sun_path holds 108 bytes with its NUL. */
+    if (p[0] != '/' || n < 2 || n > 107 || memchr(p, '@', n) != NULL)
+        return fail(err, errlen,
+                    "--redis: expected unix://[[USER]:PASSWORD@]"
+                    "/PATH with an absolute path of at most "
+                    "107 bytes");
+    if (q != NULL) {
+        if (strncmp(q, "?db=", 4) != 0 ||
+            rl_parse_u64(q + 4, 0, 1 << 20, &db) != RL_OK)
+            return fail(err, errlen,
+                        "--redis: after the socket's path only "
+                        "?db=N");
+        c->redis_db = (int)db;
+    }
+    memcpy(c->redis_host, p, n);
+    c->redis_host[n] = '\0';
+    c->redis_port = 0;
+    c->use_redis = 1;
+    return 0;
+}
+
 /* --redis accepts HOST:PORT or redis://[[USER]:PASSWORD@]HOST:PORT[/DB]. */
 static int parse_redis(rls_flags_t *c, const char *s, char *err,
                        size_t errlen)
@@ -303,6 +341,8 @@ static int parse_redis(rls_flags_t *c, const char *s, char *err,
     char buf[2 * RLS_HOST_MAX + 32], *at, *slash, *hp;
     uint64_t db;
 
+    if (strncmp(s, "unix://", 7) == 0)
+        return parse_redis_unix(c, s, err, errlen);
     if (strncmp(s, "redis://", 8) != 0) {
         if (strchr(s, '@') != NULL) /* credentials: never repeated */
             return fail(err, errlen,

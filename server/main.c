@@ -159,6 +159,9 @@ int main(int argc, char **argv)
                  cfg.redis_cluster, cfg.redis_seed_host[0],
                  cfg.redis_seed_port[0],
                  (unsigned long long)cfg.redis_timeout_ms);
+    else if (cfg.use_redis && cfg.redis_host[0] == '/')
+        RLS_INFO("redis", " addr=unix:%s db=%d timeout_ms=%llu", cfg.redis_host,
+                 cfg.redis_db, (unsigned long long)cfg.redis_timeout_ms);
     else if (cfg.use_redis)
         RLS_INFO("redis", " addr=%s:%d db=%d timeout_ms=%llu",
                  cfg.redis_host, cfg.redis_port, cfg.redis_db,

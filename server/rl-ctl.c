@@ -174,7 +174,8 @@ static int connect_to(ctl_t *c, const char *host, int port)
     if (c->rc != NULL)
         redisFree(c->rc);
     c->at_host[0] = '\0';
-    c->rc = redisConnectWithTimeout(host, port, tv);
+    c->rc = host[0] == '/' ? redisConnectUnixWithTimeout(host, tv)
+                           : redisConnectWithTimeout(host, port, tv);
     if (c->rc == NULL || c->rc->err) {
         fprintf(stderr, "rl-ctl: cannot connect to redis at %s:%d: %s\n",
                 host, port, c->rc ? c->rc->errstr : "out of memory");

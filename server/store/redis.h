@@ -10,7 +10,8 @@
 #include "store/store.h"
 
 typedef struct rls_redis_opts_s {
-    const char *host;      /* IPv4/IPv6 literal or name */
+    const char *host; /* IPv4/IPv6 literal, name, or a Unix socket's
+                       * path (starting with '/'; port unused) */
     int port;
     const char *user;      /* NULL: the default user */
     const char *password;  /* NULL: no AUTH */

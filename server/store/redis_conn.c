@@ -49,6 +49,7 @@ typedef struct ctx_s {
 struct rls_redis_conn_s {
     uv_loop_t *loop;
     char *host, *user, *password;
+    char addr[RLS_REDIS_ADDR_MAX]; /* host:port, or unix:PATH; for logs */
     const char *script;
     size_t script_len;
     int port, db, numeric, state, ever_up, use_module;
@@ -178,11 +179,9 @@ static void connect_failed(rls_redis_conn_t *c, const char *why)
     /* A cluster's masters share one flag: a refusal every node gives
      * (a wrong password) is one warning, not one per node. */
     if (!c->quiet && (c->quiet_shared == NULL || !*c->quiet_shared))
-        RLS_WARN("redis unreachable", " addr=%s:%d err=\"%s\"", c->host,
-                 c->port, why);
+        RLS_WARN("redis unreachable", " addr=%s err=\"%s\"", c->addr, why);
     else
-        RLS_DEBUG("redis connect failed", " addr=%s:%d err=\"%s\"", c->host,
-                  c->port, why);
+        RLS_DEBUG("redis connect failed", " addr=%s err=\"%s\"", c->addr, why);
     c->quiet = 1;
     if (c->quiet_shared != NULL)
         *c->quiet_shared = 1;
@@ -205,7 +204,7 @@ static void lost(rls_redis_conn_t *c, ctx_t *x, const char *why)
         connect_failed(c, why);
         return;
     }
-    RLS_WARN("redis down", " addr=%s:%d err=\"%s\"", c->host, c->port, why);
+    RLS_WARN("redis down", " addr=%s err=\"%s\"", c->addr, why);
     c->down_since_ms = rl_mono_ms();
     c->quiet = 1;
     c->state = DOWN;
@@ -316,8 +315,8 @@ static void on_module_reply(redisAsyncContext *ac, void *r, void *priv)
     if (!c->module && rep->type == REDIS_REPLY_INTEGER)
         RLS_WARN("redis: the ratelimit module speaks another version; "
                  "batches go to the Lua script",
-                 " addr=%s:%d version=%lld want=%d", c->host, c->port,
-                 rep->integer, RLS_REDIS_MODULE_VERSION);
+                 " addr=%s version=%lld want=%d", c->addr, rep->integer,
+                 RLS_REDIS_MODULE_VERSION);
 }
 
 /* Reads run_id from INFO server. A Redis where INFO is renamed or denied
@@ -344,8 +343,7 @@ static void on_info_reply(redisAsyncContext *ac, void *r, void *priv)
         c->stats->restarts++;
         RLS_WARN("redis restarted: counts of the current windows are lost "
                  "unless it persists them",
-                 " addr=%s:%d run_id=%.40s was=%s", c->host, c->port, id,
-                 c->run_id);
+                 " addr=%s run_id=%.40s was=%s", c->addr, id, c->run_id);
     }
     memcpy(c->run_id, id, 40);
     c->run_id[40] = '\0';
@@ -374,13 +372,12 @@ static void on_time_reply(redisAsyncContext *ac, void *r, void *priv)
         *c->quiet_shared = 0;
     if (c->ever_up) {
         c->stats->reconnects++;
-        RLS_INFO("redis reconnected", " addr=%s:%d down_ms=%llu batch=%s",
-                 c->host, c->port,
+        RLS_INFO("redis reconnected", " addr=%s down_ms=%llu batch=%s", c->addr,
                  (unsigned long long)(rl_mono_ms() - c->down_since_ms),
                  c->module ? "module" : "script");
     } else {
-        RLS_INFO("redis connected", " addr=%s:%d db=%d batch=%s", c->host,
-                 c->port, c->db, c->module ? "module" : "script");
+        RLS_INFO("redis connected", " addr=%s db=%d batch=%s", c->addr, c->db,
+                 c->module ? "module" : "script");
     }
     c->ever_up = 1;
 }
@@ -419,7 +416,9 @@ static void on_hs_deadline(uv_timer_t *t)
 
 static void connect_addr(rls_redis_conn_t *c, const char *ip)
 {
-    redisAsyncContext *ac = redisAsyncConnect(ip, c->port);
+    /* A host that starts with '/' is a Unix socket's path. */
+    redisAsyncContext *ac = ip[0] == '/' ? redisAsyncConnectUnix(ip)
+                                         : redisAsyncConnect(ip, c->port);
     ctx_t *x = NULL;
     char why[128];
 
@@ -550,7 +549,7 @@ void rls_redis_conn_module_gone(rls_redis_conn_t *c)
     set_module(c, 0);
     RLS_WARN("redis: the ratelimit module is gone; batches go to the Lua "
              "script",
-             " addr=%s:%d", c->host, c->port);
+             " addr=%s", c->addr);
 }
 
 rls_redis_conn_t *rls_redis_conn_new(uv_loop_t *loop,
@@ -578,8 +577,12 @@ rls_redis_conn_t *rls_redis_conn_new(uv_loop_t *loop,
     c->stats = opts->stats;
     c->cbs = *cbs;
     c->data = data;
-    c->numeric = inet_pton(AF_INET, c->host, addr) == 1 ||
+    c->numeric = c->host[0] == '/' || inet_pton(AF_INET, c->host, addr) == 1 ||
                  inet_pton(AF_INET6, c->host, addr) == 1;
+    if (c->host[0] == '/')
+        snprintf(c->addr, sizeof(c->addr), "unix:%s", c->host);
+    else
+        snprintf(c->addr, sizeof(c->addr), "%s:%d", c->host, c->port);
     c->rng = (uv_hrtime() ^ (uint64_t)(uintptr_t)c) | 1;
     rls_redis_clock_init(&c->clk);
     c->backoff_ms = BACKOFF_MIN_MS;

@@ -23,8 +23,12 @@
 
 typedef struct rls_redis_conn_s rls_redis_conn_t;
 
+/* "host:port" or "unix:PATH", as log lines name a Redis. */
+#define RLS_REDIS_ADDR_MAX 272
+
 typedef struct rls_redis_conn_opts_s {
-    const char *host; /* IPv4/IPv6 literal or name */
+    const char *host; /* IPv4/IPv6 literal, name, or a Unix socket's path
+                       * (starting with '/'; port unused) */
     int port;
     const char *user;     /* NULL: AUTH PASSWORD as the default user */
     const char *password; /* NULL: no AUTH */

@@ -4,7 +4,8 @@ default user needs another password, and rl-server's own user has exactly
 the ACL deploy/README.md gives (its commands, the keys under its prefix),
 with the module's two commands when the module is loaded. rl-server and
 rl-ctl must log in as that user, from a URL with a percent-encoded
-password, from a password file, and from $RL_REDIS_URL; a wrong password
+password, from a password file, from $RL_REDIS_URL and over a Unix
+socket; a wrong password
 and a missing permission are said plainly; and the password appears
 nowhere a run writes (logs, /metrics, /healthz, errors).
 
@@ -37,6 +38,7 @@ SECRET = "P@ss:w/rd%x-never-elsewhere"
 ENCODED = "P%40ss%3Aw%2Frd%25x-never-elsewhere"
 DEFAULT_PW = "default-pw-never-elsewhere"
 TMP = tempfile.mkdtemp(prefix="rl-acl-")
+SOCK = os.path.join(TMP, "redis.sock")
 FAILS = []
 PROCS = []
 
@@ -50,7 +52,8 @@ def check(cond, what):
 def start_redis():
     acl = RL_ACL + CTL_ACL + (MODULE_ACL if MODULE else [])
     port, _ = rlt.start_redis(
-        TMP, ["--user", "default", "on", ">" + DEFAULT_PW, "~*", "+@all",
+        TMP, ["--unixsocket", SOCK, "--unixsocketperm", "700",
+              "--user", "default", "on", ">" + DEFAULT_PW, "~*", "+@all",
               "--user", "rl", "on", ">" + SECRET] + acl +
         (["--loadmodule", MODULE] if MODULE else []), REDIS, PROCS)
     return port
@@ -167,7 +170,27 @@ def main():
     stop(p)
     written.append(open(log).read())
 
-    # 4. A wrong password: said plainly, and every decision fails open.
+    # 4. A Unix socket, with the same credentials; rl-ctl too.
+    p, got, log = start_server("unix", [
+        "--redis", "unix://rl:%s@%s?db=0" % (ENCODED, SOCK)])
+    code, _ = healthz(got["metrics"])
+    out = decisions(got["listen"], "u4")
+    text = open(log).read()
+    check(code == 200 and out.count("OK used=") == 3 and "OVER_LIMIT" in out
+          and "addr=unix:" + SOCK in text,
+          "unix socket: logged in and decided from Redis:\n" + out)
+    check(len(counted_in_redis(rport, "u4")) == 1,
+          "unix socket: the counter is in the same Redis")
+    ctl = subprocess.run([RL_CTL, "--redis", "unix://rl@" + SOCK,
+                          "--redis-password-file", pwfile, "show"],
+                         capture_output=True, text=True, timeout=30)
+    check(ctl.returncode == 0, "rl-ctl over the unix socket (%d: %s)"
+          % (ctl.returncode, ctl.stderr.strip()))
+    written += [ctl.stdout, ctl.stderr]
+    stop(p)
+    written.append(open(log).read())
+
+    # 5. A wrong password: said plainly, and every decision fails open.
     p, got, log = start_server("wrong", [
         "--redis", "redis://rl:wrong-pw@127.0.0.1:%d" % rport])
     code, body = healthz(got["metrics"])
@@ -182,7 +205,7 @@ def main():
     stop(p)
     written.append(open(log).read())
 
-    # 5. A permission missing: the log names it, Redis's own words.
+    # 6. A permission missing: the log names it, Redis's own words.
     subprocess.run(["redis-cli", "-p", str(rport), "--user", "default",
                     "--pass", DEFAULT_PW, "--no-auth-warning", "ACL",
                     "SETUSER", "rl", "-evalsha", "-rl.batch" if MODULE
@@ -199,7 +222,7 @@ def main():
     stop(p)
     written.append(open(log).read())
 
-    # 6. Bad flags: the error never repeats the password.
+    # 7. Bad flags: the error never repeats the password.
     bad = subprocess.run(
         [RL_SERVER, "--redis", "redis://rl:%s@127.0.0.1:notaport" % ENCODED],
         capture_output=True, text=True, timeout=10)

@@ -66,6 +66,9 @@ static void test_redis_credentials(void **state)
     char *pw_only[] = {"rl-server", "--redis-cluster",
                        "redis://:s%20t@127.0.0.1:7000"};
     char *user_only[] = {"rl-server", "--redis", "redis://rl@[::1]:6380"};
+    char *unix_sock[] = {"rl-server", "--redis",
+                         "unix://rl:p%40w@/run/redis/redis.sock?db=3"};
+    char *unix_rel[] = {"rl-server", "--redis", "unix://redis.sock"};
     char *bad_escape[] = {"rl-server", "--redis",
                           "redis://rl:sec%zzret@127.0.0.1:6379"};
     char *nul_escape[] = {"rl-server", "--redis",
@@ -90,6 +93,14 @@ static void test_redis_credentials(void **state)
     assert_string_equal(c.redis_user, "rl");
     assert_string_equal(c.redis_password, "");
     assert_int_equal(c.redis_port, 6380);
+    assert_int_equal(parse(&c, err, sizeof(err), 3, unix_sock), 0);
+    assert_string_equal(c.redis_host, "/run/redis/redis.sock");
+    assert_int_equal(c.redis_port, 0);
+    assert_int_equal(c.redis_db, 3);
+    assert_string_equal(c.redis_user, "rl");
+    assert_string_equal(c.redis_password, "p@w");
+    assert_int_equal(parse(&c, err, sizeof(err), 3, unix_rel), RL_EINVAL);
+    assert_non_null(strstr(err, "absolute path"));
     /* Errors: said, but never with what was given. */
     assert_int_equal(parse(&c, err, sizeof(err), 3, bad_escape), RL_EINVAL);
     assert_null(strstr(err, "sec"));
