@@ -596,6 +596,8 @@ rls_redis_conn_t *rls_redis_conn_new(uv_loop_t *loop,
 fail:
     if (c != NULL) {
         free(c->host);
+        free(c->user);
+        free(c->password);
         free(c);
     }
     return NULL;
