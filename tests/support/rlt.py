@@ -151,3 +151,20 @@ def end_run(fails, procs, tmp):
         print("logs in", tmp)
     print("%d failures" % len(fails))
     sys.exit(1 if fails else 0)
+
+
+def envoy_stubs(proto_dir, tmp, native=False):
+    """Generates the Python stubs of Envoy's rate limit service (and with
+    native, of ratelimit.proto) from proto_dir into tmp/stubs, and puts
+    them on sys.path."""
+    files = ["envoy/service/ratelimit/v3/rls.proto",
+             "envoy/extensions/common/ratelimit/v3/ratelimit.proto",
+             "envoy/config/core/v3/base.proto",
+             "envoy/type/v3/ratelimit_unit.proto"]
+    out = os.path.join(tmp, "stubs")
+    os.mkdir(out)
+    subprocess.check_call([sys.executable, "-m", "grpc_tools.protoc",
+                           "-I", proto_dir, "--python_out=" + out,
+                           "--grpc_python_out=" + out] + files +
+                          (["ratelimit.proto"] if native else []))
+    sys.path.insert(0, out)

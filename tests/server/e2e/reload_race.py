@@ -51,20 +51,7 @@ def check(cond, what):
         print("FAIL:", what, flush=True)
 
 
-def gen_stubs():
-    files = ["envoy/service/ratelimit/v3/rls.proto",
-             "envoy/extensions/common/ratelimit/v3/ratelimit.proto",
-             "envoy/config/core/v3/base.proto",
-             "envoy/type/v3/ratelimit_unit.proto"]
-    out = os.path.join(TMP, "stubs")
-    os.mkdir(out)
-    subprocess.check_call([sys.executable, "-m", "grpc_tools.protoc",
-                           "-I", PROTO_DIR, "--python_out=" + out,
-                           "--grpc_python_out=" + out] + files)
-    sys.path.insert(0, out)
-
-
-gen_stubs()
+rlt.envoy_stubs(PROTO_DIR, TMP)
 import grpc  # noqa: E402
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc  # noqa: E402
 from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2  # noqa: E402
