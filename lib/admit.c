@@ -1,9 +1,123 @@
 #include "rl_admit.h"
 
-/* Room left in a window; none when the count is at or past the limit. */
+#include "rl_hash.h"
+
+static uint64_t sat_mul(uint64_t a, uint64_t b)
+{
+    uint64_t p;
+
+    return __builtin_mul_overflow(a, b, &p) ? UINT64_MAX : p;
+}
+
+static uint64_t unit_of(const rl_admit_win_t *w)
+{
+    return w->unit ? w->unit : 1;
+}
+
+static uint64_t cap_of(const rl_admit_win_t *w)
+{
+    return w->algo == RL_ALGO_GCRA ? sat_mul(w->limit, unit_of(w)) : w->limit;
+}
+
+/* Room left in a limit, in its units; none at or past its cap. */
 static uint64_t room(const rl_admit_win_t *w)
 {
-    return w->count < w->limit ? w->limit - w->count : 0;
+    uint64_t cap = cap_of(w);
+
+    return w->count < cap ? cap - w->count : 0;
+}
+
+static uint64_t need(const rl_admit_win_t *w, uint64_t cost)
+{
+    return sat_mul(cost ? cost : 1, unit_of(w));
+}
+
+static uint64_t ceil_div(uint64_t a, uint64_t b)
+{
+    return a / b + (a % b != 0);
+}
+
+void rl_admit_fixed(rl_admit_win_t *w, uint64_t limit, uint32_t window_s,
+                    int64_t count, uint64_t reset_after_ms)
+{
+    *w = (rl_admit_win_t){0};
+    w->algo = RL_ALGO_FIXED;
+    w->limit = limit;
+    w->window_s = window_s;
+    w->count = w->count0 = count > 0 ? (uint64_t)count : 0;
+    w->reset_after_ms = reset_after_ms;
+}
+
+/* The previous window's share: ceil(prev x weight / 65536). */
+static uint64_t swc_share(uint64_t prev, uint32_t weight)
+{
+    unsigned __int128 p = (unsigned __int128)prev * weight;
+
+    return (uint64_t)((p + RL_SWC_ONE - 1) / RL_SWC_ONE);
+}
+
+void rl_admit_swc(rl_admit_win_t *w, uint64_t limit, uint32_t window_s,
+                  int64_t cur, int64_t prev, uint32_t weight,
+                  uint64_t reset_after_ms)
+{
+    uint64_t c = cur > 0 ? (uint64_t)cur : 0, p = prev > 0 ? (uint64_t)prev : 0;
+
+    *w = (rl_admit_win_t){0};
+    w->algo = RL_ALGO_SWC;
+    w->limit = limit;
+    w->window_s = window_s;
+    w->weight = weight;
+    w->prev = p < limit ? p : limit;
+    w->count = c + swc_share(w->prev, weight);
+    if (w->count < c)
+        w->count = UINT64_MAX;
+    w->count0 = w->count;
+    w->reset_after_ms = reset_after_ms;
+}
+
+void rl_admit_gcra(rl_admit_win_t *w, uint64_t burst, uint32_t period_s,
+                   uint64_t t_us, int64_t tat_us, uint64_t now_ms)
+{
+    uint64_t now_us = sat_mul(now_ms, 1000);
+
+    *w = (rl_admit_win_t){0};
+    w->algo = RL_ALGO_GCRA;
+    w->limit = burst;
+    w->window_s = period_s;
+    w->unit = t_us ? t_us : 1;
+    w->count = tat_us > 0 && (uint64_t)tat_us > now_us
+                   ? (uint64_t)tat_us - now_us
+                   : 0;
+    w->count0 = w->count;
+}
+
+uint32_t rl_swc_weight(uint64_t reset_after_ms, uint32_t window_s)
+{
+    uint64_t W = (uint64_t)window_s * 1000;
+
+    if (W == 0)
+        return RL_SWC_ONE;
+    if (reset_after_ms > W)
+        reset_after_ms = W;
+    if (reset_after_ms == 0)
+        reset_after_ms = 1;
+    return (uint32_t)ceil_div(reset_after_ms * RL_SWC_ONE, W);
+}
+
+uint64_t rl_gcra_interval_us(uint64_t n, uint32_t period_s)
+{
+    uint64_t p = (uint64_t)period_s * 1000000;
+
+    if (n == 0 || n > p)
+        return 0;
+    return ceil_div(p, n);
+}
+
+uint64_t rl_admit_added(const rl_admit_win_t *w, uint64_t now_ms)
+{
+    if (w->algo == RL_ALGO_GCRA)
+        return sat_mul(now_ms, 1000) + w->count;
+    return w->count - w->count0;
 }
 
 int rl_admit_fits(const rl_admit_win_t *w, size_t n, uint64_t cost)
@@ -11,7 +125,7 @@ int rl_admit_fits(const rl_admit_win_t *w, size_t n, uint64_t cost)
     size_t i;
 
     for (i = 0; i < n; i++)
-        if (room(&w[i]) < cost)
+        if (room(&w[i]) < need(&w[i], cost))
             return 0;
     return 1;
 }
@@ -23,7 +137,7 @@ int rl_admit_one(rl_admit_win_t *w, size_t n, uint64_t cost)
     if (!rl_admit_fits(w, n, cost))
         return 0;
     for (i = 0; i < n; i++)
-        w[i].count += cost;
+        w[i].count += need(&w[i], cost);
     return 1;
 }
 
@@ -33,36 +147,101 @@ uint64_t rl_admit_equal(rl_admit_win_t *w, size_t n, uint64_t cost,
     uint64_t a = k, fit;
     size_t i;
 
-    if (cost == 0)
-        cost = 1;
     for (i = 0; i < n; i++) {
-        fit = room(&w[i]) / cost;
+        fit = room(&w[i]) / need(&w[i], cost);
         if (fit < a)
             a = fit;
     }
     for (i = 0; i < n; i++)
-        w[i].count += a * cost;
+        w[i].count += a * need(&w[i], cost);
     return a;
+}
+
+/* Until the caller is back to a full allowance. */
+static uint64_t reset_ms(const rl_admit_win_t *w)
+{
+    if (w->algo == RL_ALGO_GCRA)
+        return ceil_div(w->count, 1000);
+    if (w->algo == RL_ALGO_SWC && w->count > swc_share(w->prev, w->weight))
+        /* the current counter weighs on the next window too */
+        return w->reset_after_ms + (uint64_t)w->window_s * 1000;
+    return w->reset_after_ms;
+}
+
+/* First ms into a window at which a previous counter p weighs at most r:
+ * the weight must be at most floor(r x 65536 / p), and
+ * ceil((W - e) x 65536 / W) <= m  <=>  e >= W - floor(m x W / 65536). */
+static uint64_t swc_first_ms(uint64_t p, uint64_t r, uint64_t W)
+{
+    unsigned __int128 m;
+
+    if (p == 0)
+        return 0;
+    m = (unsigned __int128)r * RL_SWC_ONE / p;
+    if (m >= RL_SWC_ONE)
+        return 0;
+    return W - (uint64_t)(m * W / RL_SWC_ONE);
+}
+
+uint64_t rl_admit_retry_ms(const rl_admit_win_t *w, uint64_t cost)
+{
+    uint64_t W = (uint64_t)w->window_s * 1000, e, cur, first;
+
+    if (room(w) >= need(w, cost))
+        return 0;
+    switch (w->algo) {
+    case RL_ALGO_GCRA:
+        if (need(w, cost) > cap_of(w))
+            return reset_ms(w); /* never fits: report the full reset */
+        return ceil_div(w->count + need(w, cost) - cap_of(w), 1000);
+    case RL_ALGO_SWC:
+        if (cost > w->limit || W == 0)
+            return reset_ms(w);
+        e = W - (w->reset_after_ms < W ? w->reset_after_ms : W);
+        cur = w->count - swc_share(w->prev, w->weight);
+        if (cur + cost <= w->limit) {
+            /* in this window, once the previous one weighs little enough */
+            first = swc_first_ms(w->prev, w->limit - cur - cost, W);
+            if (first < W && first > e)
+                return first - e;
+        }
+        /* in the next window, where this window's counter is the
+         * previous one and nothing is current yet */
+        return w->reset_after_ms +
+               swc_first_ms(cur < w->limit ? cur : w->limit, w->limit - cost,
+                            W);
+    default:
+        return w->reset_after_ms;
+    }
 }
 
 void rl_admit_result(const rl_admit_win_t *w, size_t n, uint64_t cost,
                      int allowed, rl_result_t *r)
 {
     const rl_admit_win_t *d = NULL;
+    uint64_t drem = 0, dkey = 0, rem, key;
     size_t i;
 
     for (i = 0; i < n; i++) {
         const rl_admit_win_t *c = &w[i];
+        rem = room(c) / unit_of(c);
         if (allowed) {
-            if (d == NULL || room(c) < room(d) ||
-                (room(c) == room(d) && c->reset_after_ms > d->reset_after_ms))
+            key = reset_ms(c);
+            if (d == NULL || rem < drem || (rem == drem && key > dkey)) {
                 d = c;
-        } else if (room(c) < cost) {
-            if (d == NULL || c->reset_after_ms > d->reset_after_ms)
+                drem = rem;
+                dkey = key;
+            }
+        } else if (room(c) < need(c, cost)) {
+            key = rl_admit_retry_ms(c, cost);
+            if (d == NULL || key > dkey) {
                 d = c;
+                drem = rem;
+                dkey = key;
+            }
         }
     }
-    if (d == NULL) { /* no windows: nothing limits it */
+    if (d == NULL) { /* no limits: nothing limits it */
         r->code = RL_CODE_OK;
         r->limit = r->used = r->remaining = 0;
         r->reset_after_ms = r->retry_after_ms = 0;
@@ -71,9 +250,20 @@ void rl_admit_result(const rl_admit_win_t *w, size_t n, uint64_t cost,
     }
     r->code = allowed ? RL_CODE_OK : RL_CODE_OVER_LIMIT;
     r->limit = d->limit;
-    r->used = d->count;
-    r->remaining = room(d);
-    r->reset_after_ms = d->reset_after_ms;
-    r->retry_after_ms = allowed ? 0 : d->reset_after_ms;
+    r->used = d->algo == RL_ALGO_GCRA ? ceil_div(d->count, unit_of(d))
+                                      : d->count;
+    r->remaining = drem;
+    r->reset_after_ms = reset_ms(d);
+    r->retry_after_ms = allowed ? 0 : dkey;
     r->window_s = d->window_s;
+}
+
+uint64_t rl_phase_offset_ms(const char *key, size_t len, uint32_t window_s)
+{
+    /* Fixed, so that every instance staggers a caller alike. */
+    static const rl_hash_key_t k = {UINT64_C(0x7068617365206f66),
+                                    UINT64_C(0x6673657420763121)};
+    uint64_t W = (uint64_t)window_s * 1000;
+
+    return W ? rl_hash(&k, key, len) % W : 0;
 }

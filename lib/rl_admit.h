@@ -1,11 +1,28 @@
-/* Admission against several fixed windows: a request is allowed only when
- * every window has room for its cost, and a refused request consumes
- * nothing in any window (check, then increment). The batcher, the memory
- * store and the Redis script (store/redis_script.c, the same rules in Lua)
- * all decide with these, so every store agrees request for request.
+/* Admission against several limits at one instant: a request is allowed
+ * only when every limit has room for its cost, and a refused request
+ * consumes nothing in any of them (check, then consume). The batcher's
+ * replay, the memory store and the Redis module all decide with these; the
+ * Redis script (store/redis_script.lua) is the same arithmetic in Lua. So
+ * every store agrees request for request.
  *
- * Counts are what the windows hold before the request; a count above its
- * limit (the limit was lowered) leaves no room. */
+ * Every algorithm, looked at from one instant, is a capacity, what is used
+ * of it, and what one unit of cost uses:
+ *
+ *   fixed-window            cap L, used = the window's counter, unit 1
+ *   sliding-window-counter  cap L, used = cur + ceil(min(prev, L) * weight
+ *                           / 65536), unit 1, where weight = ceil((W - e) *
+ *                           65536 / W) is the previous window's share at e
+ *                           ms into the current one (rl_swc_weight): the
+ *                           usual prev x (1 - e/W) + cur, never looser
+ *   gcra                    cap B x T us, used = max(TAT, now) - now us,
+ *                           unit T us (the emission interval)
+ *
+ * A batch decides its requests at one clock reading, so within a batch an
+ * op's requests are admitted in arrival order while used + cost x unit
+ * fits. What the store writes afterwards is `added`: the cost admitted
+ * (fixed, swc: added to the current counter) or the new TAT (gcra: now +
+ * used). Counts are what the store held before the request; a count above
+ * its limit (the limit was lowered) leaves no room. */
 #ifndef RL_ADMIT_H
 #define RL_ADMIT_H
 
@@ -16,34 +33,92 @@
 
 #define RL_ADMIT_WINDOWS_MAX 8
 
+enum {
+    RL_ALGO_FIXED = 0,  /* fixed-window (optionally staggered per caller) */
+    RL_ALGO_SWC = 1,    /* sliding-window-counter */
+    RL_ALGO_GCRA = 2,   /* gcra: token bucket as a meter */
+    RL_ALGO_MAX
+};
+
+/* The sliding-window-counter's weights are in 1/65536ths, and its limits
+ * stay below 2^36, so that limit x weight stays below 2^53, where the Redis
+ * script's doubles are exact. */
+#define RL_SWC_ONE 65536u
+#define RL_SWC_LIMIT_MAX (UINT64_C(1) << 36)
+
+/* The gcra's cap (burst x interval) stays within 366 days of
+ * microseconds, far below 2^53, and its interval at least 1 us. */
+#define RL_GCRA_CAP_MAX_US (UINT64_C(31622400) * 1000000)
+
 typedef struct rl_admit_win_s {
-    uint64_t limit;
-    uint64_t count;          /* consumed so far; advanced by admissions */
-    uint64_t reset_after_ms; /* until this window ends, >= 1 */
-    uint32_t window_s;
+    uint64_t limit;          /* fixed, swc: the limit; gcra: the burst */
+    uint64_t count;          /* used, in units (above); advanced by admits */
+    uint64_t reset_after_ms; /* fixed, swc: until the current window ends,
+                                >= 1; gcra: unused */
+    uint32_t window_s;       /* fixed, swc: the window; gcra: the period */
+    uint8_t algo;            /* RL_ALGO_*; 0 is the fixed window */
+    uint32_t weight;         /* swc: the previous window's share */
+    uint64_t unit;           /* gcra: the emission interval T, us */
+    uint64_t prev;           /* swc: the previous counter, capped at limit */
+    uint64_t count0;         /* count when loaded */
 } rl_admit_win_t;
 
-/* Room for cost in every window? */
+/* Loads a limit from what the store holds (a missing key reads as 0; a
+ * negative count as 0). */
+void rl_admit_fixed(rl_admit_win_t *w, uint64_t limit, uint32_t window_s,
+                    int64_t count, uint64_t reset_after_ms);
+void rl_admit_swc(rl_admit_win_t *w, uint64_t limit, uint32_t window_s,
+                  int64_t cur, int64_t prev, uint32_t weight,
+                  uint64_t reset_after_ms);
+void rl_admit_gcra(rl_admit_win_t *w, uint64_t burst, uint32_t period_s,
+                   uint64_t t_us, int64_t tat_us, uint64_t now_ms);
+
+/* The previous window's weight when reset_after_ms remain of a window of
+ * window_s: ceil((W - elapsed) x 65536 / W), from 1 to 65536. */
+uint32_t rl_swc_weight(uint64_t reset_after_ms, uint32_t window_s);
+
+/* The emission interval of N per period_s seconds, rounded up to a whole
+ * microsecond (so never faster than N per period); 0 when N is faster
+ * than one per microsecond. */
+uint64_t rl_gcra_interval_us(uint64_t n, uint32_t period_s);
+
+/* What to write back after the admissions: fixed, swc, the cost admitted
+ * since loading (to add to the current counter); gcra, the new TAT in us
+ * (meaningful when something was admitted). */
+uint64_t rl_admit_added(const rl_admit_win_t *w, uint64_t now_ms);
+
+/* Room for cost in every limit? */
 int rl_admit_fits(const rl_admit_win_t *w, size_t n, uint64_t cost);
 
-/* Decides one request: when it fits, adds cost to every window and returns
- * 1; otherwise changes nothing and returns 0. */
+/* Decides one request: when it fits, consumes cost in every limit and
+ * returns 1; otherwise changes nothing and returns 0. */
 int rl_admit_one(rl_admit_win_t *w, size_t n, uint64_t cost);
 
 /* k requests of one cost, in order: how many are admitted. With equal costs
- * the first a fit and the rest do not, a = min(k, min over windows of
- * floor((limit - count) / cost)), so the answer needs no loop. Counts are
- * advanced by a * cost. */
+ * the first a fit and the rest do not, a = min(k, min over limits of
+ * floor(room / (cost x unit))), so the answer needs no loop. */
 uint64_t rl_admit_equal(rl_admit_win_t *w, size_t n, uint64_t cost,
                         uint64_t k);
 
 /* Fills the decision fields of *r (code, limit, used, remaining,
  * reset_after_ms, retry_after_ms, window_s) for a request just decided by
- * rl_admit_one on these windows (their counts already include it when it
- * was allowed). The deciding window: when allowed, the one with the least
- * remaining (ties: the one that ends last); when refused, among the windows
- * without room, the one that frees up last, whose end is retry_after_ms. */
+ * rl_admit_one on these limits (their counts already include it when it
+ * was allowed). Per limit, in requests of cost 1: remaining is the room
+ * left; reset_after_ms the time until the caller is back to a full
+ * allowance (fixed: the window's end); retry_after_ms the earliest wait
+ * after which this same request fits if nothing else arrives (fixed: the
+ * window's end). The deciding limit: when allowed, the one with the least
+ * remaining (ties: the one that resets last); when refused, among the
+ * limits without room, the one whose retry is longest. */
 void rl_admit_result(const rl_admit_win_t *w, size_t n, uint64_t cost,
                      int allowed, rl_result_t *r);
+
+/* The wait before cost fits in limit w alone (0 when it fits now). */
+uint64_t rl_admit_retry_ms(const rl_admit_win_t *w, uint64_t cost);
+
+/* A caller's window offset for `phase: per-caller`, in [0, window_s x 1000)
+ * ms: a hash of the caller's key under a fixed key, so every instance and
+ * every restart agrees. */
+uint64_t rl_phase_offset_ms(const char *key, size_t len, uint32_t window_s);
 
 #endif

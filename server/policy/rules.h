@@ -39,12 +39,20 @@
 
 enum { RLS_MODE_ENFORCE, RLS_MODE_SHADOW, RLS_MODE_OFF, RLS_MODE_MAX };
 
+/* One limit of a rule: N per window_s seconds under an algorithm
+ * (RL_ALGO_*, rl_admit.h). For a gcra, N/window_s is the rate and burst
+ * the bucket (t_us its emission interval, worked out at load). phase: the
+ * windows (fixed, sliding-window-counter) start at a per-caller offset. */
 typedef struct rls_limit_s {
     uint64_t limit;
     uint32_t window_s;
+    uint8_t algo;
+    uint8_t phase;
+    uint64_t burst; /* gcra only; >= 1 */
+    uint64_t t_us;  /* gcra only: the emission interval */
 } rls_limit_t;
 
-/* A rule's windows, sorted by window length, no length twice. */
+/* A rule's limits, sorted by window length then algorithm, no pair twice. */
 typedef struct rls_limits_s {
     rls_limit_t w[RLS_WINDOWS_MAX];
     uint32_t n;

@@ -5,16 +5,33 @@
 
 #include "rl_window.h"
 
-size_t rls_wkey(const rls_op_t *op, uint32_t window_s, uint64_t index,
-                char *dst)
+size_t rls_wkey(const rls_op_t *op, const rls_wop_t *w, int prev, char *dst)
 {
     size_t n = op->key_len;
 
     memcpy(dst, op->key, n);
     dst[n++] = ':';
-    n += rl_put_u64(dst + n, window_s);
+    n += rl_put_u64(dst + n, w->window_s);
     dst[n++] = ':';
-    n += rl_put_u64(dst + n, index);
+    if (w->algo == RL_ALGO_GCRA) {
+        dst[n++] = 'g';
+    } else {
+        if (w->algo == RL_ALGO_SWC)
+            dst[n++] = 's';
+        if (w->phased)
+            dst[n++] = 'p';
+        n += rl_put_u64(dst + n, prev && w->index ? w->index - 1 : w->index);
+    }
     dst[n] = '\0';
     return n;
+}
+
+int rls_op_fixed(const rls_op_t *op)
+{
+    uint32_t j;
+
+    for (j = 0; j < op->nwin; j++)
+        if (op->win[j].algo != RL_ALGO_FIXED)
+            return 0;
+    return 1;
 }

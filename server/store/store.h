@@ -36,15 +36,31 @@
 
 typedef struct rls_store_s rls_store_t;
 
-/* One window of an op. */
+/* One limit of an op: a fixed window (RL_ALGO_FIXED, one counter
+ * "<key>:<window_s>:<index>", or ":p<index>" for windows staggered per
+ * caller), a sliding-window-counter (RL_ALGO_SWC, the current and the
+ * previous window's counters ":s<index>" and ":s<index - 1>", ":sp" when
+ * staggered) or a gcra (RL_ALGO_GCRA, one TAT in microseconds,
+ * "<key>:<window_s>:g"). Each algorithm has its own keys, so a reload that
+ * changes a limit's algorithm starts it afresh and never misreads another's
+ * state. */
 typedef struct rls_wop_s {
     /* Set by the batcher. */
-    uint32_t window_s;
-    uint64_t limit;        /* > 0 */
-    uint64_t index;        /* window index at the batch's clock */
-    uint64_t expire_at_ms; /* window end + grace (+ spread) */
+    uint32_t window_s;     /* fixed, swc: the window; gcra: the period */
+    uint8_t algo;          /* RL_ALGO_* */
+    uint8_t phased;        /* windows staggered per caller */
+    uint32_t weight;       /* swc: the previous window's share now */
+    uint64_t limit;        /* > 0; gcra: the burst */
+    uint64_t t_us;         /* gcra: the emission interval */
+    uint64_t index;        /* fixed, swc: window index at the batch's clock */
+    uint64_t reset_ms;     /* fixed, swc: until that window ends, >= 1 */
+    uint64_t expire_at_ms; /* fixed: window end + grace (+ spread); swc:
+                              the next window's end + grace (+ spread);
+                              gcra: the grace alone, the store adds the new
+                              TAT */
     /* Set by the store. */
-    int64_t before;        /* the counter before this batch */
+    int64_t before;        /* the counter before this batch (gcra: TAT) */
+    int64_t before2;       /* swc: the previous window's counter */
 } rls_wop_t;
 
 typedef struct rls_op_s {
@@ -103,11 +119,21 @@ static inline const char *rls_store_err_name(int kind)
 /* Longest op key: prefix, braces, caller, ":r:" and a rule name. */
 #define RLS_OPKEY_MAX (64 + RL_KEY_MAX + RL_RULE_MAX + 8)
 
-/* Formats the counter key of window w of op into dst (RLS_WKEY_SIZE(op)
- * bytes), NUL-terminated; returns its length. */
-#define RLS_WKEY_SIZE(op) ((op)->key_len + 34)
-size_t rls_wkey(const rls_op_t *op, uint32_t window_s, uint64_t index,
-                char *dst);
+/* Formats the key of limit w of op into dst (RLS_WKEY_SIZE(op) bytes),
+ * NUL-terminated; returns its length. prev: the previous window's counter
+ * of a sliding-window-counter. */
+#define RLS_WKEY_SIZE(op) ((op)->key_len + 36)
+size_t rls_wkey(const rls_op_t *op, const rls_wop_t *w, int prev, char *dst);
+
+/* How many keys limit w uses (2 for a sliding-window-counter, else 1). */
+static inline uint32_t rls_wop_keys(const rls_wop_t *w)
+{
+    return w->algo == RL_ALGO_SWC ? 2 : 1;
+}
+
+/* 1 when every limit of op is a plain fixed window (any phase): the ops
+ * the script's fast path, stored quotas and the refusal cache take. */
+int rls_op_fixed(const rls_op_t *op);
 
 typedef struct rls_store_stats_s {
     uint64_t batches;      /* batches submitted */
