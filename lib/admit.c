@@ -1,6 +1,5 @@
 #include "rl_admit.h"
 
-#include "rl_hash.h"
 
 static uint64_t sat_mul(uint64_t a, uint64_t b)
 {
@@ -256,14 +255,4 @@ void rl_admit_result(const rl_admit_win_t *w, size_t n, uint64_t cost,
     r->reset_after_ms = reset_ms(d);
     r->retry_after_ms = allowed ? 0 : dkey;
     r->window_s = d->window_s;
-}
-
-uint64_t rl_phase_offset_ms(const char *key, size_t len, uint32_t window_s)
-{
-    /* Fixed, so that every instance staggers a caller alike. */
-    static const rl_hash_key_t k = {UINT64_C(0x7068617365206f66),
-                                    UINT64_C(0x6673657420763121)};
-    uint64_t W = (uint64_t)window_s * 1000;
-
-    return W ? rl_hash(&k, key, len) % W : 0;
 }

@@ -116,9 +116,4 @@ void rl_admit_result(const rl_admit_win_t *w, size_t n, uint64_t cost,
 /* The wait before cost fits in limit w alone (0 when it fits now). */
 uint64_t rl_admit_retry_ms(const rl_admit_win_t *w, uint64_t cost);
 
-/* A caller's window offset for `phase: per-caller`, in [0, window_s x 1000)
- * ms: a hash of the caller's key under a fixed key, so every instance and
- * every restart agrees. */
-uint64_t rl_phase_offset_ms(const char *key, size_t len, uint32_t window_s);
-
 #endif

@@ -66,4 +66,9 @@ int rl_key_format(char *dst, size_t cap, const char *prefix, size_t prefix_len,
                   const char *key, size_t key_len, uint32_t window_s,
                   uint64_t index);
 
+/* A caller's window offset for `phase: per-caller`, in [0, window_s x 1000)
+ * ms: a hash of the caller's key under a fixed key, so every instance and
+ * every restart agrees. */
+uint64_t rl_phase_offset_ms(const char *key, size_t len, uint32_t window_s);
+
 #endif

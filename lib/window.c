@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "rl_error.h"
+#include "rl_hash.h"
 
 void rl_decide(uint64_t count, uint64_t limit, uint64_t now_ms,
                uint32_t window_s, rl_result_t *r)
@@ -58,4 +59,14 @@ int rl_key_format(char *dst, size_t cap, const char *prefix, size_t prefix_len,
     n += rl_put_u64(dst + n, index);
     dst[n] = '\0';
     return (int)n;
+}
+
+uint64_t rl_phase_offset_ms(const char *key, size_t len, uint32_t window_s)
+{
+    /* Fixed, so that every instance staggers a caller alike. */
+    static const rl_hash_key_t k = {UINT64_C(0x7068617365206f66),
+                                    UINT64_C(0x6673657420763121)};
+    uint64_t W = (uint64_t)window_s * 1000;
+
+    return W ? rl_hash(&k, key, len) % W : 0;
 }

@@ -56,7 +56,9 @@ typedef struct {
     size_t win_off;   /* of its windows in `wins` */
     uint32_t first;   /* its first request, to compare specs */
     uint32_t nreqs;
-    uint64_t limit0;  /* inline: the limit, which must match */
+    uint64_t limit0;  /* inline: the limit, which must match, */
+    uint64_t burst0;  /* and its burst */
+    uint8_t algo0;    /* and algorithm */
 } opx_t;
 
 struct rls_batch_s {
@@ -263,7 +265,9 @@ static void fit_count(rls_rule_stats_t *st, const rl_admit_win_t *w,
         uint64_t b0 = before[i] > 0 ? (uint64_t)before[i] : 0, a = w[i].count;
         rls_win_stats_t *ws = NULL;
 
-        if (a == b0)
+        /* Crossings are counted for fixed windows: a sliding or gcra
+         * allowance has no start to count. */
+        if (a == b0 || w[i].algo != RL_ALGO_FIXED)
             continue;
         for (j = 0; j < st->nwin; j++)
             if (st->win[j].window_s == w[i].window_s)
@@ -367,14 +371,18 @@ static void decide(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
         admitted[i] = 0;
         for (j = 0; j < n; j++) {
             rl_admit_win_t *a = &run[i * RLS_WINDOWS_MAX + j];
-            int64_t c = w[j].before;
-            /* A counter someone else decremented below zero counts as 0. */
-            a->count = c > 0 ? (uint64_t)c : 0;
-            a->limit = w[j].limit;
-            a->window_s = w[j].window_s;
-            a->reset_after_ms =
-                rl_window_reset_after_ms(t->now_ms, w[j].window_s);
-            before[i * RLS_WINDOWS_MAX + j] = c;
+            rls_wop_t q;
+            /* A counter someone else decremented below zero counts as 0
+             * (rl_admit_*). A stored quota's windows are placed by the
+             * clock alone. */
+            if (op->nqwin) {
+                q = w[j];
+                q.reset_ms = rl_window_reset_after_ms(t->now_ms, q.window_s);
+                rls_wop_load(&q, t->now_ms, a);
+            } else {
+                rls_wop_load(&w[j], t->now_ms, a);
+            }
+            before[i * RLS_WINDOWS_MAX + j] = w[j].before;
         }
     }
 
@@ -430,7 +438,7 @@ static void decide(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
                   nrun[i]);
         /* A refusal, or no room left for even the cheapest request: what
          * the windows hold now stays true until they end. */
-        if (b->refusals.slots != NULL &&
+        if (b->refusals.slots != NULL && rls_op_fixed(op) &&
             (admitted[i] < op->ncosts ||
              !rl_admit_fits(&run[i * RLS_WINDOWS_MAX], nrun[i], 1))) {
             int rule = t->reqs[t->opx[i].first].rule;
@@ -516,6 +524,7 @@ static void submit(rls_batcher_t *b)
         if (op->quota != NULL)
             op->quota = op->key + op->tag_len + 3; /* after ":r:" */
         op->admitted = 0;
+        op->now_ms = t->now_ms;
         op->qwin = NULL;
         op->nqwin = 0;
         op->err = 0;
@@ -554,6 +563,48 @@ static const win_t *win_get(rls_batch_t *t, rls_batcher_t *b,
         w->expire_at_ms += rl_xorshift64(&b->rng) % (span + 1);
     }
     return w;
+}
+
+/* Limit l of an op for caller key at the batch's clock: its window (with
+ * the caller's offset when staggered), the store's expiry, and what the
+ * algorithm needs at this instant. */
+static void wop_set(rls_batch_t *t, rls_batcher_t *b, rls_wop_t *wo,
+                    const rls_limit_t *l, const char *key, size_t key_len)
+{
+    uint64_t W = (uint64_t)l->window_s * 1000, off;
+
+    memset(wo, 0, sizeof(*wo));
+    wo->window_s = l->window_s;
+    wo->algo = l->algo;
+    wo->limit = l->limit;
+    if (l->algo == RL_ALGO_GCRA) {
+        /* The key lives until its TAT, which the store sets, plus this. */
+        wo->limit = l->burst;
+        wo->t_us = l->t_us;
+        wo->expire_at_ms = b->grace_ms;
+        return;
+    }
+    off = l->phase ? rl_phase_offset_ms(key, key_len, l->window_s) : 0;
+    if (off == 0) {
+        const win_t *c = win_get(t, b, l->window_s);
+        wo->index = c->index;
+        wo->reset_ms = c->reset_ms;
+        wo->expire_at_ms = c->expire_at_ms;
+    } else {
+        uint64_t end;
+        wo->index = (t->now_ms - off) / W;
+        end = (wo->index + 1) * W + off;
+        wo->reset_ms = end - t->now_ms;
+        /* Staggered windows spread their expiries by themselves. */
+        wo->expire_at_ms = end + b->grace_ms;
+    }
+    wo->phased = l->phase != 0;
+    if (l->algo == RL_ALGO_SWC) {
+        /* The current counter is the previous one through the next
+         * window. */
+        wo->expire_at_ms += W;
+        wo->weight = rl_swc_weight(wo->reset_ms, l->window_s);
+    }
 }
 
 /* Answers a request the refusal cache knows the store would refuse, as
@@ -680,7 +731,10 @@ int rls_batcher_add(rls_batcher_t *b, rls_respond_fn respond, void *owner,
             ((rls_wop_t *)(void *)(t->wins.data + x->win_off))->window_s !=
                 spec->limits.w[0].window_s)
             continue; /* another inline window of this caller */
-        if (spec->rule == NULL && x->limit0 != spec->limits.w[0].limit) {
+        if (spec->rule == NULL &&
+            (x->limit0 != spec->limits.w[0].limit ||
+             x->algo0 != spec->limits.w[0].algo ||
+             x->burst0 != spec->limits.w[0].burst)) {
             /* One counter, two inline limits: decided in arrival order
              * only if the earlier requests go first, in their own batch. */
             submit(b);
@@ -708,6 +762,8 @@ int rls_batcher_add(rls_batcher_t *b, rls_respond_fn respond, void *owner,
         x->first = (uint32_t)t->nreqs;
         x->nreqs = 0;
         x->limit0 = spec->limits.w[0].limit;
+        x->algo0 = spec->limits.w[0].algo;
+        x->burst0 = spec->limits.w[0].burst;
         o->key_len = n;
         o->tag_len = tag_len;
         if (spec->rule != NULL && spec->quota) {
@@ -717,12 +773,11 @@ int rls_batcher_add(rls_batcher_t *b, rls_respond_fn respond, void *owner,
         o->scale = spec->scale;
         o->nwin = spec->limits.n;
         for (i = 0; i < spec->limits.n; i++) {
-            const win_t *c = win_get(t, b, spec->limits.w[i].window_s);
-            wo[i].window_s = c->window_s;
-            wo[i].limit = spec->limits.w[i].limit;
-            wo[i].index = c->index;
-            wo[i].expire_at_ms = c->expire_at_ms;
-            wo[i].before = 0;
+            wop_set(t, b, &wo[i], &spec->limits.w[i], key, key_len);
+            /* Stored quotas are fixed windows: they replace a rule's
+             * windows only when those are fixed windows too. */
+            if (wo[i].algo != RL_ALGO_FIXED)
+                o->quota = NULL;
         }
         rl_buf_commit(&t->wins, spec->limits.n * sizeof(rls_wop_t));
         rl_buf_commit(&t->keys, n + 1);

@@ -106,6 +106,8 @@ int rls_decide(rls_batcher_t *b, const rls_ask_t *a, rls_respond_fn respond,
                     : a->shadow             ? RLS_MODE_SHADOW
                                             : RLS_MODE_ENFORCE;
         spec.limits.n = 1;
+        if (a->algo != NULL)
+            spec.limits.w[0] = *a->algo;
         spec.limits.w[0].limit = a->limit;
         spec.limits.w[0].window_s = a->window_s;
         spec.quota = 0;

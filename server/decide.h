@@ -34,9 +34,13 @@ typedef struct rls_ask_s {
      * the caller's override or stored quota, its mode and switches... */
     const char *rule;
     size_t rule_len;
-    /* ...or, with rule_len 0, one window of its own. */
+    /* ...or, with rule_len 0, one window of its own: limit per window_s,
+     * a fixed window unless `algo` (a file the operator owns, such as
+     * Envoy's descriptors, may name an algorithm; then it is valid:
+     * rls_limit_parse's checks) says otherwise. */
     uint64_t limit;
     uint32_t window_s;
+    const rls_limit_t *algo;
     /* That window comes from the request itself (--inline-limits and its
      * caps apply), or from a file the operator owns. */
     int from_request;

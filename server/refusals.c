@@ -161,12 +161,11 @@ int rls_refusals_refuse(rls_refusals_t *c, const rls_refusal_t *e,
 
     if (!live(c, e, now_ms))
         return 0;
-    for (j = 0; j < e->n; j++) {
-        w[j].limit = e->w[j].limit;
-        w[j].count = e->w[j].count;
-        w[j].window_s = e->w[j].window_s;
-        w[j].reset_after_ms = e->w[j].end_ms - now_ms;
-    }
+    for (j = 0; j < e->n; j++)
+        rl_admit_fixed(&w[j], e->w[j].limit, e->w[j].window_s,
+                       e->w[j].count > INT64_MAX ? INT64_MAX
+                                                 : (int64_t)e->w[j].count,
+                       e->w[j].end_ms - now_ms);
     *n = e->n;
     if (rl_admit_fits(w, e->n, cost))
         return 0; /* may fit: only the store can say */

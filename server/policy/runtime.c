@@ -291,9 +291,22 @@ int rls_runtime_resolve(rls_runtime_t *rt, const char *rule, size_t rule_len,
     spec->stats = e->stats;
     spec->mode = e->mode;
     spec->limits = *ls;
-    for (i = 0; i < spec->limits.n; i++)
-        spec->limits.w[i].limit =
-            rls_scale_limit(spec->limits.w[i].limit, e->scale);
+    for (i = 0; i < spec->limits.n; i++) {
+        rls_limit_t *l = &spec->limits.w[i];
+        if (e->scale == 1.0)
+            break;
+        l->limit = rls_scale_limit(l->limit, e->scale);
+        if (l->algo == RL_ALGO_GCRA) {
+            /* The rate and the burst scale alike: the interval follows. */
+            uint64_t t = rl_gcra_interval_us(l->limit, l->window_s);
+            l->burst = rls_scale_limit(l->burst, e->scale);
+            l->t_us = t ? t : 1;
+            if (l->burst > RL_GCRA_CAP_MAX_US / l->t_us)
+                l->burst = RL_GCRA_CAP_MAX_US / l->t_us;
+        } else if (l->algo == RL_ALGO_SWC && l->limit > RL_SWC_LIMIT_MAX) {
+            l->limit = RL_SWC_LIMIT_MAX;
+        }
+    }
     /* A quota stored with rl-ctl, when there is one, wins over the file's
      * override and the rule: it is the operator's latest word. */
     spec->quota = e->quotas;
@@ -307,7 +320,9 @@ void rls_spec_off_result(const rls_spec_t *spec, uint64_t id,
     memset(r, 0, sizeof(*r));
     r->id = id;
     r->code = RL_CODE_OK;
-    r->limit = r->remaining = spec->limits.w[0].limit;
+    r->limit = r->remaining = spec->limits.w[0].algo == RL_ALGO_GCRA
+                                  ? spec->limits.w[0].burst
+                                  : spec->limits.w[0].limit;
     r->window_s = spec->limits.w[0].window_s;
     spec->stats->uncounted++;
 }

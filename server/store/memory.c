@@ -41,6 +41,8 @@ typedef struct ent_s {
     struct ent_s *enext;   /* expiry group */
     uint64_t hash;
     int64_t count;
+    uint64_t until; /* expires then: later than its group's time when a
+                       gcra's TAT moved on; the sweep files it again */
     size_t klen;
     char key[];
 } ent_t;
@@ -243,6 +245,7 @@ static int create(mstore_t *m, const char *key, size_t len, uint64_t h,
     st->mem_bytes += ent_cost(len);
     e->hash = h;
     e->count = 0;
+    e->until = at;
     e->klen = len;
     memcpy(e->key, key, len);
     e->hnext = *head;
@@ -264,15 +267,22 @@ static int create(mstore_t *m, const char *key, size_t len, uint64_t h,
 
 #define OPKEY_MAX RLS_OPKEY_MAX
 
-/* Decides an op as the Redis script does (store.h): the windows' counts,
- * the admissions in arrival order, then the admitted cost added to every
- * window. All or nothing: an op that cannot be applied whole (a counter
- * would overflow, the store is full) changes nothing and fails alone. */
+/* A gcra's key lives until its TAT plus the grace, a time of its own for
+ * every caller: its group's time is rounded up to this many ms, so that
+ * they share a few groups, as windows do. */
+#define GCRA_GROUP_MS 1024
+
+/* Decides an op as the Redis script does (store.h): the limits' state, the
+ * admissions in arrival order, then the admitted cost added to every
+ * window (a gcra: its new TAT). All or nothing: an op that cannot be
+ * applied whole (a counter would overflow, the store is full) changes
+ * nothing and fails alone. */
 static int apply(mstore_t *m, rls_op_t *op)
 {
-    char keys[RL_ADMIT_WINDOWS_MAX][OPKEY_MAX + 34];
+    char keys[RL_ADMIT_WINDOWS_MAX][OPKEY_MAX + 36], pk[OPKEY_MAX + 36];
     size_t klen[RL_ADMIT_WINDOWS_MAX], need = 0;
-    uint64_t h[RL_ADMIT_WINDOWS_MAX], sum = 0, a = 0;
+    uint64_t h[RL_ADMIT_WINDOWS_MAX], sum = 0, a = 0, now;
+    uint64_t val[RL_ADMIT_WINDOWS_MAX], exp[RL_ADMIT_WINDOWS_MAX];
     ent_t *e[RL_ADMIT_WINDOWS_MAX];
     rl_admit_win_t w[RL_ADMIT_WINDOWS_MAX];
     rls_store_stats_t *st = &m->base.stats;
@@ -281,16 +291,20 @@ static int apply(mstore_t *m, rls_op_t *op)
     if (op->nwin == 0 || op->nwin > RL_ADMIT_WINDOWS_MAX ||
         op->key_len > OPKEY_MAX)
         return RL_EINVAL;
+    now = op->now_ms ? op->now_ms : m_now(&m->base);
     for (j = 0; j < op->nwin; j++) {
         rls_wop_t *wo = &op->win[j];
-        klen[j] = rls_wkey(op, wo->window_s, wo->index, keys[j]);
+        klen[j] = rls_wkey(op, wo, 0, keys[j]);
         h[j] = rl_hash(&m->hk, keys[j], klen[j]);
         e[j] = find(m, keys[j], klen[j], h[j]);
         wo->before = e[j] != NULL ? e[j]->count : 0;
-        w[j].limit = wo->limit;
-        w[j].count = wo->before > 0 ? (uint64_t)wo->before : 0;
-        w[j].reset_after_ms = 1;
-        w[j].window_s = wo->window_s;
+        wo->before2 = 0;
+        if (wo->algo == RL_ALGO_SWC) {
+            size_t pl = rls_wkey(op, wo, 1, pk);
+            ent_t *p = find(m, pk, pl, rl_hash(&m->hk, pk, pl));
+            wo->before2 = p != NULL ? p->count : 0;
+        }
+        rls_wop_load(wo, now, &w[j]);
     }
     if (op->equal_cost) {
         a = rl_admit_equal(w, op->nwin, op->equal_cost, op->ncosts);
@@ -306,9 +320,20 @@ static int apply(mstore_t *m, rls_op_t *op)
     if (sum == 0)
         return 0; /* refusals create nothing */
     for (j = 0; j < op->nwin; j++) {
-        /* Redis refuses to overflow a counter; so do we. */
-        if (e[j] != NULL && e[j]->count > INT64_MAX - (int64_t)sum)
+        val[j] = rl_admit_added(&w[j], now);
+        exp[j] = op->win[j].expire_at_ms;
+        if (op->win[j].algo == RL_ALGO_GCRA) {
+            /* The TAT, plus the grace (expire_at_ms), rounded up. */
+            exp[j] += (val[j] + 999) / 1000;
+            exp[j] += GCRA_GROUP_MS - exp[j] % GCRA_GROUP_MS;
+            if (val[j] > INT64_MAX)
+                return RL_ESTORE;
+        } else if (e[j] != NULL &&
+                   (val[j] > INT64_MAX ||
+                    e[j]->count > INT64_MAX - (int64_t)val[j])) {
+            /* Redis refuses to overflow a counter; so do we. */
             return RL_ESTORE;
+        }
         if (e[j] == NULL)
             need += ent_cost(klen[j]);
     }
@@ -325,11 +350,18 @@ static int apply(mstore_t *m, rls_op_t *op)
      * every count as it was (a counter at 0 decides as a missing one);
      * only then the admitted cost on every window. */
     for (j = 0; j < op->nwin; j++)
-        if (e[j] == NULL && create(m, keys[j], klen[j], h[j],
-                                   op->win[j].expire_at_ms, &e[j]) != 0)
+        if (e[j] == NULL &&
+            create(m, keys[j], klen[j], h[j], exp[j], &e[j]) != 0)
             return RL_ENOMEM;
-    for (j = 0; j < op->nwin; j++)
-        e[j]->count += (int64_t)sum;
+    for (j = 0; j < op->nwin; j++) {
+        if (op->win[j].algo == RL_ALGO_GCRA) {
+            e[j]->count = (int64_t)val[j];
+            if (exp[j] > e[j]->until)
+                e[j]->until = exp[j]; /* the sweep files it again */
+        } else {
+            e[j]->count += (int64_t)val[j];
+        }
+    }
     return 0;
 }
 
@@ -359,21 +391,35 @@ static void free_ent(mstore_t *m, ent_t *e)
     m->freed_since_trim++;
 }
 
-/* Frees up to SWEEP_BUDGET counters that expired by now; returns how many
- * it freed. */
+/* Files e in the group of its own expiry (e->until, later than the first
+ * group's, which it just left). Returns 0 or RL_ENOMEM. */
+static int refile(mstore_t *m, ent_t *e)
+{
+    size_t pos = group_pos(m, e->until);
+
+    if ((pos == m->ngroups || m->groups[pos].expire_at_ms != e->until) &&
+        group_insert(m, pos, e->until) != 0)
+        return RL_ENOMEM;
+    e->enext = m->groups[pos].head;
+    m->groups[pos].head = e;
+    return 0;
+}
+
+/* Frees up to SWEEP_BUDGET counters that expired by now (or files again
+ * those whose expiry moved on); returns how many it looked at. */
 static size_t sweep(mstore_t *m, uint64_t now)
 {
     size_t budget = SWEEP_BUDGET;
 
     while (m->ngroups > 0 && m->groups[0].expire_at_ms <= now && budget) {
-        group_t *g = &m->groups[0];
-        while (g->head != NULL && budget) {
-            ent_t *e = g->head;
-            g->head = e->enext;
-            free_ent(m, e);
+        while (m->groups[0].head != NULL && budget) {
+            ent_t *e = m->groups[0].head;
+            m->groups[0].head = e->enext;
             budget--;
+            if (e->until <= now || refile(m, e) != 0)
+                free_ent(m, e);
         }
-        if (g->head == NULL) {
+        if (m->groups[0].head == NULL) {
             m->ngroups--;
             memmove(&m->groups[0], &m->groups[1],
                     m->ngroups * sizeof(*m->groups));

@@ -56,7 +56,7 @@ static char *put_num(char *p, uint64_t v)
 
 static int is_simple(const rls_op_t *op)
 {
-    return op->quota == NULL && op->equal_cost != 0;
+    return op->quota == NULL && op->equal_cost != 0 && rls_op_fixed(op);
 }
 
 /* A simple op of one request of cost 1: the most common op. */
@@ -111,13 +111,16 @@ static int encode(rls_cmdbuf_t *buf, const char *sha, const char *script,
 
     for (i = 0; i < n; i++) {
         const rls_op_t *op = &ops[i];
-        size_t a = 3 + 2 * (size_t)op->nwin + (op->quota ? 1 : 0) + 1 +
+        size_t a = 3 + 4 * (size_t)op->nwin + (op->quota ? 1 : 0) + 1 +
                    (op->equal_cost ? 1 : (size_t)op->ncosts);
         if (is_simple(op))
             profile_of(op, pr, &np);
+        for (j = 0; j < op->nwin; j++)
+            nkeys += rls_wop_keys(&op->win[j]) - 1;
         nkeys += op->nwin + (op->quota ? 1 : 0);
         nargs += a;
-        need += (op->key_len + 64) * (op->nwin + 1) + op->quota_len + 36 * a;
+        need += (op->key_len + 64) * (2 * (size_t)op->nwin + 1) +
+                op->quota_len + 36 * a;
     }
     for (j = 0; j < np; j++) {
         nargs += 1 + 2 * (size_t)pr[j].n;
@@ -150,14 +153,16 @@ static int encode(rls_cmdbuf_t *buf, const char *sha, const char *script,
     p = put_num(p, nkeys);
     for (i = 0; i < n; i++) {
         const rls_op_t *op = &ops[i];
-        char k[RLS_OPKEY_MAX + 34];
+        char k[RLS_OPKEY_MAX + 36];
 
         for (j = 0; j < op->nwin; j++) {
-            size_t len =
-                op->key_len <= RLS_OPKEY_MAX
-                    ? rls_wkey(op, op->win[j].window_s, op->win[j].index, k)
-                    : 0;
-            p = put_bulk(p, k, len);
+            int prev;
+            for (prev = 0; prev < (int)rls_wop_keys(&op->win[j]); prev++) {
+                size_t len = op->key_len <= RLS_OPKEY_MAX
+                                 ? rls_wkey(op, &op->win[j], prev, k)
+                                 : 0;
+                p = put_bulk(p, k, len);
+            }
         }
         if (op->quota) {
             memcpy(k, op->key, op->tag_len);
@@ -212,15 +217,45 @@ static int encode(rls_cmdbuf_t *buf, const char *sha, const char *script,
             nargs += 3;
             continue;
         }
-        p = put_num(p, 0);
-        p = put_num(p, op->nwin);
-        p = put_bulk(p, op->quota ? op->quota : "",
-                     op->quota ? op->quota_len : 0);
-        nargs += 3;
-        for (j = 0; j < op->nwin; j++) {
-            p = put_num(p, op->win[j].expire_at_ms);
-            p = put_num(p, op->win[j].limit);
+        if (!rls_op_fixed(op)) {
+            /* "a": a letter and its arguments per limit, no quota. */
+            p = put_bulk(p, "a", 1);
+            p = put_num(p, op->nwin);
             nargs += 2;
+            for (j = 0; j < op->nwin; j++) {
+                const rls_wop_t *w = &op->win[j];
+                switch (w->algo) {
+                case RL_ALGO_SWC:
+                    p = put_bulk(p, "s", 1);
+                    p = put_num(p, w->expire_at_ms);
+                    p = put_num(p, w->limit);
+                    p = put_num(p, w->weight);
+                    nargs += 4;
+                    break;
+                case RL_ALGO_GCRA:
+                    p = put_bulk(p, "g", 1);
+                    p = put_num(p, w->limit);
+                    p = put_num(p, w->t_us);
+                    nargs += 3;
+                    break;
+                default:
+                    p = put_bulk(p, "f", 1);
+                    p = put_num(p, w->expire_at_ms);
+                    p = put_num(p, w->limit);
+                    nargs += 3;
+                }
+            }
+        } else {
+            p = put_num(p, 0);
+            p = put_num(p, op->nwin);
+            p = put_bulk(p, op->quota ? op->quota : "",
+                         op->quota ? op->quota_len : 0);
+            nargs += 3;
+            for (j = 0; j < op->nwin; j++) {
+                p = put_num(p, op->win[j].expire_at_ms);
+                p = put_num(p, op->win[j].limit);
+                nargs += 2;
+            }
         }
         if (op->quota) {
             if (op->scale == 1.0 || op->scale <= 0) {

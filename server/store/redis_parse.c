@@ -154,15 +154,27 @@ int rls_redis_parse_reply(const redisReply *rep, rls_op_t *ops, size_t n,
             continue;
         }
         if (x->type != REDIS_REPLY_INTEGER || x->integer < 0 ||
-            (uint64_t)x->integer > op->ncosts || rep->elements - e < op->nwin)
+            (uint64_t)x->integer > op->ncosts)
             return RL_EINVAL;
         op->admitted = (uint64_t)x->integer;
         op->err = 0;
+        /* Per limit its state before: a count, a sliding-window-counter's
+         * current and previous counts, a gcra's TAT. */
         for (j = 0; j < op->nwin; j++) {
+            rls_wop_t *w = &op->win[j];
+            if (rep->elements - e < rls_wop_keys(w))
+                return RL_EINVAL;
             x = rep->element[e++];
             if (x->type != REDIS_REPLY_INTEGER)
                 return RL_EINVAL;
-            op->win[j].before = x->integer;
+            w->before = x->integer;
+            w->before2 = 0;
+            if (w->algo == RL_ALGO_SWC) {
+                x = rep->element[e++];
+                if (x->type != REDIS_REPLY_INTEGER)
+                    return RL_EINVAL;
+                w->before2 = x->integer;
+            }
         }
     }
     /* The first refusal's text, if any, follows the ops. */

@@ -32,7 +32,13 @@
 -- otherwise); or 0, nwin, the quota field ('' for none), per window its
 -- expiry and limit, the scale only with a quota, and the costs: -k and one
 -- cost for k equal costs, else k and the costs (redis_encode.c writes
--- them).
+-- them); or, for an op with any limit other than a plain fixed window,
+-- "a", nwin, per limit "f" expiry limit (one key), "s" expiry limit weight
+-- (a sliding-window-counter: the current and the previous counter as
+-- keys) or "g" burst interval_us (a gcra: its TAT in us as key), then the
+-- costs; such an op is decided as lib/admit.c decides (rl_admit.h), its
+-- reply entry the admitted count and per limit its state before (a count;
+-- the current and previous counts; the TAT).
 --
 -- The reply is an array, op after op: the admitted count and the count
 -- before of each window, as integers (the common op); or one string for an
@@ -92,14 +98,142 @@ for i = 1, tonumber(ARGV[4]) do
     else
         local a = ARGV[p]
         adv = 1
-        if a == 'r' then
+        if a == 'a' then P = 'a'
+        elseif a == 'r' then
             run, P = tonumber(ARGV[p + 1]) - 1, pid[ARGV[p + 2]]
             rP, p = P, p + 2
         else P = pid[a] or tonumber(a) end
     end
 
+    if P == 'a' then
+        -- Limits other than the plain fixed window: a letter and its
+        -- arguments per limit ("f" expiry limit, "s" expiry limit weight
+        -- with the current and the previous counter as keys, "g" burst
+        -- interval), then the costs. Read, decide, write: no quota, and
+        -- not the hot path of plain counters.
+        local nw = tonumber(ARGV[p + 1])
+        p = p + 2
+        local kd, ks, k2, ex, L, U, wt = {}, {}, {}, {}, {}, {}, {}
+        for j = 1, nw do
+            local t = ARGV[p]
+            kd[j], ks[j], kp = t, KEYS[kp], kp + 1
+            if t == 'g' then
+                L[j], U[j] = tonumber(ARGV[p + 1]), tonumber(ARGV[p + 2])
+                p = p + 3
+            else
+                ex[j], L[j], U[j] = ARGV[p + 1], tonumber(ARGV[p + 2]), 1
+                if t == 's' then
+                    wt[j], k2[j], kp = tonumber(ARGV[p + 3]), KEYS[kp], kp + 1
+                    p = p + 4
+                else p = p + 3 end
+            end
+        end
+        local nc = tonumber(ARGV[p])
+        local costs, k, c = nil, nc, 0
+        if nc < 0 then
+            k, c = -nc, tonumber(ARGV[p + 1]); p = p + 2
+        else
+            costs = {}
+            for j = 1, nc do costs[j] = tonumber(ARGV[p + j]) end
+            p = p + nc + 1
+        end
+        -- The state: used and cap per limit, in its units (rl_admit.h).
+        local err, b1, b2, used, cap, nowus = nil, {}, {}, {}, {}, now * 1000
+        for j = 1, nw do
+            local v = rpcall('GET', ks[j])
+            local v2 = 0
+            if type(v) == 'table' then err = tostring(v.err); break end
+            v = tonumber(v or 0)
+            if kd[j] == 's' and v then
+                v2 = rpcall('GET', k2[j])
+                if type(v2) == 'table' then err = tostring(v2.err); break end
+                v2 = tonumber(v2 or 0)
+            end
+            if not v or not v2 then
+                err = 'ERR value is not an integer or out of range'; break
+            end
+            b1[j], b2[j] = v, v2
+            if kd[j] == 'g' then
+                used[j], cap[j] = v > nowus and v - nowus or 0, L[j] * U[j]
+            else
+                used[j], cap[j] = v > 0 and v or 0, L[j]
+                if kd[j] == 's' then
+                    local pv = v2 > 0 and v2 or 0
+                    if pv > L[j] then pv = L[j] end
+                    used[j] = used[j] + math.ceil(pv * wt[j] / 65536)
+                end
+            end
+        end
+        local adm, sum = 0, 0
+        if not err then
+            local room = {}
+            for j = 1, nw do
+                room[j] = cap[j] - used[j]
+                if room[j] < 0 then room[j] = 0 end
+            end
+            if costs == nil then
+                adm = k
+                for j = 1, nw do
+                    local f = floor(room[j] / (c * U[j]))
+                    if f < adm then adm = f end
+                end
+                sum = adm * c
+            else
+                for i = 1, k do
+                    local ci, ok = costs[i], true
+                    for j = 1, nw do
+                        if ci * U[j] > room[j] then ok = false; break end
+                    end
+                    if ok then
+                        for j = 1, nw do room[j] = room[j] - ci * U[j] end
+                        adm, sum = adm + 1, sum + ci
+                    end
+                end
+            end
+            for j = 1, nw do
+                if kd[j] ~= 'g' and sum > 0 and
+                    b1[j] + sum > 9007199254740991 then
+                    err = 'ERR increment or decrement would overflow'
+                end
+            end
+        end
+        if not err and sum > 0 then
+            for j = 1, nw do
+                if kd[j] == 'g' then
+                    local nt = nowus + used[j] + sum * U[j]
+                    rcall('SET', ks[j], string.format('%.0f', nt))
+                    rcall('PEXPIREAT', ks[j], string.format('%.0f',
+                        math.ceil(nt / 1000) + grace))
+                else
+                    rcall('INCRBY', ks[j], string.format('%.0f', sum))
+                    if b1[j] == 0 then rcall('PEXPIREAT', ks[j], ex[j]) end
+                end
+            end
+        end
+        if err then
+            e = e or err
+            no = no + 1
+            o[no] = 'e' ..
+                (string.find(err, 'overflow', 1, true) and 'OVERFLOW' or
+                string.find(err, 'non local key', 1, true) and 'NONLOCAL' or
+                string.find(err, 'cluster is down', 1, true) and 'CLUSTERDOWN'
+                or string.match(err, '^%u+') or '')
+        else
+            no = no + 1; o[no] = adm
+            for j = 1, nw do
+                local b = b1[j]
+                if b > 9e18 then b = 9e18 elseif b < -9e18 then b = -9e18 end
+                no = no + 1; o[no] = b
+                if kd[j] == 's' then
+                    b = b2[j]
+                    if b > 9e18 then b = 9e18 elseif b < -9e18 then b = -9e18
+                        end
+                    no = no + 1; o[no] = b
+                end
+            end
+        end
     -- An op with a profile: k requests of cost c, no quota.
-    if P ~= 0 then
+    elseif P ~= 0 then
         local k, c, ts = 1, 1, '1'
         if P < 0 then
             P, k, c = -P, tonumber(ARGV[p + 1]), tonumber(ARGV[p + 2])
@@ -186,7 +320,7 @@ for i = 1, tonumber(ARGV[4]) do
                     qw[n], ql[n] = s, l
                 end
                 if ok and n > 0 then
-                    local base = string.match(ks[1], '^(.*):%d+:%d+$')
+                    local base = string.match(ks[1], '^(.*):%d+:p?%d+$')
                     ws, ks, ex, ls = {}, {}, {}, {}
                     for j = 1, n do
                         local idx = floor(now / (qw[j] * 1000))

@@ -35,3 +35,18 @@ int rls_op_fixed(const rls_op_t *op)
             return 0;
     return 1;
 }
+
+void rls_wop_load(const rls_wop_t *w, uint64_t now_ms, rl_admit_win_t *a)
+{
+    switch (w->algo) {
+    case RL_ALGO_SWC:
+        rl_admit_swc(a, w->limit, w->window_s, w->before, w->before2,
+                     w->weight, w->reset_ms);
+        break;
+    case RL_ALGO_GCRA:
+        rl_admit_gcra(a, w->limit, w->window_s, w->t_us, w->before, now_ms);
+        break;
+    default:
+        rl_admit_fixed(a, w->limit, w->window_s, w->before, w->reset_ms);
+    }
+}

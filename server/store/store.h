@@ -47,13 +47,8 @@ typedef struct rls_store_s rls_store_t;
 typedef struct rls_wop_s {
     /* Set by the batcher. */
     uint32_t window_s;     /* fixed, swc: the window; gcra: the period */
-    uint8_t algo;          /* RL_ALGO_* */
-    uint8_t phased;        /* windows staggered per caller */
-    uint32_t weight;       /* swc: the previous window's share now */
     uint64_t limit;        /* > 0; gcra: the burst */
-    uint64_t t_us;         /* gcra: the emission interval */
     uint64_t index;        /* fixed, swc: window index at the batch's clock */
-    uint64_t reset_ms;     /* fixed, swc: until that window ends, >= 1 */
     uint64_t expire_at_ms; /* fixed: window end + grace (+ spread); swc:
                               the next window's end + grace (+ spread);
                               gcra: the grace alone, the store adds the new
@@ -61,6 +56,12 @@ typedef struct rls_wop_s {
     /* Set by the store. */
     int64_t before;        /* the counter before this batch (gcra: TAT) */
     int64_t before2;       /* swc: the previous window's counter */
+    /* Set by the batcher; 0 for a plain fixed window. */
+    uint8_t algo;          /* RL_ALGO_* */
+    uint8_t phased;        /* windows staggered per caller */
+    uint32_t weight;       /* swc: the previous window's share now */
+    uint64_t t_us;         /* gcra: the emission interval */
+    uint64_t reset_ms;     /* fixed, swc: until that window ends, >= 1 */
 } rls_wop_t;
 
 typedef struct rls_op_s {
@@ -71,6 +72,11 @@ typedef struct rls_op_s {
     const char *quota;     /* the rule whose stored quota applies, or NULL */
     size_t quota_len;
     double scale;          /* multiplies a stored quota's limits */
+    uint64_t now_ms;       /* the batch's clock reading, the same for every
+                              op: the store decides at this instant (its
+                              script's "now"), so the batcher's replay of
+                              a gcra or a sliding-window-counter sees what
+                              the store saw */
     rls_wop_t *win;
     uint32_t nwin;
     const uint32_t *costs; /* the requests' costs, in arrival order */
@@ -125,11 +131,27 @@ static inline const char *rls_store_err_name(int kind)
 #define RLS_WKEY_SIZE(op) ((op)->key_len + 36)
 size_t rls_wkey(const rls_op_t *op, const rls_wop_t *w, int prev, char *dst);
 
+/* The key of op's plain fixed window of window_s at index. */
+static inline size_t rls_wkey_fixed(const rls_op_t *op, uint32_t window_s,
+                                    uint64_t index, char *dst)
+{
+    rls_wop_t w = {0};
+
+    w.window_s = window_s;
+    w.index = index;
+    return rls_wkey(op, &w, 0, dst);
+}
+
 /* How many keys limit w uses (2 for a sliding-window-counter, else 1). */
 static inline uint32_t rls_wop_keys(const rls_wop_t *w)
 {
     return w->algo == RL_ALGO_SWC ? 2 : 1;
 }
+
+/* Loads limit w of an op from what the store reported (before, before2)
+ * at now_ms (the op's): what the batcher replays and the memory store
+ * decides on. A stored quota's windows (qwin) need reset_ms set first. */
+void rls_wop_load(const rls_wop_t *w, uint64_t now_ms, rl_admit_win_t *a);
 
 /* 1 when every limit of op is a plain fixed window (any phase): the ops
  * the script's fast path, stored quotas and the refusal cache take. */

@@ -46,7 +46,7 @@ static uint32_t fs_quota(unsigned k, rls_wop_t *q)
 static void fs_op(fstore_t *fs, rls_op_t *op, rls_wop_t *qw, int style,
                   int twist)
 {
-    rl_admit_win_t a[RLS_WINDOWS_MAX];
+    rl_admit_win_t a[RLS_WINDOWS_MAX] = {{0}};
     int64_t *ctr[RLS_WINDOWS_MAX];
     rls_wop_t *w = op->win;
     uint32_t nw = op->nwin, j;

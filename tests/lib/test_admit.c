@@ -95,7 +95,7 @@ static void test_equal_matches_loop(void **state)
 
     (void)state;
     for (t = 0; t < 20000; t++) {
-        rl_admit_win_t a[RL_ADMIT_WINDOWS_MAX], b[RL_ADMIT_WINDOWS_MAX];
+        rl_admit_win_t a[RL_ADMIT_WINDOWS_MAX] = {{0}}, b[RL_ADMIT_WINDOWS_MAX];
         size_t n = 1 + (size_t)rand_r(&seed) % RL_ADMIT_WINDOWS_MAX, i;
         uint64_t cost = 1 + (uint64_t)(rand_r(&seed) % 5);
         uint64_t k = (uint64_t)(rand_r(&seed) % 50), got, want = 0, j;

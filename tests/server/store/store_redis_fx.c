@@ -179,7 +179,7 @@ void job_op(job_t *j, size_t i, const char *key, uint64_t incr,
     j->win[i][0].index = 1;
     j->win[i][0].expire_at_ms = expire_at_ms;
     j->win[i][0].before = -1;
-    rls_wkey(&j->ops[i], 60, 1, j->wkeys[i]);
+    rls_wkey_fixed(&j->ops[i], 60, 1, j->wkeys[i]);
 }
 
 void on_small(void *data, rls_op_t *ops, size_t n, int status)
@@ -307,7 +307,7 @@ long long redis_get(fx_t *f, const rls_op_t *op, uint32_t ws, uint64_t idx)
 {
     char key[256];
 
-    rls_wkey(op, ws, idx, key);
+    rls_wkey_fixed(op, ws, idx, key);
     return redis_int(f, "GET %s", key);
 }
 
@@ -315,7 +315,7 @@ long long redis_exists(fx_t *f, const rls_op_t *op, uint32_t ws, uint64_t idx)
 {
     char key[256];
 
-    rls_wkey(op, ws, idx, key);
+    rls_wkey_fixed(op, ws, idx, key);
     return redis_int(f, "EXISTS %s", key);
 }
 

@@ -40,14 +40,14 @@ static void test_script_sha(void **state)
                      rls_redis_script_len);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
-    assert_string_equal(r->str, "0dda76cc7f1643aaa0c746dd2c050fb0ce83a16d");
+    assert_string_equal(r->str, "b754750484426ea94fa48edaee281c985c183828");
     freeReplyObject(r);
     cluster = rls_redis_cluster_script(&len);
     assert_int_equal(strlen(cluster), len);
     r = redisCommand(f->rc, "SCRIPT LOAD %b", cluster, len);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
-    assert_string_equal(r->str, "98736fdc69d91a5ae023511a86f8ba7d582662b1");
+    assert_string_equal(r->str, "90356789896be8174cea34d05ca2aa491d7e2b76");
     freeReplyObject(r);
 }
 

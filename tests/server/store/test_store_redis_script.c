@@ -167,7 +167,7 @@ static void test_script_matches_model(void **state)
     for (round = 0; round < ROUNDS; round++) {
         memset(&j, 0, sizeof(j));
         for (i = 0; i < PER; i++) {
-            rl_admit_win_t w[4], w2[4];
+            rl_admit_win_t w[4] = {{0}}, w2[4] = {{0}};
             uint32_t costs[8], nw = 1 + rnd(3), nc = 1 + rnd(8), c;
             int equal = rnd(2);
             char key[64];
@@ -200,7 +200,7 @@ static void test_script_matches_model(void **state)
                     char wk[128];
                     redisReply *r;
                     preset[i][k] = (long long)rnd((uint32_t)lim + 5) - 2;
-                    rls_wkey(&j.ops[i], lens[order[k]], 7, wk);
+                    rls_wkey_fixed(&j.ops[i], lens[order[k]], 7, wk);
                     r = redisCommand(f->rc, "SET %s %lld", wk, preset[i][k]);
                     assert_non_null(r);
                     freeReplyObject(r);
@@ -677,7 +677,7 @@ static void test_module_matches_script(void **state)
                 jb.win[i][k] = ja.win[i][k];
                 for (h = 0; h < 2; h++) {
                     char wk[128];
-                    rls_wkey(h == 0 ? &ja.ops[i] : &jb.ops[i], lens[order[k]],
+                    rls_wkey_fixed(h == 0 ? &ja.ops[i] : &jb.ops[i], lens[order[k]],
                              7, wk);
                     if (kind <= 5 && redis_int(f, "EXISTS %s", wk) == 0)
                         preset_key(f, wk, kind, v);
