@@ -792,49 +792,162 @@ static size_t slen(const yp_t *y)
     return n;
 }
 
-/* A limits value: one scalar or a sequence of them. Returns 0, or a
- * negative RL_E* when the parse cannot go on; *valid is cleared when an error
- * was reported and the parse can go on. */
+/* The keys of a limit's map. */
+enum { LK_LIMIT, LK_RATE, LK_ALGO, LK_BURST, LK_PHASE, LK_MAX };
+static const char *const limit_keys[LK_MAX] = {"limit", "rate", "algorithm",
+                                               "burst", "phase"};
+static const char not_a_key[] =
+    "a limit's keys are limit, rate, algorithm, burst, phase";
+
+/* A limit as a map (see rules.h); the current event is its MAPPING_START.
+ * Returns 0, with *valid set when *out is a limit (else every error was
+ * reported), or RL_EINVAL when the parse cannot go on. */
+static int read_limit_map(yp_t *y, rls_limit_t *out, int *valid)
+{
+    builder_t *b = y->b;
+    int line = rls_yaml_in_line(&y->in), ok = 1, have[LK_MAX] = {0}, rc, k, v;
+    char rate[40] = ""; /* N/DURATION, for messages */
+    const char *why;
+
+    memset(out, 0, sizeof(*out));
+    while ((rc = rls_yaml_in_next_key(&y->in, not_a_key, &ok)) > 0) {
+        for (k = 0; k < LK_MAX && !rls_yaml_in_is(&y->in, limit_keys[k]); k++)
+            ;
+        if (k == LK_MAX)
+            DIAG(b, rls_yaml_in_line(&y->in),
+                 "unknown key '%.*s' in a limit (limit, rate, algorithm, "
+                 "burst, phase)",
+                 (int)(slen(y) > 40 ? 40 : slen(y)), sval(y));
+        if (rls_yaml_in_next(&y->in) != RL_OK)
+            return RL_EINVAL;
+        if (k < LK_MAX)
+            have[k] = 1;
+        if (k == LK_MAX || !rls_yaml_in_is_scalar(&y->in)) {
+            if (k < LK_MAX)
+                DIAG(b, rls_yaml_in_line(&y->in), "'%s' must be a single value",
+                     limit_keys[k]);
+            ok = 0;
+            if (rls_yaml_in_skip(&y->in) != RL_OK)
+                return RL_EINVAL;
+            continue;
+        }
+        switch (k) {
+        case LK_LIMIT:
+        case LK_RATE:
+            /* One place for each option: the map's keys, not a suffix. */
+            if (memchr(sval(y), ':', slen(y)) != NULL) {
+                DIAG(b, rls_yaml_in_line(&y->in),
+                     "bad %s '%.*s': in a map, give the algorithm, burst and "
+                     "phase as keys",
+                     limit_keys[k], (int)(slen(y) > 40 ? 40 : slen(y)),
+                     sval(y));
+                ok = 0;
+            } else if (rate_parse(sval(y), slen(y), out, &why) != RL_OK) {
+                DIAG(b, rls_yaml_in_line(&y->in), "bad %s '%.*s': %s",
+                     limit_keys[k], (int)(slen(y) > 40 ? 40 : slen(y)), sval(y),
+                     why);
+                ok = 0;
+            } else {
+                snprintf(rate, sizeof(rate), "%.*s", (int)slen(y), sval(y));
+            }
+            break;
+        case LK_ALGO:
+            if ((v = rls_algo_parse(sval(y), slen(y), &why)) < 0) {
+                DIAG(b, rls_yaml_in_line(&y->in), "algorithm '%.*s': %s",
+                     (int)(slen(y) > 40 ? 40 : slen(y)), sval(y), why);
+                ok = 0;
+            } else {
+                out->algo = (uint8_t)v;
+            }
+            break;
+        case LK_BURST:
+            if (rls_burst_parse(sval(y), slen(y), &out->burst, &why) != RL_OK) {
+                DIAG(b, rls_yaml_in_line(&y->in), "burst '%.*s': %s",
+                     (int)(slen(y) > 40 ? 40 : slen(y)), sval(y), why);
+                ok = 0;
+            }
+            break;
+        case LK_PHASE:
+            if ((v = rls_phase_parse(sval(y), slen(y))) < 0) {
+                DIAG(b, rls_yaml_in_line(&y->in),
+                     "phase must be aligned or per-caller");
+                ok = 0;
+            } else {
+                out->phase = (uint8_t)v;
+            }
+            break;
+        }
+    }
+    if (rc < 0)
+        return rc;
+    if (have[LK_LIMIT] && have[LK_RATE]) {
+        DIAG(b, line, "a limit takes 'limit' or 'rate', not both");
+        ok = 0;
+    } else if (!have[LK_LIMIT] && !have[LK_RATE]) {
+        DIAG(b, line, "a limit needs 'limit: N/DURATION' (or 'rate:')");
+        ok = 0;
+    }
+    if (ok && rls_limit_check(out, &why) != RL_OK) {
+        DIAG(b, line, "bad limit '%s' (%s): %s", rate, rls_algo_name(out->algo),
+             why);
+        ok = 0;
+    }
+    *valid = ok;
+    return RL_OK;
+}
+
+/* One limit: a scalar N/DURATION[:OPTION...] or a map, added to ls.
+ * Returns 0, or a negative RL_E* when the parse cannot go on; *ok is
+ * cleared when an error was reported and the parse can go on. */
+static int read_limit(yp_t *y, rls_limits_t *ls, int *ok)
+{
+    int line = rls_yaml_in_line(&y->in), valid = 1;
+    const char *why, *err;
+    rls_limit_t l;
+
+    if (y->in.ev.type == YAML_MAPPING_START_EVENT) {
+        if (read_limit_map(y, &l, &valid) != RL_OK)
+            return RL_EINVAL;
+    } else if (!rls_yaml_in_is_scalar(&y->in)) {
+        DIAG(y->b, line,
+             "a limit must be N/DURATION[:OPTION...] or a map like "
+             "{limit: 100/1m, algorithm: sliding-window-counter}");
+        valid = 0;
+        if (rls_yaml_in_skip(&y->in) != RL_OK)
+            return RL_EINVAL;
+    } else if (rls_limit_parse(sval(y), slen(y), &l, &why) != RL_OK) {
+        DIAG(y->b, line, "bad limit '%.*s': %s",
+             (int)(slen(y) > 64 ? 64 : slen(y)), sval(y), why);
+        valid = 0;
+    }
+    if (valid && (err = limits_add(ls, &l)) != NULL) {
+        DIAG(y->b, line, "%s", err);
+        valid = 0;
+    }
+    *ok &= valid;
+    return RL_OK;
+}
+
+/* A limits value: one limit (scalar or map) or a sequence of them.
+ * Returns 0, or a negative RL_E* when the parse cannot go on; *valid is
+ * cleared when an error was reported and the parse can go on. */
 static int read_limits(yp_t *y, rls_limits_t *ls, int *valid)
 {
     int ok = 1;
 
     memset(ls, 0, sizeof(*ls));
-    if (rls_yaml_in_is_scalar(&y->in) ||
-        y->in.ev.type == YAML_SEQUENCE_START_EVENT) {
-        int seq = !rls_yaml_in_is_scalar(&y->in);
-        for (;;) {
-            const char *why, *err;
-            rls_limit_t l;
-
-            if (seq && rls_yaml_in_next(&y->in) != RL_OK)
-                return RL_EINVAL;
-            if (seq && y->in.ev.type == YAML_SEQUENCE_END_EVENT)
-                break;
-            if (!rls_yaml_in_is_scalar(&y->in)) {
-                DIAG(y->b, rls_yaml_in_line(&y->in),
-                     "a limit must be N/DURATION");
-                ok = 0;
-                if (rls_yaml_in_skip(&y->in) != RL_OK)
-                    return RL_EINVAL;
-            } else if (rls_limit_parse(sval(y), slen(y), &l, &why) != RL_OK) {
-                DIAG(y->b, rls_yaml_in_line(&y->in), "bad limit '%.*s': %s",
-                     (int)(slen(y) > 40 ? 40 : slen(y)), sval(y), why);
-                ok = 0;
-            } else if ((err = limits_add(ls, &l)) != NULL) {
-                DIAG(y->b, rls_yaml_in_line(&y->in), "%s", err);
-                ok = 0;
-            }
-            if (!seq)
-                break;
-        }
-    } else {
-        DIAG(y->b, rls_yaml_in_line(&y->in),
-             "limits must be a list like [100/1m, 1000/1h]");
-        if (rls_yaml_in_skip(&y->in) != RL_OK)
+    if (y->in.ev.type != YAML_SEQUENCE_START_EVENT) {
+        if (read_limit(y, ls, &ok) != RL_OK)
             return RL_EINVAL;
-        *valid = 0;
-        return RL_OK;
+    } else {
+        for (;;) {
+            if (rls_yaml_in_next(&y->in) != RL_OK)
+                return RL_EINVAL;
+            if (y->in.ev.type == YAML_SEQUENCE_END_EVENT)
+                break;
+            if (read_limit(y, ls, &ok) != RL_OK)
+                return RL_EINVAL;
+        }
     }
     if (ok && ls->n == 0) {
         DIAG(y->b, rls_yaml_in_line(&y->in), "no limits given");

@@ -213,6 +213,84 @@ static const rls_rule_t *rule(const rls_policy_t *p, const char *name)
     return r;
 }
 
+/* The example, whole. */
+static const char example[] =
+    "rules:\n"
+    "  api:\n"
+    "    limits:\n"
+    "      - {limit: 100/1m, algorithm: sliding-window-counter}\n"
+    "      - {limit: 100000/1d, phase: per-caller}          # staggered\n"
+    "  burst:\n"
+    "    limits:\n"
+    "      - {rate: 10/1s, burst: 20, algorithm: gcra}\n"
+    "      - 1000/1h\n";
+
+static void test_map_form(void **state)
+{
+    static const want_t api[] = {{100, 60, RL_ALGO_SWC, 0, 0, 0},
+                                 {100000, 86400, RL_ALGO_FIXED, 1, 0, 0}};
+    static const want_t burst[] = {{10, 1, RL_ALGO_GCRA, 0, 20, 100000},
+                                   {1000, 3600, RL_ALGO_FIXED, 0, 0, 0}};
+    rls_policy_t *p = build_ok(example, NULL, 0);
+    const rls_rule_t *r;
+    size_t i;
+
+    (void)state;
+    r = rule(p, "api");
+    assert_int_equal(r->limits.n, 2);
+    for (i = 0; i < 2; i++)
+        assert_limit(&r->limits.w[i], &api[i]);
+    r = rule(p, "burst");
+    assert_int_equal(r->limits.n, 2);
+    for (i = 0; i < 2; i++)
+        assert_limit(&r->limits.w[i], &burst[i]);
+    rls_policy_unref(p);
+
+    /* Block maps, every key, explicit defaults; one map alone; the word
+     * form as a YAML value, in a flow list too. */
+    p = build_ok("rules:\n"
+                 "  a:\n"
+                 "    limits:\n"
+                 "      - limit: 5/1s\n"
+                 "        algorithm: fixed-window\n"
+                 "        phase: aligned\n"
+                 "      - rate: 60/1m\n"
+                 "        algorithm: gcra\n"
+                 "        burst: 1\n"
+                 "        phase: aligned\n"
+                 "  b:\n"
+                 "    limits: {rate: 2/1s, algorithm: gcra}\n"
+                 "  c:\n"
+                 "    limits: [10/1s:gcra:burst=20, "
+                 "100/1m:sliding-window-counter:per-caller]\n"
+                 "  d:\n"
+                 "    limits: 100000/1d:per-caller\n"
+                 "  e:\n"
+                 "    limits:\n"
+                 "      - {limit: 5/1m, phase: per-caller, algorithm: "
+                 "sliding-window-counter}\n",
+                 NULL, 0);
+    r = rule(p, "a");
+    assert_int_equal(r->limits.n, 2);
+    assert_limit(&r->limits.w[0], &(want_t){5, 1, RL_ALGO_FIXED, 0, 0, 0});
+    assert_limit(&r->limits.w[1],
+                 &(want_t){60, 60, RL_ALGO_GCRA, 0, 1, 1000000});
+    r = rule(p, "b");
+    assert_int_equal(r->limits.n, 1);
+    assert_limit(&r->limits.w[0], &(want_t){2, 1, RL_ALGO_GCRA, 0, 2, 500000});
+    r = rule(p, "c");
+    assert_int_equal(r->limits.n, 2);
+    assert_limit(&r->limits.w[0],
+                 &(want_t){10, 1, RL_ALGO_GCRA, 0, 20, 100000});
+    assert_limit(&r->limits.w[1], &(want_t){100, 60, RL_ALGO_SWC, 1, 0, 0});
+    r = rule(p, "d");
+    assert_limit(&r->limits.w[0],
+                 &(want_t){100000, 86400, RL_ALGO_FIXED, 1, 0, 0});
+    r = rule(p, "e");
+    assert_limit(&r->limits.w[0], &(want_t){5, 60, RL_ALGO_SWC, 1, 0, 0});
+    rls_policy_unref(p);
+}
+
 /* One window length under several algorithms is fine; sorted by length,
  * then algorithm. */
 static void test_same_window_algorithms(void **state)
@@ -276,6 +354,40 @@ static void test_flags(void **state)
     rls_policy_unref(p);
 }
 
+static void test_overrides(void **state)
+{
+    rls_policy_t *p = build_ok(
+        "rules:\n"
+        "  api:\n"
+        "    limits: [100/1m]\n"
+        "    overrides:\n"
+        "      \"user:acme\":\n"
+        "        - {limit: 1000/1m, algorithm: sliding-window-counter}\n"
+        "        - 5/1s:gcra:burst=10\n"
+        "      \"user:b\": {rate: 1/1s, algorithm: gcra}\n"
+        "      \"user:c\": 100/1m:per-caller\n",
+        NULL, 0);
+    const rls_rule_t *r = rule(p, "api");
+    const rls_limits_t *ls;
+
+    (void)state;
+    assert_int_equal(r->noverrides, 3);
+    ls = rls_rule_limits(r, "user:acme", 9);
+    assert_int_equal(ls->n, 2);
+    assert_limit(&ls->w[0], &(want_t){5, 1, RL_ALGO_GCRA, 0, 10, 200000});
+    assert_limit(&ls->w[1], &(want_t){1000, 60, RL_ALGO_SWC, 0, 0, 0});
+    ls = rls_rule_limits(r, "user:b", 6);
+    assert_int_equal(ls->n, 1);
+    assert_limit(&ls->w[0], &(want_t){1, 1, RL_ALGO_GCRA, 0, 1, 1000000});
+    ls = rls_rule_limits(r, "user:c", 6);
+    assert_limit(&ls->w[0], &(want_t){100, 60, RL_ALGO_FIXED, 1, 0, 0});
+    /* The rule's own limits are untouched. */
+    ls = rls_rule_limits(r, "user:d", 6);
+    assert_ptr_equal(ls, &r->limits);
+    assert_limit(&ls->w[0], &(want_t){100, 60, RL_ALGO_FIXED, 0, 0, 0});
+    rls_policy_unref(p);
+}
+
 /* Builds and expects failure with exactly the given messages, in order. */
 static void expect_errors(const char *yaml, const char *const *flags,
                           size_t nflags, const char *const *want, size_t n)
@@ -294,6 +406,128 @@ static void expect_errors(const char *yaml, const char *const *flags,
     for (i = 0; i < n; i++)
         if (strstr(d.msg[i], want[i]) == NULL)
             fail_msg("error %zu: want '%s' in '%s'", i, want[i], d.msg[i]);
+}
+
+#define ERRS(yaml, ...)                                                        \
+    do {                                                                       \
+        const char *const w_[] = {__VA_ARGS__};                                \
+        expect_errors(yaml, NULL, 0, w_, NELEM(w_));                           \
+    } while (0)
+
+#define LIM(s) "rules:\n  a:\n    limits:\n      - " s "\n"
+
+/* Every bad input, at its FILE:LINE, in the map form and the word form. */
+static void test_bad_files(void **state)
+{
+    (void)state;
+    /* An unknown algorithm; the exact log, named. */
+    ERRS(LIM("{limit: 1/1m, algorithm: leaky}"),
+         "r.yaml:4: algorithm 'leaky': unknown algorithm (fixed-window, "
+         "sliding-window-counter or gcra)");
+    ERRS(LIM("1/1m:leaky"),
+         "r.yaml:4: bad limit '1/1m:leaky': unknown algorithm or option");
+    ERRS(LIM("{limit: 1/1m, algorithm: sliding-window}"),
+         "r.yaml:4: algorithm 'sliding-window': sliding-window (the exact "
+         "log) is not implemented yet; sliding-window-counter is available");
+    ERRS(LIM("1/1m:sliding-window"),
+         "r.yaml:4: bad limit '1/1m:sliding-window': sliding-window (the "
+         "exact log) is not implemented yet");
+    /* A burst of 0; a burst but not gcra. */
+    ERRS(LIM("{rate: 1/1s, algorithm: gcra, burst: 0}"),
+         "r.yaml:4: burst '0': the burst must be at least 1");
+    ERRS(LIM("1/1s:gcra:burst=0"), "r.yaml:4: bad limit '1/1s:gcra:burst=0'"
+                                   ": the burst must be at least 1");
+    ERRS(LIM("{limit: 1/1s, burst: 5}"),
+         "r.yaml:4: bad limit '1/1s' (fixed-window): burst is for gcra only");
+    ERRS(LIM("{limit: 1/1s, burst: 5, algorithm: sliding-window-counter}"),
+         "r.yaml:4: bad limit '1/1s' (sliding-window-counter): burst is for "
+         "gcra only");
+    ERRS(LIM("1/1s:burst=5"), "r.yaml:4: bad limit '1/1s:burst=5': burst is "
+                              "for gcra only");
+    /* per-caller on a gcra. */
+    ERRS(LIM("{rate: 1/1s, algorithm: gcra, phase: per-caller}"),
+         "r.yaml:4: bad limit '1/1s' (gcra): per-caller staggers windows, "
+         "and a gcra has none");
+    ERRS(LIM("1/1s:gcra:per-caller"), "r.yaml:4: bad limit "
+                                      "'1/1s:gcra:per-caller': per-caller");
+    /* A sliding-window-counter above RL_SWC_LIMIT_MAX. */
+    ERRS(LIM("{limit: 68719476737/1s, algorithm: sliding-window-counter}"),
+         "r.yaml:4: bad limit '68719476737/1s' (sliding-window-counter): a "
+         "sliding-window-counter's limit must be at most 2^36");
+    ERRS(LIM("68719476737/1s:sliding-window-counter"),
+         "r.yaml:4: bad limit '68719476737/1s:sliding-window-counter': a "
+         "sliding-window-counter's limit must be at most 2^36");
+    /* A gcra faster than 1 per microsecond; a bucket past its cap. */
+    ERRS(LIM("{rate: 1000001/1s, algorithm: gcra}"),
+         "r.yaml:4: bad limit '1000001/1s' (gcra): a gcra's rate must be at "
+         "most 1 per microsecond");
+    ERRS(LIM("1000001/1s:gcra"), "r.yaml:4: bad limit '1000001/1s:gcra': a "
+                                 "gcra's rate must be at most 1 per");
+    ERRS(LIM("{rate: 1/366d, algorithm: gcra, burst: 2}"),
+         "r.yaml:4: bad limit '1/366d' (gcra): a gcra's burst x interval "
+         "(DURATION / N) must be at most 366 days");
+    ERRS(LIM("1/366d:gcra:burst=2"), "r.yaml:4: bad limit "
+                                     "'1/366d:gcra:burst=2': a gcra's burst");
+    /* limit and rate: both, or neither. */
+    ERRS(LIM("{limit: 1/1s, rate: 1/1s}"),
+         "r.yaml:4: a limit takes 'limit' or 'rate', not both");
+    ERRS(LIM("{algorithm: gcra, burst: 2}"),
+         "r.yaml:4: a limit needs 'limit: N/DURATION' (or 'rate:')");
+    ERRS(LIM("{}"), "r.yaml:4: a limit needs 'limit: N/DURATION'");
+    /* Unknown keys; a value that is not one. */
+    ERRS(LIM("{limit: 1/1m, window: 1m}"),
+         "r.yaml:4: unknown key 'window' in a limit (limit, rate, algorithm, "
+         "burst, phase)");
+    ERRS(LIM("{limit: [1/1m]}"), "r.yaml:4: 'limit' must be a single value");
+    ERRS(LIM("{limit: 1/1m, {x: 1}: 2}"),
+         "r.yaml:4: a limit's keys are limit, rate, algorithm, burst, phase");
+    /* A bad phase, rate or burst; the options once, as keys. */
+    ERRS(LIM("{limit: 1/1m, phase: random}"),
+         "r.yaml:4: phase must be aligned or per-caller");
+    ERRS(LIM("{limit: 0/1m}"),
+         "r.yaml:4: bad limit '0/1m': the limit must be at least 1");
+    ERRS(LIM("{rate: 1/1x, algorithm: gcra}"),
+         "r.yaml:4: bad rate '1/1x': the duration must be");
+    ERRS(LIM("{rate: 1/1s, algorithm: gcra, burst: many}"),
+         "r.yaml:4: burst 'many': the burst must be a whole number");
+    ERRS(LIM("{limit: 1/1m:gcra}"),
+         "r.yaml:4: bad limit '1/1m:gcra': in a map, give the algorithm, "
+         "burst and phase as keys");
+    ERRS(LIM("{limit: 1/1m, algorithm: gcra, algorithm: gcra}"),
+         "r.yaml:4: key 'algorithm' given twice (first at line 4)");
+    /* The same window length and algorithm twice, in either form. */
+    ERRS(LIM("5/1m:gcra\n      - {rate: 10/60s, algorithm: gcra}"),
+         "r.yaml:5: two limits with the same window length and algorithm");
+    ERRS("rules:\n  a:\n    limits: [1/1m, 2/1m:per-caller]\n",
+         "r.yaml:3: two limits with the same window length and algorithm");
+    /* Still at most 8, whatever their algorithms. */
+    ERRS("rules:\n  a:\n    limits: [1/1s, 1/1s:gcra, 1/2s, 1/2s:gcra, 1/3s,"
+         " 1/3s:gcra, 1/4s, 1/4s:gcra, 1/4s:sliding-window-counter]\n",
+         "r.yaml:3: more than 8 windows");
+    /* Every error of a block map at its own line, all in one run. */
+    ERRS("rules:\n"
+         "  a:\n"
+         "    limits:\n"
+         "      - limit: 1/1m\n"
+         "        algorithm: leaky\n"
+         "        burst: 0\n"
+         "        color: red\n"
+         "      - rate: 1/1s\n"
+         "        phase: per-caller\n"
+         "        algorithm: gcra\n",
+         "r.yaml:5: algorithm 'leaky'", "r.yaml:6: burst '0'",
+         "r.yaml:7: unknown key 'color' in a limit",
+         "r.yaml:8: bad limit '1/1s' (gcra): per-caller");
+    /* Overrides: the same checks, at their lines. */
+    ERRS("rules:\n"
+         "  a:\n"
+         "    limits: [1/1m]\n"
+         "    overrides:\n"
+         "      k: [1/1s:gcra:per-caller]\n"
+         "      j:\n"
+         "        - {rate: 1/1s, burst: 3}\n",
+         "r.yaml:5: bad limit '1/1s:gcra:per-caller'",
+         "r.yaml:7: bad limit '1/1s' (fixed-window): burst is for gcra only");
 }
 
 static void test_bad_flags(void **state)
@@ -398,8 +632,11 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_compact_parse),
         cmocka_unit_test(test_format_round_trip),
+        cmocka_unit_test(test_map_form),
         cmocka_unit_test(test_same_window_algorithms),
         cmocka_unit_test(test_flags),
+        cmocka_unit_test(test_overrides),
+        cmocka_unit_test(test_bad_files),
         cmocka_unit_test(test_bad_flags),
         cmocka_unit_test(test_today_unchanged),
         cmocka_unit_test(test_names),
