@@ -201,8 +201,8 @@ static int add_one(rls_envoy_call_t *call, uint32_t i, const desc_t *d,
         st->unit = d->limit->unit;
         from_request = 1;
     } else if (x != NULL && x->kind == RLS_ENVOY_LIMIT) {
-        limit = x->limit;
-        window_s = x->window_s;
+        limit = x->lim.limit;
+        window_s = x->lim.window_s;
         st->unit = x->unit;
         st->name = x->name;
         st->name_len = x->name_len;

@@ -243,12 +243,39 @@ static int skip_rest(yp_t *y)
     }
 }
 
-/* rate_limit: { unit, requests_per_unit, name, window } */
+/* The bounds of a rate_limit's algorithm (rls_limit_check), said at its
+ * line, and what follows from them (a gcra's burst and interval).
+ * requests_per_unit 0 refuses everything, whatever the algorithm, except
+ * a gcra's, which is a rate and cannot be 0. */
+static void check_limit(builder_t *b, int line, rls_limit_t *lim)
+{
+    rls_limit_t l = *lim;
+    const char *why;
+
+    if (l.limit == 0 && l.algo == RL_ALGO_GCRA) {
+        DIAG(b, line,
+             "rate_limit (gcra): requests_per_unit must be at least "
+             "1 (0 refuses everything: leave out the algorithm)");
+        return;
+    }
+    if (l.limit == 0)
+        l.limit = 1; /* what is checked of it then is the options */
+    if (rls_limit_check(&l, &why) != RL_OK) {
+        DIAG(b, line, "rate_limit (%s): %s", rls_algo_name(l.algo), why);
+        return;
+    }
+    lim->burst = l.burst;
+    lim->t_us = l.t_us;
+}
+
+/* rate_limit: { unit, requests_per_unit, name, window, algorithm, burst,
+ * phase } */
 static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
 {
     builder_t *b = y->b;
     int line = rls_yaml_in_line(&y->in), have_rpu = 0, have_unit = 0,
         have_window = 0;
+    size_t errors = b->d->n + b->d->dropped;
 
     if (y->in.ev.type != YAML_MAPPING_START_EVENT) {
         DIAG(b, line, "'rate_limit' must be a mapping");
@@ -271,16 +298,16 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
             have_unit = 1;
             if (ieq(v, vl, "second")) {
                 x->unit = 1;
-                x->window_s = 1;
+                x->lim.window_s = 1;
             } else if (ieq(v, vl, "minute")) {
                 x->unit = 2;
-                x->window_s = 60;
+                x->lim.window_s = 60;
             } else if (ieq(v, vl, "hour")) {
                 x->unit = 3;
-                x->window_s = 3600;
+                x->lim.window_s = 3600;
             } else if (ieq(v, vl, "day")) {
                 x->unit = 4;
-                x->window_s = 86400;
+                x->lim.window_s = 86400;
             } else {
                 DIAG(b, rls_yaml_in_line(&y->in),
                      "unit '%.*s': use second, minute, hour or day (or "
@@ -299,7 +326,7 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
                 have_rpu = 1; /* said once */
                 continue;
             }
-            x->limit = n;
+            x->lim.limit = n;
             have_rpu = 1;
         } else if (strcmp(kbuf, "name") == 0) {
             if (!want_scalar(y, "name"))
@@ -308,15 +335,11 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
             x->name = arena_copy(b, v, vl);
             x->name_len = vl;
         } else if (strcmp(kbuf, "window") == 0) {
-            char lim[64];
-            rls_limit_t l;
-            const char *why;
+            uint32_t secs;
             if (!want_scalar(y, "window"))
                 continue;
             v = rls_yaml_in_str(&y->in, &vl);
-            snprintf(lim, sizeof(lim), "1/%.*s", (int)(vl > 40 ? 40 : vl), v);
-            if (vl > 40 ||
-                rls_limit_parse(lim, strlen(lim), &l, &why) != RL_OK) {
+            if (rls_duration_parse(v, vl, &secs) != RL_OK) {
                 DIAG(b, rls_yaml_in_line(&y->in),
                      "window '%.*s': a duration like 90s, "
                      "15m, 2h or 7d, from 1 s to 366 d",
@@ -324,7 +347,38 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
                 continue;
             }
             have_window = 1;
-            x->window_s = l.window_s;
+            x->lim.window_s = secs;
+        } else if (strcmp(kbuf, "algorithm") == 0) {
+            const char *why;
+            int a;
+            if (!want_scalar(y, "algorithm"))
+                continue;
+            v = rls_yaml_in_str(&y->in, &vl);
+            if ((a = rls_algo_parse(v, vl, &why)) < 0) {
+                DIAG(b, rls_yaml_in_line(&y->in), "algorithm '%.*s': %s",
+                     (int)(vl > 40 ? 40 : vl), v, why);
+                continue;
+            }
+            x->lim.algo = (uint8_t)a;
+        } else if (strcmp(kbuf, "burst") == 0) {
+            const char *why;
+            if (!want_scalar(y, "burst"))
+                continue;
+            v = rls_yaml_in_str(&y->in, &vl);
+            if (rls_burst_parse(v, vl, &x->lim.burst, &why) != RL_OK)
+                DIAG(b, rls_yaml_in_line(&y->in), "burst '%.*s': %s",
+                     (int)(vl > 40 ? 40 : vl), v, why);
+        } else if (strcmp(kbuf, "phase") == 0) {
+            int ph;
+            if (!want_scalar(y, "phase"))
+                continue;
+            v = rls_yaml_in_str(&y->in, &vl);
+            if ((ph = rls_phase_parse(v, vl)) < 0) {
+                DIAG(b, rls_yaml_in_line(&y->in),
+                     "phase must be aligned or per-caller");
+                continue;
+            }
+            x->lim.phase = (uint8_t)ph;
         } else if (strcmp(kbuf, "unlimited") == 0) {
             /* envoy-ratelimit's README puts it here (its Example 5) as
              * well as beside rate_limit. */
@@ -354,11 +408,11 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
     }
     if (have_window) {
         /* The unit Envoy is told is the window's when it is one. */
-        x->unit = x->window_s == 1       ? 1
-                  : x->window_s == 60    ? 2
-                  : x->window_s == 3600  ? 3
-                  : x->window_s == 86400 ? 4
-                                         : 0;
+        x->unit = x->lim.window_s == 1       ? 1
+                  : x->lim.window_s == 60    ? 2
+                  : x->lim.window_s == 3600  ? 3
+                  : x->lim.window_s == 86400 ? 4
+                                             : 0;
         if (have_unit)
             DIAG(b, line, "rate_limit: give 'unit' or 'window', not both");
     } else if (!have_unit) {
@@ -366,6 +420,9 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
     }
     if (!have_rpu)
         DIAG(b, line, "rate_limit needs 'requests_per_unit'");
+    /* The algorithm's bounds, once the rest is known to be right. */
+    if (b->d->n + b->d->dropped == errors)
+        check_limit(b, line, &x->lim);
     x->kind = RLS_ENVOY_LIMIT;
     return RL_OK;
 }

@@ -1,6 +1,7 @@
 /* Envoy rate limit descriptors (envoy_conf.c): the configuration format of
  * envoy-ratelimit (github.com/envoyproxy/ratelimit), so that its users can
- * bring their files unchanged, plus two extensions. One file per domain:
+ * bring their files unchanged, plus extensions of ours. One file per
+ * domain:
  *
  *   domain: mongo_cps
  *   rate_limit_headers: draft      # ours: none (default) | x | draft | all
@@ -13,6 +14,12 @@
  *         name: users-limit        # optional, echoed in current_limit
  *         window: 90s              # ours: any length from 1 s to 366 d
  *                                  # instead of unit
+ *         algorithm: gcra          # ours: fixed-window (default) |
+ *                                  # sliding-window-counter | gcra
+ *         burst: 1000              # ours: gcra only, default
+ *                                  # requests_per_unit
+ *         phase: per-caller        # ours: aligned (default) | per-caller,
+ *                                  # windows staggered per caller (not gcra)
  *       shadow_mode: true          # decided and counted, never refused
  *       detailed_metric: true      # accepted, ignored
  *       descriptors: [...]         # nested: the request's next entry
@@ -22,6 +29,11 @@
  *       rule: api                  # ours: decided under the rules file's
  *                                  # rule "api" (its windows, mode, overrides,
  *                                  # switches and quotas)
+ *
+ * A rate_limit without the extensions is envoy-ratelimit's fixed window.
+ * The extensions mean what they mean in the rules file (rules.h), under the
+ * same bounds; requests_per_unit is a gcra's rate (per unit or window) and
+ * 0, which refuses everything, is refused for a gcra.
  *
  * Matching is envoy-ratelimit's: the request descriptor's entries walk down
  * the tree, at each level a node with the entry's key and value preferred
@@ -63,8 +75,10 @@ typedef struct rls_envoy_node_s {
     int kind;
     int shadow;
     int unit;          /* Envoy's RateLimit.Unit, 0 for a custom window */
-    uint64_t limit;    /* RLS_ENVOY_LIMIT: requests per window (0: none) */
-    uint32_t window_s; /* RLS_ENVOY_LIMIT: the window's length */
+    /* RLS_ENVOY_LIMIT: requests_per_unit (lim.limit; 0 refuses
+     * everything) per unit or window (lim.window_s), under an algorithm,
+     * checked and completed as rules.h's limits are. */
+    rls_limit_t lim;
     uint32_t domain;   /* index of its domain */
     uint32_t parent;   /* index + 1 of its parent node; 0: top level */
     uint32_t index;

@@ -1,6 +1,6 @@
-/* The policy: named rules, each with up to RLS_WINDOWS_MAX fixed windows, a
- * mode, and per-caller overrides (rules.c). A policy is built whole (from
- * --rule flags and a YAML rules file), validated completely, and then never
+/* The policy: named rules, each with up to RLS_WINDOWS_MAX limits, a mode,
+ * and per-caller overrides (rules.c). A policy is built whole (from --rule
+ * flags and a YAML rules file), validated completely, and then never
  * changed: a reload builds a new one and swaps it in between batches, and a
  * request holds the rule it was decided under until it is answered.
  *
@@ -10,15 +10,43 @@
  *     login:
  *       limits: [5/60s]
  *     api:
- *       limits: [33/1m, 2000/1h]        # every window must allow
+ *       limits: [33/1m, 2000/1h]        # every limit must allow
  *       overrides:                       # per-caller quotas, by exact key
  *         "user:acme": [1000/1m, 50000/1h]
  *     search:
  *       limits: [10/1s]
  *       mode: shadow                     # enforce (default) | shadow | off
+ *     smooth:
+ *       limits:
+ *         - {limit: 100/1m, algorithm: sliding-window-counter}
+ *         - {limit: 100000/1d, phase: per-caller}
+ *     burst:
+ *       limits:
+ *         - {rate: 10/1s, burst: 20, algorithm: gcra}
+ *         - 1000/1h
  *
  * A limit is N/DURATION: N from 1 to 2^63-1, a duration in s, m, h, d or
- * bare seconds, from 1 s to 366 d. */
+ * bare seconds, from 1 s to 366 d; a fixed window, aligned on the clock.
+ * Or a map of
+ *
+ *   limit: N/DURATION    (or rate:, which reads better for a gcra; one of
+ *                         the two)
+ *   algorithm:           fixed-window (default) | sliding-window-counter |
+ *                        gcra (N per DURATION is the rate)
+ *   phase:               aligned (default) | per-caller: each caller's
+ *                        windows start at an offset of its own (windows
+ *                        only; a gcra has none)
+ *   burst: B             gcra only: the bucket, from 1; default N
+ *
+ * Or the same in one word, as --rule flags take it (and a plain YAML value
+ * too): N/DURATION followed by ':'-separated options, an algorithm's name,
+ * per-caller (or aligned) and burst=B, e.g. 100/1m:sliding-window-counter,
+ * 100000/1d:per-caller, 10/1s:gcra:burst=20. Overrides take limits in
+ * either form. Bounds: a sliding-window-counter's N at most
+ * RL_SWC_LIMIT_MAX; a gcra at most 1 per microsecond, and its burst x
+ * interval at most RL_GCRA_CAP_MAX_US (366 days). A rule's limits differ
+ * in window length or algorithm. sliding-window (the exact log) is not
+ * implemented yet and is refused. */
 #ifndef RLS_POLICY_RULES_H
 #define RLS_POLICY_RULES_H
 
@@ -84,22 +112,55 @@ typedef struct rls_rule_s {
 
 typedef struct rls_policy_s rls_policy_t;
 
-/* Parses "N/DURATION" (len bytes, no NUL needed). Returns 0 or RL_EINVAL
- * with a reason in why (static text). */
+/* Parses a limit in one word, "N/DURATION[:OPTION...]" (len bytes, no NUL
+ * needed; see the top), checked whole (rls_limit_check): every field of
+ * *out is set. Returns 0 or RL_EINVAL with a reason in why (static
+ * text). */
 int rls_limit_parse(const char *s, size_t len, rls_limit_t *out,
                     const char **why);
 
-/* Formats a limit as "N/DURATION" with the largest exact unit ("33/1m");
- * returns the length written (buf of 48 bytes is always enough). */
+/* Checks the algorithm's bounds on a limit whose limit, window_s, algo,
+ * phase and burst (0: not given) are set, and completes it: a gcra's
+ * emission interval t_us and its burst (N when not given); 0 for the
+ * other algorithms. Returns 0 or RL_EINVAL with a reason in why (static
+ * text). */
+int rls_limit_check(rls_limit_t *l, const char **why);
+
+/* Formats a limit in the form rls_limit_parse reads back to the same
+ * fields: "N/DURATION" with the largest exact unit ("33/1m"), then the
+ * options that are not defaults ("10/1s:gcra:burst=20"). Returns the length
+ * written; a buf of RLS_LIMIT_FMT_MAX bytes is always enough (48 for a
+ * fixed window). */
+#define RLS_LIMIT_FMT_MAX 80
 size_t rls_limit_format(const rls_limit_t *l, char *buf, size_t len);
+
+/* A duration, "90s", "15m", "2h", "7d" or bare seconds, 1 s to 366 d.
+ * Returns 0 or RL_EINVAL. */
+int rls_duration_parse(const char *s, size_t len, uint32_t *secs);
+
+/* An algorithm's name (fixed-window, sliding-window-counter, gcra). */
+const char *rls_algo_name(int algo);
+
+/* Returns RL_ALGO_* for a name, or RL_EINVAL with why (static text: the
+ * names there are, or that sliding-window is not implemented yet). */
+int rls_algo_parse(const char *s, size_t len, const char **why);
+
+/* Returns 0 for "aligned", 1 for "per-caller", RL_EINVAL otherwise. */
+int rls_phase_parse(const char *s, size_t len);
+
+/* A gcra's burst: 1 to 2^63-1. Returns 0 or RL_EINVAL with why (static
+ * text). */
+int rls_burst_parse(const char *s, size_t len, uint64_t *out, const char **why);
 
 /* The signature (rls_file_signature) of the rules file as this policy
  * read it; all 0 when built without a file. */
 void rls_policy_file_signature(const rls_policy_t *p, uint64_t sig[4]);
 
-/* Builds a policy from --rule flags (each "NAME=N/DURATION[,N/DURATION...]")
- * and, when path is not NULL, a rules file. A name defined twice, in either
- * or across both, is an error. max_rules bounds the number of rules.
+/* Builds a policy from --rule flags (each "NAME=LIMIT[,LIMIT...]", a
+ * LIMIT in one word as rls_limit_parse reads it, e.g.
+ * "api=100/1m:sliding-window-counter,100000/1d:per-caller") and, when path
+ * is not NULL, a rules file. A name defined twice, in either or across
+ * both, is an error. max_rules bounds the number of rules.
  * Returns 0 with *out set, or RL_EINVAL with every error in *diag (and
  * *out NULL), or RL_ENOMEM. */
 int rls_policy_build(const char *const *flags, size_t nflags,

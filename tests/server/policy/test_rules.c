@@ -72,6 +72,7 @@ static void test_limit_format(void **state)
     rls_limit_t l;
 
     (void)state;
+    memset(&l, 0, sizeof(l));
     l.limit = 33;
     l.window_s = 60;
     rls_limit_format(&l, buf, sizeof(buf));
