@@ -231,6 +231,9 @@ static int add_one(rls_envoy_call_t *call, uint32_t i, const desc_t *d,
         st->rpu = clamp32(limit);
         a.limit = limit;
         a.window_s = window_s;
+        /* The descriptor's algorithm (the request's own limit is a
+         * fixed window). */
+        a.algo = from_request ? NULL : &x->lim;
         a.from_request = from_request;
         a.ns = RLS_NS_ENVOY;
         a.stats_name = call->dom->stats_name;

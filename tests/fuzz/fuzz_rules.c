@@ -41,7 +41,9 @@ static void check_limits(const rls_limits_t *ls)
         CHECK(ls->w[i].limit >= 1);
         CHECK(ls->w[i].window_s >= 1);
         if (i > 0)
-            CHECK(ls->w[i - 1].window_s < ls->w[i].window_s);
+            CHECK(ls->w[i - 1].window_s < ls->w[i].window_s ||
+                  (ls->w[i - 1].window_s == ls->w[i].window_s &&
+                   ls->w[i - 1].algo < ls->w[i].algo));
     }
 }
 
