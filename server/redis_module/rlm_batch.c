@@ -180,8 +180,10 @@ static int parse_quota(const batch_t *b, const char *s, size_t len,
     return 0;
 }
 
-/* The script's base: KEYS of the op's first window up to ":<w>:<index>".
- * Returns its length, or 0 when that key has no such end. */
+/* The script's base: KEYS of the op's first window up to ":<w>:<index>",
+ * or ":<w>:p<index>" for a window staggered per caller (rls_wkey), as its
+ * pattern '^(.*):%d+:p?%d+$' takes it. Returns its length, or 0 when that
+ * key has no such end. */
 static size_t base_of(const char *k, size_t len)
 {
     size_t e = len, c;
@@ -190,7 +192,11 @@ static size_t base_of(const char *k, size_t len)
         size_t d = 0;
         while (d < e && k[e - 1 - d] >= '0' && k[e - 1 - d] <= '9')
             d++;
-        if (d == 0 || d == e || k[e - 1 - d] != ':')
+        if (d == 0)
+            return 0;
+        if (c == 0 && d < e && k[e - 1 - d] == 'p')
+            d++;
+        if (d == e || k[e - 1 - d] != ':')
             return 0;
         e -= d + 1;
     }
