@@ -263,13 +263,13 @@ static void *open_win(batch_t *b, const op_t *o, const win_t *w)
     size_t n;
 
     if (o->base == NULL)
-        return b->io->open(b->env, w->key, NULL, 0);
+        return b->io->open(b->env, w->key, NULL, 0, 1);
     memcpy(name, o->base, o->base_len);
     n = o->base_len;
     n += (size_t)snprintf(name + n, sizeof(name) - n, ":%lld:%lld",
                           (long long)w->qw,
                           (long long)(b->now / (w->qw * 1000)));
-    return b->io->open(b->env, 0, name, n);
+    return b->io->open(b->env, 0, name, n, 1);
 }
 
 /* Reads the op's counters, decides its requests in arrival order against

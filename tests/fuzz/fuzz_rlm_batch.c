@@ -11,8 +11,8 @@
  * Beyond "does not crash or leak", it checks the contract:
  *   - rlm_batch returns RLM_OK, RLM_LATE, RLM_EARGS or (on a cluster
  *     only) RLM_ECROSSSLOT;
- *   - every counter it opens it closes, and it writes only through open
- *     ones;
+ *   - every counter it opens it closes, at most RLM_OPEN_MAX open at
+ *     once, and it writes only through ones open for writing;
  *   - RLM_LATE, RLM_EARGS and RLM_ECROSSSLOT write nothing and reply
  *     nothing;
  *   - RLM_OK and RLM_LATE only with the deadline, clock and grace within
@@ -60,7 +60,7 @@ typedef struct {
     size_t name_len, value_len;
     char type; /* 0 none, 'S', 'L', 'H' */
     int64_t expire;
-    int open;
+    int open, write; /* open, and for writing */
 } entry_t;
 
 typedef struct {
@@ -124,7 +124,8 @@ static entry_t *find(env_t *v, const char *name, size_t len, int make)
     return &v->e[v->n++];
 }
 
-static void *k_open(void *env, size_t key, const char *name, size_t len)
+static void *k_open(void *env, size_t key, const char *name, size_t len,
+                    int write)
 {
     env_t *v = env;
     entry_t *e;
@@ -137,8 +138,9 @@ static void *k_open(void *env, size_t key, const char *name, size_t len)
     CHECK(v->slot < 0 || key_slot(name, len) == v->slot);
     if ((e = find(v, name, len, 1)) == NULL)
         return NULL;
-    CHECK(!e->open);
+    CHECK(!e->open && v->opens < RLM_OPEN_MAX);
     e->open = 1;
+    e->write = write;
     v->opens++;
     return e;
 }
@@ -166,7 +168,7 @@ static void k_write(void *env, void *h, int64_t val, int64_t expire_ms)
     int64_t back;
     int n = snprintf(t, sizeof(t), "%lld", (long long)val);
 
-    CHECK(e->open && (e->type == 0 || e->type == 'S'));
+    CHECK(e->open && e->write && (e->type == 0 || e->type == 'S'));
     CHECK(rlm_parse_i64(t, (size_t)n, &back) == 0 && back == val);
     CHECK(expire_ms >= 0 && (e->type != 0 || expire_ms > 0));
     free(e->value);
@@ -182,7 +184,7 @@ static void k_del(void *env, void *h)
 {
     entry_t *e = h;
 
-    CHECK(e->open && e->type == 'S');
+    CHECK(e->open && e->write && e->type == 'S');
     e->type = 0;
     e->expire = 0;
     ((env_t *)env)->writes++;
