@@ -124,8 +124,8 @@ typedef struct {
     "elseif x=='' then r('SET',k[i],c,'KEEPTTL') "                             \
     "else r('SET',k[i],c,'PXAT',x) end end"
 
-/* The longest word: a count (20 bytes with its sign), '/', an expiry (16
- * digits: at most RLM_MS_MAX) and the space before the next. */
+/* The longest word: a count (20 bytes with its sign), '/', an expiry (17
+ * digits: below 2^55, rlm_io_t's write) and the space before the next. */
 #define WORD_MAX 40
 
 /* Words of the commands replicated, made once at load: a word given as a

@@ -61,9 +61,10 @@ typedef struct rlm_io_s {
     /* The counter's value into *v and whether it exists (a missing one
      * reads 0); RLM_VAL_OK, _WRONGTYPE or _NOTINT. */
     int (*get)(void *env, void *h, int64_t *v, int *exists);
-    /* The counter's value becomes v; with expire_ms > 0 (absolute, ms, at
-     * most RLM_MS_MAX) its expiry becomes that, else it keeps its own.
-     * Every counter it creates gets an expiry. */
+    /* The counter's value becomes v; with expire_ms > 0 (absolute, ms,
+     * below 2^55: a time of at most RLM_MS_MAX plus a grace or a span of
+     * at most that) its expiry becomes that, else it keeps its own. Every
+     * counter it creates gets an expiry. */
     void (*write)(void *env, void *h, int64_t v, int64_t expire_ms);
     void (*del)(void *env, void *h);
     void (*close)(void *env, void *h);
@@ -94,7 +95,10 @@ typedef struct rlm_args_s {
  * of range are malformed: a deadline, clock or grace below 0 or above
  * RLM_MS_MAX, an expiry below 1 or above it, a negative limit, a cost
  * below 1, costs summing past 2^63 - 1, a scale outside (0,
- * RLM_SCALE_MAX]. flags: RLM_CLUSTER or 0. With refuse not NULL every op
+ * RLM_SCALE_MAX]; in an op of other algorithms ("a"), besides, a limit
+ * or a burst below 1, a weight outside 1..65536, an interval below 1 us
+ * or a burst x interval past RL_GCRA_CAP_MAX_US (lib/rl_admit.h), the
+ * same key twice. flags: RLM_CLUSTER or 0. With refuse not NULL every op
  * fails with that error text (Redis out of memory) and no key is touched.
  * *nput gets the number of elements put. */
 int rlm_batch(const rlm_io_t *io, void *env, const rlm_args_t *a,
