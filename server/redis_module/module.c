@@ -124,8 +124,8 @@ typedef struct {
     "elseif x=='' then r('SET',k[i],c,'KEEPTTL') "                             \
     "else r('SET',k[i],c,'PXAT',x) end end"
 
-/* The longest word: a count (20 bytes with its sign), '/', an expiry (16
- * digits: at most RLM_MS_MAX) and the space before the next. */
+/* The longest word: a count (20 bytes with its sign), '/', an expiry (17
+ * digits: below 2^55, rlm_io_t's write) and the space before the next. */
 #define WORD_MAX 40
 
 /* Words of the commands replicated, made once at load: a word given as a
@@ -154,8 +154,8 @@ typedef struct {
     RedisModuleString *qval; /* the last stored quota read */
     int64_t t0;              /* Redis's clock when the call began */
     size_t room;             /* the first room made for effects */
-    /* rlm_batch opens at most an op's windows at a time. */
-    counter_t c[RLM_WIN_MAX];
+    /* rlm_batch opens at most an op's keys at a time. */
+    counter_t c[RLM_OPEN_MAX];
 } env_t;
 
 /* Room for cap effects, those logged kept; 0, or -1 (none lost). */
@@ -290,14 +290,19 @@ static void fx_add(env_t *e, counter_t *c, const char *d, size_t n,
     c->own = 0;
 }
 
-static void *k_open(void *env, size_t key, const char *name, size_t len)
+/* A counter only read is opened so: Redis then does not count it as
+ * modified when it is closed (WATCH, client-side caching). Opened so, a
+ * missing key has no RedisModuleKey (k NULL): it reads as missing. A slot
+ * is in use while it has a name. */
+static void *k_open(void *env, size_t key, const char *name, size_t len,
+                    int write)
 {
     env_t *e = env;
     counter_t *c = NULL;
     size_t i;
 
-    for (i = 0; i < RLM_WIN_MAX && c == NULL; i++)
-        if (e->c[i].k == NULL)
+    for (i = 0; i < RLM_OPEN_MAX && c == NULL; i++)
+        if (e->c[i].name == NULL)
             c = &e->c[i];
     if (c == NULL)
         return NULL;
@@ -305,16 +310,20 @@ static void *k_open(void *env, size_t key, const char *name, size_t len)
     c->name = name == NULL ? e->keys[key] : rm_CreateString(e->ctx, name, len);
     if (c->name == NULL)
         return NULL;
-    if ((c->k = rm_OpenKey(e->ctx, c->name, RM_READ | RM_WRITE)) == NULL &&
-        c->own)
-        rm_FreeString(e->ctx, c->name);
-    return c->k != NULL ? c : NULL;
+    c->k = rm_OpenKey(e->ctx, c->name, write ? RM_READ | RM_WRITE : RM_READ);
+    if (c->k == NULL && write) {
+        if (c->own)
+            rm_FreeString(e->ctx, c->name);
+        c->name = NULL;
+        return NULL;
+    }
+    return c;
 }
 
 static int k_get(void *env, void *h, int64_t *v, int *exists)
 {
     RedisModuleKey *k = ((counter_t *)h)->k;
-    int t = rm_KeyType(k);
+    int t = k != NULL ? rm_KeyType(k) : RM_KEYTYPE_EMPTY;
     const char *p;
     size_t len;
 
@@ -391,7 +400,8 @@ static void k_close(void *env, void *h)
     env_t *e = env;
     counter_t *c = h;
 
-    rm_CloseKey(c->k);
+    if (c->k != NULL)
+        rm_CloseKey(c->k);
     if (c->own)
         rm_FreeString(e->ctx, c->name);
     c->k = NULL;

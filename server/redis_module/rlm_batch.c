@@ -11,7 +11,13 @@
  * with a malformed one fails whole, where the script could stop halfway.
  * Times (the clock, the grace, expiries) are refused past 2^53 - 1 ms,
  * which rl-server never nears, so that no sum of them overflows and every
- * counter it creates gets a real expiry. */
+ * counter it creates gets a real expiry.
+ *
+ * An op of other algorithms ("a": fixed windows, sliding-window-counters
+ * and gcras, any mix) is decided by lib/admit.c's functions as they stand:
+ * loaded from what its keys hold, decided, and written back from
+ * rl_admit_added. It never has a stored quota, and a refusal writes
+ * nothing. */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -180,8 +186,10 @@ static int parse_quota(const batch_t *b, const char *s, size_t len,
     return 0;
 }
 
-/* The script's base: KEYS of the op's first window up to ":<w>:<index>".
- * Returns its length, or 0 when that key has no such end. */
+/* The script's base: KEYS of the op's first window up to ":<w>:<index>",
+ * or ":<w>:p<index>" for a window staggered per caller (rls_wkey), as its
+ * pattern '^(.*):%d+:p?%d+$' takes it. Returns its length, or 0 when that
+ * key has no such end. */
 static size_t base_of(const char *k, size_t len)
 {
     size_t e = len, c;
@@ -190,7 +198,11 @@ static size_t base_of(const char *k, size_t len)
         size_t d = 0;
         while (d < e && k[e - 1 - d] >= '0' && k[e - 1 - d] <= '9')
             d++;
-        if (d == 0 || d == e || k[e - 1 - d] != ':')
+        if (d == 0)
+            return 0;
+        if (c == 0 && d < e && k[e - 1 - d] == 'p')
+            d++;
+        if (d == e || k[e - 1 - d] != ':')
             return 0;
         e -= d + 1;
     }
@@ -225,6 +237,17 @@ static void put_int(batch_t *b, int64_t v)
     b->nput++;
 }
 
+/* A count (or a TAT) of an op's reply entry, within +-9e18 as the
+ * script gives its doubles. */
+static void put_count(batch_t *b, int64_t v)
+{
+    if (v > 9000000000000000000)
+        v = 9000000000000000000;
+    else if (v < -9000000000000000000)
+        v = -9000000000000000000;
+    put_int(b, v);
+}
+
 /* The kind word the store reads from an op's error ("e<KIND>"). */
 static void put_err(batch_t *b, const char *err)
 {
@@ -257,13 +280,13 @@ static void *open_win(batch_t *b, const op_t *o, const win_t *w)
     size_t n;
 
     if (o->base == NULL)
-        return b->io->open(b->env, w->key, NULL, 0);
+        return b->io->open(b->env, w->key, NULL, 0, 1);
     memcpy(name, o->base, o->base_len);
     n = o->base_len;
     n += (size_t)snprintf(name + n, sizeof(name) - n, ":%lld:%lld",
                           (long long)w->qw,
                           (long long)(b->now / (w->qw * 1000)));
-    return b->io->open(b->env, 0, name, n);
+    return b->io->open(b->env, 0, name, n, 1);
 }
 
 /* Reads the op's counters, decides its requests in arrival order against
@@ -338,14 +361,8 @@ static void decide(batch_t *b, op_t *o)
         put_err(b, err);
     } else if (o->tag == 0) {
         put_int(b, adm);
-        for (j = 0; j < o->nw; j++) {
-            int64_t v = o->w[j].before;
-            if (v > 9000000000000000000)
-                v = 9000000000000000000;
-            else if (v < -9000000000000000000)
-                v = -9000000000000000000;
-            put_int(b, v);
-        }
+        for (j = 0; j < o->nw; j++)
+            put_count(b, o->w[j].before);
     } else {
         char t[32 + RLM_WIN_MAX * 66];
         int n = snprintf(t, sizeof(t), "%lld %c", (long long)adm, o->tag);
@@ -358,6 +375,122 @@ static void decide(batch_t *b, op_t *o)
         }
         put_str(b, t, (size_t)n);
     }
+}
+
+/* ---- an op of other algorithms ("a") ----------------------------------*/
+
+/* One limit of an "a" op. Its keys are consecutive in KEYS: a fixed
+ * window's counter; a sliding-window-counter's current counter, then its
+ * previous one; a gcra's TAT (us). */
+typedef struct {
+    char algo;    /* 'f', 's' or 'g' */
+    size_t key;   /* the KEYS index of its first key */
+    int64_t exp;  /* f, s: when a counter it starts expires */
+    int64_t lim;  /* f, s: the limit; g: the burst */
+    int64_t arg;  /* s: the previous window's weight; g: the interval, us */
+    void *h[2];   /* its keys, open while the op is decided */
+    int64_t v[2]; /* what they held before the op (0 when missing) */
+} alim_t;
+
+typedef struct {
+    uint32_t n;
+    alim_t l[RLM_WIN_MAX];
+} aop_t;
+
+static uint32_t alim_keys(const alim_t *l)
+{
+    return l->algo == 's' ? 2 : 1;
+}
+
+/* Reads the op's keys, loads its limits as lib/ does (rl_admit_fixed,
+ * _swc, _gcra; only the server's report of a decision needs a window's
+ * length or its reset, so those are 0), decides its requests in arrival
+ * order (refusals consume nothing), and when it admitted some writes
+ * what rl_admit_added says: the cost admitted, added to a fixed window's
+ * counter or a sliding-window-counter's current one (its expiry set when
+ * it was missing or 0; the previous counter is only read), or the new TAT,
+ * expiring a grace after it. A refusal writes nothing: unlike the plain
+ * op, which removes a counter found at 0 (the script's INCRBY then DEL),
+ * an "a" op leaves every key as it was. Then puts the op's reply entry:
+ * the count admitted and what each key held. */
+static void decide_alg(batch_t *b, aop_t *ao, const op_t *o)
+{
+    const char *err = b->refuse;
+    rl_admit_win_t aw[RLM_WIN_MAX];
+    uint64_t adm = 0, add[RLM_WIN_MAX], now = (uint64_t)b->now;
+    uint32_t j, i;
+
+    for (j = 0; err == NULL && j < ao->n; j++) {
+        alim_t *l = &ao->l[j];
+        for (i = 0; err == NULL && i < alim_keys(l); i++) {
+            int rc, exists;
+            l->h[i] = b->io->open(b->env, l->key + i, NULL, 0, i == 0);
+            if (l->h[i] == NULL)
+                err = "ERR out of memory";
+            else if ((rc = b->io->get(b->env, l->h[i], &l->v[i], &exists)) !=
+                     RLM_VAL_OK)
+                err = rc == RLM_VAL_WRONGTYPE ? RLM_ERR_WRONGTYPE
+                                              : RLM_ERR_NOTINT;
+        }
+    }
+    if (err == NULL) {
+        int64_t k, c;
+
+        for (j = 0; j < ao->n; j++) {
+            const alim_t *l = &ao->l[j];
+            if (l->algo == 'f')
+                rl_admit_fixed(&aw[j], (uint64_t)l->lim, 0, l->v[0], 0);
+            else if (l->algo == 's')
+                rl_admit_swc(&aw[j], (uint64_t)l->lim, 0, l->v[0], l->v[1],
+                             (uint32_t)l->arg, 0);
+            else
+                rl_admit_gcra(&aw[j], (uint64_t)l->lim, 0, (uint64_t)l->arg,
+                              l->v[0], now);
+        }
+        if (o->costs == 0) {
+            adm = rl_admit_equal(aw, ao->n, (uint64_t)o->c, (uint64_t)o->k);
+        } else {
+            for (k = 0; k < o->k; k++) {
+                num(b, o->costs + (size_t)k, &c);
+                adm += (uint64_t)rl_admit_one(aw, ao->n, (uint64_t)c);
+            }
+        }
+        /* Within the arguments' bounds nothing passes 2^63 - 1 (a counter
+         * ends at most at its limit, a TAT below 2^53 x 1000 +
+         * RL_GCRA_CAP_MAX_US), but what is written must be an int64
+         * whatever the keys held: else the op fails whole, as the
+         * script's INCRBY would. */
+        for (j = 0; adm > 0 && j < ao->n; j++) {
+            const alim_t *l = &ao->l[j];
+            uint64_t held =
+                l->algo != 'g' && l->v[0] > 0 ? (uint64_t)l->v[0] : 0;
+            add[j] = rl_admit_added(&aw[j], now);
+            if (add[j] > (uint64_t)INT64_MAX - held)
+                err = RLM_ERR_OVERFLOW;
+        }
+    }
+    for (j = 0; err == NULL && adm > 0 && j < ao->n; j++) {
+        const alim_t *l = &ao->l[j];
+        if (l->algo == 'g')
+            b->io->write(b->env, l->h[0], (int64_t)add[j],
+                         (int64_t)(add[j] / 1000 + (add[j] % 1000 != 0)) +
+                             b->grace);
+        else
+            b->io->write(b->env, l->h[0], l->v[0] + (int64_t)add[j],
+                         l->v[0] == 0 ? l->exp : 0);
+    }
+    for (j = 0; j < ao->n; j++)
+        for (i = 0; i < 2; i++)
+            if (ao->l[j].h[i] != NULL)
+                b->io->close(b->env, ao->l[j].h[i]);
+    if (err != NULL) {
+        put_err(b, err);
+        return;
+    }
+    put_int(b, (int64_t)adm);
+    for (j = 0; j < ao->n; j++)
+        for (i = 0; i < alim_keys(&ao->l[j]); i++)
+            put_count(b, ao->l[j].v[i]);
 }
 
 /* ---- the batch ---------------------------------------------------------*/
@@ -416,13 +549,32 @@ static int costs(const batch_t *b, op_t *o, int64_t k, int64_t c, size_t at)
     return 0;
 }
 
+/* An op's costs from ARGV[p]: -k and one cost, or k and each cost, into
+ * o. Returns the ARGV index after them, or 0 when malformed. */
+static size_t op_costs(const batch_t *b, op_t *o, size_t p)
+{
+    int64_t nc, c;
+
+    if (num(b, p, &nc) != 0)
+        return 0;
+    if (nc < 0) {
+        if (nc == INT64_MIN || num(b, p + 1, &c) != 0 ||
+            costs(b, o, -nc, c, 0) != 0)
+            return 0;
+        return p + 2;
+    }
+    if ((uint64_t)nc > b->a->nargs - p - 1 || costs(b, o, nc, 0, p + 1) != 0)
+        return 0;
+    return p + (size_t)nc + 1;
+}
+
 /* An op out of the ordinary (ARGV[p] is 0): its windows, stored quota and
  * costs. Returns the ARGV index after it, or 0 when malformed. */
 static size_t general_op(batch_t *b, op_t *o, size_t p, size_t *kp)
 {
     const rlm_args_t *a = b->a;
     size_t qf, qk = 0, j;
-    int64_t nw, nc, c = 0;
+    int64_t nw;
     double scale = 1;
 
     if (num(b, p + 1, &nw) != 0 || nw < 0 || nw > RLM_WIN_MAX ||
@@ -464,18 +616,8 @@ static size_t general_op(batch_t *b, op_t *o, size_t p, size_t *kp)
         qk = (*kp)++;
         p++;
     }
-    if (num(b, p, &nc) != 0)
+    if ((p = op_costs(b, o, p)) == 0)
         return 0;
-    if (nc < 0) {
-        if (nc == INT64_MIN || num(b, p + 1, &c) != 0 ||
-            costs(b, o, -nc, c, 0) != 0)
-            return 0;
-        p += 2;
-    } else {
-        if ((uint64_t)nc > a->nargs - p - 1 || costs(b, o, nc, 0, p + 1) != 0)
-            return 0;
-        p += (size_t)nc + 1;
-    }
     if (a->al[qf] > 0 && !b->dry) {
         const char *s;
         size_t len;
@@ -493,6 +635,13 @@ static size_t general_op(batch_t *b, op_t *o, size_t p, size_t *kp)
     return p;
 }
 
+/* 1 when KEYS[i] and KEYS[j] are one key. */
+static int same_key(const batch_t *b, size_t i, size_t j)
+{
+    return b->a->kl[i] == b->a->kl[j] &&
+           memcmp(b->a->kv[i], b->a->kv[j], b->a->kl[i]) == 0;
+}
+
 /* 1 when the op's windows are distinct keys. The same key twice would be
  * read twice before either write, where the script adds twice; rl-server
  * never sends it (its windows differ in length). */
@@ -502,11 +651,74 @@ static int distinct(const batch_t *b, const op_t *o)
 
     for (i = 1; i < o->nw; i++)
         for (j = 0; j < i; j++)
-            if (b->a->kl[o->w[i].key] == b->a->kl[o->w[j].key] &&
-                memcmp(b->a->kv[o->w[i].key], b->a->kv[o->w[j].key],
-                       b->a->kl[o->w[i].key]) == 0)
+            if (same_key(b, o->w[i].key, o->w[j].key))
                 return 0;
     return 1;
+}
+
+/* An op of other algorithms (ARGV[p] is "a"): nwin; per limit its letter
+ * and arguments ("f" expiry limit, "s" expiry limit weight, "g" burst
+ * interval_us); then its costs. Its keys, one a limit (two for "s"), are
+ * KEYS from *kp on, all distinct (as distinct() says why). Checks it
+ * (dry) or decides it (decide_alg). Returns the ARGV index after it, or 0
+ * when malformed: nwin outside 1..RLM_WIN_MAX, a letter unknown, a limit
+ * or burst below 1, a weight outside 1..RL_SWC_ONE, an interval below 1
+ * or a cap (burst x interval) past RL_GCRA_CAP_MAX_US, an expiry outside
+ * [1, RLM_MS_MAX] (as every op's), a key too few, one twice. */
+static size_t alg_op(batch_t *b, op_t *o, size_t p, size_t *kp)
+{
+    const rlm_args_t *a = b->a;
+    size_t k0 = *kp, i, j;
+    int64_t n;
+    aop_t ao;
+
+    if (num(b, p + 1, &n) != 0 || n < 1 || n > RLM_WIN_MAX)
+        return 0;
+    ao.n = (uint32_t)n;
+    p += 2;
+    for (j = 0; j < ao.n; j++) {
+        alim_t *l = &ao.l[j];
+
+        memset(l, 0, sizeof(*l));
+        if (p >= a->nargs || a->al[p] != 1)
+            return 0;
+        l->algo = a->av[p][0];
+        if (l->algo == 'f' || l->algo == 's') {
+            if (ms_arg(b, p + 1, 1, &l->exp) != 0 ||
+                num(b, p + 2, &l->lim) != 0 || l->lim < 1)
+                return 0;
+            p += 3;
+            if (l->algo == 's') {
+                if (num(b, p, &l->arg) != 0 || l->arg < 1 ||
+                    l->arg > (int64_t)RL_SWC_ONE)
+                    return 0;
+                p++;
+            }
+        } else if (l->algo == 'g') {
+            if (num(b, p + 1, &l->lim) != 0 || l->lim < 1 ||
+                num(b, p + 2, &l->arg) != 0 || l->arg < 1 ||
+                (uint64_t)l->lim > RL_GCRA_CAP_MAX_US / (uint64_t)l->arg)
+                return 0;
+            p += 3;
+        } else {
+            return 0;
+        }
+        if (a->nkeys - *kp < alim_keys(l))
+            return 0;
+        l->key = *kp;
+        *kp += alim_keys(l);
+    }
+    if ((p = op_costs(b, o, p)) == 0)
+        return 0;
+    if (b->dry) {
+        for (i = k0 + 1; i < *kp; i++)
+            for (j = k0; j < i; j++)
+                if (same_key(b, i, j))
+                    return 0;
+    } else {
+        decide_alg(b, &ao, o);
+    }
+    return p;
 }
 
 /* Every op: checks them (dry) or decides them. Returns 0, or -1 when the
@@ -538,6 +750,10 @@ static int walk(batch_t *b, size_t p)
                 run--;
                 P = rP;
                 p += 2;
+            } else if (a->al[p] == 1 && a->av[p][0] == 'a') {
+                if ((p = alg_op(b, &o, p, &kp)) == 0)
+                    return -1;
+                continue;
             } else if (num(b, p, &P) != 0 || P > b->np || P < -(int64_t)b->np) {
                 return -1;
             }

@@ -13,6 +13,9 @@
  * most 8 windows (RL_ADMIT_WINDOWS_MAX, lib/rl_admit.h) and 16 profiles. */
 #define RLM_WIN_MAX 8
 #define RLM_PROFILES_MAX 64
+/* Keys it holds open at once: an op's, two per limit at most (a
+ * sliding-window-counter's current and previous counters). */
+#define RLM_OPEN_MAX (2 * RLM_WIN_MAX)
 /* The longest key it derives a stored quota's counter names from. */
 #define RLM_BASE_MAX 4096
 /* The largest time it takes (ms since the epoch: the clock, every expiry;
@@ -49,14 +52,19 @@
 
 typedef struct rlm_io_s {
     /* Opens the counter KEYS[key] (0-based), or, when name is not NULL,
-     * the counter named by len bytes at name; NULL if it cannot. */
-    void *(*open)(void *env, size_t key, const char *name, size_t len);
+     * the counter named by len bytes at name; NULL if it cannot. With
+     * write 0 the counter is only read (a sliding-window-counter's
+     * previous one): write and del are never called on it. At most
+     * RLM_OPEN_MAX are open at once. */
+    void *(*open)(void *env, size_t key, const char *name, size_t len,
+                  int write);
     /* The counter's value into *v and whether it exists (a missing one
      * reads 0); RLM_VAL_OK, _WRONGTYPE or _NOTINT. */
     int (*get)(void *env, void *h, int64_t *v, int *exists);
-    /* The counter's value becomes v; with expire_ms > 0 (absolute, ms, at
-     * most RLM_MS_MAX) its expiry becomes that, else it keeps its own.
-     * Every counter it creates gets an expiry. */
+    /* The counter's value becomes v; with expire_ms > 0 (absolute, ms,
+     * below 2^55: a time of at most RLM_MS_MAX plus a grace or a span of
+     * at most that) its expiry becomes that, else it keeps its own. Every
+     * counter it creates gets an expiry. */
     void (*write)(void *env, void *h, int64_t v, int64_t expire_ms);
     void (*del)(void *env, void *h);
     void (*close)(void *env, void *h);
@@ -87,7 +95,10 @@ typedef struct rlm_args_s {
  * of range are malformed: a deadline, clock or grace below 0 or above
  * RLM_MS_MAX, an expiry below 1 or above it, a negative limit, a cost
  * below 1, costs summing past 2^63 - 1, a scale outside (0,
- * RLM_SCALE_MAX]. flags: RLM_CLUSTER or 0. With refuse not NULL every op
+ * RLM_SCALE_MAX]; in an op of other algorithms ("a"), besides, a limit
+ * or a burst below 1, a weight outside 1..65536, an interval below 1 us
+ * or a burst x interval past RL_GCRA_CAP_MAX_US (lib/rl_admit.h), the
+ * same key twice. flags: RLM_CLUSTER or 0. With refuse not NULL every op
  * fails with that error text (Redis out of memory) and no key is touched.
  * *nput gets the number of elements put. */
 int rlm_batch(const rlm_io_t *io, void *env, const rlm_args_t *a,

@@ -11,8 +11,8 @@
  * Beyond "does not crash or leak", it checks the contract:
  *   - rlm_batch returns RLM_OK, RLM_LATE, RLM_EARGS or (on a cluster
  *     only) RLM_ECROSSSLOT;
- *   - every counter it opens it closes, and it writes only through open
- *     ones;
+ *   - every counter it opens it closes, at most RLM_OPEN_MAX open at
+ *     once, and it writes only through ones open for writing;
  *   - RLM_LATE, RLM_EARGS and RLM_ECROSSSLOT write nothing and reply
  *     nothing;
  *   - RLM_OK and RLM_LATE only with the deadline, clock and grace within
@@ -31,8 +31,11 @@
  * rl-server encodes them (rls_redis_encode_module) over a random keyspace,
  * some with a time or an expiry at or past the edge of its range (refused
  * exactly when past it) or with keys of no hash tag (refused exactly on a
- * cluster, when a stored quota is named), and mutations of those, in
- * every build. */
+ * cluster, when a stored quota is named), and, every other one, batches
+ * of ops of other algorithms ("a") written here, some with an argument at
+ * or past the edge of its range (refused exactly when past it), and
+ * mutations of those, in every build. */
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -60,7 +63,7 @@ typedef struct {
     size_t name_len, value_len;
     char type; /* 0 none, 'S', 'L', 'H' */
     int64_t expire;
-    int open;
+    int open, write; /* open, and for writing */
 } entry_t;
 
 typedef struct {
@@ -124,7 +127,8 @@ static entry_t *find(env_t *v, const char *name, size_t len, int make)
     return &v->e[v->n++];
 }
 
-static void *k_open(void *env, size_t key, const char *name, size_t len)
+static void *k_open(void *env, size_t key, const char *name, size_t len,
+                    int write)
 {
     env_t *v = env;
     entry_t *e;
@@ -137,8 +141,9 @@ static void *k_open(void *env, size_t key, const char *name, size_t len)
     CHECK(v->slot < 0 || key_slot(name, len) == v->slot);
     if ((e = find(v, name, len, 1)) == NULL)
         return NULL;
-    CHECK(!e->open);
+    CHECK(!e->open && v->opens < RLM_OPEN_MAX);
     e->open = 1;
+    e->write = write;
     v->opens++;
     return e;
 }
@@ -166,7 +171,7 @@ static void k_write(void *env, void *h, int64_t val, int64_t expire_ms)
     int64_t back;
     int n = snprintf(t, sizeof(t), "%lld", (long long)val);
 
-    CHECK(e->open && (e->type == 0 || e->type == 'S'));
+    CHECK(e->open && e->write && (e->type == 0 || e->type == 'S'));
     CHECK(rlm_parse_i64(t, (size_t)n, &back) == 0 && back == val);
     CHECK(expire_ms >= 0 && (e->type != 0 || expire_ms > 0));
     free(e->value);
@@ -182,7 +187,7 @@ static void k_del(void *env, void *h)
 {
     entry_t *e = h;
 
-    CHECK(e->open && e->type == 'S');
+    CHECK(e->open && e->write && e->type == 'S');
     e->type = 0;
     e->expire = 0;
     ((env_t *)env)->writes++;
@@ -594,12 +599,160 @@ static size_t well_formed(uint8_t *buf, size_t cap, expect_t *x)
     return len > 0 ? len - 1 : 0;
 }
 
+/* Appends a line to buf (len bytes of cap). */
+static void line(uint8_t *buf, size_t cap, size_t *len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void line(uint8_t *buf, size_t cap, size_t *len, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf((char *)buf + *len, cap - *len, fmt, ap);
+    va_end(ap);
+    CHECK(n >= 0 && (size_t)n + 1 < cap - *len);
+    *len += (size_t)n;
+    buf[(*len)++] = '\n';
+}
+
+/* Values at the edges of an "a" op's arguments, and whether each is in
+ * range. */
+typedef struct {
+    const char *text;
+    int in;
+} edge_t;
+static const edge_t lim_edges[] = {
+    {"1", 1}, {"9223372036854775807", 1}, {"0", 0}, {"-1", 0}};
+static const edge_t weight_edges[] = {
+    {"1", 1}, {"65536", 1}, {"0", 0}, {"65537", 0}};
+static const edge_t exp_edges[] = {
+    {"1", 1}, {"9007199254740991", 1}, {"0", 0}, {"9007199254740992", 0}};
+/* burst and interval: burst x interval within RL_GCRA_CAP_MAX_US. */
+static const struct {
+    const char *burst, *interval;
+    int in;
+} gcra_edges[] = {{"31622400", "1000000", 1},
+                  {"1", "31622400000000", 1},
+                  {"1", "1", 1},
+                  {"31622400", "1000001", 0},
+                  {"1", "31622400000001", 0},
+                  {"0", "5", 0},
+                  {"5", "0", 0}};
+#define NEDGE(a) (sizeof(a) / sizeof(a[0]))
+
+/* One of 4 edges, at random; x->bad is set when it is out of range. */
+static const char *pick(const edge_t *e, expect_t *x)
+{
+    unsigned i = rlf_rand() % 4;
+
+    x->bad |= !e[i].in;
+    return e[i].text;
+}
+
+/* A batch of ops of other algorithms ("a": 1 to 3 limits of fixed
+ * windows, sliding-window-counters and gcras, equal or listed costs), one
+ * time in two after a plain op, over 8 keys of each of 4 callers that hold
+ * nothing, a count, a TAT about the clock, letters or a list; one time in
+ * two with one limit's argument replaced by an edge value, x->bad when it
+ * is out of range. */
+static size_t alg_formed(uint8_t *buf, size_t cap, expect_t *x)
+{
+    static char keys[64][32];
+    static char args[256][48];
+    size_t len = 0, nk = 0, na = 0, i, j;
+    unsigned nops = 1 + rlf_rand() % 4, plain = rlf_rand() % 2, o;
+    unsigned edge_op = rlf_rand() % 8, now = 1000000 + rlf_rand() % 1000;
+
+    memset(x, 0, sizeof(*x));
+    for (i = 0; i < 4; i++)
+        for (j = 0; j < 8; j++) {
+            unsigned r = rlf_rand() % 16;
+            if (r < 6)
+                continue;
+            if (r < 11)
+                line(buf, cap, &len, "S rl:{c%zu}:k%zu %d", i, j,
+                     (int)(rlf_rand() % 12) - 2);
+            else if (r < 14)
+                line(buf, cap, &len, "S rl:{c%zu}:k%zu %lld", i, j,
+                     (long long)now * 1000 +
+                         ((long long)(rlf_rand() % 9) - 2) * 500000);
+            else if (r < 15)
+                line(buf, cap, &len, "S rl:{c%zu}:k%zu abc", i, j);
+            else
+                line(buf, cap, &len, "L rl:{c%zu}:k%zu", i, j);
+        }
+    line(buf, cap, &len, ".");
+#define ARG(...) snprintf(args[na++], sizeof(args[0]), __VA_ARGS__)
+    ARG("0");
+    ARG("%u", now);
+    ARG("600000");
+    ARG("%u", nops + plain);
+    ARG("1");
+    ARG("1");
+    ARG("900000");
+    ARG("5");
+    if (plain) {
+        snprintf(keys[nk++], sizeof(keys[0]), "rl:{c%u}:p", rlf_rand() % 4);
+        ARG("1");
+    }
+    for (o = 0; o < nops; o++) {
+        unsigned caller = rlf_rand() % 4, at = rlf_rand() % 8;
+        unsigned nl = 1 + rlf_rand() % 3, l, k = 1 + rlf_rand() % 4;
+        unsigned c = 1 + rlf_rand() % 3;
+
+        ARG("a");
+        ARG("%u", nl);
+        for (l = 0; l < nl; l++) {
+            unsigned algo = rlf_rand() % 3, nkeys = algo == 1 ? 2 : 1;
+            int edge = edge_op == o && l == 0, e = (int)(rlf_rand() % 4);
+            for (j = 0; j < nkeys; j++)
+                snprintf(keys[nk++], sizeof(keys[0]), "rl:{c%u}:k%u", caller,
+                         at++ % 8);
+            if (algo == 2) {
+                unsigned g = rlf_rand() % NEDGE(gcra_edges);
+                ARG("g");
+                if (edge) {
+                    ARG("%s", gcra_edges[g].burst);
+                    ARG("%s", gcra_edges[g].interval);
+                    x->bad |= !gcra_edges[g].in;
+                } else {
+                    ARG("%u", 1 + rlf_rand() % 5);
+                    ARG("%u", 500000 + rlf_rand() % 2 * 500000);
+                }
+                continue;
+            }
+            ARG(algo == 0 ? "f" : "s");
+            ARG("%s", edge && e == 0 ? pick(exp_edges, x) : "900000");
+            ARG("%s", edge && e == 1 ? pick(lim_edges, x) : "6");
+            if (algo == 1)
+                ARG("%s", edge && e == 2 ? pick(weight_edges, x) : "40000");
+        }
+        if (rlf_rand() % 2) {
+            ARG("-%u", k);
+            ARG("%u", c);
+        } else {
+            ARG("%u", k);
+            for (j = 0; j < k; j++)
+                ARG("%u", rlf_rand() % 2 ? c : 1 + rlf_rand() % 4);
+        }
+    }
+#undef ARG
+    line(buf, cap, &len, "%zu", nk);
+    for (i = 0; i < nk; i++)
+        line(buf, cap, &len, "%s", keys[i]);
+    for (i = 0; i < na; i++)
+        line(buf, cap, &len, "%s", args[i]);
+    return len - 1;
+}
+
 int main(int argc, char **argv)
 {
-    static const char alphabet[] = " \n.-r0123456789:{}qSLH/";
+    static const char alphabet[] = " \n.-r0123456789:{}qSLH/afsg";
     static uint8_t buf[16384];
     static env_t v;
-    int i, iters = 20000, files = 0, ok = 0, bad = 0, cross = 0;
+    int i, iters = 20000, files = 0, ok = 0, bad = 0, cross = 0, alg = 0,
+           wrote = 0;
 
     /* The oracle's slots, as CLUSTER KEYSLOT gives them. */
     CHECK(key_slot("foo", 3) == 12182);
@@ -609,7 +762,9 @@ int main(int argc, char **argv)
             return 1;
     for (i = 0; i < iters; i++) {
         expect_t x;
-        size_t n = well_formed(buf, sizeof(buf) - 8, &x), nput;
+        size_t n = i % 2 ? alg_formed(buf, sizeof(buf) - 8, &x)
+                         : well_formed(buf, sizeof(buf) - 8, &x),
+               nput;
         size_t edits = rlf_rand() % 4;
         int cluster = n % 5 == 0, rc = -100;
         uint64_t st;
@@ -626,14 +781,18 @@ int main(int argc, char **argv)
         ok += rc == RLM_OK;
         bad += rc == RLM_EARGS;
         cross += rc == RLM_ECROSSSLOT;
+        alg += i % 2 && rc == RLM_OK;
+        wrote += i % 2 && rc == RLM_OK && v.writes > 0;
         n = rlf_mutate(buf, n, sizeof(buf), edits, alphabet, rlf_rand);
         LLVMFuzzerTestOneInput(buf, n);
     }
-    /* Each outcome was reached often. */
+    /* Each outcome was reached often; "a" ops were decided, and wrote. */
     CHECK(ok > iters / 4 && bad > iters / 20 && cross > iters / 200);
+    CHECK(alg > iters / 8 && wrote > iters / 16);
     printf("fuzz_rlm_batch replay: %d files, %d batches (%d decided, %d out "
-           "of range, %d cross-slot), invariants held\n",
-           files, iters, ok, bad, cross);
+           "of range, %d cross-slot; %d of other algorithms decided, %d of "
+           "them writing), invariants held\n",
+           files, iters, ok, bad, cross, alg, wrote);
     return 0;
 }
 #endif

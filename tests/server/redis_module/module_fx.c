@@ -340,9 +340,11 @@ size_t all_expire(const snap_t *s)
 
 /* Batches of every kind under tag t: runs of one profile, listed and
  * equal costs, refusals, a stored quota (its counters named by the
- * module), and a counter at 0 that a refusal removes. Every expiry is
- * minutes away (a grace of 10 min for the stored quota's windows), so
- * that none passes while a test compares. */
+ * module), a counter at 0 that a refusal removes, and ops of other
+ * algorithms (a fixed window, a sliding window over a previous counter,
+ * a gcra's TAT). Every expiry is minutes away (a grace of 10 min for the
+ * stored quota's windows and the TAT), so that none passes while a test
+ * compares. */
 void mix(redisContext *c, const char *t)
 {
     long long now = redis_ms(c), exp = now + 600000, exp2 = now + 900000;
@@ -351,6 +353,7 @@ void mix(redisContext *c, const char *t)
 
     ok(c, "HSET rl:{%s}:q b %s", t, "3/60 5/3600");
     ok(c, "SET rl:{%s}:r:z:60:1 0 PX 600000", t);
+    ok(c, "SET rl:{%s}:r:g:60:s4 2 PX 600000", t);
     for (i = 0; i < 4; i++) {
         rlb_ok(c,
                "4 rl:{%s}:r:a:60:1 rl:{%s}:r:a:3600:1 rl:{%s}:r:c:60:1 "
@@ -362,6 +365,12 @@ void mix(redisContext *c, const char *t)
                t, t, now, exp);
         rlb_ok(c, "1 rl:{%s}:r:d:60:1 0 %lld 600000 1 0 0 1 '' %lld 4 -2 2", t,
                now, exp);
+        /* Both admitted the first time, the gcra full after. */
+        rlb_ok(c,
+               "4 rl:{%s}:r:f:60:5 rl:{%s}:r:g:60:s5 rl:{%s}:r:g:60:s4 "
+               "rl:{%s}:r:h:1:g 0 %lld 600000 1 0 a 3 f %lld 3 s %lld 4 "
+               "32768 g 2 1000000 2 1 1",
+               t, t, t, t, now, exp, exp);
     }
     rlb_ok(c, "1 rl:{%s}:r:z:60:1 0 %lld 600000 1 0 0 1 '' %lld 4 -1 5", t, now,
            exp);

@@ -89,9 +89,11 @@ size_t all_expire(const snap_t *s);
 
 /* Batches of every kind under tag t: runs of one profile, listed and
  * equal costs, refusals, a stored quota (its counters named by the
- * module), and a counter at 0 that a refusal removes. Every expiry is
- * minutes away (a grace of 10 min for the stored quota's windows), so
- * that none passes while a test compares. */
+ * module), a counter at 0 that a refusal removes, and ops of other
+ * algorithms (a fixed window, a sliding window over a previous counter,
+ * a gcra's TAT). Every expiry is minutes away (a grace of 10 min for the
+ * stored quota's windows and the TAT), so that none passes while a test
+ * compares. */
 void mix(redisContext *c, const char *t);
 
 #endif

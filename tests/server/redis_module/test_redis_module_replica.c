@@ -225,7 +225,8 @@ static void single(fx_t *f, const char *t)
 }
 
 /* Batches that write nothing replicate nothing: refusals on counters
- * that do not exist, a batch after its deadline, a malformed one. */
+ * that do not exist (and of an op of other algorithms, whose previous
+ * counter exists), a batch after its deadline, a malformed one. */
 static void writes_nothing(fx_t *f, const char *t)
 {
     static const char *const cmds[] = {"eval", "set", "del", "multi",
@@ -236,6 +237,7 @@ static void writes_nothing(fx_t *f, const char *t)
     char k[64];
     size_t i;
 
+    ok(c, "SET rl:{%s}:c:60:s0 3 PX 600000", t);
     synced(f);
     for (i = 0; i < 5; i++)
         n[i] = calls_of(f->c[1], cmds[i]);
@@ -243,6 +245,11 @@ static void writes_nothing(fx_t *f, const char *t)
            "2 rl:{%s}:a:60:1 rl:{%s}:b:60:1 0 %lld 600000 2 1 1 %lld 5 "
            "-1 1 9 -1 1 6",
            t, t, now, exp);
+    /* An op of other algorithms refused: no key written, none removed. */
+    rlb_ok(c,
+           "4 rl:{%s}:c:60:1 rl:{%s}:c:60:s1 rl:{%s}:c:60:s0 rl:{%s}:c:1:g 0 "
+           "%lld 600000 1 0 a 3 f %lld 5 s %lld 5 65536 g 9 1000 -1 6",
+           t, t, t, t, now, exp, exp);
     r = rlb(c, "1 rl:{%s}:a:60:1 1 %lld 600000 1 1 1 %lld 5 1", t, now, exp);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
     assert_string_equal(r->str, "late");
