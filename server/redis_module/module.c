@@ -49,7 +49,7 @@
 
 #include "rlm_batch.h"
 
-#define RLM_VERSION 1
+#define RLM_VERSION 2
 
 typedef struct RedisModuleCtx RedisModuleCtx;
 typedef struct RedisModuleString RedisModuleString;
