@@ -532,7 +532,12 @@ static void submit_ex(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
         margin_ms = st->timeout_ms / 2;
     b->deadline_ms =
         rls_redis_conn_now_ms(st->conn) + st->timeout_ms - margin_ms;
-    b->now_ms = rls_redis_conn_now_ms(st->conn);
+    /* The batch decides at the batcher's clock reading (store.h), which
+     * its replay uses too; ops without one (a caller other than the
+     * batcher) at Redis's clock now. */
+    b->now_ms = b->n > 0 && b->ops[0].now_ms != 0
+                    ? b->ops[0].now_ms
+                    : rls_redis_conn_now_ms(st->conn);
     rls_redis_uv_hold(ac);
     if (send_batch(st, b, ac, rls_redis_conn_sha(st->conn)) != 0) {
         rls_redis_uv_release(ac, 0);

@@ -151,7 +151,14 @@ void h_open(h_t *h, int use_redis, size_t max_reqs, int fail_open)
     if (use_redis) {
         rls_redis_opts_t o = {.host = "127.0.0.1", .timeout_ms = 1000,
                               .grace_ms = 1000};
-        assert_int_equal(rlt_redis_start(&h->redis), 0);
+        if (use_redis == 2) {
+            /* The module, where the test's environment names it. */
+            char *mod[] = {"--loadmodule", getenv("RLT_MODULE_SO"), NULL};
+            assert_non_null(mod[1]);
+            assert_int_equal(rlt_redis_start_with(&h->redis, mod), 0);
+        } else {
+            assert_int_equal(rlt_redis_start(&h->redis), 0);
+        }
         track(&h->redis);
         o.port = h->redis.port;
         h->store->inner = rls_store_redis_new(&h->loop, &o);
@@ -162,6 +169,7 @@ void h_open(h_t *h, int use_redis, size_t max_reqs, int fail_open)
                rlt_mono_ms() < deadline)
             uv_run(&h->loop, UV_RUN_ONCE);
         assert_true(h->store->inner->v->up(h->store->inner));
+        assert_int_equal(h->store->inner->stats.redis_module, use_redis == 2);
     } else {
         h->store->inner = rls_store_memory_new(&h->loop);
     }

@@ -92,7 +92,8 @@ typedef struct {
 int h_teardown(void **state);
 
 /* Opens a harness over the memory store (use_redis 0) or a private
- * redis-server, batches of at most max_reqs, in the given fail mode. */
+ * redis-server (1: the script; 2: the module, which $RLT_MODULE_SO names),
+ * batches of at most max_reqs, in the given fail mode. */
 void h_open(h_t *h, int use_redis, size_t max_reqs, int fail_open);
 
 /* The policy of a rules file's text; fails the test when it does not
