@@ -245,6 +245,7 @@ void rl_admit_result(const rl_admit_win_t *w, size_t n, uint64_t cost,
         r->limit = r->used = r->remaining = 0;
         r->reset_after_ms = r->retry_after_ms = 0;
         r->window_s = 0;
+        r->algorithm = 0;
         return;
     }
     r->code = allowed ? RL_CODE_OK : RL_CODE_OVER_LIMIT;
@@ -255,4 +256,5 @@ void rl_admit_result(const rl_admit_win_t *w, size_t n, uint64_t cost,
     r->reset_after_ms = reset_ms(d);
     r->retry_after_ms = allowed ? 0 : dkey;
     r->window_s = d->window_s;
+    r->algorithm = d->algo;
 }

@@ -172,7 +172,7 @@ int rl_result_decode(const uint8_t *p, size_t n, rl_result_t *out)
 
     memset(out, 0, sizeof(*out));
     while ((rc = next_field(p, n, &off, &f)) == 1) {
-        if ((f.num >= 1 && f.num <= 7) || (f.num >= 9 && f.num <= 11))
+        if ((f.num >= 1 && f.num <= 7) || (f.num >= 9 && f.num <= 13))
             EXPECT(f, WT_VARINT);
         switch (f.num) {
         case 1:
@@ -209,6 +209,12 @@ int rl_result_decode(const uint8_t *p, size_t n, rl_result_t *out)
             break;
         case 11:
             out->window_s = (uint32_t)f.v;
+            break;
+        case 12:
+            out->algorithm = (uint32_t)f.v;
+            break;
+        case 13:
+            out->decided_at_ms = f.v;
             break;
         default:
             break;
@@ -282,7 +288,8 @@ size_t rl_result_size(const rl_result_t *r)
            size_u(3, r->limit) + size_u(4, r->used) + size_u(5, r->remaining) +
            size_u(6, r->reset_after_ms) + size_u(7, r->retry_after_ms) +
            size_s(8, r->error_len) + size_u(9, enum_wire(r->notice)) +
-           size_u(10, r->shadow_refused != 0) + size_u(11, r->window_s);
+           size_u(10, r->shadow_refused != 0) + size_u(11, r->window_s) +
+           size_u(12, r->algorithm) + size_u(13, r->decided_at_ms);
 }
 
 size_t rl_result_encode(const rl_result_t *r, uint8_t *p)
@@ -300,6 +307,8 @@ size_t rl_result_encode(const rl_result_t *r, uint8_t *p)
     k += put_u(p + k, 9, enum_wire(r->notice));
     k += put_u(p + k, 10, r->shadow_refused != 0);
     k += put_u(p + k, 11, r->window_s);
+    k += put_u(p + k, 12, r->algorithm);
+    k += put_u(p + k, 13, r->decided_at_ms);
     return k;
 }
 
@@ -322,8 +331,9 @@ int rl_check_put(rl_buf_t *b, const rl_check_t *c)
 
 /* A CheckResponse without its error text is at most eight varint fields
  * of a one-byte tag and up to ten bytes each, plus the error's tag and
- * length, then shadow_refused (2 bytes) and window_seconds (up to 6). */
-#define RESULT_FIXED_MAX (8 * 11 + 1 + 10 + 2 + 6)
+ * length, then shadow_refused (2 bytes), window_seconds (up to 6),
+ * algorithm (up to 6) and decided_at_ms (up to 11). */
+#define RESULT_FIXED_MAX (8 * 11 + 1 + 10 + 2 + 6 + 6 + 11)
 
 int rl_result_put(rl_buf_t *b, const rl_result_t *r)
 {

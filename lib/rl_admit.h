@@ -101,9 +101,9 @@ uint64_t rl_admit_equal(rl_admit_win_t *w, size_t n, uint64_t cost,
                         uint64_t k);
 
 /* Fills the decision fields of *r (code, limit, used, remaining,
- * reset_after_ms, retry_after_ms, window_s) for a request just decided by
- * rl_admit_one on these limits (their counts already include it when it
- * was allowed). Per limit, in requests of cost 1: remaining is the room
+ * reset_after_ms, retry_after_ms, window_s, algorithm) for a request just
+ * decided by rl_admit_one on these limits (their counts already include it when
+ * it was allowed). Per limit, in requests of cost 1: remaining is the room
  * left; reset_after_ms the time until the caller is back to a full
  * allowance (fixed: the window's end); retry_after_ms the earliest wait
  * after which this same request fits if nothing else arrives (fixed: the

@@ -58,6 +58,11 @@ typedef struct rl_result_s {
     int32_t notice;     /* rl_notice_t, with id 0 only */
     int shadow_refused; /* allowed by a rule in shadow mode that refused */
     uint32_t window_s;  /* the deciding window's length; 0 if unknown */
+    uint32_t algorithm; /* the deciding limit's (RL_ALGO_*: 0 fixed window,
+                           1 sliding-window-counter, 2 gcra) */
+    uint64_t decided_at_ms; /* when it was decided, ms since the Unix epoch
+                               on the store's clock (the one every
+                               instance shares); 0 if not decided */
 } rl_result_t;
 
 /* The GOAWAY notice: id 0, code ERROR, notice RL_NOTICE_GOAWAY and the

@@ -407,6 +407,7 @@ static void decide(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
         memset(&r, 0, sizeof(r));
         r.id = q->id;
         rl_admit_result(w, nrun[q->op], q->cost, ok, &r);
+        r.decided_at_ms = t->now_ms;
         if (ok) {
             q->stats->allowed++;
         } else if (q->mode == RLS_MODE_SHADOW) {
@@ -628,13 +629,16 @@ static int local_refusal(rls_batcher_t *b, rls_respond_fn respond,
      * do. It is the clock now, not the batch's: a batch may wait while
      * another is in flight, and a window that ended meanwhile must not
      * refuse. */
+    uint64_t now;
+
     if (e == NULL ||
-        !rls_refusals_refuse(&b->refusals, e, b->store->v->now_ms(b->store),
-                             cost, w, &n))
+        !rls_refusals_refuse(&b->refusals, e,
+                             now = b->store->v->now_ms(b->store), cost, w, &n))
         return 0;
     memset(&r, 0, sizeof(r));
     r.id = id;
     rl_admit_result(w, n, cost, 0, &r);
+    r.decided_at_ms = now;
     if (spec->mode == RLS_MODE_SHADOW) {
         r.code = RL_CODE_OK;
         r.retry_after_ms = 0;

@@ -349,6 +349,10 @@ static int quota(ctl_t *c, int argc, char **argv)
                 fprintf(stderr, "rl-ctl: bad limit '%s': %s\n", argv[i], why);
                 return EXIT_USAGE;
             }
+            if (l.algo != RL_ALGO_FIXED || l.phase)
+                return bad("quota set: '%s': stored quotas are plain fixed "
+                           "windows (N/DURATION)",
+                           argv[i]);
             if (ls.n == RLS_WINDOWS_MAX)
                 return bad("%s", "quota set: at most 8 limits");
             for (j = 0; j < ls.n; j++)

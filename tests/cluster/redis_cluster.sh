@@ -9,7 +9,8 @@
 #
 # Scenarios (CTest: rcluster_<name>, label `integration`):
 #   match     a scripted sequence of checks (rules with several windows,
-#             inline limits, costs) decided through the cluster and through
+#             a gcra, a sliding-window-counter, inline limits, costs)
+#             decided through the cluster and through
 #             one Redis: the same answers, field by field (reset times
 #             aside); then the counters sit on all 3 masters, each with
 #             its TTL
@@ -190,6 +191,13 @@ rc_sequence() {
             --limit 4 --window 60 --cost 3 --repeat 3 || true)$'\n'
         out+=$("$RL_CHECK_BIN" --server "127.0.0.1:$port" --key "$k" \
             --limit 10 --window 3600 --repeat 11 || true)$'\n'
+        # a gcra and a sliding-window-counter: two keys in the caller's
+        # slot (their state moves by a second at most between the runs,
+        # which a 20-minute interval and an hour's window do not show)
+        out+=$("$RL_CHECK_BIN" --server "127.0.0.1:$port" --key "$k" \
+            --rule g --repeat 6 || true)$'\n'
+        out+=$("$RL_CHECK_BIN" --server "127.0.0.1:$port" --key "$k" \
+            --rule s --cost 2 --repeat 4 || true)$'\n'
     done
     echo "$out" | sed -E 's/ (reset_after_ms|retry_after_ms)=[0-9]+//'
 }
@@ -210,8 +218,10 @@ scenario_match() {
     t_init 2
     t_start_redis
     rc_start
-    t_start_server 1 "" --rule multi=5/60,6/3600
-    rc_server 2 --rule multi=5/60,6/3600
+    local rules=(--rule multi=5/60,6/3600 --rule 'g=3/1h:gcra:burst=4'
+        --rule 's=5/1h:sliding-window-counter')
+    t_start_server 1 "" "${rules[@]}"
+    rc_server 2 "${rules[@]}"
     t_await_proc rl-server-1 5000 "single-Redis server healthy" t_healthy 1
     t_await_proc rl-server-2 5000 "cluster server healthy" t_healthy 2
     # Both runs inside one minute window (edges are on the Unix epoch).
