@@ -415,6 +415,90 @@ static void test_staggered_windows(void **state)
     assert_true(distinct > 48); /* spread over the window, not aligned */
 }
 
+/* Switches and reloads: a scale switch multiplies a gcra's rate and burst
+ * (its interval follows, its TAT stays); mode off allows without counting;
+ * a reload that makes the limit a fixed window starts it afresh (its own
+ * keys), and one back to the gcra finds the TAT where it was. */
+static void switch_set(h_t *h, const char *field, const char *value)
+{
+    rls_switches_t sw;
+    const char *f[1] = {field}, *v[1] = {value};
+    size_t fl[1] = {strlen(field)}, vl[1] = {strlen(value)}, bad = 0;
+
+    memset(&sw, 0, sizeof(sw));
+    assert_int_equal(rls_switches_parse(&sw, 1, f, fl, v, vl, &bad), RL_OK);
+    assert_int_equal(bad, 0);
+    assert_int_equal(rls_runtime_set_switches(&h->rt, &sw), RL_OK);
+}
+
+static void test_switches_and_reload(void **state)
+{
+    static const char gcra[] = "rules:\n  g:\n    limits: [2/1s:gcra]\n";
+    static const char fixed[] = "rules:\n  g:\n    limits: [2/1s]\n";
+    uint64_t t = base_ms() + 1000;
+    h_t *h = calloc(1, sizeof(*h));
+    size_t i, a;
+
+    (void)state;
+    assert_non_null(h);
+    h_open(h, 0, 64, 1);
+    h_rules(h, gcra);
+    for (i = 0; i < 3; i++)
+        h_rule(h, t, "k", "g", 1);
+    h_flush(h);
+    assert_int_equal(h->res[1].code, RL_CODE_OK);
+    assert_int_equal(h->res[2].code, RL_CODE_OVER_LIMIT);
+    assert_int_equal(h->res[2].retry_after_ms, 500); /* T = 500 ms */
+
+    /* scale 2: 4 per second, burst 4, T = 250 ms; the TAT (t + 1 s) is
+     * a full bucket at the new rate too, so the next fits 250 ms on. */
+    switch_set(h, "scale:g", "2");
+    a = h_rule(h, t + 249, "k", "g", 1);
+    h_flush(h);
+    assert_int_equal(h->res[a].code, RL_CODE_OVER_LIMIT);
+    assert_int_equal(h->res[a].limit, 4);
+    assert_int_equal(h->res[a].retry_after_ms, 1);
+    a = h_rule(h, t + 250, "k", "g", 1);
+    h_flush(h);
+    assert_int_equal(h->res[a].code, RL_CODE_OK);
+    assert_int_equal(h->res[a].remaining, 0);
+
+    /* off (the switches are replaced whole: scale is 1 again): the front
+     * ends answer it without the batcher, with the burst as limit */
+    switch_set(h, "mode:g", "off");
+    {
+        rls_spec_t spec;
+        rl_result_t r;
+        resolve(h, "k", "g", 1, &spec);
+        assert_int_equal(spec.mode, RLS_MODE_OFF);
+        rls_spec_off_result(&spec, 9, &r);
+        assert_int_equal(r.code, RL_CODE_OK);
+        assert_int_equal(r.limit, 2);
+        assert_int_equal(r.remaining, 2);
+        assert_int_equal(r.used, 0);
+    }
+    switch_set(h, "mode:g", "enforce"); /* and scale back to 1 */
+
+    /* a fixed window now: afresh, 2 in this second */
+    assert_int_equal(rls_runtime_set_policy(&h->rt, policy(fixed)), RL_OK);
+    for (i = 0; i < 3; i++)
+        a = h_rule(h, t + 300, "k", "g", 1);
+    h_flush(h);
+    assert_int_equal(h->res[a - 1].code, RL_CODE_OK);
+    assert_int_equal(h->res[a].code, RL_CODE_OVER_LIMIT);
+    assert_int_equal(h->res[a].algorithm, RL_ALGO_FIXED);
+
+    /* back to the gcra: its TAT (t + 1250 ms) is still there */
+    assert_int_equal(rls_runtime_set_policy(&h->rt, policy(gcra)), RL_OK);
+    a = h_rule(h, t + 300, "k", "g", 1);
+    h_flush(h);
+    assert_int_equal(h->res[a].code, RL_CODE_OVER_LIMIT);
+    assert_int_equal(h->res[a].algorithm, RL_ALGO_GCRA);
+    assert_int_equal(h->res[a].retry_after_ms, 450);
+    h_close(h);
+    free(h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -424,6 +508,7 @@ int main(void)
         cmocka_unit_test_teardown(test_refusal_consumes_nothing_and_ttls,
                                   h_teardown),
         cmocka_unit_test_teardown(test_staggered_windows, h_teardown),
+        cmocka_unit_test_teardown(test_switches_and_reload, h_teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

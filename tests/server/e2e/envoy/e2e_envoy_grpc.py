@@ -312,6 +312,20 @@ def extensions(s):
           "ext: rules-file rule 3/1m")
     check(rs[3].statuses[0].current_limit.name == "tenant_api",
           "ext: rule named in current_limit")
+    # algorithm: gcra, 1/s with a burst of 3: three at once, the fourth
+    # refused until one drips back (Retry-After 1 s), its limit the burst.
+    rs = [s.call("ext", D(("burst", "b1"))) for _ in range(4)]
+    check([r.overall_code for r in rs] == [OK, OK, OK, OVER],
+          "ext: gcra burst of 3")
+    h = {x.key: x.value for x in rs[3].response_headers_to_add}
+    check(h.get("Retry-After") == "1" and h.get("X-RateLimit-Limit") == "3",
+          "ext: gcra headers: %r" % h)
+    check(0 < rs[3].statuses[0].duration_until_reset.seconds <= 3,
+          "ext: gcra reset: back to a full bucket within 3 s")
+    # algorithm: sliding-window-counter, 2 per hour.
+    rs = [s.call("ext", D(("swc", "s1"))) for _ in range(3)]
+    check([r.overall_code for r in rs] == [OK, OK, OVER],
+          "ext: sliding-window-counter 2/h")
     # The request's own limit (RateLimitOverride) replaces the config's.
     rs = [s.call("mongo_cps", D(("database", "ovr"),
                                 override=(1, RL.HOUR))) for _ in range(2)]
