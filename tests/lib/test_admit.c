@@ -128,6 +128,100 @@ static void test_large(void **state)
     assert_int_equal(rl_admit_one(w, 1, 1), 1);
 }
 
+/* ---- the sliding-window-counter and the gcra ---- */
+
+/* A sliding counter's state d ms after (cur, prev) at e ms into a window
+ * of W ms, nothing else arriving: loaded as a store would read it then. */
+static void swc_at(rl_admit_win_t *w, uint64_t L, uint32_t S, uint64_t cur,
+                   uint64_t prev, uint64_t e, uint64_t d)
+{
+    uint64_t W = (uint64_t)S * 1000, at = e + d;
+
+    if (at >= W) { /* a later window: this one's counter is its previous */
+        prev = at < 2 * W ? cur : 0;
+        cur = 0;
+        at %= W;
+    }
+    rl_admit_swc(w, L, S, (int64_t)cur, (int64_t)prev, rl_swc_weight(W - at, S),
+                 W - at);
+}
+
+/* retry_after is exact: the same request fits after it, not a ms
+ * before, over random states of both algorithms. */
+static void test_retry_exact(void **state)
+{
+    unsigned seed = 11;
+    int t, checked = 0;
+
+    (void)state;
+    for (t = 0; t < 20000; t++) {
+        rl_admit_win_t w, x;
+        uint64_t cost = 1 + (uint64_t)(rand_r(&seed) % 4), r;
+
+        if (t % 2 == 0) {
+            uint32_t S = 1 + (uint32_t)(rand_r(&seed) % 90);
+            uint64_t L = 1 + (uint64_t)(rand_r(&seed) % 30);
+            uint64_t cur = (uint64_t)(rand_r(&seed) % (L + 2));
+            uint64_t prev = (uint64_t)(rand_r(&seed) % (L + 5));
+            uint64_t e = (uint64_t)rand_r(&seed) % ((uint64_t)S * 1000);
+            swc_at(&w, L, S, cur, prev, e, 0);
+            if (rl_admit_fits(&w, 1, cost))
+                continue;
+            r = rl_admit_retry_ms(&w, cost);
+            if (cost > L)
+                continue; /* never fits */
+            swc_at(&x, L, S, cur, prev, e, r);
+            assert_true(rl_admit_fits(&x, 1, cost));
+            swc_at(&x, L, S, cur, prev, e, r - 1);
+            assert_false(rl_admit_fits(&x, 1, cost));
+        } else {
+            uint32_t S = 1 + (uint32_t)(rand_r(&seed) % 60);
+            uint64_t N = 1 + (uint64_t)(rand_r(&seed) % 50);
+            uint64_t B = 1 + (uint64_t)(rand_r(&seed) % 8);
+            uint64_t T = rl_gcra_interval_us(N, S), now = 1700000000000;
+            int64_t tat =
+                (int64_t)(now * 1000 + (uint64_t)rand_r(&seed) % (B * T + 1));
+            rl_admit_gcra(&w, B, S, T, tat, now);
+            if (rl_admit_fits(&w, 1, cost))
+                continue;
+            r = rl_admit_retry_ms(&w, cost);
+            if (cost > B)
+                continue;
+            rl_admit_gcra(&x, B, S, T, tat, now + r);
+            assert_true(rl_admit_fits(&x, 1, cost));
+            rl_admit_gcra(&x, B, S, T, tat, now + r - 1);
+            assert_false(rl_admit_fits(&x, 1, cost));
+        }
+        assert_true(r >= 1);
+        checked++;
+    }
+    assert_true(checked > 5000);
+}
+
+/* The weights and intervals at their edges. */
+static void test_weights_and_intervals(void **state)
+{
+    rl_admit_win_t w;
+
+    (void)state;
+    assert_int_equal(rl_swc_weight(60000, 60), 65536); /* window start */
+    assert_int_equal(rl_swc_weight(1, 60), 2);         /* ceil(65536/60000) */
+    assert_int_equal(rl_swc_weight(30000, 60), 32768);
+    assert_int_equal(rl_gcra_interval_us(3, 1), 333334); /* rounded up */
+    assert_int_equal(rl_gcra_interval_us(1000000, 1), 1);
+    assert_int_equal(rl_gcra_interval_us(1000001, 1), 0); /* too fast */
+    /* prev 5 at weight 59/60: ceil(4.9166) = 5; never below the real
+     * formula */
+    rl_admit_swc(&w, 5, 60, 0, 5, rl_swc_weight(59000, 60), 59000);
+    assert_int_equal(w.count, 5);
+    assert_false(rl_admit_fits(&w, 1, 1));
+    /* a gcra admits its burst at once, then one per interval */
+    rl_admit_gcra(&w, 5, 60, 12000000, 0, 1000);
+    assert_int_equal(rl_admit_equal(&w, 1, 1, 9), 5);
+    assert_int_equal(rl_admit_added(&w, 1000), 1000 * 1000 + 60000000);
+    assert_int_equal(rl_admit_retry_ms(&w, 1), 12000);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -137,6 +231,8 @@ int main(void)
         cmocka_unit_test(test_costs),
         cmocka_unit_test(test_equal_matches_loop),
         cmocka_unit_test(test_large),
+        cmocka_unit_test(test_retry_exact),
+        cmocka_unit_test(test_weights_and_intervals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
