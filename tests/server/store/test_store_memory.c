@@ -346,6 +346,61 @@ static void test_memory_full(void **state)
     }
 }
 
+/* A gcra's key expires at its TAT plus the grace, a time that moves on
+ * with every admission: the sweep files a key whose TAT moved on again
+ * instead of freeing it, and frees it once that time passes. */
+static void test_memory_gcra_expiry_moves(void **state)
+{
+    static const uint32_t c1[1] = {1};
+    uint64_t now = base_ms() + 5000, bytes0;
+    rls_wop_t w[1];
+    rls_op_t op;
+    uv_loop_t loop;
+    rls_store_t *s;
+    size_t i;
+
+    (void)state;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    s = rls_store_memory_new(&loop);
+    assert_non_null(s);
+    bytes0 = s->stats.mem_bytes;
+    /* 1 per 10 s, burst 1; a grace of 1 s */
+    for (i = 0; i < 3; i++) {
+        set_op(&op, w, "rl:{g}:r:g", 1, now + i * 10000, c1, 1);
+        w[0] = (rls_wop_t){10, 1, 0, 1000, -1};
+        w[0].algo = RL_ALGO_GCRA;
+        w[0].t_us = 10000000;
+        op.now_ms = now + i * 10000;
+        s->v->submit(s, &op, 1, on_ops, NULL);
+        assert_int_equal(op.err, 0);
+        assert_int_equal(op.admitted, 1);
+        assert_int_equal(w[0].before,
+                         i == 0 ? 0 : (int64_t)(now + i * 10000) * 1000);
+        /* past the first TAT + grace, within the latest: kept */
+        rls_store_memory_sweep(s, now + i * 10000 + 3000);
+        assert_true(s->stats.mem_bytes > bytes0);
+    }
+    /* refused at once: the TAT is there */
+    set_op(&op, w, "rl:{g}:r:g", 1, now + 20000, c1, 1);
+    w[0] = (rls_wop_t){10, 1, 0, 1000, -1};
+    w[0].algo = RL_ALGO_GCRA;
+    w[0].t_us = 10000000;
+    op.now_ms = now + 20000;
+    s->v->submit(s, &op, 1, on_ops, NULL);
+    assert_int_equal(op.admitted, 0);
+    /* past the last TAT (now + 30 s) plus the grace and the rounding */
+    rls_store_memory_sweep(s, now + 30000 + 1000 + 1024);
+    /* the key is gone: the same op at the same instant finds nothing (a
+     * group array may stay allocated: up to GROUPS_MIN entries) */
+    op.now_ms = now + 20000;
+    s->v->submit(s, &op, 1, on_ops, NULL);
+    assert_int_equal(w[0].before, 0);
+    assert_int_equal(op.admitted, 1);
+    s->v->close(s, NULL, NULL);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -353,6 +408,7 @@ int main(void)
         cmocka_unit_test_teardown(test_memory_op_errors, h_teardown),
         cmocka_unit_test_teardown(test_memory_op_alloc_failure, h_teardown),
         cmocka_unit_test_teardown(test_memory_full, h_teardown),
+        cmocka_unit_test(test_memory_gcra_expiry_moves),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
