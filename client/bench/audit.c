@@ -59,7 +59,8 @@ int rlb_audit_init(rlb_audit_t *a, const rlb_audit_conf_t *c)
     if (a->c.key_prefix == NULL)
         a->c.key_prefix = "";
     if (a->c.window_s == 0 || a->c.algo < 0 || a->c.algo >= RL_ALGO_MAX ||
-        (a->c.algo != RL_ALGO_FIXED && a->c.limit == 0))
+        (a->c.algo != RL_ALGO_FIXED && a->c.limit == 0) ||
+        strlen(a->c.key_prefix) > RLB_AUDIT_PREFIX_MAX)
         return RL_EINVAL;
     a->window_ms = (double)a->c.window_s * 1000;
     if (a->c.algo == RL_ALGO_GCRA) {

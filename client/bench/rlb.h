@@ -250,7 +250,8 @@ typedef struct rlb_audit_s {
 } rlb_audit_t;
 
 /* Returns 0, RL_EINVAL (a gcra faster than one per microsecond, a window
- * of 0) or RL_ENOMEM. */
+ * of 0, no limit for a gcra or swc, a prefix over RLB_AUDIT_PREFIX_MAX)
+ * or RL_ENOMEM. */
 int rlb_audit_init(rlb_audit_t *a, const rlb_audit_conf_t *c);
 void rlb_audit_free(rlb_audit_t *a);
 
