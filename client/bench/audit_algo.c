@@ -239,16 +239,18 @@ static void check_swc(rlb_audit_t *a, rlb_audit_key_t *k, uint32_t rel)
     }
 }
 
-/* Checks the admission stamped base + rel, the earliest not yet checked. */
-static void check(rlb_audit_t *a, rlb_audit_key_t *k, uint32_t rel)
+/* Checks n admissions stamped base + rel, the earliest not yet checked. */
+static void check(rlb_audit_t *a, rlb_audit_key_t *k, uint32_t rel, uint32_t n)
 {
-    a->admissions++;
-    if (a->c.algo == RL_ALGO_GCRA)
-        check_gcra(a, k, rel);
-    else
-        check_swc(a, k, rel);
-    k->began = 1;
-    k->done = rel;
+    for (; n > 0; n--) {
+        a->admissions++;
+        if (a->c.algo == RL_ALGO_GCRA)
+            check_gcra(a, k, rel);
+        else
+            check_swc(a, k, rel);
+        k->began = 1;
+        k->done = rel;
+    }
 }
 
 void rlb_audit_keys_add(rlb_audit_t *a, uint32_t key, uint64_t decided_at_ms)
@@ -270,19 +272,30 @@ void rlb_audit_keys_add(rlb_audit_t *a, uint32_t key, uint64_t decided_at_ms)
         a->late++;
         return;
     }
+    /* Where it goes: after every stamp held that is earlier. */
+    for (i = k->nheld; i > 0 && k->held[i - 1].t > rel; i--)
+        ;
+    if (i > 0 && k->held[i - 1].t == rel) {
+        if (k->held[i - 1].n == UINT32_MAX)
+            a->late++; /* 4 billion at one ms: no real store */
+        else
+            k->held[i - 1].n++;
+        return;
+    }
     if (k->nheld == RLB_AUDIT_HOLD) {
-        if (rel <= k->held[0]) {
-            /* No later than anything held: its turn is now. */
-            check(a, k, rel);
+        if (i == 0) {
+            /* Earlier than every stamp held: its turn is now. */
+            check(a, k, rel, 1);
             return;
         }
-        check(a, k, k->held[0]);
+        check(a, k, k->held[0].t, k->held[0].n);
         memmove(k->held, k->held + 1, (RLB_AUDIT_HOLD - 1) * sizeof(*k->held));
         k->nheld--;
+        i--;
     }
-    for (i = k->nheld; i > 0 && k->held[i - 1] > rel; i--)
-        k->held[i] = k->held[i - 1];
-    k->held[i] = rel;
+    memmove(k->held + i + 1, k->held + i, (k->nheld - i) * sizeof(*k->held));
+    k->held[i].t = rel;
+    k->held[i].n = 1;
     k->nheld++;
 }
 
@@ -298,7 +311,7 @@ void rlb_audit_keys_flush(rlb_audit_t *a)
         if (k->key1 == 0)
             continue;
         for (i = 0; i < k->nheld; i++)
-            check(a, k, k->held[i]);
+            check(a, k, k->held[i].t, k->held[i].n);
         k->nheld = 0;
     }
 }

@@ -146,18 +146,21 @@ typedef struct rlb_audit_ent_s {
 
 /* gcra and sliding-window-counter: a key's admissions are checked in the
  * order of their stamps, which the answers nearly keep (a few ms apart
- * across connections and servers). So each key holds its latest few
- * admissions back and lets the oldest go to the check when a newer one
- * needs the room, or at the end of the run. An admission stamped before
- * one already checked is late: it is left out, which can only make the
+ * across connections and servers). So each key holds its admissions of
+ * its latest few stamps back and lets the oldest go to the check when a
+ * newer stamp needs the room, or at the end of the run. An admission stamped
+ * before one already checked is late: it is left out, which can only make the
  * check find less, never fail a correct server, and counted. */
 #define RLB_AUDIT_HOLD 8
 
 typedef struct rlb_audit_key_s {
     uint32_t key1; /* key index + 1; 0: empty slot */
-    /* The admissions held back, their stamps - stamp_base ascending. */
+    /* The admissions held back: n of them stamped stamp_base + t, t
+     * ascending (a batch admits many of one key at one stamp). */
     uint32_t nheld;
-    uint32_t held[RLB_AUDIT_HOLD];
+    struct {
+        uint32_t t, n;
+    } held[RLB_AUDIT_HOLD];
     uint32_t done;   /* stamp - stamp_base of the last checked */
     uint32_t began;  /* something was checked */
     uint32_t failed; /* gcra: the last check failed; swc: a check of the

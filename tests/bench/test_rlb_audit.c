@@ -431,7 +431,8 @@ static void test_gcra_out_of_order(void **state)
 }
 
 /* An admission stamped before one already checked (more than the hold's
- * worth later) is late: left out and counted, never a failure. */
+ * worth of stamps later) is late: left out and counted, never a
+ * failure. */
 static void test_late_left_out(void **state)
 {
     rlb_audit_t a;
@@ -447,6 +448,30 @@ static void test_late_left_out(void **state)
     assert_int_equal(over_of(&a, &r), 0);
     assert_int_equal(r.late, 1);
     assert_int_equal(r.admissions, RLB_AUDIT_HOLD + 2);
+    rlb_audit_report_free(&r);
+    rlb_audit_free(&a);
+
+    /* A batch's many admissions at one stamp take one place: another
+     * instance's answers stamped a ms earlier, arriving after them, are
+     * still in time. */
+    assert_int_equal(init_algo(&a, RL_ALGO_GCRA, 50, 1, 40, 0), 0);
+    for (i = 0; i < 30; i++)
+        add_at(&a, 1, 1, T0 + 100);
+    for (i = 0; i < 5; i++)
+        add_at(&a, 1, 1, T0 + 99);
+    add_at(&a, 1, 1, T0 + 99);
+    assert_int_equal(over_of(&a, &r), 0);
+    assert_int_equal(r.late, 0);
+    assert_int_equal(r.admissions, 36);
+    rlb_audit_report_free(&r);
+    rlb_audit_free(&a);
+
+    /* And one more is one too many for the burst. */
+    assert_int_equal(init_algo(&a, RL_ALGO_GCRA, 50, 1, 40, 0), 0);
+    for (i = 0; i < 41; i++)
+        add_at(&a, 1, 1, T0 + 100 - i % 2);
+    assert_int_equal(over_of(&a, &r), 1);
+    assert_int_equal(r.late, 0);
     rlb_audit_report_free(&r);
     rlb_audit_free(&a);
 }
