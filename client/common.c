@@ -240,6 +240,8 @@ void rlc__result_from(rlc_result_t *res, const rl_result_t *r,
     res->reset_after_ms = r->reset_after_ms;
     res->retry_after_ms = r->retry_after_ms;
     res->unix_ms = unix_ms;
+    res->algorithm = r->algorithm;
+    res->decided_at_ms = r->decided_at_ms;
     if (n >= RLC_ERROR_MAX)
         n = RLC_ERROR_MAX - 1;
     if (n)

@@ -185,6 +185,11 @@ typedef struct rlc_check_s {
 #define RLC_RESULT_FAILED_CLOSED 2u /* no server answered; refused by policy   \
                                      */
 
+/* algorithm: how the deciding limit counts (rl-server's rules). */
+#define RLC_ALGO_FIXED_WINDOW 0
+#define RLC_ALGO_SLIDING_WINDOW_COUNTER 1
+#define RLC_ALGO_GCRA 2
+
 typedef struct rlc_result_s {
     /* The decision: RLC_CODE_*. Other values may come from newer servers. */
     int code;
@@ -220,6 +225,17 @@ typedef struct rlc_result_s {
     /* Wall clock (ms since the Unix epoch) when the result was made; the
      * HTTP helpers turn reset_after_ms into an absolute time with it. */
     uint64_t unix_ms;
+    /* The deciding limit's algorithm, RLC_ALGO_* (CheckResponse field
+     * algorithm; other values may come from newer servers). An inline
+     * limit is a fixed window; so is every answer of a server older than
+     * the field, and a result no server gave. */
+    uint32_t algorithm;
+    /* When the store decided, in ms since the Unix epoch on the store's
+     * clock, the one every rl-server sharing the store reads (CheckResponse
+     * field decided_at_ms): answers from several servers can be put in
+     * order by it, as an audit does. 0 when nothing was decided (an error,
+     * no server answered) and from a server older than the field. */
+    uint64_t decided_at_ms;
     /* Why, when code is ERROR, or when the server bypassed its store
      * (fail-open on its side): NUL-terminated, possibly truncated. Empty
      * otherwise. */

@@ -23,8 +23,8 @@ static void usage(FILE *f)
         "usage: rl-bench [options]\n"
         "\n"
         "Load generator for rl-server, on librlc's async API: measures\n"
-        "decisions per second and latency, and with --audit checks that no\n"
-        "window allowed more than its limit.\n"
+        "decisions per second and latency, and with --audit checks that the\n"
+        "server admitted nothing past its limit.\n"
         "\n"
         "  --server HOST:PORT[,HOST:PORT...]  rl-server to load\n"
         "                          (default 127.0.0.1:7390); with several,\n"
@@ -67,23 +67,50 @@ static void usage(FILE *f)
         "  --rule NAME             name a rule configured on the server\n"
         "                          instead of the inline --limit/--window;\n"
         "                          then --limit N --window S, given together,\n"
-        "                          only say which of the rule's windows\n"
-        "                          --audit checks (without them there is\n"
-        "                          nothing to audit against: --audit is\n"
-        "                          skipped, with a note)\n"
+        "                          only say which of the rule's limits\n"
+        "                          --audit checks (--algorithm, --burst and\n"
+        "                          --phase: how it counts; without --limit\n"
+        "                          and --window there is nothing to audit\n"
+        "                          against: --audit is skipped, with a\n"
+        "                          note)\n"
+        "  --algorithm A           the audited limit's algorithm, as the\n"
+        "                          server's rule names it: fixed-window\n"
+        "                          (default), sliding-window-counter or\n"
+        "                          gcra (--limit N --window S is then the\n"
+        "                          rate, N per S). Not fixed-window: --rule\n"
+        "                          only, as inline requests are fixed windows\n"
+        "  --burst B               gcra: the burst (default: --limit)\n"
+        "  --phase P               aligned (default) or per-caller: the\n"
+        "                          audited windows start at each caller's\n"
+        "                          offset, as the rule's phase: per-caller\n"
+        "                          (--rule only; not for gcra)\n"
+        "  --audit-margin-ms MS    sliding-window-counter: admissions stamped\n"
+        "                          at least MS before a window ended are\n"
+        "                          taken as counted when the next window's\n"
+        "                          were decided (default 250); the audit is\n"
+        "                          flagged unreliable if an answer took\n"
+        "                          longer\n"
         "  --cost N                hits each request consumes (default 1)\n"
         "  --timeout-ms N          per request (default 1000)\n"
         "  --give-up SECONDS       end the run when no server has been\n"
         "                          connected this long (default 3)\n"
         "  --seed N                key sequence seed (default: from the "
         "clock)\n"
-        "  --audit                 count allowed decisions per key and "
-        "window;\n"
-        "                          exit 1 if any window allowed more than "
-        "its\n"
-        "                          limit. An OK answer marked shadow_refused\n"
-        "                          (a rule in shadow mode that would have\n"
-        "                          refused) counts as not admitted: the\n"
+        "  --audit                 check every admission against the audited\n"
+        "                          limit, placed by when the store decided it\n"
+        "                          (decided_at_ms: one clock for every\n"
+        "                          server; from a server without it, fixed\n"
+        "                          windows are inferred from reset_after_ms):\n"
+        "                          fixed-window, admitted cost per window <=\n"
+        "                          N; gcra, admitted cost decided in any\n"
+        "                          [a, b] <= B + (b - a) / T (T: S / N,\n"
+        "                          in whole us); sliding-window-counter, each\n"
+        "                          admission fit with the previous window's\n"
+        "                          count as the store must have seen it.\n"
+        "                          Exit 1 if any check failed. An OK answer\n"
+        "                          marked shadow_refused (a rule in shadow\n"
+        "                          mode that would have refused) counts as\n"
+        "                          not admitted: the\n"
         "                          server counts in shadow mode exactly as\n"
         "                          it enforces, and a refusal consumes "
         "nothing\n"
@@ -104,9 +131,9 @@ static void usage(FILE *f)
         "(gnuplot)\n"
         "  --help                  print this and exit\n"
         "\n"
-        "Exit status: 0 done, 1 audit found a window over its limit, 2 bad\n"
-        "arguments, 3 no server reachable or it went away (a summary is\n"
-        "still printed), 4 a report could not be written.\n");
+        "Exit status: 0 done, 1 the audit found admissions past the limit,\n"
+        "2 bad arguments, 3 no server reachable or it went away (a summary\n"
+        "is still printed), 4 a report could not be written.\n");
 }
 
 /* Prints "rl-bench: <message>" and a pointer to --help; returns the usage
@@ -170,12 +197,13 @@ static int parse_dist(const char *s, rlb_opts_t *o)
 static int takes_value(const char *name)
 {
     static const char *const names[] = {
-        "--server",      "--key-prefix", "--json",    "--hist-csv", "--plot",
-        "--timeline-csv",
-        "--connections", "--duration",   "--warmup",  "--inflight", "--rate",
-        "--requests",    "--keys",       "--tick-us", "--limit",    "--window",
-        "--cost",        "--timeout-ms", "--give-up", "--seed",     "--dist",
-        "--rule",        "--arrivals"};
+        "--server", "--key-prefix",   "--json",           "--hist-csv",
+        "--plot",   "--timeline-csv", "--connections",    "--duration",
+        "--warmup", "--inflight",     "--rate",           "--requests",
+        "--keys",   "--tick-us",      "--limit",          "--window",
+        "--cost",   "--timeout-ms",   "--give-up",        "--seed",
+        "--dist",   "--rule",         "--arrivals",       "--algorithm",
+        "--burst",  "--phase",        "--audit-margin-ms"};
     size_t i;
 
     for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)
@@ -204,6 +232,36 @@ static int count_servers(const char *list, uint32_t *n)
     }
 }
 
+/* The audited limit's algorithm, burst and phase against the rest.
+ * Returns 0, or RLB_EXIT_USAGE after saying why. */
+static int check_algo(const rlb_opts_t *o)
+{
+    /* The native protocol's inline limit has no algorithm or phase: the
+     * server counts it in aligned fixed windows, so only a rule can be
+     * audited as anything else. */
+    if (o->rule == NULL && o->algo != RL_ALGO_FIXED)
+        return bad("--algorithm %s needs --rule: inline requests are fixed "
+                   "windows",
+                   o->algo == RL_ALGO_GCRA ? "gcra" : "sliding-window-counter");
+    if (o->rule == NULL && o->per_caller)
+        return bad("--phase per-caller needs --rule: inline requests are "
+                   "aligned windows");
+    if (o->burst != 0 && o->algo != RL_ALGO_GCRA)
+        return bad("--burst is for --algorithm gcra");
+    if (o->algo == RL_ALGO_GCRA && o->per_caller)
+        return bad("--phase per-caller is for windows; a gcra has none");
+    if (o->algo == RL_ALGO_GCRA &&
+        rl_gcra_interval_us(o->limit, o->window_s) == 0)
+        return bad("--algorithm gcra: %" PRIu64 " per %" PRIu32
+                   " s is faster than one per microsecond",
+                   o->limit, o->window_s);
+    if (o->algo == RL_ALGO_SWC && o->limit > RL_SWC_LIMIT_MAX)
+        return bad("--algorithm sliding-window-counter takes a --limit of at "
+                   "most %" PRIu64,
+                   (uint64_t)RL_SWC_LIMIT_MAX);
+    return 0;
+}
+
 static FILE *open_out(const char *opt, const char *path)
 {
     FILE *f = fopen(path, "w");
@@ -228,6 +286,8 @@ int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
     o->limit = 100;
     o->window_s = 60;
     o->cost = 1;
+    o->algo = RL_ALGO_FIXED;
+    o->margin_ms = RLB_AUDIT_MARGIN_MS;
     o->timeout_ms = 1000;
     o->down_s = 3;
     o->progress = -1;
@@ -341,6 +401,31 @@ int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
         INT("--timeout-ms", 1, 3600000, o->timeout_ms)
         NUM("--give-up", 0, 3600, o->down_s)
         INT("--seed", 0, UINT64_MAX, o->seed)
+        if (strcmp(name, "--algorithm") == 0) {
+            if (strcmp(val, "fixed-window") == 0)
+                o->algo = RL_ALGO_FIXED;
+            else if (strcmp(val, "sliding-window-counter") == 0)
+                o->algo = RL_ALGO_SWC;
+            else if (strcmp(val, "gcra") == 0)
+                o->algo = RL_ALGO_GCRA;
+            else
+                return bad("--algorithm wants fixed-window, "
+                           "sliding-window-counter or gcra, not '%s'",
+                           val);
+            continue;
+        }
+        if (strcmp(name, "--phase") == 0) {
+            if (strcmp(val, "aligned") == 0)
+                o->per_caller = 0;
+            else if (strcmp(val, "per-caller") == 0)
+                o->per_caller = 1;
+            else
+                return bad("--phase wants aligned or per-caller, not '%s'",
+                           val);
+            continue;
+        }
+        INT("--burst", 1, INT64_MAX, o->burst)
+        INT("--audit-margin-ms", 0, 3600000, o->margin_ms)
         if (strcmp(name, "--arrivals") == 0) {
             have_arrivals = 1;
             if (strcmp(val, "each") == 0)
@@ -397,6 +482,8 @@ int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
             fprintf(stderr, "rl-bench: not auditing: %s\n", o->audit_skipped);
         }
     }
+    if (check_algo(o) != 0)
+        return RLB_EXIT_USAGE;
     if (o->rate > 0 && have_inflight)
         return bad("give --inflight (closed loop) or --rate (open loop), "
                    "not both");

@@ -55,28 +55,130 @@ static double per_sec(const rlb_result_t *r)
                           : 0;
 }
 
+static const char *algo_name(int algo)
+{
+    return algo == RL_ALGO_GCRA  ? "gcra"
+           : algo == RL_ALGO_SWC ? "sliding-window-counter"
+                                 : "fixed-window";
+}
+
 static void print_windows(FILE *f, const char *what, const rlb_opts_t *o,
                           const rlb_audit_window_t *w, size_t n, uint64_t total)
 {
     size_t i, shown = n < 20 ? n : 20;
 
-    for (i = 0; i < shown; i++)
-        fprintf(f,
-                "  %s: key %s%" PRIu32 ", window ending at %+.1f s: %" PRIu64
-                " allowed (x cost %" PRIu32 "), limit %" PRIu64 ", %" PRIu64
-                " refused\n",
-                what, o->key_prefix, w[i].key, w[i].end_ms / 1000, w[i].allowed,
-                o->cost, w[i].limit, w[i].denied);
-    if (total > shown)
+    for (i = 0; i < shown; i++) {
+        if (o->algo == RL_ALGO_GCRA)
+            fprintf(f,
+                    "  %s: key %s%" PRIu32 ": %" PRIu64
+                    " admitted (x cost %" PRIu32 ") decided from %+.3f s to "
+                    "%+.3f s, at most %" PRIu64
+                    " (burst + elapsed / interval)\n",
+                    what, o->key_prefix, w[i].key, w[i].allowed, o->cost,
+                    w[i].from_ms / 1000, w[i].end_ms / 1000, w[i].limit);
+        else if (o->algo == RL_ALGO_SWC)
+            fprintf(f,
+                    "  %s: key %s%" PRIu32 ", window from %+.3f s to %+.3f "
+                    "s: at %+.3f s, %" PRIu64 " admitted (x cost %" PRIu32
+                    ") + the previous window's share %" PRIu64
+                    " > limit %" PRIu64 "\n",
+                    what, o->key_prefix, w[i].key, w[i].from_ms / 1000,
+                    w[i].end_ms / 1000, w[i].at_ms / 1000, w[i].allowed,
+                    o->cost, w[i].share, w[i].limit);
+        else
+            fprintf(f,
+                    "  %s: key %s%" PRIu32
+                    ", window ending at %+.1f s: %" PRIu64
+                    " allowed (x cost %" PRIu32 "), limit %" PRIu64 ", %" PRIu64
+                    " refused\n",
+                    what, o->key_prefix, w[i].key, w[i].end_ms / 1000,
+                    w[i].allowed, o->cost, w[i].limit, w[i].denied);
+    }
+    if (total > n)
+        fprintf(f, "  ... and %" PRIu64 " more (the first %d in --json)\n",
+                total - shown, RLB_AUDIT_LIST_MAX);
+    else if (total > shown)
         fprintf(f, "  ... and %" PRIu64 " more (all in --json)\n",
                 total - shown);
+}
+
+/* How the audited limit counts, for the summary: "", or e.g. ", gcra,
+ * burst 20". */
+static const char *audited_as(const rlb_opts_t *o, char *buf, size_t cap)
+{
+    if (o->algo == RL_ALGO_GCRA)
+        snprintf(buf, cap, ", gcra, burst %" PRIu64,
+                 o->burst ? o->burst : o->limit);
+    else if (o->algo == RL_ALGO_SWC)
+        snprintf(buf, cap, ", sliding-window-counter%s",
+                 o->per_caller ? ", per-caller" : "");
+    else
+        snprintf(buf, cap, "%s", o->per_caller ? ", per-caller" : "");
+    return buf;
+}
+
+/* The audit's lines of the summary. */
+static void print_audit(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
+{
+    const rlb_audit_report_t *a = &r->audit;
+
+    if (o->algo == RL_ALGO_FIXED) {
+        fprintf(f,
+                "audit      %" PRIu64 " windows, %" PRIu64 " over the limit%s",
+                a->windows, a->over_limit, a->over_limit ? " (FAILED)" : "");
+        if (a->checked)
+            fprintf(f,
+                    "; hammered windows with exactly the limit allowed: "
+                    "%" PRIu64 " of %" PRIu64 "%s",
+                    a->exact, a->checked,
+                    a->exact == a->checked ? "" : " (NOT EXACT)");
+        fprintf(f, "\n");
+    } else {
+        fprintf(f,
+                "audit      %s: %" PRIu64 " %s, %" PRIu64
+                " admissions checked, %" PRIu64 " over the limit%s\n",
+                algo_name(o->algo), a->windows,
+                o->algo == RL_ALGO_GCRA ? "keys" : "windows", a->admissions,
+                a->over_limit, a->over_limit ? " (FAILED)" : "");
+    }
+    if (a->unplaced || a->other_refused)
+        fprintf(f,
+                "           decided by another window of the rule: %" PRIu64
+                " refusals (not counted), %" PRIu64
+                " admissions too near an edge to place (not counted)\n",
+                a->other_refused, a->unplaced);
+    if (a->late)
+        fprintf(f,
+                "           %" PRIu64 " admissions answered after later-"
+                "stamped ones of their key had been checked (not counted)\n",
+                a->late);
+    if (a->unstamped)
+        fprintf(f,
+                "           %" PRIu64 " admissions without decided_at_ms (a "
+                "server older than the field): not audited\n",
+                a->unstamped);
+    if (a->unreliable && o->algo == RL_ALGO_SWC)
+        fprintf(f,
+                "  warning: answers took up to %.0f ms, longer than "
+                "--audit-margin-ms %" PRIu64 "; the previous windows' counts "
+                "may be overstated\n",
+                a->max_rtt_ms, a->margin_ms);
+    else if (a->unreliable)
+        fprintf(f,
+                "  warning: window estimates strayed %.0f ms from the grid; "
+                "the grouping may be wrong\n",
+                a->max_skew_ms);
+    print_windows(f, "over", o, a->over, a->nover,
+                  o->algo == RL_ALGO_FIXED ? a->over_limit : a->nover);
+    print_windows(f, "not exact", o, a->inexact, a->ninexact,
+                  a->checked - a->exact);
 }
 
 void rlb_print_summary(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
 {
     const rlb_stats_t *s = &r->st;
     const rl_hist_t *h = &s->lat_ns;
-    char dist[32];
+    char dist[32], how[64];
     uint32_t i;
 
     if (o->fleet)
@@ -100,12 +202,12 @@ void rlb_print_summary(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
                 o->keys, dist_name(o, dist, sizeof(dist)), o->key_prefix,
                 o->limit, o->window_s, o->cost);
     else if (o->have_window)
-        fprintf(f,
-                "keys       %" PRIu32 " %s, prefix \"%s\"; rule \"%s\" "
-                "(audited as %" PRIu64 " per %" PRIu32 " s), cost %" PRIu32
-                "\n",
-                o->keys, dist_name(o, dist, sizeof(dist)), o->key_prefix,
-                o->rule, o->limit, o->window_s, o->cost);
+        fprintf(
+            f,
+            "keys       %" PRIu32 " %s, prefix \"%s\"; rule \"%s\" "
+            "(audited as %" PRIu64 " per %" PRIu32 " s%s), cost %" PRIu32 "\n",
+            o->keys, dist_name(o, dist, sizeof(dist)), o->key_prefix, o->rule,
+            o->limit, o->window_s, audited_as(o, how, sizeof(how)), o->cost);
     else
         fprintf(f,
                 "keys       %" PRIu32 " %s, prefix \"%s\"; rule \"%s\", "
@@ -154,31 +256,7 @@ void rlb_print_summary(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
         fprintf(f, "audit      skipped: %s\n", o->audit_skipped);
     if (!r->audited)
         return;
-    fprintf(f, "audit      %" PRIu64 " windows, %" PRIu64 " over the limit%s",
-            r->audit.windows, r->audit.over_limit,
-            r->audit.over_limit ? " (FAILED)" : "");
-    if (r->audit.checked)
-        fprintf(f,
-                "; hammered windows with exactly the limit allowed: %" PRIu64
-                " of %" PRIu64 "%s",
-                r->audit.exact, r->audit.checked,
-                r->audit.exact == r->audit.checked ? "" : " (NOT EXACT)");
-    fprintf(f, "\n");
-    if (r->audit.unplaced || r->audit.other_refused)
-        fprintf(f,
-                "           decided by another window of the rule: %" PRIu64
-                " refusals (not counted), %" PRIu64
-                " admissions too near an edge to place (not counted)\n",
-                r->audit.other_refused, r->audit.unplaced);
-    if (r->audit.unreliable)
-        fprintf(f,
-                "  warning: window estimates strayed %.0f ms from the grid; "
-                "the grouping may be wrong\n",
-                r->audit.max_skew_ms);
-    print_windows(f, "over", o, r->audit.over, r->audit.nover,
-                  r->audit.over_limit);
-    print_windows(f, "not exact", o, r->audit.inexact, r->audit.ninexact,
-                  r->audit.checked - r->audit.exact);
+    print_audit(f, o, r);
 }
 
 /* Writes s as a JSON string. */
@@ -210,8 +288,16 @@ static void json_windows(FILE *f, const char *name, const rlb_opts_t *o,
         json_str(f, key);
         fprintf(f,
                 ", \"window_end_s\": %.3f, \"allowed\": %" PRIu64
-                ", \"denied\": %" PRIu64 ", \"limit\": %" PRIu64 "}",
-                w[i].end_ms / 1000, w[i].allowed, w[i].denied, w[i].limit);
+                ", \"denied\": %" PRIu64 ", \"limit\": %" PRIu64
+                ", \"from_s\": %.3f",
+                w[i].end_ms / 1000, w[i].allowed, w[i].denied, w[i].limit,
+                w[i].from_ms / 1000);
+        /* A sliding window's check failed at one admission, against the
+         * previous window's share. */
+        if (o->algo == RL_ALGO_SWC)
+            fprintf(f, ", \"at_s\": %.3f, \"prev_share\": %" PRIu64,
+                    w[i].at_ms / 1000, w[i].share);
+        fputc('}', f);
     }
     fprintf(f, "%s]", n ? "\n  " : "");
 }
@@ -277,6 +363,14 @@ int rlb_write_json(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
     else
         fprintf(f, ",\n  \"limit\": %" PRIu64 ",\n  \"window\": %" PRIu32,
                 o->limit, o->window_s);
+    fprintf(f,
+            ",\n  \"algorithm\": \"%s\",\n  \"burst\": ", algo_name(o->algo));
+    if (o->algo == RL_ALGO_GCRA)
+        fprintf(f, "%" PRIu64, o->burst ? o->burst : o->limit);
+    else
+        fprintf(f, "null");
+    fprintf(f, ",\n  \"phase\": \"%s\"",
+            o->per_caller ? "per-caller" : "aligned");
     fprintf(f, ",\n  \"cost\": %" PRIu32 ",\n", o->cost);
     fprintf(f,
             "  \"decisions\": %" PRIu64 ",\n  \"seconds\": %.6f,\n"
@@ -333,6 +427,13 @@ int rlb_write_json(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
                                          : "false",
                 a->max_skew_ms, a->unreliable ? "true" : "false",
                 a->other_refused, a->unplaced);
+        fprintf(
+            f,
+            ",\n  \"audit_admissions_checked\": %" PRIu64
+            ",\n  \"audit_late\": %" PRIu64 ",\n  \"audit_unstamped\": %" PRIu64
+            ",\n  \"audit_margin_ms\": %" PRIu64
+            ",\n  \"audit_max_rtt_ms\": %.1f",
+            a->admissions, a->late, a->unstamped, a->margin_ms, a->max_rtt_ms);
         json_windows(f, "audit_violations", o, a->over, a->nover);
         json_windows(f, "audit_inexact", o, a->inexact, a->ninexact);
     }

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "rl_admit.h"
 #include "rl_hist.h"
 
 /* Exit statuses, the interface for scripts. */
@@ -53,6 +54,14 @@ typedef struct rlb_opts_s {
     const char *audit_skipped; /* why --audit was turned off, or NULL */
     uint64_t limit;
     uint32_t window_s;
+    /* The audited limit's algorithm (RL_ALGO_*), a gcra's burst (0: the
+     * limit) and phase (windows staggered per caller): --rule only, since
+     * inline requests are aligned fixed windows. margin_ms: see
+     * rlb_audit_conf_t. */
+    int algo;
+    uint64_t burst;
+    int per_caller;
+    uint64_t margin_ms;
     uint32_t cost;
     uint32_t timeout_ms; /* per request */
     double down_s;       /* end the run after this long with no server */
@@ -96,94 +105,246 @@ uint32_t rlb_keys_pick(rlb_keys_t *k);
 
 /* ---- audit ------------------------------------------------------------ */
 
-/* Counts the decisions of every (key, window) from the responses. The
- * window is recognised from the response alone: the server decided
- * between the request's send and its answer, so the deciding window ends
- * within reset_after_ms of that interval, on the local monotonic clock.
- * Servers take time from Redis, so their reset_after_ms agree whatever
- * their own clocks say; the client's clock only has to be steady. Ends lie
- * exactly window_ms apart on a grid whose phase every answer bounds: the
- * phase is narrowed to what all answers allow, and each answer is placed
- * on the grid point its interval holds. A slow answer widens only its own
- * interval, so the grid stays as exact as the quickest answers made it,
- * however loaded the machine; an answer slower than half a window cannot
- * be placed and is counted apart (unplaced). Skew is how far an answer's
- * interval misses the grid: 0 while clocks are steady. */
+/* The audit checks, from the answers alone, that the server never admitted
+ * more than the audited limit allows. Each answer is placed by when the
+ * store decided it, decided_at_ms, on the store's clock that every
+ * instance sharing the store reads, so answers from several servers go on
+ * one time line. What is checked depends on the limit's algorithm:
+ *
+ *   fixed-window  the admitted cost in each window (aligned, or starting
+ *                 at the caller's rl_phase_offset_ms with phase
+ *                 per-caller) is at most the limit;
+ *   gcra          (N per DUR, burst B, T = rl_gcra_interval_us(N, DUR))
+ *                 the admitted cost decided within any [a, b] is at most
+ *                 B + floor((b - a) us / T): see audit_algo.c;
+ *   sliding-window-counter  each window's admissions against the previous
+ *                 window's count as the store must have seen it: see
+ *                 audit_algo.c.
+ *
+ * An answer of a server older than decided_at_ms (0) is placed in its
+ * fixed window as before: the server decided between the request's send
+ * and its answer, so the deciding window ends within reset_after_ms of
+ * that interval, on the local monotonic clock. Ends lie exactly window_ms
+ * apart on a grid whose phase every answer bounds: the phase is narrowed
+ * to what all answers allow, and each answer is placed on the grid point
+ * its interval holds. A slow answer widens only its own interval, so the
+ * grid stays as exact as the quickest answers made it, however loaded the
+ * machine; an answer slower than half a window cannot be placed and is
+ * counted apart (unplaced). Skew is how far an answer's interval misses
+ * the grid: 0 while clocks are steady. Without a stamp, a gcra's or a
+ * sliding window's admissions, or staggered windows, cannot be placed:
+ * they are counted apart (unstamped). */
+
+/* A fixed window's counts. id: key index << 32 | window, where window is
+ * 2^31 + (index - first index seen) for a window known from stamps, and
+ * 2^30 + the grid's window number for one inferred; 0: empty. */
 typedef struct rlb_audit_ent_s {
-    uint64_t id; /* key index << 32 | (window number + 2^31); 0: empty */
+    uint64_t id;
     uint64_t limit;
     uint32_t allowed, denied;
 } rlb_audit_ent_t;
 
+/* gcra and sliding-window-counter: a key's admissions are checked in the
+ * order of their stamps, which the answers nearly keep (a few ms apart
+ * across connections and servers). So each key holds its admissions of
+ * its latest few stamps back and lets the oldest go to the check when a
+ * newer stamp needs the room, or at the end of the run. An admission stamped
+ * before one already checked is late: it is left out, which can only make the
+ * check find less, never fail a correct server, and counted. */
+#define RLB_AUDIT_HOLD 8
+
+typedef struct rlb_audit_key_s {
+    uint32_t key1; /* key index + 1; 0: empty slot */
+    /* The admissions held back: n of them stamped stamp_base + t, t
+     * ascending (a batch admits many of one key at one stamp). */
+    uint32_t nheld;
+    struct {
+        uint32_t t, n;
+    } held[RLB_AUDIT_HOLD];
+    uint32_t done;   /* stamp - stamp_base of the last checked */
+    uint32_t began;  /* something was checked */
+    uint32_t failed; /* gcra: the last check failed; swc: a check of the
+                        current window did */
+    union {
+        struct {
+            uint64_t n; /* admissions checked: P / cost */
+            /* min over checked i of P_{i-1} x cost x T - t_i us, and that
+             * i's P_{i-1} / cost and stamp - stamp_base */
+            __int128 m;
+            uint64_t m_n;
+            uint32_t m_t;
+        } g;
+        struct {
+            uint64_t off;   /* the key's window offset, ms */
+            uint64_t win;   /* index of the window being checked */
+            uint64_t cur;   /* admissions checked in it */
+            uint64_t early; /* of those, stamped margin_ms or more before
+                               its end */
+            uint64_t prev;  /* early of the window before, if adjacent */
+        } s;
+    } u;
+} rlb_audit_key_t;
+
+/* What the audit is told about the audited limit. */
+typedef struct rlb_audit_conf_s {
+    int algo;               /* RL_ALGO_* (rl_admit.h) */
+    uint64_t limit;         /* N; 0: inline fixed windows, each window's limit
+                               is the one its answers give */
+    uint32_t window_s;      /* the window; a gcra's period */
+    uint64_t burst;         /* gcra: the bucket; 0 is N */
+    int per_caller;         /* fixed, swc: windows staggered per caller */
+    const char *key_prefix; /* key i is this, then i in decimal (per-caller
+                               offsets are of the whole key); not copied */
+    uint32_t cost;
+    /* swc: how long after its stamp an admission may still be on its way
+     * to the store's counter (a batch's age when the store applies it,
+     * and the instances' clock estimates apart); see audit_algo.c. */
+    uint64_t margin_ms;
+    uint64_t expect; /* windows (fixed) or keys (gcra, swc) the run should
+                        see, room for which is reserved up front (up to 4M
+                        entries; beyond, the table grows as it fills) */
+} rlb_audit_conf_t;
+
+#define RLB_AUDIT_MARGIN_MS 250
+
+/* Fills *c with the defaults: fixed windows of 60 s, limit from the
+ * answers, cost 1, margin RLB_AUDIT_MARGIN_MS, prefix "bench:". */
+void rlb_audit_conf_init(rlb_audit_conf_t *c);
+
 typedef struct rlb_audit_s {
+    rlb_audit_conf_t c;
+    uint64_t t_us; /* gcra: the emission interval */
+    /* fixed windows */
     rlb_audit_ent_t *tab;
     size_t mask, used;
+    /* gcra, swc: per key */
+    rlb_audit_key_t *keys;
+    size_t kmask, kused;
     double window_ms;
-    uint32_t window_s;
-    uint32_t cost;
-    uint64_t fixed_limit; /* --rule: the audited window's limit, else 0 */
     int have_ref;
     double ref_lo, ref_hi;   /* where window number 0 can end (local ms) */
     double ref_ms;           /* the middle of that: the grid's estimate */
     double max_skew_ms;      /* largest miss of an answer from the grid */
+    /* Stamps: the first seen fixes stamp_base (stamps are kept as
+     * stamp - stamp_base in 32 bits: 49 days either side) and, for fixed
+     * windows, the window numbering; stamp_to_local maps a stamp to the
+     * local clock, roughly (for the report). */
+    int have_stamp;
+    uint64_t stamp_base, stamp_min, base_index;
+    double stamp_to_local;
+    double max_rtt_ms;       /* slowest stamped answer */
     uint64_t failed_open;    /* allowed without counting: left out */
     uint64_t limit_mismatch; /* responses whose limit differed in a window */
-    int nomem;               /* a window could not be recorded */
+    int nomem;               /* a window or key could not be recorded */
     /* --rule with several windows: answers decided by another window. An
      * admitted one is placed in the audited window by its time on the grid,
      * unless that is too near a window's edge to tell (unplaced); a refused
      * one tells nothing about the audited window (other_refused). */
     uint64_t unplaced, other_refused;
+    uint64_t unstamped;  /* admissions that needed a stamp and had none */
+    uint64_t late;       /* gcra, swc: stamped before one already checked */
+    uint64_t admissions; /* gcra, swc: admissions checked */
+    uint64_t awindows;   /* swc: windows; gcra: keys */
+    /* gcra, swc: checks that failed, the first RLB_AUDIT_LIST_MAX of them
+     * kept (times as stamps until the report) */
+    uint64_t over;
+    struct rlb_audit_window_s *viol;
+    size_t nviol;
 } rlb_audit_t;
 
-/* fixed_limit 0: each window's limit is the one its answers give (inline
- * limits); else the audited window's limit (--rule, whose answers give the
- * deciding window's limit, which may be another window's). expect: the
- * windows the run should see, room for which is reserved up front (up to
- * 4M entries; beyond, the table grows as it fills). */
-int rlb_audit_init(rlb_audit_t *a, uint32_t window_s, uint32_t cost,
-                   uint64_t fixed_limit, uint64_t expect);
+/* Returns 0, RL_EINVAL (a gcra faster than one per microsecond, a window
+ * of 0, no limit for a gcra or swc, a prefix over RLB_AUDIT_PREFIX_MAX)
+ * or RL_ENOMEM. */
+int rlb_audit_init(rlb_audit_t *a, const rlb_audit_conf_t *c);
 void rlb_audit_free(rlb_audit_t *a);
 
-/* Records one server decision (code OK or OVER_LIMIT) for key index key:
- * the request left at sent_ms and its answer came at recv_ms (local
- * monotonic ms). admitted is whether it consumed quota: an OK answer that
- * is shadow_refused did not (in shadow mode the server counts exactly as
- * enforce would, and a refusal consumes nothing), so it is recorded as
- * refused. window_s is the answer's deciding window (0: not said, taken as
- * the audited one). */
-void rlb_audit_add(rlb_audit_t *a, uint32_t key, int admitted, uint64_t limit,
-                   uint32_t window_s, uint64_t reset_after_ms, double sent_ms,
-                   double recv_ms);
+/* One server decision (code OK or OVER_LIMIT). */
+typedef struct rlb_answer_s {
+    uint32_t key; /* key index */
+    /* Whether it consumed quota: an OK answer that is shadow_refused did
+     * not (in shadow mode the server counts exactly as enforce would, and
+     * a refusal consumes nothing), so it is recorded as refused. */
+    int admitted;
+    uint64_t limit;
+    uint32_t window_s;  /* the deciding limit's (0: not said, taken as
+                           the audited one) */
+    uint32_t algorithm; /* the deciding limit's, RL_ALGO_* */
+    uint64_t reset_after_ms;
+    uint64_t decided_at_ms;  /* 0: not said (an older server) */
+    double sent_ms, recv_ms; /* local monotonic ms */
+} rlb_answer_t;
 
-/* What the audit found. A window is "checked" for exactness when its key
- * was refused at least once in it (hammered past its limit) and it began
- * after the run's first request, so that every hit it holds is ours; it is
- * exact when it allowed exactly floor(limit / cost). */
+/* Records one answer. Time per answer is bounded (a hash probe and, for
+ * gcra and swc, up to RLB_AUDIT_HOLD moves); memory is a table entry per
+ * fixed window, or per key. */
+void rlb_audit_add(rlb_audit_t *a, const rlb_answer_t *x);
+
+/* What the audit found. A fixed window is "checked" for exactness when its
+ * key was refused at least once in it (hammered past its limit) and it
+ * began after the run's first request, so that every hit it holds is ours;
+ * it is exact when it allowed exactly floor(limit / cost). For gcra and
+ * swc an entry is a check that failed: from_ms to end_ms the interval
+ * (gcra) or the window (swc), at_ms the admission at which it failed,
+ * allowed the admissions counted, share the previous window's share (swc)
+ * and limit the bound they broke (in cost: allowed x cost > limit -
+ * share). */
 typedef struct rlb_audit_window_s {
     uint32_t key;
-    double end_ms; /* estimated end, ms after the run's start */
-    uint64_t allowed, denied, limit;
+    double from_ms, end_ms, at_ms; /* ms after the run's start */
+    uint64_t allowed, denied, limit, share;
 } rlb_audit_window_t;
 
 typedef struct rlb_audit_report_s {
-    uint64_t windows, over_limit, checked, exact;
+    int algo;
+    /* fixed: windows; swc: windows; gcra: keys */
+    uint64_t windows;
+    /* fixed: windows over the limit; gcra, swc: failed checks */
+    uint64_t over_limit;
+    uint64_t checked, exact;
     /* Copied from the audit. */
-    uint64_t unplaced, other_refused;
+    uint64_t unplaced, other_refused, unstamped, late, admissions;
     rlb_audit_window_t *over;    /* the windows over their limit */
     rlb_audit_window_t *inexact; /* checked windows that were not exact */
     size_t nover, ninexact;      /* entries listed (capped) */
-    double max_skew_ms;
-    int unreliable; /* estimates strayed too far from the grid */
+    double max_skew_ms, max_rtt_ms;
+    uint64_t margin_ms;
+    /* estimates strayed too far from the grid, a table ran out of memory,
+     * or (swc) answers slower than the margin */
+    int unreliable;
 } rlb_audit_report_t;
 
 #define RLB_AUDIT_LIST_MAX 1000
 
-/* Fills *r; run_start_ms and first_send_ms are local monotonic ms. Returns
- * 0 or RL_ENOMEM. */
-int rlb_audit_report(const rlb_audit_t *a, double run_start_ms,
-                     double first_send_ms, rlb_audit_report_t *r);
+/* Checks the admissions still held back, then fills *r; run_start_ms and
+ * first_send_ms are local monotonic ms. Call once, after the last add.
+ * Returns 0 or RL_ENOMEM. */
+int rlb_audit_report(rlb_audit_t *a, double run_start_ms, double first_send_ms,
+                     rlb_audit_report_t *r);
 void rlb_audit_report_free(rlb_audit_report_t *r);
+
+/* Longest --key-prefix the audit takes (librlc's key limit is 512). */
+#define RLB_AUDIT_PREFIX_MAX 512
+
+/* audit.c and audit_algo.c: a mixer of table ids, and a table of n
+ * zeroed entries of size bytes for about expect of them, at most half
+ * full, its pages touched (no grow, a rehash of everything that stalls
+ * rl-bench's loop, mid-run); *mask is n - 1. NULL when out of memory. */
+static inline uint64_t rlb_mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+void *rlb_audit_table(size_t size, uint64_t expect, size_t *mask);
+
+/* audit_algo.c, for audit.c: the gcra and swc checks. keys_init reserves
+ * the key table (0 or RL_ENOMEM); keys_add takes one admission stamped
+ * decided_at_ms; keys_flush checks every admission still held. */
+int rlb_audit_keys_init(rlb_audit_t *a);
+void rlb_audit_keys_add(rlb_audit_t *a, uint32_t key, uint64_t decided_at_ms);
+void rlb_audit_keys_flush(rlb_audit_t *a);
+/* The caller's window offset of key index key (0 unless per-caller). */
+uint64_t rlb_audit_offset(const rlb_audit_t *a, uint32_t key);
 
 /* ---- results and reports ---------------------------------------------- */
 

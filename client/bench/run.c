@@ -215,6 +215,25 @@ static void timeline_advance(bench_t *b, uint64_t now_ns)
     }
 }
 
+/* Hands a decided answer to the audit; admitted unless refused or
+ * shadow-refused. */
+static void audit(bench_t *b, const req_t *r, const rlc_result_t *res,
+                  int not_shadow, uint64_t now_ns)
+{
+    rlb_answer_t x;
+
+    x.key = r->key;
+    x.admitted = res->code == RLC_CODE_OK && not_shadow;
+    x.limit = res->limit;
+    x.window_s = res->window_s;
+    x.algorithm = res->algorithm;
+    x.reset_after_ms = res->reset_after_ms;
+    x.decided_at_ms = res->decided_at_ms;
+    x.sent_ms = (double)r->sent_ns / 1e6;
+    x.recv_ms = (double)now_ns / 1e6;
+    rlb_audit_add(&b->audit, &x);
+}
+
 static void record(bench_t *b, const req_t *r, const rlc_result_t *res,
                    uint64_t now_ns)
 {
@@ -232,10 +251,7 @@ static void record(bench_t *b, const req_t *r, const rlc_result_t *res,
         if (bypassed)
             b->audit.failed_open++;
         else
-            rlb_audit_add(&b->audit, r->key,
-                          res->code == RLC_CODE_OK && !shadow, res->limit,
-                          res->window_s, res->reset_after_ms,
-                          (double)r->sent_ns / 1e6, (double)now_ns / 1e6);
+            audit(b, r, res, !shadow, now_ns);
     }
     if (!measured)
         return;
@@ -699,6 +715,26 @@ static uint64_t audit_expect(const rlb_opts_t *o)
     return (uint64_t)o->keys * (uint64_t)(ceil(span / o->window_s) + 1);
 }
 
+/* The audit of the limit the options name. Returns 0 or rlb_audit_init's
+ * error. */
+static int audit_init(rlb_audit_t *a, const rlb_opts_t *o)
+{
+    rlb_audit_conf_t c;
+
+    rlb_audit_conf_init(&c);
+    c.algo = o->algo;
+    c.limit = o->rule != NULL ? o->limit : 0;
+    c.window_s = o->window_s;
+    c.burst = o->burst;
+    c.per_caller = o->per_caller;
+    c.key_prefix = o->key_prefix;
+    c.cost = o->cost;
+    c.margin_ms = o->margin_ms;
+    /* A gcra's or sliding window's state is per key. */
+    c.expect = o->algo == RL_ALGO_FIXED ? audit_expect(o) : o->keys;
+    return rlb_audit_init(a, &c);
+}
+
 int rlb_run(const rlb_opts_t *o, rlb_result_t *res)
 {
     bench_t b;
@@ -719,10 +755,7 @@ int rlb_run(const rlb_opts_t *o, rlb_result_t *res)
             0 ||
         (rc = rl_hist_init(&b.tl, HIST_SUB_BITS, HIST_HIGHEST_NS)) != 0 ||
         (rc = rlb_keys_init(&b.keys, o)) != 0 ||
-        (o->audit &&
-         (rc = rlb_audit_init(&b.audit, o->window_s, o->cost,
-                              o->rule != NULL ? o->limit : 0,
-                              audit_expect(o))) != 0) ||
+        (o->audit && (rc = audit_init(&b.audit, o)) != 0) ||
         (rc = conns_init(&b)) != 0) {
         if (rc == RL_ENOMEM)
             fprintf(stderr, "rl-bench: out of memory\n");
@@ -796,7 +829,6 @@ int rlb_run(const rlb_opts_t *o, rlb_result_t *res)
         res->audited = 1;
         rc = rlb_audit_report(&b.audit, (double)b.start_ns / 1e6,
                               (double)b.first_send_ns / 1e6, &res->audit);
-        res->audit.max_skew_ms = b.audit.max_skew_ms;
         if (rc != 0)
             fprintf(stderr, "rl-bench: out of memory for the audit\n");
     }
