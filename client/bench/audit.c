@@ -9,9 +9,6 @@
 #include "rl_error.h"
 #include "rlb.h"
 
-#define TAB_MIN 4096
-#define TAB_PRESIZE_MAX (1u << 22) /* entries reserved up front, at most */
-
 /* The window half of a fixed window's id (rlb.h). */
 #define WIN_STAMPED (UINT32_C(1) << 31)
 #define WIN_MID (UINT32_C(1) << 30)
@@ -28,26 +25,6 @@ void rlb_audit_conf_init(rlb_audit_conf_t *c)
     c->key_prefix = "bench:";
     c->cost = 1;
     c->margin_ms = RLB_AUDIT_MARGIN_MS;
-}
-
-void *rlb_audit_table(size_t size, uint64_t expect, size_t *mask)
-{
-    size_t n = TAB_MIN, i;
-    char *t;
-
-    /* Room for what the run is expected to see, at most half full, so
-     * that no grow (a rehash of everything, tens of ms with a large table)
-     * stalls the loop mid-run and shows in the latencies it measures; the
-     * pages are touched now, before anything is timed. */
-    while (n < TAB_PRESIZE_MAX && n < 2 * expect)
-        n *= 2;
-    t = calloc(n, size);
-    if (t == NULL)
-        return NULL;
-    for (i = 0; i < n * size; i += 4096)
-        ((volatile char *)t)[i] = 0;
-    *mask = n - 1;
-    return t;
 }
 
 int rlb_audit_init(rlb_audit_t *a, const rlb_audit_conf_t *c)

@@ -70,6 +70,30 @@
 #include "rl_window.h"
 #include "rlb.h"
 
+#define TAB_MIN 4096
+#define TAB_PRESIZE_MAX (1u << 22) /* entries reserved up front, at most */
+
+/* The audit's tables (audit.c's windows, this file's keys). */
+void *rlb_audit_table(size_t size, uint64_t expect, size_t *mask)
+{
+    size_t n = TAB_MIN, i;
+    char *t;
+
+    /* Room for what the run is expected to see, at most half full, so
+     * that no grow (a rehash of everything, tens of ms with a large table)
+     * stalls the loop mid-run and shows in the latencies it measures; the
+     * pages are touched now, before anything is timed. */
+    while (n < TAB_PRESIZE_MAX && n < 2 * expect)
+        n *= 2;
+    t = calloc(n, size);
+    if (t == NULL)
+        return NULL;
+    for (i = 0; i < n * size; i += 4096)
+        ((volatile char *)t)[i] = 0;
+    *mask = n - 1;
+    return t;
+}
+
 int rlb_audit_keys_init(rlb_audit_t *a)
 {
     a->keys = rlb_audit_table(sizeof(*a->keys), a->c.expect, &a->kmask);
