@@ -70,6 +70,14 @@
 local rcall, rpcall, type, floor, tonumber = redis.call, redis.pcall, type,
     math.floor, tonumber
 
+-- An op's error entry: "e" and the kind of Redis's error.
+local function ekind(err)
+    return 'e' .. (string.find(err, 'overflow', 1, true) and 'OVERFLOW' or
+        string.find(err, 'non local key', 1, true) and 'NONLOCAL' or
+        string.find(err, 'cluster is down', 1, true) and 'CLUSTERDOWN' or
+        string.match(err, '^%u+') or '')
+end
+
 -- A batch that reaches Redis after its deadline was answered by timeout
 -- already: it counts nothing.
 local t = rcall('TIME')
@@ -213,19 +221,12 @@ for i = 1, tonumber(ARGV[4]) do
         if err then
             e = e or err
             no = no + 1
-            o[no] = 'e' ..
-                (string.find(err, 'overflow', 1, true) and 'OVERFLOW' or
-                string.find(err, 'non local key', 1, true) and 'NONLOCAL' or
-                string.find(err, 'cluster is down', 1, true) and 'CLUSTERDOWN'
-                or string.match(err, '^%u+') or '')
+            o[no] = ekind(err)
         else
             no = no + 1; o[no] = adm
             for j = 1, nw do
-                local b = b1[j]
-                if b > 9e18 then b = 9e18 elseif b < -9e18 then b = -9e18 end
-                no = no + 1; o[no] = b
-                if kd[j] == 's' then
-                    b = b2[j]
+                for h = 1, (kd[j] == 's' and 2 or 1) do
+                    local b = h == 1 and b1[j] or b2[j]
                     if b > 9e18 then b = 9e18 elseif b < -9e18 then b = -9e18
                         end
                     no = no + 1; o[no] = b
@@ -276,11 +277,7 @@ for i = 1, tonumber(ARGV[4]) do
         if err then
             e = e or err
             no = no + 1
-            o[no] = 'e' ..
-                (string.find(err, 'overflow', 1, true) and 'OVERFLOW' or
-                string.find(err, 'non local key', 1, true) and 'NONLOCAL' or
-                string.find(err, 'cluster is down', 1, true) and 'CLUSTERDOWN'
-                or string.match(err, '^%u+') or '')
+            o[no] = ekind(err)
         else
             no = no + 1; o[no] = a
             for j = 1, nw do
@@ -397,11 +394,7 @@ for i = 1, tonumber(ARGV[4]) do
         if err then
             e = e or err
             no = no + 1
-            o[no] = 'e' ..
-                (string.find(err, 'overflow', 1, true) and 'OVERFLOW' or
-                string.find(err, 'non local key', 1, true) and 'NONLOCAL' or
-                string.find(err, 'cluster is down', 1, true) and 'CLUSTERDOWN'
-                or string.match(err, '^%u+') or '')
+            o[no] = ekind(err)
         else
             if tag == '' then
                 no = no + 1; o[no] = adm

@@ -40,14 +40,14 @@ static void test_script_sha(void **state)
                      rls_redis_script_len);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
-    assert_string_equal(r->str, "b754750484426ea94fa48edaee281c985c183828");
+    assert_string_equal(r->str, "3a20dcbfb99f01c9da5f8653f6a7be38b91e7a98");
     freeReplyObject(r);
     cluster = rls_redis_cluster_script(&len);
     assert_int_equal(strlen(cluster), len);
     r = redisCommand(f->rc, "SCRIPT LOAD %b", cluster, len);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
-    assert_string_equal(r->str, "90356789896be8174cea34d05ca2aa491d7e2b76");
+    assert_string_equal(r->str, "b9648cdf401171d2835723676cdd2603eb68e3cb");
     freeReplyObject(r);
 }
 
