@@ -11,7 +11,7 @@ mkdir -p "$out" tests/fuzz/artifacts
 clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 \
   -fsanitize=fuzzer,address,undefined -Ilib \
   tests/fuzz/fuzz_request.c lib/buf.c lib/validate.c lib/error.c lib/frame.c \
-  lib/msg.c lib/window.c -o "$out/fuzz_request"
+  lib/msg.c lib/window.c lib/hash.c -o "$out/fuzz_request"
 mkdir -p "$out/corpus"
 "$out/fuzz_request" -max_total_time="$secs" -max_len=4096 \
   -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus"
@@ -42,7 +42,7 @@ clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 \
   -fsanitize=fuzzer,address,undefined -Ilib -Iserver \
   $(pkg-config --cflags libuv) \
   tests/fuzz/fuzz_redis_reply.c server/store/redis_parse.c \
-  server/store/redis_reply_alloc.c server/store/store.c lib/window.c \
+  server/store/redis_reply_alloc.c server/store/store.c lib/window.c lib/hash.c lib/admit.c \
   $(pkg-config --libs hiredis) -o "$out/fuzz_redis_reply"
 mkdir -p "$out/corpus_redis_reply"
 "$out/fuzz_redis_reply" -max_total_time="$secs" -max_len=4096 \
