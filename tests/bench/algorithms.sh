@@ -54,7 +54,8 @@
 # Knobs (defaults take about 7 minutes on 2 vCPUs): RL_BENCH_SECONDS (4),
 # RL_BENCH_OPEN_SECONDS (6), RL_BENCH_ROUNDS (3), RL_BENCH_CONNECTIONS x
 # RL_BENCH_INFLIGHT (4 x 256), RL_BENCH_PEER_INFLIGHT (128),
-# RL_BENCH_MEM_REQUESTS (1000000), RL_BENCH_BUILD (build-bench). Results
+# RL_BENCH_MEM_REQUESTS (1000000), RL_BENCH_BUILD (build-bench),
+# RL_BENCH_PERF (0; 1: a perf profile of round 1's uniform rows). Results
 # (each run's JSON and output, the table) go to RESULTS_DIR (default: a
 # new directory under /tmp). Not a timed test: exit status 1 when a run
 # failed or had errors, else 0; targets are reported, not enforced.
@@ -232,20 +233,53 @@ rl_row() {
   flush "$redis_port"
   log "== $name: rl-bench $*"
   c0=$(cpu_ticks "$sp") r0=$(cpu_ticks "$redis_pid") b0=$(batch_stat "$mp")
+  perf_start "$name" "$sp"
   run_child $((secs + open_secs + 60)) "$bench_bin" \
     --server "127.0.0.1:$port" --no-progress --json "$f.json" "$@" \
     >"$f.txt" 2>&1 || rc=$?
+  perf_end
   tail -3 "$f.txt" >&2
   record_rl "$name" "$sp" "$c0" "$r0" "$b0" "$(batch_stat "$mp")" "$rc"
 }
 
+# With RL_BENCH_PERF=1, perf samples Redis and the rl-server (cpu-clock,
+# this VM has no hardware counters) through the measured seconds of each
+# closed-loop uniform row of round 1, and the run ends with each one's top
+# symbols: where an algorithm's time goes. perf costs CPU itself, so such
+# a run is for the profile, not for the table.
+perf_pid=
+perf_start() {
+  [ "${RL_BENCH_PERF:-0}" = 1 ] && [[ $1 == */uniform@1 ]] || return 0
+  mkdir -p "$out/perf"
+  (sleep 1; exec perf record -q -F 999 -p "$redis_pid,$2" \
+    -o "$out/perf/${1//\//_}.data" -- sleep "$secs") >/dev/null 2>&1 &
+  perf_pid=$!
+  pids+=("$perf_pid")
+}
+perf_end() {
+  [ -n "$perf_pid" ] || return 0
+  wait "$perf_pid" || true
+  unset 'pids[-1]'
+  perf_pid=
+}
+
 # record_rl NAME SERVER_PID C0 R0 B0 B1 RC: NAME's figures from its JSON
 # (NAME, a slash for each _) and the CPU and batch counters since C0, R0,
-# B0.
+# B0. A run with errors or answers from the fail-open policy (rl-server
+# found the store unavailable: no reply within --redis-timeout-ms, which
+# a stall of this shared VM can cause) is reported and its figures left
+# out: they are not the algorithm's decisions.
 record_rl() {
   local name=$1 j=$out/${1//\//_}.json sent
   if [ "$7" != 0 ] || [ ! -s "$j" ]; then
     log "!! $name failed (exit $7)"
+    failed=1
+    errs[$name]=failed
+    return 0
+  fi
+  errs[$name]=$(jq '.errors + .failed_open' "$j")
+  if [ "${errs[$name]}" != 0 ]; then
+    log "!! $name: $(jq .errors "$j") errors, $(jq .failed_open "$j") answered by the fail-open policy: left out"
     failed=1
     return 0
   fi
@@ -254,12 +288,6 @@ record_rl() {
   p50[$name]=$(jq .p50_us "$j")
   p99[$name]=$(jq .p99_us "$j")
   denied[$name]=$(jq '.denied / ([.decisions, 1] | max)' "$j")
-  # An answer from the fail-open policy (rl-server found the store
-  # unavailable: no reply within --redis-timeout-ms) is no decision of the
-  # algorithm's: counted with the errors.
-  errs[$name]=$(jq '.errors + .failed_open' "$j")
-  [ "${errs[$name]}" = 0 ] ||
-    { log "!! $name: $(jq .errors "$j") errors, $(jq .failed_open "$j") answered by the fail-open policy"; failed=1; }
   rcpu[$name]=$(per_m $(($(cpu_ticks "$redis_pid") - $4)) "$sent")
   if [ "$2" != - ]; then
     scpu[$name]=$(per_m $(($(cpu_ticks "$2") - $3)) "$sent")
@@ -304,6 +332,13 @@ peer_row() {
   if [ "$rc" != 0 ] || [ ! -s "$j" ]; then
     log "!! $name failed (exit $rc)"
     failed=1
+    errs[$name]=failed
+    return 0
+  fi
+  errs[$name]=$(jq .errors "$j")
+  if [ "${errs[$name]}" != 0 ]; then
+    log "!! $name: ${errs[$name]} errors ($(jq -r .last_error "$j")): left out"
+    failed=1
     return 0
   fi
   sent=$(jq .sent_total "$j")
@@ -311,8 +346,6 @@ peer_row() {
   p50[$name]=$(jq .p50_us "$j")
   p99[$name]=$(jq .p99_us "$j")
   denied[$name]=$(jq '.denied / ([.decisions, 1] | max)' "$j")
-  errs[$name]=$(jq .errors "$j")
-  [ "${errs[$name]}" = 0 ] || { log "!! $name: ${errs[$name]} errors"; failed=1; }
   rcpu[$name]=$(per_m $(($(cpu_ticks "$peer_redis_pid") - r0)) "$sent")
   ccpu[$name]=$(jq '.cpu_us / .sent_total * 1000 | round / 1000' "$j")
   keys=$(redis-cli -p "$peer_redis_port" DBSIZE)
@@ -418,8 +451,8 @@ median_of() { tr ' ' '\n' | awk '/^[0-9.]+$/' | sort -g |
   awk '{ v[NR] = $1 } END { if (NR == 0) print "-";
     else if (NR % 2) print v[(NR + 1) / 2];
     else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-# median_rows NAME: NAME's figures, the medians of NAME@1..NAME@rounds;
-# its errors, their most.
+# median_rows NAME: NAME's figures, the medians of NAME@1..NAME@rounds
+# (those kept: kept[NAME] says how many).
 median_rows() {
   local n=$1 a r vals
   for a in rate p50 p99 rcpu scpu batch denied ccpu; do
@@ -428,11 +461,12 @@ median_rows() {
     for r in $(seq 1 "$rounds"); do vals+=" ${arr[$n@$r]:--}"; done
     arr[$n]=$(median_of <<<"$vals")
   done
-  vals=
-  for r in $(seq 1 "$rounds"); do vals+=" ${errs[$n@$r]:--}"; done
-  errs[$n]=$(tr ' ' '\n' | awk '/^[0-9]+$/ { n++; if ($1 > m) m = $1 }
-    END { print (n ? m + 0 : "-") }' <<<"$vals")
+  kept[$n]=0
+  for r in $(seq 1 "$rounds"); do
+    [ -z "${rate[$n@$r]:-}" ] || kept[$n]=$((kept[$n] + 1))
+  done
 }
+declare -A kept
 # ratio_med A B FIELD: the median over rounds of A@r's FIELD over B@r's.
 ratio_med() {
   local -n arr=$3
@@ -459,27 +493,28 @@ verdict() { if awk "BEGIN { exit !($1) }" 2>/dev/null; then echo met; else echo 
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'), $((t_end - t_start)) s; commit $(git rev-parse --short HEAD 2>/dev/null || echo -)"
   echo "machine: $(nproc) vCPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1), kernel $(uname -r), redis $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), node $(node --version 2>/dev/null || echo -)"
   echo "load before: ${uptime_before#*load average: }; after: ${uptime_after#*load average: }; steal over the run ${steal_pct} %"
+  echo "rows left out (errors, or answers from the fail-open policy: Redis unanswered for --redis-timeout-ms): $(for n in "${!errs[@]}"; do [ "${errs[$n]}" = 0 ] || printf '%s (%s) ' "$n" "${errs[$n]}"; done)"
   echo "limit: $limit_n/${limit_s}s for every algorithm (gcra: burst $limit_n); rounds $rounds, closed loops ${conns} x ${inflight}, 1 s warmup + ${secs} s; open loops ${open_secs} s; FLUSHALL before every row; figures are medians of the rounds, ratios medians of each round's ratio"
   echo
   echo "Closed loop through one rl-server (module: RL.BATCH; script: --redis-module off), s/M = CPU us per decision:"
   echo
-  echo "| algorithm | store | uniform dec/s | x fixed | hot dec/s | x fixed | Redis s/M uniform | Redis s/M hot | rl-server s/M uniform | rl-server s/M hot | batch uniform | refused | errors + fail-open |"
+  echo "| algorithm | store | uniform dec/s | x fixed | hot dec/s | x fixed | Redis s/M uniform | Redis s/M hot | rl-server s/M uniform | rl-server s/M hot | batch uniform | refused | rounds kept uniform / hot |"
   echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
   for a in "${algos[@]}"; do
     for path in module script; do
       u="$a/$path/uniform" h="$a/$path/hot"
-      echo "| $a | $path | $(fmt_rate "${rate[$u]}") | $(x "$(ratio_med "$u" "fixed-window/$path/uniform" rate)") | $(fmt_rate "${rate[$h]}") | $(x "$(ratio_med "$h" "fixed-window/$path/hot" rate)") | ${rcpu[$u]} | ${rcpu[$h]} | ${scpu[$u]} | ${scpu[$h]} | ${batch[$u]} | ${denied[$u]} | ${errs[$u]} / ${errs[$h]} |"
+      echo "| $a | $path | $(fmt_rate "${rate[$u]}") | $(x "$(ratio_med "$u" "fixed-window/$path/uniform" rate)") | $(fmt_rate "${rate[$h]}") | $(x "$(ratio_med "$h" "fixed-window/$path/hot" rate)") | ${rcpu[$u]} | ${rcpu[$h]} | ${scpu[$u]} | ${scpu[$h]} | ${batch[$u]} | ${denied[$u]} | ${kept[$u]} / ${kept[$h]} |"
     done
   done
   echo
   echo "Open loop, 50,000/s, independent arrivals, 4 connections, 100k uniform keys, the module's rl-server; floor_redis: run.sh's floor row in the same rounds:"
   echo
-  echo "| row | p50 us | p99 us | p99/floor | rl-server s/M | Redis s/M | batch | errors + fail-open |"
+  echo "| row | p50 us | p99 us | p99/floor | rl-server s/M | Redis s/M | batch | rounds kept |"
   echo "|---|---:|---:|---:|---:|---:|---:|---:|"
   for n in floor_redis "${algos[@]/%//open}"; do
     pf=-
     [ "$n" = floor_redis ] || pf=$(ratio_med "$n" floor_redis p99)
-    echo "| ${n%/open} | ${p50[$n]} | ${p99[$n]} | $pf | ${scpu[$n]} | ${rcpu[$n]} | ${batch[$n]} | ${errs[$n]} |"
+    echo "| ${n%/open} | ${p50[$n]} | ${p99[$n]} | $pf | ${scpu[$n]} | ${rcpu[$n]} | ${batch[$n]} | ${kept[$n]} |"
   done
   echo
   echo "Redis memory per active caller ($mem_requests checks over 100k uniform keys at $mem_limit into a fresh Redis; callers counted by SCAN):"
@@ -556,5 +591,14 @@ verdict() { if awk "BEGIN { exit !($1) }" 2>/dev/null; then echo met; else echo 
     done
   fi
 } | tee "$out/table.md"
+if [ "${RL_BENCH_PERF:-0}" = 1 ]; then
+  for f in "$out"/perf/*.data; do
+    [ -s "$f" ] || continue
+    echo
+    echo "perf, $(basename "$f" .data): top symbols (comm, dso, symbol; % of samples)"
+    perf report -i "$f" --no-children --sort comm,dso,sym --stdio 2>/dev/null |
+      grep -E '^ +[0-9]' | head -18 || true
+  done | tee "$out/profile.txt"
+fi
 log "results in $out"
 exit "$failed"
