@@ -368,14 +368,15 @@ for r in $(seq 1 "$rounds"); do
   k=$(((r - 1) % 3))
   order=("${algos[@]:k}" "${algos[@]:0:k}")
   log "== round $r of $rounds: ${order[*]}"
-  for a in "${order[@]}"; do
-    for path in module script; do
-      rl_row "$a/$path/uniform@$r" "$path" --rule "${rule_of[$a]}" \
-        --connections "$conns" --inflight "$inflight" --warmup 1 \
-        --duration "$secs" --keys 100000 --dist uniform
-      rl_row "$a/$path/hot@$r" "$path" --rule "${rule_of[$a]}" \
-        --connections "$conns" --inflight "$inflight" --warmup 1 \
-        --duration "$secs" --keys 100000 --dist hot
+  # The three algorithms back to back for each store path and key spread:
+  # the rows a ratio compares are seconds apart, not a minute.
+  for path in module script; do
+    for dist in uniform hot; do
+      for a in "${order[@]}"; do
+        rl_row "$a/$path/$dist@$r" "$path" --rule "${rule_of[$a]}" \
+          --connections "$conns" --inflight "$inflight" --warmup 1 \
+          --duration "$secs" --keys 100000 --dist "$dist"
+      done
     done
   done
   floor_row "floor_redis@$r"
@@ -448,9 +449,11 @@ t_end=$(date +%s)
 
 # ---- medians ---------------------------------------------------------------
 median_of() { tr ' ' '\n' | awk '/^[0-9.]+$/' | sort -g |
-  awk '{ v[NR] = $1 } END { if (NR == 0) print "-";
-    else if (NR % 2) print v[(NR + 1) / 2];
-    else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+  awk '{ v[NR] = $1 } END { if (NR == 0) { print "-"; exit }
+    if (NR % 2) { print v[(NR + 1) / 2]; exit }
+    m = (v[NR / 2] + v[NR / 2 + 1]) / 2
+    if (m == int(m)) printf "%d\n", m
+    else { s = sprintf("%.3f", m); sub(/0+$/, "", s); print s } }'; }
 # median_rows NAME: NAME's figures, the medians of NAME@1..NAME@rounds
 # (those kept: kept[NAME] says how many).
 median_rows() {
