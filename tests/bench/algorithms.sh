@@ -594,11 +594,35 @@ verdict() { if awk "BEGIN { exit !($1) }" 2>/dev/null; then echo met; else echo 
     done
   fi
 } | tee "$out/table.md"
+# perf_groups FILE SM: Redis's samples in FILE by what they do, % of its
+# own and, of SM (its CPU s/M in that row, perf's cost included), us per
+# decision (symbols grouped by name; the Lua interpreter's are unnamed
+# addresses in redis-server, counted as Lua).
+perf_groups() {
+  perf report -i "$1" --comm redis-server --no-children --sort dso,sym \
+    --percentage relative --stdio 2>/dev/null | grep -E '^ +[0-9]' |
+    awk -v sm="$2" '
+    { p = $1; sub("%", "", p); dso = $2; sym = $NF
+      if (dso ~ /kernel/) k = "kernel (system calls, wake-ups)"
+      else if (sym ~ /^(dictFind|dictSdsKeyCompare|dictSdsHash|lookupKey|siphash|dbAdd|dictAddRaw|dictRehash|_dictRehashStep|expireIfNeeded|getExpire|setExpire|removeExpire|keyIsExpired|dictFetchValue|dictExpandIfNeeded|_dictKeyIndex|dictDelete|dictGenericDelete|setKey|genericSetKey|dbOverwrite|dictReplace|dictSetKey|activeExpireCycle|activeExpireCycleTryExpire|dbSyncDelete|deleteExpiredKeyAndPropagate)$/) k = "keyspace (lookups, expiries)"
+      else if (dso ~ /ratelimit\.so/) k = "the module"
+      else if (dso ~ /jemalloc/ || sym ~ /^(zmalloc|zfree|zrealloc|zcalloc|ztrymalloc|malloc|free|realloc)/) k = "allocation"
+      else if (sym ~ /(printf|strtod|mpn|hack_digit|round_and_return|ld2string|string2ll|ll2string|d2string|fpconv)/) k = "numbers to and from text"
+      else if (sym ~ /^0x/ || sym ~ /^lua/ || sym ~ /^(evalGenericCommand|luaRedis|redisProtocolToLuaType|scriptCall)/) k = "Lua"
+      else if (sym ~ /^(processMultibulkBuffer|processInputBuffer|createStringObject|createEmbeddedStringObject|createRawStringObject|decrRefCount|incrRefCount|tryObjectEncoding|sdsnewlen|_sdsnewlen|sdsMakeRoomFor|sdsfree|freeClientArgv|resetClient|call|processCommand|lookupCommand|readQueryFromClient|addReply|_addReply|addReplyLongLong|_addReplyToBufferOrList|prepareClientToWrite|writeToClient|_writeToClient|RM_)/ || sym ~ /writev|__libc_read/) k = "Redis: arguments, replies, module API"
+      else k = "other"
+      s[k] += p }
+    END { for (k in s) printf "    %5.1f %%  %5.2f us  %s\n", s[k],
+      (sm ~ /^[0-9.]+$/ ? s[k] * sm / 100 : 0), k }' | sort -rn || true
+}
 if [ "${RL_BENCH_PERF:-0}" = 1 ]; then
   for f in "$out"/perf/*.data; do
     [ -s "$f" ] || continue
     echo
-    echo "perf, $(basename "$f" .data): top symbols (comm, dso, symbol; % of samples)"
+    n=$(basename "$f" .data)
+    echo "perf, $n: Redis's samples by what they do (Redis ${rcpu[${n//_//}]:--} s/M in this row)"
+    perf_groups "$f" "${rcpu[${n//_//}]:-}"
+    echo "  top symbols (comm, dso, symbol; % of all samples, Redis's and rl-server's)"
     perf report -i "$f" --no-children --sort comm,dso,sym --stdio 2>/dev/null |
       grep -E '^ +[0-9]' | head -18 || true
   done | tee "$out/profile.txt"
