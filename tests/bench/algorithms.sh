@@ -51,7 +51,7 @@
 # ioredis 4 (it declares ioredis < 5). Without node and npm the peers are
 # skipped, and the run says so.
 #
-# Knobs (defaults take about 7 minutes on 2 vCPUs): RL_BENCH_SECONDS (4),
+# Knobs (defaults take about 7.5 minutes on 2 vCPUs): RL_BENCH_SECONDS (4),
 # RL_BENCH_OPEN_SECONDS (6), RL_BENCH_ROUNDS (3), RL_BENCH_CONNECTIONS x
 # RL_BENCH_INFLIGHT (4 x 256), RL_BENCH_PEER_INFLIGHT (128),
 # RL_BENCH_MEM_REQUESTS (1000000), RL_BENCH_BUILD (build-bench),
