@@ -15,7 +15,7 @@ static uint64_t unit_of(const rl_admit_win_t *w)
 
 static uint64_t cap_of(const rl_admit_win_t *w)
 {
-    return w->algo == RL_ALGO_GCRA ? sat_mul(w->limit, unit_of(w)) : w->limit;
+    return w->unit <= 1 ? w->limit : sat_mul(w->limit, w->unit);
 }
 
 /* Room left in a limit, in its units; none at or past its cap. */
@@ -28,7 +28,9 @@ static uint64_t room(const rl_admit_win_t *w)
 
 static uint64_t need(const rl_admit_win_t *w, uint64_t cost)
 {
-    return sat_mul(cost ? cost : 1, unit_of(w));
+    if (w->unit <= 1) /* every algorithm but the gcra */
+        return cost ? cost : 1;
+    return sat_mul(cost ? cost : 1, w->unit);
 }
 
 static uint64_t ceil_div(uint64_t a, uint64_t b)
@@ -223,6 +225,19 @@ void rl_admit_result(const rl_admit_win_t *w, size_t n, uint64_t cost,
 
     for (i = 0; i < n; i++) {
         const rl_admit_win_t *c = &w[i];
+        if (c->algo == RL_ALGO_FIXED) {
+            /* the common case, without the algorithms' arithmetic */
+            rem = c->count < c->limit ? c->limit - c->count : 0;
+            key = c->reset_after_ms;
+            if (allowed
+                    ? d == NULL || rem < drem || (rem == drem && key > dkey)
+                    : rem < (cost ? cost : 1) && (d == NULL || key > dkey)) {
+                d = c;
+                drem = rem;
+                dkey = key;
+            }
+            continue;
+        }
         rem = room(c) / unit_of(c);
         if (allowed) {
             key = reset_ms(c);
