@@ -77,7 +77,8 @@ clang -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -g -O1 \
   server/batch.c server/decide.c \
   server/prom.c server/prom_hist.c server/log.c \
   server/util.c server/net/conn.c server/net/listen.c server/flags.c \
-  server/policy/rules.c server/policy/yaml_in.c server/policy/loader.c \
+  server/policy/rules.c server/policy/limit.c server/policy/yaml_in.c \
+  server/policy/loader.c \
   server/policy/runtime.c server/policy/file_in.c server/refusals.c \
   server/store/store.c lib/*.c \
   $(pkg-config --cflags --libs libuv yaml-0.1) -lm -o "$out/fuzz_conn"
