@@ -390,8 +390,8 @@ scenario_local_cluster() {
     t_log "local_cluster: up 2, status, rl-check through HAProxy (allowed, then over), down stopped pids$pids and left pid $decoy alone"
 }
 
-SCENARIOS="hot_key fleet uniform algorithms clock_skew kill_server drain redis_health
-  local_cluster"
+# One line: the case below matches " NAME " between spaces.
+SCENARIOS="hot_key fleet uniform algorithms clock_skew kill_server drain redis_health local_cluster"
 
 if [ "$SCENARIO" = all ]; then
     failed=0
