@@ -242,20 +242,37 @@ redisReply *rlb(redisContext *c, const char *fmt, ...)
 }
 
 /* RL.BATCH that must be decided (an array reply). */
-void rlb_ok(redisContext *c, const char *fmt, ...)
+/* RL.BATCH of buf, which must be decided: its array reply. */
+static redisReply *must_decide(redisContext *c, const char *buf)
+{
+    redisReply *r = rlb(c, "%s", buf);
+
+    if (r->type != REDIS_REPLY_ARRAY)
+        fail_msg("RL.BATCH %s: reply type %d %s", buf, r->type,
+                 r->type == REDIS_REPLY_ERROR ? r->str : "");
+    return r;
+}
+
+redisReply *rlb_arr(redisContext *c, const char *fmt, ...)
 {
     char buf[4096];
-    redisReply *r;
     va_list ap;
 
     va_start(ap, fmt);
     vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
-    r = rlb(c, "%s", buf);
-    if (r->type != REDIS_REPLY_ARRAY)
-        fail_msg("RL.BATCH %s: reply type %d %s", buf, r->type,
-                 r->type == REDIS_REPLY_ERROR ? r->str : "");
-    freeReplyObject(r);
+    return must_decide(c, buf);
+}
+
+void rlb_ok(redisContext *c, const char *fmt, ...)
+{
+    char buf[4096];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    freeReplyObject(must_decide(c, buf));
 }
 
 /* ---- the keyspace, as a sorted list --------------------------------------*/
@@ -319,6 +336,25 @@ void same_snap(const snap_t *a, const snap_t *b, const char *what)
                      what, x->key, x->type, x->val, x->pexp, y->key, y->type,
                      y->val, y->pexp);
     }
+}
+
+void rlb_refused(redisContext *c, const char *fmt, ...)
+{
+    static snap_t before, after;
+    char buf[4096];
+    redisReply *r;
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    snap(c, "*", &before);
+    r = rlb(c, "%s", buf);
+    if (r->type != REDIS_REPLY_ERROR)
+        fail_msg("RL.BATCH %s: accepted (reply type %d)", buf, r->type);
+    freeReplyObject(r);
+    snap(c, "*", &after);
+    same_snap(&before, &after, buf);
 }
 
 /* Every counter (every key but the ":q" quota hashes) has an expiry (or

@@ -61,7 +61,9 @@ long long redis_ms(redisContext *c);
  * standing for an empty one. Returns the reply (the caller frees it). */
 redisReply *rlb(redisContext *c, const char *fmt, ...);
 
-/* RL.BATCH that must be decided (an array reply). */
+/* RL.BATCH that must be decided (an array reply): rlb_arr returns the
+ * reply (the caller frees it), rlb_ok frees it. */
+redisReply *rlb_arr(redisContext *c, const char *fmt, ...);
 void rlb_ok(redisContext *c, const char *fmt, ...);
 
 /* ---- the keyspace, as a sorted list ---- */
@@ -82,6 +84,10 @@ void snap(redisContext *c, const char *pattern, snap_t *s);
 
 /* Fails the test, naming what, where a and b differ. */
 void same_snap(const snap_t *a, const snap_t *b, const char *what);
+
+/* RL.BATCH that must be refused whole: an error, and the keyspace as it
+ * was. */
+void rlb_refused(redisContext *c, const char *fmt, ...);
 
 /* Every counter (every key but the ":q" quota hashes) has an expiry (or
  * had: -2, gone since it was listed). Returns how many there are. */

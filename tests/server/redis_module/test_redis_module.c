@@ -82,26 +82,6 @@ static void test_aof_loads_without_module(void **state)
 
 /* ---- arguments out of range ----------------------------------------------*/
 
-/* RL.BATCH that must be refused with an error and change nothing. */
-static void refused(redisContext *c, const char *fmt, ...)
-{
-    static snap_t before, after;
-    char buf[4096];
-    redisReply *r;
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    snap(c, "*", &before);
-    r = rlb(c, "%s", buf);
-    if (r->type != REDIS_REPLY_ERROR)
-        fail_msg("RL.BATCH %s: accepted (reply type %d)", buf, r->type);
-    freeReplyObject(r);
-    snap(c, "*", &after);
-    same_snap(&before, &after, buf);
-}
-
 /* A stored quota's counters are named from the clock and given the
  * window's end plus the grace: near 2^63 those overflowed. Every time
  * past 2^53 - 1, below 0, an expiry of 0, a scale out of (0, 1e6] is
@@ -120,38 +100,41 @@ static void test_out_of_range_refused(void **state)
     exp = now + 600000;
     ok(c, "HSET rl:{o}:q b %s", "3/60 5/3600");
     /* The clock and the grace of a stored quota. */
-    refused(c, "%s 0 9223372036854775807 1000 1 0 0 1 b %lld 10 1 -1 1", q,
-            exp);
-    refused(c, "%s 0 9223372036854775000 1000 1 0 0 1 b %lld 10 1 -1 1", q,
-            exp);
-    refused(c, "%s 0 %lld 1000 1 0 0 1 b %lld 10 1 -1 1", q, MS_MAX + 1, exp);
-    refused(c, "%s 0 %lld 9223372036854775807 1 0 0 1 b %lld 10 1 -1 1", q, now,
-            exp);
-    refused(c, "%s 0 %lld %lld 1 0 0 1 b %lld 10 1 -1 1", q, now, MS_MAX + 1,
-            exp);
-    refused(c, "%s 0 -1 1000 1 0 0 1 b %lld 10 1 -1 1", q, exp);
-    refused(c, "%s 0 %lld -1 1 0 0 1 b %lld 10 1 -1 1", q, now, exp);
-    refused(c, "%s -1 %lld 1000 1 0 0 1 b %lld 10 1 -1 1", q, now, exp);
-    refused(c, "%s 9223372036854775807 %lld 1000 1 0 0 1 b %lld 10 1 -1 1", q,
-            now, exp);
+    rlb_refused(c, "%s 0 9223372036854775807 1000 1 0 0 1 b %lld 10 1 -1 1", q,
+                exp);
+    rlb_refused(c, "%s 0 9223372036854775000 1000 1 0 0 1 b %lld 10 1 -1 1", q,
+                exp);
+    rlb_refused(c, "%s 0 %lld 1000 1 0 0 1 b %lld 10 1 -1 1", q, MS_MAX + 1,
+                exp);
+    rlb_refused(c, "%s 0 %lld 9223372036854775807 1 0 0 1 b %lld 10 1 -1 1", q,
+                now, exp);
+    rlb_refused(c, "%s 0 %lld %lld 1 0 0 1 b %lld 10 1 -1 1", q, now,
+                MS_MAX + 1, exp);
+    rlb_refused(c, "%s 0 -1 1000 1 0 0 1 b %lld 10 1 -1 1", q, exp);
+    rlb_refused(c, "%s 0 %lld -1 1 0 0 1 b %lld 10 1 -1 1", q, now, exp);
+    rlb_refused(c, "%s -1 %lld 1000 1 0 0 1 b %lld 10 1 -1 1", q, now, exp);
+    rlb_refused(c, "%s 9223372036854775807 %lld 1000 1 0 0 1 b %lld 10 1 -1 1",
+                q, now, exp);
     /* Expiries, of a profile and of an op. */
-    refused(c, "1 rl:{o}:r:a:60:1 0 %lld 1000 1 1 1 -1 5 1", now);
-    refused(c, "1 rl:{o}:r:a:60:1 0 %lld 1000 1 1 1 0 5 1", now);
-    refused(c, "1 rl:{o}:r:a:60:1 0 %lld 1000 1 1 1 9223372036854775807 5 1",
-            now);
-    refused(c, "1 rl:{o}:r:a:60:1 0 %lld 1000 1 1 1 %lld 5 1", now, MS_MAX + 1);
-    refused(c, "1 rl:{o}:r:a:60:1 0 %lld 1000 1 0 0 1 '' -1 5 -1 1", now);
-    refused(c, "1 rl:{o}:r:a:60:1 0 %lld 1000 1 0 0 1 '' 0 5 -1 1", now);
-    refused(c, "%s 0 %lld 1000 1 0 0 1 b -1 10 1 -1 1", q, now);
+    rlb_refused(c, "1 rl:{o}:r:a:60:1 0 %lld 1000 1 1 1 -1 5 1", now);
+    rlb_refused(c, "1 rl:{o}:r:a:60:1 0 %lld 1000 1 1 1 0 5 1", now);
+    rlb_refused(
+        c, "1 rl:{o}:r:a:60:1 0 %lld 1000 1 1 1 9223372036854775807 5 1", now);
+    rlb_refused(c, "1 rl:{o}:r:a:60:1 0 %lld 1000 1 1 1 %lld 5 1", now,
+                MS_MAX + 1);
+    rlb_refused(c, "1 rl:{o}:r:a:60:1 0 %lld 1000 1 0 0 1 '' -1 5 -1 1", now);
+    rlb_refused(c, "1 rl:{o}:r:a:60:1 0 %lld 1000 1 0 0 1 '' 0 5 -1 1", now);
+    rlb_refused(c, "%s 0 %lld 1000 1 0 0 1 b -1 10 1 -1 1", q, now);
     /* The scale. */
-    refused(c, "%s 0 %lld 1000 1 0 0 1 b %lld 10 0 -1 1", q, now, exp);
-    refused(c, "%s 0 %lld 1000 1 0 0 1 b %lld 10 -1 -1 1", q, now, exp);
-    refused(c, "%s 0 %lld 1000 1 0 0 1 b %lld 10 nan -1 1", q, now, exp);
-    refused(c, "%s 0 %lld 1000 1 0 0 1 b %lld 10 inf -1 1", q, now, exp);
-    refused(c, "%s 0 %lld 1000 1 0 0 1 b %lld 10 1e300 -1 1", q, now, exp);
+    rlb_refused(c, "%s 0 %lld 1000 1 0 0 1 b %lld 10 0 -1 1", q, now, exp);
+    rlb_refused(c, "%s 0 %lld 1000 1 0 0 1 b %lld 10 -1 -1 1", q, now, exp);
+    rlb_refused(c, "%s 0 %lld 1000 1 0 0 1 b %lld 10 nan -1 1", q, now, exp);
+    rlb_refused(c, "%s 0 %lld 1000 1 0 0 1 b %lld 10 inf -1 1", q, now, exp);
+    rlb_refused(c, "%s 0 %lld 1000 1 0 0 1 b %lld 10 1e300 -1 1", q, now, exp);
     /* Costs and limits, as before. */
-    refused(c, "1 rl:{o}:r:a:60:1 0 %lld 1000 1 1 1 %lld -1 1", now, exp);
-    refused(c, "1 rl:{o}:r:a:60:1 0 %lld 1000 1 1 1 %lld 5 -1 1 0", now, exp);
+    rlb_refused(c, "1 rl:{o}:r:a:60:1 0 %lld 1000 1 1 1 %lld -1 1", now, exp);
+    rlb_refused(c, "1 rl:{o}:r:a:60:1 0 %lld 1000 1 1 1 %lld 5 -1 1 0", now,
+                exp);
     snap(c, "*", &s);
     assert_int_equal(s.n, 1); /* the quota alone */
 

@@ -24,44 +24,6 @@
 
 #include "module_fx.h"
 
-/* RL.BATCH that must be decided: its array reply (the caller frees it). */
-static redisReply *rlb_arr(redisContext *c, const char *fmt, ...)
-{
-    char buf[4096];
-    redisReply *r;
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    r = rlb(c, "%s", buf);
-    if (r->type != REDIS_REPLY_ARRAY)
-        fail_msg("RL.BATCH %s: reply type %d %s", buf, r->type,
-                 r->type == REDIS_REPLY_ERROR ? r->str : "");
-    return r;
-}
-
-/* RL.BATCH that must be refused whole: an error, and the keyspace as it
- * was. */
-static void refused(redisContext *c, const char *fmt, ...)
-{
-    static snap_t before, after;
-    char buf[4096];
-    redisReply *r;
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    snap(c, "*", &before);
-    r = rlb(c, "%s", buf);
-    if (r->type != REDIS_REPLY_ERROR)
-        fail_msg("RL.BATCH %s: accepted (reply type %d)", buf, r->type);
-    freeReplyObject(r);
-    snap(c, "*", &after);
-    same_snap(&before, &after, buf);
-}
-
 /* The value of a string key, which must exist. */
 static long long val(redisContext *c, const char *key)
 {
@@ -703,8 +665,8 @@ x_batch(redisContext *c, int good, int n, const char *keys, const char *fmt,
         rlb_ok(c, "%d rl:{x}:p %s 0 %lld 600000 2 1 1 %lld 5 1 %s", n + 1, keys,
                x_now, x_exp, a);
     else
-        refused(c, "%d rl:{x}:p %s 0 %lld 600000 2 1 1 %lld 5 1 %s", n + 1,
-                keys, x_now, x_exp, a);
+        rlb_refused(c, "%d rl:{x}:p %s 0 %lld 600000 2 1 1 %lld 5 1 %s", n + 1,
+                    keys, x_now, x_exp, a);
 }
 
 #define BAD(...) x_batch(c, 0, __VA_ARGS__)
@@ -840,24 +802,24 @@ static void test_quota_base_of_staggered_key(void **state)
     assert_string_equal(r->element[0]->str, "1 q 60 3 2 3600 5 2");
     freeReplyObject(r);
 
-    refused(c,
-            "2 rl:{p}:r:b:p60:7 rl:{p}:q 0 %lld 600000 1 0 0 1 b %lld 10 "
-            "1 -1 1",
-            now, exp);
-    refused(c,
-            "2 rl:{p}:r:b:60:pp7 rl:{p}:q 0 %lld 600000 1 0 0 1 b %lld 10 "
-            "1 -1 1",
-            now, exp);
-    refused(c,
-            "2 rl:{p}:r:b:60:p rl:{p}:q 0 %lld 600000 1 0 0 1 b %lld 10 "
-            "1 -1 1",
-            now, exp);
-    refused(c,
-            "2 rl:{p}:r:b:60:7p rl:{p}:q 0 %lld 600000 1 0 0 1 b %lld 10 "
-            "1 -1 1",
-            now, exp);
-    refused(c, "2 p60:p7 rl:{p}:q 0 %lld 600000 1 0 0 1 b %lld 10 1 -1 1", now,
-            exp);
+    rlb_refused(c,
+                "2 rl:{p}:r:b:p60:7 rl:{p}:q 0 %lld 600000 1 0 0 1 b %lld 10 "
+                "1 -1 1",
+                now, exp);
+    rlb_refused(c,
+                "2 rl:{p}:r:b:60:pp7 rl:{p}:q 0 %lld 600000 1 0 0 1 b %lld 10 "
+                "1 -1 1",
+                now, exp);
+    rlb_refused(c,
+                "2 rl:{p}:r:b:60:p rl:{p}:q 0 %lld 600000 1 0 0 1 b %lld 10 "
+                "1 -1 1",
+                now, exp);
+    rlb_refused(c,
+                "2 rl:{p}:r:b:60:7p rl:{p}:q 0 %lld 600000 1 0 0 1 b %lld 10 "
+                "1 -1 1",
+                now, exp);
+    rlb_refused(c, "2 p60:p7 rl:{p}:q 0 %lld 600000 1 0 0 1 b %lld 10 1 -1 1",
+                now, exp);
 }
 
 int main(void)
