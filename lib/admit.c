@@ -92,6 +92,27 @@ void rl_admit_gcra(rl_admit_win_t *w, uint64_t burst, uint32_t period_s,
     w->count0 = w->count;
 }
 
+void rl_admit_swl(rl_admit_win_t *w, uint64_t limit, uint32_t window_s,
+                  int64_t sum, uint64_t newest_ms, const uint64_t *old_ms,
+                  const uint64_t *old_cost, uint32_t n)
+{
+    uint32_t i;
+
+    *w = (rl_admit_win_t){0};
+    w->algo = RL_ALGO_SWL;
+    w->limit = limit;
+    w->window_s = window_s;
+    w->count = w->count0 = sum > 0 ? (uint64_t)sum : 0;
+    w->reset_after_ms = newest_ms;
+    if (n > RL_SWL_PREFIX)
+        n = RL_SWL_PREFIX;
+    for (i = 0; i < n; i++) {
+        w->old_ms[i] = old_ms[i] ? old_ms[i] : 1;
+        w->old_cost[i] = old_cost[i];
+    }
+    w->nold = n;
+}
+
 uint32_t rl_swc_weight(uint64_t reset_after_ms, uint32_t window_s)
 {
     uint64_t W = (uint64_t)window_s * 1000;
@@ -163,6 +184,10 @@ static uint64_t reset_ms(const rl_admit_win_t *w)
 {
     if (w->algo == RL_ALGO_GCRA)
         return ceil_div(w->count, 1000);
+    if (w->algo == RL_ALGO_SWL)
+        /* the newest entry leaves last: admitted now, a whole window */
+        return w->count > w->count0 ? (uint64_t)w->window_s * 1000
+                                    : w->reset_after_ms;
     if (w->algo == RL_ALGO_SWC && w->count > swc_share(w->prev, w->weight))
         /* the current counter weighs on the next window too */
         return w->reset_after_ms + (uint64_t)w->window_s * 1000;
@@ -184,6 +209,27 @@ static uint64_t swc_first_ms(uint64_t p, uint64_t r, uint64_t W)
     return W - (uint64_t)(m * W / RL_SWC_ONE);
 }
 
+/* When enough of the log has left the window for cost to fit: the oldest
+ * entries leave first, then what this batch admitted (now: a whole window
+ * from now). */
+static uint64_t swl_retry_ms(const rl_admit_win_t *w, uint64_t cost)
+{
+    uint64_t n, acc = 0;
+    uint32_t i;
+
+    if (cost > w->limit)
+        return reset_ms(w);         /* never fits: report the full reset */
+    n = w->count + cost - w->limit; /* > 0: it does not fit now */
+    for (i = 0; i < w->nold; i++) {
+        acc += w->old_cost[i];
+        if (acc >= n)
+            return w->old_ms[i];
+    }
+    if (acc >= w->count0) /* the whole stored log: the rest is this batch's */
+        return (uint64_t)w->window_s * 1000;
+    return reset_ms(w); /* beyond the entries reported: an upper bound */
+}
+
 uint64_t rl_admit_retry_ms(const rl_admit_win_t *w, uint64_t cost)
 {
     uint64_t W = (uint64_t)w->window_s * 1000, e, cur, first;
@@ -191,6 +237,8 @@ uint64_t rl_admit_retry_ms(const rl_admit_win_t *w, uint64_t cost)
     if (room(w) >= need(w, cost))
         return 0;
     switch (w->algo) {
+    case RL_ALGO_SWL:
+        return swl_retry_ms(w, cost);
     case RL_ALGO_GCRA:
         if (need(w, cost) > cap_of(w))
             return reset_ms(w); /* never fits: report the full reset */

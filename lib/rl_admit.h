@@ -16,6 +16,11 @@
  *                           usual prev x (1 - e/W) + cur, never looser
  *   gcra                    cap B x T us, used = max(TAT, now) - now us,
  *                           unit T us (the emission interval)
+ *   sliding-window          cap L, used = the cost admitted in (now - W,
+ *                           now] (the log's sum), unit 1; the store also
+ *                           reports the oldest entries (when each leaves
+ *                           the window, and its cost), enough to say when
+ *                           a refused request would fit (RL_SWL_PREFIX)
  *
  * A batch decides its requests at one clock reading, so within a batch an
  * op's requests are admitted in arrival order while used + cost x unit
@@ -34,9 +39,10 @@
 #define RL_ADMIT_WINDOWS_MAX 8
 
 enum {
-    RL_ALGO_FIXED = 0,  /* fixed-window (optionally staggered per caller) */
-    RL_ALGO_SWC = 1,    /* sliding-window-counter */
-    RL_ALGO_GCRA = 2,   /* gcra: token bucket as a meter */
+    RL_ALGO_FIXED = 0, /* fixed-window (optionally staggered per caller) */
+    RL_ALGO_SWC = 1,   /* sliding-window-counter */
+    RL_ALGO_GCRA = 2,  /* gcra: token bucket as a meter */
+    RL_ALGO_SWL = 3,   /* sliding-window: the exact log */
     RL_ALGO_MAX
 };
 
@@ -50,6 +56,15 @@ enum {
  * microseconds, far below 2^53, and its interval at least 1 us. */
 #define RL_GCRA_CAP_MAX_US (UINT64_C(31622400) * 1000000)
 
+/* A sliding window's log reaches the replay as its sum, its newest entry
+ * and its oldest entries, at most RL_SWL_PREFIX of them: as many as cover
+ * max(sum - limit, 0) + the largest cost of the op's requests, which is
+ * the most any refused request of the batch needs to leave the window.
+ * Limits are at most RL_SWL_LIMIT_MAX (the default cap, --sliding-window-max,
+ * is lower), so a log holds at most that many entries. */
+#define RL_SWL_PREFIX 4
+#define RL_SWL_LIMIT_MAX 1000000u
+
 typedef struct rl_admit_win_s {
     uint64_t limit;          /* fixed, swc: the limit; gcra: the burst */
     uint64_t count;          /* used, in units (above); advanced by admits */
@@ -61,6 +76,14 @@ typedef struct rl_admit_win_s {
     uint64_t unit;           /* gcra: the emission interval T, us */
     uint64_t prev;           /* swc: the previous counter, capped at limit */
     uint64_t count0;         /* count when loaded */
+    /* swl: its oldest entries, oldest first: when each leaves the window
+     * (ms from now, >= 1) and its cost; they cover what any refused
+     * request needs unless nold == RL_SWL_PREFIX and they sum to less
+     * than count0 (a limit lowered far below the log's sum), when a retry
+     * is the log's full reset (an upper bound). */
+    uint64_t old_ms[RL_SWL_PREFIX];
+    uint64_t old_cost[RL_SWL_PREFIX];
+    uint32_t nold;
 } rl_admit_win_t;
 
 /* Loads a limit from what the store holds (a missing key reads as 0; a
@@ -72,6 +95,13 @@ void rl_admit_swc(rl_admit_win_t *w, uint64_t limit, uint32_t window_s,
                   uint64_t reset_after_ms);
 void rl_admit_gcra(rl_admit_win_t *w, uint64_t burst, uint32_t period_s,
                    uint64_t t_us, int64_t tat_us, uint64_t now_ms);
+
+/* A sliding window's log: sum the cost it holds in (now - W, now],
+ * newest_ms until its newest entry leaves the window (0 when empty), and
+ * its oldest entries (n of them, times as ms from now). */
+void rl_admit_swl(rl_admit_win_t *w, uint64_t limit, uint32_t window_s,
+                  int64_t sum, uint64_t newest_ms, const uint64_t *old_ms,
+                  const uint64_t *old_cost, uint32_t n);
 
 /* The previous window's weight when reset_after_ms remain of a window of
  * window_s: ceil((W - elapsed) x 65536 / W), from 1 to 65536. */

@@ -585,6 +585,11 @@ static void wop_set(rls_batch_t *t, rls_batcher_t *b, rls_wop_t *wo,
         wo->expire_at_ms = b->grace_ms;
         return;
     }
+    if (l->algo == RL_ALGO_SWL) {
+        /* The log lives until what this batch adds leaves the window. */
+        wo->expire_at_ms = t->now_ms + W + b->grace_ms;
+        return;
+    }
     off = l->phase ? rl_phase_offset_ms(key, key_len, l->window_s) : 0;
     if (off == 0) {
         const win_t *c = win_get(t, b, l->window_s);

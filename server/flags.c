@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "policy/limit.h"
 #include "rl_error.h"
 #include "rl_parse.h"
 #include "rl_window.h"
@@ -18,6 +19,7 @@ void rls_flags_defaults(rls_flags_t *c)
     c->redis_timeout_ms = 200;
     c->grace_ms = 1000;
     c->spread_ms = 10000;
+    c->swl_max = RLS_SWL_MAX_DEFAULT;
     c->memory_max = (uint64_t)256 << 20;
     strcpy(c->prefix, "rl:");
     c->prefix_len = 3;
@@ -111,6 +113,11 @@ static const char usage[] =
     "                           window), so that a window's keys do not all\n"
     "                           expire at once and stall Redis (default\n"
     "                           10000; 0: none)\n"
+    "  --sliding-window-max N   the largest limit a sliding-window (the\n"
+    "                           exact log) may have; each admission is an\n"
+    "                           entry of the caller's log, 24 bytes in\n"
+    "                           Redis (default 10000: up to 240 KB per\n"
+    "                           caller and limit)\n"
     "  --memory-max BYTES       memory store: cap on its counters' memory;\n"
     "                           new counters past it are refused (by the\n"
     "                           fail mode), existing ones keep counting;\n"
@@ -450,6 +457,7 @@ static const num_flag_t num_flags[] = {
     NUM("--redis-timeout-ms", redis_timeout_ms, 1, 600000),
     NUM("--expiry-grace-ms", grace_ms, 0, 3600000),
     NUM("--expiry-spread-ms", spread_ms, 0, 3600000),
+    NUM("--sliding-window-max", swl_max, 1, RL_SWL_LIMIT_MAX),
     NUM("--max-frame", max_frame, 64, 16u << 20),
     NUM("--max-connections", max_connections, 1, 1000000),
     NUM("--max-inflight", max_inflight, 1, 1u << 20),

@@ -33,6 +33,7 @@ typedef struct rls_flags_s {
     uint64_t redis_timeout_ms;
     uint64_t grace_ms;
     uint64_t spread_ms; /* Redis store: expiries spread over up to this */
+    uint64_t swl_max;   /* --sliding-window-max */
     uint64_t memory_max; /* memory store: bytes of counters, at most */
 
     char prefix[RLS_PREFIX_MAX + 1];

@@ -8,6 +8,7 @@
 
 #include "log.h"
 #include "policy/envoy_conf.h"
+#include "policy/limit.h"
 #include "policy/rules.h"
 #include "rl_error.h"
 #include "flags.h"
@@ -51,6 +52,8 @@ int main(int argc, char **argv)
     }
     if (cfg.info_only)
         return 0;
+    /* Before any limit is read: it bounds the files' sliding windows. */
+    rls_limit_set_swl_max(cfg.swl_max);
     if (cfg.check_envoy_config != NULL || cfg.nenvoy_configs > 0) {
         /* Envoy descriptor files: every error, FILE:LINE first. */
         rls_envoy_conf_t *ec = NULL;

@@ -12,7 +12,21 @@ static const char *const algo_names[RL_ALGO_MAX] = {
     [RL_ALGO_FIXED] = "fixed-window",
     [RL_ALGO_SWC] = "sliding-window-counter",
     [RL_ALGO_GCRA] = "gcra",
+    [RL_ALGO_SWL] = "sliding-window",
 };
+
+/* --sliding-window-max: the largest sliding-window limit a file may set. */
+static uint64_t swl_max = RLS_SWL_MAX_DEFAULT;
+
+void rls_limit_set_swl_max(uint64_t max)
+{
+    swl_max = max < 1 ? 1 : max > RL_SWL_LIMIT_MAX ? RL_SWL_LIMIT_MAX : max;
+}
+
+uint64_t rls_limit_swl_max(void)
+{
+    return swl_max;
+}
 
 static int word_is(const char *s, size_t len, const char *w)
 {
@@ -31,14 +45,8 @@ int rls_algo_parse(const char *s, size_t len, const char **why)
     for (a = 0; a < RL_ALGO_MAX; a++)
         if (word_is(s, len, algo_names[a]))
             return a;
-    /* Named apart from a typo: the exact log is a store layout of its
-     * own, not written yet, and the counter is its near equivalent. */
-    if (word_is(s, len, "sliding-window"))
-        *why = "sliding-window (the exact log) is not implemented yet; "
-               "sliding-window-counter is available";
-    else
-        *why = "unknown algorithm (fixed-window, sliding-window-counter or "
-               "gcra)";
+    *why = "unknown algorithm (fixed-window, sliding-window, "
+           "sliding-window-counter or gcra)";
     return RL_EINVAL;
 }
 
@@ -128,9 +136,33 @@ int rls_limit_check(rls_limit_t *l, const char **why)
     uint64_t t;
 
     if (l->algo >= RL_ALGO_MAX) {
-        *why = "unknown algorithm (fixed-window, sliding-window-counter or "
-               "gcra)";
+        *why = "unknown algorithm (fixed-window, sliding-window, "
+               "sliding-window-counter or gcra)";
         return RL_EINVAL;
+    }
+    if (l->algo == RL_ALGO_SWL) {
+        /* Every admission is an entry of the caller's log (24 bytes in
+         * Redis): the cap bounds a caller's log and the work to read it. */
+        static char msg[96];
+        if (l->burst != 0) {
+            *why = "burst is for gcra only";
+            return RL_EINVAL;
+        }
+        if (l->phase != 0) {
+            *why = "per-caller staggers windows, and a sliding window has "
+                   "none";
+            return RL_EINVAL;
+        }
+        if (l->limit > swl_max) {
+            snprintf(msg, sizeof(msg),
+                     "a sliding-window limit must be at most %llu "
+                     "(--sliding-window-max)",
+                     (unsigned long long)swl_max);
+            *why = msg;
+            return RL_EINVAL;
+        }
+        l->t_us = 0;
+        return RL_OK;
     }
     if (l->algo != RL_ALGO_GCRA) {
         if (l->burst != 0) {
@@ -208,10 +240,10 @@ int rls_limit_parse(const char *s, size_t len, rls_limit_t *out,
             }
             l.algo = (uint8_t)v;
         } else {
-            if (!word_is(w, wl, "sliding-window"))
-                *why = "unknown algorithm or option: after N/DURATION come "
-                       "':' and fixed-window, sliding-window-counter, gcra, "
-                       "per-caller, aligned or burst=B";
+            *why = "unknown algorithm or option: after N/DURATION come ':' "
+                   "and fixed-window, sliding-window, "
+                   "sliding-window-counter, gcra, per-caller, aligned or "
+                   "burst=B";
             return RL_EINVAL;
         }
     }

@@ -2,7 +2,8 @@
  * algorithm (rl_admit.h), in one word "N/DURATION[:OPTION...]" (the
  * compact form of --rule and of a YAML scalar) or built from a YAML map's
  * fields (rules.c, envoy_conf.c) and checked whole by rls_limit_check.
- * Options: an algorithm (fixed-window, sliding-window-counter, gcra),
+ * Options: an algorithm (fixed-window, sliding-window,
+ * sliding-window-counter, gcra),
  * per-caller or aligned (the windows' phase), burst=B (gcra only). */
 #ifndef RLS_POLICY_LIMIT_H
 #define RLS_POLICY_LIMIT_H
@@ -56,11 +57,19 @@ int rls_rate_parse(const char *s, size_t len, rls_limit_t *out,
  * Returns 0 or RL_EINVAL. */
 int rls_duration_parse(const char *s, size_t len, uint32_t *secs);
 
-/* An algorithm's name (fixed-window, sliding-window-counter, gcra). */
+/* The largest sliding-window limit (--sliding-window-max): a caller's
+ * log holds up to that many entries. Process-wide, set once at start
+ * (1 to RL_SWL_LIMIT_MAX). */
+#define RLS_SWL_MAX_DEFAULT 10000
+void rls_limit_set_swl_max(uint64_t max);
+uint64_t rls_limit_swl_max(void);
+
+/* An algorithm's name (fixed-window, sliding-window,
+ * sliding-window-counter, gcra). */
 const char *rls_algo_name(int algo);
 
 /* Returns RL_ALGO_* for a name, or RL_EINVAL with why (static text: the
- * names there are, or that sliding-window is not implemented yet). */
+ * names there are). */
 int rls_algo_parse(const char *s, size_t len, const char **why);
 
 /* Returns 0 for "aligned", 1 for "per-caller", RL_EINVAL otherwise. */

@@ -41,11 +41,23 @@ typedef struct ent_s {
     struct ent_s *enext;   /* expiry group */
     uint64_t hash;
     int64_t count;
-    uint64_t until; /* expires then: later than its group's time when a
-                       gcra's TAT moved on; the sweep files it again */
+    uint64_t until;     /* expires then: later than its group's time when a
+                           gcra's TAT or a log moved on; the sweep files it
+                           again */
+    struct mlog_s *log; /* a sliding window's log (count is its sum), or
+                           NULL */
     size_t klen;
     char key[];
 } ent_t;
+
+/* A sliding window's log: a ring of (time ms, cost) entries, oldest
+ * first. */
+typedef struct mlog_s {
+    uint32_t head, n, cap;
+    uint64_t e[]; /* entry i at e[2 * ((head + i) % cap)], its cost after */
+} mlog_t;
+
+#define LOG_CAP_MIN 4
 
 typedef struct {
     uint64_t expire_at_ms;
@@ -122,6 +134,108 @@ static size_t ent_cost(size_t klen)
     size_t n = (sizeof(ent_t) + klen + 8 + 15) & ~(size_t)15;
 
     return n < 32 ? 32 : n;
+}
+
+/* What malloc holds for a log of cap entries. */
+static size_t log_cost(uint32_t cap)
+{
+    size_t n = (sizeof(mlog_t) + (size_t)cap * 16 + 8 + 15) & ~(size_t)15;
+
+    return cap ? n : 0;
+}
+
+static uint64_t *log_at(const mlog_t *g, uint32_t i)
+{
+    return (uint64_t *)&g->e[2 * ((g->head + i) % g->cap)];
+}
+
+/* Drops the entries that left the window by now from e's log and its
+ * sum. */
+static void log_prune(ent_t *e, uint64_t now, uint64_t W)
+{
+    mlog_t *g = e->log;
+
+    while (g != NULL && g->n > 0 && log_at(g, 0)[0] + W <= now) {
+        e->count -= (int64_t)log_at(g, 0)[1];
+        g->head = (g->head + 1) % g->cap;
+        g->n--;
+    }
+    if (e->count < 0)
+        e->count = 0;
+}
+
+/* Reports e's log (NULL: none) as store.h says, for an op whose largest
+ * cost is cmax. */
+static void log_report(const ent_t *e, rls_wop_t *wo, uint64_t cmax)
+{
+    const mlog_t *g = e != NULL ? e->log : NULL;
+    uint64_t sum = e != NULL && e->count > 0 ? (uint64_t)e->count : 0;
+    uint64_t needed = (sum > wo->limit ? sum - wo->limit : 0) + cmax, acc = 0;
+    uint32_t i;
+
+    wo->before = (int64_t)sum;
+    wo->before2 = g != NULL && g->n ? (int64_t)log_at(g, g->n - 1)[0] : 0;
+    wo->nold = 0;
+    for (i = 0; g != NULL && i < g->n && i < RL_SWL_PREFIX && acc < needed;
+         i++) {
+        wo->old_t[i] = log_at(g, i)[0];
+        wo->old_c[i] = log_at(g, i)[1];
+        acc += wo->old_c[i];
+        wo->nold = i + 1;
+    }
+}
+
+/* Room in e's log for one more entry: a new log, or one twice the size.
+ * The caller checked the budget (log_growth). Returns 0 or RL_ENOMEM. */
+static int log_reserve(mstore_t *m, ent_t *e)
+{
+    mlog_t *g = e->log, *ng;
+    uint32_t cap = g ? 2 * g->cap : LOG_CAP_MIN, i;
+
+    if (g != NULL && g->n < g->cap)
+        return 0;
+    if ((ng = malloc(sizeof(*ng) + (size_t)cap * 16)) == NULL)
+        return RL_ENOMEM;
+    ng->head = 0;
+    ng->cap = cap;
+    ng->n = g ? g->n : 0;
+    for (i = 0; i < ng->n; i++) {
+        ng->e[2 * i] = log_at(g, i)[0];
+        ng->e[2 * i + 1] = log_at(g, i)[1];
+    }
+    m->base.stats.mem_bytes += log_cost(cap) - (g ? log_cost(g->cap) : 0);
+    free(g);
+    e->log = ng;
+    return 0;
+}
+
+/* Bytes appending to e's log (NULL: a new entry) at now may take. */
+static size_t log_growth(const ent_t *e, uint64_t now)
+{
+    const mlog_t *g = e != NULL ? e->log : NULL;
+
+    if (g == NULL)
+        return log_cost(LOG_CAP_MIN);
+    if (g->n < g->cap || (g->n && log_at(g, g->n - 1)[0] == now))
+        return 0;
+    return log_cost(2 * g->cap) - log_cost(g->cap);
+}
+
+/* Appends (now, cost) to e's log (room reserved), or adds cost to its
+ * newest entry when that is at now. */
+static void log_append(ent_t *e, uint64_t now, uint64_t cost)
+{
+    mlog_t *g = e->log;
+
+    if (g->n && log_at(g, g->n - 1)[0] == now) {
+        log_at(g, g->n - 1)[1] += cost;
+    } else {
+        uint64_t *x = log_at(g, g->n);
+        x[0] = now;
+        x[1] = cost;
+        g->n++;
+    }
+    e->count += (int64_t)cost;
 }
 
 /* Warns that new counters are being refused, with how many since the last
@@ -246,6 +360,7 @@ static int create(mstore_t *m, const char *key, size_t len, uint64_t h,
     e->hash = h;
     e->count = 0;
     e->until = at;
+    e->log = NULL;
     e->klen = len;
     memcpy(e->key, key, len);
     e->hnext = *head;
@@ -281,7 +396,7 @@ static int apply(mstore_t *m, rls_op_t *op)
 {
     char keys[RL_ADMIT_WINDOWS_MAX][OPKEY_MAX + 36], pk[OPKEY_MAX + 36];
     size_t klen[RL_ADMIT_WINDOWS_MAX], need = 0;
-    uint64_t h[RL_ADMIT_WINDOWS_MAX], sum = 0, a = 0, now;
+    uint64_t h[RL_ADMIT_WINDOWS_MAX], sum = 0, a = 0, now, cmax;
     uint64_t val[RL_ADMIT_WINDOWS_MAX], exp[RL_ADMIT_WINDOWS_MAX];
     ent_t *e[RL_ADMIT_WINDOWS_MAX];
     rl_admit_win_t w[RL_ADMIT_WINDOWS_MAX];
@@ -292,6 +407,7 @@ static int apply(mstore_t *m, rls_op_t *op)
         op->key_len > OPKEY_MAX)
         return RL_EINVAL;
     now = op->now_ms ? op->now_ms : m_now(&m->base);
+    cmax = rls_op_max_cost(op);
     for (j = 0; j < op->nwin; j++) {
         rls_wop_t *wo = &op->win[j];
         klen[j] = rls_wkey(op, wo, 0, keys[j]);
@@ -299,7 +415,12 @@ static int apply(mstore_t *m, rls_op_t *op)
         e[j] = find(m, keys[j], klen[j], h[j]);
         wo->before = e[j] != NULL ? e[j]->count : 0;
         wo->before2 = 0;
-        if (wo->algo == RL_ALGO_SWC) {
+        if (wo->algo == RL_ALGO_SWL) {
+            /* What left the window is gone (it decides nothing). */
+            if (e[j] != NULL)
+                log_prune(e[j], now, (uint64_t)wo->window_s * 1000);
+            log_report(e[j], wo, cmax);
+        } else if (wo->algo == RL_ALGO_SWC) {
             size_t pl = rls_wkey(op, wo, 1, pk);
             ent_t *p = find(m, pk, pl, rl_hash(&m->hk, pk, pl));
             wo->before2 = p != NULL ? p->count : 0;
@@ -328,6 +449,11 @@ static int apply(mstore_t *m, rls_op_t *op)
             exp[j] += GCRA_GROUP_MS - exp[j] % GCRA_GROUP_MS;
             if (val[j] > INT64_MAX)
                 return RL_ESTORE;
+        } else if (op->win[j].algo == RL_ALGO_SWL) {
+            /* now + W + the grace (expire_at_ms), rounded up; the log's
+             * sum stays below its limit, at most RL_SWL_LIMIT_MAX */
+            exp[j] += GCRA_GROUP_MS - exp[j] % GCRA_GROUP_MS;
+            need += log_growth(e[j], now);
         } else if (e[j] != NULL &&
                    (val[j] > INT64_MAX ||
                     e[j]->count > INT64_MAX - (int64_t)val[j])) {
@@ -349,12 +475,19 @@ static int apply(mstore_t *m, rls_op_t *op)
     /* Every new counter first, at 0, so that an allocation failure leaves
      * every count as it was (a counter at 0 decides as a missing one);
      * only then the admitted cost on every window. */
-    for (j = 0; j < op->nwin; j++)
+    for (j = 0; j < op->nwin; j++) {
         if (e[j] == NULL &&
             create(m, keys[j], klen[j], h[j], exp[j], &e[j]) != 0)
             return RL_ENOMEM;
+        if (op->win[j].algo == RL_ALGO_SWL && log_reserve(m, e[j]) != 0)
+            return RL_ENOMEM;
+    }
     for (j = 0; j < op->nwin; j++) {
-        if (op->win[j].algo == RL_ALGO_GCRA) {
+        if (op->win[j].algo == RL_ALGO_SWL) {
+            log_append(e[j], now, val[j]);
+            if (exp[j] > e[j]->until)
+                e[j]->until = exp[j]; /* the sweep files it again */
+        } else if (op->win[j].algo == RL_ALGO_GCRA) {
             e[j]->count = (int64_t)val[j];
             if (exp[j] > e[j]->until)
                 e[j]->until = exp[j]; /* the sweep files it again */
@@ -386,6 +519,9 @@ static void free_ent(mstore_t *m, ent_t *e)
     if (e->hnext)
         e->hnext->hprev = e->hprev;
     m->base.stats.mem_bytes -= ent_cost(e->klen);
+    if (e->log != NULL)
+        m->base.stats.mem_bytes -= log_cost(e->log->cap);
+    free(e->log);
     free(e);
     m->count--;
     m->freed_since_trim++;
@@ -477,6 +613,7 @@ static void on_timer_closed(uv_handle_t *h)
         ent_t *e = m->groups[i].head, *next;
         for (; e != NULL; e = next) {
             next = e->enext;
+            free(e->log);
             free(e);
         }
     }

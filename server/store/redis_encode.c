@@ -238,6 +238,13 @@ static int encode(rls_cmdbuf_t *buf, const char *sha, const char *script,
                     p = put_num(p, w->t_us);
                     nargs += 3;
                     break;
+                case RL_ALGO_SWL:
+                    p = put_bulk(p, "l", 1);
+                    p = put_num(p, w->expire_at_ms);
+                    p = put_num(p, w->limit);
+                    p = put_num(p, (uint64_t)w->window_s * 1000);
+                    nargs += 4;
+                    break;
                 default:
                     p = put_bulk(p, "f", 1);
                     p = put_num(p, w->expire_at_ms);

@@ -126,6 +126,38 @@ static int parse_op_text(const char *p, const char *end, rls_op_t *op,
     return p == end ? RL_OK : RL_EINVAL;
 }
 
+/* A sliding window's state at rep->element[*e]: its sum, its newest
+ * entry's time, a count m of entries (at most RL_SWL_PREFIX), then m
+ * times and costs; nothing negative. */
+static int parse_log(const redisReply *rep, size_t *e, rls_wop_t *w)
+{
+    const redisReply *const *x = (const redisReply *const *)rep->element;
+    size_t i = *e, k;
+    long long m;
+
+    if (rep->elements - i < 3)
+        return RL_EINVAL;
+    for (k = 0; k < 3; k++)
+        if (x[i + k]->type != REDIS_REPLY_INTEGER || x[i + k]->integer < 0)
+            return RL_EINVAL;
+    w->before = x[i]->integer;
+    w->before2 = x[i + 1]->integer;
+    m = x[i + 2]->integer;
+    i += 3;
+    if (m > RL_SWL_PREFIX || rep->elements - i < 2 * (size_t)m)
+        return RL_EINVAL;
+    for (k = 0; k < (size_t)m; k++, i += 2) {
+        if (x[i]->type != REDIS_REPLY_INTEGER || x[i]->integer < 0 ||
+            x[i + 1]->type != REDIS_REPLY_INTEGER || x[i + 1]->integer < 0)
+            return RL_EINVAL;
+        w->old_t[k] = (uint64_t)x[i]->integer;
+        w->old_c[k] = (uint64_t)x[i + 1]->integer;
+    }
+    w->nold = (uint32_t)m;
+    *e = i;
+    return RL_OK;
+}
+
 int rls_redis_parse_reply(const redisReply *rep, rls_op_t *ops, size_t n,
                           rls_wop_t *qwin, rls_redis_errs_t *errs)
 {
@@ -162,6 +194,11 @@ int rls_redis_parse_reply(const redisReply *rep, rls_op_t *ops, size_t n,
          * current and previous counts, a gcra's TAT. */
         for (j = 0; j < op->nwin; j++) {
             rls_wop_t *w = &op->win[j];
+            if (w->algo == RL_ALGO_SWL) {
+                if (parse_log(rep, &e, w) != RL_OK)
+                    return RL_EINVAL;
+                continue;
+            }
             if (rep->elements - e < rls_wop_keys(w))
                 return RL_EINVAL;
             x = rep->element[e++];

@@ -35,10 +35,13 @@
 -- them); or, for an op with any limit other than a plain fixed window,
 -- "a", nwin, per limit "f" expiry limit (one key), "s" expiry limit weight
 -- (a sliding-window-counter: the current and the previous counter as
--- keys) or "g" burst interval_us (a gcra: its TAT in us as key), then the
--- costs; such an op is decided as lib/admit.c decides (rl_admit.h), its
--- reply entry the admitted count and per limit its state before (a count;
--- the current and previous counts; the TAT).
+-- keys), "g" burst interval_us (a gcra: its TAT in us as key) or "l"
+-- expiry limit window_ms (a sliding window: its log as key, laid out as
+-- store.h's RLS_SWL_* say), then the costs; such an op is decided as
+-- lib/admit.c decides (rl_admit.h), its reply entry the admitted count and
+-- per limit its state before (a count; the current and previous counts;
+-- the TAT; a log's sum, newest time, m, and its m oldest entries' times
+-- and costs).
 --
 -- The reply is an array, op after op: the admitted count and the count
 -- before of each window, as integers (the common op); or one string for an
@@ -69,6 +72,67 @@
 
 local rcall, rpcall, type, floor, tonumber = redis.call, redis.pcall, type,
     math.floor, tonumber
+local ssub = string.sub
+
+-- A sliding window's log (store.h, RLS_SWL_*): a 32-byte header (the sum
+-- in 20 digits, the offset of the first live entry in 12), then 24-byte
+-- entries (a time in ms in 14 digits, a cost in 10), oldest first. lread
+-- reads it at now: its sum once what left the window (at or before now -
+-- W) is dropped, the offset of the first live entry, the string's length,
+-- the newest entry's time (0 when none), and the oldest live entries
+-- (times and costs, at most 4) that cover max(sum - L, 0) + cmax. Reads in
+-- chunks of 16 entries: what it reads is what left the window and a few
+-- more. An error text when the key is not such a log.
+local function lread(key, now, W, L, cmax)
+    local h = rpcall('GETRANGE', key, 0, 31)
+    if type(h) == 'table' then return tostring(h.err) end
+    if h == '' then return nil, 0, 32, 0, 0, {}, {} end
+    local sum, pos = tonumber(ssub(h, 1, 20)), tonumber(ssub(h, 21, 32))
+    local len = rcall('STRLEN', key)
+    if #h ~= 32 or not sum or not pos or pos < 32 or (len - pos) % 24 ~= 0
+        then return 'ERR not a sliding-window log' end
+    local newest = 0
+    if len > pos then
+        newest = tonumber(rcall('GETRANGE', key, len - 24, len - 11))
+    end
+    local ot, oc, need, acc, at, chunk, ci = {}, {}, nil, 0, pos, '', 1
+    while at < len do
+        if ci > #chunk then
+            chunk, ci = rcall('GETRANGE', key, at, at + 24 * 16 - 1), 1
+        end
+        local t = tonumber(ssub(chunk, ci, ci + 13))
+        local c = tonumber(ssub(chunk, ci + 14, ci + 23))
+        if need == nil and t + W <= now then
+            sum, pos = sum - c, pos + 24
+        else
+            if need == nil then
+                need = (sum > L and sum - L or 0) + cmax
+            end
+            if acc >= need or #ot == 4 then break end
+            ot[#ot + 1], oc[#oc + 1], acc = t, c, acc + c
+        end
+        at, ci = at + 24, ci + 24
+    end
+    if pos >= len then newest = 0 end
+    if sum < 0 then sum = 0 end
+    return nil, sum, pos, len, newest, ot, oc
+end
+
+-- Appends (now, cost) to a log read by lread, with its new sum; drops the
+-- entries that left the window when they are half of it.
+local function lwrite(key, sum, pos, len, now, cost, ex)
+    local e = string.format('%014d%010d', now, cost)
+    if len == 0 or pos >= len then
+        rcall('SET', key, string.format('%020d%012d', sum, 32) .. e)
+    elseif pos - 32 >= (len - 32) / 2 then
+        rcall('SET', key, string.format('%020d%012d', sum, 32) ..
+            rcall('GETRANGE', key, pos, -1) .. e)
+    else
+        rcall('APPEND', key, e)
+        rcall('SETRANGE', key, 0, string.format('%020d%012d', sum, pos))
+    end
+    rcall('PEXPIREAT', key, ex)
+end
 
 -- An op's error entry: "e" and the kind of Redis's error.
 local function ekind(err)
@@ -128,6 +192,10 @@ for i = 1, tonumber(ARGV[4]) do
             if t == 'g' then
                 L[j], U[j] = tonumber(ARGV[p + 1]), tonumber(ARGV[p + 2])
                 p = p + 3
+            elseif t == 'l' then
+                ex[j], L[j], U[j] = ARGV[p + 1], tonumber(ARGV[p + 2]), 1
+                wt[j] = tonumber(ARGV[p + 3])
+                p = p + 4
             else
                 ex[j], L[j], U[j] = ARGV[p + 1], tonumber(ARGV[p + 2]), 1
                 if t == 's' then
@@ -147,28 +215,40 @@ for i = 1, tonumber(ARGV[4]) do
         end
         -- The state: used and cap per limit, in its units (rl_admit.h).
         local err, b1, b2, used, cap, nowus = nil, {}, {}, {}, {}, now * 1000
+        local lg, cmax = {}, c
+        if costs then
+            for j = 1, k do if costs[j] > cmax then cmax = costs[j] end end
+        end
         for j = 1, nw do
-            local v = rpcall('GET', ks[j])
-            local v2 = 0
-            if type(v) == 'table' then err = tostring(v.err); break end
-            v = tonumber(v or 0)
-            if kd[j] == 's' and v then
-                v2 = rpcall('GET', k2[j])
-                if type(v2) == 'table' then err = tostring(v2.err); break end
-                v2 = tonumber(v2 or 0)
-            end
-            if not v or not v2 then
-                err = 'ERR value is not an integer or out of range'; break
-            end
-            b1[j], b2[j] = v, v2
-            if kd[j] == 'g' then
-                used[j], cap[j] = v > nowus and v - nowus or 0, L[j] * U[j]
+            if kd[j] == 'l' then
+                local er, sm, pos, len, nw2, ot, oc =
+                    lread(ks[j], now, wt[j], L[j], cmax)
+                if er then err = er; break end
+                lg[j] = {pos, len, ot, oc}
+                b1[j], b2[j], used[j], cap[j] = sm, nw2, sm, L[j]
             else
-                used[j], cap[j] = v > 0 and v or 0, L[j]
-                if kd[j] == 's' then
-                    local pv = v2 > 0 and v2 or 0
-                    if pv > L[j] then pv = L[j] end
-                    used[j] = used[j] + math.ceil(pv * wt[j] / 65536)
+                local v = rpcall('GET', ks[j])
+                local v2 = 0
+                if type(v) == 'table' then err = tostring(v.err); break end
+                v = tonumber(v or 0)
+                if kd[j] == 's' and v then
+                    v2 = rpcall('GET', k2[j])
+                    if type(v2) == 'table' then err = tostring(v2.err); break end
+                    v2 = tonumber(v2 or 0)
+                end
+                if not v or not v2 then
+                    err = 'ERR value is not an integer or out of range'; break
+                end
+                b1[j], b2[j] = v, v2
+                if kd[j] == 'g' then
+                    used[j], cap[j] = v > nowus and v - nowus or 0, L[j] * U[j]
+                else
+                    used[j], cap[j] = v > 0 and v or 0, L[j]
+                    if kd[j] == 's' then
+                        local pv = v2 > 0 and v2 or 0
+                        if pv > L[j] then pv = L[j] end
+                        used[j] = used[j] + math.ceil(pv * wt[j] / 65536)
+                    end
                 end
             end
         end
@@ -207,7 +287,10 @@ for i = 1, tonumber(ARGV[4]) do
         end
         if not err and sum > 0 then
             for j = 1, nw do
-                if kd[j] == 'g' then
+                if kd[j] == 'l' then
+                    lwrite(ks[j], b1[j] + sum, lg[j][1], lg[j][2], now, sum,
+                        ex[j])
+                elseif kd[j] == 'g' then
                     local nt = nowus + used[j] + sum * U[j]
                     rcall('SET', ks[j], string.format('%.0f', nt))
                     rcall('PEXPIREAT', ks[j], string.format('%.0f',
@@ -225,7 +308,16 @@ for i = 1, tonumber(ARGV[4]) do
         else
             no = no + 1; o[no] = adm
             for j = 1, nw do
-                for h = 1, (kd[j] == 's' and 2 or 1) do
+                if kd[j] == 'l' then
+                    local ot, oc = lg[j][3], lg[j][4]
+                    o[no + 1], o[no + 2], o[no + 3] = b1[j], b2[j], #ot
+                    no = no + 3
+                    for h = 1, #ot do
+                        o[no + 1], o[no + 2] = ot[h], oc[h]
+                        no = no + 2
+                    end
+                end
+                for h = 1, (kd[j] == 's' and 2 or kd[j] == 'l' and 0 or 1) do
                     local b = h == 1 and b1[j] or b2[j]
                     if b > 9e18 then b = 9e18 elseif b < -9e18 then b = -9e18
                         end

@@ -15,6 +15,8 @@ size_t rls_wkey(const rls_op_t *op, const rls_wop_t *w, int prev, char *dst)
     dst[n++] = ':';
     if (w->algo == RL_ALGO_GCRA) {
         dst[n++] = 'g';
+    } else if (w->algo == RL_ALGO_SWL) {
+        dst[n++] = 'l';
     } else {
         if (w->algo == RL_ALGO_SWC)
             dst[n++] = 's';
@@ -24,6 +26,31 @@ size_t rls_wkey(const rls_op_t *op, const rls_wop_t *w, int prev, char *dst)
     }
     dst[n] = '\0';
     return n;
+}
+
+uint64_t rls_op_max_cost(const rls_op_t *op)
+{
+    uint64_t m = 1;
+    uint32_t i;
+
+    if (op->equal_cost)
+        return op->equal_cost;
+    for (i = 0; i < op->ncosts; i++)
+        if (op->costs[i] > m)
+            m = op->costs[i];
+    return m;
+}
+
+int rls_ops_have_log(const rls_op_t *ops, size_t n)
+{
+    size_t i;
+    uint32_t j;
+
+    for (i = 0; i < n; i++)
+        for (j = 0; j < ops[i].nwin; j++)
+            if (ops[i].win[j].algo == RL_ALGO_SWL)
+                return 1;
+    return 0;
 }
 
 int rls_op_fixed(const rls_op_t *op)
@@ -46,6 +73,19 @@ void rls_wop_load(const rls_wop_t *w, uint64_t now_ms, rl_admit_win_t *a)
     case RL_ALGO_GCRA:
         rl_admit_gcra(a, w->limit, w->window_s, w->t_us, w->before, now_ms);
         break;
+    case RL_ALGO_SWL: {
+        uint64_t W = (uint64_t)w->window_s * 1000, ms[RL_SWL_PREFIX];
+        uint32_t i, n = w->nold < RL_SWL_PREFIX ? w->nold : RL_SWL_PREFIX;
+        /* Times become how long until each leaves the window. */
+        for (i = 0; i < n; i++)
+            ms[i] = w->old_t[i] + W > now_ms ? w->old_t[i] + W - now_ms : 1;
+        rl_admit_swl(a, w->limit, w->window_s, w->before,
+                     w->before2 > 0 && (uint64_t)w->before2 + W > now_ms
+                         ? (uint64_t)w->before2 + W - now_ms
+                         : 0,
+                     ms, w->old_c, n);
+        break;
+    }
     default:
         rl_admit_fixed(a, w->limit, w->window_s, w->before, w->reset_ms);
     }

@@ -40,8 +40,10 @@ typedef struct rls_store_s rls_store_t;
  * "<key>:<window_s>:<index>", or ":p<index>" for windows staggered per
  * caller), a sliding-window-counter (RL_ALGO_SWC, the current and the
  * previous window's counters ":s<index>" and ":s<index - 1>", ":sp" when
- * staggered) or a gcra (RL_ALGO_GCRA, one TAT in microseconds,
- * "<key>:<window_s>:g"). Each algorithm has its own keys, so a reload that
+ * staggered), a gcra (RL_ALGO_GCRA, one TAT in microseconds,
+ * "<key>:<window_s>:g") or a sliding window (RL_ALGO_SWL, one log,
+ * "<key>:<window_s>:l", whose layout the Redis stores share: RLS_SWL_*
+ * below). Each algorithm has its own keys, so a reload that
  * changes a limit's algorithm starts it afresh and never misreads another's
  * state. */
 typedef struct rls_wop_s {
@@ -62,6 +64,14 @@ typedef struct rls_wop_s {
     uint32_t weight;       /* swc: the previous window's share now */
     uint64_t t_us;         /* gcra: the emission interval */
     uint64_t reset_ms;     /* fixed, swc: until that window ends, >= 1 */
+    /* swl, set by the store: before is the log's sum in (now - W, now],
+     * before2 its newest entry's time (ms, 0 when empty), and old_t/old_c
+     * its oldest entries (times in ms, oldest first), as many as cover
+     * max(sum - limit, 0) + the op's largest cost, at most RL_SWL_PREFIX
+     * (rl_admit.h). */
+    uint64_t old_t[RL_SWL_PREFIX];
+    uint64_t old_c[RL_SWL_PREFIX];
+    uint32_t nold;
 } rls_wop_t;
 
 typedef struct rls_op_s {
@@ -125,6 +135,17 @@ static inline const char *rls_store_err_name(int kind)
 /* Longest op key: prefix, braces, caller, ":r:" and a rule name. */
 #define RLS_OPKEY_MAX (64 + RL_KEY_MAX + RL_RULE_MAX + 8)
 
+/* A sliding window's log in Redis, one string the script and the module
+ * both read and write: a header of RLS_SWL_HDR bytes, the sum of the live
+ * entries in 20 decimal digits then the offset of the first live entry in
+ * 12, then entries of RLS_SWL_ENT bytes each, oldest first, a time (ms)
+ * in 14 digits and a cost in 10, all zero-padded. Entries before the
+ * offset have left the window; the writer drops them when they are half
+ * the string. Decimal so that the script reads it with tonumber and
+ * redis-cli shows it. */
+#define RLS_SWL_HDR 32
+#define RLS_SWL_ENT 24
+
 /* Formats the key of limit w of op into dst (RLS_WKEY_SIZE(op) bytes),
  * NUL-terminated; returns its length. prev: the previous window's counter
  * of a sliding-window-counter. */
@@ -152,6 +173,13 @@ static inline uint32_t rls_wop_keys(const rls_wop_t *w)
  * at now_ms (the op's): what the batcher replays and the memory store
  * decides on. A stored quota's windows (qwin) need reset_ms set first. */
 void rls_wop_load(const rls_wop_t *w, uint64_t now_ms, rl_admit_win_t *a);
+
+/* The largest cost among op's requests (a sliding window's log reports
+ * the entries that cover it). */
+uint64_t rls_op_max_cost(const rls_op_t *op);
+
+/* 1 when some op of ops[0 .. n) has a sliding window (a log). */
+int rls_ops_have_log(const rls_op_t *ops, size_t n);
 
 /* 1 when every limit of op is a plain fixed window (any phase): the ops
  * the script's fast path, stored quotas and the refusal cache take. */

@@ -198,6 +198,113 @@ static void test_retry_exact(void **state)
     assert_true(checked > 5000);
 }
 
+/* A sliding window's log, as a store holds it: entries (t, cost), oldest
+ * first. */
+typedef struct {
+    uint64_t t[4096], c[4096];
+    size_t n;
+} swl_log_t;
+
+/* Cost the log holds in (at - W, at]. */
+static uint64_t swl_sum(const swl_log_t *g, uint64_t W, uint64_t at)
+{
+    uint64_t s = 0;
+    size_t i;
+
+    for (i = 0; i < g->n; i++)
+        if (g->t[i] <= at && g->t[i] + W > at)
+            s += g->c[i];
+    return s;
+}
+
+/* Loads the log at now as a store reports it (rl_admit.h): its sum after
+ * pruning, the newest entry, and the oldest entries covering
+ * max(sum - L, 0) + cmax. */
+static void swl_load(rl_admit_win_t *w, const swl_log_t *g, uint64_t L,
+                     uint32_t S, uint64_t now, uint64_t cmax)
+{
+    uint64_t W = (uint64_t)S * 1000, sum = 0, ms[RL_SWL_PREFIX],
+             cs[RL_SWL_PREFIX], acc = 0, needed, newest = 0;
+    uint32_t k = 0;
+    size_t i;
+
+    for (i = 0; i < g->n; i++)
+        if (g->t[i] + W > now) {
+            sum += g->c[i];
+            newest = g->t[i] + W - now;
+        }
+    needed = (sum > L ? sum - L : 0) + cmax;
+    for (i = 0; i < g->n && k < RL_SWL_PREFIX && acc < needed; i++)
+        if (g->t[i] + W > now) {
+            ms[k] = g->t[i] + W - now;
+            cs[k++] = g->c[i];
+            acc += g->c[i];
+        }
+    rl_admit_swl(w, L, S, (int64_t)sum, newest, ms, cs, k);
+}
+
+/* The exact log against a model: every decision, and every refusal's
+ * retry_after exact (the request fits then, not a ms before), over random
+ * batches of random costs. */
+static void test_swl_model(void **state)
+{
+    static swl_log_t g;
+    unsigned seed = 5;
+    int round, checked = 0;
+
+    (void)state;
+    for (round = 0; round < 300; round++) {
+        uint32_t S = 1 + (uint32_t)(rand_r(&seed) % 5);
+        uint64_t L = 1 + (uint64_t)(rand_r(&seed) % 12), now = 1000000;
+        uint64_t W = (uint64_t)S * 1000;
+        int b;
+
+        g.n = 0;
+        for (b = 0; b < 40; b++) {
+            uint64_t costs[6], cmax = 0, added = 0;
+            int k = 1 + rand_r(&seed) % 6, i;
+            rl_admit_win_t w;
+
+            now += (uint64_t)(rand_r(&seed) % (W / 2 + 1));
+            for (i = 0; i < k; i++) {
+                costs[i] = 1 + (uint64_t)(rand_r(&seed) % 3);
+                if (costs[i] > cmax)
+                    cmax = costs[i];
+            }
+            swl_load(&w, &g, L, S, now, cmax);
+            assert_int_equal(w.count, swl_sum(&g, W, now));
+            for (i = 0; i < k; i++) {
+                uint64_t before = swl_sum(&g, W, now) + added, r;
+                int ok = rl_admit_one(&w, 1, costs[i]);
+                assert_int_equal(ok, before + costs[i] <= L);
+                if (ok) {
+                    added += costs[i];
+                    continue;
+                }
+                if (costs[i] > L)
+                    continue; /* never fits */
+                r = rl_admit_retry_ms(&w, costs[i]);
+                assert_true(r >= 1);
+                /* at now + r what is left of the log and of this batch's
+                 * admissions (at now) leaves room; a ms before it does
+                 * not */
+                assert_true(swl_sum(&g, W, now + r) + (r < W ? added : 0) +
+                                costs[i] <=
+                            L);
+                assert_true(swl_sum(&g, W, now + r - 1) +
+                                (r - 1 < W ? added : 0) + costs[i] >
+                            L);
+                checked++;
+            }
+            if (added > 0 && g.n < 4096) {
+                g.t[g.n] = now;
+                g.c[g.n++] = added;
+            }
+        }
+    }
+    assert_true(checked > 1000);
+}
+
 /* The weights and intervals at their edges. */
 static void test_weights_and_intervals(void **state)
 {
@@ -233,6 +340,7 @@ int main(void)
         cmocka_unit_test(test_large),
         cmocka_unit_test(test_retry_exact),
         cmocka_unit_test(test_weights_and_intervals),
+        cmocka_unit_test(test_swl_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

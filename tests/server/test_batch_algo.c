@@ -78,11 +78,16 @@ static const char agree_yaml[] =
     "      - 40/5m\n"
     "  shadow:\n"
     "    limits: [{rate: 1/1s, burst: 2, algorithm: gcra}]\n"
-    "    mode: shadow\n";
+    "    mode: shadow\n"
+    "  log:\n"
+    "    limits:\n"
+    "      - {limit: 6/10s, algorithm: sliding-window}\n"
+    "      - {limit: 15/1m, algorithm: sliding-window}\n"
+    "      - 3/1s:gcra\n";
 
-static const char *const agree_rules[] = {"swc", "gcra", "staggered", "mixed",
-                                          "shadow"};
-#define NRULES 5
+static const char *const agree_rules[] = {"swc",   "gcra",   "staggered",
+                                          "mixed", "shadow", "log"};
+#define NRULES 6
 
 /* 480 steps a quarter second apart plus a few ms (crossing second, 10 s,
  * 30 s and minute boundaries), 1 to 10 requests each from five callers on
@@ -155,23 +160,27 @@ static void test_stores_agree(void **state)
 /* 5 per 60 s; five requests at second 59 and five at 61: the fixed window
  * admits 10, the sliding-window-counter 5 (the previous window still
  * weighs 59/60 of its 5), the gcra with a burst of 5 admits 5 plus what
- * dripped back in 2 s (nothing: one drips back every 12 s). */
+ * dripped back in 2 s (nothing: one drips back every 12 s), the sliding
+ * window 5 (all five of second 59 are within the last 60 s). */
 static const char edge_yaml[] = "rules:\n"
                                 "  fixed:\n"
                                 "    limits: [5/60s]\n"
                                 "  swc:\n"
                                 "    limits: [5/60s:sliding-window-counter]\n"
                                 "  gcra:\n"
-                                "    limits: [5/60s:gcra:burst=5]\n";
+                                "    limits: [5/60s:gcra:burst=5]\n"
+                                "  log:\n"
+                                "    limits: [5/60s:sliding-window]\n";
 
 static void test_boundary(void **state)
 {
-    static const char *const rules[] = {"fixed", "swc", "gcra"};
-    static const size_t admitted[] = {10, 5, 5};
+    static const char *const rules[] = {"fixed", "swc", "gcra", "log"};
+    static const size_t admitted[] = {10, 5, 5, 5};
     /* The refused one's wait at second 61: the sliding counter's previous
      * window weighs little enough (<= 4) from 12,001 ms into the window,
-     * the gcra's TAT (119 s) is 10 s too far. */
-    static const uint64_t retry[] = {0, 11001, 10000};
+     * the gcra's TAT (119 s) is 10 s too far, the log's first entry (59 s)
+     * leaves the window at 119 s. */
+    static const uint64_t retry[] = {0, 11001, 10000, 58000};
     uint64_t B = base_ms();
     size_t s, k, i;
 
@@ -181,7 +190,7 @@ static void test_boundary(void **state)
         assert_non_null(h);
         h_open(h, (int)s, 64, 1);
         h_rules(h, edge_yaml);
-        for (k = 0; k < 3; k++) {
+        for (k = 0; k < 4; k++) {
             size_t first = h->n, ok = 0;
             for (i = 0; i < 5; i++) {
                 h_rule(h, B + 59000, "edge", rules[k], 1);
@@ -201,7 +210,7 @@ static void test_boundary(void **state)
         }
         /* Waiting exactly that long admits; a millisecond less does not
          * (separate callers with the same history). */
-        for (k = 1; k < 3; k++) {
+        for (k = 1; k < 4; k++) {
             size_t a, b2;
             for (i = 0; i < 5; i++)
                 h_rule(h, B + 59000, "twin", rules[k], 1);
@@ -233,7 +242,11 @@ static const char retry_yaml[] =
     "    limits: [5/10s]\n"
     "  mixed:\n"
     "    limits: [{rate: 5/1s, burst: 3, algorithm: gcra},"
-    " 9/10s:sliding-window-counter, 20/1m]\n";
+    " 9/10s:sliding-window-counter, 20/1m]\n"
+    "  log:\n"
+    "    limits: [{limit: 7/10s, algorithm: sliding-window}]\n"
+    "  logmix:\n"
+    "    limits: [9/10s:sliding-window, 25/1m:sliding-window, 4/1s]\n";
 
 /* Twin callers get the same random history; when the first is refused at
  * t with retry r (and cost c), the twin asks again at t + r - 1 with cost
@@ -241,16 +254,17 @@ static const char retry_yaml[] =
  * continue alike. */
 static void test_retry_is_exact(void **state)
 {
-    static const char *const rules[] = {"swc", "gcra", "fixed", "mixed"};
+    static const char *const rules[] = {"swc",   "gcra", "fixed",
+                                        "mixed", "log",  "logmix"};
     uint64_t B = base_ms(), seed = 77;
-    size_t k, step, checked[4] = {0};
+    size_t k, step, checked[6] = {0};
     h_t *h = calloc(1, sizeof(*h));
 
     (void)state;
     assert_non_null(h);
     h_open(h, 0, 64, 1);
     h_rules(h, retry_yaml);
-    for (k = 0; k < 4; k++) {
+    for (k = 0; k < 6; k++) {
         char x[16], y[16];
         uint64_t t = B + 1000 + k * 3600000;
         snprintf(x, sizeof(x), "x%zu", k);
@@ -360,6 +374,81 @@ static void test_refusal_consumes_nothing_and_ttls(void **state)
         redisFree(c);
         h_close(h);
         free(h);
+    }
+}
+
+/* A sliding window's log in Redis (store.h, RLS_SWL_*): a hundred
+ * requests at one instant admit the limit's 50, written as one entry
+ * under a header (sum 50, first entry at 32), expiring when that entry
+ * leaves the window plus the grace; the refusals wrote nothing. Then a
+ * long run of small batches on one caller: the stores agree request for
+ * request while the script drops what left the window (the string stays
+ * within twice the live entries). */
+static void test_log_layout(void **state)
+{
+    static const char yaml[] = "rules:\n"
+                               "  l:\n"
+                               "    limits: [50/2s:sliding-window, 10000/1d]\n"
+                               "  big:\n"
+                               "    limits: [40/2s:sliding-window]\n";
+    uint64_t B = base_ms(), t = B + 3723456, seed;
+    h_t *h[NSTORES];
+    size_t s, i, ok, step;
+
+    (void)state;
+    for (s = 0; s < NSTORES; s++) {
+        char want[64];
+        redisContext *c;
+        redisReply *r;
+
+        h[s] = calloc(1, sizeof(*h[s]));
+        assert_non_null(h[s]);
+        h_open(h[s], (int)s, 200, 1);
+        h_rules(h[s], yaml);
+        for (i = 0, ok = 0; i < 100; i++)
+            h_rule(h[s], t, "u", "l", 1);
+        h_flush(h[s]);
+        for (i = 0; i < 100; i++)
+            ok += h[s]->res[i].code == RL_CODE_OK;
+        assert_int_equal(ok, 50);
+        assert_int_equal(h[s]->res[99].retry_after_ms, 2000);
+        assert_int_equal(h[s]->res[99].algorithm, RL_ALGO_SWL);
+        seed = 3;
+        for (step = 0; step < 900; step++) {
+            uint32_t n = 1 + rnd(&seed) % 3;
+            uint64_t at = t + 10000 + step * 9 + step % 5;
+            for (i = 0; i < n; i++)
+                h_rule(h[s], at, "b", "big", 1 + rnd(&seed) % 2);
+            h_flush(h[s]);
+        }
+        if (s == 0)
+            continue;
+        c = rlt_redis_connect(&h[s]->redis);
+        assert_non_null(c);
+        r = redisCommand(c, "GET rl:{u}:r:l:2:l");
+        assert_non_null(r);
+        assert_int_equal(r->type, REDIS_REPLY_STRING);
+        snprintf(want, sizeof(want), "%020d%012d%014llu%010d", 50, 32,
+                 (unsigned long long)t, 50);
+        assert_string_equal(r->str, want);
+        freeReplyObject(r);
+        assert_int_equal(redis_ll(c, "PEXPIRETIME %s", "rl:{u}:r:l:2:l"),
+                         (long long)(t + 2000 + 1000));
+        assert_true(redis_ll(c, "STRLEN %s", "rl:{u}:r:big:2:l") <=
+                    32 + 24 * 81);
+        /* the log, the day's counter, the big log */
+        assert_int_equal(redis_ll(c, "DBSIZE%s", ""), 3);
+        redisFree(c);
+    }
+    for (s = 1; s < NSTORES; s++)
+        assert_same(h[0], h[s], store_name[s]);
+    {
+        const rls_rule_stats_t *st = rule_stats(h[0], "big");
+        assert_true(st->allowed > 80 && st->refused > 1000);
+    }
+    for (s = 0; s < NSTORES; s++) {
+        h_close(h[s]);
+        free(h[s]);
     }
 }
 
@@ -508,6 +597,7 @@ int main(void)
         cmocka_unit_test_teardown(test_refusal_consumes_nothing_and_ttls,
                                   h_teardown),
         cmocka_unit_test_teardown(test_staggered_windows, h_teardown),
+        cmocka_unit_test_teardown(test_log_layout, h_teardown),
         cmocka_unit_test_teardown(test_switches_and_reload, h_teardown),
     };
 

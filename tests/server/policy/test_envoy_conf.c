@@ -236,7 +236,7 @@ static void test_algorithm_errors(void **state)
         "    rate_limit: {unit: second, requests_per_unit: 1,\n"       /* 4 */
         "                 algorithm: leaky}\n"                         /* 5 */
         "  - key: b\n"                                                 /* 6 */
-        "    rate_limit: {unit: second, requests_per_unit: 1,\n"       /* 7 */
+        "    rate_limit: {unit: second, requests_per_unit: 10001,\n"   /* 7 */
         "                 algorithm: sliding-window}\n"                /* 8 */
         "  - key: c\n"                                                 /* 9 */
         "    rate_limit: {unit: second, requests_per_unit: 1,\n"       /* 10 */
@@ -269,9 +269,9 @@ static void test_algorithm_errors(void **state)
         "                 algorithm: gcra, algorithm: gcra}\n";        /* 37 */
     static const char *const want[] = {
         "t.yaml:5: algorithm 'leaky': unknown algorithm (fixed-window, "
-        "sliding-window-counter or gcra)",
-        "t.yaml:8: algorithm 'sliding-window': sliding-window (the exact "
-        "log) is not implemented yet; sliding-window-counter is available",
+        "sliding-window, sliding-window-counter or gcra)",
+        "t.yaml:7: rate_limit (sliding-window): a sliding-window limit must "
+        "be at most 10000 (--sliding-window-max)",
         "t.yaml:11: burst '0': the burst must be at least 1",
         "t.yaml:13: rate_limit (fixed-window): burst is for gcra only",
         "t.yaml:16: rate_limit (gcra): per-caller staggers windows, and a "

@@ -49,6 +49,9 @@ static void test_compact_parse(void **state)
          {100, 60, RL_ALGO_SWC, 1, 0, 0}},
         {"68719476736/1s:sliding-window-counter",
          {UINT64_C(1) << 36, 1, RL_ALGO_SWC, 0, 0, 0}},
+        /* The exact log, up to --sliding-window-max (10,000 here). */
+        {"100/1m:sliding-window", {100, 60, RL_ALGO_SWL, 0, 0, 0}},
+        {"10000/1d:sliding-window", {10000, 86400, RL_ALGO_SWL, 0, 0, 0}},
         /* gcra: t_us = ceil(window / N), the burst N unless given. */
         {"10/1s:gcra", {10, 1, RL_ALGO_GCRA, 0, 10, 100000}},
         {"10/1s:gcra:burst=20", {10, 1, RL_ALGO_GCRA, 0, 20, 100000}},
@@ -73,10 +76,11 @@ static void test_compact_parse(void **state)
         {"100/1m :gcra", "the duration must be"},
         {"gcra:100/1m", "expected N/DURATION"},
         {"0/1m:gcra", "at least 1"},
-        {"100/1m:sliding-window",
-         "sliding-window (the exact log) is not implemented yet; "
-         "sliding-window-counter is available"},
-        {"100/1m:sliding-window:per-caller", "not implemented yet"},
+        {"10001/1m:sliding-window",
+         "a sliding-window limit must be at most 10000 "
+         "(--sliding-window-max)"},
+        {"100/1m:sliding-window:per-caller", "a sliding window has none"},
+        {"100/1m:sliding-window:burst=3", "burst is for gcra only"},
         {"10/1s:gcra:burst=0", "the burst must be at least 1"},
         {"10/1s:gcra:burst=", "whole number"},
         {"10/1s:gcra:burst=x", "whole number"},
@@ -119,6 +123,13 @@ static void test_compact_parse(void **state)
         if (strstr(why, bad[i].why) == NULL)
             fail_msg("'%s': want '%s' in '%s'", bad[i].s, bad[i].why, why);
     }
+    /* The cap is the flag's. */
+    rls_limit_set_swl_max(20000);
+    assert_int_equal(rls_limit_parse("20000/1m:sliding-window", 23, &l, &why),
+                     RL_OK);
+    assert_int_equal(rls_limit_parse("20001/1m:sliding-window", 23, &l, &why),
+                     RL_EINVAL);
+    rls_limit_set_swl_max(RLS_SWL_MAX_DEFAULT);
     /* len bounds the parse: what follows is not read. */
     assert_int_equal(rls_limit_parse("10/1s:gcra", 5, &l, &why), RL_OK);
     assert_int_equal(l.algo, RL_ALGO_FIXED);
@@ -420,18 +431,23 @@ static void expect_errors(const char *yaml, const char *const *flags,
 static void test_bad_files(void **state)
 {
     (void)state;
-    /* An unknown algorithm; the exact log, named. */
+    /* An unknown algorithm; a sliding window past --sliding-window-max
+     * (10,000 by default: a caller's log holds up to that many entries),
+     * or staggered. */
     ERRS(LIM("{limit: 1/1m, algorithm: leaky}"),
          "r.yaml:4: algorithm 'leaky': unknown algorithm (fixed-window, "
-         "sliding-window-counter or gcra)");
+         "sliding-window, sliding-window-counter or gcra)");
     ERRS(LIM("1/1m:leaky"),
          "r.yaml:4: bad limit '1/1m:leaky': unknown algorithm or option");
-    ERRS(LIM("{limit: 1/1m, algorithm: sliding-window}"),
-         "r.yaml:4: algorithm 'sliding-window': sliding-window (the exact "
-         "log) is not implemented yet; sliding-window-counter is available");
-    ERRS(LIM("1/1m:sliding-window"),
-         "r.yaml:4: bad limit '1/1m:sliding-window': sliding-window (the "
-         "exact log) is not implemented yet");
+    ERRS(LIM("{limit: 10001/1m, algorithm: sliding-window}"),
+         "r.yaml:4: bad limit '10001/1m' (sliding-window): a sliding-window "
+         "limit must be at most 10000 (--sliding-window-max)");
+    ERRS(LIM("10001/1m:sliding-window"),
+         "r.yaml:4: bad limit '10001/1m:sliding-window': a sliding-window "
+         "limit must be at most 10000");
+    ERRS(LIM("{limit: 1/1m, algorithm: sliding-window, phase: per-caller}"),
+         "r.yaml:4: bad limit '1/1m' (sliding-window): per-caller staggers "
+         "windows, and a sliding window has none");
     /* A burst of 0; a burst but not gcra. */
     ERRS(LIM("{rate: 1/1s, algorithm: gcra, burst: 0}"),
          "r.yaml:4: burst '0': the burst must be at least 1");
@@ -537,8 +553,7 @@ static void test_bad_flags(void **state)
     } cases[] = {
         {"a=10/1s:gcra:per-caller",
          "--rule: bad limit in 'a=10/1s:gcra:per-caller': per-caller"},
-        {"a=10/1s:sliding-window", "not implemented yet; "
-                                   "sliding-window-counter is available"},
+        {"a=10001/1s:sliding-window", "at most 10000 (--sliding-window-max)"},
         {"a=10/1s:burst=2", "burst is for gcra only"},
         {"a=10/1s:gcra:burst=0", "the burst must be at least 1"},
         {"a=10/1s:leaky", "unknown algorithm or option"},

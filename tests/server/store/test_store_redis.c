@@ -40,14 +40,14 @@ static void test_script_sha(void **state)
                      rls_redis_script_len);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
-    assert_string_equal(r->str, "3a20dcbfb99f01c9da5f8653f6a7be38b91e7a98");
+    assert_string_equal(r->str, "ea24c18a57291eaf287b46a8ae4bd30c23608459");
     freeReplyObject(r);
     cluster = rls_redis_cluster_script(&len);
     assert_int_equal(strlen(cluster), len);
     r = redisCommand(f->rc, "SCRIPT LOAD %b", cluster, len);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
-    assert_string_equal(r->str, "b9648cdf401171d2835723676cdd2603eb68e3cb");
+    assert_string_equal(r->str, "14a478bdadb354d9afb89b133d5f8d7699ee0432");
     freeReplyObject(r);
 }
 
