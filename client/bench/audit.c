@@ -55,8 +55,15 @@ int rlb_audit_init(rlb_audit_t *a, const rlb_audit_conf_t *c)
 
 void rlb_audit_free(rlb_audit_t *a)
 {
+    size_t p;
+
     if (a == NULL)
         return;
+    for (p = 0; a->keys != NULL && a->c.algo == RL_ALGO_SWL && p <= a->kmask;
+         p++) {
+        free(a->keys[p].u.l.t);
+        free(a->keys[p].u.l.n);
+    }
     free(a->tab);
     free(a->keys);
     free(a->viol);
@@ -298,7 +305,8 @@ static void report_checks(rlb_audit_t *a, double run_start_ms,
     /* The sliding window's check counts on the store having applied what
      * was stamped margin_ms before; an answer slower than that says a
      * batch may have taken longer to get there. */
-    if (a->c.algo == RL_ALGO_SWC && a->max_rtt_ms > (double)a->c.margin_ms)
+    if ((a->c.algo == RL_ALGO_SWC || a->c.algo == RL_ALGO_SWL) &&
+        a->max_rtt_ms > (double)a->c.margin_ms)
         r->unreliable = 1;
 }
 

@@ -59,6 +59,18 @@
  * than the slowest answer holds; the report calls the audit unreliable
  * when some answer was slower than the margin.
  *
+ * sliding-window (limit L per W ms, the exact log). The store admits at
+ * now when the cost its log holds stamped in (now - W, now] plus c is at
+ * most L, and drops from the log what is stamped at or before now - W.
+ * The check, for each admission j: the admissions stamped in (t_j - W +
+ * margin, t_j] cost at most L. Sound: among them, let z be the last the
+ * store applied. Every batch the store ran before z was stamped at most
+ * margin before z was applied (the margin's assumption), so none dropped
+ * an entry stamped after t_z - W + margin, which every other admission of
+ * the set is; they were all applied before z, so z's sum held them, and
+ * z's own test bounds the set's cost by L. Sharp but for the margin:
+ * servers that do not share a store each admit L in every window.
+ *
  * Late admissions (stamped before one already checked: rlb.h) are left
  * out: every check above is of a set of admissions that really lie in its
  * interval, and a smaller set only makes the left side smaller. */
@@ -161,7 +173,7 @@ static rlb_audit_key_t *key_get(rlb_audit_t *a, uint32_t key)
     if (a->c.algo == RL_ALGO_SWC)
         a->keys[p].u.s.off = rlb_audit_offset(a, key);
     else
-        a->awindows++; /* a gcra's "windows" are its keys */
+        a->awindows++; /* a gcra's or a log's "windows" are its keys */
     a->kused++;
     return &a->keys[p];
 }
@@ -263,6 +275,63 @@ static void check_swc(rlb_audit_t *a, rlb_audit_key_t *k, uint32_t rel)
     }
 }
 
+/* sliding-window: admission of key k stamped base + rel, the next in stamp
+ * order. Returns 0, or RL_ENOMEM. */
+static int check_swl(rlb_audit_t *a, rlb_audit_key_t *k, uint32_t rel)
+{
+    uint64_t W = (uint64_t)a->c.window_s * 1000, span;
+    uint32_t *t, *n, i;
+
+    span = W > a->c.margin_ms ? W - a->c.margin_ms : 0;
+    /* What is stamped at or before rel - span is out of the check. */
+    while (k->u.l.len > 0 && (uint64_t)k->u.l.t[k->u.l.head] + span <= rel) {
+        k->u.l.sum -= k->u.l.n[k->u.l.head];
+        k->u.l.head = (k->u.l.head + 1) % k->u.l.cap;
+        k->u.l.len--;
+    }
+    if (k->u.l.len > 0 &&
+        k->u.l.t[(k->u.l.head + k->u.l.len - 1) % k->u.l.cap] == rel) {
+        k->u.l.n[(k->u.l.head + k->u.l.len - 1) % k->u.l.cap]++;
+    } else {
+        if (k->u.l.len == k->u.l.cap) {
+            uint32_t cap = k->u.l.cap ? 2 * k->u.l.cap : 8;
+            t = malloc(cap * sizeof(*t));
+            n = malloc(cap * sizeof(*n));
+            if (t == NULL || n == NULL) {
+                free(t);
+                free(n);
+                return RL_ENOMEM;
+            }
+            for (i = 0; i < k->u.l.len; i++) {
+                t[i] = k->u.l.t[(k->u.l.head + i) % k->u.l.cap];
+                n[i] = k->u.l.n[(k->u.l.head + i) % k->u.l.cap];
+            }
+            free(k->u.l.t);
+            free(k->u.l.n);
+            k->u.l.t = t;
+            k->u.l.n = n;
+            k->u.l.head = 0;
+            k->u.l.cap = cap;
+        }
+        i = (k->u.l.head + k->u.l.len) % k->u.l.cap;
+        k->u.l.t[i] = rel;
+        k->u.l.n[i] = 1;
+        k->u.l.len++;
+    }
+    k->u.l.sum++;
+    if ((unsigned __int128)k->u.l.sum * a->c.cost <= a->c.limit) {
+        k->failed = 0;
+    } else if (k->failed) {
+        a->over++; /* the same excess, still inside the interval */
+    } else {
+        uint64_t end = a->stamp_base + rel;
+        k->failed = 1;
+        fail(a, k->key1 - 1, (double)(end > span ? end - span : 0), (double)end,
+             (double)end, k->u.l.sum, a->c.limit, 0);
+    }
+    return 0;
+}
+
 /* Checks n admissions stamped base + rel, the earliest not yet checked. */
 static void check(rlb_audit_t *a, rlb_audit_key_t *k, uint32_t rel, uint32_t n)
 {
@@ -270,7 +339,10 @@ static void check(rlb_audit_t *a, rlb_audit_key_t *k, uint32_t rel, uint32_t n)
         a->admissions++;
         if (a->c.algo == RL_ALGO_GCRA)
             check_gcra(a, k, rel);
-        else
+        else if (a->c.algo == RL_ALGO_SWL) {
+            if (check_swl(a, k, rel) != 0)
+                a->nomem = 1;
+        } else
             check_swc(a, k, rel);
         k->began = 1;
         k->done = rel;

@@ -75,8 +75,9 @@ static void usage(FILE *f)
         "                          note)\n"
         "  --algorithm A           the audited limit's algorithm, as the\n"
         "                          server's rule names it: fixed-window\n"
-        "                          (default), sliding-window-counter or\n"
-        "                          gcra (--limit N --window S is then the\n"
+        "                          (default), sliding-window,\n"
+        "                          sliding-window-counter or gcra (--limit\n"
+        "                          N --window S is then the\n"
         "                          rate, N per S). Not fixed-window: --rule\n"
         "                          only, as inline requests are fixed windows\n"
         "  --burst B               gcra: the burst (default: --limit)\n"
@@ -87,7 +88,9 @@ static void usage(FILE *f)
         "  --audit-margin-ms MS    sliding-window-counter: admissions stamped\n"
         "                          at least MS before a window ended are\n"
         "                          taken as counted when the next window's\n"
-        "                          were decided (default 250); the audit is\n"
+        "                          were decided; sliding-window: the\n"
+        "                          windows checked are MS shorter (default\n"
+        "                          250); the audit is\n"
         "                          flagged unreliable if an answer took\n"
         "                          longer\n"
         "  --cost N                hits each request consumes (default 1)\n"
@@ -106,7 +109,9 @@ static void usage(FILE *f)
         "                          [a, b] <= B + (b - a) / T (T: S / N,\n"
         "                          in whole us); sliding-window-counter, each\n"
         "                          admission fit with the previous window's\n"
-        "                          count as the store must have seen it.\n"
+        "                          count as the store must have seen it;\n"
+        "                          sliding-window, admitted cost decided in\n"
+        "                          any (t - S + margin, t] <= N.\n"
         "                          Exit 1 if any check failed. An OK answer\n"
         "                          marked shadow_refused (a rule in shadow\n"
         "                          mode that would have refused) counts as\n"
@@ -242,7 +247,9 @@ static int check_algo(const rlb_opts_t *o)
     if (o->rule == NULL && o->algo != RL_ALGO_FIXED)
         return bad("--algorithm %s needs --rule: inline requests are fixed "
                    "windows",
-                   o->algo == RL_ALGO_GCRA ? "gcra" : "sliding-window-counter");
+                   o->algo == RL_ALGO_GCRA  ? "gcra"
+                   : o->algo == RL_ALGO_SWL ? "sliding-window"
+                                            : "sliding-window-counter");
     if (o->rule == NULL && o->per_caller)
         return bad("--phase per-caller needs --rule: inline requests are "
                    "aligned windows");
@@ -250,6 +257,9 @@ static int check_algo(const rlb_opts_t *o)
         return bad("--burst is for --algorithm gcra");
     if (o->algo == RL_ALGO_GCRA && o->per_caller)
         return bad("--phase per-caller is for windows; a gcra has none");
+    if (o->algo == RL_ALGO_SWL && o->per_caller)
+        return bad("--phase per-caller is for windows; a sliding window has "
+                   "none");
     if (o->algo == RL_ALGO_GCRA &&
         rl_gcra_interval_us(o->limit, o->window_s) == 0)
         return bad("--algorithm gcra: %" PRIu64 " per %" PRIu32
@@ -408,8 +418,10 @@ int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
                 o->algo = RL_ALGO_SWC;
             else if (strcmp(val, "gcra") == 0)
                 o->algo = RL_ALGO_GCRA;
+            else if (strcmp(val, "sliding-window") == 0)
+                o->algo = RL_ALGO_SWL;
             else
-                return bad("--algorithm wants fixed-window, "
+                return bad("--algorithm wants fixed-window, sliding-window, "
                            "sliding-window-counter or gcra, not '%s'",
                            val);
             continue;

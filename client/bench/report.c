@@ -59,6 +59,7 @@ static const char *algo_name(int algo)
 {
     return algo == RL_ALGO_GCRA  ? "gcra"
            : algo == RL_ALGO_SWC ? "sliding-window-counter"
+           : algo == RL_ALGO_SWL ? "sliding-window"
                                  : "fixed-window";
 }
 

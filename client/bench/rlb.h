@@ -182,6 +182,14 @@ typedef struct rlb_audit_key_s {
                                its end */
             uint64_t prev;  /* early of the window before, if adjacent */
         } s;
+        struct {
+            /* sliding-window: the admissions checked, in stamp order, that
+             * are still within a window (less the margin) of the last: a
+             * ring of (stamp - stamp_base, how many at that stamp) */
+            uint32_t *t, *n;
+            uint32_t head, len, cap;
+            uint64_t sum; /* admissions in the ring */
+        } l;
     } u;
 } rlb_audit_key_t;
 
@@ -196,7 +204,8 @@ typedef struct rlb_audit_conf_s {
     const char *key_prefix; /* key i is this, then i in decimal (per-caller
                                offsets are of the whole key); not copied */
     uint32_t cost;
-    /* swc: how long after its stamp an admission may still be on its way
+    /* swc, sliding-window: how long after its stamp an admission may still
+     * be on its way
      * to the store's counter (a batch's age when the store applies it,
      * and the instances' clock estimates apart); see audit_algo.c. */
     uint64_t margin_ms;

@@ -430,6 +430,112 @@ static void test_gcra_out_of_order(void **state)
     rlb_audit_free(&b);
 }
 
+/* A sliding window's store, as store/memory.c keeps a log: entries (stamp,
+ * 1) in the order applied; a decision at now drops the entries at the
+ * head stamped at or before now - W, then admits when what is left plus
+ * one is at most L. */
+typedef struct {
+    uint64_t t[4096];
+    size_t head, n;
+} lstore_t;
+
+static int log_decide(lstore_t *s, uint64_t L, uint64_t W, uint64_t now)
+{
+    while (s->n > 0 && s->t[s->head] + W <= now) {
+        s->head = (s->head + 1) % 4096;
+        s->n--;
+    }
+    if (s->n + 1 > L || s->n == 4096)
+        return 0;
+    s->t[(s->head + s->n++) % 4096] = now;
+    return 1;
+}
+
+/* The sliding window's bound is exact with a margin of 0: five at T0 and
+ * one at T0 + 999 are six in one second; one at T0 + 1000 is not. */
+static void test_swl_exact_bound(void **state)
+{
+    const uint64_t extras[] = {1, 999, 1000, 1500};
+    rlb_audit_t a;
+    rlb_audit_report_t r;
+    uint32_t i, e;
+
+    (void)state;
+    for (e = 0; e < 4; e++) {
+        rlb_audit_conf_t c;
+        rlb_audit_conf_init(&c);
+        c.algo = RL_ALGO_SWL;
+        c.limit = 5;
+        c.window_s = 1;
+        c.margin_ms = 0;
+        c.key_prefix = "k:";
+        c.expect = 10;
+        assert_int_equal(rlb_audit_init(&a, &c), 0);
+        for (i = 0; i < 5; i++)
+            add_at(&a, 3, 1, T0);
+        add_at(&a, 3, 1, T0 + extras[e]);
+        assert_int_equal(over_of(&a, &r) > 0, extras[e] < 1000);
+        assert_int_equal(r.admissions, 6);
+        if (extras[e] < 1000) {
+            assert_int_equal(r.over[0].key, 3);
+            assert_int_equal(r.over[0].allowed, 6);
+            assert_int_equal(r.over[0].limit, 5);
+        }
+        rlb_audit_report_free(&r);
+        rlb_audit_free(&a);
+    }
+}
+
+/* Two instances share one log per key, stamping 2 ms apart either way and
+ * applied in the order they reach the store: the audit (margin 10 ms)
+ * passes. Two logs of their own each admit the limit in every window, and
+ * fail it. */
+static void test_swl_out_of_order(void **state)
+{
+    enum { KEYS = 4 };
+    static lstore_t shared[KEYS], own[2][KEYS];
+    rlb_audit_t a, b;
+    rlb_audit_conf_t c;
+    rlb_audit_report_t r;
+    uint64_t t, admitted = 0;
+    uint32_t key;
+
+    (void)state;
+    memset(shared, 0, sizeof(shared));
+    memset(own, 0, sizeof(own));
+    rlb_audit_conf_init(&c);
+    c.algo = RL_ALGO_SWL;
+    c.limit = 30;
+    c.window_s = 1;
+    c.margin_ms = 10;
+    c.key_prefix = "k:";
+    c.expect = KEYS;
+    assert_int_equal(rlb_audit_init(&a, &c), 0);
+    assert_int_equal(rlb_audit_init(&b, &c), 0);
+    for (t = T0; t < T0 + 5000; t++) {
+        int inst = (int)(next() % 2);
+        uint64_t stamp = inst ? t + 2 - next() % 3 : t - 2 + next() % 3;
+        key = (uint32_t)(next() % KEYS);
+        if (log_decide(&shared[key], 30, 1000, stamp)) {
+            add_at(&a, key, 1, stamp);
+            admitted++;
+        } else {
+            add_at(&a, key, 0, stamp);
+        }
+        add_at(&b, key, log_decide(&own[inst][key], 30, 1000, stamp), stamp);
+    }
+    assert_int_equal(over_of(&a, &r), 0);
+    assert_int_equal(r.windows, KEYS);
+    assert_int_equal(r.admissions, admitted);
+    /* hammered: about the limit in every second, per key */
+    assert_true(admitted >= KEYS * 30 * 5 - KEYS * 30);
+    rlb_audit_report_free(&r);
+    assert_true(over_of(&b, &r) > 0);
+    rlb_audit_report_free(&r);
+    rlb_audit_free(&a);
+    rlb_audit_free(&b);
+}
+
 /* An admission stamped before one already checked (more than the hold's
  * worth of stamps later) is late: left out and counted, never a
  * failure. */
@@ -675,6 +781,8 @@ int main(void)
         cmocka_unit_test(test_gcra_exact_bound),
         cmocka_unit_test(test_gcra_out_of_order),
         cmocka_unit_test(test_late_left_out),
+        cmocka_unit_test(test_swl_exact_bound),
+        cmocka_unit_test(test_swl_out_of_order),
         cmocka_unit_test(test_swc_aligned),
         cmocka_unit_test(test_swc_per_caller),
         cmocka_unit_test(test_swc_boundary_reorder),

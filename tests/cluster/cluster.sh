@@ -14,8 +14,9 @@
 #                 connections to each server and audits all their answers
 #                 as one; each server's /metrics equals its share
 #   uniform       many keys: no window over its limit
-#   algorithms    --fleet on a gcra, a sliding-window-counter and staggered
-#                 fixed windows: every admission audited by its own rule
+#   algorithms    --fleet on a gcra, a sliding-window-counter, a sliding
+#                 window and staggered fixed windows: every admission
+#                 audited by its own rule
 #   clock_skew    two servers' wall clocks shifted by -40 s and +25 s
 #   kill_server   one server SIGKILLed mid-run
 #   drain         one server SIGTERMed with --drain-ms mid-run
@@ -158,13 +159,15 @@ scenario_fleet() {
 # Every algorithm exact under concurrency: three servers on one Redis, a
 # few hot keys per algorithm, every admission audited by its own rule
 # (gcra: no interval holds more than the burst and what the rate adds;
-# sliding-window-counter: its formula; staggered fixed windows: each
-# caller's windows at its offset).
+# sliding-window-counter: its formula; sliding-window: no window holds more
+# than the limit; staggered fixed windows: each caller's windows at its
+# offset).
 scenario_algorithms() {
     local a
     t_init 3
     t_cluster_up -- --rule 'g=40/1s:gcra:burst=20' \
-        --rule 's=60/2s:sliding-window-counter' --rule 'p=30/2s:per-caller'
+        --rule 's=60/2s:sliding-window-counter' --rule 'p=30/2s:per-caller' \
+        --rule 'l=50/2s:sliding-window'
     t_bench_at "$(t_servers)" alg_g --fleet --duration 3 --keys 5 \
         --dist uniform --rule g --algorithm gcra --limit 40 --window 1 \
         --burst 20 --key-prefix g: --audit "${LOAD[@]}"
@@ -174,7 +177,10 @@ scenario_algorithms() {
     t_bench_at "$(t_servers)" alg_p --fleet --duration 3 --keys 5 \
         --dist uniform --rule p --phase per-caller --limit 30 --window 2 \
         --key-prefix p: --audit "${LOAD[@]}"
-    for a in alg_g alg_s alg_p; do
+    t_bench_at "$(t_servers)" alg_l --fleet --duration 3 --keys 5 \
+        --dist uniform --rule l --algorithm sliding-window --limit 50 \
+        --window 2 --key-prefix l: --audit "${LOAD[@]}"
+    for a in alg_g alg_s alg_p alg_l; do
         t_check "$a: rl-bench exited $(cat "$T_DIR/$a.rc")" \
             [ "$(cat "$T_DIR/$a.rc")" = 0 ]
         t_expect "$a" audit_over_limit -eq 0
@@ -184,6 +190,7 @@ scenario_algorithms() {
     done
     t_expect alg_g audit_admissions_checked -gt 100
     t_expect alg_s audit_admissions_checked -gt 100
+    t_expect alg_l audit_admissions_checked -gt 100
 }
 
 scenario_uniform() {
