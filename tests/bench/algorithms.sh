@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# The three algorithms side by side, and beside the npm packages that do
-# the same job, in one run on this machine (BENCHMARKS.md, "Algorithms"):
+# The algorithms side by side, and beside the npm packages that do the
+# same job, in one run on this machine (BENCHMARKS.md, "Algorithms"):
 #
 #   tests/bench/algorithms.sh [RESULTS_DIR]
 #
 # One limit for all, 10^9 per 1000 s (N/DUR: fixed-window, and the same
-# under :sliding-window-counter and :gcra, whose default burst is N), so
-# that nothing is refused and every figure is the cost of an admitted
-# decision. One redis-server with the ratelimit module and two rl-servers
+# under :sliding-window-counter and :gcra, whose default burst is N; the
+# sliding window, capped at 10^6, at 10^6 per 1000 s), so that nothing is
+# refused and every figure is the cost of an admitted decision. The
+# module has no sliding-window log: that rule's batches go to the script
+# on both rl-servers. One redis-server with the ratelimit module and two rl-servers
 # on it, one deciding with the module (RL.BATCH) and one with the Lua
 # script (--redis-module off), each with the three rules. In each of
 # $RL_BENCH_ROUNDS rounds (the algorithms' order rotated every round),
@@ -23,8 +25,9 @@
 #                through the module's rl-server; before them, in the same
 #                round, floor_redis (tests/bench/floor.c) with run.sh's
 #                floor_redis row: p50, p99, and p99 over the floor's
-#   npm peers    rolling-rate-limiter (a sliding LOG, the nearest package to
-#                the sliding-window-counter) and redis-gcra (GCRA), each
+#   npm peers    rolling-rate-limiter (a sliding LOG: the sliding window's
+#                own algorithm, and the nearest package to the
+#                sliding-window-counter) and redis-gcra (GCRA), each
 #                driven by tests/bench/npm_peers/PKG.js from one Node
 #                process (ioredis, $RL_BENCH_PEER_INFLIGHT promises in
 #                flight, 100k uniform keys, the same limit, 1 s warmup and
@@ -104,16 +107,21 @@ done
 limit_n=1000000000
 limit_s=1000
 mem_limit=100/1000s
-algos=(fixed-window sliding-window-counter gcra)
-# rules_for LIMIT: --rule flags for the three algorithms at LIMIT.
+algos=(fixed-window sliding-window-counter gcra sliding-window)
+# rules_for LIMIT [LOG_LIMIT]: --rule flags for the algorithms at LIMIT;
+# the sliding window (an entry per admission) at LOG_LIMIT, at most
+# 1,000,000 (--sliding-window-max): 10^6 per 1000 s refuses nothing
+# either, at these rates over 100k keys.
 rules_for() {
-  rules=(--rule "f=$1" --rule "s=$1:sliding-window-counter" --rule "g=$1:gcra")
+  rules=(--rule "f=$1" --rule "s=$1:sliding-window-counter" --rule "g=$1:gcra"
+    --rule "l=${2:-$1}:sliding-window" --sliding-window-max 1000000)
 }
-rules_for "$limit_n/${limit_s}s"
+rules_for "$limit_n/${limit_s}s" "1000000/${limit_s}s"
 peers=(rolling-rate-limiter redis-gcra)
 declare -A peer_of=([sliding-window-counter]=rolling-rate-limiter
-  [gcra]=redis-gcra)
-declare -A rule_of=([fixed-window]=f [sliding-window-counter]=s [gcra]=g)
+  [gcra]=redis-gcra [sliding-window]=rolling-rate-limiter)
+declare -A rule_of=([fixed-window]=f [sliding-window-counter]=s [gcra]=g
+  [sliding-window]=l)
 
 failed=0
 clk_tck=$(getconf CLK_TCK)
@@ -497,7 +505,7 @@ verdict() { if awk "BEGIN { exit !($1) }" 2>/dev/null; then echo met; else echo 
   echo "machine: $(nproc) vCPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1), kernel $(uname -r), redis $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), node $(node --version 2>/dev/null || echo -)"
   echo "load before: ${uptime_before#*load average: }; after: ${uptime_after#*load average: }; steal over the run ${steal_pct} %"
   echo "rows left out (errors, or answers from the fail-open policy: Redis unanswered for --redis-timeout-ms): $(for n in "${!errs[@]}"; do [ "${errs[$n]}" = 0 ] || printf '%s (%s) ' "$n" "${errs[$n]}"; done)"
-  echo "limit: $limit_n/${limit_s}s for every algorithm (gcra: burst $limit_n); rounds $rounds, closed loops ${conns} x ${inflight}, 1 s warmup + ${secs} s; open loops ${open_secs} s; FLUSHALL before every row; figures are medians of the rounds, ratios medians of each round's ratio"
+  echo "limit: $limit_n/${limit_s}s for every algorithm (gcra: burst $limit_n) but the sliding window's, 1000000/${limit_s}s (its cap); rounds $rounds, closed loops ${conns} x ${inflight}, 1 s warmup + ${secs} s; open loops ${open_secs} s; FLUSHALL before every row; figures are medians of the rounds, ratios medians of each round's ratio"
   echo
   echo "Closed loop through one rl-server (module: RL.BATCH; script: --redis-module off), s/M = CPU us per decision:"
   echo
@@ -536,7 +544,7 @@ verdict() { if awk "BEGIN { exit !($1) }" 2>/dev/null; then echo met; else echo 
     echo
     echo "| ours | npm peer (client) | ours dec/s module / script | peer dec/s | ours / peer module / script | Redis s/M ours module / script | Redis s/M peer | peer Node s/M | peer p50 / p99 us | peer's Redis memory |"
     echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"
-    for a in sliding-window-counter gcra; do
+    for a in sliding-window-counter gcra sliding-window; do
       p=${peer_of[$a]}
       echo "| $a | $p ${peer_type[$p]:+(${peer_type[$p]}) }${peer_client[$p]:-} | $(fmt_rate "${rate[$a/module/uniform]}") / $(fmt_rate "${rate[$a/script/uniform]}") | $(fmt_rate "${rate[$p]}") | $(x "$(ratio_med "$a/module/uniform" "$p" rate)") / $(x "$(ratio_med "$a/script/uniform" "$p" rate)") | ${rcpu[$a/module/uniform]} / ${rcpu[$a/script/uniform]} | ${rcpu[$p]} | ${ccpu[$p]} | $(fmt_rate "${p50[$p]}") / $(fmt_rate "${p99[$p]}") | ${peer_mem[$p]:--} |"
     done
@@ -548,14 +556,14 @@ verdict() { if awk "BEGIN { exit !($1) }" 2>/dev/null; then echo met; else echo 
   echo
   echo "| target | figure | status |"
   echo "|---|---|---|"
-  for a in sliding-window-counter gcra; do
+  for a in sliding-window-counter gcra sliding-window; do
     for path in module script; do
       v=$(ratio_med "$a/$path/uniform" "fixed-window/$path/uniform" rate)
       echo "| $a ($path) uniform decisions/s >= 0.8x fixed-window's | ${v}x ($(fmt_rate "${rate[$a/$path/uniform]}") against $(fmt_rate "${rate[fixed-window/$path/uniform]}")) | $(verdict "$v >= 0.8") |"
     done
   done
   if [ "$have_peers" = 1 ]; then
-    for a in sliding-window-counter gcra; do
+    for a in sliding-window-counter gcra sliding-window; do
       p=${peer_of[$a]}
       for path in module script; do
         v=$(ratio_med "$a/$path/uniform" "$p" rate)
