@@ -49,7 +49,7 @@
 
 #include "rlm_batch.h"
 
-#define RLM_VERSION 2
+#define RLM_VERSION 3
 
 typedef struct RedisModuleCtx RedisModuleCtx;
 typedef struct RedisModuleString RedisModuleString;
@@ -457,8 +457,103 @@ static void r_str(void *env, const char *s, size_t len)
     rm_ReplyWithStringBuffer(((env_t *)env)->ctx, s, len);
 }
 
-static const rlm_io_t io = {k_open,  k_get,   k_write, k_del, k_close,
-                            k_quota, r_begin, r_int,   r_str};
+/* A sliding window's log (rlm_batch.h): a string of digits, read and
+ * written in place like a counter. Its writes go to the replicas and the
+ * AOF at once, after whatever the call logged before them (fx_flush), as
+ * plain commands: the whole string with SET ... PXAT, or an append as one
+ * EVAL of LOG_REP (APPEND, SETRANGE of the header, PEXPIREAT). */
+#define LOG_REP                                                                \
+    "local k=KEYS[1] redis.call('APPEND',k,ARGV[1]) "                          \
+    "redis.call('SETRANGE',k,0,ARGV[2]) redis.call('PEXPIREAT',k,ARGV[3])"
+
+static int k_sget(void *env, void *h, const char **s, size_t *len)
+{
+    RedisModuleKey *k = ((counter_t *)h)->k;
+    int t = k != NULL ? rm_KeyType(k) : RM_KEYTYPE_EMPTY;
+
+    (void)env;
+    *s = NULL;
+    *len = 0;
+    if (t == RM_KEYTYPE_EMPTY)
+        return RLM_VAL_OK;
+    if (t != RM_KEYTYPE_STRING)
+        return RLM_VAL_WRONGTYPE;
+    *s = rm_StringDMA(k, len, RM_READ);
+    return RLM_VAL_OK;
+}
+
+static void warn_log_rep(RedisModuleCtx *ctx)
+{
+    static int warned;
+
+    if (!warned) {
+        warned = 1;
+        rm_Log(ctx, "warning",
+               "ratelimit: Redis refused to replicate a sliding window's "
+               "write (SET or EVAL renamed?): replicas and the AOF miss it");
+    }
+}
+
+static void k_sset(void *env, void *h, const char *hdr, const char *body,
+                   size_t blen, const char *ent, int64_t expire_ms)
+{
+    env_t *e = env;
+    counter_t *c = h;
+    size_t n = RLM_LOG_HDR + blen + RLM_LOG_ENT, len = 0;
+    char *p = rm_KeyType(c->k) == RM_KEYTYPE_STRING
+                  ? rm_StringDMA(c->k, &len, RM_WRITE)
+                  : NULL;
+    int inside = p != NULL && body >= p && body + blen <= p + len;
+
+    /* The live entries move to just after the header (body lies in the
+     * string sget gave: after it, as the header comes first). */
+    if (inside)
+        memmove(p + RLM_LOG_HDR, body, blen);
+    if (rm_StringTruncate(c->k, n) != RM_OK ||
+        (p = rm_StringDMA(c->k, &len, RM_WRITE)) == NULL || len != n)
+        return;
+    memcpy(p, hdr, RLM_LOG_HDR);
+    if (!inside)
+        memcpy(p + RLM_LOG_HDR, body, blen);
+    memcpy(p + RLM_LOG_HDR + blen, ent, RLM_LOG_ENT);
+    rm_SetAbsExpire(c->k, expire_ms);
+    fx_flush(e->ctx);
+    if (rm_Replicate(e->ctx, "SET", "sbsl", c->name, p, n, w_pxat,
+                     (long long)expire_ms) != RM_OK)
+        warn_log_rep(e->ctx);
+}
+
+static void k_sappend(void *env, void *h, const char *hdr, const char *ent,
+                      int64_t expire_ms)
+{
+    env_t *e = env;
+    counter_t *c = h;
+    size_t len = 0, n;
+    char *p = rm_StringDMA(c->k, &len, RM_WRITE);
+
+    n = len + RLM_LOG_ENT;
+    if (p == NULL || rm_StringTruncate(c->k, n) != RM_OK ||
+        (p = rm_StringDMA(c->k, &len, RM_WRITE)) == NULL || len != n)
+        return;
+    memcpy(p + n - RLM_LOG_ENT, ent, RLM_LOG_ENT);
+    memcpy(p, hdr, RLM_LOG_HDR);
+    rm_SetAbsExpire(c->k, expire_ms);
+    fx_flush(e->ctx);
+    if (rm_Replicate(e->ctx, "EVAL", "clsbbl", LOG_REP, 1LL, c->name, ent,
+                     (size_t)RLM_LOG_ENT, hdr, (size_t)RLM_LOG_HDR,
+                     (long long)expire_ms) != RM_OK &&
+        (rm_Replicate(e->ctx, "APPEND", "sb", c->name, ent,
+                      (size_t)RLM_LOG_ENT) != RM_OK ||
+         rm_Replicate(e->ctx, "SETRANGE", "slb", c->name, 0LL, hdr,
+                      (size_t)RLM_LOG_HDR) != RM_OK ||
+         rm_Replicate(e->ctx, "PEXPIREAT", "sl", c->name,
+                      (long long)expire_ms) != RM_OK))
+        warn_log_rep(e->ctx);
+}
+
+static const rlm_io_t io = {k_open,  k_get,   k_write, k_del,
+                            k_close, k_quota, r_begin, r_int,
+                            r_str,   k_sget,  k_sset,  k_sappend};
 
 /* argv[1] is numkeys, as EVAL's; -1 when it is not a count of argv. */
 static long long numkeys(RedisModuleString **argv, int argc)

@@ -379,17 +379,135 @@ static void decide(batch_t *b, op_t *o)
 
 /* ---- an op of other algorithms ("a") ----------------------------------*/
 
+/* A sliding window's log as read (store.h, RLS_SWL_*; the script's
+ * lread): its string, the sum and the first live entry once what left
+ * the window is dropped, and its oldest live entries (at most
+ * RL_SWL_PREFIX) covering max(sum - limit, 0) + the op's largest cost. */
+typedef struct {
+    const char *s; /* NULL: no log */
+    size_t len, pos;
+    int64_t sum, newest;
+    uint32_t nold;
+    int64_t ot[RL_SWL_PREFIX], oc[RL_SWL_PREFIX];
+} log_t;
+
+#define LOG_BAD "ERR not a sliding-window log"
+
+/* n digits at s (all digits) into *v; 0, or -1. */
+static int fixed_digits(const char *s, size_t n, int64_t *v)
+{
+    size_t i;
+
+    *v = 0;
+    for (i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        *v = *v * 10 + (s[i] - '0');
+    }
+    return 0;
+}
+
+/* Reads the log at now as the script does; NULL, or the error text. */
+static const char *log_read(batch_t *b, void *h, int64_t W, int64_t L,
+                            int64_t cmax, log_t *g)
+{
+    int64_t t, c, need = -1, acc = 0, pos;
+    size_t at;
+
+    memset(g, 0, sizeof(*g));
+    g->pos = RLM_LOG_HDR;
+    if (b->io->sget(b->env, h, &g->s, &g->len) != RLM_VAL_OK)
+        return RLM_ERR_WRONGTYPE;
+    if (g->s == NULL || g->len == 0) {
+        g->s = NULL;
+        g->len = 0;
+        return NULL;
+    }
+    if (g->len < RLM_LOG_HDR || fixed_digits(g->s, 20, &g->sum) != 0 ||
+        fixed_digits(g->s + 20, 12, &pos) != 0 || pos < RLM_LOG_HDR ||
+        (uint64_t)pos > g->len || (g->len - (size_t)pos) % RLM_LOG_ENT != 0)
+        return LOG_BAD;
+    g->pos = (size_t)pos;
+    if (g->len > g->pos &&
+        fixed_digits(g->s + g->len - RLM_LOG_ENT, 14, &g->newest) != 0)
+        return LOG_BAD;
+    for (at = g->pos; at < g->len; at += RLM_LOG_ENT) {
+        if (fixed_digits(g->s + at, 14, &t) != 0 ||
+            fixed_digits(g->s + at + 14, 10, &c) != 0)
+            return LOG_BAD;
+        if (need < 0 && t + W <= b->now) {
+            g->sum -= c;
+            g->pos += RLM_LOG_ENT;
+            continue;
+        }
+        if (need < 0)
+            need = (g->sum > L ? g->sum - L : 0) + cmax;
+        if (acc >= need || g->nold == RL_SWL_PREFIX)
+            break;
+        g->ot[g->nold] = t;
+        g->oc[g->nold++] = c;
+        acc += c;
+    }
+    if (g->pos >= g->len)
+        g->newest = 0;
+    if (g->sum < 0)
+        g->sum = 0;
+    return NULL;
+}
+
+/* The largest cost among op o's requests. */
+static int64_t op_max_cost(const batch_t *b, const op_t *o)
+{
+    int64_t m = 1, c;
+    int64_t k;
+
+    if (o->costs == 0)
+        return o->c;
+    for (k = 0; k < o->k; k++)
+        if (num(b, o->costs + (size_t)k, &c) == 0 && c > m)
+            m = c;
+    return m;
+}
+
+/* Appends (now, add) to a log read by log_read, its sum now sum: in place,
+ * or the live entries rewritten when what left the window is half the
+ * string (or all of it), as the script does. */
+static void log_write(batch_t *b, void *h, const log_t *g, int64_t sum,
+                      int64_t add, int64_t exp)
+{
+    /* Wide enough for any int64: the digits written are exactly
+     * RLM_LOG_HDR and RLM_LOG_ENT, as a log's numbers fit them (a sum
+     * within its limit, a time below 2^53 ms, an offset within Redis's
+     * 512 MB strings). */
+    char hdr[48], ent[48];
+
+    snprintf(ent, sizeof(ent), "%014lld%010lld", (long long)b->now,
+             (long long)add);
+    if (g->s == NULL || g->pos >= g->len ||
+        g->pos - RLM_LOG_HDR >= (g->len - RLM_LOG_HDR) / 2) {
+        snprintf(hdr, sizeof(hdr), "%020lld%012d", (long long)sum, RLM_LOG_HDR);
+        b->io->sset(b->env, h, hdr, g->s ? g->s + g->pos : "",
+                    g->s ? g->len - g->pos : 0, ent, exp);
+    } else {
+        snprintf(hdr, sizeof(hdr), "%020lld%012zu", (long long)sum, g->pos);
+        b->io->sappend(b->env, h, hdr, ent, exp);
+    }
+}
+
 /* One limit of an "a" op. Its keys are consecutive in KEYS: a fixed
  * window's counter; a sliding-window-counter's current counter, then its
  * previous one; a gcra's TAT (us). */
 typedef struct {
-    char algo;    /* 'f', 's' or 'g' */
+    char algo;    /* 'f', 's', 'g' or 'l' */
     size_t key;   /* the KEYS index of its first key */
-    int64_t exp;  /* f, s: when a counter it starts expires */
-    int64_t lim;  /* f, s: the limit; g: the burst */
-    int64_t arg;  /* s: the previous window's weight; g: the interval, us */
+    int64_t exp;  /* f, s, l: when a counter (a log) it writes expires */
+    int64_t lim;  /* f, s, l: the limit; g: the burst */
+    int64_t arg;  /* s: the previous window's weight; g: the interval, us;
+                     l: the window, ms */
     void *h[2];   /* its keys, open while the op is decided */
-    int64_t v[2]; /* what they held before the op (0 when missing) */
+    int64_t v[2]; /* what they held before the op (0 when missing); l: the
+                     log's sum and newest entry's time */
+    log_t log;    /* l: the log as read */
 } alim_t;
 
 typedef struct {
@@ -403,16 +521,17 @@ static uint32_t alim_keys(const alim_t *l)
 }
 
 /* Reads the op's keys, loads its limits as lib/ does (rl_admit_fixed,
- * _swc, _gcra; only the server's report of a decision needs a window's
- * length or its reset, so those are 0), decides its requests in arrival
- * order (refusals consume nothing), and when it admitted some writes
- * what rl_admit_added says: the cost admitted, added to a fixed window's
- * counter or a sliding-window-counter's current one (its expiry set when
- * it was missing or 0; the previous counter is only read), or the new TAT,
- * expiring a grace after it. A refusal writes nothing: unlike the plain
- * op, which removes a counter found at 0 (the script's INCRBY then DEL),
- * an "a" op leaves every key as it was. Then puts the op's reply entry:
- * the count admitted and what each key held. */
+ * _swc, _gcra, _swl; only the server's report of a decision needs a
+ * window's length or its reset, so those are 0), decides its requests in
+ * arrival order (refusals consume nothing), and when it admitted some
+ * writes what rl_admit_added says: the cost admitted, added to a fixed
+ * window's counter or a sliding-window-counter's current one (its expiry
+ * set when it was missing or 0; the previous counter is only read) or
+ * appended to a log, or the new TAT, expiring a grace after it. A refusal
+ * writes nothing: unlike the plain op, which removes a counter found at 0
+ * (the script's INCRBY then DEL), an "a" op leaves every key as it was.
+ * Then puts the op's reply entry: the count admitted and what each key
+ * held (a log: its sum, newest entry, and oldest entries). */
 static void decide_alg(batch_t *b, aop_t *ao, const op_t *o)
 {
     const char *err = b->refuse;
@@ -425,10 +544,15 @@ static void decide_alg(batch_t *b, aop_t *ao, const op_t *o)
         for (i = 0; err == NULL && i < alim_keys(l); i++) {
             int rc, exists;
             l->h[i] = b->io->open(b->env, l->key + i, NULL, 0, i == 0);
-            if (l->h[i] == NULL)
+            if (l->h[i] == NULL) {
                 err = "ERR out of memory";
-            else if ((rc = b->io->get(b->env, l->h[i], &l->v[i], &exists)) !=
-                     RLM_VAL_OK)
+            } else if (l->algo == 'l') {
+                err = log_read(b, l->h[0], l->arg, l->lim, op_max_cost(b, o),
+                               &l->log);
+                l->v[0] = l->log.sum;
+                l->v[1] = l->log.newest;
+            } else if ((rc = b->io->get(b->env, l->h[i], &l->v[i], &exists)) !=
+                       RLM_VAL_OK)
                 err = rc == RLM_VAL_WRONGTYPE ? RLM_ERR_WRONGTYPE
                                               : RLM_ERR_NOTINT;
         }
@@ -443,6 +567,9 @@ static void decide_alg(batch_t *b, aop_t *ao, const op_t *o)
             else if (l->algo == 's')
                 rl_admit_swc(&aw[j], (uint64_t)l->lim, 0, l->v[0], l->v[1],
                              (uint32_t)l->arg, 0);
+            else if (l->algo == 'l')
+                rl_admit_swl(&aw[j], (uint64_t)l->lim, 0, l->v[0], 0, NULL,
+                             NULL, 0);
             else
                 rl_admit_gcra(&aw[j], (uint64_t)l->lim, 0, (uint64_t)l->arg,
                               l->v[0], now);
@@ -464,6 +591,7 @@ static void decide_alg(batch_t *b, aop_t *ao, const op_t *o)
             const alim_t *l = &ao->l[j];
             uint64_t held =
                 l->algo != 'g' && l->v[0] > 0 ? (uint64_t)l->v[0] : 0;
+            /* (a log's sum stays within its limit, far below) */
             add[j] = rl_admit_added(&aw[j], now);
             if (add[j] > (uint64_t)INT64_MAX - held)
                 err = RLM_ERR_OVERFLOW;
@@ -471,7 +599,10 @@ static void decide_alg(batch_t *b, aop_t *ao, const op_t *o)
     }
     for (j = 0; err == NULL && adm > 0 && j < ao->n; j++) {
         const alim_t *l = &ao->l[j];
-        if (l->algo == 'g')
+        if (l->algo == 'l')
+            log_write(b, l->h[0], &l->log, l->v[0] + (int64_t)add[j],
+                      (int64_t)add[j], l->exp);
+        else if (l->algo == 'g')
             b->io->write(b->env, l->h[0], (int64_t)add[j],
                          (int64_t)(add[j] / 1000 + (add[j] % 1000 != 0)) +
                              b->grace);
@@ -488,9 +619,22 @@ static void decide_alg(batch_t *b, aop_t *ao, const op_t *o)
         return;
     }
     put_int(b, (int64_t)adm);
-    for (j = 0; j < ao->n; j++)
-        for (i = 0; i < alim_keys(&ao->l[j]); i++)
-            put_count(b, ao->l[j].v[i]);
+    for (j = 0; j < ao->n; j++) {
+        const alim_t *l = &ao->l[j];
+        if (l->algo == 'l') {
+            /* the sum, the newest entry, m, then m times and costs */
+            put_int(b, l->v[0]);
+            put_int(b, l->v[1]);
+            put_int(b, (int64_t)l->log.nold);
+            for (i = 0; i < l->log.nold; i++) {
+                put_int(b, l->log.ot[i]);
+                put_int(b, l->log.oc[i]);
+            }
+            continue;
+        }
+        for (i = 0; i < alim_keys(l); i++)
+            put_count(b, l->v[i]);
+    }
 }
 
 /* ---- the batch ---------------------------------------------------------*/
@@ -658,13 +802,15 @@ static int distinct(const batch_t *b, const op_t *o)
 
 /* An op of other algorithms (ARGV[p] is "a"): nwin; per limit its letter
  * and arguments ("f" expiry limit, "s" expiry limit weight, "g" burst
- * interval_us); then its costs. Its keys, one a limit (two for "s"), are
- * KEYS from *kp on, all distinct (as distinct() says why). Checks it
- * (dry) or decides it (decide_alg). Returns the ARGV index after it, or 0
- * when malformed: nwin outside 1..RLM_WIN_MAX, a letter unknown, a limit
- * or burst below 1, a weight outside 1..RL_SWC_ONE, an interval below 1
- * or a cap (burst x interval) past RL_GCRA_CAP_MAX_US, an expiry outside
- * [1, RLM_MS_MAX] (as every op's), a key too few, one twice. */
+ * interval_us, "l" expiry limit window_ms); then its costs. Its keys, one a
+ * limit (two for "s"), are KEYS from *kp on, all distinct (as distinct()
+ * says why). Checks it (dry) or decides it (decide_alg). Returns the ARGV
+ * index after it, or 0 when malformed: nwin outside 1..RLM_WIN_MAX, a
+ * letter unknown, a limit or burst below 1, a weight outside
+ * 1..RL_SWC_ONE, an interval below 1 or a cap (burst x interval) past
+ * RL_GCRA_CAP_MAX_US, a log's limit past RL_SWL_LIMIT_MAX or its window
+ * outside 1..RLM_LOG_WINDOW_MAX ms, an expiry outside [1, RLM_MS_MAX] (as
+ * every op's), a key too few, one twice. */
 static size_t alg_op(batch_t *b, op_t *o, size_t p, size_t *kp)
 {
     const rlm_args_t *a = b->a;
@@ -694,6 +840,14 @@ static size_t alg_op(batch_t *b, op_t *o, size_t p, size_t *kp)
                     return 0;
                 p++;
             }
+        } else if (l->algo == 'l') {
+            if (ms_arg(b, p + 1, 1, &l->exp) != 0 ||
+                num(b, p + 2, &l->lim) != 0 || l->lim < 1 ||
+                l->lim > (int64_t)RL_SWL_LIMIT_MAX ||
+                num(b, p + 3, &l->arg) != 0 || l->arg < 1 ||
+                l->arg > RLM_LOG_WINDOW_MAX)
+                return 0;
+            p += 4;
         } else if (l->algo == 'g') {
             if (num(b, p + 1, &l->lim) != 0 || l->lim < 1 ||
                 num(b, p + 2, &l->arg) != 0 || l->arg < 1 ||

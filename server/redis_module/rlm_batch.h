@@ -28,6 +28,15 @@
  * most 1000. */
 #define RLM_SCALE_MAX 1e6
 
+/* A sliding window's log, the string the script and the module share
+ * (server/store/store.h, RLS_SWL_*): a header of RLM_LOG_HDR digits (the
+ * sum, 20; the offset of the first live entry, 12), then entries of
+ * RLM_LOG_ENT digits (a time in ms, 14; a cost, 10). Its window is at most
+ * 366 days. */
+#define RLM_LOG_HDR 32
+#define RLM_LOG_ENT 24
+#define RLM_LOG_WINDOW_MAX INT64_C(31622400000)
+
 /* rlm_batch's flags. */
 #define RLM_CLUSTER 1 /* Redis Cluster: keys beyond KEYS stay in their slot */
 
@@ -77,6 +86,18 @@ typedef struct rlm_io_s {
     void (*begin)(void *env);
     void (*put_int)(void *env, int64_t v);
     void (*put_str)(void *env, const char *s, size_t len);
+    /* A sliding window's log, on a key open for writing: sget gives its
+     * string (*s NULL when missing), valid until the next sset, sappend or
+     * close, or RLM_VAL_WRONGTYPE when it is not a string. sset makes it
+     * hdr (RLM_LOG_HDR bytes), then blen bytes at body (which may lie in
+     * the string sget gave), then ent (RLM_LOG_ENT bytes); sappend appends
+     * ent and overwrites the first RLM_LOG_HDR bytes with hdr. Both set
+     * its expiry to expire_ms (> 0, absolute). */
+    int (*sget)(void *env, void *h, const char **s, size_t *len);
+    void (*sset)(void *env, void *h, const char *hdr, const char *body,
+                 size_t blen, const char *ent, int64_t expire_ms);
+    void (*sappend)(void *env, void *h, const char *hdr, const char *ent,
+                    int64_t expire_ms);
 } rlm_io_t;
 
 typedef struct rlm_args_s {
@@ -97,10 +118,11 @@ typedef struct rlm_args_s {
  * below 1, costs summing past 2^63 - 1, a scale outside (0,
  * RLM_SCALE_MAX]; in an op of other algorithms ("a"), besides, a limit
  * or a burst below 1, a weight outside 1..65536, an interval below 1 us
- * or a burst x interval past RL_GCRA_CAP_MAX_US (lib/rl_admit.h), the
- * same key twice. flags: RLM_CLUSTER or 0. With refuse not NULL every op
- * fails with that error text (Redis out of memory) and no key is touched.
- * *nput gets the number of elements put. */
+ * or a burst x interval past RL_GCRA_CAP_MAX_US (lib/rl_admit.h), a
+ * sliding window's limit past RL_SWL_LIMIT_MAX or its window outside 1 ms
+ * to RLM_LOG_WINDOW_MAX, the same key twice. flags: RLM_CLUSTER or 0. With
+ * refuse not NULL every op fails with that error text (Redis out of memory) and
+ * no key is touched. *nput gets the number of elements put. */
 int rlm_batch(const rlm_io_t *io, void *env, const rlm_args_t *a,
               int64_t clock_ms, unsigned flags, const char *refuse,
               size_t *nput);

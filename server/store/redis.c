@@ -325,10 +325,7 @@ static int qwin_room(rls_redis_store_t *st, const redisReply *rep, size_t n)
  * RL_ENOMEM. */
 static int encode(rls_redis_store_t *st, batch_t *b, const char *sha)
 {
-    /* The module has no sliding-window log: a batch with one goes to the
-     * script, which decides its other ops as the module would. */
-    b->module = rls_redis_conn_module(st->conn) && sha != NULL &&
-                !rls_ops_have_log(b->ops, b->n);
+    b->module = rls_redis_conn_module(st->conn) && sha != NULL;
     if (b->module)
         return rls_redis_encode_module(&st->cmd, b->ops, b->n, b->now_ms,
                                        st->grace_ms, b->deadline_ms);

@@ -87,21 +87,25 @@ local function lread(key, now, W, L, cmax)
     local h = rpcall('GETRANGE', key, 0, 31)
     if type(h) == 'table' then return tostring(h.err) end
     if h == '' then return nil, 0, 32, 0, 0, {}, {} end
+    local bad = 'ERR not a sliding-window log'
+    if not string.find(h, '^%d+$') then return bad end
     local sum, pos = tonumber(ssub(h, 1, 20)), tonumber(ssub(h, 21, 32))
     local len = rcall('STRLEN', key)
-    if #h ~= 32 or not sum or not pos or pos < 32 or (len - pos) % 24 ~= 0
-        then return 'ERR not a sliding-window log' end
+    if #h ~= 32 or pos < 32 or pos > len or (len - pos) % 24 ~= 0 then
+        return bad end
     local newest = 0
     if len > pos then
         newest = tonumber(rcall('GETRANGE', key, len - 24, len - 11))
+        if not newest then return bad end
     end
     local ot, oc, need, acc, at, chunk, ci = {}, {}, nil, 0, pos, '', 1
     while at < len do
         if ci > #chunk then
             chunk, ci = rcall('GETRANGE', key, at, at + 24 * 16 - 1), 1
         end
-        local t = tonumber(ssub(chunk, ci, ci + 13))
-        local c = tonumber(ssub(chunk, ci + 14, ci + 23))
+        local e = ssub(chunk, ci, ci + 23)
+        if not string.find(e, '^%d+$') then return bad end
+        local t, c = tonumber(ssub(e, 1, 14)), tonumber(ssub(e, 15, 24))
         if need == nil and t + W <= now then
             sum, pos = sum - c, pos + 24
         else

@@ -41,18 +41,6 @@ uint64_t rls_op_max_cost(const rls_op_t *op)
     return m;
 }
 
-int rls_ops_have_log(const rls_op_t *ops, size_t n)
-{
-    size_t i;
-    uint32_t j;
-
-    for (i = 0; i < n; i++)
-        for (j = 0; j < ops[i].nwin; j++)
-            if (ops[i].win[j].algo == RL_ALGO_SWL)
-                return 1;
-    return 0;
-}
-
 int rls_op_fixed(const rls_op_t *op)
 {
     uint32_t j;

@@ -178,9 +178,6 @@ void rls_wop_load(const rls_wop_t *w, uint64_t now_ms, rl_admit_win_t *a);
  * the entries that cover it). */
 uint64_t rls_op_max_cost(const rls_op_t *op);
 
-/* 1 when some op of ops[0 .. n) has a sliding window (a log). */
-int rls_ops_have_log(const rls_op_t *ops, size_t n);
-
 /* 1 when every limit of op is a plain fixed window (any phase): the ops
  * the script's fast path, stored quotas and the refusal cache take. */
 int rls_op_fixed(const rls_op_t *op);

@@ -7,9 +7,7 @@
 # One limit for all, 10^9 per 1000 s (N/DUR: fixed-window, and the same
 # under :sliding-window-counter and :gcra, whose default burst is N; the
 # sliding window, capped at 10^6, at 10^6 per 1000 s), so that nothing is
-# refused and every figure is the cost of an admitted decision. The
-# module has no sliding-window log: that rule's batches go to the script
-# on both rl-servers. One redis-server with the ratelimit module and two rl-servers
+# refused and every figure is the cost of an admitted decision. One redis-server with the ratelimit module and two rl-servers
 # on it, one deciding with the module (RL.BATCH) and one with the Lua
 # script (--redis-module off), each with the three rules. In each of
 # $RL_BENCH_ROUNDS rounds (the algorithms' order rotated every round),

@@ -261,8 +261,85 @@ static void r_str(void *env, const char *s, size_t len)
     mix(v, s, len);
 }
 
-static const rlm_io_t io = {k_open,  k_get,   k_write, k_del, k_close,
-                            k_quota, r_begin, r_int,   r_str};
+/* A log's string: digits only (as every value written here). */
+static int all_digits(const char *s, size_t n)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++)
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
+    return 1;
+}
+
+static int k_sget(void *env, void *h, const char **s, size_t *len)
+{
+    entry_t *e = h;
+
+    (void)env;
+    CHECK(e->open && e->write);
+    *s = NULL;
+    *len = 0;
+    if (e->type == 0)
+        return RLM_VAL_OK;
+    if (e->type != 'S')
+        return RLM_VAL_WRONGTYPE;
+    *s = e->value;
+    *len = e->value_len;
+    return RLM_VAL_OK;
+}
+
+static void k_sset(void *env, void *h, const char *hdr, const char *body,
+                   size_t blen, const char *ent, int64_t expire_ms)
+{
+    entry_t *e = h;
+    size_t n = RLM_LOG_HDR + blen + RLM_LOG_ENT;
+    char *v = malloc(n + 1);
+
+    CHECK(v != NULL);
+    CHECK(e->open && e->write && (e->type == 0 || e->type == 'S'));
+    CHECK(expire_ms > 0);
+    /* body lies in the old value, or is empty */
+    CHECK(blen == 0 || (e->type == 'S' && body >= e->value &&
+                        body + blen <= e->value + e->value_len));
+    memcpy(v, hdr, RLM_LOG_HDR);
+    memcpy(v + RLM_LOG_HDR, body, blen);
+    memcpy(v + RLM_LOG_HDR + blen, ent, RLM_LOG_ENT);
+    v[n] = '\0';
+    CHECK(all_digits(v, n));
+    free(e->value);
+    e->value = v;
+    e->value_len = n;
+    e->type = 'S';
+    e->expire = expire_ms;
+    ((env_t *)env)->writes++;
+}
+
+static void k_sappend(void *env, void *h, const char *hdr, const char *ent,
+                      int64_t expire_ms)
+{
+    entry_t *e = h;
+    char *v;
+
+    CHECK(e->open && e->write && e->type == 'S');
+    CHECK(e->value_len >= RLM_LOG_HDR && expire_ms > 0);
+    v = malloc(e->value_len + RLM_LOG_ENT + 1);
+    CHECK(v != NULL);
+    memcpy(v, e->value, e->value_len);
+    memcpy(v, hdr, RLM_LOG_HDR);
+    memcpy(v + e->value_len, ent, RLM_LOG_ENT);
+    v[e->value_len + RLM_LOG_ENT] = '\0';
+    CHECK(all_digits(v, e->value_len + RLM_LOG_ENT));
+    free(e->value);
+    e->value = v;
+    e->value_len += RLM_LOG_ENT;
+    e->expire = expire_ms;
+    ((env_t *)env)->writes++;
+}
+
+static const rlm_io_t io = {k_open,  k_get,   k_write, k_del,
+                            k_close, k_quota, r_begin, r_int,
+                            r_str,   k_sget,  k_sset,  k_sappend};
 
 /* Splits the input into its keyspace and its argument lines. Returns the
  * number of argument lines, or -1 when there is no "." line. */
@@ -626,6 +703,10 @@ static const edge_t lim_edges[] = {
     {"1", 1}, {"9223372036854775807", 1}, {"0", 0}, {"-1", 0}};
 static const edge_t weight_edges[] = {
     {"1", 1}, {"65536", 1}, {"0", 0}, {"65537", 0}};
+static const edge_t log_lim_edges[] = {
+    {"1", 1}, {"1000000", 1}, {"0", 0}, {"1000001", 0}};
+static const edge_t log_win_edges[] = {
+    {"1", 1}, {"31622400000", 1}, {"0", 0}, {"31622400001", 0}};
 static const edge_t exp_edges[] = {
     {"1", 1}, {"9007199254740991", 1}, {"0", 0}, {"9007199254740992", 0}};
 /* burst and interval: burst x interval within RL_GCRA_CAP_MAX_US. */
@@ -651,9 +732,10 @@ static const char *pick(const edge_t *e, expect_t *x)
 }
 
 /* A batch of ops of other algorithms ("a": 1 to 3 limits of fixed
- * windows, sliding-window-counters and gcras, equal or listed costs), one
- * time in two after a plain op, over 8 keys of each of 4 callers that hold
- * nothing, a count, a TAT about the clock, letters or a list; one time in
+ * windows, sliding-window-counters, gcras and sliding windows, equal or
+ * listed costs), one time in two after a plain op, over 8 keys of each of
+ * 4 callers that hold nothing, a count, a TAT about the clock, a log
+ * (sometimes cut short), letters or a list; one time in
  * two with one limit's argument replaced by an edge value, x->bad when it
  * is out of range. */
 static size_t alg_formed(uint8_t *buf, size_t cap, expect_t *x)
@@ -667,9 +749,21 @@ static size_t alg_formed(uint8_t *buf, size_t cap, expect_t *x)
     memset(x, 0, sizeof(*x));
     for (i = 0; i < 4; i++)
         for (j = 0; j < 8; j++) {
-            unsigned r = rlf_rand() % 16;
+            unsigned r = rlf_rand() % 18;
             if (r < 6)
                 continue;
+            if (r >= 16) {
+                /* a sliding window's log: two entries about the clock, a
+                 * dropped one before them, or (r 17, one time in 4) one
+                 * cut short */
+                int cut = r == 17 && rlf_rand() % 4 == 0;
+                line(buf, cap, &len,
+                     "S rl:{c%zu}:k%zu %020u%012u%014u%010u%014u%010u%s", i, j,
+                     3 + rlf_rand() % 3, 56, now - 5000, 1,
+                     now - rlf_rand() % 1500, 1 + rlf_rand() % 2,
+                     cut ? "12" : "");
+                continue;
+            }
             if (r < 11)
                 line(buf, cap, &len, "S rl:{c%zu}:k%zu %d", i, j,
                      (int)(rlf_rand() % 12) - 2);
@@ -704,11 +798,18 @@ static size_t alg_formed(uint8_t *buf, size_t cap, expect_t *x)
         ARG("a");
         ARG("%u", nl);
         for (l = 0; l < nl; l++) {
-            unsigned algo = rlf_rand() % 3, nkeys = algo == 1 ? 2 : 1;
+            unsigned algo = rlf_rand() % 4, nkeys = algo == 1 ? 2 : 1;
             int edge = edge_op == o && l == 0, e = (int)(rlf_rand() % 4);
             for (j = 0; j < nkeys; j++)
                 snprintf(keys[nk++], sizeof(keys[0]), "rl:{c%u}:k%u", caller,
                          at++ % 8);
+            if (algo == 3) {
+                ARG("l");
+                ARG("%s", edge && e == 0 ? pick(exp_edges, x) : "900000");
+                ARG("%s", edge && e == 1 ? pick(log_lim_edges, x) : "4");
+                ARG("%s", edge && e == 2 ? pick(log_win_edges, x) : "1000");
+                continue;
+            }
             if (algo == 2) {
                 unsigned g = rlf_rand() % NEDGE(gcra_edges);
                 ARG("g");
@@ -748,7 +849,7 @@ static size_t alg_formed(uint8_t *buf, size_t cap, expect_t *x)
 
 int main(int argc, char **argv)
 {
-    static const char alphabet[] = " \n.-r0123456789:{}qSLH/afsg";
+    static const char alphabet[] = " \n.-r0123456789:{}qSLH/afsgl";
     static uint8_t buf[16384];
     static env_t v;
     int i, iters = 20000, files = 0, ok = 0, bad = 0, cross = 0, alg = 0,

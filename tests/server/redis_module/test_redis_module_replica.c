@@ -268,6 +268,52 @@ static void writes_nothing(fx_t *f, const char *t)
     assert_int_equal(int_of(c, "EXISTS %s", k), 0);
 }
 
+/* A sliding window's log (5 per 2 s) through each of its writes: made
+ * (SET), appended to (EVAL of APPEND, SETRANGE, PEXPIREAT), made again
+ * when everything in it left the window, rewritten without what left it
+ * when that is half of it, and untouched by a refusal. The replica holds
+ * the same string and expiry after each. */
+static void logs(fx_t *f, const char *t)
+{
+    static const struct {
+        long long at;
+        const char *costs, *want;
+    } steps[] = {
+        {0, "-3 1", "3"},    /* a new log */
+        {1, "-1 1", "1"},    /* appended */
+        {2500, "-1 1", "1"}, /* both entries left: a new log */
+        {2600, "-1 2", "1"}, /* appended */
+        {4550, "-1 1", "1"}, /* the first left: rewritten */
+        {4551, "-1 5", "0"}, /* refused: nothing written */
+    };
+    redisContext *c = f->c[0];
+    long long now = redis_ms(c), exp;
+    redisReply *r;
+    char k[64], what[64];
+    size_t i;
+
+    snprintf(k, sizeof(k), "rl:{%s}:l:2:l", t);
+    for (i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+        exp = now + steps[i].at + 600000;
+        r = rlb(c, "1 %s 0 %lld 600000 1 0 a 1 l %lld 5 2000 %s", k,
+                now + steps[i].at, exp, steps[i].costs);
+        assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+        assert_int_equal(r->element[0]->type, REDIS_REPLY_INTEGER);
+        if (r->element[0]->integer != atoll(steps[i].want))
+            fail_msg("step %zu admitted %lld", i, r->element[0]->integer);
+        freeReplyObject(r);
+        snprintf(what, sizeof(what), "a log, step %zu", i);
+        same_on_replica(f, what);
+    }
+    /* header: sum 3 (the entries of 2600 and 4550), first entry at 32 */
+    r = redisCommand(c, "GET %s", k);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    assert_int_equal(r->len, 32 + 2 * 24);
+    assert_memory_equal(r->str, "00000000000000000003000000000032", 32);
+    freeReplyObject(r);
+}
+
 /* A counter given an expiry already past (a caller's clock far behind),
  * then opened again by the same batch: Redis deletes it on that open and
  * replicates the DEL at once; the write went out before it, so the
@@ -354,6 +400,7 @@ static void test_replica_without_module(void **state)
     single(f, "s1");
     writes_nothing(f, "wn");
     expired_in_batch(f, "x1");
+    logs(f, "l1");
     ok(f->c[0], "FLUSHALL");
     largest(f, "big");
     ok(f->c[0], "FLUSHALL");
@@ -374,6 +421,7 @@ static void test_replica_without_eval(void **state)
     mix(f->c[0], "m1");
     edges(f, "e1", 0);
     expired_in_batch(f, "x1");
+    logs(f, "l1");
     same_on_replica(f, "without EVAL on the master");
     assert_int_equal(calls_of(f->c[1], "eval"), 0);
     assert_true(calls_of(f->c[1], "multi") > 0);

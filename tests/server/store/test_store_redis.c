@@ -40,14 +40,14 @@ static void test_script_sha(void **state)
                      rls_redis_script_len);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
-    assert_string_equal(r->str, "ea24c18a57291eaf287b46a8ae4bd30c23608459");
+    assert_string_equal(r->str, "2412649f44d9da423d7e41cbe938749acc5d8602");
     freeReplyObject(r);
     cluster = rls_redis_cluster_script(&len);
     assert_int_equal(strlen(cluster), len);
     r = redisCommand(f->rc, "SCRIPT LOAD %b", cluster, len);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
-    assert_string_equal(r->str, "14a478bdadb354d9afb89b133d5f8d7699ee0432");
+    assert_string_equal(r->str, "160f1f672eb9f07b7fd6f67a2b5f6c332d8236b5");
     freeReplyObject(r);
 }
 
