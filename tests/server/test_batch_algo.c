@@ -442,6 +442,32 @@ static void test_log_layout(void **state)
     }
     for (s = 1; s < NSTORES; s++)
         assert_same(h[0], h[s], store_name[s]);
+    /* A log someone else overwrote with something that is not one: that
+     * caller's op fails alone (answered by the fail mode, open here, with
+     * the store's error), in the same batch as one that is decided, and
+     * the key is left as it was. */
+    for (s = 1; s < NSTORES; s++) {
+        redisContext *c = rlt_redis_connect(&h[s]->redis);
+        size_t a, b;
+        redisReply *r;
+
+        assert_non_null(c);
+        r = redisCommand(c, "SET rl:{bad}:r:big:2:l 0000000000000000000x");
+        assert_non_null(r);
+        freeReplyObject(r);
+        a = h_rule(h[s], t + 20000, "bad", "big", 1);
+        b = h_rule(h[s], t + 20000, "fine", "big", 1);
+        h_flush(h[s]);
+        assert_int_equal(h[s]->res[a].code, RL_CODE_OK);
+        assert_non_null(strstr(h[s]->err[a], "store"));
+        assert_int_equal(h[s]->res[b].code, RL_CODE_OK);
+        assert_string_equal(h[s]->err[b], "");
+        r = redisCommand(c, "GET rl:{bad}:r:big:2:l");
+        assert_non_null(r);
+        assert_string_equal(r->str, "0000000000000000000x");
+        freeReplyObject(r);
+        redisFree(c);
+    }
     {
         const rls_rule_stats_t *st = rule_stats(h[0], "big");
         assert_true(st->allowed > 80 && st->refused > 1000);

@@ -401,6 +401,66 @@ static void test_memory_gcra_expiry_moves(void **state)
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+/* A sliding window's log (100 per 1 s; a grace of 1 s) in the memory
+ * store: it grows past its first allocation and counts it; what left the
+ * window drops out of its sum; it reports its oldest entries; and the
+ * sweep frees it, log and all, a grace after its newest entry left. */
+static void test_memory_log(void **state)
+{
+    static const uint32_t c1[1] = {1};
+    uint64_t now = base_ms() + 5000, bytes0, grown;
+    rls_wop_t w[1];
+    rls_op_t op;
+    uv_loop_t loop;
+    rls_store_t *s;
+    size_t i;
+
+    (void)state;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    s = rls_store_memory_new(&loop);
+    assert_non_null(s);
+    bytes0 = s->stats.mem_bytes;
+    for (i = 0; i <= 40; i++) {
+        uint64_t at = i < 40 ? now + i * 10 : now + 1005;
+        set_op(&op, w, "rl:{l}:r:l", 1, at, c1, 1);
+        w[0] = (rls_wop_t){1, 100, 0, at + 1000 + 1000, -1};
+        w[0].algo = RL_ALGO_SWL;
+        op.now_ms = at;
+        s->v->submit(s, &op, 1, on_ops, NULL);
+        assert_int_equal(op.err, 0);
+        assert_int_equal(op.admitted, 1);
+        if (i < 40) {
+            assert_int_equal(w[0].before, (int64_t)i);
+            continue;
+        }
+        /* at now + 1005 the entry of now has left: 39 remain, the oldest
+         * (now + 10) covers a request of cost 1 */
+        assert_int_equal(w[0].before, 39);
+        assert_int_equal(w[0].before2, (int64_t)(now + 390));
+        assert_int_equal(w[0].nold, 1);
+        assert_int_equal(w[0].old_t[0], now + 10);
+        assert_int_equal(w[0].old_c[0], 1);
+    }
+    /* 41 entries (16 bytes each) in a log that doubled from 4 to 64 */
+    grown = s->stats.mem_bytes;
+    assert_true(grown >= bytes0 + 64 * 16);
+    /* its newest entry (now + 1005) leaves at now + 2005; with the grace
+     * and the group's rounding it is kept until then */
+    rls_store_memory_sweep(s, now + 2005);
+    assert_int_equal(s->stats.mem_bytes, grown);
+    rls_store_memory_sweep(s, now + 2005 + 1000 + 1024);
+    assert_true(s->stats.mem_bytes + 64 * 16 <= grown);
+    set_op(&op, w, "rl:{l}:r:l", 1, now + 1010, c1, 1);
+    w[0] = (rls_wop_t){1, 100, 0, now + 3010, -1};
+    w[0].algo = RL_ALGO_SWL;
+    op.now_ms = now + 1010;
+    s->v->submit(s, &op, 1, on_ops, NULL);
+    assert_int_equal(w[0].before, 0); /* gone */
+    s->v->close(s, NULL, NULL);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -409,6 +469,7 @@ int main(void)
         cmocka_unit_test_teardown(test_memory_op_alloc_failure, h_teardown),
         cmocka_unit_test_teardown(test_memory_full, h_teardown),
         cmocka_unit_test(test_memory_gcra_expiry_moves),
+        cmocka_unit_test(test_memory_log),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
