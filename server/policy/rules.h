@@ -44,9 +44,9 @@
  * 100000/1d:per-caller, 10/1s:gcra:burst=20. Overrides take limits in
  * either form. Bounds: a sliding-window-counter's N at most
  * RL_SWC_LIMIT_MAX; a gcra at most 1 per microsecond, and its burst x
- * interval at most RL_GCRA_CAP_MAX_US (366 days). A rule's limits differ
- * in window length or algorithm. sliding-window (the exact log) is not
- * implemented yet and is refused. */
+ * interval at most RL_GCRA_CAP_MAX_US (366 days); a sliding-window's N at
+ * most --sliding-window-max. A rule's limits differ in window length or
+ * algorithm. */
 #ifndef RLS_POLICY_RULES_H
 #define RLS_POLICY_RULES_H
 
