@@ -191,13 +191,16 @@ rc_sequence() {
             --limit 4 --window 60 --cost 3 --repeat 3 || true)$'\n'
         out+=$("$RL_CHECK_BIN" --server "127.0.0.1:$port" --key "$k" \
             --limit 10 --window 3600 --repeat 11 || true)$'\n'
-        # a gcra and a sliding-window-counter: two keys in the caller's
+        # a gcra and a sliding-window-counter: keys in the caller's
         # slot (their state moves by a second at most between the runs,
         # which a 20-minute interval and an hour's window do not show)
         out+=$("$RL_CHECK_BIN" --server "127.0.0.1:$port" --key "$k" \
             --rule g --repeat 6 || true)$'\n'
         out+=$("$RL_CHECK_BIN" --server "127.0.0.1:$port" --key "$k" \
             --rule s --cost 2 --repeat 4 || true)$'\n'
+        # a sliding window: its log in the caller's slot
+        out+=$("$RL_CHECK_BIN" --server "127.0.0.1:$port" --key "$k" \
+            --rule l --cost 2 --repeat 5 || true)$'\n'
     done
     echo "$out" | sed -E 's/ (reset_after_ms|retry_after_ms)=[0-9]+//'
 }
@@ -219,7 +222,7 @@ scenario_match() {
     t_start_redis
     rc_start
     local rules=(--rule multi=5/60,6/3600 --rule 'g=3/1h:gcra:burst=4'
-        --rule 's=5/1h:sliding-window-counter')
+        --rule 's=5/1h:sliding-window-counter' --rule 'l=7/1h:sliding-window')
     t_start_server 1 "" "${rules[@]}"
     rc_server 2 "${rules[@]}"
     t_await_proc rl-server-1 5000 "single-Redis server healthy" t_healthy 1
