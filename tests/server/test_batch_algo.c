@@ -550,6 +550,8 @@ static void test_switches_and_reload(void **state)
 {
     static const char gcra[] = "rules:\n  g:\n    limits: [2/1s:gcra]\n";
     static const char fixed[] = "rules:\n  g:\n    limits: [2/1s]\n";
+    static const char slog[] =
+        "rules:\n  g:\n    limits: [3/1s:sliding-window]\n";
     uint64_t t = base_ms() + 1000;
     h_t *h = calloc(1, sizeof(*h));
     size_t i, a;
@@ -610,6 +612,32 @@ static void test_switches_and_reload(void **state)
     assert_int_equal(h->res[a].code, RL_CODE_OVER_LIMIT);
     assert_int_equal(h->res[a].algorithm, RL_ALGO_GCRA);
     assert_int_equal(h->res[a].retry_after_ms, 450);
+
+    /* a sliding window (3 per second), afresh: three fit, the fourth
+     * waits for them to leave; scale 2 doubles it at once (the log
+     * holds 3 of 6); shadow answers a refusal OK and counts it */
+    assert_int_equal(rls_runtime_set_policy(&h->rt, policy(slog)), RL_OK);
+    for (i = 0; i < 4; i++)
+        a = h_rule(h, t + 400 + i, "k", "g", 1);
+    h_flush(h);
+    assert_int_equal(h->res[a - 1].code, RL_CODE_OK);
+    assert_int_equal(h->res[a].code, RL_CODE_OVER_LIMIT);
+    assert_int_equal(h->res[a].algorithm, RL_ALGO_SWL);
+    /* the batch admitted the three at its one instant: they leave a
+     * whole window later */
+    assert_int_equal(h->res[a].retry_after_ms, 1000);
+    switch_set(h, "scale:g", "2");
+    for (i = 0; i < 4; i++)
+        a = h_rule(h, t + 500, "k", "g", 1);
+    h_flush(h);
+    assert_int_equal(h->res[a - 1].code, RL_CODE_OK);
+    assert_int_equal(h->res[a - 1].limit, 6);
+    assert_int_equal(h->res[a].code, RL_CODE_OVER_LIMIT);
+    switch_set(h, "mode:g", "shadow");
+    a = h_rule(h, t + 501, "k", "g", 1);
+    h_flush(h);
+    assert_int_equal(h->res[a].code, RL_CODE_OK);
+    assert_int_equal(h->res[a].shadow_refused, 1);
     h_close(h);
     free(h);
 }
