@@ -378,6 +378,8 @@ static void decide(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
             if (op->nqwin) {
                 q = w[j];
                 q.reset_ms = rl_window_reset_after_ms(t->now_ms, q.window_s);
+                if (q.algo == RL_ALGO_SWC)
+                    q.weight = rl_swc_weight(q.reset_ms, q.window_s);
                 rls_wop_load(&q, t->now_ms, a);
             } else {
                 rls_wop_load(&w[j], t->now_ms, a);
@@ -783,10 +785,6 @@ int rls_batcher_add(rls_batcher_t *b, rls_respond_fn respond, void *owner,
         o->nwin = spec->limits.n;
         for (i = 0; i < spec->limits.n; i++) {
             wop_set(t, b, &wo[i], &spec->limits.w[i], key, key_len);
-            /* Stored quotas are fixed windows: they replace a rule's
-             * windows only when those are fixed windows too. */
-            if (wo[i].algo != RL_ALGO_FIXED)
-                o->quota = NULL;
         }
         rl_buf_commit(&t->wins, spec->limits.n * sizeof(rls_wop_t));
         rl_buf_commit(&t->keys, n + 1);

@@ -48,7 +48,9 @@ static const char usage[] =
     "Redis; every rl-server using that Redis (and prefix) applies them.\n"
     "\n"
     "  quota set RULE KEY LIMIT...  give caller KEY its own limits under\n"
-    "                               RULE, e.g. 1000/1m 50000/1h\n"
+    "                               RULE, e.g. 1000/1m 50000/1h, in any\n"
+    "                               algorithm (10/1s:gcra:burst=20,\n"
+    "                               100/1m:sliding-window, ...)\n"
     "  quota get RULE KEY           print them\n"
     "  quota del RULE KEY           back to the rule's limits\n"
     "  mode RULE MODE               enforce, shadow, off, or default (the\n"
@@ -314,7 +316,7 @@ static int mark_quotas(ctl_t *c, const char *rule)
 
 static int quota(ctl_t *c, int argc, char **argv)
 {
-    char qkey[RL_KEY_MAX + 80], value[RLS_WINDOWS_MAX * 48];
+    char qkey[RL_KEY_MAX + 80], value[RLS_WINDOWS_MAX * 96];
     const char *op, *rule, *key;
     redisReply *r;
     int rc;
@@ -349,23 +351,34 @@ static int quota(ctl_t *c, int argc, char **argv)
                 fprintf(stderr, "rl-ctl: bad limit '%s': %s\n", argv[i], why);
                 return EXIT_USAGE;
             }
-            if (l.algo != RL_ALGO_FIXED || l.phase)
-                return bad("quota set: '%s': stored quotas are plain fixed "
-                           "windows (N/DURATION)",
+            if (l.phase)
+                return bad("quota set: '%s': a stored quota's windows are "
+                           "aligned (per-caller is for rules)",
                            argv[i]);
             if (ls.n == RLS_WINDOWS_MAX)
                 return bad("%s", "quota set: at most 8 limits");
             for (j = 0; j < ls.n; j++)
-                if (ls.w[j].window_s == l.window_s)
-                    return bad("quota set: two limits with the window of '%s'",
+                if (ls.w[j].window_s == l.window_s && ls.w[j].algo == l.algo)
+                    return bad("quota set: two limits with the window and "
+                               "algorithm of '%s'",
                                argv[i]);
             ls.w[ls.n++] = l;
         }
-        for (i = 0; i < ls.n; i++)
+        /* "N/S", then ":ALGO" when not a fixed window and a gcra's
+         * ":burst=B": the tokens the script and the module read. */
+        for (i = 0; i < ls.n; i++) {
+            const rls_limit_t *l = &ls.w[i];
             n += (size_t)snprintf(value + n, sizeof(value) - n, "%s%llu/%u",
-                                  i ? " " : "",
-                                  (unsigned long long)ls.w[i].limit,
-                                  ls.w[i].window_s);
+                                  i ? " " : "", (unsigned long long)l->limit,
+                                  l->window_s);
+            if (l->algo != RL_ALGO_FIXED)
+                n += (size_t)snprintf(value + n, sizeof(value) - n, ":%s",
+                                      rls_algo_name(l->algo));
+            if (l->algo == RL_ALGO_GCRA)
+                n += (size_t)snprintf(value + n, sizeof(value) - n,
+                                      ":burst=%llu",
+                                      (unsigned long long)l->burst);
+        }
         {
             const char *a[] = {"HSET", qkey, rule, value};
             if ((rc = connect_redis(c)) != 0)

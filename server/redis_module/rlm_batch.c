@@ -53,9 +53,48 @@ typedef struct {
     int64_t total;     /* the sum of the costs */
     const char *base;  /* a stored quota's counters are base:<qw>:<idx> */
     size_t base_len;
-    char tag;          /* 0, 'q' (a stored quota) or 'Q' (one unparsable) */
+    char tag;          /* 0, 'q' (a stored quota), 'Q' (one unparsable)
+                          or 'A' (one with other algorithms: batch_t's
+                          qa holds its limits) */
     const char *qerr;  /* reading the stored quota failed */
 } op_t;
+
+/* A sliding window's log as read (store.h, RLS_SWL_*; the script's
+ * lread): its string, the sum and the first live entry once what left
+ * the window is dropped, and its oldest live entries (at most
+ * RL_SWL_PREFIX) covering max(sum - limit, 0) + the op's largest cost. */
+typedef struct {
+    const char *s; /* NULL: no log */
+    size_t len, pos;
+    int64_t sum, newest;
+    uint32_t nold;
+    int64_t ot[RL_SWL_PREFIX], oc[RL_SWL_PREFIX];
+} log_t;
+
+/* One limit of an "a" op. Its keys are consecutive in KEYS: a fixed
+ * window's counter; a sliding-window-counter's current counter, then its
+ * previous one; a gcra's TAT (us). */
+typedef struct {
+    char algo;    /* 'f', 's', 'g' or 'l' */
+    size_t key;   /* the KEYS index of its first key, unless qw */
+    int64_t qw;   /* a stored quota's window (s): its keys are named after
+                     the op's base (qname) */
+    int64_t exp;  /* f, s, l: when a counter (a log) it writes expires */
+    int64_t lim;  /* f, s, l: the limit; g: the burst */
+    int64_t arg;  /* s: the previous window's weight; g: the interval, us;
+                     l: the window, ms */
+    void *h[2];   /* its keys, open while the op is decided */
+    int64_t v[2]; /* what they held before the op (0 when missing); l: the
+                     log's sum and newest entry's time */
+    log_t log;    /* l: the log as read */
+} alim_t;
+
+typedef struct {
+    uint32_t n;
+    alim_t l[RLM_WIN_MAX];
+    const char *base; /* a stored quota's: its keys are base:<qw>:... */
+    size_t base_len;
+} aop_t;
 
 typedef struct {
     const rlm_io_t *io;
@@ -69,7 +108,9 @@ typedef struct {
     uint32_t np;
     const char *err1; /* the first refusal's text */
     size_t nput;
-    profile_t pr[RLM_PROFILES_MAX]; /* last: only np of them are set */
+    profile_t pr[RLM_PROFILES_MAX]; /* only np of them are set */
+    aop_t qa; /* the limits of a stored quota with other algorithms, for
+                 the op being decided */
 } batch_t;
 
 int rlm_parse_i64(const char *s, size_t len, int64_t *v)
@@ -186,27 +227,30 @@ static int parse_quota(const batch_t *b, const char *s, size_t len,
     return 0;
 }
 
-/* The script's base: KEYS of the op's first window up to ":<w>:<index>",
- * or ":<w>:p<index>" for a window staggered per caller (rls_wkey), as its
- * pattern '^(.*):%d+:p?%d+$' takes it. Returns its length, or 0 when that
- * key has no such end. */
+/* The script's base: KEYS of the op's first limit without its last two
+ * parts, as its pattern '^(.*):%d+:%a?%d*$' takes it: ":<w>:<index>",
+ * ":<w>:p<index>" (staggered), ":<w>:s<index>" (a sliding-window-counter),
+ * ":<w>:g" (a gcra) or ":<w>:l" (a log) (rls_wkey). Returns its length, or
+ * 0 when that key has no such end. */
 static size_t base_of(const char *k, size_t len)
 {
-    size_t e = len, c;
+    size_t e = len, d = 0;
 
-    for (c = 0; c < 2; c++) {
-        size_t d = 0;
-        while (d < e && k[e - 1 - d] >= '0' && k[e - 1 - d] <= '9')
-            d++;
-        if (d == 0)
-            return 0;
-        if (c == 0 && d < e && k[e - 1 - d] == 'p')
-            d++;
-        if (d == e || k[e - 1 - d] != ':')
-            return 0;
-        e -= d + 1;
+    while (e > 0 && k[e - 1] >= '0' && k[e - 1] <= '9')
+        e--;
+    if (e > 0 && ((k[e - 1] >= 'a' && k[e - 1] <= 'z') ||
+                  (k[e - 1] >= 'A' && k[e - 1] <= 'Z')))
+        e--;
+    if (e == 0 || k[e - 1] != ':')
+        return 0;
+    e--;
+    while (e > 0 && k[e - 1] >= '0' && k[e - 1] <= '9') {
+        e--;
+        d++;
     }
-    return e;
+    if (d == 0 || e == 0 || k[e - 1] != ':')
+        return 0;
+    return e - 1;
 }
 
 /* 1 when a key starting with len bytes at s has its hash tag in them (a
@@ -379,18 +423,6 @@ static void decide(batch_t *b, op_t *o)
 
 /* ---- an op of other algorithms ("a") ----------------------------------*/
 
-/* A sliding window's log as read (store.h, RLS_SWL_*; the script's
- * lread): its string, the sum and the first live entry once what left
- * the window is dropped, and its oldest live entries (at most
- * RL_SWL_PREFIX) covering max(sum - limit, 0) + the op's largest cost. */
-typedef struct {
-    const char *s; /* NULL: no log */
-    size_t len, pos;
-    int64_t sum, newest;
-    uint32_t nold;
-    int64_t ot[RL_SWL_PREFIX], oc[RL_SWL_PREFIX];
-} log_t;
-
 #define LOG_BAD "ERR not a sliding-window log"
 
 /* n digits at s (all digits) into *v; 0, or -1. */
@@ -494,30 +526,177 @@ static void log_write(batch_t *b, void *h, const log_t *g, int64_t sum,
     }
 }
 
-/* One limit of an "a" op. Its keys are consecutive in KEYS: a fixed
- * window's counter; a sliding-window-counter's current counter, then its
- * previous one; a gcra's TAT (us). */
-typedef struct {
-    char algo;    /* 'f', 's', 'g' or 'l' */
-    size_t key;   /* the KEYS index of its first key */
-    int64_t exp;  /* f, s, l: when a counter (a log) it writes expires */
-    int64_t lim;  /* f, s, l: the limit; g: the burst */
-    int64_t arg;  /* s: the previous window's weight; g: the interval, us;
-                     l: the window, ms */
-    void *h[2];   /* its keys, open while the op is decided */
-    int64_t v[2]; /* what they held before the op (0 when missing); l: the
-                     log's sum and newest entry's time */
-    log_t log;    /* l: the log as read */
-} alim_t;
-
-typedef struct {
-    uint32_t n;
-    alim_t l[RLM_WIN_MAX];
-} aop_t;
-
 static uint32_t alim_keys(const alim_t *l)
 {
     return l->algo == 's' ? 2 : 1;
+}
+
+/* Opens key i of limit l: KEYS[l->key + i], or, for a stored quota's
+ * limit, the key named after the op's base as the script names it. */
+static void *alim_open(batch_t *b, const aop_t *ao, const alim_t *l, uint32_t i)
+{
+    char name[RLM_BASE_MAX + 64];
+    size_t n;
+    int64_t idx;
+
+    if (l->qw == 0)
+        return b->io->open(b->env, l->key + i, NULL, 0, i == 0);
+    memcpy(name, ao->base, ao->base_len);
+    n = ao->base_len;
+    idx = b->now / (l->qw * 1000);
+    if (l->algo == 'g' || l->algo == 'l')
+        n += (size_t)snprintf(name + n, sizeof(name) - n, ":%lld:%c",
+                              (long long)l->qw, l->algo);
+    else
+        n += (size_t)snprintf(name + n, sizeof(name) - n, ":%lld:%s%lld",
+                              (long long)l->qw, l->algo == 's' ? "s" : "",
+                              (long long)(idx - (int64_t)i));
+    return b->io->open(b->env, 0, name, n, i == 0);
+}
+
+/* A stored quota whose tokens may name algorithms ("N/S[:ALGO]
+ * [:burst=B]", as rl-ctl writes them) into ao's limits, named after base,
+ * at scale: exactly what the script's qparse accepts and computes, in the
+ * same doubles. Returns 0, or -1 when it does not parse (ao untouched);
+ * *any is 1 when some limit is not a fixed window. */
+static int parse_quota_alg(const batch_t *b, const char *s, size_t len,
+                           double scale, const char *base, size_t base_len,
+                           aop_t *ao, int *any)
+{
+    static const struct {
+        const char *text;
+        char algo;
+    } names[] = {{"", 'f'},
+                 {":fixed-window", 'f'},
+                 {":sliding-window-counter", 's'},
+                 {":sliding-window", 'l'},
+                 {":gcra", 'g'}};
+    aop_t q;
+    size_t at = 0;
+    uint32_t n = 0, i;
+
+    memset(&q, 0, sizeof(q));
+    *any = 0;
+    while (at < len) {
+        size_t t, dl, ds, rl, k;
+        const char *rest;
+        double ql, qs, lim, burst = 0;
+        char algo = 0;
+        alim_t *l;
+
+        while (at < len && is_space(s[at]))
+            at++;
+        if (at == len)
+            break;
+        for (t = at; t < len && !is_space(s[t]); t++)
+            ;
+        dl = digits(s + at, t - at);
+        if (dl == 0 || at + dl == t || s[at + dl] != '/')
+            return -1;
+        ds = digits(s + at + dl + 1, t - at - dl - 1);
+        if (ds == 0 || n == RLM_WIN_MAX)
+            return -1;
+        rest = s + at + dl + 1 + ds;
+        rl = (size_t)(s + t - rest);
+        for (k = 0; k < sizeof(names) / sizeof(names[0]); k++)
+            if (strlen(names[k].text) == rl &&
+                memcmp(names[k].text, rest, rl) == 0)
+                algo = names[k].algo;
+        if (algo == 0) {
+            size_t bd;
+            if (rl <= 12 || memcmp(rest, ":gcra:burst=", 12) != 0)
+                return -1;
+            bd = digits(rest + 12, rl - 12);
+            if (bd != rl - 12)
+                return -1;
+            burst = strtod(rest + 12, NULL);
+            if (burst < 1)
+                return -1;
+            algo = 'g';
+        }
+        ql = strtod(s + at, NULL);
+        qs = strtod(s + at + dl + 1, NULL);
+        if (ql < 1 || qs < 1 || qs > 31622400)
+            return -1;
+        for (i = 0; i < n; i++)
+            if (q.l[i].algo == algo && q.l[i].qw == (int64_t)qs)
+                return -1;
+        l = &q.l[n++];
+        l->algo = algo;
+        l->qw = (int64_t)qs;
+        lim = floor(ql * scale);
+        if (lim < 1)
+            lim = 1;
+        if (lim > 9223372036854774784.0)
+            lim = 9223372036854774784.0;
+        l->lim = (int64_t)lim;
+        {
+            int64_t W = l->qw * 1000, idx = b->now / W;
+            if (algo == 'f') {
+                l->exp = (idx + 1) * W + b->grace;
+            } else if (algo == 's') {
+                if (l->lim > (int64_t)RL_SWC_LIMIT_MAX)
+                    l->lim = (int64_t)RL_SWC_LIMIT_MAX;
+                l->exp = (idx + 2) * W + b->grace;
+                l->arg = (int64_t)ceil((double)((idx + 1) * W - b->now) *
+                                       65536 / (double)W);
+            } else if (algo == 'l') {
+                if (l->lim > (int64_t)RL_SWL_LIMIT_MAX)
+                    l->lim = (int64_t)RL_SWL_LIMIT_MAX;
+                l->exp = b->now + W + b->grace;
+                l->arg = W;
+            } else {
+                double T = ceil(qs * 1000000 / lim);
+                double B = burst > 0 ? floor(burst * scale) : lim;
+                if (B < 1)
+                    B = 1;
+                if (B * T > 31622400000000.0)
+                    B = floor(31622400000000.0 / T);
+                l->lim = (int64_t)B;
+                l->arg = (int64_t)T;
+            }
+        }
+        if (algo != 'f')
+            *any = 1;
+        at = t;
+    }
+    if (n == 0)
+        return -1;
+    q.n = n;
+    q.base = base;
+    q.base_len = base_len;
+    *ao = q;
+    return 0;
+}
+
+/* An "a" op's reply entry as text, as the script's atext: tag 'A' (a
+ * stored quota's limits: per limit its letter, window, limit and unit,
+ * then its state) or 'Q' (one that did not parse: per limit its state). */
+static void put_alg_text(batch_t *b, const aop_t *ao, char tag, uint64_t adm)
+{
+    char t[64 + RLM_WIN_MAX * (8 + 21 * (7 + 2 * RL_SWL_PREFIX))];
+    int n = snprintf(t, sizeof(t), "%llu %c", (unsigned long long)adm, tag);
+    uint32_t j, i;
+
+    for (j = 0; j < ao->n; j++) {
+        const alim_t *l = &ao->l[j];
+        if (tag == 'A')
+            n += snprintf(t + n, sizeof(t) - (size_t)n, " %c %lld %lld %lld",
+                          l->algo, (long long)l->qw, (long long)l->lim,
+                          (long long)(l->algo == 'g' ? l->arg : 1));
+        n +=
+            snprintf(t + n, sizeof(t) - (size_t)n, " %lld", (long long)l->v[0]);
+        if (l->algo == 's' || l->algo == 'l')
+            n += snprintf(t + n, sizeof(t) - (size_t)n, " %lld",
+                          (long long)l->v[1]);
+        if (l->algo == 'l') {
+            n += snprintf(t + n, sizeof(t) - (size_t)n, " %u", l->log.nold);
+            for (i = 0; i < l->log.nold; i++)
+                n += snprintf(t + n, sizeof(t) - (size_t)n, " %lld %lld",
+                              (long long)l->log.ot[i], (long long)l->log.oc[i]);
+        }
+    }
+    put_str(b, t, (size_t)n);
 }
 
 /* Reads the op's keys, loads its limits as lib/ does (rl_admit_fixed,
@@ -532,7 +711,7 @@ static uint32_t alim_keys(const alim_t *l)
  * (the script's INCRBY then DEL), an "a" op leaves every key as it was.
  * Then puts the op's reply entry: the count admitted and what each key
  * held (a log: its sum, newest entry, and oldest entries). */
-static void decide_alg(batch_t *b, aop_t *ao, const op_t *o)
+static void decide_alg(batch_t *b, aop_t *ao, const op_t *o, char tag)
 {
     const char *err = b->refuse;
     rl_admit_win_t aw[RLM_WIN_MAX];
@@ -543,7 +722,7 @@ static void decide_alg(batch_t *b, aop_t *ao, const op_t *o)
         alim_t *l = &ao->l[j];
         for (i = 0; err == NULL && i < alim_keys(l); i++) {
             int rc, exists;
-            l->h[i] = b->io->open(b->env, l->key + i, NULL, 0, i == 0);
+            l->h[i] = alim_open(b, ao, l, i);
             if (l->h[i] == NULL) {
                 err = "ERR out of memory";
             } else if (l->algo == 'l') {
@@ -616,6 +795,10 @@ static void decide_alg(batch_t *b, aop_t *ao, const op_t *o)
                 b->io->close(b->env, ao->l[j].h[i]);
     if (err != NULL) {
         put_err(b, err);
+        return;
+    }
+    if (tag != 0) {
+        put_alg_text(b, ao, tag, adm);
         return;
     }
     put_int(b, (int64_t)adm);
@@ -765,12 +948,16 @@ static size_t general_op(batch_t *b, op_t *o, size_t p, size_t *kp)
     if (a->al[qf] > 0 && !b->dry) {
         const char *s;
         size_t len;
+        int any;
         if (b->io->quota(b->env, qk, qf, &s, &len) != RLM_VAL_OK)
             o->qerr = RLM_ERR_WRONGTYPE;
         else if (s == NULL)
             ;
         else if (parse_quota(b, s, len, scale, o) == 0)
             o->tag = 'q';
+        else if (parse_quota_alg(b, s, len, scale, o->base, o->base_len, &b->qa,
+                                 &any) == 0)
+            o->tag = 'A'; /* other algorithms: decide_alg's */
         else
             o->tag = 'Q';
     }
@@ -811,21 +998,44 @@ static int distinct(const batch_t *b, const op_t *o)
  * RL_GCRA_CAP_MAX_US, a log's limit past RL_SWL_LIMIT_MAX or its window
  * outside 1..RLM_LOG_WINDOW_MAX ms, an expiry outside [1, RLM_MS_MAX] (as
  * every op's), a key too few, one twice. */
+/* ARGV[p] as a stored quota's scale, in (0, RLM_SCALE_MAX]; 0, or -1. */
+static int scale_arg(const batch_t *b, size_t p, double *scale)
+{
+    const rlm_args_t *a = b->a;
+    char t[64], *end;
+
+    if (p >= a->nargs || a->al[p] == 0 || a->al[p] >= sizeof(t))
+        return -1;
+    memcpy(t, a->av[p], a->al[p]);
+    t[a->al[p]] = '\0';
+    *scale = strtod(t, &end);
+    return end == t + a->al[p] && *scale > 0 && *scale <= RLM_SCALE_MAX ? 0
+                                                                        : -1;
+}
+
 static size_t alg_op(batch_t *b, op_t *o, size_t p, size_t *kp)
 {
     const rlm_args_t *a = b->a;
-    size_t k0 = *kp, i, j;
+    size_t k0 = *kp, i, j, qf, qk = 0, base_len = 0;
+    const char *base = NULL;
+    double scale = 1;
     int64_t n;
     aop_t ao;
 
-    if (num(b, p + 1, &n) != 0 || n < 1 || n > RLM_WIN_MAX)
+    if (num(b, p + 1, &n) != 0 || n < 1 || n > RLM_WIN_MAX || p + 2 >= a->nargs)
         return 0;
+    memset(&ao, 0, sizeof(ao));
     ao.n = (uint32_t)n;
-    p += 2;
+    qf = p + 2;
+    p += 3;
+    if (a->al[qf] > 0) {
+        if (scale_arg(b, p, &scale) != 0)
+            return 0;
+        p++;
+    }
     for (j = 0; j < ao.n; j++) {
         alim_t *l = &ao.l[j];
 
-        memset(l, 0, sizeof(*l));
         if (p >= a->nargs || a->al[p] != 1)
             return 0;
         l->algo = a->av[p][0];
@@ -862,16 +1072,50 @@ static size_t alg_op(batch_t *b, op_t *o, size_t p, size_t *kp)
         l->key = *kp;
         *kp += alim_keys(l);
     }
+    if (a->al[qf] > 0) {
+        /* A stored quota's keys are named after the first limit's, and
+         * only a hash tag keeps them in its slot (as general_op's). */
+        base = a->kv[k0];
+        base_len = base_of(base, a->kl[k0]);
+        if (base_len == 0 || base_len > RLM_BASE_MAX || *kp >= a->nkeys)
+            return 0;
+        if ((b->flags & RLM_CLUSTER) && !has_tag(base, base_len)) {
+            b->cross = 1;
+            return 0;
+        }
+        qk = (*kp)++;
+    }
     if ((p = op_costs(b, o, p)) == 0)
         return 0;
     if (b->dry) {
-        for (i = k0 + 1; i < *kp; i++)
+        size_t kend = a->al[qf] > 0 ? qk : *kp; /* the limits' keys */
+        for (i = k0 + 1; i < kend; i++)
             for (j = k0; j < i; j++)
                 if (same_key(b, i, j))
                     return 0;
-    } else {
-        decide_alg(b, &ao, o);
+        return p;
     }
+    if (a->al[qf] > 0) {
+        /* The caller's stored quota, when it parses, replaces the rule's
+         * limits: decided and reported as 'A'; one that does not, 'Q'. */
+        const char *q;
+        size_t len;
+        int any;
+        if (b->io->quota(b->env, qk, qf, &q, &len) != RLM_VAL_OK) {
+            put_err(b, RLM_ERR_WRONGTYPE);
+            return p;
+        }
+        if (q != NULL) {
+            if (parse_quota_alg(b, q, len, scale, base, base_len, &b->qa,
+                                &any) == 0) {
+                decide_alg(b, &b->qa, o, 'A');
+                return p;
+            }
+            decide_alg(b, &ao, o, 'Q');
+            return p;
+        }
+    }
+    decide_alg(b, &ao, o, 0);
     return p;
 }
 
@@ -937,7 +1181,9 @@ static int walk(batch_t *b, size_t p)
         }
         if (b->dry && !distinct(b, &o))
             return -1;
-        if (!b->dry)
+        if (!b->dry && o.tag == 'A')
+            decide_alg(b, &b->qa, &o, 'A');
+        else if (!b->dry)
             decide(b, &o);
     }
     return p == a->nargs && kp == a->nkeys ? 0 : -1;

@@ -305,7 +305,8 @@ static int qwin_room(rls_redis_store_t *st, const redisReply *rep, size_t n)
         if (x->type != REDIS_REPLY_STRING)
             continue;
         for (i = 0; i + 2 < x->len; i++)
-            if (x->str[i] == ' ' && x->str[i + 1] == 'q' &&
+            if (x->str[i] == ' ' &&
+                (x->str[i + 1] == 'q' || x->str[i + 1] == 'A') &&
                 x->str[i + 2] == ' ')
                 break;
         if (i + 2 < x->len)

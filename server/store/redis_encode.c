@@ -97,6 +97,18 @@ static uint32_t profile_of(const rls_op_t *op, profile_t *pr, uint32_t *np)
 
 /* sha: EVALSHA with it, NULL: EVAL with the script, RLS_REDIS_MODULE_CMD:
  * the module's command (no script). Returns 0 or RL_ENOMEM. */
+/* A stored quota's scale: "1", or the double in full. */
+static char *put_scale(char *p, double scale)
+{
+    char t[40];
+    int w;
+
+    if (scale == 1.0 || scale <= 0)
+        return put_bulk(p, "1", 1);
+    w = snprintf(t, sizeof(t), "%.17g", scale);
+    return put_bulk(p, t, (size_t)w);
+}
+
 static int encode(rls_cmdbuf_t *buf, const char *sha, const char *script,
                   size_t script_len, int undeclared, const rls_op_t *ops,
                   size_t n, uint64_t now_ms, uint64_t grace_ms,
@@ -107,7 +119,7 @@ static int encode(rls_cmdbuf_t *buf, const char *sha, const char *script,
     size_t need = 256 + script_len, nkeys = 0, nargs = 5, nhead = 3, i, j;
     profile_t pr[PROFILES];
     uint32_t np = 0;
-    char *p, scale[40];
+    char *p;
 
     for (i = 0; i < n; i++) {
         const rls_op_t *op = &ops[i];
@@ -218,10 +230,17 @@ static int encode(rls_cmdbuf_t *buf, const char *sha, const char *script,
             continue;
         }
         if (!rls_op_fixed(op)) {
-            /* "a": a letter and its arguments per limit, no quota. */
+            /* "a": the quota (or ""), its scale, then a letter and its
+             * arguments per limit. */
             p = put_bulk(p, "a", 1);
             p = put_num(p, op->nwin);
-            nargs += 2;
+            p = put_bulk(p, op->quota ? op->quota : "",
+                         op->quota ? op->quota_len : 0);
+            nargs += 3;
+            if (op->quota) {
+                p = put_scale(p, op->scale);
+                nargs += 1;
+            }
             for (j = 0; j < op->nwin; j++) {
                 const rls_wop_t *w = &op->win[j];
                 switch (w->algo) {
@@ -264,13 +283,8 @@ static int encode(rls_cmdbuf_t *buf, const char *sha, const char *script,
                 nargs += 2;
             }
         }
-        if (op->quota) {
-            if (op->scale == 1.0 || op->scale <= 0) {
-                p = put_bulk(p, "1", 1);
-            } else {
-                int w = snprintf(scale, sizeof(scale), "%.17g", op->scale);
-                p = put_bulk(p, scale, (size_t)w);
-            }
+        if (op->quota && rls_op_fixed(op)) {
+            p = put_scale(p, op->scale);
             nargs += 1;
         }
         if (op->equal_cost) {

@@ -63,9 +63,42 @@ static int get_sp_i64(const char **pp, const char *end, int64_t *out)
     return get_i64(pp, end, out);
 }
 
+/* A limit's state in text, as the reply array has it (w->algo says
+ * which): a count; the current and previous counts; a TAT; a log's sum,
+ * newest entry, m and m oldest entries (times and costs). */
+static int text_state(const char **pp, const char *end, rls_wop_t *w)
+{
+    int64_t m, t, c;
+    uint32_t k;
+
+    w->before2 = 0;
+    w->nold = 0;
+    if (get_sp_i64(pp, end, &w->before) != RL_OK)
+        return RL_EINVAL;
+    if (w->algo == RL_ALGO_SWC || w->algo == RL_ALGO_SWL)
+        if (get_sp_i64(pp, end, &w->before2) != RL_OK)
+            return RL_EINVAL;
+    if (w->algo != RL_ALGO_SWL)
+        return RL_OK;
+    if (w->before < 0 || w->before2 < 0 || get_sp_i64(pp, end, &m) != RL_OK ||
+        m < 0 || m > RL_SWL_PREFIX)
+        return RL_EINVAL;
+    for (k = 0; k < (uint32_t)m; k++) {
+        if (get_sp_i64(pp, end, &t) != RL_OK ||
+            get_sp_i64(pp, end, &c) != RL_OK || t < 0 || c < 0)
+            return RL_EINVAL;
+        w->old_t[k] = (uint64_t)t;
+        w->old_c[k] = (uint64_t)c;
+    }
+    w->nold = (uint32_t)m;
+    return RL_OK;
+}
+
 /* Reads one op's text entry, [p, end): "e<KIND>", or "<admitted>" then
- * " Q" and the window counts, or " q" and a window, limit and count per
- * window of the caller's quota (into q, RL_ADMIT_WINDOWS_MAX entries). */
+ * " Q" and the limits' states (a quota that did not parse), or " q" and a
+ * window, limit and count per window of the caller's quota, or " A" and
+ * per limit of the caller's quota its letter, window, limit, unit and
+ * state (into q, RL_ADMIT_WINDOWS_MAX entries). */
 static int parse_op_text(const char *p, const char *end, rls_op_t *op,
                          rls_wop_t *q, rls_redis_errs_t *errs)
 {
@@ -92,9 +125,52 @@ static int parse_op_text(const char *p, const char *end, rls_op_t *op,
         return RL_EINVAL;
     op->admitted = (uint64_t)v;
     op->err = 0;
+    if (end - p >= 2 && p[0] == ' ' && p[1] == 'A') {
+        /* A stored quota with other algorithms: per limit its letter,
+         * window, limit and unit, then its state. */
+        if (q == NULL)
+            return RL_EINVAL;
+        p += 2;
+        for (j = 0; p < end && *p == ' '; j++) {
+            int64_t ws, lim, u;
+            int a;
+            if (j == RL_ADMIT_WINDOWS_MAX || end - p < 3 || p[2] != ' ')
+                return RL_EINVAL;
+            a = p[1] == 'f'   ? RL_ALGO_FIXED
+                : p[1] == 's' ? RL_ALGO_SWC
+                : p[1] == 'g' ? RL_ALGO_GCRA
+                : p[1] == 'l' ? RL_ALGO_SWL
+                              : -1;
+            p += 2;
+            if (a < 0 || get_sp_i64(&p, end, &ws) != RL_OK ||
+                get_sp_i64(&p, end, &lim) != RL_OK ||
+                get_sp_i64(&p, end, &u) != RL_OK || ws < 1 ||
+                ws > RL_WINDOW_MAX_S || lim < 1 || u < 1)
+                return RL_EINVAL;
+            memset(&q[j], 0, sizeof(q[j]));
+            q[j].algo = (uint8_t)a;
+            q[j].window_s = (uint32_t)ws;
+            q[j].limit = (uint64_t)lim;
+            q[j].t_us = a == RL_ALGO_GCRA ? (uint64_t)u : 0;
+            if (text_state(&p, end, &q[j]) != RL_OK)
+                return RL_EINVAL;
+        }
+        if (j == 0)
+            return RL_EINVAL;
+        op->qwin = q;
+        op->nqwin = (uint32_t)j;
+        return p == end ? RL_OK : RL_EINVAL;
+    }
     if (end - p >= 2 && p[0] == ' ' && p[1] == 'Q') {
         p += 2;
         errs->bad_quotas++;
+        if (!rls_op_fixed(op)) {
+            /* an "a" op's limits, each state as its array entry has it */
+            for (j = 0; j < op->nwin; j++)
+                if (text_state(&p, end, &op->win[j]) != RL_OK)
+                    return RL_EINVAL;
+            return p == end ? RL_OK : RL_EINVAL;
+        }
     } else if (end - p >= 2 && p[0] == ' ' && p[1] == 'q') {
         /* The caller's quota: its own windows. */
         if (q == NULL)
@@ -108,11 +184,10 @@ static int parse_op_text(const char *p, const char *end, rls_op_t *op,
                 get_sp_i64(&p, end, &b) != RL_OK || ws < 1 ||
                 ws > RL_WINDOW_MAX_S || lim < 1)
                 return RL_EINVAL;
+            memset(&q[j], 0, sizeof(q[j])); /* a fixed window */
             q[j].window_s = (uint32_t)ws;
             q[j].limit = (uint64_t)lim;
             q[j].before = b;
-            q[j].index = 0;
-            q[j].expire_at_ms = 0;
         }
         if (j == 0)
             return RL_EINVAL;

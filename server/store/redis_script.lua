@@ -33,7 +33,8 @@
 -- expiry and limit, the scale only with a quota, and the costs: -k and one
 -- cost for k equal costs, else k and the costs (redis_encode.c writes
 -- them); or, for an op with any limit other than a plain fixed window,
--- "a", nwin, per limit "f" expiry limit (one key), "s" expiry limit weight
+-- "a", nwin, the quota field ('' for none) and, with one, its scale, per
+-- limit "f" expiry limit (one key), "s" expiry limit weight
 -- (a sliding-window-counter: the current and the previous counter as
 -- keys), "g" burst interval_us (a gcra: its TAT in us as key) or "l"
 -- expiry limit window_ms (a sliding window: its log as key, laid out as
@@ -46,9 +47,10 @@
 -- The reply is an array, op after op: the admitted count and the count
 -- before of each window, as integers (the common op); or one string for an
 -- op out of the ordinary: "<admitted> q <window> <limit> <before>..." when
--- the caller's stored quota replaced the rule's windows, "<admitted> Q
--- <before>..." when a stored quota did not parse (the rule's windows
--- applied), "e<KIND>" when Redis refused the op. When some op was refused,
+-- the caller's stored quota of fixed windows replaced the rule's windows,
+-- "<admitted> A <letter> <window> <limit> <unit> <state>..." when one of
+-- any algorithm did (atext), "<admitted> Q <state>..." when a stored
+-- quota did not parse (the rule's limits applied), "e<KIND>" when Redis refused the op. When some op was refused,
 -- one more string, the first refusal's text, ends the array. The whole
 -- reply is the string "late" when Redis ran the batch after its deadline,
 -- having counted nothing. Integers and not one string of digits because
@@ -57,8 +59,9 @@
 -- reads the array without one allocation per integer (redis_reply_alloc.c)
 -- and parses it in redis_parse.c.
 --
--- A stored quota parses when it is 1 to 8 space-separated "N/S", N >= 1,
--- S from 1 to 366 days, no S twice (as rl-ctl writes it); anything else
+-- A stored quota parses when it is 1 to 8 space-separated "N/S", each
+-- maybe followed by an algorithm (qparse), N >= 1, S from 1 to 366 days,
+-- no S twice under one algorithm (as rl-ctl writes it); anything else
 -- ("1.5/60", "-5/60", a window twice, which would count twice in one
 -- counter) is ignored whole and reported as Q. Quota limits are capped
 -- below 2^63 (scaled in Lua's doubles). Counts reach Lua as doubles: exact
@@ -165,6 +168,215 @@ for j = 1, np do
     q = q + 1 + 2 * n
 end
 
+-- Decides k requests (listed costs, or k of cost c) against limits given
+-- as the "a" op gives them (kd the letters, ks and k2 the keys, ex the
+-- expiries, L the limits or bursts, U the units, wt the weights or a log's
+-- window) as lib/admit.c decides them (rl_admit.h): reads their state,
+-- admits in arrival order (refusals consume nothing), writes what was
+-- admitted. Returns an error text or nil, the count admitted, and per
+-- limit its state before (b1, b2: a count; the current and previous
+-- counts; a TAT; a log's sum and newest entry, lg its oldest entries).
+local function adecide(nw, kd, ks, k2, ex, L, U, wt, costs, k, c)
+    -- The state: used and cap per limit, in its units (rl_admit.h).
+    local err, b1, b2, used, cap, nowus = nil, {}, {}, {}, {}, now * 1000
+    local lg, cmax = {}, c
+    if costs then
+        for j = 1, k do if costs[j] > cmax then cmax = costs[j] end end
+    end
+    for j = 1, nw do
+        if kd[j] == 'l' then
+            local er, sm, pos, len, nw2, ot, oc =
+                lread(ks[j], now, wt[j], L[j], cmax)
+            if er then err = er; break end
+            lg[j] = {pos, len, ot, oc}
+            b1[j], b2[j], used[j], cap[j] = sm, nw2, sm, L[j]
+        else
+            local v = rpcall('GET', ks[j])
+            local v2 = 0
+            if type(v) == 'table' then err = tostring(v.err); break end
+            v = tonumber(v or 0)
+            if kd[j] == 's' and v then
+                v2 = rpcall('GET', k2[j])
+                if type(v2) == 'table' then err = tostring(v2.err); break end
+                v2 = tonumber(v2 or 0)
+            end
+            if not v or not v2 then
+                err = 'ERR value is not an integer or out of range'; break
+            end
+            b1[j], b2[j] = v, v2
+            if kd[j] == 'g' then
+                used[j], cap[j] = v > nowus and v - nowus or 0, L[j] * U[j]
+            else
+                used[j], cap[j] = v > 0 and v or 0, L[j]
+                if kd[j] == 's' then
+                    local pv = v2 > 0 and v2 or 0
+                    if pv > L[j] then pv = L[j] end
+                    used[j] = used[j] + math.ceil(pv * wt[j] / 65536)
+                end
+            end
+        end
+    end
+    local adm, sum = 0, 0
+    if not err then
+        local room = {}
+        for j = 1, nw do
+            room[j] = cap[j] - used[j]
+            if room[j] < 0 then room[j] = 0 end
+        end
+        if costs == nil then
+            adm = k
+            for j = 1, nw do
+                local f = floor(room[j] / (c * U[j]))
+                if f < adm then adm = f end
+            end
+            sum = adm * c
+        else
+            for i = 1, k do
+                local ci, ok = costs[i], true
+                for j = 1, nw do
+                    if ci * U[j] > room[j] then ok = false; break end
+                end
+                if ok then
+                    for j = 1, nw do room[j] = room[j] - ci * U[j] end
+                    adm, sum = adm + 1, sum + ci
+                end
+            end
+        end
+        for j = 1, nw do
+            if kd[j] ~= 'g' and sum > 0 and
+                b1[j] + sum > 9007199254740991 then
+                err = 'ERR increment or decrement would overflow'
+            end
+        end
+    end
+    if not err and sum > 0 then
+        for j = 1, nw do
+            if kd[j] == 'l' then
+                lwrite(ks[j], b1[j] + sum, lg[j][1], lg[j][2], now, sum,
+                    ex[j])
+            elseif kd[j] == 'g' then
+                local nt = nowus + used[j] + sum * U[j]
+                rcall('SET', ks[j], string.format('%.0f', nt))
+                rcall('PEXPIREAT', ks[j], string.format('%.0f',
+                    math.ceil(nt / 1000) + grace))
+            else
+                rcall('INCRBY', ks[j], string.format('%.0f', sum))
+                if b1[j] == 0 then rcall('PEXPIREAT', ks[j], ex[j]) end
+            end
+        end
+    end
+    return err, adm, b1, b2, lg
+end
+
+-- Puts an "a" op's reply entry into o from no on (adecide's results);
+-- returns the new end.
+local function aput(o, no, nw, kd, adm, b1, b2, lg)
+    no = no + 1; o[no] = adm
+    for j = 1, nw do
+        if kd[j] == 'l' then
+            local ot, oc = lg[j][3], lg[j][4]
+            o[no + 1], o[no + 2], o[no + 3] = b1[j], b2[j], #ot
+            no = no + 3
+            for h = 1, #ot do
+                o[no + 1], o[no + 2] = ot[h], oc[h]
+                no = no + 2
+            end
+        end
+        for h = 1, (kd[j] == 's' and 2 or kd[j] == 'l' and 0 or 1) do
+            local b = h == 1 and b1[j] or b2[j]
+            if b > 9e18 then b = 9e18 elseif b < -9e18 then b = -9e18 end
+            no = no + 1; o[no] = b
+        end
+    end
+    return no
+end
+
+-- A stored quota q (rl-ctl's tokens "N/S[:ALGO][:burst=B]", ALGO
+-- fixed-window, sliding-window-counter, sliding-window or gcra) for the op
+-- whose first key is k1, its limits at scale sc: nil when it does not
+-- parse, else the number of limits, whether any is not a fixed window,
+-- and the limits as adecide takes them, with each one's window (ws).
+-- Bounds as at load: 1 to 8 tokens, N >= 1, S 1 s to 366 days, no window
+-- and algorithm twice, a burst >= 1; scaled limits within [1, 2^63 -
+-- 1024], a sliding-window-counter's within 2^36, a sliding window's
+-- within 10^6, a gcra's burst x interval within 366 days.
+local function qparse(q, k1, sc)
+    local base = string.match(k1, '^(.*):%d+:%a?%d*$')
+    local n, any, seen = 0, false, {}
+    local kd, ks, k2, ex, L, U, wt, ws = {}, {}, {}, {}, {}, {}, {}, {}
+    for tok in string.gmatch(q, '%S+') do
+        local l, s, rest = string.match(tok, '^(%d+)/(%d+)(.*)$')
+        n = n + 1
+        l, s = tonumber(l), tonumber(s)
+        if n > 8 or not l or l < 1 or s < 1 or s > 31622400 then return nil end
+        local a, burst = 'f', nil
+        if rest == '' or rest == ':fixed-window' then a = 'f'
+        elseif rest == ':sliding-window-counter' then a = 's'
+        elseif rest == ':sliding-window' then a = 'l'
+        elseif rest == ':gcra' then a = 'g'
+        else
+            burst = tonumber(string.match(rest, '^:gcra:burst=(%d+)$'))
+            if not burst or burst < 1 then return nil end
+            a = 'g'
+        end
+        if seen[a .. s] then return nil end
+        seen[a .. s] = true
+        any = any or a ~= 'f'
+        local lim = floor(l * sc)
+        if lim < 1 then lim = 1 end
+        if lim > 9223372036854774784 then lim = 9223372036854774784 end
+        local W = s * 1000
+        local idx = floor(now / W)
+        kd[n], ws[n], U[n], L[n] = a, s, 1, lim
+        if a == 'f' then
+            ks[n], ex[n] = base .. ':' .. s .. ':' .. idx, (idx + 1) * W + grace
+        elseif a == 's' then
+            if lim > 68719476736 then L[n] = 68719476736 end
+            ks[n] = base .. ':' .. s .. ':s' .. idx
+            k2[n] = base .. ':' .. s .. ':s' .. (idx - 1)
+            ex[n] = (idx + 2) * W + grace
+            wt[n] = math.ceil(((idx + 1) * W - now) * 65536 / W)
+        elseif a == 'l' then
+            if lim > 1000000 then L[n] = 1000000 end
+            ks[n], ex[n], wt[n] = base .. ':' .. s .. ':l', now + W + grace, W
+        else
+            local T = math.ceil(s * 1000000 / lim)
+            local B = burst and floor(burst * sc) or lim
+            if B < 1 then B = 1 end
+            if B * T > 31622400000000 then B = floor(31622400000000 / T) end
+            ks[n], L[n], U[n] = base .. ':' .. s .. ':g', B, T
+        end
+    end
+    if n == 0 then return nil end
+    return n, any, kd, ks, k2, ex, L, U, wt, ws
+end
+
+-- An op's reply entry as text, for an op a stored quota concerns: tag
+-- 'A' (the quota's limits decided: per limit its letter, window, limit
+-- and unit, then its state) or 'Q' (a quota that did not parse: the
+-- rule's limits decided, per limit its state alone); the state as aput
+-- puts it. Digits, never exponents: a TAT passes 10^14.
+local function atext(tag, nw, kd, ws, L, U, adm, b1, b2, lg)
+    local t, m = {adm, ' ', tag}, 3
+    local function put(v)
+        t[m + 1], t[m + 2], m = ' ', string.format('%.0f', v), m + 2
+    end
+    for j = 1, nw do
+        if tag == 'A' then
+            t[m + 1], t[m + 2], m = ' ', kd[j], m + 2
+            put(ws[j]); put(L[j]); put(U[j])
+        end
+        put(b1[j])
+        if kd[j] == 's' or kd[j] == 'l' then put(b2[j]) end
+        if kd[j] == 'l' then
+            local ot, oc = lg[j][3], lg[j][4]
+            put(#ot)
+            for h = 1, #ot do put(ot[h]); put(oc[h]) end
+        end
+    end
+    return table.concat(t)
+end
+
 -- The ops. o is the reply, p the next argument, kp the next key; run
 -- counts down the ops of a run ("r", k, P) still to decide.
 local o, no, e, p, kp, bef, run, rP = {}, 0, nil, q, 1, {}, 0, 0
@@ -185,10 +397,11 @@ for i = 1, tonumber(ARGV[4]) do
         -- Limits other than the plain fixed window: a letter and its
         -- arguments per limit ("f" expiry limit, "s" expiry limit weight
         -- with the current and the previous counter as keys, "g" burst
-        -- interval), then the costs. Read, decide, write: no quota, and
-        -- not the hot path of plain counters.
-        local nw = tonumber(ARGV[p + 1])
-        p = p + 2
+        -- interval, "l" expiry limit window), then the costs. Read,
+        -- decide, write: not the hot path of plain counters.
+        local nw, qf, sc = tonumber(ARGV[p + 1]), ARGV[p + 2], 1
+        p = p + 3
+        if qf ~= '' then sc, p = tonumber(ARGV[p]), p + 1 end
         local kd, ks, k2, ex, L, U, wt = {}, {}, {}, {}, {}, {}, {}
         for j = 1, nw do
             local t = ARGV[p]
@@ -217,117 +430,36 @@ for i = 1, tonumber(ARGV[4]) do
             for j = 1, nc do costs[j] = tonumber(ARGV[p + j]) end
             p = p + nc + 1
         end
-        -- The state: used and cap per limit, in its units (rl_admit.h).
-        local err, b1, b2, used, cap, nowus = nil, {}, {}, {}, {}, now * 1000
-        local lg, cmax = {}, c
-        if costs then
-            for j = 1, k do if costs[j] > cmax then cmax = costs[j] end end
-        end
-        for j = 1, nw do
-            if kd[j] == 'l' then
-                local er, sm, pos, len, nw2, ot, oc =
-                    lread(ks[j], now, wt[j], L[j], cmax)
-                if er then err = er; break end
-                lg[j] = {pos, len, ot, oc}
-                b1[j], b2[j], used[j], cap[j] = sm, nw2, sm, L[j]
-            else
-                local v = rpcall('GET', ks[j])
-                local v2 = 0
-                if type(v) == 'table' then err = tostring(v.err); break end
-                v = tonumber(v or 0)
-                if kd[j] == 's' and v then
-                    v2 = rpcall('GET', k2[j])
-                    if type(v2) == 'table' then err = tostring(v2.err); break end
-                    v2 = tonumber(v2 or 0)
-                end
-                if not v or not v2 then
-                    err = 'ERR value is not an integer or out of range'; break
-                end
-                b1[j], b2[j] = v, v2
-                if kd[j] == 'g' then
-                    used[j], cap[j] = v > nowus and v - nowus or 0, L[j] * U[j]
-                else
-                    used[j], cap[j] = v > 0 and v or 0, L[j]
-                    if kd[j] == 's' then
-                        local pv = v2 > 0 and v2 or 0
-                        if pv > L[j] then pv = L[j] end
-                        used[j] = used[j] + math.ceil(pv * wt[j] / 65536)
-                    end
-                end
+        -- The caller's stored quota, when the op names one, replaces
+        -- the rule's limits.
+        local tag, err, ws = '', nil, {}
+        if qf ~= '' then
+            local q = rpcall('HGET', KEYS[kp], qf)
+            kp = kp + 1
+            if type(q) == 'table' then err = tostring(q.err); q = nil end
+            if q then
+                local n2, _, kd2, ks2, k22, ex2, L2, U2, wt2, ws2 =
+                    qparse(q, ks[1], sc)
+                if n2 then
+                    nw, kd, ks, k2, ex, L, U, wt, ws, tag =
+                        n2, kd2, ks2, k22, ex2, L2, U2, wt2, ws2, 'A'
+                else tag = 'Q' end
             end
         end
-        local adm, sum = 0, 0
+        local adm, b1, b2, lg = 0, nil, nil, nil
         if not err then
-            local room = {}
-            for j = 1, nw do
-                room[j] = cap[j] - used[j]
-                if room[j] < 0 then room[j] = 0 end
-            end
-            if costs == nil then
-                adm = k
-                for j = 1, nw do
-                    local f = floor(room[j] / (c * U[j]))
-                    if f < adm then adm = f end
-                end
-                sum = adm * c
-            else
-                for i = 1, k do
-                    local ci, ok = costs[i], true
-                    for j = 1, nw do
-                        if ci * U[j] > room[j] then ok = false; break end
-                    end
-                    if ok then
-                        for j = 1, nw do room[j] = room[j] - ci * U[j] end
-                        adm, sum = adm + 1, sum + ci
-                    end
-                end
-            end
-            for j = 1, nw do
-                if kd[j] ~= 'g' and sum > 0 and
-                    b1[j] + sum > 9007199254740991 then
-                    err = 'ERR increment or decrement would overflow'
-                end
-            end
-        end
-        if not err and sum > 0 then
-            for j = 1, nw do
-                if kd[j] == 'l' then
-                    lwrite(ks[j], b1[j] + sum, lg[j][1], lg[j][2], now, sum,
-                        ex[j])
-                elseif kd[j] == 'g' then
-                    local nt = nowus + used[j] + sum * U[j]
-                    rcall('SET', ks[j], string.format('%.0f', nt))
-                    rcall('PEXPIREAT', ks[j], string.format('%.0f',
-                        math.ceil(nt / 1000) + grace))
-                else
-                    rcall('INCRBY', ks[j], string.format('%.0f', sum))
-                    if b1[j] == 0 then rcall('PEXPIREAT', ks[j], ex[j]) end
-                end
-            end
+            err, adm, b1, b2, lg =
+                adecide(nw, kd, ks, k2, ex, L, U, wt, costs, k, c)
         end
         if err then
             e = e or err
             no = no + 1
             o[no] = ekind(err)
+        elseif tag ~= '' then
+            no = no + 1
+            o[no] = atext(tag, nw, kd, ws, L, U, adm, b1, b2, lg)
         else
-            no = no + 1; o[no] = adm
-            for j = 1, nw do
-                if kd[j] == 'l' then
-                    local ot, oc = lg[j][3], lg[j][4]
-                    o[no + 1], o[no + 2], o[no + 3] = b1[j], b2[j], #ot
-                    no = no + 3
-                    for h = 1, #ot do
-                        o[no + 1], o[no + 2] = ot[h], oc[h]
-                        no = no + 2
-                    end
-                end
-                for h = 1, (kd[j] == 's' and 2 or kd[j] == 'l' and 0 or 1) do
-                    local b = h == 1 and b1[j] or b2[j]
-                    if b > 9e18 then b = 9e18 elseif b < -9e18 then b = -9e18
-                        end
-                    no = no + 1; o[no] = b
-                end
-            end
+            no = aput(o, no, nw, kd, adm, b1, b2, lg)
         end
     -- An op with a profile: k requests of cost c, no quota.
     elseif P ~= 0 then
@@ -392,7 +524,7 @@ for i = 1, tonumber(ARGV[4]) do
             ks[j], ex[j], ls[j] = KEYS[kp], ARGV[p], tonumber(ARGV[p + 1])
             kp, p = kp + 1, p + 2
         end
-        local tag, qerr = '', nil
+        local tag, qerr, qa = '', nil, nil
         if qf ~= '' then
             local sc = tonumber(ARGV[p])
             local qk = KEYS[kp]
@@ -400,35 +532,14 @@ for i = 1, tonumber(ARGV[4]) do
             local q = rpcall('HGET', qk, qf)
             if type(q) == 'table' then qerr = tostring(q.err); q = nil end
             if q then
-                local qw, ql, n, ok, seen = {}, {}, 0, true, {}
-                for tok in string.gmatch(q, '%S+') do
-                    local l, s = string.match(tok, '^(%d+)/(%d+)$')
-                    n = n + 1
-                    l, s = tonumber(l), tonumber(s)
-                    if n > 8 or not l or l < 1 or s < 1 or s > 31622400
-                        or seen[s] then
-                        ok = false; break
-                    end
-                    seen[s] = true
-                    qw[n], ql[n] = s, l
-                end
-                if ok and n > 0 then
-                    local base = string.match(ks[1], '^(.*):%d+:p?%d+$')
-                    ws, ks, ex, ls = {}, {}, {}, {}
-                    for j = 1, n do
-                        local idx = floor(now / (qw[j] * 1000))
-                        ws[j] = qw[j]
-                        ks[j] = base .. ':' .. qw[j] .. ':' .. idx
-                        ex[j] = (idx + 1) * qw[j] * 1000 + grace
-                        local lim = floor(ql[j] * sc)
-                        if lim < 1 then lim = 1 end
-                        if lim > 9223372036854774784 then
-                            lim = 9223372036854774784 end
-                        ls[j] = lim
-                    end
-                    nw, tag = n, 'q'
+                local n2, any, kd2, ks2, k22, ex2, L2, U2, wt2, ws2 =
+                    qparse(q, ks[1], sc)
+                if not n2 then tag = 'Q'
+                elseif any then
+                    -- Not only fixed windows: decided as an "a" op's.
+                    qa = {n2, kd2, ks2, k22, ex2, L2, U2, wt2, ws2}
                 else
-                    tag = 'Q'
+                    nw, ws, ks, ex, ls, tag = n2, ws2, ks2, ex2, L2, 'q'
                 end
             end
         end
@@ -447,76 +558,90 @@ for i = 1, tonumber(ARGV[4]) do
             p = p + nc + 1
         end
 
-        -- Add first, correct after (see the top of this file).
-        local bef, err, got = {}, qerr, 0
-        for j = 1, (qerr and 0 or nw) do
-            local n = rpcall('INCRBY', ks[j], total)
-            if type(n) ~= 'number' then
-                err = type(n) == 'table' and tostring(n.err) or '?'
-                break
-            end
-            bef[j], got = n - total, j
-        end
-        local adm, sum = 0, 0
-        if not err then
-            local room = nil
-            for j = 1, nw do
-                local b = bef[j]
-                if b < 0 then b = 0 end
-                local r = ls[j] - b
-                if r < 0 then r = 0 end
-                if room == nil or r < room then room = r end
-            end
-            if costs == nil then
-                adm = floor(room / c)
-                if adm > k then adm = k end
-                sum = adm * c
-            else
-                for j = 1, k do
-                    if costs[j] <= room then
-                        adm, sum, room = adm + 1, sum + costs[j], room -
-                            costs[j]
-                    end
-                end
-            end
-        end
-        for j = 1, got do
-            if sum < total then
-                if bef[j] == 0 and sum == 0 then rcall('DEL', ks[j])
-                else rcall('DECRBY', ks[j], total - sum) end
-            end
-            if bef[j] == 0 and sum > 0 then rcall('PEXPIREAT', ks[j], ex[j]) end
-        end
-        if err then
-            e = e or err
+        if qa then
+            local err, adm, b1, b2, lg = adecide(qa[1], qa[2], qa[3], qa[4],
+                qa[5], qa[6], qa[7], qa[8], costs, k, c)
             no = no + 1
-            o[no] = ekind(err)
-        else
-            if tag == '' then
-                no = no + 1; o[no] = adm
-                for j = 1, nw do
-                    local b = bef[j]
-                    if b > 9e18 then b = 9e18 elseif b < -9e18 then b = -9e18
-                        end
-                    no = no + 1; o[no] = b
-                end
+            if err then
+                e = e or err
+                o[no] = ekind(err)
             else
-                local t, m = {adm, ' ', tag}, 3
-                for j = 1, nw do
-                    if tag == 'q' then
-                        local l = ls[j]
-                        if l >= 1e14 then l = string.format('%.0f', l) end
-                        t[m + 1], t[m + 2], t[m + 3], t[m + 4] = ' ', ws[j],
-                            ' ', l
-                        m = m + 4
-                    end
-                    local b = bef[j]
-                    if b >= 1e14
-                        or b <= -1e14 then b = string.format('%.0f', b) end
-                    t[m + 1], t[m + 2] = ' ', b
-                    m = m + 2
+                o[no] = atext('A', qa[1], qa[2], qa[9], qa[6], qa[7], adm, b1,
+                    b2, lg)
+            end
+        else
+
+            -- Add first, correct after (see the top of this file).
+            local bef, err, got = {}, qerr, 0
+            for j = 1, (qerr and 0 or nw) do
+                local n = rpcall('INCRBY', ks[j], total)
+                if type(n) ~= 'number' then
+                    err = type(n) == 'table' and tostring(n.err) or '?'
+                    break
                 end
-                no = no + 1; o[no] = table.concat(t)
+                bef[j], got = n - total, j
+            end
+            local adm, sum = 0, 0
+            if not err then
+                local room = nil
+                for j = 1, nw do
+                    local b = bef[j]
+                    if b < 0 then b = 0 end
+                    local r = ls[j] - b
+                    if r < 0 then r = 0 end
+                    if room == nil or r < room then room = r end
+                end
+                if costs == nil then
+                    adm = floor(room / c)
+                    if adm > k then adm = k end
+                    sum = adm * c
+                else
+                    for j = 1, k do
+                        if costs[j] <= room then
+                            adm, sum, room = adm + 1, sum + costs[j], room -
+                                costs[j]
+                        end
+                    end
+                end
+            end
+            for j = 1, got do
+                if sum < total then
+                    if bef[j] == 0 and sum == 0 then rcall('DEL', ks[j])
+                    else rcall('DECRBY', ks[j], total - sum) end
+                end
+                if bef[j] == 0 and sum > 0 then rcall('PEXPIREAT', ks[j], ex[j]) end
+            end
+            if err then
+                e = e or err
+                no = no + 1
+                o[no] = ekind(err)
+            else
+                if tag == '' then
+                    no = no + 1; o[no] = adm
+                    for j = 1, nw do
+                        local b = bef[j]
+                        if b > 9e18 then b = 9e18 elseif b < -9e18 then b = -9e18
+                            end
+                        no = no + 1; o[no] = b
+                    end
+                else
+                    local t, m = {adm, ' ', tag}, 3
+                    for j = 1, nw do
+                        if tag == 'q' then
+                            local l = ls[j]
+                            if l >= 1e14 then l = string.format('%.0f', l) end
+                            t[m + 1], t[m + 2], t[m + 3], t[m + 4] = ' ', ws[j],
+                                ' ', l
+                            m = m + 4
+                        end
+                        local b = bef[j]
+                        if b >= 1e14
+                            or b <= -1e14 then b = string.format('%.0f', b) end
+                        t[m + 1], t[m + 2] = ' ', b
+                        m = m + 2
+                    end
+                    no = no + 1; o[no] = table.concat(t)
+                end
             end
         end
     end

@@ -179,7 +179,8 @@ void rls_wop_load(const rls_wop_t *w, uint64_t now_ms, rl_admit_win_t *a);
 uint64_t rls_op_max_cost(const rls_op_t *op);
 
 /* 1 when every limit of op is a plain fixed window (any phase): the ops
- * the script's fast path, stored quotas and the refusal cache take. */
+ * the script's fast path, its INCRBY path for stored quotas and the
+ * refusal cache take. */
 int rls_op_fixed(const rls_op_t *op);
 
 typedef struct rls_store_stats_s {

@@ -758,24 +758,37 @@ static size_t alg_formed(uint8_t *buf, size_t cap, expect_t *x)
                  * cut short */
                 int cut = r == 17 && rlf_rand() % 4 == 0;
                 line(buf, cap, &len,
-                     "S rl:{c%zu}:k%zu %020u%012u%014u%010u%014u%010u%s", i, j,
-                     3 + rlf_rand() % 3, 56, now - 5000, 1,
+                     "S rl:{c%zu}:k:1:%zu %020u%012u%014u%010u%014u%010u%s", i,
+                     j, 3 + rlf_rand() % 3, 56, now - 5000, 1,
                      now - rlf_rand() % 1500, 1 + rlf_rand() % 2,
                      cut ? "12" : "");
                 continue;
             }
             if (r < 11)
-                line(buf, cap, &len, "S rl:{c%zu}:k%zu %d", i, j,
+                line(buf, cap, &len, "S rl:{c%zu}:k:1:%zu %d", i, j,
                      (int)(rlf_rand() % 12) - 2);
             else if (r < 14)
-                line(buf, cap, &len, "S rl:{c%zu}:k%zu %lld", i, j,
+                line(buf, cap, &len, "S rl:{c%zu}:k:1:%zu %lld", i, j,
                      (long long)now * 1000 +
                          ((long long)(rlf_rand() % 9) - 2) * 500000);
             else if (r < 15)
-                line(buf, cap, &len, "S rl:{c%zu}:k%zu abc", i, j);
+                line(buf, cap, &len, "S rl:{c%zu}:k:1:%zu abc", i, j);
             else
-                line(buf, cap, &len, "L rl:{c%zu}:k%zu", i, j);
+                line(buf, cap, &len, "L rl:{c%zu}:k:1:%zu", i, j);
         }
+    /* stored quotas: in any algorithm, or one that does not parse */
+    for (i = 0; i < 4; i++) {
+        static const char *const quotas[] = {
+            "3/1:gcra:burst=2 5/10:sliding-window",
+            "4/60:sliding-window-counter 9/3600",
+            "2/1 3/60",
+            "2/1:leaky",
+            "0/1:gcra",
+            "1/1:gcra:burst=0"};
+        if (rlf_rand() % 3 != 0)
+            line(buf, cap, &len, "H rl:{c%zu}:q b %s", i,
+                 quotas[rlf_rand() % 6]);
+    }
     line(buf, cap, &len, ".");
 #define ARG(...) snprintf(args[na++], sizeof(args[0]), __VA_ARGS__)
     ARG("0");
@@ -795,13 +808,20 @@ static size_t alg_formed(uint8_t *buf, size_t cap, expect_t *x)
         unsigned nl = 1 + rlf_rand() % 3, l, k = 1 + rlf_rand() % 4;
         unsigned c = 1 + rlf_rand() % 3;
 
+        unsigned quota = rlf_rand() % 4 == 0;
+
         ARG("a");
         ARG("%u", nl);
+        /* one time in four, the caller's stored quota (its hash is the
+         * op's last key) */
+        ARG("%s", quota ? "b" : "");
+        if (quota)
+            ARG("%s", rlf_rand() % 2 ? "1" : "0.5");
         for (l = 0; l < nl; l++) {
             unsigned algo = rlf_rand() % 4, nkeys = algo == 1 ? 2 : 1;
             int edge = edge_op == o && l == 0, e = (int)(rlf_rand() % 4);
             for (j = 0; j < nkeys; j++)
-                snprintf(keys[nk++], sizeof(keys[0]), "rl:{c%u}:k%u", caller,
+                snprintf(keys[nk++], sizeof(keys[0]), "rl:{c%u}:k:1:%u", caller,
                          at++ % 8);
             if (algo == 3) {
                 ARG("l");
@@ -829,6 +849,8 @@ static size_t alg_formed(uint8_t *buf, size_t cap, expect_t *x)
             if (algo == 1)
                 ARG("%s", edge && e == 2 ? pick(weight_edges, x) : "40000");
         }
+        if (quota)
+            snprintf(keys[nk++], sizeof(keys[0]), "rl:{c%u}:q", caller);
         if (rlf_rand() % 2) {
             ARG("-%u", k);
             ARG("%u", c);

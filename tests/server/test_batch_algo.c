@@ -642,6 +642,99 @@ static void test_switches_and_reload(void **state)
     free(h);
 }
 
+/* Stored quotas in any algorithm (as rl-ctl writes them), on the script
+ * and the module alike: a gcra rule's caller with a quota of a gcra and a
+ * sliding window (an "a" op's quota), a fixed rule's caller with a
+ * sliding-window-counter and a sliding window (the general op's quota,
+ * decided as an "a" op's), and a quota that does not parse on the gcra
+ * rule (the rule's own limits, counted as unparsable). */
+static void test_quotas_any_algorithm(void **state)
+{
+    static const char yaml[] = "rules:\n"
+                               "  g:\n"
+                               "    limits: [10/1s:gcra:burst=20]\n"
+                               "  f:\n"
+                               "    limits: [5/1m]\n";
+    uint64_t t = base_ms() + 7200000 + 1234;
+    h_t *h[NSTORES];
+    size_t s, i, a, ok;
+
+    (void)state;
+    for (s = 1; s < NSTORES; s++) {
+        rls_switches_t sw;
+        const char *f[2] = {"quotas:g", "quotas:f"}, *v[2] = {"1", "1"};
+        size_t fl[2] = {8, 8}, vl[2] = {1, 1}, bad = 0;
+        redisContext *c;
+        redisReply *r;
+
+        h[s] = calloc(1, sizeof(*h[s]));
+        assert_non_null(h[s]);
+        h_open(h[s], (int)s, 64, 1);
+        h_rules(h[s], yaml);
+        memset(&sw, 0, sizeof(sw));
+        assert_int_equal(rls_switches_parse(&sw, 2, f, fl, v, vl, &bad), RL_OK);
+        assert_int_equal(rls_runtime_set_switches(&h[s]->rt, &sw), RL_OK);
+        c = rlt_redis_connect(&h[s]->redis);
+        assert_non_null(c);
+        r = redisCommand(c, "HSET rl:{vip}:q g %s f %s",
+                         "2/1:gcra:burst=3 4/60:sliding-window",
+                         "3/60:sliding-window-counter 4/3600:sliding-window");
+        assert_non_null(r);
+        freeReplyObject(r);
+        r = redisCommand(c, "HSET rl:{bad}:q g %s", "2/1:leaky");
+        assert_non_null(r);
+        freeReplyObject(r);
+
+        /* vip under g: its gcra's burst of 3, then one each 500 ms */
+        for (i = 0; i < 5; i++)
+            a = h_rule(h[s], t, "vip", "g", 1);
+        h_flush(h[s]);
+        for (i = a - 4, ok = 0; i <= a; i++)
+            ok += h[s]->res[i].code == RL_CODE_OK;
+        assert_int_equal(ok, 3);
+        assert_int_equal(h[s]->res[a].limit, 3);
+        assert_int_equal(h[s]->res[a].algorithm, RL_ALGO_GCRA);
+        assert_int_equal(h[s]->res[a].retry_after_ms, 500);
+        a = h_rule(h[s], t + 499, "vip", "g", 1);
+        h_flush(h[s]);
+        assert_int_equal(h[s]->res[a].code, RL_CODE_OVER_LIMIT);
+        a = h_rule(h[s], t + 500, "vip", "g", 1);
+        h_flush(h[s]);
+        assert_int_equal(h[s]->res[a].code, RL_CODE_OK);
+        /* its sliding window: 4 in a minute (3 + 1 so far) */
+        a = h_rule(h[s], t + 1500, "vip", "g", 1);
+        h_flush(h[s]);
+        assert_int_equal(h[s]->res[a].code, RL_CODE_OVER_LIMIT);
+        assert_int_equal(h[s]->res[a].algorithm, RL_ALGO_SWL);
+        assert_int_equal(h[s]->res[a].limit, 4);
+
+        /* vip under f: the sliding-window-counter's 3 */
+        for (i = 0; i < 4; i++)
+            a = h_rule(h[s], t + 2000, "vip", "f", 1);
+        h_flush(h[s]);
+        assert_int_equal(h[s]->res[a - 1].code, RL_CODE_OK);
+        assert_int_equal(h[s]->res[a].code, RL_CODE_OVER_LIMIT);
+        assert_int_equal(h[s]->res[a].algorithm, RL_ALGO_SWC);
+        assert_int_equal(h[s]->res[a].limit, 3);
+
+        /* bad: the rule's burst of 20, and one unparsable quota counted
+         * per op */
+        for (i = 0; i < 25; i++)
+            a = h_rule(h[s], t + 3000, "bad", "g", 1);
+        h_flush(h[s]);
+        assert_int_equal(h[s]->res[a - 5].code, RL_CODE_OK);
+        assert_int_equal(h[s]->res[a - 4].code, RL_CODE_OVER_LIMIT);
+        assert_int_equal(h[s]->res[a].limit, 20);
+        assert_true(h[s]->store->inner->stats.bad_quotas >= 1);
+        redisFree(c);
+    }
+    assert_same(h[1], h[2], store_name[2]);
+    for (s = 1; s < NSTORES; s++) {
+        h_close(h[s]);
+        free(h[s]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -652,6 +745,7 @@ int main(void)
                                   h_teardown),
         cmocka_unit_test_teardown(test_staggered_windows, h_teardown),
         cmocka_unit_test_teardown(test_log_layout, h_teardown),
+        cmocka_unit_test_teardown(test_quotas_any_algorithm, h_teardown),
         cmocka_unit_test_teardown(test_switches_and_reload, h_teardown),
     };
 

@@ -20,6 +20,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include "rl_admit.h"
 #include "rl_error.h"
 #include "policy_fx.h"
 
@@ -197,6 +198,30 @@ static void test_quota_rlctl(void **state)
                      0);
     r = ask(f->srv[0].port, rule_check(2, "user:acme", "api", 1));
     assert_int_equal(r.r.limit, 3);
+    /* Any algorithm: a gcra's burst of 2 and a sliding window, read back
+     * in the form given; per-caller (a rule's phase) refused. */
+    assert_int_equal(run(out, sizeof(out),
+                         "%s --redis 127.0.0.1:%d quota set api user:g "
+                         "1/1h:gcra:burst=2 4/1m:sliding-window",
+                         RL_CTL_BIN, f->redis.port),
+                     0);
+    assert_int_equal(run(out, sizeof(out),
+                         "%s --redis 127.0.0.1:%d quota get api user:g",
+                         RL_CTL_BIN, f->redis.port),
+                     0);
+    assert_non_null(strstr(out, "1/1h:gcra:burst=2 4/1m:sliding-window"));
+    for (i = 0; i < 3; i++) {
+        r = ask(f->srv[i % 2].port,
+                rule_check(10 + (uint64_t)i, "user:g", "api", 1));
+        assert_int_equal(r.r.code, i < 2 ? RL_CODE_OK : RL_CODE_OVER_LIMIT);
+        assert_int_equal(r.r.algorithm, RL_ALGO_GCRA);
+        assert_int_equal(r.r.limit, 2);
+    }
+    assert_int_equal(run(out, sizeof(out),
+                         "%s --redis 127.0.0.1:%d quota set api user:p "
+                         "10/1h:per-caller",
+                         RL_CTL_BIN, f->redis.port),
+                     2);
     /* Garbage stored by hand. */
     assert_int_equal(redis_int(f, "HSET rl:{junk}:q api notalimit"), 1);
     r = ask(f->srv[0].port, rule_check(3, "junk", "api", 1));

@@ -404,7 +404,7 @@ void mix(redisContext *c, const char *t)
         /* Both admitted the first time, the gcra full after. */
         rlb_ok(c,
                "4 rl:{%s}:r:f:60:5 rl:{%s}:r:g:60:s5 rl:{%s}:r:g:60:s4 "
-               "rl:{%s}:r:h:1:g 0 %lld 600000 1 0 a 3 f %lld 3 s %lld 4 "
+               "rl:{%s}:r:h:1:g 0 %lld 600000 1 0 a 3 '' f %lld 3 s %lld 4 "
                "32768 g 2 1000000 2 1 1",
                t, t, t, t, now, exp, exp);
     }

@@ -139,7 +139,7 @@ static void test_alg_fixed_swc_gcra_in_one_op(void **state)
     {
         const long long want[] = {3, 2, 0, 10, 0};
         rlb_ints(c, 5, want,
-                 "4 %s 0 %lld 600000 1 0 a 3 f %lld 5 s %lld 8 32768 g 3 "
+                 "4 %s 0 %lld 600000 1 0 a 3 '' f %lld 5 s %lld 8 32768 g 3 "
                  "1000000 -4 1",
                  k.all, now, exp, exp);
     }
@@ -159,7 +159,7 @@ static void test_alg_fixed_swc_gcra_in_one_op(void **state)
     {
         const long long want[] = {1, 5, 3, 10, tat};
         rlb_ints(c, 5, want,
-                 "4 %s 0 %lld 600000 1 0 a 3 f %lld 9 s %lld 8 32768 g 3 "
+                 "4 %s 0 %lld 600000 1 0 a 3 '' f %lld 9 s %lld 8 32768 g 3 "
                  "1000000 3 1 1 1",
                  k.all, now + 1500, exp, exp);
     }
@@ -175,7 +175,7 @@ static void test_alg_fixed_swc_gcra_in_one_op(void **state)
     {
         const long long want[] = {0, 6, 4, 10, tat + 1000000};
         rlb_ints(c, 5, want,
-                 "4 %s 0 %lld 600000 1 0 a 3 f %lld 9 s %lld 8 32768 g 3 "
+                 "4 %s 0 %lld 600000 1 0 a 3 '' f %lld 9 s %lld 8 32768 g 3 "
                  "1000000 -1 1",
                  k.all, now + 1500, exp, exp);
     }
@@ -220,10 +220,11 @@ static void test_alg_refusal_writes_nothing(void **state)
         {
             const long long want[] = {0, i == 0 ? 5 : 0, 0, i == 1 ? 8 : 0,
                                       i == 2 ? tat : 0};
-            rlb_ints(c, 5, want,
-                     "4 %s 0 %lld 600000 1 0 a 3 f %lld 5 s %lld 8 65536 g 3 "
-                     "1000000 %s",
-                     k.all, now, exp, exp, costs[i]);
+            rlb_ints(
+                c, 5, want,
+                "4 %s 0 %lld 600000 1 0 a 3 '' f %lld 5 s %lld 8 65536 g 3 "
+                "1000000 %s",
+                k.all, now, exp, exp, costs[i]);
         }
         snap(c, "*", &after);
         same_snap(&before, &after, costs[i]);
@@ -234,7 +235,7 @@ static void test_alg_refusal_writes_nothing(void **state)
     {
         const long long want[] = {2, 0, 0, 0, 0};
         rlb_ints(c, 5, want,
-                 "4 %s 0 %lld 600000 1 0 a 3 f %lld 3 s %lld 8 65536 g 5 "
+                 "4 %s 0 %lld 600000 1 0 a 3 '' f %lld 3 s %lld 8 65536 g 5 "
                  "1000000 3 4 2 1",
                  k.all, now, exp, exp);
     }
@@ -329,16 +330,18 @@ static void test_alg_equal_and_listed_costs_agree(void **state)
                             n +=
                                 snprintf(listed + n, sizeof(listed) - (size_t)n,
                                          " %lld", cost);
-                        r[0] = rlb_arr(c,
-                                       "4 %s 0 %lld 600000 1 0 a 3 f %lld 8 s "
-                                       "%lld 10 40000 "
-                                       "g 4 500000 -%lld %lld",
-                                       ke.all, now, exp, exp, k, cost);
-                        r[1] = rlb_arr(c,
-                                       "4 %s 0 %lld 600000 1 0 a 3 f %lld 8 s "
-                                       "%lld 10 40000 "
-                                       "g 4 500000 %s",
-                                       kl.all, now, exp, exp, listed);
+                        r[0] =
+                            rlb_arr(c,
+                                    "4 %s 0 %lld 600000 1 0 a 3 '' f %lld 8 s "
+                                    "%lld 10 40000 "
+                                    "g 4 500000 -%lld %lld",
+                                    ke.all, now, exp, exp, k, cost);
+                        r[1] =
+                            rlb_arr(c,
+                                    "4 %s 0 %lld 600000 1 0 a 3 '' f %lld 8 s "
+                                    "%lld 10 40000 "
+                                    "g 4 500000 %s",
+                                    kl.all, now, exp, exp, listed);
 
                         /* The formulas. */
                         p = prev > 10 ? 10 : prev > 0 ? prev : 0;
@@ -427,7 +430,7 @@ static void test_alg_gcra_tat_and_expiry(void **state)
     tat = now * 1000 + 2500001;
     ok(c, "SET %s %lld PXAT %lld", g, tat, kept);
 #define GCRA(at, costs)                                                        \
-    "1 %s 0 %lld 250000 1 0 a 1 g 3 1000000 " costs, g, (long long)(at)
+    "1 %s 0 %lld 250000 1 0 a 1 '' g 3 1000000 " costs, g, (long long)(at)
 
     /* 2500001 us used of 3e6: less than one interval left. */
     {
@@ -499,7 +502,8 @@ static void test_alg_swc_reads_prev_writes_cur(void **state)
     exp = now + 600000;
     kept = now + 500000;
 #define SWC(weight, costs)                                                     \
-    "2 %s %s 0 %lld 600000 1 0 a 1 s %lld 8 " weight " " costs, sc, sp, now, exp
+    "2 %s %s 0 %lld 600000 1 0 a 1 '' s %lld 8 " weight " " costs, sc, sp,     \
+        now, exp
 
     /* 100 counts as 8, half of it as 4: room 4 of 6 requests. */
     ok(c, "SET %s 100 PXAT %lld", sp, kept);
@@ -596,13 +600,14 @@ static void test_alg_reply_entries(void **state)
     ok(c, "RPUSH rl:{r}:list x");
     ok(c, "SET rl:{r}:bad abc");
     ok(c, "SET rl:{r}:sp 6");
-    r = rlb_arr(c,
-                "9 rl:{r}:p rl:{r}:f1 rl:{r}:g1 rl:{r}:list rl:{r}:g2 "
-                "rl:{r}:f3 rl:{r}:bad rl:{r}:sc rl:{r}:sp 0 %lld 600000 5 "
-                "1 1 %lld 5 1 a 2 f %lld 5 g 2 1000 -1 1 a 2 f %lld 5 g 2 "
-                "1000 -1 1 a 2 f %lld 5 g 2 1000 -1 1 a 1 s %lld 9 32768 3 2 "
-                "3 4",
-                now, exp, exp, exp, exp, exp);
+    r = rlb_arr(
+        c,
+        "9 rl:{r}:p rl:{r}:f1 rl:{r}:g1 rl:{r}:list rl:{r}:g2 "
+        "rl:{r}:f3 rl:{r}:bad rl:{r}:sc rl:{r}:sp 0 %lld 600000 5 "
+        "1 1 %lld 5 1 a 2 '' f %lld 5 g 2 1000 -1 1 a 2 '' f %lld 5 g 2 "
+        "1000 -1 1 a 2 '' f %lld 5 g 2 1000 -1 1 a 1 '' s %lld 9 32768 3 2 "
+        "3 4",
+        now, exp, exp, exp, exp, exp);
     {
         static const struct {
             int type;
@@ -693,7 +698,7 @@ static void test_alg_malformed_refused_whole(void **state)
     BAD(9,
         "rl:{x}:1 rl:{x}:2 rl:{x}:3 rl:{x}:4 rl:{x}:5 rl:{x}:6 rl:{x}:7 "
         "rl:{x}:8 rl:{x}:9",
-        "a 9 f %lld 5 f 1 5 f 1 5 f 1 5 f 1 5 f 1 5 f 1 5 f 1 5 f 1 5 -1 1",
+        "a 9 '' f %lld 5 f 1 5 f 1 5 f 1 5 f 1 5 f 1 5 f 1 5 f 1 5 f 1 5 -1 1",
         exp);
     BAD(1, "rl:{x}:f", "a -1 f %lld 5 -1 1", exp);
     BAD(1, "rl:{x}:f", "a x f %lld 5 -1 1", exp);
@@ -703,42 +708,42 @@ static void test_alg_malformed_refused_whole(void **state)
     BAD(1, "rl:{x}:f", "a 1 '' %lld 5 -1 1", exp);
     BAD(1, "rl:{x}:f", "A 1 f %lld 5 -1 1", exp);
     /* Limits and expiries. */
-    BAD(1, "rl:{x}:f", "a 1 f %lld 0 -1 1", exp);
-    BAD(1, "rl:{x}:f", "a 1 f %lld -1 -1 1", exp);
-    BAD(1, "rl:{x}:f", "a 1 f %lld 5.5 -1 1", exp);
-    BAD(1, "rl:{x}:f", "a 1 f %lld 9223372036854775808 -1 1", exp);
-    BAD(1, "rl:{x}:f", "a 1 f 0 5 -1 1");
-    BAD(1, "rl:{x}:f", "a 1 f -1 5 -1 1");
-    BAD(1, "rl:{x}:f", "a 1 f 9007199254740992 5 -1 1");
-    BAD(2, "rl:{x}:sc rl:{x}:sp", "a 1 s 0 5 100 -1 1");
-    BAD(2, "rl:{x}:sc rl:{x}:sp", "a 1 s %lld 0 100 -1 1", exp);
+    BAD(1, "rl:{x}:f", "a 1 '' f %lld 0 -1 1", exp);
+    BAD(1, "rl:{x}:f", "a 1 '' f %lld -1 -1 1", exp);
+    BAD(1, "rl:{x}:f", "a 1 '' f %lld 5.5 -1 1", exp);
+    BAD(1, "rl:{x}:f", "a 1 '' f %lld 9223372036854775808 -1 1", exp);
+    BAD(1, "rl:{x}:f", "a 1 '' f 0 5 -1 1");
+    BAD(1, "rl:{x}:f", "a 1 '' f -1 5 -1 1");
+    BAD(1, "rl:{x}:f", "a 1 '' f 9007199254740992 5 -1 1");
+    BAD(2, "rl:{x}:sc rl:{x}:sp", "a 1 '' s 0 5 100 -1 1");
+    BAD(2, "rl:{x}:sc rl:{x}:sp", "a 1 '' s %lld 0 100 -1 1", exp);
     /* Weights. */
-    BAD(2, "rl:{x}:sc rl:{x}:sp", "a 1 s %lld 5 0 -1 1", exp);
-    BAD(2, "rl:{x}:sc rl:{x}:sp", "a 1 s %lld 5 65537 -1 1", exp);
-    BAD(2, "rl:{x}:sc rl:{x}:sp", "a 1 s %lld 5 -1 -1 1", exp);
+    BAD(2, "rl:{x}:sc rl:{x}:sp", "a 1 '' s %lld 5 0 -1 1", exp);
+    BAD(2, "rl:{x}:sc rl:{x}:sp", "a 1 '' s %lld 5 65537 -1 1", exp);
+    BAD(2, "rl:{x}:sc rl:{x}:sp", "a 1 '' s %lld 5 -1 -1 1", exp);
     /* Bursts and intervals: burst x interval within 366 days of us. */
-    BAD(1, "rl:{x}:g", "a 1 g 0 1000 -1 1");
-    BAD(1, "rl:{x}:g", "a 1 g 3 0 -1 1");
-    BAD(1, "rl:{x}:g", "a 1 g 3 -1000 -1 1");
-    BAD(1, "rl:{x}:g", "a 1 g 31622400 1000001 -1 1");
-    BAD(1, "rl:{x}:g", "a 1 g 1 31622400000001 -1 1");
-    BAD(1, "rl:{x}:g", "a 1 g 9223372036854775807 2 -1 1");
+    BAD(1, "rl:{x}:g", "a 1 '' g 0 1000 -1 1");
+    BAD(1, "rl:{x}:g", "a 1 '' g 3 0 -1 1");
+    BAD(1, "rl:{x}:g", "a 1 '' g 3 -1000 -1 1");
+    BAD(1, "rl:{x}:g", "a 1 '' g 31622400 1000001 -1 1");
+    BAD(1, "rl:{x}:g", "a 1 '' g 1 31622400000001 -1 1");
+    BAD(1, "rl:{x}:g", "a 1 '' g 9223372036854775807 2 -1 1");
     /* Costs. */
-    BAD(1, "rl:{x}:f", "a 1 f %lld 5 -1 0", exp);
-    BAD(1, "rl:{x}:f", "a 1 f %lld 5 0", exp);
-    BAD(1, "rl:{x}:f", "a 1 f %lld 5 2 1", exp);
-    BAD(1, "rl:{x}:f", "a 1 f %lld 5 -1", exp);
-    BAD(1, "rl:{x}:f", "a 1 f %lld 5 1 -1", exp);
-    BAD(1, "rl:{x}:f", "a 1 f %lld 5 -1 1 1", exp);
-    BAD(1, "rl:{x}:f", "a 1 f %lld 5 -2 9223372036854775807", exp);
-    BAD(1, "rl:{x}:f", "a 1 f %lld 5", exp);
+    BAD(1, "rl:{x}:f", "a 1 '' f %lld 5 -1 0", exp);
+    BAD(1, "rl:{x}:f", "a 1 '' f %lld 5 0", exp);
+    BAD(1, "rl:{x}:f", "a 1 '' f %lld 5 2 1", exp);
+    BAD(1, "rl:{x}:f", "a 1 '' f %lld 5 -1", exp);
+    BAD(1, "rl:{x}:f", "a 1 '' f %lld 5 1 -1", exp);
+    BAD(1, "rl:{x}:f", "a 1 '' f %lld 5 -1 1 1", exp);
+    BAD(1, "rl:{x}:f", "a 1 '' f %lld 5 -2 9223372036854775807", exp);
+    BAD(1, "rl:{x}:f", "a 1 '' f %lld 5", exp);
     /* Keys: too few, too many, one twice (KEYS of two limits, or the
      * sliding window's current and previous). */
-    BAD(1, "rl:{x}:sc", "a 1 s %lld 5 100 -1 1", exp);
-    BAD(2, "rl:{x}:f rl:{x}:g", "a 1 f %lld 5 -1 1", exp);
-    BAD(2, "rl:{x}:k rl:{x}:k", "a 2 f %lld 5 g 3 1000 -1 1", exp);
-    BAD(2, "rl:{x}:k rl:{x}:k", "a 1 s %lld 5 100 -1 1", exp);
-    BAD(3, "rl:{x}:g rl:{x}:sc rl:{x}:g", "a 2 g 3 1000 s %lld 5 100 -1 1",
+    BAD(1, "rl:{x}:sc", "a 1 '' s %lld 5 100 -1 1", exp);
+    BAD(2, "rl:{x}:f rl:{x}:g", "a 1 '' f %lld 5 -1 1", exp);
+    BAD(2, "rl:{x}:k rl:{x}:k", "a 2 '' f %lld 5 g 3 1000 -1 1", exp);
+    BAD(2, "rl:{x}:k rl:{x}:k", "a 1 '' s %lld 5 100 -1 1", exp);
+    BAD(3, "rl:{x}:g rl:{x}:sc rl:{x}:g", "a 2 '' g 3 1000 s %lld 5 100 -1 1",
         exp);
     snap(c, "*", &s);
     assert_int_equal(s.n, 1); /* rl:{x}:k alone */
@@ -747,15 +752,15 @@ static void test_alg_malformed_refused_whole(void **state)
     GOOD(8,
          "rl:{x}:1 rl:{x}:2 rl:{x}:3 rl:{x}:4 rl:{x}:5 rl:{x}:6 rl:{x}:7 "
          "rl:{x}:8",
-         "a 8 f %lld 5 f 1 5 f 1 5 f 1 5 f 1 5 f 1 5 f 1 5 f 1 5 -1 1", exp);
-    GOOD(2, "rl:{x}:sc rl:{x}:sp", "a 1 s %lld 1 1 -1 1", exp);
-    GOOD(2, "rl:{x}:sc rl:{x}:sp", "a 1 s %lld 9223372036854775807 65536 -1 1",
-         exp);
-    GOOD(1, "rl:{x}:g", "a 1 g 1 1 -1 1");
-    GOOD(1, "rl:{x}:g", "a 1 g 31622400 1000000 -1 1");
-    GOOD(1, "rl:{x}:g", "a 1 g 1 31622400000000 -1 1");
-    GOOD(1, "rl:{x}:f", "a 1 f %lld 9223372036854775807 -1 1", exp);
-    GOOD(1, "rl:{x}:f", "a 1 f 9007199254740991 5 -1 1");
+         "a 8 '' f %lld 5 f 1 5 f 1 5 f 1 5 f 1 5 f 1 5 f 1 5 f 1 5 -1 1", exp);
+    GOOD(2, "rl:{x}:sc rl:{x}:sp", "a 1 '' s %lld 1 1 -1 1", exp);
+    GOOD(2, "rl:{x}:sc rl:{x}:sp",
+         "a 1 '' s %lld 9223372036854775807 65536 -1 1", exp);
+    GOOD(1, "rl:{x}:g", "a 1 '' g 1 1 -1 1");
+    GOOD(1, "rl:{x}:g", "a 1 '' g 31622400 1000000 -1 1");
+    GOOD(1, "rl:{x}:g", "a 1 '' g 1 31622400000000 -1 1");
+    GOOD(1, "rl:{x}:f", "a 1 '' f %lld 9223372036854775807 -1 1", exp);
+    GOOD(1, "rl:{x}:f", "a 1 '' f 9007199254740991 5 -1 1");
     snap(c, "*", &s);
     assert_true(all_expire(&s) >= 5);
 #undef BAD
@@ -766,8 +771,9 @@ static void test_alg_malformed_refused_whole(void **state)
 
 /* A stored quota replaces windows whose first key is staggered per caller
  * (":60:p7"): its counters are "<base>:<w>:<index>", the base being the
- * key without ":60:p7", as the script's '^(.*):%d+:p?%d+$' takes it. A
- * 'p' anywhere else, or with no index, is no base: refused whole. */
+ * key without ":60:p7", as the script's '^(.*):%d+:%a?%d*$' takes it (one
+ * letter, then digits or none: ":60:g" and ":60:l" too). Two letters, a
+ * letter after the digits or before the window: no base, refused whole. */
 static void test_quota_base_of_staggered_key(void **state)
 {
     fx_t *f = *state;
@@ -810,10 +816,14 @@ static void test_quota_base_of_staggered_key(void **state)
                 "2 rl:{p}:r:b:60:pp7 rl:{p}:q 0 %lld 600000 1 0 0 1 b %lld 10 "
                 "1 -1 1",
                 now, exp);
-    rlb_refused(c,
-                "2 rl:{p}:r:b:60:p rl:{p}:q 0 %lld 600000 1 0 0 1 b %lld 10 "
+    /* A letter without an index (a gcra's ":60:g", a log's ":60:l") ends
+     * a base too: the same counters, now full. */
+    r = rlb_arr(c,
+                "2 rl:{p}:r:b:60:g rl:{p}:q 0 %lld 600000 1 0 0 1 b %lld 10 "
                 "1 -1 1",
                 now, exp);
+    assert_string_equal(r->element[0]->str, "0 q 60 3 3 3600 5 3");
+    freeReplyObject(r);
     rlb_refused(c,
                 "2 rl:{p}:r:b:60:7p rl:{p}:q 0 %lld 600000 1 0 0 1 b %lld 10 "
                 "1 -1 1",

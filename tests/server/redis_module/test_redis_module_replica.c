@@ -248,7 +248,7 @@ static void writes_nothing(fx_t *f, const char *t)
     /* An op of other algorithms refused: no key written, none removed. */
     rlb_ok(c,
            "4 rl:{%s}:c:60:1 rl:{%s}:c:60:s1 rl:{%s}:c:60:s0 rl:{%s}:c:1:g 0 "
-           "%lld 600000 1 0 a 3 f %lld 5 s %lld 5 65536 g 9 1000 -1 6",
+           "%lld 600000 1 0 a 3 '' f %lld 5 s %lld 5 65536 g 9 1000 -1 6",
            t, t, t, t, now, exp, exp);
     r = rlb(c, "1 rl:{%s}:a:60:1 1 %lld 600000 1 1 1 %lld 5 1", t, now, exp);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
@@ -295,7 +295,7 @@ static void logs(fx_t *f, const char *t)
     snprintf(k, sizeof(k), "rl:{%s}:l:2:l", t);
     for (i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
         exp = now + steps[i].at + 600000;
-        r = rlb(c, "1 %s 0 %lld 600000 1 0 a 1 l %lld 5 2000 %s", k,
+        r = rlb(c, "1 %s 0 %lld 600000 1 0 a 1 '' l %lld 5 2000 %s", k,
                 now + steps[i].at, exp, steps[i].costs);
         assert_int_equal(r->type, REDIS_REPLY_ARRAY);
         assert_int_equal(r->element[0]->type, REDIS_REPLY_INTEGER);

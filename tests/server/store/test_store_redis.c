@@ -40,14 +40,14 @@ static void test_script_sha(void **state)
                      rls_redis_script_len);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
-    assert_string_equal(r->str, "2412649f44d9da423d7e41cbe938749acc5d8602");
+    assert_string_equal(r->str, "2dff1fca6a2b8a24b6ef16554aa5447d2ce270b3");
     freeReplyObject(r);
     cluster = rls_redis_cluster_script(&len);
     assert_int_equal(strlen(cluster), len);
     r = redisCommand(f->rc, "SCRIPT LOAD %b", cluster, len);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
-    assert_string_equal(r->str, "160f1f672eb9f07b7fd6f67a2b5f6c332d8236b5");
+    assert_string_equal(r->str, "1290a67e5834e177a9a06382c56fcbb93ee5c301");
     freeReplyObject(r);
 }
 
