@@ -1,8 +1,8 @@
 /* The Redis store's connection (redis_conn.c): one Redis server over
  * hiredis's async API on a libuv loop, kept connected. It connects
  * (resolving a name on libuv's thread pool), pipelines the handshake
- * (AUTH and SELECT when configured, SCRIPT LOAD, RL.VERSION, INFO server,
- * TIME) on every connect, is up once TIME answers, samples Redis's clock
+ * (AUTH and SELECT when configured, ROLE with want_master, SCRIPT LOAD,
+ * RL.VERSION, INFO server, TIME) on every connect, is up once TIME answers, samples Redis's clock
  * every second, and reconnects with backoff when the connection is lost.
  *
  * It knows nothing of what its owner sends: the owner (redis.c) sends
