@@ -13,8 +13,9 @@
  *     more after it at most).
  *   - the subscription: SUBSCRIBE +switch-master. A message about our
  *     master moves us at once, without waiting for the connection to the
- *     old master to fail. When the subscription is lost the next sentinel
- *     is subscribed to after 100 ms, and a question is asked once
+ *     old master to fail. When the subscription is lost, or not
+ *     confirmed within the timeout, the next sentinel is subscribed to
+ *     after 100 ms (500 ms after a round), and a question is asked once
  *     subscribed, for what was announced in between.
  * The answers are read by redis_sentinel_parse.c (pure, fuzzed).
  *
@@ -72,7 +73,9 @@ struct rls_redis_sentinel_s {
     sctx_t *sub;
     int sub_idx;
     int sub_logged;
-    uv_timer_t sub_timer;
+    int sub_ok;           /* the subscription is confirmed */
+    uv_timer_t sub_timer; /* the confirmation's deadline, or the next
+                           * attempt */
 };
 
 static void query_start(rls_redis_sentinel_t *s);
@@ -361,6 +364,8 @@ static void on_sub_msg(redisAsyncContext *ac, void *r, void *priv)
         RLS_DEBUG("redis sentinel: subscribed", " sentinel=%s:%d",
                   s->hosts[x->sentinel], s->ports[x->sentinel]);
         s->sub_logged = 0;
+        s->sub_ok = 1;
+        uv_timer_stop(&s->sub_timer);
         /* A switch announced while we were not subscribed. */
         query_start(s);
         return;
@@ -387,18 +392,31 @@ static void sub_start(rls_redis_sentinel_t *s)
 
     if (s->closing || s->sub != NULL)
         return;
+    s->sub_ok = 0;
     if ((s->sub = sctx_connect(s, s->sub_idx, why, sizeof(why))) == NULL) {
         sub_failed(s, why);
         return;
     }
     if (redisAsyncCommand(s->sub->ac, on_sub_msg, NULL,
-                          "SUBSCRIBE +switch-master") != REDIS_OK)
+                          "SUBSCRIBE +switch-master") != REDIS_OK) {
         sub_failed(s, "cannot send");
+        return;
+    }
+    /* A sentinel that never answers (a black hole: the connect alone
+     * would take minutes to fail) is left for the next. */
+    uv_timer_start(&s->sub_timer, on_sub_timer,
+                   s->timeout_ms > 250 ? s->timeout_ms : 250, 0);
 }
 
 static void on_sub_timer(uv_timer_t *t)
 {
-    sub_start(t->data);
+    rls_redis_sentinel_t *s = t->data;
+
+    if (s->sub != NULL && !s->sub_ok) {
+        sub_failed(s, "no answer to SUBSCRIBE in time");
+        return;
+    }
+    sub_start(s);
 }
 
 /* AUTH on either connection: a refusal fails that sentinel. */
