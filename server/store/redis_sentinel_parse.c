@@ -2,9 +2,9 @@
  *
  * A host is taken as the sentinel gives it (an IP literal, or a name when
  * the sentinels run with resolve-hostnames), but only if it is 1 to
- * RLS_SENTINEL_HOST_MAX bytes of printable ASCII without spaces: it goes
- * into log lines and to getaddrinfo. A port is 1 to 5 decimal digits,
- * 1 to 65535, no sign. */
+ * RLS_SENTINEL_HOST_MAX bytes of printable ASCII without spaces, not
+ * starting with '/': it goes into log lines and to getaddrinfo. A port is 1 to
+ * 5 decimal digits, 1 to 65535, no sign. */
 #include <string.h>
 
 #include "rl_error.h"
@@ -16,7 +16,9 @@ static int take_host(const char *s, size_t len, rls_sentinel_addr_t *out)
 {
     size_t i;
 
-    if (len == 0 || len > RLS_SENTINEL_HOST_MAX)
+    /* A leading '/' would make it a Unix socket's path to the store's
+     * connection: a sentinel names network addresses only. */
+    if (len == 0 || len > RLS_SENTINEL_HOST_MAX || s[0] == '/')
         return RL_EINVAL;
     for (i = 0; i < len; i++)
         if ((unsigned char)s[i] <= ' ' || (unsigned char)s[i] >= 127)

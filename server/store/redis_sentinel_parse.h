@@ -3,8 +3,9 @@
  * code, no I/O: the Sentinel layer (redis_sentinel.c) hands in what a
  * sentinel sent, and the fuzz target (tests/fuzz/fuzz_sentinel.c)
  * anything at all. A sentinel is a peer on the network, so nothing it
- * sends is trusted to fit: a host longer than RLS_SENTINEL_HOST_MAX or a
- * port out of range is refused, not cut. */
+ * sends is trusted to fit: a host longer than RLS_SENTINEL_HOST_MAX, one
+ * starting with '/' (a Unix socket's path to the connection) or a port
+ * out of range is refused, not cut. */
 #ifndef RLS_REDIS_SENTINEL_PARSE_H
 #define RLS_REDIS_SENTINEL_PARSE_H
 

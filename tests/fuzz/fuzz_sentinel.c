@@ -72,7 +72,7 @@ static void check_addr(const rls_sentinel_addr_t *a)
 
     CHECK(memchr(a->host, '\0', sizeof(a->host)) != NULL);
     n = strlen(a->host);
-    CHECK(n >= 1 && n <= RLS_SENTINEL_HOST_MAX);
+    CHECK(n >= 1 && n <= RLS_SENTINEL_HOST_MAX && a->host[0] != '/');
     for (i = 0; i < n; i++)
         CHECK((unsigned char)a->host[i] > ' ' &&
               (unsigned char)a->host[i] < 127);

@@ -62,6 +62,7 @@ static void test_addr(void **state)
         "*2\r\n$9\r\n127.0.0.1\r\n$0\r\n\r\n",
         "*2\r\n$9\r\n127.0 0.1\r\n$4\r\n6379\r\n",
         "*2\r\n$9\r\n127.0\n0.1\r\n$4\r\n6379\r\n",
+        "*2\r\n$10\r\n/tmp/redis\r\n$4\r\n6379\r\n",
         "+OK\r\n",
         ":1\r\n",
     };
