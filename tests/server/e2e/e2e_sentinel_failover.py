@@ -2,7 +2,10 @@
 """A Redis Sentinel failover under load: 1 master, 1 replica and 3
 redis-sentinel processes (quorum 2, down-after-milliseconds 1000) on
 reserved loopback ports, rl-server with --redis-sentinel, and the master
-killed with -9 while rl-bench --audit loads rl-server.
+killed with -9 while rl-bench --audit loads rl-server (open loop, 20,000
+requests/s over 200 keys, 10 s windows, limit 500): the kill falls 3 s
+into a window, so that window admits on the old master before the kill and
+on the new one after the failover, up to its limit.
 
 Asserted:
   - before: decisions are exact and counted in the master;
@@ -16,6 +19,9 @@ Asserted:
     that window's admissions may then exceed its limit by that many
     (under-counting in the store; never an admission counted twice).
     Such windows, if any, are printed with their excess;
+  - the window open at the kill reached its limit on the new master
+    (sampled keys' counters), so the audit did hold admissions on both
+    masters to one limit;
   - after: the sentinels' new master is the old replica (ROLE master),
     decisions come from it (its EVALSHA count grows, a fresh key is
     exact and counted there), rl-server logged one "redis master switched"
@@ -48,9 +54,17 @@ TMP = tempfile.mkdtemp(prefix="rl-sentinel-failover-")
 FAILS = []
 PROCS = []
 DOWN_AFTER_MS = 1000
+# Open loop, RATE requests a second over KEYS keys, fixed windows of
+# WINDOW_S aligned to the clock. The master dies KILL_AT_S into a window,
+# and the limit is what a key gets in 5 s: so the window open at the kill
+# admits on the old master before it and on the new one after the
+# failover (about 2.3 s), up to its limit; writes lost with the old master
+# would show as admissions over it.
+RATE = 20000
+KEYS = 200
 WINDOW_S = 10
-BENCH_S = 9
-KILL_AFTER_S = 2.5
+KILL_AT_S = 3.0
+LIMIT = 5 * RATE // KEYS
 
 
 def check(cond, what):
@@ -137,7 +151,9 @@ def main():
 
     p, got, log = fx.start_server(RL_SERVER, TMP, "failover", [
         "--redis-sentinel", ",".join("127.0.0.1:%d" % s for s, _ in sentinels),
-        "--redis-sentinel-master", "mymaster"], PROCS)
+        "--redis-sentinel-master", "mymaster",
+        # The kill window's counters outlive the run, to be read after it.
+        "--expiry-grace-ms", "60000"], PROCS)
     mp = got["metrics"]
     code, body = fx.healthz(mp, 200, 10)
     check(code == 200, "up through the sentinels (%d %s)"
@@ -151,18 +167,23 @@ def main():
     sent0 = fx.metric(mp, "rl_decisions_total")
     report = os.path.join(TMP, "bench.json")
     blog = open(os.path.join(TMP, "bench.log"), "w")
+    t_start = time.time()
+    # KILL_AT_S into the first window that starts 1.5 s from now or later;
+    # the run lasts to the end of that window and a little more.
+    t_plan = (int(t_start + 1.5 - KILL_AT_S) // WINDOW_S + 1) * WINDOW_S + \
+        KILL_AT_S
+    bench_s = int(t_plan - t_start + (WINDOW_S - KILL_AT_S) + 1.5) + 1
     bench = subprocess.Popen(
         [RL_BENCH, "--server", "127.0.0.1:%d" % got["listen"],
-         "--connections", "4", "--inflight", "16", "--duration",
-         str(BENCH_S), "--keys", "200", "--limit", "50", "--window",
-         str(WINDOW_S), "--timeout-ms", "5000", "--audit", "--no-progress",
-         "--json", report], stdout=blog, stderr=subprocess.STDOUT)
+         "--connections", "4", "--rate", str(RATE), "--duration",
+         str(bench_s), "--keys", str(KEYS), "--limit", str(LIMIT),
+         "--window", str(WINDOW_S), "--timeout-ms", "5000", "--audit",
+         "--no-progress", "--json", report],
+        stdout=blog, stderr=subprocess.STDOUT)
     PROCS.append(bench)
-    t_start = time.time()
-    # Kill once the load runs on the master.
     check(fx.wait_for(lambda: fx.metric(mp, "rl_decisions_total") > sent0 +
                       1000, 10), "load: rl-server is deciding")
-    time.sleep(max(0.0, t_start + KILL_AFTER_S - time.time()))
+    time.sleep(max(0.0, t_plan - time.time()))
     t_kill = time.time()
     mproc.kill()
     mproc.wait()
@@ -181,7 +202,7 @@ def main():
             probe = Probe(rport)
         time.sleep(0.005)
     check(t_first is not None, "after: the new master makes decisions")
-    bench.wait(BENCH_S + 60)
+    bench.wait(bench_s + 60)
     blog.close()
     check(bench.returncode == 0, "rl-bench ended normally, audit passed or "
           "explained below (exit %d)" % bench.returncode)
@@ -223,6 +244,21 @@ def main():
           "answer was lost with the connection is answered by the fail "
           "mode)" % (r["audit_windows"], r["audit_over_limit"],
                      r["audit_exact_windows"], len(r["audit_inexact"])))
+    # The window open at the kill went on filling on the new master: its
+    # counters there reached the limit (so the audit above did compare
+    # admissions on both masters against it).
+    win = int(t_kill * 1000) // (WINDOW_S * 1000)
+    full = sampled = 0
+    for k in range(0, KEYS, 10):
+        for n in fx.cli(rport, "--scan", "--pattern", "rl:{bench:%d}:*:%d:%d"
+                        % (k, WINDOW_S, win)).split():
+            sampled += 1
+            v = fx.cli(rport, "GET", n).strip()
+            full += v.isdigit() and int(v) >= LIMIT
+    check(sampled > 0 and full * 2 >= sampled,
+          "audit: the window open at the kill filled up to its limit on the "
+          "new master (%d of %d sampled keys), so admissions on both masters "
+          "were held to one limit" % (full, sampled))
 
     # After: the new master, and the switch heard once.
     check(fx.role(rport) == "master", "after: the old replica is master")
