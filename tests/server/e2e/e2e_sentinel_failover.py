@@ -168,10 +168,10 @@ def main():
     report = os.path.join(TMP, "bench.json")
     blog = open(os.path.join(TMP, "bench.log"), "w")
     t_start = time.time()
-    # KILL_AT_S into the first window that starts 1.5 s from now or later;
+    # KILL_AT_S into the first window that starts after rl-bench's first
+    # request (0.5 s from now, at most), so that the audit checks it whole;
     # the run lasts to the end of that window and a little more.
-    t_plan = (int(t_start + 1.5 - KILL_AT_S) // WINDOW_S + 1) * WINDOW_S + \
-        KILL_AT_S
+    t_plan = (int(t_start + 0.5) // WINDOW_S + 1) * WINDOW_S + KILL_AT_S
     bench_s = int(t_plan - t_start + (WINDOW_S - KILL_AT_S) + 1.5) + 1
     bench = subprocess.Popen(
         [RL_BENCH, "--server", "127.0.0.1:%d" % got["listen"],
@@ -239,6 +239,10 @@ def main():
           "died (admissions over: %d, the acknowledged writes the replica "
           "had not yet received); none after the failover"
           % (r["audit_over_limit"], excess))
+    check(r["audit_checked_windows"] >= KEYS,
+          "audit: every key's window open at the kill began in the run and "
+          "reached its limit (%d windows with refusals checked)"
+          % r["audit_checked_windows"])
     print("     audit: %d windows, %d over the limit, %d with refusals "
           "exact, %d inexact (under-admitted: a batch Redis ran whose "
           "answer was lost with the connection is answered by the fail "
