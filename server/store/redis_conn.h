@@ -2,8 +2,9 @@
  * hiredis's async API on a libuv loop, kept connected. It connects
  * (resolving a name on libuv's thread pool), pipelines the handshake
  * (AUTH and SELECT when configured, ROLE with want_master, SCRIPT LOAD,
- * RL.VERSION, INFO server, TIME) on every connect, is up once TIME answers, samples Redis's clock
- * every second, and reconnects with backoff when the connection is lost.
+ * RL.VERSION, INFO server, TIME) on every connect, is up once TIME answers,
+ * samples Redis's clock every second, and reconnects with backoff when the
+ * connection is lost.
  *
  * It knows nothing of what its owner sends: the owner (redis.c) sends
  * commands on the context rls_redis_conn_ctx gives it and hears of the
