@@ -10,7 +10,7 @@ packages=(
   libnghttp2-dev
   python3-grpcio python3-protobuf python3-grpc-tools python3-yaml
   libcmocka-dev
-  redis-server redis-tools
+  redis-server redis-tools redis-sentinel
   haproxy faketime gnuplot-nox procps
   nginx-light caddy
   curl jq
@@ -33,5 +33,6 @@ echo "setup: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-# Debian starts a system redis-server on 6379 when the package is installed;
-# nothing here uses it (tests start their own on free ports).
+# Debian starts a system redis-server on 6379 (and redis-sentinel on 26379)
+# when the package is installed; nothing here uses them (tests start their
+# own on free ports).

@@ -1,5 +1,6 @@
 #include "flags.h"
 
+#include <arpa/inet.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +64,16 @@ static const char usage[] =
     "                           not with --redis\n"
     "  --redis-password-file FILE  the Redis password: FILE's first line\n"
     "                           (kept out of ps and of the URL)\n"
+    "  --redis-sentinel IP:PORT[,IP:PORT...]  count in the master these\n"
+    "                           Redis Sentinels name (asked in this order;\n"
+    "                           redis://[[USER]:PASSWORD@] before the list\n"
+    "                           gives the data nodes' credentials); not\n"
+    "                           with --redis or --redis-cluster\n"
+    "  --redis-sentinel-master NAME  the master's name in the sentinels\n"
+    "                           (required with --redis-sentinel)\n"
+    "  --redis-sentinel-user NAME  the sentinels' own AUTH user\n"
+    "  --redis-sentinel-password-file FILE  the sentinels' own password:\n"
+    "                           FILE's first line\n"
     "  --prefix STR             Redis key prefix, no braces (default rl:)\n"
     "  --config FILE            rules file (YAML; see the README's Rules);\n"
     "                           reloaded on SIGHUP and when it changes\n"
@@ -278,32 +289,40 @@ static int parse_userinfo(rls_flags_t *c, const char *flag, const char *u,
     return 0;
 }
 
-/* --redis-password-file: the password is the file's first line. */
-static int read_password_file(rls_flags_t *c, char *err, size_t errlen)
+/* A password file (given to flag): the password is the file's first
+ * line, into dst (RLS_HOST_MAX + 1 bytes). */
+static int read_first_line(const char *flag, const char *path, char *dst,
+                           char *err, size_t errlen)
 {
     char line[RLS_HOST_MAX + 3];
     size_t n;
     FILE *f;
 
-    if (c->redis_password[0] != '\0')
-        return fail(err, errlen,
-                    "--redis-password-file: the Redis URL has a password "
-                    "already");
-    if ((f = fopen(c->redis_password_file, "r")) == NULL)
-        return fail(err, errlen, "--redis-password-file: cannot read '%s'",
-                    c->redis_password_file);
+    if ((f = fopen(path, "r")) == NULL)
+        return fail(err, errlen, "%s: cannot read '%s'", flag, path);
     if (fgets(line, sizeof(line), f) == NULL)
         line[0] = '\0';
     fclose(f);
     n = strcspn(line, "\r\n");
     if (n == 0 || n > RLS_HOST_MAX)
         return fail(err, errlen,
-                    "--redis-password-file: '%s' must hold the password "
+                    "%s: '%s' must hold the password "
                     "(1 to %d bytes) on its first line",
-                    c->redis_password_file, RLS_HOST_MAX);
-    memcpy(c->redis_password, line, n);
-    c->redis_password[n] = '\0';
+                    flag, path, RLS_HOST_MAX);
+    memcpy(dst, line, n);
+    dst[n] = '\0';
     return 0;
+}
+
+/* --redis-password-file: the password is the file's first line. */
+static int read_password_file(rls_flags_t *c, char *err, size_t errlen)
+{
+    if (c->redis_password[0] != '\0')
+        return fail(err, errlen,
+                    "--redis-password-file: the Redis URL has a password "
+                    "already");
+    return read_first_line("--redis-password-file", c->redis_password_file,
+                           c->redis_password, err, errlen);
 }
 
 /* --redis unix://[[USER]:PASSWORD@]/PATH[?db=N]: the socket's path goes in
@@ -398,46 +417,83 @@ static int parse_redis(rls_flags_t *c, const char *s, char *err,
     return 0;
 }
 
-/* --redis-cluster: [redis://[[USER]:PASSWORD@]]HOST:PORT[,HOST:PORT...],
- * at most 16 seeds. */
-static int parse_redis_cluster(rls_flags_t *c, const char *s, char *err,
-                               size_t errlen)
+/* --redis-cluster and --redis-sentinel (flag):
+ * [redis://[[USER]:PASSWORD@]]HOST:PORT[,HOST:PORT...], at most 16, into
+ * redis_seed_host/port; their number in *count. */
+static int parse_seeds(rls_flags_t *c, const char *flag, const char *s,
+                       int *count, char *err, size_t errlen)
 {
     char buf[2 * RLS_HOST_MAX + 1024], host[RLS_HOST_MAX + 1], *at, *hp, *tok;
     char *save = NULL;
     int port;
 
     if (strlen(s) >= sizeof(buf))
-        return fail(err, errlen, "--redis-cluster: value too long");
+        return fail(err, errlen, "%s: value too long", flag);
     strcpy(buf, s);
     hp = buf;
     if (strncmp(buf, "redis://", 8) == 0) {
         hp = buf + 8;
         at = strrchr(hp, '@');
         if (at != NULL) {
-            if (parse_userinfo(c, "--redis-cluster", hp, (size_t)(at - hp), err,
-                               errlen) != 0)
+            if (parse_userinfo(c, flag, hp, (size_t)(at - hp), err, errlen) !=
+                0)
                 return RL_EINVAL;
             hp = at + 1;
         }
     }
-    c->redis_cluster = 0;
+    *count = 0;
     for (tok = strtok_r(hp, ",", &save); tok != NULL;
          tok = strtok_r(NULL, ",", &save)) {
-        if (c->redis_cluster == 16)
-            return fail(err, errlen, "--redis-cluster: at most 16 seed nodes");
+        if (*count == 16)
+            return fail(err, errlen, "%s: at most 16 addresses", flag);
         if (rl_parse_hostport(tok, host, sizeof(host), &port) != RL_OK ||
             strlen(host) >= sizeof(c->redis_seed_host[0]))
             return fail(err, errlen,
-                        "--redis-cluster: bad seed '%s' (expected "
-                        RL_HOSTPORT_HELP ")",
-                        tok);
-        strcpy(c->redis_seed_host[c->redis_cluster], host);
-        c->redis_seed_port[c->redis_cluster++] = port;
+                        "%s: bad address '%s' (expected " RL_HOSTPORT_HELP ")",
+                        flag, tok);
+        strcpy(c->redis_seed_host[*count], host);
+        c->redis_seed_port[(*count)++] = port;
     }
-    if (c->redis_cluster == 0)
+    if (*count == 0)
+        return fail(err, errlen, "%s: expected HOST:PORT[,HOST:PORT...]", flag);
+    return 0;
+}
+
+/* --redis-sentinel: as a cluster's seeds, but IP literals only: hiredis
+ * would resolve a name with a blocking getaddrinfo on the loop. */
+static int parse_redis_sentinel(rls_flags_t *c, const char *s, char *err,
+                                size_t errlen)
+{
+    unsigned char bin[16];
+    int i;
+
+    if (parse_seeds(c, "--redis-sentinel", s, &c->redis_sentinels, err,
+                    errlen) != 0)
+        return RL_EINVAL;
+    for (i = 0; i < c->redis_sentinels; i++)
+        if (inet_pton(AF_INET, c->redis_seed_host[i], bin) != 1 &&
+            inet_pton(AF_INET6, c->redis_seed_host[i], bin) != 1)
+            return fail(err, errlen,
+                        "--redis-sentinel: '%s' is not an IP address "
+                        "(sentinels are given by address)",
+                        c->redis_seed_host[i]);
+    return 0;
+}
+
+/* --redis-sentinel-master: a name as a sentinel's config takes it. */
+static int parse_sentinel_master(rls_flags_t *c, const char *s, char *err,
+                                 size_t errlen)
+{
+    size_t i, n = strlen(s);
+
+    for (i = 0; i < n; i++)
+        if ((unsigned char)s[i] <= ' ' || (unsigned char)s[i] >= 127)
+            break;
+    if (n == 0 || n > 128 || i < n)
         return fail(err, errlen,
-                    "--redis-cluster: expected HOST:PORT[,HOST:PORT...]");
+                    "--redis-sentinel-master: expected a name (1 to 128 "
+                    "printable bytes, no spaces)");
+    memcpy(c->redis_sentinel_master, s, n + 1);
     return 0;
 }
 
@@ -485,6 +541,10 @@ static int takes_value(const char *name)
                                         "--redis",
                                         "--redis-cluster",
                                         "--redis-password-file",
+                                        "--redis-sentinel",
+                                        "--redis-sentinel-master",
+                                        "--redis-sentinel-user",
+                                        "--redis-sentinel-password-file",
                                         "--prefix",
                                         "--rule",
                                         "--log-level",
@@ -607,18 +667,44 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
             else
                 c->check_rule_header = val;
         } else if (strcmp(name, "--redis") == 0) {
-            if (c->redis_cluster > 0)
-                return fail(err, errlen, "--redis and --redis-cluster are "
-                                         "exclusive: give one");
+            if (c->redis_cluster > 0 || c->redis_sentinels > 0)
+                return fail(err, errlen,
+                            "--redis, --redis-cluster and "
+                            "--redis-sentinel are exclusive: "
+                            "give one");
             if (parse_redis(c, val, err, errlen) != 0)
                 return RL_EINVAL;
         } else if (strcmp(name, "--redis-cluster") == 0) {
             if (c->use_redis && c->redis_cluster == 0)
-                return fail(err, errlen, "--redis and --redis-cluster are "
-                                         "exclusive: give one");
-            if (parse_redis_cluster(c, val, err, errlen) != 0)
+                return fail(err, errlen,
+                            "--redis, --redis-cluster and "
+                            "--redis-sentinel are exclusive: "
+                            "give one");
+            if (parse_seeds(c, "--redis-cluster", val, &c->redis_cluster, err,
+                            errlen) != 0)
                 return RL_EINVAL;
             c->use_redis = 1;
+        } else if (strcmp(name, "--redis-sentinel") == 0) {
+            if (c->use_redis && c->redis_sentinels == 0)
+                return fail(err, errlen,
+                            "--redis, --redis-cluster and "
+                            "--redis-sentinel are exclusive: "
+                            "give one");
+            if (parse_redis_sentinel(c, val, err, errlen) != 0)
+                return RL_EINVAL;
+            c->use_redis = 1;
+        } else if (strcmp(name, "--redis-sentinel-master") == 0) {
+            if (parse_sentinel_master(c, val, err, errlen) != 0)
+                return RL_EINVAL;
+        } else if (strcmp(name, "--redis-sentinel-user") == 0) {
+            if (val[0] == '\0' || strlen(val) > RLS_HOST_MAX)
+                return fail(err, errlen,
+                            "--redis-sentinel-user: 1 to %d "
+                            "bytes",
+                            RLS_HOST_MAX);
+            strcpy(c->redis_sentinel_user, val);
+        } else if (strcmp(name, "--redis-sentinel-password-file") == 0) {
+            c->redis_sentinel_password_file = val;
         } else if (strcmp(name, "--redis-password-file") == 0) {
             c->redis_password_file = val;
         } else if (strcmp(name, "--prefix") == 0) {
@@ -717,6 +803,21 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
         return RL_EINVAL;
     if (c->redis_password_file != NULL &&
         read_password_file(c, err, errlen) != 0)
+        return RL_EINVAL;
+    if (c->redis_sentinels > 0 && c->redis_sentinel_master[0] == '\0')
+        return fail(err, errlen,
+                    "--redis-sentinel needs "
+                    "--redis-sentinel-master NAME");
+    if (c->redis_sentinels == 0 && (c->redis_sentinel_master[0] != '\0' ||
+                                    c->redis_sentinel_user[0] != '\0' ||
+                                    c->redis_sentinel_password_file != NULL))
+        return fail(err, errlen,
+                    "--redis-sentinel-master, -user and "
+                    "-password-file need --redis-sentinel");
+    if (c->redis_sentinel_password_file != NULL &&
+        read_first_line("--redis-sentinel-password-file",
+                        c->redis_sentinel_password_file,
+                        c->redis_sentinel_password, err, errlen) != 0)
         return RL_EINVAL;
     return 0;
 }

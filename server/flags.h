@@ -30,6 +30,14 @@ typedef struct rls_flags_s {
     int redis_cluster; /* number of seeds, 0: not a cluster */
     char redis_seed_host[16][64];
     int redis_seed_port[16];
+    /* --redis-sentinel: the sentinels, in redis_seed_host/port (IP
+     * literals); redis_user and redis_password are the data nodes';
+     * use_redis is set too. */
+    int redis_sentinels; /* number of sentinels, 0: no Sentinel */
+    char redis_sentinel_master[RLS_HOST_MAX + 1];
+    char redis_sentinel_user[RLS_HOST_MAX + 1];     /* empty: default */
+    char redis_sentinel_password[RLS_HOST_MAX + 1]; /* empty: no AUTH */
+    const char *redis_sentinel_password_file;
     uint64_t redis_timeout_ms;
     uint64_t grace_ms;
     uint64_t spread_ms; /* Redis store: expiries spread over up to this */

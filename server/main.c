@@ -123,6 +123,7 @@ int main(int argc, char **argv)
         store = rls_store_cluster_new(&loop, &co);
     } else if (cfg.use_redis) {
         rls_redis_opts_t ro;
+        rls_redis_sentinel_opts_t so;
         memset(&ro, 0, sizeof(ro));
         ro.host = cfg.redis_host;
         ro.port = cfg.redis_port;
@@ -132,6 +133,23 @@ int main(int argc, char **argv)
         ro.timeout_ms = cfg.redis_timeout_ms;
         ro.grace_ms = cfg.grace_ms;
         ro.no_module = cfg.redis_module_off;
+        if (cfg.redis_sentinels > 0) {
+            int k;
+            memset(&so, 0, sizeof(so));
+            for (k = 0; k < cfg.redis_sentinels; k++) {
+                so.hosts[k] = cfg.redis_seed_host[k];
+                so.ports[k] = cfg.redis_seed_port[k];
+            }
+            so.n = cfg.redis_sentinels;
+            so.master = cfg.redis_sentinel_master;
+            so.user =
+                cfg.redis_sentinel_user[0] ? cfg.redis_sentinel_user : NULL;
+            so.password = cfg.redis_sentinel_password[0]
+                              ? cfg.redis_sentinel_password
+                              : NULL;
+            so.timeout_ms = cfg.redis_timeout_ms;
+            ro.sentinel = &so;
+        }
         store = rls_store_redis_new(&loop, &ro);
     } else {
         store = rls_store_memory_new(&loop);
@@ -161,6 +179,13 @@ int main(int argc, char **argv)
         RLS_INFO("redis cluster", " seeds=%d first=%s:%d timeout_ms=%llu",
                  cfg.redis_cluster, cfg.redis_seed_host[0],
                  cfg.redis_seed_port[0],
+                 (unsigned long long)cfg.redis_timeout_ms);
+    else if (cfg.redis_sentinels > 0)
+        RLS_INFO("redis sentinel",
+                 " master=%s sentinels=%d first=%s:%d "
+                 "db=%d timeout_ms=%llu",
+                 cfg.redis_sentinel_master, cfg.redis_sentinels,
+                 cfg.redis_seed_host[0], cfg.redis_seed_port[0], cfg.redis_db,
                  (unsigned long long)cfg.redis_timeout_ms);
     else if (cfg.use_redis && cfg.redis_host[0] == '/')
         RLS_INFO("redis", " addr=unix:%s db=%d timeout_ms=%llu", cfg.redis_host,

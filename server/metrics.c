@@ -288,6 +288,12 @@ int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
                         "changed): the current windows' counts were lost "
                         "unless Redis persisted them.",
                         ss->restarts));
+        if (v->cfg->redis_sentinels > 0)
+            TRY(rls_prom_counter(
+                out, "rl_store_master_switches_total",
+                "Times Redis Sentinel moved the master (a failover "
+                "or a switch), as rl-server heard of it.",
+                ss->master_switches));
         /* The memory store has no round trip to measure. */
         if (v->cfg->use_redis)
             TRY(rls_prom_histogram(out, "rl_redis_rtt_seconds",

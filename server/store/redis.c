@@ -38,6 +38,15 @@
  * is counted by kind (store.h), and Redis's error replies are logged at
  * warn, at most one line a second.
  *
+ * Sentinel (opts->sentinel): redis_sentinel.c tells where the master is,
+ * and the connection reads it before every connect and asks ROLE. A
+ * READONLY reply (the master was demoted under us: the whole call
+ * refused, or with the script each op's write) means Redis counted
+ * nothing of that call: the batch is answered by the fail mode like any
+ * other refused batch, and the connection is dropped, which fails the
+ * batches in flight after it (each answered once, by its reply callback)
+ * and asks the sentinels where the master went.
+ *
  * opts->grace_ms: the batcher puts it into the windows' expire_at_ms; the
  * script adds it to the windows of a stored quota, which it places. */
 #include <stdlib.h>
@@ -86,6 +95,7 @@ typedef struct batch_s {
 struct rls_redis_store_s {
     rls_store_t base;
     rls_redis_conn_t *conn; /* NULL once closed */
+    rls_redis_sentinel_t *sentinel; /* NULL without Sentinel, or closed */
     const char *script;
     size_t script_len;
     int (*is_redirect)(const char *err, size_t len);
@@ -121,6 +131,23 @@ struct rls_redis_store_s {
 };
 
 static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv);
+
+/* A Redis error text saying the node is a replica now. */
+static int is_readonly(const char *text, size_t len)
+{
+    return text != NULL && len >= 8 && memcmp(text, "READONLY", 8) == 0;
+}
+
+/* After a READONLY reply: this node no longer takes writes. Dropping the
+ * connection fails what is in flight on it (nothing of it can count
+ * there) and, with Sentinel, asks where the master is now. Inside ac's
+ * reply callback the free waits for it to return. */
+static void left_readonly(rls_redis_store_t *st, const redisAsyncContext *ac)
+{
+    if (ac != NULL && ac == rls_redis_conn_ctx(st->conn))
+        rls_redis_conn_drop(st->conn, RL_ESTORE,
+                            "READONLY: this Redis is a replica now");
+}
 
 static void maybe_finish(rls_redis_store_t *st)
 {
@@ -402,7 +429,12 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
                             rls_redis_err_kind(errs.text, errs.text_len),
                             errs.text, errs.text_len);
             }
+            rc = errs.failed > 0 && is_readonly(errs.text, errs.text_len);
             finish(st, b, 0, 0);
+            if (rc) {
+                left_readonly(st, ac);
+                return;
+            }
         }
         maybe_leave_stall(st, ac);
         return;
@@ -440,7 +472,12 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
         k = RLS_SERR_OTHER;
         note_errors(st, 1, k, "unexpected reply", 16);
     }
+    rc = rep->type == REDIS_REPLY_ERROR && is_readonly(rep->str, rep->len);
     finish(st, b, RL_ESTORE, k);
+    if (rc) {
+        left_readonly(st, ac);
+        return;
+    }
     maybe_leave_stall(st, ac);
 }
 
@@ -631,6 +668,8 @@ static void st_close(rls_store_t *s, void (*done)(void *arg), void *arg)
     /* Fails the batches in flight (RL_ESHUTDOWN): their callbacks fire
      * now, or as soon as the hiredis callback we may be inside returns. */
     rls_redis_conn_close(st->conn);
+    if (st->sentinel != NULL)
+        rls_redis_sentinel_close(st->sentinel);
     uv_close((uv_handle_t *)&st->expiry, on_closed);
     uv_close((uv_handle_t *)&st->errlog, on_closed);
 }
@@ -705,6 +744,24 @@ static void on_conn_stuck(void *data)
         rls_redis_conn_drop(st->conn, RL_ETIMEDOUT, "TIME unanswered");
 }
 
+/* Sentinel: the master's address changed (or became known). */
+static void on_master_moved(void *data)
+{
+    rls_redis_store_t *st = data;
+
+    if (!st->closing)
+        rls_redis_conn_retarget(st->conn);
+}
+
+static void on_sentinel_closed(void *data)
+{
+    rls_redis_store_t *st = data;
+
+    st->sentinel = NULL;
+    st->open--;
+    maybe_finish(st);
+}
+
 static void on_conn_closed(void *data)
 {
     rls_redis_store_t *st = data;
@@ -718,7 +775,10 @@ rls_store_t *rls_store_redis_new(uv_loop_t *loop, const rls_redis_opts_t *opts)
 {
     static const rls_redis_conn_cbs_t cbs = {on_conn_down, on_conn_stuck,
                                              on_conn_closed};
+    static const rls_redis_sentinel_cbs_t scbs = {on_master_moved,
+                                                  on_sentinel_closed};
     rls_redis_store_t *st = calloc(1, sizeof(*st));
+    rls_redis_sentinel_opts_t so;
     rls_redis_conn_opts_t co;
 
     if (st == NULL)
@@ -745,13 +805,34 @@ rls_store_t *rls_store_redis_new(uv_loop_t *loop, const rls_redis_opts_t *opts)
     co.use_module = !opts->no_module;
     co.quiet = opts->quiet;
     co.stats = &st->base.stats;
+    if (opts->sentinel != NULL) {
+        so = *opts->sentinel;
+        so.stats = &st->base.stats;
+        if ((st->sentinel = rls_redis_sentinel_new(loop, &so, &scbs, st)) ==
+            NULL) {
+            free(st);
+            return NULL;
+        }
+        co.addr = rls_redis_sentinel_addr;
+        co.addr_stale = rls_redis_sentinel_stale;
+        co.addr_arg = st->sentinel;
+        co.want_master = 1;
+    }
     if ((st->conn = rls_redis_conn_new(loop, &co, &cbs, st)) == NULL) {
-        free(st);
+        /* The sentinels' handles close in the background; st is freed
+         * once they have (on_sentinel_closed). */
+        if (st->sentinel != NULL) {
+            st->closing = 1;
+            st->open = 1;
+            rls_redis_sentinel_close(st->sentinel);
+        } else {
+            free(st);
+        }
         return NULL;
     }
     uv_timer_init(loop, &st->expiry);
     uv_timer_init(loop, &st->errlog);
     st->expiry.data = st->errlog.data = st;
-    st->open = 3;
+    st->open = st->sentinel != NULL ? 4 : 3;
     return &st->base;
 }

@@ -7,6 +7,7 @@
 
 #include <uv.h>
 
+#include "store/redis_sentinel.h"
 #include "store/store.h"
 
 typedef struct rls_redis_opts_s {
@@ -32,6 +33,12 @@ typedef struct rls_redis_opts_s {
      * counted or logged as an error, and rls_redis_redirect gives the
      * reply's text during its callback. */
     int (*is_redirect)(const char *err, size_t len);
+    /* Optional: the master is wherever these sentinels say
+     * (redis_sentinel.h; host and port above are then unused). The store
+     * counts master switches in its stats, asks ROLE at every connect,
+     * and treats a READONLY reply as a sign that the master moved. Copied
+     * at creation (stats are the store's own). */
+    const rls_redis_sentinel_opts_t *sentinel;
 } rls_redis_opts_t;
 
 /* Redis store: hiredis async on `loop`. Connects in the background and

@@ -69,6 +69,13 @@ struct rls_redis_conn_s {
     rls_store_stats_t *stats;
     rls_redis_conn_cbs_t cbs;
     void *data;
+    /* Sentinel (opts->addr): where to connect, and whom to tell that an
+     * address failed; want_master: the handshake asks ROLE. */
+    int (*addr_fn)(void *arg, char *host, size_t hostlen, int *port);
+    void (*addr_stale)(void *arg);
+    void *addr_arg;
+    int want_master;
+    int retargeting; /* inside rls_redis_conn_retarget's own drop */
 };
 
 static void start_connect(rls_redis_conn_t *c);
@@ -173,6 +180,14 @@ static void schedule_retry(rls_redis_conn_t *c)
     uv_timer_start(&c->retry, on_retry, delay, 0);
 }
 
+/* The address in use failed: with Sentinel, ask where the master is now
+ * (not when the drop is retarget's own: it knows already). */
+static void addr_failed(rls_redis_conn_t *c)
+{
+    if (c->addr_stale != NULL && !c->retargeting)
+        c->addr_stale(c->addr_arg);
+}
+
 /* A connection attempt failed before there was a connection to lose. */
 static void connect_failed(rls_redis_conn_t *c, const char *why)
 {
@@ -187,6 +202,7 @@ static void connect_failed(rls_redis_conn_t *c, const char *why)
         *c->quiet_shared = 1;
     c->state = DOWN;
     schedule_retry(c);
+    addr_failed(c);
 }
 
 /* Records that context x is gone or going; idempotent, since hiredis
@@ -210,6 +226,7 @@ static void lost(rls_redis_conn_t *c, ctx_t *x, const char *why)
     c->state = DOWN;
     schedule_retry(c);
     c->cbs.down(c->data);
+    addr_failed(c);
 }
 
 /* Why hiredis let go of ac, for the log. */
@@ -281,6 +298,28 @@ static void on_status_reply(redisAsyncContext *ac, void *r, void *priv)
 {
     (void)priv;
     hs_check(ac, r, REDIS_REPLY_STATUS);
+}
+
+/* ROLE (want_master): only a master takes our writes. A replica (a stale
+ * address after a failover, or a master demoted since) is dropped, which
+ * asks Sentinel again (addr_failed). */
+static void on_role_reply(redisAsyncContext *ac, void *r, void *priv)
+{
+    rls_redis_conn_t *c = ctx_of(ac)->conn;
+    redisReply *rep = r;
+    const redisReply *e;
+    char why[96];
+
+    (void)priv;
+    if (hs_check(ac, rep, REDIS_REPLY_ARRAY) != 0)
+        return;
+    e = rep->elements > 0 ? rep->element[0] : NULL;
+    if (e != NULL && e->type == REDIS_REPLY_STRING && e->len == 6 &&
+        memcmp(e->str, "master", 6) == 0)
+        return;
+    snprintf(why, sizeof(why), "not the master (ROLE %.32s)",
+             e != NULL && e->type == REDIS_REPLY_STRING ? e->str : "?");
+    rls_redis_conn_drop(c, RL_ESTORE, why);
 }
 
 static void on_load_reply(redisAsyncContext *ac, void *r, void *priv)
@@ -451,6 +490,8 @@ static void connect_addr(rls_redis_conn_t *c, const char *ip)
         redisAsyncCommand(ac, on_status_reply, NULL, "AUTH %s", c->password);
     if (c->db > 0)
         redisAsyncCommand(ac, on_status_reply, NULL, "SELECT %d", c->db);
+    if (c->want_master)
+        redisAsyncCommand(ac, on_role_reply, NULL, "ROLE");
     redisAsyncCommand(ac, on_load_reply, NULL, "SCRIPT LOAD %b", c->script,
                       c->script_len);
     set_module(c, 0);
@@ -501,12 +542,59 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
     }
 }
 
+/* Names the address in use, for the log and for numeric hosts. */
+static void set_addr(rls_redis_conn_t *c)
+{
+    unsigned char bin[16];
+
+    c->numeric = c->host[0] == '/' || inet_pton(AF_INET, c->host, bin) == 1 ||
+                 inet_pton(AF_INET6, c->host, bin) == 1;
+    if (c->host[0] == '/')
+        snprintf(c->addr, sizeof(c->addr), "unix:%s", c->host);
+    else
+        snprintf(c->addr, sizeof(c->addr), "%s:%d", c->host, c->port);
+}
+
+/* With opts->addr: takes the address it gives now. Returns 0, RL_EAGAIN
+ * (none known) or RL_ENOMEM. */
+static int take_addr(rls_redis_conn_t *c)
+{
+    char host[RLS_REDIS_ADDR_MAX], *dup;
+    int port = 0, rc;
+
+    if ((rc = c->addr_fn(c->addr_arg, host, sizeof(host), &port)) != 0)
+        return rc;
+    if (strcmp(host, c->host) == 0 && port == c->port)
+        return 0;
+    if ((dup = strdup(host)) == NULL)
+        return RL_ENOMEM;
+    free(c->host);
+    c->host = dup;
+    c->port = port;
+    set_addr(c);
+    /* Another server: its run_id says nothing of a restart. */
+    c->run_id[0] = '\0';
+    return 0;
+}
+
 static void start_connect(rls_redis_conn_t *c)
 {
     struct addrinfo hints;
     int rc;
 
     c->state = CONNECTING;
+    if (c->addr_fn != NULL && (rc = take_addr(c)) != 0) {
+        if (rc != RL_EAGAIN) {
+            connect_failed(c, rl_strerror(rc));
+            return;
+        }
+        /* Sentinel has not answered yet: it connects us when it does
+         * (rls_redis_conn_retarget). */
+        RLS_DEBUG("redis master address not known yet", NULL);
+        c->state = DOWN;
+        schedule_retry(c);
+        return;
+    }
     if (c->numeric) {
         connect_addr(c, c->host);
         return;
@@ -558,7 +646,6 @@ rls_redis_conn_t *rls_redis_conn_new(uv_loop_t *loop,
                                      void *data)
 {
     rls_redis_conn_t *c = calloc(1, sizeof(*c));
-    unsigned char addr[16];
 
     if (c == NULL || (c->host = strdup(opts->host)) == NULL)
         goto fail;
@@ -577,12 +664,11 @@ rls_redis_conn_t *rls_redis_conn_new(uv_loop_t *loop,
     c->stats = opts->stats;
     c->cbs = *cbs;
     c->data = data;
-    c->numeric = c->host[0] == '/' || inet_pton(AF_INET, c->host, addr) == 1 ||
-                 inet_pton(AF_INET6, c->host, addr) == 1;
-    if (c->host[0] == '/')
-        snprintf(c->addr, sizeof(c->addr), "unix:%s", c->host);
-    else
-        snprintf(c->addr, sizeof(c->addr), "%s:%d", c->host, c->port);
+    c->addr_fn = opts->addr;
+    c->addr_stale = opts->addr_stale;
+    c->addr_arg = opts->addr_arg;
+    c->want_master = opts->want_master;
+    set_addr(c);
     c->rng = (uv_hrtime() ^ (uint64_t)(uintptr_t)c) | 1;
     rls_redis_clock_init(&c->clk);
     c->backoff_ms = BACKOFF_MIN_MS;
@@ -601,6 +687,31 @@ fail:
         free(c);
     }
     return NULL;
+}
+
+void rls_redis_conn_retarget(rls_redis_conn_t *c)
+{
+    char host[RLS_REDIS_ADDR_MAX];
+    int port = 0;
+
+    if (c->state == CLOSING || c->addr_fn == NULL ||
+        c->addr_fn(c->addr_arg, host, sizeof(host), &port) != 0)
+        return;
+    if (strcmp(host, c->host) == 0 && port == c->port &&
+        (c->state == UP || c->state == CONNECTING))
+        return;
+    /* A name being resolved finishes first; the connect it starts asks
+     * ROLE, and a stale address is then dropped and retried here. */
+    if (c->gai_busy)
+        return;
+    if (c->ctx != NULL) {
+        c->retargeting = 1;
+        rls_redis_conn_drop(c, RL_ESTORE, "the master moved");
+        c->retargeting = 0;
+    }
+    uv_timer_stop(&c->retry);
+    c->backoff_ms = BACKOFF_MIN_MS;
+    start_connect(c);
 }
 
 void rls_redis_conn_close(rls_redis_conn_t *c)

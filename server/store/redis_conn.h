@@ -1,9 +1,10 @@
 /* The Redis store's connection (redis_conn.c): one Redis server over
  * hiredis's async API on a libuv loop, kept connected. It connects
  * (resolving a name on libuv's thread pool), pipelines the handshake
- * (AUTH and SELECT when configured, SCRIPT LOAD, RL.VERSION, INFO server,
- * TIME) on every connect, is up once TIME answers, samples Redis's clock
- * every second, and reconnects with backoff when the connection is lost.
+ * (AUTH and SELECT when configured, ROLE with want_master, SCRIPT LOAD,
+ * RL.VERSION, INFO server, TIME) on every connect, is up once TIME answers,
+ * samples Redis's clock every second, and reconnects with backoff when the
+ * connection is lost.
  *
  * It knows nothing of what its owner sends: the owner (redis.c) sends
  * commands on the context rls_redis_conn_ctx gives it and hears of the
@@ -46,6 +47,21 @@ typedef struct rls_redis_conn_opts_s {
     /* Where the connection counts Redis restarts and reconnects, and says
      * whether Redis has the module (the owner's store stats). */
     rls_store_stats_t *stats;
+    /* Optional (Sentinel, redis_sentinel.h): where to connect. When set,
+     * host and port above are ignored and addr is called before every
+     * connect; it fills host (hostlen bytes at most, the NUL included)
+     * and *port and returns 0, or RL_EAGAIN while no address is known
+     * (the attempt is retried after the backoff, logged at debug). */
+    int (*addr)(void *arg, char *host, size_t hostlen, int *port);
+    /* Optional, with addr: the address failed (a connect refused, a
+     * connection lost or dropped, ROLE not master): ask where the master
+     * is now. Never called by rls_redis_conn_retarget's own drop. */
+    void (*addr_stale)(void *arg);
+    void *addr_arg;
+    /* The handshake asks ROLE and accepts only "master": after a failover
+     * the old address may answer "slave", and writes there would fail.
+     * ROLE is then one more command the Redis ACL must allow. */
+    int want_master;
 } rls_redis_conn_opts_t;
 
 /* How the connection reports to its owner; data is the owner's. */
@@ -94,6 +110,13 @@ int rls_redis_conn_gone(const redisAsyncContext *ac);
  * and reconnects after the backoff. Inside a hiredis callback the free
  * (and the replies' callbacks) happen as soon as that callback returns. */
 void rls_redis_conn_drop(rls_redis_conn_t *c, int status, const char *why);
+
+/* The address opts->addr gives may have changed (the master moved, or
+ * became known): when it differs from the one in use, drops the current
+ * context (pending commands fail with RL_ESTORE, cbs->down fires if it
+ * was up); unless connected or connecting there already, connects now,
+ * without waiting for the backoff. */
+void rls_redis_conn_retarget(rls_redis_conn_t *c);
 
 /* Redis's clock, ms since the Unix epoch (redis_clock.h); the local clock
  * until Redis's is known. Never goes backwards. */

@@ -129,3 +129,14 @@ mkdir -p "$out/corpus_cluster"
 "$out/fuzz_cluster" -max_total_time="$secs" -max_len=4096 \
   -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus_cluster" \
   tests/fuzz/corpus/cluster
+
+# What Redis Sentinel answers (server/store/redis_sentinel_parse.c), seeded
+# from tests/fuzz/corpus/sentinel.
+clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 \
+  -fsanitize=fuzzer,address,undefined -Ilib -Iserver \
+  tests/fuzz/fuzz_sentinel.c server/store/redis_sentinel_parse.c lib/error.c \
+  $(pkg-config --cflags --libs hiredis) -o "$out/fuzz_sentinel"
+mkdir -p "$out/corpus_sentinel"
+"$out/fuzz_sentinel" -max_total_time="$secs" -max_len=1024 \
+  -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus_sentinel" \
+  tests/fuzz/corpus/sentinel
