@@ -61,6 +61,17 @@ static const char usage[] =
     "                           not with --redis\n"
     "  --redis-password-file FILE  the Redis password: FILE's first line\n"
     "                           (kept out of ps and of the URL)\n"
+    "  TLS to Redis: rediss://[[USER]:PASSWORD@]HOST[:PORT][/DB] on\n"
+    "  --redis (port 6379 by default, as for redis://) or before the seeds\n"
+    "  of --redis-cluster, or any of these flags (every node then TLS):\n"
+    "  --redis-tls-ca FILE      trust these CAs (PEM; default: the system's)\n"
+    "  --redis-tls-cert FILE    client certificate (PEM), with its key:\n"
+    "  --redis-tls-key FILE     ... (PEM, no passphrase)\n"
+    "  --redis-tls-server-name NAME  SNI and the name the certificate must\n"
+    "                           match (default: the host as given; an IP\n"
+    "                           is matched against the IP addresses)\n"
+    "  --redis-tls-insecure     do not check the server's certificate at\n"
+    "                           all (testing only)\n"
     "  --prefix STR             Redis key prefix, no braces (default rl:)\n"
     "  --config FILE            rules file (YAML; see the README's Rules);\n"
     "                           reloaded on SIGHUP and when it changes\n"
@@ -299,6 +310,31 @@ static int read_password_file(rls_flags_t *c, char *err, size_t errlen)
     return 0;
 }
 
+/* A URL's HOST:PORT, the port 6379 when not given (as Redis clients'
+ * URLs do). Returns RL_OK or RL_EADDR. */
+static int url_hostport(const char *hp, char *host, size_t hostlen, int *port)
+{
+    const char *b = strrchr(hp, ']');
+    char buf[RLS_HOST_MAX + 16];
+
+    if (strchr(b != NULL ? b : hp, ':') != NULL || hp[0] == '\0' ||
+        strlen(hp) > RLS_HOST_MAX)
+        return rl_parse_hostport(hp, host, hostlen, port);
+    snprintf(buf, sizeof(buf), "%s:6379", hp);
+    return rl_parse_hostport(buf, host, hostlen, port);
+}
+
+/* redis:// or rediss:// (TLS): the scheme's length, else 0. */
+static size_t url_scheme(rls_flags_t *c, const char *s)
+{
+    if (strncmp(s, "redis://", 8) == 0)
+        return 8;
+    if (strncmp(s, "rediss://", 9) != 0)
+        return 0;
+    c->redis_tls = 1;
+    return 9;
+}
+
 /* --redis unix://[[USER]:PASSWORD@]/PATH[?db=N]: the socket's path goes in
  * redis_host (a host that starts with '/' is a socket), port 0. */
 static int parse_redis_unix(rls_flags_t *c, const char *s, char *err,
@@ -342,10 +378,11 @@ static int parse_redis(rls_flags_t *c, const char *s, char *err,
 {
     char buf[2 * RLS_HOST_MAX + 32], *at, *slash, *hp;
     uint64_t db;
+    size_t skip;
 
     if (strncmp(s, "unix://", 7) == 0)
         return parse_redis_unix(c, s, err, errlen);
-    if (strncmp(s, "redis://", 8) != 0) {
+    if ((skip = url_scheme(c, s)) == 0) {
         if (strchr(s, '@') != NULL) /* credentials: never repeated */
             return fail(err, errlen,
                         "--redis: credentials need a URL: "
@@ -360,9 +397,9 @@ static int parse_redis(rls_flags_t *c, const char *s, char *err,
         c->use_redis = 1;
         return 0;
     }
-    if (strlen(s + 8) >= sizeof(buf))
+    if (strlen(s + skip) >= sizeof(buf))
         return fail(err, errlen, "--redis: URL too long");
-    strcpy(buf, s + 8);
+    strcpy(buf, s + skip);
     hp = buf;
     at = strrchr(buf, '@');
     if (at != NULL) {
@@ -381,8 +418,8 @@ static int parse_redis(rls_flags_t *c, const char *s, char *err,
             c->redis_db = (int)db;
         }
     }
-    if (rl_parse_hostport(hp, c->redis_host, sizeof(c->redis_host),
-                          &c->redis_port) != RL_OK)
+    if (url_hostport(hp, c->redis_host, sizeof(c->redis_host),
+                     &c->redis_port) != RL_OK)
         return fail(err, errlen,
                     "--redis: bad HOST:PORT in '%s' (expected " RL_HOSTPORT_HELP
                     ")",
@@ -399,13 +436,14 @@ static int parse_redis_cluster(rls_flags_t *c, const char *s, char *err,
     char buf[2 * RLS_HOST_MAX + 1024], host[RLS_HOST_MAX + 1], *at, *hp, *tok;
     char *save = NULL;
     int port;
+    size_t skip;
 
     if (strlen(s) >= sizeof(buf))
         return fail(err, errlen, "--redis-cluster: value too long");
     strcpy(buf, s);
     hp = buf;
-    if (strncmp(buf, "redis://", 8) == 0) {
-        hp = buf + 8;
+    if ((skip = url_scheme(c, buf)) > 0) {
+        hp = buf + skip;
         at = strrchr(hp, '@');
         if (at != NULL) {
             if (parse_userinfo(c, "--redis-cluster", hp, (size_t)(at - hp), err,
@@ -477,6 +515,10 @@ static int takes_value(const char *name)
                                         "--redis",
                                         "--redis-cluster",
                                         "--redis-password-file",
+                                        "--redis-tls-ca",
+                                        "--redis-tls-cert",
+                                        "--redis-tls-key",
+                                        "--redis-tls-server-name",
                                         "--prefix",
                                         "--rule",
                                         "--log-level",
@@ -548,6 +590,12 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
             c->check_error_details = 1;
             continue;
         }
+        if (strcmp(name, "--redis-tls-insecure") == 0) {
+            if (val != NULL)
+                return fail(err, errlen, "%s takes no value", name);
+            c->redis_tls = c->redis_tls_insecure = 1;
+            continue;
+        }
         if (strcmp(name, "--fail-open") == 0 ||
             strcmp(name, "--fail-closed") == 0) {
             if (val != NULL)
@@ -613,6 +661,17 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
             c->use_redis = 1;
         } else if (strcmp(name, "--redis-password-file") == 0) {
             c->redis_password_file = val;
+        } else if (strncmp(name, "--redis-tls-", 12) == 0) {
+            /* The files are read, and checked, when the store is made. */
+            const char **dst = name[12] == 'c' && name[13] == 'a'
+                                   ? &c->redis_tls_ca
+                               : name[12] == 'c' ? &c->redis_tls_cert
+                               : name[12] == 'k' ? &c->redis_tls_key
+                                                 : &c->redis_tls_server_name;
+            if (val[0] == '\0')
+                return fail(err, errlen, "%s: empty", name);
+            *dst = val;
+            c->redis_tls = 1;
         } else if (strcmp(name, "--prefix") == 0) {
             /* Braces in the prefix would move the Redis Cluster hash tag
              * off the caller's key. */
@@ -710,5 +769,13 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
     if (c->redis_password_file != NULL &&
         read_password_file(c, err, errlen) != 0)
         return RL_EINVAL;
+    if (c->redis_tls && !c->use_redis)
+        return fail(err, errlen,
+                    "--redis-tls-*: no --redis or "
+                    "--redis-cluster to speak TLS to");
+    if (c->redis_tls && c->redis_cluster == 0 && c->redis_host[0] == '/')
+        return fail(err, errlen,
+                    "--redis-tls-*: Redis serves no TLS on a "
+                    "Unix socket");
     return 0;
 }

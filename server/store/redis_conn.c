@@ -49,6 +49,7 @@ typedef struct ctx_s {
 struct rls_redis_conn_s {
     uv_loop_t *loop;
     char *host, *user, *password;
+    const rls_redis_tls_t *tls;    /* NULL: plain */
     char addr[RLS_REDIS_ADDR_MAX]; /* host:port, or unix:PATH; for logs */
     const char *script;
     size_t script_len;
@@ -433,6 +434,15 @@ static void connect_addr(rls_redis_conn_t *c, const char *ip)
         rls_redis_uv_attach(ac, c->loop, on_ctx_closed, x) != 0)
         goto fail;
     c->open++;
+    /* The certificate names the host as given, not the address it
+     * resolved to. Failing here leaves the context plain: drop it. */
+    if (c->tls != NULL && rls_redis_uv_use_tls(ac, c->tls, c->host) != 0) {
+        x->conn = c;
+        ac->data = x;
+        redisAsyncFree(ac);
+        connect_failed(c, "TLS: out of memory");
+        return;
+    }
     x->ac = ac;
     ac->c.reader->fn = &rls_redis_reply_fns;
     x->conn = c;
@@ -567,6 +577,7 @@ rls_redis_conn_t *rls_redis_conn_new(uv_loop_t *loop,
          (c->password = strdup(opts->password)) == NULL))
         goto fail;
     c->loop = loop;
+    c->tls = opts->tls;
     c->port = opts->port;
     c->db = opts->db;
     c->timeout_ms = opts->timeout_ms;
