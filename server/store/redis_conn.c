@@ -412,7 +412,11 @@ static void on_clock(uv_timer_t *t)
  * about how long a TCP connect plus four commands may take. */
 static void on_hs_deadline(uv_timer_t *t)
 {
-    rls_redis_conn_drop(t->data, RL_ESTORE, "connect timed out");
+    rls_redis_conn_t *c = t->data;
+
+    rls_redis_conn_drop(c, RL_ESTORE,
+                        c->ctx != NULL ? rls_redis_uv_timeout_why(c->ctx->ac)
+                                       : "connect timed out");
 }
 
 static void connect_addr(rls_redis_conn_t *c, const char *ip)

@@ -123,19 +123,22 @@ int rls_redis_tls_new(const rls_redis_tls_opts_t *o, rls_redis_tls_t **out,
         if (readable("--redis-tls-cert", o->cert_file, err, errlen) != 0 ||
             readable("--redis-tls-key", o->key_file, err, errlen) != 0)
             goto fail;
-        if (SSL_CTX_use_certificate_chain_file(t->ctx, o->cert_file) != 1) {
-            snprintf(err, errlen,
-                     "--redis-tls-cert: no certificate in '%s': %s",
-                     o->cert_file, ossl_reason("not PEM"));
-            goto fail;
-        }
-        /* The reason only: never anything of the key itself. */
+        /* The key first: a certificate loaded after a key it does not
+         * match drops the key, which the check below then reports as a
+         * mismatch (the other order fails as "key values mismatch"). The
+         * reason only: never anything of the key itself. */
         if (SSL_CTX_use_PrivateKey_file(t->ctx, o->key_file,
                                         SSL_FILETYPE_PEM) != 1) {
             snprintf(err, errlen,
                      "--redis-tls-key: no usable private key in '%s' (PEM, "
                      "without a passphrase): %s",
                      o->key_file, ossl_reason("not PEM"));
+            goto fail;
+        }
+        if (SSL_CTX_use_certificate_chain_file(t->ctx, o->cert_file) != 1) {
+            snprintf(err, errlen,
+                     "--redis-tls-cert: no certificate in '%s': %s",
+                     o->cert_file, ossl_reason("not PEM"));
             goto fail;
         }
         if (SSL_CTX_check_private_key(t->ctx) != 1) {

@@ -316,3 +316,12 @@ int rls_redis_uv_use_tls(redisAsyncContext *ac, const rls_redis_tls_t *tls,
     commit(e);
     return 0;
 }
+
+const char *rls_redis_uv_timeout_why(const redisAsyncContext *ac)
+{
+    const uvev_t *e = ac->ev.data;
+
+    if (e != NULL && e->tls != NULL && e->phase == TLS_HANDSHAKE)
+        return "TLS handshake timed out (is that port serving TLS?)";
+    return "connect timed out";
+}

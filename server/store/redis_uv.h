@@ -42,6 +42,12 @@ int rls_redis_uv_attach(redisAsyncContext *ac, uv_loop_t *loop,
 int rls_redis_uv_use_tls(redisAsyncContext *ac, const rls_redis_tls_t *tls,
                          const char *host);
 
+/* Why a connection whose handshake ran out of time failed, for the log:
+ * "connect timed out", or over TLS, while the TLS handshake was still
+ * running (a plaintext Redis waits for a line that never comes), says
+ * so. */
+const char *rls_redis_uv_timeout_why(const redisAsyncContext *ac);
+
 /* Driving hiredis from our own code (not from a poll callback): between
  * hold and release, poll changes that hiredis asks for are held, and
  * release applies only the net change. With write_now, release first
