@@ -229,7 +229,9 @@ static int load_map(ctl_t *c)
             freeReplyObject(r);
             r = rls_redis_sync_command(c->rc, 2, slots, NULL);
         }
-        n = r != NULL ? rls_cluster_parse_map(r, c->map, RLS_SLOTS) : -1;
+        n = r != NULL ? rls_cluster_parse_map_tls(r, c->map, RLS_SLOTS,
+                                                  c->tls != NULL)
+                      : -1;
         if (n <= 0)
             fprintf(stderr, "rl-ctl: no slot map from %s:%d\n",
                     c->cfg.redis_seed_host[i], c->cfg.redis_seed_port[i]);

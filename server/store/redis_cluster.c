@@ -349,7 +349,7 @@ static void on_map_reply(void *data, void *reply)
         cl->refresh_failures++;
         return;
     }
-    n = rls_cluster_parse_map(r, ranges, RLS_SLOTS);
+    n = rls_cluster_parse_map_tls(r, ranges, RLS_SLOTS, cl->tls != NULL);
     if (n < 0) {
         cl->refresh_failures++;
         RLS_WARN("redis cluster map unreadable", " node=%s err=\"%s\"",
