@@ -62,7 +62,7 @@ static const char usage[] =
     "  --redis-password-file FILE  the Redis password: FILE's first line\n"
     "                           (kept out of ps and of the URL)\n"
     "  TLS to Redis: rediss://[[USER]:PASSWORD@]HOST[:PORT][/DB] on\n"
-    "  --redis (port 6379 by default, as for redis://) or before the seeds\n"
+    "  --redis (port 6379 when not given) or before the seeds\n"
     "  of --redis-cluster, or any of these flags (every node then TLS):\n"
     "  --redis-tls-ca FILE      trust these CAs (PEM; default: the system's)\n"
     "  --redis-tls-cert FILE    client certificate (PEM), with its key:\n"
@@ -310,14 +310,16 @@ static int read_password_file(rls_flags_t *c, char *err, size_t errlen)
     return 0;
 }
 
-/* A URL's HOST:PORT, the port 6379 when not given (as Redis clients'
- * URLs do). Returns RL_OK or RL_EADDR. */
-static int url_hostport(const char *hp, char *host, size_t hostlen, int *port)
+/* A URL's HOST:PORT; with dflt, the port 6379 when not given, as Redis
+ * clients' rediss:// URLs do (redis:// keeps wanting the port, as it
+ * always did here). Returns RL_OK or RL_EADDR. */
+static int url_hostport(const char *hp, char *host, size_t hostlen, int *port,
+                        int dflt)
 {
     const char *b = strrchr(hp, ']');
     char buf[RLS_HOST_MAX + 16];
 
-    if (strchr(b != NULL ? b : hp, ':') != NULL || hp[0] == '\0' ||
+    if (!dflt || strchr(b != NULL ? b : hp, ':') != NULL || hp[0] == '\0' ||
         strlen(hp) > RLS_HOST_MAX)
         return rl_parse_hostport(hp, host, hostlen, port);
     snprintf(buf, sizeof(buf), "%s:6379", hp);
@@ -418,8 +420,8 @@ static int parse_redis(rls_flags_t *c, const char *s, char *err,
             c->redis_db = (int)db;
         }
     }
-    if (url_hostport(hp, c->redis_host, sizeof(c->redis_host),
-                     &c->redis_port) != RL_OK)
+    if (url_hostport(hp, c->redis_host, sizeof(c->redis_host), &c->redis_port,
+                     skip == 9) != RL_OK)
         return fail(err, errlen,
                     "--redis: bad HOST:PORT in '%s' (expected " RL_HOSTPORT_HELP
                     ")",
