@@ -223,15 +223,18 @@ int rls_redis_tls_conn_pending(const rls_redis_tls_conn_t *s)
     return BIO_ctrl_pending(s->net) > 0;
 }
 
-/* Records why an SSL call that returned ret failed. The verification
- * result comes first: it says what the error queue only calls "certificate
- * verify failed". */
+/* Records why an SSL call that returned ret failed. During a checked
+ * handshake the verification result comes first: it says what the error
+ * queue only calls "certificate verify failed". (Unchecked, as with
+ * --redis-tls-insecure, the result still records what a check would have
+ * found, which is not why anything failed.) */
 static int ssl_failed(rls_redis_tls_conn_t *s, int ret, const char *during)
 {
     long v = SSL_get_verify_result(s->ssl);
     int e = SSL_get_error(s->ssl, ret);
 
-    if (v != X509_V_OK)
+    if (v != X509_V_OK && !SSL_is_init_finished(s->ssl) &&
+        (SSL_get_verify_mode(s->ssl) & SSL_VERIFY_PEER))
         snprintf(s->why, sizeof(s->why),
                  "TLS %s: certificate verify failed: %s", during,
                  X509_verify_cert_error_string(v));
@@ -255,6 +258,33 @@ static int sys_failed(rls_redis_tls_conn_t *s, const char *during, int err)
     return RL_EIO;
 }
 
+static int fill(rls_redis_tls_conn_t *s, int fd);
+
+/* A send refused because the server closed the connection: the server
+ * may have said why first, in a TLS alert that is still readable (Redis
+ * requiring a client certificate sends "certificate required" and closes
+ * while our first commands are on their way, so the kernel answers them
+ * with a reset). If it did, why becomes the alert. */
+static void peer_reason(rls_redis_tls_conn_t *s, int fd)
+{
+    char why[sizeof(s->why)], buf[1024];
+    int r;
+
+    memcpy(why, s->why, sizeof(why));
+    if (fill(s, fd) != 1) {
+        memcpy(s->why, why, sizeof(why));
+        return;
+    }
+    ERR_clear_error();
+    while ((r = SSL_read(s->ssl, buf, sizeof(buf))) > 0)
+        ;
+    if (SSL_get_error(s->ssl, r) == SSL_ERROR_SSL)
+        ssl_failed(s, r, SSL_is_init_finished(s->ssl) ? "read" : "handshake");
+    else
+        memcpy(s->why, why, sizeof(why));
+    ERR_clear_error();
+}
+
 /* Sends the ciphertext waiting in the pair. Returns 0 when all of it
  * left, RL_EAGAIN when the socket took only part, or RL_EIO. */
 static int flush(rls_redis_tls_conn_t *s, int fd)
@@ -269,6 +299,11 @@ static int flush(rls_redis_tls_conn_t *s, int fd)
             continue;
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return RL_EAGAIN;
+        if (w < 0 && (errno == ECONNRESET || errno == EPIPE)) {
+            sys_failed(s, "send", errno);
+            peer_reason(s, fd);
+            return RL_EIO;
+        }
         if (w < 0)
             return sys_failed(s, "send", errno);
         BIO_nread(s->net, &p, (int)w);

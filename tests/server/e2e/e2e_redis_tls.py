@@ -312,6 +312,15 @@ def main():
               "bad flags (%s): exit 2, '%s' (%d: %s)"
               % (what, want, out.returncode, out.stderr.strip()))
 
+    # 6. No rl-server log holds any of the client key.
+    logs = [n for n in os.listdir(TMP) if n.endswith(".log") and
+            not n.startswith("redis-")]
+    leaked = [n for n in logs if any(
+        line in open(path(n)).read() for line in key_text.splitlines()[1:-1])]
+    check(len(logs) >= 10 and not leaked,
+          "the client key is in no rl-server log (%d logs; leaked: %s)"
+          % (len(logs), leaked))
+
 
 try:
     main()
