@@ -33,6 +33,7 @@ struct rls_redis_tls_s {
 struct rls_redis_tls_conn_s {
     SSL *ssl;
     BIO *net; /* our end of the pair; the SSL object owns the other */
+    int heard; /* the server sent something */
     char why[RLS_REDIS_TLS_WHY_MAX];
 };
 
@@ -327,6 +328,7 @@ static int fill(rls_redis_tls_conn_t *s, int fd)
     while (r < 0 && errno == EINTR);
     if (r > 0) {
         BIO_nwrite(s->net, &p, (int)r);
+        s->heard = 1;
         return 1;
     }
     if (r == 0)
@@ -360,9 +362,11 @@ int rls_redis_tls_conn_handshake(rls_redis_tls_conn_t *s, int fd)
         if ((rc = fill(s, fd)) == RL_EIO)
             return RL_EIO;
         if (rc == RL_ECLOSED) {
+            /* Closed without a word: maybe no TLS server at all. */
             snprintf(s->why, sizeof(s->why),
-                     "TLS handshake: connection closed by the server (is "
-                     "it serving TLS on this port?)");
+                     "TLS handshake: connection closed by the server%s",
+                     s->heard ? " midway"
+                              : " (is it serving TLS on this port?)");
             return RL_EIO;
         }
         if (rc == 0)

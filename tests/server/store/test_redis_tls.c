@@ -298,13 +298,14 @@ static void fails_in_handshake(int kind, const char *why)
 static void test_closed_at_once(void **state)
 {
     (void)state;
-    fails_in_handshake(CLOSE_AT_ONCE, "TLS handshake");
+    fails_in_handshake(CLOSE_AT_ONCE, "is it serving TLS");
 }
 
 static void test_cut_midway(void **state)
 {
     (void)state;
-    fails_in_handshake(CUT_MIDWAY, "TLS handshake");
+    fails_in_handshake(CUT_MIDWAY, "TLS handshake: connection closed by "
+                                   "the server midway");
 }
 
 static void test_plaintext_server(void **state)
