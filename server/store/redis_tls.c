@@ -253,9 +253,11 @@ static int ssl_failed(rls_redis_tls_conn_t *s, int ret, const char *during)
     return RL_EIO;
 }
 
+/* Records a socket error; errno stays err, for the caller to look at. */
 static int sys_failed(rls_redis_tls_conn_t *s, const char *during, int err)
 {
     snprintf(s->why, sizeof(s->why), "TLS %s: %s", during, strerror(err));
+    errno = err;
     return RL_EIO;
 }
 
@@ -359,12 +361,14 @@ int rls_redis_tls_conn_handshake(rls_redis_tls_conn_t *s, int fd)
         /* Our flight must be out before the answer can come. */
         if ((rc = flush(s, fd)) == RL_EIO)
             return RL_EIO;
-        if ((rc = fill(s, fd)) == RL_EIO)
+        if ((rc = fill(s, fd)) == RL_EIO && errno != ECONNRESET)
             return RL_EIO;
-        if (rc == RL_ECLOSED) {
-            /* Closed without a word: maybe no TLS server at all. */
+        if (rc == RL_EIO || rc == RL_ECLOSED) {
+            /* Closed (or reset: our hello was still unread) without a
+             * word: maybe no TLS server at all. */
             snprintf(s->why, sizeof(s->why),
-                     "TLS handshake: connection closed by the server%s",
+                     "TLS handshake: connection %s by the server%s",
+                     rc == RL_EIO ? "reset" : "closed",
                      s->heard ? " midway"
                               : " (is it serving TLS on this port?)");
             return RL_EIO;

@@ -304,8 +304,8 @@ static void test_closed_at_once(void **state)
 static void test_cut_midway(void **state)
 {
     (void)state;
-    fails_in_handshake(CUT_MIDWAY, "TLS handshake: connection closed by "
-                                   "the server midway");
+    /* Closed, or reset if our next flight was still unread. */
+    fails_in_handshake(CUT_MIDWAY, "by the server midway");
 }
 
 static void test_plaintext_server(void **state)
