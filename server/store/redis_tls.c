@@ -32,7 +32,7 @@ struct rls_redis_tls_s {
 
 struct rls_redis_tls_conn_s {
     SSL *ssl;
-    BIO *net; /* our end of the pair; the SSL object owns the other */
+    BIO *net;  /* our end of the pair; the SSL object owns the other */
     int heard; /* the server sent something */
     char why[RLS_REDIS_TLS_WHY_MAX];
 };
