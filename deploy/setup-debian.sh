@@ -8,6 +8,7 @@ packages=(
   libprotobuf-c-dev protobuf-c-compiler libuv1-dev libhiredis-dev
   libyaml-dev
   libnghttp2-dev
+  libssl-dev openssl
   python3-grpcio python3-protobuf python3-grpc-tools python3-yaml
   libcmocka-dev
   redis-server redis-tools redis-sentinel

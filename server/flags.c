@@ -74,6 +74,17 @@ static const char usage[] =
     "  --redis-sentinel-user NAME  the sentinels' own AUTH user\n"
     "  --redis-sentinel-password-file FILE  the sentinels' own password:\n"
     "                           FILE's first line\n"
+    "  TLS to Redis: rediss://[[USER]:PASSWORD@]HOST[:PORT][/DB] on\n"
+    "  --redis (port 6379 when not given) or before the seeds\n"
+    "  of --redis-cluster, or any of these flags (every node then TLS):\n"
+    "  --redis-tls-ca FILE      trust these CAs (PEM; default: the system's)\n"
+    "  --redis-tls-cert FILE    client certificate (PEM), with its key:\n"
+    "  --redis-tls-key FILE     ... (PEM, no passphrase)\n"
+    "  --redis-tls-server-name NAME  SNI and the name the certificate must\n"
+    "                           match (default: the host as given; an IP\n"
+    "                           is matched against the IP addresses)\n"
+    "  --redis-tls-insecure     do not check the server's certificate at\n"
+    "                           all (testing only)\n"
     "  --prefix STR             Redis key prefix, no braces (default rl:)\n"
     "  --config FILE            rules file (YAML; see the README's Rules);\n"
     "                           reloaded on SIGHUP and when it changes\n"
@@ -325,6 +336,33 @@ static int read_password_file(rls_flags_t *c, char *err, size_t errlen)
                            c->redis_password, err, errlen);
 }
 
+/* A URL's HOST:PORT; with dflt, the port 6379 when not given, as Redis
+ * clients' rediss:// URLs do (redis:// keeps wanting the port, as it
+ * always did here). Returns RL_OK or RL_EADDR. */
+static int url_hostport(const char *hp, char *host, size_t hostlen, int *port,
+                        int dflt)
+{
+    const char *b = strrchr(hp, ']');
+    char buf[RLS_HOST_MAX + 16];
+
+    if (!dflt || strchr(b != NULL ? b : hp, ':') != NULL || hp[0] == '\0' ||
+        strlen(hp) > RLS_HOST_MAX)
+        return rl_parse_hostport(hp, host, hostlen, port);
+    snprintf(buf, sizeof(buf), "%s:6379", hp);
+    return rl_parse_hostport(buf, host, hostlen, port);
+}
+
+/* redis:// or rediss:// (TLS): the scheme's length, else 0. */
+static size_t url_scheme(rls_flags_t *c, const char *s)
+{
+    if (strncmp(s, "redis://", 8) == 0)
+        return 8;
+    if (strncmp(s, "rediss://", 9) != 0)
+        return 0;
+    c->redis_tls = 1;
+    return 9;
+}
+
 /* --redis unix://[[USER]:PASSWORD@]/PATH[?db=N]: the socket's path goes in
  * redis_host (a host that starts with '/' is a socket), port 0. */
 static int parse_redis_unix(rls_flags_t *c, const char *s, char *err,
@@ -368,10 +406,11 @@ static int parse_redis(rls_flags_t *c, const char *s, char *err,
 {
     char buf[2 * RLS_HOST_MAX + 32], *at, *slash, *hp;
     uint64_t db;
+    size_t skip;
 
     if (strncmp(s, "unix://", 7) == 0)
         return parse_redis_unix(c, s, err, errlen);
-    if (strncmp(s, "redis://", 8) != 0) {
+    if ((skip = url_scheme(c, s)) == 0) {
         if (strchr(s, '@') != NULL) /* credentials: never repeated */
             return fail(err, errlen,
                         "--redis: credentials need a URL: "
@@ -386,9 +425,9 @@ static int parse_redis(rls_flags_t *c, const char *s, char *err,
         c->use_redis = 1;
         return 0;
     }
-    if (strlen(s + 8) >= sizeof(buf))
+    if (strlen(s + skip) >= sizeof(buf))
         return fail(err, errlen, "--redis: URL too long");
-    strcpy(buf, s + 8);
+    strcpy(buf, s + skip);
     hp = buf;
     at = strrchr(buf, '@');
     if (at != NULL) {
@@ -407,8 +446,8 @@ static int parse_redis(rls_flags_t *c, const char *s, char *err,
             c->redis_db = (int)db;
         }
     }
-    if (rl_parse_hostport(hp, c->redis_host, sizeof(c->redis_host),
-                          &c->redis_port) != RL_OK)
+    if (url_hostport(hp, c->redis_host, sizeof(c->redis_host), &c->redis_port,
+                     skip == 9) != RL_OK)
         return fail(err, errlen,
                     "--redis: bad HOST:PORT in '%s' (expected " RL_HOSTPORT_HELP
                     ")",
@@ -426,13 +465,14 @@ static int parse_seeds(rls_flags_t *c, const char *flag, const char *s,
     char buf[2 * RLS_HOST_MAX + 1024], host[RLS_HOST_MAX + 1], *at, *hp, *tok;
     char *save = NULL;
     int port;
+    size_t skip;
 
     if (strlen(s) >= sizeof(buf))
         return fail(err, errlen, "%s: value too long", flag);
     strcpy(buf, s);
     hp = buf;
-    if (strncmp(buf, "redis://", 8) == 0) {
-        hp = buf + 8;
+    if ((skip = url_scheme(c, buf)) > 0) {
+        hp = buf + skip;
         at = strrchr(hp, '@');
         if (at != NULL) {
             if (parse_userinfo(c, flag, hp, (size_t)(at - hp), err, errlen) !=
@@ -545,6 +585,10 @@ static int takes_value(const char *name)
                                         "--redis-sentinel-master",
                                         "--redis-sentinel-user",
                                         "--redis-sentinel-password-file",
+                                        "--redis-tls-ca",
+                                        "--redis-tls-cert",
+                                        "--redis-tls-key",
+                                        "--redis-tls-server-name",
                                         "--prefix",
                                         "--rule",
                                         "--log-level",
@@ -614,6 +658,12 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
             if (val != NULL)
                 return fail(err, errlen, "%s takes no value", name);
             c->check_error_details = 1;
+            continue;
+        }
+        if (strcmp(name, "--redis-tls-insecure") == 0) {
+            if (val != NULL)
+                return fail(err, errlen, "%s takes no value", name);
+            c->redis_tls = c->redis_tls_insecure = 1;
             continue;
         }
         if (strcmp(name, "--fail-open") == 0 ||
@@ -707,6 +757,17 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
             c->redis_sentinel_password_file = val;
         } else if (strcmp(name, "--redis-password-file") == 0) {
             c->redis_password_file = val;
+        } else if (strncmp(name, "--redis-tls-", 12) == 0) {
+            /* The files are read, and checked, when the store is made. */
+            const char **dst = name[12] == 'c' && name[13] == 'a'
+                                   ? &c->redis_tls_ca
+                               : name[12] == 'c' ? &c->redis_tls_cert
+                               : name[12] == 'k' ? &c->redis_tls_key
+                                                 : &c->redis_tls_server_name;
+            if (val[0] == '\0')
+                return fail(err, errlen, "%s: empty", name);
+            *dst = val;
+            c->redis_tls = 1;
         } else if (strcmp(name, "--prefix") == 0) {
             /* Braces in the prefix would move the Redis Cluster hash tag
              * off the caller's key. */
@@ -819,5 +880,18 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
                         c->redis_sentinel_password_file,
                         c->redis_sentinel_password, err, errlen) != 0)
         return RL_EINVAL;
+    if (c->redis_tls && c->redis_sentinels > 0)
+        return fail(err, errlen,
+                    "--redis-tls-* (or rediss://) with --redis-sentinel: "
+                    "TLS to sentinels and their masters is not supported "
+                    "yet");
+    if (c->redis_tls && !c->use_redis)
+        return fail(err, errlen,
+                    "--redis-tls-*: no --redis or "
+                    "--redis-cluster to speak TLS to");
+    if (c->redis_tls && c->redis_cluster == 0 && c->redis_host[0] == '/')
+        return fail(err, errlen,
+                    "--redis-tls-*: Redis serves no TLS on a "
+                    "Unix socket");
     return 0;
 }

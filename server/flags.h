@@ -25,6 +25,13 @@ typedef struct rls_flags_s {
     char redis_password[RLS_HOST_MAX + 1]; /* empty: no AUTH */
     const char *redis_password_file;       /* --redis-password-file */
     int redis_db;
+    /* TLS to Redis (every node of a cluster): a rediss:// URL or any
+     * --redis-tls-* flag. NULL files: the system's CAs, no client
+     * certificate; NULL name: the host as given. */
+    int redis_tls;
+    int redis_tls_insecure; /* --redis-tls-insecure: no certificate check */
+    const char *redis_tls_ca, *redis_tls_cert, *redis_tls_key;
+    const char *redis_tls_server_name;
     /* --redis-cluster: seed nodes (redis_password applies to every node);
      * use_redis is set too. */
     int redis_cluster; /* number of seeds, 0: not a cluster */

@@ -16,6 +16,7 @@
 #include "store/memory.h"
 #include "store/redis.h"
 #include "store/redis_cluster.h"
+#include "store/redis_tls.h"
 #include "version.h"
 
 /* Every error of a policy build on stderr, FILE:LINE first. */
@@ -33,8 +34,17 @@ static void print_diag(const rls_diag_t *d, int rc)
         fprintf(stderr, "(%zu more errors)\n", d->dropped);
 }
 
+/* For the log: how the server's certificate is checked. */
+static const char *tls_mode(const rls_flags_t *c)
+{
+    if (!c->redis_tls)
+        return "off";
+    return c->redis_tls_insecure ? "insecure" : "verify";
+}
+
 int main(int argc, char **argv)
 {
+    rls_redis_tls_t *tls = NULL;
     static rls_flags_t cfg; /* large (rules): keep it off the stack */
     static rls_server_t srv;
     rls_policy_t *policy = NULL;
@@ -103,8 +113,21 @@ int main(int argc, char **argv)
     /* A client that vanishes must not kill the server mid-write. */
     signal(SIGPIPE, SIG_IGN);
 
+    /* TLS to Redis: the files are checked now, before anything starts,
+     * so that a bad flag stops the server at once (exit 2). */
+    if (cfg.redis_tls) {
+        rls_redis_tls_opts_t to = {cfg.redis_tls_ca, cfg.redis_tls_cert,
+                                   cfg.redis_tls_key, cfg.redis_tls_server_name,
+                                   cfg.redis_tls_insecure};
+        if (rls_redis_tls_new(&to, &tls, err, sizeof(err)) != 0) {
+            fprintf(stderr, "rl-server: %s\n", err);
+            rls_policy_unref(policy);
+            return 2;
+        }
+    }
     if (uv_loop_init(&loop) != 0) {
         fprintf(stderr, "rl-server: cannot create event loop\n");
+        rls_redis_tls_free(tls);
         return 1;
     }
     if (cfg.redis_cluster > 0) {
@@ -120,6 +143,7 @@ int main(int argc, char **argv)
         co.password = cfg.redis_password[0] ? cfg.redis_password : NULL;
         co.timeout_ms = cfg.redis_timeout_ms;
         co.grace_ms = cfg.grace_ms;
+        co.tls = tls;
         store = rls_store_cluster_new(&loop, &co);
     } else if (cfg.use_redis) {
         rls_redis_opts_t ro;
@@ -130,6 +154,7 @@ int main(int argc, char **argv)
         ro.user = cfg.redis_user[0] ? cfg.redis_user : NULL;
         ro.password = cfg.redis_password[0] ? cfg.redis_password : NULL;
         ro.db = cfg.redis_db;
+        ro.tls = tls;
         ro.timeout_ms = cfg.redis_timeout_ms;
         ro.grace_ms = cfg.grace_ms;
         ro.no_module = cfg.redis_module_off;
@@ -159,6 +184,7 @@ int main(int argc, char **argv)
     if (store == NULL) {
         fprintf(stderr, "rl-server: out of memory\n");
         rls_policy_unref(policy);
+        rls_redis_tls_free(tls);
         return 1;
     }
 
@@ -169,6 +195,7 @@ int main(int argc, char **argv)
         store->v->close(store, NULL, NULL);
         uv_run(&loop, UV_RUN_DEFAULT);
         uv_loop_close(&loop);
+        rls_redis_tls_free(tls);
         return 1;
     }
     RLS_INFO("listening", " addr=%s:%d store=%s fail=%s version=%s",
@@ -176,10 +203,10 @@ int main(int argc, char **argv)
              cfg.use_redis ? "redis" : "memory",
              cfg.fail_open ? "open" : "closed", RLS_VERSION);
     if (cfg.redis_cluster > 0)
-        RLS_INFO("redis cluster", " seeds=%d first=%s:%d timeout_ms=%llu",
-                 cfg.redis_cluster, cfg.redis_seed_host[0],
-                 cfg.redis_seed_port[0],
-                 (unsigned long long)cfg.redis_timeout_ms);
+        RLS_INFO(
+            "redis cluster", " seeds=%d first=%s:%d tls=%s timeout_ms=%llu",
+            cfg.redis_cluster, cfg.redis_seed_host[0], cfg.redis_seed_port[0],
+            tls_mode(&cfg), (unsigned long long)cfg.redis_timeout_ms);
     else if (cfg.redis_sentinels > 0)
         RLS_INFO("redis sentinel",
                  " master=%s sentinels=%d first=%s:%d "
@@ -191,8 +218,8 @@ int main(int argc, char **argv)
         RLS_INFO("redis", " addr=unix:%s db=%d timeout_ms=%llu", cfg.redis_host,
                  cfg.redis_db, (unsigned long long)cfg.redis_timeout_ms);
     else if (cfg.use_redis)
-        RLS_INFO("redis", " addr=%s:%d db=%d timeout_ms=%llu",
-                 cfg.redis_host, cfg.redis_port, cfg.redis_db,
+        RLS_INFO("redis", " addr=%s:%d db=%d tls=%s timeout_ms=%llu",
+                 cfg.redis_host, cfg.redis_port, cfg.redis_db, tls_mode(&cfg),
                  (unsigned long long)cfg.redis_timeout_ms);
 
     if (cfg.port_file != NULL &&
@@ -207,5 +234,6 @@ int main(int argc, char **argv)
     rc = uv_loop_close(&loop);
     if (rc != 0)
         RLS_WARN("handles left open at exit", " err=\"%s\"", uv_strerror(rc));
+    rls_redis_tls_free(tls);
     return exit_code;
 }

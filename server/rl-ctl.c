@@ -30,6 +30,8 @@
 #include "rl_clock.h"
 #include "rl_error.h"
 #include "store/redis_cluster_map.h"
+#include "store/redis_sync.h"
+#include "store/redis_tls.h"
 #include "version.h"
 
 #define EXIT_FAIL 1
@@ -42,7 +44,7 @@
 
 static const char usage[] =
     "usage: rl-ctl [--redis ADDR | --redis-cluster SEEDS] [--prefix STR]\n"
-    "              [--wait-ms N] COMMAND\n"
+    "              [--redis-tls-* ...] [--wait-ms N] COMMAND\n"
     "\n"
     "Per-caller quotas and fleet-wide switches for rl-server, stored in\n"
     "Redis; every rl-server using that Redis (and prefix) applies them.\n"
@@ -65,10 +67,14 @@ static const char usage[] =
     "  wait                         until every rl-server applies the\n"
     "                               current version\n"
     "\n"
-    "  --redis ADDR    HOST:PORT or redis://[[USER]:PASSWORD@]HOST:PORT[/DB],\n"
+    "  --redis ADDR    HOST:PORT or "
+    "redis[s]://[[USER]:PASSWORD@]HOST:PORT[/DB],\n"
     "                  as rl-server's --redis (default $RL_REDIS_URL, else\n"
     "                  127.0.0.1:6379)\n"
     "  --redis-password-file FILE  the password, as rl-server's\n"
+    "  --redis-tls-ca FILE, --redis-tls-cert FILE, --redis-tls-key FILE,\n"
+    "  --redis-tls-server-name NAME, --redis-tls-insecure\n"
+    "                  TLS to Redis, as rl-server's (also rediss:// URLs)\n"
     "  --redis-cluster SEEDS  a Redis Cluster instead, as rl-server's\n"
     "                  --redis-cluster: each command goes to the master of\n"
     "                  its key's slot\n"
@@ -81,7 +87,8 @@ static const char usage[] =
     "apply the change in time; 2 bad arguments.\n";
 
 typedef struct ctl_s {
-    redisContext *rc;
+    rls_redis_sync_t *rc; /* plain, Unix socket or TLS (redis_sync.h) */
+    rls_redis_tls_t *tls; /* NULL: plain */
     rls_flags_t cfg; /* --redis and --prefix, parsed as rl-server does */
     uint64_t wait_ms;
     /* --redis-cluster: the slot map, and the node rc is connected to. */
@@ -132,7 +139,7 @@ static redisReply *cmd_raw(ctl_t *c, int argc, const char **argv,
         fprintf(stderr, "rl-ctl: redis: not connected\n");
         return NULL;
     }
-    r = redisCommandArgv(c->rc, argc, argv, lens);
+    r = rls_redis_sync_command(c->rc, argc, argv, lens);
     /* A cluster's slot moved since the map was read: once to the node
      * named. */
     if (c->map != NULL && r != NULL && r->type == REDIS_REPLY_ERROR &&
@@ -141,13 +148,14 @@ static redisReply *cmd_raw(ctl_t *c, int argc, const char **argv,
         if (rls_cluster_parse_redirect(r->str, r->len, c->at_host, &rd) == 0 &&
             connect_to(c, rd.host, rd.port) == 0) {
             freeReplyObject(r);
-            r = redisCommandArgv(c->rc, argc, argv, lens);
+            r = c->rc != NULL ? rls_redis_sync_command(c->rc, argc, argv, lens)
+                              : NULL;
         }
     }
 
     if (r == NULL) {
         fprintf(stderr, "rl-ctl: redis: %s\n",
-                c->rc->errstr[0] ? c->rc->errstr : "no reply");
+                c->rc != NULL ? rls_redis_sync_errstr(c->rc) : "no reply");
         return NULL;
     }
     if (r->type == REDIS_REPLY_ERROR) {
@@ -170,23 +178,17 @@ static redisReply *cmd(ctl_t *c, int argc, const char **argv,
 
 static int connect_to(ctl_t *c, const char *host, int port)
 {
-    struct timeval tv = {2, 0};
+    char why[RLS_REDIS_TLS_WHY_MAX];
     redisReply *r;
 
-    if (c->rc != NULL)
-        redisFree(c->rc);
+    rls_redis_sync_free(c->rc);
     c->at_host[0] = '\0';
-    c->rc = host[0] == '/' ? redisConnectUnixWithTimeout(host, tv)
-                           : redisConnectWithTimeout(host, port, tv);
-    if (c->rc == NULL || c->rc->err) {
-        fprintf(stderr, "rl-ctl: cannot connect to redis at %s:%d: %s\n",
-                host, port, c->rc ? c->rc->errstr : "out of memory");
-        if (c->rc != NULL)
-            redisFree(c->rc);
-        c->rc = NULL;
+    c->rc = rls_redis_sync_connect(host, port, c->tls, 2000, why, sizeof(why));
+    if (c->rc == NULL) {
+        fprintf(stderr, "rl-ctl: cannot connect to redis at %s:%d: %s\n", host,
+                port, why);
         return EXIT_FAIL;
     }
-    redisSetTimeout(c->rc, tv);
     snprintf(c->at_host, sizeof(c->at_host), "%s", host);
     c->at_port = port;
     if (c->cfg.redis_password[0]) {
@@ -224,12 +226,14 @@ static int load_map(ctl_t *c)
         if (connect_to(c, c->cfg.redis_seed_host[i],
                        c->cfg.redis_seed_port[i]) != 0)
             continue;
-        r = redisCommandArgv(c->rc, 2, shards, NULL);
+        r = rls_redis_sync_command(c->rc, 2, shards, NULL);
         if (r != NULL && r->type == REDIS_REPLY_ERROR) {
             freeReplyObject(r);
-            r = redisCommandArgv(c->rc, 2, slots, NULL);
+            r = rls_redis_sync_command(c->rc, 2, slots, NULL);
         }
-        n = r != NULL ? rls_cluster_parse_map(r, c->map, RLS_SLOTS) : -1;
+        n = r != NULL ? rls_cluster_parse_map_tls(r, c->map, RLS_SLOTS,
+                                                  c->tls != NULL)
+                      : -1;
         if (n <= 0)
             fprintf(stderr, "rl-ctl: no slot map from %s:%d\n",
                     c->cfg.redis_seed_host[i], c->cfg.redis_seed_port[i]);
@@ -627,6 +631,9 @@ int main(int argc, char **argv)
     static ctl_t c;
     const char *redis = NULL, *prefix = "rl:", *value, *pwfile = NULL;
     const char *redis_flag = "--redis";
+    /* The --redis-tls-* flags, passed on as given to rl-server's parser. */
+    const char *tls_args[9];
+    int ntls = 0;
     char field[RL_RULE_MAX + 16], err[512];
     int i, rc;
 
@@ -641,9 +648,20 @@ int main(int argc, char **argv)
             printf("rl-ctl %s\n", RLS_VERSION);
             return 0;
         }
+        if (strcmp(o, "--redis-tls-insecure") == 0) {
+            if (ntls < 9)
+                tls_args[ntls++] = o;
+            continue;
+        }
         if (i + 1 >= argc)
             return bad("%s needs a value (see --help)", o);
-        if (strcmp(o, "--redis") == 0 || strcmp(o, "--redis-cluster") == 0) {
+        if (strncmp(o, "--redis-tls-", 12) == 0) {
+            if (ntls >= 8)
+                return bad("too many --redis-tls-* flags");
+            tls_args[ntls++] = o;
+            tls_args[ntls++] = argv[++i];
+        } else if (strcmp(o, "--redis") == 0 ||
+                   strcmp(o, "--redis-cluster") == 0) {
             redis_flag = o;
             redis = argv[++i];
         } else if (strcmp(o, "--redis-password-file") == 0) {
@@ -664,8 +682,8 @@ int main(int argc, char **argv)
     /* --redis and --prefix mean exactly what they mean to rl-server: its
      * own parser reads them. */
     {
-        char *sargv[7] = {"rl-ctl", "--prefix", (char *)prefix};
-        int sargc = 3;
+        char *sargv[16] = {"rl-ctl", "--prefix", (char *)prefix};
+        int sargc = 3, k;
         const char *env = getenv("RL_REDIS_URL");
         if (redis == NULL && (env == NULL || env[0] == '\0'))
             redis = "127.0.0.1:6379";
@@ -677,12 +695,21 @@ int main(int argc, char **argv)
             sargv[sargc++] = "--redis-password-file";
             sargv[sargc++] = (char *)pwfile;
         }
+        for (k = 0; k < ntls; k++)
+            sargv[sargc++] = (char *)tls_args[k];
         rls_flags_defaults(&c.cfg);
         if (rls_flags_parse(&c.cfg, sargc, sargv, stdout, err, sizeof(err)) !=
             0) {
             fprintf(stderr, "rl-ctl: %s\n", err);
             return EXIT_USAGE;
         }
+    }
+    if (c.cfg.redis_tls) {
+        rls_redis_tls_opts_t to = {
+            c.cfg.redis_tls_ca, c.cfg.redis_tls_cert, c.cfg.redis_tls_key,
+            c.cfg.redis_tls_server_name, c.cfg.redis_tls_insecure};
+        if (rls_redis_tls_new(&to, &c.tls, err, sizeof(err)) != 0)
+            return bad("%s", err);
     }
     if (i >= argc) {
         fputs(usage, stderr);
@@ -732,8 +759,8 @@ int main(int argc, char **argv)
         rc = bad("unknown command or wrong arguments: '%s' (see --help)",
                  argv[0]);
     }
-    if (c.rc != NULL)
-        redisFree(c.rc);
+    rls_redis_sync_free(c.rc);
+    rls_redis_tls_free(c.tls);
     free(c.map);
     return rc;
 }

@@ -799,6 +799,7 @@ rls_store_t *rls_store_redis_new(uv_loop_t *loop, const rls_redis_opts_t *opts)
     co.user = opts->user;
     co.password = opts->password;
     co.db = opts->db;
+    co.tls = opts->tls;
     co.timeout_ms = st->timeout_ms;
     co.script = st->script;
     co.script_len = st->script_len;

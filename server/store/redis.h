@@ -17,6 +17,9 @@ typedef struct rls_redis_opts_s {
     const char *user;      /* NULL: the default user */
     const char *password;  /* NULL: no AUTH */
     int db;                /* SELECT db when > 0 */
+    /* NULL: plain TCP or Unix socket; else TLS (redis_tls.h). Must
+     * outlive the store. */
+    const struct rls_redis_tls_s *tls;
     uint64_t timeout_ms;   /* a batch unanswered this long fails */
     uint64_t grace_ms;     /* keys expire this long after their window */
     int no_module;         /* never RL.BATCH, even where Redis has it */

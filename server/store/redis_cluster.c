@@ -120,6 +120,7 @@ struct rls_cluster_s {
     rls_store_t base;
     uv_loop_t *loop;
     char *user, *password;
+    const struct rls_redis_tls_s *tls;
     uint64_t timeout_ms, grace_ms;
     char seed_host[RLS_CLUSTER_SEEDS_MAX][RLS_NODE_HOST_MAX + 1];
     int seed_port[RLS_CLUSTER_SEEDS_MAX];
@@ -224,6 +225,7 @@ static node_t *node_get(rls_cluster_t *cl, const char *host, int port)
     o.port = port;
     o.user = cl->user;
     o.password = cl->password;
+    o.tls = cl->tls;
     o.timeout_ms = cl->timeout_ms;
     o.grace_ms = cl->grace_ms;
     o.no_module = 1;
@@ -347,7 +349,7 @@ static void on_map_reply(void *data, void *reply)
         cl->refresh_failures++;
         return;
     }
-    n = rls_cluster_parse_map(r, ranges, RLS_SLOTS);
+    n = rls_cluster_parse_map_tls(r, ranges, RLS_SLOTS, cl->tls != NULL);
     if (n < 0) {
         cl->refresh_failures++;
         RLS_WARN("redis cluster map unreadable", " node=%s err=\"%s\"",
@@ -994,6 +996,7 @@ rls_store_t *rls_store_cluster_new(uv_loop_t *loop,
     rls_hist_init(&cl->base.stats.rtt_us, rls_rtt_bounds_us,
                   sizeof(rls_rtt_bounds_us) / sizeof(rls_rtt_bounds_us[0]));
     cl->loop = loop;
+    cl->tls = opts->tls;
     cl->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : 1000;
     cl->grace_ms = opts->grace_ms;
     for (i = 0; i < opts->nseeds && i < RLS_CLUSTER_SEEDS_MAX; i++) {

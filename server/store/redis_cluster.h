@@ -17,6 +17,9 @@ typedef struct rls_cluster_opts_s {
     int nseeds;            /* 1 to RLS_CLUSTER_SEEDS_MAX */
     const char *user;      /* NULL: the default user */
     const char *password;  /* NULL: no AUTH; else sent to every node */
+    /* NULL: plain; else every node over TLS (redis_tls.h). Must outlive
+     * the store. */
+    const struct rls_redis_tls_s *tls;
     uint64_t timeout_ms;   /* a call unanswered this long fails */
     uint64_t grace_ms;
 } rls_cluster_opts_t;

@@ -103,11 +103,14 @@ static int add_range(rls_slot_range_t *out, size_t cap, size_t *n,
     return 0;
 }
 
-/* One node of CLUSTER SHARDS: a flat array of name, value pairs. Returns
- * 1 for a master whose address was read, 2 for one in health "fail", 0
- * otherwise. */
-static int shard_node(const redisReply *nd, char *host, int *port)
+/* One node of CLUSTER SHARDS: a flat array of name, value pairs. With
+ * tls, its "tls-port" (a node with tls-cluster yes gives both, and
+ * "port" is then the plaintext one; a TLS-only node gives no "port");
+ * else its "port". Returns 1 for a master whose address was read, 2 for
+ * one in health "fail", 0 otherwise. */
+static int shard_node(const redisReply *nd, char *host, int *port, int tls)
 {
+    const char *port_key = tls ? "tls-port" : "port";
     long long p = 0;
     int master = 0, failed = 0, have_host = 0, have_port = 0;
     size_t i;
@@ -125,7 +128,7 @@ static int shard_node(const redisReply *nd, char *host, int *port)
         else if (str_is(k, "endpoint") && !have_host &&
                  set_host(host, v) == 0)
             have_host = 1;
-        else if (str_is(k, "port") && get_int(v, 1, 65535, &p) == 0)
+        else if (str_is(k, port_key) && get_int(v, 1, 65535, &p) == 0)
             have_port = 1;
     }
     if (!master || !have_host || !have_port)
@@ -134,7 +137,8 @@ static int shard_node(const redisReply *nd, char *host, int *port)
     return failed ? 2 : 1;
 }
 
-static int parse_shards(const redisReply *r, rls_slot_range_t *out, size_t cap)
+static int parse_shards(const redisReply *r, rls_slot_range_t *out, size_t cap,
+                        int tls)
 {
     size_t i, j, n = 0;
     int rc;
@@ -159,7 +163,7 @@ static int parse_shards(const redisReply *r, rls_slot_range_t *out, size_t cap)
             return RL_EINVAL;
         /* The master: one in good health if there is one. */
         for (j = 0; j < nodes->elements; j++) {
-            k = shard_node(nodes->element[j], h, &p);
+            k = shard_node(nodes->element[j], h, &p, tls);
             if (k == 0 || (got == 1 && k == 2) || (got == 1 && k == 1))
                 continue;
             memcpy(host, h, sizeof(host));
@@ -209,6 +213,12 @@ static int parse_slots(const redisReply *r, rls_slot_range_t *out, size_t cap)
 int rls_cluster_parse_map(const redisReply *r, rls_slot_range_t *out,
                           size_t cap)
 {
+    return rls_cluster_parse_map_tls(r, out, cap, 0);
+}
+
+int rls_cluster_parse_map_tls(const redisReply *r, rls_slot_range_t *out,
+                              size_t cap, int tls)
+{
     const redisReply *e;
 
     if (r == NULL || r->type != REDIS_REPLY_ARRAY)
@@ -221,7 +231,7 @@ int rls_cluster_parse_map(const redisReply *r, rls_slot_range_t *out,
     /* SLOTS entries start with an integer, SHARDS entries with a name. */
     if (e->element[0] != NULL && e->element[0]->type == REDIS_REPLY_INTEGER)
         return parse_slots(r, out, cap);
-    return parse_shards(r, out, cap);
+    return parse_shards(r, out, cap, tls);
 }
 
 /* Reads "<digits>" at s[*i], up to a space or the end, within [lo, hi]. */

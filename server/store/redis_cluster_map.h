@@ -38,6 +38,12 @@ typedef struct rls_slot_range_s {
 int rls_cluster_parse_map(const redisReply *r, rls_slot_range_t *out,
                           size_t cap);
 
+/* The same for a client speaking TLS to the cluster: a SHARDS node's
+ * "tls-port" instead of its "port" (CLUSTER SLOTS already answers with
+ * the port of the asking connection's kind). */
+int rls_cluster_parse_map_tls(const redisReply *r, rls_slot_range_t *out,
+                              size_t cap, int tls);
+
 enum { RLS_REDIR_MOVED = 1, RLS_REDIR_ASK, RLS_REDIR_TRYAGAIN,
        RLS_REDIR_CLUSTERDOWN };
 

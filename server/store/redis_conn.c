@@ -49,6 +49,7 @@ typedef struct ctx_s {
 struct rls_redis_conn_s {
     uv_loop_t *loop;
     char *host, *user, *password;
+    const rls_redis_tls_t *tls;    /* NULL: plain */
     char addr[RLS_REDIS_ADDR_MAX]; /* host:port, or unix:PATH; for logs */
     const char *script;
     size_t script_len;
@@ -450,7 +451,11 @@ static void on_clock(uv_timer_t *t)
  * about how long a TCP connect plus four commands may take. */
 static void on_hs_deadline(uv_timer_t *t)
 {
-    rls_redis_conn_drop(t->data, RL_ESTORE, "connect timed out");
+    rls_redis_conn_t *c = t->data;
+
+    rls_redis_conn_drop(c, RL_ESTORE,
+                        c->ctx != NULL ? rls_redis_uv_timeout_why(c->ctx->ac)
+                                       : "connect timed out");
 }
 
 static void connect_addr(rls_redis_conn_t *c, const char *ip)
@@ -472,6 +477,15 @@ static void connect_addr(rls_redis_conn_t *c, const char *ip)
         rls_redis_uv_attach(ac, c->loop, on_ctx_closed, x) != 0)
         goto fail;
     c->open++;
+    /* The certificate names the host as given, not the address it
+     * resolved to. Failing here leaves the context plain: drop it. */
+    if (c->tls != NULL && rls_redis_uv_use_tls(ac, c->tls, c->host) != 0) {
+        x->conn = c;
+        ac->data = x;
+        redisAsyncFree(ac);
+        connect_failed(c, "TLS: out of memory");
+        return;
+    }
     x->ac = ac;
     ac->c.reader->fn = &rls_redis_reply_fns;
     x->conn = c;
@@ -654,6 +668,7 @@ rls_redis_conn_t *rls_redis_conn_new(uv_loop_t *loop,
          (c->password = strdup(opts->password)) == NULL))
         goto fail;
     c->loop = loop;
+    c->tls = opts->tls;
     c->port = opts->port;
     c->db = opts->db;
     c->timeout_ms = opts->timeout_ms;

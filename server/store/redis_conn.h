@@ -20,6 +20,7 @@
 #include <hiredis/async.h>
 #include <uv.h>
 
+#include "store/redis_tls.h"
 #include "store/store.h"
 
 typedef struct rls_redis_conn_s rls_redis_conn_t;
@@ -34,6 +35,7 @@ typedef struct rls_redis_conn_opts_s {
     const char *user;     /* NULL: AUTH PASSWORD as the default user */
     const char *password; /* NULL: no AUTH */
     int db;               /* SELECT db when > 0 */
+    const rls_redis_tls_t *tls; /* NULL: plain; else outlives the conn */
     /* The handshake must finish within this (and at least 250 ms), and a
      * TIME left unanswered this long means Redis hangs. */
     uint64_t timeout_ms;

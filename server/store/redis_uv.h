@@ -3,12 +3,20 @@
  * (<hiredis/adapters/libuv.h>), which ignores an error status from
  * uv_poll: libuv reports a refused non-blocking connect and a reset
  * connection exactly that way (POLLERR), so with it such a connection is
- * never noticed as failed and its callbacks never fire. */
+ * never noticed as failed and its callbacks never fire.
+ *
+ * Over TLS (rls_redis_uv_use_tls) the adapter moves the bytes itself:
+ * hiredis still formats commands into its output buffer and parses
+ * replies with its reader, but the socket carries TLS records
+ * (redis_tls.h), so hiredis's own read and write, which would put RESP on
+ * the socket, are never called once the TCP connect is done. */
 #ifndef RLS_REDIS_UV_H
 #define RLS_REDIS_UV_H
 
 #include <hiredis/async.h>
 #include <uv.h>
+
+#include "store/redis_tls.h"
 
 /* Attaches ac to loop: from now on hiredis reads and writes whenever the
  * socket is ready. When hiredis lets go of the context (redisAsyncFree, or
@@ -17,6 +25,28 @@
  * RL_EIO, in which case nothing is attached and closed is never called. */
 int rls_redis_uv_attach(redisAsyncContext *ac, uv_loop_t *loop,
                         void (*closed)(void *arg), void *arg);
+
+/* Makes an attached context, whose connect has not completed yet, speak
+ * TLS to `host` (the name or address connected to; it is what the
+ * server's certificate must match, unless tls says otherwise). Once the
+ * TCP connect completes (a failure there is hiredis's, as without TLS) the
+ * handshake runs; when it is done the context counts as connected,
+ * hiredis's connect callback fires with REDIS_OK, and the commands queued
+ * meanwhile leave. A failed handshake fires the connect callback with
+ * REDIS_ERR; a failure later (a TLS alert, the server closing, a socket
+ * error) fails the connection as hiredis does: every pending reply
+ * callback fires once with NULL, then the disconnect callback. Either
+ * way ac->errstr says why ("TLS handshake: certificate verify failed:
+ * hostname mismatch"). tls must outlive the context. Returns 0, or
+ * RL_ENOMEM (the context is left as it was: plain). */
+int rls_redis_uv_use_tls(redisAsyncContext *ac, const rls_redis_tls_t *tls,
+                         const char *host);
+
+/* Why a connection whose handshake ran out of time failed, for the log:
+ * "connect timed out", or over TLS, while the TLS handshake was still
+ * running (a plaintext Redis waits for a line that never comes), says
+ * so. */
+const char *rls_redis_uv_timeout_why(const redisAsyncContext *ac);
 
 /* Driving hiredis from our own code (not from a poll callback): between
  * hold and release, poll changes that hiredis asks for are held, and

@@ -29,6 +29,11 @@
 #             and is decided under; a switch (global shadow) reaches the
 #             server, which polls it and reports in <prefix>instances
 #             through the cluster store's command routing
+#   tls       a cluster serving TLS only (tls-cluster, tls-replication;
+#             certificates made by openssl): rl-server with a rediss://
+#             seed decides exactly and audits clean under load, counters
+#             land on all 3 masters, rl-ctl sets a quota over TLS; a server
+#             given the wrong CA logs the verification failure
 set -euo pipefail
 
 [ $# -ge 3 ] || {
@@ -49,13 +54,16 @@ export RL_SERVER_BIN RL_BENCH_BIN RL_CHECK_BIN
 rc_port() { echo $((T_PORT + 30 + $1)); }
 rc_bus_port() { echo $((T_PORT + 40 + $1)); }
 RC_PASS=""
+RC_TLS=0 # 1: the nodes serve TLS only (rc_tls_certs first)
 # A failed master's replica takes over after about this long (ms).
 RC_NODE_TIMEOUT=1000
 
 rc_cli() {
     local p=$1
     shift
-    if [ -n "$RC_PASS" ]; then
+    if [ "$RC_TLS" = 1 ]; then
+        redis-cli --tls --cacert "$T_DIR/tls/ca.crt" -p "$p" "$@"
+    elif [ -n "$RC_PASS" ]; then
         redis-cli --no-auth-warning -a "$RC_PASS" -p "$p" "$@"
     else
         redis-cli -p "$p" "$@"
@@ -95,6 +103,11 @@ rc_start() {
             --cluster-replica-validity-factor 0
             --cluster-require-full-coverage no)
         [ -n "$RC_PASS" ] && args+=(--requirepass "$RC_PASS" --masterauth "$RC_PASS")
+        [ "$RC_TLS" = 1 ] && args+=(--port 0 --tls-port "$p" --tls-cluster yes
+            --tls-replication yes --tls-auth-clients no
+            --tls-cert-file "$T_DIR/tls/server.crt"
+            --tls-key-file "$T_DIR/tls/server.key"
+            --tls-ca-cert-file "$T_DIR/tls/ca.crt")
         lc_spawn "$T_DIR" "node$i" redis-server redis-server "${args[@]}"
     done
     for i in 1 2 3 4 5 6; do
@@ -102,7 +115,12 @@ rc_start() {
     done
     local addrs=()
     for i in 1 2 3 4 5 6; do addrs+=("127.0.0.1:$(rc_port "$i")"); done
-    if [ -n "$RC_PASS" ]; then
+    if [ "$RC_TLS" = 1 ]; then
+        redis-cli --tls --cacert "$T_DIR/tls/ca.crt" --cluster create \
+            "${addrs[@]}" --cluster-replicas 1 --cluster-yes \
+            >"$T_DIR/create.log" 2>&1 ||
+            t_fail "cluster create: $(tail -3 "$T_DIR/create.log")"
+    elif [ -n "$RC_PASS" ]; then
         redis-cli --no-auth-warning -a "$RC_PASS" --cluster create "${addrs[@]}" \
             --cluster-replicas 1 --cluster-yes >"$T_DIR/create.log" 2>&1 ||
             t_fail "cluster create: $(tail -3 "$T_DIR/create.log")"
@@ -134,6 +152,7 @@ rc_server() {
     shift
     seeds="127.0.0.1:$(rc_port 1),127.0.0.1:$(rc_port 4)"
     [ -n "$RC_PASS" ] && seeds="redis://:$RC_PASS@$seeds"
+    [ "$RC_TLS" = 1 ] && seeds="rediss://$seeds"
     lc_spawn "$T_DIR" "rl-server-$i" rl-server "$RL_SERVER_BIN" \
         --listen "127.0.0.1:$(t_server_port "$i")" \
         --metrics "127.0.0.1:$(t_metrics_port "$i")" \
@@ -465,8 +484,78 @@ scenario_ctl() {
     rc_servers_exit_clean
 }
 
+# ---- tls ------------------------------------------------------------------
+
+# A CA, a server certificate for 127.0.0.1 and localhost (every node's),
+# and a second CA that signed nothing of ours.
+rc_tls_certs() {
+    local d=$T_DIR/tls ca
+    mkdir -p "$d"
+    for ca in ca otherca; do
+        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 \
+            -nodes -days 2 -subj "/CN=rl test $ca" -keyout "$d/$ca.key" \
+            -out "$d/$ca.crt" 2>/dev/null || t_fail "openssl: $ca"
+    done
+    printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' >"$d/server.ext"
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -subj "/CN=rl test node" -keyout "$d/server.key" \
+        -out "$d/server.csr" 2>/dev/null || t_fail "openssl: server key"
+    openssl x509 -req -in "$d/server.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" \
+        -CAcreateserial -days 2 -extfile "$d/server.ext" \
+        -out "$d/server.crt" 2>/dev/null || t_fail "openssl: server cert"
+}
+
+scenario_tls() {
+    local out p n
+    t_init 2
+    command -v openssl >/dev/null || t_fail "openssl not found"
+    RC_TLS=1
+    rc_tls_certs
+    rc_start
+    rc_server 1 --redis-tls-ca "$T_DIR/tls/ca.crt" --rule api=5/3600
+    t_await_proc rl-server-1 5000 "server healthy over TLS" t_healthy 1
+    grep -q 'tls=verify' "$T_DIR/rl-server-1.log" ||
+        t_fail "the server does not say it checks certificates"
+    # Exact: 5 of 8 allowed for each of a dozen callers (spread over the
+    # masters).
+    for k in t1 t2 t3 t4 t5 t6 t7 t8 t9 t10 t11 t12; do
+        out=$("$RL_CHECK_BIN" --server "127.0.0.1:$(t_server_port 1)" \
+            --key "$k" --rule api --repeat 8 2>&1 || true)
+        [ "$(echo "$out" | grep -c '^OK')" = 5 ] &&
+            [ "$(echo "$out" | grep -c '^OVER_LIMIT')" = 3 ] &&
+            ! echo "$out" | grep -q fail-open ||
+            t_fail "caller $k: not exactly 5 of 8 over TLS: $out"
+    done
+    t_log "12 callers: exactly 5 of 8 allowed each, over TLS"
+    rc_bench tlsload --duration 3 --connections 4 --inflight 32 \
+        --keys 20000 --limit 50 --window 60 --audit --timeout-ms 3000
+    t_expect tlsload errors -eq 0
+    t_expect tlsload audit_over_limit -eq 0
+    t_log "$(t_audit_line tlsload)"
+    for p in $(rc_masters); do
+        n=$(rc_cli "$p" dbsize)
+        t_log "master :$p dbsize $n (over TLS)"
+        t_check "master :$p holds counters" [ "$n" -gt 100 ]
+    done
+    "$(dirname "$RL_SERVER_BIN")/rl-ctl" --redis-cluster \
+        "rediss://127.0.0.1:$(rc_port 2),127.0.0.1:$(rc_port 5)" \
+        --redis-tls-ca "$T_DIR/tls/ca.crt" --wait-ms 5000 \
+        quota set api tq 2/3600 >"$T_DIR/ctl.out" 2>&1 ||
+        t_fail "rl-ctl over TLS: $(cat "$T_DIR/ctl.out")"
+    out=$("$RL_CHECK_BIN" --server "127.0.0.1:$(t_server_port 1)" \
+        --key tq --rule api --repeat 3 || true)
+    echo "$out" | tail -n 1 | grep -q '^OVER_LIMIT.*limit=2' ||
+        t_fail "quota set over TLS not applied: $out"
+    t_log "rl-ctl --redis-cluster rediss://: quota set and applied"
+    rc_server 2 --redis-tls-ca "$T_DIR/tls/otherca.crt"
+    t_await 5000 "server 2 logs the verification failure" grep -q \
+        'certificate verify failed' "$T_DIR/rl-server-2.log"
+    t_healthy 2 && t_fail "server 2 healthy with the wrong CA"
+    rc_servers_exit_clean
+}
+
 case $SCENARIO in
-match | reshard | failover | hang | password | ctl) "scenario_$SCENARIO" ;;
+match | reshard | failover | hang | password | ctl | tls) "scenario_$SCENARIO" ;;
 *)
     echo "unknown scenario '$SCENARIO'" >&2
     exit 2

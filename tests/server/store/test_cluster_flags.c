@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <hiredis/hiredis.h>
 
 #include "flags.h"
 #include "rl_error.h"
@@ -124,6 +125,124 @@ static void test_redis_credentials(void **state)
     assert_non_null(strstr(err, "cannot read"));
 }
 
+/* TLS to Redis: rediss:// (port 6379 when not given; redis:// still
+ * wants one), the --redis-tls-* flags (each turns TLS on), and the
+ * refusals. */
+static void test_tls_flags(void **state)
+{
+    static rls_flags_t c;
+    char err[512];
+    char *url[] = {"rl-server", "--redis", "rediss://rl:pw@localhost/2"};
+    char *plain[] = {"rl-server", "--redis", "redis://10.0.0.5"};
+    char *plain_port[] = {"rl-server", "--redis", "redis://10.0.0.5:6380"};
+    char *v6[] = {"rl-server", "--redis", "rediss://[::1]:6380"};
+    char *flags[] = {"rl-server",
+                     "--redis",
+                     "127.0.0.1:6379",
+                     "--redis-tls-ca=/ca.pem",
+                     "--redis-tls-cert",
+                     "/c.pem",
+                     "--redis-tls-key",
+                     "/k.pem",
+                     "--redis-tls-server-name",
+                     "redis.internal"};
+    char *insecure[] = {"rl-server", "--redis", "127.0.0.1:6379",
+                        "--redis-tls-insecure"};
+    char *insecure_val[] = {"rl-server", "--redis", "127.0.0.1:6379",
+                            "--redis-tls-insecure=1"};
+    char *no_redis[] = {"rl-server", "--redis-tls-ca", "/ca.pem"};
+    char *unix_tls[] = {"rl-server", "--redis", "unix:///run/redis.sock",
+                        "--redis-tls-insecure"};
+    char *cluster[] = {"rl-server", "--redis-cluster",
+                       "rediss://:pw@10.0.0.1:7000,10.0.0.2:7001"};
+    char *empty[] = {"rl-server", "--redis", "127.0.0.1:6379",
+                     "--redis-tls-server-name", ""};
+
+    (void)state;
+    assert_int_equal(parse(&c, err, sizeof(err), 3, url), 0);
+    assert_true(c.redis_tls);
+    assert_false(c.redis_tls_insecure);
+    assert_string_equal(c.redis_host, "localhost");
+    assert_int_equal(c.redis_port, 6379);
+    assert_int_equal(c.redis_db, 2);
+    assert_string_equal(c.redis_user, "rl");
+    assert_string_equal(c.redis_password, "pw");
+    assert_int_equal(parse(&c, err, sizeof(err), 3, plain), RL_EINVAL);
+    assert_int_equal(parse(&c, err, sizeof(err), 3, plain_port), 0);
+    assert_false(c.redis_tls);
+    assert_int_equal(c.redis_port, 6380);
+    assert_int_equal(parse(&c, err, sizeof(err), 3, v6), 0);
+    assert_true(c.redis_tls);
+    assert_string_equal(c.redis_host, "::1");
+    assert_int_equal(c.redis_port, 6380);
+    assert_int_equal(parse(&c, err, sizeof(err), 10, flags), 0);
+    assert_true(c.redis_tls);
+    assert_string_equal(c.redis_tls_ca, "/ca.pem");
+    assert_string_equal(c.redis_tls_cert, "/c.pem");
+    assert_string_equal(c.redis_tls_key, "/k.pem");
+    assert_string_equal(c.redis_tls_server_name, "redis.internal");
+    assert_int_equal(parse(&c, err, sizeof(err), 4, insecure), 0);
+    assert_true(c.redis_tls && c.redis_tls_insecure);
+    assert_int_equal(parse(&c, err, sizeof(err), 4, insecure_val), RL_EINVAL);
+    assert_non_null(strstr(err, "takes no value"));
+    assert_int_equal(parse(&c, err, sizeof(err), 3, no_redis), RL_EINVAL);
+    assert_non_null(strstr(err, "no --redis"));
+    assert_int_equal(parse(&c, err, sizeof(err), 4, unix_tls), RL_EINVAL);
+    assert_non_null(strstr(err, "Unix socket"));
+    assert_int_equal(parse(&c, err, sizeof(err), 3, cluster), 0);
+    assert_true(c.redis_tls);
+    assert_int_equal(c.redis_cluster, 2);
+    assert_int_equal(c.redis_seed_port[1], 7001);
+    assert_string_equal(c.redis_password, "pw");
+    assert_int_equal(parse(&c, err, sizeof(err), 5, empty), RL_EINVAL);
+    assert_non_null(strstr(err, "empty"));
+}
+
+/* A CLUSTER SHARDS reply (RESP, through hiredis's reader) into ranges. */
+static int shards(const char *resp, rls_slot_range_t *out, int tls)
+{
+    redisReader *rd = redisReaderCreate();
+    void *r = NULL;
+    int n;
+
+    assert_non_null(rd);
+    assert_int_equal(redisReaderFeed(rd, resp, strlen(resp)), REDIS_OK);
+    assert_int_equal(redisReaderGetReply(rd, &r), REDIS_OK);
+    assert_non_null(r);
+    n = rls_cluster_parse_map_tls(r, out, 4, tls);
+    freeReplyObject(r);
+    redisReaderFree(rd);
+    return n;
+}
+
+/* A node with tls-cluster yes gives "port" (plaintext) and "tls-port"; a
+ * TLS-only one (port 0) only "tls-port". A TLS client takes tls-port. */
+static void test_shards_tls_port(void **state)
+{
+    static const char both[] =
+        "*1\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:16383\r\n"
+        "$5\r\nnodes\r\n*1\r\n*8\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n"
+        "$4\r\nport\r\n:7000\r\n$8\r\ntls-port\r\n:7100\r\n"
+        "$4\r\nrole\r\n$6\r\nmaster\r\n";
+    static const char tls_only[] =
+        "*1\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:16383\r\n"
+        "$5\r\nnodes\r\n*1\r\n*6\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n"
+        "$8\r\ntls-port\r\n:7100\r\n$4\r\nrole\r\n$6\r\nmaster\r\n";
+    rls_slot_range_t m[4];
+
+    (void)state;
+    assert_int_equal(shards(both, m, 0), 1);
+    assert_int_equal(m[0].port, 7000);
+    assert_int_equal(shards(both, m, 1), 1);
+    assert_int_equal(m[0].port, 7100);
+    assert_int_equal(m[0].last, 16383);
+    assert_int_equal(shards(tls_only, m, 1), 1);
+    assert_int_equal(m[0].port, 7100);
+    /* Without TLS such a node has no port to reach: its slots stay
+     * uncovered. */
+    assert_int_equal(shards(tls_only, m, 0), 0);
+}
+
 static void test_slots(void **state)
 {
     (void)state;
@@ -176,6 +295,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_flag),
         cmocka_unit_test(test_redis_credentials),
+        cmocka_unit_test(test_tls_flags),
+        cmocka_unit_test(test_shards_tls_port),
         cmocka_unit_test(test_slots),
         cmocka_unit_test(test_redirects),
     };
