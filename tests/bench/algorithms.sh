@@ -557,10 +557,14 @@ verdict() { if awk "BEGIN { exit !($1) }" 2>/dev/null; then echo met; else echo 
   echo
   echo "| target | figure | status |"
   echo "|---|---|---|"
+  # The issue's targets: 0.8x for the counter and the gcra, 0.4x for the
+  # sliding window (its log, at limit 100).
   for a in sliding-window-counter gcra sliding-window; do
+    want=0.8
+    [ "$a" = sliding-window ] && want=0.4
     for path in module script; do
       v=$(ratio_med "$a/$path/uniform" "fixed-window/$path/uniform" rate)
-      echo "| $a ($path) uniform decisions/s >= 0.8x fixed-window's | ${v}x ($(fmt_rate "${rate[$a/$path/uniform]}") against $(fmt_rate "${rate[fixed-window/$path/uniform]}")) | $(verdict "$v >= 0.8") |"
+      echo "| $a ($path) uniform decisions/s >= ${want}x fixed-window's | ${v}x ($(fmt_rate "${rate[$a/$path/uniform]}") against $(fmt_rate "${rate[fixed-window/$path/uniform]}")) | $(verdict "$v >= $want") |"
     done
   done
   if [ "$have_peers" = 1 ]; then
