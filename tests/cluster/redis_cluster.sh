@@ -29,6 +29,9 @@
 #             and is decided under; a switch (global shadow) reaches the
 #             server, which polls it and reports in <prefix>instances
 #             through the cluster store's command routing
+#   algorithms  two servers, every algorithm (gcra, sliding-window-counter,
+#             staggered fixed windows, sliding window) under rl-bench
+#             --fleet --audit at once: none over what its algorithm allows
 #   tls       a cluster serving TLS only (tls-cluster, tls-replication;
 #             certificates made by openssl): rl-server with a rediss://
 #             seed decides exactly and audits clean under load, counters
@@ -554,8 +557,52 @@ scenario_tls() {
     rc_servers_exit_clean
 }
 
+# ---- algorithms -------------------------------------------------------------
+
+# Every algorithm exact under concurrency on the cluster: two rl-servers
+# (each its own batches to every master), a few hot keys per algorithm over
+# the masters, rl-bench --fleet --audit on both at once: no interval or
+# window over what its algorithm allows.
+scenario_algorithms() {
+    local a
+    t_init 2
+    rc_start
+    local rules=(--rule 'g=40/1s:gcra:burst=20'
+        --rule 's=60/2s:sliding-window-counter' --rule 'p=30/2s:per-caller'
+        --rule 'l=50/2s:sliding-window')
+    rc_server 1 "${rules[@]}"
+    rc_server 2 "${rules[@]}"
+    t_await_proc rl-server-1 5000 "server 1 healthy" t_healthy 1
+    t_await_proc rl-server-2 5000 "server 2 healthy" t_healthy 2
+    local both="127.0.0.1:$(t_server_port 1),127.0.0.1:$(t_server_port 2)"
+    t_bench_at "$both" alg_g --fleet --duration 3 --keys 6 --dist uniform \
+        --rule g --algorithm gcra --limit 40 --window 1 --burst 20 \
+        --key-prefix g: --audit --timeout-ms 3000
+    t_bench_at "$both" alg_s --fleet --duration 3 --keys 6 --dist uniform \
+        --rule s --algorithm sliding-window-counter --limit 60 --window 2 \
+        --key-prefix s: --audit --timeout-ms 3000
+    t_bench_at "$both" alg_p --fleet --duration 3 --keys 6 --dist uniform \
+        --rule p --phase per-caller --limit 30 --window 2 --key-prefix p: \
+        --audit --timeout-ms 3000
+    t_bench_at "$both" alg_l --fleet --duration 3 --keys 6 --dist uniform \
+        --rule l --algorithm sliding-window --limit 50 --window 2 \
+        --key-prefix l: --audit --timeout-ms 3000
+    for a in alg_g alg_s alg_p alg_l; do
+        t_check "$a: rl-bench exited $(cat "$T_DIR/$a.rc")" \
+            [ "$(cat "$T_DIR/$a.rc")" = 0 ]
+        t_expect "$a" audit_over_limit -eq 0
+        t_expect "$a" errors -eq 0
+        t_expect "$a" denied -gt 0
+        t_log "$a: $(t_audit_line "$a")"
+    done
+    t_expect alg_g audit_admissions_checked -gt 100
+    t_expect alg_l audit_admissions_checked -gt 100
+    rc_servers_exit_clean
+}
+
 case $SCENARIO in
-match | reshard | failover | hang | password | ctl | tls) "scenario_$SCENARIO" ;;
+match | reshard | failover | hang | password | ctl | tls | algorithms)
+    "scenario_$SCENARIO" ;;
 *)
     echo "unknown scenario '$SCENARIO'" >&2
     exit 2
