@@ -168,65 +168,6 @@ static size_t digits(const char *s, size_t len)
     return i;
 }
 
-/* Reads "N/S ..." (len bytes at s, NUL after them) into o's windows, as
- * the script does: 1 to 8 tokens, N >= 1, 1 <= S <= 366 days, no S twice,
- * in Lua's doubles; limits N x scale, floored, within [1, 2^63 - 1024].
- * Returns 0, or -1 when it does not parse (o untouched). */
-static int parse_quota(const batch_t *b, const char *s, size_t len,
-                       double scale, op_t *o)
-{
-    double ql[RLM_WIN_MAX], qs[RLM_WIN_MAX];
-    uint32_t n = 0, j, i;
-    size_t at = 0;
-
-    while (at < len) {
-        size_t t, dl, ds;
-
-        while (at < len && is_space(s[at]))
-            at++;
-        if (at == len)
-            break;
-        for (t = at; t < len && !is_space(s[t]); t++)
-            ;
-        dl = digits(s + at, t - at);
-        if (dl == 0 || at + dl == t || s[at + dl] != '/')
-            return -1;
-        ds = digits(s + at + dl + 1, t - at - dl - 1);
-        if (ds == 0 || at + dl + 1 + ds != t || n == RLM_WIN_MAX)
-            return -1;
-        /* strtod stops at the '/' and at the space or NUL after S. */
-        ql[n] = strtod(s + at, NULL);
-        qs[n] = strtod(s + at + dl + 1, NULL);
-        if (ql[n] < 1 || qs[n] < 1 || qs[n] > 31622400)
-            return -1;
-        for (i = 0; i < n; i++)
-            if (qs[i] == qs[n])
-                return -1;
-        n++;
-        at = t;
-    }
-    if (n == 0)
-        return -1;
-    for (j = 0; j < n; j++) {
-        win_t *w = &o->w[j];
-        int64_t idx, ms;
-        double lim = floor(ql[j] * scale);
-
-        w->qw = (int64_t)qs[j];
-        ms = w->qw * 1000;
-        idx = b->now / ms;
-        /* Below 2^55: now and grace are at most RLM_MS_MAX each. */
-        w->exp = (idx + 1) * ms + b->grace;
-        if (lim < 1)
-            lim = 1;
-        if (lim > 9223372036854774784.0)
-            lim = 9223372036854774784.0;
-        w->lim = (int64_t)lim;
-    }
-    o->nw = n;
-    return 0;
-}
-
 /* The script's base: KEYS of the op's first limit without its last two
  * parts, as its pattern '^(.*):%d+:%a?%d*$' takes it: ":<w>:<index>",
  * ":<w>:p<index>" (staggered), ":<w>:s<index>" (a sliding-window-counter),
@@ -669,6 +610,22 @@ static int parse_quota_alg(const batch_t *b, const char *s, size_t len,
     return 0;
 }
 
+/* A stored quota of fixed windows alone (parse_quota_alg's) as op o's
+ * windows, named after its base: decided as the script's INCRBY path
+ * decides it, and reported as 'q'. */
+static void quota_windows(const aop_t *q, op_t *o)
+{
+    uint32_t j;
+
+    for (j = 0; j < q->n; j++) {
+        o->w[j].qw = q->l[j].qw;
+        o->w[j].lim = q->l[j].lim;
+        o->w[j].exp = q->l[j].exp;
+    }
+    o->nw = q->n;
+    o->tag = 'q';
+}
+
 /* An "a" op's reply entry as text, as the script's atext: tag 'A' (a
  * stored quota's limits: per limit its letter, window, limit and unit,
  * then its state) or 'Q' (one that did not parse: per limit its state). */
@@ -953,13 +910,13 @@ static size_t general_op(batch_t *b, op_t *o, size_t p, size_t *kp)
             o->qerr = RLM_ERR_WRONGTYPE;
         else if (s == NULL)
             ;
-        else if (parse_quota(b, s, len, scale, o) == 0)
-            o->tag = 'q';
         else if (parse_quota_alg(b, s, len, scale, o->base, o->base_len, &b->qa,
-                                 &any) == 0)
+                                 &any) != 0)
+            o->tag = 'Q';
+        else if (any)
             o->tag = 'A'; /* other algorithms: decide_alg's */
         else
-            o->tag = 'Q';
+            quota_windows(&b->qa, o); /* fixed windows: decide's */
     }
     if (o->tag != 'q')
         o->base = NULL;
