@@ -20,6 +20,7 @@
 #include "rl_error.h"
 #include "log.h"
 #include "metrics.h"
+#include "net/tls.h"
 #include "server.h"
 #include "util.h"
 
@@ -278,6 +279,16 @@ int rls_server_metrics(const rls_server_t *s, rl_buf_t *out)
         if (s->fe[i] != NULL && s->fe[i]->ops->metrics != NULL &&
             (rc = s->fe[i]->ops->metrics(s->fe[i], out)) != RL_OK)
             return rc;
+    {
+        const char *names[RLS_LISTENERS];
+        const rls_tls_stats_t *tls[RLS_LISTENERS];
+        for (i = 0; i < RLS_LISTENERS; i++) {
+            names[i] = s->fe[i] != NULL ? s->fe[i]->ops->flag : "";
+            tls[i] = s->fe[i] != NULL ? s->fe[i]->tls : NULL;
+        }
+        if ((rc = rls_tls_metrics(out, names, tls, RLS_LISTENERS)) != RL_OK)
+            return rc;
+    }
     return RL_OK;
 }
 
@@ -322,6 +333,8 @@ static int start_grpc(rls_server_t *s, char *err, size_t errlen)
         return rc;
     }
     rls_grpc_set_conf(s->grpc, conf);
+    if (cfg->tls_listeners & RLS_TLS_ON_GRPC)
+        rls_grpc_set_tls(s->grpc, s->tls);
     if (cfg->nenvoy_configs > 0)
         rls_envoy_reload_start(&s->envoy_reload, s->loop, cfg->envoy_configs,
                                cfg->nenvoy_configs, cfg->reload_settle_ms,
@@ -360,6 +373,11 @@ static int start_frontends(rls_server_t *s, char *err, size_t errlen)
     const rls_flags_t *cfg = s->cfg;
     int rc;
 
+    if (cfg->tls_cert != NULL) {
+        rls_tls_opts_t to = {cfg->tls_cert, cfg->tls_key, cfg->tls_client_ca};
+        if ((rc = rls_tls_new(&to, &s->tls, err, errlen)) != RL_OK)
+            return rc;
+    }
     rls_conns_init(&s->conns, s->loop, cfg, &s->batcher);
     if ((rc = rls_conns_listen(&s->conns, cfg->listen_host, cfg->listen_port,
                                err, errlen)) != RL_OK) {
@@ -443,6 +461,8 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
                 s->fe[i] = NULL;
             }
         rls_envoy_reload_close(&s->envoy_reload);
+        rls_tls_free(s->tls);
+        s->tls = NULL;
         rls_batcher_free(&s->batcher);
         rls_runtime_free(&s->rt);
         return rc;
@@ -452,9 +472,9 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
             s->fe[i]->on_empty = on_fe_empty;
             s->fe[i]->arg = s;
             if (i != RLS_LISTENER_NATIVE) /* main.c logs that one */
-                RLS_INFO("listening", " listener=%s addr=%s:%d",
-                         s->fe[i]->ops->flag, s->fe[i]->host,
-                         s->fe[i]->port);
+                RLS_INFO("listening", " listener=%s addr=%s:%d tls=%s",
+                         s->fe[i]->ops->flag, s->fe[i]->host, s->fe[i]->port,
+                         s->fe[i]->tls != NULL ? "on" : "off");
         }
     if (rls_refusals_init(&s->batcher.refusals, cfg->refusal_cache) != RL_OK)
         RLS_WARN("no memory for the refusal cache; every request goes to "
@@ -586,5 +606,7 @@ int rls_server_healthy(const rls_server_t *s, const char **why)
 
 void rls_server_free(rls_server_t *s)
 {
+    rls_tls_free(s->tls);
+    s->tls = NULL;
     rls_runtime_free(&s->rt);
 }

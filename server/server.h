@@ -50,6 +50,7 @@ typedef struct rls_server_s {
     rls_grpc_t *grpc;        /* --grpc */
     rls_envoy_reload_t envoy_reload; /* its --envoy-config files */
     rls_check_t check;       /* --http */
+    struct rls_tls_s *tls;   /* --tls-cert's, NULL: no TLS listener */
 
     uv_check_t tick;  /* end of every loop iteration: submit, then write */
     uv_prepare_t before_poll; /* the same before each poll */

@@ -14,7 +14,9 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
+#include "log.h"
 #include "net/tls.h"
+#include "prom.h"
 #include "rl_error.h"
 
 struct rls_tls_s {
@@ -500,4 +502,58 @@ rls_tls_reason_t rls_tls_conn_reason(const rls_tls_conn_t *c)
 const char *rls_tls_conn_why(const rls_tls_conn_t *c)
 {
     return c->why;
+}
+
+/* ---- counting -----------------------------------------------------------*/
+
+void rls_tls_count_failure(rls_tls_stats_t *st, const char *listener,
+                           const rls_tls_conn_t *c, const char *peer,
+                           uint64_t now_ms)
+{
+    rls_tls_reason_t r = c->reason;
+
+    if ((unsigned)r >= RLS_TLS_NREASONS || r == RLS_TLS_OK)
+        r = RLS_TLS_OTHER;
+    st->failed[r]++;
+    if (now_ms < st->log_next_ms[r]) {
+        st->not_logged[r]++;
+        return;
+    }
+    RLS_WARN("TLS handshake failed",
+             " listener=%s peer=%s reason=%s detail=\"%s\" not_logged=%llu",
+             listener, peer, labels[r], c->why,
+             (unsigned long long)st->not_logged[r]);
+    st->log_next_ms[r] = now_ms + 1000;
+    st->not_logged[r] = 0;
+}
+
+int rls_tls_metrics(rl_buf_t *out, const char *const *names,
+                    const rls_tls_stats_t *const *stats, size_t n)
+{
+    static const char fam[] = "rl_tls_handshakes_total";
+    size_t i;
+    int r, rc, any = 0;
+
+    for (i = 0; i < n; i++)
+        any |= stats[i] != NULL;
+    if (!any)
+        return 0;
+    if ((rc = rls_prom_family(out, fam, "counter",
+                              "TLS handshakes on our listeners, by "
+                              "listener and result (ok, or why they "
+                              "failed)")) != 0)
+        return rc;
+    for (i = 0; i < n; i++) {
+        if (stats[i] == NULL)
+            continue;
+        for (r = 0; r < RLS_TLS_NREASONS; r++)
+            if ((rc = rl_buf_printf(
+                     out, "%s{listener=\"%s\",result=\"%s\"} %llu\n", fam,
+                     names[i], labels[r],
+                     (unsigned long long)(r == RLS_TLS_OK
+                                              ? stats[i]->ok
+                                              : stats[i]->failed[r]))) != 0)
+                return rc;
+    }
+    return 0;
 }

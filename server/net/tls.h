@@ -128,4 +128,26 @@ const char *rls_tls_conn_why(const rls_tls_conn_t *c);
 /* The label of r, as in /metrics ("not_tls"). */
 const char *rls_tls_reason_label(rls_tls_reason_t r);
 
+/* A listener's handshakes, for /metrics, and its log's rate cap. */
+typedef struct rls_tls_stats_s {
+    uint64_t ok;                       /* handshakes done */
+    uint64_t failed[RLS_TLS_NREASONS]; /* by reason ([RLS_TLS_OK]: 0) */
+    uint64_t log_next_ms[RLS_TLS_NREASONS];
+    uint64_t not_logged[RLS_TLS_NREASONS];
+} rls_tls_stats_t;
+
+/* Counts c's failed handshake and logs it (a warning naming the
+ * listener, the client's address `peer` and why) unless a line of the
+ * same reason was logged in the last second; the next line says how
+ * many were not. now_ms: the loop's time. */
+void rls_tls_count_failure(rls_tls_stats_t *st, const char *listener,
+                           const rls_tls_conn_t *c, const char *peer,
+                           uint64_t now_ms);
+
+/* Appends rl_tls_handshakes_total{listener,result} for n listeners
+ * (names[i], stats[i]; a NULL stats is skipped), nothing when none has
+ * TLS. Returns 0 or the buffer's error. */
+int rls_tls_metrics(rl_buf_t *out, const char *const *names,
+                    const rls_tls_stats_t *const *stats, size_t n);
+
 #endif

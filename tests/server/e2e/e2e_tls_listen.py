@@ -1,0 +1,390 @@
+#!/usr/bin/python3
+"""TLS on rl-server's own listeners (--tls-cert, --tls-key,
+--tls-client-ca), called by grpcio over TLS and by Python's ssl module.
+
+Usage: e2e_tls_listen.py RL_SERVER PROTO_DIR
+
+Certificates are made at test time by `openssl`: a CA and another CA, a
+server certificate for 127.0.0.1 and localhost, a second one (for the
+reload), one for a wrong name, a client certificate, an expired one and
+one of the other CA. Every server listens on 127.0.0.1 port 0 and says
+its ports in --port-file; every wait is for a condition, with a
+deadline; every process is stopped by its pid, also when a check
+fails."""
+
+import os
+import re
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "support"))
+import rlt  # noqa: E402
+
+RL_SERVER, PROTO_DIR = sys.argv[1], sys.argv[2]
+TMP = tempfile.mkdtemp(prefix="rl-tls-listen-")
+PROCS = []
+FAILS = []
+
+rlt.envoy_stubs(PROTO_DIR, TMP)
+import grpc  # noqa: E402
+from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc  # noqa: E402
+from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2  # noqa: E402
+
+OK, OVER = rls_pb2.RateLimitResponse.OK, rls_pb2.RateLimitResponse.OVER_LIMIT
+
+
+def check(cond, what):
+    if not cond:
+        FAILS.append(what)
+        print("FAIL:", what, flush=True)
+    else:
+        print("ok:", what, flush=True)
+
+
+def path(name):
+    return os.path.join(TMP, name)
+
+
+def openssl(*args):
+    subprocess.run(["openssl"] + list(args), check=True,
+                   capture_output=True, timeout=60)
+
+
+def read(name):
+    with open(path(name), "rb") as f:
+        return f.read()
+
+
+def make_certs():
+    """Two CAs; from the first, server certificates (one for the wrong
+    name), a client certificate and an expired one (dated by `openssl
+    ca`, which takes explicit dates); from the other, a client
+    certificate it does not know."""
+    for ca in ("ca", "otherca"):
+        openssl("req", "-x509", "-newkey", "ec", "-pkeyopt",
+                "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
+                "-subj", "/CN=rl test " + ca, "-keyout", path(ca + ".key"),
+                "-out", path(ca + ".crt"))
+    san = "subjectAltName=DNS:localhost,IP:127.0.0.1\n"
+    certs = (("server", "ca", san), ("server2", "ca", san),
+             ("wrongname", "ca", "subjectAltName=DNS:wrong.example\n"),
+             ("client", "ca", "extendedKeyUsage=clientAuth\n"),
+             ("stranger", "otherca", "extendedKeyUsage=clientAuth\n"))
+    for name, ca, ext in certs:
+        with open(path(name + ".ext"), "w") as f:
+            f.write(ext)
+        openssl("req", "-newkey", "ec", "-pkeyopt",
+                "ec_paramgen_curve:prime256v1", "-nodes", "-subj",
+                "/CN=rl test " + name, "-keyout", path(name + ".key"),
+                "-out", path(name + ".csr"))
+        openssl("x509", "-req", "-in", path(name + ".csr"), "-CA",
+                path(ca + ".crt"), "-CAkey", path(ca + ".key"),
+                "-CAcreateserial", "-days", "2", "-extfile",
+                path(name + ".ext"), "-out", path(name + ".crt"))
+    # The expired client certificate: valid for a day in 2020.
+    os.mkdir(path("ca.db"))
+    open(path("ca.db/index.txt"), "w").close()
+    with open(path("ca.db/serial"), "w") as f:
+        f.write("1000\n")
+    with open(path("ca.cnf"), "w") as f:
+        f.write("[ca]\ndefault_ca = d\n[d]\ndatabase = %s\nserial = %s\n"
+                "new_certs_dir = %s\ndefault_md = sha256\npolicy = p\n"
+                "[p]\ncommonName = supplied\n"
+                % (path("ca.db/index.txt"), path("ca.db/serial"),
+                   path("ca.db")))
+    openssl("req", "-newkey", "ec", "-pkeyopt",
+            "ec_paramgen_curve:prime256v1", "-nodes", "-subj",
+            "/CN=rl test expired", "-keyout", path("expired.key"),
+            "-out", path("expired.csr"))
+    openssl("ca", "-batch", "-config", path("ca.cnf"), "-cert",
+            path("ca.crt"), "-keyfile", path("ca.key"), "-in",
+            path("expired.csr"), "-out", path("expired.crt"), "-notext",
+            "-startdate", "20200101000000Z", "-enddate", "20200102000000Z")
+
+
+def wait_for(cond, what, timeout_s=10):
+    """Waits until cond() is true; False (and a failed check) at the
+    deadline."""
+    end = time.time() + timeout_s
+    while time.time() < end:
+        if cond():
+            return True
+        time.sleep(0.02)
+    check(False, what + " (timed out)")
+    return False
+
+
+class Server:
+    started = 0
+
+    def __init__(self, extra=(), tls=True):
+        Server.started += 1
+        n = Server.started
+        ports = path("server-%d.ports" % n)
+        with open(path("domain.yaml"), "w") as f:
+            f.write("domain: tls\ndescriptors:\n  - key: k\n"
+                    "    rate_limit:\n      unit: day\n"
+                    "      requests_per_unit: 2\n")
+        args = [RL_SERVER, "--listen", "127.0.0.1:0", "--grpc",
+                "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--port-file",
+                ports, "--envoy-config", path("domain.yaml")]
+        if tls:
+            args += ["--tls-cert", path("server.crt"), "--tls-key",
+                     path("server.key")]
+        self.log = open(path("server-%d.log" % n), "w")
+        self.p = subprocess.Popen(args + list(extra), stderr=self.log)
+        PROCS.append(self.p)
+        got = rlt.wait_ports(self.p, ports, self.log.name)
+        self.grpc_port, self.metrics_port = got["grpc"], got["metrics"]
+
+    def metrics(self):
+        return urllib.request.urlopen(
+            "http://127.0.0.1:%d/metrics" % self.metrics_port,
+            timeout=5).read().decode()
+
+    def handshakes(self, result):
+        m = re.search(r'^rl_tls_handshakes_total\{listener="grpc",'
+                      r'result="%s"\} (\d+)$' % result, self.metrics(),
+                      re.M)
+        return int(m.group(1)) if m else -1
+
+    def log_text(self):
+        self.log.flush()
+        with open(self.log.name, errors="replace") as f:
+            return f.read()
+
+    def stop(self):
+        self.p.send_signal(signal.SIGTERM)
+        rc = self.p.wait(20)
+        self.log.close()
+        return rc
+
+
+def channel(port, cert=None, root="ca.crt"):
+    creds = grpc.ssl_channel_credentials(
+        root_certificates=read(root),
+        private_key=read(cert + ".key") if cert else None,
+        certificate_chain=read(cert + ".crt") if cert else None)
+    return grpc.secure_channel("127.0.0.1:%d" % port, creds)
+
+
+def call(ch, key):
+    stub = rls_pb2_grpc.RateLimitServiceStub(ch)
+    d = ratelimit_pb2.RateLimitDescriptor(entries=[
+        ratelimit_pb2.RateLimitDescriptor.Entry(key="k", value=key)])
+    return stub.ShouldRateLimit(rls_pb2.RateLimitRequest(
+        domain="tls", descriptors=[d]), timeout=5)
+
+
+def status_of(ch, key):
+    try:
+        return call(ch, key).overall_code
+    except grpc.RpcError as e:
+        return e.code()
+
+
+def ssl_hello(port, alpn=None, cafile="ca.crt", name="127.0.0.1"):
+    """One handshake with Python's ssl module: the error it raised, or
+    None when it succeeded."""
+    ctx = ssl.create_default_context(cafile=path(cafile))
+    if alpn:
+        ctx.set_alpn_protocols(alpn)
+    try:
+        with socket.create_connection(("127.0.0.1", port), 5) as s:
+            with ctx.wrap_socket(s, server_hostname=name):
+                pass
+        return None
+    except (ssl.SSLError, ssl.CertificateError, OSError) as e:
+        return e
+
+
+def test_grpc_over_tls():
+    s = Server()
+    ch = channel(s.grpc_port)
+    got = [call(ch, "a").overall_code for _ in range(3)]
+    check(got == [OK, OK, OVER], "gRPC over TLS: OK, OK, OVER_LIMIT "
+          "(limit 2/day), got %s" % got)
+    check(s.handshakes("ok") >= 1, "handshake counted ok")
+    # ALPN: a client offering only http/1.1 is refused.
+    e = ssl_hello(s.grpc_port, alpn=["http/1.1"])
+    check(e is not None and "application protocol" in str(e).lower(),
+          "ALPN without h2 refused: %s" % e)
+    check(wait_for(lambda: s.handshakes("no_alpn") == 1, "no_alpn counted"),
+          "no_alpn counted once")
+    # Plaintext gRPC (h2c) on the TLS port: the call fails, the failure
+    # is counted and logged, and the TLS channel is served meanwhile.
+    plain = grpc.insecure_channel("127.0.0.1:%d" % s.grpc_port)
+    st = status_of(plain, "a")
+    plain.close()
+    check(st == grpc.StatusCode.UNAVAILABLE,
+          "h2c on the TLS port fails UNAVAILABLE: %s" % st)
+    check(wait_for(lambda: s.handshakes("not_tls") >= 1, "not_tls"),
+          "plaintext counted not_tls")
+    check("does not speak TLS" in s.log_text(), "plaintext logged plainly")
+    check(call(ch, "b").overall_code == OK, "TLS client served meanwhile")
+    # An HTTP/1 request on the TLS port is answered a plain 400.
+    with socket.create_connection(("127.0.0.1", s.grpc_port), 5) as raw:
+        raw.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = b""
+        while True:
+            chunk = raw.recv(4096)
+            if not chunk:
+                break
+            answer += chunk
+    check(answer.startswith(b"HTTP/1.1 400") and b"speaks TLS" in answer,
+          "HTTP/1 on the TLS port told so: %r" % answer[:60])
+    # The log's rate cap: a burst of plaintext clients, counted each, and
+    # logged at most once a second per reason.
+    before = s.handshakes("not_tls")
+    lines0 = len(re.findall("reason=not_tls", s.log_text()))
+    t0 = time.time()
+    for _ in range(30):
+        with socket.create_connection(("127.0.0.1", s.grpc_port), 5) as raw:
+            raw.sendall(b"\x00\x00\x00\x00\x05hello")
+            raw.recv(100)
+    secs = time.time() - t0
+    check(wait_for(lambda: s.handshakes("not_tls") >= before + 30,
+                   "burst counted"), "30 plaintext clients counted")
+    lines = len(re.findall("reason=not_tls", s.log_text())) - lines0
+    check(lines <= 2 + secs, "not_tls logged %d times for 30 in %.1f s"
+          % (lines, secs))
+
+    # The next line, once the cap lets one through, says how many were
+    # not logged.
+    def next_line():
+        with socket.create_connection(("127.0.0.1", s.grpc_port), 5) as raw:
+            raw.sendall(b"\x00\x00\x00\x00\x05hello")
+            raw.recv(100)
+        return len(re.findall("reason=not_tls", s.log_text())) > \
+            lines0 + lines
+    if wait_for(next_line, "a later not_tls line"):
+        last = re.findall(r"reason=not_tls .*not_logged=(\d+)",
+                          s.log_text())[-1]
+        check(int(last) >= 30 - lines, "the later line counts the %s not "
+              "logged" % last)
+    # A client that refuses our certificate (its CA is another, or the
+    # name is wrong): an alert, counted peer_alert.
+    e = ssl_hello(s.grpc_port, cafile="otherca.crt")
+    check(isinstance(e, ssl.SSLError), "foreign CA refused by the client")
+    check(wait_for(lambda: s.handshakes("peer_alert") >= 1, "peer_alert"),
+          "the client's refusal counted peer_alert")
+    check(call(ch, "b").overall_code == OK, "still served")
+    ch.close()
+    check(s.stop() == 0, "stopped cleanly")
+
+
+def test_wrong_name():
+    s = Server(extra=["--tls-cert", path("wrongname.crt"), "--tls-key",
+                      path("wrongname.key")])
+    e = ssl_hello(s.grpc_port)
+    check(e is not None and "match" in str(e).lower(),
+          "wrong name refused: %s" % e)
+    ch = channel(s.grpc_port)
+    check(status_of(ch, "a") == grpc.StatusCode.UNAVAILABLE,
+          "grpc refuses the wrong name")
+    ch.close()
+    check(wait_for(lambda: s.handshakes("peer_alert") >= 1, "peer_alert"),
+          "wrong name counted as the client's alert")
+    check(s.stop() == 0, "stopped cleanly")
+
+
+def test_mutual_tls():
+    s = Server(extra=["--tls-client-ca", path("ca.crt")])
+    ch = channel(s.grpc_port, cert="client")
+    check(call(ch, "m").overall_code == OK, "mTLS: client certificate OK")
+    cases = ((None, "no_client_certificate"), ("expired", "bad_certificate"),
+             ("stranger", "bad_certificate"))
+    for cert, reason in cases:
+        before = s.handshakes(reason)
+        bad = channel(s.grpc_port, cert=cert)
+        st = status_of(bad, "m")
+        bad.close()
+        check(st == grpc.StatusCode.UNAVAILABLE,
+              "mTLS: %s refused (%s)" % (cert, st))
+        check(wait_for(lambda: s.handshakes(reason) > before, reason),
+              "mTLS: %s counted %s" % (cert, reason))
+    check("certificate has expired" in s.log_text(),
+          "the expired certificate said in the log")
+    check(call(ch, "m").overall_code == OK, "good client served meanwhile")
+    ch.close()
+    check(s.stop() == 0, "stopped cleanly")
+
+
+def test_handshake_deadline():
+    s = Server(extra=["--tls-handshake-timeout-ms", "200"])
+    ch = channel(s.grpc_port)
+    check(call(ch, "d").overall_code == OK, "served before")
+    raw = [socket.create_connection(("127.0.0.1", s.grpc_port), 5)
+           for _ in range(5)]
+    t0 = time.time()
+    for r in raw:
+        r.settimeout(5)
+        check(r.recv(100) == b"", "silent connection closed by the server")
+        r.close()
+    check(time.time() - t0 < 3, "within the deadline and a sweep")
+    check(wait_for(lambda: s.handshakes("handshake_timeout") >= 5,
+                   "timeouts"), "handshake_timeout counted")
+    check(call(ch, "d").overall_code == OK, "served after (the channel "
+          "was idle meanwhile, not timed out)")
+    ch.close()
+    check(s.stop() == 0, "stopped cleanly")
+
+
+def test_tls_to_plaintext_port():
+    s = Server(tls=False)
+    ch = channel(s.grpc_port)
+    check(status_of(ch, "p") == grpc.StatusCode.UNAVAILABLE,
+          "TLS to the h2c port fails")
+    ch.close()
+    check(s.handshakes("ok") == -1, "no TLS family without TLS")
+    plain = grpc.insecure_channel("127.0.0.1:%d" % s.grpc_port)
+    check(status_of(plain, "p") == OK, "h2c still served")
+    plain.close()
+    check(s.stop() == 0, "stopped cleanly")
+
+
+def test_bad_flags():
+    cases = (
+        (["--tls-cert", path("server.crt")], "--tls-cert and --tls-key"),
+        (["--tls-cert", path("server.crt"), "--tls-key",
+          path("client.key")], "--tls-key"),
+        (["--tls-cert", path("nope.crt"), "--tls-key", path("server.key")],
+         "--tls-cert: cannot read"),
+        (["--tls-cert", path("server.crt"), "--tls-key", path("server.key"),
+          "--tls-client-ca", path("server.key")], "--tls-client-ca"),
+        (["--tls-cert", path("server.crt"), "--tls-key", path("server.key"),
+          "--tls-listeners", "http"], "--tls-listeners"),
+        (["--tls-client-ca", path("ca.crt")], "need --tls-cert"),
+    )
+    key_text = read("server.key").decode()
+    for extra, want in cases:
+        p = subprocess.run([RL_SERVER, "--listen", "127.0.0.1:0", "--grpc",
+                            "127.0.0.1:0"] + extra, capture_output=True,
+                           text=True, timeout=30)
+        check(p.returncode == 2 and want in p.stderr,
+              "bad flags %s: exit 2 naming %s (%d: %s)"
+              % (extra[-1], want, p.returncode, p.stderr.strip()))
+        check("PRIVATE KEY" not in p.stderr and
+              key_text.splitlines()[1] not in p.stderr,
+              "no key material in the error")
+
+
+try:
+    make_certs()
+    for t in (test_bad_flags, test_grpc_over_tls, test_wrong_name,
+              test_mutual_tls, test_handshake_deadline,
+              test_tls_to_plaintext_port):
+        print("--", t.__name__, flush=True)
+        t()
+except Exception as e:  # a crash is a failure; the processes still stop
+    import traceback
+    traceback.print_exc()
+    FAILS.append("exception: %s" % e)
+rlt.end_run(FAILS, PROCS, TMP)
