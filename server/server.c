@@ -175,6 +175,8 @@ static void close_all(rls_server_t *s)
         }
     s->grpc = NULL;
     rls_envoy_reload_close(&s->envoy_reload);
+    if (s->tls != NULL)
+        rls_tls_reload_close(&s->tls_reload);
     rls_reload_close(&s->reload);
     rls_switch_poll_close(&s->switches);
     s->store->v->close(s->store, on_store_closed, s);
@@ -476,6 +478,14 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
                          s->fe[i]->ops->flag, s->fe[i]->host, s->fe[i]->port,
                          s->fe[i]->tls != NULL ? "on" : "off");
         }
+    if (s->tls != NULL) {
+        char desc[256];
+        rls_tls_describe(s->tls, desc, sizeof(desc));
+        RLS_INFO("tls certificate", " %s client_ca=%s", desc,
+                 cfg->tls_client_ca != NULL ? "required" : "none");
+        rls_tls_reload_start(&s->tls_reload, loop, s->tls,
+                             cfg->reload_settle_ms);
+    }
     if (rls_refusals_init(&s->batcher.refusals, cfg->refusal_cache) != RL_OK)
         RLS_WARN("no memory for the refusal cache; every request goes to "
                  "the store",

@@ -138,6 +138,7 @@ struct gconn_s {
      * before its handshake is done. */
     rls_tls_conn_t *tls;
     uint64_t accepted_ms;
+    char peer[48];      /* under TLS: the client's address, for the log */
     rls_list_t node;    /* in g->fresh or g->proven */
     rls_list_t dirty;   /* in g->dirty */
     rls_list_t resume;  /* in g->resume while paused by its budget */
@@ -1094,7 +1095,8 @@ static void stash(gconn_t *c, const uint8_t *p, size_t n)
     defer(c);
 }
 
-/* The client's address, for a log line. */
+/* The client's address, for a log line about it: taken at accept, as
+ * a client that failed a handshake has often gone by then. */
 static void peer_name(gconn_t *c, char *out, size_t outlen)
 {
     struct sockaddr_storage ss;
@@ -1403,6 +1405,8 @@ static void on_connection(uv_stream_t *l, int status)
         return;
     }
     g->stats.conns_accepted++;
+    if (c->tls != NULL)
+        peer_name(c, c->peer, sizeof(c->peer));
     iv[0].settings_id = NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS;
     iv[0].value = g->cfg->grpc_max_streams;
     iv[1].settings_id = NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE;

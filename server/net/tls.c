@@ -20,7 +20,8 @@
 #include "rl_error.h"
 
 struct rls_tls_s {
-    SSL_CTX *ctx; /* in force for new connections */
+    SSL_CTX *ctx;  /* in force for new connections */
+    SSL_CTX *next; /* prepared by a reload, not yet in force */
     char *cert_file, *key_file, *ca_file;
 };
 
@@ -217,18 +218,42 @@ int rls_tls_new(const rls_tls_opts_t *o, rls_tls_t **out, char *err,
     return 0;
 }
 
-int rls_tls_reload(rls_tls_t *t, char *err, size_t errlen)
+int rls_tls_prepare(rls_tls_t *t, char *err, size_t errlen)
 {
-    SSL_CTX *ctx;
-    int rc;
+    rls_tls_discard(t);
+    return build_ctx(t, &t->next, err, errlen);
+}
 
-    if ((rc = build_ctx(t, &ctx, err, errlen)) != 0)
-        return rc;
+void rls_tls_commit(rls_tls_t *t)
+{
+    if (t->next == NULL)
+        return;
     /* Connections made under the old one hold references of their own:
      * it goes with the last of them. */
     SSL_CTX_free(t->ctx);
-    t->ctx = ctx;
+    t->ctx = t->next;
+    t->next = NULL;
+}
+
+void rls_tls_discard(rls_tls_t *t)
+{
+    SSL_CTX_free(t->next);
+    t->next = NULL;
+}
+
+int rls_tls_reload(rls_tls_t *t, char *err, size_t errlen)
+{
+    int rc;
+
+    if ((rc = rls_tls_prepare(t, err, errlen)) != 0)
+        return rc;
+    rls_tls_commit(t);
     return 0;
+}
+
+const char *rls_tls_file(const rls_tls_t *t, int which)
+{
+    return which == 0 ? t->cert_file : which == 1 ? t->key_file : t->ca_file;
 }
 
 void rls_tls_describe(const rls_tls_t *t, char *out, size_t outlen)
@@ -257,6 +282,7 @@ void rls_tls_free(rls_tls_t *t)
     if (t == NULL)
         return;
     SSL_CTX_free(t->ctx);
+    SSL_CTX_free(t->next);
     free(t->cert_file);
     free(t->key_file);
     free(t->ca_file);

@@ -64,6 +64,17 @@ int rls_tls_new(const rls_tls_opts_t *o, rls_tls_t **out, char *err,
  * set, and then the configuration in force is unchanged. */
 int rls_tls_reload(rls_tls_t *t, char *err, size_t errlen);
 
+/* The same in two steps, for a reload built off the loop: prepare reads
+ * the files into a new SSL_CTX (on any thread; nothing in force changes;
+ * returns as rls_tls_new), commit puts it in force (on the loop, between
+ * accepts), discard drops a prepared one. */
+int rls_tls_prepare(rls_tls_t *t, char *err, size_t errlen);
+void rls_tls_commit(rls_tls_t *t);
+void rls_tls_discard(rls_tls_t *t);
+
+/* Its files: 0 the certificate, 1 the key, 2 the client CA (or NULL). */
+const char *rls_tls_file(const rls_tls_t *t, int which);
+
 /* The subject and expiry of the certificate in force, for the log line
  * of a reload ("CN=..., expires ..."). */
 void rls_tls_describe(const rls_tls_t *t, char *out, size_t outlen);

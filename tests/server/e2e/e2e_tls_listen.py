@@ -205,6 +205,70 @@ def ssl_hello(port, alpn=None, cafile="ca.crt", name="127.0.0.1"):
         return e
 
 
+def peer_cn(port):
+    """The CN of the certificate a new connection is shown."""
+    ctx = ssl.create_default_context(cafile=path("ca.crt"))
+    ctx.set_alpn_protocols(["h2"])
+    with socket.create_connection(("127.0.0.1", port), 5) as s:
+        with ctx.wrap_socket(s, server_hostname="127.0.0.1") as t:
+            return dict(x[0] for x in t.getpeercert()["subject"])[
+                "commonName"]
+
+
+def install(src, dst):
+    """Puts src's certificate and key in place of dst's, each by a
+    rename, as a rotation does."""
+    for ext in (".crt", ".key"):
+        with open(path(dst + ext + ".tmp"), "wb") as f:
+            f.write(read(src + ext))
+        os.replace(path(dst + ext + ".tmp"), path(dst + ext))
+
+
+def test_reload():
+    # SIGHUP (the watch would wait a minute for the files to settle).
+    install("server", "live")
+    s = Server(extra=["--tls-cert", path("live.crt"), "--tls-key",
+                      path("live.key"), "--reload-settle-ms", "60000"])
+    ch = channel(s.grpc_port)
+    check(call(ch, "r").overall_code == OK, "served before the reload")
+    check(peer_cn(s.grpc_port) == "rl test server", "first certificate")
+    install("server2", "live")
+    s.p.send_signal(signal.SIGHUP)
+    wait_for(lambda: "tls certificates reloaded" in s.log_text(), "reload")
+    check(peer_cn(s.grpc_port) == "rl test server2",
+          "SIGHUP: a new connection sees the new certificate")
+    before = s.handshakes("ok")
+    check(call(ch, "r").overall_code == OK and call(ch, "r").overall_code
+          == OVER, "the connection made before the reload still served")
+    check(s.handshakes("ok") == before, "... on the same connection (no "
+          "new handshake)")
+    # A bad certificate keeps the old one, with one error line.
+    with open(path("live.crt"), "w") as f:
+        f.write("-----BEGIN CERTIFICATE-----\ngarbage\n"
+                "-----END CERTIFICATE-----\n")
+    s.p.send_signal(signal.SIGHUP)
+    wait_for(lambda: "not reloaded" in s.log_text(), "refused reload")
+    log = s.log_text()
+    check(len(re.findall("tls certificates not reloaded", log)) == 1,
+          "one error line for the bad certificate")
+    check("--tls-cert" in log and "PRIVATE" not in log,
+          "the error names the flag, and no key")
+    check(peer_cn(s.grpc_port) == "rl test server2",
+          "the old certificate stays in force")
+    check(call(ch, "r2").overall_code == OK, "still served")
+    ch.close()
+    check(s.stop() == 0, "stopped cleanly")
+    # The files' change alone, once settled.
+    install("server", "live")
+    s = Server(extra=["--tls-cert", path("live.crt"), "--tls-key",
+                      path("live.key"), "--reload-settle-ms", "100"])
+    check(peer_cn(s.grpc_port) == "rl test server", "first certificate")
+    install("server2", "live")
+    check(wait_for(lambda: peer_cn(s.grpc_port) == "rl test server2",
+                   "watch reload"), "a changed file reloaded by the watch")
+    check(s.stop() == 0, "stopped cleanly")
+
+
 def test_grpc_over_tls():
     s = Server()
     ch = channel(s.grpc_port)
@@ -379,7 +443,7 @@ def test_bad_flags():
 try:
     make_certs()
     for t in (test_bad_flags, test_grpc_over_tls, test_wrong_name,
-              test_mutual_tls, test_handshake_deadline,
+              test_mutual_tls, test_handshake_deadline, test_reload,
               test_tls_to_plaintext_port):
         print("--", t.__name__, flush=True)
         t()

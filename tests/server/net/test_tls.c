@@ -521,6 +521,16 @@ static void test_reload(void **state)
     cli_free(&k);
     rls_tls_conn_free(s);
 
+    /* Prepared and discarded (a reload under way at the stop): what is
+     * in force stays. */
+    copy_file("server.crt", "live.crt");
+    copy_file("server.key", "live.key");
+    assert_int_equal(rls_tls_prepare(t, err, sizeof(err)), 0);
+    rls_tls_discard(t);
+    rls_tls_commit(t);
+    rls_tls_describe(t, desc, sizeof(desc));
+    assert_non_null(strstr(desc, "server two"));
+
     /* The old connection outlives the configuration itself. */
     rls_tls_free(t);
     roundtrip(&kold, old);
