@@ -197,12 +197,15 @@ static const char usage[] =
     "  --tls-key FILE           ... and its key (PEM, no passphrase)\n"
     "  --tls-client-ca FILE     mutual TLS: clients must show a certificate\n"
     "                           of these CAs (PEM) (default: none asked)\n"
-    "  --tls-listeners LIST     which listeners speak TLS, of grpc (the\n"
-    "                           only one that can in this version)\n"
-    "                           (default: every one that can)\n"
-    "  --tls-handshake-timeout-ms N  close a TLS connection whose handshake\n"
-    "                           is not done this long after it was accepted\n"
-    "                           (default 5000; 0: never)\n"
+    "  --tls-listeners LIST     which listeners speak TLS: grpc, http,\n"
+    "                           metrics, comma-separated (default: grpc\n"
+    "                           and http when open; the native --listen\n"
+    "                           cannot yet)\n"
+    "  --tls-handshake-timeout-ms N  close a gRPC TLS connection whose\n"
+    "                           handshake is not done this long after it\n"
+    "                           was accepted (default 5000; 0: never; the\n"
+    "                           HTTP listeners' header deadline, 2 s,\n"
+    "                           covers their handshakes)\n"
     "  --drain-ms N             on SIGTERM, report unhealthy and keep serving\n"
     "                           this long before closing (default 0)\n"
     "  --unhealthy-error-ratio R\n"
@@ -663,7 +666,7 @@ static int parse_tls_listeners(rls_flags_t *c, const char *val, char *err,
         if (!(names[k].bit & RLS_TLS_ON_ABLE))
             return fail(err, errlen,
                         "--tls-listeners: %s does not speak TLS yet "
-                        "(only grpc does)",
+                        "(grpc, http and metrics do)",
                         names[k].name);
         c->tls_listeners |= names[k].bit;
         p += n;
@@ -960,12 +963,27 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
                     "--tls-client-ca and --tls-listeners need --tls-cert "
                     "and --tls-key");
     if (c->tls_cert != NULL) {
+        /* The listeners open that serve decisions, unless named: the
+         * metrics listener is scraped and probed by the cluster's own
+         * agents, plaintext unless asked for. */
+        unsigned open = (c->grpc_host[0] != '\0' ? RLS_TLS_ON_GRPC : 0) |
+                        (c->http_host[0] != '\0' ? RLS_TLS_ON_HTTP : 0) |
+                        (c->metrics_host[0] != '\0' ? RLS_TLS_ON_METRICS : 0);
         if (c->tls_listeners == 0)
-            c->tls_listeners = RLS_TLS_ON_ABLE;
-        if ((c->tls_listeners & RLS_TLS_ON_GRPC) && c->grpc_host[0] == '\0')
+            c->tls_listeners = open & RLS_TLS_ON_ABLE & ~RLS_TLS_ON_METRICS;
+        if (c->tls_listeners == 0)
             return fail(err, errlen,
                         "--tls-cert: no listener to speak TLS on (give "
-                        "--grpc)");
+                        "--grpc or --http, or --tls-listeners metrics)");
+        if ((c->tls_listeners & ~open) != 0)
+            return fail(err, errlen,
+                        "--tls-listeners: names a listener that is not "
+                        "open (%s)",
+                        (c->tls_listeners & ~open & RLS_TLS_ON_GRPC)
+                            ? "no --grpc"
+                        : (c->tls_listeners & ~open & RLS_TLS_ON_HTTP)
+                            ? "no --http"
+                            : "no --metrics");
     }
     if (c->redis_tls && c->redis_sentinels > 0)
         return fail(err, errlen,

@@ -18,7 +18,7 @@
 #define RLS_TLS_ON_HTTP 2u
 #define RLS_TLS_ON_METRICS 4u
 #define RLS_TLS_ON_LISTEN 8u
-#define RLS_TLS_ON_ABLE (RLS_TLS_ON_GRPC)
+#define RLS_TLS_ON_ABLE (RLS_TLS_ON_GRPC | RLS_TLS_ON_HTTP | RLS_TLS_ON_METRICS)
 
 typedef struct rls_flags_s {
     char listen_host[RLS_HOST_MAX + 1];

@@ -363,6 +363,10 @@ static int start_check(rls_server_t *s, char *err, size_t errlen)
                               cfg->http_port, &s->batcher, &o, err,
                               errlen)) != RL_OK)
         return rc;
+    if (cfg->tls_listeners & RLS_TLS_ON_HTTP) {
+        rls_http_server_set_tls(s->check.http, s->tls, "http");
+        s->check.fe.tls = rls_http_server_tls_stats(s->check.http);
+    }
     s->fe[RLS_LISTENER_HTTP] = rls_check_frontend(&s->check);
     return RL_OK;
 }
@@ -392,6 +396,10 @@ static int start_frontends(rls_server_t *s, char *err, size_t errlen)
                                   cfg->metrics_port, admin_page,
                                   admin_health, s, err, errlen)) != RL_OK)
             return rc;
+        if (cfg->tls_listeners & RLS_TLS_ON_METRICS) {
+            rls_http_server_set_tls(s->admin.http, s->tls, "metrics");
+            s->admin.fe.tls = rls_http_server_tls_stats(s->admin.http);
+        }
         s->fe[RLS_LISTENER_METRICS] = rls_admin_frontend(&s->admin);
     }
     if (cfg->grpc_host[0] != '\0' &&

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -133,8 +134,9 @@ class Server:
                     "    rate_limit:\n      unit: day\n"
                     "      requests_per_unit: 2\n")
         args = [RL_SERVER, "--listen", "127.0.0.1:0", "--grpc",
-                "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--port-file",
-                ports, "--envoy-config", path("domain.yaml")]
+                "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--http",
+                "127.0.0.1:0", "--port-file", ports, "--envoy-config",
+                path("domain.yaml"), "--rule", "h=2/1d"]
         if tls:
             args += ["--tls-cert", path("server.crt"), "--tls-key",
                      path("server.key")]
@@ -143,16 +145,22 @@ class Server:
         PROCS.append(self.p)
         got = rlt.wait_ports(self.p, ports, self.log.name)
         self.grpc_port, self.metrics_port = got["grpc"], got["metrics"]
+        self.http_port = got["http"]
+        self.https_metrics = "metrics" in " ".join(extra)
 
     def metrics(self):
+        if self.https_metrics:
+            return urllib.request.urlopen(
+                "https://127.0.0.1:%d/metrics" % self.metrics_port,
+                timeout=5, context=https_ctx()).read().decode()
         return urllib.request.urlopen(
             "http://127.0.0.1:%d/metrics" % self.metrics_port,
             timeout=5).read().decode()
 
-    def handshakes(self, result):
-        m = re.search(r'^rl_tls_handshakes_total\{listener="grpc",'
-                      r'result="%s"\} (\d+)$' % result, self.metrics(),
-                      re.M)
+    def handshakes(self, result, listener="grpc"):
+        m = re.search(r'^rl_tls_handshakes_total\{listener="%s",'
+                      r'result="%s"\} (\d+)$' % (listener, result),
+                      self.metrics(), re.M)
         return int(m.group(1)) if m else -1
 
     def log_text(self):
@@ -266,6 +274,74 @@ def test_reload():
     install("server2", "live")
     check(wait_for(lambda: peer_cn(s.grpc_port) == "rl test server2",
                    "watch reload"), "a changed file reloaded by the watch")
+    check(s.stop() == 0, "stopped cleanly")
+
+
+def https_ctx():
+    return ssl.create_default_context(cafile=path("ca.crt"))
+
+
+def https_check(port, key):
+    """GET /check over HTTPS: the status."""
+    try:
+        return urllib.request.urlopen(
+            "https://127.0.0.1:%d/check?rule=h&key=%s" % (port, key),
+            timeout=5, context=https_ctx()).status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_https():
+    s = Server()
+    got = [https_check(s.http_port, "a") for _ in range(3)]
+    check(got == [200, 200, 429], "HTTPS /check: 200, 200, 429 (2/day), "
+          "got %s" % got)
+    check(s.handshakes("ok", "http") >= 3, "HTTPS handshakes counted")
+    # Two requests in one TLS write (pipelined): both answered, the
+    # second out of what the TLS layer held after the first.
+    ctx = https_ctx()
+    ctx.set_alpn_protocols(["h2", "http/1.1"])
+    with socket.create_connection(("127.0.0.1", s.http_port), 5) as raw:
+        with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as t:
+            check(t.selected_alpn_protocol() == "http/1.1",
+                  "ALPN http/1.1 chosen over h2")
+            t.sendall(b"GET /check?rule=h&key=p HTTP/1.1\r\nHost: x\r\n\r\n"
+                      b"GET /check?rule=h&key=p HTTP/1.1\r\nHost: x\r\n"
+                      b"Connection: close\r\n\r\n")
+            answer = b""
+            while True:
+                chunk = t.recv(4096)
+                if not chunk:
+                    break
+                answer += chunk
+    check(answer.count(b"HTTP/1.1 200") == 2, "pipelined over TLS: both "
+          "answered (%r)" % answer[:80])
+    # Plain HTTP on the HTTPS port: told, counted; HTTPS served meanwhile.
+    try:
+        urllib.request.urlopen("http://127.0.0.1:%d/check?rule=h&key=z"
+                               % s.http_port, timeout=5)
+        st, body = 200, b""
+    except urllib.error.HTTPError as e:
+        st, body = e.code, e.read()
+    check(st == 400 and b"speaks HTTPS" in body,
+          "plain HTTP on the HTTPS port: 400 saying so (%s %r)" % (st, body))
+    check(wait_for(lambda: s.handshakes("not_tls", "http") >= 1,
+                   "http not_tls"), "counted not_tls on http")
+    check(https_check(s.http_port, "y") == 200, "HTTPS served meanwhile")
+    # The metrics listener stays plaintext unless named.
+    check(s.handshakes("ok", "metrics") == -1, "metrics plaintext by "
+          "default")
+    check(s.stop() == 0, "stopped cleanly")
+    s = Server(extra=["--tls-listeners", "grpc,http,metrics"])
+    check(s.handshakes("ok", "metrics") >= 0, "metrics over HTTPS when "
+          "named")
+    try:
+        urllib.request.urlopen("http://127.0.0.1:%d/metrics"
+                               % s.metrics_port, timeout=5)
+        plain_ok = True
+    except (urllib.error.URLError, OSError):
+        plain_ok = False
+    check(not plain_ok, "plain /metrics refused")
     check(s.stop() == 0, "stopped cleanly")
 
 
@@ -424,7 +500,9 @@ def test_bad_flags():
         (["--tls-cert", path("server.crt"), "--tls-key", path("server.key"),
           "--tls-client-ca", path("server.key")], "--tls-client-ca"),
         (["--tls-cert", path("server.crt"), "--tls-key", path("server.key"),
-          "--tls-listeners", "http"], "--tls-listeners"),
+          "--tls-listeners", "listen"], "--tls-listeners"),
+        (["--tls-cert", path("server.crt"), "--tls-key", path("server.key"),
+          "--tls-listeners", "http"], "no --http"),
         (["--tls-client-ca", path("ca.crt")], "need --tls-cert"),
     )
     key_text = read("server.key").decode()
@@ -442,7 +520,7 @@ def test_bad_flags():
 
 try:
     make_certs()
-    for t in (test_bad_flags, test_grpc_over_tls, test_wrong_name,
+    for t in (test_bad_flags, test_grpc_over_tls, test_https, test_wrong_name,
               test_mutual_tls, test_handshake_deadline, test_reload,
               test_tls_to_plaintext_port):
         print("--", t.__name__, flush=True)
