@@ -198,9 +198,10 @@ static const char usage[] =
     "  --tls-client-ca FILE     mutual TLS: clients must show a certificate\n"
     "                           of these CAs (PEM) (default: none asked)\n"
     "  --tls-listeners LIST     which listeners speak TLS: grpc, http,\n"
-    "                           metrics, comma-separated (default: grpc\n"
-    "                           and http when open; the native --listen\n"
-    "                           cannot yet)\n"
+    "                           metrics, listen, comma-separated (default:\n"
+    "                           grpc and http when open; listen, the\n"
+    "                           native protocol, only when named: librlc\n"
+    "                           speaks no TLS yet)\n"
     "  --tls-handshake-timeout-ms N  close a gRPC TLS connection whose\n"
     "                           handshake is not done this long after it\n"
     "                           was accepted (default 5000; 0: never; the\n"
@@ -663,11 +664,6 @@ static int parse_tls_listeners(rls_flags_t *c, const char *val, char *err,
                         "--tls-listeners: '%.*s' is not a listener (grpc, "
                         "http, metrics, listen)",
                         (int)n, p);
-        if (!(names[k].bit & RLS_TLS_ON_ABLE))
-            return fail(err, errlen,
-                        "--tls-listeners: %s does not speak TLS yet "
-                        "(grpc, http and metrics do)",
-                        names[k].name);
         c->tls_listeners |= names[k].bit;
         p += n;
         if (*p == ',')
@@ -965,16 +961,19 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
     if (c->tls_cert != NULL) {
         /* The listeners open that serve decisions, unless named: the
          * metrics listener is scraped and probed by the cluster's own
-         * agents, plaintext unless asked for. */
+         * agents, plaintext unless asked for; the native one is spoken
+         * by librlc, which has no TLS yet. */
         unsigned open = (c->grpc_host[0] != '\0' ? RLS_TLS_ON_GRPC : 0) |
                         (c->http_host[0] != '\0' ? RLS_TLS_ON_HTTP : 0) |
-                        (c->metrics_host[0] != '\0' ? RLS_TLS_ON_METRICS : 0);
+                        (c->metrics_host[0] != '\0' ? RLS_TLS_ON_METRICS : 0) |
+                        RLS_TLS_ON_LISTEN;
         if (c->tls_listeners == 0)
-            c->tls_listeners = open & RLS_TLS_ON_ABLE & ~RLS_TLS_ON_METRICS;
+            c->tls_listeners = open & (RLS_TLS_ON_GRPC | RLS_TLS_ON_HTTP);
         if (c->tls_listeners == 0)
             return fail(err, errlen,
                         "--tls-cert: no listener to speak TLS on (give "
-                        "--grpc or --http, or --tls-listeners metrics)");
+                        "--grpc or --http, or --tls-listeners listen or "
+                        "metrics)");
         if ((c->tls_listeners & ~open) != 0)
             return fail(err, errlen,
                         "--tls-listeners: names a listener that is not "

@@ -18,7 +18,8 @@
 #define RLS_TLS_ON_HTTP 2u
 #define RLS_TLS_ON_METRICS 4u
 #define RLS_TLS_ON_LISTEN 8u
-#define RLS_TLS_ON_ABLE (RLS_TLS_ON_GRPC | RLS_TLS_ON_HTTP | RLS_TLS_ON_METRICS)
+#define RLS_TLS_ON_ABLE                                                        \
+    (RLS_TLS_ON_GRPC | RLS_TLS_ON_HTTP | RLS_TLS_ON_METRICS | RLS_TLS_ON_LISTEN)
 
 typedef struct rls_flags_s {
     char listen_host[RLS_HOST_MAX + 1];

@@ -390,6 +390,8 @@ static int start_frontends(rls_server_t *s, char *err, size_t errlen)
         rls_conns_free(&s->conns);
         return rc;
     }
+    if (cfg->tls_listeners & RLS_TLS_ON_LISTEN)
+        rls_conns_set_tls(&s->conns, s->tls);
     s->fe[RLS_LISTENER_NATIVE] = rls_conns_frontend(&s->conns);
     if (cfg->metrics_host[0] != '\0') {
         if ((rc = rls_admin_start(&s->admin, s->loop, cfg->metrics_host,

@@ -33,10 +33,12 @@ TMP = tempfile.mkdtemp(prefix="rl-tls-listen-")
 PROCS = []
 FAILS = []
 
-rlt.envoy_stubs(PROTO_DIR, TMP)
+rlt.envoy_stubs(PROTO_DIR, TMP, native=True)
 import grpc  # noqa: E402
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc  # noqa: E402
 from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2  # noqa: E402
+import ratelimit_pb2 as native_pb2  # noqa: E402
+import struct  # noqa: E402
 
 OK, OVER = rls_pb2.RateLimitResponse.OK, rls_pb2.RateLimitResponse.OVER_LIMIT
 
@@ -145,7 +147,7 @@ class Server:
         PROCS.append(self.p)
         got = rlt.wait_ports(self.p, ports, self.log.name)
         self.grpc_port, self.metrics_port = got["grpc"], got["metrics"]
-        self.http_port = got["http"]
+        self.http_port, self.native_port = got["http"], got["listen"]
         self.https_metrics = "metrics" in " ".join(extra)
 
     def metrics(self):
@@ -345,6 +347,74 @@ def test_https():
     check(s.stop() == 0, "stopped cleanly")
 
 
+def frames(reqs):
+    out = b""
+    for i, (rule, key) in enumerate(reqs):
+        m = native_pb2.CheckRequest(id=i + 1, key=key, rule=rule
+                                    ).SerializeToString()
+        out += struct.pack(">BI", 0, len(m)) + m
+    return out
+
+
+def read_answers(sock, n):
+    """n CheckResponses (id-0 notices apart) or what came before the
+    connection ended."""
+    buf, res = b"", []
+    while len(res) < n:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+        while len(buf) >= 5:
+            ln = struct.unpack(">I", buf[1:5])[0]
+            if len(buf) < 5 + ln:
+                break
+            r = native_pb2.CheckResponse.FromString(buf[5:5 + ln])
+            buf = buf[5 + ln:]
+            res.append(r)
+    return res
+
+
+def test_native_over_tls():
+    s = Server(extra=["--tls-listeners", "grpc,listen"])
+    ctx = https_ctx()
+    with socket.create_connection(("127.0.0.1", s.native_port), 5) as raw:
+        with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as t:
+            # Three pipelined in one write, then a fourth frame split over
+            # two records.
+            t.sendall(frames([("h", "n")] * 3))
+            got = [r.code for r in read_answers(t, 3)]
+            C = native_pb2.CheckResponse
+            check(got == [C.OK, C.OK, C.OVER_LIMIT], "native over TLS: OK, "
+                  "OK, OVER_LIMIT, got %s" % got)
+            f = frames([("h", "n2")])
+            t.sendall(f[:7])
+            t.sendall(f[7:])
+            got = [r.code for r in read_answers(t, 1)]
+            check(got == [C.OK], "a frame split over two records")
+    check(s.handshakes("ok", "listen") >= 1, "native handshake counted")
+    # Plaintext frames on the TLS port: an ERROR notice saying so.
+    with socket.create_connection(("127.0.0.1", s.native_port), 5) as raw:
+        raw.sendall(frames([("h", "p")]))
+        got = read_answers(raw, 1)
+    check(len(got) == 1 and got[0].id == 0 and "speaks TLS" in got[0].error,
+          "plaintext on the native TLS port told: %s" % got)
+    check(wait_for(lambda: s.handshakes("not_tls", "listen") >= 1,
+                   "native not_tls"), "counted not_tls on listen")
+    check(s.stop() == 0, "stopped cleanly")
+    # A silent client is closed at the handshake deadline.
+    s = Server(extra=["--tls-listeners", "listen",
+                      "--tls-handshake-timeout-ms", "200"])
+    with socket.create_connection(("127.0.0.1", s.native_port), 5) as raw:
+        raw.settimeout(5)
+        t0 = time.time()
+        check(raw.recv(10) == b"" and time.time() - t0 < 3,
+              "silent native client closed at the deadline")
+    check(wait_for(lambda: s.handshakes("handshake_timeout", "listen") >= 1,
+                   "native timeout"), "native handshake_timeout counted")
+    check(s.stop() == 0, "stopped cleanly")
+
+
 def test_grpc_over_tls():
     s = Server()
     ch = channel(s.grpc_port)
@@ -500,7 +570,7 @@ def test_bad_flags():
         (["--tls-cert", path("server.crt"), "--tls-key", path("server.key"),
           "--tls-client-ca", path("server.key")], "--tls-client-ca"),
         (["--tls-cert", path("server.crt"), "--tls-key", path("server.key"),
-          "--tls-listeners", "listen"], "--tls-listeners"),
+          "--tls-listeners", "redis"], "--tls-listeners"),
         (["--tls-cert", path("server.crt"), "--tls-key", path("server.key"),
           "--tls-listeners", "http"], "no --http"),
         (["--tls-client-ca", path("ca.crt")], "need --tls-cert"),
@@ -522,6 +592,7 @@ try:
     make_certs()
     for t in (test_bad_flags, test_grpc_over_tls, test_https, test_wrong_name,
               test_mutual_tls, test_handshake_deadline, test_reload,
+              test_native_over_tls,
               test_tls_to_plaintext_port):
         print("--", t.__name__, flush=True)
         t()
