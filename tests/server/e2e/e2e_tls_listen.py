@@ -330,9 +330,36 @@ def test_https():
     check(wait_for(lambda: s.handshakes("not_tls", "http") >= 1,
                    "http not_tls"), "counted not_tls on http")
     check(https_check(s.http_port, "y") == 200, "HTTPS served meanwhile")
+    # A client that never finishes its handshake is closed at the header
+    # deadline (2 s from accept) and counted.
+    with socket.create_connection(("127.0.0.1", s.http_port), 5) as raw:
+        raw.settimeout(6)
+        t0 = time.time()
+        raw.sendall(b"\x16\x03\x01\x00\x05")  # a record header, no more
+        check(raw.recv(10) == b"" and time.time() - t0 < 5,
+              "stalled HTTPS handshake closed at the header deadline")
+    check(wait_for(lambda: s.handshakes("handshake_timeout", "http") >= 1,
+                   "http timeout"), "counted handshake_timeout on http")
     # The metrics listener stays plaintext unless named.
     check(s.handshakes("ok", "metrics") == -1, "metrics plaintext by "
           "default")
+    check(s.stop() == 0, "stopped cleanly")
+    # Mutual TLS on HTTPS too.
+    s = Server(extra=["--tls-client-ca", path("ca.crt")])
+    ctx = https_ctx()
+    ctx.load_cert_chain(path("client.crt"), path("client.key"))
+    st = urllib.request.urlopen("https://127.0.0.1:%d/check?rule=h&key=m"
+                                % s.http_port, timeout=5, context=ctx).status
+    check(st == 200, "HTTPS with a client certificate: 200")
+    try:
+        urllib.request.urlopen("https://127.0.0.1:%d/check?rule=h&key=m"
+                               % s.http_port, timeout=5, context=https_ctx())
+        refused = False
+    except (urllib.error.URLError, OSError, ssl.SSLError):
+        refused = True
+    check(refused, "HTTPS without a client certificate refused")
+    check(wait_for(lambda: s.handshakes("no_client_certificate", "http")
+                   >= 1, "http mtls"), "counted no_client_certificate")
     check(s.stop() == 0, "stopped cleanly")
     s = Server(extra=["--tls-listeners", "grpc,http,metrics"])
     check(s.handshakes("ok", "metrics") >= 0, "metrics over HTTPS when "
