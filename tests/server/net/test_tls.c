@@ -563,6 +563,64 @@ static void test_bad_files(void **state)
     assert_non_null(strstr(err, "go together"));
 }
 
+/* Counting: by reason, logged at most once a second per reason (time is
+ * a parameter), and the /metrics family for the listeners with TLS. */
+static void test_counting(void **state)
+{
+    rls_tls_t *t = config(NULL);
+    rls_tls_conn_t *a = rls_tls_conn_new(t, "h2");
+    rls_tls_conn_t *b = rls_tls_conn_new(t, "h2");
+    rls_tls_stats_t st, other;
+    const char *names[3] = {"listen", "grpc", "http"};
+    const rls_tls_stats_t *stats[3] = {NULL, &st, &other};
+    rl_buf_t out;
+    char *page;
+
+    (void)state;
+    memset(&st, 0, sizeof(st));
+    memset(&other, 0, sizeof(other));
+    rls_tls_conn_fail(a, RLS_TLS_TIMEOUT, "TLS handshake: timed out");
+    rls_tls_conn_fail(b, RLS_TLS_CLOSED, "TLS handshake: closed");
+    rls_tls_count_failure(&st, "grpc", a, "127.0.0.1", 5000);
+    assert_int_equal(st.not_logged[RLS_TLS_TIMEOUT], 0);
+    rls_tls_count_failure(&st, "grpc", a, "127.0.0.1", 5999);
+    rls_tls_count_failure(&st, "grpc", a, "127.0.0.1", 5999);
+    assert_int_equal(st.not_logged[RLS_TLS_TIMEOUT], 2);
+    /* Another reason has a cap of its own. */
+    rls_tls_count_failure(&st, "grpc", b, "127.0.0.1", 5999);
+    assert_int_equal(st.not_logged[RLS_TLS_CLOSED], 0);
+    /* A second on, the next line goes out (and says 2 were not). */
+    rls_tls_count_failure(&st, "grpc", a, "127.0.0.1", 6000);
+    assert_int_equal(st.not_logged[RLS_TLS_TIMEOUT], 0);
+    assert_int_equal(st.failed[RLS_TLS_TIMEOUT], 4);
+    assert_int_equal(st.failed[RLS_TLS_CLOSED], 1);
+    st.ok = 7;
+    other.failed[RLS_TLS_NOT_TLS] = 3;
+
+    rl_buf_init(&out, 1 << 20);
+    assert_int_equal(rls_tls_metrics(&out, names, stats, 3), 0);
+    assert_int_equal(rl_buf_append(&out, "", 1), 0);
+    page = (char *)rl_buf_rptr(&out);
+    assert_non_null(strstr(page, "# TYPE rl_tls_handshakes_total counter\n"));
+    assert_non_null(strstr(page, "rl_tls_handshakes_total{listener=\"grpc\","
+                                 "result=\"ok\"} 7\n"));
+    assert_non_null(strstr(page, "rl_tls_handshakes_total{listener=\"grpc\","
+                                 "result=\"handshake_timeout\"} 4\n"));
+    assert_non_null(strstr(page, "rl_tls_handshakes_total{listener=\"http\","
+                                 "result=\"not_tls\"} 3\n"));
+    assert_null(strstr(page, "listener=\"listen\""));
+    rl_buf_free(&out);
+    /* No listener with TLS: no family at all. */
+    stats[1] = stats[2] = NULL;
+    rl_buf_init(&out, 1 << 20);
+    assert_int_equal(rls_tls_metrics(&out, names, stats, 3), 0);
+    assert_int_equal(rl_buf_len(&out), 0);
+    rl_buf_free(&out);
+    rls_tls_conn_free(a);
+    rls_tls_conn_free(b);
+    rls_tls_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -572,6 +630,7 @@ int main(void)
         cmocka_unit_test(test_bad_clients),
         cmocka_unit_test(test_reload),
         cmocka_unit_test(test_bad_files),
+        cmocka_unit_test(test_counting),
     };
 
     return cmocka_run_group_tests(tests, setup, teardown);
