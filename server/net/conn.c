@@ -871,23 +871,13 @@ void rls_conns_accept(rls_conns_t *s, uv_stream_t *listener, int status)
         return;
     }
     if (s->tls != NULL) {
-        struct sockaddr_storage ss;
-        int len = sizeof(ss);
         if ((c->tls = rls_tls_conn_new(s->tls, "rl1")) == NULL) {
             conn_close(c);
             return;
         }
         c->accepted_ms = uv_now(s->loop);
         rls_list_push(&s->handshaking, &c->hs);
-        strcpy(c->peer, "?");
-        if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0) {
-            if (ss.ss_family == AF_INET6)
-                uv_ip6_name((struct sockaddr_in6 *)&ss, c->peer,
-                            sizeof(c->peer));
-            else
-                uv_ip4_name((struct sockaddr_in *)&ss, c->peer,
-                            sizeof(c->peer));
-        }
+        rls_peer_name(&c->tcp, c->peer, sizeof(c->peer));
     }
     s->stats.conns_accepted++;
     uv_tcp_nodelay(&c->tcp, 1);

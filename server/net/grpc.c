@@ -1095,23 +1095,6 @@ static void stash(gconn_t *c, const uint8_t *p, size_t n)
     defer(c);
 }
 
-/* The client's address, for a log line about it: taken at accept, as
- * a client that failed a handshake has often gone by then. */
-static void peer_name(gconn_t *c, char *out, size_t outlen)
-{
-    struct sockaddr_storage ss;
-    int len = sizeof(ss);
-    char ip[64] = "?";
-
-    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0) {
-        if (ss.ss_family == AF_INET6)
-            uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
-        else
-            uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
-    }
-    snprintf(out, outlen, "%s", ip);
-}
-
 /* A plaintext client on the TLS port is told so in its own protocol,
  * as far as it can be: an h2c client (its preface) gets a GOAWAY whose
  * debug data says it (alone, not after SETTINGS: then gRPC clients fail
@@ -1150,11 +1133,10 @@ static void tell_not_tls(gconn_t *c, const uint8_t *p, size_t n)
 static void tls_failed(gconn_t *c, const uint8_t *p, size_t n)
 {
     rls_grpc_t *g = c->g;
-    char peer[64];
     uv_buf_t b;
 
-    peer_name(c, peer, sizeof(peer));
-    rls_tls_count_failure(&g->tls_stats, "grpc", c->tls, peer, uv_now(g->loop));
+    rls_tls_count_failure(&g->tls_stats, "grpc", c->tls, c->peer,
+                          uv_now(g->loop));
     if (!c->writing) {
         if (rls_tls_conn_reason(c->tls) == RLS_TLS_NOT_TLS)
             tell_not_tls(c, p, n);
@@ -1406,7 +1388,7 @@ static void on_connection(uv_stream_t *l, int status)
     }
     g->stats.conns_accepted++;
     if (c->tls != NULL)
-        peer_name(c, c->peer, sizeof(c->peer));
+        rls_peer_name(&c->tcp, c->peer, sizeof(c->peer));
     iv[0].settings_id = NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS;
     iv[0].value = g->cfg->grpc_max_streams;
     iv[1].settings_id = NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE;

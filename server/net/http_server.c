@@ -707,23 +707,6 @@ static void on_spare_closed(uv_handle_t *h)
  * under the cap and memory allows, else into the spare handle, which
  * answers 503 and closes. With the spare busy the connection waits in the
  * kernel's backlog until the spare is free again. */
-/* The client's address, taken at accept for a log line about its
- * handshake (it has often gone by the time it is logged). */
-static void peer_name(mconn_t *c, char *out, size_t outlen)
-{
-    struct sockaddr_storage ss;
-    int len = sizeof(ss);
-    char ip[64] = "?";
-
-    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0) {
-        if (ss.ss_family == AF_INET6)
-            uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
-        else
-            uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
-    }
-    snprintf(out, outlen, "%s", ip);
-}
-
 static void accept_one(rls_http_server_t *m)
 {
     static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\n"
@@ -762,7 +745,7 @@ static void accept_one(rls_http_server_t *m)
             return;
         }
         if (c->tls != NULL)
-            peer_name(c, c->peer, sizeof(c->peer));
+            rls_peer_name(&c->tcp, c->peer, sizeof(c->peer));
         uv_tcp_nodelay(&c->tcp, 1);
         m->stats.accepted++;
         uv_timer_start(&c->timer, on_timeout, head_limit(m), 0);

@@ -512,6 +512,8 @@ def test_grpc_over_tls():
     check(isinstance(e, ssl.SSLError), "foreign CA refused by the client")
     check(wait_for(lambda: s.handshakes("peer_alert") >= 1, "peer_alert"),
           "the client's refusal counted peer_alert")
+    check(re.search(r"peer=127\.0\.0\.1 reason=peer_alert", s.log_text()),
+          "its log line names the client's address, though it has gone")
     check(call(ch, "b").overall_code == OK, "still served")
     ch.close()
     check(s.stop() == 0, "stopped cleanly")
