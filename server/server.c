@@ -284,11 +284,15 @@ int rls_server_metrics(const rls_server_t *s, rl_buf_t *out)
     {
         const char *names[RLS_LISTENERS];
         const rls_tls_stats_t *tls[RLS_LISTENERS];
+        const rls_tls_plain_t *plain[RLS_LISTENERS];
         for (i = 0; i < RLS_LISTENERS; i++) {
             names[i] = s->fe[i] != NULL ? s->fe[i]->ops->flag : "";
             tls[i] = s->fe[i] != NULL ? s->fe[i]->tls : NULL;
+            plain[i] = s->fe[i] != NULL ? s->fe[i]->plain : NULL;
         }
-        if ((rc = rls_tls_metrics(out, names, tls, RLS_LISTENERS)) != RL_OK)
+        if ((rc = rls_tls_metrics(out, names, tls, RLS_LISTENERS)) != RL_OK ||
+            (rc = rls_tls_plain_metrics(out, names, plain, RLS_LISTENERS)) !=
+                RL_OK)
             return rc;
     }
     return RL_OK;
@@ -363,10 +367,11 @@ static int start_check(rls_server_t *s, char *err, size_t errlen)
                               cfg->http_port, &s->batcher, &o, err,
                               errlen)) != RL_OK)
         return rc;
-    if (cfg->tls_listeners & RLS_TLS_ON_HTTP) {
-        rls_http_server_set_tls(s->check.http, s->tls, "http");
-        s->check.fe.tls = rls_http_server_tls_stats(s->check.http);
-    }
+    rls_http_server_set_tls(
+        s->check.http, cfg->tls_listeners & RLS_TLS_ON_HTTP ? s->tls : NULL,
+        "http");
+    s->check.fe.tls = rls_http_server_tls_stats(s->check.http);
+    s->check.fe.plain = rls_http_server_plain_stats(s->check.http);
     s->fe[RLS_LISTENER_HTTP] = rls_check_frontend(&s->check);
     return RL_OK;
 }
@@ -398,10 +403,11 @@ static int start_frontends(rls_server_t *s, char *err, size_t errlen)
                                   cfg->metrics_port, admin_page,
                                   admin_health, s, err, errlen)) != RL_OK)
             return rc;
-        if (cfg->tls_listeners & RLS_TLS_ON_METRICS) {
-            rls_http_server_set_tls(s->admin.http, s->tls, "metrics");
-            s->admin.fe.tls = rls_http_server_tls_stats(s->admin.http);
-        }
+        rls_http_server_set_tls(
+            s->admin.http,
+            cfg->tls_listeners & RLS_TLS_ON_METRICS ? s->tls : NULL, "metrics");
+        s->admin.fe.tls = rls_http_server_tls_stats(s->admin.http);
+        s->admin.fe.plain = rls_http_server_plain_stats(s->admin.http);
         s->fe[RLS_LISTENER_METRICS] = rls_admin_frontend(&s->admin);
     }
     if (cfg->grpc_host[0] != '\0' &&

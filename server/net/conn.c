@@ -84,6 +84,7 @@ typedef struct rls_conn_s {
     unsigned eof : 1;     /* no more requests will be read */
     unsigned closing : 1; /* uv_close called */
     unsigned closed : 1;  /* close callback ran */
+    unsigned heard : 1;   /* something was read */
 } rls_conn_t;
 
 static void conn_close(rls_conn_t *c);
@@ -661,6 +662,21 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         tls_failed(c);
         return;
     }
+    if (nread > 0 && !c->heard) {
+        c->heard = 1;
+        if (rls_tls_is_hello((const uint8_t *)buf->base, (size_t)nread)) {
+            /* A TLS client on the plaintext port: told in TLS, and
+             * said (the frame flag byte would be refused as 0x16). */
+            uv_buf_t b = uv_buf_init((char *)rls_tls_plain_alert,
+                                     sizeof(rls_tls_plain_alert));
+            char peer[48];
+            rls_peer_name(&c->tcp, peer, sizeof(peer));
+            rls_tls_count_plain(&s->plain_tls, "listen", peer, uv_now(s->loop));
+            uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+            conn_close(c);
+            return;
+        }
+    }
     if (nread > 0) {
         if (buf->base == (char *)s->rbuf) {
             /* Whole frames are decoded where they landed; only the rest
@@ -1017,6 +1033,7 @@ void rls_conns_set_tls(rls_conns_t *s, rls_tls_t *tls)
 
     s->tls = tls;
     s->fe.tls = tls != NULL ? &s->tls_stats : NULL;
+    s->fe.plain = tls != NULL ? NULL : &s->plain_tls;
     /* The sweep keeps the handshake deadline too, as often as it needs. */
     if (tls != NULL && hs > 0 && (s->sweep_ms == 0 || period < s->sweep_ms)) {
         s->sweep_ms = period;
@@ -1173,6 +1190,7 @@ int rls_conns_listen(rls_conns_t *s, const char *host, int port, char *err,
     }
     s->listening = 1;
     s->fe.host = host;
+    s->fe.plain = &s->plain_tls;
     s->fe.port = rls_listen_port(&s->listener);
     return RL_OK;
 }

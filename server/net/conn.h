@@ -84,6 +84,7 @@ typedef struct rls_conns_s {
     uint8_t *pbuf;          /* plaintext out of TLS, READ_CHUNK bytes */
     rls_list_t handshaking; /* connections mid-handshake, oldest first */
     rls_tls_stats_t tls_stats;
+    rls_tls_plain_t plain_tls; /* plaintext: TLS clients seen */
 } rls_conns_t;
 
 /* Prepares an empty set (and its idle and timer handles) on loop. */

@@ -170,6 +170,7 @@ struct gconn_s {
      * took the whole read: the end of a header block that was in it is
      * handled only by the next call. */
     unsigned paused : 1;
+    unsigned heard : 1; /* something was read */
 };
 
 struct rls_grpc_s {
@@ -205,6 +206,7 @@ struct rls_grpc_s {
     uint8_t *pbuf;  /* plaintext out of TLS, READ_CHUNK bytes */
     rl_buf_t plain; /* frames drawn from nghttp2, before TLS */
     rls_tls_stats_t tls_stats;
+    rls_tls_plain_t plain_tls; /* h2c: TLS clients seen */
 };
 
 static void conn_close(gconn_t *c);
@@ -1236,6 +1238,21 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         tls_in(c, (const uint8_t *)buf->base, (size_t)nread);
         return;
     }
+    if (!c->heard) {
+        c->heard = 1;
+        if (rls_tls_is_hello((const uint8_t *)buf->base, (size_t)nread)) {
+            /* A TLS client on the h2c port: told in TLS, and said. */
+            uv_buf_t b = uv_buf_init((char *)rls_tls_plain_alert,
+                                     sizeof(rls_tls_plain_alert));
+            char peer[48];
+            rls_peer_name(&c->tcp, peer, sizeof(peer));
+            rls_tls_count_plain(&c->g->plain_tls, "grpc", peer,
+                                uv_now(c->g->loop));
+            uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+            conn_close(c);
+            return;
+        }
+    }
     took = feed(c, (const uint8_t *)buf->base, (size_t)nread);
     if (c->closing || c->ended)
         return;
@@ -1508,6 +1525,7 @@ int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_flags_t *cfg,
     }
     g->fe.ops = &grpc_ops;
     g->fe.host = cfg->grpc_host;
+    g->fe.plain = &g->plain_tls;
     g->loop = loop;
     g->cfg = cfg;
     g->ctx.batcher = batcher;
@@ -1572,6 +1590,7 @@ void rls_grpc_set_tls(rls_grpc_t *g, rls_tls_t *tls)
 {
     g->tls = tls;
     g->fe.tls = tls != NULL ? &g->tls_stats : NULL;
+    g->fe.plain = tls != NULL ? NULL : &g->plain_tls;
 }
 
 void rls_grpc_set_draining(rls_grpc_t *g, int draining)

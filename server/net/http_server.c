@@ -72,6 +72,7 @@ struct rls_http_server_s {
     const char *name; /* the listener's, for the log */
     uint8_t *cbuf;    /* ciphertext reads, CBUF bytes, shared */
     rls_tls_stats_t tls_stats;
+    rls_tls_plain_t plain_tls; /* plaintext: TLS clients seen */
 };
 
 typedef struct rls_http_conn_s mconn_t;
@@ -361,6 +362,20 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     if (c->tls != NULL &&
         ((nread = tls_in(c, (const uint8_t *)buf->base, (size_t)nread)) <= 0))
         return; /* closed, or no plaintext yet */
+    if (c->tls == NULL && c->in_len == 0 && !c->served &&
+        rls_tls_is_hello((const uint8_t *)c->in, (size_t)nread)) {
+        /* A TLS client on a plaintext port: told in TLS, and said. */
+        uv_buf_t b = uv_buf_init((char *)rls_tls_plain_alert,
+                                 sizeof(rls_tls_plain_alert));
+        char peer[48];
+        rls_peer_name(&c->tcp, peer, sizeof(peer));
+        rls_tls_count_plain(&c->m->plain_tls,
+                            c->m->name != NULL ? c->m->name : "http", peer,
+                            uv_now(c->m->loop));
+        uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+        conn_close(c);
+        return;
+    }
     if (c->in_len == 0 && c->served) {
         /* The first byte of a kept-alive connection's next request: its
          * head now has the header deadline rather than the idle limit. */
@@ -942,4 +957,9 @@ void rls_http_server_set_tls(rls_http_server_t *h, rls_tls_t *tls,
 const rls_tls_stats_t *rls_http_server_tls_stats(const rls_http_server_t *h)
 {
     return h->tls != NULL ? &h->tls_stats : NULL;
+}
+
+const rls_tls_plain_t *rls_http_server_plain_stats(const rls_http_server_t *h)
+{
+    return h->tls == NULL ? &h->plain_tls : NULL;
 }

@@ -138,12 +138,15 @@ void rls_http_server_set_limits(rls_http_server_t *h, uint64_t idle_ms,
 void rls_http_server_set_head_ms(rls_http_server_t *h, uint64_t head_ms);
 
 /* HTTPS from now on (set right after start, before any connection):
- * every connection speaks TLS under tls (which outlives the listener's
- * connections' start) with ALPN http/1.1; name ("http", "metrics")
- * labels its log lines. The handshake must be done within the header
- * deadline. */
+ * every connection speaks TLS under tls (NULL: plaintext; it outlives
+ * the listener's connections' start) with ALPN http/1.1; name ("http",
+ * "metrics", a static string) labels its log lines either way. The handshake
+ * must be done within the header deadline. */
 void rls_http_server_set_tls(rls_http_server_t *h, rls_tls_t *tls,
                              const char *name);
+
+/* Its TLS clients while it speaks no TLS, or NULL when it does. */
+const rls_tls_plain_t *rls_http_server_plain_stats(const rls_http_server_t *h);
 
 /* Its handshakes, or NULL when it speaks no TLS. */
 const rls_tls_stats_t *rls_http_server_tls_stats(const rls_http_server_t *h);

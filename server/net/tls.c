@@ -583,3 +583,53 @@ int rls_tls_metrics(rl_buf_t *out, const char *const *names,
     }
     return 0;
 }
+
+/* ---- TLS on a plaintext listener ----------------------------------------*/
+
+const uint8_t rls_tls_plain_alert[7] = {0x15, 0x03, 0x03, 0x00,
+                                        0x02, 0x02, 0x28};
+
+int rls_tls_is_hello(const uint8_t *p, size_t n)
+{
+    return n >= 3 && p[0] == 0x16 && p[1] == 0x03 && p[2] <= 0x04;
+}
+
+void rls_tls_count_plain(rls_tls_plain_t *st, const char *listener,
+                         const char *peer, uint64_t now_ms)
+{
+    st->count++;
+    if (now_ms < st->log_next_ms) {
+        st->not_logged++;
+        return;
+    }
+    RLS_WARN("TLS sent to a plaintext port; closed",
+             " listener=%s peer=%s not_logged=%llu", listener, peer,
+             (unsigned long long)st->not_logged);
+    st->log_next_ms = now_ms + 1000;
+    st->not_logged = 0;
+}
+
+int rls_tls_plain_metrics(rl_buf_t *out, const char *const *names,
+                          const rls_tls_plain_t *const *st, size_t n)
+{
+    static const char fam[] = "rl_tls_on_plaintext_port_total";
+    size_t i;
+    int rc, any = 0;
+
+    for (i = 0; i < n; i++)
+        any |= st[i] != NULL;
+    if (!any)
+        return 0;
+    if ((rc = rls_prom_family(out, fam, "counter",
+                              "Connections that opened with a TLS "
+                              "handshake on a plaintext listener "
+                              "(answered with an alert and closed)")) != 0)
+        return rc;
+    for (i = 0; i < n; i++)
+        if (st[i] != NULL &&
+            (rc = rl_buf_printf(out, "%s{listener=\"%s\"} %llu\n", fam,
+                                names[i], (unsigned long long)st[i]->count)) !=
+                0)
+            return rc;
+    return 0;
+}

@@ -139,6 +139,34 @@ const char *rls_tls_conn_why(const rls_tls_conn_t *c);
 /* The label of r, as in /metrics ("not_tls"). */
 const char *rls_tls_reason_label(rls_tls_reason_t r);
 
+/* 1 when p[0, n) begins as a TLS client's first record does (a
+ * handshake record, TLS 1.0 to 1.3): TLS sent to a plaintext listener. */
+int rls_tls_is_hello(const uint8_t *p, size_t n);
+
+/* What a plaintext listener answers such a client: a TLS alert record
+ * (fatal handshake_failure), the one thing its TLS stack can read. */
+extern const uint8_t rls_tls_plain_alert[7];
+
+/* A plaintext listener's TLS clients, for /metrics, and its log's rate
+ * cap. */
+typedef struct rls_tls_plain_s {
+    uint64_t count;
+    uint64_t log_next_ms;
+    uint64_t not_logged;
+} rls_tls_plain_t;
+
+/* Counts a TLS client on a plaintext listener and logs it (a warning
+ * naming the listener and the client's address) at most once a second;
+ * the next line says how many were not. */
+void rls_tls_count_plain(rls_tls_plain_t *st, const char *listener,
+                         const char *peer, uint64_t now_ms);
+
+/* Appends rl_tls_on_plaintext_port_total{listener} for the n listeners
+ * (names[i], st[i]; a NULL st is skipped). Returns 0 or the buffer's
+ * error. */
+int rls_tls_plain_metrics(rl_buf_t *out, const char *const *names,
+                          const rls_tls_plain_t *const *st, size_t n);
+
 /* A listener's handshakes, for /metrics, and its log's rate cap. */
 typedef struct rls_tls_stats_s {
     uint64_t ok;                       /* handshakes done */

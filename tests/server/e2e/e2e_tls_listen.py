@@ -583,6 +583,23 @@ def test_tls_to_plaintext_port():
           "TLS to the h2c port fails")
     ch.close()
     check(s.handshakes("ok") == -1, "no TLS family without TLS")
+
+    def on_plain(listener):
+        m = re.search(r'^rl_tls_on_plaintext_port_total\{listener="%s"\} '
+                      r'(\d+)$' % listener, s.metrics(), re.M)
+        return int(m.group(1)) if m else -1
+    check(wait_for(lambda: on_plain("grpc") >= 1, "grpc plain"),
+          "TLS on the h2c port counted")
+    for listener, port in (("http", s.http_port), ("listen", s.native_port),
+                           ("metrics", s.metrics_port)):
+        e = ssl_hello(port)
+        check(isinstance(e, ssl.SSLError) and "handshake failure" in
+              str(e).lower(), "TLS to plaintext %s: an alert (%s)"
+              % (listener, e))
+        check(wait_for(lambda: on_plain(listener) >= 1, listener),
+              "TLS on plaintext %s counted" % listener)
+    check("TLS sent to a plaintext port" in s.log_text(),
+          "TLS on a plaintext port logged")
     plain = grpc.insecure_channel("127.0.0.1:%d" % s.grpc_port)
     check(status_of(plain, "p") == OK, "h2c still served")
     plain.close()
