@@ -41,6 +41,7 @@ void rls_flags_defaults(rls_flags_t *c)
     c->refusal_cache = 16384;
     c->batches_in_flight = 1;
     c->grpc_max_streams = 100;
+    c->tls_handshake_timeout_ms = 5000;
     c->check_xff_hops = 1;
 }
 
@@ -190,6 +191,23 @@ static const char usage[] =
     "                           goes to the log and the metrics\n"
     "  --check-rule-header NAME /check: the rule from this request header\n"
     "                           when the query has no rule= (default: none)\n"
+    "  --tls-cert FILE          serve TLS (1.2 and up) with this certificate\n"
+    "                           chain (PEM) on the --tls-listeners;\n"
+    "                           reloaded on SIGHUP and when it changes\n"
+    "  --tls-key FILE           ... and its key (PEM, no passphrase)\n"
+    "  --tls-client-ca FILE     mutual TLS: clients must show a certificate\n"
+    "                           of these CAs (PEM) (default: none asked)\n"
+    "  --tls-listeners LIST     which listeners speak TLS: grpc, http,\n"
+    "                           metrics, listen, comma-separated (default:\n"
+    "                           grpc and http when open; listen, the\n"
+    "                           native protocol, only when named: librlc\n"
+    "                           speaks no TLS yet)\n"
+    "  --tls-handshake-timeout-ms N  close a gRPC or native TLS\n"
+    "                           connection whose handshake is not done\n"
+    "                           this long after it was accepted (default\n"
+    "                           5000; 0: never; the\n"
+    "                           HTTP listeners' header deadline, 2 s,\n"
+    "                           covers their handshakes)\n"
     "  --drain-ms N             on SIGTERM, report unhealthy and keep serving\n"
     "                           this long before closing (default 0)\n"
     "  --unhealthy-error-ratio R\n"
@@ -572,6 +590,7 @@ static const num_flag_t num_flags[] = {
     NUM("--max-inline-limit", max_inline_limit, 0, INT64_MAX),
     NUM("--grpc-max-streams", grpc_max_streams, 1, 65536),
     NUM("--check-xff-hops", check_xff_hops, 0, 16),
+    NUM("--tls-handshake-timeout-ms", tls_handshake_timeout_ms, 0, 3600000),
 };
 
 static int takes_value(const char *name)
@@ -604,6 +623,10 @@ static int takes_value(const char *name)
                                         "--http",
                                         "--check-key-header",
                                         "--check-rule-header",
+                                        "--tls-cert",
+                                        "--tls-key",
+                                        "--tls-client-ca",
+                                        "--tls-listeners",
                                         "--port-file"};
     size_t k;
 
@@ -613,6 +636,42 @@ static int takes_value(const char *name)
     for (k = 0; k < sizeof(num_flags) / sizeof(num_flags[0]); k++)
         if (strcmp(name, num_flags[k].name) == 0)
             return 1;
+    return 0;
+}
+
+/* --tls-listeners grpc[,http...]: the listeners named, each one that can
+ * speak TLS in this build. Returns 0 or RL_EINVAL with err. */
+static int parse_tls_listeners(rls_flags_t *c, const char *val, char *err,
+                               size_t errlen)
+{
+    static const struct {
+        const char *name;
+        unsigned bit;
+    } names[] = {{"grpc", RLS_TLS_ON_GRPC},
+                 {"http", RLS_TLS_ON_HTTP},
+                 {"metrics", RLS_TLS_ON_METRICS},
+                 {"listen", RLS_TLS_ON_LISTEN}};
+    const char *p = val;
+    size_t k, n;
+
+    c->tls_listeners = 0;
+    while (*p != '\0') {
+        n = strcspn(p, ",");
+        for (k = 0; k < sizeof(names) / sizeof(names[0]); k++)
+            if (n == strlen(names[k].name) && strncmp(p, names[k].name, n) == 0)
+                break;
+        if (k == sizeof(names) / sizeof(names[0]))
+            return fail(err, errlen,
+                        "--tls-listeners: '%.*s' is not a listener (grpc, "
+                        "http, metrics, listen)",
+                        (int)n, p);
+        c->tls_listeners |= names[k].bit;
+        p += n;
+        if (*p == ',')
+            p++;
+    }
+    if (c->tls_listeners == 0)
+        return fail(err, errlen, "--tls-listeners: empty");
     return 0;
 }
 
@@ -768,6 +827,19 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
                 return fail(err, errlen, "%s: empty", name);
             *dst = val;
             c->redis_tls = 1;
+        } else if (strcmp(name, "--tls-cert") == 0 ||
+                   strcmp(name, "--tls-key") == 0 ||
+                   strcmp(name, "--tls-client-ca") == 0) {
+            /* The files are read, and checked, before the server starts
+             * (main.c) and again on each reload. */
+            if (val[0] == '\0')
+                return fail(err, errlen, "%s: empty", name);
+            *(name[6] == 'c' && name[7] == 'e' ? &c->tls_cert
+              : name[6] == 'k'                 ? &c->tls_key
+                                               : &c->tls_client_ca) = val;
+        } else if (strcmp(name, "--tls-listeners") == 0) {
+            if (parse_tls_listeners(c, val, err, errlen) != 0)
+                return RL_EINVAL;
         } else if (strcmp(name, "--prefix") == 0) {
             /* Braces in the prefix would move the Redis Cluster hash tag
              * off the caller's key. */
@@ -880,6 +952,39 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
                         c->redis_sentinel_password_file,
                         c->redis_sentinel_password, err, errlen) != 0)
         return RL_EINVAL;
+    if ((c->tls_cert == NULL) != (c->tls_key == NULL))
+        return fail(err, errlen, "--tls-cert and --tls-key go together");
+    if (c->tls_cert == NULL &&
+        (c->tls_client_ca != NULL || c->tls_listeners != 0))
+        return fail(err, errlen,
+                    "--tls-client-ca and --tls-listeners need --tls-cert "
+                    "and --tls-key");
+    if (c->tls_cert != NULL) {
+        /* The listeners open that serve decisions, unless named: the
+         * metrics listener is scraped and probed by the cluster's own
+         * agents, plaintext unless asked for; the native one is spoken
+         * by librlc, which has no TLS yet. */
+        unsigned open = (c->grpc_host[0] != '\0' ? RLS_TLS_ON_GRPC : 0) |
+                        (c->http_host[0] != '\0' ? RLS_TLS_ON_HTTP : 0) |
+                        (c->metrics_host[0] != '\0' ? RLS_TLS_ON_METRICS : 0) |
+                        RLS_TLS_ON_LISTEN;
+        if (c->tls_listeners == 0)
+            c->tls_listeners = open & (RLS_TLS_ON_GRPC | RLS_TLS_ON_HTTP);
+        if (c->tls_listeners == 0)
+            return fail(err, errlen,
+                        "--tls-cert: no listener to speak TLS on (give "
+                        "--grpc or --http, or --tls-listeners listen or "
+                        "metrics)");
+        if ((c->tls_listeners & ~open) != 0)
+            return fail(err, errlen,
+                        "--tls-listeners: names a listener that is not "
+                        "open (%s)",
+                        (c->tls_listeners & ~open & RLS_TLS_ON_GRPC)
+                            ? "no --grpc"
+                        : (c->tls_listeners & ~open & RLS_TLS_ON_HTTP)
+                            ? "no --http"
+                            : "no --metrics");
+    }
     if (c->redis_tls && c->redis_sentinels > 0)
         return fail(err, errlen,
                     "--redis-tls-* (or rediss://) with --redis-sentinel: "

@@ -12,6 +12,15 @@
 #define RLS_RULES_MAX 256
 #define RLS_ENVOY_CONFIGS_MAX 64
 
+/* The listeners --tls-listeners may name; those that speak TLS in this
+ * build are in RLS_TLS_ON_ABLE. */
+#define RLS_TLS_ON_GRPC 1u
+#define RLS_TLS_ON_HTTP 2u
+#define RLS_TLS_ON_METRICS 4u
+#define RLS_TLS_ON_LISTEN 8u
+#define RLS_TLS_ON_ABLE                                                        \
+    (RLS_TLS_ON_GRPC | RLS_TLS_ON_HTTP | RLS_TLS_ON_METRICS | RLS_TLS_ON_LISTEN)
+
 typedef struct rls_flags_s {
     char listen_host[RLS_HOST_MAX + 1];
     int listen_port;
@@ -102,6 +111,13 @@ typedef struct rls_flags_s {
     const char *check_rule_header; /* --check-rule-header, or NULL */
     uint64_t check_xff_hops;       /* --check-xff-hops */
     int check_error_details;       /* --check-error-details */
+    /* TLS on our own listeners (net/tls.h): the server's certificate
+     * chain and key, and the CA whose certificates clients must show
+     * (NULL: none asked for). tls_listeners: RLS_TLS_ON_* bits, the
+     * listeners that speak TLS (by default every one that can). */
+    const char *tls_cert, *tls_key, *tls_client_ca;
+    unsigned tls_listeners;
+    uint64_t tls_handshake_timeout_ms; /* 0: no deadline */
     int info_only;                 /* --help or --version was printed */
 } rls_flags_t;
 

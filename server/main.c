@@ -16,6 +16,7 @@
 #include "store/memory.h"
 #include "store/redis.h"
 #include "store/redis_cluster.h"
+#include "net/tls.h"
 #include "store/redis_tls.h"
 #include "version.h"
 
@@ -124,6 +125,19 @@ int main(int argc, char **argv)
             rls_policy_unref(policy);
             return 2;
         }
+    }
+    /* TLS on our listeners: the files are checked now, for the same
+     * reason; the server reads them again as it starts. */
+    if (cfg.tls_cert != NULL) {
+        rls_tls_opts_t lo = {cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca};
+        rls_tls_t *lt = NULL;
+        if (rls_tls_new(&lo, &lt, err, sizeof(err)) != 0) {
+            fprintf(stderr, "rl-server: %s\n", err);
+            rls_policy_unref(policy);
+            rls_redis_tls_free(tls);
+            return 2;
+        }
+        rls_tls_free(lt);
     }
     if (uv_loop_init(&loop) != 0) {
         fprintf(stderr, "rl-server: cannot create event loop\n");

@@ -20,6 +20,7 @@
 #include "rl_error.h"
 #include "log.h"
 #include "metrics.h"
+#include "net/tls.h"
 #include "server.h"
 #include "util.h"
 
@@ -174,6 +175,8 @@ static void close_all(rls_server_t *s)
         }
     s->grpc = NULL;
     rls_envoy_reload_close(&s->envoy_reload);
+    if (s->tls != NULL)
+        rls_tls_reload_close(&s->tls_reload);
     rls_reload_close(&s->reload);
     rls_switch_poll_close(&s->switches);
     s->store->v->close(s->store, on_store_closed, s);
@@ -278,6 +281,20 @@ int rls_server_metrics(const rls_server_t *s, rl_buf_t *out)
         if (s->fe[i] != NULL && s->fe[i]->ops->metrics != NULL &&
             (rc = s->fe[i]->ops->metrics(s->fe[i], out)) != RL_OK)
             return rc;
+    {
+        const char *names[RLS_LISTENERS];
+        const rls_tls_stats_t *tls[RLS_LISTENERS];
+        const rls_tls_plain_t *plain[RLS_LISTENERS];
+        for (i = 0; i < RLS_LISTENERS; i++) {
+            names[i] = s->fe[i] != NULL ? s->fe[i]->ops->flag : "";
+            tls[i] = s->fe[i] != NULL ? s->fe[i]->tls : NULL;
+            plain[i] = s->fe[i] != NULL ? s->fe[i]->plain : NULL;
+        }
+        if ((rc = rls_tls_metrics(out, names, tls, RLS_LISTENERS)) != RL_OK ||
+            (rc = rls_tls_plain_metrics(out, names, plain, RLS_LISTENERS)) !=
+                RL_OK)
+            return rc;
+    }
     return RL_OK;
 }
 
@@ -322,6 +339,8 @@ static int start_grpc(rls_server_t *s, char *err, size_t errlen)
         return rc;
     }
     rls_grpc_set_conf(s->grpc, conf);
+    if (cfg->tls_listeners & RLS_TLS_ON_GRPC)
+        rls_grpc_set_tls(s->grpc, s->tls);
     if (cfg->nenvoy_configs > 0)
         rls_envoy_reload_start(&s->envoy_reload, s->loop, cfg->envoy_configs,
                                cfg->nenvoy_configs, cfg->reload_settle_ms,
@@ -348,6 +367,11 @@ static int start_check(rls_server_t *s, char *err, size_t errlen)
                               cfg->http_port, &s->batcher, &o, err,
                               errlen)) != RL_OK)
         return rc;
+    rls_http_server_set_tls(
+        s->check.http, cfg->tls_listeners & RLS_TLS_ON_HTTP ? s->tls : NULL,
+        "http");
+    s->check.fe.tls = rls_http_server_tls_stats(s->check.http);
+    s->check.fe.plain = rls_http_server_plain_stats(s->check.http);
     s->fe[RLS_LISTENER_HTTP] = rls_check_frontend(&s->check);
     return RL_OK;
 }
@@ -360,18 +384,30 @@ static int start_frontends(rls_server_t *s, char *err, size_t errlen)
     const rls_flags_t *cfg = s->cfg;
     int rc;
 
+    if (cfg->tls_cert != NULL) {
+        rls_tls_opts_t to = {cfg->tls_cert, cfg->tls_key, cfg->tls_client_ca};
+        if ((rc = rls_tls_new(&to, &s->tls, err, errlen)) != RL_OK)
+            return rc;
+    }
     rls_conns_init(&s->conns, s->loop, cfg, &s->batcher);
     if ((rc = rls_conns_listen(&s->conns, cfg->listen_host, cfg->listen_port,
                                err, errlen)) != RL_OK) {
         rls_conns_free(&s->conns);
         return rc;
     }
+    if (cfg->tls_listeners & RLS_TLS_ON_LISTEN)
+        rls_conns_set_tls(&s->conns, s->tls);
     s->fe[RLS_LISTENER_NATIVE] = rls_conns_frontend(&s->conns);
     if (cfg->metrics_host[0] != '\0') {
         if ((rc = rls_admin_start(&s->admin, s->loop, cfg->metrics_host,
                                   cfg->metrics_port, admin_page,
                                   admin_health, s, err, errlen)) != RL_OK)
             return rc;
+        rls_http_server_set_tls(
+            s->admin.http,
+            cfg->tls_listeners & RLS_TLS_ON_METRICS ? s->tls : NULL, "metrics");
+        s->admin.fe.tls = rls_http_server_tls_stats(s->admin.http);
+        s->admin.fe.plain = rls_http_server_plain_stats(s->admin.http);
         s->fe[RLS_LISTENER_METRICS] = rls_admin_frontend(&s->admin);
     }
     if (cfg->grpc_host[0] != '\0' &&
@@ -443,6 +479,8 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
                 s->fe[i] = NULL;
             }
         rls_envoy_reload_close(&s->envoy_reload);
+        rls_tls_free(s->tls);
+        s->tls = NULL;
         rls_batcher_free(&s->batcher);
         rls_runtime_free(&s->rt);
         return rc;
@@ -452,10 +490,18 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
             s->fe[i]->on_empty = on_fe_empty;
             s->fe[i]->arg = s;
             if (i != RLS_LISTENER_NATIVE) /* main.c logs that one */
-                RLS_INFO("listening", " listener=%s addr=%s:%d",
-                         s->fe[i]->ops->flag, s->fe[i]->host,
-                         s->fe[i]->port);
+                RLS_INFO("listening", " listener=%s addr=%s:%d tls=%s",
+                         s->fe[i]->ops->flag, s->fe[i]->host, s->fe[i]->port,
+                         s->fe[i]->tls != NULL ? "on" : "off");
         }
+    if (s->tls != NULL) {
+        char desc[256];
+        rls_tls_describe(s->tls, desc, sizeof(desc));
+        RLS_INFO("tls certificate", " %s client_ca=%s", desc,
+                 cfg->tls_client_ca != NULL ? "required" : "none");
+        rls_tls_reload_start(&s->tls_reload, loop, s->tls,
+                             cfg->reload_settle_ms);
+    }
     if (rls_refusals_init(&s->batcher.refusals, cfg->refusal_cache) != RL_OK)
         RLS_WARN("no memory for the refusal cache; every request goes to "
                  "the store",
@@ -586,5 +632,7 @@ int rls_server_healthy(const rls_server_t *s, const char **why)
 
 void rls_server_free(rls_server_t *s)
 {
+    rls_tls_free(s->tls);
+    s->tls = NULL;
     rls_runtime_free(&s->rt);
 }

@@ -15,6 +15,7 @@
 #include "net/conn.h"
 #include "net/grpc.h"
 #include "net/http_server.h"
+#include "net/tls_reload.h"
 #include "flags.h"
 #include "policy/envoy_reload.h"
 #include "policy/reload.h"
@@ -50,6 +51,8 @@ typedef struct rls_server_s {
     rls_grpc_t *grpc;        /* --grpc */
     rls_envoy_reload_t envoy_reload; /* its --envoy-config files */
     rls_check_t check;       /* --http */
+    struct rls_tls_s *tls;   /* --tls-cert's, NULL: no TLS listener */
+    rls_tls_reload_t tls_reload; /* SIGHUP and its files' changes */
 
     uv_check_t tick;  /* end of every loop iteration: submit, then write */
     uv_prepare_t before_poll; /* the same before each poll */

@@ -73,11 +73,18 @@ typedef struct rls_conn_s {
     rl_buf_t out;       /* responses not yet handed to uv_write */
     rl_buf_t wbuf;      /* the bytes of the write in flight */
     uint32_t inflight;  /* requests in the batcher */
+    /* Under TLS: frames come out of it, responses go through it (out is
+     * sealed in place just before it is written). */
+    rls_tls_conn_t *tls;
+    rls_list_t hs;        /* in srv->handshaking until its handshake ends */
+    uint64_t accepted_ms; /* for the handshake deadline */
+    char peer[48];        /* the client's address, for the log */
     unsigned writing : 1;
     unsigned reading : 1;
     unsigned eof : 1;     /* no more requests will be read */
     unsigned closing : 1; /* uv_close called */
     unsigned closed : 1;  /* close callback ran */
+    unsigned heard : 1;   /* something was read */
 } rls_conn_t;
 
 static void conn_close(rls_conn_t *c);
@@ -100,6 +107,8 @@ static void on_closed(uv_handle_t *h)
 
     /* Nothing reads the input any more; it was uncounted at conn_close. */
     rl_buf_free(&c->in);
+    rls_tls_conn_free(c->tls);
+    c->tls = NULL;
     c->closed = 1;
     maybe_free(c);
     /* The last connection of a stopping server lets it finish. */
@@ -119,6 +128,7 @@ static void conn_close(rls_conn_t *c)
     rls_list_remove(&c->dirty);
     rls_list_remove(&c->resume);
     rls_list_remove(&c->partial);
+    rls_list_remove(&c->hs);
     /* The input buffer is freed in on_closed; counting it out now lets a
      * memory shed stop as soon as it has closed enough. */
     s->stats.input_bytes -= c->in_held;
@@ -259,6 +269,14 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
     (void)hint;
     buf->base = NULL;
     buf->len = 0; /* unless set below: libuv reports UV_ENOBUFS */
+    if (c->tls != NULL) {
+        /* Ciphertext: the plaintext is taken out and framed in on_read. */
+        if (s->cbuf == NULL && (s->cbuf = malloc(READ_CHUNK)) == NULL)
+            return;
+        buf->base = (char *)s->cbuf;
+        buf->len = READ_CHUNK;
+        return;
+    }
     if (len == 0) {
         if (s->rbuf == NULL && (s->rbuf = malloc(READ_CHUNK)) == NULL)
             return;
@@ -445,7 +463,7 @@ static void try_notice(uv_tcp_t *tcp, const char *msg, int notice)
 static void drop(rls_conn_t *c, int reason, const char *msg)
 {
     c->srv->stats.closed[reason]++;
-    if (!c->writing && rl_buf_len(&c->out) == 0)
+    if (!c->writing && rl_buf_len(&c->out) == 0 && c->tls == NULL)
         try_notice(&c->tcp, msg, RL_NOTICE_NONE);
     RLS_DEBUG("closing connection", " reason=\"%s\" held=%zu", msg,
               c->in_held);
@@ -521,12 +539,144 @@ static void shed(rls_conns_t *s)
     }
 }
 
+/* ---- TLS ---------------------------------------------------------------*/
+
+/* Seals the responses in out in place (they are plaintext until the
+ * write: flush always sends out whole or swaps it away), after whatever
+ * the TLS layer has to say itself (its handshake, tickets). Returns 0 or
+ * an error: the connection must close. */
+static int tls_seal(rls_conn_t *c)
+{
+    int rc = 0;
+
+    if (rls_tls_conn_ready(c->tls) && rl_buf_len(&c->out) > 0)
+        rc = rls_tls_conn_write(c->tls, rl_buf_rptr(&c->out),
+                                rl_buf_len(&c->out));
+    if (rc != 0)
+        return rc;
+    rl_buf_reset(&c->out);
+    return rls_tls_conn_take(c->tls, &c->out);
+}
+
+/* The handshake failed (or the client went, or its deadline passed):
+ * counted, logged within the rate cap, the client told what can be told
+ * (TLS's alert; a native client that sent plaintext frames, an ERROR
+ * notice it can read) and closed. */
+static void tls_failed(rls_conn_t *c)
+{
+    rls_conns_t *s = c->srv;
+    rl_buf_t alert;
+    uv_buf_t b;
+
+    rls_tls_count_failure(&s->tls_stats, "listen", c->tls, c->peer,
+                          uv_now(s->loop));
+    if (rls_tls_conn_reason(c->tls) == RLS_TLS_NOT_TLS) {
+        try_notice(&c->tcp, "this port speaks TLS", RL_NOTICE_NONE);
+    } else {
+        rl_buf_init(&alert, 4096);
+        if (rls_tls_conn_take(c->tls, &alert) == 0 && rl_buf_len(&alert) > 0) {
+            b = uv_buf_init((char *)rl_buf_rptr(&alert),
+                            (unsigned)rl_buf_len(&alert));
+            uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+        }
+        rl_buf_free(&alert);
+    }
+    conn_close(c);
+}
+
+/* A read under TLS: the ciphertext goes to the TLS layer, and all the
+ * plaintext it gives (at most about one read's worth, as a plaintext
+ * read would bring) is framed as a plaintext read is: whole frames
+ * decoded where they are, the rest kept in the connection's buffer. */
+static void tls_read(rls_conn_t *c, const uint8_t *p, size_t n)
+{
+    rls_conns_t *s = c->srv;
+    int was = rls_tls_conn_ready(c->tls), m;
+    size_t frames = 0, k;
+
+    if (rls_tls_conn_feed(c->tls, p, n) != 0) {
+        tls_failed(c);
+        return;
+    }
+    if (!was && rls_tls_conn_ready(c->tls)) {
+        s->tls_stats.ok++;
+        rls_list_remove(&c->hs);
+    }
+    if (rls_tls_conn_pending(c->tls) > 0)
+        mark_dirty(c);
+    if (s->pbuf == NULL && (s->pbuf = malloc(READ_CHUNK)) == NULL) {
+        conn_close(c);
+        return;
+    }
+    while (!c->closing && !c->eof &&
+           (m = rls_tls_conn_read(c->tls, s->pbuf, READ_CHUNK)) != 0) {
+        if (m < 0) {
+            /* close_notify is the client's end of file; anything else a
+             * broken record, after which nothing can be read. */
+            if (m != RL_ECLOSED) {
+                conn_close(c);
+                return;
+            }
+            stop_reading(c);
+            c->eof = 1;
+            break;
+        }
+        if (rl_buf_len(&c->in) == 0) {
+            k = decode(c, s->pbuf, (size_t)m, &frames);
+            if (c->closing || k == (size_t)m)
+                continue;
+            if (rl_buf_append(&c->in, s->pbuf + k, (size_t)m - k) != RL_OK) {
+                RLS_ERROR("out of memory buffering a frame", NULL);
+                conn_close(c);
+                return;
+            }
+        } else {
+            if (rl_buf_append(&c->in, s->pbuf, (size_t)m) != RL_OK) {
+                RLS_ERROR("out of memory buffering a frame", NULL);
+                conn_close(c);
+                return;
+            }
+            frames += process(c);
+        }
+        in_sync(c);
+    }
+    input_done(c, frames);
+    maybe_finish(c);
+    shed(s);
+}
+
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
     rls_conn_t *c = stream->data;
     rls_conns_t *s = c->srv;
     size_t frames = 0, k;
 
+    if (c->tls != NULL && nread > 0) {
+        tls_read(c, (const uint8_t *)buf->base, (size_t)nread);
+        return;
+    }
+    if (c->tls != NULL && nread < 0 && !rls_tls_conn_ready(c->tls)) {
+        rls_tls_conn_fail(c->tls, RLS_TLS_CLOSED,
+                          "TLS handshake: the client closed the connection "
+                          "midway");
+        tls_failed(c);
+        return;
+    }
+    if (nread > 0 && !c->heard) {
+        c->heard = 1;
+        if (rls_tls_is_hello((const uint8_t *)buf->base, (size_t)nread)) {
+            /* A TLS client on the plaintext port: told in TLS, and
+             * said (the frame flag byte would be refused as 0x16). */
+            uv_buf_t b = uv_buf_init((char *)rls_tls_plain_alert,
+                                     sizeof(rls_tls_plain_alert));
+            char peer[48];
+            rls_peer_name(&c->tcp, peer, sizeof(peer));
+            rls_tls_count_plain(&s->plain_tls, "listen", peer, uv_now(s->loop));
+            uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+            conn_close(c);
+            return;
+        }
+    }
     if (nread > 0) {
         if (buf->base == (char *)s->rbuf) {
             /* Whole frames are decoded where they landed; only the rest
@@ -627,6 +777,10 @@ void rls_conns_flush(rls_conns_t *s)
         if (c->writing)
             continue; /* stays dirty; written when this write completes */
         rls_list_remove(n);
+        if (c->tls != NULL && tls_seal(c) != 0) {
+            conn_close(c);
+            continue;
+        }
         if (rl_buf_len(&c->out) == 0)
             continue;
         /* Most writes go out whole at once: uv_try_write sends them with no
@@ -690,8 +844,13 @@ void rls_conns_accept(rls_conns_t *s, uv_stream_t *listener, int status)
     /* A frame plus a read's worth of the next must fit. */
     rl_buf_init(&c->in, (size_t)s->cfg->max_frame + RL_FRAME_HEADER +
                             READ_CHUNK);
-    rl_buf_init(&c->out, s->cfg->max_output);
-    rl_buf_init(&c->wbuf, s->cfg->max_output);
+    rls_list_init(&c->hs);
+    /* Under TLS out holds the responses sealed: room for TLS's overhead
+     * (a few dozen bytes per 16 KiB record) and its own messages. */
+    rl_buf_init(&c->out,
+                s->cfg->max_output +
+                    (s->tls != NULL ? s->cfg->max_output / 256 + 16384 : 0));
+    rl_buf_init(&c->wbuf, c->out.max);
 
     if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
         conn_close(c);
@@ -700,11 +859,13 @@ void rls_conns_accept(rls_conns_t *s, uv_stream_t *listener, int status)
     if ((s->stopping && !s->draining) ||
         s->stats.conns_open > s->cfg->max_connections) {
         /* Refuse cleanly: one ERROR frame, written without queuing, then
-         * close. The client learns why instead of seeing a bare reset. */
-        try_notice(&c->tcp,
-                   s->stopping ? "server is shutting down"
-                               : "server at --max-connections",
-                   s->stopping ? RL_NOTICE_GOAWAY : RL_NOTICE_NONE);
+         * close. The client learns why instead of seeing a bare reset.
+         * Not under TLS: it could not read it. */
+        if (s->tls == NULL)
+            try_notice(&c->tcp,
+                       s->stopping ? "server is shutting down"
+                                   : "server at --max-connections",
+                       s->stopping ? RL_NOTICE_GOAWAY : RL_NOTICE_NONE);
         s->stats.conns_refused++;
         /* An operator must hear of refusals, but a flood of them must not
          * flood the log: one warning a second at most, with the count. */
@@ -724,6 +885,15 @@ void rls_conns_accept(rls_conns_t *s, uv_stream_t *listener, int status)
         }
         conn_close(c);
         return;
+    }
+    if (s->tls != NULL) {
+        if ((c->tls = rls_tls_conn_new(s->tls, "rl1")) == NULL) {
+            conn_close(c);
+            return;
+        }
+        c->accepted_ms = uv_now(s->loop);
+        rls_list_push(&s->handshaking, &c->hs);
+        rls_peer_name(&c->tcp, c->peer, sizeof(c->peer));
     }
     s->stats.conns_accepted++;
     uv_tcp_nodelay(&c->tcp, 1);
@@ -772,8 +942,19 @@ static void on_sweep(uv_timer_t *t)
     uint64_t now = uv_now(s->loop);
     uint64_t idle_ms = s->cfg->idle_timeout_s * 1000;
     uint64_t frame_ms = s->cfg->frame_timeout_ms;
+    uint64_t hs_ms = s->cfg->tls_handshake_timeout_ms;
     rls_conn_t *c;
 
+    /* Handshakes not done in time: in order of accept. */
+    while (hs_ms > 0 && !rls_list_empty(&s->handshaking)) {
+        c = RLS_CONTAINER_OF(s->handshaking.next, rls_conn_t, hs);
+        if (now - c->accepted_ms < hs_ms)
+            break;
+        rls_tls_conn_fail(c->tls, RLS_TLS_TIMEOUT,
+                          "TLS handshake: not done within "
+                          "--tls-handshake-timeout-ms");
+        tls_failed(c);
+    }
     while (frame_ms > 0 && !rls_list_empty(&s->partial)) {
         c = RLS_CONTAINER_OF(s->partial.next, rls_conn_t, partial);
         if (now - c->frame_ms < frame_ms)
@@ -809,6 +990,7 @@ void rls_conns_init(rls_conns_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
     rls_list_init(&s->dirty);
     rls_list_init(&s->resume);
     rls_list_init(&s->partial);
+    rls_list_init(&s->handshaking);
     uv_idle_init(loop, &s->spin);
     s->spin.data = s;
     uv_timer_init(loop, &s->sweep);
@@ -838,6 +1020,26 @@ void rls_conns_free(rls_conns_t *s)
     uv_close((uv_handle_t *)&s->sweep, NULL);
     free(s->rbuf);
     s->rbuf = NULL;
+    free(s->cbuf);
+    s->cbuf = NULL;
+    free(s->pbuf);
+    s->pbuf = NULL;
+}
+
+void rls_conns_set_tls(rls_conns_t *s, rls_tls_t *tls)
+{
+    uint64_t hs = s->cfg->tls_handshake_timeout_ms;
+    uint64_t period = hs / 4 < 10 ? 10 : hs / 4 > 250 ? 250 : hs / 4;
+
+    s->tls = tls;
+    s->fe.tls = tls != NULL ? &s->tls_stats : NULL;
+    s->fe.plain = tls != NULL ? NULL : &s->plain_tls;
+    /* The sweep keeps the handshake deadline too, as often as it needs. */
+    if (tls != NULL && hs > 0 && (s->sweep_ms == 0 || period < s->sweep_ms)) {
+        s->sweep_ms = period;
+        uv_timer_start(&s->sweep, on_sweep, period, period);
+        uv_unref((uv_handle_t *)&s->sweep);
+    }
 }
 
 /* ---- the front end -------------------------------------------------- */
@@ -988,6 +1190,7 @@ int rls_conns_listen(rls_conns_t *s, const char *host, int port, char *err,
     }
     s->listening = 1;
     s->fe.host = host;
+    s->fe.plain = &s->plain_tls;
     s->fe.port = rls_listen_port(&s->listener);
     return RL_OK;
 }

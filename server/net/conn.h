@@ -15,6 +15,7 @@
 
 #include "batch.h"
 #include "net/frontend.h"
+#include "net/tls.h"
 #include "flags.h"
 #include "rl_msg.h"
 #include "util.h"
@@ -77,6 +78,13 @@ typedef struct rls_conns_s {
     uint64_t shed_logged_ms;     /* the same for --max-partial-bytes */
     uint64_t shed_unlogged;
     rls_conn_stats_t stats;
+    /* TLS (rls_conns_set_tls): NULL, plaintext. */
+    rls_tls_t *tls;
+    uint8_t *cbuf;          /* ciphertext reads, READ_CHUNK bytes, shared */
+    uint8_t *pbuf;          /* plaintext out of TLS, READ_CHUNK bytes */
+    rls_list_t handshaking; /* connections mid-handshake, oldest first */
+    rls_tls_stats_t tls_stats;
+    rls_tls_plain_t plain_tls; /* plaintext: TLS clients seen */
 } rls_conns_t;
 
 /* Prepares an empty set (and its idle and timer handles) on loop. */
@@ -92,6 +100,13 @@ void rls_conns_free(rls_conns_t *s);
  * listening. */
 int rls_conns_listen(rls_conns_t *s, const char *host, int port, char *err,
                      size_t errlen);
+
+/* TLS from now on (right after listen, before any connection): every
+ * connection speaks TLS under tls (which outlives the set's connections'
+ * start), ALPN none of its own (the client's list must be empty or name
+ * "rl1"); a handshake not done within --tls-handshake-timeout-ms is
+ * closed. */
+void rls_conns_set_tls(rls_conns_t *s, rls_tls_t *tls);
 
 /* The set as a front end (net/frontend.h). */
 rls_frontend_t *rls_conns_frontend(rls_conns_t *s);

@@ -52,6 +52,11 @@ typedef struct rls_frontend_ops_s {
 struct rls_frontend_s {
     const rls_frontend_ops_t *ops;
     const char *host; /* its listener's, as configured */
+    /* Its TLS handshakes (net/tls.h), NULL when it speaks no TLS: the
+     * server shows every listener's in one /metrics family. */
+    const struct rls_tls_stats_s *tls;
+    /* Its TLS clients when it speaks no TLS, NULL when it does. */
+    const struct rls_tls_plain_s *plain;
     int port;         /* ...and the port it is bound to */
     /* Called once its last connection has closed after goaway. */
     void (*on_empty)(void *arg);

@@ -68,6 +68,7 @@
 
 #include "log.h"
 #include "net/listen.h"
+#include "net/tls.h"
 #include "prom.h"
 #include "rl_error.h"
 #include "util.h"
@@ -133,6 +134,11 @@ struct gconn_s {
     uv_write_t wreq;
     rls_grpc_t *g;
     nghttp2_session *h2;
+    /* NULL: h2c. Else HTTP/2 goes through it: nothing of nghttp2 is drawn
+     * before its handshake is done. */
+    rls_tls_conn_t *tls;
+    uint64_t accepted_ms;
+    char peer[48];      /* under TLS: the client's address, for the log */
     rls_list_t node;    /* in g->fresh or g->proven */
     rls_list_t dirty;   /* in g->dirty */
     rls_list_t resume;  /* in g->resume while paused by its budget */
@@ -164,6 +170,7 @@ struct gconn_s {
      * took the whole read: the end of a header block that was in it is
      * handled only by the next call. */
     unsigned paused : 1;
+    unsigned heard : 1; /* something was read */
 };
 
 struct rls_grpc_s {
@@ -195,6 +202,11 @@ struct rls_grpc_s {
     nghttp2_option *opt;
     rls_envoy_ctx_t ctx;
     rls_grpc_stats_t stats;
+    rls_tls_t *tls; /* NULL: h2c; else the server's, outliving us */
+    uint8_t *pbuf;  /* plaintext out of TLS, READ_CHUNK bytes */
+    rl_buf_t plain; /* frames drawn from nghttp2, before TLS */
+    rls_tls_stats_t tls_stats;
+    rls_tls_plain_t plain_tls; /* h2c: TLS clients seen */
 };
 
 static void conn_close(gconn_t *c);
@@ -800,25 +812,61 @@ static void conn_close(gconn_t *c)
         nghttp2_session_del(c->h2);
         c->h2 = NULL;
     }
+    rls_tls_conn_free(c->tls);
+    c->tls = NULL;
     uv_close((uv_handle_t *)&c->tcp, on_closed);
+}
+
+static int tls_ready(const gconn_t *c)
+{
+    return c->tls == NULL || rls_tls_conn_ready(c->tls);
+}
+
+/* Appends what nghttp2 has to send (up to about OUT_BATCH) to c->out;
+ * under TLS encrypted, after whatever the TLS layer has to say itself
+ * (its handshake, an alert), and nothing of nghttp2's before the
+ * handshake is done. Returns 0, or a negative code when the connection
+ * must close. */
+static int draw(gconn_t *c)
+{
+    rl_buf_t *to = c->tls != NULL ? &c->g->plain : &c->out;
+    const uint8_t *data;
+    ssize_t n;
+    int rc = 0;
+
+    while (tls_ready(c) && rl_buf_len(to) < OUT_BATCH) {
+        n = nghttp2_session_mem_send(c->h2, &data);
+        if (n < 0) {
+            rc = (int)n;
+            break;
+        }
+        if (n == 0)
+            break;
+        if ((rc = rl_buf_append(to, data, (size_t)n)) != RL_OK)
+            break;
+    }
+    if (c->tls == NULL)
+        return rc;
+    if (rc == 0 && rl_buf_len(to) > 0)
+        rc = rls_tls_conn_write(c->tls, rl_buf_rptr(to), rl_buf_len(to));
+    rl_buf_reset(to);
+    if (rc == 0)
+        rc = rls_tls_conn_take(c->tls, &c->out);
+    return rc;
 }
 
 /* Ends a connection now: GOAWAY with `code` when it can go out without
  * waiting (no write in flight), then close. */
 static void conn_drop(gconn_t *c, uint32_t code)
 {
-    const uint8_t *data;
-    ssize_t n;
     uv_buf_t b;
 
     if (c->closing)
         return;
     if (c->h2 != NULL && !c->writing) {
-        nghttp2_session_terminate_session(c->h2, code);
-        while (rl_buf_len(&c->out) < OUT_BATCH &&
-               (n = nghttp2_session_mem_send(c->h2, &data)) > 0)
-            if (rl_buf_append(&c->out, data, (size_t)n) != RL_OK)
-                break;
+        if (tls_ready(c))
+            nghttp2_session_terminate_session(c->h2, code);
+        draw(c);
         b = uv_buf_init((char *)rl_buf_rptr(&c->out),
                         (unsigned)rl_buf_len(&c->out));
         if (b.len > 0)
@@ -854,8 +902,6 @@ static void on_write(uv_write_t *req, int status)
 
 static void conn_send(gconn_t *c)
 {
-    const uint8_t *data;
-    ssize_t n;
     uv_buf_t b;
     int wrote;
 
@@ -872,18 +918,9 @@ static void conn_send(gconn_t *c)
     }
     if (c->writing)
         return;
-    while (rl_buf_len(&c->out) < OUT_BATCH) {
-        n = nghttp2_session_mem_send(c->h2, &data);
-        if (n < 0) {
-            conn_close(c);
-            return;
-        }
-        if (n == 0)
-            break;
-        if (rl_buf_append(&c->out, data, (size_t)n) != RL_OK) {
-            conn_close(c);
-            return;
-        }
+    if (draw(c) != 0) {
+        conn_close(c);
+        return;
     }
     if (rl_buf_len(&c->out) == 0) {
         maybe_finish(c);
@@ -899,8 +936,9 @@ static void conn_send(gconn_t *c)
     if (wrote > 0)
         rl_buf_consume(&c->out, (size_t)wrote);
     if (rl_buf_len(&c->out) == 0) {
-        /* More may wait inside nghttp2 (past OUT_BATCH). */
-        if (nghttp2_session_want_write(c->h2))
+        /* More may wait inside nghttp2 (past OUT_BATCH); under TLS it
+         * waits for the handshake, which input moves on. */
+        if (tls_ready(c) && nghttp2_session_want_write(c->h2))
             mark_dirty(c);
         else
             maybe_finish(c);
@@ -1059,6 +1097,122 @@ static void stash(gconn_t *c, const uint8_t *p, size_t n)
     defer(c);
 }
 
+/* A plaintext client on the TLS port is told so in its own protocol,
+ * as far as it can be: an h2c client (its preface) gets a GOAWAY whose
+ * debug data says it (alone, not after SETTINGS: then gRPC clients fail
+ * the call at once rather than retry the connection until the deadline),
+ * an HTTP/1 one a 400. */
+static void tell_not_tls(gconn_t *c, const uint8_t *p, size_t n)
+{
+    static const char why[] = "this port speaks TLS (gRPC over h2)";
+    static const char h1[] = "HTTP/1.1 400 Bad Request\r\nConnection: close\r\n"
+                             "Content-Type: text/plain\r\nContent-Length: 36"
+                             "\r\n\r\nthis port speaks TLS (gRPC over h2)\n";
+    uint8_t goaway[9 + 8 + sizeof(why) - 1];
+    size_t len = 8 + sizeof(why) - 1;
+    uv_buf_t b;
+
+    if (n >= 4 && memcmp(p, "PRI ", 4) == 0) {
+        memset(goaway, 0, sizeof(goaway));
+        goaway[0] = (uint8_t)(len >> 16);
+        goaway[1] = (uint8_t)(len >> 8);
+        goaway[2] = (uint8_t)len;
+        goaway[3] = NGHTTP2_GOAWAY;
+        goaway[9 + 7] = NGHTTP2_PROTOCOL_ERROR;
+        memcpy(goaway + 17, why, sizeof(why) - 1);
+        b = uv_buf_init((char *)goaway, (unsigned)sizeof(goaway));
+    } else if (n >= 1 && p[0] >= 'A' && p[0] <= 'Z') {
+        b = uv_buf_init((char *)h1, (unsigned)sizeof(h1) - 1);
+    } else {
+        return;
+    }
+    uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+}
+
+/* The handshake failed (or the client went, or its deadline passed):
+ * counted, logged within the rate cap, the client told what can be told
+ * (TLS's alert; for plaintext, p[0, n) its first read) and closed. */
+static void tls_failed(gconn_t *c, const uint8_t *p, size_t n)
+{
+    rls_grpc_t *g = c->g;
+    uv_buf_t b;
+
+    rls_tls_count_failure(&g->tls_stats, "grpc", c->tls, c->peer,
+                          uv_now(g->loop));
+    if (!c->writing) {
+        if (rls_tls_conn_reason(c->tls) == RLS_TLS_NOT_TLS)
+            tell_not_tls(c, p, n);
+        rl_buf_reset(&c->out);
+        if (rls_tls_conn_take(c->tls, &c->out) == 0 &&
+            rl_buf_len(&c->out) > 0) {
+            b = uv_buf_init((char *)rl_buf_rptr(&c->out),
+                            (unsigned)rl_buf_len(&c->out));
+            uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+        }
+    }
+    conn_close(c);
+}
+
+/* Feeds nghttp2 the plaintext the TLS layer holds, as reads would be:
+ * within the round's budget (past it the connection is deferred, and
+ * resume() comes back here before reading again), what nghttp2 paused
+ * on stashed. */
+static void tls_drain(gconn_t *c)
+{
+    rls_grpc_t *g = c->g;
+    size_t took;
+    int n;
+
+    while (!c->closing && !c->ended && rls_tls_conn_ready(c->tls)) {
+        if (over_budget(c)) {
+            defer(c);
+            return;
+        }
+        if (g->pbuf == NULL && (g->pbuf = malloc(READ_CHUNK)) == NULL) {
+            conn_close(c);
+            return;
+        }
+        n = rls_tls_conn_read(c->tls, g->pbuf, READ_CHUNK);
+        if (n == 0)
+            return;
+        if (n < 0) {
+            /* close_notify is the client's end of file; anything else a
+             * broken record, which no request can follow. */
+            if (n != RL_ECLOSED)
+                RLS_DEBUG("grpc: TLS connection failed", " err=\"%s\"",
+                          rls_tls_conn_why(c->tls));
+            conn_close(c);
+            return;
+        }
+        took = feed(c, g->pbuf, (size_t)n);
+        if (c->closing || c->ended)
+            return;
+        if (c->paused) {
+            stash(c, g->pbuf + took, (size_t)n - took);
+            return;
+        }
+    }
+}
+
+/* TLS: what was read is ciphertext for the TLS layer, which may answer
+ * (its handshake) and give plaintext for nghttp2. */
+static void tls_in(gconn_t *c, const uint8_t *p, size_t n)
+{
+    rls_grpc_t *g = c->g;
+    int was = rls_tls_conn_ready(c->tls);
+
+    if (rls_tls_conn_feed(c->tls, p, n) != 0) {
+        tls_failed(c, p, n);
+        return;
+    }
+    if (!was && rls_tls_conn_ready(c->tls)) {
+        g->tls_stats.ok++;
+        c->active_ms = uv_now(g->loop);
+    }
+    mark_dirty(c);
+    tls_drain(c);
+}
+
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     gconn_t *c = s->data;
@@ -1067,12 +1221,38 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     if (nread == 0)
         return;
     if (nread < 0) {
+        if (c->tls != NULL && !rls_tls_conn_ready(c->tls)) {
+            rls_tls_conn_fail(c->tls, RLS_TLS_CLOSED,
+                              "TLS handshake: the client closed the "
+                              "connection midway");
+            tls_failed(c, NULL, 0);
+            return;
+        }
         /* The client went: answers still due are dropped when they
          * come. */
         conn_close(c);
         return;
     }
     budget_start(c);
+    if (c->tls != NULL) {
+        tls_in(c, (const uint8_t *)buf->base, (size_t)nread);
+        return;
+    }
+    if (!c->heard) {
+        c->heard = 1;
+        if (rls_tls_is_hello((const uint8_t *)buf->base, (size_t)nread)) {
+            /* A TLS client on the h2c port: told in TLS, and said. */
+            uv_buf_t b = uv_buf_init((char *)rls_tls_plain_alert,
+                                     sizeof(rls_tls_plain_alert));
+            char peer[48];
+            rls_peer_name(&c->tcp, peer, sizeof(peer));
+            rls_tls_count_plain(&c->g->plain_tls, "grpc", peer,
+                                uv_now(c->g->loop));
+            uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+            conn_close(c);
+            return;
+        }
+    }
     took = feed(c, (const uint8_t *)buf->base, (size_t)nread);
     if (c->closing || c->ended)
         return;
@@ -1111,6 +1291,12 @@ static void resume(rls_grpc_t *g)
         }
         if (c->ended)
             continue;
+        /* Plaintext may wait inside TLS, with no read to bring it. */
+        if (c->tls != NULL) {
+            tls_drain(c);
+            if (c->closing || c->ended || rls_list_linked(&c->resume))
+                continue;
+        }
         if (over_budget(c))
             defer(c);
         else
@@ -1186,9 +1372,10 @@ static void on_connection(uv_stream_t *l, int status)
     rls_list_push(&g->fresh, &c->node);
     g->stats.conns_open++;
     c->active_ms = uv_now(g->loop);
+    c->accepted_ms = c->active_ms;
     if (uv_accept(l, (uv_stream_t *)&c->tcp) != 0 ||
-        nghttp2_session_server_new2(&c->h2, g->cbs, c, g->opt) != 0) {
-        c->h2 = NULL;
+        nghttp2_session_server_new2(&c->h2, g->cbs, c, g->opt) != 0 ||
+        (g->tls != NULL && (c->tls = rls_tls_conn_new(g->tls, "h2")) == NULL)) {
         conn_close(c);
         return;
     }
@@ -1203,6 +1390,11 @@ static void on_connection(uv_stream_t *l, int status)
         /* Refused: GOAWAY at once (REFUSED_STREAM's connection-level
          * cousin), then close once written. */
         g->stats.conns_refused++;
+        if (c->tls != NULL) {
+            /* No GOAWAY can go before a handshake: closed at once. */
+            conn_close(c);
+            return;
+        }
         nghttp2_session_terminate_session(
             c->h2, g->stopping ? NGHTTP2_NO_ERROR : NGHTTP2_REFUSED_STREAM);
         c->goaway = 1;
@@ -1212,6 +1404,8 @@ static void on_connection(uv_stream_t *l, int status)
         return;
     }
     g->stats.conns_accepted++;
+    if (c->tls != NULL)
+        rls_peer_name(&c->tcp, c->peer, sizeof(c->peer));
     iv[0].settings_id = NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS;
     iv[0].value = g->cfg->grpc_max_streams;
     iv[1].settings_id = NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE;
@@ -1245,6 +1439,18 @@ static void sweep_conn(gconn_t *c, uint64_t now)
     uint64_t frame_ms = g->cfg->frame_timeout_ms;
     rls_list_t *m;
 
+    /* A TLS handshake not done in time: the connection holds memory (and
+     * a place under --max-connections) for nothing. */
+    if (c->tls != NULL && !rls_tls_conn_ready(c->tls)) {
+        if (g->cfg->tls_handshake_timeout_ms > 0 &&
+            now - c->accepted_ms >= g->cfg->tls_handshake_timeout_ms) {
+            rls_tls_conn_fail(c->tls, RLS_TLS_TIMEOUT,
+                              "TLS handshake: not done within "
+                              "--tls-handshake-timeout-ms");
+            tls_failed(c, NULL, 0);
+        }
+        return;
+    }
     /* A request not whole --frame-timeout-ms after its HEADERS (a client
      * trickling or stalling its body) is answered DEADLINE_EXCEEDED and
      * its buffer freed. */
@@ -1319,6 +1525,7 @@ int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_flags_t *cfg,
     }
     g->fe.ops = &grpc_ops;
     g->fe.host = cfg->grpc_host;
+    g->fe.plain = &g->plain_tls;
     g->loop = loop;
     g->cfg = cfg;
     g->ctx.batcher = batcher;
@@ -1329,6 +1536,7 @@ int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_flags_t *cfg,
     rls_list_init(&g->dirty);
     rls_list_init(&g->resume);
     rl_buf_init(&g->scratch, (size_t)cfg->max_frame * 4 + 65536);
+    rl_buf_init(&g->plain, 4 * OUT_BATCH);
     if (nghttp2_session_callbacks_new(&g->cbs) != 0 ||
         nghttp2_option_new(&g->opt) != 0) {
         nghttp2_session_callbacks_del(g->cbs);
@@ -1378,6 +1586,13 @@ void rls_grpc_set_conf(rls_grpc_t *g, rls_envoy_conf_t *conf)
     g->ctx.conf = conf;
 }
 
+void rls_grpc_set_tls(rls_grpc_t *g, rls_tls_t *tls)
+{
+    g->tls = tls;
+    g->fe.tls = tls != NULL ? &g->tls_stats : NULL;
+    g->fe.plain = tls != NULL ? NULL : &g->plain_tls;
+}
+
 void rls_grpc_set_draining(rls_grpc_t *g, int draining)
 {
     g->draining = draining;
@@ -1396,11 +1611,20 @@ size_t rls_grpc_goaway(rls_grpc_t *g)
         g->listening = 0;
         uv_close((uv_handle_t *)&g->listener, NULL);
     }
+    rls_list_t *next;
+
     for (i = 0; i < 2; i++)
-        for (n = lists[i]->next; n != lists[i]; n = n->next) {
+        for (n = lists[i]->next; n != lists[i]; n = next) {
             gconn_t *c = RLS_CONTAINER_OF(n, gconn_t, node);
+            next = n->next;
             if (c->goaway)
                 continue;
+            if (!tls_ready(c)) {
+                /* Mid-handshake: nothing asked, nothing to answer. */
+                conn_close(c);
+                count++;
+                continue;
+            }
             c->goaway = 1;
             /* Graceful: the streams the client already opened are
              * answered; nghttp2 refuses new ones and stops reading once
@@ -1445,7 +1669,9 @@ static void maybe_free_grpc(rls_grpc_t *g)
     nghttp2_option_del(g->opt);
     rls_envoy_conf_unref(g->ctx.conf);
     rl_buf_free(&g->scratch);
+    rl_buf_free(&g->plain);
     free(g->rbuf);
+    free(g->pbuf);
     free(g);
 }
 

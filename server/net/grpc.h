@@ -1,6 +1,8 @@
 /* The --grpc listener (grpc.c): Envoy's rate limit service over HTTP/2
  * cleartext (h2c with prior knowledge, as Envoy's gRPC client speaks it),
- * with nghttp2 for HTTP/2 and net/envoy_rls.c for the calls. It runs on
+ * with nghttp2 for HTTP/2 and net/envoy_rls.c for the calls; or, with
+ * --tls-cert, over TLS (net/tls.h, ALPN h2) as Envoy's envoy_grpc
+ * cluster with a TLS transport_socket speaks it. It runs on
  * the server's loop and decides its descriptors through rls_decide; the
  * server drives it as every front end (net/frontend.h, rls_grpc_frontend):
  * flushed once per loop iteration, told when to say GOAWAY and close.
@@ -32,6 +34,7 @@
 #include "batch.h"
 #include "net/envoy_rls.h"
 #include "net/frontend.h"
+#include "net/tls.h"
 #include "flags.h"
 #include "rl_buf.h"
 
@@ -78,6 +81,12 @@ void rls_grpc_set_conf(rls_grpc_t *g, rls_envoy_conf_t *conf);
  * the connections have to send is sent. At least once per loop
  * iteration. */
 void rls_grpc_flush(rls_grpc_t *g);
+
+/* TLS from now on (before any connection: right after start): every
+ * connection speaks TLS under tls (NULL: h2c), which outlives the
+ * listener's connections' start, with ALPN h2. Its handshakes are counted
+ * in the front end's tls stats. */
+void rls_grpc_set_tls(rls_grpc_t *g, rls_tls_t *tls);
 
 /* While the server drains, connections are still accepted and served. */
 void rls_grpc_set_draining(rls_grpc_t *g, int draining);

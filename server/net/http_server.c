@@ -28,6 +28,7 @@
 #include "net/http_server.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,6 +41,9 @@
 /* After a response that closes the connection, input is drained for at most
  * this long so that the client reads the response rather than a reset. */
 #define LINGER_MS 2000
+/* HTTPS: ciphertext is read here (one TLS record and then some), shared
+ * by every connection of the listener. */
+#define CBUF 17408
 
 struct rls_http_server_s {
     uv_loop_t *loop;
@@ -63,11 +67,21 @@ struct rls_http_server_s {
     unsigned spare_busy : 1;     /* spare is accepted and closing */
     unsigned accept_pending : 1; /* a connection waits for the spare */
     unsigned closing : 1;
+    /* HTTPS (rls_http_server_set_tls): NULL, plaintext. */
+    rls_tls_t *tls;
+    const char *name; /* the listener's, for the log */
+    uint8_t *cbuf;    /* ciphertext reads, CBUF bytes, shared */
+    rls_tls_stats_t tls_stats;
+    rls_tls_plain_t plain_tls; /* plaintext: TLS clients seen */
 };
 
 typedef struct rls_http_conn_s mconn_t;
 struct rls_http_conn_s {
     uv_tcp_t tcp;
+    /* HTTPS: requests come out of it into in[], responses go through it
+     * (out then holds the ciphertext). */
+    rls_tls_conn_t *tls;
+    char peer[48];    /* under TLS: the client's address, for the log */
     uv_timer_t timer; /* the per-request deadline */
     uv_write_t wreq;
     uv_shutdown_t sreq;
@@ -111,6 +125,7 @@ static void maybe_free(rls_http_server_t *m)
 {
     if (!m->closing || !m->listener_closed || m->spare_busy || m->live > 0)
         return;
+    free(m->cbuf);
     free(m);
 }
 
@@ -126,6 +141,7 @@ static void conn_free(mconn_t *c)
     if (c->handles > 0 || c->owed > 0)
         return;
     rl_buf_free(&c->out);
+    rls_tls_conn_free(c->tls);
     free(c);
     m->live--;
     maybe_free(m);
@@ -158,10 +174,141 @@ static void conn_close(mconn_t *c)
     uv_close((uv_handle_t *)&c->timer, on_handle_closed);
 }
 
+/* ------------------------------------------------------------------------ */
+/* HTTPS */
+
+/* One write of what the TLS layer said by itself (its handshake, an
+ * alert, a session ticket), apart from the responses: its own memory,
+ * freed by its callback, which touches nothing else (it may come after
+ * the connection closed). libuv writes in the order asked, and each
+ * write takes all the ciphertext there is, so records stay in order. */
+typedef struct tls_write_s {
+    uv_write_t req;
+    rl_buf_t buf;
+} tls_write_t;
+
+static void on_tls_write(uv_write_t *req, int status)
+{
+    tls_write_t *w = req->data;
+
+    (void)status; /* a failed write fails the reads too */
+    rl_buf_free(&w->buf);
+    free(w);
+}
+
+/* Sends what the TLS layer has to say. Returns 0, or -1 when the
+ * connection must close. */
+static int tls_flush(mconn_t *c)
+{
+    tls_write_t *w;
+    uv_buf_t b;
+
+    if (rls_tls_conn_pending(c->tls) == 0)
+        return 0;
+    if ((w = calloc(1, sizeof(*w))) == NULL)
+        return -1;
+    w->req.data = w;
+    rl_buf_init(&w->buf, RLS_HTTP_OUT_MAX);
+    if (rls_tls_conn_take(c->tls, &w->buf) != 0)
+        goto fail;
+    b = uv_buf_init((char *)rl_buf_rptr(&w->buf),
+                    (unsigned)rl_buf_len(&w->buf));
+    if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_tls_write) != 0)
+        goto fail;
+    return 0;
+fail:
+    rl_buf_free(&w->buf);
+    free(w);
+    return -1;
+}
+
+/* The handshake failed (or the client went, or its deadline passed):
+ * counted, logged within the rate cap, the client told what it can be
+ * told (TLS's alert; a plaintext HTTP request, a 400 saying this port
+ * speaks HTTPS), and closed. */
+static void tls_failed(mconn_t *c, const uint8_t *p, size_t n)
+{
+    static const char plain[] = "HTTP/1.1 400 Bad Request\r\n"
+                                "Content-Type: text/plain; charset=utf-8\r\n"
+                                "Content-Length: 23\r\n"
+                                "Connection: close\r\n"
+                                "\r\n"
+                                "this port speaks HTTPS\n";
+    rls_http_server_t *m = c->m;
+    rl_buf_t alert;
+    uv_buf_t b;
+
+    rls_tls_count_failure(&m->tls_stats, m->name, c->tls, c->peer,
+                          uv_now(m->loop));
+    if (rls_tls_conn_reason(c->tls) == RLS_TLS_NOT_TLS && n > 0 &&
+        p[0] >= 'A' && p[0] <= 'Z') {
+        b = uv_buf_init((char *)plain, sizeof(plain) - 1);
+        uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+    }
+    rl_buf_init(&alert, 4096);
+    if (rls_tls_conn_take(c->tls, &alert) == 0 && rl_buf_len(&alert) > 0) {
+        b = uv_buf_init((char *)rl_buf_rptr(&alert),
+                        (unsigned)rl_buf_len(&alert));
+        uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+    }
+    rl_buf_free(&alert);
+    conn_close(c);
+}
+
+/* Moves the plaintext the TLS layer holds into in[], as much as fits.
+ * Returns the bytes moved, or -1 when the connection was closed (the
+ * client's close_notify, a broken record). */
+static ssize_t tls_pull(mconn_t *c)
+{
+    size_t got = 0;
+    int n;
+
+    while (c->in_len + got < sizeof(c->in)) {
+        n = rls_tls_conn_read(c->tls, (uint8_t *)c->in + c->in_len + got,
+                              sizeof(c->in) - c->in_len - got);
+        if (n == 0)
+            break;
+        if (n < 0) {
+            conn_close(c);
+            return -1;
+        }
+        got += (size_t)n;
+    }
+    if (tls_flush(c) != 0) {
+        conn_close(c);
+        return -1;
+    }
+    return (ssize_t)got;
+}
+
+/* Feeds what was read to the TLS layer and answers its handshake.
+ * Returns the plaintext put at in + in_len (not yet counted in in_len),
+ * or -1 when the connection was closed. */
+static ssize_t tls_in(mconn_t *c, const uint8_t *p, size_t n)
+{
+    int was = rls_tls_conn_ready(c->tls);
+
+    if (rls_tls_conn_feed(c->tls, p, n) != 0) {
+        tls_failed(c, p, n);
+        return -1;
+    }
+    if (!was && rls_tls_conn_ready(c->tls))
+        c->m->tls_stats.ok++;
+    return tls_pull(c);
+}
+
 static void on_timeout(uv_timer_t *t)
 {
     mconn_t *c = t->data;
 
+    if (c->tls != NULL && !rls_tls_conn_ready(c->tls) && !c->closing) {
+        rls_tls_conn_fail(c->tls, RLS_TLS_TIMEOUT,
+                          "TLS handshake: not done within the header "
+                          "deadline");
+        c->m->stats.timed_out++;
+        tls_failed(c, NULL, 0);
+        return;
+    }
     if (!c->lingering) {
         c->m->stats.timed_out++;
         RLS_DEBUG("http connection past its deadline; closing",
@@ -175,6 +322,14 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
     mconn_t *c = h->data;
 
     (void)hint;
+    if (c->tls != NULL) {
+        rls_http_server_t *m = c->m;
+        if (m->cbuf == NULL)
+            m->cbuf = malloc(CBUF);
+        buf->base = (char *)m->cbuf;
+        buf->len = m->cbuf != NULL ? CBUF : 0;
+        return;
+    }
     if (c->lingering)
         c->in_len = 0; /* input after the last response is discarded */
     /* A full buffer holds an oversized head, which was answered 400 before
@@ -188,16 +343,39 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     mconn_t *c = st->data;
     int parse;
 
-    (void)buf;
     if (nread == 0)
         return; /* EAGAIN */
     if (nread < 0) {
+        if (c->tls != NULL && !rls_tls_conn_ready(c->tls) && !c->closing) {
+            rls_tls_conn_fail(c->tls, RLS_TLS_CLOSED,
+                              "TLS handshake: the client closed the "
+                              "connection midway");
+            tls_failed(c, NULL, 0);
+            return;
+        }
         /* The client is gone or done; nothing more can be answered. */
         conn_close(c);
         return;
     }
     if (c->lingering)
         return;
+    if (c->tls != NULL &&
+        ((nread = tls_in(c, (const uint8_t *)buf->base, (size_t)nread)) <= 0))
+        return; /* closed, or no plaintext yet */
+    if (c->tls == NULL && c->in_len == 0 && !c->served &&
+        rls_tls_is_hello((const uint8_t *)c->in, (size_t)nread)) {
+        /* A TLS client on a plaintext port: told in TLS, and said. */
+        uv_buf_t b = uv_buf_init((char *)rls_tls_plain_alert,
+                                 sizeof(rls_tls_plain_alert));
+        char peer[48];
+        rls_peer_name(&c->tcp, peer, sizeof(peer));
+        rls_tls_count_plain(&c->m->plain_tls,
+                            c->m->name != NULL ? c->m->name : "http", peer,
+                            uv_now(c->m->loop));
+        uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+        conn_close(c);
+        return;
+    }
     if (c->in_len == 0 && c->served) {
         /* The first byte of a kept-alive connection's next request: its
          * head now has the header deadline rather than the idle limit. */
@@ -255,9 +433,17 @@ static void on_write(uv_write_t *req, int status)
     if (c->close_after) {
         /* Half-close, then drain what the client still sends until it
          * closes too: closing with unread input would send a reset, which
-         * can destroy the response before the client reads it. */
+         * can destroy the response before the client reads it. Under TLS
+         * the close_notify goes first. */
         c->lingering = 1;
         c->in_len = 0;
+        if (c->tls != NULL) {
+            rls_tls_conn_shutdown(c->tls);
+            if (tls_flush(c) != 0) {
+                conn_close(c);
+                return;
+            }
+        }
         if (uv_shutdown(&c->sreq, (uv_stream_t *)&c->tcp, on_shutdown) != 0) {
             conn_close(c);
             return;
@@ -271,6 +457,14 @@ static void on_write(uv_write_t *req, int status)
      * the header deadline if it has (pipelined bytes are buffered). */
     c->served = 1;
     c->since = uv_now(m->loop);
+    /* Under TLS, pipelined requests may wait in the TLS layer, with no
+     * read to come and bring them. */
+    if (c->tls != NULL) {
+        ssize_t got = tls_pull(c);
+        if (got < 0)
+            return;
+        c->in_len += (size_t)got;
+    }
     uv_timer_start(&c->timer, on_timeout,
                    c->in_len > 0 ? head_limit(m) : m->idle_ms, 0);
     conn_serve(c, c->in_len > 0);
@@ -356,6 +550,17 @@ static void start_write(mconn_t *c)
 {
     uv_buf_t b;
 
+    /* Under TLS the response is sealed in place: once written to the TLS
+     * layer the plaintext is no longer needed. */
+    if (c->tls != NULL) {
+        int rc = rls_tls_conn_write(c->tls, rl_buf_rptr(&c->out),
+                                    rl_buf_len(&c->out));
+        rl_buf_reset(&c->out);
+        if (rc != 0 || rls_tls_conn_take(c->tls, &c->out) != 0) {
+            conn_close(c);
+            return;
+        }
+    }
     b = uv_buf_init((char *)rl_buf_rptr(&c->out),
                     (unsigned)rl_buf_len(&c->out));
     uv_timer_start(&c->timer, on_timeout, c->m->idle_ms, 0);
@@ -548,10 +753,14 @@ static void accept_one(rls_http_server_t *m)
         m->nconns++;
         rls_list_push(&m->conns, &c->node);
         if (uv_accept((uv_stream_t *)&m->listener, (uv_stream_t *)&c->tcp) !=
-            0) {
+                0 ||
+            (m->tls != NULL &&
+             (c->tls = rls_tls_conn_new(m->tls, "http/1.1")) == NULL)) {
             conn_close(c);
             return;
         }
+        if (c->tls != NULL)
+            rls_peer_name(&c->tcp, c->peer, sizeof(c->peer));
         uv_tcp_nodelay(&c->tcp, 1);
         m->stats.accepted++;
         uv_timer_start(&c->timer, on_timeout, head_limit(m), 0);
@@ -571,8 +780,10 @@ static void accept_one(rls_http_server_t *m)
         RLS_DEBUG("http connection refused", " open=%u max=%u", m->nconns,
                   m->max_conns);
         m->stats.refused++;
+        /* Under TLS no plaintext answer can be read: closed at once. */
         b = uv_buf_init((char *)busy, sizeof(busy) - 1);
-        uv_try_write((uv_stream_t *)&m->spare, &b, 1);
+        if (m->tls == NULL)
+            uv_try_write((uv_stream_t *)&m->spare, &b, 1);
     }
     uv_close((uv_handle_t *)&m->spare, on_spare_closed);
 }
@@ -734,4 +945,21 @@ int rls_http_slot_status(unsigned slot)
 {
     return slot < sizeof(statuses) / sizeof(statuses[0]) ? statuses[slot]
                                                           : 0;
+}
+
+void rls_http_server_set_tls(rls_http_server_t *h, rls_tls_t *tls,
+                             const char *name)
+{
+    h->tls = tls;
+    h->name = name;
+}
+
+const rls_tls_stats_t *rls_http_server_tls_stats(const rls_http_server_t *h)
+{
+    return h->tls != NULL ? &h->tls_stats : NULL;
+}
+
+const rls_tls_plain_t *rls_http_server_plain_stats(const rls_http_server_t *h)
+{
+    return h->tls == NULL ? &h->plain_tls : NULL;
 }

@@ -11,6 +11,7 @@
 #include <uv.h>
 
 #include "net/http.h"
+#include "net/tls.h"
 
 /* Idle limit of a kept-alive connection: the next request must start
  * within this long of the previous response, and a response must be taken
@@ -135,6 +136,20 @@ void rls_http_server_set_limits(rls_http_server_t *h, uint64_t idle_ms,
 
 /* Overrides RLS_HTTP_HEAD_MS (tests). NULL is ignored. */
 void rls_http_server_set_head_ms(rls_http_server_t *h, uint64_t head_ms);
+
+/* HTTPS from now on (set right after start, before any connection):
+ * every connection speaks TLS under tls (NULL: plaintext; it outlives
+ * the listener's connections' start) with ALPN http/1.1; name ("http",
+ * "metrics", a static string) labels its log lines either way. The handshake
+ * must be done within the header deadline. */
+void rls_http_server_set_tls(rls_http_server_t *h, rls_tls_t *tls,
+                             const char *name);
+
+/* Its TLS clients while it speaks no TLS, or NULL when it does. */
+const rls_tls_plain_t *rls_http_server_plain_stats(const rls_http_server_t *h);
+
+/* Its handshakes, or NULL when it speaks no TLS. */
+const rls_tls_stats_t *rls_http_server_tls_stats(const rls_http_server_t *h);
 
 /* The listener's counters, owned by h and valid until it is closed. */
 const rls_http_stats_t *rls_http_server_stats(const rls_http_server_t *h);

@@ -42,3 +42,18 @@ int rls_listen_port(const uv_tcp_t *tcp)
         return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
     return UV_EAFNOSUPPORT;
 }
+
+void rls_peer_name(const uv_tcp_t *tcp, char *out, size_t outlen)
+{
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    char ip[64] = "?";
+
+    if (uv_tcp_getpeername(tcp, (struct sockaddr *)&ss, &len) == 0) {
+        if (ss.ss_family == AF_INET6)
+            uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
+        else
+            uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
+    }
+    snprintf(out, outlen, "%s", ip);
+}

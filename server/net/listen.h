@@ -14,4 +14,8 @@ int rls_listen(uv_tcp_t *tcp, const char *host, int port, int backlog,
  * asked for port 0), or a negative libuv error. */
 int rls_listen_port(const uv_tcp_t *tcp);
 
+/* The address of tcp's peer ("10.0.0.7"), or "?" when it has none any
+ * more, for a log line about an accepted connection. */
+void rls_peer_name(const uv_tcp_t *tcp, char *out, size_t outlen);
+
 #endif

@@ -397,7 +397,6 @@ static void test_bad_requests(void **state)
         BAD("GET /metrics HTTP/1.1\r\nno colon here\r\n\r\n"),
         BAD("GET /metrics HTTP/1.1\r\nHost: a\0b\r\n\r\n"),
         BAD("GET /metrics HTTP/3.0\r\n\r\n"),
-        BAD("\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03"),
         BAD("GET /metrics HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"),
         BAD("GET /metrics HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc"),
     };
@@ -435,9 +434,36 @@ static void test_bad_requests(void **state)
     assert_true(closed_within(fd, 3000));
     close(fd);
 
+    /* A TLS ClientHello on this plaintext port: a TLS alert record
+     * (fatal handshake_failure), which its TLS stack can read, and close;
+     * counted apart. */
+    {
+        static const char hello[] = "\x16\x03\x01\x00\xa5\x01\x00\x00"
+                                    "\xa1\x03\x03";
+        char got[64];
+        size_t n = 0;
+        ssize_t k;
+        struct timeval tv = {3, 0};
+
+        fd = dial(f->mport);
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        assert_int_equal(rlt_send_all(fd, hello, sizeof(hello) - 1), RL_OK);
+        while (n < sizeof(got) &&
+               (k = recv(fd, got + n, sizeof(got) - n, 0)) > 0)
+            n += (size_t)k;
+        assert_int_equal(n, 7);
+        assert_memory_equal(got, "\x15\x03\x03\x00\x02\x02\x28", 7);
+        close(fd);
+    }
+
     /* The listener is still fine. */
     get(f->mport, "/healthz", &r);
     assert_int_equal(r.status, 200);
+    get(f->mport, "/metrics", &r);
+    assert_int_equal(r.status, 200);
+    assert_non_null(
+        strstr(r.body, "rl_tls_on_plaintext_port_total{listener=\"metrics\"} "
+                       "1\n"));
     inproc_stop(f);
 }
 

@@ -1,0 +1,635 @@
+/* TLS on our own listeners: see tls.h.
+ *
+ * The SSL object reads from one memory BIO (what the caller fed) and
+ * writes to another (what the caller takes), so the layer does no I/O
+ * and never blocks. Every SSL call starts from an empty error queue, as
+ * SSL_get_error requires, and leaves it empty. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+#include "log.h"
+#include "net/tls.h"
+#include "prom.h"
+#include "rl_error.h"
+
+struct rls_tls_s {
+    SSL_CTX *ctx;  /* in force for new connections */
+    SSL_CTX *next; /* prepared by a reload, not yet in force */
+    char *cert_file, *key_file, *ca_file;
+};
+
+struct rls_tls_conn_s {
+    SSL *ssl;
+    BIO *in;  /* ciphertext fed; the SSL object owns both BIOs */
+    BIO *out; /* ciphertext to send */
+    const char *alpn;
+    uint64_t fed; /* bytes fed so far */
+    unsigned ready : 1;
+    unsigned no_alpn : 1; /* our ALPN callback refused the client's list */
+    rls_tls_reason_t reason;
+    char why[RLS_TLS_WHY_MAX];
+};
+
+static const char *const labels[RLS_TLS_NREASONS] = {
+    "ok",
+    "not_tls",
+    "protocol_version",
+    "no_client_certificate",
+    "bad_certificate",
+    "no_alpn",
+    "peer_alert",
+    "closed",
+    "handshake_timeout",
+    "other",
+};
+
+const char *rls_tls_reason_label(rls_tls_reason_t r)
+{
+    return (unsigned)r < RLS_TLS_NREASONS ? labels[r] : "other";
+}
+
+/* ---- configuration ------------------------------------------------------*/
+
+/* A key file protected by a passphrase fails to load instead of OpenSSL
+ * prompting on the terminal of a daemon. */
+static int no_passphrase(char *buf, int size, int rwflag, void *u)
+{
+    (void)buf;
+    (void)size;
+    (void)rwflag;
+    (void)u;
+    return 0;
+}
+
+/* OpenSSL's reason for the last failure, or dflt. */
+static const char *ossl_reason(const char *dflt)
+{
+    unsigned long e = ERR_peek_last_error();
+    const char *r = e != 0 ? ERR_reason_error_string(e) : NULL;
+
+    return r != NULL ? r : dflt;
+}
+
+static int readable(const char *flag, const char *path, char *err,
+                    size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+
+    if (f == NULL) {
+        snprintf(err, errlen, "%s: cannot read '%s': %s", flag, path,
+                 strerror(errno));
+        return RL_EINVAL;
+    }
+    fclose(f);
+    return 0;
+}
+
+/* The ALPN selection: the connection's one protocol, if the client
+ * offers it; a client that offers others only is refused with the
+ * no_application_protocol alert rather than served a protocol it did
+ * not ask for. */
+static int on_alpn(SSL *ssl, const unsigned char **out, unsigned char *outlen,
+                   const unsigned char *in, unsigned int inlen, void *arg)
+{
+    rls_tls_conn_t *c = SSL_get_app_data(ssl);
+    size_t want = strlen(c->alpn);
+    unsigned int i = 0;
+
+    (void)arg;
+    while (i < inlen) {
+        unsigned int n = in[i];
+        if (n > inlen - i - 1)
+            break;
+        if (n == want && memcmp(in + i + 1, c->alpn, n) == 0) {
+            *out = in + i + 1;
+            *outlen = (unsigned char)n;
+            return SSL_TLSEXT_ERR_OK;
+        }
+        i += 1 + n;
+    }
+    c->no_alpn = 1;
+    return SSL_TLSEXT_ERR_ALERT_FATAL;
+}
+
+/* A new SSL_CTX from t's files. Returns 0 with *out, or RL_EINVAL /
+ * RL_ENOMEM with err. */
+static int build_ctx(const rls_tls_t *t, SSL_CTX **out, char *err,
+                     size_t errlen)
+{
+    static const unsigned char sid[] = "rl-server";
+    SSL_CTX *ctx;
+    STACK_OF(X509_NAME) * names;
+    int rc = RL_EINVAL;
+
+    *out = NULL;
+    ERR_clear_error();
+    if ((ctx = SSL_CTX_new(TLS_server_method())) == NULL) {
+        snprintf(err, errlen, "TLS: out of memory");
+        return RL_ENOMEM;
+    }
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    /* An idle connection gives its record buffers back. */
+    SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
+    SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION |
+                                 SSL_OP_CIPHER_SERVER_PREFERENCE);
+    SSL_CTX_set_default_passwd_cb(ctx, no_passphrase);
+    SSL_CTX_set_alpn_select_cb(ctx, on_alpn, NULL);
+    /* Resumed sessions must be of this server (and, with a client CA,
+     * were verified by it). */
+    SSL_CTX_set_session_id_context(ctx, sid, sizeof(sid) - 1);
+    if (readable("--tls-cert", t->cert_file, err, errlen) != 0 ||
+        readable("--tls-key", t->key_file, err, errlen) != 0)
+        goto fail;
+    /* The key first: a certificate loaded after a key it does not match
+     * drops the key, which the check below then reports. The reason
+     * only: never anything of the key itself. */
+    if (SSL_CTX_use_PrivateKey_file(ctx, t->key_file, SSL_FILETYPE_PEM) != 1) {
+        snprintf(err, errlen,
+                 "--tls-key: no usable private key in '%s' (PEM, without a "
+                 "passphrase): %s",
+                 t->key_file, ossl_reason("not PEM"));
+        goto fail;
+    }
+    if (SSL_CTX_use_certificate_chain_file(ctx, t->cert_file) != 1) {
+        snprintf(err, errlen, "--tls-cert: no certificate in '%s': %s",
+                 t->cert_file, ossl_reason("not PEM"));
+        goto fail;
+    }
+    if (SSL_CTX_check_private_key(ctx) != 1) {
+        snprintf(err, errlen,
+                 "--tls-key: '%s' does not match the certificate in '%s'",
+                 t->key_file, t->cert_file);
+        goto fail;
+    }
+    if (t->ca_file != NULL) {
+        if (readable("--tls-client-ca", t->ca_file, err, errlen) != 0)
+            goto fail;
+        if (SSL_CTX_load_verify_locations(ctx, t->ca_file, NULL) != 1 ||
+            (names = SSL_load_client_CA_file(t->ca_file)) == NULL) {
+            snprintf(err, errlen,
+                     "--tls-client-ca: no certificate loaded from '%s': %s",
+                     t->ca_file, ossl_reason("not PEM"));
+            goto fail;
+        }
+        SSL_CTX_set_client_CA_list(ctx, names);
+        SSL_CTX_set_verify(
+            ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
+    }
+    ERR_clear_error();
+    *out = ctx;
+    return 0;
+fail:
+    ERR_clear_error();
+    SSL_CTX_free(ctx);
+    return rc;
+}
+
+int rls_tls_new(const rls_tls_opts_t *o, rls_tls_t **out, char *err,
+                size_t errlen)
+{
+    rls_tls_t *t = calloc(1, sizeof(*t));
+    int rc;
+
+    *out = NULL;
+    if (o->cert_file == NULL || o->key_file == NULL) {
+        free(t);
+        snprintf(err, errlen, "--tls-cert and --tls-key go together");
+        return RL_EINVAL;
+    }
+    if (t == NULL || (t->cert_file = strdup(o->cert_file)) == NULL ||
+        (t->key_file = strdup(o->key_file)) == NULL ||
+        (o->ca_file != NULL && (t->ca_file = strdup(o->ca_file)) == NULL)) {
+        rls_tls_free(t);
+        snprintf(err, errlen, "TLS: out of memory");
+        return RL_ENOMEM;
+    }
+    if ((rc = build_ctx(t, &t->ctx, err, errlen)) != 0) {
+        rls_tls_free(t);
+        return rc;
+    }
+    *out = t;
+    return 0;
+}
+
+int rls_tls_prepare(rls_tls_t *t, char *err, size_t errlen)
+{
+    rls_tls_discard(t);
+    return build_ctx(t, &t->next, err, errlen);
+}
+
+void rls_tls_commit(rls_tls_t *t)
+{
+    if (t->next == NULL)
+        return;
+    /* Connections made under the old one hold references of their own:
+     * it goes with the last of them. */
+    SSL_CTX_free(t->ctx);
+    t->ctx = t->next;
+    t->next = NULL;
+}
+
+void rls_tls_discard(rls_tls_t *t)
+{
+    SSL_CTX_free(t->next);
+    t->next = NULL;
+}
+
+int rls_tls_reload(rls_tls_t *t, char *err, size_t errlen)
+{
+    int rc;
+
+    if ((rc = rls_tls_prepare(t, err, errlen)) != 0)
+        return rc;
+    rls_tls_commit(t);
+    return 0;
+}
+
+const char *rls_tls_file(const rls_tls_t *t, int which)
+{
+    return which == 0 ? t->cert_file : which == 1 ? t->key_file : t->ca_file;
+}
+
+void rls_tls_describe(const rls_tls_t *t, char *out, size_t outlen)
+{
+    X509 *x = SSL_CTX_get0_certificate(t->ctx);
+    char subject[128] = "?", until[64] = "?";
+    BIO *m;
+    int n;
+
+    if (x != NULL) {
+        X509_NAME_oneline(X509_get_subject_name(x), subject,
+                          (int)sizeof(subject));
+        if ((m = BIO_new(BIO_s_mem())) != NULL) {
+            if (ASN1_TIME_print(m, X509_get0_notAfter(x)) == 1 &&
+                (n = BIO_read(m, until, (int)sizeof(until) - 1)) > 0)
+                until[n] = '\0';
+            BIO_free(m);
+        }
+    }
+    ERR_clear_error();
+    snprintf(out, outlen, "subject=\"%s\" not_after=\"%s\"", subject, until);
+}
+
+void rls_tls_free(rls_tls_t *t)
+{
+    if (t == NULL)
+        return;
+    SSL_CTX_free(t->ctx);
+    SSL_CTX_free(t->next);
+    free(t->cert_file);
+    free(t->key_file);
+    free(t->ca_file);
+    free(t);
+}
+
+/* ---- connections --------------------------------------------------------*/
+
+rls_tls_conn_t *rls_tls_conn_new(rls_tls_t *t, const char *alpn)
+{
+    rls_tls_conn_t *c = calloc(1, sizeof(*c));
+
+    if (c == NULL)
+        return NULL;
+    c->alpn = alpn;
+    if ((c->ssl = SSL_new(t->ctx)) == NULL ||
+        (c->in = BIO_new(BIO_s_mem())) == NULL ||
+        (c->out = BIO_new(BIO_s_mem())) == NULL) {
+        BIO_free(c->in);
+        SSL_free(c->ssl);
+        free(c);
+        ERR_clear_error();
+        return NULL;
+    }
+    /* An empty input is "more to come", not end of file. */
+    BIO_set_mem_eof_return(c->in, -1);
+    BIO_set_mem_eof_return(c->out, -1);
+    SSL_set_bio(c->ssl, c->in, c->out);
+    SSL_set_app_data(c->ssl, c);
+    SSL_set_accept_state(c->ssl);
+    return c;
+}
+
+void rls_tls_conn_free(rls_tls_conn_t *c)
+{
+    if (c == NULL)
+        return;
+    SSL_free(c->ssl); /* and both BIOs, and its reference to the SSL_CTX */
+    free(c);
+}
+
+void rls_tls_conn_fail(rls_tls_conn_t *c, rls_tls_reason_t r, const char *why)
+{
+    if (c->reason != RLS_TLS_OK)
+        return;
+    c->reason = r;
+    snprintf(c->why, sizeof(c->why), "%s", why);
+}
+
+/* Records why the SSL call that returned ret failed, with a label for
+ * the metrics. The verification result comes first during a handshake:
+ * it says what the error queue only calls "certificate verify failed". */
+static int ssl_failed(rls_tls_conn_t *c, int ret, const char *during)
+{
+    unsigned long e = ERR_peek_last_error();
+    int lib = ERR_GET_LIB(e), r = ERR_GET_REASON(e);
+    int kind = SSL_get_error(c->ssl, ret);
+    long v = SSL_get_verify_result(c->ssl);
+    rls_tls_reason_t reason = RLS_TLS_OTHER;
+
+    if (c->no_alpn) {
+        reason = RLS_TLS_NO_ALPN;
+        snprintf(c->why, sizeof(c->why),
+                 "TLS %s: the client's ALPN list lacks \"%s\"", during,
+                 c->alpn);
+    } else if (!c->ready && v != X509_V_OK) {
+        reason = RLS_TLS_BAD_CERT;
+        snprintf(c->why, sizeof(c->why),
+                 "TLS %s: client certificate refused: %s", during,
+                 X509_verify_cert_error_string(v));
+    } else {
+        if (lib == ERR_LIB_SSL) {
+            if (r == SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE)
+                reason = RLS_TLS_NO_CLIENT_CERT;
+            else if (r == SSL_R_CERTIFICATE_VERIFY_FAILED)
+                reason = RLS_TLS_BAD_CERT;
+            else if (r == SSL_R_UNSUPPORTED_PROTOCOL ||
+                     r == SSL_R_VERSION_TOO_LOW ||
+                     r == SSL_R_NO_PROTOCOLS_AVAILABLE)
+                reason = RLS_TLS_PROTOCOL_VERSION;
+            else if (r == SSL_R_HTTP_REQUEST || r == SSL_R_HTTPS_PROXY_REQUEST)
+                reason = RLS_TLS_NOT_TLS;
+            else if (r == SSL_R_NO_APPLICATION_PROTOCOL)
+                reason = RLS_TLS_NO_ALPN;
+            else if (r >= SSL_AD_REASON_OFFSET &&
+                     r < SSL_AD_REASON_OFFSET + 256)
+                reason = RLS_TLS_PEER_ALERT;
+        }
+        if (kind == SSL_ERROR_SSL || e != 0)
+            snprintf(c->why, sizeof(c->why), "TLS %s: %s", during,
+                     ossl_reason("protocol error"));
+        else
+            snprintf(c->why, sizeof(c->why), "TLS %s: error %d", during, kind);
+    }
+    if (c->ready && reason != RLS_TLS_PEER_ALERT)
+        reason = RLS_TLS_OTHER;
+    if (c->reason == RLS_TLS_OK)
+        c->reason = reason;
+    ERR_clear_error();
+    return RL_EIO;
+}
+
+/* A TLS connection begins with a handshake record (22) from the client;
+ * anything else in the first byte is another protocol: an HTTP request,
+ * an h2c preface, the native protocol's frames. Said plainly rather than
+ * as OpenSSL's "wrong version number". */
+static int not_tls(rls_tls_conn_t *c, uint8_t first)
+{
+    c->reason = RLS_TLS_NOT_TLS;
+    snprintf(c->why, sizeof(c->why),
+             "TLS handshake: the client does not speak TLS (first byte "
+             "0x%02x%s)",
+             first, first >= 'A' && first <= 'Z' ? ": plaintext HTTP?" : "");
+    return RL_EIO;
+}
+
+int rls_tls_conn_feed(rls_tls_conn_t *c, const uint8_t *p, size_t n)
+{
+    int r;
+
+    if (c->reason != RLS_TLS_OK)
+        return RL_EIO;
+    if (n == 0)
+        return 0;
+    if (c->fed == 0 && p[0] != 0x16)
+        return not_tls(c, p[0]);
+    if (n > INT_MAX || BIO_write(c->in, p, (int)n) != (int)n) {
+        ERR_clear_error();
+        return RL_ENOMEM;
+    }
+    c->fed += n;
+    if (c->ready)
+        return 0;
+    ERR_clear_error();
+    r = SSL_do_handshake(c->ssl);
+    if (r == 1) {
+        c->ready = 1;
+        return 0;
+    }
+    if (SSL_get_error(c->ssl, r) == SSL_ERROR_WANT_READ) {
+        ERR_clear_error();
+        return 0;
+    }
+    return ssl_failed(c, r, "handshake");
+}
+
+int rls_tls_conn_read(rls_tls_conn_t *c, uint8_t *buf, size_t cap)
+{
+    int r, e;
+
+    if (!c->ready || c->reason != RLS_TLS_OK)
+        return c->reason != RLS_TLS_OK ? RL_EIO : 0;
+    ERR_clear_error();
+    r = SSL_read(c->ssl, buf, cap > INT_MAX ? INT_MAX : (int)cap);
+    if (r > 0)
+        return r;
+    e = SSL_get_error(c->ssl, r);
+    if (e == SSL_ERROR_WANT_READ) {
+        ERR_clear_error();
+        return 0;
+    }
+    if (e == SSL_ERROR_ZERO_RETURN) {
+        ERR_clear_error();
+        return RL_ECLOSED;
+    }
+    return ssl_failed(c, r, "read");
+}
+
+int rls_tls_conn_write(rls_tls_conn_t *c, const uint8_t *p, size_t n)
+{
+    size_t off = 0;
+    int r;
+
+    if (!c->ready || c->reason != RLS_TLS_OK)
+        return RL_EIO;
+    while (off < n) {
+        ERR_clear_error();
+        r = SSL_write(c->ssl, p + off,
+                      n - off > INT_MAX ? INT_MAX : (int)(n - off));
+        if (r <= 0) {
+            /* A memory BIO takes everything unless memory runs out. */
+            ERR_clear_error();
+            return RL_ENOMEM;
+        }
+        off += (size_t)r;
+    }
+    return 0;
+}
+
+void rls_tls_conn_shutdown(rls_tls_conn_t *c)
+{
+    if (c->ready && c->reason == RLS_TLS_OK) {
+        ERR_clear_error();
+        SSL_shutdown(c->ssl);
+        ERR_clear_error();
+    }
+}
+
+size_t rls_tls_conn_pending(const rls_tls_conn_t *c)
+{
+    return BIO_ctrl_pending(c->out);
+}
+
+int rls_tls_conn_take(rls_tls_conn_t *c, rl_buf_t *out)
+{
+    size_t n = BIO_ctrl_pending(c->out);
+    uint8_t *p;
+    int rc;
+
+    if (n == 0)
+        return 0;
+    if ((rc = rl_buf_reserve(out, n, &p)) != RL_OK)
+        return rc;
+    if (BIO_read(c->out, p, (int)n) != (int)n) {
+        ERR_clear_error();
+        return RL_EIO;
+    }
+    rl_buf_commit(out, n);
+    return 0;
+}
+
+int rls_tls_conn_ready(const rls_tls_conn_t *c)
+{
+    return c->ready;
+}
+
+const char *rls_tls_conn_alpn(const rls_tls_conn_t *c)
+{
+    static char none[] = "";
+    const unsigned char *p;
+    unsigned int n;
+
+    SSL_get0_alpn_selected(c->ssl, &p, &n);
+    /* Only ever the connection's own protocol: a static string. */
+    return n > 0 ? c->alpn : none;
+}
+
+rls_tls_reason_t rls_tls_conn_reason(const rls_tls_conn_t *c)
+{
+    return c->reason;
+}
+
+const char *rls_tls_conn_why(const rls_tls_conn_t *c)
+{
+    return c->why;
+}
+
+/* ---- counting -----------------------------------------------------------*/
+
+void rls_tls_count_failure(rls_tls_stats_t *st, const char *listener,
+                           const rls_tls_conn_t *c, const char *peer,
+                           uint64_t now_ms)
+{
+    rls_tls_reason_t r = c->reason;
+
+    if ((unsigned)r >= RLS_TLS_NREASONS || r == RLS_TLS_OK)
+        r = RLS_TLS_OTHER;
+    st->failed[r]++;
+    if (now_ms < st->log_next_ms[r]) {
+        st->not_logged[r]++;
+        return;
+    }
+    RLS_WARN("TLS handshake failed",
+             " listener=%s peer=%s reason=%s detail=\"%s\" not_logged=%llu",
+             listener, peer, labels[r], c->why,
+             (unsigned long long)st->not_logged[r]);
+    st->log_next_ms[r] = now_ms + 1000;
+    st->not_logged[r] = 0;
+}
+
+int rls_tls_metrics(rl_buf_t *out, const char *const *names,
+                    const rls_tls_stats_t *const *stats, size_t n)
+{
+    static const char fam[] = "rl_tls_handshakes_total";
+    size_t i;
+    int r, rc, any = 0;
+
+    for (i = 0; i < n; i++)
+        any |= stats[i] != NULL;
+    if (!any)
+        return 0;
+    if ((rc = rls_prom_family(out, fam, "counter",
+                              "TLS handshakes on our listeners, by "
+                              "listener and result (ok, or why they "
+                              "failed)")) != 0)
+        return rc;
+    for (i = 0; i < n; i++) {
+        if (stats[i] == NULL)
+            continue;
+        for (r = 0; r < RLS_TLS_NREASONS; r++)
+            if ((rc = rl_buf_printf(
+                     out, "%s{listener=\"%s\",result=\"%s\"} %llu\n", fam,
+                     names[i], labels[r],
+                     (unsigned long long)(r == RLS_TLS_OK
+                                              ? stats[i]->ok
+                                              : stats[i]->failed[r]))) != 0)
+                return rc;
+    }
+    return 0;
+}
+
+/* ---- TLS on a plaintext listener ----------------------------------------*/
+
+const uint8_t rls_tls_plain_alert[7] = {0x15, 0x03, 0x03, 0x00,
+                                        0x02, 0x02, 0x28};
+
+int rls_tls_is_hello(const uint8_t *p, size_t n)
+{
+    return n >= 3 && p[0] == 0x16 && p[1] == 0x03 && p[2] <= 0x04;
+}
+
+void rls_tls_count_plain(rls_tls_plain_t *st, const char *listener,
+                         const char *peer, uint64_t now_ms)
+{
+    st->count++;
+    if (now_ms < st->log_next_ms) {
+        st->not_logged++;
+        return;
+    }
+    RLS_WARN("TLS sent to a plaintext port; closed",
+             " listener=%s peer=%s not_logged=%llu", listener, peer,
+             (unsigned long long)st->not_logged);
+    st->log_next_ms = now_ms + 1000;
+    st->not_logged = 0;
+}
+
+int rls_tls_plain_metrics(rl_buf_t *out, const char *const *names,
+                          const rls_tls_plain_t *const *st, size_t n)
+{
+    static const char fam[] = "rl_tls_on_plaintext_port_total";
+    size_t i;
+    int rc, any = 0;
+
+    for (i = 0; i < n; i++)
+        any |= st[i] != NULL;
+    if (!any)
+        return 0;
+    if ((rc = rls_prom_family(out, fam, "counter",
+                              "Connections that opened with a TLS "
+                              "handshake on a plaintext listener "
+                              "(answered with an alert and closed)")) != 0)
+        return rc;
+    for (i = 0; i < n; i++)
+        if (st[i] != NULL &&
+            (rc = rl_buf_printf(out, "%s{listener=\"%s\"} %llu\n", fam,
+                                names[i], (unsigned long long)st[i]->count)) !=
+                0)
+            return rc;
+    return 0;
+}
