@@ -9,11 +9,13 @@
 #
 # Scenarios (CTest: rcluster_<name>, label `integration`):
 #   match     a scripted sequence of checks (rules with several windows,
-#             a gcra, a sliding-window-counter, inline limits, costs)
-#             decided through the cluster and through
+#             a gcra, a sliding-window-counter, a sliding window, inline
+#             limits, costs) decided through the cluster and through
 #             one Redis: the same answers, field by field (reset times
-#             aside); then the counters sit on all 3 masters, each with
-#             its TTL
+#             aside); then every algorithm under two cluster servers'
+#             concurrent load (rl-bench --fleet --audit): none over what
+#             its algorithm allows; then the counters sit on all 3
+#             masters, each with its TTL
 #   reshard   rl-bench --audit (uniform + hot key) while redis-cli --cluster
 #             reshard moves 1,000 slots: every request answered, none over
 #             its limit, MOVED/ASK counted
@@ -29,9 +31,6 @@
 #             and is decided under; a switch (global shadow) reaches the
 #             server, which polls it and reports in <prefix>instances
 #             through the cluster store's command routing
-#   algorithms  two servers, every algorithm (gcra, sliding-window-counter,
-#             staggered fixed windows, sliding window) under rl-bench
-#             --fleet --audit at once: none over what its algorithm allows
 #   tls       a cluster serving TLS only (tls-cluster, tls-replication;
 #             certificates made by openssl): rl-server with a rediss://
 #             seed decides exactly and audits clean under load, counters
@@ -239,16 +238,20 @@ rc_mid_minute_still() {
 }
 
 scenario_match() {
-    local single cluster p keys k ttl n
-    t_init 2
+    local single cluster p keys k ttl n a
+    t_init 3
     t_start_redis
     rc_start
     local rules=(--rule multi=5/60,6/3600 --rule 'g=3/1h:gcra:burst=4'
-        --rule 's=5/1h:sliding-window-counter' --rule 'l=7/1h:sliding-window')
+        --rule 's=5/1h:sliding-window-counter' --rule 'l=7/1h:sliding-window'
+        --rule 'ga=40/1s:gcra:burst=20' --rule 'sa=60/2s:sliding-window-counter'
+        --rule 'pa=30/2s:per-caller' --rule 'la=50/2s:sliding-window')
     t_start_server 1 "" "${rules[@]}"
     rc_server 2 "${rules[@]}"
+    rc_server 3 "${rules[@]}"
     t_await_proc rl-server-1 5000 "single-Redis server healthy" t_healthy 1
     t_await_proc rl-server-2 5000 "cluster server healthy" t_healthy 2
+    t_await_proc rl-server-3 5000 "second cluster server healthy" t_healthy 3
     # Both runs inside one minute window (edges are on the Unix epoch).
     t_await 15000 "not near a minute's edge" rc_mid_minute
     single=$(rc_sequence 1)
@@ -263,6 +266,32 @@ scenario_match() {
     diff "$T_DIR/single.txt" "$T_DIR/cluster.txt" >&2 ||
         t_fail "cluster answers differ from single Redis"
     t_log "same $n answers through the cluster and one Redis"
+
+    # Every algorithm exact under concurrency on the cluster: two servers
+    # (each its own batches to every master), a few hot keys, audited.
+    local both="127.0.0.1:$(t_server_port 2),127.0.0.1:$(t_server_port 3)"
+    t_bench_at "$both" alg_g --fleet --duration 2 --keys 6 --dist uniform \
+        --rule ga --algorithm gcra --limit 40 --window 1 --burst 20 \
+        --key-prefix g: --audit --timeout-ms 3000
+    t_bench_at "$both" alg_s --fleet --duration 2 --keys 6 --dist uniform \
+        --rule sa --algorithm sliding-window-counter --limit 60 --window 2 \
+        --key-prefix s: --audit --timeout-ms 3000
+    t_bench_at "$both" alg_p --fleet --duration 2 --keys 6 --dist uniform \
+        --rule pa --phase per-caller --limit 30 --window 2 --key-prefix p: \
+        --audit --timeout-ms 3000
+    t_bench_at "$both" alg_l --fleet --duration 3 --keys 6 --dist uniform \
+        --rule la --algorithm sliding-window --limit 50 --window 2 \
+        --key-prefix l: --audit --timeout-ms 3000
+    for a in alg_g alg_s alg_p alg_l; do
+        t_check "$a: rl-bench exited $(cat "$T_DIR/$a.rc")" \
+            [ "$(cat "$T_DIR/$a.rc")" = 0 ]
+        t_expect "$a" audit_over_limit -eq 0
+        t_expect "$a" errors -eq 0
+        t_expect "$a" denied -gt 0
+        t_log "$a: $(t_audit_line "$a")"
+    done
+    t_expect alg_g audit_admissions_checked -gt 100
+    t_expect alg_l audit_admissions_checked -gt 100
 
     # Counters on every master, each with a TTL.
     "$RL_BENCH_BIN" --server "127.0.0.1:$(t_server_port 2)" --no-progress \
@@ -557,52 +586,8 @@ scenario_tls() {
     rc_servers_exit_clean
 }
 
-# ---- algorithms -------------------------------------------------------------
-
-# Every algorithm exact under concurrency on the cluster: two rl-servers
-# (each its own batches to every master), a few hot keys per algorithm over
-# the masters, rl-bench --fleet --audit on both at once: no interval or
-# window over what its algorithm allows.
-scenario_algorithms() {
-    local a
-    t_init 2
-    rc_start
-    local rules=(--rule 'g=40/1s:gcra:burst=20'
-        --rule 's=60/2s:sliding-window-counter' --rule 'p=30/2s:per-caller'
-        --rule 'l=50/2s:sliding-window')
-    rc_server 1 "${rules[@]}"
-    rc_server 2 "${rules[@]}"
-    t_await_proc rl-server-1 5000 "server 1 healthy" t_healthy 1
-    t_await_proc rl-server-2 5000 "server 2 healthy" t_healthy 2
-    local both="127.0.0.1:$(t_server_port 1),127.0.0.1:$(t_server_port 2)"
-    t_bench_at "$both" alg_g --fleet --duration 3 --keys 6 --dist uniform \
-        --rule g --algorithm gcra --limit 40 --window 1 --burst 20 \
-        --key-prefix g: --audit --timeout-ms 3000
-    t_bench_at "$both" alg_s --fleet --duration 3 --keys 6 --dist uniform \
-        --rule s --algorithm sliding-window-counter --limit 60 --window 2 \
-        --key-prefix s: --audit --timeout-ms 3000
-    t_bench_at "$both" alg_p --fleet --duration 3 --keys 6 --dist uniform \
-        --rule p --phase per-caller --limit 30 --window 2 --key-prefix p: \
-        --audit --timeout-ms 3000
-    t_bench_at "$both" alg_l --fleet --duration 3 --keys 6 --dist uniform \
-        --rule l --algorithm sliding-window --limit 50 --window 2 \
-        --key-prefix l: --audit --timeout-ms 3000
-    for a in alg_g alg_s alg_p alg_l; do
-        t_check "$a: rl-bench exited $(cat "$T_DIR/$a.rc")" \
-            [ "$(cat "$T_DIR/$a.rc")" = 0 ]
-        t_expect "$a" audit_over_limit -eq 0
-        t_expect "$a" errors -eq 0
-        t_expect "$a" denied -gt 0
-        t_log "$a: $(t_audit_line "$a")"
-    done
-    t_expect alg_g audit_admissions_checked -gt 100
-    t_expect alg_l audit_admissions_checked -gt 100
-    rc_servers_exit_clean
-}
-
 case $SCENARIO in
-match | reshard | failover | hang | password | ctl | tls | algorithms)
-    "scenario_$SCENARIO" ;;
+match | reshard | failover | hang | password | ctl | tls) "scenario_$SCENARIO" ;;
 *)
     echo "unknown scenario '$SCENARIO'" >&2
     exit 2
