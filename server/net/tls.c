@@ -4,7 +4,6 @@
  * writes to another (what the caller takes), so the layer does no I/O
  * and never blocks. Every SSL call starts from an empty error queue, as
  * SSL_get_error requires, and leaves it empty. */
-#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +15,7 @@
 
 #include "log.h"
 #include "net/tls.h"
+#include "ossl.h"
 #include "prom.h"
 #include "rl_error.h"
 
@@ -56,40 +56,6 @@ const char *rls_tls_reason_label(rls_tls_reason_t r)
 }
 
 /* ---- configuration ------------------------------------------------------*/
-
-/* A key file protected by a passphrase fails to load instead of OpenSSL
- * prompting on the terminal of a daemon. */
-static int no_passphrase(char *buf, int size, int rwflag, void *u)
-{
-    (void)buf;
-    (void)size;
-    (void)rwflag;
-    (void)u;
-    return 0;
-}
-
-/* OpenSSL's reason for the last failure, or dflt. */
-static const char *ossl_reason(const char *dflt)
-{
-    unsigned long e = ERR_peek_last_error();
-    const char *r = e != 0 ? ERR_reason_error_string(e) : NULL;
-
-    return r != NULL ? r : dflt;
-}
-
-static int readable(const char *flag, const char *path, char *err,
-                    size_t errlen)
-{
-    FILE *f = fopen(path, "r");
-
-    if (f == NULL) {
-        snprintf(err, errlen, "%s: cannot read '%s': %s", flag, path,
-                 strerror(errno));
-        return RL_EINVAL;
-    }
-    fclose(f);
-    return 0;
-}
 
 /* The ALPN selection: the connection's one protocol, if the client
  * offers it; a client that offers others only is refused with the
@@ -139,13 +105,13 @@ static int build_ctx(const rls_tls_t *t, SSL_CTX **out, char *err,
     SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
     SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION |
                                  SSL_OP_CIPHER_SERVER_PREFERENCE);
-    SSL_CTX_set_default_passwd_cb(ctx, no_passphrase);
+    SSL_CTX_set_default_passwd_cb(ctx, rls_ossl_no_passphrase);
     SSL_CTX_set_alpn_select_cb(ctx, on_alpn, NULL);
     /* Resumed sessions must be of this server (and, with a client CA,
      * were verified by it). */
     SSL_CTX_set_session_id_context(ctx, sid, sizeof(sid) - 1);
-    if (readable("--tls-cert", t->cert_file, err, errlen) != 0 ||
-        readable("--tls-key", t->key_file, err, errlen) != 0)
+    if (rls_ossl_readable("--tls-cert", t->cert_file, err, errlen) != 0 ||
+        rls_ossl_readable("--tls-key", t->key_file, err, errlen) != 0)
         goto fail;
     /* The key first: a certificate loaded after a key it does not match
      * drops the key, which the check below then reports. The reason
@@ -154,12 +120,12 @@ static int build_ctx(const rls_tls_t *t, SSL_CTX **out, char *err,
         snprintf(err, errlen,
                  "--tls-key: no usable private key in '%s' (PEM, without a "
                  "passphrase): %s",
-                 t->key_file, ossl_reason("not PEM"));
+                 t->key_file, rls_ossl_reason("not PEM"));
         goto fail;
     }
     if (SSL_CTX_use_certificate_chain_file(ctx, t->cert_file) != 1) {
         snprintf(err, errlen, "--tls-cert: no certificate in '%s': %s",
-                 t->cert_file, ossl_reason("not PEM"));
+                 t->cert_file, rls_ossl_reason("not PEM"));
         goto fail;
     }
     if (SSL_CTX_check_private_key(ctx) != 1) {
@@ -169,13 +135,13 @@ static int build_ctx(const rls_tls_t *t, SSL_CTX **out, char *err,
         goto fail;
     }
     if (t->ca_file != NULL) {
-        if (readable("--tls-client-ca", t->ca_file, err, errlen) != 0)
+        if (rls_ossl_readable("--tls-client-ca", t->ca_file, err, errlen) != 0)
             goto fail;
         if (SSL_CTX_load_verify_locations(ctx, t->ca_file, NULL) != 1 ||
             (names = SSL_load_client_CA_file(t->ca_file)) == NULL) {
             snprintf(err, errlen,
                      "--tls-client-ca: no certificate loaded from '%s': %s",
-                     t->ca_file, ossl_reason("not PEM"));
+                     t->ca_file, rls_ossl_reason("not PEM"));
             goto fail;
         }
         SSL_CTX_set_client_CA_list(ctx, names);
@@ -373,7 +339,7 @@ static int ssl_failed(rls_tls_conn_t *c, int ret, const char *during)
         }
         if (kind == SSL_ERROR_SSL || e != 0)
             snprintf(c->why, sizeof(c->why), "TLS %s: %s", during,
-                     ossl_reason("protocol error"));
+                     rls_ossl_reason("protocol error"));
         else
             snprintf(c->why, sizeof(c->why), "TLS %s: error %d", during, kind);
     }

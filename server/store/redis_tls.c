@@ -18,6 +18,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
+#include "ossl.h"
 #include "rl_error.h"
 #include "store/redis_tls.h"
 
@@ -38,40 +39,6 @@ struct rls_redis_tls_conn_s {
 };
 
 /* ---- configuration ------------------------------------------------------*/
-
-/* A key file protected by a passphrase fails to load instead of OpenSSL
- * prompting on the terminal of a daemon. */
-static int no_passphrase(char *buf, int size, int rwflag, void *u)
-{
-    (void)buf;
-    (void)size;
-    (void)rwflag;
-    (void)u;
-    return 0;
-}
-
-/* OpenSSL's reason for the last failure, or dflt. */
-static const char *ossl_reason(const char *dflt)
-{
-    unsigned long e = ERR_peek_last_error();
-    const char *r = e != 0 ? ERR_reason_error_string(e) : NULL;
-
-    return r != NULL ? r : dflt;
-}
-
-static int readable(const char *flag, const char *path, char *err,
-                    size_t errlen)
-{
-    FILE *f = fopen(path, "r");
-
-    if (f == NULL) {
-        snprintf(err, errlen, "%s: cannot read '%s': %s", flag, path,
-                 strerror(errno));
-        return RL_EINVAL;
-    }
-    fclose(f);
-    return 0;
-}
 
 int rls_redis_tls_new(const rls_redis_tls_opts_t *o, rls_redis_tls_t **out,
                       char *err, size_t errlen)
@@ -96,16 +63,16 @@ int rls_redis_tls_new(const rls_redis_tls_opts_t *o, rls_redis_tls_t **out,
     SSL_CTX_set_mode(t->ctx, SSL_MODE_ENABLE_PARTIAL_WRITE |
                                  SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
     SSL_CTX_set_options(t->ctx, SSL_OP_NO_RENEGOTIATION);
-    SSL_CTX_set_default_passwd_cb(t->ctx, no_passphrase);
+    SSL_CTX_set_default_passwd_cb(t->ctx, rls_ossl_no_passphrase);
     SSL_CTX_set_verify(t->ctx, t->insecure ? SSL_VERIFY_NONE : SSL_VERIFY_PEER,
                        NULL);
     if (o->ca_file != NULL) {
-        if (readable("--redis-tls-ca", o->ca_file, err, errlen) != 0)
+        if (rls_ossl_readable("--redis-tls-ca", o->ca_file, err, errlen) != 0)
             goto fail;
         if (SSL_CTX_load_verify_locations(t->ctx, o->ca_file, NULL) != 1) {
             snprintf(err, errlen,
                      "--redis-tls-ca: no certificate loaded from '%s': %s",
-                     o->ca_file, ossl_reason("not PEM"));
+                     o->ca_file, rls_ossl_reason("not PEM"));
             goto fail;
         }
     } else if (SSL_CTX_set_default_verify_paths(t->ctx) != 1) {
@@ -121,8 +88,9 @@ int rls_redis_tls_new(const rls_redis_tls_opts_t *o, rls_redis_tls_t **out,
         goto fail;
     }
     if (o->cert_file != NULL) {
-        if (readable("--redis-tls-cert", o->cert_file, err, errlen) != 0 ||
-            readable("--redis-tls-key", o->key_file, err, errlen) != 0)
+        if (rls_ossl_readable("--redis-tls-cert", o->cert_file, err, errlen) !=
+                0 ||
+            rls_ossl_readable("--redis-tls-key", o->key_file, err, errlen) != 0)
             goto fail;
         /* The key first: a certificate loaded after a key it does not
          * match drops the key, which the check below then reports as a
@@ -133,13 +101,13 @@ int rls_redis_tls_new(const rls_redis_tls_opts_t *o, rls_redis_tls_t **out,
             snprintf(err, errlen,
                      "--redis-tls-key: no usable private key in '%s' (PEM, "
                      "without a passphrase): %s",
-                     o->key_file, ossl_reason("not PEM"));
+                     o->key_file, rls_ossl_reason("not PEM"));
             goto fail;
         }
         if (SSL_CTX_use_certificate_chain_file(t->ctx, o->cert_file) != 1) {
             snprintf(err, errlen,
                      "--redis-tls-cert: no certificate in '%s': %s",
-                     o->cert_file, ossl_reason("not PEM"));
+                     o->cert_file, rls_ossl_reason("not PEM"));
             goto fail;
         }
         if (SSL_CTX_check_private_key(t->ctx) != 1) {
@@ -241,7 +209,7 @@ static int ssl_failed(rls_redis_tls_conn_t *s, int ret, const char *during)
                  X509_verify_cert_error_string(v));
     else if (e == SSL_ERROR_SSL || ERR_peek_error() != 0)
         snprintf(s->why, sizeof(s->why), "TLS %s: %s", during,
-                 ossl_reason("protocol error"));
+                 rls_ossl_reason("protocol error"));
     else if (e == SSL_ERROR_ZERO_RETURN || e == SSL_ERROR_SYSCALL)
         snprintf(s->why, sizeof(s->why),
                  "TLS %s: connection closed by the "
