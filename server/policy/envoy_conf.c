@@ -783,24 +783,34 @@ static rls_envoy_conf_t *conf_new(void)
     return c;
 }
 
-int rls_envoy_conf_build_buf(const char *name, const char *buf, size_t len,
-                             rls_envoy_conf_t **out, rls_diag_t *diag_out)
+int rls_envoy_conf_build_bufs(const char *const *names, const char *const *bufs,
+                              const size_t *lens, size_t n,
+                              rls_envoy_conf_t **out, rls_diag_t *diag_out)
 {
     builder_t b;
     int *lines = NULL;
+    size_t i;
 
     *out = NULL;
     memset(diag_out, 0, sizeof(*diag_out));
     memset(&b, 0, sizeof(b));
     b.d = diag_out;
-    b.file = name;
     if ((b.c = conf_new()) == NULL)
         return RL_ENOMEM;
-    if (len > RLS_RULES_FILE_MAX)
-        DIAG(&b, 1, "file larger than %u bytes", RLS_RULES_FILE_MAX);
-    else
-        parse_buf(&b, buf, len, &lines);
+    for (i = 0; i < n && !b.nomem; i++) {
+        b.file = names[i];
+        if (lens[i] > RLS_RULES_FILE_MAX)
+            DIAG(&b, 1, "file larger than %u bytes", RLS_RULES_FILE_MAX);
+        else
+            parse_buf(&b, bufs[i], lens[i], &lines);
+    }
     return finish(&b, lines, out);
+}
+
+int rls_envoy_conf_build_buf(const char *name, const char *buf, size_t len,
+                             rls_envoy_conf_t **out, rls_diag_t *diag_out)
+{
+    return rls_envoy_conf_build_bufs(&name, &buf, &len, 1, out, diag_out);
 }
 
 int rls_envoy_conf_build(const char *const *paths, size_t npaths,

@@ -107,6 +107,12 @@ int rls_envoy_conf_build(const char *const *paths, size_t npaths,
 int rls_envoy_conf_build_buf(const char *name, const char *buf, size_t len,
                              rls_envoy_conf_t **out, rls_diag_t *diag);
 
+/* Same from n buffers, each one domain's file (names[i] in messages): what
+ * a control plane's configuration becomes once written out as files. */
+int rls_envoy_conf_build_bufs(const char *const *names, const char *const *bufs,
+                              const size_t *lens, size_t n,
+                              rls_envoy_conf_t **out, rls_diag_t *diag);
+
 rls_envoy_conf_t *rls_envoy_conf_ref(rls_envoy_conf_t *c);
 void rls_envoy_conf_unref(rls_envoy_conf_t *c); /* NULL is fine */
 
