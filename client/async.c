@@ -30,6 +30,7 @@
  * while inside is carried out by the outermost leave(), and loops that call
  * user callbacks stop as soon as the client is closing. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -44,7 +45,7 @@
 #define NIL UINT32_MAX
 #define FLUSH_NOW (64 * 1024) /* send at once when this much is waiting */
 
-enum { ST_IDLE, ST_CONNECTING, ST_CONNECTED };
+enum { ST_IDLE, ST_CONNECTING, ST_HANDSHAKING, ST_CONNECTED };
 
 typedef struct slot_s {
     rlc_check_cb cb; /* NULL when free */
@@ -60,6 +61,7 @@ typedef struct conn_s {
     uv_poll_t poll;
     rlc_async_t *c;
     int fd;
+    SSL *ssl;   /* over fd, with TLS */
     int events; /* what poll currently watches */
 } conn_t;
 
@@ -97,6 +99,7 @@ struct rlc_async_s {
 
     rlc_state_cb state_cb;
     void *state_arg;
+    char why[RLC__WHY_MAX]; /* the last connect failure, in words */
 };
 
 static void attempt(rlc_async_t *c);
@@ -272,6 +275,7 @@ static void on_conn_closed(uv_handle_t *h)
     conn_t *conn = h->data;
     rlc_async_t *c = conn->c;
 
+    rlc__tls_end(conn->ssl);
     close(conn->fd);
     free(conn);
     if (--c->handles == 0)
@@ -300,7 +304,7 @@ static void wrote(rlc_async_t *c)
     if (c->goaway && !c->wr_shut && rl_buf_len(&c->out) == 0) {
         c->wr_shut = 1;
         /* An error here (the peer is gone) shows up as the read's end. */
-        (void)shutdown(c->conn->fd, SHUT_WR);
+        rlc__io_shutdown(c->conn->fd, c->conn->ssl);
     }
     watch(c, UV_READABLE | (rl_buf_len(&c->out) > 0 ? UV_WRITABLE : 0));
 }
@@ -310,12 +314,13 @@ static void wrote(rlc_async_t *c)
  * so that this may be called where user callbacks must not fire. */
 static void do_write(rlc_async_t *c)
 {
-    ssize_t n;
+    long n;
+    int want;
 
     if (c->state != ST_CONNECTED || rl_buf_len(&c->out) == 0)
         return;
-    n = send(c->conn->fd, rl_buf_rptr(&c->out), rl_buf_len(&c->out),
-             MSG_NOSIGNAL | MSG_DONTWAIT);
+    n = rlc__io_send(c->conn->fd, c->conn->ssl, rl_buf_rptr(&c->out),
+                     rl_buf_len(&c->out), &want, c->why);
     if (n > 0)
         rl_buf_consume(&c->out, (size_t)n);
     wrote(c);
@@ -367,25 +372,37 @@ static void dispatch(rlc_async_t *c)
     }
 }
 
+/* Reads what the socket has; over TLS, also what TLS holds already (no
+ * poll would announce it). */
 static void do_read(rlc_async_t *c)
 {
-    uint8_t *w;
-    ssize_t n;
-    int rc = rl_buf_reserve(&c->in, RLC__READ_CHUNK, &w);
+    conn_t *conn = c->conn;
 
-    if (rc != RL_OK) {
-        lost(c, rc);
-        return;
-    }
-    n = recv(c->conn->fd, w, RLC__READ_CHUNK, MSG_DONTWAIT);
-    if (n > 0) {
-        rl_buf_commit(&c->in, (size_t)n);
-        dispatch(c);
-    } else if (n == 0) {
-        lost(c, RLC_ECLOSED);
-    } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        lost(c, rlc__errno(errno));
-    }
+    do {
+        uint8_t *w;
+        long n;
+        int want;
+        int rc = rl_buf_reserve(&c->in, RLC__READ_CHUNK, &w);
+
+        if (rc != RL_OK) {
+            lost(c, rc);
+            return;
+        }
+        n = rlc__io_recv(conn->fd, conn->ssl, w, RLC__READ_CHUNK, &want,
+                         c->why);
+        if (n > 0) {
+            rl_buf_commit(&c->in, (size_t)n);
+            dispatch(c);
+        } else if (n == 0) {
+            lost(c, RLC_ECLOSED);
+            return;
+        } else if (n != RLC_EAGAIN) {
+            lost(c, (int)n);
+            return;
+        } else
+            return;
+    } while (c->conn == conn && !c->closing && c->state == ST_CONNECTED &&
+             rlc__io_pending(conn->ssl));
 }
 
 static void on_connected(rlc_async_t *c)
@@ -404,6 +421,8 @@ static void on_connected(rlc_async_t *c)
 static void attempt_failed(rlc_async_t *c, int status)
 {
     uint32_t gone;
+
+    rlc__why_at(c->why, c->cf.addrs[c->cur].text, status);
 
     close_conn(c);
     c->state = ST_IDLE;
@@ -469,6 +488,34 @@ static void lost(rlc_async_t *c, int status)
     fail_chain(c, gone, RLC_ECLOSED);
 }
 
+/* One step of the TLS handshake, under the connect timer. */
+static void handshake(rlc_async_t *c)
+{
+    int want = 0;
+    int rc = rlc__tls_handshake(c->conn->ssl, &want, c->why, sizeof(c->why));
+
+    if (rc == RLC_OK) {
+        c->why[0] = '\0';
+        on_connected(c);
+    } else if (rc == RLC_EAGAIN)
+        watch(c, want == RLC__WANT_WRITE ? UV_WRITABLE : UV_READABLE);
+    else
+        attempt_failed(c, rc);
+}
+
+static void start_tls(rlc_async_t *c)
+{
+    int rc = rlc__tls_start(c->cf.tls, &c->cf.addrs[c->cur], c->conn->fd,
+                            &c->conn->ssl);
+
+    if (rc != RLC_OK) {
+        attempt_failed(c, rc);
+        return;
+    }
+    c->state = ST_HANDSHAKING;
+    handshake(c);
+}
+
 static void on_poll(uv_poll_t *h, int status, int events)
 {
     conn_t *conn = h->data;
@@ -486,21 +533,30 @@ static void on_poll(uv_poll_t *h, int status, int events)
         err = RLC_EIO;
     if (c->state == ST_CONNECTING) {
         int rc = err != RLC_OK ? err : rlc__sock_finish(conn->fd);
-        if (rc == RLC_OK)
+        if (rc == RLC_OK && c->cf.tls != NULL)
+            start_tls(c);
+        else if (rc == RLC_OK)
             on_connected(c);
         else
             attempt_failed(c, rc);
+    } else if (c->state == ST_HANDSHAKING) {
+        if (err != RLC_OK)
+            attempt_failed(c, err);
+        else
+            handshake(c);
     } else if (err != RLC_OK) {
         lost(c, err);
     } else {
         if (events & UV_READABLE)
             do_read(c);
         if ((events & UV_WRITABLE) && c->conn == conn && !c->closing) {
-            ssize_t n = send(conn->fd, rl_buf_rptr(&c->out),
-                             rl_buf_len(&c->out), MSG_NOSIGNAL | MSG_DONTWAIT);
-            if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
-                errno != EINTR)
-                lost(c, rlc__errno(errno));
+            int want;
+            long n = rlc__io_send(conn->fd, conn->ssl, rl_buf_rptr(&c->out),
+                                  rl_buf_len(&c->out), &want, c->why);
+            if (n < 0 && n != RLC_EAGAIN)
+                lost(c, (int)n);
+            else if (n == 0 && rl_buf_len(&c->out) > 0)
+                lost(c, RLC_ECLOSED);
             else {
                 if (n > 0)
                     rl_buf_consume(&c->out, (size_t)n);
@@ -525,7 +581,7 @@ static void on_conn_timer(uv_timer_t *t)
 
     enter(c);
     if (!c->closing) {
-        if (c->state == ST_CONNECTING)
+        if (c->state == ST_CONNECTING || c->state == ST_HANDSHAKING)
             attempt_failed(c, RLC_ETIMEDOUT);
         else if (c->state == ST_IDLE)
             attempt(c);
@@ -542,6 +598,7 @@ static void attempt(rlc_async_t *c)
 
     if (c->closing)
         return;
+    c->why[0] = '\0';
     rc = rlc__sock_connect(&c->cf.addrs[c->cur], &fd);
     if (rc != RLC_OK && rc != RLC_EAGAIN) {
         attempt_failed(c, rc);
@@ -637,7 +694,7 @@ int rlc_async_new(rlc_async_t **out, uv_loop_t *loop, const rlc_options_t *opts)
     c = calloc(1, sizeof(*c));
     if (c == NULL)
         return RLC_ENOMEM;
-    rc = rlc__conf_init(&c->cf, opts);
+    rc = rlc__conf_init(&c->cf, opts, c->why, sizeof(c->why));
     if (rc != RLC_OK) {
         free(c);
         return rc;
@@ -733,6 +790,11 @@ int rlc_async_check(rlc_async_t *c, const rlc_check_t *req, rlc_check_cb cb,
 size_t rlc_async_inflight(const rlc_async_t *c)
 {
     return c == NULL ? 0 : c->inflight;
+}
+
+const char *rlc_async_last_error(const rlc_async_t *c)
+{
+    return c == NULL ? "" : c->why;
 }
 
 int rlc_async_connected(const rlc_async_t *c)

@@ -43,6 +43,8 @@ RLC_SAME(EIO);
 RLC_SAME(EBUSY);
 RLC_SAME(ESHUTDOWN);
 RLC_SAME(ELIMIT);
+RLC_SAME(EINLINE);
+RLC_SAME(ETLS);
 _Static_assert(RLC_KEY_MAX == RL_KEY_MAX, "key max");
 _Static_assert(RLC_RULE_MAX == RL_RULE_MAX, "rule max");
 _Static_assert(RLC_WINDOW_MAX_S == RL_WINDOW_MAX_S, "window max");
@@ -130,12 +132,14 @@ static int add_server(rlc__conf_t *cf, const char *text)
     return RLC_OK;
 }
 
-int rlc__conf_init(rlc__conf_t *cf, const rlc_options_t *opts)
+int rlc__conf_init(rlc__conf_t *cf, const rlc_options_t *opts, char *why,
+                   size_t whylen)
 {
     char *p, *item;
     int rc;
 
     memset(cf, 0, sizeof(*cf));
+    why[0] = '\0';
     if (opts == NULL || opts->servers == NULL)
         return RLC_EINVAL;
     cf->o = *opts;
@@ -171,6 +175,12 @@ int rlc__conf_init(rlc__conf_t *cf, const rlc_options_t *opts)
         rc = RLC_EADDR;
         goto fail;
     }
+    rc = rlc__tls_new(opts, &cf->tls, why, whylen);
+    if (rc != RLC_OK)
+        goto fail;
+    /* The caller's strings are not kept (the TLS files are loaded). */
+    cf->o.tls_ca_file = cf->o.tls_cert_file = cf->o.tls_key_file = NULL;
+    cf->o.tls_server_name = NULL;
     return RLC_OK;
 
 fail:
@@ -178,8 +188,31 @@ fail:
     return rc;
 }
 
+void rlc__why_at(char *why, const char *addr, int status)
+{
+    char t[RLC__WHY_MAX];
+    const char *what = why[0] != '\0' ? why : rlc_strerror(status);
+    size_t a = strlen(addr), w = strlen(what), n = 0;
+
+    /* "ADDR: what", cut to fit; plain copies, as both parts may be long. */
+    if (a > RLC__WHY_MAX / 2)
+        a = RLC__WHY_MAX / 2;
+    memcpy(t, addr, a);
+    n = a;
+    memcpy(t + n, ": ", 2);
+    n += 2;
+    if (w > RLC__WHY_MAX - 1 - n)
+        w = RLC__WHY_MAX - 1 - n;
+    memcpy(t + n, what, w);
+    n += w;
+    t[n] = '\0';
+    memcpy(why, t, n + 1);
+}
+
 void rlc__conf_free(rlc__conf_t *cf)
 {
+    rlc__tls_free(cf->tls);
+    cf->tls = NULL;
     free(cf->addrs);
     free(cf->texts);
     cf->addrs = NULL;

@@ -3,6 +3,8 @@
  *   rl-check --server HOST:PORT --key KEY
  *            (--limit N --window SECONDS | --rule NAME)
  *            [--cost N] [--repeat N] [--timeout MS]
+ *            [--tls] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]
+ *            [--tls-server-name NAME] [--tls-insecure]
  *
  * Prints one line per decision and exits 0 when the last decision allowed,
  * 1 when it was over the limit, 2 on any error (with a message on stderr).
@@ -31,6 +33,9 @@ static void usage(FILE *f)
                "                (--limit N --window SECONDS | --rule NAME)\n"
                "                [--cost N] [--repeat N] [--timeout MS]"
                " [--headers]\n"
+               "                [--tls] [--tls-ca FILE] [--tls-cert FILE "
+               "--tls-key FILE]\n"
+               "                [--tls-server-name NAME] [--tls-insecure]\n"
                "Asks rl-server for a rate-limit decision and prints one line "
                "per decision:\n"
                "  OK used=N remaining=N limit=N reset_after_ms=N window=Ss"
@@ -51,13 +56,23 @@ static void usage(FILE *f)
                "a backend\n"
                "would send for it (rlc_http_format; the policy is the rule, "
                "else \"default\"),\n"
-               "each line indented by two spaces.\n");
+               "each line indented by two spaces.\n"
+               "--tls: connect over TLS (rl-server --tls-cert with native in "
+               "--tls-listeners),\n"
+               "verifying the server against --tls-ca (default: the system's "
+               "CAs) and the\n"
+               "name of --server (or --tls-server-name); --tls-cert/--tls-key "
+               "for mutual\n"
+               "TLS. Any --tls-* option implies --tls. --tls-insecure skips "
+               "verification\n"
+               "(tests only).\n");
 }
 
 typedef struct args_s {
     const char *server, *key, *rule;
+    const char *tls_ca, *tls_cert, *tls_key, *tls_name;
     uint64_t limit, window, cost, repeat, timeout;
-    int have_limit, have_window, headers;
+    int have_limit, have_window, headers, tls, tls_insecure;
 } args_t;
 
 /* Accepts "--name value" and "--name=value". Returns 0, or 1 after
@@ -82,6 +97,14 @@ static int parse_args(int argc, char **argv, args_t *a)
         }
         if (strcmp(name, "--headers") == 0) {
             a->headers = 1;
+            continue;
+        }
+        if (strcmp(name, "--tls") == 0) {
+            a->tls = 1;
+            continue;
+        }
+        if (strcmp(name, "--tls-insecure") == 0) {
+            a->tls = a->tls_insecure = 1;
             continue;
         }
         eq = strchr(name, '=');
@@ -119,6 +142,22 @@ static int parse_args(int argc, char **argv, args_t *a)
             a->rule = val;
             continue;
         }
+        if (strcmp(name, "--tls-ca") == 0) {
+            a->tls_ca = val;
+            continue;
+        }
+        if (strcmp(name, "--tls-cert") == 0) {
+            a->tls_cert = val;
+            continue;
+        }
+        if (strcmp(name, "--tls-key") == 0) {
+            a->tls_key = val;
+            continue;
+        }
+        if (strcmp(name, "--tls-server-name") == 0) {
+            a->tls_name = val;
+            continue;
+        }
         if (strcmp(name, "--limit") == 0)
             a->have_limit = 1;
         if (strcmp(name, "--window") == 0)
@@ -135,6 +174,10 @@ static int parse_args(int argc, char **argv, args_t *a)
 
     if (a->server == NULL || a->key == NULL) {
         fprintf(stderr, "rl-check: --server and --key are required\n");
+        return 1;
+    }
+    if ((a->tls_cert == NULL) != (a->tls_key == NULL)) {
+        fprintf(stderr, "rl-check: --tls-cert and --tls-key go together\n");
         return 1;
     }
     if (a->rule != NULL && (a->have_limit || a->have_window)) {
@@ -170,11 +213,21 @@ int main(int argc, char **argv)
         o.connect_timeout_ms = (uint32_t)a.timeout;
         o.request_timeout_ms = (uint32_t)a.timeout;
     }
-    rc = rlc_connect(&c, &o);
+    o.tls = a.tls;
+    o.tls_ca_file = a.tls_ca;
+    o.tls_cert_file = a.tls_cert;
+    o.tls_key_file = a.tls_key;
+    o.tls_server_name = a.tls_name;
+    o.tls_insecure = a.tls_insecure;
+    char why[256];
+    rc = rlc_connect_why(&c, &o, why, sizeof(why));
     if (rc != RLC_OK) {
-        fprintf(stderr, "rl-check: cannot connect to %s: %s%s\n", a.server,
-                rc == RLC_ECLOSED ? "connection refused" : rlc_strerror(rc),
-                rc == RLC_EADDR ? " (expected " RL_HOSTPORT_HELP ")" : "");
+        if (rc == RLC_ETLS && why[0] != '\0')
+            fprintf(stderr, "rl-check: cannot connect: %s\n", why);
+        else
+            fprintf(stderr, "rl-check: cannot connect to %s: %s%s\n", a.server,
+                    rc == RLC_ECLOSED ? "connection refused" : rlc_strerror(rc),
+                    rc == RLC_EADDR ? " (expected " RL_HOSTPORT_HELP ")" : "");
         return EXIT_ERROR;
     }
 
@@ -187,8 +240,10 @@ int main(int argc, char **argv)
     for (i = 0; i < a.repeat; i++) {
         rc = rlc_check(c, &req, &res);
         if (rc != RLC_OK) {
-            fprintf(stderr, "rl-check: %s: %s\n", rlc_server(c),
-                    rlc_strerror(rc));
+            const char *last = rlc_last_error(c);
+            fprintf(stderr, "rl-check: %s: %s%s%s%s\n", rlc_server(c),
+                    rlc_strerror(rc), last[0] != '\0' ? " (" : "", last,
+                    last[0] != '\0' ? ")" : "");
             status = EXIT_ERROR;
             break;
         }

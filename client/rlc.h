@@ -101,6 +101,8 @@ struct uv_loop_s;
 #define RLC_EBUSY (-25)      /* every request slot is in use (async) */
 #define RLC_ESHUTDOWN (-26)  /* the server is shutting down */
 #define RLC_ELIMIT (-27)     /* limit is 0 while window_s is set */
+#define RLC_EINLINE (-28)    /* the server refuses inline limits */
+#define RLC_ETLS (-29)       /* TLS: files, certificate, name or handshake */
 
 /* Returns a static description of an RLC_E* code; never NULL. Unknown codes
  * give "unknown error". Thread-safe. */
@@ -152,6 +154,23 @@ typedef struct rlc_options_s {
     /* Largest response payload accepted; a bigger frame is a protocol error
      * and closes the connection. Default 65536. */
     uint32_t max_frame;
+    /* TLS (rl-server --tls-cert with "native" in --tls-listeners): 1 to
+     * connect over TLS 1.2 or later, with ALPN "rl1". Setting any tls_*
+     * file implies it. Default 0 (plaintext). */
+    int tls;
+    /* The CAs (PEM) the server's certificate must chain to; NULL: the
+     * system's trust store. */
+    const char *tls_ca_file;
+    /* Mutual TLS (--tls-client-ca): this certificate chain (PEM) and its
+     * key (PEM, no passphrase). Both or neither. */
+    const char *tls_cert_file;
+    const char *tls_key_file;
+    /* The name sent as SNI and checked against the certificate; NULL: each
+     * address's HOST (an IP address is then checked as an IP SAN). */
+    const char *tls_server_name;
+    /* 1: do not verify the server's certificate at all. For tests only: a
+     * man in the middle then sees every check. Default 0. */
+    int tls_insecure;
 } rlc_options_t;
 
 /* Fills *o with the defaults above (servers NULL). */
@@ -265,6 +284,13 @@ typedef struct rlc_client_s rlc_client_t;
  * for refused, RLC_EIO); then *out is NULL. */
 RLC_EXPORT int rlc_connect(rlc_client_t **out, const rlc_options_t *opts);
 
+/* rlc_connect that, when it fails, also writes the reason in words into
+ * why (at most whylen bytes, NUL-terminated; "" when the code says it
+ * all), e.g. "127.0.0.1:7000: TLS: certificate verify failed: self-signed
+ * certificate" or "cannot load the CA file: no such file". */
+RLC_EXPORT int rlc_connect_why(rlc_client_t **out, const rlc_options_t *opts,
+                               char *why, size_t whylen);
+
 /* Asks one question. *res is always filled.
  *
  * Returns 0 when a server answered (res->code is its decision, which may be
@@ -295,6 +321,13 @@ RLC_EXPORT int rlc_check_batch(rlc_client_t *c, const rlc_check_t *reqs,
 /* Returns the "HOST:PORT" of the server in use or last tried, as given in
  * the options; valid until rlc_free. */
 RLC_EXPORT const char *rlc_server(const rlc_client_t *c);
+
+/* The reason in words for the connection's last failure: a connect
+ * attempt (as rlc_connect_why says it), a TLS error on an open connection
+ * (e.g. "TLS: tlsv13 alert certificate required"), or a notice the server
+ * sent about the connection ("server said: this port speaks TLS"); "" after
+ * a successful connect. Valid until the next call. */
+RLC_EXPORT const char *rlc_last_error(const rlc_client_t *c);
 
 /* Closes the connection and frees the client. Accepts NULL. */
 RLC_EXPORT void rlc_free(rlc_client_t *c);
@@ -356,6 +389,10 @@ RLC_EXPORT size_t rlc_async_inflight(const rlc_async_t *c);
 
 /* Returns 1 when a connection is up, else 0. */
 RLC_EXPORT int rlc_async_connected(const rlc_async_t *c);
+
+/* The reason the last connect attempt failed, in words (as
+ * rlc_last_error), or ""; for the state callback to log. */
+RLC_EXPORT const char *rlc_async_last_error(const rlc_async_t *c);
 
 /* Sets (or clears, with NULL) the connection state callback. */
 RLC_EXPORT void rlc_async_on_state(rlc_async_t *c, rlc_state_cb cb, void *arg);

@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include <openssl/ssl.h>
+
 #include "rl_buf.h"
 #include "rl_clock.h"
 #include "rl_msg.h"
@@ -30,18 +32,30 @@ typedef struct rlc__addr_s {
     socklen_t len;
 } rlc__addr_t;
 
+typedef struct rlc__tls_s rlc__tls_t;
+
 /* Options after validation, with defaults applied and addresses resolved. */
 typedef struct rlc__conf_s {
-    rlc_options_t o; /* o.servers is not kept */
+    rlc_options_t o; /* o.servers and the o.tls_* strings are not kept */
     rlc__addr_t *addrs;
     size_t naddr;
-    char *texts; /* storage of the address texts */
+    char *texts;     /* storage of the address texts */
+    rlc__tls_t *tls; /* NULL: plaintext */
 } rlc__conf_t;
 
-/* Validates opts and resolves its addresses (a blocking lookup for names).
- * Returns 0, RLC_EINVAL, RLC_EADDR or RLC_ENOMEM; on error cf holds
- * nothing to free. */
-int rlc__conf_init(rlc__conf_t *cf, const rlc_options_t *opts);
+/* Room for a failure's reason in words (rlc_last_error). */
+#define RLC__WHY_MAX 192
+
+/* Rewrites why (RLC__WHY_MAX bytes) as "ADDR: reason", the reason being
+ * what why held or, when empty, status in words. */
+void rlc__why_at(char *why, const char *addr, int status);
+
+/* Validates opts, resolves its addresses (a blocking lookup for names) and
+ * loads its TLS files. Returns 0, RLC_EINVAL, RLC_EADDR, RLC_ENOMEM or
+ * RLC_ETLS (a file that does not load), with the reason in why when there
+ * is more to say; on error cf holds nothing to free. */
+int rlc__conf_init(rlc__conf_t *cf, const rlc_options_t *opts, char *why,
+                   size_t whylen);
 void rlc__conf_free(rlc__conf_t *cf);
 
 /* Validates req and appends its frame, with this id, to out. On success
@@ -76,5 +90,47 @@ int rlc__sock_finish(int fd);
 
 /* Maps an errno value from connect/send/recv to an RLC_E* code. */
 int rlc__errno(int err);
+
+/* ---- TLS and the byte stream (tls.c) ------------------------------------ */
+
+/* What a would-block send, receive or handshake step waits for. */
+#define RLC__WANT_READ 1
+#define RLC__WANT_WRITE 2
+
+/* The client side of TLS from opts (NULL *out when opts ask for none):
+ * TLS 1.2+, ALPN "rl1", the server verified against tls_ca_file (or the
+ * system's CAs) unless tls_insecure. Returns 0, RLC_EINVAL, RLC_ENOMEM or
+ * RLC_ETLS with the reason in why. */
+int rlc__tls_new(const rlc_options_t *opts, rlc__tls_t **out, char *why,
+                 size_t whylen);
+void rlc__tls_free(rlc__tls_t *t); /* NULL is fine */
+
+/* A TLS session over the connected socket fd to a (its host, or the
+ * configured name, is what the certificate must carry). Returns 0 with
+ * *ssl set, RLC_EADDR or RLC_ENOMEM. */
+int rlc__tls_start(const rlc__tls_t *t, const rlc__addr_t *a, int fd,
+                   SSL **ssl);
+
+/* One step of the handshake: 0 when done, RLC_EAGAIN with *want set, or
+ * RLC_ETLS / a transport error with the reason in why. */
+int rlc__tls_handshake(SSL *ssl, int *want, char *why, size_t whylen);
+
+/* Sends or receives on fd, through ssl when it is not NULL, never
+ * blocking and never raising SIGPIPE. Return bytes moved (> 0), 0 for the
+ * peer's end of stream (receive only), RLC_EAGAIN with *want saying what
+ * to wait for, or an RLC_E* error; RLC_ETLS with the reason in why
+ * (RLC__WHY_MAX bytes; NULL: not wanted), e.g. the server's alert when it
+ * refused our certificate after a TLS 1.3 handshake. */
+long rlc__io_send(int fd, SSL *ssl, const void *p, size_t n, int *want,
+                  char *why);
+long rlc__io_recv(int fd, SSL *ssl, void *p, size_t n, int *want, char *why);
+
+/* 1 when ssl holds received bytes that no poll would announce. */
+int rlc__io_pending(SSL *ssl);
+
+/* Ends our side of the stream: TLS's close_notify, then the write side. */
+void rlc__io_shutdown(int fd, SSL *ssl);
+
+void rlc__tls_end(SSL *ssl); /* NULL is fine */
 
 #endif

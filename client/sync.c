@@ -13,6 +13,7 @@
  * at the next address. */
 #include <errno.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -28,6 +29,7 @@
 struct rlc_client_s {
     rlc__conf_t cf;
     int fd;           /* -1 when not connected */
+    SSL *ssl;         /* over fd, with TLS */
     size_t cur;       /* address in use, or where the next round starts */
     rl_buf_t in, out; /* reused across calls */
     uint64_t next_id;
@@ -36,6 +38,7 @@ struct rlc_client_s {
     unsigned seed;
     int goaway;  /* the server of this connection said it is shutting down */
     int move_on; /* so the next connect starts at the next address */
+    char why[RLC__WHY_MAX]; /* the last connect failure, in words */
 };
 
 /* Waits for events on fd until the absolute deadline. Returns 1 when
@@ -62,20 +65,51 @@ static int wait_fd(int fd, short events, uint64_t deadline)
     }
 }
 
-static int connect_one(const rlc__addr_t *a, uint32_t timeout_ms, int *fd)
+/* The TLS handshake on a fresh connection, within the connect's
+ * deadline. */
+static int handshake(rlc_client_t *c, const rlc__addr_t *a, uint64_t deadline)
 {
-    int rc = rlc__sock_connect(a, fd);
+    int rc = rlc__tls_start(c->cf.tls, a, c->fd, &c->ssl);
 
-    if (rc != RLC_EAGAIN)
-        return rc;
-    rc = wait_fd(*fd, POLLOUT, rl_mono_ms() + timeout_ms);
-    if (rc == 1)
-        rc = rlc__sock_finish(*fd);
-    else if (rc == 0)
-        rc = RLC_ETIMEDOUT;
+    while (rc == RLC_OK) {
+        int want = 0;
+        rc = rlc__tls_handshake(c->ssl, &want, c->why, sizeof(c->why));
+        if (rc != RLC_EAGAIN)
+            break;
+        rc = wait_fd(c->fd, want == RLC__WANT_WRITE ? POLLOUT : POLLIN,
+                     deadline);
+        if (rc == 1)
+            rc = RLC_OK;
+        else if (rc == 0)
+            rc = RLC_ETIMEDOUT;
+    }
+    return rc;
+}
+
+/* Connects c->fd (and its TLS, if any) to a within timeout_ms. */
+static int connect_one(rlc_client_t *c, const rlc__addr_t *a,
+                       uint32_t timeout_ms)
+{
+    uint64_t deadline = rl_mono_ms() + timeout_ms;
+    int rc = rlc__sock_connect(a, &c->fd);
+
+    c->why[0] = '\0';
+    if (rc == RLC_EAGAIN) {
+        rc = wait_fd(c->fd, POLLOUT, deadline);
+        if (rc == 1)
+            rc = rlc__sock_finish(c->fd);
+        else if (rc == 0)
+            rc = RLC_ETIMEDOUT;
+    }
+    if (rc == RLC_OK && c->cf.tls != NULL)
+        rc = handshake(c, a, deadline);
     if (rc != RLC_OK) {
-        close(*fd);
-        *fd = -1;
+        rlc__why_at(c->why, a->text, rc);
+        rlc__tls_end(c->ssl);
+        c->ssl = NULL;
+        if (c->fd >= 0)
+            close(c->fd);
+        c->fd = -1;
     }
     return rc;
 }
@@ -93,7 +127,7 @@ static int connect_round(rlc_client_t *c)
     }
     for (i = 0; i < c->cf.naddr; i++) {
         size_t k = (c->cur + i) % c->cf.naddr;
-        rc = connect_one(&c->cf.addrs[k], c->cf.o.connect_timeout_ms, &c->fd);
+        rc = connect_one(c, &c->cf.addrs[k], c->cf.o.connect_timeout_ms);
         if (rc == RLC_OK) {
             c->cur = k;
             c->backoff_ms = 0;
@@ -110,6 +144,8 @@ static int connect_round(rlc_client_t *c)
  * that worked and then closed most often means a restarted server. */
 static void drop(rlc_client_t *c)
 {
+    rlc__tls_end(c->ssl);
+    c->ssl = NULL;
     if (c->fd >= 0)
         close(c->fd);
     c->fd = -1;
@@ -128,6 +164,18 @@ static void leave_server(rlc_client_t *c)
     c->move_on = 1;
 }
 
+/* A notice about the connection (id 0) other than GOAWAY, e.g. "this
+ * port speaks TLS": kept as the reason the connection ends with. */
+static void note(rlc_client_t *c, const rl_result_t *r)
+{
+    size_t n =
+        r->error_len < sizeof(c->why) - 16 ? r->error_len : sizeof(c->why) - 16;
+
+    memcpy(c->why, "server said: ", 13);
+    memcpy(c->why + 13, r->error, n);
+    c->why[13 + n] = '\0';
+}
+
 /* Goes through the whole frames an idle connection received: late answers
  * to timed-out calls, dropped here as they would be later (their ids are
  * below any call still to come), and possibly a GOAWAY. Stops at a broken
@@ -139,6 +187,8 @@ static void skim(rlc_client_t *c)
     while (rl_result_take(&c->in, c->cf.o.max_frame, &r) == RL_OK)
         if (rl_result_is_goaway(&r))
             c->goaway = 1;
+        else if (r.id == 0)
+            note(c, &r);
 }
 
 /* Makes sure a live connection is there. An idle connection whose server
@@ -149,17 +199,17 @@ static int ensure_conn(rlc_client_t *c)
 {
     if (c->fd >= 0) {
         uint8_t *w;
-        ssize_t n;
+        long n;
+        int want;
 
         if (rl_buf_reserve(&c->in, RLC__READ_CHUNK, &w) != RL_OK)
             rl_buf_reset(&c->in);
         else {
-            n = recv(c->fd, w, RLC__READ_CHUNK, MSG_DONTWAIT);
+            n = rlc__io_recv(c->fd, c->ssl, w, RLC__READ_CHUNK, &want, c->why);
             if (n > 0) {
                 rl_buf_commit(&c->in, (size_t)n);
                 skim(c);
-            } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK &&
-                                  errno != EINTR))
+            } else if (n != RLC_EAGAIN)
                 drop(c);
         }
         if (c->goaway)
@@ -187,21 +237,21 @@ static void fail_pending(rlc_client_t *c, rlc_result_t *res, size_t n,
 static int send_all(rlc_client_t *c, uint64_t deadline)
 {
     while (rl_buf_len(&c->out) > 0) {
-        ssize_t n = send(c->fd, rl_buf_rptr(&c->out), rl_buf_len(&c->out),
-                         MSG_NOSIGNAL);
+        int want;
+        long n = rlc__io_send(c->fd, c->ssl, rl_buf_rptr(&c->out),
+                              rl_buf_len(&c->out), &want, c->why);
         if (n > 0) {
             rl_buf_consume(&c->out, (size_t)n);
             continue;
         }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            int rc = wait_fd(c->fd, POLLOUT, deadline);
+        if (n == RLC_EAGAIN) {
+            int rc = wait_fd(c->fd, want == RLC__WANT_READ ? POLLIN : POLLOUT,
+                             deadline);
             if (rc == 1)
                 continue;
             return rc == 0 ? RLC_ETIMEDOUT : rc;
         }
-        return rlc__errno(errno);
+        return n == 0 ? RLC_ECLOSED : (int)n;
     }
     return RLC_OK;
 }
@@ -223,6 +273,8 @@ static int take_answers(rlc_client_t *c, uint64_t base, rlc_result_t *res,
             return rc;
         if (rl_result_is_goaway(&r))
             c->goaway = 1;
+        else if (r.id == 0)
+            note(c, &r);
         else if (r.id >= base && r.id - base < n &&
                  res[r.id - base].status == PENDING) {
             if (now == 0)
@@ -250,9 +302,11 @@ static int roundtrip(rlc_client_t *c, uint64_t base, rlc_result_t *res,
         drop(c);
         return rc;
     }
+    short wait_for = POLLIN;
     for (;;) {
         uint8_t *w;
-        ssize_t got;
+        long got;
+        int want;
 
         rc = take_answers(c, base, res, n, &pending);
         if (rc != RLC_OK) {
@@ -266,31 +320,33 @@ static int roundtrip(rlc_client_t *c, uint64_t base, rlc_result_t *res,
                 leave_server(c);
             return RLC_OK;
         }
-        rc = wait_fd(c->fd, POLLIN, deadline);
-        if (rc == 0) {
-            if (c->goaway)
-                leave_server(c);
-            return RLC_ETIMEDOUT;
-        }
-        if (rc < 0) {
-            drop(c);
-            return rc;
+        /* TLS may hold bytes already read from the socket. */
+        if (!rlc__io_pending(c->ssl)) {
+            rc = wait_fd(c->fd, wait_for, deadline);
+            if (rc == 0) {
+                if (c->goaway)
+                    leave_server(c);
+                return RLC_ETIMEDOUT;
+            }
+            if (rc < 0) {
+                drop(c);
+                return rc;
+            }
         }
         rc = rl_buf_reserve(&c->in, RLC__READ_CHUNK, &w);
         if (rc != RL_OK) {
             drop(c);
             return rc;
         }
-        got = recv(c->fd, w, RLC__READ_CHUNK, 0);
+        got = rlc__io_recv(c->fd, c->ssl, w, RLC__READ_CHUNK, &want, c->why);
+        wait_for = POLLIN;
         if (got > 0)
             rl_buf_commit(&c->in, (size_t)got);
-        else if (got == 0) {
+        else if (got == RLC_EAGAIN)
+            wait_for = want == RLC__WANT_WRITE ? POLLOUT : POLLIN;
+        else {
             drop(c);
-            return RLC_ECLOSED;
-        } else if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) {
-            rc = rlc__errno(errno);
-            drop(c);
-            return rc;
+            return got == 0 ? RLC_ECLOSED : (int)got;
         }
     }
 }
@@ -355,19 +411,24 @@ int rlc_check(rlc_client_t *c, const rlc_check_t *req, rlc_result_t *res)
     return rlc_check_batch(c, req, 1, res);
 }
 
-int rlc_connect(rlc_client_t **out, const rlc_options_t *opts)
+int rlc_connect_why(rlc_client_t **out, const rlc_options_t *opts, char *why,
+                    size_t whylen)
 {
     rlc_client_t *c;
     int rc;
 
+    if (why != NULL && whylen > 0)
+        why[0] = '\0';
     if (out == NULL)
         return RLC_EINVAL;
     *out = NULL;
     c = calloc(1, sizeof(*c));
     if (c == NULL)
         return RLC_ENOMEM;
-    rc = rlc__conf_init(&c->cf, opts);
+    rc = rlc__conf_init(&c->cf, opts, c->why, sizeof(c->why));
     if (rc != RLC_OK) {
+        if (why != NULL && whylen > 0)
+            snprintf(why, whylen, "%s", c->why);
         free(c);
         return rc;
     }
@@ -378,11 +439,23 @@ int rlc_connect(rlc_client_t **out, const rlc_options_t *opts)
     rl_buf_init(&c->out, SIZE_MAX / 2);
     rc = connect_round(c);
     if (rc != RLC_OK) {
+        if (why != NULL && whylen > 0)
+            snprintf(why, whylen, "%s", c->why);
         rlc_free(c);
         return rc;
     }
     *out = c;
     return RLC_OK;
+}
+
+int rlc_connect(rlc_client_t **out, const rlc_options_t *opts)
+{
+    return rlc_connect_why(out, opts, NULL, 0);
+}
+
+const char *rlc_last_error(const rlc_client_t *c)
+{
+    return c == NULL ? "" : c->why;
 }
 
 const char *rlc_server(const rlc_client_t *c)

@@ -29,6 +29,13 @@ static void usage(FILE *f)
         "  --server HOST:PORT[,HOST:PORT...]  rl-server to load\n"
         "                          (default 127.0.0.1:7390); with several,\n"
         "                          each connection fails over along the list\n"
+        "  --tls                   connect over TLS (rl-server --tls-cert "
+        "with\n"
+        "                          native in --tls-listeners); --tls-ca FILE,\n"
+        "                          --tls-cert FILE --tls-key FILE (mutual "
+        "TLS),\n"
+        "                          --tls-server-name NAME, --tls-insecure as\n"
+        "                          rl-check's; any of them implies --tls\n"
         "  --fleet                 spread the connections over every server\n"
         "                          of --server instead: connection i talks to\n"
         "                          server i mod N only (no failover), the\n"
@@ -202,13 +209,17 @@ static int parse_dist(const char *s, rlb_opts_t *o)
 static int takes_value(const char *name)
 {
     static const char *const names[] = {
-        "--server", "--key-prefix",   "--json",           "--hist-csv",
-        "--plot",   "--timeline-csv", "--connections",    "--duration",
-        "--warmup", "--inflight",     "--rate",           "--requests",
-        "--keys",   "--tick-us",      "--limit",          "--window",
-        "--cost",   "--timeout-ms",   "--give-up",        "--seed",
-        "--dist",   "--rule",         "--arrivals",       "--algorithm",
-        "--burst",  "--phase",        "--audit-margin-ms"};
+        "--server",         "--key-prefix", "--json",
+        "--hist-csv",       "--plot",       "--timeline-csv",
+        "--connections",    "--duration",   "--warmup",
+        "--inflight",       "--rate",       "--requests",
+        "--keys",           "--tick-us",    "--limit",
+        "--window",         "--cost",       "--timeout-ms",
+        "--give-up",        "--seed",       "--dist",
+        "--rule",           "--arrivals",   "--algorithm",
+        "--burst",          "--phase",      "--audit-margin-ms",
+        "--tls-ca",         "--tls-cert",   "--tls-key",
+        "--tls-server-name"};
     size_t i;
 
     for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)
@@ -322,6 +333,14 @@ int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
             o->fleet = 1;
             continue;
         }
+        if (strcmp(name, "--tls") == 0) {
+            o->tls = 1;
+            continue;
+        }
+        if (strcmp(name, "--tls-insecure") == 0) {
+            o->tls = o->tls_insecure = 1;
+            continue;
+        }
         if (strcmp(name, "--keep-awake") == 0) {
             o->keep_awake = 1;
             continue;
@@ -379,6 +398,10 @@ int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
         continue;                                                              \
     }
         STR("--server", o->server)
+        STR("--tls-ca", o->tls_ca)
+        STR("--tls-cert", o->tls_cert)
+        STR("--tls-key", o->tls_key)
+        STR("--tls-server-name", o->tls_name)
         STR("--key-prefix", o->key_prefix)
         STR("--rule", o->rule)
         STR("--json", o->json_path)

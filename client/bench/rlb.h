@@ -29,6 +29,9 @@ enum { RLB_ARRIVE_EACH, RLB_ARRIVE_POISSON, RLB_ARRIVE_GROUPED };
 
 typedef struct rlb_opts_s {
     const char *server;
+    /* --tls*: librlc's TLS options (rlc.h), as rl-check takes them. */
+    int tls, tls_insecure;
+    const char *tls_ca, *tls_cert, *tls_key, *tls_name;
     /* --fleet: connection i talks to server i mod nservers only, instead of
      * every connection failing over along the whole list. */
     int fleet;

@@ -99,6 +99,7 @@ typedef struct bench_s {
     uv_signal_t sigint;
     int nconnected, ever_connected, sigints;
     uint64_t down_since_ns;
+    int told_tls; /* a TLS failure's reason was printed */
     uint64_t last_decisions;
     int progress_shown;
 
@@ -455,8 +456,11 @@ static void on_state(rlc_async_t *cl, int connected, int status, void *arg)
     conn_t *c = arg;
     bench_t *b = c->b;
 
-    (void)cl;
-    (void)status;
+    /* A TLS failure will not mend by retrying: say why, once. */
+    if (!connected && status == RLC_ETLS && !b->told_tls) {
+        b->told_tls = 1;
+        fprintf(stderr, "rl-bench: %s\n", rlc_async_last_error(cl));
+    }
     if (connected && !c->connected) {
         c->connected = 1;
         b->nconnected++;
@@ -646,6 +650,12 @@ static int conns_init(bench_t *b)
     ro.reconnect_min_ms = 50;
     ro.reconnect_max_ms = 500;
     ro.max_inflight = slots;
+    ro.tls = o->tls;
+    ro.tls_insecure = o->tls_insecure;
+    ro.tls_ca_file = o->tls_ca;
+    ro.tls_cert_file = o->tls_cert;
+    ro.tls_key_file = o->tls_key;
+    ro.tls_server_name = o->tls_name;
     for (i = 0; i < b->nconns; i++) {
         conn_t *c = &b->conns[i];
         c->b = b;
@@ -671,7 +681,9 @@ static int conns_init(bench_t *b)
         if (rc != RLC_OK) {
             fprintf(stderr, "rl-bench: --server '%s': %s\n", ro.servers,
                     rlc_strerror(rc));
-            return rc == RLC_ENOMEM ? RL_ENOMEM : RL_EADDR;
+            return rc == RLC_ENOMEM ? RL_ENOMEM
+                   : rc == RLC_ETLS ? RL_ETLS
+                                    : RL_EADDR;
         }
         rlc_async_on_state(c->c, on_state, c);
     }

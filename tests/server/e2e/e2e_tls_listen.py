@@ -2,7 +2,10 @@
 """TLS on rl-server's own listeners (--tls-cert, --tls-key,
 --tls-client-ca), called by grpcio over TLS and by Python's ssl module.
 
-Usage: e2e_tls_listen.py RL_SERVER PROTO_DIR
+Usage: e2e_tls_listen.py RL_SERVER PROTO_DIR [RL_CHECK RL_BENCH]
+
+With RL_CHECK and RL_BENCH, librlc's TLS (blocking through rl-check,
+async through rl-bench) against the native listener over TLS too.
 
 Certificates are made at test time by `openssl`: a CA and another CA, a
 server certificate for 127.0.0.1 and localhost, a second one (for the
@@ -29,6 +32,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
 import rlt  # noqa: E402
 
 RL_SERVER, PROTO_DIR = sys.argv[1], sys.argv[2]
+RL_CHECK = sys.argv[3] if len(sys.argv) > 4 else None
+RL_BENCH = sys.argv[4] if len(sys.argv) > 4 else None
 TMP = tempfile.mkdtemp(prefix="rl-tls-listen-")
 PROCS = []
 FAILS = []
@@ -442,6 +447,81 @@ def test_native_over_tls():
     check(s.stop() == 0, "stopped cleanly")
 
 
+def rl_check(port, key, *tls, server="127.0.0.1"):
+    """rl-check (librlc's blocking client): (exit status, stdout,
+    stderr)."""
+    p = subprocess.run([RL_CHECK, "--server", "%s:%d" % (server, port),
+                        "--key", key, "--limit", "1", "--window", "3600",
+                        "--timeout", "3000"] + list(tls),
+                       capture_output=True, text=True, timeout=30)
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_librlc_tls():
+    """librlc over TLS: rl-check (blocking) verifies the server by CA and
+    by name (an address or a DNS name), says why when it cannot, and
+    does mutual TLS; rl-bench (async, pipelined) gets exact decisions."""
+    if RL_CHECK is None:
+        print("-- skipped: no rl-check/rl-bench given")
+        return
+    s = Server(extra=["--tls-listeners", "grpc,listen"])
+    ca = ["--tls-ca", path("ca.crt")]
+    rc, out, err = rl_check(s.native_port, "c1", *ca)
+    check(rc == 0 and out.startswith("OK used=1"),
+          "rl-check over TLS to 127.0.0.1 allowed (%d %s %s)" % (rc, out, err))
+    rc, out, err = rl_check(s.native_port, "c1", *ca, server="localhost")
+    check(rc == 1 and out.startswith("OVER_LIMIT"),
+          "rl-check over TLS to localhost, same counter: over (%d %s %s)"
+          % (rc, out, err))
+    cases = ((["--tls-ca", path("otherca.crt")], "certificate verify failed"),
+             (ca + ["--tls-server-name", "wrong.example"],
+              "hostname mismatch"),
+             (["--tls-ca", path("nope.crt")], "No such file"),
+             (["--tls-cert", path("client.crt")], "go together"),
+             ([], "speaks TLS"))
+    for tls, want in cases:
+        rc, out, err = rl_check(s.native_port, "c2", *tls)
+        check(rc == 2 and want in err,
+              "rl-check %s: exit 2 saying %r (%d: %s)" % (tls, want, rc,
+                                                          err.strip()))
+    # Async and pipelined: 4 connections, 3,000 checks on one key with
+    # limit 700: exactly 700 allowed.
+    p = subprocess.run([RL_BENCH, "--server", "127.0.0.1:%d" % s.native_port,
+                        "--tls-ca", path("ca.crt"), "--connections", "4",
+                        "--requests", "3000", "--keys", "1", "--limit", "700",
+                        "--window", "3600", "--duration", "30",
+                        "--key-prefix", "tlsbench:", "--no-progress"],
+                       capture_output=True, text=True, timeout=60)
+    m = re.search(r"allowed (\d+), denied (\d+)", p.stdout)
+    check(m is not None and (int(m.group(1)), int(m.group(2))) == (700, 2300),
+          "rl-bench over TLS: 700 allowed, 2300 denied (%s %s)"
+          % (m and m.groups(), p.stderr.strip()[-300:]))
+    p = subprocess.run([RL_BENCH, "--server", "127.0.0.1:%d" % s.native_port,
+                        "--tls-ca", path("otherca.crt"), "--connections", "2",
+                        "--duration", "5", "--give-up", "0.5",
+                        "--no-progress"], capture_output=True, text=True,
+                       timeout=60)
+    check(p.returncode == 3 and "certificate verify failed" in p.stderr,
+          "rl-bench with the wrong CA: exit 3 saying why (%d %s)"
+          % (p.returncode, p.stderr.strip()[-300:]))
+    check(s.stop() == 0, "stopped cleanly")
+    # Mutual TLS on the native listener.
+    s = Server(extra=["--tls-listeners", "listen", "--tls-client-ca",
+                      path("ca.crt")])
+    rc, out, err = rl_check(s.native_port, "m1", *ca, "--tls-cert",
+                            path("client.crt"), "--tls-key",
+                            path("client.key"))
+    check(rc == 0, "rl-check with a client certificate (%d %s)" % (rc, err))
+    for tls, want in (([], "certificate required"),
+                      (["--tls-cert", path("stranger.crt"), "--tls-key",
+                        path("stranger.key")], "unknown ca")):
+        rc, out, err = rl_check(s.native_port, "m2", *(ca + tls))
+        check(rc == 2 and want in err,
+              "mTLS rl-check %s: exit 2 saying %r (%d: %s)"
+              % (tls[1:2], want, rc, err.strip()))
+    check(s.stop() == 0, "stopped cleanly")
+
+
 def test_grpc_over_tls():
     s = Server()
     ch = channel(s.grpc_port)
@@ -638,7 +718,7 @@ try:
     make_certs()
     for t in (test_bad_flags, test_grpc_over_tls, test_https, test_wrong_name,
               test_mutual_tls, test_handshake_deadline, test_reload,
-              test_native_over_tls,
+              test_native_over_tls, test_librlc_tls,
               test_tls_to_plaintext_port):
         print("--", t.__name__, flush=True)
         t()
