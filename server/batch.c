@@ -89,10 +89,14 @@ struct rls_batch_s {
     int64_t *before;
     uint32_t *nrun, *admitted;
     size_t scratch_ops;
-    /* Per op: 0 not decided yet, 1 being answered now, 2 answered (by a
-     * part the store reported early, see rls_store_part_cb). */
+    /* Per op: 0 not decided yet, 1 being answered now, 3 the same but
+     * decided locally (--fail-local), 2 answered (by a part the store
+     * reported early, see rls_store_part_cb). */
     uint8_t *done;
+    uint64_t *lcost; /* per op decided locally: the cost it admitted */
 };
+
+#define DONE_NOW(d) ((d) == 1 || (d) == 3)
 
 static void on_store_part(void *data, rls_op_t *ops, const uint32_t *idx,
                           size_t k);
@@ -130,6 +134,7 @@ static void batch_destroy(rls_batch_t *t)
     free(t->nrun);
     free(t->admitted);
     free(t->done);
+    free(t->lcost);
     rl_buf_free(&t->keys);
     rl_buf_free(&t->wins);
     free(t);
@@ -151,14 +156,15 @@ static rls_batch_t *batch_new(rls_batcher_t *b)
     t->opx = malloc(n * sizeof(*t->opx));
     t->costs = malloc(n * sizeof(*t->costs));
     t->done = malloc(n);
+    t->lcost = malloc(n * sizeof(*t->lcost));
     t->index = calloc(slots, sizeof(*t->index));
     t->mask = (uint32_t)(slots - 1);
     /* Keys: prefix, braces, caller, ":r:" and a rule name at most. */
     rl_buf_init(&t->keys,
                 n * (b->prefix_len + RL_KEY_MAX + RL_RULE_MAX + 8));
     rl_buf_init(&t->wins, n * RLS_WINDOWS_MAX * sizeof(rls_wop_t));
-    if (!t->reqs || !t->ops || !t->opx || !t->costs || !t->index ||
-        !t->done) {
+    if (!t->reqs || !t->ops || !t->opx || !t->costs || !t->index || !t->done ||
+        !t->lcost) {
         batch_destroy(t);
         return NULL;
     }
@@ -211,6 +217,13 @@ static void batch_recycle(rls_batcher_t *b, rls_batch_t *t)
 /* Why a request was not counted, as sent back in `error`. */
 static const char *failure_text(int err, int fail_open, char *buf, size_t len)
 {
+    if (fail_open == RLS_FAIL_LOCAL) {
+        /* Not a failure to the client: a decision, on a share. */
+        snprintf(buf, len,
+                 "store unavailable; decided by this instance "
+                 "alone, on its share of the limit");
+        return buf;
+    }
     const char *verdict =
         fail_open ? "allowed by fail-open" : "refused by fail-closed";
 
@@ -307,12 +320,15 @@ static void answer_failed(rls_batcher_t *b, rls_batch_t *t, rls_op_t *op,
             w = &op->win[i];
     memset(&r, 0, sizeof(r));
     r.id = q->id;
-    r.error = failure_text(op->err, b->fail_open, text, tlen);
+    /* --fail-local answers what it could not decide locally as closed. */
+    int open = b->fail_open == 1;
+
+    r.error = failure_text(op->err, open, text, tlen);
     r.error_len = strlen(r.error);
     r.limit = w->limit;
     r.window_s = w->window_s;
     b->stats.store_errors++;
-    if (b->fail_open) {
+    if (open) {
         /* Allowed, and nothing was counted. */
         r.code = RL_CODE_OK;
         r.remaining = w->limit;
@@ -361,8 +377,9 @@ static void decide(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
         const rls_wop_t *w = op->nqwin ? op->qwin : op->win;
         uint32_t n = op->nqwin ? op->nqwin : op->nwin;
 
-        if (t->done[i] != 1)
+        if (!DONE_NOW(t->done[i]))
             continue;
+        t->lcost[i] = 0;
         if (status != 0 && op->err == 0)
             op->err = status;
         if (op->err != 0)
@@ -395,7 +412,7 @@ static void decide(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
         rl_result_t r;
         int ok;
 
-        if (t->done[q->op] != 1)
+        if (!DONE_NOW(t->done[q->op]))
             continue;
         decided++;
         if (op->err != 0) {
@@ -410,6 +427,16 @@ static void decide(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
         r.id = q->id;
         rl_admit_result(w, nrun[q->op], q->cost, ok, &r);
         r.decided_at_ms = t->now_ms;
+        if (t->done[q->op] == 3) {
+            /* Decided on this instance's share, and said so; not a failed
+             * decision (/healthz's error ratio). */
+            b->stats.decided_local++;
+            if (ok)
+                t->lcost[q->op] += q->cost;
+            r.error =
+                failure_text(RL_ESTORE, RLS_FAIL_LOCAL, text, sizeof(text));
+            r.error_len = strlen(r.error);
+        }
         if (ok) {
             q->stats->allowed++;
         } else if (q->mode == RLS_MODE_SHADOW) {
@@ -426,19 +453,27 @@ static void decide(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
 
     for (i = 0; i < nops; i++) {
         rls_op_t *op = &ops[i];
-        if (t->done[i] != 1)
+        if (!DONE_NOW(t->done[i]))
             continue;
-        t->done[i] = 2;
-        if (op->err != 0)
+        if (op->err != 0) {
+            t->done[i] = 2;
             continue;
+        }
         if (admitted[i] != op->admitted && b->stats.replay_mismatch++ == 0)
             RLS_ERROR("store and batcher disagree on admissions (a bug)",
                       " store=%llu batcher=%u key=\"%s\"",
                       (unsigned long long)op->admitted, admitted[i],
                       op->key);
-        fit_count(t->reqs[t->opx[i].first].stats,
-                  &run[i * RLS_WINDOWS_MAX], &before[i * RLS_WINDOWS_MAX],
-                  nrun[i]);
+        if (t->done[i] == 3) {
+            /* A share's counts are neither the fleet's quota fit nor
+             * refusals the store would make. */
+            t->done[i] = 2;
+            rls_local_charge(b->local, op, t->lcost[i], t->now_ms);
+            continue;
+        }
+        t->done[i] = 2;
+        fit_count(t->reqs[t->opx[i].first].stats, &run[i * RLS_WINDOWS_MAX],
+                  &before[i * RLS_WINDOWS_MAX], nrun[i]);
         /* A refusal, or no room left for even the cheapest request: what
          * the windows hold now stays true until they end. */
         if (b->refusals.slots != NULL && rls_op_fixed(op) &&
@@ -458,6 +493,39 @@ static void decide(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
     share_add(b, decided, failed);
 }
 
+/* --fail-local: the ops being answered now that the store could not
+ * decide are decided locally (marked 3) on this instance's share. Returns
+ * the status decide() is to apply to the rest: none once every failed op
+ * has its own err or a local decision. */
+static int localize(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
+{
+    rls_batcher_t *b = t->owner;
+    size_t i;
+
+    if (b->local == NULL)
+        return status;
+    for (i = 0; i < nops; i++) {
+        rls_op_t *op = &ops[i];
+        int err = op->err != 0 ? op->err : status;
+        if (t->done[i] != 1 || err == 0)
+            continue;
+        /* The store's own failures, not an op's (an overflow, a log that
+         * does not parse): those stay errors. */
+        if (err != RL_ESTORE && err != RL_ETIMEDOUT && err != RL_ESHUTDOWN &&
+            err != RL_ENOMEM)
+            continue;
+        if (rls_local_decide(b->local, op) == RL_OK)
+            t->done[i] = 3;
+        else if (op->err == 0)
+            op->err = err;
+    }
+    if (status != 0)
+        for (i = 0; i < nops; i++)
+            if (t->done[i] == 1 && ops[i].err == 0)
+                ops[i].err = status;
+    return 0;
+}
+
 /* A part of the batch decided early (the cluster store: one master's
  * ops): its requests are answered now. */
 static void on_store_part(void *data, rls_op_t *ops, const uint32_t *idx,
@@ -469,7 +537,7 @@ static void on_store_part(void *data, rls_op_t *ops, const uint32_t *idx,
     for (i = 0; i < k; i++)
         if (idx[i] < t->nops && t->done[idx[i]] == 0)
             t->done[idx[i]] = 1;
-    decide(t, ops, t->nops, 0);
+    decide(t, ops, t->nops, localize(t, ops, t->nops, 0));
 }
 
 static void on_store_done(void *data, rls_op_t *ops, size_t nops, int status)
@@ -482,8 +550,11 @@ static void on_store_done(void *data, rls_op_t *ops, size_t nops, int status)
     for (i = 0; i < nops; i++)
         if (t->done[i] == 0)
             t->done[i] = 1;
-    decide(t, ops, nops, status);
+    decide(t, ops, nops, localize(t, ops, nops, status));
     b->in_flight--;
+    /* The store answers again: what was admitted locally goes to it. */
+    if (status == 0 && b->local != NULL && b->local->n > 0)
+        rls_local_flush(b->local, b->store);
     batch_recycle(b, t);
 }
 

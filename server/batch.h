@@ -21,6 +21,7 @@
 #include "rl_msg.h"
 #include "prom_hist.h"
 #include "policy/runtime.h"
+#include "fail_local.h"
 #include "refusals.h"
 #include "store/store.h"
 
@@ -36,11 +37,15 @@ typedef struct rls_batch_stats_s {
     uint64_t failed_open; /* answered OK because the store could not answer */
     uint64_t store_errors;/* requests whose store op failed */
     uint64_t replay_mismatch; /* store and batcher disagreed: a bug */
+    uint64_t decided_local; /* decided on this instance's share (fail-local) */
     uint64_t held;        /* ticks that held the filling batch back */
     rls_hist_t size;      /* requests per batch */
 } rls_batch_stats_t;
 
 typedef struct rls_batch_s rls_batch_t;
+
+/* rls_batcher_t.fail_open's third value: --fail-local (fail_local.h). */
+#define RLS_FAIL_LOCAL 2
 
 /* Decisions of the last RLS_SHARE_S seconds, one bucket a second, and how
  * many of them the store failed: what /healthz's error-ratio check reads. */
@@ -62,7 +67,10 @@ typedef struct rls_batcher_s {
      * millisecond (see win_set). 0 after init; set it before the first add. */
     uint64_t spread_ms;
     uint64_t rng;      /* xorshift64 state for the spread */
-    int fail_open;
+    int fail_open;     /* 1 open, 0 closed, RLS_FAIL_LOCAL */
+    /* --fail-local: decides what the store cannot (the owner sets it; NULL
+     * for the other modes). */
+    rls_local_t *local;
     rl_hash_key_t hash_key;
 
     rls_batch_t *cur;  /* filling; NULL when empty */

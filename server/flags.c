@@ -123,6 +123,11 @@ static const char usage[] =
     "  --fail-open              allow requests when the store cannot answer,\n"
     "                           saying so in `error` (default)\n"
     "  --fail-closed            answer ERROR when the store cannot answer\n"
+    "  --fail-local             decide in this instance's memory while Redis\n"
+    "                           cannot answer, on its share of every limit\n"
+    "                           (the limit over the live instances it last\n"
+    "                           saw), then add what it admitted to Redis's\n"
+    "                           counters once Redis answers again\n"
     "  --redis-module MODE      auto (default): decide batches with the\n"
     "                           ratelimit Redis module (RL.BATCH) where\n"
     "                           Redis has it loaded, else with the Lua\n"
@@ -726,10 +731,12 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
             continue;
         }
         if (strcmp(name, "--fail-open") == 0 ||
-            strcmp(name, "--fail-closed") == 0) {
+            strcmp(name, "--fail-closed") == 0 ||
+            strcmp(name, "--fail-local") == 0) {
             if (val != NULL)
                 return fail(err, errlen, "%s takes no value", name);
-            c->fail_open = name[7] == 'o';
+            /* 1 open, 0 closed, 2 local (RLS_FAIL_LOCAL, batch.h) */
+            c->fail_open = name[7] == 'o' ? 1 : name[7] == 'l' ? 2 : 0;
             continue;
         }
 
@@ -990,6 +997,11 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
                     "--redis-tls-* (or rediss://) with --redis-sentinel: "
                     "TLS to sentinels and their masters is not supported "
                     "yet");
+    if (c->fail_open == 2 && !c->use_redis)
+        return fail(err, errlen,
+                    "--fail-local needs --redis, --redis-cluster or "
+                    "--redis-sentinel: the memory store has no outage to "
+                    "decide through");
     if (c->redis_tls && !c->use_redis)
         return fail(err, errlen,
                     "--redis-tls-*: no --redis or "

@@ -63,7 +63,7 @@ typedef struct rls_flags_s {
     char prefix[RLS_PREFIX_MAX + 1];
     size_t prefix_len;
     uint32_t max_frame;
-    int fail_open;
+    int fail_open; /* 1 open, 0 closed, 2 local (RLS_FAIL_LOCAL) */
     uint32_t max_connections;
     uint32_t max_inflight;
     size_t max_output;
@@ -130,5 +130,11 @@ void rls_flags_defaults(rls_flags_t *c);
  * err. */
 int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
                      char *err, size_t errlen);
+
+/* The fail mode's name: "open", "closed" or "local". */
+static inline const char *rls_fail_mode_name(int fail_open)
+{
+    return fail_open == 2 ? "local" : fail_open ? "open" : "closed";
+}
 
 #endif

@@ -215,7 +215,7 @@ int main(int argc, char **argv)
     RLS_INFO("listening", " addr=%s:%d store=%s fail=%s version=%s",
              cfg.listen_host, rls_server_port(&srv, RLS_LISTENER_NATIVE),
              cfg.use_redis ? "redis" : "memory",
-             cfg.fail_open ? "open" : "closed", RLS_VERSION);
+             rls_fail_mode_name(cfg.fail_open), RLS_VERSION);
     if (cfg.redis_cluster > 0)
         RLS_INFO(
             "redis cluster", " seeds=%d first=%s:%d tls=%s timeout_ms=%llu",

@@ -190,11 +190,12 @@ int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
 
     TRY(rls_prom_family(out, "rl_build_info", "gauge",
                "Build and configuration of this rl-server; always 1."));
-    TRY(rl_buf_printf(out,
-             "rl_build_info{version=\"%s\",store=\"%s\",fail_mode=\"%s\"} "
-             "1\n",
-             RLS_VERSION, v->cfg->use_redis ? "redis" : "memory",
-             v->cfg->fail_open ? "open" : "closed"));
+    TRY(rl_buf_printf(
+        out,
+        "rl_build_info{version=\"%s\",store=\"%s\",fail_mode=\"%s\"} "
+        "1\n",
+        RLS_VERSION, v->cfg->use_redis ? "redis" : "memory",
+        rls_fail_mode_name(v->cfg->fail_open)));
     TRY(rls_prom_gauge(out, "rl_start_time_seconds",
               "When this rl-server started, seconds since the epoch.",
               v->start_unix_ms / 1000));
@@ -208,6 +209,36 @@ int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
                 "Requests answered OK because the store could not answer "
                 "(--fail-open).",
                 bs->failed_open));
+    if (v->local != NULL) {
+        const rls_local_stats_t *ls = &v->local->stats;
+        TRY(rls_prom_counter(
+            out, "rl_decided_local_total",
+            "Requests decided by this instance alone, on its share "
+            "of the limit, because the store could not answer "
+            "(--fail-local).",
+            bs->decided_local));
+        TRY(rls_prom_gauge(out, "rl_fleet_instances_seen",
+                           "Live instances last seen in <prefix>instances: "
+                           "--fail-local's share is the limit over this.",
+                           v->local->live));
+        TRY(rls_prom_gauge(
+            out, "rl_fail_local_charges_pending",
+            "Counters admitted locally that the store has not been "
+            "told of yet.",
+            v->local->n));
+        TRY(rls_prom_family(
+            out, "rl_fail_local_charges_total", "counter",
+            "Local admissions per counter: charged (added to the "
+            "store), ended (their window ended first), dropped "
+            "(over the cap of pending charges)."));
+        TRY(rl_buf_printf(
+            out,
+            "rl_fail_local_charges_total{result=\"charged\"} %llu\n"
+            "rl_fail_local_charges_total{result=\"ended\"} %llu\n"
+            "rl_fail_local_charges_total{result=\"dropped\"} %llu\n",
+            (unsigned long long)ls->charged, (unsigned long long)ls->ended,
+            (unsigned long long)ls->dropped));
+    }
     TRY(rls_prom_counter(out, "rl_store_failed_requests_total",
                 "Requests whose store operation failed (either fail mode).",
                 bs->store_errors));

@@ -22,6 +22,7 @@ typedef struct rls_metrics_view_s {
     const rls_reload_stats_t *reload;
     const rls_switch_poll_stats_t *switches;
     const rls_refusal_stats_t *refusals;
+    const rls_local_t *local;               /* --fail-local; or NULL */
     const rls_reload_stats_t *envoy_reload; /* --envoy-config; or NULL */
     uint64_t start_unix_ms;
     int healthy;  /* what /healthz answers now */

@@ -145,6 +145,14 @@ static void close_all(rls_server_t *s)
 
     s->closed = 1;
     rls_batcher_free(&s->batcher);
+    if (s->batcher.local != NULL) {
+        if (s->local.n > 0)
+            RLS_WARN("fail-local: stopping with admissions the store was "
+                     "never told of",
+                     " charges=%zu", s->local.n);
+        rls_local_close(&s->local, NULL, NULL);
+        s->batcher.local = NULL;
+    }
     uv_close((uv_handle_t *)&s->tick, NULL);
     uv_close((uv_handle_t *)&s->before_poll, NULL);
     if (s->hold_fd >= 0)
@@ -273,6 +281,7 @@ int rls_server_metrics(const rls_server_t *s, rl_buf_t *out)
     v.reload = &s->reload.rl.stats;
     v.switches = &s->switches.stats;
     v.refusals = &s->batcher.refusals.stats;
+    v.local = s->batcher.local;
     v.envoy_reload =
         s->cfg->nenvoy_configs > 0 ? &s->envoy_reload.rl.stats : NULL;
     if ((rc = rls_metrics_render(&v, out)) != RL_OK)
@@ -470,6 +479,16 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
      * (store/memory.c): its expiries need no spreading. */
     if (cfg->use_redis)
         s->batcher.spread_ms = cfg->spread_ms;
+    if (cfg->fail_open == RLS_FAIL_LOCAL) {
+        if (rls_local_init(&s->local, loop) != RL_OK) {
+            rls_local_close(&s->local, NULL, NULL);
+            rls_batcher_free(&s->batcher);
+            rls_runtime_free(&s->rt);
+            snprintf(err, errlen, "out of memory");
+            return RL_ENOMEM;
+        }
+        s->batcher.local = &s->local;
+    }
 
     if ((rc = start_frontends(s, err, errlen)) != RL_OK) {
         /* One unwind for every listener: those opened close again. */
@@ -482,6 +501,8 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
         rls_tls_free(s->tls);
         s->tls = NULL;
         rls_batcher_free(&s->batcher);
+        if (s->batcher.local != NULL)
+            rls_local_close(&s->local, NULL, NULL);
         rls_runtime_free(&s->rt);
         return rc;
     }
@@ -546,6 +567,9 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
                  rls_server_port(s, RLS_LISTENER_NATIVE), (long)getpid());
         rls_switch_poll_start(&s->switches, loop, store, &s->rt, cfg->prefix,
                               inst);
+        /* --fail-local's share: the live instances the poller sees. */
+        if (s->batcher.local != NULL)
+            s->switches.live_out = &s->local.live;
     }
     return 0;
 }
@@ -612,6 +636,15 @@ int rls_server_healthy(const rls_server_t *s, const char **why)
         return 0;
     }
     if (!s->store->v->up(s->store)) {
+        /* --fail-local keeps deciding, on a share of the fleet it has seen:
+         * it takes work, unless it never saw the fleet (a share of 1 would
+         * be the whole limit). */
+        if (s->batcher.local != NULL && s->local.live > 0 &&
+            rls_switch_poll_ready(&s->switches)) {
+            *why = "ok: store unavailable, deciding on this instance's "
+                   "share (--fail-local)";
+            return 1;
+        }
         *why = s->store->stats.down_text[0] ? s->store->stats.down_text
                                             : "store unavailable";
         return 0;

@@ -42,6 +42,7 @@ typedef struct rls_server_s {
     rls_runtime_t rt;     /* the policy in force */
     rls_reload_t reload;  /* SIGHUP and the rules file's changes */
     rls_switch_poll_t switches; /* rl-ctl's switches, from Redis */
+    rls_local_t local;          /* --fail-local's decisions and charges */
 
     /* The front ends by listener, NULL for one not opened; the server
      * treats them alike through this table. Their state: */

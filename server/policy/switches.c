@@ -136,13 +136,53 @@ static int report(rls_switch_poll_t *p)
     return p->store->v->command(p->store, 4, argv, lens, on_report_reply, p);
 }
 
+/* The live instances: those that reported within RLS_INSTANCE_STALE_MS
+ * (by their own clocks, which the fleet keeps within seconds). A reply
+ * that cannot be read keeps the last count. */
+static void on_live_reply(void *data, void *reply)
+{
+    rls_switch_poll_t *p = data;
+    redisReply *r = reply;
+    uint64_t now = rl_unix_ms();
+    uint32_t live = 0;
+    size_t i;
+
+    p->live_busy = 0;
+    if (p->closed || r == NULL || r->type != REDIS_REPLY_ARRAY ||
+        r->elements % 2 != 0)
+        return;
+    for (i = 0; i + 1 < r->elements; i += 2) {
+        const redisReply *x = r->element[i + 1];
+        unsigned long long at = 0;
+        long long v;
+        char buf[64];
+        if (x->type != REDIS_REPLY_STRING || x->len >= sizeof(buf))
+            continue;
+        memcpy(buf, x->str, x->len);
+        buf[x->len] = '\0';
+        if (sscanf(buf, "%lld %llu", &v, &at) == 2 &&
+            at + RLS_INSTANCE_STALE_MS >= now && live < UINT32_MAX)
+            live++;
+    }
+    *p->live_out = live > 0 ? live : 1;
+}
+
 static void on_timer(uv_timer_t *t)
 {
     rls_switch_poll_t *p = t->data;
     const char *argv[2] = {"HGETALL", p->key};
     size_t lens[2] = {7, strlen(p->key)};
 
-    if (p->busy || p->closed)
+    if (p->closed)
+        return;
+    if (p->live_out != NULL && !p->live_busy) {
+        const char *la[2] = {"HGETALL", p->ikey};
+        size_t ll[2] = {7, strlen(p->ikey)};
+        if (p->store->v->command(p->store, 2, la, ll, on_live_reply, p) ==
+            RL_OK)
+            p->live_busy = 1;
+    }
+    if (p->busy)
         return;
     if (p->store->v->command(p->store, 2, argv, lens, on_reply, p) == RL_OK)
         p->busy = 1;

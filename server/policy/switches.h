@@ -19,6 +19,9 @@
 #include "store/store.h"
 
 #define RLS_SWITCH_POLL_MS 500
+/* An instance whose last report in <prefix>instances is older than this
+ * is not counted as live (rl-ctl's view too). */
+#define RLS_INSTANCE_STALE_MS 10000
 /* The period until the first poll is done (Redis answered, report sent). */
 #define RLS_SWITCH_FIRST_MS 10
 
@@ -40,6 +43,10 @@ typedef struct rls_switch_poll_s {
     int first;         /* polling, and no poll done yet (settle) */
     int closed;
     int bad_logged;    /* the version whose bad fields were logged */
+    /* When set (--fail-local), each poll also counts the live instances
+     * in <prefix>instances (this one included, at least 1) into it. */
+    uint32_t *live_out;
+    int live_busy; /* that count's reply is awaited */
     rls_switch_poll_stats_t stats;
 } rls_switch_poll_t;
 

@@ -1,0 +1,291 @@
+/* --fail-local: decisions in our own memory while the store is away, and
+ * the charges that bring the store up to date after; see fail_local.h. */
+#include "fail_local.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "rl_error.h"
+#include "rl_hash.h"
+#include "store/memory.h"
+#include "util.h"
+
+/* A limit no count reaches (2^62): a charge is always admitted. */
+#define NO_LIMIT ((uint64_t)1 << 62)
+
+struct rls_charge_s {
+    rls_charge_t *next; /* in its table chain, or in a batch */
+    rls_wop_t w;        /* the limit as the op had it (index, expiry...) */
+    uint64_t cost;      /* admitted locally, summed */
+    uint64_t until_ms;  /* after this nothing reads the counter */
+    size_t tag_len;
+    size_t key_len;
+    size_t wkey_len; /* key[] holds the op key, then the counter key */
+    char key[];
+};
+
+/* One charge batch in flight: its ops and what they point to. */
+typedef struct {
+    rls_local_t *l;
+    rls_charge_t *list;
+    size_t n;
+    rls_op_t ops[RLS_LOCAL_CHARGE_BATCH];
+    rls_wop_t wins[RLS_LOCAL_CHARGE_BATCH];
+    uint32_t costs[RLS_LOCAL_CHARGE_BATCH];
+} charge_batch_t;
+
+int rls_local_init(rls_local_t *l, uv_loop_t *loop)
+{
+    memset(l, 0, sizeof(*l));
+    /* Keys come from clients: a random key, so no client can aim its keys
+     * at one chain. */
+    rls_random_key(&l->hash_key);
+    l->mem = rls_store_memory_new(loop);
+    if (l->mem == NULL)
+        return RL_ENOMEM;
+    l->mask = 1023;
+    l->table = calloc(l->mask + 1, sizeof(*l->table));
+    if (l->table == NULL)
+        return RL_ENOMEM;
+    return RL_OK;
+}
+
+static void on_local_done(void *data, rls_op_t *ops, size_t n, int status)
+{
+    (void)data;
+    (void)ops;
+    (void)n;
+    (void)status;
+}
+
+int rls_local_decide(rls_local_t *l, rls_op_t *op)
+{
+    uint64_t n = l->live > 0 ? l->live : 1;
+    uint32_t j;
+
+    for (j = 0; j < op->nwin; j++) {
+        rls_wop_t *w = &op->win[j];
+        w->limit = w->limit / n > 0 ? w->limit / n : 1;
+        if (w->algo == RL_ALGO_GCRA)
+            w->t_us = w->t_us <= UINT64_MAX / n ? w->t_us * n : UINT64_MAX;
+    }
+    /* Stored quotas live in the store that is away. */
+    op->quota = NULL;
+    op->qwin = NULL;
+    op->nqwin = 0;
+    op->err = 0;
+    op->admitted = 0;
+    /* The memory store answers before it returns. */
+    l->mem->v->submit(l->mem, op, 1, on_local_done, NULL);
+    if (op->err != 0)
+        l->stats.failed++;
+    else
+        l->stats.ops++;
+    return op->err;
+}
+
+/* Until when a charge to limit w, decided at now_ms, still matters. */
+static uint64_t until_of(const rls_wop_t *w, uint64_t now_ms)
+{
+    uint64_t W = (uint64_t)w->window_s * 1000;
+
+    switch (w->algo) {
+    case RL_ALGO_FIXED:
+        return now_ms + w->reset_ms;
+    case RL_ALGO_SWC: /* the previous window's counter, one window more */
+        return now_ms + w->reset_ms + W;
+    case RL_ALGO_SWL:
+        return now_ms + W;
+    default: /* gcra: its TAT may lie well ahead; always charged */
+        return UINT64_MAX;
+    }
+}
+
+static int grow(rls_local_t *l)
+{
+    size_t nb = (l->mask + 1) * 2, i;
+    rls_charge_t **t = calloc(nb, sizeof(*t));
+
+    if (t == NULL)
+        return RL_ENOMEM;
+    for (i = 0; i <= l->mask; i++) {
+        rls_charge_t *c = l->table[i], *next;
+        for (; c != NULL; c = next) {
+            next = c->next;
+            uint64_t h =
+                rl_hash(&l->hash_key, c->key + c->key_len + 1, c->wkey_len);
+            c->next = t[h & (nb - 1)];
+            t[h & (nb - 1)] = c;
+        }
+    }
+    free(l->table);
+    l->table = t;
+    l->mask = nb - 1;
+    return RL_OK;
+}
+
+/* Adds a charge (or its cost to the same counter's). */
+static void add(rls_local_t *l, const rls_op_t *op, const rls_wop_t *w,
+                uint64_t cost, uint64_t until_ms)
+{
+    char wkey[RLS_OPKEY_MAX + 40];
+    size_t wl = rls_wkey(op, w, 0, wkey);
+    uint64_t h = rl_hash(&l->hash_key, wkey, wl);
+    rls_charge_t *c;
+
+    for (c = l->table[h & l->mask]; c != NULL; c = c->next)
+        if (c->wkey_len == wl && memcmp(c->key + c->key_len + 1, wkey, wl) == 0)
+            break;
+    if (c != NULL) {
+        c->cost = c->cost + cost < c->cost ? UINT64_MAX : c->cost + cost;
+        if (until_ms > c->until_ms)
+            c->until_ms = until_ms;
+        /* The latest window's expiry, as the store would set it. */
+        if (w->expire_at_ms > c->w.expire_at_ms)
+            c->w.expire_at_ms = w->expire_at_ms;
+        return;
+    }
+    if (l->n >= RLS_LOCAL_CHARGES_MAX ||
+        (l->n >= l->mask + 1 && grow(l) != RL_OK) ||
+        (c = malloc(sizeof(*c) + op->key_len + 1 + wl + 1)) == NULL) {
+        if (l->stats.dropped++ == 0)
+            RLS_WARN("fail-local: charges over the cap are dropped (their "
+                     "windows will under-count what was admitted locally)",
+                     " cap=%d", RLS_LOCAL_CHARGES_MAX);
+        return;
+    }
+    c->w = *w;
+    c->cost = cost;
+    c->until_ms = until_ms;
+    c->tag_len = op->tag_len;
+    c->key_len = op->key_len;
+    c->wkey_len = wl;
+    memcpy(c->key, op->key, op->key_len + 1);
+    memcpy(c->key + op->key_len + 1, wkey, wl + 1);
+    h &= l->mask;
+    c->next = l->table[h];
+    l->table[h] = c;
+    l->n++;
+}
+
+void rls_local_charge(rls_local_t *l, const rls_op_t *op, uint64_t cost,
+                      uint64_t now_ms)
+{
+    uint32_t j;
+
+    if (cost == 0)
+        return;
+    for (j = 0; j < op->nwin; j++)
+        add(l, op, &op->win[j], cost, until_of(&op->win[j], now_ms));
+}
+
+static void on_charged(void *data, rls_op_t *ops, size_t n, int status)
+{
+    charge_batch_t *b = data;
+    rls_local_t *l = b->l;
+    rls_charge_t *c = b->list, *next;
+    size_t i = 0;
+
+    (void)n;
+    l->sending = 0;
+    if (status != 0)
+        l->stats.charge_errors++;
+    for (; c != NULL; c = next, i++) {
+        next = c->next;
+        if (status == 0 && ops[i].err == 0) {
+            l->stats.charged++;
+            free(c);
+            continue;
+        }
+        /* Kept for the next try, merged with any charge made since. */
+        rls_op_t op = ops[i];
+        op.key = c->key;
+        add(l, &op, &c->w, c->cost, c->until_ms);
+        free(c);
+    }
+    if (l->n == 0 && status == 0)
+        RLS_INFO("fail-local: the store has every local admission",
+                 " charged=%llu", (unsigned long long)l->stats.charged);
+    free(b);
+}
+
+void rls_local_flush(rls_local_t *l, rls_store_t *store)
+{
+    uint64_t now = store->v->now_ms(store);
+    charge_batch_t *b;
+    size_t i;
+
+    if (l->n == 0 || l->sending)
+        return;
+    b = calloc(1, sizeof(*b));
+    if (b == NULL)
+        return;
+    b->l = l;
+    /* Up to one batch of charges, whose windows still matter. */
+    for (i = 0; i <= l->mask && b->n < RLS_LOCAL_CHARGE_BATCH; i++) {
+        while (l->table[i] != NULL && b->n < RLS_LOCAL_CHARGE_BATCH) {
+            rls_charge_t *c = l->table[i];
+            l->table[i] = c->next;
+            l->n--;
+            if (c->until_ms <= now) {
+                l->stats.ended++;
+                free(c);
+                continue;
+            }
+            rls_op_t *op = &b->ops[b->n];
+            rls_wop_t *w = &b->wins[b->n];
+            *w = c->w;
+            w->limit = NO_LIMIT;
+            if (w->algo == RL_ALGO_GCRA)
+                w->limit = NO_LIMIT / (w->t_us > 0 ? w->t_us : 1);
+            b->costs[b->n] =
+                c->cost > UINT32_MAX ? UINT32_MAX : (uint32_t)c->cost;
+            op->key = c->key;
+            op->key_len = c->key_len;
+            op->tag_len = c->tag_len;
+            op->now_ms = now;
+            op->win = w;
+            op->nwin = 1;
+            op->costs = &b->costs[b->n];
+            op->ncosts = 1;
+            op->equal_cost = b->costs[b->n];
+            c->next = b->list;
+            b->list = c;
+            b->n++;
+        }
+    }
+    if (b->n == 0) {
+        free(b);
+        return;
+    }
+    /* The list is newest first: put the ops in the same order. */
+    for (i = 0; i < b->n / 2; i++) {
+        rls_op_t t = b->ops[i];
+        b->ops[i] = b->ops[b->n - 1 - i];
+        b->ops[b->n - 1 - i] = t;
+    }
+    l->sending = 1;
+    store->v->submit(store, b->ops, b->n, on_charged, b);
+}
+
+void rls_local_close(rls_local_t *l, void (*done)(void *), void *arg)
+{
+    size_t i;
+
+    for (i = 0; l->table != NULL && i <= l->mask; i++) {
+        rls_charge_t *c = l->table[i], *next;
+        for (; c != NULL; c = next) {
+            next = c->next;
+            free(c);
+        }
+    }
+    free(l->table);
+    l->table = NULL;
+    l->n = 0;
+    if (l->mem != NULL)
+        l->mem->v->close(l->mem, done, arg);
+    else if (done != NULL)
+        done(arg);
+    l->mem = NULL;
+}

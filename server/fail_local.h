@@ -1,0 +1,93 @@
+/* The third fail mode (--fail-local, fail_local.c): while the store cannot
+ * answer, this instance decides in its own memory with its share of every
+ * limit, and when the store answers again it adds what it admitted to the
+ * store's counters.
+ *
+ * The share: a limit divided by the number of live instances this one
+ * last saw in "<prefix>instances" (policy/switches.h; at least 1), at
+ * least 1. A gcra's burst is divided and its emission interval
+ * multiplied by that number (its rate divided). Local decisions are made
+ * by a memory store (store/memory.c) with every algorithm's arithmetic,
+ * on the failed op's own windows, so the batcher replays and answers
+ * them as it answers the store's.
+ *
+ * The bound: during an outage each instance admits at most its share in
+ * each window, so the fleet admits at most about the limit (N shares)
+ * in each window during the outage; what was admitted before the outage
+ * in the same window is not known locally and comes on top, so a window
+ * cut by an outage admits at most about twice its limit in the worst
+ * case. Exact again once the store answers and the charges are in.
+ *
+ * The charges: what each window admitted locally, summed per counter
+ * (at most RLS_LOCAL_CHARGES_MAX counters; beyond, counted as dropped).
+ * The first batch the store answers after local decisions sends them,
+ * each as an op of one request whose cost is the sum against a limit no
+ * count reaches, so the store adds it whatever the count: a fixed or
+ * sliding-window-counter window still open gets its admitted cost added
+ * to its counter; a gcra's TAT moves on by that cost; a sliding window's
+ * log gets one entry of that cost at the time of the charge (later than
+ * the decisions: it refuses for a little longer than they would).
+ * Charges for windows that ended are dropped (nothing reads them). A
+ * charge batch that fails keeps its charges for the next try. */
+#ifndef RLS_FAIL_LOCAL_H
+#define RLS_FAIL_LOCAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "rl_hash.h"
+#include "store/store.h"
+
+#define RLS_LOCAL_CHARGES_MAX 65536
+/* Charges sent to the store per batch. */
+#define RLS_LOCAL_CHARGE_BATCH 256
+
+typedef struct rls_local_stats_s {
+    uint64_t ops;           /* ops decided locally */
+    uint64_t failed;        /* ops the local store could not decide */
+    uint64_t charged;       /* charges the store took */
+    uint64_t charge_errors; /* charge batches that failed (kept) */
+    uint64_t ended;         /* charges dropped: their window had ended */
+    uint64_t dropped;       /* charges dropped: over RLS_LOCAL_CHARGES_MAX */
+} rls_local_stats_t;
+
+typedef struct rls_charge_s rls_charge_t;
+
+typedef struct rls_local_s {
+    rls_store_t *mem; /* the local decisions */
+    /* Live instances last seen, written by the switches poller; 0 until
+     * the first reading, then taken as 1. */
+    uint32_t live;
+    rls_charge_t **table; /* chained hashing by counter key */
+    rl_hash_key_t hash_key;
+    size_t mask;
+    size_t n;    /* charges pending */
+    int sending; /* a charge batch is in flight */
+    rls_local_stats_t stats;
+} rls_local_t;
+
+/* Makes the local memory store. Returns 0 or RL_ENOMEM. */
+int rls_local_init(rls_local_t *l, uv_loop_t *loop);
+
+/* Decides op, which the store failed, locally: its limits become this
+ * instance's share (in place: the batcher's replay decides on them too),
+ * and the memory store counts it. Returns 0 with op's counts set, or the
+ * local store's error (op->err). */
+int rls_local_decide(rls_local_t *l, rls_op_t *op);
+
+/* Records that `cost` was admitted locally against every limit of op
+ * (decided by rls_local_decide) at now_ms. */
+void rls_local_charge(rls_local_t *l, const rls_op_t *op, uint64_t cost,
+                      uint64_t now_ms);
+
+/* Sends pending charges to store, if any and none are in flight. Call when
+ * the store has just answered a batch. */
+void rls_local_flush(rls_local_t *l, rls_store_t *store);
+
+/* Frees the charges (none may be in flight) and closes the memory store;
+ * done(arg) fires once it is closed. */
+void rls_local_close(rls_local_t *l, void (*done)(void *), void *arg);
+
+#endif
