@@ -268,6 +268,43 @@ static void test_bad_framing(void **state)
     good_call();
 }
 
+/* envoy-ratelimit's statistics on /metrics after three calls of 200 hits
+ * on database=users (500 a second), sent together: total_hits counts them
+ * all; the third is refused with 100 hits over and 100 near, unless the
+ * second turned between the calls (then all within). */
+static void test_descriptor_stats(void **state)
+{
+    static const char pre[] = "rl_envoy_rate_limit_";
+    static const char lab[] =
+        "_total{domain=\"mongo_cps\",key=\"database_users\"}";
+    const char *kv[] = {"database", "users"};
+    conn_t *k = dial(0);
+    char name[160], page[1 << 16];
+    long long v[3];
+    size_t n;
+    uint8_t *m = h2r_rls_request("mongo_cps", kv, 1, 200, &n);
+    int32_t id;
+    int i;
+
+    (void)state;
+    for (id = 1; id <= 5; id += 2)
+        assert_int_equal(h2r_grpc(&k->c, id, H2R_PATH, m, n, 0), 0);
+    for (id = 1; id <= 5; id += 2)
+        assert_true(wait_stream(&k->c, &k->e, id));
+    free(m);
+    hang_up(k);
+    assert_int_equal(rlt_http_get(mport, "/metrics", page, sizeof(page)), 200);
+    for (i = 0; i < 3; i++) {
+        static const char *const stat[] = {"total_hits", "within_limit",
+                                           "over_limit"};
+        snprintf(name, sizeof(name), "%s%s%s", pre, stat[i], lab);
+        v[i] = rlt_sample(page, name);
+    }
+    assert_int_equal(v[0], 600);
+    assert_true((v[1] == 400 && v[2] == 100) || (v[1] == 600 && v[2] == 0));
+    good_call();
+}
+
 /* Request bodies that stall: each answered DEADLINE_EXCEEDED after
  * --frame-timeout-ms, its buffer freed. */
 
@@ -284,6 +321,7 @@ int main(void)
         cmocka_unit_test(test_unknown_method),
         cmocka_unit_test(test_invalid_argument),
         cmocka_unit_test(test_bad_framing),
+        cmocka_unit_test(test_descriptor_stats),
         cmocka_unit_test(test_stop_clean),
     };
 
