@@ -129,27 +129,78 @@ static int put_entry(char *out, size_t *at, const char *k, size_t klen,
            (!star || put(out, at, "*", 1));
 }
 
+#define CHAIN_MAX 64
+
+/* x's chain of nodes, top first, into chain[CHAIN_MAX]. Nodes are one
+ * array in their configuration: the parents are found from x alone.
+ * Returns the depth, 0 past CHAIN_MAX. */
+static size_t chain_of(const rls_envoy_node_t *x,
+                       const rls_envoy_node_t **chain)
+{
+    const rls_envoy_node_t *base = x - x->index, *up = x;
+    size_t depth = 0, i;
+
+    for (; up != NULL; depth++) {
+        if (depth == CHAIN_MAX)
+            return 0;
+        up = up->parent != 0 ? &base[up->parent - 1] : NULL;
+    }
+    for (i = depth, up = x; i-- > 0;) {
+        chain[i] = up;
+        up = up->parent != 0 ? &base[up->parent - 1] : NULL;
+    }
+    return depth;
+}
+
 size_t rls_estats_node_name(char *out, const rls_envoy_domain_t *dom,
                             const rls_envoy_node_t *x)
 {
-    const rls_envoy_node_t *chain[64];
-    const rls_envoy_node_t *base = x - x->index;
-    size_t depth = 0, at = 0;
+    const rls_envoy_node_t *chain[CHAIN_MAX];
+    size_t depth = chain_of(x, chain), at = 0, i;
 
-    /* Nodes are one array in their configuration, parent before child:
-     * the chain is found from x alone. */
-    while (x != NULL) {
-        if (depth == sizeof(chain) / sizeof(chain[0]))
-            return 0;
-        chain[depth++] = x;
-        x = x->parent != 0 ? &base[x->parent - 1] : NULL;
-    }
-    if (!put(out, &at, dom->name, dom->name_len))
+    if (depth == 0 || !put(out, &at, dom->name, dom->name_len))
         return 0;
-    while (depth-- > 0) {
-        const rls_envoy_node_t *c = chain[depth];
+    for (i = 0; i < depth; i++) {
+        const rls_envoy_node_t *c = chain[i];
         if (!put_entry(out, &at, c->key, c->key_len, c->value, c->value_len,
                        c->wildcard))
+            return 0;
+    }
+    sanitize_ipv4(out, at);
+    out[at] = '\0';
+    return at;
+}
+
+/* The name of a per-value series (config_impl.go's GetLimit): with
+ * detailed_metric, "<k>_<v>" of every entry of the request; else, with
+ * value_to_metric on the node matched at level i (bit i of v2m), the
+ * request's value where that node has none of its own (key alone) or a
+ * wildcard, and the node's own elsewhere. Returns the length or 0. */
+static size_t value_name(char *out, const rls_envoy_domain_t *dom,
+                         const rls_envoy_node_t *const *chain, size_t depth,
+                         const char *const *keys, const size_t *klens,
+                         const char *const *values, const size_t *vlens,
+                         size_t n, int detailed, uint64_t v2m)
+{
+    size_t at = 0, i;
+
+    if (!put(out, &at, dom->name, dom->name_len))
+        return 0;
+    for (i = 0; i < n; i++) {
+        const rls_envoy_node_t *c = i < depth ? chain[i] : NULL;
+        int mine = i < 64 && (v2m >> i & 1);
+        int ok;
+        if (detailed)
+            ok = put(out, &at, ".", 1) && put(out, &at, keys[i], klens[i]) &&
+                 put(out, &at, "_", 1) && put(out, &at, values[i], vlens[i]);
+        else if (c == NULL || (c->value == NULL && !mine))
+            ok = put_entry(out, &at, keys[i], klens[i], NULL, 0, 0);
+        else if (c->value != NULL && c->wildcard && !mine)
+            ok = put_entry(out, &at, keys[i], klens[i], c->value, c->value_len,
+                           1);
+        else
+            ok = put_entry(out, &at, keys[i], klens[i], values[i], vlens[i], 0);
+        if (!ok)
             return 0;
     }
     sanitize_ipv4(out, at);
@@ -284,17 +335,35 @@ static rls_estats_cache_t *cache_of(rls_estats_t *t, rls_envoy_conf_t *conf)
     return &t->cache[0];
 }
 
-uint32_t rls_estats_slot(rls_estats_t *t, rls_envoy_conf_t *conf,
-                         const rls_envoy_domain_t *dom,
-                         const rls_envoy_node_t *x, int from_request,
-                         const char *const *keys, const size_t *klens,
-                         const char *const *values, const size_t *vlens,
-                         size_t n)
+/* detailed_metric and value_to_metric of a node: the configuration does
+ * not carry them yet (policy/envoy_conf.h), so every node counts under
+ * its own name. When it does, these two read them. */
+static int node_detailed(const rls_envoy_node_t *x)
+{
+    (void)x;
+    return 0;
+}
+
+static int node_value_to_metric(const rls_envoy_node_t *x)
+{
+    (void)x;
+    return 0;
+}
+
+/* rls_estats_slot and rls_estats_slot_as: detailed and v2m as given, or
+ * with from_nodes read from the nodes. */
+static uint32_t slot_of(rls_estats_t *t, rls_envoy_conf_t *conf,
+                        const rls_envoy_domain_t *dom,
+                        const rls_envoy_node_t *x, int from_request,
+                        const char *const *keys, const size_t *klens,
+                        const char *const *values, const size_t *vlens,
+                        size_t n, int detailed, uint64_t v2m, int from_nodes)
 {
     char name[RLS_ESTATS_NAME_MAX + 1];
+    const rls_envoy_node_t *chain[CHAIN_MAX];
     rls_estats_cache_t *c;
     uint32_t v;
-    size_t len;
+    size_t len, depth, i;
 
     if (from_request) {
         if ((len = request_name(name, dom, keys, klens, values, vlens, n)) == 0)
@@ -303,18 +372,53 @@ uint32_t rls_estats_slot(rls_estats_t *t, rls_envoy_conf_t *conf,
     }
     if (x == NULL)
         return 0;
-    /* detailed_metric and value_to_metric name a series after the
-     * request's values: the configuration does not carry them yet, so
-     * every node counts under its own name. */
+    /* A node named after itself is cached; one named after the request
+     * never is, so a hit in the cache is the whole answer. */
     c = cache_of(t, conf);
     if (c != NULL && x->index < c->n && c->slot[x->index] != 0)
         return c->slot[x->index];
+    if ((depth = chain_of(x, chain)) == 0)
+        return RLS_ESTATS_DROP_NAME;
+    if (from_nodes) {
+        detailed = node_detailed(x);
+        for (v2m = 0, i = 0; i < depth && i < 64; i++)
+            if (node_value_to_metric(chain[i]))
+                v2m |= (uint64_t)1 << i;
+    }
+    if (detailed || v2m != 0) {
+        if ((len = value_name(name, dom, chain, depth, keys, klens, values,
+                              vlens, n, detailed, v2m)) == 0)
+            return RLS_ESTATS_DROP_NAME;
+        return lookup(t, name, len, dom->name_len, 1);
+    }
     if ((len = rls_estats_node_name(name, dom, x)) == 0)
         return RLS_ESTATS_DROP_NAME;
     v = lookup(t, name, len, dom->name_len, 0);
     if (c != NULL && x->index < c->n && v != RLS_ESTATS_DROP_NAME)
         c->slot[x->index] = v;
     return v;
+}
+
+uint32_t rls_estats_slot(rls_estats_t *t, rls_envoy_conf_t *conf,
+                         const rls_envoy_domain_t *dom,
+                         const rls_envoy_node_t *x, int from_request,
+                         const char *const *keys, const size_t *klens,
+                         const char *const *values, const size_t *vlens,
+                         size_t n)
+{
+    return slot_of(t, conf, dom, x, from_request, keys, klens, values, vlens, n,
+                   0, 0, 1);
+}
+
+uint32_t rls_estats_slot_as(rls_estats_t *t, rls_envoy_conf_t *conf,
+                            const rls_envoy_domain_t *dom,
+                            const rls_envoy_node_t *x, const char *const *keys,
+                            const size_t *klens, const char *const *values,
+                            const size_t *vlens, size_t n, int detailed,
+                            uint64_t v2m)
+{
+    return slot_of(t, conf, dom, x, 0, keys, klens, values, vlens, n, detailed,
+                   v2m, 0);
 }
 
 /* ------------------------------------------------------------------------ */

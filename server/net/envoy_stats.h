@@ -18,7 +18,8 @@
  *
  * Per-value series (a request-supplied limit, named after the request's
  * entries as the reference names it; detailed_metric and value_to_metric
- * once the configuration carries them) are created from request values: at
+ * once the configuration carries them: rls_estats_slot_as names them
+ * already) are created from request values: at
  * most max_values of them exist, and every count that would have needed
  * one more is counted in values_dropped instead.
  *
@@ -118,6 +119,18 @@ uint32_t rls_estats_slot(rls_estats_t *t, rls_envoy_conf_t *conf,
                          const char *const *keys, const size_t *klens,
                          const char *const *values, const size_t *vlens,
                          size_t n);
+
+/* rls_estats_slot for node x with detailed_metric (on the node with the
+ * limit) and value_to_metric (bit i: on the node matched by entry i) as
+ * given rather than read from the configuration, which does not carry
+ * them yet (policy/envoy_conf.h): the names the reference gives them,
+ * under the per-value cap. Exposed for tests. */
+uint32_t rls_estats_slot_as(rls_estats_t *t, rls_envoy_conf_t *conf,
+                            const rls_envoy_domain_t *dom,
+                            const rls_envoy_node_t *x, const char *const *keys,
+                            const size_t *klens, const char *const *values,
+                            const size_t *vlens, size_t n, int detailed,
+                            uint64_t v2m);
 
 /* Counts one decided descriptor of `hits` (its cost) into slot (from
  * rls_estats_slot) as the reference's base_limiter.go does:

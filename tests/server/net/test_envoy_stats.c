@@ -256,6 +256,55 @@ static void value_cap(void **state)
     rls_envoy_conf_unref(c);
 }
 
+/* detailed_metric and value_to_metric (given, as the configuration does
+ * not carry them yet): the reference's per-value names, under the cap. */
+static void per_value_names(void **state)
+{
+    rls_envoy_conf_t *c = build(conf_a);
+    const char *keys[2] = {"database", "tenant"}, *vals[2] = {"users", "t1"};
+    size_t klens[2] = {8, 6}, vlens[2] = {5, 2};
+    const rls_envoy_node_t *x =
+        walk(c, "database", "users", "tenant", "t1", NULL);
+    const rls_envoy_node_t *w = walk(c, "path", "/api/x", NULL);
+    const char *pk[1] = {"path"}, *pv[1] = {"/api/x"};
+    size_t pkl[1] = {4}, pvl[1] = {6};
+    rls_estats_t t;
+    uint32_t s;
+
+    (void)state;
+    rls_estats_init(&t, 3);
+    /* detailed_metric: every entry's key_value. */
+    s = rls_estats_slot_as(&t, c, edge(c), x, keys, klens, vals, vlens, 2, 1,
+                           0);
+    assert_true(s > 0 && s <= t.n);
+    assert_string_equal(t.s[s - 1].name, "edge.database_users.tenant_t1");
+    /* value_to_metric on the key-alone node (level 1): its value from the
+     * request, so the same name and series. */
+    assert_int_equal(rls_estats_slot_as(&t, c, edge(c), x, keys, klens, vals,
+                                        vlens, 2, 0, 2),
+                     s);
+    /* A wildcard keeps its pattern, unless value_to_metric. */
+    s = rls_estats_slot_as(&t, c, edge(c), w, pk, pkl, pv, pvl, 1, 0, 1);
+    assert_string_equal(t.s[s - 1].name, "edge.path_/api/x");
+    assert_int_equal(t.values, 2);
+    /* detailed_metric with an empty value: "key_", as the reference. */
+    pv[0] = "";
+    pvl[0] = 0;
+    s = rls_estats_slot_as(&t, c, edge(c), w, pk, pkl, pv, pvl, 1, 1, 0);
+    assert_string_equal(t.s[s - 1].name, "edge.path_");
+    /* The cap holds for them. */
+    pv[0] = "/api/y";
+    pvl[0] = 6;
+    assert_int_equal(
+        rls_estats_slot_as(&t, c, edge(c), w, pk, pkl, pv, pvl, 1, 0, 1),
+        RLS_ESTATS_DROP_VALUE);
+    /* Without either, the node's own name. */
+    s = rls_estats_slot_as(&t, c, edge(c), w, pk, pkl, pv, pvl, 1, 0, 0);
+    assert_string_equal(t.s[s - 1].name, "edge.path_/api/*");
+    rls_estats_free(&t);
+    rls_envoy_conf_unref(c);
+}
+
 /* A reload keeps a descriptor's series by name: its counts go on. */
 static void reload(void **state)
 {
@@ -504,8 +553,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(node_names), cmocka_unit_test(counting),
-        cmocka_unit_test(value_cap),  cmocka_unit_test(reload),
-        cmocka_unit_test(metrics),    cmocka_unit_test(statsd),
+        cmocka_unit_test(value_cap),  cmocka_unit_test(per_value_names),
+        cmocka_unit_test(reload),     cmocka_unit_test(metrics),
+        cmocka_unit_test(statsd),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
