@@ -19,6 +19,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -268,6 +269,33 @@ static void test_bad_framing(void **state)
     good_call();
 }
 
+/* The sum of the statsd counter `name`'s deltas read from statsd_fd until
+ * it reaches want or 5 s pass. */
+static long long statsd_sum(const char *name, long long want)
+{
+    uint64_t end = rlt_mono_ms() + 5000;
+    size_t n = strlen(name);
+    long long sum = 0;
+    char buf[2048];
+
+    while (sum < want && rlt_mono_ms() < end) {
+        struct pollfd p = {statsd_fd, POLLIN, 0};
+        ssize_t got;
+        char *line, *save = NULL;
+        if (poll(&p, 1, 100) <= 0)
+            continue;
+        if ((got = recv(statsd_fd, buf, sizeof(buf) - 1, 0)) <= 0)
+            continue;
+        buf[got] = '\0';
+        for (line = strtok_r(buf, "\n", &save); line != NULL;
+             line = strtok_r(NULL, "\n", &save))
+            if (strncmp(line, name, n) == 0 && line[n] == ':' &&
+                strstr(line + n, "|c") != NULL)
+                sum += strtoll(line + n + 1, NULL, 10);
+    }
+    return sum;
+}
+
 /* envoy-ratelimit's statistics on /metrics after three calls of 200 hits
  * on database=users (500 a second), sent together: total_hits counts them
  * all; the third is refused with 100 hits over and 100 near, unless the
@@ -302,6 +330,11 @@ static void test_descriptor_stats(void **state)
     }
     assert_int_equal(v[0], 600);
     assert_true((v[1] == 400 && v[2] == 100) || (v[1] == 600 && v[2] == 0));
+    /* The same through --statsd, under the reference's own name. */
+    assert_int_equal(statsd_sum("ratelimit.service.rate_limit.mongo_cps."
+                                "database_users.total_hits",
+                                600),
+                     600);
     good_call();
 }
 
