@@ -22,6 +22,7 @@
 #include <cmocka.h>
 #include <uv.h>
 
+#include "flags.h"
 #include "net/envoy_stats.h"
 #include "net/statsd.h"
 #include "policy/envoy_conf.h"
@@ -549,13 +550,49 @@ static void statsd(void **state)
     rls_envoy_conf_unref(c);
 }
 
+static int parse(rls_flags_t *c, char *err, int argc, char **argv)
+{
+    rls_flags_defaults(c);
+    return rls_flags_parse(c, argc, argv, stdout, err, 256);
+}
+
+/* The flags: defaults, --statsd's address, and what it needs. */
+static void flags(void **state)
+{
+    static rls_flags_t c;
+    char err[256];
+    char *ok[] = {"rl-server", "--grpc",         "127.0.0.1:0",
+                  "--statsd",  "127.0.0.1:8125", "--envoy-stats-max-values",
+                  "5"};
+    char *no_grpc[] = {"rl-server", "--statsd", "127.0.0.1:8125"};
+    char *off[] = {"rl-server", "--grpc",   "127.0.0.1:0",   "--envoy-stats",
+                   "0",         "--statsd", "127.0.0.1:8125"};
+    char *bad[] = {"rl-server", "--grpc", "127.0.0.1:0", "--statsd", "8125"};
+
+    (void)state;
+    rls_flags_defaults(&c);
+    assert_int_equal(c.envoy_stats, 1);
+    assert_int_equal(c.envoy_stats_max_values, 1000);
+    assert_int_equal(c.statsd_flush_ms, 1000);
+    assert_int_equal(c.statsd_host[0], '\0');
+    assert_int_equal(parse(&c, err, 7, ok), 0);
+    assert_string_equal(c.statsd_host, "127.0.0.1");
+    assert_int_equal(c.statsd_port, 8125);
+    assert_int_equal(c.envoy_stats_max_values, 5);
+    assert_int_equal(parse(&c, err, 3, no_grpc), RL_EINVAL);
+    assert_non_null(strstr(err, "--statsd needs --grpc"));
+    assert_int_equal(parse(&c, err, 7, off), RL_EINVAL);
+    assert_int_equal(parse(&c, err, 5, bad), RL_EINVAL);
+    assert_non_null(strstr(err, "--statsd"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(node_names), cmocka_unit_test(counting),
         cmocka_unit_test(value_cap),  cmocka_unit_test(per_value_names),
         cmocka_unit_test(reload),     cmocka_unit_test(metrics),
-        cmocka_unit_test(statsd),
+        cmocka_unit_test(statsd),     cmocka_unit_test(flags),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
