@@ -39,6 +39,9 @@ void rls_flags_defaults(rls_flags_t *c)
     c->max_rules = 1000;
     c->reload_settle_ms = 1000;
     c->refusal_cache = 16384;
+    c->envoy_stats = 1;
+    c->envoy_stats_max_values = 1000;
+    c->statsd_flush_ms = 1000;
     c->batches_in_flight = 1;
     c->grpc_max_streams = 100;
     c->tls_handshake_timeout_ms = 5000;
@@ -178,6 +181,15 @@ static const char usage[] =
     "                           one changes\n"
     "  --check-envoy-config FILE  validate an Envoy descriptor file and\n"
     "                           exit: 0, or 2 with FILE:LINE: errors\n"
+    "  --envoy-stats 0|1        count envoy-ratelimit's per-descriptor\n"
+    "                           statistics (total_hits, over_limit...) on\n"
+    "                           /metrics (default 1)\n"
+    "  --envoy-stats-max-values N  series named after request values at\n"
+    "                           most; the rest counted as dropped (default\n"
+    "                           1000)\n"
+    "  --statsd HOST:PORT       also send them to statsd/DogStatsD over UDP\n"
+    "                           under the reference's names (default: off)\n"
+    "  --statsd-flush-ms N      how often (default 1000)\n"
     "  --grpc-max-streams N     concurrent streams per gRPC connection\n"
     "                           (SETTINGS; default 100)\n"
     "  --http HOST:PORT         serve GET /check?rule=R&key=K over HTTP, for\n"
@@ -594,6 +606,9 @@ static const num_flag_t num_flags[] = {
     NUM("--max-inline-window", max_inline_window, 0, RL_WINDOW_MAX_S),
     NUM("--max-inline-limit", max_inline_limit, 0, INT64_MAX),
     NUM("--grpc-max-streams", grpc_max_streams, 1, 65536),
+    NUM("--envoy-stats", envoy_stats, 0, 1),
+    NUM("--envoy-stats-max-values", envoy_stats_max_values, 0, 1u << 20),
+    NUM("--statsd-flush-ms", statsd_flush_ms, 10, 3600000),
     NUM("--check-xff-hops", check_xff_hops, 0, 16),
     NUM("--tls-handshake-timeout-ms", tls_handshake_timeout_ms, 0, 3600000),
 };
@@ -625,6 +640,7 @@ static int takes_value(const char *name)
                                         "--redis-module",
                                         "--envoy-config",
                                         "--check-envoy-config",
+                                        "--statsd",
                                         "--http",
                                         "--check-key-header",
                                         "--check-rule-header",
@@ -761,6 +777,12 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
                 return fail(
                     err, errlen,
                     "--metrics: expected " RL_HOSTPORT_HELP ", got '%s'", val);
+        } else if (strcmp(name, "--statsd") == 0) {
+            if (rl_parse_hostport(val, c->statsd_host, sizeof(c->statsd_host),
+                                  &c->statsd_port) != RL_OK)
+                return fail(err, errlen,
+                            "--statsd: expected " RL_HOSTPORT_HELP ", got '%s'",
+                            val);
         } else if (strcmp(name, "--http") == 0) {
             if (rl_parse_listen(val, c->http_host, sizeof(c->http_host),
                                   &c->http_port) != RL_OK)
@@ -959,6 +981,11 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
                         c->redis_sentinel_password_file,
                         c->redis_sentinel_password, err, errlen) != 0)
         return RL_EINVAL;
+    if (c->statsd_host[0] != '\0' &&
+        (c->grpc_host[0] == '\0' || c->envoy_stats == 0))
+        return fail(err, errlen,
+                    "--statsd needs --grpc (and --envoy-stats 1): it sends "
+                    "the Envoy descriptors' statistics");
     if ((c->tls_cert == NULL) != (c->tls_key == NULL))
         return fail(err, errlen, "--tls-cert and --tls-key go together");
     if (c->tls_cert == NULL &&

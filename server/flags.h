@@ -104,6 +104,13 @@ typedef struct rls_flags_s {
     const char *envoy_configs[RLS_ENVOY_CONFIGS_MAX];
     size_t nenvoy_configs;
     const char *check_envoy_config; /* validate this Envoy file and exit */
+    /* envoy-ratelimit's per-descriptor statistics (net/envoy_stats.h) and
+     * their statsd exporter (net/statsd.h; empty host: off). */
+    uint64_t envoy_stats;            /* --envoy-stats 0|1 */
+    uint64_t envoy_stats_max_values; /* per-value series at most */
+    char statsd_host[RLS_HOST_MAX + 1];
+    int statsd_port;
+    uint64_t statsd_flush_ms;
     /* The HTTP check endpoint (net/http_check.h). */
     char http_host[RLS_HOST_MAX + 1]; /* empty: no --http listener */
     int http_port;

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "net/envoy_stats.h"
+#include "net/statsd.h"
 #include "prom.h"
 #include "rl_error.h"
 #include "version.h"
@@ -277,6 +279,8 @@ int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
                     "stayed).",
                     v->envoy_reload->failures));
     }
+    TRY(rls_estats_metrics(v->envoy_stats, out));
+    TRY(rls_statsd_metrics(v->statsd, out));
 
     if (ss != NULL) {
         TRY(rls_prom_gauge(out, "rl_store_up", "1 while the store is believed up.",

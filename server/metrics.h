@@ -24,6 +24,8 @@ typedef struct rls_metrics_view_s {
     const rls_refusal_stats_t *refusals;
     const rls_local_t *local;               /* --fail-local; or NULL */
     const rls_reload_stats_t *envoy_reload; /* --envoy-config; or NULL */
+    const struct rls_estats_s *envoy_stats; /* per descriptor; or NULL */
+    const struct rls_statsd_s *statsd;      /* --statsd; or NULL */
     uint64_t start_unix_ms;
     int healthy;  /* what /healthz answers now */
     int draining;

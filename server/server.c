@@ -182,6 +182,9 @@ static void close_all(rls_server_t *s)
             s->fe[i] = NULL;
         }
     s->grpc = NULL;
+    /* The last counts go out before the exporter closes. */
+    rls_statsd_flush(&s->statsd);
+    rls_statsd_close(&s->statsd);
     rls_envoy_reload_close(&s->envoy_reload);
     if (s->tls != NULL)
         rls_tls_reload_close(&s->tls_reload);
@@ -284,6 +287,8 @@ int rls_server_metrics(const rls_server_t *s, rl_buf_t *out)
     v.local = s->batcher.local;
     v.envoy_reload =
         s->cfg->nenvoy_configs > 0 ? &s->envoy_reload.rl.stats : NULL;
+    v.envoy_stats = s->estats_on ? &s->estats : NULL;
+    v.statsd = &s->statsd;
     if ((rc = rls_metrics_render(&v, out)) != RL_OK)
         return rc;
     for (i = 0; i < RLS_LISTENERS; i++)
@@ -348,6 +353,19 @@ static int start_grpc(rls_server_t *s, char *err, size_t errlen)
         return rc;
     }
     rls_grpc_set_conf(s->grpc, conf);
+    if (cfg->envoy_stats) {
+        rls_estats_init(&s->estats, (size_t)cfg->envoy_stats_max_values);
+        s->estats_on = 1;
+        rls_grpc_set_estats(s->grpc, &s->estats);
+        if (cfg->statsd_host[0] != '\0' &&
+            (rc = rls_statsd_start(&s->statsd, s->loop, cfg->statsd_host,
+                                   cfg->statsd_port, cfg->statsd_flush_ms,
+                                   rls_estats_statsd, &s->estats, err,
+                                   errlen)) != RL_OK) {
+            s->fe[RLS_LISTENER_GRPC] = rls_grpc_frontend(s->grpc);
+            return rc;
+        }
+    }
     if (cfg->tls_listeners & RLS_TLS_ON_GRPC)
         rls_grpc_set_tls(s->grpc, s->tls);
     if (cfg->nenvoy_configs > 0)
@@ -498,6 +516,8 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
                 s->fe[i] = NULL;
             }
         rls_envoy_reload_close(&s->envoy_reload);
+        rls_statsd_close(&s->statsd);
+        rls_estats_free(&s->estats);
         rls_tls_free(s->tls);
         s->tls = NULL;
         rls_batcher_free(&s->batcher);
@@ -665,6 +685,8 @@ int rls_server_healthy(const rls_server_t *s, const char **why)
 
 void rls_server_free(rls_server_t *s)
 {
+    /* After the loop: no call is left to count. */
+    rls_estats_free(&s->estats);
     rls_tls_free(s->tls);
     s->tls = NULL;
     rls_runtime_free(&s->rt);

@@ -17,6 +17,8 @@
 #include "net/http_server.h"
 #include "net/tls_reload.h"
 #include "flags.h"
+#include "net/envoy_stats.h"
+#include "net/statsd.h"
 #include "policy/envoy_reload.h"
 #include "policy/reload.h"
 #include "policy/runtime.h"
@@ -51,6 +53,9 @@ typedef struct rls_server_s {
     rls_admin_t admin;       /* --metrics */
     rls_grpc_t *grpc;        /* --grpc */
     rls_envoy_reload_t envoy_reload; /* its --envoy-config files */
+    rls_estats_t estats;             /* its per-descriptor statistics */
+    int estats_on;                   /* --envoy-stats on */
+    rls_statsd_t statsd;             /* --statsd, which exports them */
     rls_check_t check;       /* --http */
     struct rls_tls_s *tls;   /* --tls-cert's, NULL: no TLS listener */
     rls_tls_reload_t tls_reload; /* SIGHUP and its files' changes */

@@ -17,6 +17,7 @@
 #include "envoy/service/ratelimit/v3/rls.pb-c.h"
 #include "decide.h"
 #include "log.h"
+#include "net/envoy_stats.h"
 #include "rl_clock.h"
 #include "rl_headers.h"
 #include "rl_error.h"
@@ -44,6 +45,8 @@ struct rls_envoy_status_s {
     const char *name; /* in the call's configuration; or NULL */
     size_t name_len;
     int rule;         /* name is a rules-file rule's */
+    uint32_t stat;    /* its statistics series (rls_estats_slot) */
+    uint32_t hits;    /* its cost, what the statistics count */
     rl_result_t r; /* the decision (no strings) */
 };
 
@@ -126,6 +129,8 @@ static void respond(void *owner, const rl_result_t *r)
 
     if (r->id < call->n) {
         st = &call->st[r->id];
+        if (call->ctx->estats != NULL)
+            rls_estats_count(call->ctx->estats, st->stat, st->hits, r);
         st->r = *r;
         st->r.error = NULL;
         st->r.error_len = 0;
@@ -220,6 +225,11 @@ static int add_one(rls_envoy_call_t *call, uint32_t i, const desc_t *d,
         vals[j] = d->entries[j]->value;
         vlens[j] = strlen(vals[j]);
     }
+    st->hits = cost;
+    if (ctx->estats != NULL)
+        st->stat =
+            rls_estats_slot(ctx->estats, call->conf, call->dom, x, from_request,
+                            keys, klens, vals, vlens, d->n_entries);
     memset(&a, 0, sizeof(a));
     a.id = i;
     a.key = key;

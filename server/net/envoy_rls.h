@@ -44,6 +44,9 @@ typedef struct rls_envoy_ctx_s {
     rls_batcher_t *batcher;
     rls_envoy_conf_t *conf;
     rls_envoy_stats_t stats;
+    /* envoy-ratelimit's per-descriptor statistics (net/envoy_stats.h);
+     * NULL: not kept. */
+    struct rls_estats_s *estats;
 } rls_envoy_ctx_t;
 
 typedef struct rls_envoy_status_s rls_envoy_status_t;

@@ -1586,6 +1586,11 @@ void rls_grpc_set_conf(rls_grpc_t *g, rls_envoy_conf_t *conf)
     g->ctx.conf = conf;
 }
 
+void rls_grpc_set_estats(rls_grpc_t *g, struct rls_estats_s *t)
+{
+    g->ctx.estats = t;
+}
+
 void rls_grpc_set_tls(rls_grpc_t *g, rls_tls_t *tls)
 {
     g->tls = tls;

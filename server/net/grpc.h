@@ -77,6 +77,10 @@ rls_frontend_t *rls_grpc_frontend(rls_grpc_t *g);
  * reference; NULL: none). Calls already started keep theirs. */
 void rls_grpc_set_conf(rls_grpc_t *g, rls_envoy_conf_t *conf);
 
+/* Where calls count envoy-ratelimit's statistics (net/envoy_stats.h;
+ * NULL: nowhere). The table must outlive the listener's calls. */
+void rls_grpc_set_estats(rls_grpc_t *g, struct rls_estats_s *t);
+
 /* Ends a round: connections deferred over their budget go on, and what
  * the connections have to send is sent. At least once per loop
  * iteration. */

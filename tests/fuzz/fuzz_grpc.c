@@ -45,6 +45,7 @@
 #include "log.h"
 #include "net/grpc.h"
 #include "flags.h"
+#include "net/envoy_stats.h"
 #include "policy/envoy_conf.h"
 #include "policy/runtime.h"
 #include "rl_error.h"
@@ -88,6 +89,7 @@ static struct {
     rls_runtime_t rt;
     rls_batcher_t batcher;
     rls_grpc_t *grpc;
+    rls_estats_t estats; /* a small cap: requests' own limits reach it */
     uv_check_t tick;
     char err[256];
 } S;
@@ -133,6 +135,8 @@ static void setup(void)
     CHECK(rls_envoy_conf_build_buf("fuzz", conf_yaml, sizeof(conf_yaml) - 1,
                                    &ec, &d) == RL_OK);
     rls_grpc_set_conf(S.grpc, ec);
+    rls_estats_init(&S.estats, 8);
+    rls_grpc_set_estats(S.grpc, &S.estats);
     uv_check_init(&S.loop, &S.tick);
     uv_check_start(&S.tick, on_tick);
 }
@@ -152,6 +156,7 @@ static void teardown(void)
     S.store->v->close(S.store, on_store_closed, NULL);
     uv_run(&S.loop, UV_RUN_DEFAULT);
     CHECK(uv_loop_close(&S.loop) == 0);
+    rls_estats_free(&S.estats);
     rls_runtime_free(&S.rt);
     S.up = 0;
 }
@@ -425,6 +430,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (i = 0; i < 200 && S.batcher.in_flight > 0; i++)
         step();
     CHECK(S.batcher.in_flight == 0);
+    /* The statistics the requests' values named render, escaped. */
+    {
+        rl_buf_t b;
+        rl_buf_init(&b, 1 << 20);
+        CHECK(rls_estats_metrics(&S.estats, &b) == RL_OK);
+        CHECK(S.estats.values <= 8);
+        rl_buf_free(&b);
+    }
     if (mode & 0x80)
         h2r_close(&prog);
     return 0;
@@ -521,6 +534,7 @@ static int run_file(const char *path)
 int main(int argc, char **argv)
 {
     rls_grpc_stats_t st;
+    size_t series;
     int files = 0, i;
 
     synth();
@@ -528,14 +542,15 @@ int main(int argc, char **argv)
         if (rlf_walk(argv[i], run_file, &files) != 0)
             return 1;
     st = *rls_grpc_stats(S.grpc);
+    series = S.estats.n;
     teardown();
     printf("fuzz_grpc: ok, %llu runs, %llu bytes answered, %d files; "
            "%llu streams reset over the header limit, %llu connections "
-           "ended for it, %llu reads deferred\n",
+           "ended for it, %llu reads deferred; %zu statistics series\n",
            (unsigned long long)runs, (unsigned long long)received, files,
            (unsigned long long)st.streams_oversized,
            (unsigned long long)st.conns_headers,
-           (unsigned long long)st.reads_deferred);
+           (unsigned long long)st.reads_deferred, series);
     /* The synthesized calls must have been answered, or nothing was
      * tested; and the seeds must have taken the header path. */
     if (received == 0)

@@ -19,6 +19,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -268,6 +269,75 @@ static void test_bad_framing(void **state)
     good_call();
 }
 
+/* The sum of the statsd counter `name`'s deltas read from statsd_fd until
+ * it reaches want or 5 s pass. */
+static long long statsd_sum(const char *name, long long want)
+{
+    uint64_t end = rlt_mono_ms() + 5000;
+    size_t n = strlen(name);
+    long long sum = 0;
+    char buf[2048];
+
+    while (sum < want && rlt_mono_ms() < end) {
+        struct pollfd p = {statsd_fd, POLLIN, 0};
+        ssize_t got;
+        char *line, *save = NULL;
+        if (poll(&p, 1, 100) <= 0)
+            continue;
+        if ((got = recv(statsd_fd, buf, sizeof(buf) - 1, 0)) <= 0)
+            continue;
+        buf[got] = '\0';
+        for (line = strtok_r(buf, "\n", &save); line != NULL;
+             line = strtok_r(NULL, "\n", &save))
+            if (strncmp(line, name, n) == 0 && line[n] == ':' &&
+                strstr(line + n, "|c") != NULL)
+                sum += strtoll(line + n + 1, NULL, 10);
+    }
+    return sum;
+}
+
+/* envoy-ratelimit's statistics on /metrics after three calls of 200 hits
+ * on database=users (500 a second), sent together: total_hits counts them
+ * all; the third is refused with 100 hits over and 100 near, unless the
+ * second turned between the calls (then all within). */
+static void test_descriptor_stats(void **state)
+{
+    static const char pre[] = "rl_envoy_rate_limit_";
+    static const char lab[] =
+        "_total{domain=\"mongo_cps\",key=\"database_users\"}";
+    const char *kv[] = {"database", "users"};
+    conn_t *k = dial(0);
+    char name[160], page[1 << 16];
+    long long v[3];
+    size_t n;
+    uint8_t *m = h2r_rls_request("mongo_cps", kv, 1, 200, &n);
+    int32_t id;
+    int i;
+
+    (void)state;
+    for (id = 1; id <= 5; id += 2)
+        assert_int_equal(h2r_grpc(&k->c, id, H2R_PATH, m, n, 0), 0);
+    for (id = 1; id <= 5; id += 2)
+        assert_true(wait_stream(&k->c, &k->e, id));
+    free(m);
+    hang_up(k);
+    assert_int_equal(rlt_http_get(mport, "/metrics", page, sizeof(page)), 200);
+    for (i = 0; i < 3; i++) {
+        static const char *const stat[] = {"total_hits", "within_limit",
+                                           "over_limit"};
+        snprintf(name, sizeof(name), "%s%s%s", pre, stat[i], lab);
+        v[i] = rlt_sample(page, name);
+    }
+    assert_int_equal(v[0], 600);
+    assert_true((v[1] == 400 && v[2] == 100) || (v[1] == 600 && v[2] == 0));
+    /* The same through --statsd, under the reference's own name. */
+    assert_int_equal(statsd_sum("ratelimit.service.rate_limit.mongo_cps."
+                                "database_users.total_hits",
+                                600),
+                     600);
+    good_call();
+}
+
 /* Request bodies that stall: each answered DEADLINE_EXCEEDED after
  * --frame-timeout-ms, its buffer freed. */
 
@@ -284,6 +354,7 @@ int main(void)
         cmocka_unit_test(test_unknown_method),
         cmocka_unit_test(test_invalid_argument),
         cmocka_unit_test(test_bad_framing),
+        cmocka_unit_test(test_descriptor_stats),
         cmocka_unit_test(test_stop_clean),
     };
 

@@ -1,8 +1,11 @@
 /* The --grpc tests' fixture (grpc_fx.h). */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 
 #include "grpc_fx.h"
@@ -204,15 +207,35 @@ void test_stop_clean(void **state)
     assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+int statsd_fd = -1;
+
 void grpc_init(void)
 {
-    /* Every server: --grpc with the mongo_cps descriptors, --metrics. */
-    static char fix[512];
-    static char *args[] = {"--grpc", "127.0.0.1:0", "--envoy-config", fix,
+    /* Every server: --grpc with the mongo_cps descriptors, --metrics,
+     * --statsd to this program's UDP socket. */
+    static char fix[512], sd[64];
+    static char *args[] = {"--grpc",
+                           "127.0.0.1:0",
+                           "--envoy-config",
+                           fix,
+                           "--statsd",
+                           sd,
+                           "--statsd-flush-ms",
+                           "50",
                            NULL};
+    struct sockaddr_in a;
+    socklen_t alen = sizeof(a);
 
     signal(SIGPIPE, SIG_IGN);
     snprintf(fix, sizeof(fix), "%s/mongo_cps.yaml", RL_FIXTURES);
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    statsd_fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    assert_true(statsd_fd >= 0);
+    assert_int_equal(bind(statsd_fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(getsockname(statsd_fd, (struct sockaddr *)&a, &alen), 0);
+    snprintf(sd, sizeof(sd), "127.0.0.1:%d", ntohs(a.sin_port));
     rlt_fx_use(&(rlt_fx_conf_t){
         .bin = RL_SERVER_BIN, .log_level = "warn", .args = args, .metrics = 1});
     /* RLT_FILTER=test_name (a glob) runs only matching tests. */

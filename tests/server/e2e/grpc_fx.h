@@ -34,6 +34,10 @@
 /* The shared server's --grpc and --metrics ports, and the well-behaved
  * client's connection to it. */
 extern int port, mport;
+
+/* A UDP socket on loopback the servers' --statsd sends to (flushed every
+ * 50 ms); nobody need read it. */
+extern int statsd_fd;
 extern h2r_t good;
 
 /* What the streams of one connection ended with, by stream id: the
