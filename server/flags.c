@@ -1019,11 +1019,6 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
                             ? "no --http"
                             : "no --metrics");
     }
-    if (c->redis_tls && c->redis_sentinels > 0)
-        return fail(err, errlen,
-                    "--redis-tls-* (or rediss://) with --redis-sentinel: "
-                    "TLS to sentinels and their masters is not supported "
-                    "yet");
     if (c->fail_open == 2 && !c->use_redis)
         return fail(err, errlen,
                     "--fail-local needs --redis, --redis-cluster or "

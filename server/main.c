@@ -187,6 +187,7 @@ int main(int argc, char **argv)
                               ? cfg.redis_sentinel_password
                               : NULL;
             so.timeout_ms = cfg.redis_timeout_ms;
+            so.tls = tls;
             ro.sentinel = &so;
         }
         store = rls_store_redis_new(&loop, &ro);

@@ -52,6 +52,7 @@ struct rls_redis_sentinel_s {
     int n;
     char *master, *user, *password;
     uint64_t timeout_ms;
+    const rls_redis_tls_t *tls; /* NULL: plain */
     rls_store_stats_t *stats;
     rls_redis_sentinel_cbs_t cbs;
     void *data;
@@ -183,6 +184,18 @@ static sctx_t *sctx_connect(rls_redis_sentinel_t *s, int idx, char *why,
         rls_redis_uv_attach(ac, s->loop, on_sctx_closed, x) != 0)
         goto fail;
     s->open++;
+    /* Checked against the sentinel's address as given (an IP literal),
+     * unless --redis-tls-server-name says otherwise. Failing here leaves
+     * the context plain: its close callback frees x. */
+    if (s->tls != NULL &&
+        rls_redis_uv_use_tls(ac, s->tls, s->hosts[idx]) != 0) {
+        x->s = s;
+        x->sentinel = idx;
+        ac->data = x;
+        snprintf(why, whylen, "TLS: out of memory");
+        redisAsyncFree(ac);
+        return NULL;
+    }
     x->ac = ac;
     x->s = s;
     x->sentinel = idx;
@@ -461,6 +474,7 @@ rls_redis_sentinel_new(uv_loop_t *loop, const rls_redis_sentinel_opts_t *opts,
         goto fail;
     s->loop = loop;
     s->timeout_ms = opts->timeout_ms;
+    s->tls = opts->tls;
     s->stats = opts->stats;
     s->cbs = *cbs;
     s->data = data;

@@ -24,6 +24,7 @@
 
 #include <uv.h>
 
+#include "store/redis_tls.h"
 #include "store/store.h"
 
 #define RLS_SENTINELS_MAX 16
@@ -37,6 +38,10 @@ typedef struct rls_redis_sentinel_opts_s {
     const char *master;   /* the name the sentinels monitor */
     const char *user;     /* the sentinels' own AUTH; NULL: default user */
     const char *password; /* NULL: no AUTH */
+    /* TLS to the sentinels (the data nodes' too, in redis.c): the same
+     * CA, client certificate and name check; NULL: plain. Must outlive
+     * the object. */
+    const rls_redis_tls_t *tls;
     /* A sentinel that does not answer within this (at least 250 ms) is
      * left for the next. */
     uint64_t timeout_ms;
