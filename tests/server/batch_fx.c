@@ -48,6 +48,14 @@ static void w_submit(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
 
     for (i = 0; i < n && w->nexpiry < 64; i++)
         w->expiry[w->nexpiry++] = ops[i].win[0].expire_at_ms;
+    if (w->fail != 0) {
+        if (w->fail > 0)
+            w->fail--;
+        for (i = 0; i < n; i++)
+            ops[i].err = RL_ESTORE;
+        cb(data, ops, n, RL_ESTORE);
+        return;
+    }
     if (w->hold) {
         assert_true(w->nheld < HELD_MAX);
         w->held[w->nheld++] = (held_t){ops, n, cb, data};

@@ -62,6 +62,9 @@ typedef struct {
     uint64_t expiry[64]; /* expire_at_ms of the first ops' first window */
     size_t nexpiry;
     int hold; /* 1: keep submitted batches in held[] */
+    /* The next `fail` batches fail whole with RL_ESTORE, as a store that
+     * cannot answer fails them (-1: every batch). */
+    int fail;
     held_t held[HELD_MAX];
     size_t nheld;
 } clock_store_t;
