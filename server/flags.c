@@ -38,6 +38,9 @@ void rls_flags_defaults(rls_flags_t *c)
     strcpy(c->log_level, "info");
     c->max_rules = 1000;
     c->reload_settle_ms = 1000;
+    c->envoy_xds_node_id = "default";
+    c->envoy_xds_backoff_ms = 1000;
+    c->envoy_xds_backoff_max_ms = 30000;
     c->refusal_cache = 16384;
     c->batches_in_flight = 1;
     c->grpc_max_streams = 100;
@@ -171,6 +174,14 @@ static const char usage[] =
     "                           each (see deploy/README.md, Envoy);\n"
     "                           repeatable; reloaded on SIGHUP and when\n"
     "                           one changes\n"
+    "  --envoy-xds HOST:PORT    take the descriptors from a control plane\n"
+    "                           over xDS (Envoy Gateway; envoy-ratelimit's\n"
+    "                           CONFIG_TYPE=GRPC_XDS_SOTW) instead of\n"
+    "                           --envoy-config files; needs --grpc\n"
+    "  --envoy-xds-node-id ID   the xDS node id (default: default)\n"
+    "  --envoy-xds-backoff-ms MS, --envoy-xds-backoff-max-ms MS\n"
+    "                           reconnection wait: first and cap (default\n"
+    "                           1000 and 30000), jittered\n"
     "  --check-envoy-config FILE  validate an Envoy descriptor file and\n"
     "                           exit: 0, or 2 with FILE:LINE: errors\n"
     "  --grpc-max-streams N     concurrent streams per gRPC connection\n"
@@ -591,6 +602,8 @@ static const num_flag_t num_flags[] = {
     NUM("--grpc-max-streams", grpc_max_streams, 1, 65536),
     NUM("--check-xff-hops", check_xff_hops, 0, 16),
     NUM("--tls-handshake-timeout-ms", tls_handshake_timeout_ms, 0, 3600000),
+    NUM("--envoy-xds-backoff-ms", envoy_xds_backoff_ms, 1, 3600000),
+    NUM("--envoy-xds-backoff-max-ms", envoy_xds_backoff_max_ms, 1, 3600000),
 };
 
 static int takes_value(const char *name)
@@ -620,6 +633,8 @@ static int takes_value(const char *name)
                                         "--redis-module",
                                         "--envoy-config",
                                         "--check-envoy-config",
+                                        "--envoy-xds",
+                                        "--envoy-xds-node-id",
                                         "--http",
                                         "--check-key-header",
                                         "--check-rule-header",
@@ -873,6 +888,16 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
             c->envoy_configs[c->nenvoy_configs++] = val;
         } else if (strcmp(name, "--check-envoy-config") == 0) {
             c->check_envoy_config = val;
+        } else if (strcmp(name, "--envoy-xds") == 0) {
+            if (rl_parse_hostport(val, c->envoy_xds_host,
+                                  sizeof(c->envoy_xds_host),
+                                  &c->envoy_xds_port) != RL_OK)
+                return fail(err, errlen,
+                            "--envoy-xds: expected HOST:PORT, got '%s'", val);
+        } else if (strcmp(name, "--envoy-xds-node-id") == 0) {
+            if (val[0] == '\0')
+                return fail(err, errlen, "--envoy-xds-node-id: empty");
+            c->envoy_xds_node_id = val;
         } else if (strcmp(name, "--redis-module") == 0) {
             if (strcmp(val, "auto") != 0 && strcmp(val, "off") != 0)
                 return fail(err, errlen, "--redis-module: expected auto or "
@@ -985,6 +1010,16 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
                             ? "no --http"
                             : "no --metrics");
     }
+    if (c->envoy_xds_host[0] != '\0' && c->nenvoy_configs > 0)
+        return fail(err, errlen,
+                    "--envoy-xds and --envoy-config: give one source of "
+                    "Envoy descriptors");
+    if (c->envoy_xds_host[0] != '\0' && c->grpc_host[0] == '\0')
+        return fail(err, errlen, "--envoy-xds needs --grpc");
+    if (c->envoy_xds_backoff_max_ms < c->envoy_xds_backoff_ms)
+        return fail(err, errlen,
+                    "--envoy-xds-backoff-max-ms is below "
+                    "--envoy-xds-backoff-ms");
     if (c->redis_tls && c->redis_sentinels > 0)
         return fail(err, errlen,
                     "--redis-tls-* (or rediss://) with --redis-sentinel: "

@@ -104,6 +104,13 @@ typedef struct rls_flags_s {
     const char *envoy_configs[RLS_ENVOY_CONFIGS_MAX];
     size_t nenvoy_configs;
     const char *check_envoy_config; /* validate this Envoy file and exit */
+    /* Or the descriptors from a control plane over xDS (--envoy-xds; empty
+     * host: off; net/xds_client.h), instead of --envoy-config. */
+    char envoy_xds_host[RLS_HOST_MAX + 1];
+    int envoy_xds_port;
+    const char *envoy_xds_node_id;     /* --envoy-xds-node-id */
+    uint64_t envoy_xds_backoff_ms;     /* first reconnection wait */
+    uint64_t envoy_xds_backoff_max_ms; /* its cap */
     /* The HTTP check endpoint (net/http_check.h). */
     char http_host[RLS_HOST_MAX + 1]; /* empty: no --http listener */
     int http_port;

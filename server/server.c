@@ -175,6 +175,7 @@ static void close_all(rls_server_t *s)
         }
     s->grpc = NULL;
     rls_envoy_reload_close(&s->envoy_reload);
+    rls_xds_close(&s->xds);
     if (s->tls != NULL)
         rls_tls_reload_close(&s->tls_reload);
     rls_reload_close(&s->reload);
@@ -277,6 +278,8 @@ int rls_server_metrics(const rls_server_t *s, rl_buf_t *out)
         s->cfg->nenvoy_configs > 0 ? &s->envoy_reload.rl.stats : NULL;
     if ((rc = rls_metrics_render(&v, out)) != RL_OK)
         return rc;
+    if (s->xds.started && (rc = rls_xds_metrics(&s->xds, out)) != RL_OK)
+        return rc;
     for (i = 0; i < RLS_LISTENERS; i++)
         if (s->fe[i] != NULL && s->fe[i]->ops->metrics != NULL &&
             (rc = s->fe[i]->ops->metrics(s->fe[i], out)) != RL_OK)
@@ -345,6 +348,20 @@ static int start_grpc(rls_server_t *s, char *err, size_t errlen)
         rls_envoy_reload_start(&s->envoy_reload, s->loop, cfg->envoy_configs,
                                cfg->nenvoy_configs, cfg->reload_settle_ms,
                                install_envoy_conf, s);
+    if (cfg->envoy_xds_host[0] != '\0') {
+        rls_xds_opts_t o = {
+            .host = cfg->envoy_xds_host,
+            .port = cfg->envoy_xds_port,
+            .node_id = cfg->envoy_xds_node_id,
+            .backoff_min_ms = cfg->envoy_xds_backoff_ms,
+            .backoff_max_ms = cfg->envoy_xds_backoff_max_ms,
+        };
+        /* No descriptors until the control plane's first configuration:
+         * answered as without --envoy-config. */
+        if ((rc = rls_xds_start(&s->xds, s->loop, &o, install_envoy_conf, s)) !=
+            0)
+            RLS_ERROR("xds: cannot start", " why=\"%s\"", uv_strerror(rc));
+    }
     s->fe[RLS_LISTENER_GRPC] = rls_grpc_frontend(s->grpc);
     return RL_OK;
 }
@@ -479,6 +496,7 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
                 s->fe[i] = NULL;
             }
         rls_envoy_reload_close(&s->envoy_reload);
+        rls_xds_close(&s->xds);
         rls_tls_free(s->tls);
         s->tls = NULL;
         rls_batcher_free(&s->batcher);

@@ -17,6 +17,7 @@
 #include "net/http_server.h"
 #include "net/tls_reload.h"
 #include "flags.h"
+#include "net/xds_client.h"
 #include "policy/envoy_reload.h"
 #include "policy/reload.h"
 #include "policy/runtime.h"
@@ -50,6 +51,7 @@ typedef struct rls_server_s {
     rls_admin_t admin;       /* --metrics */
     rls_grpc_t *grpc;        /* --grpc */
     rls_envoy_reload_t envoy_reload; /* its --envoy-config files */
+    rls_xds_t xds;                   /* or its --envoy-xds control plane */
     rls_check_t check;       /* --http */
     struct rls_tls_s *tls;   /* --tls-cert's, NULL: no TLS listener */
     rls_tls_reload_t tls_reload; /* SIGHUP and its files' changes */
