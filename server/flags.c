@@ -179,6 +179,11 @@ static const char usage[] =
     "                           CONFIG_TYPE=GRPC_XDS_SOTW) instead of\n"
     "                           --envoy-config files; needs --grpc\n"
     "  --envoy-xds-node-id ID   the xDS node id (default: default)\n"
+    "  --envoy-xds-tls-ca FILE  speak TLS to the control plane, verified\n"
+    "                           with this CA; --envoy-xds-tls-cert FILE and\n"
+    "                           --envoy-xds-tls-key FILE: our certificate\n"
+    "                           (mutual TLS); --envoy-xds-tls-server-name\n"
+    "                           NAME: the name it must hold (default: host)\n"
     "  --envoy-xds-backoff-ms MS, --envoy-xds-backoff-max-ms MS\n"
     "                           reconnection wait: first and cap (default\n"
     "                           1000 and 30000), jittered\n"
@@ -635,6 +640,10 @@ static int takes_value(const char *name)
                                         "--check-envoy-config",
                                         "--envoy-xds",
                                         "--envoy-xds-node-id",
+                                        "--envoy-xds-tls-ca",
+                                        "--envoy-xds-tls-cert",
+                                        "--envoy-xds-tls-key",
+                                        "--envoy-xds-tls-server-name",
                                         "--http",
                                         "--check-key-header",
                                         "--check-rule-header",
@@ -898,6 +907,14 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
             if (val[0] == '\0')
                 return fail(err, errlen, "--envoy-xds-node-id: empty");
             c->envoy_xds_node_id = val;
+        } else if (strcmp(name, "--envoy-xds-tls-ca") == 0) {
+            c->envoy_xds_tls_ca = val;
+        } else if (strcmp(name, "--envoy-xds-tls-cert") == 0) {
+            c->envoy_xds_tls_cert = val;
+        } else if (strcmp(name, "--envoy-xds-tls-key") == 0) {
+            c->envoy_xds_tls_key = val;
+        } else if (strcmp(name, "--envoy-xds-tls-server-name") == 0) {
+            c->envoy_xds_tls_server_name = val;
         } else if (strcmp(name, "--redis-module") == 0) {
             if (strcmp(val, "auto") != 0 && strcmp(val, "off") != 0)
                 return fail(err, errlen, "--redis-module: expected auto or "
@@ -1016,6 +1033,17 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
                     "Envoy descriptors");
     if (c->envoy_xds_host[0] != '\0' && c->grpc_host[0] == '\0')
         return fail(err, errlen, "--envoy-xds needs --grpc");
+    if ((c->envoy_xds_tls_cert == NULL) != (c->envoy_xds_tls_key == NULL))
+        return fail(err, errlen,
+                    "--envoy-xds-tls-cert and --envoy-xds-tls-key go "
+                    "together");
+    if (c->envoy_xds_tls_ca == NULL &&
+        (c->envoy_xds_tls_cert != NULL || c->envoy_xds_tls_server_name != NULL))
+        return fail(err, errlen,
+                    "--envoy-xds-tls-cert, -key and -server-name need "
+                    "--envoy-xds-tls-ca (the CA of the control plane)");
+    if (c->envoy_xds_tls_ca != NULL && c->envoy_xds_host[0] == '\0')
+        return fail(err, errlen, "--envoy-xds-tls-ca needs --envoy-xds");
     if (c->envoy_xds_backoff_max_ms < c->envoy_xds_backoff_ms)
         return fail(err, errlen,
                     "--envoy-xds-backoff-max-ms is below "

@@ -111,6 +111,10 @@ typedef struct rls_flags_s {
     const char *envoy_xds_node_id;     /* --envoy-xds-node-id */
     uint64_t envoy_xds_backoff_ms;     /* first reconnection wait */
     uint64_t envoy_xds_backoff_max_ms; /* its cap */
+    const char *envoy_xds_tls_ca;      /* TLS to it: the CA (turns TLS on) */
+    const char *envoy_xds_tls_cert;    /* our certificate (mutual TLS) */
+    const char *envoy_xds_tls_key;
+    const char *envoy_xds_tls_server_name; /* NULL: the host */
     /* The HTTP check endpoint (net/http_check.h). */
     char http_host[RLS_HOST_MAX + 1]; /* empty: no --http listener */
     int http_port;

@@ -336,6 +336,26 @@ static int start_grpc(rls_server_t *s, char *err, size_t errlen)
                  rc == RL_EINVAL ? d.msg[0] : "out of memory");
         return rc;
     }
+    if (cfg->envoy_xds_host[0] != '\0') {
+        rls_xds_opts_t o = {
+            .host = cfg->envoy_xds_host,
+            .port = cfg->envoy_xds_port,
+            .node_id = cfg->envoy_xds_node_id,
+            .backoff_min_ms = cfg->envoy_xds_backoff_ms,
+            .backoff_max_ms = cfg->envoy_xds_backoff_max_ms,
+            .tls_ca = cfg->envoy_xds_tls_ca,
+            .tls_server_name = cfg->envoy_xds_tls_server_name,
+            .tls_cert = cfg->envoy_xds_tls_cert,
+            .tls_key = cfg->envoy_xds_tls_key,
+        };
+        /* No descriptors until the control plane's first configuration:
+         * answered as without --envoy-config. Its first install comes from
+         * the loop, once the listener below is up; a failed start unwinds
+         * it with the listeners. */
+        if ((rc = rls_xds_start(&s->xds, s->loop, &o, install_envoy_conf, s,
+                                err, errlen)) != 0)
+            return rc == RL_EINVAL ? rc : RL_ENOMEM;
+    }
     if ((rc = rls_grpc_start(&s->grpc, s->loop, cfg, &s->batcher, err,
                              errlen)) != RL_OK) {
         rls_envoy_conf_unref(conf);
@@ -348,20 +368,6 @@ static int start_grpc(rls_server_t *s, char *err, size_t errlen)
         rls_envoy_reload_start(&s->envoy_reload, s->loop, cfg->envoy_configs,
                                cfg->nenvoy_configs, cfg->reload_settle_ms,
                                install_envoy_conf, s);
-    if (cfg->envoy_xds_host[0] != '\0') {
-        rls_xds_opts_t o = {
-            .host = cfg->envoy_xds_host,
-            .port = cfg->envoy_xds_port,
-            .node_id = cfg->envoy_xds_node_id,
-            .backoff_min_ms = cfg->envoy_xds_backoff_ms,
-            .backoff_max_ms = cfg->envoy_xds_backoff_max_ms,
-        };
-        /* No descriptors until the control plane's first configuration:
-         * answered as without --envoy-config. */
-        if ((rc = rls_xds_start(&s->xds, s->loop, &o, install_envoy_conf, s)) !=
-            0)
-            RLS_ERROR("xds: cannot start", " why=\"%s\"", uv_strerror(rc));
-    }
     s->fe[RLS_LISTENER_GRPC] = rls_grpc_frontend(s->grpc);
     return RL_OK;
 }

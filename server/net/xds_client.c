@@ -2,15 +2,20 @@
  * xds_client.h. */
 #include "net/xds_client.h"
 
+#include <arpa/inet.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <nghttp2/nghttp2.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 
 #include "envoy/service/discovery/v3/discovery.pb-c.h"
 #include "log.h"
+#include "ossl.h"
 #include "rl_error.h"
 
 #define ADS_PATH                                                               \
@@ -48,6 +53,9 @@ struct rls_xds_conn_s {
     int failed;   /* a callback found the connection unusable */
     int ping_out; /* a PING not answered yet */
     int grpc_status;
+    SSL *ssl; /* with TLS: over rbio (read from the socket) and wbio */
+    BIO *rbio, *wbio;
+    int tls_up; /* the handshake is done */
 };
 
 static void retry_later(rls_xds_t *x);
@@ -63,6 +71,7 @@ static void on_tcp_closed(uv_handle_t *h)
     rl_buf_free(&c->in);
     rl_buf_free(&c->reqs);
     rl_buf_free(&c->out);
+    SSL_free(c->ssl); /* and its BIOs */
     free(c);
 }
 
@@ -425,14 +434,48 @@ static void on_write(uv_write_t *req, int status)
     conn_send(c);
 }
 
-/* Draws what nghttp2 has to send and writes it. */
+/* With TLS: moves the ciphertext waiting in wbio to out. */
+static int tls_take(rls_xds_conn_t *c)
+{
+    size_t n;
+    uint8_t *w;
+    int rc;
+
+    while ((n = BIO_ctrl_pending(c->wbio)) > 0) {
+        if ((rc = rl_buf_reserve(&c->out, n, &w)) != RL_OK)
+            return rc;
+        if (BIO_read(c->wbio, w, (int)n) != (int)n)
+            return RL_EIO;
+        rl_buf_commit(&c->out, n);
+    }
+    return RL_OK;
+}
+
+/* n bytes for the control plane, encrypted first with TLS. */
+static int put_out(rls_xds_conn_t *c, const uint8_t *p, size_t n)
+{
+    if (c->ssl == NULL)
+        return rl_buf_append(&c->out, p, n);
+    /* A memory BIO takes everything: SSL_write writes all of it. */
+    if (SSL_write(c->ssl, p, (int)n) != (int)n)
+        return RL_EIO;
+    return tls_take(c);
+}
+
+/* Draws what nghttp2 has to send (and, during a TLS handshake, what the
+ * handshake has) and writes it. */
 static void conn_send(rls_xds_conn_t *c)
 {
     uv_buf_t b;
 
-    if (c->x == NULL || c->writing || c->h2 == NULL)
+    if (c->x == NULL || c->writing)
         return;
-    while (nghttp2_session_want_write(c->h2) && rl_buf_len(&c->out) < OUT_MAX) {
+    if (c->ssl != NULL && tls_take(c) != RL_OK) {
+        conn_drop(c->x, "out of memory");
+        return;
+    }
+    while (c->h2 != NULL && nghttp2_session_want_write(c->h2) &&
+           rl_buf_len(&c->out) < OUT_MAX) {
         const uint8_t *data;
         ssize_t n = nghttp2_session_mem_send(c->h2, &data);
         if (n < 0) {
@@ -441,13 +484,13 @@ static void conn_send(rls_xds_conn_t *c)
         }
         if (n == 0)
             break;
-        if (rl_buf_append(&c->out, data, (size_t)n) != RL_OK) {
+        if (put_out(c, data, (size_t)n) != RL_OK) {
             conn_drop(c->x, "out of memory");
             return;
         }
     }
     if (rl_buf_len(&c->out) == 0) {
-        if (!nghttp2_session_want_read(c->h2) &&
+        if (c->h2 != NULL && !nghttp2_session_want_read(c->h2) &&
             !nghttp2_session_want_write(c->h2))
             conn_drop(c->x, "the control plane ended the connection");
         return;
@@ -471,10 +514,73 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *b)
     *b = uv_buf_init(buf, sizeof(buf));
 }
 
+static int conn_up(rls_xds_conn_t *c);
+
+/* Plaintext from the control plane, to nghttp2. Returns 0, or -1 with the
+ * connection dropped. */
+static int h2_feed(rls_xds_conn_t *c, const uint8_t *p, size_t n)
+{
+    ssize_t rv = nghttp2_session_mem_recv(c->h2, p, n);
+
+    if (rv < 0 || c->failed) {
+        conn_drop(c->x, c->failed ? "stream ended or response refused"
+                                  : nghttp2_strerror((int)rv));
+        return -1;
+    }
+    return 0;
+}
+
+/* Ciphertext read: the handshake on, then the records' plaintext to
+ * nghttp2. Returns 0, or -1 with the connection dropped. */
+static int tls_feed(rls_xds_conn_t *c, const uint8_t *p, size_t n)
+{
+    static uint8_t plain[READ_CHUNK];
+    int k;
+
+    if (BIO_write(c->rbio, p, (int)n) != (int)n) {
+        conn_drop(c->x, "out of memory");
+        return -1;
+    }
+    if (!c->tls_up) {
+        ERR_clear_error();
+        k = SSL_do_handshake(c->ssl);
+        if (k != 1) {
+            int e = SSL_get_error(c->ssl, k);
+            long v = SSL_get_verify_result(c->ssl);
+            if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
+                return 0;
+            RLS_WARN("xds: TLS handshake failed", " server=%s:%d why=\"%s\"",
+                     c->x->o.host, c->x->o.port,
+                     v != X509_V_OK ? X509_verify_cert_error_string(v)
+                                    : rls_ossl_reason("handshake refused"));
+            conn_drop(c->x, "TLS handshake failed");
+            return -1;
+        }
+        c->tls_up = 1;
+        if (conn_up(c) != 0)
+            return -1;
+    }
+    for (;;) {
+        ERR_clear_error();
+        k = SSL_read(c->ssl, plain, (int)sizeof(plain));
+        if (k > 0) {
+            if (h2_feed(c, plain, (size_t)k) != 0)
+                return -1;
+            continue;
+        }
+        k = SSL_get_error(c->ssl, k);
+        if (k == SSL_ERROR_WANT_READ)
+            return 0;
+        conn_drop(c->x, k == SSL_ERROR_ZERO_RETURN
+                            ? "closed by the control plane"
+                            : rls_ossl_reason("TLS error"));
+        return -1;
+    }
+}
+
 static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *b)
 {
     rls_xds_conn_t *c = st->data;
-    ssize_t rv;
 
     if (c->x == NULL || n == 0)
         return;
@@ -483,12 +589,9 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *b)
                                     : uv_strerror((int)n));
         return;
     }
-    rv = nghttp2_session_mem_recv(c->h2, (const uint8_t *)b->base, (size_t)n);
-    if (rv < 0 || c->failed) {
-        conn_drop(c->x, c->failed ? "stream ended or response refused"
-                                  : nghttp2_strerror((int)rv));
+    if (c->ssl != NULL ? tls_feed(c, (const uint8_t *)b->base, (size_t)n)
+                       : h2_feed(c, (const uint8_t *)b->base, (size_t)n))
         return;
-    }
     conn_send(c);
 }
 
@@ -525,7 +628,9 @@ static int h2_setup(rls_xds_conn_t *c)
     {
         nghttp2_nv hdrs[] = {
             {(uint8_t *)":method", (uint8_t *)"POST", 7, 4, 0},
-            {(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0},
+            {(uint8_t *)":scheme",
+             (uint8_t *)(c->ssl != NULL ? "https" : "http"), 7,
+             c->ssl != NULL ? 5 : 4, 0},
             {(uint8_t *)":path", (uint8_t *)ADS_PATH, 5, sizeof(ADS_PATH) - 1,
              0},
             {(uint8_t *)":authority", (uint8_t *)authority, 10,
@@ -546,6 +651,60 @@ static int h2_setup(rls_xds_conn_t *c)
     return queue_request(c, x->version, NULL, NULL);
 }
 
+/* The transport is up (TCP, or the TLS handshake done): HTTP/2 and the
+ * stream. Returns 0, or -1 with the connection dropped. */
+static int conn_up(rls_xds_conn_t *c)
+{
+    rls_xds_t *x = c->x;
+
+    if (h2_setup(c) != RL_OK) {
+        conn_drop(x, "out of memory");
+        return -1;
+    }
+    c->up = 1;
+    x->stats.connects++;
+    x->stats.connected = 1;
+    RLS_INFO("xds: connected", " server=%s:%d node=%s tls=%s", x->o.host,
+             x->o.port, x->o.node_id, c->ssl != NULL ? "on" : "off");
+    uv_timer_stop(&x->timer);
+    x->timer_state = T_PING;
+    uv_timer_start(&x->timer, on_timer, PING_MS, PING_MS);
+    return 0;
+}
+
+/* A client SSL object for c: SNI and the name checked are the server
+ * name (an address is checked as one). Returns 0 or RL_ENOMEM. */
+static int tls_begin(rls_xds_conn_t *c)
+{
+    rls_xds_t *x = c->x;
+    const char *name =
+        x->o.tls_server_name != NULL ? x->o.tls_server_name : x->o.host;
+    X509_VERIFY_PARAM *vp;
+    unsigned char tmp[16];
+    int is_ip;
+
+    if ((c->ssl = SSL_new(x->tls)) == NULL ||
+        (c->rbio = BIO_new(BIO_s_mem())) == NULL)
+        return RL_ENOMEM;
+    if ((c->wbio = BIO_new(BIO_s_mem())) == NULL) {
+        BIO_free(c->rbio);
+        c->rbio = NULL;
+        return RL_ENOMEM;
+    }
+    SSL_set_bio(c->ssl, c->rbio, c->wbio);
+    SSL_set_connect_state(c->ssl);
+    is_ip = inet_pton(AF_INET, name, tmp) == 1 ||
+            inet_pton(AF_INET6, name, tmp) == 1;
+    vp = SSL_get0_param(c->ssl);
+    if (is_ip ? X509_VERIFY_PARAM_set1_ip_asc(vp, name) != 1
+              : (SSL_set_tlsext_host_name(c->ssl, name) != 1 ||
+                 X509_VERIFY_PARAM_set1_host(vp, name, 0) != 1))
+        return RL_ENOMEM;
+    ERR_clear_error();
+    (void)SSL_do_handshake(c->ssl); /* the ClientHello, into wbio */
+    return RL_OK;
+}
+
 static void on_connect(uv_connect_t *req, int status)
 {
     rls_xds_conn_t *c = req->data;
@@ -557,22 +716,19 @@ static void on_connect(uv_connect_t *req, int status)
         conn_drop(x, uv_strerror(status));
         return;
     }
-    if (h2_setup(c) != RL_OK) {
-        conn_drop(x, "out of memory");
-        return;
-    }
     if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
         conn_drop(x, "cannot read");
         return;
     }
-    c->up = 1;
-    x->stats.connects++;
-    x->stats.connected = 1;
-    RLS_INFO("xds: connected", " server=%s:%d node=%s", x->o.host, x->o.port,
-             x->o.node_id);
-    uv_timer_stop(&x->timer);
-    x->timer_state = T_PING;
-    uv_timer_start(&x->timer, on_timer, PING_MS, PING_MS);
+    if (x->tls != NULL) {
+        /* The connect deadline runs on through the handshake. */
+        if (tls_begin(c) != RL_OK) {
+            conn_drop(x, "out of memory");
+            return;
+        }
+    } else if (conn_up(c) != 0) {
+        return;
+    }
     conn_send(c);
 }
 
@@ -691,8 +847,52 @@ static void retry_later(rls_xds_t *x)
     uv_timer_start(&x->timer, on_timer, wait, 0);
 }
 
+/* The client's SSL_CTX from o's files. Returns it, or NULL with err set. */
+static SSL_CTX *tls_ctx(const rls_xds_opts_t *o, char *err, size_t errlen)
+{
+    static const unsigned char alpn[] = {2, 'h', '2'};
+    SSL_CTX *t;
+
+    if (rls_ossl_readable("--envoy-xds-tls-ca", o->tls_ca, err, errlen) ||
+        (o->tls_cert != NULL &&
+         (rls_ossl_readable("--envoy-xds-tls-cert", o->tls_cert, err, errlen) ||
+          rls_ossl_readable("--envoy-xds-tls-key", o->tls_key, err, errlen))))
+        return NULL;
+    ERR_clear_error();
+    if ((t = SSL_CTX_new(TLS_client_method())) == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    SSL_CTX_set_min_proto_version(t, TLS1_2_VERSION);
+    SSL_CTX_set_default_passwd_cb(t, rls_ossl_no_passphrase);
+    SSL_CTX_set_verify(t, SSL_VERIFY_PEER, NULL);
+    if (SSL_CTX_load_verify_locations(t, o->tls_ca, NULL) != 1) {
+        snprintf(err, errlen, "--envoy-xds-tls-ca: '%s': %s", o->tls_ca,
+                 rls_ossl_reason("no certificate"));
+        goto fail;
+    }
+    if (o->tls_cert != NULL &&
+        (SSL_CTX_use_certificate_chain_file(t, o->tls_cert) != 1 ||
+         SSL_CTX_use_PrivateKey_file(t, o->tls_key, SSL_FILETYPE_PEM) != 1 ||
+         SSL_CTX_check_private_key(t) != 1)) {
+        snprintf(err, errlen,
+                 "--envoy-xds-tls-cert/--envoy-xds-tls-key: '%s': %s",
+                 o->tls_cert, rls_ossl_reason("does not load"));
+        goto fail;
+    }
+    if (SSL_CTX_set_alpn_protos(t, alpn, sizeof(alpn)) != 0) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    return t;
+fail:
+    SSL_CTX_free(t);
+    return NULL;
+}
+
 int rls_xds_start(rls_xds_t *x, uv_loop_t *loop, const rls_xds_opts_t *o,
-                  rls_xds_install_fn install, void *arg)
+                  rls_xds_install_fn install, void *arg, char *err,
+                  size_t errlen)
 {
     int rc;
 
@@ -707,17 +907,27 @@ int rls_xds_start(rls_xds_t *x, uv_loop_t *loop, const rls_xds_opts_t *o,
     x->rng = (uv_hrtime() ^ ((uint64_t)uv_os_getpid() << 32)) | 1;
     x->install = install;
     x->arg = arg;
-    if ((rc = uv_timer_init(loop, &x->timer)) != 0)
+    if (o->tls_ca != NULL && (x->tls = tls_ctx(o, err, errlen)) == NULL)
+        return RL_EINVAL;
+    if ((rc = uv_timer_init(loop, &x->timer)) != 0) {
+        SSL_CTX_free(x->tls);
+        x->tls = NULL;
+        snprintf(err, errlen, "%s", uv_strerror(rc));
         return rc;
+    }
     x->timer.data = x;
     if ((rc = rls_rebuild_init(&x->rb, loop, rb_start, rb_work, rb_done, x)) !=
         0) {
         uv_close((uv_handle_t *)&x->timer, NULL);
+        SSL_CTX_free(x->tls);
+        x->tls = NULL;
+        snprintf(err, errlen, "%s", uv_strerror(rc));
         return rc;
     }
     x->started = 1;
-    RLS_INFO("xds: configuration from a control plane", " server=%s:%d node=%s",
-             x->o.host, x->o.port, x->o.node_id);
+    RLS_INFO("xds: configuration from a control plane",
+             " server=%s:%d node=%s tls=%s", x->o.host, x->o.port, x->o.node_id,
+             x->tls != NULL ? "on" : "off");
     x->timer_state = T_BACKOFF;
     uv_timer_start(&x->timer, on_timer, 0, 0);
     return 0;
@@ -746,6 +956,8 @@ void rls_xds_close(rls_xds_t *x)
     x->has_pending = 0;
     free(x->version);
     x->version = NULL;
+    SSL_CTX_free(x->tls); /* connections' SSL objects hold their own */
+    x->tls = NULL;
 }
 
 int rls_xds_metrics(const rls_xds_t *x, rl_buf_t *out)

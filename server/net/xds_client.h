@@ -17,7 +17,10 @@
  * replacing older ones (the state of the world makes them obsolete).
  *
  * Transport: HTTP/2 by nghttp2 as a client over a libuv TCP connection on
- * the server's loop; the address is resolved by uv_getaddrinfo each time.
+ * the server's loop, in cleartext or over TLS (OpenSSL over two memory
+ * BIOs: the control plane's certificate verified against a CA and a
+ * name, ALPN h2, and a client certificate for mutual TLS, as Envoy
+ * Gateway requires); the address is resolved by uv_getaddrinfo each time.
  * A connection that fails, closes, does not connect within 5 s, or does
  * not answer a PING within 330 s (above the 5 minutes gRPC servers enforce
  * between a client's PINGs; TCP keepalive probes beneath from 30 s idle)
@@ -47,6 +50,13 @@ typedef struct rls_xds_opts_s {
     const char *node_id;     /* Node.id (envoy-ratelimit: "default") */
     uint64_t backoff_min_ms; /* first wait before a reconnection */
     uint64_t backoff_max_ms; /* its cap */
+    /* TLS to the control plane (NULL: cleartext): the CA that signs its
+     * certificate (turns TLS on), the name it must hold (NULL: host),
+     * and our certificate and key for mutual TLS (NULL: none). */
+    const char *tls_ca;
+    const char *tls_server_name;
+    const char *tls_cert;
+    const char *tls_key;
 } rls_xds_opts_t;
 
 typedef struct rls_xds_stats_s {
@@ -84,14 +94,17 @@ typedef struct rls_xds_s {
     int build_rc;
     rls_diag_t diag;
     rls_xds_stats_t stats;
+    struct ssl_ctx_st *tls; /* from o's tls_*, NULL: cleartext */
     int started, closing;
 } rls_xds_t;
 
 /* Starts connecting (at once). x is the caller's and must stay valid until
- * the loop ends; o's strings too. Returns 0 or a libuv error (nothing
- * started). */
+ * the loop ends; o's strings too. Returns 0; RL_EINVAL when the TLS files
+ * do not load (err says which and why); RL_ENOMEM; or a libuv error.
+ * Nothing is started unless 0. */
 int rls_xds_start(rls_xds_t *x, uv_loop_t *loop, const rls_xds_opts_t *o,
-                  rls_xds_install_fn install, void *arg);
+                  rls_xds_install_fn install, void *arg, char *err,
+                  size_t errlen);
 
 /* Closes the connection and the handles (idempotent; fine if never
  * started); a build under way is discarded when it ends. */

@@ -11,7 +11,10 @@ a configuration is ACKed and decides; a new version is ACKed and the
 decisions change; an invalid one is NACKed with the loader's FILE:LINE
 and the one before keeps deciding; the control plane stops and the last
 configuration keeps deciding; it comes back on the same port, rl-server
-reconnects and takes a new version. /metrics counts all of it."""
+reconnects and takes a new version. /metrics counts all of it. Then a
+second rl-server takes a version over mutual TLS (certificates made by
+`openssl` at run time), and one that does not trust the control plane's
+certificate takes none."""
 
 import os
 import queue
@@ -125,10 +128,13 @@ class ADS(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
         return None
 
 
-def serve(ads, port):
+def serve(ads, port, creds=None):
     s = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
     ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(ads, s)
-    got = s.add_insecure_port("127.0.0.1:%d" % port)
+    if creds is None:
+        got = s.add_insecure_port("127.0.0.1:%d" % port)
+    else:
+        got = s.add_secure_port("127.0.0.1:%d" % port, creds)
     s.start()
     return s, got
 
@@ -159,6 +165,92 @@ def metrics(port):
             k, v = line.rsplit(" ", 1)
             out[k] = float(v)
     return out
+
+
+def openssl(*args):
+    subprocess.run(["openssl"] + list(args), check=True,
+                   capture_output=True, timeout=60)
+
+
+def make_certs():
+    """Two CAs; from the first, the control plane's certificate (for
+    127.0.0.1) and rl-server's client certificate."""
+    P = lambda n: os.path.join(TMP, n)  # noqa: E731
+    for ca in ("ca", "otherca"):
+        openssl("req", "-x509", "-newkey", "ec", "-pkeyopt",
+                "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
+                "-subj", "/CN=rl xds " + ca, "-keyout", P(ca + ".key"),
+                "-out", P(ca + ".crt"))
+    for name, ext in (("cp", "subjectAltName=DNS:localhost,IP:127.0.0.1\n"),
+                      ("client", "extendedKeyUsage=clientAuth\n")):
+        with open(P(name + ".ext"), "w") as f:
+            f.write(ext)
+        openssl("req", "-newkey", "ec", "-pkeyopt",
+                "ec_paramgen_curve:prime256v1", "-nodes", "-subj",
+                "/CN=rl xds " + name, "-keyout", P(name + ".key"),
+                "-out", P(name + ".csr"))
+        openssl("x509", "-req", "-in", P(name + ".csr"), "-CA", P("ca.crt"),
+                "-CAkey", P("ca.key"), "-CAcreateserial", "-days", "2",
+                "-extfile", P(name + ".ext"), "-out", P(name + ".crt"))
+    return P
+
+
+def start_server(n, extra):
+    ports = os.path.join(TMP, "ports-%d" % n)
+    log = open(os.path.join(TMP, "server-%d.log" % n), "w")
+    p = subprocess.Popen([RL_SERVER, "--listen", "127.0.0.1:0",
+                          "--grpc", "127.0.0.1:0", "--metrics", "127.0.0.1:0",
+                          "--port-file", ports,
+                          "--envoy-xds-backoff-ms", "50",
+                          "--envoy-xds-backoff-max-ms", "300"] + extra,
+                         stderr=log)
+    PROCS.append(p)
+    return p, rlt.wait_ports(p, ports, log.name)
+
+
+def tls_phase():
+    """Mutual TLS: the control plane requires rl-server's certificate;
+    rl-server verifies the control plane's against the CA and its
+    address."""
+    P = make_certs()
+
+    def rd(n):
+        with open(P(n), "rb") as f:
+            return f.read()
+    ads = ADS()
+    ads.push("t1", [conf("limits", limit("k", "t", rc.HOUR, 1))])
+    creds = grpc.ssl_server_credentials([(rd("cp.key"), rd("cp.crt"))],
+                                        root_certificates=rd("ca.crt"),
+                                        require_client_auth=True)
+    xds, port = serve(ads, 0, creds)
+    tls = ["--envoy-xds", "127.0.0.1:%d" % port,
+           "--envoy-xds-tls-cert", P("client.crt"),
+           "--envoy-xds-tls-key", P("client.key")]
+    p, got = start_server(2, tls + ["--envoy-xds-tls-ca", P("ca.crt")])
+    ack = await_(lambda: ads.answer_to("nonce-t1"), "the ACK of t1 over TLS")
+    check(ack.version_info == "t1", "t1 ACKed over TLS: %s" % ack)
+    stub = rls_pb2_grpc.RateLimitServiceStub(
+        grpc.insecure_channel("127.0.0.1:%d" % got["grpc"]))
+    d = ratelimit_pb2.RateLimitDescriptor(entries=[
+        ratelimit_pb2.RateLimitDescriptor.Entry(key="k", value="t")])
+    got_codes = [stub.ShouldRateLimit(rls_pb2.RateLimitRequest(
+        domain=DOMAIN, descriptors=[d]), timeout=5).overall_code
+        for _ in range(2)]
+    check(got_codes == [OK, OVER], "t1 decides over TLS: %s" % got_codes)
+    # Trusting another CA: the handshake fails, nothing is taken, and the
+    # client keeps trying (its connections are counted as failures only).
+    q, got3 = start_server(3, tls + ["--envoy-xds-tls-ca", P("otherca.crt")])
+    log3 = os.path.join(TMP, "server-3.log")
+    await_(lambda: open(log3).read().count('msg="xds: TLS handshake failed"')
+           >= 2,
+           "two refused handshakes")
+    m = metrics(got3["metrics"])
+    check(m.get('rl_xds_updates_total{result="accepted"}') == 0 and
+          m.get("rl_xds_connected") == 0, "untrusted: nothing taken: %s" % m)
+    for proc in (p, q):
+        proc.send_signal(signal.SIGTERM)
+        check(proc.wait(timeout=10) == 0, "rl-server exits 0 (TLS)")
+    xds.stop(0)
 
 
 def main():
@@ -256,6 +348,7 @@ def main():
     p.send_signal(signal.SIGTERM)
     check(p.wait(timeout=10) == 0, "rl-server exits 0 on SIGTERM")
     xds.stop(0)
+    tls_phase()
 
 
 try:
