@@ -615,13 +615,16 @@ static int h2_setup(rls_xds_conn_t *c)
     if (rc != 0)
         return RL_ENOMEM;
     {
-        /* A window as large as the largest message: one response never
-         * waits for a WINDOW_UPDATE. */
+        /* Windows (the stream's and the connection's) as large as the
+         * largest message: one response never waits for a
+         * WINDOW_UPDATE. */
         nghttp2_settings_entry iv[] = {
             {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
             {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, RLS_XDS_MSG_MAX + 5},
         };
-        if (nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, 2) != 0)
+        if (nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, 2) != 0 ||
+            nghttp2_session_set_local_window_size(c->h2, NGHTTP2_FLAG_NONE, 0,
+                                                  RLS_XDS_MSG_MAX + 5) != 0)
             return RL_ENOMEM;
     }
     snprintf(authority, sizeof(authority), "%s:%d", x->o.host, x->o.port);

@@ -88,10 +88,13 @@ static int varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
  * pass over the bytes (each byte is read at one level only). */
 static int scan(const uint8_t *p, size_t n, int m, int depth)
 {
-    const uint8_t *end = p + n;
+    const uint8_t *end;
 
     if (depth > RLS_XDS_DEPTH_MAX)
         return RL_EDECODE;
+    if (n == 0) /* an empty Any's value is NULL */
+        return RL_OK;
+    end = p + n;
     while (p < end) {
         uint64_t key, len;
         int kind;
