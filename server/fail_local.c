@@ -204,7 +204,7 @@ static void on_charged(void *data, rls_op_t *ops, size_t n, int status)
         add(l, &op, &c->w, c->cost, c->until_ms);
         free(c);
     }
-    if (l->n == 0 && status == 0)
+    if (l->n == 0 && status == 0 && l->stats.charged > 0)
         RLS_INFO("fail-local: the store has every local admission",
                  " charged=%llu", (unsigned long long)l->stats.charged);
     free(b);
@@ -265,7 +265,7 @@ void rls_local_flush(rls_local_t *l, rls_store_t *store)
         b->ops[i] = b->ops[b->n - 1 - i];
         b->ops[b->n - 1 - i] = t;
     }
-    l->sending = 1;
+    l->sending = b->n;
     store->v->submit(store, b->ops, b->n, on_charged, b);
 }
 

@@ -63,8 +63,8 @@ typedef struct rls_local_s {
     rls_charge_t **table; /* chained hashing by counter key */
     rl_hash_key_t hash_key;
     size_t mask;
-    size_t n;    /* charges pending */
-    int sending; /* a charge batch is in flight */
+    size_t n;       /* charges pending, not in flight */
+    size_t sending; /* charges in flight (one batch at most) */
     rls_local_stats_t stats;
 } rls_local_t;
 

@@ -38,6 +38,9 @@ void rls_flags_defaults(rls_flags_t *c)
     strcpy(c->log_level, "info");
     c->max_rules = 1000;
     c->reload_settle_ms = 1000;
+    c->envoy_xds_node_id = "default";
+    c->envoy_xds_backoff_ms = 1000;
+    c->envoy_xds_backoff_max_ms = 30000;
     c->refusal_cache = 16384;
     c->envoy_stats = 1;
     c->envoy_stats_max_values = 1000;
@@ -179,6 +182,19 @@ static const char usage[] =
     "                           each (see deploy/README.md, Envoy);\n"
     "                           repeatable; reloaded on SIGHUP and when\n"
     "                           one changes\n"
+    "  --envoy-xds HOST:PORT    take the descriptors from a control plane\n"
+    "                           over xDS (Envoy Gateway; envoy-ratelimit's\n"
+    "                           CONFIG_TYPE=GRPC_XDS_SOTW) instead of\n"
+    "                           --envoy-config files; needs --grpc\n"
+    "  --envoy-xds-node-id ID   the xDS node id (default: default)\n"
+    "  --envoy-xds-tls-ca FILE  speak TLS to the control plane, verified\n"
+    "                           with this CA; --envoy-xds-tls-cert FILE and\n"
+    "                           --envoy-xds-tls-key FILE: our certificate\n"
+    "                           (mutual TLS); --envoy-xds-tls-server-name\n"
+    "                           NAME: the name it must hold (default: host)\n"
+    "  --envoy-xds-backoff-ms MS, --envoy-xds-backoff-max-ms MS\n"
+    "                           reconnection wait: first and cap (default\n"
+    "                           1000 and 30000), jittered\n"
     "  --check-envoy-config FILE  validate an Envoy descriptor file and\n"
     "                           exit: 0, or 2 with FILE:LINE: errors\n"
     "  --envoy-stats 0|1        count envoy-ratelimit's per-descriptor\n"
@@ -611,6 +627,8 @@ static const num_flag_t num_flags[] = {
     NUM("--statsd-flush-ms", statsd_flush_ms, 10, 3600000),
     NUM("--check-xff-hops", check_xff_hops, 0, 16),
     NUM("--tls-handshake-timeout-ms", tls_handshake_timeout_ms, 0, 3600000),
+    NUM("--envoy-xds-backoff-ms", envoy_xds_backoff_ms, 1, 3600000),
+    NUM("--envoy-xds-backoff-max-ms", envoy_xds_backoff_max_ms, 1, 3600000),
 };
 
 static int takes_value(const char *name)
@@ -641,6 +659,12 @@ static int takes_value(const char *name)
                                         "--envoy-config",
                                         "--check-envoy-config",
                                         "--statsd",
+                                        "--envoy-xds",
+                                        "--envoy-xds-node-id",
+                                        "--envoy-xds-tls-ca",
+                                        "--envoy-xds-tls-cert",
+                                        "--envoy-xds-tls-key",
+                                        "--envoy-xds-tls-server-name",
                                         "--http",
                                         "--check-key-header",
                                         "--check-rule-header",
@@ -902,6 +926,24 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
             c->envoy_configs[c->nenvoy_configs++] = val;
         } else if (strcmp(name, "--check-envoy-config") == 0) {
             c->check_envoy_config = val;
+        } else if (strcmp(name, "--envoy-xds") == 0) {
+            if (rl_parse_hostport(val, c->envoy_xds_host,
+                                  sizeof(c->envoy_xds_host),
+                                  &c->envoy_xds_port) != RL_OK)
+                return fail(err, errlen,
+                            "--envoy-xds: expected HOST:PORT, got '%s'", val);
+        } else if (strcmp(name, "--envoy-xds-node-id") == 0) {
+            if (val[0] == '\0')
+                return fail(err, errlen, "--envoy-xds-node-id: empty");
+            c->envoy_xds_node_id = val;
+        } else if (strcmp(name, "--envoy-xds-tls-ca") == 0) {
+            c->envoy_xds_tls_ca = val;
+        } else if (strcmp(name, "--envoy-xds-tls-cert") == 0) {
+            c->envoy_xds_tls_cert = val;
+        } else if (strcmp(name, "--envoy-xds-tls-key") == 0) {
+            c->envoy_xds_tls_key = val;
+        } else if (strcmp(name, "--envoy-xds-tls-server-name") == 0) {
+            c->envoy_xds_tls_server_name = val;
         } else if (strcmp(name, "--redis-module") == 0) {
             if (strcmp(val, "auto") != 0 && strcmp(val, "off") != 0)
                 return fail(err, errlen, "--redis-module: expected auto or "
@@ -1019,6 +1061,27 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
                             ? "no --http"
                             : "no --metrics");
     }
+    if (c->envoy_xds_host[0] != '\0' && c->nenvoy_configs > 0)
+        return fail(err, errlen,
+                    "--envoy-xds and --envoy-config: give one source of "
+                    "Envoy descriptors");
+    if (c->envoy_xds_host[0] != '\0' && c->grpc_host[0] == '\0')
+        return fail(err, errlen, "--envoy-xds needs --grpc");
+    if ((c->envoy_xds_tls_cert == NULL) != (c->envoy_xds_tls_key == NULL))
+        return fail(err, errlen,
+                    "--envoy-xds-tls-cert and --envoy-xds-tls-key go "
+                    "together");
+    if (c->envoy_xds_tls_ca == NULL &&
+        (c->envoy_xds_tls_cert != NULL || c->envoy_xds_tls_server_name != NULL))
+        return fail(err, errlen,
+                    "--envoy-xds-tls-cert, -key and -server-name need "
+                    "--envoy-xds-tls-ca (the CA of the control plane)");
+    if (c->envoy_xds_tls_ca != NULL && c->envoy_xds_host[0] == '\0')
+        return fail(err, errlen, "--envoy-xds-tls-ca needs --envoy-xds");
+    if (c->envoy_xds_backoff_max_ms < c->envoy_xds_backoff_ms)
+        return fail(err, errlen,
+                    "--envoy-xds-backoff-max-ms is below "
+                    "--envoy-xds-backoff-ms");
     if (c->fail_open == 2 && !c->use_redis)
         return fail(err, errlen,
                     "--fail-local needs --redis, --redis-cluster or "

@@ -111,6 +111,17 @@ typedef struct rls_flags_s {
     char statsd_host[RLS_HOST_MAX + 1];
     int statsd_port;
     uint64_t statsd_flush_ms;
+    /* Or the descriptors from a control plane over xDS (--envoy-xds; empty
+     * host: off; net/xds_client.h), instead of --envoy-config. */
+    char envoy_xds_host[RLS_HOST_MAX + 1];
+    int envoy_xds_port;
+    const char *envoy_xds_node_id;     /* --envoy-xds-node-id */
+    uint64_t envoy_xds_backoff_ms;     /* first reconnection wait */
+    uint64_t envoy_xds_backoff_max_ms; /* its cap */
+    const char *envoy_xds_tls_ca;      /* TLS to it: the CA (turns TLS on) */
+    const char *envoy_xds_tls_cert;    /* our certificate (mutual TLS) */
+    const char *envoy_xds_tls_key;
+    const char *envoy_xds_tls_server_name; /* NULL: the host */
     /* The HTTP check endpoint (net/http_check.h). */
     char http_host[RLS_HOST_MAX + 1]; /* empty: no --http listener */
     int http_port;

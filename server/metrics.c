@@ -227,7 +227,7 @@ int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
             out, "rl_fail_local_charges_pending",
             "Counters admitted locally that the store has not been "
             "told of yet.",
-            v->local->n));
+            v->local->n + v->local->sending));
         TRY(rls_prom_family(
             out, "rl_fail_local_charges_total", "counter",
             "Local admissions per counter: charged (added to the "

@@ -186,6 +186,7 @@ static void close_all(rls_server_t *s)
     rls_statsd_flush(&s->statsd);
     rls_statsd_close(&s->statsd);
     rls_envoy_reload_close(&s->envoy_reload);
+    rls_xds_close(&s->xds);
     if (s->tls != NULL)
         rls_tls_reload_close(&s->tls_reload);
     rls_reload_close(&s->reload);
@@ -291,6 +292,8 @@ int rls_server_metrics(const rls_server_t *s, rl_buf_t *out)
     v.statsd = &s->statsd;
     if ((rc = rls_metrics_render(&v, out)) != RL_OK)
         return rc;
+    if (s->xds.started && (rc = rls_xds_metrics(&s->xds, out)) != RL_OK)
+        return rc;
     for (i = 0; i < RLS_LISTENERS; i++)
         if (s->fe[i] != NULL && s->fe[i]->ops->metrics != NULL &&
             (rc = s->fe[i]->ops->metrics(s->fe[i], out)) != RL_OK)
@@ -346,6 +349,26 @@ static int start_grpc(rls_server_t *s, char *err, size_t errlen)
         snprintf(err, errlen, "bad --envoy-config: %s",
                  rc == RL_EINVAL ? d.msg[0] : "out of memory");
         return rc;
+    }
+    if (cfg->envoy_xds_host[0] != '\0') {
+        rls_xds_opts_t o = {
+            .host = cfg->envoy_xds_host,
+            .port = cfg->envoy_xds_port,
+            .node_id = cfg->envoy_xds_node_id,
+            .backoff_min_ms = cfg->envoy_xds_backoff_ms,
+            .backoff_max_ms = cfg->envoy_xds_backoff_max_ms,
+            .tls_ca = cfg->envoy_xds_tls_ca,
+            .tls_server_name = cfg->envoy_xds_tls_server_name,
+            .tls_cert = cfg->envoy_xds_tls_cert,
+            .tls_key = cfg->envoy_xds_tls_key,
+        };
+        /* No descriptors until the control plane's first configuration:
+         * answered as without --envoy-config. Its first install comes from
+         * the loop, once the listener below is up; a failed start unwinds
+         * it with the listeners. */
+        if ((rc = rls_xds_start(&s->xds, s->loop, &o, install_envoy_conf, s,
+                                err, errlen)) != 0)
+            return rc == RL_EINVAL ? rc : RL_ENOMEM;
     }
     if ((rc = rls_grpc_start(&s->grpc, s->loop, cfg, &s->batcher, err,
                              errlen)) != RL_OK) {
@@ -518,6 +541,7 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
         rls_envoy_reload_close(&s->envoy_reload);
         rls_statsd_close(&s->statsd);
         rls_estats_free(&s->estats);
+        rls_xds_close(&s->xds);
         rls_tls_free(s->tls);
         s->tls = NULL;
         rls_batcher_free(&s->batcher);

@@ -90,18 +90,23 @@ mkdir -p "$out/corpus-conn"
 # The --envoy-config loader (server/policy/envoy_conf.c), seeded from
 # tests/fuzz/corpus/envoy_conf; the rules file loader (rules.c), from
 # tests/fuzz/corpus/rules; and the --grpc input path (nghttp2, gRPC,
-# RateLimitRequest, batcher, memory store) over a real loop. Both need the
-# server's sources and the Envoy proto's generated code.
+# RateLimitRequest, batcher, memory store) over a real loop; and a control
+# plane's DiscoveryResponse (xds_conf.c), from tests/fuzz/corpus/xds_conf.
+# They need the server's sources and the protos' generated code.
 mkdir -p "$out/gen"
 (cd proto && protoc-c --c_out="../$out/gen" \
   envoy/service/ratelimit/v3/rls.proto \
   envoy/extensions/common/ratelimit/v3/ratelimit.proto \
   envoy/config/core/v3/base.proto envoy/type/v3/ratelimit_unit.proto \
-  google/protobuf/duration.proto)
+  google/protobuf/duration.proto \
+  envoy/service/discovery/v3/discovery.proto \
+  envoy/service/discovery/v3/ads.proto envoy/config/core/v3/node.proto \
+  ratelimit/config/ratelimit/v3/rls_conf.proto google/protobuf/any.proto \
+  google/protobuf/struct.proto google/rpc/status.proto)
 srv=$(find server -name '*.c' ! -name main.c ! -name rl-ctl.c \
   ! -path '*/redis_module/module.c')
 gen=$(find "$out/gen" -name '*.pb-c.c')
-for t in envoy_conf rules grpc; do
+for t in envoy_conf rules grpc xds_conf; do
   extra=""
   [ "$t" = grpc ] && extra="tests/support/h2raw.c -Itests/support"
   clang -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -g -O1 \
@@ -115,6 +120,7 @@ for t in envoy_conf rules grpc; do
   [ "$t" = envoy_conf ] && seeds=tests/fuzz/corpus/envoy_conf
   [ "$t" = grpc ] && seeds=tests/fuzz/corpus/grpc
   [ "$t" = rules ] && seeds=tests/fuzz/corpus/rules
+  [ "$t" = xds_conf ] && seeds=tests/fuzz/corpus/xds_conf
   "$out/fuzz_$t" -max_total_time="$secs" -max_len=4096 -timeout=20 \
     -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus-$t" $seeds
 done

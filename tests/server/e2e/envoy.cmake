@@ -39,3 +39,16 @@ foreach(t e2e_grpc_bad e2e_grpc_limits)
     LIBS rlt_grpc LABELS integration TIMEOUT 120)
   add_dependencies(${t} rl-server)
 endforeach()
+
+# Envoy's descriptors from a control plane (--envoy-xds): a grpcio
+# aggregated discovery service in the test pushes RateLimitConfig versions,
+# a bad one, goes away and comes back; one rl-server, decisions checked
+# over gRPC (e2e_envoy_xds.py).
+if(RL_DEBIAN_PYTHON)
+  add_test(NAME e2e_envoy_xds
+    COMMAND ${RL_DEBIAN_PYTHON}
+            ${CMAKE_CURRENT_SOURCE_DIR}/envoy/e2e_envoy_xds.py
+            $<TARGET_FILE:rl-server> ${PROJECT_SOURCE_DIR}/proto)
+  set_tests_properties(e2e_envoy_xds PROPERTIES TIMEOUT 60
+                       LABELS integration)
+endif()

@@ -1,0 +1,368 @@
+#!/usr/bin/python3
+"""rl-server's descriptors from a control plane (--envoy-xds), as Envoy
+Gateway pushes them to envoy-ratelimit (CONFIG_TYPE=GRPC_XDS_SOTW).
+
+Usage: e2e_envoy_xds.py RL_SERVER PROTO_DIR
+
+A small aggregated discovery service (grpcio, stubs generated from
+PROTO_DIR at run time) pushes RateLimitConfig resources; rl-server's
+decisions are checked over Envoy's rate limit service (gRPC). In one run:
+a configuration is ACKed and decides; a new version is ACKed and the
+decisions change; an invalid one is NACKed with the loader's FILE:LINE
+and the one before keeps deciding; the control plane stops and the last
+configuration keeps deciding; it comes back on the same port, rl-server
+reconnects and takes a new version. /metrics counts all of it. Then a
+second rl-server takes a version over mutual TLS (certificates made by
+`openssl` at run time), and one that does not trust the control plane's
+certificate takes none."""
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from concurrent import futures
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "..", "support"))
+import rlt  # noqa: E402
+
+RL_SERVER, PROTO_DIR = sys.argv[1], sys.argv[2]
+TMP = tempfile.mkdtemp(prefix="rl-xds-")
+rlt.envoy_stubs(PROTO_DIR, TMP)
+OUT = os.path.join(TMP, "stubs")
+subprocess.check_call([sys.executable, "-m", "grpc_tools.protoc", "-I",
+                       PROTO_DIR, "--python_out=" + OUT,
+                       "--grpc_python_out=" + OUT,
+                       "envoy/service/discovery/v3/discovery.proto",
+                       "envoy/service/discovery/v3/ads.proto",
+                       "envoy/config/core/v3/node.proto",
+                       "google/rpc/status.proto",
+                       "ratelimit/config/ratelimit/v3/rls_conf.proto"])
+import grpc  # noqa: E402
+from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc  # noqa: E402
+from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2  # noqa: E402
+from envoy.service.discovery.v3 import discovery_pb2  # noqa: E402
+from envoy.service.discovery.v3 import ads_pb2_grpc  # noqa: E402
+from ratelimit.config.ratelimit.v3 import rls_conf_pb2 as rc  # noqa: E402
+
+TYPE = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig"
+OK, OVER = rls_pb2.RateLimitResponse.OK, rls_pb2.RateLimitResponse.OVER_LIMIT
+DOMAIN = "xds_test"
+FAILS = []
+PROCS = []
+
+
+def check(cond, what):
+    if not cond:
+        FAILS.append(what)
+        print("FAIL:", what, flush=True)
+
+
+def await_(cond, what, timeout=10):
+    end = time.time() + timeout
+    while time.time() < end:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.02)
+    raise RuntimeError("timed out waiting for " + what)
+
+
+class ADS(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
+    """State of the world: every stream gets the current response when it
+    opens and every push after; every request read is kept."""
+
+    def __init__(self):
+        self.cv = threading.Condition()
+        self.requests = []
+        self.streams = []
+        self.current = None
+
+    def StreamAggregatedResources(self, it, ctx):
+        q = queue.Queue()
+        with self.cv:
+            self.streams.append(q)
+            if self.current is not None:
+                q.put(self.current)
+
+        def reader():
+            try:
+                for r in it:
+                    with self.cv:
+                        self.requests.append(r)
+            except grpc.RpcError:
+                pass
+        threading.Thread(target=reader, daemon=True).start()
+        while ctx.is_active():
+            try:
+                m = q.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            yield m
+
+    def push(self, version, confs):
+        r = discovery_pb2.DiscoveryResponse(version_info=version,
+                                            nonce="nonce-" + version,
+                                            type_url=TYPE)
+        for c in confs:
+            a = r.resources.add()
+            a.type_url = TYPE
+            a.value = c.SerializeToString()
+        with self.cv:
+            self.current = r
+            for q in self.streams:
+                q.put(r)
+        return r.nonce
+
+    def answer_to(self, nonce):
+        """The request that answered the response with this nonce."""
+        with self.cv:
+            for r in self.requests:
+                if r.response_nonce == nonce:
+                    return r
+        return None
+
+
+def serve(ads, port, creds=None):
+    s = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(ads, s)
+    if creds is None:
+        got = s.add_insecure_port("127.0.0.1:%d" % port)
+    else:
+        got = s.add_secure_port("127.0.0.1:%d" % port, creds)
+    s.start()
+    return s, got
+
+
+def conf(name, *descs):
+    return rc.RateLimitConfig(name=name, domain=DOMAIN, descriptors=descs)
+
+
+def limit(key, value, unit, rpu, **kw):
+    d = rc.RateLimitDescriptor(key=key, value=value, **kw)
+    d.rate_limit.unit = unit
+    d.rate_limit.requests_per_unit = rpu
+    return d
+
+
+def unlimited(key, value):
+    d = rc.RateLimitDescriptor(key=key, value=value)
+    d.rate_limit.unlimited = True
+    return d
+
+
+def metrics(port):
+    body = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port,
+                                  timeout=5).read().decode()
+    out = {}
+    for line in body.splitlines():
+        if line.startswith("rl_xds_"):
+            k, v = line.rsplit(" ", 1)
+            out[k] = float(v)
+    return out
+
+
+def openssl(*args):
+    subprocess.run(["openssl"] + list(args), check=True,
+                   capture_output=True, timeout=60)
+
+
+def make_certs():
+    """Two CAs; from the first, the control plane's certificate (for
+    127.0.0.1) and rl-server's client certificate."""
+    P = lambda n: os.path.join(TMP, n)  # noqa: E731
+    for ca in ("ca", "otherca"):
+        openssl("req", "-x509", "-newkey", "ec", "-pkeyopt",
+                "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
+                "-subj", "/CN=rl xds " + ca, "-keyout", P(ca + ".key"),
+                "-out", P(ca + ".crt"))
+    for name, ext in (("cp", "subjectAltName=DNS:localhost,IP:127.0.0.1\n"),
+                      ("client", "extendedKeyUsage=clientAuth\n")):
+        with open(P(name + ".ext"), "w") as f:
+            f.write(ext)
+        openssl("req", "-newkey", "ec", "-pkeyopt",
+                "ec_paramgen_curve:prime256v1", "-nodes", "-subj",
+                "/CN=rl xds " + name, "-keyout", P(name + ".key"),
+                "-out", P(name + ".csr"))
+        openssl("x509", "-req", "-in", P(name + ".csr"), "-CA", P("ca.crt"),
+                "-CAkey", P("ca.key"), "-CAcreateserial", "-days", "2",
+                "-extfile", P(name + ".ext"), "-out", P(name + ".crt"))
+    return P
+
+
+def start_server(n, extra):
+    ports = os.path.join(TMP, "ports-%d" % n)
+    log = open(os.path.join(TMP, "server-%d.log" % n), "w")
+    p = subprocess.Popen([RL_SERVER, "--listen", "127.0.0.1:0",
+                          "--grpc", "127.0.0.1:0", "--metrics", "127.0.0.1:0",
+                          "--port-file", ports,
+                          "--envoy-xds-backoff-ms", "50",
+                          "--envoy-xds-backoff-max-ms", "300"] + extra,
+                         stderr=log)
+    PROCS.append(p)
+    return p, rlt.wait_ports(p, ports, log.name)
+
+
+def tls_phase():
+    """Mutual TLS: the control plane requires rl-server's certificate;
+    rl-server verifies the control plane's against the CA and its
+    address."""
+    P = make_certs()
+
+    def rd(n):
+        with open(P(n), "rb") as f:
+            return f.read()
+    ads = ADS()
+    ads.push("t1", [conf("limits", limit("k", "t", rc.HOUR, 1))])
+    creds = grpc.ssl_server_credentials([(rd("cp.key"), rd("cp.crt"))],
+                                        root_certificates=rd("ca.crt"),
+                                        require_client_auth=True)
+    xds, port = serve(ads, 0, creds)
+    tls = ["--envoy-xds", "127.0.0.1:%d" % port,
+           "--envoy-xds-tls-cert", P("client.crt"),
+           "--envoy-xds-tls-key", P("client.key")]
+    p, got = start_server(2, tls + ["--envoy-xds-tls-ca", P("ca.crt")])
+    ack = await_(lambda: ads.answer_to("nonce-t1"), "the ACK of t1 over TLS")
+    check(ack.version_info == "t1", "t1 ACKed over TLS: %s" % ack)
+    stub = rls_pb2_grpc.RateLimitServiceStub(
+        grpc.insecure_channel("127.0.0.1:%d" % got["grpc"]))
+    d = ratelimit_pb2.RateLimitDescriptor(entries=[
+        ratelimit_pb2.RateLimitDescriptor.Entry(key="k", value="t")])
+    got_codes = [stub.ShouldRateLimit(rls_pb2.RateLimitRequest(
+        domain=DOMAIN, descriptors=[d]), timeout=5).overall_code
+        for _ in range(2)]
+    check(got_codes == [OK, OVER], "t1 decides over TLS: %s" % got_codes)
+    # Trusting another CA: the handshake fails, nothing is taken, and the
+    # client keeps trying (its connections are counted as failures only).
+    q, got3 = start_server(3, tls + ["--envoy-xds-tls-ca", P("otherca.crt")])
+    log3 = os.path.join(TMP, "server-3.log")
+    await_(lambda: open(log3).read().count('msg="xds: TLS handshake failed"')
+           >= 2,
+           "two refused handshakes")
+    m = metrics(got3["metrics"])
+    check(m.get('rl_xds_updates_total{result="accepted"}') == 0 and
+          m.get("rl_xds_connected") == 0, "untrusted: nothing taken: %s" % m)
+    for proc in (p, q):
+        proc.send_signal(signal.SIGTERM)
+        check(proc.wait(timeout=10) == 0, "rl-server exits 0 (TLS)")
+    xds.stop(0)
+
+
+def main():
+    ads = ADS()
+    ads.push("v1", [conf("limits", limit("k", "a", rc.HOUR, 2))])
+    xds, xds_port = serve(ads, 0)
+
+    ports = os.path.join(TMP, "ports")
+    log = open(os.path.join(TMP, "server.log"), "w")
+    p = subprocess.Popen([RL_SERVER, "--listen", "127.0.0.1:0",
+                          "--grpc", "127.0.0.1:0", "--metrics", "127.0.0.1:0",
+                          "--port-file", ports,
+                          "--envoy-xds", "127.0.0.1:%d" % xds_port,
+                          "--envoy-xds-node-id", "rl-test",
+                          "--envoy-xds-backoff-ms", "50",
+                          "--envoy-xds-backoff-max-ms", "300"], stderr=log)
+    PROCS.append(p)
+    got = rlt.wait_ports(p, ports, log.name)
+    stub = rls_pb2_grpc.RateLimitServiceStub(
+        grpc.insecure_channel("127.0.0.1:%d" % got["grpc"]))
+    mport = got["metrics"]
+
+    def codes(key, value, n):
+        d = ratelimit_pb2.RateLimitDescriptor(entries=[
+            ratelimit_pb2.RateLimitDescriptor.Entry(key=key, value=value)])
+        return [stub.ShouldRateLimit(rls_pb2.RateLimitRequest(
+            domain=DOMAIN, descriptors=[d]), timeout=5).overall_code
+            for _ in range(n)]
+
+    # v1: ACKed with its version and nonce, under the node id given.
+    ack = await_(lambda: ads.answer_to("nonce-v1"), "the ACK of v1")
+    check(ack.version_info == "v1" and not ack.HasField("error_detail"),
+          "v1 ACKed: %s" % ack)
+    check(ack.node.id == "rl-test" and ack.type_url == TYPE,
+          "node and type_url: %s" % ack)
+    first = ads.requests[0]
+    check(first.version_info == "" and first.response_nonce == "",
+          "the first request names no version: %s" % first)
+    check(codes("k", "a", 3) == [OK, OK, OVER], "v1: 2 per hour on k=a")
+    check(codes("k", "b", 3) == [OK, OK, OK], "v1: k=b not limited")
+
+    # v2: the decisions change.
+    ads.push("v2", [conf("limits", unlimited("k", "a"),
+                         limit("k", "b", rc.HOUR, 1))])
+    ack = await_(lambda: ads.answer_to("nonce-v2"), "the ACK of v2")
+    check(ack.version_info == "v2" and not ack.HasField("error_detail"),
+          "v2 ACKed: %s" % ack)
+    check(codes("k", "a", 3) == [OK, OK, OK], "v2: k=a unlimited")
+    check(codes("k", "b", 2) == [OK, OVER], "v2: 1 per hour on k=b")
+
+    # v3 is invalid (a limit without a unit): NACKed with FILE:LINE, the
+    # version in force named, v2 still deciding.
+    bad = rc.RateLimitDescriptor(key="k", value="c")
+    bad.rate_limit.requests_per_unit = 1
+    ads.push("v3", [conf("broken", bad)])
+    nack = await_(lambda: ads.answer_to("nonce-v3"), "the NACK of v3")
+    check(nack.HasField("error_detail") and nack.version_info == "v2",
+          "v3 NACKed naming v2: %s" % nack)
+    check(nack.error_detail.message.startswith("xds:broken:")
+          and "unit" in nack.error_detail.message,
+          "NACK says FILE:LINE and why: %r" % nack.error_detail.message)
+    check(codes("k", "c", 3) == [OK, OK, OK], "v3 not in force: k=c")
+    check(codes("k", "b", 1) == [OVER], "v2 still in force: k=b")
+    check(codes("k", "a", 3) == [OK, OK, OK], "v2 still in force: k=a")
+    m = metrics(mport)
+    check(m.get('rl_xds_updates_total{result="accepted"}') == 2 and
+          m.get('rl_xds_updates_total{result="rejected"}') == 1 and
+          m.get("rl_xds_connected") == 1, "metrics after v3: %s" % m)
+
+    # The control plane goes away: the last good configuration decides.
+    xds.stop(0).wait()
+    await_(lambda: metrics(mport).get("rl_xds_connected") == 0,
+           "rl-server to see the control plane gone")
+    check(codes("k", "b", 1) == [OVER], "v2 decides with no control plane")
+    check(codes("k", "a", 2) == [OK, OK], "v2 k=a with no control plane")
+
+    # It comes back on the same port with v4: rl-server reconnects, names
+    # v2 as in force, and takes v4.
+    ads2 = ADS()
+    ads2.push("v4", [conf("limits", limit("k", "d", rc.HOUR, 1))])
+    xds, again = serve(ads2, xds_port)
+    check(again == xds_port, "the control plane back on its port")
+    ack = await_(lambda: ads2.answer_to("nonce-v4"), "the ACK of v4")
+    check(ads2.requests[0].version_info == "v2",
+          "reconnected naming v2: %s" % ads2.requests[0])
+    check(ack.version_info == "v4", "v4 ACKed: %s" % ack)
+    check(codes("k", "d", 2) == [OK, OVER], "v4: 1 per hour on k=d")
+    check(codes("k", "b", 2) == [OK, OK], "v4: k=b no longer limited")
+    m = metrics(mport)
+    check(m.get('rl_xds_updates_total{result="accepted"}') == 3 and
+          m.get('rl_xds_connections_total{event="connected"}') == 2 and
+          m.get('rl_xds_connections_total{event="lost"}') >= 1,
+          "metrics after v4: %s" % m)
+
+    p.send_signal(signal.SIGTERM)
+    check(p.wait(timeout=10) == 0, "rl-server exits 0 on SIGTERM")
+    xds.stop(0)
+    tls_phase()
+
+
+try:
+    main()
+except Exception as e:  # noqa: BLE001
+    FAILS.append(repr(e))
+    print("FAIL:", repr(e), flush=True)
+finally:
+    for proc in PROCS:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+if FAILS:
+    print(rlt.tail(os.path.join(TMP, "server.log"), 30))
+    print("%d failure(s)" % len(FAILS))
+    sys.exit(1)
+print("ok")
