@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
 #include "policy/file_in.h"
 #include "rl_headers.h"
 #include "policy/yaml_in.h"
@@ -39,6 +40,7 @@ struct rls_envoy_conf_s {
     uint32_t mask;
     rl_hash_key_t hash_key;
     rls_arena_t arena; /* names, keys and values */
+    rls_diag_t warnings;
 };
 
 typedef struct builder_s {
@@ -50,6 +52,9 @@ typedef struct builder_s {
 
 /* An error at line (0: none) of the file being read. */
 #define DIAG(b, line, ...) rls_diag_add((b)->d, (b)->file, line, __VA_ARGS__)
+/* What loads but is not done in full: said, and the file still loads. */
+#define WARN(b, line, ...)                                                     \
+    rls_diag_add(&(b)->c->warnings, (b)->file, line, __VA_ARGS__)
 
 /* A copy that lives as long as the configuration. */
 static const char *arena_copy(builder_t *b, const char *s, size_t len)
@@ -130,10 +135,11 @@ static int build_index(builder_t *b, const int *lines)
         rls_envoy_node_t *x = &c->nodes[k];
         const rls_envoy_node_t *first;
         uint32_t i;
-        if (x->wildcard) {
+        /* A wildcard is indexed too, by its pattern: a second one with the
+         * same pattern is a duplicate, and a value spelling the pattern
+         * finds it (as the glob would). */
+        if (x->wildcard)
             c->wild[c->nwild++] = (uint32_t)k;
-            continue;
-        }
         if ((first = find(c, x->domain, x->parent, x->key, x->key_len,
                           x->value, x->value_len, x->value != NULL)) !=
             NULL) {
@@ -268,6 +274,131 @@ static void check_limit(builder_t *b, int line, rls_limit_t *lim)
     lim->t_us = l.t_us;
 }
 
+/* Every key envoy-ratelimit's files know: it takes each of them at any
+ * level and ignores the ones it does not read there. */
+static int ref_key(const char *k)
+{
+    static const char *const keys[] = {"domain",
+                                       "key",
+                                       "value",
+                                       "descriptors",
+                                       "rate_limit",
+                                       "unit",
+                                       "requests_per_unit",
+                                       "unlimited",
+                                       "shadow_mode",
+                                       "quota_mode",
+                                       "name",
+                                       "replaces",
+                                       "detailed_metric",
+                                       "value_to_metric",
+                                       "share_threshold",
+                                       "metadata"};
+    size_t i;
+
+    for (i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        if (strcmp(k, keys[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* replaces: a list of {name: NAME}; the current event is the value. The
+ * names go to x->replaces, one after the other. */
+static int parse_replaces(yp_t *y, rls_envoy_node_t *x)
+{
+    builder_t *b = y->b;
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    uint32_t n = 0;
+    int rc = RL_OK;
+
+    if (y->in.ev.type != YAML_SEQUENCE_START_EVENT) {
+        DIAG(b, rls_yaml_in_line(&y->in),
+             "'replaces' must be a list of {name: NAME}");
+        return rls_yaml_in_skip(&y->in);
+    }
+    for (;;) {
+        int have_name = 0, line;
+        if (rls_yaml_in_next(&y->in) != RL_OK) {
+            rc = RL_EINVAL;
+            break;
+        }
+        if (y->in.ev.type == YAML_SEQUENCE_END_EVENT)
+            break;
+        line = rls_yaml_in_line(&y->in);
+        if (y->in.ev.type != YAML_MAPPING_START_EVENT) {
+            DIAG(b, line, "a 'replaces' entry must be {name: NAME}");
+            if (rls_yaml_in_skip(&y->in) != RL_OK) {
+                rc = RL_EINVAL;
+                break;
+            }
+            continue;
+        }
+        for (;;) {
+            char kbuf[32];
+            const char *v;
+            size_t vl;
+            int k = next_key(y, kbuf);
+            if (k < 0) {
+                rc = RL_EINVAL;
+                goto out;
+            }
+            if (k == 0)
+                break;
+            if (strcmp(kbuf, "name") != 0) {
+                if (ref_key(kbuf))
+                    WARN(b, rls_yaml_in_line(&y->in),
+                         "'%s' has no meaning in replaces: ignored, as "
+                         "envoy-ratelimit ignores it",
+                         kbuf);
+                else
+                    DIAG(b, rls_yaml_in_line(&y->in),
+                         "unknown key '%s' in replaces", kbuf);
+                if (rls_yaml_in_skip(&y->in) != RL_OK) {
+                    rc = RL_EINVAL;
+                    goto out;
+                }
+                continue;
+            }
+            if (!want_scalar(y, "name"))
+                continue;
+            v = rls_yaml_in_str(&y->in, &vl);
+            if (vl == 0 || memchr(v, '\0', vl) != NULL) {
+                DIAG(b, rls_yaml_in_line(&y->in),
+                     "a 'replaces' name must not be empty");
+                have_name = 1; /* said once */
+                continue;
+            }
+            if (len + vl + 1 > cap) {
+                size_t ncap = (len + vl + 1) * 2;
+                char *nb = realloc(buf, ncap);
+                if (nb == NULL) {
+                    b->nomem = 1;
+                    rc = RL_ENOMEM;
+                    goto out;
+                }
+                buf = nb;
+                cap = ncap;
+            }
+            memcpy(buf + len, v, vl);
+            buf[len + vl] = '\0';
+            len += vl + 1;
+            n++;
+            have_name = 1;
+        }
+        if (!have_name)
+            DIAG(b, line, "a 'replaces' entry needs 'name'");
+    }
+    if (rc == RL_OK && n > 0) {
+        /* One copy: the arena adds a NUL after the last one's. */
+        x->replaces = arena_copy(b, buf, len - 1);
+        x->nreplaces = x->replaces != NULL ? n : 0;
+    }
+out:
+    free(buf);
+    return rc;
+}
+
 /* rate_limit: { unit, requests_per_unit, name, window, algorithm, burst,
  * phase } */
 static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
@@ -276,6 +407,7 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
     int line = rls_yaml_in_line(&y->in), have_rpu = 0, have_unit = 0,
         have_window = 0;
     size_t errors = b->d->n + b->d->dropped;
+    uint32_t i;
 
     if (y->in.ev.type != YAML_MAPPING_START_EVENT) {
         DIAG(b, line, "'rate_limit' must be a mapping");
@@ -308,10 +440,20 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
             } else if (ieq(v, vl, "day")) {
                 x->unit = 4;
                 x->lim.window_s = 86400;
+            } else if (ieq(v, vl, "week")) {
+                x->unit = RLS_ENVOY_WEEK;
+                x->lim.window_s = 7 * 86400;
+            } else if (ieq(v, vl, "month")) {
+                x->unit = RLS_ENVOY_MONTH;
+                x->lim.window_s = 30 * 86400;
+            } else if (ieq(v, vl, "year")) {
+                x->unit = RLS_ENVOY_YEAR;
+                x->lim.window_s = 365 * 86400;
             } else {
                 DIAG(b, rls_yaml_in_line(&y->in),
-                     "unit '%.*s': use second, minute, hour or day (or "
-                     "'window: DURATION' for any other length)",
+                     "unit '%.*s': use second, minute, hour, day, week, "
+                     "month or year (or 'window: DURATION' for any other "
+                     "length)",
                      (int)(vl > 32 ? 32 : vl), v);
             }
         } else if (strcmp(kbuf, "requests_per_unit") == 0) {
@@ -396,10 +538,15 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
                 return skip_rest(y);
             }
         } else if (strcmp(kbuf, "replaces") == 0) {
-            DIAG(b, rls_yaml_in_line(&y->in),
-                 "'replaces' is not supported; give the "
-                 "descriptor its own limit");
-            rls_yaml_in_skip(&y->in);
+            if (parse_replaces(y, x) != RL_OK)
+                return RL_EINVAL;
+        } else if (ref_key(kbuf)) {
+            WARN(b, rls_yaml_in_line(&y->in),
+                 "'%s' has no meaning in rate_limit: ignored, as "
+                 "envoy-ratelimit ignores it",
+                 kbuf);
+            if (rls_yaml_in_skip(&y->in) != RL_OK)
+                return RL_EINVAL;
         } else {
             DIAG(b, rls_yaml_in_line(&y->in), "unknown key '%s' in rate_limit",
                  kbuf);
@@ -408,18 +555,23 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
     }
     if (have_window) {
         /* The unit Envoy is told is the window's when it is one. */
-        x->unit = x->lim.window_s == 1       ? 1
-                  : x->lim.window_s == 60    ? 2
-                  : x->lim.window_s == 3600  ? 3
-                  : x->lim.window_s == 86400 ? 4
-                                             : 0;
+        x->unit = rls_envoy_unit_of(x->lim.window_s);
         if (have_unit)
             DIAG(b, line, "rate_limit: give 'unit' or 'window', not both");
     } else if (!have_unit) {
         DIAG(b, line, "rate_limit needs 'unit' (or 'window')");
     }
-    if (!have_rpu)
-        DIAG(b, line, "rate_limit needs 'requests_per_unit'");
+    /* Without requests_per_unit the limit is 0, which refuses
+     * everything: envoy-ratelimit's reading. */
+    (void)have_rpu;
+    if (x->name != NULL) {
+        const char *r = x->replaces;
+        for (i = 0; i < x->nreplaces; i++, r += strlen(r) + 1)
+            if (strcmp(r, x->name) == 0)
+                DIAG(b, line,
+                     "rate_limit: replaces names this limit itself ('%s')",
+                     x->name);
+    }
     /* The algorithm's bounds, once the rest is known to be right. */
     if (b->d->n + b->d->dropped == errors)
         check_limit(b, line, &x->lim);
@@ -507,10 +659,8 @@ static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
             v = rls_yaml_in_str(&y->in, &vl);
             x->value = arena_copy(b, v, vl);
             x->value_len = vl;
-            if (vl > 0 && v[vl - 1] == '*') {
-                x->wildcard = 1;
-                x->value_len = vl - 1;
-            }
+            /* A '*' anywhere is a wildcard, as in envoy-ratelimit. */
+            x->wildcard = memchr(v, '*', vl) != NULL;
         } else if (strcmp(kbuf, "rate_limit") == 0) {
             if (parse_rate_limit(y, x) != RL_OK)
                 return RL_EINVAL;
@@ -529,6 +679,9 @@ static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
             x->rule_len = vl;
         } else if (strcmp(kbuf, "unlimited") == 0 ||
                    strcmp(kbuf, "shadow_mode") == 0 ||
+                   strcmp(kbuf, "quota_mode") == 0 ||
+                   strcmp(kbuf, "share_threshold") == 0 ||
+                   strcmp(kbuf, "value_to_metric") == 0 ||
                    strcmp(kbuf, "detailed_metric") == 0) {
             int t;
             if (!want_scalar(y, kbuf))
@@ -539,12 +692,44 @@ static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
                      kbuf);
                 continue;
             }
-            if (kbuf[0] == 'u')
+            if (strcmp(kbuf, "unlimited") == 0)
                 unlimited = t;
-            else if (kbuf[0] == 's')
+            else if (strcmp(kbuf, "shadow_mode") == 0)
                 x->shadow = t;
+            else if (strcmp(kbuf, "quota_mode") == 0)
+                x->quota = t;
+            else if (strcmp(kbuf, "share_threshold") == 0)
+                x->share_threshold = t;
+            else if (strcmp(kbuf, "value_to_metric") == 0)
+                x->value_to_metric = t;
+            else
+                x->detailed_metric = t;
+            if (t && (kbuf[0] == 'v' || kbuf[0] == 'd'))
+                WARN(b, rls_yaml_in_line(&y->in),
+                     "'%s': metrics per value not produced (the decision "
+                     "is the same without it)",
+                     kbuf);
+        } else if (strcmp(kbuf, "metadata") == 0) {
+            int ml = rls_yaml_in_line(&y->in);
+            if (y->in.ev.type != YAML_MAPPING_START_EVENT &&
+                !rls_yaml_in_is_null(&y->in)) {
+                DIAG(b, ml, "'metadata' must be a mapping");
+            } else if (y->in.ev.type == YAML_MAPPING_START_EVENT) {
+                WARN(b, ml,
+                     "'metadata': accepted, not returned (envoy-ratelimit "
+                     "returns it only with RESPONSE_DYNAMIC_METADATA)");
+            }
+            if (rls_yaml_in_skip(&y->in) != RL_OK)
+                return RL_EINVAL;
         } else if (strcmp(kbuf, "descriptors") == 0) {
             if (parse_descriptors(y, domain, self) != RL_OK)
+                return RL_EINVAL;
+        } else if (ref_key(kbuf)) {
+            WARN(b, rls_yaml_in_line(&y->in),
+                 "'%s' has no meaning in a descriptor: ignored, as "
+                 "envoy-ratelimit ignores it",
+                 kbuf);
+            if (rls_yaml_in_skip(&y->in) != RL_OK)
                 return RL_EINVAL;
         } else {
             DIAG(b, rls_yaml_in_line(&y->in),
@@ -570,6 +755,11 @@ static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
         x->kind = RLS_ENVOY_UNLIMITED;
     else if (x->rule != NULL)
         x->kind = RLS_ENVOY_RULE;
+    if (x->share_threshold && !x->wildcard)
+        DIAG(b, line,
+             "share_threshold needs a wildcard value (one with '*'); "
+             "key '%s' has %s",
+             x->key, x->value != NULL ? "none" : "no value");
     return RL_OK;
 }
 
@@ -684,11 +874,21 @@ static int parse_file(yp_t *y)
                 dom.headers = RL_HDR_IETF | RL_HDR_RETRY;
             else if (key_is(v, vl, "all"))
                 dom.headers = RL_HDR_ALL;
+            else if (key_is(v, vl, "envoy"))
+                dom.headers = RLS_ENVOY_HDR_REF;
             else
                 DIAG(b, rls_yaml_in_line(&y->in),
-                     "rate_limit_headers: none, x, draft or all");
+                     "rate_limit_headers: none, x, draft, all or envoy");
+            dom.headers_set = 1;
         } else if (strcmp(kbuf, "descriptors") == 0) {
             if (parse_descriptors(y, di, 0) != RL_OK)
+                return RL_EINVAL;
+        } else if (ref_key(kbuf)) {
+            WARN(b, rls_yaml_in_line(&y->in),
+                 "'%s' has no meaning at the top of a file: ignored, as "
+                 "envoy-ratelimit ignores it",
+                 kbuf);
+            if (rls_yaml_in_skip(&y->in) != RL_OK)
                 return RL_EINVAL;
         } else {
             DIAG(b, rls_yaml_in_line(&y->in), "unknown key '%s'", kbuf);
@@ -754,6 +954,8 @@ static void conf_free(rls_envoy_conf_t *c)
 
 static int finish(builder_t *b, int *lines, rls_envoy_conf_t **out)
 {
+    size_t i;
+
     /* Duplicates are found while indexing, once every node is in. */
     if (!b->nomem)
         build_index(b, lines);
@@ -766,6 +968,9 @@ static int finish(builder_t *b, int *lines, rls_envoy_conf_t **out)
         conf_free(b->c);
         return RL_EINVAL;
     }
+    for (i = 0; i < b->c->warnings.n; i++)
+        RLS_WARN("envoy config: loaded with a warning", " what=\"%s\"",
+                 b->c->warnings.msg[i]);
     *out = b->c;
     return RL_OK;
 }
@@ -908,9 +1113,103 @@ const rls_envoy_node_t *rls_envoy_conf_step(const rls_envoy_conf_t *c,
     for (i = 0; i < c->nwild; i++) {
         x = &c->nodes[c->wild[i]];
         if (x->domain == di && x->parent == pi && x->key_len == klen &&
-            memcmp(x->key, key, klen) == 0 && vlen >= x->value_len &&
-            memcmp(x->value, value, x->value_len) == 0)
+            memcmp(x->key, key, klen) == 0 &&
+            rls_envoy_glob(x->value, x->value_len, value, vlen))
             return x;
     }
     return find(c, di, pi, key, klen, NULL, 0, 0);
+}
+
+const rls_diag_t *rls_envoy_conf_warnings(const rls_envoy_conf_t *c)
+{
+    return &c->warnings;
+}
+
+uint32_t rls_envoy_unit_seconds(int unit)
+{
+    switch (unit) {
+    case RLS_ENVOY_SECOND:
+        return 1;
+    case RLS_ENVOY_MINUTE:
+        return 60;
+    case RLS_ENVOY_HOUR:
+        return 3600;
+    case RLS_ENVOY_DAY:
+        return 86400;
+    case RLS_ENVOY_WEEK:
+        return 7 * 86400;
+    case RLS_ENVOY_MONTH:
+        return 30 * 86400;
+    case RLS_ENVOY_YEAR:
+        return 365 * 86400;
+    default:
+        return 0;
+    }
+}
+
+int rls_envoy_unit_of(uint32_t window_s)
+{
+    int u;
+
+    for (u = RLS_ENVOY_SECOND; u <= RLS_ENVOY_WEEK; u++)
+        if (rls_envoy_unit_seconds(u) == window_s)
+            return u;
+    return 0;
+}
+
+/* The first place needle occurs in hay, or NULL. */
+static const char *find_in(const char *hay, size_t hlen, const char *needle,
+                           size_t nlen)
+{
+    size_t i;
+
+    if (nlen == 0)
+        return hay;
+    if (nlen > hlen)
+        return NULL;
+    /* memchr for the first byte, then a compare: linear for the values
+     * requests bring in practice, and at worst hlen * nlen, both bounded
+     * (a value by the request's size, a piece by the file's). */
+    for (i = 0; i + nlen <= hlen;) {
+        const char *p = memchr(hay + i, needle[0], hlen - nlen + 1 - i);
+        if (p == NULL)
+            return NULL;
+        if (memcmp(p, needle, nlen) == 0)
+            return p;
+        i = (size_t)(p - hay) + 1;
+    }
+    return NULL;
+}
+
+int rls_envoy_glob(const char *pat, size_t plen, const char *value, size_t vlen)
+{
+    const char *first = memchr(pat, '*', plen), *last, *p, *end;
+    size_t pre, suf;
+
+    if (first == NULL)
+        return plen == vlen && memcmp(pat, value, vlen) == 0;
+    /* The literal head and tail must match where they stand; each middle
+     * piece is then taken at its first place after the one before: for
+     * '*' alone that leftmost choice never loses a match, so nothing is
+     * tried twice. */
+    last = pat + plen - 1;
+    while (*last != '*')
+        last--;
+    pre = (size_t)(first - pat);
+    suf = (size_t)(pat + plen - last - 1);
+    if (vlen < pre + suf || memcmp(value, pat, pre) != 0 ||
+        memcmp(value + vlen - suf, last + 1, suf) != 0)
+        return 0;
+    p = value + pre;
+    end = value + vlen - suf;
+    while (first < last) {
+        const char *next = memchr(first + 1, '*', (size_t)(last - first));
+        size_t n = (size_t)(next - first - 1);
+        const char *at = find_in(p, (size_t)(end - p), first + 1, n);
+        if (at == NULL)
+            return 0;
+        p = at + n;
+        first = next;
+    }
+    return 1;
 }
