@@ -173,6 +173,13 @@ static const char usage[] =
     "                           one changes\n"
     "  --check-envoy-config FILE  validate an Envoy descriptor file and\n"
     "                           exit: 0, or 2 with FILE:LINE: errors\n"
+    "  --envoy-shadow-mode      envoy-ratelimit's SHADOW_MODE: a call over\n"
+    "                           a limit is answered OK overall (its\n"
+    "                           descriptors still say OVER_LIMIT)\n"
+    "  --envoy-response-headers envoy-ratelimit's LIMIT_RESPONSE_HEADERS_\n"
+    "                           ENABLED: RateLimit-Limit, -Remaining, -Reset\n"
+    "                           for domains whose file does not say\n"
+    "                           rate_limit_headers\n"
     "  --grpc-max-streams N     concurrent streams per gRPC connection\n"
     "                           (SETTINGS; default 100)\n"
     "  --http HOST:PORT         serve GET /check?rule=R&key=K over HTTP, for\n"
@@ -723,6 +730,16 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
             if (val != NULL)
                 return fail(err, errlen, "%s takes no value", name);
             c->redis_tls = c->redis_tls_insecure = 1;
+            continue;
+        }
+        if (strcmp(name, "--envoy-shadow-mode") == 0 ||
+            strcmp(name, "--envoy-response-headers") == 0) {
+            if (val != NULL)
+                return fail(err, errlen, "%s takes no value", name);
+            if (name[8] == 's')
+                c->envoy_shadow_mode = 1;
+            else
+                c->envoy_response_headers = 1;
             continue;
         }
         if (strcmp(name, "--fail-open") == 0 ||

@@ -104,6 +104,11 @@ typedef struct rls_flags_s {
     const char *envoy_configs[RLS_ENVOY_CONFIGS_MAX];
     size_t nenvoy_configs;
     const char *check_envoy_config; /* validate this Envoy file and exit */
+    /* envoy-ratelimit's SHADOW_MODE (a refusal's overall code is OK) and
+     * LIMIT_RESPONSE_HEADERS_ENABLED (its three headers, for domains whose
+     * file does not say rate_limit_headers). */
+    int envoy_shadow_mode;
+    int envoy_response_headers;
     /* The HTTP check endpoint (net/http_check.h). */
     char http_host[RLS_HOST_MAX + 1]; /* empty: no --http listener */
     int http_port;

@@ -16,13 +16,16 @@
 #include "policy/runtime.h"
 #include "rl_buf.h"
 
-/* Descriptors per request, and entries per descriptor, taken. */
-#define RLS_ENVOY_DESCRIPTORS_MAX 64
+/* Descriptors per request, and entries per descriptor, taken (a request's
+ * size is capped by --max-frame first; envoy-ratelimit sets no count). */
+#define RLS_ENVOY_DESCRIPTORS_MAX 1024
 #define RLS_ENVOY_ENTRIES_MAX 32
 
 /* gRPC status codes used here and by the transport. */
 enum {
     RLS_GRPC_OK = 0,
+    RLS_GRPC_UNKNOWN = 2, /* envoy-ratelimit's answer to an empty domain or
+                             descriptor list (a Go error) */
     RLS_GRPC_INVALID_ARGUMENT = 3,
     RLS_GRPC_DEADLINE_EXCEEDED = 4,
     RLS_GRPC_RESOURCE_EXHAUSTED = 8,
@@ -44,6 +47,8 @@ typedef struct rls_envoy_ctx_s {
     rls_batcher_t *batcher;
     rls_envoy_conf_t *conf;
     rls_envoy_stats_t stats;
+    int global_shadow; /* --envoy-shadow-mode */
+    int ref_headers;   /* --envoy-response-headers */
 } rls_envoy_ctx_t;
 
 typedef struct rls_envoy_status_s rls_envoy_status_t;

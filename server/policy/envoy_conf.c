@@ -1213,3 +1213,9 @@ int rls_envoy_glob(const char *pat, size_t plen, const char *value, size_t vlen)
     }
     return 1;
 }
+
+const rls_envoy_node_t *rls_envoy_conf_node_at(const rls_envoy_conf_t *c,
+                                               uint32_t i)
+{
+    return &c->nodes[i];
+}

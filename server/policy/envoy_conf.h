@@ -181,6 +181,11 @@ rls_envoy_conf_t *rls_envoy_conf_ref(rls_envoy_conf_t *c);
 void rls_envoy_conf_unref(rls_envoy_conf_t *c); /* NULL is fine */
 
 size_t rls_envoy_conf_domains(const rls_envoy_conf_t *c);
+
+/* Node i (a node's parent is node parent - 1); i must be below
+ * rls_envoy_conf_nodes(c). */
+const rls_envoy_node_t *rls_envoy_conf_node_at(const rls_envoy_conf_t *c,
+                                               uint32_t i);
 size_t rls_envoy_conf_nodes(const rls_envoy_conf_t *c);
 
 /* The domain called name, or NULL. */
