@@ -180,6 +180,10 @@ static const char usage[] =
     "                           ENABLED: RateLimit-Limit, -Remaining, -Reset\n"
     "                           for domains whose file does not say\n"
     "                           rate_limit_headers\n"
+    "  --envoy-response-metadata  envoy-ratelimit's "
+    "RESPONSE_DYNAMIC_METADATA:\n"
+    "                           the call and the allowed descriptors'\n"
+    "                           metadata in dynamic_metadata\n"
     "  --grpc-max-streams N     concurrent streams per gRPC connection\n"
     "                           (SETTINGS; default 100)\n"
     "  --http HOST:PORT         serve GET /check?rule=R&key=K over HTTP, for\n"
@@ -733,13 +737,16 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
             continue;
         }
         if (strcmp(name, "--envoy-shadow-mode") == 0 ||
-            strcmp(name, "--envoy-response-headers") == 0) {
+            strcmp(name, "--envoy-response-headers") == 0 ||
+            strcmp(name, "--envoy-response-metadata") == 0) {
             if (val != NULL)
                 return fail(err, errlen, "%s takes no value", name);
             if (name[8] == 's')
                 c->envoy_shadow_mode = 1;
-            else
+            else if (name[17] == 'h')
                 c->envoy_response_headers = 1;
+            else
+                c->envoy_response_metadata = 1;
             continue;
         }
         if (strcmp(name, "--fail-open") == 0 ||

@@ -109,6 +109,7 @@ typedef struct rls_flags_s {
      * file does not say rate_limit_headers). */
     int envoy_shadow_mode;
     int envoy_response_headers;
+    int envoy_response_metadata; /* RESPONSE_DYNAMIC_METADATA */
     /* The HTTP check endpoint (net/http_check.h). */
     char http_host[RLS_HOST_MAX + 1]; /* empty: no --http listener */
     int http_port;

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "envoy/service/ratelimit/v3/rls.pb-c.h"
+#include "google/protobuf/struct.pb-c.h"
 #include "decide.h"
 #include "log.h"
 #include "rl_clock.h"
@@ -41,8 +42,8 @@ struct rls_envoy_status_s {
     int unlimited; /* matched unlimited: true */
     int quota;     /* quota_mode: over, refuses the call only with every
                       other quota descriptor over too */
-    const rls_envoy_node_t *node; /* matched (NULL: none, or the request's
-                                     own limit applies) */
+    const rls_envoy_node_t *node; /* matched (NULL: none, or replaced) */
+    int from_request;             /* the request's own limit applies */
     uint32_t rpu;  /* current_limit.requests_per_unit */
     int unit;
     const char *name; /* in the call's configuration; or NULL */
@@ -193,6 +194,7 @@ static int add_one(rls_envoy_call_t *call, uint32_t i, const desc_t *d,
         limit = d->limit->requests_per_unit;
         st->unit = d->limit->unit;
         from_request = 1;
+        st->from_request = 1;
         x = NULL;
     } else if (x != NULL && x->kind == RLS_ENVOY_LIMIT) {
         limit = x->lim.limit;
@@ -380,6 +382,7 @@ int rls_envoy_start(rls_envoy_call_t *call, rls_envoy_ctx_t *ctx,
     call->st = NULL;
     call->n = 0;
     call->pending = 0;
+    call->req = NULL;
     q = envoy__service__ratelimit__v3__rate_limit_request__unpack(NULL, n, p);
     if (q == NULL) {
         *why = "the message is not a RateLimitRequest";
@@ -435,7 +438,13 @@ int rls_envoy_start(rls_envoy_call_t *call, rls_envoy_ctx_t *ctx,
     call->pending--;
     rc = RLS_GRPC_OK;
 out:
-    envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(q, NULL);
+    /* dynamic_metadata tells the request back: kept until the call is
+     * freed. */
+    if (rc == RLS_GRPC_OK && ctx->response_metadata)
+        call->req = q;
+    else
+        envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(q,
+                                                                         NULL);
     return rc;
 }
 
@@ -470,6 +479,267 @@ static const rls_envoy_status_t *headline(const rls_envoy_call_t *call)
             best = s;
     }
     return best;
+}
+
+/* ------------------------------------------------------------------------ */
+/* dynamic_metadata (--envoy-response-metadata), as envoy-ratelimit's
+ * ratelimitToMetadata builds it: the domain, each descriptor (entries as
+ * "key=value", its own limit and hits_addend), the request's hits_addend,
+ * and the metadata of the allowed descriptors' limits merged (a key
+ * already there stays, two mappings merge). Everything built here comes
+ * from one pool freed after packing; the files' metadata is unpacked per
+ * response and borrowed. */
+
+typedef Google__Protobuf__Struct gstruct_t;
+typedef Google__Protobuf__Struct__FieldsEntry gentry_t;
+typedef Google__Protobuf__Value gvalue_t;
+typedef Google__Protobuf__ListValue glist_t;
+
+typedef struct mpool_s {
+    void **p;
+    size_t n, cap;
+    gstruct_t **unpacked; /* the files' metadata, freed after packing */
+    size_t nu;
+    int nomem;
+} mpool_t;
+
+static void *palloc(mpool_t *m, size_t size)
+{
+    void *p;
+
+    if (m->n == m->cap) {
+        size_t cap = m->cap ? m->cap * 2 : 32;
+        void **np = realloc(m->p, cap * sizeof(*np));
+        if (np == NULL) {
+            m->nomem = 1;
+            return NULL;
+        }
+        m->p = np;
+        m->cap = cap;
+    }
+    if ((p = calloc(1, size)) == NULL) {
+        m->nomem = 1;
+        return NULL;
+    }
+    m->p[m->n++] = p;
+    return p;
+}
+
+static void pool_free(mpool_t *m)
+{
+    size_t i;
+
+    for (i = 0; i < m->n; i++)
+        free(m->p[i]);
+    for (i = 0; i < m->nu; i++)
+        google__protobuf__struct__free_unpacked(m->unpacked[i], NULL);
+    free(m->p);
+    free(m->unpacked);
+}
+
+static gvalue_t *pvalue(mpool_t *m, int kind)
+{
+    gvalue_t *v = palloc(m, sizeof(*v));
+
+    if (v != NULL) {
+        google__protobuf__value__init(v);
+        v->kind_case = kind;
+    }
+    return v;
+}
+
+static gvalue_t *pstring(mpool_t *m, const char *s)
+{
+    gvalue_t *v = pvalue(m, GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE);
+
+    if (v != NULL)
+        v->string_value = (char *)s;
+    return v;
+}
+
+static gvalue_t *pnumber(mpool_t *m, double d)
+{
+    gvalue_t *v = pvalue(m, GOOGLE__PROTOBUF__VALUE__KIND_NUMBER_VALUE);
+
+    if (v != NULL)
+        v->number_value = d;
+    return v;
+}
+
+static gstruct_t *pstruct(mpool_t *m)
+{
+    gstruct_t *st = palloc(m, sizeof(*st));
+
+    if (st != NULL)
+        google__protobuf__struct__init(st);
+    return st;
+}
+
+/* Appends (key, v) to st; the fields array is regrown from the pool at
+ * powers of two. */
+static void add_field(mpool_t *m, gstruct_t *st, const char *key, gvalue_t *v)
+{
+    gentry_t *e;
+
+    if (v == NULL || (e = palloc(m, sizeof(*e))) == NULL)
+        return;
+    google__protobuf__struct__fields_entry__init(e);
+    e->key = (char *)key;
+    e->value = v;
+    if (st->n_fields == 0 || (st->n_fields & (st->n_fields - 1)) == 0) {
+        gentry_t **nf =
+            palloc(m, (st->n_fields ? st->n_fields * 2 : 1) * sizeof(*nf));
+        if (nf == NULL)
+            return;
+        if (st->n_fields > 0)
+            memcpy(nf, st->fields, st->n_fields * sizeof(*nf));
+        st->fields = nf;
+    }
+    st->fields[st->n_fields++] = e;
+}
+
+/* v, with every mapping in it copied from the pool so that merging can
+ * add to it (lists and scalars are borrowed: nothing changes them). */
+static gvalue_t *own(mpool_t *m, gvalue_t *v)
+{
+    gvalue_t *c;
+    size_t i;
+
+    if (v == NULL ||
+        v->kind_case != GOOGLE__PROTOBUF__VALUE__KIND_STRUCT_VALUE ||
+        v->struct_value == NULL)
+        return v;
+    if ((c = pvalue(m, GOOGLE__PROTOBUF__VALUE__KIND_STRUCT_VALUE)) == NULL ||
+        (c->struct_value = pstruct(m)) == NULL)
+        return NULL;
+    for (i = 0; i < v->struct_value->n_fields; i++)
+        add_field(m, c->struct_value, v->struct_value->fields[i]->key,
+                  own(m, v->struct_value->fields[i]->value));
+    return c;
+}
+
+static void merge(mpool_t *m, gstruct_t *dst, const gstruct_t *src)
+{
+    size_t i, j;
+
+    for (i = 0; i < src->n_fields; i++) {
+        const gentry_t *e = src->fields[i];
+        gentry_t *have = NULL;
+        for (j = 0; j < dst->n_fields && have == NULL; j++)
+            if (strcmp(dst->fields[j]->key, e->key) == 0)
+                have = dst->fields[j];
+        if (have == NULL)
+            add_field(m, dst, e->key, own(m, e->value));
+        else if (have->value != NULL && e->value != NULL &&
+                 have->value->kind_case ==
+                     GOOGLE__PROTOBUF__VALUE__KIND_STRUCT_VALUE &&
+                 e->value->kind_case ==
+                     GOOGLE__PROTOBUF__VALUE__KIND_STRUCT_VALUE &&
+                 have->value->struct_value && e->value->struct_value)
+            merge(m, have->value->struct_value, e->value->struct_value);
+    }
+}
+
+static const char *unit_name(int unit)
+{
+    static const char *const names[] = {"UNKNOWN", "SECOND", "MINUTE", "HOUR",
+                                        "DAY",     "MONTH",  "YEAR",   "WEEK"};
+
+    return unit >= 0 && unit < 8 ? names[unit] : "UNKNOWN";
+}
+
+/* The struct for dynamic_metadata, from the pool; NULL when out of
+ * memory. */
+static gstruct_t *metadata_of(const rls_envoy_call_t *call, mpool_t *m)
+{
+    const req_t *q = call->req;
+    gstruct_t *top = pstruct(m), *merged = pstruct(m);
+    gvalue_t *list = pvalue(m, GOOGLE__PROTOBUF__VALUE__KIND_LIST_VALUE);
+    glist_t *l = palloc(m, sizeof(*l));
+    uint32_t i;
+    size_t j;
+
+    if (top == NULL || merged == NULL || list == NULL || l == NULL)
+        return NULL;
+    google__protobuf__list_value__init(l);
+    list->list_value = l;
+    add_field(m, top, "domain", pstring(m, q->domain));
+    if ((l->values = palloc(m, (q->n_descriptors + 1) * sizeof(*l->values))) ==
+        NULL)
+        return NULL;
+    for (i = 0; i < q->n_descriptors; i++) {
+        const desc_t *d = q->descriptors[i];
+        gvalue_t *dv = pvalue(m, GOOGLE__PROTOBUF__VALUE__KIND_STRUCT_VALUE);
+        gvalue_t *ev = pvalue(m, GOOGLE__PROTOBUF__VALUE__KIND_LIST_VALUE);
+        glist_t *el = palloc(m, sizeof(*el));
+        if (dv == NULL || ev == NULL || el == NULL ||
+            (dv->struct_value = pstruct(m)) == NULL)
+            return NULL;
+        google__protobuf__list_value__init(el);
+        ev->list_value = el;
+        if ((el->values =
+                 palloc(m, (d->n_entries + 1) * sizeof(*el->values))) == NULL)
+            return NULL;
+        for (j = 0; j < d->n_entries; j++) {
+            size_t kl = strlen(d->entries[j]->key),
+                   vl = strlen(d->entries[j]->value);
+            char *kv = palloc(m, kl + vl + 2);
+            if (kv == NULL)
+                return NULL;
+            memcpy(kv, d->entries[j]->key, kl);
+            kv[kl] = '=';
+            memcpy(kv + kl + 1, d->entries[j]->value, vl);
+            if ((el->values[el->n_values] = pstring(m, kv)) == NULL)
+                return NULL;
+            el->n_values++;
+        }
+        add_field(m, dv->struct_value, "entries", ev);
+        if (d->limit != NULL) {
+            /* Go's text form of the RateLimitOverride. */
+            char *t = palloc(m, 64);
+            if (t == NULL)
+                return NULL;
+            snprintf(t, 64, "requests_per_unit:%u unit:%s",
+                     d->limit->requests_per_unit, unit_name(d->limit->unit));
+            add_field(m, dv->struct_value, "limit", pstring(m, t));
+        }
+        if (d->hits_addend != NULL)
+            add_field(m, dv->struct_value, "hitsAddend",
+                      pnumber(m, (double)d->hits_addend->value));
+        l->values[l->n_values++] = dv;
+        /* An allowed descriptor's limit from the file brings its
+         * metadata (a request's own limit, an unlimited or a replaced
+         * one has none). */
+        if (i < call->n) {
+            const rls_envoy_status_t *s = &call->st[i];
+            if (s->decided && s->code == CODE_OK && !s->from_request &&
+                s->node != NULL && s->node->metadata != NULL) {
+                gstruct_t *u = google__protobuf__struct__unpack(
+                    NULL, s->node->metadata_len, s->node->metadata);
+                gstruct_t **nu;
+                if (u == NULL)
+                    return NULL;
+                nu = realloc(m->unpacked, (m->nu + 1) * sizeof(*nu));
+                if (nu == NULL) {
+                    google__protobuf__struct__free_unpacked(u, NULL);
+                    return NULL;
+                }
+                m->unpacked = nu;
+                m->unpacked[m->nu++] = u;
+                merge(m, merged, u);
+            }
+        }
+    }
+    add_field(m, top, "descriptors", list);
+    if (q->hits_addend != 0)
+        add_field(m, top, "hitsAddend", pnumber(m, (double)q->hits_addend));
+    if (merged->n_fields > 0) {
+        gvalue_t *mv = pvalue(m, GOOGLE__PROTOBUF__VALUE__KIND_STRUCT_VALUE);
+        if (mv != NULL)
+            mv->struct_value = merged;
+        add_field(m, top, "metadata", mv);
+    }
+    return m->nomem ? NULL : top;
 }
 
 /* duration_until_reset in whole seconds, rounded up, as envoy-ratelimit
@@ -543,12 +813,14 @@ int rls_envoy_encode(const rls_envoy_call_t *call, rl_buf_t *out)
     dstatus_t **dsp;
     hdrs_t hs;
     const rls_envoy_status_t *h;
+    mpool_t pool;
     size_t len;
     uint8_t *w;
     uint32_t i, failed = 0, quota = 0, quota_failed = 0;
     int rc;
 
     hs.n = 0;
+    memset(&pool, 0, sizeof(pool));
     e = calloc(call->n ? call->n : 1, sizeof(*e));
     dsp = calloc(call->n ? call->n : 1, sizeof(*dsp));
     if (e == NULL || dsp == NULL) {
@@ -635,6 +907,13 @@ int rls_envoy_encode(const rls_envoy_call_t *call, rl_buf_t *out)
         resp.n_response_headers_to_add = hs.n;
         resp.response_headers_to_add = hs.hp;
     }
+    if (call->req != NULL &&
+        (resp.dynamic_metadata = metadata_of(call, &pool)) == NULL) {
+        free(e);
+        free(dsp);
+        pool_free(&pool);
+        return RL_ENOMEM;
+    }
     len = envoy__service__ratelimit__v3__rate_limit_response__get_packed_size(
         &resp);
     if ((rc = rl_buf_reserve(out, len + 5, &w)) == RL_OK) {
@@ -648,11 +927,16 @@ int rls_envoy_encode(const rls_envoy_call_t *call, rl_buf_t *out)
     }
     free(e);
     free(dsp);
+    pool_free(&pool);
     return rc;
 }
 
 void rls_envoy_call_free(rls_envoy_call_t *call)
 {
+    if (call->req != NULL)
+        envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(
+            call->req, NULL);
+    call->req = NULL;
     free(call->st);
     call->st = NULL;
     rls_envoy_conf_unref(call->conf);

@@ -49,6 +49,7 @@ typedef struct rls_envoy_ctx_s {
     rls_envoy_stats_t stats;
     int global_shadow; /* --envoy-shadow-mode */
     int ref_headers;   /* --envoy-response-headers */
+    int response_metadata; /* --envoy-response-metadata */
 } rls_envoy_ctx_t;
 
 typedef struct rls_envoy_status_s rls_envoy_status_t;
@@ -62,6 +63,8 @@ typedef struct rls_envoy_call_s {
     rls_envoy_status_t *st;
     uint32_t n;       /* descriptors */
     uint32_t pending; /* answers still to come from the batcher */
+    void *req;        /* the decoded request, kept for dynamic_metadata (else
+                         NULL) */
     void (*done)(struct rls_envoy_call_s *call);
 } rls_envoy_call_t;
 

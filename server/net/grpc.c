@@ -1533,6 +1533,7 @@ int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_flags_t *cfg,
     g->ctx.batcher = batcher;
     g->ctx.global_shadow = cfg->envoy_shadow_mode;
     g->ctx.ref_headers = cfg->envoy_response_headers;
+    g->ctx.response_metadata = cfg->envoy_response_metadata;
     g->feed_budget = FEED_BUDGET;
     g->decode_budget = DECODE_BUDGET;
     rls_list_init(&g->fresh);

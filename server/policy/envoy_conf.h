@@ -31,7 +31,8 @@
  *       share_threshold: true      # wildcard: one counter for all values
  *       detailed_metric: true      # statistics per value (stats code)
  *       value_to_metric: true      # the value in the statistic's name
- *       metadata: {...}            # accepted, not returned (a warning)
+ *       metadata: {...}            # returned in dynamic_metadata when
+ *                                  # --envoy-response-metadata
  *       descriptors: [...]         # nested: the request's next entry
  *     - key: remote_address
  *       unlimited: true            # matched, never counted
@@ -96,6 +97,10 @@ typedef struct rls_envoy_node_s {
     int detailed_metric; /* statistics per request value (read by the
                             statistics code; not by the decision) */
     int value_to_metric; /* the request's value in the statistic's name */
+    /* metadata: a google.protobuf.Struct's bytes (NULL: none), returned
+     * in dynamic_metadata with --envoy-response-metadata. */
+    const uint8_t *metadata;
+    size_t metadata_len;
     int unit;          /* Envoy's RateLimit.Unit, 0 for a custom window */
     /* rate_limit.replaces: names of limits this one switches off when both
      * apply to one call: nreplaces names, each NUL-terminated, one after

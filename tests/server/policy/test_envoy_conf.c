@@ -9,6 +9,7 @@
 
 #include <cmocka.h>
 
+#include "google/protobuf/struct.pb-c.h"
 #include "net/envoy_rls.h"
 #include "policy/envoy_conf.h"
 #include "rl_error.h"
@@ -236,14 +237,34 @@ static void test_reference_keys(void **state)
     assert_int_equal(x->unit, RLS_ENVOY_WEEK);
     assert_int_equal(x->lim.window_s, 7 * 86400);
     assert_false(x->shadow); /* misplaced: ignored, as the reference does */
-    /* warnings: per-value metrics (twice), metadata, the misplaced key */
+    /* warnings: per-value metrics (twice), the misplaced key */
     w = rls_envoy_conf_warnings(c);
     for (i = 0; i < w->n; i++)
         printf("  warn: %s\n", w->msg[i]);
-    assert_int_equal(w->n, 4);
+    assert_int_equal(w->n, 3);
     assert_non_null(strstr(w->msg[0], "t.yaml:11: 'value_to_metric'"));
-    assert_non_null(strstr(w->msg[2], "t.yaml:13: 'metadata'"));
-    assert_non_null(strstr(w->msg[3], "t.yaml:17: 'shadow_mode' has no"));
+    assert_non_null(strstr(w->msg[2], "t.yaml:17: 'shadow_mode' has no"));
+    /* metadata: a Struct, typed as YAML types it */
+    x = walk(c, "ref", "path", "/xyz", NULL);
+    assert_non_null(x->metadata);
+    {
+        Google__Protobuf__Struct *m = google__protobuf__struct__unpack(
+            NULL, x->metadata_len, x->metadata);
+        Google__Protobuf__Struct *team;
+        Google__Protobuf__ListValue *l;
+        assert_non_null(m);
+        assert_int_equal(m->n_fields, 1);
+        assert_string_equal(m->fields[0]->key, "team");
+        team = m->fields[0]->value->struct_value;
+        assert_int_equal(team->n_fields, 2);
+        assert_string_equal(team->fields[0]->value->string_value, "a");
+        l = team->fields[1]->value->list_value;
+        assert_int_equal(l->n_values, 2);
+        assert_int_equal(l->values[1]->kind_case,
+                         GOOGLE__PROTOBUF__VALUE__KIND_NUMBER_VALUE);
+        assert_true(l->values[1]->number_value == 2.0);
+        google__protobuf__struct__free_unpacked(m, NULL);
+    }
     rls_envoy_conf_unref(c);
 }
 

@@ -679,7 +679,8 @@ def global_switches():
     LIMIT_RESPONSE_HEADERS_ENABLED (RateLimit-Limit/-Remaining/-Reset of
     the refused, else least remaining, descriptor)."""
     s = Server([os.path.join(FIX, "current.yaml")],
-               ["--envoy-shadow-mode", "--envoy-response-headers"])
+               ["--envoy-shadow-mode", "--envoy-response-headers",
+                "--envoy-response-metadata"])
     try:
         r = s.call("current", D(("closed", "x")), D(("per_minute", "g")))
         h = {x.key: x.value for x in r.response_headers_to_add}
@@ -694,6 +695,26 @@ def global_switches():
         check(h.get("RateLimit-Limit") == "5" and
               h.get("RateLimit-Remaining") == "4",
               "reference headers of the least remaining: %r" % h)
+        # RESPONSE_DYNAMIC_METADATA: the call told back, and the allowed
+        # descriptors' metadata (ratelimit.go's ratelimitToMetadata).
+        r = s.call("current", D(("monthly", "meta")),
+                   D(("own", "x"), override=(5, 5), hits=3))
+        m = r.dynamic_metadata
+        ds = m["descriptors"]
+        check(m["domain"] == "current" and len(ds) == 2 and
+              list(ds[0]["entries"]) == ["monthly=meta"] and
+              ds[1]["limit"] == "requests_per_unit:5 unit:MONTH" and
+              ds[1]["hitsAddend"] == 3 and "hitsAddend" not in m.keys(),
+              "dynamic_metadata: the call: %s" % m)
+        check("metadata" in m.keys() and
+              m["metadata"]["team"] == "payments" and
+              list(m["metadata"]["tiers"]) == ["gold", "silver"],
+              "dynamic_metadata: the file's metadata: %s" % m)
+        r = s.call("current", D(("monthly", "meta")), hits=1)
+        m = r.dynamic_metadata
+        check(r.statuses[0].code == OVER and "metadata" not in m.keys() and
+              m["hitsAddend"] == 1,
+              "dynamic_metadata: none from a refused descriptor: %s" % m)
     finally:
         check(s.stop() == 0, "switches server exit 0")
 
