@@ -44,6 +44,7 @@ struct rls_envoy_status_s {
                       other quota descriptor over too */
     const rls_envoy_node_t *node; /* matched (NULL: none, or replaced) */
     int from_request;             /* the request's own limit applies */
+    int dropped;                  /* replaced by another limit */
     uint32_t rpu;  /* current_limit.requests_per_unit */
     int unit;
     const char *name; /* in the call's configuration; or NULL */
@@ -336,37 +337,54 @@ static const rls_envoy_node_t *walk(const rls_envoy_call_t *call,
  * limit, nothing counted. Only the configuration's limits name and
  * replace (a request's own limit does neither); the work is bounded by
  * the descriptors times the replaces the file gives. */
+static int ptr_cmp(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t) * (const void *const *)a,
+              y = (uintptr_t) * (const void *const *)b;
+
+    return x < y ? -1 : x > y;
+}
+
 static void drop_replaced(rls_envoy_call_t *call, const req_t *q)
 {
-    uint32_t i, k, r;
-    int any = 0;
+    /* The limits that replace, each once (many descriptors may reach one
+     * node), gathered before any is dropped: a dropped limit still
+     * replaces, as in envoy-ratelimit (two that replace each other both
+     * go). */
+    const rls_envoy_node_t *ys[RLS_ENVOY_DESCRIPTORS_MAX];
+    size_t ny = 0, u, k;
+    uint32_t i, r;
 
     for (i = 0; i < call->n; i++) {
-        const rls_envoy_node_t *x = call->st[i].node;
-        any |= x != NULL && x->nreplaces > 0;
+        const rls_envoy_node_t *y = call->st[i].node;
+        if (y != NULL && y->nreplaces > 0 && !own_limit(q->descriptors[i]) &&
+            (y->kind == RLS_ENVOY_LIMIT || y->kind == RLS_ENVOY_UNLIMITED))
+            ys[ny++] = y;
     }
-    if (!any)
+    if (ny == 0)
         return;
+    qsort(ys, ny, sizeof(ys[0]), ptr_cmp);
+    for (u = 0, k = 0; k < ny; k++)
+        if (u == 0 || ys[u - 1] != ys[k])
+            ys[u++] = ys[k];
+    ny = u;
     for (i = 0; i < call->n; i++) {
         const rls_envoy_node_t *x = call->st[i].node;
         int hit = 0;
         if (x == NULL || x->kind != RLS_ENVOY_LIMIT || x->name == NULL ||
             own_limit(q->descriptors[i]))
             continue;
-        for (k = 0; k < call->n && !hit; k++) {
-            const rls_envoy_node_t *y = call->st[k].node;
-            const char *nm;
-            if (y == NULL || y->nreplaces == 0 ||
-                own_limit(q->descriptors[k]) ||
-                (y->kind != RLS_ENVOY_LIMIT && y->kind != RLS_ENVOY_UNLIMITED))
-                continue;
-            for (r = 0, nm = y->replaces; r < y->nreplaces && !hit;
-                 r++, nm += strlen(nm) + 1)
+        for (k = 0; k < ny && !hit; k++) {
+            const char *nm = ys[k]->replaces;
+            for (r = 0; r < ys[k]->nreplaces && !hit; r++, nm += strlen(nm) + 1)
                 hit = strcmp(nm, x->name) == 0;
         }
         if (hit)
-            call->st[i].node = NULL;
+            call->st[i].dropped = 1;
     }
+    for (i = 0; i < call->n; i++)
+        if (call->st[i].dropped)
+            call->st[i].node = NULL;
 }
 
 int rls_envoy_start(rls_envoy_call_t *call, rls_envoy_ctx_t *ctx,

@@ -554,6 +554,15 @@ def current(s):
           r.statuses[1].current_limit.requests_per_unit == 10 and
           r.statuses[1].limit_remaining == 9,
           "ex7 replaced: only the 10/s limit applies")
+    # Limits that replace each other both go (the names to replace are
+    # gathered before any limit is dropped); alone, each applies.
+    r = s.call("current", D(("mutual_a", "x")), D(("mutual_b", "x")),
+               D(("mutual_b", "x")))
+    check(all(not st.HasField("current_limit") for st in r.statuses) and
+          r.overall_code == OK, "replaces: two that replace each other")
+    r = s.call("current", D(("mutual_a", "y")))
+    check(r.statuses[0].current_limit.name == "ma",
+          "replaces: alone, a limit applies")
     # README Example 9: '*' in the middle, and several.
     r = s.call("example9_mid", D(("path", "/api/123/action")),
                D(("path", "/api/user-id/action")),
