@@ -176,6 +176,9 @@ static const char usage[] =
     "  --envoy-shadow-mode      envoy-ratelimit's SHADOW_MODE: a call over\n"
     "                           a limit is answered OK overall (its\n"
     "                           descriptors still say OVER_LIMIT)\n"
+    "  --envoy-quota-mode       envoy-ratelimit's QUOTA_MODE: every\n"
+    "                           descriptor in quota mode (a call is\n"
+    "                           refused only when all are over)\n"
     "  --envoy-response-headers envoy-ratelimit's LIMIT_RESPONSE_HEADERS_\n"
     "                           ENABLED: RateLimit-Limit, -Remaining, -Reset\n"
     "                           for domains whose file does not say\n"
@@ -737,12 +740,15 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
             continue;
         }
         if (strcmp(name, "--envoy-shadow-mode") == 0 ||
+            strcmp(name, "--envoy-quota-mode") == 0 ||
             strcmp(name, "--envoy-response-headers") == 0 ||
             strcmp(name, "--envoy-response-metadata") == 0) {
             if (val != NULL)
                 return fail(err, errlen, "%s takes no value", name);
             if (name[8] == 's')
                 c->envoy_shadow_mode = 1;
+            else if (name[8] == 'q')
+                c->envoy_quota_mode = 1;
             else if (name[17] == 'h')
                 c->envoy_response_headers = 1;
             else

@@ -110,6 +110,7 @@ typedef struct rls_flags_s {
     int envoy_shadow_mode;
     int envoy_response_headers;
     int envoy_response_metadata; /* RESPONSE_DYNAMIC_METADATA */
+    int envoy_quota_mode;        /* QUOTA_MODE */
     /* The HTTP check endpoint (net/http_check.h). */
     char http_host[RLS_HOST_MAX + 1]; /* empty: no --http listener */
     int http_port;

@@ -796,7 +796,7 @@ static size_t ref_headers(const rls_envoy_call_t *call, hdrs_t *hs)
             m = s;
             min = remaining_of(s);
         }
-        if (s->code == CODE_OVER && !s->quota) {
+        if (s->code == CODE_OVER && !s->quota && !call->ctx->global_quota) {
             m = s;
             min = 0;
         }
@@ -865,7 +865,8 @@ int rls_envoy_encode(const rls_envoy_call_t *call, rl_buf_t *out)
         /* envoy-ratelimit's overall code: any refused descriptor refuses
          * the call, except those in quota mode, which refuse it only when
          * every one of them is refused. */
-        if (s->decided && s->quota) {
+        if (!s->unlimited &&
+            ((s->decided && s->quota) || call->ctx->global_quota)) {
             quota++;
             quota_failed += s->code == CODE_OVER;
         } else if (s->code == CODE_OVER) {

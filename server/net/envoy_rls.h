@@ -48,6 +48,7 @@ typedef struct rls_envoy_ctx_s {
     rls_envoy_conf_t *conf;
     rls_envoy_stats_t stats;
     int global_shadow; /* --envoy-shadow-mode */
+    int global_quota;  /* --envoy-quota-mode */
     int ref_headers;   /* --envoy-response-headers */
     int response_metadata; /* --envoy-response-metadata */
 } rls_envoy_ctx_t;

@@ -1532,6 +1532,7 @@ int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_flags_t *cfg,
     g->cfg = cfg;
     g->ctx.batcher = batcher;
     g->ctx.global_shadow = cfg->envoy_shadow_mode;
+    g->ctx.global_quota = cfg->envoy_quota_mode;
     g->ctx.ref_headers = cfg->envoy_response_headers;
     g->ctx.response_metadata = cfg->envoy_response_metadata;
     g->feed_budget = FEED_BUDGET;

@@ -743,11 +743,19 @@ def reload_test():
     with open(path, "w") as f:
         f.write("domain: live\ndescriptors:\n  - key: k\n    rate_limit:"
                 " {unit: minute, requests_per_unit: 1}\n")
-    s = Server([path])
+    s = Server([path], ["--envoy-quota-mode"])
     try:
         r = s.call("live", D(("k", "a")))
         check(r.statuses[0].current_limit.requests_per_unit == 1,
               "reload: initial limit")
+        # --envoy-quota-mode (QUOTA_MODE): every descriptor in quota mode,
+        # so a call is refused only when all its descriptors are over.
+        rs = [s.call("live", D(("k", "q")), D(("k", "q"))),
+              s.call("live", D(("k", "q")))]
+        if resets_held(rs):
+            check(rs[0].statuses[1].code == OVER and
+                  rs[0].overall_code == OK and rs[1].overall_code == OVER,
+                  "global quota mode: refused only when all are over")
         # A bad file keeps the old configuration.
         with open(path + ".tmp", "w") as f:
             f.write("domain: live\ndescriptors:\n  - key: k\n    "
