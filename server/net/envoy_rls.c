@@ -173,7 +173,7 @@ static int add_one(rls_envoy_call_t *call, uint32_t i, const desc_t *d,
     rls_envoy_ctx_t *ctx = call->ctx;
     rls_envoy_status_t *st = &call->st[i];
     /* Initialised only for the optimiser, which cannot see that
-     * validate() bounds n_entries to 1..RLS_ENVOY_ENTRIES_MAX. */
+     * validate() bounds n_entries to RLS_ENVOY_ENTRIES_MAX. */
     const char *keys[RLS_ENVOY_ENTRIES_MAX] = {0};
     const char *vals[RLS_ENVOY_ENTRIES_MAX] = {0};
     size_t klens[RLS_ENVOY_ENTRIES_MAX] = {0},
@@ -212,9 +212,10 @@ static int add_one(rls_envoy_call_t *call, uint32_t i, const desc_t *d,
         return RLS_GRPC_OK;
     }
     if (cost == 0) {
-        /* A descriptor's hits_addend of 0 asks without adding: the store
-         * has no read-only check, so it is answered allowed and not
-         * counted (deploy/README.md, "Migrating from envoy-ratelimit"). */
+        /* A descriptor's hits_addend of 0 asks without adding: nothing
+         * added always fits, refusals never pushing a count past its
+         * limit here, so it is answered allowed without the store
+         * (deploy/README.md, "Migrating from envoy-ratelimit"). */
         ctx->stats.uncounted++;
         return RLS_GRPC_OK;
     }
