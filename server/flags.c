@@ -206,6 +206,20 @@ static const char usage[] =
     "  --statsd HOST:PORT       also send them to statsd/DogStatsD over UDP\n"
     "                           under the reference's names (default: off)\n"
     "  --statsd-flush-ms N      how often (default 1000)\n"
+    "  --envoy-shadow-mode      envoy-ratelimit's SHADOW_MODE: a call over\n"
+    "                           a limit is answered OK overall (its\n"
+    "                           descriptors still say OVER_LIMIT)\n"
+    "  --envoy-quota-mode       envoy-ratelimit's QUOTA_MODE: every\n"
+    "                           descriptor in quota mode (a call is\n"
+    "                           refused only when all are over)\n"
+    "  --envoy-response-headers envoy-ratelimit's LIMIT_RESPONSE_HEADERS_\n"
+    "                           ENABLED: RateLimit-Limit, -Remaining, -Reset\n"
+    "                           for domains whose file does not say\n"
+    "                           rate_limit_headers\n"
+    "  --envoy-response-metadata  envoy-ratelimit's "
+    "RESPONSE_DYNAMIC_METADATA:\n"
+    "                           the call and the allowed descriptors'\n"
+    "                           metadata in dynamic_metadata\n"
     "  --grpc-max-streams N     concurrent streams per gRPC connection\n"
     "                           (SETTINGS; default 100)\n"
     "  --http HOST:PORT         serve GET /check?rule=R&key=K over HTTP, for\n"
@@ -768,6 +782,22 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
             if (val != NULL)
                 return fail(err, errlen, "%s takes no value", name);
             c->redis_tls = c->redis_tls_insecure = 1;
+            continue;
+        }
+        if (strcmp(name, "--envoy-shadow-mode") == 0 ||
+            strcmp(name, "--envoy-quota-mode") == 0 ||
+            strcmp(name, "--envoy-response-headers") == 0 ||
+            strcmp(name, "--envoy-response-metadata") == 0) {
+            if (val != NULL)
+                return fail(err, errlen, "%s takes no value", name);
+            if (name[8] == 's')
+                c->envoy_shadow_mode = 1;
+            else if (name[8] == 'q')
+                c->envoy_quota_mode = 1;
+            else if (name[17] == 'h')
+                c->envoy_response_headers = 1;
+            else
+                c->envoy_response_metadata = 1;
             continue;
         }
         if (strcmp(name, "--fail-open") == 0 ||

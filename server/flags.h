@@ -122,6 +122,13 @@ typedef struct rls_flags_s {
     const char *envoy_xds_tls_cert;    /* our certificate (mutual TLS) */
     const char *envoy_xds_tls_key;
     const char *envoy_xds_tls_server_name; /* NULL: the host */
+    /* envoy-ratelimit's SHADOW_MODE (a refusal's overall code is OK) and
+     * LIMIT_RESPONSE_HEADERS_ENABLED (its three headers, for domains whose
+     * file does not say rate_limit_headers). */
+    int envoy_shadow_mode;
+    int envoy_response_headers;
+    int envoy_response_metadata; /* RESPONSE_DYNAMIC_METADATA */
+    int envoy_quota_mode;        /* QUOTA_MODE */
     /* The HTTP check endpoint (net/http_check.h). */
     char http_host[RLS_HOST_MAX + 1]; /* empty: no --http listener */
     int http_port;

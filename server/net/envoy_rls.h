@@ -16,13 +16,16 @@
 #include "policy/runtime.h"
 #include "rl_buf.h"
 
-/* Descriptors per request, and entries per descriptor, taken. */
-#define RLS_ENVOY_DESCRIPTORS_MAX 64
+/* Descriptors per request, and entries per descriptor, taken (a request's
+ * size is capped by --max-frame first; envoy-ratelimit sets no count). */
+#define RLS_ENVOY_DESCRIPTORS_MAX 1024
 #define RLS_ENVOY_ENTRIES_MAX 32
 
 /* gRPC status codes used here and by the transport. */
 enum {
     RLS_GRPC_OK = 0,
+    RLS_GRPC_UNKNOWN = 2, /* envoy-ratelimit's answer to an empty domain or
+                             descriptor list (a Go error) */
     RLS_GRPC_INVALID_ARGUMENT = 3,
     RLS_GRPC_DEADLINE_EXCEEDED = 4,
     RLS_GRPC_RESOURCE_EXHAUSTED = 8,
@@ -47,6 +50,10 @@ typedef struct rls_envoy_ctx_s {
     /* envoy-ratelimit's per-descriptor statistics (net/envoy_stats.h);
      * NULL: not kept. */
     struct rls_estats_s *estats;
+    int global_shadow;     /* --envoy-shadow-mode */
+    int global_quota;      /* --envoy-quota-mode */
+    int ref_headers;       /* --envoy-response-headers */
+    int response_metadata; /* --envoy-response-metadata */
 } rls_envoy_ctx_t;
 
 typedef struct rls_envoy_status_s rls_envoy_status_t;
@@ -60,6 +67,8 @@ typedef struct rls_envoy_call_s {
     rls_envoy_status_t *st;
     uint32_t n;       /* descriptors */
     uint32_t pending; /* answers still to come from the batcher */
+    void *req;        /* the decoded request, kept for dynamic_metadata (else
+                         NULL) */
     void (*done)(struct rls_envoy_call_s *call);
 } rls_envoy_call_t;
 

@@ -162,8 +162,8 @@ size_t rls_estats_node_name(char *out, const rls_envoy_domain_t *dom,
         return 0;
     for (i = 0; i < depth; i++) {
         const rls_envoy_node_t *c = chain[i];
-        if (!put_entry(out, &at, c->key, c->key_len, c->value, c->value_len,
-                       c->wildcard))
+        /* A wildcard's value is its pattern, '*'s included. */
+        if (!put_entry(out, &at, c->key, c->key_len, c->value, c->value_len, 0))
             return 0;
     }
     sanitize_ipv4(out, at);
@@ -197,7 +197,7 @@ static size_t value_name(char *out, const rls_envoy_domain_t *dom,
             ok = put_entry(out, &at, keys[i], klens[i], NULL, 0, 0);
         else if (c->value != NULL && c->wildcard && !mine)
             ok = put_entry(out, &at, keys[i], klens[i], c->value, c->value_len,
-                           1);
+                           0);
         else
             ok = put_entry(out, &at, keys[i], klens[i], values[i], vlens[i], 0);
         if (!ok)
@@ -335,19 +335,15 @@ static rls_estats_cache_t *cache_of(rls_estats_t *t, rls_envoy_conf_t *conf)
     return &t->cache[0];
 }
 
-/* detailed_metric and value_to_metric of a node: the configuration does
- * not carry them yet (policy/envoy_conf.h), so every node counts under
- * its own name. When it does, these two read them. */
+/* detailed_metric and value_to_metric of a node (policy/envoy_conf.h). */
 static int node_detailed(const rls_envoy_node_t *x)
 {
-    (void)x;
-    return 0;
+    return x->detailed_metric;
 }
 
 static int node_value_to_metric(const rls_envoy_node_t *x)
 {
-    (void)x;
-    return 0;
+    return x->value_to_metric;
 }
 
 /* rls_estats_slot and rls_estats_slot_as: detailed and v2m as given, or

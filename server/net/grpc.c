@@ -322,6 +322,8 @@ static void mark_answered(gstream_t *st)
 static const char *status_text(int code)
 {
     switch (code) {
+    case RLS_GRPC_UNKNOWN:
+        return "2";
     case RLS_GRPC_INVALID_ARGUMENT:
         return "3";
     case RLS_GRPC_DEADLINE_EXCEEDED:
@@ -1529,6 +1531,10 @@ int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_flags_t *cfg,
     g->loop = loop;
     g->cfg = cfg;
     g->ctx.batcher = batcher;
+    g->ctx.global_shadow = cfg->envoy_shadow_mode;
+    g->ctx.global_quota = cfg->envoy_quota_mode;
+    g->ctx.ref_headers = cfg->envoy_response_headers;
+    g->ctx.response_metadata = cfg->envoy_response_metadata;
     g->feed_budget = FEED_BUDGET;
     g->decode_budget = DECODE_BUDGET;
     rls_list_init(&g->fresh);
@@ -1718,6 +1724,7 @@ int rls_grpc_metrics(const rls_grpc_t *g, rl_buf_t *out)
         int code;
         const char *name;
     } codes[] = {{0, "OK"},
+                 {2, "UNKNOWN"},
                  {3, "INVALID_ARGUMENT"},
                  {4, "DEADLINE_EXCEEDED"},
                  {8, "RESOURCE_EXHAUSTED"},

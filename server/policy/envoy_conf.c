@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "google/protobuf/struct.pb-c.h"
+#include "log.h"
 #include "policy/file_in.h"
 #include "rl_headers.h"
 #include "policy/yaml_in.h"
@@ -39,6 +41,7 @@ struct rls_envoy_conf_s {
     uint32_t mask;
     rl_hash_key_t hash_key;
     rls_arena_t arena; /* names, keys and values */
+    rls_diag_t warnings;
 };
 
 typedef struct builder_s {
@@ -50,6 +53,9 @@ typedef struct builder_s {
 
 /* An error at line (0: none) of the file being read. */
 #define DIAG(b, line, ...) rls_diag_add((b)->d, (b)->file, line, __VA_ARGS__)
+/* What loads but is not done in full: said, and the file still loads. */
+#define WARN(b, line, ...)                                                     \
+    rls_diag_add(&(b)->c->warnings, (b)->file, line, __VA_ARGS__)
 
 /* A copy that lives as long as the configuration. */
 static const char *arena_copy(builder_t *b, const char *s, size_t len)
@@ -130,10 +136,11 @@ static int build_index(builder_t *b, const int *lines)
         rls_envoy_node_t *x = &c->nodes[k];
         const rls_envoy_node_t *first;
         uint32_t i;
-        if (x->wildcard) {
+        /* A wildcard is indexed too, by its pattern: a second one with the
+         * same pattern is a duplicate, and a value spelling the pattern
+         * finds it (as the glob would). */
+        if (x->wildcard)
             c->wild[c->nwild++] = (uint32_t)k;
-            continue;
-        }
         if ((first = find(c, x->domain, x->parent, x->key, x->key_len,
                           x->value, x->value_len, x->value != NULL)) !=
             NULL) {
@@ -268,6 +275,131 @@ static void check_limit(builder_t *b, int line, rls_limit_t *lim)
     lim->t_us = l.t_us;
 }
 
+/* Every key envoy-ratelimit's files know: it takes each of them at any
+ * level and ignores the ones it does not read there. */
+static int ref_key(const char *k)
+{
+    static const char *const keys[] = {"domain",
+                                       "key",
+                                       "value",
+                                       "descriptors",
+                                       "rate_limit",
+                                       "unit",
+                                       "requests_per_unit",
+                                       "unlimited",
+                                       "shadow_mode",
+                                       "quota_mode",
+                                       "name",
+                                       "replaces",
+                                       "detailed_metric",
+                                       "value_to_metric",
+                                       "share_threshold",
+                                       "metadata"};
+    size_t i;
+
+    for (i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        if (strcmp(k, keys[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* replaces: a list of {name: NAME}; the current event is the value. The
+ * names go to x->replaces, one after the other. */
+static int parse_replaces(yp_t *y, rls_envoy_node_t *x)
+{
+    builder_t *b = y->b;
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    uint32_t n = 0;
+    int rc = RL_OK;
+
+    if (y->in.ev.type != YAML_SEQUENCE_START_EVENT) {
+        DIAG(b, rls_yaml_in_line(&y->in),
+             "'replaces' must be a list of {name: NAME}");
+        return rls_yaml_in_skip(&y->in);
+    }
+    for (;;) {
+        int have_name = 0, line;
+        if (rls_yaml_in_next(&y->in) != RL_OK) {
+            rc = RL_EINVAL;
+            break;
+        }
+        if (y->in.ev.type == YAML_SEQUENCE_END_EVENT)
+            break;
+        line = rls_yaml_in_line(&y->in);
+        if (y->in.ev.type != YAML_MAPPING_START_EVENT) {
+            DIAG(b, line, "a 'replaces' entry must be {name: NAME}");
+            if (rls_yaml_in_skip(&y->in) != RL_OK) {
+                rc = RL_EINVAL;
+                break;
+            }
+            continue;
+        }
+        for (;;) {
+            char kbuf[32];
+            const char *v;
+            size_t vl;
+            int k = next_key(y, kbuf);
+            if (k < 0) {
+                rc = RL_EINVAL;
+                goto out;
+            }
+            if (k == 0)
+                break;
+            if (strcmp(kbuf, "name") != 0) {
+                if (ref_key(kbuf))
+                    WARN(b, rls_yaml_in_line(&y->in),
+                         "'%s' has no meaning in replaces: ignored, as "
+                         "envoy-ratelimit ignores it",
+                         kbuf);
+                else
+                    DIAG(b, rls_yaml_in_line(&y->in),
+                         "unknown key '%s' in replaces", kbuf);
+                if (rls_yaml_in_skip(&y->in) != RL_OK) {
+                    rc = RL_EINVAL;
+                    goto out;
+                }
+                continue;
+            }
+            if (!want_scalar(y, "name"))
+                continue;
+            v = rls_yaml_in_str(&y->in, &vl);
+            if (vl == 0 || memchr(v, '\0', vl) != NULL) {
+                DIAG(b, rls_yaml_in_line(&y->in),
+                     "a 'replaces' name must not be empty");
+                have_name = 1; /* said once */
+                continue;
+            }
+            if (len + vl + 1 > cap) {
+                size_t ncap = (len + vl + 1) * 2;
+                char *nb = realloc(buf, ncap);
+                if (nb == NULL) {
+                    b->nomem = 1;
+                    rc = RL_ENOMEM;
+                    goto out;
+                }
+                buf = nb;
+                cap = ncap;
+            }
+            memcpy(buf + len, v, vl);
+            buf[len + vl] = '\0';
+            len += vl + 1;
+            n++;
+            have_name = 1;
+        }
+        if (!have_name)
+            DIAG(b, line, "a 'replaces' entry needs 'name'");
+    }
+    if (rc == RL_OK && n > 0) {
+        /* One copy: the arena adds a NUL after the last one's. */
+        x->replaces = arena_copy(b, buf, len - 1);
+        x->nreplaces = x->replaces != NULL ? n : 0;
+    }
+out:
+    free(buf);
+    return rc;
+}
+
 /* rate_limit: { unit, requests_per_unit, name, window, algorithm, burst,
  * phase } */
 static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
@@ -276,6 +408,7 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
     int line = rls_yaml_in_line(&y->in), have_rpu = 0, have_unit = 0,
         have_window = 0;
     size_t errors = b->d->n + b->d->dropped;
+    uint32_t i;
 
     if (y->in.ev.type != YAML_MAPPING_START_EVENT) {
         DIAG(b, line, "'rate_limit' must be a mapping");
@@ -308,10 +441,20 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
             } else if (ieq(v, vl, "day")) {
                 x->unit = 4;
                 x->lim.window_s = 86400;
+            } else if (ieq(v, vl, "week")) {
+                x->unit = RLS_ENVOY_WEEK;
+                x->lim.window_s = 7 * 86400;
+            } else if (ieq(v, vl, "month")) {
+                x->unit = RLS_ENVOY_MONTH;
+                x->lim.window_s = 30 * 86400;
+            } else if (ieq(v, vl, "year")) {
+                x->unit = RLS_ENVOY_YEAR;
+                x->lim.window_s = 365 * 86400;
             } else {
                 DIAG(b, rls_yaml_in_line(&y->in),
-                     "unit '%.*s': use second, minute, hour or day (or "
-                     "'window: DURATION' for any other length)",
+                     "unit '%.*s': use second, minute, hour, day, week, "
+                     "month or year (or 'window: DURATION' for any other "
+                     "length)",
                      (int)(vl > 32 ? 32 : vl), v);
             }
         } else if (strcmp(kbuf, "requests_per_unit") == 0) {
@@ -396,10 +539,15 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
                 return skip_rest(y);
             }
         } else if (strcmp(kbuf, "replaces") == 0) {
-            DIAG(b, rls_yaml_in_line(&y->in),
-                 "'replaces' is not supported; give the "
-                 "descriptor its own limit");
-            rls_yaml_in_skip(&y->in);
+            if (parse_replaces(y, x) != RL_OK)
+                return RL_EINVAL;
+        } else if (ref_key(kbuf)) {
+            WARN(b, rls_yaml_in_line(&y->in),
+                 "'%s' has no meaning in rate_limit: ignored, as "
+                 "envoy-ratelimit ignores it",
+                 kbuf);
+            if (rls_yaml_in_skip(&y->in) != RL_OK)
+                return RL_EINVAL;
         } else {
             DIAG(b, rls_yaml_in_line(&y->in), "unknown key '%s' in rate_limit",
                  kbuf);
@@ -408,22 +556,233 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
     }
     if (have_window) {
         /* The unit Envoy is told is the window's when it is one. */
-        x->unit = x->lim.window_s == 1       ? 1
-                  : x->lim.window_s == 60    ? 2
-                  : x->lim.window_s == 3600  ? 3
-                  : x->lim.window_s == 86400 ? 4
-                                             : 0;
+        x->unit = rls_envoy_unit_of(x->lim.window_s);
         if (have_unit)
             DIAG(b, line, "rate_limit: give 'unit' or 'window', not both");
     } else if (!have_unit) {
         DIAG(b, line, "rate_limit needs 'unit' (or 'window')");
     }
-    if (!have_rpu)
-        DIAG(b, line, "rate_limit needs 'requests_per_unit'");
+    /* Without requests_per_unit the limit is 0, which refuses
+     * everything: envoy-ratelimit's reading. */
+    (void)have_rpu;
+    if (x->name != NULL) {
+        const char *r = x->replaces;
+        for (i = 0; i < x->nreplaces; i++, r += strlen(r) + 1)
+            if (strcmp(r, x->name) == 0)
+                DIAG(b, line,
+                     "rate_limit: replaces names this limit itself ('%s')",
+                     x->name);
+    }
     /* The algorithm's bounds, once the rest is known to be right. */
     if (b->d->n + b->d->dropped == errors)
         check_limit(b, line, &x->lim);
     x->kind = RLS_ENVOY_LIMIT;
+    return RL_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* metadata: any YAML, kept as a google.protobuf.Struct's bytes, as
+ * envoy-ratelimit turns it into one (structpb.NewStruct) to return it. */
+
+typedef Google__Protobuf__Struct gstruct_t;
+typedef Google__Protobuf__Struct__FieldsEntry gentry_t;
+typedef Google__Protobuf__Value gvalue_t;
+typedef Google__Protobuf__ListValue glist_t;
+
+static char *dup_n(const char *s, size_t n)
+{
+    char *p = malloc(n + 1);
+
+    if (p != NULL) {
+        memcpy(p, s, n);
+        p[n] = '\0';
+    }
+    return p;
+}
+
+/* Appends v to the array *arr of *n pointers. Returns 0 or RL_ENOMEM. */
+static int push_ptr(void *arr, size_t *n, void *v)
+{
+    void ***a = arr;
+    size_t cap = 4;
+    void **na;
+
+    while (cap <= *n)
+        cap *= 2;
+    /* Grown at powers of two: realloc only when n reaches one. */
+    if (*n == 0 || (*n >= 4 && (*n & (*n - 1)) == 0)) {
+        if ((na = realloc(*a, cap * sizeof(*na))) == NULL)
+            return RL_ENOMEM;
+        *a = na;
+    }
+    (*a)[(*n)++] = v;
+    return RL_OK;
+}
+
+/* A plain scalar as YAML 1.1 (envoy-ratelimit's parser) types it: null,
+ * a bool, a number, else a string. */
+static int meta_number(const char *s, size_t n, double *out)
+{
+    char buf[64];
+    size_t i = 0, digits = 0;
+
+    if (n == 0 || n >= sizeof(buf))
+        return 0;
+    if (s[i] == '-' || s[i] == '+')
+        i++;
+    while (i < n && isdigit((unsigned char)s[i]))
+        i++, digits++;
+    if (i < n && s[i] == '.') {
+        i++;
+        while (i < n && isdigit((unsigned char)s[i]))
+            i++, digits++;
+    }
+    if (digits == 0)
+        return 0;
+    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+        size_t e0;
+        i++;
+        if (i < n && (s[i] == '-' || s[i] == '+'))
+            i++;
+        e0 = i;
+        while (i < n && isdigit((unsigned char)s[i]))
+            i++;
+        if (i == e0)
+            return 0;
+    }
+    if (i != n)
+        return 0;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    *out = strtod(buf, NULL);
+    return 1;
+}
+
+/* The value whose first event is current, built with malloc (freed with
+ * protobuf_c_message_free_unpacked). Returns NULL on a parse error (said)
+ * or out of memory (b->nomem). */
+static gvalue_t *meta_value(yp_t *y)
+{
+    gvalue_t *v = malloc(sizeof(*v));
+    yaml_event_type_t t = y->in.ev.type;
+
+    if (v == NULL) {
+        y->b->nomem = 1;
+        return NULL;
+    }
+    google__protobuf__value__init(v);
+    if (t == YAML_MAPPING_START_EVENT) {
+        gstruct_t *st = malloc(sizeof(*st));
+        if (st == NULL)
+            goto nomem;
+        google__protobuf__struct__init(st);
+        v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_STRUCT_VALUE;
+        v->struct_value = st;
+        for (;;) {
+            const char *k;
+            size_t kl;
+            gentry_t *e;
+            int rc = rls_yaml_in_next_key(
+                &y->in, "a metadata key must be a single value", NULL);
+            if (rc < 0)
+                goto fail;
+            if (rc == 0)
+                break;
+            k = rls_yaml_in_str(&y->in, &kl);
+            if ((e = malloc(sizeof(*e))) == NULL)
+                goto nomem;
+            google__protobuf__struct__fields_entry__init(e);
+            if (push_ptr(&st->fields, &st->n_fields, e) != RL_OK) {
+                free(e);
+                goto nomem;
+            }
+            if ((e->key = dup_n(k, kl)) == NULL)
+                goto nomem;
+            if (rls_yaml_in_next(&y->in) != RL_OK ||
+                (e->value = meta_value(y)) == NULL)
+                goto fail;
+        }
+    } else if (t == YAML_SEQUENCE_START_EVENT) {
+        glist_t *l = malloc(sizeof(*l));
+        if (l == NULL)
+            goto nomem;
+        google__protobuf__list_value__init(l);
+        v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_LIST_VALUE;
+        v->list_value = l;
+        for (;;) {
+            gvalue_t *item;
+            if (rls_yaml_in_next(&y->in) != RL_OK)
+                goto fail;
+            if (y->in.ev.type == YAML_SEQUENCE_END_EVENT)
+                break;
+            if ((item = meta_value(y)) == NULL)
+                goto fail;
+            if (push_ptr(&l->values, &l->n_values, item) != RL_OK) {
+                protobuf_c_message_free_unpacked(&item->base, NULL);
+                goto nomem;
+            }
+        }
+    } else if (t == YAML_SCALAR_EVENT) {
+        size_t n;
+        const char *s = rls_yaml_in_str(&y->in, &n);
+        int bv;
+        double d;
+        if (!y->in.ev.data.scalar.plain_implicit) {
+            v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE;
+        } else if (rls_yaml_in_is_null(&y->in)) {
+            v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_NULL_VALUE;
+        } else if (parse_bool(s, n, &bv) == RL_OK) {
+            v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_BOOL_VALUE;
+            v->bool_value = bv;
+        } else if (meta_number(s, n, &d)) {
+            v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_NUMBER_VALUE;
+            v->number_value = d;
+        } else {
+            v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE;
+        }
+        if (v->kind_case == GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE &&
+            (v->string_value = dup_n(s, n)) == NULL)
+            goto nomem;
+    } else {
+        DIAG(y->b, rls_yaml_in_line(&y->in), "metadata: not a YAML value");
+        goto fail;
+    }
+    return v;
+nomem:
+    y->b->nomem = 1;
+fail:
+    protobuf_c_message_free_unpacked(&v->base, NULL);
+    return NULL;
+}
+
+/* metadata: a mapping, packed into the node. The current event is its
+ * first. Returns RL_OK, or RL_EINVAL when the walk cannot go on. */
+static int parse_metadata(yp_t *y, rls_envoy_node_t *x)
+{
+    builder_t *b = y->b;
+    int line = rls_yaml_in_line(&y->in);
+    gvalue_t *v;
+    uint8_t *buf;
+    size_t n;
+
+    if (y->in.ev.type != YAML_MAPPING_START_EVENT) {
+        if (!rls_yaml_in_is_null(&y->in))
+            DIAG(b, line, "'metadata' must be a mapping");
+        return rls_yaml_in_skip(&y->in);
+    }
+    /* Either way the walk stopped inside the mapping: it cannot go on. */
+    if ((v = meta_value(y)) == NULL)
+        return RL_EINVAL;
+    n = google__protobuf__struct__get_packed_size(v->struct_value);
+    if (v->struct_value->n_fields > 0 && (buf = malloc(n ? n : 1)) != NULL) {
+        google__protobuf__struct__pack(v->struct_value, buf);
+        x->metadata = (const uint8_t *)arena_copy(b, (const char *)buf, n);
+        x->metadata_len = x->metadata != NULL ? n : 0;
+        free(buf);
+    } else if (v->struct_value->n_fields > 0) {
+        b->nomem = 1;
+    }
+    protobuf_c_message_free_unpacked(&v->base, NULL);
     return RL_OK;
 }
 
@@ -507,10 +866,8 @@ static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
             v = rls_yaml_in_str(&y->in, &vl);
             x->value = arena_copy(b, v, vl);
             x->value_len = vl;
-            if (vl > 0 && v[vl - 1] == '*') {
-                x->wildcard = 1;
-                x->value_len = vl - 1;
-            }
+            /* A '*' anywhere is a wildcard, as in envoy-ratelimit. */
+            x->wildcard = memchr(v, '*', vl) != NULL;
         } else if (strcmp(kbuf, "rate_limit") == 0) {
             if (parse_rate_limit(y, x) != RL_OK)
                 return RL_EINVAL;
@@ -529,6 +886,9 @@ static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
             x->rule_len = vl;
         } else if (strcmp(kbuf, "unlimited") == 0 ||
                    strcmp(kbuf, "shadow_mode") == 0 ||
+                   strcmp(kbuf, "quota_mode") == 0 ||
+                   strcmp(kbuf, "share_threshold") == 0 ||
+                   strcmp(kbuf, "value_to_metric") == 0 ||
                    strcmp(kbuf, "detailed_metric") == 0) {
             int t;
             if (!want_scalar(y, kbuf))
@@ -539,12 +899,30 @@ static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
                      kbuf);
                 continue;
             }
-            if (kbuf[0] == 'u')
+            if (strcmp(kbuf, "unlimited") == 0)
                 unlimited = t;
-            else if (kbuf[0] == 's')
+            else if (strcmp(kbuf, "shadow_mode") == 0)
                 x->shadow = t;
+            else if (strcmp(kbuf, "quota_mode") == 0)
+                x->quota = t;
+            else if (strcmp(kbuf, "share_threshold") == 0)
+                x->share_threshold = t;
+            else if (strcmp(kbuf, "value_to_metric") == 0)
+                x->value_to_metric = t;
+            else
+                x->detailed_metric = t;
+        } else if (strcmp(kbuf, "metadata") == 0) {
+            if (parse_metadata(y, x) != RL_OK)
+                return RL_EINVAL;
         } else if (strcmp(kbuf, "descriptors") == 0) {
             if (parse_descriptors(y, domain, self) != RL_OK)
+                return RL_EINVAL;
+        } else if (ref_key(kbuf)) {
+            WARN(b, rls_yaml_in_line(&y->in),
+                 "'%s' has no meaning in a descriptor: ignored, as "
+                 "envoy-ratelimit ignores it",
+                 kbuf);
+            if (rls_yaml_in_skip(&y->in) != RL_OK)
                 return RL_EINVAL;
         } else {
             DIAG(b, rls_yaml_in_line(&y->in),
@@ -570,6 +948,11 @@ static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
         x->kind = RLS_ENVOY_UNLIMITED;
     else if (x->rule != NULL)
         x->kind = RLS_ENVOY_RULE;
+    if (x->share_threshold && !x->wildcard)
+        DIAG(b, line,
+             "share_threshold needs a wildcard value (one with '*'); "
+             "key '%s' has %s",
+             x->key, x->value != NULL ? "none" : "no value");
     return RL_OK;
 }
 
@@ -684,11 +1067,21 @@ static int parse_file(yp_t *y)
                 dom.headers = RL_HDR_IETF | RL_HDR_RETRY;
             else if (key_is(v, vl, "all"))
                 dom.headers = RL_HDR_ALL;
+            else if (key_is(v, vl, "envoy"))
+                dom.headers = RLS_ENVOY_HDR_REF;
             else
                 DIAG(b, rls_yaml_in_line(&y->in),
-                     "rate_limit_headers: none, x, draft or all");
+                     "rate_limit_headers: none, x, draft, all or envoy");
+            dom.headers_set = 1;
         } else if (strcmp(kbuf, "descriptors") == 0) {
             if (parse_descriptors(y, di, 0) != RL_OK)
+                return RL_EINVAL;
+        } else if (ref_key(kbuf)) {
+            WARN(b, rls_yaml_in_line(&y->in),
+                 "'%s' has no meaning at the top of a file: ignored, as "
+                 "envoy-ratelimit ignores it",
+                 kbuf);
+            if (rls_yaml_in_skip(&y->in) != RL_OK)
                 return RL_EINVAL;
         } else {
             DIAG(b, rls_yaml_in_line(&y->in), "unknown key '%s'", kbuf);
@@ -754,6 +1147,8 @@ static void conf_free(rls_envoy_conf_t *c)
 
 static int finish(builder_t *b, int *lines, rls_envoy_conf_t **out)
 {
+    size_t i;
+
     /* Duplicates are found while indexing, once every node is in. */
     if (!b->nomem)
         build_index(b, lines);
@@ -766,6 +1161,9 @@ static int finish(builder_t *b, int *lines, rls_envoy_conf_t **out)
         conf_free(b->c);
         return RL_EINVAL;
     }
+    for (i = 0; i < b->c->warnings.n; i++)
+        RLS_WARN("envoy config: loaded with a warning", " what=\"%s\"",
+                 b->c->warnings.msg[i]);
     *out = b->c;
     return RL_OK;
 }
@@ -908,9 +1306,109 @@ const rls_envoy_node_t *rls_envoy_conf_step(const rls_envoy_conf_t *c,
     for (i = 0; i < c->nwild; i++) {
         x = &c->nodes[c->wild[i]];
         if (x->domain == di && x->parent == pi && x->key_len == klen &&
-            memcmp(x->key, key, klen) == 0 && vlen >= x->value_len &&
-            memcmp(x->value, value, x->value_len) == 0)
+            memcmp(x->key, key, klen) == 0 &&
+            rls_envoy_glob(x->value, x->value_len, value, vlen))
             return x;
     }
     return find(c, di, pi, key, klen, NULL, 0, 0);
+}
+
+const rls_diag_t *rls_envoy_conf_warnings(const rls_envoy_conf_t *c)
+{
+    return &c->warnings;
+}
+
+uint32_t rls_envoy_unit_seconds(int unit)
+{
+    switch (unit) {
+    case RLS_ENVOY_SECOND:
+        return 1;
+    case RLS_ENVOY_MINUTE:
+        return 60;
+    case RLS_ENVOY_HOUR:
+        return 3600;
+    case RLS_ENVOY_DAY:
+        return 86400;
+    case RLS_ENVOY_WEEK:
+        return 7 * 86400;
+    case RLS_ENVOY_MONTH:
+        return 30 * 86400;
+    case RLS_ENVOY_YEAR:
+        return 365 * 86400;
+    default:
+        return 0;
+    }
+}
+
+int rls_envoy_unit_of(uint32_t window_s)
+{
+    int u;
+
+    for (u = RLS_ENVOY_SECOND; u <= RLS_ENVOY_WEEK; u++)
+        if (rls_envoy_unit_seconds(u) == window_s)
+            return u;
+    return 0;
+}
+
+/* The first place needle occurs in hay, or NULL. */
+static const char *find_in(const char *hay, size_t hlen, const char *needle,
+                           size_t nlen)
+{
+    size_t i;
+
+    if (nlen == 0)
+        return hay;
+    if (nlen > hlen)
+        return NULL;
+    /* memchr for the first byte, then a compare: linear for the values
+     * requests bring in practice, and at worst hlen * nlen, both bounded
+     * (a value by the request's size, a piece by the file's). */
+    for (i = 0; i + nlen <= hlen;) {
+        const char *p = memchr(hay + i, needle[0], hlen - nlen + 1 - i);
+        if (p == NULL)
+            return NULL;
+        if (memcmp(p, needle, nlen) == 0)
+            return p;
+        i = (size_t)(p - hay) + 1;
+    }
+    return NULL;
+}
+
+int rls_envoy_glob(const char *pat, size_t plen, const char *value, size_t vlen)
+{
+    const char *first = memchr(pat, '*', plen), *last, *p, *end;
+    size_t pre, suf;
+
+    if (first == NULL)
+        return plen == vlen && memcmp(pat, value, vlen) == 0;
+    /* The literal head and tail must match where they stand; each middle
+     * piece is then taken at its first place after the one before: for
+     * '*' alone that leftmost choice never loses a match, so nothing is
+     * tried twice. */
+    last = pat + plen - 1;
+    while (*last != '*')
+        last--;
+    pre = (size_t)(first - pat);
+    suf = (size_t)(pat + plen - last - 1);
+    if (vlen < pre + suf || memcmp(value, pat, pre) != 0 ||
+        memcmp(value + vlen - suf, last + 1, suf) != 0)
+        return 0;
+    p = value + pre;
+    end = value + vlen - suf;
+    while (first < last) {
+        const char *next = memchr(first + 1, '*', (size_t)(last - first));
+        size_t n = (size_t)(next - first - 1);
+        const char *at = find_in(p, (size_t)(end - p), first + 1, n);
+        if (at == NULL)
+            return 0;
+        p = at + n;
+        first = next;
+    }
+    return 1;
+}
+
+const rls_envoy_node_t *rls_envoy_conf_node_at(const rls_envoy_conf_t *c,
+                                               uint32_t i)
+{
+    return &c->nodes[i];
 }

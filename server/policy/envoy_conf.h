@@ -5,13 +5,18 @@
  *
  *   domain: mongo_cps
  *   rate_limit_headers: draft      # ours: none (default) | x | draft | all
+ *                                  # | envoy (envoy-ratelimit's three)
  *   descriptors:
  *     - key: database
- *       value: users               # optional: without it, any value matches
+ *       value: users               # optional: without it, any value
+ *                                  # matches; '*' anywhere: a wildcard
  *       rate_limit:
- *         unit: second             # second | minute | hour | day
- *         requests_per_unit: 500
+ *         unit: second             # second | minute | hour | day | week
+ *                                  # | month (30 d) | year (365 d)
+ *         requests_per_unit: 500   # default 0: refuses everything
  *         name: users-limit        # optional, echoed in current_limit
+ *         replaces:                # limits switched off when this one
+ *           - name: other-limit    # applies in the same call
  *         window: 90s              # ours: any length from 1 s to 366 d
  *                                  # instead of unit
  *         algorithm: gcra          # ours: fixed-window (default) |
@@ -21,7 +26,13 @@
  *         phase: per-caller        # ours: aligned (default) | per-caller,
  *                                  # windows staggered per caller (not gcra)
  *       shadow_mode: true          # decided and counted, never refused
- *       detailed_metric: true      # accepted, ignored
+ *       quota_mode: true           # over, refuses the call only when all
+ *                                  # its quota descriptors are over
+ *       share_threshold: true      # wildcard: one counter for all values
+ *       detailed_metric: true      # statistics per value (stats code)
+ *       value_to_metric: true      # the value in the statistic's name
+ *       metadata: {...}            # returned in dynamic_metadata when
+ *                                  # --envoy-response-metadata
  *       descriptors: [...]         # nested: the request's next entry
  *     - key: remote_address
  *       unlimited: true            # matched, never counted
@@ -29,6 +40,10 @@
  *       rule: api                  # ours: decided under the rules file's
  *                                  # rule "api" (its windows, mode, overrides,
  *                                  # switches and quotas)
+ *
+ * A key envoy-ratelimit knows but ignores where it is written (it takes
+ * any of its keys anywhere) is a warning; a key it does not know, an
+ * error.
  *
  * A rate_limit without the extensions is envoy-ratelimit's fixed window.
  * The extensions mean what they mean in the rules file (rules.h), under the
@@ -63,18 +78,35 @@ enum {
 typedef struct rls_envoy_node_s {
     const char *key; /* in the configuration's arena, NUL-terminated */
     size_t key_len;
-    const char *value; /* NULL: matches any value */
-    size_t value_len;  /* with wildcard: the prefix, without the '*' */
-    int wildcard;      /* value ended in '*': matches values with that
-                          prefix (after an exact value, before the key
-                          alone) */
+    const char *value; /* NULL: matches any value; else as written, with
+                          its '*'s when wildcard */
+    size_t value_len;
+    int wildcard;      /* value holds '*': a glob, each '*' any run of bytes
+                          (tried after an exact value, before the key
+                          alone, in file order) */
     const char *name;  /* rate_limit.name, or NULL */
     size_t name_len;
     const char *rule; /* RLS_ENVOY_RULE: the rule's name */
     size_t rule_len;
     int kind;
     int shadow;
+    int quota;           /* quota_mode: over, it refuses the call only when
+                            every quota descriptor of the call is over */
+    int share_threshold; /* wildcard: one counter for every value matching,
+                            keyed by the pattern */
+    int detailed_metric; /* statistics per request value (read by the
+                            statistics code; not by the decision) */
+    int value_to_metric; /* the request's value in the statistic's name */
+    /* metadata: a google.protobuf.Struct's bytes (NULL: none), returned
+     * in dynamic_metadata with --envoy-response-metadata. */
+    const uint8_t *metadata;
+    size_t metadata_len;
     int unit;          /* Envoy's RateLimit.Unit, 0 for a custom window */
+    /* rate_limit.replaces: names of limits this one switches off when both
+     * apply to one call: nreplaces names, each NUL-terminated, one after
+     * the other (in the arena). */
+    const char *replaces;
+    uint32_t nreplaces;
     /* RLS_ENVOY_LIMIT: requests_per_unit (lim.limit; 0 refuses
      * everything) per unit or window (lim.window_s), under an algorithm,
      * checked and completed as rules.h's limits are. */
@@ -86,16 +118,48 @@ typedef struct rls_envoy_node_s {
 
 /* Which rate-limit headers a domain's responses carry (lib/rl_headers.h's
  * RL_HDR_* bits; 0: none). */
+/* rate_limit_headers: envoy, envoy-ratelimit's own three headers
+ * (RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset, as its
+ * LIMIT_RESPONSE_HEADERS_ENABLED gives them), a bit beside RL_HDR_*. */
+#define RLS_ENVOY_HDR_REF 0x100u
+
 typedef struct rls_envoy_domain_s {
     const char *name;
     size_t name_len;
     unsigned headers;
+    int headers_set; /* the file said rate_limit_headers */
     /* "envoy:<domain>" with bytes outside [A-Za-z0-9_.:-] as '_': the name
      * its decisions are counted under, and the headers' policy name. */
     char stats_name[RL_RULE_MAX + 1];
 } rls_envoy_domain_t;
 
 typedef struct rls_envoy_conf_s rls_envoy_conf_t;
+
+/* Envoy's RateLimit.Unit values, and the window each stands for
+ * (envoy-ratelimit's: a month is 30 days, a year 365, windows aligned on
+ * the Unix epoch). */
+enum {
+    RLS_ENVOY_SECOND = 1,
+    RLS_ENVOY_MINUTE = 2,
+    RLS_ENVOY_HOUR = 3,
+    RLS_ENVOY_DAY = 4,
+    RLS_ENVOY_MONTH = 5,
+    RLS_ENVOY_YEAR = 6,
+    RLS_ENVOY_WEEK = 7
+};
+
+/* The seconds of an Envoy unit, 0 for UNKNOWN or a value outside the
+ * enum. */
+uint32_t rls_envoy_unit_seconds(int unit);
+
+/* The unit whose window is window_s seconds, or 0 (UNKNOWN). */
+int rls_envoy_unit_of(uint32_t window_s);
+
+/* Whether value matches a wildcard pattern: each '*' any run of bytes,
+ * the rest literal. Linear in the value's length for each of the
+ * pattern's pieces (no backtracking). */
+int rls_envoy_glob(const char *pat, size_t plen, const char *value,
+                   size_t vlen);
 
 /* Builds a configuration from files (each one domain). Errors go to
  * *diag as "FILE:LINE: what". Returns 0 with *out set, RL_EINVAL with
@@ -113,10 +177,20 @@ int rls_envoy_conf_build_bufs(const char *const *names, const char *const *bufs,
                               const size_t *lens, size_t n,
                               rls_envoy_conf_t **out, rls_diag_t *diag);
 
+/* What a configuration loads but does not do in full (e.g. metadata it
+ * does not return), one "FILE:LINE: what" each; also logged at warn when
+ * it is built. Valid as long as c. */
+const rls_diag_t *rls_envoy_conf_warnings(const rls_envoy_conf_t *c);
+
 rls_envoy_conf_t *rls_envoy_conf_ref(rls_envoy_conf_t *c);
 void rls_envoy_conf_unref(rls_envoy_conf_t *c); /* NULL is fine */
 
 size_t rls_envoy_conf_domains(const rls_envoy_conf_t *c);
+
+/* Node i (a node's parent is node parent - 1); i must be below
+ * rls_envoy_conf_nodes(c). */
+const rls_envoy_node_t *rls_envoy_conf_node_at(const rls_envoy_conf_t *c,
+                                               uint32_t i);
 size_t rls_envoy_conf_nodes(const rls_envoy_conf_t *c);
 
 /* The domain called name, or NULL. */

@@ -8,7 +8,11 @@
  *     again by walking from the top with its own (key, value) chain, and
  *     a walk never returns a node of another parent;
  *   - a chain of entries made of the input's own bytes walks without
- *     harm.
+ *     harm;
+ *   - every warning names the file and a line too; a wildcard's pattern
+ *     matches itself, and walking a top-level wildcard's own key and
+ *     pattern finds a node with that key; a node's replaces hold
+ *     nreplaces names inside the configuration.
  *
  * Built two ways: with libFuzzer (tests/fuzz/run.sh), and with
  * RL_FUZZ_REPLAY as a plain program that runs the corpus
@@ -20,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
 #include "policy/envoy_conf.h"
 #include "rl_error.h"
 
@@ -50,6 +55,23 @@ static void check_walk(const rls_envoy_conf_t *c)
             rls_envoy_conf_step(c, d, NULL, "k", 1, "v", 1);
         (void)x;
     }
+    for (i = 0; i < n && i < 256; i++) {
+        const rls_envoy_node_t *x = rls_envoy_conf_node_at(c, (uint32_t)i);
+        const char *r = x->replaces;
+        uint32_t k;
+        for (k = 0; k < x->nreplaces; k++)
+            r += strlen(r) + 1;
+        if (!x->wildcard)
+            continue;
+        CHECK(x->value != NULL && memchr(x->value, '*', x->value_len));
+        CHECK(rls_envoy_glob(x->value, x->value_len, x->value, x->value_len));
+        if (x->parent == 0) {
+            const rls_envoy_node_t *y = rls_envoy_conf_step(
+                c, d, NULL, x->key, x->key_len, x->value, x->value_len);
+            CHECK(y != NULL && y->key_len == x->key_len &&
+                  memcmp(y->key, x->key, x->key_len) == 0);
+        }
+    }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -59,6 +81,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t i;
     int rc;
 
+    /* A build logs its warnings; thousands of builds need not. */
+    rls_log_set_level("error");
     rc =
         rls_envoy_conf_build_buf("fuzz.yaml", (const char *)data, size, &c, &d);
     CHECK(rc == RL_OK || rc == RL_EINVAL || rc == RL_ENOMEM);
@@ -73,6 +97,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     CHECK(c != NULL);
     CHECK(rls_envoy_conf_domains(c) == 1);
+    for (i = 0; i < rls_envoy_conf_warnings(c)->n; i++)
+        CHECK(strncmp(rls_envoy_conf_warnings(c)->msg[i], "fuzz.yaml:", 10) ==
+              0);
     check_walk(c);
     /* Walk with the input's own bytes as keys and values. */
     {

@@ -98,7 +98,7 @@ mkdir -p "$out/gen"
   envoy/service/ratelimit/v3/rls.proto \
   envoy/extensions/common/ratelimit/v3/ratelimit.proto \
   envoy/config/core/v3/base.proto envoy/type/v3/ratelimit_unit.proto \
-  google/protobuf/duration.proto \
+  google/protobuf/duration.proto google/protobuf/wrappers.proto \
   envoy/service/discovery/v3/discovery.proto \
   envoy/service/discovery/v3/ads.proto envoy/config/core/v3/node.proto \
   ratelimit/config/ratelimit/v3/rls_conf.proto google/protobuf/any.proto \

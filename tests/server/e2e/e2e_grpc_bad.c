@@ -213,14 +213,17 @@ static void test_invalid_argument(void **state)
     uint8_t *m;
 
     (void)state;
+    /* envoy-ratelimit's statuses: UNKNOWN (its Go error) for an empty
+     * domain or descriptor list; an empty key matches nothing and is
+     * answered. */
     m = h2r_rls_request("", kv, 1, 0, &n);
-    assert_int_equal(one_call(H2R_PATH, m, n, 0, NULL), 3);
+    assert_int_equal(one_call(H2R_PATH, m, n, 0, NULL), 2);
     free(m);
     m = h2r_rls_request("mongo_cps", kv, 0, 0, &n);
-    assert_int_equal(one_call(H2R_PATH, m, n, 0, NULL), 3);
+    assert_int_equal(one_call(H2R_PATH, m, n, 0, NULL), 2);
     free(m);
     m = h2r_rls_request("mongo_cps", empty_key, 1, 0, &n);
-    assert_int_equal(one_call(H2R_PATH, m, n, 0, NULL), 3);
+    assert_int_equal(one_call(H2R_PATH, m, n, 0, NULL), 0);
     free(m);
     /* Not a RateLimitRequest at all: INTERNAL, as gRPC does for a
      * message that does not parse. */

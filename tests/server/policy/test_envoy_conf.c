@@ -9,6 +9,7 @@
 
 #include <cmocka.h>
 
+#include "google/protobuf/struct.pb-c.h"
 #include "net/envoy_rls.h"
 #include "policy/envoy_conf.h"
 #include "rl_error.h"
@@ -115,27 +116,48 @@ static void test_matching(void **state)
 static void test_errors(void **state)
 {
     static const char bad[] =
-        "domain: x\n"                                             /* 1 */
-        "descriptors:\n"                                          /* 2 */
-        "  - key: a\n"                                            /* 3 */
-        "    rate_limit: {unit: week, requests_per_unit: 5}\n"    /* 4 */
-        "  - value: b\n"                                          /* 5 */
-        "  - key: c\n"                                            /* 6 */
-        "    rate_limit: {unit: second}\n"                        /* 7 */
-        "  - key: d\n"                                            /* 8 */
-        "    bogus: 1\n"                                          /* 9 */
-        "  - key: e\n"                                            /* 10 */
-        "    rate_limit: {unit: second, requests_per_unit: 1,\n"  /* 11 */
-        "                 replaces: [{name: q}]}\n"               /* 12 */
-        "  - key: a\n"                                            /* 13 */
-        "    rate_limit: {unit: second, requests_per_unit: 1}\n"; /* 14 */
+        "domain: x\n"                                               /* 1 */
+        "descriptors:\n"                                            /* 2 */
+        "  - key: a\n"                                              /* 3 */
+        "    rate_limit: {unit: fortnight, requests_per_unit: 5}\n" /* 4 */
+        "  - value: b\n"                                            /* 5 */
+        "  - key: c\n"                                              /* 6 */
+        "    rate_limit: {requests_per_unit: 1}\n"                  /* 7 */
+        "  - key: d\n"                                              /* 8 */
+        "    bogus: 1\n"                                            /* 9 */
+        "  - key: e\n"                                              /* 10 */
+        "    rate_limit: {unit: second, requests_per_unit: 1,\n"    /* 11 */
+        "                 name: q, replaces: [{name: q}]}\n"        /* 12 */
+        "  - key: a\n"                                              /* 13 */
+        "    rate_limit: {unit: second, requests_per_unit: 1}\n"    /* 14 */
+        "  - key: f\n"                                              /* 15 */
+        "    value: plain\n"                                        /* 16 */
+        "    share_threshold: true\n"                               /* 17 */
+        "  - key: g\n"                                              /* 18 */
+        "    rate_limit: {unit: second, replaces: [{name: ''}]}\n"  /* 19 */
+        "  - key: h\n"                                              /* 20 */
+        "    rate_limit: {unit: second, replaces: [{nom: z}]}\n"    /* 21 */
+        "  - key: i\n"                                              /* 22 */
+        "    value: w*\n"                                           /* 23 */
+        "  - key: i\n"                                              /* 24 */
+        "    value: w*\n"                                           /* 25 */
+        "  - key: j\n"                                              /* 26 */
+        "    metadata: [1, 2]\n"                                    /* 27 */
+        "    quota_mode: maybe\n";                                  /* 28 */
     static const char *const want[] = {
-        "t.yaml:4: unit 'week'",
+        "t.yaml:4: unit 'fortnight'",
         "t.yaml:5: descriptor without 'key'",
-        "t.yaml:7: rate_limit needs 'requests_per_unit'",
+        "t.yaml:7: rate_limit needs 'unit'",
         "t.yaml:9: unknown key 'bogus' in a descriptor",
-        "t.yaml:12: 'replaces' is not supported",
+        "t.yaml:11: rate_limit: replaces names this limit itself",
         "t.yaml:13: duplicate descriptor key 'a'",
+        "t.yaml:15: share_threshold needs a wildcard value",
+        "t.yaml:19: a 'replaces' name must not be empty",
+        "t.yaml:21: unknown key 'nom' in replaces",
+        "t.yaml:21: a 'replaces' entry needs 'name'",
+        "t.yaml:24: duplicate descriptor key 'i' value 'w*'",
+        "t.yaml:27: 'metadata' must be a mapping",
+        "t.yaml:28: 'quota_mode' must be true or false",
     };
     rls_diag_t d;
     int rc;
@@ -144,6 +166,8 @@ static void test_errors(void **state)
     (void)state;
     assert_null(build(bad, &d, &rc));
     assert_int_equal(rc, RL_EINVAL);
+    for (j = 0; j < d.n; j++)
+        printf("  got: %s\n", d.msg[j]);
     for (i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         int found = 0;
         for (j = 0; j < d.n; j++)
@@ -152,6 +176,127 @@ static void test_errors(void **state)
             fail_msg("missing: %s", want[i]);
     }
     assert_int_equal(d.n, sizeof(want) / sizeof(want[0]));
+}
+
+/* What today's envoy-ratelimit files use: the keys it added since, read
+ * as it reads them. */
+static void test_reference_keys(void **state)
+{
+    static const char yaml[] =
+        "domain: ref\n"               /* 1 */
+        "descriptors:\n"              /* 2 */
+        "  - key: path\n"             /* 3 */
+        "    value: /api/*/action\n"  /* 4 */
+        "    share_threshold: true\n" /* 5 */
+        "    quota_mode: true\n"      /* 6 */
+        "    rate_limit: {unit: Month, requests_per_unit: 5, name: m,\n"
+        "                 replaces: [{name: a}, {name: bb}]}\n" /* 8 */
+        "  - key: path\n"                                       /* 9 */
+        "    value: /x*y*z\n"                                   /* 10 */
+        "    value_to_metric: true\n"                           /* 11 */
+        "    detailed_metric: true\n"                           /* 12 */
+        "    metadata: {team: {name: a, n: [1, 2]}}\n"          /* 13 */
+        "    rate_limit: {unit: YEAR}\n"                        /* 14 */
+        "  - key: w\n"                                          /* 15 */
+        "    rate_limit: {unit: week, requests_per_unit: 3,\n"  /* 16 */
+        "                 shadow_mode: true}\n";                /* 17 */
+    rls_diag_t d;
+    int rc;
+    rls_envoy_conf_t *c = build(yaml, &d, &rc);
+    const rls_diag_t *w;
+    const rls_envoy_node_t *x;
+    size_t i;
+
+    (void)state;
+    for (i = 0; i < d.n; i++)
+        printf("  got: %s\n", d.msg[i]);
+    assert_int_equal(rc, RL_OK);
+    x = walk(c, "ref", "path", "/api/v1/action", NULL);
+    assert_non_null(x);
+    assert_true(x->wildcard);
+    assert_true(x->share_threshold);
+    assert_true(x->quota);
+    assert_int_equal(x->unit, RLS_ENVOY_MONTH);
+    assert_int_equal(x->lim.window_s, 30 * 86400);
+    assert_int_equal(x->lim.limit, 5);
+    assert_int_equal(x->nreplaces, 2);
+    assert_string_equal(x->replaces, "a");
+    assert_string_equal(x->replaces + 2, "bb");
+    /* several '*', each any run (an empty one too) */
+    x = walk(c, "ref", "path", "/xyz", NULL);
+    assert_non_null(x);
+    assert_true(x->value_to_metric);
+    assert_true(x->detailed_metric);
+    assert_int_equal(x->unit, RLS_ENVOY_YEAR);
+    assert_int_equal(x->lim.window_s, 365 * 86400);
+    assert_int_equal(x->lim.limit, 0); /* no requests_per_unit: 0 */
+    assert_non_null(walk(c, "ref", "path", "/x-a-y-b-z", NULL));
+    assert_null(walk(c, "ref", "path", "/x-a-z", NULL));
+    assert_null(walk(c, "ref", "path", "/api/v1/actions", NULL));
+    x = walk(c, "ref", "w", "any", NULL);
+    assert_int_equal(x->unit, RLS_ENVOY_WEEK);
+    assert_int_equal(x->lim.window_s, 7 * 86400);
+    assert_false(x->shadow); /* misplaced: ignored, as the reference does */
+    /* per-value metrics are kept on the node (the statistics name
+     * series by them); the misplaced key is warned about */
+    x = walk(c, "ref", "path", "/x-a-y-b-z", NULL);
+    assert_true(x->value_to_metric && x->detailed_metric);
+    w = rls_envoy_conf_warnings(c);
+    for (i = 0; i < w->n; i++)
+        printf("  warn: %s\n", w->msg[i]);
+    assert_int_equal(w->n, 1);
+    assert_non_null(strstr(w->msg[0], "t.yaml:17: 'shadow_mode' has no"));
+    /* metadata: a Struct, typed as YAML types it */
+    x = walk(c, "ref", "path", "/xyz", NULL);
+    assert_non_null(x->metadata);
+    {
+        Google__Protobuf__Struct *m = google__protobuf__struct__unpack(
+            NULL, x->metadata_len, x->metadata);
+        Google__Protobuf__Struct *team;
+        Google__Protobuf__ListValue *l;
+        assert_non_null(m);
+        assert_int_equal(m->n_fields, 1);
+        assert_string_equal(m->fields[0]->key, "team");
+        team = m->fields[0]->value->struct_value;
+        assert_int_equal(team->n_fields, 2);
+        assert_string_equal(team->fields[0]->value->string_value, "a");
+        l = team->fields[1]->value->list_value;
+        assert_int_equal(l->n_values, 2);
+        assert_int_equal(l->values[1]->kind_case,
+                         GOOGLE__PROTOBUF__VALUE__KIND_NUMBER_VALUE);
+        assert_true(l->values[1]->number_value == 2.0);
+        google__protobuf__struct__free_unpacked(m, NULL);
+    }
+    rls_envoy_conf_unref(c);
+}
+
+/* The glob: envoy-ratelimit's reading of '*', and bounded work on values
+ * built to make a backtracking matcher explode. */
+static void test_glob(void **state)
+{
+    static char pat[4096], val[65536];
+    size_t i, n;
+
+    (void)state;
+    assert_true(rls_envoy_glob("*", 1, "", 0));
+    assert_true(rls_envoy_glob("a*", 2, "a", 1));
+    assert_true(rls_envoy_glob("a*b", 3, "ab", 2));
+    assert_false(rls_envoy_glob("a*a", 3, "a", 1));
+    assert_true(rls_envoy_glob("a*b*c", 5, "aXbYbZc", 7));
+    assert_false(rls_envoy_glob("a*b*c", 5, "aXcYb", 5));
+    assert_true(rls_envoy_glob("*/v1/*", 6, "/api/v1/x", 9));
+    assert_true(rls_envoy_glob("**", 2, "zz", 2));
+    assert_false(rls_envoy_glob("abc", 3, "abd", 3));
+    /* a*a*a*...*b against aaaa...a: no match, found without retrying */
+    for (n = 0, i = 0; i < 1000; i++) {
+        pat[n++] = 'a';
+        pat[n++] = '*';
+    }
+    pat[n++] = 'b';
+    memset(val, 'a', sizeof(val));
+    assert_false(rls_envoy_glob(pat, n, val, sizeof(val)));
+    val[sizeof(val) - 1] = 'b';
+    assert_true(rls_envoy_glob(pat, n, val, sizeof(val)));
 }
 
 /* The extensions algorithm, burst and phase: a descriptor's limit is an
@@ -422,6 +567,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matching),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_reference_keys),
+        cmocka_unit_test(test_glob),
         cmocka_unit_test(test_duplicate_keys),
         cmocka_unit_test(test_hostile),
         cmocka_unit_test(test_keys),

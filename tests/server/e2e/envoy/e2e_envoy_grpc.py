@@ -48,12 +48,14 @@ def check(cond, what):
         print("FAIL:", what, flush=True)
 
 
-def D(*kv, override=None):
+def D(*kv, override=None, hits=None):
     d = ratelimit_pb2.RateLimitDescriptor(entries=[
         ratelimit_pb2.RateLimitDescriptor.Entry(key=k, value=v)
         for k, v in kv])
     if override:
         d.limit.requests_per_unit, d.limit.unit = override
+    if hits is not None:
+        d.hits_addend.value = hits
     return d
 
 
@@ -477,13 +479,16 @@ def mixed(s):
 
 
 def errors(s):
-    IA = grpc.StatusCode.INVALID_ARGUMENT
-    check(s.status_of("", D(("a", "b"))) == IA, "empty domain")
-    check(s.status_of("mongo_cps") == IA, "no descriptors")
+    # envoy-ratelimit's answers: UNKNOWN (a Go error) for an empty domain
+    # or descriptor list; a descriptor without entries, or with an empty
+    # key, matches nothing and is answered.
+    UNK, OKS = grpc.StatusCode.UNKNOWN, grpc.StatusCode.OK
+    check(s.status_of("", D(("a", "b"))) == UNK, "empty domain")
+    check(s.status_of("mongo_cps") == UNK, "no descriptors")
     check(s.status_of("mongo_cps",
-                      ratelimit_pb2.RateLimitDescriptor()) == IA,
+                      ratelimit_pb2.RateLimitDescriptor()) == OKS,
           "empty descriptor")
-    check(s.status_of("mongo_cps", D(("", "x"))) == IA, "empty key")
+    check(s.status_of("mongo_cps", D(("", "x"))) == OKS, "empty key")
     big = D(("database", "x" * 70000))
     check(s.status_of("mongo_cps", big) ==
           grpc.StatusCode.RESOURCE_EXHAUSTED, "message over 64 KiB")
@@ -519,6 +524,210 @@ def errors(s):
           "served after errors")
 
 
+def resets_held(rs, i=0):
+    """Whether calls rs all fell in one window of descriptor i: its
+    duration_until_reset never grew between them."""
+    d = [r.statuses[i].duration_until_reset.seconds for r in rs]
+    return all(a >= b for a, b in zip(d, d[1:]))
+
+
+def near(got, want, what, slack=2):
+    check(abs(got - want) <= slack, "%s: %d, expected %d" % (what, got, want))
+
+
+def current(s):
+    """envoy-ratelimit's current keys and answers, each expected value from
+    its README or from the source (commit f2fb1577 of
+    github.com/envoyproxy/ratelimit): config_impl.go, ratelimit.go,
+    base_limiter.go, utilities.go."""
+    # README Example 7: the (key_2, value_2) limit replaces specific_limit
+    # when both apply; the replaced one is not counted.
+    a = D(("key_1", "value_1"), ("user", "bkthomps"))
+    b = D(("key_2", "value_2"), ("user", "bkthomps"))
+    r = s.call("example7", a)
+    check(r.statuses[0].current_limit.requests_per_unit == 5 and
+          r.statuses[0].current_limit.name == "specific_limit",
+          "ex7 specific_limit alone: 5/s")
+    r = s.call("example7", a, b)
+    check(r.overall_code == OK and r.statuses[0].code == OK and
+          not r.statuses[0].HasField("current_limit") and
+          r.statuses[1].current_limit.requests_per_unit == 10 and
+          r.statuses[1].limit_remaining == 9,
+          "ex7 replaced: only the 10/s limit applies")
+    # Limits that replace each other both go (the names to replace are
+    # gathered before any limit is dropped); alone, each applies.
+    r = s.call("current", D(("mutual_a", "x")), D(("mutual_b", "x")),
+               D(("mutual_b", "x")))
+    check(all(not st.HasField("current_limit") for st in r.statuses) and
+          r.overall_code == OK, "replaces: two that replace each other")
+    r = s.call("current", D(("mutual_a", "y")))
+    check(r.statuses[0].current_limit.name == "ma",
+          "replaces: alone, a limit applies")
+    # README Example 9: '*' in the middle, and several.
+    r = s.call("example9_mid", D(("path", "/api/123/action")),
+               D(("path", "/api/user-id/action")),
+               D(("path", "/api/123/other")),
+               D(("route", "/api/v1/resource/123/action")),
+               D(("route", "/api/v1/resource/123")))
+    got = [st.HasField("current_limit") for st in r.statuses]
+    check(got == [True, True, False, True, False],
+          "ex9 middle and multiple wildcards: %r" % got)
+    # README Example 11: files/* share one counter of 10 an hour; each
+    # files_no_share/* value has its own.
+    rs = [s.call("example11", D(("files", "files/a.pdf")))
+          for _ in range(5)]
+    rs += [s.call("example11", D(("files", "files/b.csv")))
+           for _ in range(5)]
+    rs.append(s.call("example11", D(("files", "files/c.txt"))))
+    if resets_held(rs):
+        check([r.overall_code for r in rs] == [OK] * 10 + [OVER],
+              "ex11 shared: the 11th file over")
+    rs = [s.call("example11", D(("files_no_share", "files_no_share/a.pdf")))
+          for _ in range(11)]
+    rs.append(s.call("example11",
+                     D(("files_no_share", "files_no_share/b.csv"))))
+    if resets_held(rs):
+        check([r.overall_code for r in rs] == [OK] * 10 + [OVER, OK],
+              "ex11 not shared: a.pdf over at 11, b.csv still allowed")
+    # Example 11 with nesting: the api/* entry shares, method does not.
+    r1 = s.call("example11_metrics", D(("route", "api/v1"), ("method", "GET")))
+    r2 = s.call("example11_metrics", D(("route", "api/v2"), ("method", "GET")))
+    r3 = s.call("example11_metrics", D(("route", "api/v2"), ("method", "PUT")))
+    if resets_held([r1, r2, r3]):
+        check([r.statuses[0].limit_remaining for r in (r1, r2, r3)] ==
+              [59, 58, 59], "ex11 nested: api/v1 and api/v2 share per method")
+    # README Example 10: value_to_metric changes metrics only.
+    r = s.call("example10", D(("route", "api"), ("http_method", "GET"),
+                              ("subject_id", "123")))
+    check(r.statuses[0].current_limit.requests_per_unit == 60,
+          "ex10 loads and limits 60/min")
+    # quota_mode: over, a quota descriptor refuses the call only when
+    # every quota descriptor of it is over (ratelimit.go).
+    r = s.call("current", D(("quota_a", "x")))
+    check(r.overall_code == OK, "quota: first allowed")
+    r = s.call("current", D(("quota_a", "x")))
+    check(r.overall_code == OVER and r.statuses[0].code == OVER,
+          "quota: the only quota descriptor over refuses")
+    r = s.call("current", D(("quota_a", "x")), D(("quota_b", "y")))
+    check(r.overall_code == OK and r.statuses[0].code == OVER and
+          r.statuses[1].code == OK, "quota: one of two over is allowed")
+    r = s.call("current", D(("quota_a", "x")), D(("plain", "z")))
+    check(r.overall_code == OVER and r.statuses[1].code == OK,
+          "quota: all quota descriptors over refuses beside an OK limit")
+    # Units week/month/year, in the file and in a request's own limit:
+    # windows of 7, 30 and 365 days on the epoch, reset in whole seconds
+    # (utilities.go: CalculateReset, unit - now % unit).
+    for key, unit, secs in (("monthly", RL.MONTH, 30 * 86400),
+                            ("weekly", RL.WEEK, 7 * 86400)):
+        rs = [s.call("current", D((key, "v"))) for _ in range(2)]
+        st = rs[0].statuses[0]
+        check(st.current_limit.unit == unit and
+              [r.overall_code for r in rs] == [OK, OVER],
+              "%s: 1 per unit, the second over" % key)
+        near(st.duration_until_reset.seconds, secs - int(time.time()) % secs,
+             "%s reset" % key)
+    for unit, secs in ((5, 30 * 86400), (6, 365 * 86400), (7, 7 * 86400)):
+        rs = [s.call("current", D(("own", "u%d" % unit),
+                                  override=(2, unit))) for _ in range(3)]
+        st = rs[0].statuses[0]
+        check([r.overall_code for r in rs] == [OK, OK, OVER] and
+              st.current_limit.unit == unit and
+              st.current_limit.requests_per_unit == 2,
+              "request's own limit, unit %d: 2 per unit" % unit)
+        near(st.duration_until_reset.seconds, secs - int(time.time()) % secs,
+             "request's own limit, unit %d: reset" % unit)
+    # A request's own limit on a shadow_mode node is enforced (GetLimit
+    # builds it without shadow); the node's own limit is shadow.
+    rs = [s.call("current", D(("shadowed", "o"), override=(1, 3)))
+          for _ in range(2)]
+    if resets_held(rs):
+        check([r.overall_code for r in rs] == [OK, OVER],
+              "shadow node: a request's own limit enforced")
+    rs = [s.call("current", D(("shadowed", "n"))) for _ in range(2)]
+    check([r.overall_code for r in rs] == [OK, OK],
+          "shadow node: its own limit only shadows")
+    # requests_per_unit left out: 0, which refuses everything.
+    r = s.call("current", D(("closed", "x")))
+    check(r.overall_code == OVER and
+          r.statuses[0].current_limit.requests_per_unit == 0,
+          "no requests_per_unit: 0, refused")
+    # duration_until_reset: whole seconds, never 0 while a window runs.
+    r = s.call("current", D(("per_second", "x")), D(("per_minute", "x")))
+    d0, d1 = r.statuses[0].duration_until_reset, \
+        r.statuses[1].duration_until_reset
+    check(d0.seconds == 1 and d0.nanos == 0 and d1.nanos == 0 and
+          1 <= d1.seconds <= 60,
+          "whole-second resets: %d.%09d and %d.%09d"
+          % (d0.seconds, d0.nanos, d1.seconds, d1.nanos))
+    near(d1.seconds, 60 - int(time.time()) % 60, "minute reset", slack=1)
+    # OVER_LIMIT says 0 remaining even when a smaller cost would fit;
+    # a descriptor's own hits_addend takes the request's place.
+    rs = [s.call("current", D(("plain", "cost")), hits=3) for _ in range(2)]
+    if resets_held(rs):
+        check(rs[0].statuses[0].limit_remaining == 2 and
+              rs[1].statuses[0].code == OVER and
+              rs[1].statuses[0].limit_remaining == 0,
+              "over: limit_remaining 0 (%d, %d)"
+              % (rs[0].statuses[0].limit_remaining,
+                 rs[1].statuses[0].limit_remaining))
+    r = s.call("current", D(("plain", "own-cost"), hits=4),
+               D(("plain", "req-cost")), hits=2)
+    check(r.statuses[0].limit_remaining == 1 and
+          r.statuses[1].limit_remaining == 3,
+          "descriptor hits_addend over the request's")
+    # More than 64 descriptors: answered, one status each.
+    r = s.call("current", *[D(("per_minute", "many%d" % i))
+                            for i in range(100)])
+    check(len(r.statuses) == 100 and r.overall_code == OK,
+          "100 descriptors in one call answered")
+
+
+def global_switches():
+    """--envoy-shadow-mode and --envoy-response-headers: envoy-ratelimit's
+    SHADOW_MODE (overall OK, statuses unchanged) and
+    LIMIT_RESPONSE_HEADERS_ENABLED (RateLimit-Limit/-Remaining/-Reset of
+    the refused, else least remaining, descriptor)."""
+    s = Server([os.path.join(FIX, "current.yaml")],
+               ["--envoy-shadow-mode", "--envoy-response-headers",
+                "--envoy-response-metadata"])
+    try:
+        r = s.call("current", D(("closed", "x")), D(("per_minute", "g")))
+        h = {x.key: x.value for x in r.response_headers_to_add}
+        check(r.overall_code == OK and r.statuses[0].code == OVER,
+              "global shadow: overall OK, the descriptor still OVER")
+        check(h.get("RateLimit-Limit") == "0" and
+              h.get("RateLimit-Remaining") == "0" and
+              h.get("RateLimit-Reset") == "1",
+              "reference headers of the refused descriptor: %r" % h)
+        r = s.call("current", D(("per_minute", "h")), D(("plain", "h")))
+        h = {x.key: x.value for x in r.response_headers_to_add}
+        check(h.get("RateLimit-Limit") == "5" and
+              h.get("RateLimit-Remaining") == "4",
+              "reference headers of the least remaining: %r" % h)
+        # RESPONSE_DYNAMIC_METADATA: the call told back, and the allowed
+        # descriptors' metadata (ratelimit.go's ratelimitToMetadata).
+        r = s.call("current", D(("monthly", "meta")),
+                   D(("own", "x"), override=(5, 5), hits=3))
+        m = r.dynamic_metadata
+        ds = m["descriptors"]
+        check(m["domain"] == "current" and len(ds) == 2 and
+              list(ds[0]["entries"]) == ["monthly=meta"] and
+              ds[1]["limit"] == "requests_per_unit:5 unit:MONTH" and
+              ds[1]["hitsAddend"] == 3 and "hitsAddend" not in m.keys(),
+              "dynamic_metadata: the call: %s" % m)
+        check("metadata" in m.keys() and
+              m["metadata"]["team"] == "payments" and
+              list(m["metadata"]["tiers"]) == ["gold", "silver"],
+              "dynamic_metadata: the file's metadata: %s" % m)
+        r = s.call("current", D(("monthly", "meta")), hits=1)
+        m = r.dynamic_metadata
+        check(r.statuses[0].code == OVER and "metadata" not in m.keys() and
+              m["hitsAddend"] == 1,
+              "dynamic_metadata: none from a refused descriptor: %s" % m)
+    finally:
+        check(s.stop() == 0, "switches server exit 0")
+
+
 def many_streams(s):
     # More concurrent calls than --grpc-max-streams on one channel: the
     # client queues by our SETTINGS; every one is answered.
@@ -534,11 +743,19 @@ def reload_test():
     with open(path, "w") as f:
         f.write("domain: live\ndescriptors:\n  - key: k\n    rate_limit:"
                 " {unit: minute, requests_per_unit: 1}\n")
-    s = Server([path])
+    s = Server([path], ["--envoy-quota-mode"])
     try:
         r = s.call("live", D(("k", "a")))
         check(r.statuses[0].current_limit.requests_per_unit == 1,
               "reload: initial limit")
+        # --envoy-quota-mode (QUOTA_MODE): every descriptor in quota mode,
+        # so a call is refused only when all its descriptors are over.
+        rs = [s.call("live", D(("k", "q")), D(("k", "q"))),
+              s.call("live", D(("k", "q")))]
+        if resets_held(rs):
+            check(rs[0].statuses[1].code == OVER and
+                  rs[0].overall_code == OK and rs[1].overall_code == OVER,
+                  "global quota mode: refused only when all are over")
         # A bad file keeps the old configuration.
         with open(path + ".tmp", "w") as f:
             f.write("domain: live\ndescriptors:\n  - key: k\n    "
@@ -614,10 +831,11 @@ def main():
         isolation(s)
         mixed(s)
         errors(s)
+        current(s)
         many_streams(s)
         m = s.metrics()
         check('rl_grpc_calls_total{status="OK"}' in m and
-              'rl_grpc_calls_total{status="INVALID_ARGUMENT"} 4' in m,
+              'rl_grpc_calls_total{status="UNKNOWN"} 2' in m,
               "metrics: calls by status")
         check("rl_grpc_connections_open 1" in m, "metrics: connections")
         check('rl_rule_decisions_total{rule="envoy:mongo_cps"' in m,
@@ -625,11 +843,18 @@ def main():
     finally:
         check(s.stop() == 0, "server exit 0")
     reload_test()
+    global_switches()
     inline_caps_test()
     drain_test()
 
 
 try:
     main()
+except BaseException:
+    # end_run exits; an exception must count as a failure, not vanish
+    # behind that exit.
+    import traceback
+    traceback.print_exc()
+    FAILS.append("exception")
 finally:
     rlt.end_run(FAILS, PROCS, TMP)
