@@ -34,6 +34,7 @@ void rls_flags_defaults(rls_flags_t *c)
     c->max_partial_bytes = 64u << 20;
     c->drain_ms = 0;
     c->unhealthy_error_ratio = 0.5;
+    c->envoy_near_ratio = 0.8;
     c->unhealthy_min_decisions = 20;
     strcpy(c->log_level, "info");
     c->max_rules = 1000;
@@ -206,6 +207,9 @@ static const char usage[] =
     "  --statsd HOST:PORT       also send them to statsd/DogStatsD over UDP\n"
     "                           under the reference's names (default: off)\n"
     "  --statsd-flush-ms N      how often (default 1000)\n"
+    "  --envoy-near-limit-ratio R  envoy-ratelimit's NEAR_LIMIT_RATIO: the\n"
+    "                           near_limit statistic counts the hits past\n"
+    "                           floor(limit * R) (default 0.8)\n"
     "  --envoy-shadow-mode      envoy-ratelimit's SHADOW_MODE: a call over\n"
     "                           a limit is answered OK overall (its\n"
     "                           descriptors still say OVER_LIMIT)\n"
@@ -665,6 +669,7 @@ static int takes_value(const char *name)
                                         "--log-level",
                                         "--memory-max",
                                         "--unhealthy-error-ratio",
+                                        "--envoy-near-limit-ratio",
                                         "--config",
                                         "--check-config",
                                         "--inline-limits",
@@ -993,6 +998,16 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
                                          "65536 to 1099511627776, or with a "
                                          "k, m or g suffix, got '%s'",
                             val);
+        } else if (strcmp(name, "--envoy-near-limit-ratio") == 0) {
+            char *end;
+            double r = strtod(val, &end);
+            if (end == val || *end != '\0' || !(r > 0 && r <= 1))
+                return fail(err, errlen,
+                            "--envoy-near-limit-ratio: expected "
+                            "a number above 0, up to 1, got "
+                            "'%s'",
+                            val);
+            c->envoy_near_ratio = r;
         } else if (strcmp(name, "--unhealthy-error-ratio") == 0) {
             char *end;
             double r = strtod(val, &end);

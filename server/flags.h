@@ -108,6 +108,7 @@ typedef struct rls_flags_s {
      * their statsd exporter (net/statsd.h; empty host: off). */
     uint64_t envoy_stats;            /* --envoy-stats 0|1 */
     uint64_t envoy_stats_max_values; /* per-value series at most */
+    double envoy_near_ratio;         /* --envoy-near-limit-ratio */
     char statsd_host[RLS_HOST_MAX + 1];
     int statsd_port;
     uint64_t statsd_flush_ms;

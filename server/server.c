@@ -378,6 +378,7 @@ static int start_grpc(rls_server_t *s, char *err, size_t errlen)
     rls_grpc_set_conf(s->grpc, conf);
     if (cfg->envoy_stats) {
         rls_estats_init(&s->estats, (size_t)cfg->envoy_stats_max_values);
+        s->estats.near_ratio = cfg->envoy_near_ratio;
         s->estats_on = 1;
         rls_grpc_set_estats(s->grpc, &s->estats);
         if (cfg->statsd_host[0] != '\0' &&

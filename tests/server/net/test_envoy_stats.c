@@ -201,12 +201,24 @@ static void counting(void **state)
     rls_estats_count(&t, slot, 3, &r);
     assert_int_equal(v[RLS_ESTAT_NEAR_LIMIT], 3);
     assert_int_equal(v[RLS_ESTAT_WITHIN_LIMIT], 3);
+    /* NEAR_LIMIT_RATIO 0.5 (--envoy-near-limit-ratio): 3 hits taking
+     * 10 from 3 to 6 used: the one past floor(10 * 0.5) = 5 is near (at
+     * 0.8 none would be); 3 more, to 7 used: 2 near. */
+    t.near_ratio = 0.5;
+    r = ok(10, 4);
+    rls_estats_count(&t, slot, 3, &r);
+    assert_int_equal(v[RLS_ESTAT_NEAR_LIMIT], 4);
+    r = ok(10, 3);
+    rls_estats_count(&t, slot, 3, &r);
+    assert_int_equal(v[RLS_ESTAT_NEAR_LIMIT], 6);
+    assert_int_equal(v[RLS_ESTAT_WITHIN_LIMIT], 9);
+    t.near_ratio = 0.8;
     /* A store error: total_hits only. */
     r = ok(10, 1);
     r.code = RL_CODE_ERROR;
     rls_estats_count(&t, slot, 4, &r);
-    assert_int_equal(v[RLS_ESTAT_TOTAL_HITS], 12);
-    assert_int_equal(v[RLS_ESTAT_WITHIN_LIMIT] + v[RLS_ESTAT_OVER_LIMIT], 5);
+    assert_int_equal(v[RLS_ESTAT_TOTAL_HITS], 18);
+    assert_int_equal(v[RLS_ESTAT_WITHIN_LIMIT] + v[RLS_ESTAT_OVER_LIMIT], 11);
     rls_estats_free(&t);
     rls_envoy_conf_unref(c);
 }
@@ -568,6 +580,10 @@ static void flags(void **state)
     char *off[] = {"rl-server", "--grpc",   "127.0.0.1:0",   "--envoy-stats",
                    "0",         "--statsd", "127.0.0.1:8125"};
     char *bad[] = {"rl-server", "--grpc", "127.0.0.1:0", "--statsd", "8125"};
+    char *near[] = {"rl-server", "--grpc", "127.0.0.1:0",
+                    "--envoy-near-limit-ratio", "0.5"};
+    char *near0[] = {"rl-server", "--grpc", "127.0.0.1:0",
+                     "--envoy-near-limit-ratio", "0"};
 
     (void)state;
     rls_flags_defaults(&c);
@@ -575,6 +591,11 @@ static void flags(void **state)
     assert_int_equal(c.envoy_stats_max_values, 1000);
     assert_int_equal(c.statsd_flush_ms, 1000);
     assert_int_equal(c.statsd_host[0], '\0');
+    assert_true(c.envoy_near_ratio == 0.8);
+    assert_int_equal(parse(&c, err, 5, near), 0);
+    assert_true(c.envoy_near_ratio == 0.5);
+    assert_int_equal(parse(&c, err, 5, near0), RL_EINVAL);
+    assert_non_null(strstr(err, "--envoy-near-limit-ratio"));
     assert_int_equal(parse(&c, err, 7, ok), 0);
     assert_string_equal(c.statsd_host, "127.0.0.1");
     assert_int_equal(c.statsd_port, 8125);
