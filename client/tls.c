@@ -34,30 +34,35 @@ static int bio_fd(BIO *b)
     return (int)(intptr_t)BIO_get_data(b);
 }
 
-static int bio_write(BIO *b, const char *p, int n)
+static long sock_io(int fd, void *p, size_t n, int out);
+
+/* What OpenSSL wants of a BIO: bytes moved, 0 at the end of stream, or -1
+ * with errno set and, for "would block", the retry flag. */
+static int bio_io(BIO *b, void *p, int n, int out)
 {
-    ssize_t r;
+    long r;
 
     BIO_clear_retry_flags(b);
-    do
-        r = send(bio_fd(b), p, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
-    while (r < 0 && errno == EINTR);
-    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-        BIO_set_retry_write(b);
-    return (int)r;
+    r = sock_io(bio_fd(b), p, (size_t)n, out);
+    if (r >= 0)
+        return (int)r;
+    if (r == RLC_EAGAIN) {
+        if (out)
+            BIO_set_retry_write(b);
+        else
+            BIO_set_retry_read(b);
+    }
+    return -1;
+}
+
+static int bio_write(BIO *b, const char *p, int n)
+{
+    return bio_io(b, (void *)p, n, 1);
 }
 
 static int bio_read(BIO *b, char *p, int n)
 {
-    ssize_t r;
-
-    BIO_clear_retry_flags(b);
-    do
-        r = recv(bio_fd(b), p, (size_t)n, MSG_DONTWAIT);
-    while (r < 0 && errno == EINTR);
-    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-        BIO_set_retry_read(b);
-    return (int)r;
+    return bio_io(b, p, n, 0);
 }
 
 static long bio_ctrl(BIO *b, int cmd, long num, void *ptr)
@@ -287,50 +292,51 @@ int rlc__tls_handshake(SSL *ssl, int *want, char *why, size_t whylen)
     return (int)rc;
 }
 
+/* One send (out) or receive on the socket: bytes moved, 0 for the
+ * peer's end of stream, RLC_EAGAIN, or an RLC_E* error (errno kept). */
+static long sock_io(int fd, void *p, size_t n, int out)
+{
+    ssize_t r;
+
+    do
+        r = out ? send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT)
+                : recv(fd, p, n, MSG_DONTWAIT);
+    while (r < 0 && errno == EINTR);
+    if (r >= 0)
+        return (long)r;
+    return errno == EAGAIN || errno == EWOULDBLOCK ? RLC_EAGAIN
+                                                   : rlc__errno(errno);
+}
+
+/* The same through TLS. */
+static long tls_io(SSL *ssl, void *p, size_t n, int out, int *want,
+                   char *why)
+{
+    long rc;
+    int r;
+
+    if (n > INT32_MAX)
+        n = INT32_MAX;
+    ERR_clear_error();
+    r = out ? SSL_write(ssl, p, (int)n) : SSL_read(ssl, p, (int)n);
+    if (r > 0)
+        return r;
+    rc = io_fail(ssl, r, want, why, RLC__WHY_MAX);
+    return out && rc == 0 ? RLC_ECLOSED : rc;
+}
+
 long rlc__io_send(int fd, SSL *ssl, const void *p, size_t n, int *want,
                   char *why)
 {
     *want = RLC__WANT_WRITE;
-    if (ssl == NULL) {
-        ssize_t r;
-        do
-            r = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-        while (r < 0 && errno == EINTR);
-        if (r >= 0)
-            return (long)r;
-        return errno == EAGAIN || errno == EWOULDBLOCK ? RLC_EAGAIN
-                                                       : rlc__errno(errno);
-    }
-    if (n > INT32_MAX)
-        n = INT32_MAX;
-    ERR_clear_error();
-    int r = SSL_write(ssl, p, (int)n);
-    if (r > 0)
-        return r;
-    long rc = io_fail(ssl, r, want, why, RLC__WHY_MAX);
-    return rc == 0 ? RLC_ECLOSED : rc;
+    return ssl == NULL ? sock_io(fd, (void *)p, n, 1)
+                       : tls_io(ssl, (void *)p, n, 1, want, why);
 }
 
 long rlc__io_recv(int fd, SSL *ssl, void *p, size_t n, int *want, char *why)
 {
     *want = RLC__WANT_READ;
-    if (ssl == NULL) {
-        ssize_t r;
-        do
-            r = recv(fd, p, n, MSG_DONTWAIT);
-        while (r < 0 && errno == EINTR);
-        if (r >= 0)
-            return (long)r;
-        return errno == EAGAIN || errno == EWOULDBLOCK ? RLC_EAGAIN
-                                                       : rlc__errno(errno);
-    }
-    if (n > INT32_MAX)
-        n = INT32_MAX;
-    ERR_clear_error();
-    int r = SSL_read(ssl, p, (int)n);
-    if (r > 0)
-        return r;
-    return io_fail(ssl, r, want, why, RLC__WHY_MAX);
+    return ssl == NULL ? sock_io(fd, p, n, 0) : tls_io(ssl, p, n, 0, want, why);
 }
 
 int rlc__io_pending(SSL *ssl)

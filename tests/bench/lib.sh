@@ -20,6 +20,22 @@ trap cleanup EXIT
 
 . deploy/ports.sh
 
+# bench_certs DIR: a CA (DIR/ca.crt) and a P-256 certificate for
+# 127.0.0.1 signed by it (DIR/server.crt, DIR/server.key), by openssl.
+bench_certs() {
+  local d=$1
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 \
+    -nodes -days 1 -subj "/CN=rl bench ca" -keyout "$d/ca.key" \
+    -out "$d/ca.crt" 2>/dev/null
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+    -subj "/CN=rl bench server" -keyout "$d/server.key" \
+    -out "$d/server.csr" 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1\n' >"$d/server.ext"
+  openssl x509 -req -in "$d/server.csr" -CA "$d/ca.crt" -CAkey \
+    "$d/ca.key" -CAcreateserial -days 1 -extfile "$d/server.ext" \
+    -out "$d/server.crt" 2>/dev/null
+}
+
 wait_port() {
   local i
   for i in $(seq 1 "${2:-500}"); do

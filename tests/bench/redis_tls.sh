@@ -28,16 +28,7 @@ out=$(mktemp -d /tmp/redis_tls.XXXXXX)
 . tests/bench/lib.sh
 
 # A CA and a certificate for 127.0.0.1.
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
-  -days 1 -subj "/CN=rl bench ca" -keyout "$out/ca.key" -out "$out/ca.crt" \
-  2>/dev/null
-openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
-  -subj "/CN=rl bench redis" -keyout "$out/server.key" \
-  -out "$out/server.csr" 2>/dev/null
-printf 'subjectAltName=IP:127.0.0.1\n' >"$out/server.ext"
-openssl x509 -req -in "$out/server.csr" -CA "$out/ca.crt" -CAkey \
-  "$out/ca.key" -CAcreateserial -days 1 -extfile "$out/server.ext" \
-  -out "$out/server.crt" 2>/dev/null
+bench_certs "$out"
 
 rl_port_reserve tport
 margs=()
