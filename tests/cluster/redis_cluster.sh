@@ -90,11 +90,8 @@ rc_state_ok() {
 rc_start() {
     local i p args
     RC_PASS=${1:-}
-    for i in 1 2 3 4 5 6; do
-        p=$(rc_port "$i")
-        lc_port_busy "$p" && t_fail "port $p busy"
-        lc_port_busy "$(rc_bus_port "$i")" && t_fail "port $(rc_bus_port "$i") busy"
-    done
+    # (Every node's port and bus port is free: t_init locked them only
+    # after finding nothing listening there.)
     for i in 1 2 3 4 5 6; do
         p=$(rc_port "$i")
         mkdir -p "$T_DIR/node$i"
@@ -103,7 +100,11 @@ rc_start() {
             --cluster-port "$(rc_bus_port "$i")" --cluster-config-file nodes.conf
             --cluster-node-timeout "$RC_NODE_TIMEOUT"
             --cluster-replica-validity-factor 0
-            --cluster-require-full-coverage no)
+            --cluster-require-full-coverage no
+            --repl-diskless-sync-delay 0)
+        # (Redis 7 waits 5 s by default before a diskless full sync, for
+        # more replicas to share it: each replica here has its own master,
+        # and rc_start awaits their sync.)
         [ -n "$RC_PASS" ] && args+=(--requirepass "$RC_PASS" --masterauth "$RC_PASS")
         [ "$RC_TLS" = 1 ] && args+=(--port 0 --tls-port "$p" --tls-cluster yes
             --tls-replication yes --tls-auth-clients no
@@ -191,6 +192,11 @@ rc_bench_bg() {
     lc_spawn "$T_DIR" "$name" rl-bench "$RL_BENCH_BIN" \
         --server "127.0.0.1:$(t_server_port 1)" --no-progress \
         --json "$T_DIR/$name.json" "$@"
+}
+
+# rc_serving N: server 1 has made more than N decisions (load is running).
+rc_serving() {
+    t_metric_above 1 'rl_decisions_total{code="ok"}' "$1"
 }
 
 rc_redirections() {
@@ -302,18 +308,24 @@ scenario_match() {
         t_log "master :$p dbsize $n"
         t_check "master :$p holds counters" [ "$n" -gt 100 ]
         keys=$(rc_cli "$p" --scan 2>/dev/null | head -n 50 || true)
-        for k in $keys; do
+        # Their TTLs in one redis-cli (each key quoted for its parser):
+        # one process per key took seconds on a loaded machine.
+        awk '{ gsub(/\\/, "\\\\"); gsub(/"/, "\\\""); print "PTTL \"" $0 "\"" }' \
+            <<<"$keys" | rc_cli "$p" >"$T_DIR/ttls" 2>&1 ||
+            t_fail "PTTL on :$p: $(tail -1 "$T_DIR/ttls")"
+        t_check "a TTL for each of the keys of :$p" \
+            [ "$(grep -c . "$T_DIR/ttls")" = "$(grep -c . <<<"$keys")" ]
+        while IFS=$'\t' read -r k ttl; do
             # The fleet's own bookkeeping (the switches and the instances
             # that poll them, written by rl-ctl and the switch poller) is
             # meant to stay; every counter and quota must expire.
             case "$k" in rl:policy | rl:instances) continue ;; esac
-            ttl=$(rc_cli "$p" pttl "$k")
             # -2: gone since the scan (its window ended and it expired,
             # which a slow machine's minute of checks can span); only -1,
             # a key without an expiry, is wrong.
             [ "$ttl" -gt 0 ] || [ "$ttl" = -2 ] ||
                 t_fail "key $k on :$p has no TTL ($ttl)"
-        done
+        done < <(paste <(echo "$keys") "$T_DIR/ttls")
     done
     rc_servers_exit_clean
 }
@@ -330,7 +342,7 @@ scenario_reshard() {
     to=$(rc_cli "$(rc_port 2)" cluster myid)
     rc_bench_bg uni --duration 8 --connections 4 --inflight 32 --keys 20000 \
         --dist hot:0.3 --limit 50 --window 60 --audit --timeout-ms 3000
-    sleep 1 # let the load start; the reshard below is awaited
+    t_await_proc uni 10000 "load running" rc_serving 1000
     t_log "moving 1000 slots from :$(rc_port 1) to :$(rc_port 2) under load"
     redis-cli --cluster reshard "127.0.0.1:$(rc_port 1)" --cluster-from "$from" \
         --cluster-to "$to" --cluster-slots 1000 --cluster-yes \
@@ -365,7 +377,7 @@ scenario_failover() {
     victim=$(echo "$masters" | head -n 1)
     rc_bench_bg fo --duration 10 --connections 4 --inflight 32 --keys 20000 \
         --limit 50 --window 60 --audit --timeout-ms 3000
-    sleep 2 # load running; what follows is awaited
+    t_await_proc fo 10000 "load running" rc_serving 2000
     t_log "kill -9 master :$victim"
     t0=$(lc_ms)
     for n in 1 2 3; do
