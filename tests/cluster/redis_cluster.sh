@@ -208,10 +208,12 @@ rc_redirections() {
 
 # The scripted sequence: rl-check against server I, one line per decision,
 # reset and retry times cut (they depend on when the line was decided).
+# Every key ends with SUFFIX (fresh counters for a second attempt).
 rc_sequence() {
     local port k out=""
     port=$(t_server_port "$1")
     for k in u1 u2 u3 u4 u5 u6 u7 u8 "user:{x}" "a}b"; do
+        k=$k$2
         out+=$("$RL_CHECK_BIN" --server "127.0.0.1:$port" --key "$k" \
             --rule multi --repeat 7 || true)$'\n'
         out+=$("$RL_CHECK_BIN" --server "127.0.0.1:$port" --key "$k" \
@@ -243,8 +245,24 @@ rc_mid_minute_still() {
     [ $(($(date +%s) / 60)) -eq "$RC_MINUTE" ]
 }
 
+# rc_sequences SUFFIX: the sequence through server 1 (one Redis) and server
+# 2 (the cluster) at once, into single.txt and cluster.txt; 1 when a
+# minute's edge passed before both ended (the windows of 60 s would then
+# differ by when each request came, not by the store).
+rc_sequences() {
+    local p1 p2
+    t_await 15000 "not near a minute's edge" rc_mid_minute
+    rc_sequence 1 "$1" >"$T_DIR/single.txt" &
+    p1=$!
+    rc_sequence 2 "$1" >"$T_DIR/cluster.txt" &
+    p2=$!
+    wait "$p1"
+    wait "$p2"
+    rc_mid_minute_still
+}
+
 scenario_match() {
-    local single cluster p keys k ttl n a
+    local p keys k ttl n a
     t_init 3
     t_start_redis
     rc_start
@@ -258,14 +276,14 @@ scenario_match() {
     t_await_proc rl-server-1 5000 "single-Redis server healthy" t_healthy 1
     t_await_proc rl-server-2 5000 "cluster server healthy" t_healthy 2
     t_await_proc rl-server-3 5000 "second cluster server healthy" t_healthy 3
-    # Both runs inside one minute window (edges are on the Unix epoch).
-    t_await 15000 "not near a minute's edge" rc_mid_minute
-    single=$(rc_sequence 1)
-    cluster=$(rc_sequence 2)
-    rc_mid_minute_still || t_fail "a minute's edge passed during the runs: rerun"
-
-    echo "$single" >"$T_DIR/single.txt"
-    echo "$cluster" >"$T_DIR/cluster.txt"
+    # Both runs inside one minute window (edges are on the Unix epoch):
+    # on a machine so busy that they take more than the 15 s left of it,
+    # again with new keys (up to 3 times).
+    for a in 1 2 3; do
+        rc_sequences "$( ((a == 1)) || echo "~$a")" && break
+        t_log "attempt $a: a minute's edge passed during the runs"
+        [ "$a" = 3 ] && t_fail "a minute's edge passed during the runs, 3 times"
+    done
     n=$(grep -c . "$T_DIR/single.txt")
     t_check "sequence ran ($n lines)" [ "$n" -ge 200 ]
     grep -q OVER_LIMIT "$T_DIR/single.txt" || t_fail "no refusal in the sequence"
