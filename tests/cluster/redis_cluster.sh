@@ -25,7 +25,8 @@
 #   hang      a master SIGSTOPped: keys of the other masters are still
 #             decided by Redis, its keys fail by --redis-timeout-ms (fail
 #             mode); /healthz names the share of slots down
-#   password  a cluster with requirepass: served with the password; a
+#   password  a cluster with requirepass: served with the password, and
+#             as an ACL user with exactly the documented ACL; a
 #             wrong one gives one clear error line (2 seeds)
 #   ctl       rl-ctl --redis-cluster: a quota set lands in the caller's slot
 #             and is decided under; a switch (global shadow) reaches the
@@ -485,13 +486,41 @@ scenario_hang() {
 # ---- password -------------------------------------------------------------
 
 scenario_password() {
-    local n
-    t_init 2
+    local n i out
+    t_init 3
     rc_start s3cret-pw
     rc_server 1
     t_await_proc rl-server-1 5000 "server healthy with the password" t_healthy 1
     "$RL_CHECK_BIN" --server "127.0.0.1:$(t_server_port 1)" --key pw \
         --limit 3 --window 60 | grep -q '^OK' || t_fail "no decision"
+    # An ACL user with exactly what deploy/README.md gives rl-server on a
+    # cluster (ACLs are per node: set on each), its password from a file.
+    for i in 1 2 3 4 5 6; do
+        redis-cli --no-auth-warning -a s3cret-pw -p "$(rc_port "$i")" \
+            ACL SETUSER rl on '>rl-user-pw' '~rl:*' -@all +select \
+            '+script|load' +evalsha +eval +info +time +incrby +decrby +del \
+            +pexpireat +hget +hset +hgetall +hdel +ping '+cluster|shards' \
+            '+cluster|slots' +asking >/dev/null ||
+            t_fail "ACL SETUSER on node $i"
+    done
+    printf 'rl-user-pw\n' >"$T_DIR/rl.pw"
+    lc_spawn "$T_DIR" "rl-server-3" rl-server "$RL_SERVER_BIN" \
+        --listen "127.0.0.1:$(t_server_port 3)" \
+        --metrics "127.0.0.1:$(t_metrics_port 3)" \
+        --redis-cluster "redis://rl@127.0.0.1:$(rc_port 1),127.0.0.1:$(rc_port 4)" \
+        --redis-password-file "$T_DIR/rl.pw"
+    t_await_proc rl-server-3 5000 "server healthy as the ACL user" t_healthy 3
+    for i in 1 2 3 4 5 6 7 8; do
+        # (rl-check exits 1 after a refusal: the last answer here.)
+        out=$({ "$RL_CHECK_BIN" --server "127.0.0.1:$(t_server_port 3)" \
+            --key "acl$i" --limit 2 --window 3600 --repeat 3 || true; } |
+            cut -d' ' -f1 | tr '\n' ' ')
+        t_check "ACL user, caller acl$i: OK OK OVER_LIMIT (got $out)" \
+            [ "$out" = "OK OK OVER_LIMIT " ]
+    done
+    grep -q NOPERM "$T_DIR/rl-server-3.log" && t_fail "NOPERM under the ACL"
+    grep -q rl-user-pw "$T_DIR/rl-server-3.log" &&
+        t_fail "the user's password in a log line"
     RC_PASS=wrong-pw rc_server 2
     t_await 5000 "server 2 logs the refusal" grep -q 'WRONGPASS\|invalid' \
         "$T_DIR/rl-server-2.log"
