@@ -2,7 +2,7 @@
  * keys rl-server uses, so that rl-server's Redis CPU per decision can be
  * read against it (tests/bench/redis_floor.sh runs both on one Redis).
  *
- *   redis_floor PORT MODE OPS [BATCH] [KEYS]
+ *   redis_floor [--tls-ca FILE] PORT MODE OPS [BATCH] [KEYS]
  *
  * MODE incr:   pipelined INCR, one command per op: Redis's least work per
  *              counter update (no TTL set, no decision);
@@ -13,7 +13,11 @@
  * Keys: "rl:{floor:<n>}:r:b:60:1", n uniform over KEYS (default 100000)
  * from a fixed seed; 8 batches in flight (incr: 8 x BATCH commands).
  * Prints ops/s and Redis CPU seconds per million ops (INFO cpu, before and
- * after, on a second connection). Loopback only; OPS bounds the run. */
+ * after, on a second connection). Loopback only; OPS bounds the run.
+ * --tls-ca: over TLS (Redis's tls-port), the certificate checked against
+ * FILE and 127.0.0.1: the floor of the TLS runs (redis_tls.sh). The
+ * connection is rl-ctl's (store/redis_sync.h): the same transport as every
+ * program here that talks to Redis. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +25,9 @@
 #include <time.h>
 
 #include <hiredis/hiredis.h>
+
+#include "store/redis_sync.h"
+#include "store/redis_tls.h"
 
 #define DEPTH 8
 #define MAX_BATCH 4096
@@ -34,9 +41,10 @@ static const char script[] =
     "end "
     "return r";
 
-static double redis_cpu(redisContext *c)
+static double redis_cpu(rls_redis_sync_t *c)
 {
-    redisReply *r = redisCommand(c, "INFO cpu");
+    const char *argv[2] = {"INFO", "cpu"};
+    redisReply *r = rls_redis_sync_command(c, 2, argv, NULL);
     double v = -1;
     const char *u, *s;
 
@@ -67,13 +75,26 @@ int main(int argc, char **argv)
     int port, incr, k;
     unsigned long long ops, done = 0, bad = 0;
     unsigned batch, keys, i;
-    redisContext *c, *m;
+    rls_redis_sync_t *c, *m;
+    rls_redis_tls_t *tls = NULL;
     redisReply *r;
     struct timespec t0, t1;
     double c0, c1, el;
+    char err[256];
 
+    if (argc > 2 && strcmp(argv[1], "--tls-ca") == 0) {
+        rls_redis_tls_opts_t o = {.ca_file = argv[2]};
+        if (rls_redis_tls_new(&o, &tls, err, sizeof(err)) != 0) {
+            fprintf(stderr, "redis_floor: --tls-ca: %s\n", err);
+            return 1;
+        }
+        argv += 2;
+        argc -= 2;
+    }
     if (argc < 4) {
-        fprintf(stderr, "usage: %s PORT incr|script OPS [BATCH] [KEYS]\n",
+        fprintf(stderr,
+                "usage: %s [--tls-ca FILE] PORT incr|script OPS [BATCH] "
+                "[KEYS]\n",
                 argv[0]);
         return 2;
     }
@@ -88,13 +109,19 @@ int main(int argc, char **argv)
         fprintf(stderr, "redis_floor: bad arguments\n");
         return 2;
     }
-    c = redisConnect("127.0.0.1", port);
-    m = redisConnect("127.0.0.1", port);
-    if (c == NULL || c->err || m == NULL || m->err) {
-        fprintf(stderr, "redis_floor: cannot connect to 127.0.0.1:%d\n", port);
+    c = rls_redis_sync_connect("127.0.0.1", port, tls, 10000, err, sizeof(err));
+    m = c == NULL ? NULL
+                  : rls_redis_sync_connect("127.0.0.1", port, tls, 10000, err,
+                                           sizeof(err));
+    if (c == NULL || m == NULL) {
+        fprintf(stderr, "redis_floor: cannot connect to 127.0.0.1:%d: %s\n",
+                port, err);
         return 1;
     }
-    r = redisCommand(m, "SCRIPT LOAD %s", script);
+    {
+        const char *sl[3] = {"SCRIPT", "LOAD", script};
+        r = rls_redis_sync_command(m, 3, sl, NULL);
+    }
     if (r == NULL || r->type != REDIS_REPLY_STRING || r->len != 40) {
         fprintf(stderr, "redis_floor: SCRIPT LOAD failed\n");
         return 1;
@@ -112,8 +139,13 @@ int main(int argc, char **argv)
                 snprintf(keybuf[i], sizeof(keybuf[i]), "rl:{floor:%u}:r:b:60:1",
                          next_key(keys));
             if (incr) {
-                for (i = 0; i < batch; i++)
-                    redisAppendCommand(c, "INCR %s", keybuf[i]);
+                for (i = 0; i < batch; i++) {
+                    const char *ia[2] = {"INCR", keybuf[i]};
+                    if (rls_redis_sync_append(c, 2, ia, NULL) != 0) {
+                        fprintf(stderr, "redis_floor: out of memory\n");
+                        return 1;
+                    }
+                }
                 continue;
             }
             av[a] = "EVALSHA", al[a++] = 7;
@@ -122,13 +154,17 @@ int main(int argc, char **argv)
             for (i = 0; i < batch; i++)
                 av[a] = keybuf[i], al[a++] = strlen(keybuf[i]);
             av[a] = exp, al[a++] = strlen(exp);
-            redisAppendCommandArgv(c, (int)a, av, al);
+            if (rls_redis_sync_append(c, (int)a, av, al) != 0) {
+                fprintf(stderr, "redis_floor: out of memory\n");
+                return 1;
+            }
         }
         for (k = 0; k < DEPTH; k++) {
             unsigned n = incr ? batch : 1;
             while (n-- > 0) {
-                if (redisGetReply(c, (void **)&r) != REDIS_OK) {
-                    fprintf(stderr, "redis_floor: %s\n", c->errstr);
+                if ((r = rls_redis_sync_reply(c)) == NULL) {
+                    fprintf(stderr, "redis_floor: %s\n",
+                            rls_redis_sync_errstr(c));
                     return 1;
                 }
                 if (r->type != (incr ? REDIS_REPLY_INTEGER : REDIS_REPLY_ARRAY) ||
@@ -146,7 +182,8 @@ int main(int argc, char **argv)
            "bad=%llu\n",
            argv[2], done, batch, keys, (double)done / el,
            (c1 - c0) * 1e6 / (double)done, bad);
-    redisFree(c);
-    redisFree(m);
+    rls_redis_sync_free(c);
+    rls_redis_sync_free(m);
+    rls_redis_tls_free(tls);
     return bad != 0 || c0 < 0 || c1 < 0;
 }

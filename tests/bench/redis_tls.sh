@@ -13,7 +13,7 @@
 # decisions per Redis call (the batch: a closed loop's batches grow with
 # the round trip). Each server has its own --prefix, so neither touches
 # the other's counters. Then the medians and TLS's ratio to plaintext
-# (target: decisions/s >= 0.85x).
+# (target: decisions/s >= 0.85x). Last, redis_floor on each port.
 # MODULE=module loads this build's ratelimit module into the Redis (the
 # default is the Lua script). INFLIGHT=N in the environment: N in flight
 # per connection instead of 256 (small batches: TLS's cost per call shows
@@ -115,4 +115,18 @@ awk -v p="$(col plain 1)" -v t="$(col tls 1)" \
   -v ps="$(col plain 3)" -v ts="$(col tls 3)" 'BEGIN {
   printf "  tls / plain: decisions/s %.2fx (target >= 0.85x), redis CPU %.2fx, rl-server CPU %.2fx\n",
     t / p, tr / pr, ts / ps }'
+# The floor on each port (redis_floor script: the least script that keeps
+# every key's TTL, 512 keys a call), through the same transport: what TLS
+# costs Redis itself per op.
+cmake --build "$build" -j 2 --target redis_floor >/dev/null
+echo "floor (redis_floor script, 512 ops a call, 8 calls in flight):"
+for m in plain tls; do
+  if [ "$m" = tls ]; then
+    f=$("$build/tests/bench/redis_floor" --tls-ca "$out/ca.crt" "$tport" \
+      script 1000000 512)
+  else
+    f=$("$build/tests/bench/redis_floor" "$rport" script 1000000 512)
+  fi
+  printf '  %-6s %s\n' "$m" "$f"
+done
 rm -rf "$out"
