@@ -31,7 +31,9 @@
 #   ctl       rl-ctl --redis-cluster: a quota set lands in the caller's slot
 #             and is decided under; a switch (global shadow) reaches the
 #             server, which polls it and reports in <prefix>instances
-#             through the cluster store's command routing
+#             through the cluster store's command routing; then
+#             envoy-ratelimit's examples over gRPC (e2e_envoy_grpc.py)
+#             with their counters on the cluster
 #   tls       a cluster serving TLS only (tls-cluster, tls-replication;
 #             certificates made by openssl): rl-server with a rediss://
 #             seed decides exactly and audits clean under load, counters
@@ -565,6 +567,20 @@ scenario_ctl() {
     echo "$out" | grep -q shadow_refused || t_fail "switch not applied: $out"
     t_log "global shadow reached the server: $out"
     rc_servers_exit_clean
+    # Envoy's API with its counters on this cluster: envoy-ratelimit's
+    # examples and today's configurations, the same runs as on the memory
+    # store and one Redis (e2e_envoy_grpc.py; its servers use their own
+    # prefixes, so the global shadow above is not theirs).
+    local src
+    src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+    RL_CHECK="$RL_CHECK_BIN" \
+        RL_ENVOY_STORE="--redis-cluster 127.0.0.1:$(rc_port 1),127.0.0.1:$(rc_port 4)" \
+        /usr/bin/python3 "$src/tests/server/e2e/envoy/e2e_envoy_grpc.py" \
+        "$RL_SERVER_BIN" "$src/proto" "$src/tests/server/e2e/envoy" \
+        >"$T_DIR/envoy.log" 2>&1 ||
+        t_fail "Envoy's API on the cluster: $(grep -E '^FAIL|rror' \
+            "$T_DIR/envoy.log" | head -5)"
+    t_log "Envoy's API on the cluster: $(tail -1 "$T_DIR/envoy.log")"
 }
 
 # ---- tls ------------------------------------------------------------------

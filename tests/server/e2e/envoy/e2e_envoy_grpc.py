@@ -25,6 +25,10 @@ import rlt  # noqa: E402
 
 RL_SERVER, PROTO_DIR, FIX = sys.argv[1], sys.argv[2], sys.argv[3]
 REDIS = sys.argv[4] if len(sys.argv) > 4 else None
+# RL_ENVOY_STORE: the store flags to run the same against instead (e.g.
+# "--redis-cluster 127.0.0.1:7001,127.0.0.1:7004" from redis_cluster.sh,
+# which starts that cluster).
+STORE_ARGS = os.environ.get("RL_ENVOY_STORE", "").split()
 TMP = tempfile.mkdtemp(prefix="rl-envoy-")
 PROCS = []
 
@@ -103,7 +107,9 @@ class Server:
                 "--config", os.path.join(FIX, "rules.yaml")]
         for f in envoy_files:
             args += ["--envoy-config", f]
-        if REDIS_PORT:
+        if STORE_ARGS:
+            args += STORE_ARGS + ["--prefix", "rl%d:" % n]
+        elif REDIS_PORT:
             args += ["--redis", "127.0.0.1:%d" % REDIS_PORT,
                      "--prefix", "rl%d:" % n]
         self.log = open(os.path.join(TMP, "server-%d.log" % n), "w")
