@@ -938,6 +938,15 @@ static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
     }
     if (x->key == NULL)
         x->key = ""; /* out of memory, reported */
+    if (unlimited && x->kind == RLS_ENVOY_LIMIT) {
+        /* envoy-ratelimit reads `unlimited` inside rate_limit only: beside
+         * one it is ignored there, so here too, and said. */
+        WARN(b, line,
+             "'unlimited' beside 'rate_limit' is ignored (as envoy-ratelimit "
+             "ignores it): key '%s' keeps its rate_limit",
+             x->key);
+        unlimited = 0;
+    }
     if (x->kind == RLS_ENVOY_UNLIMITED)
         unlimited = 1;
     if ((x->kind == RLS_ENVOY_LIMIT) + unlimited + (x->rule != NULL) > 1)

@@ -178,6 +178,39 @@ static void test_errors(void **state)
     assert_int_equal(d.n, sizeof(want) / sizeof(want[0]));
 }
 
+/* `unlimited` at the descriptor beside a rate_limit: envoy-ratelimit
+ * reads it inside rate_limit only, so the file loads and the limit holds,
+ * with a warning naming the line; alone it is unlimited, as before. */
+static void test_unlimited_beside(void **state)
+{
+    static const char yaml[] = "domain: u\n"
+                               "descriptors:\n"
+                               "  - key: a\n" /* 3 */
+                               "    unlimited: true\n"
+                               "    rate_limit: {unit: second, "
+                               "requests_per_unit: 5}\n"
+                               "  - key: b\n"
+                               "    unlimited: true\n";
+    rls_diag_t d;
+    int rc;
+    rls_envoy_conf_t *c = build(yaml, &d, &rc);
+    const rls_diag_t *w;
+    const rls_envoy_node_t *x;
+
+    (void)state;
+    assert_int_equal(rc, RL_OK);
+    x = walk(c, "u", "a", "v", NULL);
+    assert_non_null(x);
+    assert_int_equal(x->kind, RLS_ENVOY_LIMIT);
+    assert_int_equal(x->lim.limit, 5);
+    x = walk(c, "u", "b", "v", NULL);
+    assert_int_equal(x->kind, RLS_ENVOY_UNLIMITED);
+    w = rls_envoy_conf_warnings(c);
+    assert_int_equal(w->n, 1);
+    assert_non_null(strstr(w->msg[0], ":3: 'unlimited' beside 'rate_limit'"));
+    rls_envoy_conf_unref(c);
+}
+
 /* What today's envoy-ratelimit files use: the keys it added since, read
  * as it reads them. */
 static void test_reference_keys(void **state)
@@ -568,6 +601,7 @@ int main(void)
         cmocka_unit_test(test_matching),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_reference_keys),
+        cmocka_unit_test(test_unlimited_beside),
         cmocka_unit_test(test_glob),
         cmocka_unit_test(test_duplicate_keys),
         cmocka_unit_test(test_hostile),
