@@ -501,6 +501,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "rl-fit: --key: %s\n", why);
         return 2;
     }
+    for (i = 0; f.conf.fmt == RLF_FMT_COMBINED && i < (int)f.conf.nkey; i++)
+        if (strcmp(f.conf.key[i].s, "user") != 0 &&
+            strcmp(f.conf.key[i].s, "addr") != 0 &&
+            strcmp(f.conf.key[i].s, "ident") != 0) {
+            fprintf(stderr,
+                    "rl-fit: --key: a combined log has user, addr "
+                    "and ident, not %s\n",
+                    f.conf.key[i].s);
+            return 2;
+        }
     if (sc.nwin == 0)
         parse_window("300", &sc);
     if (sc.ncand == 0) {

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # rl-fit end to end on a log whose answer is known by construction:
-# 1000 callers over two 5-minute periods; in the first, 990 make 10
-# requests, 9 make 30 and one makes 100; in the second each makes 5.
+# 1000 callers over two 5-minute periods; in the first, 990 make 3
+# requests, 9 make 10 and one makes 30; in the second each makes 1.
 # Even callers are logged-in users who all share one address (so keying on
 # the address would merge them); odd ones have only their own address.
-#   thresholds 10, 20, 30, 50, 100 -> callers refused 10, 10, 1, 1, 0;
-#   caller-periods the same; requests refused 270, 170, 70, 50, 0 of 15270.
+#   thresholds 3, 5, 10, 20, 30 -> callers refused 10, 10, 1, 1, 0;
+#   caller-periods the same; requests refused 90, 70, 20, 10, 0 of 4090.
 # The same log as combined, gzip and JSON lines must give the same table.
 #   test_rl_fit.sh RL_FIT_BINARY
 set -euo pipefail
@@ -17,12 +17,12 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 t0=1793491200 # 2026-11-01T00:00:00Z, a multiple of 300
 awk -v t0=$t0 'BEGIN {
   split("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec", mon, " ")
-  for (c = 0; c < 1000; c++) peak[c] = c == 0 ? 100 : (c <= 9 ? 30 : 10)
+  for (c = 0; c < 1000; c++) peak[c] = c == 0 ? 30 : (c <= 9 ? 10 : 3)
   for (p = 0; p < 2; p++)
-    for (k = 0; k < 100; k++)
+    for (k = 0; k < 30; k++)
       for (c = 0; c < 1000; c++) {
         if (p == 0 && k >= peak[c]) continue
-        if (p == 1 && k >= 5) continue
+        if (p == 1 && k >= 1) continue
         t = t0 + 300 * p + k
         user = c % 2 == 0 ? "u" c : "-"
         addr = c % 2 == 0 ? "10.9.9.9" : "10.1." int(c / 256) "." c % 256
@@ -42,23 +42,23 @@ awk -v t0=$t0 'BEGIN {
   echo '{"ts":"2026-11-01T00:09:00Z","client_ip":"1.1.1.1","tokens":-1}'; } >> "$dir/log.json"
 gzip -c "$dir/log" > "$dir/log.gz"
 
-args=(--thresholds 10,20,30,50,100)
+args=(--thresholds 3,5,10,20,30)
 check() { # name output
   local out=$2
-  grep -q '^lines 15273  requests 15270  malformed 3  no-key 0  out-of-order 0  dropped 0$' <<<"$out" \
+  grep -q '^lines 4093  requests 4090  malformed 3  no-key 0  out-of-order 0  dropped 0$' <<<"$out" \
     || fail "$1: counts: $(head -1 <<<"$out")"
   grep -q '^callers 1000  caller-periods 2000 ' <<<"$out" || fail "$1: callers"
-  grep -q '^peak use per caller per period: p99 10  p99.9 30  p99.99 100  max 100$' <<<"$out" \
+  grep -q '^peak use per caller per period: p99 3  p99.9 10  p99.99 30  max 30$' <<<"$out" \
     || fail "$1: peaks: $(grep peak <<<"$out")"
-  local want="10 10 10 270
-20 10 10 170
-30 1 1 70
-50 1 1 50
-100 0 0 0"
+  local want="3 10 10 90
+5 10 10 70
+10 1 1 20
+20 1 1 10
+30 0 0 0"
   got=$(awk '$1 ~ /^[0-9]+$/ && NF == 7 { print $1, $2, $4, $6 }' <<<"$out")
   [ "$got" = "$want" ] || fail "$1: table:
 $got"
-  grep -q '^recommended 100 ' <<<"$out" || fail "$1: $(grep recommended <<<"$out")"
+  grep -q '^recommended 30 ' <<<"$out" || fail "$1: $(grep recommended <<<"$out")"
 }
 out=$("$fit" "${args[@]}" --svg "$dir/plot.svg" "$dir/log" 2>/dev/null)
 check combined "$out"
@@ -71,38 +71,39 @@ check json "$json"
 # Looser targets move the recommendation to the lowest threshold meeting
 # them: 1 of 2000 caller-periods is 0.05 %.
 out=$("$fit" "${args[@]}" --target-periods 0.05 "$dir/log" 2>/dev/null)
-grep -q '^recommended 30 ' <<<"$out" || fail "targets: $(grep recommended <<<"$out")"
-out=$("$fit" "${args[@]}" --target-users 0 --target-periods 0 --thresholds 10,20 "$dir/log" 2>/dev/null)
+grep -q '^recommended 10 ' <<<"$out" || fail "targets: $(grep recommended <<<"$out")"
+out=$("$fit" "${args[@]}" --target-users 0 --target-periods 0 --thresholds 3,5 "$dir/log" 2>/dev/null)
 grep -q '^recommended none ' <<<"$out" || fail "none: $(grep recommended <<<"$out")"
 
 # Keying on the address alone merges the 500 users behind 10.9.9.9.
 out=$("$fit" "${args[@]}" --key addr "$dir/log" 2>/dev/null)
 grep -q '^callers 501 ' <<<"$out" || fail "addr key: $(grep ^callers <<<"$out")"
 
-# Two windows: 10 per 300 s and 10 per 3600 s refuse every caller's
-# second-period requests too (1000 callers, 10 + 1000 periods).
-out=$("$fit" --thresholds 10 --window 300 --window 3600:1 "$dir/log" 2>/dev/null)
-awk '$1 == "10" && NF == 7 { exit !($2 == 1000 && $4 == 1010) }' <<<"$out" \
-  || fail "two windows: $(grep '^ *10 ' <<<"$out")"
-# The sliding-window counter at 100: the 100-request caller's previous
-# window still weighs ceil(100 x w / 65536) at 0-4 s into the next, w =
-# ceil((300 - e) / 300 x 65536): 100 at 0-3 s, 99 at 4 s, so 4 of its 5
-# are refused. A gcra of 100 per 300 s (3 s each, burst 100) refuses
-# nothing: the caller's 100 at 1 s apart use 2 s each of its 300 s.
+# Two windows: 3 per 300 s and 3 per 3600 s refuse every caller's
+# second-period request too (1000 callers, 10 + 1000 periods).
+out=$("$fit" --thresholds 3 --window 300 --window 3600:1 "$dir/log" 2>/dev/null)
+awk '$1 == "3" && NF == 7 { exit !($2 == 1000 && $4 == 1010) }' <<<"$out" \
+  || fail "two windows: $(grep '^ *3 ' <<<"$out")"
+# The sliding-window counter at 30: the 30-request caller's previous
+# window weighs all 30 at 0 s into the next (weight 65536/65536), so its
+# one request there is refused. A gcra of 30 per 300 s (10 s each, burst
+# 30) refuses nothing: the caller's 30 at 1 s apart use 9 s each of its
+# 300 s, and its TAT is 300 s when the next period starts.
 out=$("$fit" "${args[@]}" --algo sliding-window-counter "$dir/log" 2>/dev/null)
-awk '$1 == "100" && NF == 7 { exit !($2 == 1 && $6 == 4) }' <<<"$out" \
-  || fail "swc at 100: $(grep '^ *100 ' <<<"$out")"
+awk '$1 == "30" && NF == 7 { exit !($2 == 1 && $6 == 1) }' <<<"$out" \
+  || fail "swc at 30: $(grep '^ *30 ' <<<"$out")"
 out=$("$fit" "${args[@]}" --algo gcra "$dir/log" 2>/dev/null)
-awk '$1 == "100" && NF == 7 { exit !($2 == 0 && $6 == 0) }' <<<"$out" \
-  || fail "gcra at 100: $(grep '^ *100 ' <<<"$out")"
+awk '$1 == "30" && NF == 7 { exit !($2 == 0 && $6 == 0) }' <<<"$out" \
+  || fail "gcra at 30: $(grep '^ *30 ' <<<"$out")"
 
 # A second file read after the first: its earlier lines run at the latest
 # time and are counted as out of order: all but the 1000 at that time.
 out=$("$fit" "${args[@]}" "$dir/log" "$dir/log" 2>/dev/null)
-grep -q 'out-of-order 14270 ' <<<"$out" || fail "order: $(head -1 <<<"$out")"
+grep -q 'out-of-order 3090 ' <<<"$out" || fail "order: $(head -1 <<<"$out")"
 
 # Misuse: a clear error, status 2.
-for bad in "--algo sliding-window" "--thresholds 5,3" "--window 0" "--key a|b|c|d|e"; do
+for bad in "--algo sliding-window" "--thresholds 5,3" "--window 0" "--key a|b|c|d|e" \
+    "--format combined --key user_id"; do
   set +e; "$fit" $bad "$dir/log" >/dev/null 2>&1; rc=$?; set -e
   [ $rc = 2 ] || fail "misuse '$bad' gave $rc"
 done
