@@ -96,6 +96,12 @@ out=$("$fit" "${args[@]}" --algo gcra "$dir/log" 2>/dev/null)
 awk '$1 == "30" && NF == 7 { exit !($2 == 0 && $6 == 0) }' <<<"$out" \
   || fail "gcra at 30: $(grep '^ *30 ' <<<"$out")"
 
+# At most 10 callers held: the first 10 seen (callers 0-9, 31 + 9 x 11 =
+# 130 requests) are simulated, the other callers' lines counted as dropped.
+out=$("$fit" "${args[@]}" --max-users 10 "$dir/log" 2>/dev/null)
+grep -q '^lines 4093  requests 130  malformed 3  no-key 0  out-of-order 0  dropped 3960$' <<<"$out" \
+  || fail "max-users: $(head -1 <<<"$out")"
+
 # A second file read after the first: its earlier lines run at the latest
 # time and are counted as out of order: all but the 1000 at that time.
 out=$("$fit" "${args[@]}" "$dir/log" "$dir/log" 2>/dev/null)
