@@ -10,7 +10,7 @@ packages=(
   libnghttp2-dev
   libssl-dev openssl
   python3-grpcio python3-protobuf python3-grpc-tools python3-yaml
-  libcmocka-dev
+  libcmocka-dev zlib1g-dev
   redis-server redis-tools redis-sentinel
   haproxy faketime gnuplot-nox procps
   nginx-light caddy

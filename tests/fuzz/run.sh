@@ -146,3 +146,13 @@ mkdir -p "$out/corpus_sentinel"
 "$out/fuzz_sentinel" -max_total_time="$secs" -max_len=1024 \
   -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus_sentinel" \
   tests/fuzz/corpus/sentinel
+
+# rl-fit's access-log line parsers (client/fit/fit_log.c), seeded from
+# tests/fuzz/corpus/fitlog; byte 0 picks format, key expression and cost.
+clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 \
+  -fsanitize=fuzzer,address,undefined -Ilib -Iclient/fit \
+  tests/fuzz/fuzz_fitlog.c client/fit/fit_log.c -o "$out/fuzz_fitlog"
+mkdir -p "$out/corpus_fitlog"
+"$out/fuzz_fitlog" -max_total_time="$secs" -max_len=20000 \
+  -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus_fitlog" \
+  tests/fuzz/corpus/fitlog
