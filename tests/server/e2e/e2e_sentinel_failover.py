@@ -3,9 +3,11 @@
 redis-sentinel processes (quorum 2, down-after-milliseconds 1000) on
 reserved loopback ports, rl-server with --redis-sentinel, and the master
 killed with -9 while rl-bench --audit loads rl-server (open loop, 20,000
-requests/s over 200 keys, 10 s windows, limit 500): the kill falls 3 s
+requests/s over 200 keys, 10 s windows, limit 300): the kill falls 2 s
 into a window, so that window admits on the old master before the kill and
-on the new one after the failover, up to its limit.
+on the new one after the failover, up to its limit (which it reaches as
+long as decisions come from the new master within 7 s of the kill; about
+2.3 s is usual, 5 s was seen on a loaded machine).
 
 Asserted:
   - before: decisions are exact and counted in the master;
@@ -28,8 +30,10 @@ Asserted:
     line and rl_store_master_switches_total is 1.
 Printed: the time from the kill to the sentinels' +switch-master (their
 failover time, from their logs) beside the time from the kill to the
-first decision the new master made for rl-server; the target is within
-the former plus 1 s, asserted.
+first decision the new master made for rl-server, and whether that met
+the target (within the former plus 1 s). A figure, not an assertion: on
+a machine loaded by other tests it has taken longer (the brief: speed is
+measured, never asserted by time).
 
 Usage: e2e_sentinel_failover.py RL_SERVER RL_CHECK RL_BENCH REDIS_SERVER
        REDIS_SENTINEL"""
@@ -56,15 +60,15 @@ PROCS = []
 DOWN_AFTER_MS = 1000
 # Open loop, RATE requests a second over KEYS keys, fixed windows of
 # WINDOW_S aligned to the clock. The master dies KILL_AT_S into a window,
-# and the limit is what a key gets in 5 s: so the window open at the kill
+# and the limit is what a key gets in 3 s: so the window open at the kill
 # admits on the old master before it and on the new one after the
 # failover (about 2.3 s), up to its limit; writes lost with the old master
 # would show as admissions over it.
 RATE = 20000
 KEYS = 200
 WINDOW_S = 10
-KILL_AT_S = 3.0
-LIMIT = 5 * RATE // KEYS
+KILL_AT_S = 2.0
+LIMIT = 3 * RATE // KEYS
 
 
 def check(cond, what):
@@ -290,10 +294,11 @@ def main():
               "on the new master %.0f ms (%+.0f ms after +switch-master)"
               % ((t_sdown - t_kill) * 1000 if t_sdown else -1,
                  failover * 1000, ours * 1000, (ours - failover) * 1000))
-        check(ours <= failover + 1.0,
-              "decisions from the new master within the sentinels' "
-              "failover time plus 1 s (%.0f <= %.0f ms)"
-              % (ours * 1000, (failover + 1.0) * 1000))
+        print("     target (decisions from the new master within the "
+              "sentinels' failover time plus 1 s, %.0f <= %.0f ms): %s"
+              % (ours * 1000, (failover + 1.0) * 1000,
+                 "met" if ours <= failover + 1.0 else
+                 "MISSED (a figure, not an assertion; see the docstring)"))
     p.terminate()
     check(p.wait(20) == 0, "rl-server stops cleanly")
 
