@@ -20,6 +20,14 @@ trap cleanup EXIT
 
 . deploy/ports.sh
 
+# tck: clock ticks a second; cpu PID: a process's utime + stime in ticks;
+# jf FILE FIELD: a top-level number of rl-bench's --json output; median:
+# the median of the numbers on stdin, one a line.
+tck=$(getconf CLK_TCK)
+cpu() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+jf() { sed -n "s/^  \"$2\": \\([^,]*\\),\\{0,1\\}\$/\\1/p" "$1" | head -1; }
+median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
 # bench_certs DIR: a CA (DIR/ca.crt) and a P-256 certificate for
 # 127.0.0.1 signed by it (DIR/server.crt, DIR/server.key), by openssl.
 bench_certs() {

@@ -53,13 +53,10 @@ for m in other this script; do
   sp[$m]=$sport
 done
 
-tck=$(getconf CLK_TCK)
-cpu() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 calls() {
   redis-cli -p "$1" info commandstats |
     sed -n "s/^cmdstat_$2:calls=\\([0-9]*\\),.*/\\1/p" | grep . || echo 0
 }
-jf() { sed -n "s/^  \"$2\": \\([^,]*\\),\\{0,1\\}\$/\\1/p" "$1" | head -1; }
 # offset PORT KEY: a number of INFO replication.
 offset() {
   redis-cli -p "$1" info replication | tr -d '\r' | sed -n "s/^$2://p"
@@ -75,7 +72,6 @@ caught_up() {
   done
   echo "the replica of $1 is behind" >&2
 }
-median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 bench() {
   "$build/client/bench/rl-bench" --server "127.0.0.1:$1" --no-progress \
     --connections 4 --inflight 256 --duration "$2" --keys 100000 \

@@ -38,10 +38,6 @@ start_server "$out/tls" --max-connections 20000 --tls-cert "$out/server.crt" \
 sp[tls]=$sport
 spids[tls]=$spid
 
-tck=$(getconf CLK_TCK)
-cpu() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-jf() { sed -n "s/^  \"$2\": \\([^,]*\\),\\{0,1\\}\$/\\1/p" "$1" | head -1; }
-median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 bench() { # MODE SECONDS
   local tls=()
   [ "$1" = tls ] && tls=(--tls-ca "$out/ca.crt")

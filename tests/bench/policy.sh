@@ -23,7 +23,6 @@ trap 'cleanup; rm -rf "$dir"' EXIT
 
 clk_tck=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-median() { sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 
 start_redis "$dir"
 

@@ -45,7 +45,6 @@ nice=${NICE:-$([ "$(id -u)" = 0 ] && echo -10 || echo 0)}
 source tests/bench/lib.sh
 dir=$(mktemp -d)
 trap 'cleanup; rm -rf "$dir"' EXIT
-median() { sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 now_ms() { date +%s%3N; }
 
 bins=("$build/server/rl-server" "$@")

@@ -25,8 +25,6 @@ start_redis "$out"
 start_server "$out" --redis "127.0.0.1:$rport"
 sleep 0.5
 
-tck=$(getconf CLK_TCK)
-jf() { sed -n "s/^  \"$2\": \\([^,]*\\),\\{0,1\\}\$/\\1/p" "$1" | head -1; }
 field() { awk -v n="$2" '{ print $n }' "/proc/$1/stat"; }
 ctx() { awk '/ctxt_switches/ { s += $2 } END { print s }' "/proc/$1/status"; }
 

@@ -31,14 +31,10 @@ sport_script=$sport
 start_server "$out" --redis "127.0.0.1:$rport"
 sport_module=$sport
 
-tck=$(getconf CLK_TCK)
-cpu() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 calls() {
   redis-cli -p "$rport" info commandstats |
     sed -n "s/^cmdstat_$1:calls=\\([0-9]*\\),.*/\\1/p" | grep . || echo 0
 }
-jf() { sed -n "s/^  \"$2\": \\([^,]*\\),\\{0,1\\}\$/\\1/p" "$1" | head -1; }
-median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 bench() {
   "$build/client/bench/rl-bench" --server "127.0.0.1:$1" --no-progress \
     --connections 4 --inflight 256 --duration "$2" --keys 100000 \

@@ -54,16 +54,12 @@ start_server "$out/tls" --redis "rediss://127.0.0.1:$tport" \
 sp[tls]=$sport
 spids[tls]=$spid
 
-tck=$(getconf CLK_TCK)
-cpu() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-jf() { sed -n "s/^  \"$2\": \\([^,]*\\),\\{0,1\\}\$/\\1/p" "$1" | head -1; }
 # calls: batches Redis ran so far (script or module).
 calls() {
   redis-cli -p "$rport" info commandstats |
     sed -n 's/^cmdstat_\(evalsha\|eval\|rl\.batch\):calls=\([0-9]*\),.*/\2/p' |
     awk '{ s += $1 } END { print s + 0 }'
 }
-median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 bench() {
   "$build/client/bench/rl-bench" --server "127.0.0.1:$1" --no-progress \
     --connections 4 --inflight "${INFLIGHT:-256}" --duration "$2" --keys 100000 \
