@@ -157,6 +157,19 @@ int rl_check_decode(const uint8_t *p, size_t n, rl_check_t *out)
             out->rule = (const char *)f.s;
             out->rule_len = f.len;
             break;
+        case 7:
+            EXPECT(f, WT_VARINT);
+            out->op = (uint32_t)f.v;
+            break;
+        case 8:
+            EXPECT(f, WT_LEN);
+            out->handle = f.s;
+            out->handle_len = f.len;
+            break;
+        case 9:
+            EXPECT(f, WT_VARINT);
+            out->actual = f.v;
+            break;
         default:
             break;
         }
@@ -172,7 +185,8 @@ int rl_result_decode(const uint8_t *p, size_t n, rl_result_t *out)
 
     memset(out, 0, sizeof(*out));
     while ((rc = next_field(p, n, &off, &f)) == 1) {
-        if ((f.num >= 1 && f.num <= 7) || (f.num >= 9 && f.num <= 13))
+        if ((f.num >= 1 && f.num <= 7) || (f.num >= 9 && f.num <= 13) ||
+            f.num == 15 || f.num == 16)
             EXPECT(f, WT_VARINT);
         switch (f.num) {
         case 1:
@@ -215,6 +229,17 @@ int rl_result_decode(const uint8_t *p, size_t n, rl_result_t *out)
             break;
         case 13:
             out->decided_at_ms = f.v;
+            break;
+        case 14:
+            EXPECT(f, WT_LEN);
+            out->handle = f.s;
+            out->handle_len = f.len;
+            break;
+        case 15:
+            out->expires_at_ms = f.v;
+            break;
+        case 16:
+            out->failed_open = f.v != 0;
             break;
         default:
             break;
@@ -260,7 +285,8 @@ size_t rl_check_size(const rl_check_t *c)
 {
     return size_u(1, c->id) + size_s(2, c->key_len) + size_u(3, c->cost) +
            size_u(4, c->limit) + size_u(5, c->window_s) +
-           size_s(6, c->rule_len);
+           size_s(6, c->rule_len) + size_u(7, c->op) +
+           size_s(8, c->handle_len) + size_u(9, c->actual);
 }
 
 size_t rl_check_encode(const rl_check_t *c, uint8_t *p)
@@ -273,6 +299,9 @@ size_t rl_check_encode(const rl_check_t *c, uint8_t *p)
     k += put_u(p + k, 4, c->limit);
     k += put_u(p + k, 5, c->window_s);
     k += put_s(p + k, 6, c->rule, c->rule_len);
+    k += put_u(p + k, 7, c->op);
+    k += put_s(p + k, 8, (const char *)c->handle, c->handle_len);
+    k += put_u(p + k, 9, c->actual);
     return k;
 }
 
@@ -289,7 +318,9 @@ size_t rl_result_size(const rl_result_t *r)
            size_u(6, r->reset_after_ms) + size_u(7, r->retry_after_ms) +
            size_s(8, r->error_len) + size_u(9, enum_wire(r->notice)) +
            size_u(10, r->shadow_refused != 0) + size_u(11, r->window_s) +
-           size_u(12, r->algorithm) + size_u(13, r->decided_at_ms);
+           size_u(12, r->algorithm) + size_u(13, r->decided_at_ms) +
+           size_s(14, r->handle_len) + size_u(15, r->expires_at_ms) +
+           size_u(16, r->failed_open != 0);
 }
 
 size_t rl_result_encode(const rl_result_t *r, uint8_t *p)
@@ -309,6 +340,9 @@ size_t rl_result_encode(const rl_result_t *r, uint8_t *p)
     k += put_u(p + k, 11, r->window_s);
     k += put_u(p + k, 12, r->algorithm);
     k += put_u(p + k, 13, r->decided_at_ms);
+    k += put_s(p + k, 14, (const char *)r->handle, r->handle_len);
+    k += put_u(p + k, 15, r->expires_at_ms);
+    k += put_u(p + k, 16, r->failed_open != 0);
     return k;
 }
 

@@ -31,6 +31,20 @@ typedef enum {
     RL_NOTICE_GOAWAY = 1 /* the server is stopping: send no more here */
 } rl_notice_t;
 
+/* What a CheckRequest does (CheckRequest.Op). */
+typedef enum {
+    RL_OP_CHECK = 0,
+    RL_OP_RESERVE = 1,
+    RL_OP_SETTLE = 2,
+    RL_OP_ACQUIRE = 3,
+    RL_OP_RELEASE = 4,
+    RL_OP_RENEW = 5,
+    RL_OP_MAX
+} rl_op_t;
+
+/* The longest handle a server returns or takes. */
+#define RL_HANDLE_MAX 512
+
 /* A CheckRequest. Strings are not NUL-terminated; NULL with length 0 is the
  * empty string. */
 typedef struct rl_check_s {
@@ -42,6 +56,10 @@ typedef struct rl_check_s {
     uint32_t window_s;
     const char *rule;
     size_t rule_len;
+    uint32_t op; /* RL_OP_*; others may come from newer clients */
+    const uint8_t *handle; /* RL_OP_SETTLE, _RELEASE, _RENEW */
+    size_t handle_len;
+    uint64_t actual; /* RL_OP_SETTLE: the cost really used */
 } rl_check_t;
 
 /* A CheckResponse. */
@@ -63,6 +81,10 @@ typedef struct rl_result_s {
     uint64_t decided_at_ms; /* when it was decided, ms since the Unix epoch
                                on the store's clock (the one every
                                instance shares); 0 if not decided */
+    const uint8_t *handle;  /* RL_OP_RESERVE, _ACQUIRE when allowed */
+    size_t handle_len;
+    uint64_t expires_at_ms; /* the reservation's or lease's end */
+    int failed_open;        /* OK because the store could not answer */
 } rl_result_t;
 
 /* The GOAWAY notice: id 0, code ERROR, notice RL_NOTICE_GOAWAY and the
