@@ -363,11 +363,14 @@ int rl_check_put(rl_buf_t *b, const rl_check_t *c)
     return RL_OK;
 }
 
-/* A CheckResponse without its error text is at most eight varint fields
- * of a one-byte tag and up to ten bytes each, plus the error's tag and
- * length, then shadow_refused (2 bytes), window_seconds (up to 6),
- * algorithm (up to 6) and decided_at_ms (up to 11). */
-#define RESULT_FIXED_MAX (8 * 11 + 1 + 10 + 2 + 6 + 6 + 11)
+/* A CheckResponse without its error text and handle is at most eight
+ * varint fields of a one-byte tag and up to ten bytes each, plus the
+ * error's tag and length, then shadow_refused (2 bytes), window_seconds
+ * (up to 6), algorithm (up to 6), decided_at_ms (up to 11), the handle's
+ * tag and length (up to 11), expires_at_ms (up to 11) and failed_open
+ * (2). */
+#define RESULT_FIXED_MAX                                                      \
+    (8 * 11 + 1 + 10 + 2 + 6 + 6 + 11 + 11 + 11 + 2)
 
 int rl_result_put(rl_buf_t *b, const rl_result_t *r)
 {
@@ -380,7 +383,9 @@ int rl_result_put(rl_buf_t *b, const rl_result_t *r)
      * be had (a buffer near its cap) is the exact size worked out first,
      * so what fits is exactly what fitted before. */
     if (r->error_len <= UINT32_MAX - RESULT_FIXED_MAX &&
-        rl_buf_avail(b) >= RL_FRAME_HEADER + RESULT_FIXED_MAX + r->error_len) {
+        r->handle_len <= UINT32_MAX - RESULT_FIXED_MAX - r->error_len &&
+        rl_buf_avail(b) >=
+            RL_FRAME_HEADER + RESULT_FIXED_MAX + r->error_len + r->handle_len) {
         w = b->data + b->wpos;
         n = rl_result_encode(r, w + RL_FRAME_HEADER);
         rl_frame_header(w, (uint32_t)n);

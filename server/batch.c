@@ -331,6 +331,7 @@ static void answer_failed(rls_batcher_t *b, rls_batch_t *t, rls_op_t *op,
     if (open) {
         /* Allowed, and nothing was counted. */
         r.code = RL_CODE_OK;
+        r.failed_open = 1;
         r.remaining = w->limit;
         r.reset_after_ms = rl_window_reset_after_ms(t->now_ms, w->window_s);
         b->stats.failed_open++;
@@ -730,34 +731,41 @@ static int local_refusal(rls_batcher_t *b, rls_respond_fn respond,
     return 1;
 }
 
-/* Writes the op key "<prefix>{<caller>}:r:<rule>", or "...:i" or "...:e"
- * for a limit without a rule (spec->ns), at w and
- * returns its length; *tag_len gets the length of "<prefix>{<caller>}". */
-static size_t op_key(const rls_batcher_t *b, uint8_t *w, const char *key,
-                     size_t key_len, const rls_spec_t *spec, size_t *tag_len)
+size_t rls_op_key(const char *prefix, size_t prefix_len, const char *key,
+                  size_t key_len, const char *rule, size_t rule_len, int ns,
+                  uint8_t *w, size_t *tag_len)
 {
     uint8_t *p = w;
 
-    memcpy(p, b->prefix, b->prefix_len);
-    p += b->prefix_len;
+    memcpy(p, prefix, prefix_len);
+    p += prefix_len;
     *p++ = '{';
     memcpy(p, key, key_len);
     p += key_len;
     *p++ = '}';
     *tag_len = (size_t)(p - w);
     *p++ = ':';
-    if (spec->rule != NULL) {
+    if (rule_len > 0) {
         *p++ = 'r';
         *p++ = ':';
-        memcpy(p, spec->rule->name, spec->rule->name_len);
-        p += spec->rule->name_len;
+        memcpy(p, rule, rule_len);
+        p += rule_len;
     } else {
         /* Whose counters (decide.h): no request of one family can reach
          * another's. */
-        *p++ = spec->ns != 0 ? (uint8_t)spec->ns : 'i';
+        *p++ = ns != 0 ? (uint8_t)ns : 'i';
     }
     *p = '\0';
     return (size_t)(p - w);
+}
+
+static size_t op_key(const rls_batcher_t *b, uint8_t *w, const char *key,
+                     size_t key_len, const rls_spec_t *spec, size_t *tag_len)
+{
+    return rls_op_key(b->prefix, b->prefix_len, key, key_len,
+                      spec->rule != NULL ? spec->rule->name : NULL,
+                      spec->rule != NULL ? spec->rule->name_len : 0, spec->ns,
+                      w, tag_len);
 }
 
 int rls_batcher_add(rls_batcher_t *b, rls_respond_fn respond, void *owner,

@@ -22,6 +22,7 @@
 #include "prom_hist.h"
 #include "policy/runtime.h"
 #include "fail_local.h"
+#include "handle.h"
 #include "refusals.h"
 #include "store/store.h"
 
@@ -68,6 +69,10 @@ typedef struct rls_batcher_s {
     uint64_t spread_ms;
     uint64_t rng;      /* xorshift64 state for the spread */
     int fail_open;     /* 1 open, 0 closed, RLS_FAIL_LOCAL */
+    /* Reservations and leases (decide.c): the fleet's handle secret and
+     * how long a reservation may wait for its settlement. */
+    rls_hkey_t hkey;
+    uint64_t reserve_ttl_ms;
     /* --fail-local: decides what the store cannot (the owner sets it; NULL
      * for the other modes). */
     rls_local_t *local;
@@ -101,6 +106,15 @@ typedef struct rls_batcher_s {
      * rls_refusals_init on it). */
     rls_refusals_t refusals;
 } rls_batcher_t;
+
+/* Writes the op key "<prefix>{<caller>}:r:<rule>" (rule_len > 0), or
+ * "...:i" / "...:e" for a limit without a rule (ns, decide.h), NUL-
+ * terminated, at w (prefix_len + key_len + rule_len + 8 bytes) and returns
+ * its length; *tag_len gets the length of "<prefix>{<caller>}". The keys of
+ * an op's counters, markers and leases all start with it (store.h). */
+size_t rls_op_key(const char *prefix, size_t prefix_len, const char *key,
+                  size_t key_len, const char *rule, size_t rule_len, int ns,
+                  uint8_t *w, size_t *tag_len);
 
 /* Prepares a batcher; allocates nothing yet. */
 void rls_batcher_init(rls_batcher_t *b, rls_store_t *store,

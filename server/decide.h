@@ -53,6 +53,14 @@ typedef struct rls_ask_s {
     const char *stats_name;
     size_t stats_name_len;
     int shadow; /* decide in shadow mode at least (unless a switch says) */
+    /* What is asked (RL_OP_*: rl_msg.h); RL_OP_CHECK when 0. RESERVE is a
+     * check of cost (the estimate) that returns a handle; ACQUIRE takes a
+     * lease of a concurrency rule; SETTLE, RELEASE and RENEW take a
+     * handle and no key or rule. */
+    uint32_t op;
+    const uint8_t *handle;
+    size_t handle_len;
+    uint64_t actual; /* SETTLE: the cost really used */
 } rls_ask_t;
 
 /* Decides a: the answer goes to respond(owner, r) exactly once, later or

@@ -19,6 +19,7 @@ void rls_flags_defaults(rls_flags_t *c)
     c->listen_port = 7390;
     c->redis_timeout_ms = 200;
     c->grace_ms = 1000;
+    c->reserve_ttl_ms = 300000;
     c->spread_ms = 10000;
     c->swl_max = RLS_SWL_MAX_DEFAULT;
     c->memory_max = (uint64_t)256 << 20;
@@ -141,6 +142,13 @@ static const char usage[] =
     "                           script; off: always the script\n"
     "  --redis-timeout-ms N     a Redis batch unanswered this long fails\n"
     "                           (default 200)\n"
+    "  --reserve-ttl-ms N       a reservation may be settled for this long\n"
+    "                           (default 300000); unsettled, it keeps its\n"
+    "                           estimate\n"
+    "  --handle-secret-file F   the secret that signs reservation and lease\n"
+    "                           handles, the same file on every instance\n"
+    "                           (default: a Redis store keeps one for the\n"
+    "                           fleet; the memory store draws its own)\n"
     "  --expiry-grace-ms N      keys expire this long after their window\n"
     "                           ends (default 1000)\n"
     "  --expiry-spread-ms N     Redis store: each key lives up to this much\n"
@@ -621,6 +629,7 @@ typedef struct {
 static const num_flag_t num_flags[] = {
     NUM("--redis-timeout-ms", redis_timeout_ms, 1, 600000),
     NUM("--expiry-grace-ms", grace_ms, 0, 3600000),
+    NUM("--reserve-ttl-ms", reserve_ttl_ms, 1000, 86400000),
     NUM("--expiry-spread-ms", spread_ms, 0, 3600000),
     NUM("--sliding-window-max", swl_max, 1, RL_SWL_LIMIT_MAX),
     NUM("--max-frame", max_frame, 64, 16u << 20),
@@ -691,7 +700,8 @@ static int takes_value(const char *name)
                                         "--tls-key",
                                         "--tls-client-ca",
                                         "--tls-listeners",
-                                        "--port-file"};
+                                        "--port-file",
+                                        "--handle-secret-file"};
     size_t k;
 
     for (k = 0; k < sizeof(names) / sizeof(names[0]); k++)
@@ -942,6 +952,10 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
                 return fail(err, errlen, "--rule: at most %d; use --config",
                             RLS_RULES_MAX);
             c->rules[c->nrules++] = val;
+        } else if (strcmp(name, "--handle-secret-file") == 0) {
+            if (val[0] == '\0')
+                return fail(err, errlen, "%s: empty", name);
+            c->handle_secret_file = val;
         } else if (strcmp(name, "--port-file") == 0) {
             c->port_file = val;
         } else if (strcmp(name, "--config") == 0) {

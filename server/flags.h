@@ -56,6 +56,8 @@ typedef struct rls_flags_s {
     const char *redis_sentinel_password_file;
     uint64_t redis_timeout_ms;
     uint64_t grace_ms;
+    uint64_t reserve_ttl_ms;        /* --reserve-ttl-ms */
+    const char *handle_secret_file; /* --handle-secret-file, or NULL */
     uint64_t spread_ms; /* Redis store: expiries spread over up to this */
     uint64_t swl_max;   /* --sliding-window-max */
     uint64_t memory_max; /* memory store: bytes of counters, at most */

@@ -58,6 +58,30 @@ static int render_rule(rl_buf_t *out, const rls_rule_stats_t *st, int part)
     uint32_t i, k;
     int rc;
 
+    if (part == 3 || part == 4) {
+        const struct {
+            const char *label;
+            uint64_t v;
+        } x[4] = {{"settled", st->settled},
+                  {"released", st->released},
+                  {"renewed", st->renewed},
+                  {"refused", st->xop_errors}},
+          c[2] = {{"refunded", st->refunded}, {"excess", st->excess}};
+        uint32_t n = part == 3 ? 4 : 2;
+        for (i = 0; i < n; i++) {
+            uint64_t v = part == 3 ? x[i].v : c[i].v;
+            if (v > 0 &&
+                (rc = rl_buf_printf(
+                     out, "%s{rule=\"%s\",%s=\"%s\"} %llu\n",
+                     part == 3 ? "rl_rule_handle_ops_total"
+                               : "rl_rule_settled_cost_total",
+                     name, part == 3 ? "result" : "kind",
+                     part == 3 ? x[i].label : c[i].label,
+                     (unsigned long long)v)) != RL_OK)
+                return rc;
+        }
+        return RL_OK;
+    }
     if (part == 0) {
         for (i = 0; i < 4; i++)
             if (d[i].v > 0 &&
@@ -151,8 +175,8 @@ static int render_policy(const rls_metrics_view_t *v, rl_buf_t *out)
                     "Stored quotas (rl-ctl) that did not parse; the rule's "
                     "limits applied.",
                     v->store->stats.bad_quotas));
-    for (part = 0; part < 3; part++) {
-        static const char *const fam[3][2] = {
+    for (part = 0; part < 5; part++) {
+        static const char *const fam[5][2] = {
             {"rl_rule_decisions_total",
              "Decisions per rule: allowed, refused, allowed only by "
              "shadow mode (would have been refused), allowed uncounted "
@@ -163,7 +187,14 @@ static int render_policy(const rls_metrics_view_t *v, rl_buf_t *out)
              "window length; each counted once across the fleet."},
             {"rl_rule_windows_reached_total",
              "Caller-windows whose consumption reached 50, 80 or 100 % of "
-             "the limit; each counted once across the fleet."}};
+             "the limit; each counted once across the fleet."},
+            {"rl_rule_handle_ops_total",
+             "Reservations settled, leases released and renewed, and "
+             "those refused (settled twice, expired, not held), per "
+             "rule."},
+            {"rl_rule_settled_cost_total",
+             "Cost settlements gave back (refunded) or charged past the "
+             "estimates (excess), per rule."}};
 
         TRY(rls_prom_family(out, fam[part][0], "counter", fam[part][1]));
         for (i = 0; i < rt->stats_cap; i++)

@@ -185,6 +185,7 @@ static void close_all(rls_server_t *s)
     /* The last counts go out before the exporter closes. */
     rls_statsd_flush(&s->statsd);
     rls_statsd_close(&s->statsd);
+    rls_hsecret_close(&s->hsecret);
     rls_envoy_reload_close(&s->envoy_reload);
     rls_xds_close(&s->xds);
     if (s->tls != NULL)
@@ -516,6 +517,25 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
                      cfg->prefix_len, RLS_BATCH_MAX,
                      cfg->grace_ms, cfg->fail_open);
     s->batcher.max_in_flight = cfg->batches_in_flight;
+    s->batcher.reserve_ttl_ms = cfg->reserve_ttl_ms;
+    /* Reservation and lease handles: signed with the operator's secret,
+     * else the fleet's (kept in Redis), else this process's own. */
+    if (cfg->handle_secret_file != NULL)
+        rc = rls_hkey_from_file(&s->batcher.hkey, cfg->handle_secret_file,
+                                err, errlen);
+    else if (!cfg->use_redis)
+        rc = rls_hkey_random(&s->batcher.hkey);
+    else
+        rc = rls_hsecret_start(&s->hsecret, loop, store, cfg->prefix,
+                               cfg->prefix_len, &s->batcher.hkey);
+    if (rc != RL_OK) {
+        if (cfg->handle_secret_file == NULL)
+            snprintf(err, errlen, "no random bytes for the handle secret");
+        rls_hsecret_close(&s->hsecret);
+        rls_batcher_free(&s->batcher);
+        rls_runtime_free(&s->rt);
+        return rc;
+    }
     s->batcher.hold_ns = cfg->batch_hold_us * 1000;
     /* The memory store frees a window's counters a few thousand per tick
      * (store/memory.c): its expiries need no spreading. */
@@ -541,6 +561,7 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
             }
         rls_envoy_reload_close(&s->envoy_reload);
         rls_statsd_close(&s->statsd);
+        rls_hsecret_close(&s->hsecret);
         rls_estats_free(&s->estats);
         rls_xds_close(&s->xds);
         rls_tls_free(s->tls);

@@ -328,6 +328,10 @@ static void handle_request(rls_conn_t *c, const uint8_t *p, size_t n)
     a.window_s = q.window_s;
     a.from_request = 1;
     a.ns = RLS_NS_INLINE;
+    a.op = q.op;
+    a.handle = q.handle;
+    a.handle_len = q.handle_len;
+    a.actual = q.actual;
     /* In flight from here: the answer may come before rls_decide returns
      * (a kill switch, a refusal known without the store). */
     c->inflight++;

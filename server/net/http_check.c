@@ -25,6 +25,7 @@
 typedef struct check_ctx_s {
     rls_check_t *k;
     int deny_status;
+    uint32_t op; /* RL_OP_* */
     size_t rule_len;
     char rule[RL_RULE_MAX];
 } check_ctx_t;
@@ -54,6 +55,22 @@ static void decision(rls_check_t *k, const rl_result_t *r, const char *rule,
         }
         k->extra_len += (size_t)w;
     }
+    if (r->handle_len > 0 &&
+        sizeof(k->extra) - k->extra_len > 2 * r->handle_len + 80) {
+        /* Reservations and leases: what settle, release and renew take. */
+        size_t j;
+        k->extra_len += (size_t)snprintf(k->extra + k->extra_len,
+                                         sizeof(k->extra) - k->extra_len,
+                                         "X-RateLimit-Handle: ");
+        for (j = 0; j < r->handle_len; j++)
+            k->extra_len += (size_t)snprintf(
+                k->extra + k->extra_len, sizeof(k->extra) - k->extra_len,
+                "%02x", r->handle[j]);
+        k->extra_len += (size_t)snprintf(
+            k->extra + k->extra_len, sizeof(k->extra) - k->extra_len,
+            "\r\nX-RateLimit-Expires-At: %llu\r\n",
+            (unsigned long long)r->expires_at_ms);
+    }
     switch (r->code) {
     case RL_CODE_OK:
         rls_http_reply_text(rep, 200, "OK",
@@ -77,6 +94,37 @@ static void decision(rls_check_t *k, const rl_result_t *r, const char *rule,
     rep->extra = k->extra;
 }
 
+/* The answer to a settle, release or renew: 200, 409 when the handle's
+ * reservation was settled already or its lease is no longer held, 503
+ * when the store could not answer (nothing changed: try again). */
+static void handled(rls_check_t *k, uint32_t op, const rl_result_t *r,
+                    rls_http_reply_t *rep)
+{
+    static char body[256];
+
+    k->extra_len = 0;
+    k->extra[0] = '\0';
+    if (r->code == RL_CODE_OK) {
+        if (op == RL_OP_RENEW)
+            k->extra_len = (size_t)snprintf(
+                k->extra, sizeof(k->extra), "X-RateLimit-Expires-At: %llu\r\n",
+                (unsigned long long)r->expires_at_ms);
+        rls_http_reply_text(rep, 200, "OK",
+                            op == RL_OP_SETTLE    ? "settled\n"
+                            : op == RL_OP_RELEASE ? "released\n"
+                                                  : "renewed\n");
+        rep->extra = k->extra;
+        return;
+    }
+    snprintf(body, sizeof(body), "%.*s\n",
+             r->error_len > 200 ? 200 : (int)r->error_len,
+             r->error != NULL ? r->error : "");
+    if (r->error_len >= 6 && memcmp(r->error, "store ", 6) == 0)
+        rls_http_reply_text(rep, 503, "Service Unavailable", body);
+    else
+        rls_http_reply_text(rep, 409, "Conflict", body);
+}
+
 /* The batcher's answer to one check: owner is the connection. */
 static void on_decided(void *owner, const rl_result_t *r)
 {
@@ -85,7 +133,11 @@ static void on_decided(void *owner, const rl_result_t *r)
     rls_http_reply_t rep;
 
     x->k->pending--;
-    decision(x->k, r, x->rule, x->rule_len, x->deny_status, &rep);
+    if (x->op == RL_OP_SETTLE || x->op == RL_OP_RELEASE ||
+        x->op == RL_OP_RENEW)
+        handled(x->k, x->op, r, &rep);
+    else
+        decision(x->k, r, x->rule, x->rule_len, x->deny_status, &rep);
     rls_http_answer(c, &rep);
 }
 
@@ -145,22 +197,47 @@ static void on_request(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
     rls_ask_t a;
     const char *why = NULL;
 
-    if (plen != 6 || memcmp(q->target, "/check", 6) != 0) {
+    uint32_t path_op = RL_OP_CHECK;
+
+    if (plen == 7 && memcmp(q->target, "/settle", 7) == 0)
+        path_op = RL_OP_SETTLE;
+    else if (plen == 8 && memcmp(q->target, "/release", 8) == 0)
+        path_op = RL_OP_RELEASE;
+    else if (plen == 6 && memcmp(q->target, "/renew", 6) == 0)
+        path_op = RL_OP_RENEW;
+    else if (plen != 6 || memcmp(q->target, "/check", 6) != 0) {
         rls_http_reply_text(r, 404, "Not Found",
-                            "not found: this listener serves GET /check\n");
+                            "not found: this listener serves GET /check "
+                            "and POST /settle, /release, /renew\n");
         return;
     }
-    if (!method_is(q, "GET") && !method_is(q, "HEAD")) {
+    if (path_op == RL_OP_CHECK && !method_is(q, "GET") &&
+        !method_is(q, "HEAD")) {
         rls_http_reply_text(r, 405, "Method Not Allowed",
                             "method not allowed\n");
         r->extra = "Allow: GET, HEAD\r\n";
+        return;
+    }
+    if (path_op != RL_OP_CHECK && !method_is(q, "POST")) {
+        rls_http_reply_text(r, 405, "Method Not Allowed",
+                            "method not allowed\n");
+        r->extra = "Allow: POST\r\n";
         return;
     }
     if (q->target_len > RLS_CHECK_TARGET_MAX) {
         rls_http_reply_text(r, 414, "URI Too Long", "target over 4 KiB\n");
         return;
     }
-    if (rls_check_query(q, &k->opts, &cq, &why) != RL_OK) {
+    if (rls_check_query(q, &k->opts, path_op, &cq, &why) != RL_OK) {
+        if (path_op != RL_OP_CHECK) {
+            /* The backend's request, not the proxy's configuration: the
+             * reason always goes back. */
+            static char body[320];
+            k->rejected[RLS_CHECK_BAD_QUERY]++;
+            snprintf(body, sizeof(body), "%s\n", why);
+            rls_http_reply_text(r, 400, "Bad Request", body);
+            return;
+        }
         bad(k, r, cq.reason, why);
         return;
     }
@@ -171,8 +248,13 @@ static void on_request(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
     a.cost = cq.cost;
     a.rule = cq.rule;
     a.rule_len = cq.rule_len;
+    a.op = cq.op;
+    a.handle = cq.handle;
+    a.handle_len = cq.handle_len;
+    a.actual = cq.actual;
     x = rls_http_conn_ctx(r->conn);
     x->k = k;
+    x->op = cq.op;
     x->deny_status = cq.deny_status;
     memcpy(x->rule, cq.rule, cq.rule_len);
     x->rule_len = cq.rule_len;
@@ -196,7 +278,17 @@ static void on_request(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
     default:
         k->pending--;
         r->pending = 0;
-        bad(k, r, RLS_CHECK_BAD_KEY, why);
+        if (cq.op == RL_OP_SETTLE || cq.op == RL_OP_RELEASE ||
+            cq.op == RL_OP_RENEW) {
+            /* The backend's handle, not the proxy's configuration: the
+             * reason always goes back. */
+            static char body[320];
+            k->rejected[RLS_CHECK_BAD_QUERY]++;
+            snprintf(body, sizeof(body), "%s\n", why);
+            rls_http_reply_text(r, 400, "Bad Request", body);
+        } else {
+            bad(k, r, RLS_CHECK_BAD_KEY, why);
+        }
     }
 }
 

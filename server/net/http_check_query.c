@@ -85,7 +85,19 @@ static int name_is(const char *n, size_t len, const char *lit)
     return len == strlen(lit) && memcmp(n, lit, len) == 0;
 }
 
-enum { SEEN_RULE = 1, SEEN_KEY = 2, SEEN_COST = 4, SEEN_DENY = 8 };
+enum {
+    SEEN_RULE = 1,
+    SEEN_KEY = 2,
+    SEEN_COST = 4,
+    SEEN_DENY = 8,
+    SEEN_OP = 16,
+    SEEN_HANDLE = 32,
+    SEEN_ACTUAL = 64
+};
+
+/* op= values, by RL_OP_* number. */
+static const char *const op_names[RL_OP_MAX] = {
+    "check", "reserve", "settle", "acquire", "release", "renew"};
 
 /* One name=value pair of the query. */
 static int param(const char *p, size_t n, rls_check_query_t *out,
@@ -157,6 +169,55 @@ static int param(const char *p, size_t n, rls_check_query_t *out,
         out->deny_status = (int)x;
         return RL_OK;
     }
+    if (name_is(p, nlen, "op")) {
+        uint32_t k;
+        if (*seen & SEEN_OP)
+            goto twice;
+        *seen |= SEEN_OP;
+        for (k = 0; k < RL_OP_MAX; k++)
+            if (name_is(v, vlen, op_names[k]))
+                break;
+        if (k == RL_OP_MAX) {
+            *why = "op must be check, reserve, settle, acquire, release or "
+                   "renew";
+            return RL_EINVAL;
+        }
+        out->op = k;
+        return RL_OK;
+    }
+    if (name_is(p, nlen, "handle")) {
+        size_t i;
+        int hi, lo;
+        if (*seen & SEEN_HANDLE)
+            goto twice;
+        *seen |= SEEN_HANDLE;
+        if (vlen % 2 != 0 || vlen / 2 > RL_HANDLE_MAX || vlen == 0) {
+            *why = "handle must be the hex digits an answer gave";
+            return RL_EINVAL;
+        }
+        for (i = 0; i < vlen / 2; i++) {
+            if ((hi = hexval((unsigned char)v[2 * i])) < 0 ||
+                (lo = hexval((unsigned char)v[2 * i + 1])) < 0) {
+                *why = "handle must be the hex digits an answer gave";
+                return RL_EINVAL;
+            }
+            out->handle[i] = (uint8_t)(hi * 16 + lo);
+        }
+        out->handle_len = vlen / 2;
+        return RL_OK;
+    }
+    if (name_is(p, nlen, "actual")) {
+        if (*seen & SEEN_ACTUAL)
+            goto twice;
+        *seen |= SEEN_ACTUAL;
+        if (decode(v, vlen, num, sizeof(num), &d) != RL_OK ||
+            rl_parse_u64n(num, d, 0, UINT32_MAX, &x) != RL_OK) {
+            *why = "actual must be a whole number from 0 to 4294967295";
+            return RL_EINVAL;
+        }
+        out->actual = x;
+        return RL_OK;
+    }
     return RL_OK; /* not ours */
 twice:
     *why = "a parameter is given twice";
@@ -222,7 +283,8 @@ static int key_from_xff(const rls_http_req_t *q, const rls_check_opts_t *o,
 }
 
 int rls_check_query(const rls_http_req_t *q, const rls_check_opts_t *o,
-                    rls_check_query_t *out, const char **why)
+                    uint32_t path_op, rls_check_query_t *out,
+                    const char **why)
 {
     const char *t = q->target, *end = q->target + q->target_len, *p, *amp;
     const char *v;
@@ -234,6 +296,9 @@ int rls_check_query(const rls_http_req_t *q, const rls_check_opts_t *o,
     out->cost = 1;
     out->deny_status = 429;
     out->reason = RLS_CHECK_BAD_QUERY;
+    out->op = RL_OP_CHECK;
+    out->handle_len = 0;
+    out->actual = 0;
     p = memchr(t, '?', q->target_len);
     for (p = p != NULL ? p + 1 : end; p < end; p = amp + 1) {
         amp = memchr(p, '&', (size_t)(end - p));
@@ -242,6 +307,33 @@ int rls_check_query(const rls_http_req_t *q, const rls_check_opts_t *o,
         if (amp > p &&
             (rc = param(p, (size_t)(amp - p), out, &seen, why)) != RL_OK)
             return rc;
+    }
+    if (path_op != RL_OP_CHECK) {
+        /* The path says what is done; op= may only agree. */
+        if ((seen & SEEN_OP) && out->op != path_op) {
+            *why = "op= disagrees with the path";
+            return RL_EINVAL;
+        }
+        out->op = path_op;
+    } else if (out->op == RL_OP_SETTLE || out->op == RL_OP_RELEASE ||
+               out->op == RL_OP_RENEW) {
+        *why = "settle, release and renew are POST /settle, /release, "
+               "/renew";
+        return RL_EINVAL;
+    }
+    if (out->op == RL_OP_SETTLE || out->op == RL_OP_RELEASE ||
+        out->op == RL_OP_RENEW) {
+        /* The handle names the caller and the rule. */
+        if (!(seen & SEEN_HANDLE)) {
+            *why = "no handle: give handle=HEX, as the reservation's or "
+                   "lease's answer carried it";
+            return RL_EINVAL;
+        }
+        if (out->op == RL_OP_SETTLE && !(seen & SEEN_ACTUAL)) {
+            *why = "no actual: give actual=N, the cost really used";
+            return RL_EINVAL;
+        }
+        return RL_OK;
     }
     if (!(seen & SEEN_RULE) && o->rule_header[0] != '\0' &&
         rls_http_header(q, o->rule_header, &v, &vlen)) {

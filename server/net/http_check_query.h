@@ -7,7 +7,8 @@
  *
  * Query: name=value pairs separated by '&', values percent-decoded
  * (%XX, and '+' for a space, as HTML forms and URLSearchParams encode
- * them). Known names: rule, key, cost, deny_status; others are ignored so
+ * them). Known names: rule, key, cost, deny_status, op, handle, actual;
+ * others are ignored so
  * that a proxy may add its own. A known name given twice is an error (two
  * components that read it differently must not disagree on the key).
  *
@@ -27,6 +28,7 @@
 #include <stdint.h>
 
 #include "net/http.h"
+#include "rl_msg.h"
 #include "rl_validate.h"
 
 /* Longest request-target /check reads: every byte of the largest key and
@@ -79,15 +81,27 @@ typedef struct rls_check_query_s {
     uint32_t cost;   /* 1 unless cost= says otherwise */
     int deny_status; /* 429 unless deny_status= says 403 */
     int reason;      /* RLS_CHECK_*, when refused */
+    /* Reservations and leases: op= (check, reserve, acquire, settle,
+     * release, renew: RL_OP_*), handle= (hex, as answers carry it in
+     * X-RateLimit-Handle) and actual= (settle). Settle, release and renew
+     * need a handle and no rule or key; settle needs actual. */
+    uint32_t op;
+    uint8_t handle[RL_HANDLE_MAX];
+    size_t handle_len;
+    uint64_t actual;
 } rls_check_query_t;
 
-/* Reads the check request q (a head rls_http_parse accepted) into *out.
+/* Reads the check request q (a head rls_http_parse accepted) into *out;
+ * path_op is what its path says (RL_OP_CHECK for /check, which op= may
+ * make a reserve or an acquire; RL_OP_SETTLE, _RELEASE, _RENEW for their
+ * POST paths, which op= may only repeat).
  * Returns 0; or RL_EINVAL with *why a static, human-readable reason (bad
  * escape, value too long, a NUL in the key, a parameter twice, a missing
  * rule or key, a bad cost or deny_status). The rule's syntax is not
  * checked here (rl_check_validate does, with the native protocol's
  * words). */
 int rls_check_query(const rls_http_req_t *q, const rls_check_opts_t *o,
-                    rls_check_query_t *out, const char **why);
+                    uint32_t path_op, rls_check_query_t *out,
+                    const char **why);
 
 #endif

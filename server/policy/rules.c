@@ -753,6 +753,8 @@ static int read_rule(yp_t *y, const char *name, size_t name_len, int line)
     rls_rule_t *r = rule_new(b, name, name_len, line);
     rls_rule_t scratch;
     int have_limits = 0, ok = r != NULL, rc;
+    uint64_t conc_n = 0;
+    uint32_t lease_s = 0;
 
     /* A bad name is reported and its body still checked. */
     if (r == NULL) {
@@ -799,10 +801,34 @@ static int read_rule(yp_t *y, const char *name, size_t name_len, int line)
             if (rls_yaml_in_next(&y->in) != RL_OK ||
                 rls_yaml_in_skip(&y->in) != RL_OK)
                 return RL_EINVAL;
+        } else if (rls_yaml_in_is(&y->in, "concurrency") ||
+                   rls_yaml_in_is(&y->in, "lease")) {
+            int conc = rls_yaml_in_is(&y->in, "concurrency");
+            uint64_t v = 0;
+            uint32_t d = 0;
+
+            if (rls_yaml_in_next(&y->in) != RL_OK)
+                return RL_EINVAL;
+            if (!rls_yaml_in_is_scalar(&y->in) ||
+                (conc ? rl_parse_u64n(sval(y), slen(y), 1, RLS_CONCURRENCY_MAX,
+                                      &v)
+                      : rls_duration_parse(sval(y), slen(y), &d)) != RL_OK) {
+                DIAG(b, rls_yaml_in_line(&y->in),
+                     conc ? "concurrency must be a whole number of leases "
+                            "from 1 to 1000000"
+                          : "lease must be a duration such as 30s or 5m");
+                ok = 0;
+                if (rls_yaml_in_skip(&y->in) != RL_OK)
+                    return RL_EINVAL;
+            } else if (conc) {
+                conc_n = v;
+            } else {
+                lease_s = d;
+            }
         } else {
             DIAG(b, rls_yaml_in_line(&y->in),
-                 "unknown key '%.*s' in rule '%.*s' (limits, mode, overrides,"
-                 " description)",
+                 "unknown key '%.*s' in rule '%.*s' (limits, concurrency, "
+                 "lease, mode, overrides, description)",
                  (int)(slen(y) > 40 ? 40 : slen(y)), sval(y), (int)name_len,
                  name);
             ok = 0;
@@ -813,7 +839,28 @@ static int read_rule(yp_t *y, const char *name, size_t name_len, int line)
     }
     if (rc < 0)
         return rc;
-    if (!have_limits) {
+    if (conc_n > 0 && have_limits) {
+        DIAG(b, line,
+             "rule '%.*s' has both limits and concurrency: a rule limits a "
+             "rate or what is in flight, not both",
+             (int)name_len, name);
+        ok = 0;
+    } else if (conc_n > 0 && b->novr > 0) {
+        DIAG(b, line, "rule '%.*s' limits concurrency: overrides are not "
+                      "supported there",
+             (int)name_len, name);
+        ok = 0;
+    } else if (conc_n > 0) {
+        memset(&r->limits, 0, sizeof(r->limits));
+        r->limits.n = 1;
+        r->limits.w[0].limit = conc_n;
+        r->limits.w[0].window_s = lease_s ? lease_s : RLS_LEASE_DEFAULT_S;
+        r->concurrency = 1;
+    } else if (lease_s > 0) {
+        DIAG(b, line, "rule '%.*s' has a lease but no concurrency",
+             (int)name_len, name);
+        ok = 0;
+    } else if (!have_limits) {
         DIAG(b, line, "rule '%.*s' has no limits", (int)name_len, name);
         ok = 0;
     }

@@ -66,6 +66,11 @@
 /* Nesting deeper than this is refused (the format needs 5 levels). */
 #define RLS_RULES_DEPTH_MAX 8
 
+/* A concurrency rule's bounds: leases alive per caller, and the lease
+ * length when the rule gives none. */
+#define RLS_CONCURRENCY_MAX 1000000u
+#define RLS_LEASE_DEFAULT_S 60
+
 enum { RLS_MODE_ENFORCE, RLS_MODE_SHADOW, RLS_MODE_OFF, RLS_MODE_MAX };
 
 /* A rule's limits, sorted by window length then algorithm, no pair twice. */
@@ -96,6 +101,11 @@ typedef struct rls_rule_s {
     uint32_t overrides_mask;   /* index size - 1 */
     uint32_t noverrides;
     uint32_t index; /* position in the policy, 0-based */
+    /* A concurrency rule ("concurrency: N", "lease: DURATION"): limits.w[0]
+     * is N leases alive per caller (limit) of lease_s seconds each
+     * (window_s), taken with ACQUIRE, never decided as a rate. 0: a rate
+     * rule. */
+    int concurrency;
 } rls_rule_t;
 
 typedef struct rls_policy_s rls_policy_t;

@@ -581,6 +581,14 @@ scenario_ctl() {
         t_fail "Envoy's API on the cluster: $(grep -E '^FAIL|rror' \
             "$T_DIR/envoy.log" | head -5)"
     t_log "Envoy's API on the cluster: $(tail -1 "$T_DIR/envoy.log")"
+    # Reservations and leases across three instances on this cluster
+    # (e2e_xop.py, with its own prefix).
+    RL_XOP_STORE="--redis-cluster 127.0.0.1:$(rc_port 1),127.0.0.1:$(rc_port 4)" \
+        /usr/bin/python3 "$src/tests/server/e2e/e2e_xop.py" \
+        "$RL_SERVER_BIN" "$src/proto" >"$T_DIR/xop.log" 2>&1 ||
+        t_fail "reservations and leases on the cluster: $(grep -E \
+            '^FAIL|rror' "$T_DIR/xop.log" | head -5)"
+    t_log "reservations and leases on the cluster: $(tail -1 "$T_DIR/xop.log")"
 }
 
 # ---- tls ------------------------------------------------------------------

@@ -49,17 +49,27 @@ static void opts_for(uint8_t sel, rls_check_opts_t *o)
     o->xff_hops = (unsigned)(sel / 6) % (RLS_CHECK_XFF_HOPS_MAX + 2);
 }
 
-static void check_query(const rls_http_req_t *q, const rls_check_opts_t *o)
+static void check_query(const rls_http_req_t *q, const rls_check_opts_t *o,
+                        uint32_t path_op)
 {
     rls_check_query_t cq;
     const char *why = NULL, *v;
     size_t vlen;
-    int rc = rls_check_query(q, o, &cq, &why);
+    int rc = rls_check_query(q, o, path_op, &cq, &why);
 
     CHECK(rc == RL_OK || rc == RL_EINVAL);
     CHECK(cq.reason >= 0 && cq.reason < RLS_CHECK_REASONS);
     if (rc != RL_OK) {
         CHECK(why != NULL && why[0] != '\0');
+        return;
+    }
+    CHECK(cq.op < RL_OP_MAX);
+    CHECK(path_op == RL_OP_CHECK || cq.op == path_op);
+    if (cq.op == RL_OP_SETTLE || cq.op == RL_OP_RELEASE ||
+        cq.op == RL_OP_RENEW) {
+        /* The handle names the caller: no rule or key needed. */
+        CHECK(cq.handle_len >= 1 && cq.handle_len <= RL_HANDLE_MAX);
+        CHECK(cq.actual <= UINT32_MAX);
         return;
     }
     CHECK(cq.rule_len >= 1 && cq.rule_len <= RL_RULE_MAX);
@@ -87,7 +97,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size > 0)
         memcpy(b, data + 1, size);
     if (rls_http_parse(b, size, &q) == RL_OK)
-        check_query(&q, &o);
+        check_query(&q, &o,
+                    (data[0] & 0xc0) == 0x40   ? RL_OP_SETTLE
+                    : (data[0] & 0xc0) == 0x80 ? RL_OP_RELEASE
+                                               : RL_OP_CHECK);
     free(b);
     return 0;
 }
@@ -119,7 +132,7 @@ static void roundtrip(const uint8_t *key, size_t n, int plain)
                             "&x=y HTTP/1.1\r\n\r\n");
     CHECK(rls_http_parse(head, len, &q) == RL_OK);
     CHECK(rls_check_opts_init(&o, NULL, NULL) == RL_OK);
-    CHECK(rls_check_query(&q, &o, &cq, &why) == RL_OK);
+    CHECK(rls_check_query(&q, &o, RL_OP_CHECK, &cq, &why) == RL_OK);
     CHECK(cq.key_len == n && memcmp(cq.key, key, n) == 0);
 }
 

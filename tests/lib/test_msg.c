@@ -42,8 +42,8 @@ static void rnd_str(char *dst, size_t max, size_t *len)
 
 static void test_check_matches_protobuf_c(void **state)
 {
-    char key[600], rule[200];
-    uint8_t ours[1024], theirs[1024];
+    char key[600], rule[200], hnd[RL_HANDLE_MAX + 1];
+    uint8_t ours[2048], theirs[2048];
     int i;
 
     (void)state;
@@ -59,7 +59,15 @@ static void test_check_matches_protobuf_c(void **state)
         c.window_s = (uint32_t)rnd_u64();
         rnd_str(rule, 130, &c.rule_len);
         c.rule = rule;
+        c.op = (uint32_t)(rnd_u64() % (RL_OP_MAX + 1));
+        rnd_str(hnd, RL_HANDLE_MAX, &c.handle_len);
+        c.handle = (const uint8_t *)hnd;
+        c.actual = rnd_u64();
 
+        pc.op = (Ratelimit__V1__CheckRequest__Op)c.op;
+        pc.handle.data = (uint8_t *)hnd;
+        pc.handle.len = c.handle_len;
+        pc.actual = c.actual;
         pc.id = c.id;
         pc.key = key;
         pc.cost = c.cost;
@@ -82,13 +90,18 @@ static void test_check_matches_protobuf_c(void **state)
         assert_int_equal(back.limit, c.limit);
         assert_int_equal(back.window_s, c.window_s);
         assert_int_equal(back.rule_len, c.rule_len);
+        assert_int_equal(back.op, c.op);
+        assert_int_equal(back.handle_len, c.handle_len);
+        if (c.handle_len)
+            assert_memory_equal(back.handle, hnd, c.handle_len);
+        assert_int_equal(back.actual, c.actual);
     }
 }
 
 static void test_result_matches_protobuf_c(void **state)
 {
-    char err[300];
-    uint8_t ours[1024], theirs[1024];
+    char err[300], hnd[RL_HANDLE_MAX + 1];
+    uint8_t ours[2048], theirs[2048];
     int i;
 
     (void)state;
@@ -107,7 +120,15 @@ static void test_result_matches_protobuf_c(void **state)
         rnd_str(err, 250, &r.error_len);
         r.error = err;
         r.notice = rand_r(&seed) % 3;
+        rnd_str(hnd, RL_HANDLE_MAX, &r.handle_len);
+        r.handle = (const uint8_t *)hnd;
+        r.expires_at_ms = rnd_u64();
+        r.failed_open = rand_r(&seed) % 2;
 
+        pc.handle.data = (uint8_t *)hnd;
+        pc.handle.len = r.handle_len;
+        pc.expires_at_ms = r.expires_at_ms;
+        pc.failed_open = r.failed_open;
         pc.id = r.id;
         pc.code = (Ratelimit__V1__CheckResponse__Code)r.code;
         pc.limit = r.limit;
@@ -145,6 +166,48 @@ static void test_result_matches_protobuf_c(void **state)
         assert_int_equal(back.retry_after_ms, r.retry_after_ms);
         assert_int_equal(back.error_len, r.error_len);
         assert_int_equal(back.notice, r.notice);
+        assert_int_equal(back.handle_len, r.handle_len);
+        if (r.handle_len)
+            assert_memory_equal(back.handle, hnd, r.handle_len);
+        assert_int_equal(back.expires_at_ms, r.expires_at_ms);
+        assert_int_equal(back.failed_open, r.failed_open);
+    }
+}
+
+/* rl_result_put's one-pass path must count the handle: a buffer with just
+ * the room the fixed fields and the error need, plus not the handle, takes
+ * the exact path (or is refused) and never writes past its end. */
+static void test_result_put_counts_handle(void **state)
+{
+    uint8_t hnd[RL_HANDLE_MAX];
+    size_t room;
+
+    (void)state;
+    memset(hnd, 0xab, sizeof(hnd));
+    for (room = 100; room < 900; room += 7) {
+        rl_buf_t b;
+        rl_result_t r = {0}, back;
+
+        r.id = UINT64_MAX;
+        r.code = RL_CODE_OK;
+        r.limit = r.used = r.remaining = UINT64_MAX;
+        r.reset_after_ms = r.retry_after_ms = UINT64_MAX;
+        r.decided_at_ms = r.expires_at_ms = UINT64_MAX;
+        r.handle = hnd;
+        r.handle_len = sizeof(hnd);
+        r.failed_open = 1;
+        uint8_t *w;
+
+        /* Exactly room bytes allocated (the cap stops the growth). */
+        rl_buf_init(&b, room);
+        assert_int_equal(rl_buf_reserve(&b, room, &w), RL_OK);
+        if (rl_result_put(&b, &r) == RL_OK) {
+            assert_true(rl_buf_len(&b) <= room);
+            assert_int_equal(rl_result_take(&b, 1u << 20, &back), RL_OK);
+            assert_int_equal(back.handle_len, sizeof(hnd));
+            assert_memory_equal(back.handle, hnd, sizeof(hnd));
+        }
+        rl_buf_free(&b);
     }
 }
 
@@ -372,6 +435,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_check_matches_protobuf_c),
         cmocka_unit_test(test_result_matches_protobuf_c),
+        cmocka_unit_test(test_result_put_counts_handle),
         cmocka_unit_test(test_goaway_by_notice),
         cmocka_unit_test(test_result_take),
         cmocka_unit_test(test_unknown_fields_skipped),

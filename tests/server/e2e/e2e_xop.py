@@ -1,0 +1,500 @@
+#!/usr/bin/python3
+"""Reservations and leases across instances: three rl-servers share one
+Redis (or, with RL_XOP_STORE, the store flags given there, such as a
+Redis Cluster that tests/cluster/redis_cluster.sh starts), spoken to in
+the native protocol (frames of ratelimit.proto) and over HTTP.
+
+Reservations: reserve on one instance, settle on another, the window's
+counter moves by exactly actual - estimate (a refund frees room at once,
+an excess refuses later requests), a second settlement or a forged,
+changed, expired or lease handle is refused and changes nothing, on a
+fixed window and on a rule of every algorithm; a long random run against
+a model of the counter, across the three instances, agrees answer for
+answer.
+
+Leases: never more than N alive per caller across the instances, audited
+from the answers' times while clients crash (never release) at random;
+release, renew, an expired lease, shadow mode.
+
+HTTP: GET /check?op=reserve|acquire and POST /settle, /release, /renew.
+
+Fail-open: with the store gone, reserve and acquire answer OK marked
+failed_open, and their handles settle and release without effect.
+
+Usage: e2e_xop.py RL_SERVER PROTO_DIR [REDIS_SERVER]"""
+import os
+import random
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "support"))
+import rlt  # noqa: E402
+
+RL_SERVER, PROTO_DIR = sys.argv[1], sys.argv[2]
+REDIS = sys.argv[3] if len(sys.argv) > 3 else "redis-server"
+STORE_ARGS = os.environ.get("RL_XOP_STORE", "").split()
+TMP = tempfile.mkdtemp(prefix="rl-xop-")
+FAILS, PROCS = [], []
+SERVERS = 3
+LEASE_N = 5
+
+rlt.envoy_stubs(PROTO_DIR, TMP, native=True)
+import ratelimit_pb2 as pb  # noqa: E402
+
+Req, Resp = pb.CheckRequest, pb.CheckResponse
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        FAILS.append(what)
+
+
+class Native:
+    """One native connection: requests pipelined, answers matched by
+    id."""
+
+    def __init__(self, port):
+        self.s = socket.create_connection(("127.0.0.1", port), 5)
+        self.s.settimeout(10)
+        self.buf = b""
+        self.next_id = 1
+
+    def send(self, **kw):
+        kw.setdefault("id", self.next_id)
+        self.next_id = max(self.next_id, kw["id"]) + 1
+        m = Req(**kw).SerializeToString()
+        self.s.sendall(struct.pack(">BI", 0, len(m)) + m)
+        return kw["id"]
+
+    def recv(self):
+        while True:
+            if len(self.buf) >= 5:
+                n = struct.unpack(">I", self.buf[1:5])[0]
+                if len(self.buf) >= 5 + n:
+                    r = Resp()
+                    r.ParseFromString(self.buf[5:5 + n])
+                    self.buf = self.buf[5 + n:]
+                    return r
+            chunk = self.s.recv(65536)
+            if not chunk:
+                raise RuntimeError("connection closed")
+            self.buf += chunk
+
+    def ask(self, **kw):
+        i = self.send(**kw)
+        r = self.recv()
+        assert r.id == i, (r.id, i)
+        return r
+
+
+RULES = """rules:
+  tokens:
+    limits: [1000/30d]
+  every:
+    limits:
+      - {limit: 50/30d}
+      - {limit: 20/1h, algorithm: sliding-window-counter}
+      - {limit: 20/1h, algorithm: sliding-window}
+      - {rate: 20/1h, burst: 20, algorithm: gcra}
+  model:
+    limits: [100/30d]
+  exports:
+    concurrency: %d
+    lease: 2s
+  churn:
+    concurrency: %d
+    lease: 1s
+  quiet:
+    concurrency: 1
+    lease: 60s
+    mode: shadow
+""" % (LEASE_N, LEASE_N)
+
+
+def start_servers(store_args, n=SERVERS, extra=()):
+    cfg = os.path.join(TMP, "rules.yaml")
+    with open(cfg, "w") as f:
+        f.write(RULES)
+    out = []
+    for i in range(n):
+        name = "s%d-%d" % (i, len(PROCS))
+        ports_f = os.path.join(TMP, name + ".ports")
+        log = os.path.join(TMP, name + ".log")
+        with open(log, "w") as lf:
+            p = subprocess.Popen(
+                [RL_SERVER, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+                 "--metrics", "127.0.0.1:0", "--port-file", ports_f,
+                 "--config", cfg, "--reserve-ttl-ms", "3000",
+                 "--prefix", "xop:",
+                 "--redis-timeout-ms", "300"] + store_args + list(extra),
+                stderr=lf)
+        PROCS.append(p)
+        out.append(rlt.wait_ports(p, ports_f, log))
+    return out
+
+
+def ready(conns):
+    """Until every instance has the fleet's handle secret (it loads it
+    from the store just after starting)."""
+    end = time.time() + 15
+    for c in conns:
+        while True:
+            r = c.ask(key="ready", rule="tokens", cost=1, op=Req.RESERVE)
+            if r.code == Resp.OK or time.time() > end:
+                break
+            time.sleep(0.02)
+        check(r.code == Resp.OK and len(r.handle) > 0,
+              "an instance reserves once its handle secret is loaded")
+
+
+def reservations(c):
+    a, b, d = c
+    r = a.ask(key="u1", rule="tokens", cost=100, op=Req.RESERVE)
+    check(r.code == Resp.OK and r.used == 100 and len(r.handle) > 0 and
+          r.expires_at_ms > r.decided_at_ms,
+          "reserve 100 of 1000: OK, used 100, a handle that expires")
+    h1 = r.handle
+    r = b.ask(op=Req.SETTLE, handle=h1, actual=30)
+    check(r.code == Resp.OK, "settled with 30 on another instance")
+    r = d.ask(key="u1", rule="tokens", cost=1)
+    check(r.code == Resp.OK and r.used == 31,
+          "the refund freed 70 at once: a check sees 31 (got %d)" % r.used)
+    r = d.ask(op=Req.SETTLE, handle=h1, actual=0)
+    check(r.code == Resp.ERROR and "already settled" in r.error,
+          "settling twice: ERROR '%s'" % r.error)
+    r = d.ask(key="u1", rule="tokens", cost=1)
+    check(r.used == 32, "and nothing changed (used %d, want 32)" % r.used)
+    r = b.ask(key="u1", rule="tokens", cost=500, op=Req.RESERVE)
+    h2 = r.handle
+    check(r.code == Resp.OK and r.used == 532, "reserve 500: used 532")
+    r = a.ask(op=Req.SETTLE, handle=h2, actual=900)
+    check(r.code == Resp.OK, "settle 900 of an estimate of 500 (excess)")
+    r = d.ask(key="u1", rule="tokens", cost=69)
+    check(r.code == Resp.OVER_LIMIT and r.used == 932,
+          "the excess is charged: 932 used, 69 more refused (used %d)"
+          % r.used)
+    r = d.ask(key="u1", rule="tokens", cost=68)
+    check(r.code == Resp.OK and r.used == 1000, "68 more fit exactly")
+    r = a.ask(key="u2", rule="tokens", cost=10, op=Req.RESERVE)
+    bad = bytearray(r.handle)
+    bad[len(bad) // 2] ^= 1
+    r2 = a.ask(op=Req.SETTLE, handle=bytes(bad), actual=0)
+    check(r2.code == Resp.ERROR and "not one this service issued" in r2.error,
+          "a changed handle is refused: '%s'" % r2.error)
+    r2 = a.ask(op=Req.SETTLE, handle=b"\x01junk", actual=0)
+    check(r2.code == Resp.ERROR and "malformed" in r2.error,
+          "a junk handle is refused: '%s'" % r2.error)
+    r2 = a.ask(key="u2", rule="tokens", cost=1)
+    check(r2.used == 11, "neither changed anything (used %d)" % r2.used)
+    r2 = b.ask(key="u3", rule="tokens", cost=10, op=Req.RESERVE)
+    r3 = b.ask(op=Req.RELEASE, handle=r2.handle)
+    check(r3.code == Resp.ERROR and "lease's handle" in r3.error,
+          "a reservation's handle does not release a lease")
+    # Expiry: the estimate stays.
+    r = a.ask(key="u4", rule="tokens", cost=40, op=Req.RESERVE)
+    wait = (r.expires_at_ms - r.decided_at_ms) / 1000.0 + 0.2
+    time.sleep(wait)  # the reservation's lifetime: nothing to await
+    r2 = b.ask(op=Req.SETTLE, handle=r.handle, actual=0)
+    check(r2.code == Resp.ERROR and "expired" in r2.error,
+          "settling after the reservation expired: '%s'" % r2.error)
+    r2 = d.ask(key="u4", rule="tokens", cost=1)
+    check(r2.used == 41, "an expired reservation keeps its estimate (%d)"
+          % r2.used)
+    # Refused requests consume nothing and get no handle.
+    r = a.ask(key="u1", rule="tokens", cost=5, op=Req.RESERVE)
+    check(r.code == Resp.OVER_LIMIT and len(r.handle) == 0,
+          "a refused reserve has no handle")
+
+
+def every_algorithm(c):
+    a, b, d = c
+    # Every limit of the rule is full after a reserve of 20; a refund of
+    # all of it makes room in all four algorithms again.
+    r = a.ask(key="e1", rule="every", cost=20, op=Req.RESERVE)
+    check(r.code == Resp.OK, "reserve 20 under four algorithms")
+    r2 = b.ask(key="e1", rule="every", cost=1)
+    check(r2.code == Resp.OVER_LIMIT, "then a check is refused")
+    r3 = d.ask(op=Req.SETTLE, handle=r.handle, actual=0)
+    check(r3.code == Resp.OK, "settle with 0: everything refunded")
+    r2 = b.ask(key="e1", rule="every", cost=20)
+    check(r2.code == Resp.OK,
+          "20 fit again in every algorithm (%s, used %d, algorithm %d)"
+          % (Resp.Code.Name(r2.code), r2.used, r2.algorithm))
+    r2 = b.ask(key="e1", rule="every", cost=1)
+    check(r2.code == Resp.OVER_LIMIT, "and no more than 20")
+    # An excess refuses until the windows free it.
+    r = a.ask(key="e2", rule="every", cost=5, op=Req.RESERVE)
+    r3 = d.ask(op=Req.SETTLE, handle=r.handle, actual=20)
+    r2 = b.ask(key="e2", rule="every", cost=1)
+    check(r3.code == Resp.OK and r2.code == Resp.OVER_LIMIT,
+          "an excess of 15 fills every algorithm (%s)"
+          % Resp.Code.Name(r2.code))
+
+
+def model_run(c, rounds=1500, seed=29):
+    """Random reserves, settles (some twice), checks across instances on a
+    few keys, against a model of the counter."""
+    rnd = random.Random(seed)
+    L = 100
+    used = {}
+    open_h = []
+    agree = 0
+    for i in range(rounds):
+        conn = rnd.choice(c)
+        key = "m%d" % rnd.randrange(4)
+        u = used.get(key, 0)
+        op = rnd.random()
+        if op < 0.45:
+            cost = rnd.randint(1, 30)
+            r = conn.ask(key=key, rule="model", cost=cost, op=Req.RESERVE)
+            ok = u + cost <= L
+            want = Resp.OK if ok else Resp.OVER_LIMIT
+            if r.code == want and (not ok or r.used == u + cost):
+                agree += 1
+            else:
+                check(False, "round %d reserve %d on %s: got %s used %d, "
+                      "model %s used %d" % (i, cost, key,
+                                            Resp.Code.Name(r.code), r.used,
+                                            Resp.Code.Name(want), u + cost))
+            if ok:
+                used[key] = u + cost
+                open_h.append((key, cost, r.handle, time.time()))
+        elif op < 0.8 and open_h:
+            key, est, h, t = open_h.pop(rnd.randrange(len(open_h)))
+            if time.time() - t > 2.0:
+                continue  # near its expiry: left unsettled, as a client may
+            actual = rnd.randint(0, 45)
+            r = conn.ask(op=Req.SETTLE, handle=h, actual=actual)
+            if r.code == Resp.OK:
+                agree += 1
+            else:
+                check(False, "round %d settle: %s" % (i, r.error))
+            used[key] = max(0, used.get(key, 0) + actual - est)
+            if rnd.random() < 0.2:
+                r = rnd.choice(c).ask(op=Req.SETTLE, handle=h, actual=0)
+                if r.code == Resp.ERROR:
+                    agree += 1
+                else:
+                    check(False, "round %d: a second settle was applied" % i)
+        else:
+            cost = rnd.randint(1, 10)
+            r = conn.ask(key=key, rule="model", cost=cost)
+            ok = u + cost <= L
+            want = Resp.OK if ok else Resp.OVER_LIMIT
+            if r.code == want and r.used == (u + cost if ok else u):
+                agree += 1
+            else:
+                check(False, "round %d check %d on %s: got %s used %d, "
+                      "model %s used %d" % (i, cost, key,
+                                            Resp.Code.Name(r.code), r.used,
+                                            Resp.Code.Name(want),
+                                            u + cost if ok else u))
+            if ok:
+                used[key] = u + cost
+        if len(FAILS) > 5:
+            break
+    check(agree > rounds * 0.9 and len(FAILS) == 0,
+          "model run: %d answers across %d instances agree with the model"
+          % (agree, len(c)))
+
+
+def leases_basic(c):
+    a, b, d = c
+    got = []
+    for i in range(LEASE_N):
+        r = c[i % 3].ask(key="x1", rule="exports", op=Req.ACQUIRE)
+        got.append(r)
+    check(all(r.code == Resp.OK and r.handle for r in got) and
+          [r.used for r in got] == list(range(1, LEASE_N + 1)),
+          "%d leases across three instances: used %s"
+          % (LEASE_N, [r.used for r in got]))
+    r = d.ask(key="x1", rule="exports", op=Req.ACQUIRE)
+    check(r.code == Resp.OVER_LIMIT and 0 < r.retry_after_ms <= 2000,
+          "the next is refused, retry in %d ms (<= the lease)"
+          % r.retry_after_ms)
+    r = b.ask(op=Req.RELEASE, handle=got[0].handle)
+    check(r.code == Resp.OK, "a lease released on another instance")
+    r = b.ask(op=Req.RELEASE, handle=got[0].handle)
+    check(r.code == Resp.ERROR and "not held" in r.error,
+          "released twice: '%s'" % r.error)
+    r = a.ask(key="x1", rule="exports", op=Req.ACQUIRE)
+    check(r.code == Resp.OK, "the freed slot is taken at once")
+    keep = r
+    r = d.ask(key="x1", rule="exports", op=Req.CHECK)
+    check(r.code == Resp.ERROR and "concurrency" in r.error,
+          "a check on a concurrency rule is refused: '%s'" % r.error)
+    # Renew one; let the others end by themselves.
+    deadline = max(x.expires_at_ms for x in got[1:])
+    while time.time() * 1000 < deadline + 300:
+        r = b.ask(op=Req.RENEW, handle=keep.handle)
+        if r.code != Resp.OK:
+            break
+        time.sleep(0.3)  # renewing while the others run out
+    check(r.code == Resp.OK and r.expires_at_ms > keep.expires_at_ms,
+          "renewed past its first end")
+    r = d.ask(key="x1", rule="exports", op=Req.ACQUIRE)
+    check(r.code == Resp.OK and r.used == 2,
+          "leases never released ended by themselves: 2 alive (%d)"
+          % r.used)
+    r2 = a.ask(op=Req.RENEW, handle=got[1].handle)
+    check(r2.code == Resp.ERROR and "ended" in r2.error,
+          "renewing an ended lease: '%s'" % r2.error)
+    r = a.ask(key="q1", rule="quiet", op=Req.ACQUIRE)
+    r2 = b.ask(key="q1", rule="quiet", op=Req.ACQUIRE)
+    check(r.code == Resp.OK and r2.code == Resp.OK and r2.shadow_refused,
+          "shadow mode: the second lease of 1 is allowed, marked")
+    r3 = b.ask(op=Req.RELEASE, handle=r2.handle)
+    check(r3.code == Resp.OK, "and its handle releases without effect")
+
+
+def leases_churn(ports, seconds=5.0, threads=12):
+    """Clients on every instance acquire, hold briefly, and release, or
+    crash (never release); the answers' store times say how many leases
+    were alive at each grant: never more than N."""
+    intervals, grants, refused = [], [], [0]
+    lock = threading.Lock()
+    stop = time.time() + seconds
+
+    def worker(i):
+        conn = Native(ports[i % len(ports)])
+        rnd = random.Random(i)
+        while time.time() < stop:
+            key = "c%d" % rnd.randrange(2)
+            r = conn.ask(key=key, rule="churn", op=Req.ACQUIRE)
+            if r.code != Resp.OK:
+                with lock:
+                    refused[0] += 1
+                time.sleep(min(r.retry_after_ms, 50) / 1000.0)
+                continue
+            start, end = r.decided_at_ms, r.expires_at_ms
+            time.sleep(rnd.random() * 0.03)  # the work
+            if rnd.random() < 0.8:
+                r2 = conn.ask(op=Req.RELEASE, handle=r.handle)
+                if r2.code == Resp.OK:
+                    end = r2.decided_at_ms
+            with lock:
+                intervals.append((key, start, end))
+                grants.append((key, start))
+
+    ts = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    # Instances read the store's clock each with its own small error:
+    # allow a few ms at the edges.
+    skew = 5
+    worst = 0
+    for key, t in grants:
+        alive = sum(1 for k, s, e in intervals
+                    if k == key and s <= t < e - skew)
+        worst = max(worst, alive)
+    check(worst <= LEASE_N and len(grants) > 50 and refused[0] > 0,
+          "churn with crashes: %d leases granted, %d refused, at most %d "
+          "alive at any grant (N = %d)" % (len(grants), refused[0], worst,
+                                          LEASE_N))
+
+
+def http(ports):
+    base = "http://127.0.0.1:%d" % ports[0]["--http"]
+    other = "http://127.0.0.1:%d" % ports[1]["--http"]
+
+    def req(url, method="GET"):
+        try:
+            r = urllib.request.urlopen(
+                urllib.request.Request(url, method=method, data=b"" if
+                                       method == "POST" else None),
+                timeout=5)
+            return r.status, r.headers, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.headers, e.read().decode()
+
+    st, hd, body = req(base + "/check?rule=tokens&key=h1&cost=10&op=reserve")
+    h = hd.get("X-RateLimit-Handle", "")
+    check(st == 200 and len(h) > 20 and hd.get("X-RateLimit-Expires-At"),
+          "GET /check?op=reserve: 200 with X-RateLimit-Handle")
+    st, _, body = req(other + "/settle?handle=%s&actual=3" % h, "POST")
+    check(st == 200 and body == "settled\n", "POST /settle: 200 settled")
+    st, _, body = req(other + "/settle?handle=%s&actual=3" % h, "POST")
+    check(st == 409 and "already settled" in body,
+          "POST /settle again: 409 '%s'" % body.strip())
+    st, _, body = req(base + "/settle?handle=%s&actual=3" % h, "GET")
+    check(st == 405, "GET /settle: 405")
+    st, _, body = req(base + "/settle?handle=zz&actual=3", "POST")
+    check(st == 400, "POST /settle with a bad handle: 400 '%s'"
+          % body.strip())
+    st, _, body = req(base + "/settle?handle=%s" % h, "POST")
+    check(st == 400 and "actual" in body, "POST /settle without actual: 400")
+    st, hd, _ = req(base + "/check?rule=tokens&key=h1&cost=1")
+    check(st == 200 and hd.get("X-RateLimit-Remaining") == "986",
+          "the settlement shows in the next check (remaining %s)"
+          % hd.get("X-RateLimit-Remaining"))
+    st, hd, _ = req(base + "/check?rule=exports&key=h2&op=acquire")
+    h = hd.get("X-RateLimit-Handle", "")
+    check(st == 200 and h, "GET /check?op=acquire: 200 with a lease handle")
+    st, hd, _ = req(other + "/renew?handle=%s" % h, "POST")
+    check(st == 200 and hd.get("X-RateLimit-Expires-At"),
+          "POST /renew: 200 with the new end")
+    st, _, body = req(other + "/release?handle=%s" % h, "POST")
+    check(st == 200 and body == "released\n", "POST /release: 200")
+    st, _, body = req(other + "/release?handle=%s" % h, "POST")
+    check(st == 409, "POST /release again: 409")
+
+
+def fail_open(ports, redis_proc):
+    c = Native(ports[0]["--listen"])
+    redis_proc.kill()
+    redis_proc.wait()
+    end = time.time() + 10
+    while time.time() < end:
+        r = c.ask(key="f1", rule="tokens", cost=5, op=Req.RESERVE)
+        if r.failed_open:
+            break
+        time.sleep(0.05)
+    check(r.code == Resp.OK and r.failed_open and len(r.handle) > 0,
+          "store gone: reserve answers OK, failed_open, with a handle")
+    r2 = c.ask(op=Req.SETTLE, handle=r.handle, actual=50)
+    check(r2.code == Resp.OK, "whose settlement changes nothing and succeeds")
+    r = c.ask(key="f1", rule="exports", op=Req.ACQUIRE)
+    check(r.code == Resp.OK and r.failed_open,
+          "acquire answers OK, failed_open")
+    r2 = c.ask(op=Req.RELEASE, handle=r.handle)
+    check(r2.code == Resp.OK, "and its lease releases without effect")
+
+
+def main():
+    redis_proc = None
+    store = STORE_ARGS
+    if not store:
+        port, redis_proc = rlt.start_redis(TMP, (), REDIS, PROCS)
+        store = ["--redis", "127.0.0.1:%d" % port]
+    ports = start_servers(store)
+    conns = [Native(p["--listen"]) for p in ports]
+    ready(conns)
+    reservations(conns)
+    every_algorithm(conns)
+    model_run(conns)
+    leases_basic(conns)
+    leases_churn([p["--listen"] for p in ports])
+    http(ports)
+    if redis_proc is not None:
+        fail_open(ports, redis_proc)
+    rlt.end_run(FAILS, PROCS, TMP)
+
+
+try:
+    main()
+except Exception as e:  # a crash is a failure, with what was started stopped
+    import traceback
+    traceback.print_exc()
+    FAILS.append(repr(e))
+    rlt.end_run(FAILS, PROCS, TMP)
