@@ -59,6 +59,7 @@ typedef struct {
     uint64_t limit0;  /* inline: the limit, which must match, */
     uint64_t burst0;  /* and its burst */
     uint8_t algo0;    /* and algorithm */
+    uint8_t charge0;  /* a charge's op (decide.h) takes no checks */
 } opx_t;
 
 struct rls_batch_s {
@@ -801,7 +802,7 @@ int rls_batcher_add(rls_batcher_t *b, rls_respond_fn respond, void *owner,
         (spec->rule != NULL ? (uint64_t)(uintptr_t)spec->rule
                             : (uint64_t)spec->limits.w[0].window_s *
                                   UINT64_C(0x9e3779b97f4a7c15));
-    if (b->refusals.slots != NULL &&
+    if (b->refusals.slots != NULL && !spec->charge &&
         local_refusal(b, respond, owner, id, h, (char *)w, n, cost, spec))
         return RL_OK;
 
@@ -821,10 +822,11 @@ int rls_batcher_add(rls_batcher_t *b, rls_respond_fn respond, void *owner,
             ((rls_wop_t *)(void *)(t->wins.data + x->win_off))->window_s !=
                 spec->limits.w[0].window_s)
             continue; /* another inline window of this caller */
-        if (spec->rule == NULL &&
-            (x->limit0 != spec->limits.w[0].limit ||
-             x->algo0 != spec->limits.w[0].algo ||
-             x->burst0 != spec->limits.w[0].burst)) {
+        if (x->charge0 != (uint8_t)spec->charge ||
+            (spec->rule == NULL &&
+             (x->limit0 != spec->limits.w[0].limit ||
+              x->algo0 != spec->limits.w[0].algo ||
+              x->burst0 != spec->limits.w[0].burst))) {
             /* One counter, two inline limits: decided in arrival order
              * only if the earlier requests go first, in their own batch. */
             submit(b);
@@ -854,6 +856,7 @@ int rls_batcher_add(rls_batcher_t *b, rls_respond_fn respond, void *owner,
         x->limit0 = spec->limits.w[0].limit;
         x->algo0 = spec->limits.w[0].algo;
         x->burst0 = spec->limits.w[0].burst;
+        x->charge0 = (uint8_t)spec->charge;
         o->key_len = n;
         o->tag_len = tag_len;
         if (spec->rule != NULL && spec->quota) {

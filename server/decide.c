@@ -33,6 +33,9 @@ static int inline_allowed(const rls_runtime_t *rt, const rls_ask_t *a,
     return RL_OK;
 }
 
+/* A charge's limit (decide.h): out of reach of any count. */
+#define RLS_CHARGE_LIMIT ((uint64_t)1 << 62)
+
 /* The answer to a limit of 0 from the operator's file: refused, with the
  * window's end as the time to retry, without asking the store. */
 static void refuse_all(rls_batcher_t *b, const rls_ask_t *a,
@@ -603,6 +606,19 @@ int rls_decide(rls_batcher_t *b, const rls_ask_t *a, rls_respond_fn respond,
         spec.quota = 0;
         spec.scale = 1.0;
     }
+    if (a->charge) {
+        /* Counted as consumed whatever the limit: raised out of reach, as
+         * --fail-local's charges are (fail_local.c). */
+        uint32_t i;
+        spec.charge = 1;
+        spec.quota = 0;
+        for (i = 0; i < spec.limits.n; i++) {
+            rls_limit_t *l = &spec.limits.w[i];
+            l->limit = RLS_CHARGE_LIMIT;
+            if (l->algo == RL_ALGO_GCRA)
+                l->burst = RLS_CHARGE_LIMIT / (l->t_us > 0 ? l->t_us : 1);
+        }
+    }
     if (a->op == RL_OP_RESERVE && !b->hkey.set) {
         *why = not_ready;
         return RL_EINVAL;
@@ -622,7 +638,7 @@ int rls_decide(rls_batcher_t *b, const rls_ask_t *a, rls_respond_fn respond,
         respond(owner, &r);
         return RL_OK;
     }
-    if (spec.rule == NULL && a->limit == 0) {
+    if (spec.rule == NULL && a->limit == 0 && !a->charge) {
         refuse_all(b, a, respond, owner, &spec);
         return RL_OK;
     }

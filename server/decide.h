@@ -53,6 +53,10 @@ typedef struct rls_ask_s {
     const char *stats_name;
     size_t stats_name_len;
     int shadow; /* decide in shadow mode at least (unless a switch says) */
+    /* A charge, not a question: the cost is counted in every window even
+     * past its limit, and the answer is OK (Envoy's apply_on_stream_done
+     * descriptors, charge_only in its configuration). */
+    int charge;
     /* What is asked (RL_OP_*: rl_msg.h); RL_OP_CHECK when 0. RESERVE is a
      * check of cost (the estimate) that returns a handle; ACQUIRE takes a
      * lease of a concurrency rule; SETTLE, RELEASE and RENEW take a

@@ -190,7 +190,20 @@ static int add_one(rls_envoy_call_t *call, uint32_t i, const desc_t *d,
     uint64_t limit = 0;
     int from_request = 0, rc;
 
+    size_t n = d->n_entries;
+    int charge = 0;
+
     st->code = CODE_OK;
+    if (x != NULL && x->charge && !own_limit(d)) {
+        /* charge_only: the descriptor's last entry marks a charge to the
+         * limit and counter of the entries before it (the node above),
+         * as Envoy's apply_on_stream_done action sends it. */
+        x = x->parent != 0 && n >= 2
+                ? rls_envoy_conf_node_at(call->conf, x->parent - 1)
+                : NULL;
+        n--;
+        charge = 1;
+    }
     if (own_limit(d)) {
         window_s = rls_envoy_unit_seconds(d->limit->unit);
         /* The request's own limit (RateLimitOverride), as envoy-ratelimit
@@ -229,7 +242,7 @@ static int add_one(rls_envoy_call_t *call, uint32_t i, const desc_t *d,
          * under the pattern, so every value it matches shares one
          * counter. The nodes of the walk are the chain up from x. */
         const rls_envoy_node_t *up = x;
-        for (j = d->n_entries; j-- > 0;) {
+        for (j = n; j-- > 0;) {
             keys[j] = d->entries[j]->key;
             klens[j] = strlen(keys[j]);
             if (up != NULL && up->wildcard && up->share_threshold) {
@@ -248,14 +261,15 @@ static int add_one(rls_envoy_call_t *call, uint32_t i, const desc_t *d,
     if (ctx->estats != NULL)
         st->stat =
             rls_estats_slot(ctx->estats, call->conf, call->dom, x, from_request,
-                            keys, klens, vals, vlens, d->n_entries);
+                            keys, klens, vals, vlens, n);
     memset(&a, 0, sizeof(a));
     a.id = i;
     a.key = key;
     a.key_len = rls_envoy_key(key, call->dom->name, call->dom->name_len, keys,
-                              klens, vals, vlens, d->n_entries);
+                              klens, vals, vlens, n);
     a.cost = cost;
     a.shadow = !from_request && x != NULL && x->shadow;
+    a.charge = charge;
     st->quota = !from_request && x != NULL && x->quota;
     if (window_s != 0) {
         st->rpu = clamp32(limit);

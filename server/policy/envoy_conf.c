@@ -885,6 +885,7 @@ static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
             x->rule = arena_copy(b, v, vl);
             x->rule_len = vl;
         } else if (strcmp(kbuf, "unlimited") == 0 ||
+                   strcmp(kbuf, "charge_only") == 0 ||
                    strcmp(kbuf, "shadow_mode") == 0 ||
                    strcmp(kbuf, "quota_mode") == 0 ||
                    strcmp(kbuf, "share_threshold") == 0 ||
@@ -903,6 +904,8 @@ static int parse_descriptor(yp_t *y, uint32_t domain, uint32_t parent)
                 unlimited = t;
             else if (strcmp(kbuf, "shadow_mode") == 0)
                 x->shadow = t;
+            else if (strcmp(kbuf, "charge_only") == 0)
+                x->charge = t;
             else if (strcmp(kbuf, "quota_mode") == 0)
                 x->quota = t;
             else if (strcmp(kbuf, "share_threshold") == 0)

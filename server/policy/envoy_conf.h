@@ -26,6 +26,9 @@
  *         phase: per-caller        # ours: aligned (default) | per-caller,
  *                                  # windows staggered per caller (not gcra)
  *       shadow_mode: true          # decided and counted, never refused
+ *       charge_only: true          # ours: counted even past the limit,
+ *                                  # always OK: the charge Envoy sends
+ *                                  # with apply_on_stream_done
  *       quota_mode: true           # over, refuses the call only when all
  *                                  # its quota descriptors are over
  *       share_threshold: true      # wildcard: one counter for all values
@@ -90,6 +93,7 @@ typedef struct rls_envoy_node_s {
     size_t rule_len;
     int kind;
     int shadow;
+    int charge;          /* charge_only (ours): counted, never refused */
     int quota;           /* quota_mode: over, it refuses the call only when
                             every quota descriptor of the call is over */
     int share_threshold; /* wildcard: one counter for every value matching,

@@ -69,6 +69,9 @@ typedef struct rls_spec_s {
     /* Limits without a rule: whose counters (decide.h's RLS_NS_*), a
      * letter in the store key. */
     int ns;
+    /* A charge (decide.h): the limits were raised out of reach; never
+     * refused from the refusal cache, never coalesced with checks. */
+    int charge;
 } rls_spec_t;
 
 enum { RLS_INLINE_ALLOW, RLS_INLINE_DENY };

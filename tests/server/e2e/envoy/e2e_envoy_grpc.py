@@ -342,6 +342,28 @@ def extensions(s):
           "override: 1/hour")
 
 
+def charges(s):
+    """charge_only: the stream-done charge of a tokens-per-hour limit."""
+    r = s.call("ext", D(("tokens", "team1"), hits=0))
+    check(r.overall_code == OK, "charge: a check of 0 before the request")
+    r = s.call("ext", D(("tokens", "team1"), ("phase", "done"), hits=70))
+    check(r.overall_code == OK, "charge: 70 tokens charged after it")
+    r = s.call("ext", D(("tokens", "team1"), hits=31))
+    check(r.overall_code == OVER and
+          r.statuses[0].limit_remaining == 0,
+          "charge: the same counter, 31 more refused")
+    r = s.call("ext", D(("tokens", "team1"), ("phase", "done"), hits=80))
+    check(r.overall_code == OK, "charge: 80 more charged past the limit")
+    r = s.call("ext", D(("tokens", "team1"), hits=1))
+    check(r.overall_code == OVER,
+          "charge: and every check refused until the window ends")
+    r = s.call("ext", D(("tokens", "team2"), ("phase", "done"), hits=5))
+    r2 = s.call("ext", D(("tokens", "team2"), hits=95))
+    r3 = s.call("ext", D(("tokens", "team2"), hits=1))
+    check(r.overall_code == OK and r2.overall_code == OK and
+          r3.overall_code == OVER, "charge: 5 charged + 95 = the 100")
+
+
 def headers_agree(s):
     # One decision, three surfaces, one set of headers: librlc (rl-check
     # --headers), GET /check and Envoy's response_headers_to_add, for the
@@ -833,6 +855,7 @@ def main():
     try:
         readme_examples(s)
         extensions(s)
+        charges(s)
         headers_agree(s)
         isolation(s)
         mixed(s)
