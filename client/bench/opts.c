@@ -235,48 +235,29 @@ static int parse_dist(const char *s, rlb_opts_t *o)
 
 static int takes_value(const char *name)
 {
-    static const char *const names[] = {"--server",
-                                        "--key-prefix",
-                                        "--json",
-                                        "--hist-csv",
-                                        "--plot",
-                                        "--timeline-csv",
-                                        "--connections",
-                                        "--duration",
-                                        "--warmup",
-                                        "--inflight",
-                                        "--rate",
-                                        "--requests",
-                                        "--keys",
-                                        "--tick-us",
-                                        "--limit",
-                                        "--window",
-                                        "--cost",
-                                        "--timeout-ms",
-                                        "--give-up",
-                                        "--seed",
-                                        "--dist",
-                                        "--rule",
-                                        "--arrivals",
-                                        "--algorithm",
-                                        "--burst",
-                                        "--phase",
-                                        "--audit-margin-ms",
-                                        "--tls-ca",
-                                        "--tls-cert",
-                                        "--tls-key",
-                                        "--tls-server-name",
-                                        "--replay",
-                                        "--replay-speed",
-                                        "--format",
-                                        "--key",
-                                        "--json-key",
-                                        "--json-time",
-                                        "--json-cost"};
+    static const char *const names[] = {
+        "--server",         "--key-prefix", "--json",
+        "--hist-csv",       "--plot",       "--timeline-csv",
+        "--connections",    "--duration",   "--warmup",
+        "--inflight",       "--rate",       "--requests",
+        "--keys",           "--tick-us",    "--limit",
+        "--window",         "--cost",       "--timeout-ms",
+        "--give-up",        "--seed",       "--dist",
+        "--rule",           "--arrivals",   "--algorithm",
+        "--burst",          "--phase",      "--audit-margin-ms",
+        "--tls-ca",         "--tls-cert",   "--tls-key",
+        "--tls-server-name"};
+    /* --replay's, the log flags named as rl-fit names them. */
+    static const char *const replay_names[] = {
+        "--replay",   "--replay-speed", "--format",   "--key",
+        "--json-key", "--json-time",    "--json-cost"};
     size_t i;
 
     for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (strcmp(name, names[i]) == 0)
+            return 1;
+    for (i = 0; i < sizeof(replay_names) / sizeof(replay_names[0]); i++)
+        if (strcmp(name, replay_names[i]) == 0)
             return 1;
     return 0;
 }
