@@ -136,7 +136,9 @@ static void print_replay(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
             "%" PRIu64 " out of order (sent at the latest time before)\n",
             p->lines, p->requests, p->malformed, p->nokey, p->bad_key,
             p->out_of_order);
-    fprintf(f, "replay     sent %" PRIu64 " of %" PRIu64 " (%.0f/s achieved",
+    fprintf(f,
+            "replay     sent %" PRIu64 " of the %" PRIu64
+            " requests read (%.0f/s achieved",
             r->st.sent, p->requests, sent_per_sec(r));
     if (replay_sched_s(o, r) > 0)
         fprintf(f, ", %.0f/s scheduled",

@@ -98,7 +98,7 @@ typedef struct bench_s {
     uint64_t seq;      /* next check to send */
     double due_off_ns; /* when it is due, in ns after start_ns */
     uint64_t rng;      /* poisson: xorshift64 state */
-    uint32_t rr;  /* next connection to try */
+    uint32_t rr;       /* next connection to try */
     /* --replay: the log's next request, read ahead (rq_have) so that its
      * time is known before it is due; rq_end: the log has no more;
      * rq_waited: it found every slot taken (counted once). */
@@ -144,6 +144,16 @@ static uint64_t cap_end(const bench_t *b)
     if (b->o->replay_path != NULL && !b->o->have_duration)
         return UINT64_MAX;
     return b->measure_ns + (uint64_t)(b->o->duration_s * 1e9);
+}
+
+/* --replay, open loop: when the loaded request is due. A log's times
+ * over a small speed could overflow: clamped to some 280 years. */
+static uint64_t replay_due(const bench_t *b)
+{
+    double off = (double)b->rq.off_ms * 1e6 / b->o->replay_speed;
+
+    return b->start_ns +
+           (off < 9e18 ? (uint64_t)off : UINT64_C(9000000000000000000));
 }
 
 /* --replay: loads the log's next request unless one is loaded. Returns 1
@@ -440,8 +450,7 @@ static void on_tfd(uv_poll_t *h, int status, int events)
                 start_drain(b, now + 1);
                 break;
             }
-            due = b->start_ns +
-                  (uint64_t)((double)b->rq.off_ms * 1e6 / b->o->replay_speed);
+            due = replay_due(b);
         } else {
             due = b->start_ns + (uint64_t)b->due_off_ns;
         }
@@ -650,9 +659,13 @@ static void finish(bench_t *b, const char *early)
         b->res->end_reason = early;
     }
     if (b->o->replay != NULL) {
-        /* The request read ahead and never sent, if the run ended before
-         * its turn. */
-        if (b->rq_have && !b->capped)
+        /* Open loop: the request read ahead and never sent, if it fell due
+         * within the measurement (the server went away, or no slot freed
+         * in time); one past --duration was never due. The lines after it
+         * were not read: the summary says the log was not replayed to its
+         * end. */
+        if (b->rq_have && !b->capped && rlb_open_loop(b->o) &&
+            replay_due(b) >= b->measure_ns && replay_due(b) < b->end_ns)
             b->res->st.unsent++;
         b->res->replay_complete =
             b->rq_end && !b->rq_have && !b->capped && !b->res->ended_early;
@@ -923,8 +936,7 @@ int rlb_run(const rlb_opts_t *o, rlb_result_t *res)
         fputc('\n', stderr);
 
     if (o->timeline != NULL && b.tl_slot != UINT64_MAX)
-        timeline_advance(&b, b.measure_ns +
-                                 (b.tl_slot + 1) * TIMELINE_SLOT_NS);
+        timeline_advance(&b, b.measure_ns + (b.tl_slot + 1) * TIMELINE_SLOT_NS);
     res->sent_total = b.sent_total;
     if (o->replay != NULL) {
         res->replay = *rlb_replay_stats(o->replay);
