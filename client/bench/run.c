@@ -207,6 +207,7 @@ static int send_check(conn_t *c, uint64_t due_ns, uint64_t now_ns)
         return RLC_EBUSY;
     i = c->free_head;
     r = &c->reqs[i];
+again:
     memset(&q, 0, sizeof(q));
     if (o->replay != NULL) {
         if (!replay_peek(b)) {
@@ -240,6 +241,11 @@ static int send_check(conn_t *c, uint64_t due_ns, uint64_t now_ns)
         b->rq_have = 0;
         if (due_ns >= b->measure_ns)
             b->res->st.other_errors++;
+        /* Closed loop: the next line takes its place, or the loop would
+         * run one short. Open loop: the next line has a time of its own,
+         * which the caller reads. */
+        if (!rlb_open_loop(o))
+            goto again;
     }
     if (rc != RLC_OK)
         return rc;
@@ -467,8 +473,12 @@ static void on_tfd(uv_poll_t *h, int status, int events)
         }
         for (tries = 0; tries < b->nconns; tries++) {
             conn_t *c = &b->conns[b->rr];
+            int rc;
             b->rr = (b->rr + 1) % b->nconns;
-            if (send_check(c, due, now) == 0)
+            rc = send_check(c, due, now);
+            /* A replayed line refused for itself was passed over: the
+             * next one is due at its own time. */
+            if (rc == 0 || (b->o->replay != NULL && rc != RLC_EBUSY))
                 break;
         }
         if (tries == b->nconns) {
