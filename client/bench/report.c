@@ -472,9 +472,14 @@ int rlb_write_json(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
     else
         fprintf(f, "  \"rate\": null,\n  \"inflight\": %" PRIu32 ",\n",
                 o->inflight);
-    fprintf(f,
-            "  \"keys\": %" PRIu32 ",\n  \"dist\": \"%s\",\n  \"key_prefix\": ",
-            o->keys, dist_name(o, dist, sizeof(dist)));
+    /* A replay's keys and costs are the log's. */
+    if (o->replay_path != NULL)
+        fprintf(f, "  \"keys\": null,\n  \"dist\": null,\n  \"key_prefix\": ");
+    else
+        fprintf(f,
+                "  \"keys\": %" PRIu32
+                ",\n  \"dist\": \"%s\",\n  \"key_prefix\": ",
+                o->keys, dist_name(o, dist, sizeof(dist)));
     json_str(f, o->key_prefix);
     fprintf(f, ",\n  \"rule\": ");
     if (o->rule != NULL)
@@ -495,7 +500,10 @@ int rlb_write_json(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
         fprintf(f, "null");
     fprintf(f, ",\n  \"phase\": \"%s\"",
             o->per_caller ? "per-caller" : "aligned");
-    fprintf(f, ",\n  \"cost\": %" PRIu32 ",\n", o->cost);
+    if (o->replay_path != NULL)
+        fprintf(f, ",\n  \"cost\": null,\n");
+    else
+        fprintf(f, ",\n  \"cost\": %" PRIu32 ",\n", o->cost);
     fprintf(f,
             "  \"decisions\": %" PRIu64 ",\n  \"seconds\": %.6f,\n"
             "  \"decisions_per_sec\": %.1f,\n",
@@ -640,7 +648,12 @@ int rlb_plot(const char *path, const rlb_opts_t *o, const rl_hist_t *h)
                 strerror(errno));
         return RL_EIO;
     }
-    if (o->rate > 0)
+    if (o->replay_path != NULL)
+        snprintf(title, sizeof(title),
+                 "rl-bench latency, replay of %s at %gx%s", o->replay_path,
+                 o->replay_speed,
+                 o->replay_speed > 0 ? "" : " (as fast as possible)");
+    else if (o->rate > 0)
         snprintf(title, sizeof(title),
                  "rl-bench latency, open loop %.0f/s, %s over %" PRIu32
                  " keys%s",

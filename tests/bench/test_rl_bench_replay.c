@@ -430,7 +430,7 @@ static void test_json_costs(void **state)
                            log_json, "--replay-speed", SPEED, "--json-cost",
                            "cost", "--key-prefix", "r1:", "--limit", BIG_LIMIT,
                            "--window", "31622400", "--connections", "4",
-                           "--json", json_path, NULL),
+                           "--timeout-ms", "10000", "--json", json_path, NULL),
                      0);
     json = result_json();
     expect_log_counts(json);
@@ -459,7 +459,7 @@ static void test_gzip_limit(void **state)
     assert_int_equal(bench(&wall_ms, "--server", server.addr, "--replay",
                            log_gz, "--replay-speed", SPEED, "--key-prefix",
                            "r2:", "--limit", "60", "--window", "31622400",
-                           "--json", json_path, NULL),
+                           "--timeout-ms", "10000", "--json", json_path, NULL),
                      0);
     json = result_json();
     expect_log_counts(json);
@@ -496,7 +496,7 @@ static void test_combined(void **state)
                            log_clf, "--replay-speed", SPEED, "--format",
                            "combined", "--key", "addr", "--key-prefix",
                            "r3:", "--limit", BIG_LIMIT, "--window", "31622400",
-                           "--json", json_path, NULL),
+                           "--timeout-ms", "10000", "--json", json_path, NULL),
                      0);
     json = result_json();
     expect_num(json, "replay_lines", total);
@@ -525,8 +525,8 @@ static void test_fastest(void **state)
     assert_int_equal(bench(NULL, "--server", server.addr, "--replay", log_json,
                            "--replay-speed", "0", "--json-cost", "cost",
                            "--inflight", "8", "--key-prefix", "r4:", "--limit",
-                           BIG_LIMIT, "--window", "31622400", "--json",
-                           json_path, NULL),
+                           BIG_LIMIT, "--window", "31622400", "--timeout-ms",
+                           "10000", "--json", json_path, NULL),
                      0);
     json = result_json();
     expect_log_counts(json);
