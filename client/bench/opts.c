@@ -61,6 +61,32 @@ static void usage(FILE *f)
         "  --tick-us N             open loop, grouped: send what has fallen\n"
         "                          due every N us (default: 20 intervals,\n"
         "                          within 100..1000); implies grouped\n"
+        "  --replay LOG            replay an access log's requests instead:\n"
+        "                          each line's caller (--key-prefix, then\n"
+        "                          the caller) and cost, sent at the line's\n"
+        "                          time after the first line's, divided by\n"
+        "                          --replay-speed; open loop, one request per\n"
+        "                          write, whatever the answers. LOG is gzip\n"
+        "                          or plain, - for stdin, streamed (never "
+        "held\n"
+        "                          whole). Lines the parser rejects are\n"
+        "                          counted, not sent. Runs to the log's end\n"
+        "                          unless --duration or --requests cuts it\n"
+        "                          short. Not with --rate, --keys, --dist,\n"
+        "                          --cost or --audit\n"
+        "  --replay-speed X        1 real time (default), 10 ten times\n"
+        "                          faster, 0 as fast as answers come (closed\n"
+        "                          loop, --inflight per connection). Open\n"
+        "                          loop: --inflight N is the bound on checks\n"
+        "                          in flight per connection (default 1024);\n"
+        "                          a check due when every slot is taken waits\n"
+        "                          for one, is counted (slot waits) and its\n"
+        "                          lateness reported\n"
+        "  --format F, --key EXPR, --json-key EXPR, --json-time NAME,\n"
+        "  --json-cost NAME        --replay: the log's format and fields, as\n"
+        "                          rl-fit takes them (auto|combined|json;\n"
+        "                          default key user|addr, time field time,\n"
+        "                          cost 1)\n"
         "  --requests N            stop after sending N (default: no cap)\n"
         "  --keys N                distinct keys (default 100000)\n"
         "  --dist D                uniform, zipf:S (S > 0, e.g. zipf:1.1), or\n"
@@ -144,8 +170,9 @@ static void usage(FILE *f)
         "  --help                  print this and exit\n"
         "\n"
         "Exit status: 0 done, 1 the audit found admissions past the limit,\n"
-        "2 bad arguments, 3 no server reachable or it went away (a summary\n"
-        "is still printed), 4 a report could not be written.\n");
+        "2 bad arguments (or a --replay log not readable to its end), 3 no\n"
+        "server reachable or it went away (a summary is still printed), 4 a\n"
+        "report could not be written.\n");
 }
 
 /* Prints "rl-bench: <message>" and a pointer to --help; returns the usage
@@ -220,10 +247,17 @@ static int takes_value(const char *name)
         "--burst",          "--phase",      "--audit-margin-ms",
         "--tls-ca",         "--tls-cert",   "--tls-key",
         "--tls-server-name"};
+    /* --replay's, the log flags named as rl-fit names them. */
+    static const char *const replay_names[] = {
+        "--replay",   "--replay-speed", "--format",   "--key",
+        "--json-key", "--json-time",    "--json-cost"};
     size_t i;
 
     for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (strcmp(name, names[i]) == 0)
+            return 1;
+    for (i = 0; i < sizeof(replay_names) / sizeof(replay_names[0]); i++)
+        if (strcmp(name, replay_names[i]) == 0)
             return 1;
     return 0;
 }
@@ -295,6 +329,8 @@ static FILE *open_out(const char *opt, const char *path)
 int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
 {
     int i, have_inflight = 0, have_limit = 0, have_arrivals = 0;
+    int have_speed = 0, have_keys = 0, have_dist = 0, have_cost = 0;
+    const char *why = NULL;
 
     memset(o, 0, sizeof(*o));
     o->server = "127.0.0.1:7390";
@@ -313,6 +349,7 @@ int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
     o->down_s = 3;
     o->progress = -1;
     o->seed = 0;
+    o->replay_speed = 1;
 
     for (i = 1; i < argc; i++) {
         char *name = argv[i], *val = NULL, *eq;
@@ -408,6 +445,29 @@ int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
         STR("--hist-csv", o->csv_path)
         STR("--timeline-csv", o->timeline_path)
         STR("--plot", o->plot_path)
+        STR("--replay", o->replay_path)
+        STR("--format", o->log_format)
+        STR("--key", o->log_key)
+        STR("--json-key", o->log_key)
+        STR("--json-time", o->log_time)
+        STR("--json-cost", o->log_cost)
+        if (strcmp(name, "--replay-speed") == 0) {
+            if (parse_num(val, 0, 1e6, 0, &d) != 0)
+                return bad("--replay-speed wants a number in [0, 1e6] (0: as "
+                           "fast as possible), not '%s'",
+                           val);
+            o->replay_speed = d;
+            have_speed = 1;
+            continue;
+        }
+        if (strcmp(name, "--duration") == 0)
+            o->have_duration = 1;
+        if (strcmp(name, "--keys") == 0)
+            have_keys = 1;
+        if (strcmp(name, "--dist") == 0)
+            have_dist = 1;
+        if (strcmp(name, "--cost") == 0)
+            have_cost = 1;
         INT("--connections", 1, 1024, o->connections)
         NUM("--duration", 0, 86400, o->duration_s)
         if (strcmp(name, "--warmup") == 0) {
@@ -522,6 +582,35 @@ int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
     if (o->rate > 0 && have_inflight)
         return bad("give --inflight (closed loop) or --rate (open loop), "
                    "not both");
+    if (o->replay_path == NULL) {
+        if (have_speed || o->log_format || o->log_key || o->log_time ||
+            o->log_cost)
+            return bad("--replay-speed, --format, --key, --json-key, "
+                       "--json-time and --json-cost are for --replay");
+    } else {
+        /* The log says who asks, how much and when. */
+        if (o->rate > 0)
+            return bad("--replay takes its times from the log: not with "
+                       "--rate (--replay-speed scales them)");
+        if (have_keys || have_dist)
+            return bad("--replay takes its callers from the log: not with "
+                       "--keys or --dist");
+        if (have_cost)
+            return bad("--replay takes each request's cost from the log "
+                       "(--json-cost): not with --cost");
+        if (have_arrivals || o->tick_us > 0)
+            return bad("--replay sends each request at the log's time: not "
+                       "with --arrivals or --tick-us");
+        if (o->audit)
+            return bad("--audit is not for --replay: its callers are not "
+                       "rl-bench's numbered keys");
+        /* Open loop: the request slots per connection, the bound on
+         * checks in flight. */
+        if (o->replay_speed > 0 && !have_inflight)
+            o->inflight = 1024;
+        if (!o->have_duration)
+            o->duration_s = 0; /* no cap: to the log's end */
+    }
     if (o->tick_us > 0) {
         if (have_arrivals && o->arrivals != RLB_ARRIVE_GROUPED)
             return bad("--tick-us is for --arrivals grouped");
@@ -544,6 +633,13 @@ int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
     if (o->timeline_path != NULL &&
         (o->timeline = open_out("--timeline-csv", o->timeline_path)) == NULL)
         return RLB_EXIT_USAGE;
+    if (o->replay_path != NULL) {
+        int rc = rlb_replay_open(&o->replay, o, &why);
+        if (rc == RL_EIO)
+            return bad("--replay: cannot read '%s': %s", o->replay_path, why);
+        if (rc != 0)
+            return bad("--replay: %s", why);
+    }
     if (o->progress < 0)
         o->progress = isatty(STDERR_FILENO);
     return 0;

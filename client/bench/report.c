@@ -103,6 +103,67 @@ static void print_windows(FILE *f, const char *what, const rlb_opts_t *o,
                 total - shown);
 }
 
+/* --replay: the log's time span, and how long its replay was due to
+ * take at --replay-speed (0 at speed 0: as fast as answers came). */
+static double replay_span_s(const rlb_result_t *r)
+{
+    return r->replay.requests > 0
+               ? (double)(r->replay.last_ms - r->replay.first_ms) / 1000
+               : 0;
+}
+
+static double replay_sched_s(const rlb_opts_t *o, const rlb_result_t *r)
+{
+    return o->replay_speed > 0 ? replay_span_s(r) / o->replay_speed : 0;
+}
+
+static double sent_per_sec(const rlb_result_t *r)
+{
+    return r->seconds > 0 ? (double)r->st.sent / r->seconds : 0;
+}
+
+/* --replay's lines of the summary: what the log held, how much of it was
+ * sent, how fast, and how late against its schedule. */
+static void print_replay(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
+{
+    const rlb_replay_stats_t *p = &r->replay;
+    const rl_hist_t *l = &r->st.late_ns;
+
+    fprintf(f,
+            "log        %" PRIu64 " lines: %" PRIu64 " requests, %" PRIu64
+            " malformed, %" PRIu64 " without a key, %" PRIu64
+            " with a key too long or holding NUL (those three not sent); "
+            "%" PRIu64 " out of order (sent at the latest time before)\n",
+            p->lines, p->requests, p->malformed, p->nokey, p->bad_key,
+            p->out_of_order);
+    fprintf(f,
+            "replay     sent %" PRIu64 " of the %" PRIu64
+            " requests read (%.0f/s achieved",
+            r->st.sent, p->requests, sent_per_sec(r));
+    if (replay_sched_s(o, r) > 0)
+        fprintf(f, ", %.0f/s scheduled",
+                (double)p->requests / replay_sched_s(o, r));
+    fprintf(f, "); log span %.3f s", replay_span_s(r));
+    if (o->replay_speed > 0)
+        fprintf(f, ", due to take %.3f s at %gx, took %.3f s\n",
+                replay_sched_s(o, r), o->replay_speed, r->seconds);
+    else
+        fprintf(f, ", replayed as fast as answers came in %.3f s\n",
+                r->seconds);
+    if (!r->replay_complete)
+        fprintf(f, "           NOT COMPLETE: %s\n",
+                p->read_error ? "the log could not be read to its end"
+                              : "the run ended before the log did");
+    if (rlb_open_loop(o))
+        fprintf(f,
+                "lateness   p50 %.1f us, p99 %.1f us, max %.1f us after the "
+                "scheduled time; %" PRIu64
+                " waited for a free slot (--inflight %" PRIu32
+                " per connection)\n",
+                pct_us(l, 50), pct_us(l, 99), us(l->max), r->st.slot_waits,
+                o->inflight);
+}
+
 /* How the audited limit counts, for the summary: "", or e.g. ", gcra,
  * burst 20". */
 static const char *audited_as(const rlb_opts_t *o, char *buf, size_t cap)
@@ -189,14 +250,34 @@ void rlb_print_summary(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
         fprintf(f, "rl-bench   %s, ", o->server);
     fprintf(f, "%" PRIu32 " connection%s, ", o->connections,
             o->connections == 1 ? "" : "s");
-    if (o->rate > 0)
+    if (o->replay_path != NULL && o->replay_speed > 0)
+        fprintf(f,
+                "replay of %s at %gx, open loop, %" PRIu32 " in flight at "
+                "most each",
+                o->replay_path, o->replay_speed, o->inflight);
+    else if (o->replay_path != NULL)
+        fprintf(f,
+                "replay of %s as fast as possible, closed loop, %" PRIu32
+                " in flight each",
+                o->replay_path, o->inflight);
+    else if (o->rate > 0)
         fprintf(f, "open loop at %.0f/s, %s arrivals", o->rate,
                 arrivals_name(o));
     else
         fprintf(f, "closed loop, %" PRIu32 " in flight each", o->inflight);
     fprintf(f, ", %.2f s measured%s\n", r->seconds,
             o->keep_awake ? ", vCPUs kept awake" : "");
-    if (o->rule == NULL)
+    if (o->replay_path != NULL && o->rule == NULL)
+        fprintf(f,
+                "keys       the log's callers, prefix \"%s\"; limit %" PRIu64
+                " per %" PRIu32 " s, cost from the log\n",
+                o->key_prefix, o->limit, o->window_s);
+    else if (o->replay_path != NULL)
+        fprintf(f,
+                "keys       the log's callers, prefix \"%s\"; rule \"%s\", "
+                "cost from the log\n",
+                o->key_prefix, o->rule);
+    else if (o->rule == NULL)
         fprintf(f,
                 "keys       %" PRIu32 " %s, prefix \"%s\"; limit %" PRIu64
                 " per %" PRIu32 " s, cost %" PRIu32 "\n",
@@ -217,6 +298,8 @@ void rlb_print_summary(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
                 o->rule, o->cost);
     if (r->ended_early)
         fprintf(f, "ENDED EARLY: %s\n", r->end_reason);
+    if (o->replay_path != NULL)
+        print_replay(f, o, r);
     fprintf(f,
             "decisions  %" PRIu64 " (%.0f/s): allowed %" PRIu64
             ", denied %" PRIu64 "\n",
@@ -252,7 +335,7 @@ void rlb_print_summary(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
             "max %.1f us (mean %.1f us)%s\n",
             pct_us(h, 50), pct_us(h, 90), pct_us(h, 99), pct_us(h, 99.9),
             us(h->max), rl_hist_mean(h) / 1000,
-            o->rate > 0 ? ", from the scheduled send" : "");
+            rlb_open_loop(o) ? ", from the scheduled send" : "");
     if (o->audit_skipped != NULL)
         fprintf(f, "audit      skipped: %s\n", o->audit_skipped);
     if (!r->audited)
@@ -329,6 +412,45 @@ static void json_servers(FILE *f, const rlb_result_t *r)
     fprintf(f, "\n  ],\n");
 }
 
+/* --replay's fields: "replay_log" null without it. */
+static void json_replay(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
+{
+    const rlb_replay_stats_t *p = &r->replay;
+    const rl_hist_t *l = &r->st.late_ns;
+
+    fprintf(f, "  \"replay_log\": ");
+    if (o->replay_path == NULL) {
+        fprintf(f, "null,\n");
+        return;
+    }
+    json_str(f, o->replay_path);
+    fprintf(f,
+            ",\n  \"replay_speed\": %g,\n  \"replay_lines\": %" PRIu64
+            ",\n  \"replay_requests\": %" PRIu64
+            ",\n  \"replay_malformed\": %" PRIu64
+            ",\n  \"replay_no_key\": %" PRIu64
+            ",\n  \"replay_bad_key\": %" PRIu64
+            ",\n  \"replay_out_of_order\": %" PRIu64
+            ",\n  \"replay_read_error\": %s"
+            ",\n  \"replay_complete\": %s"
+            ",\n  \"replay_span_s\": %.3f"
+            ",\n  \"replay_scheduled_s\": %.3f"
+            ",\n  \"sent_per_sec\": %.1f"
+            ",\n  \"slot_waits\": %" PRIu64 ",\n",
+            o->replay_speed, p->lines, p->requests, p->malformed, p->nokey,
+            p->bad_key, p->out_of_order, p->read_error ? "true" : "false",
+            r->replay_complete ? "true" : "false", replay_span_s(r),
+            replay_sched_s(o, r), sent_per_sec(r), r->st.slot_waits);
+    if (rlb_open_loop(o))
+        fprintf(f,
+                "  \"late_p50_us\": %.1f,\n  \"late_p99_us\": %.1f,\n"
+                "  \"late_max_us\": %.1f,\n",
+                pct_us(l, 50), pct_us(l, 99), us(l->max));
+    else
+        fprintf(f, "  \"late_p50_us\": null,\n  \"late_p99_us\": null,\n"
+                   "  \"late_max_us\": null,\n");
+}
+
 int rlb_write_json(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
 {
     const rlb_stats_t *s = &r->st;
@@ -338,7 +460,8 @@ int rlb_write_json(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
     fprintf(f, "{\n  \"server\": ");
     json_str(f, o->server);
     fprintf(f, ",\n  \"fleet\": %s", o->fleet ? "true" : "false");
-    fprintf(f, ",\n  \"mode\": \"%s\",\n", o->rate > 0 ? "open" : "closed");
+    fprintf(f, ",\n  \"mode\": \"%s\",\n",
+            rlb_open_loop(o) ? "open" : "closed");
     fprintf(f, "  \"connections\": %" PRIu32 ",\n", o->connections);
     fprintf(f, "  \"keep_awake\": %s,\n", o->keep_awake ? "true" : "false");
     if (o->rate > 0)
@@ -349,9 +472,14 @@ int rlb_write_json(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
     else
         fprintf(f, "  \"rate\": null,\n  \"inflight\": %" PRIu32 ",\n",
                 o->inflight);
-    fprintf(f,
-            "  \"keys\": %" PRIu32 ",\n  \"dist\": \"%s\",\n  \"key_prefix\": ",
-            o->keys, dist_name(o, dist, sizeof(dist)));
+    /* A replay's keys and costs are the log's. */
+    if (o->replay_path != NULL)
+        fprintf(f, "  \"keys\": null,\n  \"dist\": null,\n  \"key_prefix\": ");
+    else
+        fprintf(f,
+                "  \"keys\": %" PRIu32
+                ",\n  \"dist\": \"%s\",\n  \"key_prefix\": ",
+                o->keys, dist_name(o, dist, sizeof(dist)));
     json_str(f, o->key_prefix);
     fprintf(f, ",\n  \"rule\": ");
     if (o->rule != NULL)
@@ -372,7 +500,10 @@ int rlb_write_json(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
         fprintf(f, "null");
     fprintf(f, ",\n  \"phase\": \"%s\"",
             o->per_caller ? "per-caller" : "aligned");
-    fprintf(f, ",\n  \"cost\": %" PRIu32 ",\n", o->cost);
+    if (o->replay_path != NULL)
+        fprintf(f, ",\n  \"cost\": null,\n");
+    else
+        fprintf(f, ",\n  \"cost\": %" PRIu32 ",\n", o->cost);
     fprintf(f,
             "  \"decisions\": %" PRIu64 ",\n  \"seconds\": %.6f,\n"
             "  \"decisions_per_sec\": %.1f,\n",
@@ -393,6 +524,7 @@ int rlb_write_json(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
             s->server_errors, s->timeouts, s->closed, s->other_errors,
             s->unsent, s->failed_open, s->disconnects);
     json_servers(f, r);
+    json_replay(f, o, r);
     fprintf(f,
             "  \"p50_us\": %.1f,\n  \"p90_us\": %.1f,\n  \"p99_us\": %.1f,\n"
             "  \"p999_us\": %.1f,\n  \"max_us\": %.1f,\n  \"min_us\": %.1f,\n"
@@ -516,7 +648,12 @@ int rlb_plot(const char *path, const rlb_opts_t *o, const rl_hist_t *h)
                 strerror(errno));
         return RL_EIO;
     }
-    if (o->rate > 0)
+    if (o->replay_path != NULL)
+        snprintf(title, sizeof(title),
+                 "rl-bench latency, replay of %s at %gx%s", o->replay_path,
+                 o->replay_speed,
+                 o->replay_speed > 0 ? "" : " (as fast as possible)");
+    else if (o->rate > 0)
         snprintf(title, sizeof(title),
                  "rl-bench latency, open loop %.0f/s, %s over %" PRIu32
                  " keys%s",

@@ -48,6 +48,10 @@ int main(int argc, char **argv)
         status = RLB_EXIT_SERVER;
     if (r.audited && r.audit.over_limit > 0)
         status = RLB_EXIT_AUDIT;
+    /* A log that could not be read to its end is a bad input, as one that
+     * cannot be opened is. */
+    if (status == RLB_EXIT_OK && r.replay.read_error)
+        status = RLB_EXIT_USAGE;
 out:
     if (o.json != NULL && fclose(o.json) != 0 && status == RLB_EXIT_OK)
         status = RLB_EXIT_OUTPUT;
@@ -58,6 +62,7 @@ out:
         fprintf(stderr, "rl-bench: writing --timeline-csv failed\n");
         status = RLB_EXIT_OUTPUT;
     }
+    rlb_replay_close(o.replay);
     rlb_result_free(&r);
     return status;
 }

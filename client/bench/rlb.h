@@ -15,7 +15,9 @@
 /* Exit statuses, the interface for scripts. */
 #define RLB_EXIT_OK 0
 #define RLB_EXIT_AUDIT 1  /* some window allowed more than its limit */
-#define RLB_EXIT_USAGE 2  /* bad arguments, or an output file cannot open */
+#define RLB_EXIT_USAGE                                                         \
+    2                     /* bad arguments, an output file cannot open,        \
+                             or a --replay log cannot be read */
 #define RLB_EXIT_SERVER 3 /* no server reachable, or it went away */
 #define RLB_EXIT_OUTPUT 4 /* a report could not be written or drawn */
 
@@ -75,7 +77,26 @@ typedef struct rlb_opts_s {
     const char *json_path, *csv_path, *plot_path, *timeline_path;
     FILE *json, *csv; /* opened before the run, so bad paths fail early */
     FILE *timeline;   /* --timeline-csv: one row per 100 ms, during the run */
+    /* --replay LOG: the log's callers, costs and times instead of --keys,
+     * --dist, --cost and --rate. replay_speed: 1 real time, 10 ten times
+     * faster, 0 as fast as the server answers (closed loop, --inflight
+     * per connection). log_*: rl-fit's --format, --key (--json-key),
+     * --json-time and --json-cost; NULL: rl-fit's defaults. The log is
+     * opened (replay) while the options are read, so a bad path fails
+     * early. */
+    const char *replay_path;
+    double replay_speed;
+    const char *log_format, *log_key, *log_time, *log_cost;
+    struct rlb_replay_s *replay;
+    int have_duration; /* --replay: --duration given, a cap on the replay */
 } rlb_opts_t;
+
+/* Open loop: each check sent at its own scheduled time (--rate, or
+ * --replay at a speed above 0). */
+static inline int rlb_open_loop(const rlb_opts_t *o)
+{
+    return o->rate > 0 || (o->replay_path != NULL && o->replay_speed > 0);
+}
 
 /* Parses argv into *o. Returns 0; prints usage and exits 0 for --help;
  * prints one clear line on stderr and returns RLB_EXIT_USAGE otherwise. */
@@ -105,6 +126,51 @@ typedef struct rlb_keys_s {
 int rlb_keys_init(rlb_keys_t *k, const rlb_opts_t *o);
 void rlb_keys_free(rlb_keys_t *k);
 uint32_t rlb_keys_pick(rlb_keys_t *k);
+
+/* ---- replay (replay.c) ------------------------------------------------- */
+
+typedef struct rlb_replay_s rlb_replay_t;
+
+/* What reading the log found. */
+typedef struct rlb_replay_stats_s {
+    uint64_t lines;        /* lines read */
+    uint64_t requests;     /* lines that became requests */
+    uint64_t malformed;    /* rejected by the parser (longer than 16 KiB too) */
+    uint64_t nokey;        /* well formed, but no term of --key present */
+    uint64_t bad_key;      /* --key-prefix and the caller over RLC_KEY_MAX
+                              bytes, or a NUL in the caller */
+    uint64_t out_of_order; /* earlier than a line before them: sent at
+                              that line's time */
+    uint64_t first_ms, last_ms; /* the log's times of the first and last
+                                   request read (ms since the epoch) */
+    int read_error;             /* the log could not be read to its end (said on
+                                   stderr): a read error or truncated gzip input */
+} rlb_replay_stats_t;
+
+/* One request of the log. */
+typedef struct rlb_replay_req_s {
+    uint64_t off_ms; /* its time after the log's first request */
+    uint32_t cost;
+    const char *key; /* --key-prefix, then the caller: valid until the next
+                        rlb_replay_next */
+    size_t key_len;
+} rlb_replay_req_t;
+
+/* Opens o->replay_path ("-": stdin; gzip or plain) with o's format and key
+ * flags. Returns 0 with *out set (close it with rlb_replay_close), or
+ * RL_EINVAL (a bad flag), RL_EIO (cannot open) or RL_ENOMEM, with *why
+ * saying what. */
+int rlb_replay_open(rlb_replay_t **out, const rlb_opts_t *o, const char **why);
+
+/* Reads up to the next line that makes a request, counting the others.
+ * Returns 1 with *q filled, or 0 at the end of the log (or at a read
+ * error, in the stats). Memory stays one buffer, whatever the log. */
+int rlb_replay_next(rlb_replay_t *r, rlb_replay_req_t *q);
+
+const rlb_replay_stats_t *rlb_replay_stats(const rlb_replay_t *r);
+
+/* Closes the log and frees r; accepts NULL. */
+void rlb_replay_close(rlb_replay_t *r);
 
 /* ---- audit ------------------------------------------------------------ */
 
@@ -373,8 +439,15 @@ typedef struct rlb_stats_s {
     uint64_t closed;        /* connection lost with the check in flight */
     uint64_t other_errors;  /* refused before sending, and the like */
     uint64_t unsent;        /* open loop: scheduled, never sent */
+    /* --replay, open loop: checks that found every request slot (--inflight
+     * per connection) taken when due; each was sent once a slot freed, as
+     * late as late_ns says. */
+    uint64_t slot_waits;
     uint64_t disconnects;   /* connections lost */
     rl_hist_t lat_ns;       /* latency of answered checks */
+    /* --replay, open loop: how long after its scheduled time each measured
+     * check was handed to librlc, whether the generator kept up. */
+    rl_hist_t late_ns;
 } rlb_stats_t;
 
 /* --fleet: one server's share of the measured answers. */
@@ -396,6 +469,11 @@ typedef struct rlb_result_s {
     const char *end_reason;
     rlb_audit_report_t audit;
     int audited;
+    /* --replay: what reading the log found; complete: every request of the
+     * log was sent (not cut short by --duration, --requests, the server
+     * or SIGINT, nor by a read error). */
+    rlb_replay_stats_t replay;
+    int replay_complete;
 } rlb_result_t;
 
 static inline uint64_t rlb_errors(const rlb_stats_t *s)

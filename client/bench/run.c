@@ -18,6 +18,13 @@
  * even be sent because every request slot was taken stay due, and are
  * counted as unsent if the run ends first.
  *
+ * Replay (--replay): the checks are the log's lines, each due at its time
+ * after the first line's over --replay-speed, sent as the open loop sends
+ * them (or, at speed 0, as the closed loop does). The run ends when the
+ * log does. A check due when every slot is taken waits for one; how late
+ * each check went out is measured, so the report shows whether the
+ * generator kept up with the log.
+ *
  * Phases: warmup (audited, not measured), measure, drain (nothing new is
  * sent; answers still count), done. Which checks are measured is decided by
  * when each was sent (or scheduled), so the boundaries are sharp. */
@@ -91,7 +98,12 @@ typedef struct bench_s {
     uint64_t seq;      /* next check to send */
     double due_off_ns; /* when it is due, in ns after start_ns */
     uint64_t rng;      /* poisson: xorshift64 state */
-    uint32_t rr;  /* next connection to try */
+    uint32_t rr;       /* next connection to try */
+    /* --replay: the log's next request, read ahead (rq_have) so that its
+     * time is known before it is due; rq_end: the log has no more;
+     * rq_waited: it found every slot taken (counted once). */
+    rlb_replay_req_t rq;
+    int rq_have, rq_end, rq_waited;
     int tfd;
     uv_poll_t tpoll;
 
@@ -124,6 +136,40 @@ static int sending(const bench_t *b)
 }
 
 static void on_finisher(uv_timer_t *t);
+
+/* When the measurement ends by the clock: measure_ns + --duration, or
+ * never for a replay without --duration (the log's end ends it). */
+static uint64_t cap_end(const bench_t *b)
+{
+    if (b->o->replay_path != NULL && !b->o->have_duration)
+        return UINT64_MAX;
+    return b->measure_ns + (uint64_t)(b->o->duration_s * 1e9);
+}
+
+/* --replay, open loop: when the loaded request is due. A log's times
+ * over a small speed could overflow: clamped to some 280 years. */
+static uint64_t replay_due(const bench_t *b)
+{
+    double off = (double)b->rq.off_ms * 1e6 / b->o->replay_speed;
+
+    return b->start_ns +
+           (off < 9e18 ? (uint64_t)off : UINT64_C(9000000000000000000));
+}
+
+/* --replay: loads the log's next request unless one is loaded. Returns 1
+ * when one is, 0 at the log's end. */
+static int replay_peek(bench_t *b)
+{
+    if (!b->rq_have && !b->rq_end) {
+        if (rlb_replay_next(b->o->replay, &b->rq) == 1) {
+            b->rq_have = 1;
+            b->rq_waited = 0;
+        } else {
+            b->rq_end = 1;
+        }
+    }
+    return b->rq_have;
+}
 
 /* Stops sending; the measurement ends at end_ns (0: at the last answer,
  * for a run cut short by --requests). The run finishes once every answer
@@ -161,11 +207,25 @@ static int send_check(conn_t *c, uint64_t due_ns, uint64_t now_ns)
         return RLC_EBUSY;
     i = c->free_head;
     r = &c->reqs[i];
-    r->key = rlb_keys_pick(&b->keys);
+again:
     memset(&q, 0, sizeof(q));
-    q.key = c->key;
-    q.key_len = c->prefix_len + rl_put_u64(c->key + c->prefix_len, r->key);
-    q.cost = o->cost;
+    if (o->replay != NULL) {
+        if (!replay_peek(b)) {
+            /* Closed loop: the log is done, and so is the run once the
+             * answers are in. */
+            start_drain(b, 0);
+            return RLC_ECANCELED;
+        }
+        r->key = 0; /* no audit: the log's callers are not numbered */
+        q.key = b->rq.key;
+        q.key_len = b->rq.key_len;
+        q.cost = b->rq.cost;
+    } else {
+        r->key = rlb_keys_pick(&b->keys);
+        q.key = c->key;
+        q.key_len = c->prefix_len + rl_put_u64(c->key + c->prefix_len, r->key);
+        q.cost = o->cost;
+    }
     if (o->rule != NULL) {
         q.rule = o->rule;
     } else {
@@ -175,8 +235,25 @@ static int send_check(conn_t *c, uint64_t due_ns, uint64_t now_ns)
     r->due_ns = due_ns;
     r->sent_ns = now_ns;
     rc = rlc_async_check(c->c, &q, on_result, r);
+    if (rc != RLC_OK && o->replay != NULL && rc != RLC_EBUSY) {
+        /* Refused before sending (not for want of a slot): trying again
+         * would be refused again, so the line is passed over, counted. */
+        b->rq_have = 0;
+        if (due_ns >= b->measure_ns)
+            b->res->st.other_errors++;
+        /* Closed loop: the next line takes its place, or the loop would
+         * run one short. Open loop: the next line has a time of its own,
+         * which the caller reads. */
+        if (!rlb_open_loop(o))
+            goto again;
+    }
     if (rc != RLC_OK)
         return rc;
+    if (o->replay != NULL) {
+        b->rq_have = 0;
+        if (rlb_open_loop(o) && due_ns >= b->measure_ns)
+            rl_hist_record(&b->res->st.late_ns, now_ns - due_ns);
+    }
     c->free_head = r->next;
     c->inflight++;
     b->inflight++;
@@ -305,7 +382,7 @@ static void on_result(rlc_async_t *cl, const rlc_result_t *res, void *arg)
     c->inflight--;
     b->inflight--;
 
-    if (b->o->rate <= 0 && sending(b) && b->phase != PH_DONE)
+    if (!rlb_open_loop(b->o) && sending(b) && b->phase != PH_DONE)
         send_check(c, now, now);
     if (b->phase == PH_DRAIN && b->inflight == 0)
         uv_timer_start(&b->finisher, on_finisher, 0, 0);
@@ -372,40 +449,58 @@ static void on_tfd(uv_poll_t *h, int status, int events)
         return;
     now = uv_hrtime();
     while (sending(b)) {
-        due = b->start_ns + (uint64_t)b->due_off_ns;
+        if (b->o->replay != NULL) {
+            if (!replay_peek(b)) {
+                /* The log's last request is out: the measurement ends
+                 * with it. */
+                start_drain(b, now + 1);
+                break;
+            }
+            due = replay_due(b);
+        } else {
+            due = b->start_ns + (uint64_t)b->due_off_ns;
+        }
         if (due > now) {
             if (b->o->arrivals != RLB_ARRIVE_GROUPED)
                 arm_at(b, due);
             break;
         }
-        if (b->phase == PH_MEASURE &&
-            due >= b->measure_ns + (uint64_t)(b->o->duration_s * 1e9)) {
+        if (b->phase == PH_MEASURE && due >= cap_end(b)) {
             /* The schedule, not a timer, ends an open-loop run: every
              * check due inside it has then been sent or counted. */
-            start_drain(b, b->measure_ns + (uint64_t)(b->o->duration_s * 1e9));
+            start_drain(b, cap_end(b));
             break;
         }
         for (tries = 0; tries < b->nconns; tries++) {
             conn_t *c = &b->conns[b->rr];
+            int rc;
             b->rr = (b->rr + 1) % b->nconns;
-            if (send_check(c, due, now) == 0)
+            rc = send_check(c, due, now);
+            /* A replayed line refused for itself was passed over: the
+             * next one is due at its own time. */
+            if (rc == 0 || (b->o->replay != NULL && rc != RLC_EBUSY))
                 break;
         }
         if (tries == b->nconns) {
             /* Every slot busy: stays due, tried again shortly. */
+            if (b->o->replay != NULL && !b->rq_waited) {
+                b->rq_waited = 1;
+                if (due >= b->measure_ns)
+                    b->res->st.slot_waits++;
+            }
             if (b->o->arrivals != RLB_ARRIVE_GROUPED)
                 arm_at(b, now + 100000);
             break;
         }
-        schedule_next(b);
+        if (b->o->replay == NULL)
+            schedule_next(b);
     }
     /* A server so slow that no slot is free keeps the schedule above
      * from reaching its end; the clock ends the run then, once all that
      * could be sent was, and what fell due and was never sent is counted
      * as unsent. */
-    if (b->phase == PH_MEASURE &&
-        now >= b->measure_ns + (uint64_t)(b->o->duration_s * 1e9))
-        start_drain(b, b->measure_ns + (uint64_t)(b->o->duration_s * 1e9));
+    if (b->phase == PH_MEASURE && now >= cap_end(b))
+        start_drain(b, cap_end(b));
 }
 
 static int open_loop_start(bench_t *b)
@@ -480,12 +575,13 @@ static void on_phase(uv_timer_t *t)
 
     if (b->phase == PH_WARMUP) {
         b->phase = PH_MEASURE;
-        if (b->o->rate <= 0)
+        if (!rlb_open_loop(b->o))
             b->measure_ns = uv_hrtime();
-        uv_timer_start(&b->phase_timer, on_phase,
-                       (uint64_t)(b->o->duration_s * 1000 + 0.5), 0);
-    } else if (b->phase == PH_MEASURE && b->o->rate <= 0) {
-        start_drain(b, b->measure_ns + (uint64_t)(b->o->duration_s * 1e9));
+        if (cap_end(b) != UINT64_MAX)
+            uv_timer_start(&b->phase_timer, on_phase,
+                           (uint64_t)(b->o->duration_s * 1000 + 0.5), 0);
+    } else if (b->phase == PH_MEASURE && !rlb_open_loop(b->o)) {
+        start_drain(b, cap_end(b));
     }
 }
 
@@ -572,8 +668,20 @@ static void finish(bench_t *b, const char *early)
         b->res->ended_early = 1;
         b->res->end_reason = early;
     }
-    if (b->o->rate > 0 && b->tfd >= 0) {
-        if (!b->capped)
+    if (b->o->replay != NULL) {
+        /* Open loop: the request read ahead and never sent, if it fell due
+         * within the measurement (the server went away, or no slot freed
+         * in time); one past --duration was never due. The lines after it
+         * were not read: the summary says the log was not replayed to its
+         * end. */
+        if (b->rq_have && !b->capped && rlb_open_loop(b->o) &&
+            replay_due(b) >= b->measure_ns && replay_due(b) < b->end_ns)
+            b->res->st.unsent++;
+        b->res->replay_complete =
+            b->rq_end && !b->rq_have && !b->capped && !b->res->ended_early;
+    }
+    if (rlb_open_loop(b->o) && b->tfd >= 0) {
+        if (!b->capped && b->o->replay == NULL)
             b->res->st.unsent = unsent(b);
         uv_close((uv_handle_t *)&b->tpoll, on_tpoll_closed);
     }
@@ -714,6 +822,7 @@ void rlb_result_free(rlb_result_t *r)
     r->nservers = 0;
     rlb_audit_report_free(&r->audit);
     rl_hist_free(&r->st.lat_ns);
+    rl_hist_free(&r->st.late_ns);
 }
 
 /* The audit's windows a run is expected to see: every key in every window
@@ -765,6 +874,8 @@ int rlb_run(const rlb_opts_t *o, rlb_result_t *res)
         fprintf(o->timeline, "t_s,answers,p50_us,p99_us,max_us\n");
     if ((rc = rl_hist_init(&res->st.lat_ns, HIST_SUB_BITS, HIST_HIGHEST_NS)) !=
             0 ||
+        (rc = rl_hist_init(&res->st.late_ns, HIST_SUB_BITS, HIST_HIGHEST_NS)) !=
+            0 ||
         (rc = rl_hist_init(&b.tl, HIST_SUB_BITS, HIST_HIGHEST_NS)) != 0 ||
         (rc = rlb_keys_init(&b.keys, o)) != 0 ||
         (o->audit && (rc = audit_init(&b.audit, o)) != 0) ||
@@ -790,21 +901,25 @@ int rlb_run(const rlb_opts_t *o, rlb_result_t *res)
      * fires. */
     if (b.phase == PH_MEASURE)
         b.measure_ns = b.start_ns;
-    else if (o->rate > 0)
+    else if (rlb_open_loop(o))
         b.measure_ns = b.start_ns + (uint64_t)(o->warmup_s * 1e9);
     else
         b.measure_ns = UINT64_MAX;
     uv_timer_start(&b.tick, on_tick, TICK_MS, TICK_MS);
-    uv_timer_start(
-        &b.phase_timer, on_phase,
-        (uint64_t)((b.phase == PH_WARMUP ? o->warmup_s : o->duration_s) * 1000 +
-                   0.5),
-        0);
+    if (b.phase == PH_WARMUP || cap_end(&b) != UINT64_MAX)
+        uv_timer_start(
+            &b.phase_timer, on_phase,
+            (uint64_t)((b.phase == PH_WARMUP ? o->warmup_s : o->duration_s) *
+                           1000 +
+                       0.5),
+            0);
     if (o->progress)
         uv_timer_start(&b.progress, on_progress, 1000, 1000);
 
-    if (o->rate > 0) {
-        b.interval_ns = 1e9 / o->rate;
+    if (rlb_open_loop(o)) {
+        /* A replay's times come from its log; the interval only sizes a
+         * grouped tick, which a replay does not use. */
+        b.interval_ns = o->rate > 0 ? 1e9 / o->rate : 1e6;
         if ((rc = open_loop_start(&b)) != 0) {
             fprintf(stderr, "rl-bench: timerfd: %s\n", strerror(errno));
             finish(&b, "setup failed");
@@ -831,9 +946,13 @@ int rlb_run(const rlb_opts_t *o, rlb_result_t *res)
         fputc('\n', stderr);
 
     if (o->timeline != NULL && b.tl_slot != UINT64_MAX)
-        timeline_advance(&b, b.measure_ns +
-                                 (b.tl_slot + 1) * TIMELINE_SLOT_NS);
+        timeline_advance(&b, b.measure_ns + (b.tl_slot + 1) * TIMELINE_SLOT_NS);
     res->sent_total = b.sent_total;
+    if (o->replay != NULL) {
+        res->replay = *rlb_replay_stats(o->replay);
+        if (res->replay.read_error)
+            res->replay_complete = 0;
+    }
     res->seconds = (double)(b.end_ns - b.measure_ns) / 1e9;
     if (res->seconds < 0)
         res->seconds = 0;
