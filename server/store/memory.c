@@ -790,10 +790,12 @@ static int xop_settle(mstore_t *m, rls_xop_t *x)
                        x->decided_at_ms + W > now) {
                 q->what = 3;
             }
-        } else if (e != NULL && d != 0) {
+        } else if (e != NULL && e->count > 0 && d != 0) {
+            /* A counter at 0 is none (the script's batches may remove
+             * it), so it takes no excess. */
             int64_t v = e->count, nv = v + d;
-            if (d < 0 && nv < 0)
-                nv = v > 0 ? 0 : v;
+            if (nv < 0)
+                nv = 0;
             if (nv > XOP_MAXN)
                 return RL_ESTORE;
             q->what = 1;

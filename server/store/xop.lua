@@ -10,8 +10,9 @@
 -- Settle: KEYS[1] the marker "<key>:x<id>", KEYS[1 + j] the key of window
 -- j (a sliding-window-counter's current counter). ARGV[3] the marker's
 -- end, ARGV[4] delta, ARGV[5] when the reservation was decided, ARGV[6]
--- the number of windows, then three per window: "f" and two blanks (a
--- counter, fixed or sliding-window-counter), "g" interval_us grace_ms (a
+-- the number of windows, then three per window: "f" 0 0 (a counter,
+-- fixed or sliding-window-counter, adjusted only when above 0: a batch may
+-- remove a counter at 0, so 0 is no counter), "g" interval_us grace_ms (a
 -- gcra's TAT in us) or "l" window_ms expiry_ms (a sliding window's log,
 -- store.h's RLS_SWL_* layout). Everything is read and checked before
 -- anything is written, so an error reply leaves the store as it was.
@@ -46,9 +47,9 @@ if kind == '1' then
                         'ERR value is not an integer or out of range')
                 end
             end
-            if a == 'f' and v and delta ~= 0 then
+            if a == 'f' and v and v > 0 and delta ~= 0 then
                 local nv = v + delta
-                if delta < 0 and nv < 0 then nv = v > 0 and 0 or v end
+                if nv < 0 then nv = 0 end
                 if nv > MAXN then
                     return redis.error_reply(
                         'ERR increment or decrement would overflow')
