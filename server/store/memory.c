@@ -807,8 +807,8 @@ static int xop_settle(mstore_t *m, rls_xop_t *x)
         need += ent_cost(mlen), fresh++;
     if (need > 0) {
         if (m->ngroups + fresh > m->groups_cap)
-            need += (m->groups_cap ? m->groups_cap : GROUPS_MIN) *
-                    sizeof(group_t);
+            need +=
+                (m->groups_cap ? m->groups_cap : GROUPS_MIN) * sizeof(group_t);
         if (st->mem_full || st->mem_bytes + need > st->mem_max)
             return refuse(m);
     }
@@ -826,8 +826,8 @@ static int xop_settle(mstore_t *m, rls_xop_t *x)
         create(m, mk, mlen, mh, group_time(x->until_ms), &me) != 0)
         return RL_ENOMEM;
     me->kind = ENT_MARKER;
-    me->count = x->until_ms > (uint64_t)INT64_MAX ? INT64_MAX
-                                                   : (int64_t)x->until_ms;
+    me->count =
+        x->until_ms > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)x->until_ms;
     ent_extend(me, group_time(x->until_ms));
     for (j = 0; j < x->nwin; j++) {
         xplan_t *q = &p[j];
@@ -908,7 +908,7 @@ static int xop_lease(mstore_t *m, rls_xop_t *x)
         } else if (at < 0) {
             /* A new lease: room for it, and for the set when new. */
             size_t need = 0;
-            uint32_t cap = g == NULL ? LEASE_CAP_MIN
+            uint32_t cap = g == NULL       ? LEASE_CAP_MIN
                            : g->n < g->cap ? g->cap
                                            : 2 * g->cap;
             if (g == NULL)
@@ -937,8 +937,7 @@ static int xop_lease(mstore_t *m, rls_xop_t *x)
                 }
             }
             if (e == NULL) {
-                if (create(m, key, klen, h, group_time(x->until_ms), &e) !=
-                    0) {
+                if (create(m, key, klen, h, group_time(x->until_ms), &e) != 0) {
                     free(g);
                     return RL_ENOMEM;
                 }
@@ -995,8 +994,8 @@ static void m_xop(rls_store_t *s, rls_xop_t *x, rls_xop_cb cb, void *data)
     cb(data, x);
 }
 
-static const rls_store_vtbl_t memory_vtbl = {
-    m_submit, m_now, m_up, m_close, NULL, NULL, m_xop};
+static const rls_store_vtbl_t memory_vtbl = {m_submit, m_now, m_up, m_close,
+                                             NULL,     NULL,  m_xop};
 
 rls_store_t *rls_store_memory_new(uv_loop_t *loop)
 {

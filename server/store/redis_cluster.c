@@ -858,8 +858,8 @@ static void on_cmd_reply(void *data, void *reply)
 }
 
 /* One command (the switch poller's, an xop's EVAL), to the master of its
- * first key's slot. A MOVED reply is passed on (the poller tries again at its next
- * poll) and refreshes the map. */
+ * first key's slot. A MOVED reply is passed on (the poller tries again at its
+ * next poll) and refreshes the map. */
 static int cl_command(rls_store_t *s, int argc, const char **argv,
                       const size_t *lens, void (*cb)(void *data, void *reply),
                       void *data)

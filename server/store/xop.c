@@ -96,9 +96,8 @@ static int xop_check(const rls_xop_t *x)
                 return RL_EINVAL;
         return 0;
     }
-    return x->kind >= RLS_XOP_ACQUIRE && x->kind <= RLS_XOP_RENEW
-               ? 0
-               : RL_EINVAL;
+    return x->kind >= RLS_XOP_ACQUIRE && x->kind <= RLS_XOP_RENEW ? 0
+                                                                  : RL_EINVAL;
 }
 
 /* The id as 16 lowercase hex digits into dst (17 bytes). */
@@ -132,7 +131,8 @@ void rls_store_xop(rls_store_t *s, rls_xop_t *x, rls_xop_cb cb, void *data)
     uint32_t j;
 
 #define ARG(p, l) (argv[argc] = (p), lens[argc] = (l), argc++)
-#define NUM(v) (lens[argc] = rl_put_u64(nums[nn], (v)), argv[argc++] = nums[nn++])
+#define NUM(v)                                                                 \
+    (lens[argc] = rl_put_u64(nums[nn], (v)), argv[argc++] = nums[nn++])
 #define INUM(v) (lens[argc] = put_i64(nums[nn], (v)), argv[argc++] = nums[nn++])
 
     x->result = 0;
