@@ -2,13 +2,14 @@
  * store runs them itself (its vtable's xop); a Redis store gets the one
  * script store/xop.lua, which does every kind, through its command().
  *
- * Sent as EVAL, not EVALSHA: an xop is one call beside whole batches,
- * the script is a few kB, and Redis keeps EVAL's compiled script in its
- * cache by SHA (the body is hashed, not compiled again). EVAL needs no
- * NOSCRIPT round trip after a restart or a failover, and the cluster
- * store's command() (which routes an EVAL by its first key) needs no
- * script loading per master. */
+ * Sent as EVALSHA, and again as EVAL when Redis answers NOSCRIPT (after a
+ * restart, a failover, SCRIPT FLUSH, or on a master that never saw it):
+ * the script is some 5 kB, and a lease taken and given back per request
+ * would otherwise send it twice per request. EVAL caches it under its
+ * SHA, so the next EVALSHA finds it. The cluster store's command() routes
+ * both by their first key (argv[3]). */
 #include <hiredis/hiredis.h>
+#include <openssl/evp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,10 +33,39 @@ static const char xop_script[] = RLS_LUA_XOP;
 #define XOP_ARGC_MAX (3 + XOP_KEYS_MAX + 6 + 3 * RL_ADMIT_WINDOWS_MAX)
 
 typedef struct {
+    rls_store_t *s;
     rls_xop_t *x;
     rls_xop_cb cb;
     void *data;
+    int eval; /* sent as EVAL (after NOSCRIPT) */
 } xop_req_t;
+
+static int send_req(xop_req_t *q);
+
+/* The script's SHA1 in 40 lowercase hex digits, computed once (the loop's
+ * thread is the only caller). NULL if it could not be: then EVAL. */
+static const char *script_sha(void)
+{
+    static char hex[41];
+    static int state; /* 0 not yet, 1 done, -1 failed */
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int n = 0, i;
+
+    if (state == 0) {
+        state = -1;
+        if (EVP_Digest(xop_script, sizeof(xop_script) - 1, md, &n, EVP_sha1(),
+                       NULL) == 1 &&
+            n == 20) {
+            for (i = 0; i < 20; i++) {
+                hex[2 * i] = "0123456789abcdef"[md[i] >> 4];
+                hex[2 * i + 1] = "0123456789abcdef"[md[i] & 15];
+            }
+            hex[40] = '\0';
+            state = 1;
+        }
+    }
+    return state == 1 ? hex : NULL;
+}
 
 static void finish(rls_xop_t *x, rls_xop_cb cb, void *data, int err)
 {
@@ -67,10 +97,17 @@ static void on_reply(void *data, void *reply)
 
     /* {result, count, earliest_ms}; anything else is the store's
      * trouble (an error reply, a lost connection). */
-    if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
-        reply_u64(r->element[0], &res) == 0 && res <= 1 &&
-        reply_u64(r->element[1], &count) == 0 &&
-        reply_u64(r->element[2], &earliest) == 0) {
+    if (r != NULL && r->type == REDIS_REPLY_ERROR && !q->eval && r->len >= 8 &&
+        memcmp(r->str, "NOSCRIPT", 8) == 0) {
+        /* Not in this Redis's cache: once more with the script. */
+        q->eval = 1;
+        if (send_req(q) == 0)
+            return;
+        err = RL_ESTORE;
+    } else if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+               reply_u64(r->element[0], &res) == 0 && res <= 1 &&
+               reply_u64(r->element[1], &count) == 0 &&
+               reply_u64(r->element[2], &earliest) == 0) {
         x->result = (int)res;
         x->count = count;
         x->earliest_ms = earliest;
@@ -120,36 +157,22 @@ static size_t put_i64(char *dst, int64_t v)
     return rl_put_u64(dst, (uint64_t)v);
 }
 
-void rls_store_xop(rls_store_t *s, rls_xop_t *x, rls_xop_cb cb, void *data)
+/* Sends q's xop (EVALSHA, or EVAL once q->eval) through the store's
+ * command(). Returns 0 (on_reply will fire) or RL_ESTORE (it will not). */
+static int send_req(xop_req_t *q)
 {
+    const rls_xop_t *x = q->x;
     char keys[XOP_KEYS_MAX][RLS_OPKEY_MAX + 40];
     char nums[XOP_ARGC_MAX][24];
-    const char *argv[XOP_ARGC_MAX];
+    const char *argv[XOP_ARGC_MAX], *sha = q->eval ? NULL : script_sha();
     size_t lens[XOP_ARGC_MAX];
-    int argc = 0, nk = 0, nn = 0, rc;
-    xop_req_t *q;
+    int argc = 0, nk = 0, nn = 0;
     uint32_t j;
 
 #define ARG(p, l) (argv[argc] = (p), lens[argc] = (l), argc++)
 #define NUM(v)                                                                 \
     (lens[argc] = rl_put_u64(nums[nn], (v)), argv[argc++] = nums[nn++])
 #define INUM(v) (lens[argc] = put_i64(nums[nn], (v)), argv[argc++] = nums[nn++])
-
-    x->result = 0;
-    x->count = 0;
-    x->earliest_ms = 0;
-    if (xop_check(x) != 0) {
-        finish(x, cb, data, RL_ESTORE);
-        return;
-    }
-    if (s->v->xop != NULL) {
-        s->v->xop(s, x, cb, data);
-        return;
-    }
-    if (s->v->command == NULL) {
-        finish(x, cb, data, RL_ESTORE);
-        return;
-    }
 
     /* The keys: the marker and the windows, or the lease set. */
     memcpy(keys[0], x->key, x->key_len);
@@ -168,8 +191,15 @@ void rls_store_xop(rls_store_t *s, rls_xop_t *x, rls_xop_cb cb, void *data)
         nk = 1;
     }
 
-    ARG("EVAL", 4);
-    ARG(xop_script, sizeof(xop_script) - 1);
+    if (sha != NULL) {
+        q->eval = 0;
+        ARG("EVALSHA", 7);
+        ARG(sha, 40);
+    } else {
+        q->eval = 1;
+        ARG("EVAL", 4);
+        ARG(xop_script, sizeof(xop_script) - 1);
+    }
     NUM((uint64_t)nk);
     for (j = 0; j < (uint32_t)nk; j++)
         ARG(keys[j], strlen(keys[j]));
@@ -213,15 +243,40 @@ void rls_store_xop(rls_store_t *s, rls_xop_t *x, rls_xop_cb cb, void *data)
 #undef NUM
 #undef INUM
 
+    return q->s->v->command(q->s, argc, argv, lens, on_reply, q) == RL_OK
+               ? 0
+               : RL_ESTORE;
+}
+
+void rls_store_xop(rls_store_t *s, rls_xop_t *x, rls_xop_cb cb, void *data)
+{
+    xop_req_t *q;
+
+    x->result = 0;
+    x->count = 0;
+    x->earliest_ms = 0;
+    if (xop_check(x) != 0) {
+        finish(x, cb, data, RL_ESTORE);
+        return;
+    }
+    if (s->v->xop != NULL) {
+        s->v->xop(s, x, cb, data);
+        return;
+    }
+    if (s->v->command == NULL) {
+        finish(x, cb, data, RL_ESTORE);
+        return;
+    }
     if ((q = malloc(sizeof(*q))) == NULL) {
         finish(x, cb, data, RL_ENOMEM);
         return;
     }
+    q->s = s;
     q->x = x;
     q->cb = cb;
     q->data = data;
-    rc = s->v->command(s, argc, argv, lens, on_reply, q);
-    if (rc != RL_OK) {
+    q->eval = 0;
+    if (send_req(q) != 0) {
         free(q);
         finish(x, cb, data, RL_ESTORE);
     }

@@ -956,9 +956,43 @@ static void test_edges_memory(void **state)
 static void test_edges_redis(void **state)
 {
     be_t b;
+    redisReply *r;
+    rls_xop_t x;
+    int i;
 
     redis_be(&b, state);
     edge_cases(&b);
+    /* Redis forgets its scripts: the xop is sent again with the script,
+     * which Redis then keeps (the next EVALSHA finds it). */
+    r = redisCommand(b.f->rc, "CONFIG RESETSTAT");
+    assert_non_null(r);
+    freeReplyObject(r);
+    for (i = 0; i < 2; i++) {
+        r = redisCommand(b.f->rc, "SCRIPT FLUSH");
+        assert_non_null(r);
+        freeReplyObject(r);
+        xop_init(&x, RLS_XOP_ACQUIRE, "e:{ns}:r:x", 1000);
+        x.id = (uint64_t)i;
+        x.limit = 5;
+        x.until_ms = redis_now_ms(b.f) + 60000;
+        do_xop(&b, &x);
+        assert_int_equal(x.err, 0);
+        assert_int_equal(x.result, 1);
+        assert_int_equal(x.count, 2 * (uint64_t)i + 1);
+        x.id = 10 + (uint64_t)i;
+        do_xop(&b, &x);
+        assert_int_equal(x.err, 0);
+        assert_int_equal(x.count, 2 * (uint64_t)i + 2);
+    }
+    r = redisCommand(b.f->rc, "INFO commandstats");
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    /* EVALSHA failed twice (NOSCRIPT), EVAL ran twice. */
+    assert_non_null(strstr(r->str, "cmdstat_eval:calls=2,"));
+    assert_non_null(strstr(r->str, "cmdstat_evalsha:calls=4,"));
+    assert_non_null(
+        strstr(strstr(r->str, "cmdstat_evalsha:"), "failed_calls=2"));
+    freeReplyObject(r);
 }
 
 /* A marker ends at its end: the reservation may be settled again. */
