@@ -23,6 +23,15 @@
 -- are dropped first; the set then expires at its latest end.
 --
 -- The reply: {result, count, earliest_ms}, three integers.
+--
+-- Where store.h leaves a choice, every store (memory.c too) makes the same
+-- one: a gcra's refund stops at now (used 0); a sliding window's excess
+-- entry is at max(now, its newest entry), and the log then expires at the
+-- window's expire_at_ms (the batch's: decided_at + W + grace) moved on by
+-- now - decided_at; a refund leaves an entry at cost 0 rather than cut it
+-- out (the readers in redis_script.lua, the module and memory.c take
+-- it); acquiring a lease that is alive renews it (result 1, its new end);
+-- a count past 2^53 (Lua's exact doubles) fails the settle whole.
 
 local rcall, tonumber, ssub, sfind, sfmt = redis.call, tonumber,
     string.sub, string.find, string.format
