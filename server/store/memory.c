@@ -44,11 +44,28 @@ typedef struct ent_s {
     uint64_t until;     /* expires then: later than its group's time when a
                            gcra's TAT or a log moved on; the sweep files it
                            again */
-    struct mlog_s *log; /* a sliding window's log (count is its sum), or
-                           NULL */
-    size_t klen;
+    union {
+        struct mlog_s *log;      /* ENT_COUNTER: a sliding window's log
+                                    (count is its sum), or NULL */
+        struct mlease_s *leases; /* ENT_LEASES: never NULL */
+    };
+    uint32_t klen;
+    uint32_t kind; /* ENT_* */
     char key[];
 } ent_t;
+
+/* What an entry holds: a counter (a TAT, a log), a reservation's settle
+ * marker (count is its end in ms, exact; until is rounded up) or a lease
+ * set (store/xop.c, store.h's RLS_XOP_*). */
+enum { ENT_COUNTER = 0, ENT_MARKER = 1, ENT_LEASES = 2 };
+
+/* A lease set: n (id, end ms) pairs in no order. */
+typedef struct mlease_s {
+    uint32_t n, cap;
+    uint64_t e[]; /* lease i: id at e[2 * i], end at e[2 * i + 1] */
+} mlease_t;
+
+#define LEASE_CAP_MIN 4
 
 /* A sliding window's log: a ring of (time ms, cost) entries, oldest
  * first. */
@@ -134,6 +151,14 @@ static size_t ent_cost(size_t klen)
     size_t n = (sizeof(ent_t) + klen + 8 + 15) & ~(size_t)15;
 
     return n < 32 ? 32 : n;
+}
+
+/* What malloc holds for a lease set of cap leases. */
+static size_t lease_cost(uint32_t cap)
+{
+    size_t n = (sizeof(mlease_t) + (size_t)cap * 16 + 8 + 15) & ~(size_t)15;
+
+    return cap ? n : 0;
 }
 
 /* What malloc holds for a log of cap entries. */
@@ -361,7 +386,8 @@ static int create(mstore_t *m, const char *key, size_t len, uint64_t h,
     e->count = 0;
     e->until = at;
     e->log = NULL;
-    e->klen = len;
+    e->klen = (uint32_t)len;
+    e->kind = ENT_COUNTER;
     memcpy(e->key, key, len);
     e->hnext = *head;
     if (*head)
@@ -513,15 +539,25 @@ static void m_submit(rls_store_t *s, rls_op_t *ops, size_t n,
     cb(data, ops, n, 0);
 }
 
+static void ent_free_data(ent_t *e)
+{
+    if (e->kind == ENT_LEASES)
+        free(e->leases);
+    else
+        free(e->log);
+}
+
 static void free_ent(mstore_t *m, ent_t *e)
 {
     *e->hprev = e->hnext;
     if (e->hnext)
         e->hnext->hprev = e->hprev;
     m->base.stats.mem_bytes -= ent_cost(e->klen);
-    if (e->log != NULL)
+    if (e->kind == ENT_LEASES)
+        m->base.stats.mem_bytes -= lease_cost(e->leases->cap);
+    else if (e->log != NULL)
         m->base.stats.mem_bytes -= log_cost(e->log->cap);
-    free(e->log);
+    ent_free_data(e);
     free(e);
     m->count--;
     m->freed_since_trim++;
@@ -613,7 +649,7 @@ static void on_timer_closed(uv_handle_t *h)
         ent_t *e = m->groups[i].head, *next;
         for (; e != NULL; e = next) {
             next = e->enext;
-            free(e->log);
+            ent_free_data(e);
             free(e);
         }
     }
@@ -634,8 +670,332 @@ static void m_close(rls_store_t *s, void (*done)(void *), void *arg)
     uv_close((uv_handle_t *)&m->sweep, on_timer_closed);
 }
 
+/* ---- reservations and leases (store.h, RLS_XOP_*) ----------------------
+ *
+ * The same answers as store/xop.lua, on entries of their own: a settle's
+ * marker "<key>:x<id>" and a lease set "<key>:c". Both expire and are
+ * swept as counters are, and count against the budget: an xop that would
+ * need memory past it fails with RL_ENOMEM and changes nothing. */
+
+#define XOP_MAXN INT64_C(9007199254740991) /* as the script's doubles */
+#define XOP_DELTA_MAX INT64_C(9999999999)
+
+/* t rounded up to the next GCRA_GROUP_MS, as a group's time. */
+static uint64_t group_time(uint64_t t)
+{
+    return t + GCRA_GROUP_MS - t % GCRA_GROUP_MS;
+}
+
+/* Moves e's expiry on to at (the sweep files it again), never back. */
+static void ent_extend(ent_t *e, uint64_t at)
+{
+    if (at > e->until)
+        e->until = at;
+}
+
+/* The key "<op key><suffix>" into dst, its hash into *h; its length. */
+static size_t xop_key(const mstore_t *m, const rls_xop_t *x, const char *sfx,
+                      size_t sl, char *dst, uint64_t *h)
+{
+    memcpy(dst, x->key, x->key_len);
+    memcpy(dst + x->key_len, sfx, sl);
+    dst[x->key_len + sl] = '\0';
+    *h = rl_hash(&m->hk, dst, x->key_len + sl);
+    return x->key_len + sl;
+}
+
+/* What a settle does to one window, decided before anything is written. */
+typedef struct {
+    ent_t *e;
+    char key[OPKEY_MAX + 36];
+    size_t klen;
+    uint64_t h;
+    int what;     /* 0 nothing, 1 set count, 2 append to a log, 3 refund a
+                     log */
+    int64_t val;  /* 1: the new count or TAT; 2: the entry's time */
+    uint64_t exp; /* 1 (gcra), 2: the expiry, a group's time */
+} xplan_t;
+
+static int xop_settle(mstore_t *m, rls_xop_t *x)
+{
+    char mk[OPKEY_MAX + 20];
+    xplan_t p[RL_ADMIT_WINDOWS_MAX];
+    rls_store_stats_t *st = &m->base.stats;
+    uint64_t now = x->now_ms, nowus = now * 1000, mh, W;
+    size_t mlen, need = 0, fresh = 0;
+    int64_t d = x->delta;
+    ent_t *me;
+    uint32_t j, i;
+    char hex[20];
+    rls_op_t op = {0};
+
+    for (i = 0; i < 16; i++)
+        hex[2 + i] = "0123456789abcdef"[(x->id >> (60 - 4 * i)) & 15];
+    hex[0] = ':';
+    hex[1] = 'x';
+    mlen = xop_key(m, x, hex, 18, mk, &mh);
+    me = find(m, mk, mlen, mh);
+    if (me != NULL && me->count > 0 && (uint64_t)me->count > now)
+        return 0; /* already settled */
+
+    op.key = x->key;
+    op.key_len = x->key_len;
+    op.tag_len = x->tag_len;
+    for (j = 0; j < x->nwin; j++) {
+        const rls_wop_t *w = &x->win[j];
+        xplan_t *q = &p[j];
+        ent_t *e;
+        q->klen = rls_wkey(&op, w, 0, q->key);
+        q->h = rl_hash(&m->hk, q->key, q->klen);
+        q->e = e = find(m, q->key, q->klen, q->h);
+        q->what = 0;
+        W = (uint64_t)w->window_s * 1000;
+        if (w->algo == RL_ALGO_GCRA) {
+            int64_t v = e != NULL ? e->count : 0;
+            double nt = -1;
+            if (d > 0) {
+                nt = (double)(e != NULL && v > (int64_t)nowus ? (uint64_t)v
+                                                              : nowus) +
+                     (double)d * (double)w->t_us;
+                if (nt > (double)XOP_MAXN)
+                    return RL_ESTORE;
+            } else if (d < 0 && e != NULL && v > (int64_t)nowus) {
+                nt = (double)v + (double)d * (double)w->t_us;
+                if (nt < (double)nowus)
+                    nt = (double)nowus;
+            }
+            if (nt >= 0) {
+                q->what = 1;
+                q->val = (int64_t)nt;
+                q->exp = group_time(((uint64_t)q->val + 999) / 1000 +
+                                    w->expire_at_ms);
+                if (e == NULL)
+                    need += ent_cost(q->klen), fresh++;
+            }
+        } else if (w->algo == RL_ALGO_SWL) {
+            const mlog_t *g = e != NULL ? e->log : NULL;
+            if (d > 0) {
+                uint64_t t = now;
+                if (g != NULL && g->n && log_at(g, g->n - 1)[0] > t)
+                    t = log_at(g, g->n - 1)[0];
+                q->what = 2;
+                q->val = (int64_t)t;
+                q->exp = w->expire_at_ms +
+                         (now > x->decided_at_ms ? now - x->decided_at_ms : 0);
+                q->exp = group_time(q->exp);
+                need += log_growth(e, t);
+                if (e == NULL)
+                    need += ent_cost(q->klen), fresh++;
+            } else if (d < 0 && g != NULL && g->n &&
+                       x->decided_at_ms + W > now) {
+                q->what = 3;
+            }
+        } else if (e != NULL && e->count > 0 && d != 0) {
+            /* A counter at 0 is none (the script's batches may remove
+             * it), so it takes no excess. */
+            int64_t v = e->count, nv = v + d;
+            if (nv < 0)
+                nv = 0;
+            if (nv > XOP_MAXN)
+                return RL_ESTORE;
+            q->what = 1;
+            q->val = nv;
+            q->exp = 0;
+        }
+    }
+    if (me == NULL)
+        need += ent_cost(mlen), fresh++;
+    if (need > 0) {
+        if (m->ngroups + fresh > m->groups_cap)
+            need +=
+                (m->groups_cap ? m->groups_cap : GROUPS_MIN) * sizeof(group_t);
+        if (st->mem_full || st->mem_bytes + need > st->mem_max)
+            return refuse(m);
+    }
+    /* New entries first (a counter at 0, an empty log, decide as none),
+     * the marker last: a failure before it leaves the settle undone. */
+    for (j = 0; j < x->nwin; j++) {
+        xplan_t *q = &p[j];
+        if ((q->what == 1 || q->what == 2) && q->e == NULL &&
+            create(m, q->key, q->klen, q->h, q->exp, &q->e) != 0)
+            return RL_ENOMEM;
+        if (q->what == 2 && log_reserve(m, q->e) != 0)
+            return RL_ENOMEM;
+    }
+    if (me == NULL &&
+        create(m, mk, mlen, mh, group_time(x->until_ms), &me) != 0)
+        return RL_ENOMEM;
+    me->kind = ENT_MARKER;
+    me->count =
+        x->until_ms > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)x->until_ms;
+    ent_extend(me, group_time(x->until_ms));
+    for (j = 0; j < x->nwin; j++) {
+        xplan_t *q = &p[j];
+        if (q->what == 1) {
+            q->e->count = q->val;
+            if (q->exp)
+                ent_extend(q->e, q->exp);
+        } else if (q->what == 2) {
+            log_append(q->e, (uint64_t)q->val, (uint64_t)d);
+            ent_extend(q->e, q->exp);
+        } else if (q->what == 3) {
+            mlog_t *g = q->e->log;
+            uint64_t want = (uint64_t)-d, taken = 0;
+            for (i = g->n; i-- > 0 && want > 0;) {
+                uint64_t *en = log_at(g, i), tk;
+                if (en[0] < x->decided_at_ms)
+                    break;
+                if (en[0] > x->decided_at_ms)
+                    continue;
+                tk = en[1] < want ? en[1] : want;
+                en[1] -= tk;
+                want -= tk;
+                taken += tk;
+            }
+            q->e->count -= (int64_t)taken;
+            if (q->e->count < 0)
+                q->e->count = 0;
+        }
+    }
+    x->result = 1;
+    return 0;
+}
+
+/* Lease id's index in set g, or -1. */
+static int64_t lease_find(const mlease_t *g, uint64_t id)
+{
+    uint32_t i;
+
+    for (i = 0; g != NULL && i < g->n; i++)
+        if (g->e[2 * i] == id)
+            return i;
+    return -1;
+}
+
+static int xop_lease(mstore_t *m, rls_xop_t *x)
+{
+    char key[OPKEY_MAX + 4];
+    rls_store_stats_t *st = &m->base.stats;
+    uint64_t h, now = x->now_ms, latest = 0;
+    size_t klen = xop_key(m, x, ":c", 2, key, &h);
+    ent_t *e = find(m, key, klen, h);
+    mlease_t *g = e != NULL ? e->leases : NULL;
+    int64_t at;
+    uint32_t i;
+
+    if (e != NULL && e->kind != ENT_LEASES)
+        return RL_ESTORE; /* cannot be: no other key ends in ":c" */
+    /* Leases that ended are gone. */
+    for (i = 0; g != NULL && i < g->n;) {
+        if (g->e[2 * i + 1] <= now) {
+            g->n--;
+            g->e[2 * i] = g->e[2 * g->n];
+            g->e[2 * i + 1] = g->e[2 * g->n + 1];
+        } else {
+            i++;
+        }
+    }
+    at = lease_find(g, x->id);
+    if (x->kind == RLS_XOP_ACQUIRE) {
+        uint64_t n = g != NULL ? g->n : 0;
+        if (at < 0 && n >= x->limit) {
+            x->earliest_ms = UINT64_MAX;
+            for (i = 0; i < n; i++)
+                if (g->e[2 * i + 1] < x->earliest_ms)
+                    x->earliest_ms = g->e[2 * i + 1];
+            if (n == 0)
+                x->earliest_ms = 0;
+        } else if (at < 0) {
+            /* A new lease: room for it, and for the set when new. */
+            size_t need = 0;
+            uint32_t cap = g == NULL       ? LEASE_CAP_MIN
+                           : g->n < g->cap ? g->cap
+                                           : 2 * g->cap;
+            if (g == NULL)
+                need = ent_cost(klen) + lease_cost(cap) +
+                       (m->ngroups + 1 > m->groups_cap
+                            ? (m->groups_cap ? m->groups_cap : GROUPS_MIN) *
+                                  sizeof(group_t)
+                            : 0);
+            else if (cap != g->cap)
+                need = lease_cost(cap) - lease_cost(g->cap);
+            if (need > 0 &&
+                (st->mem_full || st->mem_bytes + need > st->mem_max))
+                return refuse(m);
+            if (g == NULL || cap != g->cap) {
+                uint32_t old = g != NULL ? g->cap : 0;
+                mlease_t *ng = realloc(g, sizeof(*ng) + (size_t)cap * 16);
+                if (ng == NULL)
+                    return RL_ENOMEM;
+                if (g == NULL)
+                    ng->n = 0;
+                ng->cap = cap;
+                g = ng;
+                if (e != NULL) {
+                    st->mem_bytes += lease_cost(cap) - lease_cost(old);
+                    e->leases = g;
+                }
+            }
+            if (e == NULL) {
+                if (create(m, key, klen, h, group_time(x->until_ms), &e) != 0) {
+                    free(g);
+                    return RL_ENOMEM;
+                }
+                st->mem_bytes += lease_cost(cap);
+                e->kind = ENT_LEASES;
+                e->leases = g;
+            }
+            g->e[2 * g->n] = x->id;
+            g->e[2 * g->n + 1] = x->until_ms;
+            g->n++;
+            x->result = 1;
+        } else {
+            g->e[2 * at + 1] = x->until_ms;
+            x->result = 1;
+        }
+    } else if (x->kind == RLS_XOP_RELEASE && at >= 0) {
+        g->n--;
+        g->e[2 * at] = g->e[2 * g->n];
+        g->e[2 * at + 1] = g->e[2 * g->n + 1];
+        x->result = 1;
+    } else if (x->kind == RLS_XOP_RENEW && at >= 0) {
+        g->e[2 * at + 1] = x->until_ms;
+        x->result = 1;
+    }
+    x->count = g != NULL ? g->n : 0;
+    for (i = 0; g != NULL && i < g->n; i++)
+        if (g->e[2 * i + 1] > latest)
+            latest = g->e[2 * i + 1];
+    if (e != NULL && latest > 0)
+        ent_extend(e, group_time(latest));
+    return 0;
+}
+
+/* Runs x at once (store.h, rls_store_xop; x was checked there). */
+static void m_xop(rls_store_t *s, rls_xop_t *x, rls_xop_cb cb, void *data)
+{
+    mstore_t *m = (mstore_t *)s;
+
+    x->result = 0;
+    x->count = 0;
+    x->earliest_ms = 0;
+    if (x->key_len > OPKEY_MAX || x->nwin > RL_ADMIT_WINDOWS_MAX ||
+        x->delta > XOP_DELTA_MAX || x->delta < -XOP_DELTA_MAX)
+        x->err = RL_ESTORE;
+    else if (x->kind == RLS_XOP_SETTLE)
+        x->err = xop_settle(m, x);
+    else
+        x->err = xop_lease(m, x);
+    if (x->err != 0) {
+        x->result = 0;
+        x->count = 0;
+        x->earliest_ms = 0;
+    }
+    cb(data, x);
+}
+
 static const rls_store_vtbl_t memory_vtbl = {m_submit, m_now, m_up, m_close,
-                                              NULL, NULL};
+                                             NULL,     NULL,  m_xop};
 
 rls_store_t *rls_store_memory_new(uv_loop_t *loop)
 {

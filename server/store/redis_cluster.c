@@ -857,9 +857,9 @@ static void on_cmd_reply(void *data, void *reply)
     free(k);
 }
 
-/* One command (the switch poller's), to the master of its first key's
- * slot. A MOVED reply is passed on (the poller tries again at its next
- * poll) and refreshes the map. */
+/* One command (the switch poller's, an xop's script), to the master of its
+ * first key's slot. A MOVED reply is passed on (the poller tries again at its
+ * next poll) and refreshes the map. */
 static int cl_command(rls_store_t *s, int argc, const char **argv,
                       const size_t *lens, void (*cb)(void *data, void *reply),
                       void *data)
@@ -867,11 +867,16 @@ static int cl_command(rls_store_t *s, int argc, const char **argv,
     rls_cluster_t *cl = (rls_cluster_t *)s;
     node_t *nd;
     cmd_t *k;
-    int rc;
+    int rc, kx = 1;
 
     if (argc < 2 || cl->closing)
         return RL_ESTORE;
-    nd = cl->slot[rls_key_slot(argv[1], lens[1])];
+    /* EVAL's and EVALSHA's first key comes after the script and numkeys
+     * (store/xop.c). */
+    if (argc >= 4 && ((lens[0] == 4 && memcmp(argv[0], "EVAL", 4) == 0) ||
+                      (lens[0] == 7 && memcmp(argv[0], "EVALSHA", 7) == 0)))
+        kx = 3;
+    nd = cl->slot[rls_key_slot(argv[kx], lens[kx])];
     if (nd == NULL || nd->closed)
         return RL_ESTORE;
     if ((k = malloc(sizeof(*k))) == NULL)

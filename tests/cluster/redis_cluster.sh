@@ -39,6 +39,10 @@
 #             seed decides exactly and audits clean under load, counters
 #             land on all 3 masters, rl-ctl sets a quota over TLS; a server
 #             given the wrong CA logs the verification failure
+#   xop       the store's reservations and leases (store/xop.lua through
+#             the cluster store's command()): test_store_xop's scripted run
+#             against its model, on this cluster (RLT_XOP_BIN names the
+#             test binary, RLT_XOP_CLUSTER tells it the seed)
 set -euo pipefail
 
 [ $# -ge 3 ] || {
@@ -661,8 +665,25 @@ scenario_tls() {
     rc_servers_exit_clean
 }
 
+scenario_xop() {
+    [ -x "${RLT_XOP_BIN:-}" ] || t_fail "RLT_XOP_BIN: no test binary"
+    t_init 0
+    rc_start
+    RLT_XOP_CLUSTER="127.0.0.1:$(rc_port 1)" "$RLT_XOP_BIN" \
+        >"$T_DIR/xop.log" 2>&1 || t_fail "test_store_xop on the cluster:
+$(grep -v '^ts=' "$T_DIR/xop.log" | tail -20)"
+    grep -q '^\[       OK \] test_model_cluster' "$T_DIR/xop.log" ||
+        t_fail "the cluster run did not run: $(tail -5 "$T_DIR/xop.log")"
+    grep -E 'settles|OK|PASSED' "$T_DIR/xop.log"
+    for p in $(rc_masters); do
+        t_log "master :$p dbsize $(rc_cli "$p" dbsize)"
+    done
+}
+
 case $SCENARIO in
-match | reshard | failover | hang | password | ctl | tls) "scenario_$SCENARIO" ;;
+match | reshard | failover | hang | password | ctl | tls | xop)
+    "scenario_$SCENARIO"
+    ;;
 *)
     echo "unknown scenario '$SCENARIO'" >&2
     exit 2

@@ -1,0 +1,196 @@
+-- Reservations and leases (store.h, RLS_XOP_*): one script for every kind,
+-- sent by store/xop.c through the store's command() as EVAL, one call per
+-- operation, outside batches. Every key it touches is in KEYS and shares
+-- the op key's hash tag, so a Cluster master runs it as one slot.
+--
+-- ARGV[1] is the kind (1 settle, 2 acquire, 3 release, 4 renew), ARGV[2]
+-- now in ms (the server's estimate of the store's clock: the script never
+-- reads Redis's own, so that the server's replay agrees with it).
+--
+-- Settle: KEYS[1] the marker "<key>:x<id>", KEYS[1 + j] the key of window
+-- j (a sliding-window-counter's current counter). ARGV[3] the marker's
+-- end, ARGV[4] delta, ARGV[5] when the reservation was decided, ARGV[6]
+-- the number of windows, then three per window: "f" 0 0 (a counter,
+-- fixed or sliding-window-counter, adjusted only when above 0: a batch may
+-- remove a counter at 0, so 0 is no counter), "g" interval_us grace_ms (a
+-- gcra's TAT in us) or "l" window_ms expiry_ms (a sliding window's log,
+-- store.h's RLS_SWL_* layout). Everything is read and checked before
+-- anything is written, so an error reply leaves the store as it was.
+--
+-- Acquire, release, renew: KEYS[1] the lease set "<key>:c" (member: the
+-- lease's id, score: its end in ms); ARGV[3] the id, ARGV[4] the new end,
+-- ARGV[5] the leases allowed alive. Leases whose end is at or before now
+-- are dropped first; the set then expires at its latest end.
+--
+-- The reply: {result, count, earliest_ms}, three integers.
+--
+-- Where store.h leaves a choice, every store (memory.c too) makes the same
+-- one: a gcra's refund stops at now (used 0); a sliding window's excess
+-- entry is at max(now, its newest entry), and the log then expires at the
+-- window's expire_at_ms (the batch's: decided_at + W + grace) moved on by
+-- now - decided_at; a refund leaves an entry at cost 0 rather than cut it
+-- out (the readers in redis_script.lua, the module and memory.c take
+-- it); acquiring a lease that is alive renews it (result 1, its new end);
+-- a count past 2^53 (Lua's exact doubles) fails the settle whole.
+
+local rcall, tonumber, ssub, sfind, sfmt = redis.call, tonumber,
+    string.sub, string.find, string.format
+local kind, now = ARGV[1], tonumber(ARGV[2])
+local MAXN = 9007199254740991
+local BAD = 'ERR not a sliding-window log'
+
+if kind == '1' then
+    if rcall('EXISTS', KEYS[1]) == 1 then return {0, 0, 0} end
+    local delta, dec, nw = tonumber(ARGV[4]), tonumber(ARGV[5]),
+        tonumber(ARGV[6])
+    local plan, nowus = {}, now * 1000
+    for j = 1, nw do
+        local key, a = KEYS[j + 1], ARGV[4 + 3 * j]
+        local x, y = tonumber(ARGV[5 + 3 * j]), tonumber(ARGV[6 + 3 * j])
+        if a == 'f' or a == 'g' then
+            local v = rcall('GET', key)
+            if v then
+                v = tonumber(v)
+                if not v then
+                    return redis.error_reply(
+                        'ERR value is not an integer or out of range')
+                end
+            end
+            if a == 'f' and v and v > 0 and delta ~= 0 then
+                local nv = v + delta
+                if nv < 0 then nv = 0 end
+                if nv > MAXN then
+                    return redis.error_reply(
+                        'ERR increment or decrement would overflow')
+                end
+                if nv ~= v then plan[#plan + 1] = {'f', key, nv - v} end
+            elseif a == 'g' then
+                local nt = nil
+                if delta > 0 then
+                    nt = ((v and v > nowus) and v or nowus) + delta * x
+                    if nt > MAXN then
+                        return redis.error_reply(
+                            'ERR increment or decrement would overflow')
+                    end
+                elseif delta < 0 and v and v > nowus then
+                    nt = v + delta * x
+                    if nt < nowus then nt = nowus end
+                end
+                if nt then plan[#plan + 1] = {'g', key, nt, y} end
+            end
+        elseif a == 'l' then
+            local h = rcall('GETRANGE', key, 0, 31)
+            local sum, pos, len = 0, 32, 0
+            if h ~= '' then
+                if #h ~= 32 or not sfind(h, '^%d+$') then
+                    return redis.error_reply(BAD)
+                end
+                sum, pos = tonumber(ssub(h, 1, 20)), tonumber(ssub(h, 21, 32))
+                len = rcall('STRLEN', key)
+                if pos < 32 or pos > len or (len - pos) % 24 ~= 0 then
+                    return redis.error_reply(BAD)
+                end
+            end
+            if delta > 0 then
+                local t = now
+                if len > pos then
+                    local nt = rcall('GETRANGE', key, len - 24, len - 11)
+                    if not sfind(nt, '^%d+$') then
+                        return redis.error_reply(BAD)
+                    end
+                    nt = tonumber(nt)
+                    if nt > t then t = nt end
+                end
+                plan[#plan + 1] = {'la', key, sum + delta, pos, len, t, y}
+            elseif delta < 0 and len > pos and dec + x > now then
+                local want, at, takes, taken = -delta, len - 24, {}, 0
+                while at >= pos and want > 0 do
+                    local lo = at - 24 * 15
+                    if lo < pos then lo = pos end
+                    local chunk = rcall('GETRANGE', key, lo, at + 23)
+                    local stop = false
+                    for e = at, lo, -24 do
+                        local s = ssub(chunk, e - lo + 1, e - lo + 24)
+                        if #s ~= 24 or not sfind(s, '^%d+$') then
+                            return redis.error_reply(BAD)
+                        end
+                        local t, c = tonumber(ssub(s, 1, 14)),
+                            tonumber(ssub(s, 15, 24))
+                        if t < dec then stop = true; break end
+                        if t == dec and c > 0 then
+                            local tk = c < want and c or want
+                            takes[#takes + 1] = {e, c - tk}
+                            want, taken = want - tk, taken + tk
+                            if want == 0 then stop = true; break end
+                        end
+                    end
+                    if stop then break end
+                    at = lo - 24
+                end
+                if taken > 0 then
+                    local ns = sum - taken
+                    if ns < 0 then ns = 0 end
+                    plan[#plan + 1] = {'lr', key, takes, ns, pos}
+                end
+            end
+        else
+            return redis.error_reply('ERR unknown limit kind')
+        end
+    end
+    rcall('SET', KEYS[1], '1')
+    rcall('PEXPIREAT', KEYS[1], ARGV[3])
+    for i = 1, #plan do
+        local p = plan[i]
+        if p[1] == 'f' then
+            rcall('INCRBY', p[2], sfmt('%.0f', p[3]))
+        elseif p[1] == 'g' then
+            rcall('SET', p[2], sfmt('%.0f', p[3]))
+            rcall('PEXPIREAT', p[2], sfmt('%.0f', math.ceil(p[3] / 1000) + p[4]))
+        elseif p[1] == 'la' then
+            local e = sfmt('%014d%010d', p[6], delta)
+            if p[5] == 0 or p[4] >= p[5] then
+                rcall('SET', p[2], sfmt('%020d%012d', delta, 32) .. e)
+            else
+                rcall('APPEND', p[2], e)
+                rcall('SETRANGE', p[2], 0, sfmt('%020d%012d', p[3], p[4]))
+            end
+            rcall('PEXPIREAT', p[2], sfmt('%.0f', p[7]))
+        else
+            for k = 1, #p[3] do
+                rcall('SETRANGE', p[2], p[3][k][1] + 14,
+                    sfmt('%010d', p[3][k][2]))
+            end
+            rcall('SETRANGE', p[2], 0, sfmt('%020d%012d', p[4], p[5]))
+        end
+    end
+    return {1, 0, 0}
+end
+
+local key, id = KEYS[1], ARGV[3]
+rcall('ZREMRANGEBYSCORE', key, '-inf', now)
+local res, earliest = 0, 0
+if kind == '2' then
+    local n = rcall('ZCARD', key)
+    if rcall('ZSCORE', key, id) or n < tonumber(ARGV[5]) then
+        rcall('ZADD', key, ARGV[4], id)
+        res = 1
+    else
+        local f = rcall('ZRANGE', key, 0, 0, 'WITHSCORES')
+        if f[2] then earliest = tonumber(f[2]) end
+    end
+elseif kind == '3' then
+    res = rcall('ZREM', key, id)
+elseif kind == '4' then
+    if rcall('ZSCORE', key, id) then
+        rcall('ZADD', key, ARGV[4], id)
+        res = 1
+    end
+else
+    return redis.error_reply('ERR unknown xop kind')
+end
+local n = rcall('ZCARD', key)
+if n > 0 then
+    local l = rcall('ZRANGE', key, -1, -1, 'WITHSCORES')
+    rcall('PEXPIREAT', key, sfmt('%.0f', tonumber(l[2])))
+end
+return {res, n, earliest}
