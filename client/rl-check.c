@@ -86,7 +86,8 @@ static void usage(FILE *f)
                "  --acquire       take a lease of --rule (a concurrency rule); "
                "as --reserve,\n"
                "                  or OVER_LIMIT ... retry_after_ms=N until the "
-               "earliest lease ends\n"
+               "earliest lease\n"
+               "                  ends\n"
                "  --release HEX   give the lease back; prints OK released\n"
                "  --renew HEX     extend the lease; prints OK renewed "
                "expires_at_ms=N\n"
@@ -360,6 +361,18 @@ int main(int argc, char **argv)
         usage(stderr);
         return EXIT_ERROR;
     }
+    /* A malformed handle is the user's to fix before any connecting. */
+    memset(&xop, 0, sizeof(xop));
+    xop.op = a.op;
+    if (a.hex != NULL) {
+        long hn = unhex(a.hex, handle, sizeof(handle));
+        if (hn < 0)
+            return EXIT_ERROR;
+        xop.handle = handle;
+        xop.handle_len = (size_t)hn;
+        xop.actual = a.actual;
+    }
+
     rlc_options_init(&o);
     o.servers = a.server;
     if (a.timeout) {
@@ -382,17 +395,6 @@ int main(int argc, char **argv)
                     rc == RLC_ECLOSED ? "connection refused" : rlc_strerror(rc),
                     rc == RLC_EADDR ? " (expected " RL_HOSTPORT_HELP ")" : "");
         return EXIT_ERROR;
-    }
-
-    memset(&xop, 0, sizeof(xop));
-    xop.op = a.op;
-    if (a.hex != NULL) {
-        long hn = unhex(a.hex, handle, sizeof(handle));
-        if (hn < 0)
-            return EXIT_ERROR;
-        xop.handle = handle;
-        xop.handle_len = (size_t)hn;
-        xop.actual = a.actual;
     }
 
     memset(&req, 0, sizeof(req));

@@ -159,12 +159,15 @@ static void xlog(fake_t *f, const rl_check_t *c)
     x->actual = c->actual;
     x->cost = c->cost;
     x->key_len = c->key_len;
-    memcpy(x->key, c->key, c->key_len < 63 ? c->key_len : 63);
+    /* A field the request left out is NULL: no memcpy from it. */
+    if (c->key_len)
+        memcpy(x->key, c->key, c->key_len < 63 ? c->key_len : 63);
     x->rule_len = c->rule_len;
     x->handle_len = c->handle_len;
-    memcpy(x->handle, c->handle,
-           c->handle_len < sizeof(x->handle) ? c->handle_len
-                                             : sizeof(x->handle));
+    if (c->handle_len)
+        memcpy(x->handle, c->handle,
+               c->handle_len < sizeof(x->handle) ? c->handle_len
+                                                 : sizeof(x->handle));
     x->mono_ms = rl_mono_ms();
     pthread_mutex_unlock(&f->xlock);
     atomic_store(&f->nxop, i + 1);
