@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 
 #include <cmocka.h>
@@ -628,6 +629,110 @@ static void test_keeper_silent(void **state)
     fake_stop(&g);
 }
 
+/* ---- rl-check ------------------------------------------------------------ */
+
+/* Runs rl-check with args (a shell fragment) against addr; its stdout and
+ * stderr go into out. Returns its exit status. */
+static int rl_check(const char *args, char *out, size_t cap)
+{
+    char cmd[2048];
+    size_t n = 0;
+    FILE *p;
+    int st;
+
+    snprintf(cmd, sizeof(cmd), "%s --server %s %s 2>&1", RL_CHECK_BIN, addr,
+             args);
+    p = popen(cmd, "r");
+    assert_non_null(p);
+    while (n + 1 < cap && fgets(out + n, (int)(cap - n), p) != NULL)
+        n += strlen(out + n);
+    out[n] = '\0';
+    st = pclose(p);
+    assert_true(WIFEXITED(st));
+    return WEXITSTATUS(st);
+}
+
+static void test_rl_check(void **state)
+{
+    char out[4096], args[1400], hex[2 * RLC_HANDLE_MAX + 1];
+    const char *h, *e;
+    fake_t f;
+    size_t i;
+
+    (void)state;
+    assert_int_equal(fake_start(&f, 0, FAKE_ANSWER, 0), 0);
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", f.port);
+
+    /* --reserve prints the handle in hex; --settle takes it back. */
+    assert_int_equal(rl_check("--key job --limit 10 --window 60 --cost 3 "
+                              "--reserve",
+                              out, sizeof(out)),
+                     0);
+    assert_true(strncmp(out, "OK used=3 ", 10) == 0);
+    h = strstr(out, " handle=");
+    assert_non_null(h);
+    h += 8;
+    e = strchr(h, ' ');
+    assert_non_null(e);
+    assert_true((size_t)(e - h) < sizeof(hex));
+    memcpy(hex, h, (size_t)(e - h));
+    hex[e - h] = '\0';
+    assert_non_null(strstr(out, " expires_at_ms="));
+    fake_xop_t x = logged(&f, 0);
+    assert_int_equal(x.op, RLC_OP_RESERVE);
+    assert_int_equal(x.cost, 3);
+    snprintf(args, sizeof(args), "--settle %s --actual 2", hex);
+    assert_int_equal(rl_check(args, out, sizeof(out)), 0);
+    assert_string_equal(out, "OK settled actual=2\n");
+    x = logged(&f, 1);
+    assert_int_equal(x.op, RLC_OP_SETTLE);
+    assert_int_equal(x.actual, 2);
+    assert_int_equal(x.key_len, 0);
+    /* The hex printed is the handle's bytes. */
+    assert_int_equal(x.handle_len * 2, strlen(hex));
+    for (i = 0; i < x.handle_len; i++) {
+        char two[3];
+        snprintf(two, sizeof(two), "%02x", x.handle[i]);
+        assert_memory_equal(two, hex + 2 * i, 2);
+    }
+
+    /* Leases: acquire, renew, release; busy is over the limit (exit 1),
+     * an unknown handle the server's error (exit 2). */
+    assert_int_equal(
+        rl_check("--key w --rule conc --acquire", out, sizeof(out)), 0);
+    assert_non_null(strstr(out, " handle=4c3a77 ")); /* "L:w" */
+    assert_int_equal(rl_check("--renew 4c3a77", out, sizeof(out)), 0);
+    assert_true(strncmp(out, "OK renewed expires_at_ms=", 25) == 0);
+    assert_int_equal(rl_check("--release 4C3A77", out, sizeof(out)), 0);
+    assert_string_equal(out, "OK released\n");
+    x = logged(&f, 4);
+    assert_int_equal(x.op, RLC_OP_RELEASE);
+    assert_handle(&x, "L:w", 3);
+    assert_int_equal(
+        rl_check("--key busy --rule conc --acquire", out, sizeof(out)), 1);
+    assert_true(strncmp(out, "OVER_LIMIT ", 11) == 0);
+    assert_non_null(strstr(out, "retry_after_ms=777"));
+    assert_int_equal(rl_check("--release 00", out, sizeof(out)), 2);
+    assert_non_null(strstr(out, "no such lease alive"));
+    int before = atomic_load(&f.nxop);
+
+    /* Refused before anything is sent. */
+    assert_int_equal(rl_check("--release 0g", out, sizeof(out)), 2);
+    assert_non_null(strstr(out, "not hex"));
+    assert_int_equal(rl_check("--settle 00", out, sizeof(out)), 2);
+    assert_non_null(strstr(out, "go together"));
+    assert_int_equal(rl_check("--release 00 --key k", out, sizeof(out)), 2);
+    assert_int_equal(
+        rl_check("--reserve --acquire --key k --rule r", out, sizeof(out)), 2);
+    memset(args, 0, sizeof(args));
+    memcpy(args, "--renew ", 8);
+    memset(args + 8, 'a', 2 * (RLC_HANDLE_MAX + 1));
+    assert_int_equal(rl_check(args, out, sizeof(out)), 2);
+    assert_non_null(strstr(out, "longer than 512 bytes"));
+    assert_int_equal(atomic_load(&f.nxop), before);
+    fake_stop(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -641,6 +746,7 @@ int main(void)
         cmocka_unit_test(test_keeper),
         cmocka_unit_test(test_keeper_lost),
         cmocka_unit_test(test_keeper_silent),
+        cmocka_unit_test(test_rl_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
