@@ -896,6 +896,11 @@ int rlc_async_renew(rlc_async_t *c, const void *handle, size_t handle_len,
     return async_handle_op(c, RLC_OP_RENEW, handle, handle_len, 0, cb, arg);
 }
 
+uv_loop_t *rlc__async_loop(const rlc_async_t *c)
+{
+    return c->loop;
+}
+
 size_t rlc_async_inflight(const rlc_async_t *c)
 {
     return c == NULL ? 0 : c->inflight;

@@ -606,6 +606,57 @@ RLC_EXPORT unsigned rlc_lease_renewals(const rlc_lease_t *k);
  * on_lost. */
 RLC_EXPORT int rlc_lease_done(rlc_lease_t *k, rlc_xresult_t *res);
 
+/* The same keeper on an async client's loop: a timer renews the lease
+ * through that client (no thread, no connection of its own), with the
+ * cadence and the loss rules above (the local clock being the loop's).
+ * Everything, callbacks included, happens on the loop's thread.
+ *
+ *   rlc_async_acquire(a, &req, on_acquired, arg);
+ *   ... in on_acquired, with res->r.code RLC_CODE_OK:
+ *   rlc_async_lease_keep(&k, a, res, 0, on_lost, arg);
+ *   ... when the work is done:
+ *   rlc_async_lease_done(k, on_done, arg);
+ *
+ * End every keeper with rlc_async_lease_done before freeing its client
+ * (the keeper uses the client until then; the client may be freed from the
+ * done callback), and run the loop until the done callback has fired: the
+ * keeper's timer keeps the loop alive until then, and its memory is
+ * released by the loop after that callback returns. */
+
+typedef struct rlc_async_lease_s rlc_async_lease_t;
+
+/* on_lost: fires at most once, when the lease is lost (not after
+ * rlc_async_lease_done), with the failing renewal's result; it may call
+ * rlc_async_lease_done. done: fires exactly once, never inside
+ * rlc_async_lease_done, with the RELEASE's result, or, when the lease was
+ * lost, the failing renewal's (nothing is sent then), or a failed result
+ * whose status says why the RELEASE could not be submitted. *res is valid
+ * only during the call; k is valid until done returns. */
+typedef void (*rlc_async_lease_cb)(rlc_async_lease_t *k,
+                                   const rlc_xresult_t *res, void *arg);
+
+/* Starts keeping the lease acquired (an ACQUIRE's result with code OK and
+ * a handle; copied) on c's loop. The first renewal comes a period from
+ * now. Returns 0 with *out set, RLC_EINVAL (as rlc_lease_keep) or
+ * RLC_ENOMEM (then *out is NULL). */
+RLC_EXPORT int rlc_async_lease_keep(rlc_async_lease_t **out, rlc_async_t *c,
+                                    const rlc_xresult_t *acquired,
+                                    uint32_t every_ms,
+                                    rlc_async_lease_cb on_lost, void *arg);
+
+/* As rlc_lease_lost, rlc_lease_expires_at and rlc_lease_renewals; on the
+ * loop's thread only. */
+RLC_EXPORT int rlc_async_lease_lost(const rlc_async_lease_t *k);
+RLC_EXPORT uint64_t rlc_async_lease_expires_at(const rlc_async_lease_t *k);
+RLC_EXPORT unsigned rlc_async_lease_renewals(const rlc_async_lease_t *k);
+
+/* Stops renewing and releases the lease unless it was lost; a renewal in
+ * flight is answered first. done (may be NULL) fires exactly once, later.
+ * Returns 0, or RLC_EINVAL (NULL k, or called twice; then nothing
+ * changes). */
+RLC_EXPORT int rlc_async_lease_done(rlc_async_lease_t *k,
+                                    rlc_async_lease_cb done, void *arg);
+
 /* ------------------------------------------------------------------------ */
 /* HTTP helpers: pure functions of a result, safe from any thread.
  *

@@ -88,6 +88,9 @@ void rlc__xresult_from(rlc_xresult_t *x, int op, const rl_result_t *r,
 void rlc__xresult_fail(rlc_xresult_t *x, int op, uint64_t id, int status,
                        int fail_mode, uint32_t window_s, uint64_t unix_ms);
 
+/* The loop an async client runs on. */
+struct uv_loop_s *rlc__async_loop(const rlc_async_t *c);
+
 /* Fills res from a server's answer. */
 void rlc__result_from(rlc_result_t *res, const rl_result_t *r,
                       uint32_t window_s, uint64_t unix_ms);

@@ -629,6 +629,140 @@ static void test_keeper_silent(void **state)
     fake_stop(&g);
 }
 
+/* ---- the async keeper ------------------------------------------------------
+ */
+
+typedef struct akctx_s {
+    fake_t *f;
+    rlc_async_lease_t *k;
+    uv_timer_t poll;
+    int acquired, lost, done, in_done, renews_wanted, done_from_lost;
+    int lost_status;
+    unsigned renewals_at_done;
+    rlc_xresult_t lost_res, done_res;
+} akctx_t;
+
+static akctx_t K;
+
+static void on_adone(rlc_async_lease_t *k, const rlc_xresult_t *res, void *arg)
+{
+    (void)arg;
+    assert_int_equal(K.in_done, 0); /* never inside rlc_async_lease_done */
+    assert_ptr_equal(k, K.k);
+    K.done++;
+    K.done_res = *res;
+    K.renewals_at_done = rlc_async_lease_renewals(k);
+    rlc_async_free(A.c);
+}
+
+static void call_done(void)
+{
+    K.in_done = 1;
+    assert_int_equal(rlc_async_lease_done(K.k, on_adone, NULL), RLC_OK);
+    assert_int_equal(rlc_async_lease_done(K.k, on_adone, NULL), RLC_EINVAL);
+    K.in_done = 0;
+}
+
+static void on_alost(rlc_async_lease_t *k, const rlc_xresult_t *res, void *arg)
+{
+    (void)arg;
+    K.lost++;
+    K.lost_res = *res;
+    K.lost_status = rlc_async_lease_lost(k);
+    if (K.done_from_lost)
+        call_done();
+}
+
+/* Awaits the wanted renewals, then ends the keeper. */
+static void on_poll(uv_timer_t *t)
+{
+    if (atomic_load(&K.f->renews) < K.renews_wanted)
+        return;
+    uv_close((uv_handle_t *)t, NULL);
+    call_done();
+}
+
+static void on_acquired(rlc_async_t *c, const rlc_xresult_t *res, void *arg)
+{
+    (void)arg;
+    K.acquired++;
+    assert_int_equal(res->r.code, RLC_CODE_OK);
+    assert_int_equal(rlc_async_lease_keep(&K.k, c, res, 0, on_alost, NULL),
+                     RLC_OK);
+    assert_int_equal(rlc_async_lease_expires_at(K.k), res->expires_at_ms);
+    if (K.renews_wanted > 0) {
+        uv_timer_init(&A.loop, &K.poll);
+        uv_timer_start(&K.poll, on_poll, 5, 5);
+    }
+}
+
+static void start_async_keeper(fake_t *f, int lease_ms, int fail_from)
+{
+    rlc_check_t req = {.key = "aw", .rule = "conc"};
+
+    memset(&K, 0, sizeof(K));
+    K.f = f;
+    assert_int_equal(fake_start(f, 0, FAKE_ANSWER, 0), 0);
+    atomic_store(&f->lease_ms, lease_ms);
+    atomic_store(&f->renew_fail_from, fail_from);
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", f->port);
+    new_async(1000, RLC_FAIL_CLOSED);
+    assert_int_equal(rlc_async_acquire(A.c, &req, on_acquired, NULL), RLC_OK);
+}
+
+static void test_async_keeper(void **state)
+{
+    fake_t f;
+    int i, n;
+
+    (void)state;
+    start_async_keeper(&f, 600, 0);
+    K.renews_wanted = 3;
+    uv_run(&A.loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&A.loop), 0);
+    assert_int_equal(K.acquired, 1);
+    assert_int_equal(K.lost, 0);
+    assert_int_equal(K.done, 1);
+    assert_true(K.renewals_at_done >= 3);
+    assert_int_equal(K.done_res.op, RLC_OP_RELEASE);
+    assert_int_equal(K.done_res.r.code, RLC_CODE_OK);
+    assert_int_equal(atomic_load(&f.releases), 1);
+    n = atomic_load(&f.nxop);
+    fake_xop_t prev = logged(&f, 1);
+    for (i = 2; i < n - 1; i++) {
+        fake_xop_t x = logged(&f, i);
+        assert_int_equal(x.op, RLC_OP_RENEW);
+        assert_handle(&x, "L:aw", 4);
+        assert_true(x.mono_ms - prev.mono_ms >= 150);
+        assert_true(x.mono_ms - prev.mono_ms < 550);
+        prev = x;
+    }
+    fake_xop_t x = logged(&f, n - 1);
+    assert_int_equal(x.op, RLC_OP_RELEASE);
+    assert_handle(&x, "L:aw", 4);
+    fake_stop(&f);
+}
+
+static void test_async_keeper_lost(void **state)
+{
+    fake_t f;
+
+    (void)state;
+    start_async_keeper(&f, 150, 2);
+    K.done_from_lost = 1;
+    uv_run(&A.loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&A.loop), 0);
+    assert_int_equal(K.lost, 1);
+    assert_int_equal(K.lost_status, RLC_ECANCELED);
+    assert_string_equal(K.lost_res.r.error, "no such lease alive");
+    assert_int_equal(K.done, 1);
+    assert_int_equal(K.renewals_at_done, 1);
+    assert_string_equal(K.done_res.r.error, "no such lease alive");
+    assert_int_equal(atomic_load(&f.releases), 0); /* nothing sent */
+    assert_int_equal(atomic_load(&f.renews), 2);
+    fake_stop(&f);
+}
+
 /* ---- rl-check ------------------------------------------------------------ */
 
 /* Runs rl-check with args (a shell fragment) against addr; its stdout and
@@ -746,6 +880,8 @@ int main(void)
         cmocka_unit_test(test_keeper),
         cmocka_unit_test(test_keeper_lost),
         cmocka_unit_test(test_keeper_silent),
+        cmocka_unit_test(test_async_keeper),
+        cmocka_unit_test(test_async_keeper_lost),
         cmocka_unit_test(test_rl_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
