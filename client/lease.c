@@ -23,6 +23,7 @@ struct rlc_lease_s {
     uint32_t every_ms; /* fixed cadence, or 0: a third of the lease */
     uint64_t lease_ms; /* the lease's length as last granted */
     uint64_t end_mono; /* the lease's end on the local monotonic clock */
+    uint64_t first;    /* the first renewal, monotonic */
     rlc_lease_cb on_lost;
     void *arg;
 
@@ -80,7 +81,7 @@ static void lose(rlc_lease_t *k, const rlc_xresult_t *x, int why)
 static void *keep(void *arg)
 {
     rlc_lease_t *k = arg;
-    uint64_t next = rl_mono_ms() + period(k);
+    uint64_t next = k->first;
     rlc_xresult_t x;
 
     while (!nap_until(k, next)) {
@@ -140,7 +141,14 @@ int rlc_lease_keep(rlc_lease_t **out, const rlc_options_t *opts,
     k->lease_ms = lease_len(acquired);
     if (k->lease_ms == 0)
         k->lease_ms = (uint64_t)every_ms * 3;
-    k->end_mono = rl_mono_ms() + k->lease_ms;
+    /* The lease began when it was granted, not now: time spent since the
+     * result came in counts against its first term. */
+    uint64_t now_unix = rl_unix_ms(), age = 0;
+    if (now_unix > acquired->r.unix_ms)
+        age = now_unix - acquired->r.unix_ms;
+    k->end_mono =
+        rl_mono_ms() + k->lease_ms - (age < k->lease_ms ? age : k->lease_ms);
+    k->first = rl_mono_ms() + period(k) - (age < period(k) ? age : period(k));
     k->on_lost = on_lost;
     k->arg = arg;
     atomic_init(&k->lost, 0);

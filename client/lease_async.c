@@ -208,13 +208,19 @@ int rlc_async_lease_keep(rlc_async_lease_t **out, rlc_async_t *c,
     if (k->lease_ms == 0)
         k->lease_ms = (uint64_t)every_ms * 3;
     uv_update_time(loop);
-    k->end = uv_now(loop) + k->lease_ms;
+    /* The lease began when it was granted: time spent since the result
+     * came in counts against its first term. */
+    uint64_t now_unix = rl_unix_ms(), age = 0;
+    if (now_unix > acquired->r.unix_ms)
+        age = now_unix - acquired->r.unix_ms;
+    k->end =
+        uv_now(loop) + k->lease_ms - (age < k->lease_ms ? age : k->lease_ms);
     k->expires_at = acquired->expires_at_ms;
     k->on_lost = on_lost;
     k->lost_arg = arg;
     k->handle_len = acquired->handle_len;
     memcpy(k->handle, acquired->handle, acquired->handle_len);
-    tick_at(k, uv_now(loop) + period(k));
+    tick_at(k, uv_now(loop) + period(k) - (age < period(k) ? age : period(k)));
     *out = k;
     return RLC_OK;
 }

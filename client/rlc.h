@@ -594,10 +594,11 @@ RLC_EXPORT uint64_t rlc_lease_expires_at(const rlc_lease_t *k);
 /* Successful renewals so far. Safe from any thread. */
 RLC_EXPORT unsigned rlc_lease_renewals(const rlc_lease_t *k);
 
-/* Stops the keeper (waiting for its thread), releases the lease unless it
- * was lost, closes the connection and frees the keeper. res (may be NULL)
- * gets the RELEASE's result, or, when the lease was lost, the failing
- * renewal's result and nothing is sent.
+/* Stops the keeper (waiting for its thread, which may be in a renewal: up
+ * to request_timeout_ms), releases the lease unless it was lost (up to
+ * request_timeout_ms more), closes the connection and frees the keeper. res
+ * (may be NULL) gets the RELEASE's result, or, when the lease was lost, the
+ * failing renewal's result and nothing is sent.
  *
  * Returns 0 when the server answered the RELEASE (res->r.code says whether
  * it released: ERROR when the lease had ended meanwhile), the transport
