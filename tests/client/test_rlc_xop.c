@@ -595,6 +595,35 @@ static void test_keeper_lost(void **state)
     fake_stop(&f);
 }
 
+/* Keeping that starts after the ACQUIRE's answer came in renews as early
+ * as the lease's age says: the term began at the grant. */
+static void test_keeper_late_start(void **state)
+{
+    rlc_check_t req = {.key = "w", .rule = "conc"};
+    rlc_options_t o;
+    rlc_xresult_t got;
+    rlc_lease_t *k = NULL;
+    fake_t f;
+    rlc_client_t *c = open_client(&f, FAKE_ANSWER, 1000, RLC_FAIL_CLOSED);
+    uint64_t t0;
+
+    (void)state;
+    assert_int_equal(rlc_acquire(c, &req, &got), RLC_OK);
+    /* As if the answer had come 190 ms ago: the 600 ms lease's first
+     * renewal (due 200 ms after the grant) is 10 ms away. */
+    got.r.unix_ms -= 190;
+    options(&o, 1000, RLC_FAIL_CLOSED);
+    t0 = rl_mono_ms();
+    assert_int_equal(rlc_lease_keep(&k, &o, &got, 0, NULL, NULL), RLC_OK);
+    assert_true(fake_wait(&f.renews, 1, 5000));
+    fake_xop_t x = logged(&f, 1);
+    assert_int_equal(x.op, RLC_OP_RENEW);
+    assert_true(x.mono_ms - t0 < 150);
+    assert_int_equal(rlc_lease_done(k, NULL), RLC_OK);
+    rlc_free(c);
+    fake_stop(&f);
+}
+
 /* A keeper whose server stops answering loses the lease once it would
  * have ended, not at the first missed renewal. */
 static void test_keeper_silent(void **state)
@@ -880,6 +909,7 @@ int main(void)
         cmocka_unit_test(test_keeper),
         cmocka_unit_test(test_keeper_lost),
         cmocka_unit_test(test_keeper_silent),
+        cmocka_unit_test(test_keeper_late_start),
         cmocka_unit_test(test_async_keeper),
         cmocka_unit_test(test_async_keeper_lost),
         cmocka_unit_test(test_rl_check),
