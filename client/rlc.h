@@ -10,8 +10,9 @@
  *
  * reservations (rlc_reserve, rlc_settle) and leases (rlc_acquire,
  * rlc_release, rlc_renew) in both APIs and in batches (rlc_xop_batch), and
- * a lease keeper (rlc_lease_keep, rlc_lease_done) that renews a lease on a
- * thread of its own while the work runs,
+ * a lease keeper that renews a lease while the work runs, on a thread of
+ * its own (rlc_lease_keep, rlc_lease_done) or on an async client's loop
+ * (rlc_async_lease_keep, rlc_async_lease_done),
  *
  * and pure helpers turn a result into HTTP status and headers.
  *
@@ -23,6 +24,8 @@
  * it (give each thread its own, or guard a shared one with a mutex); an
  * async client only by the thread that runs its loop, and its callbacks run
  * on that thread. The HTTP helpers and rlc_strerror are safe anywhere.
+ * rlc_lease_keep starts the one thread the library ever starts, with a
+ * client of its own.
  *
  * Signals: the library never raises SIGPIPE (it sends with MSG_NOSIGNAL) and
  * never changes signal dispositions.
