@@ -240,6 +240,7 @@ static void xdecide(state_t *st, const rl_check_t *c, rl_result_t *r,
     case RL_OP_RENEW: {
         int k = atomic_fetch_add(&f->renews, 1) + 1;
         int from = atomic_load(&f->renew_fail_from);
+        nap_us((long)atomic_load(&f->renew_delay_ms) * 1000);
         if (!has_prefix(c, "L:") || (from > 0 && k >= from))
             break;
         r->code = RL_CODE_OK;

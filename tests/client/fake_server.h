@@ -31,7 +31,8 @@
  *            unless it is the renew_fail_from-th renewal or later; else
  *            ERROR "no such lease alive";
  *   RELEASE  OK for a handle starting "L:", else ERROR as RENEW.
- * "now" is the wall clock in ms. */
+ * A RENEW is answered renew_delay_ms late (default 0). "now" is the wall
+ * clock in ms. */
 #ifndef FAKE_SERVER_H
 #define FAKE_SERVER_H
 
@@ -97,6 +98,7 @@ typedef struct fake_s {
     atomic_int releases;        /* RELEASE requests */
     atomic_int renew_fail_from; /* 0: never; N: the N-th RENEW on fail */
     atomic_int lease_ms;        /* ACQUIRE and RENEW: default 600 */
+    atomic_int renew_delay_ms;  /* a RENEW is answered this much later */
     pthread_mutex_t xlock;
     fake_xop_t xlog[FAKE_XLOG];
     int lfd;

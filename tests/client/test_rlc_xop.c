@@ -792,6 +792,30 @@ static void test_async_keeper_lost(void **state)
     fake_stop(&f);
 }
 
+/* Done while a renewal is in flight: its answer comes first, then the
+ * release. */
+static void test_async_keeper_done_in_flight(void **state)
+{
+    fake_t f;
+
+    (void)state;
+    start_async_keeper(&f, 150, 0);
+    atomic_store(&f.renew_delay_ms, 100);
+    K.renews_wanted = 1; /* the fake has it and sits on its answer */
+    uv_run(&A.loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&A.loop), 0);
+    assert_int_equal(K.done, 1);
+    assert_int_equal(K.lost, 0);
+    assert_int_equal(K.renewals_at_done, 1);
+    assert_int_equal(K.done_res.op, RLC_OP_RELEASE);
+    assert_int_equal(K.done_res.r.code, RLC_CODE_OK);
+    assert_int_equal(atomic_load(&f.renews), 1);
+    assert_int_equal(atomic_load(&f.releases), 1);
+    assert_int_equal(logged(&f, 1).op, RLC_OP_RENEW);
+    assert_int_equal(logged(&f, 2).op, RLC_OP_RELEASE);
+    fake_stop(&f);
+}
+
 /* ---- rl-check ------------------------------------------------------------ */
 
 /* Runs rl-check with args (a shell fragment) against addr; its stdout and
@@ -912,6 +936,7 @@ int main(void)
         cmocka_unit_test(test_keeper_late_start),
         cmocka_unit_test(test_async_keeper),
         cmocka_unit_test(test_async_keeper_lost),
+        cmocka_unit_test(test_async_keeper_done_in_flight),
         cmocka_unit_test(test_rl_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
