@@ -48,13 +48,15 @@
 enum { ST_IDLE, ST_CONNECTING, ST_HANDSHAKING, ST_CONNECTED };
 
 typedef struct slot_s {
-    rlc_check_cb cb; /* NULL when free */
+    rlc_check_cb cb; /* NULL when free; a placeholder when xcb is set */
+    rlc_xop_cb xcb;  /* set for rlc_async_xop: the extended result */
     void *arg;
     uint64_t deadline; /* loop time, ms */
     uint32_t gen;
     uint32_t window_s : 31; /* at most RLC_WINDOW_MAX_S */
     uint32_t later : 1;  /* submitted after a GOAWAY: its frame is in `next` */
     uint32_t prev, next; /* pending list, or free list (next only) */
+    int op;              /* RLC_OP_*, for an rlc_async_xop */
 } slot_t;
 
 typedef struct conn_s {
@@ -162,6 +164,7 @@ static void free_slot(rlc_async_t *c, uint32_t i)
     slot_t *s = &c->slots[i];
 
     s->cb = NULL;
+    s->xcb = NULL;
     s->arg = NULL;
     s->later = 0;
     s->gen++;
@@ -174,11 +177,20 @@ static void fire_fail(rlc_async_t *c, uint32_t i, int status, uint64_t now)
 {
     slot_t *s = &c->slots[i];
     rlc_check_cb cb = s->cb;
+    rlc_xop_cb xcb = s->xcb;
     void *arg = s->arg;
-    rlc_result_t res;
+    uint64_t id = (uint64_t)s->gen << 32 | (uint64_t)(i + 1);
 
-    rlc__result_fail(&res, (uint64_t)s->gen << 32 | (uint64_t)(i + 1), status,
-                     c->cf.o.fail_mode, s->window_s, now);
+    if (xcb != NULL) {
+        rlc_xresult_t x;
+        rlc__xresult_fail(&x, s->op, id, status, c->cf.o.fail_mode, s->window_s,
+                          now);
+        free_slot(c, i);
+        xcb(c, &x, arg);
+        return;
+    }
+    rlc_result_t res;
+    rlc__result_fail(&res, id, status, c->cf.o.fail_mode, s->window_s, now);
     free_slot(c, i);
     cb(c, &res, arg);
 }
@@ -364,7 +376,16 @@ static void dispatch(rlc_async_t *c)
         if (s->cb == NULL || s->gen != (uint32_t)(r.id >> 32))
             continue; /* timed out already */
         rlc_check_cb cb = s->cb;
+        rlc_xop_cb xcb = s->xcb;
         void *arg = s->arg;
+        if (xcb != NULL) {
+            rlc_xresult_t x;
+            rlc__xresult_from(&x, s->op, &r, s->window_s, now);
+            unlink_slot(c, i);
+            free_slot(c, i);
+            xcb(c, &x, arg);
+            continue;
+        }
         rlc__result_from(&res, &r, s->window_s, now);
         unlink_slot(c, i);
         free_slot(c, i);
@@ -742,24 +763,36 @@ int rlc_async_new(rlc_async_t **out, uv_loop_t *loop, const rlc_options_t *opts)
     return RLC_OK;
 }
 
-int rlc_async_check(rlc_async_t *c, const rlc_check_t *req, rlc_check_cb cb,
-                    void *arg)
+/* Stands in the slot of an rlc_async_xop as its (unused) cb, so that "cb
+ * is NULL" keeps meaning "free" everywhere. */
+static void no_check_cb(rlc_async_t *c, const rlc_result_t *res, void *arg)
+{
+    (void)c;
+    (void)res;
+    (void)arg;
+}
+
+/* Submits a plain check (x NULL, cb) or a request of any op (x, xcb). */
+static int submit(rlc_async_t *c, const rlc_check_t *req, const rlc_xop_t *x,
+                  rlc_check_cb cb, rlc_xop_cb xcb, void *arg)
 {
     uint32_t i, window_s = 0;
     slot_t *s;
+    uint64_t id;
     int rc;
 
-    if (c == NULL || req == NULL || cb == NULL)
-        return RLC_EINVAL;
     if (c->closing)
         return RLC_ECANCELED;
     if (c->free_head == NIL)
         return RLC_EBUSY;
     i = c->free_head;
     s = &c->slots[i];
+    id = (uint64_t)s->gen << 32 | (uint64_t)(i + 1);
     /* After a GOAWAY the frame waits for the next connection. */
-    rc = rlc__encode(c->goaway ? &c->next : &c->out, req,
-                     (uint64_t)s->gen << 32 | (uint64_t)(i + 1), &window_s);
+    if (x != NULL)
+        rc = rlc__encode_x(c->goaway ? &c->next : &c->out, x, id, &window_s);
+    else
+        rc = rlc__encode(c->goaway ? &c->next : &c->out, req, id, &window_s);
     if (rc != RLC_OK)
         return rc == RLC_EFULL ? RLC_EBUSY : rc;
 
@@ -769,7 +802,9 @@ int rlc_async_check(rlc_async_t *c, const rlc_check_t *req, rlc_check_cb cb,
     if (c->depth == 0)
         uv_update_time(c->loop);
     c->free_head = s->next;
-    s->cb = cb;
+    s->cb = x != NULL ? no_check_cb : cb;
+    s->xcb = x != NULL ? xcb : NULL;
+    s->op = x != NULL ? x->op : RLC_OP_CHECK;
     s->arg = arg;
     s->deadline = uv_now(c->loop) + c->cf.o.request_timeout_ms;
     s->window_s = window_s;
@@ -785,6 +820,85 @@ int rlc_async_check(rlc_async_t *c, const rlc_check_t *req, rlc_check_cb cb,
     if (c->depth == 0 && rl_buf_len(&c->out) >= FLUSH_NOW)
         flush(c);
     return RLC_OK;
+}
+
+int rlc_async_check(rlc_async_t *c, const rlc_check_t *req, rlc_check_cb cb,
+                    void *arg)
+{
+    if (c == NULL || req == NULL || cb == NULL)
+        return RLC_EINVAL;
+    return submit(c, req, NULL, cb, NULL, arg);
+}
+
+int rlc_async_xop(rlc_async_t *c, const rlc_xop_t *req, rlc_xop_cb cb,
+                  void *arg)
+{
+    if (c == NULL || req == NULL || cb == NULL)
+        return RLC_EINVAL;
+    return submit(c, NULL, req, NULL, cb, arg);
+}
+
+static int async_check_op(rlc_async_t *c, int op, const rlc_check_t *req,
+                          rlc_xop_cb cb, void *arg)
+{
+    rlc_xop_t x;
+
+    if (req == NULL)
+        return RLC_EINVAL;
+    memset(&x, 0, sizeof(x));
+    x.op = op;
+    x.check = *req;
+    return rlc_async_xop(c, &x, cb, arg);
+}
+
+static int async_handle_op(rlc_async_t *c, int op, const void *handle,
+                           size_t handle_len, uint64_t actual, rlc_xop_cb cb,
+                           void *arg)
+{
+    rlc_xop_t x;
+
+    memset(&x, 0, sizeof(x));
+    x.op = op;
+    x.handle = handle;
+    x.handle_len = handle_len;
+    x.actual = actual;
+    return rlc_async_xop(c, &x, cb, arg);
+}
+
+int rlc_async_reserve(rlc_async_t *c, const rlc_check_t *req, rlc_xop_cb cb,
+                      void *arg)
+{
+    return async_check_op(c, RLC_OP_RESERVE, req, cb, arg);
+}
+
+int rlc_async_acquire(rlc_async_t *c, const rlc_check_t *req, rlc_xop_cb cb,
+                      void *arg)
+{
+    return async_check_op(c, RLC_OP_ACQUIRE, req, cb, arg);
+}
+
+int rlc_async_settle(rlc_async_t *c, const void *handle, size_t handle_len,
+                     uint64_t actual, rlc_xop_cb cb, void *arg)
+{
+    return async_handle_op(c, RLC_OP_SETTLE, handle, handle_len, actual, cb,
+                           arg);
+}
+
+int rlc_async_release(rlc_async_t *c, const void *handle, size_t handle_len,
+                      rlc_xop_cb cb, void *arg)
+{
+    return async_handle_op(c, RLC_OP_RELEASE, handle, handle_len, 0, cb, arg);
+}
+
+int rlc_async_renew(rlc_async_t *c, const void *handle, size_t handle_len,
+                    rlc_xop_cb cb, void *arg)
+{
+    return async_handle_op(c, RLC_OP_RENEW, handle, handle_len, 0, cb, arg);
+}
+
+uv_loop_t *rlc__async_loop(const rlc_async_t *c)
+{
+    return c->loop;
 }
 
 size_t rlc_async_inflight(const rlc_async_t *c)

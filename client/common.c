@@ -52,8 +52,19 @@ _Static_assert(RLC_CODE_OK == RL_CODE_OK && RLC_CODE_ERROR == RL_CODE_ERROR &&
                    RLC_CODE_OVER_LIMIT == RL_CODE_OVER_LIMIT,
                "codes");
 
+_Static_assert(RLC_HANDLE_MAX == RL_HANDLE_MAX, "handle max");
+_Static_assert(RLC_OP_CHECK == RL_OP_CHECK && RLC_OP_RESERVE == RL_OP_RESERVE &&
+                   RLC_OP_SETTLE == RL_OP_SETTLE &&
+                   RLC_OP_ACQUIRE == RL_OP_ACQUIRE &&
+                   RLC_OP_RELEASE == RL_OP_RELEASE &&
+                   RLC_OP_RENEW == RL_OP_RENEW,
+               "ops");
+
 const char *rlc_strerror(int code)
 {
+    /* The one code of the client's own, outside the service's table. */
+    if (code == RLC_EHANDLE)
+        return "handle is empty or longer than 512 bytes";
     return rl_strerror(code);
 }
 
@@ -220,8 +231,10 @@ void rlc__conf_free(rlc__conf_t *cf)
     cf->naddr = 0;
 }
 
-int rlc__encode(rl_buf_t *out, const rlc_check_t *req, uint64_t id,
-                uint32_t *window_s)
+/* rlc__encode with an op: CHECK, RESERVE and ACQUIRE carry the same
+ * check. */
+static int encode_op(rl_buf_t *out, const rlc_check_t *req, uint64_t id,
+                     uint32_t op, uint32_t *window_s)
 {
     rl_check_t c;
     int rc;
@@ -248,11 +261,86 @@ int rlc__encode(rl_buf_t *out, const rlc_check_t *req, uint64_t id,
     rc = rl_check_validate(&c);
     if (rc != RL_OK)
         return rc;
+    c.op = op;
     rc = rl_check_put(out, &c);
     if (rc != RL_OK)
         return rc;
     *window_s = c.window_s;
     return RLC_OK;
+}
+
+int rlc__encode(rl_buf_t *out, const rlc_check_t *req, uint64_t id,
+                uint32_t *window_s)
+{
+    return encode_op(out, req, id, RL_OP_CHECK, window_s);
+}
+
+int rlc__op_has_handle(int op)
+{
+    return op == RLC_OP_SETTLE || op == RLC_OP_RELEASE || op == RLC_OP_RENEW;
+}
+
+int rlc__encode_x(rl_buf_t *out, const rlc_xop_t *req, uint64_t id,
+                  uint32_t *window_s)
+{
+    rl_check_t c;
+    int rc;
+
+    if (req == NULL || id == 0 || req->op < RLC_OP_CHECK ||
+        req->op > RLC_OP_RENEW)
+        return RLC_EINVAL;
+    if (!rlc__op_has_handle(req->op)) {
+        return encode_op(out, &req->check, id, (uint32_t)req->op, window_s);
+    }
+    if (req->handle_len == 0 || req->handle_len > RLC_HANDLE_MAX)
+        return RLC_EHANDLE;
+    if (req->handle == NULL)
+        return RLC_EINVAL;
+    memset(&c, 0, sizeof(c));
+    c.id = id;
+    c.op = (uint32_t)req->op;
+    c.handle = req->handle;
+    c.handle_len = req->handle_len;
+    c.actual = req->op == RLC_OP_SETTLE ? req->actual : 0;
+    rc = rl_check_put(out, &c);
+    if (rc != RL_OK)
+        return rc;
+    *window_s = 0;
+    return RLC_OK;
+}
+
+void rlc__xresult_from(rlc_xresult_t *x, int op, const rl_result_t *r,
+                       uint32_t window_s, uint64_t unix_ms)
+{
+    rlc__result_from(&x->r, r, window_s, unix_ms);
+    x->op = op;
+    x->failed_open = r->failed_open != 0;
+    x->expires_at_ms = r->expires_at_ms;
+    x->handle_len = 0;
+    if (r->handle_len > RLC_HANDLE_MAX) {
+        /* Bounded like everything from the network: a handle we could not
+         * give back whole is no handle. */
+        x->r.code = RLC_CODE_ERROR;
+        snprintf(x->r.error, sizeof(x->r.error),
+                 "server sent a handle of %zu bytes (over %d)", r->handle_len,
+                 RLC_HANDLE_MAX);
+        return;
+    }
+    if (r->handle_len)
+        memcpy(x->handle, r->handle, r->handle_len);
+    x->handle_len = r->handle_len;
+}
+
+void rlc__xresult_fail(rlc_xresult_t *x, int op, uint64_t id, int status,
+                       int fail_mode, uint32_t window_s, uint64_t unix_ms)
+{
+    rlc__result_fail(&x->r, id, status,
+                     rlc__op_has_handle(op) ? RLC_FAIL_CLOSED : fail_mode,
+                     window_s, unix_ms);
+    x->op = op;
+    x->failed_open = 0;
+    x->expires_at_ms = 0;
+    x->handle_len = 0;
 }
 
 void rlc__result_from(rlc_result_t *res, const rl_result_t *r,

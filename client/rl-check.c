@@ -5,6 +5,9 @@
  *            [--cost N] [--repeat N] [--timeout MS]
  *            [--tls] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]
  *            [--tls-server-name NAME] [--tls-insecure]
+ *            [--reserve | --acquire]
+ *   rl-check --server HOST:PORT (--settle HEX --actual N | --release HEX |
+ *            --renew HEX) [--timeout MS] [--tls...]
  *
  * Prints one line per decision and exits 0 when the last decision allowed,
  * 1 when it was over the limit, 2 on any error (with a message on stderr).
@@ -36,6 +39,10 @@ static void usage(FILE *f)
                "                [--tls] [--tls-ca FILE] [--tls-cert FILE "
                "--tls-key FILE]\n"
                "                [--tls-server-name NAME] [--tls-insecure]\n"
+               "                [--reserve | --acquire]\n"
+               "       rl-check --server HOST:PORT (--settle HEX --actual N |"
+               " --release HEX |\n"
+               "                --renew HEX) [--timeout MS] [--tls...]\n"
                "Asks rl-server for a rate-limit decision and prints one line "
                "per decision:\n"
                "  OK used=N remaining=N limit=N reset_after_ms=N window=Ss"
@@ -65,15 +72,55 @@ static void usage(FILE *f)
                "for mutual\n"
                "TLS. Any --tls-* option implies --tls. --tls-insecure skips "
                "verification\n"
-               "(tests only).\n");
+               "(tests only).\n"
+               "Reservations and leases (the OK and OVER_LIMIT lines as "
+               "above, fields added\n"
+               "at the end):\n"
+               "  --reserve       check --cost as an estimate; when allowed "
+               "the line ends in\n"
+               "                  handle=HEX expires_at_ms=N [failed_open]\n"
+               "  --settle HEX --actual N\n"
+               "                  charge the reservation HEX its actual cost "
+               "(0 refunds it);\n"
+               "                  prints OK settled actual=N\n"
+               "  --acquire       take a lease of --rule (a concurrency rule); "
+               "as --reserve,\n"
+               "                  or OVER_LIMIT ... retry_after_ms=N until the "
+               "earliest lease\n"
+               "                  ends\n"
+               "  --release HEX   give the lease back; prints OK released\n"
+               "  --renew HEX     extend the lease; prints OK renewed "
+               "expires_at_ms=N\n"
+               "HEX is the handle in hex as printed (at most 512 bytes); "
+               "expires_at_ms is\n"
+               "the end, ms since the Unix epoch on the store's clock. A "
+               "handle the server\n"
+               "does not know (expired, settled, released) is an error: "
+               "exit 2.\n");
 }
 
 typedef struct args_s {
     const char *server, *key, *rule;
     const char *tls_ca, *tls_cert, *tls_key, *tls_name;
-    uint64_t limit, window, cost, repeat, timeout;
-    int have_limit, have_window, headers, tls, tls_insecure;
+    uint64_t limit, window, cost, repeat, timeout, actual;
+    int have_limit, have_window, have_actual, headers, tls, tls_insecure;
+    int op;          /* RLC_OP_* */
+    const char *hex; /* --settle, --release, --renew */
 } args_t;
+
+/* Sets the op once; two op flags are an error. Returns 0 or 1. */
+static int set_op(args_t *a, int op, const char *name)
+{
+    if (a->op != RLC_OP_CHECK) {
+        fprintf(stderr,
+                "rl-check: %s: give one of --reserve, --settle, "
+                "--acquire, --release, --renew\n",
+                name);
+        return 1;
+    }
+    a->op = op;
+    return 0;
+}
 
 /* Accepts "--name value" and "--name=value". Returns 0, or 1 after
  * printing a message. */
@@ -105,6 +152,12 @@ static int parse_args(int argc, char **argv, args_t *a)
         }
         if (strcmp(name, "--tls-insecure") == 0) {
             a->tls = a->tls_insecure = 1;
+            continue;
+        }
+        if (strcmp(name, "--reserve") == 0 || strcmp(name, "--acquire") == 0) {
+            if (set_op(a, name[2] == 'r' ? RLC_OP_RESERVE : RLC_OP_ACQUIRE,
+                       name) != 0)
+                return 1;
             continue;
         }
         eq = strchr(name, '=');
@@ -142,6 +195,18 @@ static int parse_args(int argc, char **argv, args_t *a)
             a->rule = val;
             continue;
         }
+        if (strcmp(name, "--settle") == 0 || strcmp(name, "--release") == 0 ||
+            strcmp(name, "--renew") == 0) {
+            int op = name[2] == 's'   ? RLC_OP_SETTLE
+                     : name[4] == 'l' ? RLC_OP_RELEASE
+                                      : RLC_OP_RENEW;
+            if (set_op(a, op, name) != 0)
+                return 1;
+            a->hex = val;
+            continue;
+        }
+        if (strcmp(name, "--actual") == 0)
+            a->have_actual = 1;
         if (strcmp(name, "--tls-ca") == 0) {
             a->tls_ca = val;
             continue;
@@ -167,17 +232,38 @@ static int parse_args(int argc, char **argv, args_t *a)
         NUM("--cost", 1, UINT32_MAX, a->cost)
         NUM("--repeat", 1, 100000000, a->repeat)
         NUM("--timeout", 1, 3600000, a->timeout)
+        NUM("--actual", 0, UINT64_MAX, a->actual)
 #undef NUM
         fprintf(stderr, "rl-check: unknown option '%s'\n", name);
         return 1;
     }
 
-    if (a->server == NULL || a->key == NULL) {
-        fprintf(stderr, "rl-check: --server and --key are required\n");
-        return 1;
-    }
     if ((a->tls_cert == NULL) != (a->tls_key == NULL)) {
         fprintf(stderr, "rl-check: --tls-cert and --tls-key go together\n");
+        return 1;
+    }
+    if (a->have_actual != (a->op == RLC_OP_SETTLE)) {
+        fprintf(stderr, "rl-check: --settle HEX and --actual N go together\n");
+        return 1;
+    }
+    if (a->hex != NULL) {
+        /* A handle names what it settles, releases or renews: no key and
+         * no limit go with it. */
+        if (a->server == NULL) {
+            fprintf(stderr, "rl-check: --server is required\n");
+            return 1;
+        }
+        if (a->key != NULL || a->rule != NULL || a->have_limit ||
+            a->have_window || a->cost != 0 || a->headers) {
+            fprintf(stderr, "rl-check: --settle, --release and --renew take "
+                            "a handle, not --key, --rule, --limit, --window, "
+                            "--cost or --headers\n");
+            return 1;
+        }
+        return 0;
+    }
+    if (a->server == NULL || a->key == NULL) {
+        fprintf(stderr, "rl-check: --server and --key are required\n");
         return 1;
     }
     if (a->rule != NULL && (a->have_limit || a->have_window)) {
@@ -193,12 +279,80 @@ static int parse_args(int argc, char **argv, args_t *a)
     return 0;
 }
 
+static int hexval(char ch)
+{
+    if (ch >= '0' && ch <= '9')
+        return ch - '0';
+    if (ch >= 'a' && ch <= 'f')
+        return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F')
+        return ch - 'A' + 10;
+    return -1;
+}
+
+/* Decodes hex into out (cap bytes). Returns the length, or -1 after
+ * printing why. A handle one byte over the maximum is decoded all the
+ * same, so that the library's own refusal is what the user sees. */
+static long unhex(const char *hex, uint8_t *out, size_t cap)
+{
+    size_t n = strlen(hex), i;
+
+    if (n % 2 != 0) {
+        fprintf(stderr, "rl-check: the handle '%s' is not hex (odd length)\n",
+                hex);
+        return -1;
+    }
+    if (n / 2 > cap) {
+        fprintf(stderr, "rl-check: the handle is longer than %d bytes\n",
+                RLC_HANDLE_MAX);
+        return -1;
+    }
+    for (i = 0; i < n; i += 2) {
+        int hi = hexval(hex[i]), lo = hexval(hex[i + 1]);
+        if (hi < 0 || lo < 0) {
+            fprintf(stderr, "rl-check: the handle '%s' is not hex\n", hex);
+            return -1;
+        }
+        out[i / 2] = (uint8_t)(hi << 4 | lo);
+    }
+    return (long)(n / 2);
+}
+
+static void print_hex(const uint8_t *p, size_t n)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++)
+        printf("%02x", p[i]);
+}
+
+/* The line for an answer to a handle op. Returns the exit status. */
+static int print_handle_op(int op, const rlc_xresult_t *x, uint64_t actual)
+{
+    if (x->r.code != RLC_CODE_OK) {
+        fprintf(stderr, "rl-check: server answered %s: %s\n",
+                rlc_code_name(x->r.code),
+                x->r.error[0] ? x->r.error : "(no message)");
+        return EXIT_ERROR;
+    }
+    if (op == RLC_OP_SETTLE)
+        printf("OK settled actual=%" PRIu64 "\n", actual);
+    else if (op == RLC_OP_RELEASE)
+        printf("OK released\n");
+    else
+        printf("OK renewed expires_at_ms=%" PRIu64 "\n", x->expires_at_ms);
+    return EXIT_ALLOWED;
+}
+
 int main(int argc, char **argv)
 {
     rlc_options_t o;
     rlc_client_t *c = NULL;
     rlc_check_t req;
     rlc_result_t res;
+    rlc_xop_t xop;
+    rlc_xresult_t xres;
+    uint8_t handle[RLC_HANDLE_MAX + 1];
     args_t a;
     uint64_t i;
     int rc, status = EXIT_ERROR;
@@ -207,6 +361,18 @@ int main(int argc, char **argv)
         usage(stderr);
         return EXIT_ERROR;
     }
+    /* A malformed handle is the user's to fix before any connecting. */
+    memset(&xop, 0, sizeof(xop));
+    xop.op = a.op;
+    if (a.hex != NULL) {
+        long hn = unhex(a.hex, handle, sizeof(handle));
+        if (hn < 0)
+            return EXIT_ERROR;
+        xop.handle = handle;
+        xop.handle_len = (size_t)hn;
+        xop.actual = a.actual;
+    }
+
     rlc_options_init(&o);
     o.servers = a.server;
     if (a.timeout) {
@@ -237,8 +403,25 @@ int main(int argc, char **argv)
     req.limit = a.limit;
     req.window_s = (uint32_t)a.window;
     req.rule = a.rule;
+    xop.check = req;
     for (i = 0; i < a.repeat; i++) {
-        rc = rlc_check(c, &req, &res);
+        if (a.op == RLC_OP_CHECK) {
+            rc = rlc_check(c, &req, &res);
+        } else {
+            rc = rlc_xop(c, &xop, &xres);
+            res = xres.r;
+        }
+        if (rc == RLC_EHANDLE) {
+            fprintf(stderr, "rl-check: %s\n", rlc_strerror(rc));
+            status = EXIT_ERROR;
+            break;
+        }
+        if (rc == RLC_OK && a.hex != NULL) {
+            status = print_handle_op(a.op, &xres, a.actual);
+            if (status != EXIT_ALLOWED)
+                break;
+            continue;
+        }
         if (rc != RLC_OK) {
             const char *last = rlc_last_error(c);
             fprintf(stderr, "rl-check: %s: %s%s%s%s\n", rlc_server(c),
@@ -250,9 +433,16 @@ int main(int argc, char **argv)
         if (res.code == RLC_CODE_OK) {
             /* New fields go at the end: scripts read the first ones. */
             printf("OK used=%" PRIu64 " remaining=%" PRIu64 " limit=%" PRIu64
-                   " reset_after_ms=%" PRIu64 " window=%" PRIu32 "s%s\n",
+                   " reset_after_ms=%" PRIu64 " window=%" PRIu32 "s%s",
                    res.used, res.remaining, res.limit, res.reset_after_ms,
                    res.window_s, res.shadow_refused ? " shadow_refused" : "");
+            if (a.op != RLC_OP_CHECK) {
+                printf(" handle=");
+                print_hex(xres.handle, xres.handle_len);
+                printf(" expires_at_ms=%" PRIu64 "%s", xres.expires_at_ms,
+                       xres.failed_open ? " failed_open" : "");
+            }
+            printf("\n");
             status = EXIT_ALLOWED;
         } else if (res.code == RLC_CODE_OVER_LIMIT) {
             printf("OVER_LIMIT used=%" PRIu64 " remaining=%" PRIu64

@@ -8,6 +8,12 @@
  *   async      rlc_async_new, rlc_async_check, rlc_async_free, on a libuv
  *              loop that the caller owns and runs
  *
+ * reservations (rlc_reserve, rlc_settle) and leases (rlc_acquire,
+ * rlc_release, rlc_renew) in both APIs and in batches (rlc_xop_batch), and
+ * a lease keeper that renews a lease while the work runs, on a thread of
+ * its own (rlc_lease_keep, rlc_lease_done) or on an async client's loop
+ * (rlc_async_lease_keep, rlc_async_lease_done),
+ *
  * and pure helpers turn a result into HTTP status and headers.
  *
  * Errors: functions that can fail return 0 or a negative RLC_E* code;
@@ -18,6 +24,8 @@
  * it (give each thread its own, or guard a shared one with a mutex); an
  * async client only by the thread that runs its loop, and its callbacks run
  * on that thread. The HTTP helpers and rlc_strerror are safe anywhere.
+ * rlc_lease_keep starts the one thread the library ever starts, with a
+ * client of its own.
  *
  * Signals: the library never raises SIGPIPE (it sends with MSG_NOSIGNAL) and
  * never changes signal dispositions.
@@ -408,6 +416,250 @@ RLC_EXPORT const char *rlc_async_server(const rlc_async_t *c);
  * loop, so run it (uv_run) once more before uv_loop_close(). Accepts
  * NULL. */
 RLC_EXPORT void rlc_async_free(rlc_async_t *c);
+
+/* ------------------------------------------------------------------------ */
+/* Reservations and leases (CheckRequest.op). Beside the plain check, a
+ * request can
+ *
+ *   RESERVE  check an estimated cost (rlc_check_t as for rlc_check: key,
+ *            inline limit or rule, cost = the estimate) and, when allowed,
+ *            get a handle to settle once the real cost is known;
+ *   SETTLE   charge a reservation's actual cost (0 refunds it all);
+ *   ACQUIRE  take a slot of a rule of kind concurrency (key and rule) and,
+ *            when allowed, get a lease handle and when the lease ends;
+ *            OVER_LIMIT with retry_after_ms until the earliest lease ends;
+ *   RELEASE  give a lease back;
+ *   RENEW    extend a lease by the rule's lease length: expires_at_ms is
+ *            the new end.
+ *
+ * SETTLE, RELEASE and RENEW send the handle only (and SETTLE its actual
+ * cost): no key, no limit. A handle is opaque bytes, 1 to RLC_HANDLE_MAX of
+ * them; one that is empty or longer is refused before anything is sent
+ * (RLC_EHANDLE). The server answers a handle it does not know, that was
+ * forged, that expired or that was settled already with code ERROR and the
+ * reason in error.
+ *
+ * No answer (timeout, connection lost): RESERVE and ACQUIRE are admissions
+ * and follow fail_mode as a check does (failed open: code OK, flag
+ * RLC_RESULT_FAILED_OPEN and no handle, so there is nothing to settle or
+ * release); SETTLE, RELEASE and RENEW never fail open: code ERROR, flag
+ * RLC_RESULT_FAILED_CLOSED, status the reason. */
+
+#define RLC_OP_CHECK 0
+#define RLC_OP_RESERVE 1
+#define RLC_OP_SETTLE 2
+#define RLC_OP_ACQUIRE 3
+#define RLC_OP_RELEASE 4
+#define RLC_OP_RENEW 5
+
+#define RLC_HANDLE_MAX 512
+
+/* A handle that is empty or longer than RLC_HANDLE_MAX bytes. The client's
+ * own code, outside the service's table (the server says why in words). */
+#define RLC_EHANDLE (-100)
+
+/* One request of any op. The library reads it during the call that takes
+ * it and keeps no pointer. */
+typedef struct rlc_xop_s {
+    int op;             /* RLC_OP_* */
+    rlc_check_t check;  /* CHECK, RESERVE, ACQUIRE: as for rlc_check */
+    const void *handle; /* SETTLE, RELEASE, RENEW: what RESERVE or ACQUIRE
+                           returned */
+    size_t handle_len;
+    uint64_t actual; /* SETTLE: the cost really used */
+} rlc_xop_t;
+
+/* The answer to an rlc_xop_t: the check's result plus what the new ops
+ * return. A plain value, as rlc_result_t is: the handle is copied into it,
+ * so it lives as long as the struct (copy the struct, or the handle_len
+ * bytes of handle, to keep it past an async callback). */
+typedef struct rlc_xresult_s {
+    rlc_result_t r; /* code, status, error, counters: as for a check */
+    int op;         /* the request's RLC_OP_* */
+    /* 1 when the server allowed only because its store could not answer
+     * and it fails open (CheckResponse field failed_open): nothing was
+     * counted, and a handle from such an answer charges nothing. Not the
+     * client's own fail-open (that is r.flags RLC_RESULT_FAILED_OPEN). */
+    int failed_open;
+    /* RESERVE, ACQUIRE when allowed, RENEW: when the reservation or lease
+     * ends, ms since the Unix epoch on the store's clock (r.decided_at_ms
+     * is on the same clock; RENEW: the new end). 0 otherwise. */
+    uint64_t expires_at_ms;
+    /* RESERVE, ACQUIRE when allowed: the handle (handle_len bytes, not
+     * NUL-terminated). A server answer with a longer handle is turned into
+     * code ERROR with a note in r.error, and handle_len 0. */
+    size_t handle_len;
+    uint8_t handle[RLC_HANDLE_MAX];
+} rlc_xresult_t;
+
+/* Blocking, one request: as rlc_check (same returns; a handle error is
+ * RLC_EHANDLE, an op outside RLC_OP_* RLC_EINVAL, both with nothing sent).
+ * *res is always filled when res is not NULL. */
+RLC_EXPORT int rlc_xop(rlc_client_t *c, const rlc_xop_t *req,
+                       rlc_xresult_t *res);
+
+/* Blocking, n requests of any ops in one round trip: as rlc_check_batch.
+ * res[i] answers reqs[i]. */
+RLC_EXPORT int rlc_xop_batch(rlc_client_t *c, const rlc_xop_t *reqs, size_t n,
+                             rlc_xresult_t *res);
+
+/* Blocking shorthands of rlc_xop. */
+RLC_EXPORT int rlc_reserve(rlc_client_t *c, const rlc_check_t *req,
+                           rlc_xresult_t *res);
+RLC_EXPORT int rlc_settle(rlc_client_t *c, const void *handle,
+                          size_t handle_len, uint64_t actual,
+                          rlc_xresult_t *res);
+RLC_EXPORT int rlc_acquire(rlc_client_t *c, const rlc_check_t *req,
+                           rlc_xresult_t *res);
+RLC_EXPORT int rlc_release(rlc_client_t *c, const void *handle,
+                           size_t handle_len, rlc_xresult_t *res);
+RLC_EXPORT int rlc_renew(rlc_client_t *c, const void *handle, size_t handle_len,
+                         rlc_xresult_t *res);
+
+/* Async: as rlc_check_cb, with the extended result (valid only during the
+ * call; the handle is inside it, so copy what you keep). */
+typedef void (*rlc_xop_cb)(rlc_async_t *c, const rlc_xresult_t *res, void *arg);
+
+/* Async, one request: as rlc_async_check (same returns, plus RLC_EHANDLE);
+ * req and its handle are copied before returning. */
+RLC_EXPORT int rlc_async_xop(rlc_async_t *c, const rlc_xop_t *req,
+                             rlc_xop_cb cb, void *arg);
+
+/* Async shorthands of rlc_async_xop. */
+RLC_EXPORT int rlc_async_reserve(rlc_async_t *c, const rlc_check_t *req,
+                                 rlc_xop_cb cb, void *arg);
+RLC_EXPORT int rlc_async_settle(rlc_async_t *c, const void *handle,
+                                size_t handle_len, uint64_t actual,
+                                rlc_xop_cb cb, void *arg);
+RLC_EXPORT int rlc_async_acquire(rlc_async_t *c, const rlc_check_t *req,
+                                 rlc_xop_cb cb, void *arg);
+RLC_EXPORT int rlc_async_release(rlc_async_t *c, const void *handle,
+                                 size_t handle_len, rlc_xop_cb cb, void *arg);
+RLC_EXPORT int rlc_async_renew(rlc_async_t *c, const void *handle,
+                               size_t handle_len, rlc_xop_cb cb, void *arg);
+
+/* ------------------------------------------------------------------------ */
+/* The lease keeper: renews an acquired lease while the work runs, on a
+ * thread of its own with a connection of its own, and releases it when the
+ * work is done.
+ *
+ *   rlc_acquire(c, &req, &got);            (got.r.code RLC_CODE_OK)
+ *   rlc_lease_keep(&k, &opts, &got, 0, on_lost, arg);
+ *   ... work, checking rlc_lease_lost(k) now and then ...
+ *   rlc_lease_done(k, &rel);               (renewals stop, RELEASE sent)
+ *
+ * Cadence: every every_ms, or with 0 a third of the lease's length (its
+ * expires_at_ms less its decided_at_ms, both on the store's clock; from a
+ * server that leaves decided_at_ms 0, less the local clock), worked out
+ * again after each renewal.
+ *
+ * A renewal that fails loses the lease when the server answers anything
+ * but OK (the lease ended: the store expired it, or it was released), or
+ * when no renewal has succeeded by the time the lease would end, counted
+ * on the local clock from when the last successful renewal was sent (a
+ * timeout or lost connection alone is retried at the next tick, after a
+ * reconnect if needed). The keeper then stops renewing, rlc_lease_lost()
+ * turns nonzero, and on_lost (when set) fires once, on the keeper's
+ * thread, with the failing result: the work should stop, since another
+ * holder may now have the slot. */
+
+typedef struct rlc_lease_s rlc_lease_t;
+
+/* Fires at most once, on the keeper's thread, when the lease is lost. It
+ * must not call rlc_lease_done (that waits for this thread); it may call
+ * rlc_lease_lost and rlc_lease_expires_at. */
+typedef void (*rlc_lease_cb)(rlc_lease_t *k, const rlc_xresult_t *res,
+                             void *arg);
+
+/* Starts keeping the lease that acquired (an ACQUIRE's result with code OK
+ * and a handle) holds: connects with opts (a blocking connect, as
+ * rlc_connect), then starts the thread. The keeper copies what it needs
+ * from both.
+ *
+ * Returns 0 with *out set (end it with rlc_lease_done), RLC_EINVAL (NULL,
+ * not an allowed ACQUIRE, no handle, a lease that cannot be timed: every_ms
+ * 0 and expires_at_ms not after decided_at_ms), RLC_ENOMEM, or a connect
+ * error (then *out is NULL). */
+RLC_EXPORT int rlc_lease_keep(rlc_lease_t **out, const rlc_options_t *opts,
+                              const rlc_xresult_t *acquired, uint32_t every_ms,
+                              rlc_lease_cb on_lost, void *arg);
+
+/* 0 while the lease is held; once it is lost, RLC_ECANCELED when the
+ * server answered a renewal with anything but OK (the lease had ended), or
+ * RLC_ETIMEDOUT when no renewal succeeded before the lease would end (no
+ * server answered in time). Safe from any thread. */
+RLC_EXPORT int rlc_lease_lost(const rlc_lease_t *k);
+
+/* The lease's end as last granted (expires_at_ms of the ACQUIRE or of the
+ * latest successful RENEW). Safe from any thread. */
+RLC_EXPORT uint64_t rlc_lease_expires_at(const rlc_lease_t *k);
+
+/* Successful renewals so far. Safe from any thread. */
+RLC_EXPORT unsigned rlc_lease_renewals(const rlc_lease_t *k);
+
+/* Stops the keeper (waiting for its thread, which may be in a renewal: up
+ * to request_timeout_ms), releases the lease unless it was lost (up to
+ * request_timeout_ms more), closes the connection and frees the keeper. res
+ * (may be NULL) gets the RELEASE's result, or, when the lease was lost, the
+ * failing renewal's result and nothing is sent.
+ *
+ * Returns 0 when the server answered the RELEASE (res->r.code says whether
+ * it released: ERROR when the lease had ended meanwhile), the transport
+ * error of the RELEASE, or, when the lease was lost before (nothing sent),
+ * what rlc_lease_lost says. Accepts NULL (returns RLC_EINVAL). Never from
+ * on_lost. */
+RLC_EXPORT int rlc_lease_done(rlc_lease_t *k, rlc_xresult_t *res);
+
+/* The same keeper on an async client's loop: a timer renews the lease
+ * through that client (no thread, no connection of its own), with the
+ * cadence and the loss rules above (the local clock being the loop's).
+ * Everything, callbacks included, happens on the loop's thread.
+ *
+ *   rlc_async_acquire(a, &req, on_acquired, arg);
+ *   ... in on_acquired, with res->r.code RLC_CODE_OK:
+ *   rlc_async_lease_keep(&k, a, res, 0, on_lost, arg);
+ *   ... when the work is done:
+ *   rlc_async_lease_done(k, on_done, arg);
+ *
+ * End every keeper with rlc_async_lease_done before freeing its client
+ * (the keeper uses the client until then; the client may be freed from the
+ * done callback), and run the loop until the done callback has fired: the
+ * keeper's timer keeps the loop alive until then, and its memory is
+ * released by the loop after that callback returns. */
+
+typedef struct rlc_async_lease_s rlc_async_lease_t;
+
+/* on_lost: fires at most once, when the lease is lost (not after
+ * rlc_async_lease_done), with the failing renewal's result; it may call
+ * rlc_async_lease_done. done: fires exactly once, never inside
+ * rlc_async_lease_done, with the RELEASE's result, or, when the lease was
+ * lost, the failing renewal's (nothing is sent then), or a failed result
+ * whose status says why the RELEASE could not be submitted. *res is valid
+ * only during the call; k is valid until done returns. */
+typedef void (*rlc_async_lease_cb)(rlc_async_lease_t *k,
+                                   const rlc_xresult_t *res, void *arg);
+
+/* Starts keeping the lease acquired (an ACQUIRE's result with code OK and
+ * a handle; copied) on c's loop. The first renewal comes a period from
+ * now. Returns 0 with *out set, RLC_EINVAL (as rlc_lease_keep) or
+ * RLC_ENOMEM (then *out is NULL). */
+RLC_EXPORT int rlc_async_lease_keep(rlc_async_lease_t **out, rlc_async_t *c,
+                                    const rlc_xresult_t *acquired,
+                                    uint32_t every_ms,
+                                    rlc_async_lease_cb on_lost, void *arg);
+
+/* As rlc_lease_lost, rlc_lease_expires_at and rlc_lease_renewals; on the
+ * loop's thread only. */
+RLC_EXPORT int rlc_async_lease_lost(const rlc_async_lease_t *k);
+RLC_EXPORT uint64_t rlc_async_lease_expires_at(const rlc_async_lease_t *k);
+RLC_EXPORT unsigned rlc_async_lease_renewals(const rlc_async_lease_t *k);
+
+/* Stops renewing and releases the lease unless it was lost; a renewal in
+ * flight is answered first. done (may be NULL) fires exactly once, later.
+ * Returns 0, or RLC_EINVAL (NULL k, or called twice; then nothing
+ * changes). */
+RLC_EXPORT int rlc_async_lease_done(rlc_async_lease_t *k,
+                                    rlc_async_lease_cb done, void *arg);
 
 /* ------------------------------------------------------------------------ */
 /* HTTP helpers: pure functions of a result, safe from any thread.

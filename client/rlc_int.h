@@ -16,10 +16,12 @@
 #include "rl_msg.h"
 #include "rlc.h"
 
-/* Largest frame a valid check can encode to: header, id, key, cost, limit,
- * window and rule, each with its tag and length. Sizes output buffers. */
+/* Largest frame a valid request can encode to: header, id, key, cost,
+ * limit, window, rule, op, handle and actual, each with its tag and
+ * length. Sizes output buffers. */
 #define RLC__CHECK_FRAME_MAX                                                   \
-    (5 + 11 + 3 + RLC_KEY_MAX + 6 + 11 + 6 + 3 + RLC_RULE_MAX)
+    (5 + 11 + 3 + RLC_KEY_MAX + 6 + 11 + 6 + 3 + RLC_RULE_MAX + 2 + 3 +        \
+     RLC_HANDLE_MAX + 11)
 
 /* Reads of the socket go into this much free space at a time. */
 #define RLC__READ_CHUNK 65536
@@ -64,6 +66,30 @@ void rlc__conf_free(rlc__conf_t *cf);
  * error. */
 int rlc__encode(rl_buf_t *out, const rlc_check_t *req, uint64_t id,
                 uint32_t *window_s);
+
+/* As rlc__encode for any op: a handle op (SETTLE, RELEASE, RENEW) sends
+ * its handle (and actual) and no check; the others validate req->check as
+ * rlc__encode does. Returns 0, a validation error, RLC_EHANDLE, RLC_EINVAL
+ * (NULL req, unknown op), RLC_EFULL or RLC_ENOMEM; out is unchanged on
+ * error. */
+int rlc__encode_x(rl_buf_t *out, const rlc_xop_t *req, uint64_t id,
+                  uint32_t *window_s);
+
+/* 1 for the ops that carry a handle and are never decided by policy. */
+int rlc__op_has_handle(int op);
+
+/* Fills x from a server's answer to a request of this op (the handle is
+ * copied; one over RLC_HANDLE_MAX turns the answer into ERROR). */
+void rlc__xresult_from(rlc_xresult_t *x, int op, const rl_result_t *r,
+                       uint32_t window_s, uint64_t unix_ms);
+
+/* As rlc__result_fail for a request of this op: handle ops are never
+ * failed open. */
+void rlc__xresult_fail(rlc_xresult_t *x, int op, uint64_t id, int status,
+                       int fail_mode, uint32_t window_s, uint64_t unix_ms);
+
+/* The loop an async client runs on. */
+struct uv_loop_s *rlc__async_loop(const rlc_async_t *c);
 
 /* Fills res from a server's answer. */
 void rlc__result_from(rlc_result_t *res, const rl_result_t *r,

@@ -26,6 +26,38 @@
 /* Marks a result whose answer is still awaited, inside one call only. */
 #define PENDING RLC_EAGAIN
 
+/* One call's requests and where their results go: plain checks into an
+ * array of rlc_result_t, or requests of any op (x not NULL) into an array
+ * of rlc_xresult_t, whose first member is the rlc_result_t. */
+typedef struct batch_s {
+    const rlc_xop_t *x;
+    char *res;
+    size_t stride;
+    size_t n;
+    uint64_t base;
+} batch_t;
+
+static rlc_result_t *at(const batch_t *b, size_t i)
+{
+    return (rlc_result_t *)(void *)(b->res + i * b->stride);
+}
+
+static int op_of(const batch_t *b, size_t i)
+{
+    return b->x != NULL ? b->x[i].op : RLC_OP_CHECK;
+}
+
+/* Fills result i for a request no server answered. */
+static void fail_one(const batch_t *b, size_t i, uint64_t id, int status,
+                     int fail_mode, uint32_t window_s, uint64_t now)
+{
+    if (b->x != NULL)
+        rlc__xresult_fail((rlc_xresult_t *)(void *)at(b, i), op_of(b, i), id,
+                          status, fail_mode, window_s, now);
+    else
+        rlc__result_fail(at(b, i), id, status, fail_mode, window_s, now);
+}
+
 struct rlc_client_s {
     rlc__conf_t cf;
     int fd;           /* -1 when not connected */
@@ -222,16 +254,16 @@ static int ensure_conn(rlc_client_t *c)
     return connect_round(c);
 }
 
-static void fail_pending(rlc_client_t *c, rlc_result_t *res, size_t n,
-                         int status)
+static void fail_pending(rlc_client_t *c, const batch_t *b, int status)
 {
     uint64_t now = rl_unix_ms();
     size_t i;
 
-    for (i = 0; i < n; i++)
-        if (res[i].status == PENDING)
-            rlc__result_fail(&res[i], res[i].id, status, c->cf.o.fail_mode,
-                             res[i].window_s, now);
+    for (i = 0; i < b->n; i++) {
+        rlc_result_t *r = at(b, i);
+        if (r->status == PENDING)
+            fail_one(b, i, r->id, status, c->cf.o.fail_mode, r->window_s, now);
+    }
 }
 
 static int send_all(rlc_client_t *c, uint64_t deadline)
@@ -259,9 +291,11 @@ static int send_all(rlc_client_t *c, uint64_t deadline)
 /* Decodes every whole frame in the input buffer and files the answers that
  * belong to this batch; a GOAWAY notice sets c->goaway. Returns 0 or a
  * protocol error. */
-static int take_answers(rlc_client_t *c, uint64_t base, rlc_result_t *res,
-                        size_t n, size_t *pending)
+static int take_answers(rlc_client_t *c, const batch_t *b, size_t *pending)
 {
+    uint64_t base = b->base;
+    size_t n = b->n;
+
     uint64_t now = 0;
 
     for (;;) {
@@ -276,18 +310,22 @@ static int take_answers(rlc_client_t *c, uint64_t base, rlc_result_t *res,
         else if (r.id == 0)
             note(c, &r);
         else if (r.id >= base && r.id - base < n &&
-                 res[r.id - base].status == PENDING) {
+                 at(b, r.id - base)->status == PENDING) {
+            size_t i = r.id - base;
+            rlc_result_t *res = at(b, i);
             if (now == 0)
                 now = rl_unix_ms();
-            rlc__result_from(&res[r.id - base], &r, res[r.id - base].window_s,
-                             now);
+            if (b->x != NULL)
+                rlc__xresult_from((rlc_xresult_t *)(void *)res, op_of(b, i), &r,
+                                  res->window_s, now);
+            else
+                rlc__result_from(res, &r, res->window_s, now);
             (*pending)--;
         }
     }
 }
 
-static int roundtrip(rlc_client_t *c, uint64_t base, rlc_result_t *res,
-                     size_t n, size_t pending)
+static int roundtrip(rlc_client_t *c, const batch_t *b, size_t pending)
 {
     uint64_t deadline;
     int rc;
@@ -308,7 +346,7 @@ static int roundtrip(rlc_client_t *c, uint64_t base, rlc_result_t *res,
         long got;
         int want;
 
-        rc = take_answers(c, base, res, n, &pending);
+        rc = take_answers(c, b, &pending);
         if (rc != RLC_OK) {
             drop(c);
             return rc;
@@ -351,12 +389,52 @@ static int roundtrip(rlc_client_t *c, uint64_t base, rlc_result_t *res,
     }
 }
 
+/* The body of every blocking call: reqs (plain checks) or b->x, n of
+ * them, answered into b->res. */
+static int run_batch(rlc_client_t *c, const rlc_check_t *reqs, batch_t *b)
+{
+    size_t i, pending = 0;
+    int rc;
+
+    /* Every request gets an id, sent or not, so an answer finds its slot by
+     * subtraction. */
+    b->base = c->next_id;
+    c->next_id += b->n;
+    rl_buf_reset(&c->out);
+    for (i = 0; i < b->n; i++) {
+        uint32_t window_s = 0;
+        rlc_result_t *res = at(b, i);
+        if (b->x != NULL)
+            rc = rlc__encode_x(&c->out, &b->x[i], b->base + i, &window_s);
+        else
+            rc = rlc__encode(&c->out, &reqs[i], b->base + i, &window_s);
+        if (rc != RLC_OK) {
+            fail_one(b, i, b->base + i, rc, c->cf.o.fail_mode, 0, rl_unix_ms());
+            continue;
+        }
+        res->status = PENDING;
+        res->id = b->base + i;
+        res->window_s = window_s;
+        pending++;
+    }
+
+    if (pending > 0) {
+        rc = roundtrip(c, b, pending);
+        rl_buf_reset(&c->out);
+        if (rc != RLC_OK)
+            fail_pending(c, b, rc);
+    }
+    for (i = 0; i < b->n; i++)
+        if (at(b, i)->status != RLC_OK)
+            return at(b, i)->status;
+    return RLC_OK;
+}
+
 int rlc_check_batch(rlc_client_t *c, const rlc_check_t *reqs, size_t n,
                     rlc_result_t *res)
 {
-    size_t i, pending = 0;
-    uint64_t base;
-    int rc;
+    batch_t b = {NULL, (char *)res, sizeof(*res), n, 0};
+    size_t i;
 
     if (n == 0)
         return RLC_OK;
@@ -368,36 +446,97 @@ int rlc_check_batch(rlc_client_t *c, const rlc_check_t *reqs, size_t n,
                              rl_unix_ms());
         return RLC_EINVAL;
     }
+    return run_batch(c, reqs, &b);
+}
 
-    /* Every check gets an id, sent or not, so an answer finds its slot by
-     * subtraction. */
-    base = c->next_id;
-    c->next_id += n;
-    rl_buf_reset(&c->out);
-    for (i = 0; i < n; i++) {
-        uint32_t window_s = 0;
-        rc = rlc__encode(&c->out, &reqs[i], base + i, &window_s);
-        if (rc != RLC_OK) {
-            rlc__result_fail(&res[i], base + i, rc, c->cf.o.fail_mode, 0,
-                             rl_unix_ms());
-            continue;
-        }
-        res[i].status = PENDING;
-        res[i].id = base + i;
-        res[i].window_s = window_s;
-        pending++;
-    }
+int rlc_xop_batch(rlc_client_t *c, const rlc_xop_t *reqs, size_t n,
+                  rlc_xresult_t *res)
+{
+    batch_t b = {reqs, (char *)res, sizeof(*res), n, 0};
+    size_t i;
 
-    if (pending > 0) {
-        rc = roundtrip(c, base, res, n, pending);
-        rl_buf_reset(&c->out);
-        if (rc != RLC_OK)
-            fail_pending(c, res, n, rc);
+    if (n == 0)
+        return RLC_OK;
+    if (res == NULL)
+        return RLC_EINVAL;
+    if (c == NULL || reqs == NULL) {
+        for (i = 0; i < n; i++)
+            rlc__xresult_fail(&res[i], reqs != NULL ? reqs[i].op : 0, 0,
+                              RLC_EINVAL, RLC_FAIL_CLOSED, 0, rl_unix_ms());
+        return RLC_EINVAL;
     }
-    for (i = 0; i < n; i++)
-        if (res[i].status != RLC_OK)
-            return res[i].status;
-    return RLC_OK;
+    return run_batch(c, NULL, &b);
+}
+
+int rlc_xop(rlc_client_t *c, const rlc_xop_t *req, rlc_xresult_t *res)
+{
+    if (req == NULL) {
+        if (res != NULL)
+            rlc__xresult_fail(res, 0, 0, RLC_EINVAL, RLC_FAIL_CLOSED, 0,
+                              rl_unix_ms());
+        return RLC_EINVAL;
+    }
+    return rlc_xop_batch(c, req, 1, res);
+}
+
+/* The shorthands build the request: a check for the ops that decide, a
+ * handle for the others. */
+static int check_op(rlc_client_t *c, int op, const rlc_check_t *req,
+                    rlc_xresult_t *res)
+{
+    rlc_xop_t x;
+
+    memset(&x, 0, sizeof(x));
+    x.op = op;
+    if (req == NULL) {
+        if (res != NULL)
+            rlc__xresult_fail(res, op, 0, RLC_EINVAL, RLC_FAIL_CLOSED, 0,
+                              rl_unix_ms());
+        return RLC_EINVAL;
+    }
+    x.check = *req;
+    return rlc_xop(c, &x, res);
+}
+
+static int handle_op(rlc_client_t *c, int op, const void *handle,
+                     size_t handle_len, uint64_t actual, rlc_xresult_t *res)
+{
+    rlc_xop_t x;
+
+    memset(&x, 0, sizeof(x));
+    x.op = op;
+    x.handle = handle;
+    x.handle_len = handle_len;
+    x.actual = actual;
+    return rlc_xop(c, &x, res);
+}
+
+int rlc_reserve(rlc_client_t *c, const rlc_check_t *req, rlc_xresult_t *res)
+{
+    return check_op(c, RLC_OP_RESERVE, req, res);
+}
+
+int rlc_acquire(rlc_client_t *c, const rlc_check_t *req, rlc_xresult_t *res)
+{
+    return check_op(c, RLC_OP_ACQUIRE, req, res);
+}
+
+int rlc_settle(rlc_client_t *c, const void *handle, size_t handle_len,
+               uint64_t actual, rlc_xresult_t *res)
+{
+    return handle_op(c, RLC_OP_SETTLE, handle, handle_len, actual, res);
+}
+
+int rlc_release(rlc_client_t *c, const void *handle, size_t handle_len,
+                rlc_xresult_t *res)
+{
+    return handle_op(c, RLC_OP_RELEASE, handle, handle_len, 0, res);
+}
+
+int rlc_renew(rlc_client_t *c, const void *handle, size_t handle_len,
+              rlc_xresult_t *res)
+{
+    return handle_op(c, RLC_OP_RENEW, handle, handle_len, 0, res);
 }
 
 int rlc_check(rlc_client_t *c, const rlc_check_t *req, rlc_result_t *res)

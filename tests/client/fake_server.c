@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -116,6 +117,156 @@ static void decide(state_t *st, const rl_check_t *c, rl_result_t *r)
     r->retry_after_ms = r->code == RL_CODE_OK ? 0 : 1234;
 }
 
+/* Appends r's frame. rl_result_put is not used: its fast path reserves a
+ * fixed room that does not count the handle (lib/msg.c RESULT_FIXED_MAX),
+ * and these answers carry handles of up to 513 bytes. */
+static void put(rl_buf_t *b, const rl_result_t *r)
+{
+    size_t n = rl_result_size(r);
+    uint8_t *w;
+
+    if (rl_buf_reserve(b, RL_FRAME_HEADER + n, &w) != RL_OK)
+        return;
+    rl_frame_header(w, (uint32_t)n);
+    rl_result_encode(r, w + RL_FRAME_HEADER);
+    rl_buf_commit(b, RL_FRAME_HEADER + n);
+}
+
+static int has_prefix(const rl_check_t *c, const char *p)
+{
+    size_t n = strlen(p);
+
+    return c->handle_len >= n && memcmp(c->handle, p, n) == 0;
+}
+
+static int key_is(const rl_check_t *c, const char *k)
+{
+    return c->key_len == strlen(k) && memcmp(c->key, k, c->key_len) == 0;
+}
+
+static void xlog(fake_t *f, const rl_check_t *c)
+{
+    int i = atomic_load(&f->nxop);
+    fake_xop_t *x;
+
+    if (i >= FAKE_XLOG)
+        return;
+    pthread_mutex_lock(&f->xlock);
+    x = &f->xlog[i];
+    memset(x, 0, sizeof(*x));
+    x->op = c->op;
+    x->id = c->id;
+    x->actual = c->actual;
+    x->cost = c->cost;
+    x->key_len = c->key_len;
+    /* A field the request left out is NULL: no memcpy from it. */
+    if (c->key_len)
+        memcpy(x->key, c->key, c->key_len < 63 ? c->key_len : 63);
+    x->rule_len = c->rule_len;
+    x->handle_len = c->handle_len;
+    if (c->handle_len)
+        memcpy(x->handle, c->handle,
+               c->handle_len < sizeof(x->handle) ? c->handle_len
+                                                 : sizeof(x->handle));
+    x->mono_ms = rl_mono_ms();
+    pthread_mutex_unlock(&f->xlock);
+    atomic_store(&f->nxop, i + 1);
+}
+
+int fake_xop_get(fake_t *f, int i, fake_xop_t *out)
+{
+    if (i < 0 || i >= atomic_load(&f->nxop))
+        return 0;
+    pthread_mutex_lock(&f->xlock);
+    *out = f->xlog[i];
+    pthread_mutex_unlock(&f->xlock);
+    return 1;
+}
+
+static void decide(state_t *st, const rl_check_t *c, rl_result_t *r);
+
+/* Answers a request with an op, as the header says. hbuf holds the handle
+ * until r is encoded. */
+static void xdecide(state_t *st, const rl_check_t *c, rl_result_t *r,
+                    uint8_t *hbuf, size_t hcap)
+{
+    fake_t *f = st->f;
+    uint64_t now = rl_unix_ms();
+    int n;
+
+    xlog(f, c);
+    memset(r, 0, sizeof(*r));
+    r->id = c->id;
+    switch (c->op) {
+    case RL_OP_RESERVE:
+        decide(st, c, r);
+        if (r->code != RL_CODE_OK)
+            return;
+        r->decided_at_ms = now;
+        r->expires_at_ms = now + 60000;
+        r->failed_open = key_is(c, "fo");
+        if (key_is(c, "big512") || key_is(c, "big513")) {
+            r->handle_len = key_is(c, "big512") ? 512 : 513;
+            memset(hbuf, 'h', r->handle_len);
+        } else {
+            n = snprintf((char *)hbuf, hcap, "R:%.*s:%llu", (int)c->key_len,
+                         c->key, (unsigned long long)c->id);
+            r->handle_len = (size_t)n < hcap ? (size_t)n : hcap - 1;
+        }
+        r->handle = hbuf;
+        return;
+    case RL_OP_SETTLE:
+        if (!has_prefix(c, "R:"))
+            break;
+        r->code = RL_CODE_OK;
+        r->used = c->actual;
+        r->decided_at_ms = now;
+        return;
+    case RL_OP_ACQUIRE:
+        r->decided_at_ms = now;
+        r->limit = 1;
+        r->used = 1;
+        if (key_is(c, "busy")) {
+            r->code = RL_CODE_OVER_LIMIT;
+            r->retry_after_ms = 777;
+            return;
+        }
+        r->code = RL_CODE_OK;
+        r->expires_at_ms = now + (uint64_t)atomic_load(&f->lease_ms);
+        n = snprintf((char *)hbuf, hcap, "L:%.*s", (int)c->key_len, c->key);
+        r->handle_len = (size_t)n < hcap ? (size_t)n : hcap - 1;
+        r->handle = hbuf;
+        return;
+    case RL_OP_RENEW: {
+        int k = atomic_fetch_add(&f->renews, 1) + 1;
+        int from = atomic_load(&f->renew_fail_from);
+        nap_us((long)atomic_load(&f->renew_delay_ms) * 1000);
+        if (!has_prefix(c, "L:") || (from > 0 && k >= from))
+            break;
+        r->code = RL_CODE_OK;
+        r->decided_at_ms = now;
+        r->expires_at_ms = now + (uint64_t)atomic_load(&f->lease_ms);
+        return;
+    }
+    case RL_OP_RELEASE:
+        atomic_fetch_add(&f->releases, 1);
+        if (!has_prefix(c, "L:"))
+            break;
+        r->code = RL_CODE_OK;
+        r->decided_at_ms = now;
+        return;
+    default:
+        r->code = RL_CODE_ERROR;
+        r->error = "unknown op";
+        r->error_len = strlen(r->error);
+        return;
+    }
+    r->code = RL_CODE_ERROR;
+    r->error = c->op == RL_OP_SETTLE ? "unknown or settled reservation"
+                                     : "no such lease alive";
+    r->error_len = strlen(r->error);
+}
+
 static void send_all(int fd, const uint8_t *p, size_t n, int bytewise)
 {
     while (n > 0) {
@@ -139,7 +290,7 @@ static void send_notice(fake_t *f, fconn_t *fc)
     rl_buf_t out;
 
     rl_buf_init(&out, 1024);
-    rl_result_put(&out, &rl_goaway_notice);
+    put(&out, &rl_goaway_notice);
     send_all(fc->fd, rl_buf_rptr(&out), rl_buf_len(&out), 0);
     rl_buf_free(&out);
     fc->noticed = 1;
@@ -169,6 +320,7 @@ static int handle(state_t *st, fconn_t *fc)
         rl_frame_t fr;
         rl_check_t c;
         rl_result_t r;
+        uint8_t hbuf[RL_HANDLE_MAX + 8];
 
         if (rl_frame_take(&fc->in, 1 << 20, &fr) != RL_OK)
             break;
@@ -185,12 +337,15 @@ static int handle(state_t *st, fconn_t *fc)
             atomic_fetch_add(&f->conn_requests[fc->ordinal], 1);
         if (late)
             atomic_fetch_add(&f->after_notice, 1);
-        decide(st, &c, &r);
+        if (c.op != RL_OP_CHECK)
+            xdecide(st, &c, &r, hbuf, sizeof(hbuf));
+        else
+            decide(st, &c, &r);
         switch (f->mode) {
         case FAKE_ANSWER:
         case FAKE_BYTEWISE:
         case FAKE_GOAWAY_STALL:
-            rl_result_put(&out, &r);
+            put(&out, &r);
             break;
         case FAKE_GOAWAY:
             if (!st->goaway_done && atomic_load(&f->requests) == f->param) {
@@ -203,11 +358,11 @@ static int handle(state_t *st, fconn_t *fc)
                 send_notice(f, fc);
                 nap_us(20000);
             }
-            rl_result_put(&out, &r);
+            put(&out, &r);
             break;
         case FAKE_GOAWAY_DROP:
             if (!fc->silent)
-                rl_result_put(&out, &r);
+                put(&out, &r);
             break;
         case FAKE_SILENT:
             break;
@@ -220,7 +375,7 @@ static int handle(state_t *st, fconn_t *fc)
                 fc->held[fc->nheld++] = r;
             if (fc->nheld == f->param) {
                 while (fc->nheld > 0)
-                    rl_result_put(&out, &fc->held[--fc->nheld]);
+                    put(&out, &fc->held[--fc->nheld]);
             }
             break;
         case FAKE_DELAY_FIRST:
@@ -229,7 +384,7 @@ static int handle(state_t *st, fconn_t *fc)
                 fc->delayed = 1;
                 nap_us((long)f->param * 1000);
             }
-            rl_result_put(&out, &r);
+            put(&out, &r);
             break;
         case FAKE_GARBAGE: {
             uint8_t bad[6] = {1, 0, 0, 0, 1, 0};
@@ -362,6 +517,8 @@ int fake_start(fake_t *f, int port, fake_mode_t mode, int param)
     int one = 1, attempt;
 
     memset(f, 0, sizeof(*f));
+    atomic_store(&f->lease_ms, 600);
+    pthread_mutex_init(&f->xlock, NULL);
     f->mode = mode;
     f->param = param;
     f->lfd = socket(AF_INET, SOCK_STREAM, 0);
@@ -427,4 +584,5 @@ void fake_stop(fake_t *f)
     atomic_store(&f->stop, 1);
     pthread_join(f->thread, NULL);
     close(f->lfd);
+    pthread_mutex_destroy(&f->xlock);
 }

@@ -15,7 +15,24 @@
  * "server is shutting down"), by mode or on demand (fake_goaway). A
  * connection that got it is still read and answered until the client's end
  * of file, and the fake counts how that end came: after whole frames only,
- * or in the middle of one. */
+ * or in the middle of one.
+ *
+ * Reservations and leases (any answering mode): every request with an op
+ * is logged (fake_xop_get) and answered as rl-server's contract says:
+ *   RESERVE  decided as a check; when allowed, handle "R:KEY:ID" (key
+ *            "big512": 512 bytes of 'h'; key "big513": 513, over the
+ *            maximum), decided_at_ms now, expires_at_ms now + 60000, and
+ *            failed_open for the key "fo";
+ *   SETTLE   OK (used = actual) for a handle starting "R:", else ERROR
+ *            "unknown or settled reservation";
+ *   ACQUIRE  key "busy": OVER_LIMIT, limit 1, used 1, retry_after_ms 777;
+ *            else OK, handle "L:KEY", expires_at_ms now + lease_ms;
+ *   RENEW    OK with a new expires_at_ms for a handle starting "L:",
+ *            unless it is the renew_fail_from-th renewal or later; else
+ *            ERROR "no such lease alive";
+ *   RELEASE  OK for a handle starting "L:", else ERROR as RENEW.
+ * A RENEW is answered renew_delay_ms late (default 0). "now" is the wall
+ * clock in ms. */
 #ifndef FAKE_SERVER_H
 #define FAKE_SERVER_H
 
@@ -44,6 +61,21 @@ typedef enum {
 } fake_mode_t;
 
 #define FAKE_MAXCONN 8
+#define FAKE_XLOG 64
+
+/* A request with an op, as the fake decoded it. */
+typedef struct fake_xop_s {
+    uint32_t op;
+    uint64_t id;
+    uint64_t actual;
+    uint32_t cost;
+    size_t key_len;
+    char key[64]; /* NUL-terminated, cut at 63 bytes */
+    size_t rule_len;
+    size_t handle_len;
+    uint8_t handle[600];
+    uint64_t mono_ms; /* when it was read */
+} fake_xop_t;
 
 typedef struct fake_s {
     int port;
@@ -61,6 +93,14 @@ typedef struct fake_s {
     atomic_int partial;    /* ... of which in the middle of a frame */
     atomic_int goaway_now; /* fake_goaway's request to the thread */
     atomic_int stop;
+    atomic_int nxop;            /* requests with an op (the log's length) */
+    atomic_int renews;          /* RENEW requests */
+    atomic_int releases;        /* RELEASE requests */
+    atomic_int renew_fail_from; /* 0: never; N: the N-th RENEW on fail */
+    atomic_int lease_ms;        /* ACQUIRE and RENEW: default 600 */
+    atomic_int renew_delay_ms;  /* a RENEW is answered this much later */
+    pthread_mutex_t xlock;
+    fake_xop_t xlog[FAKE_XLOG];
     int lfd;
     pthread_t thread;
 } fake_t;
@@ -76,6 +116,10 @@ int fake_goaway(fake_t *f);
 
 /* Waits up to ms for *counter to reach want. Returns 1 when it did. */
 int fake_wait(atomic_int *counter, int want, int ms);
+
+/* Copies the i-th logged request with an op (from 0). Returns 1, or 0 when
+ * there is none yet. */
+int fake_xop_get(fake_t *f, int i, fake_xop_t *out);
 
 /* Stops the thread and closes every socket (clients see end of file). */
 void fake_stop(fake_t *f);
