@@ -479,6 +479,7 @@ static void decide(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
         /* A refusal, or no room left for even the cheapest request: what
          * the windows hold now stays true until they end. */
         if (b->refusals.slots != NULL && rls_op_fixed(op) &&
+            t->reqs[t->opx[i].first].stats->reserves == 0 &&
             (admitted[i] < op->ncosts ||
              !rl_admit_fits(&run[i * RLS_WINDOWS_MAX], nrun[i], 1))) {
             int rule = t->reqs[t->opx[i].first].rule;
@@ -803,6 +804,7 @@ int rls_batcher_add(rls_batcher_t *b, rls_respond_fn respond, void *owner,
                             : (uint64_t)spec->limits.w[0].window_s *
                                   UINT64_C(0x9e3779b97f4a7c15));
     if (b->refusals.slots != NULL && !spec->charge &&
+        spec->stats->reserves == 0 &&
         local_refusal(b, respond, owner, id, h, (char *)w, n, cost, spec))
         return RL_OK;
 

@@ -73,6 +73,10 @@ typedef struct rls_batcher_s {
      * how long a reservation may wait for its settlement. */
     rls_hkey_t hkey;
     uint64_t reserve_ttl_ms;
+    /* Their store steps fail after xop_timeout_ms on this loop (NULL:
+     * unbounded, as in tests without a loop). */
+    uv_loop_t *loop;
+    uint64_t xop_timeout_ms;
     /* --fail-local: decides what the store cannot (the owner sets it; NULL
      * for the other modes). */
     rls_local_t *local;

@@ -79,6 +79,12 @@ typedef struct {
     rls_xop_t x;
     rls_wop_t win[RL_ADMIT_WINDOWS_MAX];
     uint8_t opkey[RLS_OPKEY_MAX];
+    /* The store's step, bounded in time (xop_send). */
+    rls_xop_cb done; /* settled() or leased() */
+    uv_timer_t timer;
+    int timing;      /* the timer runs or closes */
+    int answered;    /* done() ran: by the store or by the timeout */
+    int refs;        /* the store's callback, the timer's close */
 } xctx_t;
 
 static const char not_ready[] =
@@ -200,6 +206,12 @@ static int reserve(rls_batcher_t *b, const rls_ask_t *a, rls_respond_fn respond,
     c->h.id = rls_handle_new_id();
     c->h.estimate = cost;
     c->h.nwin = spec->limits.n;
+    /* From now on this rule's refusals are not cached here: a refund
+     * would free room the cache cannot see. What the cache learnt before
+     * goes (it cannot tell this rule's entries apart, and this happens
+     * once per rule). */
+    if (spec->stats->reserves++ == 0 && b->refusals.slots != NULL)
+        rls_refusals_invalidate(&b->refusals);
     for (i = 0; i < spec->limits.n; i++) {
         const rls_limit_t *l = &spec->limits.w[i];
         c->h.win[i].algo = l->algo;
@@ -217,9 +229,72 @@ static int reserve(rls_batcher_t *b, const rls_ask_t *a, rls_respond_fn respond,
 
 static const char *store_text(int err)
 {
-    return err == RL_ETIMEDOUT ? "store timeout: nothing changed, try again"
-                               : "store unavailable: nothing changed, try "
-                                 "again";
+    /* A step that timed out may still run in the store: retrying is safe
+     * (a settlement happens once; a lease taken unknowingly ends by
+     * itself). */
+    return err == RL_ETIMEDOUT
+               ? "store timeout: it may or may not have been applied; "
+                 "retrying is safe"
+               : "store unavailable: nothing changed, try again";
+}
+
+static void xctx_release(xctx_t *c)
+{
+    if (--c->refs == 0)
+        free(c);
+}
+
+static void on_xtimer_closed(uv_handle_t *h)
+{
+    xctx_release(h->data);
+}
+
+/* No answer from the store in time: answered as a store timeout; what the
+ * store says later is dropped. */
+static void on_xop_timeout(uv_timer_t *t)
+{
+    xctx_t *c = t->data;
+    rls_xop_t x = c->x;
+
+    x.err = RL_ETIMEDOUT;
+    c->answered = 1;
+    c->refs++; /* done() releases one */
+    c->done(c, &x);
+    uv_close((uv_handle_t *)t, on_xtimer_closed);
+}
+
+static void on_xop(void *data, rls_xop_t *x)
+{
+    xctx_t *c = data;
+
+    if (c->answered) {
+        xctx_release(c); /* timed out before */
+        return;
+    }
+    c->answered = 1;
+    if (c->timing) {
+        uv_timer_stop(&c->timer);
+        uv_close((uv_handle_t *)&c->timer, on_xtimer_closed);
+    }
+    c->done(c, x);
+}
+
+/* Sends c's step to the store; done(c, x) answers it exactly once, within
+ * the store's timeout (the batches' --redis-timeout-ms). */
+static void xop_send(xctx_t *c, rls_xop_cb done)
+{
+    rls_batcher_t *b = c->b;
+
+    c->done = done;
+    c->refs = 1;
+    if (b->loop != NULL && b->xop_timeout_ms > 0) {
+        uv_timer_init(b->loop, &c->timer);
+        c->timer.data = c;
+        c->timing = 1;
+        c->refs++;
+        uv_timer_start(&c->timer, on_xop_timeout, b->xop_timeout_ms, 0);
+    }
+    rls_store_xop(b->store, &c->x, on_xop, c);
 }
 
 static void settled(void *data, rls_xop_t *x)
@@ -248,7 +323,7 @@ static void settled(void *data, rls_xop_t *x)
         r.decided_at_ms = x->now_ms;
         c->respond(c->owner, &r);
     }
-    free(c);
+    xctx_release(c);
 }
 
 /* The rule's statistics for a handle, if the rule still exists. */
@@ -303,6 +378,8 @@ static int settle(rls_batcher_t *b, const rls_ask_t *a, rls_respond_fn respond,
         return RL_EINVAL;
     }
     st = handle_stats(b, &h, &spec);
+    if (st != NULL && st->reserves++ == 0 && b->refusals.slots != NULL)
+        rls_refusals_invalidate(&b->refusals); /* as in reserve() */
     now = b->store->v->now_ms(b->store);
     if (now >= h.expires_at_ms) {
         if (st)
@@ -339,7 +416,7 @@ static int settle(rls_batcher_t *b, const rls_ask_t *a, rls_respond_fn respond,
     }
     c->x.win = c->win;
     c->x.nwin = h.nwin;
-    rls_store_xop(b->store, &c->x, settled, c);
+    xop_send(c, settled);
     return RL_OK;
 }
 
@@ -424,7 +501,7 @@ static void leased(void *data, rls_xop_t *x)
         }
         c->respond(c->owner, &r);
     }
-    free(c);
+    xctx_release(c);
 }
 
 static int acquire(rls_batcher_t *b, const rls_ask_t *a, rls_respond_fn respond,
@@ -457,7 +534,7 @@ static int acquire(rls_batcher_t *b, const rls_ask_t *a, rls_respond_fn respond,
         free(c);
         return RL_OK;
     }
-    rls_store_xop(b->store, &c->x, leased, c);
+    xop_send(c, leased);
     return RL_OK;
 }
 
@@ -499,7 +576,7 @@ static int release_renew(rls_batcher_t *b, const rls_ask_t *a,
         free(c);
         return RL_OK;
     }
-    rls_store_xop(b->store, &c->x, leased, c);
+    xop_send(c, leased);
     return RL_OK;
 }
 

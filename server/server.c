@@ -518,6 +518,8 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
                      cfg->grace_ms, cfg->fail_open);
     s->batcher.max_in_flight = cfg->batches_in_flight;
     s->batcher.reserve_ttl_ms = cfg->reserve_ttl_ms;
+    s->batcher.loop = loop;
+    s->batcher.xop_timeout_ms = cfg->redis_timeout_ms;
     /* Reservation and lease handles: signed with the operator's secret,
      * else the fleet's (kept in Redis), else this process's own. */
     if (cfg->handle_secret_file != NULL)

@@ -43,6 +43,9 @@ typedef struct rls_rule_stats_s {
     uint64_t quota_errors;   /* stored quotas that did not parse */
     /* Reservations and leases (RESERVE and ACQUIRE count as allowed or
      * refused above). */
+    uint64_t reserves;       /* RESERVEs decided here: such a rule's
+                                refusals are not cached (batch.c), since a
+                                refund frees room the cache cannot see */
     uint64_t settled;        /* settlements applied */
     uint64_t refunded;       /* cost given back by settlements */
     uint64_t excess;         /* cost charged past the estimates */

@@ -405,8 +405,8 @@ def leases_churn(ports, seconds=5.0, threads=12):
 
 
 def http(ports):
-    base = "http://127.0.0.1:%d" % ports[0]["--http"]
-    other = "http://127.0.0.1:%d" % ports[1]["--http"]
+    base = "http://127.0.0.1:%d" % ports[0]["http"]
+    other = "http://127.0.0.1:%d" % ports[1]["http"]
 
     def req(url, method="GET"):
         try:
@@ -435,7 +435,7 @@ def http(ports):
     st, _, body = req(base + "/settle?handle=%s" % h, "POST")
     check(st == 400 and "actual" in body, "POST /settle without actual: 400")
     st, hd, _ = req(base + "/check?rule=tokens&key=h1&cost=1")
-    check(st == 200 and hd.get("X-RateLimit-Remaining") == "986",
+    check(st == 200 and hd.get("X-RateLimit-Remaining") == "996",
           "the settlement shows in the next check (remaining %s)"
           % hd.get("X-RateLimit-Remaining"))
     st, hd, _ = req(base + "/check?rule=exports&key=h2&op=acquire")
@@ -450,8 +450,54 @@ def http(ports):
     check(st == 409, "POST /release again: 409")
 
 
+def store_timeout(ports, redis_port):
+    """Redis stalls (DEBUG SLEEP) under a settlement: the answer is a
+    store timeout within --redis-timeout-ms; the step runs when Redis
+    wakes, and retrying is refused as settled: it happened once."""
+    c = Native(ports[0]["listen"])
+    r = c.ask(key="t1", rule="tokens", cost=10, op=Req.RESERVE)
+    blocker = socket.create_connection(("127.0.0.1", redis_port), 5)
+    blocker.sendall(b"DEBUG SLEEP 1.5\r\n")
+    # Until Redis is asleep: a PING left unanswered for 100 ms.
+    end = time.time() + 5
+    while time.time() < end:
+        p = socket.create_connection(("127.0.0.1", redis_port), 5)
+        p.settimeout(0.1)
+        p.sendall(b"PING\r\n")
+        try:
+            p.recv(16)
+            asleep = False
+        except socket.timeout:
+            asleep = True
+        p.close()
+        if asleep:
+            break
+    check(asleep, "Redis is asleep (DEBUG SLEEP)")
+    t0 = time.time()
+    r2 = c.ask(op=Req.SETTLE, handle=r.handle, actual=0)
+    took = time.time() - t0
+    check(r2.code == Resp.ERROR and "store timeout" in r2.error,
+          "a stalled store: the settlement answers '%s' after %.2f s"
+          % (r2.error, took))
+    blocker.settimeout(5)
+    blocker.recv(16)  # +OK when Redis wakes
+    blocker.close()
+    end = time.time() + 5
+    while time.time() < end:
+        r3 = c.ask(op=Req.SETTLE, handle=r.handle, actual=0)
+        if "store" not in r3.error:
+            break
+        time.sleep(0.02)
+    check(r3.code == Resp.ERROR and "already settled" in r3.error,
+          "retried once Redis woke: '%s' (the late step ran, once)"
+          % r3.error)
+    r4 = c.ask(key="t1", rule="tokens", cost=1)
+    check(r4.used == 1, "the refund was applied exactly once (used %d)"
+          % r4.used)
+
+
 def fail_open(ports, redis_proc):
-    c = Native(ports[0]["--listen"])
+    c = Native(ports[0]["listen"])
     redis_proc.kill()
     redis_proc.wait()
     end = time.time() + 10
@@ -475,18 +521,20 @@ def main():
     redis_proc = None
     store = STORE_ARGS
     if not store:
-        port, redis_proc = rlt.start_redis(TMP, (), REDIS, PROCS)
+        port, redis_proc = rlt.start_redis(
+            TMP, ("--enable-debug-command", "yes"), REDIS, PROCS)
         store = ["--redis", "127.0.0.1:%d" % port]
     ports = start_servers(store)
-    conns = [Native(p["--listen"]) for p in ports]
+    conns = [Native(p["listen"]) for p in ports]
     ready(conns)
     reservations(conns)
     every_algorithm(conns)
     model_run(conns)
     leases_basic(conns)
-    leases_churn([p["--listen"] for p in ports])
+    leases_churn([p["listen"] for p in ports])
     http(ports)
     if redis_proc is not None:
+        store_timeout(ports, int(store[1].rsplit(":", 1)[1]))
         fail_open(ports, redis_proc)
     rlt.end_run(FAILS, PROCS, TMP)
 
