@@ -637,6 +637,11 @@ static void config(harness_t *h, rd_t *r)
                      cfg->prefix, cfg->prefix_len, batch[nb & 7],
                      cfg->grace_ms, cfg->fail_open);
     h->batcher.spread_ms = sp & 1 ? 50000 : 0;
+    /* Reservations and leases: signed handles, steps bounded in time. */
+    rls_hkey_from_text(&h->batcher.hkey, "fuzz", 4);
+    h->batcher.reserve_ttl_ms = 60000;
+    h->batcher.loop = &h->loop;
+    h->batcher.xop_timeout_ms = 50;
 }
 
 static void run_script(harness_t *h, rd_t *r)

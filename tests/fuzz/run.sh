@@ -74,14 +74,16 @@ done
 clang -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -g -O1 \
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -Ilib -Iserver -I"$out" tests/fuzz/fuzz_conn.c tests/fuzz/fuzz_conn_store.c \
-  server/batch.c server/decide.c \
+  server/batch.c server/decide.c server/fail_local.c server/store/memory.c \
   server/prom.c server/prom_hist.c server/log.c \
-  server/util.c server/net/conn.c server/net/listen.c server/flags.c \
+  server/util.c server/net/conn.c server/net/listen.c server/net/tls.c \
+  server/ossl.c server/flags.c \
   server/policy/rules.c server/policy/limit.c server/policy/yaml_in.c \
   server/policy/loader.c \
   server/policy/runtime.c server/policy/file_in.c server/refusals.c \
-  server/store/store.c lib/*.c \
-  $(pkg-config --cflags --libs libuv yaml-0.1) -lm -o "$out/fuzz_conn"
+  server/store/store.c server/store/xop.c server/handle.c lib/*.c \
+  $(pkg-config --cflags --libs libuv yaml-0.1 hiredis) -lssl -lcrypto -lm \
+  -o "$out/fuzz_conn"
 mkdir -p "$out/corpus-conn"
 "$out/fuzz_conn" -max_total_time="$secs" -max_len=4096 -timeout=20 \
   -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus-conn" \
@@ -114,7 +116,7 @@ for t in envoy_conf rules grpc xds_conf; do
     -Ilib -Iserver -I"$out" -I"$out/gen" "tests/fuzz/fuzz_$t.c" $extra \
     $srv $gen lib/*.c \
     $(pkg-config --cflags --libs libuv yaml-0.1 hiredis libnghttp2 \
-      libprotobuf-c) -lm -o "$out/fuzz_$t"
+      libprotobuf-c) -lssl -lcrypto -lm -o "$out/fuzz_$t"
   mkdir -p "$out/corpus-$t"
   seeds=""
   [ "$t" = envoy_conf ] && seeds=tests/fuzz/corpus/envoy_conf
@@ -124,6 +126,16 @@ for t in envoy_conf rules grpc xds_conf; do
   "$out/fuzz_$t" -max_total_time="$secs" -max_len=4096 -timeout=20 \
     -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus-$t" $seeds
 done
+
+# Reservation and lease handles (server/handle.c), seeded from
+# tests/fuzz/corpus/handle.
+clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 \
+  -fsanitize=fuzzer,address,undefined -Ilib -Iserver \
+  tests/fuzz/fuzz_handle.c server/handle.c -lcrypto -o "$out/fuzz_handle"
+mkdir -p "$out/corpus_handle"
+"$out/fuzz_handle" -max_total_time="$secs" -max_len=600 \
+  -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus_handle" \
+  tests/fuzz/corpus/handle
 
 # The Redis Cluster store's slot-map and redirection parsers
 # (server/store/redis_cluster_map.c), seeded from tests/fuzz/corpus/cluster.
