@@ -369,8 +369,7 @@ int rl_check_put(rl_buf_t *b, const rl_check_t *c)
  * (up to 6), algorithm (up to 6), decided_at_ms (up to 11), the handle's
  * tag and length (up to 11), expires_at_ms (up to 11) and failed_open
  * (3: field 16's tag takes two bytes). */
-#define RESULT_FIXED_MAX                                                      \
-    (8 * 11 + 1 + 10 + 2 + 6 + 6 + 11 + 11 + 11 + 3)
+#define RESULT_FIXED_MAX (8 * 11 + 1 + 10 + 2 + 6 + 6 + 11 + 11 + 11 + 3)
 
 int rl_result_put(rl_buf_t *b, const rl_result_t *r)
 {

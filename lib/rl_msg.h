@@ -56,7 +56,7 @@ typedef struct rl_check_s {
     uint32_t window_s;
     const char *rule;
     size_t rule_len;
-    uint32_t op; /* RL_OP_*; others may come from newer clients */
+    uint32_t op;           /* RL_OP_*; others may come from newer clients */
     const uint8_t *handle; /* RL_OP_SETTLE, _RELEASE, _RENEW */
     size_t handle_len;
     uint64_t actual; /* RL_OP_SETTLE: the cost really used */

@@ -825,10 +825,9 @@ int rls_batcher_add(rls_batcher_t *b, rls_respond_fn respond, void *owner,
                 spec->limits.w[0].window_s)
             continue; /* another inline window of this caller */
         if (x->charge0 != (uint8_t)spec->charge ||
-            (spec->rule == NULL &&
-             (x->limit0 != spec->limits.w[0].limit ||
-              x->algo0 != spec->limits.w[0].algo ||
-              x->burst0 != spec->limits.w[0].burst))) {
+            (spec->rule == NULL && (x->limit0 != spec->limits.w[0].limit ||
+                                    x->algo0 != spec->limits.w[0].algo ||
+                                    x->burst0 != spec->limits.w[0].burst))) {
             /* One counter, two inline limits: decided in arrival order
              * only if the earlier requests go first, in their own batch. */
             submit(b);

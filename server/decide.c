@@ -82,9 +82,9 @@ typedef struct {
     /* The store's step, bounded in time (xop_send). */
     rls_xop_cb done; /* settled() or leased() */
     uv_timer_t timer;
-    int timing;      /* the timer runs or closes */
-    int answered;    /* done() ran: by the store or by the timeout */
-    int refs;        /* the store's callback, the timer's close */
+    int timing;   /* the timer runs or closes */
+    int answered; /* done() ran: by the store or by the timeout */
+    int refs;     /* the store's callback, the timer's close */
 } xctx_t;
 
 static const char not_ready[] =
@@ -138,9 +138,9 @@ static void xctx_key(xctx_t *c, int kind, uint64_t now)
 
     c->x.kind = kind;
     c->x.key = (const char *)c->opkey;
-    c->x.key_len = rls_op_key(b->prefix, b->prefix_len, c->h.key,
-                              c->h.key_len, c->h.rule, c->h.rule_len,
-                              c->h.ns, c->opkey, &c->x.tag_len);
+    c->x.key_len =
+        rls_op_key(b->prefix, b->prefix_len, c->h.key, c->h.key_len, c->h.rule,
+                   c->h.rule_len, c->h.ns, c->opkey, &c->x.tag_len);
     c->x.now_ms = now;
     c->x.id = c->h.id;
 }
@@ -177,9 +177,9 @@ static void reserved(void *owner, const rl_result_t *r)
     h->expires_at_ms = now + c->b->reserve_ttl_ms;
     for (i = 0; i < h->nwin; i++) {
         rls_hwin_t *w = &h->win[i];
-        uint64_t off = c->phase[i] ? rl_phase_offset_ms(h->key, h->key_len,
-                                                        w->window_s)
-                                   : 0;
+        uint64_t off = c->phase[i]
+                           ? rl_phase_offset_ms(h->key, h->key_len, w->window_s)
+                           : 0;
         if (w->algo == RL_ALGO_GCRA || w->algo == RL_ALGO_SWL)
             continue;
         w->phased = off != 0;
@@ -348,8 +348,7 @@ static int take_handle(rls_batcher_t *b, const rls_ask_t *a, int kind,
         *why = "this op needs the handle RESERVE or ACQUIRE returned";
         return RL_EINVAL;
     }
-    if (rls_handle_decode(a->handle, a->handle_len, &b->hkey, h, why) !=
-        RL_OK)
+    if (rls_handle_decode(a->handle, a->handle_len, &b->hkey, h, why) != RL_OK)
         return RL_EINVAL;
     if (h->kind != kind) {
         *why = kind == RLS_HANDLE_RESERVATION
@@ -472,9 +471,8 @@ static void leased(void *data, rls_xop_t *x)
             answer_handle(c, &r);
         } else {
             r.code = RL_CODE_OVER_LIMIT;
-            r.retry_after_ms = x->earliest_ms > x->now_ms
-                                   ? x->earliest_ms - x->now_ms
-                                   : 1;
+            r.retry_after_ms =
+                x->earliest_ms > x->now_ms ? x->earliest_ms - x->now_ms : 1;
             r.reset_after_ms = r.retry_after_ms;
             if (st)
                 st->refused++;

@@ -71,13 +71,12 @@ static int render_rule(rl_buf_t *out, const rls_rule_stats_t *st, int part)
         for (i = 0; i < n; i++) {
             uint64_t v = part == 3 ? x[i].v : c[i].v;
             if (v > 0 &&
-                (rc = rl_buf_printf(
-                     out, "%s{rule=\"%s\",%s=\"%s\"} %llu\n",
-                     part == 3 ? "rl_rule_handle_ops_total"
-                               : "rl_rule_settled_cost_total",
-                     name, part == 3 ? "result" : "kind",
-                     part == 3 ? x[i].label : c[i].label,
-                     (unsigned long long)v)) != RL_OK)
+                (rc = rl_buf_printf(out, "%s{rule=\"%s\",%s=\"%s\"} %llu\n",
+                                    part == 3 ? "rl_rule_handle_ops_total"
+                                              : "rl_rule_settled_cost_total",
+                                    name, part == 3 ? "result" : "kind",
+                                    part == 3 ? x[i].label : c[i].label,
+                                    (unsigned long long)v)) != RL_OK)
                 return rc;
         }
         return RL_OK;
@@ -181,7 +180,7 @@ static int render_policy(const rls_metrics_view_t *v, rl_buf_t *out)
              "Decisions per rule: allowed, refused, allowed only by "
              "shadow mode (would have been refused), allowed uncounted "
              "(mode off). rule=\"(inline)\" is inline limits. A series "
-              "appears once it counts."},
+             "appears once it counts."},
             {"rl_rule_windows_started_total",
              "Caller-windows started (first consumption), per rule and "
              "window length; each counted once across the fleet."},

@@ -523,8 +523,8 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
     /* Reservation and lease handles: signed with the operator's secret,
      * else the fleet's (kept in Redis), else this process's own. */
     if (cfg->handle_secret_file != NULL)
-        rc = rls_hkey_from_file(&s->batcher.hkey, cfg->handle_secret_file,
-                                err, errlen);
+        rc = rls_hkey_from_file(&s->batcher.hkey, cfg->handle_secret_file, err,
+                                errlen);
     else if (!cfg->use_redis)
         rc = rls_hkey_random(&s->batcher.hkey);
     else

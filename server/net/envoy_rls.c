@@ -259,9 +259,8 @@ static int add_one(rls_envoy_call_t *call, uint32_t i, const desc_t *d,
     }
     st->hits = cost;
     if (ctx->estats != NULL)
-        st->stat =
-            rls_estats_slot(ctx->estats, call->conf, call->dom, x, from_request,
-                            keys, klens, vals, vlens, n);
+        st->stat = rls_estats_slot(ctx->estats, call->conf, call->dom, x,
+                                   from_request, keys, klens, vals, vlens, n);
     memset(&a, 0, sizeof(a));
     a.id = i;
     a.key = key;

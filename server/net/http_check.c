@@ -63,13 +63,13 @@ static void decision(rls_check_t *k, const rl_result_t *r, const char *rule,
                                          sizeof(k->extra) - k->extra_len,
                                          "X-RateLimit-Handle: ");
         for (j = 0; j < r->handle_len; j++)
-            k->extra_len += (size_t)snprintf(
-                k->extra + k->extra_len, sizeof(k->extra) - k->extra_len,
-                "%02x", r->handle[j]);
-        k->extra_len += (size_t)snprintf(
-            k->extra + k->extra_len, sizeof(k->extra) - k->extra_len,
-            "\r\nX-RateLimit-Expires-At: %llu\r\n",
-            (unsigned long long)r->expires_at_ms);
+            k->extra_len += (size_t)snprintf(k->extra + k->extra_len,
+                                             sizeof(k->extra) - k->extra_len,
+                                             "%02x", r->handle[j]);
+        k->extra_len += (size_t)snprintf(k->extra + k->extra_len,
+                                         sizeof(k->extra) - k->extra_len,
+                                         "\r\nX-RateLimit-Expires-At: %llu\r\n",
+                                         (unsigned long long)r->expires_at_ms);
     }
     switch (r->code) {
     case RL_CODE_OK:
@@ -133,8 +133,7 @@ static void on_decided(void *owner, const rl_result_t *r)
     rls_http_reply_t rep;
 
     x->k->pending--;
-    if (x->op == RL_OP_SETTLE || x->op == RL_OP_RELEASE ||
-        x->op == RL_OP_RENEW)
+    if (x->op == RL_OP_SETTLE || x->op == RL_OP_RELEASE || x->op == RL_OP_RENEW)
         handled(x->k, x->op, r, &rep);
     else
         decision(x->k, r, x->rule, x->rule_len, x->deny_status, &rep);

@@ -96,8 +96,8 @@ enum {
 };
 
 /* op= values, by RL_OP_* number. */
-static const char *const op_names[RL_OP_MAX] = {
-    "check", "reserve", "settle", "acquire", "release", "renew"};
+static const char *const op_names[RL_OP_MAX] = {"check",   "reserve", "settle",
+                                                "acquire", "release", "renew"};
 
 /* One name=value pair of the query. */
 static int param(const char *p, size_t n, rls_check_query_t *out,
@@ -283,8 +283,7 @@ static int key_from_xff(const rls_http_req_t *q, const rls_check_opts_t *o,
 }
 
 int rls_check_query(const rls_http_req_t *q, const rls_check_opts_t *o,
-                    uint32_t path_op, rls_check_query_t *out,
-                    const char **why)
+                    uint32_t path_op, rls_check_query_t *out, const char **why)
 {
     const char *t = q->target, *end = q->target + q->target_len, *p, *amp;
     const char *v;

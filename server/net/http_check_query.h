@@ -101,7 +101,6 @@ typedef struct rls_check_query_s {
  * checked here (rl_check_validate does, with the native protocol's
  * words). */
 int rls_check_query(const rls_http_req_t *q, const rls_check_opts_t *o,
-                    uint32_t path_op, rls_check_query_t *out,
-                    const char **why);
+                    uint32_t path_op, rls_check_query_t *out, const char **why);
 
 #endif

@@ -846,8 +846,9 @@ static int read_rule(yp_t *y, const char *name, size_t name_len, int line)
              (int)name_len, name);
         ok = 0;
     } else if (conc_n > 0 && b->novr > 0) {
-        DIAG(b, line, "rule '%.*s' limits concurrency: overrides are not "
-                      "supported there",
+        DIAG(b, line,
+             "rule '%.*s' limits concurrency: overrides are not "
+             "supported there",
              (int)name_len, name);
         ok = 0;
     } else if (conc_n > 0) {

@@ -43,16 +43,16 @@ typedef struct rls_rule_stats_s {
     uint64_t quota_errors;   /* stored quotas that did not parse */
     /* Reservations and leases (RESERVE and ACQUIRE count as allowed or
      * refused above). */
-    uint64_t reserves;       /* RESERVEs decided here: such a rule's
-                                refusals are not cached (batch.c), since a
-                                refund frees room the cache cannot see */
-    uint64_t settled;        /* settlements applied */
-    uint64_t refunded;       /* cost given back by settlements */
-    uint64_t excess;         /* cost charged past the estimates */
-    uint64_t released;       /* leases given back */
-    uint64_t renewed;        /* leases extended */
-    uint64_t xop_errors;     /* settle, release, renew refused: a handle
-                                settled twice, expired, unknown */
+    uint64_t reserves;   /* RESERVEs decided here: such a rule's
+                            refusals are not cached (batch.c), since a
+                            refund frees room the cache cannot see */
+    uint64_t settled;    /* settlements applied */
+    uint64_t refunded;   /* cost given back by settlements */
+    uint64_t excess;     /* cost charged past the estimates */
+    uint64_t released;   /* leases given back */
+    uint64_t renewed;    /* leases extended */
+    uint64_t xop_errors; /* settle, release, renew refused: a handle
+                            settled twice, expired, unknown */
     uint32_t nwin;
     rls_win_stats_t win[RLS_STATS_WINDOWS + 1];
 } rls_rule_stats_t;

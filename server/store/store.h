@@ -257,26 +257,26 @@ enum {
 
 typedef struct rls_xop_s {
     /* Set by the caller; untouched by the store. */
-    int kind;              /* RLS_XOP_* */
-    const char *key;       /* the op key, as rls_op_t's; NUL-terminated */
+    int kind;        /* RLS_XOP_* */
+    const char *key; /* the op key, as rls_op_t's; NUL-terminated */
     size_t key_len;
     size_t tag_len;
-    uint64_t now_ms;       /* the store's clock (rls_store_vtbl_t.now_ms) */
-    uint64_t id;           /* the reservation's or lease's */
-    uint64_t until_ms;     /* settle: the marker's end; acquire, renew: the
-                              lease's end */
-    uint64_t limit;        /* acquire: leases allowed alive */
-    int64_t delta;         /* settle */
-    uint64_t decided_at_ms;/* settle: when the reservation was decided */
-    const rls_wop_t *win;  /* settle: the windows charged (algo, phased, */
-    uint32_t nwin;         /* window_s, index, t_us, expire_at_ms) */
+    uint64_t now_ms;        /* the store's clock (rls_store_vtbl_t.now_ms) */
+    uint64_t id;            /* the reservation's or lease's */
+    uint64_t until_ms;      /* settle: the marker's end; acquire, renew: the
+                               lease's end */
+    uint64_t limit;         /* acquire: leases allowed alive */
+    int64_t delta;          /* settle */
+    uint64_t decided_at_ms; /* settle: when the reservation was decided */
+    const rls_wop_t *win;   /* settle: the windows charged (algo, phased, */
+    uint32_t nwin;          /* window_s, index, t_us, expire_at_ms) */
     /* Set by the store before the callback. */
     int result;
     uint64_t count;
     uint64_t earliest_ms;
-    int err;               /* 0, or RL_ESTORE / RL_ETIMEDOUT / RL_ESHUTDOWN
-                              / RL_ENOMEM: nothing is known to have
-                              changed */
+    int err; /* 0, or RL_ESTORE / RL_ETIMEDOUT / RL_ESHUTDOWN
+                / RL_ENOMEM: nothing is known to have
+                changed */
 } rls_xop_t;
 
 /* Fires exactly once per rls_store_xop, later or before it returns. */
