@@ -450,12 +450,12 @@ static void leased(void *data, rls_xop_t *x)
     } else if (x->err != 0) {
         answer_error(c->respond, c->owner, c->id, store_text(x->err));
     } else if (x->kind == RLS_XOP_ACQUIRE) {
-        r.limit = x->limit;
+        r.limit = x->qlimit != 0 ? x->qlimit : x->limit;
         r.used = x->count;
         r.window_s = (uint32_t)(c->lease_ms / 1000);
         if (x->result == 1) {
             r.code = RL_CODE_OK;
-            r.remaining = x->limit > x->count ? x->limit - x->count : 0;
+            r.remaining = r.limit > x->count ? r.limit - x->count : 0;
             r.expires_at_ms = x->until_ms;
             r.reset_after_ms = c->lease_ms;
             if (st)
@@ -523,6 +523,12 @@ static int acquire(rls_batcher_t *b, const rls_ask_t *a, rls_respond_fn respond,
     xctx_key(c, RLS_XOP_ACQUIRE, now);
     c->x.limit = spec->limits.w[0].limit;
     c->x.until_ms = now + c->lease_ms;
+    if (spec->quota) {
+        /* rl-ctl stores quotas for this rule: the caller's may set N. */
+        c->x.quota = c->rule;
+        c->x.quota_len = c->h.rule_len;
+        c->x.scale = spec->scale;
+    }
     if (spec->mode == RLS_MODE_OFF) {
         rl_result_t r;
         rls_spec_off_result(spec, a->id, &r);

@@ -266,6 +266,12 @@ typedef struct rls_xop_s {
     uint64_t until_ms;      /* settle: the marker's end; acquire, renew: the
                                lease's end */
     uint64_t limit;         /* acquire: leases allowed alive */
+    const char *quota;      /* acquire: the rule whose stored quota
+                               (rl-ctl's "<tag>:q") may set the limit
+                               instead, its one "N/S" scaled; or NULL
+                               (the memory store has no quotas) */
+    size_t quota_len;
+    double scale;
     int64_t delta;          /* settle */
     uint64_t decided_at_ms; /* settle: when the reservation was decided */
     const rls_wop_t *win;   /* settle: the windows charged (algo, phased, */
@@ -274,6 +280,8 @@ typedef struct rls_xop_s {
     int result;
     uint64_t count;
     uint64_t earliest_ms;
+    uint64_t qlimit; /* acquire: the stored quota's limit that applied, or
+                        0 (the caller's limit did) */
     int err; /* 0, or RL_ESTORE / RL_ETIMEDOUT / RL_ESHUTDOWN
                 / RL_ENOMEM: nothing is known to have
                 changed */

@@ -92,10 +92,10 @@ static void on_reply(void *data, void *reply)
     xop_req_t *q = data;
     const redisReply *r = reply;
     rls_xop_t *x = q->x;
-    uint64_t res, count, earliest;
+    uint64_t res, count, earliest, qlimit;
     int err = RL_ESTORE;
 
-    /* {result, count, earliest_ms}; anything else is the store's
+    /* {result, count, earliest_ms, quota}; anything else is the store's
      * trouble (an error reply, a lost connection). */
     if (r != NULL && r->type == REDIS_REPLY_ERROR && !q->eval && r->len >= 8 &&
         memcmp(r->str, "NOSCRIPT", 8) == 0) {
@@ -104,13 +104,15 @@ static void on_reply(void *data, void *reply)
         if (send_req(q) == 0)
             return;
         err = RL_ESTORE;
-    } else if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+    } else if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 4 &&
                reply_u64(r->element[0], &res) == 0 && res <= 1 &&
                reply_u64(r->element[1], &count) == 0 &&
-               reply_u64(r->element[2], &earliest) == 0) {
+               reply_u64(r->element[2], &earliest) == 0 &&
+               reply_u64(r->element[3], &qlimit) == 0) {
         x->result = (int)res;
         x->count = count;
         x->earliest_ms = earliest;
+        x->qlimit = qlimit;
         err = 0;
     }
     finish(x, q->cb, q->data, err);
@@ -189,6 +191,12 @@ static int send_req(xop_req_t *q)
     } else {
         memcpy(keys[0] + x->key_len, ":c", 3);
         nk = 1;
+        if (x->kind == RLS_XOP_ACQUIRE && x->quota != NULL) {
+            /* The caller's stored quotas: "<prefix>{<caller>}:q". */
+            memcpy(keys[1], x->key, x->tag_len);
+            memcpy(keys[1] + x->tag_len, ":q", 3);
+            nk = 2;
+        }
     }
 
     if (sha != NULL) {
@@ -238,6 +246,12 @@ static int send_req(xop_req_t *q)
         ARG(id, 16);
         NUM(x->until_ms);
         NUM(x->limit < XOP_LIMIT_MAX ? x->limit : XOP_LIMIT_MAX);
+        if (nk == 2) {
+            ARG(x->quota, x->quota_len);
+            lens[argc] = (size_t)snprintf(nums[nn], sizeof(nums[nn]), "%.6f",
+                                          x->scale > 0 ? x->scale : 1.0);
+            argv[argc++] = nums[nn++];
+        }
     }
 #undef ARG
 #undef NUM

@@ -20,9 +20,13 @@
 -- Acquire, release, renew: KEYS[1] the lease set "<key>:c" (member: the
 -- lease's id, score: its end in ms); ARGV[3] the id, ARGV[4] the new end,
 -- ARGV[5] the leases allowed alive. Leases whose end is at or before now
--- are dropped first; the set then expires at its latest end.
+-- are dropped first; the set then expires at its latest end. An acquire
+-- may name the caller's stored quotas (KEYS[2], "<tag>:q", field ARGV[6],
+-- scale ARGV[7]): a quota that is one "N/S" sets the leases allowed to N
+-- scaled (at least 1); anything else there is ignored.
 --
--- The reply: {result, count, earliest_ms}, three integers.
+-- The reply: {result, count, earliest_ms, quota}, four integers (quota:
+-- the stored quota's limit that applied, or 0).
 --
 -- Where store.h leaves a choice, every store (memory.c too) makes the same
 -- one: a gcra's refund stops at now (used 0); a sliding window's excess
@@ -40,7 +44,7 @@ local MAXN = 9007199254740991
 local BAD = 'ERR not a sliding-window log'
 
 if kind == '1' then
-    if rcall('EXISTS', KEYS[1]) == 1 then return {0, 0, 0} end
+    if rcall('EXISTS', KEYS[1]) == 1 then return {0, 0, 0, 0} end
     local delta, dec, nw = tonumber(ARGV[4]), tonumber(ARGV[5]),
         tonumber(ARGV[6])
     local plan, nowus = {}, now * 1000
@@ -163,15 +167,24 @@ if kind == '1' then
             rcall('SETRANGE', p[2], 0, sfmt('%020d%012d', p[4], p[5]))
         end
     end
-    return {1, 0, 0}
+    return {1, 0, 0, 0}
 end
 
 local key, id = KEYS[1], ARGV[3]
 rcall('ZREMRANGEBYSCORE', key, '-inf', now)
-local res, earliest = 0, 0
+local res, earliest, qlim = 0, 0, 0
 if kind == '2' then
-    local n = rcall('ZCARD', key)
-    if rcall('ZSCORE', key, id) or n < tonumber(ARGV[5]) then
+    local n, lim = rcall('ZCARD', key), tonumber(ARGV[5])
+    if KEYS[2] then
+        local q = rcall('HGET', KEYS[2], ARGV[6])
+        local l = q and string.match(q, '^%s*(%d+)/%d+%s*$')
+        if l then
+            l = math.floor(tonumber(l) * tonumber(ARGV[7]))
+            if l < 1 then l = 1 end
+            if l < MAXN then lim, qlim = l, l end
+        end
+    end
+    if rcall('ZSCORE', key, id) or n < lim then
         rcall('ZADD', key, ARGV[4], id)
         res = 1
     else
@@ -193,4 +206,4 @@ if n > 0 then
     local l = rcall('ZRANGE', key, -1, -1, 'WITHSCORES')
     rcall('PEXPIREAT', key, sfmt('%.0f', tonumber(l[2])))
 end
-return {res, n, earliest}
+return {res, n, earliest, qlim}

@@ -496,6 +496,29 @@ def store_timeout(ports, redis_port):
           % r4.used)
 
 
+def stored_quota(c, store):
+    """rl-ctl's stored quota for a concurrency rule sets the caller's N
+    (its one "N/S"), scaled, across the fleet."""
+    rl_ctl = os.path.join(os.path.dirname(RL_SERVER), "rl-ctl")
+    addr = (["--redis-cluster", store[1]] if store[0] == "--redis-cluster"
+            else ["--redis", store[1]])
+    out = subprocess.run([rl_ctl] + addr + ["--prefix", "xop:", "--wait-ms",
+                                            "10000", "quota", "set",
+                                            "exports", "big", "8/60s"],
+                         capture_output=True, text=True, timeout=30)
+    check(out.returncode == 0, "rl-ctl quota set exports big 8/60s: %s"
+          % (out.stdout + out.stderr).strip()[:200])
+    got = [c[i % 3].ask(key="big", rule="exports", op=Req.ACQUIRE)
+           for i in range(9)]
+    codes = [r.code for r in got]
+    check(codes == [Resp.OK] * 8 + [Resp.OVER_LIMIT] and got[0].limit == 8,
+          "a stored quota of 8 leases for one caller: 8 granted, the 9th "
+          "refused (limit %d)" % got[0].limit)
+    r = c[0].ask(key="small", rule="exports", op=Req.ACQUIRE)
+    check(r.code == Resp.OK and r.limit == LEASE_N,
+          "other callers keep the rule's %d" % LEASE_N)
+
+
 def fail_open(ports, redis_proc):
     c = Native(ports[0]["listen"])
     redis_proc.kill()
@@ -533,6 +556,7 @@ def main():
     leases_basic(conns)
     leases_churn([p["listen"] for p in ports])
     http(ports)
+    stored_quota(conns, store)
     if redis_proc is not None:
         store_timeout(ports, int(store[1].rsplit(":", 1)[1]))
         fail_open(ports, redis_proc)
