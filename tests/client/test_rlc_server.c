@@ -756,6 +756,147 @@ static void test_shadow_redis(void **state)
     shadow_checks(*state, ra);
 }
 
+/* Reservations and leases through librlc against the real server, on
+ * store (the memory store, or Redis): blocking, batch and async calls, and
+ * the lease keeper holding a slot past its lease until done releases it. */
+static void on_xop_answer(rlc_async_t *c, const rlc_xresult_t *res, void *arg)
+{
+    *(rlc_xresult_t *)arg = *res;
+    rlc_async_free(c);
+}
+
+static void xop_calls(rlt_fx_t *f, const char *redis_addr)
+{
+    char key[128], lkey[128];
+    rlc_client_t *c;
+    rlc_xresult_t res, got[4], kept;
+    rlc_lease_t *k = NULL;
+    rlc_options_t o;
+    int i;
+
+    if (f->dir[0] == '\0')
+        assert_int_equal(rlt_fx_mkdir(f, "rlc-xop"), 0);
+    rlt_fx_write_file(f->rules, "rules:\n"
+                                "  tok:\n"
+                                "    limits: [100/30d]\n"
+                                "  two:\n"
+                                "    concurrency: 2\n"
+                                "    lease: 1s\n"
+                                "  one:\n"
+                                "    concurrency: 1\n"
+                                "    lease: 1s\n");
+    rlt_fx_start(f, 0, "--config", f->rules, redis_addr ? "--redis" : NULL,
+                 redis_addr, NULL);
+    c = connect_to(f->srv[0].addr, 2000);
+    if (redis_addr)
+        await_store_up(c);
+    fresh_key(key, sizeof(key), "xop");
+    rlc_check_t rq = {.key = key, .rule = "tok", .cost = 60};
+    /* The handle secret loads from Redis just after the start. */
+    for (i = 0; i < 200; i++) {
+        assert_int_equal(rlc_reserve(c, &rq, &res), RLC_OK);
+        if (res.r.code == RLC_CODE_OK)
+            break;
+        nanosleep(&(struct timespec){0, 20000000}, NULL);
+    }
+    assert_int_equal(res.r.code, RLC_CODE_OK);
+    assert_int_equal(res.r.used, 60);
+    assert_true(res.handle_len > 0 && res.expires_at_ms > res.r.decided_at_ms);
+    rlc_xresult_t h = res;
+    assert_int_equal(rlc_settle(c, h.handle, h.handle_len, 10, &res), RLC_OK);
+    assert_int_equal(res.r.code, RLC_CODE_OK);
+    rlc_check_t one = {.key = key, .rule = "tok"};
+    rlc_result_t cr;
+    assert_int_equal(rlc_check(c, &one, &cr), RLC_OK);
+    assert_int_equal(cr.used, 11); /* 60 reserved, 10 used, then 1 */
+    assert_int_equal(rlc_settle(c, h.handle, h.handle_len, 0, &res), RLC_OK);
+    assert_int_equal(res.r.code, RLC_CODE_ERROR); /* settled already */
+    assert_non_null(strstr(res.r.error, "already settled"));
+
+    /* A batch of ops: a reservation and three leases of two. */
+    fresh_key(lkey, sizeof(lkey), "lease");
+    rlc_xop_t ops[4];
+    memset(ops, 0, sizeof(ops));
+    ops[0].op = RLC_OP_RESERVE;
+    ops[0].check = (rlc_check_t){.key = key, .rule = "tok", .cost = 5};
+    for (i = 1; i < 4; i++) {
+        ops[i].op = RLC_OP_ACQUIRE;
+        ops[i].check = (rlc_check_t){.key = lkey, .rule = "two"};
+    }
+    assert_int_equal(rlc_xop_batch(c, ops, 4, got), RLC_OK);
+    assert_int_equal(got[0].r.code, RLC_CODE_OK);
+    assert_int_equal(got[0].r.used, 16);
+    assert_int_equal(got[1].r.code, RLC_CODE_OK);
+    assert_int_equal(got[2].r.code, RLC_CODE_OK);
+    assert_int_equal(got[3].r.code, RLC_CODE_OVER_LIMIT);
+    assert_true(got[3].r.retry_after_ms > 0 && got[3].r.retry_after_ms <= 1000);
+    assert_int_equal(rlc_renew(c, got[1].handle, got[1].handle_len, &res),
+                     RLC_OK);
+    assert_int_equal(res.r.code, RLC_CODE_OK);
+    assert_true(res.expires_at_ms >= got[1].expires_at_ms);
+    assert_int_equal(rlc_release(c, got[1].handle, got[1].handle_len, &res),
+                     RLC_OK);
+    assert_int_equal(res.r.code, RLC_CODE_OK);
+    assert_int_equal(rlc_release(c, got[1].handle, got[1].handle_len, &res),
+                     RLC_OK);
+    assert_int_equal(res.r.code, RLC_CODE_ERROR); /* not held any more */
+
+    /* The keeper holds a 1 s lease of one for longer than a second. */
+    fresh_key(lkey, sizeof(lkey), "keep");
+    rlc_check_t aq = {.key = lkey, .rule = "one"};
+    assert_int_equal(rlc_acquire(c, &aq, &kept), RLC_OK);
+    assert_int_equal(kept.r.code, RLC_CODE_OK);
+    rlc_options_init(&o);
+    o.servers = f->srv[0].addr;
+    o.request_timeout_ms = 2000;
+    assert_int_equal(rlc_lease_keep(&k, &o, &kept, 0, NULL, NULL), RLC_OK);
+    for (i = 0; i < 500 && rlc_lease_renewals(k) < 4; i++)
+        nanosleep(&(struct timespec){0, 10000000}, NULL);
+    assert_true(rlc_lease_renewals(k) >= 4); /* > 1 s of lease kept */
+    assert_int_equal(rlc_lease_lost(k), 0);
+    assert_int_equal(rlc_acquire(c, &aq, &res), RLC_OK);
+    assert_int_equal(res.r.code, RLC_CODE_OVER_LIMIT); /* still held */
+    assert_int_equal(rlc_lease_done(k, &res), RLC_OK);
+    assert_int_equal(res.r.code, RLC_CODE_OK); /* released */
+    assert_int_equal(rlc_acquire(c, &aq, &res), RLC_OK);
+    assert_int_equal(res.r.code, RLC_CODE_OK); /* the slot is free */
+    rlc_free(c);
+
+    /* The async API: a reservation. */
+    uv_loop_t loop;
+    rlc_async_t *ac;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    assert_int_equal(rlc_async_new(&ac, &loop, &o), RLC_OK);
+    memset(&res, 0, sizeof(res));
+    res.r.status = -1000;
+    rlc_check_t rq2 = {.key = key, .rule = "tok", .cost = 4};
+    assert_int_equal(rlc_async_reserve(ac, &rq2, on_xop_answer, &res),
+                     RLC_OK);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    assert_int_equal(res.r.status, RLC_OK);
+    assert_int_equal(res.r.code, RLC_CODE_OK);
+    assert_int_equal(res.r.used, 20);
+    assert_true(res.handle_len > 0);
+
+    assert_true(rlt_server_stop(&f->srv[0]) >= 0);
+}
+
+static void test_xop_memory(void **state)
+{
+    xop_calls(*state, NULL);
+}
+
+static void test_xop_redis(void **state)
+{
+    char ra[64];
+
+    if (!have_redis)
+        skip();
+    snprintf(ra, sizeof(ra), "127.0.0.1:%d", redis.port);
+    xop_calls(*state, ra);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -787,6 +928,8 @@ int main(void)
         cmocka_unit_test(test_blocking_drain_loses_nothing),
         RLT_FX_TEST(test_shadow_memory),
         RLT_FX_TEST(test_shadow_redis),
+        RLT_FX_TEST(test_xop_memory),
+        RLT_FX_TEST(test_xop_redis),
     };
 
     /* The shadow tests' server, in their fixture. */
