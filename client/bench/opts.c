@@ -641,8 +641,10 @@ int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
     if (o->op == RLB_OP_CHECK && (o->hold_ms > 0 || o->settle_fixed))
         return bad("--hold-ms and --settle-actual are for --op reserve or "
                    "acquire");
-    if (o->op == RLB_OP_RESERVE && o->audit)
-        return bad("--audit is not done for --op reserve yet");
+    if (o->op == RLB_OP_RESERVE && o->audit && o->keys > RLB_LEDGER_KEYS_MAX)
+        return bad("--op reserve --audit checks every key before and after: "
+                   "at most %d --keys",
+                   RLB_LEDGER_KEYS_MAX);
     if (o->op != RLB_OP_CHECK && o->replay_path != NULL)
         return bad("--replay sends checks: not with --op");
     if (o->rule != NULL && o->op == RLB_OP_ACQUIRE) {
@@ -665,10 +667,10 @@ int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
             return bad("--rule wants a name of at most %d bytes of "
                        "[A-Za-z0-9_.:-], not '%s'",
                        RLC_RULE_MAX, o->rule);
-        if (have_limit != o->have_window)
+        if (have_limit != o->have_window && o->op == RLB_OP_CHECK)
             return bad("with --rule, give --limit N and --window S together "
                        "(the rule's window to audit), or neither");
-        if (o->audit && !o->have_window) {
+        if (o->audit && !o->have_window && o->op == RLB_OP_CHECK) {
             o->audit = 0;
             o->audit_skipped = "--rule without --limit/--window: the rule's "
                                "window to audit against is not known";

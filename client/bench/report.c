@@ -259,6 +259,24 @@ static void print_xop(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
                 s->allowed, s->denied, s->follow_ok,
                 r->seconds > 0 ? (double)s->follow_sent / r->seconds : 0.0,
                 s->crashed, s->follow_errors);
+    if (r->ledger_audited) {
+        const rlb_ledger_t *l = &r->ledger;
+        if (!l->done)
+            fprintf(f, "audit      counters: not done (%s)\n", l->why);
+        else
+            fprintf(f,
+                    "audit      counters: %" PRIu64
+                    " keys checked against their first check + what the "
+                    "answers charged; %" PRIu64 " unknown, %" PRIu64
+                    " over the limit, %" PRIu64 " in a new window: %s\n",
+                    l->checked, l->unknown, l->full, l->rolled,
+                    l->mismatched ? "FAIL" : "ok");
+        if (l->mismatched)
+            fprintf(f,
+                    "           %" PRIu64 " keys off; the first: key %" PRIu32
+                    " used %" PRId64 ", expected %" PRId64 "\n",
+                    l->mismatched, l->first_key, l->first_got, l->first_want);
+    }
     if (!r->lease_audited)
         return;
     fprintf(f,
@@ -591,6 +609,14 @@ int rlb_write_json(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
                 ",\n  \"refunded\": %" PRIu64 ",\n  \"excess\": %" PRIu64,
                 r->st.follow_sent, r->st.follow_ok, r->st.follow_errors,
                 r->st.crashed, r->st.refunded, r->st.excess);
+    if (r->ledger_audited)
+        fprintf(f,
+                ",\n  \"ledger_done\": %s"
+                ",\n  \"ledger_checked\": %" PRIu64
+                ",\n  \"ledger_mismatched\": %" PRIu64
+                ",\n  \"ledger_unknown\": %" PRIu64,
+                r->ledger.done ? "true" : "false", r->ledger.checked,
+                r->ledger.mismatched, r->ledger.unknown);
     if (r->lease_audited)
         fprintf(f,
                 ",\n  \"lease_audit_checked\": %" PRIu64

@@ -506,6 +506,45 @@ void rlb_lease_end(rlb_lease_audit_t *a, uint32_t key, uint64_t id,
 /* Checks every grant still unchecked; call once, after the last answer. */
 void rlb_lease_flush(rlb_lease_audit_t *a);
 
+/* ---- the reservation ledger (ledger.c) -------------------------------- */
+
+/* --op reserve --audit: a plain check of every key before the run and
+ * after it (cost 1, which counts); between them each key's counter must
+ * have moved by exactly what the answers say: + cost for each RESERVE
+ * allowed, + (actual - cost) for each SETTLE answered OK (a settle the
+ * server refused, or never sent, leaves the estimate charged). A key
+ * whose outcome is unknown (a request with no answer, an answer failed
+ * open) is left out, and so is one whose window changed between the two
+ * checks or that either check found over its limit (used then says
+ * nothing exact). Up to RLB_LEDGER_KEYS_MAX keys. */
+#define RLB_LEDGER_KEYS_MAX 100000
+
+typedef struct rlb_ledger_s {
+    uint32_t nkeys;
+    int64_t *delta;        /* per key, from the answers */
+    uint64_t *used, *wend; /* per key: the first check's used, window end */
+    uint8_t *skip;         /* per key: left out (unknown or over) */
+    /* results */
+    uint64_t checked, mismatched, unknown, rolled, full;
+    uint32_t first_key;
+    int64_t first_want, first_got;
+    int done;     /* the last check ran */
+    char why[96]; /* why the checks could not run, or "" */
+} rlb_ledger_t;
+
+/* Checks every key once (the first check). Returns 0, RL_ENOMEM, or RL_EIO
+ * with l->why saying what failed. */
+int rlb_ledger_open(rlb_ledger_t *l, const rlb_opts_t *o);
+/* The key's counter moved by d (a RESERVE allowed: its cost; a SETTLE
+ * answered OK: actual - cost). */
+void rlb_ledger_add(rlb_ledger_t *l, uint32_t key, int64_t d);
+/* What a request did to the key is not known: leave the key out. */
+void rlb_ledger_unknown(rlb_ledger_t *l, uint32_t key);
+/* The last check of every key, and the comparison. Returns 0 or RL_EIO
+ * (l->why). */
+int rlb_ledger_close(rlb_ledger_t *l, const rlb_opts_t *o);
+void rlb_ledger_free(rlb_ledger_t *l);
+
 /* ---- results and reports ---------------------------------------------- */
 
 typedef struct rlb_stats_s {
@@ -561,6 +600,9 @@ typedef struct rlb_result_s {
     /* --op acquire --audit: the lease audit, flushed (lease_audited) */
     rlb_lease_audit_t lease;
     int lease_audited;
+    /* --op reserve --audit */
+    rlb_ledger_t ledger;
+    int ledger_audited;
     /* --replay: what reading the log found; complete: every request of the
      * log was sent (not cut short by --duration, --requests, the server
      * or SIGINT, nor by a read error). */

@@ -537,6 +537,14 @@ static void on_xresult(rlc_async_t *cl, const rlc_xresult_t *x, void *arg)
         x->r.decided_at_ms != 0)
         rlb_lease_time(&b->res->lease, x->r.decided_at_ms);
     if (r->follow) {
+        /* A settle answered OK moved the counter by actual - cost; one
+         * refused left the estimate; one unanswered may have done either. */
+        if (o->audit && o->op == RLB_OP_RESERVE && ok)
+            rlb_ledger_add(&b->res->ledger, r->key,
+                           (int64_t)r->actual -
+                               (int64_t)(o->cost ? o->cost : 1));
+        else if (o->audit && o->op == RLB_OP_RESERVE && !answered)
+            rlb_ledger_unknown(&b->res->ledger, r->key);
         if (r->measured) {
             if (ok) {
                 st->follow_ok++;
@@ -567,6 +575,17 @@ static void on_xresult(rlc_async_t *cl, const rlc_xresult_t *x, void *arg)
         record(b, r, &rr, now);
     } else {
         record(b, r, &x->r, now);
+    }
+    if (o->audit && o->op == RLB_OP_RESERVE) {
+        /* Allowed with a handle: the estimate was charged. Failed open,
+         * shadow-refused or refused: nothing was. No answer, or an error
+         * (a store step that timed out may still have run): unknown. */
+        if (ok && x->handle_len > 0 && !x->failed_open && !x->r.shadow_refused)
+            rlb_ledger_add(&b->res->ledger, r->key, o->cost ? o->cost : 1);
+        else if (!answered || x->r.code == RLC_CODE_ERROR ||
+                 (ok && x->handle_len == 0 && !x->failed_open &&
+                  !x->r.shadow_refused))
+            rlb_ledger_unknown(&b->res->ledger, r->key);
     }
     if (ok && x->handle_len > 0 && !x->failed_open && !x->r.shadow_refused &&
         b->phase != PH_DONE) {
@@ -1060,6 +1079,7 @@ void rlb_result_free(rlb_result_t *r)
     rl_hist_free(&r->st.lat_ns);
     rl_hist_free(&r->st.late_ns);
     rlb_lease_free(&r->lease);
+    rlb_ledger_free(&r->ledger);
 }
 
 /* The audit's windows a run is expected to see: every key in every window
@@ -1125,6 +1145,17 @@ int rlb_run(const rlb_opts_t *o, rlb_result_t *res)
         (rc = conns_init(&b)) != 0) {
         if (rc == RL_ENOMEM)
             fprintf(stderr, "rl-bench: out of memory\n");
+        goto out;
+    }
+    if (o->audit && o->op == RLB_OP_RESERVE &&
+        (rc = rlb_ledger_open(&res->ledger, o)) != 0) {
+        if (rc == RL_ENOMEM)
+            fprintf(stderr, "rl-bench: out of memory\n");
+        else
+            fprintf(stderr,
+                    "rl-bench: --audit: the first check of every "
+                    "key failed: %s\n",
+                    res->ledger.why);
         goto out;
     }
 
@@ -1199,7 +1230,14 @@ int rlb_run(const rlb_opts_t *o, rlb_result_t *res)
     res->seconds = (double)(b.end_ns - b.measure_ns) / 1e9;
     if (res->seconds < 0)
         res->seconds = 0;
-    if (o->audit && o->op == RLB_OP_ACQUIRE) {
+    if (o->audit && o->op == RLB_OP_RESERVE) {
+        res->ledger_audited = 1;
+        if (rlb_ledger_close(&res->ledger, o) != 0)
+            fprintf(stderr,
+                    "rl-bench: --audit: the last check of every "
+                    "key failed: %s\n",
+                    res->ledger.why);
+    } else if (o->audit && o->op == RLB_OP_ACQUIRE) {
         rlb_lease_flush(&res->lease);
         res->lease_audited = 1;
     } else if (o->audit && o->op == RLB_OP_CHECK) {

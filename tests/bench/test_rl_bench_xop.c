@@ -3,7 +3,8 @@
  * lease 1 s) and a rate rule. The lease audit must pass with crashed
  * clients on one server (memory store) and on three servers over one
  * Redis, and must fail (exit 1) when told a smaller N than the rule's; a
- * reserve run's settles must add up. Nothing here asserts a speed. */
+ * reserve run's settles must add up, and with --audit every counter must
+ * have moved by what the answers charged. Nothing here asserts a speed. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -310,6 +311,55 @@ static void test_reserve(void **state)
     free(json);
 }
 
+/* A reserve run with --audit over the servers of server_list (--fleet,
+ * one connection each): settles at random actuals, every key checked
+ * before and after. Returns rl-bench's status; *json its JSON. */
+static int ledger_run(int n, char **json)
+{
+    char conns[16];
+    int rc;
+
+    snprintf(conns, sizeof(conns), "%d", n);
+    rc = bench("--server", server_list, "--fleet", "--connections", conns,
+               "--op", "reserve", "--rule", "tokens", "--keys", "40", "--cost",
+               "5", "--hold-ms", "2", "--inflight", "8", "--duration", "1",
+               "--audit", "--json", json_path, NULL);
+    rlt_tail(out_path, 3);
+    *json = slurp(json_path);
+    assert_non_null(*json);
+    return rc;
+}
+
+/* The counters moved by exactly what the answers charged: on one server,
+ * and on three over one Redis; two servers on their own memory stores
+ * keep two ledgers, and the checks (on the first) find the other's
+ * charges missing. */
+static void test_reserve_audit(void **state)
+{
+    char *json;
+
+    (void)state;
+    assert_int_equal(servers_start(1, 0), 0);
+    assert_int_equal(ledger_run(1, &json), 0);
+    assert_true(num(json, "ledger_checked") == 40);
+    assert_true(num(json, "ledger_mismatched") == 0);
+    free(json);
+    servers_teardown(state);
+    assert_int_equal(servers_start(2, 0), 0);
+    assert_int_equal(ledger_run(2, &json), 1);
+    assert_true(num(json, "ledger_mismatched") > 0);
+    free(json);
+    servers_teardown(state);
+    if (!have_redis)
+        skip();
+    assert_int_equal(servers_start(NSERVERS, redis.port), 0);
+    assert_int_equal(servers_ready(NSERVERS), 0);
+    assert_int_equal(ledger_run(NSERVERS, &json), 0);
+    assert_true(num(json, "ledger_checked") == 40);
+    assert_true(num(json, "ledger_mismatched") == 0);
+    free(json);
+}
+
 static void test_bad_arguments(void **state)
 {
     (void)state;
@@ -319,6 +369,8 @@ static void test_bad_arguments(void **state)
     assert_int_equal(
         bench("--op", "acquire", "--rule", "churn", "--crash", "2", NULL), 2);
     assert_int_equal(bench("--hold-ms", "5", NULL), 2);
+    assert_int_equal(
+        bench("--op", "reserve", "--audit", "--keys", "100001", NULL), 2);
 }
 
 static int setup(void **state)
@@ -355,6 +407,7 @@ int main(void)
         cmocka_unit_test_teardown(test_acquire_memory, servers_teardown),
         cmocka_unit_test_teardown(test_acquire_redis_fleet, servers_teardown),
         cmocka_unit_test_teardown(test_reserve, servers_teardown),
+        cmocka_unit_test_teardown(test_reserve_audit, servers_teardown),
         cmocka_unit_test_teardown(test_bad_arguments, servers_teardown),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
