@@ -126,6 +126,27 @@ static void usage(FILE *f)
         "                          250); the audit is\n"
         "                          flagged unreliable if an answer took\n"
         "                          longer\n"
+        "  --op check|reserve|acquire  what each request is (default check):\n"
+        "                          reserve: a RESERVE of --cost, each allowed\n"
+        "                          one SETTLEd after --hold-ms with an actual\n"
+        "                          uniform in [0, 2 x cost] (--settle-actual\n"
+        "                          N: always N); acquire: an ACQUIRE on\n"
+        "                          --rule (a concurrency rule), each lease\n"
+        "                          held a uniform [0, --hold-ms] ms, then\n"
+        "                          RELEASEd, unless the client crashes\n"
+        "                          (--crash P: never releases). A settle or\n"
+        "                          release keeps its request slot and is\n"
+        "                          counted apart. --audit with acquire: at\n"
+        "                          every grant, the caller's leases alive\n"
+        "                          (start <= t < end - 5 ms, store times)\n"
+        "                          are at most N (--limit N, or each\n"
+        "                          answer's limit); with reserve: every key\n"
+        "                          is checked before and after the run, and\n"
+        "                          its counter must have moved by what the\n"
+        "                          answers charged (at most 100000 --keys)\n"
+        "  --hold-ms MS            see --op (default 0)\n"
+        "  --crash P               see --op (default 0, in [0, 1])\n"
+        "  --settle-actual N       see --op\n"
         "  --cost N                hits each request consumes (default 1)\n"
         "  --timeout-ms N          per request (default 1000)\n"
         "  --give-up SECONDS       end the run when no server has been\n"
@@ -235,18 +256,41 @@ static int parse_dist(const char *s, rlb_opts_t *o)
 
 static int takes_value(const char *name)
 {
-    static const char *const names[] = {
-        "--server",         "--key-prefix", "--json",
-        "--hist-csv",       "--plot",       "--timeline-csv",
-        "--connections",    "--duration",   "--warmup",
-        "--inflight",       "--rate",       "--requests",
-        "--keys",           "--tick-us",    "--limit",
-        "--window",         "--cost",       "--timeout-ms",
-        "--give-up",        "--seed",       "--dist",
-        "--rule",           "--arrivals",   "--algorithm",
-        "--burst",          "--phase",      "--audit-margin-ms",
-        "--tls-ca",         "--tls-cert",   "--tls-key",
-        "--tls-server-name"};
+    static const char *const names[] = {"--server",
+                                        "--key-prefix",
+                                        "--json",
+                                        "--hist-csv",
+                                        "--plot",
+                                        "--timeline-csv",
+                                        "--connections",
+                                        "--duration",
+                                        "--warmup",
+                                        "--inflight",
+                                        "--rate",
+                                        "--requests",
+                                        "--keys",
+                                        "--tick-us",
+                                        "--limit",
+                                        "--window",
+                                        "--cost",
+                                        "--timeout-ms",
+                                        "--give-up",
+                                        "--seed",
+                                        "--dist",
+                                        "--rule",
+                                        "--arrivals",
+                                        "--algorithm",
+                                        "--burst",
+                                        "--phase",
+                                        "--audit-margin-ms",
+                                        "--tls-ca",
+                                        "--tls-cert",
+                                        "--tls-key",
+                                        "--tls-server-name",
+                                        "--op",
+                                        "--hold-ms",
+                                        "--crash",
+                                        "--settle-actual"};
     /* --replay's, the log flags named as rl-fit names them. */
     static const char *const replay_names[] = {
         "--replay",   "--replay-speed", "--format",   "--key",
@@ -469,6 +513,34 @@ int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
         if (strcmp(name, "--cost") == 0)
             have_cost = 1;
         INT("--connections", 1, 1024, o->connections)
+        INT("--hold-ms", 0, 3600000, o->hold_ms)
+        if (strcmp(name, "--settle-actual") == 0) {
+            if (rl_parse_u64(val, 0, UINT32_MAX, &v) != RL_OK)
+                return bad("--settle-actual wants a whole number in [0, "
+                           "%" PRIu32 "], not '%s'",
+                           UINT32_MAX, val);
+            o->settle_fixed = 1;
+            o->settle_actual = v;
+            continue;
+        }
+        if (strcmp(name, "--crash") == 0) {
+            if (parse_num(val, 0, 1, 0, &o->crash) != 0)
+                return bad("--crash wants a probability in [0, 1], not '%s'",
+                           val);
+            continue;
+        }
+        if (strcmp(name, "--op") == 0) {
+            if (strcmp(val, "check") == 0)
+                o->op = RLB_OP_CHECK;
+            else if (strcmp(val, "reserve") == 0)
+                o->op = RLB_OP_RESERVE;
+            else if (strcmp(val, "acquire") == 0)
+                o->op = RLB_OP_ACQUIRE;
+            else
+                return bad("--op wants check, reserve or acquire, not '%s'",
+                           val);
+            continue;
+        }
         NUM("--duration", 0, 86400, o->duration_s)
         if (strcmp(name, "--warmup") == 0) {
             if (parse_num(val, 0, 3600, 0, &d) != 0)
@@ -556,7 +628,38 @@ int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
         return bad("--fleet over %" PRIu32 " servers needs at least as many "
                    "--connections, not %" PRIu32,
                    o->nservers, o->connections);
-    if (o->rule != NULL) {
+    if (o->op == RLB_OP_ACQUIRE) {
+        /* A lease is of a concurrency rule; its audit is the leases alive
+         * at each grant, no window. */
+        if (o->rule == NULL)
+            return bad("--op acquire needs --rule (a rule with concurrency)");
+        if (o->have_window || o->algo != RL_ALGO_FIXED || o->per_caller ||
+            o->burst != 0)
+            return bad("--op acquire audits leases: not with --window, "
+                       "--algorithm, --phase or --burst");
+        o->lease_limit = have_limit ? o->limit : 0;
+    } else if (o->crash > 0) {
+        return bad("--crash is for --op acquire");
+    }
+    if (o->op == RLB_OP_CHECK && (o->hold_ms > 0 || o->settle_fixed))
+        return bad("--hold-ms and --settle-actual are for --op reserve or "
+                   "acquire");
+    if (o->op == RLB_OP_RESERVE && o->audit && o->keys > RLB_LEDGER_KEYS_MAX)
+        return bad("--op reserve --audit checks every key before and after: "
+                   "at most %d --keys",
+                   RLB_LEDGER_KEYS_MAX);
+    if (o->op != RLB_OP_CHECK && o->replay_path != NULL)
+        return bad("--replay sends checks: not with --op");
+    if (o->rule != NULL && o->op == RLB_OP_ACQUIRE) {
+        rl_check_t c = {.key = "k",
+                        .key_len = 1,
+                        .rule = o->rule,
+                        .rule_len = strlen(o->rule)};
+        if (rl_check_validate(&c) != RL_OK)
+            return bad("--rule wants a name of at most %d bytes of "
+                       "[A-Za-z0-9_.:-], not '%s'",
+                       RLC_RULE_MAX, o->rule);
+    } else if (o->rule != NULL) {
         /* The server would refuse a bad name on every request: say so
          * once, before anything is sent. */
         rl_check_t c = {.key = "k",
@@ -567,10 +670,10 @@ int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
             return bad("--rule wants a name of at most %d bytes of "
                        "[A-Za-z0-9_.:-], not '%s'",
                        RLC_RULE_MAX, o->rule);
-        if (have_limit != o->have_window)
+        if (have_limit != o->have_window && o->op == RLB_OP_CHECK)
             return bad("with --rule, give --limit N and --window S together "
                        "(the rule's window to audit), or neither");
-        if (o->audit && !o->have_window) {
+        if (o->audit && !o->have_window && o->op == RLB_OP_CHECK) {
             o->audit = 0;
             o->audit_skipped = "--rule without --limit/--window: the rule's "
                                "window to audit against is not known";

@@ -236,6 +236,66 @@ static void print_audit(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
                   a->checked - a->exact);
 }
 
+/* --op reserve and acquire: the follow-ups, and the lease audit. */
+static void print_xop(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
+{
+    const rlb_stats_t *s = &r->st;
+    const rlb_lease_audit_t *a = &r->lease;
+
+    if (o->op == RLB_OP_RESERVE)
+        fprintf(f,
+                "reserve    %" PRIu64 " reserved, %" PRIu64
+                " refused; settles %" PRIu64 " sent (%.0f/s), %" PRIu64
+                " ok, %" PRIu64 " errors; refunded %" PRIu64 ", excess %" PRIu64
+                "\n",
+                s->allowed, s->denied, s->follow_sent,
+                r->seconds > 0 ? (double)s->follow_sent / r->seconds : 0.0,
+                s->follow_ok, s->follow_errors, s->refunded, s->excess);
+    if (o->op == RLB_OP_ACQUIRE)
+        fprintf(f,
+                "acquire    %" PRIu64 " acquired, %" PRIu64
+                " refused; released %" PRIu64 " (%.0f/s), crashed %" PRIu64
+                ", release errors %" PRIu64 "\n",
+                s->allowed, s->denied, s->follow_ok,
+                r->seconds > 0 ? (double)s->follow_sent / r->seconds : 0.0,
+                s->crashed, s->follow_errors);
+    if (r->ledger_audited) {
+        const rlb_ledger_t *l = &r->ledger;
+        if (!l->done)
+            fprintf(f, "audit      counters: not done (%s)\n", l->why);
+        else
+            fprintf(f,
+                    "audit      counters: %" PRIu64
+                    " keys checked against their first check + what the "
+                    "answers charged; %" PRIu64 " unknown, %" PRIu64
+                    " over the limit, %" PRIu64 " in a new window: %s\n",
+                    l->checked, l->unknown, l->full, l->rolled,
+                    l->mismatched ? "FAIL" : "ok");
+        if (l->mismatched)
+            fprintf(f,
+                    "           %" PRIu64 " keys off; the first: key %" PRIu32
+                    " used %" PRId64 ", expected %" PRId64 "\n",
+                    l->mismatched, l->first_key, l->first_got, l->first_want);
+    }
+    if (!r->lease_audited)
+        return;
+    fprintf(f,
+            "audit      leases: %" PRIu64 " grants checked, at most %" PRIu64
+            " alive at a grant (N %s%" PRIu64 ", skew %" PRIu64 " ms); %" PRIu64
+            " late, %" PRIu64 " unstamped%s: %s\n",
+            a->checked, a->max_alive, a->limit ? "" : "from the answers, ",
+            a->limit ? a->limit : a->limit_seen, a->skew_ms, a->late,
+            a->unstamped, a->nomem ? ", INCOMPLETE (out of memory)" : "",
+            a->over ? "FAIL" : "ok");
+    if (a->over)
+        fprintf(f,
+                "           %" PRIu64 " grants over N; the first: key %" PRIu32
+                " at %" PRIu64 " ms (store clock), %" PRIu64
+                " alive, N %" PRIu64 "\n",
+                a->over, a->first_over_key, a->first_over_at,
+                a->first_over_alive, a->first_over_limit);
+}
+
 void rlb_print_summary(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
 {
     const rlb_stats_t *s = &r->st;
@@ -336,6 +396,7 @@ void rlb_print_summary(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
             pct_us(h, 50), pct_us(h, 90), pct_us(h, 99), pct_us(h, 99.9),
             us(h->max), rl_hist_mean(h) / 1000,
             rlb_open_loop(o) ? ", from the scheduled send" : "");
+    print_xop(f, o, r);
     if (o->audit_skipped != NULL)
         fprintf(f, "audit      skipped: %s\n", o->audit_skipped);
     if (!r->audited)
@@ -537,6 +598,33 @@ int rlb_write_json(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
         json_str(f, r->end_reason);
     else
         fprintf(f, "null");
+    fprintf(f, ",\n  \"op\": \"%s\"",
+            o->op == RLB_OP_RESERVE   ? "reserve"
+            : o->op == RLB_OP_ACQUIRE ? "acquire"
+                                      : "check");
+    if (o->op != RLB_OP_CHECK)
+        fprintf(f,
+                ",\n  \"follow_sent\": %" PRIu64 ",\n  \"follow_ok\": %" PRIu64
+                ",\n  \"follow_errors\": %" PRIu64 ",\n  \"crashed\": %" PRIu64
+                ",\n  \"refunded\": %" PRIu64 ",\n  \"excess\": %" PRIu64,
+                r->st.follow_sent, r->st.follow_ok, r->st.follow_errors,
+                r->st.crashed, r->st.refunded, r->st.excess);
+    if (r->ledger_audited)
+        fprintf(f,
+                ",\n  \"ledger_done\": %s"
+                ",\n  \"ledger_checked\": %" PRIu64
+                ",\n  \"ledger_mismatched\": %" PRIu64
+                ",\n  \"ledger_unknown\": %" PRIu64,
+                r->ledger.done ? "true" : "false", r->ledger.checked,
+                r->ledger.mismatched, r->ledger.unknown);
+    if (r->lease_audited)
+        fprintf(f,
+                ",\n  \"lease_audit_checked\": %" PRIu64
+                ",\n  \"lease_audit_max_alive\": %" PRIu64
+                ",\n  \"lease_audit_over\": %" PRIu64
+                ",\n  \"lease_audit_late\": %" PRIu64,
+                r->lease.checked, r->lease.max_alive, r->lease.over,
+                r->lease.late);
     fprintf(f, ",\n  \"audit\": %s", r->audited ? "true" : "false");
     fprintf(f, ",\n  \"audit_skipped\": ");
     if (o->audit_skipped != NULL)

@@ -46,7 +46,11 @@ int main(int argc, char **argv)
     if (r.ended_early && r.end_reason != NULL &&
         strcmp(r.end_reason, "interrupted") != 0)
         status = RLB_EXIT_SERVER;
-    if (r.audited && r.audit.over_limit > 0)
+    if (r.ledger_audited && !r.ledger.done)
+        status = RLB_EXIT_SERVER; /* the last check could not be made */
+    if ((r.audited && r.audit.over_limit > 0) ||
+        (r.lease_audited && r.lease.over > 0) ||
+        (r.ledger_audited && r.ledger.mismatched > 0))
         status = RLB_EXIT_AUDIT;
     /* A log that could not be read to its end is a bad input, as one that
      * cannot be opened is. */

@@ -23,6 +23,11 @@
 
 enum { RLB_DIST_UNIFORM, RLB_DIST_ZIPF, RLB_DIST_HOT };
 
+/* --op: what each request is. RESERVE is followed, when allowed, by a
+ * SETTLE of its handle; ACQUIRE by a RELEASE (unless the client
+ * "crashes"). */
+enum { RLB_OP_CHECK, RLB_OP_RESERVE, RLB_OP_ACQUIRE };
+
 /* Open loop: how requests arrive. EACH and POISSON send every request at
  * its own scheduled time, as independent clients do (evenly spaced, or
  * with exponential gaps); GROUPED sends what fell due once per tick, so
@@ -89,6 +94,18 @@ typedef struct rlb_opts_s {
     const char *log_format, *log_key, *log_time, *log_cost;
     struct rlb_replay_s *replay;
     int have_duration; /* --replay: --duration given, a cap on the replay */
+    /* --op (RLB_OP_*); --hold-ms: the longest a reservation or lease is
+     * held before its settle or release (each draws in [0, hold_ms]; a
+     * reservation holds exactly hold_ms); --crash: the share of leases
+     * never released; --settle-actual: the actual cost of every settle
+     * (settle_fixed), else uniform in [0, 2 x cost]; lease_limit: --limit
+     * with --op acquire (0: each answer's own limit). */
+    int op;
+    uint32_t hold_ms;
+    double crash;
+    int settle_fixed;
+    uint64_t settle_actual;
+    uint64_t lease_limit;
 } rlb_opts_t;
 
 /* Open loop: each check sent at its own scheduled time (--rate, or
@@ -424,6 +441,110 @@ void rlb_audit_keys_flush(rlb_audit_t *a);
 /* The caller's window offset of key index key (0 unless per-caller). */
 uint64_t rlb_audit_offset(const rlb_audit_t *a, uint32_t key);
 
+/* ---- the lease audit (lease.c) ----------------------------------------- */
+
+/* --op acquire --audit: from the store's times alone, at every grant (an
+ * ACQUIRE's decided_at_ms) the caller's leases alive then, those with
+ * start <= t < end - skew_ms, are at most N. A lease starts at its grant
+ * and ends at its RELEASE's decided_at_ms, or at expires_at_ms when it was
+ * never released (a crash, or a release that failed). skew_ms allows for
+ * the instances' estimates of the store's clock.
+ *
+ * A grant is checked once the latest store time seen is horizon_ms past
+ * it: by then every grant decided before it has been answered (or timed
+ * out), so every lease that could be alive at it is known. A lease still
+ * held then counts with its expires_at_ms, which changes nothing: its
+ * release is decided after the store's time seen, far past the grant. A
+ * lease is forgotten once checked, ended and horizon_ms in the past: what
+ * is kept per caller is the leases that can still overlap a grant. A grant
+ * answered later than that (late) is checked at once with what is kept,
+ * which can only undercount. */
+typedef struct rlb_lease_s {
+    uint64_t id, start, end, limit;
+    uint8_t final, checked;
+} rlb_lease_t;
+
+typedef struct rlb_lease_caller_s {
+    rlb_lease_t *v;
+    uint32_t n, cap;
+} rlb_lease_caller_t;
+
+typedef struct rlb_lease_audit_s {
+    rlb_lease_caller_t *callers; /* one per key index */
+    uint32_t ncallers;
+    uint64_t limit; /* N; 0: each grant's own */
+    uint64_t skew_ms, horizon_ms;
+    uint64_t high;    /* the latest store time seen */
+    uint64_t next_id; /* lease ids, from 1 */
+    /* results */
+    uint64_t checked, over, late, max_alive, kept_max;
+    uint64_t unknown;    /* releases and grants of leases no longer kept */
+    uint64_t unstamped;  /* grants without decided_at_ms: not audited */
+    uint64_t limit_seen; /* N of the last grant checked */
+    uint64_t first_over_at, first_over_alive, first_over_limit;
+    uint32_t first_over_key;
+    int nomem;
+} rlb_lease_audit_t;
+
+#define RLB_LEASE_SKEW_MS 5
+
+/* Returns 0 or RL_ENOMEM (a slot per caller: ncallers x 16 bytes). */
+int rlb_lease_init(rlb_lease_audit_t *a, uint32_t ncallers, uint64_t limit,
+                   uint64_t skew_ms, uint64_t horizon_ms);
+void rlb_lease_free(rlb_lease_audit_t *a);
+/* Any answer's decided_at_ms: moves the horizon on. */
+void rlb_lease_time(rlb_lease_audit_t *a, uint64_t stamp_ms);
+/* A grant of caller key at start, ending by end (expires_at_ms), of limit
+ * N. Returns the lease's id for rlb_lease_end, or 0 when it could not be
+ * kept (out of memory: the audit says it is incomplete). */
+uint64_t rlb_lease_grant(rlb_lease_audit_t *a, uint32_t key, uint64_t start,
+                         uint64_t end, uint64_t limit);
+/* The lease ended: released at end_ms (0: never released, it ends at its
+ * expires_at_ms). */
+void rlb_lease_end(rlb_lease_audit_t *a, uint32_t key, uint64_t id,
+                   uint64_t end_ms);
+/* Checks every grant still unchecked; call once, after the last answer. */
+void rlb_lease_flush(rlb_lease_audit_t *a);
+
+/* ---- the reservation ledger (ledger.c) -------------------------------- */
+
+/* --op reserve --audit: a plain check of every key before the run and
+ * after it (cost 1, which counts); between them each key's counter must
+ * have moved by exactly what the answers say: + cost for each RESERVE
+ * allowed, + (actual - cost) for each SETTLE answered OK (a settle the
+ * server refused, or never sent, leaves the estimate charged). A key
+ * whose outcome is unknown (a request with no answer, an answer failed
+ * open) is left out, and so is one whose window changed between the two
+ * checks or that either check found over its limit (used then says
+ * nothing exact). Up to RLB_LEDGER_KEYS_MAX keys. */
+#define RLB_LEDGER_KEYS_MAX 100000
+
+typedef struct rlb_ledger_s {
+    uint32_t nkeys;
+    int64_t *delta;        /* per key, from the answers */
+    uint64_t *used, *wend; /* per key: the first check's used, window end */
+    uint8_t *skip;         /* per key: left out (unknown or over) */
+    /* results */
+    uint64_t checked, mismatched, unknown, rolled, full;
+    uint32_t first_key;
+    int64_t first_want, first_got;
+    int done;     /* the last check ran */
+    char why[96]; /* why the checks could not run, or "" */
+} rlb_ledger_t;
+
+/* Checks every key once (the first check). Returns 0, RL_ENOMEM, or RL_EIO
+ * with l->why saying what failed. */
+int rlb_ledger_open(rlb_ledger_t *l, const rlb_opts_t *o);
+/* The key's counter moved by d (a RESERVE allowed: its cost; a SETTLE
+ * answered OK: actual - cost). */
+void rlb_ledger_add(rlb_ledger_t *l, uint32_t key, int64_t d);
+/* What a request did to the key is not known: leave the key out. */
+void rlb_ledger_unknown(rlb_ledger_t *l, uint32_t key);
+/* The last check of every key, and the comparison. Returns 0 or RL_EIO
+ * (l->why). */
+int rlb_ledger_close(rlb_ledger_t *l, const rlb_opts_t *o);
+void rlb_ledger_free(rlb_ledger_t *l);
+
 /* ---- results and reports ---------------------------------------------- */
 
 typedef struct rlb_stats_s {
@@ -448,6 +569,13 @@ typedef struct rlb_stats_s {
     /* --replay, open loop: how long after its scheduled time each measured
      * check was handed to librlc, whether the generator kept up. */
     rl_hist_t late_ns;
+    /* --op reserve and acquire, of the measured requests: settles and
+     * releases sent, answered OK, and not (an error, or no answer);
+     * crashed: leases never released on purpose; refunded and excess:
+     * over the settles answered OK, the sum of cost - actual where the
+     * actual was less, and of actual - cost where it was more. */
+    uint64_t follow_sent, follow_ok, follow_errors, crashed;
+    uint64_t refunded, excess;
 } rlb_stats_t;
 
 /* --fleet: one server's share of the measured answers. */
@@ -469,6 +597,12 @@ typedef struct rlb_result_s {
     const char *end_reason;
     rlb_audit_report_t audit;
     int audited;
+    /* --op acquire --audit: the lease audit, flushed (lease_audited) */
+    rlb_lease_audit_t lease;
+    int lease_audited;
+    /* --op reserve --audit */
+    rlb_ledger_t ledger;
+    int ledger_audited;
     /* --replay: what reading the log found; complete: every request of the
      * log was sent (not cut short by --duration, --requests, the server
      * or SIGINT, nor by a read error). */

@@ -54,19 +54,32 @@ enum { PH_WARMUP, PH_MEASURE, PH_DRAIN, PH_DONE };
 
 struct bench_s;
 
-/* One check in flight: what the answer needs to be accounted. */
+/* One check in flight: what the answer needs to be accounted. With --op
+ * reserve or acquire the slot stays taken from the RESERVE or ACQUIRE
+ * through the hold to the SETTLE's or RELEASE's answer (follow), with the
+ * handle kept in h, grown once to the longest seen. */
 typedef struct req_s {
     uint64_t due_ns;  /* scheduled (open loop) or sent (closed loop) */
     uint64_t sent_ns; /* handed to librlc */
     struct conn_s *conn;
     uint32_t key;
     uint32_t next; /* free list */
+    uint8_t follow;   /* the settle or release is the one in flight */
+    uint8_t measured; /* the first request was measured */
+    uint64_t lease;   /* the lease audit's id (0: none) */
+    uint64_t actual;  /* the settle's actual cost */
+    uint8_t *h;
+    size_t hlen, hcap;
 } req_t;
 
 typedef struct conn_s {
     struct bench_s *b;
     rlc_async_t *c;
     req_t *reqs; /* nreqs slots, allocated once */
+    /* --hold-ms: a timer per slot for the hold (NULL without a hold),
+     * initialized when the run starts (timers_on) and closed by finish */
+    uv_timer_t *timers;
+    int timers_on;
     uint32_t nreqs, free_head, inflight;
     uint32_t server; /* --fleet: index into res->servers */
     int connected;
@@ -82,6 +95,7 @@ typedef struct bench_s {
     uint32_t nconns;
     rlb_keys_t keys;
     rlb_audit_t audit;
+    rlb_rng_t xrng; /* holds, crashes and settle actuals */
     int phase;
 
     uint64_t start_ns;   /* load began */
@@ -128,6 +142,7 @@ static void finish(bench_t *b, const char *early);
 /* ---- keys and checks ------------------------------------------------- */
 
 static void on_result(rlc_async_t *cl, const rlc_result_t *res, void *arg);
+static void on_xresult(rlc_async_t *cl, const rlc_xresult_t *res, void *arg);
 
 /* May more checks be sent? */
 static int sending(const bench_t *b)
@@ -187,7 +202,8 @@ static void start_drain(bench_t *b, uint64_t end_ns)
     b->end_ns = end_ns;
     uv_timer_stop(&b->phase_timer);
     b->drain_deadline_ns =
-        now + ((uint64_t)b->o->timeout_ms + DRAIN_EXTRA_MS) * 1000000;
+        now +
+        ((uint64_t)b->o->timeout_ms + b->o->hold_ms + DRAIN_EXTRA_MS) * 1000000;
     if (b->inflight == 0)
         uv_timer_start(&b->finisher, on_finisher, 0, 0);
 }
@@ -234,7 +250,17 @@ again:
     }
     r->due_ns = due_ns;
     r->sent_ns = now_ns;
-    rc = rlc_async_check(c->c, &q, on_result, r);
+    if (o->op == RLB_OP_CHECK) {
+        rc = rlc_async_check(c->c, &q, on_result, r);
+    } else {
+        rlc_xop_t x;
+        memset(&x, 0, sizeof(x));
+        x.op = o->op == RLB_OP_RESERVE ? RLC_OP_RESERVE : RLC_OP_ACQUIRE;
+        x.check = q;
+        r->follow = 0;
+        r->lease = 0;
+        rc = rlc_async_xop(c->c, &x, on_xresult, r);
+    }
     if (rc != RLC_OK && o->replay != NULL && rc != RLC_EBUSY) {
         /* Refused before sending (not for want of a slot): trying again
          * would be refused again, so the line is passed over, counted. */
@@ -325,7 +351,7 @@ static void record(bench_t *b, const req_t *r, const rlc_result_t *res,
      * quota, so the audit counts it as not admitted. */
     int shadow = decided && res->code == RLC_CODE_OK && res->shadow_refused;
 
-    if (b->o->audit && decided) {
+    if (b->o->audit && decided && b->o->op == RLB_OP_CHECK) {
         if (bypassed)
             b->audit.failed_open++;
         else
@@ -386,6 +412,195 @@ static void on_result(rlc_async_t *cl, const rlc_result_t *res, void *arg)
         send_check(c, now, now);
     if (b->phase == PH_DRAIN && b->inflight == 0)
         uv_timer_start(&b->finisher, on_finisher, 0, 0);
+}
+
+/* ---- reservations and leases ------------------------------------------ */
+
+/* A uniform draw in [0, 1). */
+static double draw(bench_t *b)
+{
+    return (double)(rlb_rng_next(&b->xrng) >> 11) * 0x1p-53;
+}
+
+/* The slot is free again: the closed loop sends the next request from it,
+ * and a drain ends with the last one. */
+static void slot_done(bench_t *b, req_t *r, uint64_t now)
+{
+    conn_t *c = r->conn;
+
+    r->next = c->free_head;
+    c->free_head = (uint32_t)(r - c->reqs);
+    c->inflight--;
+    b->inflight--;
+    if (!rlb_open_loop(b->o) && sending(b) && b->phase != PH_DONE)
+        send_check(c, now, now);
+    if (b->phase == PH_DRAIN && b->inflight == 0)
+        uv_timer_start(&b->finisher, on_finisher, 0, 0);
+}
+
+/* Sends the settle or release of the handle the slot holds. When it cannot
+ * be sent, it counts as an error and the slot is free. */
+static void send_follow(bench_t *b, req_t *r)
+{
+    rlc_xop_t x;
+    int rc = RLC_ECANCELED;
+
+    if (b->phase == PH_DONE)
+        return; /* the clients are gone; finish frees nothing more */
+    memset(&x, 0, sizeof(x));
+    x.op = b->o->op == RLB_OP_RESERVE ? RLC_OP_SETTLE : RLC_OP_RELEASE;
+    x.handle = r->h;
+    x.handle_len = r->hlen;
+    x.actual = r->actual;
+    r->follow = 1;
+    if (r->measured)
+        b->res->st.follow_sent++;
+    if (r->conn->c != NULL)
+        rc = rlc_async_xop(r->conn->c, &x, on_xresult, r);
+    if (rc != RLC_OK) {
+        if (r->measured)
+            b->res->st.follow_errors++;
+        if (b->o->audit && b->o->op == RLB_OP_ACQUIRE)
+            rlb_lease_end(&b->res->lease, r->key, r->lease, 0);
+        slot_done(b, r, uv_hrtime());
+    }
+}
+
+static void on_hold(uv_timer_t *t)
+{
+    req_t *r = t->data;
+
+    send_follow(r->conn->b, r);
+}
+
+/* An allowed RESERVE or ACQUIRE: keeps its handle, then settles or
+ * releases it after the hold, or (a crash) lets the lease end by itself.
+ * Returns 1 when the slot stays taken. */
+static int follow_up(bench_t *b, req_t *r, const rlc_xresult_t *x)
+{
+    const rlb_opts_t *o = b->o;
+    uint64_t hold = 0;
+
+    if (o->op == RLB_OP_ACQUIRE && o->crash > 0 && draw(b) < o->crash) {
+        if (r->measured)
+            b->res->st.crashed++;
+        if (o->audit)
+            rlb_lease_end(&b->res->lease, r->key, r->lease, 0);
+        return 0;
+    }
+    if (x->handle_len > r->hcap) {
+        uint8_t *h = realloc(r->h, x->handle_len);
+        if (h == NULL) {
+            if (r->measured)
+                b->res->st.follow_errors++;
+            if (o->audit && o->op == RLB_OP_ACQUIRE)
+                rlb_lease_end(&b->res->lease, r->key, r->lease, 0);
+            return 0;
+        }
+        r->h = h;
+        r->hcap = x->handle_len;
+    }
+    memcpy(r->h, x->handle, x->handle_len);
+    r->hlen = x->handle_len;
+    if (o->op == RLB_OP_RESERVE) {
+        uint32_t cost = o->cost ? o->cost : 1;
+        r->actual = o->settle_fixed ? o->settle_actual
+                                    : (uint64_t)(draw(b) * (2.0 * cost + 1));
+        hold = o->hold_ms;
+    } else if (o->hold_ms > 0) {
+        hold = (uint64_t)(draw(b) * (o->hold_ms + 1));
+    }
+    if (hold > 0 && r->conn->timers != NULL) {
+        uv_timer_t *t = &r->conn->timers[r - r->conn->reqs];
+        t->data = r;
+        r->follow = 1;
+        uv_timer_start(t, on_hold, hold, 0);
+        return 1;
+    }
+    /* From inside librlc's callback: it takes new requests there. */
+    send_follow(b, r);
+    return 1;
+}
+
+static void on_xresult(rlc_async_t *cl, const rlc_xresult_t *x, void *arg)
+{
+    req_t *r = arg;
+    bench_t *b = r->conn->b;
+    const rlb_opts_t *o = b->o;
+    rlb_stats_t *st = &b->res->st;
+    uint64_t now = uv_hrtime();
+    int answered = x->r.status == RLC_OK;
+    int ok = answered && x->r.code == RLC_CODE_OK;
+
+    (void)cl;
+    if (o->audit && o->op == RLB_OP_ACQUIRE && answered &&
+        x->r.decided_at_ms != 0)
+        rlb_lease_time(&b->res->lease, x->r.decided_at_ms);
+    if (r->follow) {
+        /* A settle answered OK moved the counter by actual - cost; one
+         * refused left the estimate; one unanswered may have done either. */
+        if (o->audit && o->op == RLB_OP_RESERVE && ok)
+            rlb_ledger_add(&b->res->ledger, r->key,
+                           (int64_t)r->actual -
+                               (int64_t)(o->cost ? o->cost : 1));
+        else if (o->audit && o->op == RLB_OP_RESERVE && !answered)
+            rlb_ledger_unknown(&b->res->ledger, r->key);
+        if (r->measured) {
+            if (ok) {
+                st->follow_ok++;
+                if (o->op == RLB_OP_RESERVE) {
+                    uint64_t cost = o->cost ? o->cost : 1;
+                    if (r->actual < cost)
+                        st->refunded += cost - r->actual;
+                    else
+                        st->excess += r->actual - cost;
+                }
+            } else {
+                st->follow_errors++;
+            }
+        }
+        if (o->audit && o->op == RLB_OP_ACQUIRE)
+            rlb_lease_end(&b->res->lease, r->key, r->lease,
+                          ok ? x->r.decided_at_ms : 0);
+        slot_done(b, r, now);
+        return;
+    }
+    r->measured =
+        r->due_ns >= b->measure_ns && (b->end_ns == 0 || r->due_ns < b->end_ns);
+    /* record() reads a failed-open answer from error[0], as the server
+     * says it for checks; an xop says it in its own field. */
+    if (x->failed_open && !x->r.error[0]) {
+        rlc_result_t rr = x->r;
+        snprintf(rr.error, sizeof(rr.error), "failed open");
+        record(b, r, &rr, now);
+    } else {
+        record(b, r, &x->r, now);
+    }
+    if (o->audit && o->op == RLB_OP_RESERVE) {
+        /* Allowed with a handle: the estimate was charged. Failed open,
+         * shadow-refused or refused: nothing was. No answer, or an error
+         * (a store step that timed out may still have run): unknown. */
+        if (ok && x->handle_len > 0 && !x->failed_open && !x->r.shadow_refused)
+            rlb_ledger_add(&b->res->ledger, r->key, o->cost ? o->cost : 1);
+        else if (!answered || x->r.code == RLC_CODE_ERROR ||
+                 (ok && x->handle_len == 0 && !x->failed_open &&
+                  !x->r.shadow_refused))
+            rlb_ledger_unknown(&b->res->ledger, r->key);
+    }
+    if (ok && x->handle_len > 0 && !x->failed_open && !x->r.shadow_refused &&
+        b->phase != PH_DONE) {
+        /* A grant without the store's times (an older server) cannot be
+         * placed: counted apart. */
+        if (o->audit && o->op == RLB_OP_ACQUIRE && x->r.decided_at_ms == 0)
+            b->res->lease.unstamped++;
+        else if (o->audit && o->op == RLB_OP_ACQUIRE)
+            r->lease =
+                rlb_lease_grant(&b->res->lease, r->key, x->r.decided_at_ms,
+                                x->expires_at_ms, x->r.limit);
+        if (follow_up(b, r, x))
+            return;
+    }
+    slot_done(b, r, now);
 }
 
 /* ---- open loop --------------------------------------------------------- */
@@ -649,6 +864,21 @@ static void on_tpoll_closed(uv_handle_t *h)
     b->tfd = -1;
 }
 
+/* Closes the hold timers (each slot's), once. */
+static void timers_close(bench_t *b)
+{
+    uint32_t i, j;
+
+    for (i = 0; i < b->nconns; i++) {
+        conn_t *c = &b->conns[i];
+        if (!c->timers_on)
+            continue;
+        for (j = 0; j < c->nreqs; j++)
+            uv_close((uv_handle_t *)&c->timers[j], NULL);
+        c->timers_on = 0;
+    }
+}
+
 /* Ends the run: no more sending, every client freed (checks still in
  * flight are answered with RLC_ECANCELED at once), every handle closed, so
  * that uv_run returns. */
@@ -689,6 +919,7 @@ static void finish(bench_t *b, const char *early)
         rlc_async_free(b->conns[i].c);
         b->conns[i].c = NULL;
     }
+    timers_close(b);
     uv_close((uv_handle_t *)&b->tick, NULL);
     uv_close((uv_handle_t *)&b->phase_timer, NULL);
     uv_close((uv_handle_t *)&b->progress, NULL);
@@ -776,6 +1007,14 @@ static int conns_init(bench_t *b)
             c->reqs[j].next = j + 1 < slots ? j + 1 : NIL;
         }
         c->free_head = 0;
+        if (o->op != RLB_OP_CHECK && o->hold_ms > 0) {
+            c->timers = calloc(slots, sizeof(*c->timers));
+            if (c->timers == NULL)
+                return RL_ENOMEM;
+            for (j = 0; j < slots; j++)
+                uv_timer_init(&b->loop, &c->timers[j]);
+            c->timers_on = 1;
+        }
         c->prefix_len = strlen(o->key_prefix);
         memcpy(c->key, o->key_prefix, c->prefix_len);
         if (o->fleet) {
@@ -798,13 +1037,29 @@ static int conns_init(bench_t *b)
     return 0;
 }
 
+/* Frees the clients and closes the timers; the memory goes in
+ * conns_release, once the loop has run the close callbacks. */
 static void conns_free(bench_t *b)
 {
     uint32_t i;
 
     for (i = 0; i < b->nconns; i++) {
         rlc_async_free(b->conns[i].c);
-        free(b->conns[i].reqs);
+        b->conns[i].c = NULL;
+    }
+    timers_close(b);
+}
+
+static void conns_release(bench_t *b)
+{
+    uint32_t i, j;
+
+    for (i = 0; i < b->nconns; i++) {
+        conn_t *c = &b->conns[i];
+        for (j = 0; c->reqs != NULL && j < c->nreqs; j++)
+            free(c->reqs[j].h);
+        free(c->reqs);
+        free(c->timers);
     }
     free(b->conns);
 }
@@ -823,6 +1078,8 @@ void rlb_result_free(rlb_result_t *r)
     rlb_audit_report_free(&r->audit);
     rl_hist_free(&r->st.lat_ns);
     rl_hist_free(&r->st.late_ns);
+    rlb_lease_free(&r->lease);
+    rlb_ledger_free(&r->ledger);
 }
 
 /* The audit's windows a run is expected to see: every key in every window
@@ -870,6 +1127,7 @@ int rlb_run(const rlb_opts_t *o, rlb_result_t *res)
     if (uv_loop_init(&b.loop) != 0)
         return RL_EIO;
     b.tl_slot = UINT64_MAX;
+    rlb_rng_seed(&b.xrng, o->seed ^ UINT64_C(0x5851f42d4c957f2d));
     if (o->timeline != NULL)
         fprintf(o->timeline, "t_s,answers,p50_us,p99_us,max_us\n");
     if ((rc = rl_hist_init(&res->st.lat_ns, HIST_SUB_BITS, HIST_HIGHEST_NS)) !=
@@ -878,10 +1136,26 @@ int rlb_run(const rlb_opts_t *o, rlb_result_t *res)
             0 ||
         (rc = rl_hist_init(&b.tl, HIST_SUB_BITS, HIST_HIGHEST_NS)) != 0 ||
         (rc = rlb_keys_init(&b.keys, o)) != 0 ||
-        (o->audit && (rc = audit_init(&b.audit, o)) != 0) ||
+        (o->audit && o->op == RLB_OP_CHECK &&
+         (rc = audit_init(&b.audit, o)) != 0) ||
+        (o->audit && o->op == RLB_OP_ACQUIRE &&
+         (rc = rlb_lease_init(&res->lease, o->keys, o->lease_limit,
+                              RLB_LEASE_SKEW_MS,
+                              (uint64_t)o->timeout_ms + 1000)) != 0) ||
         (rc = conns_init(&b)) != 0) {
         if (rc == RL_ENOMEM)
             fprintf(stderr, "rl-bench: out of memory\n");
+        goto out;
+    }
+    if (o->audit && o->op == RLB_OP_RESERVE &&
+        (rc = rlb_ledger_open(&res->ledger, o)) != 0) {
+        if (rc == RL_ENOMEM)
+            fprintf(stderr, "rl-bench: out of memory\n");
+        else
+            fprintf(stderr,
+                    "rl-bench: --audit: the first check of every "
+                    "key failed: %s\n",
+                    res->ledger.why);
         goto out;
     }
 
@@ -956,7 +1230,17 @@ int rlb_run(const rlb_opts_t *o, rlb_result_t *res)
     res->seconds = (double)(b.end_ns - b.measure_ns) / 1e9;
     if (res->seconds < 0)
         res->seconds = 0;
-    if (o->audit) {
+    if (o->audit && o->op == RLB_OP_RESERVE) {
+        res->ledger_audited = 1;
+        if (rlb_ledger_close(&res->ledger, o) != 0)
+            fprintf(stderr,
+                    "rl-bench: --audit: the last check of every "
+                    "key failed: %s\n",
+                    res->ledger.why);
+    } else if (o->audit && o->op == RLB_OP_ACQUIRE) {
+        rlb_lease_flush(&res->lease);
+        res->lease_audited = 1;
+    } else if (o->audit && o->op == RLB_OP_CHECK) {
         res->audited = 1;
         rc = rlb_audit_report(&b.audit, (double)b.start_ns / 1e6,
                               (double)b.first_send_ns / 1e6, &res->audit);
@@ -967,6 +1251,7 @@ int rlb_run(const rlb_opts_t *o, rlb_result_t *res)
 out:
     conns_free(&b);
     uv_run(&b.loop, UV_RUN_DEFAULT); /* close callbacks */
+    conns_release(&b);
     if (uv_loop_close(&b.loop) != 0)
         fprintf(stderr, "rl-bench: loop not closed cleanly\n");
     rlb_keys_free(&b.keys);
