@@ -688,9 +688,10 @@ static void on_cmd_reply(redisAsyncContext *ac, void *r, void *priv)
     free(k);
 }
 
-static int st_command(rls_store_t *s, int argc, const char **argv,
-                      const size_t *lens, void (*cb)(void *data, void *reply),
-                      void *data)
+static int send_command(rls_store_t *s, int argc, const char **argv,
+                        const size_t *lens,
+                        void (*cb)(void *data, void *reply), void *data,
+                        int write_now)
 {
     rls_redis_store_t *st = (rls_redis_store_t *)s;
     redisAsyncContext *ac = st->closing ? NULL : rls_redis_conn_ctx(st->conn);
@@ -709,15 +710,31 @@ static int st_command(rls_store_t *s, int argc, const char **argv,
         free(k);
         return RL_ESTORE;
     }
-    /* Written now: a command sent as the server stops (its goodbye) must
-     * leave before the store closes. A failed write fails it through its
+    /* command(): written now, since a command sent as the server stops
+     * (its goodbye) must leave before the store closes. command_later():
+     * with the loop's next write. A failed write fails it through its
      * callback. */
-    rls_redis_uv_release(ac, 1);
+    rls_redis_uv_release(ac, write_now);
     return RL_OK;
 }
 
-static const rls_store_vtbl_t vtbl = {st_submit, st_now_ms,  st_up,
-                                      st_close,  st_command, NULL};
+static int st_command(rls_store_t *s, int argc, const char **argv,
+                      const size_t *lens, void (*cb)(void *data, void *reply),
+                      void *data)
+{
+    return send_command(s, argc, argv, lens, cb, data, 1);
+}
+
+static int st_command_later(rls_store_t *s, int argc, const char **argv,
+                            const size_t *lens,
+                            void (*cb)(void *data, void *reply), void *data)
+{
+    return send_command(s, argc, argv, lens, cb, data, 0);
+}
+
+static const rls_store_vtbl_t vtbl = {
+    st_submit, st_now_ms, st_up, st_close, st_command, NULL, NULL,
+    st_command_later};
 
 /* ---- what the connection reports ----------------------------------------*/
 

@@ -860,9 +860,10 @@ static void on_cmd_reply(void *data, void *reply)
 /* One command (the switch poller's, an xop's script), to the master of its
  * first key's slot. A MOVED reply is passed on (the poller tries again at its
  * next poll) and refreshes the map. */
-static int cl_command(rls_store_t *s, int argc, const char **argv,
-                      const size_t *lens, void (*cb)(void *data, void *reply),
-                      void *data)
+static int route_command(rls_store_t *s, int argc, const char **argv,
+                         const size_t *lens,
+                         void (*cb)(void *data, void *reply), void *data,
+                         int later)
 {
     rls_cluster_t *cl = (rls_cluster_t *)s;
     node_t *nd;
@@ -885,12 +886,29 @@ static int cl_command(rls_store_t *s, int argc, const char **argv,
     k->cb = cb;
     k->data = data;
     nd->inflight++;
-    rc = nd->st->v->command(nd->st, argc, argv, lens, on_cmd_reply, k);
+    rc = (later && nd->st->v->command_later != NULL
+              ? nd->st->v->command_later
+              : nd->st->v->command)(nd->st, argc, argv, lens, on_cmd_reply,
+                                    k);
     if (rc != RL_OK) {
         nd->inflight--;
         free(k);
     }
     return rc;
+}
+
+static int cl_command(rls_store_t *s, int argc, const char **argv,
+                      const size_t *lens, void (*cb)(void *data, void *reply),
+                      void *data)
+{
+    return route_command(s, argc, argv, lens, cb, data, 0);
+}
+
+static int cl_command_later(rls_store_t *s, int argc, const char **argv,
+                            const size_t *lens,
+                            void (*cb)(void *data, void *reply), void *data)
+{
+    return route_command(s, argc, argv, lens, cb, data, 1);
 }
 
 #define TRY(x)                                                                 \
@@ -979,8 +997,9 @@ static int cl_metrics(const rls_store_t *s, rl_buf_t *b)
     return RL_OK;
 }
 
-static const rls_store_vtbl_t vtbl = {cl_submit, cl_now_ms, cl_up,
-                                      cl_close,  cl_command, cl_metrics};
+static const rls_store_vtbl_t vtbl = {
+    cl_submit, cl_now_ms, cl_up, cl_close, cl_command, cl_metrics, NULL,
+    cl_command_later};
 
 rls_store_t *rls_store_cluster_new(uv_loop_t *loop,
                                    const rls_cluster_opts_t *opts)

@@ -323,6 +323,13 @@ typedef struct rls_store_vtbl_s {
     /* Optional: runs a reservation or lease operation itself (the memory
      * store); NULL: rls_store_xop sends store/xop.lua through command(). */
     void (*xop)(rls_store_t *s, rls_xop_t *x, rls_xop_cb cb, void *data);
+    /* Optional: command(), written with the loop's next write instead of
+     * at once, so that the commands of one loop iteration (many xops)
+     * leave in one write and reach Redis in one read. What is unwritten
+     * when the store closes is failed, not sent: not for goodbyes. */
+    int (*command_later)(rls_store_t *s, int argc, const char **argv,
+                         const size_t *lens,
+                         void (*cb)(void *data, void *reply), void *data);
 } rls_store_vtbl_t;
 
 /* A store that decides a batch in parts (the cluster store: one part per

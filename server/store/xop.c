@@ -257,7 +257,10 @@ static int send_req(xop_req_t *q)
 #undef NUM
 #undef INUM
 
-    return q->s->v->command(q->s, argc, argv, lens, on_reply, q) == RL_OK
+    /* Beside the other xops of this loop iteration, in one write. */
+    return (q->s->v->command_later != NULL ? q->s->v->command_later
+                                           : q->s->v->command)(
+               q->s, argc, argv, lens, on_reply, q) == RL_OK
                ? 0
                : RL_ESTORE;
 }
