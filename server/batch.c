@@ -952,6 +952,7 @@ void rls_batcher_free(rls_batcher_t *b)
 {
     rls_batch_t *t;
 
+    rls_hkey_free(&b->hkey);
     assert(b->in_flight == 0);
     if (b->cur != NULL) {
         assert(b->cur->nreqs == 0);

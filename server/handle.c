@@ -4,9 +4,11 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <openssl/params.h>
 #include <openssl/rand.h>
 #include <openssl/sha.h>
 
@@ -58,9 +60,51 @@ static void tag(const rls_hkey_t *k, const uint8_t *p, size_t n,
 {
     uint8_t md[EVP_MAX_MD_SIZE];
     unsigned int len = 0;
+    size_t mlen = 0;
+    EVP_MAC_CTX *c = k->mac;
 
+    /* The keyed context again (a NULL key reuses its key): no algorithm
+     * look-up per handle, which HMAC() does each time. */
+    if (c != NULL && EVP_MAC_init(c, NULL, 0, NULL) == 1 &&
+        EVP_MAC_update(c, p, n) == 1 &&
+        EVP_MAC_final(c, md, &mlen, sizeof(md)) == 1 && mlen >= TAG) {
+        memcpy(out, md, TAG);
+        return;
+    }
     HMAC(EVP_sha256(), k->k, (int)sizeof(k->k), p, n, md, &len);
     memcpy(out, md, TAG);
+}
+
+/* Keys k's reusable context; without one, tags take the slow path. */
+static void mac_init(rls_hkey_t *k)
+{
+    static EVP_MAC *hmac;
+    OSSL_PARAM params[2];
+    EVP_MAC_CTX *c;
+
+    if (k->mac != NULL) {
+        EVP_MAC_CTX_free(k->mac);
+        k->mac = NULL;
+    }
+    if (hmac == NULL && (hmac = EVP_MAC_fetch(NULL, "HMAC", NULL)) == NULL)
+        return;
+    if ((c = EVP_MAC_CTX_new(hmac)) == NULL)
+        return;
+    params[0] = OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST,
+                                                 (char *)"SHA256", 0);
+    params[1] = OSSL_PARAM_construct_end();
+    if (EVP_MAC_init(c, k->k, sizeof(k->k), params) != 1) {
+        EVP_MAC_CTX_free(c);
+        return;
+    }
+    k->mac = c;
+}
+
+void rls_hkey_free(rls_hkey_t *k)
+{
+    EVP_MAC_CTX_free(k->mac);
+    k->mac = NULL;
+    k->set = 0;
 }
 
 size_t rls_handle_encode(const rls_handle_t *h, const rls_hkey_t *k,
@@ -185,6 +229,7 @@ int rls_hkey_from_file(rls_hkey_t *k, const char *path, char *err,
     }
     SHA256(buf, n, k->k);
     OPENSSL_cleanse(buf, sizeof(buf));
+    mac_init(k);
     k->set = 1;
     return RL_OK;
 }
@@ -193,6 +238,7 @@ int rls_hkey_random(rls_hkey_t *k)
 {
     if (RAND_bytes(k->k, (int)sizeof(k->k)) != 1)
         return RL_EINVAL;
+    mac_init(k);
     k->set = 1;
     return RL_OK;
 }
@@ -200,15 +246,30 @@ int rls_hkey_random(rls_hkey_t *k)
 void rls_hkey_from_text(rls_hkey_t *k, const char *s, size_t n)
 {
     SHA256((const uint8_t *)s, n, k->k);
+    mac_init(k);
     k->set = 1;
 }
 
 uint64_t rls_handle_new_id(void)
 {
-    uint64_t v = 0;
+    /* Ids need only be unique per caller (the handle's tag is what a
+     * client cannot forge): splitmix64 over a counter drawn at random once
+     * per process, a bijection, so a process never repeats one, and two
+     * processes collide with odds of about 2^-64 per pair of ids. */
+    static uint64_t state;
+    static int seeded;
+    uint64_t z;
 
-    while (v == 0)
-        if (RAND_bytes((uint8_t *)&v, (int)sizeof(v)) != 1)
-            return 1; /* cannot happen once OpenSSL has seeded */
-    return v;
+    if (!seeded) {
+        if (RAND_bytes((uint8_t *)&state, (int)sizeof(state)) != 1)
+            state = (uint64_t)(uintptr_t)&state ^ 0x9e3779b97f4a7c15u;
+        seeded = 1;
+    }
+    do {
+        z = (state += 0x9e3779b97f4a7c15u);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+        z ^= z >> 31;
+    } while (z == 0);
+    return z;
 }

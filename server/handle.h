@@ -55,8 +55,12 @@ typedef struct rls_handle_s {
 /* The fleet's shared secret. */
 typedef struct rls_hkey_s {
     uint8_t k[32];
-    int set; /* 0 until loaded: handles are refused until then */
+    int set;   /* 0 until loaded: handles are refused until then */
+    void *mac; /* OpenSSL's HMAC-SHA256 keyed with k, reused per tag */
 } rls_hkey_t;
+
+/* Frees what the setters below hold; k is unset after. */
+void rls_hkey_free(rls_hkey_t *k);
 
 /* Encodes h into out (RL_HANDLE_MAX bytes) and returns its length, or 0
  * when it would not fit (a key and rule too long together; cannot happen
