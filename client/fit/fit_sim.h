@@ -12,9 +12,10 @@
  * window's 8 bytes point to a log of the cost it admitted in the window,
  * one entry (12 bytes: the ms and the cost) per admitted millisecond, so at
  * most the limit's entries, and pruned as the caller's time moves on (all
- * callers' logs are swept when their bytes double or reach the cap). Their
- * total is capped (max_log_bytes): past it rlf_sim_add returns RLF_ELOG
- * and the run cannot go on, never a silently wrong answer. */
+ * callers' logs are swept when their bytes pass 64 MB, double or reach the
+ * cap). Their total is capped (max_log_bytes): past it rlf_sim_add
+ * returns RLF_ELOG and the run cannot go on, never a silently wrong
+ * answer. */
 #ifndef RLF_SIM_H
 #define RLF_SIM_H
 
