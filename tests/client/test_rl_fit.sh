@@ -84,6 +84,11 @@ grep -q '^callers 501 ' <<<"$out" || fail "addr key: $(grep ^callers <<<"$out")"
 out=$("$fit" --thresholds 3 --window 300 --window 3600:1 "$dir/log" 2>/dev/null)
 awk '$1 == "3" && NF == 7 { exit !($2 == 1000 && $4 == 1010) }' <<<"$out" \
   || fail "two windows: $(grep '^ *3 ' <<<"$out")"
+# The same with the exact sliding window: the 3600 s log still holds the
+# first period's 3 entries at t0+300, so the same 1090 requests are refused.
+out=$("$fit" --thresholds 3 --window 300 --window 3600:1 --algo sliding-window "$dir/log" 2>/dev/null)
+awk '$1 == "3" && NF == 7 { exit !($2 == 1000 && $4 == 1010 && $6 == 1090) }' <<<"$out" \
+  || fail "two windows, sliding-window: $(grep '^ *3 ' <<<"$out")"
 # The sliding-window counter at 30: the 30-request caller's previous
 # window weighs all 30 at 0 s into the next (weight 65536/65536), so its
 # one request there is refused. A gcra of 30 per 300 s (10 s each, burst
