@@ -7,7 +7,15 @@
  * caller it holds one fixed-size record in an open-addressed table keyed
  * by a 64-bit hash of the caller's key (rlf_sim_rec_bytes): the current
  * period's use and the peak, each window's index, two bit masks and one
- * 8-byte state per candidate and window. Nothing else grows with the log. */
+ * 8-byte state per candidate and window. Nothing else grows with the log,
+ * except for the sliding window (the exact log): there each candidate and
+ * window's 8 bytes point to a log of the cost it admitted in the window,
+ * one entry (12 bytes: the ms and the cost) per admitted millisecond, so at
+ * most the limit's entries, and pruned as the caller's time moves on (all
+ * callers' logs are swept when their bytes pass 64 MB, double or reach the
+ * cap). Their total is capped (max_log_bytes): past it rlf_sim_add
+ * returns RLF_ELOG and the run cannot go on, never a silently wrong
+ * answer. */
 #ifndef RLF_SIM_H
 #define RLF_SIM_H
 
@@ -18,14 +26,21 @@
 
 #define RLF_CAND_MAX 64
 
+/* rlf_sim_add: the sliding-window logs would pass max_log_bytes. */
+#define RLF_ELOG (-1000)
+
+/* A sliding-window log: this header, then 12 bytes per entry slot. */
+#define RLF_LOG_ENTRY_BYTES 12
+
 typedef struct rlf_sim_conf_s {
-    uint8_t algo; /* RL_ALGO_FIXED, _SWC or _GCRA */
+    uint8_t algo; /* RL_ALGO_FIXED, _SWC, _GCRA or _SWL */
     size_t nwin;
     uint32_t window_s[RL_ADMIT_WINDOWS_MAX]; /* [0] is the period */
     uint32_t mult[RL_ADMIT_WINDOWS_MAX];
     size_t ncand;
     uint64_t cand[RLF_CAND_MAX]; /* ascending thresholds */
     size_t max_users;
+    uint64_t max_log_bytes; /* sliding window: its logs' cap, > 0 */
 } rlf_sim_conf_t;
 
 typedef struct rlf_cand_stats_s {
@@ -45,9 +60,12 @@ void rlf_sim_free(rlf_sim_t *s);
 /* Bytes per caller record. */
 size_t rlf_sim_rec_bytes(const rlf_sim_conf_t *conf);
 
-/* One request of caller h at ms (not earlier than the previous one's).
- * Returns 0, or RL_EFULL when h is new and max_users callers are held (it
- * is counted as dropped), or RL_ENOMEM. */
+/* One request of caller h at ms (not earlier than the previous request's
+ * of any caller: the sliding window's sweep prunes every log at the latest
+ * ms). Returns 0, or RL_EFULL when h is new and max_users callers are held
+ * (it is counted as dropped), or RL_ENOMEM, or RLF_ELOG (the sliding
+ * window's logs would pass max_log_bytes even after a sweep; the run cannot
+ * go on). */
 int rlf_sim_add(rlf_sim_t *s, uint64_t h, uint64_t ms, uint64_t cost);
 
 /* Closes every caller's open period. Call once, after the last add. */
@@ -58,6 +76,19 @@ typedef struct rlf_sim_totals_s {
 } rlf_sim_totals_t;
 
 void rlf_sim_totals(const rlf_sim_t *s, rlf_sim_totals_t *t);
+
+/* The sliding window's logs: bytes held now and at most, entries held
+ * now, and the most they could take for the callers held (every log full:
+ * per caller, the sum over candidates and windows of a log with room for
+ * the limit's entries). All 0 for other algorithms. */
+typedef struct rlf_log_stats_s {
+    uint64_t bytes, peak_bytes, entries, worst_bytes;
+} rlf_log_stats_t;
+
+void rlf_sim_log_stats(const rlf_sim_t *s, rlf_log_stats_t *ls);
+
+/* Bytes of a sliding-window log besides its entries. */
+size_t rlf_sim_log_header_bytes(void);
 const rlf_cand_stats_t *rlf_sim_cand(const rlf_sim_t *s, size_t i);
 
 /* The q-quantile (nearest rank, q in (0, 1]) of the callers' peak use in

@@ -31,6 +31,7 @@ typedef struct fit_s {
     rlf_sim_t *sim;
     rl_hash_key_t hk;
     uint64_t latest_ms;
+    uint64_t max_log_mb;
     counts_t n;
 } fit_t;
 
@@ -50,7 +51,11 @@ static void usage(FILE *f)
                "  --json-cost NAME  json: a field holding each request's cost "
                "(default: cost 1)\n"
                "  --algo A          fixed-window (default), "
-               "sliding-window-counter, gcra\n"
+               "sliding-window-counter, gcra,\n"
+               "                    sliding-window (the exact log)\n"
+               "  --max-log-mb N    sliding-window: the logs' memory cap "
+               "(default 1024); past it\n"
+               "                    rl-fit stops and says what it needs\n"
                "  --window S[:M]    a window of S seconds whose limit is M x "
                "the threshold\n"
                "                    (repeatable, up to 8; default 300; the "
@@ -136,6 +141,8 @@ static int parse_algo(const char *s, uint8_t *algo)
         *algo = RL_ALGO_SWC;
     else if (strcmp(s, "gcra") == 0)
         *algo = RL_ALGO_GCRA;
+    else if (strcmp(s, "sliding-window") == 0 || strcmp(s, "swl") == 0)
+        *algo = RL_ALGO_SWL;
     else
         return -1;
     return 0;
@@ -145,6 +152,7 @@ static const char *algo_name(uint8_t algo)
 {
     return algo == RL_ALGO_SWC    ? "sliding-window-counter"
            : algo == RL_ALGO_GCRA ? "gcra"
+           : algo == RL_ALGO_SWL  ? "sliding-window"
                                   : "fixed-window";
 }
 
@@ -186,12 +194,31 @@ static int one_line(fit_t *f, const char *p, size_t n)
         f->n.dropped++;
         return 0;
     }
+    if (rc == RLF_ELOG) {
+        rlf_log_stats_t ls;
+        rlf_sim_totals_t t;
+        rlf_sim_log_stats(f->sim, &ls);
+        rlf_sim_totals(f->sim, &t);
+        fprintf(stderr,
+                "rl-fit: the sliding-window logs need more than --max-log-mb "
+                "%llu at line %llu (time %llu ms): %llu entries of the %llu "
+                "callers so far take %llu MB, and with every log full these "
+                "callers and thresholds need up to %llu MB (later callers "
+                "add to it). Raise --max-log-mb, or try fewer or lower "
+                "thresholds, or a shorter log\n",
+                (unsigned long long)(f->max_log_mb),
+                (unsigned long long)f->n.lines, (unsigned long long)ln.ms,
+                (unsigned long long)ls.entries, (unsigned long long)t.users,
+                (unsigned long long)((ls.bytes + (1u << 20) - 1) >> 20),
+                (unsigned long long)((ls.worst_bytes + (1u << 20) - 1) >> 20));
+    }
     return rc;
 }
 
 /* Streams one file, line by line; a line longer than RLF_LINE_MAX is
  * skipped to its newline and counted as malformed. Returns 0, 1 (a read
- * error, said on stderr; the lines before it count) or RL_ENOMEM. */
+ * error, said on stderr; the lines before it count), RL_ENOMEM or RLF_ELOG
+ * (said on stderr). */
 static int one_file(fit_t *f, const char *path, char *buf, size_t cap)
 {
     gzFile gz;
@@ -419,16 +446,24 @@ int main(int argc, char **argv)
         O_TU,
         O_TP,
         O_MAX,
-        O_SVG
+        O_SVG,
+        O_LOGMB
     };
-    static const struct option opts[] = {
-        {"format", 1, NULL, O_FMT},      {"key", 1, NULL, O_KEY},
-        {"json-key", 1, NULL, O_KEY},    {"json-time", 1, NULL, O_JT},
-        {"json-cost", 1, NULL, O_JC},    {"algo", 1, NULL, O_ALGO},
-        {"window", 1, NULL, O_WIN},      {"thresholds", 1, NULL, O_TH},
-        {"target-users", 1, NULL, O_TU}, {"target-periods", 1, NULL, O_TP},
-        {"max-users", 1, NULL, O_MAX},   {"svg", 1, NULL, O_SVG},
-        {"help", 0, NULL, 'h'},          {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"format", 1, NULL, O_FMT},
+                                         {"key", 1, NULL, O_KEY},
+                                         {"json-key", 1, NULL, O_KEY},
+                                         {"json-time", 1, NULL, O_JT},
+                                         {"json-cost", 1, NULL, O_JC},
+                                         {"algo", 1, NULL, O_ALGO},
+                                         {"window", 1, NULL, O_WIN},
+                                         {"thresholds", 1, NULL, O_TH},
+                                         {"target-users", 1, NULL, O_TU},
+                                         {"target-periods", 1, NULL, O_TP},
+                                         {"max-users", 1, NULL, O_MAX},
+                                         {"svg", 1, NULL, O_SVG},
+                                         {"max-log-mb", 1, NULL, O_LOGMB},
+                                         {"help", 0, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
     static const uint64_t def_th[] = {1,     2,     5,     10,    20,   50,
                                       100,   200,   500,   1000,  2000, 5000,
                                       10000, 20000, 50000, 100000};
@@ -442,6 +477,7 @@ int main(int argc, char **argv)
 
     memset(&f, 0, sizeof(f));
     f.fmt_auto = 1;
+    f.max_log_mb = 1024;
     rlf_name_set(&f.conf.time, "time", 4);
     /* a fixed hash key: the same log gives the same answer every run */
     f.hk.k0 = UINT64_C(0x726c2d6669742d31);
@@ -487,6 +523,10 @@ int main(int argc, char **argv)
         case O_SVG:
             svg = optarg;
             break;
+        case O_LOGMB:
+            bad = parse_u64(optarg, UINT64_C(1) << 30, &f.max_log_mb) != 0 ||
+                  f.max_log_mb == 0;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -524,6 +564,7 @@ int main(int argc, char **argv)
         memcpy(sc.cand, def_th, sizeof(def_th));
         sc.ncand = sizeof(def_th) / sizeof(def_th[0]);
     }
+    sc.max_log_bytes = f.max_log_mb << 20;
     if ((rc = rlf_sim_new(&f.sim, &sc, &why)) != 0) {
         fprintf(stderr, "rl-fit: %s\n",
                 rc == RL_EINVAL ? why : "out of memory");
@@ -531,6 +572,13 @@ int main(int argc, char **argv)
     }
     fprintf(stderr, "rl-fit: %zu bytes per caller, at most %zu callers\n",
             rlf_sim_rec_bytes(&sc) + 8, sc.max_users);
+    if (sc.algo == RL_ALGO_SWL)
+        fprintf(stderr,
+                "rl-fit: and per caller, candidate and window a log: %zu "
+                "bytes, %d per entry (one per millisecond that admitted "
+                "something, within the window), at most %llu MB in all\n",
+                rlf_sim_log_header_bytes(), RLF_LOG_ENTRY_BYTES,
+                (unsigned long long)f.max_log_mb);
     if ((buf = malloc(READ_CHUNK + RLF_LINE_MAX + 1)) == NULL) {
         fprintf(stderr, "rl-fit: out of memory\n");
         return 1;
@@ -542,9 +590,17 @@ int main(int argc, char **argv)
     }
     free(buf);
     if (rc < 0) {
-        fprintf(stderr, "rl-fit: out of memory\n");
+        if (rc != RLF_ELOG)
+            fprintf(stderr, "rl-fit: out of memory\n");
         rlf_sim_free(f.sim);
         return 1;
+    }
+    if (sc.algo == RL_ALGO_SWL) {
+        rlf_log_stats_t ls;
+        rlf_sim_log_stats(f.sim, &ls);
+        fprintf(stderr,
+                "rl-fit: the sliding-window logs took at most %.1f MB\n",
+                (double)ls.peak_bytes / (1 << 20));
     }
     report(&f, &sc, tu, tp, svg, &status);
     rlf_sim_free(f.sim);

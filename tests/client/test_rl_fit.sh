@@ -84,6 +84,11 @@ grep -q '^callers 501 ' <<<"$out" || fail "addr key: $(grep ^callers <<<"$out")"
 out=$("$fit" --thresholds 3 --window 300 --window 3600:1 "$dir/log" 2>/dev/null)
 awk '$1 == "3" && NF == 7 { exit !($2 == 1000 && $4 == 1010) }' <<<"$out" \
   || fail "two windows: $(grep '^ *3 ' <<<"$out")"
+# The same with the exact sliding window: the 3600 s log still holds the
+# first period's 3 entries at t0+300, so the same 1090 requests are refused.
+out=$("$fit" --thresholds 3 --window 300 --window 3600:1 --algo sliding-window "$dir/log" 2>/dev/null)
+awk '$1 == "3" && NF == 7 { exit !($2 == 1000 && $4 == 1010 && $6 == 1090) }' <<<"$out" \
+  || fail "two windows, sliding-window: $(grep '^ *3 ' <<<"$out")"
 # The sliding-window counter at 30: the 30-request caller's previous
 # window weighs all 30 at 0 s into the next (weight 65536/65536), so its
 # one request there is refused. A gcra of 30 per 300 s (10 s each, burst
@@ -95,6 +100,64 @@ awk '$1 == "30" && NF == 7 { exit !($2 == 1 && $6 == 1) }' <<<"$out" \
 out=$("$fit" "${args[@]}" --algo gcra "$dir/log" 2>/dev/null)
 awk '$1 == "30" && NF == 7 { exit !($2 == 0 && $6 == 0) }' <<<"$out" \
   || fail "gcra at 30: $(grep '^ *30 ' <<<"$out")"
+
+# The exact sliding window on the same log refuses what the fixed window
+# does: the second period's request at t0+300 finds the entry of t0+0 just
+# left the window (t + 300 s <= now), so even the 30-request caller has
+# 29 in it and room for one more at 30.
+check sliding-window "$("$fit" "${args[@]}" --algo sliding-window "$dir/log" 2>/dev/null)"
+
+# A burst straddling a window boundary, one caller, threshold 10 per 60 s
+# (t0 is a multiple of 60): 10 requests at t0+50..59 (1 s apart), 10 at
+# t0+60..69, one at t0+110.
+#   fixed-window: 10 and 10 fit their windows; at 110 the window of 60..119
+#     holds 10: refused 1.
+#   sliding-window-counter: at e s into the window of 60, the previous 10
+#     weigh ceil(10 x ceil((60 - e) x 65536 / 60) / 65536): 10 for e = 0..6
+#     (at 6 the weight is 58983, 9.00002 -> 10), so those 7 are refused; 9
+#     at e = 7, admitted (9 + 1 <= 10); 9 at e = 8, 9 with the current 1:
+#     refused. At 110 (e = 50) 1 + ceil(10 x 10923 / 65536) = 3: admitted.
+#     Refused 9.
+#   sliding-window: at 60..69 the log holds the 10 of 50..59 (they leave at
+#     110..119): all 10 refused; at 110 the entry of 50 has left, 9 + 1
+#     fits. Refused 10.
+for k in $(seq 50 69) 110; do
+  printf '10.7.7.7 - - [01/Nov/2026:00:%02d:%02d +0000] "GET / HTTP/1.1" 200 1 "-" "t"\n' \
+    $((k / 60)) $((k % 60))
+done > "$dir/burst"
+for a in fixed-window:1 sliding-window-counter:9 sliding-window:10; do
+  out=$("$fit" --thresholds 10 --window 60 --algo "${a%%:*}" "$dir/burst" 2>/dev/null)
+  awk -v want="${a##*:}" '$1 == "10" && NF == 7 { ok = $2 == 1 && $6 == want } END { exit !ok }' <<<"$out" \
+    || fail "burst ${a%%:*}: want ${a##*:} refused: $(grep '^ *10 ' <<<"$out")"
+done
+# Within one millisecond the log merges entries (cost 3 then 7 at one
+# time: one entry of 10), and an entry leaves whole: at t0+60 the 10 leave
+# together, so 10 more fit and the 11th of that instant does not.
+{ for i in 1 2; do echo '{"time":"2026-11-01T00:00:00.500Z","u":"a","c":'$((i * 4 - 1))'}'; done
+  for i in $(seq 11); do echo '{"time":"2026-11-01T00:01:00.500Z","u":"a","c":1}'; done; } > "$dir/merge.json"
+out=$("$fit" --thresholds 10 --window 60 --algo sliding-window --key u --json-cost c "$dir/merge.json" 2>/dev/null)
+awk '$1 == "10" && NF == 7 { ok = $6 == 1 } END { exit !ok }' <<<"$out" \
+  || fail "merge: $(grep '^ *10 ' <<<"$out")"
+
+# The logs' cap: 20000 callers with one request each in one window, 5
+# thresholds: 100000 logs of 72 bytes (7 MB), none can be swept. With
+# --max-log-mb 1 rl-fit stops, status 1, saying what it needs.
+awk 'BEGIN { for (c = 0; c < 20000; c++)
+  printf "10.%d.%d.1 - - [01/Nov/2026:00:00:01 +0000] \"GET /\" 200 1 \"-\" \"t\"\n", c / 256, c % 256 }' > "$dir/many"
+set +e; err=$("$fit" "${args[@]}" --algo sliding-window --max-log-mb 1 "$dir/many" 2>&1 >/dev/null); rc=$?; set -e
+[ $rc = 1 ] && grep -q 'need more than --max-log-mb 1 at line [0-9]* .* need up to [0-9]* MB' <<<"$err" \
+  || fail "log cap: $rc $err"
+out=$("$fit" "${args[@]}" --algo sliding-window --max-log-mb 16 "$dir/many" 2>/dev/null)
+grep -q '^callers 20000 ' <<<"$out" || fail "log cap 16: $(grep ^callers <<<"$out")"
+# The same 20000 callers one second apart with a 60 s window: a log
+# whose entry left the window is freed when the cap is reached (a sweep of
+# every caller), so 1 MB is enough: about 60 callers' logs are live.
+awk 'BEGIN { for (c = 0; c < 20000; c++)
+  printf "10.%d.%d.1 - - [01/Nov/2026:%02d:%02d:%02d +0000] \"GET /\" 200 1 \"-\" \"t\"\n",
+    c / 256, c % 256, c / 3600, c / 60 % 60, c % 60 }' > "$dir/spread"
+out=$("$fit" "${args[@]}" --window 60 --algo sliding-window --max-log-mb 1 "$dir/spread" 2>/dev/null) \
+  || fail "sweep: status $?"
+grep -q '^callers 20000 ' <<<"$out" || fail "sweep: $(grep ^callers <<<"$out")"
 
 # At most 10 callers held: the first 10 seen (callers 0-9, 31 + 9 x 11 =
 # 130 requests) are simulated, the other callers' lines counted as dropped.
@@ -117,7 +180,7 @@ out=$("$fit" "$dir/random" 2>/dev/null)
 grep -Eq '^lines ([0-9]+)  requests 0  malformed \1 ' <<<"$out" || fail "random: $(head -1 <<<"$out")"
 
 # Misuse: a clear error, status 2.
-for bad in "--algo sliding-window" "--thresholds 5,3" "--format combined --key user_id"; do
+for bad in "--algo sliding-window --thresholds 1000001" "--algo sliding-window --max-log-mb 0" "--algo swl2" "--thresholds 5,3" "--format combined --key user_id"; do
   set +e; "$fit" $bad "$dir/log" >/dev/null 2>&1; rc=$?; set -e
   [ $rc = 2 ] || fail "misuse '$bad' gave $rc"
 done
