@@ -689,9 +689,8 @@ static void on_cmd_reply(redisAsyncContext *ac, void *r, void *priv)
 }
 
 static int send_command(rls_store_t *s, int argc, const char **argv,
-                        const size_t *lens,
-                        void (*cb)(void *data, void *reply), void *data,
-                        int write_now)
+                        const size_t *lens, void (*cb)(void *data, void *reply),
+                        void *data, int write_now)
 {
     rls_redis_store_t *st = (rls_redis_store_t *)s;
     redisAsyncContext *ac = st->closing ? NULL : rls_redis_conn_ctx(st->conn);
@@ -732,9 +731,9 @@ static int st_command_later(rls_store_t *s, int argc, const char **argv,
     return send_command(s, argc, argv, lens, cb, data, 0);
 }
 
-static const rls_store_vtbl_t vtbl = {
-    st_submit, st_now_ms, st_up, st_close, st_command, NULL, NULL,
-    st_command_later};
+static const rls_store_vtbl_t vtbl = {st_submit, st_now_ms,       st_up,
+                                      st_close,  st_command,      NULL,
+                                      NULL,      st_command_later};
 
 /* ---- what the connection reports ----------------------------------------*/
 

@@ -888,8 +888,7 @@ static int route_command(rls_store_t *s, int argc, const char **argv,
     nd->inflight++;
     rc = (later && nd->st->v->command_later != NULL
               ? nd->st->v->command_later
-              : nd->st->v->command)(nd->st, argc, argv, lens, on_cmd_reply,
-                                    k);
+              : nd->st->v->command)(nd->st, argc, argv, lens, on_cmd_reply, k);
     if (rc != RL_OK) {
         nd->inflight--;
         free(k);
@@ -997,9 +996,9 @@ static int cl_metrics(const rls_store_t *s, rl_buf_t *b)
     return RL_OK;
 }
 
-static const rls_store_vtbl_t vtbl = {
-    cl_submit, cl_now_ms, cl_up, cl_close, cl_command, cl_metrics, NULL,
-    cl_command_later};
+static const rls_store_vtbl_t vtbl = {cl_submit, cl_now_ms,       cl_up,
+                                      cl_close,  cl_command,      cl_metrics,
+                                      NULL,      cl_command_later};
 
 rls_store_t *rls_store_cluster_new(uv_loop_t *loop,
                                    const rls_cluster_opts_t *opts)

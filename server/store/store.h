@@ -261,15 +261,15 @@ typedef struct rls_xop_s {
     const char *key; /* the op key, as rls_op_t's; NUL-terminated */
     size_t key_len;
     size_t tag_len;
-    uint64_t now_ms;        /* the store's clock (rls_store_vtbl_t.now_ms) */
-    uint64_t id;            /* the reservation's or lease's */
-    uint64_t until_ms;      /* settle: the marker's end; acquire, renew: the
-                               lease's end */
-    uint64_t limit;         /* acquire: leases allowed alive */
-    const char *quota;      /* acquire: the rule whose stored quota
-                               (rl-ctl's "<tag>:q") may set the limit
-                               instead, its one "N/S" scaled; or NULL
-                               (the memory store has no quotas) */
+    uint64_t now_ms;   /* the store's clock (rls_store_vtbl_t.now_ms) */
+    uint64_t id;       /* the reservation's or lease's */
+    uint64_t until_ms; /* settle: the marker's end; acquire, renew: the
+                          lease's end */
+    uint64_t limit;    /* acquire: leases allowed alive */
+    const char *quota; /* acquire: the rule whose stored quota
+                          (rl-ctl's "<tag>:q") may set the limit
+                          instead, its one "N/S" scaled; or NULL
+                          (the memory store has no quotas) */
     size_t quota_len;
     double scale;
     int64_t delta;          /* settle */
@@ -282,9 +282,9 @@ typedef struct rls_xop_s {
     uint64_t earliest_ms;
     uint64_t qlimit; /* acquire: the stored quota's limit that applied, or
                         0 (the caller's limit did) */
-    int err; /* 0, or RL_ESTORE / RL_ETIMEDOUT / RL_ESHUTDOWN
-                / RL_ENOMEM: nothing is known to have
-                changed */
+    int err;         /* 0, or RL_ESTORE / RL_ETIMEDOUT / RL_ESHUTDOWN
+                        / RL_ENOMEM: nothing is known to have
+                        changed */
 } rls_xop_t;
 
 /* Fires exactly once per rls_store_xop, later or before it returns. */

@@ -870,8 +870,7 @@ static void xop_calls(rlt_fx_t *f, const char *redis_addr)
     memset(&res, 0, sizeof(res));
     res.r.status = -1000;
     rlc_check_t rq2 = {.key = key, .rule = "tok", .cost = 4};
-    assert_int_equal(rlc_async_reserve(ac, &rq2, on_xop_answer, &res),
-                     RLC_OK);
+    assert_int_equal(rlc_async_reserve(ac, &rq2, on_xop_answer, &res), RLC_OK);
     uv_run(&loop, UV_RUN_DEFAULT);
     assert_int_equal(uv_loop_close(&loop), 0);
     assert_int_equal(res.r.status, RLC_OK);
