@@ -208,13 +208,13 @@ static int acquire_run(const char *limit, int fleet, char **json)
     if (*limit != '\0')
         rc = bench("--server", server_list, "--op", "acquire", "--rule",
                    "churn", "--keys", "2", "--crash", "0.3", "--hold-ms", "30",
-                   "--connections", "3", "--inflight", "4", "--duration", "3",
+                   "--connections", "3", "--inflight", "4", "--duration", "2",
                    "--audit", "--limit", limit, "--json", json_path,
                    fleet ? "--fleet" : NULL, NULL);
     else
         rc = bench("--server", server_list, "--op", "acquire", "--rule",
                    "churn", "--keys", "2", "--crash", "0.3", "--hold-ms", "30",
-                   "--connections", "3", "--inflight", "4", "--duration", "3",
+                   "--connections", "3", "--inflight", "4", "--duration", "2",
                    "--audit", "--json", json_path, fleet ? "--fleet" : NULL,
                    NULL);
     rlt_tail(out_path, 12); /* the summary, for whoever reads the log */

@@ -356,7 +356,7 @@ def leases_basic(c):
     check(r3.code == Resp.OK, "and its handle releases without effect")
 
 
-def leases_churn(ports, seconds=5.0, threads=12):
+def leases_churn(ports, seconds=3.0, threads=12):
     """Clients on every instance acquire, hold briefly, and release, or
     crash (never release); the answers' store times say how many leases
     were alive at each grant: never more than N."""
@@ -519,6 +519,58 @@ def stored_quota(c, store):
           "other callers keep the rule's %d" % LEASE_N)
 
 
+def switches_and_metrics(c, store, ports):
+    """rl-ctl's mode off on a concurrency rule: leases allowed, nothing
+    taken (their release changes nothing); back to the file's mode. And
+    the per-rule counters on /metrics."""
+    rl_ctl = os.path.join(os.path.dirname(RL_SERVER), "rl-ctl")
+    addr = (["--redis-cluster", store[1]] if store[0] == "--redis-cluster"
+            else ["--redis", store[1]])
+
+    def ctl(*args):
+        return subprocess.run([rl_ctl] + addr + ["--prefix", "xop:",
+                                                 "--wait-ms", "10000"] +
+                              list(args), capture_output=True, text=True,
+                              timeout=30).returncode
+
+    check(ctl("mode", "quiet", "off") == 0, "rl-ctl mode quiet off")
+    rs = [c[i % 3].ask(key="off1", rule="quiet", op=Req.ACQUIRE)
+          for i in range(3)]
+    check(all(r.code == Resp.OK and r.handle and not r.shadow_refused
+              for r in rs),
+          "mode off: 3 leases of a rule of 1 allowed, uncounted")
+    r = c[1].ask(op=Req.RELEASE, handle=rs[0].handle)
+    check(r.code == Resp.OK, "and released without effect")
+    check(ctl("mode", "quiet", "default") == 0, "rl-ctl mode quiet default")
+    r1 = c[0].ask(key="off2", rule="quiet", op=Req.ACQUIRE)
+    r2 = c[2].ask(key="off2", rule="quiet", op=Req.ACQUIRE)
+    check(r1.code == Resp.OK and not r1.shadow_refused and
+          r2.code == Resp.OK and r2.shadow_refused,
+          "back to the file's mode (shadow): the second lease is marked")
+    text = ""
+    for p in ports:
+        text += urllib.request.urlopen(
+            "http://127.0.0.1:%d/metrics" % p["metrics"], timeout=5).read(
+        ).decode()
+
+    def total(prefix):
+        return sum(float(l.rsplit(" ", 1)[1]) for l in text.splitlines()
+                   if l.startswith(prefix))
+
+    check(total('rl_rule_handle_ops_total{rule="tokens",result="settled"}')
+          > 0 and
+          total('rl_rule_handle_ops_total{rule="exports",result="released"}')
+          > 0 and
+          total('rl_rule_handle_ops_total{rule="tokens",result="refused"}')
+          > 0 and
+          total('rl_rule_settled_cost_total{rule="tokens",kind="refunded"}')
+          > 0 and
+          total('rl_rule_decisions_total{rule="exports",result="refused"}')
+          > 0,
+          "/metrics: settlements, releases, refusals, refunded cost and "
+          "lease refusals per rule")
+
+
 def fail_open(ports, redis_proc):
     c = Native(ports[0]["listen"])
     redis_proc.kill()
@@ -557,6 +609,7 @@ def main():
     leases_churn([p["listen"] for p in ports])
     http(ports)
     stored_quota(conns, store)
+    switches_and_metrics(conns, store, ports)
     if redis_proc is not None:
         store_timeout(ports, int(store[1].rsplit(":", 1)[1]))
         fail_open(ports, redis_proc)
