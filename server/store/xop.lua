@@ -172,9 +172,14 @@ end
 
 local key, id = KEYS[1], ARGV[3]
 rcall('ZREMRANGEBYSCORE', key, '-inf', now)
-local res, earliest, qlim = 0, 0, 0
+-- Redis's cost here is its calls: an acquire that fits asks no ZSCORE
+-- and counts from ZADD's answer; an op that changed nothing leaves the
+-- expiry, already at the latest end (only ended leases went, and none of
+-- them was the latest).
+local res, n, earliest, qlim = 0, nil, 0, 0
 if kind == '2' then
-    local n, lim = rcall('ZCARD', key), tonumber(ARGV[5])
+    local lim
+    n, lim = rcall('ZCARD', key), tonumber(ARGV[5])
     if KEYS[2] then
         local q = rcall('HGET', KEYS[2], ARGV[6])
         local l = q and string.match(q, '^%s*(%d+)/%d+%s*$')
@@ -184,8 +189,8 @@ if kind == '2' then
             if l < MAXN then lim, qlim = l, l end
         end
     end
-    if rcall('ZSCORE', key, id) or n < lim then
-        rcall('ZADD', key, ARGV[4], id)
+    if n < lim or rcall('ZSCORE', key, id) then
+        n = n + rcall('ZADD', key, ARGV[4], id)
         res = 1
     else
         local f = rcall('ZRANGE', key, 0, 0, 'WITHSCORES')
@@ -201,7 +206,8 @@ elseif kind == '4' then
 else
     return redis.error_reply('ERR unknown xop kind')
 end
-local n = rcall('ZCARD', key)
+n = n or rcall('ZCARD', key)
+if res == 0 then return {res, n, earliest, qlim} end
 if n > 0 then
     local l = rcall('ZRANGE', key, -1, -1, 'WITHSCORES')
     rcall('PEXPIREAT', key, sfmt('%.0f', tonumber(l[2])))
