@@ -126,9 +126,7 @@ static int bench(const char *first, ...)
 {
     char *argv[64];
     va_list ap;
-    int n = 0, status;
-    pid_t pid;
-    uint64_t deadline;
+    int n = 0;
 
     argv[n++] = RL_BENCH_BIN;
     va_start(ap, first);
@@ -137,51 +135,9 @@ static int bench(const char *first, ...)
         argv[n++] = (char *)a;
     va_end(ap);
     argv[n] = NULL;
-
-    pid = fork();
-    if (pid == 0) {
-        int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (o < 0 || e < 0)
-            _exit(126);
-        dup2(o, STDOUT_FILENO);
-        dup2(e, STDERR_FILENO);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    if (pid < 0)
-        return RL_EIO;
-    deadline = rlt_mono_ms() + 60000;
-    for (;;) {
-        pid_t r = waitpid(pid, &status, WNOHANG);
-        if (r == pid)
-            return WIFEXITED(status) ? WEXITSTATUS(status) : RL_EIO;
-        if (r < 0 || rlt_mono_ms() > deadline) {
-            rlt_stop(pid, SIGKILL, 1000);
-            return RL_EIO;
-        }
-        struct timespec ts = {0, 10000000};
-        nanosleep(&ts, NULL);
-    }
+    return rlt_run(argv, out_path, err_path, 60000, NULL);
 }
 
-/* The whole of a small file, NUL-terminated, or NULL. */
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    size_t n;
-
-    if (f == NULL)
-        return NULL;
-    buf = calloc(1, 1 << 20);
-    if (buf != NULL) {
-        n = fread(buf, 1, (1 << 20) - 1, f);
-        buf[n] = '\0';
-    }
-    fclose(f);
-    return buf;
-}
 
 /* The raw value token of a top-level JSON field ("123", "true", "null"),
  * copied to out. Returns 0, or RL_EINVAL when it is not there. */
@@ -314,7 +270,7 @@ static void test_uniform_json(void **state)
                            "500", "--limit", "20", "--window", "1", "--audit",
                            "--json", json_path, NULL),
                      0);
-    json = slurp(json_path);
+    json = rlt_slurp(json_path);
     assert_non_null(json);
     for (i = 0; i < sizeof(required) / sizeof(required[0]); i++) {
         char v[64];
@@ -345,7 +301,7 @@ static void hot_exact(const char *prefix)
                            "--window", "1", "--audit", "--json", json_path,
                            NULL),
                      0);
-    json = slurp(json_path);
+    json = rlt_slurp(json_path);
     assert_non_null(json);
     expect_token(json, "audit_over_limit", "0");
     expect_token(json, "audit_exact", "true");
@@ -393,7 +349,7 @@ static void test_open_loop(void **state)
                            "2000", "--connections", "1", "--keys", "100",
                            "--audit", "--json", json_path, NULL),
                      0);
-    json = slurp(json_path);
+    json = rlt_slurp(json_path);
     assert_non_null(json);
     expect_token(json, "mode", "\"open\"");
     expect_token(json, "unsent", "0");
@@ -412,7 +368,7 @@ static void test_open_loop(void **state)
                            "2000", "--warmup", "0.5", "--connections", "1",
                            "--keys", "100", "--json", json_path, NULL),
                      0);
-    json = slurp(json_path);
+    json = rlt_slurp(json_path);
     assert_non_null(json);
     assert_true(num(json, "decisions") >= 1999 &&
                 num(json, "decisions") <= 2001);
@@ -430,8 +386,8 @@ static void test_open_loop(void **state)
                            "--json", json_path, "--timeline-csv", csv_path,
                            NULL),
                      0);
-    json = slurp(json_path);
-    csv = slurp(csv_path);
+    json = rlt_slurp(json_path);
+    csv = rlt_slurp(csv_path);
     assert_non_null(json);
     assert_non_null(csv);
     assert_memory_equal(csv, "t_s,answers,p50_us,p99_us,max_us\n", 32);
@@ -458,7 +414,7 @@ static void test_open_loop(void **state)
                            "--requests", "500", "--inflight", "4", "--json",
                            json_path, NULL),
                      0);
-    json = slurp(json_path);
+    json = rlt_slurp(json_path);
     assert_non_null(json);
     expect_token(json, "decisions", "500");
     free(json);
@@ -468,7 +424,7 @@ static void test_open_loop(void **state)
                            "--rate", "1000", "--keep-awake", "--json",
                            json_path, NULL),
                      0);
-    json = slurp(json_path);
+    json = rlt_slurp(json_path);
     assert_non_null(json);
     expect_token(json, "keep_awake", "true");
     expect_token(json, "errors", "0");
@@ -495,7 +451,7 @@ static void test_batch_hold(void **state)
                            "50", "--limit", "30", "--window", "1", "--audit",
                            "--json", json_path, "--timeout-ms", "10000", NULL),
                      0);
-    json = slurp(json_path);
+    json = rlt_slurp(json_path);
     assert_non_null(json);
     expect_token(json, "unsent", "0");
     expect_token(json, "errors", "0");
@@ -540,7 +496,7 @@ static void test_arrivals(void **state)
                            "--rate", "500", "--connections", "2", "--json",
                            json_path, NULL),
                      0);
-    json = slurp(json_path);
+    json = rlt_slurp(json_path);
     assert_non_null(json);
     expect_token(json, "arrivals", "\"each\"");
     free(json);
@@ -552,7 +508,7 @@ static void test_arrivals(void **state)
                            "--rate", "2000", "--connections", "1",
                            "--tick-us", "20000", "--json", json_path, NULL),
                      0);
-    json = slurp(json_path);
+    json = rlt_slurp(json_path);
     assert_non_null(json);
     expect_token(json, "arrivals", "\"grouped\"");
     free(json);
@@ -563,7 +519,7 @@ static void test_arrivals(void **state)
                            "--rate", "2000", "--arrivals", "poisson",
                            "--json", json_path, NULL),
                      0);
-    json = slurp(json_path);
+    json = rlt_slurp(json_path);
     assert_non_null(json);
     expect_token(json, "arrivals", "\"poisson\"");
     expect_token(json, "unsent", "0");
@@ -609,7 +565,7 @@ static void test_bad_arguments(void **state)
             rc = bench(cases[i][0], cases[i][1], NULL);
         if (rc != 2)
             fail_msg("case %zu (%s) exited %d, expected 2", i, cases[i][0], rc);
-        err = slurp(err_path);
+        err = rlt_slurp(err_path);
         assert_non_null(err);
         assert_non_null(strstr(err, "rl-bench: "));
         free(err);
@@ -642,7 +598,7 @@ static void test_fleet_memory_over_admits(void **state)
                            "1", "--duration", "1.5", "--audit", "--json",
                            json_path, NULL),
                      1);
-    json = slurp(json_path);
+    json = rlt_slurp(json_path);
     assert_non_null(json);
     expect_fleet_shares(json);
     expect_token(json, "errors", "0");
@@ -690,7 +646,7 @@ static void test_fleet_redis_exact(void **state)
                             * must not turn slow answers into errors. */
                            "--timeout-ms", "10000", NULL),
                      0);
-    json = slurp(json_path);
+    json = rlt_slurp(json_path);
     assert_non_null(json);
     expect_fleet_shares(json);
     expect_token(json, "errors", "0");
@@ -717,7 +673,7 @@ static void test_failover_without_fleet(void **state)
                            "4", "--duration", "0.5", "--keys", "100", "--audit",
                            "--json", json_path, NULL),
                      0);
-    json = slurp(json_path);
+    json = rlt_slurp(json_path);
     assert_non_null(json);
     expect_token(json, "fleet", "false");
     expect_token(json, "servers", "null");
@@ -752,7 +708,7 @@ static void test_shadow_rule(void **state)
                            "hot", "--rule", "sh", "--limit", "5", "--window",
                            "1", "--audit", "--json", json_path, NULL),
                      0);
-    json = slurp(json_path);
+    json = rlt_slurp(json_path);
     assert_non_null(json);
     expect_token(json, "rule", "\"sh\"");
     expect_token(json, "denied", "0");
@@ -768,13 +724,13 @@ static void test_shadow_rule(void **state)
                            "--connections", "1", "--rule", "sh", "--audit",
                            "--json", json_path, NULL),
                      0);
-    json = slurp(json_path);
+    json = rlt_slurp(json_path);
     assert_non_null(json);
     expect_token(json, "audit", "false");
     expect_token(json, "limit", "null");
     assert_non_null(strstr(json, "\"audit_skipped\": \"--rule without"));
     free(json);
-    err = slurp(err_path);
+    err = rlt_slurp(err_path);
     assert_non_null(err);
     assert_non_null(strstr(err, "not auditing"));
     free(err);
@@ -834,7 +790,7 @@ static void test_algorithms(void **state)
                   "4", "--duration", "2.5", "--audit", "--json", json_path,
                   NULL),
             0);
-        json = slurp(json_path);
+        json = rlt_slurp(json_path);
         assert_non_null(json);
         expect_token(json, "algorithm", want);
         expect_token(json, "errors", "0");
@@ -874,7 +830,7 @@ static void test_algorithms(void **state)
                   "--inflight", "4", "--duration", "1", "--audit", "--json",
                   json_path, NULL),
             1);
-        json = slurp(json_path);
+        json = rlt_slurp(json_path);
         assert_non_null(json);
         expect_token(json, "errors", "0");
         assert_true(num(json, "audit_over_limit") > 0);
@@ -901,7 +857,7 @@ static void test_server_gone(void **state)
     assert_int_equal(bench("--server", addr, "--duration", "5", "--give-up",
                            "0.5", "--json", json_path, NULL),
                      3);
-    out = slurp(out_path);
+    out = rlt_slurp(out_path);
     assert_non_null(out);
     assert_non_null(strstr(out, "no server reachable"));
     free(out);
@@ -933,7 +889,7 @@ static void test_server_gone(void **state)
     waitpid(killer, NULL, 0);
     rlt_stop(server.pid, SIGKILL, 1000);
     server.pid = -1;
-    json = slurp(json_path);
+    json = rlt_slurp(json_path);
     assert_non_null(json);
     expect_token(json, "ended_early", "true");
     expect_token(json, "end_reason", "\"the server went away\"");

@@ -208,9 +208,7 @@ static int bench(uint64_t *ms, const char *first, ...)
 {
     char *argv[64];
     va_list ap;
-    int n = 0, status;
-    pid_t pid;
-    uint64_t start = rlt_mono_ms(), deadline = start + 60000;
+    int n = 0;
 
     argv[n++] = RL_BENCH_BIN;
     va_start(ap, first);
@@ -219,52 +217,9 @@ static int bench(uint64_t *ms, const char *first, ...)
         argv[n++] = (char *)a;
     va_end(ap);
     argv[n] = NULL;
-
-    pid = fork();
-    if (pid == 0) {
-        int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (o < 0 || e < 0)
-            _exit(126);
-        dup2(o, STDOUT_FILENO);
-        dup2(e, STDERR_FILENO);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    if (pid < 0)
-        return RL_EIO;
-    for (;;) {
-        pid_t r = waitpid(pid, &status, WNOHANG);
-        if (r == pid) {
-            if (ms != NULL)
-                *ms = rlt_mono_ms() - start;
-            return WIFEXITED(status) ? WEXITSTATUS(status) : RL_EIO;
-        }
-        if (r < 0 || rlt_mono_ms() > deadline) {
-            rlt_stop(pid, SIGKILL, 1000);
-            return RL_EIO;
-        }
-        rlt_nap_ms(5);
-    }
+    return rlt_run(argv, out_path, err_path, 60000, ms);
 }
 
-/* The whole of a small file, NUL-terminated, or NULL. */
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    size_t n;
-
-    if (f == NULL)
-        return NULL;
-    buf = calloc(1, 1 << 20);
-    if (buf != NULL) {
-        n = fread(buf, 1, (1 << 20) - 1, f);
-        buf[n] = '\0';
-    }
-    fclose(f);
-    return buf;
-}
 
 /* The raw value token of a top-level JSON field, or fails the test. */
 static void field(const char *json, const char *name, char *out, size_t cap)
@@ -313,7 +268,7 @@ static void expect_token(const char *json, const char *name, const char *want)
 
 static char *result_json(void)
 {
-    char *json = slurp(json_path);
+    char *json = rlt_slurp(json_path);
 
     if (json == NULL || json[0] == '\0') {
         rlt_tail(err_path, 20);

@@ -99,9 +99,7 @@ static int bench(const char *first, ...)
 {
     char *argv[64];
     va_list ap;
-    int n = 0, status;
-    pid_t pid;
-    uint64_t deadline;
+    int n = 0;
 
     argv[n++] = RL_BENCH_BIN;
     va_start(ap, first);
@@ -110,50 +108,9 @@ static int bench(const char *first, ...)
         argv[n++] = (char *)a;
     va_end(ap);
     argv[n] = NULL;
-
-    pid = fork();
-    if (pid == 0) {
-        int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (o < 0 || e < 0)
-            _exit(126);
-        dup2(o, STDOUT_FILENO);
-        dup2(e, STDERR_FILENO);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    if (pid < 0)
-        return RL_EIO;
-    deadline = rlt_mono_ms() + 60000;
-    for (;;) {
-        pid_t r = waitpid(pid, &status, WNOHANG);
-        if (r == pid)
-            return WIFEXITED(status) ? WEXITSTATUS(status) : RL_EIO;
-        if (r < 0 || rlt_mono_ms() > deadline) {
-            rlt_stop(pid, SIGKILL, 1000);
-            return RL_EIO;
-        }
-        rlt_nap_ms(10);
-    }
+    return rlt_run(argv, out_path, err_path, 60000, NULL);
 }
 
-/* The whole of a small file, NUL-terminated, or NULL. */
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    size_t n;
-
-    if (f == NULL)
-        return NULL;
-    buf = calloc(1, 1 << 20);
-    if (buf != NULL) {
-        n = fread(buf, 1, (1 << 20) - 1, f);
-        buf[n] = '\0';
-    }
-    fclose(f);
-    return buf;
-}
 
 /* A top-level JSON number field, or fails the test. */
 static double num(const char *json, const char *name)
@@ -186,7 +143,7 @@ static int servers_ready(int n)
                   "--inflight", "1", "--requests", nreq, "--op", "reserve",
                   "--rule", "tokens", "--json", json_path, NULL) != 0)
             return -1;
-        json = slurp(json_path);
+        json = rlt_slurp(json_path);
         if (json == NULL)
             return -1;
         ok = num(json, "allowed") == n;
@@ -218,7 +175,7 @@ static int acquire_run(const char *limit, int fleet, char **json)
                    "--audit", "--json", json_path, fleet ? "--fleet" : NULL,
                    NULL);
     rlt_tail(out_path, 12); /* the summary, for whoever reads the log */
-    *json = slurp(json_path);
+    *json = rlt_slurp(json_path);
     assert_non_null(*json);
     return rc;
 }
@@ -287,7 +244,7 @@ static void test_reserve(void **state)
                            "--inflight", "8", "--duration", "1", "--json",
                            json_path, NULL),
                      0);
-    json = slurp(json_path);
+    json = rlt_slurp(json_path);
     assert_non_null(json);
     assert_true(num(json, "allowed") > 0);
     assert_true(num(json, "follow_sent") == num(json, "allowed"));
@@ -302,7 +259,7 @@ static void test_reserve(void **state)
                            "2", "--connections", "2", "--inflight", "8",
                            "--duration", "1", "--json", json_path, NULL),
                      0);
-    json = slurp(json_path);
+    json = rlt_slurp(json_path);
     assert_non_null(json);
     assert_true(num(json, "follow_ok") == num(json, "allowed"));
     assert_true(num(json, "follow_ok") > 20);
@@ -325,7 +282,7 @@ static int ledger_run(int n, char **json)
                "5", "--hold-ms", "2", "--inflight", "8", "--duration", "1",
                "--audit", "--json", json_path, NULL);
     rlt_tail(out_path, 3);
-    *json = slurp(json_path);
+    *json = rlt_slurp(json_path);
     assert_non_null(*json);
     return rc;
 }

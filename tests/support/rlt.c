@@ -163,6 +163,57 @@ pid_t rlt_spawn(char *const argv[])
     return pid;
 }
 
+int rlt_run(char *const argv[], const char *out_path, const char *err_path,
+            int timeout_ms, uint64_t *ms)
+{
+    uint64_t start = rlt_mono_ms(), deadline = start + (uint64_t)timeout_ms;
+    int status;
+    pid_t pid = fork();
+
+    if (pid == 0) {
+        int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (o < 0 || e < 0)
+            _exit(126);
+        dup2(o, STDOUT_FILENO);
+        dup2(e, STDERR_FILENO);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    if (pid < 0)
+        return RL_EIO;
+    for (;;) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid) {
+            if (ms != NULL)
+                *ms = rlt_mono_ms() - start;
+            return WIFEXITED(status) ? WEXITSTATUS(status) : RL_EIO;
+        }
+        if (r < 0 || rlt_mono_ms() > deadline) {
+            rlt_stop(pid, SIGKILL, 1000);
+            return RL_EIO;
+        }
+        rlt_nap_ms(5);
+    }
+}
+
+char *rlt_slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf;
+    size_t n;
+
+    if (f == NULL)
+        return NULL;
+    buf = calloc(1, 1 << 20);
+    if (buf != NULL) {
+        n = fread(buf, 1, (1 << 20) - 1, f);
+        buf[n] = '\0';
+    }
+    fclose(f);
+    return buf;
+}
+
 int rlt_stop(pid_t pid, int sig, int timeout_ms)
 {
     uint64_t deadline = rl_mono_ms() + (uint64_t)timeout_ms;

@@ -76,6 +76,17 @@ pid_t rlt_spawn(char *const argv[]);
  * or RL_EIO (no such child). */
 int rlt_stop(pid_t pid, int sig, int timeout_ms);
 
+/* Runs argv (argv[0] a path) to its end, stdout to out_path and stderr to
+ * err_path (created or truncated), killing it after timeout_ms. Returns
+ * its exit status, or RL_EIO when it did not exit normally in time; *ms
+ * (may be NULL) gets how long it ran. */
+int rlt_run(char *const argv[], const char *out_path, const char *err_path,
+            int timeout_ms, uint64_t *ms);
+
+/* The whole of a small file (up to 1 MiB), NUL-terminated, in memory the
+ * caller frees; NULL when it cannot be read. */
+char *rlt_slurp(const char *path);
+
 /* Like rlt_redis_start, with extra redis-server arguments appended to the
  * usual ones, e.g. {"--requirepass", "pw", NULL}. The server counts as up
  * once it answers anything (an error such as NOAUTH included). */
