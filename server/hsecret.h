@@ -3,8 +3,12 @@
  * lease handles with the same secret, which the first instance to start
  * creates ("<prefix>handle-secret": SET NX of 32 random bytes in hex,
  * then GET). Retries once a second until the store answers; handles are
- * refused meanwhile. --handle-secret-file and the memory store need none
- * of this (server.c). */
+ * refused meanwhile. Then checks again every second (SET NX of the secret
+ * in force, then GET), so that a store that lost its data (a restart
+ * without persistence, a FLUSHALL) gets the fleet's secret back from the
+ * first instance to ask, and every instance converges on one secret
+ * within a second or two, never one per instance. --handle-secret-file
+ * and the memory store need none of this (server.c). */
 #ifndef RLS_HSECRET_H
 #define RLS_HSECRET_H
 
@@ -18,7 +22,9 @@ typedef struct rls_hsecret_s {
     rls_store_t *store;
     rls_hkey_t *out;
     char key[80];
-    char fresh[65]; /* what this instance proposes */
+    char cur[257]; /* the secret in force (at first: a fresh proposal) */
+    size_t cur_len;
+    int loaded;    /* cur came from the store */
     int started, closed, waiting;
 } rls_hsecret_t;
 

@@ -496,6 +496,34 @@ def store_timeout(ports, redis_port):
           % r4.used)
 
 
+def secret_after_flush(conns, store, redis_port):
+    """Redis loses its data (FLUSHALL, as a restart without persistence
+    would) and a new instance starts: it must not sign with a secret of
+    its own while the others keep theirs. Every instance converges on one
+    secret within a few seconds: a reservation made on an old instance
+    settles on the new one, and the other way round."""
+    r = socket.create_connection(("127.0.0.1", redis_port), 5)
+    r.sendall(b"FLUSHALL\r\n")
+    r.settimeout(5)
+    check(r.recv(16).startswith(b"+OK"), "FLUSHALL")
+    r.close()
+    new = Native(start_servers(store, n=1)[0]["listen"])
+    ready([new])
+    end, ok = time.time() + 15, False
+    while time.time() < end and not ok:
+        a = conns[0].ask(key="fl1", rule="tokens", cost=2, op=Req.RESERVE)
+        b = new.ask(key="fl2", rule="tokens", cost=2, op=Req.RESERVE)
+        ok = (new.ask(op=Req.SETTLE, handle=a.handle, actual=1).code ==
+              Resp.OK and
+              conns[1].ask(op=Req.SETTLE, handle=b.handle,
+                           actual=1).code == Resp.OK)
+        if not ok:
+            time.sleep(0.1)
+    check(ok, "after the store lost its data, old and new instances agree "
+          "on one secret (handles settle across them)")
+    return new
+
+
 def stored_quota(c, store):
     """rl-ctl's stored quota for a concurrency rule sets the caller's N
     (its one "N/S"), scaled, across the fleet."""
@@ -608,6 +636,8 @@ def main():
     leases_basic(conns)
     leases_churn([p["listen"] for p in ports])
     http(ports)
+    if redis_proc is not None:
+        secret_after_flush(conns, store, int(store[1].rsplit(":", 1)[1]))
     stored_quota(conns, store)
     switches_and_metrics(conns, store, ports)
     if redis_proc is not None:
