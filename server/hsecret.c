@@ -45,8 +45,8 @@ static void on_get(void *data, void *reply)
         h->cur_len = r->len;
         rls_hkey_from_text(h->out, r->str, r->len);
         if (h->loaded)
-            RLS_WARN("handle secret changed in the store; adopted",
-                     " key=%s", h->key);
+            RLS_WARN("handle secret changed in the store; adopted", " key=%s",
+                     h->key);
         else
             RLS_INFO("handle secret loaded", " key=%s", h->key);
         h->loaded = 1;

@@ -24,7 +24,7 @@ typedef struct rls_hsecret_s {
     char key[80];
     char cur[257]; /* the secret in force (at first: a fresh proposal) */
     size_t cur_len;
-    int loaded;    /* cur came from the store */
+    int loaded; /* cur came from the store */
     int started, closed, waiting;
 } rls_hsecret_t;
 
