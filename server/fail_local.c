@@ -130,7 +130,7 @@ static void add(rls_local_t *l, const rls_op_t *op, const rls_wop_t *w,
                 uint64_t cost, uint64_t until_ms)
 {
     char wkey[RLS_OPKEY_MAX + 40];
-    size_t wl = rls_wkey(op, w, 0, wkey);
+    size_t wl = rls_wkey(op, w, RLS_WKEY_CUR, wkey);
     uint64_t h = rl_hash(&l->hash_key, wkey, wl);
     rls_charge_t *c;
 

@@ -49,7 +49,7 @@
 
 #include "rlm_batch.h"
 
-#define RLM_VERSION 3
+#define RLM_VERSION 4
 
 typedef struct RedisModuleCtx RedisModuleCtx;
 typedef struct RedisModuleString RedisModuleString;
@@ -124,9 +124,10 @@ typedef struct {
     "elseif x=='' then r('SET',k[i],c,'KEEPTTL') "                             \
     "else r('SET',k[i],c,'PXAT',x) end end"
 
-/* The longest word: a count (20 bytes with its sign), '/', an expiry (17
- * digits: below 2^55, rlm_io_t's write) and the space before the next. */
-#define WORD_MAX 40
+/* The longest word: a value (a count, 20 bytes with its sign, or a
+ * sliding-window-counter's state, at most 72), '/', an expiry (17 digits:
+ * below 2^55, rlm_io_t's write) and the space before the next. */
+#define WORD_MAX 92
 
 /* Words of the commands replicated, made once at load: a word given as a
  * string costs the command a reference, as text an allocation. */
@@ -290,12 +291,8 @@ static void fx_add(env_t *e, counter_t *c, const char *d, size_t n,
     c->own = 0;
 }
 
-/* A counter only read is opened so: Redis then does not count it as
- * modified when it is closed (WATCH, client-side caching). Opened so, a
- * missing key has no RedisModuleKey (k NULL): it reads as missing. A slot
- * is in use while it has a name. */
-static void *k_open(void *env, size_t key, const char *name, size_t len,
-                    int write)
+/* A slot is in use while it has a name. */
+static void *k_open(void *env, size_t key, const char *name, size_t len)
 {
     env_t *e = env;
     counter_t *c = NULL;
@@ -310,8 +307,8 @@ static void *k_open(void *env, size_t key, const char *name, size_t len,
     c->name = name == NULL ? e->keys[key] : rm_CreateString(e->ctx, name, len);
     if (c->name == NULL)
         return NULL;
-    c->k = rm_OpenKey(e->ctx, c->name, write ? RM_READ | RM_WRITE : RM_READ);
-    if (c->k == NULL && write) {
+    c->k = rm_OpenKey(e->ctx, c->name, RM_READ | RM_WRITE);
+    if (c->k == NULL) {
         if (c->own)
             rm_FreeString(e->ctx, c->name);
         c->name = NULL;
@@ -353,17 +350,18 @@ static char *digits_of(int64_t v, char *end)
     return end;
 }
 
-/* The digits go into the value in place: no new object, and the key keeps
- * its expiry unless given one. (In place needs a plain string: a counter
- * written here is stored as its digits where INCRBY stores a number; see
- * DESIGN.md for what that costs per key.) Then the write is logged for
- * the replicas and the AOF. */
-static void k_write(void *env, void *h, int64_t v, int64_t expire_ms)
+/* The n bytes at d go into the value in place: no new object, and the key
+ * keeps its expiry unless given one. (In place needs a plain string: a
+ * counter written here is stored as its digits where INCRBY stores a
+ * number; see DESIGN.md for what that costs per key.) Then the write is
+ * logged for the replicas and the AOF. */
+static void k_wtext(void *env, void *h, const char *d, size_t n,
+                    int64_t expire_ms)
 {
     env_t *e = env;
     counter_t *c = h;
-    char t[24], x[24], *d = digits_of(v, t + sizeof(t)), *p, *xd;
-    size_t n = (size_t)(t + sizeof(t) - d), len;
+    char x[24], *p, *xd;
+    size_t len;
 
     p = rm_StringDMA(c->k, &len, RM_WRITE);
     if (p == NULL || len != n) {
@@ -384,6 +382,13 @@ static void k_write(void *env, void *h, int64_t v, int64_t expire_ms)
      * the write must go out before it. */
     if (expire_ms <= e->t0)
         fx_flush(e->ctx);
+}
+
+static void k_write(void *env, void *h, int64_t v, int64_t expire_ms)
+{
+    char t[24], *d = digits_of(v, t + sizeof(t));
+
+    k_wtext(env, h, d, (size_t)(t + sizeof(t) - d), expire_ms);
 }
 
 static void k_del(void *env, void *h)
@@ -551,9 +556,9 @@ static void k_sappend(void *env, void *h, const char *hdr, const char *ent,
         warn_log_rep(e->ctx);
 }
 
-static const rlm_io_t io = {k_open,  k_get,   k_write, k_del,
-                            k_close, k_quota, r_begin, r_int,
-                            r_str,   k_sget,  k_sset,  k_sappend};
+static const rlm_io_t io = {k_open,  k_get,   k_write,  k_wtext, k_del,
+                            k_close, k_quota, r_begin,  r_int,   r_str,
+                            k_sget,  k_sset,  k_sappend};
 
 /* argv[1] is numkeys, as EVAL's; -1 when it is not a count of argv. */
 static long long numkeys(RedisModuleString **argv, int argc)

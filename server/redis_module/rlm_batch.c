@@ -71,9 +71,19 @@ typedef struct {
     int64_t ot[RL_SWL_PREFIX], oc[RL_SWL_PREFIX];
 } log_t;
 
-/* One limit of an "a" op. Its keys are consecutive in KEYS: a fixed
- * window's counter; a sliding-window-counter's current counter, then its
- * previous one; a gcra's TAT (us). */
+/* A sliding-window-counter's state as read at window index I (the
+ * script's sread): written back as "at:c1:c2" with the cost added to c1
+ * (to c2 when at is I + 1: another instance's clock moved the key on, and
+ * I's count is its previous one), keeping its expiry when keep, and not
+ * at all unless write (the key is two windows or more ahead). */
+typedef struct {
+    int64_t at, c1, c2;
+    int keep, write;
+} swc_t;
+
+/* One limit of an "a" op, and its key in KEYS: a fixed window's counter;
+ * a sliding-window-counter's state "<index>:<count>:<previous>" (the
+ * script's sread); a gcra's TAT (us); a sliding window's log. */
 typedef struct {
     char algo;    /* 'f', 's', 'g' or 'l' */
     size_t key;   /* the KEYS index of its first key, unless qw */
@@ -83,10 +93,13 @@ typedef struct {
     int64_t lim;  /* f, s, l: the limit; g: the burst */
     int64_t arg;  /* s: the previous window's weight; g: the interval, us;
                      l: the window, ms */
-    void *h[2];   /* its keys, open while the op is decided */
-    int64_t v[2]; /* what they held before the op (0 when missing); l: the
-                     log's sum and newest entry's time */
+    int64_t idx;  /* s: the window index of the op */
+    void *h;      /* its key, open while the op is decided */
+    int64_t v[2]; /* its state before the op (0 when missing): a count;
+                     the current and previous counts; a TAT; a log's sum
+                     and newest entry's time */
     log_t log;    /* l: the log as read */
+    swc_t sw;     /* s: the state as read, and where the cost goes */
 } alim_t;
 
 typedef struct {
@@ -168,19 +181,23 @@ static size_t digits(const char *s, size_t len)
     return i;
 }
 
+static int is_alpha(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
 /* The script's base: KEYS of the op's first limit without its last two
- * parts, as its pattern '^(.*):%d+:%a?%d*$' takes it: ":<w>:<index>",
- * ":<w>:p<index>" (staggered), ":<w>:s<index>" (a sliding-window-counter),
- * ":<w>:g" (a gcra) or ":<w>:l" (a log) (rls_wkey). Returns its length, or
- * 0 when that key has no such end. */
+ * parts, as its pattern '^(.*):%d+:%a?%a?%d*$' takes it: ":<w>:<index>",
+ * ":<w>:p<index>" (staggered), ":<w>:s" or ":<w>:sp" (a
+ * sliding-window-counter), ":<w>:g" (a gcra) or ":<w>:l" (a log)
+ * (rls_wkey). Returns its length, or 0 when that key has no such end. */
 static size_t base_of(const char *k, size_t len)
 {
-    size_t e = len, d = 0;
+    size_t e = len, d = 0, a;
 
     while (e > 0 && k[e - 1] >= '0' && k[e - 1] <= '9')
         e--;
-    if (e > 0 && ((k[e - 1] >= 'a' && k[e - 1] <= 'z') ||
-                  (k[e - 1] >= 'A' && k[e - 1] <= 'Z')))
+    for (a = 0; a < 2 && e > 0 && is_alpha(k[e - 1]); a++)
         e--;
     if (e == 0 || k[e - 1] != ':')
         return 0;
@@ -265,13 +282,13 @@ static void *open_win(batch_t *b, const op_t *o, const win_t *w)
     size_t n;
 
     if (o->base == NULL)
-        return b->io->open(b->env, w->key, NULL, 0, 1);
+        return b->io->open(b->env, w->key, NULL, 0);
     memcpy(name, o->base, o->base_len);
     n = o->base_len;
     n += (size_t)snprintf(name + n, sizeof(name) - n, ":%lld:%lld",
                           (long long)w->qw,
                           (long long)(b->now / (w->qw * 1000)));
-    return b->io->open(b->env, 0, name, n, 1);
+    return b->io->open(b->env, 0, name, n);
 }
 
 /* Reads the op's counters, decides its requests in arrival order against
@@ -467,32 +484,76 @@ static void log_write(batch_t *b, void *h, const log_t *g, int64_t sum,
     }
 }
 
-static uint32_t alim_keys(const alim_t *l)
-{
-    return l->algo == 's' ? 2 : 1;
-}
-
-/* Opens key i of limit l: KEYS[l->key + i], or, for a stored quota's
- * limit, the key named after the op's base as the script names it. */
-static void *alim_open(batch_t *b, const aop_t *ao, const alim_t *l, uint32_t i)
+/* Opens limit l's key: KEYS[l->key], or, for a stored quota's limit, the
+ * key named after the op's base as the script names it. */
+static void *alim_open(batch_t *b, const aop_t *ao, const alim_t *l)
 {
     char name[RLM_BASE_MAX + 64];
     size_t n;
-    int64_t idx;
 
     if (l->qw == 0)
-        return b->io->open(b->env, l->key + i, NULL, 0, i == 0);
+        return b->io->open(b->env, l->key, NULL, 0);
     memcpy(name, ao->base, ao->base_len);
     n = ao->base_len;
-    idx = b->now / (l->qw * 1000);
-    if (l->algo == 'g' || l->algo == 'l')
+    if (l->algo == 'f')
+        n += (size_t)snprintf(name + n, sizeof(name) - n, ":%lld:%lld",
+                              (long long)l->qw,
+                              (long long)(b->now / (l->qw * 1000)));
+    else
         n += (size_t)snprintf(name + n, sizeof(name) - n, ":%lld:%c",
                               (long long)l->qw, l->algo);
-    else
-        n += (size_t)snprintf(name + n, sizeof(name) - n, ":%lld:%s%lld",
-                              (long long)l->qw, l->algo == 's' ? "s" : "",
-                              (long long)(idx - (int64_t)i));
-    return b->io->open(b->env, 0, name, n, i == 0);
+    return b->io->open(b->env, 0, name, n);
+}
+
+/* The decimal int64 in s up to the first ':' (or end); advances *s past
+ * that ':'. 0, or -1. */
+static int swc_field(const char **s, const char *end, int64_t *v)
+{
+    const char *c = memchr(*s, ':', (size_t)(end - *s));
+    const char *e = c != NULL ? c : end;
+
+    if (rlm_parse_i64(*s, (size_t)(e - *s), v) != 0)
+        return -1;
+    *s = c != NULL ? c + 1 : end;
+    return 0;
+}
+
+/* Reads a sliding-window-counter's state (s NULL: missing) at window index
+ * I into l->v (the current and previous counts) and l->sw; 0, or -1 when
+ * s is not such a state (the script's sread). */
+static int swc_read(alim_t *l, const char *s, size_t len)
+{
+    swc_t *w = &l->sw;
+    const char *p = s, *end = s + len;
+    int64_t I = l->idx, S, c1, c2;
+
+    memset(w, 0, sizeof(*w));
+    w->at = I;
+    w->write = 1;
+    l->v[0] = l->v[1] = 0;
+    if (s == NULL)
+        return 0;
+    if (len == 0 || p[0] == '-' || swc_field(&p, end, &S) != 0 || p == end ||
+        swc_field(&p, end, &c1) != 0 || p == end ||
+        memchr(p, ':', (size_t)(end - p)) != NULL ||
+        swc_field(&p, end, &c2) != 0)
+        return -1;
+    if (S == I) {
+        w->c1 = l->v[0] = c1;
+        w->c2 = l->v[1] = c2;
+        w->keep = 1;
+    } else if (S == I - 1) {
+        w->c2 = l->v[1] = c1;
+    } else if (S > I) {
+        w->at = S;
+        w->c1 = c1;
+        w->c2 = c2;
+        w->keep = 1;
+        w->write = S == I + 1;
+        if (S == I + 1)
+            l->v[0] = c2;
+    }
+    return 0;
 }
 
 /* A stored quota whose tokens may name algorithms ("N/S[:ALGO]
@@ -579,6 +640,7 @@ static int parse_quota_alg(const batch_t *b, const char *s, size_t len,
                 if (l->lim > (int64_t)RL_SWC_LIMIT_MAX)
                     l->lim = (int64_t)RL_SWC_LIMIT_MAX;
                 l->exp = (idx + 2) * W + b->grace;
+                l->idx = idx;
                 l->arg = (int64_t)ceil((double)((idx + 1) * W - b->now) *
                                        65536 / (double)W);
             } else if (algo == 'l') {
@@ -656,18 +718,33 @@ static void put_alg_text(batch_t *b, const aop_t *ao, char tag, uint64_t adm)
     put_str(b, t, (size_t)n);
 }
 
+/* Writes a sliding-window-counter's state back with add admitted. */
+static void swc_write(batch_t *b, const alim_t *l, int64_t add)
+{
+    const swc_t *w = &l->sw;
+    char t[3 * 24];
+    int n;
+
+    if (!w->write)
+        return;
+    n = snprintf(t, sizeof(t), "%lld:%lld:%lld", (long long)w->at,
+                 (long long)(w->at > l->idx ? w->c1 : w->c1 + add),
+                 (long long)(w->at > l->idx ? w->c2 + add : w->c2));
+    b->io->wtext(b->env, l->h, t, (size_t)n, w->keep ? 0 : l->exp);
+}
+
 /* Reads the op's keys, loads its limits as lib/ does (rl_admit_fixed,
  * _swc, _gcra, _swl; only the server's report of a decision needs a
  * window's length or its reset, so those are 0), decides its requests in
  * arrival order (refusals consume nothing), and when it admitted some
  * writes what rl_admit_added says: the cost admitted, added to a fixed
- * window's counter or a sliding-window-counter's current one (its expiry
- * set when it was missing or 0; the previous counter is only read) or
- * appended to a log, or the new TAT, expiring a grace after it. A refusal
- * writes nothing: unlike the plain op, which removes a counter found at 0
- * (the script's INCRBY then DEL), an "a" op leaves every key as it was.
- * Then puts the op's reply entry: the count admitted and what each key
- * held (a log: its sum, newest entry, and oldest entries). */
+ * window's counter (its expiry set when it was missing or 0) or a
+ * sliding-window-counter's count (swc_write) or appended to a log, or the new
+ * TAT, expiring a grace after it. A refusal writes nothing: unlike the plain
+ * op, which removes a counter found at 0 (the script's INCRBY then DEL), an "a"
+ * op leaves every key as it was. Then puts the op's reply entry: the count
+ * admitted and what each key held (a log: its sum, newest entry, and oldest
+ * entries). */
 static void decide_alg(batch_t *b, aop_t *ao, const op_t *o, char tag)
 {
     const char *err = b->refuse;
@@ -677,20 +754,25 @@ static void decide_alg(batch_t *b, aop_t *ao, const op_t *o, char tag)
 
     for (j = 0; err == NULL && j < ao->n; j++) {
         alim_t *l = &ao->l[j];
-        for (i = 0; err == NULL && i < alim_keys(l); i++) {
-            int rc, exists;
-            l->h[i] = alim_open(b, ao, l, i);
-            if (l->h[i] == NULL) {
-                err = "ERR out of memory";
-            } else if (l->algo == 'l') {
-                err = log_read(b, l->h[0], l->arg, l->lim, op_max_cost(b, o),
-                               &l->log);
-                l->v[0] = l->log.sum;
-                l->v[1] = l->log.newest;
-            } else if ((rc = b->io->get(b->env, l->h[i], &l->v[i], &exists)) !=
-                       RLM_VAL_OK)
-                err = rc == RLM_VAL_WRONGTYPE ? RLM_ERR_WRONGTYPE
-                                              : RLM_ERR_NOTINT;
+        int rc, exists;
+        const char *s;
+        size_t len;
+
+        l->h = alim_open(b, ao, l);
+        if (l->h == NULL) {
+            err = "ERR out of memory";
+        } else if (l->algo == 'l') {
+            err = log_read(b, l->h, l->arg, l->lim, op_max_cost(b, o), &l->log);
+            l->v[0] = l->log.sum;
+            l->v[1] = l->log.newest;
+        } else if (l->algo == 's') {
+            if (b->io->sget(b->env, l->h, &s, &len) != RLM_VAL_OK)
+                err = RLM_ERR_WRONGTYPE;
+            else if (swc_read(l, s, len) != 0)
+                err = RLM_ERR_NOTINT;
+        } else if ((rc = b->io->get(b->env, l->h, &l->v[0], &exists)) !=
+                   RLM_VAL_OK) {
+            err = rc == RLM_VAL_WRONGTYPE ? RLM_ERR_WRONGTYPE : RLM_ERR_NOTINT;
         }
     }
     if (err == NULL) {
@@ -725,8 +807,10 @@ static void decide_alg(batch_t *b, aop_t *ao, const op_t *o, char tag)
          * script's INCRBY would. */
         for (j = 0; adm > 0 && j < ao->n; j++) {
             const alim_t *l = &ao->l[j];
-            uint64_t held =
-                l->algo != 'g' && l->v[0] > 0 ? (uint64_t)l->v[0] : 0;
+            int64_t at = l->algo != 's'      ? l->v[0]
+                         : l->sw.at > l->idx ? l->sw.c2
+                                             : l->sw.c1;
+            uint64_t held = l->algo != 'g' && at > 0 ? (uint64_t)at : 0;
             /* (a log's sum stays within its limit, far below) */
             add[j] = rl_admit_added(&aw[j], now);
             if (add[j] > (uint64_t)INT64_MAX - held)
@@ -736,20 +820,23 @@ static void decide_alg(batch_t *b, aop_t *ao, const op_t *o, char tag)
     for (j = 0; err == NULL && adm > 0 && j < ao->n; j++) {
         const alim_t *l = &ao->l[j];
         if (l->algo == 'l')
-            log_write(b, l->h[0], &l->log, l->v[0] + (int64_t)add[j],
+            log_write(b, l->h, &l->log, l->v[0] + (int64_t)add[j],
                       (int64_t)add[j], l->exp);
         else if (l->algo == 'g')
-            b->io->write(b->env, l->h[0], (int64_t)add[j],
+            b->io->write(b->env, l->h, (int64_t)add[j],
                          (int64_t)(add[j] / 1000 + (add[j] % 1000 != 0)) +
                              b->grace);
+        else if (l->algo == 's')
+            swc_write(b, l, (int64_t)add[j]);
         else
-            b->io->write(b->env, l->h[0], l->v[0] + (int64_t)add[j],
+            b->io->write(b->env, l->h, l->v[0] + (int64_t)add[j],
                          l->v[0] == 0 ? l->exp : 0);
     }
-    for (j = 0; j < ao->n; j++)
-        for (i = 0; i < 2; i++)
-            if (ao->l[j].h[i] != NULL)
-                b->io->close(b->env, ao->l[j].h[i]);
+    for (j = 0; j < ao->n; j++) {
+        if (ao->l[j].h != NULL)
+            b->io->close(b->env, ao->l[j].h);
+        ao->l[j].h = NULL;
+    }
     if (err != NULL) {
         put_err(b, err);
         return;
@@ -772,8 +859,9 @@ static void decide_alg(batch_t *b, aop_t *ao, const op_t *o, char tag)
             }
             continue;
         }
-        for (i = 0; i < alim_keys(l); i++)
-            put_count(b, l->v[i]);
+        put_count(b, l->v[0]);
+        if (l->algo == 's')
+            put_count(b, l->v[1]);
     }
 }
 
@@ -945,9 +1033,9 @@ static int distinct(const batch_t *b, const op_t *o)
 }
 
 /* An op of other algorithms (ARGV[p] is "a"): nwin; per limit its letter
- * and arguments ("f" expiry limit, "s" expiry limit weight, "g" burst
+ * and arguments ("f" expiry limit, "s" expiry limit weight index, "g" burst
  * interval_us, "l" expiry limit window_ms); then its costs. Its keys, one a
- * limit (two for "s"), are KEYS from *kp on, all distinct (as distinct()
+ * limit, are KEYS from *kp on, all distinct (as distinct()
  * says why). Checks it (dry) or decides it (decide_alg). Returns the ARGV
  * index after it, or 0 when malformed: nwin outside 1..RLM_WIN_MAX, a
  * letter unknown, a limit or burst below 1, a weight outside
@@ -1003,9 +1091,10 @@ static size_t alg_op(batch_t *b, op_t *o, size_t p, size_t *kp)
             p += 3;
             if (l->algo == 's') {
                 if (num(b, p, &l->arg) != 0 || l->arg < 1 ||
-                    l->arg > (int64_t)RL_SWC_ONE)
+                    l->arg > (int64_t)RL_SWC_ONE ||
+                    ms_arg(b, p + 1, 0, &l->idx) != 0)
                     return 0;
-                p++;
+                p += 2;
             }
         } else if (l->algo == 'l') {
             if (ms_arg(b, p + 1, 1, &l->exp) != 0 ||
@@ -1024,10 +1113,9 @@ static size_t alg_op(batch_t *b, op_t *o, size_t p, size_t *kp)
         } else {
             return 0;
         }
-        if (a->nkeys - *kp < alim_keys(l))
+        if (*kp >= a->nkeys)
             return 0;
-        l->key = *kp;
-        *kp += alim_keys(l);
+        l->key = (*kp)++;
     }
     if (a->al[qf] > 0) {
         /* A stored quota's keys are named after the first limit's, and

@@ -13,9 +13,8 @@
  * most 8 windows (RL_ADMIT_WINDOWS_MAX, lib/rl_admit.h) and 16 profiles. */
 #define RLM_WIN_MAX 8
 #define RLM_PROFILES_MAX 64
-/* Keys it holds open at once: an op's, two per limit at most (a
- * sliding-window-counter's current and previous counters). */
-#define RLM_OPEN_MAX (2 * RLM_WIN_MAX)
+/* Keys it holds open at once: an op's, one per limit. */
+#define RLM_OPEN_MAX RLM_WIN_MAX
 /* The longest key it derives a stored quota's counter names from. */
 #define RLM_BASE_MAX 4096
 /* The largest time it takes (ms since the epoch: the clock, every expiry;
@@ -61,12 +60,9 @@
 
 typedef struct rlm_io_s {
     /* Opens the counter KEYS[key] (0-based), or, when name is not NULL,
-     * the counter named by len bytes at name; NULL if it cannot. With
-     * write 0 the counter is only read (a sliding-window-counter's
-     * previous one): write and del are never called on it. At most
-     * RLM_OPEN_MAX are open at once. */
-    void *(*open)(void *env, size_t key, const char *name, size_t len,
-                  int write);
+     * the counter named by len bytes at name, for reading and writing;
+     * NULL if it cannot. At most RLM_OPEN_MAX are open at once. */
+    void *(*open)(void *env, size_t key, const char *name, size_t len);
     /* The counter's value into *v and whether it exists (a missing one
      * reads 0); RLM_VAL_OK, _WRONGTYPE or _NOTINT. */
     int (*get)(void *env, void *h, int64_t *v, int *exists);
@@ -75,6 +71,10 @@ typedef struct rlm_io_s {
      * at most that) its expiry becomes that, else it keeps its own. Every
      * counter it creates gets an expiry. */
     void (*write)(void *env, void *h, int64_t v, int64_t expire_ms);
+    /* The same with the value n bytes of text at s (a
+     * sliding-window-counter's state: digits and ':', at most 72). */
+    void (*wtext)(void *env, void *h, const char *s, size_t n,
+                  int64_t expire_ms);
     void (*del)(void *env, void *h);
     void (*close)(void *env, void *h);
     /* Field ARGV[field] of the hash KEYS[key]: RLM_VAL_OK with the value

@@ -436,7 +436,7 @@ static int apply(mstore_t *m, rls_op_t *op)
     cmax = rls_op_max_cost(op);
     for (j = 0; j < op->nwin; j++) {
         rls_wop_t *wo = &op->win[j];
-        klen[j] = rls_wkey(op, wo, 0, keys[j]);
+        klen[j] = rls_wkey(op, wo, RLS_WKEY_CUR, keys[j]);
         h[j] = rl_hash(&m->hk, keys[j], klen[j]);
         e[j] = find(m, keys[j], klen[j], h[j]);
         wo->before = e[j] != NULL ? e[j]->count : 0;
@@ -447,7 +447,7 @@ static int apply(mstore_t *m, rls_op_t *op)
                 log_prune(e[j], now, (uint64_t)wo->window_s * 1000);
             log_report(e[j], wo, cmax);
         } else if (wo->algo == RL_ALGO_SWC) {
-            size_t pl = rls_wkey(op, wo, 1, pk);
+            size_t pl = rls_wkey(op, wo, RLS_WKEY_PREV, pk);
             ent_t *p = find(m, pk, pl, rl_hash(&m->hk, pk, pl));
             wo->before2 = p != NULL ? p->count : 0;
         }
@@ -745,7 +745,7 @@ static int xop_settle(mstore_t *m, rls_xop_t *x)
         const rls_wop_t *w = &x->win[j];
         xplan_t *q = &p[j];
         ent_t *e;
-        q->klen = rls_wkey(&op, w, 0, q->key);
+        q->klen = rls_wkey(&op, w, RLS_WKEY_CUR, q->key);
         q->h = rl_hash(&m->hk, q->key, q->klen);
         q->e = e = find(m, q->key, q->klen, q->h);
         q->what = 0;

@@ -123,12 +123,10 @@ static int encode(rls_cmdbuf_t *buf, const char *sha, const char *script,
 
     for (i = 0; i < n; i++) {
         const rls_op_t *op = &ops[i];
-        size_t a = 3 + 4 * (size_t)op->nwin + (op->quota ? 1 : 0) + 1 +
+        size_t a = 3 + 5 * (size_t)op->nwin + (op->quota ? 1 : 0) + 1 +
                    (op->equal_cost ? 1 : (size_t)op->ncosts);
         if (is_simple(op))
             profile_of(op, pr, &np);
-        for (j = 0; j < op->nwin; j++)
-            nkeys += rls_wop_keys(&op->win[j]) - 1;
         nkeys += op->nwin + (op->quota ? 1 : 0);
         nargs += a;
         need += (op->key_len + 64) * (2 * (size_t)op->nwin + 1) +
@@ -168,13 +166,10 @@ static int encode(rls_cmdbuf_t *buf, const char *sha, const char *script,
         char k[RLS_OPKEY_MAX + 36];
 
         for (j = 0; j < op->nwin; j++) {
-            int prev;
-            for (prev = 0; prev < (int)rls_wop_keys(&op->win[j]); prev++) {
-                size_t len = op->key_len <= RLS_OPKEY_MAX
-                                 ? rls_wkey(op, &op->win[j], prev, k)
-                                 : 0;
-                p = put_bulk(p, k, len);
-            }
+            size_t len = op->key_len <= RLS_OPKEY_MAX
+                             ? rls_wkey(op, &op->win[j], RLS_WKEY_STATE, k)
+                             : 0;
+            p = put_bulk(p, k, len);
         }
         if (op->quota) {
             memcpy(k, op->key, op->tag_len);
@@ -249,7 +244,8 @@ static int encode(rls_cmdbuf_t *buf, const char *sha, const char *script,
                     p = put_num(p, w->expire_at_ms);
                     p = put_num(p, w->limit);
                     p = put_num(p, w->weight);
-                    nargs += 4;
+                    p = put_num(p, w->index);
+                    nargs += 5;
                     break;
                 case RL_ALGO_GCRA:
                     p = put_bulk(p, "g", 1);

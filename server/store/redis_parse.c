@@ -274,7 +274,7 @@ int rls_redis_parse_reply(const redisReply *rep, rls_op_t *ops, size_t n,
                     return RL_EINVAL;
                 continue;
             }
-            if (rep->elements - e < rls_wop_keys(w))
+            if (rep->elements - e < rls_wop_counts(w))
                 return RL_EINVAL;
             x = rep->element[e++];
             if (x->type != REDIS_REPLY_INTEGER)

@@ -23,6 +23,6 @@ const char *rls_redis_cluster_script(size_t *len);
 /* The module's command, and the format version (its RL.VERSION) that
  * redis_encode.c and redis_parse.c speak. */
 extern const char RLS_REDIS_MODULE_CMD[];
-#define RLS_REDIS_MODULE_VERSION 3
+#define RLS_REDIS_MODULE_VERSION 4
 
 #endif

@@ -34,9 +34,10 @@
 -- cost for k equal costs, else k and the costs (redis_encode.c writes
 -- them); or, for an op with any limit other than a plain fixed window,
 -- "a", nwin, the quota field ('' for none) and, with one, its scale, per
--- limit "f" expiry limit (one key), "s" expiry limit weight
--- (a sliding-window-counter: the current and the previous counter as
--- keys), "g" burst interval_us (a gcra: its TAT in us as key) or "l"
+-- limit "f" expiry limit (one key), "s" expiry limit weight index (a
+-- sliding-window-counter: one key holding "<index>:<count>:<previous>",
+-- the window index those counts are of, its count and the previous
+-- window's), "g" burst interval_us (a gcra: its TAT in us as key) or "l"
 -- expiry limit window_ms (a sliding window: its log as key, laid out as
 -- store.h's RLS_SWL_* say), then the costs; such an op is decided as
 -- lib/admit.c decides (rl_admit.h), its reply entry the admitted count and
@@ -76,6 +77,56 @@
 local rcall, rpcall, type, floor, tonumber = redis.call, redis.pcall, type,
     math.floor, tonumber
 local ssub = string.sub
+local NOTINT = 'ERR value is not an integer or out of range'
+
+-- Redis 7 names its version to scripts, and has had SET's PXAT and
+-- KEEPTTL since 6.2: one call where older ones take two.
+local SET1 = redis.REDIS_VERSION_NUM ~= nil
+
+-- Sets key to v expiring at ex (ms, absolute).
+local function setx(key, v, ex)
+    if SET1 then return rcall('SET', key, v, 'PXAT', ex) end
+    rcall('SET', key, v)
+    rcall('PEXPIREAT', key, ex)
+end
+
+-- Sets key to v, keeping its expiry.
+local function setk(key, v)
+    if SET1 then return rcall('SET', key, v, 'KEEPTTL') end
+    local t = rcall('PTTL', key)
+    rcall('SET', key, v)
+    if t > 0 then rcall('PEXPIRE', key, t) end
+end
+
+-- A sliding-window-counter's key v (nil when missing) read at window
+-- index I: the current and previous counts, the index and the two counts
+-- the key gets once cost is added (the counts of I, or of I + 1 when
+-- another instance's clock already moved the key on: then I's count is
+-- that key's previous one), whether that keeps its expiry, and whether it
+-- is written at all (not when the key is two windows or more ahead, whose
+-- counts I's requests no longer touch). nil when v is not such a state.
+-- The decimal int64 s as Redis reads a counter (no '+', no leading zero,
+-- no "-0"), or nil.
+local function i64(s)
+    if not s then return nil end
+    local neg, d = string.match(s, '^(%-?)([1-9]%d*)$')
+    if not d then return s == '0' and 0 or nil end
+    if #d > 19 or (#d == 19 and d > (neg == '' and '9223372036854775807' or
+        '9223372036854775808')) then return nil end
+    return tonumber(s)
+end
+
+local function sread(v, I)
+    if not v then return 0, 0, I, 0, 0, false, true end
+    local S, c1, c2 = string.match(v, '^(%d+):(%-?%d+):(%-?%d+)$')
+    S, c1, c2 = i64(S), i64(c1), i64(c2)
+    if not S or not c1 or not c2 then return nil end
+    if S == I then return c1, c2, I, c1, c2, true, true end
+    if S == I - 1 then return 0, c1, I, 0, c1, false, true end
+    if S == I + 1 then return c2, 0, S, c1, c2, true, true end
+    if S > I then return 0, 0, S, c1, c2, true, false end
+    return 0, 0, I, 0, 0, false, true
+end
 
 -- A sliding window's log (store.h, RLS_SWL_*): a 32-byte header (the sum
 -- in 20 digits, the offset of the first live entry in 12), then 24-byte
@@ -169,17 +220,17 @@ for j = 1, np do
 end
 
 -- Decides k requests (listed costs, or k of cost c) against limits given
--- as the "a" op gives them (kd the letters, ks and k2 the keys, ex the
--- expiries, L the limits or bursts, U the units, wt the weights or a log's
--- window) as lib/admit.c decides them (rl_admit.h): reads their state,
+-- as the "a" op gives them (kd the letters, ks the keys, ix a
+-- sliding-window-counter's window index, ex the expiries, L the limits or
+-- bursts, U the units, wt the weights or a log's window) as lib/admit.c decides them (rl_admit.h): reads their state,
 -- admits in arrival order (refusals consume nothing), writes what was
 -- admitted. Returns an error text or nil, the count admitted, and per
 -- limit its state before (b1, b2: a count; the current and previous
 -- counts; a TAT; a log's sum and newest entry, lg its oldest entries).
-local function adecide(nw, kd, ks, k2, ex, L, U, wt, costs, k, c)
+local function adecide(nw, kd, ks, ix, ex, L, U, wt, costs, k, c)
     -- The state: used and cap per limit, in its units (rl_admit.h).
     local err, b1, b2, used, cap, nowus = nil, {}, {}, {}, {}, now * 1000
-    local lg, cmax = {}, c
+    local lg, cmax, sw = {}, c, {}
     if costs then
         for j = 1, k do if costs[j] > cmax then cmax = costs[j] end end
     end
@@ -194,15 +245,16 @@ local function adecide(nw, kd, ks, k2, ex, L, U, wt, costs, k, c)
             local v = rpcall('GET', ks[j])
             local v2 = 0
             if type(v) == 'table' then err = tostring(v.err); break end
-            v = tonumber(v or 0)
-            if kd[j] == 's' and v then
-                v2 = rpcall('GET', k2[j])
-                if type(v2) == 'table' then err = tostring(v2.err); break end
-                v2 = tonumber(v2 or 0)
+            if kd[j] == 's' then
+                local S, c1, c2, keep, wr
+                v, v2, S, c1, c2, keep, wr = sread(v, ix[j])
+                -- written back as S:c1:c2, the cost added to c1 (to c2
+                -- when S is I + 1)
+                sw[j] = {S, c1, c2, keep, wr}
+            else
+                v = tonumber(v or 0)
             end
-            if not v or not v2 then
-                err = 'ERR value is not an integer or out of range'; break
-            end
+            if not v then err = NOTINT; break end
             b1[j], b2[j] = v, v2
             if kd[j] == 'g' then
                 used[j], cap[j] = v > nowus and v - nowus or 0, L[j] * U[j]
@@ -243,8 +295,11 @@ local function adecide(nw, kd, ks, k2, ex, L, U, wt, costs, k, c)
             end
         end
         for j = 1, nw do
-            if kd[j] ~= 'g' and sum > 0 and
-                b1[j] + sum > 9007199254740991 then
+            local at = b1[j]
+            if kd[j] == 's' then
+                at = sw[j][1] > ix[j] and sw[j][3] or sw[j][2]
+            end
+            if kd[j] ~= 'g' and sum > 0 and at + sum > 9007199254740991 then
                 err = 'ERR increment or decrement would overflow'
             end
         end
@@ -256,9 +311,19 @@ local function adecide(nw, kd, ks, k2, ex, L, U, wt, costs, k, c)
                     ex[j])
             elseif kd[j] == 'g' then
                 local nt = nowus + used[j] + sum * U[j]
-                rcall('SET', ks[j], string.format('%.0f', nt))
-                rcall('PEXPIREAT', ks[j], string.format('%.0f',
-                    math.ceil(nt / 1000) + grace))
+                setx(ks[j], string.format('%.0f', nt),
+                    string.format('%.0f', math.ceil(nt / 1000) + grace))
+            elseif kd[j] == 's' then
+                local st = sw[j]
+                if st[5] then
+                    -- S == I + 1 adds to the previous count (I's)
+                    local v = st[1] > ix[j] and
+                        string.format('%.0f:%.0f:%.0f', st[1], st[2],
+                            st[3] + sum) or
+                        string.format('%.0f:%.0f:%.0f', st[1], st[2] + sum,
+                            st[3])
+                    if st[4] then setk(ks[j], v) else setx(ks[j], v, ex[j]) end
+                end
             else
                 rcall('INCRBY', ks[j], string.format('%.0f', sum))
                 if b1[j] == 0 then rcall('PEXPIREAT', ks[j], ex[j]) end
@@ -301,9 +366,9 @@ end
 -- 1024], a sliding-window-counter's within 2^36, a sliding window's
 -- within 10^6, a gcra's burst x interval within 366 days.
 local function qparse(q, k1, sc)
-    local base = string.match(k1, '^(.*):%d+:%a?%d*$')
+    local base = string.match(k1, '^(.*):%d+:%a?%a?%d*$')
     local n, any, seen = 0, false, {}
-    local kd, ks, k2, ex, L, U, wt, ws = {}, {}, {}, {}, {}, {}, {}, {}
+    local kd, ks, ix, ex, L, U, wt, ws = {}, {}, {}, {}, {}, {}, {}, {}
     for tok in string.gmatch(q, '%S+') do
         local l, s, rest = string.match(tok, '^(%d+)/(%d+)(.*)$')
         n = n + 1
@@ -332,8 +397,7 @@ local function qparse(q, k1, sc)
             ks[n], ex[n] = base .. ':' .. s .. ':' .. idx, (idx + 1) * W + grace
         elseif a == 's' then
             if lim > 68719476736 then L[n] = 68719476736 end
-            ks[n] = base .. ':' .. s .. ':s' .. idx
-            k2[n] = base .. ':' .. s .. ':s' .. (idx - 1)
+            ks[n], ix[n] = base .. ':' .. s .. ':s', idx
             ex[n] = (idx + 2) * W + grace
             wt[n] = math.ceil(((idx + 1) * W - now) * 65536 / W)
         elseif a == 'l' then
@@ -348,7 +412,7 @@ local function qparse(q, k1, sc)
         end
     end
     if n == 0 then return nil end
-    return n, any, kd, ks, k2, ex, L, U, wt, ws
+    return n, any, kd, ks, ix, ex, L, U, wt, ws
 end
 
 -- An op's reply entry as text, for an op a stored quota concerns: tag
@@ -402,7 +466,7 @@ for i = 1, tonumber(ARGV[4]) do
         local nw, qf, sc = tonumber(ARGV[p + 1]), ARGV[p + 2], 1
         p = p + 3
         if qf ~= '' then sc, p = tonumber(ARGV[p]), p + 1 end
-        local kd, ks, k2, ex, L, U, wt = {}, {}, {}, {}, {}, {}, {}
+        local kd, ks, ix, ex, L, U, wt = {}, {}, {}, {}, {}, {}, {}
         for j = 1, nw do
             local t = ARGV[p]
             kd[j], ks[j], kp = t, KEYS[kp], kp + 1
@@ -416,8 +480,8 @@ for i = 1, tonumber(ARGV[4]) do
             else
                 ex[j], L[j], U[j] = ARGV[p + 1], tonumber(ARGV[p + 2]), 1
                 if t == 's' then
-                    wt[j], k2[j], kp = tonumber(ARGV[p + 3]), KEYS[kp], kp + 1
-                    p = p + 4
+                    wt[j], ix[j] = tonumber(ARGV[p + 3]), tonumber(ARGV[p + 4])
+                    p = p + 5
                 else p = p + 3 end
             end
         end
@@ -438,18 +502,18 @@ for i = 1, tonumber(ARGV[4]) do
             kp = kp + 1
             if type(q) == 'table' then err = tostring(q.err); q = nil end
             if q then
-                local n2, _, kd2, ks2, k22, ex2, L2, U2, wt2, ws2 =
+                local n2, _, kd2, ks2, ix2, ex2, L2, U2, wt2, ws2 =
                     qparse(q, ks[1], sc)
                 if n2 then
-                    nw, kd, ks, k2, ex, L, U, wt, ws, tag =
-                        n2, kd2, ks2, k22, ex2, L2, U2, wt2, ws2, 'A'
+                    nw, kd, ks, ix, ex, L, U, wt, ws, tag =
+                        n2, kd2, ks2, ix2, ex2, L2, U2, wt2, ws2, 'A'
                 else tag = 'Q' end
             end
         end
         local adm, b1, b2, lg = 0, nil, nil, nil
         if not err then
             err, adm, b1, b2, lg =
-                adecide(nw, kd, ks, k2, ex, L, U, wt, costs, k, c)
+                adecide(nw, kd, ks, ix, ex, L, U, wt, costs, k, c)
         end
         if err then
             e = e or err
@@ -532,12 +596,12 @@ for i = 1, tonumber(ARGV[4]) do
             local q = rpcall('HGET', qk, qf)
             if type(q) == 'table' then qerr = tostring(q.err); q = nil end
             if q then
-                local n2, any, kd2, ks2, k22, ex2, L2, U2, wt2, ws2 =
+                local n2, any, kd2, ks2, ix2, ex2, L2, U2, wt2, ws2 =
                     qparse(q, ks[1], sc)
                 if not n2 then tag = 'Q'
                 elseif any then
                     -- Not only fixed windows: decided as an "a" op's.
-                    qa = {n2, kd2, ks2, k22, ex2, L2, U2, wt2, ws2}
+                    qa = {n2, kd2, ks2, ix2, ex2, L2, U2, wt2, ws2}
                 else
                     nw, ws, ks, ex, ls, tag = n2, ws2, ks2, ex2, L2, 'q'
                 end

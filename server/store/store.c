@@ -5,7 +5,7 @@
 
 #include "rl_window.h"
 
-size_t rls_wkey(const rls_op_t *op, const rls_wop_t *w, int prev, char *dst)
+size_t rls_wkey(const rls_op_t *op, const rls_wop_t *w, int which, char *dst)
 {
     size_t n = op->key_len;
 
@@ -22,7 +22,10 @@ size_t rls_wkey(const rls_op_t *op, const rls_wop_t *w, int prev, char *dst)
             dst[n++] = 's';
         if (w->phased)
             dst[n++] = 'p';
-        n += rl_put_u64(dst + n, prev && w->index ? w->index - 1 : w->index);
+        if (w->algo != RL_ALGO_SWC || which != RLS_WKEY_STATE)
+            n += rl_put_u64(dst + n, which == RLS_WKEY_PREV && w->index
+                                         ? w->index - 1
+                                         : w->index);
     }
     dst[n] = '\0';
     return n;

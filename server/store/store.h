@@ -38,9 +38,12 @@ typedef struct rls_store_s rls_store_t;
 
 /* One limit of an op: a fixed window (RL_ALGO_FIXED, one counter
  * "<key>:<window_s>:<index>", or ":p<index>" for windows staggered per
- * caller), a sliding-window-counter (RL_ALGO_SWC, the current and the
- * previous window's counters ":s<index>" and ":s<index - 1>", ":sp" when
- * staggered), a gcra (RL_ALGO_GCRA, one TAT in microseconds,
+ * caller), a sliding-window-counter (RL_ALGO_SWC: in the Redis stores one
+ * key "<key>:<window_s>:s", ":sp" when staggered, holding
+ * "<index>:<count>:<previous>", the window index the counts are of, its
+ * count and the previous window's; in the memory store a counter per
+ * window, ":s<index>" and ":sp<index>"), a gcra (RL_ALGO_GCRA, one TAT in
+ * microseconds,
  * "<key>:<window_s>:g") or a sliding window (RL_ALGO_SWL, one log,
  * "<key>:<window_s>:l", whose layout the Redis stores share: RLS_SWL_*
  * below). Each algorithm has its own keys, so a reload that
@@ -146,11 +149,18 @@ static inline const char *rls_store_err_name(int kind)
 #define RLS_SWL_HDR 32
 #define RLS_SWL_ENT 24
 
+/* Which key of a sliding-window-counter rls_wkey names: the Redis stores'
+ * one key (RLS_WKEY_STATE), or the memory store's counter of the current
+ * or the previous window. The other algorithms have one key whatever
+ * this says. */
+#define RLS_WKEY_STATE 0
+#define RLS_WKEY_CUR 1
+#define RLS_WKEY_PREV 2
+
 /* Formats the key of limit w of op into dst (RLS_WKEY_SIZE(op) bytes),
- * NUL-terminated; returns its length. prev: the previous window's counter
- * of a sliding-window-counter. */
+ * NUL-terminated; returns its length. */
 #define RLS_WKEY_SIZE(op) ((op)->key_len + 36)
-size_t rls_wkey(const rls_op_t *op, const rls_wop_t *w, int prev, char *dst);
+size_t rls_wkey(const rls_op_t *op, const rls_wop_t *w, int which, char *dst);
 
 /* The key of op's plain fixed window of window_s at index. */
 static inline size_t rls_wkey_fixed(const rls_op_t *op, uint32_t window_s,
@@ -160,11 +170,13 @@ static inline size_t rls_wkey_fixed(const rls_op_t *op, uint32_t window_s,
 
     w.window_s = window_s;
     w.index = index;
-    return rls_wkey(op, &w, 0, dst);
+    return rls_wkey(op, &w, RLS_WKEY_STATE, dst);
 }
 
-/* How many keys limit w uses (2 for a sliding-window-counter, else 1). */
-static inline uint32_t rls_wop_keys(const rls_wop_t *w)
+/* How many counts a Redis store reports for limit w before an op (2 for a
+ * sliding-window-counter: the current and previous windows', else 1; a
+ * sliding window's log reports its own way). */
+static inline uint32_t rls_wop_counts(const rls_wop_t *w)
 {
     return w->algo == RL_ALGO_SWC ? 2 : 1;
 }

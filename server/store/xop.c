@@ -187,7 +187,7 @@ static int send_req(xop_req_t *q)
         put_hex(keys[0] + x->key_len + 2, x->id);
         nk = 1 + (int)x->nwin;
         for (j = 0; j < x->nwin; j++)
-            rls_wkey(&op, &x->win[j], 0, keys[1 + j]);
+            rls_wkey(&op, &x->win[j], RLS_WKEY_STATE, keys[1 + j]);
     } else {
         memcpy(keys[0] + x->key_len, ":c", 3);
         nk = 1;
@@ -234,6 +234,10 @@ static int send_req(xop_req_t *q)
                 ARG("l", 1);
                 NUM(W);
                 NUM(ex);
+            } else if (w->algo == RL_ALGO_SWC) {
+                ARG("s", 1);
+                NUM(w->index);
+                ARG("0", 1);
             } else {
                 ARG("f", 1);
                 ARG("0", 1);

@@ -8,11 +8,13 @@
 -- reads Redis's own, so that the server's replay agrees with it).
 --
 -- Settle: KEYS[1] the marker "<key>:x<id>", KEYS[1 + j] the key of window
--- j (a sliding-window-counter's current counter). ARGV[3] the marker's
--- end, ARGV[4] delta, ARGV[5] when the reservation was decided, ARGV[6]
--- the number of windows, then three per window: "f" 0 0 (a counter,
--- fixed or sliding-window-counter, adjusted only when above 0: a batch may
--- remove a counter at 0, so 0 is no counter), "g" interval_us grace_ms (a
+-- j. ARGV[3] the marker's end, ARGV[4] delta, ARGV[5] when the
+-- reservation was decided, ARGV[6] the number of windows, then three per
+-- window: "f" 0 0 (a fixed window's counter, adjusted only when above 0:
+-- a batch may remove a counter at 0, so 0 is no counter), "s" index 0 (a
+-- sliding-window-counter's state "<index>:<count>:<previous>": the count
+-- of the window index charged, when the state still holds it and it is
+-- above 0, kept with its expiry), "g" interval_us grace_ms (a
 -- gcra's TAT in us) or "l" window_ms expiry_ms (a sliding window's log,
 -- store.h's RLS_SWL_* layout). Everything is read and checked before
 -- anything is written, so an error reply leaves the store as it was.
@@ -42,6 +44,16 @@ local rcall, tonumber, ssub, sfind, sfmt = redis.call, tonumber,
 local kind, now = ARGV[1], tonumber(ARGV[2])
 local MAXN = 9007199254740991
 local BAD = 'ERR not a sliding-window log'
+local NOTINT = 'ERR value is not an integer or out of range'
+local OVER = 'ERR increment or decrement would overflow'
+
+-- v + delta, never below 0; nil past MAXN.
+local function adj(v, delta)
+    local nv = v + delta
+    if nv < 0 then nv = 0 end
+    if nv > MAXN then return nil end
+    return nv
+end
 
 if kind == '1' then
     if rcall('EXISTS', KEYS[1]) == 1 then return {0, 0, 0, 0} end
@@ -51,7 +63,22 @@ if kind == '1' then
     for j = 1, nw do
         local key, a = KEYS[j + 1], ARGV[4 + 3 * j]
         local x, y = tonumber(ARGV[5 + 3 * j]), tonumber(ARGV[6 + 3 * j])
-        if a == 'f' or a == 'g' then
+        if a == 's' then
+            local v = rcall('GET', key)
+            if v then
+                local S, c1, c2 = string.match(v, '^(%d+):(%-?%d+):(%-?%d+)$')
+                S, c1, c2 = tonumber(S), tonumber(c1), tonumber(c2)
+                if not c2 then return redis.error_reply(NOTINT) end
+                local n1, n2 = c1, c2
+                if S == x and c1 > 0 then n1 = adj(c1, delta)
+                elseif S == x + 1 and c2 > 0 then n2 = adj(c2, delta) end
+                if not n1 or not n2 then return redis.error_reply(OVER) end
+                if n1 ~= c1 or n2 ~= c2 then
+                    plan[#plan + 1] = {'s', key,
+                        sfmt('%.0f:%.0f:%.0f', S, n1, n2)}
+                end
+            end
+        elseif a == 'f' or a == 'g' then
             local v = rcall('GET', key)
             if v then
                 v = tonumber(v)
@@ -147,6 +174,14 @@ if kind == '1' then
         local p = plan[i]
         if p[1] == 'f' then
             rcall('INCRBY', p[2], sfmt('%.0f', p[3]))
+        elseif p[1] == 's' then
+            if redis.REDIS_VERSION_NUM then
+                rcall('SET', p[2], p[3], 'KEEPTTL')
+            else
+                local t = rcall('PTTL', p[2])
+                rcall('SET', p[2], p[3])
+                if t > 0 then rcall('PEXPIRE', p[2], t) end
+            end
         elseif p[1] == 'g' then
             rcall('SET', p[2], sfmt('%.0f', p[3]))
             rcall('PEXPIREAT', p[2], sfmt('%.0f', math.ceil(p[3] / 1000) + p[4]))

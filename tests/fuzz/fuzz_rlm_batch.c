@@ -18,7 +18,8 @@
  *   - RLM_OK and RLM_LATE only with the deadline, clock and grace within
  *     [0, RLM_MS_MAX];
  *   - RLM_OK begins the reply once and *nput is the number of elements;
- *     every value it writes is a counter's digits (an int64); every
+ *     every value it writes is a counter's digits (an int64) or a
+ *     sliding-window-counter's state (digits and ':'); every
  *     counter it creates gets an expiry, and every expiry it sets is
  *     positive;
  *   - on a cluster, with KEYS in one slot, every counter it opens is in
@@ -127,8 +128,7 @@ static entry_t *find(env_t *v, const char *name, size_t len, int make)
     return &v->e[v->n++];
 }
 
-static void *k_open(void *env, size_t key, const char *name, size_t len,
-                    int write)
+static void *k_open(void *env, size_t key, const char *name, size_t len)
 {
     env_t *v = env;
     entry_t *e;
@@ -143,7 +143,7 @@ static void *k_open(void *env, size_t key, const char *name, size_t len,
         return NULL;
     CHECK(!e->open && v->opens < RLM_OPEN_MAX);
     e->open = 1;
-    e->write = write;
+    e->write = 1;
     v->opens++;
     return e;
 }
@@ -177,6 +177,26 @@ static void k_write(void *env, void *h, int64_t val, int64_t expire_ms)
     free(e->value);
     e->value = dup_bytes(t, (size_t)n);
     e->value_len = (size_t)n;
+    e->type = 'S';
+    if (expire_ms > 0)
+        e->expire = expire_ms;
+    ((env_t *)env)->writes++;
+}
+
+static void k_wtext(void *env, void *h, const char *s, size_t n,
+                    int64_t expire_ms)
+{
+    entry_t *e = h;
+    size_t i;
+
+    CHECK(e->open && e->write && (e->type == 0 || e->type == 'S'));
+    CHECK(n > 0 && n <= 72);
+    for (i = 0; i < n; i++)
+        CHECK((s[i] >= '0' && s[i] <= '9') || s[i] == ':' || s[i] == '-');
+    CHECK(expire_ms >= 0 && (e->type != 0 || expire_ms > 0));
+    free(e->value);
+    e->value = dup_bytes(s, n);
+    e->value_len = n;
     e->type = 'S';
     if (expire_ms > 0)
         e->expire = expire_ms;
@@ -337,9 +357,9 @@ static void k_sappend(void *env, void *h, const char *hdr, const char *ent,
     ((env_t *)env)->writes++;
 }
 
-static const rlm_io_t io = {k_open,  k_get,   k_write, k_del,
-                            k_close, k_quota, r_begin, r_int,
-                            r_str,   k_sget,  k_sset,  k_sappend};
+static const rlm_io_t io = {k_open,  k_get,   k_write,  k_wtext, k_del,
+                            k_close, k_quota, r_begin,  r_int,   r_str,
+                            k_sget,  k_sset,  k_sappend};
 
 /* Splits the input into its keyspace and its argument lines. Returns the
  * number of argument lines, or -1 when there is no "." line. */
@@ -707,6 +727,8 @@ static const edge_t log_lim_edges[] = {
     {"1", 1}, {"1000000", 1}, {"0", 0}, {"1000001", 0}};
 static const edge_t log_win_edges[] = {
     {"1", 1}, {"31622400000", 1}, {"0", 0}, {"31622400001", 0}};
+static const edge_t idx_edges[] = {
+    {"0", 1}, {"9007199254740991", 1}, {"-1", 0}, {"9007199254740992", 0}};
 static const edge_t exp_edges[] = {
     {"1", 1}, {"9007199254740991", 1}, {"0", 0}, {"9007199254740992", 0}};
 /* burst and interval: burst x interval within RL_GCRA_CAP_MAX_US. */
@@ -749,9 +771,23 @@ static size_t alg_formed(uint8_t *buf, size_t cap, expect_t *x)
     memset(x, 0, sizeof(*x));
     for (i = 0; i < 4; i++)
         for (j = 0; j < 8; j++) {
-            unsigned r = rlf_rand() % 18;
+            unsigned r = rlf_rand() % 20;
             if (r < 6)
                 continue;
+            if (r >= 18) {
+                /* a sliding-window-counter's state "index:count:previous"
+                 * about the ops' index (5), or (one time in 4) not one */
+                static const char *const bad[] = {"5:1",  "5:1:2:3", "-5:1:2",
+                                                  "5::2", "x:1:2",   "5:1:2 "};
+                if (rlf_rand() % 4 == 0)
+                    line(buf, cap, &len, "S rl:{c%zu}:k:1:%zu %s", i, j,
+                         bad[rlf_rand() % 6]);
+                else
+                    line(buf, cap, &len, "S rl:{c%zu}:k:1:%zu %u:%d:%d", i, j,
+                         2 + rlf_rand() % 6, (int)(rlf_rand() % 12) - 2,
+                         (int)(rlf_rand() % 12) - 2);
+                continue;
+            }
             if (r >= 16) {
                 /* a sliding window's log: two entries about the clock, a
                  * dropped one before them, or (r 17, one time in 4) one
@@ -818,11 +854,10 @@ static size_t alg_formed(uint8_t *buf, size_t cap, expect_t *x)
         if (quota)
             ARG("%s", rlf_rand() % 2 ? "1" : "0.5");
         for (l = 0; l < nl; l++) {
-            unsigned algo = rlf_rand() % 4, nkeys = algo == 1 ? 2 : 1;
-            int edge = edge_op == o && l == 0, e = (int)(rlf_rand() % 4);
-            for (j = 0; j < nkeys; j++)
-                snprintf(keys[nk++], sizeof(keys[0]), "rl:{c%u}:k:1:%u", caller,
-                         at++ % 8);
+            unsigned algo = rlf_rand() % 4;
+            int edge = edge_op == o && l == 0, e = (int)(rlf_rand() % 5);
+            snprintf(keys[nk++], sizeof(keys[0]), "rl:{c%u}:k:1:%u", caller,
+                     at++ % 8);
             if (algo == 3) {
                 ARG("l");
                 ARG("%s", edge && e == 0 ? pick(exp_edges, x) : "900000");
@@ -846,8 +881,10 @@ static size_t alg_formed(uint8_t *buf, size_t cap, expect_t *x)
             ARG(algo == 0 ? "f" : "s");
             ARG("%s", edge && e == 0 ? pick(exp_edges, x) : "900000");
             ARG("%s", edge && e == 1 ? pick(lim_edges, x) : "6");
-            if (algo == 1)
+            if (algo == 1) {
                 ARG("%s", edge && e == 2 ? pick(weight_edges, x) : "40000");
+                ARG("%s", edge && e == 3 ? pick(idx_edges, x) : "5");
+            }
         }
         if (quota)
             snprintf(keys[nk++], sizeof(keys[0]), "rl:{c%u}:q", caller);

@@ -360,9 +360,19 @@ static void test_refusal_consumes_nothing_and_ttls(void **state)
         assert_int_equal(redis_ll(c, "GET %s", k), 20);
         assert_int_equal(redis_ll(c, "PEXPIRETIME %s", k),
                          (long long)(B + 86400000 + 1000));
-        snprintf(k, sizeof(k), "rl:{u}:r:m:60:s%llu",
-                 (unsigned long long)(t / 60000));
-        assert_int_equal(redis_ll(c, "GET %s", k), 20);
+        /* A sliding-window-counter's one key: its window, count and the
+         * previous window's. */
+        snprintf(k, sizeof(k), "rl:{u}:r:m:60:s");
+        {
+            redisReply *r = redisCommand(c, "GET %s", k);
+            char want[64];
+            assert_non_null(r);
+            assert_int_equal(r->type, REDIS_REPLY_STRING);
+            snprintf(want, sizeof(want), "%llu:20:0",
+                     (unsigned long long)(t / 60000));
+            assert_string_equal(r->str, want);
+            freeReplyObject(r);
+        }
         assert_int_equal(redis_ll(c, "PEXPIRETIME %s", k),
                          (long long)((t / 60000 + 2) * 60000 + 1000));
         assert_int_equal(redis_ll(c, "GET %s", "rl:{u}:r:m:1:g"),

@@ -188,6 +188,37 @@ long long int_of(redisContext *c, const char *fmt, const char *arg)
     return v;
 }
 
+const char *str_of(redisContext *c, const char *key, char *buf, size_t n)
+{
+    redisReply *r = redisCommand(c, "GET %s", key);
+    const char *v = NULL;
+
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_STRING) {
+        assert_true(r->len < n);
+        memcpy(buf, r->str, r->len);
+        buf[r->len] = '\0';
+        v = buf;
+    } else if (r->type != REDIS_REPLY_NIL) {
+        fail_msg("GET %s: reply type %d %s", key, r->type,
+                 r->type == REDIS_REPLY_ERROR ? r->str : "");
+    }
+    freeReplyObject(r);
+    return v;
+}
+
+void str_is(redisContext *c, const char *key, const char *want)
+{
+    char buf[256];
+    const char *v = str_of(c, key, buf, sizeof(buf));
+
+    if (want == NULL && v != NULL)
+        fail_msg("%s holds \"%s\", want it missing", key, v);
+    if (want != NULL && (v == NULL || strcmp(v, want) != 0))
+        fail_msg("%s holds %s%s%s, want \"%s\"", key, v ? "\"" : "",
+                 v ? v : "nothing", v ? "\"" : "", want);
+}
+
 long long dbsize(redisContext *c)
 {
     redisReply *r = redisCommand(c, "DBSIZE");
@@ -377,19 +408,21 @@ size_t all_expire(const snap_t *s)
 /* Batches of every kind under tag t: runs of one profile, listed and
  * equal costs, refusals, a stored quota (its counters named by the
  * module), a counter at 0 that a refusal removes, and ops of other
- * algorithms (a fixed window, a sliding window over a previous counter,
- * a gcra's TAT). Every expiry is minutes away (a grace of 10 min for the
- * stored quota's windows and the TAT), so that none passes while a test
- * compares. */
+ * algorithms (a fixed window, a sliding-window-counter's one key whose
+ * state was of the previous window, a gcra's TAT). Every expiry is
+ * minutes away (a grace of 10 min for the stored quota's windows and the
+ * TAT), so that none passes while a test compares. */
 void mix(redisContext *c, const char *t)
 {
     long long now = redis_ms(c), exp = now + 600000, exp2 = now + 900000;
+    long long idx = now / 60000;
     char zero[64];
     int i;
 
     ok(c, "HSET rl:{%s}:q b %s", t, "3/60 5/3600");
     ok(c, "SET rl:{%s}:r:z:60:1 0 PX 600000", t);
-    ok(c, "SET rl:{%s}:r:g:60:s4 2 PX 600000", t);
+    /* The previous window's count 2: the first op moves it on. */
+    ok(c, "SET rl:{%s}:r:g:60:s %lld:2:0 PX 600000", t, idx - 1);
     for (i = 0; i < 4; i++) {
         rlb_ok(c,
                "4 rl:{%s}:r:a:60:1 rl:{%s}:r:a:3600:1 rl:{%s}:r:c:60:1 "
@@ -403,10 +436,10 @@ void mix(redisContext *c, const char *t)
                now, exp);
         /* Both admitted the first time, the gcra full after. */
         rlb_ok(c,
-               "4 rl:{%s}:r:f:60:5 rl:{%s}:r:g:60:s5 rl:{%s}:r:g:60:s4 "
-               "rl:{%s}:r:h:1:g 0 %lld 600000 1 0 a 3 '' f %lld 3 s %lld 4 "
-               "32768 g 2 1000000 2 1 1",
-               t, t, t, t, now, exp, exp);
+               "3 rl:{%s}:r:f:60:5 rl:{%s}:r:g:60:s rl:{%s}:r:h:1:g 0 %lld "
+               "600000 1 0 a 3 '' f %lld 3 s %lld 4 32768 %lld g 2 1000000 "
+               "2 1 1",
+               t, t, t, now, exp, exp, idx);
     }
     rlb_ok(c, "1 rl:{%s}:r:z:60:1 0 %lld 600000 1 0 0 1 '' %lld 4 -1 5", t, now,
            exp);

@@ -51,6 +51,13 @@ void ok(redisContext *c, const char *fmt, ...);
 /* The integer reply of a command with one string argument. */
 long long int_of(redisContext *c, const char *fmt, const char *arg);
 
+/* The value of the string key into buf (n bytes): buf, or NULL when the
+ * key is missing. */
+const char *str_of(redisContext *c, const char *key, char *buf, size_t n);
+
+/* The string key holds want (NULL: it is missing). */
+void str_is(redisContext *c, const char *key, const char *want);
+
 /* DBSIZE. */
 long long dbsize(redisContext *c);
 
@@ -96,10 +103,10 @@ size_t all_expire(const snap_t *s);
 /* Batches of every kind under tag t: runs of one profile, listed and
  * equal costs, refusals, a stored quota (its counters named by the
  * module), a counter at 0 that a refusal removes, and ops of other
- * algorithms (a fixed window, a sliding window over a previous counter,
- * a gcra's TAT). Every expiry is minutes away (a grace of 10 min for the
- * stored quota's windows and the TAT), so that none passes while a test
- * compares. */
+ * algorithms (a fixed window, a sliding-window-counter's one key whose
+ * state was of the previous window, a gcra's TAT). Every expiry is
+ * minutes away (a grace of 10 min for the stored quota's windows and the
+ * TAT), so that none passes while a test compares. */
 void mix(redisContext *c, const char *t);
 
 #endif

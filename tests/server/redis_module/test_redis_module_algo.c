@@ -5,10 +5,11 @@
  * here from the script's formulas (redis_script.lua), not from lib/'s
  * code the module runs: a fixed window uses its count of its limit; a
  * sliding window its current count plus ceil(min(prev, limit) x weight /
- * 65536); a gcra max(TAT - now, 0) us of burst x interval, a request
- * using cost x interval. And a stored quota named on a window staggered
- * per caller (":<w>:p<index>") finds its counters' base as the script's
- * pattern does. */
+ * 65536), both read from its one key's state "<index>:<count>:<previous>"
+ * at the op's window index; a gcra max(TAT - now, 0) us of burst x
+ * interval, a request using cost x interval. And a stored quota named on
+ * a window staggered per caller (":<w>:p<index>") finds its counters'
+ * base as the script's pattern does. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -91,65 +92,80 @@ static long long ms_ceil(long long us)
 /* ---- one op of every algorithm -------------------------------------------*/
 
 /* The keys of tag t: a fixed window's counter F, a sliding window's
- * current and previous counters SC and SP, a gcra's TAT G. */
+ * state S, a gcra's TAT G. */
 #define F "rl:{%s}:r:a:60:5"
-#define SC "rl:{%s}:r:b:60:s5"
-#define SP "rl:{%s}:r:b:60:s4"
+#define S "rl:{%s}:r:b:60:s"
 #define G "rl:{%s}:r:c:1:g"
 
 typedef struct {
-    char f[64], sc[64], sp[64], g[64];
-    char all[256]; /* the four, in that order, as KEYS */
+    char f[64], s[64], g[64];
+    char all[256]; /* the three, in that order, as KEYS */
 } keys_t;
 
 static void keys_of(keys_t *k, const char *t)
 {
     snprintf(k->f, sizeof(k->f), F, t);
-    snprintf(k->sc, sizeof(k->sc), SC, t);
-    snprintf(k->sp, sizeof(k->sp), SP, t);
+    snprintf(k->s, sizeof(k->s), S, t);
     snprintf(k->g, sizeof(k->g), G, t);
-    snprintf(k->all, sizeof(k->all), "%s %s %s %s", k->f, k->sc, k->sp, k->g);
+    snprintf(k->all, sizeof(k->all), "%s %s %s", k->f, k->s, k->g);
+}
+
+/* A sliding window's state: "<at>:<count>:<previous>". */
+static const char *state_text(char *buf, size_t n, long long at,
+                              long long count, long long prev)
+{
+    snprintf(buf, n, "%lld:%lld:%lld", at, count, prev);
+    return buf;
+}
+
+/* The sliding window's key holds that state. */
+static void state_is(redisContext *c, const char *key, long long at,
+                     long long count, long long prev)
+{
+    char want[72];
+
+    str_is(c, key, state_text(want, sizeof(want), at, count, prev));
 }
 
 /* One op of a fixed window (limit 5), a sliding window (limit 8, weight
  * 1/2) and a gcra (burst 3, one a second): each key as the script's
  * formulas say, and the reply the count admitted then each key's value
- * before (the TAT 0 when missing). Decided again later by the clock, with
- * listed costs, then refused: a refusal changes nothing. */
+ * before (the sliding window's current and previous counts, the TAT 0
+ * when missing). Decided again later by the clock, with listed costs,
+ * then refused: a refusal changes nothing. */
 static void test_alg_fixed_swc_gcra_in_one_op(void **state)
 {
     fx_t *f = *state;
     static snap_t before, after;
     redisContext *c;
-    long long now, exp, fexp, pexp0, tat;
+    long long now, exp, fexp, tat, I;
     keys_t k;
 
     node_start(f, 0, 1, NULL);
     c = f->c[0];
     now = redis_ms(c);
     exp = now + 600000;
+    I = now / 60000;
     keys_of(&k, "m");
     ok(c, "SET %s 2 PX 500000", k.f);
-    ok(c, "SET %s 10 PX 700000", k.sp);
+    /* The previous window's count 10, that window's state. */
+    ok(c, "SET %s %lld:10:3 PX 700000", k.s, I - 1);
     fexp = pexp(c, k.f);
-    pexp0 = pexp(c, k.sp);
 
     /* Room: fixed 5 - 2 = 3; sliding 8 - (0 + ceil(min(10, 8) / 2)) = 4;
      * gcra 3e6 - 0 us, 3 requests. 4 requests of 1: 3 admitted. */
     {
         const long long want[] = {3, 2, 0, 10, 0};
         rlb_ints(c, 5, want,
-                 "4 %s 0 %lld 600000 1 0 a 3 '' f %lld 5 s %lld 8 32768 g 3 "
-                 "1000000 -4 1",
-                 k.all, now, exp, exp);
+                 "3 %s 0 %lld 600000 1 0 a 3 '' f %lld 5 s %lld 8 32768 %lld "
+                 "g 3 1000000 -4 1",
+                 k.all, now, exp, exp, I);
     }
     tat = now * 1000 + 3000000;
     assert_int_equal(val(c, k.f), 5);
     assert_int_equal(pexp(c, k.f), fexp); /* it had one: kept */
-    assert_int_equal(val(c, k.sc), 3);
-    assert_int_equal(pexp(c, k.sc), exp); /* it started: given */
-    assert_int_equal(val(c, k.sp), 10);   /* the previous: only read */
-    assert_int_equal(pexp(c, k.sp), pexp0);
+    state_is(c, k.s, I, 3, 10);           /* moved on to window I */
+    assert_int_equal(pexp(c, k.s), exp);  /* a new window: given */
     assert_int_equal(val(c, k.g), tat);
     assert_int_equal(pexp(c, k.g), ms_ceil(tat) + 600000);
 
@@ -159,14 +175,14 @@ static void test_alg_fixed_swc_gcra_in_one_op(void **state)
     {
         const long long want[] = {1, 5, 3, 10, tat};
         rlb_ints(c, 5, want,
-                 "4 %s 0 %lld 600000 1 0 a 3 '' f %lld 9 s %lld 8 32768 g 3 "
-                 "1000000 3 1 1 1",
-                 k.all, now + 1500, exp, exp);
+                 "3 %s 0 %lld 600000 1 0 a 3 '' f %lld 9 s %lld 8 32768 %lld "
+                 "g 3 1000000 3 1 1 1",
+                 k.all, now + 1500, exp + 1500, exp + 1500, I);
     }
     assert_int_equal(val(c, k.f), 6);
-    assert_int_equal(val(c, k.sc), 4);
-    assert_int_equal(pexp(c, k.sc), exp);
-    assert_int_equal(val(c, k.sp), 10);
+    assert_int_equal(pexp(c, k.f), fexp);
+    state_is(c, k.s, I, 4, 10);
+    assert_int_equal(pexp(c, k.s), exp); /* the same window: kept */
     assert_int_equal(val(c, k.g), tat + 1000000);
     assert_int_equal(pexp(c, k.g), ms_ceil(tat + 1000000) + 600000);
 
@@ -175,9 +191,9 @@ static void test_alg_fixed_swc_gcra_in_one_op(void **state)
     {
         const long long want[] = {0, 6, 4, 10, tat + 1000000};
         rlb_ints(c, 5, want,
-                 "4 %s 0 %lld 600000 1 0 a 3 '' f %lld 9 s %lld 8 32768 g 3 "
-                 "1000000 -1 1",
-                 k.all, now + 1500, exp, exp);
+                 "3 %s 0 %lld 600000 1 0 a 3 '' f %lld 9 s %lld 8 32768 %lld "
+                 "g 3 1000000 -1 1",
+                 k.all, now + 1500, exp, exp, I);
     }
     snap(c, "*", &after);
     same_snap(&before, &after, "a refused op");
@@ -186,14 +202,15 @@ static void test_alg_fixed_swc_gcra_in_one_op(void **state)
 /* ---- refusals -----------------------------------------------------------*/
 
 /* An op refused whole leaves every key as it was, whichever limit has no
- * room: nothing created, nothing incremented, no expiry set, and a
- * counter found at 0 stays (where a plain op removes it). */
+ * room: nothing created, nothing incremented, no expiry set, a counter
+ * found at 0 stays (where a plain op removes it), and a sliding window's
+ * state of the previous window is not moved on. */
 static void test_alg_refusal_writes_nothing(void **state)
 {
     fx_t *f = *state;
     static snap_t before, after;
     redisContext *c;
-    long long now, exp, tat;
+    long long now, exp, tat, I;
     keys_t k;
     int i;
 
@@ -202,29 +219,32 @@ static void test_alg_refusal_writes_nothing(void **state)
     now = redis_ms(c);
     exp = now + 600000;
     tat = now * 1000 + 3000000;
+    I = now / 60000;
     for (i = 0; i < 5; i++) {
         char t[8];
         /* What has no room: the fixed window; the sliding one, from its
-         * previous counter alone; the gcra; none for the cost 6 (room
-         * 5, 8, 3 requests); none for the cost 4 (the gcra's burst 3). */
+         * previous count alone (a state of the previous window); the
+         * gcra; none for the cost 6 (room 5, 8, 3 requests); none for
+         * the cost 4 (the gcra's burst 3). */
         static const char *const costs[] = {"-1 1", "-1 1", "-1 1", "-1 6",
                                             "2 4 6"};
         snprintf(t, sizeof(t), "z%d", i);
         keys_of(&k, t);
         ok(c, "SET %s %d PX 500000", k.f, i == 0 ? 5 : 0);
-        ok(c, "SET %s 0 PX 500000", k.sc);
-        ok(c, "SET %s %d PX 500000", k.sp, i == 1 ? 8 : 0);
+        if (i == 1)
+            ok(c, "SET %s %lld:8:5 PX 500000", k.s, I - 1);
+        else
+            ok(c, "SET %s %lld:0:0 PX 500000", k.s, I);
         if (i == 2)
             ok(c, "SET %s %lld PX 500000", k.g, tat);
         snap(c, "*", &before);
         {
             const long long want[] = {0, i == 0 ? 5 : 0, 0, i == 1 ? 8 : 0,
                                       i == 2 ? tat : 0};
-            rlb_ints(
-                c, 5, want,
-                "4 %s 0 %lld 600000 1 0 a 3 '' f %lld 5 s %lld 8 65536 g 3 "
-                "1000000 %s",
-                k.all, now, exp, exp, costs[i]);
+            rlb_ints(c, 5, want,
+                     "3 %s 0 %lld 600000 1 0 a 3 '' f %lld 5 s %lld 8 65536 "
+                     "%lld g 3 1000000 %s",
+                     k.all, now, exp, exp, I, costs[i]);
         }
         snap(c, "*", &after);
         same_snap(&before, &after, costs[i]);
@@ -235,13 +255,13 @@ static void test_alg_refusal_writes_nothing(void **state)
     {
         const long long want[] = {2, 0, 0, 0, 0};
         rlb_ints(c, 5, want,
-                 "4 %s 0 %lld 600000 1 0 a 3 '' f %lld 3 s %lld 8 65536 g 5 "
-                 "1000000 3 4 2 1",
-                 k.all, now, exp, exp);
+                 "3 %s 0 %lld 600000 1 0 a 3 '' f %lld 3 s %lld 8 65536 %lld "
+                 "g 5 1000000 3 4 2 1",
+                 k.all, now, exp, exp, I);
     }
     assert_int_equal(val(c, k.f), 3);
-    assert_int_equal(val(c, k.sc), 3);
-    assert_int_equal(int_of(c, "EXISTS %s", k.sp), 0);
+    state_is(c, k.s, I, 3, 0);
+    assert_int_equal(pexp(c, k.s), exp);
     assert_int_equal(val(c, k.g), now * 1000 + 3000000);
 }
 
@@ -277,19 +297,23 @@ static void set_or_not(redisContext *c, const char *key, long long v,
 }
 
 /* The same keys in tags e<i> and l<i>, decided by "-k c" in the one and by
- * k costs c listed in the other, over counts and TATs of every kind: the
- * same replies, the same keys and expiries, and the count the formulas
- * give, each key as they say. Limits: fixed 8; sliding 10, weight 40000
- * / 65536; gcra burst 4, 500 ms apart (2e6 us). */
+ * k costs c listed in the other, over counts, states and TATs of every
+ * kind: the same replies, the same keys and expiries, and the count the
+ * formulas give, each key as they say. Limits: fixed 8; sliding 10,
+ * weight 40000 / 65536; gcra burst 4, 500 ms apart (2e6 us). The sliding
+ * window's state: missing; of the op's window I (counts 2 and 9, its
+ * expiry kept when written); of window I - 1 (its count 3 the previous
+ * one, its expiry given when written). */
 static void test_alg_equal_and_listed_costs_agree(void **state)
 {
     static const long long fs[] = {-1, 0, 3, 7};
-    static const long long scs[][2] = {{-1, -1}, {2, 9}, {0, 3}};
+    /* the state's window from I (-9: missing), count, previous */
+    static const long long scs[][3] = {{-9, 0, 0}, {0, 2, 9}, {-1, 3, 5}};
     static const long long gs[] = {-1, -2000000, 1500001, 4000000};
     static const long long ks[] = {1, 3, 6};
     fx_t *f = *state;
     redisContext *c;
-    long long now, exp, kept;
+    long long now, exp, kept, I;
     size_t fi, si, gi, ki, ci;
     int i = 0, some = 0, none = 0;
 
@@ -298,6 +322,7 @@ static void test_alg_equal_and_listed_costs_agree(void **state)
     now = redis_ms(c);
     exp = now + 600000;
     kept = now + 500000;
+    I = now / 60000;
     for (fi = 0; fi < 4; fi++)
         for (si = 0; si < 3; si++)
             for (gi = 0; gi < 4; gi++)
@@ -305,8 +330,11 @@ static void test_alg_equal_and_listed_costs_agree(void **state)
                     for (ci = 1; ci <= 2; ci++, i++) {
                         long long k = ks[ki], cost = (long long)ci, a, g0 = -1,
                                   p, want[5];
-                        long long cur = scs[si][0], prev = scs[si][1];
-                        char te[16], tl[16], listed[64];
+                        int has = scs[si][0] != -9, same = scs[si][0] == 0;
+                        /* what the op reads from the state */
+                        long long cur = same ? scs[si][1] : 0,
+                                  prev = same ? scs[si][2] : scs[si][1];
+                        char te[16], tl[16], listed[64], sv[2][72];
                         lim_t l[3];
                         keys_t ke, kl;
                         int j, n = 0;
@@ -321,8 +349,10 @@ static void test_alg_equal_and_listed_costs_agree(void **state)
                         for (j = 0; j < 2; j++) {
                             const keys_t *kk = j == 0 ? &ke : &kl;
                             set_or_not(c, kk->f, fs[fi], kept);
-                            set_or_not(c, kk->sc, cur, kept);
-                            set_or_not(c, kk->sp, prev, kept);
+                            if (has)
+                                ok(c, "SET %s %lld:%lld:%lld PXAT %lld", kk->s,
+                                   I + scs[si][0], scs[si][1], scs[si][2],
+                                   kept);
                             set_or_not(c, kk->g, g0, kept);
                         }
                         n = snprintf(listed, sizeof(listed), "%lld", k);
@@ -330,18 +360,16 @@ static void test_alg_equal_and_listed_costs_agree(void **state)
                             n +=
                                 snprintf(listed + n, sizeof(listed) - (size_t)n,
                                          " %lld", cost);
-                        r[0] =
-                            rlb_arr(c,
-                                    "4 %s 0 %lld 600000 1 0 a 3 '' f %lld 8 s "
-                                    "%lld 10 40000 "
-                                    "g 4 500000 -%lld %lld",
-                                    ke.all, now, exp, exp, k, cost);
-                        r[1] =
-                            rlb_arr(c,
-                                    "4 %s 0 %lld 600000 1 0 a 3 '' f %lld 8 s "
-                                    "%lld 10 40000 "
-                                    "g 4 500000 %s",
-                                    kl.all, now, exp, exp, listed);
+                        r[0] = rlb_arr(c,
+                                       "3 %s 0 %lld 600000 1 0 a 3 '' f %lld 8 "
+                                       "s %lld 10 40000 %lld "
+                                       "g 4 500000 -%lld %lld",
+                                       ke.all, now, exp, exp, I, k, cost);
+                        r[1] = rlb_arr(c,
+                                       "3 %s 0 %lld 600000 1 0 a 3 '' f %lld 8 "
+                                       "s %lld 10 40000 %lld "
+                                       "g 4 500000 %s",
+                                       kl.all, now, exp, exp, I, listed);
 
                         /* The formulas. */
                         p = prev > 10 ? 10 : prev > 0 ? prev : 0;
@@ -354,8 +382,8 @@ static void test_alg_equal_and_listed_costs_agree(void **state)
                         a = admit_equal(l, 3, k, cost);
                         want[0] = a;
                         want[1] = fs[fi] > 0 ? fs[fi] : 0;
-                        want[2] = cur > 0 ? cur : 0;
-                        want[3] = prev > 0 ? prev : 0;
+                        want[2] = cur;
+                        want[3] = prev;
                         want[4] = g0 > 0 ? g0 : 0;
                         ints(r[0], 5, want, "equal costs");
                         ints(r[1], 5, want, listed);
@@ -365,14 +393,14 @@ static void test_alg_equal_and_listed_costs_agree(void **state)
                         none += a == 0;
                         for (j = 0; j < 2; j++) {
                             const keys_t *kk = j == 0 ? &ke : &kl;
-                            /* The previous counter is only read. */
-                            assert_int_equal(pexp(c, kk->sp),
-                                             prev >= 0 ? kept : -2);
                             if (a == 0) {
                                 assert_int_equal(pexp(c, kk->f),
                                                  fs[fi] >= 0 ? kept : -2);
-                                assert_int_equal(pexp(c, kk->sc),
-                                                 cur >= 0 ? kept : -2);
+                                assert_int_equal(pexp(c, kk->s),
+                                                 has ? kept : -2);
+                                if (has)
+                                    state_is(c, kk->s, I + scs[si][0],
+                                             scs[si][1], scs[si][2]);
                                 assert_int_equal(pexp(c, kk->g),
                                                  g0 >= 0 ? kept : -2);
                                 continue;
@@ -380,10 +408,8 @@ static void test_alg_equal_and_listed_costs_agree(void **state)
                             assert_int_equal(val(c, kk->f), want[1] + a * cost);
                             assert_int_equal(pexp(c, kk->f),
                                              fs[fi] > 0 ? kept : exp);
-                            assert_int_equal(val(c, kk->sc),
-                                             want[2] + a * cost);
-                            assert_int_equal(pexp(c, kk->sc),
-                                             cur > 0 ? kept : exp);
+                            state_is(c, kk->s, I, cur + a * cost, prev);
+                            assert_int_equal(pexp(c, kk->s), same ? kept : exp);
                             assert_int_equal(val(c, kk->g),
                                              now * 1000 + l[2].used +
                                                  a * cost * 500000);
@@ -392,17 +418,20 @@ static void test_alg_equal_and_listed_costs_agree(void **state)
                         }
                         /* Both tags hold the same. */
                         assert_int_equal(pexp(c, ke.f), pexp(c, kl.f));
-                        assert_int_equal(pexp(c, ke.sc), pexp(c, kl.sc));
+                        assert_int_equal(pexp(c, ke.s), pexp(c, kl.s));
                         assert_int_equal(pexp(c, ke.g), pexp(c, kl.g));
                         for (j = 0; j < 3; j++) {
                             const char *x = j == 0   ? ke.f
-                                            : j == 1 ? ke.sc
+                                            : j == 1 ? ke.s
                                                      : ke.g;
                             const char *y = j == 0   ? kl.f
-                                            : j == 1 ? kl.sc
+                                            : j == 1 ? kl.s
                                                      : kl.g;
-                            if (pexp(c, x) != -2)
-                                assert_int_equal(val(c, x), val(c, y));
+                            const char *vx = str_of(c, x, sv[0], sizeof(sv[0]));
+                            const char *vy = str_of(c, y, sv[1], sizeof(sv[1]));
+                            assert_true((vx == NULL) == (vy == NULL));
+                            if (vx != NULL)
+                                assert_string_equal(vx, vy);
                         }
                     }
     /* Both outcomes, often. */
@@ -483,90 +512,79 @@ static void test_alg_gcra_tat_and_expiry(void **state)
 
 /* ---- the sliding-window-counter ------------------------------------------*/
 
-/* A sliding window alone (limit 8): the previous counter weighs
- * ceil(min(prev, 8) x weight / 65536) and is never written (nor touched:
- * a WATCH on it survives, where one on the current counter does not);
- * the current counter is incremented, given its expiry when it was
- * missing or 0, keeping its own otherwise. */
-static void test_alg_swc_reads_prev_writes_cur(void **state)
+/* A sliding window alone (limit 8), its one key's state "I:cur:prev" at
+ * the op's window index I: the previous count weighs ceil(min(prev, 8) x
+ * weight / 65536); the admitted cost is added to the current count and
+ * the state written back whole, keeping the key's expiry in its window
+ * and given the op's when the window moved on (the count then the
+ * previous one). A WATCH on the key does not survive a batch that writes
+ * it. */
+static void test_alg_swc_weight_and_expiry(void **state)
 {
     fx_t *f = *state;
     redisContext *c, *w;
     redisReply *r;
-    long long now, exp, kept;
-    const char *sc = "rl:{s}:r:b:60:s5", *sp = "rl:{s}:r:b:60:s4";
+    long long now, exp, kept, I;
+    const char *s = "rl:{s}:r:b:60:s";
 
     node_start(f, 0, 1, NULL);
     c = f->c[0];
     now = redis_ms(c);
     exp = now + 600000;
     kept = now + 500000;
+    I = now / 60000;
 #define SWC(weight, costs)                                                     \
-    "2 %s %s 0 %lld 600000 1 0 a 1 '' s %lld 8 " weight " " costs, sc, sp,     \
-        now, exp
+    "1 %s 0 %lld 600000 1 0 a 1 '' s %lld 8 " weight " %lld " costs, s, now,   \
+        exp, I
 
-    /* 100 counts as 8, half of it as 4: room 4 of 6 requests. */
-    ok(c, "SET %s 100 PXAT %lld", sp, kept);
+    /* The previous window's 100 counts as 8, half of it as 4: room 4 of 6
+     * requests; moved on to I, its expiry given. */
+    ok(c, "SET %s %lld:100:0 PXAT %lld", s, I - 1, kept);
     {
         const long long want[] = {4, 0, 100};
         rlb_ints(c, 3, want, SWC("32768", "-6 1"));
     }
-    assert_int_equal(val(c, sc), 4);
-    assert_int_equal(pexp(c, sc), exp);
-    assert_int_equal(val(c, sp), 100);
-    assert_int_equal(pexp(c, sp), kept);
-    /* All of it weighs 8: no room. */
-    ok(c, "SET %s 0 PXAT %lld", sc, kept);
+    state_is(c, s, I, 4, 100);
+    assert_int_equal(pexp(c, s), exp);
+    /* All of it weighs 8: no room, nothing written. */
+    ok(c, "SET %s %lld:0:100 PXAT %lld", s, I, kept);
     {
         const long long want[] = {0, 0, 100};
         rlb_ints(c, 3, want, SWC("65536", "-1 1"));
     }
-    assert_int_equal(val(c, sc), 0);
-    assert_int_equal(pexp(c, sc), kept);
-    /* The least weight: ceil(8 / 65536) = 1, room 7; the counter found at
-     * 0 gets its expiry. */
+    state_is(c, s, I, 0, 100);
+    assert_int_equal(pexp(c, s), kept);
+    /* The least weight: ceil(8 / 65536) = 1, room 7; in its window the
+     * key keeps its expiry, even with a count of 0. */
     {
         const long long want[] = {7, 0, 100};
         rlb_ints(c, 3, want, SWC("1", "-9 1"));
     }
-    assert_int_equal(val(c, sc), 7);
-    assert_int_equal(pexp(c, sc), exp);
-    /* A current counter that counts keeps its expiry; one below 0 counts
-     * as 0 and keeps its own too. A previous one below 0 weighs 0. */
-    ok(c, "SET %s 2 PXAT %lld", sc, kept);
-    ok(c, "SET %s -4 PXAT %lld", sp, kept);
+    state_is(c, s, I, 7, 100);
+    assert_int_equal(pexp(c, s), kept);
+    /* A previous count below 0 weighs 0; listed costs. */
+    ok(c, "SET %s %lld:2:-4 PXAT %lld", s, I, kept);
     {
         const long long want[] = {3, 2, -4};
         rlb_ints(c, 3, want, SWC("65536", "3 1 2 3"));
     }
-    assert_int_equal(val(c, sc), 8);
-    assert_int_equal(pexp(c, sc), kept);
-    ok(c, "SET %s -3 PXAT %lld", sc, kept);
-    ok(c, "DEL %s", sp);
+    state_is(c, s, I, 8, -4);
+    assert_int_equal(pexp(c, s), kept);
+    /* A current count below 0 counts as 0, and is added to. */
+    ok(c, "SET %s %lld:-3:0 PXAT %lld", s, I, kept);
     {
         const long long want[] = {1, -3, 0};
         rlb_ints(c, 3, want, SWC("65536", "-1 8"));
     }
-    assert_int_equal(val(c, sc), 5);
-    assert_int_equal(pexp(c, sc), kept);
-    assert_int_equal(int_of(c, "EXISTS %s", sp), 0);
+    state_is(c, s, I, 5, 0);
+    assert_int_equal(pexp(c, s), kept);
 
-    /* A WATCH on the previous counter survives a batch; one on the
-     * current counter, which it writes, does not. */
+    /* A WATCH on the key does not survive a batch that writes it. */
     w = redisConnect("127.0.0.1", f->r[0].port);
     assert_non_null(w);
     assert_int_equal(w->err, 0);
-    ok(c, "SET %s 0 PXAT %lld", sc, kept);
-    ok(c, "SET %s 3 PXAT %lld", sp, kept);
-    ok(w, "WATCH %s", sp);
-    rlb_ok(c, SWC("65536", "-1 1"));
-    ok(w, "MULTI");
-    ok(w, "PING");
-    r = redisCommand(w, "EXEC");
-    assert_non_null(r);
-    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
-    freeReplyObject(r);
-    ok(w, "WATCH %s", sc);
+    ok(c, "SET %s %lld:0:3 PXAT %lld", s, I, kept);
+    ok(w, "WATCH %s", s);
     rlb_ok(c, SWC("65536", "-1 1"));
     ok(w, "MULTI");
     ok(w, "PING");
@@ -575,8 +593,119 @@ static void test_alg_swc_reads_prev_writes_cur(void **state)
     assert_int_equal(r->type, REDIS_REPLY_NIL);
     freeReplyObject(r);
     redisFree(w);
-    assert_int_equal(val(c, sc), 2);
+    state_is(c, s, I, 1, 3);
+    assert_int_equal(pexp(c, s), kept);
 #undef SWC
+}
+
+/* A sliding window's state read at the op's index I (limit 10, weight
+ * 1/2), each case of the script's sread, with the reply's current and
+ * previous counts, the state written and its expiry: missing (cur 0, prev
+ * 0: "I:add:0", the op's expiry); of I (its counts, the expiry kept); of
+ * I - 1 (cur 0, prev its count: "I:add:count", the op's expiry); of I + 1
+ * (another instance ahead: cur its previous count, prev 0, the cost added
+ * to that previous count, the expiry kept); past I + 1 (0 and 0, nothing
+ * written); before I - 1 (0 and 0, "I:add:0", the op's expiry); not such
+ * a state ("ERR value is not an integer or out of range", eERR, nothing
+ * written, the rest of the batch decided). */
+static void test_alg_swc_state_transitions(void **state)
+{
+    static const struct {
+        int di; /* the stored window from I; -99: missing */
+        long long c1, c2;
+        long long cur, prev, adm; /* the reply, for 3 of cost 1 */
+        int at;                   /* the window written, from I; 99: none */
+        long long w1, w2;
+        int kept; /* the key's expiry kept (else the op's) */
+    } rows[] = {
+        {-99, 0, 0, 0, 0, 3, 0, 3, 0, 0}, /* missing */
+        {0, 2, 6, 2, 6, 3, 0, 5, 6, 1},   /* S == I: room 10 - 5 */
+        {0, 4, 8, 4, 8, 2, 0, 6, 8, 1},   /* S == I: room 10 - 8 */
+        {-1, 4, 9, 0, 4, 3, -1, 0, 0, 0}, /* S == I - 1 (shown below) */
+        {1, 5, 2, 2, 0, 3, 1, 5, 5, 1},   /* S == I + 1 */
+        {2, 5, 2, 0, 0, 3, 99, 5, 2, 1},  /* S > I + 1 */
+        {9, 5, 2, 0, 0, 3, 99, 5, 2, 1},
+        {-2, 5, 7, 0, 0, 3, 0, 3, 0, 0}, /* S < I - 1 */
+        {-9, 5, 7, 0, 0, 3, 0, 3, 0, 0},
+    };
+    static const char *const bad[] = {
+        "abc",    "",       "7",      "1:2",     "1:2:3:4",
+        "-1:2:3", "x:1:2",  "1::2",   "1:2:",    ":1:2",
+        "1:a:2",  "1:2:3 ", " 1:2:3", "1:2.5:3", "1:2:99999999999999999999",
+        "+1:2:3", "1:+2:3",
+    };
+    fx_t *f = *state;
+    static snap_t before, after;
+    redisContext *c;
+    redisReply *r;
+    long long now, exp, kept, I;
+    const char *s = "rl:{t}:r:b:60:s", *fk = "rl:{t}:r:a:60:1";
+    size_t i;
+
+    node_start(f, 0, 1, NULL);
+    c = f->c[0];
+    now = redis_ms(c);
+    exp = now + 600000;
+    kept = now + 500000;
+    I = now / 60000;
+    for (i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        char what[32];
+
+        snprintf(what, sizeof(what), "row %zu", i);
+        ok(c, "DEL %s", s);
+        if (rows[i].di != -99)
+            ok(c, "SET %s %lld:%lld:%lld PXAT %lld", s, I + rows[i].di,
+               rows[i].c1, rows[i].c2, kept);
+        r = rlb_arr(c,
+                    "1 %s 0 %lld 600000 1 0 a 1 '' s %lld 10 32768 %lld -3 1",
+                    s, now, exp, I);
+        {
+            const long long w[] = {rows[i].adm, rows[i].cur, rows[i].prev};
+            ints(r, 3, w, what);
+        }
+        freeReplyObject(r);
+        if (rows[i].at == 99)
+            state_is(c, s, I + rows[i].di, rows[i].c1, rows[i].c2);
+        else if (rows[i].at == -1) /* "I:add:<stored count>" */
+            state_is(c, s, I, rows[i].adm, rows[i].c1);
+        else
+            state_is(c, s, I + rows[i].at, rows[i].w1, rows[i].w2);
+        if (pexp(c, s) != (rows[i].kept ? kept : exp))
+            fail_msg("%s: expiry %lld, want %s", what, pexp(c, s),
+                     rows[i].kept ? "kept" : "given");
+    }
+
+    /* Not a state: that op fails, nothing written; the fixed window
+     * after it in the batch is decided. */
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ok(c, "DEL %s %s", s, fk);
+        ok(c, "SET %s %b PXAT %lld", s, bad[i], strlen(bad[i]), kept);
+        snap(c, "*", &before);
+        r = rlb_arr(c,
+                    "2 %s %s 0 %lld 600000 2 0 a 1 '' s %lld 10 32768 %lld "
+                    "-1 1 a 1 '' f %lld 5 -1 1",
+                    s, fk, now, exp, I, exp);
+        if (r->elements != 4 || r->element[0]->type != REDIS_REPLY_STRING ||
+            strcmp(r->element[0]->str, "eERR") != 0)
+            fail_msg("\"%s\": not refused as eERR", bad[i]);
+        assert_int_equal(r->element[1]->integer, 1);
+        assert_int_equal(r->element[2]->integer, 0);
+        assert_string_equal(r->element[3]->str,
+                            "ERR value is not an integer or out of range");
+        freeReplyObject(r);
+        assert_int_equal(val(c, fk), 1);
+        ok(c, "DEL %s", fk);
+        snap(c, "*", &after);
+        same_snap(&before, &after, bad[i]);
+    }
+    /* Nor is a list: eWRONGTYPE. */
+    ok(c, "DEL %s", s);
+    ok(c, "RPUSH %s x", s);
+    r = rlb_arr(c, "1 %s 0 %lld 600000 1 0 a 1 '' s %lld 10 32768 %lld -1 1", s,
+                now, exp, I);
+    assert_int_equal(r->elements, 2);
+    assert_string_equal(r->element[0]->str, "eWRONGTYPE");
+    freeReplyObject(r);
 }
 
 /* ---- the reply, and keys that are no counters ----------------------------*/
@@ -590,24 +719,25 @@ static void test_alg_reply_entries(void **state)
     fx_t *f = *state;
     redisContext *c;
     redisReply *r;
-    long long now, exp;
+    long long now, exp, I;
     size_t i;
 
     node_start(f, 0, 1, NULL);
     c = f->c[0];
     now = redis_ms(c);
     exp = now + 600000;
+    I = now / 60000;
     ok(c, "RPUSH rl:{r}:list x");
     ok(c, "SET rl:{r}:bad abc");
-    ok(c, "SET rl:{r}:sp 6");
+    ok(c, "SET rl:{r}:s %lld:6:1", I - 1);
     r = rlb_arr(
         c,
-        "9 rl:{r}:p rl:{r}:f1 rl:{r}:g1 rl:{r}:list rl:{r}:g2 "
-        "rl:{r}:f3 rl:{r}:bad rl:{r}:sc rl:{r}:sp 0 %lld 600000 5 "
+        "8 rl:{r}:p rl:{r}:f1 rl:{r}:g1 rl:{r}:list rl:{r}:g2 "
+        "rl:{r}:f3 rl:{r}:bad rl:{r}:s 0 %lld 600000 5 "
         "1 1 %lld 5 1 a 2 '' f %lld 5 g 2 1000 -1 1 a 2 '' f %lld 5 g 2 "
-        "1000 -1 1 a 2 '' f %lld 5 g 2 1000 -1 1 a 1 '' s %lld 9 32768 3 2 "
-        "3 4",
-        now, exp, exp, exp, exp, exp);
+        "1000 -1 1 a 2 '' f %lld 5 g 2 1000 -1 1 a 1 '' s %lld 9 32768 %lld "
+        "3 2 3 4",
+        now, exp, exp, exp, exp, exp, I);
     {
         static const struct {
             int type;
@@ -646,8 +776,7 @@ static void test_alg_reply_entries(void **state)
     assert_int_equal(val(c, "rl:{r}:g1"), now * 1000 + 1000);
     assert_int_equal(int_of(c, "EXISTS %s", "rl:{r}:g2"), 0);
     assert_int_equal(int_of(c, "EXISTS %s", "rl:{r}:f3"), 0);
-    assert_int_equal(val(c, "rl:{r}:sc"), 5);
-    assert_int_equal(val(c, "rl:{r}:sp"), 6);
+    state_is(c, "rl:{r}:s", I, 5, 6);
 }
 
 /* ---- arguments out of range ----------------------------------------------*/
@@ -685,12 +814,13 @@ static void test_alg_malformed_refused_whole(void **state)
     fx_t *f = *state;
     static snap_t s;
     redisContext *c;
-    long long exp;
+    long long exp, I;
 
     node_start(f, 0, 1, NULL);
     c = f->c[0];
     x_now = redis_ms(c);
     x_exp = exp = x_now + 600000;
+    I = x_now / 60000;
     ok(c, "SET rl:{x}:k 1 PX 500000");
 
     /* nwin, the letters. */
@@ -715,12 +845,20 @@ static void test_alg_malformed_refused_whole(void **state)
     BAD(1, "rl:{x}:f", "a 1 '' f 0 5 -1 1");
     BAD(1, "rl:{x}:f", "a 1 '' f -1 5 -1 1");
     BAD(1, "rl:{x}:f", "a 1 '' f 9007199254740992 5 -1 1");
-    BAD(2, "rl:{x}:sc rl:{x}:sp", "a 1 '' s 0 5 100 -1 1");
-    BAD(2, "rl:{x}:sc rl:{x}:sp", "a 1 '' s %lld 0 100 -1 1", exp);
+    BAD(1, "rl:{x}:s", "a 1 '' s 0 5 100 %lld -1 1", I);
+    BAD(1, "rl:{x}:s", "a 1 '' s %lld 0 100 %lld -1 1", exp, I);
     /* Weights. */
-    BAD(2, "rl:{x}:sc rl:{x}:sp", "a 1 '' s %lld 5 0 -1 1", exp);
-    BAD(2, "rl:{x}:sc rl:{x}:sp", "a 1 '' s %lld 5 65537 -1 1", exp);
-    BAD(2, "rl:{x}:sc rl:{x}:sp", "a 1 '' s %lld 5 -1 -1 1", exp);
+    BAD(1, "rl:{x}:s", "a 1 '' s %lld 5 0 %lld -1 1", exp, I);
+    BAD(1, "rl:{x}:s", "a 1 '' s %lld 5 65537 %lld -1 1", exp, I);
+    BAD(1, "rl:{x}:s", "a 1 '' s %lld 5 -1 %lld -1 1", exp, I);
+    /* Window indexes: within [0, 2^53 - 1], and there (the old form,
+     * without one, is refused: its costs' -1 is no index). */
+    BAD(1, "rl:{x}:s", "a 1 '' s %lld 5 100 -1 -1 1", exp);
+    BAD(1, "rl:{x}:s", "a 1 '' s %lld 5 100 9007199254740992 -1 1", exp);
+    BAD(1, "rl:{x}:s", "a 1 '' s %lld 5 100 1.5 -1 1", exp);
+    BAD(1, "rl:{x}:s", "a 1 '' s %lld 5 100 x -1 1", exp);
+    BAD(1, "rl:{x}:s", "a 1 '' s %lld 5 100 -1 1", exp);
+    BAD(2, "rl:{x}:sc rl:{x}:sp", "a 1 '' s %lld 5 100 -1 1", exp);
     /* Bursts and intervals: burst x interval within 366 days of us. */
     BAD(1, "rl:{x}:g", "a 1 '' g 0 1000 -1 1");
     BAD(1, "rl:{x}:g", "a 1 '' g 3 0 -1 1");
@@ -737,14 +875,16 @@ static void test_alg_malformed_refused_whole(void **state)
     BAD(1, "rl:{x}:f", "a 1 '' f %lld 5 -1 1 1", exp);
     BAD(1, "rl:{x}:f", "a 1 '' f %lld 5 -2 9223372036854775807", exp);
     BAD(1, "rl:{x}:f", "a 1 '' f %lld 5", exp);
-    /* Keys: too few, too many, one twice (KEYS of two limits, or the
-     * sliding window's current and previous). */
-    BAD(1, "rl:{x}:sc", "a 1 '' s %lld 5 100 -1 1", exp);
+    /* Keys: too few, too many (a sliding window has one: not its current
+     * and previous counters), one twice (KEYS of two limits). */
+    BAD(1, "rl:{x}:s", "a 2 '' f %lld 5 s %lld 5 100 %lld -1 1", exp, exp, I);
     BAD(2, "rl:{x}:f rl:{x}:g", "a 1 '' f %lld 5 -1 1", exp);
+    BAD(2, "rl:{x}:s rl:{x}:s4", "a 1 '' s %lld 5 100 %lld -1 1", exp, I);
     BAD(2, "rl:{x}:k rl:{x}:k", "a 2 '' f %lld 5 g 3 1000 -1 1", exp);
-    BAD(2, "rl:{x}:k rl:{x}:k", "a 1 '' s %lld 5 100 -1 1", exp);
-    BAD(3, "rl:{x}:g rl:{x}:sc rl:{x}:g", "a 2 '' g 3 1000 s %lld 5 100 -1 1",
-        exp);
+    BAD(2, "rl:{x}:k rl:{x}:k", "a 2 '' f %lld 5 s %lld 5 100 %lld -1 1", exp,
+        exp, I);
+    BAD(3, "rl:{x}:g rl:{x}:s rl:{x}:g",
+        "a 3 '' g 3 1000 s %lld 5 100 %lld g 3 1000 -1 1", exp, I);
     snap(c, "*", &s);
     assert_int_equal(s.n, 1); /* rl:{x}:k alone */
 
@@ -753,16 +893,20 @@ static void test_alg_malformed_refused_whole(void **state)
          "rl:{x}:1 rl:{x}:2 rl:{x}:3 rl:{x}:4 rl:{x}:5 rl:{x}:6 rl:{x}:7 "
          "rl:{x}:8",
          "a 8 '' f %lld 5 f 1 5 f 1 5 f 1 5 f 1 5 f 1 5 f 1 5 f 1 5 -1 1", exp);
-    GOOD(2, "rl:{x}:sc rl:{x}:sp", "a 1 '' s %lld 1 1 -1 1", exp);
-    GOOD(2, "rl:{x}:sc rl:{x}:sp",
-         "a 1 '' s %lld 9223372036854775807 65536 -1 1", exp);
+    GOOD(1, "rl:{x}:s", "a 1 '' s %lld 1 1 %lld -1 1", exp, I);
+    GOOD(1, "rl:{x}:s", "a 1 '' s %lld 9223372036854775807 65536 %lld -1 1",
+         exp, I);
+    GOOD(1, "rl:{x}:s0", "a 1 '' s %lld 5 100 0 -1 1", exp);
+    GOOD(1, "rl:{x}:smax", "a 1 '' s %lld 5 100 9007199254740991 -1 1", exp);
     GOOD(1, "rl:{x}:g", "a 1 '' g 1 1 -1 1");
     GOOD(1, "rl:{x}:g", "a 1 '' g 31622400 1000000 -1 1");
     GOOD(1, "rl:{x}:g", "a 1 '' g 1 31622400000000 -1 1");
     GOOD(1, "rl:{x}:f", "a 1 '' f %lld 9223372036854775807 -1 1", exp);
     GOOD(1, "rl:{x}:f", "a 1 '' f 9007199254740991 5 -1 1");
     snap(c, "*", &s);
-    assert_true(all_expire(&s) >= 5);
+    assert_true(all_expire(&s) >= 7);
+    str_is(c, "rl:{x}:s0", "0:1:0");
+    str_is(c, "rl:{x}:smax", "9007199254740991:1:0");
 #undef BAD
 #undef GOOD
 }
@@ -771,9 +915,11 @@ static void test_alg_malformed_refused_whole(void **state)
 
 /* A stored quota replaces windows whose first key is staggered per caller
  * (":60:p7"): its counters are "<base>:<w>:<index>", the base being the
- * key without ":60:p7", as the script's '^(.*):%d+:%a?%d*$' takes it (one
- * letter, then digits or none: ":60:g" and ":60:l" too). Two letters, a
- * letter after the digits or before the window: no base, refused whole. */
+ * key without ":60:p7", as the script's '^(.*):%d+:%a?%a?%d*$' takes it
+ * (up to two letters, then digits or none: ":60:g", ":60:l", a
+ * sliding-window-counter's ":60:s" and, staggered, ":60:sp" too, and
+ * ":60:pp7"). Three letters, a letter after the digits or before the
+ * window, no window's digits: no base, refused whole. */
 static void test_quota_base_of_staggered_key(void **state)
 {
     fx_t *f = *state;
@@ -813,22 +959,46 @@ static void test_quota_base_of_staggered_key(void **state)
                 "1 -1 1",
                 now, exp);
     rlb_refused(c,
-                "2 rl:{p}:r:b:60:pp7 rl:{p}:q 0 %lld 600000 1 0 0 1 b %lld 10 "
-                "1 -1 1",
+                "2 rl:{p}:r:b:60:ppp7 rl:{p}:q 0 %lld 600000 1 0 0 1 b %lld "
+                "10 1 -1 1",
                 now, exp);
-    /* A letter without an index (a gcra's ":60:g", a log's ":60:l") ends
-     * a base too: the same counters, now full. */
-    r = rlb_arr(c,
-                "2 rl:{p}:r:b:60:g rl:{p}:q 0 %lld 600000 1 0 0 1 b %lld 10 "
-                "1 -1 1",
+    rlb_refused(c,
+                "2 rl:{p}:r:b:60:spp rl:{p}:q 0 %lld 600000 1 0 0 1 b %lld "
+                "10 1 -1 1",
                 now, exp);
-    assert_string_equal(r->element[0]->str, "0 q 60 3 3 3600 5 3");
-    freeReplyObject(r);
+    /* Letters without an index (a gcra's ":60:g", a log's ":60:l", a
+     * sliding-window-counter's ":60:s" and ":60:sp") or two before one
+     * end a base too: the same counters, now full. */
+    {
+        static const char *const ends[] = {"g", "l", "s", "sp", "pp7"};
+        size_t i;
+        for (i = 0; i < sizeof(ends) / sizeof(ends[0]); i++) {
+            r = rlb_arr(c,
+                        "2 rl:{p}:r:b:60:%s rl:{p}:q 0 %lld 600000 1 0 0 1 b "
+                        "%lld 10 1 -1 1",
+                        ends[i], now, exp);
+            assert_int_equal(r->elements, 1);
+            if (r->element[0]->type != REDIS_REPLY_STRING ||
+                strcmp(r->element[0]->str, "0 q 60 3 3 3600 5 3") != 0)
+                fail_msg(":60:%s: not the stored quota's counters", ends[i]);
+            freeReplyObject(r);
+        }
+    }
     rlb_refused(c,
                 "2 rl:{p}:r:b:60:7p rl:{p}:q 0 %lld 600000 1 0 0 1 b %lld 10 "
                 "1 -1 1",
                 now, exp);
+    rlb_refused(c,
+                "2 rl:{p}:r:b:60:s7p rl:{p}:q 0 %lld 600000 1 0 0 1 b %lld 10 "
+                "1 -1 1",
+                now, exp);
     rlb_refused(c, "2 p60:p7 rl:{p}:q 0 %lld 600000 1 0 0 1 b %lld 10 1 -1 1",
+                now, exp);
+    rlb_refused(c,
+                "2 rl:{p}:r:b:sp rl:{p}:q 0 %lld 600000 1 0 0 1 b %lld 10 1 "
+                "-1 1",
+                now, exp);
+    rlb_refused(c, "2 60:sp rl:{p}:q 0 %lld 600000 1 0 0 1 b %lld 10 1 -1 1",
                 now, exp);
 }
 
@@ -839,7 +1009,8 @@ int main(void)
         MODULE_TEST(test_alg_refusal_writes_nothing),
         MODULE_TEST(test_alg_equal_and_listed_costs_agree),
         MODULE_TEST(test_alg_gcra_tat_and_expiry),
-        MODULE_TEST(test_alg_swc_reads_prev_writes_cur),
+        MODULE_TEST(test_alg_swc_weight_and_expiry),
+        MODULE_TEST(test_alg_swc_state_transitions),
         MODULE_TEST(test_alg_reply_entries),
         MODULE_TEST(test_alg_malformed_refused_whole),
         MODULE_TEST(test_quota_base_of_staggered_key),

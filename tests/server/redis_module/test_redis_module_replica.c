@@ -225,19 +225,23 @@ static void single(fx_t *f, const char *t)
 }
 
 /* Batches that write nothing replicate nothing: refusals on counters
- * that do not exist (and of an op of other algorithms, whose previous
- * counter exists), a batch after its deadline, a malformed one. */
+ * that do not exist (and of an op of other algorithms, whose
+ * sliding-window-counter's state exists), an admission on a
+ * sliding-window-counter whose state is two windows ahead (another
+ * instance's clock: left as it is), a batch after its deadline, a
+ * malformed one. */
 static void writes_nothing(fx_t *f, const char *t)
 {
     static const char *const cmds[] = {"eval", "set", "del", "multi",
                                        "rl.batch"};
     redisContext *c = f->c[0];
-    long long now = redis_ms(c), exp = now + 600000, n[5];
+    long long now = redis_ms(c), exp = now + 600000, n[5], idx = now / 60000;
     redisReply *r;
-    char k[64];
+    char k[64], ahead[64];
     size_t i;
 
-    ok(c, "SET rl:{%s}:c:60:s0 3 PX 600000", t);
+    ok(c, "SET rl:{%s}:c:60:s %lld:3:0 PX 600000", t, idx - 1);
+    ok(c, "SET rl:{%s}:d:60:s %lld:1:1 PX 600000", t, idx + 2);
     synced(f);
     for (i = 0; i < 5; i++)
         n[i] = calls_of(f->c[1], cmds[i]);
@@ -247,9 +251,19 @@ static void writes_nothing(fx_t *f, const char *t)
            t, t, now, exp);
     /* An op of other algorithms refused: no key written, none removed. */
     rlb_ok(c,
-           "4 rl:{%s}:c:60:1 rl:{%s}:c:60:s1 rl:{%s}:c:60:s0 rl:{%s}:c:1:g 0 "
-           "%lld 600000 1 0 a 3 '' f %lld 5 s %lld 5 65536 g 9 1000 -1 6",
-           t, t, t, t, now, exp, exp);
+           "3 rl:{%s}:c:60:1 rl:{%s}:c:60:s rl:{%s}:c:1:g 0 %lld 600000 1 0 "
+           "a 3 '' f %lld 5 s %lld 5 65536 %lld g 9 1000 -1 6",
+           t, t, t, now, exp, exp, idx);
+    /* Admitted, and nothing to write. */
+    r = rlb_arr(c,
+                "1 rl:{%s}:d:60:s 0 %lld 600000 1 0 a 1 '' s %lld 5 65536 "
+                "%lld -2 1",
+                t, now, exp, idx);
+    assert_int_equal(r->element[0]->integer, 2);
+    freeReplyObject(r);
+    snprintf(k, sizeof(k), "rl:{%s}:d:60:s", t);
+    snprintf(ahead, sizeof(ahead), "%lld:1:1", idx + 2);
+    str_is(c, k, ahead);
     r = rlb(c, "1 rl:{%s}:a:60:1 1 %lld 600000 1 1 1 %lld 5 1", t, now, exp);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
     assert_string_equal(r->str, "late");
@@ -312,6 +326,48 @@ static void logs(fx_t *f, const char *t)
     assert_int_equal(r->len, 32 + 2 * 24);
     assert_memory_equal(r->str, "00000000000000000003000000000032", 32);
     freeReplyObject(r);
+}
+
+/* A sliding-window-counter's one key through each of its writes: made
+ * ("I:c:0", its expiry given), added to in its window (the expiry kept),
+ * moved on to the next window (the count becoming the previous one, the
+ * expiry given), added to by an instance whose clock is a window behind
+ * (the previous count, the expiry kept), moved on past two windows,
+ * untouched by a refusal and by an instance two windows behind. The replica
+ * holds the same string and expiry after each. */
+static void swcs(fx_t *f, const char *t)
+{
+    static const struct {
+        int di;                /* the op's window index, from I */
+        long long at;          /* ms after the first op */
+        const char *costs, *v; /* its costs, and the state after */
+        int given;             /* the expiry given (else kept) */
+    } steps[] = {
+        {0, 0, "-3 1", "I:3:0", 1},  {0, 10, "-2 1", "I:5:0", 0},
+        {1, 20, "-2 1", "J:2:5", 1}, {0, 30, "-1 1", "J:2:6", 0},
+        {3, 40, "-4 1", "L:4:0", 1}, {3, 50, "-1 6", "L:4:0", 0},
+        {0, 60, "-1 1", "L:4:0", 0},
+    };
+    redisContext *c = f->c[0];
+    long long now = redis_ms(c), I = 1000, exp = 0, was = -2;
+    char k[64], want[64], what[64];
+    size_t i;
+
+    snprintf(k, sizeof(k), "rl:{%s}:r:w:60:s", t);
+    for (i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+        long long at = I + steps[i].di, S;
+        exp = now + steps[i].at + 600000;
+        rlb_ok(c, "1 %s 0 %lld 600000 1 0 a 1 '' s %lld 9 32768 %lld %s", k,
+               now + steps[i].at, exp, at, steps[i].costs);
+        S = I + (steps[i].v[0] - 'I');
+        snprintf(want, sizeof(want), "%lld%s", S, steps[i].v + 1);
+        str_is(c, k, want);
+        assert_int_equal(int_of(c, "PEXPIRETIME %s", k),
+                         steps[i].given ? exp : was);
+        was = int_of(c, "PEXPIRETIME %s", k);
+        snprintf(what, sizeof(what), "a sliding-window-counter, step %zu", i);
+        same_on_replica(f, what);
+    }
 }
 
 /* A counter given an expiry already past (a caller's clock far behind),
@@ -401,6 +457,7 @@ static void test_replica_without_module(void **state)
     writes_nothing(f, "wn");
     expired_in_batch(f, "x1");
     logs(f, "l1");
+    swcs(f, "w1");
     ok(f->c[0], "FLUSHALL");
     largest(f, "big");
     ok(f->c[0], "FLUSHALL");
@@ -422,6 +479,7 @@ static void test_replica_without_eval(void **state)
     edges(f, "e1", 0);
     expired_in_batch(f, "x1");
     logs(f, "l1");
+    swcs(f, "w1");
     same_on_replica(f, "without EVAL on the master");
     assert_int_equal(calls_of(f->c[1], "eval"), 0);
     assert_true(calls_of(f->c[1], "multi") > 0);

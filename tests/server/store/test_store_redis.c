@@ -40,14 +40,14 @@ static void test_script_sha(void **state)
                      rls_redis_script_len);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
-    assert_string_equal(r->str, "2dff1fca6a2b8a24b6ef16554aa5447d2ce270b3");
+    assert_string_equal(r->str, "1fee1e67f175c84ba6784cfe3f23a308acf08c4c");
     freeReplyObject(r);
     cluster = rls_redis_cluster_script(&len);
     assert_int_equal(strlen(cluster), len);
     r = redisCommand(f->rc, "SCRIPT LOAD %b", cluster, len);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
-    assert_string_equal(r->str, "1290a67e5834e177a9a06382c56fcbb93ee5c301");
+    assert_string_equal(r->str, "1d276f3444a1ac257ea95883387676e351c98a6d");
     freeReplyObject(r);
 }
 

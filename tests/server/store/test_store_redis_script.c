@@ -18,6 +18,7 @@
 #include "store/redis.h"
 #include "store/redis_encode.h"
 #include "store/redis_parse.h"
+#include "store/redis_script.h"
 #include "store_redis_fx.h"
 
 /* ---- the script's decisions: several windows, costs, quotas --------------*/
@@ -859,6 +860,220 @@ static void test_module_replicates(void **state)
     fclose(lf);
 }
 
+/* A sliding-window-counter's key holding what is no state (another
+ * writer's): the script and the module refuse the same values, that op
+ * alone ("eERR", nothing written), and read the same ones. */
+static void test_swc_state_parsing(void **state)
+{
+    static const char *const bad[] = {"abc",
+                                      "",
+                                      "7",
+                                      "1:2",
+                                      "1:2:3:4",
+                                      "-1:2:3",
+                                      "x:1:2",
+                                      "1::2",
+                                      "1:2:",
+                                      ":1:2",
+                                      "1:a:2",
+                                      "1:2:3 ",
+                                      " 1:2:3",
+                                      "1:2.5:3",
+                                      "+1:2:3",
+                                      "1:+2:3",
+                                      "01:2:3",
+                                      "1:00:3",
+                                      "1:-0:3",
+                                      "1:2:99999999999999999999",
+                                      "1:2:9223372036854775808",
+                                      "99999999999999999999:1:1",
+                                      "1:-9223372036854775809:0"};
+    static const char *const good[] = {"0:0:0", "1:-9223372036854775808:0",
+                                       "1:9223372036854775807:0", "1:-2:3"};
+    fx_t *f = *state;
+    uint64_t now = redis_now_ms(f);
+    size_t i, m;
+
+    for (m = 0; m < (with_module() ? 2u : 1u); m++)
+        for (i = 0; i < sizeof(bad) / sizeof(bad[0]) + 4; i++) {
+            int is_bad = i < sizeof(bad) / sizeof(bad[0]);
+            const char *v =
+                is_bad ? bad[i] : good[i - sizeof(bad) / sizeof(bad[0])];
+            rls_wop_t w = {0};
+            rls_op_t op = {0};
+            uint32_t cost = 1;
+            redisReply *r, *g;
+            const char *key = "rl:{sp}:r:x";
+
+            w.algo = RL_ALGO_SWC;
+            w.window_s = 60;
+            w.limit = 5;
+            w.index = 1;
+            w.reset_ms = 1000;
+            w.expire_at_ms = now + 600000;
+            w.weight = 100;
+            op.key = key;
+            op.key_len = strlen(key);
+            op.tag_len = 7;
+            op.now_ms = now;
+            op.win = &w;
+            op.nwin = 1;
+            op.costs = &cost;
+            op.ncosts = 1;
+            r = redisCommand(f->rc, "SET rl:{sp}:r:x:60:s %s PX 600000", v);
+            assert_non_null(r);
+            freeReplyObject(r);
+            r = raw_run(f, &op, 1, now, (int)m);
+            assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+            if (is_bad != (r->element[0]->type == REDIS_REPLY_STRING &&
+                           strcmp(r->element[0]->str, "eERR") == 0))
+                fail_msg("%s: '%s' read as %s", m ? "module" : "script", v,
+                         is_bad ? "a state" : "no state");
+            freeReplyObject(r);
+            g = redisCommand(f->rc, "GET rl:{sp}:r:x:60:s");
+            assert_non_null(g);
+            if (is_bad)
+                assert_string_equal(g->str, v);
+            freeReplyObject(g);
+        }
+}
+
+/* ---- Redis before 7 ------------------------------------------------------*/
+
+/* The script sets a sliding-window-counter's state and a gcra's TAT with
+ * one SET ... PXAT (or KEEPTTL) where Redis names its version (7 and
+ * later), and with SET then PEXPIREAT (or PTTL, SET, PEXPIRE) before.
+ * Here the older path is forced (the script's text with the version test
+ * made false): the same batches, over window changes and a clock that
+ * sometimes reads behind, give the same replies, values and expiries. */
+static void test_script_before_redis7(void **state)
+{
+    enum { CALLERS = 4, STEPS = 80 };
+    static const char probe[] = "redis.REDIS_VERSION_NUM ~= nil";
+    static const char *const suffix[] = {":60:s", ":10:s", ":1:g"};
+    fx_t *f = *state;
+    char *old = malloc(rls_redis_script_len + 1), *at, name[2][64];
+    uint64_t now = redis_now_ms(f), t;
+    size_t step, c, k, i, nstate = 0;
+
+    assert_non_null(old);
+    memcpy(old, rls_redis_script, rls_redis_script_len + 1);
+    at = strstr(old, probe);
+    assert_non_null(at);
+    /* "false" and spaces: the same length, so the rest stays put. */
+    memset(at, ' ', sizeof(probe) - 1);
+    memcpy(at, "false", 5);
+    for (step = 0; step < STEPS; step++) {
+        rls_op_t ops[2][CALLERS];
+        rls_wop_t w[2][CALLERS][2];
+        uint32_t costs[CALLERS][4];
+        redisReply *rep[2];
+
+        now += rnd(4) == 0 ? rnd(25000) : rnd(2000);
+        /* A clock behind the one before, as another instance's may be. */
+        t = rnd(4) == 0 ? now - rnd(5000) : now;
+        for (k = 0; k < 2; k++)
+            for (c = 0; c < CALLERS; c++) {
+                rls_op_t *op = &ops[k][c];
+                uint32_t nc = 1 + rnd(4);
+                static char keys[2][CALLERS][32];
+                snprintf(keys[k][c], sizeof(keys[k][c]), "rl:{o%c%zu}:r:x",
+                         "AB"[k], c);
+                memset(op, 0, sizeof(*op));
+                op->key = keys[k][c];
+                op->key_len = strlen(op->key);
+                op->tag_len = (size_t)(strchr(op->key, '}') + 1 - op->key);
+                op->now_ms = t;
+                op->win = w[k][c];
+                op->nwin = 1 + (c % 2);
+                memset(w[k][c], 0, sizeof(w[k][c]));
+                for (i = 0; i < op->nwin; i++) {
+                    rls_wop_t *wo = &w[k][c][i];
+                    uint32_t ws = i == 1 ? 1 : c < 2 ? 60 : 10;
+                    uint64_t W = (uint64_t)ws * 1000;
+                    wo->window_s = ws;
+                    if (i == 1) {
+                        wo->algo = RL_ALGO_GCRA;
+                        wo->limit = 3;
+                        wo->t_us = 333334;
+                        wo->expire_at_ms = 1000;
+                        continue;
+                    }
+                    wo->algo = RL_ALGO_SWC;
+                    wo->limit = 6;
+                    wo->index = t / W;
+                    wo->reset_ms = (wo->index + 1) * W - t;
+                    wo->expire_at_ms = (wo->index + 2) * W + 1000;
+                    wo->weight = rl_swc_weight(wo->reset_ms, ws);
+                }
+                if (k == 1) {
+                    op->costs = ops[0][c].costs;
+                    op->ncosts = ops[0][c].ncosts;
+                    op->equal_cost = ops[0][c].equal_cost;
+                    continue;
+                }
+                for (i = 0; i < nc; i++)
+                    costs[c][i] = 1 + rnd(2);
+                op->costs = costs[c];
+                op->ncosts = nc;
+            }
+        for (k = 0; k < 2; k++) {
+            rls_cmdbuf_t buf = {NULL, 0, 0};
+            int rc =
+                k == 0
+                    ? rls_redis_encode(&buf, NULL, ops[k], CALLERS, t, 1000, 0)
+                    : rls_redis_encode_ex(&buf, NULL, old, strlen(old), 0,
+                                          ops[k], CALLERS, t, 1000, 0);
+            assert_int_equal(rc, 0);
+            assert_int_equal(redisAppendFormattedCommand(f->rc, buf.p, buf.len),
+                             REDIS_OK);
+            assert_int_equal(redisGetReply(f->rc, (void **)&rep[k]), REDIS_OK);
+            assert_non_null(rep[k]);
+            free(buf.p);
+        }
+        if (rep[0]->type != REDIS_REPLY_ARRAY)
+            fail_msg("step %zu: reply type %d %s", step, rep[0]->type,
+                     rep[0]->type == REDIS_REPLY_ERROR ? rep[0]->str : "");
+        assert_int_equal(rep[1]->type, REDIS_REPLY_ARRAY);
+        assert_int_equal(rep[0]->elements, rep[1]->elements);
+        for (i = 0; i < rep[0]->elements; i++) {
+            assert_int_equal(rep[0]->element[i]->type,
+                             rep[1]->element[i]->type);
+            if (rep[0]->element[i]->type == REDIS_REPLY_INTEGER)
+                assert_int_equal(rep[0]->element[i]->integer,
+                                 rep[1]->element[i]->integer);
+        }
+        freeReplyObject(rep[0]);
+        freeReplyObject(rep[1]);
+        for (c = 0; c < CALLERS; c++)
+            for (i = 0; i < 3; i++) {
+                redisReply *v[2], *x[2];
+                for (k = 0; k < 2; k++) {
+                    snprintf(name[k], sizeof(name[k]), "rl:{o%c%zu}:r:x%s",
+                             "AB"[k], c, suffix[i]);
+                    v[k] = redisCommand(f->rc, "GET %s", name[k]);
+                    x[k] = redisCommand(f->rc, "PEXPIRETIME %s", name[k]);
+                    assert_non_null(v[k]);
+                    assert_non_null(x[k]);
+                }
+                assert_int_equal(v[0]->type, v[1]->type);
+                if (v[0]->type == REDIS_REPLY_STRING) {
+                    assert_string_equal(v[0]->str, v[1]->str);
+                    nstate += i < 2;
+                }
+                /* PTTL then PEXPIRE may land a millisecond off. */
+                assert_true(x[0]->integer <= x[1]->integer + 1 &&
+                            x[1]->integer <= x[0]->integer + 1);
+                for (k = 0; k < 2; k++) {
+                    freeReplyObject(v[k]);
+                    freeReplyObject(x[k]);
+                }
+            }
+    }
+    assert_true(nstate > STEPS);
+    free(old);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -877,6 +1092,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_module_matches_script, fx_setup,
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_module_replicates, fx_setup,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_script_before_redis7, fx_setup,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_swc_state_parsing, fx_setup,
                                         fx_teardown),
     };
 

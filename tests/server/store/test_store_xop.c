@@ -292,10 +292,10 @@ static void expect_win(model_t *m, int c, const rls_wop_t *w, int64_t *b1,
         mlog_state(m, mlog_of(m, c, w), (uint64_t)w->window_s * 1000, b1, b2);
         return;
     }
-    rls_wkey(&op, w, 0, k);
+    rls_wkey(&op, w, RLS_WKEY_CUR, k);
     *b1 = kv_get(m, k);
     if (w->algo == RL_ALGO_SWC) {
-        rls_wkey(&op, w, 1, k);
+        rls_wkey(&op, w, RLS_WKEY_PREV, k);
         *b2 = kv_get(m, k);
     }
 }
@@ -385,7 +385,7 @@ static void step_charge(be_t *b, model_t *m, int c)
             mlog_add(mlog_of(m, c, &mw[j]), m->now, v);
             continue;
         }
-        rls_wkey(&op, &mw[j], 0, key);
+        rls_wkey(&op, &mw[j], RLS_WKEY_CUR, key);
         kv_set(m, key,
                mw[j].algo == RL_ALGO_GCRA ? (int64_t)v
                                           : kv_get(m, key) + (int64_t)v);
@@ -437,7 +437,7 @@ static void model_settle(model_t *m, res_t *r, int64_t d)
             }
             continue;
         }
-        rls_wkey(&op, w, 0, key);
+        rls_wkey(&op, w, RLS_WKEY_CUR, key);
         if (w->algo == RL_ALGO_GCRA) {
             kv_t *k = kv_at(m, key);
             if (d > 0) {
@@ -490,7 +490,15 @@ static void step_settle(be_t *b, model_t *m)
         m->refunds += d < 0;
         m->excesses += d > 0;
     }
-    check_wins(b, m, r->caller, r->win, r->nwin);
+    /* Read back as a decision now would read them (a window index from
+     * another time is no question any instance asks). */
+    {
+        rls_wop_t w[4];
+        uint32_t j;
+        for (j = 0; j < r->nwin; j++)
+            win_now(m, r->caller, j, &w[j]);
+        check_wins(b, m, r->caller, w, r->nwin);
+    }
 }
 
 static void step_lease(be_t *b, model_t *m, int c)
