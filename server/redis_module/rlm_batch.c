@@ -31,7 +31,8 @@ _Static_assert(RLM_WIN_MAX <= RL_ADMIT_WINDOWS_MAX,
                "the module's windows fit lib/'s admission");
 
 typedef struct {
-    uint32_t n;
+    uint32_t n; /* 0: an "a" profile, apr[ap] */
+    uint32_t ap;
     int64_t exp[RLM_WIN_MAX], lim[RLM_WIN_MAX];
 } profile_t;
 
@@ -109,6 +110,16 @@ typedef struct {
     size_t base_len;
 } aop_t;
 
+/* An "a" profile: the limits of "a" ops sent once for many (the fields
+ * parse_limits sets). */
+typedef struct {
+    uint32_t n;
+    struct {
+        char algo;
+        int64_t exp, lim, arg, idx;
+    } l[RLM_WIN_MAX];
+} aprof_t;
+
 typedef struct {
     const rlm_io_t *io;
     void *env;
@@ -118,10 +129,11 @@ typedef struct {
     int cross; /* the check failed on a stored quota's slot */
     const char *refuse;
     int64_t now, grace;
-    uint32_t np;
+    uint32_t np, nap; /* profiles, of them "a" profiles */
     const char *err1; /* the first refusal's text */
     size_t nput;
     profile_t pr[RLM_PROFILES_MAX]; /* only np of them are set */
+    aprof_t apr[RLM_APROFILES_MAX]; /* only nap */
     aop_t qa; /* the limits of a stored quota with other algorithms, for
                  the op being decided */
 } batch_t;
@@ -733,6 +745,53 @@ static void swc_write(batch_t *b, const alim_t *l, int64_t add)
     b->io->wtext(b->env, l->h, t, (size_t)n, w->keep ? 0 : l->exp);
 }
 
+/* n limits of an "a" op or profile from ARGV[p] on, each a letter and its
+ * arguments, into ls (algo, exp, lim, arg, idx). Returns the ARGV index
+ * after them, or 0 when malformed (alg_op says how). */
+static size_t parse_limits(const batch_t *b, size_t p, alim_t *ls, uint32_t n)
+{
+    const rlm_args_t *a = b->a;
+    uint32_t j;
+
+    for (j = 0; j < n; j++) {
+        alim_t *l = &ls[j];
+
+        if (p >= a->nargs || a->al[p] != 1)
+            return 0;
+        l->algo = a->av[p][0];
+        if (l->algo == 'f' || l->algo == 's') {
+            if (ms_arg(b, p + 1, 1, &l->exp) != 0 ||
+                num(b, p + 2, &l->lim) != 0 || l->lim < 1)
+                return 0;
+            p += 3;
+            if (l->algo == 's') {
+                if (num(b, p, &l->arg) != 0 || l->arg < 1 ||
+                    l->arg > (int64_t)RL_SWC_ONE ||
+                    ms_arg(b, p + 1, 0, &l->idx) != 0)
+                    return 0;
+                p += 2;
+            }
+        } else if (l->algo == 'l') {
+            if (ms_arg(b, p + 1, 1, &l->exp) != 0 ||
+                num(b, p + 2, &l->lim) != 0 || l->lim < 1 ||
+                l->lim > (int64_t)RL_SWL_LIMIT_MAX ||
+                num(b, p + 3, &l->arg) != 0 || l->arg < 1 ||
+                l->arg > RLM_LOG_WINDOW_MAX)
+                return 0;
+            p += 4;
+        } else if (l->algo == 'g') {
+            if (num(b, p + 1, &l->lim) != 0 || l->lim < 1 ||
+                num(b, p + 2, &l->arg) != 0 || l->arg < 1 ||
+                (uint64_t)l->lim > RL_GCRA_CAP_MAX_US / (uint64_t)l->arg)
+                return 0;
+            p += 3;
+        } else {
+            return 0;
+        }
+    }
+    return p;
+}
+
 /* Reads the op's keys, loads its limits as lib/ does (rl_admit_fixed,
  * _swc, _gcra, _swl; only the server's report of a decision needs a
  * window's length or its reset, so those are 0), decides its requests in
@@ -878,6 +937,27 @@ static size_t read_profiles(batch_t *b)
     if (num(b, 4, &np) != 0 || np < 0 || np > RLM_PROFILES_MAX)
         return 0;
     for (j = 0; j < (size_t)np; j++) {
+        if (p < b->a->nargs && b->a->al[p] == 1 && b->a->av[p][0] == 'a') {
+            /* An "a" profile: "a", a number of limits, their letters and
+             * arguments. */
+            alim_t ls[RLM_WIN_MAX];
+            aprof_t *ap = &b->apr[b->nap];
+            if (b->nap == RLM_APROFILES_MAX || num(b, p + 1, &n) != 0 ||
+                n < 1 || n > RLM_WIN_MAX ||
+                (p = parse_limits(b, p + 2, ls, (uint32_t)n)) == 0)
+                return 0;
+            ap->n = (uint32_t)n;
+            for (w = 0; w < (size_t)n; w++) {
+                ap->l[w].algo = ls[w].algo;
+                ap->l[w].exp = ls[w].exp;
+                ap->l[w].lim = ls[w].lim;
+                ap->l[w].arg = ls[w].arg;
+                ap->l[w].idx = ls[w].idx;
+            }
+            b->pr[j].n = 0;
+            b->pr[j].ap = b->nap++;
+            continue;
+        }
         if (num(b, p, &n) != 0 || n < 1 || n > RLM_WIN_MAX)
             return 0;
         b->pr[j].n = (uint32_t)n;
@@ -1078,45 +1158,10 @@ static size_t alg_op(batch_t *b, op_t *o, size_t p, size_t *kp)
             return 0;
         p++;
     }
-    for (j = 0; j < ao.n; j++) {
-        alim_t *l = &ao.l[j];
-
-        if (p >= a->nargs || a->al[p] != 1)
-            return 0;
-        l->algo = a->av[p][0];
-        if (l->algo == 'f' || l->algo == 's') {
-            if (ms_arg(b, p + 1, 1, &l->exp) != 0 ||
-                num(b, p + 2, &l->lim) != 0 || l->lim < 1)
-                return 0;
-            p += 3;
-            if (l->algo == 's') {
-                if (num(b, p, &l->arg) != 0 || l->arg < 1 ||
-                    l->arg > (int64_t)RL_SWC_ONE ||
-                    ms_arg(b, p + 1, 0, &l->idx) != 0)
-                    return 0;
-                p += 2;
-            }
-        } else if (l->algo == 'l') {
-            if (ms_arg(b, p + 1, 1, &l->exp) != 0 ||
-                num(b, p + 2, &l->lim) != 0 || l->lim < 1 ||
-                l->lim > (int64_t)RL_SWL_LIMIT_MAX ||
-                num(b, p + 3, &l->arg) != 0 || l->arg < 1 ||
-                l->arg > RLM_LOG_WINDOW_MAX)
-                return 0;
-            p += 4;
-        } else if (l->algo == 'g') {
-            if (num(b, p + 1, &l->lim) != 0 || l->lim < 1 ||
-                num(b, p + 2, &l->arg) != 0 || l->arg < 1 ||
-                (uint64_t)l->lim > RL_GCRA_CAP_MAX_US / (uint64_t)l->arg)
-                return 0;
-            p += 3;
-        } else {
-            return 0;
-        }
-        if (*kp >= a->nkeys)
-            return 0;
-        l->key = (*kp)++;
-    }
+    if ((p = parse_limits(b, p, ao.l, ao.n)) == 0 || a->nkeys - *kp < ao.n)
+        return 0;
+    for (j = 0; j < ao.n; j++)
+        ao.l[j].key = (*kp)++;
     if (a->al[qf] > 0) {
         /* A stored quota's keys are named after the first limit's, and
          * only a hash tag keeps them in its slot (as general_op's). */
@@ -1169,7 +1214,7 @@ static size_t alg_op(batch_t *b, op_t *o, size_t p, size_t *kp)
 static int walk(batch_t *b, size_t p)
 {
     const rlm_args_t *a = b->a;
-    int64_t nops, i, run = 0, P = 0, rP = 0;
+    int64_t nops, i, run = 0, P = 0, rP = 0, A = 0, rA = 0, ak, ac;
     size_t kp = 0, j;
 
     if (num(b, 3, &nops) != 0 || nops < 0)
@@ -1177,29 +1222,85 @@ static int walk(batch_t *b, size_t p)
     for (i = 0; i < nops; i++) {
         op_t o;
         size_t adv = 0;
+        int amark = 0; /* the op is "A", A, k, c */
 
         memset(&o, 0, sizeof(o));
         if (run > 0) {
             run--;
             P = rP;
+            A = rA;
         } else {
             adv = 1;
+            A = 0;
             if (p >= a->nargs)
                 return -1;
             if (a->al[p] == 1 && a->av[p][0] == 'r') {
                 if (num(b, p + 1, &run) != 0 || run < 1 || run > nops - i ||
-                    num(b, p + 2, &rP) != 0 || rP < 1 || rP > b->np)
+                    num(b, p + 2, &rP) != 0 || rP < 1 || rP > b->np ||
+                    b->pr[rP - 1].n == 0)
                     return -1;
                 run--;
                 P = rP;
+                rA = 0;
                 p += 2;
+            } else if (a->al[p] == 1 && a->av[p][0] == 'R') {
+                if (num(b, p + 1, &run) != 0 || run < 1 || run > nops - i ||
+                    num(b, p + 2, &rA) != 0 || rA < 1 || rA > b->np ||
+                    b->pr[rA - 1].n != 0)
+                    return -1;
+                run--;
+                A = rA;
+                p += 2;
+            } else if (a->al[p] == 1 && a->av[p][0] == 'A') {
+                if (num(b, p + 1, &A) != 0 || A < 1 || A > b->np ||
+                    b->pr[A - 1].n != 0)
+                    return -1;
+                amark = 1;
             } else if (a->al[p] == 1 && a->av[p][0] == 'a') {
                 if ((p = alg_op(b, &o, p, &kp)) == 0)
                     return -1;
                 continue;
-            } else if (num(b, p, &P) != 0 || P > b->np || P < -(int64_t)b->np) {
+            } else if (num(b, p, &P) != 0 || P > b->np || P < -(int64_t)b->np ||
+                       (P != 0 && b->pr[(P < 0 ? -P : P) - 1].n == 0)) {
                 return -1;
             }
+        }
+        if (A != 0) {
+            /* An "a" op of profile A: "A", A, k and c; or, in a run,
+             * one request of cost 1. */
+            const aprof_t *ap = &b->apr[b->pr[A - 1].ap];
+            aop_t ao;
+            ak = 1;
+            ac = 1;
+            if (amark) {
+                if (num(b, p + 2, &ak) != 0 || num(b, p + 3, &ac) != 0)
+                    return -1;
+                p += 3;
+            }
+            if (costs(b, &o, ak, ac, 0) != 0 || a->nkeys - kp < ap->n)
+                return -1;
+            memset(&ao, 0, sizeof(ao));
+            ao.n = ap->n;
+            for (j = 0; j < ap->n; j++) {
+                alim_t *l = &ao.l[j];
+                l->algo = ap->l[j].algo;
+                l->exp = ap->l[j].exp;
+                l->lim = ap->l[j].lim;
+                l->arg = ap->l[j].arg;
+                l->idx = ap->l[j].idx;
+                l->key = kp++;
+            }
+            p += adv;
+            if (b->dry) {
+                size_t x, y;
+                for (x = 1; x < ao.n; x++)
+                    for (y = 0; y < x; y++)
+                        if (same_key(b, ao.l[x].key, ao.l[y].key))
+                            return -1;
+            } else {
+                decide_alg(b, &ao, &o, 0);
+            }
+            continue;
         }
         if (P == 0) {
             if ((p = general_op(b, &o, p, &kp)) == 0)

@@ -13,6 +13,7 @@
  * most 8 windows (RL_ADMIT_WINDOWS_MAX, lib/rl_admit.h) and 16 profiles. */
 #define RLM_WIN_MAX 8
 #define RLM_PROFILES_MAX 64
+#define RLM_APROFILES_MAX 16 /* of them "a" profiles (rl-server: 16) */
 /* Keys it holds open at once: an op's, one per limit. */
 #define RLM_OPEN_MAX RLM_WIN_MAX
 /* The longest key it derives a stored quota's counter names from. */

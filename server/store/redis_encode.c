@@ -95,6 +95,104 @@ static uint32_t profile_of(const rls_op_t *op, profile_t *pr, uint32_t *np)
     return ++*np;
 }
 
+/* Ops of the other algorithms ("a" ops) with equal costs and no quota
+ * share their limits' arguments with the rule's other callers the same
+ * way: those go once, as "a" profiles numbered after the others ("a", the
+ * number of limits, each limit's letter and arguments), and such an op is
+ * "A", its profile, the count and the cost, and a run of them of one
+ * request of cost 1 "R", its length and the profile. An "a" op spells out 8 to
+ * 10 arguments, and Redis makes an object (a Lua string for the script) of
+ * each. */
+static int is_asimple(const rls_op_t *op)
+{
+    return op->quota == NULL && op->equal_cost != 0 && !rls_op_fixed(op);
+}
+
+static int is_aunit(const rls_op_t *op)
+{
+    return is_asimple(op) && op->ncosts == 1 && op->equal_cost == 1;
+}
+
+/* 1 when limits a and b are sent with the same arguments. */
+static int alim_same(const rls_wop_t *a, const rls_wop_t *b)
+{
+    if (a->algo != b->algo || a->limit != b->limit)
+        return 0;
+    switch (a->algo) {
+    case RL_ALGO_SWC:
+        return a->expire_at_ms == b->expire_at_ms && a->weight == b->weight &&
+               a->index == b->index;
+    case RL_ALGO_GCRA:
+        return a->t_us == b->t_us;
+    case RL_ALGO_SWL:
+        return a->expire_at_ms == b->expire_at_ms && a->window_s == b->window_s;
+    default:
+        return a->expire_at_ms == b->expire_at_ms;
+    }
+}
+
+/* The "a" profile of an op (is_asimple), made if there is room: the op
+ * whose limits define it is kept. 0 if none fits. */
+static uint32_t aprofile_of(const rls_op_t *op, const rls_op_t **ap,
+                            uint32_t *nap)
+{
+    uint32_t k, j;
+
+    for (k = 0; k < *nap; k++) {
+        if (ap[k]->nwin != op->nwin)
+            continue;
+        for (j = 0; j < op->nwin; j++)
+            if (!alim_same(&ap[k]->win[j], &op->win[j]))
+                break;
+        if (j == op->nwin)
+            return k + 1;
+    }
+    if (*nap == PROFILES)
+        return 0;
+    ap[*nap] = op;
+    return ++*nap;
+}
+
+/* The letter and arguments of each of op's limits, as an "a" op and an
+ * "a" profile carry them. */
+static char *put_limits(char *p, const rls_op_t *op, size_t *nargs)
+{
+    uint32_t j;
+
+    for (j = 0; j < op->nwin; j++) {
+        const rls_wop_t *w = &op->win[j];
+        switch (w->algo) {
+        case RL_ALGO_SWC:
+            p = put_bulk(p, "s", 1);
+            p = put_num(p, w->expire_at_ms);
+            p = put_num(p, w->limit);
+            p = put_num(p, w->weight);
+            p = put_num(p, w->index);
+            *nargs += 5;
+            break;
+        case RL_ALGO_GCRA:
+            p = put_bulk(p, "g", 1);
+            p = put_num(p, w->limit);
+            p = put_num(p, w->t_us);
+            *nargs += 3;
+            break;
+        case RL_ALGO_SWL:
+            p = put_bulk(p, "l", 1);
+            p = put_num(p, w->expire_at_ms);
+            p = put_num(p, w->limit);
+            p = put_num(p, (uint64_t)w->window_s * 1000);
+            *nargs += 4;
+            break;
+        default:
+            p = put_bulk(p, "f", 1);
+            p = put_num(p, w->expire_at_ms);
+            p = put_num(p, w->limit);
+            *nargs += 3;
+        }
+    }
+    return p;
+}
+
 /* sha: EVALSHA with it, NULL: EVAL with the script, RLS_REDIS_MODULE_CMD:
  * the module's command (no script). Returns 0 or RL_ENOMEM. */
 /* A stored quota's scale: "1", or the double in full. */
@@ -118,7 +216,8 @@ static int encode(rls_cmdbuf_t *buf, const char *sha, const char *script,
      * around its bytes, and numbers of at most 20 digits. */
     size_t need = 256 + script_len, nkeys = 0, nargs = 5, nhead = 3, i, j;
     profile_t pr[PROFILES];
-    uint32_t np = 0;
+    const rls_op_t *ap[PROFILES];
+    uint32_t np = 0, nap = 0;
     char *p;
 
     for (i = 0; i < n; i++) {
@@ -127,6 +226,8 @@ static int encode(rls_cmdbuf_t *buf, const char *sha, const char *script,
                    (op->equal_cost ? 1 : (size_t)op->ncosts);
         if (is_simple(op))
             profile_of(op, pr, &np);
+        else if (is_asimple(op))
+            aprofile_of(op, ap, &nap);
         nkeys += op->nwin + (op->quota ? 1 : 0);
         nargs += a;
         need += (op->key_len + 64) * (2 * (size_t)op->nwin + 1) +
@@ -136,6 +237,7 @@ static int encode(rls_cmdbuf_t *buf, const char *sha, const char *script,
         nargs += 1 + 2 * (size_t)pr[j].n;
         need += 36 * (1 + 2 * (size_t)pr[j].n);
     }
+    need += 36 * (size_t)nap * (2 + 5 * RL_ADMIT_WINDOWS_MAX);
     if (need > buf->cap) {
         size_t cap = buf->cap ? buf->cap : 4096;
         while (cap < need)
@@ -181,7 +283,7 @@ static int encode(rls_cmdbuf_t *buf, const char *sha, const char *script,
     p = put_num(p, now_ms);
     p = put_num(p, grace_ms);
     p = put_num(p, n);
-    p = put_num(p, np);
+    p = put_num(p, np + nap);
     nargs = 5;
     for (j = 0; j < np; j++) {
         uint32_t w;
@@ -192,10 +294,39 @@ static int encode(rls_cmdbuf_t *buf, const char *sha, const char *script,
         }
         nargs += 1 + 2 * (size_t)pr[j].n;
     }
+    for (j = 0; j < nap; j++) {
+        p = put_bulk(p, "a", 1);
+        p = put_num(p, ap[j]->nwin);
+        nargs += 2;
+        p = put_limits(p, ap[j], &nargs);
+    }
     for (i = 0; i < n; i++) {
         const rls_op_t *op = &ops[i];
         uint32_t prof = is_simple(op) ? profile_of(op, pr, &np) : 0;
+        uint32_t aprof = is_asimple(op) ? aprofile_of(op, ap, &nap) : 0;
         char neg[24];
+
+        if (aprof != 0 && is_aunit(op)) {
+            /* "R", the run's length and the profile. */
+            size_t r = 1;
+            while (i + r < n && is_aunit(&ops[i + r]) &&
+                   aprofile_of(&ops[i + r], ap, &nap) == aprof)
+                r++;
+            p = put_bulk(p, "R", 1);
+            p = put_num(p, r);
+            p = put_num(p, np + aprof);
+            nargs += 3;
+            i += r - 1;
+            continue;
+        }
+        if (aprof != 0) {
+            p = put_bulk(p, "A", 1);
+            p = put_num(p, np + aprof);
+            p = put_num(p, op->ncosts);
+            p = put_num(p, op->equal_cost);
+            nargs += 4;
+            continue;
+        }
 
         if (prof != 0 && op->ncosts == 1 && op->equal_cost == 1) {
             /* A run of such ops with one profile is "r", its length and
@@ -236,37 +367,7 @@ static int encode(rls_cmdbuf_t *buf, const char *sha, const char *script,
                 p = put_scale(p, op->scale);
                 nargs += 1;
             }
-            for (j = 0; j < op->nwin; j++) {
-                const rls_wop_t *w = &op->win[j];
-                switch (w->algo) {
-                case RL_ALGO_SWC:
-                    p = put_bulk(p, "s", 1);
-                    p = put_num(p, w->expire_at_ms);
-                    p = put_num(p, w->limit);
-                    p = put_num(p, w->weight);
-                    p = put_num(p, w->index);
-                    nargs += 5;
-                    break;
-                case RL_ALGO_GCRA:
-                    p = put_bulk(p, "g", 1);
-                    p = put_num(p, w->limit);
-                    p = put_num(p, w->t_us);
-                    nargs += 3;
-                    break;
-                case RL_ALGO_SWL:
-                    p = put_bulk(p, "l", 1);
-                    p = put_num(p, w->expire_at_ms);
-                    p = put_num(p, w->limit);
-                    p = put_num(p, (uint64_t)w->window_s * 1000);
-                    nargs += 4;
-                    break;
-                default:
-                    p = put_bulk(p, "f", 1);
-                    p = put_num(p, w->expire_at_ms);
-                    p = put_num(p, w->limit);
-                    nargs += 3;
-                }
-            }
+            p = put_limits(p, op, &nargs);
         } else {
             p = put_num(p, 0);
             p = put_num(p, op->nwin);

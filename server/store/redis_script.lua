@@ -25,7 +25,9 @@
 -- "<prefix>{<caller>}:q" when it names a quota: one hash slot per op.
 -- ARGV: the batch's deadline and clock (ms, Redis clock), the counters'
 -- grace, the number of ops, the number of profiles and the profiles (a
--- number of windows, then an expiry and a limit per window); then per op:
+-- number of windows, then an expiry and a limit per window; or an "a"
+-- profile: "a", a number of limits, then each limit's letter and
+-- arguments, as an "a" op gives them, below); then per op:
 -- its profile P when it has equal costs and no quota (P alone for one
 -- request of cost 1, and for k >= 2 such ops in a row on one profile "r",
 -- k and P once, which stands for all k; -P, the count and the cost
@@ -39,7 +41,10 @@
 -- the window index those counts are of, its count and the previous
 -- window's), "g" burst interval_us (a gcra: its TAT in us as key) or "l"
 -- expiry limit window_ms (a sliding window: its log as key, laid out as
--- store.h's RLS_SWL_* say), then the costs; such an op is decided as
+-- store.h's RLS_SWL_* say), then the costs; or, for such an op with
+-- equal costs and no quota whose limits are an "a" profile A: "A", A, k
+-- and the cost, and for k >= 1 such ops in a row of one request of cost 1
+-- "R", k and A once; such an op is decided as
 -- lib/admit.c decides (rl_admit.h), its reply entry the admitted count and
 -- per limit its state before (a count; the current and previous counts;
 -- the TAT; a log's sum, newest time, m, and its m oldest entries' times
@@ -206,17 +211,54 @@ local t = rcall('TIME')
 local dl = tonumber(ARGV[1])
 if dl > 0 and t[1] * 1000 + floor(t[2] / 1000) > dl then return 'late' end
 
--- The profiles: a number of windows, then an expiry and a limit each.
+-- The limits of an "a" op or profile from ARGV[p] on, n letters and
+-- their arguments ("f" expiry limit, "s" expiry limit weight index, "g"
+-- burst interval_us, "l" expiry limit window_ms), as adecide takes them,
+-- and the index after them.
+local function lparse(p, n)
+    local kd, ix, ex, L, U, wt = {}, {}, {}, {}, {}, {}
+    for j = 1, n do
+        local t = ARGV[p]
+        kd[j] = t
+        if t == 'g' then
+            L[j], U[j] = tonumber(ARGV[p + 1]), tonumber(ARGV[p + 2])
+            p = p + 3
+        elseif t == 'l' then
+            ex[j], L[j], U[j] = ARGV[p + 1], tonumber(ARGV[p + 2]), 1
+            wt[j] = tonumber(ARGV[p + 3])
+            p = p + 4
+        else
+            ex[j], L[j], U[j] = ARGV[p + 1], tonumber(ARGV[p + 2]), 1
+            if t == 's' then
+                wt[j], ix[j] = tonumber(ARGV[p + 3]), tonumber(ARGV[p + 4])
+                p = p + 5
+            else p = p + 3 end
+        end
+    end
+    return kd, ix, ex, L, U, wt, p
+end
+
+-- The profiles: a number of windows, then an expiry and a limit each; or
+-- an "a" profile, "a", a number of limits, then their letters and
+-- arguments (ap[j]).
 local now, grace = tonumber(ARGV[2]), tonumber(ARGV[3])
 local pn, pe, pl, pid, np, q = {}, {}, {}, {}, tonumber(ARGV[5]), 6
+local ap = {}
 for j = 1, np do
     pid[tostring(j)] = j
-    local n = tonumber(ARGV[q])
-    local E, L = {}, {}
-    for w = 1, n do
-        E[w], L[w] = ARGV[q + 2 * w - 1], tonumber(ARGV[q + 2 * w]) end
-    pn[j], pe[j], pl[j] = n, E, L
-    q = q + 1 + 2 * n
+    if ARGV[q] == 'a' then
+        local n = tonumber(ARGV[q + 1])
+        local kd, ix, ex, L, U, wt
+        kd, ix, ex, L, U, wt, q = lparse(q + 2, n)
+        ap[j] = {n, kd, ix, ex, L, U, wt}
+    else
+        local n = tonumber(ARGV[q])
+        local E, L = {}, {}
+        for w = 1, n do
+            E[w], L[w] = ARGV[q + 2 * w - 1], tonumber(ARGV[q + 2 * w]) end
+        pn[j], pe[j], pl[j] = n, E, L
+        q = q + 1 + 2 * n
+    end
 end
 
 -- Decides k requests (listed costs, or k of cost c) against limits given
@@ -442,7 +484,7 @@ local function atext(tag, nw, kd, ws, L, U, adm, b1, b2, lg)
 end
 
 -- The ops. o is the reply, p the next argument, kp the next key; run
--- counts down the ops of a run ("r", k, P) still to decide.
+-- counts down the ops of a run ("r", k, P, or "R", k, A) still to decide.
 local o, no, e, p, kp, bef, run, rP = {}, 0, nil, q, 1, {}, 0, 0
 for i = 1, tonumber(ARGV[4]) do
     local P, adv = rP, 0
@@ -450,41 +492,49 @@ for i = 1, tonumber(ARGV[4]) do
     else
         local a = ARGV[p]
         adv = 1
-        if a == 'a' then P = 'a'
+        if a == 'a' or a == 'A' then P = a
         elseif a == 'r' then
             run, P = tonumber(ARGV[p + 1]) - 1, pid[ARGV[p + 2]]
+            rP, p = P, p + 2
+        elseif a == 'R' then
+            run, P = tonumber(ARGV[p + 1]) - 1, ap[pid[ARGV[p + 2]]]
             rP, p = P, p + 2
         else P = pid[a] or tonumber(a) end
     end
 
-    if P == 'a' then
-        -- Limits other than the plain fixed window: a letter and its
-        -- arguments per limit ("f" expiry limit, "s" expiry limit weight
-        -- with the current and the previous counter as keys, "g" burst
-        -- interval, "l" expiry limit window), then the costs. Read,
-        -- decide, write: not the hot path of plain counters.
+    if P == 'A' or type(P) == 'table' then
+        -- An "a" op of a profile: "A", the profile, k and c; or, in a
+        -- run, one request of cost 1.
+        local pr, k, c = P, 1, 1
+        if P == 'A' then
+            pr, k, c = ap[pid[ARGV[p + 1]]], tonumber(ARGV[p + 2]),
+                tonumber(ARGV[p + 3])
+            p = p + 4
+        else p = p + adv end
+        local nw, ks = pr[1], {}
+        for j = 1, nw do ks[j] = KEYS[kp + j - 1] end
+        kp = kp + nw
+        local err, adm, b1, b2, lg = adecide(nw, pr[2], ks, pr[3], pr[4],
+            pr[5], pr[6], pr[7], nil, k, c)
+        if err then
+            e = e or err
+            no = no + 1
+            o[no] = ekind(err)
+        else
+            no = aput(o, no, nw, pr[2], adm, b1, b2, lg)
+        end
+    elseif P == 'a' then
+        -- Limits other than the plain fixed window, spelled out (lparse),
+        -- then the costs. Read, decide, write: not the hot path of plain
+        -- counters.
         local nw, qf, sc = tonumber(ARGV[p + 1]), ARGV[p + 2], 1
         p = p + 3
         if qf ~= '' then sc, p = tonumber(ARGV[p]), p + 1 end
-        local kd, ks, ix, ex, L, U, wt = {}, {}, {}, {}, {}, {}, {}
-        for j = 1, nw do
-            local t = ARGV[p]
-            kd[j], ks[j], kp = t, KEYS[kp], kp + 1
-            if t == 'g' then
-                L[j], U[j] = tonumber(ARGV[p + 1]), tonumber(ARGV[p + 2])
-                p = p + 3
-            elseif t == 'l' then
-                ex[j], L[j], U[j] = ARGV[p + 1], tonumber(ARGV[p + 2]), 1
-                wt[j] = tonumber(ARGV[p + 3])
-                p = p + 4
-            else
-                ex[j], L[j], U[j] = ARGV[p + 1], tonumber(ARGV[p + 2]), 1
-                if t == 's' then
-                    wt[j], ix[j] = tonumber(ARGV[p + 3]), tonumber(ARGV[p + 4])
-                    p = p + 5
-                else p = p + 3 end
-            end
-        end
+        local kd, ks, ix, ex, L, U, wt
+        kd, ix, ex, L, U, wt, p = lparse(p, nw)
+        ks = {}
+        for j = 1, nw do ks[j] = KEYS[kp + j - 1] end
+        kp = kp + nw
         local nc = tonumber(ARGV[p])
         local costs, k, c = nil, nc, 0
         if nc < 0 then

@@ -598,7 +598,7 @@ static size_t well_formed(uint8_t *buf, size_t cap, expect_t *x)
     static rls_cmdbuf_t cmd;
     size_t n = 1 + rlf_rand() % 8, i, j, len = 0, clen, nk = 0;
     unsigned edge = rlf_rand() % 8, e = rlf_rand() % NEDGES;
-    int plain = rlf_rand() % 6 == 0;
+    int plain = rlf_rand() % 6 == 0, alg = rlf_rand() % 2;
     const char *p, *end, *tag = plain ? "" : "{", *gat = plain ? "" : "}";
 
     memset(x, 0, sizeof(*x));
@@ -630,16 +630,35 @@ static size_t well_formed(uint8_t *buf, size_t cap, expect_t *x)
             x->quota_plain |= plain;
         }
         for (j = 0; j < op->nwin; j++) {
-            win[i][j].window_s = (uint32_t)(60 * (j + 1));
-            win[i][j].limit = 1 + rlf_rand() % 6;
-            win[i][j].index = 7;
-            win[i][j].expire_at_ms = 900000 + j;
+            rls_wop_t *w = &win[i][j];
+            memset(w, 0, sizeof(*w));
+            w->window_s = (uint32_t)(60 * (j + 1));
+            w->limit = 1 + rlf_rand() % 6;
+            w->index = 7;
+            w->expire_at_ms = 900000 + j;
+            /* Behind a fixed window, one time in two another algorithm:
+             * ops that go as "a" profiles ("R", "A") or spelled out. */
+            if (j > 0 && alg)
+                switch (rlf_rand() % 3) {
+                case 0:
+                    w->algo = RL_ALGO_SWC;
+                    w->weight = 40000;
+                    break;
+                case 1:
+                    w->algo = RL_ALGO_GCRA;
+                    w->t_us = 500000;
+                    break;
+                default:
+                    w->algo = RL_ALGO_SWL;
+                }
         }
     }
     if (edge == 3) {
         i = rlf_rand() % n;
-        win[i][rlf_rand() % ops[i].nwin].expire_at_ms =
-            strtoull(EDGE_EXPIRY, NULL, 10);
+        j = rlf_rand() % ops[i].nwin;
+        if (win[i][j].algo == RL_ALGO_GCRA)
+            j = 0; /* (it sends no expiry) */
+        win[i][j].expire_at_ms = strtoull(EDGE_EXPIRY, NULL, 10);
         x->bad = !edges[e].in_expiry;
     } else if (edge < 3) {
         x->bad = !edges[e].in;
@@ -908,7 +927,7 @@ static size_t alg_formed(uint8_t *buf, size_t cap, expect_t *x)
 
 int main(int argc, char **argv)
 {
-    static const char alphabet[] = " \n.-r0123456789:{}qSLH/afsgl";
+    static const char alphabet[] = " \n.-r0123456789:{}qSLH/afsglRA";
     static uint8_t buf[16384];
     static env_t v;
     int i, iters = 20000, files = 0, ok = 0, bad = 0, cross = 0, alg = 0,

@@ -510,6 +510,95 @@ static void test_alg_gcra_tat_and_expiry(void **state)
 #undef GCRA
 }
 
+/* ---- "a" profiles ---------------------------------------------------------*/
+
+/* Ops of other algorithms whose limits are an "a" profile (numbered with
+ * the fixed windows' profiles): a run "R k A" of one request of cost 1
+ * each and "A A k c", decided as the same ops spelled out; a reference of
+ * the wrong kind, past the profiles or past the ops, and a profile out of
+ * range, refuse the batch whole. */
+static void test_alg_profiles(void **state)
+{
+    fx_t *f = *state;
+    static snap_t s;
+    redisContext *c;
+    long long now, exp, g;
+    int i;
+
+    node_start(f, 0, 1, NULL);
+    c = f->c[0];
+    now = redis_ms(c);
+    exp = now + 600000;
+    g = now * 1000;
+    /* gcra burst 2, 1 s apart; a sliding-window-counter of 3 in 60 s with
+     * it in the second profile. Ops: a run of two on profile 2 (g1, g2),
+     * 3 requests on g3 (2 fit), then one on profile 3 (s4, g4). */
+    {
+        const long long want[] = {1, 0, 1, 0, 2, 0, 1, 0, 0, 0};
+        rlb_ints(c, 10, want,
+                 "5 rl:{p}:g1 rl:{p}:g2 rl:{p}:g3 rl:{p}:s4 rl:{p}:g4 0 %lld "
+                 "600000 4 3 1 %lld 5 a 1 g 2 1000000 a 2 s %lld 3 65536 %lld "
+                 "g 2 1000000 R 2 2 A 2 3 1 R 1 3",
+                 now, exp, exp, now / 60000);
+    }
+    assert_int_equal(val(c, "rl:{p}:g1"), g + 1000000);
+    assert_int_equal(val(c, "rl:{p}:g2"), g + 1000000);
+    assert_int_equal(val(c, "rl:{p}:g3"), g + 2000000);
+    assert_int_equal(val(c, "rl:{p}:g4"), g + 1000000);
+    state_is(c, "rl:{p}:s4", now / 60000, 1, 0);
+    assert_int_equal(pexp(c, "rl:{p}:s4"), exp);
+    /* The same again on g3 through "A": full, nothing written. */
+    {
+        const long long want[] = {0, g + 2000000};
+        rlb_ints(c, 2, want,
+                 "1 rl:{p}:g3 0 %lld 600000 1 1 a 1 g 2 1000000 A 1 1 1", now);
+    }
+    assert_int_equal(val(c, "rl:{p}:g3"), g + 2000000);
+
+    ok(c, "FLUSHALL");
+    ok(c, "SET rl:{x}:k 1 PX 500000");
+    /* A fixed op on an "a" profile, and the other way round. */
+    rlb_refused(c, "1 rl:{x}:a 0 %lld 600000 1 1 a 1 g 2 1000 1", now);
+    rlb_refused(c, "1 rl:{x}:a 0 %lld 600000 1 1 a 1 g 2 1000 -1 2 1", now);
+    rlb_refused(c, "1 rl:{x}:a 0 %lld 600000 2 1 a 1 g 2 1000 r 2 1", now);
+    rlb_refused(c, "1 rl:{x}:a 0 %lld 600000 1 1 %lld 5 R 1 1", now, exp);
+    rlb_refused(c, "1 rl:{x}:a 0 %lld 600000 1 1 %lld 5 A 1 1 1", now, exp);
+    /* Past the profiles, past the ops, a key too few or too many. */
+    rlb_refused(c, "1 rl:{x}:a 0 %lld 600000 1 1 a 1 g 2 1000 A 2 1 1", now);
+    rlb_refused(c, "1 rl:{x}:a 0 %lld 600000 1 1 a 1 g 2 1000 A 0 1 1", now);
+    rlb_refused(c, "2 rl:{x}:a rl:{x}:b 0 %lld 600000 1 1 a 1 g 2 1000 R 2 1",
+                now);
+    rlb_refused(c, "1 rl:{x}:a 0 %lld 600000 2 1 a 1 g 2 1000 R 2 1", now);
+    rlb_refused(c, "2 rl:{x}:a rl:{x}:b 0 %lld 600000 1 1 a 1 g 2 1000 R 1 1",
+                now);
+    /* Costs, and one key twice in an op. */
+    rlb_refused(c, "1 rl:{x}:a 0 %lld 600000 1 1 a 1 g 2 1000 A 1 0 1", now);
+    rlb_refused(c, "1 rl:{x}:a 0 %lld 600000 1 1 a 1 g 2 1000 A 1 1 0", now);
+    rlb_refused(c, "1 rl:{x}:a 0 %lld 600000 1 1 a 1 g 2 1000 A 1 1", now);
+    rlb_refused(c,
+                "2 rl:{x}:a rl:{x}:a 0 %lld 600000 1 1 a 2 g 2 1000 g 3 1000 "
+                "R 1 1",
+                now);
+    /* Profiles out of range. */
+    rlb_refused(c, "1 rl:{x}:a 0 %lld 600000 1 1 a 1 g 0 1000 R 1 1", now);
+    rlb_refused(c, "1 rl:{x}:a 0 %lld 600000 1 1 a 0 R 1 1", now);
+    rlb_refused(c, "1 rl:{x}:a 0 %lld 600000 1 1 a 9 g 2 1000 R 1 1", now);
+    rlb_refused(c, "1 rl:{x}:a 0 %lld 600000 1 1 a 1 s %lld 3 65536 -1 R 1 1",
+                now, exp);
+    {
+        /* 17 "a" profiles: one too many. */
+        char t[2048];
+        int n = 0;
+        for (i = 0; i < 17; i++)
+            n += snprintf(t + n, sizeof(t) - (size_t)n, " a 1 g 2 1000");
+        rlb_refused(c, "1 rl:{x}:a 0 %lld 600000 1 17%s R 1 1", now, t);
+        rlb_ok(c, "1 rl:{x}:a 0 %lld 600000 1 16%s R 1 16", now,
+               t + strlen(" a 1 g 2 1000"));
+    }
+    snap(c, "*", &s);
+    assert_int_equal(s.n, 2); /* rl:{x}:k, and the last batch's key */
+}
+
 /* ---- the sliding-window-counter ------------------------------------------*/
 
 /* A sliding window alone (limit 8), its one key's state "I:cur:prev" at
@@ -1013,6 +1102,7 @@ int main(void)
         MODULE_TEST(test_alg_swc_state_transitions),
         MODULE_TEST(test_alg_reply_entries),
         MODULE_TEST(test_alg_malformed_refused_whole),
+        MODULE_TEST(test_alg_profiles),
         MODULE_TEST(test_quota_base_of_staggered_key),
     };
 

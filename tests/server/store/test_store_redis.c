@@ -40,14 +40,14 @@ static void test_script_sha(void **state)
                      rls_redis_script_len);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
-    assert_string_equal(r->str, "1fee1e67f175c84ba6784cfe3f23a308acf08c4c");
+    assert_string_equal(r->str, "15aab983c04a1ce7b2cd92a7462223c29abbdcea");
     freeReplyObject(r);
     cluster = rls_redis_cluster_script(&len);
     assert_int_equal(strlen(cluster), len);
     r = redisCommand(f->rc, "SCRIPT LOAD %b", cluster, len);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
-    assert_string_equal(r->str, "1d276f3444a1ac257ea95883387676e351c98a6d");
+    assert_string_equal(r->str, "7cb9dd057e7d69d947e67f25108a2212af36e575");
     freeReplyObject(r);
 }
 

@@ -305,6 +305,82 @@ static redisReply *read_back(const char *p, size_t len)
     return rep;
 }
 
+/* Ops of other algorithms with equal costs and no quota go as "a"
+ * profiles, numbered after the fixed windows' profiles: a run of ops of
+ * one request of cost 1 on one profile is "R", its length and the
+ * profile; one of k requests "A", the profile, k and the cost; one with
+ * listed costs, or limits no profile has room for, spelled out ("a"). */
+static void test_encode_alg_profiles(void **state)
+{
+    static const uint32_t one[] = {1}, two[] = {3, 3}, listed[] = {1, 2};
+    static const char *const want[] = {
+        "EVALSHA", "0123456789abcdef0123456789abcdef01234567", "7", "k0:60:7",
+        "k1:1:g", "k2:1:g", "k3:1:g", "k4:60:s", "k4:1:g", "k5:1:g",
+        /* deadline, clock, grace, 6 ops, 3 profiles */
+        "0", "100", "1000", "6", "3",
+        /* profile 1: op 0's fixed window */
+        "1", "120000", "5",
+        /* profile 2: the gcra; profile 3: the sliding-window-counter and
+         * the gcra */
+        "a", "1", "g", "3", "333334", "a", "2", "s", "180000", "6", "65536",
+        "1", "g", "3", "333334",
+        /* op 0 */
+        "1",
+        /* ops 1 and 2: a run on profile 2; op 3: 2 requests of cost 3 */
+        "R", "2", "2", "A", "2", "2", "3",
+        /* op 4: a run of one on profile 3 */
+        "R", "1", "3",
+        /* op 5: listed costs */
+        "a", "1", "", "g", "3", "333334", "2", "1", "2"};
+    rls_cmdbuf_t buf = {NULL, 0, 0};
+    rls_wop_t wf = {0}, wg = {0}, ws = {0}, w4[2];
+    rls_op_t ops[6];
+    static char keys[6][4];
+    redisReply *r;
+    size_t i;
+
+    (void)state;
+    memset(ops, 0, sizeof(ops));
+    wf.window_s = 60;
+    wf.limit = 5;
+    wf.index = 7;
+    wf.expire_at_ms = 120000;
+    wg.algo = RL_ALGO_GCRA;
+    wg.window_s = 1;
+    wg.limit = 3;
+    wg.t_us = 333334;
+    wg.expire_at_ms = 1000;
+    ws.algo = RL_ALGO_SWC;
+    ws.window_s = 60;
+    ws.limit = 6;
+    ws.index = 1;
+    ws.weight = 65536;
+    ws.expire_at_ms = 180000;
+    w4[0] = ws;
+    w4[1] = wg;
+    for (i = 0; i < 6; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "k%zu", i);
+        ops[i].key = keys[i];
+        ops[i].key_len = 2;
+        ops[i].now_ms = 100;
+        ops[i].win = i == 0 ? &wf : i == 4 ? w4 : &wg;
+        ops[i].nwin = i == 4 ? 2 : 1;
+        ops[i].costs = i == 3 ? two : i == 5 ? listed : one;
+        ops[i].ncosts = i == 3 || i == 5 ? 2 : 1;
+        ops[i].equal_cost = i == 3 ? 3 : i == 5 ? 0 : 1;
+    }
+    assert_int_equal(rls_redis_encode(&buf, want[1], ops, 6, 100, 1000, 0), 0);
+    r = read_back(buf.p, buf.len);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    for (i = 0; i < r->elements && i < sizeof(want) / sizeof(want[0]); i++)
+        if (strcmp(r->element[i]->str, want[i]) != 0)
+            fail_msg("argument %zu: \"%s\", want \"%s\"", i, r->element[i]->str,
+                     want[i]);
+    assert_int_equal(r->elements, sizeof(want) / sizeof(want[0]));
+    freeReplyObject(r);
+    free(buf.p);
+}
+
 static void test_encode(void **state)
 {
     static const char sha[] = "0123456789abcdef0123456789abcdef01234567";
@@ -488,6 +564,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_counts),
         cmocka_unit_test(test_encode),
+        cmocka_unit_test(test_encode_alg_profiles),
         cmocka_unit_test(test_clock),
     };
 
