@@ -9,6 +9,7 @@
  * iteration is answered in the same iteration. A uv_prepare handle does the
  * same right before each poll, for requests that joined the batch outside
  * the poll (on_before_poll). */
+#include <pthread.h>
 #include <signal.h>
 #include <sys/timerfd.h>
 #include <time.h>
@@ -157,13 +158,24 @@ static void close_all(rls_server_t *s)
     uv_close((uv_handle_t *)&s->before_poll, NULL);
     if (s->hold_fd >= 0)
         uv_close((uv_handle_t *)&s->hold, on_hold_closed);
-    uv_close((uv_handle_t *)&s->sigterm, NULL);
-    uv_close((uv_handle_t *)&s->sigint, NULL);
-    /* Closing them gave the signals their default action back: one more
+    /* Closing them gives the signals their default action back: one more
      * SIGTERM (a supervisor repeating itself) must not kill a server that
-     * is finishing its stop and exits 0 in a moment. */
-    signal(SIGTERM, SIG_IGN);
-    signal(SIGINT, SIG_IGN);
+     * is finishing its stop and exits 0 in a moment. So they are ignored
+     * after, and blocked until then: one that came in between (libuv
+     * blocks them while it unregisters, and lets one pending through when
+     * it unblocks) would otherwise meet the default action. */
+    {
+        sigset_t set, old;
+        sigemptyset(&set);
+        sigaddset(&set, SIGTERM);
+        sigaddset(&set, SIGINT);
+        pthread_sigmask(SIG_BLOCK, &set, &old);
+        uv_close((uv_handle_t *)&s->sigterm, NULL);
+        uv_close((uv_handle_t *)&s->sigint, NULL);
+        signal(SIGTERM, SIG_IGN);
+        signal(SIGINT, SIG_IGN);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+    }
     uv_close((uv_handle_t *)&s->stop_timer, NULL);
     /* The last scrape misses whatever happened after it, which during a
      * stop is exactly what an operator wants to see: whether everything
