@@ -40,14 +40,14 @@ static void test_script_sha(void **state)
                      rls_redis_script_len);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
-    assert_string_equal(r->str, "15aab983c04a1ce7b2cd92a7462223c29abbdcea");
+    assert_string_equal(r->str, "75c8ac02a81a1258670edabbf0b9231d7cba8f73");
     freeReplyObject(r);
     cluster = rls_redis_cluster_script(&len);
     assert_int_equal(strlen(cluster), len);
     r = redisCommand(f->rc, "SCRIPT LOAD %b", cluster, len);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
-    assert_string_equal(r->str, "7cb9dd057e7d69d947e67f25108a2212af36e575");
+    assert_string_equal(r->str, "ba122e3d07b79c09cc2ce88ccafde4d4504175f8");
     freeReplyObject(r);
 }
 
