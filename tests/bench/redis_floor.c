@@ -10,6 +10,10 @@
  *              key and PEXPIREAT when it created it, counts back as an
  *              array: the least a script that keeps every key with its TTL
  *              can do per op.
+ * MODE getset: the same with a GET, then a SET ... PXAT of the value read
+ *              plus one, per key: the least a script that must read a
+ *              caller's state before it writes it (a gcra's TAT, a
+ *              sliding-window-counter's counts) can do per op (Redis 7).
  * Keys: "rl:{floor:<n>}:r:b:60:1", n uniform over KEYS (default 100000)
  * from a fixed seed; 8 batches in flight (incr: 8 x BATCH commands).
  * Prints ops/s and Redis CPU seconds per million ops (INFO cpu, before and
@@ -37,6 +41,15 @@ static const char script[] =
     "for i = 1, #KEYS do "
     "local n = redis.call('INCRBY', KEYS[i], 1) "
     "if n == 1 then redis.call('PEXPIREAT', KEYS[i], ARGV[1]) end "
+    "r[i] = n "
+    "end "
+    "return r";
+
+static const char script_getset[] =
+    "local r = {} "
+    "for i = 1, #KEYS do "
+    "local n = tonumber(redis.call('GET', KEYS[i]) or 0) + 1 "
+    "redis.call('SET', KEYS[i], string.format('%d', n), 'PXAT', ARGV[1]) "
     "r[i] = n "
     "end "
     "return r";
@@ -72,7 +85,7 @@ int main(int argc, char **argv)
     static const char *av[MAX_BATCH + 4];
     static size_t al[MAX_BATCH + 4];
     char sha[41], nk[16], exp[24];
-    int port, incr, k;
+    int port, incr, getset, k;
     unsigned long long ops, done = 0, bad = 0;
     unsigned batch, keys, i;
     rls_redis_sync_t *c, *m;
@@ -93,8 +106,8 @@ int main(int argc, char **argv)
     }
     if (argc < 4) {
         fprintf(stderr,
-                "usage: %s [--tls-ca FILE] PORT incr|script OPS [BATCH] "
-                "[KEYS]\n",
+                "usage: %s [--tls-ca FILE] PORT incr|script|getset OPS "
+                "[BATCH] [KEYS]\n",
                 argv[0]);
         return 2;
     }
@@ -103,7 +116,8 @@ int main(int argc, char **argv)
     ops = strtoull(argv[3], NULL, 10);
     batch = argc > 4 ? (unsigned)atoi(argv[4]) : 256;
     keys = argc > 5 ? (unsigned)atoi(argv[5]) : 100000;
-    if ((!incr && strcmp(argv[2], "script") != 0) || port <= 0 ||
+    getset = strcmp(argv[2], "getset") == 0;
+    if ((!incr && !getset && strcmp(argv[2], "script") != 0) || port <= 0 ||
         port > 65535 || batch < 1 || batch > MAX_BATCH || keys < 1 ||
         ops < batch) {
         fprintf(stderr, "redis_floor: bad arguments\n");
@@ -119,7 +133,7 @@ int main(int argc, char **argv)
         return 1;
     }
     {
-        const char *sl[3] = {"SCRIPT", "LOAD", script};
+        const char *sl[3] = {"SCRIPT", "LOAD", getset ? script_getset : script};
         r = rls_redis_sync_command(m, 3, sl, NULL);
     }
     if (r == NULL || r->type != REDIS_REPLY_STRING || r->len != 40) {
