@@ -336,20 +336,6 @@ static int k_get(void *env, void *h, int64_t *v, int *exists)
                                                        : RLM_VAL_NOTINT;
 }
 
-/* The decimal digits of v, ending at end; returns where they start. */
-static char *digits_of(int64_t v, char *end)
-{
-    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
-
-    do {
-        *--end = (char)('0' + u % 10);
-        u /= 10;
-    } while (u > 0);
-    if (v < 0)
-        *--end = '-';
-    return end;
-}
-
 /* The n bytes at d go into the value in place: no new object, and the key
  * keeps its expiry unless given one. (In place needs a plain string: a
  * counter written here is stored as its digits where INCRBY stores a
@@ -375,7 +361,7 @@ static void k_wtext(void *env, void *h, const char *d, size_t n,
         return;
     }
     rm_SetAbsExpire(c->k, expire_ms);
-    xd = digits_of(expire_ms, x + sizeof(x));
+    xd = rlm_i64_text(expire_ms, x + sizeof(x));
     fx_add(e, c, d, n, xd, (size_t)(x + sizeof(x) - xd));
     /* Already past (a caller's clock behind Redis's): the next open of
      * this key in the call deletes it and replicates that DEL at once, so
@@ -386,7 +372,7 @@ static void k_wtext(void *env, void *h, const char *d, size_t n,
 
 static void k_write(void *env, void *h, int64_t v, int64_t expire_ms)
 {
-    char t[24], *d = digits_of(v, t + sizeof(t));
+    char t[24], *d = rlm_i64_text(v, t + sizeof(t));
 
     k_wtext(env, h, d, (size_t)(t + sizeof(t) - d), expire_ms);
 }

@@ -166,6 +166,19 @@ int rlm_parse_i64(const char *s, size_t len, int64_t *v)
     return 0;
 }
 
+char *rlm_i64_text(int64_t v, char *end)
+{
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+
+    do {
+        *--end = (char)('0' + u % 10);
+        u /= 10;
+    } while (u > 0);
+    if (v < 0)
+        *--end = '-';
+    return end;
+}
+
 static int num(const batch_t *b, size_t i, int64_t *v)
 {
     return i < b->a->nargs ? rlm_parse_i64(b->a->av[i], b->a->al[i], v) : -1;
@@ -730,22 +743,6 @@ static void put_alg_text(batch_t *b, const aop_t *ao, char tag, uint64_t adm)
     put_str(b, t, (size_t)n);
 }
 
-/* The decimal digits of v, ending at end; returns where they start. (A
- * write per decision: snprintf's three fields cost more than the rest of
- * the write.) */
-static char *i64_text(int64_t v, char *end)
-{
-    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
-
-    do {
-        *--end = (char)('0' + u % 10);
-        u /= 10;
-    } while (u > 0);
-    if (v < 0)
-        *--end = '-';
-    return end;
-}
-
 /* Writes a sliding-window-counter's state back with add admitted. */
 static void swc_write(batch_t *b, const alim_t *l, int64_t add)
 {
@@ -754,11 +751,11 @@ static void swc_write(batch_t *b, const alim_t *l, int64_t add)
 
     if (!w->write)
         return;
-    p = i64_text(w->at > l->idx ? w->c2 + add : w->c2, p);
+    p = rlm_i64_text(w->at > l->idx ? w->c2 + add : w->c2, p);
     *--p = ':';
-    p = i64_text(w->at > l->idx ? w->c1 : w->c1 + add, p);
+    p = rlm_i64_text(w->at > l->idx ? w->c1 : w->c1 + add, p);
     *--p = ':';
-    p = i64_text(w->at, p);
+    p = rlm_i64_text(w->at, p);
     b->io->wtext(b->env, l->h, p, (size_t)(t + sizeof(t) - p),
                  w->keep ? 0 : l->exp);
 }

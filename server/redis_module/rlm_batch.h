@@ -132,4 +132,9 @@ int rlm_batch(const rlm_io_t *io, void *env, const rlm_args_t *a,
  * sign or space elsewhere), as Redis reads a counter; 0 on success. */
 int rlm_parse_i64(const char *s, size_t len, int64_t *v);
 
+/* Writes v's decimal digits (and '-') to end there; returns where they
+ * start (at most 20 bytes before end). Not snprintf: the module writes
+ * a number or three per decision. */
+char *rlm_i64_text(int64_t v, char *end);
+
 #endif

@@ -14,6 +14,10 @@
  *              plus one, per key: the least a script that must read a
  *              caller's state before it writes it (a gcra's TAT, a
  *              sliding-window-counter's counts) can do per op (Redis 7).
+ * MODE log:    per key, GETRANGE of a 32-byte header, APPEND of a 24-byte
+ *              entry, SETRANGE of the header, PEXPIREAT: the least a script
+ *              that keeps a sliding window's log (store.h, RLS_SWL_*) can
+ *              do per op that admits, with nothing dropped or parsed.
  * Keys: "rl:{floor:<n>}:r:b:60:1", n uniform over KEYS (default 100000)
  * from a fixed seed; 8 batches in flight (incr: 8 x BATCH commands).
  * Prints ops/s and Redis CPU seconds per million ops (INFO cpu, before and
@@ -42,6 +46,18 @@ static const char script[] =
     "local n = redis.call('INCRBY', KEYS[i], 1) "
     "if n == 1 then redis.call('PEXPIREAT', KEYS[i], ARGV[1]) end "
     "r[i] = n "
+    "end "
+    "return r";
+
+static const char script_log[] =
+    "local r = {} "
+    "for i = 1, #KEYS do "
+    "local h = redis.call('GETRANGE', KEYS[i], 0, 31) "
+    "redis.call('APPEND', KEYS[i], '000000000000000000000001') "
+    "redis.call('SETRANGE', KEYS[i], 0, "
+    "'00000000000000000001000000000032') "
+    "redis.call('PEXPIREAT', KEYS[i], ARGV[1]) "
+    "r[i] = #h "
     "end "
     "return r";
 
@@ -85,7 +101,7 @@ int main(int argc, char **argv)
     static const char *av[MAX_BATCH + 4];
     static size_t al[MAX_BATCH + 4];
     char sha[41], nk[16], exp[24];
-    int port, incr, getset, k;
+    int port, incr, getset, logs, k;
     unsigned long long ops, done = 0, bad = 0;
     unsigned batch, keys, i;
     rls_redis_sync_t *c, *m;
@@ -106,8 +122,8 @@ int main(int argc, char **argv)
     }
     if (argc < 4) {
         fprintf(stderr,
-                "usage: %s [--tls-ca FILE] PORT incr|script|getset OPS "
-                "[BATCH] [KEYS]\n",
+                "usage: %s [--tls-ca FILE] PORT incr|script|getset|log "
+                "OPS [BATCH] [KEYS]\n",
                 argv[0]);
         return 2;
     }
@@ -117,9 +133,10 @@ int main(int argc, char **argv)
     batch = argc > 4 ? (unsigned)atoi(argv[4]) : 256;
     keys = argc > 5 ? (unsigned)atoi(argv[5]) : 100000;
     getset = strcmp(argv[2], "getset") == 0;
-    if ((!incr && !getset && strcmp(argv[2], "script") != 0) || port <= 0 ||
-        port > 65535 || batch < 1 || batch > MAX_BATCH || keys < 1 ||
-        ops < batch) {
+    logs = strcmp(argv[2], "log") == 0;
+    if ((!incr && !getset && !logs && strcmp(argv[2], "script") != 0) ||
+        port <= 0 || port > 65535 || batch < 1 || batch > MAX_BATCH ||
+        keys < 1 || ops < batch) {
         fprintf(stderr, "redis_floor: bad arguments\n");
         return 2;
     }
@@ -133,7 +150,10 @@ int main(int argc, char **argv)
         return 1;
     }
     {
-        const char *sl[3] = {"SCRIPT", "LOAD", getset ? script_getset : script};
+        const char *sl[3] = {"SCRIPT", "LOAD",
+                             getset ? script_getset
+                             : logs ? script_log
+                                    : script};
         r = rls_redis_sync_command(m, 3, sl, NULL);
     }
     if (r == NULL || r->type != REDIS_REPLY_STRING || r->len != 40) {
