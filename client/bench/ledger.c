@@ -29,12 +29,7 @@ static int check_all(rlb_ledger_t *l, const rlb_opts_t *o, int last)
     rlc_options_init(&ro);
     ro.servers = o->server;
     ro.request_timeout_ms = o->timeout_ms < 5000 ? 5000 : o->timeout_ms;
-    ro.tls = o->tls;
-    ro.tls_insecure = o->tls_insecure;
-    ro.tls_ca_file = o->tls_ca;
-    ro.tls_cert_file = o->tls_cert;
-    ro.tls_key_file = o->tls_key;
-    ro.tls_server_name = o->tls_name;
+    rlb_opts_tls(o, &ro);
     rc = rlc_connect_why(&c, &ro, l->why, sizeof(l->why));
     if (rc != RLC_OK) {
         if (l->why[0] == '\0')

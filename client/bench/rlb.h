@@ -119,6 +119,11 @@ static inline int rlb_open_loop(const rlb_opts_t *o)
  * prints one clear line on stderr and returns RLB_EXIT_USAGE otherwise. */
 int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o);
 
+/* Copies o's --tls* flags into a librlc connection's options, for every
+ * connection rl-bench opens (the load's and the ledger's). */
+struct rlc_options_s;
+void rlb_opts_tls(const rlb_opts_t *o, struct rlc_options_s *ro);
+
 /* ---- keys ------------------------------------------------------------ */
 
 /* A small, fast generator (xoshiro256**); quality is ample for picking

@@ -989,12 +989,7 @@ static int conns_init(bench_t *b)
     ro.reconnect_min_ms = 50;
     ro.reconnect_max_ms = 500;
     ro.max_inflight = slots;
-    ro.tls = o->tls;
-    ro.tls_insecure = o->tls_insecure;
-    ro.tls_ca_file = o->tls_ca;
-    ro.tls_cert_file = o->tls_cert;
-    ro.tls_key_file = o->tls_key;
-    ro.tls_server_name = o->tls_name;
+    rlb_opts_tls(o, &ro);
     for (i = 0; i < b->nconns; i++) {
         conn_t *c = &b->conns[i];
         c->b = b;
@@ -1111,6 +1106,16 @@ static int audit_init(rlb_audit_t *a, const rlb_opts_t *o)
     /* A gcra's or sliding window's state is per key. */
     c.expect = o->algo == RL_ALGO_FIXED ? audit_expect(o) : o->keys;
     return rlb_audit_init(a, &c);
+}
+
+void rlb_opts_tls(const rlb_opts_t *o, rlc_options_t *ro)
+{
+    ro->tls = o->tls;
+    ro->tls_insecure = o->tls_insecure;
+    ro->tls_ca_file = o->tls_ca;
+    ro->tls_cert_file = o->tls_cert;
+    ro->tls_key_file = o->tls_key;
+    ro->tls_server_name = o->tls_name;
 }
 
 int rlb_run(const rlb_opts_t *o, rlb_result_t *res)
