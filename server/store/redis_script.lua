@@ -142,63 +142,85 @@ end
 -- entries (a time in ms in 14 digits, a cost in 10), oldest first. lread
 -- reads it at now: its sum once what left the window (at or before now -
 -- W) is dropped, the offset of the first live entry, the string's length,
--- the newest entry's time (0 when none), and the oldest live entries
--- (times and costs, at most 4) that cover max(sum - L, 0) + cmax. Reads in
--- chunks of 16 entries: what it reads is what left the window and a few
--- more. An error text when the key is not such a log.
-local function lread(key, now, W, L, cmax)
-    local h = rpcall('GETRANGE', key, 0, 31)
-    if type(h) == 'table' then return tostring(h.err) end
-    if h == '' then return nil, 0, 32, 0, 0, {}, {} end
+-- the newest entry's time (0 when none), the oldest live entries (times
+-- and costs, at most 4) that cover max(sum - L, 0) + cmax (none when tot,
+-- the op's whole cost, fits: then no request of the op is refused, nor
+-- waits for this log when another limit refuses it), and the string when
+-- it was read whole. One GETRANGE of the first LREAD bytes reads a log of
+-- up to 64 entries whole; a longer one takes STRLEN, a GETRANGE of its
+-- newest entry and GETRANGEs of 16 entries until what left the window and
+-- a few more are read. An error text when the key is not such a log.
+-- (Lua's pattern matching costs about 10 ns a byte: only the header and
+-- the entries parsed are checked to be digits.)
+local LREAD = 32 + 24 * 64
+local LLAST = tostring(LREAD - 1)
+local NONE = {}
+local function lread(key, now, W, L, cmax, tot)
+    local s = rpcall('GETRANGE', key, '0', LLAST)
+    if type(s) == 'table' then return tostring(s.err) end
+    if s == '' then return nil, 0, 32, 0, 0, NONE, NONE, s end
     local bad = 'ERR not a sliding-window log'
-    if not string.find(h, '^%d+$') then return bad end
+    local h = ssub(s, 1, 32)
+    if #h ~= 32 or not string.find(h, '^%d+$') then return bad end
     local sum, pos = tonumber(ssub(h, 1, 20)), tonumber(ssub(h, 21, 32))
-    local len = rcall('STRLEN', key)
-    if #h ~= 32 or pos < 32 or pos > len or (len - pos) % 24 ~= 0 then
-        return bad end
+    local len, whole = #s, true
+    if len == LREAD then
+        len = rcall('STRLEN', key)
+        whole = len == LREAD
+    end
+    if pos < 32 or pos > len or (len - pos) % 24 ~= 0 then return bad end
     local newest = 0
     if len > pos then
-        newest = tonumber(rcall('GETRANGE', key, len - 24, len - 11))
+        newest = tonumber(whole and ssub(s, len - 23, len - 10) or
+            rcall('GETRANGE', key, len - 24, len - 11))
         if not newest then return bad end
     end
-    local ot, oc, need, acc, at, chunk, ci = {}, {}, nil, 0, pos, '', 1
+    -- b holds the log's bytes from offset bo on.
+    local ot, oc, need, acc, at, b, bo = NONE, NONE, nil, 0, pos, s, 0
     while at < len do
-        if ci > #chunk then
-            chunk, ci = rcall('GETRANGE', key, at, at + 24 * 16 - 1), 1
+        if at + 24 > bo + #b then
+            b, bo = rcall('GETRANGE', key, at, at + 24 * 16 - 1), at
         end
-        local e = ssub(chunk, ci, ci + 23)
-        if not string.find(e, '^%d+$') then return bad end
-        local t, c = tonumber(ssub(e, 1, 14)), tonumber(ssub(e, 15, 24))
+        local e = ssub(b, at - bo + 1, at - bo + 24)
+        if #e ~= 24 or not string.find(e, '^%d+$') then return bad end
+        local t = tonumber(ssub(e, 1, 14))
         if need == nil and t + W <= now then
-            sum, pos = sum - c, pos + 24
+            sum, pos = sum - tonumber(ssub(e, 15, 24)), pos + 24
         else
             if need == nil then
+                if sum + tot <= L then break end
                 need = (sum > L and sum - L or 0) + cmax
+                ot, oc = {}, {}
             end
             if acc >= need or #ot == 4 then break end
+            local c = tonumber(ssub(e, 15, 24))
             ot[#ot + 1], oc[#oc + 1], acc = t, c, acc + c
         end
-        at, ci = at + 24, ci + 24
+        at = at + 24
     end
     if pos >= len then newest = 0 end
     if sum < 0 then sum = 0 end
-    return nil, sum, pos, len, newest, ot, oc
+    return nil, sum, pos, len, newest, ot, oc, whole and s or nil
 end
 
--- Appends (now, cost) to a log read by lread, with its new sum; drops the
--- entries that left the window when they are half of it.
-local function lwrite(key, sum, pos, len, now, cost, ex)
-    local e = string.format('%014d%010d', now, cost)
+-- Appends (now, cost) to a log read by lread, with its new sum: APPEND,
+-- SETRANGE of the header and PEXPIREAT (in Redis, cheaper than one SET of
+-- the whole string); the string is rewritten without the entries that
+-- left the window when they are half of it (from s when it was read
+-- whole).
+local function lwrite(key, sum, pos, len, now, cost, ex, s)
+    local e = sfmt('%014d%010d', now, cost)
     if len == 0 or pos >= len then
-        rcall('SET', key, string.format('%020d%012d', sum, 32) .. e)
+        setx(key, sfmt('%020d%012d', sum, 32) .. e, ex)
     elseif pos - 32 >= (len - 32) / 2 then
-        rcall('SET', key, string.format('%020d%012d', sum, 32) ..
-            rcall('GETRANGE', key, pos, -1) .. e)
+        setx(key, sfmt('%020d%012d', sum, 32) ..
+            (s and ssub(s, pos + 1) or rcall('GETRANGE', key, pos, -1)) ..
+            e, ex)
     else
         rcall('APPEND', key, e)
-        rcall('SETRANGE', key, 0, string.format('%020d%012d', sum, pos))
+        rcall('SETRANGE', key, '0', sfmt('%020d%012d', sum, pos))
+        rcall('PEXPIREAT', key, ex)
     end
-    rcall('PEXPIREAT', key, ex)
 end
 
 -- An op's error entry: "e" and the kind of Redis's error.
@@ -276,16 +298,20 @@ end
 local function adecide(nw, kd, ks, ix, ex, L, U, wt, costs, k, c)
     -- The state: used and cap per limit, in its units (rl_admit.h).
     local err, b1, b2, used, cap, nowus = nil, {}, {}, {}, {}, now * 1000
-    local lg, cmax, sw = {}, c, {}
+    local lg, cmax, sw, tot = {}, c, {}, k * c
     if costs then
-        for j = 1, k do if costs[j] > cmax then cmax = costs[j] end end
+        tot = 0
+        for j = 1, k do
+            if costs[j] > cmax then cmax = costs[j] end
+            tot = tot + costs[j]
+        end
     end
     for j = 1, nw do
         if kd[j] == 'l' then
-            local er, sm, pos, len, nw2, ot, oc =
-                lread(ks[j], now, wt[j], L[j], cmax)
+            local er, sm, pos, len, nw2, ot, oc, whole =
+                lread(ks[j], now, wt[j], L[j], cmax, tot)
             if er then err = er; break end
-            lg[j] = {pos, len, ot, oc}
+            lg[j] = {pos, len, ot, oc, whole}
             b1[j], b2[j], used[j], cap[j] = sm, nw2, sm, L[j]
         else
             local v = rpcall('GET', ks[j])
@@ -354,7 +380,7 @@ local function adecide(nw, kd, ks, ix, ex, L, U, wt, costs, k, c)
         for j = 1, nw do
             if kd[j] == 'l' then
                 lwrite(ks[j], b1[j] + sum, lg[j][1], lg[j][2], now, sum,
-                    ex[j])
+                    ex[j], lg[j][5])
             elseif kd[j] == 'g' then
                 local nt = nowus + used[j] + sum * U[j]
                 setx(ks[j], sfmt('%d', nt),
@@ -447,6 +473,25 @@ local function s1(key, L, wt, I, ex, k, c)
         end
     end
     return nil, adm, cur, prev
+end
+
+-- The same for one sliding window alone (limit L, window W in ms, expiry
+-- ex): the error text or nil, the count admitted, the log's sum and
+-- newest time before, and its oldest entries' times and costs.
+local function l1(key, L, W, ex, k, c)
+    local err, sm, pos, len, nw, ot, oc, s = lread(key, now, W, L, c, k * c)
+    if err then return err end
+    local room = L - sm
+    local adm = room > 0 and floor(room / c) or 0
+    if adm > k then adm = k end
+    local sum = adm * c
+    if sum > 0 then
+        if sm + sum > 9007199254740991 then
+            return 'ERR increment or decrement would overflow'
+        end
+        lwrite(key, sm + sum, pos, len, now, sum, ex, s)
+    end
+    return nil, adm, sm, nw, ot, oc
 end
 
 -- A stored quota q (rl-ctl's tokens "N/S[:ALGO][:burst=B]", ALGO
@@ -563,10 +608,13 @@ for i = 1, tonumber(ARGV[4]) do
             p = p + 4
         else p = p + adv end
         local nw, kd = pr[1], pr[2]
-        if nw == 1 and (kd[1] == 'g' or kd[1] == 's') then
-            local err, adm, b1, b2
+        if nw == 1 and kd[1] ~= 'f' then
+            local err, adm, b1, b2, ot, oc
             if kd[1] == 'g' then
                 err, adm, b1 = g1(KEYS[kp], pr[5][1], pr[6][1], k, c)
+            elseif kd[1] == 'l' then
+                err, adm, b1, b2, ot, oc = l1(KEYS[kp], pr[5][1], pr[7][1],
+                    pr[4][1], k, c)
             else
                 err, adm, b1, b2 = s1(KEYS[kp], pr[5][1], pr[7][1],
                     pr[3][1], pr[4][1], k, c)
@@ -576,6 +624,13 @@ for i = 1, tonumber(ARGV[4]) do
             if err then
                 e = e or err
                 o[no] = ekind(err)
+            elseif ot then
+                o[no], o[no + 1], o[no + 2], o[no + 3] = adm, b1, b2, #ot
+                no = no + 3
+                for h = 1, #ot do
+                    o[no + 1], o[no + 2] = ot[h], oc[h]
+                    no = no + 2
+                end
             else
                 o[no] = adm
                 if b1 > 9e18 then b1 = 9e18 elseif b1 < -9e18 then b1 = -9e18 end

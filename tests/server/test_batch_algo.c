@@ -488,6 +488,78 @@ static void test_log_layout(void **state)
     }
 }
 
+/* Logs longer than the script reads at once: it reads up to 64 entries
+ * whole (32 + 24 x 64 bytes, one GETRANGE), a longer log from STRLEN, its
+ * newest entry and chunks of 16 entries. Two callers ask every 40 ms for
+ * 40 s, costs 1 to 3, one on a sliding window alone, one on a sliding
+ * window beside a fixed window: their logs grow through exactly 64
+ * entries to about 150 (with what left the window and is not yet
+ * rewritten), entries leave the window one by one, the strings are
+ * rewritten, and requests are refused all along; every store answers the
+ * same, field by field. */
+static void test_long_logs(void **state)
+{
+    static const char yaml[] =
+        "rules:\n"
+        "  big:\n"
+        "    limits: [{limit: 150/10s, algorithm: sliding-window}]\n"
+        "  bigmix:\n"
+        "    limits: [120/8s:sliding-window, 700/1m]\n";
+    static const char *const keys[] = {"rl:{p}:r:big:10:l",
+                                       "rl:{q}:r:bigmix:8:l"};
+    uint64_t B = base_ms(), t0 = B + 7200000, seed;
+    h_t *h[NSTORES];
+    size_t s, k, step;
+
+    (void)state;
+    for (s = 0; s < NSTORES; s++) {
+        redisContext *c = NULL;
+        long long most[2] = {0, 0};
+        int at64[2] = {0, 0};
+
+        h[s] = calloc(1, sizeof(*h[s]));
+        assert_non_null(h[s]);
+        h_open(h[s], (int)s, 64, 1);
+        h_rules(h[s], yaml);
+        if (s == 1) {
+            c = rlt_redis_connect(&h[s]->redis);
+            assert_non_null(c);
+        }
+        seed = 11;
+        for (step = 0; step < 1000; step++) {
+            uint64_t at = t0 + step * 40 + step % 3;
+            h_rule(h[s], at, "p", "big", 1 + rnd(&seed) % 3);
+            h_rule(h[s], at, "q", "bigmix", 1 + rnd(&seed) % 3);
+            h_flush(h[s]);
+            for (k = 0; c != NULL && k < 2; k++) {
+                long long n = redis_ll(c, "STRLEN %s", keys[k]);
+                most[k] = n > most[k] ? n : most[k];
+                at64[k] |= n == 32 + 24 * 64;
+            }
+        }
+        if (c != NULL) {
+            /* the script's paths: whole, exactly 64, longer */
+            for (k = 0; k < 2; k++) {
+                assert_true(at64[k]);
+                assert_true(most[k] > 32 + 24 * 100);
+                /* within twice the live entries */
+                assert_true(most[k] <= 32 + 24 * 2 * 150);
+            }
+            redisFree(c);
+        }
+    }
+    for (s = 1; s < NSTORES; s++)
+        assert_same(h[0], h[s], store_name[s]);
+    for (k = 0; k < 2; k++) {
+        const rls_rule_stats_t *st = rule_stats(h[0], k ? "bigmix" : "big");
+        assert_true(st->allowed > 250 && st->refused > 500);
+    }
+    for (s = 0; s < NSTORES; s++) {
+        h_close(h[s]);
+        free(h[s]);
+    }
+}
+
 /* phase: per-caller: each caller's 10 s windows start at its own offset,
  * the same on every store; a caller still gets exactly its limit per
  * window of its own. */
@@ -755,6 +827,7 @@ int main(void)
                                   h_teardown),
         cmocka_unit_test_teardown(test_staggered_windows, h_teardown),
         cmocka_unit_test_teardown(test_log_layout, h_teardown),
+        cmocka_unit_test_teardown(test_long_logs, h_teardown),
         cmocka_unit_test_teardown(test_quotas_any_algorithm, h_teardown),
         cmocka_unit_test_teardown(test_switches_and_reload, h_teardown),
     };

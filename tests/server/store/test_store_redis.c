@@ -40,14 +40,14 @@ static void test_script_sha(void **state)
                      rls_redis_script_len);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
-    assert_string_equal(r->str, "75c8ac02a81a1258670edabbf0b9231d7cba8f73");
+    assert_string_equal(r->str, "0e9be5006a156fc4a7fc5c8dab9ec85277046c2e");
     freeReplyObject(r);
     cluster = rls_redis_cluster_script(&len);
     assert_int_equal(strlen(cluster), len);
     r = redisCommand(f->rc, "SCRIPT LOAD %b", cluster, len);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
-    assert_string_equal(r->str, "ba122e3d07b79c09cc2ce88ccafde4d4504175f8");
+    assert_string_equal(r->str, "73864e297bd7f88b74fbb90921260318237ecde5");
     freeReplyObject(r);
 }
 
