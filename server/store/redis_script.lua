@@ -114,12 +114,18 @@ end
 -- that key's previous one), whether that keeps its expiry, and whether it
 -- is written at all (not when the key is two windows or more ahead, whose
 -- counts I's requests no longer touch). nil when v is not such a state.
--- The decimal int64 s as Redis reads a counter (no '+', no leading zero,
--- no "-0"), or nil.
+-- i64: the decimal int64 s, which sread's pattern made an optional '-'
+-- and digits, as Redis reads a counter (no leading zero, no "-0"), or nil;
+-- a first byte looked at and no pattern for the common short one (three
+-- patterns cost Redis 0.6 us a decision).
+local sbyte = string.byte
 local function i64(s)
     if not s then return nil end
-    local neg, d = string.match(s, '^(%-?)([1-9]%d*)$')
-    if not d then return s == '0' and 0 or nil end
+    local b = sbyte(s, 1)
+    if b == 45 then b = sbyte(s, 2) end
+    if b == 48 then return s == '0' and 0 or nil end
+    if #s < 19 then return tonumber(s) end
+    local neg, d = string.match(s, '^(%-?)(%d+)$')
     if #d > 19 or (#d == 19 and d > (neg == '' and '9223372036854775807' or
         '9223372036854775808')) then return nil end
     return tonumber(s)

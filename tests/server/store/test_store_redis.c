@@ -40,14 +40,14 @@ static void test_script_sha(void **state)
                      rls_redis_script_len);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
-    assert_string_equal(r->str, "0e9be5006a156fc4a7fc5c8dab9ec85277046c2e");
+    assert_string_equal(r->str, "417f7ae51f328980bf004e31af50a83dc0a94cea");
     freeReplyObject(r);
     cluster = rls_redis_cluster_script(&len);
     assert_int_equal(strlen(cluster), len);
     r = redisCommand(f->rc, "SCRIPT LOAD %b", cluster, len);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
-    assert_string_equal(r->str, "73864e297bd7f88b74fbb90921260318237ecde5");
+    assert_string_equal(r->str, "453f1f9f1b7949d03d634796b0ffb8042ff6d6af");
     freeReplyObject(r);
 }
 
