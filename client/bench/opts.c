@@ -747,3 +747,13 @@ int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
         o->progress = isatty(STDERR_FILENO);
     return 0;
 }
+
+void rlb_opts_tls(const rlb_opts_t *o, rlc_options_t *ro)
+{
+    ro->tls = o->tls;
+    ro->tls_insecure = o->tls_insecure;
+    ro->tls_ca_file = o->tls_ca;
+    ro->tls_cert_file = o->tls_cert;
+    ro->tls_key_file = o->tls_key;
+    ro->tls_server_name = o->tls_name;
+}

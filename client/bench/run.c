@@ -1108,16 +1108,6 @@ static int audit_init(rlb_audit_t *a, const rlb_opts_t *o)
     return rlb_audit_init(a, &c);
 }
 
-void rlb_opts_tls(const rlb_opts_t *o, rlc_options_t *ro)
-{
-    ro->tls = o->tls;
-    ro->tls_insecure = o->tls_insecure;
-    ro->tls_ca_file = o->tls_ca;
-    ro->tls_cert_file = o->tls_cert;
-    ro->tls_key_file = o->tls_key;
-    ro->tls_server_name = o->tls_name;
-}
-
 int rlb_run(const rlb_opts_t *o, rlb_result_t *res)
 {
     bench_t b;
