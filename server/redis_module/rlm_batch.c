@@ -422,9 +422,12 @@ static int fixed_digits(const char *s, size_t n, int64_t *v)
     return 0;
 }
 
-/* Reads the log at now as the script does; NULL, or the error text. */
+/* Reads the log at now as the script does; NULL, or the error text. No
+ * oldest entries when tot, the op's whole cost, fits: then none of its
+ * requests is refused, nor waits for this log when another limit refuses
+ * it; the entries read, and so checked, are the script's. */
 static const char *log_read(batch_t *b, void *h, int64_t W, int64_t L,
-                            int64_t cmax, log_t *g)
+                            int64_t cmax, int64_t tot, log_t *g)
 {
     int64_t t, c, need = -1, acc = 0, pos;
     size_t at;
@@ -455,8 +458,11 @@ static const char *log_read(batch_t *b, void *h, int64_t W, int64_t L,
             g->pos += RLM_LOG_ENT;
             continue;
         }
-        if (need < 0)
+        if (need < 0) {
+            if (g->sum <= L && tot <= L - g->sum)
+                break;
             need = (g->sum > L ? g->sum - L : 0) + cmax;
+        }
         if (acc >= need || g->nold == RL_SWL_PREFIX)
             break;
         g->ot[g->nold] = t;
@@ -836,7 +842,8 @@ static void decide_alg(batch_t *b, aop_t *ao, const op_t *o, char tag)
         if (l->h == NULL) {
             err = "ERR out of memory";
         } else if (l->algo == 'l') {
-            err = log_read(b, l->h, l->arg, l->lim, op_max_cost(b, o), &l->log);
+            err = log_read(b, l->h, l->arg, l->lim, op_max_cost(b, o), o->total,
+                           &l->log);
             l->v[0] = l->log.sum;
             l->v[1] = l->log.newest;
         } else if (l->algo == 's') {

@@ -177,9 +177,10 @@ local function lread(key, now, W, L, cmax, tot)
     if pos < 32 or pos > len or (len - pos) % 24 ~= 0 then return bad end
     local newest = 0
     if len > pos then
-        newest = tonumber(whole and ssub(s, len - 23, len - 10) or
-            rcall('GETRANGE', key, len - 24, len - 11))
-        if not newest then return bad end
+        local nt = whole and ssub(s, len - 23, len - 10) or
+            rcall('GETRANGE', key, len - 24, len - 11)
+        if not string.find(nt, '^%d+$') then return bad end
+        newest = tonumber(nt)
     end
     -- b holds the log's bytes from offset bo on.
     local ot, oc, need, acc, at, b, bo = NONE, NONE, nil, 0, pos, s, 0

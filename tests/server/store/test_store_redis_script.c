@@ -940,6 +940,93 @@ static void test_swc_state_parsing(void **state)
 
 /* ---- Redis before 7 ------------------------------------------------------*/
 
+/* A sliding window's log that is not one, or only partly: the script and
+ * the module read the same bytes of it and refuse the same logs (the op
+ * fails alone with eERR, the key left as it was). Both check the header,
+ * the newest entry's time and every entry they read: those that left the
+ * window and the first live one, and when the op's whole cost does not
+ * fit, the live ones up to what a refusal needs. So a bad second live
+ * entry passes both while the op fits (limit 10) and fails both when it
+ * does not (limit 2). */
+static void test_log_state_parsing(void **state)
+{
+    fx_t *f = *state;
+    uint64_t now = redis_now_ms(f);
+    char e_old[32], e_live[32], e_new[32], v[512];
+    size_t i, m;
+
+    snprintf(e_old, sizeof(e_old), "%014llu%010d",
+             (unsigned long long)(now - 70000), 1);
+    snprintf(e_live, sizeof(e_live), "%014llu%010d",
+             (unsigned long long)(now - 5000), 1);
+    snprintf(e_new, sizeof(e_new), "%014llu%010d",
+             (unsigned long long)(now - 10), 1);
+    /* the header (NULL: sum 3, the first entry at 32), then the entries,
+     * e_old having left the window, e_new the newest */
+    struct {
+        const char *hdr, *e[3];
+        uint64_t limit;
+        int bad;
+    } cases[] = {
+        {NULL, {e_old, e_live, e_new}, 10, 0},
+        {NULL, {e_live, e_new, ""}, 10, 0},
+        {NULL, {"XX", "", ""}, 10, 1}, /* not 32 + 24 n bytes */
+        {"0000000000000000000x000000000032", {e_old, e_live, e_new}, 10, 1},
+        {NULL, {e_old, e_live, " 00000000000010000000001"}, 10, 1},
+        {NULL, {e_old, e_live, "00000000001e050000000001"}, 10, 1},
+        {NULL, {"00000000000x000000000001", e_live, e_new}, 10, 1},
+        {NULL, {"0000000000000x0000000001", e_new, ""}, 10, 1},
+        /* the second live entry: read only when the op does not fit */
+        {NULL, {e_live, "00000000000000000000000x", e_new}, 10, 0},
+        {NULL, {e_live, "00000000000000000000000x", e_new}, 2, 1},
+    };
+    for (m = 0; m < (with_module() ? 2u : 1u); m++)
+        for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+            rls_wop_t w = {0};
+            rls_op_t op = {0};
+            uint32_t cost = 1;
+            redisReply *r, *g;
+            const char *key = "rl:{lp}:r:x";
+            int got_bad;
+
+            if (cases[i].hdr != NULL)
+                snprintf(v, sizeof(v), "%s%s%s%s", cases[i].hdr, cases[i].e[0],
+                         cases[i].e[1], cases[i].e[2]);
+            else
+                snprintf(v, sizeof(v), "%020d%012d%s%s%s", 3, 32, cases[i].e[0],
+                         cases[i].e[1], cases[i].e[2]);
+            w.algo = RL_ALGO_SWL;
+            w.window_s = 60;
+            w.limit = cases[i].limit;
+            w.expire_at_ms = now + 61000;
+            op.key = key;
+            op.key_len = strlen(key);
+            op.tag_len = 7;
+            op.now_ms = now;
+            op.win = &w;
+            op.nwin = 1;
+            op.costs = &cost;
+            op.ncosts = 1;
+            r = redisCommand(f->rc, "SET rl:{lp}:r:x:60:l %s PX 600000", v);
+            assert_non_null(r);
+            freeReplyObject(r);
+            r = raw_run(f, &op, 1, now, (int)m);
+            assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+            got_bad = r->element[0]->type == REDIS_REPLY_STRING &&
+                      strcmp(r->element[0]->str, "eERR") == 0;
+            if (got_bad != cases[i].bad)
+                fail_msg("%s: case %zu '%s' read as %s",
+                         m ? "module" : "script", i, v,
+                         got_bad ? "no log" : "a log");
+            freeReplyObject(r);
+            g = redisCommand(f->rc, "GET rl:{lp}:r:x:60:l");
+            assert_non_null(g);
+            if (cases[i].bad)
+                assert_string_equal(g->str, v);
+            freeReplyObject(g);
+        }
+}
+
 /* The script sets a sliding-window-counter's state and a gcra's TAT with
  * one SET ... PXAT (or KEEPTTL) where Redis names its version (7 and
  * later), and with SET then PEXPIREAT (or PTTL, SET, PEXPIRE) before.
@@ -1102,6 +1189,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_script_before_redis7, fx_setup,
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_swc_state_parsing, fx_setup,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_log_state_parsing, fx_setup,
                                         fx_teardown),
     };
 
