@@ -860,6 +860,44 @@ static void test_module_replicates(void **state)
     fclose(lf);
 }
 
+/* Stores v as the state of limit w of caller base (key base + suffix,
+ * kept 10 minutes), then asks one request of cost 1 against it through the
+ * script or the module: 1 when Redis refused the op (its entry "eERR"),
+ * and then the key must be left as it was; else 0. */
+static int refused_on(fx_t *f, const char *base, const char *suffix,
+                      const char *v, rls_wop_t *w, uint64_t now, int module)
+{
+    rls_op_t op = {0};
+    uint32_t cost = 1;
+    redisReply *r;
+    int bad;
+
+    r = redisCommand(f->rc, "SET %s%s %s PX 600000", base, suffix, v);
+    assert_non_null(r);
+    freeReplyObject(r);
+    op.key = base;
+    op.key_len = strlen(base);
+    op.tag_len = 7;
+    op.now_ms = now;
+    op.win = w;
+    op.nwin = 1;
+    op.costs = &cost;
+    op.ncosts = 1;
+    r = raw_run(f, &op, 1, now, module);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    bad = r->element[0]->type == REDIS_REPLY_STRING &&
+          strcmp(r->element[0]->str, "eERR") == 0;
+    freeReplyObject(r);
+    if (bad) {
+        r = redisCommand(f->rc, "GET %s%s", base, suffix);
+        assert_non_null(r);
+        assert_int_equal(r->type, REDIS_REPLY_STRING);
+        assert_string_equal(r->str, v);
+        freeReplyObject(r);
+    }
+    return bad;
+}
+
 /* A sliding-window-counter's key holding what is no state (another
  * writer's): the script and the module refuse the same values, that op
  * alone ("eERR", nothing written), and read the same ones. */
@@ -900,10 +938,6 @@ static void test_swc_state_parsing(void **state)
             const char *v =
                 is_bad ? bad[i] : good[i - sizeof(bad) / sizeof(bad[0])];
             rls_wop_t w = {0};
-            rls_op_t op = {0};
-            uint32_t cost = 1;
-            redisReply *r, *g;
-            const char *key = "rl:{sp}:r:x";
 
             w.algo = RL_ALGO_SWC;
             w.window_s = 60;
@@ -912,29 +946,10 @@ static void test_swc_state_parsing(void **state)
             w.reset_ms = 1000;
             w.expire_at_ms = now + 600000;
             w.weight = 100;
-            op.key = key;
-            op.key_len = strlen(key);
-            op.tag_len = 7;
-            op.now_ms = now;
-            op.win = &w;
-            op.nwin = 1;
-            op.costs = &cost;
-            op.ncosts = 1;
-            r = redisCommand(f->rc, "SET rl:{sp}:r:x:60:s %s PX 600000", v);
-            assert_non_null(r);
-            freeReplyObject(r);
-            r = raw_run(f, &op, 1, now, (int)m);
-            assert_int_equal(r->type, REDIS_REPLY_ARRAY);
-            if (is_bad != (r->element[0]->type == REDIS_REPLY_STRING &&
-                           strcmp(r->element[0]->str, "eERR") == 0))
+            if (is_bad !=
+                refused_on(f, "rl:{sp}:r:x", ":60:s", v, &w, now, (int)m))
                 fail_msg("%s: '%s' read as %s", m ? "module" : "script", v,
                          is_bad ? "a state" : "no state");
-            freeReplyObject(r);
-            g = redisCommand(f->rc, "GET rl:{sp}:r:x:60:s");
-            assert_non_null(g);
-            if (is_bad)
-                assert_string_equal(g->str, v);
-            freeReplyObject(g);
         }
 }
 
@@ -983,10 +998,6 @@ static void test_log_state_parsing(void **state)
     for (m = 0; m < (with_module() ? 2u : 1u); m++)
         for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
             rls_wop_t w = {0};
-            rls_op_t op = {0};
-            uint32_t cost = 1;
-            redisReply *r, *g;
-            const char *key = "rl:{lp}:r:x";
             int got_bad;
 
             if (cases[i].hdr != NULL)
@@ -999,31 +1010,11 @@ static void test_log_state_parsing(void **state)
             w.window_s = 60;
             w.limit = cases[i].limit;
             w.expire_at_ms = now + 61000;
-            op.key = key;
-            op.key_len = strlen(key);
-            op.tag_len = 7;
-            op.now_ms = now;
-            op.win = &w;
-            op.nwin = 1;
-            op.costs = &cost;
-            op.ncosts = 1;
-            r = redisCommand(f->rc, "SET rl:{lp}:r:x:60:l %s PX 600000", v);
-            assert_non_null(r);
-            freeReplyObject(r);
-            r = raw_run(f, &op, 1, now, (int)m);
-            assert_int_equal(r->type, REDIS_REPLY_ARRAY);
-            got_bad = r->element[0]->type == REDIS_REPLY_STRING &&
-                      strcmp(r->element[0]->str, "eERR") == 0;
+            got_bad = refused_on(f, "rl:{lp}:r:x", ":60:l", v, &w, now, (int)m);
             if (got_bad != cases[i].bad)
                 fail_msg("%s: case %zu '%s' read as %s",
                          m ? "module" : "script", i, v,
                          got_bad ? "no log" : "a log");
-            freeReplyObject(r);
-            g = redisCommand(f->rc, "GET rl:{lp}:r:x:60:l");
-            assert_non_null(g);
-            if (cases[i].bad)
-                assert_string_equal(g->str, v);
-            freeReplyObject(g);
         }
 }
 
