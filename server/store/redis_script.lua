@@ -412,19 +412,26 @@ local function adecide(nw, kd, ks, ix, ex, L, U, wt, costs, k, c)
     return err, adm, b1, b2, lg
 end
 
+-- Puts a log's state into o after index no (its sum, newest time, the
+-- number of oldest entries, then their times and costs); returns the new
+-- end.
+local function lput(o, no, sum, newest, ot, oc)
+    o[no + 1], o[no + 2], o[no + 3] = sum, newest, #ot
+    no = no + 3
+    for h = 1, #ot do
+        o[no + 1], o[no + 2] = ot[h], oc[h]
+        no = no + 2
+    end
+    return no
+end
+
 -- Puts an "a" op's reply entry into o from no on (adecide's results);
 -- returns the new end.
 local function aput(o, no, nw, kd, adm, b1, b2, lg)
     no = no + 1; o[no] = adm
     for j = 1, nw do
         if kd[j] == 'l' then
-            local ot, oc = lg[j][3], lg[j][4]
-            o[no + 1], o[no + 2], o[no + 3] = b1[j], b2[j], #ot
-            no = no + 3
-            for h = 1, #ot do
-                o[no + 1], o[no + 2] = ot[h], oc[h]
-                no = no + 2
-            end
+            no = lput(o, no, b1[j], b2[j], lg[j][3], lg[j][4])
         end
         for h = 1, (kd[j] == 's' and 2 or kd[j] == 'l' and 0 or 1) do
             local b = h == 1 and b1[j] or b2[j]
@@ -632,12 +639,8 @@ for i = 1, tonumber(ARGV[4]) do
                 e = e or err
                 o[no] = ekind(err)
             elseif ot then
-                o[no], o[no + 1], o[no + 2], o[no + 3] = adm, b1, b2, #ot
-                no = no + 3
-                for h = 1, #ot do
-                    o[no + 1], o[no + 2] = ot[h], oc[h]
-                    no = no + 2
-                end
+                o[no] = adm
+                no = lput(o, no, b1, b2, ot, oc)
             else
                 o[no] = adm
                 if b1 > 9e18 then b1 = 9e18 elseif b1 < -9e18 then b1 = -9e18 end
