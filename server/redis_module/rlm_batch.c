@@ -49,15 +49,15 @@ typedef struct {
 typedef struct {
     uint32_t nw;
     win_t w[RLM_WIN_MAX];
-    int64_t k, c;      /* k requests of cost c, unless costs */
-    size_t costs;      /* ARGV index of the first of k costs, or 0 */
-    int64_t total;     /* the sum of the costs */
-    const char *base;  /* a stored quota's counters are base:<qw>:<idx> */
+    int64_t k, c;     /* k requests of cost c, unless costs */
+    size_t costs;     /* ARGV index of the first of k costs, or 0 */
+    int64_t total;    /* the sum of the costs */
+    const char *base; /* a stored quota's counters are base:<qw>:<idx> */
     size_t base_len;
-    char tag;          /* 0, 'q' (a stored quota), 'Q' (one unparsable)
-                          or 'A' (one with other algorithms: batch_t's
-                          qa holds its limits) */
-    const char *qerr;  /* reading the stored quota failed */
+    char tag;         /* 0, 'q' (a stored quota), 'Q' (one unparsable)
+                         or 'A' (one with other algorithms: batch_t's
+                         qa holds its limits) */
+    const char *qerr; /* reading the stored quota failed */
 } op_t;
 
 /* A sliding window's log as read (store.h, RLS_SWL_*; the script's
@@ -74,9 +74,10 @@ typedef struct {
 
 /* A sliding-window-counter's state as read at window index I (the
  * script's sread): written back as "at:c1:c2" with the cost added to c1
- * (to c2 when at is I + 1: another instance's clock moved the key on, and
+ * (to c2 when at is I + 1: another instance's batch moved the key on, and
  * I's count is its previous one), keeping its expiry when keep, and not
- * at all unless write (the key is two windows or more ahead). */
+ * at all unless write (the key is two windows or more ahead). A count the
+ * key no longer holds is decided as full, as the script does. */
 typedef struct {
     int64_t at, c1, c2;
     int keep, write;
@@ -551,7 +552,9 @@ static int swc_field(const char **s, const char *end, int64_t *v)
 
 /* Reads a sliding-window-counter's state (s NULL: missing) at window index
  * I into l->v (the current and previous counts) and l->sw; 0, or -1 when
- * s is not such a state (the script's sread). */
+ * s is not such a state (the script's sread). A count the key no longer
+ * holds is the limit: I - 1's at I + 1 (its share is never dropped), I's
+ * own further ahead (nothing admitted goes uncounted). */
 static int swc_read(alim_t *l, const char *s, size_t len)
 {
     swc_t *w = &l->sw;
@@ -581,8 +584,12 @@ static int swc_read(alim_t *l, const char *s, size_t len)
         w->c2 = c2;
         w->keep = 1;
         w->write = S == I + 1;
-        if (S == I + 1)
+        if (S == I + 1) {
             l->v[0] = c2;
+            l->v[1] = l->lim;
+        } else {
+            l->v[0] = l->lim;
+        }
     }
     return 0;
 }

@@ -108,12 +108,18 @@ local function setk(key, v)
 end
 
 -- A sliding-window-counter's key v (nil when missing) read at window
--- index I: the current and previous counts, the index and the two counts
--- the key gets once cost is added (the counts of I, or of I + 1 when
--- another instance's clock already moved the key on: then I's count is
--- that key's previous one), whether that keeps its expiry, and whether it
--- is written at all (not when the key is two windows or more ahead, whose
--- counts I's requests no longer touch). nil when v is not such a state.
+-- index I, limit L: the current and previous counts, the index and the
+-- two counts the key gets once cost is added (the counts of I, or of I + 1
+-- when another instance's batch already moved the key on: then I's count
+-- is that key's previous one), whether that keeps its expiry, and whether
+-- it is written at all (not when the key is two windows or more ahead,
+-- whose counts I's requests no longer touch). nil when v is not such a
+-- state. A count the key no longer holds is taken as full (L): I - 1's
+-- when the key is at I + 1, so that the share of I - 1 is never dropped
+-- (a batch stamped in I's last milliseconds that reached Redis after one
+-- stamped in I + 1 was admitted over the limit by that share); I's own
+-- when the key is further ahead, so nothing is admitted that is not
+-- counted.
 -- i64: the decimal int64 s, which sread's pattern made an optional '-'
 -- and digits, as Redis reads a counter (no leading zero, no "-0"), or nil;
 -- a first byte looked at and no pattern for the common short one (three
@@ -131,15 +137,15 @@ local function i64(s)
     return tonumber(s)
 end
 
-local function sread(v, I)
+local function sread(v, I, L)
     if not v then return 0, 0, I, 0, 0, false, true end
     local S, c1, c2 = string.match(v, '^(%d+):(%-?%d+):(%-?%d+)$')
     S, c1, c2 = i64(S), i64(c1), i64(c2)
     if not S or not c1 or not c2 then return nil end
     if S == I then return c1, c2, I, c1, c2, true, true end
     if S == I - 1 then return 0, c1, I, 0, c1, false, true end
-    if S == I + 1 then return c2, 0, S, c1, c2, true, true end
-    if S > I then return 0, 0, S, c1, c2, true, false end
+    if S == I + 1 then return c2, L, S, c1, c2, true, true end
+    if S > I then return L, 0, S, c1, c2, true, false end
     return 0, 0, I, 0, 0, false, true
 end
 
@@ -326,7 +332,7 @@ local function adecide(nw, kd, ks, ix, ex, L, U, wt, costs, k, c)
             if type(v) == 'table' then err = tostring(v.err); break end
             if kd[j] == 's' then
                 local S, c1, c2, keep, wr
-                v, v2, S, c1, c2, keep, wr = sread(v, ix[j])
+                v, v2, S, c1, c2, keep, wr = sread(v, ix[j], L[j])
                 -- written back as S:c1:c2, the cost added to c1 (to c2
                 -- when S is I + 1)
                 sw[j] = {S, c1, c2, keep, wr}
@@ -468,7 +474,7 @@ end
 local function s1(key, L, wt, I, ex, k, c)
     local v = rpcall('GET', key)
     if type(v) == 'table' then return tostring(v.err) end
-    local cur, prev, S, c1, c2, keep, wr = sread(v, I)
+    local cur, prev, S, c1, c2, keep, wr = sread(v, I, L)
     if not cur then return NOTINT end
     local pv = prev > 0 and prev or 0
     if pv > L then pv = L end

@@ -692,9 +692,11 @@ static void test_alg_swc_weight_and_expiry(void **state)
  * previous counts, the state written and its expiry: missing (cur 0, prev
  * 0: "I:add:0", the op's expiry); of I (its counts, the expiry kept); of
  * I - 1 (cur 0, prev its count: "I:add:count", the op's expiry); of I + 1
- * (another instance ahead: cur its previous count, prev 0, the cost added
- * to that previous count, the expiry kept); past I + 1 (0 and 0, nothing
- * written); before I - 1 (0 and 0, "I:add:0", the op's expiry); not such
+ * (another instance's batch ahead: cur its previous count, prev the limit,
+ * as I - 1's count is gone and its share must not be dropped, the cost
+ * added to that previous count, the expiry kept); past I + 1 (cur the
+ * limit, I's count being gone: nothing admitted, nothing written); before
+ * I - 1 (0 and 0, "I:add:0", the op's expiry); not such
  * a state ("ERR value is not an integer or out of range", eERR, nothing
  * written, the rest of the batch decided). */
 static void test_alg_swc_state_transitions(void **state)
@@ -711,9 +713,10 @@ static void test_alg_swc_state_transitions(void **state)
         {0, 2, 6, 2, 6, 3, 0, 5, 6, 1},   /* S == I: room 10 - 5 */
         {0, 4, 8, 4, 8, 2, 0, 6, 8, 1},   /* S == I: room 10 - 8 */
         {-1, 4, 9, 0, 4, 3, -1, 0, 0, 0}, /* S == I - 1 (shown below) */
-        {1, 5, 2, 2, 0, 3, 1, 5, 5, 1},   /* S == I + 1 */
-        {2, 5, 2, 0, 0, 3, 99, 5, 2, 1},  /* S > I + 1 */
-        {9, 5, 2, 0, 0, 3, 99, 5, 2, 1},
+        {1, 5, 2, 2, 10, 3, 1, 5, 5, 1},  /* S == I + 1: room 10 - 2 - 5 */
+        {1, 5, 6, 6, 10, 0, 99, 5, 6, 1}, /* room 10 - 6 - 5 */
+        {2, 5, 2, 10, 0, 0, 99, 5, 2, 1}, /* S > I + 1 */
+        {9, 5, 2, 10, 0, 0, 99, 5, 2, 1},
         {-2, 5, 7, 0, 0, 3, 0, 3, 0, 0}, /* S < I - 1 */
         {-9, 5, 7, 0, 0, 3, 0, 3, 0, 0},
     };

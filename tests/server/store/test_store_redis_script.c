@@ -678,8 +678,8 @@ static void test_module_matches_script(void **state)
                 jb.win[i][k] = ja.win[i][k];
                 for (h = 0; h < 2; h++) {
                     char wk[128];
-                    rls_wkey_fixed(h == 0 ? &ja.ops[i] : &jb.ops[i], lens[order[k]],
-                             7, wk);
+                    rls_wkey_fixed(h == 0 ? &ja.ops[i] : &jb.ops[i],
+                                   lens[order[k]], 7, wk);
                     if (kind <= 5 && redis_int(f, "EXISTS %s", wk) == 0)
                         preset_key(f, wk, kind, v);
                 }
@@ -953,6 +953,68 @@ static void test_swc_state_parsing(void **state)
         }
 }
 
+/* One sliding-window-counter op of n requests of cost 1 (limit 60 per
+ * 60 s) stamped t, through the script or the module: what it admitted. */
+static uint64_t swc_at(fx_t *f, uint64_t t, uint32_t n, int module)
+{
+    rls_wop_t w = {0};
+    rls_op_t op = {0};
+    redisReply *rep;
+    rls_redis_errs_t errs;
+    uint32_t one = 1;
+
+    w.algo = RL_ALGO_SWC;
+    w.window_s = 60;
+    w.limit = 60;
+    w.index = t / 60000;
+    w.reset_ms = (w.index + 1) * 60000 - t;
+    w.expire_at_ms = (w.index + 2) * 60000 + 1000;
+    w.weight = rl_swc_weight(w.reset_ms, 60);
+    op.key = "rl:{late}:r:x";
+    op.key_len = strlen(op.key);
+    op.tag_len = 9;
+    op.now_ms = t;
+    op.win = &w;
+    op.nwin = 1;
+    op.costs = &one;
+    op.ncosts = n;
+    op.equal_cost = 1;
+    rep = raw_run(f, &op, 1, t, module);
+    assert_int_equal(rep->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(rls_redis_parse_reply(rep, &op, 1, NULL, &errs), 0);
+    freeReplyObject(rep);
+    return op.admitted;
+}
+
+/* Two instances' batches reaching Redis out of stamp order across a
+ * window's end: window I - 1 admitted 30, window I 59 (its share of I - 1
+ * being 1 near its end), then a batch stamped in I + 1 moves the key on
+ * (it keeps I's count, no longer I - 1's), and only then comes a batch
+ * stamped 1 ms before I ends. I's 59 plus I - 1's share (1) leave no room:
+ * the store must refuse it, deciding the count the key no longer holds as
+ * full rather than as 0 (which admitted the 60th: the cluster_algorithms
+ * audit's "60 admitted + the previous window's share 1 > limit 60" at a
+ * window's last millisecond). */
+static void test_swc_late_batch(void **state)
+{
+    fx_t *f = *state;
+    uint64_t now = redis_now_ms(f), W = 60000, I = now / W + 2;
+    size_t m;
+
+    for (m = 0; m < (with_module() ? 2u : 1u); m++, I += 3) {
+        redisReply *r = redisCommand(f->rc, "DEL rl:{late}:r:x:60:s");
+        assert_non_null(r);
+        freeReplyObject(r);
+        assert_int_equal(swc_at(f, (I - 1) * W + 1000, 30, (int)m), 30);
+        assert_int_equal(swc_at(f, I * W + W - 1000, 60, (int)m), 59);
+        assert_int_equal(swc_at(f, (I + 1) * W + 1, 1, (int)m), 1);
+        if (swc_at(f, (I + 1) * W - 1, 1, (int)m) != 0)
+            fail_msg("%s: a late batch of window I admitted over I's 59 and "
+                     "I - 1's share",
+                     m ? "module" : "script");
+    }
+}
+
 /* ---- Redis before 7 ------------------------------------------------------*/
 
 /* A sliding window's log that is not one, or only partly: the script and
@@ -1182,6 +1244,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_swc_state_parsing, fx_setup,
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_log_state_parsing, fx_setup,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_swc_late_batch, fx_setup,
                                         fx_teardown),
     };
 
