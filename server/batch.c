@@ -52,21 +52,21 @@ typedef struct {
 /* Per op, beside rls_op_t: what coalescing compares. */
 typedef struct {
     uint64_t hash;
-    size_t key_off;   /* of its key in `keys` */
-    size_t win_off;   /* of its windows in `wins` */
-    uint32_t first;   /* its first request, to compare specs */
+    size_t key_off; /* of its key in `keys` */
+    size_t win_off; /* of its windows in `wins` */
+    uint32_t first; /* its first request, to compare specs */
     uint32_t nreqs;
-    uint64_t limit0;  /* inline: the limit, which must match, */
-    uint64_t burst0;  /* and its burst */
-    uint8_t algo0;    /* and algorithm */
-    uint8_t charge0;  /* a charge's op (decide.h) takes no checks */
+    uint64_t limit0; /* inline: the limit, which must match, */
+    uint64_t burst0; /* and its burst */
+    uint8_t algo0;   /* and algorithm */
+    uint8_t charge0; /* a charge's op (decide.h) takes no checks */
 } opx_t;
 
 struct rls_batch_s {
     rls_batcher_t *owner;
-    rls_batch_t *next; /* in the free list */
+    rls_batch_t *next;    /* in the free list */
     rls_policy_t *policy; /* held while the batch is in flight */
-    uint64_t now_ms;   /* one clock reading for the whole batch */
+    uint64_t now_ms;      /* one clock reading for the whole batch */
     win_t wc[WCACHE];
     uint32_t nwc;
 
@@ -102,8 +102,7 @@ struct rls_batch_s {
 static void on_store_part(void *data, rls_op_t *ops, const uint32_t *idx,
                           size_t k);
 
-void rls_batcher_init(rls_batcher_t *b, rls_store_t *store,
-                      rls_runtime_t *rt,
+void rls_batcher_init(rls_batcher_t *b, rls_store_t *store, rls_runtime_t *rt,
                       const char *prefix, size_t prefix_len, size_t max_reqs,
                       uint64_t grace_ms, int fail_open)
 {
@@ -161,8 +160,7 @@ static rls_batch_t *batch_new(rls_batcher_t *b)
     t->index = calloc(slots, sizeof(*t->index));
     t->mask = (uint32_t)(slots - 1);
     /* Keys: prefix, braces, caller, ":r:" and a rule name at most. */
-    rl_buf_init(&t->keys,
-                n * (b->prefix_len + RL_KEY_MAX + RL_RULE_MAX + 8));
+    rl_buf_init(&t->keys, n * (b->prefix_len + RL_KEY_MAX + RL_RULE_MAX + 8));
     rl_buf_init(&t->wins, n * RLS_WINDOWS_MAX * sizeof(rls_wop_t));
     if (!t->reqs || !t->ops || !t->opx || !t->costs || !t->index || !t->done ||
         !t->lcost) {
@@ -464,8 +462,7 @@ static void decide(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
         if (admitted[i] != op->admitted && b->stats.replay_mismatch++ == 0)
             RLS_ERROR("store and batcher disagree on admissions (a bug)",
                       " store=%llu batcher=%u key=\"%s\"",
-                      (unsigned long long)op->admitted, admitted[i],
-                      op->key);
+                      (unsigned long long)op->admitted, admitted[i], op->key);
         if (t->done[i] == 3) {
             /* A share's counts are neither the fleet's quota fit nor
              * refusals the store would make. */
@@ -485,10 +482,10 @@ static void decide(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
             int rule = t->reqs[t->opx[i].first].rule;
             uint64_t end[RLS_WINDOWS_MAX];
             for (j = 0; j < nrun[i]; j++)
-                end[j] = t->now_ms + run[i * RLS_WINDOWS_MAX + j].reset_after_ms;
+                end[j] =
+                    t->now_ms + run[i * RLS_WINDOWS_MAX + j].reset_after_ms;
             rls_refusals_learn(&b->refusals, t->opx[i].hash, op->key,
-                               op->key_len,
-                               rule ? 0 : op->win[0].window_s,
+                               op->key_len, rule ? 0 : op->win[0].window_s,
                                rule ? 0 : t->opx[i].limit0, t->now_ms,
                                &run[i * RLS_WINDOWS_MAX], end, nrun[i]);
         }
@@ -569,8 +566,8 @@ static void submit(rls_batcher_t *b)
     /* A held batch goes: what joined it while held tells whether holding
      * pays (rls_batcher_tick). */
     if (b->held_nreqs != 0 && t != NULL) {
-        b->hold_joined = 0.75 * b->hold_joined +
-                         0.25 * (double)(t->nreqs - b->held_nreqs);
+        b->hold_joined =
+            0.75 * b->hold_joined + 0.25 * (double)(t->nreqs - b->held_nreqs);
         b->held_nreqs = 0;
     }
     b->held_since_ns = 0;
@@ -607,6 +604,10 @@ static void submit(rls_batcher_t *b)
         op->err = 0;
     }
     memset(t->done, 0, t->nops);
+    /* --fail-local: what this instance admitted while the store was away
+     * goes first, so that this batch is decided with it counted. */
+    if (b->local != NULL && b->local->n > 0)
+        rls_local_flush(b->local, b->store);
     b->stats.batches++;
     rls_hist_observe(&b->stats.size, t->nreqs);
     b->in_flight++;
@@ -615,8 +616,7 @@ static void submit(rls_batcher_t *b)
 }
 
 /* The window of size window_s at the batch's clock reading. */
-static const win_t *win_get(rls_batch_t *t, rls_batcher_t *b,
-                            uint32_t window_s)
+static const win_t *win_get(rls_batch_t *t, rls_batcher_t *b, uint32_t window_s)
 {
     win_t *w;
     uint32_t i;
@@ -692,16 +692,14 @@ static void wop_set(rls_batch_t *t, rls_batcher_t *b, rls_wop_t *wo,
 /* Answers a request the refusal cache knows the store would refuse, as
  * the store's answer would have: same deciding window, used and
  * retry_after_ms; nothing is queued. Returns 1 when it did. */
-static int local_refusal(rls_batcher_t *b, rls_respond_fn respond,
-                         void *owner, uint64_t id, uint64_t h,
-                         const char *key, size_t len, uint32_t cost,
-                         const rls_spec_t *spec)
+static int local_refusal(rls_batcher_t *b, rls_respond_fn respond, void *owner,
+                         uint64_t id, uint64_t h, const char *key, size_t len,
+                         uint32_t cost, const rls_spec_t *spec)
 {
     int rule = spec->rule != NULL;
-    const rls_refusal_t *e =
-        rls_refusals_find(&b->refusals, h, key, len,
-                          rule ? 0 : spec->limits.w[0].window_s,
-                          rule ? 0 : spec->limits.w[0].limit);
+    const rls_refusal_t *e = rls_refusals_find(
+        &b->refusals, h, key, len, rule ? 0 : spec->limits.w[0].window_s,
+        rule ? 0 : spec->limits.w[0].limit);
     rl_admit_win_t w[RLS_WINDOWS_MAX];
     uint32_t n;
     rl_result_t r;
@@ -771,8 +769,7 @@ static size_t op_key(const rls_batcher_t *b, uint8_t *w, const char *key,
 }
 
 int rls_batcher_add(rls_batcher_t *b, rls_respond_fn respond, void *owner,
-                    uint64_t id,
-                    const char *key, size_t key_len, uint32_t cost,
+                    uint64_t id, const char *key, size_t key_len, uint32_t cost,
                     const rls_spec_t *spec)
 {
     rls_batch_t *t = b->cur;
@@ -819,8 +816,7 @@ int rls_batcher_add(rls_batcher_t *b, rls_respond_fn respond, void *owner,
         if (x->hash != h || o->key_len != n ||
             memcmp(t->keys.data + x->key_off, w, n) != 0)
             continue;
-        if (spec->rule == NULL &&
-            o->nwin != 0 &&
+        if (spec->rule == NULL && o->nwin != 0 &&
             ((rls_wop_t *)(void *)(t->wins.data + x->win_off))->window_s !=
                 spec->limits.w[0].window_s)
             continue; /* another inline window of this caller */
@@ -831,8 +827,8 @@ int rls_batcher_add(rls_batcher_t *b, rls_respond_fn respond, void *owner,
             /* One counter, two inline limits: decided in arrival order
              * only if the earlier requests go first, in their own batch. */
             submit(b);
-            return rls_batcher_add(b, respond, owner, id, key, key_len,
-                                   cost, spec);
+            return rls_batcher_add(b, respond, owner, id, key, key_len, cost,
+                                   spec);
         }
         b->stats.coalesced++;
         goto found;
@@ -874,9 +870,13 @@ int rls_batcher_add(rls_batcher_t *b, rls_respond_fn respond, void *owner,
     }
 found:
     t->opx[op].nreqs++;
-    t->reqs[t->nreqs++] = (req_t){respond,    owner,      id,
-                                  spec->stats, cost,
-                                  op,         (uint8_t)spec->mode,
+    t->reqs[t->nreqs++] = (req_t){respond,
+                                  owner,
+                                  id,
+                                  spec->stats,
+                                  cost,
+                                  op,
+                                  (uint8_t)spec->mode,
                                   (uint8_t)(spec->rule != NULL)};
     b->stats.requests++;
     if (t->nreqs == b->max_reqs)

@@ -28,6 +28,7 @@ struct rls_charge_s {
 /* One charge batch in flight: its ops and what they point to. */
 typedef struct {
     rls_local_t *l;
+    rls_store_t *store;
     rls_charge_t *list;
     size_t n;
     rls_op_t ops[RLS_LOCAL_CHARGE_BATCH];
@@ -188,13 +189,25 @@ static void on_charged(void *data, rls_op_t *ops, size_t n, int status)
     size_t i = 0;
 
     (void)n;
-    l->sending = 0;
-    if (status != 0)
+    l->sending -= b->n;
+    if (status != 0) {
         l->stats.charge_errors++;
+        l->retry_at_ms = b->store->v->now_ms(b->store) + RLS_LOCAL_RETRY_MS;
+    }
     for (; c != NULL; c = next, i++) {
         next = c->next;
         if (status == 0 && ops[i].err == 0) {
             l->stats.charged++;
+            free(c);
+            continue;
+        }
+        if (status == 0) {
+            /* The store answered and refused this one charge (a key that
+             * holds something else): kept, it would be refused forever
+             * and hold the batcher in local mode; dropped, counted. */
+            if (l->stats.rejected++ == 0)
+                RLS_WARN("fail-local: the store refused a charge (dropped)",
+                         " key=\"%s\"", c->key);
             free(c);
             continue;
         }
@@ -204,60 +217,60 @@ static void on_charged(void *data, rls_op_t *ops, size_t n, int status)
         add(l, &op, &c->w, c->cost, c->until_ms);
         free(c);
     }
-    if (l->n == 0 && status == 0 && l->stats.charged > 0)
+    if (l->n == 0 && l->sending == 0 && status == 0 && l->stats.charged > 0)
         RLS_INFO("fail-local: the store has every local admission",
                  " charged=%llu", (unsigned long long)l->stats.charged);
     free(b);
 }
 
-void rls_local_flush(rls_local_t *l, rls_store_t *store)
+/* Takes up to one batch of charges whose windows still matter out of the
+ * table, scanning from *at; NULL when none is left (or out of memory). */
+static charge_batch_t *take_batch(rls_local_t *l, rls_store_t *store,
+                                  uint64_t now, size_t *at)
 {
-    uint64_t now = store->v->now_ms(store);
-    charge_batch_t *b;
+    charge_batch_t *b = calloc(1, sizeof(*b));
     size_t i;
 
-    if (l->n == 0 || l->sending)
-        return;
-    b = calloc(1, sizeof(*b));
     if (b == NULL)
-        return;
+        return NULL;
     b->l = l;
-    /* Up to one batch of charges, whose windows still matter. */
-    for (i = 0; i <= l->mask && b->n < RLS_LOCAL_CHARGE_BATCH; i++) {
-        while (l->table[i] != NULL && b->n < RLS_LOCAL_CHARGE_BATCH) {
-            rls_charge_t *c = l->table[i];
-            l->table[i] = c->next;
-            l->n--;
-            if (c->until_ms <= now) {
-                l->stats.ended++;
-                free(c);
-                continue;
-            }
-            rls_op_t *op = &b->ops[b->n];
-            rls_wop_t *w = &b->wins[b->n];
-            *w = c->w;
-            w->limit = NO_LIMIT;
-            if (w->algo == RL_ALGO_GCRA)
-                w->limit = NO_LIMIT / (w->t_us > 0 ? w->t_us : 1);
-            b->costs[b->n] =
-                c->cost > UINT32_MAX ? UINT32_MAX : (uint32_t)c->cost;
-            op->key = c->key;
-            op->key_len = c->key_len;
-            op->tag_len = c->tag_len;
-            op->now_ms = now;
-            op->win = w;
-            op->nwin = 1;
-            op->costs = &b->costs[b->n];
-            op->ncosts = 1;
-            op->equal_cost = b->costs[b->n];
-            c->next = b->list;
-            b->list = c;
-            b->n++;
+    b->store = store;
+    while (*at <= l->mask && b->n < RLS_LOCAL_CHARGE_BATCH) {
+        rls_charge_t *c = l->table[*at];
+        if (c == NULL) {
+            (*at)++;
+            continue;
         }
+        l->table[*at] = c->next;
+        l->n--;
+        if (c->until_ms <= now) {
+            l->stats.ended++;
+            free(c);
+            continue;
+        }
+        rls_op_t *op = &b->ops[b->n];
+        rls_wop_t *w = &b->wins[b->n];
+        *w = c->w;
+        w->limit = NO_LIMIT;
+        if (w->algo == RL_ALGO_GCRA)
+            w->limit = NO_LIMIT / (w->t_us > 0 ? w->t_us : 1);
+        b->costs[b->n] = c->cost > UINT32_MAX ? UINT32_MAX : (uint32_t)c->cost;
+        op->key = c->key;
+        op->key_len = c->key_len;
+        op->tag_len = c->tag_len;
+        op->now_ms = now;
+        op->win = w;
+        op->nwin = 1;
+        op->costs = &b->costs[b->n];
+        op->ncosts = 1;
+        op->equal_cost = b->costs[b->n];
+        c->next = b->list;
+        b->list = c;
+        b->n++;
     }
     if (b->n == 0) {
         free(b);
-        return;
+        return NULL;
     }
     /* The list is newest first: put the ops in the same order. */
     for (i = 0; i < b->n / 2; i++) {
@@ -265,8 +278,27 @@ void rls_local_flush(rls_local_t *l, rls_store_t *store)
         b->ops[i] = b->ops[b->n - 1 - i];
         b->ops[b->n - 1 - i] = t;
     }
-    l->sending = b->n;
-    store->v->submit(store, b->ops, b->n, on_charged, b);
+    return b;
+}
+
+void rls_local_flush(rls_local_t *l, rls_store_t *store)
+{
+    uint64_t now = store->v->now_ms(store), errors = l->stats.charge_errors;
+    size_t at = 0;
+    charge_batch_t *b;
+
+    if (l->n == 0 || now < l->retry_at_ms || !store->v->up(store))
+        return;
+    /* Every pending charge, in as many batches as it takes: a batch
+     * submitted after them goes to the store after them (one connection
+     * per node, answered in order), so the store decides it with every
+     * local admission counted. A batch that fails at once ends the pass
+     * (its charges are back in the table, to be retried later). */
+    while (l->stats.charge_errors == errors &&
+           (b = take_batch(l, store, now, &at)) != NULL) {
+        l->sending += b->n;
+        store->v->submit(store, b->ops, b->n, on_charged, b);
+    }
 }
 
 void rls_local_close(rls_local_t *l, void (*done)(void *), void *arg)

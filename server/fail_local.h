@@ -20,15 +20,22 @@
  *
  * The charges: what each window admitted locally, summed per counter
  * (at most RLS_LOCAL_CHARGES_MAX counters; beyond, counted as dropped).
- * The first batch the store answers after local decisions sends them,
- * each as an op of one request whose cost is the sum against a limit no
- * count reaches, so the store adds it whatever the count: a fixed or
+ * They are sent before the first batch submitted once the store is up
+ * again (and after any batch the store answers), all of them, each as an
+ * op of one request whose cost is the sum against a limit no count
+ * reaches, so the store adds it whatever the count; the batch that
+ * follows them on the same connection is decided with them counted (the
+ * first batch used to go first, and was decided against counters that
+ * did not hold the local admissions: 2.33x a window's limit when Redis
+ * came back empty). A fixed or
  * sliding-window-counter window still open gets its admitted cost added
  * to its counter; a gcra's TAT moves on by that cost; a sliding window's
  * log gets one entry of that cost at the time of the charge (later than
  * the decisions: it refuses for a little longer than they would).
  * Charges for windows that ended are dropped (nothing reads them). A
- * charge batch that fails keeps its charges for the next try. */
+ * charge batch that fails keeps its charges for the next try, no sooner
+ * than RLS_LOCAL_RETRY_MS later; a charge the store refuses alone (its
+ * key holds something else) is dropped and counted. */
 #ifndef RLS_FAIL_LOCAL_H
 #define RLS_FAIL_LOCAL_H
 
@@ -43,6 +50,10 @@
 #define RLS_LOCAL_CHARGES_MAX 65536
 /* Charges sent to the store per batch. */
 #define RLS_LOCAL_CHARGE_BATCH 256
+/* After a charge batch failed, charges wait this long before the next try
+ * (a store that is up but refuses everything is not sent every pending
+ * charge with every batch). */
+#define RLS_LOCAL_RETRY_MS 100
 
 typedef struct rls_local_stats_s {
     uint64_t ops;           /* ops decided locally */
@@ -51,6 +62,7 @@ typedef struct rls_local_stats_s {
     uint64_t charge_errors; /* charge batches that failed (kept) */
     uint64_t ended;         /* charges dropped: their window had ended */
     uint64_t dropped;       /* charges dropped: over RLS_LOCAL_CHARGES_MAX */
+    uint64_t rejected;      /* charges dropped: the store refused them */
 } rls_local_stats_t;
 
 typedef struct rls_charge_s rls_charge_t;
@@ -63,8 +75,9 @@ typedef struct rls_local_s {
     rls_charge_t **table; /* chained hashing by counter key */
     rl_hash_key_t hash_key;
     size_t mask;
-    size_t n;       /* charges pending, not in flight */
-    size_t sending; /* charges in flight (one batch at most) */
+    size_t n;             /* charges pending, not in flight */
+    size_t sending;       /* charges in flight */
+    uint64_t retry_at_ms; /* no charge sent before (store clock) */
     rls_local_stats_t stats;
 } rls_local_t;
 
@@ -82,8 +95,9 @@ int rls_local_decide(rls_local_t *l, rls_op_t *op);
 void rls_local_charge(rls_local_t *l, const rls_op_t *op, uint64_t cost,
                       uint64_t now_ms);
 
-/* Sends pending charges to store, if any and none are in flight. Call when
- * the store has just answered a batch. */
+/* Sends every pending charge to store, when it is up and no charge batch
+ * failed in the last RLS_LOCAL_RETRY_MS. Call before submitting a batch
+ * (it then follows the charges) and when the store has just answered. */
 void rls_local_flush(rls_local_t *l, rls_store_t *store);
 
 /* Frees the charges (none may be in flight) and closes the memory store;

@@ -19,11 +19,12 @@ static int store_errors(rl_buf_t *b, const rls_store_stats_t *ss)
     uint64_t sum = 0;
     int k, rc;
 
-    rc = rls_prom_family(b, "rl_store_errors_total", "counter",
-                "Store failures by kind: a batch failed whole (timeout, "
-                "unavailable, or a Redis error refusing the script) counts "
-                "once, a key Redis refused (oom, readonly, overflow...) "
-                "counts once.");
+    rc = rls_prom_family(
+        b, "rl_store_errors_total", "counter",
+        "Store failures by kind: a batch failed whole (timeout, "
+        "unavailable, or a Redis error refusing the script) counts "
+        "once, a key Redis refused (oom, readonly, overflow...) "
+        "counts once.");
     for (k = 0; k < RLS_SERR_MAX; k++)
         sum += ss->errors_kind[k];
     for (k = 0; k < RLS_SERR_MAX && rc == RL_OK; k++) {
@@ -104,11 +105,11 @@ static int render_rule(rl_buf_t *out, const rls_rule_stats_t *st, int part)
         else
             snprintf(wl, sizeof(wl), "%u", w->window_s);
         if (part == 1) {
-            if ((rc = rl_buf_printf(
-                     out,
-                     "rl_rule_windows_started_total{rule=\"%s\","
-                     "window=\"%s\"} %llu\n",
-                     name, wl, (unsigned long long)w->started)) != RL_OK)
+            if ((rc = rl_buf_printf(out,
+                                    "rl_rule_windows_started_total{rule=\"%s\","
+                                    "window=\"%s\"} %llu\n",
+                                    name, wl,
+                                    (unsigned long long)w->started)) != RL_OK)
                 return rc;
             continue;
         }
@@ -118,8 +119,8 @@ static int render_rule(rl_buf_t *out, const rls_rule_stats_t *st, int part)
                      out,
                      "rl_rule_windows_reached_total{rule=\"%s\",window=\"%s\","
                      "threshold=\"%s\"} %llu\n",
-                     name, wl, pct[k],
-                     (unsigned long long)w->reached[k])) != RL_OK)
+                     name, wl, pct[k], (unsigned long long)w->reached[k])) !=
+                    RL_OK)
                 return rc;
     }
     return RL_OK;
@@ -139,41 +140,44 @@ static int render_policy(const rls_metrics_view_t *v, rl_buf_t *out)
             return rc;                                                         \
     } while (0)
     TRY(rls_prom_gauge(out, "rl_rules", "Rules in force.",
-              rls_policy_count(rt->policy)));
+                       rls_policy_count(rt->policy)));
     TRY(rls_prom_gauge(out, "rl_config_generation",
-              "Policies installed since start (1 + good reloads).",
-              rt->generation));
+                       "Policies installed since start (1 + good reloads).",
+                       rt->generation));
     TRY(rls_prom_gauge(out, "rl_policy_switches_version",
-              "Version of the runtime switches (rl-ctl) applied.",
-              (uint64_t)(rt->sw.version > 0 ? rt->sw.version : 0)));
+                       "Version of the runtime switches (rl-ctl) applied.",
+                       (uint64_t)(rt->sw.version > 0 ? rt->sw.version : 0)));
     if (v->reload != NULL) {
         TRY(rls_prom_counter(out, "rl_config_reloads_total",
-                    "Rules files reloaded and swapped in.",
-                    v->reload->reloads));
-        TRY(rls_prom_counter(out, "rl_config_reload_failures_total",
-                    "Rules files refused on reload (the old rules stayed).",
-                    v->reload->failures));
+                             "Rules files reloaded and swapped in.",
+                             v->reload->reloads));
+        TRY(rls_prom_counter(
+            out, "rl_config_reload_failures_total",
+            "Rules files refused on reload (the old rules stayed).",
+            v->reload->failures));
         TRY(rls_prom_gauge(out, "rl_config_reload_last_microseconds",
-                  "How long the last good reload took, parse to swap.",
-                  v->reload->last_us));
+                           "How long the last good reload took, parse to swap.",
+                           v->reload->last_us));
     }
     if (v->switches != NULL && v->cfg->use_redis) {
         TRY(rls_prom_counter(out, "rl_policy_switch_polls_total",
-                    "Polls of the runtime switches in Redis answered.",
-                    v->switches->polls));
+                             "Polls of the runtime switches in Redis answered.",
+                             v->switches->polls));
         TRY(rls_prom_counter(out, "rl_policy_switch_poll_failures_total",
-                    "Polls of the runtime switches that got no usable "
-                    "reply.",
-                    v->switches->failures));
-        TRY(rls_prom_counter(out, "rl_policy_switch_bad_fields_total",
-                    "Switch fields skipped because they did not parse.",
-                    v->switches->bad_fields));
+                             "Polls of the runtime switches that got no usable "
+                             "reply.",
+                             v->switches->failures));
+        TRY(rls_prom_counter(
+            out, "rl_policy_switch_bad_fields_total",
+            "Switch fields skipped because they did not parse.",
+            v->switches->bad_fields));
     }
     if (v->store != NULL)
-        TRY(rls_prom_counter(out, "rl_quota_unparsable_total",
-                    "Stored quotas (rl-ctl) that did not parse; the rule's "
-                    "limits applied.",
-                    v->store->stats.bad_quotas));
+        TRY(rls_prom_counter(
+            out, "rl_quota_unparsable_total",
+            "Stored quotas (rl-ctl) that did not parse; the rule's "
+            "limits applied.",
+            v->store->stats.bad_quotas));
     for (part = 0; part < 5; part++) {
         static const char *const fam[5][2] = {
             {"rl_rule_decisions_total",
@@ -220,8 +224,9 @@ int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
             return rc;                                                         \
     } while (0)
 
-    TRY(rls_prom_family(out, "rl_build_info", "gauge",
-               "Build and configuration of this rl-server; always 1."));
+    TRY(rls_prom_family(
+        out, "rl_build_info", "gauge",
+        "Build and configuration of this rl-server; always 1."));
     TRY(rl_buf_printf(
         out,
         "rl_build_info{version=\"%s\",store=\"%s\",fail_mode=\"%s\"} "
@@ -229,18 +234,20 @@ int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
         RLS_VERSION, v->cfg->use_redis ? "redis" : "memory",
         rls_fail_mode_name(v->cfg->fail_open)));
     TRY(rls_prom_gauge(out, "rl_start_time_seconds",
-              "When this rl-server started, seconds since the epoch.",
-              v->start_unix_ms / 1000));
+                       "When this rl-server started, seconds since the epoch.",
+                       v->start_unix_ms / 1000));
     TRY(rls_prom_gauge(out, "rl_healthy",
-              "1 while /healthz answers 200 (taking work, store up)",
-              (uint64_t)(v->healthy != 0)));
-    TRY(rls_prom_gauge(out, "rl_draining", "1 between SIGTERM and the end of --drain-ms",
-              (uint64_t)(v->draining != 0)));
+                       "1 while /healthz answers 200 (taking work, store up)",
+                       (uint64_t)(v->healthy != 0)));
+    TRY(rls_prom_gauge(out, "rl_draining",
+                       "1 between SIGTERM and the end of --drain-ms",
+                       (uint64_t)(v->draining != 0)));
 
-    TRY(rls_prom_counter(out, "rl_failed_open_total",
-                "Requests answered OK because the store could not answer "
-                "(--fail-open).",
-                bs->failed_open));
+    TRY(rls_prom_counter(
+        out, "rl_failed_open_total",
+        "Requests answered OK because the store could not answer "
+        "(--fail-open).",
+        bs->failed_open));
     if (v->local != NULL) {
         const rls_local_stats_t *ls = &v->local->stats;
         TRY(rls_prom_counter(
@@ -262,97 +269,112 @@ int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
             out, "rl_fail_local_charges_total", "counter",
             "Local admissions per counter: charged (added to the "
             "store), ended (their window ended first), dropped "
-            "(over the cap of pending charges)."));
+            "(over the cap of pending charges), rejected (the store "
+            "refused that one charge)."));
         TRY(rl_buf_printf(
             out,
             "rl_fail_local_charges_total{result=\"charged\"} %llu\n"
             "rl_fail_local_charges_total{result=\"ended\"} %llu\n"
-            "rl_fail_local_charges_total{result=\"dropped\"} %llu\n",
+            "rl_fail_local_charges_total{result=\"dropped\"} %llu\n"
+            "rl_fail_local_charges_total{result=\"rejected\"} %llu\n",
             (unsigned long long)ls->charged, (unsigned long long)ls->ended,
-            (unsigned long long)ls->dropped));
+            (unsigned long long)ls->dropped, (unsigned long long)ls->rejected));
     }
-    TRY(rls_prom_counter(out, "rl_store_failed_requests_total",
-                "Requests whose store operation failed (either fail mode).",
-                bs->store_errors));
-    TRY(rls_prom_counter(out, "rl_requests_coalesced_total",
-                "Requests that shared a store key with an earlier one of "
-                "their batch.",
-                bs->coalesced));
+    TRY(rls_prom_counter(
+        out, "rl_store_failed_requests_total",
+        "Requests whose store operation failed (either fail mode).",
+        bs->store_errors));
+    TRY(rls_prom_counter(
+        out, "rl_requests_coalesced_total",
+        "Requests that shared a store key with an earlier one of "
+        "their batch.",
+        bs->coalesced));
     TRY(rls_prom_counter(out, "rl_requests_batched_total",
-                "Valid requests handed to the store.", bs->requests));
-    TRY(rls_prom_histogram(out, "rl_batch_size", "Requests per store batch.", &bs->size,
-                  0));
-    TRY(rls_prom_counter(out, "rl_batch_holds_total",
-                "Loop iterations that held a batch back to let it grow "
-                "(--batch-hold-us).",
-                bs->held));
+                         "Valid requests handed to the store.", bs->requests));
+    TRY(rls_prom_histogram(out, "rl_batch_size", "Requests per store batch.",
+                           &bs->size, 0));
+    TRY(rls_prom_counter(
+        out, "rl_batch_holds_total",
+        "Loop iterations that held a batch back to let it grow "
+        "(--batch-hold-us).",
+        bs->held));
     if (v->refusals != NULL) {
-        TRY(rls_prom_counter(out, "rl_refusals_local_total",
-                    "Requests refused without a store call: the store had "
-                    "shown their windows could not fit them.",
-                    v->refusals->hits));
-        TRY(rls_prom_gauge(out, "rl_refusal_cache_entries",
-                  "Entries of the refusal cache (dead ones until reused).",
-                  v->refusals->entries));
-        TRY(rls_prom_counter(out, "rl_refusal_cache_full_total",
-                    "Refusal cache entries not made: the table was full "
-                    "(--refusal-cache).",
-                    v->refusals->full));
+        TRY(rls_prom_counter(
+            out, "rl_refusals_local_total",
+            "Requests refused without a store call: the store had "
+            "shown their windows could not fit them.",
+            v->refusals->hits));
+        TRY(rls_prom_gauge(
+            out, "rl_refusal_cache_entries",
+            "Entries of the refusal cache (dead ones until reused).",
+            v->refusals->entries));
+        TRY(rls_prom_counter(
+            out, "rl_refusal_cache_full_total",
+            "Refusal cache entries not made: the table was full "
+            "(--refusal-cache).",
+            v->refusals->full));
     }
     if (v->envoy_reload != NULL) {
-        TRY(rls_prom_counter(out, "rl_envoy_config_reloads_total",
-                    "--envoy-config reloads that put a new configuration "
-                    "in force.",
-                    v->envoy_reload->reloads));
-        TRY(rls_prom_counter(out, "rl_envoy_config_reload_failures_total",
-                    "--envoy-config reloads refused (the old configuration "
-                    "stayed).",
-                    v->envoy_reload->failures));
+        TRY(rls_prom_counter(
+            out, "rl_envoy_config_reloads_total",
+            "--envoy-config reloads that put a new configuration "
+            "in force.",
+            v->envoy_reload->reloads));
+        TRY(rls_prom_counter(
+            out, "rl_envoy_config_reload_failures_total",
+            "--envoy-config reloads refused (the old configuration "
+            "stayed).",
+            v->envoy_reload->failures));
     }
     TRY(rls_estats_metrics(v->envoy_stats, out));
     TRY(rls_statsd_metrics(v->statsd, out));
 
     if (ss != NULL) {
-        TRY(rls_prom_gauge(out, "rl_store_up", "1 while the store is believed up.",
-                  (uint64_t)(st->v->up((rls_store_t *)st) != 0)));
+        TRY(rls_prom_gauge(out, "rl_store_up",
+                           "1 while the store is believed up.",
+                           (uint64_t)(st->v->up((rls_store_t *)st) != 0)));
         TRY(rls_prom_counter(out, "rl_store_batches_total",
-                    "Batches submitted to the store.", ss->batches));
+                             "Batches submitted to the store.", ss->batches));
         TRY(rls_prom_counter(out, "rl_store_ops_total",
-                    "Store operations (distinct keys) submitted.", ss->ops));
+                             "Store operations (distinct keys) submitted.",
+                             ss->ops));
         TRY(store_errors(out, ss));
         TRY(rls_prom_counter(out, "rl_store_timeouts_total",
-                    "Store batches that failed by --redis-timeout-ms.",
-                    ss->timeouts));
+                             "Store batches that failed by --redis-timeout-ms.",
+                             ss->timeouts));
         TRY(rls_prom_counter(out, "rl_store_reconnects_total",
-                    "Successful reconnections to the store after the "
-                    "first connection.",
-                    ss->reconnects));
+                             "Successful reconnections to the store after the "
+                             "first connection.",
+                             ss->reconnects));
         if (!v->cfg->use_redis) {
             TRY(rls_prom_gauge(out, "rl_memory_store_bytes",
-                      "Bytes the memory store holds for its counters.",
-                      ss->mem_bytes));
+                               "Bytes the memory store holds for its counters.",
+                               ss->mem_bytes));
             TRY(rls_prom_gauge(out, "rl_memory_store_max_bytes",
-                      "Cap on rl_memory_store_bytes (--memory-max).",
-                      ss->mem_max));
+                               "Cap on rl_memory_store_bytes (--memory-max).",
+                               ss->mem_max));
             TRY(rls_prom_gauge(out, "rl_memory_store_full",
-                      "1 while the memory store refuses new counters.",
-                      (uint64_t)(ss->mem_full != 0)));
-            TRY(rls_prom_counter(out, "rl_memory_store_full_total",
-                        "New counters refused because the memory store was "
-                        "full (answered by the fail mode).",
-                        ss->mem_refused));
+                               "1 while the memory store refuses new counters.",
+                               (uint64_t)(ss->mem_full != 0)));
+            TRY(rls_prom_counter(
+                out, "rl_memory_store_full_total",
+                "New counters refused because the memory store was "
+                "full (answered by the fail mode).",
+                ss->mem_refused));
         }
         if (v->cfg->use_redis && !v->cfg->redis_cluster)
-            TRY(rls_prom_gauge(out, "rl_store_redis_module",
-                      "1 while Redis batches go to the ratelimit module "
-                      "(RL.BATCH), 0 while they go to the Lua script.",
-                      (uint64_t)(ss->redis_module != 0)));
+            TRY(rls_prom_gauge(
+                out, "rl_store_redis_module",
+                "1 while Redis batches go to the ratelimit module "
+                "(RL.BATCH), 0 while they go to the Lua script.",
+                (uint64_t)(ss->redis_module != 0)));
         if (v->cfg->use_redis)
-            TRY(rls_prom_counter(out, "rl_store_redis_restarts_total",
-                        "Redis restarts noticed on reconnection (its run_id "
-                        "changed): the current windows' counts were lost "
-                        "unless Redis persisted them.",
-                        ss->restarts));
+            TRY(rls_prom_counter(
+                out, "rl_store_redis_restarts_total",
+                "Redis restarts noticed on reconnection (its run_id "
+                "changed): the current windows' counts were lost "
+                "unless Redis persisted them.",
+                ss->restarts));
         if (v->cfg->redis_sentinels > 0)
             TRY(rls_prom_counter(
                 out, "rl_store_master_switches_total",
@@ -362,8 +384,8 @@ int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
         /* The memory store has no round trip to measure. */
         if (v->cfg->use_redis)
             TRY(rls_prom_histogram(out, "rl_redis_rtt_seconds",
-                          "Round trip of answered Redis batches.", &ss->rtt_us,
-                          1));
+                                   "Round trip of answered Redis batches.",
+                                   &ss->rtt_us, 1));
         if (v->store->v->metrics != NULL)
             TRY(v->store->v->metrics(v->store, out));
     }

@@ -40,8 +40,9 @@ static void close_local(h_t *h, rls_local_t *l)
 
 /* Four live instances: a limit of 100 is 25 here while the store is away,
  * answered OK or OVER_LIMIT (not ERROR) with the words; then the store
- * answers, the first batch brings the 25 to it, and the window has 100 -
- * 26 left. */
+ * answers, the 25 reach it before the first batch, which is decided with
+ * them counted (it used to go first and see 0 used), and the window has
+ * 100 - 26 left. */
 static void test_share_and_charge(void **state)
 {
     uint64_t t0 = base_ms();
@@ -65,12 +66,13 @@ static void test_share_and_charge(void **state)
     assert_int_equal(h.b.stats.decided_local, 40);
     assert_int_equal(l.n, 1);
 
-    /* The store answers: decided there, then the charge goes. */
+    /* The store answers: the charge goes, then the batch, decided there
+     * with the 25 counted. */
     h.store->fail = 0;
     i = h_add(&h, t0 + 2000, "k", 100, 60, 1);
     h_flush(&h);
     assert_int_equal(h.res[i].code, RL_CODE_OK);
-    assert_int_equal(h.res[i].used, 1);
+    assert_int_equal(h.res[i].used, 26);
     assert_int_equal(h.err[i][0], '\0');
     assert_int_equal(l.n, 0);
     assert_int_equal(l.stats.charged, 1);
