@@ -493,6 +493,14 @@ static void decide(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
     share_add(b, decided, failed);
 }
 
+/* The store's own failure, which --fail-local decides locally (not an
+ * op's: an overflow, a log that does not parse). */
+static int store_failure(int err)
+{
+    return err == RL_ESTORE || err == RL_ETIMEDOUT || err == RL_ESHUTDOWN ||
+           err == RL_ENOMEM;
+}
+
 /* --fail-local: the ops being answered now that the store could not
  * decide are decided locally (marked 3) on this instance's share. Returns
  * the status decide() is to apply to the rest: none once every failed op
@@ -509,10 +517,8 @@ static int localize(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
         int err = op->err != 0 ? op->err : status;
         if (t->done[i] != 1 || err == 0)
             continue;
-        /* The store's own failures, not an op's (an overflow, a log that
-         * does not parse): those stay errors. */
-        if (err != RL_ESTORE && err != RL_ETIMEDOUT && err != RL_ESHUTDOWN &&
-            err != RL_ENOMEM)
+        /* The store's own failures, not an op's: those stay errors. */
+        if (!store_failure(err))
             continue;
         if (rls_local_decide(b->local, op) == RL_OK)
             t->done[i] = 3;
@@ -547,14 +553,31 @@ static void on_store_done(void *data, rls_op_t *ops, size_t nops, int status)
     size_t i;
 
     assert(ops == t->ops && nops == t->nops);
-    for (i = 0; i < nops; i++)
+    for (i = 0; i < nops; i++) {
         if (t->done[i] == 0)
             t->done[i] = 1;
+        if (b->local != NULL && store_failure(ops[i].err ? ops[i].err : status))
+            rls_local_store_failed(b->local);
+    }
     decide(t, ops, nops, localize(t, ops, nops, status));
     b->in_flight--;
     /* The store answers again: what was admitted locally goes to it. */
     if (status == 0 && b->local != NULL && b->local->n > 0)
         rls_local_flush(b->local, b->store);
+    batch_recycle(b, t);
+}
+
+/* --fail-local: batch t decided on this instance's share without asking
+ * the store, as if the store had failed it. */
+static void decide_here(rls_batcher_t *b, rls_batch_t *t)
+{
+    size_t i;
+
+    for (i = 0; i < t->nops; i++) {
+        t->done[i] = 1;
+        t->ops[i].err = RL_ESTORE;
+    }
+    decide(t, t->ops, t->nops, localize(t, t->ops, t->nops, RL_ESTORE));
     batch_recycle(b, t);
 }
 
@@ -605,9 +628,15 @@ static void submit(rls_batcher_t *b)
     }
     memset(t->done, 0, t->nops);
     /* --fail-local: what this instance admitted while the store was away
-     * goes first, so that this batch is decided with it counted. */
-    if (b->local != NULL && b->local->n > 0)
-        rls_local_flush(b->local, b->store);
+     * goes first, and until the fleet's charges are in, this batch is
+     * decided here (fail_local.h). */
+    if (b->local != NULL) {
+        rls_local_poll(b->local);
+        if (rls_local_holds(b->local, t->now_ms)) {
+            decide_here(b, t);
+            return;
+        }
+    }
     b->stats.batches++;
     rls_hist_observe(&b->stats.size, t->nreqs);
     b->in_flight++;

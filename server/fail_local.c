@@ -36,9 +36,20 @@ typedef struct {
     uint32_t costs[RLS_LOCAL_CHARGE_BATCH];
 } charge_batch_t;
 
-int rls_local_init(rls_local_t *l, uv_loop_t *loop)
+static void on_poll(uv_timer_t *t)
+{
+    rls_local_poll(t->data);
+}
+
+int rls_local_init(rls_local_t *l, uv_loop_t *loop, rls_store_t *store)
 {
     memset(l, 0, sizeof(*l));
+    l->store = store;
+    uv_timer_init(loop, &l->poll);
+    l->poll.data = l;
+    l->poll_on = 1;
+    uv_timer_start(&l->poll, on_poll, RLS_LOCAL_POLL_MS, RLS_LOCAL_POLL_MS);
+    uv_unref((uv_handle_t *)&l->poll);
     /* Keys come from clients: a random key, so no client can aim its keys
      * at one chain. */
     rls_random_key(&l->hash_key);
@@ -62,8 +73,15 @@ static void on_local_done(void *data, rls_op_t *ops, size_t n, int status)
 
 int rls_local_decide(rls_local_t *l, rls_op_t *op)
 {
-    uint64_t n = l->live > 0 ? l->live : 1;
+    uint64_t n;
     uint32_t j;
+
+    /* The share's count never falls while decisions are local: a Redis
+     * back empty has lost "<prefix>instances" too, and counts only those
+     * that reported since (a share of the whole limit to the first). */
+    if (l->hold_live < (l->live > 0 ? l->live : 1))
+        l->hold_live = l->live > 0 ? l->live : 1;
+    n = l->hold_live;
 
     for (j = 0; j < op->nwin; j++) {
         rls_wop_t *w = &op->win[j];
@@ -301,6 +319,60 @@ void rls_local_flush(rls_local_t *l, rls_store_t *store)
     }
 }
 
+void rls_local_poll(rls_local_t *l)
+{
+    rls_store_t *st = l->store;
+
+    if (st == NULL)
+        return;
+    if (!st->v->up(st)) {
+        l->was_down = 1;
+        return;
+    }
+    if (!rls_local_holds(l, st->v->now_ms(st)))
+        l->hold_live = 0;
+    if (l->n > 0)
+        rls_local_flush(l, st);
+    if (l->was_down && l->n == 0 && l->sending == 0) {
+        l->was_down = 0;
+        l->settle_until_ms = st->v->now_ms(st) + RLS_LOCAL_SETTLE_MS;
+        RLS_INFO("fail-local: the store is back with this instance's "
+                 "charges; deciding locally a little longer while the "
+                 "fleet's come in",
+                 " settle_ms=%d", RLS_LOCAL_SETTLE_MS);
+    }
+}
+
+int rls_local_holds(const rls_local_t *l, uint64_t now_ms)
+{
+    return l->was_down || l->n > 0 || l->sending > 0 ||
+           now_ms < l->settle_until_ms;
+}
+
+void rls_local_store_failed(rls_local_t *l)
+{
+    l->was_down = 1;
+}
+
+static void close_mem(rls_local_t *l)
+{
+    void (*done)(void *) = l->closed;
+    void *arg = l->closed_arg;
+
+    if (l->mem != NULL) {
+        rls_store_t *mem = l->mem;
+        l->mem = NULL;
+        mem->v->close(mem, done, arg);
+    } else if (done != NULL) {
+        done(arg);
+    }
+}
+
+static void on_poll_closed(uv_handle_t *h)
+{
+    close_mem(h->data);
+}
+
 void rls_local_close(rls_local_t *l, void (*done)(void *), void *arg)
 {
     size_t i;
@@ -315,9 +387,12 @@ void rls_local_close(rls_local_t *l, void (*done)(void *), void *arg)
     free(l->table);
     l->table = NULL;
     l->n = 0;
-    if (l->mem != NULL)
-        l->mem->v->close(l->mem, done, arg);
-    else if (done != NULL)
-        done(arg);
-    l->mem = NULL;
+    l->closed = done;
+    l->closed_arg = arg;
+    if (l->poll_on) {
+        l->poll_on = 0;
+        uv_close((uv_handle_t *)&l->poll, on_poll_closed);
+    } else {
+        close_mem(l);
+    }
 }

@@ -32,6 +32,15 @@
  * to its counter; a gcra's TAT moves on by that cost; a sliding window's
  * log gets one entry of that cost at the time of the charge (later than
  * the decisions: it refuses for a little longer than they would).
+ * Once the store is up again, decisions stay local until this instance's
+ * charges are in and RLS_LOCAL_SETTLE_MS after, long enough for every
+ * other instance to reconnect and send its own: a store decision made
+ * earlier would not count a peer's local admissions (with Redis back
+ * empty, three servers admitted 2.04-2.23x a window's limit that way).
+ * An instance that decided nothing locally settles too, as it cannot
+ * know its peers' charges are in. While decisions are local the share's
+ * count of live instances never falls (a Redis back empty lost the
+ * instances' hash too: the first to report again would count 1).
  * Charges for windows that ended are dropped (nothing reads them). A
  * charge batch that fails keeps its charges for the next try, no sooner
  * than RLS_LOCAL_RETRY_MS later; a charge the store refuses alone (its
@@ -50,6 +59,16 @@
 #define RLS_LOCAL_CHARGES_MAX 65536
 /* Charges sent to the store per batch. */
 #define RLS_LOCAL_CHARGE_BATCH 256
+/* How often the store's state is looked at while nothing else asks: an
+ * idle instance too sees an outage, and sends its charges once the store
+ * is back without waiting for a request. */
+#define RLS_LOCAL_POLL_MS 50
+/* Once the store is back and this instance's charges are in, decisions
+ * stay local this long: the other instances reconnect within the store's
+ * reconnect backoff (at most 1 s, plus half of it as jitter:
+ * store/redis_conn.c) and send their charges at once, so a store decision
+ * made after it sees every instance's local admissions. */
+#define RLS_LOCAL_SETTLE_MS 2000
 /* After a charge batch failed, charges wait this long before the next try
  * (a store that is up but refuses everything is not sent every pending
  * charge with every batch). */
@@ -68,21 +87,47 @@ typedef struct rls_local_stats_s {
 typedef struct rls_charge_s rls_charge_t;
 
 typedef struct rls_local_s {
-    rls_store_t *mem; /* the local decisions */
+    rls_store_t *mem;   /* the local decisions */
+    rls_store_t *store; /* the fleet's, where the charges go */
+    uv_timer_t poll;    /* every RLS_LOCAL_POLL_MS (rls_local_poll) */
+    int poll_on;        /* poll initialized (closed by rls_local_close) */
     /* Live instances last seen, written by the switches poller; 0 until
      * the first reading, then taken as 1. */
     uint32_t live;
     rls_charge_t **table; /* chained hashing by counter key */
     rl_hash_key_t hash_key;
     size_t mask;
-    size_t n;             /* charges pending, not in flight */
-    size_t sending;       /* charges in flight */
-    uint64_t retry_at_ms; /* no charge sent before (store clock) */
+    size_t n;                 /* charges pending, not in flight */
+    size_t sending;           /* charges in flight */
+    uint64_t retry_at_ms;     /* no charge sent before (store clock) */
+    int was_down;             /* the store failed or was down since it was
+                                 last seen up with every charge in */
+    uint64_t settle_until_ms; /* decisions stay local until then */
+    uint32_t hold_live;       /* the most live instances seen since
+                                 decisions went local: the share's count */
+    void (*closed)(void *);
+    void *closed_arg;
     rls_local_stats_t stats;
 } rls_local_t;
 
-/* Makes the local memory store. Returns 0 or RL_ENOMEM. */
-int rls_local_init(rls_local_t *l, uv_loop_t *loop);
+/* Makes the local memory store, and starts looking at store's state every
+ * RLS_LOCAL_POLL_MS (an unreferenced timer: it keeps no loop alive).
+ * Returns 0 or RL_ENOMEM. */
+int rls_local_init(rls_local_t *l, uv_loop_t *loop, rls_store_t *store);
+
+/* Looks at the store: seen down, it is marked so; seen up, pending charges
+ * are sent, and once every one is in after it was down, decisions stay
+ * local for RLS_LOCAL_SETTLE_MS more. The timer calls it; so does the
+ * batcher before each batch. */
+void rls_local_poll(rls_local_t *l);
+
+/* 1 while batches are to be decided here rather than by the store: it
+ * was down and this instance's charges are not all in, or they are and
+ * the other instances' may not be yet (RLS_LOCAL_SETTLE_MS). */
+int rls_local_holds(const rls_local_t *l, uint64_t now_ms);
+
+/* The store failed a batch (it cannot answer). */
+void rls_local_store_failed(rls_local_t *l);
 
 /* Decides op, which the store failed, locally: its limits become this
  * instance's share (in place: the batcher's replay decides on them too),

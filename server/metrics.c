@@ -261,6 +261,13 @@ int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
                            "--fail-local's share is the limit over this.",
                            v->local->live));
         TRY(rls_prom_gauge(
+            out, "rl_fail_local_deciding",
+            "1 while batches are decided on this instance's share: the "
+            "store is away, or back with this instance's charges not all "
+            "in, or settling (the fleet's charges coming in).",
+            (uint64_t)rls_local_holds(v->local,
+                                      st->v->now_ms((rls_store_t *)st))));
+        TRY(rls_prom_gauge(
             out, "rl_fail_local_charges_pending",
             "Counters admitted locally that the store has not been "
             "told of yet.",

@@ -556,7 +556,7 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
     if (cfg->use_redis)
         s->batcher.spread_ms = cfg->spread_ms;
     if (cfg->fail_open == RLS_FAIL_LOCAL) {
-        if (rls_local_init(&s->local, loop) != RL_OK) {
+        if (rls_local_init(&s->local, loop, store) != RL_OK) {
             rls_local_close(&s->local, NULL, NULL);
             rls_batcher_free(&s->batcher);
             rls_runtime_free(&s->rt);

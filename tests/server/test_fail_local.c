@@ -26,7 +26,7 @@ static size_t allowed(const h_t *h, size_t from, size_t to)
 static void open_local(h_t *h, rls_local_t *l, uint32_t live)
 {
     h_open(h, 0, 256, RLS_FAIL_LOCAL);
-    assert_int_equal(rls_local_init(l, &h->loop), RL_OK);
+    assert_int_equal(rls_local_init(l, &h->loop, &h->store->base), RL_OK);
     h->b.local = l;
     l->live = live;
 }
@@ -40,9 +40,11 @@ static void close_local(h_t *h, rls_local_t *l)
 
 /* Four live instances: a limit of 100 is 25 here while the store is away,
  * answered OK or OVER_LIMIT (not ERROR) with the words; then the store
- * answers, the 25 reach it before the first batch, which is decided with
- * them counted (it used to go first and see 0 used), and the window has
- * 100 - 26 left. */
+ * answers: the 25 reach it before anything else, decisions stay local
+ * (on the spent share) for RLS_LOCAL_SETTLE_MS while the fleet's charges
+ * come in, and the first batch after is decided by the store with them
+ * counted (it used to go before the charges and see 0 used): the window
+ * has 100 - 26 left. */
 static void test_share_and_charge(void **state)
 {
     uint64_t t0 = base_ms();
@@ -66,18 +68,26 @@ static void test_share_and_charge(void **state)
     assert_int_equal(h.b.stats.decided_local, 40);
     assert_int_equal(l.n, 1);
 
-    /* The store answers: the charge goes, then the batch, decided there
-     * with the 25 counted. */
+    /* The store answers: the charge goes first, the batch is still
+     * decided here (settling), then the store decides with the 25. */
     h.store->fail = 0;
     i = h_add(&h, t0 + 2000, "k", 100, 60, 1);
+    h_flush(&h);
+    assert_int_equal(l.n, 0);
+    assert_int_equal(l.stats.charged, 1);
+    assert_int_equal(h.res[i].code, RL_CODE_OVER_LIMIT);
+    assert_non_null(strstr(h.err[i], LOCAL_WORDS));
+    i = h_add(&h, t0 + 2000 + RLS_LOCAL_SETTLE_MS - 1, "k", 100, 60, 1);
+    h_flush(&h);
+    assert_int_equal(h.res[i].code, RL_CODE_OVER_LIMIT);
+    assert_non_null(strstr(h.err[i], LOCAL_WORDS));
+    i = h_add(&h, t0 + 2000 + RLS_LOCAL_SETTLE_MS, "k", 100, 60, 1);
     h_flush(&h);
     assert_int_equal(h.res[i].code, RL_CODE_OK);
     assert_int_equal(h.res[i].used, 26);
     assert_int_equal(h.err[i][0], '\0');
-    assert_int_equal(l.n, 0);
-    assert_int_equal(l.stats.charged, 1);
     for (a = h.n, i = 0; i < 100; i++)
-        h_add(&h, t0 + 3000, "k", 100, 60, 1);
+        h_add(&h, t0 + 5000, "k", 100, 60, 1);
     h_flush(&h);
     assert_int_equal(allowed(&h, a, a + 100), 100 - 26);
     close_local(&h, &l);
@@ -116,15 +126,19 @@ static void test_charge_kept_and_ended(void **state)
     assert_int_equal(h.res[i].code, RL_CODE_OK);
     assert_int_equal(l.n, 2);
 
-    /* Later: the 1 s window has ended, the minute has not. */
+    /* Later: the 1 s window has ended, the minute has not. The store is
+     * looked at (as the timer does): the charges go, and the store decides
+     * again once the fleet's have had RLS_LOCAL_SETTLE_MS to come in. */
     h.store->fail = 0;
     h.store->now = t0 + 5000;
-    rls_local_flush(&l, &h.store->base);
+    rls_local_poll(&l);
     assert_int_equal(l.n, 0);
     assert_int_equal(l.stats.charged, 1);
     assert_int_equal(l.stats.ended, 1);
+    assert_true(rls_local_holds(&l, t0 + 5000 + RLS_LOCAL_SETTLE_MS - 1));
+    assert_false(rls_local_holds(&l, t0 + 5000 + RLS_LOCAL_SETTLE_MS));
     for (a = h.n, i = 0; i < 10; i++)
-        h_add(&h, t0 + 6000, "k", 10, 60, 1);
+        h_add(&h, t0 + 5000 + RLS_LOCAL_SETTLE_MS, "k", 10, 60, 1);
     h_flush(&h);
     assert_int_equal(allowed(&h, a, a + 10), 10 - 5);
     close_local(&h, &l);

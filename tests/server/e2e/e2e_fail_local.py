@@ -12,13 +12,14 @@ counter in Redis equals every admission of the run, counted from the
 answers.
 
 Then the same outage on another caller, but Redis comes back empty (its
-append-only file removed): each server sends what it admitted alone
-before its first batch after Redis is back, so that batch is decided with
-it counted. One check on each server in turn: 100, then 200, then 300
-local admissions are in Redis before each is decided, so the third is
-refused (the first batch used to go before the charges, and the third
-was admitted over the limit), and Redis ends with the 300 and the two
-admitted after.
+append-only file removed): each server sends what it admitted alone as
+soon as Redis is back, and keeps deciding on its share until its charges
+are in and 2 s more (the fleet's come in meanwhile). Checks on the three
+at once in that time are refused (the shares are spent); once no server
+decides alone, checks on each server in turn are refused by Redis, which
+holds exactly the 300 (the first batch used to go before the charges:
+100, then 200, then 300 were in Redis before each server's first check,
+and all three were admitted).
 
 Usage: e2e_fail_local.py RL_SERVER RL_CHECK REDIS_SERVER"""
 import os
@@ -168,18 +169,23 @@ def empty_restart(servers, rport, redis):
           "second outage: each server admitted its share (%s)" % outage)
     shutil.rmtree(os.path.join(TMP, "appendonlydir"), ignore_errors=True)
     rport, redis = start_redis(rport)
+    settling = allowed([s.start_checks(20, "e") for s in servers], 20)
+    check(settling == [0, 0, 0],
+          "Redis back empty: the shares stay spent while the charges come "
+          "in (%s allowed)" % settling)
     for s in servers:
-        wait_for(lambda: s.metric("rl_store_up") == 1,
-                 "a server reconnects to the empty Redis")
+        wait_for(lambda: s.metric("rl_fail_local_deciding") == 0,
+                 "a server decides with Redis again")
+        check(s.metric('rl_fail_local_charges_total{result="charged"}') >= 2,
+              "its charges are in")
     got = [s.checks(1, "e") for s in servers]
-    check(got == [1, 1, 0],
-          "after an empty restart, each server's first batch is decided "
-          "with its local admissions counted: allowed %s, want [1, 1, 0]"
-          % got)
+    check(got == [0, 0, 0],
+          "after an empty restart, Redis decides with every server's local "
+          "admissions counted: allowed %s, want [0, 0, 0]" % got)
     total, keys = redis_total(rport, "e")
-    check(total == LIMIT + 2,
-          "the empty Redis holds the outage's %d and the 2 admitted after: "
-          "%d (keys %s)" % (LIMIT, total, keys))
+    check(total == LIMIT,
+          "the empty Redis holds exactly the outage's %d: %d (keys %s)"
+          % (LIMIT, total, keys))
 
 
 def main():
