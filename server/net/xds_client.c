@@ -33,6 +33,18 @@
  * small: the client sends a request per response and PINGs. */
 #define REQS_MAX (64u << 10)
 #define OUT_MAX (1u << 20)
+/* A header block from the control plane, measured as decoded (RFC 9113:
+ * name, value and 32 a field, so an HPACK reference counts what it
+ * expands to), and advertised as SETTINGS_MAX_HEADER_LIST_SIZE. A gRPC
+ * response's headers and trailers are a few hundred bytes; 16 KiB leaves
+ * room for a grpc-status-details-bin. */
+#define HEADERS_MAX (16u << 10)
+/* Header blocks a stream may carry: the response's headers, its trailers
+ * and room for two informational (1xx) answers before them. */
+#define HEADER_BLOCKS_MAX 4
+/* CONTINUATION frames after a HEADERS frame (nghttp2's default: 8): a
+ * block of HEADERS_MAX fits in two frames of the default size. */
+#define CONTINUATIONS_MAX 4
 
 enum { T_IDLE, T_BACKOFF, T_CONNECT, T_PING };
 
@@ -53,6 +65,9 @@ struct rls_xds_conn_s {
     int failed;   /* a callback found the connection unusable */
     int ping_out; /* a PING not answered yet */
     int grpc_status;
+    size_t hdr_bytes;     /* of the header block being received */
+    unsigned hdr_blocks;  /* header blocks received on the stream */
+    const char *fail_why; /* why failed was set, for the log */
     SSL *ssl; /* with TLS: over rbio (read from the socket) and wbio */
     BIO *rbio, *wbio;
     int tls_up; /* the handshake is done */
@@ -370,6 +385,33 @@ static int on_data(nghttp2_session *s, uint8_t flags, int32_t sid,
     return 0;
 }
 
+/* A header block that will not end: the control plane sends more than a
+ * response needs (a block over HEADERS_MAX as decoded, or more than
+ * HEADER_BLOCKS_MAX blocks on the stream). Failing the callback makes
+ * nghttp2_session_mem_recv return at once, before it decodes one more
+ * reference, and the connection is dropped and made again after the
+ * backoff. */
+static int headers_refused(rls_xds_conn_t *c, const char *why)
+{
+    if (c->x != NULL && !c->failed)
+        c->x->stats.header_drops++;
+    c->failed = 1;
+    c->fail_why = why;
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+}
+
+static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f,
+                            void *ud)
+{
+    rls_xds_conn_t *c = ud;
+
+    (void)s;
+    c->hdr_bytes = 0;
+    if (f->hd.stream_id == c->sid && ++c->hdr_blocks > HEADER_BLOCKS_MAX)
+        return headers_refused(c, "too many header blocks on the stream");
+    return 0;
+}
+
 static int on_header(nghttp2_session *s, const nghttp2_frame *f,
                      const uint8_t *name, size_t namelen, const uint8_t *value,
                      size_t valuelen, uint8_t flags, void *ud)
@@ -378,10 +420,15 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f,
 
     (void)s;
     (void)flags;
+    /* Every stream's fields count: only ours has any use for them. */
+    c->hdr_bytes += namelen + valuelen + 32;
+    if (c->hdr_bytes > HEADERS_MAX)
+        return headers_refused(c, "header block larger than 16 KiB");
     if (f->hd.stream_id != c->sid)
         return 0;
     if (namelen == 7 && memcmp(name, ":status", 7) == 0 &&
-        !(valuelen == 3 && memcmp(value, "200", 3) == 0))
+        !(valuelen == 3 && memcmp(value, "200", 3) == 0) &&
+        !(valuelen == 3 && value[0] == '1'))
         c->grpc_status = 14; /* UNAVAILABLE, as gRPC maps it */
     if (namelen == 11 && memcmp(name, "grpc-status", 11) == 0) {
         char v[12];
@@ -523,8 +570,9 @@ static int h2_feed(rls_xds_conn_t *c, const uint8_t *p, size_t n)
     ssize_t rv = nghttp2_session_mem_recv(c->h2, p, n);
 
     if (rv < 0 || c->failed) {
-        conn_drop(c->x, c->failed ? "stream ended or response refused"
-                                  : nghttp2_strerror((int)rv));
+        conn_drop(c->x, c->fail_why != NULL ? c->fail_why
+                        : c->failed         ? "stream ended or response refused"
+                                            : nghttp2_strerror((int)rv));
         return -1;
     }
     return 0;
@@ -599,6 +647,7 @@ static int h2_setup(rls_xds_conn_t *c)
 {
     rls_xds_t *x = c->x;
     nghttp2_session_callbacks *cbs;
+    nghttp2_option *opt;
     nghttp2_data_provider dp;
     char authority[300];
     int rc;
@@ -606,23 +655,35 @@ static int h2_setup(rls_xds_conn_t *c)
     if (nghttp2_session_callbacks_new(&cbs) != 0)
         return RL_ENOMEM;
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data);
+    nghttp2_session_callbacks_set_on_begin_headers_callback(cbs,
+                                                            on_begin_headers);
     nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
     nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame);
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs,
                                                            on_stream_close);
-    rc = nghttp2_session_client_new(&c->h2, cbs, c);
+    if (nghttp2_option_new(&opt) != 0) {
+        nghttp2_session_callbacks_del(cbs);
+        return RL_ENOMEM;
+    }
+#ifdef RL_HAVE_NGHTTP2_MAX_CONTINUATIONS
+    nghttp2_option_set_max_continuations(opt, CONTINUATIONS_MAX);
+#endif
+    rc = nghttp2_session_client_new2(&c->h2, cbs, c, opt);
+    nghttp2_option_del(opt);
     nghttp2_session_callbacks_del(cbs);
     if (rc != 0)
         return RL_ENOMEM;
     {
         /* Windows (the stream's and the connection's) as large as the
          * largest message: one response never waits for a
-         * WINDOW_UPDATE. */
+         * WINDOW_UPDATE. The header list size is what on_header
+         * enforces. */
         nghttp2_settings_entry iv[] = {
             {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
             {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, RLS_XDS_MSG_MAX + 5},
+            {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, HEADERS_MAX},
         };
-        if (nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, 2) != 0 ||
+        if (nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, 3) != 0 ||
             nghttp2_session_set_local_window_size(c->h2, NGHTTP2_FLAG_NONE, 0,
                                                   RLS_XDS_MSG_MAX + 5) != 0)
             return RL_ENOMEM;
@@ -981,7 +1042,12 @@ int rls_xds_metrics(const rls_xds_t *x, rl_buf_t *out)
         "made and lost.\n"
         "# TYPE rl_xds_connections_total counter\n"
         "rl_xds_connections_total{event=\"connected\"} %" PRIu64 "\n"
-        "rl_xds_connections_total{event=\"lost\"} %" PRIu64 "\n",
+        "rl_xds_connections_total{event=\"lost\"} %" PRIu64 "\n"
+        "# HELP rl_xds_header_drops_total Connections to the control plane "
+        "dropped because a header block passed 16 KiB as decoded or a "
+        "stream carried more than 4 blocks (HPACK amplification).\n"
+        "# TYPE rl_xds_header_drops_total counter\n"
+        "rl_xds_header_drops_total %" PRIu64 "\n",
         x->stats.accepted, x->stats.rejected, x->stats.connected,
-        x->stats.connects, x->stats.disconnects);
+        x->stats.connects, x->stats.disconnects, x->stats.header_drops);
 }

@@ -27,7 +27,13 @@
  * is dropped and made again after a capped exponential backoff with
  * jitter (half to all of the current step); the step starts again from
  * the minimum once a response arrives. The
- * configuration in force stays while the control plane is away. */
+ * configuration in force stays while the control plane is away.
+ *
+ * What the control plane may make the loop decode is bounded: a header
+ * block at 16 KiB as decoded (HPACK references counted by what they
+ * expand to; advertised as SETTINGS_MAX_HEADER_LIST_SIZE), 4 blocks a
+ * stream (1xx answers included), 4 CONTINUATIONs a block. Past a bound the
+ * connection is dropped (counted) and made again after the backoff. */
 #ifndef RLS_NET_XDS_CLIENT_H
 #define RLS_NET_XDS_CLIENT_H
 
@@ -64,7 +70,10 @@ typedef struct rls_xds_stats_s {
     uint64_t rejected;    /* refused (NACKed), the one in force kept */
     uint64_t connects;    /* connections made (HTTP/2 up) */
     uint64_t disconnects; /* connections lost or dropped */
-    int connected;        /* a connection is up now */
+    /* Connections dropped because a header block passed HEADERS_MAX as
+     * decoded or a stream carried too many blocks (an HPACK bomb). */
+    uint64_t header_drops;
+    int connected; /* a connection is up now */
 } rls_xds_stats_t;
 
 typedef struct rls_xds_conn_s rls_xds_conn_t;
