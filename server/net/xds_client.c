@@ -45,6 +45,12 @@
 /* CONTINUATION frames after a HEADERS frame (nghttp2's default: 8): a
  * block of HEADERS_MAX fits in two frames of the default size. */
 #define CONTINUATIONS_MAX 4
+/* Builds start at least this far apart: at most 4 configurations go in
+ * force a second, however fast the control plane sends them (each
+ * install drops what the old configuration had learnt, the refusal cache
+ * among it). A version that comes sooner waits, a newer one replacing it:
+ * the last one wins. */
+#define BUILD_GAP_MS 250
 
 enum { T_IDLE, T_BACKOFF, T_CONNECT, T_PING };
 
@@ -74,6 +80,7 @@ struct rls_xds_conn_s {
 };
 
 static void retry_later(rls_xds_t *x);
+static void build_soon(rls_xds_t *x);
 static void conn_send(rls_xds_conn_t *c);
 static void on_timer(uv_timer_t *t);
 
@@ -225,6 +232,8 @@ static void rb_start(rls_rebuild_t *rb)
 {
     rls_xds_t *x = rb->arg;
 
+    x->last_build_ms = uv_now(x->loop);
+    x->built_once = 1;
     x->has_building = x->has_pending;
     if (x->has_pending) {
         x->building = x->pending;
@@ -297,6 +306,32 @@ static void rb_done(rls_rebuild_t *rb, int closing)
     rls_xds_update_free(u);
 }
 
+static void on_pace(uv_timer_t *t)
+{
+    rls_xds_t *x = t->data;
+
+    x->pacing = 0;
+    build_soon(x);
+}
+
+/* Asks for the build of the pending version: now, or BUILD_GAP_MS after
+ * the last build started (the pace timer asks again then). A build still
+ * running when it is asked for is followed by this one. */
+static void build_soon(rls_xds_t *x)
+{
+    uint64_t now = uv_now(x->loop), due = x->last_build_ms + BUILD_GAP_MS;
+
+    if (x->pacing || x->closing || !x->has_pending)
+        return;
+    if (x->built_once && now < due) {
+        x->pacing = 1;
+        uv_timer_start(&x->pace, on_pace, due - now, 0);
+        return;
+    }
+    if (rls_rebuild_request(&x->rb) != 0)
+        RLS_ERROR("xds: cannot start a build thread", NULL);
+}
+
 /* One whole message of the stream. Returns 0, or -1 when the connection
  * must go (not a DiscoveryResponse, out of memory). */
 static int on_message(rls_xds_conn_t *c, const uint8_t *p, size_t n)
@@ -320,14 +355,19 @@ static int on_message(rls_xds_conn_t *c, const uint8_t *p, size_t n)
         rls_xds_update_free(&u);
         return rc == RL_OK ? 0 : -1;
     }
-    /* Built off the loop; a newer response replaces one still waiting. */
-    if (x->has_pending)
+    /* Built off the loop; a newer response replaces one still waiting,
+     * which is then neither ACKed nor NACKed (the ACK of the newer names
+     * its nonce: xDS answers the newest response). */
+    if (x->has_pending) {
+        x->stats.superseded++;
+        RLS_DEBUG("xds: version superseded before its build",
+                  " version=\"%s\" by=\"%s\"", x->pending.version, u.version);
         rls_xds_update_free(&x->pending);
+    }
     x->pending = u;
     x->has_pending = 1;
     x->pending_gen = c->gen;
-    if (rls_rebuild_request(&x->rb) != 0)
-        RLS_ERROR("xds: cannot start a build thread", NULL);
+    build_soon(x);
     return 0;
 }
 
@@ -980,9 +1020,18 @@ int rls_xds_start(rls_xds_t *x, uv_loop_t *loop, const rls_xds_opts_t *o,
         return rc;
     }
     x->timer.data = x;
+    if ((rc = uv_timer_init(loop, &x->pace)) != 0) {
+        uv_close((uv_handle_t *)&x->timer, NULL);
+        SSL_CTX_free(x->tls);
+        x->tls = NULL;
+        snprintf(err, errlen, "%s", uv_strerror(rc));
+        return rc;
+    }
+    x->pace.data = x;
     if ((rc = rls_rebuild_init(&x->rb, loop, rb_start, rb_work, rb_done, x)) !=
         0) {
         uv_close((uv_handle_t *)&x->timer, NULL);
+        uv_close((uv_handle_t *)&x->pace, NULL);
         SSL_CTX_free(x->tls);
         x->tls = NULL;
         snprintf(err, errlen, "%s", uv_strerror(rc));
@@ -1014,6 +1063,8 @@ void rls_xds_close(rls_xds_t *x)
     if (x->resolving)
         uv_cancel((uv_req_t *)&x->gai);
     uv_close((uv_handle_t *)&x->timer, NULL);
+    uv_close((uv_handle_t *)&x->pace, NULL);
+    x->pacing = 0;
     rls_rebuild_close(&x->rb);
     if (x->has_pending)
         rls_xds_update_free(&x->pending);
@@ -1029,11 +1080,13 @@ int rls_xds_metrics(const rls_xds_t *x, rl_buf_t *out)
     return rl_buf_printf(
         out,
         "# HELP rl_xds_updates_total Configurations from the control plane "
-        "(--envoy-xds), by result: accepted (in force, ACKed) or rejected "
-        "(NACKed, the one in force kept).\n"
+        "(--envoy-xds), by result: accepted (in force, ACKed), rejected "
+        "(NACKed, the one in force kept) or superseded (replaced by a newer "
+        "one before its build: at most 4 builds a second).\n"
         "# TYPE rl_xds_updates_total counter\n"
         "rl_xds_updates_total{result=\"accepted\"} %" PRIu64 "\n"
         "rl_xds_updates_total{result=\"rejected\"} %" PRIu64 "\n"
+        "rl_xds_updates_total{result=\"superseded\"} %" PRIu64 "\n"
         "# HELP rl_xds_connected 1 while the connection to the control "
         "plane is up.\n"
         "# TYPE rl_xds_connected gauge\n"
@@ -1048,6 +1101,7 @@ int rls_xds_metrics(const rls_xds_t *x, rl_buf_t *out)
         "stream carried more than 4 blocks (HPACK amplification).\n"
         "# TYPE rl_xds_header_drops_total counter\n"
         "rl_xds_header_drops_total %" PRIu64 "\n",
-        x->stats.accepted, x->stats.rejected, x->stats.connected,
-        x->stats.connects, x->stats.disconnects, x->stats.header_drops);
+        x->stats.accepted, x->stats.rejected, x->stats.superseded,
+        x->stats.connected, x->stats.connects, x->stats.disconnects,
+        x->stats.header_drops);
 }

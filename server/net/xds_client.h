@@ -13,8 +13,10 @@
  * caller's install callback, as a reload installs. A configuration that
  * builds is ACKed (version_info and response_nonce); one that does not is
  * NACKed with the loader's FILE:LINE messages in error_detail, and the one
- * in force stays. Responses that come while one is built wait, the newest
- * replacing older ones (the state of the world makes them obsolete).
+ * in force stays. Builds start at least 250 ms apart (at most 4 installs a
+ * second); responses that come while one is built or before the next may
+ * start wait, the newest replacing older ones (the state of the world
+ * makes them obsolete: they are neither ACKed nor NACKed, and counted).
  *
  * Transport: HTTP/2 by nghttp2 as a client over a libuv TCP connection on
  * the server's loop, in cleartext or over TLS (OpenSSL over two memory
@@ -66,8 +68,11 @@ typedef struct rls_xds_opts_s {
 } rls_xds_opts_t;
 
 typedef struct rls_xds_stats_s {
-    uint64_t accepted;    /* configurations installed (and ACKed) */
-    uint64_t rejected;    /* refused (NACKed), the one in force kept */
+    uint64_t accepted; /* configurations installed (and ACKed) */
+    uint64_t rejected; /* refused (NACKed), the one in force kept */
+    /* Replaced by a newer version before their build (neither ACKed nor
+     * NACKed): builds are paced, at most 4 a second. */
+    uint64_t superseded;
     uint64_t connects;    /* connections made (HTTP/2 up) */
     uint64_t disconnects; /* connections lost or dropped */
     /* Connections dropped because a header block passed HEADERS_MAX as
@@ -86,6 +91,10 @@ typedef struct rls_xds_s {
     void *arg;
     uv_timer_t timer; /* the backoff, then the connect deadline, then PINGs */
     int timer_state;
+    uv_timer_t pace; /* the next build, when versions come too fast */
+    int pacing;      /* pace is started */
+    int built_once;  /* last_build_ms holds when the last build started */
+    uint64_t last_build_ms;
     uv_getaddrinfo_t gai;
     int resolving;
     rls_xds_conn_t *c; /* the connection, NULL between them */

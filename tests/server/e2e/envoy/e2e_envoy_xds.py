@@ -11,7 +11,9 @@ a configuration is ACKed and decides; a new version is ACKed and the
 decisions change; an invalid one is NACKed with the loader's FILE:LINE
 and the one before keeps deciding; the control plane stops and the last
 configuration keeps deciding; it comes back on the same port, rl-server
-reconnects and takes a new version. /metrics counts all of it. Then a
+reconnects and takes a new version; 40 versions pushed 10 ms apart are
+installed at the pace rl-server allows, the last one winning. /metrics
+counts all of it. Then a
 second rl-server takes a version over mutual TLS (certificates made by
 `openssl` at run time), and one that does not trust the control plane's
 certificate takes none."""
@@ -345,10 +347,50 @@ def main():
           m.get('rl_xds_connections_total{event="lost"}') >= 1,
           "metrics after v4: %s" % m)
 
+    burst(ads2, mport, codes)
+
     p.send_signal(signal.SIGTERM)
     check(p.wait(timeout=10) == 0, "rl-server exits 0 on SIGTERM")
     xds.stop(0)
     tls_phase()
+
+
+def burst(ads, mport, codes):
+    """Versions pushed 10 ms apart, faster than rl-server installs them
+    (builds start at least 250 ms apart): the last one wins and is ACKed,
+    those replaced before their build are counted as superseded and
+    answered neither way, and no more are installed than the pace
+    allows."""
+    n = 40
+    m0 = metrics(mport)
+    t0 = time.time()
+    # 10 ms apart, so the burst outlasts the gap and several builds run.
+    for i in range(n):
+        ads.push("b%d" % i, [conf("limits", limit("k", "b%d" % i, rc.HOUR,
+                                                  1))])
+        time.sleep(0.01)
+    last = "nonce-b%d" % (n - 1)
+    ack = await_(lambda: ads.answer_to(last), "the ACK of the last version")
+    took = time.time() - t0
+    check(ack.version_info == "b%d" % (n - 1) and
+          not ack.HasField("error_detail"), "the last version ACKed: %s" % ack)
+    check(codes("k", "b%d" % (n - 1), 2) == [OK, OVER],
+          "the last version decides")
+    m = metrics(mport)
+    acc = m['rl_xds_updates_total{result="accepted"}'] - \
+        m0['rl_xds_updates_total{result="accepted"}']
+    sup = m.get('rl_xds_updates_total{result="superseded"}', 0) - \
+        m0.get('rl_xds_updates_total{result="superseded"}', 0)
+    answered = [i for i in range(n) if ads.answer_to("nonce-b%d" % i)]
+    print("burst: %d versions in %.3f s: %d installed, %d superseded"
+          % (n, took, acc, sup), flush=True)
+    # One build at once, then one each 250 ms: at most 1 + took / 0.25.
+    check(2 <= acc <= 1 + took / 0.25 + 1e-9,
+          "installs paced: %d in %.3f s" % (acc, took))
+    check(acc + sup == n and len(answered) == acc,
+          "each version installed and ACKed, or superseded and not "
+          "answered: %d + %d of %d, %d answered" % (acc, sup, n,
+                                                    len(answered)))
 
 
 try:
