@@ -236,44 +236,77 @@ static void rb_start(rls_rebuild_t *rb)
     x->built_once = 1;
     x->has_building = x->has_pending;
     if (x->has_pending) {
-        x->building = x->pending;
+        x->building = x->pending; /* the bytes move, no copy */
         x->building_gen = x->pending_gen;
-        memset(&x->pending, 0, sizeof(x->pending));
+        rl_buf_init(&x->pending, RLS_XDS_MSG_MAX + 5);
         x->has_pending = 0;
     }
+    x->bversion = NULL;
+    x->bnonce = NULL;
     x->built = NULL;
+    x->decode_rc = RL_OK;
+    x->decode_err[0] = 0;
     x->build_rc = RL_OK;
 }
 
+/* On the rebuild's thread: the message decoded and turned into YAML, the
+ * YAML built, and everything but the version, the nonce and what was
+ * built freed here too. */
 static void rb_work(rls_rebuild_t *rb)
 {
     rls_xds_t *x = rb->arg;
+    rls_xds_update_t u;
 
-    if (x->has_building)
-        x->build_rc = rls_xds_update_build(&x->building, &x->built, &x->diag);
+    if (!x->has_building)
+        return;
+    x->decode_rc = rls_xds_update_decode(rl_buf_rptr(&x->building) + 5,
+                                         rl_buf_len(&x->building) - 5, &u,
+                                         x->decode_err, sizeof(x->decode_err));
+    rl_buf_free(&x->building);
+    if (x->decode_rc == RL_OK)
+        x->build_rc = rls_xds_update_build(&u, &x->built, &x->diag);
+    x->bversion = u.version;
+    x->bnonce = u.nonce;
+    u.version = NULL;
+    u.nonce = NULL;
+    rls_xds_update_free(&u);
 }
 
+/* On the loop: what the message built into (or why it did not) goes in
+ * force and is answered, on the connection it came on if still up. */
 static void rb_done(rls_rebuild_t *rb, int closing)
 {
     rls_xds_t *x = rb->arg;
-    rls_xds_update_t *u = &x->building;
+    const char *ver;
     char *why;
 
     if (!x->has_building)
         return;
     x->has_building = 0;
-    if (closing) {
-        rls_envoy_conf_unref(x->built);
-        x->built = NULL;
-        rls_xds_update_free(u);
-        return;
+    rl_buf_free(&x->building); /* when work did not run */
+    ver = x->bversion != NULL ? x->bversion : "";
+    if (closing)
+        goto done;
+    if (x->decode_rc == RL_EDECODE || x->decode_rc == RL_ENOMEM) {
+        /* Nothing to ACK or NACK: the connection goes, as for a
+         * compressed or oversized message. */
+        RLS_ERROR("xds: response is not a DiscoveryResponse", NULL);
+        if (x->c != NULL && x->c->gen == x->building_gen)
+            conn_drop(x, "response is not a DiscoveryResponse");
+        goto done;
+    }
+    x->backoff_ms = x->o.backoff_min_ms; /* the control plane is fine */
+    if (x->decode_rc == RL_EINVAL) {
+        x->stats.rejected++;
+        RLS_ERROR("xds: configuration refused, the one in force kept",
+                  " version=\"%s\" why=\"%s\"", ver, x->decode_err);
+        answer(x, x->building_gen, x->version, x->bnonce, x->decode_err);
+        goto done;
     }
     if (x->build_rc == RL_OK) {
-        char *v = strdup(u->version);
+        char *v = strdup(ver);
         if (v == NULL) {
             x->build_rc = RL_ENOMEM;
-            rls_envoy_conf_unref(x->built);
-            x->built = NULL;
         } else {
             free(x->version);
             x->version = v;
@@ -284,7 +317,7 @@ static void rb_done(rls_rebuild_t *rb, int closing)
                      rls_envoy_conf_nodes(x->built));
             x->install(x->arg, x->built);
             x->built = NULL;
-            answer(x, x->building_gen, x->version, u->nonce, NULL);
+            answer(x, x->building_gen, x->version, x->bnonce, NULL);
         }
     }
     if (x->build_rc != RL_OK) {
@@ -295,15 +328,21 @@ static void rb_done(rls_rebuild_t *rb, int closing)
             else
                 snprintf(why, NACK_MAX, "%s", rl_strerror(x->build_rc));
             RLS_ERROR("xds: configuration refused, the one in force kept",
-                      " version=\"%s\" errors=%zu first=\"%s\"", u->version,
+                      " version=\"%s\" errors=%zu first=\"%s\"", ver,
                       x->diag.n + x->diag.dropped,
                       x->build_rc == RL_EINVAL && x->diag.n > 0 ? x->diag.msg[0]
                                                                 : why);
-            answer(x, x->building_gen, x->version, u->nonce, why);
+            answer(x, x->building_gen, x->version, x->bnonce, why);
             free(why);
         }
     }
-    rls_xds_update_free(u);
+done:
+    rls_envoy_conf_unref(x->built);
+    x->built = NULL;
+    free(x->bversion);
+    free(x->bnonce);
+    x->bversion = NULL;
+    x->bnonce = NULL;
 }
 
 static void on_pace(uv_timer_t *t)
@@ -332,43 +371,24 @@ static void build_soon(rls_xds_t *x)
         RLS_ERROR("xds: cannot start a build thread", NULL);
 }
 
-/* One whole message of the stream. Returns 0, or -1 when the connection
- * must go (not a DiscoveryResponse, out of memory). */
-static int on_message(rls_xds_conn_t *c, const uint8_t *p, size_t n)
+/* One whole message of the stream, in c->in: its bytes are all the loop
+ * keeps (decoded, converted and built on the rebuild's thread). A newer
+ * one replaces one still waiting, which is then neither ACKed nor NACKed
+ * (the answer to the newer names its nonce: xDS answers the newest
+ * response), nor even decoded. */
+static void on_message(rls_xds_conn_t *c)
 {
     rls_xds_t *x = c->x;
-    rls_xds_update_t u;
-    char err[256];
-    int rc;
 
-    rc = rls_xds_update_decode(p, n, &u, err, sizeof(err));
-    if (rc == RL_EDECODE || rc == RL_ENOMEM) {
-        rls_xds_update_free(&u);
-        return -1;
-    }
-    x->backoff_ms = x->o.backoff_min_ms; /* the control plane is fine */
-    if (rc == RL_EINVAL) {
-        x->stats.rejected++;
-        RLS_ERROR("xds: configuration refused, the one in force kept",
-                  " version=\"%s\" why=\"%s\"", u.version, err);
-        rc = queue_request(c, x->version, u.nonce, err);
-        rls_xds_update_free(&u);
-        return rc == RL_OK ? 0 : -1;
-    }
-    /* Built off the loop; a newer response replaces one still waiting,
-     * which is then neither ACKed nor NACKed (the ACK of the newer names
-     * its nonce: xDS answers the newest response). */
     if (x->has_pending) {
         x->stats.superseded++;
-        RLS_DEBUG("xds: version superseded before its build",
-                  " version=\"%s\" by=\"%s\"", x->pending.version, u.version);
-        rls_xds_update_free(&x->pending);
+        rl_buf_free(&x->pending);
     }
-    x->pending = u;
+    x->pending = c->in; /* the buffer moves; c->in starts a new one */
+    rl_buf_init(&c->in, RLS_XDS_MSG_MAX + 5);
     x->has_pending = 1;
     x->pending_gen = c->gen;
     build_soon(x);
-    return 0;
 }
 
 static int on_data(nghttp2_session *s, uint8_t flags, int32_t sid,
@@ -415,12 +435,7 @@ static int on_data(nghttp2_session *s, uint8_t flags, int32_t sid,
         }
         if (have < 5 + (size_t)mlen)
             continue;
-        if (on_message(c, p + 5, mlen) != 0) {
-            RLS_ERROR("xds: response is not a DiscoveryResponse", NULL);
-            c->failed = 1;
-            return NGHTTP2_ERR_CALLBACK_FAILURE;
-        }
-        rl_buf_reset(&c->in);
+        on_message(c);
     }
     return 0;
 }
@@ -1009,6 +1024,8 @@ int rls_xds_start(rls_xds_t *x, uv_loop_t *loop, const rls_xds_opts_t *o,
         x->o.backoff_max_ms = x->o.backoff_min_ms;
     x->backoff_ms = x->o.backoff_min_ms;
     x->rng = (uv_hrtime() ^ ((uint64_t)uv_os_getpid() << 32)) | 1;
+    rl_buf_init(&x->pending, RLS_XDS_MSG_MAX + 5);
+    rl_buf_init(&x->building, RLS_XDS_MSG_MAX + 5);
     x->install = install;
     x->arg = arg;
     if (o->tls_ca != NULL && (x->tls = tls_ctx(o, err, errlen)) == NULL)
@@ -1066,8 +1083,7 @@ void rls_xds_close(rls_xds_t *x)
     uv_close((uv_handle_t *)&x->pace, NULL);
     x->pacing = 0;
     rls_rebuild_close(&x->rb);
-    if (x->has_pending)
-        rls_xds_update_free(&x->pending);
+    rl_buf_free(&x->pending);
     x->has_pending = 0;
     free(x->version);
     x->version = NULL;

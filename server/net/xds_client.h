@@ -6,17 +6,17 @@
  * DiscoveryResponse carries every RateLimitConfig resource, one domain
  * each, and replaces the configuration whole.
  *
- * A response is turned into YAML on the loop (policy/xds_conf.h; bounded
- * by RLS_XDS_MSG_MAX, checked on the frame's length before anything is
- * kept), built off the loop by the same builder and thread as an
- * --envoy-config reload (policy/rebuild.h), and installed by the
- * caller's install callback, as a reload installs. A configuration that
- * builds is ACKed (version_info and response_nonce); one that does not is
- * NACKed with the loader's FILE:LINE messages in error_detail, and the one
- * in force stays. Builds start at least 250 ms apart (at most 4 installs a
- * second); responses that come while one is built or before the next may
- * start wait, the newest replacing older ones (the state of the world
- * makes them obsolete: they are neither ACKed nor NACKed, and counted).
+ * The loop keeps a response's bytes only (bounded by RLS_XDS_MSG_MAX,
+ * checked on the frame's length before anything is kept); it is decoded,
+ * turned into YAML (policy/xds_conf.h) and built off the loop, on the
+ * same thread as an --envoy-config reload (policy/rebuild.h), and
+ * installed by the caller's install callback, as a reload installs. A
+ * configuration that builds is ACKed (version_info and response_nonce); one
+ * that does not is NACKed with the loader's FILE:LINE messages in error_detail,
+ * and the one in force stays. Builds start at least 250 ms apart (at most 4
+ * installs a second); responses that come while one is built or before the next
+ * may start wait, the newest replacing older ones (the state of the world makes
+ * them obsolete: they are neither ACKed nor NACKed, and counted).
  *
  * Transport: HTTP/2 by nghttp2 as a client over a libuv TCP connection on
  * the server's loop, in cleartext or over TLS (OpenSSL over two memory
@@ -103,11 +103,18 @@ typedef struct rls_xds_s {
     uint64_t rng;  /* the backoff's jitter */
     char *version; /* the version in force, for requests; NULL before */
     rls_rebuild_t rb;
-    /* The newest response not built yet, and the one being built (its
-     * fields touched by the rebuild's thread only while it runs). */
-    rls_xds_update_t pending, building;
+    /* The newest response not built yet and the one being built, each one
+     * gRPC message as received (the 5-byte prefix, then the
+     * DiscoveryResponse): all the loop keeps of them. Decoding, the YAML
+     * and the build happen on the rebuild's thread, which touches the
+     * building fields (building, bversion to build_rc) only while it
+     * runs. */
+    rl_buf_t pending, building;
     int has_pending, has_building;
     uint64_t pending_gen, building_gen;
+    char *bversion, *bnonce; /* the built one's, owned */
+    int decode_rc;
+    char decode_err[256];
     rls_envoy_conf_t *built;
     int build_rc;
     rls_diag_t diag;

@@ -17,7 +17,10 @@ reconnection after its backoff):
 2. endless small `:status 100` blocks, each one field: a stream may carry
    only a few blocks, so rl-server drops this connection too, counted;
 3. a well-behaved response: rl-server comes back once more (the backoff
-   still works after the drops), takes the configuration and ACKs it.
+   still works after the drops), takes the configuration and ACKs it;
+4. a resource of another type: NACKed, naming the version in force;
+5. a message that is not a DiscoveryResponse: the connection goes, and
+   the next one names the version in force.
 
 Before the fix rl-server decoded every block and kept the connection, so
 steps 1 and 2 each failed (timed out with the connection up)."""
@@ -302,30 +305,66 @@ def main():
                                  descriptors=[d]).SerializeToString()
     m = r.SerializeToString()
     c.send(frame(HEADERS, END_HEADERS, 1, STATUS_100) +
-           frame(HEADERS, END_HEADERS, 1, RESPONSE_HEADERS) +
-           frame(DATA, 0, 1, b"\x00" + struct.pack(">I", len(m)) + m))
-
-    def acked():
-        while c._fill(0.05):
-            for _ in c.frames():
-                pass
-        for b in c.messages():
-            q = discovery_pb2.DiscoveryRequest.FromString(b)
-            if q.response_nonce == "nonce-h1":
-                return q
-        return None
-    q = await_(acked, "the ACK of h1")
+           frame(HEADERS, END_HEADERS, 1, RESPONSE_HEADERS) + grpc_data(m))
+    q = await_(lambda: answer_to(c, "nonce-h1"), "the ACK of h1")
     check(q.version_info == "h1" and not q.HasField("error_detail"),
           "h1 ACKed: %s" % q)
+
+    # 4. A resource of another type: NACKed naming h1, the one in force.
+    r = discovery_pb2.DiscoveryResponse(version_info="h2", nonce="nonce-h2",
+                                        type_url=TYPE)
+    a = r.resources.add()
+    a.type_url = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+    a.value = b""
+    c.send(grpc_data(r.SerializeToString()))
+    q = await_(lambda: answer_to(c, "nonce-h2"), "the NACK of h2")
+    check(q.version_info == "h1" and q.HasField("error_detail"),
+          "h2 NACKed naming h1: %s" % q)
+
+    # 5. A message that is not a DiscoveryResponse: the connection goes
+    # and the next one names h1.
+    c.send(grpc_data(b"\xff\xff\xff"))
+    await_(lambda: drain(c) or c.closed,
+           "rl-server to drop the connection after a bad message")
+    c.s.close()
+    c = accept(lsock, "the reconnection after the bad message")
+    q = await_(lambda: drain(c) or
+               [discovery_pb2.DiscoveryRequest.FromString(b)
+                for b in c.messages()], "the first request")[0]
+    check(q.version_info == "h1" and q.response_nonce == "",
+          "reconnected naming h1: %s" % q)
     mt = metrics(mport)
     check(mt.get('rl_xds_updates_total{result="accepted"}') == 1 and
-          mt.get('rl_xds_connections_total{event="connected"}') == 3 and
+          mt.get('rl_xds_updates_total{result="rejected"}') == 1 and
+          mt.get('rl_xds_connections_total{event="connected"}') == 4 and
           mt.get("rl_xds_header_drops_total") == 2 and
           mt.get("rl_xds_connected") == 1, "metrics at the end: %s" % mt)
     p.send_signal(signal.SIGTERM)
     check(p.wait(timeout=10) == 0, "rl-server exits 0 on SIGTERM")
     c.s.close()
     lsock.close()
+
+
+def grpc_data(m):
+    """A DATA frame on the stream with one gRPC message."""
+    return frame(DATA, 0, 1, b"\x00" + struct.pack(">I", len(m)) + m)
+
+
+def drain(c):
+    """Reads what has come (frames parsed, SETTINGS ACKed); None."""
+    while c._fill(0.05):
+        for _ in c.frames():
+            pass
+
+
+def answer_to(c, nonce):
+    """The request that answered the response with this nonce, if come."""
+    drain(c)
+    for b in c.messages():
+        q = discovery_pb2.DiscoveryRequest.FromString(b)
+        if q.response_nonce == nonce:
+            return q
+    return None
 
 
 try:
