@@ -33,6 +33,24 @@
  * small: the client sends a request per response and PINGs. */
 #define REQS_MAX (64u << 10)
 #define OUT_MAX (1u << 20)
+/* A header block from the control plane, measured as decoded (RFC 9113:
+ * name, value and 32 a field, so an HPACK reference counts what it
+ * expands to), and advertised as SETTINGS_MAX_HEADER_LIST_SIZE. A gRPC
+ * response's headers and trailers are a few hundred bytes; 16 KiB leaves
+ * room for a grpc-status-details-bin. */
+#define HEADERS_MAX (16u << 10)
+/* Header blocks a stream may carry: the response's headers, its trailers
+ * and room for two informational (1xx) answers before them. */
+#define HEADER_BLOCKS_MAX 4
+/* CONTINUATION frames after a HEADERS frame (nghttp2's default: 8): a
+ * block of HEADERS_MAX fits in two frames of the default size. */
+#define CONTINUATIONS_MAX 4
+/* Builds start at least this far apart: at most 4 configurations go in
+ * force a second, however fast the control plane sends them (each
+ * install drops what the old configuration had learnt, the refusal cache
+ * among it). A version that comes sooner waits, a newer one replacing it:
+ * the last one wins. */
+#define BUILD_GAP_MS 250
 
 enum { T_IDLE, T_BACKOFF, T_CONNECT, T_PING };
 
@@ -53,12 +71,16 @@ struct rls_xds_conn_s {
     int failed;   /* a callback found the connection unusable */
     int ping_out; /* a PING not answered yet */
     int grpc_status;
+    size_t hdr_bytes;     /* of the header block being received */
+    unsigned hdr_blocks;  /* header blocks received on the stream */
+    const char *fail_why; /* why failed was set, for the log */
     SSL *ssl; /* with TLS: over rbio (read from the socket) and wbio */
     BIO *rbio, *wbio;
     int tls_up; /* the handshake is done */
 };
 
 static void retry_later(rls_xds_t *x);
+static void build_soon(rls_xds_t *x);
 static void conn_send(rls_xds_conn_t *c);
 static void on_timer(uv_timer_t *t);
 
@@ -210,46 +232,81 @@ static void rb_start(rls_rebuild_t *rb)
 {
     rls_xds_t *x = rb->arg;
 
+    x->last_build_ms = uv_now(x->loop);
+    x->built_once = 1;
     x->has_building = x->has_pending;
     if (x->has_pending) {
-        x->building = x->pending;
+        x->building = x->pending; /* the bytes move, no copy */
         x->building_gen = x->pending_gen;
-        memset(&x->pending, 0, sizeof(x->pending));
+        rl_buf_init(&x->pending, RLS_XDS_MSG_MAX + 5);
         x->has_pending = 0;
     }
+    x->bversion = NULL;
+    x->bnonce = NULL;
     x->built = NULL;
+    x->decode_rc = RL_OK;
+    x->decode_err[0] = 0;
     x->build_rc = RL_OK;
 }
 
+/* On the rebuild's thread: the message decoded and turned into YAML, the
+ * YAML built, and everything but the version, the nonce and what was
+ * built freed here too. */
 static void rb_work(rls_rebuild_t *rb)
 {
     rls_xds_t *x = rb->arg;
+    rls_xds_update_t u;
 
-    if (x->has_building)
-        x->build_rc = rls_xds_update_build(&x->building, &x->built, &x->diag);
+    if (!x->has_building)
+        return;
+    x->decode_rc = rls_xds_update_decode(rl_buf_rptr(&x->building) + 5,
+                                         rl_buf_len(&x->building) - 5, &u,
+                                         x->decode_err, sizeof(x->decode_err));
+    rl_buf_free(&x->building);
+    if (x->decode_rc == RL_OK)
+        x->build_rc = rls_xds_update_build(&u, &x->built, &x->diag);
+    x->bversion = u.version;
+    x->bnonce = u.nonce;
+    u.version = NULL;
+    u.nonce = NULL;
+    rls_xds_update_free(&u);
 }
 
+/* On the loop: what the message built into (or why it did not) goes in
+ * force and is answered, on the connection it came on if still up. */
 static void rb_done(rls_rebuild_t *rb, int closing)
 {
     rls_xds_t *x = rb->arg;
-    rls_xds_update_t *u = &x->building;
+    const char *ver;
     char *why;
 
     if (!x->has_building)
         return;
     x->has_building = 0;
-    if (closing) {
-        rls_envoy_conf_unref(x->built);
-        x->built = NULL;
-        rls_xds_update_free(u);
-        return;
+    rl_buf_free(&x->building); /* when work did not run */
+    ver = x->bversion != NULL ? x->bversion : "";
+    if (closing)
+        goto done;
+    if (x->decode_rc == RL_EDECODE || x->decode_rc == RL_ENOMEM) {
+        /* Nothing to ACK or NACK: the connection goes, as for a
+         * compressed or oversized message. */
+        RLS_ERROR("xds: response is not a DiscoveryResponse", NULL);
+        if (x->c != NULL && x->c->gen == x->building_gen)
+            conn_drop(x, "response is not a DiscoveryResponse");
+        goto done;
+    }
+    x->backoff_ms = x->o.backoff_min_ms; /* the control plane is fine */
+    if (x->decode_rc == RL_EINVAL) {
+        x->stats.rejected++;
+        RLS_ERROR("xds: configuration refused, the one in force kept",
+                  " version=\"%s\" why=\"%s\"", ver, x->decode_err);
+        answer(x, x->building_gen, x->version, x->bnonce, x->decode_err);
+        goto done;
     }
     if (x->build_rc == RL_OK) {
-        char *v = strdup(u->version);
+        char *v = strdup(ver);
         if (v == NULL) {
             x->build_rc = RL_ENOMEM;
-            rls_envoy_conf_unref(x->built);
-            x->built = NULL;
         } else {
             free(x->version);
             x->version = v;
@@ -260,7 +317,7 @@ static void rb_done(rls_rebuild_t *rb, int closing)
                      rls_envoy_conf_nodes(x->built));
             x->install(x->arg, x->built);
             x->built = NULL;
-            answer(x, x->building_gen, x->version, u->nonce, NULL);
+            answer(x, x->building_gen, x->version, x->bnonce, NULL);
         }
     }
     if (x->build_rc != RL_OK) {
@@ -271,49 +328,67 @@ static void rb_done(rls_rebuild_t *rb, int closing)
             else
                 snprintf(why, NACK_MAX, "%s", rl_strerror(x->build_rc));
             RLS_ERROR("xds: configuration refused, the one in force kept",
-                      " version=\"%s\" errors=%zu first=\"%s\"", u->version,
+                      " version=\"%s\" errors=%zu first=\"%s\"", ver,
                       x->diag.n + x->diag.dropped,
                       x->build_rc == RL_EINVAL && x->diag.n > 0 ? x->diag.msg[0]
                                                                 : why);
-            answer(x, x->building_gen, x->version, u->nonce, why);
+            answer(x, x->building_gen, x->version, x->bnonce, why);
             free(why);
         }
     }
-    rls_xds_update_free(u);
+done:
+    rls_envoy_conf_unref(x->built);
+    x->built = NULL;
+    free(x->bversion);
+    free(x->bnonce);
+    x->bversion = NULL;
+    x->bnonce = NULL;
 }
 
-/* One whole message of the stream. Returns 0, or -1 when the connection
- * must go (not a DiscoveryResponse, out of memory). */
-static int on_message(rls_xds_conn_t *c, const uint8_t *p, size_t n)
+static void on_pace(uv_timer_t *t)
 {
-    rls_xds_t *x = c->x;
-    rls_xds_update_t u;
-    char err[256];
-    int rc;
+    rls_xds_t *x = t->data;
 
-    rc = rls_xds_update_decode(p, n, &u, err, sizeof(err));
-    if (rc == RL_EDECODE || rc == RL_ENOMEM) {
-        rls_xds_update_free(&u);
-        return -1;
+    x->pacing = 0;
+    build_soon(x);
+}
+
+/* Asks for the build of the pending version: now, or BUILD_GAP_MS after
+ * the last build started (the pace timer asks again then). A build still
+ * running when it is asked for is followed by this one. */
+static void build_soon(rls_xds_t *x)
+{
+    uint64_t now = uv_now(x->loop), due = x->last_build_ms + BUILD_GAP_MS;
+
+    if (x->pacing || x->closing || !x->has_pending)
+        return;
+    if (x->built_once && now < due) {
+        x->pacing = 1;
+        uv_timer_start(&x->pace, on_pace, due - now, 0);
+        return;
     }
-    x->backoff_ms = x->o.backoff_min_ms; /* the control plane is fine */
-    if (rc == RL_EINVAL) {
-        x->stats.rejected++;
-        RLS_ERROR("xds: configuration refused, the one in force kept",
-                  " version=\"%s\" why=\"%s\"", u.version, err);
-        rc = queue_request(c, x->version, u.nonce, err);
-        rls_xds_update_free(&u);
-        return rc == RL_OK ? 0 : -1;
-    }
-    /* Built off the loop; a newer response replaces one still waiting. */
-    if (x->has_pending)
-        rls_xds_update_free(&x->pending);
-    x->pending = u;
-    x->has_pending = 1;
-    x->pending_gen = c->gen;
     if (rls_rebuild_request(&x->rb) != 0)
         RLS_ERROR("xds: cannot start a build thread", NULL);
-    return 0;
+}
+
+/* One whole message of the stream, in c->in: its bytes are all the loop
+ * keeps (decoded, converted and built on the rebuild's thread). A newer
+ * one replaces one still waiting, which is then neither ACKed nor NACKed
+ * (the answer to the newer names its nonce: xDS answers the newest
+ * response), nor even decoded. */
+static void on_message(rls_xds_conn_t *c)
+{
+    rls_xds_t *x = c->x;
+
+    if (x->has_pending) {
+        x->stats.superseded++;
+        rl_buf_free(&x->pending);
+    }
+    x->pending = c->in; /* the buffer moves; c->in starts a new one */
+    rl_buf_init(&c->in, RLS_XDS_MSG_MAX + 5);
+    x->has_pending = 1;
+    x->pending_gen = c->gen;
+    build_soon(x);
 }
 
 static int on_data(nghttp2_session *s, uint8_t flags, int32_t sid,
@@ -360,13 +435,35 @@ static int on_data(nghttp2_session *s, uint8_t flags, int32_t sid,
         }
         if (have < 5 + (size_t)mlen)
             continue;
-        if (on_message(c, p + 5, mlen) != 0) {
-            RLS_ERROR("xds: response is not a DiscoveryResponse", NULL);
-            c->failed = 1;
-            return NGHTTP2_ERR_CALLBACK_FAILURE;
-        }
-        rl_buf_reset(&c->in);
+        on_message(c);
     }
+    return 0;
+}
+
+/* A header block that will not end: the control plane sends more than a
+ * response needs (a block over HEADERS_MAX as decoded, or more than
+ * HEADER_BLOCKS_MAX blocks on the stream). Failing the callback makes
+ * nghttp2_session_mem_recv return at once, before it decodes one more
+ * reference, and the connection is dropped and made again after the
+ * backoff. */
+static int headers_refused(rls_xds_conn_t *c, const char *why)
+{
+    if (c->x != NULL && !c->failed)
+        c->x->stats.header_drops++;
+    c->failed = 1;
+    c->fail_why = why;
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+}
+
+static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f,
+                            void *ud)
+{
+    rls_xds_conn_t *c = ud;
+
+    (void)s;
+    c->hdr_bytes = 0;
+    if (f->hd.stream_id == c->sid && ++c->hdr_blocks > HEADER_BLOCKS_MAX)
+        return headers_refused(c, "too many header blocks on the stream");
     return 0;
 }
 
@@ -378,10 +475,15 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f,
 
     (void)s;
     (void)flags;
+    /* Every stream's fields count: only ours has any use for them. */
+    c->hdr_bytes += namelen + valuelen + 32;
+    if (c->hdr_bytes > HEADERS_MAX)
+        return headers_refused(c, "header block larger than 16 KiB");
     if (f->hd.stream_id != c->sid)
         return 0;
     if (namelen == 7 && memcmp(name, ":status", 7) == 0 &&
-        !(valuelen == 3 && memcmp(value, "200", 3) == 0))
+        !(valuelen == 3 && memcmp(value, "200", 3) == 0) &&
+        !(valuelen == 3 && value[0] == '1'))
         c->grpc_status = 14; /* UNAVAILABLE, as gRPC maps it */
     if (namelen == 11 && memcmp(name, "grpc-status", 11) == 0) {
         char v[12];
@@ -523,8 +625,9 @@ static int h2_feed(rls_xds_conn_t *c, const uint8_t *p, size_t n)
     ssize_t rv = nghttp2_session_mem_recv(c->h2, p, n);
 
     if (rv < 0 || c->failed) {
-        conn_drop(c->x, c->failed ? "stream ended or response refused"
-                                  : nghttp2_strerror((int)rv));
+        conn_drop(c->x, c->fail_why != NULL ? c->fail_why
+                        : c->failed         ? "stream ended or response refused"
+                                            : nghttp2_strerror((int)rv));
         return -1;
     }
     return 0;
@@ -599,6 +702,7 @@ static int h2_setup(rls_xds_conn_t *c)
 {
     rls_xds_t *x = c->x;
     nghttp2_session_callbacks *cbs;
+    nghttp2_option *opt;
     nghttp2_data_provider dp;
     char authority[300];
     int rc;
@@ -606,23 +710,35 @@ static int h2_setup(rls_xds_conn_t *c)
     if (nghttp2_session_callbacks_new(&cbs) != 0)
         return RL_ENOMEM;
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data);
+    nghttp2_session_callbacks_set_on_begin_headers_callback(cbs,
+                                                            on_begin_headers);
     nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
     nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame);
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs,
                                                            on_stream_close);
-    rc = nghttp2_session_client_new(&c->h2, cbs, c);
+    if (nghttp2_option_new(&opt) != 0) {
+        nghttp2_session_callbacks_del(cbs);
+        return RL_ENOMEM;
+    }
+#ifdef RL_HAVE_NGHTTP2_MAX_CONTINUATIONS
+    nghttp2_option_set_max_continuations(opt, CONTINUATIONS_MAX);
+#endif
+    rc = nghttp2_session_client_new2(&c->h2, cbs, c, opt);
+    nghttp2_option_del(opt);
     nghttp2_session_callbacks_del(cbs);
     if (rc != 0)
         return RL_ENOMEM;
     {
         /* Windows (the stream's and the connection's) as large as the
          * largest message: one response never waits for a
-         * WINDOW_UPDATE. */
+         * WINDOW_UPDATE. The header list size is what on_header
+         * enforces. */
         nghttp2_settings_entry iv[] = {
             {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
             {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, RLS_XDS_MSG_MAX + 5},
+            {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, HEADERS_MAX},
         };
-        if (nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, 2) != 0 ||
+        if (nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, 3) != 0 ||
             nghttp2_session_set_local_window_size(c->h2, NGHTTP2_FLAG_NONE, 0,
                                                   RLS_XDS_MSG_MAX + 5) != 0)
             return RL_ENOMEM;
@@ -908,6 +1024,8 @@ int rls_xds_start(rls_xds_t *x, uv_loop_t *loop, const rls_xds_opts_t *o,
         x->o.backoff_max_ms = x->o.backoff_min_ms;
     x->backoff_ms = x->o.backoff_min_ms;
     x->rng = (uv_hrtime() ^ ((uint64_t)uv_os_getpid() << 32)) | 1;
+    rl_buf_init(&x->pending, RLS_XDS_MSG_MAX + 5);
+    rl_buf_init(&x->building, RLS_XDS_MSG_MAX + 5);
     x->install = install;
     x->arg = arg;
     if (o->tls_ca != NULL && (x->tls = tls_ctx(o, err, errlen)) == NULL)
@@ -919,9 +1037,18 @@ int rls_xds_start(rls_xds_t *x, uv_loop_t *loop, const rls_xds_opts_t *o,
         return rc;
     }
     x->timer.data = x;
+    if ((rc = uv_timer_init(loop, &x->pace)) != 0) {
+        uv_close((uv_handle_t *)&x->timer, NULL);
+        SSL_CTX_free(x->tls);
+        x->tls = NULL;
+        snprintf(err, errlen, "%s", uv_strerror(rc));
+        return rc;
+    }
+    x->pace.data = x;
     if ((rc = rls_rebuild_init(&x->rb, loop, rb_start, rb_work, rb_done, x)) !=
         0) {
         uv_close((uv_handle_t *)&x->timer, NULL);
+        uv_close((uv_handle_t *)&x->pace, NULL);
         SSL_CTX_free(x->tls);
         x->tls = NULL;
         snprintf(err, errlen, "%s", uv_strerror(rc));
@@ -953,9 +1080,10 @@ void rls_xds_close(rls_xds_t *x)
     if (x->resolving)
         uv_cancel((uv_req_t *)&x->gai);
     uv_close((uv_handle_t *)&x->timer, NULL);
+    uv_close((uv_handle_t *)&x->pace, NULL);
+    x->pacing = 0;
     rls_rebuild_close(&x->rb);
-    if (x->has_pending)
-        rls_xds_update_free(&x->pending);
+    rl_buf_free(&x->pending);
     x->has_pending = 0;
     free(x->version);
     x->version = NULL;
@@ -968,11 +1096,13 @@ int rls_xds_metrics(const rls_xds_t *x, rl_buf_t *out)
     return rl_buf_printf(
         out,
         "# HELP rl_xds_updates_total Configurations from the control plane "
-        "(--envoy-xds), by result: accepted (in force, ACKed) or rejected "
-        "(NACKed, the one in force kept).\n"
+        "(--envoy-xds), by result: accepted (in force, ACKed), rejected "
+        "(NACKed, the one in force kept) or superseded (replaced by a newer "
+        "one before its build: at most 4 builds a second).\n"
         "# TYPE rl_xds_updates_total counter\n"
         "rl_xds_updates_total{result=\"accepted\"} %" PRIu64 "\n"
         "rl_xds_updates_total{result=\"rejected\"} %" PRIu64 "\n"
+        "rl_xds_updates_total{result=\"superseded\"} %" PRIu64 "\n"
         "# HELP rl_xds_connected 1 while the connection to the control "
         "plane is up.\n"
         "# TYPE rl_xds_connected gauge\n"
@@ -981,7 +1111,13 @@ int rls_xds_metrics(const rls_xds_t *x, rl_buf_t *out)
         "made and lost.\n"
         "# TYPE rl_xds_connections_total counter\n"
         "rl_xds_connections_total{event=\"connected\"} %" PRIu64 "\n"
-        "rl_xds_connections_total{event=\"lost\"} %" PRIu64 "\n",
-        x->stats.accepted, x->stats.rejected, x->stats.connected,
-        x->stats.connects, x->stats.disconnects);
+        "rl_xds_connections_total{event=\"lost\"} %" PRIu64 "\n"
+        "# HELP rl_xds_header_drops_total Connections to the control plane "
+        "dropped because a header block passed 16 KiB as decoded or a "
+        "stream carried more than 4 blocks (HPACK amplification).\n"
+        "# TYPE rl_xds_header_drops_total counter\n"
+        "rl_xds_header_drops_total %" PRIu64 "\n",
+        x->stats.accepted, x->stats.rejected, x->stats.superseded,
+        x->stats.connected, x->stats.connects, x->stats.disconnects,
+        x->stats.header_drops);
 }

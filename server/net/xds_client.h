@@ -6,15 +6,17 @@
  * DiscoveryResponse carries every RateLimitConfig resource, one domain
  * each, and replaces the configuration whole.
  *
- * A response is turned into YAML on the loop (policy/xds_conf.h; bounded
- * by RLS_XDS_MSG_MAX, checked on the frame's length before anything is
- * kept), built off the loop by the same builder and thread as an
- * --envoy-config reload (policy/rebuild.h), and installed by the
- * caller's install callback, as a reload installs. A configuration that
- * builds is ACKed (version_info and response_nonce); one that does not is
- * NACKed with the loader's FILE:LINE messages in error_detail, and the one
- * in force stays. Responses that come while one is built wait, the newest
- * replacing older ones (the state of the world makes them obsolete).
+ * The loop keeps a response's bytes only (bounded by RLS_XDS_MSG_MAX,
+ * checked on the frame's length before anything is kept); it is decoded,
+ * turned into YAML (policy/xds_conf.h) and built off the loop, on the
+ * same thread as an --envoy-config reload (policy/rebuild.h), and
+ * installed by the caller's install callback, as a reload installs. A
+ * configuration that builds is ACKed (version_info and response_nonce); one
+ * that does not is NACKed with the loader's FILE:LINE messages in error_detail,
+ * and the one in force stays. Builds start at least 250 ms apart (at most 4
+ * installs a second); responses that come while one is built or before the next
+ * may start wait, the newest replacing older ones (the state of the world makes
+ * them obsolete: they are neither ACKed nor NACKed, and counted).
  *
  * Transport: HTTP/2 by nghttp2 as a client over a libuv TCP connection on
  * the server's loop, in cleartext or over TLS (OpenSSL over two memory
@@ -27,7 +29,13 @@
  * is dropped and made again after a capped exponential backoff with
  * jitter (half to all of the current step); the step starts again from
  * the minimum once a response arrives. The
- * configuration in force stays while the control plane is away. */
+ * configuration in force stays while the control plane is away.
+ *
+ * What the control plane may make the loop decode is bounded: a header
+ * block at 16 KiB as decoded (HPACK references counted by what they
+ * expand to; advertised as SETTINGS_MAX_HEADER_LIST_SIZE), 4 blocks a
+ * stream (1xx answers included), 4 CONTINUATIONs a block. Past a bound the
+ * connection is dropped (counted) and made again after the backoff. */
 #ifndef RLS_NET_XDS_CLIENT_H
 #define RLS_NET_XDS_CLIENT_H
 
@@ -60,11 +68,17 @@ typedef struct rls_xds_opts_s {
 } rls_xds_opts_t;
 
 typedef struct rls_xds_stats_s {
-    uint64_t accepted;    /* configurations installed (and ACKed) */
-    uint64_t rejected;    /* refused (NACKed), the one in force kept */
+    uint64_t accepted; /* configurations installed (and ACKed) */
+    uint64_t rejected; /* refused (NACKed), the one in force kept */
+    /* Replaced by a newer version before their build (neither ACKed nor
+     * NACKed): builds are paced, at most 4 a second. */
+    uint64_t superseded;
     uint64_t connects;    /* connections made (HTTP/2 up) */
     uint64_t disconnects; /* connections lost or dropped */
-    int connected;        /* a connection is up now */
+    /* Connections dropped because a header block passed HEADERS_MAX as
+     * decoded or a stream carried too many blocks (an HPACK bomb). */
+    uint64_t header_drops;
+    int connected; /* a connection is up now */
 } rls_xds_stats_t;
 
 typedef struct rls_xds_conn_s rls_xds_conn_t;
@@ -77,6 +91,10 @@ typedef struct rls_xds_s {
     void *arg;
     uv_timer_t timer; /* the backoff, then the connect deadline, then PINGs */
     int timer_state;
+    uv_timer_t pace; /* the next build, when versions come too fast */
+    int pacing;      /* pace is started */
+    int built_once;  /* last_build_ms holds when the last build started */
+    uint64_t last_build_ms;
     uv_getaddrinfo_t gai;
     int resolving;
     rls_xds_conn_t *c; /* the connection, NULL between them */
@@ -85,11 +103,18 @@ typedef struct rls_xds_s {
     uint64_t rng;  /* the backoff's jitter */
     char *version; /* the version in force, for requests; NULL before */
     rls_rebuild_t rb;
-    /* The newest response not built yet, and the one being built (its
-     * fields touched by the rebuild's thread only while it runs). */
-    rls_xds_update_t pending, building;
+    /* The newest response not built yet and the one being built, each one
+     * gRPC message as received (the 5-byte prefix, then the
+     * DiscoveryResponse): all the loop keeps of them. Decoding, the YAML
+     * and the build happen on the rebuild's thread, which touches the
+     * building fields (building, bversion to build_rc) only while it
+     * runs. */
+    rl_buf_t pending, building;
     int has_pending, has_building;
     uint64_t pending_gen, building_gen;
+    char *bversion, *bnonce; /* the built one's, owned */
+    int decode_rc;
+    char decode_err[256];
     rls_envoy_conf_t *built;
     int build_rc;
     rls_diag_t diag;

@@ -52,3 +52,16 @@ if(RL_DEBIAN_PYTHON)
   set_tests_properties(e2e_envoy_xds PROPERTIES TIMEOUT 60
                        LABELS integration)
 endif()
+
+# A hostile control plane (HTTP/2 by hand on a loopback socket): an HPACK
+# bomb of informational header blocks, then endless small ones; rl-server
+# drops each connection (counted), comes back after its backoff and takes
+# a well-behaved response (e2e_envoy_xds_hostile.py).
+if(RL_DEBIAN_PYTHON)
+  add_test(NAME e2e_envoy_xds_hostile
+    COMMAND ${RL_DEBIAN_PYTHON}
+            ${CMAKE_CURRENT_SOURCE_DIR}/envoy/e2e_envoy_xds_hostile.py
+            $<TARGET_FILE:rl-server> ${PROJECT_SOURCE_DIR}/proto)
+  set_tests_properties(e2e_envoy_xds_hostile PROPERTIES TIMEOUT 60
+                       LABELS integration)
+endif()
