@@ -40,14 +40,14 @@ static void test_script_sha(void **state)
                      rls_redis_script_len);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
-    assert_string_equal(r->str, "048b37f98d1f396649aa024822faba4c52b190f5");
+    assert_string_equal(r->str, "a1371057ddddaf4b1bf104c203d756dcaf364266");
     freeReplyObject(r);
     cluster = rls_redis_cluster_script(&len);
     assert_int_equal(strlen(cluster), len);
     r = redisCommand(f->rc, "SCRIPT LOAD %b", cluster, len);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
-    assert_string_equal(r->str, "682413e5821e0b1c98eeed1eca7b94c583d4e111");
+    assert_string_equal(r->str, "b684278811edc3da0ab7cbaa65740a0b05f8f72c");
     freeReplyObject(r);
 }
 
