@@ -26,11 +26,16 @@ struct rls_tls_s {
 };
 
 struct rls_tls_conn_s {
+    /* NULL until the client's first record is whole (see start_ssl);
+     * meanwhile ctx holds a reference to the SSL_CTX in force at accept
+     * and we own both BIOs, after that the SSL object does. */
     SSL *ssl;
-    BIO *in;  /* ciphertext fed; the SSL object owns both BIOs */
+    SSL_CTX *ctx;
+    BIO *in;  /* ciphertext fed */
     BIO *out; /* ciphertext to send */
     const char *alpn;
-    uint64_t fed; /* bytes fed so far */
+    uint64_t fed;   /* bytes fed so far */
+    uint8_t hdr[5]; /* the first record's header, as it comes */
     unsigned ready : 1;
     unsigned no_alpn : 1; /* our ALPN callback refused the client's list */
     rls_tls_reason_t reason;
@@ -257,6 +262,13 @@ void rls_tls_free(rls_tls_t *t)
 
 /* ---- connections --------------------------------------------------------*/
 
+/* A connection holds no SSL object until its first record is whole:
+ * OpenSSL, given part of a ClientHello, sets up its record and handshake
+ * buffers (about 64 KB, measured) and keeps them while it waits, so a
+ * client that sends half a hello and stalls would pin that much for the
+ * handshake timeout. Until then the connection holds two memory BIOs,
+ * what was fed, and a reference to the SSL_CTX in force at accept (so a
+ * reload between accept and hello changes nothing). */
 rls_tls_conn_t *rls_tls_conn_new(rls_tls_t *t, const char *alpn)
 {
     rls_tls_conn_t *c = calloc(1, sizeof(*c));
@@ -264,29 +276,64 @@ rls_tls_conn_t *rls_tls_conn_new(rls_tls_t *t, const char *alpn)
     if (c == NULL)
         return NULL;
     c->alpn = alpn;
-    if ((c->ssl = SSL_new(t->ctx)) == NULL ||
-        (c->in = BIO_new(BIO_s_mem())) == NULL ||
-        (c->out = BIO_new(BIO_s_mem())) == NULL) {
+    if ((c->in = BIO_new(BIO_s_mem())) == NULL ||
+        (c->out = BIO_new(BIO_s_mem())) == NULL ||
+        SSL_CTX_up_ref(t->ctx) != 1) {
         BIO_free(c->in);
-        SSL_free(c->ssl);
+        BIO_free(c->out);
         free(c);
         ERR_clear_error();
         return NULL;
     }
+    c->ctx = t->ctx;
     /* An empty input is "more to come", not end of file. */
     BIO_set_mem_eof_return(c->in, -1);
     BIO_set_mem_eof_return(c->out, -1);
+    return c;
+}
+
+/* Whether the first record is still partial and worth waiting for: a
+ * handshake record of TLS's versions, of a length a record may have
+ * (2^14), not all fed yet. Anything else goes to OpenSSL at once, which
+ * refuses it with its own alert. */
+static int first_record_pending(const rls_tls_conn_t *c)
+{
+    size_t len;
+
+    if (c->fed < sizeof(c->hdr))
+        return 1;
+    len = (size_t)c->hdr[3] << 8 | c->hdr[4];
+    return c->hdr[1] == 0x03 && len <= 16384 && c->fed < sizeof(c->hdr) + len;
+}
+
+/* The SSL object, over the BIOs that hold what was fed. Returns 0 or
+ * RL_ENOMEM. */
+static int start_ssl(rls_tls_conn_t *c)
+{
+    if ((c->ssl = SSL_new(c->ctx)) == NULL) {
+        ERR_clear_error();
+        return RL_ENOMEM;
+    }
     SSL_set_bio(c->ssl, c->in, c->out);
     SSL_set_app_data(c->ssl, c);
     SSL_set_accept_state(c->ssl);
-    return c;
+    /* The SSL object holds a reference of its own. */
+    SSL_CTX_free(c->ctx);
+    c->ctx = NULL;
+    return 0;
 }
 
 void rls_tls_conn_free(rls_tls_conn_t *c)
 {
     if (c == NULL)
         return;
-    SSL_free(c->ssl); /* and both BIOs, and its reference to the SSL_CTX */
+    if (c->ssl != NULL) {
+        SSL_free(c->ssl); /* and both BIOs, and its SSL_CTX reference */
+    } else {
+        BIO_free(c->in);
+        BIO_free(c->out);
+        SSL_CTX_free(c->ctx);
+    }
     free(c);
 }
 
@@ -367,6 +414,7 @@ static int not_tls(rls_tls_conn_t *c, uint8_t first)
 
 int rls_tls_conn_feed(rls_tls_conn_t *c, const uint8_t *p, size_t n)
 {
+    size_t k;
     int r;
 
     if (c->reason != RLS_TLS_OK)
@@ -379,9 +427,17 @@ int rls_tls_conn_feed(rls_tls_conn_t *c, const uint8_t *p, size_t n)
         ERR_clear_error();
         return RL_ENOMEM;
     }
+    for (k = 0; c->fed + k < sizeof(c->hdr) && k < n; k++)
+        c->hdr[c->fed + k] = p[k];
     c->fed += n;
     if (c->ready)
         return 0;
+    if (c->ssl == NULL) {
+        if (first_record_pending(c))
+            return 0;
+        if (start_ssl(c) != 0)
+            return RL_ENOMEM;
+    }
     ERR_clear_error();
     r = SSL_do_handshake(c->ssl);
     if (r == 1) {
@@ -478,10 +534,11 @@ int rls_tls_conn_ready(const rls_tls_conn_t *c)
 const char *rls_tls_conn_alpn(const rls_tls_conn_t *c)
 {
     static char none[] = "";
-    const unsigned char *p;
-    unsigned int n;
+    const unsigned char *p = NULL;
+    unsigned int n = 0;
 
-    SSL_get0_alpn_selected(c->ssl, &p, &n);
+    if (c->ssl != NULL)
+        SSL_get0_alpn_selected(c->ssl, &p, &n);
     /* Only ever the connection's own protocol: a static string. */
     return n > 0 ? c->alpn : none;
 }

@@ -13,10 +13,13 @@
  * to the SSL_CTX it began with, so established ones keep theirs, and a
  * reload that fails keeps the old one.
  *
- * A connection (rls_tls_conn_t) is one SSL object over two memory BIOs.
- * Nothing in it is bounded by the peer but what the caller feeds: the
- * caller feeds what one read brought and takes the plaintext out before
- * reading again. */
+ * A connection (rls_tls_conn_t) is one SSL object over two memory BIOs,
+ * made once the client's first record (its ClientHello) is whole: until
+ * then it holds only what was fed, so a client that sends part of a hello
+ * and stalls costs about that much rather than OpenSSL's buffers. Nothing
+ * in it is bounded by the peer but what the caller feeds: the caller
+ * feeds what one read brought and takes the plaintext out before reading
+ * again. */
 #ifndef RLS_NET_TLS_H
 #define RLS_NET_TLS_H
 
@@ -82,7 +85,8 @@ void rls_tls_describe(const rls_tls_t *t, char *out, size_t outlen);
 /* NULL is fine. Connections already made keep their SSL_CTX alive. */
 void rls_tls_free(rls_tls_t *t);
 
-/* A server-side connection under t's SSL_CTX in force. alpn is the one
+/* A server-side connection under t's SSL_CTX in force (it keeps that
+ * one, also when a reload comes before the client's hello). alpn is the one
  * protocol it speaks ("h2", "http/1.1"; a static string): a client that
  * offers ALPN without it is refused at the handshake (a client offering
  * none is served). Returns NULL when out of memory. */
