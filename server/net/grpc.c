@@ -1384,6 +1384,7 @@ static void on_connection(uv_stream_t *l, int status)
 {
     rls_grpc_t *g = l->data;
     gconn_t *c;
+    int rc;
 
     if (status < 0)
         return;
@@ -1406,9 +1407,26 @@ static void on_connection(uv_stream_t *l, int status)
     g->stats.conns_open++;
     c->active_ms = uv_now(g->loop);
     c->accepted_ms = c->active_ms;
-    if (uv_accept(l, (uv_stream_t *)&c->tcp) != 0 ||
-        (g->tls == NULL && h2_start(c) != 0) ||
-        (g->tls != NULL && (c->tls = rls_tls_conn_new(g->tls, "h2")) == NULL)) {
+    if (uv_accept(l, (uv_stream_t *)&c->tcp) != 0) {
+        conn_close(c);
+        return;
+    }
+    if (g->tls != NULL) {
+        /* Past the listener's caps on handshakes: closed before anything
+         * is read (counted and logged by the TLS layer), after the alert
+         * its TLS stack can read, and before it can evict anyone. */
+        rls_peer_name(&c->tcp, c->peer, sizeof(c->peer));
+        if ((rc = rls_tls_accept(g->tls, &g->tls_stats, "grpc", "h2", c->peer,
+                                 c->accepted_ms, &c->tls)) != 0) {
+            uv_buf_t b = uv_buf_init((char *)rls_tls_plain_alert,
+                                     sizeof(rls_tls_plain_alert));
+            if (rc == RL_EBUSY)
+                uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+            conn_close(c);
+            return;
+        }
+    }
+    if (c->tls == NULL && h2_start(c) != 0) {
         conn_close(c);
         return;
     }
@@ -1437,8 +1455,6 @@ static void on_connection(uv_stream_t *l, int status)
         return;
     }
     g->stats.conns_accepted++;
-    if (c->tls != NULL)
-        rls_peer_name(&c->tcp, c->peer, sizeof(c->peer));
     uv_tcp_nodelay(&c->tcp, 1);
     start_reading(c);
     if (!c->closing)

@@ -732,10 +732,14 @@ static void accept_one(rls_http_server_t *m)
                                "too many connections\n";
     mconn_t *c = NULL;
     uv_buf_t b;
+    int rc;
 
     /* Evicted connections hold their memory until their close callbacks
      * run, later in this loop iteration: a burst of accepts is bounded. */
-    if (m->nconns >= m->max_conns && m->live < 4 * (uint64_t)m->max_conns)
+    /* Nor for one the TLS layer would refuse at once. */
+    if (m->nconns >= m->max_conns && m->live < 4 * (uint64_t)m->max_conns &&
+        (m->tls == NULL ||
+         !rls_tls_busy(m->tls, &m->tls_stats, uv_now(m->loop))))
         evict_one(m);
     if (m->nconns < m->max_conns &&
         (c = calloc(1, sizeof(*c) + m->ctx_size)) != NULL) {
@@ -753,14 +757,25 @@ static void accept_one(rls_http_server_t *m)
         m->nconns++;
         rls_list_push(&m->conns, &c->node);
         if (uv_accept((uv_stream_t *)&m->listener, (uv_stream_t *)&c->tcp) !=
-                0 ||
-            (m->tls != NULL &&
-             (c->tls = rls_tls_conn_new(m->tls, "http/1.1")) == NULL)) {
+            0) {
             conn_close(c);
             return;
         }
-        if (c->tls != NULL)
+        if (m->tls != NULL) {
+            /* Past the listener's caps on handshakes: closed before
+             * anything is read (counted and logged by the TLS layer),
+             * after the alert its TLS stack can read. */
             rls_peer_name(&c->tcp, c->peer, sizeof(c->peer));
+            if ((rc = rls_tls_accept(m->tls, &m->tls_stats, m->name, "http/1.1",
+                                     c->peer, c->since, &c->tls)) != 0) {
+                b = uv_buf_init((char *)rls_tls_plain_alert,
+                                sizeof(rls_tls_plain_alert));
+                if (rc == RL_EBUSY)
+                    uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+                conn_close(c);
+                return;
+            }
+        }
         uv_tcp_nodelay(&c->tcp, 1);
         m->stats.accepted++;
         uv_timer_start(&c->timer, on_timeout, head_limit(m), 0);

@@ -23,6 +23,7 @@ struct rls_tls_s {
     SSL_CTX *ctx;  /* in force for new connections */
     SSL_CTX *next; /* prepared by a reload, not yet in force */
     char *cert_file, *key_file, *ca_file;
+    uint32_t max_handshakes, handshake_rate; /* per listener; 0: none */
 };
 
 struct rls_tls_conn_s {
@@ -36,6 +37,9 @@ struct rls_tls_conn_s {
     const char *alpn;
     uint64_t fed;   /* bytes fed so far */
     uint8_t hdr[5]; /* the first record's header, as it comes */
+    /* rls_tls_accept's: counts it in progress until its handshake is
+     * done or it is freed; NULL then, or when made by conn_new. */
+    rls_tls_stats_t *gate;
     unsigned ready : 1;
     unsigned no_alpn : 1; /* our ALPN callback refused the client's list */
     rls_tls_reason_t reason;
@@ -52,6 +56,8 @@ static const char *const labels[RLS_TLS_NREASONS] = {
     "peer_alert",
     "closed",
     "handshake_timeout",
+    "refused_max_handshakes",
+    "refused_handshake_rate",
     "other",
 };
 
@@ -181,6 +187,8 @@ int rls_tls_new(const rls_tls_opts_t *o, rls_tls_t **out, char *err,
         snprintf(err, errlen, "TLS: out of memory");
         return RL_ENOMEM;
     }
+    t->max_handshakes = o->max_handshakes;
+    t->handshake_rate = o->handshake_rate;
     if ((rc = build_ctx(t, &t->ctx, err, errlen)) != 0) {
         rls_tls_free(t);
         return rc;
@@ -323,10 +331,21 @@ static int start_ssl(rls_tls_conn_t *c)
     return 0;
 }
 
+/* The handshake is over (done, or the connection gone): no longer in
+ * progress under its listener's cap. */
+static void ungate(rls_tls_conn_t *c)
+{
+    if (c->gate != NULL) {
+        c->gate->in_progress--;
+        c->gate = NULL;
+    }
+}
+
 void rls_tls_conn_free(rls_tls_conn_t *c)
 {
     if (c == NULL)
         return;
+    ungate(c);
     if (c->ssl != NULL) {
         SSL_free(c->ssl); /* and both BIOs, and its SSL_CTX reference */
     } else {
@@ -442,6 +461,7 @@ int rls_tls_conn_feed(rls_tls_conn_t *c, const uint8_t *p, size_t n)
     r = SSL_do_handshake(c->ssl);
     if (r == 1) {
         c->ready = 1;
+        ungate(c);
         return 0;
     }
     if (SSL_get_error(c->ssl, r) == SSL_ERROR_WANT_READ) {
@@ -555,12 +575,11 @@ const char *rls_tls_conn_why(const rls_tls_conn_t *c)
 
 /* ---- counting -----------------------------------------------------------*/
 
-void rls_tls_count_failure(rls_tls_stats_t *st, const char *listener,
-                           const rls_tls_conn_t *c, const char *peer,
-                           uint64_t now_ms)
+/* Counts a failure of reason r and logs it within the rate cap. */
+static void count_reason(rls_tls_stats_t *st, const char *listener,
+                         rls_tls_reason_t r, const char *why, const char *peer,
+                         uint64_t now_ms)
 {
-    rls_tls_reason_t r = c->reason;
-
     if ((unsigned)r >= RLS_TLS_NREASONS || r == RLS_TLS_OK)
         r = RLS_TLS_OTHER;
     st->failed[r]++;
@@ -570,10 +589,94 @@ void rls_tls_count_failure(rls_tls_stats_t *st, const char *listener,
     }
     RLS_WARN("TLS handshake failed",
              " listener=%s peer=%s reason=%s detail=\"%s\" not_logged=%llu",
-             listener, peer, labels[r], c->why,
+             listener, peer, labels[r], why,
              (unsigned long long)st->not_logged[r]);
     st->log_next_ms[r] = now_ms + 1000;
     st->not_logged[r] = 0;
+}
+
+void rls_tls_count_failure(rls_tls_stats_t *st, const char *listener,
+                           const rls_tls_conn_t *c, const char *peer,
+                           uint64_t now_ms)
+{
+    count_reason(st, listener, c->reason, c->why, peer, now_ms);
+}
+
+/* ---- the caps on handshakes ---------------------------------------------*/
+
+/* Fills the rate's bucket for the time since it was last filled: rate
+ * handshakes a second, in thousandths (rate of them a millisecond), up
+ * to one second's worth. A new bucket starts full. */
+static void rate_fill(rls_tls_stats_t *st, uint32_t rate, uint64_t now_ms)
+{
+    uint64_t full = (uint64_t)rate * 1000, dt;
+
+    if (!st->rate_started ||
+        (now_ms > st->rate_ms && now_ms - st->rate_ms >= 1000)) {
+        st->rate_started = 1;
+        st->rate_milli = full;
+        st->rate_ms = now_ms;
+        return;
+    }
+    if (now_ms <= st->rate_ms)
+        return;
+    dt = now_ms - st->rate_ms;
+    st->rate_milli =
+        st->rate_milli + dt * rate >= full ? full : st->rate_milli + dt * rate;
+    st->rate_ms = now_ms;
+}
+
+/* Why a connection would be refused now (RLS_TLS_OK: it would not). */
+static rls_tls_reason_t gate_reason(const rls_tls_t *t,
+                                    const rls_tls_stats_t *st, uint64_t now_ms)
+{
+    rls_tls_stats_t probe;
+
+    if (t->max_handshakes > 0 && st->in_progress >= t->max_handshakes)
+        return RLS_TLS_REFUSED_MAX;
+    if (t->handshake_rate == 0)
+        return RLS_TLS_OK;
+    probe = *st;
+    rate_fill(&probe, t->handshake_rate, now_ms);
+    return probe.rate_milli >= 1000 ? RLS_TLS_OK : RLS_TLS_REFUSED_RATE;
+}
+
+int rls_tls_busy(const rls_tls_t *t, const rls_tls_stats_t *st, uint64_t now_ms)
+{
+    return gate_reason(t, st, now_ms) != RLS_TLS_OK;
+}
+
+int rls_tls_accept(rls_tls_t *t, rls_tls_stats_t *st, const char *listener,
+                   const char *alpn, const char *peer, uint64_t now_ms,
+                   rls_tls_conn_t **out)
+{
+    rls_tls_reason_t r = gate_reason(t, st, now_ms);
+    char why[RLS_TLS_WHY_MAX];
+
+    *out = NULL;
+    if (r != RLS_TLS_OK) {
+        if (r == RLS_TLS_REFUSED_MAX)
+            snprintf(why, sizeof(why),
+                     "TLS handshake refused: %llu in progress on this "
+                     "listener (--tls-max-handshakes)",
+                     (unsigned long long)st->in_progress);
+        else
+            snprintf(why, sizeof(why),
+                     "TLS handshake refused: over %u new a second on this "
+                     "listener (--tls-handshake-rate)",
+                     t->handshake_rate);
+        count_reason(st, listener, r, why, peer, now_ms);
+        return RL_EBUSY;
+    }
+    if (t->handshake_rate > 0) {
+        rate_fill(st, t->handshake_rate, now_ms);
+        st->rate_milli -= 1000;
+    }
+    if ((*out = rls_tls_conn_new(t, alpn)) == NULL)
+        return RL_ENOMEM;
+    (*out)->gate = st;
+    st->in_progress++;
+    return 0;
 }
 
 int rls_tls_metrics(rl_buf_t *out, const char *const *names,
@@ -604,6 +707,17 @@ int rls_tls_metrics(rl_buf_t *out, const char *const *names,
                                               : stats[i]->failed[r]))) != 0)
                 return rc;
     }
+    if ((rc = rls_prom_family(out, "rl_tls_handshakes_in_progress", "gauge",
+                              "TLS connections admitted whose handshake "
+                              "is not done yet, by listener (capped by "
+                              "--tls-max-handshakes)")) != 0)
+        return rc;
+    for (i = 0; i < n; i++)
+        if (stats[i] != NULL &&
+            (rc = rl_buf_printf(
+                 out, "rl_tls_handshakes_in_progress{listener=\"%s\"} %llu\n",
+                 names[i], (unsigned long long)stats[i]->in_progress)) != 0)
+            return rc;
     return 0;
 }
 
