@@ -449,23 +449,33 @@ def test_rate():
 
 
 def test_half_hello_memory():
-    """2,000 half-sent ClientHellos on the native and the gRPC listener
-    (no caps, a long timeout): what each costs in RSS, and what is left
-    once they closed. Before: about 47 and 61 KiB each, and the RSS
+    """2,000 half-sent ClientHellos on the native and the gRPC listener,
+    500 on HTTP (its 2 s head deadline closes them; no caps, a long
+    timeout on the others): what each costs in RSS, and what is left once
+    they closed. Before: about 47, 61 and 55 KiB each, and the RSS
     stayed."""
-    n = 2000
-    for listener in ("listen", "grpc"):
+    for listener, n in (("listen", 2000), ("grpc", 2000), ("http", 500)):
         # A server of its own each: memory one freed is reused by the
         # next.
-        s = Server(extra=["--tls-listeners", "grpc,listen",
+        s = Server(extra=["--tls-listeners", "grpc,http,listen",
                           "--tls-max-handshakes", "0",
                           "--tls-handshake-rate", "0",
                           "--tls-handshake-timeout-ms", "120000"])
         base = s.rss_kb()
         socks = half_hellos(s.port[listener], n)
-        wait_for(lambda: s.in_progress(listener) == n,
-                 "%s: all %d in progress" % (listener, n), 60)
+        all_in = wait_for(lambda: s.in_progress(listener) == n or
+                          s.handshakes("handshake_timeout", listener) > 0,
+                          "%s: all %d in progress" % (listener, n), 60)
         held = s.rss_kb()
+        if s.handshakes("handshake_timeout", listener) > 0:
+            # HTTP's head deadline passed before all were in: not what
+            # is measured here.
+            print("-- %s: the head deadline passed first; not measured"
+                  % listener)
+            close_all(socks)
+            check(s.stop() == 0, "stopped cleanly")
+            continue
+        check(all_in, "%s: all %d in progress" % (listener, n))
         close_all(socks)
         wait_for(lambda: s.in_progress(listener) == 0,
                  "%s: all gone" % listener, 60)
