@@ -186,6 +186,7 @@ typedef struct rls_tls_stats_s {
     uint64_t log_next_ms[RLS_TLS_NREASONS];
     uint64_t not_logged[RLS_TLS_NREASONS];
     uint64_t in_progress; /* admitted, handshake neither done nor gone */
+    uint64_t peak;        /* most in progress since it was last 0 */
     uint64_t rate_milli;  /* the rate's bucket, in thousandths */
     uint64_t rate_ms;     /* when it was last filled (loop time) */
     int rate_started;
@@ -193,6 +194,9 @@ typedef struct rls_tls_stats_s {
 
 /* A new connection of the listener whose handshakes st counts (st
  * outlives the connection), if the listener's caps let one more begin:
+ * (When the last of a burst of at least 64 ends, by its handshake or its
+ * connection's end, malloc_trim gives back what the burst's SSL objects
+ * held, which glibc would otherwise keep.)
  * fewer than max_handshakes in progress and a handshake left of
  * handshake_rate this second (the bucket holds one second's worth, so a
  * burst of that many passes at once). Refusing costs nothing but this

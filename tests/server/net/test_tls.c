@@ -763,6 +763,7 @@ static void test_max_handshakes(void **state)
         assert_int_equal(
             rls_tls_accept(t, &st, "grpc", "h2", "127.0.0.1", 1000, &s[i]), 0);
     assert_int_equal(st.in_progress, 3);
+    assert_int_equal(st.peak, 3);
     assert_true(rls_tls_busy(t, &st, 1000));
     x = (rls_tls_conn_t *)&x; /* refused: set to NULL */
     assert_int_equal(
@@ -804,8 +805,11 @@ static void test_max_handshakes(void **state)
                            "2\n"));
     rl_buf_free(&out);
     rls_tls_conn_free(s[2]);
+    assert_int_equal(st.peak, 3);
     rls_tls_conn_free(x);
+    /* None left: the burst is over (the peak starts again). */
     assert_int_equal(st.in_progress, 0);
+    assert_int_equal(st.peak, 0);
     rls_tls_free(t);
 }
 
