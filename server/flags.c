@@ -50,6 +50,8 @@ void rls_flags_defaults(rls_flags_t *c)
     c->batches_in_flight = 1;
     c->grpc_max_streams = 100;
     c->tls_handshake_timeout_ms = 5000;
+    c->tls_max_handshakes = 256;
+    c->tls_handshake_rate = 200;
     c->check_xff_hops = 1;
 }
 
@@ -267,6 +269,12 @@ static const char usage[] =
     "                           5000; 0: never; the\n"
     "                           HTTP listeners' header deadline, 2 s,\n"
     "                           covers their handshakes)\n"
+    "  --tls-max-handshakes N   per TLS listener, handshakes in progress at\n"
+    "                           once; a new connection past it is closed at\n"
+    "                           accept, counted (default 256; 0: no cap)\n"
+    "  --tls-handshake-rate N   per TLS listener, handshakes begun per\n"
+    "                           second (a burst of N at once); past it the\n"
+    "                           same (default 200; 0: no cap)\n"
     "  --drain-ms N             on SIGTERM, report unhealthy and keep serving\n"
     "                           this long before closing (default 0)\n"
     "  --unhealthy-error-ratio R\n"
@@ -654,6 +662,8 @@ static const num_flag_t num_flags[] = {
     NUM("--statsd-flush-ms", statsd_flush_ms, 10, 3600000),
     NUM("--check-xff-hops", check_xff_hops, 0, 16),
     NUM("--tls-handshake-timeout-ms", tls_handshake_timeout_ms, 0, 3600000),
+    NUM("--tls-max-handshakes", tls_max_handshakes, 0, 1000000),
+    NUM("--tls-handshake-rate", tls_handshake_rate, 0, 1000000),
     NUM("--envoy-xds-backoff-ms", envoy_xds_backoff_ms, 1, 3600000),
     NUM("--envoy-xds-backoff-max-ms", envoy_xds_backoff_max_ms, 1, 3600000),
 };

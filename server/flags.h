@@ -146,6 +146,11 @@ typedef struct rls_flags_s {
     const char *tls_cert, *tls_key, *tls_client_ca;
     unsigned tls_listeners;
     uint64_t tls_handshake_timeout_ms; /* 0: no deadline */
+    /* Per TLS listener: handshakes in progress at once, and begun per
+     * second; past either a new connection is closed at accept (0: no
+     * cap). */
+    uint64_t tls_max_handshakes;
+    uint64_t tls_handshake_rate;
     int info_only;                 /* --help or --version was printed */
 } rls_flags_t;
 

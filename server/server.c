@@ -449,7 +449,9 @@ static int start_frontends(rls_server_t *s, char *err, size_t errlen)
     int rc;
 
     if (cfg->tls_cert != NULL) {
-        rls_tls_opts_t to = {cfg->tls_cert, cfg->tls_key, cfg->tls_client_ca};
+        rls_tls_opts_t to = {cfg->tls_cert, cfg->tls_key, cfg->tls_client_ca,
+                             (uint32_t)cfg->tls_max_handshakes,
+                             (uint32_t)cfg->tls_handshake_rate};
         if ((rc = rls_tls_new(&to, &s->tls, err, errlen)) != RL_OK)
             return rc;
     }

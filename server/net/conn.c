@@ -824,6 +824,7 @@ void rls_conns_flush(rls_conns_t *s)
 void rls_conns_accept(rls_conns_t *s, uv_stream_t *listener, int status)
 {
     rls_conn_t *c;
+    int rc;
 
     if (status < 0) {
         RLS_WARN("accept failed", " err=\"%s\"", uv_strerror(status));
@@ -891,13 +892,21 @@ void rls_conns_accept(rls_conns_t *s, uv_stream_t *listener, int status)
         return;
     }
     if (s->tls != NULL) {
-        if ((c->tls = rls_tls_conn_new(s->tls, "rl1")) == NULL) {
+        /* Past the listener's caps on handshakes: closed before anything
+         * is read (counted and logged by the TLS layer), after the alert
+         * its TLS stack can read. */
+        rls_peer_name(&c->tcp, c->peer, sizeof(c->peer));
+        if ((rc = rls_tls_accept(s->tls, &s->tls_stats, "listen", "rl1",
+                                 c->peer, uv_now(s->loop), &c->tls)) != 0) {
+            uv_buf_t b = uv_buf_init((char *)rls_tls_plain_alert,
+                                     sizeof(rls_tls_plain_alert));
+            if (rc == RL_EBUSY)
+                uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
             conn_close(c);
             return;
         }
         c->accepted_ms = uv_now(s->loop);
         rls_list_push(&s->handshaking, &c->hs);
-        rls_peer_name(&c->tcp, c->peer, sizeof(c->peer));
     }
     s->stats.conns_accepted++;
     uv_tcp_nodelay(&c->tcp, 1);

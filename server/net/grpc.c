@@ -133,7 +133,7 @@ struct gconn_s {
     uv_tcp_t tcp;
     uv_write_t wreq;
     rls_grpc_t *g;
-    nghttp2_session *h2;
+    nghttp2_session *h2; /* under TLS, NULL until the handshake is done */
     /* NULL: h2c. Else HTTP/2 goes through it: nothing of nghttp2 is drawn
      * before its handshake is done. */
     rls_tls_conn_t *tls;
@@ -211,6 +211,7 @@ struct rls_grpc_s {
 
 static void conn_close(gconn_t *c);
 static void maybe_free_grpc(rls_grpc_t *g);
+static int h2_start(gconn_t *c);
 
 static void on_handle_closed(uv_handle_t *h)
 {
@@ -836,7 +837,7 @@ static int draw(gconn_t *c)
     ssize_t n;
     int rc = 0;
 
-    while (tls_ready(c) && rl_buf_len(to) < OUT_BATCH) {
+    while (c->h2 != NULL && tls_ready(c) && rl_buf_len(to) < OUT_BATCH) {
         n = nghttp2_session_mem_send(c->h2, &data);
         if (n < 0) {
             rc = (int)n;
@@ -881,7 +882,8 @@ static void conn_drop(gconn_t *c, uint32_t code)
  * fatal error) once everything is written. */
 static void maybe_finish(gconn_t *c)
 {
-    if (c->closing || c->writing || rl_buf_len(&c->out) > 0)
+    /* No session yet: mid-handshake. */
+    if (c->closing || c->writing || rl_buf_len(&c->out) > 0 || c->h2 == NULL)
         return;
     if (!nghttp2_session_want_read(c->h2) && !nghttp2_session_want_write(c->h2))
         conn_close(c);
@@ -940,7 +942,7 @@ static void conn_send(gconn_t *c)
     if (rl_buf_len(&c->out) == 0) {
         /* More may wait inside nghttp2 (past OUT_BATCH); under TLS it
          * waits for the handshake, which input moves on. */
-        if (tls_ready(c) && nghttp2_session_want_write(c->h2))
+        if (c->h2 != NULL && tls_ready(c) && nghttp2_session_want_write(c->h2))
             mark_dirty(c);
         else
             maybe_finish(c);
@@ -1210,6 +1212,10 @@ static void tls_in(gconn_t *c, const uint8_t *p, size_t n)
     if (!was && rls_tls_conn_ready(c->tls)) {
         g->tls_stats.ok++;
         c->active_ms = uv_now(g->loop);
+        if (h2_start(c) != 0) {
+            conn_close(c);
+            return;
+        }
     }
     mark_dirty(c);
     tls_drain(c);
@@ -1348,11 +1354,37 @@ static int evict_one(rls_grpc_t *g, const gconn_t *keep)
     return 1;
 }
 
+/* The connection's HTTP/2 session and our SETTINGS, queued to go first.
+ * Under TLS only once the handshake is done: a session costs about
+ * 13 KB, which a client that never finishes its handshake should not
+ * hold (issue 40). Returns 0 or nghttp2's error. */
+static int h2_start(gconn_t *c)
+{
+    rls_grpc_t *g = c->g;
+    nghttp2_settings_entry iv[3];
+    int rc;
+
+    if ((rc = nghttp2_session_server_new2(&c->h2, g->cbs, c, g->opt)) != 0)
+        return rc;
+    iv[0].settings_id = NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS;
+    iv[0].value = g->cfg->grpc_max_streams;
+    iv[1].settings_id = NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE;
+    iv[1].value = RLS_GRPC_HEADERS_MAX;
+    iv[2].settings_id = NGHTTP2_SETTINGS_ENABLE_PUSH;
+    iv[2].value = 0;
+    nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, 3);
+    /* The connection's window: room for many streams' messages at once
+     * (each stream keeps the default 64 KiB); memory is bounded by the
+     * stream cap and --max-partial-bytes, not by flow control. */
+    nghttp2_session_set_local_window_size(c->h2, NGHTTP2_FLAG_NONE, 0, 1 << 20);
+    return 0;
+}
+
 static void on_connection(uv_stream_t *l, int status)
 {
     rls_grpc_t *g = l->data;
-    nghttp2_settings_entry iv[3];
     gconn_t *c;
+    int rc;
 
     if (status < 0)
         return;
@@ -1375,9 +1407,26 @@ static void on_connection(uv_stream_t *l, int status)
     g->stats.conns_open++;
     c->active_ms = uv_now(g->loop);
     c->accepted_ms = c->active_ms;
-    if (uv_accept(l, (uv_stream_t *)&c->tcp) != 0 ||
-        nghttp2_session_server_new2(&c->h2, g->cbs, c, g->opt) != 0 ||
-        (g->tls != NULL && (c->tls = rls_tls_conn_new(g->tls, "h2")) == NULL)) {
+    if (uv_accept(l, (uv_stream_t *)&c->tcp) != 0) {
+        conn_close(c);
+        return;
+    }
+    if (g->tls != NULL) {
+        /* Past the listener's caps on handshakes: closed before anything
+         * is read (counted and logged by the TLS layer), after the alert
+         * its TLS stack can read, and before it can evict anyone. */
+        rls_peer_name(&c->tcp, c->peer, sizeof(c->peer));
+        if ((rc = rls_tls_accept(g->tls, &g->tls_stats, "grpc", "h2", c->peer,
+                                 c->accepted_ms, &c->tls)) != 0) {
+            uv_buf_t b = uv_buf_init((char *)rls_tls_plain_alert,
+                                     sizeof(rls_tls_plain_alert));
+            if (rc == RL_EBUSY)
+                uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+            conn_close(c);
+            return;
+        }
+    }
+    if (c->tls == NULL && h2_start(c) != 0) {
         conn_close(c);
         return;
     }
@@ -1406,19 +1455,6 @@ static void on_connection(uv_stream_t *l, int status)
         return;
     }
     g->stats.conns_accepted++;
-    if (c->tls != NULL)
-        rls_peer_name(&c->tcp, c->peer, sizeof(c->peer));
-    iv[0].settings_id = NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS;
-    iv[0].value = g->cfg->grpc_max_streams;
-    iv[1].settings_id = NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE;
-    iv[1].value = RLS_GRPC_HEADERS_MAX;
-    iv[2].settings_id = NGHTTP2_SETTINGS_ENABLE_PUSH;
-    iv[2].value = 0;
-    nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, 3);
-    /* The connection's window: room for many streams' messages at once
-     * (each stream keeps the default 64 KiB); memory is bounded by the
-     * stream cap and --max-partial-bytes, not by flow control. */
-    nghttp2_session_set_local_window_size(c->h2, NGHTTP2_FLAG_NONE, 0, 1 << 20);
     uv_tcp_nodelay(&c->tcp, 1);
     start_reading(c);
     if (!c->closing)

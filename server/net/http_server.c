@@ -105,7 +105,10 @@ struct rls_http_conn_s {
     unsigned closing : 1;
     unsigned lingering : 1;   /* response sent; draining input to close */
     unsigned close_after : 1; /* close once the response is written */
-    char in[RLS_HTTP_HEAD_MAX];
+    /* The head buffer, RLS_HTTP_HEAD_MAX bytes: after ctx (plaintext),
+     * or under TLS allocated once the handshake is done, so a client
+     * that never finishes one does not hold it (issue 40). */
+    char *in;
     _Alignas(max_align_t) unsigned char ctx[]; /* the route's ctx_size */
 };
 
@@ -141,6 +144,8 @@ static void conn_free(mconn_t *c)
     if (c->handles > 0 || c->owed > 0)
         return;
     rl_buf_free(&c->out);
+    if (c->tls != NULL)
+        free(c->in);
     rls_tls_conn_free(c->tls);
     free(c);
     m->live--;
@@ -263,9 +268,9 @@ static ssize_t tls_pull(mconn_t *c)
     size_t got = 0;
     int n;
 
-    while (c->in_len + got < sizeof(c->in)) {
+    while (c->in != NULL && c->in_len + got < RLS_HTTP_HEAD_MAX) {
         n = rls_tls_conn_read(c->tls, (uint8_t *)c->in + c->in_len + got,
-                              sizeof(c->in) - c->in_len - got);
+                              RLS_HTTP_HEAD_MAX - c->in_len - got);
         if (n == 0)
             break;
         if (n < 0) {
@@ -292,8 +297,14 @@ static ssize_t tls_in(mconn_t *c, const uint8_t *p, size_t n)
         tls_failed(c, p, n);
         return -1;
     }
-    if (!was && rls_tls_conn_ready(c->tls))
+    if (!was && rls_tls_conn_ready(c->tls)) {
         c->m->tls_stats.ok++;
+        if ((c->in = malloc(RLS_HTTP_HEAD_MAX)) == NULL) {
+            RLS_ERROR("out of memory accepting an http connection", NULL);
+            conn_close(c);
+            return -1;
+        }
+    }
     return tls_pull(c);
 }
 
@@ -335,7 +346,7 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
     /* A full buffer holds an oversized head, which was answered 400 before
      * reading resumed; zero length makes libuv report UV_ENOBUFS. */
     buf->base = c->in + c->in_len;
-    buf->len = sizeof(c->in) - c->in_len;
+    buf->len = RLS_HTTP_HEAD_MAX - c->in_len;
 }
 
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
@@ -389,7 +400,7 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     parse = c->in_len == 0 ||
             memchr(c->in + c->in_len, '\n', (size_t)nread) != NULL;
     c->in_len += (size_t)nread;
-    conn_serve(c, parse || c->in_len == sizeof(c->in));
+    conn_serve(c, parse || c->in_len == RLS_HTTP_HEAD_MAX);
 }
 
 static void start_reading(mconn_t *c)
@@ -732,14 +743,21 @@ static void accept_one(rls_http_server_t *m)
                                "too many connections\n";
     mconn_t *c = NULL;
     uv_buf_t b;
+    int rc;
 
     /* Evicted connections hold their memory until their close callbacks
      * run, later in this loop iteration: a burst of accepts is bounded. */
-    if (m->nconns >= m->max_conns && m->live < 4 * (uint64_t)m->max_conns)
+    /* Nor for one the TLS layer would refuse at once. */
+    if (m->nconns >= m->max_conns && m->live < 4 * (uint64_t)m->max_conns &&
+        (m->tls == NULL ||
+         !rls_tls_busy(m->tls, &m->tls_stats, uv_now(m->loop))))
         evict_one(m);
     if (m->nconns < m->max_conns &&
-        (c = calloc(1, sizeof(*c) + m->ctx_size)) != NULL) {
+        (c = calloc(1, sizeof(*c) + m->ctx_size +
+                           (m->tls == NULL ? RLS_HTTP_HEAD_MAX : 0))) != NULL) {
         c->m = m;
+        if (m->tls == NULL)
+            c->in = (char *)c->ctx + m->ctx_size;
         c->tcp.data = c;
         c->timer.data = c;
         c->wreq.data = c;
@@ -753,14 +771,25 @@ static void accept_one(rls_http_server_t *m)
         m->nconns++;
         rls_list_push(&m->conns, &c->node);
         if (uv_accept((uv_stream_t *)&m->listener, (uv_stream_t *)&c->tcp) !=
-                0 ||
-            (m->tls != NULL &&
-             (c->tls = rls_tls_conn_new(m->tls, "http/1.1")) == NULL)) {
+            0) {
             conn_close(c);
             return;
         }
-        if (c->tls != NULL)
+        if (m->tls != NULL) {
+            /* Past the listener's caps on handshakes: closed before
+             * anything is read (counted and logged by the TLS layer),
+             * after the alert its TLS stack can read. */
             rls_peer_name(&c->tcp, c->peer, sizeof(c->peer));
+            if ((rc = rls_tls_accept(m->tls, &m->tls_stats, m->name, "http/1.1",
+                                     c->peer, c->since, &c->tls)) != 0) {
+                b = uv_buf_init((char *)rls_tls_plain_alert,
+                                sizeof(rls_tls_plain_alert));
+                if (rc == RL_EBUSY)
+                    uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+                conn_close(c);
+                return;
+            }
+        }
         uv_tcp_nodelay(&c->tcp, 1);
         m->stats.accepted++;
         uv_timer_start(&c->timer, on_timeout, head_limit(m), 0);

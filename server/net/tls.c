@@ -5,6 +5,7 @@
  * and never blocks. Every SSL call starts from an empty error queue, as
  * SSL_get_error requires, and leaves it empty. */
 #include <limits.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,14 +24,23 @@ struct rls_tls_s {
     SSL_CTX *ctx;  /* in force for new connections */
     SSL_CTX *next; /* prepared by a reload, not yet in force */
     char *cert_file, *key_file, *ca_file;
+    uint32_t max_handshakes, handshake_rate; /* per listener; 0: none */
 };
 
 struct rls_tls_conn_s {
+    /* NULL until the client's first record is whole (see start_ssl);
+     * meanwhile ctx holds a reference to the SSL_CTX in force at accept
+     * and we own both BIOs, after that the SSL object does. */
     SSL *ssl;
-    BIO *in;  /* ciphertext fed; the SSL object owns both BIOs */
+    SSL_CTX *ctx;
+    BIO *in;  /* ciphertext fed */
     BIO *out; /* ciphertext to send */
     const char *alpn;
-    uint64_t fed; /* bytes fed so far */
+    uint64_t fed;   /* bytes fed so far */
+    uint8_t hdr[5]; /* the first record's header, as it comes */
+    /* rls_tls_accept's: counts it in progress until its handshake is
+     * done or it is freed; NULL then, or when made by conn_new. */
+    rls_tls_stats_t *gate;
     unsigned ready : 1;
     unsigned no_alpn : 1; /* our ALPN callback refused the client's list */
     rls_tls_reason_t reason;
@@ -47,6 +57,8 @@ static const char *const labels[RLS_TLS_NREASONS] = {
     "peer_alert",
     "closed",
     "handshake_timeout",
+    "refused_max_handshakes",
+    "refused_handshake_rate",
     "other",
 };
 
@@ -176,6 +188,8 @@ int rls_tls_new(const rls_tls_opts_t *o, rls_tls_t **out, char *err,
         snprintf(err, errlen, "TLS: out of memory");
         return RL_ENOMEM;
     }
+    t->max_handshakes = o->max_handshakes;
+    t->handshake_rate = o->handshake_rate;
     if ((rc = build_ctx(t, &t->ctx, err, errlen)) != 0) {
         rls_tls_free(t);
         return rc;
@@ -257,6 +271,13 @@ void rls_tls_free(rls_tls_t *t)
 
 /* ---- connections --------------------------------------------------------*/
 
+/* A connection holds no SSL object until its first record is whole:
+ * OpenSSL, given part of a ClientHello, sets up its record and handshake
+ * buffers (about 64 KB, measured) and keeps them while it waits, so a
+ * client that sends half a hello and stalls would pin that much for the
+ * handshake timeout. Until then the connection holds two memory BIOs,
+ * what was fed, and a reference to the SSL_CTX in force at accept (so a
+ * reload between accept and hello changes nothing). */
 rls_tls_conn_t *rls_tls_conn_new(rls_tls_t *t, const char *alpn)
 {
     rls_tls_conn_t *c = calloc(1, sizeof(*c));
@@ -264,30 +285,97 @@ rls_tls_conn_t *rls_tls_conn_new(rls_tls_t *t, const char *alpn)
     if (c == NULL)
         return NULL;
     c->alpn = alpn;
-    if ((c->ssl = SSL_new(t->ctx)) == NULL ||
-        (c->in = BIO_new(BIO_s_mem())) == NULL ||
-        (c->out = BIO_new(BIO_s_mem())) == NULL) {
+    if ((c->in = BIO_new(BIO_s_mem())) == NULL ||
+        (c->out = BIO_new(BIO_s_mem())) == NULL ||
+        SSL_CTX_up_ref(t->ctx) != 1) {
         BIO_free(c->in);
-        SSL_free(c->ssl);
+        BIO_free(c->out);
         free(c);
         ERR_clear_error();
         return NULL;
     }
+    c->ctx = t->ctx;
     /* An empty input is "more to come", not end of file. */
     BIO_set_mem_eof_return(c->in, -1);
     BIO_set_mem_eof_return(c->out, -1);
+    return c;
+}
+
+/* Whether the first record is still partial and worth waiting for: a
+ * handshake record of TLS's versions, of a length a record may have
+ * (2^14), not all fed yet. Anything else goes to OpenSSL at once, which
+ * refuses it with its own alert. */
+static int first_record_pending(const rls_tls_conn_t *c)
+{
+    size_t len;
+
+    if (c->fed < sizeof(c->hdr))
+        return 1;
+    len = (size_t)c->hdr[3] << 8 | c->hdr[4];
+    return c->hdr[1] == 0x03 && len <= 16384 && c->fed < sizeof(c->hdr) + len;
+}
+
+/* The SSL object, over the BIOs that hold what was fed. Returns 0 or
+ * RL_ENOMEM. */
+static int start_ssl(rls_tls_conn_t *c)
+{
+    if ((c->ssl = SSL_new(c->ctx)) == NULL) {
+        ERR_clear_error();
+        return RL_ENOMEM;
+    }
     SSL_set_bio(c->ssl, c->in, c->out);
     SSL_set_app_data(c->ssl, c);
     SSL_set_accept_state(c->ssl);
-    return c;
+    /* The SSL object holds a reference of its own. */
+    SSL_CTX_free(c->ctx);
+    c->ctx = NULL;
+    return 0;
+}
+
+/* A burst of at least this many handshakes at once, once none is left
+ * in progress, has its memory given back to the system. */
+#define TRIM_BURST 64
+
+/* The handshake is over (done, or the connection gone): no longer in
+ * progress under its listener's cap. Returns 1 when that ended a burst:
+ * none left in progress after at least TRIM_BURST at once. A stalled
+ * handshake holds about 46 KB of OpenSSL's; glibc keeps what a burst of
+ * them freed (1,000: 58 MB of RSS left after they closed, 9 MB after a
+ * malloc_trim), and a burst can end at most once per TRIM_BURST
+ * handshakes admitted. */
+static int ungate(rls_tls_conn_t *c)
+{
+    rls_tls_stats_t *st = c->gate;
+    uint64_t peak;
+
+    if (st == NULL)
+        return 0;
+    c->gate = NULL;
+    st->in_progress--;
+    if (st->in_progress > 0)
+        return 0;
+    peak = st->peak;
+    st->peak = 0;
+    return peak >= TRIM_BURST;
 }
 
 void rls_tls_conn_free(rls_tls_conn_t *c)
 {
+    int trim;
+
     if (c == NULL)
         return;
-    SSL_free(c->ssl); /* and both BIOs, and its reference to the SSL_CTX */
+    trim = ungate(c);
+    if (c->ssl != NULL) {
+        SSL_free(c->ssl); /* and both BIOs, and its SSL_CTX reference */
+    } else {
+        BIO_free(c->in);
+        BIO_free(c->out);
+        SSL_CTX_free(c->ctx);
+    }
     free(c);
+    if (trim)
+        malloc_trim(0);
 }
 
 void rls_tls_conn_fail(rls_tls_conn_t *c, rls_tls_reason_t r, const char *why)
@@ -367,6 +455,7 @@ static int not_tls(rls_tls_conn_t *c, uint8_t first)
 
 int rls_tls_conn_feed(rls_tls_conn_t *c, const uint8_t *p, size_t n)
 {
+    size_t k;
     int r;
 
     if (c->reason != RLS_TLS_OK)
@@ -379,13 +468,23 @@ int rls_tls_conn_feed(rls_tls_conn_t *c, const uint8_t *p, size_t n)
         ERR_clear_error();
         return RL_ENOMEM;
     }
+    for (k = 0; c->fed + k < sizeof(c->hdr) && k < n; k++)
+        c->hdr[c->fed + k] = p[k];
     c->fed += n;
     if (c->ready)
         return 0;
+    if (c->ssl == NULL) {
+        if (first_record_pending(c))
+            return 0;
+        if (start_ssl(c) != 0)
+            return RL_ENOMEM;
+    }
     ERR_clear_error();
     r = SSL_do_handshake(c->ssl);
     if (r == 1) {
         c->ready = 1;
+        if (ungate(c))
+            malloc_trim(0);
         return 0;
     }
     if (SSL_get_error(c->ssl, r) == SSL_ERROR_WANT_READ) {
@@ -478,10 +577,11 @@ int rls_tls_conn_ready(const rls_tls_conn_t *c)
 const char *rls_tls_conn_alpn(const rls_tls_conn_t *c)
 {
     static char none[] = "";
-    const unsigned char *p;
-    unsigned int n;
+    const unsigned char *p = NULL;
+    unsigned int n = 0;
 
-    SSL_get0_alpn_selected(c->ssl, &p, &n);
+    if (c->ssl != NULL)
+        SSL_get0_alpn_selected(c->ssl, &p, &n);
     /* Only ever the connection's own protocol: a static string. */
     return n > 0 ? c->alpn : none;
 }
@@ -498,12 +598,11 @@ const char *rls_tls_conn_why(const rls_tls_conn_t *c)
 
 /* ---- counting -----------------------------------------------------------*/
 
-void rls_tls_count_failure(rls_tls_stats_t *st, const char *listener,
-                           const rls_tls_conn_t *c, const char *peer,
-                           uint64_t now_ms)
+/* Counts a failure of reason r and logs it within the rate cap. */
+static void count_reason(rls_tls_stats_t *st, const char *listener,
+                         rls_tls_reason_t r, const char *why, const char *peer,
+                         uint64_t now_ms)
 {
-    rls_tls_reason_t r = c->reason;
-
     if ((unsigned)r >= RLS_TLS_NREASONS || r == RLS_TLS_OK)
         r = RLS_TLS_OTHER;
     st->failed[r]++;
@@ -513,10 +612,95 @@ void rls_tls_count_failure(rls_tls_stats_t *st, const char *listener,
     }
     RLS_WARN("TLS handshake failed",
              " listener=%s peer=%s reason=%s detail=\"%s\" not_logged=%llu",
-             listener, peer, labels[r], c->why,
+             listener, peer, labels[r], why,
              (unsigned long long)st->not_logged[r]);
     st->log_next_ms[r] = now_ms + 1000;
     st->not_logged[r] = 0;
+}
+
+void rls_tls_count_failure(rls_tls_stats_t *st, const char *listener,
+                           const rls_tls_conn_t *c, const char *peer,
+                           uint64_t now_ms)
+{
+    count_reason(st, listener, c->reason, c->why, peer, now_ms);
+}
+
+/* ---- the caps on handshakes ---------------------------------------------*/
+
+/* Fills the rate's bucket for the time since it was last filled: rate
+ * handshakes a second, in thousandths (rate of them a millisecond), up
+ * to one second's worth. A new bucket starts full. */
+static void rate_fill(rls_tls_stats_t *st, uint32_t rate, uint64_t now_ms)
+{
+    uint64_t full = (uint64_t)rate * 1000, dt;
+
+    if (!st->rate_started ||
+        (now_ms > st->rate_ms && now_ms - st->rate_ms >= 1000)) {
+        st->rate_started = 1;
+        st->rate_milli = full;
+        st->rate_ms = now_ms;
+        return;
+    }
+    if (now_ms <= st->rate_ms)
+        return;
+    dt = now_ms - st->rate_ms;
+    st->rate_milli =
+        st->rate_milli + dt * rate >= full ? full : st->rate_milli + dt * rate;
+    st->rate_ms = now_ms;
+}
+
+/* Why a connection would be refused now (RLS_TLS_OK: it would not). */
+static rls_tls_reason_t gate_reason(const rls_tls_t *t,
+                                    const rls_tls_stats_t *st, uint64_t now_ms)
+{
+    rls_tls_stats_t probe;
+
+    if (t->max_handshakes > 0 && st->in_progress >= t->max_handshakes)
+        return RLS_TLS_REFUSED_MAX;
+    if (t->handshake_rate == 0)
+        return RLS_TLS_OK;
+    probe = *st;
+    rate_fill(&probe, t->handshake_rate, now_ms);
+    return probe.rate_milli >= 1000 ? RLS_TLS_OK : RLS_TLS_REFUSED_RATE;
+}
+
+int rls_tls_busy(const rls_tls_t *t, const rls_tls_stats_t *st, uint64_t now_ms)
+{
+    return gate_reason(t, st, now_ms) != RLS_TLS_OK;
+}
+
+int rls_tls_accept(rls_tls_t *t, rls_tls_stats_t *st, const char *listener,
+                   const char *alpn, const char *peer, uint64_t now_ms,
+                   rls_tls_conn_t **out)
+{
+    rls_tls_reason_t r = gate_reason(t, st, now_ms);
+    char why[RLS_TLS_WHY_MAX];
+
+    *out = NULL;
+    if (r != RLS_TLS_OK) {
+        if (r == RLS_TLS_REFUSED_MAX)
+            snprintf(why, sizeof(why),
+                     "TLS handshake refused: %llu in progress on this "
+                     "listener (--tls-max-handshakes)",
+                     (unsigned long long)st->in_progress);
+        else
+            snprintf(why, sizeof(why),
+                     "TLS handshake refused: over %u new a second on this "
+                     "listener (--tls-handshake-rate)",
+                     t->handshake_rate);
+        count_reason(st, listener, r, why, peer, now_ms);
+        return RL_EBUSY;
+    }
+    if (t->handshake_rate > 0) {
+        rate_fill(st, t->handshake_rate, now_ms);
+        st->rate_milli -= 1000;
+    }
+    if ((*out = rls_tls_conn_new(t, alpn)) == NULL)
+        return RL_ENOMEM;
+    (*out)->gate = st;
+    if (++st->in_progress > st->peak)
+        st->peak = st->in_progress;
+    return 0;
 }
 
 int rls_tls_metrics(rl_buf_t *out, const char *const *names,
@@ -547,6 +731,17 @@ int rls_tls_metrics(rl_buf_t *out, const char *const *names,
                                               : stats[i]->failed[r]))) != 0)
                 return rc;
     }
+    if ((rc = rls_prom_family(out, "rl_tls_handshakes_in_progress", "gauge",
+                              "TLS connections admitted whose handshake "
+                              "is not done yet, by listener (capped by "
+                              "--tls-max-handshakes)")) != 0)
+        return rc;
+    for (i = 0; i < n; i++)
+        if (stats[i] != NULL &&
+            (rc = rl_buf_printf(
+                 out, "rl_tls_handshakes_in_progress{listener=\"%s\"} %llu\n",
+                 names[i], (unsigned long long)stats[i]->in_progress)) != 0)
+            return rc;
     return 0;
 }
 

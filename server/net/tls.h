@@ -13,10 +13,13 @@
  * to the SSL_CTX it began with, so established ones keep theirs, and a
  * reload that fails keeps the old one.
  *
- * A connection (rls_tls_conn_t) is one SSL object over two memory BIOs.
- * Nothing in it is bounded by the peer but what the caller feeds: the
- * caller feeds what one read brought and takes the plaintext out before
- * reading again. */
+ * A connection (rls_tls_conn_t) is one SSL object over two memory BIOs,
+ * made once the client's first record (its ClientHello) is whole: until
+ * then it holds only what was fed, so a client that sends part of a hello
+ * and stalls costs about that much rather than OpenSSL's buffers. Nothing
+ * in it is bounded by the peer but what the caller feeds: the caller
+ * feeds what one read brought and takes the plaintext out before reading
+ * again. */
 #ifndef RLS_NET_TLS_H
 #define RLS_NET_TLS_H
 
@@ -31,6 +34,11 @@ typedef struct rls_tls_opts_s {
     const char *cert_file; /* PEM chain, the server's certificate first */
     const char *key_file;  /* PEM, without a passphrase */
     const char *ca_file;   /* NULL: no client certificate asked for */
+    /* Each listener's caps on handshakes (rls_tls_accept): in progress
+     * at once (--tls-max-handshakes) and begun per second
+     * (--tls-handshake-rate); 0: no cap. */
+    uint32_t max_handshakes;
+    uint32_t handshake_rate;
 } rls_tls_opts_t;
 
 /* Why a handshake failed, as /metrics counts it: a bounded label. */
@@ -44,6 +52,8 @@ typedef enum rls_tls_reason_e {
     RLS_TLS_PEER_ALERT,       /* the client refused ours (an alert) */
     RLS_TLS_CLOSED,           /* the client went during the handshake */
     RLS_TLS_TIMEOUT,          /* not done within the deadline */
+    RLS_TLS_REFUSED_MAX,      /* at accept: --tls-max-handshakes */
+    RLS_TLS_REFUSED_RATE,     /* at accept: --tls-handshake-rate */
     RLS_TLS_OTHER,
     RLS_TLS_NREASONS
 } rls_tls_reason_t;
@@ -82,7 +92,8 @@ void rls_tls_describe(const rls_tls_t *t, char *out, size_t outlen);
 /* NULL is fine. Connections already made keep their SSL_CTX alive. */
 void rls_tls_free(rls_tls_t *t);
 
-/* A server-side connection under t's SSL_CTX in force. alpn is the one
+/* A server-side connection under t's SSL_CTX in force (it keeps that
+ * one, also when a reload comes before the client's hello). alpn is the one
  * protocol it speaks ("h2", "http/1.1"; a static string): a client that
  * offers ALPN without it is refused at the handshake (a client offering
  * none is served). Returns NULL when out of memory. */
@@ -167,13 +178,48 @@ void rls_tls_count_plain(rls_tls_plain_t *st, const char *listener,
 int rls_tls_plain_metrics(rl_buf_t *out, const char *const *names,
                           const rls_tls_plain_t *const *st, size_t n);
 
-/* A listener's handshakes, for /metrics, and its log's rate cap. */
+/* A listener's handshakes, for /metrics, and its log's rate cap; and
+ * the state of its caps (rls_tls_accept). Zeroed before use. */
 typedef struct rls_tls_stats_s {
     uint64_t ok;                       /* handshakes done */
     uint64_t failed[RLS_TLS_NREASONS]; /* by reason ([RLS_TLS_OK]: 0) */
     uint64_t log_next_ms[RLS_TLS_NREASONS];
     uint64_t not_logged[RLS_TLS_NREASONS];
+    uint64_t in_progress; /* admitted, handshake neither done nor gone */
+    uint64_t peak;        /* most in progress since it was last 0 */
+    uint64_t rate_milli;  /* the rate's bucket, in thousandths */
+    uint64_t rate_ms;     /* when it was last filled (loop time) */
+    int rate_started;
 } rls_tls_stats_t;
+
+/* A new connection of the listener whose handshakes st counts (st
+ * outlives the connection), if the listener's caps let one more begin:
+ * (When the last of a burst of at least 64 ends, by its handshake or its
+ * connection's end, malloc_trim gives back what the burst's SSL objects
+ * held, which glibc would otherwise keep.)
+ * fewer than max_handshakes in progress and a handshake left of
+ * handshake_rate this second (the bucket holds one second's worth, so a
+ * burst of that many passes at once). Refusing costs nothing but this
+ * call: a refused client is to be closed at once, before anything of it
+ * is read, so a flood of ClientHellos cannot keep the loop signing
+ * (issue 40). The connection counts in st->in_progress until its
+ * handshake is done or it is freed.
+ *
+ * Returns 0 and *out (rls_tls_conn_new's), RL_ENOMEM, or RL_EBUSY when
+ * refused: then counted in st (refused_max_handshakes or
+ * refused_handshake_rate), logged as count_failure does, naming
+ * listener and peer, and the caller closes the connection (after
+ * rls_tls_plain_alert, the one thing the client's TLS stack can read).
+ * now_ms: the loop's time. */
+int rls_tls_accept(rls_tls_t *t, rls_tls_stats_t *st, const char *listener,
+                   const char *alpn, const char *peer, uint64_t now_ms,
+                   rls_tls_conn_t **out);
+
+/* 1 when rls_tls_accept would refuse a connection now (nothing is taken
+ * or counted): for a front end that must not make room for one it would
+ * refuse. */
+int rls_tls_busy(const rls_tls_t *t, const rls_tls_stats_t *st,
+                 uint64_t now_ms);
 
 /* Counts c's failed handshake and logs it (a warning naming the
  * listener, the client's address `peer` and why) unless a line of the
@@ -183,9 +229,10 @@ void rls_tls_count_failure(rls_tls_stats_t *st, const char *listener,
                            const rls_tls_conn_t *c, const char *peer,
                            uint64_t now_ms);
 
-/* Appends rl_tls_handshakes_total{listener,result} for n listeners
- * (names[i], stats[i]; a NULL stats is skipped), nothing when none has
- * TLS. Returns 0 or the buffer's error. */
+/* Appends rl_tls_handshakes_total{listener,result} and
+ * rl_tls_handshakes_in_progress{listener} for n listeners (names[i],
+ * stats[i]; a NULL stats is skipped), nothing when none has TLS. Returns
+ * 0 or the buffer's error. */
 int rls_tls_metrics(rl_buf_t *out, const char *const *names,
                     const rls_tls_stats_t *const *stats, size_t n);
 

@@ -27,6 +27,55 @@
 #include "net/tls.h"
 #include "rl_error.h"
 
+/* OpenSSL's memory, counted (main installs these before anything of
+ * OpenSSL runs): what a connection holds. */
+static size_t ossl_live;
+
+static void *count_malloc(size_t n, const char *file, int line)
+{
+    size_t *p = malloc(n + sizeof(max_align_t));
+
+    (void)file;
+    (void)line;
+    if (p == NULL)
+        return NULL;
+    *p = n;
+    ossl_live += n;
+    return (char *)p + sizeof(max_align_t);
+}
+
+static void count_free(void *q, const char *file, int line)
+{
+    size_t *p;
+
+    (void)file;
+    (void)line;
+    if (q == NULL)
+        return;
+    p = (size_t *)(void *)((char *)q - sizeof(max_align_t));
+    ossl_live -= *p;
+    free(p);
+}
+
+static void *count_realloc(void *q, size_t n, const char *file, int line)
+{
+    size_t *p, old;
+
+    if (q == NULL)
+        return count_malloc(n, file, line);
+    if (n == 0) {
+        count_free(q, file, line);
+        return NULL;
+    }
+    p = (size_t *)(void *)((char *)q - sizeof(max_align_t));
+    old = *p;
+    if ((p = realloc(p, n + sizeof(max_align_t))) == NULL)
+        return NULL;
+    *p = n;
+    ossl_live += n - old;
+    return (char *)p + sizeof(max_align_t);
+}
+
 typedef struct pki_s {
     EVP_PKEY *key;
     X509 *x;
@@ -503,6 +552,21 @@ static void test_reload(void **state)
     cli_free(&k);
     rls_tls_conn_free(s);
 
+    /* Accepted before a reload, its hello after: the certificate in
+     * force at accept (the SSL object is made only at the hello). */
+    s = rls_tls_conn_new(t, "h2");
+    copy_file("server.crt", "live.crt");
+    copy_file("server.key", "live.key");
+    assert_int_equal(rls_tls_reload(t, err, sizeof(err)), 0);
+    cli_init(&k, "ca", h2, sizeof(h2) - 1, NULL);
+    assert_int_equal(pump(&k, s, 1 << 20), 0);
+    assert_string_equal(peer_cn(&k), "server two");
+    cli_free(&k);
+    rls_tls_conn_free(s);
+    copy_file("server2.crt", "live.crt");
+    copy_file("server2.key", "live.key");
+    assert_int_equal(rls_tls_reload(t, err, sizeof(err)), 0);
+
     /* Half-written files: the key of one, the certificate of another. */
     copy_file("server.crt", "live.crt");
     assert_int_equal(rls_tls_reload(t, err, sizeof(err)), RL_EINVAL);
@@ -621,6 +685,183 @@ static void test_counting(void **state)
     rls_tls_free(t);
 }
 
+/* A client that sends half its ClientHello and stalls holds no SSL
+ * object (OpenSSL's would hold about 64 KB of buffers meanwhile: issue
+ * 40, finding 6); the rest of the hello starts the handshake as usual. */
+static void test_half_hello_memory(void **state)
+{
+    enum { N = 50 };
+    rls_tls_t *t = config(NULL);
+    rls_tls_conn_t *s[N];
+    uint8_t hello[4096];
+    size_t before, each;
+    cli_t k;
+    int n, i;
+
+    (void)state;
+    cli_init(&k, "ca", h2, sizeof(h2) - 1, NULL);
+    assert_true(SSL_do_handshake(k.ssl) <= 0);
+    n = BIO_read(k.out, hello, (int)sizeof(hello));
+    assert_true(n > 100);
+    before = ossl_live;
+    for (i = 0; i < N; i++) {
+        s[i] = rls_tls_conn_new(t, "h2");
+        assert_non_null(s[i]);
+        assert_int_equal(rls_tls_conn_feed(s[i], hello, (size_t)n / 2), 0);
+        assert_false(rls_tls_conn_ready(s[i]));
+        assert_int_equal(rls_tls_conn_pending(s[i]), 0);
+    }
+    each = (ossl_live - before) / N;
+    print_message("a half-sent ClientHello (%d of %d bytes): %zu bytes of "
+                  "OpenSSL's memory each\n",
+                  n / 2, n, each);
+    assert_true(each < 2048);
+    /* The rest of the hello: the server answers, and the handshake ends
+     * as any other. */
+    assert_int_equal(
+        rls_tls_conn_feed(s[0], hello + n / 2, (size_t)(n - n / 2)), 0);
+    assert_true(rls_tls_conn_pending(s[0]) > 0);
+    assert_int_equal(pump(&k, s[0], 1 << 20), 0);
+    assert_true(rls_tls_conn_ready(s[0]));
+    roundtrip(&k, s[0]);
+    cli_free(&k);
+    for (i = 0; i < N; i++)
+        rls_tls_conn_free(s[i]);
+    rls_tls_free(t);
+}
+
+static rls_tls_t *capped(uint32_t max_handshakes, uint32_t rate)
+{
+    rls_tls_opts_t o = {path("server.crt"), path("server.key"), NULL,
+                        max_handshakes, rate};
+    rls_tls_t *t = NULL;
+    char err[256];
+
+    assert_int_equal(rls_tls_new(&o, &t, err, sizeof(err)), 0);
+    return t;
+}
+
+/* --tls-max-handshakes: a listener admits that many handshakes in
+ * progress; the next is refused (counted, nothing made) until one ends,
+ * by being done or by its connection going. Another listener has its
+ * own count. */
+static void test_max_handshakes(void **state)
+{
+    rls_tls_t *t = capped(3, 0);
+    rls_tls_stats_t st, other;
+    rls_tls_conn_t *s[3], *x = NULL, *y = NULL;
+    const char *names[1] = {"grpc"};
+    const rls_tls_stats_t *stats[1] = {&st};
+    rl_buf_t out;
+    cli_t k;
+    int i;
+
+    (void)state;
+    memset(&st, 0, sizeof(st));
+    memset(&other, 0, sizeof(other));
+    for (i = 0; i < 3; i++)
+        assert_int_equal(
+            rls_tls_accept(t, &st, "grpc", "h2", "127.0.0.1", 1000, &s[i]), 0);
+    assert_int_equal(st.in_progress, 3);
+    assert_int_equal(st.peak, 3);
+    assert_true(rls_tls_busy(t, &st, 1000));
+    x = (rls_tls_conn_t *)&x; /* refused: set to NULL */
+    assert_int_equal(
+        rls_tls_accept(t, &st, "grpc", "h2", "127.0.0.1", 1000, &x), RL_EBUSY);
+    assert_null(x);
+    assert_int_equal(st.failed[RLS_TLS_REFUSED_MAX], 1);
+    assert_string_equal(rls_tls_reason_label(RLS_TLS_REFUSED_MAX),
+                        "refused_max_handshakes");
+    /* Another listener is not full. */
+    assert_int_equal(
+        rls_tls_accept(t, &other, "http", "h2", "127.0.0.1", 1000, &y), 0);
+    rls_tls_conn_free(y);
+    assert_int_equal(other.in_progress, 0);
+    /* A handshake done leaves the count... */
+    cli_init(&k, "ca", h2, sizeof(h2) - 1, NULL);
+    assert_int_equal(pump(&k, s[0], 1 << 20), 0);
+    assert_true(rls_tls_conn_ready(s[0]));
+    assert_int_equal(st.in_progress, 2);
+    roundtrip(&k, s[0]);
+    cli_free(&k);
+    assert_int_equal(
+        rls_tls_accept(t, &st, "grpc", "h2", "127.0.0.1", 1000, &x), 0);
+    assert_int_equal(st.in_progress, 3);
+    /* ...and so does a connection freed midway, once only; an
+     * established one freed does not count again. */
+    rls_tls_conn_free(s[1]);
+    rls_tls_conn_free(s[0]);
+    assert_int_equal(st.in_progress, 2);
+    assert_false(rls_tls_busy(t, &st, 1000));
+    rl_buf_init(&out, 1 << 20);
+    assert_int_equal(rls_tls_metrics(&out, names, stats, 1), 0);
+    assert_int_equal(rl_buf_append(&out, "", 1), 0);
+    assert_non_null(strstr((char *)rl_buf_rptr(&out),
+                           "rl_tls_handshakes_total{listener=\"grpc\","
+                           "result=\"refused_max_handshakes\"} 1\n"));
+    assert_non_null(strstr((char *)rl_buf_rptr(&out),
+                           "# TYPE rl_tls_handshakes_in_progress gauge\n"
+                           "rl_tls_handshakes_in_progress{listener=\"grpc\"} "
+                           "2\n"));
+    rl_buf_free(&out);
+    rls_tls_conn_free(s[2]);
+    assert_int_equal(st.peak, 3);
+    rls_tls_conn_free(x);
+    /* None left: the burst is over (the peak starts again). */
+    assert_int_equal(st.in_progress, 0);
+    assert_int_equal(st.peak, 0);
+    rls_tls_free(t);
+}
+
+/* --tls-handshake-rate: a burst of one second's worth at once, then that
+ * many a second (time is a parameter); a refusal takes nothing. */
+static void test_handshake_rate(void **state)
+{
+    rls_tls_t *t = capped(0, 4);
+    rls_tls_stats_t st;
+    rls_tls_conn_t *c;
+    int i, got;
+
+    (void)state;
+    memset(&st, 0, sizeof(st));
+    for (i = 0; i < 4; i++) {
+        assert_int_equal(
+            rls_tls_accept(t, &st, "listen", "rl1", "127.0.0.1", 10000, &c), 0);
+        rls_tls_conn_free(c);
+    }
+    assert_true(rls_tls_busy(t, &st, 10000));
+    assert_int_equal(
+        rls_tls_accept(t, &st, "listen", "rl1", "127.0.0.1", 10000, &c),
+        RL_EBUSY);
+    assert_int_equal(
+        rls_tls_accept(t, &st, "listen", "rl1", "127.0.0.1", 10249, &c),
+        RL_EBUSY);
+    assert_int_equal(st.failed[RLS_TLS_REFUSED_RATE], 2);
+    assert_string_equal(rls_tls_reason_label(RLS_TLS_REFUSED_RATE),
+                        "refused_handshake_rate");
+    /* One every 250 ms. */
+    assert_false(rls_tls_busy(t, &st, 10250));
+    assert_int_equal(
+        rls_tls_accept(t, &st, "listen", "rl1", "127.0.0.1", 10250, &c), 0);
+    rls_tls_conn_free(c);
+    assert_int_equal(
+        rls_tls_accept(t, &st, "listen", "rl1", "127.0.0.1", 10400, &c),
+        RL_EBUSY);
+    assert_int_equal(
+        rls_tls_accept(t, &st, "listen", "rl1", "127.0.0.1", 10500, &c), 0);
+    rls_tls_conn_free(c);
+    /* A long quiet fills the bucket to one second's worth, no more. */
+    for (got = 0, i = 0; i < 10; i++)
+        if (rls_tls_accept(t, &st, "listen", "rl1", "127.0.0.1", 60000, &c) ==
+            0) {
+            got++;
+            rls_tls_conn_free(c);
+        }
+    assert_int_equal(got, 4);
+    assert_int_equal(st.in_progress, 0);
+    rls_tls_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -631,7 +872,17 @@ int main(void)
         cmocka_unit_test(test_reload),
         cmocka_unit_test(test_bad_files),
         cmocka_unit_test(test_counting),
+        cmocka_unit_test(test_half_hello_memory),
+        cmocka_unit_test(test_max_handshakes),
+        cmocka_unit_test(test_handshake_rate),
     };
+
+    /* Before anything of OpenSSL allocates. */
+    if (CRYPTO_set_mem_functions(count_malloc, count_realloc, count_free) !=
+        1) {
+        fprintf(stderr, "CRYPTO_set_mem_functions: too late\n");
+        return 1;
+    }
 
     return cmocka_run_group_tests(tests, setup, teardown);
 }
