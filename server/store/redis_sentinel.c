@@ -31,6 +31,7 @@
 
 #include "log.h"
 #include "rl_error.h"
+#include "store/redis_reply_alloc.h"
 #include "store/redis_sentinel.h"
 #include "store/redis_sentinel_parse.h"
 #include "store/redis_uv.h"
@@ -119,6 +120,10 @@ static void on_sctx_closed(void *arg)
 
 static const char *why_gone(const redisAsyncContext *ac)
 {
+    const char *cap = rls_redis_uv_cap_why(ac);
+
+    if (cap != NULL)
+        return cap;
     return ac->err && ac->errstr[0] ? ac->errstr : "connection lost";
 }
 
@@ -200,6 +205,11 @@ static sctx_t *sctx_connect(rls_redis_sentinel_t *s, int idx, char *why,
     x->s = s;
     x->sentinel = idx;
     ac->data = x;
+    /* A sentinel's replies are small; one that streams a huge one (a
+     * "$4000000000" message on the subscription, which has no deadline
+     * once confirmed) is dropped past RLS_REDIS_CAP_SENTINEL. */
+    rls_redis_uv_cap(ac, RLS_REDIS_CAP_SENTINEL,
+                     &s->stats->sentinel_reply_over_cap);
     if (s->password != NULL && s->user != NULL)
         redisAsyncCommand(ac, on_auth_reply, NULL, "AUTH %s %s", s->user,
                           s->password);
