@@ -188,6 +188,56 @@ void rls_redis_reply_cap_attach(redisReader *rd, rls_redis_reply_cap_t *cap,
     rd->privdata = cap;
 }
 
+/* hiredis's own objects under a cap: each a reply of its own, an array
+ * with its pointers. */
+static redisReplyObjectFunctions *base_of(const redisReadTask *task)
+{
+    return ((rls_redis_reply_cap_t *)task->privdata)->base;
+}
+
+static void *wrap_string(const redisReadTask *task, char *str, size_t len)
+{
+    if (charge(task, sizeof(redisReply) + len + 1) != 0)
+        return NULL;
+    return base_of(task)->createString(task, str, len);
+}
+
+static void *wrap_array(const redisReadTask *task, int elements)
+{
+    size_t n = elements > 0 ? (size_t)elements : 0;
+
+    if (charge(task, sizeof(redisReply) + n * sizeof(redisReply *)) != 0)
+        return NULL;
+    return base_of(task)->createArray(task, elements);
+}
+
+static void *wrap_integer(const redisReadTask *task, long long value)
+{
+    if (charge(task, sizeof(redisReply)) != 0)
+        return NULL;
+    return base_of(task)->createInteger(task, value);
+}
+
+static void *wrap_nil(const redisReadTask *task)
+{
+    if (charge(task, sizeof(redisReply)) != 0)
+        return NULL;
+    return base_of(task)->createNil(task);
+}
+
+static redisReplyObjectFunctions wrap_fns = {
+    wrap_string, wrap_array, wrap_integer, wrap_nil, freeReplyObject};
+
+void rls_redis_reply_cap_wrap(redisReader *rd, rls_redis_reply_cap_t *cap,
+                              size_t max, uint64_t *count)
+{
+    redisReplyObjectFunctions *base = rd->fn;
+
+    rls_redis_reply_cap_attach(rd, cap, max, count);
+    cap->base = base;
+    rd->fn = &wrap_fns;
+}
+
 /* The length a bulk header announces, from the n bytes at p (its digits,
  * maybe not all of them yet): what is there so far, which the whole
  * length can only exceed; SIZE_MAX past 19 digits. "-1" (nil) and

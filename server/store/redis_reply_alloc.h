@@ -40,6 +40,9 @@ typedef struct rls_redis_reply_cap_s {
     size_t used;     /* objects of the reply being read, in bytes */
     int over;        /* a reply went past max: the connection is failed */
     uint64_t *count; /* incremented once, when over is set; may be NULL */
+    /* rls_redis_reply_cap_wrap: hiredis's own functions, which make the
+     * objects; NULL with rls_redis_reply_fns. */
+    redisReplyObjectFunctions *base;
 } rls_redis_reply_cap_t;
 
 /* The data nodes' cap. The largest reply rl-server asks a data node for
@@ -64,6 +67,13 @@ typedef struct rls_redis_reply_cap_s {
  * use; install before the first reply. */
 void rls_redis_reply_cap_attach(redisReader *rd, rls_redis_reply_cap_t *cap,
                                 size_t max, uint64_t *count);
+
+/* The same cap, but rd keeps hiredis's own reply objects (freed with
+ * freeReplyObject, as the blocking connection's callers do), charged at
+ * what hiredis allocates for them. rd must still have hiredis's default
+ * functions. */
+void rls_redis_reply_cap_wrap(redisReader *rd, rls_redis_reply_cap_t *cap,
+                              size_t max, uint64_t *count);
 
 /* After bytes were fed to rd and its replies taken: 0, or RL_EFULL when
  * the reply being read went past the cap (its unread bytes, or the

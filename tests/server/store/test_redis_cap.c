@@ -6,8 +6,10 @@
  * line stops at RLS_REDIS_LINE_MAX; each over is counted once; and the
  * largest reply rl-server asks a data node for (a whole batch of sliding
  * windows' logs) fits under RLS_REDIS_CAP_NODE, fed in hiredis's 16 KiB
- * reads. The whole path (a hostile node and sentinels streaming a
- * "$4000000000" reply at rl-server) is e2e_redis_reply_cap. */
+ * reads. The blocking connection (rl-ctl's, store/redis_sync.c) under
+ * the same cap against a peer thread that streams an endless reply. The
+ * whole path (a hostile node and sentinels streaming a "$4000000000"
+ * reply at rl-server) is e2e_redis_reply_cap. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,11 +20,18 @@
 
 #include <cmocka.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <hiredis/hiredis.h>
 
 #include "rl_admit.h"
 #include "rl_error.h"
 #include "store/redis_reply_alloc.h"
+#include "store/redis_sync.h"
 
 /* A batch's most requests (server.c's RLS_BATCH_MAX). */
 #define BATCH_MAX 1024
@@ -311,6 +320,108 @@ static void test_uncapped(void **state)
     redisReaderFree(rd);
 }
 
+/* ---- the blocking connection ------------------------------------------*/
+
+/* What the peer streams at most, if the client never stops it. */
+#define ENDLESS_MAX ((size_t)256 << 20)
+
+typedef struct {
+    int lfd, port;
+    const char *head; /* sent after the first command */
+    const char *body; /* then this, again and again */
+    size_t sent;      /* bytes of body the socket took */
+    pthread_t th;
+} peer_t;
+
+static void *peer_main(void *arg)
+{
+    peer_t *p = arg;
+    char buf[16384];
+    int fd = accept(p->lfd, NULL, NULL);
+    ssize_t n;
+
+    if (fd < 0)
+        return NULL;
+    if (recv(fd, buf, sizeof(buf), 0) > 0 &&
+        send(fd, p->head, strlen(p->head), MSG_NOSIGNAL) > 0) {
+        for (n = 0; n + (ssize_t)strlen(p->body) <= (ssize_t)sizeof(buf);
+             n += (ssize_t)strlen(p->body))
+            memcpy(buf + n, p->body, strlen(p->body));
+        while (p->sent < ENDLESS_MAX &&
+               (n = send(fd, buf, sizeof(buf), MSG_NOSIGNAL)) > 0)
+            p->sent += (size_t)n;
+    }
+    close(fd);
+    return NULL;
+}
+
+static void peer_start(peer_t *p, const char *head, const char *body)
+{
+    struct sockaddr_in a;
+    socklen_t len = sizeof(a);
+
+    memset(p, 0, sizeof(*p));
+    p->head = head;
+    p->body = body;
+    p->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(p->lfd >= 0);
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(p->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(p->lfd, 1), 0);
+    assert_int_equal(getsockname(p->lfd, (struct sockaddr *)&a, &len), 0);
+    p->port = ntohs(a.sin_port);
+    assert_int_equal(pthread_create(&p->th, NULL, peer_main, p), 0);
+}
+
+/* One command against a peer that answers with head and then body
+ * without end: no reply, the reason names the cap, and the peer could
+ * write no more than the cap and what the sockets buffer. */
+static void sync_refuses(const char *head, const char *body)
+{
+    const char *argv[] = {"PING"};
+    rls_redis_sync_t *s;
+    char err[256];
+    peer_t p;
+
+    peer_start(&p, head, body);
+    s = rls_redis_sync_connect("127.0.0.1", p.port, NULL, 10000, err,
+                               sizeof(err));
+    assert_non_null(s);
+    assert_null(rls_redis_sync_command(s, 1, argv, NULL));
+    print_message("reason: %s\n", rls_redis_sync_errstr(s));
+    if (strstr(rls_redis_sync_errstr(s), "a reply went past the cap") == NULL)
+        fail_msg("reason '%s'", rls_redis_sync_errstr(s));
+    rls_redis_sync_free(s);
+    pthread_join(p.th, NULL);
+    close(p.lfd);
+    print_message("the peer wrote %zu bytes\n", p.sent);
+    assert_true(p.sent < RLS_REDIS_CAP_NODE + ((size_t)16 << 20));
+}
+
+static void test_sync_endless_string(void **state)
+{
+    (void)state;
+    sync_refuses("$4000000000\r\n", "x");
+}
+
+static void test_sync_endless_line(void **state)
+{
+    (void)state;
+    sync_refuses("-ERR ", "x");
+}
+
+/* An array whose pointers fit, and whose elements keep coming: refused
+ * once hiredis's objects for them pass the cap; one announcing more
+ * pointers than fit, at its header. */
+static void test_sync_endless_array(void **state)
+{
+    (void)state;
+    sync_refuses("*2000000\r\n", ":1\r\n");
+    sync_refuses("*2000000000\r\n", ":1\r\n");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -320,6 +431,9 @@ int main(void)
         cmocka_unit_test(test_lines),
         cmocka_unit_test(test_largest_batch_fits),
         cmocka_unit_test(test_uncapped),
+        cmocka_unit_test(test_sync_endless_string),
+        cmocka_unit_test(test_sync_endless_line),
+        cmocka_unit_test(test_sync_endless_array),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
