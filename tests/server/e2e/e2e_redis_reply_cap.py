@@ -13,7 +13,9 @@ ends too):
      request by the fail mode, and reconnects (and is dropped again);
      then the same with a status line that never ends (no length to
      judge by: dropped once 64 KiB of it are buffered, as hiredis scans
-     the whole line again after every read);
+     the whole line again after every read); and as a Redis Cluster seed
+     (--redis-cluster), whose slot map (CLUSTER SHARDS) is the endless
+     string;
   2. sentinels (--redis-sentinel) that answer get-master-addr-by-name,
      and a +switch-master message on a confirmed subscription, with the
      endless string: each connection is dropped past 64 KiB and counted
@@ -133,7 +135,7 @@ class Handler(socketserver.BaseRequestHandler):
                              b":1\r\n")
                 return self.stream(b"*3\r\n" + bulk("message") +
                                    bulk("+switch-master"))
-            if word in ("EVALSHA", "EVAL"):
+            if word in ("EVALSHA", "EVAL", "CLUSTER"):
                 return self.stream(b"")
             if word == "SCRIPT":
                 sock.sendall(bulk("0" * 40))
@@ -227,6 +229,13 @@ def main():
     port = h.server_address[1]
     probe("line", ["--redis", "redis://127.0.0.1:%d" % port], "node",
           16 << 20, 2, batches)
+    h.shutdown()
+    h.server_close()
+    # 1c. A cluster seed: the slot map is asked again after each drop.
+    h = start("node")
+    port = h.server_address[1]
+    probe("cluster", ["--redis-cluster", "127.0.0.1:%d" % port], "node",
+          16 << 20, 2, lambda got: "")
     h.shutdown()
     h.server_close()
     # 2. Sentinels: the question and the subscription (no deadline once
