@@ -85,6 +85,9 @@ static const char usage[] =
     "  --redis-sentinel-user NAME  the sentinels' own AUTH user\n"
     "  --redis-sentinel-password-file FILE  the sentinels' own password:\n"
     "                           FILE's first line\n"
+    "  --redis-sentinel-agree N  take a master's address (and send it the\n"
+    "                           data nodes' password) once N sentinels\n"
+    "                           name it (default: a majority of them)\n"
     "  TLS to Redis: rediss://[[USER]:PASSWORD@]HOST[:PORT][/DB] on\n"
     "  --redis (port 6379 when not given) or before the seeds\n"
     "  of --redis-cluster, or any of these flags (every node then TLS):\n"
@@ -661,6 +664,7 @@ static const num_flag_t num_flags[] = {
     NUM("--envoy-stats-max-values", envoy_stats_max_values, 0, 1u << 20),
     NUM("--statsd-flush-ms", statsd_flush_ms, 10, 3600000),
     NUM("--check-xff-hops", check_xff_hops, 0, 16),
+    NUM("--redis-sentinel-agree", redis_sentinel_agree, 1, 16),
     NUM("--tls-handshake-timeout-ms", tls_handshake_timeout_ms, 0, 3600000),
     NUM("--tls-max-handshakes", tls_max_handshakes, 0, 1000000),
     NUM("--tls-handshake-rate", tls_handshake_rate, 0, 1000000),
@@ -1083,10 +1087,15 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
                     "--redis-sentinel-master NAME");
     if (c->redis_sentinels == 0 && (c->redis_sentinel_master[0] != '\0' ||
                                     c->redis_sentinel_user[0] != '\0' ||
-                                    c->redis_sentinel_password_file != NULL))
+                                    c->redis_sentinel_password_file != NULL ||
+                                    c->redis_sentinel_agree > 0))
         return fail(err, errlen,
-                    "--redis-sentinel-master, -user and "
-                    "-password-file need --redis-sentinel");
+                    "--redis-sentinel-master, -user, -password-file and "
+                    "-agree need --redis-sentinel");
+    if (c->redis_sentinel_agree > c->redis_sentinels)
+        return fail(err, errlen,
+                    "--redis-sentinel-agree: more sentinels than "
+                    "--redis-sentinel gives");
     if (c->redis_sentinel_password_file != NULL &&
         read_first_line("--redis-sentinel-password-file",
                         c->redis_sentinel_password_file,

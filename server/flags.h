@@ -54,6 +54,9 @@ typedef struct rls_flags_s {
     char redis_sentinel_user[RLS_HOST_MAX + 1];     /* empty: default */
     char redis_sentinel_password[RLS_HOST_MAX + 1]; /* empty: no AUTH */
     const char *redis_sentinel_password_file;
+    /* --redis-sentinel-agree: sentinels that must name an address before
+     * it is taken; 0: a majority of those given. */
+    int redis_sentinel_agree;
     uint64_t redis_timeout_ms;
     uint64_t grace_ms;
     uint64_t reserve_ttl_ms;        /* --reserve-ttl-ms */

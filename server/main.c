@@ -188,6 +188,7 @@ int main(int argc, char **argv)
                               : NULL;
             so.timeout_ms = cfg.redis_timeout_ms;
             so.tls = tls;
+            so.agree = cfg.redis_sentinel_agree;
             ro.sentinel = &so;
         }
         store = rls_store_redis_new(&loop, &ro);
@@ -224,11 +225,24 @@ int main(int argc, char **argv)
             tls_mode(&cfg), (unsigned long long)cfg.redis_timeout_ms);
     else if (cfg.redis_sentinels > 0)
         RLS_INFO("redis sentinel",
-                 " master=%s sentinels=%d first=%s:%d "
+                 " master=%s sentinels=%d agree=%d first=%s:%d "
                  "db=%d timeout_ms=%llu",
                  cfg.redis_sentinel_master, cfg.redis_sentinels,
+                 cfg.redis_sentinel_agree > 0 ? cfg.redis_sentinel_agree
+                                              : cfg.redis_sentinels / 2 + 1,
                  cfg.redis_seed_host[0], cfg.redis_seed_port[0], cfg.redis_db,
                  (unsigned long long)cfg.redis_timeout_ms);
+    /* The data nodes' password goes where the sentinels say, and a data
+     * node cannot be asked anything before AUTH (DESIGN.md, "Redis
+     * Sentinel"). */
+    if (cfg.redis_sentinels > 0 && cfg.redis_password[0] != '\0' &&
+        tls == NULL && cfg.redis_sentinel_password[0] == '\0')
+        RLS_WARN("redis sentinel: the sentinels need no password and are not "
+                 "reached over TLS, yet the data nodes' password goes where "
+                 "they say: whoever can reconfigure or impersonate enough of "
+                 "them can have it sent elsewhere (give "
+                 "--redis-sentinel-password-file, or TLS)",
+                 " master=%s", cfg.redis_sentinel_master);
     else if (cfg.use_redis && cfg.redis_host[0] == '/')
         RLS_INFO("redis", " addr=unix:%s db=%d timeout_ms=%llu", cfg.redis_host,
                  cfg.redis_db, (unsigned long long)cfg.redis_timeout_ms);

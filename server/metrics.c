@@ -39,6 +39,25 @@ static int store_errors(rl_buf_t *b, const rls_store_stats_t *ss)
     return rc;
 }
 
+/* Redis connections dropped because a reply went past its cap: a data
+ * node's (peer="node"), and with Sentinel a sentinel's. */
+static int over_cap(rl_buf_t *b, const rls_store_stats_t *ss, int sentinel)
+{
+    static const char name[] = "rl_store_redis_reply_over_cap_total";
+    int rc;
+
+    rc = rls_prom_family(b, name, "counter",
+                         "Redis connections dropped because one reply went "
+                         "past what rl-server buffers for it (16 MiB from a "
+                         "data node, 64 KiB from a sentinel).");
+    if (rc == RL_OK)
+        rc = rls_prom_sample(b, name, "peer", "node", ss->reply_over_cap);
+    if (rc == RL_OK && sentinel)
+        rc = rls_prom_sample(b, name, "peer", "sentinel",
+                             ss->sentinel_reply_over_cap);
+    return rc;
+}
+
 /* One rule's samples of one family (0: decisions, 1: windows started,
  * 2: windows reached): the text format wants each family's samples
  * together, after its TYPE line. Only series that have counted something
@@ -382,6 +401,8 @@ int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
                 "changed): the current windows' counts were lost "
                 "unless Redis persisted them.",
                 ss->restarts));
+        if (v->cfg->use_redis)
+            TRY(over_cap(out, ss, v->cfg->redis_sentinels > 0));
         if (v->cfg->redis_sentinels > 0)
             TRY(rls_prom_counter(
                 out, "rl_store_master_switches_total",

@@ -822,6 +822,7 @@ rls_store_t *rls_store_redis_new(uv_loop_t *loop, const rls_redis_opts_t *opts)
     co.use_module = !opts->no_module;
     co.quiet = opts->quiet;
     co.stats = &st->base.stats;
+    co.over_cap = opts->over_cap;
     if (opts->sentinel != NULL) {
         so = *opts->sentinel;
         so.stats = &st->base.stats;

@@ -42,6 +42,10 @@ typedef struct rls_redis_opts_s {
      * and treats a READONLY reply as a sign that the master moved. Copied
      * at creation (stats are the store's own). */
     const rls_redis_sentinel_opts_t *sentinel;
+    /* Where a connection dropped for a reply past its cap is counted
+     * (the cluster store's own stats, for its nodes); NULL: this store's
+     * stats.reply_over_cap. */
+    uint64_t *over_cap;
 } rls_redis_opts_t;
 
 /* Redis store: hiredis async on `loop`. Connects in the background and

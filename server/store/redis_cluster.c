@@ -232,6 +232,7 @@ static node_t *node_get(rls_cluster_t *cl, const char *host, int port)
     o.quiet = &cl->quiet;
     o.script = rls_redis_cluster_script(&o.script_len);
     o.is_redirect = is_redirect;
+    o.over_cap = &cl->base.stats.reply_over_cap;
     if ((nd->st = rls_store_redis_new(cl->loop, &o)) == NULL) {
         free(nd);
         return NULL;

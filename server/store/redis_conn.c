@@ -68,6 +68,7 @@ struct rls_redis_conn_s {
     rls_redis_clock_t clk;
     uint64_t rng;
     rls_store_stats_t *stats;
+    uint64_t *over_cap; /* where a reply past the cap is counted */
     rls_redis_conn_cbs_t cbs;
     void *data;
     /* Sentinel (opts->addr): where to connect, and whom to tell that an
@@ -230,9 +231,14 @@ static void lost(rls_redis_conn_t *c, ctx_t *x, const char *why)
     addr_failed(c);
 }
 
-/* Why hiredis let go of ac, for the log. */
+/* Why hiredis let go of ac, for the log: a reply past the cap fails a
+ * reply as "Out of memory" inside hiredis, which is not the reason. */
 static const char *why_gone(const redisAsyncContext *ac, const char *dflt)
 {
+    const char *cap = rls_redis_uv_cap_why(ac);
+
+    if (cap != NULL)
+        return cap;
     return ac->err && ac->errstr ? ac->errstr : dflt;
 }
 
@@ -487,7 +493,7 @@ static void connect_addr(rls_redis_conn_t *c, const char *ip)
         return;
     }
     x->ac = ac;
-    ac->c.reader->fn = &rls_redis_reply_fns;
+    rls_redis_uv_cap(ac, RLS_REDIS_CAP_NODE, c->over_cap);
     x->conn = c;
     x->fail = RL_ESTORE;
     rls_redis_clock_new_path(&c->clk);
@@ -677,6 +683,8 @@ rls_redis_conn_t *rls_redis_conn_new(uv_loop_t *loop,
     c->use_module = opts->use_module;
     c->quiet_shared = opts->quiet;
     c->stats = opts->stats;
+    c->over_cap =
+        opts->over_cap != NULL ? opts->over_cap : &opts->stats->reply_over_cap;
     c->cbs = *cbs;
     c->data = data;
     c->addr_fn = opts->addr;

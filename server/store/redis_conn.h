@@ -32,9 +32,9 @@ typedef struct rls_redis_conn_opts_s {
     const char *host; /* IPv4/IPv6 literal, name, or a Unix socket's path
                        * (starting with '/'; port unused) */
     int port;
-    const char *user;     /* NULL: AUTH PASSWORD as the default user */
-    const char *password; /* NULL: no AUTH */
-    int db;               /* SELECT db when > 0 */
+    const char *user;           /* NULL: AUTH PASSWORD as the default user */
+    const char *password;       /* NULL: no AUTH */
+    int db;                     /* SELECT db when > 0 */
     const rls_redis_tls_t *tls; /* NULL: plain; else outlives the conn */
     /* The handshake must finish within this (and at least 250 ms), and a
      * TIME left unanswered this long means Redis hangs. */
@@ -49,6 +49,9 @@ typedef struct rls_redis_conn_opts_s {
     /* Where the connection counts Redis restarts and reconnects, and says
      * whether Redis has the module (the owner's store stats). */
     rls_store_stats_t *stats;
+    /* Where a connection dropped for a reply past RLS_REDIS_CAP_NODE
+     * (redis_reply_alloc.h) is counted; NULL: stats->reply_over_cap. */
+    uint64_t *over_cap;
     /* Optional (Sentinel, redis_sentinel.h): where to connect. When set,
      * host and port above are ignored and addr is called before every
      * connect; it fills host (hostlen bytes at most, the NUL included)

@@ -19,6 +19,17 @@
  *     subscribed, for what was announced in between.
  * The answers are read by redis_sentinel_parse.c (pure, fuzzed).
  *
+ * Agreement: the data nodes' password goes wherever the master is said
+ * to be, and Redis answers ROLE (or anything) only after AUTH on a
+ * protected node, so the node cannot be checked before it gets the
+ * password. An address is therefore taken only once `need` sentinels
+ * (opts->agree; a majority by default) name it: each sentinel's last
+ * answer (a question's or a +switch-master message) is kept, and an
+ * answer that does not make an address agreed asks the next sentinel at
+ * once (once around, then after the round's pause). One sentinel lying,
+ * reconfigured or impersonated cannot send rl-server, and the password,
+ * elsewhere.
+ *
  * Each context has a record of its own (sctx_t, ac->data), freed once the
  * poll handle that drove it has closed. A record that is no longer the
  * question's or the subscription's (dropped, replaced) is ignored when
@@ -31,6 +42,7 @@
 
 #include "log.h"
 #include "rl_error.h"
+#include "store/redis_reply_alloc.h"
 #include "store/redis_sentinel.h"
 #include "store/redis_sentinel_parse.h"
 #include "store/redis_uv.h"
@@ -60,6 +72,11 @@ struct rls_redis_sentinel_s {
     int open;                /* timers and contexts not yet closed */
     rls_sentinel_addr_t cur; /* the master, once known */
     int known;
+    int need; /* sentinels that must name an address before it is taken */
+    rls_sentinel_addr_t said[RLS_SENTINELS_MAX]; /* each one's last word */
+    unsigned char has_said[RLS_SENTINELS_MAX];
+    int unagreed;        /* answers in a row that settled nothing */
+    int disagree_logged; /* until an address is agreed again */
     /* The question. */
     sctx_t *q;
     int q_idx;          /* the sentinel asked next */
@@ -119,6 +136,10 @@ static void on_sctx_closed(void *arg)
 
 static const char *why_gone(const redisAsyncContext *ac)
 {
+    const char *cap = rls_redis_uv_cap_why(ac);
+
+    if (cap != NULL)
+        return cap;
     return ac->err && ac->errstr[0] ? ac->errstr : "connection lost";
 }
 
@@ -143,6 +164,36 @@ static void set_master(rls_redis_sentinel_t *s, const rls_sentinel_addr_t *a,
     s->cur = *a;
     s->known = 1;
     s->cbs.moved(s->data);
+}
+
+static int same_addr(const rls_sentinel_addr_t *a, const rls_sentinel_addr_t *b)
+{
+    return a->port == b->port && strcmp(a->host, b->host) == 0;
+}
+
+/* Sentinel idx names a (its answer, or a +switch-master message): a is
+ * taken once `need` sentinels' last words name it. Returns 1 if a is the
+ * master now, 0 while it waits for more sentinels to say so. */
+static int heard(rls_redis_sentinel_t *s, int idx, const rls_sentinel_addr_t *a,
+                 const char *via)
+{
+    int i, votes = 0;
+
+    s->said[idx] = *a;
+    s->has_said[idx] = 1;
+    for (i = 0; i < s->n; i++)
+        votes += s->has_said[i] && same_addr(&s->said[i], a);
+    if (votes < s->need) {
+        RLS_DEBUG("redis sentinel: address not agreed yet",
+                  " sentinel=%s:%d addr=%s:%d via=%s sentinels=%d need=%d",
+                  s->hosts[idx], s->ports[idx], a->host, a->port, via, votes,
+                  s->need);
+        return 0;
+    }
+    s->unagreed = 0;
+    s->disagree_logged = 0;
+    set_master(s, a, via);
+    return 1;
 }
 
 int rls_redis_sentinel_addr(void *arg, char *host, size_t hostlen, int *port)
@@ -200,6 +251,11 @@ static sctx_t *sctx_connect(rls_redis_sentinel_t *s, int idx, char *why,
     x->s = s;
     x->sentinel = idx;
     ac->data = x;
+    /* A sentinel's replies are small; one that streams a huge one (a
+     * "$4000000000" message on the subscription, which has no deadline
+     * once confirmed) is dropped past RLS_REDIS_CAP_SENTINEL. */
+    rls_redis_uv_cap(ac, RLS_REDIS_CAP_SENTINEL,
+                     &s->stats->sentinel_reply_over_cap);
     if (s->password != NULL && s->user != NULL)
         redisAsyncCommand(ac, on_auth_reply, NULL, "AUTH %s %s", s->user,
                           s->password);
@@ -250,6 +306,42 @@ static void query_failed(rls_redis_sentinel_t *s, const char *why)
     uv_timer_start(&s->q_timer, on_q_timer, ROUND_PAUSE_MS, 0);
 }
 
+/* The question now goes to sentinel idx: the connection to another is
+ * dropped (inside one of its callbacks hiredis frees it once that
+ * returns). */
+static void query_move(rls_redis_sentinel_t *s, int idx)
+{
+    sctx_t *x = s->q;
+
+    if (s->q_idx == idx)
+        return;
+    s->q_idx = idx;
+    s->q = NULL;
+    if (x != NULL)
+        redisAsyncFree(x->ac);
+}
+
+/* An answer settled nothing: asks the next sentinel now, once around;
+ * then after the round's pause, warning once until an address is
+ * agreed. */
+static void ask_next(rls_redis_sentinel_t *s)
+{
+    s->q_busy = 0;
+    query_move(s, (s->q_idx + 1) % s->n);
+    if (++s->unagreed < s->n) {
+        query_start(s);
+        return;
+    }
+    s->unagreed = 0;
+    if (!s->disagree_logged)
+        RLS_WARN("redis sentinels disagree: no address is named by enough "
+                 "of them; the master's is not taken (nor sent the "
+                 "password) until it is",
+                 " master=%s need=%d of=%d", s->master, s->need, s->n);
+    s->disagree_logged = 1;
+    uv_timer_start(&s->q_timer, on_q_timer, ROUND_PAUSE_MS, 0);
+}
+
 static void on_addr_reply(redisAsyncContext *ac, void *r, void *priv)
 {
     sctx_t *x = ac->data;
@@ -266,16 +358,21 @@ static void on_addr_reply(redisAsyncContext *ac, void *r, void *priv)
         return;
     }
     if ((rc = rls_sentinel_parse_addr(rep, &a)) != 0) {
+        /* It vouches for no address any more. */
+        s->has_said[x->sentinel] = 0;
         query_failed(s, rc == RL_EAGAIN ? "does not know the master"
                         : rep->type == REDIS_REPLY_ERROR ? rep->str
                                                          : "unexpected reply");
         return;
     }
-    s->q_busy = 0;
     s->q_fails = 0;
     s->q_logged = 0;
+    if (!heard(s, x->sentinel, &a, "query")) {
+        ask_next(s);
+        return;
+    }
+    s->q_busy = 0;
     uv_timer_start(&s->q_timer, on_q_timer, REFRESH_MS, 0);
-    set_master(s, &a, "query");
     if (s->q_again)
         query_start(s);
 }
@@ -388,9 +485,17 @@ static void on_sub_msg(redisAsyncContext *ac, void *r, void *priv)
         return;
     rc = rls_sentinel_parse_switch(rep->element[2]->str, rep->element[2]->len,
                                    s->master, &from, &to);
-    if (rc == 0)
-        set_master(s, &to, "+switch-master");
-    else if (rc < 0)
+    if (rc == 0 && heard(s, x->sentinel, &to, "+switch-master"))
+        return;
+    if (rc == 0) {
+        /* Another sentinel is asked (one that has the news too makes it
+         * agreed). */
+        if (!s->q_busy && s->n > 1 && s->q_idx == x->sentinel)
+            query_move(s, (s->q_idx + 1) % s->n);
+        query_start(s);
+        return;
+    }
+    if (rc < 0)
         RLS_WARN("redis sentinel: a +switch-master message that does not "
                  "parse; asking instead",
                  " sentinel=%s:%d", s->hosts[x->sentinel],
@@ -476,6 +581,8 @@ rls_redis_sentinel_new(uv_loop_t *loop, const rls_redis_sentinel_opts_t *opts,
     s->timeout_ms = opts->timeout_ms;
     s->tls = opts->tls;
     s->stats = opts->stats;
+    s->need =
+        opts->agree > 0 && opts->agree <= s->n ? opts->agree : s->n / 2 + 1;
     s->cbs = *cbs;
     s->data = data;
     uv_timer_init(loop, &s->q_timer);

@@ -6,8 +6,10 @@
  * get-master-addr-by-name (at start, every 2 s, and at once whenever the
  * store's connection says the address failed), and holds a subscription
  * to +switch-master on one sentinel, so that a failover is heard of as
- * soon as the sentinels announce it. It tells its owner through a
- * callback when the address changes; the owner (redis.c) passes
+ * soon as the sentinels announce it. An address is taken only once
+ * opts->agree sentinels (a majority by default) name it, since the data
+ * nodes' password is sent there before the node can be asked anything.
+ * It tells its owner through a callback when the address changes; the owner (redis.c) passes
  * rls_redis_sentinel_addr and rls_redis_sentinel_stale to its connection
  * (redis_conn.h's opts->addr and addr_stale), which reads the address
  * before every connect. It knows nothing of batches.
@@ -47,6 +49,10 @@ typedef struct rls_redis_sentinel_opts_s {
     uint64_t timeout_ms;
     /* Where master switches are counted (the owner's store stats). */
     rls_store_stats_t *stats;
+    /* How many sentinels' last answers must name an address before it is
+     * taken (and the data nodes' password sent there): 1 to n; 0 (or out
+     * of range) means a majority, n / 2 + 1. */
+    int agree;
 } rls_redis_sentinel_opts_t;
 
 typedef struct rls_redis_sentinel_cbs_s {

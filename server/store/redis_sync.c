@@ -3,7 +3,11 @@
  * Plain connections are hiredis's own blocking context. Over TLS the
  * socket is made non-blocking and each step waits with poll() for at
  * most the timeout: the same session code as the async store
- * (redis_tls.c), so both speak TLS the same way. */
+ * (redis_tls.c), so both speak TLS the same way. Either way the reader
+ * works under the data nodes' cap (redis_reply_alloc.h), checked after
+ * every read, so a reply hiredis 0.14 would buffer without end (a
+ * "$4000000000" header, a line that never ends) fails the connection
+ * instead; replies keep hiredis's own objects (freeReplyObject). */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -15,11 +19,13 @@
 #include <hiredis/sds.h>
 
 #include "rl_error.h"
+#include "store/redis_reply_alloc.h"
 #include "store/redis_sync.h"
 
 struct rls_redis_sync_s {
     redisContext *rc;
     rls_redis_tls_conn_t *tls; /* NULL: plain */
+    rls_redis_reply_cap_t cap;
     int timeout_ms;
     char why[RLS_REDIS_TLS_WHY_MAX];
 };
@@ -80,6 +86,7 @@ rls_redis_sync_t *rls_redis_sync_connect(const char *host, int port,
         goto fail;
     }
     redisSetTimeout(s->rc, tv);
+    rls_redis_reply_cap_wrap(s->rc->reader, &s->cap, RLS_REDIS_CAP_NODE, NULL);
     if (tls == NULL)
         return s;
     if ((s->tls = rls_redis_tls_conn_new(tls, host)) == NULL) {
@@ -128,29 +135,63 @@ static void feed(void *arg, const char *p, size_t n)
     redisReaderFeed(arg, p, n);
 }
 
+/* The reader failed the reply, or the cap did: says why. Returns NULL. */
+static redisReply *reply_failed(rls_redis_sync_t *s)
+{
+    if (s->cap.over)
+        snprintf(s->why, sizeof(s->why),
+                 "a reply went past the cap (%zu bytes, %zu a line)",
+                 s->cap.max, (size_t)RLS_REDIS_LINE_MAX);
+    else
+        snprintf(s->why, sizeof(s->why), "%s",
+                 s->rc->errstr[0] ? s->rc->errstr : "no reply");
+    return NULL;
+}
+
+/* hiredis's redisGetReply for a blocking context, with the cap checked
+ * after each read (hiredis reads at most 16 KiB at a time). */
+static redisReply *plain_reply(rls_redis_sync_t *s)
+{
+    redisContext *c = s->rc;
+    void *reply = NULL;
+    int done = 0;
+
+    if (redisGetReplyFromReader(c, &reply) != REDIS_OK)
+        return reply_failed(s);
+    if (reply != NULL)
+        return reply;
+    do
+        if (redisBufferWrite(c, &done) != REDIS_OK)
+            return reply_failed(s);
+    while (!done);
+    for (;;) {
+        if (redisBufferRead(c) != REDIS_OK ||
+            redisGetReplyFromReader(c, &reply) != REDIS_OK)
+            return reply_failed(s);
+        if (reply != NULL)
+            return reply;
+        if (rls_redis_reply_cap_check(&s->cap, c->reader) != 0)
+            return reply_failed(s);
+    }
+}
+
 redisReply *rls_redis_sync_reply(rls_redis_sync_t *s)
 {
     void *reply = NULL;
     int rc;
 
     s->why[0] = '\0';
-    if (s->tls == NULL) {
-        if (redisGetReply(s->rc, &reply) != REDIS_OK || reply == NULL) {
-            snprintf(s->why, sizeof(s->why), "%s",
-                     s->rc->errstr[0] ? s->rc->errstr : "no reply");
-            return NULL;
-        }
-        return reply;
-    }
+    if (s->tls == NULL)
+        return plain_reply(s);
     if (tls_send(s) != 0)
         return NULL;
     for (;;) {
-        if (redisGetReplyFromReader(s->rc, &reply) != REDIS_OK) {
-            snprintf(s->why, sizeof(s->why), "%s", s->rc->errstr);
-            return NULL;
-        }
+        if (redisGetReplyFromReader(s->rc, &reply) != REDIS_OK)
+            return reply_failed(s);
         if (reply != NULL)
             return reply;
+        if (rls_redis_reply_cap_check(&s->cap, s->rc->reader) != 0)
+            return reply_failed(s);
         if (wait_fd(s, POLLIN) != 0)
             return NULL;
         rc = rls_redis_tls_conn_read(s->tls, s->rc->fd, feed, s->rc->reader);

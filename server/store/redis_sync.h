@@ -34,8 +34,9 @@ int rls_redis_sync_append(rls_redis_sync_t *s, int argc, const char **argv,
 
 /* Sends what is queued and waits for the next reply. Returns the reply
  * (the caller frees it with freeReplyObject; an error reply is a reply),
- * or NULL when the connection failed or timed out: rls_redis_sync_errstr
- * says why and the connection is of no further use. */
+ * or NULL when the connection failed or timed out, or the reply went past
+ * RLS_REDIS_CAP_NODE (redis_reply_alloc.h): rls_redis_sync_errstr says
+ * why and the connection is of no further use. */
 redisReply *rls_redis_sync_reply(rls_redis_sync_t *s);
 
 /* append then reply. */

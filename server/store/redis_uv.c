@@ -9,6 +9,7 @@
 #include <hiredis/sds.h>
 
 #include "rl_error.h"
+#include "store/redis_reply_alloc.h"
 #include "store/redis_uv.h"
 
 /* Exported by libhiredis 0.14 but not declared in its headers: parses
@@ -31,6 +32,9 @@ typedef struct uvev_s {
     void *arg;
     rls_redis_tls_conn_t *tls; /* NULL: plain */
     int phase;                 /* with tls */
+    int capped;                /* cap below is in force */
+    rls_redis_reply_cap_t cap; /* what one reply may hold */
+    char cap_why[80];          /* why, once a reply went past the cap */
 } uvev_t;
 
 /* Hands the wanted events to libuv, if they changed. Every uv_poll_start
@@ -41,15 +45,16 @@ typedef struct uvev_s {
  * held and only the net change is applied, usually none. */
 static void commit(uvev_t *e);
 
-/* ---- TLS ----------------------------------------------------------------*/
+/* ---- failing a context; TLS --------------------------------------------*/
 
-/* Fails the context as hiredis fails one after an I/O error, with `why`
+/* Fails the context (over TLS, or a reply past the cap on either
+ * transport) as hiredis fails one after an I/O error, with `why`
  * as its error: a connect not yet reported fires the connect callback
  * with REDIS_ERR (hiredis's failed connect), then every pending reply
  * fires with NULL and, if it was connected, the disconnect callback. From
  * inside a hiredis callback the free waits until that callback returns
  * (REDIS_FREEING). */
-static void tls_fail(uvev_t *e, const char *why)
+static void ctx_fail(uvev_t *e, const char *why)
 {
     redisAsyncContext *ac = e->ac;
     redisContext *c = &ac->c;
@@ -84,7 +89,17 @@ static void tls_write(uvev_t *e)
     else if (taken > 0)
         sdsrange(c->obuf, (int)taken, -1);
     if (rc != 0)
-        tls_fail(e, rls_redis_tls_conn_why(e->tls));
+        ctx_fail(e, rls_redis_tls_conn_why(e->tls));
+}
+
+/* After a read: a reply past the cap fails the connection (the
+ * reconnect path of whoever owns it). Returns nonzero if it did. */
+static int cap_failed(uvev_t *e)
+{
+    if (!e->capped || rls_redis_reply_cap_check(&e->cap, e->ac->c.reader) == 0)
+        return 0;
+    ctx_fail(e, e->cap_why);
+    return 1;
 }
 
 static void feed(void *arg, const char *p, size_t n)
@@ -104,8 +119,10 @@ static void tls_read(uvev_t *e)
     /* Replies that came before an end of file are answered first. The
      * callbacks may free the context. */
     redisProcessCallbacks(ac);
+    if (!tls_done(e) && cap_failed(e))
+        return;
     if (rc != 0 && !tls_done(e))
-        tls_fail(e, rls_redis_tls_conn_why(e->tls));
+        ctx_fail(e, rls_redis_tls_conn_why(e->tls));
 }
 
 /* The TLS context's poll events, by phase. */
@@ -121,7 +138,7 @@ static void tls_poll(uvev_t *e, int events)
         if (getsockopt(ac->c.fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
             err = errno;
         if (err != 0) {
-            tls_fail(e, strerror(err));
+            ctx_fail(e, strerror(err));
             return;
         }
         if (!(events & UV_WRITABLE))
@@ -133,7 +150,7 @@ static void tls_poll(uvev_t *e, int events)
         if (rc == RL_EAGAIN)
             return;
         if (rc != 0) {
-            tls_fail(e, rls_redis_tls_conn_why(e->tls));
+            ctx_fail(e, rls_redis_tls_conn_why(e->tls));
             return;
         }
         /* Connected, as hiredis would say on its first writable event;
@@ -185,9 +202,14 @@ static void on_poll(uv_poll_t *h, int status, int events)
     if (e->ac != NULL && e->tls != NULL) {
         tls_poll(e, events);
     } else {
-        if (e->ac != NULL && (events & UV_READABLE))
+        /* hiredis reads at most 16 KiB a call: past the cap by that much
+         * at most when the check fails the connection. */
+        if (e->ac != NULL && (events & UV_READABLE)) {
             redisAsyncHandleRead(e->ac);
-        if (e->ac != NULL && (events & UV_WRITABLE))
+            if (!tls_done(e))
+                cap_failed(e);
+        }
+        if (!tls_done(e) && (events & UV_WRITABLE))
             redisAsyncHandleWrite(e->ac);
     }
     e->held--;
@@ -315,6 +337,24 @@ int rls_redis_uv_use_tls(redisAsyncContext *ac, const rls_redis_tls_t *tls,
     e->phase = TLS_TCP;
     commit(e);
     return 0;
+}
+
+void rls_redis_uv_cap(redisAsyncContext *ac, size_t max, uint64_t *count)
+{
+    uvev_t *e = ac->ev.data;
+
+    rls_redis_reply_cap_attach(ac->c.reader, &e->cap, max, count);
+    snprintf(e->cap_why, sizeof(e->cap_why),
+             "a reply went past the cap (%zu bytes, %zu a line)", max,
+             max < RLS_REDIS_LINE_MAX ? max : RLS_REDIS_LINE_MAX);
+    e->capped = 1;
+}
+
+const char *rls_redis_uv_cap_why(const redisAsyncContext *ac)
+{
+    const uvev_t *e = ac->ev.data;
+
+    return e != NULL && e->capped && e->cap.over ? e->cap_why : NULL;
 }
 
 const char *rls_redis_uv_timeout_why(const redisAsyncContext *ac)

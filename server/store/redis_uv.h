@@ -42,6 +42,20 @@ int rls_redis_uv_attach(redisAsyncContext *ac, uv_loop_t *loop,
 int rls_redis_uv_use_tls(redisAsyncContext *ac, const rls_redis_tls_t *tls,
                          const char *host);
 
+/* Caps what one reply on an attached context may make us hold at max
+ * bytes of unread input and as much of reply objects (redis_reply_alloc.h:
+ * replies are then built by rls_redis_reply_fns). A reply past it, or a
+ * string header announcing more, fails the connection as an I/O error
+ * does (every pending reply with NULL, then the disconnect callback) and
+ * counts one in *count (may be NULL); rls_redis_uv_cap_why then says so.
+ * Call before the first reply. */
+void rls_redis_uv_cap(redisAsyncContext *ac, size_t max, uint64_t *count);
+
+/* "a reply went past the cap (N bytes, L a line)" once the cap failed ac's
+ * connection (hiredis's own error text then says "Out of memory"), else NULL.
+ * Valid in ac's callbacks, the disconnect callback included. */
+const char *rls_redis_uv_cap_why(const redisAsyncContext *ac);
+
 /* Why a connection whose handshake ran out of time failed, for the log:
  * "connect timed out", or over TLS, while the TLS handshake was still
  * running (a plaintext Redis waits for a line that never comes), says

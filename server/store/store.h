@@ -208,6 +208,10 @@ typedef struct rls_store_stats_s {
     uint64_t timeouts;     /* batches failed by timeout */
     uint64_t reconnects;   /* successful (re)connections after the first */
     uint64_t master_switches; /* Sentinel: the master moved (redis.c) */
+    /* Connections dropped because a reply went past its cap
+     * (redis_reply_alloc.h): a data node's, a sentinel's. */
+    uint64_t reply_over_cap;
+    uint64_t sentinel_reply_over_cap;
     uint64_t rtt_us_last;  /* round trip of the last answered batch */
     rls_hist_t rtt_us;     /* round trips of answered batches */
     /* The memory store's budget (--memory-max); all 0 in the Redis store. */

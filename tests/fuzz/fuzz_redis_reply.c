@@ -16,7 +16,13 @@
  *   - on RL_OK every op has err, or admitted <= ncosts and nqwin <= 8 with
  *     qwin inside that op's own slot of the array; errs.failed counts the
  *     ops with err RL_ESTORE, by kind too, and errs.elsewhere those with
- *     RLS_REDIS_ENOTHERE; errs.text is the reply's last element.
+ *     RLS_REDIS_ENOTHERE; errs.text is the reply's last element;
+ *   - under a cap (rls_redis_reply_cap_attach, its size and a split of
+ *     the bytes taken from the input), fed in two reads with the check
+ *     after each as redis_uv.c does: the check says 0 or RL_EFULL, and
+ *     RL_EFULL again once it said so; the objects never take more than
+ *     the cap; an over is counted exactly once; and a reply that never
+ *     went over reads exactly as without the cap.
  *
  * Built two ways (tests/fuzz/CMakeLists.txt, tests/fuzz/run.sh): with
  * clang's libFuzzer, and with RL_FUZZ_REPLAY as a plain program that runs
@@ -39,7 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define CHECK(cond)                                                            \
     do {                                                                       \
         if (!(cond)) {                                                         \
-            fprintf(stderr, "fuzz_redis_reply: %s:%d: %s\n", __FILE__,        \
+            fprintf(stderr, "fuzz_redis_reply: %s:%d: %s\n", __FILE__,         \
                     __LINE__, #cond);                                          \
             abort();                                                           \
         }                                                                      \
@@ -93,6 +99,46 @@ static int parse(const uint8_t *p, size_t len, size_t n, rls_redis_errs_t *e,
     return rls_redis_parse_reply(*rep, ops, n, qwin, e);
 }
 
+/* The same bytes under a cap of max bytes, in two reads split at cut.
+ * Returns 1 when a reply came whole, 0 when none did, -1 when hiredis
+ * failed the bytes; *over whether the cap refused them. */
+static int capped(const uint8_t *p, size_t len, size_t max, size_t cut,
+                  int *over)
+{
+    redisReader *rd = redisReaderCreate();
+    rls_redis_reply_cap_t cap;
+    uint64_t count = 0;
+    void *rep = NULL;
+    size_t part[2] = {cut, len - cut}, at = 0;
+    int i, got = 0, rc, was = 0;
+
+    CHECK(rd != NULL);
+    rls_redis_reply_cap_attach(rd, &cap, max, &count);
+    for (i = 0; i < 2 && got == 0; i++) {
+        CHECK(redisReaderFeed(rd, (const char *)p + at, part[i]) == REDIS_OK);
+        at += part[i];
+        if (redisReaderGetReply(rd, &rep) != REDIS_OK)
+            got = -1;
+        else if (rep != NULL)
+            got = 1;
+        CHECK(cap.used <= max);
+        rc = rls_redis_reply_cap_check(&cap, rd);
+        CHECK(rc == 0 || rc == RL_EFULL);
+        CHECK(!was || rc == RL_EFULL);
+        was = rc == RL_EFULL;
+        CHECK(count == (uint64_t)(cap.over != 0));
+        if (was)
+            break;
+    }
+    /* Over stays over, and is not counted twice. */
+    if (was)
+        CHECK(rls_redis_reply_cap_check(&cap, rd) == RL_EFULL && count == 1);
+    *over = cap.over;
+    rls_redis_reply_fns.freeObject(rep);
+    redisReaderFree(rd);
+    return got;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     rls_redis_errs_t e, e2;
@@ -103,8 +149,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if ((h = shape(data, size, &n)) == 0)
         return 0;
     rc = parse(data + h, size - h, n, &e, &rep);
-    CHECK(rc == RL_OK || rc == RLS_REDIS_LATE || rc == RL_EINVAL ||
-          rc == -100);
+    CHECK(rc == RL_OK || rc == RLS_REDIS_LATE || rc == RL_EINVAL || rc == -100);
     if (rc == RLS_REDIS_LATE) {
         for (i = 0; i < n; i++)
             CHECK(ops[i].admitted == SENTINEL && ops[i].err == 12345);
@@ -146,6 +191,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     shape(data, size, &n);
     rc2 = parse(data + h, size - h, n, &e2, &rep2);
     CHECK(rc2 == rc);
+    /* Under a cap of 64 to 16,384 bytes, split where the input says. */
+    {
+        size_t max = 64 * (1 + (size_t)data[0] / 4 % 256);
+        size_t cut = (size - h) > 0 ? (size_t)data[size - 1] % (size - h) : 0;
+        int over, got = capped(data + h, size - h, max, cut, &over);
+
+        if (!over)
+            CHECK((got == 1) == (rc != -100));
+    }
     rls_redis_reply_fns.freeObject(rep);
     rls_redis_reply_fns.freeObject(rep2);
     return 0;

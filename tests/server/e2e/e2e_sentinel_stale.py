@@ -166,10 +166,14 @@ def main():
         f.write(SENT_PW + "\n")
     sentinels = ",".join("127.0.0.1:%d" % f.server_address[1]
                          for f in (bad, nil, fake))
+    # One sentinel of three names anything at all here, so an address is
+    # taken from one (--redis-sentinel-agree 1); the default, a majority,
+    # is e2e_sentinel_agree's.
     p, got, log = fx.start_server(RL_SERVER, TMP, "stale", [
         "--redis-sentinel", sentinels, "--redis-sentinel-master", "mymaster",
         "--redis-sentinel-password-file", spwfile,
-        "--redis-password-file", pwfile], PROCS)
+        "--redis-password-file", pwfile, "--redis-sentinel-agree", "1"],
+        PROCS)
     mp = got["metrics"]
 
     # 1. The stale address: ROLE slave, dropped, asked again.

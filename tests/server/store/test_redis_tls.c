@@ -1,7 +1,9 @@
 /* The TLS transport under hiredis (redis_uv.c over redis_tls.c) against
  * peers that fail it: one that closes at once, one that cuts the
  * handshake midway, a plaintext server on a TLS connection, one that
- * answers one of three commands and closes; and one that serves a
+ * answers one of three commands and closes; one that answers one, then
+ * streams an endless "$4000000000" reply (dropped at the reply cap,
+ * rls_redis_uv_cap, before a MiB of it is read); and one that serves a
  * thousand pipelined commands, sent through hold/release's write-now path,
  * and must answer them all. Each peer is a blocking thread (OpenSSL on a
  * socket BIO, with a certificate made here), the client the store's own
@@ -18,6 +20,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,10 +41,14 @@
 
 #define NCMD_MAX 1000
 
-enum { CLOSE_AT_ONCE, CUT_MIDWAY, PLAINTEXT, ONE_THEN_CLOSE, SERVE };
+enum { CLOSE_AT_ONCE, CUT_MIDWAY, PLAINTEXT, ONE_THEN_CLOSE, SERVE, ENDLESS };
+
+/* What ENDLESS streams at most, if the client never stops it. */
+#define ENDLESS_MAX ((size_t)256 << 20)
 
 typedef struct peer_s {
     int kind, lfd, port, ncmd;
+    size_t sent;  /* ENDLESS: bytes of the endless reply written */
     SSL_CTX *ctx; /* the server's, for ONE_THEN_CLOSE and SERVE */
     pthread_t th;
 } peer_t;
@@ -126,6 +133,21 @@ static void *peer_main(void *arg)
         while (recv(fd, buf, sizeof(buf), 0) > 0)
             ;
         break;
+    case ENDLESS: {
+        static const char head[] = "+PONG\r\n$4000000000\r\n";
+
+        ssl = SSL_new(p->ctx);
+        SSL_set_fd(ssl, fd);
+        if (SSL_accept(ssl) == 1 && SSL_read(ssl, buf, sizeof(buf)) > 0 &&
+            SSL_write(ssl, head, (int)sizeof(head) - 1) > 0) {
+            memset(buf, 'x', sizeof(buf));
+            while (p->sent < ENDLESS_MAX &&
+                   (n = SSL_write(ssl, buf, sizeof(buf))) > 0)
+                p->sent += (size_t)n;
+        }
+        SSL_free(ssl);
+        break;
+    }
     case ONE_THEN_CLOSE:
     case SERVE:
         ssl = SSL_new(p->ctx);
@@ -161,7 +183,7 @@ static void peer_start(peer_t *p, int kind, int ncmd)
     memset(p, 0, sizeof(*p));
     p->kind = kind;
     p->ncmd = ncmd;
-    if (kind == ONE_THEN_CLOSE || kind == SERVE)
+    if (kind == ONE_THEN_CLOSE || kind == SERVE || kind == ENDLESS)
         p->ctx = server_ctx();
     p->lfd = socket(AF_INET, SOCK_STREAM, 0);
     assert_true(p->lfd >= 0);
@@ -340,6 +362,39 @@ static void test_one_reply_then_close(void **state)
     cli_end(&c, tls);
 }
 
+/* Up, one reply, then one that never ends, under a 1 MiB cap: the first
+ * command gets its reply, the other two NULL once each; the connection
+ * is failed as by an I/O error (one disconnect callback), errstr and
+ * rls_redis_uv_cap_why say why, the over is counted once, and the peer
+ * could write no more than the cap and what the sockets buffer. */
+static void test_endless_reply(void **state)
+{
+    rls_redis_tls_t *tls;
+    uint64_t over = 0;
+    peer_t p;
+    cli_t c;
+
+    (void)state;
+    signal(SIGPIPE, SIG_IGN); /* the peer writes on after we close */
+    peer_start(&p, ENDLESS, 3);
+    cli_start(&c, &tls, p.port, 3);
+    rls_redis_uv_cap(c.ac, (size_t)1 << 20, &over);
+    run_until_closed(&c);
+    assert_int_equal(c.connects, 1);
+    assert_int_equal(c.connect_status, REDIS_OK);
+    assert_int_equal(c.oks, 1);
+    assert_int_equal(c.nulls, 2);
+    assert_int_equal(c.disconnects, 1);
+    assert_int_equal(over, 1);
+    print_message("reason: %s\n", c.why);
+    if (strstr(c.why, "a reply went past the cap (1048576 bytes") == NULL)
+        fail_msg("reason '%s'", c.why);
+    peer_join(&p);
+    print_message("the peer wrote %zu bytes of it\n", p.sent);
+    assert_true(p.sent < ((size_t)16 << 20));
+    cli_end(&c, tls);
+}
+
 /* Up, then a thousand commands through hold/release's write-now path
  * (the store's), a big pipelined write that leaves in pieces: all
  * answered, in order, once. Then the client lets go: nothing more fires. */
@@ -380,6 +435,7 @@ int main(void)
         cmocka_unit_test(test_cut_midway),
         cmocka_unit_test(test_plaintext_server),
         cmocka_unit_test(test_one_reply_then_close),
+        cmocka_unit_test(test_endless_reply),
         cmocka_unit_test(test_serves_pipeline),
     };
 

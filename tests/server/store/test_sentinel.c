@@ -192,6 +192,14 @@ static void test_flags(void **state)
                      "--redis-cluster", "127.0.0.1:7000"};
     char *bad_master[] = {"rl-server", "--redis-sentinel", "127.0.0.1:26379",
                           "--redis-sentinel-master", "my master"};
+    char *agree[] = {"rl-server",
+                     "--redis-sentinel",
+                     "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3",
+                     "--redis-sentinel-master",
+                     "m",
+                     "--redis-sentinel-agree",
+                     "3"};
+    char *agree_alone[] = {"rl-server", "--redis-sentinel-agree", "1"};
     int fd;
 
     (void)state;
@@ -227,6 +235,19 @@ static void test_flags(void **state)
     assert_non_null(strstr(err, "exclusive"));
     assert_int_equal(parse(&c, err, sizeof(err), 5, bad_master), RL_EINVAL);
     assert_non_null(strstr(err, "no spaces"));
+    /* --redis-sentinel-agree: 1 to the number of sentinels; unset (0),
+     * the sentinel layer takes a majority. */
+    assert_int_equal(parse(&c, err, sizeof(err), 5, agree), 0);
+    assert_int_equal(c.redis_sentinel_agree, 0);
+    assert_int_equal(parse(&c, err, sizeof(err), 7, agree), 0);
+    assert_int_equal(c.redis_sentinel_agree, 3);
+    agree[6] = "4";
+    assert_int_equal(parse(&c, err, sizeof(err), 7, agree), RL_EINVAL);
+    assert_non_null(strstr(err, "more sentinels than"));
+    agree[6] = "0";
+    assert_int_equal(parse(&c, err, sizeof(err), 7, agree), RL_EINVAL);
+    assert_int_equal(parse(&c, err, sizeof(err), 3, agree_alone), RL_EINVAL);
+    assert_non_null(strstr(err, "need --redis-sentinel"));
 }
 
 int main(void)
