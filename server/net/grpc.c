@@ -1348,9 +1348,8 @@ static int evict_one(rls_grpc_t *g, const gconn_t *keep)
     return 1;
 }
 
-static void on_connection(uv_stream_t *l, int status)
+void rls_grpc_accept(rls_grpc_t *g, uv_stream_t *l, int status)
 {
-    rls_grpc_t *g = l->data;
     nghttp2_settings_entry iv[3];
     gconn_t *c;
 
@@ -1423,6 +1422,11 @@ static void on_connection(uv_stream_t *l, int status)
     start_reading(c);
     if (!c->closing)
         mark_dirty(c);
+}
+
+static void on_connection(uv_stream_t *l, int status)
+{
+    rls_grpc_accept(l->data, l, status);
 }
 
 /* Waiting on the server (a call at the store, an answer to draw or
@@ -1734,12 +1738,12 @@ int rls_grpc_metrics(const rls_grpc_t *g, rl_buf_t *out)
     static const char *const descriptor_codes[] = {"unknown", "ok",
                                                    "over_limit"};
     static const char *const closes[] = {
-        "idle",    "protocol", "headers",       "output", "output_timeout",
-        "evicted", "partial_memory"};
+        "idle",           "protocol", "headers",       "output",
+        "output_timeout", "evicted",  "partial_memory"};
     const rls_grpc_stats_t *s = &g->stats;
     const rls_envoy_stats_t *e = &g->ctx.stats;
-    const uint64_t closed[] = {s->conns_idle,    s->conns_protocol,
-                               s->conns_headers, s->conns_output,
+    const uint64_t closed[] = {s->conns_idle,           s->conns_protocol,
+                               s->conns_headers,        s->conns_output,
                                s->conns_output_timeout, s->conns_evicted,
                                s->conns_memory};
     size_t i;
@@ -1754,8 +1758,8 @@ int rls_grpc_metrics(const rls_grpc_t *g, rl_buf_t *out)
                         "gRPC calls of Envoy's ShouldRateLimit answered, by "
                         "grpc-status."));
     for (i = 0; i < sizeof(codes) / sizeof(codes[0]); i++)
-        TRY(rls_prom_sample(out, "rl_grpc_calls_total", "status",
-                            codes[i].name, s->calls[codes[i].code]));
+        TRY(rls_prom_sample(out, "rl_grpc_calls_total", "status", codes[i].name,
+                            s->calls[codes[i].code]));
     TRY(rls_prom_counter(out, "rl_grpc_http_errors_total",
                          "gRPC-listener requests answered with an HTTP "
                          "error (not gRPC: 415).",
@@ -1809,8 +1813,7 @@ int rls_grpc_metrics(const rls_grpc_t *g, rl_buf_t *out)
                        "deferred to the next round.",
                        g->held));
     TRY(rls_prom_gauge(out, "rl_grpc_output_bytes",
-                       "Memory held by gRPC answers not yet sent.",
-                       g->owed));
+                       "Memory held by gRPC answers not yet sent.", g->owed));
 #undef TRY
     return RL_OK;
 }
