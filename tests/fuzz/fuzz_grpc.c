@@ -238,6 +238,7 @@ static unsigned next(prog_t *r)
 }
 
 #define PROG_OUT_MAX (1u << 20) /* bytes one program may build */
+#define PIECES_MAX 512          /* pieces of the chosen size, per input */
 #define FIELDS_MAX 32
 
 enum {
@@ -404,7 +405,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static const uint8_t settings[9] = {0, 0, 0, 4, 0, 0, 0, 0, 0};
     uint8_t mode;
-    size_t off = 0, piece;
+    size_t off = 0, piece, pieces = 0;
     int fd, i, closed = 0;
     h2r_t prog;
 
@@ -416,7 +417,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     data++;
     size--;
     /* Pieces of 1 to 241 bytes, stepping the loop after each; 31: all
-     * at once (as much as the socket takes), for reads of many KiB. */
+     * at once (as much as the socket takes), for reads of many KiB. After
+     * PIECES_MAX pieces the rest goes all at once: a program can build
+     * up to PROG_OUT_MAX bytes, and sending those a byte a step (a send,
+     * a loop step, a read, a recv each) took the target's time: 5% of the
+     * corpus' inputs made 80% of its steps, and it ran at 200 inputs a
+     * second. */
     piece = (mode >> 2) & 31;
     piece = piece == 31 ? SIZE_MAX : piece * 8 + 1;
     if (mode & 0x80) {
@@ -439,6 +445,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break; /* the server closed it */
         if (w > 0)
             off += (size_t)w;
+        if (++pieces == PIECES_MAX)
+            piece = SIZE_MAX;
         step();
         drain(fd);
     }
