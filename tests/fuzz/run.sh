@@ -139,7 +139,9 @@ run_one() {
     f=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -1)
     if [ -n "$f" ] && [ -f "$f" ]; then
         min="$f.min"
+        # shellcheck disable=SC2046,SC2086
         "$out/fuzz_$t" -minimize_crash=1 -max_total_time=60 \
+            -max_len="$(max_len "$t")" $(own_flags "$t") ${FUZZ_FLAGS:-} \
             -exact_artifact_path="$min" "$f" >"$log.min" 2>&1
         [ -s "$min" ] || cp "$f" "$min"
         cp "$min" "tests/fuzz/corpus/$t/crash-$(sha1sum "$min" | cut -c1-40)"
