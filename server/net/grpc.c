@@ -1380,9 +1380,8 @@ static int h2_start(gconn_t *c)
     return 0;
 }
 
-static void on_connection(uv_stream_t *l, int status)
+void rls_grpc_accept(rls_grpc_t *g, uv_stream_t *l, int status)
 {
-    rls_grpc_t *g = l->data;
     gconn_t *c;
     int rc;
 
@@ -1459,6 +1458,11 @@ static void on_connection(uv_stream_t *l, int status)
     start_reading(c);
     if (!c->closing)
         mark_dirty(c);
+}
+
+static void on_connection(uv_stream_t *l, int status)
+{
+    rls_grpc_accept(l->data, l, status);
 }
 
 /* Waiting on the server (a call at the store, an answer to draw or
@@ -1770,12 +1774,12 @@ int rls_grpc_metrics(const rls_grpc_t *g, rl_buf_t *out)
     static const char *const descriptor_codes[] = {"unknown", "ok",
                                                    "over_limit"};
     static const char *const closes[] = {
-        "idle",    "protocol", "headers",       "output", "output_timeout",
-        "evicted", "partial_memory"};
+        "idle",           "protocol", "headers",       "output",
+        "output_timeout", "evicted",  "partial_memory"};
     const rls_grpc_stats_t *s = &g->stats;
     const rls_envoy_stats_t *e = &g->ctx.stats;
-    const uint64_t closed[] = {s->conns_idle,    s->conns_protocol,
-                               s->conns_headers, s->conns_output,
+    const uint64_t closed[] = {s->conns_idle,           s->conns_protocol,
+                               s->conns_headers,        s->conns_output,
                                s->conns_output_timeout, s->conns_evicted,
                                s->conns_memory};
     size_t i;
@@ -1790,8 +1794,8 @@ int rls_grpc_metrics(const rls_grpc_t *g, rl_buf_t *out)
                         "gRPC calls of Envoy's ShouldRateLimit answered, by "
                         "grpc-status."));
     for (i = 0; i < sizeof(codes) / sizeof(codes[0]); i++)
-        TRY(rls_prom_sample(out, "rl_grpc_calls_total", "status",
-                            codes[i].name, s->calls[codes[i].code]));
+        TRY(rls_prom_sample(out, "rl_grpc_calls_total", "status", codes[i].name,
+                            s->calls[codes[i].code]));
     TRY(rls_prom_counter(out, "rl_grpc_http_errors_total",
                          "gRPC-listener requests answered with an HTTP "
                          "error (not gRPC: 415).",
@@ -1845,8 +1849,7 @@ int rls_grpc_metrics(const rls_grpc_t *g, rl_buf_t *out)
                        "deferred to the next round.",
                        g->held));
     TRY(rls_prom_gauge(out, "rl_grpc_output_bytes",
-                       "Memory held by gRPC answers not yet sent.",
-                       g->owed));
+                       "Memory held by gRPC answers not yet sent.", g->owed));
 #undef TRY
     return RL_OK;
 }

@@ -69,6 +69,13 @@ typedef struct rls_grpc_s rls_grpc_t;
 int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_flags_t *cfg,
                    rls_batcher_t *batcher, char *err, size_t errlen);
 
+/* Accepts the connection waiting on listener (status: its connection
+ * callback's) as one of g's, served and closed like those of g's own
+ * listener. g's listener's callback goes here; the fuzz target calls it
+ * from a listener of its own on a Unix socket, which cannot run out of
+ * ports as loopback TCP does. */
+void rls_grpc_accept(rls_grpc_t *g, uv_stream_t *listener, int status);
+
 /* The listener as a front end (net/frontend.h); its on_empty is called
  * when the last connection closed after goaway. */
 rls_frontend_t *rls_grpc_frontend(rls_grpc_t *g);

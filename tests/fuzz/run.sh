@@ -1,170 +1,186 @@
 #!/usr/bin/env bash
-# Coverage-guided fuzzing of the request path with clang's libFuzzer, for a
-# bounded time (default 60 s); crashes land in tests/fuzz/artifacts/.
-#   tests/fuzz/run.sh [SECONDS]
-set -euo pipefail
+# Coverage-guided fuzzing of every target with clang's libFuzzer (ASan and
+# UBSan, UBSan fatal), each for a bounded time.
+#
+#   tests/fuzz/run.sh [-j JOBS] [SECONDS] [TARGET...]
+#
+# SECONDS: how long each target runs (default 60). TARGET: which ones
+# (default all, in the order of TARGETS below). JOBS (or FUZZ_JOBS): how
+# many targets run at once (default 1; 2 on the two-core machine). Extra
+# libFuzzer flags go in FUZZ_FLAGS (e.g. FUZZ_FLAGS=-rss_limit_mb=4096).
+#
+# Every target runs even when another stops. Each one's output is in
+# build-fuzz/logs/TARGET.log, its growing corpus in build-fuzz/corpus/TARGET
+# (seeded from tests/fuzz/corpus/TARGET), what it found in
+# tests/fuzz/artifacts/TARGET/. A crash, leak, timeout or out-of-memory is
+# minimized (-minimize_crash=1) into tests/fuzz/corpus/TARGET/crash-SHA1,
+# where ctest replays it once its cause is fixed (tests/fuzz/CMakeLists.txt).
+# At the end, one line per target: runs, runs a second, libFuzzer's cov: and
+# ft: from its last stats line, and what it found. Exit status: 0 when no
+# target found anything, 1 otherwise, 2 when the build failed.
+set -uo pipefail
 cd "$(dirname "$0")/../.."
+
+TARGETS="request http check redis_reply rlm_batch conn envoy_conf rules grpc
+xds_conf handle cluster sentinel fitlog"
+
+jobs=${FUZZ_JOBS:-1}
+if [ "${1:-}" = -j ]; then
+    jobs=$2
+    shift 2
+fi
 secs=${1:-60}
-command -v clang >/dev/null || { echo "needs clang: apt-get install clang" >&2; exit 2; }
+[ $# -gt 0 ] && shift
+want=${*:-$TARGETS}
+
+command -v clang >/dev/null || {
+    echo "needs clang: apt-get install clang" >&2
+    exit 2
+}
+
+# What each target is built from besides its harness, its -max_len, and
+# libFuzzer flags of its own.
+extra_srcs() {
+    case $1 in
+    conn) echo tests/fuzz/fuzz_conn_store.c ;;
+    esac
+}
+max_len() {
+    case $1 in
+    http | check) echo 9000 ;;
+    handle) echo 600 ;;
+    sentinel) echo 1024 ;;
+    fitlog) echo 20000 ;;
+    *) echo 4096 ;;
+    esac
+}
+own_flags() {
+    case $1 in
+    conn | envoy_conf | rules | grpc | xds_conf) echo -timeout=20 ;;
+    esac
+}
+
 out=build-fuzz
-mkdir -p "$out" tests/fuzz/artifacts
-clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 \
-  -fsanitize=fuzzer,address,undefined -Ilib \
-  tests/fuzz/fuzz_request.c lib/buf.c lib/validate.c lib/error.c lib/frame.c \
-  lib/msg.c lib/window.c lib/hash.c -o "$out/fuzz_request"
-mkdir -p "$out/corpus"
-"$out/fuzz_request" -max_total_time="$secs" -max_len=4096 \
-  -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus"
+mkdir -p "$out/obj" "$out/logs" "$out/gen" "$out/store"
+cflags="-std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -g -O1
+  -fno-sanitize-recover=undefined -Ilib -Iserver -Iclient/fit
+  -Itests/support -I$out -I$out/gen
+  $(pkg-config --cflags libuv yaml-0.1 hiredis libnghttp2 libprotobuf-c)"
+libs="$(pkg-config --libs libuv yaml-0.1 hiredis libnghttp2 libprotobuf-c)
+  -lssl -lcrypto -lm"
+cflags=$(echo $cflags)
+libs=$(echo $libs)
 
-# The HTTP request-head parser (server/net/http.c), seeded from
-# tests/fuzz/corpus/http; heads up to a little over the 8 KiB limit.
-clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 \
-  -fsanitize=fuzzer,address,undefined -Ilib -Iserver \
-  tests/fuzz/fuzz_http.c server/net/http.c -o "$out/fuzz_http"
-mkdir -p "$out/corpus_http"
-"$out/fuzz_http" -max_total_time="$secs" -max_len=9000 \
-  -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus_http" tests/fuzz/corpus/http
+# ---- build: every source once into an archive, then one link a target ----
+build() {
+    local f o srcs objs=() stale=()
 
-# The /check request (server/net/http_check_query.c over server/net/http.c),
-# seeded from tests/fuzz/corpus/check; the first byte picks the options.
-clang -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -g -O1 \
-  -fsanitize=fuzzer,address,undefined -Ilib -Iserver \
-  tests/fuzz/fuzz_check.c server/net/http_check_query.c server/net/http.c \
-  lib/error.c lib/parse.c -o "$out/fuzz_check"
-mkdir -p "$out/corpus_check"
-"$out/fuzz_check" -max_total_time="$secs" -max_len=9000 \
-  -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus_check" tests/fuzz/corpus/check
+    sed 's/@PROJECT_VERSION@/fuzz/' server/version.h.in >"$out/version.h.new"
+    cmp -s "$out/version.h.new" "$out/version.h" ||
+        mv "$out/version.h.new" "$out/version.h"
+    # The Redis store's Lua scripts as C strings, as the CMake build makes
+    # them.
+    for f in server/store/*.lua; do
+        [ "$out/store/$(basename "$f").h" -nt "$f" ] ||
+            cmake -DIN="$f" -DOUT="$out/store/$(basename "$f").h" \
+                -P server/store/lua_embed.cmake || return 1
+    done
+    (cd proto && protoc-c --c_out="../$out/gen" \
+        envoy/service/ratelimit/v3/rls.proto \
+        envoy/extensions/common/ratelimit/v3/ratelimit.proto \
+        envoy/config/core/v3/base.proto envoy/type/v3/ratelimit_unit.proto \
+        google/protobuf/duration.proto google/protobuf/wrappers.proto \
+        envoy/service/discovery/v3/discovery.proto \
+        envoy/service/discovery/v3/ads.proto envoy/config/core/v3/node.proto \
+        ratelimit/config/ratelimit/v3/rls_conf.proto \
+        google/protobuf/any.proto google/protobuf/struct.proto \
+        google/rpc/status.proto) || return 1
+    srcs=$(find lib server "$out/gen" -name '*.c' ! -name main.c \
+        ! -name rl-ctl.c ! -path '*/redis_module/module.c' | sort)
+    srcs="$srcs client/fit/fit_log.c tests/support/h2raw.c"
+    for f in $srcs; do
+        o="$out/obj/$(echo "$f" | tr / _).o"
+        objs+=("$o")
+        # Rebuilt when the source or any header is newer (coarse, safe).
+        if [ ! "$o" -nt "$f" ] || [ -n "$(find lib server "$out/gen" \
+            client/fit tests/support -name '*.h' -newer "$o" | head -1)" ]; then
+            stale+=("$f $o")
+        fi
+    done
+    if [ ${#stale[@]} -gt 0 ]; then
+        printf '%s\n' "${stale[@]}" | xargs -P "$(nproc)" -L 1 sh -c \
+            "clang $cflags -fsanitize=fuzzer-no-link,address,undefined \
+             -c \"\$0\" -o \"\$1\"" || return 1
+        rm -f "$out/libfuzzsrc.a"
+    fi
+    [ -f "$out/libfuzzsrc.a" ] || ar rcs "$out/libfuzzsrc.a" "${objs[@]}" ||
+        return 1
+    for t in $want; do
+        # shellcheck disable=SC2046
+        clang $cflags -fsanitize=fuzzer,address,undefined \
+            "tests/fuzz/fuzz_$t.c" $(extra_srcs "$t") "$out/libfuzzsrc.a" \
+            $libs -o "$out/fuzz_$t" || return 1
+    done
+}
 
-# The Redis store's script reply: hiredis's reader with the store's reply
-# objects (server/store/redis_reply_alloc.c) and the parser (redis_parse.c),
-# seeded from tests/fuzz/corpus/redis_reply.
-clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 \
-  -fsanitize=fuzzer,address,undefined -Ilib -Iserver \
-  $(pkg-config --cflags libuv) \
-  tests/fuzz/fuzz_redis_reply.c server/store/redis_parse.c \
-  server/store/redis_reply_alloc.c server/store/store.c lib/window.c lib/hash.c lib/admit.c \
-  $(pkg-config --libs hiredis) -o "$out/fuzz_redis_reply"
-mkdir -p "$out/corpus_redis_reply"
-"$out/fuzz_redis_reply" -max_total_time="$secs" -max_len=4096 \
-  -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus_redis_reply" \
-  tests/fuzz/corpus/redis_reply
+# ---- run: one target; its summary line goes to $out/logs/TARGET.sum ----
+run_one() {
+    local t=$1 log="$out/logs/$1.log" art="tests/fuzz/artifacts/$1/"
+    local seeds="" rc found="" f min stats runs cov ft
 
-# The Redis module's batch (server/redis_module/rlm_batch.c) over the
-# target's own keyspace, seeded from tests/fuzz/corpus/rlm_batch.
-clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 \
-  -fsanitize=fuzzer,address,undefined -Iserver -Ilib \
-  tests/fuzz/fuzz_rlm_batch.c server/redis_module/rlm_batch.c lib/admit.c \
-  -lm \
-  -o "$out/fuzz_rlm_batch"
-mkdir -p "$out/corpus_rlm_batch"
-"$out/fuzz_rlm_batch" -max_total_time="$secs" -max_len=4096 \
-  -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus_rlm_batch" \
-  tests/fuzz/corpus/rlm_batch
+    mkdir -p "$out/corpus/$t" "$art"
+    [ -d "tests/fuzz/corpus/$t" ] && seeds="tests/fuzz/corpus/$t"
+    # shellcheck disable=SC2046,SC2086
+    "$out/fuzz_$t" -max_total_time="$secs" -max_len="$(max_len "$t")" \
+        -print_final_stats=1 $(own_flags "$t") ${FUZZ_FLAGS:-} \
+        -artifact_prefix="$art" "$out/corpus/$t" $seeds >"$log" 2>&1
+    rc=$?
+    # What it found: the artifact libFuzzer names in its log.
+    f=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -1)
+    if [ -n "$f" ] && [ -f "$f" ]; then
+        min="$f.min"
+        # shellcheck disable=SC2046,SC2086
+        "$out/fuzz_$t" -minimize_crash=1 -max_total_time=60 \
+            -max_len="$(max_len "$t")" $(own_flags "$t") ${FUZZ_FLAGS:-} \
+            -exact_artifact_path="$min" "$f" >"$log.min" 2>&1
+        [ -s "$min" ] || cp "$f" "$min"
+        cp "$min" "tests/fuzz/corpus/$t/crash-$(sha1sum "$min" | cut -c1-40)"
+        found="$(grep -o -m1 'ERROR: [A-Za-z]*Sanitizer: [a-z-]*\|ERROR: libFuzzer: [a-z-]*\|runtime error: .*\|fuzz_[a-z_]*: .*' "$log" | head -1)"
+        found="FOUND ${found:-exit $rc}: $f"
+    elif [ $rc -ne 0 ]; then
+        found="FAILED (exit $rc, no artifact): see $log"
+    fi
+    stats=$(grep -a '^#[0-9]*[[:space:]].*cov: ' "$log" | tail -1)
+    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+    [ -n "$runs" ] || runs=$(echo "$stats" | sed -n 's/^#\([0-9]*\).*/\1/p')
+    cov=$(echo "$stats" | sed -n 's/.* cov: \([0-9]*\).*/\1/p')
+    ft=$(echo "$stats" | sed -n 's/.* ft: \([0-9]*\).*/\1/p')
+    printf '%-12s %12s %8s %7s %7s  %s\n' "$t" "${runs:-0}" \
+        "$(( ${runs:-0} / (secs > 0 ? secs : 1) ))" "${cov:--}" "${ft:--}" \
+        "${found:-ok}" >"$out/logs/$t.sum"
+    [ -z "$found" ]
+}
 
-# fuzz_conn: the server's connections, batcher and policy runtime over a
-# real libuv loop (server sources as rls_core builds them, minus the stores,
-# listeners and server.c it does not use). Seeds: tests/fuzz/corpus/conn.
-sed 's/@PROJECT_VERSION@/fuzz/' server/version.h.in >"$out/version.h"
-# The Redis store's Lua scripts as C strings, as the CMake build makes them.
-mkdir -p "$out/store"
-for f in server/store/*.lua; do
-  cmake -DIN="$f" -DOUT="$out/store/$(basename "$f").h" \
-    -P server/store/lua_embed.cmake
+build || exit 2
+for t in $want; do
+    rm -f "$out/logs/$t.sum"
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do
+        wait -n
+    done
+    echo "fuzzing $t for ${secs}s" >&2
+    run_one "$t" &
 done
-clang -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -g -O1 \
-  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  -Ilib -Iserver -I"$out" tests/fuzz/fuzz_conn.c tests/fuzz/fuzz_conn_store.c \
-  server/batch.c server/decide.c server/fail_local.c server/store/memory.c \
-  server/prom.c server/prom_hist.c server/log.c \
-  server/util.c server/net/conn.c server/net/listen.c server/net/tls.c \
-  server/ossl.c server/flags.c \
-  server/policy/rules.c server/policy/limit.c server/policy/yaml_in.c \
-  server/policy/loader.c \
-  server/policy/runtime.c server/policy/file_in.c server/refusals.c \
-  server/store/store.c server/store/xop.c server/handle.c lib/*.c \
-  $(pkg-config --cflags --libs libuv yaml-0.1 hiredis) -lssl -lcrypto -lm \
-  -o "$out/fuzz_conn"
-mkdir -p "$out/corpus-conn"
-"$out/fuzz_conn" -max_total_time="$secs" -max_len=4096 -timeout=20 \
-  -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus-conn" \
-  tests/fuzz/corpus/conn
+wait
 
-# The --envoy-config loader (server/policy/envoy_conf.c), seeded from
-# tests/fuzz/corpus/envoy_conf; the rules file loader (rules.c), from
-# tests/fuzz/corpus/rules; and the --grpc input path (nghttp2, gRPC,
-# RateLimitRequest, batcher, memory store) over a real loop; and a control
-# plane's DiscoveryResponse (xds_conf.c), from tests/fuzz/corpus/xds_conf.
-# They need the server's sources and the protos' generated code.
-mkdir -p "$out/gen"
-(cd proto && protoc-c --c_out="../$out/gen" \
-  envoy/service/ratelimit/v3/rls.proto \
-  envoy/extensions/common/ratelimit/v3/ratelimit.proto \
-  envoy/config/core/v3/base.proto envoy/type/v3/ratelimit_unit.proto \
-  google/protobuf/duration.proto google/protobuf/wrappers.proto \
-  envoy/service/discovery/v3/discovery.proto \
-  envoy/service/discovery/v3/ads.proto envoy/config/core/v3/node.proto \
-  ratelimit/config/ratelimit/v3/rls_conf.proto google/protobuf/any.proto \
-  google/protobuf/struct.proto google/rpc/status.proto)
-srv=$(find server -name '*.c' ! -name main.c ! -name rl-ctl.c \
-  ! -path '*/redis_module/module.c')
-gen=$(find "$out/gen" -name '*.pb-c.c')
-for t in envoy_conf rules grpc xds_conf; do
-  extra=""
-  [ "$t" = grpc ] && extra="tests/support/h2raw.c -Itests/support"
-  clang -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -g -O1 \
-    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-    -Ilib -Iserver -I"$out" -I"$out/gen" "tests/fuzz/fuzz_$t.c" $extra \
-    $srv $gen lib/*.c \
-    $(pkg-config --cflags --libs libuv yaml-0.1 hiredis libnghttp2 \
-      libprotobuf-c) -lssl -lcrypto -lm -o "$out/fuzz_$t"
-  mkdir -p "$out/corpus-$t"
-  seeds=""
-  [ "$t" = envoy_conf ] && seeds=tests/fuzz/corpus/envoy_conf
-  [ "$t" = grpc ] && seeds=tests/fuzz/corpus/grpc
-  [ "$t" = rules ] && seeds=tests/fuzz/corpus/rules
-  [ "$t" = xds_conf ] && seeds=tests/fuzz/corpus/xds_conf
-  "$out/fuzz_$t" -max_total_time="$secs" -max_len=4096 -timeout=20 \
-    -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus-$t" $seeds
+status=0
+printf '%-12s %12s %8s %7s %7s  %s\n' target runs runs/s cov ft result
+for t in $want; do
+    if [ -f "$out/logs/$t.sum" ]; then
+        cat "$out/logs/$t.sum"
+        grep -q ' ok$' "$out/logs/$t.sum" || status=1
+    else
+        printf '%-12s did not report\n' "$t"
+        status=1
+    fi
 done
-
-# Reservation and lease handles (server/handle.c), seeded from
-# tests/fuzz/corpus/handle.
-clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 \
-  -fsanitize=fuzzer,address,undefined -Ilib -Iserver \
-  tests/fuzz/fuzz_handle.c server/handle.c -lcrypto -o "$out/fuzz_handle"
-mkdir -p "$out/corpus_handle"
-"$out/fuzz_handle" -max_total_time="$secs" -max_len=600 \
-  -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus_handle" \
-  tests/fuzz/corpus/handle
-
-# The Redis Cluster store's slot-map and redirection parsers
-# (server/store/redis_cluster_map.c), seeded from tests/fuzz/corpus/cluster.
-clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 \
-  -fsanitize=fuzzer,address,undefined -Ilib -Iserver \
-  tests/fuzz/fuzz_cluster.c server/store/redis_cluster_map.c lib/error.c \
-  $(pkg-config --cflags --libs hiredis) -o "$out/fuzz_cluster"
-mkdir -p "$out/corpus_cluster"
-"$out/fuzz_cluster" -max_total_time="$secs" -max_len=4096 \
-  -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus_cluster" \
-  tests/fuzz/corpus/cluster
-
-# What Redis Sentinel answers (server/store/redis_sentinel_parse.c), seeded
-# from tests/fuzz/corpus/sentinel.
-clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 \
-  -fsanitize=fuzzer,address,undefined -Ilib -Iserver \
-  tests/fuzz/fuzz_sentinel.c server/store/redis_sentinel_parse.c lib/error.c \
-  $(pkg-config --cflags --libs hiredis) -o "$out/fuzz_sentinel"
-mkdir -p "$out/corpus_sentinel"
-"$out/fuzz_sentinel" -max_total_time="$secs" -max_len=1024 \
-  -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus_sentinel" \
-  tests/fuzz/corpus/sentinel
-
-# rl-fit's access-log line parsers (client/fit/fit_log.c), seeded from
-# tests/fuzz/corpus/fitlog; byte 0 picks format, key expression and cost.
-clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 \
-  -fsanitize=fuzzer,address,undefined -Ilib -Iclient/fit \
-  tests/fuzz/fuzz_fitlog.c client/fit/fit_log.c -o "$out/fuzz_fitlog"
-mkdir -p "$out/corpus_fitlog"
-"$out/fuzz_fitlog" -max_total_time="$secs" -max_len=20000 \
-  -artifact_prefix=tests/fuzz/artifacts/ "$out/corpus_fitlog" \
-  tests/fuzz/corpus/fitlog
+exit $status
