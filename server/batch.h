@@ -115,7 +115,7 @@ typedef struct rls_batcher_s {
  * "...:i" / "...:e" for a limit without a rule (ns, decide.h), NUL-
  * terminated, at w (prefix_len + key_len + rule_len + 8 bytes) and returns
  * its length; *tag_len gets the length of "<prefix>{<caller>}". The keys of
- * an op's counters, markers and leases all start with it (store.h). */
+ * an op's counters, settled sets and leases all start with it (store.h). */
 size_t rls_op_key(const char *prefix, size_t prefix_len, const char *key,
                   size_t key_len, const char *rule, size_t rule_len, int ns,
                   uint8_t *w, size_t *tag_len);

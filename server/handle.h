@@ -6,7 +6,8 @@
  * the estimate, when it ends) and an HMAC-SHA256 tag (16 bytes) under a
  * secret every instance of a fleet shares (rls_hkey_t), so a client can
  * neither forge one nor change what it says; the store keeps only what
- * makes a settlement happen once (a marker) and the leases themselves.
+ * makes a settlement happen once (the caller's settled set) and the leases
+ * themselves.
  *
  * Layout, integers big-endian: version 1, kind ('R' or 'L'), flags, ns,
  * id 8, expires_at_ms 8, decided_at_ms 8, estimate 4, nwin 1, per window

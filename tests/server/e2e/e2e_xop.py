@@ -107,6 +107,8 @@ RULES = """rules:
       - {rate: 20/1h, burst: 20, algorithm: gcra}
   model:
     limits: [100/30d]
+  probe:
+    limits: [100/1m]
   exports:
     concurrency: %d
     lease: 2s
@@ -496,6 +498,99 @@ def store_timeout(ports, redis_port):
           % r4.used)
 
 
+def redis_cmd(port, *args):
+    """One command to the test's Redis; its reply decoded (bytes, int,
+    list, None; an error raised)."""
+    s = socket.create_connection(("127.0.0.1", port), 5)
+    s.settimeout(10)
+    out = b"*%d\r\n" % len(args)
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        out += b"$%d\r\n%s\r\n" % (len(a), a)
+    s.sendall(out)
+    f = s.makefile("rb")
+
+    def read():
+        line = f.readline()[:-2]
+        t, rest = line[:1], line[1:]
+        if t == b"+":
+            return rest
+        if t == b"-":
+            raise RuntimeError(rest.decode())
+        if t == b":":
+            return int(rest)
+        if t == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            v = f.read(n + 2)[:-2]
+            return v
+        if t == b"*":
+            n = int(rest)
+            return None if n < 0 else [read() for _ in range(n)]
+        raise RuntimeError("bad reply %r" % line)
+
+    try:
+        return read()
+    finally:
+        f.close()
+        s.close()
+
+
+def caller_keys(port, pattern):
+    """The keys matching pattern and what Redis says they hold."""
+    keys, cur = [], b"0"
+    while True:
+        cur, got = redis_cmd(port, "SCAN", cur, "MATCH", pattern, "COUNT",
+                             1000)
+        keys += got
+        if cur == b"0":
+            break
+    return keys, sum(redis_cmd(port, "MEMORY", "USAGE", k) or 0
+                     for k in keys)
+
+
+def reserve_refund_probe(c, redis_port, n=3000):
+    """Issue 40's finding 3: one connection reserving 1 and settling 0 in
+    a loop, on a rule of 100/min. Every reservation is granted (each
+    refund gives back what it took), but what the store then holds for
+    the caller is bounded by the rule: the settled ids of one set of at
+    most 100 (the rule's limit; 106 between trims), its floor and the
+    counter, not a marker
+    per settlement; the first handle, dropped from the set, is refused
+    rather than settled twice."""
+    granted = settled = 0
+    first = None
+    for _ in range(n):
+        r = c.ask(key="pr1", rule="probe", cost=1, op=Req.RESERVE)
+        if r.code != Resp.OK:
+            break
+        granted += 1
+        first = first or r.handle
+        if c.ask(op=Req.SETTLE, handle=r.handle, actual=0).code == Resp.OK:
+            settled += 1
+    check(granted == n and settled == n,
+          "reserve 1, settle 0, %d times: all granted and settled "
+          "(%d, %d)" % (n, granted, settled))
+    keys, mem = caller_keys(redis_port, "xop:{pr1}*")
+    print("     the caller's keys in Redis: %d, %d bytes" % (len(keys), mem),
+          flush=True)
+    # At most 106 ids between trims (a sixteenth more), some 64 bytes each
+    # in Redis's skiplist.
+    bound = 106 * 64 + 3 * 256
+    check(len(keys) <= 3 and mem <= bound,
+          "what Redis holds for the caller is bounded by its rule of 100: "
+          "%d keys (at most 3), %d bytes (at most %d)"
+          % (len(keys), mem, bound))
+    r = c.ask(op=Req.SETTLE, handle=first, actual=0)
+    check(r.code == Resp.ERROR and "already settled" in r.error,
+          "the first handle, long dropped from the set, is refused: '%s'"
+          % r.error)
+    r = c.ask(key="pr1", rule="probe", cost=1)
+    check(r.code == Resp.OK and r.used == 1,
+          "and nothing was refunded twice (used %d, want 1)" % r.used)
+
+
 def secret_after_flush(conns, store, redis_port):
     """Redis loses its data (FLUSHALL, as a restart without persistence
     would) and a new instance starts: it must not sign with a secret of
@@ -637,6 +732,7 @@ def main():
     leases_churn([p["listen"] for p in ports])
     http(ports)
     if redis_proc is not None:
+        reserve_refund_probe(conns[0], int(store[1].rsplit(":", 1)[1]))
         secret_after_flush(conns, store, int(store[1].rsplit(":", 1)[1]))
     stored_quota(conns, store)
     switches_and_metrics(conns, store, ports)
