@@ -69,8 +69,9 @@ typedef struct rls_batcher_s {
     uint64_t spread_ms;
     uint64_t rng;      /* xorshift64 state for the spread */
     int fail_open;     /* 1 open, 0 closed, RLS_FAIL_LOCAL */
-    /* Reservations and leases (decide.c): the fleet's handle secret and
-     * how long a reservation may wait for its settlement. */
+    /* Reservations and leases (decide.c): the handle secret (the fleet's
+     * file, or this instance's own) and how long a reservation may wait
+     * for its settlement. */
     rls_hkey_t hkey;
     uint64_t reserve_ttl_ms;
     /* Their store steps fail after xop_timeout_ms on this loop (NULL:

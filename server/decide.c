@@ -88,8 +88,7 @@ typedef struct {
 } xctx_t;
 
 static const char not_ready[] =
-    "not ready for reservations and leases: the fleet's handle secret is "
-    "not loaded yet (store unreachable)";
+    "not ready for reservations and leases: no handle secret";
 
 static void answer_error(rls_respond_fn respond, void *owner, uint64_t id,
                          const char *why)

@@ -53,7 +53,8 @@ typedef struct rls_handle_s {
     size_t key_len;
 } rls_handle_t;
 
-/* The fleet's shared secret. */
+/* The secret handles are signed with: the fleet's file, or this
+ * instance's own (never one kept in the store: server.c). */
 typedef struct rls_hkey_s {
     uint8_t k[32];
     int set;   /* 0 until loaded: handles are refused until then */
@@ -80,8 +81,9 @@ int rls_handle_decode(const uint8_t *p, size_t n, const rls_hkey_t *k,
 int rls_hkey_from_file(rls_hkey_t *k, const char *path, char *err,
                        size_t errlen);
 
-/* Sets k from 32 fresh random bytes, or from text (the store's copy:
- * SHA-256 of it). Return 0 or RL_EINVAL. */
+/* Sets k from 32 fresh random bytes (an instance without
+ * --handle-secret-file), or from text (SHA-256 of it; the fuzzers' fixed
+ * secrets). Return 0 or RL_EINVAL. */
 int rls_hkey_random(rls_hkey_t *k);
 void rls_hkey_from_text(rls_hkey_t *k, const char *s, size_t n);
 

@@ -22,6 +22,8 @@ Fail-open: with the store gone, reserve and acquire answer OK marked
 failed_open, and their handles settle and release without effect.
 
 Usage: e2e_xop.py RL_SERVER PROTO_DIR [REDIS_SERVER]"""
+import hashlib
+import hmac
 import os
 import random
 import socket
@@ -122,10 +124,22 @@ RULES = """rules:
 """ % (LEASE_N, LEASE_N)
 
 
-def start_servers(store_args, n=SERVERS, extra=()):
+# The fleet's handle secret: a file every instance reads (the documented
+# way for a Redis fleet: DESIGN.md, "Reservations and leases").
+SECRET = os.urandom(32).hex().encode()
+SECRET_FILE = os.path.join(TMP, "handle-secret")
+with open(SECRET_FILE, "wb") as f:
+    f.write(SECRET)
+
+
+def start_servers(store_args, n=SERVERS, extra=(), secret=True):
+    """n rl-servers on the store; the fleet's secret file unless secret
+    is False. Their ports, and "log": the path of each one's log."""
     cfg = os.path.join(TMP, "rules.yaml")
     with open(cfg, "w") as f:
         f.write(RULES)
+    if secret:
+        extra = ["--handle-secret-file", SECRET_FILE] + list(extra)
     out = []
     for i in range(n):
         name = "s%d-%d" % (i, len(PROCS))
@@ -141,12 +155,12 @@ def start_servers(store_args, n=SERVERS, extra=()):
                 stderr=lf)
         PROCS.append(p)
         out.append(rlt.wait_ports(p, ports_f, log))
+        out[-1]["log"] = log
     return out
 
 
 def ready(conns):
-    """Until every instance has the fleet's handle secret (it loads it
-    from the store just after starting)."""
+    """Until every instance answers a reservation."""
     end = time.time() + 15
     for c in conns:
         while True:
@@ -155,7 +169,7 @@ def ready(conns):
                 break
             time.sleep(0.02)
         check(r.code == Resp.OK and len(r.handle) > 0,
-              "an instance reserves once its handle secret is loaded")
+              "an instance reserves")
 
 
 def reservations(c):
@@ -591,12 +605,92 @@ def reserve_refund_probe(c, redis_port, n=3000):
           "and nothing was refunded twice (used %d, want 1)" % r.used)
 
 
+def forge(handle, secret, key, estimate):
+    """A reservation handle (server/handle.h's layout) made from one this
+    service issued: another caller's key, another estimate, a fresh id,
+    signed as the server signs (HMAC-SHA256 under SHA-256 of the secret's
+    bytes, 16 bytes)."""
+    h = bytearray(handle[:-16])
+    off = 33 + 22 * h[32]
+    off += 1 + h[off]
+    body = h[:off] + struct.pack(">H", len(key)) + key
+    body[4:12] = os.urandom(8)
+    body[28:32] = struct.pack(">I", estimate)
+    k = hashlib.sha256(secret).digest()
+    return bytes(body) + hmac.new(k, bytes(body), hashlib.sha256).digest()[:16]
+
+
+def metric(port, name):
+    """A sample's value on an instance's /metrics, or None."""
+    text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port,
+                                  timeout=5).read().decode()
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def forged_from_store(conns, ports, store, redis_port):
+    """Issue 40's finding 7: the fleet's handle secret sat in Redis in
+    clear (<prefix>handle-secret), so anyone who could read Redis could
+    forge a settlement that refunds a victim's whole window. An instance
+    started without --handle-secret-file now warns and signs with a
+    secret of its own: nothing in Redis signs handles, and a handle forged
+    with what Redis holds is refused. A writer's secret in Redis is never
+    adopted by the fleet (its file's secret is in force), and a handle
+    forged with the fleet's own secret (the control: the forging is
+    faithful) is accepted."""
+    lone_p = start_servers(store, n=1, secret=False)[0]
+    lone = Native(lone_p["listen"])
+    ready([lone])
+    with open(lone_p["log"]) as f:
+        log = f.read()
+    check("level=warn" in log and "--handle-secret-file" in log,
+          "an instance on Redis without --handle-secret-file warns at start")
+    check(metric(lone_p["metrics"], "rl_handle_secret_file") == 0 and
+          all(metric(p["metrics"], "rl_handle_secret_file") == 1
+              for p in ports),
+          "/metrics: rl_handle_secret_file 0 there, 1 on the fleet")
+    stored = redis_cmd(redis_port, "GET", "xop:handle-secret")
+    check(stored is None, "nothing in Redis signs handles (GET "
+          "xop:handle-secret: %r)" % (stored,))
+    r = lone.ask(key="vic", rule="tokens", cost=1000)
+    check(r.code == Resp.OK and r.used == 1000, "the victim uses all 1000")
+    own = lone.ask(key="att", rule="tokens", cost=1, op=Req.RESERVE).handle
+    for secret in (stored or b"", b"w" * 64):
+        s = lone.ask(op=Req.SETTLE, handle=forge(own, secret, b"vic", 1000),
+                     actual=0)
+        check(s.code == Resp.ERROR and "not one this service issued" in
+              s.error, "a settlement forged with %r from Redis is refused: "
+              "'%s'" % (secret[:8], s.error))
+    r = lone.ask(key="vic", rule="tokens", cost=1)
+    check(r.code == Resp.OVER_LIMIT and r.used == 1000,
+          "and the victim's window is still full (used %d)" % r.used)
+    # A writer puts a secret of its own in Redis: the fleet adopts none.
+    redis_cmd(redis_port, "SET", "xop:handle-secret", b"w" * 64)
+    h = conns[0].ask(key="w1", rule="tokens", cost=5, op=Req.RESERVE).handle
+    conns[1].ask(key="vic2", rule="tokens", cost=1000)
+    s = conns[1].ask(op=Req.SETTLE, handle=forge(h, b"w" * 64, b"vic2", 1000),
+                     actual=0)
+    check(s.code == Resp.ERROR and "not one this service issued" in s.error,
+          "a handle signed with a writer's secret in Redis is refused by "
+          "the fleet: '%s'" % s.error)
+    s = conns[2].ask(op=Req.SETTLE, handle=forge(h, SECRET, b"vic2", 1000),
+                     actual=0)
+    r = conns[0].ask(key="vic2", rule="tokens", cost=1)
+    check(s.code == Resp.OK and r.code == Resp.OK and r.used == 1,
+          "the control: forged with the fleet's file secret, it is accepted "
+          "(%s, used %d)" % (Resp.Code.Name(s.code), r.used))
+    s = conns[2].ask(op=Req.SETTLE, handle=h, actual=5)
+    check(s.code == Resp.OK, "and the fleet's own handles still settle")
+    redis_cmd(redis_port, "DEL", "xop:handle-secret")
+
+
 def secret_after_flush(conns, store, redis_port):
     """Redis loses its data (FLUSHALL, as a restart without persistence
-    would) and a new instance starts: it must not sign with a secret of
-    its own while the others keep theirs. Every instance converges on one
-    secret within a few seconds: a reservation made on an old instance
-    settles on the new one, and the other way round."""
+    would) and a new instance starts: with the fleet's secret in a file,
+    nothing of it was in the store, so a reservation made on an old
+    instance settles on the new one, and the other way round."""
     r = socket.create_connection(("127.0.0.1", redis_port), 5)
     r.sendall(b"FLUSHALL\r\n")
     r.settimeout(5)
@@ -733,6 +827,8 @@ def main():
     http(ports)
     if redis_proc is not None:
         reserve_refund_probe(conns[0], int(store[1].rsplit(":", 1)[1]))
+        forged_from_store(conns, ports, store,
+                          int(store[1].rsplit(":", 1)[1]))
         secret_after_flush(conns, store, int(store[1].rsplit(":", 1)[1]))
     stored_quota(conns, store)
     switches_and_metrics(conns, store, ports)
