@@ -424,6 +424,7 @@ static int settle(rls_batcher_t *b, const rls_ask_t *a, rls_respond_fn respond,
     c->x.delta = (int64_t)a->actual - (int64_t)h.estimate;
     c->x.decided_at_ms = h.decided_at_ms;
     c->x.settled_max = settled_max(st != NULL ? &spec : NULL);
+    c->x.marker = h.version < 2;
     for (i = 0; i < h.nwin; i++) {
         rls_wop_t *w = &c->win[i];
         w->algo = h.win[i].algo;

@@ -301,7 +301,11 @@ typedef struct rls_xop_s {
     const rls_wop_t *win;   /* settle: the windows charged (algo, phased, */
     uint32_t nwin;          /* window_s, index, t_us, expire_at_ms) */
     uint64_t settled_max;   /* settle: the settled ids the caller's set
-                               keeps at most (rls_settled_max); 0 is 1 */
+                               keeps at most (RLS_SETTLED_*); 0 is 1 */
+    int marker;             /* settle: also refused when the marker
+                               "<key>:x<id>" of an instance before the
+                               settled set exists (a version 1 handle's);
+                               the memory store never had one there */
     /* Set by the store before the callback. */
     int result;
     uint64_t count;

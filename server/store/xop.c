@@ -26,10 +26,11 @@ static const char xop_script[] = RLS_LUA_XOP;
 /* Lua's numbers are doubles: a lease limit past 2^53 is no limit. */
 #define XOP_LIMIT_MAX (UINT64_C(1) << 53)
 
-/* EVAL, script, numkeys, keys (the settled set, its floor and up to
- * RL_ADMIT_WINDOWS_MAX windows), then kind, now, until, delta, decided_at,
- * nwin, three per window, the id and the set's bound. */
-#define XOP_KEYS_MAX (2 + RL_ADMIT_WINDOWS_MAX)
+/* EVAL, script, numkeys, keys (the settled set, its floor, up to
+ * RL_ADMIT_WINDOWS_MAX windows and a version 1 handle's marker), then
+ * kind, now, until, delta, decided_at, nwin, three per window, the id and
+ * the set's bound. */
+#define XOP_KEYS_MAX (3 + RL_ADMIT_WINDOWS_MAX)
 #define XOP_ARGC_MAX (3 + XOP_KEYS_MAX + 8 + 3 * RL_ADMIT_WINDOWS_MAX)
 
 typedef struct {
@@ -190,6 +191,12 @@ static int send_req(xop_req_t *q)
         nk = 2 + (int)x->nwin;
         for (j = 0; j < x->nwin; j++)
             rls_wkey(&op, &x->win[j], RLS_WKEY_STATE, keys[2 + j]);
+        if (x->marker) {
+            memcpy(keys[nk], x->key, x->key_len);
+            memcpy(keys[nk] + x->key_len, ":x", 2);
+            put_hex(keys[nk] + x->key_len + 2, x->id);
+            nk++;
+        }
     } else {
         memcpy(keys[0] + x->key_len, ":c", 3);
         nk = 1;

@@ -12,8 +12,10 @@
 -- KEYS[2 + j] the key of window j. ARGV[3] the reservation's end, ARGV[4]
 -- delta, ARGV[5] when the reservation was decided, ARGV[6] the number of
 -- windows nw, then three per window (below), then the id and the ids the
--- set keeps (cap; cap + cap / 16 at most, between trims). A settle is
--- refused (result 0) when its id is in the set, or its end is at or
+-- set keeps (cap; cap + cap / 16 at most, between trims); KEYS[3 + nw],
+-- when given, the marker "<key>:x<id>" that a server before the settled
+-- set wrote (a version 1 handle's). A settle is refused (result 0) when
+-- its id is in the set, or that marker exists, or its end is at or
 -- before now or at or before the floor: the set drops its earliest ends
 -- past its bound and the floor keeps the latest end it dropped, so an id
 -- not in the set but no later than the floor may have been settled and is
@@ -70,7 +72,8 @@ if kind == '1' then
         tonumber(ARGV[8 + 3 * nw])
     local floor = rcall('GET', KEYS[2])
     if til <= now or (floor and til <= tonumber(floor)) or
-        rcall('ZSCORE', KEYS[1], id) then
+        rcall('ZSCORE', KEYS[1], id) or
+        (KEYS[3 + nw] and rcall('EXISTS', KEYS[3 + nw]) == 1) then
         return {0, 0, 0, 0}
     end
     local plan, nowus = {}, now * 1000

@@ -686,6 +686,39 @@ def forged_from_store(conns, ports, store, redis_port):
     redis_cmd(redis_port, "DEL", "xop:handle-secret")
 
 
+def v1_handles(conns, redis_port):
+    """Handles are version 2; a version 1 handle (a server's before the
+    settled set, which settled through a marker "<key>:x<id>" per
+    reservation) is still taken, and refused as settled while its marker
+    is in Redis, so a rolling upgrade never settles one twice (and a
+    server of before refuses version 2 handles as malformed)."""
+    a, b, d = conns
+
+    def v1(handle):
+        body = bytearray(handle[:-16])
+        body[0] = 1
+        k = hashlib.sha256(SECRET).digest()
+        return bytes(body) + hmac.new(k, bytes(body),
+                                      hashlib.sha256).digest()[:16]
+
+    r = a.ask(key="v1a", rule="tokens", cost=10, op=Req.RESERVE)
+    check(r.code == Resp.OK and r.handle[0] == 2, "a handle is version 2")
+    redis_cmd(redis_port, "SET", "xop:{v1a}:r:tokens:x" + r.handle[4:12].hex(),
+              1, "PX", 60000)
+    s = b.ask(op=Req.SETTLE, handle=v1(r.handle), actual=0)
+    u = d.ask(key="v1a", rule="tokens", cost=1)
+    check(s.code == Resp.ERROR and "already settled" in s.error and
+          u.used == 11,
+          "a version 1 handle whose marker is in Redis: refused, its "
+          "estimate stays ('%s', used %d)" % (s.error, u.used))
+    r = a.ask(key="v1b", rule="tokens", cost=10, op=Req.RESERVE)
+    s = b.ask(op=Req.SETTLE, handle=v1(r.handle), actual=0)
+    s2 = d.ask(op=Req.SETTLE, handle=v1(r.handle), actual=0)
+    u = d.ask(key="v1b", rule="tokens", cost=1)
+    check(s.code == Resp.OK and s2.code == Resp.ERROR and u.used == 1,
+          "one without a marker settles, once (used %d)" % u.used)
+
+
 def secret_after_flush(conns, store, redis_port):
     """Redis loses its data (FLUSHALL, as a restart without persistence
     would) and a new instance starts: with the fleet's secret in a file,
@@ -829,6 +862,7 @@ def main():
         reserve_refund_probe(conns[0], int(store[1].rsplit(":", 1)[1]))
         forged_from_store(conns, ports, store,
                           int(store[1].rsplit(":", 1)[1]))
+        v1_handles(conns, int(store[1].rsplit(":", 1)[1]))
         secret_after_flush(conns, store, int(store[1].rsplit(":", 1)[1]))
     stored_quota(conns, store)
     switches_and_metrics(conns, store, ports)

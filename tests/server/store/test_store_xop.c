@@ -1309,6 +1309,53 @@ static void test_settled_bound_redis(void **state)
     settled_replays(&b, "e:{rb}:r:x", now);
 }
 
+/* A version 1 handle's reservation may have been settled by a server
+ * before the settled set, through its marker "<key>:x<id>": on Redis its
+ * settlement is refused while that marker exists; the memory store never
+ * had one (x.marker changes nothing there). */
+static void marker_case(be_t *b, const char *key, uint64_t now)
+{
+    rls_xop_t x;
+
+    xop_init(&x, RLS_XOP_SETTLE, key, now);
+    x.id = 0xaa;
+    x.until_ms = now + 60000;
+    x.delta = -1;
+    x.marker = 1;
+    do_xop(b, &x);
+    assert_int_equal(x.err, 0);
+    assert_int_equal(x.result, b->f != NULL ? 0 : 1);
+    x.id = 0xab; /* no marker: settles, once */
+    do_xop(b, &x);
+    assert_int_equal(x.result, 1);
+    do_xop(b, &x);
+    assert_int_equal(x.result, 0);
+}
+
+static void test_marker_v1_memory(void **state)
+{
+    be_t b;
+
+    (void)state;
+    mem_open(&b);
+    marker_case(&b, "e:{v1}:r:x", 5000000);
+    be_close(&b);
+}
+
+static void test_marker_v1_redis(void **state)
+{
+    be_t b;
+    redisReply *r;
+
+    redis_be(&b, state);
+    r = redisCommand(b.f->rc, "SET %s 1 PX 60000",
+                     "e:{v1}:r:x:x00000000000000aa");
+    assert_non_null(r);
+    freeReplyObject(r);
+    marker_case(&b, "e:{v1}:r:x", redis_now_ms(b.f));
+    assert_int_equal(redis_int(b.f, "ZCARD %s", "e:{v1}:r:x:x"), 1);
+}
+
 /* A store that cannot answer: the callback still fires once, with
  * RL_ESTORE, also when command() fails at once. */
 static void test_redis_down(void **state)
@@ -1336,6 +1383,7 @@ int main(void)
         cmocka_unit_test(test_marker_ends_memory),
         cmocka_unit_test(test_full_memory),
         cmocka_unit_test(test_settled_bound_memory),
+        cmocka_unit_test(test_marker_v1_memory),
         cmocka_unit_test_setup_teardown(test_model_redis, fx_setup,
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_edges_redis, fx_setup,
@@ -1343,6 +1391,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_marker_ends_redis, fx_setup,
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_settled_bound_redis, fx_setup,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_marker_v1_redis, fx_setup,
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_redis_down, fx_setup, fx_teardown),
         cmocka_unit_test(test_model_cluster),
