@@ -564,23 +564,46 @@ def caller_keys(port, pattern):
                      for k in keys)
 
 
+def http_refund_probe(ports, redis_port, n=400):
+    """The same probe over HTTP (GET /check?op=reserve, POST /settle on
+    another instance, one keep-alive connection each): bounded alike."""
+    import http.client
+    a = http.client.HTTPConnection("127.0.0.1", ports[0]["http"], timeout=5)
+    b = http.client.HTTPConnection("127.0.0.1", ports[1]["http"], timeout=5)
+    ok = 0
+    for _ in range(n):
+        a.request("GET", "/check?rule=probe&key=pr2&cost=1&op=reserve")
+        r = a.getresponse()
+        r.read()
+        h = r.getheader("X-RateLimit-Handle", "")
+        b.request("POST", "/settle?handle=%s&actual=0" % h, body=b"")
+        s = b.getresponse()
+        s.read()
+        ok += r.status == 200 and s.status == 200
+    a.close()
+    b.close()
+    keys, mem = caller_keys(redis_port, "xop:{pr2}*")
+    check(ok == n and len(keys) <= 3 and mem <= 106 * 64 + 3 * 256,
+          "over HTTP, %d of %d reserve/settle pairs: the caller holds %d "
+          "keys, %d bytes in Redis" % (ok, n, len(keys), mem))
+
+
 def reserve_refund_probe(c, redis_port, n=3000):
     """Issue 40's finding 3: one connection reserving 1 and settling 0 in
     a loop, on a rule of 100/min. Every reservation is granted (each
     refund gives back what it took), but what the store then holds for
     the caller is bounded by the rule: the settled ids of one set of at
     most 100 (the rule's limit; 106 between trims), its floor and the
-    counter, not a marker
-    per settlement; the first handle, dropped from the set, is refused
-    rather than settled twice."""
+    counter, not a marker per settlement; a handle dropped from the set
+    is refused rather than settled twice."""
     granted = settled = 0
-    first = None
+    handles = []
     for _ in range(n):
         r = c.ask(key="pr1", rule="probe", cost=1, op=Req.RESERVE)
         if r.code != Resp.OK:
             break
         granted += 1
-        first = first or r.handle
+        handles.append(r.handle)
         if c.ask(op=Req.SETTLE, handle=r.handle, actual=0).code == Resp.OK:
             settled += 1
     check(granted == n and settled == n,
@@ -596,10 +619,14 @@ def reserve_refund_probe(c, redis_port, n=3000):
           "what Redis holds for the caller is bounded by its rule of 100: "
           "%d keys (at most 3), %d bytes (at most %d)"
           % (len(keys), mem, bound))
-    r = c.ask(op=Req.SETTLE, handle=first, actual=0)
+    # 200 settlements ago: past the set's bound, well within the
+    # reservations' 3 s; and the first, dropped or expired by now.
+    r = c.ask(op=Req.SETTLE, handle=handles[-200], actual=0)
     check(r.code == Resp.ERROR and "already settled" in r.error,
-          "the first handle, long dropped from the set, is refused: '%s'"
-          % r.error)
+          "a handle dropped from the set is refused, not settled again: "
+          "'%s'" % r.error)
+    r = c.ask(op=Req.SETTLE, handle=handles[0], actual=0)
+    check(r.code == Resp.ERROR, "and so is the first: '%s'" % r.error)
     r = c.ask(key="pr1", rule="probe", cost=1)
     check(r.code == Resp.OK and r.used == 1,
           "and nothing was refunded twice (used %d, want 1)" % r.used)
@@ -860,6 +887,7 @@ def main():
     http(ports)
     if redis_proc is not None:
         reserve_refund_probe(conns[0], int(store[1].rsplit(":", 1)[1]))
+        http_refund_probe(ports, int(store[1].rsplit(":", 1)[1]))
         forged_from_store(conns, ports, store,
                           int(store[1].rsplit(":", 1)[1]))
         v1_handles(conns, int(store[1].rsplit(":", 1)[1]))
