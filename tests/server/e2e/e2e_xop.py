@@ -770,6 +770,15 @@ def secret_after_flush(conns, store, redis_port):
             time.sleep(0.1)
     check(ok, "after the store lost its data, old and new instances agree "
           "on one secret (handles settle across them)")
+    # The flush took the fleet's report (<prefix>instances) too, which
+    # rl-ctl waits on: until every live instance is in it again.
+    want = sum(1 for p in PROCS if p.poll() is None and p.args[0] == RL_SERVER)
+    end = time.time() + 10
+    while (redis_cmd(redis_port, "HLEN", "xop:instances") < want and
+           time.time() < end):
+        time.sleep(0.05)
+    check(redis_cmd(redis_port, "HLEN", "xop:instances") >= want,
+          "every instance (%d) reports to the store again" % want)
     return new
 
 
