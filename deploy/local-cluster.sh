@@ -298,6 +298,10 @@ lc_up() {
         store=(--redis-cluster "127.0.0.1:$((rp + 1)),127.0.0.1:$((rp + 4))")
     fi
 
+    # One secret for the fleet's reservation and lease handles (a handle
+    # settles on whichever instance HAProxy picks), never kept in Redis.
+    (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' \
+        >"$dir/handle.secret")
     for i in $(seq 1 "$n"); do
         p=$((base + 10 + i))
         m=$((base + 110 + i))
@@ -305,6 +309,7 @@ lc_up() {
         lc_spawn "$dir" "rl-server-$i" rl-server "$bin" \
             --listen "127.0.0.1:$p" --metrics "127.0.0.1:$m" \
             "${store[@]}" --drain-ms "$drain" "${conf[@]}" \
+            --handle-secret-file "$dir/handle.secret" \
             ${RL_SERVER_OPTS:-}
         servers="$servers $p:$m"
     done

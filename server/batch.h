@@ -69,8 +69,9 @@ typedef struct rls_batcher_s {
     uint64_t spread_ms;
     uint64_t rng;      /* xorshift64 state for the spread */
     int fail_open;     /* 1 open, 0 closed, RLS_FAIL_LOCAL */
-    /* Reservations and leases (decide.c): the fleet's handle secret and
-     * how long a reservation may wait for its settlement. */
+    /* Reservations and leases (decide.c): the handle secret (the fleet's
+     * file, or this instance's own) and how long a reservation may wait
+     * for its settlement. */
     rls_hkey_t hkey;
     uint64_t reserve_ttl_ms;
     /* Their store steps fail after xop_timeout_ms on this loop (NULL:
@@ -115,7 +116,7 @@ typedef struct rls_batcher_s {
  * "...:i" / "...:e" for a limit without a rule (ns, decide.h), NUL-
  * terminated, at w (prefix_len + key_len + rule_len + 8 bytes) and returns
  * its length; *tag_len gets the length of "<prefix>{<caller>}". The keys of
- * an op's counters, markers and leases all start with it (store.h). */
+ * an op's counters, settled sets and leases all start with it (store.h). */
 size_t rls_op_key(const char *prefix, size_t prefix_len, const char *key,
                   size_t key_len, const char *rule, size_t rule_len, int ns,
                   uint8_t *w, size_t *tag_len);

@@ -88,8 +88,7 @@ typedef struct {
 } xctx_t;
 
 static const char not_ready[] =
-    "not ready for reservations and leases: the fleet's handle secret is "
-    "not loaded yet (store unreachable)";
+    "not ready for reservations and leases: no handle secret";
 
 static void answer_error(rls_respond_fn respond, void *owner, uint64_t id,
                          const char *why)
@@ -310,7 +309,8 @@ static void settled(void *data, rls_xop_t *x)
         if (c->stats)
             c->stats->xop_errors++;
         answer_error(c->respond, c->owner, c->id,
-                     "reservation already settled: nothing changed");
+                     "reservation already settled (or older than the "
+                     "settlements kept for its caller): nothing changed");
     } else {
         if (c->stats) {
             c->stats->settled++;
@@ -360,6 +360,25 @@ static int take_handle(rls_batcher_t *b, const rls_ask_t *a, int kind,
     return RL_OK;
 }
 
+/* How many settled ids the caller's set keeps (store.h, RLS_SETTLED_*):
+ * what it can be made to hold is bounded by its rule's largest limit, not
+ * by how often it reserves and refunds. spec: the rule as resolved now, or
+ * NULL when it is not known. */
+static uint64_t settled_max(const rls_spec_t *spec)
+{
+    uint64_t lim = 0;
+    uint32_t i;
+
+    if (spec == NULL)
+        return RLS_SETTLED_DEFAULT;
+    for (i = 0; i < spec->limits.n; i++)
+        if (spec->limits.w[i].limit > lim)
+            lim = spec->limits.w[i].limit;
+    return lim < RLS_SETTLED_MIN   ? RLS_SETTLED_MIN
+           : lim > RLS_SETTLED_MAX ? RLS_SETTLED_MAX
+                                   : lim;
+}
+
 static int settle(rls_batcher_t *b, const rls_ask_t *a, rls_respond_fn respond,
                   void *owner, const char **why)
 {
@@ -404,6 +423,8 @@ static int settle(rls_batcher_t *b, const rls_ask_t *a, rls_respond_fn respond,
     c->x.until_ms = h.expires_at_ms;
     c->x.delta = (int64_t)a->actual - (int64_t)h.estimate;
     c->x.decided_at_ms = h.decided_at_ms;
+    c->x.settled_max = settled_max(st != NULL ? &spec : NULL);
+    c->x.marker = h.version < 2;
     for (i = 0; i < h.nwin; i++) {
         rls_wop_t *w = &c->win[i];
         w->algo = h.win[i].algo;

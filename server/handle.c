@@ -15,7 +15,13 @@
 #include "rl_error.h"
 #include "rl_validate.h"
 
-#define VERSION 1
+/* Version 2: settled once through the caller's settled set (store.h's
+ * RLS_XOP_SETTLE); version 1's were settled through a marker per
+ * reservation. Both are read; only 2 is written, so that an instance of
+ * before the settled set refuses the handles of one after it (its
+ * marker check would not see their settlement). */
+#define VERSION 2
+#define VERSION_MARKER 1
 #define TAG 16
 #define WIN_BYTES 22
 /* version, kind, flags, ns, id, expires, decided, estimate, nwin */
@@ -118,7 +124,9 @@ size_t rls_handle_encode(const rls_handle_t *h, const rls_hkey_t *k,
     if (n > RL_HANDLE_MAX || h->nwin > RL_ADMIT_WINDOWS_MAX ||
         h->rule_len > 255 || h->key_len > 65535)
         return 0;
-    *p++ = VERSION;
+    /* A decoded version 1 handle encodes back as it came (the fuzzer's
+     * round trip); every handle this service issues is version 2. */
+    *p++ = h->version == VERSION_MARKER ? VERSION_MARKER : VERSION;
     *p++ = h->kind;
     *p++ = h->flags;
     *p++ = h->ns;
@@ -156,7 +164,8 @@ int rls_handle_decode(const uint8_t *p, size_t n, const rls_hkey_t *k,
 
     memset(h, 0, sizeof(*h));
     *why = "handle is malformed";
-    if (n < HEAD + 1 + 2 + TAG || n > RL_HANDLE_MAX || p[0] != VERSION)
+    if (n < HEAD + 1 + 2 + TAG || n > RL_HANDLE_MAX ||
+        (p[0] != VERSION && p[0] != VERSION_MARKER))
         return RL_EINVAL;
     /* The tag first: nothing a client wrote is read before it is known
      * to be ours. */
@@ -166,6 +175,7 @@ int rls_handle_decode(const uint8_t *p, size_t n, const rls_hkey_t *k,
                "or from another fleet's secret)";
         return RL_EINVAL;
     }
+    h->version = p[0];
     h->kind = p[1];
     h->flags = p[2];
     h->ns = p[3];

@@ -6,9 +6,11 @@
  * the estimate, when it ends) and an HMAC-SHA256 tag (16 bytes) under a
  * secret every instance of a fleet shares (rls_hkey_t), so a client can
  * neither forge one nor change what it says; the store keeps only what
- * makes a settlement happen once (a marker) and the leases themselves.
+ * makes a settlement happen once (the caller's settled set) and the leases
+ * themselves.
  *
- * Layout, integers big-endian: version 1, kind ('R' or 'L'), flags, ns,
+ * Layout, integers big-endian: version 2 (1 is read too: see
+ * rls_handle_t.version), kind ('R' or 'L'), flags, ns,
  * id 8, expires_at_ms 8, decided_at_ms 8, estimate 4, nwin 1, per window
  * (algo 1, phased 1, window_s 4, index 8, t_us 8), rule_len 1, rule,
  * key_len 2, key, tag 16. At most RL_HANDLE_MAX bytes. */
@@ -37,7 +39,10 @@ typedef struct rls_hwin_s {
 } rls_hwin_t;
 
 typedef struct rls_handle_s {
-    uint8_t kind;  /* RLS_HANDLE_* */
+    uint8_t version; /* decoded: 1, a handle of an instance that settled
+                        through a marker per reservation, which its
+                        settlement must also find absent; 2 otherwise */
+    uint8_t kind;    /* RLS_HANDLE_* */
     uint8_t flags; /* RLS_HANDLE_UNCHARGED */
     uint8_t ns;    /* 0: a rule's; else decide.h's RLS_NS_* */
     uint64_t id;
@@ -52,7 +57,8 @@ typedef struct rls_handle_s {
     size_t key_len;
 } rls_handle_t;
 
-/* The fleet's shared secret. */
+/* The secret handles are signed with: the fleet's file, or this
+ * instance's own (never one kept in the store: server.c). */
 typedef struct rls_hkey_s {
     uint8_t k[32];
     int set;   /* 0 until loaded: handles are refused until then */
@@ -62,7 +68,8 @@ typedef struct rls_hkey_s {
 /* Frees what the setters below hold; k is unset after. */
 void rls_hkey_free(rls_hkey_t *k);
 
-/* Encodes h into out (RL_HANDLE_MAX bytes) and returns its length, or 0
+/* Encodes h into out (RL_HANDLE_MAX bytes), as version 2 unless h is a
+ * decoded version 1, and returns its length, or 0
  * when it would not fit (a key and rule too long together; cannot happen
  * within RL_KEY_MAX and RL_RULE_MAX). */
 size_t rls_handle_encode(const rls_handle_t *h, const rls_hkey_t *k,
@@ -79,8 +86,9 @@ int rls_handle_decode(const uint8_t *p, size_t n, const rls_hkey_t *k,
 int rls_hkey_from_file(rls_hkey_t *k, const char *path, char *err,
                        size_t errlen);
 
-/* Sets k from 32 fresh random bytes, or from text (the store's copy:
- * SHA-256 of it). Return 0 or RL_EINVAL. */
+/* Sets k from 32 fresh random bytes (an instance without
+ * --handle-secret-file), or from text (SHA-256 of it; the fuzzers' fixed
+ * secrets). Return 0 or RL_EINVAL. */
 int rls_hkey_random(rls_hkey_t *k);
 void rls_hkey_from_text(rls_hkey_t *k, const char *s, size_t n);
 

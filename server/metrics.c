@@ -261,6 +261,10 @@ int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
     TRY(rls_prom_gauge(out, "rl_draining",
                        "1 between SIGTERM and the end of --drain-ms",
                        (uint64_t)(v->draining != 0)));
+    TRY(rls_prom_gauge(out, "rl_handle_secret_file",
+                       "1 when handles are signed with --handle-secret-file; "
+                       "0: with this instance's own secret",
+                       (uint64_t)(v->cfg->handle_secret_file != NULL)));
 
     TRY(rls_prom_counter(
         out, "rl_failed_open_total",

@@ -197,7 +197,6 @@ static void close_all(rls_server_t *s)
     /* The last counts go out before the exporter closes. */
     rls_statsd_flush(&s->statsd);
     rls_statsd_close(&s->statsd);
-    rls_hsecret_close(&s->hsecret);
     rls_envoy_reload_close(&s->envoy_reload);
     rls_xds_close(&s->xds);
     if (s->tls != NULL)
@@ -535,19 +534,25 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
     s->batcher.loop = loop;
     s->batcher.xop_timeout_ms = cfg->redis_timeout_ms;
     /* Reservation and lease handles: signed with the operator's secret,
-     * else the fleet's (kept in Redis), else this process's own. */
-    if (cfg->handle_secret_file != NULL)
+     * else this process's own. Never with one kept in the store: whoever
+     * can read Redis could then forge handles (a settlement refunding any
+     * caller's window), and whoever can write it could replace it. */
+    if (cfg->handle_secret_file != NULL) {
         rc = rls_hkey_from_file(&s->batcher.hkey, cfg->handle_secret_file, err,
                                 errlen);
-    else if (!cfg->use_redis)
+    } else {
         rc = rls_hkey_random(&s->batcher.hkey);
-    else
-        rc = rls_hsecret_start(&s->hsecret, loop, store, cfg->prefix,
-                               cfg->prefix_len, &s->batcher.hkey);
+        if (rc == RL_OK && cfg->use_redis)
+            RLS_WARN("no --handle-secret-file on a Redis store: reservation "
+                     "and lease handles are signed with this instance's own "
+                     "secret, so another instance (or this one restarted) "
+                     "refuses them; give every instance the same "
+                     "--handle-secret-file",
+                     NULL);
+    }
     if (rc != RL_OK) {
         if (cfg->handle_secret_file == NULL)
             snprintf(err, errlen, "no random bytes for the handle secret");
-        rls_hsecret_close(&s->hsecret);
         rls_batcher_free(&s->batcher);
         rls_runtime_free(&s->rt);
         return rc;
@@ -577,7 +582,6 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
             }
         rls_envoy_reload_close(&s->envoy_reload);
         rls_statsd_close(&s->statsd);
-        rls_hsecret_close(&s->hsecret);
         rls_estats_free(&s->estats);
         rls_xds_close(&s->xds);
         rls_tls_free(s->tls);

@@ -19,7 +19,6 @@
 #include "flags.h"
 #include "net/envoy_stats.h"
 #include "net/statsd.h"
-#include "hsecret.h"
 #include "net/xds_client.h"
 #include "policy/envoy_reload.h"
 #include "policy/reload.h"
@@ -58,7 +57,6 @@ typedef struct rls_server_s {
     rls_estats_t estats;             /* its per-descriptor statistics */
     int estats_on;                   /* --envoy-stats on */
     rls_statsd_t statsd;             /* --statsd, which exports them */
-    rls_hsecret_t hsecret;           /* the fleet's handle secret */
     rls_xds_t xds;                   /* or its --envoy-xds control plane */
     rls_check_t check;       /* --http */
     struct rls_tls_s *tls;   /* --tls-cert's, NULL: no TLS listener */

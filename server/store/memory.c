@@ -47,19 +47,19 @@ typedef struct ent_s {
     union {
         struct mlog_s *log;      /* ENT_COUNTER: a sliding window's log
                                     (count is its sum), or NULL */
-        struct mlease_s *leases; /* ENT_LEASES: never NULL */
+        struct mlease_s *leases; /* ENT_LEASES, ENT_SETTLED: never NULL */
     };
     uint32_t klen;
     uint32_t kind; /* ENT_* */
     char key[];
 } ent_t;
 
-/* What an entry holds: a counter (a TAT, a log), a reservation's settle
- * marker (count is its end in ms, exact; until is rounded up) or a lease
- * set (store/xop.c, store.h's RLS_XOP_*). */
-enum { ENT_COUNTER = 0, ENT_MARKER = 1, ENT_LEASES = 2 };
+/* What an entry holds: a counter (a TAT, a log), a caller's settled set
+ * (leases: its (id, end ms) pairs; count: its floor, the latest end it
+ * dropped) or a lease set (store/xop.c, store.h's RLS_XOP_*). */
+enum { ENT_COUNTER = 0, ENT_SETTLED = 1, ENT_LEASES = 2 };
 
-/* A lease set: n (id, end ms) pairs in no order. */
+/* A lease set or a settled set: n (id, end ms) pairs in no order. */
 typedef struct mlease_s {
     uint32_t n, cap;
     uint64_t e[]; /* lease i: id at e[2 * i], end at e[2 * i + 1] */
@@ -541,7 +541,7 @@ static void m_submit(rls_store_t *s, rls_op_t *ops, size_t n,
 
 static void ent_free_data(ent_t *e)
 {
-    if (e->kind == ENT_LEASES)
+    if (e->kind == ENT_LEASES || e->kind == ENT_SETTLED)
         free(e->leases);
     else
         free(e->log);
@@ -553,7 +553,7 @@ static void free_ent(mstore_t *m, ent_t *e)
     if (e->hnext)
         e->hnext->hprev = e->hprev;
     m->base.stats.mem_bytes -= ent_cost(e->klen);
-    if (e->kind == ENT_LEASES)
+    if (e->kind == ENT_LEASES || e->kind == ENT_SETTLED)
         m->base.stats.mem_bytes -= lease_cost(e->leases->cap);
     else if (e->log != NULL)
         m->base.stats.mem_bytes -= log_cost(e->log->cap);
@@ -672,10 +672,11 @@ static void m_close(rls_store_t *s, void (*done)(void *), void *arg)
 
 /* ---- reservations and leases (store.h, RLS_XOP_*) ----------------------
  *
- * The same answers as store/xop.lua, on entries of their own: a settle's
- * marker "<key>:x<id>" and a lease set "<key>:c". Both expire and are
- * swept as counters are, and count against the budget: an xop that would
- * need memory past it fails with RL_ENOMEM and changes nothing. */
+ * The same answers as store/xop.lua, on entries of their own: a caller's
+ * settled set "<key>:x" (its floor in the same entry) and a lease set
+ * "<key>:c". Both expire and are swept as counters are, and count against
+ * the budget: an xop that would need memory past it fails with RL_ENOMEM
+ * and changes nothing. */
 
 #define XOP_MAXN INT64_C(9007199254740991) /* as the script's doubles */
 #define XOP_DELTA_MAX INT64_C(9999999999)
@@ -716,27 +717,119 @@ typedef struct {
     uint64_t exp; /* 1 (gcra), 2: the expiry, a group's time */
 } xplan_t;
 
+/* Id's index in lease or settled set g, or -1. */
+static int64_t lease_find(const mlease_t *g, uint64_t id)
+{
+    uint32_t i;
+
+    for (i = 0; g != NULL && i < g->n; i++)
+        if (g->e[2 * i] == id)
+            return i;
+    return -1;
+}
+
+/* Whether a settle of x may apply on the settled set g with floor (the
+ * script's test): its end is after now and after the floor, and its id is
+ * not in g. */
+static int settled_fresh(const mlease_t *g, uint64_t floor, const rls_xop_t *x)
+{
+    return x->until_ms > x->now_ms && x->until_ms > floor &&
+           lease_find(g, x->id) < 0;
+}
+
+/* Drops from g the pairs whose end is at or before now. */
+static void pairs_prune(mlease_t *g, uint64_t now)
+{
+    uint32_t i;
+
+    for (i = 0; g != NULL && i < g->n;) {
+        if (g->e[2 * i + 1] <= now) {
+            g->n--;
+            g->e[2 * i] = g->e[2 * g->n];
+            g->e[2 * i + 1] = g->e[2 * g->n + 1];
+        } else {
+            i++;
+        }
+    }
+}
+
+/* The most pairs a settled set of bound cap holds: past it, the script
+ * trims down to cap (a sixteenth more, so that it trims once per cap / 16
+ * settlements). */
+static uint64_t settled_hi(uint64_t cap)
+{
+    return cap + cap / 16;
+}
+
+/* Adds (id, until) to settled set e, then, past settled_hi(cap), keeps
+ * the cap latest ends (the script's ZADD, then ZREMRANGEBYRANK): the
+ * earliest go, the new pair too if it is among them, and the floor
+ * (e->count) rises to the latest end dropped. The set has room for one
+ * more pair, or holds settled_hi(cap) (and then loses some before the new
+ * pair goes in). */
+static void settled_add(ent_t *e, const rls_xop_t *x, uint64_t cap)
+{
+    mlease_t *g = e->leases;
+    uint64_t gone;
+    uint32_t i, lo;
+    int in = 1; /* the new pair is still to go in */
+    int trim = g->n + 1 > settled_hi(cap);
+
+    while (trim && g->n + (uint32_t)in > cap && g->n > 0) {
+        for (lo = 0, i = 1; i < g->n; i++)
+            if (g->e[2 * i + 1] < g->e[2 * lo + 1])
+                lo = i;
+        if (in && x->until_ms < g->e[2 * lo + 1]) {
+            gone = x->until_ms;
+            in = 0;
+        } else {
+            gone = g->e[2 * lo + 1];
+            g->n--;
+            g->e[2 * lo] = g->e[2 * g->n];
+            g->e[2 * lo + 1] = g->e[2 * g->n + 1];
+        }
+        if ((int64_t)gone > e->count)
+            e->count = (int64_t)gone;
+    }
+    if (in) {
+        g->e[2 * g->n] = x->id;
+        g->e[2 * g->n + 1] = x->until_ms;
+        g->n++;
+    }
+    ent_extend(e, group_time(x->until_ms));
+}
+
 static int xop_settle(mstore_t *m, rls_xop_t *x)
 {
-    char mk[OPKEY_MAX + 20];
+    char mk[OPKEY_MAX + 4];
     xplan_t p[RL_ADMIT_WINDOWS_MAX];
     rls_store_stats_t *st = &m->base.stats;
     uint64_t now = x->now_ms, nowus = now * 1000, mh, W;
+    uint64_t cap = x->settled_max > 0 ? x->settled_max : 1;
     size_t mlen, need = 0, fresh = 0;
     int64_t d = x->delta;
     ent_t *me;
-    uint32_t j, i;
-    char hex[20];
+    mlease_t *sg;
+    uint32_t j, i, gcap = 0;
     rls_op_t op = {0};
 
-    for (i = 0; i < 16; i++)
-        hex[2 + i] = "0123456789abcdef"[(x->id >> (60 - 4 * i)) & 15];
-    hex[0] = ':';
-    hex[1] = 'x';
-    mlen = xop_key(m, x, hex, 18, mk, &mh);
+    if (cap > UINT32_MAX / 4)
+        cap = UINT32_MAX / 4;
+    mlen = xop_key(m, x, ":x", 2, mk, &mh);
     me = find(m, mk, mlen, mh);
-    if (me != NULL && me->count > 0 && (uint64_t)me->count > now)
-        return 0; /* already settled */
+    if (me != NULL && me->kind != ENT_SETTLED)
+        return RL_ESTORE; /* cannot be: no other key ends in ":x" */
+    sg = me != NULL ? me->leases : NULL;
+    if (!settled_fresh(
+            sg, me != NULL && me->count > 0 ? (uint64_t)me->count : 0, x))
+        return 0; /* settled, or it may have been */
+    /* Room for one more pair: a new set, or one grown (never past what
+     * cap needs), unless it is full and trims. */
+    if (sg == NULL)
+        gcap = LEASE_CAP_MIN;
+    else if (sg->n == sg->cap && sg->n < settled_hi(cap))
+        gcap = 2 * sg->cap < settled_hi(cap) ? 2 * sg->cap
+                                             : (uint32_t)settled_hi(cap);
 
     op.key = x->key;
     op.key_len = x->key_len;
@@ -804,7 +897,9 @@ static int xop_settle(mstore_t *m, rls_xop_t *x)
         }
     }
     if (me == NULL)
-        need += ent_cost(mlen), fresh++;
+        need += ent_cost(mlen) + lease_cost(gcap), fresh++;
+    else if (gcap > 0)
+        need += lease_cost(gcap) - lease_cost(sg->cap);
     if (need > 0) {
         if (m->ngroups + fresh > m->groups_cap)
             need +=
@@ -813,7 +908,8 @@ static int xop_settle(mstore_t *m, rls_xop_t *x)
             return refuse(m);
     }
     /* New entries first (a counter at 0, an empty log, decide as none),
-     * the marker last: a failure before it leaves the settle undone. */
+     * then the settled set's room: a failure before the windows change
+     * leaves the settle undone. */
     for (j = 0; j < x->nwin; j++) {
         xplan_t *q = &p[j];
         if ((q->what == 1 || q->what == 2) && q->e == NULL &&
@@ -822,13 +918,30 @@ static int xop_settle(mstore_t *m, rls_xop_t *x)
         if (q->what == 2 && log_reserve(m, q->e) != 0)
             return RL_ENOMEM;
     }
-    if (me == NULL &&
-        create(m, mk, mlen, mh, group_time(x->until_ms), &me) != 0)
-        return RL_ENOMEM;
-    me->kind = ENT_MARKER;
-    me->count =
-        x->until_ms > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)x->until_ms;
-    ent_extend(me, group_time(x->until_ms));
+    if (gcap > 0) {
+        uint32_t old = sg != NULL ? sg->cap : 0;
+        mlease_t *ng = realloc(sg, sizeof(*ng) + (size_t)gcap * 16);
+        if (ng == NULL)
+            return RL_ENOMEM;
+        if (sg == NULL)
+            ng->n = 0;
+        ng->cap = gcap;
+        sg = ng;
+        if (me != NULL) {
+            st->mem_bytes += lease_cost(gcap) - lease_cost(old);
+            me->leases = sg;
+        }
+    }
+    if (me == NULL) {
+        if (create(m, mk, mlen, mh, group_time(x->until_ms), &me) != 0) {
+            free(sg);
+            return RL_ENOMEM;
+        }
+        st->mem_bytes += lease_cost(sg->cap);
+        me->kind = ENT_SETTLED;
+        me->leases = sg;
+    }
+    settled_add(me, x, cap);
     for (j = 0; j < x->nwin; j++) {
         xplan_t *q = &p[j];
         if (q->what == 1) {
@@ -861,17 +974,6 @@ static int xop_settle(mstore_t *m, rls_xop_t *x)
     return 0;
 }
 
-/* Lease id's index in set g, or -1. */
-static int64_t lease_find(const mlease_t *g, uint64_t id)
-{
-    uint32_t i;
-
-    for (i = 0; g != NULL && i < g->n; i++)
-        if (g->e[2 * i] == id)
-            return i;
-    return -1;
-}
-
 static int xop_lease(mstore_t *m, rls_xop_t *x)
 {
     char key[OPKEY_MAX + 4];
@@ -886,15 +988,7 @@ static int xop_lease(mstore_t *m, rls_xop_t *x)
     if (e != NULL && e->kind != ENT_LEASES)
         return RL_ESTORE; /* cannot be: no other key ends in ":c" */
     /* Leases that ended are gone. */
-    for (i = 0; g != NULL && i < g->n;) {
-        if (g->e[2 * i + 1] <= now) {
-            g->n--;
-            g->e[2 * i] = g->e[2 * g->n];
-            g->e[2 * i + 1] = g->e[2 * g->n + 1];
-        } else {
-            i++;
-        }
-    }
+    pairs_prune(g, now);
     at = lease_find(g, x->id);
     if (x->kind == RLS_XOP_ACQUIRE) {
         uint64_t n = g != NULL ? g->n : 0;

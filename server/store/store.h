@@ -228,13 +228,25 @@ typedef struct rls_store_stats_s {
     int redis_module;
 } rls_store_stats_t;
 
+/* The most settled ids a caller's set keeps (RLS_XOP_SETTLE): its
+ * rule's largest limit, within these bounds; RLS_SETTLED_DEFAULT when the
+ * rule is not known at the settlement (inline limits, a rule removed). */
+#define RLS_SETTLED_MIN 64
+#define RLS_SETTLED_MAX 10000
+#define RLS_SETTLED_DEFAULT 1024
+
 /* Reservations and leases (DESIGN.md, "Reservations and leases"): one
  * operation at a time, outside batches, on keys of the same slot as the
  * op key's counters.
  *
- *   RLS_XOP_SETTLE   Once per reservation: creates the marker
- *                    "<key>:x<id>" (expiring at until_ms), and only when it
- *                    did not exist adjusts every window in win by delta
+ *   RLS_XOP_SETTLE   Once per reservation: refused (result 0) when id is
+ *                    in the caller's settled set "<key>:x" (score: the
+ *                    reservation's end), or until_ms is at or before now
+ *                    or at or before the set's floor "<key>:xf" (the
+ *                    latest end it dropped: such an id may have been
+ *                    settled); else adds id (dropping the earliest ends
+ *                    past settled_max, the floor rising to the latest
+ *                    dropped) and adjusts every window in win by delta
  *                    (the actual cost minus the estimate; negative is a
  *                    refund): fixed and swc windows add delta to the
  *                    counter of the window they name (`index`), only if it
@@ -247,7 +259,7 @@ typedef struct rls_store_stats_s {
  *                    excess, and for a refund takes min(refund, cost) off
  *                    its entries of decided_at_ms, newest first (entries
  *                    that left the window are not refunded). result: 1
- *                    applied, 0 the marker existed (already settled).
+ *                    applied, 0 settled already, or it may have been.
  *   RLS_XOP_ACQUIRE  The lease set "<key>:c" (member: id as 16 lowercase
  *                    hex digits; score: its end in ms): drops the leases
  *                    that ended (end <= now_ms), then adds id with end
@@ -279,7 +291,7 @@ typedef struct rls_xop_s {
     size_t tag_len;
     uint64_t now_ms;   /* the store's clock (rls_store_vtbl_t.now_ms) */
     uint64_t id;       /* the reservation's or lease's */
-    uint64_t until_ms; /* settle: the marker's end; acquire, renew: the
+    uint64_t until_ms; /* settle: the reservation's end; acquire, renew: the
                           lease's end */
     uint64_t limit;    /* acquire: leases allowed alive */
     const char *quota; /* acquire: the rule whose stored quota
@@ -292,6 +304,12 @@ typedef struct rls_xop_s {
     uint64_t decided_at_ms; /* settle: when the reservation was decided */
     const rls_wop_t *win;   /* settle: the windows charged (algo, phased, */
     uint32_t nwin;          /* window_s, index, t_us, expire_at_ms) */
+    uint64_t settled_max;   /* settle: the settled ids the caller's set
+                               keeps at most (RLS_SETTLED_*); 0 is 1 */
+    int marker;             /* settle: also refused when the marker
+                               "<key>:x<id>" of an instance before the
+                               settled set exists (a version 1 handle's);
+                               the memory store never had one there */
     /* Set by the store before the callback. */
     int result;
     uint64_t count;

@@ -26,11 +26,12 @@ static const char xop_script[] = RLS_LUA_XOP;
 /* Lua's numbers are doubles: a lease limit past 2^53 is no limit. */
 #define XOP_LIMIT_MAX (UINT64_C(1) << 53)
 
-/* EVAL, script, numkeys, keys (a marker and up to RL_ADMIT_WINDOWS_MAX
- * windows), then kind, now, until, delta, decided_at, nwin and three per
- * window. */
-#define XOP_KEYS_MAX (1 + RL_ADMIT_WINDOWS_MAX)
-#define XOP_ARGC_MAX (3 + XOP_KEYS_MAX + 6 + 3 * RL_ADMIT_WINDOWS_MAX)
+/* EVAL, script, numkeys, keys (the settled set, its floor, up to
+ * RL_ADMIT_WINDOWS_MAX windows and a version 1 handle's marker), then
+ * kind, now, until, delta, decided_at, nwin, three per window, the id and
+ * the set's bound. */
+#define XOP_KEYS_MAX (3 + RL_ADMIT_WINDOWS_MAX)
+#define XOP_ARGC_MAX (3 + XOP_KEYS_MAX + 8 + 3 * RL_ADMIT_WINDOWS_MAX)
 
 typedef struct {
     rls_store_t *s;
@@ -176,18 +177,26 @@ static int send_req(xop_req_t *q)
     (lens[argc] = rl_put_u64(nums[nn], (v)), argv[argc++] = nums[nn++])
 #define INUM(v) (lens[argc] = put_i64(nums[nn], (v)), argv[argc++] = nums[nn++])
 
-    /* The keys: the marker and the windows, or the lease set. */
+    /* The keys: the settled set, its floor and the windows, or the lease
+     * set. */
     memcpy(keys[0], x->key, x->key_len);
     if (x->kind == RLS_XOP_SETTLE) {
         rls_op_t op = {0};
         op.key = x->key;
         op.key_len = x->key_len;
         op.tag_len = x->tag_len;
-        memcpy(keys[0] + x->key_len, ":x", 2);
-        put_hex(keys[0] + x->key_len + 2, x->id);
-        nk = 1 + (int)x->nwin;
+        memcpy(keys[0] + x->key_len, ":x", 3);
+        memcpy(keys[1], x->key, x->key_len);
+        memcpy(keys[1] + x->key_len, ":xf", 4);
+        nk = 2 + (int)x->nwin;
         for (j = 0; j < x->nwin; j++)
-            rls_wkey(&op, &x->win[j], RLS_WKEY_STATE, keys[1 + j]);
+            rls_wkey(&op, &x->win[j], RLS_WKEY_STATE, keys[2 + j]);
+        if (x->marker) {
+            memcpy(keys[nk], x->key, x->key_len);
+            memcpy(keys[nk] + x->key_len, ":x", 2);
+            put_hex(keys[nk] + x->key_len + 2, x->id);
+            nk++;
+        }
     } else {
         memcpy(keys[0] + x->key_len, ":c", 3);
         nk = 1;
@@ -244,6 +253,12 @@ static int send_req(xop_req_t *q)
                 ARG("0", 1);
             }
         }
+        {
+            char *id = nums[nn++];
+            put_hex(id, x->id);
+            ARG(id, 16);
+        }
+        NUM(x->settled_max > 0 ? x->settled_max : 1);
     } else {
         char *id = nums[nn++];
         put_hex(id, x->id);

@@ -7,16 +7,26 @@
 -- now in ms (the server's estimate of the store's clock: the script never
 -- reads Redis's own, so that the server's replay agrees with it).
 --
--- Settle: KEYS[1] the marker "<key>:x<id>", KEYS[1 + j] the key of window
--- j. ARGV[3] the marker's end, ARGV[4] delta, ARGV[5] when the
--- reservation was decided, ARGV[6] the number of windows, then three per
--- window: "f" 0 0 (a fixed window's counter, adjusted only when above 0:
--- a batch may remove a counter at 0, so 0 is no counter), "s" index 0 (a
--- sliding-window-counter's state "<index>:<count>:<previous>": the count
--- of the window index charged, when the state still holds it and it is
--- above 0, kept with its expiry), "g" interval_us grace_ms (a
--- gcra's TAT in us) or "l" window_ms expiry_ms (a sliding window's log,
--- store.h's RLS_SWL_* layout). Everything is read and checked before
+-- Settle: KEYS[1] the caller's settled set "<key>:x" (member: the
+-- reservation's id, score: its end in ms), KEYS[2] its floor "<key>:xf",
+-- KEYS[2 + j] the key of window j. ARGV[3] the reservation's end, ARGV[4]
+-- delta, ARGV[5] when the reservation was decided, ARGV[6] the number of
+-- windows nw, then three per window (below), then the id and the ids the
+-- set keeps (cap; cap + cap / 16 at most, between trims); KEYS[3 + nw],
+-- when given, the marker "<key>:x<id>" that a server before the settled
+-- set wrote (a version 1 handle's). A settle is refused (result 0) when
+-- its id is in the set, or that marker exists, or its end is at or
+-- before now or at or before the floor: the set drops its earliest ends
+-- past its bound and the floor keeps the latest end it dropped, so an id
+-- not in the set but no later than the floor may have been settled and is
+-- never applied again. The window arguments: "f" 0 0 (a fixed window's
+-- counter, adjusted only when above 0: a batch may remove a counter at 0,
+-- so 0 is no counter), "s" index 0 (a sliding-window-counter's state
+-- "<index>:<count>:<previous>": the count of the window index charged,
+-- when the state still holds it and it is above 0, kept with its expiry),
+-- "g" interval_us grace_ms (a gcra's TAT in us) or "l" window_ms
+-- expiry_ms (a sliding window's log, store.h's RLS_SWL_* layout).
+-- Everything is read and checked before
 -- anything is written, so an error reply leaves the store as it was.
 --
 -- Acquire, release, renew: KEYS[1] the lease set "<key>:c" (member: the
@@ -56,12 +66,19 @@ local function adj(v, delta)
 end
 
 if kind == '1' then
-    if rcall('EXISTS', KEYS[1]) == 1 then return {0, 0, 0, 0} end
     local delta, dec, nw = tonumber(ARGV[4]), tonumber(ARGV[5]),
         tonumber(ARGV[6])
+    local til, id, cap = tonumber(ARGV[3]), ARGV[7 + 3 * nw],
+        tonumber(ARGV[8 + 3 * nw])
+    local floor = rcall('GET', KEYS[2])
+    if til <= now or (floor and til <= tonumber(floor)) or
+        rcall('ZSCORE', KEYS[1], id) or
+        (KEYS[3 + nw] and rcall('EXISTS', KEYS[3 + nw]) == 1) then
+        return {0, 0, 0, 0}
+    end
     local plan, nowus = {}, now * 1000
     for j = 1, nw do
-        local key, a = KEYS[j + 1], ARGV[4 + 3 * j]
+        local key, a = KEYS[j + 2], ARGV[4 + 3 * j]
         local x, y = tonumber(ARGV[5 + 3 * j]), tonumber(ARGV[6 + 3 * j])
         if a == 's' then
             local v = rcall('GET', key)
@@ -168,8 +185,24 @@ if kind == '1' then
             return redis.error_reply('ERR unknown limit kind')
         end
     end
-    rcall('SET', KEYS[1], '1')
-    rcall('PEXPIREAT', KEYS[1], ARGV[3])
+    -- Past the bound and a sixteenth (so that the trimming's four calls
+    -- are paid once per cap / 16 settlements, not each time) the earliest
+    -- ends go, down to the bound, and the floor rises to the latest of
+    -- them, expiring when now passes it. Ids whose end passed are the
+    -- earliest, so they go first (their settlement is refused by its end
+    -- anyway); nothing else removes them, as in memory.c.
+    local xs = KEYS[1]
+    rcall('ZADD', xs, ARGV[3], id)
+    local n = rcall('ZCARD', xs)
+    if cap < 1 then cap = 1 end
+    if n > cap + math.floor(cap / 16) then
+        local gone = rcall('ZRANGE', xs, n - cap - 1, n - cap - 1,
+            'WITHSCORES')
+        rcall('ZREMRANGEBYRANK', xs, 0, n - cap - 1)
+        rcall('SET', KEYS[2], gone[2])
+        rcall('PEXPIREAT', KEYS[2], gone[2])
+    end
+    if rcall('PTTL', xs) < til - now then rcall('PEXPIREAT', xs, ARGV[3]) end
     for i = 1, #plan do
         local p = plan[i]
         if p[1] == 'f' then

@@ -34,6 +34,7 @@
 
 static char tmpdir[64];
 static char json_path[128], out_path[128], err_path[128], rules_path[128];
+static char secret_path[128];
 static rlt_server_t servers[NSERVERS] = {{.pid = -1}, {.pid = -1}, {.pid = -1}};
 static char server_list[NSERVERS * 32];
 static rlt_redis_t redis;
@@ -47,8 +48,8 @@ static const char rules[] = "rules:\n"
                             "    limits: [100000000/30d]\n";
 
 /* Starts n rl-servers on the rules file, over the test's Redis when
- * redis_port > 0 (else each on its own memory store); server_list is
- * their addresses. Returns 0 or -1. */
+ * redis_port > 0 with the fleet's --handle-secret-file (else each on its
+ * own memory store); server_list is their addresses. Returns 0 or -1. */
 static int servers_start(int n, int redis_port)
 {
     char raddr[64];
@@ -65,6 +66,8 @@ static int servers_start(int n, int redis_port)
                     raddr,
                     "--redis-timeout-ms",
                     "5000",
+                    "--handle-secret-file",
+                    secret_path,
                     NULL};
 
     snprintf(raddr, sizeof(raddr), "127.0.0.1:%d", redis_port);
@@ -126,9 +129,7 @@ static double num(const char *json, const char *name)
 }
 
 /* Waits (up to 15 s) until every server of server_list grants a
- * reservation: an instance on Redis loads the fleet's handle secret from
- * the store just after it starts, and answers ERROR to a RESERVE or
- * ACQUIRE until then. Returns 0, or -1 when one never did. */
+ * reservation. Returns 0, or -1 when one never did. */
 static int servers_ready(int n)
 {
     char nreq[16];
@@ -344,6 +345,11 @@ static int setup(void **state)
     snprintf(rules_path, sizeof(rules_path), "%s/rules.yaml", tmpdir);
     f = fopen(rules_path, "w");
     if (f == NULL || fputs(rules, f) < 0 || fclose(f) != 0)
+        return RL_EIO;
+    snprintf(secret_path, sizeof(secret_path), "%s/handle-secret", tmpdir);
+    f = fopen(secret_path, "w");
+    if (f == NULL || fputs("rl-bench-xop's fleet secret, 32 bytes+", f) < 0 ||
+        fclose(f) != 0)
         return RL_EIO;
     have_redis = rlt_redis_start(&redis) == 0;
     return 0;

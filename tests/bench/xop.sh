@@ -67,9 +67,8 @@ bench() {
     --json "$out/rl.json" >"$out/rl.txt"
 }
 
-# The handle secret loads from the store just after a server starts:
-# until then RESERVE and ACQUIRE are errors. Warm-up until a short run
-# has none (every key then exists, with its TTL, before measuring).
+# Warm-up until a short run has no errors (every key then exists, with
+# its TTL, before measuring).
 for m in script module; do
   for i in $(seq 1 50); do
     bench "$m" reserve 0.3

@@ -792,7 +792,8 @@ static void xop_calls(rlt_fx_t *f, const char *redis_addr)
         await_store_up(c);
     fresh_key(key, sizeof(key), "xop");
     rlc_check_t rq = {.key = key, .rule = "tok", .cost = 60};
-    /* The handle secret loads from Redis just after the start. */
+    /* Until the first reservation is granted (the store may still be
+     * connecting). */
     for (i = 0; i < 200; i++) {
         assert_int_equal(rlc_reserve(c, &rq, &res), RLC_OK);
         if (res.r.code == RLC_CODE_OK)

@@ -334,11 +334,11 @@ scenario_match() {
             [ "$(grep -c . "$T_DIR/ttls")" = "$(grep -c . <<<"$keys")" ]
         while IFS=$'\t' read -r k ttl; do
             # The fleet's own bookkeeping (the switches and the instances
-            # that poll them, written by rl-ctl and the switch poller, and
-            # the handles' secret, DESIGN.md) is meant to stay; every
-            # counter and quota must expire. (The scan's first 50 keys hold
-            # the secret or not, as the slots fall.)
-            case "$k" in rl:policy | rl:instances | rl:handle-secret) continue ;; esac
+            # that poll them, written by rl-ctl and the switch poller,
+            # DESIGN.md) is meant to stay; every counter and quota must
+            # expire. (The scan's first 50 keys hold them or not, as the
+            # slots fall.)
+            case "$k" in rl:policy | rl:instances) continue ;; esac
             # -2: gone since the scan (its window ended and it expired,
             # which a slow machine's minute of checks can span); only -1,
             # a key without an expiry, is wrong.

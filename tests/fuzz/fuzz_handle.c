@@ -111,9 +111,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (h.key_len == 0)
         return 0;
     n = rls_handle_encode(&h, &key_a, buf);
-    CHECK(n > 0 && n <= RL_HANDLE_MAX);
+    CHECK(n > 0 && n <= RL_HANDLE_MAX && buf[0] == 2);
     CHECK(decode_checked(buf, n, &key_a) == RL_OK);
     CHECK(decode_checked(buf, n, &key_b) == RL_EINVAL);
+    /* A version 1 handle (an instance's before the settled set) decodes
+     * and says so, for its settlement to look for its marker. */
+    {
+        rls_handle_t d;
+        const char *why;
+        h.version = 1;
+        n = rls_handle_encode(&h, &key_a, buf);
+        CHECK(n > 0 && buf[0] == 1);
+        CHECK(rls_handle_decode(buf, n, &key_a, &d, &why) == RL_OK &&
+              d.version == 1);
+        buf[0] = 3;
+        CHECK(rls_handle_decode(buf, n, &key_a, &d, &why) == RL_EINVAL);
+        buf[0] = 1;
+        h.version = 0;
+    }
     /* One byte changed anywhere: refused. */
     buf[size % n] ^= (uint8_t)(1u << (data[0] % 8));
     CHECK(decode_checked(buf, n, &key_a) == RL_EINVAL);

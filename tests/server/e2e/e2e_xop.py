@@ -22,6 +22,8 @@ Fail-open: with the store gone, reserve and acquire answer OK marked
 failed_open, and their handles settle and release without effect.
 
 Usage: e2e_xop.py RL_SERVER PROTO_DIR [REDIS_SERVER]"""
+import hashlib
+import hmac
 import os
 import random
 import socket
@@ -107,6 +109,8 @@ RULES = """rules:
       - {rate: 20/1h, burst: 20, algorithm: gcra}
   model:
     limits: [100/30d]
+  probe:
+    limits: [100/1m]
   exports:
     concurrency: %d
     lease: 2s
@@ -120,10 +124,22 @@ RULES = """rules:
 """ % (LEASE_N, LEASE_N)
 
 
-def start_servers(store_args, n=SERVERS, extra=()):
+# The fleet's handle secret: a file every instance reads (the documented
+# way for a Redis fleet: DESIGN.md, "Reservations and leases").
+SECRET = os.urandom(32).hex().encode()
+SECRET_FILE = os.path.join(TMP, "handle-secret")
+with open(SECRET_FILE, "wb") as f:
+    f.write(SECRET)
+
+
+def start_servers(store_args, n=SERVERS, extra=(), secret=True):
+    """n rl-servers on the store; the fleet's secret file unless secret
+    is False. Their ports, and "log": the path of each one's log."""
     cfg = os.path.join(TMP, "rules.yaml")
     with open(cfg, "w") as f:
         f.write(RULES)
+    if secret:
+        extra = ["--handle-secret-file", SECRET_FILE] + list(extra)
     out = []
     for i in range(n):
         name = "s%d-%d" % (i, len(PROCS))
@@ -139,21 +155,23 @@ def start_servers(store_args, n=SERVERS, extra=()):
                 stderr=lf)
         PROCS.append(p)
         out.append(rlt.wait_ports(p, ports_f, log))
+        out[-1]["log"] = log
     return out
 
 
 def ready(conns):
-    """Until every instance has the fleet's handle secret (it loads it
-    from the store just after starting)."""
+    """Until every instance answers a reservation from its store (not
+    failed open: a fresh instance on a Redis Cluster answers before the
+    slot map is in; with the secret in a file nothing else waits)."""
     end = time.time() + 15
     for c in conns:
         while True:
             r = c.ask(key="ready", rule="tokens", cost=1, op=Req.RESERVE)
-            if r.code == Resp.OK or time.time() > end:
+            if (r.code == Resp.OK and not r.failed_open) or time.time() > end:
                 break
             time.sleep(0.02)
-        check(r.code == Resp.OK and len(r.handle) > 0,
-              "an instance reserves once its handle secret is loaded")
+        check(r.code == Resp.OK and not r.failed_open and len(r.handle) > 0,
+              "an instance reserves, its store up")
 
 
 def reservations(c):
@@ -496,12 +514,245 @@ def store_timeout(ports, redis_port):
           % r4.used)
 
 
+def redis_cmd(port, *args):
+    """One command to the test's Redis; its reply decoded (bytes, int,
+    list, None; an error raised)."""
+    s = socket.create_connection(("127.0.0.1", port), 5)
+    s.settimeout(10)
+    out = b"*%d\r\n" % len(args)
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        out += b"$%d\r\n%s\r\n" % (len(a), a)
+    s.sendall(out)
+    f = s.makefile("rb")
+
+    def read():
+        line = f.readline()[:-2]
+        t, rest = line[:1], line[1:]
+        if t == b"+":
+            return rest
+        if t == b"-":
+            raise RuntimeError(rest.decode())
+        if t == b":":
+            return int(rest)
+        if t == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            v = f.read(n + 2)[:-2]
+            return v
+        if t == b"*":
+            n = int(rest)
+            return None if n < 0 else [read() for _ in range(n)]
+        raise RuntimeError("bad reply %r" % line)
+
+    try:
+        return read()
+    finally:
+        f.close()
+        s.close()
+
+
+def caller_keys(port, pattern):
+    """The keys matching pattern and what Redis says they hold."""
+    keys, cur = [], b"0"
+    while True:
+        cur, got = redis_cmd(port, "SCAN", cur, "MATCH", pattern, "COUNT",
+                             1000)
+        keys += got
+        if cur == b"0":
+            break
+    return keys, sum(redis_cmd(port, "MEMORY", "USAGE", k) or 0
+                     for k in keys)
+
+
+def http_refund_probe(ports, redis_port, n=400):
+    """The same probe over HTTP (GET /check?op=reserve, POST /settle on
+    another instance, one keep-alive connection each): bounded alike."""
+    import http.client
+    a = http.client.HTTPConnection("127.0.0.1", ports[0]["http"], timeout=5)
+    b = http.client.HTTPConnection("127.0.0.1", ports[1]["http"], timeout=5)
+    ok = 0
+    for _ in range(n):
+        a.request("GET", "/check?rule=probe&key=pr2&cost=1&op=reserve")
+        r = a.getresponse()
+        r.read()
+        h = r.getheader("X-RateLimit-Handle", "")
+        b.request("POST", "/settle?handle=%s&actual=0" % h, body=b"")
+        s = b.getresponse()
+        s.read()
+        ok += r.status == 200 and s.status == 200
+    a.close()
+    b.close()
+    keys, mem = caller_keys(redis_port, "xop:{pr2}*")
+    check(ok == n and len(keys) <= 3 and mem <= 106 * 64 + 3 * 256,
+          "over HTTP, %d of %d reserve/settle pairs: the caller holds %d "
+          "keys, %d bytes in Redis" % (ok, n, len(keys), mem))
+
+
+def reserve_refund_probe(c, redis_port, n=3000):
+    """Issue 40's finding 3: one connection reserving 1 and settling 0 in
+    a loop, on a rule of 100/min. Every reservation is granted (each
+    refund gives back what it took), but what the store then holds for
+    the caller is bounded by the rule: the settled ids of one set of at
+    most 100 (the rule's limit; 106 between trims), its floor and the
+    counter, not a marker per settlement; a handle dropped from the set
+    is refused rather than settled twice."""
+    granted = settled = 0
+    handles = []
+    for _ in range(n):
+        r = c.ask(key="pr1", rule="probe", cost=1, op=Req.RESERVE)
+        if r.code != Resp.OK:
+            break
+        granted += 1
+        handles.append(r.handle)
+        if c.ask(op=Req.SETTLE, handle=r.handle, actual=0).code == Resp.OK:
+            settled += 1
+    check(granted == n and settled == n,
+          "reserve 1, settle 0, %d times: all granted and settled "
+          "(%d, %d)" % (n, granted, settled))
+    keys, mem = caller_keys(redis_port, "xop:{pr1}*")
+    print("     the caller's keys in Redis: %d, %d bytes" % (len(keys), mem),
+          flush=True)
+    # At most 106 ids between trims (a sixteenth more), some 64 bytes each
+    # in Redis's skiplist.
+    bound = 106 * 64 + 3 * 256
+    check(len(keys) <= 3 and mem <= bound,
+          "what Redis holds for the caller is bounded by its rule of 100: "
+          "%d keys (at most 3), %d bytes (at most %d)"
+          % (len(keys), mem, bound))
+    # 200 settlements ago: past the set's bound, well within the
+    # reservations' 3 s; and the first, dropped or expired by now.
+    r = c.ask(op=Req.SETTLE, handle=handles[-200], actual=0)
+    check(r.code == Resp.ERROR and "already settled" in r.error,
+          "a handle dropped from the set is refused, not settled again: "
+          "'%s'" % r.error)
+    r = c.ask(op=Req.SETTLE, handle=handles[0], actual=0)
+    check(r.code == Resp.ERROR, "and so is the first: '%s'" % r.error)
+    r = c.ask(key="pr1", rule="probe", cost=1)
+    check(r.code == Resp.OK and r.used == 1,
+          "and nothing was refunded twice (used %d, want 1)" % r.used)
+
+
+def forge(handle, secret, key, estimate):
+    """A reservation handle (server/handle.h's layout) made from one this
+    service issued: another caller's key, another estimate, a fresh id,
+    signed as the server signs (HMAC-SHA256 under SHA-256 of the secret's
+    bytes, 16 bytes)."""
+    h = bytearray(handle[:-16])
+    off = 33 + 22 * h[32]
+    off += 1 + h[off]
+    body = h[:off] + struct.pack(">H", len(key)) + key
+    body[4:12] = os.urandom(8)
+    body[28:32] = struct.pack(">I", estimate)
+    k = hashlib.sha256(secret).digest()
+    return bytes(body) + hmac.new(k, bytes(body), hashlib.sha256).digest()[:16]
+
+
+def metric(port, name):
+    """A sample's value on an instance's /metrics, or None."""
+    text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port,
+                                  timeout=5).read().decode()
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def forged_from_store(conns, ports, store, redis_port):
+    """Issue 40's finding 7: the fleet's handle secret sat in Redis in
+    clear (<prefix>handle-secret), so anyone who could read Redis could
+    forge a settlement that refunds a victim's whole window. An instance
+    started without --handle-secret-file now warns and signs with a
+    secret of its own: nothing in Redis signs handles, and a handle forged
+    with what Redis holds is refused. A writer's secret in Redis is never
+    adopted by the fleet (its file's secret is in force), and a handle
+    forged with the fleet's own secret (the control: the forging is
+    faithful) is accepted."""
+    lone_p = start_servers(store, n=1, secret=False)[0]
+    lone = Native(lone_p["listen"])
+    ready([lone])
+    with open(lone_p["log"]) as f:
+        log = f.read()
+    check("level=warn" in log and "--handle-secret-file" in log,
+          "an instance on Redis without --handle-secret-file warns at start")
+    check(metric(lone_p["metrics"], "rl_handle_secret_file") == 0 and
+          all(metric(p["metrics"], "rl_handle_secret_file") == 1
+              for p in ports),
+          "/metrics: rl_handle_secret_file 0 there, 1 on the fleet")
+    stored = redis_cmd(redis_port, "GET", "xop:handle-secret")
+    check(stored is None, "nothing in Redis signs handles (GET "
+          "xop:handle-secret: %r)" % (stored,))
+    r = lone.ask(key="vic", rule="tokens", cost=1000)
+    check(r.code == Resp.OK and r.used == 1000, "the victim uses all 1000")
+    own = lone.ask(key="att", rule="tokens", cost=1, op=Req.RESERVE).handle
+    for secret in (stored or b"", b"w" * 64):
+        s = lone.ask(op=Req.SETTLE, handle=forge(own, secret, b"vic", 1000),
+                     actual=0)
+        check(s.code == Resp.ERROR and "not one this service issued" in
+              s.error, "a settlement forged with %r from Redis is refused: "
+              "'%s'" % (secret[:8], s.error))
+    r = lone.ask(key="vic", rule="tokens", cost=1)
+    check(r.code == Resp.OVER_LIMIT and r.used == 1000,
+          "and the victim's window is still full (used %d)" % r.used)
+    # A writer puts a secret of its own in Redis: the fleet adopts none.
+    redis_cmd(redis_port, "SET", "xop:handle-secret", b"w" * 64)
+    h = conns[0].ask(key="w1", rule="tokens", cost=5, op=Req.RESERVE).handle
+    conns[1].ask(key="vic2", rule="tokens", cost=1000)
+    s = conns[1].ask(op=Req.SETTLE, handle=forge(h, b"w" * 64, b"vic2", 1000),
+                     actual=0)
+    check(s.code == Resp.ERROR and "not one this service issued" in s.error,
+          "a handle signed with a writer's secret in Redis is refused by "
+          "the fleet: '%s'" % s.error)
+    s = conns[2].ask(op=Req.SETTLE, handle=forge(h, SECRET, b"vic2", 1000),
+                     actual=0)
+    r = conns[0].ask(key="vic2", rule="tokens", cost=1)
+    check(s.code == Resp.OK and r.code == Resp.OK and r.used == 1,
+          "the control: forged with the fleet's file secret, it is accepted "
+          "(%s, used %d)" % (Resp.Code.Name(s.code), r.used))
+    s = conns[2].ask(op=Req.SETTLE, handle=h, actual=5)
+    check(s.code == Resp.OK, "and the fleet's own handles still settle")
+    redis_cmd(redis_port, "DEL", "xop:handle-secret")
+
+
+def v1_handles(conns, redis_port):
+    """Handles are version 2; a version 1 handle (a server's before the
+    settled set, which settled through a marker "<key>:x<id>" per
+    reservation) is still taken, and refused as settled while its marker
+    is in Redis, so a rolling upgrade never settles one twice (and a
+    server of before refuses version 2 handles as malformed)."""
+    a, b, d = conns
+
+    def v1(handle):
+        body = bytearray(handle[:-16])
+        body[0] = 1
+        k = hashlib.sha256(SECRET).digest()
+        return bytes(body) + hmac.new(k, bytes(body),
+                                      hashlib.sha256).digest()[:16]
+
+    r = a.ask(key="v1a", rule="tokens", cost=10, op=Req.RESERVE)
+    check(r.code == Resp.OK and r.handle[0] == 2, "a handle is version 2")
+    redis_cmd(redis_port, "SET", "xop:{v1a}:r:tokens:x" + r.handle[4:12].hex(),
+              1, "PX", 60000)
+    s = b.ask(op=Req.SETTLE, handle=v1(r.handle), actual=0)
+    u = d.ask(key="v1a", rule="tokens", cost=1)
+    check(s.code == Resp.ERROR and "already settled" in s.error and
+          u.used == 11,
+          "a version 1 handle whose marker is in Redis: refused, its "
+          "estimate stays ('%s', used %d)" % (s.error, u.used))
+    r = a.ask(key="v1b", rule="tokens", cost=10, op=Req.RESERVE)
+    s = b.ask(op=Req.SETTLE, handle=v1(r.handle), actual=0)
+    s2 = d.ask(op=Req.SETTLE, handle=v1(r.handle), actual=0)
+    u = d.ask(key="v1b", rule="tokens", cost=1)
+    check(s.code == Resp.OK and s2.code == Resp.ERROR and u.used == 1,
+          "one without a marker settles, once (used %d)" % u.used)
+
+
 def secret_after_flush(conns, store, redis_port):
     """Redis loses its data (FLUSHALL, as a restart without persistence
-    would) and a new instance starts: it must not sign with a secret of
-    its own while the others keep theirs. Every instance converges on one
-    secret within a few seconds: a reservation made on an old instance
-    settles on the new one, and the other way round."""
+    would) and a new instance starts: with the fleet's secret in a file,
+    nothing of it was in the store, so a reservation made on an old
+    instance settles on the new one, and the other way round."""
     r = socket.create_connection(("127.0.0.1", redis_port), 5)
     r.sendall(b"FLUSHALL\r\n")
     r.settimeout(5)
@@ -521,6 +772,15 @@ def secret_after_flush(conns, store, redis_port):
             time.sleep(0.1)
     check(ok, "after the store lost its data, old and new instances agree "
           "on one secret (handles settle across them)")
+    # The flush took the fleet's report (<prefix>instances) too, which
+    # rl-ctl waits on: until every live instance is in it again.
+    want = sum(1 for p in PROCS if p.poll() is None and p.args[0] == RL_SERVER)
+    end = time.time() + 10
+    while (redis_cmd(redis_port, "HLEN", "xop:instances") < want and
+           time.time() < end):
+        time.sleep(0.05)
+    check(redis_cmd(redis_port, "HLEN", "xop:instances") >= want,
+          "every instance (%d) reports to the store again" % want)
     return new
 
 
@@ -637,6 +897,11 @@ def main():
     leases_churn([p["listen"] for p in ports])
     http(ports)
     if redis_proc is not None:
+        reserve_refund_probe(conns[0], int(store[1].rsplit(":", 1)[1]))
+        http_refund_probe(ports, int(store[1].rsplit(":", 1)[1]))
+        forged_from_store(conns, ports, store,
+                          int(store[1].rsplit(":", 1)[1]))
+        v1_handles(conns, int(store[1].rsplit(":", 1)[1]))
         secret_after_flush(conns, store, int(store[1].rsplit(":", 1)[1]))
     stored_quota(conns, store)
     switches_and_metrics(conns, store, ports)

@@ -139,7 +139,45 @@ typedef struct {
     int settled;
 } res_t;
 
+/* A caller's settled set, as store.h's RLS_XOP_SETTLE keeps it, with a
+ * bound small enough that the run trims it often. */
+#define SET_CAP 16
+#define SET_HI (SET_CAP + SET_CAP / 16)
+
 typedef struct {
+    uint64_t id[SET_HI + 1], until[SET_HI + 1], floor;
+    size_t n;
+} mset_t;
+
+/* Whether a settle of id (ending at until) applies now; records it. */
+static int mset_settle(mset_t *s, uint64_t id, uint64_t until, uint64_t now)
+{
+    size_t i, lo;
+
+    if (until <= now || until <= s->floor)
+        return 0;
+    for (i = 0; i < s->n; i++)
+        if (s->id[i] == id)
+            return 0;
+    s->id[s->n] = id;
+    s->until[s->n++] = until;
+    if (s->n <= SET_HI)
+        return 1;
+    while (s->n > SET_CAP) {
+        for (lo = 0, i = 1; i < s->n; i++)
+            if (s->until[i] < s->until[lo])
+                lo = i;
+        if (s->until[lo] > s->floor)
+            s->floor = s->until[lo];
+        s->n--;
+        s->id[lo] = s->id[s->n];
+        s->until[lo] = s->until[s->n];
+    }
+    return 1;
+}
+
+typedef struct {
+    mset_t set[NCALLERS];     /* the settled sets */
     kv_t *kv;                 /* counters and TATs, by key */
     mlogm_t log[NCALLERS][4]; /* the sliding windows' logs */
     uint64_t lid[NCALLERS][NLEASE], lend[NCALLERS][NLEASE];
@@ -152,6 +190,7 @@ typedef struct {
     uint64_t seed;
     /* what the run did, to check it did */
     unsigned settles, applied, refunds, excesses, admits, refusals;
+    unsigned forgotten; /* refused past the settled set's bound */
     unsigned acquired, full, released, renewed;
 } model_t;
 
@@ -462,6 +501,7 @@ static void step_settle(be_t *b, model_t *m)
     res_t *r;
     rls_xop_t x;
     int64_t d;
+    int ok;
 
     if (n == 0)
         return;
@@ -474,16 +514,21 @@ static void step_settle(be_t *b, model_t *m)
     x.tag_len = (size_t)(strchr(x.key, '}') + 1 - x.key);
     x.now_ms = m->now;
     x.id = r->id;
-    x.until_ms = m->now + 36000000;
+    x.until_ms = r->decided_at + 36000000;
     x.delta = d;
     x.decided_at_ms = r->decided_at;
     x.win = r->win;
     x.nwin = r->nwin;
+    x.settled_max = SET_CAP;
     do_xop(b, &x);
     assert_int_equal(x.err, 0);
-    assert_int_equal(x.result, r->settled ? 0 : 1);
+    ok = mset_settle(&m->set[r->caller], r->id, x.until_ms, m->now);
+    assert_int_equal(x.result, ok);
+    /* Never applied twice: refused past the set's bound, or settled. */
+    assert_true(!ok || !r->settled);
     m->settles++;
-    if (!r->settled) {
+    m->forgotten += !ok && !r->settled;
+    if (ok) {
         model_settle(m, r, d);
         r->settled = 1;
         m->applied++;
@@ -597,13 +642,16 @@ static void scripted_run(be_t *b, const char *prefix, unsigned steps)
             check_wins(b, m, c, w, ncfg[c]);
         }
     }
-    print_message("%u settles (%u applied: %u refunds, %u excesses), %u "
+    print_message("%u settles (%u applied: %u refunds, %u excesses; %u "
+                  "refused past the bound), %u "
                   "admitted, %u refused, leases %u acquired, %u full, %u "
                   "released, %u renewed\n",
-                  m->settles, m->applied, m->refunds, m->excesses, m->admits,
-                  m->refusals, m->acquired, m->full, m->released, m->renewed);
+                  m->settles, m->applied, m->refunds, m->excesses, m->forgotten,
+                  m->admits, m->refusals, m->acquired, m->full, m->released,
+                  m->renewed);
     /* The run did what it is meant to test. */
     assert_true(m->applied > 200 && m->settles > m->applied);
+    assert_true(m->forgotten > 10);
     assert_true(m->refunds > 50 && m->excesses > 50);
     assert_true(m->admits > 200 && m->refusals > 20);
     assert_true(m->acquired > 100 && m->full > 10 && m->released > 20 &&
@@ -668,7 +716,7 @@ static void test_model_redis(void **state)
 
     redis_be(&b, state);
     scripted_run(&b, "r:", 4000);
-    /* Every key the run made expires: counters, TATs, logs, markers (10
+    /* Every key the run made expires: counters, TATs, logs, settled sets (10
      * hours at most: the run's clock ran ahead of Redis's), lease sets. */
     assert_true(assert_all_keys_expire(b.f, 36000000 + 10 * 3600 * 1000) > 20);
 }
@@ -732,6 +780,7 @@ static void xop_init(rls_xop_t *x, int kind, const char *key, uint64_t now)
     x->key_len = strlen(key);
     x->tag_len = (size_t)(strchr(key, '}') + 1 - key);
     x->now_ms = now;
+    x->settled_max = 1000;
 }
 
 /* Charges one request of cost on every limit of w for key at now. */
@@ -914,7 +963,7 @@ static void edge_cases(be_t *b)
         long long ttl = redis_int(b->f, "PTTL %s", "e:{edge}:r:x:c");
         assert_true(ttl > 0);
         assert_true((uint64_t)ttl <= now + 200 - redis_now_ms(b->f) + 50);
-        ttl = redis_int(b->f, "PTTL %s", "e:{edge}:r:x:x0000000000000001");
+        ttl = redis_int(b->f, "PTTL %s", "e:{edge}:r:x:x");
         assert_true(ttl > 0 && ttl <= (long long)t + 1000 + 50);
     }
     x.now_ms = now + 200; /* lease 42 ended */
@@ -1003,7 +1052,7 @@ static void test_edges_redis(void **state)
     freeReplyObject(r);
 }
 
-/* A marker ends at its end: the reservation may be settled again. */
+/* A settled set ends at its latest end, its bytes given back. */
 static void test_marker_ends_memory(void **state)
 {
     const char *key = "e:{m}:r:x";
@@ -1029,8 +1078,13 @@ static void test_marker_ends_memory(void **state)
     x.now_ms = now + 99;
     do_xop(&b, &x);
     assert_int_equal(x.result, 0);
+    /* Past its end the id stays in the set until trimmed or the set
+     * ends: never applied twice; another id is. */
     x.now_ms = now + 100;
     x.until_ms = now + 200;
+    do_xop(&b, &x);
+    assert_int_equal(x.result, 0);
+    x.id = 8;
     do_xop(&b, &x);
     assert_int_equal(x.result, 1);
     /* A lease set, then the sweep: both gone, their bytes given back. */
@@ -1069,15 +1123,18 @@ static void test_full_memory(void **state)
 
     (void)state;
     mem_open(&b);
-    /* Room for a marker and the first group array, not for two. */
-    rls_store_memory_set_max(b.st, b.st->stats.mem_bytes + 400);
+    /* Room for a settled set and the first group array, not for two
+     * (another caller's). */
+    rls_store_memory_set_max(b.st, b.st->stats.mem_bytes + 500);
     xop_init(&x, RLS_XOP_SETTLE, key, now);
     x.id = 1;
     x.until_ms = now + 1000;
     do_xop(&b, &x);
     assert_int_equal(x.err, 0);
     assert_int_equal(x.result, 1);
+    xop_init(&x, RLS_XOP_SETTLE, "e:{f2}:r:x", now);
     x.id = 2;
+    x.until_ms = now + 1000;
     do_xop(&b, &x);
     assert_int_equal(x.err, RL_ENOMEM);
     assert_true(b.st->stats.mem_full);
@@ -1093,7 +1150,7 @@ static void test_full_memory(void **state)
     rls_store_memory_sweep(b.st, now + 5000);
     rls_store_memory_set_max(b.st, UINT64_C(1) << 30);
     assert_false(b.st->stats.mem_full);
-    xop_init(&x, RLS_XOP_SETTLE, key, now + 5000);
+    xop_init(&x, RLS_XOP_SETTLE, "e:{f2}:r:x", now + 5000);
     x.id = 2;
     x.until_ms = now + 9000;
     do_xop(&b, &x);
@@ -1114,7 +1171,7 @@ static void test_full_memory(void **state)
     be_close(&b);
 }
 
-/* On Redis, a marker expires on Redis's clock; then it settles again. */
+/* On Redis, a settled set expires on Redis's clock; then it settles again. */
 static void test_marker_ends_redis(void **state)
 {
     const char *key = "e:{mr}:r:x";
@@ -1128,18 +1185,175 @@ static void test_marker_ends_redis(void **state)
     x.until_ms = x.now_ms + 150;
     do_xop(&b, &x);
     assert_int_equal(x.result, 1);
-    assert_int_equal(
-        redis_int(b.f, "EXISTS %s", "e:{mr}:r:x:x0000000000abcdef"), 1);
+    assert_int_equal(redis_int(b.f, "EXISTS %s", "e:{mr}:r:x:x"), 1);
     do_xop(&b, &x);
     assert_int_equal(x.result, 0);
     dl = rlt_mono_ms() + 3000;
-    while (redis_int(b.f, "EXISTS %s", "e:{mr}:r:x:x0000000000abcdef") != 0 &&
+    while (redis_int(b.f, "EXISTS %s", "e:{mr}:r:x:x") != 0 &&
            rlt_mono_ms() < dl)
         run_for(b.f, 20);
     x.now_ms = redis_now_ms(b.f);
     x.until_ms = x.now_ms + 60000;
     do_xop(&b, &x);
     assert_int_equal(x.result, 1);
+}
+
+/* The reserve-1, settle-0 loop (issue 40, finding 3): a refund gives back
+ * what the reservation took, so a caller may reserve and settle without
+ * end; what the store keeps for it must stay within its set's bound, and
+ * a settle the bound no longer proves unsettled is refused, never applied
+ * twice. */
+#define PROBE_N 3000
+/* The bound, and what a set holds at most: a sixteenth more between its
+ * trims. */
+#define PROBE_CAP 100
+#define PROBE_HI (PROBE_CAP + PROBE_CAP / 16)
+
+static void settled_probe(be_t *b, const char *key, uint64_t now)
+{
+    rls_xop_t x;
+    uint64_t i;
+
+    for (i = 1; i <= PROBE_N; i++) {
+        xop_init(&x, RLS_XOP_SETTLE, key, now);
+        x.id = i;
+        x.until_ms = now + 300000 + i;
+        x.delta = -1;
+        x.settled_max = PROBE_CAP;
+        do_xop(b, &x);
+        assert_int_equal(x.err, 0);
+        assert_int_equal(x.result, 1);
+    }
+}
+
+/* After settled_probe: what the bound means for replays. */
+static void settled_replays(be_t *b, const char *key, uint64_t now)
+{
+    rls_xop_t x;
+
+    xop_init(&x, RLS_XOP_SETTLE, key, now);
+    x.delta = -1;
+    x.settled_max = PROBE_CAP;
+    /* Replays: the newest is still held, the oldest went past the
+     * bound: both refused. */
+    x.id = PROBE_N;
+    x.until_ms = now + 300000 + PROBE_N;
+    do_xop(b, &x);
+    assert_int_equal(x.result, 0);
+    x.id = 1;
+    x.until_ms = now + 300001;
+    do_xop(b, &x);
+    assert_int_equal(x.result, 0);
+    /* An id never settled but older than what the set can prove: refused
+     * too (its estimate stays charged); a newer one applies. */
+    x.id = PROBE_N + 1;
+    x.until_ms = now + 300000 + PROBE_N / 2;
+    do_xop(b, &x);
+    assert_int_equal(x.result, 0);
+    x.id = PROBE_N + 2;
+    x.until_ms = now + 300000 + PROBE_N + 2;
+    do_xop(b, &x);
+    assert_int_equal(x.result, 1);
+}
+
+static void test_settled_bound_memory(void **state)
+{
+    const char *key = "e:{b}:r:x";
+    uint64_t now = 5000000, base;
+    rls_xop_t x;
+    be_t b;
+
+    (void)state;
+    mem_open(&b);
+    /* The baseline once the group array exists (the sweep keeps it). */
+    xop_init(&x, RLS_XOP_SETTLE, "e:{b0}:r:x", now - 10000);
+    x.until_ms = now - 9000;
+    x.settled_max = PROBE_CAP;
+    do_xop(&b, &x);
+    rls_store_memory_sweep(b.st, now);
+    base = b.st->stats.mem_bytes;
+    settled_probe(&b, key, now);
+    print_message("memory store: %u settles held %llu bytes\n", PROBE_N + 1,
+                  (unsigned long long)(b.st->stats.mem_bytes - base));
+    /* PROBE_HI (id, end) pairs of 16 bytes at most, and an entry. */
+    assert_true(b.st->stats.mem_bytes - base <= PROBE_HI * 16 + 512);
+    settled_replays(&b, key, now);
+    rls_store_memory_sweep(b.st, now + 400000);
+    assert_int_equal(b.st->stats.mem_bytes, base);
+    be_close(&b);
+}
+
+static void test_settled_bound_redis(void **state)
+{
+    be_t b;
+    redisReply *r;
+    long long mem = 0;
+    size_t i;
+    uint64_t now;
+
+    redis_be(&b, state);
+    now = redis_now_ms(b.f);
+    settled_probe(&b, "e:{rb}:r:x", now);
+    r = redisCommand(b.f->rc, "KEYS %s", "e:{rb}*");
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    for (i = 0; i < r->elements; i++)
+        mem += redis_int(b.f, "MEMORY USAGE %s", r->element[i]->str);
+    print_message("Redis: %u settles left %zu keys, %lld bytes\n", PROBE_N + 1,
+                  r->elements, mem);
+    /* The set and its floor; each member 16 bytes of id and a score. */
+    assert_true(r->elements <= 2);
+    assert_true(mem <= PROBE_HI * 64 + 1024);
+    freeReplyObject(r);
+    assert_true(redis_int(b.f, "ZCARD %s", "e:{rb}:r:x:x") <= PROBE_HI);
+    settled_replays(&b, "e:{rb}:r:x", now);
+}
+
+/* A version 1 handle's reservation may have been settled by a server
+ * before the settled set, through its marker "<key>:x<id>": on Redis its
+ * settlement is refused while that marker exists; the memory store never
+ * had one (x.marker changes nothing there). */
+static void marker_case(be_t *b, const char *key, uint64_t now)
+{
+    rls_xop_t x;
+
+    xop_init(&x, RLS_XOP_SETTLE, key, now);
+    x.id = 0xaa;
+    x.until_ms = now + 60000;
+    x.delta = -1;
+    x.marker = 1;
+    do_xop(b, &x);
+    assert_int_equal(x.err, 0);
+    assert_int_equal(x.result, b->f != NULL ? 0 : 1);
+    x.id = 0xab; /* no marker: settles, once */
+    do_xop(b, &x);
+    assert_int_equal(x.result, 1);
+    do_xop(b, &x);
+    assert_int_equal(x.result, 0);
+}
+
+static void test_marker_v1_memory(void **state)
+{
+    be_t b;
+
+    (void)state;
+    mem_open(&b);
+    marker_case(&b, "e:{v1}:r:x", 5000000);
+    be_close(&b);
+}
+
+static void test_marker_v1_redis(void **state)
+{
+    be_t b;
+    redisReply *r;
+
+    redis_be(&b, state);
+    r = redisCommand(b.f->rc, "SET %s 1 PX 60000",
+                     "e:{v1}:r:x:x00000000000000aa");
+    assert_non_null(r);
+    freeReplyObject(r);
+    marker_case(&b, "e:{v1}:r:x", redis_now_ms(b.f));
+    assert_int_equal(redis_int(b.f, "ZCARD %s", "e:{v1}:r:x:x"), 1);
 }
 
 /* A store that cannot answer: the callback still fires once, with
@@ -1168,11 +1382,17 @@ int main(void)
         cmocka_unit_test(test_edges_memory),
         cmocka_unit_test(test_marker_ends_memory),
         cmocka_unit_test(test_full_memory),
+        cmocka_unit_test(test_settled_bound_memory),
+        cmocka_unit_test(test_marker_v1_memory),
         cmocka_unit_test_setup_teardown(test_model_redis, fx_setup,
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_edges_redis, fx_setup,
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_marker_ends_redis, fx_setup,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_settled_bound_redis, fx_setup,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_marker_v1_redis, fx_setup,
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_redis_down, fx_setup, fx_teardown),
         cmocka_unit_test(test_model_cluster),
