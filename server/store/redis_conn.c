@@ -35,6 +35,14 @@
 #define BACKOFF_MIN_MS 20
 #define BACKOFF_MAX_MS 1000
 #define CLOCK_EVERY_MS 1000
+/* After a connection is up, this many TIME samples CLOCK_FRESH_MS apart
+ * before the usual one a second: the first sample's round trip may be
+ * long (a loaded host), and its error (half that round trip) would stand
+ * for a second; with several, the round-trip filter keeps a short one,
+ * so the instances of a fleet agree on the store's time within about a
+ * millisecond soon after they start or reconnect. */
+#define CLOCK_FRESH 8
+#define CLOCK_FRESH_MS 20
 
 enum { DOWN, CONNECTING, UP, CLOSING };
 
@@ -60,6 +68,7 @@ struct rls_redis_conn_s {
     ctx_t *ctx;       /* current context, NULL while down */
     uv_timer_t retry; /* reconnect backoff, or handshake deadline */
     uv_timer_t clock;
+    unsigned fresh; /* quick TIME samples still to take (CLOCK_FRESH) */
     uv_getaddrinfo_t gai;
     int gai_busy, open; /* handles and requests not yet finished */
     char run_id[41];    /* Redis's INFO run_id; "" until known */
@@ -81,6 +90,7 @@ struct rls_redis_conn_s {
 };
 
 static void start_connect(rls_redis_conn_t *c);
+static void on_clock(uv_timer_t *t);
 
 static ctx_t *ctx_of(const redisAsyncContext *ac)
 {
@@ -408,10 +418,15 @@ static void on_time_reply(redisAsyncContext *ac, void *r, void *priv)
         return;
     }
     x->time_ns = 0;
-    if (c->state != CONNECTING)
+    if (c->state != CONNECTING) {
+        if (c->fresh > 0 && --c->fresh == 0)
+            uv_timer_start(&c->clock, on_clock, CLOCK_EVERY_MS, CLOCK_EVERY_MS);
         return;
+    }
     uv_timer_stop(&c->retry);
     c->state = UP;
+    c->fresh = CLOCK_FRESH;
+    uv_timer_start(&c->clock, on_clock, CLOCK_FRESH_MS, CLOCK_FRESH_MS);
     c->backoff_ms = BACKOFF_MIN_MS;
     c->quiet = 0;
     if (c->quiet_shared != NULL)
