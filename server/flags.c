@@ -261,6 +261,10 @@ static const char usage[] =
     "  --tls-key FILE           ... and its key (PEM, no passphrase)\n"
     "  --tls-client-ca FILE     mutual TLS: clients must show a certificate\n"
     "                           of these CAs (PEM) (default: none asked)\n"
+    "  --tls-client-ca-recheck  after a reload of the TLS files, an open\n"
+    "                           connection whose client certificate the new\n"
+    "                           CAs do not verify is closed at its next\n"
+    "                           read (default: kept until it closes)\n"
     "  --tls-listeners LIST     which listeners speak TLS: grpc, http,\n"
     "                           metrics, listen, comma-separated (default:\n"
     "                           grpc and http when open; listen, the\n"
@@ -308,8 +312,7 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
 
 /* Parses a byte count with an optional k, m or g suffix (KiB, MiB, GiB)
  * into [min, max]. Returns 0 or RL_EINVAL. */
-static int parse_bytes(const char *s, uint64_t min, uint64_t max,
-                       uint64_t *out)
+static int parse_bytes(const char *s, uint64_t min, uint64_t max, uint64_t *out)
 {
     char num[24];
     size_t len = strlen(s);
@@ -489,8 +492,7 @@ static int parse_redis_unix(rls_flags_t *c, const char *s, char *err,
 }
 
 /* --redis accepts HOST:PORT or redis://[[USER]:PASSWORD@]HOST:PORT[/DB]. */
-static int parse_redis(rls_flags_t *c, const char *s, char *err,
-                       size_t errlen)
+static int parse_redis(rls_flags_t *c, const char *s, char *err, size_t errlen)
 {
     char buf[2 * RLS_HOST_MAX + 32], *at, *slash, *hp;
     uint64_t db;
@@ -633,9 +635,11 @@ typedef struct {
     uint64_t min, max;
 } num_flag_t;
 
-#define NUM(name, field, min, max)                                            \
-    {name, offsetof(rls_flags_t, field),                                     \
-     (int)sizeof(((rls_flags_t *)0)->field), min, max}
+#define NUM(name, field, min, max)                                             \
+    {                                                                          \
+        name, offsetof(rls_flags_t, field),                                    \
+            (int)sizeof(((rls_flags_t *)0)->field), min, max                   \
+    }
 
 static const num_flag_t num_flags[] = {
     NUM("--redis-timeout-ms", redis_timeout_ms, 1, 600000),
@@ -763,8 +767,8 @@ static int parse_tls_listeners(rls_flags_t *c, const char *val, char *err,
     return 0;
 }
 
-int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
-                     char *err, size_t errlen)
+int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out, char *err,
+                    size_t errlen)
 {
     const char *env;
     int i;
@@ -807,6 +811,12 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
             c->check_error_details = 1;
             continue;
         }
+        if (strcmp(name, "--tls-client-ca-recheck") == 0) {
+            if (val != NULL)
+                return fail(err, errlen, "%s takes no value", name);
+            c->tls_client_ca_recheck = 1;
+            continue;
+        }
         if (strcmp(name, "--redis-tls-insecure") == 0) {
             if (val != NULL)
                 return fail(err, errlen, "%s takes no value", name);
@@ -840,8 +850,7 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
         }
 
         if (!takes_value(name))
-            return fail(err, errlen, "unknown option '%s' (see --help)",
-                        name);
+            return fail(err, errlen, "unknown option '%s' (see --help)", name);
         if (val == NULL) {
             if (i + 1 >= argc)
                 return fail(err, errlen, "%s needs a value", name);
@@ -850,13 +859,13 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
 
         if (strcmp(name, "--listen") == 0) {
             if (rl_parse_listen(val, c->listen_host, sizeof(c->listen_host),
-                                  &c->listen_port) != RL_OK)
+                                &c->listen_port) != RL_OK)
                 return fail(err, errlen,
                             "--listen: expected " RL_HOSTPORT_HELP ", got '%s'",
                             val);
         } else if (strcmp(name, "--metrics") == 0) {
             if (rl_parse_listen(val, c->metrics_host, sizeof(c->metrics_host),
-                                  &c->metrics_port) != RL_OK)
+                                &c->metrics_port) != RL_OK)
                 return fail(
                     err, errlen,
                     "--metrics: expected " RL_HOSTPORT_HELP ", got '%s'", val);
@@ -868,7 +877,7 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
                             val);
         } else if (strcmp(name, "--http") == 0) {
             if (rl_parse_listen(val, c->http_host, sizeof(c->http_host),
-                                  &c->http_port) != RL_OK)
+                                &c->http_port) != RL_OK)
                 return fail(err, errlen,
                             "--http: expected " RL_HOSTPORT_HELP ", got '%s'",
                             val);
@@ -879,9 +888,10 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
                                    "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
                                    "!#$%&'*+-.^_`|~");
             if (val[0] == '\0' || val[n] != '\0' || n > 64)
-                return fail(err, errlen, "%s: expected a header name (up to "
-                                         "64 bytes of letters, digits and "
-                                         "-), got '%s'",
+                return fail(err, errlen,
+                            "%s: expected a header name (up to "
+                            "64 bytes of letters, digits and "
+                            "-), got '%s'",
                             name, val);
             if (name[8] == 'k')
                 c->check_key_header = val;
@@ -956,8 +966,9 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
             /* Braces in the prefix would move the Redis Cluster hash tag
              * off the caller's key. */
             if (strlen(val) > RLS_PREFIX_MAX || strpbrk(val, "{}") != NULL)
-                return fail(err, errlen, "--prefix: at most %d bytes, no "
-                                         "braces",
+                return fail(err, errlen,
+                            "--prefix: at most %d bytes, no "
+                            "braces",
                             RLS_PREFIX_MAX);
             strcpy(c->prefix, val);
             c->prefix_len = strlen(val);
@@ -978,7 +989,7 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
             c->check_config = val;
         } else if (strcmp(name, "--grpc") == 0) {
             if (rl_parse_listen(val, c->grpc_host, sizeof(c->grpc_host),
-                                  &c->grpc_port) != RL_OK)
+                                &c->grpc_port) != RL_OK)
                 return fail(err, errlen,
                             "--grpc: expected " RL_HOSTPORT_HELP ", got '%s'",
                             val);
@@ -1009,22 +1020,24 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
             c->envoy_xds_tls_server_name = val;
         } else if (strcmp(name, "--redis-module") == 0) {
             if (strcmp(val, "auto") != 0 && strcmp(val, "off") != 0)
-                return fail(err, errlen, "--redis-module: expected auto or "
-                                         "off, got '%s'",
+                return fail(err, errlen,
+                            "--redis-module: expected auto or "
+                            "off, got '%s'",
                             val);
             c->redis_module_off = val[0] == 'o';
         } else if (strcmp(name, "--inline-limits") == 0) {
             if (strcmp(val, "allow") != 0 && strcmp(val, "deny") != 0)
-                return fail(err, errlen, "--inline-limits: expected allow or "
-                                         "deny, got '%s'",
+                return fail(err, errlen,
+                            "--inline-limits: expected allow or "
+                            "deny, got '%s'",
                             val);
             c->inline_deny = val[0] == 'd';
         } else if (strcmp(name, "--memory-max") == 0) {
-            if (parse_bytes(val, 65536, (uint64_t)1 << 40, &c->memory_max) !=
-                0)
-                return fail(err, errlen, "--memory-max: expected bytes from "
-                                         "65536 to 1099511627776, or with a "
-                                         "k, m or g suffix, got '%s'",
+            if (parse_bytes(val, 65536, (uint64_t)1 << 40, &c->memory_max) != 0)
+                return fail(err, errlen,
+                            "--memory-max: expected bytes from "
+                            "65536 to 1099511627776, or with a "
+                            "k, m or g suffix, got '%s'",
                             val);
         } else if (strcmp(name, "--envoy-near-limit-ratio") == 0) {
             char *end;
@@ -1040,15 +1053,17 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
             char *end;
             double r = strtod(val, &end);
             if (end == val || *end != '\0' || !(r >= 0 && r <= 1))
-                return fail(err, errlen, "--unhealthy-error-ratio: expected "
-                                         "a number from 0 to 1, got '%s'",
+                return fail(err, errlen,
+                            "--unhealthy-error-ratio: expected "
+                            "a number from 0 to 1, got '%s'",
                             val);
             c->unhealthy_error_ratio = r;
         } else if (strcmp(name, "--log-level") == 0) {
             if (strcmp(val, "debug") && strcmp(val, "info") &&
                 strcmp(val, "warn") && strcmp(val, "error"))
-                return fail(err, errlen, "--log-level: expected debug, info, "
-                                         "warn or error, got '%s'",
+                return fail(err, errlen,
+                            "--log-level: expected debug, info, "
+                            "warn or error, got '%s'",
                             val);
             strcpy(c->log_level, val);
         } else {
@@ -1061,8 +1076,9 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
             const num_flag_t *f = &num_flags[k];
             uint64_t v;
             if (rl_parse_u64(val, f->min, f->max, &v) != RL_OK)
-                return fail(err, errlen, "%s: expected a number from %llu "
-                                         "to %llu, got '%s'",
+                return fail(err, errlen,
+                            "%s: expected a number from %llu "
+                            "to %llu, got '%s'",
                             name, (unsigned long long)f->min,
                             (unsigned long long)f->max, val);
             char *dst = (char *)c + f->off;
@@ -1113,6 +1129,9 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
         return fail(err, errlen,
                     "--tls-client-ca and --tls-listeners need --tls-cert "
                     "and --tls-key");
+    if (c->tls_client_ca_recheck && c->tls_client_ca == NULL)
+        return fail(err, errlen,
+                    "--tls-client-ca-recheck needs --tls-client-ca");
     if (c->tls_cert != NULL) {
         /* The listeners open that serve decisions, unless named: the
          * metrics listener is scraped and probed by the cluster's own

@@ -61,8 +61,8 @@ typedef struct rls_flags_s {
     uint64_t grace_ms;
     uint64_t reserve_ttl_ms;        /* --reserve-ttl-ms */
     const char *handle_secret_file; /* --handle-secret-file, or NULL */
-    uint64_t spread_ms; /* Redis store: expiries spread over up to this */
-    uint64_t swl_max;   /* --sliding-window-max */
+    uint64_t spread_ms;  /* Redis store: expiries spread over up to this */
+    uint64_t swl_max;    /* --sliding-window-max */
     uint64_t memory_max; /* memory store: bytes of counters, at most */
 
     char prefix[RLS_PREFIX_MAX + 1];
@@ -88,10 +88,10 @@ typedef struct rls_flags_s {
      * built) and the rules file, merged. */
     const char *rules[RLS_RULES_MAX];
     size_t nrules;
-    const char *config_path;  /* --config, or NULL */
-    const char *check_config; /* --check-config: validate this and exit */
-    uint64_t reload_settle_ms;  /* a changed policy file, unchanged this
-                                   long, is reloaded */
+    const char *config_path;   /* --config, or NULL */
+    const char *check_config;  /* --check-config: validate this and exit */
+    uint64_t reload_settle_ms; /* a changed policy file, unchanged this
+                                  long, is reloaded */
     uint64_t max_rules;
     int inline_deny;            /* --inline-limits deny */
     int redis_module_off;       /* --redis-module off */
@@ -147,6 +147,7 @@ typedef struct rls_flags_s {
      * (NULL: none asked for). tls_listeners: RLS_TLS_ON_* bits, the
      * listeners that speak TLS (by default every one that can). */
     const char *tls_cert, *tls_key, *tls_client_ca;
+    int tls_client_ca_recheck; /* --tls-client-ca-recheck */
     unsigned tls_listeners;
     uint64_t tls_handshake_timeout_ms; /* 0: no deadline */
     /* Per TLS listener: handshakes in progress at once, and begun per
@@ -154,7 +155,7 @@ typedef struct rls_flags_s {
      * cap). */
     uint64_t tls_max_handshakes;
     uint64_t tls_handshake_rate;
-    int info_only;                 /* --help or --version was printed */
+    int info_only; /* --help or --version was printed */
 } rls_flags_t;
 
 /* Fills *c with the defaults shown by --help. */
@@ -164,8 +165,8 @@ void rls_flags_defaults(rls_flags_t *c);
  * c->info_only set when --help or --version printed to `out` (the program
  * then exits 0), or RL_EINVAL with one line describing the problem in
  * err. */
-int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out,
-                     char *err, size_t errlen);
+int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out, char *err,
+                    size_t errlen);
 
 /* The fail mode's name: "open", "closed" or "local". */
 static inline const char *rls_fail_mode_name(int fail_open)

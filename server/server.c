@@ -246,8 +246,7 @@ void rls_server_stop(rls_server_t *s)
                     s->fe[i]->ops->drain(s->fe[i]);
             RLS_INFO("draining", " drain_ms=%llu",
                      (unsigned long long)s->cfg->drain_ms);
-            uv_timer_start(&s->stop_timer, on_stop_timer, s->cfg->drain_ms,
-                           0);
+            uv_timer_start(&s->stop_timer, on_stop_timer, s->cfg->drain_ms, 0);
             return;
         }
     }
@@ -261,8 +260,7 @@ void rls_server_stop(rls_server_t *s)
         for (i = 0; i < RLS_LISTENERS; i++)
             if (s->fe[i] != NULL && s->fe[i]->ops->goaway != NULL)
                 RLS_INFO("stopping: listener closed, GOAWAY sent",
-                         " listener=%s connections=%zu",
-                         s->fe[i]->ops->flag,
+                         " listener=%s connections=%zu", s->fe[i]->ops->flag,
                          s->fe[i]->ops->goaway(s->fe[i]));
         grace = 4 * s->cfg->redis_timeout_ms;
         if (grace < RLS_STOP_GRACE_MIN_MS)
@@ -427,8 +425,8 @@ static int start_check(rls_server_t *s, char *err, size_t errlen)
     o.xff_hops = (unsigned)cfg->check_xff_hops;
     o.error_details = cfg->check_error_details;
     if ((rc = rls_check_start(&s->check, s->loop, cfg->http_host,
-                              cfg->http_port, &s->batcher, &o, err,
-                              errlen)) != RL_OK)
+                              cfg->http_port, &s->batcher, &o, err, errlen)) !=
+        RL_OK)
         return rc;
     rls_http_server_set_tls(
         s->check.http, cfg->tls_listeners & RLS_TLS_ON_HTTP ? s->tls : NULL,
@@ -448,9 +446,12 @@ static int start_frontends(rls_server_t *s, char *err, size_t errlen)
     int rc;
 
     if (cfg->tls_cert != NULL) {
-        rls_tls_opts_t to = {cfg->tls_cert, cfg->tls_key, cfg->tls_client_ca,
+        rls_tls_opts_t to = {cfg->tls_cert,
+                             cfg->tls_key,
+                             cfg->tls_client_ca,
                              (uint32_t)cfg->tls_max_handshakes,
-                             (uint32_t)cfg->tls_handshake_rate};
+                             (uint32_t)cfg->tls_handshake_rate,
+                             cfg->tls_client_ca_recheck};
         if ((rc = rls_tls_new(&to, &s->tls, err, errlen)) != RL_OK)
             return rc;
     }
@@ -465,8 +466,8 @@ static int start_frontends(rls_server_t *s, char *err, size_t errlen)
     s->fe[RLS_LISTENER_NATIVE] = rls_conns_frontend(&s->conns);
     if (cfg->metrics_host[0] != '\0') {
         if ((rc = rls_admin_start(&s->admin, s->loop, cfg->metrics_host,
-                                  cfg->metrics_port, admin_page,
-                                  admin_health, s, err, errlen)) != RL_OK)
+                                  cfg->metrics_port, admin_page, admin_health,
+                                  s, err, errlen)) != RL_OK)
             return rc;
         rls_http_server_set_tls(
             s->admin.http,
@@ -475,8 +476,7 @@ static int start_frontends(rls_server_t *s, char *err, size_t errlen)
         s->admin.fe.plain = rls_http_server_plain_stats(s->admin.http);
         s->fe[RLS_LISTENER_METRICS] = rls_admin_frontend(&s->admin);
     }
-    if (cfg->grpc_host[0] != '\0' &&
-        (rc = start_grpc(s, err, errlen)) != RL_OK)
+    if (cfg->grpc_host[0] != '\0' && (rc = start_grpc(s, err, errlen)) != RL_OK)
         return rc;
     if (cfg->http_host[0] != '\0' &&
         (rc = start_check(s, err, errlen)) != RL_OK)
@@ -495,9 +495,9 @@ static void before_policy_change(void *arg)
     rls_refusals_invalidate(&s->batcher.refusals);
 }
 
-int rls_server_start(rls_server_t *s, uv_loop_t *loop,
-                     const rls_flags_t *cfg, rls_store_t *store,
-                     rls_policy_t *policy, char *err, size_t errlen)
+int rls_server_start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
+                     rls_store_t *store, rls_policy_t *policy, char *err,
+                     size_t errlen)
 {
     int rc, i;
 
@@ -526,9 +526,8 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
     s->rt.max_inline_limit = cfg->max_inline_limit;
     s->rt.before_change = before_policy_change;
     s->rt.arg = s;
-    rls_batcher_init(&s->batcher, store, &s->rt, cfg->prefix,
-                     cfg->prefix_len, RLS_BATCH_MAX,
-                     cfg->grace_ms, cfg->fail_open);
+    rls_batcher_init(&s->batcher, store, &s->rt, cfg->prefix, cfg->prefix_len,
+                     RLS_BATCH_MAX, cfg->grace_ms, cfg->fail_open);
     s->batcher.max_in_flight = cfg->batches_in_flight;
     s->batcher.reserve_ttl_ms = cfg->reserve_ttl_ms;
     s->batcher.loop = loop;
@@ -682,8 +681,8 @@ int rls_server_write_ports(const rls_server_t *s, const char *path)
         if ((fe = s->fe[i]) == NULL || fe->port <= 0)
             continue;
         /* An IPv6 literal in brackets, as the flags take it. */
-        fprintf(f, strchr(fe->host, ':') != NULL ? "%s [%s]:%d\n"
-                                                 : "%s %s:%d\n",
+        fprintf(f,
+                strchr(fe->host, ':') != NULL ? "%s [%s]:%d\n" : "%s %s:%d\n",
                 fe->ops->flag, fe->host, fe->port);
     }
     ok = fflush(f) == 0 && !ferror(f);
@@ -702,8 +701,7 @@ static int store_failing(const rls_server_t *s, const char **why)
     static char text[96];
     uint64_t decided, failed;
 
-    rls_batcher_share(&s->batcher, uv_hrtime() / 1000000000, &decided,
-                      &failed);
+    rls_batcher_share(&s->batcher, uv_hrtime() / 1000000000, &decided, &failed);
     if (decided < s->cfg->unhealthy_min_decisions ||
         (double)failed <= s->cfg->unhealthy_error_ratio * (double)decided)
         return 0;

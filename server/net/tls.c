@@ -25,6 +25,9 @@ struct rls_tls_s {
     SSL_CTX *next; /* prepared by a reload, not yet in force */
     char *cert_file, *key_file, *ca_file;
     uint32_t max_handshakes, handshake_rate; /* per listener; 0: none */
+    int recheck;                             /* --tls-client-ca-recheck */
+    uint64_t ca_gen; /* reloads committed: a connection made under an
+                        older one is verified again (recheck) */
 };
 
 struct rls_tls_conn_s {
@@ -41,6 +44,9 @@ struct rls_tls_conn_s {
     /* rls_tls_accept's: counts it in progress until its handshake is
      * done or it is freed; NULL then, or when made by conn_new. */
     rls_tls_stats_t *gate;
+    const rls_tls_t *t;     /* its listener's, for the recheck */
+    rls_tls_stats_t *stats; /* its listener's counts (rls_tls_accept) */
+    uint64_t ca_gen;        /* t->ca_gen its certificate was verified under */
     unsigned ready : 1;
     unsigned no_alpn : 1; /* our ALPN callback refused the client's list */
     rls_tls_reason_t reason;
@@ -190,6 +196,7 @@ int rls_tls_new(const rls_tls_opts_t *o, rls_tls_t **out, char *err,
     }
     t->max_handshakes = o->max_handshakes;
     t->handshake_rate = o->handshake_rate;
+    t->recheck = o->recheck && o->ca_file != NULL;
     if ((rc = build_ctx(t, &t->ctx, err, errlen)) != 0) {
         rls_tls_free(t);
         return rc;
@@ -213,6 +220,7 @@ void rls_tls_commit(rls_tls_t *t)
     SSL_CTX_free(t->ctx);
     t->ctx = t->next;
     t->next = NULL;
+    t->ca_gen++;
 }
 
 void rls_tls_discard(rls_tls_t *t)
@@ -295,6 +303,8 @@ rls_tls_conn_t *rls_tls_conn_new(rls_tls_t *t, const char *alpn)
         return NULL;
     }
     c->ctx = t->ctx;
+    c->t = t;
+    c->ca_gen = t->ca_gen;
     /* An empty input is "more to come", not end of file. */
     BIO_set_mem_eof_return(c->in, -1);
     BIO_set_mem_eof_return(c->out, -1);
@@ -453,6 +463,26 @@ static int not_tls(rls_tls_conn_t *c, uint8_t first)
     return RL_EIO;
 }
 
+/* 1 while c's client certificate (and the chain it sent) verifies
+ * against the CAs now in force for its listener, as a client's purpose. */
+static int still_trusted(rls_tls_conn_t *c)
+{
+    X509 *cert = SSL_get0_peer_certificate(c->ssl);
+    X509_STORE_CTX *x;
+    int ok = 0;
+
+    if (cert == NULL)
+        return 0;
+    if ((x = X509_STORE_CTX_new()) != NULL &&
+        X509_STORE_CTX_init(x, SSL_CTX_get_cert_store(c->t->ctx), cert,
+                            SSL_get_peer_cert_chain(c->ssl)) == 1 &&
+        X509_STORE_CTX_set_purpose(x, X509_PURPOSE_SSL_CLIENT) == 1)
+        ok = X509_verify_cert(x) == 1;
+    X509_STORE_CTX_free(x);
+    ERR_clear_error();
+    return ok;
+}
+
 int rls_tls_conn_feed(rls_tls_conn_t *c, const uint8_t *p, size_t n)
 {
     size_t k;
@@ -471,8 +501,24 @@ int rls_tls_conn_feed(rls_tls_conn_t *c, const uint8_t *p, size_t n)
     for (k = 0; c->fed + k < sizeof(c->hdr) && k < n; k++)
         c->hdr[c->fed + k] = p[k];
     c->fed += n;
-    if (c->ready)
+    if (c->ready) {
+        /* A reload since its handshake, with --tls-client-ca-recheck: a
+         * client whose CA was removed goes at its next read. */
+        if (c->t != NULL && c->t->recheck && c->ca_gen != c->t->ca_gen) {
+            c->ca_gen = c->t->ca_gen;
+            if (!still_trusted(c)) {
+                /* Counted as a bad certificate of its listener, and
+                 * logged by the front end that closes it. */
+                if (c->stats != NULL)
+                    c->stats->failed[RLS_TLS_BAD_CERT]++;
+                rls_tls_conn_fail(c, RLS_TLS_BAD_CERT,
+                                  "client certificate no longer verifies "
+                                  "after a reload of --tls-client-ca");
+                return RL_EIO;
+            }
+        }
         return 0;
+    }
     if (c->ssl == NULL) {
         if (first_record_pending(c))
             return 0;
@@ -698,6 +744,7 @@ int rls_tls_accept(rls_tls_t *t, rls_tls_stats_t *st, const char *listener,
     if ((*out = rls_tls_conn_new(t, alpn)) == NULL)
         return RL_ENOMEM;
     (*out)->gate = st;
+    (*out)->stats = st;
     if (++st->in_progress > st->peak)
         st->peak = st->in_progress;
     return 0;

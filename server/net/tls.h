@@ -39,6 +39,11 @@ typedef struct rls_tls_opts_s {
      * (--tls-handshake-rate); 0: no cap. */
     uint32_t max_handshakes;
     uint32_t handshake_rate;
+    /* --tls-client-ca-recheck: after a reload, a connection's client
+     * certificate is verified again against the new CAs at its next
+     * feed, and the connection fails (RLS_TLS_BAD_CERT) if it no longer
+     * verifies. */
+    int recheck;
 } rls_tls_opts_t;
 
 /* Why a handshake failed, as /metrics counts it: a bounded label. */

@@ -17,6 +17,7 @@ fails."""
 
 import os
 import re
+import shutil
 import signal
 import socket
 import ssl
@@ -636,6 +637,56 @@ def test_mutual_tls():
     check(s.stop() == 0, "stopped cleanly")
 
 
+def test_ca_recheck():
+    """A client whose CA leaves --tls-client-ca keeps its open connection
+    after a reload (the default), or loses it at its next call with
+    --tls-client-ca-recheck, counted bad_certificate; a client whose CA stays
+    is served on its connection either way."""
+    for recheck in (False, True):
+        shutil.copy(path("ca.crt"), path("live-ca.crt"))
+        extra = ["--tls-client-ca", path("live-ca.crt"),
+                 "--reload-settle-ms", "60000"]
+        if recheck:
+            extra.append("--tls-client-ca-recheck")
+        s = Server(extra=extra)
+        ch = channel(s.grpc_port, cert="client")
+        what = "recheck" if recheck else "default"
+        check(call(ch, "cr").overall_code == OK, "%s: served before" % what)
+        bad = s.handshakes("bad_certificate")
+        # The CA file now holds another CA only: the client's is gone.
+        shutil.copy(path("otherca.crt"), path("live-ca.crt"))
+        s.p.send_signal(signal.SIGHUP)
+        wait_for(lambda: "tls certificates reloaded" in s.log_text(),
+                 "reload")
+        st = status_of(ch, "cr")
+        if recheck:
+            check(st == grpc.StatusCode.UNAVAILABLE,
+                  "recheck: the removed CA's client loses its connection "
+                  "(%s)" % st)
+            check(wait_for(lambda: s.handshakes("bad_certificate") > bad,
+                           "bad_certificate counted"),
+                  "recheck: counted bad_certificate")
+            check("no longer verifies" in s.log_text(), "recheck: logged")
+        else:
+            check(st == OK, "default: the open connection is kept (%s)" % st)
+        ch.close()
+        # A client of a CA that stays: both CAs in the file, reloaded.
+        with open(path("live-ca.crt"), "wb") as f:
+            f.write(read("ca.crt") + read("otherca.crt"))
+        s.p.send_signal(signal.SIGHUP)
+        wait_for(lambda: len(re.findall("tls certificates reloaded",
+                                        s.log_text())) >= 2, "reload 2")
+        ch = channel(s.grpc_port, cert="client")
+        check(call(ch, "cs").overall_code == OK, "%s: served" % what)
+        s.p.send_signal(signal.SIGHUP)
+        wait_for(lambda: len(re.findall("tls certificates reloaded",
+                                        s.log_text())) >= 3, "reload 3")
+        check(call(ch, "cs").overall_code == OK,
+              "%s: a client whose CA stays is served after a reload" % what)
+        ch.close()
+        check(s.stop() == 0, "stopped cleanly")
+
+
 def test_handshake_deadline():
     s = Server(extra=["--tls-handshake-timeout-ms", "200"])
     ch = channel(s.grpc_port)
@@ -717,7 +768,7 @@ def test_bad_flags():
 try:
     make_certs()
     for t in (test_bad_flags, test_grpc_over_tls, test_https, test_wrong_name,
-              test_mutual_tls, test_handshake_deadline, test_reload,
+              test_mutual_tls, test_ca_recheck, test_handshake_deadline, test_reload,
               test_native_over_tls, test_librlc_tls,
               test_tls_to_plaintext_port):
         print("--", t.__name__, flush=True)
