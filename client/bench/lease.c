@@ -42,22 +42,31 @@ void rlb_lease_time(rlb_lease_audit_t *a, uint64_t stamp_ms)
         a->high = stamp_ms;
 }
 
-/* The leases of c alive at t (start <= t < end - skew). */
+/* The leases of c surely alive when grant g was applied (rlb.h): g
+ * itself, and each other applied before g's stamp and not ended before
+ * it was applied. */
 static uint64_t alive_at(const rlb_lease_audit_t *a,
-                         const rlb_lease_caller_t *c, uint64_t t)
+                         const rlb_lease_caller_t *c, const rlb_lease_t *g)
 {
-    uint64_t n = 0;
+    uint64_t n = 0, t = g->start;
     uint32_t j;
 
-    for (j = 0; j < c->n; j++)
-        n += c->v[j].start <= t && t + a->skew_ms < c->v[j].end;
+    for (j = 0; j < c->n; j++) {
+        const rlb_lease_t *l = &c->v[j];
+        if (l == g) {
+            n++;
+            continue;
+        }
+        n += l->start + l->rtt_ms <= t &&
+             t + a->skew_ms + (l->released ? g->rtt_ms : 0) < l->end;
+    }
     return n;
 }
 
 static void check_one(rlb_lease_audit_t *a, rlb_lease_caller_t *c,
                       rlb_lease_t *l, uint32_t key)
 {
-    uint64_t alive = alive_at(a, c, l->start);
+    uint64_t alive = alive_at(a, c, l);
     uint64_t limit = a->limit ? a->limit : l->limit;
 
     l->checked = 1;
@@ -98,6 +107,12 @@ static void settle_caller(rlb_lease_audit_t *a, uint32_t key, int all)
 uint64_t rlb_lease_grant(rlb_lease_audit_t *a, uint32_t key, uint64_t start,
                          uint64_t end, uint64_t limit)
 {
+    return rlb_lease_grant_rtt(a, key, start, end, limit, 0);
+}
+
+uint64_t rlb_lease_grant_rtt(rlb_lease_audit_t *a, uint32_t key, uint64_t start,
+                             uint64_t end, uint64_t limit, uint64_t rtt_ms)
+{
     rlb_lease_caller_t *c;
     rlb_lease_t *l;
     uint64_t edge;
@@ -125,6 +140,7 @@ uint64_t rlb_lease_grant(rlb_lease_audit_t *a, uint32_t key, uint64_t start,
     l->start = start;
     l->end = end > start ? end : start;
     l->limit = limit;
+    l->rtt_ms = rtt_ms;
     if (c->n > a->kept_max)
         a->kept_max = c->n;
     /* Later than the horizon: the leases it would have been counted
@@ -153,8 +169,10 @@ void rlb_lease_end(rlb_lease_audit_t *a, uint32_t key, uint64_t id,
             continue;
         /* A release after the lease had expired ends nothing: the end
          * stays the earlier. */
-        if (end_ms != 0 && end_ms < l->end)
+        if (end_ms != 0 && end_ms < l->end) {
             l->end = end_ms > l->start ? end_ms : l->start;
+            l->released = 1;
+        }
         l->final = 1;
         settle_caller(a, key, 0);
         return;

@@ -14,7 +14,7 @@
 
 /* Exit statuses, the interface for scripts. */
 #define RLB_EXIT_OK 0
-#define RLB_EXIT_AUDIT 1  /* some window allowed more than its limit */
+#define RLB_EXIT_AUDIT 1 /* some window allowed more than its limit */
 #define RLB_EXIT_USAGE                                                         \
     2                     /* bad arguments, an output file cannot open,        \
                              or a --replay log cannot be read */
@@ -322,9 +322,9 @@ typedef struct rlb_audit_s {
     size_t kmask, kused;
     double window_ms;
     int have_ref;
-    double ref_lo, ref_hi;   /* where window number 0 can end (local ms) */
-    double ref_ms;           /* the middle of that: the grid's estimate */
-    double max_skew_ms;      /* largest miss of an answer from the grid */
+    double ref_lo, ref_hi; /* where window number 0 can end (local ms) */
+    double ref_ms;         /* the middle of that: the grid's estimate */
+    double max_skew_ms;    /* largest miss of an answer from the grid */
     /* Stamps: the first seen fixes stamp_base (stamps are kept as
      * stamp - stamp_base in 32 bits: 49 days either side) and, for fixed
      * windows, the window numbering; stamp_to_local maps a stamp to the
@@ -463,10 +463,24 @@ uint64_t rlb_audit_offset(const rlb_audit_t *a, uint32_t key);
  * lease is forgotten once checked, ended and horizon_ms in the past: what
  * is kept per caller is the leases that can still overlap a grant. A grant
  * answered later than that (late) is checked at once with what is kept,
- * which can only undercount. */
+ * which can only undercount.
+ *
+ * A stamp is the batch's clock reading, taken before the store applies
+ * it, and instances' batches reach the store in any order: the store
+ * applied an answer's operation somewhere between its stamp and its stamp
+ * plus the answer's round trip (rtt). So another lease counts at grant G
+ * only when it was surely applied before G (its start + its grant's rtt
+ * <= G's stamp) and, when it was released, its release surely came after
+ * G (G's stamp + G's rtt + skew_ms < the release's stamp); a lease ended
+ * by its expiry counts while G's stamp + skew_ms < its expires_at_ms (the
+ * store drops it by the op's own stamp). With round trips of 0 this is
+ * the interval rule above. (Without the round trips, a release stamped
+ * after a grant but applied before it, a few ms apart under load, made a
+ * fourth lease seem alive under N = 3.) */
 typedef struct rlb_lease_s {
     uint64_t id, start, end, limit;
-    uint8_t final, checked;
+    uint64_t rtt_ms; /* its grant's round trip, as rl-bench saw it */
+    uint8_t final, checked, released;
 } rlb_lease_t;
 
 typedef struct rlb_lease_caller_s {
@@ -504,6 +518,9 @@ void rlb_lease_time(rlb_lease_audit_t *a, uint64_t stamp_ms);
  * kept (out of memory: the audit says it is incomplete). */
 uint64_t rlb_lease_grant(rlb_lease_audit_t *a, uint32_t key, uint64_t start,
                          uint64_t end, uint64_t limit);
+/* The same, with the grant's round trip in ms (rounded up). */
+uint64_t rlb_lease_grant_rtt(rlb_lease_audit_t *a, uint32_t key, uint64_t start,
+                             uint64_t end, uint64_t limit, uint64_t rtt_ms);
 /* The lease ended: released at end_ms (0: never released, it ends at its
  * expires_at_ms). */
 void rlb_lease_end(rlb_lease_audit_t *a, uint32_t key, uint64_t id,
@@ -553,8 +570,8 @@ void rlb_ledger_free(rlb_ledger_t *l);
 /* ---- results and reports ---------------------------------------------- */
 
 typedef struct rlb_stats_s {
-    uint64_t sent;          /* checks submitted (measured part) */
-    uint64_t allowed;       /* answered OK */
+    uint64_t sent;    /* checks submitted (measured part) */
+    uint64_t allowed; /* answered OK */
     /* Of those, how many a rule in shadow mode would have refused (they
      * consumed nothing). */
     uint64_t shadow_refused;
@@ -569,8 +586,8 @@ typedef struct rlb_stats_s {
      * per connection) taken when due; each was sent once a slot freed, as
      * late as late_ns says. */
     uint64_t slot_waits;
-    uint64_t disconnects;   /* connections lost */
-    rl_hist_t lat_ns;       /* latency of answered checks */
+    uint64_t disconnects; /* connections lost */
+    rl_hist_t lat_ns;     /* latency of answered checks */
     /* --replay, open loop: how long after its scheduled time each measured
      * check was handed to librlc, whether the generator kept up. */
     rl_hist_t late_ns;
@@ -595,10 +612,10 @@ typedef struct rlb_result_s {
     rlb_stats_t st;
     rlb_server_stats_t *servers; /* --fleet only: nservers entries */
     uint32_t nservers;
-    double seconds;  /* measured time */
+    double seconds;      /* measured time */
     uint64_t sent_total; /* checks sent, warmup included: what the server
                           * answered over the whole run */
-    int ended_early; /* the server went away (or SIGINT) */
+    int ended_early;     /* the server went away (or SIGINT) */
     const char *end_reason;
     rlb_audit_report_t audit;
     int audited;

@@ -63,7 +63,7 @@ typedef struct req_s {
     uint64_t sent_ns; /* handed to librlc */
     struct conn_s *conn;
     uint32_t key;
-    uint32_t next; /* free list */
+    uint32_t next;    /* free list */
     uint8_t follow;   /* the settle or release is the one in flight */
     uint8_t measured; /* the first request was measured */
     uint64_t lease;   /* the lease audit's id (0: none) */
@@ -594,9 +594,9 @@ static void on_xresult(rlc_async_t *cl, const rlc_xresult_t *x, void *arg)
         if (o->audit && o->op == RLB_OP_ACQUIRE && x->r.decided_at_ms == 0)
             b->res->lease.unstamped++;
         else if (o->audit && o->op == RLB_OP_ACQUIRE)
-            r->lease =
-                rlb_lease_grant(&b->res->lease, r->key, x->r.decided_at_ms,
-                                x->expires_at_ms, x->r.limit);
+            r->lease = rlb_lease_grant_rtt(
+                &b->res->lease, r->key, x->r.decided_at_ms, x->expires_at_ms,
+                x->r.limit, (now - r->sent_ns + 999999) / 1000000 + 1);
         if (follow_up(b, r, x))
             return;
     }

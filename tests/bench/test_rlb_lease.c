@@ -102,6 +102,46 @@ static void test_late(void **state)
     rlb_lease_free(&a); /* twice, as a teardown may */
 }
 
+/* A release stamped after a grant, by another instance, may be applied
+ * before it: the grant's round trip says how late it may have been
+ * applied. N 1, skew 5: lease 1 released at +60; a grant stamped +40 whose
+ * answer took 20 ms may have come after that release (not over), one whose
+ * answer took 5 ms did not (over). And a lease granted 2 ms before a
+ * grant with a 3 ms round trip may have been applied after it: it does
+ * not count there, while one granted well before does. */
+static void test_round_trips(void **state)
+{
+    rlb_lease_audit_t a;
+    uint64_t id;
+
+    (void)state;
+    assert_int_equal(rlb_lease_init(&a, 2, 1, 5, 1000), 0);
+    id = rlb_lease_grant_rtt(&a, 0, T0, T0 + 1000, 1, 1);
+    rlb_lease_grant_rtt(&a, 0, T0 + 40, T0 + 1040, 1, 20);
+    rlb_lease_end(&a, 0, id, T0 + 60);
+    rlb_lease_flush(&a);
+    assert_int_equal(a.over, 0);
+    rlb_lease_free(&a);
+
+    assert_int_equal(rlb_lease_init(&a, 2, 1, 5, 1000), 0);
+    id = rlb_lease_grant_rtt(&a, 0, T0, T0 + 1000, 1, 1);
+    rlb_lease_grant_rtt(&a, 0, T0 + 40, T0 + 1040, 1, 5);
+    rlb_lease_end(&a, 0, id, T0 + 60);
+    rlb_lease_flush(&a);
+    assert_int_equal(a.over, 1);
+    rlb_lease_free(&a);
+
+    assert_int_equal(rlb_lease_init(&a, 2, 1, 5, 1000), 0);
+    rlb_lease_grant_rtt(&a, 0, T0 + 98, T0 + 1000, 1, 3);
+    rlb_lease_grant_rtt(&a, 0, T0 + 100, T0 + 1100, 1, 3);
+    rlb_lease_grant_rtt(&a, 1, T0 + 90, T0 + 1000, 1, 3);
+    rlb_lease_grant_rtt(&a, 1, T0 + 100, T0 + 1100, 1, 3);
+    rlb_lease_flush(&a);
+    assert_int_equal(a.over, 1);
+    assert_int_equal(a.first_over_key, 1);
+    rlb_lease_free(&a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -109,6 +149,7 @@ int main(void)
         cmocka_unit_test(test_over_found),
         cmocka_unit_test(test_bounded),
         cmocka_unit_test(test_late),
+        cmocka_unit_test(test_round_trips),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
