@@ -558,7 +558,7 @@ static int swc_field(const char **s, const char *end, int64_t *v)
 static int swc_read(alim_t *l, const char *s, size_t len)
 {
     swc_t *w = &l->sw;
-    const char *p = s, *end = s + len;
+    const char *p = s, *end;
     int64_t I = l->idx, S, c1, c2;
 
     memset(w, 0, sizeof(*w));
@@ -567,6 +567,7 @@ static int swc_read(alim_t *l, const char *s, size_t len)
     l->v[0] = l->v[1] = 0;
     if (s == NULL)
         return 0;
+    end = s + len; /* not before: NULL + 0 is undefined */
     if (len == 0 || p[0] == '-' || swc_field(&p, end, &S) != 0 || p == end ||
         swc_field(&p, end, &c1) != 0 || p == end ||
         memchr(p, ':', (size_t)(end - p)) != NULL ||
