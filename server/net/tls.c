@@ -303,7 +303,9 @@ rls_tls_conn_t *rls_tls_conn_new(rls_tls_t *t, const char *alpn)
         return NULL;
     }
     c->ctx = t->ctx;
-    c->t = t;
+    /* Only with the recheck does the connection look at t again, which
+     * then must outlive it (the server frees its front ends first). */
+    c->t = t->recheck ? t : NULL;
     c->ca_gen = t->ca_gen;
     /* An empty input is "more to come", not end of file. */
     BIO_set_mem_eof_return(c->in, -1);
@@ -504,7 +506,7 @@ int rls_tls_conn_feed(rls_tls_conn_t *c, const uint8_t *p, size_t n)
     if (c->ready) {
         /* A reload since its handshake, with --tls-client-ca-recheck: a
          * client whose CA was removed goes at its next read. */
-        if (c->t != NULL && c->t->recheck && c->ca_gen != c->t->ca_gen) {
+        if (c->t != NULL && c->ca_gen != c->t->ca_gen) {
             c->ca_gen = c->t->ca_gen;
             if (!still_trusted(c)) {
                 /* Counted as a bad certificate of its listener, and
