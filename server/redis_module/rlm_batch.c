@@ -409,7 +409,13 @@ static void decide(batch_t *b, op_t *o)
 
 #define LOG_BAD "ERR not a sliding-window log"
 
-/* n digits at s (all digits) into *v; 0, or -1. */
+/* Where fixed_digits saturates: a log's 20-digit sum may be written past
+ * int64 by another writer; the script reads it as a double far above any
+ * limit, and so refuses, as the module does with this value, which leaves
+ * room for the arithmetic on it (sum - limit + cost) without overflow. */
+#define DIGITS_SAT ((int64_t)1 << 62)
+
+/* n digits at s (all digits) into *v, at most DIGITS_SAT; 0, or -1. */
 static int fixed_digits(const char *s, size_t n, int64_t *v)
 {
     size_t i;
@@ -418,7 +424,10 @@ static int fixed_digits(const char *s, size_t n, int64_t *v)
     for (i = 0; i < n; i++) {
         if (s[i] < '0' || s[i] > '9')
             return -1;
-        *v = *v * 10 + (s[i] - '0');
+        if (*v < DIGITS_SAT)
+            *v = *v * 10 + (s[i] - '0');
+        if (*v > DIGITS_SAT)
+            *v = DIGITS_SAT;
     }
     return 0;
 }
