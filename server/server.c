@@ -747,6 +747,22 @@ int rls_server_healthy(const rls_server_t *s, const char **why)
     return 1;
 }
 
+int rls_server_takes_work(const rls_server_t *s, const char **why)
+{
+    if (rls_server_healthy(s, why))
+        return 1;
+    /* --fail-open answers for a store that is down: the server still
+     * takes work, as envoy-ratelimit's health check says while its Redis
+     * is away. Draining, failing closed, a full memory store and a
+     * failing store do not. */
+    if (!s->stopping && s->store != NULL && !s->store->v->up(s->store) &&
+        s->cfg->fail_open == 1) {
+        *why = "ok: store unavailable, failing open (--fail-open)";
+        return 1;
+    }
+    return 0;
+}
+
 void rls_server_free(rls_server_t *s)
 {
     /* After the loop: no call is left to count. */

@@ -111,6 +111,14 @@ void rls_server_free(rls_server_t *s);
  * a one-line reason in *why. */
 int rls_server_healthy(const rls_server_t *s, const char **why);
 
+/* What envoy-ratelimit's health checks mean (GET /healthcheck, the gRPC
+ * listener's grpc.health.v1): 1 while the server takes work, which is
+ * rls_server_healthy or, under --fail-open, a store that is down (the
+ * answers are the fail mode's); 0 while draining, failing closed on a
+ * store that is down, or any other reason rls_server_healthy gives, with
+ * a one-line reason in *why. */
+int rls_server_takes_work(const rls_server_t *s, const char **why);
+
 /* Renders the /metrics page of the server into out (see metrics.h). */
 int rls_server_metrics(const rls_server_t *s, rl_buf_t *out);
 
