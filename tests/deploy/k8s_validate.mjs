@@ -164,6 +164,72 @@ for (const c of rld?.patch?.value?.spec?.template?.spec?.containers ?? [])
   if (c.name !== "envoy-ratelimit")
     fail(`EnvoyGateway: patch names container ${c.name}, EG's is envoy-ratelimit`);
 
+// What Envoy Gateway runs with that configuration: its own Deployment
+// with container.image and resources set, then the patch applied as a
+// strategic merge (lists of named things merged by their key, as
+// Kubernetes' strategicpatch does for a Deployment).
+const mergeKeys = { containers: "name", initContainers: "name", env: "name",
+                    volumes: "name", ports: "containerPort",
+                    volumeMounts: "mountPath" };
+function smp(base, patch, field) {
+  if (patch === null) return undefined;
+  if (Array.isArray(patch)) {
+    const key = mergeKeys[field];
+    if (!key || !Array.isArray(base)) return structuredClone(patch);
+    const out = structuredClone(base);
+    for (const p of patch) {
+      const i = out.findIndex((b) => b[key] === p[key]);
+      if (i < 0) out.push(structuredClone(p));
+      else out[i] = smp(out[i], p, null);
+    }
+    return out;
+  }
+  if (typeof patch !== "object" || typeof base !== "object" || base === null)
+    return structuredClone(patch);
+  const out = { ...base };
+  for (const [k, v] of Object.entries(patch)) {
+    const m = smp(base[k], v, k);
+    if (m === undefined) delete out[k]; else out[k] = m;
+  }
+  return out;
+}
+const eg = YAML.parse(fs.readFileSync(path.join(work, "eg_ratelimit_deployment.yaml"), "utf8"));
+const egc = eg.spec.template.spec.containers[0];
+if (rld?.container?.image) egc.image = rld.container.image;
+if (rld?.container?.resources) egc.resources = rld.container.resources;
+if (rld?.patch && (rld.patch.type ?? "StrategicMerge") !== "StrategicMerge")
+  fail("EnvoyGateway: only a StrategicMerge patch is checked here");
+const run = rld?.patch ? smp(eg, rld.patch.value, null) : eg;
+try {
+  const { Deployment } = await import("kubernetes-models/apps/v1/Deployment");
+  new Deployment(run).validate();
+} catch (e) {
+  fail(`EnvoyGateway: the patched Deployment: ${e.message}`);
+}
+fs.appendFileSync(path.join(work, "objects.ts"),
+  `import type { IDeployment as TEG } from "kubernetes-models/apps/v1/Deployment";\n` +
+  `// Envoy Gateway's Deployment with helm-values.yaml applied\n` +
+  `export const egRun: TEG = ${JSON.stringify(run)};\n`);
+fs.writeFileSync(path.join(work, "eg-deployment.json"), JSON.stringify(run, null, 1));
+const rc = run.spec.template.spec.containers;
+if (rc.length !== 1 || rc[0].name !== "envoy-ratelimit")
+  fail(`EnvoyGateway: the patched Deployment has containers ${rc.map((c) => c.name)}`);
+else {
+  const c = rc[0];
+  if (c.image !== rld?.container?.image) fail("EnvoyGateway: image not swapped");
+  if (JSON.stringify(c.command) !== JSON.stringify(["/bin/ratelimit"]) || c.args)
+    fail(`EnvoyGateway: command ${c.command} args ${c.args}: the image must run as EG runs it`);
+  for (const pr of ["startupProbe", "readinessProbe", "livenessProbe"]) {
+    const g = c[pr]?.httpGet;
+    if (g?.path !== "/healthcheck" || g?.port !== 8080)
+      fail(`EnvoyGateway: ${pr} is not GET :8080/healthcheck (${JSON.stringify(c[pr])})`);
+  }
+  const sc = c.securityContext ?? {};
+  if (sc.runAsUser !== 65534 || sc.readOnlyRootFilesystem !== true)
+    fail("EnvoyGateway: the container's securityContext changed");
+  if (!c.resources?.limits?.memory) fail("EnvoyGateway: no memory limit");
+}
+
 // The rules, for rl-server --check-envoy-config.
 fs.mkdirSync(path.join(work, "rules"));
 for (const cm of byKind("ConfigMap"))
@@ -171,7 +237,7 @@ for (const cm of byKind("ConfigMap"))
     if (k.endsWith(".yaml"))
       fs.writeFileSync(path.join(work, "rules", `${cm.metadata.name}-${k}`), v);
 
-fs.writeFileSync(path.join(work, "count"), String(n + 1));
+fs.writeFileSync(path.join(work, "count"), String(n + 2));
 if (fails.length) {
   console.log(`${fails.length} failures`);
   process.exit(1);

@@ -29,7 +29,8 @@ fi
 
 work=$(mktemp -d "$dir/run.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-cp "$here/k8s_validate.mjs" "$here/envoy_gateway.d.ts" "$work/"
+cp "$here/k8s_validate.mjs" "$here/envoy_gateway.d.ts" \
+   "$here/eg_ratelimit_deployment.yaml" "$work/"
 ln -s "$dir/node_modules" "$work/node_modules"
 cd "$work"
 node k8s_validate.mjs "$repo/deploy/kubernetes" "$work"
@@ -37,4 +38,4 @@ node k8s_validate.mjs "$repo/deploy/kubernetes" "$work"
 for f in "$work"/rules/*; do
   "$rl_server" --check-envoy-config "$f" >/dev/null
 done
-echo "deploy/kubernetes: $(cat "$work/count") objects valid"
+echo "deploy/kubernetes: $(cat "$work/count") objects valid (and Envoy Gateway's Deployment as patched)"
