@@ -15,7 +15,7 @@ packages=(
   haproxy faketime gnuplot-nox procps
   nginx-light caddy
   curl jq
-  podman runc ca-certificates
+  podman runc containernetworking-plugins iptables ca-certificates
 )
 # node and npm (tests/deploy/k8s_validate.sh): Debian's, unless a nodejs
 # that bundles npm (and conflicts with Debian's npm) is installed already.

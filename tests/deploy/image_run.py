@@ -132,6 +132,11 @@ def finish():
 
 
 try:
+    r = pod("info", "--format", "{{.Store.GraphDriverName}}")
+    if r.returncode != 0:
+        skip("podman does not work here: " + r.stderr.strip()[-400:])
+    print("podman storage driver:", r.stdout.strip())
+
     # 1. The image: built quietly, from the build tree's binaries.
     t0 = time.time()
     r = subprocess.run(["bash", os.path.join(REPO, "deploy/image.sh"),
