@@ -15,7 +15,11 @@ packages=(
   haproxy faketime gnuplot-nox procps
   nginx-light caddy
   curl jq
+  podman runc containernetworking-plugins iptables ca-certificates
 )
+# node and npm (tests/deploy/k8s_validate.sh): Debian's, unless a nodejs
+# that bundles npm (and conflicts with Debian's npm) is installed already.
+command -v npm >/dev/null || packages+=(nodejs npm)
 
 missing=()
 for p in "${packages[@]}"; do
