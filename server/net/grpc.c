@@ -1,5 +1,6 @@
 /* The --grpc listener: HTTP/2 cleartext with nghttp2, gRPC unary calls of
- * Envoy's RateLimitService; see grpc.h.
+ * Envoy's RateLimitService and grpc.health.v1's Check and Watch (the
+ * messages in grpc_health.c); see grpc.h.
  *
  * nghttp2 does all of HTTP/2 (framing, HPACK, flow control, SETTINGS,
  * GOAWAY, flood protection); this file moves bytes between it and the
@@ -56,7 +57,14 @@
  * batcher; a connection lives until its handle is closed and none of its
  * stream objects remains. So an answer that arrives after the client went
  * away finds its stream and connection still allocated and only frees
- * them, as net/conn.c does with inflight. */
+ * them, as net/conn.c does with inflight.
+ *
+ * Health. A Watch stream is answered at once (response headers) and then
+ * drawn from a data source that defers until the status changes; it is
+ * on g->watches, holds one message at a time, and is neither at the
+ * server nor owed (see health_watch). The status is looked at on a
+ * 100-ms timer that runs only while a Watch is open, at each Check, and
+ * at the drain and the stop. */
 #include "net/grpc.h"
 
 #include <inttypes.h>

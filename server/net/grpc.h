@@ -19,7 +19,8 @@
  * connection (past either the connection is closed), the bodies of all
  * streams together within --max-partial-bytes (past it RESOURCE_EXHAUSTED
  * for the stream that would pass it), --idle-timeout counted from the
- * last request or answer. Per round (flush to flush) a connection is read
+ * last request or answer (an open grpc.health.v1 Watch is neither), and
+ * RLS_GRPC_WATCHES_PER_CONN / RLS_GRPC_WATCHES_MAX Watch streams. Per round (flush to flush) a connection is read
  * for at most a fixed budget of bytes and of decoded header bytes. A
  * connection holds no input buffer but what nghttp2 left of a read when
  * its budget ran out, and at most its streams' messages. */
