@@ -201,7 +201,9 @@ def wait_for(what, fn, timeout=10):
 
 
 def checks_and_drain():
-    s = Server(["--drain-ms", "1500"])
+    # --frame-timeout-ms short: an open Watch is no answer owed, and its
+    # connection is not closed for it.
+    s = Server(["--drain-ms", "1500", "--frame-timeout-ms", "300"])
     for name in ("", "ratelimit", RLS_NAME):
         check(s.check(name) == SERVING, "Check %r: SERVING" % name)
     got = s.check("no.such.Service")
@@ -216,7 +218,12 @@ def checks_and_drain():
     # The stream stays: it is counted open, and nothing more comes.
     check(s.metric("rl_grpc_health_watches_open") == 3, "3 Watch streams open")
     check(s.call() == rls_pb2.RateLimitResponse.OK, "ShouldRateLimit beside")
-    check(w.quiet(), "no message while nothing changes")
+    # Past the frame timeout and a sweep (once a second): still open.
+    check(w.quiet(1.5), "no message while nothing changes")
+    check(s.metric("rl_grpc_health_watches_open") == 3,
+          "Watch streams outlive --frame-timeout-ms")
+    check(s.metric('rl_grpc_connections_closed_total{reason="output_timeout"}')
+          == 0, "no connection closed for answers not taken")
     s.p.send_signal(signal.SIGTERM)
     check(w.next() == NOT_SERVING, "Watch: NOT_SERVING on the drain")
     check(w2.next() == NOT_SERVING, "Watch RLS name: NOT_SERVING on drain")
