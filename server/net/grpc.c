@@ -234,10 +234,10 @@ struct rls_grpc_s {
     rl_buf_t plain; /* frames drawn from nghttp2, before TLS */
     rls_tls_stats_t tls_stats;
     rls_tls_plain_t plain_tls; /* h2c: TLS clients seen */
-    rls_health_fn health_fn; /* whether the server takes work; NULL: yes */
+    rls_health_fn health_fn;   /* whether the server takes work; NULL: yes */
     void *health_arg;
-    int hstatus;          /* the status last looked at; -1: never */
-    rls_list_t watches;   /* Watch streams open */
+    int hstatus;        /* the status last looked at; -1: never */
+    rls_list_t watches; /* Watch streams open */
 };
 
 static void conn_close(gconn_t *c);
@@ -545,7 +545,7 @@ static int health_now(rls_grpc_t *g)
     if (g->health_fn == NULL)
         return RLS_HEALTH_SERVING;
     return g->health_fn(g->health_arg) ? RLS_HEALTH_SERVING
-                                        : RLS_HEALTH_NOT_SERVING;
+                                       : RLS_HEALTH_NOT_SERVING;
 }
 
 /* What a Watch stream is to say now. */
@@ -2157,8 +2157,7 @@ int rls_grpc_metrics(const rls_grpc_t *g, rl_buf_t *out)
                          "grpc.health.v1 Watch streams started.",
                          s->health_watches));
     TRY(rls_prom_gauge(out, "rl_grpc_health_watches_open",
-                       "grpc.health.v1 Watch streams open.",
-                       s->watches_open));
+                       "grpc.health.v1 Watch streams open.", s->watches_open));
     TRY(rls_prom_counter(out, "rl_grpc_health_watches_refused_total",
                          "Watch streams refused: 16 open on the connection "
                          "or 4096 in all.",

@@ -20,10 +20,10 @@
  * streams together within --max-partial-bytes (past it RESOURCE_EXHAUSTED
  * for the stream that would pass it), --idle-timeout counted from the
  * last request or answer (an open grpc.health.v1 Watch is neither), and
- * RLS_GRPC_WATCHES_PER_CONN / RLS_GRPC_WATCHES_MAX Watch streams. Per round (flush to flush) a connection is read
- * for at most a fixed budget of bytes and of decoded header bytes. A
- * connection holds no input buffer but what nghttp2 left of a read when
- * its budget ran out, and at most its streams' messages. */
+ * RLS_GRPC_WATCHES_PER_CONN / RLS_GRPC_WATCHES_MAX Watch streams. Per round
+ * (flush to flush) a connection is read for at most a fixed budget of bytes and
+ * of decoded header bytes. A connection holds no input buffer but what nghttp2
+ * left of a read when its budget ran out, and at most its streams' messages. */
 #ifndef RLS_NET_GRPC_H
 #define RLS_NET_GRPC_H
 
