@@ -40,18 +40,7 @@ PROCS = []
 FAILS = []
 
 rlt.envoy_stubs(PROTO_DIR, TMP)
-# Compiled from its own directory: as grpc/health/v1/health_pb2.py it
-# would hide under grpcio's package `grpc`. The proto package (and so the
-# method paths) stays grpc.health.v1.
-os.mkdir(os.path.join(TMP, "hproto"))
-with open(os.path.join(PROTO_DIR, "grpc", "health", "v1", "health.proto")) as f:
-    with open(os.path.join(TMP, "hproto", "health.proto"), "w") as g:
-        g.write(f.read())
-subprocess.check_call([sys.executable, "-m", "grpc_tools.protoc", "-I",
-                       os.path.join(TMP, "hproto"),
-                       "--python_out=" + os.path.join(TMP, "stubs"),
-                       "--grpc_python_out=" + os.path.join(TMP, "stubs"),
-                       "health.proto"])
+rlt.health_stubs(PROTO_DIR, TMP)
 import grpc  # noqa: E402
 import health_pb2  # noqa: E402
 import health_pb2_grpc  # noqa: E402
