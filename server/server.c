@@ -344,6 +344,14 @@ static void install_envoy_conf(void *arg, rls_envoy_conf_t *conf)
     rls_grpc_set_conf(s->grpc, conf);
 }
 
+/* grpc.health.v1 on the --grpc listener: what /healthcheck says. */
+static int grpc_takes_work(void *arg)
+{
+    const char *why;
+
+    return rls_server_takes_work(arg, &why);
+}
+
 /* The --grpc listener and its --envoy-config files. Returns 0 or an RL_E*
  * code with err set. */
 static int start_grpc(rls_server_t *s, char *err, size_t errlen)
@@ -386,6 +394,7 @@ static int start_grpc(rls_server_t *s, char *err, size_t errlen)
         return rc;
     }
     rls_grpc_set_conf(s->grpc, conf);
+    rls_grpc_set_health(s->grpc, grpc_takes_work, s);
     if (cfg->envoy_stats) {
         rls_estats_init(&s->estats, (size_t)cfg->envoy_stats_max_values);
         s->estats.near_ratio = cfg->envoy_near_ratio;

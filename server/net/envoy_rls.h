@@ -28,6 +28,7 @@ enum {
                              descriptor list (a Go error) */
     RLS_GRPC_INVALID_ARGUMENT = 3,
     RLS_GRPC_DEADLINE_EXCEEDED = 4,
+    RLS_GRPC_NOT_FOUND = 5, /* grpc.health.v1 Check: an unknown service */
     RLS_GRPC_RESOURCE_EXHAUSTED = 8,
     RLS_GRPC_UNIMPLEMENTED = 12,
     RLS_GRPC_INTERNAL = 13,

@@ -1,5 +1,6 @@
 /* The --grpc listener: HTTP/2 cleartext with nghttp2, gRPC unary calls of
- * Envoy's RateLimitService; see grpc.h.
+ * Envoy's RateLimitService and grpc.health.v1's Check and Watch (the
+ * messages in grpc_health.c); see grpc.h.
  *
  * nghttp2 does all of HTTP/2 (framing, HPACK, flow control, SETTINGS,
  * GOAWAY, flood protection); this file moves bytes between it and the
@@ -56,7 +57,14 @@
  * batcher; a connection lives until its handle is closed and none of its
  * stream objects remains. So an answer that arrives after the client went
  * away finds its stream and connection still allocated and only frees
- * them, as net/conn.c does with inflight. */
+ * them, as net/conn.c does with inflight.
+ *
+ * Health. A Watch stream is answered at once (response headers) and then
+ * drawn from a data source that defers until the status changes; it is
+ * on g->watches, holds one message at a time, and is neither at the
+ * server nor owed (see health_watch). The status is looked at on a
+ * 100-ms timer that runs only while a Watch is open, at each Check, and
+ * at the drain and the stop. */
 #include "net/grpc.h"
 
 #include <inttypes.h>
@@ -67,6 +75,7 @@
 #include <nghttp2/nghttp2.h>
 
 #include "log.h"
+#include "net/grpc_health.h"
 #include "net/listen.h"
 #include "net/tls.h"
 #include "prom.h"
@@ -98,6 +107,9 @@
 #define HEADER_STRIKES 2
 #define RLS_GRPC_PATH                                                          \
     "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+/* How often the status Watch streams follow is looked at while any is
+ * open (it is pushed only when it changed). */
+#define HEALTH_POLL_MS 100
 
 typedef struct gconn_s gconn_t;
 
@@ -127,6 +139,19 @@ typedef struct gstream_s {
     unsigned started : 1;  /* the call was started */
     unsigned answered : 1; /* a response was submitted, or it was reset */
     unsigned closed : 1;   /* nghttp2 is done with it */
+    /* grpc.health.v1 (its :path): 1 Check, 2 Watch. A Watch stream, once
+     * started, is on g->watches and holds one message at a time: wmsg,
+     * drawn from woff, the latest status replacing an older one that has
+     * not started to go (so a client that does not read its window costs
+     * no more than one that does). */
+    unsigned health : 2;
+    unsigned wknown : 1; /* its service is one of ours */
+    unsigned wend : 1;   /* ends (trailers) once its message is drawn */
+    int8_t wsent;        /* the status of wmsg; -1: none yet */
+    uint8_t wlen;
+    uint8_t woff;
+    uint8_t wmsg[RLS_HEALTH_MSG_MAX];
+    rls_list_t wnode; /* in g->watches */
 } gstream_t;
 
 struct gconn_s {
@@ -157,6 +182,7 @@ struct gconn_s {
     uint32_t open_streams; /* streams nghttp2 has open with us */
     uint32_t at_server;    /* calls started and not yet answered */
     uint32_t strikes;      /* header lists over the limit */
+    uint32_t watches;      /* Watch streams open */
     unsigned reading : 1;
     unsigned writing : 1;
     unsigned closing : 1;
@@ -180,11 +206,12 @@ struct rls_grpc_s {
     uv_tcp_t listener;
     uv_timer_t sweep;
     uv_idle_t spin; /* keeps poll from blocking while reads are deferred */
+    uv_timer_t health; /* HEALTH_POLL_MS, while a Watch stream is open */
     int listening;
     int draining;
     int stopping;
     int freeing;
-    unsigned handles;   /* of listener, sweep and spin, still open */
+    unsigned handles;   /* of listener, sweep, spin and health, open */
     size_t nalloc;      /* connections allocated (open or closing) */
     uint64_t held;      /* request bytes buffered by all streams and stashes */
     uint64_t owed;      /* memory of all owed answers */
@@ -207,6 +234,10 @@ struct rls_grpc_s {
     rl_buf_t plain; /* frames drawn from nghttp2, before TLS */
     rls_tls_stats_t tls_stats;
     rls_tls_plain_t plain_tls; /* h2c: TLS clients seen */
+    rls_health_fn health_fn;   /* whether the server takes work; NULL: yes */
+    void *health_arg;
+    int hstatus;        /* the status last looked at; -1: never */
+    rls_list_t watches; /* Watch streams open */
 };
 
 static void conn_close(gconn_t *c);
@@ -290,12 +321,28 @@ static void owe(gstream_t *st, size_t msg_len)
     mark_dirty(c);
 }
 
+/* A Watch stream is no longer followed (it closed, or its connection
+ * did). */
+static void unwatch(gstream_t *st)
+{
+    rls_grpc_t *g = st->c->g;
+
+    if (!rls_list_linked(&st->wnode))
+        return;
+    rls_list_remove(&st->wnode);
+    st->c->watches--;
+    g->stats.watches_open--;
+    if (rls_list_empty(&g->watches))
+        uv_timer_stop(&g->health);
+}
+
 static void stream_free_maybe(gstream_t *st)
 {
     gconn_t *c = st->c;
 
     if (!st->closed || st->call.pending > 0)
         return;
+    unwatch(st);
     if (st->started)
         rls_envoy_call_free(&st->call);
     msg_release(st);
@@ -329,6 +376,8 @@ static const char *status_text(int code)
         return "3";
     case RLS_GRPC_DEADLINE_EXCEEDED:
         return "4";
+    case RLS_GRPC_NOT_FOUND:
+        return "5";
     case RLS_GRPC_RESOURCE_EXHAUSTED:
         return "8";
     case RLS_GRPC_UNIMPLEMENTED:
@@ -381,7 +430,10 @@ static void reply_status(gstream_t *st, int code, const char *why)
     if (st->answered)
         return;
     mark_answered(st);
-    c->g->stats.calls[code < RLS_GRPC_CODES ? code : RLS_GRPC_INTERNAL]++;
+    if (st->health)
+        c->g->stats.health_checks += st->health == 1;
+    else
+        c->g->stats.calls[code < RLS_GRPC_CODES ? code : RLS_GRPC_INTERNAL]++;
     if (st->closed || c->closing)
         return;
     grpc_message(msg, sizeof(msg), why != NULL ? why : "");
@@ -481,6 +533,226 @@ static void reply_ok(gstream_t *st)
         touch(c);
 }
 
+/* ------------------------------------------------------------------------ */
+/* grpc.health.v1 */
+
+/* The status now: NOT_SERVING from the drain on, else what the server
+ * says (SERVING when nothing does). */
+static int health_now(rls_grpc_t *g)
+{
+    if (g->stopping)
+        return RLS_HEALTH_NOT_SERVING;
+    if (g->health_fn == NULL)
+        return RLS_HEALTH_SERVING;
+    return g->health_fn(g->health_arg) ? RLS_HEALTH_SERVING
+                                       : RLS_HEALTH_NOT_SERVING;
+}
+
+/* What a Watch stream is to say now. */
+static int watch_status(const gstream_t *st)
+{
+    return st->wknown ? st->c->g->hstatus : RLS_HEALTH_SERVICE_UNKNOWN;
+}
+
+/* A Watch stream has something to draw (a new status, or its end):
+ * nghttp2 asks its data source again at the flush. */
+static void watch_kick(gstream_t *st)
+{
+    gconn_t *c = st->c;
+
+    if (c->closing || c->h2 == NULL)
+        return;
+    nghttp2_session_resume_data(c->h2, st->id);
+    mark_dirty(c);
+}
+
+/* Looks at the status once; a change goes to every Watch stream of a
+ * known service. */
+static void health_refresh(rls_grpc_t *g)
+{
+    int now = health_now(g);
+    rls_list_t *n;
+
+    if (now == g->hstatus)
+        return;
+    g->hstatus = now;
+    for (n = g->watches.next; n != &g->watches; n = n->next) {
+        gstream_t *st = RLS_CONTAINER_OF(n, gstream_t, wnode);
+        if (st->wknown)
+            watch_kick(st);
+    }
+}
+
+static void on_health_timer(uv_timer_t *t)
+{
+    rls_grpc_t *g = t->data;
+
+    health_refresh(g);
+    rls_grpc_flush(g);
+}
+
+/* nghttp2 draws a Watch stream: the message in progress, else the
+ * status if it differs from the last one sent, else its end (trailers:
+ * UNAVAILABLE, the server is going away, as gRPC clients see a Watch end
+ * when grpc-go's server stops), else nothing until watch_kick. */
+static ssize_t watch_body(nghttp2_session *s, int32_t id, uint8_t *buf,
+                          size_t length, uint32_t *flags,
+                          nghttp2_data_source *src, void *ud)
+{
+    gstream_t *st = src->ptr;
+    nghttp2_nv trailers[2] = {
+        NV("grpc-status", "14"),
+        NV("grpc-message", "server stopping"),
+    };
+    size_t n;
+    int want;
+
+    (void)ud;
+    if (st->woff == st->wlen) {
+        want = watch_status(st);
+        if (want != st->wsent) {
+            st->wlen = (uint8_t)rls_health_encode(want, st->wmsg);
+            st->woff = 0;
+            st->wsent = (int8_t)want;
+        } else if (st->wend) {
+            *flags |= NGHTTP2_DATA_FLAG_EOF;
+            if (nghttp2_submit_trailer(s, id, trailers, 2) == 0)
+                *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+            return 0;
+        } else {
+            return NGHTTP2_ERR_DEFERRED;
+        }
+    }
+    n = (size_t)(st->wlen - st->woff);
+    if (n > length)
+        n = length; /* a message may span frames; the rest goes next */
+    memcpy(buf, st->wmsg + st->woff, n);
+    st->woff = (uint8_t)(st->woff + n);
+    return (ssize_t)n;
+}
+
+/* Ends a Watch stream as the server goes: its last status (NOT_SERVING)
+ * and trailers, when its client's window can take them; else it is reset
+ * (CANCEL), so that a client that does not read cannot hold the stop. */
+static void watch_end(gstream_t *st)
+{
+    gconn_t *c = st->c;
+    int32_t room;
+
+    if (st->wend || c->closing || c->h2 == NULL)
+        return;
+    st->wend = 1;
+    room = nghttp2_session_get_stream_remote_window_size(c->h2, st->id);
+    if (st->woff != st->wlen || room < RLS_HEALTH_MSG_MAX ||
+        nghttp2_session_get_remote_window_size(c->h2) < RLS_HEALTH_MSG_MAX)
+        nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, st->id,
+                                  NGHTTP2_CANCEL);
+    else
+        nghttp2_session_resume_data(c->h2, st->id);
+    mark_dirty(c);
+}
+
+/* A Check (unary): the status now, or NOT_FOUND. */
+static void health_check(gstream_t *st, int known)
+{
+    gconn_t *c = st->c;
+    rls_grpc_t *g = c->g;
+    nghttp2_nv nva[2] = {
+        NV(":status", "200"),
+        NV("content-type", "application/grpc"),
+    };
+    nghttp2_data_provider prd;
+    uint8_t m[RLS_HEALTH_MSG_MAX];
+    size_t len;
+
+    if (!known) {
+        reply_status(st, RLS_GRPC_NOT_FOUND, "unknown service");
+        return;
+    }
+    health_refresh(g);
+    len = rls_health_encode(g->hstatus, m);
+    if ((st->resp = malloc(len)) == NULL) {
+        reply_status(st, RLS_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    memcpy(st->resp, m, len);
+    st->resp_len = len;
+    mark_answered(st);
+    g->stats.health_checks++;
+    prd.source.ptr = st;
+    prd.read_callback = read_body;
+    if (nghttp2_submit_response(c->h2, st->id, nva, 2, &prd) != 0)
+        nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, st->id,
+                                  NGHTTP2_INTERNAL_ERROR);
+    owe(st, len);
+    touch(c);
+}
+
+/* A Watch (server-streaming): response headers now, the status at once
+ * and each change after, until the client cancels or the server goes.
+ * Its stream is answered as far as the connection's rules go: it is not
+ * a call at the server nor an owed answer, so it neither keeps the
+ * connection from --idle-timeout nor falls under --frame-timeout-ms's
+ * rule on answers not taken (its one message does not grow). */
+static void health_watch(gstream_t *st, int known)
+{
+    gconn_t *c = st->c;
+    rls_grpc_t *g = c->g;
+    nghttp2_nv nva[2] = {
+        NV(":status", "200"),
+        NV("content-type", "application/grpc"),
+    };
+    nghttp2_data_provider prd;
+
+    if (c->watches >= RLS_GRPC_WATCHES_PER_CONN ||
+        g->stats.watches_open >= RLS_GRPC_WATCHES_MAX) {
+        g->stats.watches_refused++;
+        reply_status(st, RLS_GRPC_RESOURCE_EXHAUSTED,
+                     "too many Watch streams open");
+        return;
+    }
+    health_refresh(g);
+    mark_answered(st);
+    g->stats.health_watches++;
+    touch(c);
+    if (st->closed || c->closing)
+        return;
+    st->wknown = (unsigned)known;
+    st->wsent = -1;
+    prd.source.ptr = st;
+    prd.read_callback = watch_body;
+    if (nghttp2_submit_response(c->h2, st->id, nva, 2, &prd) != 0) {
+        nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, st->id,
+                                  NGHTTP2_INTERNAL_ERROR);
+        mark_dirty(c);
+        return;
+    }
+    if (rls_list_empty(&g->watches))
+        uv_timer_start(&g->health, on_health_timer, HEALTH_POLL_MS,
+                       HEALTH_POLL_MS);
+    rls_list_push(&g->watches, &st->wnode);
+    c->watches++;
+    g->stats.watches_open++;
+    mark_dirty(c);
+    /* After the GOAWAY of the stop (a stream the client opened before
+     * it): its status, then its end. */
+    if (c->goaway)
+        watch_end(st);
+}
+
+/* A grpc.health.v1 call whose message p[0, n) is whole. */
+static void health_call(gstream_t *st, const uint8_t *p, size_t n)
+{
+    int known = rls_health_service(p, n);
+
+    if (known < 0)
+        reply_status(st, RLS_GRPC_INTERNAL, "bad HealthCheckRequest");
+    else if (st->health == 1)
+        health_check(st, known);
+    else
+        health_watch(st, known);
+}
+
 /* The last answer of a call came. */
 static void on_call_done(rls_envoy_call_t *call)
 {
@@ -513,7 +785,7 @@ static void request_done(gstream_t *st)
         reply_http(st, "415");
         return;
     }
-    if (!st->post || !st->path_ok) {
+    if (!st->post || !(st->path_ok || st->health)) {
         reply_status(st, RLS_GRPC_UNIMPLEMENTED,
                      st->post ? "unknown service or method; this server "
                                 "serves " RLS_GRPC_PATH
@@ -551,6 +823,11 @@ static void request_done(gstream_t *st)
         reply_status(st, RLS_GRPC_INTERNAL,
                      len > n - 5 ? "message truncated"
                                  : "more than one message in a unary call");
+        return;
+    }
+    if (st->health) {
+        health_call(st, p + 5, len);
+        msg_release(st);
         return;
     }
     st->started = 1;
@@ -592,6 +869,7 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f,
     st->begin_ms = uv_now(c->g->loop);
     rl_buf_init(&st->msg, (size_t)c->g->cfg->max_frame + 5);
     rls_list_init(&st->owed);
+    rls_list_init(&st->wnode);
     rls_list_push(&c->streams, &st->node);
     c->open_streams++;
     nghttp2_session_set_stream_user_data(s, st->id, st);
@@ -649,6 +927,9 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f,
         } else if (hv_is(name, namelen, ":path")) {
             st->path_seen = 1;
             st->path_ok = hv_is(value, valuelen, RLS_GRPC_PATH);
+            st->health = hv_is(value, valuelen, RLS_HEALTH_CHECK_PATH)   ? 1
+                         : hv_is(value, valuelen, RLS_HEALTH_WATCH_PATH) ? 2
+                                                                         : 0;
         } else if (hv_is(name, namelen, "content-type")) {
             st->ctype_ok =
                 valuelen >= 16 && memcmp(value, "application/grpc", 16) == 0 &&
@@ -753,6 +1034,7 @@ static int on_stream_close(nghttp2_session *s, int32_t id, uint32_t code,
     st->closed = 1;
     c->open_streams--;
     unowe(st);
+    unwatch(st);
     stream_free_maybe(st);
     return 0;
 }
@@ -804,12 +1086,15 @@ static void conn_close(gconn_t *c)
     rls_list_remove(&c->dirty);
     rls_list_remove(&c->resume);
     unstash(c);
-    /* Owed answers will never go: their memory is counted out now. */
+    /* Owed answers will never go: their memory is counted out now; and
+     * Watch streams are followed no more (their session goes). */
     for (n = c->owed.next; n != &c->owed;) {
         gstream_t *st = RLS_CONTAINER_OF(n, gstream_t, owed);
         n = n->next;
         unowe(st);
     }
+    for (n = c->streams.next; n != &c->streams; n = n->next)
+        unwatch(RLS_CONTAINER_OF(n, gstream_t, node));
     c->g->stats.conns_open--;
     if (c->h2 != NULL) {
         nghttp2_session_del(c->h2);
@@ -1581,6 +1866,8 @@ int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_flags_t *cfg,
     rls_list_init(&g->proven);
     rls_list_init(&g->dirty);
     rls_list_init(&g->resume);
+    rls_list_init(&g->watches);
+    g->hstatus = -1;
     rl_buf_init(&g->scratch, (size_t)cfg->max_frame * 4 + 65536);
     rl_buf_init(&g->plain, 4 * OUT_BATCH);
     if (nghttp2_session_callbacks_new(&g->cbs) != 0 ||
@@ -1605,15 +1892,18 @@ int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_flags_t *cfg,
     g->sweep.data = g;
     uv_idle_init(loop, &g->spin);
     g->spin.data = g;
+    uv_timer_init(loop, &g->health);
+    g->health.data = g;
     rc = rls_listen(&g->listener, cfg->grpc_host, cfg->grpc_port, 511,
                     on_connection);
     if (rc != 0) {
         /* g goes when the three close callbacks have run. */
         g->freeing = 1;
-        g->handles = 3;
+        g->handles = 4;
         uv_close((uv_handle_t *)&g->listener, on_handle_closed);
         uv_close((uv_handle_t *)&g->sweep, on_handle_closed);
         uv_close((uv_handle_t *)&g->spin, on_handle_closed);
+        uv_close((uv_handle_t *)&g->health, on_handle_closed);
         snprintf(err, errlen, "--grpc: cannot listen on %s:%d: %s",
                  cfg->grpc_host, cfg->grpc_port, uv_strerror(rc));
         return RL_EADDR;
@@ -1622,6 +1912,7 @@ int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_flags_t *cfg,
     g->fe.port = rls_listen_port(&g->listener);
     uv_timer_start(&g->sweep, on_sweep, 1000, 1000);
     uv_unref((uv_handle_t *)&g->sweep);
+    uv_unref((uv_handle_t *)&g->health);
     *out = g;
     return 0;
 }
@@ -1644,11 +1935,20 @@ void rls_grpc_set_tls(rls_grpc_t *g, rls_tls_t *tls)
     g->fe.plain = tls != NULL ? NULL : &g->plain_tls;
 }
 
+void rls_grpc_set_health(rls_grpc_t *g, rls_health_fn fn, void *arg)
+{
+    g->health_fn = fn;
+    g->health_arg = arg;
+}
+
 void rls_grpc_set_draining(rls_grpc_t *g, int draining)
 {
     g->draining = draining;
-    if (draining)
+    if (draining) {
         g->stopping = 1;
+        /* Watch streams hear NOT_SERVING now, not at the next poll. */
+        health_refresh(g);
+    }
 }
 
 size_t rls_grpc_goaway(rls_grpc_t *g)
@@ -1687,6 +1987,11 @@ size_t rls_grpc_goaway(rls_grpc_t *g)
             mark_dirty(c);
             count++;
         }
+    /* Watch streams would keep their connections open: each says
+     * NOT_SERVING (if it has not yet) and ends. */
+    health_refresh(g);
+    for (n = g->watches.next; n != &g->watches; n = n->next)
+        watch_end(RLS_CONTAINER_OF(n, gstream_t, wnode));
     rls_grpc_flush(g);
     return count;
 }
@@ -1728,7 +2033,7 @@ static void maybe_free_grpc(rls_grpc_t *g)
 
 void rls_grpc_free(rls_grpc_t *g)
 {
-    uv_handle_t *hs[3];
+    uv_handle_t *hs[4];
     size_t i;
 
     if (g == NULL)
@@ -1739,7 +2044,8 @@ void rls_grpc_free(rls_grpc_t *g)
     hs[0] = (uv_handle_t *)&g->listener;
     hs[1] = (uv_handle_t *)&g->sweep;
     hs[2] = (uv_handle_t *)&g->spin;
-    for (i = 0; i < 3; i++)
+    hs[3] = (uv_handle_t *)&g->health;
+    for (i = 0; i < 4; i++)
         if (!uv_is_closing(hs[i])) {
             g->handles++;
             uv_close(hs[i], on_handle_closed);
@@ -1844,6 +2150,18 @@ int rls_grpc_metrics(const rls_grpc_t *g, rl_buf_t *out)
                          "Times a connection was not read again until the "
                          "next round, over its per-round budget.",
                          s->reads_deferred));
+    TRY(rls_prom_counter(out, "rl_grpc_health_checks_total",
+                         "grpc.health.v1 Check calls answered.",
+                         s->health_checks));
+    TRY(rls_prom_counter(out, "rl_grpc_health_watches_total",
+                         "grpc.health.v1 Watch streams started.",
+                         s->health_watches));
+    TRY(rls_prom_gauge(out, "rl_grpc_health_watches_open",
+                       "grpc.health.v1 Watch streams open.", s->watches_open));
+    TRY(rls_prom_counter(out, "rl_grpc_health_watches_refused_total",
+                         "Watch streams refused: 16 open on the connection "
+                         "or 4096 in all.",
+                         s->watches_refused));
     TRY(rls_prom_gauge(out, "rl_grpc_input_bytes",
                        "Request bytes buffered by gRPC streams, and input "
                        "deferred to the next round.",

@@ -19,10 +19,11 @@
  * connection (past either the connection is closed), the bodies of all
  * streams together within --max-partial-bytes (past it RESOURCE_EXHAUSTED
  * for the stream that would pass it), --idle-timeout counted from the
- * last request or answer. Per round (flush to flush) a connection is read
- * for at most a fixed budget of bytes and of decoded header bytes. A
- * connection holds no input buffer but what nghttp2 left of a read when
- * its budget ran out, and at most its streams' messages. */
+ * last request or answer (an open grpc.health.v1 Watch is neither), and
+ * RLS_GRPC_WATCHES_PER_CONN / RLS_GRPC_WATCHES_MAX Watch streams. Per round
+ * (flush to flush) a connection is read for at most a fixed budget of bytes and
+ * of decoded header bytes. A connection holds no input buffer but what nghttp2
+ * left of a read when its budget ran out, and at most its streams' messages. */
 #ifndef RLS_NET_GRPC_H
 #define RLS_NET_GRPC_H
 
@@ -34,11 +35,18 @@
 #include "batch.h"
 #include "net/envoy_rls.h"
 #include "net/frontend.h"
+#include "net/grpc_health.h"
 #include "net/tls.h"
 #include "flags.h"
 #include "rl_buf.h"
 
 #define RLS_GRPC_HEADERS_MAX 8192
+/* grpc.health.v1 Watch streams open at once, per connection and in all
+ * (past either a Watch is answered RESOURCE_EXHAUSTED): each holds a
+ * stream (about 1 KB with nghttp2's) and no more, whatever its client
+ * reads. */
+#define RLS_GRPC_WATCHES_PER_CONN 16
+#define RLS_GRPC_WATCHES_MAX 4096
 
 typedef struct rls_grpc_stats_s {
     uint64_t calls[RLS_GRPC_CODES]; /* calls answered, by grpc-status */
@@ -59,6 +67,10 @@ typedef struct rls_grpc_stats_s {
     uint64_t streams_shed;         /* refused at --max-partial-bytes */
     uint64_t streams_oversized;    /* reset: header list over the limit */
     uint64_t reads_deferred;       /* a connection over its round's budget */
+    uint64_t health_checks;        /* grpc.health.v1 Check calls answered */
+    uint64_t health_watches;       /* Watch streams started */
+    uint64_t watches_open;         /* Watch streams open now */
+    uint64_t watches_refused;      /* over RLS_GRPC_WATCHES_* */
 } rls_grpc_stats_t;
 
 typedef struct rls_grpc_s rls_grpc_t;
@@ -98,6 +110,13 @@ void rls_grpc_flush(rls_grpc_t *g);
  * listener's connections' start, with ALPN h2. Its handshakes are counted
  * in the front end's tls stats. */
 void rls_grpc_set_tls(rls_grpc_t *g, rls_tls_t *tls);
+
+/* How the listener's grpc.health.v1 learns the server's status: fn(arg)
+ * is 1 while the server takes work (rls_server_takes_work), 0 when not;
+ * it is called for each Check and, while Watch streams are open, every
+ * 100 ms (a change is pushed to them). Without one (NULL, the default)
+ * the status is SERVING until the listener drains. */
+void rls_grpc_set_health(rls_grpc_t *g, rls_health_fn fn, void *arg);
 
 /* While the server drains, connections are still accepted and served. */
 void rls_grpc_set_draining(rls_grpc_t *g, int draining);

@@ -40,6 +40,32 @@ def raw_frame(type_, flags, stream, payload):
     return bytes([RAW, len(frame), 0]) + frame
 
 
+def health_headers(sid, method):
+    """A HEADERS frame opening a grpc.health.v1 call (Check or Watch):
+    HPACK literals without indexing, so no table state is shared with the
+    program's other ops."""
+    def lit(idx, value):
+        return bytes([idx, len(value)]) + value
+    block = (b"\x83\x86" + lit(4, b"/grpc.health.v1.Health/" + method)
+             + lit(1, b"rl") + b"\x0f\x10" + bytes([16])
+             + b"application/grpc")
+    return raw_frame(1, 4, sid, block)
+
+
+def health_call(sid, method, service=b"", end_stream=True, message=None):
+    """A whole grpc.health.v1 call: HEADERS, then one DATA frame with the
+    HealthCheckRequest naming service (or `message` as it is)."""
+    if message is None:
+        message = (bytes([0x0a, len(service)]) + service) if service else b""
+    return health_headers(sid, method) + raw_frame(
+        0, 1 if end_stream else 0, sid,
+        bytes([0]) + len(message).to_bytes(4, "big") + message)
+
+
+def window_update(sid, inc):
+    return raw_frame(8, 0, sid, inc.to_bytes(4, "big"))
+
+
 def headers(fields, value, end_stream=True, alike=False):
     return op(HEADERS, fields | (END_STREAM if end_stream else 0)
               | (ALIKE if alike else 0), value // 16)
@@ -90,6 +116,41 @@ SEEDS = {
          0x41, 0x02]) + b"rl"               # :authority rl, inserted
         + bytes([0x40, 0x01]) + b"x" + bytes([0x05]) + b"vvvvv"  # x, inserted
         + bytes([0xBE, 0xBE, 0xBE])),       # x three times more
+    # grpc.health.v1 (net/grpc_health.c): Check for "", envoy-ratelimit's
+    # name, the RLS service's, an unknown one (NOT_FOUND), a message that is
+    # no HealthCheckRequest (INTERNAL).
+    "health_check": mode() + health_call(1, b"Check")
+    + health_call(3, b"Check", b"ratelimit")
+    + health_call(5, b"Check", b"envoy.service.ratelimit.v3.RateLimitService")
+    + health_call(7, b"Check", b"no.such.Service")
+    + health_call(9, b"Check", message=b"\x0a\xff"),
+    # Watch: known and unknown services (SERVICE_UNKNOWN, the stream stays),
+    # one the client resets, one whose request never ends, pings between.
+    "health_watch": mode() + health_call(1, b"Watch")
+    + health_call(3, b"Watch", b"x") + op(PING)
+    + health_call(5, b"Watch", b"ratelimit")
+    + raw_frame(3, 0, 5, bytes([0, 0, 0, 8]))
+    + health_call(7, b"Watch", end_stream=False) + op(PING),
+    # A zero window: the first status waits; a byte at a time it goes out
+    # over several DATA frames.
+    "health_watch_window": mode() + op(SETTINGS, 0)
+    + health_call(1, b"Watch") + health_call(3, b"Watch", b"u")
+    + window_update(0, 1 << 16) + window_update(1, 1) + window_update(1, 2)
+    + window_update(3, 7) + window_update(1, 4),
+    # Watch streams, then Checks: the target's status flips at each look,
+    # so every Check pushes the Watch streams a change (one on a zero
+    # window: its newer status replaces the one waiting).
+    "health_watch_flip": mode() + health_call(1, b"Watch")
+    + health_call(3, b"Watch", b"ratelimit") + health_call(5, b"Check")
+    + health_call(7, b"Check") + op(SETTINGS, 0) + health_call(9, b"Watch")
+    + health_call(11, b"Check") + health_call(13, b"Check")
+    + window_update(9, 3) + health_call(15, b"Check")
+    + window_update(0, 1 << 16) + window_update(9, 64),
+    # More Watch streams than the connection's stream cap, and a Check
+    # after them.
+    "health_watch_many": mode() + b"".join(
+        health_call(2 * i + 1, b"Watch") for i in range(12))
+    + health_call(25, b"Check"),
 }
 
 

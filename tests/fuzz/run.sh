@@ -94,7 +94,7 @@ build() {
         envoy/service/discovery/v3/ads.proto envoy/config/core/v3/node.proto \
         ratelimit/config/ratelimit/v3/rls_conf.proto \
         google/protobuf/any.proto google/protobuf/struct.proto \
-        google/rpc/status.proto) || return 1
+        google/rpc/status.proto grpc/health/v1/health.proto) || return 1
     srcs=$(find lib server "$out/gen" -name '*.c' ! -name main.c \
         ! -name rl-ctl.c ! -path '*/redis_module/module.c' | sort)
     srcs="$srcs client/fit/fit_log.c tests/support/h2raw.c"

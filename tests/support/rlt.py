@@ -168,3 +168,23 @@ def envoy_stubs(proto_dir, tmp, native=False):
                            "--grpc_python_out=" + out] + files +
                           (["ratelimit.proto"] if native else []))
     sys.path.insert(0, out)
+
+
+def health_stubs(proto_dir, tmp):
+    """Generates the Python stubs of grpc.health.v1 (proto_dir's
+    grpc/health/v1/health.proto; Debian packages no grpc_health) into
+    tmp/stubs as top-level health_pb2 and health_pb2_grpc, and puts them on
+    sys.path: compiled as grpc/health/v1/... they would hide under grpcio's
+    own package `grpc`. The proto package, and so the method paths, stay
+    grpc.health.v1."""
+    src = os.path.join(tmp, "health_proto")
+    out = os.path.join(tmp, "stubs")
+    os.makedirs(src, exist_ok=True)
+    os.makedirs(out, exist_ok=True)
+    shutil.copy(os.path.join(proto_dir, "grpc", "health", "v1",
+                             "health.proto"), src)
+    subprocess.check_call([sys.executable, "-m", "grpc_tools.protoc",
+                           "-I", src, "--python_out=" + out,
+                           "--grpc_python_out=" + out, "health.proto"])
+    if out not in sys.path:
+        sys.path.insert(0, out)

@@ -24,6 +24,23 @@ if(RL_DEBIAN_PYTHON)
   endif()
 endif()
 
+# grpc.health.v1 on the --grpc listener (grpcio; stubs from
+# proto/grpc/health/v1/health.proto): Check, Watch through a drain, the
+# caps, hostile watchers, TLS; with a private redis-server, the fail modes.
+if(RL_DEBIAN_PYTHON)
+  set(rl_health_redis)
+  if(RL_REDIS_SERVER)
+    set(rl_health_redis ${RL_REDIS_SERVER})
+  endif()
+  add_test(NAME e2e_grpc_health
+    COMMAND ${RL_DEBIAN_PYTHON}
+            ${CMAKE_CURRENT_SOURCE_DIR}/envoy/e2e_grpc_health.py
+            $<TARGET_FILE:rl-server> ${PROJECT_SOURCE_DIR}/proto
+            ${rl_health_redis})
+  set_tests_properties(e2e_grpc_health PROPERTIES TIMEOUT 120
+                       LABELS integration)
+endif()
+
 # The --grpc listener (raw frames, HPACK by nghttp2; grpc_fx.c shared),
 # each case with its gRPC status or GOAWAY and a well-behaved client
 # served throughout: bad input (e2e_grpc_bad), and the connection's
