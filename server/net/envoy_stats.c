@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "net/envoy_prom.h"
 #include "net/statsd.h"
 #include "prom.h"
 #include "rl_error.h"
@@ -49,6 +50,7 @@ void rls_estats_free(rls_estats_t *t)
         rls_envoy_conf_unref(t->cache[i].conf);
         free(t->cache[i].slot);
     }
+    rls_estats_prom_free(t);
     memset(t, 0, sizeof(*t));
 }
 
@@ -308,6 +310,10 @@ static uint32_t lookup(rls_estats_t *t, const char *name, size_t len,
     s->name_len = (uint32_t)len;
     s->dom_len = (uint32_t)dom_len;
     s->per_value = per_value != 0;
+    if (rls_estats_prom_map(t, s) != RL_OK) {
+        free(s->name);
+        return RLS_ESTATS_DROP_NAME;
+    }
     t->values += per_value != 0;
     at = probe(t, name, len, &found);
     t->table[at] = (uint32_t)++t->n;
@@ -573,8 +579,10 @@ int rls_estats_metrics(const rls_estats_t *t, rl_buf_t *out)
                                "--envoy-stats-max-values was reached.",
                                t->values_dropped)) != RL_OK)
         return rc;
-    return rls_prom_counter(out, "rl_envoy_stats_names_dropped_total",
-                            "Hits not counted because their stat name was "
-                            "over 512 bytes or memory ran out.",
-                            t->names_dropped);
+    if ((rc = rls_prom_counter(out, "rl_envoy_stats_names_dropped_total",
+                               "Hits not counted because their stat name was "
+                               "over 512 bytes or memory ran out.",
+                               t->names_dropped)) != RL_OK)
+        return rc;
+    return rls_estats_prom_metrics(t, out);
 }

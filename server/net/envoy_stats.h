@@ -63,6 +63,11 @@ typedef struct rls_estats_series_s {
     uint32_t name_len;
     uint32_t dom_len;   /* the domain's part of name */
     uint32_t per_value; /* 1: created from request values (capped) */
+    /* How envoy-ratelimit's Prometheus exporter shows it (envoy_prom.h):
+     * its label set (a group's index + 1; 0: not shown) and the family
+     * each of its counters is added to (an RLS_ESTAT_*). */
+    uint32_t group;
+    uint8_t fam[RLS_ESTATS];
     uint64_t c[RLS_ESTATS];
     uint64_t sent[RLS_ESTATS]; /* what the statsd exporter has sent */
 } rls_estats_series_t;
@@ -91,6 +96,12 @@ typedef struct rls_estats_s {
      * the new one's. */
     rls_estats_cache_t cache[2];
     size_t statsd_next; /* the series the exporter resumes at */
+    /* The label sets of the reference's Prometheus names (envoy_prom.c):
+     * one per distinct domain, key1, key2; found by their text. */
+    struct rls_estats_group_s *g;
+    size_t ng, gcap;
+    uint32_t *gtable; /* open addressing: group index + 1 */
+    size_t gtable_size;
 } rls_estats_t;
 
 /* Empty table, max_values per-value series at most. Returns 0 (nothing is
@@ -165,8 +176,9 @@ struct rls_statsd_s;
 void rls_estats_statsd(void *arg, struct rls_statsd_s *sd);
 
 /* Appends the /metrics families: rl_envoy_rate_limit_<stat>_total{domain,
- * key} for every series that counted something, and the cap's counters.
- * Returns 0 or the buffer's error. t NULL: nothing. */
+ * key} for every series that counted something, the cap's counters, and
+ * the reference's own Prometheus names (envoy_prom.h). Returns 0 or the
+ * buffer's error. t NULL: nothing. */
 int rls_estats_metrics(const rls_estats_t *t, rl_buf_t *out);
 
 #endif
