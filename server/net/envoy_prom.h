@@ -26,7 +26,15 @@
  * of a long name goes to the first family whose ".<stat>" appears after
  * its third component (a level keyed "over_limit" sends total_hits
  * there), as the reference does. The gostats store flushes no counter
- * that is 0, so a series appears once it has counted. */
+ * that is 0, so a series appears once it has counted.
+ *
+ * The same page has the reference's ratelimit_server.ShouldRateLimit.*:
+ *   ratelimit_service_total_requests{grpc_method="ShouldRateLimit"}
+ *     counter
+ *   ratelimit_service_response_time_seconds{grpc_method="ShouldRateLimit"}
+ *     histogram of whole milliseconds (the reference's timer) scaled to
+ *     seconds (the mapper's scale: 0.001), client_golang's default
+ *     buckets 0.005 ... 10. */
 #ifndef RLS_NET_ENVOY_PROM_H
 #define RLS_NET_ENVOY_PROM_H
 
@@ -51,6 +59,10 @@ int rls_estats_prom_map(rls_estats_t *t, rls_estats_series_t *s);
  * sum of the series mapped to it, for each that is not 0. Returns 0 or
  * the buffer's error (RL_ENOMEM too for its scratch). */
 int rls_estats_prom_metrics(const rls_estats_t *t, rl_buf_t *out);
+
+/* The response-time buckets of the reference's histogram (statsd
+ * exporter's default, client_golang's DefBuckets), in microseconds. */
+extern const uint64_t rls_estats_call_bounds_us[11];
 
 /* Frees the label sets. */
 void rls_estats_prom_free(rls_estats_t *t);

@@ -33,6 +33,9 @@ int rls_estats_init(rls_estats_t *t, size_t max_values)
     t->max_values = max_values;
     t->near_ratio = RLS_ESTATS_NEAR_RATIO;
     rls_random_key(&t->hk);
+    rls_hist_init(&t->calls, rls_estats_call_bounds_us,
+                  sizeof(rls_estats_call_bounds_us) /
+                      sizeof(rls_estats_call_bounds_us[0]));
     return RL_OK;
 }
 

@@ -34,6 +34,7 @@
 #include <stdint.h>
 
 #include "policy/envoy_conf.h"
+#include "prom_hist.h"
 #include "rl_buf.h"
 #include "rl_hash.h"
 #include "rl_msg.h"
@@ -102,6 +103,10 @@ typedef struct rls_estats_s {
     size_t ng, gcap;
     uint32_t *gtable; /* open addressing: group index + 1 */
     size_t gtable_size;
+    /* ShouldRateLimit calls answered, by response time (the reference's
+     * ratelimit_server.ShouldRateLimit.response_time: whole milliseconds,
+     * held here as microseconds), for envoy_prom.c. */
+    rls_hist_t calls;
 } rls_estats_t;
 
 /* Empty table, max_values per-value series at most. Returns 0 (nothing is
@@ -166,6 +171,11 @@ void rls_estats_count(rls_estats_t *t, uint32_t slot, uint64_t hits,
  * does not fit. Exposed for tests. */
 size_t rls_estats_node_name(char *out, const rls_envoy_domain_t *dom,
                             const rls_envoy_node_t *x);
+
+/* A ShouldRateLimit call answered ms milliseconds after its request came
+ * (the gRPC listener, for the reference's total_requests and
+ * response_time). t NULL: nothing. */
+void rls_estats_call(rls_estats_t *t, uint64_t ms);
 
 struct rls_statsd_s;
 

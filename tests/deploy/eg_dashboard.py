@@ -156,6 +156,14 @@ def main():
             for _ in range(n):
                 check(call("a", "1", "b", "2", "c", "3", leaf, "4") == OK,
                       "a.b.c.%s: OK" % leaf)
+        # The reference's service error: an empty domain, refused UNKNOWN.
+        try:
+            stub.ShouldRateLimit(rls_pb2.RateLimitRequest(domain=""),
+                                 timeout=5)
+            check(False, "an empty domain is refused")
+        except grpc.RpcError as e:
+            check(e.code() == grpc.StatusCode.UNKNOWN,
+                  "an empty domain: UNKNOWN, got %s" % e.code())
 
     page = urllib.request.urlopen(metrics_url, timeout=5).read().decode()
     with open(os.path.join(TMP, "metrics.txt"), "w") as f:
@@ -263,6 +271,23 @@ def main():
     res = await_query(base, "ratelimit_service_config_load_success",
                       lambda r: len(r) == 1)
     check(one_value(res) == 1, "config_load_success 1: %s" % res)
+    res = await_query(base, 'ratelimit_service_should_rate_limit_error'
+                      '{err_type="service_error"}', lambda r: len(r) == 1)
+    check(one_value(res) == 1, "should_rate_limit_error 1: %s" % res)
+    calls = 12 + 1 + 5 + 1
+    for q in ('ratelimit_service_total_requests'
+              '{grpc_method="ShouldRateLimit"}',
+              'ratelimit_service_response_time_seconds_count'
+              '{grpc_method="ShouldRateLimit"}',
+              'ratelimit_service_response_time_seconds_bucket'
+              '{grpc_method="ShouldRateLimit",le="+Inf"}'):
+        res = await_query(base, q, lambda r: len(r) == 1)
+        check(one_value(res) == calls, "%s == %d: %s" % (q, calls, res))
+    res = await_query(base, 'histogram_quantile(0.5, '
+                      'ratelimit_service_response_time_seconds_bucket)',
+                      lambda r: len(r) == 1)
+    check(one_value(res) is not None and 0 <= one_value(res) <= 10,
+          "response time quantile computes: %s" % res)
     # CPU seconds may still be 0 ticks in so short a run.
     for m, least in (("process_cpu_seconds_total", 0), ("process_open_fds", 1),
                      ("process_max_fds", 1), ("process_start_time_seconds", 1),
