@@ -7,6 +7,7 @@
  * over each, and hashes nothing. */
 #include "net/envoy_prom.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -238,6 +239,9 @@ int rls_estats_prom_metrics(const rls_estats_t *t, rl_buf_t *out)
     for (j = 0; j < RLS_ESTATS && rc == RL_OK; j++) {
         int f = page_order[j], head = 0;
         const char *stat = rls_estats_stat_name(f);
+        char pre[64];
+        size_t pl = (size_t)snprintf(pre, sizeof(pre),
+                                     "ratelimit_service_rate_limit_%s{", stat);
         for (i = 0; i < t->ng && rc == RL_OK; i++) {
             uint64_t v = sum[i * RLS_ESTATS + f];
             if (v == 0)
@@ -250,10 +254,13 @@ int rls_estats_prom_metrics(const rls_estats_t *t, rl_buf_t *out)
                                    stat, help, stat);
                 head = 1;
             }
-            if (rc == RL_OK)
-                rc = rl_buf_printf(out,
-                                   "ratelimit_service_rate_limit_%s{%s} %llu\n",
-                                   stat, t->g[i].labels, (unsigned long long)v);
+            /* Pieces, not printf: a page may hold many thousands. */
+            if (rc == RL_OK && (rc = rl_buf_append(out, pre, pl)) == RL_OK &&
+                (rc = rl_buf_append(out, t->g[i].labels, t->g[i].len)) ==
+                    RL_OK &&
+                (rc = rl_buf_append(out, "} ", 2)) == RL_OK &&
+                (rc = rls_prom_u64(out, v)) == RL_OK)
+                rc = rl_buf_append(out, "\n", 1);
         }
     }
     free(sum);

@@ -546,8 +546,9 @@ int rls_estats_metrics(const rls_estats_t *t, rl_buf_t *out)
     if (t == NULL)
         return RL_OK;
     for (k = 0; k < RLS_ESTATS; k++) {
-        snprintf(fam, sizeof(fam), "rl_envoy_rate_limit_%s_total",
-                 stat_names[k]);
+        size_t fl = (size_t)snprintf(fam, sizeof(fam),
+                                     "rl_envoy_rate_limit_%s_total",
+                                     stat_names[k]);
         if ((rc = rls_prom_family(out, fam, "counter", help[k])) != RL_OK)
             return rc;
         for (i = 0; i < t->n; i++) {
@@ -555,16 +556,19 @@ int rls_estats_metrics(const rls_estats_t *t, rl_buf_t *out)
             size_t kl =
                 s->name_len > s->dom_len ? s->name_len - s->dom_len - 1 : 0;
             /* A series that never counted (a request-supplied name whose
-             * decision failed before counting) is not shown. */
+             * decision failed before counting) is not shown. Pieces, not
+             * printf: a page may hold many thousands. */
             if (s->c[RLS_ESTAT_TOTAL_HITS] == 0)
                 continue;
-            if ((rc = rl_buf_printf(out, "%s{domain=\"", fam)) != RL_OK ||
+            if ((rc = rl_buf_append(out, fam, fl)) != RL_OK ||
+                (rc = rl_buf_append(out, "{domain=\"", 9)) != RL_OK ||
                 (rc = put_label(out, s->name, s->dom_len)) != RL_OK ||
                 (rc = rl_buf_append(out, "\",key=\"", 7)) != RL_OK ||
                 (rc = put_label(out, s->name + s->name_len - kl, kl)) !=
                     RL_OK ||
-                (rc = rl_buf_printf(out, "\"} %llu\n",
-                                    (unsigned long long)s->c[k])) != RL_OK)
+                (rc = rl_buf_append(out, "\"} ", 3)) != RL_OK ||
+                (rc = rls_prom_u64(out, s->c[k])) != RL_OK ||
+                (rc = rl_buf_append(out, "\n", 1)) != RL_OK)
                 return rc;
         }
     }
