@@ -52,7 +52,8 @@ def main():
     ports, log = os.path.join(TMP, "ports"), os.path.join(TMP, "log")
     with open(log, "w") as lf:
         PROCS.append(subprocess.Popen(
-            [RL_SERVER, "--grpc", "127.0.0.1:0", "--metrics", "127.0.0.1:0",
+            [RL_SERVER, "--listen", "127.0.0.1:0", "--grpc", "127.0.0.1:0",
+             "--metrics", "127.0.0.1:0",
              "--envoy-config", conf, "--port-file", ports,
              "--log-level", "warn"], stderr=lf))
     got = rlt.wait_ports(PROCS[0], ports, log, timeout_s=60)

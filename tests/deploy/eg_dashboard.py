@@ -130,7 +130,8 @@ def main():
     log = os.path.join(TMP, "server.log")
     with open(log, "w") as lf:
         PROCS.append(subprocess.Popen(
-            [RL_SERVER, "--grpc", "127.0.0.1:0", "--metrics", "127.0.0.1:0",
+            [RL_SERVER, "--listen", "127.0.0.1:0", "--grpc", "127.0.0.1:0",
+             "--metrics", "127.0.0.1:0",
              "--envoy-config", conf, "--port-file", ports], stderr=lf))
     server = PROCS[-1]
     got = rlt.wait_ports(server, ports, log)
