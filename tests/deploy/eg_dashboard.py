@@ -12,8 +12,12 @@ Gateway's translator writes one (the names the dashboard's queries hold);
 within_limit 10, near_limit 2 (past floor(10 * 0.8)), over_limit 2. The
 process_* panels select app_kubernetes_io_component="ratelimit", the label
 Prometheus' Kubernetes discovery makes of the pod label EG sets; the
-scrape job here sets it. promtool checks the page as exposition: it must
-parse, and its only lint is the reference's counters named without _total.
+scrape job here sets it. Beyond the dashboard: the mapper's two-label and
+summed long names, the reference's ShouldRateLimit counter, timer and
+service error, its config loads (a refused reload, then one taken), and
+the other process_* families. promtool checks the page as exposition: it
+must parse, and its only lint is the reference's counters named without
+_total.
 
 Prometheus listens on a reserved loopback port with its storage in a temp
 directory, and is stopped by pid, also on failure; every wait is for a
@@ -296,6 +300,28 @@ def main():
         res = await_query(base, m, lambda r: len(r) == 1)
         check(one_value(res) is not None and one_value(res) >= least,
               "%s >= %d: %s" % (m, least, res))
+    # A reload refused, then one taken: the reference counts each.
+    def page_value(name):
+        text = urllib.request.urlopen(metrics_url, timeout=5).read().decode()
+        for line in text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        return 0
+
+    def await_page(name, want, timeout_s=30):
+        end = time.time() + timeout_s
+        while page_value(name) != want and time.time() < end:
+            time.sleep(0.05)
+        return page_value(name)
+
+    with open(conf, "w") as f:
+        f.write("domain: [not, a, domain\n")
+    v = await_page("ratelimit_service_config_load_error", 1)
+    check(v == 1, "a refused reload: config_load_error 1, got %s" % v)
+    with open(conf, "w") as f:
+        f.write(CONFIG + "# reloaded\n")
+    v = await_page("ratelimit_service_config_load_success", 2)
+    check(v == 2, "a reload taken: config_load_success 2, got %s" % v)
     res = prom_query(base, "process_start_time_seconds")
     if res:
         start = float(res[0]["value"][1])
