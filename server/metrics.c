@@ -265,8 +265,7 @@ static int ref_service(const rls_metrics_view_t *v, rl_buf_t *out)
      * UNKNOWN; its redis_error counts calls failed by Redis, which
      * rl-server answers by its fail mode instead (see
      * rl_store_failed_requests_total). */
-    if (rc == RL_OK && v->grpc != NULL &&
-        v->grpc->calls[RLS_GRPC_UNKNOWN] != 0)
+    if (rc == RL_OK && v->grpc != NULL && v->grpc->calls[RLS_GRPC_UNKNOWN] != 0)
         rc = rl_buf_printf(
             out,
             "# HELP ratelimit_service_should_rate_limit_error %s\n"

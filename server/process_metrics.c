@@ -116,13 +116,12 @@ int rls_process_metrics(rl_buf_t *out)
     int rc;
 
     rc = rl_buf_printf(
-        out,
-        "# HELP go_memstats_gc_cpu_fraction The fraction of this "
-        "program's available CPU time used by the GC since the program "
-        "started. rl-server is C and has no garbage collector: always 0 "
-        "(dashboards for envoy-ratelimit read it).\n"
-        "# TYPE go_memstats_gc_cpu_fraction gauge\n"
-        "go_memstats_gc_cpu_fraction 0\n");
+        out, "# HELP go_memstats_gc_cpu_fraction The fraction of this "
+             "program's available CPU time used by the GC since the program "
+             "started. rl-server is C and has no garbage collector: always 0 "
+             "(dashboards for envoy-ratelimit read it).\n"
+             "# TYPE go_memstats_gc_cpu_fraction gauge\n"
+             "go_memstats_gc_cpu_fraction 0\n");
     if (rc != RL_OK || rls_process_read(&v) != 0)
         return rc;
     rc = rl_buf_printf(

@@ -546,9 +546,8 @@ int rls_estats_metrics(const rls_estats_t *t, rl_buf_t *out)
     if (t == NULL)
         return RL_OK;
     for (k = 0; k < RLS_ESTATS; k++) {
-        size_t fl = (size_t)snprintf(fam, sizeof(fam),
-                                     "rl_envoy_rate_limit_%s_total",
-                                     stat_names[k]);
+        size_t fl = (size_t)snprintf(
+            fam, sizeof(fam), "rl_envoy_rate_limit_%s_total", stat_names[k]);
         if ((rc = rls_prom_family(out, fam, "counter", help[k])) != RL_OK)
             return rc;
         for (i = 0; i < t->n; i++) {

@@ -690,12 +690,12 @@ static void prom_names(void **state)
     /* The reference's TestFlushCounterWithDifferentLabels: over_limit 1,
      * 2, 1 and 2; the last two share their first three components. */
     set_series(&t, c, (const uint64_t[]){1, 1, 0, 0, 0}, "key1", "val1", NULL);
-    set_series(&t, c, (const uint64_t[]){2, 2, 0, 0, 0}, "key1", "val1",
-               "key2", "val2", NULL);
-    set_series(&t, c, (const uint64_t[]){1, 1, 0, 0, 0}, "key3", "val3",
-               "key4", "val4", NULL);
-    set_series(&t, c, (const uint64_t[]){2, 2, 0, 0, 0}, "key3", "val3",
-               "key4", "val4", "key5", "val5", NULL);
+    set_series(&t, c, (const uint64_t[]){2, 2, 0, 0, 0}, "key1", "val1", "key2",
+               "val2", NULL);
+    set_series(&t, c, (const uint64_t[]){1, 1, 0, 0, 0}, "key3", "val3", "key4",
+               "val4", NULL);
+    set_series(&t, c, (const uint64_t[]){2, 2, 0, 0, 0}, "key3", "val3", "key4",
+               "val4", "key5", "val5", NULL);
     /* A fourth component "over_limit": the unanchored over_limit regex,
      * tried before total_hits' and within_limit's, takes those too. */
     set_series(&t, c, (const uint64_t[]){4, 0, 1, 3, 0}, "a", "1", "b", "2",
@@ -738,8 +738,9 @@ static void prom_names(void **state)
     assert_non_null(strstr(page, "\nratelimit_service_rate_limit_within_limit{"
                                  "domain=\"domain1\",key1=\"host_api\","
                                  "key2=\"example\"} 5\n"));
-    assert_non_null(strstr(page, "\nratelimit_service_rate_limit_total_hits{"
-                                 "domain=\"domain1\",key1=\"q\\\"k\\\\\"} 1\n"));
+    assert_non_null(strstr(page,
+                           "\nratelimit_service_rate_limit_total_hits{"
+                           "domain=\"domain1\",key1=\"q\\\"k\\\\\"} 1\n"));
     assert_null(strstr(page, "key1=\"quiet\""));
     /* One family header each, zero series of a family left out. */
     assert_int_equal(
