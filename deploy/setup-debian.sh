@@ -16,6 +16,7 @@ packages=(
   nginx-light caddy
   curl jq
   podman runc containernetworking-plugins iptables ca-certificates
+  prometheus
 )
 # node and npm (tests/deploy/k8s_validate.sh): Debian's, unless a nodejs
 # that bundles npm (and conflicts with Debian's npm) is installed already.
@@ -40,4 +41,5 @@ $sudo apt-get update -qq
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # Debian starts a system redis-server on 6379 (and redis-sentinel on 26379)
 # when the package is installed; nothing here uses them (tests start their
-# own on free ports).
+# own on free ports). Likewise prometheus (a system one on 9090): the
+# dashboard test starts its own.

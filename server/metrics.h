@@ -26,6 +26,8 @@ typedef struct rls_metrics_view_s {
     const rls_reload_stats_t *envoy_reload; /* --envoy-config; or NULL */
     const struct rls_estats_s *envoy_stats; /* per descriptor; or NULL */
     const struct rls_statsd_s *statsd;      /* --statsd; or NULL */
+    const struct rls_xds_stats_s *xds;      /* --envoy-xds; or NULL */
+    const struct rls_grpc_stats_s *grpc;    /* --grpc; or NULL */
     uint64_t start_unix_ms;
     int healthy;  /* what /healthz answers now */
     int draining;

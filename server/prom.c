@@ -24,6 +24,18 @@ static const char *fmt_us(char *s, size_t n, uint64_t us)
     return s;
 }
 
+int rls_prom_u64(rl_buf_t *b, uint64_t v)
+{
+    char d[20];
+    size_t n = sizeof(d);
+
+    do {
+        d[--n] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    return rl_buf_append(b, d + n, sizeof(d) - n);
+}
+
 int rls_prom_family(rl_buf_t *b, const char *name, const char *type,
                   const char *help)
 {

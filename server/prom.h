@@ -15,6 +15,9 @@
 int rls_prom_family(rl_buf_t *b, const char *name, const char *type,
                     const char *help);
 
+/* Appends v in decimal, without printf: for pages of many series. */
+int rls_prom_u64(rl_buf_t *b, uint64_t v);
+
 /* A counter or gauge family of one sample, without labels. */
 int rls_prom_counter(rl_buf_t *b, const char *name, const char *help,
                      uint64_t v);

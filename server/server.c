@@ -300,6 +300,8 @@ int rls_server_metrics(const rls_server_t *s, rl_buf_t *out)
         s->cfg->nenvoy_configs > 0 ? &s->envoy_reload.rl.stats : NULL;
     v.envoy_stats = s->estats_on ? &s->estats : NULL;
     v.statsd = &s->statsd;
+    v.xds = s->xds.started ? &s->xds.stats : NULL;
+    v.grpc = s->grpc != NULL ? rls_grpc_stats(s->grpc) : NULL;
     if ((rc = rls_metrics_render(&v, out)) != RL_OK)
         return rc;
     if (s->xds.started && (rc = rls_xds_metrics(&s->xds, out)) != RL_OK)

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "net/envoy_prom.h"
 #include "net/statsd.h"
 #include "prom.h"
 #include "rl_error.h"
@@ -32,6 +33,9 @@ int rls_estats_init(rls_estats_t *t, size_t max_values)
     t->max_values = max_values;
     t->near_ratio = RLS_ESTATS_NEAR_RATIO;
     rls_random_key(&t->hk);
+    rls_hist_init(&t->calls, rls_estats_call_bounds_us,
+                  sizeof(rls_estats_call_bounds_us) /
+                      sizeof(rls_estats_call_bounds_us[0]));
     return RL_OK;
 }
 
@@ -49,6 +53,7 @@ void rls_estats_free(rls_estats_t *t)
         rls_envoy_conf_unref(t->cache[i].conf);
         free(t->cache[i].slot);
     }
+    rls_estats_prom_free(t);
     memset(t, 0, sizeof(*t));
 }
 
@@ -308,6 +313,10 @@ static uint32_t lookup(rls_estats_t *t, const char *name, size_t len,
     s->name_len = (uint32_t)len;
     s->dom_len = (uint32_t)dom_len;
     s->per_value = per_value != 0;
+    if (rls_estats_prom_map(t, s) != RL_OK) {
+        free(s->name);
+        return RLS_ESTATS_DROP_NAME;
+    }
     t->values += per_value != 0;
     at = probe(t, name, len, &found);
     t->table[at] = (uint32_t)++t->n;
@@ -537,8 +546,8 @@ int rls_estats_metrics(const rls_estats_t *t, rl_buf_t *out)
     if (t == NULL)
         return RL_OK;
     for (k = 0; k < RLS_ESTATS; k++) {
-        snprintf(fam, sizeof(fam), "rl_envoy_rate_limit_%s_total",
-                 stat_names[k]);
+        size_t fl = (size_t)snprintf(
+            fam, sizeof(fam), "rl_envoy_rate_limit_%s_total", stat_names[k]);
         if ((rc = rls_prom_family(out, fam, "counter", help[k])) != RL_OK)
             return rc;
         for (i = 0; i < t->n; i++) {
@@ -546,16 +555,19 @@ int rls_estats_metrics(const rls_estats_t *t, rl_buf_t *out)
             size_t kl =
                 s->name_len > s->dom_len ? s->name_len - s->dom_len - 1 : 0;
             /* A series that never counted (a request-supplied name whose
-             * decision failed before counting) is not shown. */
+             * decision failed before counting) is not shown. Pieces, not
+             * printf: a page may hold many thousands. */
             if (s->c[RLS_ESTAT_TOTAL_HITS] == 0)
                 continue;
-            if ((rc = rl_buf_printf(out, "%s{domain=\"", fam)) != RL_OK ||
+            if ((rc = rl_buf_append(out, fam, fl)) != RL_OK ||
+                (rc = rl_buf_append(out, "{domain=\"", 9)) != RL_OK ||
                 (rc = put_label(out, s->name, s->dom_len)) != RL_OK ||
                 (rc = rl_buf_append(out, "\",key=\"", 7)) != RL_OK ||
                 (rc = put_label(out, s->name + s->name_len - kl, kl)) !=
                     RL_OK ||
-                (rc = rl_buf_printf(out, "\"} %llu\n",
-                                    (unsigned long long)s->c[k])) != RL_OK)
+                (rc = rl_buf_append(out, "\"} ", 3)) != RL_OK ||
+                (rc = rls_prom_u64(out, s->c[k])) != RL_OK ||
+                (rc = rl_buf_append(out, "\n", 1)) != RL_OK)
                 return rc;
         }
     }
@@ -573,8 +585,10 @@ int rls_estats_metrics(const rls_estats_t *t, rl_buf_t *out)
                                "--envoy-stats-max-values was reached.",
                                t->values_dropped)) != RL_OK)
         return rc;
-    return rls_prom_counter(out, "rl_envoy_stats_names_dropped_total",
-                            "Hits not counted because their stat name was "
-                            "over 512 bytes or memory ran out.",
-                            t->names_dropped);
+    if ((rc = rls_prom_counter(out, "rl_envoy_stats_names_dropped_total",
+                               "Hits not counted because their stat name was "
+                               "over 512 bytes or memory ran out.",
+                               t->names_dropped)) != RL_OK)
+        return rc;
+    return rls_estats_prom_metrics(t, out);
 }

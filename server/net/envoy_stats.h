@@ -34,6 +34,7 @@
 #include <stdint.h>
 
 #include "policy/envoy_conf.h"
+#include "prom_hist.h"
 #include "rl_buf.h"
 #include "rl_hash.h"
 #include "rl_msg.h"
@@ -63,6 +64,11 @@ typedef struct rls_estats_series_s {
     uint32_t name_len;
     uint32_t dom_len;   /* the domain's part of name */
     uint32_t per_value; /* 1: created from request values (capped) */
+    /* How envoy-ratelimit's Prometheus exporter shows it (envoy_prom.h):
+     * its label set (a group's index + 1; 0: not shown) and the family
+     * each of its counters is added to (an RLS_ESTAT_*). */
+    uint32_t group;
+    uint8_t fam[RLS_ESTATS];
     uint64_t c[RLS_ESTATS];
     uint64_t sent[RLS_ESTATS]; /* what the statsd exporter has sent */
 } rls_estats_series_t;
@@ -91,6 +97,16 @@ typedef struct rls_estats_s {
      * the new one's. */
     rls_estats_cache_t cache[2];
     size_t statsd_next; /* the series the exporter resumes at */
+    /* The label sets of the reference's Prometheus names (envoy_prom.c):
+     * one per distinct domain, key1, key2; found by their text. */
+    struct rls_estats_group_s *g;
+    size_t ng, gcap;
+    uint32_t *gtable; /* open addressing: group index + 1 */
+    size_t gtable_size;
+    /* ShouldRateLimit calls answered, by response time (the reference's
+     * ratelimit_server.ShouldRateLimit.response_time: whole milliseconds,
+     * held here as microseconds), for envoy_prom.c. */
+    rls_hist_t calls;
 } rls_estats_t;
 
 /* Empty table, max_values per-value series at most. Returns 0 (nothing is
@@ -156,6 +172,11 @@ void rls_estats_count(rls_estats_t *t, uint32_t slot, uint64_t hits,
 size_t rls_estats_node_name(char *out, const rls_envoy_domain_t *dom,
                             const rls_envoy_node_t *x);
 
+/* A ShouldRateLimit call answered ms milliseconds after its request came
+ * (the gRPC listener, for the reference's total_requests and
+ * response_time). t NULL: nothing. */
+void rls_estats_call(rls_estats_t *t, uint64_t ms);
+
 struct rls_statsd_s;
 
 /* The statsd exporter's collector (net/statsd.h; arg: the table): every
@@ -165,8 +186,9 @@ struct rls_statsd_s;
 void rls_estats_statsd(void *arg, struct rls_statsd_s *sd);
 
 /* Appends the /metrics families: rl_envoy_rate_limit_<stat>_total{domain,
- * key} for every series that counted something, and the cap's counters.
- * Returns 0 or the buffer's error. t NULL: nothing. */
+ * key} for every series that counted something, the cap's counters, and
+ * the reference's own Prometheus names (envoy_prom.h). Returns 0 or the
+ * buffer's error. t NULL: nothing. */
 int rls_estats_metrics(const rls_estats_t *t, rl_buf_t *out);
 
 #endif

@@ -76,6 +76,7 @@
 
 #include "log.h"
 #include "net/grpc_health.h"
+#include "net/envoy_stats.h"
 #include "net/listen.h"
 #include "net/tls.h"
 #include "prom.h"
@@ -362,6 +363,9 @@ static void mark_answered(gstream_t *st)
     st->answered = 1;
     if (st->started)
         st->c->at_server--;
+    if (st->path_ok)
+        rls_estats_call(st->c->g->ctx.estats,
+                        uv_now(st->c->g->loop) - st->begin_ms);
 }
 
 /* ------------------------------------------------------------------------ */
