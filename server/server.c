@@ -22,6 +22,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "net/tls.h"
+#include "policy/envoy_dir.h"
 #include "server.h"
 #include "util.h"
 
@@ -354,8 +355,9 @@ static int start_grpc(rls_server_t *s, char *err, size_t errlen)
     int rc;
 
     if (cfg->nenvoy_configs > 0 &&
-        (rc = rls_envoy_conf_build(cfg->envoy_configs, cfg->nenvoy_configs,
-                                   &conf, &d)) != RL_OK) {
+        (rc = rls_envoy_conf_build_paths(cfg->envoy_configs,
+                                         cfg->nenvoy_configs, &conf, &d)) !=
+             RL_OK) {
         snprintf(err, errlen, "bad --envoy-config: %s",
                  rc == RL_EINVAL ? d.msg[0] : "out of memory");
         return rc;
