@@ -526,6 +526,12 @@ static int redis(tr_t *t)
     upper(get(t, "REDIS_TYPE"), type, sizeof(type));
     upper(get(t, "REDIS_SOCKET_TYPE"), sock, sizeof(sock));
     upper(get(t, "REDIS_POOL_ON_EMPTY_BEHAVIOR"), behavior, sizeof(behavior));
+    if (strcmp(type, "SINGLE") != 0 && strcmp(type, "SENTINEL") != 0 &&
+        strcmp(type, "CLUSTER") != 0)
+        return fail(t->e,
+                    "REDIS_TYPE: expected SINGLE, SENTINEL or CLUSTER, got "
+                    "'%s'",
+                    get(t, "REDIS_TYPE"));
     if (strcmp(behavior, "CREATE") == 0 || strcmp(behavior, "ERROR") == 0)
         return fail(t->e,
                     "REDIS_POOL_ON_EMPTY_BEHAVIOR: %s is refused by "
@@ -572,8 +578,8 @@ static int redis(tr_t *t)
         else
             snprintf(url, sizeof(url), "%s", u);
         rc = emit(t, "--redis-cluster", url, "REDIS_URL");
-    } else if (strcmp(type, "SENTINEL") == 0) {
-        /* MASTER,SENTINEL[,SENTINEL...] */
+    } else {
+        /* SENTINEL: MASTER,SENTINEL[,SENTINEL...] */
         char master[RLS_ENV_VALUE_MAX + 1];
         size_t n;
 
@@ -592,11 +598,6 @@ static int redis(tr_t *t)
         if ((rc = emit(t, "--redis-sentinel", url, "REDIS_URL")) != RL_OK)
             return rc;
         rc = emit(t, "--redis-sentinel-master", master, "REDIS_URL");
-    } else {
-        return fail(t->e,
-                    "REDIS_TYPE: expected SINGLE, SENTINEL or CLUSTER, got "
-                    "'%s'",
-                    get(t, "REDIS_TYPE"));
     }
     if (rc != RL_OK)
         return rc;
