@@ -607,8 +607,8 @@ static int redis(tr_t *t)
         const char *ca = get(t, "REDIS_TLS_CACERT");
 
         if ((cert[0] == '\0') != (key[0] == '\0'))
-            return fail(t->e, "REDIS_TLS_CLIENT_CERT and REDIS_TLS_CLIENT_KEY "
-                              "go together");
+            return fail(t->e, "REDIS_TLS_CLIENT_CERT: goes with "
+                              "REDIS_TLS_CLIENT_KEY (give both or neither)");
         if (cert[0] != '\0' &&
             ((rc = emit(t, "--redis-tls-cert", cert,
                         "REDIS_TLS_CLIENT_CERT")) != RL_OK ||

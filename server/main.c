@@ -62,28 +62,45 @@ static int envoy_env_mode(int argc, char **argv)
     return argc == 1 && rls_envoy_env_present((const char *const *)environ);
 }
 
-/* --envoy-env-print: the flags the environment gives, one a line with its
- * value and the variable it came from; a URL's password is masked. */
-static void print_env(const rls_envoy_env_t *e)
+/* --envoy-env-print: the arguments that are parsed, one flag a line with
+ * its value and where it came from (a variable, or the command line); a
+ * URL's password is masked. */
+static void print_env(const rls_envoy_env_t *e, int n, char **args)
 {
-    size_t i;
+    int i;
 
-    for (i = 0; i < e->nargs; i++) {
-        const char *a = e->args[i];
-        int value = i + 1 < e->nargs && !e->is_flag[i + 1];
-        const char *v = value ? e->args[i + 1] : NULL;
-        const char *scheme = v != NULL ? strstr(v, "://") : NULL;
-        const char *at = v != NULL ? strrchr(v, '@') : NULL;
-        const char *colon = scheme != NULL ? strchr(scheme + 3, ':') : NULL;
+    for (i = 1; i < n; i++) {
+        const char *a = args[i], *from = "command line", *v = NULL;
+        const char *scheme, *at, *colon, *eq = strchr(a, '=');
+        int alen = (int)strlen(a);
+        char sep = ' ';
+        size_t k;
 
+        for (k = 0; k < e->nargs; k++)
+            if (e->args[k] == a)
+                break;
+        if (k < e->nargs) {
+            from = e->from[k];
+            if (k + 1 < e->nargs && !e->is_flag[k + 1])
+                v = args[++i];
+        } else if (strncmp(a, "--", 2) == 0 && eq != NULL) {
+            alen = (int)(eq - a);
+            v = eq + 1;
+            sep = '=';
+        } else if (strncmp(a, "--", 2) == 0 && i + 1 < n &&
+                   strncmp(args[i + 1], "--", 2) != 0) {
+            v = args[++i];
+        }
+        scheme = v != NULL ? strstr(v, "://") : NULL;
+        at = v != NULL ? strrchr(v, '@') : NULL;
+        colon = scheme != NULL ? strchr(scheme + 3, ':') : NULL;
         if (v == NULL)
-            printf("%s  # %s\n", a, e->from[i]);
+            printf("%s  # %s\n", a, from);
         else if (colon != NULL && at != NULL && colon < at)
-            printf("%s %.*s:***%s  # %s\n", a, (int)(colon - v), v, at,
-                   e->from[i]);
+            printf("%.*s%c%.*s:***%s  # %s\n", alen, a, sep,
+                   (int)(colon - v), v, at, from);
         else
-            printf("%s %s  # %s\n", a, v, e->from[i]);
-        i += value;
+            printf("%.*s%c%s  # %s\n", alen, a, sep, v, from);
     }
     if (e->warn[0] != '\0')
         printf("# read but not honoured: %s\n", e->warn);
@@ -156,7 +173,7 @@ int main(int argc, char **argv)
         from_env = &env;
         for (rc = 1; rc < argc; rc++)
             if (strcmp(argv[rc], "--envoy-env-print") == 0) {
-                print_env(&env);
+                print_env(&env, nargs, args);
                 return 0;
             }
     }
