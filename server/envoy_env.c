@@ -756,7 +756,8 @@ static int files(tr_t *t)
  * unless said otherwise). */
 static int stats(tr_t *t)
 {
-    int dis = flag_bool(t, "DISABLE_STATS"), dog = flag_bool(t, "USE_DOG_STATSD");
+    int dis = flag_bool(t, "DISABLE_STATS");
+    int dog = flag_bool(t, "USE_DOG_STATSD");
     int sd = flag_bool(t, "USE_STATSD"), prom = flag_bool(t, "USE_PROMETHEUS");
     char ms[32];
     size_t i;
@@ -851,7 +852,8 @@ static int envoy(tr_t *t)
     } bools[] = {{"SHADOW_MODE", "--envoy-shadow-mode"},
                  {"QUOTA_MODE", "--envoy-quota-mode"},
                  {"RESPONSE_DYNAMIC_METADATA", "--envoy-response-metadata"},
-                 {"LIMIT_RESPONSE_HEADERS_ENABLED", "--envoy-response-headers"}};
+                 {"LIMIT_RESPONSE_HEADERS_ENABLED",
+                  "--envoy-response-headers"}};
     char buf[64];
     int64_t j = 0;
     size_t i;
@@ -931,7 +933,10 @@ int rls_envoy_env_translate(rls_envoy_env_t *e, const char *const *envp)
     if (strcmp(fmt, "JSON") == 0)
         warn(&t, "LOG_FORMAT");
 
-    if ((rc = listen_arg(&t, "--grpc", "GRPC_HOST", get(&t, "GRPC_HOST"),
+    /* The native protocol is none of envoy-ratelimit's: its listener goes
+     * to any free loopback port, where it collides with nothing. */
+    if ((rc = emit(&t, "--listen", "127.0.0.1:0", "default")) != RL_OK ||
+        (rc = listen_arg(&t, "--grpc", "GRPC_HOST", get(&t, "GRPC_HOST"),
                          "GRPC_PORT")) != RL_OK ||
         (rc = listen_arg(&t, "--envoy-http", "HOST", get(&t, "HOST"),
                          "PORT")) != RL_OK ||

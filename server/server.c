@@ -543,7 +543,9 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
                                 errlen);
     } else {
         rc = rls_hkey_random(&s->batcher.hkey);
-        if (rc == RL_OK && cfg->use_redis)
+        /* Not as envoy-ratelimit (--envoy-env): the native protocol, the
+         * only one with handles, is then on a loopback port of its own. */
+        if (rc == RL_OK && cfg->use_redis && !cfg->envoy_env)
             RLS_WARN("no --handle-secret-file on a Redis store: reservation "
                      "and lease handles are signed with this instance's own "
                      "secret, so another instance (or this one restarted) "

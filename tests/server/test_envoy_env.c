@@ -72,7 +72,8 @@ static void test_envoy_gateway(void **state)
     assert_int_equal(rls_envoy_env_translate(&e, eg_env), RL_OK);
     assert_string_equal(
         joined(&e),
-        "--grpc 0.0.0.0:8081 --envoy-http 0.0.0.0:8080 "
+        "--listen 127.0.0.1:0 --grpc 0.0.0.0:8081 "
+        "--envoy-http 0.0.0.0:8080 "
         "--debug-http 0.0.0.0:6070 --log-level info "
         "--tls-cert /certs/tls.crt --tls-key /certs/tls.key "
         "--tls-listeners grpc --tls-client-ca /certs/ca.crt "
@@ -113,7 +114,8 @@ static void test_istio(void **state)
     (void)state;
     assert_int_equal(rls_envoy_env_translate(&e, env), RL_OK);
     assert_string_equal(
-        joined(&e), "--grpc 0.0.0.0:8081 --envoy-http 127.0.0.1:8080 "
+        joined(&e), "--listen 127.0.0.1:0 --grpc 0.0.0.0:8081 "
+                    "--envoy-http 127.0.0.1:8080 "
                     "--debug-http 0.0.0.0:6070 --log-level debug "
                     "--envoy-config /data/ratelimit/config "
                     "--envoy-config-ignore-dotfiles --redis 127.0.0.1:6379 "
@@ -135,7 +137,8 @@ static void test_defaults(void **state)
     assert_int_equal(rls_envoy_env_translate(&e, env), RL_OK);
     assert_string_equal(
         joined(&e),
-        "--grpc 0.0.0.0:8081 --envoy-http 0.0.0.0:8080 "
+        "--listen 127.0.0.1:0 --grpc 0.0.0.0:8081 "
+        "--envoy-http 0.0.0.0:8080 "
         "--debug-http 0.0.0.0:6070 --log-level warn "
         "--redis unix:///var/run/nutcracker/ratelimit.sock "
         "--redis-timeout-ms 10000 --statsd localhost:8125 "
@@ -258,7 +261,8 @@ static void test_invalid(void **state)
          "CONFIG_GRPC_XDS_SERVER_URL:"},
         {"CONFIG_TYPE=GRPC_XDS_SOTW;XDS_CLIENT_BACKOFF_MAX_INTERVAL=0",
          "XDS_CLIENT_BACKOFF_MAX_INTERVAL:"},
-        {"REDIS_POOL_ON_EMPTY_BEHAVIOR=create", "REDIS_POOL_ON_EMPTY_BEHAVIOR:"},
+        {"REDIS_POOL_ON_EMPTY_BEHAVIOR=create",
+         "REDIS_POOL_ON_EMPTY_BEHAVIOR:"},
         {"REDIS_SOCKET_TYPE=tcp;REDIS_URL=redis://u:p@h:1;REDIS_AUTH=p",
          "REDIS_AUTH:"},
         /* Read only by gated parts, still checked, as envconfig does. */
@@ -364,7 +368,8 @@ static void test_merge(void **state)
         k += (size_t)snprintf(line + k, sizeof(line) - k, "%s%s",
                               i ? " " : "", out[i]);
     assert_null(out[n]);
-    assert_string_equal(line, "ratelimit --envoy-http 0.0.0.0:8080 "
+    assert_string_equal(line, "ratelimit --listen 127.0.0.1:0 "
+                              "--envoy-http 0.0.0.0:8080 "
                               "--debug-http 0.0.0.0:6070 "
                               "--redis-timeout-ms 10000 "
                               "--statsd localhost:8125 "

@@ -75,6 +75,7 @@ EG = {
 }
 
 EG_FLAGS = """\
+--listen 127.0.0.1:0  # default
 --grpc 127.0.0.1:8081  # GRPC_HOST
 --envoy-http 127.0.0.1:8080  # HOST
 --debug-http 127.0.0.1:6070  # DEBUG_HOST
