@@ -185,6 +185,8 @@ int main(int argc, char **argv)
     }
     if (cfg.info_only)
         return 0;
+    if (from_env != NULL)
+        cfg.envoy_env = 1; /* also when called ratelimit, or bare */
     rls_envoy_dir_set_ignore_dot(cfg.envoy_config_ignore_dot);
     /* Before any limit is read: it bounds the files' sliding windows. */
     rls_limit_set_swl_max(cfg.swl_max);
