@@ -96,17 +96,16 @@ static void test_envoy_gateway(void **state)
 static void test_istio(void **state)
 {
     static const char *const env[] = {
-        "HOST=127.0.0.1",
-        "PORT=8080",
-        "GRPC_PORT=8081",
-        "DEBUG_PORT=6070",
-        "REDIS_URL=127.0.0.1:6379",
-        "REDIS_SOCKET_TYPE=tcp",
-        "USE_STATSD=false",
         "LOG_LEVEL=debug",
+        "REDIS_SOCKET_TYPE=tcp",
+        "REDIS_URL=127.0.0.1:6379",
+        "USE_STATSD=false",
         "RUNTIME_ROOT=/data",
         "RUNTIME_SUBDIRECTORY=ratelimit",
+        "RUNTIME_WATCH_ROOT=false",
         "RUNTIME_IGNOREDOTFILES=true",
+        "HOST=::",
+        "GRPC_HOST=::",
         NULL,
     };
     rls_envoy_env_t e;
@@ -114,8 +113,8 @@ static void test_istio(void **state)
     (void)state;
     assert_int_equal(rls_envoy_env_translate(&e, env), RL_OK);
     assert_string_equal(
-        joined(&e), "--listen 127.0.0.1:0 --grpc 0.0.0.0:8081 "
-                    "--envoy-http 127.0.0.1:8080 "
+        joined(&e), "--listen 127.0.0.1:0 --grpc [::]:8081 "
+                    "--envoy-http [::]:8080 "
                     "--debug-http 0.0.0.0:6070 --log-level debug "
                     "--envoy-config /data/ratelimit/config "
                     "--envoy-config-ignore-dotfiles --redis 127.0.0.1:6379 "
