@@ -772,8 +772,15 @@ static int stats(tr_t *t)
     if (dog || sd) {
         if (dog)
             warn(t, "USE_DOG_STATSD"); /* plain statsd names, no tags */
-        if ((rc = listen_arg(t, "--statsd", "STATSD_HOST",
-                             get(t, "STATSD_HOST"), "STATSD_PORT")) != RL_OK)
+        /* localhost (the default) needs no resolver: a name that does
+         * not resolve stops the start, where envoy-ratelimit's sink only
+         * logs that it cannot connect. */
+        const char *host = get(t, "STATSD_HOST");
+
+        if (strcmp(host, "localhost") == 0)
+            host = "127.0.0.1";
+        if ((rc = listen_arg(t, "--statsd", "STATSD_HOST", host,
+                             "STATSD_PORT")) != RL_OK)
             return rc;
         if (dur_ms(t, "STATS_FLUSH_INTERVAL", 10, 3600000, ms, sizeof(ms)) !=
             RL_OK)

@@ -140,7 +140,7 @@ static void test_defaults(void **state)
         "--envoy-http 0.0.0.0:8080 "
         "--debug-http 0.0.0.0:6070 --log-level warn "
         "--redis unix:///var/run/nutcracker/ratelimit.sock "
-        "--redis-timeout-ms 10000 --statsd localhost:8125 "
+        "--redis-timeout-ms 10000 --statsd 127.0.0.1:8125 "
         "--statsd-flush-ms 10000 --envoy-counting envoy "
         "--expiry-spread-ms 300000");
     rls_envoy_env_free(&e);
@@ -371,7 +371,7 @@ static void test_merge(void **state)
                               "--envoy-http 0.0.0.0:8080 "
                               "--debug-http 0.0.0.0:6070 "
                               "--redis-timeout-ms 10000 "
-                              "--statsd localhost:8125 "
+                              "--statsd 127.0.0.1:8125 "
                               "--statsd-flush-ms 10000 "
                               "--envoy-counting envoy "
                               "--expiry-spread-ms 300000 "
