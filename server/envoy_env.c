@@ -516,7 +516,8 @@ static void upper(const char *s, char *out, size_t outlen)
  * --redis-sentinel and --redis-tls-*. */
 static int redis(tr_t *t)
 {
-    static char url[4 * RLS_ENV_VALUE_MAX + 64], ui[7 * RLS_ENV_VALUE_MAX];
+    /* Big enough for any REDIS_AUTH escaped and REDIS_URL: never cut. */
+    static char url[8 * RLS_ENV_VALUE_MAX + 64], ui[7 * RLS_ENV_VALUE_MAX];
     const char *u = get(t, "REDIS_URL"), *comma;
     char type[16], sock[16], behavior[16], ms[32];
     int tls = flag_bool(t, "REDIS_TLS"), rc;

@@ -196,9 +196,10 @@ int main(int argc, char **argv)
         const char *one[1] = {cfg.check_envoy_config};
         int check = cfg.check_envoy_config != NULL;
 
-        rc = check ? rls_envoy_conf_build_paths(one, 1, &ec, &diag)
+        rc = check ? rls_envoy_conf_build_paths(one, 1, NULL, &ec, &diag)
                    : rls_envoy_conf_build_paths(cfg.envoy_configs,
-                                                cfg.nenvoy_configs, &ec, &diag);
+                                                cfg.nenvoy_configs, NULL, &ec,
+                                                &diag);
         if (rc != RL_OK) {
             print_diag(&diag, rc);
             return 2;

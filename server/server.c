@@ -356,8 +356,8 @@ static int start_grpc(rls_server_t *s, char *err, size_t errlen)
 
     if (cfg->nenvoy_configs > 0 &&
         (rc = rls_envoy_conf_build_paths(cfg->envoy_configs,
-                                         cfg->nenvoy_configs, &conf, &d)) !=
-             RL_OK) {
+                                         cfg->nenvoy_configs, NULL, &conf,
+                                         &d)) != RL_OK) {
         snprintf(err, errlen, "bad --envoy-config: %s",
                  rc == RL_EINVAL ? d.msg[0] : "out of memory");
         return rc;

@@ -152,14 +152,24 @@ void rls_path_signature(const char *path, uint64_t sig[4])
     sig[3] = rc == RL_OK ? 1 : 2; /* an unreadable directory differs */
 }
 
+void rls_envoy_dir_kinds(const char *const *paths, size_t npaths,
+                         unsigned char *isdir)
+{
+    struct stat st;
+    size_t i;
+
+    for (i = 0; i < npaths; i++)
+        isdir[i] = stat(paths[i], &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 int rls_envoy_conf_build_paths(const char *const *paths, size_t npaths,
+                               const unsigned char *isdir_in,
                                rls_envoy_conf_t **out, rls_diag_t *diag)
 {
     const char **all = NULL;
     char ***lists = NULL, why[160];
     size_t *counts = NULL, i, k, total = 0;
     unsigned char *isdir = NULL;
-    struct stat st;
     int rc = RL_ENOMEM;
 
     *out = NULL;
@@ -169,12 +179,15 @@ int rls_envoy_conf_build_paths(const char *const *paths, size_t npaths,
     isdir = calloc(npaths ? npaths : 1, 1);
     if (lists == NULL || counts == NULL || isdir == NULL)
         goto out;
+    if (isdir_in != NULL)
+        memcpy(isdir, isdir_in, npaths);
+    else
+        rls_envoy_dir_kinds(paths, npaths, isdir);
     for (i = 0; i < npaths; i++) {
-        if (stat(paths[i], &st) != 0 || !S_ISDIR(st.st_mode)) {
+        if (!isdir[i]) {
             total++;
             continue;
         }
-        isdir[i] = 1;
         rc = rls_envoy_dir_list(paths[i], &lists[i], &counts[i], why,
                                 sizeof(why));
         if (rc == RL_EINVAL) {

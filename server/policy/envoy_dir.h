@@ -44,9 +44,18 @@ void rls_envoy_dir_free(char **files, size_t n);
  * hash of each file's name and signature, their number. */
 void rls_path_signature(const char *path, uint64_t sig[4]);
 
-/* rls_envoy_conf_build over paths that may be directories (each replaced
- * by its files; an empty directory adds none). Same returns. */
+/* Which of paths are directories now, into isdir (npaths bytes, 1 for a
+ * directory): what a path is when the server starts is what it stays. */
+void rls_envoy_dir_kinds(const char *const *paths, size_t npaths,
+                         unsigned char *isdir);
+
+/* rls_envoy_conf_build over paths, those with isdir[i] directories (each
+ * replaced by its files; an empty directory adds none); isdir NULL: as
+ * rls_envoy_dir_kinds says now. A path given as a file that has become a
+ * directory is an error, as before ("not a regular file"). Same
+ * returns. */
 int rls_envoy_conf_build_paths(const char *const *paths, size_t npaths,
+                               const unsigned char *isdir,
                                rls_envoy_conf_t **out, rls_diag_t *diag);
 
 #endif

@@ -2,7 +2,6 @@
 #include "policy/envoy_reload.h"
 
 #include <string.h>
-#include <sys/stat.h>
 
 #include "log.h"
 #include "policy/envoy_dir.h"
@@ -18,7 +17,9 @@ static int job_build(void *arg, rls_diag_t *diag)
 {
     rls_envoy_reload_t *r = arg;
 
-    return rls_envoy_conf_build_paths(r->paths, r->npaths, &r->conf, diag);
+    return rls_envoy_conf_build_paths(
+        r->paths, r->npaths, r->npaths <= RLS_ENVOY_WATCH_MAX ? r->isdir : NULL,
+        &r->conf, diag);
 }
 
 static int job_install(void *arg, uint64_t us)
@@ -59,13 +60,14 @@ int rls_envoy_reload_start(rls_envoy_reload_t *r, uv_loop_t *loop,
                            void *arg)
 {
     size_t i, used = 0;
-    struct stat st;
 
     memset(r, 0, sizeof(*r));
     r->paths = paths;
     r->npaths = npaths;
     r->install = install;
     r->arg = arg;
+    if (npaths <= RLS_ENVOY_WATCH_MAX)
+        rls_envoy_dir_kinds(paths, npaths, r->isdir);
     /* A directory's own events (watch.h watches a path's parent): through
      * "D/.", whose parent is D. Past the room here, a directory is seen
      * through its parent alone (a switch of it, not a change in it). */
@@ -73,8 +75,8 @@ int rls_envoy_reload_start(rls_envoy_reload_t *r, uv_loop_t *loop,
         size_t n = strlen(paths[i]);
 
         r->watch[r->nwatch++] = paths[i];
-        if (stat(paths[i], &st) != 0 || !S_ISDIR(st.st_mode) ||
-            r->nwatch == RLS_ENVOY_WATCH_MAX || used + n + 3 > sizeof(r->wbuf))
+        if (!r->isdir[i] || r->nwatch == RLS_ENVOY_WATCH_MAX ||
+            used + n + 3 > sizeof(r->wbuf))
             continue;
         memcpy(r->wbuf + used, paths[i], n);
         memcpy(r->wbuf + used + n, "/.", 3);

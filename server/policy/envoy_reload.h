@@ -34,6 +34,9 @@ typedef struct rls_envoy_reload_s {
     const char *watch[RLS_ENVOY_WATCH_MAX];
     size_t nwatch;
     char wbuf[8192];
+    /* Which paths were directories at start (rls_envoy_dir_kinds): they
+     * stay directories, the others files. */
+    unsigned char isdir[RLS_ENVOY_WATCH_MAX];
     rls_envoy_install_fn install;
     void *arg;
     rls_envoy_conf_t *conf; /* built by the rebuild under way, or NULL */

@@ -129,21 +129,32 @@ static void test_build(void **state)
     path_of(p, sizeof(p), "d/y.yaml");
     domain_file(p, "y");
     domain_file(f, "z");
-    assert_int_equal(rls_envoy_conf_build_paths(paths, 3, &c, &diag), RL_OK);
+    assert_int_equal(rls_envoy_conf_build_paths(paths, 3, NULL, &c, &diag), RL_OK);
     assert_int_equal(rls_envoy_conf_domains(c), 3);
     rls_envoy_conf_unref(c);
-    assert_int_equal(rls_envoy_conf_build_paths(paths + 1, 1, &c, &diag),
+    assert_int_equal(rls_envoy_conf_build_paths(paths + 1, 1, NULL, &c, &diag),
                      RL_OK);
     assert_int_equal(rls_envoy_conf_domains(c), 0);
     rls_envoy_conf_unref(c);
     /* Two files of one domain: refused, as envoy-ratelimit refuses it. */
     path_of(p, sizeof(p), "d/x2.yaml");
     domain_file(p, "x");
-    assert_int_equal(rls_envoy_conf_build_paths(paths, 1, &c, &diag),
+    assert_int_equal(rls_envoy_conf_build_paths(paths, 1, NULL, &c, &diag),
                      RL_EINVAL);
     assert_null(c);
+    /* A path that was a file stays one: a directory renamed over it is
+     * refused ("not a regular file"), not read as a directory. */
+    {
+        const unsigned char file[1] = {0};
+        const char *one[1] = {f};
+        assert_int_equal(unlink(f), 0);
+        assert_int_equal(mkdir(f, 0755), 0);
+        assert_int_equal(rls_envoy_conf_build_paths(one, 1, file, &c, &diag),
+                         RL_EINVAL);
+        assert_non_null(strstr(diag.msg[0], "not a regular file"));
+    }
     path_of(d, sizeof(d), "nowhere");
-    assert_int_equal(rls_envoy_conf_build_paths(paths, 1, &c, &diag),
+    assert_int_equal(rls_envoy_conf_build_paths(paths, 1, NULL, &c, &diag),
                      RL_EINVAL);
     assert_non_null(strstr(diag.msg[0], "nowhere"));
 }
