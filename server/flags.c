@@ -195,7 +195,10 @@ static const char usage[] =
     "  --envoy-config FILE      envoy-ratelimit descriptor file, one domain\n"
     "                           each (see deploy/README.md, Envoy);\n"
     "                           repeatable; reloaded on SIGHUP and when\n"
-    "                           one changes\n"
+    "                           one changes; or a DIR: its *.yaml and\n"
+    "                           *.yml files (a mounted ConfigMap), read\n"
+    "                           again when one is added, removed or\n"
+    "                           changed\n"
     "  --envoy-xds HOST:PORT    take the descriptors from a control plane\n"
     "                           over xDS (Envoy Gateway; envoy-ratelimit's\n"
     "                           CONFIG_TYPE=GRPC_XDS_SOTW) instead of\n"
@@ -209,6 +212,18 @@ static const char usage[] =
     "  --envoy-xds-backoff-ms MS, --envoy-xds-backoff-max-ms MS\n"
     "                           reconnection wait: first and cap (default\n"
     "                           1000 and 30000), jittered\n"
+    "  --envoy-config-ignore-dotfiles  in an --envoy-config directory, pass\n"
+    "                           over files whose name starts with '.'\n"
+    "                           (envoy-ratelimit's RUNTIME_IGNOREDOTFILES)\n"
+    "  --envoy-env              read envoy-ratelimit's settings from the\n"
+    "                           environment (HOST, PORT, GRPC_PORT,\n"
+    "                           REDIS_URL, CONFIG_TYPE, RUNTIME_ROOT...;\n"
+    "                           deploy/README.md), with its defaults; the\n"
+    "                           command line's flags win. Also when called\n"
+    "                           `ratelimit`, or with no arguments while one\n"
+    "                           of them is set\n"
+    "  --envoy-env-print        print the flags the environment gives, and\n"
+    "                           exit\n"
     "  --check-envoy-config FILE  validate an Envoy descriptor file and\n"
     "                           exit: 0, or 2 with FILE:LINE: errors\n"
     "  --envoy-stats 0|1        count envoy-ratelimit's per-descriptor\n"
@@ -809,6 +824,19 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out, char *err,
             if (val != NULL)
                 return fail(err, errlen, "%s takes no value", name);
             c->check_error_details = 1;
+            continue;
+        }
+        if (strcmp(name, "--envoy-env") == 0 ||
+            strcmp(name, "--envoy-env-print") == 0 ||
+            strcmp(name, "--envoy-config-ignore-dotfiles") == 0) {
+            if (val != NULL)
+                return fail(err, errlen, "%s takes no value", name);
+            if (strcmp(name, "--envoy-config-ignore-dotfiles") == 0)
+                c->envoy_config_ignore_dot = 1;
+            else if (strcmp(name, "--envoy-env-print") == 0)
+                c->envoy_env = c->envoy_env_print = 1;
+            else
+                c->envoy_env = 1;
             continue;
         }
         if (strcmp(name, "--tls-client-ca-recheck") == 0) {

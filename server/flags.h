@@ -156,6 +156,12 @@ typedef struct rls_flags_s {
     uint64_t tls_max_handshakes;
     uint64_t tls_handshake_rate;
     int info_only; /* --help or --version was printed */
+    /* envoy-ratelimit's environment (envoy_env.h): --envoy-env (or the
+     * program called `ratelimit`, or no arguments and one of its settings
+     * set); --envoy-env-print: print the flags it gave, and exit. */
+    int envoy_env;
+    int envoy_env_print;
+    int envoy_config_ignore_dot; /* --envoy-config-ignore-dotfiles */
 } rls_flags_t;
 
 /* Fills *c with the defaults shown by --help. */

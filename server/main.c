@@ -6,8 +6,10 @@
 
 #include <uv.h>
 
+#include "envoy_env.h"
 #include "log.h"
 #include "policy/envoy_conf.h"
+#include "policy/envoy_dir.h"
 #include "policy/limit.h"
 #include "policy/rules.h"
 #include "rl_error.h"
@@ -35,6 +37,103 @@ static void print_diag(const rls_diag_t *d, int rc)
         fprintf(stderr, "(%zu more errors)\n", d->dropped);
 }
 
+extern char **environ;
+
+/* Whether envoy-ratelimit's environment is read (envoy_env.h): asked for,
+ * or the program is called `ratelimit` (as Envoy Gateway's and Istio's
+ * Deployments run it), or it has no arguments and one of envoy-
+ * ratelimit's settings is set. Not for --help and --version. */
+static int envoy_env_mode(int argc, char **argv)
+{
+    const char *base = argc > 0 ? strrchr(argv[0], '/') : NULL;
+    int i;
+
+    for (i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 ||
+            strcmp(argv[i], "--version") == 0)
+            return 0;
+    for (i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--envoy-env") == 0 ||
+            strcmp(argv[i], "--envoy-env-print") == 0)
+            return 1;
+    base = base != NULL ? base + 1 : argc > 0 ? argv[0] : "";
+    if (strcmp(base, "ratelimit") == 0)
+        return 1;
+    return argc == 1 && rls_envoy_env_present((const char *const *)environ);
+}
+
+/* --envoy-env-print: the arguments that are parsed, one flag a line with
+ * its value and where it came from (a variable, or the command line); a
+ * URL's password is masked. */
+static void print_env(const rls_envoy_env_t *e, int n, char **args)
+{
+    int i;
+
+    for (i = 1; i < n; i++) {
+        const char *a = args[i], *from = "command line", *v = NULL;
+        const char *scheme, *at, *colon, *eq = strchr(a, '=');
+        int alen = (int)strlen(a);
+        char sep = ' ';
+        size_t k;
+
+        for (k = 0; k < e->nargs; k++)
+            if (e->args[k] == a)
+                break;
+        if (k < e->nargs) {
+            from = e->from[k];
+            if (k + 1 < e->nargs && !e->is_flag[k + 1])
+                v = args[++i];
+        } else if (strncmp(a, "--", 2) == 0 && eq != NULL) {
+            alen = (int)(eq - a);
+            v = eq + 1;
+            sep = '=';
+        } else if (strncmp(a, "--", 2) == 0 && i + 1 < n &&
+                   strncmp(args[i + 1], "--", 2) != 0) {
+            v = args[++i];
+        }
+        scheme = v != NULL ? strstr(v, "://") : NULL;
+        at = v != NULL ? strrchr(v, '@') : NULL;
+        colon = scheme != NULL ? strchr(scheme + 3, ':') : NULL;
+        if (v == NULL)
+            printf("%s  # %s\n", a, from);
+        else if (colon != NULL && at != NULL && colon < at)
+            printf("%.*s%c%.*s:***%s  # %s\n", alen, a, sep,
+                   (int)(colon - v), v, at, from);
+        else
+            printf("%.*s%c%s  # %s\n", alen, a, sep, v, from);
+    }
+    if (e->warn[0] != '\0')
+        printf("# read but not honoured: %s\n", e->warn);
+}
+
+/* A flag's error; one that a flag from the environment caused names its
+ * variable first. */
+static void flag_error(const rls_envoy_env_t *e, int argc, char **argv,
+                       const char *err)
+{
+    char flag[64];
+    const char *src;
+    size_t n = strcspn(err, ": =");
+    int i;
+
+    if (e == NULL || strncmp(err, "--", 2) != 0 || n >= sizeof(flag)) {
+        fprintf(stderr, "rl-server: %s\n", err);
+        return;
+    }
+    memcpy(flag, err, n);
+    flag[n] = '\0';
+    for (i = 1; i < argc; i++)
+        if (strncmp(argv[i], flag, n) == 0 &&
+            (argv[i][n] == '\0' || argv[i][n] == '='))
+            break;
+    src = rls_envoy_env_source(e, flag);
+    if (i < argc || src == NULL)
+        fprintf(stderr, "rl-server: %s\n", err);
+    else
+        fprintf(stderr, "rl-server: %s (envoy-ratelimit's setting): %s\n",
+                src, err);
+}
+
 /* For the log: how the server's certificate is checked. */
 static const char *tls_mode(const rls_flags_t *c)
 {
@@ -54,15 +153,41 @@ int main(int argc, char **argv)
     uv_loop_t loop;
     char err[512];
     int rc, exit_code = 0;
+    /* The environment's flags, kept for the process's life (the
+     * configuration points into them), parsed before the command line. */
+    static rls_envoy_env_t env;
+    static char **args;
+    rls_envoy_env_t *from_env = NULL;
+    int nargs = argc;
 
+    args = argv;
+    if (envoy_env_mode(argc, argv)) {
+        rc = rls_envoy_env_translate(&env, (const char *const *)environ);
+        if (rc == RL_OK)
+            rc = rls_envoy_env_merge(&env, argc, argv, &nargs, &args);
+        if (rc != RL_OK) {
+            fprintf(stderr, "rl-server: %s\n",
+                    rc == RL_EINVAL ? env.err : "out of memory");
+            return 2;
+        }
+        from_env = &env;
+        for (rc = 1; rc < argc; rc++)
+            if (strcmp(argv[rc], "--envoy-env-print") == 0) {
+                print_env(&env, nargs, args);
+                return 0;
+            }
+    }
     rls_flags_defaults(&cfg);
-    rc = rls_flags_parse(&cfg, argc, argv, stdout, err, sizeof(err));
+    rc = rls_flags_parse(&cfg, nargs, args, stdout, err, sizeof(err));
     if (rc != 0) {
-        fprintf(stderr, "rl-server: %s\n", err);
+        flag_error(from_env, argc, argv, err);
         return 2;
     }
     if (cfg.info_only)
         return 0;
+    if (from_env != NULL)
+        cfg.envoy_env = 1; /* also when called ratelimit, or bare */
+    rls_envoy_dir_set_ignore_dot(cfg.envoy_config_ignore_dot);
     /* Before any limit is read: it bounds the files' sliding windows. */
     rls_limit_set_swl_max(cfg.swl_max);
     if (cfg.check_envoy_config != NULL || cfg.nenvoy_configs > 0) {
@@ -71,9 +196,10 @@ int main(int argc, char **argv)
         const char *one[1] = {cfg.check_envoy_config};
         int check = cfg.check_envoy_config != NULL;
 
-        rc = check ? rls_envoy_conf_build(one, 1, &ec, &diag)
-                   : rls_envoy_conf_build(cfg.envoy_configs,
-                                          cfg.nenvoy_configs, &ec, &diag);
+        rc = check ? rls_envoy_conf_build_paths(one, 1, NULL, &ec, &diag)
+                   : rls_envoy_conf_build_paths(cfg.envoy_configs,
+                                                cfg.nenvoy_configs, NULL, &ec,
+                                                &diag);
         if (rc != RL_OK) {
             print_diag(&diag, rc);
             return 2;
@@ -111,6 +237,10 @@ int main(int argc, char **argv)
         return 2;
     }
     rls_log_set_level(cfg.log_level);
+    if (from_env != NULL && env.warn[0] != '\0')
+        RLS_WARN("envoy-ratelimit settings read but not honoured (see "
+                 "deploy/README.md, envoy-ratelimit's settings)",
+                 " settings=%s", env.warn);
     /* A client that vanishes must not kill the server mid-write. */
     signal(SIGPIPE, SIG_IGN);
 

@@ -22,6 +22,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "net/tls.h"
+#include "policy/envoy_dir.h"
 #include "server.h"
 #include "util.h"
 
@@ -364,8 +365,9 @@ static int start_grpc(rls_server_t *s, char *err, size_t errlen)
     int rc;
 
     if (cfg->nenvoy_configs > 0 &&
-        (rc = rls_envoy_conf_build(cfg->envoy_configs, cfg->nenvoy_configs,
-                                   &conf, &d)) != RL_OK) {
+        (rc = rls_envoy_conf_build_paths(cfg->envoy_configs,
+                                         cfg->nenvoy_configs, NULL, &conf,
+                                         &d)) != RL_OK) {
         snprintf(err, errlen, "bad --envoy-config: %s",
                  rc == RL_EINVAL ? d.msg[0] : "out of memory");
         return rc;
@@ -552,7 +554,9 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
                                 errlen);
     } else {
         rc = rls_hkey_random(&s->batcher.hkey);
-        if (rc == RL_OK && cfg->use_redis)
+        /* Not as envoy-ratelimit (--envoy-env): the native protocol, the
+         * only one with handles, is then on a loopback port of its own. */
+        if (rc == RL_OK && cfg->use_redis && !cfg->envoy_env)
             RLS_WARN("no --handle-secret-file on a Redis store: reservation "
                      "and lease handles are signed with this instance's own "
                      "secret, so another instance (or this one restarted) "

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "policy/envoy_dir.h"
 #include "rl_error.h"
 
 static void job_begin(void *arg)
@@ -16,7 +17,9 @@ static int job_build(void *arg, rls_diag_t *diag)
 {
     rls_envoy_reload_t *r = arg;
 
-    return rls_envoy_conf_build(r->paths, r->npaths, &r->conf, diag);
+    return rls_envoy_conf_build_paths(
+        r->paths, r->npaths, r->npaths <= RLS_ENVOY_WATCH_MAX ? r->isdir : NULL,
+        &r->conf, diag);
 }
 
 static int job_install(void *arg, uint64_t us)
@@ -56,15 +59,34 @@ int rls_envoy_reload_start(rls_envoy_reload_t *r, uv_loop_t *loop,
                            uint64_t settle_ms, rls_envoy_install_fn install,
                            void *arg)
 {
+    size_t i, used = 0;
+
     memset(r, 0, sizeof(*r));
     r->paths = paths;
     r->npaths = npaths;
     r->install = install;
     r->arg = arg;
+    if (npaths <= RLS_ENVOY_WATCH_MAX)
+        rls_envoy_dir_kinds(paths, npaths, r->isdir);
+    /* A directory's own events (watch.h watches a path's parent): through
+     * "D/.", whose parent is D. Past the room here, a directory is seen
+     * through its parent alone (a switch of it, not a change in it). */
+    for (i = 0; i < npaths && r->nwatch < RLS_ENVOY_WATCH_MAX; i++) {
+        size_t n = strlen(paths[i]);
+
+        r->watch[r->nwatch++] = paths[i];
+        if (!r->isdir[i] || r->nwatch == RLS_ENVOY_WATCH_MAX ||
+            used + n + 3 > sizeof(r->wbuf))
+            continue;
+        memcpy(r->wbuf + used, paths[i], n);
+        memcpy(r->wbuf + used + n, "/.", 3);
+        r->watch[r->nwatch++] = r->wbuf + used;
+        used += n + 3;
+    }
     /* The files as they are now stand for what the caller built from:
      * the caller read them just before. */
-    return rls_reloader_start(&r->rl, loop, "envoy config", paths, npaths, NULL,
-                              settle_ms, &envoy_ops, r);
+    return rls_reloader_start(&r->rl, loop, "envoy config", r->watch,
+                              r->nwatch, NULL, settle_ms, &envoy_ops, r);
 }
 
 void rls_envoy_reload_close(rls_envoy_reload_t *r)

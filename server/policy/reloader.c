@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "policy/envoy_dir.h"
 #include "policy/file_in.h"
 #include "rl_error.h"
 
@@ -33,7 +34,7 @@ static void job_work(rls_rebuild_t *rb)
     memset(&r->diag, 0, sizeof(r->diag));
     r->rc = r->ops->build(r->arg, &r->diag);
     for (i = 0; i < r->npaths; i++)
-        rls_file_signature(r->paths[i], r->after[i]);
+        rls_path_signature(r->paths[i], r->after[i]);
 }
 
 /* The signatures go once no rebuild can use them: after the watch's
@@ -158,7 +159,7 @@ int rls_reloader_start(rls_reloader_t *r, uv_loop_t *loop, const char *what,
         if (sigs != NULL)
             memcpy(r->sigs[i], sigs[i], sizeof(r->sigs[i]));
         else
-            rls_file_signature(paths[i], r->sigs[i]);
+            rls_path_signature(paths[i], r->sigs[i]);
     }
     rc =
         rls_watch_start(&r->watch, loop, paths, npaths,

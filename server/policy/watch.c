@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "policy/envoy_dir.h"
 #include "policy/file_in.h"
 #include "rl_error.h"
 
@@ -43,7 +44,7 @@ static int look(const rls_watch_t *w, uint64_t (*sigs)[4])
     size_t i;
 
     for (i = 0; i < w->n; i++) {
-        rls_file_signature(w->paths[i], sigs[i]);
+        rls_path_signature(w->paths[i], sigs[i]);
         if (sigs[i][0] == 0)
             return 0;
     }
