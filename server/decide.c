@@ -661,6 +661,10 @@ int rls_decide(rls_batcher_t *b, const rls_ask_t *a, rls_respond_fn respond,
         *why = rl_strerror(rc);
         return rc;
     }
+    /* Counted envoy-ratelimit's way, or compared alone, 0 adds nothing: a
+     * read of the counters (validation reads it as 1, the native rule). */
+    if (a->counting != RLS_COUNT_NATIVE && !a->charge && a->cost == 0)
+        q.cost = 0;
     if (a->rule_len > 0) {
         if (rls_runtime_resolve(rt, a->rule, a->rule_len, a->key, a->key_len,
                                 &spec) != RL_OK) {
@@ -707,6 +711,27 @@ int rls_decide(rls_batcher_t *b, const rls_ask_t *a, rls_respond_fn respond,
         spec.limits.w[0].window_s = a->window_s;
         spec.quota = 0;
         spec.scale = 1.0;
+    }
+    spec.counting = a->charge ? RLS_COUNT_NATIVE : a->counting;
+    if (spec.counting != RLS_COUNT_NATIVE) {
+        uint32_t i;
+        /* The store decides these under other limits than the rule's
+         * (batch.c): a stored quota would replace them there. */
+        spec.quota = 0;
+        for (i = 0; spec.counting == RLS_COUNT_ENVOY && i < spec.limits.n;
+             i++)
+            if (spec.limits.w[i].algo == RL_ALGO_SWL) {
+                snprintf(msg, sizeof(msg),
+                         "%s%.*s%s has a sliding-window limit, which "
+                         "envoy-ratelimit's counting cannot count past (its "
+                         "log is bounded by the limit): give the domain "
+                         "'counting: native'",
+                         a->rule_len ? "rule '" : "the descriptor",
+                         (int)a->rule_len, a->rule ? a->rule : "",
+                         a->rule_len ? "'" : "");
+                *why = msg;
+                return RL_EINVAL;
+            }
     }
     if (a->charge) {
         /* Counted as consumed whatever the limit: raised out of reach, as

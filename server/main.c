@@ -65,6 +65,8 @@ int main(int argc, char **argv)
         return 0;
     /* Before any limit is read: it bounds the files' sliding windows. */
     rls_limit_set_swl_max(cfg.swl_max);
+    /* Before any Envoy file is read: it says how domains count. */
+    rls_envoy_conf_set_counting(cfg.envoy_counting);
     if (cfg.check_envoy_config != NULL || cfg.nenvoy_configs > 0) {
         /* Envoy descriptor files: every error, FILE:LINE first. */
         rls_envoy_conf_t *ec = NULL;
