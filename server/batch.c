@@ -778,9 +778,11 @@ static void wop_count(rls_wop_t *wo, int counting)
     if (counting == RLS_COUNT_NATIVE)
         return;
     wo->answer_limit = wo->limit;
+    /* A gcra's state is a time: its cap (burst x interval) stays within
+     * the 366 days every store allows, debt enough for any charge. */
     if (counting == RLS_COUNT_ENVOY)
         wo->limit = wo->algo == RL_ALGO_GCRA
-                        ? RLS_RAISED_LIMIT / (wo->t_us > 0 ? wo->t_us : 1)
+                        ? RL_GCRA_CAP_MAX_US / (wo->t_us > 0 ? wo->t_us : 1)
                         : RLS_RAISED_LIMIT;
 }
 

@@ -742,8 +742,10 @@ int rls_decide(rls_batcher_t *b, const rls_ask_t *a, rls_respond_fn respond,
         for (i = 0; i < spec.limits.n; i++) {
             rls_limit_t *l = &spec.limits.w[i];
             l->limit = RLS_CHARGE_LIMIT;
+            /* A gcra's cap stays within the 366 days every store
+             * takes (the module refuses more). */
             if (l->algo == RL_ALGO_GCRA)
-                l->burst = RLS_CHARGE_LIMIT / (l->t_us > 0 ? l->t_us : 1);
+                l->burst = RL_GCRA_CAP_MAX_US / (l->t_us > 0 ? l->t_us : 1);
         }
     }
     if (a->op == RL_OP_RESERVE && !b->hkey.set) {

@@ -29,6 +29,9 @@ REDIS = sys.argv[4] if len(sys.argv) > 4 else None
 # "--redis-cluster 127.0.0.1:7001,127.0.0.1:7004" from redis_cluster.sh,
 # which starts that cluster).
 STORE_ARGS = os.environ.get("RL_ENVOY_STORE", "").split()
+# RL_ENVOY_REDIS_MODULE: the ratelimit module (ratelimit.so) to load into
+# that redis-server, so the same runs go through RL.BATCH.
+MODULE = os.environ.get("RL_ENVOY_REDIS_MODULE")
 TMP = tempfile.mkdtemp(prefix="rl-envoy-")
 PROCS = []
 
@@ -980,7 +983,9 @@ REDIS_PORT = None
 def main():
     global REDIS_PORT
     if REDIS:
-        REDIS_PORT, _ = rlt.start_redis(TMP, redis=REDIS, procs=PROCS)
+        REDIS_PORT, _ = rlt.start_redis(
+            TMP, extra=(["--loadmodule", MODULE] if MODULE else []),
+            redis=REDIS, procs=PROCS)
     files = [os.path.join(FIX, f) for f in sorted(os.listdir(FIX))
              if f.endswith(".yaml") and f != "rules.yaml"]
     s = Server(files)
@@ -989,6 +994,9 @@ def main():
         extensions(s)
         charges(s)
         counting(s)
+        if REDIS:
+            check(("rl_store_redis_module %d" % (1 if MODULE else 0))
+                  in s.metrics(), "the store used: module %r" % MODULE)
         headers_agree(s)
         isolation(s)
         mixed(s)
