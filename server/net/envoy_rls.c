@@ -163,10 +163,12 @@ static void respond(void *owner, const rl_result_t *r)
             if (st->r.retry_after_ms == 0)
                 st->r.retry_after_ms = 1000;
         }
-        /* Allowed with nothing used and no error: a kill switch's answer
-         * (an allowed decision counts its cost; fail-open says why). */
+        /* Allowed with nothing used, no error and no store: a kill
+         * switch's answer (an allowed decision counts its cost, a read
+         * of a counter at 0 was decided at the store's instant;
+         * fail-open says why). */
         if (r->code == RL_CODE_OK && r->used == 0 && r->error_len == 0 &&
-            !r->shadow_refused)
+            !r->shadow_refused && r->decided_at_ms == 0)
             call->ctx->stats.uncounted++;
     }
     if (--call->pending == 0) {
