@@ -431,6 +431,18 @@ def counting(s):
     token_sequence(s, "tokens", "ruled", u)
     token_sequence(s, "tokens_stop", "user", u)
     token_sequence(s, "tokens_native", "user", u, native=True)
+    # A rule's sliding window cannot be counted past its limit: the call
+    # is refused with the reason, not decided some other way.
+    try:
+        s.call("tokens", D(("logged", u), hits=1))
+        check(False, "tokens: a sliding-window rule under envoy counting "
+              "was answered")
+    except grpc.RpcError as e:
+        check(e.code() == grpc.StatusCode.INVALID_ARGUMENT and
+              "tokens_log" in e.details() and
+              "counting: native" in e.details(),
+              "tokens: sliding-window rule refused: %s %s"
+              % (e.code(), e.details()))
     # At the limit exactly: OK with nothing left (over only past it).
     r = s.call("tokens", D(("user", u + "-edge"), hits=100))
     r2 = s.call("tokens", D(("user", u + "-edge"), hits=0))
