@@ -321,3 +321,53 @@ void rl_admit_result(const rl_admit_win_t *w, size_t n, uint64_t cost,
     r->window_s = d->window_s;
     r->algorithm = d->algo;
 }
+
+int rl_admit_counted(rl_admit_win_t *w, size_t n, uint64_t cost, int add,
+                     rl_result_t *r)
+{
+    uint64_t before[RL_ADMIT_WINDOWS_MAX], key, dkey = 0;
+    uint8_t over[RL_ADMIT_WINDOWS_MAX];
+    const rl_admit_win_t *d = NULL;
+    size_t i, dn = 0;
+    int within = 1;
+
+    if (n > RL_ADMIT_WINDOWS_MAX)
+        n = RL_ADMIT_WINDOWS_MAX;
+    for (i = 0; i < n; i++) {
+        uint64_t nd = cost ? need(&w[i], cost) : 0, after;
+        before[i] = room(&w[i]);
+        after = w[i].count + nd < w[i].count ? UINT64_MAX : w[i].count + nd;
+        over[i] = after > cap_of(&w[i]);
+        within &= !over[i];
+        if (add)
+            w[i].count = after;
+    }
+    if (within) {
+        rl_admit_result(w, n, cost, 1, r);
+        return 1;
+    }
+    /* The limits it is past: the one a request of this cost waits for
+     * longest decides. */
+    for (i = 0; i < n; i++) {
+        if (!over[i])
+            continue;
+        key = rl_admit_retry_ms(&w[i], cost);
+        if (key == 0)
+            key = 1;
+        if (d == NULL || key > dkey) {
+            d = &w[i];
+            dn = i;
+            dkey = key;
+        }
+    }
+    r->code = RL_CODE_OVER_LIMIT;
+    r->limit = d->limit;
+    r->used = d->algo == RL_ALGO_GCRA ? ceil_div(d->count, unit_of(d))
+                                      : d->count;
+    r->remaining = before[dn] / unit_of(d);
+    r->reset_after_ms = reset_ms(d);
+    r->retry_after_ms = dkey;
+    r->window_s = d->window_s;
+    r->algorithm = d->algo;
+    return 0;
+}

@@ -143,6 +143,21 @@ uint64_t rl_admit_equal(rl_admit_win_t *w, size_t n, uint64_t cost,
 void rl_admit_result(const rl_admit_win_t *w, size_t n, uint64_t cost,
                      int allowed, rl_result_t *r);
 
+/* Increment, then compare (envoy-ratelimit's counting), or compare alone
+ * (add 0): with add, cost is added to every limit whatever its room; the
+ * request is within when, with its cost, no limit is past its cap (at the
+ * cap is within, nothing remaining). A cost of 0 adds nothing and is within
+ * while no limit is past its cap: a read. Fills *r: within, as
+ * rl_admit_result allowed (remaining: the room after it, or now without
+ * add); over, OVER_LIMIT for the limit, among those it takes past their
+ * cap, whose retry is longest: used its count (with the request when
+ * added), remaining the room it found (before it: what envoy-ratelimit's
+ * statistics infer the over-limit hits from), retry_after_ms the wait
+ * before a request of this cost is within again, reset_after_ms as
+ * rl_admit_result's. Returns 1 within, 0 over. */
+int rl_admit_counted(rl_admit_win_t *w, size_t n, uint64_t cost, int add,
+                     rl_result_t *r);
+
 /* The wait before cost fits in limit w alone (0 when it fits now). */
 uint64_t rl_admit_retry_ms(const rl_admit_win_t *w, uint64_t cost);
 

@@ -60,6 +60,7 @@ typedef struct {
     uint64_t burst0; /* and its burst */
     uint8_t algo0;   /* and algorithm */
     uint8_t charge0; /* a charge's op (decide.h) takes no checks */
+    uint8_t counting0; /* RLS_COUNT_*: one way of counting per op */
 } opx_t;
 
 struct rls_batch_s {
@@ -306,6 +307,12 @@ static void fit_count(rls_rule_stats_t *st, const rl_admit_win_t *w,
     }
 }
 
+/* The limit a window's answers compare with (rls_wop_t.answer_limit). */
+static uint64_t wop_limit(const rls_wop_t *w)
+{
+    return w->answer_limit != 0 ? w->answer_limit : w->limit;
+}
+
 /* Answers an op whose store step failed, per the fail mode. */
 static void answer_failed(rls_batcher_t *b, rls_batch_t *t, rls_op_t *op,
                           const req_t *q, char *text, size_t tlen)
@@ -315,7 +322,7 @@ static void answer_failed(rls_batcher_t *b, rls_batch_t *t, rls_op_t *op,
     uint32_t i;
 
     for (i = 1; i < op->nwin; i++)
-        if (op->win[i].limit < w->limit)
+        if (wop_limit(&op->win[i]) < wop_limit(w))
             w = &op->win[i];
     memset(&r, 0, sizeof(r));
     r.id = q->id;
@@ -324,14 +331,14 @@ static void answer_failed(rls_batcher_t *b, rls_batch_t *t, rls_op_t *op,
 
     r.error = failure_text(op->err, open, text, tlen);
     r.error_len = strlen(r.error);
-    r.limit = w->limit;
+    r.limit = wop_limit(w);
     r.window_s = w->window_s;
     b->stats.store_errors++;
     if (open) {
         /* Allowed, and nothing was counted. */
         r.code = RL_CODE_OK;
         r.failed_open = 1;
-        r.remaining = w->limit;
+        r.remaining = wop_limit(w);
         r.reset_after_ms = rl_window_reset_after_ms(t->now_ms, w->window_s);
         b->stats.failed_open++;
     } else {
@@ -398,6 +405,12 @@ static void decide(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
                 if (q.algo == RL_ALGO_SWC)
                     q.weight = rl_swc_weight(q.reset_ms, q.window_s);
                 rls_wop_load(&q, t->now_ms, a);
+            } else if (w[j].answer_limit != 0) {
+                /* The store decided under another limit (ENVOY, PEEK):
+                 * the answers compare with this one. */
+                q = w[j];
+                q.limit = q.answer_limit;
+                rls_wop_load(&q, t->now_ms, a);
             } else {
                 rls_wop_load(&w[j], t->now_ms, a);
             }
@@ -410,7 +423,8 @@ static void decide(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
         rls_op_t *op = &ops[q->op];
         rl_admit_win_t *w;
         rl_result_t r;
-        int ok;
+        uint64_t counted;
+        int ok, counting;
 
         if (!DONE_NOW(t->done[q->op]))
             continue;
@@ -421,18 +435,28 @@ static void decide(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
             continue;
         }
         w = &run[(size_t)q->op * RLS_WINDOWS_MAX];
-        ok = rl_admit_one(w, nrun[q->op], q->cost);
-        admitted[q->op] += (uint32_t)ok;
         memset(&r, 0, sizeof(r));
+        counting = t->opx[q->op].counting0;
+        if (counting == RLS_COUNT_NATIVE) {
+            ok = rl_admit_one(w, nrun[q->op], q->cost);
+            admitted[q->op] += (uint32_t)ok;
+            counted = ok ? q->cost : 0;
+            rl_admit_result(w, nrun[q->op], q->cost, ok, &r);
+        } else {
+            /* Counted whatever the answer (ENVOY), or not at all (PEEK):
+             * the store was sent the costs above 0 (submit). */
+            int add = counting == RLS_COUNT_ENVOY;
+            ok = rl_admit_counted(w, nrun[q->op], q->cost, add, &r);
+            admitted[q->op] += (uint32_t)(add && q->cost > 0);
+            counted = add ? q->cost : 0;
+        }
         r.id = q->id;
-        rl_admit_result(w, nrun[q->op], q->cost, ok, &r);
         r.decided_at_ms = t->now_ms;
         if (t->done[q->op] == 3) {
             /* Decided on this instance's share, and said so; not a failed
              * decision (/healthz's error ratio). */
             b->stats.decided_local++;
-            if (ok)
-                t->lcost[q->op] += q->cost;
+            t->lcost[q->op] += counted;
             r.error =
                 failure_text(RL_ESTORE, RLS_FAIL_LOCAL, text, sizeof(text));
             r.error_len = strlen(r.error);
@@ -476,6 +500,7 @@ static void decide(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
         /* A refusal, or no room left for even the cheapest request: what
          * the windows hold now stays true until they end. */
         if (b->refusals.slots != NULL && rls_op_fixed(op) &&
+            t->opx[i].counting0 == RLS_COUNT_NATIVE &&
             t->reqs[t->opx[i].first].stats->reserves == 0 &&
             (admitted[i] < op->ncosts ||
              !rl_admit_fits(&run[i * RLS_WINDOWS_MAX], nrun[i], 1))) {
@@ -607,11 +632,35 @@ static void submit(rls_batcher_t *b)
     for (i = 0; i < t->nreqs; i++) {
         const req_t *q = &t->reqs[i];
         rls_op_t *op = &t->ops[q->op];
+        uint8_t counting = t->opx[q->op].counting0;
+        /* ENVOY: the store counts the costs above 0 (a read adds
+         * nothing); PEEK: none. */
+        if (counting == RLS_COUNT_PEEK ||
+            (counting == RLS_COUNT_ENVOY && q->cost == 0))
+            continue;
         ((uint32_t *)op->costs)[op->ncosts++] = q->cost;
         if (op->ncosts == 1)
             op->equal_cost = q->cost;
         else if (op->equal_cost != q->cost)
             op->equal_cost = 0;
+    }
+    for (i = 0; i < t->nops; i++) {
+        rls_op_t *op = &t->ops[i];
+        rls_wop_t *wo = (rls_wop_t *)(void *)(t->wins.data + t->opx[i].win_off);
+        uint32_t j;
+        if (op->ncosts > 0)
+            continue;
+        /* Nothing to count: the store reads the counters with a request
+         * no limit holds (a cost of 2 under limits of 1), which every
+         * store refuses, writing nothing, and reports the counts of. */
+        ((uint32_t *)op->costs)[0] = 2;
+        op->ncosts = 1;
+        op->equal_cost = 2;
+        for (j = 0; j < op->nwin; j++) {
+            if (wo[j].answer_limit == 0)
+                wo[j].answer_limit = wo[j].limit;
+            wo[j].limit = 1;
+        }
     }
     /* The arenas may have moved while they grew: point ops at them now. */
     for (i = 0; i < t->nops; i++) {
@@ -716,6 +765,25 @@ static void wop_set(rls_batch_t *t, rls_batcher_t *b, rls_wop_t *wo,
         wo->expire_at_ms += W;
         wo->weight = rl_swc_weight(wo->reset_ms, l->window_s);
     }
+}
+
+/* A limit's ENVOY counting is the store's check under a limit out of its
+ * reach (so every store counts the cost whatever the room, as a charge),
+ * the answers comparing with the real one (answer_limit); PEEK's is made
+ * a read at submit, once it is known nothing of the op is counted. */
+#define RLS_RAISED_LIMIT ((uint64_t)1 << 62)
+
+static void wop_count(rls_wop_t *wo, int counting)
+{
+    if (counting == RLS_COUNT_NATIVE)
+        return;
+    wo->answer_limit = wo->limit;
+    /* A gcra's state is a time: its cap (burst x interval) stays within
+     * the 366 days every store allows, debt enough for any charge. */
+    if (counting == RLS_COUNT_ENVOY)
+        wo->limit = wo->algo == RL_ALGO_GCRA
+                        ? RL_GCRA_CAP_MAX_US / (wo->t_us > 0 ? wo->t_us : 1)
+                        : RLS_RAISED_LIMIT;
 }
 
 /* Answers a request the refusal cache knows the store would refuse, as
@@ -830,7 +898,7 @@ int rls_batcher_add(rls_batcher_t *b, rls_respond_fn respond, void *owner,
                             : (uint64_t)spec->limits.w[0].window_s *
                                   UINT64_C(0x9e3779b97f4a7c15));
     if (b->refusals.slots != NULL && !spec->charge &&
-        spec->stats->reserves == 0 &&
+        spec->counting == RLS_COUNT_NATIVE && spec->stats->reserves == 0 &&
         local_refusal(b, respond, owner, id, h, (char *)w, n, cost, spec))
         return RL_OK;
 
@@ -850,6 +918,7 @@ int rls_batcher_add(rls_batcher_t *b, rls_respond_fn respond, void *owner,
                 spec->limits.w[0].window_s)
             continue; /* another inline window of this caller */
         if (x->charge0 != (uint8_t)spec->charge ||
+            x->counting0 != (uint8_t)spec->counting ||
             (spec->rule == NULL && (x->limit0 != spec->limits.w[0].limit ||
                                     x->algo0 != spec->limits.w[0].algo ||
                                     x->burst0 != spec->limits.w[0].burst))) {
@@ -883,6 +952,7 @@ int rls_batcher_add(rls_batcher_t *b, rls_respond_fn respond, void *owner,
         x->algo0 = spec->limits.w[0].algo;
         x->burst0 = spec->limits.w[0].burst;
         x->charge0 = (uint8_t)spec->charge;
+        x->counting0 = (uint8_t)spec->counting;
         o->key_len = n;
         o->tag_len = tag_len;
         if (spec->rule != NULL && spec->quota) {
@@ -893,6 +963,7 @@ int rls_batcher_add(rls_batcher_t *b, rls_respond_fn respond, void *owner,
         o->nwin = spec->limits.n;
         for (i = 0; i < spec->limits.n; i++) {
             wop_set(t, b, &wo[i], &spec->limits.w[i], key, key_len);
+            wop_count(&wo[i], spec->counting);
         }
         rl_buf_commit(&t->wins, spec->limits.n * sizeof(rls_wop_t));
         rl_buf_commit(&t->keys, n + 1);

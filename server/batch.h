@@ -7,7 +7,11 @@
  * have room; a refusal consumes nothing), and reports the windows' counts
  * before the batch. Replaying the same decisions from those counts gives
  * every request exactly the answer it would have had, had the k requests
- * gone to the store one at a time (rl_admit.h). Counters are namespaced:
+ * gone to the store one at a time (rl_admit.h). Requests counted
+ * envoy-ratelimit's way (rls_spec_t.counting) are ops of their own, sent
+ * to the store under limits it cannot refuse (or as a read) and replayed
+ * against their real limits (rl_admit_counted): exact the same way.
+ * Counters are namespaced:
  * "<prefix>{<caller>}:r:<rule>:<window_s>:<index>" for a rule and
  * "<prefix>{<caller>}:i:<window_s>:<index>" for an inline limit, so no rule
  * can spend another's quota. */
@@ -128,7 +132,8 @@ void rls_batcher_init(rls_batcher_t *b, rls_store_t *store,
                       size_t prefix_len, size_t max_reqs, uint64_t grace_ms,
                       int fail_open);
 
-/* Adds one validated request (cost >= 1), resolved into *spec (mode
+/* Adds one validated request (cost >= 1, or 0 for a read when
+ * spec->counting is ENVOY or PEEK: policy/runtime.h), resolved into *spec (mode
  * enforce or shadow; mode off never reaches the batcher). spec->rule must
  * belong to the policy in force, which the batch holds until answered. Its
  * response goes to respond(owner, ...) exactly once: later, or before this

@@ -661,6 +661,10 @@ int rls_decide(rls_batcher_t *b, const rls_ask_t *a, rls_respond_fn respond,
         *why = rl_strerror(rc);
         return rc;
     }
+    /* Counted envoy-ratelimit's way, or compared alone, 0 adds nothing: a
+     * read of the counters (validation reads it as 1, the native rule). */
+    if (a->counting != RLS_COUNT_NATIVE && !a->charge && a->cost == 0)
+        q.cost = 0;
     if (a->rule_len > 0) {
         if (rls_runtime_resolve(rt, a->rule, a->rule_len, a->key, a->key_len,
                                 &spec) != RL_OK) {
@@ -708,6 +712,27 @@ int rls_decide(rls_batcher_t *b, const rls_ask_t *a, rls_respond_fn respond,
         spec.quota = 0;
         spec.scale = 1.0;
     }
+    spec.counting = a->charge ? RLS_COUNT_NATIVE : a->counting;
+    if (spec.counting != RLS_COUNT_NATIVE) {
+        uint32_t i;
+        /* The store decides these under other limits than the rule's
+         * (batch.c): a stored quota would replace them there. */
+        spec.quota = 0;
+        for (i = 0; spec.counting == RLS_COUNT_ENVOY && i < spec.limits.n;
+             i++)
+            if (spec.limits.w[i].algo == RL_ALGO_SWL) {
+                snprintf(msg, sizeof(msg),
+                         "%s%.*s%s has a sliding-window limit, which "
+                         "envoy-ratelimit's counting cannot count past (its "
+                         "log is bounded by the limit): give the domain "
+                         "'counting: native'",
+                         a->rule_len ? "rule '" : "the descriptor",
+                         (int)a->rule_len, a->rule ? a->rule : "",
+                         a->rule_len ? "'" : "");
+                *why = msg;
+                return RL_EINVAL;
+            }
+    }
     if (a->charge) {
         /* Counted as consumed whatever the limit: raised out of reach, as
          * --fail-local's charges are (fail_local.c). */
@@ -717,8 +742,10 @@ int rls_decide(rls_batcher_t *b, const rls_ask_t *a, rls_respond_fn respond,
         for (i = 0; i < spec.limits.n; i++) {
             rls_limit_t *l = &spec.limits.w[i];
             l->limit = RLS_CHARGE_LIMIT;
+            /* A gcra's cap stays within the 366 days every store
+             * takes (the module refuses more). */
             if (l->algo == RL_ALGO_GCRA)
-                l->burst = RLS_CHARGE_LIMIT / (l->t_us > 0 ? l->t_us : 1);
+                l->burst = RL_GCRA_CAP_MAX_US / (l->t_us > 0 ? l->t_us : 1);
         }
     }
     if (a->op == RL_OP_RESERVE && !b->hkey.set) {

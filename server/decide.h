@@ -57,6 +57,13 @@ typedef struct rls_ask_s {
      * past its limit, and the answer is OK (Envoy's apply_on_stream_done
      * descriptors, charge_only in its configuration). */
     int charge;
+    /* How it is counted (RLS_COUNT_*, policy/runtime.h): NATIVE (check
+     * then increment; 0), ENVOY (increment then compare) or PEEK (compare
+     * alone). With ENVOY or PEEK a cost of 0 is a read, not 1; stored
+     * quotas (rl-ctl) are not looked up, and ENVOY refuses a rule with a
+     * sliding-window limit (its log is bounded by the limit it would be
+     * counted past). */
+    int counting;
     /* What is asked (RL_OP_*: rl_msg.h); RL_OP_CHECK when 0. RESERVE is a
      * check of cost (the estimate) that returns a handle; ACQUIRE takes a
      * lease of a concurrency rule; SETTLE, RELEASE and RENEW take a

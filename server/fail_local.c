@@ -86,6 +86,10 @@ int rls_local_decide(rls_local_t *l, rls_op_t *op)
     for (j = 0; j < op->nwin; j++) {
         rls_wop_t *w = &op->win[j];
         w->limit = w->limit / n > 0 ? w->limit / n : 1;
+        /* Envoy's counting: the answers' limit is shared alike. */
+        if (w->answer_limit != 0)
+            w->answer_limit =
+                w->answer_limit / n > 0 ? w->answer_limit / n : 1;
         if (w->algo == RL_ALGO_GCRA)
             w->t_us = w->t_us <= UINT64_MAX / n ? w->t_us * n : UINT64_MAX;
     }

@@ -36,6 +36,7 @@ void rls_flags_defaults(rls_flags_t *c)
     c->drain_ms = 0;
     c->unhealthy_error_ratio = 0.5;
     c->envoy_near_ratio = 0.8;
+    c->envoy_counting = 1; /* RLS_ENVOY_COUNT_ENVOY */
     c->unhealthy_min_decisions = 20;
     strcpy(c->log_level, "info");
     c->max_rules = 1000;
@@ -235,6 +236,12 @@ static const char usage[] =
     "  --statsd HOST:PORT       also send them to statsd/DogStatsD over UDP\n"
     "                           under the reference's names (default: off)\n"
     "  --statsd-flush-ms N      how often (default 1000)\n"
+    "  --envoy-counting MODE    how Envoy domains count whose file does\n"
+    "                           not say (counting:): envoy (default; a\n"
+    "                           charge counts even past the limit, then\n"
+    "                           compares), envoy-stop (envoy-ratelimit's\n"
+    "                           STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT) or\n"
+    "                           native (a refusal consumes nothing)\n"
     "  --envoy-near-limit-ratio R  envoy-ratelimit's NEAR_LIMIT_RATIO: the\n"
     "                           near_limit statistic counts the hits past\n"
     "                           floor(limit * R) (default 0.8)\n"
@@ -712,6 +719,7 @@ static int takes_value(const char *name)
                                         "--memory-max",
                                         "--unhealthy-error-ratio",
                                         "--envoy-near-limit-ratio",
+                                        "--envoy-counting",
                                         "--config",
                                         "--check-config",
                                         "--inline-limits",
@@ -1066,6 +1074,19 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out, char *err,
                             "--memory-max: expected bytes from "
                             "65536 to 1099511627776, or with a "
                             "k, m or g suffix, got '%s'",
+                            val);
+        } else if (strcmp(name, "--envoy-counting") == 0) {
+            /* RLS_ENVOY_COUNT_* (policy/envoy_conf.h) */
+            if (strcmp(val, "envoy") == 0)
+                c->envoy_counting = 1;
+            else if (strcmp(val, "envoy-stop") == 0)
+                c->envoy_counting = 2;
+            else if (strcmp(val, "native") == 0)
+                c->envoy_counting = 3;
+            else
+                return fail(err, errlen,
+                            "--envoy-counting: expected envoy, "
+                            "envoy-stop or native, got '%s'",
                             val);
         } else if (strcmp(name, "--envoy-near-limit-ratio") == 0) {
             char *end;

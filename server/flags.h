@@ -135,6 +135,7 @@ typedef struct rls_flags_s {
     int envoy_response_headers;
     int envoy_response_metadata; /* RESPONSE_DYNAMIC_METADATA */
     int envoy_quota_mode;        /* QUOTA_MODE */
+    int envoy_counting; /* --envoy-counting: RLS_ENVOY_COUNT_* (envoy) */
     /* The HTTP check endpoint (net/http_check.h). */
     char http_host[RLS_HOST_MAX + 1]; /* empty: no --http listener */
     int http_port;

@@ -190,6 +190,8 @@ int main(int argc, char **argv)
     rls_envoy_dir_set_ignore_dot(cfg.envoy_config_ignore_dot);
     /* Before any limit is read: it bounds the files' sliding windows. */
     rls_limit_set_swl_max(cfg.swl_max);
+    /* Before any Envoy file is read: it says how domains count. */
+    rls_envoy_conf_set_counting(cfg.envoy_counting);
     if (cfg.check_envoy_config != NULL || cfg.nenvoy_configs > 0) {
         /* Envoy descriptor files: every error, FILE:LINE first. */
         rls_envoy_conf_t *ec = NULL;

@@ -53,6 +53,9 @@ struct rls_envoy_status_s {
     int rule;         /* name is a rules-file rule's */
     uint32_t stat;    /* its statistics series (rls_estats_slot) */
     uint32_t hits;    /* its cost, what the statistics count */
+    uint32_t cost;    /* its hits_addend (envoy-stop's second step) */
+    int stop;         /* envoy-stop: asked in the first step */
+    int over;         /* envoy-stop: the first step found it going over */
     rl_result_t r; /* the decision (no strings) */
 };
 
@@ -128,11 +131,23 @@ size_t rls_envoy_key(char *out, const char *domain, size_t dlen,
 /* ------------------------------------------------------------------------ */
 /* Deciding */
 
+static void stop_second(rls_envoy_call_t *call, int from_start);
+
 static void respond(void *owner, const rl_result_t *r)
 {
     rls_envoy_call_t *call = owner;
     rls_envoy_status_t *st;
 
+    if (r->id < call->n && call->phase == 1 && call->st[r->id].stop) {
+        /* envoy-stop's look: would the hits take it past its limit? A
+         * shadow refusal would too (shadow mode changes the answer, not
+         * what is counted). */
+        st = &call->st[r->id];
+        st->over = r->code == RL_CODE_OVER_LIMIT || r->shadow_refused;
+        if (--call->pending == 0)
+            stop_second(call, 0);
+        return;
+    }
     if (r->id < call->n) {
         st = &call->st[r->id];
         if (call->ctx->estats != NULL)
@@ -148,14 +163,20 @@ static void respond(void *owner, const rl_result_t *r)
             if (st->r.retry_after_ms == 0)
                 st->r.retry_after_ms = 1000;
         }
-        /* Allowed with nothing used and no error: a kill switch's answer
-         * (an allowed decision counts its cost; fail-open says why). */
+        /* Allowed with nothing used, no error and no store: a kill
+         * switch's answer (an allowed decision counts its cost, a read
+         * of a counter at 0 was decided at the store's instant;
+         * fail-open says why). */
         if (r->code == RL_CODE_OK && r->used == 0 && r->error_len == 0 &&
-            !r->shadow_refused)
+            !r->shadow_refused && r->decided_at_ms == 0)
             call->ctx->stats.uncounted++;
     }
-    if (--call->pending == 0 && call->done != NULL)
-        call->done(call);
+    if (--call->pending == 0) {
+        if (call->phase == 1)
+            stop_second(call, 0);
+        else if (call->done != NULL)
+            call->done(call);
+    }
 }
 
 static uint32_t clamp32(uint64_t v)
@@ -171,9 +192,12 @@ static int own_limit(const desc_t *d)
 }
 
 /* Decides descriptor i of the call (mapped through node x, or overridden
- * by the request's own limit). Returns 0 or a gRPC status. */
+ * by the request's own limit), counted as counting says (RLS_COUNT_*; a
+ * cost of 0 under NATIVE is looked at, PEEK), its statistics counting
+ * hits. Returns 0 or a gRPC status. */
 static int add_one(rls_envoy_call_t *call, uint32_t i, const desc_t *d,
-                   const rls_envoy_node_t *x, uint32_t cost, const char **why)
+                   const rls_envoy_node_t *x, uint32_t cost, uint32_t hits,
+                   int counting, const char **why)
 {
     rls_envoy_ctx_t *ctx = call->ctx;
     rls_envoy_status_t *st = &call->st[i];
@@ -229,14 +253,16 @@ static int add_one(rls_envoy_call_t *call, uint32_t i, const desc_t *d,
         ctx->stats.uncounted++;
         return RLS_GRPC_OK;
     }
-    if (cost == 0) {
-        /* A descriptor's hits_addend of 0 asks without adding: nothing
-         * added always fits, refusals never pushing a count past its
-         * limit here, so it is answered allowed without the store
-         * (deploy/README.md, "Migrating from envoy-ratelimit"). */
+    if (cost == 0 && charge) {
+        /* A charge of nothing. */
         ctx->stats.uncounted++;
         return RLS_GRPC_OK;
     }
+    /* A descriptor's hits_addend of 0 (Envoy's check before a
+     * response-cost charge) reads the counter: OVER_LIMIT once it is past
+     * the limit, as envoy-ratelimit's INCRBY of 0 answers. */
+    if (cost == 0 && counting == RLS_COUNT_NATIVE)
+        counting = RLS_COUNT_PEEK;
     {
         /* share_threshold: an entry matched by such a wildcard is counted
          * under the pattern, so every value it matches shares one
@@ -257,7 +283,7 @@ static int add_one(rls_envoy_call_t *call, uint32_t i, const desc_t *d,
                      : NULL;
         }
     }
-    st->hits = cost;
+    st->hits = hits;
     if (ctx->estats != NULL)
         st->stat = rls_estats_slot(ctx->estats, call->conf, call->dom, x,
                                    from_request, keys, klens, vals, vlens, n);
@@ -269,6 +295,7 @@ static int add_one(rls_envoy_call_t *call, uint32_t i, const desc_t *d,
     a.cost = cost;
     a.shadow = !from_request && x != NULL && x->shadow;
     a.charge = charge;
+    a.counting = counting;
     st->quota = !from_request && x != NULL && x->quota;
     if (window_s != 0) {
         st->rpu = clamp32(limit);
@@ -411,12 +438,60 @@ static void drop_replaced(rls_envoy_call_t *call, const req_t *q)
             call->st[i].node = NULL;
 }
 
+/* Whether descriptor d (node x) is counted in a store: what
+ * envoy-stop's first step looks at. */
+static int store_counted(const desc_t *d, const rls_envoy_node_t *x)
+{
+    if (own_limit(d))
+        return 1;
+    return x != NULL && !x->charge &&
+           (x->kind == RLS_ENVOY_LIMIT || x->kind == RLS_ENVOY_RULE);
+}
+
+/* envoy-stop's second step, once the first (every counted descriptor
+ * looked at with its hits, nothing counted) is answered: as
+ * envoy-ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, when one of
+ * them goes over, only those that go over are counted (with their hits,
+ * answered OVER_LIMIT) and the others are read (counted 0, answered from
+ * their counter); when none does, all are counted. Then decided as
+ * envoy-ratelimit's counting decides. Completes the call when everything
+ * is answered, unless from_start (rls_envoy_start returns then). */
+static void stop_second(rls_envoy_call_t *call, int from_start)
+{
+    const req_t *q = call->req != NULL ? call->req : call->held;
+    const char *why;
+    uint32_t i;
+    int any = 0;
+
+    call->phase = 2;
+    for (i = 0; i < call->n; i++)
+        any |= call->st[i].stop && call->st[i].over;
+    call->pending = 1; /* the guard, as in rls_envoy_start */
+    for (i = 0; i < call->n; i++) {
+        rls_envoy_status_t *st = &call->st[i];
+        uint32_t c = st->cost;
+        if (!st->stop)
+            continue;
+        if (any && !st->over)
+            c = 0;
+        if (add_one(call, i, q->descriptors[i], st->node, c, st->cost,
+                    RLS_COUNT_ENVOY, &why) != RLS_GRPC_OK) {
+            /* Only when out of memory or the rules changed between the
+             * steps: refused, as a store error is when failing closed. */
+            st->decided = 0;
+            st->code = CODE_OVER;
+        }
+    }
+    if (--call->pending == 0 && !from_start && call->done != NULL)
+        call->done(call);
+}
+
 int rls_envoy_start(rls_envoy_call_t *call, rls_envoy_ctx_t *ctx,
                     const uint8_t *p, size_t n, const char **why)
 {
     req_t *q;
-    uint32_t i, cost;
-    int rc;
+    uint32_t i, cost, nstore = 0;
+    int rc, counting;
 
     call->ctx = ctx;
     call->conf = NULL;
@@ -425,6 +500,8 @@ int rls_envoy_start(rls_envoy_call_t *call, rls_envoy_ctx_t *ctx,
     call->n = 0;
     call->pending = 0;
     call->req = NULL;
+    call->held = NULL;
+    call->phase = 0;
     q = envoy__service__ratelimit__v3__rate_limit_request__unpack(NULL, n, p);
     if (q == NULL) {
         *why = "the message is not a RateLimitRequest";
@@ -459,26 +536,57 @@ int rls_envoy_start(rls_envoy_call_t *call, rls_envoy_ctx_t *ctx,
         call->st[i].node = walk(call, q->descriptors[i]);
     drop_replaced(call, q);
     cost = q->hits_addend == 0 ? 1 : q->hits_addend;
+    switch (rls_envoy_conf_counting(call->dom)) {
+    case RLS_ENVOY_COUNT_NATIVE:
+        counting = RLS_COUNT_NATIVE;
+        break;
+    case RLS_ENVOY_COUNT_STOP:
+        /* One counted descriptor is counted as without the option (what
+         * goes over is counted there too); two or more take two steps. */
+        for (i = 0; i < call->n; i++)
+            nstore += store_counted(q->descriptors[i], call->st[i].node);
+        counting = RLS_COUNT_ENVOY;
+        if (nstore >= 2)
+            call->phase = 1;
+        break;
+    default:
+        counting = RLS_COUNT_ENVOY;
+    }
     /* The guard: an answer given inside the loop (a full batch the memory
      * store answered at once) must not complete the call under us. */
     call->pending = 1;
     for (i = 0; i < call->n; i++) {
         const desc_t *d = q->descriptors[i];
+        rls_envoy_status_t *st = &call->st[i];
         uint32_t c = cost;
         if (d->hits_addend != NULL)
             c = d->hits_addend->value > UINT32_MAX
                     ? UINT32_MAX
                     : (uint32_t)d->hits_addend->value;
-        if ((rc = add_one(call, i, d, call->st[i].node, c, why)) !=
+        st->cost = c;
+        st->stop = call->phase == 1 && store_counted(d, st->node);
+        if ((rc = add_one(call, i, d, st->node, c, c,
+                          st->stop ? RLS_COUNT_PEEK : counting, why)) !=
             RLS_GRPC_OK) {
             /* What is queued stays queued and is answered into the call;
-             * the transport waits for it before freeing. */
+             * the transport waits for it before freeing. The second step
+             * is not taken. */
+            for (i = 0; i < call->n; i++)
+                call->st[i].stop = 0;
+            call->phase = 0;
             call->pending--;
             goto out;
         }
     }
-    call->pending--;
     rc = RLS_GRPC_OK;
+    if (call->phase == 1) {
+        /* The first step's answers may all have come already. */
+        call->held = q;
+        if (--call->pending == 0)
+            stop_second(call, 1);
+        goto keep;
+    }
+    call->pending--;
 out:
     /* dynamic_metadata tells the request back: kept until the call is
      * freed. */
@@ -487,6 +595,13 @@ out:
     else
         envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(q,
                                                                          NULL);
+    return rc;
+keep:
+    /* envoy-stop's second step reads the request again. */
+    if (ctx->response_metadata) {
+        call->req = q;
+        call->held = NULL;
+    }
     return rc;
 }
 
@@ -980,6 +1095,10 @@ void rls_envoy_call_free(rls_envoy_call_t *call)
         envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(
             call->req, NULL);
     call->req = NULL;
+    if (call->held != NULL)
+        envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(
+            call->held, NULL);
+    call->held = NULL;
     free(call->st);
     call->st = NULL;
     rls_envoy_conf_unref(call->conf);

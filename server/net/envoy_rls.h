@@ -70,6 +70,8 @@ typedef struct rls_envoy_call_s {
     uint32_t pending; /* answers still to come from the batcher */
     void *req;        /* the decoded request, kept for dynamic_metadata (else
                          NULL) */
+    void *held;       /* or kept for envoy-stop's second step (else NULL) */
+    int phase;        /* envoy-stop: 1 first step (a look), 2 second */
     void (*done)(struct rls_envoy_call_s *call);
 } rls_envoy_call_t;
 

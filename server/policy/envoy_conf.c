@@ -49,7 +49,22 @@ typedef struct builder_s {
     rls_diag_t *d;
     const char *file;
     int nomem;
+    int swl_line; /* the file's first sliding-window rate_limit, or 0 */
 } builder_t;
+
+/* How a domain that does not say counts (--envoy-counting). */
+static int default_counting = RLS_ENVOY_COUNT_ENVOY;
+
+void rls_envoy_conf_set_counting(int counting)
+{
+    default_counting = counting;
+}
+
+int rls_envoy_conf_counting(const rls_envoy_domain_t *d)
+{
+    return d->counting != RLS_ENVOY_COUNT_DEFAULT ? d->counting
+                                                  : default_counting;
+}
 
 /* An error at line (0: none) of the file being read. */
 #define DIAG(b, line, ...) rls_diag_add((b)->d, (b)->file, line, __VA_ARGS__)
@@ -503,6 +518,8 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
                 continue;
             }
             x->lim.algo = (uint8_t)a;
+            if (a == RL_ALGO_SWL && b->swl_line == 0)
+                b->swl_line = rls_yaml_in_line(&y->in);
         } else if (strcmp(kbuf, "burst") == 0) {
             const char *why;
             if (!want_scalar(y, "burst"))
@@ -1014,7 +1031,7 @@ static int parse_file(yp_t *y)
     rls_envoy_conf_t *c = b->c;
     rls_envoy_domain_t dom;
     uint32_t di = (uint32_t)c->nd;
-    int have_domain = 0, line;
+    int have_domain = 0, line, counting_line = 0;
 
     memset(&dom, 0, sizeof(dom));
     do {
@@ -1085,6 +1102,20 @@ static int parse_file(yp_t *y)
                 DIAG(b, rls_yaml_in_line(&y->in),
                      "rate_limit_headers: none, x, draft, all or envoy");
             dom.headers_set = 1;
+        } else if (strcmp(kbuf, "counting") == 0) {
+            if (!want_scalar(y, kbuf))
+                continue;
+            v = rls_yaml_in_str(&y->in, &vl);
+            if (key_is(v, vl, "envoy"))
+                dom.counting = RLS_ENVOY_COUNT_ENVOY;
+            else if (key_is(v, vl, "envoy-stop"))
+                dom.counting = RLS_ENVOY_COUNT_STOP;
+            else if (key_is(v, vl, "native"))
+                dom.counting = RLS_ENVOY_COUNT_NATIVE;
+            else
+                DIAG(b, rls_yaml_in_line(&y->in),
+                     "counting: envoy, envoy-stop or native");
+            counting_line = rls_yaml_in_line(&y->in);
         } else if (strcmp(kbuf, "descriptors") == 0) {
             if (parse_descriptors(y, di, 0) != RL_OK)
                 return RL_EINVAL;
@@ -1111,6 +1142,17 @@ static int parse_file(yp_t *y)
     }
     if (dom.name == NULL)
         dom.name = "";
+    /* A sliding window's log holds at most its limit's entries; counted
+     * past the limit it would grow with every call. */
+    if (b->swl_line != 0 &&
+        rls_envoy_conf_counting(&dom) != RLS_ENVOY_COUNT_NATIVE)
+        DIAG(b, b->swl_line,
+             "algorithm sliding-window cannot be counted envoy-ratelimit's "
+             "way (increment, then compare: its log is bounded by the "
+             "limit)%s: give this file 'counting: native', or use "
+             "sliding-window-counter",
+             counting_line ? "" : " (the --envoy-counting default)");
+    b->swl_line = 0;
     stats_name(&dom);
     c->domains[di] = dom;
     /* Anything after the mapping (a second document) is an error. */

@@ -6,6 +6,11 @@
  *   domain: mongo_cps
  *   rate_limit_headers: draft      # ours: none (default) | x | draft | all
  *                                  # | envoy (envoy-ratelimit's three)
+ *   counting: envoy                # ours: envoy (increment, then compare:
+ *                                  # envoy-ratelimit's) | envoy-stop (its
+ *                                  # STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT)
+ *                                  # | native (check, then increment);
+ *                                  # default --envoy-counting
  *   descriptors:
  *     - key: database
  *       value: users               # optional: without it, any value
@@ -127,17 +132,39 @@ typedef struct rls_envoy_node_s {
  * LIMIT_RESPONSE_HEADERS_ENABLED gives them), a bit beside RL_HDR_*. */
 #define RLS_ENVOY_HDR_REF 0x100u
 
+/* How a domain's descriptors are counted (the file's top-level
+ * `counting:`, ours): DEFAULT, as --envoy-counting says (every xDS
+ * domain); ENVOY, envoy-ratelimit's increment then compare; STOP, the
+ * same with its STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT (a call with a
+ * descriptor going over counts nothing on those that fit); NATIVE, check
+ * then increment (a refusal consumes nothing). */
+enum {
+    RLS_ENVOY_COUNT_DEFAULT = 0,
+    RLS_ENVOY_COUNT_ENVOY = 1,
+    RLS_ENVOY_COUNT_STOP = 2,
+    RLS_ENVOY_COUNT_NATIVE = 3
+};
+
 typedef struct rls_envoy_domain_s {
     const char *name;
     size_t name_len;
     unsigned headers;
     int headers_set; /* the file said rate_limit_headers */
+    int counting;    /* RLS_ENVOY_COUNT_*, as the file said */
     /* "envoy:<domain>" with bytes outside [A-Za-z0-9_.:-] as '_': the name
      * its decisions are counted under, and the headers' policy name. */
     char stats_name[RL_RULE_MAX + 1];
 } rls_envoy_domain_t;
 
 typedef struct rls_envoy_conf_s rls_envoy_conf_t;
+
+/* The counting of domains whose file does not say (--envoy-counting;
+ * RLS_ENVOY_COUNT_ENVOY until set): set before building, since a file's
+ * sliding-window limit is an error under envoy-ratelimit's counting. */
+void rls_envoy_conf_set_counting(int counting);
+
+/* A domain's counting, RLS_ENVOY_COUNT_ENVOY, _STOP or _NATIVE. */
+int rls_envoy_conf_counting(const rls_envoy_domain_t *d);
 
 /* Envoy's RateLimit.Unit values, and the window each stands for
  * (envoy-ratelimit's: a month is 30 days, a year 365, windows aligned on

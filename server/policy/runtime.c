@@ -313,6 +313,10 @@ int rls_runtime_resolve(rls_runtime_t *rt, const char *rule, size_t rule_len,
      * override and the rule: it is the operator's latest word. */
     spec->quota = e->quotas;
     spec->scale = e->scale;
+    /* A check of the rule's own (the caller marks charges and other
+     * countings afterwards). */
+    spec->charge = 0;
+    spec->counting = RLS_COUNT_NATIVE;
     return RL_OK;
 }
 

@@ -75,7 +75,21 @@ typedef struct rls_spec_s {
     /* A charge (decide.h): the limits were raised out of reach; never
      * refused from the refusal cache, never coalesced with checks. */
     int charge;
+    /* How the batcher counts it (RLS_COUNT_*): check then increment (the
+     * native rule), increment then compare (envoy-ratelimit's), or
+     * compare alone (a read). */
+    int counting;
 } rls_spec_t;
+
+/* rls_spec_t.counting. NATIVE: admitted only when every limit has room
+ * for the cost, and a refusal consumes nothing. ENVOY: the cost is
+ * counted in every limit whatever its room, then the request is within
+ * when no limit is past its cap (rl_admit_counted). PEEK: the same
+ * comparison without counting anything (a cost of 0 reads the counters).
+ * The store sees ENVOY's limits raised out of reach and PEEK's as a
+ * request no limit can hold, so every store counts them as it counts
+ * native requests (batch.c). */
+enum { RLS_COUNT_NATIVE = 0, RLS_COUNT_ENVOY = 1, RLS_COUNT_PEEK = 2 };
 
 enum { RLS_INLINE_ALLOW, RLS_INLINE_DENY };
 

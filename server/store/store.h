@@ -75,6 +75,11 @@ typedef struct rls_wop_s {
     uint64_t old_t[RL_SWL_PREFIX];
     uint64_t old_c[RL_SWL_PREFIX];
     uint32_t nold;
+    /* Set by the batcher, never read by a store: the limit (gcra: the
+     * burst) the answers compare with when it is not `limit`, which the
+     * store decides with (rls_spec_t.counting: ENVOY raises `limit` out
+     * of reach, PEEK makes it 1 with a cost of 2); 0: `limit`. */
+    uint64_t answer_limit;
 } rls_wop_t;
 
 typedef struct rls_op_s {

@@ -429,6 +429,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     mode = data[0];
     data++;
     size--;
+    /* An odd length: envoy-stop's two steps for calls of several
+     * descriptors; else envoy-ratelimit's counting (the domain does not
+     * say, and every bit of mode is taken). */
+    rls_envoy_conf_set_counting((size & 1) ? RLS_ENVOY_COUNT_STOP
+                                           : RLS_ENVOY_COUNT_ENVOY);
     /* Pieces of 1 to 241 bytes, stepping the loop after each; 31: all
      * at once (as much as the socket takes), for reads of many KiB. After
      * PIECES_MAX pieces the rest goes all at once: a program can build

@@ -329,6 +329,68 @@ static void test_weights_and_intervals(void **state)
     assert_int_equal(rl_admit_retry_ms(&w, 1), 12000);
 }
 
+/* Increment, then compare (envoy-ratelimit's counting): the token budget
+ * of 100, checked with a cost of 0 and charged 70 twice; at the limit is
+ * within, past it is over, and refused costs are counted. */
+static void test_counted(void **state)
+{
+    rl_admit_win_t w[1];
+    rl_result_t r;
+
+    (void)state;
+    rl_admit_fixed(w, 100, 60, 0, 30000);
+    memset(&r, 0, sizeof(r));
+    assert_int_equal(rl_admit_counted(w, 1, 0, 1, &r), 1);
+    assert_int_equal(r.remaining, 100);
+    assert_int_equal(r.limit, 100);
+    assert_int_equal(rl_admit_counted(w, 1, 70, 1, &r), 1);
+    assert_int_equal(r.remaining, 30);
+    assert_int_equal(rl_admit_counted(w, 1, 0, 1, &r), 1);
+    assert_int_equal(r.remaining, 30);
+    assert_int_equal(rl_admit_counted(w, 1, 70, 1, &r), 0);
+    assert_int_equal(r.code, RL_CODE_OVER_LIMIT);
+    assert_int_equal(r.used, 140);      /* counted */
+    assert_int_equal(r.remaining, 30);  /* the room it found */
+    assert_int_equal(r.retry_after_ms, 30000);
+    assert_int_equal(w[0].count, 140);
+    assert_int_equal(rl_admit_counted(w, 1, 0, 1, &r), 0); /* a read */
+    assert_int_equal(r.remaining, 0);
+    assert_int_equal(w[0].count, 140);
+    /* Exactly at the limit: within, nothing left; a read of it too. */
+    rl_admit_fixed(w, 100, 60, 30, 30000);
+    assert_int_equal(rl_admit_counted(w, 1, 70, 1, &r), 1);
+    assert_int_equal(r.remaining, 0);
+    assert_int_equal(rl_admit_counted(w, 1, 0, 1, &r), 1);
+    /* Without add (a look): nothing changes. */
+    assert_int_equal(rl_admit_counted(w, 1, 1, 0, &r), 0);
+    assert_int_equal(w[0].count, 100);
+    assert_int_equal(r.remaining, 0);
+    /* Two limits: the one it takes past decides, both are counted. */
+    {
+        rl_admit_win_t v[2];
+        rl_admit_fixed(&v[0], 10, 60, 9, 20000);
+        rl_admit_fixed(&v[1], 100, 3600, 50, 900000);
+        assert_int_equal(rl_admit_counted(v, 2, 2, 1, &r), 0);
+        assert_int_equal(r.window_s, 60);
+        assert_int_equal(r.remaining, 1);
+        assert_int_equal(v[0].count, 11);
+        assert_int_equal(v[1].count, 52);
+    }
+    /* gcra, 1/s with a burst of 3: the fourth at once is counted, a debt
+     * of one interval: a request fits again after 2 s. */
+    {
+        rl_admit_win_t g[1];
+        int i;
+        rl_admit_gcra(g, 3, 1, 1000000, 0, 5000);
+        for (i = 0; i < 3; i++)
+            assert_int_equal(rl_admit_counted(g, 1, 1, 1, &r), 1);
+        assert_int_equal(rl_admit_counted(g, 1, 1, 1, &r), 0);
+        assert_int_equal(r.used, 4);
+        assert_int_equal(r.retry_after_ms, 2000);
+        assert_int_equal(r.reset_after_ms, 4000);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -341,6 +403,7 @@ int main(void)
         cmocka_unit_test(test_retry_exact),
         cmocka_unit_test(test_weights_and_intervals),
         cmocka_unit_test(test_swl_model),
+        cmocka_unit_test(test_counted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -21,6 +21,16 @@ if(RL_DEBIAN_PYTHON)
     set_tests_properties(e2e_envoy_grpc_redis PROPERTIES TIMEOUT 120
                          LABELS integration
                          ENVIRONMENT "RL_CHECK=$<TARGET_FILE:rl-check>")
+    # The same through the ratelimit module (RL.BATCH) in that Redis.
+    add_test(NAME e2e_envoy_grpc_module
+      COMMAND ${RL_DEBIAN_PYTHON}
+              ${CMAKE_CURRENT_SOURCE_DIR}/envoy/e2e_envoy_grpc.py
+              $<TARGET_FILE:rl-server> ${PROJECT_SOURCE_DIR}/proto
+              ${CMAKE_CURRENT_SOURCE_DIR}/envoy ${RL_REDIS_SERVER})
+    set_tests_properties(e2e_envoy_grpc_module PROPERTIES TIMEOUT 120
+                         LABELS integration
+                         ENVIRONMENT
+                         "RL_CHECK=$<TARGET_FILE:rl-check>;RL_ENVOY_REDIS_MODULE=$<TARGET_FILE:rl_redis_module>")
   endif()
 endif()
 

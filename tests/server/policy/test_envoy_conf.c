@@ -463,6 +463,9 @@ static void test_algorithm_errors(void **state)
         "t.yaml:34: window '90s:gcra'",
         "t.yaml:34: rate_limit needs 'unit' (or 'window')",
         "t.yaml:37: key 'algorithm' given twice (first at line 37)",
+        /* said once the file's counting is known (the default here) */
+        "t.yaml:8: algorithm sliding-window cannot be counted "
+        "envoy-ratelimit's way",
     };
     rls_diag_t d;
     int rc;
@@ -595,6 +598,56 @@ static void test_keys(void **state)
     assert_memory_equal(out, out2, 360);
 }
 
+/* counting: a domain's own, or --envoy-counting's; a sliding window only
+ * under native counting. */
+static void test_counting(void **state)
+{
+    static const char swl[] = "domain: s\n"
+                              "descriptors:\n"
+                              "  - key: k\n"
+                              "    rate_limit: {unit: minute, "
+                              "requests_per_unit: 5,\n"
+                              "                 algorithm: sliding-window}\n";
+    static const char nat[] = "domain: n\n"
+                              "counting: native\n"
+                              "descriptors:\n"
+                              "  - key: k\n"
+                              "    rate_limit: {unit: minute, "
+                              "requests_per_unit: 5,\n"
+                              "                 algorithm: sliding-window}\n";
+    static const char stop[] = "domain: p\ncounting: envoy-stop\n"
+                               "descriptors: []\n";
+    static const char bad[] = "domain: b\ncounting: sometimes\n"
+                              "descriptors: []\n";
+    rls_envoy_conf_t *c;
+    rls_diag_t d;
+    int rc;
+
+    (void)state;
+    assert_null(build(swl, &d, &rc));
+    assert_int_equal(d.n, 1);
+    assert_non_null(strstr(d.msg[0], "t.yaml:5: algorithm sliding-window"));
+    assert_non_null(strstr(d.msg[0], "--envoy-counting"));
+    assert_non_null(c = build(nat, &d, &rc));
+    assert_int_equal(rls_envoy_conf_counting(rls_envoy_conf_domain_at(c, 0)),
+                     RLS_ENVOY_COUNT_NATIVE);
+    rls_envoy_conf_unref(c);
+    assert_non_null(c = build(stop, &d, &rc));
+    assert_int_equal(rls_envoy_conf_counting(rls_envoy_conf_domain_at(c, 0)),
+                     RLS_ENVOY_COUNT_STOP);
+    rls_envoy_conf_unref(c);
+    assert_null(build(bad, &d, &rc));
+    assert_non_null(strstr(d.msg[0], "t.yaml:2: counting: envoy, envoy-stop"));
+    /* --envoy-counting native: a file that does not say counts natively,
+     * and may have a sliding window. */
+    rls_envoy_conf_set_counting(RLS_ENVOY_COUNT_NATIVE);
+    assert_non_null(c = build(swl, &d, &rc));
+    assert_int_equal(rls_envoy_conf_counting(rls_envoy_conf_domain_at(c, 0)),
+                     RLS_ENVOY_COUNT_NATIVE);
+    rls_envoy_conf_unref(c);
+    rls_envoy_conf_set_counting(RLS_ENVOY_COUNT_ENVOY);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -608,6 +661,7 @@ int main(void)
         cmocka_unit_test(test_keys),
         cmocka_unit_test(test_algorithms),
         cmocka_unit_test(test_algorithm_errors),
+        cmocka_unit_test(test_counting),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -29,6 +29,9 @@ REDIS = sys.argv[4] if len(sys.argv) > 4 else None
 # "--redis-cluster 127.0.0.1:7001,127.0.0.1:7004" from redis_cluster.sh,
 # which starts that cluster).
 STORE_ARGS = os.environ.get("RL_ENVOY_STORE", "").split()
+# RL_ENVOY_REDIS_MODULE: the ratelimit module (ratelimit.so) to load into
+# that redis-server, so the same runs go through RL.BATCH.
+MODULE = os.environ.get("RL_ENVOY_REDIS_MODULE")
 TMP = tempfile.mkdtemp(prefix="rl-envoy-")
 PROCS = []
 
@@ -321,15 +324,18 @@ def extensions(s):
     check(rs[3].statuses[0].current_limit.name == "tenant_api",
           "ext: rule named in current_limit")
     # algorithm: gcra, 1/s with a burst of 3: three at once, the fourth
-    # refused until one drips back (Retry-After 1 s), its limit the burst.
+    # refused, its limit the burst. Counted envoy-ratelimit's way (the
+    # default), the refused one is counted too: 4 used, Retry-After 2 s
+    # (two must drip back for one more to fit), full again within 4 s.
     rs = [s.call("ext", D(("burst", "b1"))) for _ in range(4)]
     check([r.overall_code for r in rs] == [OK, OK, OK, OVER],
           "ext: gcra burst of 3")
     h = {x.key: x.value for x in rs[3].response_headers_to_add}
-    check(h.get("Retry-After") == "1" and h.get("X-RateLimit-Limit") == "3",
+    check(h.get("Retry-After") == "2" and h.get("X-RateLimit-Limit") == "3"
+          and h.get("X-RateLimit-Used") == "4",
           "ext: gcra headers: %r" % h)
-    check(0 < rs[3].statuses[0].duration_until_reset.seconds <= 3,
-          "ext: gcra reset: back to a full bucket within 3 s")
+    check(0 < rs[3].statuses[0].duration_until_reset.seconds <= 4,
+          "ext: gcra reset: back to a full bucket within 4 s")
     # algorithm: sliding-window-counter, 2 per hour.
     rs = [s.call("ext", D(("swc", "s1"))) for _ in range(3)]
     check([r.overall_code for r in rs] == [OK, OK, OVER],
@@ -362,6 +368,147 @@ def charges(s):
     r3 = s.call("ext", D(("tokens", "team2"), hits=1))
     check(r.overall_code == OK and r2.overall_code == OK and
           r3.overall_code == OVER, "charge: 5 charged + 95 = the 100")
+
+
+def minute_room(need_s=20):
+    """Waits (at most need_s) until need_s seconds are left in the wall
+    clock's minute, so that a sequence on a minute window stays in one."""
+    while 60 - time.time() % 60 < need_s:
+        time.sleep(0.1)
+
+
+def token_sequence(s, domain, key, user, native=False):
+    """The issue's sequence on a limit of 100 tokens a minute: check (a
+    descriptor's hits_addend 0), charge 70, check, charge 70, check; then
+    a fresh user. Counted envoy-ratelimit's way the second charge is
+    counted past the limit and the last check is OVER_LIMIT; natively it
+    is refused, not counted, and the last check is OK with 30 left."""
+    minute_room()
+    what = "%s %s" % (domain, key)
+    r = s.call(domain, D((key, user), hits=0))
+    st = r.statuses[0]
+    check(r.overall_code == OK and st.code == OK and
+          st.limit_remaining == 100 and
+          st.current_limit.requests_per_unit == 100 and
+          st.current_limit.unit == RL.MINUTE and
+          0 < st.duration_until_reset.seconds <= 60,
+          "%s: a check reads the counter: OK, 100 left, the limit and "
+          "the reset, got %r" % (what, r))
+    r = s.call(domain, D((key, user), hits=70))
+    check(r.overall_code == OK and r.statuses[0].limit_remaining == 30,
+          "%s: 70 charged, 30 left: %r" % (what, r))
+    r = s.call(domain, D((key, user), hits=0))
+    check(r.overall_code == OK and r.statuses[0].limit_remaining == 30,
+          "%s: the check after it: OK, 30 left: %r" % (what, r))
+    r = s.call(domain, D((key, user), hits=70))
+    check(r.overall_code == OVER and r.statuses[0].limit_remaining == 0,
+          "%s: 70 more: OVER_LIMIT: %r" % (what, r))
+    r = s.call(domain, D((key, user), hits=0))
+    if native:
+        check(r.overall_code == OK and r.statuses[0].limit_remaining == 30,
+              "%s: native: the refused charge consumed nothing: %r"
+              % (what, r))
+    else:
+        check(r.overall_code == OVER and r.statuses[0].code == OVER and
+              r.statuses[0].limit_remaining == 0 and
+              r.statuses[0].current_limit.requests_per_unit == 100,
+              "%s: the charge past the limit was counted: the check is "
+              "OVER_LIMIT: %r" % (what, r))
+        r = s.call(domain, D((key, user), hits=1))
+        check(r.overall_code == OVER,
+              "%s: and a request of 1 too: %r" % (what, r))
+    r = s.call(domain, D((key, user + "-fresh"), hits=0))
+    check(r.overall_code == OK and r.statuses[0].limit_remaining == 100,
+          "%s: a fresh user: OK, 100 left: %r" % (what, r))
+
+
+def counting(s):
+    """Token budgets as Envoy clients expect (issue 42): the default
+    counting is envoy-ratelimit's, a file may choose envoy-stop or
+    native."""
+    u = "u%d" % s.grpc_port
+    token_sequence(s, "tokens", "user", u)
+    token_sequence(s, "tokens", "ruled", u)
+    token_sequence(s, "tokens_stop", "user", u)
+    token_sequence(s, "tokens_native", "user", u, native=True)
+    # A rule's sliding window cannot be counted past its limit: the call
+    # is refused with the reason, not decided some other way.
+    try:
+        s.call("tokens", D(("logged", u), hits=1))
+        check(False, "tokens: a sliding-window rule under envoy counting "
+              "was answered")
+    except grpc.RpcError as e:
+        check(e.code() == grpc.StatusCode.INVALID_ARGUMENT and
+              "tokens_log" in e.details() and
+              "counting: native" in e.details(),
+              "tokens: sliding-window rule refused: %s %s"
+              % (e.code(), e.details()))
+    # At the limit exactly: OK with nothing left (over only past it).
+    r = s.call("tokens", D(("user", u + "-edge"), hits=100))
+    r2 = s.call("tokens", D(("user", u + "-edge"), hits=0))
+    check(r.overall_code == OK and r.statuses[0].limit_remaining == 0 and
+          r2.overall_code == OK and r2.statuses[0].limit_remaining == 0,
+          "tokens: a count at the limit is OK, 0 left: %r %r" % (r, r2))
+    # Two descriptors of one call, a (10/h) and b (5/h), 1 hit each: the
+    # sixth call takes b past its limit. envoy counts a anyway (4 left,
+    # then 3); envoy-stop counts only b, so a stays at 5 left, as
+    # envoy-ratelimit's integration test has it.
+    for dom, left in (("tokens", [4, 3]), ("tokens_stop", [5, 5])):
+        v = "p%s%d" % (dom, s.grpc_port)
+        rs = [s.call(dom, D(("a", v)), D(("b", v))) for _ in range(7)]
+        check([r.overall_code for r in rs] == [OK] * 5 + [OVER] * 2 and
+              [r.statuses[0].code for r in rs] == [OK] * 7 and
+              [r.statuses[0].limit_remaining for r in rs[:5]] ==
+              [9, 8, 7, 6, 5] and
+              [r.statuses[0].limit_remaining for r in rs[5:]] == left and
+              [r.statuses[1].limit_remaining for r in rs] ==
+              [4, 3, 2, 1, 0, 0, 0],
+              "%s: a and b in one call: a's remaining %r, got %r" %
+              (dom, left, [[(x.code, x.limit_remaining)
+                            for x in r.statuses] for r in rs]))
+        # b alone (one counted descriptor): counted past its limit in
+        # both, so a check of b is over.
+        r = s.call(dom, D(("b", v), hits=0))
+        check(r.overall_code == OVER, "%s: b over: %r" % (dom, r))
+        r = s.call(dom, D(("a", v), hits=0))
+        check(r.overall_code == OK and
+              r.statuses[0].limit_remaining == left[-1],
+              "%s: a read: %r" % (dom, r))
+
+
+def counting_flag():
+    """--envoy-counting native: a domain whose file does not say counts
+    natively; a file's counting: still wins."""
+    s = Server([os.path.join(FIX, f) for f in
+                ("tokens.yaml", "tokens_stop.yaml")],
+               extra=["--envoy-counting", "native"])
+    try:
+        u = "f%d" % s.grpc_port
+        token_sequence(s, "tokens", "user", u, native=True)
+        token_sequence(s, "tokens_stop", "user", u)
+    finally:
+        check(s.stop() == 0, "counting flag: server exit 0")
+    # A sliding-window limit cannot be counted past its limit (its log
+    # is bounded by it): refused at load, FILE:LINE, unless native.
+    swl = os.path.join(TMP, "swl.yaml")
+    with open(swl, "w") as f:
+        f.write("domain: swl\ndescriptors:\n  - key: k\n    rate_limit:\n"
+                "      unit: minute\n      requests_per_unit: 5\n"
+                "      algorithm: sliding-window\n")
+    p = subprocess.run([RL_SERVER, "--check-envoy-config", swl],
+                       capture_output=True, text=True, timeout=10)
+    check(p.returncode != 0 and (swl + ":7:") in p.stderr + p.stdout and
+          "counting: native" in p.stderr + p.stdout,
+          "swl under envoy counting refused at load: %r" % (p,))
+    p = subprocess.run([RL_SERVER, "--envoy-counting", "native",
+                        "--check-envoy-config", swl],
+                       capture_output=True, text=True, timeout=10)
+    check(p.returncode == 0, "swl under native counting loads: %r" % (p,))
+    p = subprocess.run([RL_SERVER, "--envoy-counting", "bogus",
+                        "--check-envoy-config", swl],
+                       capture_output=True, text=True, timeout=10)
+    check(p.returncode != 0 and "--envoy-counting" in p.stderr,
+          "a bad --envoy-counting is an error: %r" % (p,))
 
 
 def headers_agree(s):
@@ -848,7 +995,9 @@ REDIS_PORT = None
 def main():
     global REDIS_PORT
     if REDIS:
-        REDIS_PORT, _ = rlt.start_redis(TMP, redis=REDIS, procs=PROCS)
+        REDIS_PORT, _ = rlt.start_redis(
+            TMP, extra=(["--loadmodule", MODULE] if MODULE else []),
+            redis=REDIS, procs=PROCS)
     files = [os.path.join(FIX, f) for f in sorted(os.listdir(FIX))
              if f.endswith(".yaml") and f != "rules.yaml"]
     s = Server(files)
@@ -856,6 +1005,10 @@ def main():
         readme_examples(s)
         extensions(s)
         charges(s)
+        counting(s)
+        if REDIS:
+            check(("rl_store_redis_module %d" % (1 if MODULE else 0))
+                  in s.metrics(), "the store used: module %r" % MODULE)
         headers_agree(s)
         isolation(s)
         mixed(s)
@@ -871,6 +1024,7 @@ def main():
               "metrics: per-domain decisions")
     finally:
         check(s.stop() == 0, "server exit 0")
+    counting_flag()
     reload_test()
     global_switches()
     inline_caps_test()

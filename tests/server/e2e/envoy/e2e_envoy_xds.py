@@ -322,7 +322,8 @@ def tls_phase():
 
 def main():
     ads = ADS()
-    ads.push("v1", [conf("limits", limit("k", "a", rc.HOUR, 2))])
+    ads.push("v1", [conf("limits", limit("k", "a", rc.HOUR, 2),
+                         limit("tok", "", rc.MINUTE, 100))])
     xds, xds_port = serve(ads, 0)
 
     ports = os.path.join(TMP, "ports")
@@ -358,6 +359,25 @@ def main():
           "the first request names no version: %s" % first)
     check(codes("k", "a", 3) == [OK, OK, OVER], "v1: 2 per hour on k=a")
     check(codes("k", "b", 3) == [OK, OK, OK], "v1: k=b not limited")
+
+    # A token budget on a domain from xDS (which cannot say how to
+    # count): envoy-ratelimit's counting, the default. A check (a
+    # descriptor's hits_addend 0) reads the counter; a charge past the
+    # limit is counted, so the next check is OVER_LIMIT; a fresh user OK.
+    def tokens(value, hits):
+        d = ratelimit_pb2.RateLimitDescriptor(entries=[
+            ratelimit_pb2.RateLimitDescriptor.Entry(key="tok", value=value)])
+        d.hits_addend.value = hits
+        r = stub.ShouldRateLimit(rls_pb2.RateLimitRequest(
+            domain=DOMAIN, descriptors=[d]), timeout=5)
+        return r.overall_code, r.statuses[0].limit_remaining
+
+    while 60 - time.time() % 60 < 10:  # one minute window throughout
+        time.sleep(0.1)
+    got = [tokens("u1", h) for h in (0, 70, 0, 70, 0)] + [tokens("u2", 0)]
+    check(got == [(OK, 100), (OK, 30), (OK, 30), (OVER, 0), (OVER, 0),
+                  (OK, 100)], "xds: a token budget counted past the "
+          "limit: %r" % got)
 
     # v2: the decisions change.
     ads.push("v2", [conf("limits", unlimited("k", "a"),
