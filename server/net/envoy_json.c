@@ -875,8 +875,10 @@ static int put_value(rl_buf_t *o, const gvalue_t *v, int depth)
         }
         return rc == RL_OK ? rl_buf_append(o, "]", 1) : rc;
     default:
-        /* protojson refuses a Value with no kind set. */
-        return RL_EINVAL;
+        /* No kind: protobuf-c drops a oneof's string that is the field's
+         * default (empty), so an empty string can come back so. protojson
+         * would refuse the Value; null says least and breaks nothing. */
+        return rl_buf_append(o, "null", 4);
     }
 }
 

@@ -43,7 +43,8 @@ int rls_envoy_json_request(const char *p, size_t n, rl_buf_t *out, char *err,
  * as JSON to out, and sets *code to its overall_code (0 UNKNOWN, 1 OK, 2
  * OVER_LIMIT). Returns 0; RL_EINVAL when m does not decode or holds what
  * JSON cannot carry (a metadata number that is NaN or infinite, as
- * protojson refuses it); RL_ENOMEM or RL_EFULL. */
+ * protojson refuses it); RL_ENOMEM or RL_EFULL. A metadata Value with no
+ * kind (protobuf-c drops an empty string from a oneof) is written null. */
 int rls_envoy_json_response(const uint8_t *m, size_t n, rl_buf_t *out,
                             int *code);
 
