@@ -45,7 +45,8 @@ typedef struct rls_http_req_s {
     uint64_t content_length;
     int te; /* the parse failed on a Transfer-Encoding header */
     /* The body, set by the listener before the route runs (rls_http_parse
-     * leaves them NULL and 0): content_length bytes. */
+     * leaves them NULL and 0): content_length bytes, valid until the
+     * route returns. */
     const char *body;
     size_t body_len;
 } rls_http_req_t;
