@@ -720,7 +720,9 @@ int rls_envoy_json_request(const char *p, size_t n, rl_buf_t *out, char *err,
     if (rc == RL_OK) {
         len = envoy__service__ratelimit__v3__rate_limit_request__get_packed_size(
             &q);
-        if ((rc = rl_buf_reserve(out, len, &w)) == RL_OK) {
+        /* At least a byte, so that an empty message (every field at its
+         * default) still leaves out with memory to point at. */
+        if ((rc = rl_buf_reserve(out, len > 0 ? len : 1, &w)) == RL_OK) {
             envoy__service__ratelimit__v3__rate_limit_request__pack(&q, w);
             rl_buf_commit(out, len);
         } else {
