@@ -261,6 +261,11 @@ static const char usage[] =
     "                           metadata in dynamic_metadata\n"
     "  --grpc-max-streams N     concurrent streams per gRPC connection\n"
     "                           (SETTINGS; default 100)\n"
+    "  --envoy-http HOST:PORT   envoy-ratelimit's HTTP listener (its HOST:\n"
+    "                           PORT): GET /healthcheck, POST /json (needs\n"
+    "                           --grpc; default: off)\n"
+    "  --debug-http HOST:PORT   envoy-ratelimit's debug listener (DEBUG_PORT):\n"
+    "                           GET /rlconfig (needs --grpc; default: off)\n"
     "  --http HOST:PORT         serve GET /check?rule=R&key=K over HTTP, for\n"
     "                           proxies' auth subrequests (default: off)\n"
     "  --check-key-header NAME  /check: the key from this request header when\n"
@@ -742,7 +747,9 @@ static int takes_value(const char *name)
                                         "--tls-client-ca",
                                         "--tls-listeners",
                                         "--port-file",
-                                        "--handle-secret-file"};
+                                        "--handle-secret-file",
+                                        "--envoy-http",
+                                        "--debug-http"};
     size_t k;
 
     for (k = 0; k < sizeof(names) / sizeof(names[0]); k++)
@@ -917,6 +924,18 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out, char *err,
                 return fail(err, errlen,
                             "--http: expected " RL_HOSTPORT_HELP ", got '%s'",
                             val);
+        } else if (strcmp(name, "--envoy-http") == 0 ||
+                   strcmp(name, "--debug-http") == 0) {
+            int envoy = name[2] == 'e';
+            if (rl_parse_listen(val,
+                                envoy ? c->envoy_http_host : c->debug_http_host,
+                                envoy ? sizeof(c->envoy_http_host)
+                                      : sizeof(c->debug_http_host),
+                                envoy ? &c->envoy_http_port
+                                      : &c->debug_http_port) != RL_OK)
+                return fail(err, errlen,
+                            "%s: expected " RL_HOSTPORT_HELP ", got '%s'",
+                            name, val);
         } else if (strcmp(name, "--check-key-header") == 0 ||
                    strcmp(name, "--check-rule-header") == 0) {
             /* A header field name: a token, as rls_check_opts_init takes. */
@@ -1213,6 +1232,13 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out, char *err,
                     "Envoy descriptors");
     if (c->envoy_xds_host[0] != '\0' && c->grpc_host[0] == '\0')
         return fail(err, errlen, "--envoy-xds needs --grpc");
+    if ((c->envoy_http_host[0] != '\0' || c->debug_http_host[0] != '\0') &&
+        c->grpc_host[0] == '\0')
+        return fail(err, errlen,
+                    "%s needs --grpc: it serves Envoy's rate limit service "
+                    "and its descriptors",
+                    c->envoy_http_host[0] != '\0' ? "--envoy-http"
+                                                  : "--debug-http");
     if ((c->envoy_xds_tls_cert == NULL) != (c->envoy_xds_tls_key == NULL))
         return fail(err, errlen,
                     "--envoy-xds-tls-cert and --envoy-xds-tls-key go "

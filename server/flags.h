@@ -156,6 +156,14 @@ typedef struct rls_flags_s {
      * cap). */
     uint64_t tls_max_handshakes;
     uint64_t tls_handshake_rate;
+    /* envoy-ratelimit's HTTP listener (HOST:PORT there: /healthcheck,
+     * POST /json; net/envoy_http.h) and its debug listener
+     * (DEBUG_HOST:DEBUG_PORT: /rlconfig; net/debug_http.h); empty: not
+     * opened. Both need --grpc. */
+    char envoy_http_host[RLS_HOST_MAX + 1];
+    int envoy_http_port;
+    char debug_http_host[RLS_HOST_MAX + 1];
+    int debug_http_port;
     int info_only; /* --help or --version was printed */
     /* envoy-ratelimit's environment (envoy_env.h): --envoy-env (or the
      * program called `ratelimit`, or no arguments and one of its settings

@@ -450,6 +450,40 @@ static int start_check(rls_server_t *s, char *err, size_t errlen)
     return RL_OK;
 }
 
+static int ehttp_takes_work(void *arg, const char **why)
+{
+    rls_server_t *s = arg;
+
+    return s->store != NULL && rls_server_takes_work(s, why);
+}
+
+/* --envoy-http and --debug-http, beside --grpc (whose calls and
+ * configuration they share). Returns 0 or an RL_E* code with err set. */
+static int start_envoy_listeners(rls_server_t *s, char *err, size_t errlen)
+{
+    const rls_flags_t *cfg = s->cfg;
+    rls_envoy_ctx_t *ctx = rls_grpc_envoy_ctx(s->grpc);
+    int rc;
+
+    if (cfg->envoy_http_host[0] != '\0') {
+        /* A body as large as a gRPC message may be. */
+        if ((rc = rls_ehttp_start(&s->ehttp, s->loop, cfg->envoy_http_host,
+                                  cfg->envoy_http_port, ctx,
+                                  (size_t)cfg->max_frame, ehttp_takes_work, s,
+                                  err, errlen)) != RL_OK)
+            return rc;
+        s->fe[RLS_LISTENER_ENVOY_HTTP] = rls_ehttp_frontend(&s->ehttp);
+    }
+    if (cfg->debug_http_host[0] != '\0') {
+        if ((rc = rls_dhttp_start(&s->dhttp, s->loop, cfg->debug_http_host,
+                                  cfg->debug_http_port, ctx, err, errlen)) !=
+            RL_OK)
+            return rc;
+        s->fe[RLS_LISTENER_DEBUG_HTTP] = rls_dhttp_frontend(&s->dhttp);
+    }
+    return RL_OK;
+}
+
 /* Opens the listeners the configuration names, in rls_listener_t order.
  * Returns 0, or an RL_E* code with err set and the ones opened before it
  * in s->fe. */
@@ -493,6 +527,8 @@ static int start_frontends(rls_server_t *s, char *err, size_t errlen)
         return rc;
     if (cfg->http_host[0] != '\0' &&
         (rc = start_check(s, err, errlen)) != RL_OK)
+        return rc;
+    if (s->grpc != NULL && (rc = start_envoy_listeners(s, err, errlen)) != RL_OK)
         return rc;
     return RL_OK;
 }

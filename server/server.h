@@ -13,6 +13,8 @@
 #include "net/admin.h"
 #include "net/http_check.h"
 #include "net/conn.h"
+#include "net/debug_http.h"
+#include "net/envoy_http.h"
 #include "net/grpc.h"
 #include "net/http_server.h"
 #include "net/tls_reload.h"
@@ -34,6 +36,8 @@ typedef enum {
     RLS_LISTENER_METRICS, /* --metrics */
     RLS_LISTENER_GRPC,    /* --grpc */
     RLS_LISTENER_HTTP,    /* --http */
+    RLS_LISTENER_ENVOY_HTTP, /* --envoy-http */
+    RLS_LISTENER_DEBUG_HTTP, /* --debug-http */
     RLS_LISTENERS
 } rls_listener_t;
 
@@ -59,6 +63,8 @@ typedef struct rls_server_s {
     rls_statsd_t statsd;             /* --statsd, which exports them */
     rls_xds_t xds;                   /* or its --envoy-xds control plane */
     rls_check_t check;       /* --http */
+    rls_ehttp_t ehttp;       /* --envoy-http */
+    rls_dhttp_t dhttp;       /* --debug-http */
     struct rls_tls_s *tls;   /* --tls-cert's, NULL: no TLS listener */
     rls_tls_reload_t tls_reload; /* SIGHUP and its files' changes */
 
@@ -93,7 +99,8 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop,
 int rls_server_port(const rls_server_t *s, rls_listener_t which);
 
 /* Writes one line per open listener, "FLAG HOST:PORT" (FLAG: listen,
- * metrics, grpc or http, as the options are named; PORT the one bound),
+ * metrics, grpc, http, envoy-http or debug-http, as the options are
+ * named; PORT the one bound),
  * to path, atomically: the file appears whole or not at all, so a process
  * that started the server on port 0 can wait for it and read it. Returns
  * 0 or RL_EIO. */

@@ -2063,6 +2063,11 @@ const rls_grpc_stats_t *rls_grpc_stats(const rls_grpc_t *g)
     return &g->stats;
 }
 
+rls_envoy_ctx_t *rls_grpc_envoy_ctx(rls_grpc_t *g)
+{
+    return &g->ctx;
+}
+
 const rls_envoy_stats_t *rls_grpc_envoy_stats(const rls_grpc_t *g)
 {
     return &g->ctx.stats;

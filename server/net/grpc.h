@@ -140,6 +140,11 @@ void rls_grpc_close_all(rls_grpc_t *g);
  * stream waits for an answer. NULL is fine. */
 void rls_grpc_free(rls_grpc_t *g);
 
+/* What its calls share (the configuration in force, the statistics):
+ * the other front ends of Envoy's service (net/envoy_http.h) start their
+ * calls under it. Valid until the listener is freed. */
+rls_envoy_ctx_t *rls_grpc_envoy_ctx(rls_grpc_t *g);
+
 const rls_grpc_stats_t *rls_grpc_stats(const rls_grpc_t *g);
 const rls_envoy_stats_t *rls_grpc_envoy_stats(const rls_grpc_t *g);
 

@@ -82,6 +82,9 @@ static int more(size_t len)
 
 typedef struct conn_flags_s {
     int close, keep_alive;
+    int have_len; /* a Content-Length was seen */
+    uint64_t len;
+    int te;
 } conn_flags_t;
 
 /* Applies one header. Only the few that change how the listener must
@@ -92,17 +95,24 @@ static int header(const char *name, size_t nlen, const char *v, size_t vlen,
     size_t i, start, end, comma;
 
     if (lower_eq(name, nlen, "content-length")) {
-        /* Digits only (a list such as "0, 0" is refused too); any value
-         * other than zero announces a body, which is not accepted. */
-        if (vlen == 0)
+        /* Digits only (a list such as "0, 0" is refused too), and only
+         * once: two lengths could be read two ways (RFC 9112 6.3). */
+        if (vlen == 0 || cf->have_len)
             return RL_EINVAL;
-        for (i = 0; i < vlen; i++)
-            if (v[i] != '0')
+        cf->have_len = 1;
+        for (i = 0; i < vlen; i++) {
+            if (v[i] < '0' || v[i] > '9')
                 return RL_EINVAL;
+            cf->len = cf->len > (UINT64_MAX - 9) / 10
+                          ? UINT64_MAX
+                          : cf->len * 10 + (uint64_t)(v[i] - '0');
+        }
         return RL_OK;
     }
-    if (lower_eq(name, nlen, "transfer-encoding"))
+    if (lower_eq(name, nlen, "transfer-encoding")) {
+        cf->te = 1;
         return RL_EINVAL;
+    }
     if (lower_eq(name, nlen, "connection")) {
         /* A comma-separated list of options. */
         for (start = 0; start <= vlen; start = comma + 1) {
@@ -129,7 +139,7 @@ int rls_http_parse(const char *buf, size_t len, rls_http_req_t *req)
     const unsigned char *b = (const unsigned char *)buf;
     size_t n = len < RLS_HTTP_HEAD_MAX ? len : RLS_HTTP_HEAD_MAX;
     size_t i = 0, start, k, skipped;
-    conn_flags_t cf = {0, 0};
+    conn_flags_t cf = {0, 0, 0, 0, 0};
     int rc;
 
     memset(req, 0, sizeof(*req));
@@ -225,8 +235,10 @@ int rls_http_parse(const char *buf, size_t len, rls_http_req_t *req)
         if ((rc = eol(buf, n, &i)) != RL_OK)
             return rc == RL_EAGAIN ? more(len) : rc;
         if ((rc = header(buf + name, nlen, buf + vstart, vend - vstart, &cf)) !=
-            RL_OK)
+            RL_OK) {
+            req->te = cf.te;
             return rc;
+        }
         req->nheaders++;
     }
 
@@ -234,6 +246,7 @@ int rls_http_parse(const char *buf, size_t len, rls_http_req_t *req)
      * unless asked to keep it. */
     req->keep_alive = cf.close ? 0 : req->minor == 1 ? 1 : cf.keep_alive;
     req->head_len = i;
+    req->content_length = cf.len;
     return RL_OK;
 }
 

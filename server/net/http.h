@@ -11,9 +11,11 @@
  * Limits, checked before anything is reserved:
  *   - request line plus headers plus the blank line: RLS_HTTP_HEAD_MAX bytes;
  *   - at most RLS_HTTP_HEADERS_MAX header lines;
- *   - no request body: a Content-Length other than 0, or any
- *     Transfer-Encoding, is refused (the listener never reads a body, so it
- *     could not find the next request after one). */
+ *   - a request body only with a Content-Length (digits only, one line),
+ *     reported in content_length for the listener to read or refuse (its
+ *     own cap, rls_http_server_set_max_body); any Transfer-Encoding is
+ *     refused (te set), since a body without a length could not be
+ *     measured before it is read. */
 #ifndef RLS_NET_HTTP_H
 #define RLS_NET_HTTP_H
 
@@ -39,6 +41,14 @@ typedef struct rls_http_req_s {
      * told apart: 0 (the request line alone is too long: 414) or not (the
      * header lines are: 431). */
     size_t line_len;
+    /* Content-Length (saturated at UINT64_MAX), 0 when absent. */
+    uint64_t content_length;
+    int te; /* the parse failed on a Transfer-Encoding header */
+    /* The body, set by the listener before the route runs (rls_http_parse
+     * leaves them NULL and 0): content_length bytes, valid until the
+     * route returns. */
+    const char *body;
+    size_t body_len;
 } rls_http_req_t;
 
 /* Parses one request head at the start of buf[0, len).
@@ -50,7 +60,8 @@ typedef struct rls_http_req_s {
  * RL_EFULL when no head ends within RLS_HTTP_HEAD_MAX bytes; RL_EINVAL when
  * the bytes cannot be the start of a valid head (bad method, target or
  * version, a header line without a colon, a control byte, a bare CR, a
- * folded header, too many headers, a bad Content-Length, a body). With
+ * folded header, too many headers, a bad Content-Length, a
+ * Transfer-Encoding). With
  * too many headers, req->nheaders is RLS_HTTP_HEADERS_MAX.
  *
  * Never reads buf[len] or beyond, and never more than RLS_HTTP_HEAD_MAX

@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "log.h"
 #include "net/listen.h"
@@ -58,6 +59,7 @@ struct rls_http_server_s {
     uint64_t head_ms;
     unsigned max_conns;
     size_t ctx_size; /* route's bytes after each connection */
+    size_t max_body; /* rls_http_server_set_max_body; 0: no bodies */
     rls_http_stats_t stats;
     void (*on_empty)(void *arg); /* rls_http_server_on_empty */
     void *empty_arg;
@@ -88,6 +90,11 @@ struct rls_http_conn_s {
     rls_http_server_t *m;
     rls_list_t node;
     rl_buf_t out; /* the response being written */
+    /* A request with a body: its head, then its body as it comes, whole
+     * before the route sees it (at most the head and max_body bytes;
+     * grown as bytes arrive, freed once served). */
+    rl_buf_t req;
+    size_t req_len; /* what it will hold whole */
     size_t in_len;
     /* When the connection's current state began (loop time): opening,
      * first byte of a request, or the last response; orders evictions. */
@@ -105,6 +112,7 @@ struct rls_http_conn_s {
     unsigned closing : 1;
     unsigned lingering : 1;   /* response sent; draining input to close */
     unsigned close_after : 1; /* close once the response is written */
+    unsigned in_body : 1;     /* reading a body into req */
     /* The head buffer, RLS_HTTP_HEAD_MAX bytes: after ctx (plaintext),
      * or under TLS allocated once the handshake is done, so a client
      * that never finishes one does not hold it (issue 40). */
@@ -144,6 +152,7 @@ static void conn_free(mconn_t *c)
     if (c->handles > 0 || c->owed > 0)
         return;
     rl_buf_free(&c->out);
+    rl_buf_free(&c->req);
     if (c->tls != NULL)
         free(c->in);
     rls_tls_conn_free(c->tls);
@@ -387,7 +396,7 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         conn_close(c);
         return;
     }
-    if (c->in_len == 0 && c->served) {
+    if (c->in_len == 0 && c->served && !c->in_body) {
         /* The first byte of a kept-alive connection's next request: its
          * head now has the header deadline rather than the idle limit. */
         c->since = uv_now(c->m->loop);
@@ -605,6 +614,71 @@ void rls_http_answer(rls_http_conn_t *c, const rls_http_reply_t *r)
     start_write(c);
 }
 
+/* A request the listener refuses before the route sees it (a body it
+ * does not take), answered and closed: what follows the head cannot be
+ * told from the next request. */
+static int refuse(mconn_t *c, int status, const char *reason,
+                  const char *body)
+{
+    rls_http_reply_t r;
+
+    rls_http_reply_text(&r, status, reason, body);
+    c->close_after = 1;
+    c->in_len = 0;
+    return build(c, &r, 0);
+}
+
+/* The head q (parsed at the front of c->in) announces a body the
+ * listener takes: the head is copied to c->req, where the body will
+ * follow; c->in keeps what comes after the head. Returns 0, or an RL_E*
+ * code when out of memory. */
+static int body_begin(mconn_t *c, const rls_http_req_t *q)
+{
+    const char *v;
+    size_t vlen;
+
+    c->req_len = q->head_len + (size_t)q->content_length;
+    rl_buf_init(&c->req, c->req_len);
+    if (rl_buf_append(&c->req, c->in, q->head_len) != RL_OK)
+        return RL_ENOMEM;
+    memmove(c->in, c->in + q->head_len, c->in_len - q->head_len);
+    c->in_len -= q->head_len;
+    c->in_body = 1;
+    /* The body has a deadline of its own, the header deadline again. */
+    uv_timer_start(&c->timer, on_timeout, head_limit(c->m), 0);
+    /* A client that waits to be told to send the body (curl does, for
+     * bodies over 1 KiB) is told at once; if the write cannot go now it
+     * sends the body after its own wait anyway. */
+    if (rls_http_header(q, "expect", &v, &vlen) && vlen == 12 &&
+        strncasecmp(v, "100-continue", 12) == 0) {
+        static const char go[] = "HTTP/1.1 100 Continue\r\n\r\n";
+        if (c->tls != NULL) {
+            if (rls_tls_conn_write(c->tls, (const uint8_t *)go,
+                                   sizeof(go) - 1) != 0 ||
+                tls_flush(c) != 0)
+                return RL_EIO;
+        } else {
+            uv_buf_t b = uv_buf_init((char *)go, sizeof(go) - 1);
+            uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+        }
+    }
+    return RL_OK;
+}
+
+/* Moves what c->in holds of the body into c->req. Returns 1 when the
+ * request is whole, else 0. */
+static int body_take(mconn_t *c)
+{
+    size_t want = c->req_len - rl_buf_len(&c->req);
+    size_t n = c->in_len < want ? c->in_len : want;
+
+    if (n > 0 && rl_buf_append(&c->req, c->in, n) == RL_OK) {
+        memmove(c->in, c->in + n, c->in_len - n);
+        c->in_len -= n;
+    }
+    return rl_buf_len(&c->req) == c->req_len;
+}
+
 /* Serves the request at the front of c->in if it is whole. `parse` is 0
  * when the bytes that just arrived cannot have completed a head. */
 static void conn_serve(mconn_t *c, int parse)
@@ -614,6 +688,36 @@ static void conn_serve(mconn_t *c, int parse)
 
     if (c->writing || c->awaiting || c->closing || c->lingering)
         return;
+    if (c->in_body) {
+        /* The head was parsed already; it is parsed again where it now
+         * is, in front of its body. */
+        int whole;
+        ssize_t got;
+
+        /* Under TLS, the rest may wait in the TLS layer already (a
+         * record holds up to 16 KiB, in[] takes 8). */
+        while (!(whole = body_take(c)) && c->tls != NULL &&
+               (got = tls_pull(c)) > 0)
+            c->in_len += (size_t)got;
+        if (c->closing)
+            return;
+        if (!whole) {
+            start_reading(c);
+            return;
+        }
+        c->in_body = 0;
+        stop_reading(c);
+        rl_buf_reset(&c->out);
+        rc = rls_http_parse((const char *)rl_buf_rptr(&c->req),
+                            rl_buf_len(&c->req), &q);
+        if (rc == RL_OK) {
+            q.body = q.head + q.head_len;
+            q.body_len = (size_t)q.content_length;
+            rc = serve_one(c, &q);
+        }
+        rl_buf_free(&c->req);
+        goto served;
+    }
     rc = parse ? rls_http_parse(c->in, c->in_len, &q) : RL_EAGAIN;
     if (rc == RL_EAGAIN) {
         start_reading(c);
@@ -635,9 +739,26 @@ static void conn_serve(mconn_t *c, int parse)
             rls_http_reply_text(&r, 431, "Request Header Fields Too Large",
                                 "request head over 8 KiB or 64 header "
                                 "lines\n");
+        else if (q.te && c->m->max_body > 0)
+            rls_http_reply_text(&r, 411, "Length Required",
+                                "send the body with a Content-Length, not "
+                                "a Transfer-Encoding\n");
         else
             rls_http_reply_text(&r, 400, "Bad Request", "bad request\n");
         rc = build(c, &r, 0);
+    } else if (q.content_length > 0 && c->m->max_body == 0) {
+        rc = refuse(c, 400, "Bad Request",
+                    "this listener takes no request body\n");
+    } else if (q.content_length > c->m->max_body) {
+        rc = refuse(c, 413, "Content Too Large",
+                    "request body over this listener's limit\n");
+    } else if (q.content_length > 0) {
+        if ((rc = body_begin(c, &q)) != RL_OK) {
+            conn_close(c);
+            return;
+        }
+        conn_serve(c, 0);
+        return;
     } else {
         rc = serve_one(c, &q);
         RLS_DEBUG("http request", " method=%.*s path=%.*s",
@@ -647,6 +768,7 @@ static void conn_serve(mconn_t *c, int parse)
         memmove(c->in, c->in + q.head_len, c->in_len - q.head_len);
         c->in_len -= q.head_len;
     }
+served:
     if (rc == RL_EAGAIN) {
         /* The answer comes later; no deadline runs meanwhile (the batcher
          * always answers, by the store's timeout at the latest). */
@@ -658,6 +780,12 @@ static void conn_serve(mconn_t *c, int parse)
         return;
     }
     start_write(c);
+}
+
+void rls_http_server_set_max_body(rls_http_server_t *m, size_t max_body)
+{
+    if (m != NULL)
+        m->max_body = max_body;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -682,7 +810,7 @@ static int evict_rank(const mconn_t *c)
         return RANK_KEEP;
     if (!c->served)
         return 1; /* no request completed: new, idle or slow */
-    if (c->in_len == 0)
+    if (c->in_len == 0 && !c->in_body)
         return 2; /* kept alive, between requests */
     return 3;     /* a proven client, mid-request */
 }
@@ -923,7 +1051,7 @@ void rls_http_server_stop(rls_http_server_t *m)
         c = RLS_CONTAINER_OF(n, mconn_t, node);
         /* Between requests, or only draining: nothing is owed. */
         if (c->lingering ||
-            (!c->writing && !c->awaiting && c->in_len == 0))
+            (!c->writing && !c->awaiting && c->in_len == 0 && !c->in_body))
             conn_close(c);
     }
 }

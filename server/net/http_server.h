@@ -1,5 +1,6 @@
 /* A small HTTP/1.1 server on a libuv loop (http_server.c): keep-alive, one
- * request at a time per connection, no request bodies, bounded
+ * request at a time per connection, no request bodies unless the owner
+ * takes them (up to its cap, with a Content-Length), bounded
  * connections and deadlines. What each request gets is the owner's route,
  * answered at once or later (rls_http_answer). */
 #ifndef RLS_NET_HTTP_SERVER_H
@@ -133,6 +134,15 @@ unsigned rls_http_server_live(const rls_http_server_t *h);
  * ignored. */
 void rls_http_server_set_limits(rls_http_server_t *h, uint64_t idle_ms,
                                 unsigned max_conns);
+
+/* Request bodies from now on (right after start): a request may carry
+ * up to max_body bytes with a Content-Length, read whole before the
+ * route runs (rls_http_req_t.body), within a header deadline of its own
+ * after the head's. Over it: 413 and the connection closed; a
+ * Transfer-Encoding: 411. 0 (the default): a request with a body gets
+ * 400 and the connection closed. A client that sends "Expect:
+ * 100-continue" is told to go on. NULL is ignored. */
+void rls_http_server_set_max_body(rls_http_server_t *h, size_t max_body);
 
 /* Overrides RLS_HTTP_HEAD_MS (tests). NULL is ignored. */
 void rls_http_server_set_head_ms(rls_http_server_t *h, uint64_t head_ms);

@@ -92,3 +92,18 @@ if(RL_DEBIAN_PYTHON)
   set_tests_properties(e2e_envoy_xds_hostile PROPERTIES TIMEOUT 60
                        LABELS integration)
 endif()
+
+# envoy-ratelimit's HTTP and debug listeners (--envoy-http, --debug-http):
+# /healthcheck through the drain, the store down failing closed and open;
+# POST /json against the gRPC answer, bad bodies, hostile clients beside a
+# bystander; /rlconfig from a file and from an xDS control plane in the
+# test (e2e_envoy_http.py).
+if(RL_DEBIAN_PYTHON AND RL_REDIS_SERVER)
+  add_test(NAME e2e_envoy_http
+    COMMAND ${RL_DEBIAN_PYTHON}
+            ${CMAKE_CURRENT_SOURCE_DIR}/envoy/e2e_envoy_http.py
+            $<TARGET_FILE:rl-server> ${PROJECT_SOURCE_DIR}/proto
+            ${RL_REDIS_SERVER})
+  set_tests_properties(e2e_envoy_http PROPERTIES TIMEOUT 120
+                       LABELS integration)
+endif()

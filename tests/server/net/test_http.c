@@ -215,10 +215,10 @@ static void test_malformed(void **state)
         "GET / HTTP/1.1\r\nHost: a\r\n\r\r\n",
         "GET / HTTP/1.1\r\nX: \x01\r\n\r\n",
         "GET / HTTP/1.1\r\nX: a\x7f\r\n\r\n",
-        /* bodies are not accepted */
-        "POST /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello",
-        "GET / HTTP/1.1\r\nContent-Length: 01\r\n\r\n",
+        /* a length that is not digits, twice, or no length at all */
         "GET / HTTP/1.1\r\nContent-Length: -0\r\n\r\n",
+        "GET / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n",
+        "GET / HTTP/1.1\r\nContent-Length: 0x5\r\n\r\n",
         "GET / HTTP/1.1\r\nContent-Length:\r\n\r\n",
         "GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
         /* more than four leading empty lines */
@@ -319,6 +319,40 @@ static void test_content_length_zero(void **state)
         parse_s("POST /metrics HTTP/1.1\r\ncontent-length:000\r\n\r\n", &q),
         RL_OK);
     assert_mem(q.method, q.method_len, "POST");
+    assert_int_equal(q.content_length, 0);
+}
+
+/* A body's length is reported for the listener to read or refuse; the
+ * body itself is not part of the head. A Transfer-Encoding is refused and
+ * said so (te), a length past 2^64 saturates. */
+static void test_content_length(void **state)
+{
+    rls_http_req_t q;
+
+    (void)state;
+    assert_int_equal(
+        parse_s("POST /json HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello", &q),
+        RL_OK);
+    assert_int_equal(q.content_length, 5);
+    assert_int_equal(q.head_len, strlen("POST /json HTTP/1.1\r\n"
+                                        "Content-Length: 5\r\n\r\n"));
+    assert_null(q.body);
+    assert_int_equal(
+        parse_s("POST / HTTP/1.1\r\nContent-Length: 01\r\n\r\n", &q), RL_OK);
+    assert_int_equal(q.content_length, 1);
+    assert_int_equal(parse_s("POST / HTTP/1.1\r\nContent-Length: "
+                             "99999999999999999999999\r\n\r\n",
+                             &q),
+                     RL_OK);
+    assert_true(q.content_length == UINT64_MAX);
+    assert_int_equal(parse_s("POST / HTTP/1.1\r\nTransfer-Encoding: "
+                             "chunked\r\n\r\n",
+                             &q),
+                     RL_EINVAL);
+    assert_int_equal(q.te, 1);
+    assert_int_equal(parse_s("POST / HTTP/1.1\r\nX: \x01\r\n\r\n", &q),
+                     RL_EINVAL);
+    assert_int_equal(q.te, 0);
 }
 
 /* Pseudo-random garbage never parses as a request and never reads past its
@@ -364,6 +398,7 @@ int main(void)
         cmocka_unit_test(test_oversize),
         cmocka_unit_test(test_header_count),
         cmocka_unit_test(test_content_length_zero),
+        cmocka_unit_test(test_content_length),
         cmocka_unit_test(test_garbage),
     };
 
