@@ -45,7 +45,7 @@ SKIP = 77
 # envoy-ratelimit's environment (as /bin/ratelimit) and serves
 # /healthcheck on PORT; then "env": the manifest's command and
 # environment exactly. Switching is this one line.
-MODE = os.environ.get("RL_IMAGE_MODE", "flags")
+MODE = os.environ.get("RL_IMAGE_MODE", "env")
 DRAIN_MS = 2000
 
 

@@ -107,3 +107,20 @@ if(RL_DEBIAN_PYTHON AND RL_REDIS_SERVER)
   set_tests_properties(e2e_envoy_http PROPERTIES TIMEOUT 120
                        LABELS integration)
 endif()
+
+# Envoy Gateway's rate limit Deployment played end to end: rl-server
+# started as /bin/ratelimit from EG's environment alone (default.yaml of
+# EG's testdata, loopback addresses), fed over mutual TLS by a control
+# plane serving what EG's translator builds for a request limit and a
+# token budget (response cost), then called as Envoy calls (checks with
+# hits_addend 0, end-of-stream charges), each answer compared with
+# envoy-ratelimit's arithmetic; /healthcheck, grpc.health.v1, the
+# dashboard's series, /rlconfig and the drain (e2e_envoy_gateway.py).
+if(RL_DEBIAN_PYTHON)
+  add_test(NAME e2e_envoy_gateway
+    COMMAND ${RL_DEBIAN_PYTHON}
+            ${CMAKE_CURRENT_SOURCE_DIR}/envoy/e2e_envoy_gateway.py
+            $<TARGET_FILE:rl-server> ${PROJECT_SOURCE_DIR}/proto)
+  set_tests_properties(e2e_envoy_gateway PROPERTIES TIMEOUT 60
+                       LABELS integration)
+endif()

@@ -43,6 +43,7 @@ import rlt  # noqa: E402
 RL_SERVER, PROTO_DIR = sys.argv[1], sys.argv[2]
 TMP = tempfile.mkdtemp(prefix="rl-eg-")
 rlt.envoy_stubs(PROTO_DIR, TMP)
+rlt.health_stubs(PROTO_DIR, TMP)
 OUT = os.path.join(TMP, "stubs")
 subprocess.check_call([sys.executable, "-m", "grpc_tools.protoc", "-I",
                        PROTO_DIR, "--python_out=" + OUT,
@@ -51,14 +52,14 @@ subprocess.check_call([sys.executable, "-m", "grpc_tools.protoc", "-I",
                        "envoy/service/discovery/v3/ads.proto",
                        "envoy/config/core/v3/node.proto",
                        "google/rpc/status.proto",
-                       "grpc/health/v1/health.proto",
                        "ratelimit/config/ratelimit/v3/rls_conf.proto"])
 import grpc  # noqa: E402
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc  # noqa: E402
 from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2  # noqa: E402
 from envoy.service.discovery.v3 import discovery_pb2  # noqa: E402
 from envoy.service.discovery.v3 import ads_pb2_grpc  # noqa: E402
-from grpc.health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
+import health_pb2  # noqa: E402
+import health_pb2_grpc  # noqa: E402
 from ratelimit.config.ratelimit.v3 import rls_conf_pb2 as rc  # noqa: E402
 
 TYPE = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig"
