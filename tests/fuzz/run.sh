@@ -22,7 +22,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 
 TARGETS="request http check redis_reply rlm_batch conn envoy_conf rules grpc
-xds_conf handle cluster sentinel fitlog switches"
+xds_conf handle cluster sentinel fitlog switches flags"
 
 jobs=${FUZZ_JOBS:-1}
 if [ "${1:-}" = -j ]; then
