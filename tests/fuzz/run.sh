@@ -22,7 +22,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 
 TARGETS="request http check redis_reply rlm_batch conn envoy_conf rules grpc
-xds_conf handle cluster sentinel fitlog switches flags"
+xds_conf handle cluster sentinel fitlog switches flags admin"
 
 jobs=${FUZZ_JOBS:-1}
 if [ "${1:-}" = -j ]; then
@@ -47,7 +47,7 @@ extra_srcs() {
 }
 max_len() {
     case $1 in
-    http | check) echo 9000 ;;
+    http | check | admin) echo 9000 ;;
     handle) echo 600 ;;
     sentinel) echo 1024 ;;
     fitlog) echo 20000 ;;
@@ -56,7 +56,7 @@ max_len() {
 }
 own_flags() {
     case $1 in
-    conn | envoy_conf | rules | grpc | xds_conf) echo -timeout=20 ;;
+    conn | envoy_conf | rules | grpc | xds_conf | admin) echo -timeout=20 ;;
     esac
 }
 
