@@ -22,7 +22,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 
 TARGETS="request http check redis_reply rlm_batch conn envoy_conf rules grpc
-xds_conf handle cluster sentinel fitlog switches flags admin"
+xds_conf handle cluster sentinel fitlog switches flags admin xds_client"
 
 jobs=${FUZZ_JOBS:-1}
 if [ "${1:-}" = -j ]; then
@@ -56,7 +56,8 @@ max_len() {
 }
 own_flags() {
     case $1 in
-    conn | envoy_conf | rules | grpc | xds_conf | admin) echo -timeout=20 ;;
+    conn | envoy_conf | rules | grpc | xds_conf | admin | xds_client)
+        echo -timeout=20 ;;
     esac
 }
 
