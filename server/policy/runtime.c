@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "rl_error.h"
+#include "rl_parse.h"
 #include "util.h"
 
 /* A rule's effective settings under the current switches. */
@@ -190,6 +191,17 @@ static int field_is(const char *f, size_t len, const char *prefix)
     return len >= n && memcmp(f, prefix, n) == 0;
 }
 
+int rls_switches_version(const char *v, size_t vl, int64_t *out)
+{
+    uint64_t u;
+
+    *out = 0;
+    if (rl_parse_u64n(v, vl, 0, INT64_MAX, &u) != RL_OK)
+        return RL_EINVAL;
+    *out = (int64_t)u;
+    return RL_OK;
+}
+
 int rls_switches_parse(rls_switches_t *sw, size_t npairs,
                        const char *const *fields, const size_t *flens,
                        const char *const *values, const size_t *vlens,
@@ -208,13 +220,8 @@ int rls_switches_parse(rls_switches_t *sw, size_t npairs,
         char num[32];
 
         if (fl == 7 && memcmp(f, "version", 7) == 0) {
-            if (vl == 0 || vl >= sizeof(num)) {
+            if (rls_switches_version(v, vl, &sw->version) != RL_OK)
                 (*bad)++;
-                continue;
-            }
-            memcpy(num, v, vl);
-            num[vl] = '\0';
-            sw->version = strtoll(num, NULL, 10);
         } else if (fl == 6 && memcmp(f, "global", 6) == 0) {
             if ((sw->global_mode = rls_mode_parse(v, vl)) < 0) {
                 sw->global_mode = -1;
@@ -227,7 +234,9 @@ int rls_switches_parse(rls_switches_t *sw, size_t npairs,
                    rl = fl - skip, j;
             struct rls_switch_s *it = NULL;
 
-            if (rl == 0 || rl > RL_RULE_MAX) {
+            /* Only a name a rule can have: one with a NUL byte would
+             * otherwise be stored cut at it, and apply to that rule. */
+            if (!rls_rule_name_ok(f + skip, rl)) {
                 (*bad)++;
                 continue;
             }

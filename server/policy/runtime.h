@@ -147,6 +147,12 @@ int rls_switches_parse(rls_switches_t *sw, size_t npairs,
                        size_t *bad);
 void rls_switches_free(rls_switches_t *sw);
 
+/* The switches hash's version field as rls_switches_parse reads it, for
+ * the poller's look at whether anything changed: digits only (rl-ctl's
+ * HINCRBY), up to 2^63-1. Returns 0, or RL_EINVAL with *out 0 (the version
+ * of a hash without one). */
+int rls_switches_version(const char *v, size_t vl, int64_t *out);
+
 /* Resolves a request of caller key naming rule into *spec: the rule's
  * windows, or the caller's override, scaled; its mode and switches; whether
  * to look for a stored quota. Returns 0 or RL_ENORULE (no such rule). */

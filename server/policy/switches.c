@@ -58,9 +58,11 @@ static void on_reply(void *data, void *reply)
     n = r->elements / 2;
     for (i = 0; i < n; i++) {
         const redisReply *k = r->element[2 * i], *x = r->element[2 * i + 1];
+        /* As rls_switches_parse reads it (the same function): a version
+         * the two read differently would be applied again every poll. */
         if (k->type == REDIS_REPLY_STRING && k->len == 7 &&
             memcmp(k->str, "version", 7) == 0 && x->type == REDIS_REPLY_STRING)
-            version = strtoll(x->str, NULL, 10);
+            rls_switches_version(x->str, x->len, &version);
     }
     if (version == p->rt->sw.version) {
         if (report(p) == RL_OK)

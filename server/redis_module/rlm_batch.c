@@ -415,19 +415,22 @@ static void decide(batch_t *b, op_t *o)
  * room for the arithmetic on it (sum - limit + cost) without overflow. */
 #define DIGITS_SAT ((int64_t)1 << 62)
 
-/* n digits at s (all digits) into *v, at most DIGITS_SAT; 0, or -1. */
+/* n digits at s (all digits) into *v, at most DIGITS_SAT; 0, or -1. The
+ * bound is checked before the step: *v * 10 of a value below DIGITS_SAT
+ * may pass int64 (1.8e18 * 10). */
 static int fixed_digits(const char *s, size_t n, int64_t *v)
 {
     size_t i;
 
     *v = 0;
     for (i = 0; i < n; i++) {
+        int d = s[i] - '0';
         if (s[i] < '0' || s[i] > '9')
             return -1;
-        if (*v < DIGITS_SAT)
-            *v = *v * 10 + (s[i] - '0');
-        if (*v > DIGITS_SAT)
+        if (*v > (DIGITS_SAT - d) / 10)
             *v = DIGITS_SAT;
+        else
+            *v = *v * 10 + d;
     }
     return 0;
 }

@@ -22,7 +22,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 
 TARGETS="request http check redis_reply rlm_batch conn envoy_conf rules grpc
-xds_conf handle cluster sentinel fitlog envenv json"
+xds_conf handle cluster sentinel fitlog envenv json switches flags
+admin xds_client"
 
 jobs=${FUZZ_JOBS:-1}
 if [ "${1:-}" = -j ]; then
@@ -47,7 +48,7 @@ extra_srcs() {
 }
 max_len() {
     case $1 in
-    http | check) echo 9000 ;;
+    http | check | admin) echo 9000 ;;
     handle) echo 600 ;;
     sentinel) echo 1024 ;;
     fitlog) echo 20000 ;;
@@ -56,7 +57,8 @@ max_len() {
 }
 own_flags() {
     case $1 in
-    conn | envoy_conf | rules | grpc | xds_conf) echo -timeout=20 ;;
+    conn | envoy_conf | rules | grpc | xds_conf | admin | xds_client)
+        echo -timeout=20 ;;
     esac
 }
 
@@ -85,7 +87,10 @@ build() {
             cmake -DIN="$f" -DOUT="$out/store/$(basename "$f").h" \
                 -P server/store/lua_embed.cmake || return 1
     done
-    (cd proto && protoc-c --c_out="../$out/gen" \
+    # Into gen.new, then only what changed into gen: a file rewritten
+    # unchanged would make every object that includes it stale.
+    rm -rf "$out/gen.new" && mkdir -p "$out/gen.new" || return 1
+    (cd proto && protoc-c --c_out="../$out/gen.new" \
         envoy/service/ratelimit/v3/rls.proto \
         envoy/extensions/common/ratelimit/v3/ratelimit.proto \
         envoy/config/core/v3/base.proto envoy/type/v3/ratelimit_unit.proto \
@@ -95,6 +100,11 @@ build() {
         ratelimit/config/ratelimit/v3/rls_conf.proto \
         google/protobuf/any.proto google/protobuf/struct.proto \
         google/rpc/status.proto grpc/health/v1/health.proto) || return 1
+    (cd "$out/gen.new" && find . -type f) | while read -r f; do
+        mkdir -p "$(dirname "$out/gen/$f")"
+        cmp -s "$out/gen.new/$f" "$out/gen/$f" || cp "$out/gen.new/$f" "$out/gen/$f"
+    done
+    rm -rf "$out/gen.new"
     srcs=$(find lib server "$out/gen" -name '*.c' ! -name main.c \
         ! -name rl-ctl.c ! -path '*/redis_module/module.c' | sort)
     srcs="$srcs client/fit/fit_log.c tests/support/h2raw.c"
