@@ -179,6 +179,15 @@ static void predict(const uint8_t *data, size_t n, pred_t *p, size_t *nok,
             k++;
             break;
         }
+        if (q.content_length > 0) {
+            /* The listener takes no body (admin.c asks for none): 400,
+             * closed, before the route sees it (http_server.c). */
+            e->status = 400;
+            e->closes = 1;
+            k++;
+            (*nok)++;
+            break;
+        }
         {
             size_t plen = rls_http_path_len(&q);
             int get = is(q.method, q.method_len, "GET"),
