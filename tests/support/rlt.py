@@ -188,3 +188,19 @@ def health_stubs(proto_dir, tmp):
                            "--grpc_python_out=" + out, "health.proto"])
     if out not in sys.path:
         sys.path.insert(0, out)
+
+
+def xds_stubs(proto_dir, tmp):
+    """envoy_stubs, and the stubs of the aggregated discovery service and
+    RateLimitConfig beside them (tmp/stubs), for rlt_xds and the tests that
+    push descriptors over xDS."""
+    envoy_stubs(proto_dir, tmp)
+    subprocess.check_call([sys.executable, "-m", "grpc_tools.protoc",
+                           "-I", proto_dir,
+                           "--python_out=" + os.path.join(tmp, "stubs"),
+                           "--grpc_python_out=" + os.path.join(tmp, "stubs"),
+                           "envoy/service/discovery/v3/discovery.proto",
+                           "envoy/service/discovery/v3/ads.proto",
+                           "envoy/config/core/v3/node.proto",
+                           "google/rpc/status.proto",
+                           "ratelimit/config/ratelimit/v3/rls_conf.proto"])

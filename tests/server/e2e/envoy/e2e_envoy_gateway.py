@@ -25,16 +25,13 @@ GET :PORT/healthcheck, grpc.health.v1 on the gRPC port (over the same
 TLS), ratelimit_service_rate_limit_* on PROMETHEUS_ADDR."""
 
 import os
-import queue
 import re
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
-from concurrent import futures
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "..", "..", "support"))
@@ -42,27 +39,16 @@ import rlt  # noqa: E402
 
 RL_SERVER, PROTO_DIR = sys.argv[1], sys.argv[2]
 TMP = tempfile.mkdtemp(prefix="rl-eg-")
-rlt.envoy_stubs(PROTO_DIR, TMP)
+rlt.xds_stubs(PROTO_DIR, TMP)
 rlt.health_stubs(PROTO_DIR, TMP)
-OUT = os.path.join(TMP, "stubs")
-subprocess.check_call([sys.executable, "-m", "grpc_tools.protoc", "-I",
-                       PROTO_DIR, "--python_out=" + OUT,
-                       "--grpc_python_out=" + OUT,
-                       "envoy/service/discovery/v3/discovery.proto",
-                       "envoy/service/discovery/v3/ads.proto",
-                       "envoy/config/core/v3/node.proto",
-                       "google/rpc/status.proto",
-                       "ratelimit/config/ratelimit/v3/rls_conf.proto"])
 import grpc  # noqa: E402
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc  # noqa: E402
 from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2  # noqa: E402
-from envoy.service.discovery.v3 import discovery_pb2  # noqa: E402
-from envoy.service.discovery.v3 import ads_pb2_grpc  # noqa: E402
 import health_pb2  # noqa: E402
 import health_pb2_grpc  # noqa: E402
 from ratelimit.config.ratelimit.v3 import rls_conf_pb2 as rc  # noqa: E402
 
-TYPE = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig"
+from rlt_xds import ADS, serve  # noqa: E402
 OK, OVER = rls_pb2.RateLimitResponse.OK, rls_pb2.RateLimitResponse.OVER_LIMIT
 DOMAIN = "default/envoy-ai-gateway-token-ratelimit/http"
 ROUTE = "httproute/default/llm/rule/0/match/0/*"
@@ -85,40 +71,6 @@ def await_(cond, what, timeout=10):
             return v
         time.sleep(0.02)
     raise RuntimeError("timed out waiting for " + what)
-
-
-class ADS(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
-    """State of the world, one version: every stream gets it when it
-    opens; every request read is kept."""
-
-    def __init__(self, response):
-        self.cv = threading.Condition()
-        self.requests = []
-        self.response = response
-
-    def StreamAggregatedResources(self, it, ctx):
-        q = queue.Queue()
-        q.put(self.response)
-
-        def reader():
-            try:
-                for r in it:
-                    with self.cv:
-                        self.requests.append(r)
-            except grpc.RpcError:
-                pass
-        threading.Thread(target=reader, daemon=True).start()
-        while ctx.is_active():
-            try:
-                m = q.get(timeout=0.05)
-            except queue.Empty:
-                continue
-            yield m
-
-    def acked(self, nonce):
-        with self.cv:
-            return any(r.response_nonce == nonce and
-                       not r.HasField("error_detail") for r in self.requests)
 
 
 def eg_config():
@@ -263,19 +215,11 @@ def main():
     os.makedirs(os.path.join(TMP, "data", "ratelimit", "config"))
     redis_port, _ = rlt.start_redis(TMP, procs=PROCS)
 
-    ads = ADS(None)
-    r = discovery_pb2.DiscoveryResponse(version_info="eg-1", nonce="n-eg-1",
-                                        type_url=TYPE)
-    a = r.resources.add()
-    a.type_url = TYPE
-    a.value = eg_config().SerializeToString()
-    ads.response = r
-    xds = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(ads, xds)
-    xds_port = xds.add_secure_port("127.0.0.1:0", grpc.ssl_server_credentials(
+    ads = ADS()
+    ads.push("eg-1", [eg_config()])
+    xds, xds_port = serve(ads, 0, grpc.ssl_server_credentials(
         [(rd(P("cp.key")), rd(P("cp.crt")))], root_certificates=rd(P("ca.crt")),
         require_client_auth=True))
-    xds.start()
 
     # /bin/ratelimit, as EG's command names it: a link to rl-server.
     binary = os.path.join(TMP, "bin", "ratelimit")
@@ -289,7 +233,7 @@ def main():
     PROCS.append(p)
     for k in ("http", "grpc", "prom", "debug"):
         rlt.wait_listen(ports[k], p, log.name)
-    await_(lambda: ads.acked("n-eg-1"), "rl-server to ACK EG's version")
+    await_(lambda: ads.acked("nonce-eg-1"), "rl-server to ACK EG's version")
 
     # The startup probe: GET :PORT/healthcheck.
     body = urllib.request.urlopen("http://127.0.0.1:%d/healthcheck"

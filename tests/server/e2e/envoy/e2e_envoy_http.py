@@ -20,7 +20,6 @@ Usage: e2e_envoy_http.py RL_SERVER PROTO_DIR REDIS_SERVER
 import http.client
 import json
 import os
-import queue
 import signal
 import socket
 import subprocess
@@ -28,7 +27,6 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent import futures
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "..", "..", "support"))
@@ -36,21 +34,12 @@ import rlt  # noqa: E402
 
 RL_SERVER, PROTO_DIR, REDIS = sys.argv[1], sys.argv[2], sys.argv[3]
 TMP = tempfile.mkdtemp(prefix="rl-ehttp-")
-rlt.envoy_stubs(PROTO_DIR, TMP)
-subprocess.check_call([sys.executable, "-m", "grpc_tools.protoc", "-I",
-                       PROTO_DIR, "--python_out=" + os.path.join(TMP, "stubs"),
-                       "--grpc_python_out=" + os.path.join(TMP, "stubs"),
-                       "envoy/service/discovery/v3/discovery.proto",
-                       "envoy/service/discovery/v3/ads.proto",
-                       "envoy/config/core/v3/node.proto",
-                       "google/rpc/status.proto",
-                       "ratelimit/config/ratelimit/v3/rls_conf.proto"])
+rlt.xds_stubs(PROTO_DIR, TMP)
 import grpc  # noqa: E402
+from rlt_xds import ADS, serve  # noqa: E402
 from google.protobuf import json_format  # noqa: E402
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc  # noqa: E402
 from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2  # noqa: E402
-from envoy.service.discovery.v3 import discovery_pb2  # noqa: E402
-from envoy.service.discovery.v3 import ads_pb2_grpc  # noqa: E402
 from ratelimit.config.ratelimit.v3 import rls_conf_pb2 as rc  # noqa: E402
 
 FAILS, PROCS = [], []
@@ -323,55 +312,10 @@ def phase_drain_and_rlconfig():
     p.wait()
 
 
-class ADS(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
-    """State of the world: the current response to every stream."""
-
-    def __init__(self):
-        self.cv = threading.Condition()
-        self.streams, self.current, self.acked = [], None, set()
-
-    def StreamAggregatedResources(self, it, ctx):
-        q = queue.Queue()
-        with self.cv:
-            self.streams.append(q)
-            if self.current is not None:
-                q.put(self.current)
-
-        def reader():
-            try:
-                for r in it:
-                    with self.cv:
-                        self.acked.add(r.response_nonce)
-            except grpc.RpcError:
-                pass
-        threading.Thread(target=reader, daemon=True).start()
-        while ctx.is_active():
-            try:
-                yield q.get(timeout=0.05)
-            except queue.Empty:
-                continue
-
-    def push(self, version, conf):
-        t = "type.googleapis.com/ratelimit.config.ratelimit.v3." \
-            "RateLimitConfig"
-        r = discovery_pb2.DiscoveryResponse(version_info=version,
-                                            nonce="n-" + version, type_url=t)
-        a = r.resources.add()
-        a.type_url = t
-        a.value = conf.SerializeToString()
-        with self.cv:
-            self.current = r
-            for q in self.streams:
-                q.put(r)
-
-
 def phase_xds():
     """A configuration from a control plane, read back at /rlconfig."""
     ads = ADS()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(ads, server)
-    xport = server.add_insecure_port("127.0.0.1:0")
-    server.start()
+    server, xport = serve(ads, 0)
     p, got = start("xds", ["--envoy-xds", "127.0.0.1:%d" % xport,
                            "--envoy-xds-backoff-ms", "50",
                            "--envoy-xds-backoff-max-ms", "300"])
@@ -383,8 +327,8 @@ def phase_xds():
     n = d.descriptors.add(key="x-user-id")
     n.rate_limit.unit = rc.MINUTE
     n.rate_limit.requests_per_unit = 7
-    ads.push("v1", c)
-    await_(lambda: "n-v1" in ads.acked, "the ACK of v1")
+    ads.push("v1", [c])
+    await_(lambda: ads.acked("nonce-v1"), "the ACK of v1")
     st, ct, body = get(dh, "/rlconfig")
     check(body == b"gateway.generic_key_route-a.x-user-id: unit=MINUTE "
           b"requests_per_unit=7, shadow_mode: false, quota_mode: false\n",

@@ -20,15 +20,12 @@ second rl-server takes a version over mutual TLS (certificates made by
 certificate takes none."""
 
 import os
-import queue
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
-from concurrent import futures
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "..", "..", "support"))
@@ -36,24 +33,13 @@ import rlt  # noqa: E402
 
 RL_SERVER, PROTO_DIR = sys.argv[1], sys.argv[2]
 TMP = tempfile.mkdtemp(prefix="rl-xds-")
-rlt.envoy_stubs(PROTO_DIR, TMP)
-OUT = os.path.join(TMP, "stubs")
-subprocess.check_call([sys.executable, "-m", "grpc_tools.protoc", "-I",
-                       PROTO_DIR, "--python_out=" + OUT,
-                       "--grpc_python_out=" + OUT,
-                       "envoy/service/discovery/v3/discovery.proto",
-                       "envoy/service/discovery/v3/ads.proto",
-                       "envoy/config/core/v3/node.proto",
-                       "google/rpc/status.proto",
-                       "ratelimit/config/ratelimit/v3/rls_conf.proto"])
+rlt.xds_stubs(PROTO_DIR, TMP)
 import grpc  # noqa: E402
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc  # noqa: E402
 from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2  # noqa: E402
-from envoy.service.discovery.v3 import discovery_pb2  # noqa: E402
-from envoy.service.discovery.v3 import ads_pb2_grpc  # noqa: E402
 from ratelimit.config.ratelimit.v3 import rls_conf_pb2 as rc  # noqa: E402
 
-TYPE = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig"
+from rlt_xds import ADS, TYPE, serve  # noqa: E402
 OK, OVER = rls_pb2.RateLimitResponse.OK, rls_pb2.RateLimitResponse.OVER_LIMIT
 DOMAIN = "xds_test"
 FAILS = []
@@ -74,86 +60,6 @@ def await_(cond, what, timeout=10):
             return v
         time.sleep(0.02)
     raise RuntimeError("timed out waiting for " + what)
-
-
-class ADS(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
-    """State of the world: every stream gets the current response when it
-    opens and every push after; every request read is kept."""
-
-    def __init__(self):
-        self.cv = threading.Condition()
-        self.requests = []
-        self.streams = []
-        self.current = None
-
-    def StreamAggregatedResources(self, it, ctx):
-        q = queue.Queue()
-        with self.cv:
-            self.streams.append(q)
-            if self.current is not None:
-                q.put(self.current)
-
-        def reader():
-            try:
-                for r in it:
-                    with self.cv:
-                        self.requests.append(r)
-            except grpc.RpcError:
-                pass
-        threading.Thread(target=reader, daemon=True).start()
-        while ctx.is_active():
-            try:
-                m = q.get(timeout=0.05)
-            except queue.Empty:
-                continue
-            yield m
-
-    def push(self, version, confs):
-        r = discovery_pb2.DiscoveryResponse(version_info=version,
-                                            nonce="nonce-" + version,
-                                            type_url=TYPE)
-        for c in confs:
-            a = r.resources.add()
-            a.type_url = TYPE
-            a.value = c.SerializeToString()
-        with self.cv:
-            self.current = r
-            for q in self.streams:
-                q.put(r)
-        return r.nonce
-
-    def push_raw(self, version, blobs):
-        """As push, with each resource's bytes given serialized."""
-        r = discovery_pb2.DiscoveryResponse(version_info=version,
-                                            nonce="nonce-" + version,
-                                            type_url=TYPE)
-        for b in blobs:
-            a = r.resources.add()
-            a.type_url = TYPE
-            a.value = b
-        with self.cv:
-            self.current = r
-            for q in self.streams:
-                q.put(r)
-
-    def answer_to(self, nonce):
-        """The request that answered the response with this nonce."""
-        with self.cv:
-            for r in self.requests:
-                if r.response_nonce == nonce:
-                    return r
-        return None
-
-
-def serve(ads, port, creds=None):
-    s = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-    ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(ads, s)
-    if creds is None:
-        got = s.add_insecure_port("127.0.0.1:%d" % port)
-    else:
-        got = s.add_secure_port("127.0.0.1:%d" % port, creds)
-    s.start()
-    return s, got
 
 
 def conf(name, *descs):
