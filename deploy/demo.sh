@@ -16,8 +16,8 @@ cmake --build build-demo -j "$(nproc)" --target rl-server rl-check rl-ctl \
   >>"$log" 2>&1 || { cat "$log"; exit 1; }
 
 server=build-demo/server/rl-server
-check=build-demo/client/rl-check
-ctl=build-demo/server/rl-ctl
+check=build-demo/tools/rl-check
+ctl=build-demo/tools/rl-ctl
 dir=$(mktemp -d /tmp/rl-demo.XXXXXX)
 pids=()
 

@@ -14,7 +14,7 @@
 # (`0.1.0`) names `localhost/rl-server:0.1.0`.
 #
 # Options (before TAG):
-#   --from-build DIR  take server/rl-server and server/rl-ctl from an
+#   --from-build DIR  take server/rl-server and tools/rl-ctl from an
 #                     existing build tree instead of building (the tests)
 #
 # Environment:
@@ -62,16 +62,18 @@ quiet() {
 
 # 1. The binaries.
 if [ -n "$from_build" ]; then
-  bindir=$(cd "$from_build" && pwd)/server
+  top=$(cd "$from_build" && pwd)
 else
   command -v cmake >/dev/null || die "cmake missing: bash deploy/setup-debian.sh"
   quiet cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release \
     -DRL_BUILD_TESTS=OFF
   quiet cmake --build "$build" -j "$(nproc)" --target rl-server rl-ctl
-  bindir=$build/server
+  top=$build
 fi
+# Where each binary is built: the server in server/, rl-ctl in tools/.
+binpath() { case $1 in rl-ctl) echo "$top/tools/$1" ;; *) echo "$top/server/$1" ;; esac; }
 for b in rl-server rl-ctl; do
-  [ -x "$bindir/$b" ] || die "no $bindir/$b"
+  [ -x "$(binpath "$b")" ] || die "no $(binpath "$b")"
 done
 
 # 2. The root file system.
@@ -81,9 +83,9 @@ rm -rf "$root"
 mkdir -p "$root/usr/local/bin" "$root/bin" "$root/etc/ssl/certs"
 for b in rl-server rl-ctl; do
   if command -v strip >/dev/null; then
-    strip --strip-unneeded -o "$root/usr/local/bin/$b" "$bindir/$b"
+    strip --strip-unneeded -o "$root/usr/local/bin/$b" "$(binpath "$b")"
   else
-    cp "$bindir/$b" "$root/usr/local/bin/$b"
+    cp "$(binpath "$b")" "$root/usr/local/bin/$b"
   fi
 done
 # Envoy Gateway's and Istio's Deployments run `command: /bin/ratelimit`;
@@ -100,12 +102,12 @@ copy_lib() {
   cp -L "$src" "$root$src"
 }
 libs=$(for b in rl-server rl-ctl; do
-         ldd "$bindir/$b" | awk '$2 == "=>" && $3 ~ /^\// {print $3}
+         ldd "$(binpath "$b")" | awk '$2 == "=>" && $3 ~ /^\// {print $3}
                                  $1 ~ /^\// {print $1}'
        done | sort -u)
-[ -n "$libs" ] || die "ldd found no libraries in $bindir/rl-server"
+[ -n "$libs" ] || die "ldd found no libraries in $top/server/rl-server"
 for l in $libs; do copy_lib "$l"; done
-interp=$(readelf -l "$bindir/rl-server" |
+interp=$(readelf -l "$top/server/rl-server" |
          sed -n 's/.*Requesting program interpreter: \(.*\)]/\1/p')
 [ -n "$interp" ] || die "rl-server has no program interpreter"
 [ -e "$root$interp" ] || copy_lib "$interp"

@@ -29,7 +29,7 @@
 #   RL_RULES        the rules file every rl-server loads with --config
 #                   (default deploy/rules.yaml in this tree; empty: none).
 #                   Edit it and each server reloads it; switches and quotas:
-#                   build/server/rl-ctl --redis 127.0.0.1:$((RL_PORT+2)) ...
+#                   build/tools/rl-ctl --redis 127.0.0.1:$((RL_PORT+2)) ...
 #
 # Every process is started by this script and recorded by pid in the state
 # directory; `down` signals those pids only, after checking that each still

@@ -1095,7 +1095,7 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out, char *err,
                             "k, m or g suffix, got '%s'",
                             val);
         } else if (strcmp(name, "--envoy-counting") == 0) {
-            /* RLS_ENVOY_COUNT_* (policy/envoy_conf.h) */
+            /* RLS_ENVOY_COUNT_* (envoy/conf.h) */
             if (strcmp(val, "envoy") == 0)
                 c->envoy_counting = 1;
             else if (strcmp(val, "envoy-stop") == 0)

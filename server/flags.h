@@ -109,8 +109,8 @@ typedef struct rls_flags_s {
     const char *envoy_configs[RLS_ENVOY_CONFIGS_MAX];
     size_t nenvoy_configs;
     const char *check_envoy_config; /* validate this Envoy file and exit */
-    /* envoy-ratelimit's per-descriptor statistics (net/envoy_stats.h) and
-     * their statsd exporter (net/statsd.h; empty host: off). */
+    /* envoy-ratelimit's per-descriptor statistics (envoy/stats.h) and
+     * their statsd exporter (envoy/statsd.h; empty host: off). */
     uint64_t envoy_stats;            /* --envoy-stats 0|1 */
     uint64_t envoy_stats_max_values; /* per-value series at most */
     double envoy_near_ratio;         /* --envoy-near-limit-ratio */
@@ -118,7 +118,7 @@ typedef struct rls_flags_s {
     int statsd_port;
     uint64_t statsd_flush_ms;
     /* Or the descriptors from a control plane over xDS (--envoy-xds; empty
-     * host: off; net/xds_client.h), instead of --envoy-config. */
+     * host: off; envoy/xds_client.h), instead of --envoy-config. */
     char envoy_xds_host[RLS_HOST_MAX + 1];
     int envoy_xds_port;
     const char *envoy_xds_node_id;     /* --envoy-xds-node-id */
@@ -136,7 +136,7 @@ typedef struct rls_flags_s {
     int envoy_response_metadata; /* RESPONSE_DYNAMIC_METADATA */
     int envoy_quota_mode;        /* QUOTA_MODE */
     int envoy_counting; /* --envoy-counting: RLS_ENVOY_COUNT_* (envoy) */
-    /* The HTTP check endpoint (net/http_check.h). */
+    /* The HTTP check endpoint (check/http_check.h). */
     char http_host[RLS_HOST_MAX + 1]; /* empty: no --http listener */
     int http_port;
     const char *check_key_header;  /* --check-key-header, or NULL */
@@ -157,8 +157,8 @@ typedef struct rls_flags_s {
     uint64_t tls_max_handshakes;
     uint64_t tls_handshake_rate;
     /* envoy-ratelimit's HTTP listener (HOST:PORT there: /healthcheck,
-     * POST /json; net/envoy_http.h) and its debug listener
-     * (DEBUG_HOST:DEBUG_PORT: /rlconfig; net/debug_http.h); empty: not
+     * POST /json; envoy/http.h) and its debug listener
+     * (DEBUG_HOST:DEBUG_PORT: /rlconfig; envoy/debug_http.h); empty: not
      * opened. Both need --grpc. */
     char envoy_http_host[RLS_HOST_MAX + 1];
     int envoy_http_port;

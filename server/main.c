@@ -7,9 +7,9 @@
 #include <uv.h>
 
 #include "envoy_env.h"
-#include "log.h"
-#include "policy/envoy_conf.h"
-#include "policy/envoy_dir.h"
+#include "base/log.h"
+#include "envoy/conf.h"
+#include "envoy/dir.h"
 #include "policy/limit.h"
 #include "policy/rules.h"
 #include "rl_error.h"

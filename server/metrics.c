@@ -6,12 +6,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "net/envoy_stats.h"
-#include "net/grpc.h"
-#include "net/statsd.h"
-#include "net/xds_client.h"
+#include "envoy/stats.h"
+#include "envoy/grpc.h"
+#include "envoy/statsd.h"
+#include "envoy/xds_client.h"
 #include "process_metrics.h"
-#include "prom.h"
+#include "base/prom.h"
 #include "rl_error.h"
 #include "version.h"
 

@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#include "batch.h"
+#include "core/batch.h"
 #include "flags.h"
 #include "policy/reload.h"
 #include "policy/runtime.h"

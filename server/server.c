@@ -19,12 +19,12 @@
 #include <string.h>
 
 #include "rl_error.h"
-#include "log.h"
+#include "base/log.h"
 #include "metrics.h"
 #include "net/tls.h"
-#include "policy/envoy_dir.h"
+#include "envoy/dir.h"
 #include "server.h"
-#include "util.h"
+#include "base/util.h"
 
 /* Requests per batch. Bounds one store submission (one Redis script run)
  * and the batch's memory; a busier iteration sends several batches. */

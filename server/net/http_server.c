@@ -19,7 +19,7 @@
  * does): the connection then stays unread and unanswered until
  * rls_http_answer; with one request at a time, pipelined requests are
  * answered in order. A connection that closes meanwhile keeps its memory
- * until the answer it is owed arrives (`owed`, as net/conn.c keeps
+ * until the answer it is owed arrives (`owed`, as native/conn.c keeps
  * `inflight`), so a late answer never touches freed memory.
  *
  * Lifetime: rls_http_server_close closes the listener and every
@@ -33,11 +33,11 @@
 #include <string.h>
 #include <strings.h>
 
-#include "log.h"
+#include "base/log.h"
 #include "net/listen.h"
 #include "rl_buf.h"
 #include "rl_error.h"
-#include "util.h"
+#include "base/util.h"
 
 /* After a response that closes the connection, input is drained for at most
  * this long so that the client reads the response rather than a reset. */

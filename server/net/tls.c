@@ -14,10 +14,10 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
-#include "log.h"
+#include "base/log.h"
 #include "net/tls.h"
-#include "ossl.h"
-#include "prom.h"
+#include "base/ossl.h"
+#include "base/prom.h"
 #include "rl_error.h"
 
 struct rls_tls_s {

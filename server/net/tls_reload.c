@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-#include "log.h"
+#include "base/log.h"
 #include "rl_error.h"
 
 static void job_begin(void *arg)

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
+#include "base/log.h"
 #include "rl_error.h"
 
 /* On the loop: what the rebuild compares against. */

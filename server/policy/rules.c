@@ -22,7 +22,7 @@
 #include "rl_parse.h"
 #include "rl_hash.h"
 #include "rl_window.h"
-#include "util.h"
+#include "base/util.h"
 
 struct rls_policy_s {
     unsigned refs;

@@ -7,7 +7,7 @@
 
 #include "rl_error.h"
 #include "rl_parse.h"
-#include "util.h"
+#include "base/util.h"
 
 /* A rule's effective settings under the current switches. */
 typedef struct rls_rule_rt_s {

@@ -8,9 +8,9 @@
 
 #include <hiredis/hiredis.h>
 
-#include "log.h"
+#include "base/log.h"
 #include "rl_error.h"
-#include "util.h"
+#include "base/util.h"
 
 /* Pairs read from one reply at most: a rule has two switches, so this is
  * far above any real fleet; a bigger hash is refused, not half-applied. */

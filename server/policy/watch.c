@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
-#include "policy/envoy_dir.h"
+#include "base/log.h"
+#include "policy/conf_dir.h"
 #include "policy/file_in.h"
 #include "rl_error.h"
 

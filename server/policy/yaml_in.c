@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "rl_error.h"
-#include "util.h"
+#include "base/util.h"
 
 int rls_yaml_in_open(rls_yaml_in_t *y, const char *buf, size_t len,
                      int depth_max, rls_diag_t *diag, const char *file)

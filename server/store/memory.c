@@ -20,14 +20,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
+#include "base/log.h"
 #include "rl_admit.h"
 #include "rl_validate.h"
 #include "rl_error.h"
 #include "rl_hash.h"
 #include "store/memory.h"
 #include "store/store.h"
-#include "util.h"
+#include "base/util.h"
 
 #define SWEEP_EVERY_MS 250
 #define SWEEP_BUDGET 20000 /* counters freed per timer tick, at most */

@@ -48,8 +48,8 @@
 
 #include <hiredis/hiredis.h>
 
-#include "log.h"
-#include "prom.h"
+#include "base/log.h"
+#include "base/prom.h"
 #include "rl_error.h"
 #include "store/redis.h"
 #include "store/redis_cluster.h"

@@ -23,7 +23,7 @@
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
-#include "log.h"
+#include "base/log.h"
 #include "rl_clock.h"
 #include "rl_error.h"
 #include "store/redis_clock.h"

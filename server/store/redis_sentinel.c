@@ -40,7 +40,7 @@
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
-#include "log.h"
+#include "base/log.h"
 #include "rl_error.h"
 #include "store/redis_reply_alloc.h"
 #include "store/redis_sentinel.h"

@@ -18,7 +18,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
-#include "ossl.h"
+#include "base/ossl.h"
 #include "rl_error.h"
 #include "store/redis_tls.h"
 

@@ -29,7 +29,7 @@
 
 #include <uv.h>
 
-#include "prom_hist.h"
+#include "base/prom_hist.h"
 #include "rl_admit.h"
 #include "rl_buf.h"
 #include "rl_validate.h"

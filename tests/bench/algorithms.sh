@@ -89,7 +89,7 @@ trap 'exit 143' TERM
 cmake --build "$build" -j 2 --target floor_redis rl_redis_module \
   >"$out/build.log" 2>&1 || { cat "$out/build.log"; exit 1; }
 npm_dir=${RL_BENCH_NPM_DIR:-$build/npm_peers}
-bench_bin=$build/client/bench/rl-bench
+bench_bin=$build/tools/bench/rl-bench
 module_so=$build/server/redis_module/ratelimit.so
 for tool in redis-server redis-cli jq curl; do
   command -v "$tool" >/dev/null ||

@@ -68,7 +68,7 @@ for store in memory redis; do
   mport=$(rl_port_of "$out/server-$store.ports" metrics)
   sleep 0.3
   for dist in uniform hot; do
-    bench=("$build/client/bench/rl-bench" --server "127.0.0.1:$sport"
+    bench=("$build/tools/bench/rl-bench" --server "127.0.0.1:$sport"
       --connections 4 --inflight 256 --keys 100000 --dist "$dist"
       --limit 100 --window 60 --no-progress)
     "${bench[@]}" --requests 300000 --duration 60 >/dev/null

@@ -40,7 +40,7 @@ pids+=("$vg")
 sport=$(rl_port_of "$out/server.ports" listen)
 sleep 1
 
-bench=("$build/client/bench/rl-bench" --server "127.0.0.1:$sport"
+bench=("$build/tools/bench/rl-bench" --server "127.0.0.1:$sport"
   --connections 4 --inflight 64 --timeout-ms 60000 --give-up 30
   --keys 100000 --dist "$dist" --limit 100 --window 60 --no-progress
   --duration 3600)

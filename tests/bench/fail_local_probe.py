@@ -20,7 +20,7 @@ import time
 import urllib.request
 
 B = sys.argv[1]
-RS, RC = B + "/server/rl-server", B + "/client/rl-check"
+RS, RC = B + "/server/rl-server", B + "/tools/rl-check"
 MODE = os.environ.get("MODE", "kill")
 BEFORE = int(os.environ.get("BEFORE", "100"))
 TMP = tempfile.mkdtemp(prefix="rl-fl-probe-")

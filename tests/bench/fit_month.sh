@@ -14,7 +14,7 @@ args=()
 for a in "$@"; do [ "$a" = --gzip ] && gz=1 || args+=("$a"); done
 build=${args[0]:-build}
 users=${args[1]:-1000000}; requests=${args[2]:-30000000}; days=${args[3]:-30}
-gen=$build/tests/bench/fit_month fit=$build/client/fit/rl-fit
+gen=$build/tests/bench/fit_month fit=$build/tools/fit/rl-fit
 [ -x "$gen" ] && [ -x "$fit" ] || {
   echo "build first: cmake --build $build --target fit_month rl-fit" >&2; exit 2; }
 tmp=$(mktemp -d)

@@ -31,7 +31,7 @@ rounds=${3:-3}
 rate=${RL_RATE:-2000}
 server=${RL_SERVER:-$build/server/rl-server}
 attack=$build/tests/bench/grpc_attack
-bench=$build/client/bench/rl-bench
+bench=$build/tools/bench/rl-bench
 load=$build/tests/bench/grpc_load
 for f in "$server" "$attack" "$bench" "$load"; do
   [ -x "$f" ] || { echo "grpc_attack.sh: missing $f (build first)" >&2; exit 2; }

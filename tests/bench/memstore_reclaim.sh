@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build-bench}
-[ -x "$build/server/rl-server" ] && [ -x "$build/client/bench/rl-bench" ] || {
+[ -x "$build/server/rl-server" ] && [ -x "$build/tools/bench/rl-bench" ] || {
   echo "build first: cmake -S . -B $build -DCMAKE_BUILD_TYPE=Release && cmake --build $build" >&2
   exit 2
 }
@@ -26,7 +26,7 @@ port=$(rl_port_of "$tmp/server.ports" listen)
 
 start=$(rss $pid)
 t0=$(date +%s%3N)
-"$build/client/bench/rl-bench" --server "127.0.0.1:$port" --connections 4 \
+"$build/tools/bench/rl-bench" --server "127.0.0.1:$port" --connections 4 \
   --inflight 256 --keys 1000000 --dist uniform --requests 5000000 \
   --duration 60 --window $window --limit 100 --no-progress --json /tmp/memstore.json >/dev/null
 t1=$(date +%s%3N)

@@ -73,7 +73,7 @@ caught_up() {
   echo "the replica of $1 is behind" >&2
 }
 bench() {
-  "$build/client/bench/rl-bench" --server "127.0.0.1:$1" --no-progress \
+  "$build/tools/bench/rl-bench" --server "127.0.0.1:$1" --no-progress \
     --connections 4 --inflight 256 --duration "$2" --keys 100000 \
     --limit 1000000000 --dist uniform --json "$out/rl.json" >/dev/null
 }

@@ -44,7 +44,7 @@ spids[tls]=$spid
 bench() { # MODE SECONDS
   local tls=()
   [ "$1" = tls ] && tls=(--tls-ca "$out/ca.crt")
-  "$build/client/bench/rl-bench" --server "127.0.0.1:${sp[$1]}" \
+  "$build/tools/bench/rl-bench" --server "127.0.0.1:${sp[$1]}" \
     --no-progress "${tls[@]}" --connections 4 --inflight "${INFLIGHT:-64}" \
     --duration "$2" --keys 100000 --limit 1000000000 --dist uniform \
     --json "$out/rl.json" >/dev/null &

@@ -46,7 +46,7 @@ for rule in one two; do
   for r in $(seq 1 "$rounds"); do
     c0=$(cpu_ticks "$rls_pid")
     r0=$(cpu_ticks "$rpid")
-    "$build/client/bench/rl-bench" --server "127.0.0.1:$sport" --rule "$rule" \
+    "$build/tools/bench/rl-bench" --server "127.0.0.1:$sport" --rule "$rule" \
       --connections 8 --inflight 64 --duration "$secs" --keys 100000 \
       --no-progress --json "$dir/$rule.$r.json" >/dev/null 2>&1
     c1=$(cpu_ticks "$rls_pid")
@@ -102,7 +102,7 @@ for i in 1 2 3; do
 done
 sleep 1
 for v in 0.5 1 0.25 1 0.5; do
-  "$bin/rl-ctl" --redis "127.0.0.1:$rport" --wait-ms 5000 scale one "$v" |
+  "$build/tools/rl-ctl" --redis "127.0.0.1:$rport" --wait-ms 5000 scale one "$v" |
     awk '/applied within/ {ms = $(NF - 1); if (ms > max) max = ms} END {print max + 0}'
 done | tee "$dir/switch.ms" | tr '\n' ' ' | sed 's/^/slowest instance per change, ms: /'
 echo

@@ -107,7 +107,7 @@ bench() {
   local out=$1 hup=${2:-} before
   before=$(metric "$mport" rl_config_reloads_total)
   before=${before:-0}
-  nice -n "$nice" "$build/client/bench/rl-bench" \
+  nice -n "$nice" "$build/tools/bench/rl-bench" \
     --server "127.0.0.1:$sport" --rule api \
     --connections 2 --rate "$rate" --duration "$secs" --keys 100000 \
     --timeout-ms 600000 --no-progress --json "$out" \

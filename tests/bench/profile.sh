@@ -31,7 +31,7 @@ ctx() { awk '/ctxt_switches/ { s += $2 } END { print s }' "/proc/$1/status"; }
 load() {
   local name=$1 u0 s0 r0 c0 d
   shift
-  "$build/client/bench/rl-bench" --server "127.0.0.1:$sport" --no-progress \
+  "$build/tools/bench/rl-bench" --server "127.0.0.1:$sport" --no-progress \
     --warmup 1 --duration 1 --keys 100000 "$@" >/dev/null
   u0=$(field "$spid" 14)
   s0=$(field "$spid" 15)
@@ -48,7 +48,7 @@ load() {
       -- sleep "$secs" 2>/dev/null &
     pr=$!
   fi
-  "$build/client/bench/rl-bench" --server "127.0.0.1:$sport" --no-progress \
+  "$build/tools/bench/rl-bench" --server "127.0.0.1:$sport" --no-progress \
     --duration "$secs" --keys 100000 --json "$out/$name.json" "$@" \
     >/dev/null
   d=$(jf "$out/$name.json" decisions)

@@ -68,7 +68,7 @@ run() { # run NAME REDIS_FLAG_AND_VALUE MASTER_PIDS REPLICA_PIDS
     m0=$(cpu_ticks $masters)
     # shellcheck disable=SC2086
     r0=$( [ -n "$replicas" ] && cpu_ticks $replicas || echo 0)
-    "$build/client/bench/rl-bench" --server "127.0.0.1:$((base + 90))" \
+    "$build/tools/bench/rl-bench" --server "127.0.0.1:$((base + 90))" \
         --no-progress --duration "$secs" --connections 4 --inflight 64 \
         --keys 100000 --limit 100 --window 60 --json "$dir/$name.json" \
         "${extra[@]}" >"$dir/$name.out" 2>&1

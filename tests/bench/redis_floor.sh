@@ -36,7 +36,7 @@ calls() {
     sed -n "s/^cmdstat_$1:calls=\\([0-9]*\\),.*/\\1/p" | grep . || echo 0
 }
 bench() {
-  "$build/client/bench/rl-bench" --server "127.0.0.1:$1" --no-progress \
+  "$build/tools/bench/rl-bench" --server "127.0.0.1:$1" --no-progress \
     --connections 4 --inflight 256 --duration "$2" --keys 100000 \
     --limit 1000000000 --dist uniform --json "$out/rl.json" >/dev/null
 }

@@ -61,7 +61,7 @@ calls() {
     awk '{ s += $1 } END { print s + 0 }'
 }
 bench() {
-  "$build/client/bench/rl-bench" --server "127.0.0.1:$1" --no-progress \
+  "$build/tools/bench/rl-bench" --server "127.0.0.1:$1" --no-progress \
     --connections 4 --inflight "${INFLIGHT:-256}" --duration "$2" --keys 100000 \
     --limit 1000000000 --dist uniform --json "$out/rl.json" >/dev/null
 }

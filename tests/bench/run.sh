@@ -104,7 +104,7 @@ cmake --build "$build" -j 2 --target rl-server rl-bench baseline_hiredis \
   floor_echo floor_redis rl_redis_module \
   >"$out/build.log" 2>&1 || { cat "$out/build.log"; exit 1; }
 server_bin=$build/server/rl-server
-bench_bin=$build/client/bench/rl-bench
+bench_bin=$build/tools/bench/rl-bench
 base_bin=$build/tests/bench/baseline_hiredis
 floor_bin=$build/tests/bench
 for tool in redis-server redis-benchmark redis-cli curl; do
@@ -414,7 +414,7 @@ note[floor_ping]="one round trip to Redis, 1 client: this VM's floor; per PING"
 # at light load), shorter. Then at 50,000/s: the two floor servers, then
 # rl-server as the machine is; then with rl-bench's --keep-awake
 # (idle-priority spinners, so idle vCPUs do not halt; see
-# client/bench/awake.c), a longer run through which rl-server's RSS is
+# tools/bench/awake.c), a longer run through which rl-server's RSS is
 # sampled; then, still awake, with Redis on a CPU of its own (rl-server and
 # rl-bench on the other), as deploy/README.md advises; and last against an
 # rl-server on the memory store, the same path without Redis.

@@ -36,14 +36,14 @@ run() { # store-name [--redis HOST:PORT]
   gp=$(rl_port_of "$tmp/server.ports" grpc)
   hp=$(rl_port_of "$tmp/server.ports" http)
   echo "== $name store"
-  "$build/client/bench/rl-bench" --server 127.0.0.1:$lp --connections 4 \
+  "$build/tools/bench/rl-bench" --server 127.0.0.1:$lp --connections 4 \
     --inflight 64 --duration "$secs" --keys 100000 2>&1 | \
     grep -Ei 'decisions|p50|p99|latency' | sed 's/^/native: /'
   "$build/tests/bench/grpc_load" "$gp" 4 64 "$secs" 100000 1
   "$build/tests/bench/grpc_load" "$gp" 4 64 "$secs" 100000 4
   # One request outstanding per connection, as proxies send auth
   # subrequests, for HTTP and for the native protocol alike.
-  "$build/client/bench/rl-bench" --server 127.0.0.1:$lp --connections 16 \
+  "$build/tools/bench/rl-bench" --server 127.0.0.1:$lp --connections 16 \
     --inflight 1 --duration "$secs" --keys 100000 2>&1 | \
     grep -Ei 'decisions|p50|p99|latency' | sed 's/^/native 16x1: /'
   "$build/tests/bench/http_check_load" --addr 127.0.0.1:$hp --rule bench \

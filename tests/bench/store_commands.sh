@@ -21,6 +21,6 @@ cc -std=c11 -O2 -D_POSIX_C_SOURCE=200809L -DRL_BENCH_COUNT_MALLOC \
   -Wall -Wextra -Itests/support -Iserver -Ilib -I"$out" \
   tests/bench/store_commands.c tests/support/rlt.c server/store/redis*.c \
   server/store/store.c \
-  server/log.c server/prom_hist.c lib/*.c \
+  server/base/log.c server/base/prom_hist.c lib/*.c \
   $(pkg-config --cflags --libs hiredis libuv) -o "$out/store_commands"
 "$out/store_commands" "$@"

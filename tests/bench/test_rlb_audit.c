@@ -1,4 +1,4 @@
-/* rl-bench's audit table (client/bench/audit.c): sized up front for the
+/* rl-bench's audit table (tools/bench/audit.c): sized up front for the
  * windows a run expects, it takes them all without growing (a grow is a
  * rehash of everything that stalls rl-bench's loop mid-run, inside the
  * latencies it measures); unsized, it grows and still holds every window;

@@ -1,4 +1,4 @@
-/* rl-bench's lease audit (client/bench/lease.c) on scripted answers: a
+/* rl-bench's lease audit (tools/bench/lease.c) on scripted answers: a
  * lease counts from its grant to its release (or its end when never
  * released), within the skew; grants are checked only once the horizon has
  * passed them, so a release answered after a later grant still counts;

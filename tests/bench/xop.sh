@@ -61,7 +61,7 @@ bench() {
   reserve) a=(--op reserve --rule tokens) ;;
   acquire) a=(--op acquire --rule slots) ;;
   esac
-  "$build/client/bench/rl-bench" --server "127.0.0.1:${sp[$1]}" \
+  "$build/tools/bench/rl-bench" --server "127.0.0.1:${sp[$1]}" \
     --no-progress --connections "$conns" --inflight "$inflight" \
     --duration "$3" --keys 100000 --dist uniform "${a[@]}" \
     --json "$out/rl.json" >"$out/rl.txt"

@@ -1,4 +1,4 @@
-/* rl-fit's line parsers (client/fit/fit_log.c): combined and JSON lines,
+/* rl-fit's line parsers (tools/fit/fit_log.c): combined and JSON lines,
  * times, and the key expression, on well-formed and malformed lines. Each
  * line sits in a heap block of exactly its length, so ASan catches any
  * read past it. */

@@ -545,7 +545,7 @@ scenario_password() {
 # ---- ctl ------------------------------------------------------------------
 
 rc_ctl() {
-    "$(dirname "$RL_SERVER_BIN")/rl-ctl" --redis-cluster \
+    "$(dirname "$RL_SERVER_BIN")/../tools/rl-ctl" --redis-cluster \
         "127.0.0.1:$(rc_port 2),127.0.0.1:$(rc_port 5)" "$@"
 }
 
@@ -652,7 +652,7 @@ scenario_tls() {
         t_log "master :$p dbsize $n (over TLS)"
         t_check "master :$p holds counters" [ "$n" -gt 100 ]
     done
-    "$(dirname "$RL_SERVER_BIN")/rl-ctl" --redis-cluster \
+    "$(dirname "$RL_SERVER_BIN")/../tools/rl-ctl" --redis-cluster \
         "rediss://127.0.0.1:$(rc_port 2),127.0.0.1:$(rc_port 5)" \
         --redis-tls-ca "$T_DIR/tls/ca.crt" --wait-ms 5000 \
         quota set api tq 2/3600 >"$T_DIR/ctl.out" 2>&1 ||

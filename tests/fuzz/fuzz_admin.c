@@ -49,8 +49,8 @@
 
 #include <uv.h>
 
-#include "log.h"
-#include "net/admin.h"
+#include "base/log.h"
+#include "admin.h"
 #include "net/http.h"
 #include "net/tls.h"
 #include "rl_buf.h"

@@ -1,6 +1,6 @@
 /* Fuzz target: the HTTP check request as the --http listener reads it:
  * the head (server/net/http.c), then the query string and headers
- * (server/net/http_check_query.c: percent-decoding, bounds, header lookup).
+ * (server/check/http_check_query.c: percent-decoding, bounds, header lookup).
  *
  * The input is split: its first byte picks the options (key header none,
  * X-Forwarded-For or X-User-Id; rule header or not), the rest is the
@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "net/http_check_query.h"
+#include "check/http_check_query.h"
 #include "net/http.h"
 #include "rl_error.h"
 

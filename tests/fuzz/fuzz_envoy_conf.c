@@ -1,4 +1,4 @@
-/* Fuzz target: the --envoy-config loader (server/policy/envoy_conf.c).
+/* Fuzz target: the --envoy-config loader (server/envoy/conf.c).
  *
  * Any bytes as a file. Beyond "does not crash or leak":
  *   - the result is RL_OK, RL_EINVAL or RL_ENOMEM; RL_EINVAL always comes
@@ -24,8 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
-#include "policy/envoy_conf.h"
+#include "base/log.h"
+#include "envoy/conf.h"
 #include "rl_error.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -1,4 +1,4 @@
-/* Fuzz target: rl-fit's access-log line parsers (client/fit/fit_log.c):
+/* Fuzz target: rl-fit's access-log line parsers (tools/fit/fit_log.c):
  * combined format and JSON lines, with the key expression and times.
  *
  * Byte 0 picks the mode: bit 0 the format (combined, JSON), bits 1-2 the

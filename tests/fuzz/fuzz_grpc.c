@@ -1,7 +1,7 @@
 /* Fuzz target: the --grpc listener's input path, end to end: nghttp2's
- * server session, the stream and message handling of server/net/grpc.c,
+ * server session, the stream and message handling of server/envoy/grpc.c,
  * the RateLimitRequest decoding and descriptor mapping of
- * server/net/envoy_rls.c, the batcher and the memory store, on a real
+ * server/envoy/rls.c, the batcher and the memory store, on a real
  * libuv loop with the server's own tick.
  *
  * The input's first byte chooses how it is sent (a valid client preface
@@ -51,13 +51,13 @@
 
 #include <uv.h>
 
-#include "batch.h"
+#include "core/batch.h"
 #include "h2raw.h"
-#include "log.h"
-#include "net/grpc.h"
+#include "base/log.h"
+#include "envoy/grpc.h"
 #include "flags.h"
-#include "net/envoy_stats.h"
-#include "policy/envoy_conf.h"
+#include "envoy/stats.h"
+#include "envoy/conf.h"
 #include "policy/runtime.h"
 #include "rl_error.h"
 #include "store/memory.h"

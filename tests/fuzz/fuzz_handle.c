@@ -1,4 +1,4 @@
-/* Fuzz target: reservation and lease handles (server/handle.c), which
+/* Fuzz target: reservation and lease handles (server/core/handle.c), which
  * come back from clients in SETTLE, RELEASE and RENEW. Beyond "does not
  * crash or leak", it checks the contract:
  *   - rls_handle_decode returns RL_OK or RL_EINVAL with a reason, and
@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "handle.h"
+#include "core/handle.h"
 #include "rl_error.h"
 #include "rl_validate.h"
 

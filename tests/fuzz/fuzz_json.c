@@ -1,5 +1,5 @@
 /* Fuzz target: Envoy's ShouldRateLimit in JSON, as POST /json reads it
- * and answers it (server/net/envoy_json.c).
+ * and answers it (server/envoy/json.c).
  *
  * Beyond "does not crash", it checks the reader's and the writer's
  * contract:
@@ -25,8 +25,8 @@
 
 #include "envoy/service/ratelimit/v3/rls.pb-c.h"
 #include "google/protobuf/struct.pb-c.h"
-#include "net/envoy_json.h"
-#include "net/envoy_rls.h"
+#include "envoy/json.h"
+#include "envoy/rls.h"
 #include "rl_buf.h"
 #include "rl_error.h"
 

@@ -36,7 +36,7 @@
 #include <hiredis/hiredis.h>
 #include <uv.h>
 
-#include "log.h"
+#include "base/log.h"
 #include "policy/rules.h"
 #include "policy/runtime.h"
 #include "policy/switches.h"

@@ -1,5 +1,5 @@
 /* Fuzz target: what a control plane sends rl-server's xDS client
- * (server/net/xds_client.c) on its stream: nghttp2's client session
+ * (server/envoy/xds_client.c) on its stream: nghttp2's client session
  * (SETTINGS, HEADERS and HPACK, CONTINUATION, DATA, flow control, PING,
  * RST_STREAM, GOAWAY), the client's header bounds, the gRPC message
  * framing (the 5-byte prefix, compressed and oversized messages, a
@@ -48,9 +48,9 @@
 
 #include <uv.h>
 
-#include "log.h"
-#include "net/xds_client.h"
-#include "policy/envoy_conf.h"
+#include "base/log.h"
+#include "envoy/xds_client.h"
+#include "envoy/conf.h"
 #include "rl_error.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -1,5 +1,5 @@
 /* Fuzz target: a control plane's DiscoveryResponse, decoded and turned
- * into YAML (server/policy/xds_conf.c), then built as a configuration
+ * into YAML (server/envoy/xds_conf.c), then built as a configuration
  * (envoy_conf.c), as the --envoy-xds client does with every message.
  *
  * Any bytes as the message. Beyond "does not crash or leak":
@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "policy/xds_conf.h"
+#include "envoy/xds_conf.h"
 #include "rl_buf.h"
 #include "rl_error.h"
 

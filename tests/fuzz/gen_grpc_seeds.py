@@ -116,7 +116,7 @@ SEEDS = {
          0x41, 0x02]) + b"rl"               # :authority rl, inserted
         + bytes([0x40, 0x01]) + b"x" + bytes([0x05]) + b"vvvvv"  # x, inserted
         + bytes([0xBE, 0xBE, 0xBE])),       # x three times more
-    # grpc.health.v1 (net/grpc_health.c): Check for "", envoy-ratelimit's
+    # grpc.health.v1 (envoy/health.c): Check for "", envoy-ratelimit's
     # name, the RLS service's, an unknown one (NOT_FOUND), a message that is
     # no HealthCheckRequest (INTERNAL).
     "health_check": mode() + health_call(1, b"Check")

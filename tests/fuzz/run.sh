@@ -65,7 +65,7 @@ own_flags() {
 out=build-fuzz
 mkdir -p "$out/obj" "$out/logs" "$out/gen" "$out/store"
 cflags="-std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -g -O1
-  -fno-sanitize-recover=undefined -Ilib -Iserver -Iclient/fit
+  -fno-sanitize-recover=undefined -Ilib -Iserver -Itools/fit
   -Itests/support -I$out -I$out/gen
   $(pkg-config --cflags libuv yaml-0.1 hiredis libnghttp2 libprotobuf-c)"
 libs="$(pkg-config --libs libuv yaml-0.1 hiredis libnghttp2 libprotobuf-c)
@@ -107,13 +107,13 @@ build() {
     rm -rf "$out/gen.new"
     srcs=$(find lib server "$out/gen" -name '*.c' ! -name main.c \
         ! -name rl-ctl.c ! -path '*/redis_module/module.c' | sort)
-    srcs="$srcs client/fit/fit_log.c tests/support/h2raw.c"
+    srcs="$srcs tools/fit/fit_log.c tests/support/h2raw.c"
     for f in $srcs; do
         o="$out/obj/$(echo "$f" | tr / _).o"
         objs+=("$o")
         # Rebuilt when the source or any header is newer (coarse, safe).
         if [ ! "$o" -nt "$f" ] || [ -n "$(find lib server "$out/gen" \
-            client/fit tests/support -name '*.h' -newer "$o" | head -1)" ]; then
+            tools/fit tests/support -name '*.h' -newer "$o" | head -1)" ]; then
             stale+=("$f $o")
         fi
     done

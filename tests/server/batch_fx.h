@@ -19,7 +19,7 @@
 #include <cmocka.h>
 #include <uv.h>
 
-#include "batch.h"
+#include "core/batch.h"
 #include "policy/rules.h"
 #include "policy/runtime.h"
 #include "store/store.h"

@@ -9,7 +9,7 @@
 
 #include <string.h>
 
-#include "fail_local.h"
+#include "core/fail_local.h"
 #include "rl_error.h"
 
 #define LOCAL_WORDS "decided by this instance alone"

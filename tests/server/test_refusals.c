@@ -1,4 +1,4 @@
-/* The refusal cache's table (server/refusals.c): it starts small and grows
+/* The refusal cache's table (server/core/refusals.c): it starts small and grows
  * with its entries, keeps every entry it can place, never holds more than
  * its cap, and an empty cache answers without reading its table. */
 #include <setjmp.h>
@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "refusals.h"
+#include "core/refusals.h"
 
 static void learn(rls_refusals_t *c, uint32_t i, uint64_t now)
 {

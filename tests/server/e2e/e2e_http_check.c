@@ -1,4 +1,4 @@
-/* The HTTP check endpoint (--http, server/net/http_check.c) end to end: an
+/* The HTTP check endpoint (--http, server/check/http_check.c) end to end: an
  * rl-server process, raw HTTP/1.1 over loopback.
  *
  *   - 200 up to the limit, then 429 with Retry-After; every decision with

@@ -635,7 +635,7 @@ def reserve_refund_probe(c, redis_port, n=3000):
 
 
 def forge(handle, secret, key, estimate):
-    """A reservation handle (server/handle.h's layout) made from one this
+    """A reservation handle (server/core/handle.h's layout) made from one this
     service issued: another caller's key, another estimate, a fresh id,
     signed as the server signs (HMAC-SHA256 under SHA-256 of the secret's
     bytes, 16 bytes)."""
@@ -787,7 +787,7 @@ def secret_after_flush(conns, store, redis_port):
 def stored_quota(c, store):
     """rl-ctl's stored quota for a concurrency rule sets the caller's N
     (its one "N/S"), scaled, across the fleet."""
-    rl_ctl = os.path.join(os.path.dirname(RL_SERVER), "rl-ctl")
+    rl_ctl = os.path.join(os.path.dirname(os.path.dirname(RL_SERVER)), "tools", "rl-ctl")
     addr = (["--redis-cluster", store[1]] if store[0] == "--redis-cluster"
             else ["--redis", store[1]])
     out = subprocess.run([rl_ctl] + addr + ["--prefix", "xop:", "--wait-ms",
@@ -811,7 +811,7 @@ def switches_and_metrics(c, store, ports):
     """rl-ctl's mode off on a concurrency rule: leases allowed, nothing
     taken (their release changes nothing); back to the file's mode. And
     the per-rule counters on /metrics."""
-    rl_ctl = os.path.join(os.path.dirname(RL_SERVER), "rl-ctl")
+    rl_ctl = os.path.join(os.path.dirname(os.path.dirname(RL_SERVER)), "tools", "rl-ctl")
     addr = (["--redis-cluster", store[1]] if store[0] == "--redis-cluster"
             else ["--redis", store[1]])
 

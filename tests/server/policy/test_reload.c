@@ -26,8 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "policy/envoy_reload.h"
+#include "base/log.h"
+#include "envoy/reload.h"
 #include "policy/reload.h"
 #include "rl_error.h"
 #include "rlt_fx.h"

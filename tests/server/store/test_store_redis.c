@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "rl_error.h"
-#include "batch.h"
+#include "core/batch.h"
 #include "flags.h"
 #include "server.h"
 #include "store/redis.h"

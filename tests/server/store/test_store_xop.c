@@ -25,7 +25,7 @@
 #include "store/redis_cluster.h"
 #include "store/store.h"
 #include "store_redis_fx.h"
-#include "util.h"
+#include "base/util.h"
 
 /* ---- a store under test ------------------------------------------------*/
 
