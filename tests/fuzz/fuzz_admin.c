@@ -348,7 +348,8 @@ static void run_one(const uint8_t *data, size_t size)
     struct linger lg = {1, 0};
     int one = 1;
     size_t piece, off = 0, nok, npred, got_resp, steps;
-    int fd, quiet = 0, eof = 0, tls;
+    int fd, quiet = 0, wdone = 0, rdone = 0, tls;
+    uint64_t timed_out;
     const uint8_t *body;
     size_t blen;
 
@@ -367,6 +368,7 @@ static void run_one(const uint8_t *data, size_t size)
      * gets the alert: not HTTP. */
     tls = piece != 1 && rls_tls_is_hello(body, blen);
     predict(body, blen, pred, &nok, &npred);
+    timed_out = rls_http_server_stats(S.admin.http)->timed_out;
 
     CHECK((fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
                        0)) >= 0);
@@ -388,7 +390,7 @@ static void run_one(const uint8_t *data, size_t size)
     for (steps = 0; quiet < QUIET_STEPS; steps++) {
         int moved = 0;
         CHECK(steps < 100000);
-        if (off < blen && !eof) {
+        if (off < blen && !wdone) {
             /* At most PIECES_MAX pieces, then the rest at once: each
              * piece is a TCP segment through the kernel's loopback. */
             size_t want = piece == 0 || steps >= PIECES_MAX ? blen - off
@@ -399,21 +401,26 @@ static void run_one(const uint8_t *data, size_t size)
                 off += (size_t)k;
                 moved = 1;
             } else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
-                eof = 1; /* the server closed: the rest is not sent */
+                wdone = 1; /* the server closed: the rest is not sent */
             }
         }
         uv_run(&S.loop, UV_RUN_NOWAIT);
-        if (!eof) {
+        /* Read on after a refused send: what the server answered before
+         * it closed is still to be read. */
+        if (!rdone) {
             ssize_t k = drain(fd);
             if (k < 0)
-                eof = 1;
+                rdone = wdone = 1;
             moved |= k > 0;
         }
         quiet = moved ? 0 : quiet + 1;
-        if (off < blen && !eof)
+        if (off < blen && !wdone)
             quiet = 0;
     }
-    if (!tls) {
+    /* A connection the server closed at its header deadline or idle limit
+     * (this process was not run for seconds, on a loaded machine) was cut
+     * by the clock, not by the input: what it answered is not predicted. */
+    if (!tls && rls_http_server_stats(S.admin.http)->timed_out == timed_out) {
         /* Every head that ended is answered, and nothing else. */
         got_resp = check_responses(pred, npred);
         CHECK(got_resp >= nok);
