@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <nghttp2/nghttp2.h>
 #include <openssl/err.h>
@@ -851,6 +852,27 @@ static void on_connect(uv_connect_t *req, int status)
     conn_send(c);
 }
 
+/* A new connection struct, its handle initialized, as x's; NULL when out
+ * of memory. */
+static rls_xds_conn_t *conn_new(rls_xds_t *x)
+{
+    rls_xds_conn_t *c;
+
+    if ((c = calloc(1, sizeof(*c))) == NULL)
+        return NULL;
+    c->x = x;
+    c->gen = ++x->gen;
+    c->sid = -1;
+    rl_buf_init(&c->in, RLS_XDS_MSG_MAX + 5);
+    rl_buf_init(&c->reqs, REQS_MAX);
+    rl_buf_init(&c->out, OUT_MAX + 65536);
+    uv_tcp_init(x->loop, &c->tcp);
+    c->tcp.data = c;
+    x->c = c;
+    c->creq.data = c;
+    return c;
+}
+
 static void on_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *ai)
 {
     rls_xds_t *x = g->data;
@@ -868,23 +890,13 @@ static void on_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *ai)
         retry_later(x);
         return;
     }
-    if ((c = calloc(1, sizeof(*c))) == NULL) {
+    if ((c = conn_new(x)) == NULL) {
         uv_freeaddrinfo(ai);
         retry_later(x);
         return;
     }
-    c->x = x;
-    c->gen = ++x->gen;
-    c->sid = -1;
-    rl_buf_init(&c->in, RLS_XDS_MSG_MAX + 5);
-    rl_buf_init(&c->reqs, REQS_MAX);
-    rl_buf_init(&c->out, OUT_MAX + 65536);
-    uv_tcp_init(x->loop, &c->tcp);
-    c->tcp.data = c;
     uv_tcp_nodelay(&c->tcp, 1);
     uv_tcp_keepalive(&c->tcp, 1, KEEPALIVE_S);
-    x->c = c;
-    c->creq.data = c;
     status = uv_tcp_connect(&c->creq, &c->tcp, ai->ai_addr, on_connect);
     uv_freeaddrinfo(ai);
     if (status != 0) {
@@ -893,6 +905,33 @@ static void on_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *ai)
     }
     x->timer_state = T_CONNECT;
     uv_timer_start(&x->timer, on_timer, CONNECT_MS, 0);
+}
+
+/* The first connection over the socket given to rls_xds_start_fd: from
+ * there on as if a connect had just succeeded. */
+static void adopt(rls_xds_t *x)
+{
+    rls_xds_conn_t *c;
+    int fd = x->adopt_fd, rc;
+
+    x->adopt_fd = -1;
+    if ((c = conn_new(x)) == NULL) {
+        close(fd);
+        retry_later(x);
+        return;
+    }
+    if ((rc = uv_tcp_open(&c->tcp, fd)) != 0) {
+        close(fd);
+        conn_drop(x, uv_strerror(rc));
+        return;
+    }
+    /* Refused by a socket that is not TCP (a socketpair's end): no
+     * matter. */
+    uv_tcp_nodelay(&c->tcp, 1);
+    uv_tcp_keepalive(&c->tcp, 1, KEEPALIVE_S);
+    x->timer_state = T_CONNECT;
+    uv_timer_start(&x->timer, on_timer, CONNECT_MS, 0);
+    on_connect(&c->creq, 0);
 }
 
 static void resolve(rls_xds_t *x)
@@ -904,6 +943,10 @@ static void resolve(rls_xds_t *x)
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
+    if (x->adopt_fd >= 0) {
+        adopt(x);
+        return;
+    }
     snprintf(port, sizeof(port), "%d", x->o.port);
     x->gai.data = x;
     rc = uv_getaddrinfo(x->loop, &x->gai, on_resolved, x->o.host, port, &hints);
@@ -1016,6 +1059,7 @@ int rls_xds_start(rls_xds_t *x, uv_loop_t *loop, const rls_xds_opts_t *o,
     int rc;
 
     memset(x, 0, sizeof(*x));
+    x->adopt_fd = -1;
     x->loop = loop;
     x->o = *o;
     if (x->o.backoff_min_ms == 0)
@@ -1063,11 +1107,28 @@ int rls_xds_start(rls_xds_t *x, uv_loop_t *loop, const rls_xds_opts_t *o,
     return 0;
 }
 
+int rls_xds_start_fd(rls_xds_t *x, uv_loop_t *loop, const rls_xds_opts_t *o,
+                     int fd, rls_xds_install_fn install, void *arg, char *err,
+                     size_t errlen)
+{
+    int rc = rls_xds_start(x, loop, o, install, arg, err, errlen);
+
+    if (rc != 0)
+        close(fd);
+    else
+        x->adopt_fd = fd; /* taken when the first connection is due */
+    return rc;
+}
+
 void rls_xds_close(rls_xds_t *x)
 {
     if (!x->started || x->closing)
         return;
     x->closing = 1;
+    if (x->adopt_fd >= 0) {
+        close(x->adopt_fd);
+        x->adopt_fd = -1;
+    }
     if (x->c != NULL) {
         rls_xds_conn_t *c = x->c;
         x->c = NULL;

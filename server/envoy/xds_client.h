@@ -121,6 +121,7 @@ typedef struct rls_xds_s {
     rls_xds_stats_t stats;
     struct ssl_ctx_st *tls; /* from o's tls_*, NULL: cleartext */
     int started, closing;
+    int adopt_fd; /* rls_xds_start_fd's socket, until taken; else -1 */
 } rls_xds_t;
 
 /* Starts connecting (at once). x is the caller's and must stay valid until
@@ -130,6 +131,14 @@ typedef struct rls_xds_s {
 int rls_xds_start(rls_xds_t *x, uv_loop_t *loop, const rls_xds_opts_t *o,
                   rls_xds_install_fn install, void *arg, char *err,
                   size_t errlen);
+
+/* As rls_xds_start, but the first connection is the connected socket fd
+ * (tests and fuzzing: a socketpair's end), taken as if a connect to
+ * host:port had just succeeded; later ones connect to host:port. fd is
+ * x's from the call on (closed on failure too). */
+int rls_xds_start_fd(rls_xds_t *x, uv_loop_t *loop, const rls_xds_opts_t *o,
+                     int fd, rls_xds_install_fn install, void *arg, char *err,
+                     size_t errlen);
 
 /* Closes the connection and the handles (idempotent; fine if never
  * started); a build under way is discarded when it ends. */

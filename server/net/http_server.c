@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "net/listen.h"
@@ -791,7 +792,7 @@ void rls_http_server_set_max_body(rls_http_server_t *m, size_t max_body)
 /* ------------------------------------------------------------------------ */
 /* Listener */
 
-static void accept_one(rls_http_server_t *m);
+static void accept_one(rls_http_server_t *m, int fd);
 
 /* How readily a connection gives way to a new one when the listener is
  * full: lower ranks go first, the oldest `since` first within a rank; -1
@@ -852,16 +853,17 @@ static void on_spare_closed(uv_handle_t *h)
      * accepted; accepting it now resumes the listener. */
     if (m->accept_pending && !m->closing) {
         m->accept_pending = 0;
-        accept_one(m);
+        accept_one(m, -1);
     }
     maybe_free(m);
 }
 
-/* Takes the next connection off the listener: into its own struct when
- * under the cap and memory allows, else into the spare handle, which
- * answers 503 and closes. With the spare busy the connection waits in the
- * kernel's backlog until the spare is free again. */
-static void accept_one(rls_http_server_t *m)
+/* Takes the next connection off the listener (fd < 0) or the connected
+ * socket fd: into its own struct when under the cap and memory allows,
+ * else into the spare handle, which answers 503 and closes. With the
+ * spare busy the connection waits in the kernel's backlog until the spare
+ * is free again (an fd is closed, counted refused). */
+static void accept_one(rls_http_server_t *m, int fd)
 {
     static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\n"
                                "Content-Type: text/plain; charset=utf-8\r\n"
@@ -898,8 +900,11 @@ static void accept_one(rls_http_server_t *m)
         m->live++;
         m->nconns++;
         rls_list_push(&m->conns, &c->node);
-        if (uv_accept((uv_stream_t *)&m->listener, (uv_stream_t *)&c->tcp) !=
-            0) {
+        if (fd >= 0 ? uv_tcp_open(&c->tcp, fd) != 0
+                    : uv_accept((uv_stream_t *)&m->listener,
+                                (uv_stream_t *)&c->tcp) != 0) {
+            if (fd >= 0)
+                close(fd);
             conn_close(c);
             return;
         }
@@ -926,6 +931,11 @@ static void accept_one(rls_http_server_t *m)
     }
     if (c == NULL && m->nconns < m->max_conns)
         RLS_ERROR("out of memory accepting an http connection", NULL);
+    if (m->spare_busy && fd >= 0) {
+        m->stats.refused++;
+        close(fd);
+        return;
+    }
     if (m->spare_busy) {
         m->accept_pending = 1;
         return;
@@ -933,7 +943,10 @@ static void accept_one(rls_http_server_t *m)
     uv_tcp_init(m->loop, &m->spare);
     m->spare.data = m;
     m->spare_busy = 1;
-    if (uv_accept((uv_stream_t *)&m->listener, (uv_stream_t *)&m->spare) == 0) {
+    if (fd >= 0 && uv_tcp_open(&m->spare, fd) != 0)
+        close(fd);
+    else if (fd >= 0 || uv_accept((uv_stream_t *)&m->listener,
+                                  (uv_stream_t *)&m->spare) == 0) {
         RLS_DEBUG("http connection refused", " open=%u max=%u", m->nconns,
                   m->max_conns);
         m->stats.refused++;
@@ -953,7 +966,16 @@ static void on_connection(uv_stream_t *listener, int status)
         RLS_WARN("http accept failed", " err=\"%s\"", uv_strerror(status));
         return;
     }
-    accept_one(m);
+    accept_one(m, -1);
+}
+
+void rls_http_server_adopt(rls_http_server_t *m, int fd)
+{
+    if (m->closing || m->stopping) {
+        close(fd);
+        return;
+    }
+    accept_one(m, fd);
 }
 
 static void on_listener_closed(uv_handle_t *h)

@@ -98,6 +98,12 @@ int rls_http_server_start(rls_http_server_t **out, uv_loop_t *loop,
                           const char *host, int port, rls_http_route_fn route,
                           void *arg);
 
+/* Serves the connected socket fd as if the listener had just accepted it
+ * (tests and fuzzing: a socketpair's end), under the same cap, deadlines
+ * and TLS. fd is the server's from the call on (closed when refused, or
+ * when the listener is closing). */
+void rls_http_server_adopt(rls_http_server_t *h, int fd);
+
 /* The port the listener is bound to, or a negative libuv error. */
 int rls_http_server_port(const rls_http_server_t *h);
 

@@ -9,19 +9,16 @@
  * the page renders, fails, or is large) and how the rest is written (at
  * once, or in up to 32 pieces of 1, 7 or 100 bytes, the loop stepped
  * between them, then the rest); the rest is what one client sends on one
- * connection. The target's socket has TCP_NODELAY, so each piece leaves
- * at once (not when the server's delayed ACK comes).
+ * connection.
  *
- * How the bytes get there: rls_admin_start on 127.0.0.1 port 0 once, and
- * each input is one loopback TCP connection to it. The target closes
- * with a reset (SO_LINGER 0), which leaves no TIME_WAIT on its side; the
- * server closes first after a Connection: close or a refused head, and
- * its TIME_WAIT holds that connection's addresses for a minute. So each
- * connection comes from another source address of 127.0.0.0/8 (the
- * input's sequence number spread over 127.1.0.1 to 127.254.255.254):
- * no two connections within minutes share addresses, and the ports do
- * not run out however many inputs run (issue 41: an hour's run stopped
- * at 44 minutes on this connect).
+ * How the bytes get there: rls_admin_start on 127.0.0.1 port 0 once (its
+ * listener stays idle), and each input is one Unix socketpair, one end
+ * the target's, the other adopted by the listener as if it had accepted
+ * it (rls_http_server_adopt): the same connection code from there on,
+ * nothing in the kernel that runs out however many inputs run (issue 41:
+ * with a loopback TCP connection an input, an hour's run stopped at 44
+ * minutes on its connect), and each piece the target writes is in the
+ * server's next read at once.
  *
  * Beyond "does not crash": the bytes that come back are whole responses,
  * each "HTTP/1.1 NNN", a Content-Length and that many bytes of body
@@ -33,7 +30,7 @@
  * health's reason, another method on them 405 with Allow, a bad head 400,
  * 414 or 431 and Connection: close (other paths: any status, the routes of
  * other front ends may grow); every request whose head ended is answered,
- * none more; once reset, the connection is gone within a bounded number
+ * none more; once closed, the connection is gone within a bounded number
  * of loop steps; at exit nothing leaks (ASan/LSan).
  *
  * Built two ways (tests/fuzz/CMakeLists.txt, tests/fuzz/run.sh): with
@@ -42,9 +39,7 @@
  * every build. */
 #define _GNU_SOURCE /* memmem */
 #include <errno.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -82,7 +77,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define QUIET_STEPS 4
 /* Pieces an input is written in, at most (then the rest at once). */
 #define PIECES_MAX 32
-/* Steps, at most, for the server to see the reset and close. */
+/* Steps, at most, for the server to see the end and close. */
 #define CLOSE_STEPS 1000
 
 static struct {
@@ -131,6 +126,7 @@ static void setup(void)
     if (S.up)
         return;
     S.up = 1;
+    signal(SIGPIPE, SIG_IGN); /* a write after the target closed: EPIPE */
     rls_log_set_level("error");
     CHECK(uv_loop_init(&S.loop) == 0);
     CHECK(rls_admin_start(&S.admin, &S.loop, "127.0.0.1", 0, page, health,
@@ -275,46 +271,6 @@ static size_t check_responses(const pred_t *p, size_t np)
 
 /* ---- one connection ---------------------------------------------------- */
 
-/* Connects the non-blocking fd to sa. libFuzzer's timers send this
- * process signals, and a blocking connect that one interrupts fails with
- * EINTR while the handshake goes on (issue 41: an hour's run stopped on
- * it at 44 minutes): so the connect is waited for, the loop stepped
- * meanwhile (the listener accepts on it), until the socket is writable
- * and its error 0. */
-static void connect_to(int fd, const struct sockaddr_in *sa)
-{
-    struct pollfd p = {fd, POLLOUT, 0};
-    socklen_t len = sizeof(int);
-    int rc, err = 0, steps;
-
-    rc = connect(fd, (const struct sockaddr *)sa, sizeof(*sa));
-    if (rc == 0)
-        return;
-    CHECK(errno == EINPROGRESS || errno == EINTR);
-    for (steps = 0;; steps++) {
-        CHECK(steps < 10000); /* 10 s: the kernel retries a SYN in 1 s */
-        uv_run(&S.loop, UV_RUN_NOWAIT);
-        rc = poll(&p, 1, 1);
-        CHECK(rc >= 0 || errno == EINTR);
-        if (rc > 0)
-            break;
-    }
-    CHECK(getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0);
-    errno = err;
-    CHECK(err == 0);
-}
-
-/* The next connection's source address: 127.1.0.1 up to 127.254.255.254,
- * then around again (16.6 million connections apart: hours at any rate
- * this target runs). Loopback only, whatever the count. */
-static uint32_t source_address(void)
-{
-    static uint32_t seq;
-    uint32_t n = seq++ % (254u * 65534u);
-
-    return 0x7f000000u | ((n / 65534u + 1) << 16) | (n % 65534u + 1);
-}
-
 /* Reads what has come; returns the bytes read, or -1 at the end. */
 static ssize_t drain(int fd)
 {
@@ -344,9 +300,7 @@ static void run_one(const uint8_t *data, size_t size)
 {
     static const size_t pieces[4] = {0, 1, 7, 100};
     static pred_t pred[PRED_MAX];
-    struct sockaddr_in sa;
-    struct linger lg = {1, 0};
-    int one = 1;
+    int sv[2];
     size_t piece, off = 0, nok, npred, got_resp, steps;
     int fd, quiet = 0, wdone = 0, rdone = 0, tls;
     uint64_t timed_out;
@@ -370,29 +324,19 @@ static void run_one(const uint8_t *data, size_t size)
     predict(body, blen, pred, &nok, &npred);
     timed_out = rls_http_server_stats(S.admin.http)->timed_out;
 
-    CHECK((fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                       0)) >= 0);
-    CHECK(setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)) == 0);
-    /* Each piece leaves at once: with Nagle, a piece sent while the last
-     * is unacknowledged waits for the server's delayed ACK (40 ms), and
-     * the server would see the pieces as the clock, not the input, cut
-     * them. */
-    CHECK(setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) == 0);
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(source_address());
-    CHECK(bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
-    sa.sin_port = htons((uint16_t)S.port);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connect_to(fd, &sa);
+    /* One end of a socketpair is the client, the other the server's
+     * connection, adopted by the listener as if accepted. */
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0,
+                     sv) == 0);
+    fd = sv[0];
+    rls_http_server_adopt(S.admin.http, sv[1]);
     /* Write the input (in pieces, the loop stepped between them), then
      * step until nothing moves. */
     for (steps = 0; quiet < QUIET_STEPS; steps++) {
         int moved = 0;
         CHECK(steps < 100000);
         if (off < blen && !wdone) {
-            /* At most PIECES_MAX pieces, then the rest at once: each
-             * piece is a TCP segment through the kernel's loopback. */
+            /* At most PIECES_MAX pieces, then the rest at once. */
             size_t want = piece == 0 || steps >= PIECES_MAX ? blen - off
                           : piece < blen - off            ? piece
                                                           : blen - off;
@@ -425,7 +369,7 @@ static void run_one(const uint8_t *data, size_t size)
         got_resp = check_responses(pred, npred);
         CHECK(got_resp >= nok);
     }
-    /* Reset: the server must let go of the connection. */
+    /* Closed: the server must let go of the connection. */
     close(fd);
     for (steps = 0; rls_http_server_live(S.admin.http) > 0; steps++) {
         CHECK(steps < CLOSE_STEPS);

@@ -5,12 +5,15 @@
  * framing (the 5-byte prefix, compressed and oversized messages, a
  * message split across DATA frames, several in one), the DiscoveryResponse
  * built on the rebuild's thread and installed, and the ACK or NACK sent
- * back; on a real loop, over loopback TCP.
+ * back; on a real loop.
  *
- * Each input is one connection: rls_xds_start to a listener of the
- * target's own on 127.0.0.1, which accepts the client, reads and drops
- * what it sends (its preface, SETTINGS, the DiscoveryRequests), and
- * writes the input. The first byte chooses what the rest is and how it is
+ * Each input is one connection: a Unix socketpair, one end given to the
+ * client as its connection to the control plane (rls_xds_start_fd: from
+ * there on the code a connect to host:port runs), the other the
+ * target's, which reads and drops what the client sends (its preface,
+ * SETTINGS, the DiscoveryRequests) and writes the input. Nothing in the
+ * kernel runs out however many inputs run (issue 41: with a loopback TCP
+ * connection an input, ports and TIME_WAIT bounded the run). The first byte chooses what the rest is and how it is
  * written:
  *   bit 0: the server's preface (an empty SETTINGS) first, or not;
  *   bit 1: framed: the rest is the DATA of stream 1's response, after the
@@ -22,8 +25,7 @@
  *   bits 3-4: written at once, or in up to 32 pieces of 1, 9 or 100
  *          bytes, the loop stepped between them.
  * The target steps the loop until the client is quiet and no build runs,
- * then resets the connection (SO_LINGER 0: no TIME_WAIT on either side,
- * so ports do not run out) and closes the client.
+ * then closes its end and the client.
  *
  * Beyond "does not crash": at most one configuration is installed per
  * gRPC message, each counted as accepted; a build is never left running;
@@ -33,11 +35,8 @@
  * clang's libFuzzer, and with RL_FUZZ_REPLAY as a plain program that runs
  * the seed corpus (corpus/xds_client, gen_xds_client_seeds.py) and
  * deterministic mutations of it in every build. */
-#define _GNU_SOURCE /* accept4 */
 #include <errno.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -72,8 +71,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static struct {
     int up;
     uv_loop_t loop;
-    int lfd; /* the listener */
-    int port;
     uint64_t installed;
     uint8_t out[1 << 17]; /* what the target writes */
 } S;
@@ -88,23 +85,12 @@ static void install(void *arg, rls_envoy_conf_t *conf)
 
 static void setup(void)
 {
-    struct sockaddr_in sa;
-    socklen_t len = sizeof(sa);
-
     if (S.up)
         return;
     S.up = 1;
+    signal(SIGPIPE, SIG_IGN); /* a write after the target closed: EPIPE */
     rls_log_set_level("error");
     CHECK(uv_loop_init(&S.loop) == 0);
-    CHECK((S.lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                          0)) >= 0);
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    CHECK(bind(S.lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
-    CHECK(listen(S.lfd, 16) == 0);
-    CHECK(getsockname(S.lfd, (struct sockaddr *)&sa, &len) == 0);
-    S.port = ntohs(sa.sin_port);
 }
 
 /* A frame header and payload at S.out + *n. */
@@ -194,10 +180,9 @@ static void run_one(const uint8_t *data, size_t size)
     static const size_t pieces[4] = {0, 1, 9, 100};
     rls_xds_t x;
     rls_xds_opts_t o;
-    struct linger lg = {1, 0};
     char err[256];
     size_t n, off = 0, piece, steps, nmsg_max;
-    int fd = -1, quiet = 0, gone = 0, one = 1;
+    int fd, sv[2], quiet = 0, gone = 0;
 
     setup();
     if (size == 0)
@@ -209,23 +194,16 @@ static void run_one(const uint8_t *data, size_t size)
     S.installed = 0;
 
     memset(&o, 0, sizeof(o));
-    o.host = "127.0.0.1";
-    o.port = S.port;
+    o.host = "127.0.0.1"; /* for the log lines: the socketpair is used */
+    o.port = 1;
     o.node_id = "fuzz";
     o.backoff_min_ms = 60000; /* no second connection within an input */
     o.backoff_max_ms = 60000;
-    CHECK(rls_xds_start(&x, &S.loop, &o, install, NULL, err, sizeof(err)) ==
-          0);
-    /* The client resolves (on the thread pool) and connects. */
-    for (steps = 0; fd < 0; steps++) {
-        CHECK(steps < STEPS_MAX);
-        uv_run(&S.loop, UV_RUN_NOWAIT);
-        fd = accept4(S.lfd, NULL, NULL, SOCK_CLOEXEC);
-        CHECK(fd >= 0 || errno == EAGAIN || errno == EWOULDBLOCK ||
-              errno == EINTR);
-    }
-    CHECK(setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)) == 0);
-    CHECK(setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) == 0);
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0,
+                     sv) == 0);
+    fd = sv[0];
+    CHECK(rls_xds_start_fd(&x, &S.loop, &o, sv[1], install, NULL, err,
+                           sizeof(err)) == 0);
     for (steps = 0; quiet < QUIET_STEPS || x.rb.running; steps++) {
         int moved = 0;
         CHECK(steps < STEPS_MAX);
