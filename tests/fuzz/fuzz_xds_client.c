@@ -207,7 +207,10 @@ static void run_one(const uint8_t *data, size_t size)
     for (steps = 0; quiet < QUIET_STEPS || x.rb.running; steps++) {
         int moved = 0;
         CHECK(steps < STEPS_MAX);
-        if (off < n && !gone) {
+        /* The next piece once a build is over: when the client reads it
+         * (during the build or after) is the thread's timing, not the
+         * input's. */
+        if (off < n && !gone && !x.rb.running) {
             size_t want = piece == 0 || steps >= PIECES_MAX ? n - off
                           : piece < n - off                 ? piece
                                                             : n - off;
