@@ -1217,6 +1217,7 @@ int rls_flags_info(size_t i, rls_flag_info_t *info)
         info->min = f->min;
         info->max = f->max;
         info->choices = f->kind == F_CHOICE ? f->text : NULL;
+        info->help = f->help;
         info->kind = f->kind == F_NUM      ? RLS_FLAG_NUM
                      : f->kind == F_BYTES  ? RLS_FLAG_BYTES
                      : f->kind == F_RATIO  ? RLS_FLAG_RATIO

@@ -200,6 +200,7 @@ typedef struct rls_flag_info_s {
     size_t off, size; /* the field in rls_flags_t */
     uint64_t min, max;
     const char *choices; /* RLS_FLAG_CHOICE: "a|b|c" */
+    const char *help;    /* its lines in --help; NULL: the flag before's */
 } rls_flag_info_t;
 
 /* The i-th flag (from 0) into *info. Returns 1, or 0 past the last. */
