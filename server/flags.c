@@ -73,6 +73,53 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
     return RL_EINVAL;
 }
 
+/* The flags, one row each, in the order --help lists them: the usage text,
+ * whether a flag takes a value and how it is parsed all come from here.
+ * A row names its field (and a second one for some kinds); the kind says
+ * what the value is and which of the row's bounds apply. */
+typedef enum {
+    F_TEXT, /* no flag: lines of the usage text, as they are */
+    F_HELP, /* --help and --version: print, and parse no further */
+    F_VERSION,
+    F_SET,      /* no value: the ints at off and off2 become min */
+    F_NUM,      /* an integer in [min, max] into the 4- or 8-byte field */
+    F_BYTES,    /* the same, with a k, m or g suffix */
+    F_RATIO,    /* a double in [0, 1], or in (0, 1] when min is 1 */
+    F_STR,      /* the value itself (argv's string); not empty if min is 1 */
+    F_LISTEN,   /* HOST:PORT to listen on: the host's array at off, the
+                   port (an int) at off2 */
+    F_HOSTPORT, /* HOST:PORT to reach, the same */
+    F_CHOICE,   /* one of text ("a|b|c"): the int at off becomes min plus
+                   its index */
+    F_CUSTOM,   /* parse(): lists, URLs, repeatable flags, cross checks */
+} flag_kind_t;
+
+typedef struct flag_s flag_t;
+
+/* A custom row's parser: val into c. Returns 0 or RL_EINVAL with err. */
+typedef int (*flag_parse_fn)(rls_flags_t *c, const flag_t *f, const char *val,
+                             char *err, size_t errlen);
+
+struct flag_s {
+    const char *name; /* "--name"; NULL: F_TEXT */
+    /* The value's name in the usage; NULL: the flag takes no value. */
+    const char *arg;
+    flag_kind_t kind;
+    size_t off, off2; /* the fields, offsets into rls_flags_t */
+    size_t size;      /* sizeof the field at off */
+    uint64_t min, max;
+    /* F_CHOICE: the choices; F_LISTEN, F_HOSTPORT: what the error says
+     * was expected. */
+    const char *text;
+    flag_parse_fn parse; /* F_CUSTOM */
+    /* The usage's lines after the flag and its value's name: the first
+     * one beside them (from column 27, or 2 spaces after them when they
+     * are longer; "" puts them on a line of their own), the others under
+     * it at column 27, except those that begin with a space, printed as
+     * they are. NULL: the row before says it. */
+    const char *help;
+};
+
 /* Parses a byte count with an optional k, m or g suffix (KiB, MiB, GiB)
  * into [min, max]. Returns 0 or RL_EINVAL. */
 static int parse_bytes(const char *s, uint64_t min, uint64_t max, uint64_t *out)
@@ -352,16 +399,25 @@ static int parse_seeds(rls_flags_t *c, const char *flag, const char *s,
     return 0;
 }
 
+/* --redis, --redis-cluster and --redis-sentinel: one of them. */
+static int redis_exclusive(char *err, size_t errlen)
+{
+    return fail(err, errlen,
+                "--redis, --redis-cluster and --redis-sentinel are "
+                "exclusive: give one");
+}
+
 /* --redis-sentinel: as a cluster's seeds, but IP literals only: hiredis
  * would resolve a name with a blocking getaddrinfo on the loop. */
-static int parse_redis_sentinel(rls_flags_t *c, const char *s, char *err,
-                                size_t errlen)
+static int row_redis_sentinel(rls_flags_t *c, const flag_t *f, const char *val,
+                              char *err, size_t errlen)
 {
     unsigned char bin[16];
     int i;
 
-    if (parse_seeds(c, "--redis-sentinel", s, &c->redis_sentinels, err,
-                    errlen) != 0)
+    if (c->use_redis && c->redis_sentinels == 0)
+        return redis_exclusive(err, errlen);
+    if (parse_seeds(c, f->name, val, &c->redis_sentinels, err, errlen) != 0)
         return RL_EINVAL;
     for (i = 0; i < c->redis_sentinels; i++)
         if (inet_pton(AF_INET, c->redis_seed_host[i], bin) != 1 &&
@@ -370,31 +426,32 @@ static int parse_redis_sentinel(rls_flags_t *c, const char *s, char *err,
                         "--redis-sentinel: '%s' is not an IP address "
                         "(sentinels are given by address)",
                         c->redis_seed_host[i]);
+    c->use_redis = 1;
     return 0;
 }
 
 /* --redis-sentinel-master: a name as a sentinel's config takes it. */
-static int parse_sentinel_master(rls_flags_t *c, const char *s, char *err,
-                                 size_t errlen)
+static int row_sentinel_master(rls_flags_t *c, const flag_t *f, const char *val,
+                               char *err, size_t errlen)
 {
-    size_t i, n = strlen(s);
+    size_t i, n = strlen(val);
 
+    (void)f;
     for (i = 0; i < n; i++)
-        if ((unsigned char)s[i] <= ' ' || (unsigned char)s[i] >= 127)
+        if ((unsigned char)val[i] <= ' ' || (unsigned char)val[i] >= 127)
             break;
     if (n == 0 || n > 128 || i < n)
         return fail(err, errlen,
                     "--redis-sentinel-master: expected a name (1 to 128 "
                     "printable bytes, no spaces)");
-    memcpy(c->redis_sentinel_master, s, n + 1);
+    memcpy(c->redis_sentinel_master, val, n + 1);
     return 0;
 }
 
-
 /* --tls-listeners grpc[,http...]: the listeners named, each one that can
  * speak TLS in this build. Returns 0 or RL_EINVAL with err. */
-static int parse_tls_listeners(rls_flags_t *c, const char *val, char *err,
-                               size_t errlen)
+static int row_tls_listeners(rls_flags_t *c, const flag_t *f, const char *val,
+                             char *err, size_t errlen)
 {
     static const struct {
         const char *name;
@@ -406,6 +463,7 @@ static int parse_tls_listeners(rls_flags_t *c, const char *val, char *err,
     const char *p = val;
     size_t k, n;
 
+    (void)f;
     c->tls_listeners = 0;
     while (*p != '\0') {
         n = strcspn(p, ",");
@@ -427,64 +485,9 @@ static int parse_tls_listeners(rls_flags_t *c, const char *val, char *err,
     return 0;
 }
 
-/* The flags, one row each, in the order --help lists them: the usage text,
- * whether a flag takes a value and how it is parsed all come from here.
- * A row names its field (and a second one for some kinds); the kind says
- * what the value is and which of the row's bounds apply. */
-typedef enum {
-    F_TEXT, /* no flag: lines of the usage text, as they are */
-    F_HELP, /* --help and --version: print, and parse no further */
-    F_VERSION,
-    F_SET,      /* no value: the ints at off and off2 become min */
-    F_NUM,      /* an integer in [min, max] into the 4- or 8-byte field */
-    F_BYTES,    /* the same, with a k, m or g suffix */
-    F_RATIO,    /* a double in [0, 1], or in (0, 1] when min is 1 */
-    F_STR,      /* the value itself (argv's string); not empty if min is 1 */
-    F_LISTEN,   /* HOST:PORT to listen on: the host's array at off, the
-                   port (an int) at off2 */
-    F_HOSTPORT, /* HOST:PORT to reach, the same */
-    F_CHOICE,   /* one of text ("a|b|c"): the int at off becomes min plus
-                   its index */
-    F_CUSTOM,   /* parse(): lists, URLs, repeatable flags, cross checks */
-} flag_kind_t;
-
-typedef struct flag_s flag_t;
-
-/* A custom row's parser: val into c. Returns 0 or RL_EINVAL with err. */
-typedef int (*flag_parse_fn)(rls_flags_t *c, const flag_t *f, const char *val,
-                             char *err, size_t errlen);
-
-struct flag_s {
-    const char *name; /* "--name"; NULL: F_TEXT */
-    /* The value's name in the usage; NULL: the flag takes no value. */
-    const char *arg;
-    flag_kind_t kind;
-    size_t off, off2; /* the fields, offsets into rls_flags_t */
-    size_t size;      /* sizeof the field at off */
-    uint64_t min, max;
-    /* F_CHOICE: the choices; F_LISTEN, F_HOSTPORT: what the error says
-     * was expected. */
-    const char *text;
-    flag_parse_fn parse; /* F_CUSTOM */
-    /* The usage's lines after the flag and its value's name: the first
-     * one beside them (from column 27, or 2 spaces after them when they
-     * are longer; "" puts them on a line of their own), the others under
-     * it at column 27, except those that begin with a space, printed as
-     * they are. NULL: the row before says it. */
-    const char *help;
-};
-
 static void *field(rls_flags_t *c, size_t off)
 {
     return (char *)c + off;
-}
-
-/* --redis, --redis-cluster and --redis-sentinel: one of them. */
-static int redis_exclusive(char *err, size_t errlen)
-{
-    return fail(err, errlen,
-                "--redis, --redis-cluster and --redis-sentinel are "
-                "exclusive: give one");
 }
 
 static int row_redis(rls_flags_t *c, const flag_t *f, const char *val,
@@ -505,25 +508,6 @@ static int row_redis_cluster(rls_flags_t *c, const flag_t *f, const char *val,
         return RL_EINVAL;
     c->use_redis = 1;
     return 0;
-}
-
-static int row_redis_sentinel(rls_flags_t *c, const flag_t *f, const char *val,
-                              char *err, size_t errlen)
-{
-    (void)f;
-    if (c->use_redis && c->redis_sentinels == 0)
-        return redis_exclusive(err, errlen);
-    if (parse_redis_sentinel(c, val, err, errlen) != 0)
-        return RL_EINVAL;
-    c->use_redis = 1;
-    return 0;
-}
-
-static int row_sentinel_master(rls_flags_t *c, const flag_t *f, const char *val,
-                               char *err, size_t errlen)
-{
-    (void)f;
-    return parse_sentinel_master(c, val, err, errlen) != 0 ? RL_EINVAL : 0;
 }
 
 static int row_sentinel_user(rls_flags_t *c, const flag_t *f, const char *val,
@@ -598,13 +582,6 @@ static int row_header(rls_flags_t *c, const flag_t *f, const char *val,
                     f->name, val);
     *(const char **)field(c, f->off) = val;
     return 0;
-}
-
-static int row_tls_listeners(rls_flags_t *c, const flag_t *f, const char *val,
-                             char *err, size_t errlen)
-{
-    (void)f;
-    return parse_tls_listeners(c, val, err, errlen) != 0 ? RL_EINVAL : 0;
 }
 
 /* Which of choices ("a|b|c") val is: its index, or -1. */
