@@ -23,6 +23,7 @@
 
 static rls_flags_t cfg;
 static char err[512];
+static FILE *quiet; /* --help and --version print here */
 
 /* Parses "rl-server", the flag's context (below), then args. */
 static int parse_with(const char *name, const char *const *args)
@@ -62,7 +63,9 @@ static int parse_with(const char *name, const char *const *args)
     argv[argc] = NULL;
     rls_flags_defaults(&cfg);
     err[0] = '\0';
-    return rls_flags_parse(&cfg, argc, argv, stdout, err, sizeof(err));
+    if (quiet == NULL)
+        assert_non_null(quiet = fopen("/dev/null", "w"));
+    return rls_flags_parse(&cfg, argc, argv, quiet, err, sizeof(err));
 }
 
 static int parse1(const char *name, const char *val)
@@ -373,6 +376,53 @@ static void test_defaults_as_stated(void **state)
     assert_true(n >= 30);
 }
 
+/* README.md's flags table ($RLT_README): each flag is in the first
+ * column of a row. */
+static void test_readme_lists_every_flag(void **state)
+{
+    const char *path = getenv("RLT_README");
+    char *first = calloc(1, 1 << 16), line[4096], *p;
+    size_t used = 0;
+    rls_flag_info_t f;
+    int in_table = 0;
+    FILE *in;
+
+    (void)state;
+    assert_non_null(first);
+    if (path == NULL) {
+        free(first);
+        skip();
+    }
+    assert_non_null(in = fopen(path, "r"));
+    while (fgets(line, sizeof(line), in) != NULL) {
+        if (strncmp(line, "| flag | default | meaning |", 27) == 0)
+            in_table = 1;
+        else if (in_table && line[0] != '|')
+            break;
+        else if (in_table) {
+            /* The first column ends at the first '|' not escaped. */
+            for (p = line + 1; *p != '\0' && (*p != '|' || p[-1] == '\\'); p++)
+                ;
+            if (used + (size_t)(p - line) + 2 < (1 << 16)) {
+                memcpy(first + used, line, (size_t)(p - line));
+                used += (size_t)(p - line);
+                first[used++] = '\n';
+            }
+        }
+    }
+    fclose(in);
+    assert_true(in_table);
+    for (size_t i = 0; rls_flags_info(i, &f); i++) {
+        size_t len = strlen(f.name);
+        int found = 0;
+        for (p = first; !found && (p = strstr(p, f.name)) != NULL; p += len)
+            found = !name_char(p[-1]) && !name_char(p[len]);
+        if (!found)
+            fail_msg("%s is not in README.md's flags table", f.name);
+    }
+    free(first);
+}
+
 static void test_unknown(void **state)
 {
     (void)state;
@@ -391,6 +441,7 @@ int main(void)
         cmocka_unit_test(test_ratios),
         cmocka_unit_test(test_choices_and_switches),
         cmocka_unit_test(test_defaults_as_stated),
+        cmocka_unit_test(test_readme_lists_every_flag),
         cmocka_unit_test(test_unknown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
