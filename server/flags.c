@@ -79,9 +79,9 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
  * A row names its field (and a second one for some kinds); the kind says
  * what the value is and which of the row's bounds apply. */
 typedef enum {
-    F_TEXT, /* no flag: lines of the usage text, as they are */
-    F_HELP, /* --help and --version: print, and parse no further */
-    F_VERSION,
+    F_TEXT,     /* no flag: lines of the usage text, as they are */
+    F_HELP,     /* print the usage, and parse no further */
+    F_VERSION,  /* print the version, the same */
     F_SET,      /* no value: the ints at off and off2 become min */
     F_NUM,      /* an integer in [min, max] into the 4- or 8-byte field */
     F_BYTES,    /* the same, with a k, m or g suffix */
@@ -115,9 +115,10 @@ struct flag_s {
     flag_parse_fn parse; /* F_CUSTOM */
     /* The usage's lines after the flag and its value's name: the first
      * one beside them (from column 27, or 2 spaces after them when they
-     * are longer; "" puts them on a line of their own), the others under
-     * it at column 27, except those that begin with a space, printed as
-     * they are. NULL: the row before says it. */
+     * are longer; an empty first line, help starting with "\n", leaves
+     * them on a line of their own), the others under it at column 27,
+     * except those that begin with a space, printed as they are. NULL:
+     * the row before says it. */
     const char *help;
 };
 
@@ -1061,6 +1062,8 @@ static const flag_t flags[] = {
 
 #define NFLAGS (sizeof(flags) / sizeof(flags[0]))
 
+#define HELP_COL 27 /* the usage's column where the help text starts */
+
 /* The usage: the head, then each row's lines. */
 static void print_usage(FILE *out)
 {
@@ -1084,9 +1087,9 @@ static void print_usage(FILE *out)
             if (f->kind == F_TEXT)
                 fputs("  ", out);
             else if (first && len > 0)
-                fprintf(out, "%*s", col < 27 ? 27 - col : 2, "");
+                fprintf(out, "%*s", col < HELP_COL ? HELP_COL - col : 2, "");
             else if (!first && p[0] != ' ')
-                fprintf(out, "%27s", "");
+                fprintf(out, "%*s", HELP_COL, "");
             fprintf(out, "%.*s\n", len, p);
             if (nl == NULL)
                 break;
