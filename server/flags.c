@@ -684,10 +684,11 @@ static int row_log_level(rls_flags_t *c, const flag_t *f, const char *val,
         .name = name_, .arg = arg_, .kind = F_CHOICE, .off = AT_T(fld, int),   \
         .min = first, .text = choices, .help = help_                           \
     }
+/* A custom row that stores a string (fn writes it at off). */
 #define CUSTOM_AT(name_, arg_, fn, fld, help_)                                 \
     {                                                                          \
-        .name = name_, .arg = arg_, .kind = F_CUSTOM, .off = AT(fld),          \
-        .parse = fn, .help = help_                                             \
+        .name = name_, .arg = arg_, .kind = F_CUSTOM,                          \
+        .off = AT_T(fld, const char *), .parse = fn, .help = help_             \
     }
 #define CUSTOM(name_, arg_, fn, help_)                                         \
     {                                                                          \
