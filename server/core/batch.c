@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "base/log.h"
-#include "flags.h"
 #include "rl_admit.h"
 #include "rl_validate.h"
 #include "rl_error.h"
@@ -1052,7 +1051,6 @@ void rls_batcher_free(rls_batcher_t *b)
 {
     rls_batch_t *t;
 
-    rls_hkey_free(&b->hkey);
     assert(b->in_flight == 0);
     if (b->cur != NULL) {
         assert(b->cur->nreqs == 0);

@@ -73,15 +73,6 @@ typedef struct rls_batcher_s {
     uint64_t spread_ms;
     uint64_t rng;      /* xorshift64 state for the spread */
     int fail_open;     /* 1 open, 0 closed, RLS_FAIL_LOCAL */
-    /* Reservations and leases (decide.c): the handle secret (the fleet's
-     * file, or this instance's own) and how long a reservation may wait
-     * for its settlement. */
-    rls_hkey_t hkey;
-    uint64_t reserve_ttl_ms;
-    /* Their store steps fail after xop_timeout_ms on this loop (NULL:
-     * unbounded, as in tests without a loop). */
-    uv_loop_t *loop;
-    uint64_t xop_timeout_ms;
     /* --fail-local: decides what the store cannot (the owner sets it; NULL
      * for the other modes). */
     rls_local_t *local;
