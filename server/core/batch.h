@@ -107,6 +107,14 @@ typedef struct rls_batcher_s {
     rls_refusals_t refusals;
 } rls_batcher_t;
 
+/* The one place shadow mode applies: every refusal, whoever decided it
+ * (the batcher's replay, the refusal cache, a limit of 0, a lease), is
+ * answered through here. Under RLS_MODE_SHADOW the refusal r becomes OK,
+ * marked shadow_refused, with no time to retry, and counts as a shadow
+ * refusal in st; otherwise it stays as it is and counts as refused (st
+ * NULL: not counted). Returns 1 when r became OK. */
+int rls_refusal_answer(rl_result_t *r, int mode, rls_rule_stats_t *st);
+
 /* Writes the op key "<prefix>{<caller>}:r:<rule>" (rule_len > 0), or
  * "...:i" / "...:e" for a limit without a rule (ns, decide.h), NUL-
  * terminated, at w (prefix_len + key_len + rule_len + 8 bytes) and returns

@@ -52,14 +52,7 @@ static void refuse_all(rls_decider_t *d, const rls_ask_t *a,
     r.window_s = a->q.window_s;
     r.reset_after_ms = r.retry_after_ms =
         rl_window_reset_after_ms(now, a->q.window_s);
-    if (spec->mode == RLS_MODE_SHADOW) {
-        r.code = RL_CODE_OK;
-        r.retry_after_ms = 0;
-        r.shadow_refused = 1;
-        spec->stats->shadow_refused++;
-    } else {
-        spec->stats->refused++;
-    }
+    rls_refusal_answer(&r, spec->mode, spec->stats);
     respond(owner, &r);
 }
 

@@ -20,7 +20,7 @@ typedef struct {
     void *owner;
     uint64_t id;
     rls_rule_stats_t *stats;
-    int shadow;
+    int mode; /* RLS_MODE_*: a lease refused in shadow mode is OK */
     uint64_t lease_ms;
     rls_handle_t h; /* its strings point at key and rule below */
     char key[RL_KEY_MAX];
@@ -443,22 +443,21 @@ static void leased(void *data, rls_xop_t *x)
             if (st)
                 st->allowed++;
             answer_handle(c, &r);
-        } else if (c->shadow) {
-            r.code = RL_CODE_OK;
-            r.shadow_refused = 1;
-            r.expires_at_ms = x->until_ms;
-            c->h.flags |= RLS_HANDLE_UNCHARGED;
-            if (st)
-                st->shadow_refused++;
-            answer_handle(c, &r);
         } else {
             r.code = RL_CODE_OVER_LIMIT;
             r.retry_after_ms =
                 x->earliest_ms > x->now_ms ? x->earliest_ms - x->now_ms : 1;
             r.reset_after_ms = r.retry_after_ms;
-            if (st)
-                st->refused++;
-            c->respond(c->owner, &r);
+            if (rls_refusal_answer(&r, c->mode, st)) {
+                /* Shadow: allowed, nothing taken, a handle that releases
+                 * nothing. */
+                r.reset_after_ms = 0;
+                r.expires_at_ms = x->until_ms;
+                c->h.flags |= RLS_HANDLE_UNCHARGED;
+                answer_handle(c, &r);
+            } else {
+                c->respond(c->owner, &r);
+            }
         }
     } else if (x->result != 1) {
         if (st)
@@ -501,7 +500,7 @@ int rls_acquire(rls_decider_t *d, const rls_ask_t *a, rls_respond_fn respond,
     c->h.kind = RLS_HANDLE_LEASE;
     c->h.id = rls_handle_new_id();
     c->stats = spec->stats;
-    c->shadow = spec->mode == RLS_MODE_SHADOW;
+    c->mode = spec->mode;
     c->lease_ms = (uint64_t)spec->limits.w[0].window_s * 1000;
     xctx_key(c, RLS_XOP_ACQUIRE, now);
     c->x.limit = spec->limits.w[0].limit;
