@@ -62,7 +62,7 @@ void rls_decider_opts_init(rls_decider_opts_t *o)
     o->max_reqs = 1024;
     o->grace_ms = 1000;
     o->fail_open = 1;
-    o->reserve_ttl_ms = 60000;
+    o->reserve_ttl_ms = 300000;
 }
 
 int rls_decider_init(rls_decider_t *d, const rls_decider_opts_t *o, char *err,

@@ -118,7 +118,7 @@ typedef struct rls_decider_s {
 } rls_decider_t;
 
 /* Fills o with the defaults: everything 0 or NULL, 1024 requests a batch,
- * fail open, a 1 s grace and a 60 s reservation. */
+ * fail open, a 1 s grace and a 300 s reservation (the flags' defaults). */
 void rls_decider_opts_init(rls_decider_opts_t *o);
 
 /* Sets d up from o. Returns 0, or RL_ENOMEM, or an RL_E* code of
