@@ -13,7 +13,6 @@
 
 #include "core/decide.h"
 #include "envoy/conf.h"
-#include "policy/runtime.h"
 #include "rl_buf.h"
 
 /* Descriptors per request, and entries per descriptor, taken (a request's
