@@ -27,9 +27,11 @@
  * The target steps the loop until the client is quiet and no build runs,
  * then closes its end and the client.
  *
- * Beyond "does not crash": at most one configuration is installed per
- * gRPC message, each counted as accepted; a build is never left running;
- * the client closes every handle, and nothing leaks (ASan/LSan).
+ * Beyond "does not crash": the socketpair comes up as the client's
+ * connection (HTTP/2 up) every time; at most one configuration is
+ * installed per gRPC message, each counted as accepted; a build is never
+ * left running; the client closes every handle, and nothing leaks
+ * (ASan/LSan). The replay also checks that its seeds install some.
  *
  * Built two ways (tests/fuzz/CMakeLists.txt, tests/fuzz/run.sh): with
  * clang's libFuzzer, and with RL_FUZZ_REPLAY as a plain program that runs
@@ -72,6 +74,7 @@ static struct {
     int up;
     uv_loop_t loop;
     uint64_t installed;
+    uint64_t installed_all; /* over every input so far */
     uint8_t out[1 << 17]; /* what the target writes */
 } S;
 
@@ -233,7 +236,11 @@ static void run_one(const uint8_t *data, size_t size)
         }
         quiet = moved || (off < n && !gone) ? 0 : quiet + 1;
     }
+    /* The socketpair came up as a connection (HTTP/2 up), whatever
+     * followed. */
+    CHECK(x.stats.connects == 1);
     CHECK(S.installed == x.stats.accepted);
+    S.installed_all += S.installed;
     CHECK(x.stats.accepted + x.stats.rejected + x.stats.superseded <=
           nmsg_max);
     close(fd);
@@ -287,6 +294,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "fuzz_xds_client: no seed files\n");
         return 1;
     }
+    /* The seeds that are whole DiscoveryResponses got installed: the
+     * path past the connection is reached, not only refusals. */
+    CHECK(S.installed_all > 0);
     for (i = 0; i < iters && nseeds > 0; i++) {
         int s = (int)(rlf_rand() % (unsigned)nseeds);
         size_t n = seed_len[s], edits = 1 + rlf_rand() % 4;
