@@ -618,8 +618,8 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *b)
 
 static int conn_up(rls_xds_conn_t *c);
 
-/* Plaintext from the control plane, to nghttp2. Returns 0, or -1 with the
- * connection dropped. */
+/* Plaintext from the control plane, to nghttp2. Returns 0, or RL_ECLOSED
+ * with the connection dropped. */
 static int h2_feed(rls_xds_conn_t *c, const uint8_t *p, size_t n)
 {
     ssize_t rv = nghttp2_session_mem_recv(c->h2, p, n);
@@ -628,13 +628,13 @@ static int h2_feed(rls_xds_conn_t *c, const uint8_t *p, size_t n)
         conn_drop(c->x, c->fail_why != NULL ? c->fail_why
                         : c->failed         ? "stream ended or response refused"
                                             : nghttp2_strerror((int)rv));
-        return -1;
+        return RL_ECLOSED;
     }
     return 0;
 }
 
 /* Ciphertext read: the handshake on, then the records' plaintext to
- * nghttp2. Returns 0, or -1 with the connection dropped. */
+ * nghttp2. Returns 0, or RL_ECLOSED with the connection dropped. */
 static int tls_feed(rls_xds_conn_t *c, const uint8_t *p, size_t n)
 {
     static uint8_t plain[READ_CHUNK];
@@ -642,7 +642,7 @@ static int tls_feed(rls_xds_conn_t *c, const uint8_t *p, size_t n)
 
     if (BIO_write(c->rbio, p, (int)n) != (int)n) {
         conn_drop(c->x, "out of memory");
-        return -1;
+        return RL_ECLOSED;
     }
     if (!c->tls_up) {
         ERR_clear_error();
@@ -657,18 +657,18 @@ static int tls_feed(rls_xds_conn_t *c, const uint8_t *p, size_t n)
                      v != X509_V_OK ? X509_verify_cert_error_string(v)
                                     : rls_ossl_reason("handshake refused"));
             conn_drop(c->x, "TLS handshake failed");
-            return -1;
+            return RL_ECLOSED;
         }
         c->tls_up = 1;
         if (conn_up(c) != 0)
-            return -1;
+            return RL_ECLOSED;
     }
     for (;;) {
         ERR_clear_error();
         k = SSL_read(c->ssl, plain, (int)sizeof(plain));
         if (k > 0) {
             if (h2_feed(c, plain, (size_t)k) != 0)
-                return -1;
+                return RL_ECLOSED;
             continue;
         }
         k = SSL_get_error(c->ssl, k);
@@ -677,7 +677,7 @@ static int tls_feed(rls_xds_conn_t *c, const uint8_t *p, size_t n)
         conn_drop(c->x, k == SSL_ERROR_ZERO_RETURN
                             ? "closed by the control plane"
                             : rls_ossl_reason("TLS error"));
-        return -1;
+        return RL_ECLOSED;
     }
 }
 
@@ -771,14 +771,14 @@ static int h2_setup(rls_xds_conn_t *c)
 }
 
 /* The transport is up (TCP, or the TLS handshake done): HTTP/2 and the
- * stream. Returns 0, or -1 with the connection dropped. */
+ * stream. Returns 0, or RL_ECLOSED with the connection dropped. */
 static int conn_up(rls_xds_conn_t *c)
 {
     rls_xds_t *x = c->x;
 
     if (h2_setup(c) != RL_OK) {
         conn_drop(x, "out of memory");
-        return -1;
+        return RL_ECLOSED;
     }
     c->up = 1;
     x->stats.connects++;
@@ -1034,7 +1034,7 @@ int rls_xds_start(rls_xds_t *x, uv_loop_t *loop, const rls_xds_opts_t *o,
         SSL_CTX_free(x->tls);
         x->tls = NULL;
         snprintf(err, errlen, "%s", uv_strerror(rc));
-        return rc;
+        return RL_EIO;
     }
     x->timer.data = x;
     if ((rc = uv_timer_init(loop, &x->pace)) != 0) {
@@ -1042,7 +1042,7 @@ int rls_xds_start(rls_xds_t *x, uv_loop_t *loop, const rls_xds_opts_t *o,
         SSL_CTX_free(x->tls);
         x->tls = NULL;
         snprintf(err, errlen, "%s", uv_strerror(rc));
-        return rc;
+        return RL_EIO;
     }
     x->pace.data = x;
     if ((rc = rls_rebuild_init(&x->rb, loop, rb_start, rb_work, rb_done, x)) !=
@@ -1051,7 +1051,7 @@ int rls_xds_start(rls_xds_t *x, uv_loop_t *loop, const rls_xds_opts_t *o,
         uv_close((uv_handle_t *)&x->pace, NULL);
         SSL_CTX_free(x->tls);
         x->tls = NULL;
-        snprintf(err, errlen, "%s", uv_strerror(rc));
+        snprintf(err, errlen, "%s", rl_strerror(rc));
         return rc;
     }
     x->started = 1;

@@ -210,8 +210,8 @@ static void on_tls_write(uv_write_t *req, int status)
     free(w);
 }
 
-/* Sends what the TLS layer has to say. Returns 0, or -1 when the
- * connection must close. */
+/* Sends what the TLS layer has to say. Returns 0, or RL_ENOMEM / RL_EIO
+ * when the connection must close. */
 static int tls_flush(mconn_t *c)
 {
     tls_write_t *w;
@@ -220,7 +220,7 @@ static int tls_flush(mconn_t *c)
     if (rls_tls_conn_pending(c->tls) == 0)
         return 0;
     if ((w = calloc(1, sizeof(*w))) == NULL)
-        return -1;
+        return RL_ENOMEM;
     w->req.data = w;
     rl_buf_init(&w->buf, RLS_HTTP_OUT_MAX);
     if (rls_tls_conn_take(c->tls, &w->buf) != 0)
@@ -233,7 +233,7 @@ static int tls_flush(mconn_t *c)
 fail:
     rl_buf_free(&w->buf);
     free(w);
-    return -1;
+    return RL_EIO;
 }
 
 /* The handshake failed (or the client went, or its deadline passed):
@@ -270,8 +270,8 @@ static void tls_failed(mconn_t *c, const uint8_t *p, size_t n)
 }
 
 /* Moves the plaintext the TLS layer holds into in[], as much as fits.
- * Returns the bytes moved, or -1 when the connection was closed (the
- * client's close_notify, a broken record). */
+ * Returns the bytes moved, or RL_ECLOSED when the connection was closed
+ * (the client's close_notify, a broken record). */
 static ssize_t tls_pull(mconn_t *c)
 {
     size_t got = 0;
@@ -284,34 +284,34 @@ static ssize_t tls_pull(mconn_t *c)
             break;
         if (n < 0) {
             conn_close(c);
-            return -1;
+            return RL_ECLOSED;
         }
         got += (size_t)n;
     }
     if (tls_flush(c) != 0) {
         conn_close(c);
-        return -1;
+        return RL_ECLOSED;
     }
     return (ssize_t)got;
 }
 
 /* Feeds what was read to the TLS layer and answers its handshake.
  * Returns the plaintext put at in + in_len (not yet counted in in_len),
- * or -1 when the connection was closed. */
+ * or RL_ECLOSED when the connection was closed. */
 static ssize_t tls_in(mconn_t *c, const uint8_t *p, size_t n)
 {
     int was = rls_tls_conn_ready(c->tls);
 
     if (rls_tls_conn_feed(c->tls, p, n) != 0) {
         tls_failed(c, p, n);
-        return -1;
+        return RL_ECLOSED;
     }
     if (!was && rls_tls_conn_ready(c->tls)) {
         c->m->tls_stats.ok++;
         if ((c->in = malloc(RLS_HTTP_HEAD_MAX)) == NULL) {
             RLS_ERROR("out of memory accepting an http connection", NULL);
             conn_close(c);
-            return -1;
+            return RL_ECLOSED;
         }
     }
     return tls_pull(c);

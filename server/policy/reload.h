@@ -48,8 +48,8 @@ int rls_reload_start(rls_reload_t *r, uv_loop_t *loop, rls_runtime_t *rt,
                      size_t nflags, size_t max_rules, uint64_t settle_ms);
 
 /* Asks for a rebuild from the file now, as SIGHUP does (no settling). It
- * runs off the loop and is logged and counted when done. Returns 0 or a
- * libuv error. */
+ * runs off the loop and is logged and counted when done. Returns as
+ * rls_reloader_now (0, RL_ENOMEM or RL_EIO). */
 int rls_reload_now(rls_reload_t *r);
 
 /* Closes the handles (idempotent); a rebuild under way is discarded when

@@ -80,8 +80,9 @@ int rls_reloader_start(rls_reloader_t *r, uv_loop_t *loop, const char *what,
                        const uint64_t (*sigs)[4], uint64_t settle_ms,
                        const rls_reloader_ops_t *ops, void *arg);
 
-/* Asks for a rebuild now, as SIGHUP does (no settling). Returns 0 or a
- * libuv error. */
+/* Asks for a rebuild now, as SIGHUP does (no settling). Returns 0, or
+ * RL_ENOMEM / RL_EIO when no thread could be made for it
+ * (rls_rebuild_request). */
 int rls_reloader_now(rls_reloader_t *r);
 
 /* Closes the handles (idempotent); memory goes with their callbacks, and
