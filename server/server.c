@@ -202,7 +202,7 @@ static void close_all(rls_server_t *s)
     rls_xds_close(&s->xds);
     if (s->tls != NULL)
         rls_tls_reload_close(&s->tls_reload);
-    rls_reload_close(&s->reload);
+    rls_rules_reload_close(&s->reload);
     rls_switch_poll_close(&s->switches);
     s->store->v->close(s->store, on_store_closed, s);
     s->store = NULL;
@@ -420,10 +420,9 @@ static int start_grpc(rls_server_t *s, char *err, size_t errlen)
      * the listener); a file that cannot be watched is logged, and SIGHUP
      * still reloads it. */
     if (cfg->nenvoy_configs > 0 &&
-        (rc = rls_envoy_reload_start(&s->envoy_reload, s->loop,
-                                     cfg->envoy_configs, cfg->nenvoy_configs,
-                                     cfg->reload_settle_ms, install_envoy_conf,
-                                     s)) == RL_ENOMEM) {
+        (rc = rls_envoy_reload_start(
+             &s->envoy_reload, s->loop, cfg->envoy_configs, cfg->nenvoy_configs,
+             cfg->reload_settle_ms, install_envoy_conf, s)) == RL_ENOMEM) {
         snprintf(err, errlen, "out of memory");
         return rc;
     }
@@ -707,9 +706,9 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
     s->sigint.data = s;
     if ((rc = uv_signal_start(&s->sigint, on_signal, SIGINT)) != 0)
         goto fail_uv;
-    if ((rc = rls_reload_start(&s->reload, loop, &s->rt, cfg->config_path,
-                               cfg->rules, cfg->nrules, cfg->max_rules,
-                               cfg->reload_settle_ms)) == RL_ENOMEM) {
+    if ((rc = rls_rules_reload_start(&s->reload, loop, &s->rt, cfg->config_path,
+                                     cfg->rules, cfg->nrules, cfg->max_rules,
+                                     cfg->reload_settle_ms)) == RL_ENOMEM) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
@@ -740,7 +739,7 @@ fail_uv:
 fail:
     /* One unwind, for a failure at any step: what was started stops, and
      * the handles close with the loop the caller runs after. */
-    rls_reload_close(&s->reload);
+    rls_rules_reload_close(&s->reload);
     for (i = nhandles - 1; i >= 0; i--)
         uv_close(handles[i], NULL);
     if (s->hold_fd >= 0)

@@ -1,5 +1,5 @@
 /* Building a new policy off the loop (rebuild.c), for the rules file
- * (reload.c) and the --envoy-config files (envoy_reload.c) alike.
+ * (rules_reload.c) and the --envoy-config files (envoy/reload.c) alike.
  *
  * Parsing a 16 MiB file takes the better part of a second: done on the
  * loop, every listener would stand still meanwhile. So a rebuild is
