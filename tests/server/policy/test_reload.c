@@ -1,5 +1,5 @@
 /* Reloads in process, on a real libuv loop (server/policy/rules_reload.c,
- * envoy_reload.c, rebuild.c, watch.c): the parse runs off the loop, so the
+ * envoy/reload.c, rebuild.c, watch.c): the parse runs off the loop, so the
  * policy in force keeps answering, whole, while a rebuild is held on its
  * thread by the rebuild's test hook; requests for a rebuild while
  * one runs coalesce into one more; a server that stops while a rebuild is
