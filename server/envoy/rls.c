@@ -22,6 +22,7 @@
 #include "rl_clock.h"
 #include "rl_headers.h"
 #include "rl_error.h"
+#include "rl_frame.h"
 #include "rl_hash.h"
 #include "rl_window.h"
 
@@ -1074,14 +1075,9 @@ int rls_envoy_encode(const rls_envoy_call_t *call, rl_buf_t *out)
     }
     len = envoy__service__ratelimit__v3__rate_limit_response__get_packed_size(
         &resp);
-    if ((rc = rl_buf_reserve(out, len + 5, &w)) == RL_OK) {
-        w[0] = 0;
-        w[1] = (uint8_t)(len >> 24);
-        w[2] = (uint8_t)(len >> 16);
-        w[3] = (uint8_t)(len >> 8);
-        w[4] = (uint8_t)len;
-        envoy__service__ratelimit__v3__rate_limit_response__pack(&resp, w + 5);
-        rl_buf_commit(out, len + 5);
+    if ((rc = rl_frame_reserve(out, len, &w)) == RL_OK) {
+        envoy__service__ratelimit__v3__rate_limit_response__pack(&resp, w);
+        rl_frame_commit(out, len);
     }
     free(e);
     free(dsp);
