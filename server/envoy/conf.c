@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "google/protobuf/struct.pb-c.h"
 #include "base/log.h"
+#include "envoy/pbvalue.h"
 #include "policy/file_in.h"
 #include "rl_headers.h"
 #include "policy/yaml_in.h"
@@ -601,40 +601,7 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
 /* metadata: any YAML, kept as a google.protobuf.Struct's bytes, as
  * envoy-ratelimit turns it into one (structpb.NewStruct) to return it. */
 
-typedef Google__Protobuf__Struct gstruct_t;
-typedef Google__Protobuf__Struct__FieldsEntry gentry_t;
 typedef Google__Protobuf__Value gvalue_t;
-typedef Google__Protobuf__ListValue glist_t;
-
-static char *dup_n(const char *s, size_t n)
-{
-    char *p = malloc(n + 1);
-
-    if (p != NULL) {
-        memcpy(p, s, n);
-        p[n] = '\0';
-    }
-    return p;
-}
-
-/* Appends v to the array *arr of *n pointers. Returns 0 or RL_ENOMEM. */
-static int push_ptr(void *arr, size_t *n, void *v)
-{
-    void ***a = arr;
-    size_t cap = 4;
-    void **na;
-
-    while (cap <= *n)
-        cap *= 2;
-    /* Grown at powers of two: realloc only when n reaches one. */
-    if (*n == 0 || (*n >= 4 && (*n & (*n - 1)) == 0)) {
-        if ((na = realloc(*a, cap * sizeof(*na))) == NULL)
-            return RL_ENOMEM;
-        *a = na;
-    }
-    (*a)[(*n)++] = v;
-    return RL_OK;
-}
 
 /* A plain scalar as YAML 1.1 (envoy-ratelimit's parser) types it: null,
  * a bool, a number, else a string. */
@@ -675,100 +642,84 @@ static int meta_number(const char *s, size_t n, double *out)
     return 1;
 }
 
-/* The value whose first event is current, built with malloc (freed with
- * protobuf_c_message_free_unpacked). Returns NULL on a parse error (said)
- * or out of memory (b->nomem). */
-static gvalue_t *meta_value(yp_t *y)
+/* A scalar's text copied into the pool, as a string value. */
+static gvalue_t *meta_string(rls_pbv_t *pb, const char *s, size_t n)
 {
-    gvalue_t *v = malloc(sizeof(*v));
-    yaml_event_type_t t = y->in.ev.type;
+    char *c = rls_pbv_strdup(pb, s, n);
 
-    if (v == NULL) {
-        y->b->nomem = 1;
-        return NULL;
-    }
-    google__protobuf__value__init(v);
+    return c != NULL ? rls_pbv_string(pb, c) : NULL;
+}
+
+/* The value whose first event is current, built in pb (envoy/pbvalue.h).
+ * Returns NULL on a parse error (said) or out of memory (b->nomem). */
+static gvalue_t *meta_value(yp_t *y, rls_pbv_t *pb)
+{
+    yaml_event_type_t t = y->in.ev.type;
+    gvalue_t *v;
+
     if (t == YAML_MAPPING_START_EVENT) {
-        gstruct_t *st = malloc(sizeof(*st));
-        if (st == NULL)
+        if ((v = rls_pbv_struct(pb)) == NULL)
             goto nomem;
-        google__protobuf__struct__init(st);
-        v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_STRUCT_VALUE;
-        v->struct_value = st;
         for (;;) {
             const char *k;
+            char *key;
             size_t kl;
-            gentry_t *e;
+            gvalue_t *fv;
             int rc = rls_yaml_in_next_key(
                 &y->in, "a metadata key must be a single value", NULL);
             if (rc < 0)
-                goto fail;
+                return NULL;
             if (rc == 0)
                 break;
             k = rls_yaml_in_str(&y->in, &kl);
-            if ((e = malloc(sizeof(*e))) == NULL)
-                goto nomem;
-            google__protobuf__struct__fields_entry__init(e);
-            if (push_ptr(&st->fields, &st->n_fields, e) != RL_OK) {
-                free(e);
-                goto nomem;
-            }
-            if ((e->key = dup_n(k, kl)) == NULL)
+            if ((key = rls_pbv_strdup(pb, k, kl)) == NULL)
                 goto nomem;
             if (rls_yaml_in_next(&y->in) != RL_OK ||
-                (e->value = meta_value(y)) == NULL)
-                goto fail;
+                (fv = meta_value(y, pb)) == NULL)
+                return NULL;
+            rls_pbv_set(pb, v->struct_value, key, fv);
+            if (pb->nomem)
+                goto nomem;
         }
     } else if (t == YAML_SEQUENCE_START_EVENT) {
-        glist_t *l = malloc(sizeof(*l));
-        if (l == NULL)
+        if ((v = rls_pbv_list(pb)) == NULL)
             goto nomem;
-        google__protobuf__list_value__init(l);
-        v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_LIST_VALUE;
-        v->list_value = l;
         for (;;) {
             gvalue_t *item;
             if (rls_yaml_in_next(&y->in) != RL_OK)
-                goto fail;
+                return NULL;
             if (y->in.ev.type == YAML_SEQUENCE_END_EVENT)
                 break;
-            if ((item = meta_value(y)) == NULL)
-                goto fail;
-            if (push_ptr(&l->values, &l->n_values, item) != RL_OK) {
-                protobuf_c_message_free_unpacked(&item->base, NULL);
+            if ((item = meta_value(y, pb)) == NULL)
+                return NULL;
+            rls_pbv_push(pb, v->list_value, item);
+            if (pb->nomem)
                 goto nomem;
-            }
         }
     } else if (t == YAML_SCALAR_EVENT) {
         size_t n;
         const char *s = rls_yaml_in_str(&y->in, &n);
         int bv;
         double d;
-        if (!y->in.ev.data.scalar.plain_implicit) {
-            v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE;
-        } else if (rls_yaml_in_is_null(&y->in)) {
-            v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_NULL_VALUE;
-        } else if (parse_bool(s, n, &bv) == RL_OK) {
-            v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_BOOL_VALUE;
-            v->bool_value = bv;
-        } else if (meta_number(s, n, &d)) {
-            v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_NUMBER_VALUE;
-            v->number_value = d;
-        } else {
-            v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE;
-        }
-        if (v->kind_case == GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE &&
-            (v->string_value = dup_n(s, n)) == NULL)
+        if (!y->in.ev.data.scalar.plain_implicit)
+            v = meta_string(pb, s, n);
+        else if (rls_yaml_in_is_null(&y->in))
+            v = rls_pbv_null(pb);
+        else if (parse_bool(s, n, &bv) == RL_OK)
+            v = rls_pbv_bool(pb, bv);
+        else if (meta_number(s, n, &d))
+            v = rls_pbv_number(pb, d);
+        else
+            v = meta_string(pb, s, n);
+        if (v == NULL)
             goto nomem;
     } else {
         DIAG(y->b, rls_yaml_in_line(&y->in), "metadata: not a YAML value");
-        goto fail;
+        return NULL;
     }
     return v;
 nomem:
     y->b->nomem = 1;
-fail:
-    protobuf_c_message_free_unpacked(&v->base, NULL);
     return NULL;
 }
 
@@ -778,6 +729,7 @@ static int parse_metadata(yp_t *y, rls_envoy_node_t *x)
 {
     builder_t *b = y->b;
     int line = rls_yaml_in_line(&y->in);
+    rls_pbv_t pb;
     gvalue_t *v;
     uint8_t *buf;
     size_t n;
@@ -788,8 +740,11 @@ static int parse_metadata(yp_t *y, rls_envoy_node_t *x)
         return rls_yaml_in_skip(&y->in);
     }
     /* Either way the walk stopped inside the mapping: it cannot go on. */
-    if ((v = meta_value(y)) == NULL)
+    rls_pbv_init(&pb);
+    if ((v = meta_value(y, &pb)) == NULL) {
+        rls_pbv_free(&pb);
         return RL_EINVAL;
+    }
     n = google__protobuf__struct__get_packed_size(v->struct_value);
     if (v->struct_value->n_fields > 0 && (buf = malloc(n ? n : 1)) != NULL) {
         google__protobuf__struct__pack(v->struct_value, buf);
@@ -799,7 +754,7 @@ static int parse_metadata(yp_t *y, rls_envoy_node_t *x)
     } else if (v->struct_value->n_fields > 0) {
         b->nomem = 1;
     }
-    protobuf_c_message_free_unpacked(&v->base, NULL);
+    rls_pbv_free(&pb);
     return RL_OK;
 }
 
