@@ -81,6 +81,7 @@
 #include "net/tls.h"
 #include "base/prom.h"
 #include "rl_error.h"
+#include "rl_frame.h"
 #include "base/util.h"
 
 #define READ_CHUNK 65536
@@ -773,8 +774,9 @@ static void on_call_done(rls_envoy_call_t *call)
 static void request_done(gstream_t *st)
 {
     const uint8_t *p = rl_buf_rptr(&st->msg);
-    size_t n = rl_buf_len(&st->msg), len;
+    size_t n = rl_buf_len(&st->msg);
     const char *why = NULL;
+    rl_frame_t f;
     int rc;
 
     if (st->answered)
@@ -796,12 +798,13 @@ static void request_done(gstream_t *st)
                               : "method must be POST");
         return;
     }
-    if (n < 5) {
+    if (n < RL_FRAME_HEADER) {
         reply_status(st, RLS_GRPC_INTERNAL,
                      "expected one length-prefixed message");
         return;
     }
-    if (p[0] == 1) {
+    rc = rl_frame_decode(p, n, st->c->g->cfg->max_frame, &f);
+    if (rc == RL_EFRAMEFLAG && p[0] == RL_FRAME_COMPRESSED) {
         /* gRPC: a compressed message needs a grpc-encoding; one we do not
          * support is UNIMPLEMENTED, none at all INTERNAL. */
         reply_status(st,
@@ -812,32 +815,30 @@ static void request_done(gstream_t *st)
                                     "grpc-encoding");
         return;
     }
-    if (p[0] != 0) {
+    if (rc == RL_EFRAMEFLAG) {
         reply_status(st, RLS_GRPC_INTERNAL, "bad message flag");
         return;
     }
-    len = ((size_t)p[1] << 24) | ((size_t)p[2] << 16) | ((size_t)p[3] << 8) |
-          (size_t)p[4];
-    if (len > st->c->g->cfg->max_frame) {
+    if (rc == RL_EFRAMESIZE) {
         reply_status(st, RLS_GRPC_RESOURCE_EXHAUSTED,
                      "message larger than --max-frame");
         return;
     }
-    if (len != n - 5) {
+    if (rc != RL_OK || f.size != n) {
         reply_status(st, RLS_GRPC_INTERNAL,
-                     len > n - 5 ? "message truncated"
+                     rc != RL_OK ? "message truncated"
                                  : "more than one message in a unary call");
         return;
     }
     if (st->health) {
-        health_call(st, p + 5, len);
+        health_call(st, f.payload, f.len);
         msg_release(st);
         return;
     }
     st->started = 1;
     st->c->at_server++;
     st->call.done = on_call_done;
-    rc = rls_envoy_start(&st->call, &st->c->g->ctx, p + 5, len, &why);
+    rc = rls_envoy_start(&st->call, &st->c->g->ctx, f.payload, f.len, &why);
     msg_release(st);
     if (rc != RLS_GRPC_OK)
         reply_status(st, rc, why);

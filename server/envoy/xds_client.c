@@ -17,6 +17,7 @@
 #include "base/log.h"
 #include "base/ossl.h"
 #include "rl_error.h"
+#include "rl_frame.h"
 
 #define ADS_PATH                                                               \
     "/envoy.service.discovery.v3.AggregatedDiscoveryService/"                  \
@@ -155,15 +156,10 @@ static int queue_request(rls_xds_conn_t *c, const char *version,
         r.error_detail = &st;
     }
     n = envoy__service__discovery__v3__discovery_request__get_packed_size(&r);
-    if ((rc = rl_buf_reserve(&c->reqs, 5 + n, &p)) != RL_OK)
+    if ((rc = rl_frame_reserve(&c->reqs, n, &p)) != RL_OK)
         return rc;
-    p[0] = 0;
-    p[1] = (uint8_t)(n >> 24);
-    p[2] = (uint8_t)(n >> 16);
-    p[3] = (uint8_t)(n >> 8);
-    p[4] = (uint8_t)n;
-    envoy__service__discovery__v3__discovery_request__pack(&r, p + 5);
-    rl_buf_commit(&c->reqs, 5 + n);
+    envoy__service__discovery__v3__discovery_request__pack(&r, p);
+    rl_frame_commit(&c->reqs, n);
     if (c->deferred && c->h2 != NULL) {
         c->deferred = 0;
         nghttp2_session_resume_data(c->h2, c->sid);
@@ -256,12 +252,15 @@ static void rb_work(rls_rebuild_t *rb)
 {
     rls_xds_t *x = rb->arg;
     rls_xds_update_t u;
+    rl_frame_t f;
 
     if (!x->has_building)
         return;
-    x->decode_rc = rls_xds_update_decode(rl_buf_rptr(&x->building) + 5,
-                                         rl_buf_len(&x->building) - 5, &u,
-                                         x->decode_err, sizeof(x->decode_err));
+    /* on_data kept exactly one whole frame, its header checked */
+    (void)rl_frame_decode(rl_buf_rptr(&x->building), rl_buf_len(&x->building),
+                          RLS_XDS_MSG_MAX, &f);
+    x->decode_rc = rls_xds_update_decode(f.payload, f.len, &u, x->decode_err,
+                                         sizeof(x->decode_err));
     rl_buf_free(&x->building);
     if (x->decode_rc == RL_OK)
         x->build_rc = rls_xds_update_build(&u, &x->built, &x->diag);
@@ -401,20 +400,17 @@ static int on_data(nghttp2_session *s, uint8_t flags, int32_t sid,
     if (sid != c->sid || c->x == NULL)
         return 0;
     while (len > 0) {
-        const uint8_t *p;
+        rl_frame_t f;
         size_t have = rl_buf_len(&c->in), take, need;
-        uint32_t mlen;
+        int rc;
         /* The 5-byte prefix first, then exactly the message it announces:
          * the length is checked before anything is kept for it. */
-        if (have < 5) {
-            take = 5 - have < len ? 5 - have : len;
-        } else {
-            p = rl_buf_rptr(&c->in);
-            mlen = (uint32_t)p[1] << 24 | (uint32_t)p[2] << 16 |
-                   (uint32_t)p[3] << 8 | p[4];
-            need = 5 + (size_t)mlen - have;
-            take = need < len ? need : len;
-        }
+        if (have < RL_FRAME_HEADER)
+            need = RL_FRAME_HEADER - have;
+        else
+            need = RL_FRAME_HEADER +
+                   (size_t)rl_frame_length(rl_buf_rptr(&c->in)) - have;
+        take = need < len ? need : len;
         if (rl_buf_append(&c->in, data, take) != RL_OK) {
             c->failed = 1;
             return NGHTTP2_ERR_CALLBACK_FAILURE;
@@ -422,18 +418,17 @@ static int on_data(nghttp2_session *s, uint8_t flags, int32_t sid,
         data += take;
         len -= take;
         have = rl_buf_len(&c->in);
-        p = rl_buf_rptr(&c->in);
-        if (have < 5)
+        if (have < RL_FRAME_HEADER)
             continue;
-        mlen = (uint32_t)p[1] << 24 | (uint32_t)p[2] << 16 |
-               (uint32_t)p[3] << 8 | p[4];
-        if (p[0] != 0 || mlen > RLS_XDS_MSG_MAX) {
+        rc = rl_frame_decode(rl_buf_rptr(&c->in), have, RLS_XDS_MSG_MAX, &f);
+        if (rc == RL_EFRAMEFLAG || rc == RL_EFRAMESIZE) {
             RLS_ERROR("xds: response refused", " why=\"%s\" bytes=%" PRIu32,
-                      p[0] != 0 ? "compressed" : "larger than 4 MiB", mlen);
+                      rc == RL_EFRAMEFLAG ? "compressed" : "larger than 4 MiB",
+                      rl_frame_length(rl_buf_rptr(&c->in)));
             c->failed = 1;
             return NGHTTP2_ERR_CALLBACK_FAILURE;
         }
-        if (have < 5 + (size_t)mlen)
+        if (rc != RL_OK)
             continue;
         on_message(c);
     }
