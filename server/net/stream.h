@@ -1,0 +1,134 @@
+/* One stream under every front end (stream.c): the connection a front end
+ * reads its protocol from and writes its answers to, plaintext or under
+ * TLS, and the pieces of a listener every front end has the same way.
+ *
+ * Two objects, as tls.h has: a set (rls_streams_t), one per listener,
+ * embedded in the front end's server struct, holding what its
+ * connections share (the loop, the listener's label and ALPN, its TLS
+ * configuration and counters, the read buffer, the open connections for
+ * the connection cap); and a stream (rls_stream_t), embedded in the
+ * front end's connection struct, holding the socket and its TLS state.
+ * The front end keeps its protocol: it reads with its own callbacks
+ * (rls_stream_read_start), decides what to write and when to close; the
+ * stream does the transport around it the one way: accepting (and the
+ * TLS handshake caps), TLS in and out, a TLS client on a plaintext port
+ * told and counted, a failed handshake counted, logged and told, and
+ * the life of the connection's memory.
+ *
+ * A stream's life: rls_stream_init (the socket handle, counted in
+ * `handles`), rls_stream_accept (the client, and under TLS its
+ * handshake admitted), reads and writes, rls_stream_close (the socket
+ * closes, its TLS state goes). The front end frees its connection when
+ * rls_stream_done says so: every handle closed (the socket and any
+ * timer of its own it counted) and no answer owed (rls_stream_owe, for
+ * an answer that will arrive after the client may have gone). So a late
+ * answer never touches freed memory. */
+#ifndef RLS_NET_STREAM_H
+#define RLS_NET_STREAM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "base/util.h"
+#include "net/tls.h"
+
+typedef struct rls_streams_s {
+    uv_loop_t *loop;
+    const char *name; /* the listener's label in the log and /metrics */
+    const char *alpn; /* the one protocol it speaks under TLS */
+    rls_tls_t *tls;   /* NULL: plaintext; else it outlives the set */
+    rls_tls_stats_t tls_stats; /* its handshakes (under TLS) */
+    rls_tls_plain_t plain;     /* its TLS clients (plaintext) */
+    /* One read's worth, shared by every connection (a read is consumed
+     * before the next): allocated at first use, rbuf_cap bytes. */
+    uint8_t *rbuf;
+    size_t rbuf_cap;
+    rls_list_t all; /* open streams (those a front end put there) */
+    unsigned open;  /* on `all` */
+} rls_streams_t;
+
+typedef struct rls_stream_s {
+    uv_tcp_t tcp; /* tcp.data: the front end's connection */
+    rls_streams_t *set;
+    rls_tls_conn_t *tls; /* NULL: plaintext */
+    rls_list_t node;     /* in set->all, if the front end put it there */
+    uint64_t since;      /* what the eviction rule orders by (loop time) */
+    uint64_t accepted_ms;
+    int handles;   /* open handles; the connection may go at 0 ... */
+    unsigned owed; /* ... and no answer owed */
+    unsigned reading : 1;
+    unsigned closing : 1;
+    unsigned heard : 1; /* something was read */
+    char peer[48];      /* under TLS: the client's address, for the log */
+} rls_stream_t;
+
+/* A set for a listener named `name` speaking `alpn` under TLS, sharing a
+ * read buffer of rbuf_cap bytes. */
+void rls_streams_init(rls_streams_t *set, uv_loop_t *loop, const char *name,
+                      const char *alpn, size_t rbuf_cap);
+/* Frees the shared buffer (the streams are the front end's). */
+void rls_streams_free(rls_streams_t *set);
+/* The shared read buffer (rbuf_cap bytes), or NULL when out of memory. */
+uint8_t *rls_streams_rbuf(rls_streams_t *set);
+
+/* The stream on set->all that gives way most readily to a new one:
+ * lowest rank, then oldest `since`; rank() < 0 never gives way. NULL
+ * when none can. */
+rls_stream_t *rls_streams_victim(rls_streams_t *set,
+                                 int (*rank)(const rls_stream_t *s));
+
+/* Starts a stream of set for the connection `owner` (tcp.data): the
+ * socket handle is made (handles = 1). Returns 0 or a libuv error (then
+ * nothing was made). */
+int rls_stream_init(rls_stream_t *s, rls_streams_t *set, void *owner);
+/* Takes the next connection off listener; under TLS the handshake is
+ * admitted by the set's caps (rls_tls_accept): past them the client gets
+ * the alert its TLS stack can read. Returns 0, or an error after which
+ * the caller closes the stream. */
+int rls_stream_accept(rls_stream_t *s, uv_stream_t *listener);
+/* Closes the socket (close_cb once closed) and drops the TLS state. */
+void rls_stream_close(rls_stream_t *s, uv_close_cb close_cb);
+/* 1 when the connection may be freed: closed, every handle closed and
+ * nothing owed. */
+int rls_stream_done(const rls_stream_t *s);
+
+/* Reading, with the front end's callbacks. start returns 0 or a libuv
+ * error (then the caller closes). */
+int rls_stream_read_start(rls_stream_t *s, uv_alloc_cb alloc_cb,
+                          uv_read_cb read_cb);
+void rls_stream_read_stop(rls_stream_t *s);
+
+/* Writes what can go now, without waiting or queuing (a notice before a
+ * close). */
+void rls_stream_try_write(rls_stream_t *s, const void *p, size_t n);
+
+/* 1 while a TLS handshake is under way. */
+int rls_stream_handshaking(const rls_stream_t *s);
+
+/* A plaintext stream's first read p[0, n): when it is a TLS client's
+ * hello, the client is told in TLS (an alert) and counted and logged on
+ * the set; returns 1 and the caller closes. Else 0. */
+int rls_stream_plain_hello(rls_stream_t *s, const uint8_t *p, size_t n);
+
+/* Feeds ciphertext to the TLS layer. Returns 1 when this finished the
+ * handshake (counted), 0 when fed, or -1 when the handshake failed
+ * (then rls_stream_tls_failed). */
+int rls_stream_tls_feed(rls_stream_t *s, const uint8_t *p, size_t n);
+/* A handshake failed, or `why` ends it (reason RLS_TLS_CLOSED,
+ * RLS_TLS_TIMEOUT; NULL: already recorded): counted and logged within
+ * the rate cap; unless `quiet` (a write in flight), the client is told
+ * what it can read: notice[0, notice_len) when it spoke plaintext (the
+ * front end's answer in its protocol; NULL for none), and TLS's alert.
+ * The caller closes. */
+void rls_stream_tls_failed(rls_stream_t *s, rls_tls_reason_t reason,
+                           const char *why, const void *notice,
+                           size_t notice_len, int quiet);
+/* Sends what the TLS layer has to say by itself (its handshake, an
+ * alert, a session ticket), apart from the front end's writes: a write
+ * of its own memory, freed by its callback. Returns 0, or -1 when the
+ * connection must close. */
+int rls_stream_tls_flush(rls_stream_t *s);
+
+#endif
