@@ -487,8 +487,6 @@ static int serve_one(mconn_t *c, const rls_http_req_t *q)
 /* Hands c->out to the socket; the client has the idle limit to take it. */
 static void start_write(mconn_t *c)
 {
-    uv_buf_t b;
-
     /* Under TLS the response is sealed in place: once written to the TLS
      * layer the plaintext is no longer needed. */
     if (c->s.tls != NULL) {
@@ -500,11 +498,9 @@ static void start_write(mconn_t *c)
             return;
         }
     }
-    b = uv_buf_init((char *)rl_buf_rptr(&c->out),
-                    (unsigned)rl_buf_len(&c->out));
     uv_timer_start(&c->timer, on_timeout, c->m->idle_ms, 0);
     c->writing = 1;
-    if (uv_write(&c->wreq, (uv_stream_t *)&c->s.tcp, &b, 1, on_write) != 0) {
+    if (rls_stream_write_queued(&c->s, &c->wreq, &c->out, on_write) != 0) {
         c->writing = 0;
         conn_close(c);
     }

@@ -146,6 +146,30 @@ void rls_stream_try_write(rls_stream_t *s, const void *p, size_t n)
         uv_try_write((uv_stream_t *)&s->tcp, &b, 1);
 }
 
+int rls_stream_write_now(rls_stream_t *s, rl_buf_t *b)
+{
+    uv_buf_t u = uv_buf_init((char *)rl_buf_rptr(b), (unsigned)rl_buf_len(b));
+    int wrote;
+
+    if (u.len == 0)
+        return 0;
+    wrote = uv_try_write((uv_stream_t *)&s->tcp, &u, 1);
+    if (wrote == UV_EAGAIN)
+        return 0;
+    if (wrote < 0)
+        return wrote;
+    rl_buf_consume(b, (size_t)wrote);
+    return 0;
+}
+
+int rls_stream_write_queued(rls_stream_t *s, uv_write_t *req,
+                            const rl_buf_t *b, uv_write_cb cb)
+{
+    uv_buf_t u = uv_buf_init((char *)rl_buf_rptr(b), (unsigned)rl_buf_len(b));
+
+    return uv_write(req, (uv_stream_t *)&s->tcp, &u, 1, cb);
+}
+
 int rls_stream_handshaking(const rls_stream_t *s)
 {
     return s->tls != NULL && !rls_tls_conn_ready(s->tls);

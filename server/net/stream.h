@@ -33,6 +33,7 @@
 
 #include "base/util.h"
 #include "net/tls.h"
+#include "rl_buf.h"
 
 typedef struct rls_streams_s {
     uv_loop_t *loop;
@@ -103,6 +104,17 @@ void rls_stream_read_stop(rls_stream_t *s);
 /* Writes what can go now, without waiting or queuing (a notice before a
  * close). */
 void rls_stream_try_write(rls_stream_t *s, const void *p, size_t n);
+
+/* Try-write, then queued write. write_now sends what the socket takes at
+ * once from b (no request, no callback: most answers go out whole this
+ * way, and a uv_write would also cost an epoll_ctl when libuv's write
+ * queue empties) and consumes it from b. Returns 0 (EAGAIN included), or
+ * a libuv error (then the caller closes). write_queued hands the rest,
+ * b's bytes, to the socket with req: b must stay untouched until cb.
+ * Returns 0 or a libuv error (then cb will not come; the caller closes). */
+int rls_stream_write_now(rls_stream_t *s, rl_buf_t *b);
+int rls_stream_write_queued(rls_stream_t *s, uv_write_t *req,
+                            const rl_buf_t *b, uv_write_cb cb);
 
 /* 1 while a TLS handshake is under way. */
 int rls_stream_handshaking(const rls_stream_t *s);
