@@ -1411,7 +1411,8 @@ static void tls_failed(gconn_t *c, rls_tls_reason_t reason, const char *why,
     size_t len = 0;
     const void *notice = not_tls_notice(p, n, goaway, &len);
 
-    rls_stream_tls_failed(&c->s, reason, why, notice, len, c->writing);
+    rls_stream_tls_failed(&c->s, reason, why, notice, len,
+                          c->writing ? RLS_STREAM_QUIET : 0);
     conn_close(c);
 }
 
@@ -1653,7 +1654,7 @@ void rls_grpc_accept(rls_grpc_t *g, uv_stream_t *l, int status)
     /* Under TLS, past the listener's caps on handshakes: closed before
      * anything is read (counted and logged by the TLS layer), after the
      * alert its TLS stack can read, and before it can evict anyone. */
-    if (rls_stream_accept(&c->s, l) != 0) {
+    if (rls_stream_accept(&c->s, l) != 0 || rls_stream_tls_begin(&c->s) != 0) {
         conn_close(c);
         return;
     }

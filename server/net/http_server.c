@@ -805,7 +805,8 @@ static void accept_one(rls_http_server_t *m)
         m->live++;
         set->open++;
         rls_list_push(&set->all, &c->s.node);
-        if (rls_stream_accept(&c->s, (uv_stream_t *)&m->listener) != 0) {
+        if (rls_stream_accept(&c->s, (uv_stream_t *)&m->listener) != 0 ||
+            rls_stream_tls_begin(&c->s) != 0) {
             conn_close(c);
             return;
         }

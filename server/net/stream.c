@@ -33,13 +33,6 @@ void rls_streams_free(rls_streams_t *set)
     set->rbuf = NULL;
 }
 
-uint8_t *rls_streams_rbuf(rls_streams_t *set)
-{
-    if (set->rbuf == NULL)
-        set->rbuf = malloc(set->rbuf_cap);
-    return set->rbuf;
-}
-
 rls_stream_t *rls_streams_victim(rls_streams_t *set,
                                  int (*rank)(const rls_stream_t *s))
 {
@@ -77,11 +70,19 @@ int rls_stream_init(rls_stream_t *s, rls_streams_t *set, void *owner)
 
 int rls_stream_accept(rls_stream_t *s, uv_stream_t *listener)
 {
-    rls_streams_t *set = s->set;
     int rc;
 
     if ((rc = uv_accept(listener, (uv_stream_t *)&s->tcp)) != 0)
         return rc;
+    uv_tcp_nodelay(&s->tcp, 1);
+    return 0;
+}
+
+int rls_stream_tls_begin(rls_stream_t *s)
+{
+    rls_streams_t *set = s->set;
+    int rc;
+
     if (set->tls != NULL) {
         /* Past the listener's caps on handshakes: closed before anything
          * is read (counted and logged by the TLS layer), after the alert
@@ -96,7 +97,6 @@ int rls_stream_accept(rls_stream_t *s, uv_stream_t *listener)
             return rc;
         }
     }
-    uv_tcp_nodelay(&s->tcp, 1);
     return 0;
 }
 
@@ -208,7 +208,7 @@ int rls_stream_tls_feed(rls_stream_t *s, const uint8_t *p, size_t n)
 
 void rls_stream_tls_failed(rls_stream_t *s, rls_tls_reason_t reason,
                            const char *why, const void *notice,
-                           size_t notice_len, int quiet)
+                           size_t notice_len, int flags)
 {
     rls_streams_t *set = s->set;
     rl_buf_t alert;
@@ -219,10 +219,13 @@ void rls_stream_tls_failed(rls_stream_t *s, rls_tls_reason_t reason,
         rls_tls_conn_fail(s->tls, reason, why);
     rls_tls_count_failure(&set->tls_stats, set->name, s->tls, s->peer,
                           uv_now(set->loop));
-    if (quiet)
+    if (flags & RLS_STREAM_QUIET)
         return;
-    if (notice != NULL && rls_tls_conn_reason(s->tls) == RLS_TLS_NOT_TLS)
+    if (notice != NULL && rls_tls_conn_reason(s->tls) == RLS_TLS_NOT_TLS) {
         rls_stream_try_write(s, notice, notice_len);
+        if (flags & RLS_STREAM_NOTICE_ONLY)
+            return;
+    }
     rl_buf_init(&alert, TLS_OWN_MAX);
     if (rls_tls_conn_take(s->tls, &alert) == 0)
         rls_stream_try_write(s, rl_buf_rptr(&alert), rl_buf_len(&alert));

@@ -28,6 +28,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include <uv.h>
 
@@ -71,8 +72,14 @@ void rls_streams_init(rls_streams_t *set, uv_loop_t *loop, const char *name,
                       const char *alpn, size_t rbuf_cap);
 /* Frees the shared buffer (the streams are the front end's). */
 void rls_streams_free(rls_streams_t *set);
-/* The shared read buffer (rbuf_cap bytes), or NULL when out of memory. */
-uint8_t *rls_streams_rbuf(rls_streams_t *set);
+/* The shared read buffer (rbuf_cap bytes), or NULL when out of memory
+ * (inline: the native path asks once per read). */
+static inline uint8_t *rls_streams_rbuf(rls_streams_t *set)
+{
+    if (set->rbuf == NULL)
+        set->rbuf = (uint8_t *)malloc(set->rbuf_cap);
+    return set->rbuf;
+}
 
 /* The stream on set->all that gives way most readily to a new one:
  * lowest rank, then oldest `since`; rank() < 0 never gives way. NULL
@@ -84,11 +91,14 @@ rls_stream_t *rls_streams_victim(rls_streams_t *set,
  * socket handle is made (handles = 1). Returns 0 or a libuv error (then
  * nothing was made). */
 int rls_stream_init(rls_stream_t *s, rls_streams_t *set, void *owner);
-/* Takes the next connection off listener; under TLS the handshake is
- * admitted by the set's caps (rls_tls_accept): past them the client gets
- * the alert its TLS stack can read. Returns 0, or an error after which
- * the caller closes the stream. */
+/* Takes the next connection off listener (TCP_NODELAY on). Returns 0,
+ * or a libuv error after which the caller closes the stream. */
 int rls_stream_accept(rls_stream_t *s, uv_stream_t *listener);
+/* Under TLS (set->tls), the handshake admitted by the set's caps
+ * (rls_tls_accept): past them the client gets the alert its TLS stack
+ * can read. Plaintext: nothing. Returns 0, or an error after which the
+ * caller closes the stream. */
+int rls_stream_tls_begin(rls_stream_t *s);
 /* Closes the socket (close_cb once closed) and drops the TLS state. */
 void rls_stream_close(rls_stream_t *s, uv_close_cb close_cb);
 /* 1 when the connection may be freed: closed, every handle closed and
@@ -128,15 +138,20 @@ int rls_stream_plain_hello(rls_stream_t *s, const uint8_t *p, size_t n);
  * handshake (counted), 0 when fed, or -1 when the handshake failed
  * (then rls_stream_tls_failed). */
 int rls_stream_tls_feed(rls_stream_t *s, const uint8_t *p, size_t n);
+/* How rls_stream_tls_failed tells the client. */
+#define RLS_STREAM_QUIET 1       /* nothing (a write is in flight) */
+#define RLS_STREAM_NOTICE_ONLY 2 /* to a plaintext client, no alert */
+
 /* A handshake failed, or `why` ends it (reason RLS_TLS_CLOSED,
  * RLS_TLS_TIMEOUT; NULL: already recorded): counted and logged within
- * the rate cap; unless `quiet` (a write in flight), the client is told
+ * the rate cap; unless RLS_STREAM_QUIET in flags, the client is told
  * what it can read: notice[0, notice_len) when it spoke plaintext (the
- * front end's answer in its protocol; NULL for none), and TLS's alert.
- * The caller closes. */
+ * front end's answer in its protocol; NULL for none), and TLS's alert
+ * (but not after the notice with RLS_STREAM_NOTICE_ONLY). The caller
+ * closes. */
 void rls_stream_tls_failed(rls_stream_t *s, rls_tls_reason_t reason,
                            const char *why, const void *notice,
-                           size_t notice_len, int quiet);
+                           size_t notice_len, int flags);
 /* Sends what the TLS layer has to say by itself (its handshake, an
  * alert, a session ticket), apart from the front end's writes: a write
  * of its own memory, freed by its callback. Returns 0, or -1 when the
