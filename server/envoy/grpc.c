@@ -1717,8 +1717,8 @@ static void sweep_conn(gconn_t *c, uint64_t now)
     /* A TLS handshake not done in time: the connection holds memory (and
      * a place under --max-connections) for nothing. */
     if (rls_stream_handshaking(&c->s)) {
-        if (g->cfg->tls_handshake_timeout_ms > 0 &&
-            now - c->s.accepted_ms >= g->cfg->tls_handshake_timeout_ms)
+        if (rls_stream_handshake_late(&c->s, now,
+                                      g->cfg->tls_handshake_timeout_ms))
             tls_failed(c, RLS_TLS_TIMEOUT,
                        "TLS handshake: not done within "
                        "--tls-handshake-timeout-ms",

@@ -909,7 +909,7 @@ static void on_sweep(uv_timer_t *t)
     /* Handshakes not done in time: in order of accept. */
     while (hs_ms > 0 && !rls_list_empty(&s->handshaking)) {
         c = RLS_CONTAINER_OF(s->handshaking.next, rls_conn_t, hs);
-        if (now - c->s.accepted_ms < hs_ms)
+        if (!rls_stream_handshake_late(&c->s, now, hs_ms))
             break;
         tls_failed(c, RLS_TLS_TIMEOUT,
                    "TLS handshake: not done within "

@@ -175,6 +175,13 @@ int rls_stream_handshaking(const rls_stream_t *s)
     return s->tls != NULL && !rls_tls_conn_ready(s->tls);
 }
 
+int rls_stream_handshake_late(const rls_stream_t *s, uint64_t now,
+                              uint64_t limit_ms)
+{
+    return limit_ms > 0 && rls_stream_handshaking(s) &&
+           now - s->accepted_ms >= limit_ms;
+}
+
 int rls_stream_plain_hello(rls_stream_t *s, const uint8_t *p, size_t n)
 {
     char peer[48];

@@ -128,6 +128,10 @@ int rls_stream_write_queued(rls_stream_t *s, uv_write_t *req,
 
 /* 1 while a TLS handshake is under way. */
 int rls_stream_handshaking(const rls_stream_t *s);
+/* 1 when that handshake is past its deadline: limit_ms (> 0) since the
+ * accept, at loop time now. */
+int rls_stream_handshake_late(const rls_stream_t *s, uint64_t now,
+                              uint64_t limit_ms);
 
 /* A plaintext stream's first read p[0, n): when it is a TLS client's
  * hello, the client is told in TLS (an alert) and counted and logged on
