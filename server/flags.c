@@ -59,7 +59,8 @@ void rls_flags_defaults(rls_flags_t *c)
 static const char usage[] =
     "usage: rl-server [options]\n"
     "\n"
-    "A fixed-window rate-limit service. Clients send CheckRequest frames;\n"
+    "A rate-limit service with four algorithms (fixed window, sliding window\n"
+    "log, sliding-window counter, GCRA). Clients send CheckRequest frames;\n"
     "counts live in Redis (--redis) or, without it, in process memory.\n"
     "\n"
     "  --listen HOST:PORT       accept clients here (default 127.0.0.1:7390;\n"

@@ -8,10 +8,11 @@
  *
  * Why: a script pays Lua's redis.call for every counter (arguments made
  * into Lua strings and back into Redis objects, the command looked up,
- * its reply turned into RESP and parsed back into Lua), which made Redis
- * spend 1.6-1.8x the CPU of a pipelined INCR per decision, however little
- * else the script did (BENCHMARKS.md). Here a counter is one keyspace
- * lookup and an in-place write of its digits.
+ * its reply turned into RESP and parsed back into Lua), so that Redis
+ * spends more CPU per decision than on a pipelined INCR however little
+ * else the script does (BENCHMARKS.md, "Redis CPU per decision against
+ * its floor"). Here a counter is one keyspace lookup and an in-place
+ * write of its digits.
  *
  * The decisions are rlm_batch.c's; this file binds them to the module
  * API.

@@ -84,7 +84,7 @@ local rcall, rpcall, type, floor, tonumber = redis.call, redis.pcall, type,
 local ssub = string.sub
 -- Counts and times are whole numbers below 2^53, which '%d' (a long)
 -- writes exactly; '%.0f' goes through glibc's multi-precision float
--- printing, which cost Redis 1 us a gcra decision.
+-- printing (its cost: BENCHMARKS.md, "Figures behind the code's choices").
 local sfmt = string.format
 local NOTINT = 'ERR value is not an integer or out of range'
 
@@ -122,8 +122,8 @@ end
 -- counted.
 -- i64: the decimal int64 s, which sread's pattern made an optional '-'
 -- and digits, as Redis reads a counter (no leading zero, no "-0"), or nil;
--- a first byte looked at and no pattern for the common short one (three
--- patterns cost Redis 0.6 us a decision).
+-- a first byte looked at and no pattern for the common short one (what
+-- patterns cost: BENCHMARKS.md, "Figures behind the code's choices").
 local sbyte = string.byte
 local function i64(s)
     if not s then return nil end
@@ -162,8 +162,8 @@ end
 -- up to 64 entries whole; a longer one takes STRLEN, a GETRANGE of its
 -- newest entry and GETRANGEs of 16 entries until what left the window and
 -- a few more are read. An error text when the key is not such a log.
--- (Lua's pattern matching costs about 10 ns a byte: only the header and
--- the entries parsed are checked to be digits.)
+-- (Lua's pattern matching costs per byte: only the header and the entries
+-- parsed are checked to be digits.)
 local LREAD = 32 + 24 * 64
 local LLAST = tostring(LREAD - 1)
 local NONE = {}

@@ -726,8 +726,8 @@ static int open_loop_start(bench_t *b)
     /* By default about 20 checks per wakeup, within 100 us..1 ms. Every
      * tick costs a wakeup and a write here and a read, a store round trip
      * and a write in rl-server, so a finer tick buys little delay and
-     * costs much CPU: at 50,000/s on the 2-core VM of BENCHMARKS.md, 80 us
-     * ticks gave a worse p99 than 400 us ticks. The tick's own delay (up
+     * costs much CPU, and a worse p99 too (BENCHMARKS.md, "Figures behind
+     * the code's choices"). The tick's own delay (up
      * to one tick) is inside the measured latency, which counts from the
      * schedule. --tick-us overrides. */
     if (tick_ns < 100000)
