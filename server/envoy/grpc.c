@@ -1186,7 +1186,6 @@ static void on_write(uv_write_t *req, int status)
 
 static void conn_send(gconn_t *c)
 {
-
     if (c->s.closing)
         return;
     if (c->overflow) {
@@ -1235,9 +1234,7 @@ static void conn_send(gconn_t *c)
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 {
     gconn_t *c = h->data;
-    rls_grpc_t *g = c->g;
-
-    uint8_t *p = rls_streams_rbuf(&g->set);
+    uint8_t *p = rls_streams_rbuf(&c->g->set);
 
     (void)hint;
     buf->base = (char *)p;
