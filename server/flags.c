@@ -1,11 +1,11 @@
 #include "flags.h"
 
-#include <arpa/inet.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "flags_redis.h"
 #include "policy/limit.h"
 #include "rl_error.h"
 #include "rl_parse.h"
@@ -62,271 +62,7 @@ static const char usage[] =
     "A rate-limit service with four algorithms (fixed window, sliding window\n"
     "log, sliding-window counter, GCRA). Clients send CheckRequest frames;\n"
     "counts live in Redis (--redis) or, without it, in process memory.\n"
-    "\n"
-    "  --listen HOST:PORT       accept clients here (default 127.0.0.1:7390;\n"
-    "                           port 0 on this and every listener: any\n"
-    "                           free port, see --port-file)\n"
-    "  --redis HOST:PORT        count in this Redis; also\n"
-    "          redis://[[USER]:PASSWORD@]HOST:PORT[/DB] (%-escapes in USER\n"
-    "                           and PASSWORD; or the URL in $RL_REDIS_URL),\n"
-    "          unix://[[USER]:PASSWORD@]/PATH[?db=N] (a Unix socket)\n"
-    "                           (default: none, the embedded memory store)\n"
-    "  --redis-cluster HOST:PORT[,HOST:PORT...]  count in this Redis\n"
-    "                           Cluster (seed nodes; also\n"
-    "                           redis://[[USER]:PASSWORD@] before the list);\n"
-    "                           not with --redis\n"
-    "  --redis-password-file FILE  the Redis password: FILE's first line\n"
-    "                           (kept out of ps and of the URL)\n"
-    "  --redis-sentinel IP:PORT[,IP:PORT...]  count in the master these\n"
-    "                           Redis Sentinels name (asked in this order;\n"
-    "                           redis://[[USER]:PASSWORD@] before the list\n"
-    "                           gives the data nodes' credentials); not\n"
-    "                           with --redis or --redis-cluster\n"
-    "  --redis-sentinel-master NAME  the master's name in the sentinels\n"
-    "                           (required with --redis-sentinel)\n"
-    "  --redis-sentinel-user NAME  the sentinels' own AUTH user\n"
-    "  --redis-sentinel-password-file FILE  the sentinels' own password:\n"
-    "                           FILE's first line\n"
-    "  --redis-sentinel-agree N  take a master's address (and send it the\n"
-    "                           data nodes' password) once N sentinels\n"
-    "                           name it (default: a majority of them)\n"
-    "  TLS to Redis: rediss://[[USER]:PASSWORD@]HOST[:PORT][/DB] on\n"
-    "  --redis (port 6379 when not given) or before the seeds\n"
-    "  of --redis-cluster, or any of these flags (every node then TLS):\n"
-    "  --redis-tls-ca FILE      trust these CAs (PEM; default: the system's)\n"
-    "  --redis-tls-cert FILE    client certificate (PEM), with its key:\n"
-    "  --redis-tls-key FILE     ... (PEM, no passphrase)\n"
-    "  --redis-tls-server-name NAME  SNI and the name the certificate must\n"
-    "                           match (default: the host as given; an IP\n"
-    "                           is matched against the IP addresses)\n"
-    "  --redis-tls-insecure     do not check the server's certificate at\n"
-    "                           all (testing only)\n"
-    "  --prefix STR             Redis key prefix, no braces (default rl:)\n"
-    "  --config FILE            rules file (YAML; see the README's Rules);\n"
-    "                           reloaded on SIGHUP and when it changes\n"
-    "  --check-config FILE      validate a rules file (with any --rule)\n"
-    "                           and exit: 0, or 2 with FILE:LINE: errors\n"
-    "  --reload-settle-ms MS    a changed rules or Envoy file is reloaded\n"
-    "                           once unchanged this long (default 1000;\n"
-    "                           write files aside and rename them over)\n"
-    "  --rule NAME=LIMIT[,LIMIT...]  a named rule, e.g. api=33/1m,2000/1h;\n"
-    "                           LIMIT is N/DUR (DUR: 60, 60s, 1m, 1h, 1d)\n"
-    "                           then :ALGORITHM, :per-caller, :burst=B, e.g.\n"
-    "                           10/1s:gcra:burst=20 (README, Algorithms);\n"
-    "                           repeatable; merged with --config\n"
-    "  --max-rules N            rules at most (default 1000)\n"
-    "  --inline-limits MODE     allow (default) or deny requests that carry\n"
-    "                           their own limit instead of naming a rule\n"
-    "  --max-inline-window SECS refuse inline windows longer (default 0:\n"
-    "                           366 days)\n"
-    "  --max-inline-limit N     refuse inline limits higher (default 0: no\n"
-    "                           cap)\n"
-    "  --refusal-cache N        remember up to N (rule, caller)s the store\n"
-    "                           showed full, and refuse what cannot fit\n"
-    "                           there without a store call (default 16384;\n"
-    "                           0: off)\n"
-    "  --batches-in-flight N    send a new batch only while fewer than N\n"
-    "                           are with the store; requests arriving\n"
-    "                           meanwhile join the next (default 1; 0: no\n"
-    "                           bound)\n"
-    "  --batch-hold-us N        under load, hold a batch that is not full\n"
-    "                           until it is N us old (at most 10000) when\n"
-    "                           the arrival rate says at least 4 more\n"
-    "                           requests will join it meanwhile: fewer,\n"
-    "                           bigger store calls for up to N us more\n"
-    "                           latency; never at low load (default 0: off)\n"
-    "  --fail-open              allow requests when the store cannot answer,\n"
-    "                           saying so in `error` (default)\n"
-    "  --fail-closed            answer ERROR when the store cannot answer\n"
-    "  --fail-local             decide in this instance's memory while Redis\n"
-    "                           cannot answer, on its share of every limit\n"
-    "                           (the limit over the live instances it last\n"
-    "                           saw), then add what it admitted to Redis's\n"
-    "                           counters once Redis answers again\n"
-    "  --redis-module MODE      auto (default): decide batches with the\n"
-    "                           ratelimit Redis module (RL.BATCH) where\n"
-    "                           Redis has it loaded, else with the Lua\n"
-    "                           script; off: always the script\n"
-    "  --redis-timeout-ms N     a Redis batch unanswered this long fails\n"
-    "                           (default 200)\n"
-    "  --reserve-ttl-ms N       a reservation may be settled for this long\n"
-    "                           (default 300000); unsettled, it keeps its\n"
-    "                           estimate\n"
-    "  --handle-secret-file F   the secret that signs reservation and lease\n"
-    "                           handles, the same file on every instance of\n"
-    "                           a Redis fleet (default: each instance draws\n"
-    "                           its own; only it accepts its handles)\n"
-    "  --expiry-grace-ms N      keys expire this long after their window\n"
-    "                           ends (default 1000)\n"
-    "  --expiry-spread-ms N     Redis store: each key lives up to this much\n"
-    "                           longer, at random (at most a quarter of its\n"
-    "                           window), so that a window's keys do not all\n"
-    "                           expire at once and stall Redis (default\n"
-    "                           10000; 0: none)\n"
-    "  --sliding-window-max N   the largest limit a sliding-window (the\n"
-    "                           exact log) may have; each admission is an\n"
-    "                           entry of the caller's log, 24 bytes in\n"
-    "                           Redis (default 10000: up to 240 KB per\n"
-    "                           caller and limit)\n"
-    "  --memory-max BYTES       memory store: cap on its counters' memory;\n"
-    "                           new counters past it are refused (by the\n"
-    "                           fail mode), existing ones keep counting;\n"
-    "                           k, m or g suffix for KiB, MiB, GiB\n"
-    "                           (default 256m)\n"
-    "  --max-frame BYTES        largest request frame accepted; a bigger one\n"
-    "                           closes its connection (default 65536)\n"
-    "  --max-connections N      refuse clients beyond this (default 10000)\n"
-    "  --max-inflight N         stop reading a connection with this many\n"
-    "                           requests unanswered (default 1024)\n"
-    "  --max-output BYTES       close a connection whose unsent responses\n"
-    "                           pass this (default 4194304)\n"
-    "  --idle-timeout SECS      close a connection that sends no whole\n"
-    "                           request this long while nothing of it is\n"
-    "                           in flight (default 300; 0: never)\n"
-    "  --frame-timeout-ms N     close a connection whose frame is not whole\n"
-    "                           this long after its first byte (default\n"
-    "                           10000; 0: never)\n"
-    "  --max-partial-bytes N    memory all connections may hold in input\n"
-    "                           buffers (partial frames); past it the\n"
-    "                           largest holders are closed (default\n"
-    "                           67108864; 0: no cap)\n"
-    "  --metrics HOST:PORT      serve /metrics and /healthz over HTTP\n"
-    "                           (default: off)\n"
-    "  --grpc HOST:PORT         serve Envoy's rate limit service (gRPC,\n"
-    "                           HTTP/2 cleartext) here (default: off)\n"
-    "  --envoy-config FILE      envoy-ratelimit descriptor file, one domain\n"
-    "                           each (see deploy/README.md, Envoy);\n"
-    "                           repeatable; reloaded on SIGHUP and when\n"
-    "                           one changes; or a DIR: its *.yaml and\n"
-    "                           *.yml files (a mounted ConfigMap), read\n"
-    "                           again when one is added, removed or\n"
-    "                           changed\n"
-    "  --envoy-xds HOST:PORT    take the descriptors from a control plane\n"
-    "                           over xDS (Envoy Gateway; envoy-ratelimit's\n"
-    "                           CONFIG_TYPE=GRPC_XDS_SOTW) instead of\n"
-    "                           --envoy-config files; needs --grpc\n"
-    "  --envoy-xds-node-id ID   the xDS node id (default: default)\n"
-    "  --envoy-xds-tls-ca FILE  speak TLS to the control plane, verified\n"
-    "                           with this CA; --envoy-xds-tls-cert FILE and\n"
-    "                           --envoy-xds-tls-key FILE: our certificate\n"
-    "                           (mutual TLS); --envoy-xds-tls-server-name\n"
-    "                           NAME: the name it must hold (default: host)\n"
-    "  --envoy-xds-backoff-ms MS, --envoy-xds-backoff-max-ms MS\n"
-    "                           reconnection wait: first and cap (default\n"
-    "                           1000 and 30000), jittered\n"
-    "  --envoy-config-ignore-dotfiles  in an --envoy-config directory, pass\n"
-    "                           over files whose name starts with '.'\n"
-    "                           (envoy-ratelimit's RUNTIME_IGNOREDOTFILES)\n"
-    "  --envoy-env              read envoy-ratelimit's settings from the\n"
-    "                           environment (HOST, PORT, GRPC_PORT,\n"
-    "                           REDIS_URL, CONFIG_TYPE, RUNTIME_ROOT...;\n"
-    "                           deploy/README.md), with its defaults; the\n"
-    "                           command line's flags win. Also when called\n"
-    "                           `ratelimit`, or with no arguments while one\n"
-    "                           of them is set\n"
-    "  --envoy-env-print        print the flags the environment gives, and\n"
-    "                           exit\n"
-    "  --check-envoy-config FILE  validate an Envoy descriptor file and\n"
-    "                           exit: 0, or 2 with FILE:LINE: errors\n"
-    "  --envoy-stats 0|1        count envoy-ratelimit's per-descriptor\n"
-    "                           statistics (total_hits, over_limit...) on\n"
-    "                           /metrics (default 1)\n"
-    "  --envoy-stats-max-values N  series named after request values at\n"
-    "                           most; the rest counted as dropped (default\n"
-    "                           1000)\n"
-    "  --statsd HOST:PORT       also send them to statsd/DogStatsD over UDP\n"
-    "                           under the reference's names (default: off)\n"
-    "  --statsd-flush-ms N      how often (default 1000)\n"
-    "  --envoy-counting MODE    how Envoy domains count whose file does\n"
-    "                           not say (counting:): envoy (default; a\n"
-    "                           charge counts even past the limit, then\n"
-    "                           compares), envoy-stop (envoy-ratelimit's\n"
-    "                           STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT) or\n"
-    "                           native (a refusal consumes nothing)\n"
-    "  --envoy-near-limit-ratio R  envoy-ratelimit's NEAR_LIMIT_RATIO: the\n"
-    "                           near_limit statistic counts the hits past\n"
-    "                           floor(limit * R) (default 0.8)\n"
-    "  --envoy-shadow-mode      envoy-ratelimit's SHADOW_MODE: a call over\n"
-    "                           a limit is answered OK overall (its\n"
-    "                           descriptors still say OVER_LIMIT)\n"
-    "  --envoy-quota-mode       envoy-ratelimit's QUOTA_MODE: every\n"
-    "                           descriptor in quota mode (a call is\n"
-    "                           refused only when all are over)\n"
-    "  --envoy-response-headers envoy-ratelimit's LIMIT_RESPONSE_HEADERS_\n"
-    "                           ENABLED: RateLimit-Limit, -Remaining, -Reset\n"
-    "                           for domains whose file does not say\n"
-    "                           rate_limit_headers\n"
-    "  --envoy-response-metadata  envoy-ratelimit's "
-    "RESPONSE_DYNAMIC_METADATA:\n"
-    "                           the call and the allowed descriptors'\n"
-    "                           metadata in dynamic_metadata\n"
-    "  --grpc-max-streams N     concurrent streams per gRPC connection\n"
-    "                           (SETTINGS; default 100)\n"
-    "  --envoy-http HOST:PORT   envoy-ratelimit's HTTP listener (its HOST:\n"
-    "                           PORT): GET /healthcheck, POST /json (needs\n"
-    "                           --grpc; default: off)\n"
-    "  --debug-http HOST:PORT   envoy-ratelimit's debug listener (DEBUG_PORT):\n"
-    "                           GET /rlconfig (needs --grpc; default: off)\n"
-    "  --http HOST:PORT         serve GET /check?rule=R&key=K over HTTP, for\n"
-    "                           proxies' auth subrequests (default: off)\n"
-    "  --check-key-header NAME  /check: the key from this request header when\n"
-    "                           the query has no key= (X-Forwarded-For: see\n"
-    "                           --check-xff-hops) (default: none)\n"
-    "  --check-xff-hops N       /check, key from X-Forwarded-For: the address\n"
-    "                           the Nth trusted proxy appended, counting\n"
-    "                           from the right (1, the default: the last,\n"
-    "                           written by the proxy in front of rl-server;\n"
-    "                           0: the leftmost, which the client wrote)\n"
-    "  --check-error-details    /check: a 400 names its reason in the body\n"
-    "                           (the missing key, the unknown rule); by\n"
-    "                           default the body is plain and the reason\n"
-    "                           goes to the log and the metrics\n"
-    "  --check-rule-header NAME /check: the rule from this request header\n"
-    "                           when the query has no rule= (default: none)\n"
-    "  --tls-cert FILE          serve TLS (1.2 and up) with this certificate\n"
-    "                           chain (PEM) on the --tls-listeners;\n"
-    "                           reloaded on SIGHUP and when it changes\n"
-    "  --tls-key FILE           ... and its key (PEM, no passphrase)\n"
-    "  --tls-client-ca FILE     mutual TLS: clients must show a certificate\n"
-    "                           of these CAs (PEM) (default: none asked)\n"
-    "  --tls-client-ca-recheck  after a reload of the TLS files, an open\n"
-    "                           connection whose client certificate the new\n"
-    "                           CAs do not verify is closed at its next\n"
-    "                           read (default: kept until it closes)\n"
-    "  --tls-listeners LIST     which listeners speak TLS: grpc, http,\n"
-    "                           metrics, listen, comma-separated (default:\n"
-    "                           grpc and http when open; listen, the\n"
-    "                           native protocol, only when named: librlc\n"
-    "                           speaks no TLS yet)\n"
-    "  --tls-handshake-timeout-ms N  close a gRPC or native TLS\n"
-    "                           connection whose handshake is not done\n"
-    "                           this long after it was accepted (default\n"
-    "                           5000; 0: never; the\n"
-    "                           HTTP listeners' header deadline, 2 s,\n"
-    "                           covers their handshakes)\n"
-    "  --tls-max-handshakes N   per TLS listener, handshakes in progress at\n"
-    "                           once; a new connection past it is closed at\n"
-    "                           accept, counted (default 256; 0: no cap)\n"
-    "  --tls-handshake-rate N   per TLS listener, handshakes begun per\n"
-    "                           second (a burst of N at once); past it the\n"
-    "                           same (default 200; 0: no cap)\n"
-    "  --drain-ms N             on SIGTERM, report unhealthy and keep serving\n"
-    "                           this long before closing (default 0)\n"
-    "  --unhealthy-error-ratio R\n"
-    "                           /healthz answers 503 while more than this\n"
-    "                           share (0-1) of the last 10 s of decisions\n"
-    "                           failed in the store (default 0.5; 1: never)\n"
-    "  --unhealthy-min-decisions N\n"
-    "                           ... once there were at least this many\n"
-    "                           (default 20)\n"
-    "  --port-file FILE         once every listener is open, write one\n"
-    "                           line per listener to FILE, e.g. \"listen\n"
-    "                           127.0.0.1:7390\" (with the port bound, for\n"
-    "                           listeners given port 0: the system picks a\n"
-    "                           free one); the file appears whole\n"
-    "  --log-level LEVEL        debug, info, warn or error (default info)\n"
-    "  --version                print the version and exit\n"
-    "  --help                   print this and exit\n";
+    "\n";
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -337,6 +73,54 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
     return RL_EINVAL;
 }
+
+/* The flags, one row each, in the order --help lists them: the usage text,
+ * whether a flag takes a value and how it is parsed all come from here.
+ * A row names its field (and a second one for some kinds); the kind says
+ * what the value is and which of the row's bounds apply. */
+typedef enum {
+    F_TEXT,     /* no flag: lines of the usage text, as they are */
+    F_HELP,     /* print the usage, and parse no further */
+    F_VERSION,  /* print the version, the same */
+    F_SET,      /* no value: the ints at off and off2 become min */
+    F_NUM,      /* an integer in [min, max] into the 4- or 8-byte field */
+    F_BYTES,    /* the same, with a k, m or g suffix */
+    F_RATIO,    /* a double in [0, 1], or in (0, 1] when min is 1 */
+    F_STR,      /* the value itself (argv's string); not empty if min is 1 */
+    F_LISTEN,   /* HOST:PORT to listen on: the host's array at off, the
+                   port (an int) at off2 */
+    F_HOSTPORT, /* HOST:PORT to reach, the same */
+    F_CHOICE,   /* one of text ("a|b|c"): the int at off becomes min plus
+                   its index */
+    F_CUSTOM,   /* parse(): lists, URLs, repeatable flags, cross checks */
+} flag_kind_t;
+
+typedef struct rls_flag_row_s flag_t;
+
+/* A custom row's parser: val into c. Returns 0 or RL_EINVAL with err. */
+typedef int (*flag_parse_fn)(rls_flags_t *c, const flag_t *f, const char *val,
+                             char *err, size_t errlen);
+
+struct rls_flag_row_s {
+    const char *name; /* "--name"; NULL: F_TEXT */
+    /* The value's name in the usage; NULL: the flag takes no value. */
+    const char *arg;
+    flag_kind_t kind;
+    size_t off, off2; /* the fields, offsets into rls_flags_t */
+    size_t size;      /* sizeof the field at off */
+    uint64_t min, max;
+    /* F_CHOICE: the choices; F_LISTEN, F_HOSTPORT: what the error says
+     * was expected. */
+    const char *text;
+    flag_parse_fn parse; /* F_CUSTOM */
+    /* The usage's lines after the flag and its value's name: the first
+     * one beside them (from column 27, or 2 spaces after them when they
+     * are longer; an empty first line, help starting with "\n", leaves
+     * them on a line of their own), the others under it at column 27,
+     * except those that begin with a space, printed as they are. NULL:
+     * the row before says it. */
+    const char *help;
+};
 
 /* Parses a byte count with an optional k, m or g suffix (KiB, MiB, GiB)
  * into [min, max]. Returns 0 or RL_EINVAL. */
@@ -362,410 +146,10 @@ static int parse_bytes(const char *s, uint64_t min, uint64_t max, uint64_t *out)
     return RL_OK;
 }
 
-/* One %XX escape's value, or -1. */
-static int hexval(unsigned char ch)
-{
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    if (ch >= 'a' && ch <= 'f')
-        return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F')
-        return ch - 'A' + 10;
-    return -1;
-}
-
-/* Percent-decodes s[0, n) into dst (at most RLS_HOST_MAX bytes and a NUL).
- * Returns 0 or RL_EINVAL. */
-static int url_decode(const char *s, size_t n, char *dst)
-{
-    size_t i, o = 0;
-
-    for (i = 0; i < n; i++) {
-        int hi, lo;
-        if (o == RLS_HOST_MAX)
-            return RL_EINVAL;
-        if (s[i] != '%') {
-            dst[o++] = s[i];
-            continue;
-        }
-        if (n - i < 3 || (hi = hexval((unsigned char)s[i + 1])) < 0 ||
-            (lo = hexval((unsigned char)s[i + 2])) < 0 || (hi | lo) == 0)
-            return RL_EINVAL;
-        dst[o++] = (char)(hi * 16 + lo);
-        i += 2;
-    }
-    dst[o] = '\0';
-    return RL_OK;
-}
-
-/* A Redis URL's credentials before the '@': USER:PASSWORD, :PASSWORD, or
- * USER alone (the password from --redis-password-file), percent-encoded as
- * in any URL (a password may hold ':', '@' or '/'). Errors never repeat
- * what was given: it is a secret. */
-static int parse_userinfo(rls_flags_t *c, const char *flag, const char *u,
-                          size_t n, char *err, size_t errlen)
-{
-    const char *colon = memchr(u, ':', n);
-    size_t ulen = colon != NULL ? (size_t)(colon - u) : n;
-
-    c->redis_password[0] = '\0';
-    if (url_decode(u, ulen, c->redis_user) != RL_OK ||
-        (colon != NULL &&
-         url_decode(colon + 1, n - ulen - 1, c->redis_password) != RL_OK))
-        return fail(err, errlen,
-                    "%s: the URL's user or password is over %d bytes or has "
-                    "a bad %%-escape",
-                    flag, RLS_HOST_MAX);
-    return 0;
-}
-
-/* A password file (given to flag): the password is the file's first
- * line, into dst (RLS_HOST_MAX + 1 bytes). */
-static int read_first_line(const char *flag, const char *path, char *dst,
-                           char *err, size_t errlen)
-{
-    char line[RLS_HOST_MAX + 3];
-    size_t n;
-    FILE *f;
-
-    if ((f = fopen(path, "r")) == NULL)
-        return fail(err, errlen, "%s: cannot read '%s'", flag, path);
-    if (fgets(line, sizeof(line), f) == NULL)
-        line[0] = '\0';
-    fclose(f);
-    n = strcspn(line, "\r\n");
-    if (n == 0 || n > RLS_HOST_MAX)
-        return fail(err, errlen,
-                    "%s: '%s' must hold the password "
-                    "(1 to %d bytes) on its first line",
-                    flag, path, RLS_HOST_MAX);
-    memcpy(dst, line, n);
-    dst[n] = '\0';
-    return 0;
-}
-
-/* --redis-password-file: the password is the file's first line. */
-static int read_password_file(rls_flags_t *c, char *err, size_t errlen)
-{
-    if (c->redis_password[0] != '\0')
-        return fail(err, errlen,
-                    "--redis-password-file: the Redis URL has a password "
-                    "already");
-    return read_first_line("--redis-password-file", c->redis_password_file,
-                           c->redis_password, err, errlen);
-}
-
-/* A URL's HOST:PORT; with dflt, the port 6379 when not given, as Redis
- * clients' rediss:// URLs do (redis:// keeps wanting the port, as it
- * always did here). Returns RL_OK or RL_EADDR. */
-static int url_hostport(const char *hp, char *host, size_t hostlen, int *port,
-                        int dflt)
-{
-    const char *b = strrchr(hp, ']');
-    char buf[RLS_HOST_MAX + 16];
-
-    if (!dflt || strchr(b != NULL ? b : hp, ':') != NULL || hp[0] == '\0' ||
-        strlen(hp) > RLS_HOST_MAX)
-        return rl_parse_hostport(hp, host, hostlen, port);
-    snprintf(buf, sizeof(buf), "%s:6379", hp);
-    return rl_parse_hostport(buf, host, hostlen, port);
-}
-
-/* redis:// or rediss:// (TLS): the scheme's length, else 0. */
-static size_t url_scheme(rls_flags_t *c, const char *s)
-{
-    if (strncmp(s, "redis://", 8) == 0)
-        return 8;
-    if (strncmp(s, "rediss://", 9) != 0)
-        return 0;
-    c->redis_tls = 1;
-    return 9;
-}
-
-/* --redis unix://[[USER]:PASSWORD@]/PATH[?db=N]: the socket's path goes in
- * redis_host (a host that starts with '/' is a socket), port 0. */
-static int parse_redis_unix(rls_flags_t *c, const char *s, char *err,
-                            size_t errlen)
-{
-    const char *p = s + 7, *at = strchr(p, '@'), *q;
-    uint64_t db;
-    size_t n;
-
-    if (at != NULL && at < strchr(p, '/')) {
-        if (parse_userinfo(c, "--redis", p, (size_t)(at - p), err, errlen) != 0)
-            return RL_EINVAL;
-        p = at + 1;
-    }
-    q = strchr(p, '?');
-    n = q != NULL ? (size_t)(q - p) : strlen(p);
-    /* sun_path holds 108 bytes with its NUL. */
-    if (p[0] != '/' || n < 2 || n > 107 || memchr(p, '@', n) != NULL)
-        return fail(err, errlen,
-                    "--redis: expected unix://[[USER]:PASSWORD@]"
-                    "/PATH with an absolute path of at most "
-                    "107 bytes");
-    if (q != NULL) {
-        if (strncmp(q, "?db=", 4) != 0 ||
-            rl_parse_u64(q + 4, 0, 1 << 20, &db) != RL_OK)
-            return fail(err, errlen,
-                        "--redis: after the socket's path only "
-                        "?db=N");
-        c->redis_db = (int)db;
-    }
-    memcpy(c->redis_host, p, n);
-    c->redis_host[n] = '\0';
-    c->redis_port = 0;
-    c->use_redis = 1;
-    return 0;
-}
-
-/* --redis accepts HOST:PORT or redis://[[USER]:PASSWORD@]HOST:PORT[/DB]. */
-static int parse_redis(rls_flags_t *c, const char *s, char *err, size_t errlen)
-{
-    char buf[2 * RLS_HOST_MAX + 32], *at, *slash, *hp;
-    uint64_t db;
-    size_t skip;
-
-    if (strncmp(s, "unix://", 7) == 0)
-        return parse_redis_unix(c, s, err, errlen);
-    if ((skip = url_scheme(c, s)) == 0) {
-        if (strchr(s, '@') != NULL) /* credentials: never repeated */
-            return fail(err, errlen,
-                        "--redis: credentials need a URL: "
-                        "redis://USER:PASSWORD@HOST:PORT");
-        if (rl_parse_hostport(s, c->redis_host, sizeof(c->redis_host),
-                              &c->redis_port) != RL_OK)
-            return fail(err, errlen,
-                        "--redis: expected " RL_HOSTPORT_HELP
-                        " or redis://[[USER]:PASSWORD@]HOST:PORT[/DB], "
-                        "got '%s'",
-                        s);
-        c->use_redis = 1;
-        return 0;
-    }
-    if (strlen(s + skip) >= sizeof(buf))
-        return fail(err, errlen, "--redis: URL too long");
-    strcpy(buf, s + skip);
-    hp = buf;
-    at = strrchr(buf, '@');
-    if (at != NULL) {
-        if (parse_userinfo(c, "--redis", buf, (size_t)(at - buf), err,
-                           errlen) != 0)
-            return RL_EINVAL;
-        hp = at + 1;
-    }
-    slash = strchr(hp, '/');
-    if (slash != NULL) {
-        *slash = '\0';
-        if (slash[1] != '\0') {
-            if (rl_parse_u64(slash + 1, 0, 1 << 20, &db) != RL_OK)
-                return fail(err, errlen, "--redis: bad database number '%s'",
-                            slash + 1);
-            c->redis_db = (int)db;
-        }
-    }
-    if (url_hostport(hp, c->redis_host, sizeof(c->redis_host), &c->redis_port,
-                     skip == 9) != RL_OK)
-        return fail(err, errlen,
-                    "--redis: bad HOST:PORT in '%s' (expected " RL_HOSTPORT_HELP
-                    ")",
-                    hp);
-    c->use_redis = 1;
-    return 0;
-}
-
-/* --redis-cluster and --redis-sentinel (flag):
- * [redis://[[USER]:PASSWORD@]]HOST:PORT[,HOST:PORT...], at most 16, into
- * redis_seed_host/port; their number in *count. */
-static int parse_seeds(rls_flags_t *c, const char *flag, const char *s,
-                       int *count, char *err, size_t errlen)
-{
-    char buf[2 * RLS_HOST_MAX + 1024], host[RLS_HOST_MAX + 1], *at, *hp, *tok;
-    char *save = NULL;
-    int port;
-    size_t skip;
-
-    if (strlen(s) >= sizeof(buf))
-        return fail(err, errlen, "%s: value too long", flag);
-    strcpy(buf, s);
-    hp = buf;
-    if ((skip = url_scheme(c, buf)) > 0) {
-        hp = buf + skip;
-        at = strrchr(hp, '@');
-        if (at != NULL) {
-            if (parse_userinfo(c, flag, hp, (size_t)(at - hp), err, errlen) !=
-                0)
-                return RL_EINVAL;
-            hp = at + 1;
-        }
-    }
-    *count = 0;
-    for (tok = strtok_r(hp, ",", &save); tok != NULL;
-         tok = strtok_r(NULL, ",", &save)) {
-        if (*count == 16)
-            return fail(err, errlen, "%s: at most 16 addresses", flag);
-        if (rl_parse_hostport(tok, host, sizeof(host), &port) != RL_OK ||
-            strlen(host) >= sizeof(c->redis_seed_host[0]))
-            return fail(err, errlen,
-                        "%s: bad address '%s' (expected " RL_HOSTPORT_HELP ")",
-                        flag, tok);
-        strcpy(c->redis_seed_host[*count], host);
-        c->redis_seed_port[(*count)++] = port;
-    }
-    if (*count == 0)
-        return fail(err, errlen, "%s: expected HOST:PORT[,HOST:PORT...]", flag);
-    return 0;
-}
-
-/* --redis-sentinel: as a cluster's seeds, but IP literals only: hiredis
- * would resolve a name with a blocking getaddrinfo on the loop. */
-static int parse_redis_sentinel(rls_flags_t *c, const char *s, char *err,
-                                size_t errlen)
-{
-    unsigned char bin[16];
-    int i;
-
-    if (parse_seeds(c, "--redis-sentinel", s, &c->redis_sentinels, err,
-                    errlen) != 0)
-        return RL_EINVAL;
-    for (i = 0; i < c->redis_sentinels; i++)
-        if (inet_pton(AF_INET, c->redis_seed_host[i], bin) != 1 &&
-            inet_pton(AF_INET6, c->redis_seed_host[i], bin) != 1)
-            return fail(err, errlen,
-                        "--redis-sentinel: '%s' is not an IP address "
-                        "(sentinels are given by address)",
-                        c->redis_seed_host[i]);
-    return 0;
-}
-
-/* --redis-sentinel-master: a name as a sentinel's config takes it. */
-static int parse_sentinel_master(rls_flags_t *c, const char *s, char *err,
-                                 size_t errlen)
-{
-    size_t i, n = strlen(s);
-
-    for (i = 0; i < n; i++)
-        if ((unsigned char)s[i] <= ' ' || (unsigned char)s[i] >= 127)
-            break;
-    if (n == 0 || n > 128 || i < n)
-        return fail(err, errlen,
-                    "--redis-sentinel-master: expected a name (1 to 128 "
-                    "printable bytes, no spaces)");
-    memcpy(c->redis_sentinel_master, s, n + 1);
-    return 0;
-}
-
-/* Numeric flags: name, where to store, and the accepted range. */
-typedef struct {
-    const char *name;
-    size_t off;
-    int size; /* 4 or 8 bytes */
-    uint64_t min, max;
-} num_flag_t;
-
-#define NUM(name, field, min, max)                                             \
-    {                                                                          \
-        name, offsetof(rls_flags_t, field),                                    \
-            (int)sizeof(((rls_flags_t *)0)->field), min, max                   \
-    }
-
-static const num_flag_t num_flags[] = {
-    NUM("--redis-timeout-ms", redis_timeout_ms, 1, 600000),
-    NUM("--expiry-grace-ms", grace_ms, 0, 3600000),
-    NUM("--reserve-ttl-ms", reserve_ttl_ms, 1000, 86400000),
-    NUM("--expiry-spread-ms", spread_ms, 0, 3600000),
-    NUM("--sliding-window-max", swl_max, 1, RL_SWL_LIMIT_MAX),
-    NUM("--max-frame", max_frame, 64, 16u << 20),
-    NUM("--max-connections", max_connections, 1, 1000000),
-    NUM("--max-inflight", max_inflight, 1, 1u << 20),
-    NUM("--max-output", max_output, 4096, (uint64_t)1 << 32),
-    NUM("--idle-timeout", idle_timeout_s, 0, 604800),
-    NUM("--frame-timeout-ms", frame_timeout_ms, 0, 3600000),
-    NUM("--max-partial-bytes", max_partial_bytes, 0, (uint64_t)1 << 40),
-    NUM("--drain-ms", drain_ms, 0, 3600000),
-    NUM("--unhealthy-min-decisions", unhealthy_min_decisions, 1, 1u << 30),
-    NUM("--max-rules", max_rules, 1, 1000000),
-    NUM("--reload-settle-ms", reload_settle_ms, 0, 60000),
-    NUM("--refusal-cache", refusal_cache, 0, 1u << 24),
-    NUM("--batches-in-flight", batches_in_flight, 0, 1024),
-    NUM("--batch-hold-us", batch_hold_us, 0, 10000),
-    NUM("--max-inline-window", max_inline_window, 0, RL_WINDOW_MAX_S),
-    NUM("--max-inline-limit", max_inline_limit, 0, INT64_MAX),
-    NUM("--grpc-max-streams", grpc_max_streams, 1, 65536),
-    NUM("--envoy-stats", envoy_stats, 0, 1),
-    NUM("--envoy-stats-max-values", envoy_stats_max_values, 0, 1u << 20),
-    NUM("--statsd-flush-ms", statsd_flush_ms, 10, 3600000),
-    NUM("--check-xff-hops", check_xff_hops, 0, 16),
-    NUM("--redis-sentinel-agree", redis_sentinel_agree, 1, 16),
-    NUM("--tls-handshake-timeout-ms", tls_handshake_timeout_ms, 0, 3600000),
-    NUM("--tls-max-handshakes", tls_max_handshakes, 0, 1000000),
-    NUM("--tls-handshake-rate", tls_handshake_rate, 0, 1000000),
-    NUM("--envoy-xds-backoff-ms", envoy_xds_backoff_ms, 1, 3600000),
-    NUM("--envoy-xds-backoff-max-ms", envoy_xds_backoff_max_ms, 1, 3600000),
-};
-
-static int takes_value(const char *name)
-{
-    static const char *const names[] = {"--listen",
-                                        "--metrics",
-                                        "--redis",
-                                        "--redis-cluster",
-                                        "--redis-password-file",
-                                        "--redis-sentinel",
-                                        "--redis-sentinel-master",
-                                        "--redis-sentinel-user",
-                                        "--redis-sentinel-password-file",
-                                        "--redis-tls-ca",
-                                        "--redis-tls-cert",
-                                        "--redis-tls-key",
-                                        "--redis-tls-server-name",
-                                        "--prefix",
-                                        "--rule",
-                                        "--log-level",
-                                        "--memory-max",
-                                        "--unhealthy-error-ratio",
-                                        "--envoy-near-limit-ratio",
-                                        "--envoy-counting",
-                                        "--config",
-                                        "--check-config",
-                                        "--inline-limits",
-                                        "--grpc",
-                                        "--redis-module",
-                                        "--envoy-config",
-                                        "--check-envoy-config",
-                                        "--statsd",
-                                        "--envoy-xds",
-                                        "--envoy-xds-node-id",
-                                        "--envoy-xds-tls-ca",
-                                        "--envoy-xds-tls-cert",
-                                        "--envoy-xds-tls-key",
-                                        "--envoy-xds-tls-server-name",
-                                        "--http",
-                                        "--check-key-header",
-                                        "--check-rule-header",
-                                        "--tls-cert",
-                                        "--tls-key",
-                                        "--tls-client-ca",
-                                        "--tls-listeners",
-                                        "--port-file",
-                                        "--handle-secret-file",
-                                        "--envoy-http",
-                                        "--debug-http"};
-    size_t k;
-
-    for (k = 0; k < sizeof(names) / sizeof(names[0]); k++)
-        if (strcmp(name, names[k]) == 0)
-            return 1;
-    for (k = 0; k < sizeof(num_flags) / sizeof(num_flags[0]); k++)
-        if (strcmp(name, num_flags[k].name) == 0)
-            return 1;
-    return 0;
-}
-
 /* --tls-listeners grpc[,http...]: the listeners named, each one that can
  * speak TLS in this build. Returns 0 or RL_EINVAL with err. */
-static int parse_tls_listeners(rls_flags_t *c, const char *val, char *err,
-                               size_t errlen)
+static int row_tls_listeners(rls_flags_t *c, const flag_t *f, const char *val,
+                             char *err, size_t errlen)
 {
     static const struct {
         const char *name;
@@ -777,6 +161,7 @@ static int parse_tls_listeners(rls_flags_t *c, const char *val, char *err,
     const char *p = val;
     size_t k, n;
 
+    (void)f;
     c->tls_listeners = 0;
     while (*p != '\0') {
         n = strcspn(p, ",");
@@ -798,15 +183,710 @@ static int parse_tls_listeners(rls_flags_t *c, const char *val, char *err,
     return 0;
 }
 
+static void *field(rls_flags_t *c, size_t off)
+{
+    return (char *)c + off;
+}
+
+/* --redis-tls-*: the files are read, and checked, when the store is
+ * made; any of them turns TLS on. */
+static int row_redis_tls_file(rls_flags_t *c, const flag_t *f, const char *val,
+                              char *err, size_t errlen)
+{
+    if (val[0] == '\0')
+        return fail(err, errlen, "%s: empty", f->name);
+    *(const char **)field(c, f->off) = val;
+    c->redis_tls = 1;
+    return 0;
+}
+
+static int row_prefix(rls_flags_t *c, const flag_t *f, const char *val,
+                      char *err, size_t errlen)
+{
+    /* Braces in the prefix would move the Redis Cluster hash tag off the
+     * caller's key. */
+    if (strlen(val) > RLS_PREFIX_MAX || strpbrk(val, "{}") != NULL)
+        return fail(err, errlen, "%s: at most %d bytes, no braces", f->name,
+                    RLS_PREFIX_MAX);
+    strcpy(c->prefix, val);
+    c->prefix_len = strlen(val);
+    return 0;
+}
+
+/* --rule: repeatable; validated when the policy is built. */
+static int row_rule(rls_flags_t *c, const flag_t *f, const char *val, char *err,
+                    size_t errlen)
+{
+    if (c->nrules == RLS_RULES_MAX)
+        return fail(err, errlen, "%s: at most %d; use --config", f->name,
+                    RLS_RULES_MAX);
+    c->rules[c->nrules++] = val;
+    return 0;
+}
+
+/* --envoy-config: repeatable. */
+static int row_envoy_config(rls_flags_t *c, const flag_t *f, const char *val,
+                            char *err, size_t errlen)
+{
+    if (c->nenvoy_configs == RLS_ENVOY_CONFIGS_MAX)
+        return fail(err, errlen, "%s: at most %d files", f->name,
+                    RLS_ENVOY_CONFIGS_MAX);
+    c->envoy_configs[c->nenvoy_configs++] = val;
+    return 0;
+}
+
+/* --check-key-header, --check-rule-header: a header field name, a token
+ * as rls_check_opts_init takes it. */
+static int row_header(rls_flags_t *c, const flag_t *f, const char *val,
+                      char *err, size_t errlen)
+{
+    size_t n = strspn(val, "abcdefghijklmnopqrstuvwxyz"
+                           "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                           "!#$%&'*+-.^_`|~");
+
+    if (val[0] == '\0' || val[n] != '\0' || n > 64)
+        return fail(err, errlen,
+                    "%s: expected a header name (up to 64 bytes of letters, "
+                    "digits and -), got '%s'",
+                    f->name, val);
+    *(const char **)field(c, f->off) = val;
+    return 0;
+}
+
+/* Which of choices ("a|b|c") val is: its index, or -1. */
+static int choice_index(const char *choices, const char *val)
+{
+    size_t n = strlen(val);
+    const char *p = choices;
+    int k;
+
+    for (k = 0;; k++) {
+        size_t len = strcspn(p, "|");
+        if (len == n && strncmp(p, val, n) == 0)
+            return k;
+        if (p[len] == '\0')
+            return -1;
+        p += len + 1;
+    }
+}
+
+/* "--name: expected a, b or c, got 'val'". */
+static int choice_fail(const char *name, const char *choices, const char *val,
+                       char *err, size_t errlen)
+{
+    char list[128];
+    size_t o = 0;
+    const char *p = choices;
+
+    while (*p != '\0' && o + 8 < sizeof(list)) {
+        size_t len = strcspn(p, "|");
+        const char *sep = p[len] == '\0'                     ? ""
+                          : strchr(p + len + 1, '|') == NULL ? " or "
+                                                             : ", ";
+        o += (size_t)snprintf(list + o, sizeof(list) - o, "%.*s%s", (int)len, p,
+                              sep);
+        p += p[len] == '\0' ? len : len + 1;
+    }
+    return fail(err, errlen, "%s: expected %s, got '%s'", name, list, val);
+}
+
+static int row_log_level(rls_flags_t *c, const flag_t *f, const char *val,
+                         char *err, size_t errlen)
+{
+    static const char levels[] = "debug|info|warn|error";
+
+    if (choice_index(levels, val) < 0)
+        return choice_fail(f->name, levels, val, err, errlen);
+    strcpy(c->log_level, val);
+    return 0;
+}
+
+#define AT(fld) offsetof(rls_flags_t, fld)
+#define SIZE(fld) sizeof(((rls_flags_t *)0)->fld)
+/* The field's offset; it does not compile unless the field is a T. */
+#define AT_T(fld, T) _Generic(((rls_flags_t *)0)->fld, T : AT(fld))
+
+#define TEXT(help_)                                                            \
+    {                                                                          \
+        .kind = F_TEXT, .help = help_                                          \
+    }
+#define INFO(name_, kind_, help_)                                              \
+    {                                                                          \
+        .name = name_, .kind = kind_, .help = help_                            \
+    }
+#define SET2(name_, fld, fld2, v, help_)                                       \
+    {                                                                          \
+        .name = name_, .kind = F_SET, .off = AT_T(fld, int),                   \
+        .off2 = AT_T(fld2, int), .min = v, .help = help_                       \
+    }
+#define SET(name_, fld, v, help_) SET2(name_, fld, fld, v, help_)
+#define NUM_K(kind_, name_, arg_, fld, lo, hi, help_)                          \
+    {                                                                          \
+        .name = name_, .arg = arg_, .kind = kind_, .off = AT(fld),             \
+        .size = SIZE(fld), .min = lo, .max = hi, .help = help_                 \
+    }
+#define NUM(...) NUM_K(F_NUM, __VA_ARGS__)
+#define BYTES(...) NUM_K(F_BYTES, __VA_ARGS__)
+#define RATIO(name_, arg_, fld, above0, help_)                                 \
+    {                                                                          \
+        .name = name_, .arg = arg_, .kind = F_RATIO, .off = AT_T(fld, double), \
+        .min = above0, .max = 1, .help = help_                                 \
+    }
+#define STR(name_, arg_, fld, nonempty, help_)                                 \
+    {                                                                          \
+        .name = name_, .arg = arg_, .kind = F_STR,                             \
+        .off = AT_T(fld, const char *), .min = nonempty, .help = help_         \
+    }
+#define ADDR(kind_, name_, arg_, host, port, expect, help_)                    \
+    {                                                                          \
+        .name = name_, .arg = arg_, .kind = kind_, .off = AT_T(host, char *),  \
+        .size = SIZE(host), .off2 = AT_T(port, int), .text = expect,           \
+        .help = help_                                                          \
+    }
+#define LISTEN(name_, arg_, host, port, help_)                                 \
+    ADDR(F_LISTEN, name_, arg_, host, port, RL_HOSTPORT_HELP, help_)
+#define HOSTPORT(...) ADDR(F_HOSTPORT, __VA_ARGS__)
+#define CHOICE(name_, arg_, fld, choices, first, help_)                        \
+    {                                                                          \
+        .name = name_, .arg = arg_, .kind = F_CHOICE, .off = AT_T(fld, int),   \
+        .min = first, .text = choices, .help = help_                           \
+    }
+/* A custom row that stores a string (fn writes it at off). */
+#define CUSTOM_AT(name_, arg_, fn, fld, help_)                                 \
+    {                                                                          \
+        .name = name_, .arg = arg_, .kind = F_CUSTOM,                          \
+        .off = AT_T(fld, const char *), .parse = fn, .help = help_             \
+    }
+#define CUSTOM(name_, arg_, fn, help_)                                         \
+    {                                                                          \
+        .name = name_, .arg = arg_, .kind = F_CUSTOM, .parse = fn,             \
+        .help = help_                                                          \
+    }
+
+static const flag_t flags[] = {
+    LISTEN("--listen", "HOST:PORT", listen_host, listen_port,
+           "accept clients here (default 127.0.0.1:7390;\n"
+           "port 0 on this and every listener: any\n"
+           "free port, see --port-file)"),
+    CUSTOM("--redis", "HOST:PORT", rls_flags_redis,
+           "count in this Redis; also\n"
+           "          redis://[[USER]:PASSWORD@]HOST:PORT[/DB] (%-escapes in "
+           "USER\n"
+           "and PASSWORD; or the URL in $RL_REDIS_URL),\n"
+           "          unix://[[USER]:PASSWORD@]/PATH[?db=N] (a Unix socket)\n"
+           "(default: none, the embedded memory store)"),
+    CUSTOM("--redis-cluster", "HOST:PORT[,HOST:PORT...]",
+           rls_flags_redis_cluster,
+           "count in this Redis\n"
+           "Cluster (seed nodes; also\n"
+           "redis://[[USER]:PASSWORD@] before the list);\n"
+           "not with --redis"),
+    STR("--redis-password-file", "FILE", redis_password_file, 0,
+        "the Redis password: FILE's first line\n"
+        "(kept out of ps and of the URL)"),
+    CUSTOM("--redis-sentinel", "IP:PORT[,IP:PORT...]", rls_flags_redis_sentinel,
+           "count in the master these\n"
+           "Redis Sentinels name (asked in this order;\n"
+           "redis://[[USER]:PASSWORD@] before the list\n"
+           "gives the data nodes' credentials); not\n"
+           "with --redis or --redis-cluster"),
+    CUSTOM("--redis-sentinel-master", "NAME", rls_flags_sentinel_master,
+           "the master's name in the sentinels\n"
+           "(required with --redis-sentinel)"),
+    CUSTOM("--redis-sentinel-user", "NAME", rls_flags_sentinel_user,
+           "the sentinels' own AUTH user"),
+    STR("--redis-sentinel-password-file", "FILE", redis_sentinel_password_file,
+        0,
+        "the sentinels' own password:\n"
+        "FILE's first line"),
+    NUM("--redis-sentinel-agree", "N", redis_sentinel_agree, 1, 16,
+        " take a master's address (and send it the\n"
+        "data nodes' password) once N sentinels\n"
+        "name it (default: a majority of them)"),
+    TEXT("TLS to Redis: rediss://[[USER]:PASSWORD@]HOST[:PORT][/DB] on\n"
+         "--redis (port 6379 when not given) or before the seeds\n"
+         "of --redis-cluster, or any of these flags (every node then TLS):"),
+    CUSTOM_AT("--redis-tls-ca", "FILE", row_redis_tls_file, redis_tls_ca,
+              "trust these CAs (PEM; default: the system's)"),
+    CUSTOM_AT("--redis-tls-cert", "FILE", row_redis_tls_file, redis_tls_cert,
+              "client certificate (PEM), with its key:"),
+    CUSTOM_AT("--redis-tls-key", "FILE", row_redis_tls_file, redis_tls_key,
+              "... (PEM, no passphrase)"),
+    CUSTOM_AT("--redis-tls-server-name", "NAME", row_redis_tls_file,
+              redis_tls_server_name,
+              "SNI and the name the certificate must\n"
+              "match (default: the host as given; an IP\n"
+              "is matched against the IP addresses)"),
+    SET2("--redis-tls-insecure", redis_tls, redis_tls_insecure, 1,
+         "do not check the server's certificate at\n"
+         "all (testing only)"),
+    CUSTOM("--prefix", "STR", row_prefix,
+           "Redis key prefix, no braces (default rl:)"),
+    STR("--config", "FILE", config_path, 0,
+        "rules file (YAML; see the README's Rules);\n"
+        "reloaded on SIGHUP and when it changes"),
+    STR("--check-config", "FILE", check_config, 0,
+        "validate a rules file (with any --rule)\n"
+        "and exit: 0, or 2 with FILE:LINE: errors"),
+    NUM("--reload-settle-ms", "MS", reload_settle_ms, 0, 60000,
+        "a changed rules or Envoy file is reloaded\n"
+        "once unchanged this long (default 1000;\n"
+        "write files aside and rename them over)"),
+    CUSTOM("--rule", "NAME=LIMIT[,LIMIT...]", row_rule,
+           "a named rule, e.g. api=33/1m,2000/1h;\n"
+           "LIMIT is N/DUR (DUR: 60, 60s, 1m, 1h, 1d)\n"
+           "then :ALGORITHM, :per-caller, :burst=B, e.g.\n"
+           "10/1s:gcra:burst=20 (README, Algorithms);\n"
+           "repeatable; merged with --config"),
+    NUM("--max-rules", "N", max_rules, 1, 1000000,
+        "rules at most (default 1000)"),
+    CHOICE("--inline-limits", "MODE", inline_deny, "allow|deny", 0,
+           "allow (default) or deny requests that carry\n"
+           "their own limit instead of naming a rule"),
+    NUM("--max-inline-window", "SECS", max_inline_window, 0, RL_WINDOW_MAX_S,
+        "refuse inline windows longer (default 0:\n"
+        "366 days)"),
+    NUM("--max-inline-limit", "N", max_inline_limit, 0, INT64_MAX,
+        "refuse inline limits higher (default 0: no\n"
+        "cap)"),
+    NUM("--refusal-cache", "N", refusal_cache, 0, 1u << 24,
+        "remember up to N (rule, caller)s the store\n"
+        "showed full, and refuse what cannot fit\n"
+        "there without a store call (default 16384;\n"
+        "0: off)"),
+    NUM("--batches-in-flight", "N", batches_in_flight, 0, 1024,
+        "send a new batch only while fewer than N\n"
+        "are with the store; requests arriving\n"
+        "meanwhile join the next (default 1; 0: no\n"
+        "bound)"),
+    NUM("--batch-hold-us", "N", batch_hold_us, 0, 10000,
+        "under load, hold a batch that is not full\n"
+        "until it is N us old (at most 10000) when\n"
+        "the arrival rate says at least 4 more\n"
+        "requests will join it meanwhile: fewer,\n"
+        "bigger store calls for up to N us more\n"
+        "latency; never at low load (default 0: off)"),
+    SET("--fail-open", fail_open, 1,
+        "allow requests when the store cannot answer,\n"
+        "saying so in `error` (default)"),
+    SET("--fail-closed", fail_open, 0,
+        "answer ERROR when the store cannot answer"),
+    SET("--fail-local", fail_open, 2,
+        "decide in this instance's memory while Redis\n"
+        "cannot answer, on its share of every limit\n"
+        "(the limit over the live instances it last\n"
+        "saw), then add what it admitted to Redis's\n"
+        "counters once Redis answers again"),
+    CHOICE("--redis-module", "MODE", redis_module_off, "auto|off", 0,
+           "auto (default): decide batches with the\n"
+           "ratelimit Redis module (RL.BATCH) where\n"
+           "Redis has it loaded, else with the Lua\n"
+           "script; off: always the script"),
+    NUM("--redis-timeout-ms", "N", redis_timeout_ms, 1, 600000,
+        "a Redis batch unanswered this long fails\n"
+        "(default 200)"),
+    NUM("--reserve-ttl-ms", "N", reserve_ttl_ms, 1000, 86400000,
+        "a reservation may be settled for this long\n"
+        "(default 300000); unsettled, it keeps its\n"
+        "estimate"),
+    STR("--handle-secret-file", "F", handle_secret_file, 1,
+        "the secret that signs reservation and lease\n"
+        "handles, the same file on every instance of\n"
+        "a Redis fleet (default: each instance draws\n"
+        "its own; only it accepts its handles)"),
+    NUM("--expiry-grace-ms", "N", grace_ms, 0, 3600000,
+        "keys expire this long after their window\n"
+        "ends (default 1000)"),
+    NUM("--expiry-spread-ms", "N", spread_ms, 0, 3600000,
+        "Redis store: each key lives up to this much\n"
+        "longer, at random (at most a quarter of its\n"
+        "window), so that a window's keys do not all\n"
+        "expire at once and stall Redis (default\n"
+        "10000; 0: none)"),
+    NUM("--sliding-window-max", "N", swl_max, 1, RL_SWL_LIMIT_MAX,
+        "the largest limit a sliding-window (the\n"
+        "exact log) may have; each admission is an\n"
+        "entry of the caller's log, 24 bytes in\n"
+        "Redis (default 10000: up to 240 KB per\n"
+        "caller and limit)"),
+    BYTES("--memory-max", "BYTES", memory_max, 65536, (uint64_t)1 << 40,
+          "memory store: cap on its counters' memory;\n"
+          "new counters past it are refused (by the\n"
+          "fail mode), existing ones keep counting;\n"
+          "k, m or g suffix for KiB, MiB, GiB\n"
+          "(default 256m)"),
+    NUM("--max-frame", "BYTES", max_frame, 64, 16u << 20,
+        "largest request frame accepted; a bigger one\n"
+        "closes its connection (default 65536)"),
+    NUM("--max-connections", "N", max_connections, 1, 1000000,
+        "refuse clients beyond this (default 10000)"),
+    NUM("--max-inflight", "N", max_inflight, 1, 1u << 20,
+        "stop reading a connection with this many\n"
+        "requests unanswered (default 1024)"),
+    NUM("--max-output", "BYTES", max_output, 4096, (uint64_t)1 << 32,
+        "close a connection whose unsent responses\n"
+        "pass this (default 4194304)"),
+    NUM("--idle-timeout", "SECS", idle_timeout_s, 0, 604800,
+        "close a connection that sends no whole\n"
+        "request this long while nothing of it is\n"
+        "in flight (default 300; 0: never)"),
+    NUM("--frame-timeout-ms", "N", frame_timeout_ms, 0, 3600000,
+        "close a connection whose frame is not whole\n"
+        "this long after its first byte (default\n"
+        "10000; 0: never)"),
+    NUM("--max-partial-bytes", "N", max_partial_bytes, 0, (uint64_t)1 << 40,
+        "memory all connections may hold in input\n"
+        "buffers (partial frames); past it the\n"
+        "largest holders are closed (default\n"
+        "67108864; 0: no cap)"),
+    LISTEN("--metrics", "HOST:PORT", metrics_host, metrics_port,
+           "serve /metrics and /healthz over HTTP\n"
+           "(default: off)"),
+    LISTEN("--grpc", "HOST:PORT", grpc_host, grpc_port,
+           "serve Envoy's rate limit service (gRPC,\n"
+           "HTTP/2 cleartext) here (default: off)"),
+    CUSTOM("--envoy-config", "FILE", row_envoy_config,
+           "envoy-ratelimit descriptor file, one domain\n"
+           "each (see deploy/README.md, Envoy);\n"
+           "repeatable; reloaded on SIGHUP and when\n"
+           "one changes; or a DIR: its *.yaml and\n"
+           "*.yml files (a mounted ConfigMap), read\n"
+           "again when one is added, removed or\n"
+           "changed"),
+    HOSTPORT("--envoy-xds", "HOST:PORT", envoy_xds_host, envoy_xds_port,
+             "HOST:PORT",
+             "take the descriptors from a control plane\n"
+             "over xDS (Envoy Gateway; envoy-ratelimit's\n"
+             "CONFIG_TYPE=GRPC_XDS_SOTW) instead of\n"
+             "--envoy-config files; needs --grpc"),
+    STR("--envoy-xds-node-id", "ID", envoy_xds_node_id, 1,
+        "the xDS node id (default: default)"),
+    STR("--envoy-xds-tls-ca", "FILE", envoy_xds_tls_ca, 0,
+        "speak TLS to the control plane, verified\n"
+        "with this CA; --envoy-xds-tls-cert FILE and\n"
+        "--envoy-xds-tls-key FILE: our certificate\n"
+        "(mutual TLS); --envoy-xds-tls-server-name\n"
+        "NAME: the name it must hold (default: host)"),
+    STR("--envoy-xds-tls-cert", "FILE", envoy_xds_tls_cert, 0, NULL),
+    STR("--envoy-xds-tls-key", "FILE", envoy_xds_tls_key, 0, NULL),
+    STR("--envoy-xds-tls-server-name", "NAME", envoy_xds_tls_server_name, 0,
+        NULL),
+    NUM("--envoy-xds-backoff-ms", "MS, --envoy-xds-backoff-max-ms MS",
+        envoy_xds_backoff_ms, 1, 3600000,
+        "\n"
+        "reconnection wait: first and cap (default\n"
+        "1000 and 30000), jittered"),
+    NUM("--envoy-xds-backoff-max-ms", "MS", envoy_xds_backoff_max_ms, 1,
+        3600000, NULL),
+    SET("--envoy-config-ignore-dotfiles", envoy_config_ignore_dot, 1,
+        "in an --envoy-config directory, pass\n"
+        "over files whose name starts with '.'\n"
+        "(envoy-ratelimit's RUNTIME_IGNOREDOTFILES)"),
+    SET("--envoy-env", envoy_env, 1,
+        "read envoy-ratelimit's settings from the\n"
+        "environment (HOST, PORT, GRPC_PORT,\n"
+        "REDIS_URL, CONFIG_TYPE, RUNTIME_ROOT...;\n"
+        "deploy/README.md), with its defaults; the\n"
+        "command line's flags win. Also when called\n"
+        "`ratelimit`, or with no arguments while one\n"
+        "of them is set"),
+    SET2("--envoy-env-print", envoy_env, envoy_env_print, 1,
+         "print the flags the environment gives, and\n"
+         "exit"),
+    STR("--check-envoy-config", "FILE", check_envoy_config, 0,
+        "validate an Envoy descriptor file and\n"
+        "exit: 0, or 2 with FILE:LINE: errors"),
+    NUM("--envoy-stats", "0|1", envoy_stats, 0, 1,
+        "count envoy-ratelimit's per-descriptor\n"
+        "statistics (total_hits, over_limit...) on\n"
+        "/metrics (default 1)"),
+    NUM("--envoy-stats-max-values", "N", envoy_stats_max_values, 0, 1u << 20,
+        "series named after request values at\n"
+        "most; the rest counted as dropped (default\n"
+        "1000)"),
+    HOSTPORT("--statsd", "HOST:PORT", statsd_host, statsd_port,
+             RL_HOSTPORT_HELP,
+             "also send them to statsd/DogStatsD over UDP\n"
+             "under the reference's names (default: off)"),
+    NUM("--statsd-flush-ms", "N", statsd_flush_ms, 10, 3600000,
+        "how often (default 1000)"),
+    CHOICE("--envoy-counting", "MODE", envoy_counting,
+           "envoy|envoy-stop|native", 1,
+           "how Envoy domains count whose file does\n"
+           "not say (counting:): envoy (default; a\n"
+           "charge counts even past the limit, then\n"
+           "compares), envoy-stop (envoy-ratelimit's\n"
+           "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT) or\n"
+           "native (a refusal consumes nothing)"),
+    RATIO("--envoy-near-limit-ratio", "R", envoy_near_ratio, 1,
+          "envoy-ratelimit's NEAR_LIMIT_RATIO: the\n"
+          "near_limit statistic counts the hits past\n"
+          "floor(limit * R) (default 0.8)"),
+    SET("--envoy-shadow-mode", envoy_shadow_mode, 1,
+        "envoy-ratelimit's SHADOW_MODE: a call over\n"
+        "a limit is answered OK overall (its\n"
+        "descriptors still say OVER_LIMIT)"),
+    SET("--envoy-quota-mode", envoy_quota_mode, 1,
+        "envoy-ratelimit's QUOTA_MODE: every\n"
+        "descriptor in quota mode (a call is\n"
+        "refused only when all are over)"),
+    SET("--envoy-response-headers", envoy_response_headers, 1,
+        "envoy-ratelimit's LIMIT_RESPONSE_HEADERS_\n"
+        "ENABLED: RateLimit-Limit, -Remaining, -Reset\n"
+        "for domains whose file does not say\n"
+        "rate_limit_headers"),
+    SET("--envoy-response-metadata", envoy_response_metadata, 1,
+        "envoy-ratelimit's RESPONSE_DYNAMIC_METADATA:\n"
+        "the call and the allowed descriptors'\n"
+        "metadata in dynamic_metadata"),
+    NUM("--grpc-max-streams", "N", grpc_max_streams, 1, 65536,
+        "concurrent streams per gRPC connection\n"
+        "(SETTINGS; default 100)"),
+    LISTEN("--envoy-http", "HOST:PORT", envoy_http_host, envoy_http_port,
+           "envoy-ratelimit's HTTP listener (its HOST:\n"
+           "PORT): GET /healthcheck, POST /json (needs\n"
+           "--grpc; default: off)"),
+    LISTEN("--debug-http", "HOST:PORT", debug_http_host, debug_http_port,
+           "envoy-ratelimit's debug listener (DEBUG_PORT):\n"
+           "GET /rlconfig (needs --grpc; default: off)"),
+    LISTEN("--http", "HOST:PORT", http_host, http_port,
+           "serve GET /check?rule=R&key=K over HTTP, for\n"
+           "proxies' auth subrequests (default: off)"),
+    CUSTOM_AT("--check-key-header", "NAME", row_header, check_key_header,
+              "/check: the key from this request header when\n"
+              "the query has no key= (X-Forwarded-For: see\n"
+              "--check-xff-hops) (default: none)"),
+    NUM("--check-xff-hops", "N", check_xff_hops, 0, 16,
+        "/check, key from X-Forwarded-For: the address\n"
+        "the Nth trusted proxy appended, counting\n"
+        "from the right (1, the default: the last,\n"
+        "written by the proxy in front of rl-server;\n"
+        "0: the leftmost, which the client wrote)"),
+    SET("--check-error-details", check_error_details, 1,
+        "/check: a 400 names its reason in the body\n"
+        "(the missing key, the unknown rule); by\n"
+        "default the body is plain and the reason\n"
+        "goes to the log and the metrics"),
+    CUSTOM_AT("--check-rule-header", "NAME", row_header, check_rule_header,
+              "/check: the rule from this request header\n"
+              "when the query has no rule= (default: none)"),
+    STR("--tls-cert", "FILE", tls_cert, 1,
+        "serve TLS (1.2 and up) with this certificate\n"
+        "chain (PEM) on the --tls-listeners;\n"
+        "reloaded on SIGHUP and when it changes"),
+    STR("--tls-key", "FILE", tls_key, 1,
+        "... and its key (PEM, no passphrase)"),
+    STR("--tls-client-ca", "FILE", tls_client_ca, 1,
+        "mutual TLS: clients must show a certificate\n"
+        "of these CAs (PEM) (default: none asked)"),
+    SET("--tls-client-ca-recheck", tls_client_ca_recheck, 1,
+        "after a reload of the TLS files, an open\n"
+        "connection whose client certificate the new\n"
+        "CAs do not verify is closed at its next\n"
+        "read (default: kept until it closes)"),
+    CUSTOM("--tls-listeners", "LIST", row_tls_listeners,
+           "which listeners speak TLS: grpc, http,\n"
+           "metrics, listen, comma-separated (default:\n"
+           "grpc and http when open; listen, the\n"
+           "native protocol, only when named: librlc\n"
+           "speaks no TLS yet)"),
+    NUM("--tls-handshake-timeout-ms", "N", tls_handshake_timeout_ms, 0, 3600000,
+        "close a gRPC or native TLS\n"
+        "connection whose handshake is not done\n"
+        "this long after it was accepted (default\n"
+        "5000; 0: never; the\n"
+        "HTTP listeners' header deadline, 2 s,\n"
+        "covers their handshakes)"),
+    NUM("--tls-max-handshakes", "N", tls_max_handshakes, 0, 1000000,
+        "per TLS listener, handshakes in progress at\n"
+        "once; a new connection past it is closed at\n"
+        "accept, counted (default 256; 0: no cap)"),
+    NUM("--tls-handshake-rate", "N", tls_handshake_rate, 0, 1000000,
+        "per TLS listener, handshakes begun per\n"
+        "second (a burst of N at once); past it the\n"
+        "same (default 200; 0: no cap)"),
+    NUM("--drain-ms", "N", drain_ms, 0, 3600000,
+        "on SIGTERM, report unhealthy and keep serving\n"
+        "this long before closing (default 0)"),
+    RATIO("--unhealthy-error-ratio", "R", unhealthy_error_ratio, 0,
+          "\n"
+          "/healthz answers 503 while more than this\n"
+          "share (0-1) of the last 10 s of decisions\n"
+          "failed in the store (default 0.5; 1: never)"),
+    NUM("--unhealthy-min-decisions", "N", unhealthy_min_decisions, 1, 1u << 30,
+        "\n"
+        "... once there were at least this many\n"
+        "(default 20)"),
+    STR("--port-file", "FILE", port_file, 0,
+        "once every listener is open, write one\n"
+        "line per listener to FILE, e.g. \"listen\n"
+        "127.0.0.1:7390\" (with the port bound, for\n"
+        "listeners given port 0: the system picks a\n"
+        "free one); the file appears whole"),
+    CUSTOM("--log-level", "LEVEL", row_log_level,
+           "debug, info, warn or error (default info)"),
+    INFO("--version", F_VERSION, "print the version and exit"),
+    INFO("--help", F_HELP, "print this and exit"),
+};
+
+#define NFLAGS (sizeof(flags) / sizeof(flags[0]))
+
+#define HELP_COL 27 /* the usage's column where the help text starts */
+
+/* The usage: the head, then each row's lines. */
+static void print_usage(FILE *out)
+{
+    size_t k;
+
+    fputs(usage, out);
+    for (k = 0; k < NFLAGS; k++) {
+        const flag_t *f = &flags[k];
+        const char *p = f->help, *nl;
+        int col, first = 1;
+
+        if (p == NULL)
+            continue;
+        col = f->kind == F_TEXT
+                  ? 0
+                  : fprintf(out, "  %s%s%s", f->name, f->arg != NULL ? " " : "",
+                            f->arg != NULL ? f->arg : "");
+        for (;; first = 0) {
+            int len = (int)((nl = strchr(p, '\n')) != NULL ? (size_t)(nl - p)
+                                                           : strlen(p));
+            if (f->kind == F_TEXT)
+                fputs("  ", out);
+            else if (first && len > 0)
+                fprintf(out, "%*s", col < HELP_COL ? HELP_COL - col : 2, "");
+            else if (!first && p[0] != ' ')
+                fprintf(out, "%*s", HELP_COL, "");
+            fprintf(out, "%.*s\n", len, p);
+            if (nl == NULL)
+                break;
+            p = nl + 1;
+        }
+    }
+}
+
+static const flag_t *find(const char *name)
+{
+    size_t k;
+
+    for (k = 0; k < NFLAGS; k++)
+        if (flags[k].name != NULL && strcmp(flags[k].name, name) == 0)
+            return &flags[k];
+    return NULL;
+}
+
+/* The row's value (NULL when it takes none) into c. Returns 0 or
+ * RL_EINVAL with err. */
+static int apply(rls_flags_t *c, const flag_t *f, const char *val, char *err,
+                 size_t errlen)
+{
+    void *dst = field(c, f->off);
+    uint64_t v;
+    double r;
+    char *end;
+    int k;
+
+    switch (f->kind) {
+    case F_SET:
+        *(int *)dst = (int)f->min;
+        *(int *)field(c, f->off2) = (int)f->min;
+        return 0;
+    case F_NUM:
+        if (rl_parse_u64(val, f->min, f->max, &v) != RL_OK)
+            return fail(err, errlen,
+                        "%s: expected a number from %llu to %llu, got '%s'",
+                        f->name, (unsigned long long)f->min,
+                        (unsigned long long)f->max, val);
+        break;
+    case F_BYTES:
+        if (parse_bytes(val, f->min, f->max, &v) != RL_OK)
+            return fail(err, errlen,
+                        "%s: expected bytes from %llu to %llu, or with a k, "
+                        "m or g suffix, got '%s'",
+                        f->name, (unsigned long long)f->min,
+                        (unsigned long long)f->max, val);
+        break;
+    case F_RATIO:
+        r = strtod(val, &end);
+        if (end == val || *end != '\0' ||
+            !(f->min ? r > 0 && r <= 1 : r >= 0 && r <= 1))
+            return fail(err, errlen,
+                        f->min ? "%s: expected a number above 0, up to 1, "
+                                 "got '%s'"
+                               : "%s: expected a number from 0 to 1, got '%s'",
+                        f->name, val);
+        *(double *)dst = r;
+        return 0;
+    case F_STR:
+        if (f->min && val[0] == '\0')
+            return fail(err, errlen, "%s: empty", f->name);
+        *(const char **)dst = val;
+        return 0;
+    case F_LISTEN:
+    case F_HOSTPORT:
+        if ((f->kind == F_LISTEN ? rl_parse_listen : rl_parse_hostport)(
+                val, dst, f->size, (int *)field(c, f->off2)) != RL_OK)
+            return fail(err, errlen, "%s: expected %s, got '%s'", f->name,
+                        f->text, val);
+        return 0;
+    case F_CHOICE:
+        if ((k = choice_index(f->text, val)) < 0)
+            return choice_fail(f->name, f->text, val, err, errlen);
+        *(int *)dst = (int)f->min + k;
+        return 0;
+    case F_CUSTOM:
+        return f->parse(c, f, val, err, errlen);
+    default: /* F_TEXT, F_HELP, F_VERSION: not values */
+        return 0;
+    }
+    /* F_NUM, F_BYTES: v into the field, of 4 or 8 bytes. */
+    if (f->size == 4) {
+        uint32_t v32 = (uint32_t)v;
+        memcpy(dst, &v32, 4);
+    } else {
+        memcpy(dst, &v, 8);
+    }
+    return 0;
+}
+
+int rls_flags_info(size_t i, rls_flag_info_t *info)
+{
+    size_t k;
+
+    for (k = 0; k < NFLAGS; k++) {
+        const flag_t *f = &flags[k];
+        if (f->name == NULL || i-- > 0)
+            continue;
+        memset(info, 0, sizeof(*info));
+        info->name = f->name;
+        info->takes_value = f->arg != NULL;
+        info->off = f->off;
+        info->size = f->size;
+        info->min = f->min;
+        info->max = f->max;
+        info->choices = f->kind == F_CHOICE ? f->text : NULL;
+        info->help = f->help;
+        info->kind = f->kind == F_NUM      ? RLS_FLAG_NUM
+                     : f->kind == F_BYTES  ? RLS_FLAG_BYTES
+                     : f->kind == F_RATIO  ? RLS_FLAG_RATIO
+                     : f->kind == F_CHOICE ? RLS_FLAG_CHOICE
+                     : f->kind == F_SET    ? RLS_FLAG_SET
+                                           : RLS_FLAG_OTHER;
+        return 1;
+    }
+    return 0;
+}
+
 int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out, char *err,
                     size_t errlen)
 {
-    const char *env;
     int i;
-    size_t k;
 
     for (i = 1; i < argc; i++) {
         const char *arg = argv[i], *val = NULL, *eq;
+        const flag_t *f;
         char name[64];
 
         if (strncmp(arg, "--", 2) != 0)
@@ -826,365 +906,27 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out, char *err,
             strcpy(name, arg);
         }
 
-        if (strcmp(name, "--help") == 0) {
-            fputs(usage, out);
-            c->info_only = 1;
-            return 0;
-        }
-        if (strcmp(name, "--version") == 0) {
-            fprintf(out, "rl-server %s\n", RLS_VERSION);
-            c->info_only = 1;
-            return 0;
-        }
-        if (strcmp(name, "--check-error-details") == 0) {
-            if (val != NULL)
-                return fail(err, errlen, "%s takes no value", name);
-            c->check_error_details = 1;
-            continue;
-        }
-        if (strcmp(name, "--envoy-env") == 0 ||
-            strcmp(name, "--envoy-env-print") == 0 ||
-            strcmp(name, "--envoy-config-ignore-dotfiles") == 0) {
-            if (val != NULL)
-                return fail(err, errlen, "%s takes no value", name);
-            if (strcmp(name, "--envoy-config-ignore-dotfiles") == 0)
-                c->envoy_config_ignore_dot = 1;
-            else if (strcmp(name, "--envoy-env-print") == 0)
-                c->envoy_env = c->envoy_env_print = 1;
-            else
-                c->envoy_env = 1;
-            continue;
-        }
-        if (strcmp(name, "--tls-client-ca-recheck") == 0) {
-            if (val != NULL)
-                return fail(err, errlen, "%s takes no value", name);
-            c->tls_client_ca_recheck = 1;
-            continue;
-        }
-        if (strcmp(name, "--redis-tls-insecure") == 0) {
-            if (val != NULL)
-                return fail(err, errlen, "%s takes no value", name);
-            c->redis_tls = c->redis_tls_insecure = 1;
-            continue;
-        }
-        if (strcmp(name, "--envoy-shadow-mode") == 0 ||
-            strcmp(name, "--envoy-quota-mode") == 0 ||
-            strcmp(name, "--envoy-response-headers") == 0 ||
-            strcmp(name, "--envoy-response-metadata") == 0) {
-            if (val != NULL)
-                return fail(err, errlen, "%s takes no value", name);
-            if (name[8] == 's')
-                c->envoy_shadow_mode = 1;
-            else if (name[8] == 'q')
-                c->envoy_quota_mode = 1;
-            else if (name[17] == 'h')
-                c->envoy_response_headers = 1;
-            else
-                c->envoy_response_metadata = 1;
-            continue;
-        }
-        if (strcmp(name, "--fail-open") == 0 ||
-            strcmp(name, "--fail-closed") == 0 ||
-            strcmp(name, "--fail-local") == 0) {
-            if (val != NULL)
-                return fail(err, errlen, "%s takes no value", name);
-            /* 1 open, 0 closed, 2 local (RLS_FAIL_LOCAL, batch.h) */
-            c->fail_open = name[7] == 'o' ? 1 : name[7] == 'l' ? 2 : 0;
-            continue;
-        }
-
-        if (!takes_value(name))
+        if ((f = find(name)) == NULL)
             return fail(err, errlen, "unknown option '%s' (see --help)", name);
-        if (val == NULL) {
+        if (f->kind == F_HELP || f->kind == F_VERSION) {
+            if (f->kind == F_HELP)
+                print_usage(out);
+            else
+                fprintf(out, "rl-server %s\n", RLS_VERSION);
+            c->info_only = 1;
+            return 0;
+        }
+        if (f->arg == NULL && val != NULL)
+            return fail(err, errlen, "%s takes no value", name);
+        if (f->arg != NULL && val == NULL) {
             if (i + 1 >= argc)
                 return fail(err, errlen, "%s needs a value", name);
             val = argv[++i];
         }
-
-        if (strcmp(name, "--listen") == 0) {
-            if (rl_parse_listen(val, c->listen_host, sizeof(c->listen_host),
-                                &c->listen_port) != RL_OK)
-                return fail(err, errlen,
-                            "--listen: expected " RL_HOSTPORT_HELP ", got '%s'",
-                            val);
-        } else if (strcmp(name, "--metrics") == 0) {
-            if (rl_parse_listen(val, c->metrics_host, sizeof(c->metrics_host),
-                                &c->metrics_port) != RL_OK)
-                return fail(
-                    err, errlen,
-                    "--metrics: expected " RL_HOSTPORT_HELP ", got '%s'", val);
-        } else if (strcmp(name, "--statsd") == 0) {
-            if (rl_parse_hostport(val, c->statsd_host, sizeof(c->statsd_host),
-                                  &c->statsd_port) != RL_OK)
-                return fail(err, errlen,
-                            "--statsd: expected " RL_HOSTPORT_HELP ", got '%s'",
-                            val);
-        } else if (strcmp(name, "--http") == 0) {
-            if (rl_parse_listen(val, c->http_host, sizeof(c->http_host),
-                                &c->http_port) != RL_OK)
-                return fail(err, errlen,
-                            "--http: expected " RL_HOSTPORT_HELP ", got '%s'",
-                            val);
-        } else if (strcmp(name, "--envoy-http") == 0 ||
-                   strcmp(name, "--debug-http") == 0) {
-            int envoy = name[2] == 'e';
-            if (rl_parse_listen(val,
-                                envoy ? c->envoy_http_host : c->debug_http_host,
-                                envoy ? sizeof(c->envoy_http_host)
-                                      : sizeof(c->debug_http_host),
-                                envoy ? &c->envoy_http_port
-                                      : &c->debug_http_port) != RL_OK)
-                return fail(err, errlen,
-                            "%s: expected " RL_HOSTPORT_HELP ", got '%s'",
-                            name, val);
-        } else if (strcmp(name, "--check-key-header") == 0 ||
-                   strcmp(name, "--check-rule-header") == 0) {
-            /* A header field name: a token, as rls_check_opts_init takes. */
-            size_t n = strspn(val, "abcdefghijklmnopqrstuvwxyz"
-                                   "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-                                   "!#$%&'*+-.^_`|~");
-            if (val[0] == '\0' || val[n] != '\0' || n > 64)
-                return fail(err, errlen,
-                            "%s: expected a header name (up to "
-                            "64 bytes of letters, digits and "
-                            "-), got '%s'",
-                            name, val);
-            if (name[8] == 'k')
-                c->check_key_header = val;
-            else
-                c->check_rule_header = val;
-        } else if (strcmp(name, "--redis") == 0) {
-            if (c->redis_cluster > 0 || c->redis_sentinels > 0)
-                return fail(err, errlen,
-                            "--redis, --redis-cluster and "
-                            "--redis-sentinel are exclusive: "
-                            "give one");
-            if (parse_redis(c, val, err, errlen) != 0)
-                return RL_EINVAL;
-        } else if (strcmp(name, "--redis-cluster") == 0) {
-            if (c->use_redis && c->redis_cluster == 0)
-                return fail(err, errlen,
-                            "--redis, --redis-cluster and "
-                            "--redis-sentinel are exclusive: "
-                            "give one");
-            if (parse_seeds(c, "--redis-cluster", val, &c->redis_cluster, err,
-                            errlen) != 0)
-                return RL_EINVAL;
-            c->use_redis = 1;
-        } else if (strcmp(name, "--redis-sentinel") == 0) {
-            if (c->use_redis && c->redis_sentinels == 0)
-                return fail(err, errlen,
-                            "--redis, --redis-cluster and "
-                            "--redis-sentinel are exclusive: "
-                            "give one");
-            if (parse_redis_sentinel(c, val, err, errlen) != 0)
-                return RL_EINVAL;
-            c->use_redis = 1;
-        } else if (strcmp(name, "--redis-sentinel-master") == 0) {
-            if (parse_sentinel_master(c, val, err, errlen) != 0)
-                return RL_EINVAL;
-        } else if (strcmp(name, "--redis-sentinel-user") == 0) {
-            if (val[0] == '\0' || strlen(val) > RLS_HOST_MAX)
-                return fail(err, errlen,
-                            "--redis-sentinel-user: 1 to %d "
-                            "bytes",
-                            RLS_HOST_MAX);
-            strcpy(c->redis_sentinel_user, val);
-        } else if (strcmp(name, "--redis-sentinel-password-file") == 0) {
-            c->redis_sentinel_password_file = val;
-        } else if (strcmp(name, "--redis-password-file") == 0) {
-            c->redis_password_file = val;
-        } else if (strncmp(name, "--redis-tls-", 12) == 0) {
-            /* The files are read, and checked, when the store is made. */
-            const char **dst = name[12] == 'c' && name[13] == 'a'
-                                   ? &c->redis_tls_ca
-                               : name[12] == 'c' ? &c->redis_tls_cert
-                               : name[12] == 'k' ? &c->redis_tls_key
-                                                 : &c->redis_tls_server_name;
-            if (val[0] == '\0')
-                return fail(err, errlen, "%s: empty", name);
-            *dst = val;
-            c->redis_tls = 1;
-        } else if (strcmp(name, "--tls-cert") == 0 ||
-                   strcmp(name, "--tls-key") == 0 ||
-                   strcmp(name, "--tls-client-ca") == 0) {
-            /* The files are read, and checked, before the server starts
-             * (main.c) and again on each reload. */
-            if (val[0] == '\0')
-                return fail(err, errlen, "%s: empty", name);
-            *(name[6] == 'c' && name[7] == 'e' ? &c->tls_cert
-              : name[6] == 'k'                 ? &c->tls_key
-                                               : &c->tls_client_ca) = val;
-        } else if (strcmp(name, "--tls-listeners") == 0) {
-            if (parse_tls_listeners(c, val, err, errlen) != 0)
-                return RL_EINVAL;
-        } else if (strcmp(name, "--prefix") == 0) {
-            /* Braces in the prefix would move the Redis Cluster hash tag
-             * off the caller's key. */
-            if (strlen(val) > RLS_PREFIX_MAX || strpbrk(val, "{}") != NULL)
-                return fail(err, errlen,
-                            "--prefix: at most %d bytes, no "
-                            "braces",
-                            RLS_PREFIX_MAX);
-            strcpy(c->prefix, val);
-            c->prefix_len = strlen(val);
-        } else if (strcmp(name, "--rule") == 0) {
-            if (c->nrules == RLS_RULES_MAX)
-                return fail(err, errlen, "--rule: at most %d; use --config",
-                            RLS_RULES_MAX);
-            c->rules[c->nrules++] = val;
-        } else if (strcmp(name, "--handle-secret-file") == 0) {
-            if (val[0] == '\0')
-                return fail(err, errlen, "%s: empty", name);
-            c->handle_secret_file = val;
-        } else if (strcmp(name, "--port-file") == 0) {
-            c->port_file = val;
-        } else if (strcmp(name, "--config") == 0) {
-            c->config_path = val;
-        } else if (strcmp(name, "--check-config") == 0) {
-            c->check_config = val;
-        } else if (strcmp(name, "--grpc") == 0) {
-            if (rl_parse_listen(val, c->grpc_host, sizeof(c->grpc_host),
-                                &c->grpc_port) != RL_OK)
-                return fail(err, errlen,
-                            "--grpc: expected " RL_HOSTPORT_HELP ", got '%s'",
-                            val);
-        } else if (strcmp(name, "--envoy-config") == 0) {
-            if (c->nenvoy_configs == RLS_ENVOY_CONFIGS_MAX)
-                return fail(err, errlen, "--envoy-config: at most %d files",
-                            RLS_ENVOY_CONFIGS_MAX);
-            c->envoy_configs[c->nenvoy_configs++] = val;
-        } else if (strcmp(name, "--check-envoy-config") == 0) {
-            c->check_envoy_config = val;
-        } else if (strcmp(name, "--envoy-xds") == 0) {
-            if (rl_parse_hostport(val, c->envoy_xds_host,
-                                  sizeof(c->envoy_xds_host),
-                                  &c->envoy_xds_port) != RL_OK)
-                return fail(err, errlen,
-                            "--envoy-xds: expected HOST:PORT, got '%s'", val);
-        } else if (strcmp(name, "--envoy-xds-node-id") == 0) {
-            if (val[0] == '\0')
-                return fail(err, errlen, "--envoy-xds-node-id: empty");
-            c->envoy_xds_node_id = val;
-        } else if (strcmp(name, "--envoy-xds-tls-ca") == 0) {
-            c->envoy_xds_tls_ca = val;
-        } else if (strcmp(name, "--envoy-xds-tls-cert") == 0) {
-            c->envoy_xds_tls_cert = val;
-        } else if (strcmp(name, "--envoy-xds-tls-key") == 0) {
-            c->envoy_xds_tls_key = val;
-        } else if (strcmp(name, "--envoy-xds-tls-server-name") == 0) {
-            c->envoy_xds_tls_server_name = val;
-        } else if (strcmp(name, "--redis-module") == 0) {
-            if (strcmp(val, "auto") != 0 && strcmp(val, "off") != 0)
-                return fail(err, errlen,
-                            "--redis-module: expected auto or "
-                            "off, got '%s'",
-                            val);
-            c->redis_module_off = val[0] == 'o';
-        } else if (strcmp(name, "--inline-limits") == 0) {
-            if (strcmp(val, "allow") != 0 && strcmp(val, "deny") != 0)
-                return fail(err, errlen,
-                            "--inline-limits: expected allow or "
-                            "deny, got '%s'",
-                            val);
-            c->inline_deny = val[0] == 'd';
-        } else if (strcmp(name, "--memory-max") == 0) {
-            if (parse_bytes(val, 65536, (uint64_t)1 << 40, &c->memory_max) != 0)
-                return fail(err, errlen,
-                            "--memory-max: expected bytes from "
-                            "65536 to 1099511627776, or with a "
-                            "k, m or g suffix, got '%s'",
-                            val);
-        } else if (strcmp(name, "--envoy-counting") == 0) {
-            /* RLS_ENVOY_COUNT_* (envoy/conf.h) */
-            if (strcmp(val, "envoy") == 0)
-                c->envoy_counting = 1;
-            else if (strcmp(val, "envoy-stop") == 0)
-                c->envoy_counting = 2;
-            else if (strcmp(val, "native") == 0)
-                c->envoy_counting = 3;
-            else
-                return fail(err, errlen,
-                            "--envoy-counting: expected envoy, "
-                            "envoy-stop or native, got '%s'",
-                            val);
-        } else if (strcmp(name, "--envoy-near-limit-ratio") == 0) {
-            char *end;
-            double r = strtod(val, &end);
-            if (end == val || *end != '\0' || !(r > 0 && r <= 1))
-                return fail(err, errlen,
-                            "--envoy-near-limit-ratio: expected "
-                            "a number above 0, up to 1, got "
-                            "'%s'",
-                            val);
-            c->envoy_near_ratio = r;
-        } else if (strcmp(name, "--unhealthy-error-ratio") == 0) {
-            char *end;
-            double r = strtod(val, &end);
-            if (end == val || *end != '\0' || !(r >= 0 && r <= 1))
-                return fail(err, errlen,
-                            "--unhealthy-error-ratio: expected "
-                            "a number from 0 to 1, got '%s'",
-                            val);
-            c->unhealthy_error_ratio = r;
-        } else if (strcmp(name, "--log-level") == 0) {
-            if (strcmp(val, "debug") && strcmp(val, "info") &&
-                strcmp(val, "warn") && strcmp(val, "error"))
-                return fail(err, errlen,
-                            "--log-level: expected debug, info, "
-                            "warn or error, got '%s'",
-                            val);
-            strcpy(c->log_level, val);
-        } else {
-            for (k = 0; k < sizeof(num_flags) / sizeof(num_flags[0]); k++)
-                if (strcmp(name, num_flags[k].name) == 0)
-                    break;
-            if (k == sizeof(num_flags) / sizeof(num_flags[0]))
-                return fail(err, errlen, "unknown option '%s' (see --help)",
-                            name);
-            const num_flag_t *f = &num_flags[k];
-            uint64_t v;
-            if (rl_parse_u64(val, f->min, f->max, &v) != RL_OK)
-                return fail(err, errlen,
-                            "%s: expected a number from %llu "
-                            "to %llu, got '%s'",
-                            name, (unsigned long long)f->min,
-                            (unsigned long long)f->max, val);
-            char *dst = (char *)c + f->off;
-            if (f->size == 4) {
-                uint32_t v32 = (uint32_t)v;
-                memcpy(dst, &v32, 4);
-            } else {
-                memcpy(dst, &v, 8);
-            }
-        }
+        if (apply(c, f, val, err, errlen) != 0)
+            return RL_EINVAL;
     }
-    /* The URL from the environment keeps its password out of ps. */
-    if (!c->use_redis && (env = getenv("RL_REDIS_URL")) != NULL &&
-        env[0] != '\0' && parse_redis(c, env, err, errlen) != 0)
-        return RL_EINVAL;
-    if (c->redis_password_file != NULL &&
-        read_password_file(c, err, errlen) != 0)
-        return RL_EINVAL;
-    if (c->redis_sentinels > 0 && c->redis_sentinel_master[0] == '\0')
-        return fail(err, errlen,
-                    "--redis-sentinel needs "
-                    "--redis-sentinel-master NAME");
-    if (c->redis_sentinels == 0 && (c->redis_sentinel_master[0] != '\0' ||
-                                    c->redis_sentinel_user[0] != '\0' ||
-                                    c->redis_sentinel_password_file != NULL ||
-                                    c->redis_sentinel_agree > 0))
-        return fail(err, errlen,
-                    "--redis-sentinel-master, -user, -password-file and "
-                    "-agree need --redis-sentinel");
-    if (c->redis_sentinel_agree > c->redis_sentinels)
-        return fail(err, errlen,
-                    "--redis-sentinel-agree: more sentinels than "
-                    "--redis-sentinel gives");
-    if (c->redis_sentinel_password_file != NULL &&
-        read_first_line("--redis-sentinel-password-file",
-                        c->redis_sentinel_password_file,
-                        c->redis_sentinel_password, err, errlen) != 0)
+    if (rls_flags_redis_finish(c, err, errlen) != 0)
         return RL_EINVAL;
     if (c->statsd_host[0] != '\0' &&
         (c->grpc_host[0] == '\0' || c->envoy_stats == 0))

@@ -183,6 +183,29 @@ void rls_flags_defaults(rls_flags_t *c);
 int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out, char *err,
                     size_t errlen);
 
+/* The flags' table (flags.c), for the tests that walk it. */
+typedef enum {
+    RLS_FLAG_SET,    /* takes no value: the int at off becomes min */
+    RLS_FLAG_NUM,    /* an integer in [min, max]: the field at off */
+    RLS_FLAG_BYTES,  /* the same, with a k, m or g suffix */
+    RLS_FLAG_RATIO,  /* a double at off in [0, 1], or (0, 1] if min is 1 */
+    RLS_FLAG_CHOICE, /* one of choices: the int at off becomes min + index */
+    RLS_FLAG_OTHER,  /* --help, --version, strings, addresses, lists */
+} rls_flag_kind_t;
+
+typedef struct rls_flag_info_s {
+    const char *name; /* "--name" */
+    int takes_value;
+    rls_flag_kind_t kind;
+    size_t off, size; /* the field in rls_flags_t */
+    uint64_t min, max;
+    const char *choices; /* RLS_FLAG_CHOICE: "a|b|c" */
+    const char *help;    /* its lines in --help; NULL: the flag before's */
+} rls_flag_info_t;
+
+/* The i-th flag (from 0) into *info. Returns 1, or 0 past the last. */
+int rls_flags_info(size_t i, rls_flag_info_t *info);
+
 /* The fail mode's name: "open", "closed" or "local". */
 static inline const char *rls_fail_mode_name(int fail_open)
 {

@@ -70,13 +70,13 @@ static void hold_arm(rls_server_t *s, uint64_t now_ns, uint64_t wait)
  * writes what the connections have to write. */
 static void submit_and_write(rls_server_t *s)
 {
-    uint64_t now = s->batcher.hold_ns != 0 ? uv_hrtime() : 0, wait;
+    uint64_t now = s->decider.batcher.hold_ns != 0 ? uv_hrtime() : 0, wait;
 
     /* A held batch is due in `wait` ns: any loop iteration before then
      * looks again; the timer makes sure one comes. */
     int i;
 
-    if ((wait = rls_batcher_tick(&s->batcher, now)) > 0)
+    if ((wait = rls_batcher_tick(&s->decider.batcher, now)) > 0)
         hold_arm(s, now, wait);
     for (i = 0; i < RLS_LISTENERS; i++)
         if (s->fe[i] != NULL && s->fe[i]->ops->flush != NULL)
@@ -89,7 +89,7 @@ static int busy(const rls_server_t *s)
 {
     int i;
 
-    if (s->batcher.in_flight > 0)
+    if (s->decider.batcher.in_flight > 0)
         return 1;
     for (i = 0; i < RLS_LISTENERS; i++)
         if (s->fe[i] != NULL && s->fe[i]->ops->busy != NULL &&
@@ -146,14 +146,14 @@ static void close_all(rls_server_t *s)
     int i;
 
     s->closed = 1;
-    rls_batcher_free(&s->batcher);
-    if (s->batcher.local != NULL) {
+    rls_decider_free(&s->decider);
+    if (s->decider.batcher.local != NULL) {
         if (s->local.n > 0)
             RLS_WARN("fail-local: stopping with admissions the store was "
                      "never told of",
                      " charges=%zu", s->local.n);
         rls_local_close(&s->local, NULL, NULL);
-        s->batcher.local = NULL;
+        s->decider.batcher.local = NULL;
     }
     uv_close((uv_handle_t *)&s->tick, NULL);
     uv_close((uv_handle_t *)&s->before_poll, NULL);
@@ -187,7 +187,7 @@ static void close_all(rls_server_t *s)
              (unsigned long long)s->conns.stats.decisions[RL_CODE_OK],
              (unsigned long long)s->conns.stats.decisions[RL_CODE_OVER_LIMIT],
              (unsigned long long)s->conns.stats.decisions[RL_CODE_ERROR],
-             (unsigned long long)s->batcher.stats.failed_open,
+             (unsigned long long)s->decider.batcher.stats.failed_open,
              (unsigned long long)s->conns.stats.inflight);
     for (i = 0; i < RLS_LISTENERS; i++)
         if (s->fe[i] != NULL) {
@@ -268,7 +268,7 @@ void rls_server_stop(rls_server_t *s)
             grace = RLS_STOP_GRACE_MIN_MS;
         uv_timer_start(&s->stop_timer, on_stop_timer, grace, 0);
     }
-    rls_batcher_flush_now(&s->batcher);
+    rls_batcher_flush_now(&s->decider.batcher);
     if (!busy(s))
         close_all(s);
 }
@@ -287,7 +287,7 @@ int rls_server_metrics(const rls_server_t *s, rl_buf_t *out)
 
     memset(&v, 0, sizeof(v));
     v.cfg = s->cfg;
-    v.batch = &s->batcher.stats;
+    v.batch = &s->decider.batcher.stats;
     v.store = s->store;
     v.start_unix_ms = s->start_unix_ms;
     v.healthy = s->store != NULL && rls_server_healthy(s, &why);
@@ -295,8 +295,8 @@ int rls_server_metrics(const rls_server_t *s, rl_buf_t *out)
     v.rt = s->rt.policy != NULL ? &s->rt : NULL;
     v.reload = &s->reload.rl.stats;
     v.switches = &s->switches.stats;
-    v.refusals = &s->batcher.refusals.stats;
-    v.local = s->batcher.local;
+    v.refusals = &s->decider.batcher.refusals.stats;
+    v.local = s->decider.batcher.local;
     v.envoy_reload =
         s->cfg->nenvoy_configs > 0 ? &s->envoy_reload.rl.stats : NULL;
     v.envoy_stats = s->estats_on ? &s->estats : NULL;
@@ -392,7 +392,7 @@ static int start_grpc(rls_server_t *s, char *err, size_t errlen)
                                 err, errlen)) != 0)
             return rc == RL_EINVAL ? rc : RL_ENOMEM;
     }
-    if ((rc = rls_grpc_start(&s->grpc, s->loop, cfg, &s->batcher, err,
+    if ((rc = rls_grpc_start(&s->grpc, s->loop, cfg, &s->decider, err,
                              errlen)) != RL_OK) {
         rls_envoy_conf_unref(conf);
         return rc;
@@ -438,7 +438,7 @@ static int start_check(rls_server_t *s, char *err, size_t errlen)
     o.xff_hops = (unsigned)cfg->check_xff_hops;
     o.error_details = cfg->check_error_details;
     if ((rc = rls_check_start(&s->check, s->loop, cfg->http_host,
-                              cfg->http_port, &s->batcher, &o, err, errlen)) !=
+                              cfg->http_port, &s->decider, &o, err, errlen)) !=
         RL_OK)
         return rc;
     rls_http_server_set_tls(
@@ -502,7 +502,7 @@ static int start_frontends(rls_server_t *s, char *err, size_t errlen)
         if ((rc = rls_tls_new(&to, &s->tls, err, errlen)) != RL_OK)
             return rc;
     }
-    rls_conns_init(&s->conns, s->loop, cfg, &s->batcher);
+    rls_conns_init(&s->conns, s->loop, cfg, &s->decider);
     if ((rc = rls_conns_listen(&s->conns, cfg->listen_host, cfg->listen_port,
                                err, errlen)) != RL_OK) {
         rls_conns_free(&s->conns);
@@ -539,15 +539,16 @@ static void before_policy_change(void *arg)
 {
     rls_server_t *s = arg;
 
-    rls_batcher_flush_now(&s->batcher);
+    rls_batcher_flush_now(&s->decider.batcher);
     /* A limit may have gone up: what was full may not be any more. */
-    rls_refusals_invalidate(&s->batcher.refusals);
+    rls_refusals_invalidate(&s->decider.batcher.refusals);
 }
 
 int rls_server_start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
                      rls_store_t *store, rls_policy_t *policy, char *err,
                      size_t errlen)
 {
+    rls_decider_opts_t dopts;
     int rc, i;
 
     memset(s, 0, sizeof(*s));
@@ -575,53 +576,51 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
     s->rt.max_inline_limit = cfg->max_inline_limit;
     s->rt.before_change = before_policy_change;
     s->rt.arg = s;
-    rls_batcher_init(&s->batcher, store, &s->rt, cfg->prefix, cfg->prefix_len,
-                     RLS_BATCH_MAX, cfg->grace_ms, cfg->fail_open);
-    s->batcher.max_in_flight = cfg->batches_in_flight;
-    s->batcher.reserve_ttl_ms = cfg->reserve_ttl_ms;
-    s->batcher.loop = loop;
-    s->batcher.xop_timeout_ms = cfg->redis_timeout_ms;
+    if (cfg->fail_open == RLS_FAIL_LOCAL &&
+        rls_local_init(&s->local, loop, store) != RL_OK) {
+        rls_local_close(&s->local, NULL, NULL);
+        rls_runtime_free(&s->rt);
+        snprintf(err, errlen, "out of memory");
+        return RL_ENOMEM;
+    }
+    rls_decider_opts_init(&dopts);
+    dopts.store = store;
+    dopts.rt = &s->rt;
+    dopts.loop = loop;
+    dopts.prefix = cfg->prefix;
+    dopts.prefix_len = cfg->prefix_len;
+    dopts.max_reqs = RLS_BATCH_MAX;
+    dopts.grace_ms = cfg->grace_ms;
+    dopts.fail_open = cfg->fail_open;
+    dopts.local = cfg->fail_open == RLS_FAIL_LOCAL ? &s->local : NULL;
+    dopts.max_in_flight = cfg->batches_in_flight;
+    dopts.hold_ns = cfg->batch_hold_us * 1000;
+    /* The memory store frees a window's counters a few thousand per tick
+     * (store/memory.c): its expiries need no spreading. */
+    dopts.spread_ms = cfg->use_redis ? cfg->spread_ms : 0;
+    dopts.refusal_cache = cfg->refusal_cache;
     /* Reservation and lease handles: signed with the operator's secret,
      * else this process's own. Never with one kept in the store: whoever
      * can read Redis could then forge handles (a settlement refunding any
      * caller's window), and whoever can write it could replace it. */
-    if (cfg->handle_secret_file != NULL) {
-        rc = rls_hkey_from_file(&s->batcher.hkey, cfg->handle_secret_file, err,
-                                errlen);
-    } else {
-        rc = rls_hkey_random(&s->batcher.hkey);
-        /* Not as envoy-ratelimit (--envoy-env): the native protocol, the
-         * only one with handles, is then on a loopback port of its own. */
-        if (rc == RL_OK && cfg->use_redis && !cfg->envoy_env)
-            RLS_WARN("no --handle-secret-file on a Redis store: reservation "
-                     "and lease handles are signed with this instance's own "
-                     "secret, so another instance (or this one restarted) "
-                     "refuses them; give every instance the same "
-                     "--handle-secret-file",
-                     NULL);
-    }
-    if (rc != RL_OK) {
-        if (cfg->handle_secret_file == NULL)
-            snprintf(err, errlen, "no random bytes for the handle secret");
-        rls_batcher_free(&s->batcher);
+    dopts.handle_secret_file = cfg->handle_secret_file;
+    dopts.reserve_ttl_ms = cfg->reserve_ttl_ms;
+    dopts.xop_timeout_ms = cfg->redis_timeout_ms;
+    if ((rc = rls_decider_init(&s->decider, &dopts, err, errlen)) != RL_OK) {
+        if (dopts.local != NULL)
+            rls_local_close(&s->local, NULL, NULL);
         rls_runtime_free(&s->rt);
         return rc;
     }
-    s->batcher.hold_ns = cfg->batch_hold_us * 1000;
-    /* The memory store frees a window's counters a few thousand per tick
-     * (store/memory.c): its expiries need no spreading. */
-    if (cfg->use_redis)
-        s->batcher.spread_ms = cfg->spread_ms;
-    if (cfg->fail_open == RLS_FAIL_LOCAL) {
-        if (rls_local_init(&s->local, loop, store) != RL_OK) {
-            rls_local_close(&s->local, NULL, NULL);
-            rls_batcher_free(&s->batcher);
-            rls_runtime_free(&s->rt);
-            snprintf(err, errlen, "out of memory");
-            return RL_ENOMEM;
-        }
-        s->batcher.local = &s->local;
-    }
+    /* Not as envoy-ratelimit (--envoy-env): the native protocol, the only
+     * one with handles, is then on a loopback port of its own. */
+    if (cfg->handle_secret_file == NULL && cfg->use_redis && !cfg->envoy_env)
+        RLS_WARN("no --handle-secret-file on a Redis store: reservation "
+                 "and lease handles are signed with this instance's own "
+                 "secret, so another instance (or this one restarted) "
+                 "refuses them; give every instance the same "
+                 "--handle-secret-file",
+                 NULL);
 
     if ((rc = start_frontends(s, err, errlen)) != RL_OK) {
         /* One unwind for every listener: those opened close again. */
@@ -636,8 +635,8 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
         rls_xds_close(&s->xds);
         rls_tls_free(s->tls);
         s->tls = NULL;
-        rls_batcher_free(&s->batcher);
-        if (s->batcher.local != NULL)
+        rls_decider_free(&s->decider);
+        if (s->decider.batcher.local != NULL)
             rls_local_close(&s->local, NULL, NULL);
         rls_runtime_free(&s->rt);
         return rc;
@@ -659,10 +658,6 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
         rls_tls_reload_start(&s->tls_reload, loop, s->tls,
                              cfg->reload_settle_ms);
     }
-    if (rls_refusals_init(&s->batcher.refusals, cfg->refusal_cache) != RL_OK)
-        RLS_WARN("no memory for the refusal cache; every request goes to "
-                 "the store",
-                 NULL);
 
     uv_check_init(loop, &s->tick);
     s->tick.data = s;
@@ -670,7 +665,7 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
     uv_prepare_init(loop, &s->before_poll);
     s->before_poll.data = s;
     uv_prepare_start(&s->before_poll, on_before_poll);
-    if (s->batcher.hold_ns != 0) {
+    if (s->decider.batcher.hold_ns != 0) {
         s->hold_fd =
             timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
         if (s->hold_fd < 0 || uv_poll_init(loop, &s->hold, s->hold_fd) != 0) {
@@ -679,7 +674,7 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
             if (s->hold_fd >= 0)
                 close(s->hold_fd);
             s->hold_fd = -1;
-            s->batcher.hold_ns = 0;
+            s->decider.batcher.hold_ns = 0;
         } else {
             s->hold.data = s;
             uv_poll_start(&s->hold, UV_READABLE, on_hold);
@@ -704,7 +699,7 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
         rls_switch_poll_start(&s->switches, loop, store, &s->rt, cfg->prefix,
                               inst);
         /* --fail-local's share: the live instances the poller sees. */
-        if (s->batcher.local != NULL)
+        if (s->decider.batcher.local != NULL)
             s->switches.live_out = &s->local.live;
     }
     return 0;
@@ -752,7 +747,8 @@ static int store_failing(const rls_server_t *s, const char **why)
     static char text[96];
     uint64_t decided, failed;
 
-    rls_batcher_share(&s->batcher, uv_hrtime() / 1000000000, &decided, &failed);
+    rls_batcher_share(&s->decider.batcher, uv_hrtime() / 1000000000, &decided,
+                      &failed);
     if (decided < s->cfg->unhealthy_min_decisions ||
         (double)failed <= s->cfg->unhealthy_error_ratio * (double)decided)
         return 0;
@@ -774,7 +770,7 @@ int rls_server_healthy(const rls_server_t *s, const char **why)
         /* --fail-local keeps deciding, on a share of the fleet it has seen:
          * it takes work, unless it never saw the fleet (a share of 1 would
          * be the whole limit). */
-        if (s->batcher.local != NULL && s->local.live > 0 &&
+        if (s->decider.batcher.local != NULL && s->local.live > 0 &&
             rls_switch_poll_ready(&s->switches)) {
             *why = "ok: store unavailable, deciding on this instance's "
                    "share (--fail-local)";

@@ -9,7 +9,7 @@
 
 #include <uv.h>
 
-#include "core/batch.h"
+#include "core/decide.h"
 #include "admin.h"
 #include "check/http_check.h"
 #include "native/conn.h"
@@ -45,7 +45,7 @@ typedef struct rls_server_s {
     uv_loop_t *loop;
     const rls_flags_t *cfg;
     rls_store_t *store;
-    rls_batcher_t batcher;
+    rls_decider_t decider; /* the batcher, the handle secret */
     rls_runtime_t rt;     /* the policy in force */
     rls_reload_t reload;  /* SIGHUP and the rules file's changes */
     rls_switch_poll_t switches; /* rl-ctl's switches, from Redis */

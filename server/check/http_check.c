@@ -241,16 +241,16 @@ static void on_request(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
         return;
     }
     memset(&a, 0, sizeof(a));
-    a.id = 1;
-    a.key = cq.key;
-    a.key_len = cq.key_len;
-    a.cost = cq.cost;
-    a.rule = cq.rule;
-    a.rule_len = cq.rule_len;
-    a.op = cq.op;
-    a.handle = cq.handle;
-    a.handle_len = cq.handle_len;
-    a.actual = cq.actual;
+    a.q.id = 1;
+    a.q.key = cq.key;
+    a.q.key_len = cq.key_len;
+    a.q.cost = cq.cost;
+    a.q.rule = cq.rule;
+    a.q.rule_len = cq.rule_len;
+    a.q.op = cq.op;
+    a.q.handle = cq.handle;
+    a.q.handle_len = cq.handle_len;
+    a.q.actual = cq.actual;
     x = rls_http_conn_ctx(r->conn);
     x->k = k;
     x->op = cq.op;
@@ -261,7 +261,7 @@ static void on_request(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
      * (a kill switch, a refusal known without the store). */
     k->pending++;
     r->pending = 1;
-    switch (rls_decide(k->batcher, &a, on_decided, r->conn, &why)) {
+    switch (rls_decide(k->decider, &a, on_decided, r->conn, &why)) {
     case RL_OK:
         return;
     case RL_ENOMEM:
@@ -294,7 +294,7 @@ static void on_request(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
 static const rls_frontend_ops_t check_ops;
 
 int rls_check_start(rls_check_t *k, uv_loop_t *loop, const char *host, int port,
-                    rls_batcher_t *b, const rls_check_opts_t *o, char *err,
+                    rls_decider_t *d, const rls_check_opts_t *o, char *err,
                     size_t errlen)
 {
     int rc;
@@ -303,7 +303,7 @@ int rls_check_start(rls_check_t *k, uv_loop_t *loop, const char *host, int port,
     k->fe.ops = &check_ops;
     k->fe.host = host;
     k->loop = loop;
-    k->batcher = b;
+    k->decider = d;
     k->opts = *o;
     rc = rls_http_server_start(&k->http, loop, host, port, on_request, k);
     if (rc != 0) {

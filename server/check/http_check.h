@@ -27,7 +27,7 @@
 
 #include <uv.h>
 
-#include "core/batch.h"
+#include "core/decide.h"
 #include "check/http_check_query.h"
 #include "net/frontend.h"
 #include "net/http_server.h"
@@ -43,7 +43,7 @@ typedef struct rls_check_s {
     rls_frontend_t fe; /* its life, as the server sees it */
     rls_http_server_t *http;
     uv_loop_t *loop;
-    rls_batcher_t *batcher;
+    rls_decider_t *decider;
     rls_check_opts_t opts;
     uint64_t pending; /* checks in the batcher, not yet answered */
     char extra[2048]; /* the header lines of the answer being built */
@@ -58,7 +58,7 @@ typedef struct rls_check_s {
  * policy). Returns 0, or RL_EADDR (cannot listen) or RL_ENOMEM with err
  * (errlen bytes) saying why and nothing left open. */
 int rls_check_start(rls_check_t *k, uv_loop_t *loop, const char *host, int port,
-                    rls_batcher_t *b, const rls_check_opts_t *o, char *err,
+                    rls_decider_t *d, const rls_check_opts_t *o, char *err,
                     size_t errlen);
 
 /* The listener as a front end (net/frontend.h). */

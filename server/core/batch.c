@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "base/log.h"
-#include "flags.h"
 #include "rl_admit.h"
 #include "rl_validate.h"
 #include "rl_error.h"
@@ -91,17 +90,42 @@ struct rls_batch_s {
     int64_t *before;
     uint32_t *nrun, *admitted;
     size_t scratch_ops;
-    /* Per op: 0 not decided yet, 1 being answered now, 3 the same but
-     * decided locally (--fail-local), 2 answered (by a part the store
-     * reported early, see rls_store_part_cb). */
-    uint8_t *done;
+    uint8_t *done;   /* per op: an op_state_t */
     uint64_t *lcost; /* per op decided locally: the cost it admitted */
 };
 
-#define DONE_NOW(d) ((d) == 1 || (d) == 3)
+/* Where an op of a batch stands (rls_batch_t.done). */
+typedef enum {
+    OP_WAITING = 0, /* not decided yet */
+    OP_ANSWERING,   /* being answered now (replay) */
+    OP_ANSWERED,    /* answered (perhaps by a part the store reported
+                       early, see rls_store_part_cb) */
+    OP_LOCAL        /* being answered now, decided locally (--fail-local) */
+} op_state_t;
+
+/* 1 while the op's requests are being answered now. */
+static inline int answering(uint8_t d)
+{
+    return d == OP_ANSWERING || d == OP_LOCAL;
+}
 
 static void on_store_part(void *data, rls_op_t *ops, const uint32_t *idx,
                           size_t k);
+
+int rls_refusal_answer(rl_result_t *r, int mode, rls_rule_stats_t *st)
+{
+    if (mode == RLS_MODE_SHADOW) {
+        r->code = RL_CODE_OK;
+        r->retry_after_ms = 0;
+        r->shadow_refused = 1;
+        if (st != NULL)
+            st->shadow_refused++;
+        return 1;
+    }
+    if (st != NULL)
+        st->refused++;
+    return 0;
+}
 
 void rls_batcher_init(rls_batcher_t *b, rls_store_t *store, rls_runtime_t *rt,
                       const char *prefix, size_t prefix_len, size_t max_reqs,
@@ -347,9 +371,10 @@ static void answer_failed(rls_batcher_t *b, rls_batch_t *t, rls_op_t *op,
     q->respond(q->owner, &r);
 }
 
-/* Answers the requests of the ops marked 1 in t->done (the replay, the
- * stats, the refusal cache), then marks those ops 2. */
-static void decide(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
+/* The replay: answers the requests of the ops OP_ANSWERING or OP_LOCAL in
+ * t->done from the counts the store reported (the stats, the refusal
+ * cache), then marks those ops OP_ANSWERED. */
+static void replay(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
 {
     rls_batcher_t *b = t->owner;
     rl_admit_win_t *run;
@@ -384,7 +409,7 @@ static void decide(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
         const rls_wop_t *w = op->nqwin ? op->qwin : op->win;
         uint32_t n = op->nqwin ? op->nqwin : op->nwin;
 
-        if (!DONE_NOW(t->done[i]))
+        if (!answering(t->done[i]))
             continue;
         t->lcost[i] = 0;
         if (status != 0 && op->err == 0)
@@ -426,7 +451,7 @@ static void decide(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
         uint64_t counted;
         int ok, counting;
 
-        if (!DONE_NOW(t->done[q->op]))
+        if (!answering(t->done[q->op]))
             continue;
         decided++;
         if (op->err != 0) {
@@ -452,7 +477,7 @@ static void decide(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
         }
         r.id = q->id;
         r.decided_at_ms = t->now_ms;
-        if (t->done[q->op] == 3) {
+        if (t->done[q->op] == OP_LOCAL) {
             /* Decided on this instance's share, and said so; not a failed
              * decision (/healthz's error ratio). */
             b->stats.decided_local++;
@@ -461,40 +486,33 @@ static void decide(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
                 failure_text(RL_ESTORE, RLS_FAIL_LOCAL, text, sizeof(text));
             r.error_len = strlen(r.error);
         }
-        if (ok) {
+        if (ok)
             q->stats->allowed++;
-        } else if (q->mode == RLS_MODE_SHADOW) {
-            /* Decided and counted as enforce would, answered OK. */
-            r.code = RL_CODE_OK;
-            r.retry_after_ms = 0;
-            r.shadow_refused = 1;
-            q->stats->shadow_refused++;
-        } else {
-            q->stats->refused++;
-        }
+        else /* decided and counted as enforce would */
+            rls_refusal_answer(&r, q->mode, q->stats);
         q->respond(q->owner, &r);
     }
 
     for (i = 0; i < nops; i++) {
         rls_op_t *op = &ops[i];
-        if (!DONE_NOW(t->done[i]))
+        if (!answering(t->done[i]))
             continue;
         if (op->err != 0) {
-            t->done[i] = 2;
+            t->done[i] = OP_ANSWERED;
             continue;
         }
         if (admitted[i] != op->admitted && b->stats.replay_mismatch++ == 0)
             RLS_ERROR("store and batcher disagree on admissions (a bug)",
                       " store=%llu batcher=%u key=\"%s\"",
                       (unsigned long long)op->admitted, admitted[i], op->key);
-        if (t->done[i] == 3) {
+        if (t->done[i] == OP_LOCAL) {
             /* A share's counts are neither the fleet's quota fit nor
              * refusals the store would make. */
-            t->done[i] = 2;
+            t->done[i] = OP_ANSWERED;
             rls_local_charge(b->local, op, t->lcost[i], t->now_ms);
             continue;
         }
-        t->done[i] = 2;
+        t->done[i] = OP_ANSWERED;
         fit_count(t->reqs[t->opx[i].first].stats, &run[i * RLS_WINDOWS_MAX],
                   &before[i * RLS_WINDOWS_MAX], nrun[i]);
         /* A refusal, or no room left for even the cheapest request: what
@@ -527,9 +545,9 @@ static int store_failure(int err)
 }
 
 /* --fail-local: the ops being answered now that the store could not
- * decide are decided locally (marked 3) on this instance's share. Returns
- * the status decide() is to apply to the rest: none once every failed op
- * has its own err or a local decision. */
+ * decide are decided locally (marked OP_LOCAL) on this instance's share.
+ * Returns the status replay() is to apply to the rest: none once every failed
+ * op has its own err or a local decision. */
 static int localize(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
 {
     rls_batcher_t *b = t->owner;
@@ -540,19 +558,19 @@ static int localize(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
     for (i = 0; i < nops; i++) {
         rls_op_t *op = &ops[i];
         int err = op->err != 0 ? op->err : status;
-        if (t->done[i] != 1 || err == 0)
+        if (t->done[i] != OP_ANSWERING || err == 0)
             continue;
         /* The store's own failures, not an op's: those stay errors. */
         if (!store_failure(err))
             continue;
         if (rls_local_decide(b->local, op) == RL_OK)
-            t->done[i] = 3;
+            t->done[i] = OP_LOCAL;
         else if (op->err == 0)
             op->err = err;
     }
     if (status != 0)
         for (i = 0; i < nops; i++)
-            if (t->done[i] == 1 && ops[i].err == 0)
+            if (t->done[i] == OP_ANSWERING && ops[i].err == 0)
                 ops[i].err = status;
     return 0;
 }
@@ -566,9 +584,9 @@ static void on_store_part(void *data, rls_op_t *ops, const uint32_t *idx,
     size_t i;
 
     for (i = 0; i < k; i++)
-        if (idx[i] < t->nops && t->done[idx[i]] == 0)
-            t->done[idx[i]] = 1;
-    decide(t, ops, t->nops, localize(t, ops, t->nops, 0));
+        if (idx[i] < t->nops && t->done[idx[i]] == OP_WAITING)
+            t->done[idx[i]] = OP_ANSWERING;
+    replay(t, ops, t->nops, localize(t, ops, t->nops, 0));
 }
 
 static void on_store_done(void *data, rls_op_t *ops, size_t nops, int status)
@@ -579,12 +597,12 @@ static void on_store_done(void *data, rls_op_t *ops, size_t nops, int status)
 
     assert(ops == t->ops && nops == t->nops);
     for (i = 0; i < nops; i++) {
-        if (t->done[i] == 0)
-            t->done[i] = 1;
+        if (t->done[i] == OP_WAITING)
+            t->done[i] = OP_ANSWERING;
         if (b->local != NULL && store_failure(ops[i].err ? ops[i].err : status))
             rls_local_store_failed(b->local);
     }
-    decide(t, ops, nops, localize(t, ops, nops, status));
+    replay(t, ops, nops, localize(t, ops, nops, status));
     b->in_flight--;
     /* The store answers again: what was admitted locally goes to it. */
     if (status == 0 && b->local != NULL && b->local->n > 0)
@@ -594,15 +612,15 @@ static void on_store_done(void *data, rls_op_t *ops, size_t nops, int status)
 
 /* --fail-local: batch t decided on this instance's share without asking
  * the store, as if the store had failed it. */
-static void decide_here(rls_batcher_t *b, rls_batch_t *t)
+static void replay_here(rls_batcher_t *b, rls_batch_t *t)
 {
     size_t i;
 
     for (i = 0; i < t->nops; i++) {
-        t->done[i] = 1;
+        t->done[i] = OP_ANSWERING;
         t->ops[i].err = RL_ESTORE;
     }
-    decide(t, t->ops, t->nops, localize(t, t->ops, t->nops, RL_ESTORE));
+    replay(t, t->ops, t->nops, localize(t, t->ops, t->nops, RL_ESTORE));
     batch_recycle(b, t);
 }
 
@@ -682,7 +700,7 @@ static void submit(rls_batcher_t *b)
     if (b->local != NULL) {
         rls_local_poll(b->local);
         if (rls_local_holds(b->local, t->now_ms)) {
-            decide_here(b, t);
+            replay_here(b, t);
             return;
         }
     }
@@ -815,14 +833,7 @@ static int local_refusal(rls_batcher_t *b, rls_respond_fn respond, void *owner,
     r.id = id;
     rl_admit_result(w, n, cost, 0, &r);
     r.decided_at_ms = now;
-    if (spec->mode == RLS_MODE_SHADOW) {
-        r.code = RL_CODE_OK;
-        r.retry_after_ms = 0;
-        r.shadow_refused = 1;
-        spec->stats->shadow_refused++;
-    } else {
-        spec->stats->refused++;
-    }
+    rls_refusal_answer(&r, spec->mode, spec->stats);
     b->stats.requests++;
     respond(owner, &r);
     return 1;
@@ -1052,7 +1063,6 @@ void rls_batcher_free(rls_batcher_t *b)
 {
     rls_batch_t *t;
 
-    rls_hkey_free(&b->hkey);
     assert(b->in_flight == 0);
     if (b->cur != NULL) {
         assert(b->cur->nreqs == 0);

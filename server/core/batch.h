@@ -73,15 +73,6 @@ typedef struct rls_batcher_s {
     uint64_t spread_ms;
     uint64_t rng;      /* xorshift64 state for the spread */
     int fail_open;     /* 1 open, 0 closed, RLS_FAIL_LOCAL */
-    /* Reservations and leases (decide.c): the handle secret (the fleet's
-     * file, or this instance's own) and how long a reservation may wait
-     * for its settlement. */
-    rls_hkey_t hkey;
-    uint64_t reserve_ttl_ms;
-    /* Their store steps fail after xop_timeout_ms on this loop (NULL:
-     * unbounded, as in tests without a loop). */
-    uv_loop_t *loop;
-    uint64_t xop_timeout_ms;
     /* --fail-local: decides what the store cannot (the owner sets it; NULL
      * for the other modes). */
     rls_local_t *local;
@@ -115,6 +106,14 @@ typedef struct rls_batcher_s {
      * rls_refusals_init on it). */
     rls_refusals_t refusals;
 } rls_batcher_t;
+
+/* The one place shadow mode applies: every refusal, whoever decided it
+ * (the batcher's replay, the refusal cache, a limit of 0, a lease), is
+ * answered through here. Under RLS_MODE_SHADOW the refusal r becomes OK,
+ * marked shadow_refused, with no time to retry, and counts as a shadow
+ * refusal in st; otherwise it stays as it is and counts as refused (st
+ * NULL: not counted). Returns 1 when r became OK. */
+int rls_refusal_answer(rl_result_t *r, int mode, rls_rule_stats_t *st);
 
 /* Writes the op key "<prefix>{<caller>}:r:<rule>" (rule_len > 0), or
  * "...:i" / "...:e" for a limit without a rule (ns, decide.h), NUL-

@@ -1,20 +1,30 @@
-/* The one step that turns a request into a decision (decide.c), for every
- * front end: the native protocol, HTTP checks and Envoy's rate limit
- * service each parse their protocol into an rls_ask_t, call rls_decide,
- * and encode the answer that comes back through their respond callback.
+/* The decider: the one object that turns a request into a decision
+ * (decide.c), for every front end. The native protocol, HTTP checks and
+ * Envoy's rate limit service each parse their protocol into an rls_ask_t,
+ * call rls_decide, and encode the answer that comes back through their
+ * respond callback; this header is all of the core they include.
+ *
+ * The decider owns the batcher (core/batch.h), the handle secret and the
+ * reservation options (reserve.c), and holds the store and the policy
+ * runtime it was given; it is set up from one options struct.
  *
  * rls_decide validates the ask, resolves it under the policy in force
  * (rule or overrides, stored quotas, modes and switches, the caps on
  * limits a request brings itself), answers at once what needs no store (a
- * kill switch, a limit of 0) and hands the rest to the batcher. So a new
- * front end, or a new way to count, changes this one place. */
+ * kill switch, a limit of 0), hands reservations and leases to reserve.c
+ * and the rest to the batcher. So a new front end, or a new way to count,
+ * changes this one place. */
 #ifndef RLS_DECIDE_H
 #define RLS_DECIDE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include <uv.h>
+
+#include "rl_msg.h"
 #include "core/batch.h"
+#include "core/handle.h"
 
 /* Whose counters a limit without a rule spends. Each front end family
  * has its own, so that no request can reach a counter another family's
@@ -24,22 +34,23 @@ enum {
     RLS_NS_ENVOY = 'e'   /* Envoy descriptors: the files' and requests' */
 };
 
-/* What a front end asks, its protocol parsed. */
+/* What a front end asks, its protocol parsed: the check itself (q) and how
+ * to take it. rls_decide validates q in place (a cost of 0 may become 1,
+ * as rl_check_validate has it). */
 typedef struct rls_ask_s {
-    uint64_t id;      /* echoed in the answer's id */
-    const char *key;  /* the caller: 1 to RL_KEY_MAX bytes, no NUL */
-    size_t key_len;
-    uint32_t cost;    /* 0 is read as 1 */
-    /* A rule of the policy (rule_len > 0), decided under its windows,
-     * the caller's override or stored quota, its mode and switches... */
-    const char *rule;
-    size_t rule_len;
-    /* ...or, with rule_len 0, one window of its own: limit per window_s,
-     * a fixed window unless `algo` (a file the operator owns, such as
-     * Envoy's descriptors, may name an algorithm; then it is valid:
-     * rls_limit_parse's checks) says otherwise. */
-    uint64_t limit;
-    uint32_t window_s;
+    /* q.id is echoed in the answer's id; q.key is the caller (1 to
+     * RL_KEY_MAX bytes, no NUL); q.cost 0 is read as 1. Either a rule of
+     * the policy (q.rule_len > 0), decided under its windows, the
+     * caller's override or stored quota, its mode and switches, or, with
+     * q.rule_len 0, one window of its own: q.limit per q.window_s, a fixed
+     * window unless `algo` (a file the operator owns, such as Envoy's
+     * descriptors, may name an algorithm; then it is valid:
+     * rls_limit_parse's checks) says otherwise. q.op is what is asked
+     * (RL_OP_*: rl_msg.h; 0 is CHECK): RESERVE is a check of cost (the
+     * estimate) that returns a handle; ACQUIRE takes a lease of a
+     * concurrency rule; SETTLE (q.actual: the cost really used), RELEASE
+     * and RENEW take q.handle and no key or rule. */
+    rl_check_t q;
     const rls_limit_t *algo;
     /* That window comes from the request itself (--inline-limits and its
      * caps apply), or from a file the operator owns. */
@@ -64,25 +75,73 @@ typedef struct rls_ask_s {
      * sliding-window limit (its log is bounded by the limit it would be
      * counted past). */
     int counting;
-    /* What is asked (RL_OP_*: rl_msg.h); RL_OP_CHECK when 0. RESERVE is a
-     * check of cost (the estimate) that returns a handle; ACQUIRE takes a
-     * lease of a concurrency rule; SETTLE, RELEASE and RENEW take a
-     * handle and no key or rule. */
-    uint32_t op;
-    const uint8_t *handle;
-    size_t handle_len;
-    uint64_t actual; /* SETTLE: the cost really used */
 } rls_ask_t;
 
-/* Decides a: the answer goes to respond(owner, r) exactly once, later or
- * before this returns (a kill switch, a limit of 0, a refusal known
- * without the store, a batch the memory store answered at once), with
- * r->id = a->id. Returns 0 then. Otherwise nothing was queued, respond is
- * not called, and *why says why in a sentence valid until the next call:
- * a validation error (RL_EKEYEMPTY... as rl_check_validate returns),
- * RL_ENORULE (an unknown rule), RL_EINLINE (a limit the request brings is
- * refused by this server's settings) or RL_ENOMEM. */
-int rls_decide(rls_batcher_t *b, const rls_ask_t *a, rls_respond_fn respond,
+/* How a decider is set up (rls_decider_opts_init gives the defaults). */
+typedef struct rls_decider_opts_s {
+    rls_store_t *store; /* required; not owned */
+    rls_runtime_t *rt;  /* the policy in force; not owned */
+    uv_loop_t *loop;    /* reservations' and leases' store deadlines run
+                           on it (NULL: unbounded, as in tests) */
+    const char *prefix; /* the store keys' prefix, kept by pointer */
+    size_t prefix_len;
+    size_t max_reqs;      /* requests per batch */
+    uint64_t grace_ms;    /* keys expire this long after their window */
+    uint64_t spread_ms;   /* up to this much more (batch.h) */
+    int fail_open;        /* 1 open, 0 closed, RLS_FAIL_LOCAL */
+    rls_local_t *local;   /* --fail-local's, NULL for the other modes */
+    size_t max_in_flight; /* batches in flight (0: no bound) */
+    uint64_t hold_ns;     /* --batch-hold-us, in ns (0: no hold) */
+    size_t refusal_cache; /* entries of the refusal cache (0: none) */
+    /* Reservations and leases: handles are signed with the secret in this
+     * file (NULL: a random one of this process's own), a reservation
+     * waits this long for its settlement, and their store steps fail
+     * after xop_timeout_ms (0: unbounded). */
+    const char *handle_secret_file;
+    uint64_t reserve_ttl_ms;
+    uint64_t xop_timeout_ms;
+} rls_decider_opts_t;
+
+/* The reservation options, kept by the decider for reserve.c. */
+typedef struct rls_reserve_opts_s {
+    uv_loop_t *loop;
+    uint64_t ttl_ms;
+    uint64_t xop_timeout_ms;
+} rls_reserve_opts_t;
+
+typedef struct rls_decider_s {
+    rls_store_t *store;
+    rls_runtime_t *rt;
+    rls_batcher_t batcher; /* owned */
+    rls_hkey_t hkey;       /* owned: reservation and lease handles */
+    rls_reserve_opts_t reserve;
+} rls_decider_t;
+
+/* Fills o with the defaults: everything 0 or NULL, 1024 requests a batch,
+ * fail open, a 1 s grace and a 300 s reservation (the flags' defaults). */
+void rls_decider_opts_init(rls_decider_opts_t *o);
+
+/* Sets d up from o. Returns 0, or RL_ENOMEM, or an RL_E* code of
+ * rls_hkey_from_file (with a one-line reason in err, errlen bytes); then
+ * d holds nothing. The refusal cache is best effort: without memory for
+ * it every refusal comes from the store, and a warning is logged. */
+int rls_decider_init(rls_decider_t *d, const rls_decider_opts_t *o, char *err,
+                     size_t errlen);
+
+/* Frees what d owns (the batcher's spares, the refusals, the secret).
+ * Nothing may be in flight or filling. */
+void rls_decider_free(rls_decider_t *d);
+
+/* Decides a (its q validated in place): the answer goes to respond(owner,
+ * r) exactly once, later or before this returns (a kill switch, a limit
+ * of 0, a refusal known without the store, a batch the memory store
+ * answered at once), with r->id = a->q.id. Returns 0 then. Otherwise
+ * nothing was queued, respond is not called, and *why says why in a
+ * sentence valid until the next call: a validation error (RL_EKEYEMPTY...
+ * as rl_check_validate returns), RL_ENORULE (an unknown rule), RL_EINLINE
+ * (a limit the request brings is refused by this server's settings) or
+ * RL_ENOMEM. */
+int rls_decide(rls_decider_t *d, rls_ask_t *a, rls_respond_fn respond,
                void *owner, const char **why);
 
 #endif

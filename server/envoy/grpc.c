@@ -1784,7 +1784,7 @@ static void on_sweep(uv_timer_t *t)
 static const rls_frontend_ops_t grpc_ops;
 
 int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_flags_t *cfg,
-                   rls_batcher_t *batcher, char *err, size_t errlen)
+                   rls_decider_t *decider, char *err, size_t errlen)
 {
     rls_grpc_t *g;
     int rc;
@@ -1800,7 +1800,7 @@ int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_flags_t *cfg,
     g->fe.plain = &g->set.plain;
     g->loop = loop;
     g->cfg = cfg;
-    g->ctx.batcher = batcher;
+    g->ctx.decider = decider;
     g->ctx.global_shadow = cfg->envoy_shadow_mode;
     g->ctx.global_quota = cfg->envoy_quota_mode;
     g->ctx.ref_headers = cfg->envoy_response_headers;

@@ -32,7 +32,7 @@
 
 #include <uv.h>
 
-#include "core/batch.h"
+#include "core/decide.h"
 #include "envoy/rls.h"
 #include "net/frontend.h"
 #include "envoy/health.h"
@@ -79,7 +79,7 @@ typedef struct rls_grpc_s rls_grpc_t;
  * RL_EADDR (cannot listen) or RL_ENOMEM with err (errlen bytes) saying
  * why and nothing left open. */
 int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_flags_t *cfg,
-                   rls_batcher_t *batcher, char *err, size_t errlen);
+                   rls_decider_t *decider, char *err, size_t errlen);
 
 /* Accepts the connection waiting on listener (status: its connection
  * callback's) as one of g's, served and closed like those of g's own

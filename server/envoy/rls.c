@@ -288,19 +288,19 @@ static int add_one(rls_envoy_call_t *call, uint32_t i, const desc_t *d,
         st->stat = rls_estats_slot(ctx->estats, call->conf, call->dom, x,
                                    from_request, keys, klens, vals, vlens, n);
     memset(&a, 0, sizeof(a));
-    a.id = i;
-    a.key = key;
-    a.key_len = rls_envoy_key(key, call->dom->name, call->dom->name_len, keys,
-                              klens, vals, vlens, n);
-    a.cost = cost;
+    a.q.id = i;
+    a.q.key = key;
+    a.q.key_len = rls_envoy_key(key, call->dom->name, call->dom->name_len, keys,
+                                klens, vals, vlens, n);
+    a.q.cost = cost;
     a.shadow = !from_request && x != NULL && x->shadow;
     a.charge = charge;
     a.counting = counting;
     st->quota = !from_request && x != NULL && x->quota;
     if (window_s != 0) {
         st->rpu = clamp32(limit);
-        a.limit = limit;
-        a.window_s = window_s;
+        a.q.limit = limit;
+        a.q.window_s = window_s;
         /* The descriptor's algorithm (the request's own limit is a
          * fixed window). */
         a.algo = from_request ? NULL : &x->lim;
@@ -309,15 +309,15 @@ static int add_one(rls_envoy_call_t *call, uint32_t i, const desc_t *d,
         a.stats_name = call->dom->stats_name;
         a.stats_name_len = strlen(call->dom->stats_name);
     } else {
-        a.rule = x->rule;
-        a.rule_len = x->rule_len;
+        a.q.rule = x->rule;
+        a.q.rule_len = x->rule_len;
         st->name = x->rule;
         st->name_len = x->rule_len;
         st->rule = 1;
     }
     st->decided = 1;
     call->pending++;
-    if ((rc = rls_decide(ctx->batcher, &a, respond, call, why)) != RL_OK) {
+    if ((rc = rls_decide(ctx->decider, &a, respond, call, why)) != RL_OK) {
         call->pending--;
         st->decided = 0;
         switch (rc) {

@@ -11,9 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/batch.h"
+#include "core/decide.h"
 #include "envoy/conf.h"
-#include "policy/runtime.h"
 #include "rl_buf.h"
 
 /* Descriptors per request, and entries per descriptor, taken (a request's
@@ -45,7 +44,7 @@ typedef struct rls_envoy_stats_s {
 /* What the calls share: where to send requests, the configuration in
  * force (NULL: none; every descriptor is allowed and not counted). */
 typedef struct rls_envoy_ctx_s {
-    rls_batcher_t *batcher;
+    rls_decider_t *decider;
     rls_envoy_conf_t *conf;
     rls_envoy_stats_t stats;
     /* envoy-ratelimit's per-descriptor statistics (envoy/stats.h);

@@ -1,7 +1,7 @@
 /* Client connections: frames in, responses out.
  *
  * Reads land in a per-connection buffer and every whole frame in it is
- * decoded in place. Valid requests go to the batcher; anything invalid is
+ * decoded in place. Valid requests go to the decider; anything invalid is
  * answered at once. Responses are appended to the connection's output
  * buffer and written once per loop iteration (rls_conns_flush, from the
  * server's check handle): straight to the socket when it takes them all,
@@ -291,49 +291,35 @@ static void handle_request(rls_conn_t *c, const uint8_t *p, size_t n)
     rls_conns_t *s = c->srv;
     const char *why = NULL;
     rls_ask_t a;
-    rl_check_t q;
     int rc;
 
-    if (rl_check_decode(p, n, &q) != RL_OK) {
+    memset(&a, 0, sizeof(a));
+    if (rl_check_decode(p, n, &a.q) != RL_OK) {
         s->stats.rejected[RLS_REJECT_DECODE]++;
         reply_notice(c, "payload is not a valid CheckRequest");
         return;
     }
-    if (q.id == 0) {
+    if (a.q.id == 0) {
         /* Id 0 is the server's: an answer carrying it would read as a
          * notice about the connection, and no client could match it. */
         s->stats.rejected[RLS_REJECT_ID0]++;
         reply_notice(c, "request id 0 is reserved for server notices");
         return;
     }
-    memset(&a, 0, sizeof(a));
-    a.id = q.id;
-    a.key = q.key;
-    a.key_len = q.key_len;
-    a.cost = q.cost;
-    a.rule = q.rule;
-    a.rule_len = q.rule_len;
-    a.limit = q.limit;
-    a.window_s = q.window_s;
     a.from_request = 1;
     a.ns = RLS_NS_INLINE;
-    a.op = q.op;
-    a.handle = q.handle;
-    a.handle_len = q.handle_len;
-    a.actual = q.actual;
     /* In flight from here: the answer may come before rls_decide returns
      * (a kill switch, a refusal known without the store). */
     c->inflight++;
     s->stats.inflight++;
-    if ((rc = rls_decide(s->batcher, &a, rls_conn_respond, c, &why)) !=
-        RL_OK) {
+    if ((rc = rls_decide(s->decider, &a, rls_conn_respond, c, &why)) != RL_OK) {
         c->inflight--;
         s->stats.inflight--;
         if (rc != RL_ENOMEM)
             s->stats.rejected[rc == RL_ENORULE   ? RLS_REJECT_RULE
                               : rc == RL_EINLINE ? RLS_REJECT_INLINE
                                                  : RLS_REJECT_INVALID]++;
-        reply_error(c, q.id, why);
+        reply_error(c, a.q.id, why);
     }
 }
 
@@ -938,7 +924,7 @@ static void on_sweep(uv_timer_t *t)
 }
 
 void rls_conns_init(rls_conns_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
-                    rls_batcher_t *batcher)
+                    rls_decider_t *decider)
 {
     uint64_t shortest;
 
@@ -946,7 +932,7 @@ void rls_conns_init(rls_conns_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
     rls_streams_init(&s->set, loop, "listen", "rl1", READ_CHUNK);
     s->loop = loop;
     s->cfg = cfg;
-    s->batcher = batcher;
+    s->decider = decider;
     rls_list_init(&s->all);
     rls_list_init(&s->dirty);
     rls_list_init(&s->resume);

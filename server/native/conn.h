@@ -13,7 +13,7 @@
 
 #include <uv.h>
 
-#include "core/batch.h"
+#include "core/decide.h"
 #include "net/frontend.h"
 #include "net/stream.h"
 #include "net/tls.h"
@@ -60,7 +60,7 @@ typedef struct rls_conns_s {
     int listening;
     uv_loop_t *loop;
     const rls_flags_t *cfg;
-    rls_batcher_t *batcher;
+    rls_decider_t *decider;
     uv_idle_t spin;    /* keeps poll from blocking while reads are deferred */
     uv_timer_t sweep;  /* idle and frame deadlines, for every connection */
     uint64_t sweep_ms; /* its period */
@@ -88,7 +88,7 @@ typedef struct rls_conns_s {
 
 /* Prepares an empty set (and its idle and timer handles) on loop. */
 void rls_conns_init(rls_conns_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
-                    rls_batcher_t *batcher);
+                    rls_decider_t *decider);
 
 /* Closes the set's own handles (its listener too); every connection must
  * be closed already. */
@@ -114,7 +114,7 @@ rls_frontend_t *rls_conns_frontend(rls_conns_t *s);
  * tests that listen on something else call it themselves). */
 void rls_conns_accept(rls_conns_t *s, uv_stream_t *listener, int status);
 
-/* The batcher's respond callback: owner is the connection. */
+/* The decider's respond callback: owner is the connection. */
 void rls_conn_respond(void *owner, const rl_result_t *r);
 
 void rls_conns_flush(rls_conns_t *s);  /* one write per dirty connection */

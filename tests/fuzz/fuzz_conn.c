@@ -76,7 +76,7 @@
 #include "rl_frame.h"
 #include "rl_msg.h"
 #include "rl_window.h"
-#include "core/batch.h"
+#include "core/decide.h"
 #include "base/log.h"
 #include "native/conn.h"
 #include "flags.h"
@@ -144,7 +144,7 @@ typedef struct {
     rls_flags_t cfg;
     fstore_t store;
     rls_runtime_t rt;
-    rls_batcher_t batcher;
+    rls_decider_t decider;
     rls_conns_t conns;
     cli_t cli[NCLI];
     size_t ncli;
@@ -329,7 +329,7 @@ static void on_tick(uv_check_t *t)
 
     /* server.c's on_tick */
     rls_conns_resume(&h->conns);
-    rls_batcher_flush(&h->batcher);
+    rls_batcher_flush(&h->decider.batcher);
     rls_conns_flush(&h->conns);
 }
 
@@ -571,7 +571,7 @@ static void before_change(void *arg)
 {
     harness_t *h = arg;
 
-    rls_batcher_flush(&h->batcher);
+    rls_batcher_flush(&h->decider.batcher);
 }
 
 /* Fleet-wide switches, as rl-ctl writes them and the server parses them:
@@ -613,6 +613,8 @@ static void config(harness_t *h, rd_t *r)
     unsigned a = u8(r), b = u8(r), c = u8(r), m = u8(r), nb = u8(r),
              sp = u8(r), d = u8(r);
     rls_flags_t *cfg = &h->cfg;
+    rls_decider_opts_t o;
+    char err[256];
 
     rls_flags_defaults(cfg);
     cfg->max_inflight = inflight[a & 7];
@@ -633,15 +635,23 @@ static void config(harness_t *h, rd_t *r)
     h->rt.max_inline_limit = ilim[(d >> 5) & 3];
     h->rt.before_change = before_change;
     h->rt.arg = h;
-    rls_batcher_init(&h->batcher, &h->store.base, &h->rt,
-                     cfg->prefix, cfg->prefix_len, batch[nb & 7],
-                     cfg->grace_ms, cfg->fail_open);
-    h->batcher.spread_ms = sp & 1 ? 50000 : 0;
+    rls_decider_opts_init(&o);
+    o.store = &h->store.base;
+    o.rt = &h->rt;
+    o.prefix = cfg->prefix;
+    o.prefix_len = cfg->prefix_len;
+    o.max_reqs = batch[nb & 7];
+    o.grace_ms = cfg->grace_ms;
+    o.fail_open = cfg->fail_open;
+    o.spread_ms = sp & 1 ? 50000 : 0;
     /* Reservations and leases: signed handles, steps bounded in time. */
-    rls_hkey_from_text(&h->batcher.hkey, "fuzz", 4);
-    h->batcher.reserve_ttl_ms = 60000;
-    h->batcher.loop = &h->loop;
-    h->batcher.xop_timeout_ms = 50;
+    o.reserve_ttl_ms = 60000;
+    o.loop = &h->loop;
+    o.xop_timeout_ms = 50;
+    if (rls_decider_init(&h->decider, &o, err, sizeof(err)) != RL_OK)
+        abort();
+    rls_hkey_free(&h->decider.hkey);
+    rls_hkey_from_text(&h->decider.hkey, "fuzz", 4);
 }
 
 static void run_script(harness_t *h, rd_t *r)
@@ -777,7 +787,7 @@ static void finish(harness_t *h)
                 done = 0;
         }
         if (done && rls_list_empty(&h->conns.all) &&
-            h->batcher.in_flight == 0 && h->store.npend == 0)
+            h->decider.batcher.in_flight == 0 && h->store.npend == 0)
             break;
         if (h->progress != last) {
             last = h->progress;
@@ -787,7 +797,7 @@ static void finish(harness_t *h)
                  "batches=%zu)",
                  stall, (unsigned long long)h->conns.stats.conns_open,
                  (unsigned long long)h->conns.stats.inflight,
-                 h->batcher.in_flight);
+                 h->decider.batcher.in_flight);
         }
     }
     if (it == FINAL_MAX)
@@ -802,7 +812,7 @@ static void check_owed(harness_t *h)
         FAIL("a stopping set closed its last connection without on_empty");
     /* The store decided as rl_admit does; the batcher's replay of the same
      * counts must agree unless the script made the store lie. */
-    if (!h->store.lied && h->batcher.stats.replay_mismatch != 0)
+    if (!h->store.lied && h->decider.batcher.stats.replay_mismatch != 0)
         FAIL("batcher and an honest store disagree on admissions");
     if (h->conns.stats.inflight != 0)
         FAIL("%llu requests in flight after every connection closed",
@@ -866,10 +876,11 @@ static void summary(const harness_t *h)
             (unsigned long long)h->conns.stats.rejected[4],
             (unsigned long long)h->conns.stats.rejected[5],
             (unsigned long long)h->conns.stats.rejected[6],
-            (unsigned long long)h->batcher.stats.batches,
-            (unsigned long long)h->batcher.stats.coalesced,
-            (unsigned long long)h->batcher.stats.store_errors,
-            (unsigned long long)h->batcher.stats.replay_mismatch, h->lossy);
+            (unsigned long long)h->decider.batcher.stats.batches,
+            (unsigned long long)h->decider.batcher.stats.coalesced,
+            (unsigned long long)h->decider.batcher.stats.store_errors,
+            (unsigned long long)h->decider.batcher.stats.replay_mismatch,
+            h->lossy);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -907,7 +918,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (uv_pipe_open(&h->listener, fd) != 0 ||
         uv_listen((uv_stream_t *)&h->listener, 16, on_connection) != 0)
         FAIL("listen");
-    rls_conns_init(&h->conns, &h->loop, &h->cfg, &h->batcher);
+    rls_conns_init(&h->conns, &h->loop, &h->cfg, &h->decider);
     h->conns.fe.on_empty = on_empty;
     h->conns.fe.arg = h;
     uv_check_init(&h->loop, &h->tick);
@@ -922,7 +933,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         summary(h);
 
     /* Tear down as server.c's close_all does; every handle must close. */
-    rls_batcher_free(&h->batcher);
+    rls_decider_free(&h->decider);
     rls_runtime_free(&h->rt);
     h->store.base.v->close(&h->store.base, NULL, NULL);
     uv_close((uv_handle_t *)&h->tick, NULL);

@@ -51,7 +51,7 @@
 
 #include <uv.h>
 
-#include "core/batch.h"
+#include "core/decide.h"
 #include "h2raw.h"
 #include "base/log.h"
 #include "envoy/grpc.h"
@@ -98,7 +98,7 @@ static struct {
     rls_flags_t cfg;
     rls_store_t *store;
     rls_runtime_t rt;
-    rls_batcher_t batcher;
+    rls_decider_t decider;
     rls_grpc_t *grpc;
     rls_estats_t estats; /* a small cap: requests' own limits reach it */
     uv_check_t tick;
@@ -122,7 +122,7 @@ static int health_flip(void *arg)
 static void on_tick(uv_check_t *h)
 {
     (void)h;
-    rls_batcher_flush(&S.batcher);
+    rls_batcher_flush(&S.decider.batcher);
     rls_grpc_flush(S.grpc);
 }
 
@@ -156,6 +156,7 @@ static void setup(void)
     const char *rules[] = {"api=2/1m,5/1h"};
     rls_policy_t *p = NULL;
     rls_envoy_conf_t *ec = NULL;
+    rls_decider_opts_t o;
     rls_diag_t d;
 
     if (S.up)
@@ -172,11 +173,17 @@ static void setup(void)
     CHECK(rls_runtime_init(&S.rt, p, 16) == RL_OK);
     S.store = rls_store_memory_new(&S.loop);
     CHECK(S.store != NULL);
-    rls_batcher_init(&S.batcher, S.store, &S.rt, "rl:", 3, 16, 1000, 1);
+    rls_decider_opts_init(&o);
+    o.store = S.store;
+    o.rt = &S.rt;
+    o.prefix = "rl:";
+    o.prefix_len = 3;
+    o.max_reqs = 16;
+    CHECK(rls_decider_init(&S.decider, &o, S.err, sizeof(S.err)) == RL_OK);
     /* Port 0: the system picks one. Its own listener stays idle; clients
      * come through the Unix socket. */
     S.cfg.grpc_port = 0;
-    CHECK(rls_grpc_start(&S.grpc, &S.loop, &S.cfg, &S.batcher, S.err,
+    CHECK(rls_grpc_start(&S.grpc, &S.loop, &S.cfg, &S.decider, S.err,
                          sizeof(S.err)) == 0);
     listen_unix();
     /* Small budgets, so that inputs of a few KiB are deferred, paused in
@@ -204,7 +211,7 @@ static void teardown(void)
     rls_grpc_free(S.grpc);
     uv_close((uv_handle_t *)&S.listener, NULL);
     uv_close((uv_handle_t *)&S.tick, NULL);
-    rls_batcher_free(&S.batcher);
+    rls_decider_free(&S.decider);
     S.store->v->close(S.store, on_store_closed, NULL);
     uv_run(&S.loop, UV_RUN_DEFAULT);
     CHECK(uv_loop_close(&S.loop) == 0);
@@ -488,9 +495,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* A client that never completes its preface is closed only by the
      * idle timeout; everything else must be gone by now. */
     CHECK(!closed || rls_grpc_idle(S.grpc));
-    for (i = 0; i < 200 && S.batcher.in_flight > 0; i++)
+    for (i = 0; i < 200 && S.decider.batcher.in_flight > 0; i++)
         step();
-    CHECK(S.batcher.in_flight == 0);
+    CHECK(S.decider.batcher.in_flight == 0);
     /* The statistics the requests' values named render, escaped. */
     {
         rl_buf_t b;

@@ -58,8 +58,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define CHECK(cond)                                                            \
     do {                                                                       \
         if (!(cond)) {                                                         \
-            fprintf(stderr, "fuzz_xds_client: %s:%d: %s\n", __FILE__,         \
-                    __LINE__, #cond);                                          \
+            int e_ = errno; /* the last system call's, if it was one */    \
+            fprintf(stderr, "fuzz_xds_client: %s:%d: %s (errno %d: %s)\n",   \
+                    __FILE__, __LINE__, #cond, e_, strerror(e_));              \
             abort();                                                           \
         }                                                                      \
     } while (0)

@@ -351,9 +351,9 @@ static void test_oom_counted_logged_unhealthy(void **state)
     memset(&srv, 0, sizeof(srv));
     srv.cfg = &cfg;
     srv.store = f->st;
-    rls_batcher_init(&srv.batcher, f->st, NULL, "rl:", 3, 1024, 1000, 1);
+    rls_batcher_init(&srv.decider.batcher, f->st, NULL, "rl:", 3, 1024, 1000, 1);
     assert_true(rls_server_healthy(&srv, &why));
-    decide(f, &srv.batcher, 50, "oom");
+    decide(f, &srv.decider.batcher, 50, "oom");
     assert_int_equal(resp_errors, 50);
     assert_false(rls_server_healthy(&srv, &why));
     assert_non_null(strstr(why, "store errors: 50 of 50 decisions failed"));
@@ -368,13 +368,13 @@ static void test_oom_counted_logged_unhealthy(void **state)
     resp_errors = 0;
     dl = rlt_mono_ms() + 15000;
     while (!rls_server_healthy(&srv, &why) && rlt_mono_ms() < dl) {
-        decide(f, &srv.batcher, 5, "ok");
+        decide(f, &srv.decider.batcher, 5, "ok");
         run_for(f, 100);
     }
     assert_true(rls_server_healthy(&srv, &why));
     assert_string_equal(why, "ok");
     assert_int_equal(resp_errors, 0);
-    rls_batcher_free(&srv.batcher);
+    rls_batcher_free(&srv.decider.batcher);
 }
 
 int main(void)

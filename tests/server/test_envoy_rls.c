@@ -1,0 +1,431 @@
+/* Envoy's rate limit service (envoy/rls.c) fed RateLimitRequest bytes,
+ * packed with protobuf-c, through the decider (core/decide.h) on the
+ * memory store at a scripted time; the RateLimitResponse it encodes is
+ * unpacked and its codes, limits and remaining counts asserted. No HTTP/2
+ * here: the transport (envoy/grpc.c) has tests of its own. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <uv.h>
+
+#include "envoy/service/ratelimit/v3/rls.pb-c.h"
+#include "core/decide.h"
+#include "envoy/conf.h"
+#include "envoy/rls.h"
+#include "policy/rules.h"
+#include "policy/runtime.h"
+#include "rl_buf.h"
+#include "rl_error.h"
+#include "store/memory.h"
+
+typedef Envoy__Service__Ratelimit__V3__RateLimitRequest req_t;
+typedef Envoy__Service__Ratelimit__V3__RateLimitResponse resp_t;
+typedef Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus
+    status_t;
+typedef Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor desc_t;
+typedef Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor__Entry
+    entry_t;
+
+#define OK ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK
+#define OVER                                                                   \
+    ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT
+#define SECOND                                                                 \
+    ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__UNIT__SECOND
+#define MINUTE                                                                 \
+    ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__UNIT__MINUTE
+
+/* An hour boundary, and 250 ms past it. */
+#define B UINT64_C(1700002800000)
+
+/* ---- the memory store on a scripted clock ---- */
+
+typedef struct {
+    rls_store_t base;
+    rls_store_t *inner;
+    uint64_t now;
+} cstore_t;
+
+static void c_submit(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
+                     void *data)
+{
+    cstore_t *w = (cstore_t *)s;
+    w->inner->v->submit(w->inner, ops, n, cb, data);
+}
+
+static uint64_t c_now(rls_store_t *s)
+{
+    return ((cstore_t *)s)->now;
+}
+
+static int c_up(rls_store_t *s)
+{
+    cstore_t *w = (cstore_t *)s;
+    return w->inner->v->up(w->inner);
+}
+
+static void c_inner_closed(void *arg)
+{
+    free(arg);
+}
+
+static void c_close(rls_store_t *s, void (*done)(void *), void *arg)
+{
+    cstore_t *w = (cstore_t *)s;
+    (void)done;
+    (void)arg;
+    w->inner->v->close(w->inner, c_inner_closed, w);
+}
+
+static const rls_store_vtbl_t cvtbl = {
+    .submit = c_submit, .now_ms = c_now, .up = c_up, .close = c_close};
+
+/* ---- the harness ---- */
+
+static const char conf_yaml[] = "domain: d\n"
+                                "descriptors:\n"
+                                "  - key: a\n"
+                                "    rate_limit: {unit: second, "
+                                "requests_per_unit: 3}\n"
+                                "  - key: b\n"
+                                "    value: x\n"
+                                "    descriptors:\n"
+                                "      - key: c\n"
+                                "        rate_limit: {unit: minute, "
+                                "requests_per_unit: 1}\n"
+                                "        shadow_mode: true\n"
+                                "  - key: z\n"
+                                "    rate_limit: {unit: minute, "
+                                "requests_per_unit: 0}\n"
+                                "  - key: u\n"
+                                "    unlimited: true\n"
+                                "  - key: r\n"
+                                "    rule: api\n";
+
+static const char rules_yaml[] = "rules:\n"
+                                 "  api:\n"
+                                 "    limits: [2/1m]\n";
+
+typedef struct {
+    uv_loop_t loop;
+    cstore_t *store;
+    rls_runtime_t rt;
+    rls_decider_t d;
+    rls_envoy_ctx_t ctx;
+    int done; /* calls whose last answer came */
+} fx_t;
+
+static fx_t *cur;
+
+static void on_done(rls_envoy_call_t *call)
+{
+    (void)call;
+    cur->done++;
+}
+
+static void fx_open(fx_t *f)
+{
+    rls_decider_opts_t o;
+    rls_policy_t *p = NULL;
+    rls_diag_t dg;
+    char err[200];
+
+    memset(f, 0, sizeof(*f));
+    cur = f;
+    assert_int_equal(uv_loop_init(&f->loop), 0);
+    f->store = calloc(1, sizeof(*f->store));
+    assert_non_null(f->store);
+    f->store->base.v = &cvtbl;
+    f->store->inner = rls_store_memory_new(&f->loop);
+    assert_non_null(f->store->inner);
+    f->store->now = B + 250;
+    assert_int_equal(rls_policy_build_buf(NULL, 0, "t.yaml", rules_yaml,
+                                          strlen(rules_yaml), 100, &p, &dg),
+                     RL_OK);
+    assert_int_equal(rls_runtime_init(&f->rt, p, 100), RL_OK);
+    rls_decider_opts_init(&o);
+    o.store = &f->store->base;
+    o.rt = &f->rt;
+    o.prefix = "rl:";
+    o.prefix_len = 3;
+    assert_int_equal(rls_decider_init(&f->d, &o, err, sizeof(err)), RL_OK);
+    f->ctx.decider = &f->d;
+    assert_int_equal(rls_envoy_conf_build_buf("d.yaml", conf_yaml,
+                                              strlen(conf_yaml), &f->ctx.conf,
+                                              &dg),
+                     RL_OK);
+}
+
+static void fx_close(fx_t *f)
+{
+    assert_int_equal(f->d.batcher.in_flight, 0);
+    rls_envoy_conf_unref(f->ctx.conf);
+    rls_decider_free(&f->d);
+    rls_runtime_free(&f->rt);
+    f->store->base.v->close(&f->store->base, NULL, NULL);
+    uv_run(&f->loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&f->loop), 0);
+}
+
+/* Packs a RateLimitRequest for domain with the descriptors in `descs`:
+ * each a string of "key=value" entries separated by ',' (value may be
+ * empty), the descriptors separated by ';'. */
+static uint8_t *pack(const char *domain, const char *descs, uint32_t hits,
+                     size_t *len)
+{
+    req_t q = ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_REQUEST__INIT;
+    desc_t d[8], *dp[8];
+    entry_t e[8][4], *ep[8][4];
+    char buf[256], *save = NULL, *tok;
+    size_t nd = 0;
+    uint8_t *out;
+
+    snprintf(buf, sizeof(buf), "%s", descs);
+    for (tok = strtok_r(buf, ";", &save); tok != NULL;
+         tok = strtok_r(NULL, ";", &save)) {
+        char *s2 = NULL, *kv;
+        size_t ne = 0;
+        assert_true(nd < 8);
+        envoy__extensions__common__ratelimit__v3__rate_limit_descriptor__init(
+            &d[nd]);
+        for (kv = strtok_r(tok, ",", &s2); kv != NULL;
+             kv = strtok_r(NULL, ",", &s2)) {
+            char *eq = strchr(kv, '=');
+            assert_non_null(eq);
+            assert_true(ne < 4);
+            *eq = '\0';
+            envoy__extensions__common__ratelimit__v3__rate_limit_descriptor__entry__init(
+                &e[nd][ne]);
+            e[nd][ne].key = kv;
+            e[nd][ne].value = eq + 1;
+            ep[nd][ne] = &e[nd][ne];
+            ne++;
+        }
+        d[nd].n_entries = ne;
+        d[nd].entries = ep[nd];
+        dp[nd] = &d[nd];
+        nd++;
+    }
+    q.domain = (char *)domain;
+    q.n_descriptors = nd;
+    q.descriptors = dp;
+    q.hits_addend = hits;
+    *len =
+        envoy__service__ratelimit__v3__rate_limit_request__get_packed_size(&q);
+    out = malloc(*len + 1);
+    assert_non_null(out);
+    assert_int_equal(
+        envoy__service__ratelimit__v3__rate_limit_request__pack(&q, out), *len);
+    return out;
+}
+
+/* Sends one request through the service; returns its status, and the
+ * response (to free with ..._free_unpacked) in *out when OK. The done
+ * callback fires exactly once when anything was in flight, never when
+ * nothing was. */
+static int call(fx_t *f, const char *domain, const char *descs, uint32_t hits,
+                resp_t **out, const char **why)
+{
+    rls_envoy_call_t c;
+    size_t n;
+    uint8_t *p = pack(domain, descs, hits, &n);
+    int rc, before = f->done, queued;
+    const char *w = NULL;
+    rl_buf_t b;
+
+    memset(&c, 0, sizeof(c));
+    c.done = on_done;
+    rc = rls_envoy_start(&c, &f->ctx, p, n, &w);
+    free(p);
+    queued = c.pending > 0;
+    /* Never answered from inside rls_envoy_start. */
+    assert_int_equal(f->done, before);
+    rls_batcher_flush_now(&f->d.batcher);
+    uv_run(&f->loop, UV_RUN_NOWAIT);
+    assert_int_equal(c.pending, 0);
+    assert_int_equal(f->done, before + queued);
+    if (why != NULL)
+        *why = w;
+    *out = NULL;
+    if (rc == RLS_GRPC_OK) {
+        rl_buf_init(&b, 1 << 20);
+        assert_int_equal(rls_envoy_encode(&c, &b), RL_OK);
+        /* One gRPC message: uncompressed, its length, the bytes. */
+        assert_true(rl_buf_len(&b) >= 5);
+        assert_int_equal(rl_buf_rptr(&b)[0], 0);
+        n = ((size_t)rl_buf_rptr(&b)[1] << 24) |
+            ((size_t)rl_buf_rptr(&b)[2] << 16) |
+            ((size_t)rl_buf_rptr(&b)[3] << 8) | rl_buf_rptr(&b)[4];
+        assert_int_equal(n + 5, rl_buf_len(&b));
+        *out = envoy__service__ratelimit__v3__rate_limit_response__unpack(
+            NULL, n, rl_buf_rptr(&b) + 5);
+        assert_non_null(*out);
+        rl_buf_free(&b);
+    }
+    rls_envoy_call_free(&c);
+    return rc;
+}
+
+static void resp_free(resp_t *r)
+{
+    envoy__service__ratelimit__v3__rate_limit_response__free_unpacked(r, NULL);
+}
+
+/* The i-th status has code, a limit of rpu per unit (rpu 0: no limit
+ * given) and remaining. */
+static void status_is(const resp_t *r, size_t i, int code, uint32_t rpu,
+                      int unit, uint32_t remaining)
+{
+    const status_t *s;
+
+    assert_true(i < r->n_statuses);
+    s = r->statuses[i];
+    assert_int_equal(s->code, code);
+    if (rpu == 0) {
+        assert_null(s->current_limit);
+        return;
+    }
+    assert_non_null(s->current_limit);
+    assert_int_equal(s->current_limit->requests_per_unit, rpu);
+    assert_int_equal(s->current_limit->unit, unit);
+    assert_int_equal(s->limit_remaining, remaining);
+}
+
+/* ---- the tests ---- */
+
+static void test_limit_counts_down(void **state)
+{
+    fx_t f;
+    resp_t *r;
+    int i;
+
+    (void)state;
+    fx_open(&f);
+    for (i = 0; i < 3; i++) {
+        assert_int_equal(call(&f, "d", "a=x", 0, &r, NULL), RLS_GRPC_OK);
+        assert_int_equal(r->overall_code, OK);
+        assert_int_equal(r->n_statuses, 1);
+        status_is(r, 0, OK, 3, SECOND, (uint32_t)(2 - i));
+        /* The second ends in 750 ms: 1 s, rounded up. */
+        assert_non_null(r->statuses[0]->duration_until_reset);
+        assert_int_equal(r->statuses[0]->duration_until_reset->seconds, 1);
+        resp_free(r);
+    }
+    assert_int_equal(call(&f, "d", "a=x", 0, &r, NULL), RLS_GRPC_OK);
+    assert_int_equal(r->overall_code, OVER);
+    status_is(r, 0, OVER, 3, SECOND, 0);
+    resp_free(r);
+    /* Another value of the key has a counter of its own; hits_addend 2. */
+    assert_int_equal(call(&f, "d", "a=y", 2, &r, NULL), RLS_GRPC_OK);
+    assert_int_equal(r->overall_code, OK);
+    status_is(r, 0, OK, 3, SECOND, 1);
+    resp_free(r);
+    /* The next second: room again. */
+    f.store->now = B + 1000;
+    assert_int_equal(call(&f, "d", "a=x", 0, &r, NULL), RLS_GRPC_OK);
+    status_is(r, 0, OK, 3, SECOND, 2);
+    resp_free(r);
+    assert_int_equal(f.ctx.stats.descriptors[1], 5);
+    assert_int_equal(f.ctx.stats.descriptors[2], 1);
+    fx_close(&f);
+}
+
+/* Several descriptors: each its own status, the overall code the worst. */
+static void test_descriptors(void **state)
+{
+    fx_t f;
+    resp_t *r;
+
+    (void)state;
+    fx_open(&f);
+    assert_int_equal(call(&f, "d", "a=x;z=1;u=1;nothing=1", 0, &r, NULL),
+                     RLS_GRPC_OK);
+    assert_int_equal(r->overall_code, OVER);
+    assert_int_equal(r->n_statuses, 4);
+    status_is(r, 0, OK, 3, SECOND, 2);
+    /* A limit of 0 refuses everything. */
+    assert_int_equal(r->statuses[1]->code, OVER);
+    assert_int_equal(r->statuses[1]->limit_remaining, 0);
+    status_is(r, 2, OK, 0, 0, 0); /* unlimited */
+    status_is(r, 3, OK, 0, 0, 0); /* matched by nothing */
+    resp_free(r);
+    /* A rule of the rules file, by name. */
+    assert_int_equal(call(&f, "d", "r=1;r=1", 0, &r, NULL), RLS_GRPC_OK);
+    assert_int_equal(r->overall_code, OK);
+    assert_int_equal(r->n_statuses, 2);
+    resp_free(r);
+    assert_int_equal(call(&f, "d", "r=1", 0, &r, NULL), RLS_GRPC_OK);
+    assert_int_equal(r->overall_code, OVER);
+    resp_free(r);
+    assert_int_equal(rls_runtime_stats(&f.rt, "api", 3)->allowed, 2);
+    assert_int_equal(rls_runtime_stats(&f.rt, "api", 3)->refused, 1);
+    fx_close(&f);
+}
+
+static void test_shadow_and_unknown(void **state)
+{
+    fx_t f;
+    resp_t *r;
+
+    (void)state;
+    fx_open(&f);
+    assert_int_equal(call(&f, "d", "b=x,c=1", 0, &r, NULL), RLS_GRPC_OK);
+    status_is(r, 0, OK, 1, MINUTE, 0);
+    resp_free(r);
+    /* Over its limit, in shadow mode: OK, as envoy-ratelimit answers. */
+    assert_int_equal(call(&f, "d", "b=x,c=1", 0, &r, NULL), RLS_GRPC_OK);
+    assert_int_equal(r->overall_code, OK);
+    assert_int_equal(r->statuses[0]->code, OK);
+    resp_free(r);
+    /* A domain without configuration: allowed, nothing counted. */
+    assert_int_equal(call(&f, "other", "a=x", 0, &r, NULL), RLS_GRPC_OK);
+    assert_int_equal(r->overall_code, OK);
+    assert_int_equal(r->n_statuses, 1);
+    status_is(r, 0, OK, 0, 0, 0);
+    resp_free(r);
+    assert_int_equal(f.ctx.stats.unknown_domain, 1);
+    fx_close(&f);
+}
+
+static void test_bad_requests(void **state)
+{
+    fx_t f;
+    resp_t *r;
+    const char *why;
+    rls_envoy_call_t c;
+    static const uint8_t junk[] = {0x0a, 0x05, 'd'};
+
+    (void)state;
+    fx_open(&f);
+    /* envoy-ratelimit's answers: UNKNOWN (a Go error). */
+    assert_int_equal(call(&f, "", "a=x", 0, &r, &why), RLS_GRPC_UNKNOWN);
+    assert_string_equal(why, "rate limit domain must not be empty");
+    assert_int_equal(call(&f, "d", "", 0, &r, &why), RLS_GRPC_UNKNOWN);
+    assert_string_equal(why, "rate limit descriptor list must not be empty");
+    /* Bytes that are no RateLimitRequest. */
+    memset(&c, 0, sizeof(c));
+    c.done = on_done;
+    assert_int_equal(rls_envoy_start(&c, &f.ctx, junk, sizeof(junk), &why),
+                     RLS_GRPC_INTERNAL);
+    assert_int_equal(c.pending, 0);
+    rls_envoy_call_free(&c);
+    assert_int_equal(f.done, 0);
+    assert_int_equal(f.d.batcher.stats.requests, 0);
+    fx_close(&f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_limit_counts_down),
+        cmocka_unit_test(test_descriptors),
+        cmocka_unit_test(test_shadow_and_unknown),
+        cmocka_unit_test(test_bad_requests),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
