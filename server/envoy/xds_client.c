@@ -2,7 +2,6 @@
  * xds_client.h. */
 #include "envoy/xds_client.h"
 
-#include <arpa/inet.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,11 +10,11 @@
 #include <nghttp2/nghttp2.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
-#include <openssl/x509v3.h>
 
 #include "envoy/service/discovery/v3/discovery.pb-c.h"
 #include "base/log.h"
 #include "base/ossl.h"
+#include "net/tls.h"
 #include "rl_error.h"
 #include "rl_frame.h"
 
@@ -75,9 +74,7 @@ struct rls_xds_conn_s {
     size_t hdr_bytes;     /* of the header block being received */
     unsigned hdr_blocks;  /* header blocks received on the stream */
     const char *fail_why; /* why failed was set, for the log */
-    SSL *ssl; /* with TLS: over rbio (read from the socket) and wbio */
-    BIO *rbio, *wbio;
-    int tls_up; /* the handshake is done */
+    rls_tls_conn_t *tls; /* with TLS (net/tls.h's client side) */
 };
 
 static void retry_later(rls_xds_t *x);
@@ -94,7 +91,7 @@ static void on_tcp_closed(uv_handle_t *h)
     rl_buf_free(&c->in);
     rl_buf_free(&c->reqs);
     rl_buf_free(&c->out);
-    SSL_free(c->ssl); /* and its BIOs */
+    rls_tls_conn_free(c->tls);
     free(c);
 }
 
@@ -531,31 +528,21 @@ static void on_write(uv_write_t *req, int status)
     conn_send(c);
 }
 
-/* With TLS: moves the ciphertext waiting in wbio to out. */
+/* With TLS: moves the ciphertext waiting to out. */
 static int tls_take(rls_xds_conn_t *c)
 {
-    size_t n;
-    uint8_t *w;
-    int rc;
-
-    while ((n = BIO_ctrl_pending(c->wbio)) > 0) {
-        if ((rc = rl_buf_reserve(&c->out, n, &w)) != RL_OK)
-            return rc;
-        if (BIO_read(c->wbio, w, (int)n) != (int)n)
-            return RL_EIO;
-        rl_buf_commit(&c->out, n);
-    }
-    return RL_OK;
+    return rls_tls_conn_take(c->tls, &c->out);
 }
 
 /* n bytes for the control plane, encrypted first with TLS. */
 static int put_out(rls_xds_conn_t *c, const uint8_t *p, size_t n)
 {
-    if (c->ssl == NULL)
+    int rc;
+
+    if (c->tls == NULL)
         return rl_buf_append(&c->out, p, n);
-    /* A memory BIO takes everything: SSL_write writes all of it. */
-    if (SSL_write(c->ssl, p, (int)n) != (int)n)
-        return RL_EIO;
+    if ((rc = rls_tls_conn_write(c->tls, p, n)) != RL_OK)
+        return rc;
     return tls_take(c);
 }
 
@@ -567,7 +554,7 @@ static void conn_send(rls_xds_conn_t *c)
 
     if (c->x == NULL || c->writing)
         return;
-    if (c->ssl != NULL && tls_take(c) != RL_OK) {
+    if (c->tls != NULL && tls_take(c) != RL_OK) {
         conn_drop(c->x, "out of memory");
         return;
     }
@@ -633,47 +620,33 @@ static int h2_feed(rls_xds_conn_t *c, const uint8_t *p, size_t n)
 static int tls_feed(rls_xds_conn_t *c, const uint8_t *p, size_t n)
 {
     static uint8_t plain[READ_CHUNK];
+    int was = rls_tls_conn_ready(c->tls);
     int k;
 
-    if (BIO_write(c->rbio, p, (int)n) != (int)n) {
-        conn_drop(c->x, "out of memory");
-        return RL_ECLOSED;
-    }
-    if (!c->tls_up) {
-        ERR_clear_error();
-        k = SSL_do_handshake(c->ssl);
-        if (k != 1) {
-            int e = SSL_get_error(c->ssl, k);
-            long v = SSL_get_verify_result(c->ssl);
-            if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
-                return 0;
+    if ((k = rls_tls_conn_feed(c->tls, p, n)) != 0) {
+        if (k == RL_ENOMEM) {
+            conn_drop(c->x, "out of memory");
+        } else if (!was) {
             RLS_WARN("xds: TLS handshake failed", " server=%s:%d why=\"%s\"",
-                     c->x->o.host, c->x->o.port,
-                     v != X509_V_OK ? X509_verify_cert_error_string(v)
-                                    : rls_ossl_reason("handshake refused"));
+                     c->x->o.host, c->x->o.port, rls_tls_conn_why(c->tls));
             conn_drop(c->x, "TLS handshake failed");
-            return RL_ECLOSED;
+        } else {
+            conn_drop(c->x, rls_tls_conn_why(c->tls));
         }
-        c->tls_up = 1;
-        if (conn_up(c) != 0)
-            return RL_ECLOSED;
-    }
-    for (;;) {
-        ERR_clear_error();
-        k = SSL_read(c->ssl, plain, (int)sizeof(plain));
-        if (k > 0) {
-            if (h2_feed(c, plain, (size_t)k) != 0)
-                return RL_ECLOSED;
-            continue;
-        }
-        k = SSL_get_error(c->ssl, k);
-        if (k == SSL_ERROR_WANT_READ)
-            return 0;
-        conn_drop(c->x, k == SSL_ERROR_ZERO_RETURN
-                            ? "closed by the control plane"
-                            : rls_ossl_reason("TLS error"));
         return RL_ECLOSED;
     }
+    if (!rls_tls_conn_ready(c->tls))
+        return 0; /* the handshake goes on */
+    if (!was && conn_up(c) != 0)
+        return RL_ECLOSED;
+    while ((k = rls_tls_conn_read(c->tls, plain, sizeof(plain))) > 0)
+        if (h2_feed(c, plain, (size_t)k) != 0)
+            return RL_ECLOSED;
+    if (k == 0)
+        return 0;
+    conn_drop(c->x, k == RL_ECLOSED ? "closed by the control plane"
+                                    : rls_tls_conn_why(c->tls));
+    return RL_ECLOSED;
 }
 
 static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *b)
@@ -687,7 +660,7 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *b)
                                     : uv_strerror((int)n));
         return;
     }
-    if (c->ssl != NULL ? tls_feed(c, (const uint8_t *)b->base, (size_t)n)
+    if (c->tls != NULL ? tls_feed(c, (const uint8_t *)b->base, (size_t)n)
                        : h2_feed(c, (const uint8_t *)b->base, (size_t)n))
         return;
     conn_send(c);
@@ -743,8 +716,8 @@ static int h2_setup(rls_xds_conn_t *c)
         nghttp2_nv hdrs[] = {
             {(uint8_t *)":method", (uint8_t *)"POST", 7, 4, 0},
             {(uint8_t *)":scheme",
-             (uint8_t *)(c->ssl != NULL ? "https" : "http"), 7,
-             c->ssl != NULL ? 5 : 4, 0},
+             (uint8_t *)(c->tls != NULL ? "https" : "http"), 7,
+             c->tls != NULL ? 5 : 4, 0},
             {(uint8_t *)":path", (uint8_t *)ADS_PATH, 5, sizeof(ADS_PATH) - 1,
              0},
             {(uint8_t *)":authority", (uint8_t *)authority, 10,
@@ -779,44 +752,23 @@ static int conn_up(rls_xds_conn_t *c)
     x->stats.connects++;
     x->stats.connected = 1;
     RLS_INFO("xds: connected", " server=%s:%d node=%s tls=%s", x->o.host,
-             x->o.port, x->o.node_id, c->ssl != NULL ? "on" : "off");
+             x->o.port, x->o.node_id, c->tls != NULL ? "on" : "off");
     uv_timer_stop(&x->timer);
     x->timer_state = T_PING;
     uv_timer_start(&x->timer, on_timer, PING_MS, PING_MS);
     return 0;
 }
 
-/* A client SSL object for c: SNI and the name checked are the server
- * name (an address is checked as one). Returns 0 or RL_ENOMEM. */
+/* The TLS client for c (net/tls.c): SNI and the name checked are the
+ * server name (an address is checked as one). Returns 0 or RL_ENOMEM. */
 static int tls_begin(rls_xds_conn_t *c)
 {
     rls_xds_t *x = c->x;
     const char *name =
         x->o.tls_server_name != NULL ? x->o.tls_server_name : x->o.host;
-    X509_VERIFY_PARAM *vp;
-    unsigned char tmp[16];
-    int is_ip;
 
-    if ((c->ssl = SSL_new(x->tls)) == NULL ||
-        (c->rbio = BIO_new(BIO_s_mem())) == NULL)
-        return RL_ENOMEM;
-    if ((c->wbio = BIO_new(BIO_s_mem())) == NULL) {
-        BIO_free(c->rbio);
-        c->rbio = NULL;
-        return RL_ENOMEM;
-    }
-    SSL_set_bio(c->ssl, c->rbio, c->wbio);
-    SSL_set_connect_state(c->ssl);
-    is_ip = inet_pton(AF_INET, name, tmp) == 1 ||
-            inet_pton(AF_INET6, name, tmp) == 1;
-    vp = SSL_get0_param(c->ssl);
-    if (is_ip ? X509_VERIFY_PARAM_set1_ip_asc(vp, name) != 1
-              : (SSL_set_tlsext_host_name(c->ssl, name) != 1 ||
-                 X509_VERIFY_PARAM_set1_host(vp, name, 0) != 1))
-        return RL_ENOMEM;
-    ERR_clear_error();
-    (void)SSL_do_handshake(c->ssl); /* the ClientHello, into wbio */
-    return RL_OK;
+    c->tls = rls_tls_conn_client(x->tls, name);
+    return c->tls != NULL ? RL_OK : RL_ENOMEM;
 }
 
 static void on_connect(uv_connect_t *req, int status)
