@@ -352,14 +352,11 @@ int rl_check_put(rl_buf_t *b, const rl_check_t *c)
     uint8_t *w;
     int rc;
 
-    if (n > UINT32_MAX)
-        return RL_EINVAL;
-    rc = rl_buf_reserve(b, RL_FRAME_HEADER + n, &w);
+    rc = rl_frame_reserve(b, n, &w);
     if (rc != RL_OK)
         return rc;
-    rl_frame_header(w, (uint32_t)n);
-    rl_check_encode(c, w + RL_FRAME_HEADER);
-    rl_buf_commit(b, RL_FRAME_HEADER + n);
+    rl_check_encode(c, w);
+    rl_frame_commit(b, n);
     return RL_OK;
 }
 
@@ -392,14 +389,11 @@ int rl_result_put(rl_buf_t *b, const rl_result_t *r)
         return RL_OK;
     }
     n = rl_result_size(r);
-    if (n > UINT32_MAX)
-        return RL_EINVAL;
-    rc = rl_buf_reserve(b, RL_FRAME_HEADER + n, &w);
+    rc = rl_frame_reserve(b, n, &w);
     if (rc != RL_OK)
         return rc;
-    rl_frame_header(w, (uint32_t)n);
-    rl_result_encode(r, w + RL_FRAME_HEADER);
-    rl_buf_commit(b, RL_FRAME_HEADER + n);
+    rl_result_encode(r, w);
+    rl_frame_commit(b, n);
     return RL_OK;
 }
 

@@ -38,6 +38,10 @@
 
 #define RL_ADMIT_WINDOWS_MAX 8
 
+/* The algorithms. Their short names, in identifiers here and in every
+ * caller: swc is the sliding-window counter (two fixed windows, the
+ * previous weighted), swl the sliding-window log (an entry per admitted
+ * cost), gcra the generic cell rate algorithm. */
 enum {
     RL_ALGO_FIXED = 0, /* fixed-window (optionally staggered per caller) */
     RL_ALGO_SWC = 1,   /* sliding-window-counter */

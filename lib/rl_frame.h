@@ -19,6 +19,9 @@
 
 #define RL_FRAME_HEADER 5
 #define RL_FRAME_MAX_DEFAULT 65536
+/* gRPC's flag for a compressed message; this codec refuses it as any other
+ * flag, and a caller that answers it apart (gRPC's status) compares p[0]. */
+#define RL_FRAME_COMPRESSED 1
 
 typedef struct rl_frame_s {
     const uint8_t *payload; /* points into the caller's bytes */
@@ -45,5 +48,20 @@ int rl_frame_take(rl_buf_t *b, uint32_t max_payload, rl_frame_t *f);
 
 /* Writes a 5-byte header for a payload of `len` bytes at p. */
 void rl_frame_header(uint8_t *p, uint32_t len);
+
+/* The payload length a complete header at p[0..RL_FRAME_HEADER) declares,
+ * whatever its flag: for a caller that reads a frame piece by piece and
+ * wants the rest's size, or says how large a refused frame was. */
+uint32_t rl_frame_length(const uint8_t *p);
+
+/* Reserves room at the end of b for one frame of a `len`-byte payload and
+ * writes its header; *payload is where the caller writes the len bytes,
+ * then rl_frame_commit(b, len) makes the frame readable. Returns RL_OK,
+ * RL_EINVAL when len does not fit the header's 32 bits, or what
+ * rl_buf_reserve returns (b is unchanged on an error). */
+int rl_frame_reserve(rl_buf_t *b, size_t len, uint8_t **payload);
+
+/* Commits the frame rl_frame_reserve made room for: header + len bytes. */
+void rl_frame_commit(rl_buf_t *b, size_t len);
 
 #endif

@@ -7,7 +7,7 @@
 
 #include "core/batch.h"
 #include "flags.h"
-#include "policy/reload.h"
+#include "policy/rules_reload.h"
 #include "policy/runtime.h"
 #include "policy/switches.h"
 #include "rl_buf.h"

@@ -13,14 +13,14 @@
 #include "rl_error.h"
 
 /* Reads a small /proc file into buf (NUL-terminated). Returns its length,
- * or -1. */
+ * or RL_EIO. */
 static ssize_t slurp(const char *path, char *buf, size_t size)
 {
     ssize_t n, at = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
 
     if (fd < 0)
-        return -1;
+        return RL_EIO;
     while ((size_t)at < size - 1 &&
            (n = read(fd, buf + at, size - 1 - (size_t)at)) > 0)
         at += n;
@@ -75,20 +75,20 @@ int rls_process_read(rls_process_t *v)
     memset(v, 0, sizeof(*v));
     if (slurp("/proc/self/stat", buf, sizeof(buf)) <= 0 ||
         (p = strrchr(buf, ')')) == NULL)
-        return -1;
+        return RL_EIO;
     /* After "pid (comm)" (comm may hold spaces and ')': the last one ends
      * it), fields 3 (state) on; f[k] is field k + 3. */
     p++;
     while (*p == ' ')
         p++;
     if (*p == '\0')
-        return -1;
+        return RL_EIO;
     p++; /* the state, one letter */
     for (i = 1; i < 22; i++) {
         char *end;
         f[i] = strtoull(p, &end, 10);
         if (end == p)
-            return -1;
+            return RL_EIO;
         p = end;
     }
     if (tck <= 0)

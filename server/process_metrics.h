@@ -29,8 +29,8 @@
  * buffer's error. */
 int rls_process_metrics(rl_buf_t *out);
 
-/* The values, for tests: fills v from /proc/self. Returns 0, or -1 when
- * /proc/self/stat cannot be read or parsed. */
+/* The values, for tests: fills v from /proc/self. Returns 0, or RL_EIO
+ * when /proc/self/stat cannot be read or parsed. */
 typedef struct rls_process_s {
     double cpu_seconds;
     double start_time_seconds; /* 0: the boot time was not found */

@@ -202,7 +202,7 @@ static void close_all(rls_server_t *s)
     rls_xds_close(&s->xds);
     if (s->tls != NULL)
         rls_tls_reload_close(&s->tls_reload);
-    rls_reload_close(&s->reload);
+    rls_rules_reload_close(&s->reload);
     rls_switch_poll_close(&s->switches);
     s->store->v->close(s->store, on_store_closed, s);
     s->store = NULL;
@@ -389,8 +389,8 @@ static int start_grpc(rls_server_t *s, char *err, size_t errlen)
          * the loop, once the listener below is up; a failed start unwinds
          * it with the listeners. */
         if ((rc = rls_xds_start(&s->xds, s->loop, &o, install_envoy_conf, s,
-                                err, errlen)) != 0)
-            return rc == RL_EINVAL ? rc : RL_ENOMEM;
+                                err, errlen)) != RL_OK)
+            return rc;
     }
     if ((rc = rls_grpc_start(&s->grpc, s->loop, cfg, &s->decider, err,
                              errlen)) != RL_OK) {
@@ -415,11 +415,17 @@ static int start_grpc(rls_server_t *s, char *err, size_t errlen)
     }
     if (cfg->tls_listeners & RLS_TLS_ON_GRPC)
         rls_grpc_set_tls(s->grpc, s->tls);
-    if (cfg->nenvoy_configs > 0)
-        rls_envoy_reload_start(&s->envoy_reload, s->loop, cfg->envoy_configs,
-                               cfg->nenvoy_configs, cfg->reload_settle_ms,
-                               install_envoy_conf, s);
     s->fe[RLS_LISTENER_GRPC] = rls_grpc_frontend(s->grpc);
+    /* Out of memory stops the start (rls_server_start's unwind closes
+     * the listener); a file that cannot be watched is logged, and SIGHUP
+     * still reloads it. */
+    if (cfg->nenvoy_configs > 0 &&
+        (rc = rls_envoy_reload_start(
+             &s->envoy_reload, s->loop, cfg->envoy_configs, cfg->nenvoy_configs,
+             cfg->reload_settle_ms, install_envoy_conf, s)) == RL_ENOMEM) {
+        snprintf(err, errlen, "out of memory");
+        return rc;
+    }
     return RL_OK;
 }
 
@@ -548,8 +554,15 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
                      rls_store_t *store, rls_policy_t *policy, char *err,
                      size_t errlen)
 {
+    /* The server's own handles, in the order they are opened: the first
+     * nhandles of them are closed again by the unwind. */
+    uv_handle_t *handles[] = {
+        (uv_handle_t *)&s->tick,       (uv_handle_t *)&s->before_poll,
+        (uv_handle_t *)&s->stop_timer, (uv_handle_t *)&s->sigterm,
+        (uv_handle_t *)&s->sigint,
+    };
     rls_decider_opts_t dopts;
-    int rc, i;
+    int rc, i, nhandles = 0, local = 0, decider = 0;
 
     memset(s, 0, sizeof(*s));
     s->hold_fd = -1;
@@ -566,6 +579,8 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
             return rc;
         }
     }
+    /* Nothing to undo before the runtime holds the policy; from here
+     * on, every failure goes to the one unwind at fail. */
     if (rls_runtime_init(&s->rt, policy, cfg->max_rules) != RL_OK) {
         rls_policy_unref(policy);
         snprintf(err, errlen, "out of memory");
@@ -576,12 +591,12 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
     s->rt.max_inline_limit = cfg->max_inline_limit;
     s->rt.before_change = before_policy_change;
     s->rt.arg = s;
-    if (cfg->fail_open == RLS_FAIL_LOCAL &&
-        rls_local_init(&s->local, loop, store) != RL_OK) {
-        rls_local_close(&s->local, NULL, NULL);
-        rls_runtime_free(&s->rt);
-        snprintf(err, errlen, "out of memory");
-        return RL_ENOMEM;
+    if (cfg->fail_open == RLS_FAIL_LOCAL) {
+        local = 1; /* a failed init is closed too */
+        if ((rc = rls_local_init(&s->local, loop, store)) != RL_OK) {
+            snprintf(err, errlen, "out of memory");
+            goto fail;
+        }
     }
     rls_decider_opts_init(&dopts);
     dopts.store = store;
@@ -606,12 +621,9 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
     dopts.handle_secret_file = cfg->handle_secret_file;
     dopts.reserve_ttl_ms = cfg->reserve_ttl_ms;
     dopts.xop_timeout_ms = cfg->redis_timeout_ms;
-    if ((rc = rls_decider_init(&s->decider, &dopts, err, errlen)) != RL_OK) {
-        if (dopts.local != NULL)
-            rls_local_close(&s->local, NULL, NULL);
-        rls_runtime_free(&s->rt);
-        return rc;
-    }
+    if ((rc = rls_decider_init(&s->decider, &dopts, err, errlen)) != RL_OK)
+        goto fail;
+    decider = 1;
     /* Not as envoy-ratelimit (--envoy-env): the native protocol, the only
      * one with handles, is then on a loopback port of its own. */
     if (cfg->handle_secret_file == NULL && cfg->use_redis && !cfg->envoy_env)
@@ -622,25 +634,8 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
                  "--handle-secret-file",
                  NULL);
 
-    if ((rc = start_frontends(s, err, errlen)) != RL_OK) {
-        /* One unwind for every listener: those opened close again. */
-        for (i = 0; i < RLS_LISTENERS; i++)
-            if (s->fe[i] != NULL) {
-                s->fe[i]->ops->free(s->fe[i]);
-                s->fe[i] = NULL;
-            }
-        rls_envoy_reload_close(&s->envoy_reload);
-        rls_statsd_close(&s->statsd);
-        rls_estats_free(&s->estats);
-        rls_xds_close(&s->xds);
-        rls_tls_free(s->tls);
-        s->tls = NULL;
-        rls_decider_free(&s->decider);
-        if (s->decider.batcher.local != NULL)
-            rls_local_close(&s->local, NULL, NULL);
-        rls_runtime_free(&s->rt);
-        return rc;
-    }
+    if ((rc = start_frontends(s, err, errlen)) != RL_OK)
+        goto fail;
     for (i = 0; i < RLS_LISTENERS; i++)
         if (s->fe[i] != NULL) {
             s->fe[i]->on_empty = on_fe_empty;
@@ -655,16 +650,28 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
         rls_tls_describe(s->tls, desc, sizeof(desc));
         RLS_INFO("tls certificate", " %s client_ca=%s", desc,
                  cfg->tls_client_ca != NULL ? "required" : "none");
-        rls_tls_reload_start(&s->tls_reload, loop, s->tls,
-                             cfg->reload_settle_ms);
+        /* The reloaders log their own failures. Out of memory stops the
+         * start, as everywhere here (with no SIGHUP handler a reload
+         * would kill the process); a file that cannot be watched does
+         * not: SIGHUP still reloads it. */
+        if ((rc = rls_tls_reload_start(&s->tls_reload, loop, s->tls,
+                                       cfg->reload_settle_ms)) == RL_ENOMEM) {
+            snprintf(err, errlen, "out of memory");
+            goto fail;
+        }
     }
 
-    uv_check_init(loop, &s->tick);
+    if ((rc = uv_check_init(loop, &s->tick)) != 0)
+        goto fail_uv;
+    nhandles++;
     s->tick.data = s;
-    uv_check_start(&s->tick, on_tick);
-    uv_prepare_init(loop, &s->before_poll);
+    if ((rc = uv_check_start(&s->tick, on_tick)) != 0 ||
+        (rc = uv_prepare_init(loop, &s->before_poll)) != 0)
+        goto fail_uv;
+    nhandles++;
     s->before_poll.data = s;
-    uv_prepare_start(&s->before_poll, on_before_poll);
+    if ((rc = uv_prepare_start(&s->before_poll, on_before_poll)) != 0)
+        goto fail_uv;
     if (s->decider.batcher.hold_ns != 0) {
         s->hold_fd =
             timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
@@ -680,29 +687,78 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
             uv_poll_start(&s->hold, UV_READABLE, on_hold);
         }
     }
-    uv_timer_init(loop, &s->stop_timer);
+    if ((rc = uv_timer_init(loop, &s->stop_timer)) != 0)
+        goto fail_uv;
+    nhandles++;
     s->stop_timer.data = s;
-    uv_signal_init(loop, &s->sigterm);
+    if ((rc = uv_signal_init(loop, &s->sigterm)) != 0)
+        goto fail_uv;
+    nhandles++;
     s->sigterm.data = s;
-    uv_signal_start(&s->sigterm, on_signal, SIGTERM);
-    uv_signal_init(loop, &s->sigint);
+    if ((rc = uv_signal_start(&s->sigterm, on_signal, SIGTERM)) != 0 ||
+        (rc = uv_signal_init(loop, &s->sigint)) != 0)
+        goto fail_uv;
+    nhandles++;
     s->sigint.data = s;
-    uv_signal_start(&s->sigint, on_signal, SIGINT);
-    rls_reload_start(&s->reload, loop, &s->rt, cfg->config_path, cfg->rules,
-                     cfg->nrules, cfg->max_rules, cfg->reload_settle_ms);
+    if ((rc = uv_signal_start(&s->sigint, on_signal, SIGINT)) != 0)
+        goto fail_uv;
+    if ((rc = rls_rules_reload_start(&s->reload, loop, &s->rt, cfg->config_path,
+                                     cfg->rules, cfg->nrules, cfg->max_rules,
+                                     cfg->reload_settle_ms)) == RL_ENOMEM) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
     {
         char host[64] = "localhost", inst[160];
         gethostname(host, sizeof(host) - 1);
         host[sizeof(host) - 1] = '\0';
         snprintf(inst, sizeof(inst), "%s:%d:%ld", host,
                  rls_server_port(s, RLS_LISTENER_NATIVE), (long)getpid());
-        rls_switch_poll_start(&s->switches, loop, store, &s->rt, cfg->prefix,
-                              inst);
+        /* The last step: nothing after it fails, so the unwind never
+         * has it to stop. */
+        if ((rc = rls_switch_poll_start(&s->switches, loop, store, &s->rt,
+                                        cfg->prefix, inst)) != RL_OK) {
+            snprintf(err, errlen, "cannot poll the runtime switches: %s",
+                     rl_strerror(rc));
+            goto fail;
+        }
         /* --fail-local's share: the live instances the poller sees. */
         if (s->decider.batcher.local != NULL)
             s->switches.live_out = &s->local.live;
     }
-    return 0;
+    return RL_OK;
+
+fail_uv:
+    snprintf(err, errlen, "cannot start the server's loop handles: %s",
+             uv_strerror(rc));
+    rc = RL_EIO;
+fail:
+    /* One unwind, for a failure at any step: what was started stops, and
+     * the handles close with the loop the caller runs after. */
+    rls_rules_reload_close(&s->reload);
+    for (i = nhandles - 1; i >= 0; i--)
+        uv_close(handles[i], NULL);
+    if (s->hold_fd >= 0)
+        uv_close((uv_handle_t *)&s->hold, on_hold_closed);
+    rls_tls_reload_close(&s->tls_reload);
+    for (i = 0; i < RLS_LISTENERS; i++)
+        if (s->fe[i] != NULL) {
+            s->fe[i]->ops->free(s->fe[i]);
+            s->fe[i] = NULL;
+        }
+    s->grpc = NULL;
+    rls_envoy_reload_close(&s->envoy_reload);
+    rls_statsd_close(&s->statsd);
+    rls_estats_free(&s->estats);
+    rls_xds_close(&s->xds);
+    rls_tls_free(s->tls);
+    s->tls = NULL;
+    if (decider)
+        rls_decider_free(&s->decider);
+    if (local)
+        rls_local_close(&s->local, NULL, NULL);
+    rls_runtime_free(&s->rt);
+    return rc;
 }
 
 int rls_server_port(const rls_server_t *s, rls_listener_t which)

@@ -23,7 +23,7 @@
 #include "envoy/statsd.h"
 #include "envoy/xds_client.h"
 #include "envoy/reload.h"
-#include "policy/reload.h"
+#include "policy/rules_reload.h"
 #include "policy/runtime.h"
 #include "policy/switches.h"
 #include "rl_buf.h"
@@ -47,7 +47,7 @@ typedef struct rls_server_s {
     rls_store_t *store;
     rls_decider_t decider; /* the batcher, the handle secret */
     rls_runtime_t rt;     /* the policy in force */
-    rls_reload_t reload;  /* SIGHUP and the rules file's changes */
+    rls_rules_reload_t reload;  /* SIGHUP and the rules file's changes */
     rls_switch_poll_t switches; /* rl-ctl's switches, from Redis */
     rls_local_t local;          /* --fail-local's decisions and charges */
 

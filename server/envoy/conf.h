@@ -1,6 +1,7 @@
-/* Envoy rate limit descriptors (envoy_conf.c): the configuration format of
- * envoy-ratelimit (github.com/envoyproxy/ratelimit), so that its users can
- * bring their files unchanged, plus extensions of ours. One file per
+/* Envoy rate limit descriptors (the tree: conf.c; its YAML: conf_yaml.c):
+ * the configuration format of envoy-ratelimit
+ * (github.com/envoyproxy/ratelimit), so that its users can bring their
+ * files unchanged, plus extensions of ours. One file per
  * domain:
  *
  *   domain: mongo_cps
@@ -192,21 +193,19 @@ int rls_envoy_unit_of(uint32_t window_s);
 int rls_envoy_glob(const char *pat, size_t plen, const char *value,
                    size_t vlen);
 
-/* Builds a configuration from files (each one domain). Errors go to
+/* Builds a configuration from n files, each one domain (conf_yaml.c).
+ * With bufs NULL, names are paths, each read in turn; else bufs[i] holds
+ * the lens[i] bytes of the file names[i] names in messages (what a control
+ * plane's configuration becomes once written out as files). Errors go to
  * *diag as "FILE:LINE: what". Returns 0 with *out set, RL_EINVAL with
  * every error in *diag (*out NULL), or RL_ENOMEM. */
-int rls_envoy_conf_build(const char *const *paths, size_t npaths,
-                         rls_envoy_conf_t **out, rls_diag_t *diag);
+int rls_envoy_conf_build(const char *const *names, const char *const *bufs,
+                         const size_t *lens, size_t n, rls_envoy_conf_t **out,
+                         rls_diag_t *diag);
 
 /* Same from one buffer holding a file's bytes (name used in messages). */
 int rls_envoy_conf_build_buf(const char *name, const char *buf, size_t len,
                              rls_envoy_conf_t **out, rls_diag_t *diag);
-
-/* Same from n buffers, each one domain's file (names[i] in messages): what
- * a control plane's configuration becomes once written out as files. */
-int rls_envoy_conf_build_bufs(const char *const *names, const char *const *bufs,
-                              const size_t *lens, size_t n,
-                              rls_envoy_conf_t **out, rls_diag_t *diag);
 
 /* What a configuration loads but does not do in full (e.g. metadata it
  * does not return), one "FILE:LINE: what" each; also logged at warn when

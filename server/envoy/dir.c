@@ -75,7 +75,7 @@ int rls_envoy_conf_build_paths(const char *const *paths, size_t npaths,
         for (k = 0; k < counts[i]; k++)
             all[total++] = lists[i][k];
     }
-    rc = rls_envoy_conf_build(all, total, out, diag);
+    rc = rls_envoy_conf_build(all, NULL, NULL, total, out, diag);
 out:
     for (i = 0; lists != NULL && i < npaths; i++)
         rls_envoy_dir_free(lists[i], counts[i]);

@@ -78,9 +78,11 @@
 #include "envoy/health.h"
 #include "envoy/stats.h"
 #include "net/listen.h"
+#include "net/stream.h"
 #include "net/tls.h"
 #include "base/prom.h"
 #include "rl_error.h"
+#include "rl_frame.h"
 #include "base/util.h"
 
 #define READ_CHUNK 65536
@@ -156,15 +158,13 @@ typedef struct gstream_s {
 } gstream_t;
 
 struct gconn_s {
-    uv_tcp_t tcp;
+    /* The socket (net/stream.h). s.tls NULL: h2c; else HTTP/2 goes
+     * through it: nothing of nghttp2 is drawn before its handshake is
+     * done. */
+    rls_stream_t s;
     uv_write_t wreq;
     rls_grpc_t *g;
     nghttp2_session *h2; /* under TLS, NULL until the handshake is done */
-    /* NULL: h2c. Else HTTP/2 goes through it: nothing of nghttp2 is drawn
-     * before its handshake is done. */
-    rls_tls_conn_t *tls;
-    uint64_t accepted_ms;
-    char peer[48];      /* under TLS: the client's address, for the log */
     rls_list_t node;    /* in g->fresh or g->proven */
     rls_list_t dirty;   /* in g->dirty */
     rls_list_t resume;  /* in g->resume while paused by its budget */
@@ -184,9 +184,7 @@ struct gconn_s {
     uint32_t at_server;    /* calls started and not yet answered */
     uint32_t strikes;      /* header lists over the limit */
     uint32_t watches;      /* Watch streams open */
-    unsigned reading : 1;
     unsigned writing : 1;
-    unsigned closing : 1;
     unsigned closed : 1;
     unsigned goaway : 1;
     unsigned proven : 1;   /* completed a request: on g->proven */
@@ -197,7 +195,6 @@ struct gconn_s {
      * took the whole read: the end of a header block that was in it is
      * handled only by the next call. */
     unsigned paused : 1;
-    unsigned heard : 1; /* something was read */
 };
 
 struct rls_grpc_s {
@@ -224,17 +221,17 @@ struct rls_grpc_s {
     rls_list_t proven;    /* the others, least recently active first */
     rls_list_t dirty;
     rls_list_t resume;
-    uint8_t *rbuf;
+    /* Its connections' transport: the read buffer (READ_CHUNK) they
+     * share, TLS (NULL: h2c; else the server's, outliving us) and its
+     * counters, the TLS clients seen on h2c. */
+    rls_streams_t set;
     rl_buf_t scratch; /* where responses are encoded */
     nghttp2_session_callbacks *cbs;
     nghttp2_option *opt;
     rls_envoy_ctx_t ctx;
     rls_grpc_stats_t stats;
-    rls_tls_t *tls; /* NULL: h2c; else the server's, outliving us */
     uint8_t *pbuf;  /* plaintext out of TLS, READ_CHUNK bytes */
     rl_buf_t plain; /* frames drawn from nghttp2, before TLS */
-    rls_tls_stats_t tls_stats;
-    rls_tls_plain_t plain_tls; /* h2c: TLS clients seen */
     rls_health_fn health_fn;   /* whether the server takes work; NULL: yes */
     void *health_arg;
     int hstatus;        /* the status last looked at; -1: never */
@@ -255,7 +252,7 @@ static void on_handle_closed(uv_handle_t *h)
 
 static void mark_dirty(gconn_t *c)
 {
-    if (!c->closing && !rls_list_linked(&c->dirty))
+    if (!c->s.closing && !rls_list_linked(&c->dirty))
         rls_list_push(&c->g->dirty, &c->dirty);
 }
 
@@ -263,7 +260,7 @@ static void mark_dirty(gconn_t *c)
 static void touch(gconn_t *c)
 {
     c->active_ms = uv_now(c->g->loop);
-    if (c->closing)
+    if (c->s.closing)
         return;
     /* From `fresh` at its first whole request: it has shown it is a
      * client. */
@@ -438,7 +435,7 @@ static void reply_status(gstream_t *st, int code, const char *why)
         c->g->stats.health_checks += st->health == 1;
     else
         c->g->stats.calls[code < RLS_GRPC_CODES ? code : RLS_GRPC_INTERNAL]++;
-    if (st->closed || c->closing)
+    if (st->closed || c->s.closing)
         return;
     grpc_message(msg, sizeof(msg), why != NULL ? why : "");
     nva[3].value = (uint8_t *)msg;
@@ -461,7 +458,7 @@ static void reply_http(gstream_t *st, const char *status)
         return;
     mark_answered(st);
     c->g->stats.http_errors++;
-    if (st->closed || c->closing)
+    if (st->closed || c->s.closing)
         return;
     if (nghttp2_submit_response(c->h2, st->id, nva, 1, NULL) != 0)
         nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, st->id,
@@ -509,7 +506,7 @@ static void reply_ok(gstream_t *st)
 
     if (st->answered)
         return;
-    if (st->closed || c->closing) {
+    if (st->closed || c->s.closing) {
         mark_answered(st);
         g->stats.calls[RLS_GRPC_OK]++;
         return;
@@ -564,7 +561,7 @@ static void watch_kick(gstream_t *st)
 {
     gconn_t *c = st->c;
 
-    if (c->closing || c->h2 == NULL)
+    if (c->s.closing || c->h2 == NULL)
         return;
     nghttp2_session_resume_data(c->h2, st->id);
     mark_dirty(c);
@@ -643,7 +640,7 @@ static void watch_end(gstream_t *st)
     gconn_t *c = st->c;
     int32_t room;
 
-    if (st->wend || c->closing || c->h2 == NULL)
+    if (st->wend || c->s.closing || c->h2 == NULL)
         return;
     st->wend = 1;
     room = nghttp2_session_get_stream_remote_window_size(c->h2, st->id);
@@ -719,7 +716,7 @@ static void health_watch(gstream_t *st, int known)
     mark_answered(st);
     g->stats.health_watches++;
     touch(c);
-    if (st->closed || c->closing)
+    if (st->closed || c->s.closing)
         return;
     st->wknown = (unsigned)known;
     st->wsent = -1;
@@ -773,8 +770,9 @@ static void on_call_done(rls_envoy_call_t *call)
 static void request_done(gstream_t *st)
 {
     const uint8_t *p = rl_buf_rptr(&st->msg);
-    size_t n = rl_buf_len(&st->msg), len;
+    size_t n = rl_buf_len(&st->msg);
     const char *why = NULL;
+    rl_frame_t f;
     int rc;
 
     if (st->answered)
@@ -796,12 +794,13 @@ static void request_done(gstream_t *st)
                               : "method must be POST");
         return;
     }
-    if (n < 5) {
+    if (n < RL_FRAME_HEADER) {
         reply_status(st, RLS_GRPC_INTERNAL,
                      "expected one length-prefixed message");
         return;
     }
-    if (p[0] == 1) {
+    rc = rl_frame_decode(p, n, st->c->g->cfg->max_frame, &f);
+    if (rc == RL_EFRAMEFLAG && p[0] == RL_FRAME_COMPRESSED) {
         /* gRPC: a compressed message needs a grpc-encoding; one we do not
          * support is UNIMPLEMENTED, none at all INTERNAL. */
         reply_status(st,
@@ -812,32 +811,30 @@ static void request_done(gstream_t *st)
                                     "grpc-encoding");
         return;
     }
-    if (p[0] != 0) {
+    if (rc == RL_EFRAMEFLAG) {
         reply_status(st, RLS_GRPC_INTERNAL, "bad message flag");
         return;
     }
-    len = ((size_t)p[1] << 24) | ((size_t)p[2] << 16) | ((size_t)p[3] << 8) |
-          (size_t)p[4];
-    if (len > st->c->g->cfg->max_frame) {
+    if (rc == RL_EFRAMESIZE) {
         reply_status(st, RLS_GRPC_RESOURCE_EXHAUSTED,
                      "message larger than --max-frame");
         return;
     }
-    if (len != n - 5) {
+    if (rc != RL_OK || f.size != n) {
         reply_status(st, RLS_GRPC_INTERNAL,
-                     len > n - 5 ? "message truncated"
+                     rc != RL_OK ? "message truncated"
                                  : "more than one message in a unary call");
         return;
     }
     if (st->health) {
-        health_call(st, p + 5, len);
+        health_call(st, f.payload, f.len);
         msg_release(st);
         return;
     }
     st->started = 1;
     st->c->at_server++;
     st->call.done = on_call_done;
-    rc = rls_envoy_start(&st->call, &st->c->g->ctx, p + 5, len, &why);
+    rc = rls_envoy_start(&st->call, &st->c->g->ctx, f.payload, f.len, &why);
     msg_release(st);
     if (rc != RLS_GRPC_OK)
         reply_status(st, rc, why);
@@ -1083,9 +1080,11 @@ static void conn_close(gconn_t *c)
 {
     rls_list_t *n;
 
-    if (c->closing)
+    if (c->s.closing)
         return;
-    c->closing = 1;
+    /* The handle's callback comes later, in the loop's close phase; the
+     * TLS state goes now. */
+    rls_stream_close(&c->s, on_closed);
     rls_list_remove(&c->node);
     rls_list_remove(&c->dirty);
     rls_list_remove(&c->resume);
@@ -1104,14 +1103,11 @@ static void conn_close(gconn_t *c)
         nghttp2_session_del(c->h2);
         c->h2 = NULL;
     }
-    rls_tls_conn_free(c->tls);
-    c->tls = NULL;
-    uv_close((uv_handle_t *)&c->tcp, on_closed);
 }
 
 static int tls_ready(const gconn_t *c)
 {
-    return c->tls == NULL || rls_tls_conn_ready(c->tls);
+    return c->s.tls == NULL || rls_tls_conn_ready(c->s.tls);
 }
 
 /* Appends what nghttp2 has to send (up to about OUT_BATCH) to c->out;
@@ -1121,7 +1117,7 @@ static int tls_ready(const gconn_t *c)
  * must close. */
 static int draw(gconn_t *c)
 {
-    rl_buf_t *to = c->tls != NULL ? &c->g->plain : &c->out;
+    rl_buf_t *to = c->s.tls != NULL ? &c->g->plain : &c->out;
     const uint8_t *data;
     ssize_t n;
     int rc = 0;
@@ -1137,13 +1133,13 @@ static int draw(gconn_t *c)
         if ((rc = rl_buf_append(to, data, (size_t)n)) != RL_OK)
             break;
     }
-    if (c->tls == NULL)
+    if (c->s.tls == NULL)
         return rc;
     if (rc == 0 && rl_buf_len(to) > 0)
-        rc = rls_tls_conn_write(c->tls, rl_buf_rptr(to), rl_buf_len(to));
+        rc = rls_tls_conn_write(c->s.tls, rl_buf_rptr(to), rl_buf_len(to));
     rl_buf_reset(to);
     if (rc == 0)
-        rc = rls_tls_conn_take(c->tls, &c->out);
+        rc = rls_tls_conn_take(c->s.tls, &c->out);
     return rc;
 }
 
@@ -1151,18 +1147,14 @@ static int draw(gconn_t *c)
  * waiting (no write in flight), then close. */
 static void conn_drop(gconn_t *c, uint32_t code)
 {
-    uv_buf_t b;
-
-    if (c->closing)
+    if (c->s.closing)
         return;
     if (c->h2 != NULL && !c->writing) {
         if (tls_ready(c))
             nghttp2_session_terminate_session(c->h2, code);
         draw(c);
-        b = uv_buf_init((char *)rl_buf_rptr(&c->out),
-                        (unsigned)rl_buf_len(&c->out));
-        if (b.len > 0)
-            uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+        rls_stream_try_write(&c->s, rl_buf_rptr(&c->out),
+                             rl_buf_len(&c->out));
     }
     conn_close(c);
 }
@@ -1172,7 +1164,7 @@ static void conn_drop(gconn_t *c, uint32_t code)
 static void maybe_finish(gconn_t *c)
 {
     /* No session yet: mid-handshake. */
-    if (c->closing || c->writing || rl_buf_len(&c->out) > 0 || c->h2 == NULL)
+    if (c->s.closing || c->writing || rl_buf_len(&c->out) > 0 || c->h2 == NULL)
         return;
     if (!nghttp2_session_want_read(c->h2) && !nghttp2_session_want_write(c->h2))
         conn_close(c);
@@ -1195,10 +1187,7 @@ static void on_write(uv_write_t *req, int status)
 
 static void conn_send(gconn_t *c)
 {
-    uv_buf_t b;
-    int wrote;
-
-    if (c->closing)
+    if (c->s.closing)
         return;
     if (c->overflow) {
         /* Its answers pile up unsent: it is not reading them. */
@@ -1219,15 +1208,10 @@ static void conn_send(gconn_t *c)
         maybe_finish(c);
         return;
     }
-    b = uv_buf_init((char *)rl_buf_rptr(&c->out),
-                    (unsigned)rl_buf_len(&c->out));
-    wrote = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
-    if (wrote < 0 && wrote != UV_EAGAIN) {
+    if (rls_stream_write_now(&c->s, &c->out) != 0) {
         conn_close(c);
         return;
     }
-    if (wrote > 0)
-        rl_buf_consume(&c->out, (size_t)wrote);
     if (rl_buf_len(&c->out) == 0) {
         /* More may wait inside nghttp2 (past OUT_BATCH); under TLS it
          * waits for the handshake, which input moves on. */
@@ -1237,11 +1221,9 @@ static void conn_send(gconn_t *c)
             maybe_finish(c);
         return;
     }
-    b = uv_buf_init((char *)rl_buf_rptr(&c->out),
-                    (unsigned)rl_buf_len(&c->out));
     c->writing = 1;
     c->write_ms = uv_now(c->g->loop);
-    if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, on_write) != 0) {
+    if (rls_stream_write_queued(&c->s, &c->wreq, &c->out, on_write) != 0) {
         c->writing = 0;
         conn_close(c);
     }
@@ -1253,13 +1235,11 @@ static void conn_send(gconn_t *c)
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 {
     gconn_t *c = h->data;
-    rls_grpc_t *g = c->g;
+    uint8_t *p = rls_streams_rbuf(&c->g->set);
 
     (void)hint;
-    if (g->rbuf == NULL)
-        g->rbuf = malloc(READ_CHUNK);
-    buf->base = (char *)g->rbuf;
-    buf->len = g->rbuf != NULL ? READ_CHUNK : 0;
+    buf->base = (char *)p;
+    buf->len = p != NULL ? READ_CHUNK : 0;
 }
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
@@ -1273,21 +1253,15 @@ static void on_spin(uv_idle_t *h)
 
 static void start_reading(gconn_t *c)
 {
-    if (c->reading || c->closing || c->ended)
+    if (c->ended)
         return;
-    if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
+    if (rls_stream_read_start(&c->s, on_alloc, on_read) != 0)
         conn_close(c);
-        return;
-    }
-    c->reading = 1;
 }
 
 static void stop_reading(gconn_t *c)
 {
-    if (c->reading) {
-        uv_read_stop((uv_stream_t *)&c->tcp);
-        c->reading = 0;
-    }
+    rls_stream_read_stop(&c->s);
 }
 
 /* A new round starts the connection's budget afresh. */
@@ -1394,55 +1368,49 @@ static void stash(gconn_t *c, const uint8_t *p, size_t n)
  * as far as it can be: an h2c client (its preface) gets a GOAWAY whose
  * debug data says it (alone, not after SETTINGS: then gRPC clients fail
  * the call at once rather than retry the connection until the deadline),
- * an HTTP/1 one a 400. */
-static void tell_not_tls(gconn_t *c, const uint8_t *p, size_t n)
+ * an HTTP/1 one a 400. Returns the notice for p[0, n), its first read
+ * (built in goaway[NOTICE_GOAWAY]), with *len, or NULL for none. */
+#define NOT_TLS_WHY "this port speaks TLS (gRPC over h2)"
+#define NOTICE_GOAWAY (9 + 8 + sizeof(NOT_TLS_WHY) - 1)
+static const void *not_tls_notice(const uint8_t *p, size_t n,
+                                  uint8_t goaway[NOTICE_GOAWAY], size_t *len)
 {
-    static const char why[] = "this port speaks TLS (gRPC over h2)";
     static const char h1[] = "HTTP/1.1 400 Bad Request\r\nConnection: close\r\n"
                              "Content-Type: text/plain\r\nContent-Length: 36"
-                             "\r\n\r\nthis port speaks TLS (gRPC over h2)\n";
-    uint8_t goaway[9 + 8 + sizeof(why) - 1];
-    size_t len = 8 + sizeof(why) - 1;
-    uv_buf_t b;
+                             "\r\n\r\n" NOT_TLS_WHY "\n";
+    size_t plen = 8 + sizeof(NOT_TLS_WHY) - 1;
 
     if (n >= 4 && memcmp(p, "PRI ", 4) == 0) {
-        memset(goaway, 0, sizeof(goaway));
-        goaway[0] = (uint8_t)(len >> 16);
-        goaway[1] = (uint8_t)(len >> 8);
-        goaway[2] = (uint8_t)len;
+        memset(goaway, 0, NOTICE_GOAWAY);
+        goaway[0] = (uint8_t)(plen >> 16);
+        goaway[1] = (uint8_t)(plen >> 8);
+        goaway[2] = (uint8_t)plen;
         goaway[3] = NGHTTP2_GOAWAY;
         goaway[9 + 7] = NGHTTP2_PROTOCOL_ERROR;
-        memcpy(goaway + 17, why, sizeof(why) - 1);
-        b = uv_buf_init((char *)goaway, (unsigned)sizeof(goaway));
-    } else if (n >= 1 && p[0] >= 'A' && p[0] <= 'Z') {
-        b = uv_buf_init((char *)h1, (unsigned)sizeof(h1) - 1);
-    } else {
-        return;
+        memcpy(goaway + 17, NOT_TLS_WHY, sizeof(NOT_TLS_WHY) - 1);
+        *len = NOTICE_GOAWAY;
+        return goaway;
     }
-    uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+    if (n >= 1 && p[0] >= 'A' && p[0] <= 'Z') {
+        *len = sizeof(h1) - 1;
+        return h1;
+    }
+    return NULL;
 }
 
-/* The handshake failed (or the client went, or its deadline passed):
- * counted, logged within the rate cap, the client told what can be told
- * (TLS's alert; for plaintext, p[0, n) its first read) and closed. */
-static void tls_failed(gconn_t *c, const uint8_t *p, size_t n)
+/* The handshake failed (or `why` ends it: the client went, its deadline
+ * passed): counted, logged within the rate cap, the client told what can
+ * be told unless a write is in flight (TLS's alert; for plaintext, p[0,
+ * n) its first read) and closed. */
+static void tls_failed(gconn_t *c, rls_tls_reason_t reason, const char *why,
+                       const uint8_t *p, size_t n)
 {
-    rls_grpc_t *g = c->g;
-    uv_buf_t b;
+    uint8_t goaway[NOTICE_GOAWAY];
+    size_t len = 0;
+    const void *notice = not_tls_notice(p, n, goaway, &len);
 
-    rls_tls_count_failure(&g->tls_stats, "grpc", c->tls, c->peer,
-                          uv_now(g->loop));
-    if (!c->writing) {
-        if (rls_tls_conn_reason(c->tls) == RLS_TLS_NOT_TLS)
-            tell_not_tls(c, p, n);
-        rl_buf_reset(&c->out);
-        if (rls_tls_conn_take(c->tls, &c->out) == 0 &&
-            rl_buf_len(&c->out) > 0) {
-            b = uv_buf_init((char *)rl_buf_rptr(&c->out),
-                            (unsigned)rl_buf_len(&c->out));
-            uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
-        }
-    }
+    rls_stream_tls_failed(&c->s, reason, why, notice, len,
+                          c->writing ? RLS_STREAM_QUIET : 0);
     conn_close(c);
 }
 
@@ -1456,7 +1424,7 @@ static void tls_drain(gconn_t *c)
     size_t took;
     int n;
 
-    while (!c->closing && !c->ended && rls_tls_conn_ready(c->tls)) {
+    while (!c->s.closing && !c->ended && rls_tls_conn_ready(c->s.tls)) {
         if (over_budget(c)) {
             defer(c);
             return;
@@ -1465,7 +1433,7 @@ static void tls_drain(gconn_t *c)
             conn_close(c);
             return;
         }
-        n = rls_tls_conn_read(c->tls, g->pbuf, READ_CHUNK);
+        n = rls_tls_conn_read(c->s.tls, g->pbuf, READ_CHUNK);
         if (n == 0)
             return;
         if (n < 0) {
@@ -1473,12 +1441,12 @@ static void tls_drain(gconn_t *c)
              * broken record, which no request can follow. */
             if (n != RL_ECLOSED)
                 RLS_DEBUG("grpc: TLS connection failed", " err=\"%s\"",
-                          rls_tls_conn_why(c->tls));
+                          rls_tls_conn_why(c->s.tls));
             conn_close(c);
             return;
         }
         took = feed(c, g->pbuf, (size_t)n);
-        if (c->closing || c->ended)
+        if (c->s.closing || c->ended)
             return;
         if (c->paused) {
             stash(c, g->pbuf + took, (size_t)n - took);
@@ -1492,14 +1460,13 @@ static void tls_drain(gconn_t *c)
 static void tls_in(gconn_t *c, const uint8_t *p, size_t n)
 {
     rls_grpc_t *g = c->g;
-    int was = rls_tls_conn_ready(c->tls);
+    int rc = rls_stream_tls_feed(&c->s, p, n);
 
-    if (rls_tls_conn_feed(c->tls, p, n) != 0) {
-        tls_failed(c, p, n);
+    if (rc < 0) {
+        tls_failed(c, RLS_TLS_OK, NULL, p, n);
         return;
     }
-    if (!was && rls_tls_conn_ready(c->tls)) {
-        g->tls_stats.ok++;
+    if (rc == 1) {
         c->active_ms = uv_now(g->loop);
         if (h2_start(c) != 0) {
             conn_close(c);
@@ -1518,11 +1485,11 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     if (nread == 0)
         return;
     if (nread < 0) {
-        if (c->tls != NULL && !rls_tls_conn_ready(c->tls)) {
-            rls_tls_conn_fail(c->tls, RLS_TLS_CLOSED,
-                              "TLS handshake: the client closed the "
-                              "connection midway");
-            tls_failed(c, NULL, 0);
+        if (rls_stream_handshaking(&c->s)) {
+            tls_failed(c, RLS_TLS_CLOSED,
+                       "TLS handshake: the client closed the connection "
+                       "midway",
+                       NULL, 0);
             return;
         }
         /* The client went: answers still due are dropped when they
@@ -1531,27 +1498,17 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     budget_start(c);
-    if (c->tls != NULL) {
+    if (c->s.tls != NULL) {
         tls_in(c, (const uint8_t *)buf->base, (size_t)nread);
         return;
     }
-    if (!c->heard) {
-        c->heard = 1;
-        if (rls_tls_is_hello((const uint8_t *)buf->base, (size_t)nread)) {
-            /* A TLS client on the h2c port: told in TLS, and said. */
-            uv_buf_t b = uv_buf_init((char *)rls_tls_plain_alert,
-                                     sizeof(rls_tls_plain_alert));
-            char peer[48];
-            rls_peer_name(&c->tcp, peer, sizeof(peer));
-            rls_tls_count_plain(&c->g->plain_tls, "grpc", peer,
-                                uv_now(c->g->loop));
-            uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
-            conn_close(c);
-            return;
-        }
+    if (rls_stream_plain_hello(&c->s, (const uint8_t *)buf->base,
+                               (size_t)nread)) {
+        conn_close(c);
+        return;
     }
     took = feed(c, (const uint8_t *)buf->base, (size_t)nread);
-    if (c->closing || c->ended)
+    if (c->s.closing || c->ended)
         return;
     if (c->paused)
         stash(c, (const uint8_t *)buf->base + took, (size_t)nread - took);
@@ -1589,9 +1546,9 @@ static void resume(rls_grpc_t *g)
         if (c->ended)
             continue;
         /* Plaintext may wait inside TLS, with no read to bring it. */
-        if (c->tls != NULL) {
+        if (c->s.tls != NULL) {
             tls_drain(c);
-            if (c->closing || c->ended || rls_list_linked(&c->resume))
+            if (c->s.closing || c->ended || rls_list_linked(&c->resume))
                 continue;
         }
         if (over_budget(c))
@@ -1672,16 +1629,14 @@ static int h2_start(gconn_t *c)
 void rls_grpc_accept(rls_grpc_t *g, uv_stream_t *l, int status)
 {
     gconn_t *c;
-    int rc;
 
     if (status < 0)
         return;
     if ((c = calloc(1, sizeof(*c))) == NULL ||
-        uv_tcp_init(g->loop, &c->tcp) != 0) {
+        rls_stream_init(&c->s, &g->set, c) != 0) {
         free(c);
         return;
     }
-    c->tcp.data = c;
     c->wreq.data = c;
     c->g = g;
     g->nalloc++;
@@ -1693,28 +1648,15 @@ void rls_grpc_accept(rls_grpc_t *g, uv_stream_t *l, int status)
     rl_buf_init(&c->out, 4 * OUT_BATCH);
     rls_list_push(&g->fresh, &c->node);
     g->stats.conns_open++;
-    c->active_ms = uv_now(g->loop);
-    c->accepted_ms = c->active_ms;
-    if (uv_accept(l, (uv_stream_t *)&c->tcp) != 0) {
+    c->active_ms = c->s.accepted_ms;
+    /* Under TLS, past the listener's caps on handshakes: closed before
+     * anything is read (counted and logged by the TLS layer), after the
+     * alert its TLS stack can read, and before it can evict anyone. */
+    if (rls_stream_accept(&c->s, l) != 0 || rls_stream_tls_begin(&c->s) != 0) {
         conn_close(c);
         return;
     }
-    if (g->tls != NULL) {
-        /* Past the listener's caps on handshakes: closed before anything
-         * is read (counted and logged by the TLS layer), after the alert
-         * its TLS stack can read, and before it can evict anyone. */
-        rls_peer_name(&c->tcp, c->peer, sizeof(c->peer));
-        if ((rc = rls_tls_accept(g->tls, &g->tls_stats, "grpc", "h2", c->peer,
-                                 c->accepted_ms, &c->tls)) != 0) {
-            uv_buf_t b = uv_buf_init((char *)rls_tls_plain_alert,
-                                     sizeof(rls_tls_plain_alert));
-            if (rc == RL_EBUSY)
-                uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
-            conn_close(c);
-            return;
-        }
-    }
-    if (c->tls == NULL && h2_start(c) != 0) {
+    if (c->s.tls == NULL && h2_start(c) != 0) {
         conn_close(c);
         return;
     }
@@ -1729,7 +1671,7 @@ void rls_grpc_accept(rls_grpc_t *g, uv_stream_t *l, int status)
         /* Refused: GOAWAY at once (REFUSED_STREAM's connection-level
          * cousin), then close once written. */
         g->stats.conns_refused++;
-        if (c->tls != NULL) {
+        if (c->s.tls != NULL) {
             /* No GOAWAY can go before a handshake: closed at once. */
             conn_close(c);
             return;
@@ -1738,14 +1680,14 @@ void rls_grpc_accept(rls_grpc_t *g, uv_stream_t *l, int status)
             c->h2, g->stopping ? NGHTTP2_NO_ERROR : NGHTTP2_REFUSED_STREAM);
         c->goaway = 1;
         conn_send(c);
-        if (!c->closing && !c->writing)
+        if (!c->s.closing && !c->writing)
             conn_close(c);
         return;
     }
     g->stats.conns_accepted++;
-    uv_tcp_nodelay(&c->tcp, 1);
+    uv_tcp_nodelay(&c->s.tcp, 1);
     start_reading(c);
-    if (!c->closing)
+    if (!c->s.closing)
         mark_dirty(c);
 }
 
@@ -1772,14 +1714,13 @@ static void sweep_conn(gconn_t *c, uint64_t now)
 
     /* A TLS handshake not done in time: the connection holds memory (and
      * a place under --max-connections) for nothing. */
-    if (c->tls != NULL && !rls_tls_conn_ready(c->tls)) {
-        if (g->cfg->tls_handshake_timeout_ms > 0 &&
-            now - c->accepted_ms >= g->cfg->tls_handshake_timeout_ms) {
-            rls_tls_conn_fail(c->tls, RLS_TLS_TIMEOUT,
-                              "TLS handshake: not done within "
-                              "--tls-handshake-timeout-ms");
-            tls_failed(c, NULL, 0);
-        }
+    if (rls_stream_handshaking(&c->s)) {
+        if (rls_stream_handshake_late(&c->s, now,
+                                      g->cfg->tls_handshake_timeout_ms))
+            tls_failed(c, RLS_TLS_TIMEOUT,
+                       "TLS handshake: not done within "
+                       "--tls-handshake-timeout-ms",
+                       NULL, 0);
         return;
     }
     /* A request not whole --frame-timeout-ms after its HEADERS (a client
@@ -1856,7 +1797,8 @@ int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_flags_t *cfg,
     }
     g->fe.ops = &grpc_ops;
     g->fe.host = cfg->grpc_host;
-    g->fe.plain = &g->plain_tls;
+    rls_streams_init(&g->set, loop, "grpc", "h2", READ_CHUNK);
+    g->fe.plain = &g->set.plain;
     g->loop = loop;
     g->cfg = cfg;
     g->ctx.decider = decider;
@@ -1934,9 +1876,9 @@ void rls_grpc_set_estats(rls_grpc_t *g, struct rls_estats_s *t)
 
 void rls_grpc_set_tls(rls_grpc_t *g, rls_tls_t *tls)
 {
-    g->tls = tls;
-    g->fe.tls = tls != NULL ? &g->tls_stats : NULL;
-    g->fe.plain = tls != NULL ? NULL : &g->plain_tls;
+    g->set.tls = tls;
+    g->fe.tls = tls != NULL ? &g->set.tls_stats : NULL;
+    g->fe.plain = tls != NULL ? NULL : &g->set.plain;
 }
 
 void rls_grpc_set_health(rls_grpc_t *g, rls_health_fn fn, void *arg)
@@ -2030,7 +1972,7 @@ static void maybe_free_grpc(rls_grpc_t *g)
     rls_envoy_conf_unref(g->ctx.conf);
     rl_buf_free(&g->scratch);
     rl_buf_free(&g->plain);
-    free(g->rbuf);
+    rls_streams_free(&g->set);
     free(g->pbuf);
     free(g);
 }

@@ -5,6 +5,7 @@
 
 #include "grpc/health/v1/health.pb-c.h"
 #include "rl_error.h"
+#include "rl_frame.h"
 
 static const char *const services[] = {
     "",
@@ -38,9 +39,8 @@ size_t rls_health_encode(int status, uint8_t out[RLS_HEALTH_MSG_MAX])
 
     r.status = (Grpc__Health__V1__HealthCheckResponse__ServingStatus)status;
     /* A varint of 0-3 under field 1: two bytes, or none for UNKNOWN. */
-    n = grpc__health__v1__health_check_response__pack(&r, out + 5);
-    out[0] = 0;
-    out[1] = out[2] = out[3] = 0;
-    out[4] = (uint8_t)n;
-    return n + 5;
+    n = grpc__health__v1__health_check_response__pack(&r,
+                                                      out + RL_FRAME_HEADER);
+    rl_frame_header(out, (uint32_t)n);
+    return n + RL_FRAME_HEADER;
 }

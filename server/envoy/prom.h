@@ -41,30 +41,58 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "envoy/stats.h"
+#include "envoy/stat_names.h"
+#include "base/prom_hist.h"
 #include "rl_buf.h"
+#include "rl_hash.h"
+
+/* This file knows names, label sets and the page; the counts are
+ * envoy/stats.h's, which maps each series here once, when it is made, and
+ * hands the sums in at a scrape. */
 
 /* One label set: its text, `domain="...",key1="..."[,key2="..."]`, label
  * values escaped for the exposition. */
-typedef struct rls_estats_group_s {
+typedef struct rls_eprom_group_s {
     char *labels; /* owned, NUL-terminated */
     uint32_t len;
-} rls_estats_group_t;
+} rls_eprom_group_t;
 
-/* Sets s->group and s->fam from s->name as the mapper maps it. Returns 0,
- * or RL_ENOMEM (s->group is 0 then: the series is not shown). */
-int rls_estats_prom_map(rls_estats_t *t, rls_estats_series_t *s);
+/* The label sets, one per distinct domain, key1, key2; found by their
+ * text. */
+typedef struct rls_eprom_s {
+    rls_eprom_group_t *g;
+    size_t ng, gcap;
+    uint32_t *gtable; /* open addressing: group index + 1 */
+    size_t gtable_size;
+    rl_hash_key_t hk;
+} rls_eprom_t;
 
-/* Appends the ratelimit_service_rate_limit_* families: per label set, the
- * sum of the series mapped to it, for each that is not 0. Returns 0 or
- * the buffer's error (RL_ENOMEM too for its scratch). */
-int rls_estats_prom_metrics(const rls_estats_t *t, rl_buf_t *out);
+/* Empty, hashing with hk. Allocates nothing. */
+void rls_eprom_init(rls_eprom_t *p, const rl_hash_key_t *hk);
+
+/* Maps the series called name[0, n) ("<domain>.<key>_<value>...") as the
+ * mapper maps it: *group is its label set's index + 1 (0: not shown) and
+ * fam[k] the family (an RLS_ESTAT_*) its counter k is added to. Returns
+ * 0, RL_EINVAL for a name over RLS_ESTATS_NAME_MAX or RL_ENOMEM (*group
+ * is 0 then). */
+int rls_eprom_map(rls_eprom_t *p, const char *name, size_t n,
+                  uint32_t *group, uint8_t fam[RLS_ESTATS]);
+
+/* Appends the reference's ShouldRateLimit counter and response-time
+ * histogram from calls, once it has had a call. */
+int rls_eprom_calls(const rls_hist_t *calls, rl_buf_t *out);
+
+/* Appends the ratelimit_service_rate_limit_* families from sum, by label
+ * set then family (sum[(group - 1) * RLS_ESTATS + family], p->ng label
+ * sets): each that is not 0. Returns 0 or the buffer's error. */
+int rls_eprom_families(const rls_eprom_t *p, const uint64_t *sum,
+                       rl_buf_t *out);
 
 /* The response-time buckets of the reference's histogram (statsd
  * exporter's default, client_golang's DefBuckets), in microseconds. */
 extern const uint64_t rls_estats_call_bounds_us[11];
 
 /* Frees the label sets. */
-void rls_estats_prom_free(rls_estats_t *t);
+void rls_eprom_free(rls_eprom_t *p);
 
 #endif

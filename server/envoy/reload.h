@@ -51,7 +51,8 @@ int rls_envoy_reload_start(rls_envoy_reload_t *r, uv_loop_t *loop,
                            uint64_t settle_ms, rls_envoy_install_fn install,
                            void *arg);
 
-/* Asks for a rebuild now, as SIGHUP does. Returns 0 or a libuv error. */
+/* Asks for a rebuild now, as SIGHUP does. Returns as rls_reloader_now (0,
+ * RL_ENOMEM or RL_EIO). */
 int rls_envoy_reload_now(rls_envoy_reload_t *r);
 
 /* Closes the handles (idempotent); memory goes with their callbacks, and

@@ -18,10 +18,12 @@
 #include "google/protobuf/struct.pb-c.h"
 #include "core/decide.h"
 #include "base/log.h"
+#include "envoy/pbvalue.h"
 #include "envoy/stats.h"
 #include "rl_clock.h"
 #include "rl_headers.h"
 #include "rl_error.h"
+#include "rl_frame.h"
 #include "rl_hash.h"
 #include "rl_window.h"
 
@@ -650,109 +652,21 @@ static const rls_envoy_status_t *headline(const rls_envoy_call_t *call)
 typedef Google__Protobuf__Struct gstruct_t;
 typedef Google__Protobuf__Struct__FieldsEntry gentry_t;
 typedef Google__Protobuf__Value gvalue_t;
-typedef Google__Protobuf__ListValue glist_t;
 
 typedef struct mpool_s {
-    void **p;
-    size_t n, cap;
+    rls_pbv_t pb;         /* everything built (envoy/pbvalue.h) */
     gstruct_t **unpacked; /* the files' metadata, freed after packing */
     size_t nu;
-    int nomem;
 } mpool_t;
-
-static void *palloc(mpool_t *m, size_t size)
-{
-    void *p;
-
-    if (m->n == m->cap) {
-        size_t cap = m->cap ? m->cap * 2 : 32;
-        void **np = realloc(m->p, cap * sizeof(*np));
-        if (np == NULL) {
-            m->nomem = 1;
-            return NULL;
-        }
-        m->p = np;
-        m->cap = cap;
-    }
-    if ((p = calloc(1, size)) == NULL) {
-        m->nomem = 1;
-        return NULL;
-    }
-    m->p[m->n++] = p;
-    return p;
-}
 
 static void pool_free(mpool_t *m)
 {
     size_t i;
 
-    for (i = 0; i < m->n; i++)
-        free(m->p[i]);
+    rls_pbv_free(&m->pb);
     for (i = 0; i < m->nu; i++)
         google__protobuf__struct__free_unpacked(m->unpacked[i], NULL);
-    free(m->p);
     free(m->unpacked);
-}
-
-static gvalue_t *pvalue(mpool_t *m, int kind)
-{
-    gvalue_t *v = palloc(m, sizeof(*v));
-
-    if (v != NULL) {
-        google__protobuf__value__init(v);
-        v->kind_case = kind;
-    }
-    return v;
-}
-
-static gvalue_t *pstring(mpool_t *m, const char *s)
-{
-    gvalue_t *v = pvalue(m, GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE);
-
-    if (v != NULL)
-        v->string_value = (char *)s;
-    return v;
-}
-
-static gvalue_t *pnumber(mpool_t *m, double d)
-{
-    gvalue_t *v = pvalue(m, GOOGLE__PROTOBUF__VALUE__KIND_NUMBER_VALUE);
-
-    if (v != NULL)
-        v->number_value = d;
-    return v;
-}
-
-static gstruct_t *pstruct(mpool_t *m)
-{
-    gstruct_t *st = palloc(m, sizeof(*st));
-
-    if (st != NULL)
-        google__protobuf__struct__init(st);
-    return st;
-}
-
-/* Appends (key, v) to st; the fields array is regrown from the pool at
- * powers of two. */
-static void add_field(mpool_t *m, gstruct_t *st, const char *key, gvalue_t *v)
-{
-    gentry_t *e;
-
-    if (v == NULL || (e = palloc(m, sizeof(*e))) == NULL)
-        return;
-    google__protobuf__struct__fields_entry__init(e);
-    e->key = (char *)key;
-    e->value = v;
-    if (st->n_fields == 0 || (st->n_fields & (st->n_fields - 1)) == 0) {
-        gentry_t **nf =
-            palloc(m, (st->n_fields ? st->n_fields * 2 : 1) * sizeof(*nf));
-        if (nf == NULL)
-            return;
-        if (st->n_fields > 0)
-            memcpy(nf, st->fields, st->n_fields * sizeof(*nf));
-        st->fields = nf;
-    }
-    st->fields[st->n_fields++] = e;
 }
 
 /* v, with every mapping in it copied from the pool so that merging can
@@ -766,12 +680,11 @@ static gvalue_t *own(mpool_t *m, gvalue_t *v)
         v->kind_case != GOOGLE__PROTOBUF__VALUE__KIND_STRUCT_VALUE ||
         v->struct_value == NULL)
         return v;
-    if ((c = pvalue(m, GOOGLE__PROTOBUF__VALUE__KIND_STRUCT_VALUE)) == NULL ||
-        (c->struct_value = pstruct(m)) == NULL)
+    if ((c = rls_pbv_struct(&m->pb)) == NULL)
         return NULL;
     for (i = 0; i < v->struct_value->n_fields; i++)
-        add_field(m, c->struct_value, v->struct_value->fields[i]->key,
-                  own(m, v->struct_value->fields[i]->value));
+        rls_pbv_set(&m->pb, c->struct_value, v->struct_value->fields[i]->key,
+                    own(m, v->struct_value->fields[i]->value));
     return c;
 }
 
@@ -786,7 +699,7 @@ static void merge(mpool_t *m, gstruct_t *dst, const gstruct_t *src)
             if (strcmp(dst->fields[j]->key, e->key) == 0)
                 have = dst->fields[j];
         if (have == NULL)
-            add_field(m, dst, e->key, own(m, e->value));
+            rls_pbv_set(&m->pb, dst, e->key, own(m, e->value));
         else if (have->value != NULL && e->value != NULL &&
                  have->value->kind_case ==
                      GOOGLE__PROTOBUF__VALUE__KIND_STRUCT_VALUE &&
@@ -810,60 +723,46 @@ static const char *unit_name(int unit)
 static gstruct_t *metadata_of(const rls_envoy_call_t *call, mpool_t *m)
 {
     const req_t *q = call->req;
-    gstruct_t *top = pstruct(m), *merged = pstruct(m);
-    gvalue_t *list = pvalue(m, GOOGLE__PROTOBUF__VALUE__KIND_LIST_VALUE);
-    glist_t *l = palloc(m, sizeof(*l));
+    rls_pbv_t *pb = &m->pb;
+    gstruct_t *top = rls_pbv_struct_new(pb), *merged = rls_pbv_struct_new(pb);
+    gvalue_t *list = rls_pbv_list(pb);
     uint32_t i;
     size_t j;
 
-    if (top == NULL || merged == NULL || list == NULL || l == NULL)
+    if (top == NULL || merged == NULL || list == NULL)
         return NULL;
-    google__protobuf__list_value__init(l);
-    list->list_value = l;
-    add_field(m, top, "domain", pstring(m, q->domain));
-    if ((l->values = palloc(m, (q->n_descriptors + 1) * sizeof(*l->values))) ==
-        NULL)
-        return NULL;
+    rls_pbv_set(pb, top, "domain", rls_pbv_string(pb, q->domain));
     for (i = 0; i < q->n_descriptors; i++) {
         const desc_t *d = q->descriptors[i];
-        gvalue_t *dv = pvalue(m, GOOGLE__PROTOBUF__VALUE__KIND_STRUCT_VALUE);
-        gvalue_t *ev = pvalue(m, GOOGLE__PROTOBUF__VALUE__KIND_LIST_VALUE);
-        glist_t *el = palloc(m, sizeof(*el));
-        if (dv == NULL || ev == NULL || el == NULL ||
-            (dv->struct_value = pstruct(m)) == NULL)
-            return NULL;
-        google__protobuf__list_value__init(el);
-        ev->list_value = el;
-        if ((el->values =
-                 palloc(m, (d->n_entries + 1) * sizeof(*el->values))) == NULL)
+        gvalue_t *dv = rls_pbv_struct(pb);
+        gvalue_t *ev = rls_pbv_list(pb);
+        if (dv == NULL || ev == NULL)
             return NULL;
         for (j = 0; j < d->n_entries; j++) {
             size_t kl = strlen(d->entries[j]->key),
                    vl = strlen(d->entries[j]->value);
-            char *kv = palloc(m, kl + vl + 2);
+            char *kv = rls_pbv_alloc(pb, kl + vl + 2);
             if (kv == NULL)
                 return NULL;
             memcpy(kv, d->entries[j]->key, kl);
             kv[kl] = '=';
             memcpy(kv + kl + 1, d->entries[j]->value, vl);
-            if ((el->values[el->n_values] = pstring(m, kv)) == NULL)
-                return NULL;
-            el->n_values++;
+            rls_pbv_push(pb, ev->list_value, rls_pbv_string(pb, kv));
         }
-        add_field(m, dv->struct_value, "entries", ev);
+        rls_pbv_set(pb, dv->struct_value, "entries", ev);
         if (d->limit != NULL) {
             /* Go's text form of the RateLimitOverride. */
-            char *t = palloc(m, 64);
+            char *t = rls_pbv_alloc(pb, 64);
             if (t == NULL)
                 return NULL;
             snprintf(t, 64, "requests_per_unit:%u unit:%s",
                      d->limit->requests_per_unit, unit_name(d->limit->unit));
-            add_field(m, dv->struct_value, "limit", pstring(m, t));
+            rls_pbv_set(pb, dv->struct_value, "limit", rls_pbv_string(pb, t));
         }
         if (d->hits_addend != NULL)
-            add_field(m, dv->struct_value, "hitsAddend",
-                      pnumber(m, (double)d->hits_addend->value));
-        l->values[l->n_values++] = dv;
+            rls_pbv_set(pb, dv->struct_value, "hitsAddend",
+                        rls_pbv_number(pb, (double)d->hits_addend->value));
+        rls_pbv_push(pb, list->list_value, dv);
         /* An allowed descriptor's limit from the file brings its
          * metadata (a request's own limit, an unlimited or a replaced
          * one has none). */
@@ -887,16 +786,15 @@ static gstruct_t *metadata_of(const rls_envoy_call_t *call, mpool_t *m)
             }
         }
     }
-    add_field(m, top, "descriptors", list);
+    rls_pbv_set(pb, top, "descriptors", list);
     if (q->hits_addend != 0)
-        add_field(m, top, "hitsAddend", pnumber(m, (double)q->hits_addend));
+        rls_pbv_set(pb, top, "hitsAddend",
+                    rls_pbv_number(pb, (double)q->hits_addend));
     if (merged->n_fields > 0) {
-        gvalue_t *mv = pvalue(m, GOOGLE__PROTOBUF__VALUE__KIND_STRUCT_VALUE);
-        if (mv != NULL)
-            mv->struct_value = merged;
-        add_field(m, top, "metadata", mv);
+        gvalue_t *mv = rls_pbv_value_of(pb, merged);
+        rls_pbv_set(pb, top, "metadata", mv);
     }
-    return m->nomem ? NULL : top;
+    return pb->nomem ? NULL : top;
 }
 
 /* duration_until_reset in whole seconds, rounded up, as envoy-ratelimit
@@ -1074,14 +972,9 @@ int rls_envoy_encode(const rls_envoy_call_t *call, rl_buf_t *out)
     }
     len = envoy__service__ratelimit__v3__rate_limit_response__get_packed_size(
         &resp);
-    if ((rc = rl_buf_reserve(out, len + 5, &w)) == RL_OK) {
-        w[0] = 0;
-        w[1] = (uint8_t)(len >> 24);
-        w[2] = (uint8_t)(len >> 16);
-        w[3] = (uint8_t)(len >> 8);
-        w[4] = (uint8_t)len;
-        envoy__service__ratelimit__v3__rate_limit_response__pack(&resp, w + 5);
-        rl_buf_commit(out, len + 5);
+    if ((rc = rl_frame_reserve(out, len, &w)) == RL_OK) {
+        envoy__service__ratelimit__v3__rate_limit_response__pack(&resp, w);
+        rl_frame_commit(out, len);
     }
     free(e);
     free(dsp);

@@ -13,19 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "envoy/prom.h"
 #include "envoy/statsd.h"
 #include "base/prom.h"
 #include "rl_error.h"
 #include "base/util.h"
-
-static const char *const stat_names[RLS_ESTATS] = {
-    "total_hits", "over_limit", "near_limit", "within_limit", "shadow_mode"};
-
-const char *rls_estats_stat_name(int i)
-{
-    return i >= 0 && i < RLS_ESTATS ? stat_names[i] : "";
-}
 
 int rls_estats_init(rls_estats_t *t, size_t max_values)
 {
@@ -33,6 +24,7 @@ int rls_estats_init(rls_estats_t *t, size_t max_values)
     t->max_values = max_values;
     t->near_ratio = RLS_ESTATS_NEAR_RATIO;
     rls_random_key(&t->hk);
+    rls_eprom_init(&t->prom, &t->hk);
     rls_hist_init(&t->calls, rls_estats_call_bounds_us,
                   sizeof(rls_estats_call_bounds_us) /
                       sizeof(rls_estats_call_bounds_us[0]));
@@ -53,7 +45,7 @@ void rls_estats_free(rls_estats_t *t)
         rls_envoy_conf_unref(t->cache[i].conf);
         free(t->cache[i].slot);
     }
-    rls_estats_prom_free(t);
+    rls_eprom_free(&t->prom);
     memset(t, 0, sizeof(*t));
 }
 
@@ -313,7 +305,8 @@ static uint32_t lookup(rls_estats_t *t, const char *name, size_t len,
     s->name_len = (uint32_t)len;
     s->dom_len = (uint32_t)dom_len;
     s->per_value = per_value != 0;
-    if (rls_estats_prom_map(t, s) != RL_OK) {
+    if (rls_eprom_map(&t->prom, s->name, s->name_len, &s->group, s->fam) !=
+        RL_OK) {
         free(s->name);
         return RLS_ESTATS_DROP_NAME;
     }
@@ -497,7 +490,7 @@ void rls_estats_statsd(void *arg, rls_statsd_t *sd)
             if (s->c[k] == s->sent[k])
                 continue;
             if (rls_statsd_counter(sd, prefix, s->name, s->name_len,
-                                   stat_names[k],
+                                   rls_estats_stat_name(k),
                                    s->c[k] - s->sent[k]) != RL_OK) {
                 t->statsd_next = i;
                 return;
@@ -527,6 +520,30 @@ static int put_label(rl_buf_t *b, const char *s, size_t n)
     return rl_buf_append(b, s + from, n - from);
 }
 
+/* envoy-ratelimit's Prometheus families (envoy/prom.h): the call counter
+ * and timer, then every series summed into its label set, one pass. */
+static int prom_metrics(const rls_estats_t *t, rl_buf_t *out)
+{
+    uint64_t *sum;
+    size_t i;
+    int k, rc;
+
+    if ((rc = rls_eprom_calls(&t->calls, out)) != RL_OK || t->prom.ng == 0)
+        return rc;
+    if ((sum = calloc(t->prom.ng * RLS_ESTATS, sizeof(*sum))) == NULL)
+        return RL_ENOMEM;
+    for (i = 0; i < t->n; i++) {
+        const rls_estats_series_t *s = &t->s[i];
+        if (s->group == 0)
+            continue;
+        for (k = 0; k < RLS_ESTATS; k++)
+            sum[(s->group - 1) * RLS_ESTATS + s->fam[k]] += s->c[k];
+    }
+    rc = rls_eprom_families(&t->prom, sum, out);
+    free(sum);
+    return rc;
+}
+
 int rls_estats_metrics(const rls_estats_t *t, rl_buf_t *out)
 {
     static const char *const help[RLS_ESTATS] = {
@@ -547,7 +564,7 @@ int rls_estats_metrics(const rls_estats_t *t, rl_buf_t *out)
         return RL_OK;
     for (k = 0; k < RLS_ESTATS; k++) {
         size_t fl = (size_t)snprintf(
-            fam, sizeof(fam), "rl_envoy_rate_limit_%s_total", stat_names[k]);
+            fam, sizeof(fam), "rl_envoy_rate_limit_%s_total", rls_estats_stat_name(k));
         if ((rc = rls_prom_family(out, fam, "counter", help[k])) != RL_OK)
             return rc;
         for (i = 0; i < t->n; i++) {
@@ -590,5 +607,11 @@ int rls_estats_metrics(const rls_estats_t *t, rl_buf_t *out)
                                "over 512 bytes or memory ran out.",
                                t->names_dropped)) != RL_OK)
         return rc;
-    return rls_estats_prom_metrics(t, out);
+    return prom_metrics(t, out);
+}
+
+void rls_estats_call(rls_estats_t *t, uint64_t ms)
+{
+    if (t != NULL)
+        rls_hist_observe(&t->calls, ms * 1000);
 }

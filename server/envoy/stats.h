@@ -34,27 +34,18 @@
 #include <stdint.h>
 
 #include "envoy/conf.h"
+#include "envoy/prom.h"
+#include "envoy/stat_names.h"
 #include "base/prom_hist.h"
 #include "rl_buf.h"
 #include "rl_hash.h"
 #include "rl_msg.h"
 
-/* The counters, in the reference's order of its stat names. */
-enum {
-    RLS_ESTAT_TOTAL_HITS,
-    RLS_ESTAT_OVER_LIMIT,
-    RLS_ESTAT_NEAR_LIMIT,
-    RLS_ESTAT_WITHIN_LIMIT,
-    RLS_ESTAT_SHADOW_MODE,
-    RLS_ESTATS
-};
+/* The counters (RLS_ESTAT_*) and their names: envoy/stat_names.h. */
 
-/* The reference's stat name of counter i ("total_hits"...). */
-const char *rls_estats_stat_name(int i);
-
-/* A series name is at most this many bytes; a longer one is not created
- * (counted in values_dropped when per-value, in names_dropped else). */
-#define RLS_ESTATS_NAME_MAX 512
+/* A series name is at most RLS_ESTATS_NAME_MAX bytes (envoy/stat_names.h);
+ * a longer one is not created (counted in values_dropped when per-value,
+ * in names_dropped else). */
 
 /* The reference's NEAR_LIMIT_RATIO default. */
 #define RLS_ESTATS_NEAR_RATIO 0.8
@@ -97,12 +88,9 @@ typedef struct rls_estats_s {
      * the new one's. */
     rls_estats_cache_t cache[2];
     size_t statsd_next; /* the series the exporter resumes at */
-    /* The label sets of the reference's Prometheus names (envoy_prom.c):
-     * one per distinct domain, key1, key2; found by their text. */
-    struct rls_estats_group_s *g;
-    size_t ng, gcap;
-    uint32_t *gtable; /* open addressing: group index + 1 */
-    size_t gtable_size;
+    /* The label sets of the reference's Prometheus names (envoy/prom.h),
+     * which each series' group indexes. */
+    rls_eprom_t prom;
     /* ShouldRateLimit calls answered, by response time (the reference's
      * ratelimit_server.ShouldRateLimit.response_time: whole milliseconds,
      * held here as microseconds), for envoy_prom.c. */

@@ -2,7 +2,6 @@
  * xds_client.h. */
 #include "envoy/xds_client.h"
 
-#include <arpa/inet.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,12 +11,13 @@
 #include <nghttp2/nghttp2.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
-#include <openssl/x509v3.h>
 
 #include "envoy/service/discovery/v3/discovery.pb-c.h"
 #include "base/log.h"
 #include "base/ossl.h"
+#include "net/tls.h"
 #include "rl_error.h"
+#include "rl_frame.h"
 
 #define ADS_PATH                                                               \
     "/envoy.service.discovery.v3.AggregatedDiscoveryService/"                  \
@@ -75,9 +75,7 @@ struct rls_xds_conn_s {
     size_t hdr_bytes;     /* of the header block being received */
     unsigned hdr_blocks;  /* header blocks received on the stream */
     const char *fail_why; /* why failed was set, for the log */
-    SSL *ssl; /* with TLS: over rbio (read from the socket) and wbio */
-    BIO *rbio, *wbio;
-    int tls_up; /* the handshake is done */
+    rls_tls_conn_t *tls; /* with TLS (net/tls.h's client side) */
 };
 
 static void retry_later(rls_xds_t *x);
@@ -94,7 +92,7 @@ static void on_tcp_closed(uv_handle_t *h)
     rl_buf_free(&c->in);
     rl_buf_free(&c->reqs);
     rl_buf_free(&c->out);
-    SSL_free(c->ssl); /* and its BIOs */
+    rls_tls_conn_free(c->tls);
     free(c);
 }
 
@@ -156,15 +154,10 @@ static int queue_request(rls_xds_conn_t *c, const char *version,
         r.error_detail = &st;
     }
     n = envoy__service__discovery__v3__discovery_request__get_packed_size(&r);
-    if ((rc = rl_buf_reserve(&c->reqs, 5 + n, &p)) != RL_OK)
+    if ((rc = rl_frame_reserve(&c->reqs, n, &p)) != RL_OK)
         return rc;
-    p[0] = 0;
-    p[1] = (uint8_t)(n >> 24);
-    p[2] = (uint8_t)(n >> 16);
-    p[3] = (uint8_t)(n >> 8);
-    p[4] = (uint8_t)n;
-    envoy__service__discovery__v3__discovery_request__pack(&r, p + 5);
-    rl_buf_commit(&c->reqs, 5 + n);
+    envoy__service__discovery__v3__discovery_request__pack(&r, p);
+    rl_frame_commit(&c->reqs, n);
     if (c->deferred && c->h2 != NULL) {
         c->deferred = 0;
         nghttp2_session_resume_data(c->h2, c->sid);
@@ -257,12 +250,15 @@ static void rb_work(rls_rebuild_t *rb)
 {
     rls_xds_t *x = rb->arg;
     rls_xds_update_t u;
+    rl_frame_t f;
 
     if (!x->has_building)
         return;
-    x->decode_rc = rls_xds_update_decode(rl_buf_rptr(&x->building) + 5,
-                                         rl_buf_len(&x->building) - 5, &u,
-                                         x->decode_err, sizeof(x->decode_err));
+    /* on_data kept exactly one whole frame, its header checked */
+    (void)rl_frame_decode(rl_buf_rptr(&x->building), rl_buf_len(&x->building),
+                          RLS_XDS_MSG_MAX, &f);
+    x->decode_rc = rls_xds_update_decode(f.payload, f.len, &u, x->decode_err,
+                                         sizeof(x->decode_err));
     rl_buf_free(&x->building);
     if (x->decode_rc == RL_OK)
         x->build_rc = rls_xds_update_build(&u, &x->built, &x->diag);
@@ -402,20 +398,17 @@ static int on_data(nghttp2_session *s, uint8_t flags, int32_t sid,
     if (sid != c->sid || c->x == NULL)
         return 0;
     while (len > 0) {
-        const uint8_t *p;
+        rl_frame_t f;
         size_t have = rl_buf_len(&c->in), take, need;
-        uint32_t mlen;
+        int rc;
         /* The 5-byte prefix first, then exactly the message it announces:
          * the length is checked before anything is kept for it. */
-        if (have < 5) {
-            take = 5 - have < len ? 5 - have : len;
-        } else {
-            p = rl_buf_rptr(&c->in);
-            mlen = (uint32_t)p[1] << 24 | (uint32_t)p[2] << 16 |
-                   (uint32_t)p[3] << 8 | p[4];
-            need = 5 + (size_t)mlen - have;
-            take = need < len ? need : len;
-        }
+        if (have < RL_FRAME_HEADER)
+            need = RL_FRAME_HEADER - have;
+        else
+            need = RL_FRAME_HEADER +
+                   (size_t)rl_frame_length(rl_buf_rptr(&c->in)) - have;
+        take = need < len ? need : len;
         if (rl_buf_append(&c->in, data, take) != RL_OK) {
             c->failed = 1;
             return NGHTTP2_ERR_CALLBACK_FAILURE;
@@ -423,18 +416,17 @@ static int on_data(nghttp2_session *s, uint8_t flags, int32_t sid,
         data += take;
         len -= take;
         have = rl_buf_len(&c->in);
-        p = rl_buf_rptr(&c->in);
-        if (have < 5)
+        if (have < RL_FRAME_HEADER)
             continue;
-        mlen = (uint32_t)p[1] << 24 | (uint32_t)p[2] << 16 |
-               (uint32_t)p[3] << 8 | p[4];
-        if (p[0] != 0 || mlen > RLS_XDS_MSG_MAX) {
+        rc = rl_frame_decode(rl_buf_rptr(&c->in), have, RLS_XDS_MSG_MAX, &f);
+        if (rc == RL_EFRAMEFLAG || rc == RL_EFRAMESIZE) {
             RLS_ERROR("xds: response refused", " why=\"%s\" bytes=%" PRIu32,
-                      p[0] != 0 ? "compressed" : "larger than 4 MiB", mlen);
+                      rc == RL_EFRAMEFLAG ? "compressed" : "larger than 4 MiB",
+                      rl_frame_length(rl_buf_rptr(&c->in)));
             c->failed = 1;
             return NGHTTP2_ERR_CALLBACK_FAILURE;
         }
-        if (have < 5 + (size_t)mlen)
+        if (rc != RL_OK)
             continue;
         on_message(c);
     }
@@ -537,31 +529,21 @@ static void on_write(uv_write_t *req, int status)
     conn_send(c);
 }
 
-/* With TLS: moves the ciphertext waiting in wbio to out. */
+/* With TLS: moves the ciphertext waiting to out. */
 static int tls_take(rls_xds_conn_t *c)
 {
-    size_t n;
-    uint8_t *w;
-    int rc;
-
-    while ((n = BIO_ctrl_pending(c->wbio)) > 0) {
-        if ((rc = rl_buf_reserve(&c->out, n, &w)) != RL_OK)
-            return rc;
-        if (BIO_read(c->wbio, w, (int)n) != (int)n)
-            return RL_EIO;
-        rl_buf_commit(&c->out, n);
-    }
-    return RL_OK;
+    return rls_tls_conn_take(c->tls, &c->out);
 }
 
 /* n bytes for the control plane, encrypted first with TLS. */
 static int put_out(rls_xds_conn_t *c, const uint8_t *p, size_t n)
 {
-    if (c->ssl == NULL)
+    int rc;
+
+    if (c->tls == NULL)
         return rl_buf_append(&c->out, p, n);
-    /* A memory BIO takes everything: SSL_write writes all of it. */
-    if (SSL_write(c->ssl, p, (int)n) != (int)n)
-        return RL_EIO;
+    if ((rc = rls_tls_conn_write(c->tls, p, n)) != RL_OK)
+        return rc;
     return tls_take(c);
 }
 
@@ -573,7 +555,7 @@ static void conn_send(rls_xds_conn_t *c)
 
     if (c->x == NULL || c->writing)
         return;
-    if (c->ssl != NULL && tls_take(c) != RL_OK) {
+    if (c->tls != NULL && tls_take(c) != RL_OK) {
         conn_drop(c->x, "out of memory");
         return;
     }
@@ -619,8 +601,8 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *b)
 
 static int conn_up(rls_xds_conn_t *c);
 
-/* Plaintext from the control plane, to nghttp2. Returns 0, or -1 with the
- * connection dropped. */
+/* Plaintext from the control plane, to nghttp2. Returns 0, or RL_ECLOSED
+ * with the connection dropped. */
 static int h2_feed(rls_xds_conn_t *c, const uint8_t *p, size_t n)
 {
     ssize_t rv = nghttp2_session_mem_recv(c->h2, p, n);
@@ -629,57 +611,43 @@ static int h2_feed(rls_xds_conn_t *c, const uint8_t *p, size_t n)
         conn_drop(c->x, c->fail_why != NULL ? c->fail_why
                         : c->failed         ? "stream ended or response refused"
                                             : nghttp2_strerror((int)rv));
-        return -1;
+        return RL_ECLOSED;
     }
     return 0;
 }
 
 /* Ciphertext read: the handshake on, then the records' plaintext to
- * nghttp2. Returns 0, or -1 with the connection dropped. */
+ * nghttp2. Returns 0, or RL_ECLOSED with the connection dropped. */
 static int tls_feed(rls_xds_conn_t *c, const uint8_t *p, size_t n)
 {
     static uint8_t plain[READ_CHUNK];
+    int was = rls_tls_conn_ready(c->tls);
     int k;
 
-    if (BIO_write(c->rbio, p, (int)n) != (int)n) {
-        conn_drop(c->x, "out of memory");
-        return -1;
-    }
-    if (!c->tls_up) {
-        ERR_clear_error();
-        k = SSL_do_handshake(c->ssl);
-        if (k != 1) {
-            int e = SSL_get_error(c->ssl, k);
-            long v = SSL_get_verify_result(c->ssl);
-            if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
-                return 0;
+    if ((k = rls_tls_conn_feed(c->tls, p, n)) != 0) {
+        if (k == RL_ENOMEM) {
+            conn_drop(c->x, "out of memory");
+        } else if (!was) {
             RLS_WARN("xds: TLS handshake failed", " server=%s:%d why=\"%s\"",
-                     c->x->o.host, c->x->o.port,
-                     v != X509_V_OK ? X509_verify_cert_error_string(v)
-                                    : rls_ossl_reason("handshake refused"));
+                     c->x->o.host, c->x->o.port, rls_tls_conn_why(c->tls));
             conn_drop(c->x, "TLS handshake failed");
-            return -1;
+        } else {
+            conn_drop(c->x, rls_tls_conn_why(c->tls));
         }
-        c->tls_up = 1;
-        if (conn_up(c) != 0)
-            return -1;
+        return RL_ECLOSED;
     }
-    for (;;) {
-        ERR_clear_error();
-        k = SSL_read(c->ssl, plain, (int)sizeof(plain));
-        if (k > 0) {
-            if (h2_feed(c, plain, (size_t)k) != 0)
-                return -1;
-            continue;
-        }
-        k = SSL_get_error(c->ssl, k);
-        if (k == SSL_ERROR_WANT_READ)
-            return 0;
-        conn_drop(c->x, k == SSL_ERROR_ZERO_RETURN
-                            ? "closed by the control plane"
-                            : rls_ossl_reason("TLS error"));
-        return -1;
-    }
+    if (!rls_tls_conn_ready(c->tls))
+        return 0; /* the handshake goes on */
+    if (!was && conn_up(c) != 0)
+        return RL_ECLOSED;
+    while ((k = rls_tls_conn_read(c->tls, plain, sizeof(plain))) > 0)
+        if (h2_feed(c, plain, (size_t)k) != 0)
+            return RL_ECLOSED;
+    if (k == 0)
+        return 0;
+    conn_drop(c->x, k == RL_ECLOSED ? "closed by the control plane"
+                                    : rls_tls_conn_why(c->tls));
+    return RL_ECLOSED;
 }
 
 static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *b)
@@ -693,7 +661,7 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *b)
                                     : uv_strerror((int)n));
         return;
     }
-    if (c->ssl != NULL ? tls_feed(c, (const uint8_t *)b->base, (size_t)n)
+    if (c->tls != NULL ? tls_feed(c, (const uint8_t *)b->base, (size_t)n)
                        : h2_feed(c, (const uint8_t *)b->base, (size_t)n))
         return;
     conn_send(c);
@@ -749,8 +717,8 @@ static int h2_setup(rls_xds_conn_t *c)
         nghttp2_nv hdrs[] = {
             {(uint8_t *)":method", (uint8_t *)"POST", 7, 4, 0},
             {(uint8_t *)":scheme",
-             (uint8_t *)(c->ssl != NULL ? "https" : "http"), 7,
-             c->ssl != NULL ? 5 : 4, 0},
+             (uint8_t *)(c->tls != NULL ? "https" : "http"), 7,
+             c->tls != NULL ? 5 : 4, 0},
             {(uint8_t *)":path", (uint8_t *)ADS_PATH, 5, sizeof(ADS_PATH) - 1,
              0},
             {(uint8_t *)":authority", (uint8_t *)authority, 10,
@@ -772,57 +740,36 @@ static int h2_setup(rls_xds_conn_t *c)
 }
 
 /* The transport is up (TCP, or the TLS handshake done): HTTP/2 and the
- * stream. Returns 0, or -1 with the connection dropped. */
+ * stream. Returns 0, or RL_ECLOSED with the connection dropped. */
 static int conn_up(rls_xds_conn_t *c)
 {
     rls_xds_t *x = c->x;
 
     if (h2_setup(c) != RL_OK) {
         conn_drop(x, "out of memory");
-        return -1;
+        return RL_ECLOSED;
     }
     c->up = 1;
     x->stats.connects++;
     x->stats.connected = 1;
     RLS_INFO("xds: connected", " server=%s:%d node=%s tls=%s", x->o.host,
-             x->o.port, x->o.node_id, c->ssl != NULL ? "on" : "off");
+             x->o.port, x->o.node_id, c->tls != NULL ? "on" : "off");
     uv_timer_stop(&x->timer);
     x->timer_state = T_PING;
     uv_timer_start(&x->timer, on_timer, PING_MS, PING_MS);
     return 0;
 }
 
-/* A client SSL object for c: SNI and the name checked are the server
- * name (an address is checked as one). Returns 0 or RL_ENOMEM. */
+/* The TLS client for c (net/tls.c): SNI and the name checked are the
+ * server name (an address is checked as one). Returns 0 or RL_ENOMEM. */
 static int tls_begin(rls_xds_conn_t *c)
 {
     rls_xds_t *x = c->x;
     const char *name =
         x->o.tls_server_name != NULL ? x->o.tls_server_name : x->o.host;
-    X509_VERIFY_PARAM *vp;
-    unsigned char tmp[16];
-    int is_ip;
 
-    if ((c->ssl = SSL_new(x->tls)) == NULL ||
-        (c->rbio = BIO_new(BIO_s_mem())) == NULL)
-        return RL_ENOMEM;
-    if ((c->wbio = BIO_new(BIO_s_mem())) == NULL) {
-        BIO_free(c->rbio);
-        c->rbio = NULL;
-        return RL_ENOMEM;
-    }
-    SSL_set_bio(c->ssl, c->rbio, c->wbio);
-    SSL_set_connect_state(c->ssl);
-    is_ip = inet_pton(AF_INET, name, tmp) == 1 ||
-            inet_pton(AF_INET6, name, tmp) == 1;
-    vp = SSL_get0_param(c->ssl);
-    if (is_ip ? X509_VERIFY_PARAM_set1_ip_asc(vp, name) != 1
-              : (SSL_set_tlsext_host_name(c->ssl, name) != 1 ||
-                 X509_VERIFY_PARAM_set1_host(vp, name, 0) != 1))
-        return RL_ENOMEM;
-    ERR_clear_error();
-    (void)SSL_do_handshake(c->ssl); /* the ClientHello, into wbio */
-    return RL_OK;
+    c->tls = rls_tls_conn_client(x->tls, name);
+    return c->tls != NULL ? RL_OK : RL_ENOMEM;
 }
 
 static void on_connect(uv_connect_t *req, int status)
@@ -1078,7 +1025,7 @@ int rls_xds_start(rls_xds_t *x, uv_loop_t *loop, const rls_xds_opts_t *o,
         SSL_CTX_free(x->tls);
         x->tls = NULL;
         snprintf(err, errlen, "%s", uv_strerror(rc));
-        return rc;
+        return RL_EIO;
     }
     x->timer.data = x;
     if ((rc = uv_timer_init(loop, &x->pace)) != 0) {
@@ -1086,7 +1033,7 @@ int rls_xds_start(rls_xds_t *x, uv_loop_t *loop, const rls_xds_opts_t *o,
         SSL_CTX_free(x->tls);
         x->tls = NULL;
         snprintf(err, errlen, "%s", uv_strerror(rc));
-        return rc;
+        return RL_EIO;
     }
     x->pace.data = x;
     if ((rc = rls_rebuild_init(&x->rb, loop, rb_start, rb_work, rb_done, x)) !=
@@ -1095,7 +1042,7 @@ int rls_xds_start(rls_xds_t *x, uv_loop_t *loop, const rls_xds_opts_t *o,
         uv_close((uv_handle_t *)&x->pace, NULL);
         SSL_CTX_free(x->tls);
         x->tls = NULL;
-        snprintf(err, errlen, "%s", uv_strerror(rc));
+        snprintf(err, errlen, "%s", rl_strerror(rc));
         return rc;
     }
     x->started = 1;

@@ -126,8 +126,8 @@ typedef struct rls_xds_s {
 
 /* Starts connecting (at once). x is the caller's and must stay valid until
  * the loop ends; o's strings too. Returns 0; RL_EINVAL when the TLS files
- * do not load (err says which and why); RL_ENOMEM; or a libuv error.
- * Nothing is started unless 0. */
+ * do not load (err says which and why); RL_ENOMEM; or RL_EIO when the
+ * loop gives no handle (err says why). Nothing is started unless 0. */
 int rls_xds_start(rls_xds_t *x, uv_loop_t *loop, const rls_xds_opts_t *o,
                   rls_xds_install_fn install, void *arg, char *err,
                   size_t errlen);

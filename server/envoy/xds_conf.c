@@ -571,7 +571,7 @@ out:
 int rls_xds_update_build(const rls_xds_update_t *u, rls_envoy_conf_t **out,
                          rls_diag_t *diag)
 {
-    return rls_envoy_conf_build_bufs((const char *const *)u->names,
-                                     (const char *const *)u->bufs, u->lens,
-                                     u->n, out, diag);
+    return rls_envoy_conf_build((const char *const *)u->names,
+                                (const char *const *)u->bufs, u->lens, u->n,
+                                out, diag);
 }

@@ -4,7 +4,7 @@
  * resource (go-control-plane ratelimit/config/ratelimit/v3/rls_conf.proto);
  * each becomes one envoy-ratelimit YAML document, one domain, as
  * envoy-ratelimit's own client does (its src/config/config_xds.go), and
- * the documents are built by rls_envoy_conf_build_bufs: validated and
+ * the documents are built by rls_envoy_conf_build: validated and
  * swapped exactly as --envoy-config files are.
  *
  * Every string from the control plane is written double-quoted and
@@ -57,7 +57,7 @@ int rls_xds_update_decode(const uint8_t *msg, size_t len, rls_xds_update_t *u,
 /* Frees what u holds (u itself is the caller's); u is empty after. */
 void rls_xds_update_free(rls_xds_update_t *u);
 
-/* Builds the configuration from u's documents: rls_envoy_conf_build_bufs,
+/* Builds the configuration from u's documents: rls_envoy_conf_build,
  * same returns and diagnostics (FILE being "xds:<resource name>"). */
 int rls_xds_update_build(const rls_xds_update_t *u, rls_envoy_conf_t **out,
                          rls_diag_t *diag);

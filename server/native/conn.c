@@ -50,6 +50,7 @@
 #include "base/log.h"
 #include "native/conn.h"
 #include "net/listen.h"
+#include "net/stream.h"
 #include "base/prom.h"
 
 #define READ_CHUNK 65536
@@ -58,7 +59,10 @@
 #define IN_STEP 4096
 
 typedef struct rls_conn_s {
-    uv_tcp_t tcp;
+    /* The socket (net/stream.h). Under TLS (s.tls): frames come out of
+     * it, responses go through it (out is sealed in place just before it
+     * is written). */
+    rls_stream_t s;
     uv_write_t wreq;
     rls_conns_t *srv;
     rls_list_t node;    /* in srv->all */
@@ -73,18 +77,10 @@ typedef struct rls_conn_s {
     rl_buf_t out;       /* responses not yet handed to uv_write */
     rl_buf_t wbuf;      /* the bytes of the write in flight */
     uint32_t inflight;  /* requests in the batcher */
-    /* Under TLS: frames come out of it, responses go through it (out is
-     * sealed in place just before it is written). */
-    rls_tls_conn_t *tls;
-    rls_list_t hs;        /* in srv->handshaking until its handshake ends */
-    uint64_t accepted_ms; /* for the handshake deadline */
-    char peer[48];        /* the client's address, for the log */
+    rls_list_t hs;      /* in srv->handshaking until its handshake ends */
     unsigned writing : 1;
-    unsigned reading : 1;
-    unsigned eof : 1;     /* no more requests will be read */
-    unsigned closing : 1; /* uv_close called */
-    unsigned closed : 1;  /* close callback ran */
-    unsigned heard : 1;   /* something was read */
+    unsigned eof : 1;    /* no more requests will be read */
+    unsigned closed : 1; /* close callback ran */
 } rls_conn_t;
 
 static void conn_close(rls_conn_t *c);
@@ -107,8 +103,6 @@ static void on_closed(uv_handle_t *h)
 
     /* Nothing reads the input any more; it was uncounted at conn_close. */
     rl_buf_free(&c->in);
-    rls_tls_conn_free(c->tls);
-    c->tls = NULL;
     c->closed = 1;
     maybe_free(c);
     /* The last connection of a stopping server lets it finish. */
@@ -120,9 +114,11 @@ static void conn_close(rls_conn_t *c)
 {
     rls_conns_t *s = c->srv;
 
-    if (c->closing)
+    if (c->s.closing)
         return;
-    c->closing = 1;
+    /* The handle's callback comes later, in the loop's close phase; the
+     * TLS state goes now. */
+    rls_stream_close(&c->s, on_closed);
     c->eof = 1;
     rls_list_remove(&c->node);
     rls_list_remove(&c->dirty);
@@ -135,7 +131,6 @@ static void conn_close(rls_conn_t *c)
     c->in_held = 0;
     s->stats.conns_open--;
     RLS_DEBUG("connection closed", " inflight=%u", c->inflight);
-    uv_close((uv_handle_t *)&c->tcp, on_closed);
 }
 
 /* Closes a connection that will read no more once it has nothing left to
@@ -145,7 +140,7 @@ static void maybe_finish(rls_conn_t *c)
 {
     rl_frame_t f;
 
-    if (c->eof && !c->closing && c->inflight == 0 && !c->writing &&
+    if (c->eof && !c->s.closing && c->inflight == 0 && !c->writing &&
         rl_buf_len(&c->out) == 0 &&
         rl_frame_decode(rl_buf_rptr(&c->in), rl_buf_len(&c->in),
                         c->srv->cfg->max_frame, &f) != RL_OK)
@@ -219,7 +214,7 @@ void rls_conn_respond(void *owner, const rl_result_t *r)
 
     c->inflight--;
     s->stats.inflight--;
-    if (c->closing) {
+    if (c->s.closing) {
         maybe_free(c);
         return;
     }
@@ -235,7 +230,7 @@ void rls_conn_respond(void *owner, const rl_result_t *r)
     /* A paused connection reads again once it is under half its limit;
      * the read resumes from the check handle, not from inside a store
      * callback. */
-    if (!c->reading && c->inflight <= s->cfg->max_inflight / 2 &&
+    if (!c->s.reading && c->inflight <= s->cfg->max_inflight / 2 &&
         (!c->eof || rl_buf_len(&c->in) > 0) &&
         !rls_list_linked(&c->resume)) {
         rls_list_push(&s->resume, &c->resume);
@@ -248,7 +243,7 @@ static void in_sync(rls_conn_t *c)
 {
     rls_conns_t *s = c->srv;
 
-    if (c->closing)
+    if (c->s.closing)
         return; /* uncounted already */
     s->stats.input_bytes = s->stats.input_bytes - c->in_held + c->in.cap;
     c->in_held = c->in.cap;
@@ -269,18 +264,12 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
     (void)hint;
     buf->base = NULL;
     buf->len = 0; /* unless set below: libuv reports UV_ENOBUFS */
-    if (c->tls != NULL) {
-        /* Ciphertext: the plaintext is taken out and framed in on_read. */
-        if (s->cbuf == NULL && (s->cbuf = malloc(READ_CHUNK)) == NULL)
+    /* Under TLS, ciphertext: the plaintext is taken out and framed in
+     * on_read. */
+    if (len == 0 || c->s.tls != NULL) {
+        if ((w = rls_streams_rbuf(&s->set)) == NULL)
             return;
-        buf->base = (char *)s->cbuf;
-        buf->len = READ_CHUNK;
-        return;
-    }
-    if (len == 0) {
-        if (s->rbuf == NULL && (s->rbuf = malloc(READ_CHUNK)) == NULL)
-            return;
-        buf->base = (char *)s->rbuf;
+        buf->base = (char *)w;
         buf->len = READ_CHUNK;
         return;
     }
@@ -337,10 +326,7 @@ static void handle_request(rls_conn_t *c, const uint8_t *p, size_t n)
 /* Not reading: no frame deadline runs (a pause is the server's doing). */
 static void stop_reading(rls_conn_t *c)
 {
-    if (c->reading) {
-        uv_read_stop((uv_stream_t *)&c->tcp);
-        c->reading = 0;
-    }
+    rls_stream_read_stop(&c->s);
     rls_list_remove(&c->partial);
 }
 
@@ -355,7 +341,7 @@ static size_t decode(rls_conn_t *c, const uint8_t *p, size_t n,
     rl_frame_t f;
     int rc;
 
-    while (!c->closing && c->inflight < s->cfg->max_inflight) {
+    while (!c->s.closing && c->inflight < s->cfg->max_inflight) {
         /* p is NULL when the connection holds no input buffer, and
          * NULL + 0 is undefined: add off only once a frame was taken. */
         rc = rl_frame_decode(off > 0 ? p + off : p, n - off,
@@ -403,7 +389,7 @@ static void input_done(rls_conn_t *c, size_t frames)
     rls_conns_t *s = c->srv;
     uint64_t now = uv_now(s->loop);
 
-    if (c->closing)
+    if (c->s.closing)
         return;
     if (frames > 0) {
         c->active_ms = now;
@@ -418,7 +404,7 @@ static void input_done(rls_conn_t *c, size_t frames)
         }
         return;
     }
-    if (!c->reading)
+    if (!c->s.reading)
         return; /* stop_reading took it off `partial` */
     if (frames > 0 || !rls_list_linked(&c->partial)) {
         c->frame_ms = now;
@@ -430,11 +416,13 @@ static void input_done(rls_conn_t *c, size_t frames)
 /* Writes one id-0 notice straight to the socket if nothing else is being
  * written (it would cut into that), without queuing: for a connection
  * about to be closed, so the client can tell why. */
-static void try_notice(uv_tcp_t *tcp, const char *msg, int notice)
+/* The id-0 ERROR frame saying msg, in frame[NOTICE_MAX]; returns its
+ * length. */
+#define NOTICE_MAX 256
+static size_t notice_frame(uint8_t frame[NOTICE_MAX], const char *msg,
+                           int notice)
 {
-    uint8_t frame[256];
     rl_result_t r;
-    uv_buf_t b;
     size_t n;
 
     memset(&r, 0, sizeof(r));
@@ -444,8 +432,14 @@ static void try_notice(uv_tcp_t *tcp, const char *msg, int notice)
     r.notice = notice;
     n = rl_result_encode(&r, frame + RL_FRAME_HEADER);
     rl_frame_header(frame, (uint32_t)n);
-    b = uv_buf_init((char *)frame, (unsigned)(n + RL_FRAME_HEADER));
-    uv_try_write((uv_stream_t *)tcp, &b, 1);
+    return n + RL_FRAME_HEADER;
+}
+
+static void try_notice(rls_stream_t *st, const char *msg, int notice)
+{
+    uint8_t frame[NOTICE_MAX];
+
+    rls_stream_try_write(st, frame, notice_frame(frame, msg, notice));
 }
 
 /* Closes a connection for one of the RLS_CLOSE_* reasons, telling it why
@@ -453,8 +447,8 @@ static void try_notice(uv_tcp_t *tcp, const char *msg, int notice)
 static void drop(rls_conn_t *c, int reason, const char *msg)
 {
     c->srv->stats.closed[reason]++;
-    if (!c->writing && rl_buf_len(&c->out) == 0 && c->tls == NULL)
-        try_notice(&c->tcp, msg, RL_NOTICE_NONE);
+    if (!c->writing && rl_buf_len(&c->out) == 0 && c->s.tls == NULL)
+        try_notice(&c->s, msg, RL_NOTICE_NONE);
     RLS_DEBUG("closing connection", " reason=\"%s\" held=%zu", msg,
               c->in_held);
     conn_close(c);
@@ -539,38 +533,27 @@ static int tls_seal(rls_conn_t *c)
 {
     int rc = 0;
 
-    if (rls_tls_conn_ready(c->tls) && rl_buf_len(&c->out) > 0)
-        rc = rls_tls_conn_write(c->tls, rl_buf_rptr(&c->out),
+    if (rls_tls_conn_ready(c->s.tls) && rl_buf_len(&c->out) > 0)
+        rc = rls_tls_conn_write(c->s.tls, rl_buf_rptr(&c->out),
                                 rl_buf_len(&c->out));
     if (rc != 0)
         return rc;
     rl_buf_reset(&c->out);
-    return rls_tls_conn_take(c->tls, &c->out);
+    return rls_tls_conn_take(c->s.tls, &c->out);
 }
 
-/* The handshake failed (or the client went, or its deadline passed):
- * counted, logged within the rate cap, the client told what can be told
- * (TLS's alert; a native client that sent plaintext frames, an ERROR
- * notice it can read) and closed. */
-static void tls_failed(rls_conn_t *c)
+/* The handshake failed (or `why` ends it: the client went, its deadline
+ * passed): counted, logged within the rate cap, the client told what
+ * can be told (TLS's alert; a native client that sent plaintext frames,
+ * an ERROR notice it can read, alone) and closed. */
+static void tls_failed(rls_conn_t *c, rls_tls_reason_t reason,
+                       const char *why)
 {
-    rls_conns_t *s = c->srv;
-    rl_buf_t alert;
-    uv_buf_t b;
+    uint8_t frame[NOTICE_MAX];
+    size_t n = notice_frame(frame, "this port speaks TLS", RL_NOTICE_NONE);
 
-    rls_tls_count_failure(&s->tls_stats, "listen", c->tls, c->peer,
-                          uv_now(s->loop));
-    if (rls_tls_conn_reason(c->tls) == RLS_TLS_NOT_TLS) {
-        try_notice(&c->tcp, "this port speaks TLS", RL_NOTICE_NONE);
-    } else {
-        rl_buf_init(&alert, 4096);
-        if (rls_tls_conn_take(c->tls, &alert) == 0 && rl_buf_len(&alert) > 0) {
-            b = uv_buf_init((char *)rl_buf_rptr(&alert),
-                            (unsigned)rl_buf_len(&alert));
-            uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
-        }
-        rl_buf_free(&alert);
-    }
+    rls_stream_tls_failed(&c->s, reason, why, frame, n,
+                          RLS_STREAM_NOTICE_ONLY);
     conn_close(c);
 }
 
@@ -581,25 +564,23 @@ static void tls_failed(rls_conn_t *c)
 static void tls_read(rls_conn_t *c, const uint8_t *p, size_t n)
 {
     rls_conns_t *s = c->srv;
-    int was = rls_tls_conn_ready(c->tls), m;
+    int rc = rls_stream_tls_feed(&c->s, p, n), m;
     size_t frames = 0, k;
 
-    if (rls_tls_conn_feed(c->tls, p, n) != 0) {
-        tls_failed(c);
+    if (rc < 0) {
+        tls_failed(c, RLS_TLS_OK, NULL);
         return;
     }
-    if (!was && rls_tls_conn_ready(c->tls)) {
-        s->tls_stats.ok++;
+    if (rc == 1)
         rls_list_remove(&c->hs);
-    }
-    if (rls_tls_conn_pending(c->tls) > 0)
+    if (rls_tls_conn_pending(c->s.tls) > 0)
         mark_dirty(c);
     if (s->pbuf == NULL && (s->pbuf = malloc(READ_CHUNK)) == NULL) {
         conn_close(c);
         return;
     }
-    while (!c->closing && !c->eof &&
-           (m = rls_tls_conn_read(c->tls, s->pbuf, READ_CHUNK)) != 0) {
+    while (!c->s.closing && !c->eof &&
+           (m = rls_tls_conn_read(c->s.tls, s->pbuf, READ_CHUNK)) != 0) {
         if (m < 0) {
             /* close_notify is the client's end of file; anything else a
              * broken record, after which nothing can be read. */
@@ -613,7 +594,7 @@ static void tls_read(rls_conn_t *c, const uint8_t *p, size_t n)
         }
         if (rl_buf_len(&c->in) == 0) {
             k = decode(c, s->pbuf, (size_t)m, &frames);
-            if (c->closing || k == (size_t)m)
+            if (c->s.closing || k == (size_t)m)
                 continue;
             if (rl_buf_append(&c->in, s->pbuf + k, (size_t)m - k) != RL_OK) {
                 RLS_ERROR("out of memory buffering a frame", NULL);
@@ -641,39 +622,31 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     rls_conns_t *s = c->srv;
     size_t frames = 0, k;
 
-    if (c->tls != NULL && nread > 0) {
+    if (c->s.tls != NULL && nread > 0) {
         tls_read(c, (const uint8_t *)buf->base, (size_t)nread);
         return;
     }
-    if (c->tls != NULL && nread < 0 && !rls_tls_conn_ready(c->tls)) {
-        rls_tls_conn_fail(c->tls, RLS_TLS_CLOSED,
-                          "TLS handshake: the client closed the connection "
-                          "midway");
-        tls_failed(c);
+    if (nread < 0 && rls_stream_handshaking(&c->s)) {
+        tls_failed(c, RLS_TLS_CLOSED,
+                   "TLS handshake: the client closed the connection midway");
         return;
     }
-    if (nread > 0 && !c->heard) {
-        c->heard = 1;
-        if (rls_tls_is_hello((const uint8_t *)buf->base, (size_t)nread)) {
-            /* A TLS client on the plaintext port: told in TLS, and
-             * said (the frame flag byte would be refused as 0x16). */
-            uv_buf_t b = uv_buf_init((char *)rls_tls_plain_alert,
-                                     sizeof(rls_tls_plain_alert));
-            char peer[48];
-            rls_peer_name(&c->tcp, peer, sizeof(peer));
-            rls_tls_count_plain(&s->plain_tls, "listen", peer, uv_now(s->loop));
-            uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
-            conn_close(c);
-            return;
-        }
+    /* A TLS client on the plaintext port: told in TLS, and said (the
+     * frame flag byte would be refused as 0x16). */
+    if (nread > 0 && !c->s.heard &&
+        rls_stream_plain_hello(&c->s, (const uint8_t *)buf->base,
+                               (size_t)nread)) {
+        conn_close(c);
+        return;
     }
     if (nread > 0) {
-        if (buf->base == (char *)s->rbuf) {
+        if (buf->base == (char *)s->set.rbuf) {
             /* Whole frames are decoded where they landed; only the rest
              * (a partial frame, or frames a pause left) is kept. */
-            k = decode(c, s->rbuf, (size_t)nread, &frames);
-            if (!c->closing && k < (size_t)nread) {
-                if (rl_buf_append(&c->in, s->rbuf + k, (size_t)nread - k) !=
+            k = decode(c, s->set.rbuf, (size_t)nread, &frames);
+            if (!c->s.closing && k < (size_t)nread) {
+                if (rl_buf_append(&c->in, s->set.rbuf + k,
+                                  (size_t)nread - k) !=
                     RL_OK) {
                     RLS_ERROR("out of memory buffering a frame", NULL);
                     conn_close(c);
@@ -708,12 +681,8 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 
 static void start_reading(rls_conn_t *c)
 {
-    if (!c->reading && !c->eof && !c->closing) {
-        if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0)
-            c->reading = 1;
-        else
-            conn_close(c);
-    }
+    if (!c->eof && rls_stream_read_start(&c->s, on_alloc, on_read) != 0)
+        conn_close(c);
 }
 
 void rls_conns_resume(rls_conns_t *s)
@@ -728,7 +697,7 @@ void rls_conns_resume(rls_conns_t *s)
         frames = process(c);
         /* Reading goes on while stopping too: a client told to go away
          * (rls_conns_goaway) is still answered until it closes. */
-        if (!c->closing && c->inflight < s->cfg->max_inflight)
+        if (!c->s.closing && c->inflight < s->cfg->max_inflight)
             start_reading(c);
         input_done(c, frames);
         maybe_finish(c);
@@ -760,33 +729,24 @@ void rls_conns_flush(rls_conns_t *s)
     for (n = s->dirty.next; n != &s->dirty; n = next) {
         rls_conn_t *c = RLS_CONTAINER_OF(n, rls_conn_t, dirty);
         rl_buf_t tmp;
-        uv_buf_t b;
-        int wrote;
+        int rc;
 
         next = n->next;
         if (c->writing)
             continue; /* stays dirty; written when this write completes */
         rls_list_remove(n);
-        if (c->tls != NULL && tls_seal(c) != 0) {
+        if (c->s.tls != NULL && tls_seal(c) != 0) {
             conn_close(c);
             continue;
         }
         if (rl_buf_len(&c->out) == 0)
             continue;
-        /* Most writes go out whole at once: uv_try_write sends them with no
-         * request and no callback. A uv_write would also cost an epoll_ctl
-         * per write (libuv 1.44 re-registers the socket when its write
-         * queue empties, even though nothing changed). */
-        b = uv_buf_init((char *)rl_buf_rptr(&c->out),
-                        (unsigned)rl_buf_len(&c->out));
-        wrote = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
-        if (wrote < 0 && wrote != UV_EAGAIN) {
-            RLS_DEBUG("write error", " err=\"%s\"", uv_strerror(wrote));
+        /* Most writes go out whole at once (try-write first). */
+        if ((rc = rls_stream_write_now(&c->s, &c->out)) != 0) {
+            RLS_DEBUG("write error", " err=\"%s\"", uv_strerror(rc));
             conn_close(c);
             continue;
         }
-        if (wrote > 0)
-            rl_buf_consume(&c->out, (size_t)wrote);
         if (rl_buf_len(&c->out) == 0) {
             maybe_finish(c);
             continue;
@@ -796,10 +756,8 @@ void rls_conns_flush(rls_conns_t *s)
         tmp = c->wbuf;
         c->wbuf = c->out;
         c->out = tmp;
-        b = uv_buf_init((char *)rl_buf_rptr(&c->wbuf),
-                        (unsigned)rl_buf_len(&c->wbuf));
         c->writing = 1;
-        if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, on_write) !=
+        if (rls_stream_write_queued(&c->s, &c->wreq, &c->wbuf, on_write) !=
             0) {
             c->writing = 0;
             conn_close(c);
@@ -810,19 +768,17 @@ void rls_conns_flush(rls_conns_t *s)
 void rls_conns_accept(rls_conns_t *s, uv_stream_t *listener, int status)
 {
     rls_conn_t *c;
-    int rc;
 
     if (status < 0) {
         RLS_WARN("accept failed", " err=\"%s\"", uv_strerror(status));
         return;
     }
     c = calloc(1, sizeof(*c));
-    if (c == NULL || uv_tcp_init(s->loop, &c->tcp) != 0) {
+    if (c == NULL || rls_stream_init(&c->s, &s->set, c) != 0) {
         free(c);
         RLS_ERROR("out of memory accepting a connection", NULL);
         return;
     }
-    c->tcp.data = c;
     c->wreq.data = c;
     c->srv = s;
     rls_list_init(&c->node);
@@ -838,12 +794,13 @@ void rls_conns_accept(rls_conns_t *s, uv_stream_t *listener, int status)
     rls_list_init(&c->hs);
     /* Under TLS out holds the responses sealed: room for TLS's overhead
      * (a few dozen bytes per 16 KiB record) and its own messages. */
-    rl_buf_init(&c->out,
-                s->cfg->max_output +
-                    (s->tls != NULL ? s->cfg->max_output / 256 + 16384 : 0));
+    rl_buf_init(&c->out, s->cfg->max_output +
+                             (s->set.tls != NULL
+                                  ? s->cfg->max_output / 256 + 16384
+                                  : 0));
     rl_buf_init(&c->wbuf, c->out.max);
 
-    if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
+    if (rls_stream_accept(&c->s, listener) != 0) {
         conn_close(c);
         return;
     }
@@ -852,8 +809,8 @@ void rls_conns_accept(rls_conns_t *s, uv_stream_t *listener, int status)
         /* Refuse cleanly: one ERROR frame, written without queuing, then
          * close. The client learns why instead of seeing a bare reset.
          * Not under TLS: it could not read it. */
-        if (s->tls == NULL)
-            try_notice(&c->tcp,
+        if (s->set.tls == NULL)
+            try_notice(&c->s,
                        s->stopping ? "server is shutting down"
                                    : "server at --max-connections",
                        s->stopping ? RL_NOTICE_GOAWAY : RL_NOTICE_NONE);
@@ -877,25 +834,16 @@ void rls_conns_accept(rls_conns_t *s, uv_stream_t *listener, int status)
         conn_close(c);
         return;
     }
-    if (s->tls != NULL) {
-        /* Past the listener's caps on handshakes: closed before anything
-         * is read (counted and logged by the TLS layer), after the alert
-         * its TLS stack can read. */
-        rls_peer_name(&c->tcp, c->peer, sizeof(c->peer));
-        if ((rc = rls_tls_accept(s->tls, &s->tls_stats, "listen", "rl1",
-                                 c->peer, uv_now(s->loop), &c->tls)) != 0) {
-            uv_buf_t b = uv_buf_init((char *)rls_tls_plain_alert,
-                                     sizeof(rls_tls_plain_alert));
-            if (rc == RL_EBUSY)
-                uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
-            conn_close(c);
-            return;
-        }
-        c->accepted_ms = uv_now(s->loop);
-        rls_list_push(&s->handshaking, &c->hs);
+    /* Under TLS, past the listener's caps on handshakes: closed before
+     * anything is read (counted and logged by the TLS layer), after the
+     * alert its TLS stack can read. */
+    if (rls_stream_tls_begin(&c->s) != 0) {
+        conn_close(c);
+        return;
     }
+    if (c->s.tls != NULL)
+        rls_list_push(&s->handshaking, &c->hs);
     s->stats.conns_accepted++;
-    uv_tcp_nodelay(&c->tcp, 1);
     start_reading(c);
 }
 
@@ -907,7 +855,7 @@ size_t rls_conns_goaway(rls_conns_t *s)
     for (n = s->all.next; n != &s->all; n = next) {
         rls_conn_t *c = RLS_CONTAINER_OF(n, rls_conn_t, node);
         next = n->next;
-        if (c->eof || c->closing)
+        if (c->eof || c->s.closing)
             continue; /* the client is already leaving */
         /* GOAWAY: id 0 is about the connection, not a request. The client
          * stops sending here and closes once it has its answers; until it
@@ -930,7 +878,7 @@ void rls_conns_close(rls_conns_t *s)
 static int busy(const rls_conn_t *c)
 {
     return c->inflight > 0 || c->writing || rl_buf_len(&c->out) > 0 ||
-           rls_list_linked(&c->resume) || (!c->reading && !c->eof);
+           rls_list_linked(&c->resume) || (!c->s.reading && !c->eof);
 }
 
 /* The set's one timer: closes connections past their deadlines. Both lists
@@ -947,12 +895,11 @@ static void on_sweep(uv_timer_t *t)
     /* Handshakes not done in time: in order of accept. */
     while (hs_ms > 0 && !rls_list_empty(&s->handshaking)) {
         c = RLS_CONTAINER_OF(s->handshaking.next, rls_conn_t, hs);
-        if (now - c->accepted_ms < hs_ms)
+        if (!rls_stream_handshake_late(&c->s, now, hs_ms))
             break;
-        rls_tls_conn_fail(c->tls, RLS_TLS_TIMEOUT,
-                          "TLS handshake: not done within "
-                          "--tls-handshake-timeout-ms");
-        tls_failed(c);
+        tls_failed(c, RLS_TLS_TIMEOUT,
+                   "TLS handshake: not done within "
+                   "--tls-handshake-timeout-ms");
     }
     while (frame_ms > 0 && !rls_list_empty(&s->partial)) {
         c = RLS_CONTAINER_OF(s->partial.next, rls_conn_t, partial);
@@ -982,6 +929,7 @@ void rls_conns_init(rls_conns_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
     uint64_t shortest;
 
     memset(s, 0, sizeof(*s));
+    rls_streams_init(&s->set, loop, "listen", "rl1", READ_CHUNK);
     s->loop = loop;
     s->cfg = cfg;
     s->decider = decider;
@@ -1017,10 +965,7 @@ void rls_conns_free(rls_conns_t *s)
     }
     uv_close((uv_handle_t *)&s->spin, NULL);
     uv_close((uv_handle_t *)&s->sweep, NULL);
-    free(s->rbuf);
-    s->rbuf = NULL;
-    free(s->cbuf);
-    s->cbuf = NULL;
+    rls_streams_free(&s->set);
     free(s->pbuf);
     s->pbuf = NULL;
 }
@@ -1030,9 +975,9 @@ void rls_conns_set_tls(rls_conns_t *s, rls_tls_t *tls)
     uint64_t hs = s->cfg->tls_handshake_timeout_ms;
     uint64_t period = hs / 4 < 10 ? 10 : hs / 4 > 250 ? 250 : hs / 4;
 
-    s->tls = tls;
-    s->fe.tls = tls != NULL ? &s->tls_stats : NULL;
-    s->fe.plain = tls != NULL ? NULL : &s->plain_tls;
+    s->set.tls = tls;
+    s->fe.tls = tls != NULL ? &s->set.tls_stats : NULL;
+    s->fe.plain = tls != NULL ? NULL : &s->set.plain;
     /* The sweep keeps the handshake deadline too, as often as it needs. */
     if (tls != NULL && hs > 0 && (s->sweep_ms == 0 || period < s->sweep_ms)) {
         s->sweep_ms = period;
@@ -1189,7 +1134,7 @@ int rls_conns_listen(rls_conns_t *s, const char *host, int port, char *err,
     }
     s->listening = 1;
     s->fe.host = host;
-    s->fe.plain = &s->plain_tls;
+    s->fe.plain = &s->set.plain;
     s->fe.port = rls_listen_port(&s->listener);
     return RL_OK;
 }

@@ -15,6 +15,7 @@
 
 #include "core/decide.h"
 #include "net/frontend.h"
+#include "net/stream.h"
 #include "net/tls.h"
 #include "flags.h"
 #include "rl_msg.h"
@@ -63,8 +64,11 @@ typedef struct rls_conns_s {
     uv_idle_t spin;    /* keeps poll from blocking while reads are deferred */
     uv_timer_t sweep;  /* idle and frame deadlines, for every connection */
     uint64_t sweep_ms; /* its period */
-    uint8_t *rbuf;     /* shared read buffer (connections with no partial
-                          frame read here) */
+    /* Its connections' transport (net/stream.h): the shared read buffer
+     * (connections with no partial frame read here; under TLS, the
+     * ciphertext), TLS (rls_conns_set_tls; NULL: plaintext) and its
+     * counters, the TLS clients seen on plaintext. */
+    rls_streams_t set;
     rls_list_t all;    /* every open connection, least recently active
                           first */
     rls_list_t partial; /* connections in the middle of a frame, the
@@ -78,13 +82,8 @@ typedef struct rls_conns_s {
     uint64_t shed_logged_ms;     /* the same for --max-partial-bytes */
     uint64_t shed_unlogged;
     rls_conn_stats_t stats;
-    /* TLS (rls_conns_set_tls): NULL, plaintext. */
-    rls_tls_t *tls;
-    uint8_t *cbuf;          /* ciphertext reads, READ_CHUNK bytes, shared */
     uint8_t *pbuf;          /* plaintext out of TLS, READ_CHUNK bytes */
     rls_list_t handshaking; /* connections mid-handshake, oldest first */
-    rls_tls_stats_t tls_stats;
-    rls_tls_plain_t plain_tls; /* plaintext: TLS clients seen */
 } rls_conns_t;
 
 /* Prepares an empty set (and its idle and timer handles) on loop. */

@@ -36,6 +36,7 @@
 
 #include "base/log.h"
 #include "net/listen.h"
+#include "net/stream.h"
 #include "rl_buf.h"
 #include "rl_error.h"
 #include "base/util.h"
@@ -52,10 +53,11 @@ struct rls_http_server_s {
     rls_http_route_fn route;
     void *arg;
     uv_tcp_t listener;
-    uv_tcp_t spare;   /* accepts connections that get no struct */
-    rls_list_t conns; /* open connections */
-    unsigned nconns;  /* on the list */
-    unsigned live;    /* allocated, closing ones included */
+    uv_tcp_t spare; /* accepts connections that get no struct */
+    /* Its connections' transport (net/stream.h): open ones on set.all,
+     * set.open of them; TLS, its counters, the ciphertext buffer. */
+    rls_streams_t set;
+    unsigned live; /* allocated, closing ones included */
     uint64_t idle_ms;
     uint64_t head_ms;
     unsigned max_conns;
@@ -70,26 +72,20 @@ struct rls_http_server_s {
     unsigned spare_busy : 1;     /* spare is accepted and closing */
     unsigned accept_pending : 1; /* a connection waits for the spare */
     unsigned closing : 1;
-    /* HTTPS (rls_http_server_set_tls): NULL, plaintext. */
-    rls_tls_t *tls;
-    const char *name; /* the listener's, for the log */
-    uint8_t *cbuf;    /* ciphertext reads, CBUF bytes, shared */
-    rls_tls_stats_t tls_stats;
-    rls_tls_plain_t plain_tls; /* plaintext: TLS clients seen */
 };
 
 typedef struct rls_http_conn_s mconn_t;
 struct rls_http_conn_s {
-    uv_tcp_t tcp;
-    /* HTTPS: requests come out of it into in[], responses go through it
-     * (out then holds the ciphertext). */
-    rls_tls_conn_t *tls;
-    char peer[48];    /* under TLS: the client's address, for the log */
+    /* The socket and its handles (the timer counted too), the answers
+     * owed, `since` (when the connection's current state began, loop
+     * time: opening, first byte of a request, or the last response;
+     * orders evictions). HTTPS: requests come out of s.tls into in[],
+     * responses go through it (out then holds the ciphertext). */
+    rls_stream_t s;
     uv_timer_t timer; /* the per-request deadline */
     uv_write_t wreq;
     uv_shutdown_t sreq;
     rls_http_server_t *m;
-    rls_list_t node;
     rl_buf_t out; /* the response being written */
     /* A request with a body: its head, then its body as it comes, whole
      * before the route sees it (at most the head and max_body bytes;
@@ -97,23 +93,17 @@ struct rls_http_conn_s {
     rl_buf_t req;
     size_t req_len; /* what it will hold whole */
     size_t in_len;
-    /* When the connection's current state began (loop time): opening,
-     * first byte of a request, or the last response; orders evictions. */
-    uint64_t since;
-    int handles; /* open handles; the struct is freed at 0 and owed 0 */
-    unsigned owed;  /* answers a route left pending, not yet given */
     unsigned served : 1; /* a response has been written */
     unsigned awaiting : 1;  /* the route answers later */
     unsigned in_route : 1;  /* the route is running */
     unsigned answered : 1;  /* ... and has answered already */
     int answered_rc;        /* what building that answer returned */
     unsigned head_only : 1; /* the request is HEAD */
-    unsigned reading : 1;
     unsigned writing : 1;
-    unsigned closing : 1;
     unsigned lingering : 1;   /* response sent; draining input to close */
     unsigned close_after : 1; /* close once the response is written */
     unsigned in_body : 1;     /* reading a body into req */
+    unsigned in_own : 1;      /* in was allocated on its own (TLS) */
     /* The head buffer, RLS_HTTP_HEAD_MAX bytes: after ctx (plaintext),
      * or under TLS allocated once the handshake is done, so a client
      * that never finishes one does not hold it (issue 40). */
@@ -137,7 +127,7 @@ static void maybe_free(rls_http_server_t *m)
 {
     if (!m->closing || !m->listener_closed || m->spare_busy || m->live > 0)
         return;
-    free(m->cbuf);
+    rls_streams_free(&m->set);
     free(m);
 }
 
@@ -150,13 +140,12 @@ static void conn_free(mconn_t *c)
 {
     rls_http_server_t *m = c->m;
 
-    if (c->handles > 0 || c->owed > 0)
+    if (!rls_stream_done(&c->s))
         return;
     rl_buf_free(&c->out);
     rl_buf_free(&c->req);
-    if (c->tls != NULL)
+    if (c->in_own)
         free(c->in);
-    rls_tls_conn_free(c->tls);
     free(c);
     m->live--;
     maybe_free(m);
@@ -168,7 +157,7 @@ static void on_handle_closed(uv_handle_t *h)
     rls_http_server_t *m = c->m;
     int closing = m->closing;
 
-    c->handles--;
+    c->s.handles--;
     conn_free(c); /* frees m only when it is closing */
     /* From a close callback only: an answer given to a closed connection
      * frees it inside the batcher's callback, where the owner must not be
@@ -180,68 +169,30 @@ static void on_handle_closed(uv_handle_t *h)
 
 static void conn_close(mconn_t *c)
 {
-    if (c->closing)
+    if (c->s.closing)
         return;
-    c->closing = 1;
-    rls_list_remove(&c->node);
-    c->m->nconns--;
-    uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+    rls_list_remove(&c->s.node);
+    c->m->set.open--;
+    rls_stream_close(&c->s, on_handle_closed);
     uv_close((uv_handle_t *)&c->timer, on_handle_closed);
 }
 
 /* ------------------------------------------------------------------------ */
 /* HTTPS */
 
-/* One write of what the TLS layer said by itself (its handshake, an
- * alert, a session ticket), apart from the responses: its own memory,
- * freed by its callback, which touches nothing else (it may come after
- * the connection closed). libuv writes in the order asked, and each
- * write takes all the ciphertext there is, so records stay in order. */
-typedef struct tls_write_s {
-    uv_write_t req;
-    rl_buf_t buf;
-} tls_write_t;
-
-static void on_tls_write(uv_write_t *req, int status)
-{
-    tls_write_t *w = req->data;
-
-    (void)status; /* a failed write fails the reads too */
-    rl_buf_free(&w->buf);
-    free(w);
-}
-
-/* Sends what the TLS layer has to say. Returns 0, or -1 when the
- * connection must close. */
+/* Sends what the TLS layer has to say. Returns 0, or an RL_E* code when
+ * the connection must close. */
 static int tls_flush(mconn_t *c)
 {
-    tls_write_t *w;
-    uv_buf_t b;
-
-    if (rls_tls_conn_pending(c->tls) == 0)
-        return 0;
-    if ((w = calloc(1, sizeof(*w))) == NULL)
-        return -1;
-    w->req.data = w;
-    rl_buf_init(&w->buf, RLS_HTTP_OUT_MAX);
-    if (rls_tls_conn_take(c->tls, &w->buf) != 0)
-        goto fail;
-    b = uv_buf_init((char *)rl_buf_rptr(&w->buf),
-                    (unsigned)rl_buf_len(&w->buf));
-    if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_tls_write) != 0)
-        goto fail;
-    return 0;
-fail:
-    rl_buf_free(&w->buf);
-    free(w);
-    return -1;
+    return rls_stream_tls_flush(&c->s);
 }
 
-/* The handshake failed (or the client went, or its deadline passed):
- * counted, logged within the rate cap, the client told what it can be
- * told (TLS's alert; a plaintext HTTP request, a 400 saying this port
- * speaks HTTPS), and closed. */
-static void tls_failed(mconn_t *c, const uint8_t *p, size_t n)
+/* The handshake failed (or the client went, or its deadline passed, with
+ * `why`): counted, logged within the rate cap, the client told what it
+ * can be told (TLS's alert; a plaintext HTTP request, a 400 saying this
+ * port speaks HTTPS), and closed. */
+static void tls_failed(mconn_t *c, rls_tls_reason_t reason, const char *why,
+                       const uint8_t *p, size_t n)
 {
     static const char plain[] = "HTTP/1.1 400 Bad Request\r\n"
                                 "Content-Type: text/plain; charset=utf-8\r\n"
@@ -249,71 +200,57 @@ static void tls_failed(mconn_t *c, const uint8_t *p, size_t n)
                                 "Connection: close\r\n"
                                 "\r\n"
                                 "this port speaks HTTPS\n";
-    rls_http_server_t *m = c->m;
-    rl_buf_t alert;
-    uv_buf_t b;
+    int http = n > 0 && p[0] >= 'A' && p[0] <= 'Z';
 
-    rls_tls_count_failure(&m->tls_stats, m->name, c->tls, c->peer,
-                          uv_now(m->loop));
-    if (rls_tls_conn_reason(c->tls) == RLS_TLS_NOT_TLS && n > 0 &&
-        p[0] >= 'A' && p[0] <= 'Z') {
-        b = uv_buf_init((char *)plain, sizeof(plain) - 1);
-        uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
-    }
-    rl_buf_init(&alert, 4096);
-    if (rls_tls_conn_take(c->tls, &alert) == 0 && rl_buf_len(&alert) > 0) {
-        b = uv_buf_init((char *)rl_buf_rptr(&alert),
-                        (unsigned)rl_buf_len(&alert));
-        uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
-    }
-    rl_buf_free(&alert);
+    rls_stream_tls_failed(&c->s, reason, why, http ? plain : NULL,
+                          sizeof(plain) - 1, 0);
     conn_close(c);
 }
 
 /* Moves the plaintext the TLS layer holds into in[], as much as fits.
- * Returns the bytes moved, or -1 when the connection was closed (the
- * client's close_notify, a broken record). */
+ * Returns the bytes moved, or RL_ECLOSED when the connection was closed
+ * (the client's close_notify, a broken record). */
 static ssize_t tls_pull(mconn_t *c)
 {
     size_t got = 0;
     int n;
 
     while (c->in != NULL && c->in_len + got < RLS_HTTP_HEAD_MAX) {
-        n = rls_tls_conn_read(c->tls, (uint8_t *)c->in + c->in_len + got,
+        n = rls_tls_conn_read(c->s.tls, (uint8_t *)c->in + c->in_len + got,
                               RLS_HTTP_HEAD_MAX - c->in_len - got);
         if (n == 0)
             break;
         if (n < 0) {
             conn_close(c);
-            return -1;
+            return RL_ECLOSED;
         }
         got += (size_t)n;
     }
     if (tls_flush(c) != 0) {
         conn_close(c);
-        return -1;
+        return RL_ECLOSED;
     }
     return (ssize_t)got;
 }
 
 /* Feeds what was read to the TLS layer and answers its handshake.
  * Returns the plaintext put at in + in_len (not yet counted in in_len),
- * or -1 when the connection was closed. */
+ * or RL_ECLOSED when the connection was closed. */
 static ssize_t tls_in(mconn_t *c, const uint8_t *p, size_t n)
 {
-    int was = rls_tls_conn_ready(c->tls);
+    int rc = rls_stream_tls_feed(&c->s, p, n);
 
-    if (rls_tls_conn_feed(c->tls, p, n) != 0) {
-        tls_failed(c, p, n);
-        return -1;
+    if (rc < 0) {
+        tls_failed(c, RLS_TLS_OK, NULL, p, n);
+        return RL_ECLOSED;
     }
-    if (!was && rls_tls_conn_ready(c->tls)) {
-        c->m->tls_stats.ok++;
+    if (rc == 1) {
         if ((c->in = malloc(RLS_HTTP_HEAD_MAX)) == NULL) {
             RLS_ERROR("out of memory accepting an http connection", NULL);
             conn_close(c);
-            return -1;
+            return RL_ECLOSED;
         }
+        c->in_own = 1;
     }
     return tls_pull(c);
 }
@@ -322,12 +259,11 @@ static void on_timeout(uv_timer_t *t)
 {
     mconn_t *c = t->data;
 
-    if (c->tls != NULL && !rls_tls_conn_ready(c->tls) && !c->closing) {
-        rls_tls_conn_fail(c->tls, RLS_TLS_TIMEOUT,
-                          "TLS handshake: not done within the header "
-                          "deadline");
+    if (rls_stream_handshaking(&c->s) && !c->s.closing) {
         c->m->stats.timed_out++;
-        tls_failed(c, NULL, 0);
+        tls_failed(c, RLS_TLS_TIMEOUT,
+                   "TLS handshake: not done within the header deadline", NULL,
+                   0);
         return;
     }
     if (!c->lingering) {
@@ -343,12 +279,10 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
     mconn_t *c = h->data;
 
     (void)hint;
-    if (c->tls != NULL) {
-        rls_http_server_t *m = c->m;
-        if (m->cbuf == NULL)
-            m->cbuf = malloc(CBUF);
-        buf->base = (char *)m->cbuf;
-        buf->len = m->cbuf != NULL ? CBUF : 0;
+    if (c->s.tls != NULL) {
+        uint8_t *p = rls_streams_rbuf(&c->m->set);
+        buf->base = (char *)p;
+        buf->len = p != NULL ? c->m->set.rbuf_cap : 0;
         return;
     }
     if (c->lingering)
@@ -367,11 +301,11 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     if (nread == 0)
         return; /* EAGAIN */
     if (nread < 0) {
-        if (c->tls != NULL && !rls_tls_conn_ready(c->tls) && !c->closing) {
-            rls_tls_conn_fail(c->tls, RLS_TLS_CLOSED,
-                              "TLS handshake: the client closed the "
-                              "connection midway");
-            tls_failed(c, NULL, 0);
+        if (rls_stream_handshaking(&c->s) && !c->s.closing) {
+            tls_failed(c, RLS_TLS_CLOSED,
+                       "TLS handshake: the client closed the connection "
+                       "midway",
+                       NULL, 0);
             return;
         }
         /* The client is gone or done; nothing more can be answered. */
@@ -380,27 +314,19 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     }
     if (c->lingering)
         return;
-    if (c->tls != NULL &&
+    if (c->s.tls != NULL &&
         ((nread = tls_in(c, (const uint8_t *)buf->base, (size_t)nread)) <= 0))
         return; /* closed, or no plaintext yet */
-    if (c->tls == NULL && c->in_len == 0 && !c->served &&
-        rls_tls_is_hello((const uint8_t *)c->in, (size_t)nread)) {
-        /* A TLS client on a plaintext port: told in TLS, and said. */
-        uv_buf_t b = uv_buf_init((char *)rls_tls_plain_alert,
-                                 sizeof(rls_tls_plain_alert));
-        char peer[48];
-        rls_peer_name(&c->tcp, peer, sizeof(peer));
-        rls_tls_count_plain(&c->m->plain_tls,
-                            c->m->name != NULL ? c->m->name : "http", peer,
-                            uv_now(c->m->loop));
-        uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+    if (c->s.tls == NULL && c->in_len == 0 && !c->served &&
+        rls_stream_plain_hello(&c->s, (const uint8_t *)c->in,
+                               (size_t)nread)) {
         conn_close(c);
         return;
     }
     if (c->in_len == 0 && c->served && !c->in_body) {
         /* The first byte of a kept-alive connection's next request: its
          * head now has the header deadline rather than the idle limit. */
-        c->since = uv_now(c->m->loop);
+        c->s.since = uv_now(c->m->loop);
         uv_timer_start(&c->timer, on_timeout, head_limit(c->m), 0);
     }
     /* Parse when a line has ended (a head ends in a blank line), when the
@@ -415,21 +341,13 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 
 static void start_reading(mconn_t *c)
 {
-    if (c->reading || c->closing)
-        return;
-    if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
+    if (rls_stream_read_start(&c->s, on_alloc, on_read) != 0)
         conn_close(c);
-        return;
-    }
-    c->reading = 1;
 }
 
 static void stop_reading(mconn_t *c)
 {
-    if (c->reading) {
-        uv_read_stop((uv_stream_t *)&c->tcp);
-        c->reading = 0;
-    }
+    rls_stream_read_stop(&c->s);
 }
 
 static void on_shutdown(uv_shutdown_t *req, int status)
@@ -458,14 +376,15 @@ static void on_write(uv_write_t *req, int status)
          * the close_notify goes first. */
         c->lingering = 1;
         c->in_len = 0;
-        if (c->tls != NULL) {
-            rls_tls_conn_shutdown(c->tls);
+        if (c->s.tls != NULL) {
+            rls_tls_conn_shutdown(c->s.tls);
             if (tls_flush(c) != 0) {
                 conn_close(c);
                 return;
             }
         }
-        if (uv_shutdown(&c->sreq, (uv_stream_t *)&c->tcp, on_shutdown) != 0) {
+        if (uv_shutdown(&c->sreq, (uv_stream_t *)&c->s.tcp, on_shutdown) !=
+            0) {
             conn_close(c);
             return;
         }
@@ -477,10 +396,10 @@ static void on_write(uv_write_t *req, int status)
     /* The next request has a fresh deadline: the idle limit to start, or
      * the header deadline if it has (pipelined bytes are buffered). */
     c->served = 1;
-    c->since = uv_now(m->loop);
+    c->s.since = uv_now(m->loop);
     /* Under TLS, pipelined requests may wait in the TLS layer, with no
      * read to come and bring them. */
-    if (c->tls != NULL) {
+    if (c->s.tls != NULL) {
         ssize_t got = tls_pull(c);
         if (got < 0)
             return;
@@ -561,7 +480,7 @@ static int serve_one(mconn_t *c, const rls_http_req_t *q)
         return build_reply(c, &r);
     if (c->answered)
         return c->answered_rc;
-    c->owed++;
+    c->s.owed++;
     c->awaiting = 1;
     return RL_EAGAIN;
 }
@@ -569,24 +488,20 @@ static int serve_one(mconn_t *c, const rls_http_req_t *q)
 /* Hands c->out to the socket; the client has the idle limit to take it. */
 static void start_write(mconn_t *c)
 {
-    uv_buf_t b;
-
     /* Under TLS the response is sealed in place: once written to the TLS
      * layer the plaintext is no longer needed. */
-    if (c->tls != NULL) {
-        int rc = rls_tls_conn_write(c->tls, rl_buf_rptr(&c->out),
+    if (c->s.tls != NULL) {
+        int rc = rls_tls_conn_write(c->s.tls, rl_buf_rptr(&c->out),
                                     rl_buf_len(&c->out));
         rl_buf_reset(&c->out);
-        if (rc != 0 || rls_tls_conn_take(c->tls, &c->out) != 0) {
+        if (rc != 0 || rls_tls_conn_take(c->s.tls, &c->out) != 0) {
             conn_close(c);
             return;
         }
     }
-    b = uv_buf_init((char *)rl_buf_rptr(&c->out),
-                    (unsigned)rl_buf_len(&c->out));
     uv_timer_start(&c->timer, on_timeout, c->m->idle_ms, 0);
     c->writing = 1;
-    if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, on_write) != 0) {
+    if (rls_stream_write_queued(&c->s, &c->wreq, &c->out, on_write) != 0) {
         c->writing = 0;
         conn_close(c);
     }
@@ -602,9 +517,9 @@ void rls_http_answer(rls_http_conn_t *c, const rls_http_reply_t *r)
         c->answered_rc = build_reply(c, r);
         return;
     }
-    c->owed--;
+    c->s.owed--;
     c->awaiting = 0;
-    if (c->closing) {
+    if (c->s.closing) {
         conn_free(c);
         return;
     }
@@ -653,14 +568,13 @@ static int body_begin(mconn_t *c, const rls_http_req_t *q)
     if (rls_http_header(q, "expect", &v, &vlen) && vlen == 12 &&
         strncasecmp(v, "100-continue", 12) == 0) {
         static const char go[] = "HTTP/1.1 100 Continue\r\n\r\n";
-        if (c->tls != NULL) {
-            if (rls_tls_conn_write(c->tls, (const uint8_t *)go,
+        if (c->s.tls != NULL) {
+            if (rls_tls_conn_write(c->s.tls, (const uint8_t *)go,
                                    sizeof(go) - 1) != 0 ||
                 tls_flush(c) != 0)
                 return RL_EIO;
         } else {
-            uv_buf_t b = uv_buf_init((char *)go, sizeof(go) - 1);
-            uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+            rls_stream_try_write(&c->s, go, sizeof(go) - 1);
         }
     }
     return RL_OK;
@@ -687,7 +601,7 @@ static void conn_serve(mconn_t *c, int parse)
     rls_http_req_t q;
     int rc;
 
-    if (c->writing || c->awaiting || c->closing || c->lingering)
+    if (c->writing || c->awaiting || c->s.closing || c->lingering)
         return;
     if (c->in_body) {
         /* The head was parsed already; it is parsed again where it now
@@ -697,10 +611,10 @@ static void conn_serve(mconn_t *c, int parse)
 
         /* Under TLS, the rest may wait in the TLS layer already (a
          * record holds up to 16 KiB, in[] takes 8). */
-        while (!(whole = body_take(c)) && c->tls != NULL &&
+        while (!(whole = body_take(c)) && c->s.tls != NULL &&
                (got = tls_pull(c)) > 0)
             c->in_len += (size_t)got;
-        if (c->closing)
+        if (c->s.closing)
             return;
         if (!whole) {
             start_reading(c);
@@ -803,8 +717,10 @@ static void accept_one(rls_http_server_t *m, int fd);
 /* A rank below every other: never evicted. */
 #define RANK_KEEP (-1)
 
-static int evict_rank(const mconn_t *c)
+static int evict_rank(const rls_stream_t *s)
 {
+    const mconn_t *c = RLS_CONTAINER_OF(s, mconn_t, s);
+
     if (c->lingering)
         return 0; /* answered; only draining before it closes */
     if (c->writing || c->awaiting)
@@ -820,25 +736,14 @@ static int evict_rank(const mconn_t *c)
  * new one. Returns 1 if one was closed, 0 if none can go. */
 static int evict_one(rls_http_server_t *m)
 {
-    mconn_t *c, *victim = NULL;
-    rls_list_t *n;
-    int rank, best = 0;
+    rls_stream_t *s = rls_streams_victim(&m->set, evict_rank);
+    mconn_t *victim;
 
-    for (n = m->conns.next; n != &m->conns; n = n->next) {
-        c = RLS_CONTAINER_OF(n, mconn_t, node);
-        rank = evict_rank(c);
-        if (rank == RANK_KEEP)
-            continue;
-        if (victim == NULL || rank < best ||
-            (rank == best && c->since < victim->since)) {
-            victim = c;
-            best = rank;
-        }
-    }
-    if (victim == NULL)
+    if (s == NULL)
         return 0;
+    victim = RLS_CONTAINER_OF(s, mconn_t, s);
     RLS_DEBUG("http connection evicted for a new one", " rank=%d bytes=%zu",
-              best, victim->in_len);
+              evict_rank(s), victim->in_len);
     m->stats.evicted++;
     conn_close(victim);
     return 1;
@@ -871,6 +776,7 @@ static void accept_one(rls_http_server_t *m, int fd)
                                "Connection: close\r\n"
                                "\r\n"
                                "too many connections\n";
+    rls_streams_t *set = &m->set;
     mconn_t *c = NULL;
     uv_buf_t b;
     int rc;
@@ -878,58 +784,52 @@ static void accept_one(rls_http_server_t *m, int fd)
     /* Evicted connections hold their memory until their close callbacks
      * run, later in this loop iteration: a burst of accepts is bounded. */
     /* Nor for one the TLS layer would refuse at once. */
-    if (m->nconns >= m->max_conns && m->live < 4 * (uint64_t)m->max_conns &&
-        (m->tls == NULL ||
-         !rls_tls_busy(m->tls, &m->tls_stats, uv_now(m->loop))))
+    if (set->open >= m->max_conns && m->live < 4 * (uint64_t)m->max_conns &&
+        (set->tls == NULL ||
+         !rls_tls_busy(set->tls, &set->tls_stats, uv_now(m->loop))))
         evict_one(m);
-    if (m->nconns < m->max_conns &&
+    if (set->open < m->max_conns &&
         (c = calloc(1, sizeof(*c) + m->ctx_size +
-                           (m->tls == NULL ? RLS_HTTP_HEAD_MAX : 0))) != NULL) {
+                           (set->tls == NULL ? RLS_HTTP_HEAD_MAX : 0))) !=
+            NULL) {
+        if (rls_stream_init(&c->s, set, c) != 0) {
+            free(c);
+            if (fd >= 0)
+                close(fd);
+            return;
+        }
         c->m = m;
-        if (m->tls == NULL)
+        if (set->tls == NULL)
             c->in = (char *)c->ctx + m->ctx_size;
-        c->tcp.data = c;
         c->timer.data = c;
         c->wreq.data = c;
         c->sreq.data = c;
         rl_buf_init(&c->out, RLS_HTTP_OUT_MAX);
-        uv_tcp_init(m->loop, &c->tcp);
         uv_timer_init(m->loop, &c->timer);
-        c->handles = 2;
-        c->since = uv_now(m->loop);
+        c->s.handles++;
         m->live++;
-        m->nconns++;
-        rls_list_push(&m->conns, &c->node);
-        if (fd >= 0 ? uv_tcp_open(&c->tcp, fd) != 0
-                    : uv_accept((uv_stream_t *)&m->listener,
-                                (uv_stream_t *)&c->tcp) != 0) {
-            if (fd >= 0)
+        set->open++;
+        rls_list_push(&set->all, &c->s.node);
+        if (fd >= 0) {
+            /* Adopted: opened as the accept would have (TCP_NODELAY
+             * refused by a socket that is not TCP: no matter). */
+            if ((rc = uv_tcp_open(&c->s.tcp, fd)) != 0)
                 close(fd);
+            else
+                uv_tcp_nodelay(&c->s.tcp, 1);
+        } else {
+            rc = rls_stream_accept(&c->s, (uv_stream_t *)&m->listener);
+        }
+        if (rc != 0 || rls_stream_tls_begin(&c->s) != 0) {
             conn_close(c);
             return;
         }
-        if (m->tls != NULL) {
-            /* Past the listener's caps on handshakes: closed before
-             * anything is read (counted and logged by the TLS layer),
-             * after the alert its TLS stack can read. */
-            rls_peer_name(&c->tcp, c->peer, sizeof(c->peer));
-            if ((rc = rls_tls_accept(m->tls, &m->tls_stats, m->name, "http/1.1",
-                                     c->peer, c->since, &c->tls)) != 0) {
-                b = uv_buf_init((char *)rls_tls_plain_alert,
-                                sizeof(rls_tls_plain_alert));
-                if (rc == RL_EBUSY)
-                    uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
-                conn_close(c);
-                return;
-            }
-        }
-        uv_tcp_nodelay(&c->tcp, 1);
         m->stats.accepted++;
         uv_timer_start(&c->timer, on_timeout, head_limit(m), 0);
         start_reading(c);
         return;
     }
-    if (c == NULL && m->nconns < m->max_conns)
+    if (c == NULL && set->open < m->max_conns)
         RLS_ERROR("out of memory accepting an http connection", NULL);
     if (m->spare_busy && fd >= 0) {
         m->stats.refused++;
@@ -947,12 +847,12 @@ static void accept_one(rls_http_server_t *m, int fd)
         close(fd);
     else if (fd >= 0 || uv_accept((uv_stream_t *)&m->listener,
                                   (uv_stream_t *)&m->spare) == 0) {
-        RLS_DEBUG("http connection refused", " open=%u max=%u", m->nconns,
+        RLS_DEBUG("http connection refused", " open=%u max=%u", set->open,
                   m->max_conns);
         m->stats.refused++;
         /* Under TLS no plaintext answer can be read: closed at once. */
         b = uv_buf_init((char *)busy, sizeof(busy) - 1);
-        if (m->tls == NULL)
+        if (set->tls == NULL)
             uv_try_write((uv_stream_t *)&m->spare, &b, 1);
     }
     uv_close((uv_handle_t *)&m->spare, on_spare_closed);
@@ -1003,7 +903,7 @@ int rls_http_server_start(rls_http_server_t **out, uv_loop_t *loop,
     m->idle_ms = RLS_HTTP_IDLE_MS;
     m->head_ms = RLS_HTTP_HEAD_MS;
     m->max_conns = RLS_HTTP_CONNS_MAX;
-    rls_list_init(&m->conns);
+    rls_streams_init(&m->set, loop, "http", "http/1.1", CBUF);
     uv_tcp_init(loop, &m->listener);
     m->listener.data = m;
     if ((rc = rls_listen(&m->listener, host, port, 511, on_connection)) != 0) {
@@ -1053,8 +953,8 @@ void rls_http_server_close(rls_http_server_t *m)
     if (m == NULL)
         return;
     m->closing = 1;
-    while (!rls_list_empty(&m->conns))
-        conn_close(RLS_CONTAINER_OF(m->conns.next, mconn_t, node));
+    while (!rls_list_empty(&m->set.all))
+        conn_close(RLS_CONTAINER_OF(m->set.all.next, mconn_t, s.node));
     close_listener(m);
     maybe_free(m); /* a stop may have closed the listener already */
 }
@@ -1068,9 +968,9 @@ void rls_http_server_stop(rls_http_server_t *m)
         return;
     m->stopping = 1;
     close_listener(m);
-    for (n = m->conns.next; n != &m->conns; n = next) {
+    for (n = m->set.all.next; n != &m->set.all; n = next) {
         next = n->next;
-        c = RLS_CONTAINER_OF(n, mconn_t, node);
+        c = RLS_CONTAINER_OF(n, mconn_t, s.node);
         /* Between requests, or only draining: nothing is owed. */
         if (c->lingering ||
             (!c->writing && !c->awaiting && c->in_len == 0 && !c->in_body))
@@ -1129,16 +1029,16 @@ int rls_http_slot_status(unsigned slot)
 void rls_http_server_set_tls(rls_http_server_t *h, rls_tls_t *tls,
                              const char *name)
 {
-    h->tls = tls;
-    h->name = name;
+    h->set.tls = tls;
+    h->set.name = name != NULL ? name : "http";
 }
 
 const rls_tls_stats_t *rls_http_server_tls_stats(const rls_http_server_t *h)
 {
-    return h->tls != NULL ? &h->tls_stats : NULL;
+    return h->set.tls != NULL ? &h->set.tls_stats : NULL;
 }
 
 const rls_tls_plain_t *rls_http_server_plain_stats(const rls_http_server_t *h)
 {
-    return h->tls == NULL ? &h->plain_tls : NULL;
+    return h->set.tls == NULL ? &h->set.plain : NULL;
 }

@@ -4,6 +4,7 @@
  * writes to another (what the caller takes), so the layer does no I/O
  * and never blocks. Every SSL call starts from an empty error queue, as
  * SSL_get_error requires, and leaves it empty. */
+#include <arpa/inet.h>
 #include <limits.h>
 #include <malloc.h>
 #include <stdio.h>
@@ -49,6 +50,7 @@ struct rls_tls_conn_s {
     uint64_t ca_gen;        /* t->ca_gen its certificate was verified under */
     unsigned ready : 1;
     unsigned no_alpn : 1; /* our ALPN callback refused the client's list */
+    unsigned client : 1;  /* rls_tls_conn_client's: we are the client */
     rls_tls_reason_t reason;
     char why[RLS_TLS_WHY_MAX];
 };
@@ -313,6 +315,45 @@ rls_tls_conn_t *rls_tls_conn_new(rls_tls_t *t, const char *alpn)
     return c;
 }
 
+rls_tls_conn_t *rls_tls_conn_client(struct ssl_ctx_st *ctx, const char *name)
+{
+    rls_tls_conn_t *c = calloc(1, sizeof(*c));
+    X509_VERIFY_PARAM *vp;
+    unsigned char tmp[16];
+    int is_ip;
+
+    if (c == NULL)
+        return NULL;
+    c->client = 1;
+    if ((c->in = BIO_new(BIO_s_mem())) == NULL ||
+        (c->out = BIO_new(BIO_s_mem())) == NULL ||
+        (c->ssl = SSL_new(ctx)) == NULL) {
+        BIO_free(c->in);
+        BIO_free(c->out);
+        free(c);
+        ERR_clear_error();
+        return NULL;
+    }
+    BIO_set_mem_eof_return(c->in, -1);
+    BIO_set_mem_eof_return(c->out, -1);
+    SSL_set_bio(c->ssl, c->in, c->out); /* the SSL object owns them now */
+    SSL_set_connect_state(c->ssl);
+    is_ip = inet_pton(AF_INET, name, tmp) == 1 ||
+            inet_pton(AF_INET6, name, tmp) == 1;
+    vp = SSL_get0_param(c->ssl);
+    if (is_ip ? X509_VERIFY_PARAM_set1_ip_asc(vp, name) != 1
+              : (SSL_set_tlsext_host_name(c->ssl, name) != 1 ||
+                 X509_VERIFY_PARAM_set1_host(vp, name, 0) != 1)) {
+        rls_tls_conn_free(c);
+        ERR_clear_error();
+        return NULL;
+    }
+    ERR_clear_error();
+    (void)SSL_do_handshake(c->ssl); /* the ClientHello, into out */
+    ERR_clear_error();
+    return c;
+}
+
 /* Whether the first record is still partial and worth waiting for: a
  * handshake record of TLS's versions, of a length a record may have
  * (2^14), not all fed yet. Anything else goes to OpenSSL at once, which
@@ -416,8 +457,8 @@ static int ssl_failed(rls_tls_conn_t *c, int ret, const char *during)
                  c->alpn);
     } else if (!c->ready && v != X509_V_OK) {
         reason = RLS_TLS_BAD_CERT;
-        snprintf(c->why, sizeof(c->why),
-                 "TLS %s: client certificate refused: %s", during,
+        snprintf(c->why, sizeof(c->why), "TLS %s: %s certificate refused: %s",
+                 during, c->client ? "server" : "client",
                  X509_verify_cert_error_string(v));
     } else {
         if (lib == ERR_LIB_SSL) {
@@ -494,7 +535,7 @@ int rls_tls_conn_feed(rls_tls_conn_t *c, const uint8_t *p, size_t n)
         return RL_EIO;
     if (n == 0)
         return 0;
-    if (c->fed == 0 && p[0] != 0x16)
+    if (c->fed == 0 && p[0] != 0x16 && !c->client)
         return not_tls(c, p[0]);
     if (n > INT_MAX || BIO_write(c->in, p, (int)n) != (int)n) {
         ERR_clear_error();

@@ -104,6 +104,17 @@ void rls_tls_free(rls_tls_t *t);
  * none is served). Returns NULL when out of memory. */
 rls_tls_conn_t *rls_tls_conn_new(rls_tls_t *t, const char *alpn);
 
+/* The client side of the same (the xDS client's connection to its
+ * control plane): an SSL object under ctx (the caller's client SSL_CTX,
+ * which must outlive the call; the connection keeps a reference), the
+ * server's name `name` sent as SNI and checked against its certificate
+ * (an IP address is checked as one), its ClientHello waiting in
+ * rls_tls_conn_take. Then feed, read, write, take, ready and why work
+ * as for a server's connection (a failed handshake: why names the
+ * server's certificate or OpenSSL's reason). Returns NULL when out of
+ * memory. */
+struct ssl_ctx_st;
+rls_tls_conn_t *rls_tls_conn_client(struct ssl_ctx_st *ctx, const char *name);
 /* NULL is fine. */
 void rls_tls_conn_free(rls_tls_conn_t *c);
 

@@ -28,7 +28,8 @@ typedef struct rls_tls_reload_s {
 int rls_tls_reload_start(rls_tls_reload_t *r, uv_loop_t *loop, rls_tls_t *tls,
                          uint64_t settle_ms);
 
-/* Asks for a reload now, as SIGHUP does. Returns 0 or a libuv error. */
+/* Asks for a reload now, as SIGHUP does. Returns as rls_reloader_now (0,
+ * RL_ENOMEM or RL_EIO). */
 int rls_tls_reload_now(rls_tls_reload_t *r);
 
 /* Closes the handles (idempotent); a reload under way is discarded. */

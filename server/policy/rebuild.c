@@ -66,8 +66,9 @@ static int start_thread(rls_rebuild_t *rb)
         rb->running = 0;
         uv_unref((uv_handle_t *)&rb->async);
         rb->done(rb, 1);
+        return rc == UV_ENOMEM || rc == UV_EAGAIN ? RL_ENOMEM : RL_EIO;
     }
-    return rc;
+    return RL_OK;
 }
 
 int rls_rebuild_init(rls_rebuild_t *rb, uv_loop_t *loop,
@@ -84,7 +85,7 @@ int rls_rebuild_init(rls_rebuild_t *rb, uv_loop_t *loop,
     rb->done = done;
     rb->arg = arg;
     if ((rc = uv_async_init(loop, &rb->async, on_async)) != 0)
-        return rc;
+        return rc == UV_ENOMEM ? RL_ENOMEM : RL_EIO;
     rb->async.data = rb;
     /* Idle, it must not keep the loop alive. */
     uv_unref((uv_handle_t *)&rb->async);

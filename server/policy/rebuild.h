@@ -1,5 +1,5 @@
 /* Building a new policy off the loop (rebuild.c), for the rules file
- * (reload.c) and the --envoy-config files (envoy_reload.c) alike.
+ * (rules_reload.c) and the --envoy-config files (envoy/reload.c) alike.
  *
  * Parsing a 16 MiB file takes the better part of a second: done on the
  * loop, every listener would stand still meanwhile. So a rebuild is
@@ -41,7 +41,8 @@ struct rls_rebuild_s {
 };
 
 /* Sets rb up (a handle on loop; nothing runs until rls_rebuild_request).
- * Returns 0 or a libuv error (then requests do nothing). */
+ * Returns 0, or RL_ENOMEM / RL_EIO when the loop gives no handle (then
+ * requests do nothing). */
 int rls_rebuild_init(rls_rebuild_t *rb, uv_loop_t *loop,
                      void (*start)(rls_rebuild_t *rb),
                      void (*work)(rls_rebuild_t *rb),
@@ -49,9 +50,9 @@ int rls_rebuild_init(rls_rebuild_t *rb, uv_loop_t *loop,
                      void *arg);
 
 /* Asks for a rebuild: starts one now, or once more after the one running.
- * Returns 0, or a libuv error when the thread could not be made (done is
- * then called at once to discard what start prepared). Does nothing once
- * closing. */
+ * Returns 0, or RL_ENOMEM (the system's threads or memory are used up)
+ * or RL_EIO when the thread could not be made (done is then called at
+ * once to discard what start prepared). Does nothing once closing. */
 int rls_rebuild_request(rls_rebuild_t *rb);
 
 /* No more rebuilds; one running is discarded when it ends, and the handle

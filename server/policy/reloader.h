@@ -1,5 +1,5 @@
 /* Reloading a policy from its files (reloader.c): the part the rules file
- * (reload.c) and the --envoy-config files (envoy_reload.c) share. A
+ * (rules_reload.c) and the --envoy-config files (envoy/reload.c) share. A
  * reload starts on SIGHUP, or when one of the files changes and has
  * settled (watch.h: each file's directory is watched, so a rename over a
  * file and a Kubernetes ConfigMap's ..data switch are seen; a file written
@@ -11,7 +11,13 @@
  * reloader owns the signal, the watch, the rebuild and the files'
  * signatures, refuses a build whose files changed while they were read (the
  * watch reads them again once they settle), and logs and counts a
- * refused build in the same words for every kind of file. */
+ * refused build in the same words for every kind of file.
+ *
+ * The family: each kind of file has its <kind>_reload.c (the rules file's
+ * policy/rules_reload.c, envoy/reload.c, net/tls_reload.c: what is built
+ * and how it goes in force), all on this reloader (the when), which builds
+ * on rebuild.c's thread (the where: off the loop; the xDS client's builds
+ * use that thread too). */
 #ifndef RLS_POLICY_RELOADER_H
 #define RLS_POLICY_RELOADER_H
 
@@ -72,16 +78,17 @@ typedef struct rls_reloader_s {
 /* Starts SIGHUP and, with files, the watch. sigs (per file; NULL: the
  * files as they are now) is what the caller built what is in force from;
  * a change since is loaded once settled for settle_ms. Returns 0; RL_ENOMEM
- * with nothing started (logged: the server runs on without reloads, and
- * close is still fine); or the watch's error, logged (SIGHUP still
- * reloads then). */
+ * with nothing started (logged, and close is still fine; no SIGHUP
+ * handler is installed, so rls_server_start stops there); or the watch's error,
+ * logged (SIGHUP still reloads then). */
 int rls_reloader_start(rls_reloader_t *r, uv_loop_t *loop, const char *what,
                        const char *const *paths, size_t npaths,
                        const uint64_t (*sigs)[4], uint64_t settle_ms,
                        const rls_reloader_ops_t *ops, void *arg);
 
-/* Asks for a rebuild now, as SIGHUP does (no settling). Returns 0 or a
- * libuv error. */
+/* Asks for a rebuild now, as SIGHUP does (no settling). Returns 0, or
+ * RL_ENOMEM / RL_EIO when no thread could be made for it
+ * (rls_rebuild_request). */
 int rls_reloader_now(rls_reloader_t *r);
 
 /* Closes the handles (idempotent); memory goes with their callbacks, and

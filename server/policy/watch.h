@@ -1,5 +1,5 @@
-/* Watching policy files for changes (watch.c): the rules file (reload.c)
- * and the --envoy-config files (envoy_reload.c) alike.
+/* Watching policy files for changes (watch.c): the rules file (rules_reload.c)
+ * and the --envoy-config files (envoy/reload.c) alike.
  *
  * Each file's directory is watched, not the file: editors and config
  * managers replace a file by renaming a new one over it, and Kubernetes

@@ -81,7 +81,7 @@ typedef struct {
 typedef struct {
     int64_t at, c1, c2;
     int keep, write;
-} swc_t;
+} sliding_counter_t;
 
 /* One limit of an "a" op, and its key in KEYS: a fixed window's counter;
  * a sliding-window-counter's state "<index>:<count>:<previous>" (the
@@ -101,7 +101,7 @@ typedef struct {
                      the current and previous counts; a TAT; a log's sum
                      and newest entry's time */
     log_t log;    /* l: the log as read */
-    swc_t sw;     /* s: the state as read, and where the cost goes */
+    sliding_counter_t sw; /* s: the state as read, and where the cost goes */
 } alim_t;
 
 typedef struct {
@@ -551,7 +551,7 @@ static void *alim_open(batch_t *b, const aop_t *ao, const alim_t *l)
 
 /* The decimal int64 in s up to the first ':' (or end); advances *s past
  * that ':'. 0, or -1. */
-static int swc_field(const char **s, const char *end, int64_t *v)
+static int counter_field(const char **s, const char *end, int64_t *v)
 {
     const char *c = memchr(*s, ':', (size_t)(end - *s));
     const char *e = c != NULL ? c : end;
@@ -567,9 +567,9 @@ static int swc_field(const char **s, const char *end, int64_t *v)
  * s is not such a state (the script's sread). A count the key no longer
  * holds is the limit: I - 1's at I + 1 (its share is never dropped), I's
  * own further ahead (nothing admitted goes uncounted). */
-static int swc_read(alim_t *l, const char *s, size_t len)
+static int sliding_counter_read(alim_t *l, const char *s, size_t len)
 {
-    swc_t *w = &l->sw;
+    sliding_counter_t *w = &l->sw;
     const char *p = s, *end;
     int64_t I = l->idx, S, c1, c2;
 
@@ -580,10 +580,10 @@ static int swc_read(alim_t *l, const char *s, size_t len)
     if (s == NULL)
         return 0;
     end = s + len; /* not before: NULL + 0 is undefined */
-    if (len == 0 || p[0] == '-' || swc_field(&p, end, &S) != 0 || p == end ||
-        swc_field(&p, end, &c1) != 0 || p == end ||
+    if (len == 0 || p[0] == '-' || counter_field(&p, end, &S) != 0 ||
+        p == end || counter_field(&p, end, &c1) != 0 || p == end ||
         memchr(p, ':', (size_t)(end - p)) != NULL ||
-        swc_field(&p, end, &c2) != 0)
+        counter_field(&p, end, &c2) != 0)
         return -1;
     if (S == I) {
         w->c1 = l->v[0] = c1;
@@ -770,9 +770,9 @@ static void put_alg_text(batch_t *b, const aop_t *ao, char tag, uint64_t adm)
 }
 
 /* Writes a sliding-window-counter's state back with add admitted. */
-static void swc_write(batch_t *b, const alim_t *l, int64_t add)
+static void sliding_counter_write(batch_t *b, const alim_t *l, int64_t add)
 {
-    const swc_t *w = &l->sw;
+    const sliding_counter_t *w = &l->sw;
     char t[3 * 24], *p = t + sizeof(t);
 
     if (!w->write)
@@ -839,12 +839,12 @@ static size_t parse_limits(const batch_t *b, size_t p, alim_t *ls, uint32_t n)
  * arrival order (refusals consume nothing), and when it admitted some
  * writes what rl_admit_added says: the cost admitted, added to a fixed
  * window's counter (its expiry set when it was missing or 0) or a
- * sliding-window-counter's count (swc_write) or appended to a log, or the new
- * TAT, expiring a grace after it. A refusal writes nothing: unlike the plain
- * op, which removes a counter found at 0 (the script's INCRBY then DEL), an "a"
- * op leaves every key as it was. Then puts the op's reply entry: the count
- * admitted and what each key held (a log: its sum, newest entry, and oldest
- * entries). */
+ * sliding-window-counter's count (sliding_counter_write) or appended to a log,
+ * or the new TAT, expiring a grace after it. A refusal writes nothing: unlike
+ * the plain op, which removes a counter found at 0 (the script's INCRBY then
+ * DEL), an "a" op leaves every key as it was. Then puts the op's reply entry:
+ * the count admitted and what each key held (a log: its sum, newest entry, and
+ * oldest entries). */
 static void decide_alg(batch_t *b, aop_t *ao, const op_t *o, char tag)
 {
     const char *err = b->refuse;
@@ -869,7 +869,7 @@ static void decide_alg(batch_t *b, aop_t *ao, const op_t *o, char tag)
         } else if (l->algo == 's') {
             if (b->io->sget(b->env, l->h, &s, &len) != RLM_VAL_OK)
                 err = RLM_ERR_WRONGTYPE;
-            else if (swc_read(l, s, len) != 0)
+            else if (sliding_counter_read(l, s, len) != 0)
                 err = RLM_ERR_NOTINT;
         } else if ((rc = b->io->get(b->env, l->h, &l->v[0], &exists)) !=
                    RLM_VAL_OK) {
@@ -928,7 +928,7 @@ static void decide_alg(batch_t *b, aop_t *ao, const op_t *o, char tag)
                          (int64_t)(add[j] / 1000 + (add[j] % 1000 != 0)) +
                              b->grace);
         else if (l->algo == 's')
-            swc_write(b, l, (int64_t)add[j]);
+            sliding_counter_write(b, l, (int64_t)add[j]);
         else
             b->io->write(b->env, l->h, l->v[0] + (int64_t)add[j],
                          l->v[0] == 0 ? l->exp : 0);

@@ -56,7 +56,7 @@ typedef struct ent_s {
 
 /* What an entry holds: a counter (a TAT, a log), a caller's settled set
  * (leases: its (id, end ms) pairs; count: its floor, the latest end it
- * dropped) or a lease set (store/xop.c, store.h's RLS_XOP_*). */
+ * dropped) or a lease set (store/reserve.c, reserve.h's RLS_XOP_*). */
 enum { ENT_COUNTER = 0, ENT_SETTLED = 1, ENT_LEASES = 2 };
 
 /* A lease set or a settled set: n (id, end ms) pairs in no order. */
@@ -672,10 +672,10 @@ static void m_close(rls_store_t *s, void (*done)(void *), void *arg)
 
 /* ---- reservations and leases (store.h, RLS_XOP_*) ----------------------
  *
- * The same answers as store/xop.lua, on entries of their own: a caller's
+ * The same answers as store/reserve.lua, on entries of their own: a caller's
  * settled set "<key>:x" (its floor in the same entry) and a lease set
  * "<key>:c". Both expire and are swept as counters are, and count against
- * the budget: an xop that would need memory past it fails with RL_ENOMEM
+ * the budget: an operation that would need memory past it fails with RL_ENOMEM
  * and changes nothing. */
 
 #define XOP_MAXN INT64_C(9007199254740991) /* as the script's doubles */
@@ -695,8 +695,8 @@ static void ent_extend(ent_t *e, uint64_t at)
 }
 
 /* The key "<op key><suffix>" into dst, its hash into *h; its length. */
-static size_t xop_key(const mstore_t *m, const rls_xop_t *x, const char *sfx,
-                      size_t sl, char *dst, uint64_t *h)
+static size_t reserve_key(const mstore_t *m, const rls_xop_t *x,
+                          const char *sfx, size_t sl, char *dst, uint64_t *h)
 {
     memcpy(dst, x->key, x->key_len);
     memcpy(dst + x->key_len, sfx, sl);
@@ -799,7 +799,7 @@ static void settled_add(ent_t *e, const rls_xop_t *x, uint64_t cap)
     ent_extend(e, group_time(x->until_ms));
 }
 
-static int xop_settle(mstore_t *m, rls_xop_t *x)
+static int settle_reservation(mstore_t *m, rls_xop_t *x)
 {
     char mk[OPKEY_MAX + 4];
     xplan_t p[RL_ADMIT_WINDOWS_MAX];
@@ -815,7 +815,7 @@ static int xop_settle(mstore_t *m, rls_xop_t *x)
 
     if (cap > UINT32_MAX / 4)
         cap = UINT32_MAX / 4;
-    mlen = xop_key(m, x, ":x", 2, mk, &mh);
+    mlen = reserve_key(m, x, ":x", 2, mk, &mh);
     me = find(m, mk, mlen, mh);
     if (me != NULL && me->kind != ENT_SETTLED)
         return RL_ESTORE; /* cannot be: no other key ends in ":x" */
@@ -974,12 +974,12 @@ static int xop_settle(mstore_t *m, rls_xop_t *x)
     return 0;
 }
 
-static int xop_lease(mstore_t *m, rls_xop_t *x)
+static int lease_op(mstore_t *m, rls_xop_t *x)
 {
     char key[OPKEY_MAX + 4];
     rls_store_stats_t *st = &m->base.stats;
     uint64_t h, now = x->now_ms, latest = 0;
-    size_t klen = xop_key(m, x, ":c", 2, key, &h);
+    size_t klen = reserve_key(m, x, ":c", 2, key, &h);
     ent_t *e = find(m, key, klen, h);
     mlease_t *g = e != NULL ? e->leases : NULL;
     int64_t at;
@@ -1066,7 +1066,8 @@ static int xop_lease(mstore_t *m, rls_xop_t *x)
 }
 
 /* Runs x at once (store.h, rls_store_xop; x was checked there). */
-static void m_xop(rls_store_t *s, rls_xop_t *x, rls_xop_cb cb, void *data)
+static void m_reserve_op(rls_store_t *s, rls_xop_t *x, rls_xop_cb cb,
+                         void *data)
 {
     mstore_t *m = (mstore_t *)s;
 
@@ -1077,9 +1078,9 @@ static void m_xop(rls_store_t *s, rls_xop_t *x, rls_xop_cb cb, void *data)
         x->delta > XOP_DELTA_MAX || x->delta < -XOP_DELTA_MAX)
         x->err = RL_ESTORE;
     else if (x->kind == RLS_XOP_SETTLE)
-        x->err = xop_settle(m, x);
+        x->err = settle_reservation(m, x);
     else
-        x->err = xop_lease(m, x);
+        x->err = lease_op(m, x);
     if (x->err != 0) {
         x->result = 0;
         x->count = 0;
@@ -1088,8 +1089,8 @@ static void m_xop(rls_store_t *s, rls_xop_t *x, rls_xop_cb cb, void *data)
     cb(data, x);
 }
 
-static const rls_store_vtbl_t memory_vtbl = {m_submit, m_now, m_up, m_close,
-                                             NULL,     NULL,  m_xop};
+static const rls_store_vtbl_t memory_vtbl = {
+    m_submit, m_now, m_up, m_close, NULL, NULL, m_reserve_op};
 
 rls_store_t *rls_store_memory_new(uv_loop_t *loop)
 {

@@ -874,7 +874,7 @@ static int route_command(rls_store_t *s, int argc, const char **argv,
     if (argc < 2 || cl->closing)
         return RL_ESTORE;
     /* EVAL's and EVALSHA's first key comes after the script and numkeys
-     * (store/xop.c). */
+     * (store/reserve.c). */
     if (argc >= 4 && ((lens[0] == 4 && memcmp(argv[0], "EVAL", 4) == 0) ||
                       (lens[0] == 7 && memcmp(argv[0], "EVALSHA", 7) == 0)))
         kx = 3;

@@ -39,7 +39,7 @@
 #             seed decides exactly and audits clean under load, counters
 #             land on all 3 masters, rl-ctl sets a quota over TLS; a server
 #             given the wrong CA logs the verification failure
-#   xop       the store's reservations and leases (store/xop.lua through
+#   xop       the store's reservations and leases (store/reserve.lua through
 #             the cluster store's command()): test_store_xop's scripted run
 #             against its model, on this cluster (RLT_XOP_BIN names the
 #             test binary, RLT_XOP_CLUSTER tells it the seed)

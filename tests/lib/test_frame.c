@@ -311,6 +311,65 @@ static void test_take(void **state)
     rl_buf_free(&b);
 }
 
+/* rl_frame_length reads what the header declares, whatever the flag and
+ * however large, so a caller can size the rest or report a refused frame. */
+static void test_length(void **state)
+{
+    uint8_t p[RL_FRAME_HEADER];
+
+    (void)state;
+    put_header(p, 0, 0);
+    assert_int_equal(rl_frame_length(p), 0);
+    put_header(p, RL_FRAME_COMPRESSED, 0x01020304u);
+    assert_int_equal(rl_frame_length(p), 0x01020304u);
+    put_header(p, 0xff, UINT32_MAX);
+    assert_int_equal(rl_frame_length(p), UINT32_MAX);
+}
+
+/* rl_frame_reserve + rl_frame_commit write a frame rl_frame_take reads
+ * back; a reservation that does not fit leaves the buffer as it was. */
+static void test_reserve_commit(void **state)
+{
+    rl_buf_t b;
+    rl_frame_t f;
+    uint8_t *w;
+    size_t len, k;
+
+    (void)state;
+    rl_buf_init(&b, 64);
+    for (len = 0; len <= 3; len++) {
+        assert_int_equal(rl_frame_reserve(&b, len, &w), RL_OK);
+        memset(w, 'a' + (int)len, len);
+        rl_frame_commit(&b, len);
+    }
+    assert_int_equal(rl_buf_len(&b), 4 * RL_FRAME_HEADER + 0 + 1 + 2 + 3);
+    for (len = 0; len <= 3; len++) {
+        assert_int_equal(rl_frame_take(&b, MAXP, &f), RL_OK);
+        assert_int_equal(f.len, len);
+        assert_int_equal(f.size, RL_FRAME_HEADER + len);
+        for (k = 0; k < len; k++)
+            assert_int_equal(f.payload[k], 'a' + (int)len);
+    }
+    assert_int_equal(rl_buf_len(&b), 0);
+
+    /* 64 bytes of cap: a 59-byte payload fills it, one more does not fit */
+    assert_int_equal(rl_frame_reserve(&b, 60, &w), RL_EFULL);
+    assert_int_equal(rl_buf_len(&b), 0);
+    assert_int_equal(rl_frame_reserve(&b, 59, &w), RL_OK);
+    memset(w, 0, 59);
+    rl_frame_commit(&b, 59);
+    assert_int_equal(rl_frame_take(&b, MAXP, &f), RL_OK);
+    assert_int_equal(f.len, 59);
+
+    /* a length the header's 32 bits cannot say is refused, not wrapped */
+    if (SIZE_MAX > UINT32_MAX) {
+        assert_int_equal(rl_frame_reserve(&b, (size_t)UINT32_MAX + 1, &w),
+                         RL_EINVAL);
+        assert_int_equal(rl_buf_len(&b), 0);
+    }
+    rl_buf_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -322,6 +381,8 @@ int main(void)
         cmocka_unit_test(test_garbage),
         cmocka_unit_test(test_several_frames_in_one_buffer),
         cmocka_unit_test(test_take),
+        cmocka_unit_test(test_length),
+        cmocka_unit_test(test_reserve_commit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -76,11 +76,11 @@ static int parse_u64(const char *s, uint64_t max, uint64_t *v)
     unsigned long long x;
 
     if (s[0] < '0' || s[0] > '9')
-        return -1;
+        return RL_EINVAL;
     errno = 0;
     x = strtoull(s, &end, 10);
     if (errno || *end || x > max)
-        return -1;
+        return RL_EINVAL;
     *v = x;
     return 0;
 }
@@ -91,7 +91,7 @@ static int parse_pct(const char *s, double *v)
 
     errno = 0;
     *v = strtod(s, &end);
-    return errno || *end || end == s || !(*v >= 0 && *v <= 100) ? -1 : 0;
+    return errno || *end || end == s || !(*v >= 0 && *v <= 100) ? RL_EINVAL : 0;
 }
 
 static int parse_thresholds(const char *s, rlf_sim_conf_t *c)
@@ -99,17 +99,17 @@ static int parse_thresholds(const char *s, rlf_sim_conf_t *c)
     char buf[1024], *tok, *save = NULL;
 
     if (strlen(s) >= sizeof(buf))
-        return -1;
+        return RL_EINVAL;
     strcpy(buf, s);
     c->ncand = 0;
     for (tok = strtok_r(buf, ",", &save); tok;
          tok = strtok_r(NULL, ",", &save)) {
         if (c->ncand == RLF_CAND_MAX ||
             parse_u64(tok, UINT32_MAX, &c->cand[c->ncand]) != 0)
-            return -1;
+            return RL_EINVAL;
         c->ncand++;
     }
-    return c->ncand ? 0 : -1;
+    return c->ncand ? 0 : RL_EINVAL;
 }
 
 static int parse_window(const char *s, rlf_sim_conf_t *c)
@@ -118,15 +118,15 @@ static int parse_window(const char *s, rlf_sim_conf_t *c)
     uint64_t w, m = 1;
 
     if (c->nwin == RL_ADMIT_WINDOWS_MAX || strlen(s) >= sizeof(buf))
-        return -1;
+        return RL_EINVAL;
     strcpy(buf, s);
     if ((colon = strchr(buf, ':')) != NULL) {
         *colon = '\0';
         if (parse_u64(colon + 1, UINT32_MAX, &m) != 0 || m == 0)
-            return -1;
+            return RL_EINVAL;
     }
     if (parse_u64(buf, UINT32_MAX, &w) != 0 || w == 0)
-        return -1;
+        return RL_EINVAL;
     c->window_s[c->nwin] = (uint32_t)w;
     c->mult[c->nwin] = (uint32_t)m;
     c->nwin++;
@@ -144,7 +144,7 @@ static int parse_algo(const char *s, uint8_t *algo)
     else if (strcmp(s, "sliding-window") == 0 || strcmp(s, "swl") == 0)
         *algo = RL_ALGO_SWL;
     else
-        return -1;
+        return RL_EINVAL;
     return 0;
 }
 
@@ -307,7 +307,7 @@ static int write_svg(const char *path, const rlf_sim_conf_t *c,
     size_t i;
 
     if (f == NULL)
-        return -1;
+        return RL_EIO;
     for (i = 0; i < c->ncand; i++)
         if (share[i] > ymax)
             ymax = share[i];
@@ -361,7 +361,7 @@ static int write_svg(const char *path, const rlf_sim_conf_t *c,
 #undef PX
 #undef PY
     fprintf(f, "</svg>\n");
-    return fclose(f) == 0 ? 0 : -1;
+    return fclose(f) == 0 ? 0 : RL_EIO;
 }
 
 static void report(fit_t *f, const rlf_sim_conf_t *c, double tu, double tp,

@@ -1,4 +1,4 @@
-/* --envoy-config DIR (server/envoy/dir.c, envoy_reload.c): which
+/* --envoy-config DIR (server/envoy/dir.c, envoy/reload.c): which
  * files of a directory are read, its signature, and a reload on a real
  * loop when a ConfigMap-style directory is switched (..data swapped, a key
  * added, then one removed), as Kubernetes updates a mounted ConfigMap. */

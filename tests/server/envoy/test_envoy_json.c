@@ -15,6 +15,7 @@
 #include "envoy/service/ratelimit/v3/rls.pb-c.h"
 #include "google/protobuf/struct.pb-c.h"
 #include "envoy/json.h"
+#include "envoy/pbvalue.h"
 #include "rl_error.h"
 
 typedef Envoy__Service__Ratelimit__V3__RateLimitRequest req_t;
@@ -169,12 +170,12 @@ static void test_writes(void **state)
     Envoy__Service__Ratelimit__V3__RateLimitResponse__RateLimit rl;
     Google__Protobuf__Duration du = GOOGLE__PROTOBUF__DURATION__INIT;
     Envoy__Config__Core__V3__HeaderValue h, *hp = &h;
-    Google__Protobuf__Struct st = GOOGLE__PROTOBUF__STRUCT__INIT;
-    Google__Protobuf__Struct__FieldsEntry fe[3], *fep[3];
-    Google__Protobuf__Value v[3];
+    rls_pbv_t pb;
+    Google__Protobuf__Struct *st;
+    Google__Protobuf__Value *z;
     uint8_t w[1024];
     rl_buf_t out;
-    size_t len, i;
+    size_t len;
     int code;
 
     (void)state;
@@ -196,29 +197,17 @@ static void test_writes(void **state)
     ds[1].limit_remaining = 4;
     h.key = (char *)"RateLimit-Limit";
     h.value = (char *)"\x01";
-    for (i = 0; i < 3; i++) {
-        google__protobuf__struct__fields_entry__init(&fe[i]);
-        google__protobuf__value__init(&v[i]);
-        fe[i].value = &v[i];
-        fep[i] = &fe[i];
-    }
-    fe[0].key = (char *)"z";
-    v[0].kind_case = GOOGLE__PROTOBUF__VALUE__KIND_NUMBER_VALUE;
-    v[0].number_value = 0.5;
-    fe[1].key = (char *)"a";
-    v[1].kind_case = GOOGLE__PROTOBUF__VALUE__KIND_NUMBER_VALUE;
-    v[1].number_value = 3;
-    fe[2].key = (char *)"m";
-    v[2].kind_case = GOOGLE__PROTOBUF__VALUE__KIND_BOOL_VALUE;
-    v[2].bool_value = 1;
-    st.n_fields = 3;
-    st.fields = fep;
+    rls_pbv_init(&pb);
+    st = rls_pbv_struct_new(&pb);
+    rls_pbv_set(&pb, st, "z", z = rls_pbv_number(&pb, 0.5));
+    rls_pbv_set(&pb, st, "a", rls_pbv_number(&pb, 3));
+    rls_pbv_set(&pb, st, "m", rls_pbv_bool(&pb, 1));
     r.overall_code = 2;
     r.n_statuses = 2;
     r.statuses = dsp;
     r.n_response_headers_to_add = 1;
     r.response_headers_to_add = &hp;
-    r.dynamic_metadata = &st;
+    r.dynamic_metadata = st;
     len = envoy__service__ratelimit__v3__rate_limit_response__pack(&r, w);
     rl_buf_init(&out, 1u << 20);
     assert_int_equal(rls_envoy_json_response(w, len, &out, &code), RL_OK);
@@ -233,7 +222,7 @@ static void test_writes(void **state)
         "\"RateLimit-Limit\",\"value\":\"\\u0001\"}],\"dynamicMetadata\":"
         "{\"a\":3,\"m\":true,\"z\":0.5}}");
     /* protojson refuses a NaN in a Struct: so does the writer. */
-    v[0].number_value = 0.0 / 0.0;
+    z->number_value = 0.0 / 0.0;
     len = envoy__service__ratelimit__v3__rate_limit_response__pack(&r, w);
     rl_buf_reset(&out);
     assert_int_equal(rls_envoy_json_response(w, len, &out, &code), RL_EINVAL);
@@ -245,6 +234,7 @@ static void test_writes(void **state)
     assert_int_equal(rl_buf_len(&out), 2);
     assert_memory_equal(rl_buf_rptr(&out), "{}", 2);
     rl_buf_free(&out);
+    rls_pbv_free(&pb);
 }
 
 int main(void)

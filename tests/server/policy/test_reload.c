@@ -1,5 +1,5 @@
-/* Reloads in process, on a real libuv loop (server/policy/reload.c,
- * envoy_reload.c, rebuild.c, watch.c): the parse runs off the loop, so the
+/* Reloads in process, on a real libuv loop (server/policy/rules_reload.c,
+ * envoy/reload.c, rebuild.c, watch.c): the parse runs off the loop, so the
  * policy in force keeps answering, whole, while a rebuild is held on its
  * thread by the rebuild's test hook; requests for a rebuild while
  * one runs coalesce into one more; a server that stops while a rebuild is
@@ -28,7 +28,7 @@
 
 #include "base/log.h"
 #include "envoy/reload.h"
-#include "policy/reload.h"
+#include "policy/rules_reload.h"
 #include "rl_error.h"
 #include "rlt_fx.h"
 
@@ -41,7 +41,7 @@
 typedef struct fx_s {
     uv_loop_t loop;
     rls_runtime_t rt;
-    rls_reload_t r;
+    rls_rules_reload_t r;
     uv_timer_t tick;
     char dir[64], path[128];
     sem_t go;
@@ -97,13 +97,13 @@ static void on_tick(uv_timer_t *t)
 
     if (f->phase == 0) {
         /* Ask for a rebuild, as SIGHUP does. */
-        assert_int_equal(rls_reload_now(&f->r), 0);
+        assert_int_equal(rls_rules_reload_now(&f->r), 0);
         f->phase = 1;
         return;
     }
     if (f->phase == 1 && atomic_load(&f->timed_out)) {
         /* The rebuild held the loop itself: fail, not hang. */
-        rls_reload_close(&f->r);
+        rls_rules_reload_close(&f->r);
         uv_close((uv_handle_t *)&f->tick, NULL);
         return;
     }
@@ -117,10 +117,10 @@ static void on_tick(uv_timer_t *t)
         if (++f->turns_held < TURNS_HELD)
             return;
         for (i = 0; i < f->asks_while_held; i++)
-            assert_int_equal(rls_reload_now(&f->r), 0);
+            assert_int_equal(rls_rules_reload_now(&f->r), 0);
         f->phase = 2;
         if (f->close_while_held) {
-            rls_reload_close(&f->r);
+            rls_rules_reload_close(&f->r);
             uv_close((uv_handle_t *)&f->tick, NULL);
         }
         sem_post(&f->go);
@@ -129,7 +129,7 @@ static void on_tick(uv_timer_t *t)
     /* phase 2: wait for the new policy (and any rebuild after it). */
     if (f->rt.generation < 2 || f->r.rl.rebuild.running)
         return;
-    rls_reload_close(&f->r);
+    rls_rules_reload_close(&f->r);
     uv_close((uv_handle_t *)&f->tick, NULL);
 }
 
@@ -169,8 +169,8 @@ static int teardown(void **state)
 /* Runs the loop through the phases with the reloader watching f->path. */
 static void run(fx_t *f, uint64_t settle_ms)
 {
-    assert_int_equal(rls_reload_start(&f->r, &f->loop, &f->rt, f->path, NULL, 0,
-                                      10, settle_ms),
+    assert_int_equal(rls_rules_reload_start(&f->r, &f->loop, &f->rt, f->path,
+                                            NULL, 0, 10, settle_ms),
                      0);
     f->r.rl.rebuild.hook = hook;
     uv_timer_init(&f->loop, &f->tick);

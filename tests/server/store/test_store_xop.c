@@ -1,7 +1,7 @@
-/* Reservations and leases (store.h, RLS_XOP_*; store/xop.c, store/xop.lua
- * and the memory store's own): a long scripted run of batches that charge
- * reservations, settles, and lease operations on a clock the test moves,
- * checked field by field against a model written here (the batches'
+/* Reservations and leases (reserve.h, RLS_XOP_*; store/reserve.c,
+ * store/reserve.lua and the memory store's own): a long scripted run of
+ * batches that charge reservations, settles, and lease operations on a
+ * clock the test moves, checked field by field against a model written here (the batches'
  * admissions by lib/admit.c), on the memory store, on a private Redis and,
  * when RLT_XOP_CLUSTER names a node ("host:port", tests/cluster's
  * rcluster_xop), on a Redis Cluster. Then the edge cases one by one: a

@@ -1,5 +1,5 @@
--- Reservations and leases (store.h, RLS_XOP_*): one script for every kind,
--- sent by store/xop.c through the store's command() as EVAL, one call per
+-- Reservations and leases (reserve.h, RLS_XOP_*): one script for every kind,
+-- sent by store/reserve.c through the store's command() as EVAL, one call per
 -- operation, outside batches. Every key it touches is in KEYS and shares
 -- the op key's hash tag, so a Cluster master runs it as one slot.
 --

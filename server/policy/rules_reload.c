@@ -1,5 +1,5 @@
-/* Reloading the rules file; see reload.h. */
-#include "policy/reload.h"
+/* Reloading the rules file; see rules_reload.h. */
+#include "policy/rules_reload.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,8 +11,8 @@
 /* On the loop: what the rebuild compares against. */
 static void job_begin(void *arg)
 {
-    rls_reload_t *r = arg;
-    struct rls_reload_job_s *j = &r->job;
+    rls_rules_reload_t *r = arg;
+    struct rls_rules_reload_job_s *j = &r->job;
 
     j->old = rls_policy_ref(r->rt->policy);
     j->p = NULL;
@@ -22,7 +22,7 @@ static void job_begin(void *arg)
 
 /* On the worker: the rules of the policy in force that p lacks, the first
  * few named. Both policies are immutable; the loop holds both alive. */
-static void find_missing(struct rls_reload_job_s *j)
+static void find_missing(struct rls_rules_reload_job_s *j)
 {
     size_t i, n = rls_policy_count(j->old), used = 0;
 
@@ -30,22 +30,23 @@ static void find_missing(struct rls_reload_job_s *j)
         const rls_rule_t *x = rls_policy_rule_at(j->old, i);
         if (rls_policy_find(j->p, x->name, x->name_len) != NULL)
             continue;
-        if (++j->nmissing <= RLS_RELOAD_MISSING_NAMED) {
+        if (++j->nmissing <= RLS_RULES_RELOAD_MISSING_NAMED) {
             int k = snprintf(j->missing + used, sizeof(j->missing) - used,
                              "%s%s", used ? "," : "", x->name);
             if (k > 0 && (size_t)k < sizeof(j->missing) - used)
                 used += (size_t)k;
         }
     }
-    if (j->nmissing > RLS_RELOAD_MISSING_NAMED && used + 4 < sizeof(j->missing))
+    if (j->nmissing > RLS_RULES_RELOAD_MISSING_NAMED &&
+        used + 4 < sizeof(j->missing))
         memcpy(j->missing + used, ",...", 5);
 }
 
 /* On the worker: read, parse, validate. Touches nothing of the loop's. */
 static int job_build(void *arg, rls_diag_t *diag)
 {
-    rls_reload_t *r = arg;
-    struct rls_reload_job_s *j = &r->job;
+    rls_rules_reload_t *r = arg;
+    struct rls_rules_reload_job_s *j = &r->job;
     int rc = rls_policy_build(r->flags, r->nflags, r->path, r->max_rules, &j->p,
                               diag);
 
@@ -94,8 +95,8 @@ static void drop_policy(uv_loop_t *loop, rls_policy_t *p)
 /* On the loop: swap the new policy in. */
 static int job_install(void *arg, uint64_t us)
 {
-    rls_reload_t *r = arg;
-    struct rls_reload_job_s *j = &r->job;
+    rls_rules_reload_t *r = arg;
+    struct rls_rules_reload_job_s *j = &r->job;
     uint64_t t_loop = uv_hrtime();
     int rc = rls_runtime_set_policy(r->rt, j->p);
 
@@ -122,7 +123,7 @@ static int job_install(void *arg, uint64_t us)
 
 static void job_end(void *arg)
 {
-    rls_reload_t *r = arg;
+    rls_rules_reload_t *r = arg;
 
     rls_policy_unref(r->job.p);
     rls_policy_unref(r->job.old);
@@ -136,14 +137,15 @@ static const rls_reloader_ops_t rules_ops = {
     .end = job_end,
 };
 
-int rls_reload_now(rls_reload_t *r)
+int rls_rules_reload_now(rls_rules_reload_t *r)
 {
     return rls_reloader_now(&r->rl);
 }
 
-int rls_reload_start(rls_reload_t *r, uv_loop_t *loop, rls_runtime_t *rt,
-                     const char *path, const char *const *flags,
-                     size_t nflags, size_t max_rules, uint64_t settle_ms)
+int rls_rules_reload_start(rls_rules_reload_t *r, uv_loop_t *loop,
+                           rls_runtime_t *rt, const char *path,
+                           const char *const *flags, size_t nflags,
+                           size_t max_rules, uint64_t settle_ms)
 {
     uint64_t seen[1][4];
 
@@ -160,7 +162,7 @@ int rls_reload_start(rls_reload_t *r, uv_loop_t *loop, rls_runtime_t *rt,
                               settle_ms, &rules_ops, r);
 }
 
-void rls_reload_close(rls_reload_t *r)
+void rls_rules_reload_close(rls_rules_reload_t *r)
 {
     rls_reloader_close(&r->rl);
 }

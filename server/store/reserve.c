@@ -1,6 +1,7 @@
-/* Reservations and leases on a store (store.h, rls_store_xop): the memory
- * store runs them itself (its vtable's xop); a Redis store gets the one
- * script store/xop.lua, which does every kind, through its command().
+/* Reservations and leases on a store (reserve.h, rls_store_xop): the
+ * memory store runs them itself (its vtable's xop); a Redis store gets the
+ * one script store/reserve.lua, which does every kind, through its
+ * command().
  *
  * Sent as EVALSHA, and again as EVAL when Redis answers NOSCRIPT (after a
  * restart, a failover, SCRIPT FLUSH, or on a master that never saw it):
@@ -15,23 +16,24 @@
 
 #include "rl_error.h"
 #include "rl_window.h"
+#include "store/reserve.h"
 #include "store/store.h"
-#include "store/xop.lua.h"
+#include "store/reserve.lua.h"
 
-static const char xop_script[] = RLS_LUA_XOP;
+static const char reserve_script[] = RLS_LUA_RESERVE;
 
 /* A log entry's cost has 10 digits (RLS_SWL_ENT), and every store bounds
  * delta the same way, so a settle past it fails everywhere alike. */
-#define XOP_DELTA_MAX INT64_C(9999999999)
+#define RESERVE_DELTA_MAX INT64_C(9999999999)
 /* Lua's numbers are doubles: a lease limit past 2^53 is no limit. */
-#define XOP_LIMIT_MAX (UINT64_C(1) << 53)
+#define RESERVE_LIMIT_MAX (UINT64_C(1) << 53)
 
 /* EVAL, script, numkeys, keys (the settled set, its floor, up to
  * RL_ADMIT_WINDOWS_MAX windows and a version 1 handle's marker), then
  * kind, now, until, delta, decided_at, nwin, three per window, the id and
  * the set's bound. */
-#define XOP_KEYS_MAX (3 + RL_ADMIT_WINDOWS_MAX)
-#define XOP_ARGC_MAX (3 + XOP_KEYS_MAX + 8 + 3 * RL_ADMIT_WINDOWS_MAX)
+#define RESERVE_KEYS_MAX (3 + RL_ADMIT_WINDOWS_MAX)
+#define RESERVE_ARGC_MAX (3 + RESERVE_KEYS_MAX + 8 + 3 * RL_ADMIT_WINDOWS_MAX)
 
 typedef struct {
     rls_store_t *s;
@@ -39,9 +41,9 @@ typedef struct {
     rls_xop_cb cb;
     void *data;
     int eval; /* sent as EVAL (after NOSCRIPT) */
-} xop_req_t;
+} reserve_req_t;
 
-static int send_req(xop_req_t *q);
+static int send_req(reserve_req_t *q);
 
 /* The script's SHA1 in 40 lowercase hex digits, computed once (the loop's
  * thread is the only caller). NULL if it could not be: then EVAL. */
@@ -54,8 +56,8 @@ static const char *script_sha(void)
 
     if (state == 0) {
         state = -1;
-        if (EVP_Digest(xop_script, sizeof(xop_script) - 1, md, &n, EVP_sha1(),
-                       NULL) == 1 &&
+        if (EVP_Digest(reserve_script, sizeof(reserve_script) - 1, md, &n,
+                       EVP_sha1(), NULL) == 1 &&
             n == 20) {
             for (i = 0; i < 20; i++) {
                 hex[2 * i] = "0123456789abcdef"[md[i] >> 4];
@@ -79,18 +81,19 @@ static void finish(rls_xop_t *x, rls_xop_cb cb, void *data, int err)
     cb(data, x);
 }
 
-/* An integer element of the reply, >= 0. */
+/* An integer element of the reply, >= 0. Returns 0, or RL_ESTORE when it
+ * is not one. */
 static int reply_u64(const redisReply *r, uint64_t *v)
 {
     if (r == NULL || r->type != REDIS_REPLY_INTEGER || r->integer < 0)
-        return -1;
+        return RL_ESTORE;
     *v = (uint64_t)r->integer;
     return 0;
 }
 
 static void on_reply(void *data, void *reply)
 {
-    xop_req_t *q = data;
+    reserve_req_t *q = data;
     const redisReply *r = reply;
     rls_xop_t *x = q->x;
     uint64_t res, count, earliest, qlimit;
@@ -121,7 +124,7 @@ static void on_reply(void *data, void *reply)
 }
 
 /* Checks what every store refuses alike. Returns 0 or RL_EINVAL. */
-static int xop_check(const rls_xop_t *x)
+static int reserve_check(const rls_xop_t *x)
 {
     uint32_t j;
 
@@ -129,7 +132,7 @@ static int xop_check(const rls_xop_t *x)
         return RL_EINVAL;
     if (x->kind == RLS_XOP_SETTLE) {
         if (x->nwin > RL_ADMIT_WINDOWS_MAX || (x->nwin > 0 && x->win == NULL) ||
-            x->delta > XOP_DELTA_MAX || x->delta < -XOP_DELTA_MAX)
+            x->delta > RESERVE_DELTA_MAX || x->delta < -RESERVE_DELTA_MAX)
             return RL_EINVAL;
         for (j = 0; j < x->nwin; j++)
             if (x->win[j].algo >= RL_ALGO_MAX)
@@ -160,15 +163,15 @@ static size_t put_i64(char *dst, int64_t v)
     return rl_put_u64(dst, (uint64_t)v);
 }
 
-/* Sends q's xop (EVALSHA, or EVAL once q->eval) through the store's
+/* Sends q's operation (EVALSHA, or EVAL once q->eval) through the store's
  * command(). Returns 0 (on_reply will fire) or RL_ESTORE (it will not). */
-static int send_req(xop_req_t *q)
+static int send_req(reserve_req_t *q)
 {
     const rls_xop_t *x = q->x;
-    char keys[XOP_KEYS_MAX][RLS_OPKEY_MAX + 40];
-    char nums[XOP_ARGC_MAX][24];
-    const char *argv[XOP_ARGC_MAX], *sha = q->eval ? NULL : script_sha();
-    size_t lens[XOP_ARGC_MAX];
+    char keys[RESERVE_KEYS_MAX][RLS_OPKEY_MAX + 40];
+    char nums[RESERVE_ARGC_MAX][24];
+    const char *argv[RESERVE_ARGC_MAX], *sha = q->eval ? NULL : script_sha();
+    size_t lens[RESERVE_ARGC_MAX];
     int argc = 0, nk = 0, nn = 0;
     uint32_t j;
 
@@ -215,7 +218,7 @@ static int send_req(xop_req_t *q)
     } else {
         q->eval = 1;
         ARG("EVAL", 4);
-        ARG(xop_script, sizeof(xop_script) - 1);
+        ARG(reserve_script, sizeof(reserve_script) - 1);
     }
     NUM((uint64_t)nk);
     for (j = 0; j < (uint32_t)nk; j++)
@@ -264,7 +267,7 @@ static int send_req(xop_req_t *q)
         put_hex(id, x->id);
         ARG(id, 16);
         NUM(x->until_ms);
-        NUM(x->limit < XOP_LIMIT_MAX ? x->limit : XOP_LIMIT_MAX);
+        NUM(x->limit < RESERVE_LIMIT_MAX ? x->limit : RESERVE_LIMIT_MAX);
         if (nk == 2) {
             ARG(x->quota, x->quota_len);
             lens[argc] = (size_t)snprintf(nums[nn], sizeof(nums[nn]), "%.6f",
@@ -276,7 +279,7 @@ static int send_req(xop_req_t *q)
 #undef NUM
 #undef INUM
 
-    /* Beside the other xops of this loop iteration, in one write. */
+    /* Beside the other operations of this loop iteration, in one write. */
     return (q->s->v->command_later != NULL ? q->s->v->command_later
                                            : q->s->v->command)(
                q->s, argc, argv, lens, on_reply, q) == RL_OK
@@ -286,12 +289,12 @@ static int send_req(xop_req_t *q)
 
 void rls_store_xop(rls_store_t *s, rls_xop_t *x, rls_xop_cb cb, void *data)
 {
-    xop_req_t *q;
+    reserve_req_t *q;
 
     x->result = 0;
     x->count = 0;
     x->earliest_ms = 0;
-    if (xop_check(x) != 0) {
+    if (reserve_check(x) != 0) {
         finish(x, cb, data, RL_ESTORE);
         return;
     }
