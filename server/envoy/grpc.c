@@ -97,14 +97,13 @@
 #define DECODE_BUDGET 65536
 /* The feed budget of a connection that sent a header list over the limit:
  * nghttp2 decodes the rest of such a block only to keep its HPACK table,
- * without calling back, so the decode budget cannot cut it; an attack's
- * indexed references cost about 30 ns each that way. Slices this small
- * keep each under about 0.1 ms, so that other clients barely wait behind
- * them. */
+ * without calling back, so the decode budget cannot cut it. Slices this
+ * small keep each short, so that other clients barely wait behind them
+ * (what one costs: BENCHMARKS.md, "Figures behind the code's choices"). */
 #define STRUCK_FEED_BUDGET 2048
 /* What an answer holds besides its message until it is drawn: our stream
- * object, nghttp2's stream and its queued frames (measured: about 1 KB an
- * answer on a zero window, Release build). */
+ * object, nghttp2's stream and its queued frames (BENCHMARKS.md, "Figures
+ * behind the code's choices"). */
 #define ANSWER_COST 1024
 /* Header lists over the limit that end a connection. */
 #define HEADER_STRIKES 2
@@ -1601,9 +1600,9 @@ static int evict_one(rls_grpc_t *g, const gconn_t *keep)
 }
 
 /* The connection's HTTP/2 session and our SETTINGS, queued to go first.
- * Under TLS only once the handshake is done: a session costs about
- * 13 KB, which a client that never finishes its handshake should not
- * hold (issue 40). Returns 0 or nghttp2's error. */
+ * Under TLS only once the handshake is done: a client that never
+ * finishes its handshake should not hold a session's memory (issue 40).
+ * Returns 0 or nghttp2's error. */
 static int h2_start(gconn_t *c)
 {
     rls_grpc_t *g = c->g;

@@ -283,9 +283,9 @@ void rls_tls_free(rls_tls_t *t)
 
 /* A connection holds no SSL object until its first record is whole:
  * OpenSSL, given part of a ClientHello, sets up its record and handshake
- * buffers (about 64 KB, measured) and keeps them while it waits, so a
- * client that sends half a hello and stalls would pin that much for the
- * handshake timeout. Until then the connection holds two memory BIOs,
+ * buffers (BENCHMARKS.md, "Figures behind the code's choices") and keeps
+ * them while it waits, so a client that sends half a hello and stalls
+ * would pin them for the handshake timeout. Until then the connection holds two memory BIOs,
  * what was fed, and a reference to the SSL_CTX in force at accept (so a
  * reload between accept and hello changes nothing). */
 rls_tls_conn_t *rls_tls_conn_new(rls_tls_t *t, const char *alpn)
@@ -392,9 +392,9 @@ static int start_ssl(rls_tls_conn_t *c)
 /* The handshake is over (done, or the connection gone): no longer in
  * progress under its listener's cap. Returns 1 when that ended a burst:
  * none left in progress after at least TRIM_BURST at once. A stalled
- * handshake holds about 46 KB of OpenSSL's; glibc keeps what a burst of
- * them freed (1,000: 58 MB of RSS left after they closed, 9 MB after a
- * malloc_trim), and a burst can end at most once per TRIM_BURST
+ * handshake holds OpenSSL's buffers, and glibc keeps what a burst of
+ * them freed until malloc_trim (BENCHMARKS.md, "Figures behind the
+ * code's choices"); a burst can end at most once per TRIM_BURST
  * handshakes admitted. */
 static int ungate(rls_tls_conn_t *c)
 {

@@ -1,6 +1,6 @@
-/* Fuzz target: rl-server's command line (server/flags.c and flags_redis.c,
- * rls_flags_parse over rls_flags_defaults): the option names, --name=value
- * and --name value, the numbers and byte counts, the Redis URLs (redis://,
+/* Fuzz target: rl-server's command line (server/flags.c, rls_flags_parse
+ * over rls_flags_defaults): the option names, --name=value and --name
+ * value, the numbers and byte counts, the Redis URLs (redis://,
  * rediss://, unix://, user and password %-escapes), the cluster and
  * Sentinel seed lists, --tls-listeners, and the checks across options.
  *
