@@ -357,10 +357,46 @@ static int grpc_takes_work(void *arg)
 
 /* The --grpc listener and its --envoy-config files. Returns 0 or an RL_E*
  * code with err set. */
+/* The front ends' settings, from the flags: the one place a flag becomes
+ * a transport limit or a front end's setting. */
+void rls_server_stream_opts(const rls_flags_t *cfg, rls_stream_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->max_conns = cfg->max_connections;
+    o->max_output = cfg->max_output;
+    o->max_input = cfg->max_partial_bytes;
+    o->idle_ms = cfg->idle_timeout_s * 1000;
+    o->frame_ms = cfg->frame_timeout_ms;
+    o->handshake_ms = cfg->tls_handshake_timeout_ms;
+}
+
+void rls_server_conns_opts(const rls_flags_t *cfg, rls_conns_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    rls_server_stream_opts(cfg, &o->stream);
+    o->max_frame = cfg->max_frame;
+    o->max_inflight = cfg->max_inflight;
+}
+
+void rls_server_grpc_opts(const rls_flags_t *cfg, rls_grpc_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    rls_server_stream_opts(cfg, &o->stream);
+    o->host = cfg->grpc_host;
+    o->port = cfg->grpc_port;
+    o->max_frame = cfg->max_frame;
+    o->max_streams = cfg->grpc_max_streams;
+    o->shadow_mode = cfg->envoy_shadow_mode;
+    o->quota_mode = cfg->envoy_quota_mode;
+    o->response_headers = cfg->envoy_response_headers;
+    o->response_metadata = cfg->envoy_response_metadata;
+}
+
 static int start_grpc(rls_server_t *s, char *err, size_t errlen)
 {
     const rls_flags_t *cfg = s->cfg;
     rls_envoy_conf_t *conf = NULL;
+    rls_grpc_opts_t go;
     rls_diag_t d;
     int rc;
 
@@ -392,7 +428,8 @@ static int start_grpc(rls_server_t *s, char *err, size_t errlen)
                                 err, errlen)) != RL_OK)
             return rc;
     }
-    if ((rc = rls_grpc_start(&s->grpc, s->loop, cfg, &s->decider, err,
+    rls_server_grpc_opts(cfg, &go);
+    if ((rc = rls_grpc_start(&s->grpc, s->loop, &go, &s->decider, err,
                              errlen)) != RL_OK) {
         rls_envoy_conf_unref(conf);
         return rc;
@@ -496,6 +533,7 @@ static int start_envoy_listeners(rls_server_t *s, char *err, size_t errlen)
 static int start_frontends(rls_server_t *s, char *err, size_t errlen)
 {
     const rls_flags_t *cfg = s->cfg;
+    rls_conns_opts_t co;
     int rc;
 
     if (cfg->tls_cert != NULL) {
@@ -508,7 +546,8 @@ static int start_frontends(rls_server_t *s, char *err, size_t errlen)
         if ((rc = rls_tls_new(&to, &s->tls, err, errlen)) != RL_OK)
             return rc;
     }
-    rls_conns_init(&s->conns, s->loop, cfg, &s->decider);
+    rls_server_conns_opts(cfg, &co);
+    rls_conns_init(&s->conns, s->loop, &co, &s->decider);
     if ((rc = rls_conns_listen(&s->conns, cfg->listen_host, cfg->listen_port,
                                err, errlen)) != RL_OK) {
         rls_conns_free(&s->conns);

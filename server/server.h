@@ -129,4 +129,10 @@ int rls_server_takes_work(const rls_server_t *s, const char **why);
 /* Renders the /metrics page of the server into out (see metrics.h). */
 int rls_server_metrics(const rls_server_t *s, rl_buf_t *out);
 
+/* The front ends' settings taken from the flags (the server's own start
+ * uses these; so do harnesses that start one front end alone). */
+void rls_server_stream_opts(const rls_flags_t *cfg, rls_stream_opts_t *o);
+void rls_server_conns_opts(const rls_flags_t *cfg, rls_conns_opts_t *o);
+void rls_server_grpc_opts(const rls_flags_t *cfg, rls_grpc_opts_t *o);
+
 #endif

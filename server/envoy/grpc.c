@@ -199,7 +199,8 @@ struct gconn_s {
 struct rls_grpc_s {
     rls_frontend_t fe; /* its life, as the server sees it */
     uv_loop_t *loop;
-    const rls_flags_t *cfg;
+    uint32_t max_frame;   /* rls_grpc_opts_t's; the transport's are in */
+    uint32_t max_streams; /* set.opts */
     uv_tcp_t listener;
     uv_timer_t sweep;
     uv_idle_t spin; /* keeps poll from blocking while reads are deferred */
@@ -313,7 +314,7 @@ static void owe(gstream_t *st, size_t msg_len)
     c->owed_bytes += st->owed_bytes;
     c->g->owed += st->owed_bytes;
     rls_list_push(&c->owed, &st->owed);
-    if (c->owed_bytes + rl_buf_len(&c->out) > c->g->cfg->max_output)
+    if (c->owed_bytes + rl_buf_len(&c->out) > c->g->set.opts.max_output)
         c->overflow = 1;
     mark_dirty(c);
 }
@@ -798,7 +799,7 @@ static void request_done(gstream_t *st)
                      "expected one length-prefixed message");
         return;
     }
-    rc = rl_frame_decode(p, n, st->c->g->cfg->max_frame, &f);
+    rc = rl_frame_decode(p, n, st->c->g->max_frame, &f);
     if (rc == RL_EFRAMEFLAG && p[0] == RL_FRAME_COMPRESSED) {
         /* gRPC: a compressed message needs a grpc-encoding; one we do not
          * support is UNIMPLEMENTED, none at all INTERNAL. */
@@ -858,7 +859,7 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f,
      * called, from the moment the SETTINGS are submitted; this is a
      * backstop. Refusing here (as for no memory) resets the stream and
      * has nghttp2 skip its header block. */
-    if (c->open_streams >= c->g->cfg->grpc_max_streams) {
+    if (c->open_streams >= c->g->max_streams) {
         c->g->stats.streams_refused++;
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     }
@@ -867,7 +868,7 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f,
     st->c = c;
     st->id = f->hd.stream_id;
     st->begin_ms = uv_now(c->g->loop);
-    rl_buf_init(&st->msg, (size_t)c->g->cfg->max_frame + 5);
+    rl_buf_init(&st->msg, (size_t)c->g->max_frame + 5);
     rls_list_init(&st->owed);
     rls_list_init(&st->wnode);
     rls_list_push(&c->streams, &st->node);
@@ -956,12 +957,12 @@ static int on_data(nghttp2_session *s, uint8_t flags, int32_t id,
     (void)ud;
     if (st == NULL || st->answered || st->err != 0 || st->started)
         return 0; /* dropped: the stream has its answer or will */
-    max = (size_t)st->c->g->cfg->max_frame + 5;
+    max = (size_t)st->c->g->max_frame + 5;
     if (rl_buf_len(&st->msg) + len > max) {
         st->err = RLS_GRPC_RESOURCE_EXHAUSTED;
         st->why = "message larger than --max-frame";
-    } else if (st->c->g->cfg->max_partial_bytes > 0 &&
-               st->c->g->held + len > st->c->g->cfg->max_partial_bytes) {
+    } else if (st->c->g->set.opts.max_input > 0 &&
+               st->c->g->held + len > st->c->g->set.opts.max_input) {
         /* The bodies of all streams together, like the native side's
          * partial frames, are capped by --max-partial-bytes: the stream
          * that would pass it is refused, the others go on. */
@@ -1343,7 +1344,7 @@ static size_t feed(gconn_t *c, const uint8_t *p, size_t n)
 static void stash(gconn_t *c, const uint8_t *p, size_t n)
 {
     rls_grpc_t *g = c->g;
-    uint64_t cap = g->cfg->max_partial_bytes;
+    uint64_t cap = g->set.opts.max_input;
 
     if (n == 0) {
         defer(c);
@@ -1612,7 +1613,7 @@ static int h2_start(gconn_t *c)
     if ((rc = nghttp2_session_server_new2(&c->h2, g->cbs, c, g->opt)) != 0)
         return rc;
     iv[0].settings_id = NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS;
-    iv[0].value = g->cfg->grpc_max_streams;
+    iv[0].value = g->max_streams;
     iv[1].settings_id = NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE;
     iv[1].value = RLS_GRPC_HEADERS_MAX;
     iv[2].settings_id = NGHTTP2_SETTINGS_ENABLE_PUSH;
@@ -1662,11 +1663,11 @@ void rls_grpc_accept(rls_grpc_t *g, uv_stream_t *l, int status)
     /* Full: the connection that has done least makes room, unless closed
      * ones still hold too much memory (their streams wait for the store):
      * a burst of evictions is bounded. */
-    if (!g->stopping && g->stats.conns_open > g->cfg->max_connections &&
-        g->nalloc <= 2 * (size_t)g->cfg->max_connections)
+    if (!g->stopping && g->stats.conns_open > g->set.opts.max_conns &&
+        g->nalloc <= 2 * (size_t)g->set.opts.max_conns)
         evict_one(g, c);
     if ((g->stopping && !g->draining) ||
-        g->stats.conns_open > g->cfg->max_connections) {
+        g->stats.conns_open > g->set.opts.max_conns) {
         /* Refused: GOAWAY at once (REFUSED_STREAM's connection-level
          * cousin), then close once written. */
         g->stats.conns_refused++;
@@ -1707,15 +1708,15 @@ static int busy(const gconn_t *c)
 static void sweep_conn(gconn_t *c, uint64_t now)
 {
     rls_grpc_t *g = c->g;
-    uint64_t idle = g->cfg->idle_timeout_s * 1000;
-    uint64_t frame_ms = g->cfg->frame_timeout_ms;
+    uint64_t idle = g->set.opts.idle_ms;
+    uint64_t frame_ms = g->set.opts.frame_ms;
     rls_list_t *m;
 
     /* A TLS handshake not done in time: the connection holds memory (and
      * a place under --max-connections) for nothing. */
     if (rls_stream_handshaking(&c->s)) {
         if (rls_stream_handshake_late(&c->s, now,
-                                      g->cfg->tls_handshake_timeout_ms))
+                                      g->set.opts.handshake_ms))
             tls_failed(c, RLS_TLS_TIMEOUT,
                        "TLS handshake: not done within "
                        "--tls-handshake-timeout-ms",
@@ -1783,7 +1784,7 @@ static void on_sweep(uv_timer_t *t)
 
 static const rls_frontend_ops_t grpc_ops;
 
-int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_flags_t *cfg,
+int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_grpc_opts_t *o,
                    rls_decider_t *decider, char *err, size_t errlen)
 {
     rls_grpc_t *g;
@@ -1795,16 +1796,18 @@ int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_flags_t *cfg,
         return RL_ENOMEM;
     }
     g->fe.ops = &grpc_ops;
-    g->fe.host = cfg->grpc_host;
+    g->fe.host = o->host;
     rls_streams_init(&g->set, loop, "grpc", "h2", READ_CHUNK);
+    g->set.opts = o->stream;
     g->fe.plain = &g->set.plain;
     g->loop = loop;
-    g->cfg = cfg;
+    g->max_frame = o->max_frame;
+    g->max_streams = o->max_streams;
     g->ctx.decider = decider;
-    g->ctx.global_shadow = cfg->envoy_shadow_mode;
-    g->ctx.global_quota = cfg->envoy_quota_mode;
-    g->ctx.ref_headers = cfg->envoy_response_headers;
-    g->ctx.response_metadata = cfg->envoy_response_metadata;
+    g->ctx.global_shadow = o->shadow_mode;
+    g->ctx.global_quota = o->quota_mode;
+    g->ctx.ref_headers = o->response_headers;
+    g->ctx.response_metadata = o->response_metadata;
     g->feed_budget = FEED_BUDGET;
     g->decode_budget = DECODE_BUDGET;
     rls_list_init(&g->fresh);
@@ -1813,7 +1816,7 @@ int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_flags_t *cfg,
     rls_list_init(&g->resume);
     rls_list_init(&g->watches);
     g->hstatus = -1;
-    rl_buf_init(&g->scratch, (size_t)cfg->max_frame * 4 + 65536);
+    rl_buf_init(&g->scratch, (size_t)o->max_frame * 4 + 65536);
     rl_buf_init(&g->plain, 4 * OUT_BATCH);
     if (nghttp2_session_callbacks_new(&g->cbs) != 0 ||
         nghttp2_option_new(&g->opt) != 0) {
@@ -1839,7 +1842,7 @@ int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_flags_t *cfg,
     g->spin.data = g;
     uv_timer_init(loop, &g->health);
     g->health.data = g;
-    rc = rls_listen(&g->listener, cfg->grpc_host, cfg->grpc_port, 511,
+    rc = rls_listen(&g->listener, o->host, o->port, 511,
                     on_connection);
     if (rc != 0) {
         /* g goes when the three close callbacks have run. */
@@ -1850,7 +1853,7 @@ int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_flags_t *cfg,
         uv_close((uv_handle_t *)&g->spin, on_handle_closed);
         uv_close((uv_handle_t *)&g->health, on_handle_closed);
         snprintf(err, errlen, "--grpc: cannot listen on %s:%d: %s",
-                 cfg->grpc_host, cfg->grpc_port, uv_strerror(rc));
+                 o->host, o->port, uv_strerror(rc));
         return RL_EADDR;
     }
     g->listening = 1;

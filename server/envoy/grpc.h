@@ -37,7 +37,7 @@
 #include "net/frontend.h"
 #include "envoy/health.h"
 #include "net/tls.h"
-#include "flags.h"
+#include "net/stream.h"
 #include "rl_buf.h"
 
 #define RLS_GRPC_HEADERS_MAX 8192
@@ -75,10 +75,25 @@ typedef struct rls_grpc_stats_s {
 
 typedef struct rls_grpc_s rls_grpc_t;
 
-/* Listens on cfg's --grpc host:port. Returns 0 with *out set, or
- * RL_EADDR (cannot listen) or RL_ENOMEM with err (errlen bytes) saying
- * why and nothing left open. */
-int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_flags_t *cfg,
+/* What the listener is held to: its transport (net/stream.h) and its
+ * protocol's and Envoy service's own settings. */
+typedef struct rls_grpc_opts_s {
+    rls_stream_opts_t stream;
+    const char *host;      /* --grpc's; outlives the listener */
+    int port;              /* 0: any */
+    uint32_t max_frame;    /* largest message (--max-frame) */
+    uint32_t max_streams;  /* concurrent streams per connection
+                              (--grpc-max-streams) */
+    int shadow_mode;       /* --envoy-shadow-mode */
+    int quota_mode;        /* --envoy-quota-mode */
+    int response_headers;  /* --envoy-response-headers */
+    int response_metadata; /* --envoy-response-metadata */
+} rls_grpc_opts_t;
+
+/* Listens on o's host:port, held to o (copied). Returns 0 with *out
+ * set, or RL_EADDR (cannot listen) or RL_ENOMEM with err (errlen bytes)
+ * saying why and nothing left open. */
+int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_grpc_opts_t *o,
                    rls_decider_t *decider, char *err, size_t errlen);
 
 /* Accepts the connection waiting on listener (status: its connection

@@ -143,7 +143,7 @@ static void maybe_finish(rls_conn_t *c)
     if (c->eof && !c->s.closing && c->inflight == 0 && !c->writing &&
         rl_buf_len(&c->out) == 0 &&
         rl_frame_decode(rl_buf_rptr(&c->in), rl_buf_len(&c->in),
-                        c->srv->cfg->max_frame, &f) != RL_OK)
+                        c->srv->max_frame, &f) != RL_OK)
         conn_close(c);
 }
 
@@ -230,7 +230,7 @@ void rls_conn_respond(void *owner, const rl_result_t *r)
     /* A paused connection reads again once it is under half its limit;
      * the read resumes from the check handle, not from inside a store
      * callback. */
-    if (!c->s.reading && c->inflight <= s->cfg->max_inflight / 2 &&
+    if (!c->s.reading && c->inflight <= s->max_inflight / 2 &&
         (!c->eof || rl_buf_len(&c->in) > 0) &&
         !rls_list_linked(&c->resume)) {
         rls_list_push(&s->resume, &c->resume);
@@ -273,7 +273,7 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
         buf->len = READ_CHUNK;
         return;
     }
-    if (rl_frame_decode(rl_buf_rptr(&c->in), len, s->cfg->max_frame, &f) ==
+    if (rl_frame_decode(rl_buf_rptr(&c->in), len, s->max_frame, &f) ==
         RL_EAGAIN)
         want = f.size > 0 ? f.size - len : RL_FRAME_HEADER - len;
     if (want > (len > IN_STEP ? len : IN_STEP))
@@ -341,11 +341,11 @@ static size_t decode(rls_conn_t *c, const uint8_t *p, size_t n,
     rl_frame_t f;
     int rc;
 
-    while (!c->s.closing && c->inflight < s->cfg->max_inflight) {
+    while (!c->s.closing && c->inflight < s->max_inflight) {
         /* p is NULL when the connection holds no input buffer, and
          * NULL + 0 is undefined: add off only once a frame was taken. */
         rc = rl_frame_decode(off > 0 ? p + off : p, n - off,
-                             s->cfg->max_frame, &f);
+                             s->max_frame, &f);
         if (rc == RL_EAGAIN)
             break;
         if (rc != RL_OK) {
@@ -363,7 +363,7 @@ static size_t decode(rls_conn_t *c, const uint8_t *p, size_t n,
         off += f.size;
         (*frames)++;
     }
-    if (c->inflight >= s->cfg->max_inflight)
+    if (c->inflight >= s->max_inflight)
         stop_reading(c);
     return off;
 }
@@ -474,7 +474,7 @@ static int by_held_desc(const void *a, const void *b)
 static void shed(rls_conns_t *s)
 {
     static const char msg[] = "server input memory full (--max-partial-bytes)";
-    uint64_t cap = s->cfg->max_partial_bytes, target = cap - cap / 4;
+    uint64_t cap = s->set.opts.max_input, target = cap - cap / 4;
     uint64_t before = s->stats.input_bytes, closed0;
     rls_conn_t **v = NULL;
     size_t n = 0, i;
@@ -697,7 +697,7 @@ void rls_conns_resume(rls_conns_t *s)
         frames = process(c);
         /* Reading goes on while stopping too: a client told to go away
          * (rls_conns_goaway) is still answered until it closes. */
-        if (!c->s.closing && c->inflight < s->cfg->max_inflight)
+        if (!c->s.closing && c->inflight < s->max_inflight)
             start_reading(c);
         input_done(c, frames);
         maybe_finish(c);
@@ -789,14 +789,14 @@ void rls_conns_accept(rls_conns_t *s, uv_stream_t *listener, int status)
     rls_list_push(&s->all, &c->node); /* the most recently active */
     s->stats.conns_open++;
     /* A frame plus a read's worth of the next must fit. */
-    rl_buf_init(&c->in, (size_t)s->cfg->max_frame + RL_FRAME_HEADER +
+    rl_buf_init(&c->in, (size_t)s->max_frame + RL_FRAME_HEADER +
                             READ_CHUNK);
     rls_list_init(&c->hs);
     /* Under TLS out holds the responses sealed: room for TLS's overhead
      * (a few dozen bytes per 16 KiB record) and its own messages. */
-    rl_buf_init(&c->out, s->cfg->max_output +
+    rl_buf_init(&c->out, s->set.opts.max_output +
                              (s->set.tls != NULL
-                                  ? s->cfg->max_output / 256 + 16384
+                                  ? s->set.opts.max_output / 256 + 16384
                                   : 0));
     rl_buf_init(&c->wbuf, c->out.max);
 
@@ -805,7 +805,7 @@ void rls_conns_accept(rls_conns_t *s, uv_stream_t *listener, int status)
         return;
     }
     if ((s->stopping && !s->draining) ||
-        s->stats.conns_open > s->cfg->max_connections) {
+        s->stats.conns_open > s->set.opts.max_conns) {
         /* Refuse cleanly: one ERROR frame, written without queuing, then
          * close. The client learns why instead of seeing a bare reset.
          * Not under TLS: it could not read it. */
@@ -826,7 +826,7 @@ void rls_conns_accept(rls_conns_t *s, uv_stream_t *listener, int status)
                          " refused=%llu open=%llu max=%u",
                          (unsigned long long)s->refused_unlogged,
                          (unsigned long long)s->stats.conns_open - 1,
-                         s->cfg->max_connections);
+                         s->set.opts.max_conns);
                 s->refusal_logged_ms = now ? now : 1;
                 s->refused_unlogged = 0;
             }
@@ -887,9 +887,9 @@ static void on_sweep(uv_timer_t *t)
 {
     rls_conns_t *s = t->data;
     uint64_t now = uv_now(s->loop);
-    uint64_t idle_ms = s->cfg->idle_timeout_s * 1000;
-    uint64_t frame_ms = s->cfg->frame_timeout_ms;
-    uint64_t hs_ms = s->cfg->tls_handshake_timeout_ms;
+    uint64_t idle_ms = s->set.opts.idle_ms;
+    uint64_t frame_ms = s->set.opts.frame_ms;
+    uint64_t hs_ms = s->set.opts.handshake_ms;
     rls_conn_t *c;
 
     /* Handshakes not done in time: in order of accept. */
@@ -923,15 +923,17 @@ static void on_sweep(uv_timer_t *t)
     }
 }
 
-void rls_conns_init(rls_conns_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
+void rls_conns_init(rls_conns_t *s, uv_loop_t *loop, const rls_conns_opts_t *o,
                     rls_decider_t *decider)
 {
     uint64_t shortest;
 
     memset(s, 0, sizeof(*s));
     rls_streams_init(&s->set, loop, "listen", "rl1", READ_CHUNK);
+    s->set.opts = o->stream;
     s->loop = loop;
-    s->cfg = cfg;
+    s->max_frame = o->max_frame;
+    s->max_inflight = o->max_inflight;
     s->decider = decider;
     rls_list_init(&s->all);
     rls_list_init(&s->dirty);
@@ -945,10 +947,10 @@ void rls_conns_init(rls_conns_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
     /* A deadline fires up to one period late: a quarter of the shorter
      * timeout, between 10 and 250 ms. The timer does not keep the loop
      * alive by itself. */
-    shortest = cfg->idle_timeout_s * 1000;
-    if (cfg->frame_timeout_ms > 0 &&
-        (shortest == 0 || cfg->frame_timeout_ms < shortest))
-        shortest = cfg->frame_timeout_ms;
+    shortest = o->stream.idle_ms;
+    if (o->stream.frame_ms > 0 &&
+        (shortest == 0 || o->stream.frame_ms < shortest))
+        shortest = o->stream.frame_ms;
     if (shortest > 0) {
         s->sweep_ms = shortest / 4 < 10 ? 10 : shortest / 4 > 250 ? 250
                                                                  : shortest / 4;
@@ -972,7 +974,7 @@ void rls_conns_free(rls_conns_t *s)
 
 void rls_conns_set_tls(rls_conns_t *s, rls_tls_t *tls)
 {
-    uint64_t hs = s->cfg->tls_handshake_timeout_ms;
+    uint64_t hs = s->set.opts.handshake_ms;
     uint64_t period = hs / 4 < 10 ? 10 : hs / 4 > 250 ? 250 : hs / 4;
 
     s->set.tls = tls;

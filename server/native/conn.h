@@ -17,7 +17,6 @@
 #include "net/frontend.h"
 #include "net/stream.h"
 #include "net/tls.h"
-#include "flags.h"
 #include "rl_msg.h"
 #include "base/util.h"
 
@@ -54,12 +53,22 @@ typedef struct rls_conn_stats_s {
     uint64_t input_bytes; /* held by input buffers, all connections */
 } rls_conn_stats_t;
 
+/* What the native listener is held to: its transport (the set's opts)
+ * and its protocol's own limits. */
+typedef struct rls_conns_opts_s {
+    rls_stream_opts_t stream;
+    uint32_t max_frame;    /* largest payload of a frame (--max-frame) */
+    uint32_t max_inflight; /* a connection's requests unanswered before it is
+                              not read (--max-inflight) */
+} rls_conns_opts_t;
+
 typedef struct rls_conns_s {
     rls_frontend_t fe; /* its life, as the server sees it */
     uv_tcp_t listener; /* rls_conns_listen's */
     int listening;
     uv_loop_t *loop;
-    const rls_flags_t *cfg;
+    uint32_t max_frame;    /* rls_conns_opts_t's; the rest is in set.opts */
+    uint32_t max_inflight;
     rls_decider_t *decider;
     uv_idle_t spin;    /* keeps poll from blocking while reads are deferred */
     uv_timer_t sweep;  /* idle and frame deadlines, for every connection */
@@ -86,8 +95,9 @@ typedef struct rls_conns_s {
     rls_list_t handshaking; /* connections mid-handshake, oldest first */
 } rls_conns_t;
 
-/* Prepares an empty set (and its idle and timer handles) on loop. */
-void rls_conns_init(rls_conns_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
+/* Prepares an empty set (and its idle and timer handles) on loop, held
+ * to o (copied). */
+void rls_conns_init(rls_conns_t *s, uv_loop_t *loop, const rls_conns_opts_t *o,
                     rls_decider_t *decider);
 
 /* Closes the set's own handles (its listener too); every connection must

@@ -57,10 +57,9 @@ struct rls_http_server_s {
     /* Its connections' transport (net/stream.h): open ones on set.all,
      * set.open of them; TLS, its counters, the ciphertext buffer. */
     rls_streams_t set;
+    /* Its limits are set.opts': max_conns, idle_ms and frame_ms (the
+     * header deadline, which the TLS handshake is held to as well). */
     unsigned live; /* allocated, closing ones included */
-    uint64_t idle_ms;
-    uint64_t head_ms;
-    unsigned max_conns;
     size_t ctx_size; /* route's bytes after each connection */
     size_t max_body; /* rls_http_server_set_max_body; 0: no bodies */
     rls_http_stats_t stats;
@@ -119,7 +118,8 @@ static void close_listener(rls_http_server_t *m);
 /* The header deadline in effect: never more than the idle limit. */
 static uint64_t head_limit(const rls_http_server_t *m)
 {
-    return m->head_ms < m->idle_ms ? m->head_ms : m->idle_ms;
+    return m->set.opts.frame_ms < m->set.opts.idle_ms ? m->set.opts.frame_ms
+                                                      : m->set.opts.idle_ms;
 }
 
 /* Frees the listener's state once nothing refers to it any more. */
@@ -389,7 +389,9 @@ static void on_write(uv_write_t *req, int status)
             return;
         }
         uv_timer_start(&c->timer, on_timeout,
-                       m->idle_ms < LINGER_MS ? m->idle_ms : LINGER_MS, 0);
+                       m->set.opts.idle_ms < LINGER_MS ? m->set.opts.idle_ms
+                                                       : LINGER_MS,
+                       0);
         start_reading(c);
         return;
     }
@@ -406,7 +408,7 @@ static void on_write(uv_write_t *req, int status)
         c->in_len += (size_t)got;
     }
     uv_timer_start(&c->timer, on_timeout,
-                   c->in_len > 0 ? head_limit(m) : m->idle_ms, 0);
+                   c->in_len > 0 ? head_limit(m) : m->set.opts.idle_ms, 0);
     conn_serve(c, c->in_len > 0);
 }
 
@@ -499,7 +501,7 @@ static void start_write(mconn_t *c)
             return;
         }
     }
-    uv_timer_start(&c->timer, on_timeout, c->m->idle_ms, 0);
+    uv_timer_start(&c->timer, on_timeout, c->m->set.opts.idle_ms, 0);
     c->writing = 1;
     if (rls_stream_write_queued(&c->s, &c->wreq, &c->out, on_write) != 0) {
         c->writing = 0;
@@ -784,11 +786,12 @@ static void accept_one(rls_http_server_t *m, int fd)
     /* Evicted connections hold their memory until their close callbacks
      * run, later in this loop iteration: a burst of accepts is bounded. */
     /* Nor for one the TLS layer would refuse at once. */
-    if (set->open >= m->max_conns && m->live < 4 * (uint64_t)m->max_conns &&
+    if (set->open >= m->set.opts.max_conns &&
+        m->live < 4 * (uint64_t)m->set.opts.max_conns &&
         (set->tls == NULL ||
          !rls_tls_busy(set->tls, &set->tls_stats, uv_now(m->loop))))
         evict_one(m);
-    if (set->open < m->max_conns &&
+    if (set->open < m->set.opts.max_conns &&
         (c = calloc(1, sizeof(*c) + m->ctx_size +
                            (set->tls == NULL ? RLS_HTTP_HEAD_MAX : 0))) !=
             NULL) {
@@ -829,7 +832,7 @@ static void accept_one(rls_http_server_t *m, int fd)
         start_reading(c);
         return;
     }
-    if (c == NULL && set->open < m->max_conns)
+    if (c == NULL && set->open < m->set.opts.max_conns)
         RLS_ERROR("out of memory accepting an http connection", NULL);
     if (m->spare_busy && fd >= 0) {
         m->stats.refused++;
@@ -848,7 +851,7 @@ static void accept_one(rls_http_server_t *m, int fd)
     else if (fd >= 0 || uv_accept((uv_stream_t *)&m->listener,
                                   (uv_stream_t *)&m->spare) == 0) {
         RLS_DEBUG("http connection refused", " open=%u max=%u", set->open,
-                  m->max_conns);
+                  m->set.opts.max_conns);
         m->stats.refused++;
         /* Under TLS no plaintext answer can be read: closed at once. */
         b = uv_buf_init((char *)busy, sizeof(busy) - 1);
@@ -900,10 +903,10 @@ int rls_http_server_start(rls_http_server_t **out, uv_loop_t *loop,
     m->loop = loop;
     m->route = route;
     m->arg = arg;
-    m->idle_ms = RLS_HTTP_IDLE_MS;
-    m->head_ms = RLS_HTTP_HEAD_MS;
-    m->max_conns = RLS_HTTP_CONNS_MAX;
     rls_streams_init(&m->set, loop, "http", "http/1.1", CBUF);
+    m->set.opts.idle_ms = RLS_HTTP_IDLE_MS;
+    m->set.opts.frame_ms = RLS_HTTP_HEAD_MS;
+    m->set.opts.max_conns = RLS_HTTP_CONNS_MAX;
     uv_tcp_init(loop, &m->listener);
     m->listener.data = m;
     if ((rc = rls_listen(&m->listener, host, port, 511, on_connection)) != 0) {
@@ -925,14 +928,14 @@ void rls_http_server_set_limits(rls_http_server_t *m, uint64_t idle_ms,
 {
     if (m == NULL)
         return;
-    m->idle_ms = idle_ms;
-    m->max_conns = max_conns;
+    m->set.opts.idle_ms = idle_ms;
+    m->set.opts.max_conns = max_conns;
 }
 
 void rls_http_server_set_head_ms(rls_http_server_t *m, uint64_t head_ms)
 {
     if (m != NULL)
-        m->head_ms = head_ms;
+        m->set.opts.frame_ms = head_ms;
 }
 
 const rls_http_stats_t *rls_http_server_stats(const rls_http_server_t *m)

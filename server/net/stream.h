@@ -36,8 +36,29 @@
 #include "net/tls.h"
 #include "rl_buf.h"
 
+/* What a listener's connections are held to, the transport's part: one
+ * struct for every front end, filled by the program (server.c, from its
+ * flags) and kept in the set (rls_streams_t.opts). A front end's
+ * protocol settings are its own (rls_conns_opts_t, rls_grpc_opts_t);
+ * each front end reads the fields that apply to it. */
+typedef struct rls_stream_opts_s {
+    uint32_t max_conns;    /* open at once (--max-connections) */
+    size_t max_output;     /* unsent output of one connection (--max-output) */
+    uint64_t max_input;    /* input held by all its connections
+                              (--max-partial-bytes); 0: not capped */
+    uint64_t idle_ms;      /* idle connections are closed after this
+                              (--idle-timeout); 0: kept */
+    uint64_t frame_ms;     /* a frame (request) must be whole within this of
+                              its first byte (--frame-timeout-ms); 0: no
+                              deadline */
+    uint64_t handshake_ms; /* a TLS handshake must be done within this of
+                              the accept (--tls-handshake-timeout-ms); 0: no
+                              deadline */
+} rls_stream_opts_t;
+
 typedef struct rls_streams_s {
     uv_loop_t *loop;
+    rls_stream_opts_t opts; /* zero at init; the front end sets them */
     const char *name; /* the listener's label in the log and /metrics */
     const char *alpn; /* the one protocol it speaks under TLS */
     rls_tls_t *tls;   /* NULL: plaintext; else it outlives the set */

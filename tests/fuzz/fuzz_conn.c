@@ -80,6 +80,7 @@
 #include "base/log.h"
 #include "native/conn.h"
 #include "flags.h"
+#include "server.h"
 #include "policy/rules.h"
 #include "policy/runtime.h"
 #include "store/store.h"
@@ -887,6 +888,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     harness_t *h = &H;
     rd_t r = {data, size, 0};
+    rls_conns_opts_t co;
     int fd, rc;
     size_t i;
 
@@ -918,7 +920,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (uv_pipe_open(&h->listener, fd) != 0 ||
         uv_listen((uv_stream_t *)&h->listener, 16, on_connection) != 0)
         FAIL("listen");
-    rls_conns_init(&h->conns, &h->loop, &h->cfg, &h->decider);
+    rls_server_conns_opts(&h->cfg, &co);
+    rls_conns_init(&h->conns, &h->loop, &co, &h->decider);
     h->conns.fe.on_empty = on_empty;
     h->conns.fe.arg = h;
     uv_check_init(&h->loop, &h->tick);

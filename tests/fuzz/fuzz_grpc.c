@@ -56,6 +56,7 @@
 #include "base/log.h"
 #include "envoy/grpc.h"
 #include "flags.h"
+#include "server.h"
 #include "envoy/stats.h"
 #include "envoy/conf.h"
 #include "policy/runtime.h"
@@ -157,6 +158,7 @@ static void setup(void)
     rls_policy_t *p = NULL;
     rls_envoy_conf_t *ec = NULL;
     rls_decider_opts_t o;
+    rls_grpc_opts_t go;
     rls_diag_t d;
 
     if (S.up)
@@ -183,7 +185,8 @@ static void setup(void)
     /* Port 0: the system picks one. Its own listener stays idle; clients
      * come through the Unix socket. */
     S.cfg.grpc_port = 0;
-    CHECK(rls_grpc_start(&S.grpc, &S.loop, &S.cfg, &S.decider, S.err,
+    rls_server_grpc_opts(&S.cfg, &go);
+    CHECK(rls_grpc_start(&S.grpc, &S.loop, &go, &S.decider, S.err,
                          sizeof(S.err)) == 0);
     listen_unix();
     /* Small budgets, so that inputs of a few KiB are deferred, paused in
