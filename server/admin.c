@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "base/log.h"
-#include "base/prom.h"
+#include "net/stream.h"
 #include "rl_error.h"
 #include "base/util.h"
 
@@ -107,24 +107,28 @@ static int fe_metrics(const rls_frontend_t *fe, rl_buf_t *out)
 {
     const rls_admin_t *a = admin_of(fe);
     const rls_http_stats_t *h;
-    int rc;
 
     if (a->http == NULL)
         return RL_OK;
     h = rls_http_server_stats(a->http);
-    if ((rc = rls_prom_counter(out, "rl_http_connections_evicted_total",
-                               "--metrics connections closed to make room "
-                               "for a new one while the listener was full.",
-                               h->evicted)) != RL_OK ||
-        (rc = rls_prom_counter(out, "rl_http_connections_refused_total",
-                               "--metrics connections answered 503: the "
-                               "listener was full and none could give way.",
-                               h->refused)) != RL_OK)
-        return rc;
-    return rls_prom_counter(out, "rl_http_connections_timed_out_total",
-                            "--metrics connections closed at the header "
-                            "deadline or the idle limit.",
-                            h->timed_out);
+    {
+        const rls_stream_metric_t m[] = {
+            RLS_METRIC_ONE("rl_http_connections_evicted_total", "counter",
+                           "--metrics connections closed to make room for "
+                           "a new one while the listener was full.",
+                           h->evicted),
+            RLS_METRIC_ONE("rl_http_connections_refused_total", "counter",
+                           "--metrics connections answered 503: the "
+                           "listener was full and none could give way.",
+                           h->refused),
+            RLS_METRIC_ONE("rl_http_connections_timed_out_total", "counter",
+                           "--metrics connections closed at the header "
+                           "deadline or the idle limit.",
+                           h->timed_out),
+        };
+
+        return rls_stream_metrics(out, m, sizeof(m) / sizeof(m[0]));
+    }
 }
 
 /* Nothing but free: the pages stay up through the stop (/healthz says

@@ -15,7 +15,7 @@
 
 #include "core/decide.h"
 #include "base/log.h"
-#include "base/prom.h"
+#include "net/stream.h"
 #include "rl_clock.h"
 #include "rl_headers.h"
 #include "rl_error.h"
@@ -371,58 +371,48 @@ static void fe_close(rls_frontend_t *fe)
 /* Responses by status, the 400s by reason, and its connections. */
 static int fe_metrics(const rls_frontend_t *fe, rl_buf_t *out)
 {
+    /* By rls_http_status_slot: the statuses listed, then the rest. */
+    static const char *const codes[RLS_HTTP_NSTATUS] = {
+#define CODE_NAME(code) #code,
+        RLS_HTTP_STATUSES(CODE_NAME)
+#undef CODE_NAME
+        "other"};
     const rls_check_t *k = check_of(fe);
     const rls_http_stats_t *h = rls_check_stats(k);
-    const char *name = "rl_check_requests_total";
-    char code[16];
-    unsigned i;
-    int rc;
 
     if (h == NULL)
         return RL_OK;
-    rc = rls_prom_family(out, name, "counter",
-                         "--http responses by status: 200 allowed, 429 or "
-                         "403 refused, 400/404/405/414/431 bad requests, "
-                         "503 store failed with --fail-closed; "
-                         "code=\"other\" for the rest.");
-    for (i = 0; i < RLS_HTTP_NSTATUS && rc == RL_OK; i++) {
-        int st = rls_http_slot_status(i);
+    {
+        const rls_stream_metric_t m[] = {
+            {"rl_check_requests_total", "counter",
+             "--http responses by status: 200 allowed, 429 or 403 refused, "
+             "400/404/405/414/431 bad requests, 503 store failed with "
+             "--fail-closed; code=\"other\" for the rest.",
+             h->status, "code", codes, 0, RLS_HTTP_NSTATUS},
+            {"rl_check_rejected_total", "counter",
+             "--http checks answered 400 before a decision, by reason: "
+             "bad_query, no_rule, no_key (no key= and no usable key "
+             "header), bad_key, unknown_rule. Most are the proxy's "
+             "configuration; the log has the detail.",
+             k->rejected, "reason", reason_names, 0, RLS_CHECK_REASONS},
+            RLS_METRIC_ONE("rl_check_connections_accepted_total", "counter",
+                           "--http connections accepted.", h->accepted),
+            RLS_METRIC_ONE("rl_check_connections_evicted_total", "counter",
+                           "--http connections closed to make room for a "
+                           "new one while the listener was full.",
+                           h->evicted),
+            RLS_METRIC_ONE("rl_check_connections_refused_total", "counter",
+                           "--http connections answered 503: the listener "
+                           "was full and none could give way.",
+                           h->refused),
+            RLS_METRIC_ONE("rl_check_connections_timed_out_total", "counter",
+                           "--http connections closed at the header "
+                           "deadline or the idle limit.",
+                           h->timed_out),
+        };
 
-        if (st != 0)
-            snprintf(code, sizeof(code), "%d", st);
-        else
-            snprintf(code, sizeof(code), "other");
-        rc = rls_prom_sample(out, name, "code", code, h->status[i]);
+        return rls_stream_metrics(out, m, sizeof(m) / sizeof(m[0]));
     }
-    if (rc == RL_OK)
-        rc = rls_prom_family(out, "rl_check_rejected_total", "counter",
-                             "--http checks answered 400 before a decision, "
-                             "by reason: bad_query, no_rule, no_key (no key= "
-                             "and no usable key header), bad_key, "
-                             "unknown_rule. Most are the proxy's "
-                             "configuration; the log has the detail.");
-    for (i = 0; i < RLS_CHECK_REASONS && rc == RL_OK; i++)
-        rc = rls_prom_sample(out, "rl_check_rejected_total", "reason",
-                             rls_check_reason_name((int)i), k->rejected[i]);
-    if (rc == RL_OK)
-        rc = rls_prom_counter(out, "rl_check_connections_accepted_total",
-                              "--http connections accepted.", h->accepted);
-    if (rc == RL_OK)
-        rc = rls_prom_counter(out, "rl_check_connections_evicted_total",
-                              "--http connections closed to make room for a "
-                              "new one while the listener was full.",
-                              h->evicted);
-    if (rc == RL_OK)
-        rc = rls_prom_counter(out, "rl_check_connections_refused_total",
-                              "--http connections answered 503: the "
-                              "listener was full and none could give way.",
-                              h->refused);
-    if (rc == RL_OK)
-        rc = rls_prom_counter(out, "rl_check_connections_timed_out_total",
-                              "--http connections closed at the header "
-                              "deadline or the idle limit.",
-                              h->timed_out);
-    return rc;
 }
 
 /* No resume or flush: an answer is written when it comes. No drain: it

@@ -80,7 +80,6 @@
 #include "net/listen.h"
 #include "net/stream.h"
 #include "net/tls.h"
-#include "base/prom.h"
 #include "rl_error.h"
 #include "rl_frame.h"
 #include "base/util.h"
@@ -2019,17 +2018,17 @@ const rls_envoy_stats_t *rls_grpc_envoy_stats(const rls_grpc_t *g)
 
 int rls_grpc_metrics(const rls_grpc_t *g, rl_buf_t *out)
 {
-    static const struct {
-        int code;
-        const char *name;
-    } codes[] = {{0, "OK"},
-                 {2, "UNKNOWN"},
-                 {3, "INVALID_ARGUMENT"},
-                 {4, "DEADLINE_EXCEEDED"},
-                 {8, "RESOURCE_EXHAUSTED"},
-                 {12, "UNIMPLEMENTED"},
-                 {13, "INTERNAL"},
-                 {14, "UNAVAILABLE"}};
+    /* By grpc-status; the statuses never given are left out. */
+    static const char *const codes[RLS_GRPC_CODES] = {
+        [0] = "OK",
+        [2] = "UNKNOWN",
+        [3] = "INVALID_ARGUMENT",
+        [4] = "DEADLINE_EXCEEDED",
+        [8] = "RESOURCE_EXHAUSTED",
+        [12] = "UNIMPLEMENTED",
+        [13] = "INTERNAL",
+        [14] = "UNAVAILABLE",
+    };
     static const char *const descriptor_codes[] = {"unknown", "ok",
                                                    "over_limit"};
     static const char *const closes[] = {
@@ -2041,88 +2040,84 @@ int rls_grpc_metrics(const rls_grpc_t *g, rl_buf_t *out)
                                s->conns_headers,        s->conns_output,
                                s->conns_output_timeout, s->conns_evicted,
                                s->conns_memory};
-    size_t i;
-    int rc;
+    const rls_stream_metric_t m[] = {
+        {"rl_grpc_calls_total", "counter",
+         "gRPC calls of Envoy's ShouldRateLimit answered, by grpc-status.",
+         s->calls, "status", codes, 0, RLS_GRPC_CODES},
+        RLS_METRIC_ONE(
+            "rl_grpc_http_errors_total", "counter",
+            "gRPC-listener requests answered with an HTTP error (not gRPC: "
+            "415).",
+            s->http_errors),
+        {"rl_grpc_descriptors_total", "counter",
+         "Envoy descriptors answered, by code.", e->descriptors, "code",
+         descriptor_codes, 1, 3},
+        RLS_METRIC_ONE(
+            "rl_grpc_descriptors_uncounted_total", "counter",
+            "Envoy descriptors allowed without counting (no matching config, "
+            "unlimited, mode off).",
+            e->uncounted),
+        RLS_METRIC_ONE("rl_grpc_unknown_domain_total", "counter",
+                       "Calls whose domain has no --envoy-config.",
+                       e->unknown_domain),
+        RLS_METRIC_ONE("rl_grpc_connections_open", "gauge",
+                       "gRPC connections open.", s->conns_open),
+        RLS_METRIC_ONE("rl_grpc_connections_accepted_total", "counter",
+                       "gRPC connections accepted.", s->conns_accepted),
+        RLS_METRIC_ONE(
+            "rl_grpc_connections_refused_total", "counter",
+            "gRPC connections refused (over --max-connections with none to "
+            "evict, or stopping).",
+            s->conns_refused),
+        {"rl_grpc_connections_closed_total", "counter",
+         "gRPC connections the server ended, by reason.", closed, "reason",
+         closes, 0, sizeof(closed) / sizeof(closed[0])},
+        RLS_METRIC_ONE("rl_grpc_streams_refused_total", "counter",
+                       "Streams refused over --grpc-max-streams.",
+                       s->streams_refused),
+        RLS_METRIC_ONE("rl_grpc_streams_reset_total", "counter",
+                       "Streams the client reset before their answer.",
+                       s->streams_reset),
+        RLS_METRIC_ONE("rl_grpc_streams_timeout_total", "counter",
+                       "Requests not whole within --frame-timeout-ms "
+                       "(DEADLINE_EXCEEDED).",
+                       s->streams_timeout),
+        RLS_METRIC_ONE(
+            "rl_grpc_streams_shed_total", "counter",
+            "Requests refused because the bodies buffered by all streams "
+            "reached --max-partial-bytes.",
+            s->streams_shed),
+        RLS_METRIC_ONE("rl_grpc_streams_oversized_total", "counter",
+                       "Streams reset because their header list passed 8 KiB.",
+                       s->streams_oversized),
+        RLS_METRIC_ONE(
+            "rl_grpc_reads_deferred_total", "counter",
+            "Times a connection was not read again until the next round, "
+            "over its per-round budget.",
+            s->reads_deferred),
+        RLS_METRIC_ONE("rl_grpc_health_checks_total", "counter",
+                       "grpc.health.v1 Check calls answered.",
+                       s->health_checks),
+        RLS_METRIC_ONE("rl_grpc_health_watches_total", "counter",
+                       "grpc.health.v1 Watch streams started.",
+                       s->health_watches),
+        RLS_METRIC_ONE("rl_grpc_health_watches_open", "gauge",
+                       "grpc.health.v1 Watch streams open.", s->watches_open),
+        RLS_METRIC_ONE(
+            "rl_grpc_health_watches_refused_total", "counter",
+            "Watch streams refused: 16 open on the connection or 4096 in "
+            "all.",
+            s->watches_refused),
+        RLS_METRIC_ONE(
+            "rl_grpc_input_bytes", "gauge",
+            "Request bytes buffered by gRPC streams, and input deferred to "
+            "the next round.",
+            g->held),
+        RLS_METRIC_ONE("rl_grpc_output_bytes", "gauge",
+                       "Memory held by gRPC answers not yet sent.", g->owed),
+    };
 
-#define TRY(x)                                                                 \
-    do {                                                                       \
-        if ((rc = (x)) != RL_OK)                                               \
-            return rc;                                                         \
-    } while (0)
-    TRY(rls_prom_family(out, "rl_grpc_calls_total", "counter",
-                        "gRPC calls of Envoy's ShouldRateLimit answered, by "
-                        "grpc-status."));
-    for (i = 0; i < sizeof(codes) / sizeof(codes[0]); i++)
-        TRY(rls_prom_sample(out, "rl_grpc_calls_total", "status", codes[i].name,
-                            s->calls[codes[i].code]));
-    TRY(rls_prom_counter(out, "rl_grpc_http_errors_total",
-                         "gRPC-listener requests answered with an HTTP "
-                         "error (not gRPC: 415).",
-                         s->http_errors));
-    TRY(rls_prom_labelled(out, "rl_grpc_descriptors_total",
-                          "Envoy descriptors answered, by code.", "code",
-                          descriptor_codes, e->descriptors, 1, 3));
-    TRY(rls_prom_counter(out, "rl_grpc_descriptors_uncounted_total",
-                         "Envoy descriptors allowed without counting (no "
-                         "matching config, unlimited, mode off).",
-                         e->uncounted));
-    TRY(rls_prom_counter(out, "rl_grpc_unknown_domain_total",
-                         "Calls whose domain has no --envoy-config.",
-                         e->unknown_domain));
-    TRY(rls_prom_gauge(out, "rl_grpc_connections_open",
-                       "gRPC connections open.", s->conns_open));
-    TRY(rls_prom_counter(out, "rl_grpc_connections_accepted_total",
-                         "gRPC connections accepted.", s->conns_accepted));
-    TRY(rls_prom_counter(out, "rl_grpc_connections_refused_total",
-                         "gRPC connections refused (over --max-connections "
-                         "with none to evict, or stopping).",
-                         s->conns_refused));
-    TRY(rls_prom_labelled(out, "rl_grpc_connections_closed_total",
-                          "gRPC connections the server ended, by reason.",
-                          "reason", closes, closed, 0,
-                          sizeof(closed) / sizeof(closed[0])));
-    TRY(rls_prom_counter(out, "rl_grpc_streams_refused_total",
-                         "Streams refused over --grpc-max-streams.",
-                         s->streams_refused));
-    TRY(rls_prom_counter(out, "rl_grpc_streams_reset_total",
-                         "Streams the client reset before their answer.",
-                         s->streams_reset));
-    TRY(rls_prom_counter(out, "rl_grpc_streams_timeout_total",
-                         "Requests not whole within --frame-timeout-ms "
-                         "(DEADLINE_EXCEEDED).",
-                         s->streams_timeout));
-    TRY(rls_prom_counter(out, "rl_grpc_streams_shed_total",
-                         "Requests refused because the bodies buffered by "
-                         "all streams reached --max-partial-bytes.",
-                         s->streams_shed));
-    TRY(rls_prom_counter(out, "rl_grpc_streams_oversized_total",
-                         "Streams reset because their header list passed "
-                         "8 KiB.",
-                         s->streams_oversized));
-    TRY(rls_prom_counter(out, "rl_grpc_reads_deferred_total",
-                         "Times a connection was not read again until the "
-                         "next round, over its per-round budget.",
-                         s->reads_deferred));
-    TRY(rls_prom_counter(out, "rl_grpc_health_checks_total",
-                         "grpc.health.v1 Check calls answered.",
-                         s->health_checks));
-    TRY(rls_prom_counter(out, "rl_grpc_health_watches_total",
-                         "grpc.health.v1 Watch streams started.",
-                         s->health_watches));
-    TRY(rls_prom_gauge(out, "rl_grpc_health_watches_open",
-                       "grpc.health.v1 Watch streams open.", s->watches_open));
-    TRY(rls_prom_counter(out, "rl_grpc_health_watches_refused_total",
-                         "Watch streams refused: 16 open on the connection "
-                         "or 4096 in all.",
-                         s->watches_refused));
-    TRY(rls_prom_gauge(out, "rl_grpc_input_bytes",
-                       "Request bytes buffered by gRPC streams, and input "
-                       "deferred to the next round.",
-                       g->held));
-    TRY(rls_prom_gauge(out, "rl_grpc_output_bytes",
-                       "Memory held by gRPC answers not yet sent.", g->owed));
-#undef TRY
-    return RL_OK;
+    return rls_stream_metrics(out, m, sizeof(m) / sizeof(m[0]));
 }
 
 /* ---- the front end -------------------------------------------------- */

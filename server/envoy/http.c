@@ -13,7 +13,7 @@
 
 #include "base/log.h"
 #include "envoy/json.h"
-#include "base/prom.h"
+#include "net/stream.h"
 #include "rl_error.h"
 #include "base/util.h"
 
@@ -264,28 +264,27 @@ static void fe_free(rls_frontend_t *fe)
 
 static int fe_metrics(const rls_frontend_t *fe, rl_buf_t *out)
 {
+    static const char *const results[] = {
+        "path=\"/json\",result=\"ok\"",
+        "path=\"/json\",result=\"over_limit\"",
+        "path=\"/json\",result=\"bad_json\"",
+        "path=\"/json\",result=\"refused\"",
+        "path=\"/json\",result=\"failed\"",
+        "path=\"/healthcheck\",result=\"healthy\"",
+        "path=\"/healthcheck\",result=\"unhealthy\""};
     const rls_ehttp_t *e = ehttp_of(fe);
-    const char *name = "rl_envoy_http_requests_total";
-    int rc;
+    const uint64_t v[] = {e->stats.json_ok,       e->stats.json_over,
+                          e->stats.json_bad_json, e->stats.json_refused,
+                          e->stats.json_failed,   e->stats.health_ok,
+                          e->stats.health_fail};
+    const rls_stream_metric_t m = {
+        "rl_envoy_http_requests_total", "counter",
+        "--envoy-http requests: /json by result (ok 200, over_limit 429, "
+        "bad_json and refused 400, failed 5xx), /healthcheck by answer "
+        "(healthy 200, unhealthy 500).",
+        v, NULL, results, 0, sizeof(v) / sizeof(v[0])};
 
-    rc = rls_prom_family(out, name, "counter",
-                         "--envoy-http requests: /json by result (ok 200, "
-                         "over_limit 429, bad_json and refused 400, failed "
-                         "5xx), /healthcheck by answer (healthy 200, "
-                         "unhealthy 500).");
-#define S(path, result, v)                                                    \
-    if (rc == RL_OK)                                                           \
-    rc = rl_buf_printf(out, "%s{path=\"%s\",result=\"%s\"} %llu\n", name,     \
-                       path, result, (unsigned long long)(v))
-    S("/json", "ok", e->stats.json_ok);
-    S("/json", "over_limit", e->stats.json_over);
-    S("/json", "bad_json", e->stats.json_bad_json);
-    S("/json", "refused", e->stats.json_refused);
-    S("/json", "failed", e->stats.json_failed);
-    S("/healthcheck", "healthy", e->stats.health_ok);
-    S("/healthcheck", "unhealthy", e->stats.health_fail);
-#undef S
-    return rc;
+    return rls_stream_metrics(out, &m, 1);
 }
 
 /* No resume or flush: an answer is written when it comes. No drain: it

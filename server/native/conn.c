@@ -51,7 +51,6 @@
 #include "native/conn.h"
 #include "net/listen.h"
 #include "net/stream.h"
-#include "base/prom.h"
 
 #define READ_CHUNK 65536
 
@@ -1051,49 +1050,40 @@ static int fe_metrics(const rls_frontend_t *fe, rl_buf_t *out)
     static const char *const closes[RLS_CLOSE_MAX] = {
         "idle", "frame_timeout", "partial_memory"};
     const rls_conn_stats_t *cs = &set_of(fe)->stats;
-    int rc;
-
-#define TRY(x)                                                                 \
-    do {                                                                       \
-        if ((rc = (x)) != RL_OK)                                               \
-            return rc;                                                         \
-    } while (0)
-    TRY(rls_prom_labelled(out, "rl_decisions_total",
-                          "Responses sent, by code (error includes refused "
-                          "requests).",
-                          "code", codes, cs->decisions, 1, 4));
-    TRY(rls_prom_labelled(out, "rl_frames_rejected_total",
-                          "Frames or requests refused before reaching the "
-                          "store, by reason.",
-                          "reason", reasons, cs->rejected, 0,
-                          RLS_REJECT_MAX));
-    TRY(rls_prom_gauge(out, "rl_requests_inflight",
-                       "Requests read and not yet answered.", cs->inflight));
-    TRY(rls_prom_gauge(out, "rl_connections_open", "Client connections open.",
-                       cs->conns_open));
-    TRY(rls_prom_counter(out, "rl_connections_accepted_total",
-                         "Client connections accepted.", cs->conns_accepted));
-    TRY(rls_prom_counter(out, "rl_connections_refused_total",
-                         "Client connections refused at --max-connections "
-                         "or while stopping.",
-                         cs->conns_refused));
-    TRY(rls_prom_counter(out, "rl_connections_overflow_total",
-                         "Client connections closed for not reading their "
-                         "responses (--max-output).",
-                         cs->conns_overflow));
-    TRY(rls_prom_labelled(
-        out, "rl_connections_closed_total",
-        "Client connections the server closed for sending nothing useful: "
-        "no whole request for --idle-timeout (idle), a frame unfinished "
-        "after --frame-timeout-ms (frame_timeout), among the largest input "
-        "buffers over --max-partial-bytes (partial_memory).",
-        "reason", closes, cs->closed, 0, RLS_CLOSE_MAX));
-    TRY(rls_prom_gauge(out, "rl_connections_input_bytes",
+    const rls_stream_metric_t m[] = {
+        {"rl_decisions_total", "counter",
+         "Responses sent, by code (error includes refused requests).",
+         cs->decisions, "code", codes, 1, 4},
+        {"rl_frames_rejected_total", "counter",
+         "Frames or requests refused before reaching the store, by reason.",
+         cs->rejected, "reason", reasons, 0, RLS_REJECT_MAX},
+        RLS_METRIC_ONE("rl_requests_inflight", "gauge",
+                       "Requests read and not yet answered.", cs->inflight),
+        RLS_METRIC_ONE("rl_connections_open", "gauge",
+                       "Client connections open.", cs->conns_open),
+        RLS_METRIC_ONE("rl_connections_accepted_total", "counter",
+                       "Client connections accepted.", cs->conns_accepted),
+        RLS_METRIC_ONE("rl_connections_refused_total", "counter",
+                       "Client connections refused at --max-connections "
+                       "or while stopping.",
+                       cs->conns_refused),
+        RLS_METRIC_ONE("rl_connections_overflow_total", "counter",
+                       "Client connections closed for not reading their "
+                       "responses (--max-output).",
+                       cs->conns_overflow),
+        {"rl_connections_closed_total", "counter",
+         "Client connections the server closed for sending nothing useful: "
+         "no whole request for --idle-timeout (idle), a frame unfinished "
+         "after --frame-timeout-ms (frame_timeout), among the largest input "
+         "buffers over --max-partial-bytes (partial_memory).",
+         cs->closed, "reason", closes, 0, RLS_CLOSE_MAX},
+        RLS_METRIC_ONE("rl_connections_input_bytes", "gauge",
                        "Memory held by client connections' input buffers "
                        "(partial frames); capped by --max-partial-bytes.",
-                       cs->input_bytes));
-#undef TRY
-    return RL_OK;
+                       cs->input_bytes),
+    };
+
+    return rls_stream_metrics(out, m, sizeof(m) / sizeof(m[0]));
 }
 
 static const rls_frontend_ops_t conns_ops = {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "base/prom.h"
 #include "net/listen.h"
 #include "rl_buf.h"
 #include "rl_error.h"
@@ -280,4 +281,31 @@ fail:
     rl_buf_free(&w->buf);
     free(w);
     return RL_EIO;
+}
+
+int rls_stream_metrics(rl_buf_t *out, const rls_stream_metric_t *m,
+                       size_t count)
+{
+    size_t k, i;
+    int rc = RL_OK;
+
+    for (k = 0; k < count && rc == RL_OK; k++) {
+        const rls_stream_metric_t *f = &m[k];
+
+        rc = rls_prom_family(out, f->name, f->type, f->help);
+        if (f->n == 0 && rc == RL_OK)
+            rc = rl_buf_printf(out, "%s %llu\n", f->name,
+                               (unsigned long long)f->v[0]);
+        for (i = f->from; i < f->n && rc == RL_OK; i++) {
+            if (f->values[i] == NULL)
+                continue;
+            rc = f->label != NULL
+                     ? rls_prom_sample(out, f->name, f->label, f->values[i],
+                                       f->v[i])
+                     : rl_buf_printf(out, "%s{%s} %llu\n", f->name,
+                                     f->values[i],
+                                     (unsigned long long)f->v[i]);
+        }
+    }
+    return rc;
 }

@@ -183,4 +183,31 @@ void rls_stream_tls_failed(rls_stream_t *s, rls_tls_reason_t reason,
  * RL_EIO when the connection must close. */
 int rls_stream_tls_flush(rls_stream_t *s);
 
+/* One family of a front end's part of /metrics (rls_stream_metrics): a
+ * counter or gauge, from the front end's own statistics. With n == 0 it
+ * is one sample, `name v[0]`; else the samples `name{label="values[i]"}
+ * v[i]` for i from `from` up to n, a NULL values[i] left out, and with
+ * label NULL values[i] is the sample's whole label list as written
+ * (path="/json",result="ok"). */
+typedef struct rls_stream_metric_s {
+    const char *name;
+    const char *type; /* "counter" or "gauge" */
+    const char *help;
+    const uint64_t *v;
+    const char *label;
+    const char *const *values;
+    size_t from;
+    size_t n;
+} rls_stream_metric_t;
+
+/* A family of one sample, v (an lvalue of type uint64_t). */
+#define RLS_METRIC_ONE(name, type, help, v)                                    \
+    {(name), (type), (help), &(v), NULL, NULL, 0, 0}
+
+/* Appends the families m[0, count) to out, in that order: what every
+ * front end's metrics callback (net/frontend.h) writes. Returns 0 or the
+ * buffer's error. */
+int rls_stream_metrics(rl_buf_t *out, const rls_stream_metric_t *m,
+                       size_t count);
+
 #endif
