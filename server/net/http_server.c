@@ -358,16 +358,19 @@ static void on_shutdown(uv_shutdown_t *req, int status)
         conn_close(c);
 }
 
-static void on_write(uv_write_t *req, int status)
+/* The response is out (written whole at once, or its write's callback
+ * came): the connection closes after it, lingers, or waits for its next
+ * request. Returns 1 when the caller serves that request (conn_serve),
+ * 0 when not. */
+static int after_write(mconn_t *c)
 {
-    mconn_t *c = req->data;
     rls_http_server_t *m = c->m;
 
     c->writing = 0;
     rl_buf_reset(&c->out);
-    if (status < 0 || m->closing) {
+    if (m->closing) {
         conn_close(c);
-        return;
+        return 0;
     }
     if (c->close_after) {
         /* Half-close, then drain what the client still sends until it
@@ -380,20 +383,20 @@ static void on_write(uv_write_t *req, int status)
             rls_tls_conn_shutdown(c->s.tls);
             if (tls_flush(c) != 0) {
                 conn_close(c);
-                return;
+                return 0;
             }
         }
         if (uv_shutdown(&c->sreq, (uv_stream_t *)&c->s.tcp, on_shutdown) !=
             0) {
             conn_close(c);
-            return;
+            return 0;
         }
         uv_timer_start(&c->timer, on_timeout,
                        m->set.opts.idle_ms < LINGER_MS ? m->set.opts.idle_ms
                                                        : LINGER_MS,
                        0);
         start_reading(c);
-        return;
+        return 0;
     }
     /* The next request has a fresh deadline: the idle limit to start, or
      * the header deadline if it has (pipelined bytes are buffered). */
@@ -404,12 +407,38 @@ static void on_write(uv_write_t *req, int status)
     if (c->s.tls != NULL) {
         ssize_t got = tls_pull(c);
         if (got < 0)
-            return;
+            return 0;
         c->in_len += (size_t)got;
     }
     uv_timer_start(&c->timer, on_timeout,
                    c->in_len > 0 ? head_limit(m) : m->set.opts.idle_ms, 0);
+    return 1;
+}
+
+/* The next request of a connection whose answer went out whole from
+ * rls_http_answer: its deadline as after_write set it, then served. */
+static void on_next(uv_timer_t *t)
+{
+    mconn_t *c = t->data;
+
+    uv_timer_start(&c->timer, on_timeout,
+                   c->in_len > 0 ? head_limit(c->m) : c->m->set.opts.idle_ms,
+                   0);
     conn_serve(c, c->in_len > 0);
+}
+
+static void on_write(uv_write_t *req, int status)
+{
+    mconn_t *c = req->data;
+
+    if (status < 0) {
+        c->writing = 0;
+        rl_buf_reset(&c->out);
+        conn_close(c);
+        return;
+    }
+    if (after_write(c))
+        conn_serve(c, c->in_len > 0);
 }
 
 /* Builds the status line and headers in c->out, then the body unless the
@@ -487,8 +516,12 @@ static int serve_one(mconn_t *c, const rls_http_req_t *q)
     return RL_EAGAIN;
 }
 
-/* Hands c->out to the socket; the client has the idle limit to take it. */
-static void start_write(mconn_t *c)
+/* Hands c->out to the socket: what it takes at once goes without a
+ * write request (most responses, whole), the rest is queued and the
+ * client has the idle limit to take it. Returns 1 when the response went
+ * whole (the caller finishes it with after_write), 0 when it is queued
+ * or the connection closed. */
+static int start_write(mconn_t *c)
 {
     /* Under TLS the response is sealed in place: once written to the TLS
      * layer the plaintext is no longer needed. */
@@ -498,15 +531,22 @@ static void start_write(mconn_t *c)
         rl_buf_reset(&c->out);
         if (rc != 0 || rls_tls_conn_take(c->s.tls, &c->out) != 0) {
             conn_close(c);
-            return;
+            return 0;
         }
     }
+    if (rls_stream_write_now(&c->s, &c->out) != 0) {
+        conn_close(c);
+        return 0;
+    }
+    if (rl_buf_len(&c->out) == 0)
+        return 1;
     uv_timer_start(&c->timer, on_timeout, c->m->set.opts.idle_ms, 0);
     c->writing = 1;
     if (rls_stream_write_queued(&c->s, &c->wreq, &c->out, on_write) != 0) {
         c->writing = 0;
         conn_close(c);
     }
+    return 0;
 }
 
 void rls_http_answer(rls_http_conn_t *c, const rls_http_reply_t *r)
@@ -529,7 +569,11 @@ void rls_http_answer(rls_http_conn_t *c, const rls_http_reply_t *r)
         conn_close(c);
         return;
     }
-    start_write(c);
+    /* Written whole: the next pipelined request is served from the loop
+     * (the answer comes from inside the decider, which must not be asked
+     * again from there), as it would be from the write's callback. */
+    if (start_write(c) && after_write(c))
+        uv_timer_start(&c->timer, on_next, 0, 0);
 }
 
 /* A request the listener refuses before the route sees it (a body it
@@ -603,6 +647,7 @@ static void conn_serve(mconn_t *c, int parse)
     rls_http_req_t q;
     int rc;
 
+again:
     if (c->writing || c->awaiting || c->s.closing || c->lingering)
         return;
     if (c->in_body) {
@@ -696,7 +741,12 @@ served:
         conn_close(c);
         return;
     }
-    start_write(c);
+    /* Written whole: the next pipelined request, in this loop rather
+     * than by recursion. */
+    if (start_write(c) && after_write(c)) {
+        parse = c->in_len > 0;
+        goto again;
+    }
 }
 
 void rls_http_server_set_max_body(rls_http_server_t *m, size_t max_body)
