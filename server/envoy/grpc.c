@@ -158,7 +158,8 @@ typedef struct gstream_s {
 struct gconn_s {
     /* The socket (net/stream.h). s.tls NULL: h2c; else HTTP/2 goes
      * through it: nothing of nghttp2 is drawn before its handshake is
-     * done. */
+     * done. s.owed: its stream objects alive (on `streams`); it is freed
+     * when rls_stream_done says so. */
     rls_stream_t s;
     uv_write_t wreq;
     rls_grpc_t *g;
@@ -183,7 +184,6 @@ struct gconn_s {
     uint32_t strikes;      /* header lists over the limit */
     uint32_t watches;      /* Watch streams open */
     unsigned writing : 1;
-    unsigned closed : 1;
     unsigned goaway : 1;
     unsigned proven : 1;   /* completed a request: on g->proven */
     unsigned ended : 1;    /* nghttp2 takes no more input from it */
@@ -272,7 +272,7 @@ static void maybe_free_conn(gconn_t *c)
 {
     rls_grpc_t *g = c->g;
 
-    if (!c->closed || !rls_list_empty(&c->streams))
+    if (!rls_stream_done(&c->s))
         return;
     rl_buf_free(&c->out);
     free(c);
@@ -346,6 +346,7 @@ static void stream_free_maybe(gstream_t *st)
     unowe(st);
     free(st->resp);
     rls_list_remove(&st->node);
+    c->s.owed--;
     free(st);
     maybe_free_conn(c);
 }
@@ -871,6 +872,7 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f,
     rls_list_init(&st->owed);
     rls_list_init(&st->wnode);
     rls_list_push(&c->streams, &st->node);
+    c->s.owed++;
     c->open_streams++;
     nghttp2_session_set_stream_user_data(s, st->id, st);
     return 0;
@@ -1058,7 +1060,7 @@ static void on_closed(uv_handle_t *h)
         st->closed = 1;
         stream_free_maybe(st);
     }
-    c->closed = 1;
+    c->s.handles--;
     if (g->stopping && rls_grpc_idle(g) && g->fe.on_empty != NULL)
         g->fe.on_empty(g->fe.arg);
     maybe_free_conn(c);

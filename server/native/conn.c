@@ -60,7 +60,8 @@
 typedef struct rls_conn_s {
     /* The socket (net/stream.h). Under TLS (s.tls): frames come out of
      * it, responses go through it (out is sealed in place just before it
-     * is written). */
+     * is written). s.owed: its requests in the batcher (in flight); it
+     * is freed when rls_stream_done says so. */
     rls_stream_t s;
     uv_write_t wreq;
     rls_conns_t *srv;
@@ -75,11 +76,9 @@ typedef struct rls_conn_s {
     rl_buf_t in;        /* partial frame, or frames a pause left unread */
     rl_buf_t out;       /* responses not yet handed to uv_write */
     rl_buf_t wbuf;      /* the bytes of the write in flight */
-    uint32_t inflight;  /* requests in the batcher */
     rls_list_t hs;      /* in srv->handshaking until its handshake ends */
     unsigned writing : 1;
     unsigned eof : 1;    /* no more requests will be read */
-    unsigned closed : 1; /* close callback ran */
 } rls_conn_t;
 
 static void conn_close(rls_conn_t *c);
@@ -87,7 +86,7 @@ static size_t process(rls_conn_t *c);
 
 static void maybe_free(rls_conn_t *c)
 {
-    if (!c->closed || c->inflight > 0)
+    if (!rls_stream_done(&c->s))
         return;
     rl_buf_free(&c->in);
     rl_buf_free(&c->out);
@@ -102,7 +101,7 @@ static void on_closed(uv_handle_t *h)
 
     /* Nothing reads the input any more; it was uncounted at conn_close. */
     rl_buf_free(&c->in);
-    c->closed = 1;
+    c->s.handles--;
     maybe_free(c);
     /* The last connection of a stopping server lets it finish. */
     if (s->stopping && rls_list_empty(&s->all) && s->fe.on_empty != NULL)
@@ -129,7 +128,7 @@ static void conn_close(rls_conn_t *c)
     s->stats.input_bytes -= c->in_held;
     c->in_held = 0;
     s->stats.conns_open--;
-    RLS_DEBUG("connection closed", " inflight=%u", c->inflight);
+    RLS_DEBUG("connection closed", " inflight=%u", c->s.owed);
 }
 
 /* Closes a connection that will read no more once it has nothing left to
@@ -139,7 +138,7 @@ static void maybe_finish(rls_conn_t *c)
 {
     rl_frame_t f;
 
-    if (c->eof && !c->s.closing && c->inflight == 0 && !c->writing &&
+    if (c->eof && !c->s.closing && c->s.owed == 0 && !c->writing &&
         rl_buf_len(&c->out) == 0 &&
         rl_frame_decode(rl_buf_rptr(&c->in), rl_buf_len(&c->in),
                         c->srv->max_frame, &f) != RL_OK)
@@ -211,13 +210,13 @@ void rls_conn_respond(void *owner, const rl_result_t *r)
     rls_conn_t *c = owner;
     rls_conns_t *s = c->srv;
 
-    c->inflight--;
+    c->s.owed--;
     s->stats.inflight--;
     if (c->s.closing) {
         maybe_free(c);
         return;
     }
-    if (c->inflight == 0) {
+    if (c->s.owed == 0) {
         /* Its last answer: the idle time starts now, not at the last
          * request (`all` stays in order: now is the latest time). */
         c->active_ms = uv_now(s->loop);
@@ -229,7 +228,7 @@ void rls_conn_respond(void *owner, const rl_result_t *r)
     /* A paused connection reads again once it is under half its limit;
      * the read resumes from the check handle, not from inside a store
      * callback. */
-    if (!c->s.reading && c->inflight <= s->max_inflight / 2 &&
+    if (!c->s.reading && c->s.owed <= s->max_inflight / 2 &&
         (!c->eof || rl_buf_len(&c->in) > 0) &&
         !rls_list_linked(&c->resume)) {
         rls_list_push(&s->resume, &c->resume);
@@ -309,10 +308,10 @@ static void handle_request(rls_conn_t *c, const uint8_t *p, size_t n)
     a.ns = RLS_NS_INLINE;
     /* In flight from here: the answer may come before rls_decide returns
      * (a kill switch, a refusal known without the store). */
-    c->inflight++;
+    c->s.owed++;
     s->stats.inflight++;
     if ((rc = rls_decide(s->decider, &a, rls_conn_respond, c, &why)) != RL_OK) {
-        c->inflight--;
+        c->s.owed--;
         s->stats.inflight--;
         if (rc != RL_ENOMEM)
             s->stats.rejected[rc == RL_ENORULE   ? RLS_REJECT_RULE
@@ -340,7 +339,7 @@ static size_t decode(rls_conn_t *c, const uint8_t *p, size_t n,
     rl_frame_t f;
     int rc;
 
-    while (!c->s.closing && c->inflight < s->max_inflight) {
+    while (!c->s.closing && c->s.owed < s->max_inflight) {
         /* p is NULL when the connection holds no input buffer, and
          * NULL + 0 is undefined: add off only once a frame was taken. */
         rc = rl_frame_decode(off > 0 ? p + off : p, n - off,
@@ -362,7 +361,7 @@ static size_t decode(rls_conn_t *c, const uint8_t *p, size_t n,
         off += f.size;
         (*frames)++;
     }
-    if (c->inflight >= s->max_inflight)
+    if (c->s.owed >= s->max_inflight)
         stop_reading(c);
     return off;
 }
@@ -696,7 +695,7 @@ void rls_conns_resume(rls_conns_t *s)
         frames = process(c);
         /* Reading goes on while stopping too: a client told to go away
          * (rls_conns_goaway) is still answered until it closes. */
-        if (!c->s.closing && c->inflight < s->max_inflight)
+        if (!c->s.closing && c->s.owed < s->max_inflight)
             start_reading(c);
         input_done(c, frames);
         maybe_finish(c);
@@ -876,7 +875,7 @@ void rls_conns_close(rls_conns_t *s)
  * write, a pause to lift) rather than on its client? Then it is not idle. */
 static int busy(const rls_conn_t *c)
 {
-    return c->inflight > 0 || c->writing || rl_buf_len(&c->out) > 0 ||
+    return c->s.owed > 0 || c->writing || rl_buf_len(&c->out) > 0 ||
            rls_list_linked(&c->resume) || (!c->s.reading && !c->eof);
 }
 
