@@ -201,14 +201,13 @@ struct rls_grpc_s {
     uint32_t max_frame;   /* rls_grpc_opts_t's; the transport's are in */
     uint32_t max_streams; /* set.opts */
     uv_tcp_t listener;
-    uv_timer_t sweep;
     uv_idle_t spin; /* keeps poll from blocking while reads are deferred */
     uv_timer_t health; /* HEALTH_POLL_MS, while a Watch stream is open */
     int listening;
     int draining;
     int stopping;
     int freeing;
-    unsigned handles;   /* of listener, sweep, spin and health, open */
+    unsigned handles;   /* of listener, set.sweep, spin and health, open */
     size_t nalloc;      /* connections allocated (open or closing) */
     uint64_t held;      /* request bytes buffered by all streams and stashes */
     uint64_t owed;      /* memory of all owed answers */
@@ -222,7 +221,8 @@ struct rls_grpc_s {
     rls_list_t resume;
     /* Its connections' transport: the read buffer (READ_CHUNK) they
      * share, TLS (NULL: h2c; else the server's, outliving us) and its
-     * counters, the TLS clients seen on h2c. */
+     * counters, the TLS clients seen on h2c, and the one timer of its
+     * deadlines (set.sweep, every second). */
     rls_streams_t set;
     rl_buf_t scratch; /* where responses are encoded */
     nghttp2_session_callbacks *cbs;
@@ -1763,10 +1763,9 @@ static void sweep_conn(gconn_t *c, uint64_t now)
 /* Once a second (connections and their streams are capped): requests
  * past --frame-timeout-ms, answers not taken within it, and idle
  * connections. */
-static void on_sweep(uv_timer_t *t)
+static void on_sweep(rls_streams_t *set, uint64_t now)
 {
-    rls_grpc_t *g = t->data;
-    uint64_t now = uv_now(g->loop);
+    rls_grpc_t *g = RLS_CONTAINER_OF(set, rls_grpc_t, set);
     rls_list_t *lists[2] = {&g->fresh, &g->proven}, *n, *next;
     size_t i;
 
@@ -1837,8 +1836,7 @@ int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_grpc_opts_t *o,
                                                            on_stream_close);
     uv_tcp_init(loop, &g->listener);
     g->listener.data = g;
-    uv_timer_init(loop, &g->sweep);
-    g->sweep.data = g;
+    rls_streams_sweep_init(&g->set, g, on_sweep);
     uv_idle_init(loop, &g->spin);
     g->spin.data = g;
     uv_timer_init(loop, &g->health);
@@ -1850,7 +1848,7 @@ int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_grpc_opts_t *o,
         g->freeing = 1;
         g->handles = 4;
         uv_close((uv_handle_t *)&g->listener, on_handle_closed);
-        uv_close((uv_handle_t *)&g->sweep, on_handle_closed);
+        uv_close((uv_handle_t *)&g->set.sweep, on_handle_closed);
         uv_close((uv_handle_t *)&g->spin, on_handle_closed);
         uv_close((uv_handle_t *)&g->health, on_handle_closed);
         snprintf(err, errlen, "--grpc: cannot listen on %s:%d: %s",
@@ -1859,8 +1857,7 @@ int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_grpc_opts_t *o,
     }
     g->listening = 1;
     g->fe.port = rls_listen_port(&g->listener);
-    uv_timer_start(&g->sweep, on_sweep, 1000, 1000);
-    uv_unref((uv_handle_t *)&g->sweep);
+    rls_streams_sweep_every(&g->set, 1000);
     uv_unref((uv_handle_t *)&g->health);
     *out = g;
     return 0;
@@ -1991,7 +1988,7 @@ void rls_grpc_free(rls_grpc_t *g)
     g->freeing = 1;
     g->handles = 0;
     hs[0] = (uv_handle_t *)&g->listener;
-    hs[1] = (uv_handle_t *)&g->sweep;
+    hs[1] = (uv_handle_t *)&g->set.sweep;
     hs[2] = (uv_handle_t *)&g->spin;
     hs[3] = (uv_handle_t *)&g->health;
     for (i = 0; i < 4; i++)

@@ -881,10 +881,9 @@ static int busy(const rls_conn_t *c)
 
 /* The set's one timer: closes connections past their deadlines. Both lists
  * are in deadline order, so each loop stops at the first one not due. */
-static void on_sweep(uv_timer_t *t)
+static void on_sweep(rls_streams_t *set, uint64_t now)
 {
-    rls_conns_t *s = t->data;
-    uint64_t now = uv_now(s->loop);
+    rls_conns_t *s = RLS_CONTAINER_OF(set, rls_conns_t, set);
     uint64_t idle_ms = s->set.opts.idle_ms;
     uint64_t frame_ms = s->set.opts.frame_ms;
     uint64_t hs_ms = s->set.opts.handshake_ms;
@@ -940,8 +939,7 @@ void rls_conns_init(rls_conns_t *s, uv_loop_t *loop, const rls_conns_opts_t *o,
     rls_list_init(&s->handshaking);
     uv_idle_init(loop, &s->spin);
     s->spin.data = s;
-    uv_timer_init(loop, &s->sweep);
-    s->sweep.data = s;
+    rls_streams_sweep_init(&s->set, s, on_sweep);
     /* A deadline fires up to one period late: a quarter of the shorter
      * timeout, between 10 and 250 ms. The timer does not keep the loop
      * alive by itself. */
@@ -949,12 +947,8 @@ void rls_conns_init(rls_conns_t *s, uv_loop_t *loop, const rls_conns_opts_t *o,
     if (o->stream.frame_ms > 0 &&
         (shortest == 0 || o->stream.frame_ms < shortest))
         shortest = o->stream.frame_ms;
-    if (shortest > 0) {
-        s->sweep_ms = shortest / 4 < 10 ? 10 : shortest / 4 > 250 ? 250
-                                                                 : shortest / 4;
-        uv_timer_start(&s->sweep, on_sweep, s->sweep_ms, s->sweep_ms);
-        uv_unref((uv_handle_t *)&s->sweep);
-    }
+    if (shortest > 0)
+        rls_streams_sweep_every(&s->set, rls_streams_sweep_period(shortest));
 }
 
 void rls_conns_free(rls_conns_t *s)
@@ -964,7 +958,7 @@ void rls_conns_free(rls_conns_t *s)
         uv_close((uv_handle_t *)&s->listener, NULL);
     }
     uv_close((uv_handle_t *)&s->spin, NULL);
-    uv_close((uv_handle_t *)&s->sweep, NULL);
+    uv_close((uv_handle_t *)&s->set.sweep, NULL);
     rls_streams_free(&s->set);
     free(s->pbuf);
     s->pbuf = NULL;
@@ -973,17 +967,15 @@ void rls_conns_free(rls_conns_t *s)
 void rls_conns_set_tls(rls_conns_t *s, rls_tls_t *tls)
 {
     uint64_t hs = s->set.opts.handshake_ms;
-    uint64_t period = hs / 4 < 10 ? 10 : hs / 4 > 250 ? 250 : hs / 4;
+    uint64_t period = rls_streams_sweep_period(hs);
 
     s->set.tls = tls;
     s->fe.tls = tls != NULL ? &s->set.tls_stats : NULL;
     s->fe.plain = tls != NULL ? NULL : &s->set.plain;
     /* The sweep keeps the handshake deadline too, as often as it needs. */
-    if (tls != NULL && hs > 0 && (s->sweep_ms == 0 || period < s->sweep_ms)) {
-        s->sweep_ms = period;
-        uv_timer_start(&s->sweep, on_sweep, period, period);
-        uv_unref((uv_handle_t *)&s->sweep);
-    }
+    if (tls != NULL && hs > 0 &&
+        (s->set.sweep_ms == 0 || period < s->set.sweep_ms))
+        rls_streams_sweep_every(&s->set, period);
 }
 
 /* ---- the front end -------------------------------------------------- */

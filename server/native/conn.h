@@ -71,12 +71,11 @@ typedef struct rls_conns_s {
     uint32_t max_inflight;
     rls_decider_t *decider;
     uv_idle_t spin;    /* keeps poll from blocking while reads are deferred */
-    uv_timer_t sweep;  /* idle and frame deadlines, for every connection */
-    uint64_t sweep_ms; /* its period */
     /* Its connections' transport (net/stream.h): the shared read buffer
      * (connections with no partial frame read here; under TLS, the
      * ciphertext), TLS (rls_conns_set_tls; NULL: plaintext) and its
-     * counters, the TLS clients seen on plaintext. */
+     * counters, the TLS clients seen on plaintext, and the one timer of
+     * its idle, frame and handshake deadlines (set.sweep). */
     rls_streams_t set;
     rls_list_t all;    /* every open connection, least recently active
                           first */

@@ -34,6 +34,35 @@ void rls_streams_free(rls_streams_t *set)
     set->rbuf = NULL;
 }
 
+static void on_sweep(uv_timer_t *t)
+{
+    rls_streams_t *set = RLS_CONTAINER_OF(t, rls_streams_t, sweep);
+
+    set->on_sweep(set, uv_now(set->loop));
+}
+
+void rls_streams_sweep_init(rls_streams_t *set, void *data,
+                            void (*fn)(rls_streams_t *set, uint64_t now))
+{
+    uv_timer_init(set->loop, &set->sweep);
+    set->sweep.data = data;
+    set->on_sweep = fn;
+}
+
+void rls_streams_sweep_every(rls_streams_t *set, uint64_t period_ms)
+{
+    set->sweep_ms = period_ms;
+    uv_timer_start(&set->sweep, on_sweep, period_ms, period_ms);
+    uv_unref((uv_handle_t *)&set->sweep);
+}
+
+uint64_t rls_streams_sweep_period(uint64_t shortest_ms)
+{
+    uint64_t p = shortest_ms / 4;
+
+    return p < 10 ? 10 : p > 250 ? 250 : p;
+}
+
 rls_stream_t *rls_streams_victim(rls_streams_t *set,
                                  int (*rank)(const rls_stream_t *s))
 {

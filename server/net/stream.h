@@ -70,6 +70,11 @@ typedef struct rls_streams_s {
     size_t rbuf_cap;
     rls_list_t all; /* open streams (those a front end put there) */
     unsigned open;  /* on `all` */
+    /* The one timer of its connections' deadlines (rls_streams_sweep_*),
+     * if the front end made it: on_sweep every sweep_ms (0: stopped). */
+    uv_timer_t sweep;
+    uint64_t sweep_ms;
+    void (*on_sweep)(struct rls_streams_s *set, uint64_t now);
 } rls_streams_t;
 
 typedef struct rls_stream_s {
@@ -101,6 +106,19 @@ static inline uint8_t *rls_streams_rbuf(rls_streams_t *set)
         set->rbuf = (uint8_t *)malloc(set->rbuf_cap);
     return set->rbuf;
 }
+
+/* The set's one timer for its connections' deadlines: fn(set, now) at
+ * every tick (the front end closes what is due; lists in deadline order
+ * make that O(expired)). init makes the handle, its data `data` (for the
+ * close callback: the front end closes &set->sweep with its own
+ * handles); every (re)starts it at period_ms (> 0). It never keeps the
+ * loop alive. */
+void rls_streams_sweep_init(rls_streams_t *set, void *data,
+                            void (*fn)(rls_streams_t *set, uint64_t now));
+void rls_streams_sweep_every(rls_streams_t *set, uint64_t period_ms);
+/* The period for deadlines as short as shortest_ms: a quarter, between
+ * 10 and 250 ms (a deadline fires up to one period late). */
+uint64_t rls_streams_sweep_period(uint64_t shortest_ms);
 
 /* The stream on set->all that gives way most readily to a new one:
  * lowest rank, then oldest `since`; rank() < 0 never gives way. NULL
