@@ -802,8 +802,7 @@ static int store_failing(const rls_server_t *s, const char **why)
     static char text[96];
     uint64_t decided, failed;
 
-    rls_decider_share(&s->decider, uv_hrtime() / 1000000000, &decided,
-                      &failed);
+    rls_decider_share(&s->decider, uv_hrtime() / 1000000000, &decided, &failed);
     if (decided < s->cfg->unhealthy_min_decisions ||
         (double)failed <= s->cfg->unhealthy_error_ratio * (double)decided)
         return 0;

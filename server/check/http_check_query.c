@@ -101,8 +101,8 @@ static const char *const op_names[RL_OP_MAX] = {"check",   "reserve", "settle",
 
 /* One name=value pair of the query, into c (and the bytes out holds for
  * it). */
-static int param(const char *p, size_t n, rl_check_t *c,
-                 rls_check_query_t *out, unsigned *seen, const char **why)
+static int param(const char *p, size_t n, rl_check_t *c, rls_check_query_t *out,
+                 unsigned *seen, const char **why)
 {
     const char *eq = memchr(p, '=', n);
     const char *v = eq != NULL ? eq + 1 : p + n;
@@ -256,8 +256,7 @@ static int key_set(const char *v, size_t n, rl_check_t *c,
  * kept as they go by), or the leftmost for 0. Returns 0, or RL_EINVAL
  * when there is no such entry. */
 static int key_from_xff(const rls_http_req_t *q, const rls_check_opts_t *o,
-                        rl_check_t *c, rls_check_query_t *out,
-                        const char **why)
+                        rl_check_t *c, rls_check_query_t *out, const char **why)
 {
     const char *from[RLS_CHECK_XFF_HOPS_MAX], *to[RLS_CHECK_XFF_HOPS_MAX];
     const char *pos = NULL, *v, *p, *e, *comma;

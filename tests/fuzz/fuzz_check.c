@@ -68,8 +68,7 @@ static void check_query(const rls_http_req_t *q, const rls_check_opts_t *o,
     CHECK(path_op == RL_OP_CHECK || c.op == path_op);
     /* The check's bytes are the query's buffers. */
     CHECK(c.rule == cq.rule && c.key == cq.key && c.handle == cq.handle);
-    if (c.op == RL_OP_SETTLE || c.op == RL_OP_RELEASE ||
-        c.op == RL_OP_RENEW) {
+    if (c.op == RL_OP_SETTLE || c.op == RL_OP_RELEASE || c.op == RL_OP_RENEW) {
         /* The handle names the caller: no rule or key needed. */
         CHECK(c.handle_len >= 1 && c.handle_len <= RL_HANDLE_MAX);
         CHECK(c.actual <= UINT32_MAX);

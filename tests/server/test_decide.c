@@ -29,7 +29,7 @@
 #define NASK 64
 
 typedef struct {
-    dfx_t dx; /* the decider on the memory store (decider_fx.h) */
+    dfx_t dx;          /* the decider on the memory store (decider_fx.h) */
     int answers[NASK]; /* answers per ask id */
     rl_result_t res[NASK];
     char err[NASK][200];
