@@ -70,13 +70,14 @@ static void hold_arm(rls_server_t *s, uint64_t now_ns, uint64_t wait)
  * writes what the connections have to write. */
 static void submit_and_write(rls_server_t *s)
 {
-    uint64_t now = s->decider.batcher.hold_ns != 0 ? uv_hrtime() : 0, wait;
+    uint64_t now = rls_decider_hold_ns(&s->decider) != 0 ? uv_hrtime() : 0,
+             wait;
 
     /* A held batch is due in `wait` ns: any loop iteration before then
      * looks again; the timer makes sure one comes. */
     int i;
 
-    if ((wait = rls_batcher_tick(&s->decider.batcher, now)) > 0)
+    if ((wait = rls_decider_tick(&s->decider, now)) > 0)
         hold_arm(s, now, wait);
     for (i = 0; i < RLS_LISTENERS; i++)
         if (s->fe[i] != NULL && s->fe[i]->ops->flush != NULL)
@@ -89,7 +90,7 @@ static int busy(const rls_server_t *s)
 {
     int i;
 
-    if (s->decider.batcher.in_flight > 0)
+    if (rls_decider_busy(&s->decider))
         return 1;
     for (i = 0; i < RLS_LISTENERS; i++)
         if (s->fe[i] != NULL && s->fe[i]->ops->busy != NULL &&
@@ -143,17 +144,17 @@ static void on_hold_closed(uv_handle_t *h)
 
 static void close_all(rls_server_t *s)
 {
-    int i;
+    int i, local;
 
     s->closed = 1;
-    rls_decider_free(&s->decider);
-    if (s->decider.batcher.local != NULL) {
+    local = rls_decider_local(&s->decider) != NULL;
+    rls_decider_free(&s->decider); /* it uses --fail-local's no more */
+    if (local) {
         if (s->local.n > 0)
             RLS_WARN("fail-local: stopping with admissions the store was "
                      "never told of",
                      " charges=%zu", s->local.n);
         rls_local_close(&s->local, NULL, NULL);
-        s->decider.batcher.local = NULL;
     }
     uv_close((uv_handle_t *)&s->tick, NULL);
     uv_close((uv_handle_t *)&s->before_poll, NULL);
@@ -187,7 +188,7 @@ static void close_all(rls_server_t *s)
              (unsigned long long)s->conns.stats.decisions[RL_CODE_OK],
              (unsigned long long)s->conns.stats.decisions[RL_CODE_OVER_LIMIT],
              (unsigned long long)s->conns.stats.decisions[RL_CODE_ERROR],
-             (unsigned long long)s->decider.batcher.stats.failed_open,
+             (unsigned long long)rls_decider_stats(&s->decider)->failed_open,
              (unsigned long long)s->conns.stats.inflight);
     for (i = 0; i < RLS_LISTENERS; i++)
         if (s->fe[i] != NULL) {
@@ -268,7 +269,7 @@ void rls_server_stop(rls_server_t *s)
             grace = RLS_STOP_GRACE_MIN_MS;
         uv_timer_start(&s->stop_timer, on_stop_timer, grace, 0);
     }
-    rls_batcher_flush_now(&s->decider.batcher);
+    rls_decider_flush_now(&s->decider);
     if (!busy(s))
         close_all(s);
 }
@@ -287,7 +288,7 @@ int rls_server_metrics(const rls_server_t *s, rl_buf_t *out)
 
     memset(&v, 0, sizeof(v));
     v.cfg = s->cfg;
-    v.batch = &s->decider.batcher.stats;
+    v.batch = rls_decider_stats(&s->decider);
     v.store = s->store;
     v.start_unix_ms = s->start_unix_ms;
     v.healthy = s->store != NULL && rls_server_healthy(s, &why);
@@ -295,8 +296,8 @@ int rls_server_metrics(const rls_server_t *s, rl_buf_t *out)
     v.rt = s->rt.policy != NULL ? &s->rt : NULL;
     v.reload = &s->reload.rl.stats;
     v.switches = &s->switches.stats;
-    v.refusals = &s->decider.batcher.refusals.stats;
-    v.local = s->decider.batcher.local;
+    v.refusals = rls_decider_refusal_stats(&s->decider);
+    v.local = rls_decider_local(&s->decider);
     v.envoy_reload =
         s->cfg->nenvoy_configs > 0 ? &s->envoy_reload.rl.stats : NULL;
     v.envoy_stats = s->estats_on ? &s->estats : NULL;
@@ -584,9 +585,7 @@ static void before_policy_change(void *arg)
 {
     rls_server_t *s = arg;
 
-    rls_batcher_flush_now(&s->decider.batcher);
-    /* A limit may have gone up: what was full may not be any more. */
-    rls_refusals_invalidate(&s->decider.batcher.refusals);
+    rls_decider_before_change(&s->decider);
 }
 
 int rls_server_start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
@@ -711,7 +710,7 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
     s->before_poll.data = s;
     if ((rc = uv_prepare_start(&s->before_poll, on_before_poll)) != 0)
         goto fail_uv;
-    if (s->decider.batcher.hold_ns != 0) {
+    if (rls_decider_hold_ns(&s->decider) != 0) {
         s->hold_fd =
             timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
         if (s->hold_fd < 0 || uv_poll_init(loop, &s->hold, s->hold_fd) != 0) {
@@ -720,7 +719,7 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
             if (s->hold_fd >= 0)
                 close(s->hold_fd);
             s->hold_fd = -1;
-            s->decider.batcher.hold_ns = 0;
+            rls_decider_set_hold_ns(&s->decider, 0);
         } else {
             s->hold.data = s;
             uv_poll_start(&s->hold, UV_READABLE, on_hold);
@@ -762,7 +761,7 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
             goto fail;
         }
         /* --fail-local's share: the live instances the poller sees. */
-        if (s->decider.batcher.local != NULL)
+        if (rls_decider_local(&s->decider) != NULL)
             s->switches.live_out = &s->local.live;
     }
     return RL_OK;
@@ -842,8 +841,7 @@ static int store_failing(const rls_server_t *s, const char **why)
     static char text[96];
     uint64_t decided, failed;
 
-    rls_batcher_share(&s->decider.batcher, uv_hrtime() / 1000000000, &decided,
-                      &failed);
+    rls_decider_share(&s->decider, uv_hrtime() / 1000000000, &decided, &failed);
     if (decided < s->cfg->unhealthy_min_decisions ||
         (double)failed <= s->cfg->unhealthy_error_ratio * (double)decided)
         return 0;
@@ -865,7 +863,7 @@ int rls_server_healthy(const rls_server_t *s, const char **why)
         /* --fail-local keeps deciding, on a share of the fleet it has seen:
          * it takes work, unless it never saw the fleet (a share of 1 would
          * be the whole limit). */
-        if (s->decider.batcher.local != NULL && s->local.live > 0 &&
+        if (rls_decider_local(&s->decider) != NULL && s->local.live > 0 &&
             rls_switch_poll_ready(&s->switches)) {
             *why = "ok: store unavailable, deciding on this instance's "
                    "share (--fail-local)";

@@ -227,7 +227,10 @@ static void on_request(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
         rls_http_reply_text(r, 414, "URI Too Long", "target over 4 KiB\n");
         return;
     }
-    if (rls_check_query(q, &k->opts, path_op, &cq, &why) != RL_OK) {
+    /* The query is read straight into the ask's check. */
+    memset(&a, 0, sizeof(a));
+    a.q.id = 1;
+    if (rls_check_query(q, &k->opts, path_op, &a.q, &cq, &why) != RL_OK) {
         if (path_op != RL_OP_CHECK) {
             /* The backend's request, not the proxy's configuration: the
              * reason always goes back. */
@@ -240,23 +243,12 @@ static void on_request(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
         bad(k, r, cq.reason, why);
         return;
     }
-    memset(&a, 0, sizeof(a));
-    a.q.id = 1;
-    a.q.key = cq.key;
-    a.q.key_len = cq.key_len;
-    a.q.cost = cq.cost;
-    a.q.rule = cq.rule;
-    a.q.rule_len = cq.rule_len;
-    a.q.op = cq.op;
-    a.q.handle = cq.handle;
-    a.q.handle_len = cq.handle_len;
-    a.q.actual = cq.actual;
     x = rls_http_conn_ctx(r->conn);
     x->k = k;
-    x->op = cq.op;
+    x->op = a.q.op;
     x->deny_status = cq.deny_status;
-    memcpy(x->rule, cq.rule, cq.rule_len);
-    x->rule_len = cq.rule_len;
+    memcpy(x->rule, a.q.rule, a.q.rule_len);
+    x->rule_len = a.q.rule_len;
     /* Pending from here: the answer may come before rls_decide returns
      * (a kill switch, a refusal known without the store). */
     k->pending++;
@@ -277,8 +269,8 @@ static void on_request(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
     default:
         k->pending--;
         r->pending = 0;
-        if (cq.op == RL_OP_SETTLE || cq.op == RL_OP_RELEASE ||
-            cq.op == RL_OP_RENEW) {
+        if (a.q.op == RL_OP_SETTLE || a.q.op == RL_OP_RELEASE ||
+            a.q.op == RL_OP_RENEW) {
             /* The backend's handle, not the proxy's configuration: the
              * reason always goes back. */
             static char body[320];

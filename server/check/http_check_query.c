@@ -99,8 +99,9 @@ enum {
 static const char *const op_names[RL_OP_MAX] = {"check",   "reserve", "settle",
                                                 "acquire", "release", "renew"};
 
-/* One name=value pair of the query. */
-static int param(const char *p, size_t n, rls_check_query_t *out,
+/* One name=value pair of the query, into c (and the bytes out holds for
+ * it). */
+static int param(const char *p, size_t n, rl_check_t *c, rls_check_query_t *out,
                  unsigned *seen, const char **why)
 {
     const char *eq = memchr(p, '=', n);
@@ -123,7 +124,7 @@ static int param(const char *p, size_t n, rls_check_query_t *out,
         }
         if (rc != RL_OK)
             goto escape;
-        out->rule_len = d;
+        c->rule_len = d;
         return RL_OK;
     }
     if (name_is(p, nlen, "key")) {
@@ -137,8 +138,8 @@ static int param(const char *p, size_t n, rls_check_query_t *out,
         }
         if (rc != RL_OK)
             goto escape;
-        out->key_len = d;
-        if (out->key_len == 0) {
+        c->key_len = d;
+        if (c->key_len == 0) {
             *why = "key= is empty";
             return RL_EINVAL;
         }
@@ -153,7 +154,7 @@ static int param(const char *p, size_t n, rls_check_query_t *out,
             *why = "cost must be a whole number from 1 to 4294967295";
             return RL_EINVAL;
         }
-        out->cost = (uint32_t)x;
+        c->cost = (uint32_t)x;
         return RL_OK;
     }
     if (name_is(p, nlen, "deny_status")) {
@@ -182,7 +183,7 @@ static int param(const char *p, size_t n, rls_check_query_t *out,
                    "renew";
             return RL_EINVAL;
         }
-        out->op = k;
+        c->op = k;
         return RL_OK;
     }
     if (name_is(p, nlen, "handle")) {
@@ -203,7 +204,7 @@ static int param(const char *p, size_t n, rls_check_query_t *out,
             }
             out->handle[i] = (uint8_t)(hi * 16 + lo);
         }
-        out->handle_len = vlen / 2;
+        c->handle_len = vlen / 2;
         return RL_OK;
     }
     if (name_is(p, nlen, "actual")) {
@@ -215,7 +216,7 @@ static int param(const char *p, size_t n, rls_check_query_t *out,
             *why = "actual must be a whole number from 0 to 4294967295";
             return RL_EINVAL;
         }
-        out->actual = x;
+        c->actual = x;
         return RL_OK;
     }
     return RL_OK; /* not ours */
@@ -228,8 +229,8 @@ escape:
 }
 
 /* The key: n bytes at v, trimmed. */
-static int key_set(const char *v, size_t n, rls_check_query_t *out,
-                   const char **why)
+static int key_set(const char *v, size_t n, rl_check_t *c,
+                   rls_check_query_t *out, const char **why)
 {
     while (n > 0 && (*v == ' ' || *v == '\t')) {
         v++;
@@ -246,7 +247,7 @@ static int key_set(const char *v, size_t n, rls_check_query_t *out,
         return RL_EINVAL;
     }
     memcpy(out->key, v, n);
-    out->key_len = n;
+    c->key_len = n;
     return RL_OK;
 }
 
@@ -255,7 +256,7 @@ static int key_set(const char *v, size_t n, rls_check_query_t *out,
  * kept as they go by), or the leftmost for 0. Returns 0, or RL_EINVAL
  * when there is no such entry. */
 static int key_from_xff(const rls_http_req_t *q, const rls_check_opts_t *o,
-                        rls_check_query_t *out, const char **why)
+                        rl_check_t *c, rls_check_query_t *out, const char **why)
 {
     const char *from[RLS_CHECK_XFF_HOPS_MAX], *to[RLS_CHECK_XFF_HOPS_MAX];
     const char *pos = NULL, *v, *p, *e, *comma;
@@ -267,7 +268,7 @@ static int key_from_xff(const rls_http_req_t *q, const rls_check_opts_t *o,
             if (comma == NULL)
                 comma = e;
             if (o->xff_hops == 0)
-                return key_set(p, (size_t)(comma - p), out, why);
+                return key_set(p, (size_t)(comma - p), c, out, why);
             from[seen % RLS_CHECK_XFF_HOPS_MAX] = p;
             to[seen % RLS_CHECK_XFF_HOPS_MAX] = comma;
             seen++;
@@ -279,11 +280,12 @@ static int key_from_xff(const rls_http_req_t *q, const rls_check_opts_t *o,
         return RL_EINVAL;
     }
     k = (seen - o->xff_hops) % RLS_CHECK_XFF_HOPS_MAX;
-    return key_set(from[k], (size_t)(to[k] - from[k]), out, why);
+    return key_set(from[k], (size_t)(to[k] - from[k]), c, out, why);
 }
 
 int rls_check_query(const rls_http_req_t *q, const rls_check_opts_t *o,
-                    uint32_t path_op, rls_check_query_t *out, const char **why)
+                    uint32_t path_op, rl_check_t *c, rls_check_query_t *out,
+                    const char **why)
 {
     const char *t = q->target, *end = q->target + q->target_len, *p, *amp;
     const char *v;
@@ -291,44 +293,46 @@ int rls_check_query(const rls_http_req_t *q, const rls_check_opts_t *o,
     unsigned seen = 0;
     int rc;
 
-    out->rule_len = out->key_len = 0;
-    out->cost = 1;
+    c->rule = out->rule;
+    c->key = out->key;
+    c->handle = out->handle;
+    c->rule_len = c->key_len = c->handle_len = 0;
+    c->cost = 1;
+    c->op = RL_OP_CHECK;
+    c->actual = 0;
     out->deny_status = 429;
     out->reason = RLS_CHECK_BAD_QUERY;
-    out->op = RL_OP_CHECK;
-    out->handle_len = 0;
-    out->actual = 0;
     p = memchr(t, '?', q->target_len);
     for (p = p != NULL ? p + 1 : end; p < end; p = amp + 1) {
         amp = memchr(p, '&', (size_t)(end - p));
         if (amp == NULL)
             amp = end;
         if (amp > p &&
-            (rc = param(p, (size_t)(amp - p), out, &seen, why)) != RL_OK)
+            (rc = param(p, (size_t)(amp - p), c, out, &seen, why)) != RL_OK)
             return rc;
     }
     if (path_op != RL_OP_CHECK) {
         /* The path says what is done; op= may only agree. */
-        if ((seen & SEEN_OP) && out->op != path_op) {
+        if ((seen & SEEN_OP) && c->op != path_op) {
             *why = "op= disagrees with the path";
             return RL_EINVAL;
         }
-        out->op = path_op;
-    } else if (out->op == RL_OP_SETTLE || out->op == RL_OP_RELEASE ||
-               out->op == RL_OP_RENEW) {
+        c->op = path_op;
+    } else if (c->op == RL_OP_SETTLE || c->op == RL_OP_RELEASE ||
+               c->op == RL_OP_RENEW) {
         *why = "settle, release and renew are POST /settle, /release, "
                "/renew";
         return RL_EINVAL;
     }
-    if (out->op == RL_OP_SETTLE || out->op == RL_OP_RELEASE ||
-        out->op == RL_OP_RENEW) {
+    if (c->op == RL_OP_SETTLE || c->op == RL_OP_RELEASE ||
+        c->op == RL_OP_RENEW) {
         /* The handle names the caller and the rule. */
         if (!(seen & SEEN_HANDLE)) {
             *why = "no handle: give handle=HEX, as the reservation's or "
                    "lease's answer carried it";
             return RL_EINVAL;
         }
-        if (out->op == RL_OP_SETTLE && !(seen & SEEN_ACTUAL)) {
+        if (c->op == RL_OP_SETTLE && !(seen & SEEN_ACTUAL)) {
             *why = "no actual: give actual=N, the cost really used";
             return RL_EINVAL;
         }
@@ -341,9 +345,9 @@ int rls_check_query(const rls_http_req_t *q, const rls_check_opts_t *o,
             return RL_EINVAL;
         }
         memcpy(out->rule, v, vlen);
-        out->rule_len = vlen;
+        c->rule_len = vlen;
     }
-    if (out->rule_len == 0) {
+    if (c->rule_len == 0) {
         out->reason = RLS_CHECK_NO_RULE;
         *why = o->rule_header[0] != '\0'
                    ? "no rule: give rule=NAME in the query or the rule "
@@ -361,12 +365,12 @@ int rls_check_query(const rls_http_req_t *q, const rls_check_opts_t *o,
                        : "no key: give key=VALUE in the query";
             return RL_EINVAL;
         }
-        rc = o->key_xff ? key_from_xff(q, o, out, why)
-                        : key_set(v, vlen, out, why);
+        rc = o->key_xff ? key_from_xff(q, o, c, out, why)
+                        : key_set(v, vlen, c, out, why);
         if (rc != RL_OK)
             return rc;
     }
-    if (memchr(out->key, '\0', out->key_len) != NULL) {
+    if (memchr(out->key, '\0', c->key_len) != NULL) {
         out->reason = RLS_CHECK_BAD_KEY;
         *why = rl_strerror(RL_EKEYNUL);
         return RL_EINVAL;

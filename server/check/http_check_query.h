@@ -1,8 +1,10 @@
 /* What a GET /check request asks (check_query.c): the rule, the caller's
  * key, the cost and the status to refuse with, from the query string and
- * the configured request headers. No I/O and no allocation: the decoded
- * values are copied into fixed buffers, each bounded before a byte is
- * written, so the parser can be fuzzed on its own (tests/fuzz/
+ * the configured request headers, read straight into the check a front
+ * end hands the decider (the ask's rl_check_t), as the native protocol
+ * decodes its frame into it. No I/O and no allocation: the decoded bytes
+ * go into fixed buffers the check points into, each bounded before a
+ * byte is written, so the parser can be fuzzed on its own (tests/fuzz/
  * fuzz_check.c).
  *
  * Query: name=value pairs separated by '&', values percent-decoded
@@ -73,34 +75,33 @@ enum {
     RLS_CHECK_REASONS
 };
 
+/* The bytes a check's rl_check_t points into (its decoded rule, key and
+ * handle), and what a check asks beyond the rl_check_t. */
 typedef struct rls_check_query_s {
     char rule[RL_RULE_MAX];
-    size_t rule_len;
     char key[RL_KEY_MAX];
-    size_t key_len;
-    uint32_t cost;   /* 1 unless cost= says otherwise */
+    uint8_t handle[RL_HANDLE_MAX];
     int deny_status; /* 429 unless deny_status= says 403 */
     int reason;      /* RLS_CHECK_*, when refused */
-    /* Reservations and leases: op= (check, reserve, acquire, settle,
-     * release, renew: RL_OP_*), handle= (hex, as answers carry it in
-     * X-RateLimit-Handle) and actual= (settle). Settle, release and renew
-     * need a handle and no rule or key; settle needs actual. */
-    uint32_t op;
-    uint8_t handle[RL_HANDLE_MAX];
-    size_t handle_len;
-    uint64_t actual;
 } rls_check_query_t;
 
-/* Reads the check request q (a head rls_http_parse accepted) into *out;
- * path_op is what its path says (RL_OP_CHECK for /check, which op= may
- * make a reserve or an acquire; RL_OP_SETTLE, _RELEASE, _RENEW for their
- * POST paths, which op= may only repeat).
+/* Reads the check request q (a head rls_http_parse accepted) into *c, its
+ * strings pointing into out's buffers (valid while *out is); path_op is
+ * what its path says (RL_OP_CHECK for /check, which op= may make a
+ * reserve or an acquire; RL_OP_SETTLE, _RELEASE, _RENEW for their POST
+ * paths, which op= may only repeat). Of *c it sets rule, key (rule= and
+ * key=, or the headers), cost (1 unless cost= says otherwise), op (op=:
+ * check, reserve, acquire, settle, release, renew), handle (handle=, hex
+ * as answers carry it in X-RateLimit-Handle) and actual (actual=, for a
+ * settle), and leaves id, limit and window_s alone. Settle, release and
+ * renew need a handle and no rule or key; settle needs actual.
  * Returns 0; or RL_EINVAL with *why a static, human-readable reason (bad
  * escape, value too long, a NUL in the key, a parameter twice, a missing
- * rule or key, a bad cost or deny_status). The rule's syntax is not
- * checked here (rl_check_validate does, with the native protocol's
- * words). */
+ * rule or key, a bad cost or deny_status) and out->reason the reason's
+ * RLS_CHECK_*. The rule's syntax is not checked here (rl_check_validate
+ * does, with the native protocol's words). */
 int rls_check_query(const rls_http_req_t *q, const rls_check_opts_t *o,
-                    uint32_t path_op, rls_check_query_t *out, const char **why);
+                    uint32_t path_op, rl_check_t *c, rls_check_query_t *out,
+                    const char **why);
 
 #endif

@@ -104,6 +104,7 @@ int rls_decider_init(rls_decider_t *d, const rls_decider_opts_t *o, char *err,
 void rls_decider_free(rls_decider_t *d)
 {
     rls_batcher_free(&d->batcher);
+    d->batcher.local = NULL;
     rls_hkey_free(&d->hkey);
 }
 
@@ -262,4 +263,56 @@ int rls_decide(rls_decider_t *d, rls_ask_t *a, rls_respond_fn respond,
         return RL_ENOMEM;
     }
     return RL_OK;
+}
+
+uint64_t rls_decider_hold_ns(const rls_decider_t *d)
+{
+    return d->batcher.hold_ns;
+}
+
+void rls_decider_set_hold_ns(rls_decider_t *d, uint64_t hold_ns)
+{
+    d->batcher.hold_ns = hold_ns;
+}
+
+uint64_t rls_decider_tick(rls_decider_t *d, uint64_t now_ns)
+{
+    return rls_batcher_tick(&d->batcher, now_ns);
+}
+
+void rls_decider_flush_now(rls_decider_t *d)
+{
+    rls_batcher_flush_now(&d->batcher);
+}
+
+void rls_decider_before_change(rls_decider_t *d)
+{
+    rls_batcher_flush_now(&d->batcher);
+    rls_refusals_invalidate(&d->batcher.refusals);
+}
+
+int rls_decider_busy(const rls_decider_t *d)
+{
+    return d->batcher.in_flight > 0;
+}
+
+rls_local_t *rls_decider_local(const rls_decider_t *d)
+{
+    return d->batcher.local;
+}
+
+const rls_batch_stats_t *rls_decider_stats(const rls_decider_t *d)
+{
+    return &d->batcher.stats;
+}
+
+const rls_refusal_stats_t *rls_decider_refusal_stats(const rls_decider_t *d)
+{
+    return &d->batcher.refusals.stats;
+}
+
+void rls_decider_share(const rls_decider_t *d, uint64_t now_s,
+                       uint64_t *decided, uint64_t *failed)
+{
+    rls_batcher_share(&d->batcher, now_s, decided, failed);
 }

@@ -129,7 +129,9 @@ int rls_decider_init(rls_decider_t *d, const rls_decider_opts_t *o, char *err,
                      size_t errlen);
 
 /* Frees what d owns (the batcher's spares, the refusals, the secret).
- * Nothing may be in flight or filling. */
+ * Nothing may be in flight or filling. After it d holds no --fail-local
+ * (rls_decider_local is NULL: the caller closes it) and its counters
+ * (rls_decider_stats) still read. */
 void rls_decider_free(rls_decider_t *d);
 
 /* Decides a (its q validated in place): the answer goes to respond(owner,
@@ -143,5 +145,49 @@ void rls_decider_free(rls_decider_t *d);
  * RL_ENOMEM. */
 int rls_decide(rls_decider_t *d, rls_ask_t *a, rls_respond_fn respond,
                void *owner, const char **why);
+
+/* The loop's side of the decider: what the program (server.c) calls once
+ * per loop iteration, before a policy change, while stopping and for its
+ * pages, so that it never reaches into the batcher. */
+
+/* The hold set up (--batch-hold-us, in ns; 0: batches are not held). A
+ * caller reads its monotonic clock for rls_decider_tick only when this is
+ * not 0. */
+uint64_t rls_decider_hold_ns(const rls_decider_t *d);
+
+/* Sets the hold (0: batches are no longer held; as when the loop has no
+ * timer to wake it for a held batch). */
+void rls_decider_set_hold_ns(rls_decider_t *d, uint64_t hold_ns);
+
+/* Submits the filling batch unless it is held or behind the batches in
+ * flight (rls_batcher_tick, at now_ns: 0 without a hold). Returns 0, or
+ * the nanoseconds before the held batch is due: the caller calls again
+ * by then. */
+uint64_t rls_decider_tick(rls_decider_t *d, uint64_t now_ns);
+
+/* Submits the filling batch now, whatever is in flight (when stopping). */
+void rls_decider_flush_now(rls_decider_t *d);
+
+/* Before the policy or the switches change: the filling batch goes out,
+ * so that no batch mixes two versions, and the refusals known without the
+ * store are forgotten (a limit may have gone up). */
+void rls_decider_before_change(rls_decider_t *d);
+
+/* 1 while the store owes answers to batches in flight, else 0. */
+int rls_decider_busy(const rls_decider_t *d);
+
+/* --fail-local's decisions (the opts' local; NULL for the other modes,
+ * and after rls_decider_free). */
+rls_local_t *rls_decider_local(const rls_decider_t *d);
+
+/* The batcher's and the refusal cache's counters, for the pages; valid
+ * while d is. */
+const rls_batch_stats_t *rls_decider_stats(const rls_decider_t *d);
+const rls_refusal_stats_t *rls_decider_refusal_stats(const rls_decider_t *d);
+
+/* Sums the decisions of the RLS_SHARE_S seconds up to now_s (monotonic
+ * seconds) into *decided, and those the store failed into *failed. */
+void rls_decider_share(const rls_decider_t *d, uint64_t now_s,
+                       uint64_t *decided, uint64_t *failed);
 
 #endif

@@ -53,9 +53,10 @@ static void check_query(const rls_http_req_t *q, const rls_check_opts_t *o,
                         uint32_t path_op)
 {
     rls_check_query_t cq;
+    rl_check_t c;
     const char *why = NULL, *v;
     size_t vlen;
-    int rc = rls_check_query(q, o, path_op, &cq, &why);
+    int rc = rls_check_query(q, o, path_op, &c, &cq, &why);
 
     CHECK(rc == RL_OK || rc == RL_EINVAL);
     CHECK(cq.reason >= 0 && cq.reason < RLS_CHECK_REASONS);
@@ -63,19 +64,20 @@ static void check_query(const rls_http_req_t *q, const rls_check_opts_t *o,
         CHECK(why != NULL && why[0] != '\0');
         return;
     }
-    CHECK(cq.op < RL_OP_MAX);
-    CHECK(path_op == RL_OP_CHECK || cq.op == path_op);
-    if (cq.op == RL_OP_SETTLE || cq.op == RL_OP_RELEASE ||
-        cq.op == RL_OP_RENEW) {
+    CHECK(c.op < RL_OP_MAX);
+    CHECK(path_op == RL_OP_CHECK || c.op == path_op);
+    /* The check's bytes are the query's buffers. */
+    CHECK(c.rule == cq.rule && c.key == cq.key && c.handle == cq.handle);
+    if (c.op == RL_OP_SETTLE || c.op == RL_OP_RELEASE || c.op == RL_OP_RENEW) {
         /* The handle names the caller: no rule or key needed. */
-        CHECK(cq.handle_len >= 1 && cq.handle_len <= RL_HANDLE_MAX);
-        CHECK(cq.actual <= UINT32_MAX);
+        CHECK(c.handle_len >= 1 && c.handle_len <= RL_HANDLE_MAX);
+        CHECK(c.actual <= UINT32_MAX);
         return;
     }
-    CHECK(cq.rule_len >= 1 && cq.rule_len <= RL_RULE_MAX);
-    CHECK(cq.key_len >= 1 && cq.key_len <= RL_KEY_MAX);
-    CHECK(memchr(cq.key, '\0', cq.key_len) == NULL);
-    CHECK(cq.cost >= 1);
+    CHECK(c.rule_len >= 1 && c.rule_len <= RL_RULE_MAX);
+    CHECK(c.key_len >= 1 && c.key_len <= RL_KEY_MAX);
+    CHECK(memchr(c.key, '\0', c.key_len) == NULL);
+    CHECK(c.cost >= 1);
     CHECK(cq.deny_status == 403 || cq.deny_status == 429);
     if (o->key_header[0] != '\0' &&
         rls_http_header(q, o->key_header, &v, &vlen))
@@ -113,6 +115,7 @@ static void roundtrip(const uint8_t *key, size_t n, int plain)
     static const char hex[] = "0123456789ABCDEF";
     rls_check_opts_t o;
     rls_check_query_t cq;
+    rl_check_t chk;
     rls_http_req_t q;
     const char *why;
     size_t len = 0, i;
@@ -132,8 +135,8 @@ static void roundtrip(const uint8_t *key, size_t n, int plain)
                             "&x=y HTTP/1.1\r\n\r\n");
     CHECK(rls_http_parse(head, len, &q) == RL_OK);
     CHECK(rls_check_opts_init(&o, NULL, NULL) == RL_OK);
-    CHECK(rls_check_query(&q, &o, RL_OP_CHECK, &cq, &why) == RL_OK);
-    CHECK(cq.key_len == n && memcmp(cq.key, key, n) == 0);
+    CHECK(rls_check_query(&q, &o, RL_OP_CHECK, &chk, &cq, &why) == RL_OK);
+    CHECK(chk.key_len == n && memcmp(chk.key, key, n) == 0);
 }
 
 #ifdef RL_FUZZ_REPLAY

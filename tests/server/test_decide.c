@@ -18,74 +18,18 @@
 #include "policy/rules.h"
 #include "policy/runtime.h"
 #include "rl_error.h"
-#include "store/memory.h"
 #include "store/store.h"
+#include "decider_fx.h"
 
 /* An hour boundary: every window of these tests starts here. */
 #define B UINT64_C(1700002800000)
-
-/* ---- the memory store on a scripted clock ---- */
-
-typedef struct {
-    rls_store_t base;
-    rls_store_t *inner;
-    uint64_t now;
-} cstore_t;
-
-static void c_submit(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
-                     void *data)
-{
-    cstore_t *w = (cstore_t *)s;
-    w->inner->v->submit(w->inner, ops, n, cb, data);
-}
-
-static uint64_t c_now(rls_store_t *s)
-{
-    return ((cstore_t *)s)->now;
-}
-
-static int c_up(rls_store_t *s)
-{
-    cstore_t *w = (cstore_t *)s;
-    return w->inner->v->up(w->inner);
-}
-
-static void c_inner_closed(void *arg)
-{
-    free(arg);
-}
-
-static void c_close(rls_store_t *s, void (*done)(void *), void *arg)
-{
-    cstore_t *w = (cstore_t *)s;
-    (void)done;
-    (void)arg;
-    w->inner->v->close(w->inner, c_inner_closed, w);
-}
-
-/* Reservations and leases at the scripted time (x->now_ms is the
- * decider's clock reading). */
-static void c_xop(rls_store_t *s, rls_xop_t *x, rls_xop_cb cb, void *data)
-{
-    cstore_t *w = (cstore_t *)s;
-    w->inner->v->xop(w->inner, x, cb, data);
-}
-
-static const rls_store_vtbl_t cvtbl = {.submit = c_submit,
-                                       .now_ms = c_now,
-                                       .up = c_up,
-                                       .close = c_close,
-                                       .xop = c_xop};
 
 /* ---- the harness ---- */
 
 #define NASK 64
 
 typedef struct {
-    uv_loop_t loop;
-    cstore_t *store;
-    rls_runtime_t rt;
-    rls_decider_t d;
+    dfx_t dx;          /* the decider on the memory store (decider_fx.h) */
     int answers[NASK]; /* answers per ask id */
     rl_result_t res[NASK];
     char err[NASK][200];
@@ -128,45 +72,28 @@ static const char rules_yaml[] = "rules:\n"
                                  "    lease: 10s\n"
                                  "    mode: shadow\n";
 
+/* Opens f with the decider set up from o (the store, the runtime and the
+ * prefix are the fixture's). */
+static void fx_open_with(fx_t *f, const rls_decider_opts_t *o)
+{
+    memset(f, 0, sizeof(*f));
+    f->next = 1;
+    dfx_open(&f->dx, rules_yaml, B + 1000, o);
+    assert_true(f->dx.d.hkey.set);
+}
+
 static void fx_open(fx_t *f)
 {
     rls_decider_opts_t o;
-    rls_policy_t *p = NULL;
-    rls_diag_t dg;
-    char err[200];
 
-    memset(f, 0, sizeof(*f));
-    f->next = 1;
-    assert_int_equal(uv_loop_init(&f->loop), 0);
-    f->store = calloc(1, sizeof(*f->store));
-    assert_non_null(f->store);
-    f->store->base.v = &cvtbl;
-    f->store->inner = rls_store_memory_new(&f->loop);
-    assert_non_null(f->store->inner);
-    f->store->now = B + 1000;
-    assert_int_equal(rls_policy_build_buf(NULL, 0, "t.yaml", rules_yaml,
-                                          strlen(rules_yaml), 100, &p, &dg),
-                     RL_OK);
-    assert_int_equal(rls_runtime_init(&f->rt, p, 100), RL_OK);
     rls_decider_opts_init(&o);
-    o.store = &f->store->base;
-    o.rt = &f->rt;
-    o.prefix = "rl:";
-    o.prefix_len = 3;
     o.reserve_ttl_ms = 60000;
-    assert_int_equal(rls_decider_init(&f->d, &o, err, sizeof(err)), RL_OK);
-    assert_true(f->d.hkey.set);
+    fx_open_with(f, &o);
 }
 
 static void fx_close(fx_t *f)
 {
-    assert_int_equal(f->d.batcher.in_flight, 0);
-    assert_int_equal(f->d.batcher.stats.replay_mismatch, 0);
-    rls_decider_free(&f->d);
-    rls_runtime_free(&f->rt);
-    f->store->base.v->close(&f->store->base, NULL, NULL);
-    uv_run(&f->loop, UV_RUN_DEFAULT);
-    assert_int_equal(uv_loop_close(&f->loop), 0);
+    dfx_close(&f->dx);
 }
 
 /* A native request: a rule, or (rule NULL) an inline limit. */
@@ -198,10 +125,10 @@ static int run(fx_t *f, rls_ask_t *a, const char **why)
 {
     uint64_t id = a->q.id;
     const char *w = NULL;
-    int rc = rls_decide(&f->d, a, respond, f, &w);
+    int rc = rls_decide(&f->dx.d, a, respond, f, &w);
 
-    rls_batcher_flush_now(&f->d.batcher);
-    uv_run(&f->loop, UV_RUN_NOWAIT);
+    rls_decider_flush_now(&f->dx.d);
+    uv_run(&f->dx.loop, UV_RUN_NOWAIT);
     assert_int_equal(f->answers[id], rc == RL_OK ? 1 : 0);
     if (rc != RL_OK)
         assert_non_null(w);
@@ -221,7 +148,7 @@ static const rl_result_t *decided(fx_t *f, rls_ask_t a)
 
 static const rls_rule_stats_t *stats(fx_t *f, const char *rule)
 {
-    return rls_runtime_stats(&f->rt, rule, strlen(rule));
+    return rls_runtime_stats(&f->dx.rt, rule, strlen(rule));
 }
 
 /* rl-ctl's global kill switch, on (RLS_MODE_OFF) or off (-1). */
@@ -230,9 +157,9 @@ static void global_mode(fx_t *f, int mode)
     rls_switches_t sw;
 
     memset(&sw, 0, sizeof(sw));
-    sw.version = f->rt.sw.version + 1;
+    sw.version = f->dx.rt.sw.version + 1;
     sw.global_mode = mode;
-    assert_int_equal(rls_runtime_set_switches(&f->rt, &sw), RL_OK);
+    assert_int_equal(rls_runtime_set_switches(&f->dx.rt, &sw), RL_OK);
 }
 
 /* ---- the tests ---- */
@@ -263,13 +190,13 @@ static void test_check_rule(void **state)
     assert_int_equal(r->code, RL_CODE_OK);
     assert_int_equal(r->remaining, 2);
     /* The next window has room again. */
-    f.store->now = B + 60000;
+    f.dx.store->now = B + 60000;
     r = decided(&f, ask(&f, RL_OP_CHECK, "u1", "api", 0, 0, 1));
     assert_int_equal(r->code, RL_CODE_OK);
     assert_int_equal(r->remaining, 2);
     assert_int_equal(stats(&f, "api")->allowed, 5);
     assert_int_equal(stats(&f, "api")->refused, 1);
-    assert_int_equal(f.d.batcher.stats.requests, 6);
+    assert_int_equal(f.dx.d.batcher.stats.requests, 6);
     fx_close(&f);
 }
 
@@ -298,7 +225,7 @@ static void test_invalid(void **state)
     assert_int_equal(run(&f, &a, &why), RL_EINVAL);
     assert_string_equal(why, "rule 'one' limits concurrency: ACQUIRE a lease");
     /* Nothing reached the batcher. */
-    assert_int_equal(f.d.batcher.stats.requests, 0);
+    assert_int_equal(f.dx.d.batcher.stats.requests, 0);
     fx_close(&f);
 }
 
@@ -318,14 +245,14 @@ static void test_inline_and_caps(void **state)
     assert_int_equal(r->code, RL_CODE_OVER_LIMIT);
     assert_int_equal(r->remaining, 1);
     assert_int_equal(r->window_s, 60);
-    assert_int_equal(f.rt.inline_stats.allowed, 1);
-    assert_int_equal(f.rt.inline_stats.refused, 1);
+    assert_int_equal(f.dx.rt.inline_stats.allowed, 1);
+    assert_int_equal(f.dx.rt.inline_stats.refused, 1);
     /* A limit of 0 in the native protocol is invalid, not "refuse all". */
     a = ask(&f, RL_OP_CHECK, "i1", NULL, 0, 60, 1);
     assert_int_equal(run(&f, &a, &why), RL_ELIMIT);
     /* The operator's caps. */
-    f.rt.max_inline_limit = 100;
-    f.rt.max_inline_window = 3600;
+    f.dx.rt.max_inline_limit = 100;
+    f.dx.rt.max_inline_window = 3600;
     a = ask(&f, RL_OP_CHECK, "i2", NULL, 101, 60, 1);
     assert_int_equal(run(&f, &a, &why), RL_EINLINE);
     assert_string_equal(why, "limit is over this server's --max-inline-limit");
@@ -338,10 +265,10 @@ static void test_inline_and_caps(void **state)
     a = ask(&f, RL_OP_CHECK, "i3", NULL, 1000, 60, 1);
     a.from_request = 0;
     assert_int_equal(decided(&f, a)->remaining, 999);
-    f.rt.inline_mode = RLS_INLINE_DENY;
+    f.dx.rt.inline_mode = RLS_INLINE_DENY;
     a = ask(&f, RL_OP_CHECK, "i2", NULL, 10, 60, 1);
     assert_int_equal(run(&f, &a, &why), RL_EINLINE);
-    assert_int_equal(f.rt.inline_stats.allowed, 3);
+    assert_int_equal(f.dx.rt.inline_stats.allowed, 3);
     fx_close(&f);
 }
 
@@ -370,10 +297,10 @@ static void test_limit_zero(void **state)
     assert_int_equal(r->code, RL_CODE_OK);
     assert_int_equal(r->retry_after_ms, 0);
     assert_int_equal(r->shadow_refused, 1);
-    assert_int_equal(f.rt.inline_stats.refused, 1);
-    assert_int_equal(f.rt.inline_stats.shadow_refused, 1);
-    assert_int_equal(f.d.batcher.stats.batches, 0);
-    assert_int_equal(f.d.batcher.stats.requests, 0);
+    assert_int_equal(f.dx.rt.inline_stats.refused, 1);
+    assert_int_equal(f.dx.rt.inline_stats.shadow_refused, 1);
+    assert_int_equal(f.dx.d.batcher.stats.batches, 0);
+    assert_int_equal(f.dx.d.batcher.stats.requests, 0);
     fx_close(&f);
 }
 
@@ -436,7 +363,7 @@ static void test_mode_off(void **state)
         r = decided(&f, ask(&f, RL_OP_CHECK, "k", NULL, 1, 60, 1));
         assert_int_equal(r->code, RL_CODE_OK);
     }
-    assert_int_equal(f.d.batcher.stats.requests, 0);
+    assert_int_equal(f.dx.d.batcher.stats.requests, 0);
     /* Switched back: nothing was spent meanwhile. */
     global_mode(&f, -1);
     r = decided(&f, ask(&f, RL_OP_CHECK, "k", "api", 0, 0, 1));
@@ -536,7 +463,7 @@ static void test_reserve_settle(void **state)
     a = ask(&f, RL_OP_RESERVE, "t2", "tok", 0, 0, 1);
     id = a.q.id;
     assert_int_equal(decided(&f, a)->code, RL_CODE_OK);
-    f.store->now = B + 1000 + 60000;
+    f.dx.store->now = B + 1000 + 60000;
     a = with_handle(&f, RL_OP_SETTLE, id, 1);
     assert_int_equal(run(&f, &a, &why), RL_EINVAL);
     assert_string_equal(why, "reservation expired: its estimate stays charged");
@@ -579,7 +506,7 @@ static void test_leases(void **state)
     assert_int_equal(r->code, RL_CODE_OVER_LIMIT);
     assert_int_equal(r->retry_after_ms, 10000);
     /* A reservation's handle does not release. */
-    f.store->now = B + 3000;
+    f.dx.store->now = B + 3000;
     r = decided(&f, with_handle(&f, RL_OP_RENEW, id, 0));
     assert_int_equal(r->code, RL_CODE_OK);
     assert_int_equal(r->expires_at_ms, B + 3000 + 10000);
@@ -618,6 +545,67 @@ static void test_leases(void **state)
     fx_close(&f);
 }
 
+/* The program's side of decide.h, all server.c calls besides rls_decide:
+ * the hold it reads and drops, the tick that sends the filling batch, the
+ * refusal cache a policy change forgets, the counters and the share of
+ * decisions its pages read, and no --fail-local unless given. */
+static void test_loop_side(void **state)
+{
+    fx_t f;
+    rls_decider_opts_t o;
+    rls_ask_t a;
+    uint64_t decided_n, failed;
+    const char *why = NULL;
+    int i;
+
+    (void)state;
+    rls_decider_opts_init(&o);
+    o.hold_ns = 300000;
+    o.refusal_cache = 16;
+    fx_open_with(&f, &o);
+    assert_int_equal(rls_decider_hold_ns(&f.dx.d), 300000);
+    rls_decider_set_hold_ns(&f.dx.d, 0);
+    assert_int_equal(rls_decider_hold_ns(&f.dx.d), 0);
+    assert_null(rls_decider_local(&f.dx.d));
+    /* Without a hold a tick sends the filling batch at once. */
+    a = ask(&f, RL_OP_CHECK, "c", "api", 0, 0, 1);
+    assert_int_equal(rls_decide(&f.dx.d, &a, respond, &f, &why), RL_OK);
+    assert_int_equal(f.answers[a.q.id], 0);
+    assert_int_equal(rls_decider_tick(&f.dx.d, 0), 0);
+    uv_run(&f.dx.loop, UV_RUN_NOWAIT);
+    assert_int_equal(f.answers[a.q.id], 1);
+    assert_int_equal(f.res[a.q.id].code, RL_CODE_OK);
+    assert_false(rls_decider_busy(&f.dx.d));
+    for (i = 0; i < 2; i++)
+        assert_int_equal(
+            decided(&f, ask(&f, RL_OP_CHECK, "c", "api", 0, 0, 1))->code,
+            RL_CODE_OK);
+    /* The third of 3/1m filled the window, and the cache learnt it from
+     * the store's answer... */
+    assert_int_equal(rls_decider_stats(&f.dx.d)->batches, 3);
+    assert_int_equal(rls_decider_refusal_stats(&f.dx.d)->hits, 0);
+    assert_true(rls_decider_refusal_stats(&f.dx.d)->inserts >= 1);
+    /* ...so the fourth is refused without the store... */
+    assert_int_equal(
+        decided(&f, ask(&f, RL_OP_CHECK, "c", "api", 0, 0, 1))->code,
+        RL_CODE_OVER_LIMIT);
+    assert_int_equal(rls_decider_refusal_stats(&f.dx.d)->hits, 1);
+    assert_int_equal(rls_decider_stats(&f.dx.d)->batches, 3);
+    /* ...until a policy change: the fifth goes to the store again. */
+    rls_decider_before_change(&f.dx.d);
+    assert_int_equal(
+        decided(&f, ask(&f, RL_OP_CHECK, "c", "api", 0, 0, 1))->code,
+        RL_CODE_OVER_LIMIT);
+    assert_int_equal(rls_decider_refusal_stats(&f.dx.d)->hits, 1);
+    assert_int_equal(rls_decider_stats(&f.dx.d)->batches, 4);
+    assert_int_equal(rls_decider_stats(&f.dx.d)->requests, 5);
+    /* /healthz's share: the four the store decided, none failed. */
+    rls_decider_share(&f.dx.d, uv_hrtime() / 1000000000, &decided_n, &failed);
+    assert_int_equal(decided_n, 4);
+    assert_int_equal(failed, 0);
+    fx_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -630,6 +618,7 @@ int main(void)
         cmocka_unit_test(test_counting_and_charge),
         cmocka_unit_test(test_reserve_settle),
         cmocka_unit_test(test_leases),
+        cmocka_unit_test(test_loop_side),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

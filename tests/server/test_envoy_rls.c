@@ -22,7 +22,7 @@
 #include "policy/runtime.h"
 #include "rl_buf.h"
 #include "rl_error.h"
-#include "store/memory.h"
+#include "decider_fx.h"
 
 typedef Envoy__Service__Ratelimit__V3__RateLimitRequest req_t;
 typedef Envoy__Service__Ratelimit__V3__RateLimitResponse resp_t;
@@ -42,48 +42,6 @@ typedef Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor__Entry
 
 /* An hour boundary, and 250 ms past it. */
 #define B UINT64_C(1700002800000)
-
-/* ---- the memory store on a scripted clock ---- */
-
-typedef struct {
-    rls_store_t base;
-    rls_store_t *inner;
-    uint64_t now;
-} cstore_t;
-
-static void c_submit(rls_store_t *s, rls_op_t *ops, size_t n, rls_store_cb cb,
-                     void *data)
-{
-    cstore_t *w = (cstore_t *)s;
-    w->inner->v->submit(w->inner, ops, n, cb, data);
-}
-
-static uint64_t c_now(rls_store_t *s)
-{
-    return ((cstore_t *)s)->now;
-}
-
-static int c_up(rls_store_t *s)
-{
-    cstore_t *w = (cstore_t *)s;
-    return w->inner->v->up(w->inner);
-}
-
-static void c_inner_closed(void *arg)
-{
-    free(arg);
-}
-
-static void c_close(rls_store_t *s, void (*done)(void *), void *arg)
-{
-    cstore_t *w = (cstore_t *)s;
-    (void)done;
-    (void)arg;
-    w->inner->v->close(w->inner, c_inner_closed, w);
-}
-
-static const rls_store_vtbl_t cvtbl = {
-    .submit = c_submit, .now_ms = c_now, .up = c_up, .close = c_close};
 
 /* ---- the harness ---- */
 
@@ -112,10 +70,7 @@ static const char rules_yaml[] = "rules:\n"
                                  "    limits: [2/1m]\n";
 
 typedef struct {
-    uv_loop_t loop;
-    cstore_t *store;
-    rls_runtime_t rt;
-    rls_decider_t d;
+    dfx_t dx; /* the decider on the memory store (decider_fx.h) */
     rls_envoy_ctx_t ctx;
     int done; /* calls whose last answer came */
 } fx_t;
@@ -130,31 +85,12 @@ static void on_done(rls_envoy_call_t *call)
 
 static void fx_open(fx_t *f)
 {
-    rls_decider_opts_t o;
-    rls_policy_t *p = NULL;
     rls_diag_t dg;
-    char err[200];
 
     memset(f, 0, sizeof(*f));
     cur = f;
-    assert_int_equal(uv_loop_init(&f->loop), 0);
-    f->store = calloc(1, sizeof(*f->store));
-    assert_non_null(f->store);
-    f->store->base.v = &cvtbl;
-    f->store->inner = rls_store_memory_new(&f->loop);
-    assert_non_null(f->store->inner);
-    f->store->now = B + 250;
-    assert_int_equal(rls_policy_build_buf(NULL, 0, "t.yaml", rules_yaml,
-                                          strlen(rules_yaml), 100, &p, &dg),
-                     RL_OK);
-    assert_int_equal(rls_runtime_init(&f->rt, p, 100), RL_OK);
-    rls_decider_opts_init(&o);
-    o.store = &f->store->base;
-    o.rt = &f->rt;
-    o.prefix = "rl:";
-    o.prefix_len = 3;
-    assert_int_equal(rls_decider_init(&f->d, &o, err, sizeof(err)), RL_OK);
-    f->ctx.decider = &f->d;
+    dfx_open(&f->dx, rules_yaml, B + 250, NULL);
+    f->ctx.decider = &f->dx.d;
     assert_int_equal(rls_envoy_conf_build_buf("d.yaml", conf_yaml,
                                               strlen(conf_yaml), &f->ctx.conf,
                                               &dg),
@@ -163,13 +99,8 @@ static void fx_open(fx_t *f)
 
 static void fx_close(fx_t *f)
 {
-    assert_int_equal(f->d.batcher.in_flight, 0);
     rls_envoy_conf_unref(f->ctx.conf);
-    rls_decider_free(&f->d);
-    rls_runtime_free(&f->rt);
-    f->store->base.v->close(&f->store->base, NULL, NULL);
-    uv_run(&f->loop, UV_RUN_DEFAULT);
-    assert_int_equal(uv_loop_close(&f->loop), 0);
+    dfx_close(&f->dx);
 }
 
 /* Packs a RateLimitRequest for domain with the descriptors in `descs`:
@@ -245,8 +176,8 @@ static int call(fx_t *f, const char *domain, const char *descs, uint32_t hits,
     queued = c.pending > 0;
     /* Never answered from inside rls_envoy_start. */
     assert_int_equal(f->done, before);
-    rls_batcher_flush_now(&f->d.batcher);
-    uv_run(&f->loop, UV_RUN_NOWAIT);
+    rls_decider_flush_now(&f->dx.d);
+    uv_run(&f->dx.loop, UV_RUN_NOWAIT);
     assert_int_equal(c.pending, 0);
     assert_int_equal(f->done, before + queued);
     if (why != NULL)
@@ -326,7 +257,7 @@ static void test_limit_counts_down(void **state)
     status_is(r, 0, OK, 3, SECOND, 1);
     resp_free(r);
     /* The next second: room again. */
-    f.store->now = B + 1000;
+    f.dx.store->now = B + 1000;
     assert_int_equal(call(&f, "d", "a=x", 0, &r, NULL), RLS_GRPC_OK);
     status_is(r, 0, OK, 3, SECOND, 2);
     resp_free(r);
@@ -362,8 +293,8 @@ static void test_descriptors(void **state)
     assert_int_equal(call(&f, "d", "r=1", 0, &r, NULL), RLS_GRPC_OK);
     assert_int_equal(r->overall_code, OVER);
     resp_free(r);
-    assert_int_equal(rls_runtime_stats(&f.rt, "api", 3)->allowed, 2);
-    assert_int_equal(rls_runtime_stats(&f.rt, "api", 3)->refused, 1);
+    assert_int_equal(rls_runtime_stats(&f.dx.rt, "api", 3)->allowed, 2);
+    assert_int_equal(rls_runtime_stats(&f.dx.rt, "api", 3)->refused, 1);
     fx_close(&f);
 }
 
@@ -415,7 +346,7 @@ static void test_bad_requests(void **state)
     assert_int_equal(c.pending, 0);
     rls_envoy_call_free(&c);
     assert_int_equal(f.done, 0);
-    assert_int_equal(f.d.batcher.stats.requests, 0);
+    assert_int_equal(f.dx.d.batcher.stats.requests, 0);
     fx_close(&f);
 }
 

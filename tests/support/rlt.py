@@ -3,11 +3,18 @@ the C ones: our servers listen on port 0 and say which ports they bound
 (--port-file); a server that cannot (redis-server) gets a port reserved
 with the same lock files as rlt.c and deploy/ports.sh. Every wait also
 watches the process, and a process that exits fails the wait at once with
-the last lines of its log."""
+the last lines of its log.
+
+A script that imports this module and is stopped with SIGTERM or SIGINT
+(ctest's timeout, tests/run.sh's, an operator's ^C) kills what it started
+first, as end_run does, keeps its logs and exits non-zero (128 + the
+signal), so no redis-server or rl-server outlives a test that was cut
+short."""
 import fcntl
 import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -137,14 +144,68 @@ def start_redis(tmp, extra=(), redis="redis-server", procs=None):
                 raise
 
 
-def end_run(fails, procs, tmp):
-    """A script's end: kills what it started that still runs, removes tmp
-    unless something failed (then says where the logs are), prints the
-    count of failures and exits with 1 if there were any."""
+def _kill(procs):
+    """Kills (SIGKILL) and reaps each process of procs that still runs."""
     for p in procs:
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def _children():
+    """The pids of this process's children (every thread's), from /proc:
+    whatever a script started, whether it kept the Popen in its procs list,
+    a fixture's, or none."""
+    me, out = os.getpid(), []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name) as f:
+                stat = f.read()
+        except OSError:
+            continue  # gone meanwhile
+        # pid (comm) state ppid ...: comm may hold spaces and parentheses.
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) > 1 and fields[1] == str(me):
+            out.append(int(name))
+    return out
+
+
+def _on_signal(signum, frame):
+    """SIGTERM or SIGINT: end_run's cleanup for a script cut short. Every
+    child still running is killed and reaped (the procs a script hands to
+    end_run are among them), nothing is removed (the logs are what tells
+    why it was stopped), and the script exits with 128 + signum at once:
+    no finally block or thread of the test runs on."""
+    killed = 0
+    for pid in _children():
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
+        except ProcessLookupError:
+            pass
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass  # reaped already (a Popen's wait)
+    print("stopped by signal %d: killed the %d processes it started; logs "
+          "kept" % (signum, killed), flush=True)
+    sys.stderr.flush()
+    os._exit(128 + signum)
+
+
+for _sig in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(_sig, _on_signal)
+
+
+def end_run(fails, procs, tmp):
+    """A script's end: kills what it started that still runs, removes tmp
+    unless something failed (then says where the logs are), prints the
+    count of failures and exits with 1 if there were any. A script stopped
+    by SIGTERM or SIGINT before gets the same cleanup (_on_signal), its
+    logs kept."""
+    _kill(procs)
     if not fails:
         shutil.rmtree(tmp, ignore_errors=True)
     else:

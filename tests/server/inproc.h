@@ -1,9 +1,10 @@
-/* An rl-server in this process, for net/'s tests: its loop runs on a
- * second thread while the test's thread speaks to its listeners over
- * loopback with plain blocking sockets, the way clients would. The loop
- * thread is stopped through a uv_async handle (rls_server_stop runs on the
- * loop's own thread), and the stop checks that uv_loop_close() succeeds:
- * every handle the server opened was closed. */
+/* An rl-server in this process, for the program's tests and /check's:
+ * its loop runs on a second thread while the test's thread speaks to its
+ * listeners over loopback with plain blocking sockets, the way clients
+ * would. The loop thread is stopped through a uv_async handle
+ * (rls_server_stop runs on the loop's own thread), and the stop checks
+ * that uv_loop_close() succeeds: every handle the server opened was
+ * closed. */
 #ifndef RLT_INPROC_H
 #define RLT_INPROC_H
 
