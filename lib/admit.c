@@ -64,7 +64,7 @@ void rl_admit_swc(rl_admit_win_t *w, uint64_t limit, uint32_t window_s,
     uint64_t c = cur > 0 ? (uint64_t)cur : 0, p = prev > 0 ? (uint64_t)prev : 0;
 
     *w = (rl_admit_win_t){0};
-    w->algo = RL_ALGO_SWC;
+    w->algo = RL_ALGO_SLIDING_COUNTER;
     w->limit = limit;
     w->window_s = window_s;
     w->weight = weight;
@@ -99,7 +99,7 @@ void rl_admit_swl(rl_admit_win_t *w, uint64_t limit, uint32_t window_s,
     uint32_t i;
 
     *w = (rl_admit_win_t){0};
-    w->algo = RL_ALGO_SWL;
+    w->algo = RL_ALGO_SLIDING_LOG;
     w->limit = limit;
     w->window_s = window_s;
     w->count = w->count0 = sum > 0 ? (uint64_t)sum : 0;
@@ -184,11 +184,12 @@ static uint64_t reset_ms(const rl_admit_win_t *w)
 {
     if (w->algo == RL_ALGO_GCRA)
         return ceil_div(w->count, 1000);
-    if (w->algo == RL_ALGO_SWL)
+    if (w->algo == RL_ALGO_SLIDING_LOG)
         /* the newest entry leaves last: admitted now, a whole window */
         return w->count > w->count0 ? (uint64_t)w->window_s * 1000
                                     : w->reset_after_ms;
-    if (w->algo == RL_ALGO_SWC && w->count > swc_share(w->prev, w->weight))
+    if (w->algo == RL_ALGO_SLIDING_COUNTER &&
+        w->count > swc_share(w->prev, w->weight))
         /* the current counter weighs on the next window too */
         return w->reset_after_ms + (uint64_t)w->window_s * 1000;
     return w->reset_after_ms;
@@ -237,13 +238,13 @@ uint64_t rl_admit_retry_ms(const rl_admit_win_t *w, uint64_t cost)
     if (room(w) >= need(w, cost))
         return 0;
     switch (w->algo) {
-    case RL_ALGO_SWL:
+    case RL_ALGO_SLIDING_LOG:
         return swl_retry_ms(w, cost);
     case RL_ALGO_GCRA:
         if (need(w, cost) > cap_of(w))
             return reset_ms(w); /* never fits: report the full reset */
         return ceil_div(w->count + need(w, cost) - cap_of(w), 1000);
-    case RL_ALGO_SWC:
+    case RL_ALGO_SLIDING_COUNTER:
         if (cost > w->limit || W == 0)
             return reset_ms(w);
         e = W - (w->reset_after_ms < W ? w->reset_after_ms : W);

@@ -44,9 +44,9 @@
  * cost), gcra the generic cell rate algorithm. */
 enum {
     RL_ALGO_FIXED = 0, /* fixed-window (optionally staggered per caller) */
-    RL_ALGO_SWC = 1,   /* sliding-window-counter */
-    RL_ALGO_GCRA = 2,  /* gcra: token bucket as a meter */
-    RL_ALGO_SWL = 3,   /* sliding-window: the exact log */
+    RL_ALGO_SLIDING_COUNTER = 1, /* sliding-window-counter */
+    RL_ALGO_GCRA = 2,            /* gcra: token bucket as a meter */
+    RL_ALGO_SLIDING_LOG = 3,     /* sliding-window: the exact log */
     RL_ALGO_MAX
 };
 

@@ -60,7 +60,7 @@ typedef struct {
     uint8_t algo0;   /* and algorithm */
     uint8_t charge0; /* a charge's op (decide.h) takes no checks */
     uint8_t counting0; /* RLS_COUNT_*: one way of counting per op */
-} opx_t;
+} op_match_t;
 
 struct rls_batch_s {
     rls_batcher_t *owner;
@@ -73,10 +73,10 @@ struct rls_batch_s {
     req_t *reqs;
     size_t nreqs;
     rls_op_t *ops;
-    opx_t *opx;
+    op_match_t *match;
     size_t nops;
     rl_buf_t keys;   /* op keys, NUL-terminated */
-    rl_buf_t wins;   /* rls_wop_t, per op */
+    rl_buf_t wins;   /* rls_op_window_t, per op */
     uint32_t *costs; /* per request, grouped by op at submit */
 
     slot_t *index;
@@ -151,7 +151,7 @@ static void batch_destroy(rls_batch_t *t)
 {
     free(t->reqs);
     free(t->ops);
-    free(t->opx);
+    free(t->match);
     free(t->costs);
     free(t->index);
     free(t->run);
@@ -178,7 +178,7 @@ static rls_batch_t *batch_new(rls_batcher_t *b)
     t->owner = b;
     t->reqs = malloc(n * sizeof(*t->reqs));
     t->ops = malloc(n * sizeof(*t->ops));
-    t->opx = malloc(n * sizeof(*t->opx));
+    t->match = malloc(n * sizeof(*t->match));
     t->costs = malloc(n * sizeof(*t->costs));
     t->done = malloc(n);
     t->lcost = malloc(n * sizeof(*t->lcost));
@@ -186,9 +186,9 @@ static rls_batch_t *batch_new(rls_batcher_t *b)
     t->mask = (uint32_t)(slots - 1);
     /* Keys: prefix, braces, caller, ":r:" and a rule name at most. */
     rl_buf_init(&t->keys, n * (b->prefix_len + RL_KEY_MAX + RL_RULE_MAX + 8));
-    rl_buf_init(&t->wins, n * RLS_WINDOWS_MAX * sizeof(rls_wop_t));
-    if (!t->reqs || !t->ops || !t->opx || !t->costs || !t->index || !t->done ||
-        !t->lcost) {
+    rl_buf_init(&t->wins, n * RLS_WINDOWS_MAX * sizeof(rls_op_window_t));
+    if (!t->reqs || !t->ops || !t->match || !t->costs || !t->index ||
+        !t->done || !t->lcost) {
         batch_destroy(t);
         return NULL;
     }
@@ -331,8 +331,8 @@ static void fit_count(rls_rule_stats_t *st, const rl_admit_win_t *w,
     }
 }
 
-/* The limit a window's answers compare with (rls_wop_t.answer_limit). */
-static uint64_t wop_limit(const rls_wop_t *w)
+/* The limit a window's answers compare with (rls_op_window_t.answer_limit). */
+static uint64_t window_limit(const rls_op_window_t *w)
 {
     return w->answer_limit != 0 ? w->answer_limit : w->limit;
 }
@@ -341,12 +341,12 @@ static uint64_t wop_limit(const rls_wop_t *w)
 static void answer_failed(rls_batcher_t *b, rls_batch_t *t, rls_op_t *op,
                           const req_t *q, char *text, size_t tlen)
 {
-    const rls_wop_t *w = &op->win[0];
+    const rls_op_window_t *w = &op->win[0];
     rl_result_t r;
     uint32_t i;
 
     for (i = 1; i < op->nwin; i++)
-        if (wop_limit(&op->win[i]) < wop_limit(w))
+        if (window_limit(&op->win[i]) < window_limit(w))
             w = &op->win[i];
     memset(&r, 0, sizeof(r));
     r.id = q->id;
@@ -355,14 +355,14 @@ static void answer_failed(rls_batcher_t *b, rls_batch_t *t, rls_op_t *op,
 
     r.error = failure_text(op->err, open, text, tlen);
     r.error_len = strlen(r.error);
-    r.limit = wop_limit(w);
+    r.limit = window_limit(w);
     r.window_s = w->window_s;
     b->stats.store_errors++;
     if (open) {
         /* Allowed, and nothing was counted. */
         r.code = RL_CODE_OK;
         r.failed_open = 1;
-        r.remaining = wop_limit(w);
+        r.remaining = window_limit(w);
         r.reset_after_ms = rl_window_reset_after_ms(t->now_ms, w->window_s);
         b->stats.failed_open++;
     } else {
@@ -406,8 +406,8 @@ static void replay(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
     admitted = t->admitted;
     for (i = 0; i < nops; i++) {
         rls_op_t *op = &ops[i];
-        const rls_wop_t *w = op->nqwin ? op->qwin : op->win;
-        uint32_t n = op->nqwin ? op->nqwin : op->nwin;
+        const rls_op_window_t *w = op->nquota_win ? op->quota_win : op->win;
+        uint32_t n = op->nquota_win ? op->nquota_win : op->nwin;
 
         if (!answering(t->done[i]))
             continue;
@@ -420,24 +420,24 @@ static void replay(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
         admitted[i] = 0;
         for (j = 0; j < n; j++) {
             rl_admit_win_t *a = &run[i * RLS_WINDOWS_MAX + j];
-            rls_wop_t q;
+            rls_op_window_t q;
             /* A counter someone else decremented below zero counts as 0
              * (rl_admit_*). A stored quota's windows are placed by the
              * clock alone. */
-            if (op->nqwin) {
+            if (op->nquota_win) {
                 q = w[j];
                 q.reset_ms = rl_window_reset_after_ms(t->now_ms, q.window_s);
-                if (q.algo == RL_ALGO_SWC)
+                if (q.algo == RL_ALGO_SLIDING_COUNTER)
                     q.weight = rl_swc_weight(q.reset_ms, q.window_s);
-                rls_wop_load(&q, t->now_ms, a);
+                rls_op_window_load(&q, t->now_ms, a);
             } else if (w[j].answer_limit != 0) {
                 /* The store decided under another limit (ENVOY, PEEK):
                  * the answers compare with this one. */
                 q = w[j];
                 q.limit = q.answer_limit;
-                rls_wop_load(&q, t->now_ms, a);
+                rls_op_window_load(&q, t->now_ms, a);
             } else {
-                rls_wop_load(&w[j], t->now_ms, a);
+                rls_op_window_load(&w[j], t->now_ms, a);
             }
             before[i * RLS_WINDOWS_MAX + j] = w[j].before;
         }
@@ -461,7 +461,7 @@ static void replay(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
         }
         w = &run[(size_t)q->op * RLS_WINDOWS_MAX];
         memset(&r, 0, sizeof(r));
-        counting = t->opx[q->op].counting0;
+        counting = t->match[q->op].counting0;
         if (counting == RLS_COUNT_NATIVE) {
             ok = rl_admit_one(w, nrun[q->op], q->cost);
             admitted[q->op] += (uint32_t)ok;
@@ -513,23 +513,23 @@ static void replay(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
             continue;
         }
         t->done[i] = OP_ANSWERED;
-        fit_count(t->reqs[t->opx[i].first].stats, &run[i * RLS_WINDOWS_MAX],
+        fit_count(t->reqs[t->match[i].first].stats, &run[i * RLS_WINDOWS_MAX],
                   &before[i * RLS_WINDOWS_MAX], nrun[i]);
         /* A refusal, or no room left for even the cheapest request: what
          * the windows hold now stays true until they end. */
         if (b->refusals.slots != NULL && rls_op_fixed(op) &&
-            t->opx[i].counting0 == RLS_COUNT_NATIVE &&
-            t->reqs[t->opx[i].first].stats->reserves == 0 &&
+            t->match[i].counting0 == RLS_COUNT_NATIVE &&
+            t->reqs[t->match[i].first].stats->reserves == 0 &&
             (admitted[i] < op->ncosts ||
              !rl_admit_fits(&run[i * RLS_WINDOWS_MAX], nrun[i], 1))) {
-            int rule = t->reqs[t->opx[i].first].rule;
+            int rule = t->reqs[t->match[i].first].rule;
             uint64_t end[RLS_WINDOWS_MAX];
             for (j = 0; j < nrun[i]; j++)
                 end[j] =
                     t->now_ms + run[i * RLS_WINDOWS_MAX + j].reset_after_ms;
-            rls_refusals_learn(&b->refusals, t->opx[i].hash, op->key,
+            rls_refusals_learn(&b->refusals, t->match[i].hash, op->key,
                                op->key_len, rule ? 0 : op->win[0].window_s,
-                               rule ? 0 : t->opx[i].limit0, t->now_ms,
+                               rule ? 0 : t->match[i].limit0, t->now_ms,
                                &run[i * RLS_WINDOWS_MAX], end, nrun[i]);
         }
     }
@@ -645,12 +645,12 @@ static void submit(rls_batcher_t *b)
         rls_op_t *op = &t->ops[i];
         op->costs = t->costs + off;
         op->ncosts = 0;
-        off += t->opx[i].nreqs;
+        off += t->match[i].nreqs;
     }
     for (i = 0; i < t->nreqs; i++) {
         const req_t *q = &t->reqs[i];
         rls_op_t *op = &t->ops[q->op];
-        uint8_t counting = t->opx[q->op].counting0;
+        uint8_t counting = t->match[q->op].counting0;
         /* ENVOY: the store counts the costs above 0 (a read adds
          * nothing); PEEK: none. */
         if (counting == RLS_COUNT_PEEK ||
@@ -664,7 +664,8 @@ static void submit(rls_batcher_t *b)
     }
     for (i = 0; i < t->nops; i++) {
         rls_op_t *op = &t->ops[i];
-        rls_wop_t *wo = (rls_wop_t *)(void *)(t->wins.data + t->opx[i].win_off);
+        rls_op_window_t *wo =
+            (rls_op_window_t *)(void *)(t->wins.data + t->match[i].win_off);
         uint32_t j;
         if (op->ncosts > 0)
             continue;
@@ -683,14 +684,15 @@ static void submit(rls_batcher_t *b)
     /* The arenas may have moved while they grew: point ops at them now. */
     for (i = 0; i < t->nops; i++) {
         rls_op_t *op = &t->ops[i];
-        op->key = (const char *)t->keys.data + t->opx[i].key_off;
-        op->win = (rls_wop_t *)(void *)(t->wins.data + t->opx[i].win_off);
+        op->key = (const char *)t->keys.data + t->match[i].key_off;
+        op->win =
+            (rls_op_window_t *)(void *)(t->wins.data + t->match[i].win_off);
         if (op->quota != NULL)
             op->quota = op->key + op->tag_len + 3; /* after ":r:" */
         op->admitted = 0;
         op->now_ms = t->now_ms;
-        op->qwin = NULL;
-        op->nqwin = 0;
+        op->quota_win = NULL;
+        op->nquota_win = 0;
         op->err = 0;
     }
     memset(t->done, 0, t->nops);
@@ -741,8 +743,8 @@ static const win_t *win_get(rls_batch_t *t, rls_batcher_t *b, uint32_t window_s)
 /* Limit l of an op for caller key at the batch's clock: its window (with
  * the caller's offset when staggered), the store's expiry, and what the
  * algorithm needs at this instant. */
-static void wop_set(rls_batch_t *t, rls_batcher_t *b, rls_wop_t *wo,
-                    const rls_limit_t *l, const char *key, size_t key_len)
+static void window_set(rls_batch_t *t, rls_batcher_t *b, rls_op_window_t *wo,
+                       const rls_limit_t *l, const char *key, size_t key_len)
 {
     uint64_t W = (uint64_t)l->window_s * 1000, off;
 
@@ -757,7 +759,7 @@ static void wop_set(rls_batch_t *t, rls_batcher_t *b, rls_wop_t *wo,
         wo->expire_at_ms = b->grace_ms;
         return;
     }
-    if (l->algo == RL_ALGO_SWL) {
+    if (l->algo == RL_ALGO_SLIDING_LOG) {
         /* The log lives until what this batch adds leaves the window. */
         wo->expire_at_ms = t->now_ms + W + b->grace_ms;
         return;
@@ -777,7 +779,7 @@ static void wop_set(rls_batch_t *t, rls_batcher_t *b, rls_wop_t *wo,
         wo->expire_at_ms = end + b->grace_ms;
     }
     wo->phased = l->phase != 0;
-    if (l->algo == RL_ALGO_SWC) {
+    if (l->algo == RL_ALGO_SLIDING_COUNTER) {
         /* The current counter is the previous one through the next
          * window. */
         wo->expire_at_ms += W;
@@ -791,7 +793,7 @@ static void wop_set(rls_batch_t *t, rls_batcher_t *b, rls_wop_t *wo,
  * a read at submit, once it is known nothing of the op is counted. */
 #define RLS_RAISED_LIMIT ((uint64_t)1 << 62)
 
-static void wop_count(rls_wop_t *wo, int counting)
+static void window_count(rls_op_window_t *wo, int counting)
 {
     if (counting == RLS_COUNT_NATIVE)
         return;
@@ -886,7 +888,7 @@ int rls_batcher_add(rls_batcher_t *b, rls_respond_fn respond, void *owner,
     uint32_t pos, op, i;
     size_t n, tag_len;
     rls_op_t *o;
-    opx_t *x;
+    op_match_t *x;
 
     if (t == NULL && (t = b->cur = batch_start(b)) == NULL)
         return RL_ENOMEM;
@@ -919,14 +921,14 @@ int rls_batcher_add(rls_batcher_t *b, rls_respond_fn respond, void *owner,
         if (s->gen != t->gen)
             break;
         op = s->op;
-        x = &t->opx[op];
+        x = &t->match[op];
         o = &t->ops[op];
         if (x->hash != h || o->key_len != n ||
             memcmp(t->keys.data + x->key_off, w, n) != 0)
             continue;
         if (spec->rule == NULL && o->nwin != 0 &&
-            ((rls_wop_t *)(void *)(t->wins.data + x->win_off))->window_s !=
-                spec->limits.w[0].window_s)
+            ((rls_op_window_t *)(void *)(t->wins.data + x->win_off))
+                    ->window_s != spec->limits.w[0].window_s)
             continue; /* another inline window of this caller */
         if (x->charge0 != (uint8_t)spec->charge ||
             x->counting0 != (uint8_t)spec->counting ||
@@ -943,15 +945,15 @@ int rls_batcher_add(rls_batcher_t *b, rls_respond_fn respond, void *owner,
         goto found;
     }
     {
-        rls_wop_t *wo;
+        rls_op_window_t *wo;
 
-        if (rl_buf_reserve(&t->wins, spec->limits.n * sizeof(rls_wop_t),
+        if (rl_buf_reserve(&t->wins, spec->limits.n * sizeof(rls_op_window_t),
                            (uint8_t **)(void *)&wo) != RL_OK)
             return RL_ENOMEM;
         op = (uint32_t)t->nops++;
         t->index[pos].gen = t->gen;
         t->index[pos].op = op;
-        x = &t->opx[op];
+        x = &t->match[op];
         o = &t->ops[op];
         memset(o, 0, sizeof(*o));
         x->hash = h;
@@ -973,14 +975,14 @@ int rls_batcher_add(rls_batcher_t *b, rls_respond_fn respond, void *owner,
         o->scale = spec->scale;
         o->nwin = spec->limits.n;
         for (i = 0; i < spec->limits.n; i++) {
-            wop_set(t, b, &wo[i], &spec->limits.w[i], key, key_len);
-            wop_count(&wo[i], spec->counting);
+            window_set(t, b, &wo[i], &spec->limits.w[i], key, key_len);
+            window_count(&wo[i], spec->counting);
         }
-        rl_buf_commit(&t->wins, spec->limits.n * sizeof(rls_wop_t));
+        rl_buf_commit(&t->wins, spec->limits.n * sizeof(rls_op_window_t));
         rl_buf_commit(&t->keys, n + 1);
     }
 found:
-    t->opx[op].nreqs++;
+    t->match[op].nreqs++;
     t->reqs[t->nreqs++] = (req_t){respond,
                                   owner,
                                   id,

@@ -206,7 +206,7 @@ int rls_decide(rls_decider_t *d, rls_ask_t *a, rls_respond_fn respond,
         spec.quota = 0;
         for (i = 0; spec.counting == RLS_COUNT_ENVOY && i < spec.limits.n;
              i++)
-            if (spec.limits.w[i].algo == RL_ALGO_SWL) {
+            if (spec.limits.w[i].algo == RL_ALGO_SLIDING_LOG) {
                 snprintf(msg, sizeof(msg),
                          "%s%.*s%s has a sliding-window limit, which "
                          "envoy-ratelimit's counting cannot count past (its "

@@ -16,7 +16,7 @@
 
 struct rls_charge_s {
     rls_charge_t *next; /* in its table chain, or in a batch */
-    rls_wop_t w;        /* the limit as the op had it (index, expiry...) */
+    rls_op_window_t w;  /* the limit as the op had it (index, expiry...) */
     uint64_t cost;      /* admitted locally, summed */
     uint64_t until_ms;  /* after this nothing reads the counter */
     size_t tag_len;
@@ -32,7 +32,7 @@ typedef struct {
     rls_charge_t *list;
     size_t n;
     rls_op_t ops[RLS_LOCAL_CHARGE_BATCH];
-    rls_wop_t wins[RLS_LOCAL_CHARGE_BATCH];
+    rls_op_window_t wins[RLS_LOCAL_CHARGE_BATCH];
     uint32_t costs[RLS_LOCAL_CHARGE_BATCH];
 } charge_batch_t;
 
@@ -84,7 +84,7 @@ int rls_local_decide(rls_local_t *l, rls_op_t *op)
     n = l->hold_live;
 
     for (j = 0; j < op->nwin; j++) {
-        rls_wop_t *w = &op->win[j];
+        rls_op_window_t *w = &op->win[j];
         w->limit = w->limit / n > 0 ? w->limit / n : 1;
         /* Envoy's counting: the answers' limit is shared alike. */
         if (w->answer_limit != 0)
@@ -95,8 +95,8 @@ int rls_local_decide(rls_local_t *l, rls_op_t *op)
     }
     /* Stored quotas live in the store that is away. */
     op->quota = NULL;
-    op->qwin = NULL;
-    op->nqwin = 0;
+    op->quota_win = NULL;
+    op->nquota_win = 0;
     op->err = 0;
     op->admitted = 0;
     /* The memory store answers before it returns. */
@@ -109,16 +109,17 @@ int rls_local_decide(rls_local_t *l, rls_op_t *op)
 }
 
 /* Until when a charge to limit w, decided at now_ms, still matters. */
-static uint64_t until_of(const rls_wop_t *w, uint64_t now_ms)
+static uint64_t until_of(const rls_op_window_t *w, uint64_t now_ms)
 {
     uint64_t W = (uint64_t)w->window_s * 1000;
 
     switch (w->algo) {
     case RL_ALGO_FIXED:
         return now_ms + w->reset_ms;
-    case RL_ALGO_SWC: /* the previous window's counter, one window more */
+    case RL_ALGO_SLIDING_COUNTER: /* the previous window's counter, one window
+                                     more */
         return now_ms + w->reset_ms + W;
-    case RL_ALGO_SWL:
+    case RL_ALGO_SLIDING_LOG:
         return now_ms + W;
     default: /* gcra: its TAT may lie well ahead; always charged */
         return UINT64_MAX;
@@ -149,7 +150,7 @@ static int grow(rls_local_t *l)
 }
 
 /* Adds a charge (or its cost to the same counter's). */
-static void add(rls_local_t *l, const rls_op_t *op, const rls_wop_t *w,
+static void add(rls_local_t *l, const rls_op_t *op, const rls_op_window_t *w,
                 uint64_t cost, uint64_t until_ms)
 {
     char wkey[RLS_OPKEY_MAX + 40];
@@ -271,7 +272,7 @@ static charge_batch_t *take_batch(rls_local_t *l, rls_store_t *store,
             continue;
         }
         rls_op_t *op = &b->ops[b->n];
-        rls_wop_t *w = &b->wins[b->n];
+        rls_op_window_t *w = &b->wins[b->n];
         *w = c->w;
         w->limit = NO_LIMIT;
         if (w->algo == RL_ALGO_GCRA)

@@ -1,6 +1,6 @@
 /* Reservations and leases (reserve.h): RESERVE goes through the batcher
  * as a check of its estimate and comes back with a signed handle; SETTLE,
- * ACQUIRE, RELEASE and RENEW are one store step each (rls_store_xop),
+ * ACQUIRE, RELEASE and RENEW are one store step each (rls_store_reserve),
  * bounded in time on the decider's loop. */
 #include "core/reserve.h"
 
@@ -26,11 +26,11 @@ typedef struct {
     char key[RL_KEY_MAX];
     char rule[RL_RULE_MAX];
     uint8_t phase[RLS_WINDOWS_MAX];
-    rls_xop_t x;
-    rls_wop_t win[RL_ADMIT_WINDOWS_MAX];
+    rls_reserve_op_t x;
+    rls_op_window_t win[RL_ADMIT_WINDOWS_MAX];
     uint8_t opkey[RLS_OPKEY_MAX];
     /* The store's step, bounded in time (xop_send). */
-    rls_xop_cb done; /* settled() or leased() */
+    rls_reserve_op_cb done; /* settled() or leased() */
     uv_timer_t timer;
     int timing;   /* the timer runs or closes */
     int answered; /* done() ran: by the store or by the timeout */
@@ -138,7 +138,7 @@ static void reserved(void *owner, const rl_result_t *r)
         uint64_t off = c->phase[i]
                            ? rl_phase_offset_ms(h->key, h->key_len, w->window_s)
                            : 0;
-        if (w->algo == RL_ALGO_GCRA || w->algo == RL_ALGO_SWL)
+        if (w->algo == RL_ALGO_GCRA || w->algo == RL_ALGO_SLIDING_LOG)
             continue;
         w->phased = off != 0;
         w->index = off == 0 ? rl_window_index(now, w->window_s)
@@ -212,7 +212,7 @@ static void on_xtimer_closed(uv_handle_t *h)
 static void on_xop_timeout(uv_timer_t *t)
 {
     xctx_t *c = t->data;
-    rls_xop_t x = c->x;
+    rls_reserve_op_t x = c->x;
 
     x.err = RL_ETIMEDOUT;
     c->answered = 1;
@@ -221,7 +221,7 @@ static void on_xop_timeout(uv_timer_t *t)
     uv_close((uv_handle_t *)t, on_xtimer_closed);
 }
 
-static void on_xop(void *data, rls_xop_t *x)
+static void on_xop(void *data, rls_reserve_op_t *x)
 {
     xctx_t *c = data;
 
@@ -239,7 +239,7 @@ static void on_xop(void *data, rls_xop_t *x)
 
 /* Sends c's step to the store; done(c, x) answers it exactly once, within
  * the store's timeout (the batches' --redis-timeout-ms). */
-static void xop_send(xctx_t *c, rls_xop_cb done)
+static void xop_send(xctx_t *c, rls_reserve_op_cb done)
 {
     rls_decider_t *d = c->d;
 
@@ -252,10 +252,10 @@ static void xop_send(xctx_t *c, rls_xop_cb done)
         c->refs++;
         uv_timer_start(&c->timer, on_xop_timeout, d->reserve.xop_timeout_ms, 0);
     }
-    rls_store_xop(d->store, &c->x, on_xop, c);
+    rls_store_reserve(d->store, &c->x, on_xop, c);
 }
 
-static void settled(void *data, rls_xop_t *x)
+static void settled(void *data, rls_reserve_op_t *x)
 {
     xctx_t *c = data;
     rl_result_t r;
@@ -386,7 +386,7 @@ int rls_settle(rls_decider_t *d, const rls_ask_t *a, rls_respond_fn respond,
     c->x.settled_max = settled_max(st != NULL ? &spec : NULL);
     c->x.marker = h.version < 2;
     for (i = 0; i < h.nwin; i++) {
-        rls_wop_t *w = &c->win[i];
+        rls_op_window_t *w = &c->win[i];
         w->algo = h.win[i].algo;
         w->phased = h.win[i].phased;
         w->window_s = h.win[i].window_s;
@@ -401,7 +401,7 @@ int rls_settle(rls_decider_t *d, const rls_ask_t *a, rls_respond_fn respond,
 }
 
 /* ACQUIRE's, RELEASE's and RENEW's answers. */
-static void leased(void *data, rls_xop_t *x)
+static void leased(void *data, rls_reserve_op_t *x)
 {
     xctx_t *c = data;
     rls_decider_t *d = c->d;

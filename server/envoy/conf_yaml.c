@@ -388,7 +388,7 @@ static int parse_rate_limit(yp_t *y, rls_envoy_node_t *x)
                 continue;
             }
             x->lim.algo = (uint8_t)a;
-            if (a == RL_ALGO_SWL && b->swl_line == 0)
+            if (a == RL_ALGO_SLIDING_LOG && b->swl_line == 0)
                 b->swl_line = rls_yaml_in_line(&y->in);
         } else if (strcmp(kbuf, "burst") == 0) {
             const char *why;

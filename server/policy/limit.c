@@ -10,9 +10,9 @@
 
 static const char *const algo_names[RL_ALGO_MAX] = {
     [RL_ALGO_FIXED] = "fixed-window",
-    [RL_ALGO_SWC] = "sliding-window-counter",
+    [RL_ALGO_SLIDING_COUNTER] = "sliding-window-counter",
     [RL_ALGO_GCRA] = "gcra",
-    [RL_ALGO_SWL] = "sliding-window",
+    [RL_ALGO_SLIDING_LOG] = "sliding-window",
 };
 
 /* --sliding-window-max: the largest sliding-window limit a file may set. */
@@ -140,7 +140,7 @@ int rls_limit_check(rls_limit_t *l, const char **why)
                "sliding-window-counter or gcra)";
         return RL_EINVAL;
     }
-    if (l->algo == RL_ALGO_SWL) {
+    if (l->algo == RL_ALGO_SLIDING_LOG) {
         /* Every admission is an entry of the caller's log (24 bytes in
          * Redis): the cap bounds a caller's log and the work to read it. */
         static char msg[96];
@@ -172,7 +172,7 @@ int rls_limit_check(rls_limit_t *l, const char **why)
         }
         /* Past this, limit x weight would leave the doubles the Redis
          * script counts in exactly (rl_admit.h). */
-        if (l->algo == RL_ALGO_SWC && l->limit > RL_SWC_LIMIT_MAX) {
+        if (l->algo == RL_ALGO_SLIDING_COUNTER && l->limit > RL_SWC_LIMIT_MAX) {
             *why = "a sliding-window-counter's limit must be at most 2^36 "
                    "(68719476736)";
             return RL_EINVAL;

@@ -312,9 +312,11 @@ int rls_runtime_resolve(rls_runtime_t *rt, const char *rule, size_t rule_len,
             l->t_us = t ? t : 1;
             if (l->burst > RL_GCRA_CAP_MAX_US / l->t_us)
                 l->burst = RL_GCRA_CAP_MAX_US / l->t_us;
-        } else if (l->algo == RL_ALGO_SWC && l->limit > RL_SWC_LIMIT_MAX) {
+        } else if (l->algo == RL_ALGO_SLIDING_COUNTER &&
+                   l->limit > RL_SWC_LIMIT_MAX) {
             l->limit = RL_SWC_LIMIT_MAX;
-        } else if (l->algo == RL_ALGO_SWL && l->limit > RL_SWL_LIMIT_MAX) {
+        } else if (l->algo == RL_ALGO_SLIDING_LOG &&
+                   l->limit > RL_SWL_LIMIT_MAX) {
             l->limit = RL_SWL_LIMIT_MAX;
         }
     }

@@ -191,7 +191,7 @@ static void log_prune(ent_t *e, uint64_t now, uint64_t W)
 
 /* Reports e's log (NULL: none) as store.h says, for an op whose largest
  * cost is cmax. */
-static void log_report(const ent_t *e, rls_wop_t *wo, uint64_t cmax)
+static void log_report(const ent_t *e, rls_op_window_t *wo, uint64_t cmax)
 {
     const mlog_t *g = e != NULL ? e->log : NULL;
     uint64_t sum = e != NULL && e->count > 0 ? (uint64_t)e->count : 0;
@@ -435,23 +435,23 @@ static int apply(mstore_t *m, rls_op_t *op)
     now = op->now_ms ? op->now_ms : m_now(&m->base);
     cmax = rls_op_max_cost(op);
     for (j = 0; j < op->nwin; j++) {
-        rls_wop_t *wo = &op->win[j];
+        rls_op_window_t *wo = &op->win[j];
         klen[j] = rls_wkey(op, wo, RLS_WKEY_CUR, keys[j]);
         h[j] = rl_hash(&m->hk, keys[j], klen[j]);
         e[j] = find(m, keys[j], klen[j], h[j]);
         wo->before = e[j] != NULL ? e[j]->count : 0;
         wo->before2 = 0;
-        if (wo->algo == RL_ALGO_SWL) {
+        if (wo->algo == RL_ALGO_SLIDING_LOG) {
             /* What left the window is gone (it decides nothing). */
             if (e[j] != NULL)
                 log_prune(e[j], now, (uint64_t)wo->window_s * 1000);
             log_report(e[j], wo, cmax);
-        } else if (wo->algo == RL_ALGO_SWC) {
+        } else if (wo->algo == RL_ALGO_SLIDING_COUNTER) {
             size_t pl = rls_wkey(op, wo, RLS_WKEY_PREV, pk);
             ent_t *p = find(m, pk, pl, rl_hash(&m->hk, pk, pl));
             wo->before2 = p != NULL ? p->count : 0;
         }
-        rls_wop_load(wo, now, &w[j]);
+        rls_op_window_load(wo, now, &w[j]);
     }
     if (op->equal_cost) {
         a = rl_admit_equal(w, op->nwin, op->equal_cost, op->ncosts);
@@ -475,7 +475,7 @@ static int apply(mstore_t *m, rls_op_t *op)
             exp[j] += GCRA_GROUP_MS - exp[j] % GCRA_GROUP_MS;
             if (val[j] > INT64_MAX)
                 return RL_ESTORE;
-        } else if (op->win[j].algo == RL_ALGO_SWL) {
+        } else if (op->win[j].algo == RL_ALGO_SLIDING_LOG) {
             /* now + W + the grace (expire_at_ms), rounded up; the log's
              * sum stays below its limit, at most RL_SWL_LIMIT_MAX */
             exp[j] += GCRA_GROUP_MS - exp[j] % GCRA_GROUP_MS;
@@ -505,11 +505,11 @@ static int apply(mstore_t *m, rls_op_t *op)
         if (e[j] == NULL &&
             create(m, keys[j], klen[j], h[j], exp[j], &e[j]) != 0)
             return RL_ENOMEM;
-        if (op->win[j].algo == RL_ALGO_SWL && log_reserve(m, e[j]) != 0)
+        if (op->win[j].algo == RL_ALGO_SLIDING_LOG && log_reserve(m, e[j]) != 0)
             return RL_ENOMEM;
     }
     for (j = 0; j < op->nwin; j++) {
-        if (op->win[j].algo == RL_ALGO_SWL) {
+        if (op->win[j].algo == RL_ALGO_SLIDING_LOG) {
             log_append(e[j], now, val[j]);
             if (exp[j] > e[j]->until)
                 e[j]->until = exp[j]; /* the sweep files it again */
@@ -695,7 +695,7 @@ static void ent_extend(ent_t *e, uint64_t at)
 }
 
 /* The key "<op key><suffix>" into dst, its hash into *h; its length. */
-static size_t reserve_key(const mstore_t *m, const rls_xop_t *x,
+static size_t reserve_key(const mstore_t *m, const rls_reserve_op_t *x,
                           const char *sfx, size_t sl, char *dst, uint64_t *h)
 {
     memcpy(dst, x->key, x->key_len);
@@ -731,7 +731,8 @@ static int64_t lease_find(const mlease_t *g, uint64_t id)
 /* Whether a settle of x may apply on the settled set g with floor (the
  * script's test): its end is after now and after the floor, and its id is
  * not in g. */
-static int settled_fresh(const mlease_t *g, uint64_t floor, const rls_xop_t *x)
+static int settled_fresh(const mlease_t *g, uint64_t floor,
+                         const rls_reserve_op_t *x)
 {
     return x->until_ms > x->now_ms && x->until_ms > floor &&
            lease_find(g, x->id) < 0;
@@ -767,7 +768,7 @@ static uint64_t settled_hi(uint64_t cap)
  * (e->count) rises to the latest end dropped. The set has room for one
  * more pair, or holds settled_hi(cap) (and then loses some before the new
  * pair goes in). */
-static void settled_add(ent_t *e, const rls_xop_t *x, uint64_t cap)
+static void settled_add(ent_t *e, const rls_reserve_op_t *x, uint64_t cap)
 {
     mlease_t *g = e->leases;
     uint64_t gone;
@@ -799,7 +800,7 @@ static void settled_add(ent_t *e, const rls_xop_t *x, uint64_t cap)
     ent_extend(e, group_time(x->until_ms));
 }
 
-static int settle_reservation(mstore_t *m, rls_xop_t *x)
+static int settle_reservation(mstore_t *m, rls_reserve_op_t *x)
 {
     char mk[OPKEY_MAX + 4];
     xplan_t p[RL_ADMIT_WINDOWS_MAX];
@@ -835,7 +836,7 @@ static int settle_reservation(mstore_t *m, rls_xop_t *x)
     op.key_len = x->key_len;
     op.tag_len = x->tag_len;
     for (j = 0; j < x->nwin; j++) {
-        const rls_wop_t *w = &x->win[j];
+        const rls_op_window_t *w = &x->win[j];
         xplan_t *q = &p[j];
         ent_t *e;
         q->klen = rls_wkey(&op, w, RLS_WKEY_CUR, q->key);
@@ -865,7 +866,7 @@ static int settle_reservation(mstore_t *m, rls_xop_t *x)
                 if (e == NULL)
                     need += ent_cost(q->klen), fresh++;
             }
-        } else if (w->algo == RL_ALGO_SWL) {
+        } else if (w->algo == RL_ALGO_SLIDING_LOG) {
             const mlog_t *g = e != NULL ? e->log : NULL;
             if (d > 0) {
                 uint64_t t = now;
@@ -974,7 +975,7 @@ static int settle_reservation(mstore_t *m, rls_xop_t *x)
     return 0;
 }
 
-static int lease_op(mstore_t *m, rls_xop_t *x)
+static int lease_op(mstore_t *m, rls_reserve_op_t *x)
 {
     char key[OPKEY_MAX + 4];
     rls_store_stats_t *st = &m->base.stats;
@@ -1065,9 +1066,9 @@ static int lease_op(mstore_t *m, rls_xop_t *x)
     return 0;
 }
 
-/* Runs x at once (store.h, rls_store_xop; x was checked there). */
-static void m_reserve_op(rls_store_t *s, rls_xop_t *x, rls_xop_cb cb,
-                         void *data)
+/* Runs x at once (store.h, rls_store_reserve; x was checked there). */
+static void m_reserve_op(rls_store_t *s, rls_reserve_op_t *x,
+                         rls_reserve_op_cb cb, void *data)
 {
     mstore_t *m = (mstore_t *)s;
 

@@ -102,8 +102,8 @@ struct rls_redis_store_s {
     int closing;
     uint64_t timeout_ms;
     uint64_t grace_ms; /* a stored quota's counters outlive their window */
-    rls_wop_t *qwin;   /* quota windows of the reply being read */
-    size_t qwin_ops;   /* ops qwin has room for */
+    rls_op_window_t *quota_win;   /* quota windows of the reply being read */
+    size_t quota_win_ops;         /* ops quota_win has room for */
     uint64_t bad_quota_logged_ms; /* loop time of the last warning */
     uint64_t bad_quota_pending;   /* bad quotas since it */
     uv_loop_t *loop;
@@ -160,7 +160,7 @@ static void maybe_finish(rls_redis_store_t *st)
         free(b);
     }
     free(st->cmd.p);
-    free(st->qwin);
+    free(st->quota_win);
     if (st->done != NULL)
         st->done(st->done_arg);
     free(st);
@@ -320,12 +320,13 @@ static void maybe_leave_stall(rls_redis_store_t *st,
 /* Room for the quota windows a reply may carry: only a reply that has
  * some (an op's entry "<admitted> q ...") needs any. Returns 0 or
  * RL_ENOMEM. */
-static int qwin_room(rls_redis_store_t *st, const redisReply *rep, size_t n)
+static int quota_win_room(rls_redis_store_t *st, const redisReply *rep,
+                          size_t n)
 {
     size_t i, e;
-    rls_wop_t *q;
+    rls_op_window_t *q;
 
-    if (n <= st->qwin_ops || rep->type != REDIS_REPLY_ARRAY)
+    if (n <= st->quota_win_ops || rep->type != REDIS_REPLY_ARRAY)
         return 0;
     for (e = 0; e < rep->elements; e++) {
         const redisReply *x = rep->element[e];
@@ -341,10 +342,11 @@ static int qwin_room(rls_redis_store_t *st, const redisReply *rep, size_t n)
     }
     if (e == rep->elements)
         return 0;
-    if ((q = realloc(st->qwin, n * RL_ADMIT_WINDOWS_MAX * sizeof(*q))) == NULL)
+    if ((q = realloc(st->quota_win, n * RL_ADMIT_WINDOWS_MAX * sizeof(*q))) ==
+        NULL)
         return RL_ENOMEM;
-    st->qwin = q;
-    st->qwin_ops = n;
+    st->quota_win = q;
+    st->quota_win_ops = n;
     return 0;
 }
 
@@ -411,8 +413,9 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
         return;
     }
     rc = RL_EINVAL;
-    if (rep->type != REDIS_REPLY_ERROR && (rc = qwin_room(st, rep, b->n)) == 0)
-        rc = rls_redis_parse_reply(rep, b->ops, b->n, st->qwin, &errs);
+    if (rep->type != REDIS_REPLY_ERROR &&
+        (rc = quota_win_room(st, rep, b->n)) == 0)
+        rc = rls_redis_parse_reply(rep, b->ops, b->n, st->quota_win, &errs);
     if (rc == 0 || rc == RLS_REDIS_LATE) {
         st->base.stats.bad_quotas += errs.bad_quotas;
         if (errs.bad_quotas > 0)

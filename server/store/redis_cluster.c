@@ -107,9 +107,10 @@ struct batch_s {
     uint64_t *order; /* slot << 32 | index into ops, in that order */
     call_t *calls;   /* room for 2n: one per master, and one per op */
     size_t ncalls;   /* sent again on its own after eNONLOCAL */
-    rls_wop_t *qwin; /* stored quotas' windows, RL_ADMIT_WINDOWS_MAX per op */
+    rls_op_window_t
+        *quota_win;  /* stored quotas' windows, RL_ADMIT_WINDOWS_MAX per op */
     uint32_t *idx;   /* scratch: the ops of a part reported early */
-    size_t cap;      /* ops the block has room for (qwin too, if made) */
+    size_t cap;      /* ops the block has room for (quota_win too, if made) */
     batch_t *next;   /* in the pool */
 };
 
@@ -157,7 +158,7 @@ static void maybe_finish(rls_cluster_t *cl)
         return;
     while ((bt = cl->pool) != NULL) {
         cl->pool = bt->next;
-        free(bt->qwin);
+        free(bt->quota_win);
         free(bt);
     }
     free(cl->user);
@@ -416,7 +417,7 @@ static void batch_end(batch_t *bt)
         cl->npool++;
         return;
     }
-    free(bt->qwin);
+    free(bt->quota_win);
     free(bt);
 }
 
@@ -425,7 +426,7 @@ static void batch_end(batch_t *bt)
 static batch_t *batch_take(rls_cluster_t *cl, size_t n)
 {
     batch_t *bt, **pp;
-    rls_wop_t *qwin = NULL;
+    rls_op_window_t *quota_win = NULL;
     size_t cap;
 
     for (pp = &cl->pool; (bt = *pp) != NULL; pp = &bt->next)
@@ -435,7 +436,7 @@ static batch_t *batch_take(rls_cluster_t *cl, size_t n)
         *pp = bt->next;
         cl->npool--;
         cap = bt->cap;
-        qwin = bt->qwin;
+        quota_win = bt->quota_win;
     } else {
         cap = (n + 63) & ~(size_t)63;
         bt = malloc(sizeof(*bt) + cap * (sizeof(rls_op_t) + sizeof(uint64_t) +
@@ -446,7 +447,7 @@ static batch_t *batch_take(rls_cluster_t *cl, size_t n)
     }
     memset(bt, 0, sizeof(*bt));
     bt->cap = cap;
-    bt->qwin = qwin;
+    bt->quota_win = quota_win;
     bt->sub = (rls_op_t *)(void *)(bt + 1);
     bt->order = (uint64_t *)(void *)(bt->sub + cap);
     bt->calls = (call_t *)(void *)(bt->order + cap);
@@ -529,17 +530,18 @@ static void on_call_done(void *data, rls_op_t *ops, size_t n, int status)
                 cl->base.stats.errors_kind[RLS_SERR_OTHER]++;
                 continue;
             }
-            if (ops[j].nqwin > 0) {
-                if (bt->qwin == NULL &&
-                    (bt->qwin = malloc(bt->cap * RL_ADMIT_WINDOWS_MAX *
-                                       sizeof(*bt->qwin))) == NULL) {
+            if (ops[j].nquota_win > 0) {
+                if (bt->quota_win == NULL &&
+                    (bt->quota_win = malloc(bt->cap * RL_ADMIT_WINDOWS_MAX *
+                                            sizeof(*bt->quota_win))) == NULL) {
                     o->err = RL_ENOMEM;
                     continue;
                 }
-                memcpy(&bt->qwin[(size_t)i * RL_ADMIT_WINDOWS_MAX], ops[j].qwin,
-                       ops[j].nqwin * sizeof(*bt->qwin));
-                o->qwin = &bt->qwin[(size_t)i * RL_ADMIT_WINDOWS_MAX];
-                o->nqwin = ops[j].nqwin;
+                memcpy(&bt->quota_win[(size_t)i * RL_ADMIT_WINDOWS_MAX],
+                       ops[j].quota_win,
+                       ops[j].nquota_win * sizeof(*bt->quota_win));
+                o->quota_win = &bt->quota_win[(size_t)i * RL_ADMIT_WINDOWS_MAX];
+                o->nquota_win = ops[j].nquota_win;
             }
         }
         cl->base.stats.rtt_us_last = (uv_hrtime() - c->sent_ns) / 1000;
@@ -580,8 +582,8 @@ static void on_call_done(void *data, rls_op_t *ops, size_t n, int status)
     c->hops++;
     for (j = 0; j < n; j++) {
         ops[j].err = 0;
-        ops[j].nqwin = 0;
-        ops[j].qwin = NULL;
+        ops[j].nquota_win = 0;
+        ops[j].quota_win = NULL;
     }
     if ((rd.kind == RLS_REDIR_MOVED || rd.kind == RLS_REDIR_ASK) &&
         (to = node_mapped(cl, rd.host, rd.port)) == NULL) {

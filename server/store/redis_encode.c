@@ -114,17 +114,17 @@ static int is_aunit(const rls_op_t *op)
 }
 
 /* 1 when limits a and b are sent with the same arguments. */
-static int alim_same(const rls_wop_t *a, const rls_wop_t *b)
+static int alim_same(const rls_op_window_t *a, const rls_op_window_t *b)
 {
     if (a->algo != b->algo || a->limit != b->limit)
         return 0;
     switch (a->algo) {
-    case RL_ALGO_SWC:
+    case RL_ALGO_SLIDING_COUNTER:
         return a->expire_at_ms == b->expire_at_ms && a->weight == b->weight &&
                a->index == b->index;
     case RL_ALGO_GCRA:
         return a->t_us == b->t_us;
-    case RL_ALGO_SWL:
+    case RL_ALGO_SLIDING_LOG:
         return a->expire_at_ms == b->expire_at_ms && a->window_s == b->window_s;
     default:
         return a->expire_at_ms == b->expire_at_ms;
@@ -160,9 +160,9 @@ static char *put_limits(char *p, const rls_op_t *op, size_t *nargs)
     uint32_t j;
 
     for (j = 0; j < op->nwin; j++) {
-        const rls_wop_t *w = &op->win[j];
+        const rls_op_window_t *w = &op->win[j];
         switch (w->algo) {
-        case RL_ALGO_SWC:
+        case RL_ALGO_SLIDING_COUNTER:
             p = put_bulk(p, "s", 1);
             p = put_num(p, w->expire_at_ms);
             p = put_num(p, w->limit);
@@ -176,7 +176,7 @@ static char *put_limits(char *p, const rls_op_t *op, size_t *nargs)
             p = put_num(p, w->t_us);
             *nargs += 3;
             break;
-        case RL_ALGO_SWL:
+        case RL_ALGO_SLIDING_LOG:
             p = put_bulk(p, "l", 1);
             p = put_num(p, w->expire_at_ms);
             p = put_num(p, w->limit);

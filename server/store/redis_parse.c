@@ -66,7 +66,7 @@ static int get_sp_i64(const char **pp, const char *end, int64_t *out)
 /* A limit's state in text, as the reply array has it (w->algo says
  * which): a count; the current and previous counts; a TAT; a log's sum,
  * newest entry, m and m oldest entries (times and costs). */
-static int text_state(const char **pp, const char *end, rls_wop_t *w)
+static int text_state(const char **pp, const char *end, rls_op_window_t *w)
 {
     int64_t m, t, c;
     uint32_t k;
@@ -75,10 +75,10 @@ static int text_state(const char **pp, const char *end, rls_wop_t *w)
     w->nold = 0;
     if (get_sp_i64(pp, end, &w->before) != RL_OK)
         return RL_EINVAL;
-    if (w->algo == RL_ALGO_SWC || w->algo == RL_ALGO_SWL)
+    if (w->algo == RL_ALGO_SLIDING_COUNTER || w->algo == RL_ALGO_SLIDING_LOG)
         if (get_sp_i64(pp, end, &w->before2) != RL_OK)
             return RL_EINVAL;
-    if (w->algo != RL_ALGO_SWL)
+    if (w->algo != RL_ALGO_SLIDING_LOG)
         return RL_OK;
     if (w->before < 0 || w->before2 < 0 || get_sp_i64(pp, end, &m) != RL_OK ||
         m < 0 || m > RL_SWL_PREFIX)
@@ -100,7 +100,7 @@ static int text_state(const char **pp, const char *end, rls_wop_t *w)
  * per limit of the caller's quota its letter, window, limit, unit and
  * state (into q, RL_ADMIT_WINDOWS_MAX entries). */
 static int parse_op_text(const char *p, const char *end, rls_op_t *op,
-                         rls_wop_t *q, rls_redis_errs_t *errs)
+                         rls_op_window_t *q, rls_redis_errs_t *errs)
 {
     int64_t v;
     size_t j;
@@ -137,9 +137,9 @@ static int parse_op_text(const char *p, const char *end, rls_op_t *op,
             if (j == RL_ADMIT_WINDOWS_MAX || end - p < 3 || p[2] != ' ')
                 return RL_EINVAL;
             a = p[1] == 'f'   ? RL_ALGO_FIXED
-                : p[1] == 's' ? RL_ALGO_SWC
+                : p[1] == 's' ? RL_ALGO_SLIDING_COUNTER
                 : p[1] == 'g' ? RL_ALGO_GCRA
-                : p[1] == 'l' ? RL_ALGO_SWL
+                : p[1] == 'l' ? RL_ALGO_SLIDING_LOG
                               : -1;
             p += 2;
             if (a < 0 || get_sp_i64(&p, end, &ws) != RL_OK ||
@@ -157,8 +157,8 @@ static int parse_op_text(const char *p, const char *end, rls_op_t *op,
         }
         if (j == 0)
             return RL_EINVAL;
-        op->qwin = q;
-        op->nqwin = (uint32_t)j;
+        op->quota_win = q;
+        op->nquota_win = (uint32_t)j;
         return p == end ? RL_OK : RL_EINVAL;
     }
     if (end - p >= 2 && p[0] == ' ' && p[1] == 'Q') {
@@ -191,8 +191,8 @@ static int parse_op_text(const char *p, const char *end, rls_op_t *op,
         }
         if (j == 0)
             return RL_EINVAL;
-        op->qwin = q;
-        op->nqwin = (uint32_t)j;
+        op->quota_win = q;
+        op->nquota_win = (uint32_t)j;
         return p == end ? RL_OK : RL_EINVAL;
     }
     for (j = 0; j < op->nwin; j++)
@@ -204,7 +204,7 @@ static int parse_op_text(const char *p, const char *end, rls_op_t *op,
 /* A sliding window's state at rep->element[*e]: its sum, its newest
  * entry's time, a count m of entries (at most RL_SWL_PREFIX), then m
  * times and costs; nothing negative. */
-static int parse_log(const redisReply *rep, size_t *e, rls_wop_t *w)
+static int parse_log(const redisReply *rep, size_t *e, rls_op_window_t *w)
 {
     const redisReply *const *x = (const redisReply *const *)rep->element;
     size_t i = *e, k;
@@ -234,7 +234,7 @@ static int parse_log(const redisReply *rep, size_t *e, rls_wop_t *w)
 }
 
 int rls_redis_parse_reply(const redisReply *rep, rls_op_t *ops, size_t n,
-                          rls_wop_t *qwin, rls_redis_errs_t *errs)
+                          rls_op_window_t *quota_win, rls_redis_errs_t *errs)
 {
     size_t i, j, e = 0;
 
@@ -248,14 +248,15 @@ int rls_redis_parse_reply(const redisReply *rep, rls_op_t *ops, size_t n,
         rls_op_t *op = &ops[i];
         const redisReply *x;
 
-        op->qwin = NULL;
-        op->nqwin = 0;
+        op->quota_win = NULL;
+        op->nquota_win = 0;
         if (e == rep->elements)
             return RL_EINVAL;
         x = rep->element[e++];
         if (x->type == REDIS_REPLY_STRING) {
             if (parse_op_text(x->str, x->str + x->len, op,
-                              qwin ? qwin + i * RL_ADMIT_WINDOWS_MAX : NULL,
+                              quota_win ? quota_win + i * RL_ADMIT_WINDOWS_MAX
+                                        : NULL,
                               errs) != RL_OK)
                 return RL_EINVAL;
             continue;
@@ -268,20 +269,20 @@ int rls_redis_parse_reply(const redisReply *rep, rls_op_t *ops, size_t n,
         /* Per limit its state before: a count, a sliding-window-counter's
          * current and previous counts, a gcra's TAT. */
         for (j = 0; j < op->nwin; j++) {
-            rls_wop_t *w = &op->win[j];
-            if (w->algo == RL_ALGO_SWL) {
+            rls_op_window_t *w = &op->win[j];
+            if (w->algo == RL_ALGO_SLIDING_LOG) {
                 if (parse_log(rep, &e, w) != RL_OK)
                     return RL_EINVAL;
                 continue;
             }
-            if (rep->elements - e < rls_wop_counts(w))
+            if (rep->elements - e < rls_op_window_counts(w))
                 return RL_EINVAL;
             x = rep->element[e++];
             if (x->type != REDIS_REPLY_INTEGER)
                 return RL_EINVAL;
             w->before = x->integer;
             w->before2 = 0;
-            if (w->algo == RL_ALGO_SWC) {
+            if (w->algo == RL_ALGO_SLIDING_COUNTER) {
                 x = rep->element[e++];
                 if (x->type != REDIS_REPLY_INTEGER)
                     return RL_EINVAL;

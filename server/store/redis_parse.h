@@ -41,13 +41,13 @@ typedef struct rls_redis_errs_s {
 /* Reads the script's reply into each op's admitted, window counts
  * (win[].before) and err (0, or RL_ESTORE for an "e" entry), and what was
  * refused into *errs (its text points into rep). An op decided under the
- * caller's stored quota gets qwin/nqwin pointing into qwin
+ * caller's stored quota gets quota_win/nquota_win pointing into quota_win
  * (RL_ADMIT_WINDOWS_MAX entries per op, the caller's; NULL when the
  * caller made no room, and then such an op does not parse). Returns 0;
  * RLS_REDIS_LATE for "late" (ops untouched); or RL_EINVAL unless the reply
  * holds exactly n well-formed entries, in which case ops may be partly
  * written. */
 int rls_redis_parse_reply(const redisReply *rep, rls_op_t *ops, size_t n,
-                          rls_wop_t *qwin, rls_redis_errs_t *errs);
+                          rls_op_window_t *quota_win, rls_redis_errs_t *errs);
 
 #endif

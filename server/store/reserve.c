@@ -1,4 +1,4 @@
-/* Reservations and leases on a store (reserve.h, rls_store_xop): the
+/* Reservations and leases on a store (reserve.h, rls_store_reserve): the
  * memory store runs them itself (its vtable's xop); a Redis store gets the
  * one script store/reserve.lua, which does every kind, through its
  * command().
@@ -37,8 +37,8 @@ static const char reserve_script[] = RLS_LUA_RESERVE;
 
 typedef struct {
     rls_store_t *s;
-    rls_xop_t *x;
-    rls_xop_cb cb;
+    rls_reserve_op_t *x;
+    rls_reserve_op_cb cb;
     void *data;
     int eval; /* sent as EVAL (after NOSCRIPT) */
 } reserve_req_t;
@@ -70,7 +70,8 @@ static const char *script_sha(void)
     return state == 1 ? hex : NULL;
 }
 
-static void finish(rls_xop_t *x, rls_xop_cb cb, void *data, int err)
+static void finish(rls_reserve_op_t *x, rls_reserve_op_cb cb, void *data,
+                   int err)
 {
     x->err = err;
     if (err != 0) {
@@ -95,7 +96,7 @@ static void on_reply(void *data, void *reply)
 {
     reserve_req_t *q = data;
     const redisReply *r = reply;
-    rls_xop_t *x = q->x;
+    rls_reserve_op_t *x = q->x;
     uint64_t res, count, earliest, qlimit;
     int err = RL_ESTORE;
 
@@ -124,7 +125,7 @@ static void on_reply(void *data, void *reply)
 }
 
 /* Checks what every store refuses alike. Returns 0 or RL_EINVAL. */
-static int reserve_check(const rls_xop_t *x)
+static int reserve_check(const rls_reserve_op_t *x)
 {
     uint32_t j;
 
@@ -167,7 +168,7 @@ static size_t put_i64(char *dst, int64_t v)
  * command(). Returns 0 (on_reply will fire) or RL_ESTORE (it will not). */
 static int send_req(reserve_req_t *q)
 {
-    const rls_xop_t *x = q->x;
+    const rls_reserve_op_t *x = q->x;
     char keys[RESERVE_KEYS_MAX][RLS_OPKEY_MAX + 40];
     char nums[RESERVE_ARGC_MAX][24];
     const char *argv[RESERVE_ARGC_MAX], *sha = q->eval ? NULL : script_sha();
@@ -231,13 +232,13 @@ static int send_req(reserve_req_t *q)
         NUM(x->decided_at_ms);
         NUM(x->nwin);
         for (j = 0; j < x->nwin; j++) {
-            const rls_wop_t *w = &x->win[j];
+            const rls_op_window_t *w = &x->win[j];
             uint64_t W = (uint64_t)w->window_s * 1000, ex;
             if (w->algo == RL_ALGO_GCRA) {
                 ARG("g", 1);
                 NUM(w->t_us);
                 NUM(w->expire_at_ms);
-            } else if (w->algo == RL_ALGO_SWL) {
+            } else if (w->algo == RL_ALGO_SLIDING_LOG) {
                 /* The log lives W + grace past its newest entry: the
                  * decision's expiry moved on to now. */
                 ex = w->expire_at_ms;
@@ -246,7 +247,7 @@ static int send_req(reserve_req_t *q)
                 ARG("l", 1);
                 NUM(W);
                 NUM(ex);
-            } else if (w->algo == RL_ALGO_SWC) {
+            } else if (w->algo == RL_ALGO_SLIDING_COUNTER) {
                 ARG("s", 1);
                 NUM(w->index);
                 ARG("0", 1);
@@ -287,7 +288,8 @@ static int send_req(reserve_req_t *q)
                : RL_ESTORE;
 }
 
-void rls_store_xop(rls_store_t *s, rls_xop_t *x, rls_xop_cb cb, void *data)
+void rls_store_reserve(rls_store_t *s, rls_reserve_op_t *x,
+                       rls_reserve_op_cb cb, void *data)
 {
     reserve_req_t *q;
 

@@ -2,8 +2,8 @@
  * that run one at a time, outside the batches of store.h.
  *
  * "xop" in the names below is one such operation (a reservation's
- * settlement, or a lease's acquire, release or renewal): rls_xop_t is its
- * request and answer, RLS_XOP_* its kinds, rls_store_xop runs it, and a
+ * settlement, or a lease's acquire, release or renewal): rls_reserve_op_t is
+ * its request and answer, RLS_XOP_* its kinds, rls_store_reserve runs it, and a
  * store's vtable entry xop (store.h) is the memory store's own way of
  * running it. */
 #ifndef RLS_STORE_RESERVE_H
@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 typedef struct rls_store_s rls_store_t;
-typedef struct rls_wop_s rls_wop_t;
+typedef struct rls_op_window_s rls_op_window_t;
 
 /* The most settled ids a caller's set keeps (RLS_XOP_SETTLE): its
  * rule's largest limit, within these bounds; RLS_SETTLED_DEFAULT when the
@@ -71,7 +71,7 @@ enum {
     RLS_XOP_RENEW = 4
 };
 
-typedef struct rls_xop_s {
+typedef struct rls_reserve_op_s {
     /* Set by the caller; untouched by the store. */
     int kind;        /* RLS_XOP_* */
     const char *key; /* the op key, as rls_op_t's; NUL-terminated */
@@ -90,7 +90,7 @@ typedef struct rls_xop_s {
     double scale;
     int64_t delta;          /* settle */
     uint64_t decided_at_ms; /* settle: when the reservation was decided */
-    const rls_wop_t *win;   /* settle: the windows charged (algo, phased, */
+    const rls_op_window_t *win; /* settle: the windows charged (algo, phased, */
     uint32_t nwin;          /* window_s, index, t_us, expire_at_ms) */
     uint64_t settled_max;   /* settle: the settled ids the caller's set
                                keeps at most (RLS_SETTLED_*); 0 is 1 */
@@ -107,12 +107,13 @@ typedef struct rls_xop_s {
     int err;         /* 0, or RL_ESTORE / RL_ETIMEDOUT / RL_ESHUTDOWN
                         / RL_ENOMEM: nothing is known to have
                         changed */
-} rls_xop_t;
+} rls_reserve_op_t;
 
-/* Fires exactly once per rls_store_xop, later or before it returns. */
-typedef void (*rls_xop_cb)(void *data, rls_xop_t *x);
+/* Fires exactly once per rls_store_reserve, later or before it returns. */
+typedef void (*rls_reserve_op_cb)(void *data, rls_reserve_op_t *x);
 
 /* Runs x on store s (store/reserve.c). x must stay valid until cb fires. */
-void rls_store_xop(rls_store_t *s, rls_xop_t *x, rls_xop_cb cb, void *data);
+void rls_store_reserve(rls_store_t *s, rls_reserve_op_t *x,
+                       rls_reserve_op_cb cb, void *data);
 
 #endif

@@ -5,7 +5,8 @@
 
 #include "rl_window.h"
 
-size_t rls_wkey(const rls_op_t *op, const rls_wop_t *w, int which, char *dst)
+size_t rls_wkey(const rls_op_t *op, const rls_op_window_t *w, int which,
+                char *dst)
 {
     size_t n = op->key_len;
 
@@ -15,14 +16,14 @@ size_t rls_wkey(const rls_op_t *op, const rls_wop_t *w, int which, char *dst)
     dst[n++] = ':';
     if (w->algo == RL_ALGO_GCRA) {
         dst[n++] = 'g';
-    } else if (w->algo == RL_ALGO_SWL) {
+    } else if (w->algo == RL_ALGO_SLIDING_LOG) {
         dst[n++] = 'l';
     } else {
-        if (w->algo == RL_ALGO_SWC)
+        if (w->algo == RL_ALGO_SLIDING_COUNTER)
             dst[n++] = 's';
         if (w->phased)
             dst[n++] = 'p';
-        if (w->algo != RL_ALGO_SWC || which != RLS_WKEY_STATE)
+        if (w->algo != RL_ALGO_SLIDING_COUNTER || which != RLS_WKEY_STATE)
             n += rl_put_u64(dst + n, which == RLS_WKEY_PREV && w->index
                                          ? w->index - 1
                                          : w->index);
@@ -54,17 +55,18 @@ int rls_op_fixed(const rls_op_t *op)
     return 1;
 }
 
-void rls_wop_load(const rls_wop_t *w, uint64_t now_ms, rl_admit_win_t *a)
+void rls_op_window_load(const rls_op_window_t *w, uint64_t now_ms,
+                        rl_admit_win_t *a)
 {
     switch (w->algo) {
-    case RL_ALGO_SWC:
+    case RL_ALGO_SLIDING_COUNTER:
         rl_admit_swc(a, w->limit, w->window_s, w->before, w->before2,
                      w->weight, w->reset_ms);
         break;
     case RL_ALGO_GCRA:
         rl_admit_gcra(a, w->limit, w->window_s, w->t_us, w->before, now_ms);
         break;
-    case RL_ALGO_SWL: {
+    case RL_ALGO_SLIDING_LOG: {
         uint64_t W = (uint64_t)w->window_s * 1000, ms[RL_SWL_PREFIX];
         uint32_t i, n = w->nold < RL_SWL_PREFIX ? w->nold : RL_SWL_PREFIX;
         /* Times become how long until each leaves the window. */

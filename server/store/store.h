@@ -16,7 +16,7 @@
  * A rule's op may name a quota: the Redis store then reads the caller's
  * stored limits ("<tag>:q", field = the rule) in the same atomic step and,
  * when there are some, decides against those windows instead, reporting
- * them in qwin.
+ * them in quota_win.
  *
  * Three stores implement it: memory (store/memory.c, the embedded
  * default), Redis (store/redis.c) and Redis Cluster (store/redis_cluster.c).
@@ -37,20 +37,21 @@
 
 typedef struct rls_store_s rls_store_t;
 
-/* One limit of an op (a "wop": a window of an op): a fixed window
+/* One limit of an op (an op window): a fixed window
  * (RL_ALGO_FIXED, one counter "<key>:<window_s>:<index>", or ":p<index>"
- * for windows staggered per caller), a sliding-window-counter (RL_ALGO_SWC: in the Redis stores one
- * key "<key>:<window_s>:s", ":sp" when staggered, holding
+ * for windows staggered per caller), a sliding-window-counter
+ * (RL_ALGO_SLIDING_COUNTER: in the Redis stores one key "<key>:<window_s>:s",
+ * ":sp" when staggered, holding
  * "<index>:<count>:<previous>", the window index the counts are of, its
  * count and the previous window's; in the memory store a counter per
  * window, ":s<index>" and ":sp<index>"), a gcra (RL_ALGO_GCRA, one TAT in
  * microseconds,
- * "<key>:<window_s>:g") or a sliding window (RL_ALGO_SWL, one log,
+ * "<key>:<window_s>:g") or a sliding window (RL_ALGO_SLIDING_LOG, one log,
  * "<key>:<window_s>:l", whose layout the Redis stores share: RLS_SWL_*
  * below). Each algorithm has its own keys, so a reload that
  * changes a limit's algorithm starts it afresh and never misreads another's
  * state. */
-typedef struct rls_wop_s {
+typedef struct rls_op_window_s {
     /* Set by the batcher. */
     uint32_t window_s;     /* fixed, swc: the window; gcra: the period */
     uint64_t limit;        /* > 0; gcra: the burst */
@@ -81,7 +82,7 @@ typedef struct rls_wop_s {
      * store decides with (rls_spec_t.counting: ENVOY raises `limit` out
      * of reach, PEEK makes it 1 with a cost of 2); 0: `limit`. */
     uint64_t answer_limit;
-} rls_wop_t;
+} rls_op_window_t;
 
 typedef struct rls_op_s {
     /* Set by the batcher; untouched by the store. */
@@ -96,15 +97,16 @@ typedef struct rls_op_s {
                               script's "now"), so the batcher's replay of
                               a gcra or a sliding-window-counter sees what
                               the store saw */
-    rls_wop_t *win;
+    rls_op_window_t *win;
     uint32_t nwin;
     const uint32_t *costs; /* the requests' costs, in arrival order */
     uint32_t ncosts;       /* >= 1 */
     uint32_t equal_cost;   /* every cost equals this, or 0 */
     /* Set by the store before the callback. */
     uint64_t admitted;     /* requests admitted */
-    const rls_wop_t *qwin; /* a stored quota's windows, decided instead of */
-    uint32_t nqwin;        /* win; valid during the callback only */
+    const rls_op_window_t
+        *quota_win;        /* a stored quota's windows, decided instead of */
+    uint32_t nquota_win;   /* win; valid during the callback only */
     int err;               /* 0, or an RL_E* code for this op */
 } rls_op_t;
 
@@ -166,13 +168,14 @@ static inline const char *rls_store_err_name(int kind)
 /* Formats the key of limit w of op into dst (RLS_WKEY_SIZE(op) bytes),
  * NUL-terminated; returns its length. */
 #define RLS_WKEY_SIZE(op) ((op)->key_len + 36)
-size_t rls_wkey(const rls_op_t *op, const rls_wop_t *w, int which, char *dst);
+size_t rls_wkey(const rls_op_t *op, const rls_op_window_t *w, int which,
+                char *dst);
 
 /* The key of op's plain fixed window of window_s at index. */
 static inline size_t rls_wkey_fixed(const rls_op_t *op, uint32_t window_s,
                                     uint64_t index, char *dst)
 {
-    rls_wop_t w = {0};
+    rls_op_window_t w = {0};
 
     w.window_s = window_s;
     w.index = index;
@@ -182,15 +185,16 @@ static inline size_t rls_wkey_fixed(const rls_op_t *op, uint32_t window_s,
 /* How many counts a Redis store reports for limit w before an op (2 for a
  * sliding-window-counter: the current and previous windows', else 1; a
  * sliding window's log reports its own way). */
-static inline uint32_t rls_wop_counts(const rls_wop_t *w)
+static inline uint32_t rls_op_window_counts(const rls_op_window_t *w)
 {
-    return w->algo == RL_ALGO_SWC ? 2 : 1;
+    return w->algo == RL_ALGO_SLIDING_COUNTER ? 2 : 1;
 }
 
 /* Loads limit w of an op from what the store reported (before, before2)
  * at now_ms (the op's): what the batcher replays and the memory store
- * decides on. A stored quota's windows (qwin) need reset_ms set first. */
-void rls_wop_load(const rls_wop_t *w, uint64_t now_ms, rl_admit_win_t *a);
+ * decides on. A stored quota's windows (quota_win) need reset_ms set first. */
+void rls_op_window_load(const rls_op_window_t *w, uint64_t now_ms,
+                        rl_admit_win_t *a);
 
 /* The largest cost among op's requests (a sliding window's log reports
  * the entries that cover it). */
@@ -262,8 +266,10 @@ typedef struct rls_store_vtbl_s {
      * store's per-node ones) to out. Returns 0 or RL_EFULL / RL_ENOMEM. */
     int (*metrics)(const rls_store_t *s, rl_buf_t *out);
     /* Optional: runs a reservation or lease operation itself (the memory
-     * store); NULL: rls_store_xop sends store/reserve.lua through command(). */
-    void (*xop)(rls_store_t *s, rls_xop_t *x, rls_xop_cb cb, void *data);
+     * store); NULL: rls_store_reserve sends store/reserve.lua through
+     * command(). */
+    void (*xop)(rls_store_t *s, rls_reserve_op_t *x, rls_reserve_op_cb cb,
+                void *data);
     /* Optional: command(), written with the loop's next write instead of
      * at once, so that the commands of one loop iteration (many xops)
      * leave in one write and reach Redis in one read. What is unwritten

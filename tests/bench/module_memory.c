@@ -68,7 +68,7 @@ static int write_all(redisContext *c, int module, long keys, long long now)
 {
     static char names[BATCH][32];
     static rls_op_t ops[BATCH];
-    static rls_wop_t win[BATCH];
+    static rls_op_window_t win[BATCH];
     static const uint32_t one = 1;
     static rls_cmdbuf_t buf;
     long at = 0;

@@ -172,7 +172,7 @@ typedef struct bench_s {
 typedef struct slot_s {
     bench_t *bn;
     rls_op_t ops[256];
-    rls_wop_t win[256];
+    rls_op_window_t win[256];
     char keys[256][48];
 } slot_t;
 

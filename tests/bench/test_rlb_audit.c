@@ -464,7 +464,7 @@ static void test_swl_exact_bound(void **state)
     for (e = 0; e < 4; e++) {
         rlb_audit_conf_t c;
         rlb_audit_conf_init(&c);
-        c.algo = RL_ALGO_SWL;
+        c.algo = RL_ALGO_SLIDING_LOG;
         c.limit = 5;
         c.window_s = 1;
         c.margin_ms = 0;
@@ -504,7 +504,7 @@ static void test_swl_out_of_order(void **state)
     memset(shared, 0, sizeof(shared));
     memset(own, 0, sizeof(own));
     rlb_audit_conf_init(&c);
-    c.algo = RL_ALGO_SWL;
+    c.algo = RL_ALGO_SLIDING_LOG;
     c.limit = 30;
     c.window_s = 1;
     c.margin_ms = 10;
@@ -623,8 +623,10 @@ static void swc_one_and_two(int per_caller)
     uint64_t t, off[KEYS], admitted = 0;
     uint32_t key;
 
-    assert_int_equal(init_algo(&a, RL_ALGO_SWC, 20, 2, 0, per_caller), 0);
-    assert_int_equal(init_algo(&b, RL_ALGO_SWC, 20, 2, 0, per_caller), 0);
+    assert_int_equal(
+        init_algo(&a, RL_ALGO_SLIDING_COUNTER, 20, 2, 0, per_caller), 0);
+    assert_int_equal(
+        init_algo(&b, RL_ALGO_SLIDING_COUNTER, 20, 2, 0, per_caller), 0);
     for (key = 0; key < KEYS; key++) {
         off[key] = per_caller ? off_of(key, 2) : 0;
         swc_init(&one[key], 2, off[key]);
@@ -686,7 +688,8 @@ static void test_swc_boundary_reorder(void **state)
     (void)state;
     for (round = 0; round < 2; round++) {
         swc_init(&s, 2, 0);
-        assert_int_equal(init_algo(&a, RL_ALGO_SWC, 10, 2, 0, 0), 0);
+        assert_int_equal(init_algo(&a, RL_ALGO_SLIDING_COUNTER, 10, 2, 0, 0),
+                         0);
         for (i = 0; i < 5; i++) {
             assert_true(swc_decide(&s, 10, 2, 0, T0 + 100));
             add_at(&a, 1, 1, T0 + 100);
@@ -724,13 +727,13 @@ static void test_swc_slow_answer_unreliable(void **state)
                       .admitted = 1,
                       .limit = 10,
                       .window_s = 2,
-                      .algorithm = RL_ALGO_SWC,
+                      .algorithm = RL_ALGO_SLIDING_COUNTER,
                       .decided_at_ms = T0 + 5,
                       .sent_ms = 100,
                       .recv_ms = 100 + RLB_AUDIT_MARGIN_MS + 1};
 
     (void)state;
-    assert_int_equal(init_algo(&a, RL_ALGO_SWC, 10, 2, 0, 0), 0);
+    assert_int_equal(init_algo(&a, RL_ALGO_SLIDING_COUNTER, 10, 2, 0, 0), 0);
     add_at(&a, 1, 1, T0 + 1);
     rlb_audit_add(&a, &x);
     assert_int_equal(over_of(&a, &r), 0);

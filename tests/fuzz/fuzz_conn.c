@@ -41,7 +41,7 @@
  * reports win[].before and admitted; it answers at once, defers to a
  * later command, fails whole batches with RL_ESTORE or RL_ETIMEDOUT,
  * fails single ops, reports real, zero, negative, near-INT64_MAX or
- * -INT64_MAX counts, gives callers a stored quota's windows (qwin), or
+ * -INT64_MAX counts, gives callers a stored quota's windows (quota_win), or
  * lies about admitted, all chosen by input bytes.
  *
  * Invariants (abort on violation):

@@ -27,7 +27,7 @@ enum { ST_NOW, ST_LATER, ST_ESTORE, ST_ETIMEDOUT, ST_PEROP, ST_MODES };
 enum { CT_REAL, CT_NEAR_MAX, CT_ZERO, CT_NEG, CT_SMALL, CT_MIN, CT_STYLES };
 /* Twists, as bits: TW_LIE reports an admitted count that disagrees with
  * the counts (a store bug: the batcher must still answer every request
- * once); TW_QUOTA gives half the rule ops a stored quota's windows (qwin),
+ * once); TW_QUOTA gives half the rule ops a stored quota's windows (quota_win),
  * as the Redis script does for a caller with one. */
 enum { TW_LIE = 1, TW_QUOTA = 2 };
 

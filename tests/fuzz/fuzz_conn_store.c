@@ -26,7 +26,7 @@ static uint32_t fnv(uint32_t h, const void *p, size_t n)
 }
 
 /* A stored quota's windows, as the script would report them. */
-static uint32_t fs_quota(unsigned k, rls_wop_t *q)
+static uint32_t fs_quota(unsigned k, rls_op_window_t *q)
 {
     static const uint32_t ws[4] = {1, 60, 3600, RL_WINDOW_MAX_S};
     static const uint64_t lim[4] = {1, 2, 10, INT64_MAX};
@@ -43,12 +43,12 @@ static uint32_t fs_quota(unsigned k, rls_wop_t *q)
 
 /* Decides one op as store.h says (admit in order against every window; a
  * refusal consumes nothing), from counts the style makes up. */
-static void fs_op(fstore_t *fs, rls_op_t *op, rls_wop_t *qw, int style,
+static void fs_op(fstore_t *fs, rls_op_t *op, rls_op_window_t *qw, int style,
                   int twist)
 {
     rl_admit_win_t a[RLS_WINDOWS_MAX] = {{0}};
     int64_t *ctr[RLS_WINDOWS_MAX];
-    rls_wop_t *w = op->win;
+    rls_op_window_t *w = op->win;
     uint32_t nw = op->nwin, j;
     uint64_t adm = 0, sum = 0;
     unsigned k = fs->salt++;
@@ -56,8 +56,8 @@ static void fs_op(fstore_t *fs, rls_op_t *op, rls_wop_t *qw, int style,
     if (qw != NULL && op->quota != NULL && k % 2 == 0) {
         nw = fs_quota(k, qw);
         w = qw;
-        op->qwin = qw;
-        op->nqwin = nw;
+        op->quota_win = qw;
+        op->nquota_win = nw;
     }
     for (j = 0; j < nw; j++) {
         int64_t c;
@@ -127,7 +127,7 @@ static void fs_op(fstore_t *fs, rls_op_t *op, rls_wop_t *qw, int style,
 static void fs_answer(fstore_t *fs, rls_op_t *ops, size_t n, rls_store_cb cb,
                       void *data, int mode, int style, int twist)
 {
-    rls_wop_t *qw = NULL;
+    rls_op_window_t *qw = NULL;
     int status = 0;
     size_t i;
 
@@ -152,8 +152,8 @@ static void fs_answer(fstore_t *fs, rls_op_t *ops, size_t n, rls_store_cb cb,
             FAIL("op with %u windows, %u costs", op->nwin, op->ncosts);
         op->err = 0;
         op->admitted = 0;
-        op->qwin = NULL;
-        op->nqwin = 0;
+        op->quota_win = NULL;
+        op->nquota_win = 0;
         if (mode == ST_PEROP && fs->salt % 3 == 0) {
             op->err = fs->salt++ % 2 ? RL_ESTORE : RL_ETIMEDOUT;
             continue;

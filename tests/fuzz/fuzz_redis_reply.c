@@ -13,8 +13,8 @@
  *   - the parser returns RL_OK, RLS_REDIS_LATE or RL_EINVAL, and the same
  *     again on the same bytes;
  *   - on RLS_REDIS_LATE the ops are untouched;
- *   - on RL_OK every op has err, or admitted <= ncosts and nqwin <= 8 with
- *     qwin inside that op's own slot of the array; errs.failed counts the
+ *   - on RL_OK every op has err, or admitted <= ncosts and nquota_win <= 8 with
+ *     quota_win inside that op's own slot of the array; errs.failed counts the
  *     ops with err RL_ESTORE, by kind too, and errs.elsewhere those with
  *     RLS_REDIS_ENOTHERE; errs.text is the reply's last element;
  *   - under a cap (rls_redis_reply_cap_attach, its size and a split of
@@ -55,8 +55,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define SENTINEL UINT64_C(0xdeadbeef)
 
 static rls_op_t ops[MAX_OPS];
-static rls_wop_t win[MAX_OPS][RL_ADMIT_WINDOWS_MAX];
-static rls_wop_t qwin[MAX_OPS * RL_ADMIT_WINDOWS_MAX];
+static rls_op_window_t win[MAX_OPS][RL_ADMIT_WINDOWS_MAX];
+static rls_op_window_t quota_win[MAX_OPS * RL_ADMIT_WINDOWS_MAX];
 
 /* Shapes the ops from the header; returns the header's length, or 0 when
  * the input is too short. */
@@ -96,7 +96,7 @@ static int parse(const uint8_t *p, size_t len, size_t n, rls_redis_errs_t *e,
     redisReaderFree(rd);
     if (!ok)
         return -100;
-    return rls_redis_parse_reply(*rep, ops, n, qwin, e);
+    return rls_redis_parse_reply(*rep, ops, n, quota_win, e);
 }
 
 /* The same bytes under a cap of max bytes, in two reads split at cut.
@@ -167,12 +167,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 continue;
             }
             CHECK(op->admitted <= op->ncosts);
-            CHECK(op->nqwin <= RL_ADMIT_WINDOWS_MAX);
-            CHECK((op->nqwin == 0) == (op->qwin == NULL));
-            if (op->nqwin > 0) {
-                CHECK(op->qwin == &qwin[i * RL_ADMIT_WINDOWS_MAX]);
-                for (k = 0; k < (int)op->nqwin; k++)
-                    CHECK(op->qwin[k].window_s >= 1 && op->qwin[k].limit >= 1);
+            CHECK(op->nquota_win <= RL_ADMIT_WINDOWS_MAX);
+            CHECK((op->nquota_win == 0) == (op->quota_win == NULL));
+            if (op->nquota_win > 0) {
+                CHECK(op->quota_win == &quota_win[i * RL_ADMIT_WINDOWS_MAX]);
+                for (k = 0; k < (int)op->nquota_win; k++)
+                    CHECK(op->quota_win[k].window_s >= 1 &&
+                          op->quota_win[k].limit >= 1);
             }
         }
         CHECK(e.failed == failed && e.elsewhere == elsewhere);

@@ -593,7 +593,7 @@ static size_t well_formed(uint8_t *buf, size_t cap, expect_t *x)
                                          "3/60 3/60", "7/1"};
     static char keys[8][64];
     static rls_op_t ops[8];
-    static rls_wop_t win[8][RL_ADMIT_WINDOWS_MAX];
+    static rls_op_window_t win[8][RL_ADMIT_WINDOWS_MAX];
     static uint32_t costs[8][4];
     static rls_cmdbuf_t cmd;
     size_t n = 1 + rlf_rand() % 8, i, j, len = 0, clen, nk = 0;
@@ -630,7 +630,7 @@ static size_t well_formed(uint8_t *buf, size_t cap, expect_t *x)
             x->quota_plain |= plain;
         }
         for (j = 0; j < op->nwin; j++) {
-            rls_wop_t *w = &win[i][j];
+            rls_op_window_t *w = &win[i][j];
             memset(w, 0, sizeof(*w));
             w->window_s = (uint32_t)(60 * (j + 1));
             w->limit = 1 + rlf_rand() % 6;
@@ -641,7 +641,7 @@ static size_t well_formed(uint8_t *buf, size_t cap, expect_t *x)
             if (j > 0 && alg)
                 switch (rlf_rand() % 3) {
                 case 0:
-                    w->algo = RL_ALGO_SWC;
+                    w->algo = RL_ALGO_SLIDING_COUNTER;
                     w->weight = 40000;
                     break;
                 case 1:
@@ -649,7 +649,7 @@ static size_t well_formed(uint8_t *buf, size_t cap, expect_t *x)
                     w->t_us = 500000;
                     break;
                 default:
-                    w->algo = RL_ALGO_SWL;
+                    w->algo = RL_ALGO_SLIDING_LOG;
                 }
         }
     }

@@ -153,7 +153,7 @@ seeds = {
     + req(0, 2, 30, limit=1, window=1) + WRITE_ALL(0) + STEP
     + RELEASE(store(NOW, SMALL, LIE)) + STEP + RELEASE(store(NOW, NEG, LIE))
     + STEP + READ,
-    # Stored quotas (qwin) replacing some callers' rule windows.
+    # Stored quotas (quota_win) replacing some callers' rule windows.
     "quota": cfg(twist=QUOTA, batch=6)
     + b"".join(req(0, k % 8, k + 1, rule=(API, BURST, HUGE, SHADOWED)[k % 4],
                    cost=k % 4 if k % 3 else None) for k in range(24))

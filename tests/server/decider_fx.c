@@ -46,7 +46,8 @@ static void c_close(rls_store_t *s, void (*done)(void *), void *arg)
 
 /* Reservations and leases at the scripted time (x->now_ms is the
  * decider's clock reading). */
-static void c_xop(rls_store_t *s, rls_xop_t *x, rls_xop_cb cb, void *data)
+static void c_xop(rls_store_t *s, rls_reserve_op_t *x, rls_reserve_op_cb cb,
+                  void *data)
 {
     dfx_store_t *w = (dfx_store_t *)s;
     w->inner->v->xop(w->inner, x, cb, data);

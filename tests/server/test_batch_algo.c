@@ -422,7 +422,7 @@ static void test_log_layout(void **state)
             ok += h[s]->res[i].code == RL_CODE_OK;
         assert_int_equal(ok, 50);
         assert_int_equal(h[s]->res[99].retry_after_ms, 2000);
-        assert_int_equal(h[s]->res[99].algorithm, RL_ALGO_SWL);
+        assert_int_equal(h[s]->res[99].algorithm, RL_ALGO_SLIDING_LOG);
         seed = 3;
         for (step = 0; step < 900; step++) {
             uint32_t n = 1 + rnd(&seed) % 3;
@@ -704,7 +704,7 @@ static void test_switches_and_reload(void **state)
     h_flush(h);
     assert_int_equal(h->res[a - 1].code, RL_CODE_OK);
     assert_int_equal(h->res[a].code, RL_CODE_OVER_LIMIT);
-    assert_int_equal(h->res[a].algorithm, RL_ALGO_SWL);
+    assert_int_equal(h->res[a].algorithm, RL_ALGO_SLIDING_LOG);
     /* the batch admitted the three at its one instant: they leave a
      * whole window later */
     assert_int_equal(h->res[a].retry_after_ms, 1000);
@@ -787,7 +787,7 @@ static void test_quotas_any_algorithm(void **state)
         a = h_rule(h[s], t + 1500, "vip", "g", 1);
         h_flush(h[s]);
         assert_int_equal(h[s]->res[a].code, RL_CODE_OVER_LIMIT);
-        assert_int_equal(h[s]->res[a].algorithm, RL_ALGO_SWL);
+        assert_int_equal(h[s]->res[a].algorithm, RL_ALGO_SLIDING_LOG);
         assert_int_equal(h[s]->res[a].limit, 4);
 
         /* vip under f: the sliding-window-counter's 3 */
@@ -796,7 +796,7 @@ static void test_quotas_any_algorithm(void **state)
         h_flush(h[s]);
         assert_int_equal(h[s]->res[a - 1].code, RL_CODE_OK);
         assert_int_equal(h[s]->res[a].code, RL_CODE_OVER_LIMIT);
-        assert_int_equal(h[s]->res[a].algorithm, RL_ALGO_SWC);
+        assert_int_equal(h[s]->res[a].algorithm, RL_ALGO_SLIDING_COUNTER);
         assert_int_equal(h[s]->res[a].limit, 3);
 
         /* bad: the rule's burst of 20, and one unparsable quota counted

@@ -59,7 +59,8 @@ void rlb_audit_free(rlb_audit_t *a)
 
     if (a == NULL)
         return;
-    for (p = 0; a->keys != NULL && a->c.algo == RL_ALGO_SWL && p <= a->kmask;
+    for (p = 0;
+         a->keys != NULL && a->c.algo == RL_ALGO_SLIDING_LOG && p <= a->kmask;
          p++) {
         free(a->keys[p].u.l.t);
         free(a->keys[p].u.l.n);
@@ -305,7 +306,8 @@ static void report_checks(rlb_audit_t *a, double run_start_ms,
     /* The sliding window's check counts on the store having applied what
      * was stamped margin_ms before; an answer slower than that says a
      * batch may have taken longer to get there. */
-    if ((a->c.algo == RL_ALGO_SWC || a->c.algo == RL_ALGO_SWL) &&
+    if ((a->c.algo == RL_ALGO_SLIDING_COUNTER ||
+         a->c.algo == RL_ALGO_SLIDING_LOG) &&
         a->max_rtt_ms > (double)a->c.margin_ms)
         r->unreliable = 1;
 }

@@ -170,7 +170,7 @@ static rlb_audit_key_t *key_get(rlb_audit_t *a, uint32_t key)
     }
     memset(&a->keys[p], 0, sizeof(a->keys[p]));
     a->keys[p].key1 = k1;
-    if (a->c.algo == RL_ALGO_SWC)
+    if (a->c.algo == RL_ALGO_SLIDING_COUNTER)
         a->keys[p].u.s.off = rlb_audit_offset(a, key);
     else
         a->awindows++; /* a gcra's or a log's "windows" are its keys */
@@ -339,7 +339,7 @@ static void check(rlb_audit_t *a, rlb_audit_key_t *k, uint32_t rel, uint32_t n)
         a->admissions++;
         if (a->c.algo == RL_ALGO_GCRA)
             check_gcra(a, k, rel);
-        else if (a->c.algo == RL_ALGO_SWL) {
+        else if (a->c.algo == RL_ALGO_SLIDING_LOG) {
             if (check_swl(a, k, rel) != 0)
                 a->nomem = 1;
         } else

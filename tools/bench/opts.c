@@ -336,9 +336,9 @@ static int check_algo(const rlb_opts_t *o)
     if (o->rule == NULL && o->algo != RL_ALGO_FIXED)
         return bad("--algorithm %s needs --rule: inline requests are fixed "
                    "windows",
-                   o->algo == RL_ALGO_GCRA  ? "gcra"
-                   : o->algo == RL_ALGO_SWL ? "sliding-window"
-                                            : "sliding-window-counter");
+                   o->algo == RL_ALGO_GCRA          ? "gcra"
+                   : o->algo == RL_ALGO_SLIDING_LOG ? "sliding-window"
+                                                    : "sliding-window-counter");
     if (o->rule == NULL && o->per_caller)
         return bad("--phase per-caller needs --rule: inline requests are "
                    "aligned windows");
@@ -346,7 +346,7 @@ static int check_algo(const rlb_opts_t *o)
         return bad("--burst is for --algorithm gcra");
     if (o->algo == RL_ALGO_GCRA && o->per_caller)
         return bad("--phase per-caller is for windows; a gcra has none");
-    if (o->algo == RL_ALGO_SWL && o->per_caller)
+    if (o->algo == RL_ALGO_SLIDING_LOG && o->per_caller)
         return bad("--phase per-caller is for windows; a sliding window has "
                    "none");
     if (o->algo == RL_ALGO_GCRA &&
@@ -354,7 +354,7 @@ static int check_algo(const rlb_opts_t *o)
         return bad("--algorithm gcra: %" PRIu64 " per %" PRIu32
                    " s is faster than one per microsecond",
                    o->limit, o->window_s);
-    if (o->algo == RL_ALGO_SWC && o->limit > RL_SWC_LIMIT_MAX)
+    if (o->algo == RL_ALGO_SLIDING_COUNTER && o->limit > RL_SWC_LIMIT_MAX)
         return bad("--algorithm sliding-window-counter takes a --limit of at "
                    "most %" PRIu64,
                    (uint64_t)RL_SWC_LIMIT_MAX);
@@ -570,11 +570,11 @@ int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
             if (strcmp(val, "fixed-window") == 0)
                 o->algo = RL_ALGO_FIXED;
             else if (strcmp(val, "sliding-window-counter") == 0)
-                o->algo = RL_ALGO_SWC;
+                o->algo = RL_ALGO_SLIDING_COUNTER;
             else if (strcmp(val, "gcra") == 0)
                 o->algo = RL_ALGO_GCRA;
             else if (strcmp(val, "sliding-window") == 0)
-                o->algo = RL_ALGO_SWL;
+                o->algo = RL_ALGO_SLIDING_LOG;
             else
                 return bad("--algorithm wants fixed-window, sliding-window, "
                            "sliding-window-counter or gcra, not '%s'",

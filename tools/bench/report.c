@@ -57,10 +57,10 @@ static double per_sec(const rlb_result_t *r)
 
 static const char *algo_name(int algo)
 {
-    return algo == RL_ALGO_GCRA  ? "gcra"
-           : algo == RL_ALGO_SWC ? "sliding-window-counter"
-           : algo == RL_ALGO_SWL ? "sliding-window"
-                                 : "fixed-window";
+    return algo == RL_ALGO_GCRA              ? "gcra"
+           : algo == RL_ALGO_SLIDING_COUNTER ? "sliding-window-counter"
+           : algo == RL_ALGO_SLIDING_LOG     ? "sliding-window"
+                                             : "fixed-window";
 }
 
 static void print_windows(FILE *f, const char *what, const rlb_opts_t *o,
@@ -77,7 +77,7 @@ static void print_windows(FILE *f, const char *what, const rlb_opts_t *o,
                     " (burst + elapsed / interval)\n",
                     what, o->key_prefix, w[i].key, w[i].allowed, o->cost,
                     w[i].from_ms / 1000, w[i].end_ms / 1000, w[i].limit);
-        else if (o->algo == RL_ALGO_SWC)
+        else if (o->algo == RL_ALGO_SLIDING_COUNTER)
             fprintf(f,
                     "  %s: key %s%" PRIu32 ", window from %+.3f s to %+.3f "
                     "s: at %+.3f s, %" PRIu64 " admitted (x cost %" PRIu32
@@ -171,7 +171,7 @@ static const char *audited_as(const rlb_opts_t *o, char *buf, size_t cap)
     if (o->algo == RL_ALGO_GCRA)
         snprintf(buf, cap, ", gcra, burst %" PRIu64,
                  o->burst ? o->burst : o->limit);
-    else if (o->algo == RL_ALGO_SWC)
+    else if (o->algo == RL_ALGO_SLIDING_COUNTER)
         snprintf(buf, cap, ", sliding-window-counter%s",
                  o->per_caller ? ", per-caller" : "");
     else
@@ -219,7 +219,7 @@ static void print_audit(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
                 "           %" PRIu64 " admissions without decided_at_ms (a "
                 "server older than the field): not audited\n",
                 a->unstamped);
-    if (a->unreliable && o->algo == RL_ALGO_SWC)
+    if (a->unreliable && o->algo == RL_ALGO_SLIDING_COUNTER)
         fprintf(f,
                 "  warning: answers took up to %.0f ms, longer than "
                 "--audit-margin-ms %" PRIu64 "; the previous windows' counts "
@@ -439,7 +439,7 @@ static void json_windows(FILE *f, const char *name, const rlb_opts_t *o,
                 w[i].from_ms / 1000);
         /* A sliding window's check failed at one admission, against the
          * previous window's share. */
-        if (o->algo == RL_ALGO_SWC)
+        if (o->algo == RL_ALGO_SLIDING_COUNTER)
             fprintf(f, ", \"at_s\": %.3f, \"prev_share\": %" PRIu64,
                     w[i].at_ms / 1000, w[i].share);
         fputc('}', f);

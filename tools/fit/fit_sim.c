@@ -196,7 +196,7 @@ static int slog_append(rlf_sim_t *s, slog_t **gp, uint64_t now, uint64_t cost)
 }
 
 /* Loads limit w from the log *gp as the store reports it (store.c,
- * rls_wop_load after memory.c's log_report): its sum, when its newest
+ * rls_op_window_load after memory.c's log_report): its sum, when its newest
  * entry leaves the window, and the oldest entries that cover what cost
  * needs to leave. */
 static void slog_load(rl_admit_win_t *w, slog_t *g, uint64_t limit,
@@ -228,7 +228,7 @@ int rlf_sim_new(rlf_sim_t **out, const rlf_sim_conf_t *conf, const char **why)
                "or sliding-window";
         return RL_EINVAL;
     }
-    if (conf->algo == RL_ALGO_SWL && conf->max_log_bytes == 0) {
+    if (conf->algo == RL_ALGO_SLIDING_LOG && conf->max_log_bytes == 0) {
         *why = "the sliding window's logs need a cap above 0";
         return RL_EINVAL;
     }
@@ -262,14 +262,14 @@ int rlf_sim_new(rlf_sim_t **out, const rlf_sim_conf_t *conf, const char **why)
                 free(s);
                 return RL_EINVAL;
             }
-            if (conf->algo == RL_ALGO_SWL && lim > RL_SWL_LIMIT_MAX) {
+            if (conf->algo == RL_ALGO_SLIDING_LOG && lim > RL_SWL_LIMIT_MAX) {
                 *why = "a sliding-window limit (threshold times multiplier) "
                        "is at most 1000000, as in the service";
                 free(s);
                 return RL_EINVAL;
             }
             s->lim[i][j] = lim;
-            if (conf->algo == RL_ALGO_SWL) {
+            if (conf->algo == RL_ALGO_SLIDING_LOG) {
                 uint32_t cap = SLOG_CAP_MIN; /* logs double from 4 */
                 while (cap < lim)
                     cap *= 2;
@@ -300,7 +300,7 @@ void rlf_sim_free(rlf_sim_t *s)
 
     if (s == NULL)
         return;
-    for (i = 0; s->c.algo == RL_ALGO_SWL && i < s->count; i++)
+    for (i = 0; s->c.algo == RL_ALGO_SLIDING_LOG && i < s->count; i++)
         for (k = 0; k < s->c.nwin * s->c.ncand; k++)
             free(logs_of(s, rec_at(s, i))[k]);
     free(s->recs);
@@ -400,11 +400,11 @@ static void window_roll(rlf_sim_t *s, rec_t *r, size_t j, uint64_t to)
     size_t i, nw = s->c.nwin;
 
     widx_of(r)[j] = to;
-    if (s->c.algo == RL_ALGO_GCRA || s->c.algo == RL_ALGO_SWL)
+    if (s->c.algo == RL_ALGO_GCRA || s->c.algo == RL_ALGO_SLIDING_LOG)
         return;
     for (i = 0; i < s->c.ncand; i++) {
         uint64_t *v = &sl[i * nw + j];
-        if (s->c.algo == RL_ALGO_SWC && to == from + 1)
+        if (s->c.algo == RL_ALGO_SLIDING_COUNTER && to == from + 1)
             *v = (*v & 0xffffffffu) << 32;
         else
             *v = 0;
@@ -451,7 +451,7 @@ int rlf_sim_add(rlf_sim_t *s, uint64_t h, uint64_t ms, uint64_t cost)
         for (j = 0; j < nw; j++) {
             uint32_t W = s->c.window_s[j];
             switch (s->c.algo) {
-            case RL_ALGO_SWC:
+            case RL_ALGO_SLIDING_COUNTER:
                 rl_admit_swc(&w[j], s->lim[i][j], W,
                              (int64_t)(v[j] & 0xffffffffu),
                              (int64_t)(v[j] >> 32), weight[j], reset[j]);
@@ -460,7 +460,7 @@ int rlf_sim_add(rlf_sim_t *s, uint64_t h, uint64_t ms, uint64_t cost)
                 rl_admit_gcra(&w[j], s->lim[i][j], W, s->t_us[i][j],
                               (int64_t)v[j], ms);
                 break;
-            case RL_ALGO_SWL: {
+            case RL_ALGO_SLIDING_LOG: {
                 slog_t **gp = (slog_t **)(void *)&v[j];
                 slog_prune(s, gp, ms, (uint64_t)W * 1000);
                 slog_load(&w[j], *gp, s->lim[i][j], W, ms, cost);
@@ -479,7 +479,7 @@ int rlf_sim_add(rlf_sim_t *s, uint64_t h, uint64_t ms, uint64_t cost)
                 r->ever |= bit;
                 s->st[i].users++;
             }
-        } else if (s->c.algo == RL_ALGO_SWL) {
+        } else if (s->c.algo == RL_ALGO_SLIDING_LOG) {
             for (j = 0; j < nw; j++)
                 if ((err = slog_append(s, (slog_t **)(void *)&v[j], ms,
                                        rl_admit_added(&w[j], ms))) != 0)

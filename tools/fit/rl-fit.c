@@ -138,11 +138,11 @@ static int parse_algo(const char *s, uint8_t *algo)
     if (strcmp(s, "fixed-window") == 0 || strcmp(s, "fixed") == 0)
         *algo = RL_ALGO_FIXED;
     else if (strcmp(s, "sliding-window-counter") == 0 || strcmp(s, "swc") == 0)
-        *algo = RL_ALGO_SWC;
+        *algo = RL_ALGO_SLIDING_COUNTER;
     else if (strcmp(s, "gcra") == 0)
         *algo = RL_ALGO_GCRA;
     else if (strcmp(s, "sliding-window") == 0 || strcmp(s, "swl") == 0)
-        *algo = RL_ALGO_SWL;
+        *algo = RL_ALGO_SLIDING_LOG;
     else
         return RL_EINVAL;
     return 0;
@@ -150,10 +150,10 @@ static int parse_algo(const char *s, uint8_t *algo)
 
 static const char *algo_name(uint8_t algo)
 {
-    return algo == RL_ALGO_SWC    ? "sliding-window-counter"
-           : algo == RL_ALGO_GCRA ? "gcra"
-           : algo == RL_ALGO_SWL  ? "sliding-window"
-                                  : "fixed-window";
+    return algo == RL_ALGO_SLIDING_COUNTER ? "sliding-window-counter"
+           : algo == RL_ALGO_GCRA          ? "gcra"
+           : algo == RL_ALGO_SLIDING_LOG   ? "sliding-window"
+                                           : "fixed-window";
 }
 
 /* One line. Out-of-order lines run at the latest time seen (each
@@ -572,7 +572,7 @@ int main(int argc, char **argv)
     }
     fprintf(stderr, "rl-fit: %zu bytes per caller, at most %zu callers\n",
             rlf_sim_rec_bytes(&sc) + 8, sc.max_users);
-    if (sc.algo == RL_ALGO_SWL)
+    if (sc.algo == RL_ALGO_SLIDING_LOG)
         fprintf(stderr,
                 "rl-fit: and per caller, candidate and window a log: %zu "
                 "bytes, %d per entry (one per millisecond that admitted "
@@ -595,7 +595,7 @@ int main(int argc, char **argv)
         rlf_sim_free(f.sim);
         return 1;
     }
-    if (sc.algo == RL_ALGO_SWL) {
+    if (sc.algo == RL_ALGO_SLIDING_LOG) {
         rlf_log_stats_t ls;
         rlf_sim_log_stats(f.sim, &ls);
         fprintf(stderr,

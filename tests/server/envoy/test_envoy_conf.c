@@ -373,12 +373,12 @@ static void test_algorithms(void **state)
         int unit;
     } want[] = {
         {"plain", 100, 60, RL_ALGO_FIXED, 0, 0, 0, 2},
-        {"swc", 100, 60, RL_ALGO_SWC, 0, 0, 0, 2},
+        {"swc", 100, 60, RL_ALGO_SLIDING_COUNTER, 0, 0, 0, 2},
         {"staggered", 100000, 86400, RL_ALGO_FIXED, 1, 0, 0, 4},
         {"gcra", 10, 1, RL_ALGO_GCRA, 0, 20, 100000, 1},
         {"gcra_default", 3, 90, RL_ALGO_GCRA, 0, 3, 30000000, 0},
         {"explicit", 5, 3600, RL_ALGO_FIXED, 0, 0, 0, 3},
-        {"zero", 0, 1, RL_ALGO_SWC, 0, 0, 0, 1},
+        {"zero", 0, 1, RL_ALGO_SLIDING_COUNTER, 0, 0, 0, 1},
     };
     rls_diag_t d;
     int rc;

@@ -44,14 +44,16 @@ static void test_compact_parse(void **state)
         {"100/1m:fixed-window", {100, 60, RL_ALGO_FIXED, 0, 0, 0}},
         {"100/1m:fixed-window:aligned", {100, 60, RL_ALGO_FIXED, 0, 0, 0}},
         {"100000/1d:per-caller", {100000, 86400, RL_ALGO_FIXED, 1, 0, 0}},
-        {"100/1m:sliding-window-counter", {100, 60, RL_ALGO_SWC, 0, 0, 0}},
+        {"100/1m:sliding-window-counter",
+         {100, 60, RL_ALGO_SLIDING_COUNTER, 0, 0, 0}},
         {"100/1m:per-caller:sliding-window-counter",
-         {100, 60, RL_ALGO_SWC, 1, 0, 0}},
+         {100, 60, RL_ALGO_SLIDING_COUNTER, 1, 0, 0}},
         {"68719476736/1s:sliding-window-counter",
-         {UINT64_C(1) << 36, 1, RL_ALGO_SWC, 0, 0, 0}},
+         {UINT64_C(1) << 36, 1, RL_ALGO_SLIDING_COUNTER, 0, 0, 0}},
         /* The exact log, up to --sliding-window-max (10,000 here). */
-        {"100/1m:sliding-window", {100, 60, RL_ALGO_SWL, 0, 0, 0}},
-        {"10000/1d:sliding-window", {10000, 86400, RL_ALGO_SWL, 0, 0, 0}},
+        {"100/1m:sliding-window", {100, 60, RL_ALGO_SLIDING_LOG, 0, 0, 0}},
+        {"10000/1d:sliding-window",
+         {10000, 86400, RL_ALGO_SLIDING_LOG, 0, 0, 0}},
         /* gcra: t_us = ceil(window / N), the burst N unless given. */
         {"10/1s:gcra", {10, 1, RL_ALGO_GCRA, 0, 10, 100000}},
         {"10/1s:gcra:burst=20", {10, 1, RL_ALGO_GCRA, 0, 20, 100000}},
@@ -238,7 +240,7 @@ static const char example[] =
 
 static void test_map_form(void **state)
 {
-    static const want_t api[] = {{100, 60, RL_ALGO_SWC, 0, 0, 0},
+    static const want_t api[] = {{100, 60, RL_ALGO_SLIDING_COUNTER, 0, 0, 0},
                                  {100000, 86400, RL_ALGO_FIXED, 1, 0, 0}};
     static const want_t burst[] = {{10, 1, RL_ALGO_GCRA, 0, 20, 100000},
                                    {1000, 3600, RL_ALGO_FIXED, 0, 0, 0}};
@@ -293,12 +295,14 @@ static void test_map_form(void **state)
     assert_int_equal(r->limits.n, 2);
     assert_limit(&r->limits.w[0],
                  &(want_t){10, 1, RL_ALGO_GCRA, 0, 20, 100000});
-    assert_limit(&r->limits.w[1], &(want_t){100, 60, RL_ALGO_SWC, 1, 0, 0});
+    assert_limit(&r->limits.w[1],
+                 &(want_t){100, 60, RL_ALGO_SLIDING_COUNTER, 1, 0, 0});
     r = rule(p, "d");
     assert_limit(&r->limits.w[0],
                  &(want_t){100000, 86400, RL_ALGO_FIXED, 1, 0, 0});
     r = rule(p, "e");
-    assert_limit(&r->limits.w[0], &(want_t){5, 60, RL_ALGO_SWC, 1, 0, 0});
+    assert_limit(&r->limits.w[0],
+                 &(want_t){5, 60, RL_ALGO_SLIDING_COUNTER, 1, 0, 0});
     rls_policy_unref(p);
 }
 
@@ -321,7 +325,7 @@ static void test_same_window_algorithms(void **state)
         uint8_t algo;
     } order[] = {{1, RL_ALGO_GCRA},
                  {60, RL_ALGO_FIXED},
-                 {60, RL_ALGO_SWC},
+                 {60, RL_ALGO_SLIDING_COUNTER},
                  {60, RL_ALGO_GCRA},
                  {3600, RL_ALGO_FIXED}};
     size_t i;
@@ -354,13 +358,14 @@ static void test_flags(void **state)
                  &(want_t){1000, 3600, RL_ALGO_FIXED, 0, 0, 0});
     r = rule(p, "api");
     assert_int_equal(r->limits.n, 2);
-    assert_limit(&r->limits.w[0], &(want_t){100, 60, RL_ALGO_SWC, 0, 0, 0});
+    assert_limit(&r->limits.w[0],
+                 &(want_t){100, 60, RL_ALGO_SLIDING_COUNTER, 0, 0, 0});
     assert_limit(&r->limits.w[1],
                  &(want_t){100000, 86400, RL_ALGO_FIXED, 1, 0, 0});
     r = rule(p, "mixed");
     assert_int_equal(r->limits.n, 3);
     assert_int_equal(r->limits.w[0].algo, RL_ALGO_FIXED);
-    assert_int_equal(r->limits.w[1].algo, RL_ALGO_SWC);
+    assert_int_equal(r->limits.w[1].algo, RL_ALGO_SLIDING_COUNTER);
     assert_int_equal(r->limits.w[2].algo, RL_ALGO_GCRA);
     rls_policy_unref(p);
 }
@@ -386,7 +391,8 @@ static void test_overrides(void **state)
     ls = rls_rule_limits(r, "user:acme", 9);
     assert_int_equal(ls->n, 2);
     assert_limit(&ls->w[0], &(want_t){5, 1, RL_ALGO_GCRA, 0, 10, 200000});
-    assert_limit(&ls->w[1], &(want_t){1000, 60, RL_ALGO_SWC, 0, 0, 0});
+    assert_limit(&ls->w[1],
+                 &(want_t){1000, 60, RL_ALGO_SLIDING_COUNTER, 0, 0, 0});
     ls = rls_rule_limits(r, "user:b", 6);
     assert_int_equal(ls->n, 1);
     assert_limit(&ls->w[0], &(want_t){1, 1, RL_ALGO_GCRA, 0, 1, 1000000});
@@ -624,7 +630,8 @@ static void test_names(void **state)
 
     (void)state;
     assert_string_equal(rls_algo_name(RL_ALGO_FIXED), "fixed-window");
-    assert_string_equal(rls_algo_name(RL_ALGO_SWC), "sliding-window-counter");
+    assert_string_equal(rls_algo_name(RL_ALGO_SLIDING_COUNTER),
+                        "sliding-window-counter");
     assert_string_equal(rls_algo_name(RL_ALGO_GCRA), "gcra");
     assert_string_equal(rls_algo_name(RL_ALGO_MAX), "unknown");
     assert_int_equal(rls_algo_parse("gcra", 4, &why), RL_ALGO_GCRA);

@@ -119,11 +119,11 @@ void on_job(void *data, rls_op_t *ops, size_t n, int status)
     assert_ptr_equal(ops, j->ops);
     assert_int_equal(n, j->n);
     for (i = 0; i < n; i++) {
-        /* qwin is valid during the callback only */
-        j->nqwin[i] = ops[i].nqwin;
-        if (ops[i].nqwin > 0)
-            memcpy(j->qwin[i], ops[i].qwin,
-                   ops[i].nqwin * sizeof(ops[i].qwin[0]));
+        /* quota_win is valid during the callback only */
+        j->nquota_win[i] = ops[i].nquota_win;
+        if (ops[i].nquota_win > 0)
+            memcpy(j->quota_win[i], ops[i].quota_win,
+                   ops[i].nquota_win * sizeof(ops[i].quota_win[0]));
     }
     j->calls++;
     j->status = status;
@@ -319,7 +319,7 @@ long long redis_exists(fx_t *f, const rls_op_t *op, uint32_t ws, uint64_t idx)
     return redis_int(f, "EXISTS %s", key);
 }
 
-void win_at(rls_wop_t *w, uint32_t ws, uint64_t lim, uint64_t idx,
+void win_at(rls_op_window_t *w, uint32_t ws, uint64_t lim, uint64_t idx,
             uint64_t grace)
 {
     w->window_s = ws;

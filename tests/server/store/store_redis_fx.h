@@ -38,13 +38,13 @@ typedef struct fx_s {
  * count after the batch is before + admitted * incr. */
 typedef struct job_s {
     rls_op_t ops[MAX_OPS];
-    rls_wop_t win[MAX_OPS][RL_ADMIT_WINDOWS_MAX];
+    rls_op_window_t win[MAX_OPS][RL_ADMIT_WINDOWS_MAX];
     uint32_t cost[MAX_OPS][32];
     char keys[MAX_OPS][96];   /* the ops' base keys */
     char wkeys[MAX_OPS][128]; /* their counters */
     /* A stored quota's windows, copied in the callback. */
-    rls_wop_t qwin[MAX_OPS][RL_ADMIT_WINDOWS_MAX];
-    uint32_t nqwin[MAX_OPS];
+    rls_op_window_t quota_win[MAX_OPS][RL_ADMIT_WINDOWS_MAX];
+    uint32_t nquota_win[MAX_OPS];
     size_t n;
     int calls, status;
     uint64_t fired_ms;
@@ -55,7 +55,7 @@ typedef struct job_s {
 /* A one-op batch, small enough to submit a thousand of. */
 typedef struct small_s {
     rls_op_t op;
-    rls_wop_t win;
+    rls_op_window_t win;
     uint32_t cost;
     int calls, status;
 } small_t;
@@ -118,7 +118,7 @@ void submit(fx_t *f, job_t *j);
 void run_new_job(fx_t *f, job_t *j, size_t n, const char *tag, uint64_t incr);
 /* Window w: length ws, limit lim, at index idx, expiring at its end plus
  * grace. */
-void win_at(rls_wop_t *w, uint32_t ws, uint64_t lim, uint64_t idx,
+void win_at(rls_op_window_t *w, uint32_t ws, uint64_t lim, uint64_t idx,
             uint64_t grace);
 /* Makes op i of j a request list on base key `key` with windows set by the
  * caller (nw of them in j->win[i]); equal: all costs are costs[0]. */

@@ -77,8 +77,9 @@ static void on_ops(void *data, rls_op_t *ops, size_t n, int status)
 
 /* A raw op on key (tag up to its '}'): windows 60 s (limit 10) and, when
  * nwin is 2, 3600 s (limit 100), at now; the given costs. */
-static void set_op(rls_op_t *op, rls_wop_t *w, const char *key, uint32_t nwin,
-                   uint64_t now, const uint32_t *costs, uint32_t ncosts)
+static void set_op(rls_op_t *op, rls_op_window_t *w, const char *key,
+                   uint32_t nwin, uint64_t now, const uint32_t *costs,
+                   uint32_t ncosts)
 {
     static const uint32_t len[2] = {60, 3600};
     static const uint64_t lim[2] = {10, 100};
@@ -93,8 +94,8 @@ static void set_op(rls_op_t *op, rls_wop_t *w, const char *key, uint32_t nwin,
     op->nwin = nwin;
     for (j = 0; j < nwin; j++) {
         uint64_t ms = (uint64_t)len[j] * 1000;
-        w[j] = (rls_wop_t){len[j], lim[j], now / ms, (now / ms + 1) * ms + 1000,
-                           -1};
+        w[j] = (rls_op_window_t){len[j], lim[j], now / ms,
+                                 (now / ms + 1) * ms + 1000, -1};
     }
     op->costs = costs;
     op->ncosts = ncosts;
@@ -117,7 +118,7 @@ static void test_memory_op_errors(void **state)
     static const uint32_t c3[4] = {3, 3, 3, 3}, c1[1] = {1}, c12[2] = {1, 2},
                           c11[1] = {11};
     uint64_t now = base_ms() + 5000, bytes;
-    rls_wop_t w[5][2];
+    rls_op_window_t w[5][2];
     rls_op_t ops[5];
     uv_loop_t loop;
     rls_store_t *s;
@@ -198,7 +199,7 @@ static void test_memory_op_alloc_failure(void **state)
 #ifdef COUNT_ALLOCS
     static const uint32_t c1[1] = {1};
     uint64_t now = base_ms() + 5000;
-    rls_wop_t w[2];
+    rls_op_window_t w[2];
     rls_op_t op;
     uv_loop_t loop;
     rls_store_t *s;
@@ -353,7 +354,7 @@ static void test_memory_gcra_expiry_moves(void **state)
 {
     static const uint32_t c1[1] = {1};
     uint64_t now = base_ms() + 5000, bytes0;
-    rls_wop_t w[1];
+    rls_op_window_t w[1];
     rls_op_t op;
     uv_loop_t loop;
     rls_store_t *s;
@@ -367,7 +368,7 @@ static void test_memory_gcra_expiry_moves(void **state)
     /* 1 per 10 s, burst 1; a grace of 1 s */
     for (i = 0; i < 3; i++) {
         set_op(&op, w, "rl:{g}:r:g", 1, now + i * 10000, c1, 1);
-        w[0] = (rls_wop_t){10, 1, 0, 1000, -1};
+        w[0] = (rls_op_window_t){10, 1, 0, 1000, -1};
         w[0].algo = RL_ALGO_GCRA;
         w[0].t_us = 10000000;
         op.now_ms = now + i * 10000;
@@ -382,7 +383,7 @@ static void test_memory_gcra_expiry_moves(void **state)
     }
     /* refused at once: the TAT is there */
     set_op(&op, w, "rl:{g}:r:g", 1, now + 20000, c1, 1);
-    w[0] = (rls_wop_t){10, 1, 0, 1000, -1};
+    w[0] = (rls_op_window_t){10, 1, 0, 1000, -1};
     w[0].algo = RL_ALGO_GCRA;
     w[0].t_us = 10000000;
     op.now_ms = now + 20000;
@@ -409,7 +410,7 @@ static void test_memory_log(void **state)
 {
     static const uint32_t c1[1] = {1};
     uint64_t now = base_ms() + 5000, bytes0, grown;
-    rls_wop_t w[1];
+    rls_op_window_t w[1];
     rls_op_t op;
     uv_loop_t loop;
     rls_store_t *s;
@@ -423,8 +424,8 @@ static void test_memory_log(void **state)
     for (i = 0; i <= 40; i++) {
         uint64_t at = i < 40 ? now + i * 10 : now + 1005;
         set_op(&op, w, "rl:{l}:r:l", 1, at, c1, 1);
-        w[0] = (rls_wop_t){1, 100, 0, at + 1000 + 1000, -1};
-        w[0].algo = RL_ALGO_SWL;
+        w[0] = (rls_op_window_t){1, 100, 0, at + 1000 + 1000, -1};
+        w[0].algo = RL_ALGO_SLIDING_LOG;
         op.now_ms = at;
         s->v->submit(s, &op, 1, on_ops, NULL);
         assert_int_equal(op.err, 0);
@@ -451,8 +452,8 @@ static void test_memory_log(void **state)
     rls_store_memory_sweep(s, now + 2005 + 1000 + 1024);
     assert_true(s->stats.mem_bytes + 64 * 16 <= grown);
     set_op(&op, w, "rl:{l}:r:l", 1, now + 1010, c1, 1);
-    w[0] = (rls_wop_t){1, 100, 0, now + 3010, -1};
-    w[0].algo = RL_ALGO_SWL;
+    w[0] = (rls_op_window_t){1, 100, 0, now + 3010, -1};
+    w[0].algo = RL_ALGO_SLIDING_LOG;
     op.now_ms = now + 1010;
     s->v->submit(s, &op, 1, on_ops, NULL);
     assert_int_equal(w[0].before, 0); /* gone */

@@ -26,8 +26,9 @@
 /* ---- the command and its reply, without Redis ---------------------------*/
 
 /* ops[0..n): nwin windows and ncosts costs each. */
-static void parse_ops(rls_op_t *ops, rls_wop_t (*win)[RL_ADMIT_WINDOWS_MAX],
-                      size_t n, uint32_t nwin, uint32_t ncosts)
+static void parse_ops(rls_op_t *ops,
+                      rls_op_window_t (*win)[RL_ADMIT_WINDOWS_MAX], size_t n,
+                      uint32_t nwin, uint32_t ncosts)
 {
     size_t i;
 
@@ -78,7 +79,7 @@ static size_t resp_of(const char *note, char *out, size_t cap)
  * reply (errs->text points into it) lives until the next call, or until a
  * call with a NULL note frees it. */
 static int parse_note(const char *note, rls_op_t *ops, size_t n,
-                      rls_wop_t *qwin, rls_redis_errs_t *errs)
+                      rls_op_window_t *quota_win, rls_redis_errs_t *errs)
 {
     static char resp[8192];
     static void *rep;
@@ -96,7 +97,7 @@ static int parse_note(const char *note, rls_op_t *ops, size_t n,
     assert_int_equal(redisReaderGetReply(rd, &rep), REDIS_OK);
     redisReaderFree(rd);
     assert_non_null(rep);
-    return rls_redis_parse_reply(rep, ops, n, qwin, errs);
+    return rls_redis_parse_reply(rep, ops, n, quota_win, errs);
 }
 
 static void test_parse_counts(void **state)
@@ -160,20 +161,20 @@ static void test_parse_counts(void **state)
     const char *ok = ":2|:5|:7|eOOM|0 Q -1 3";
     const char *q = "1 q 60 10 4 3600 100 50|:3|:0|:0|0 q 1 1 9";
     const char *oom = "eOOM|:3|:1|:2|eOVERFLOW|OOM command not allowed";
-    static rls_wop_t qwin[3 * RL_ADMIT_WINDOWS_MAX];
-    rls_wop_t win[3][RL_ADMIT_WINDOWS_MAX];
+    static rls_op_window_t quota_win[3 * RL_ADMIT_WINDOWS_MAX];
+    rls_op_window_t win[3][RL_ADMIT_WINDOWS_MAX];
     rls_redis_errs_t errs;
     rls_op_t ops[3];
     size_t i;
 
     (void)state;
     parse_ops(ops, win, 3, 2, 3);
-    assert_int_equal(parse_note(ok, ops, 3, qwin, &errs), 0);
+    assert_int_equal(parse_note(ok, ops, 3, quota_win, &errs), 0);
     assert_int_equal(ops[0].err, 0);
     assert_int_equal(ops[0].admitted, 2);
     assert_int_equal(ops[0].win[0].before, 5);
     assert_int_equal(ops[0].win[1].before, 7);
-    assert_int_equal(ops[0].nqwin, 0);
+    assert_int_equal(ops[0].nquota_win, 0);
     assert_int_equal(ops[1].err, RL_ESTORE);
     assert_int_equal(ops[2].err, 0);
     assert_int_equal(ops[2].admitted, 0);
@@ -186,22 +187,22 @@ static void test_parse_counts(void **state)
 
     /* The caller's quota: its windows replace the op's. */
     parse_ops(ops, win, 3, 2, 3);
-    assert_int_equal(parse_note(q, ops, 3, qwin, &errs), 0);
+    assert_int_equal(parse_note(q, ops, 3, quota_win, &errs), 0);
     assert_int_equal(ops[0].admitted, 1);
-    assert_int_equal(ops[0].nqwin, 2);
-    assert_ptr_equal(ops[0].qwin, &qwin[0]);
-    assert_int_equal(ops[0].qwin[0].window_s, 60);
-    assert_int_equal(ops[0].qwin[0].limit, 10);
-    assert_int_equal(ops[0].qwin[0].before, 4);
-    assert_int_equal(ops[0].qwin[1].window_s, 3600);
-    assert_int_equal(ops[0].qwin[1].limit, 100);
-    assert_int_equal(ops[0].qwin[1].before, 50);
-    assert_int_equal(ops[1].nqwin, 0);
-    assert_null(ops[1].qwin);
+    assert_int_equal(ops[0].nquota_win, 2);
+    assert_ptr_equal(ops[0].quota_win, &quota_win[0]);
+    assert_int_equal(ops[0].quota_win[0].window_s, 60);
+    assert_int_equal(ops[0].quota_win[0].limit, 10);
+    assert_int_equal(ops[0].quota_win[0].before, 4);
+    assert_int_equal(ops[0].quota_win[1].window_s, 3600);
+    assert_int_equal(ops[0].quota_win[1].limit, 100);
+    assert_int_equal(ops[0].quota_win[1].before, 50);
+    assert_int_equal(ops[1].nquota_win, 0);
+    assert_null(ops[1].quota_win);
     assert_int_equal(ops[1].admitted, 3);
-    assert_int_equal(ops[2].nqwin, 1);
-    assert_ptr_equal(ops[2].qwin, &qwin[2 * RL_ADMIT_WINDOWS_MAX]);
-    assert_int_equal(ops[2].qwin[0].before, 9);
+    assert_int_equal(ops[2].nquota_win, 1);
+    assert_ptr_equal(ops[2].quota_win, &quota_win[2 * RL_ADMIT_WINDOWS_MAX]);
+    assert_int_equal(ops[2].quota_win[0].before, 9);
     assert_int_equal(errs.bad_quotas, 0);
     /* ...and without room for quota windows it is malformed, not a write
      * through a null pointer. */
@@ -212,25 +213,25 @@ static void test_parse_counts(void **state)
     parse_ops(ops, win, 1, 2, 3);
     assert_int_equal(
         parse_note("1 q 1 1 0 2 1 0 3 1 0 4 1 0 5 1 0 6 1 0 7 1 0 8 1 0", ops,
-                   1, qwin, &errs),
+                   1, quota_win, &errs),
         0);
-    assert_int_equal(ops[0].nqwin, 8);
-    assert_int_equal(ops[0].qwin[7].window_s, 8);
+    assert_int_equal(ops[0].nquota_win, 8);
+    assert_int_equal(ops[0].quota_win[7].window_s, 8);
     /* The extremes of a count, as an integer and as text. */
     parse_ops(ops, win, 1, 1, 1);
-    assert_int_equal(parse_note(":1|:9223372036854775807", ops, 1, qwin, &errs),
-                     0);
+    assert_int_equal(
+        parse_note(":1|:9223372036854775807", ops, 1, quota_win, &errs), 0);
     assert_int_equal(ops[0].win[0].before, INT64_MAX);
     assert_int_equal(
-        parse_note(":1|:-9223372036854775808", ops, 1, qwin, &errs), 0);
+        parse_note(":1|:-9223372036854775808", ops, 1, quota_win, &errs), 0);
     assert_int_equal(ops[0].win[0].before, INT64_MIN);
-    assert_int_equal(parse_note("1 -9223372036854775807", ops, 1, qwin, &errs),
-                     0);
+    assert_int_equal(
+        parse_note("1 -9223372036854775807", ops, 1, quota_win, &errs), 0);
     assert_int_equal(ops[0].win[0].before, -INT64_MAX);
 
     parse_ops(ops, win, 3, 2, 3);
     for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-        if (parse_note(bad[i], ops, 3, qwin, &errs) != RL_EINVAL)
+        if (parse_note(bad[i], ops, 3, quota_win, &errs) != RL_EINVAL)
             fail_msg("accepted \"%s\"", bad[i]);
 #undef G
     /* Every array short of a good reply's elements is refused. */
@@ -245,19 +246,20 @@ static void test_parse_counts(void **state)
             while ((p = strchr(p, '|')) != NULL) {
                 memcpy(cut, goods[g], (size_t)(p - goods[g]));
                 cut[p - goods[g]] = '\0';
-                if (parse_note(cut, ops, 3, qwin, &errs) != RL_EINVAL)
+                if (parse_note(cut, ops, 3, quota_win, &errs) != RL_EINVAL)
                     fail_msg("accepted \"%s\"", cut);
                 p++;
             }
         }
     }
     /* No op at all is an empty array. */
-    assert_int_equal(parse_note("", ops, 0, qwin, &errs), 0);
-    assert_int_equal(parse_note(":1|:2|:3", ops, 0, qwin, &errs), RL_EINVAL);
+    assert_int_equal(parse_note("", ops, 0, quota_win, &errs), 0);
+    assert_int_equal(parse_note(":1|:2|:3", ops, 0, quota_win, &errs),
+                     RL_EINVAL);
 
     /* Refusals by kind, and the first one's text after the ops. */
     parse_ops(ops, win, 3, 2, 3);
-    assert_int_equal(parse_note(oom, ops, 3, qwin, &errs), 0);
+    assert_int_equal(parse_note(oom, ops, 3, quota_win, &errs), 0);
     assert_int_equal(ops[0].err, RL_ESTORE);
     assert_int_equal(ops[1].err, 0);
     assert_int_equal(ops[1].admitted, 3);
@@ -271,7 +273,8 @@ static void test_parse_counts(void **state)
     /* A script run after its deadline: ops untouched. */
     ops[0].admitted = 5;
     ops[0].win[0].before = 6;
-    assert_int_equal(parse_note("=late", ops, 1, qwin, &errs), RLS_REDIS_LATE);
+    assert_int_equal(parse_note("=late", ops, 1, quota_win, &errs),
+                     RLS_REDIS_LATE);
     assert_int_equal(ops[0].admitted, 5);
     assert_int_equal(ops[0].win[0].before, 6);
     parse_note(NULL, NULL, 0, NULL, NULL);
@@ -333,7 +336,7 @@ static void test_encode_alg_profiles(void **state)
         /* op 5: listed costs */
         "a", "1", "", "g", "3", "333334", "2", "1", "2"};
     rls_cmdbuf_t buf = {NULL, 0, 0};
-    rls_wop_t wf = {0}, wg = {0}, ws = {0}, w4[2];
+    rls_op_window_t wf = {0}, wg = {0}, ws = {0}, w4[2];
     rls_op_t ops[6];
     static char keys[6][4];
     redisReply *r;
@@ -350,7 +353,7 @@ static void test_encode_alg_profiles(void **state)
     wg.limit = 3;
     wg.t_us = 333334;
     wg.expire_at_ms = 1000;
-    ws.algo = RL_ALGO_SWC;
+    ws.algo = RL_ALGO_SLIDING_COUNTER;
     ws.window_s = 60;
     ws.limit = 6;
     ws.index = 1;
@@ -401,7 +404,7 @@ static void test_encode(void **state)
         /* op 1: profile 1, two requests of cost 7 */
         "-1", "2", "7"};
     rls_cmdbuf_t buf = {NULL, 0, 0};
-    rls_wop_t w0[2], w1[1];
+    rls_op_window_t w0[2], w1[1];
     rls_op_t ops[2];
     redisReply *r;
     size_t len, cap, i;
@@ -417,8 +420,8 @@ static void test_encode(void **state)
     ops[0].quota = ops[0].key + 11;
     ops[0].quota_len = 3;
     ops[0].scale = 0.5;
-    w0[0] = (rls_wop_t){60, 33, 29396283, 1763777040000ULL, 0};
-    w0[1] = (rls_wop_t){3600, UINT64_MAX, 489938, 1763778000000ULL, 0};
+    w0[0] = (rls_op_window_t){60, 33, 29396283, 1763777040000ULL, 0};
+    w0[1] = (rls_op_window_t){3600, UINT64_MAX, 489938, 1763778000000ULL, 0};
     ops[0].win = w0;
     ops[0].nwin = 2;
     ops[0].costs = costs0;
@@ -427,7 +430,7 @@ static void test_encode(void **state)
     ops[1].key_len = strlen(ops[1].key);
     ops[1].tag_len = ops[1].key_len - 2;
     ops[1].scale = 1;
-    w1[0] = (rls_wop_t){1, 5, 1763777000, 1763777002000ULL, 0};
+    w1[0] = (rls_op_window_t){1, 5, 1763777000, 1763777002000ULL, 0};
     ops[1].win = w1;
     ops[1].nwin = 1;
     ops[1].costs = costs1;
@@ -475,12 +478,12 @@ static void test_encode(void **state)
     {
         enum { N = 200 };
         static rls_op_t big[N];
-        static rls_wop_t bw[RL_ADMIT_WINDOWS_MAX];
+        static rls_op_window_t bw[RL_ADMIT_WINDOWS_MAX];
         static uint32_t bc[500];
 
         for (i = 0; i < RL_ADMIT_WINDOWS_MAX; i++)
-            bw[i] = (rls_wop_t){RL_WINDOW_MAX_S, INT64_MAX, UINT64_MAX,
-                                UINT64_MAX, 0};
+            bw[i] = (rls_op_window_t){RL_WINDOW_MAX_S, INT64_MAX, UINT64_MAX,
+                                      UINT64_MAX, 0};
         for (i = 0; i < 500; i++)
             bc[i] = UINT32_MAX;
         for (i = 0; i < N; i++) {

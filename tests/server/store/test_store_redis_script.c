@@ -46,7 +46,7 @@ static void test_two_windows(void **state)
         win_at(&j.win[0][1], 3600, 5, h, 1000);                                \
         run_job(f, &j, 1);                                                     \
         assert_int_equal(j.ops[0].err, 0);                                     \
-        assert_int_equal(j.nqwin[0], 0);                                       \
+        assert_int_equal(j.nquota_win[0], 0);                                  \
     } while (0)
 
     TWO(m, c11, 2, 1);
@@ -132,7 +132,7 @@ static redisReply *raw_run(fx_t *f, const rls_op_t *ops, size_t n, uint64_t now,
 /* Runs ops through the script on the blocking connection (EVAL, no
  * deadline; RL.BATCH with the module) and parses the reply. */
 static int script_run(fx_t *f, rls_op_t *ops, size_t n, uint64_t now,
-                      rls_wop_t *qwin, rls_redis_errs_t *errs)
+                      rls_op_window_t *quota_win, rls_redis_errs_t *errs)
 {
     redisReply *rep = raw_run(f, ops, n, now, with_module());
     int rc;
@@ -140,7 +140,7 @@ static int script_run(fx_t *f, rls_op_t *ops, size_t n, uint64_t now,
     if (rep->type != REDIS_REPLY_ARRAY && rep->type != REDIS_REPLY_STRING)
         fail_msg("script reply type %d: %s", rep->type,
                  rep->type == REDIS_REPLY_ERROR ? rep->str : "");
-    rc = rls_redis_parse_reply(rep, ops, n, qwin, errs);
+    rc = rls_redis_parse_reply(rep, ops, n, quota_win, errs);
     freeReplyObject(rep);
     return rc;
 }
@@ -157,7 +157,7 @@ static void test_script_matches_model(void **state)
     static const uint32_t lens[] = {1, 60, 3600, 86400};
     fx_t *f = *state;
     static job_t j;
-    static rls_wop_t qwin[PER * RL_ADMIT_WINDOWS_MAX];
+    static rls_op_window_t quota_win[PER * RL_ADMIT_WINDOWS_MAX];
     static long long preset[PER][4];
     static int set[PER][4];
     static uint64_t sum[PER], want[PER];
@@ -231,19 +231,19 @@ static void test_script_matches_model(void **state)
                      j.ops[i].win[0].limit == j.ops[i - 1].win[0].limit &&
                      j.ops[i].win[0].window_s == 60 &&
                      j.ops[i - 1].win[0].window_s == 60;
-        assert_int_equal(script_run(f, j.ops, PER, now, qwin, &errs), 0);
+        assert_int_equal(script_run(f, j.ops, PER, now, quota_win, &errs), 0);
         assert_int_equal(errs.failed, 0);
         for (i = 0; i < PER; i++) {
             rls_op_t *op = &j.ops[i];
 
             assert_int_equal(op->err, 0);
-            assert_int_equal(op->nqwin, 0);
+            assert_int_equal(op->nquota_win, 0);
             if (op->admitted != want[i])
                 fail_msg("round %zu op %zu: script admitted %llu, model %llu",
                          round, i, (unsigned long long)op->admitted,
                          (unsigned long long)want[i]);
             for (k = 0; k < op->nwin; k++) {
-                rls_wop_t *w = &op->win[k];
+                rls_op_window_t *w = &op->win[k];
                 assert_int_equal(w->before, preset[i][k]);
                 if (sum[i] > 0)
                     assert_int_equal(redis_get(f, op, w->window_s, 7),
@@ -291,7 +291,7 @@ static void test_refusal_creates_no_key(void **state)
     fx_t *f = *state;
     static job_t j;
     static const uint32_t big[] = {9, 9}, mixed[] = {9, 4, 9};
-    static rls_wop_t qwin[2 * RL_ADMIT_WINDOWS_MAX];
+    static rls_op_window_t quota_win[2 * RL_ADMIT_WINDOWS_MAX];
     rls_redis_errs_t errs;
     uint64_t now = redis_now_ms(f);
 
@@ -301,7 +301,7 @@ static void test_refusal_creates_no_key(void **state)
     job_costs(&j, 1, "rl:{nk:1}:r:t", 2, mixed, 3, 0);
     win_at(&j.win[1][0], 60, 5, now / 60000, 1000);
     win_at(&j.win[1][1], 3600, 3, now / 3600000, 1000);
-    assert_int_equal(script_run(f, j.ops, 2, now, qwin, &errs), 0);
+    assert_int_equal(script_run(f, j.ops, 2, now, quota_win, &errs), 0);
     assert_int_equal(j.ops[0].admitted, 0);
     assert_int_equal(j.ops[1].admitted, 0);
     assert_int_equal(redis_int(f, "DBSIZE%s", ""), 0);
@@ -309,7 +309,7 @@ static void test_refusal_creates_no_key(void **state)
 
 /* A stored quota ("N/S N/S" under the rule's field of "<tag>:q") replaces
  * the rule's windows: decided on them, keys made for them, reported in
- * qwin. One that does not parse is ignored and counted. */
+ * quota_win. One that does not parse is ignored and counted. */
 static void test_quota_replaces_windows(void **state)
 {
     logcap_t lc;
@@ -345,13 +345,13 @@ static void test_quota_replaces_windows(void **state)
     run_job(f, &j, 1);
     assert_int_equal(j.ops[0].err, 0);
     assert_int_equal(j.ops[0].admitted, 2);
-    assert_int_equal(j.nqwin[0], 2);
-    assert_int_equal(j.qwin[0][0].window_s, 60);
-    assert_int_equal(j.qwin[0][0].limit, 2);
-    assert_int_equal(j.qwin[0][0].before, 0);
-    assert_int_equal(j.qwin[0][1].window_s, 3600);
-    assert_int_equal(j.qwin[0][1].limit, 4);
-    assert_int_equal(j.qwin[0][1].before, 0);
+    assert_int_equal(j.nquota_win[0], 2);
+    assert_int_equal(j.quota_win[0][0].window_s, 60);
+    assert_int_equal(j.quota_win[0][0].limit, 2);
+    assert_int_equal(j.quota_win[0][0].before, 0);
+    assert_int_equal(j.quota_win[0][1].window_s, 3600);
+    assert_int_equal(j.quota_win[0][1].limit, 4);
+    assert_int_equal(j.quota_win[0][1].before, 0);
     assert_int_equal(assert_counters_expire(f, "rl:{qa}:r:api:60:*", 1000, 50),
                      1);
     assert_int_equal(
@@ -362,14 +362,14 @@ static void test_quota_replaces_windows(void **state)
     job_quota(&j, 0, 1);
     run_job(f, &j, 1);
     assert_int_equal(j.ops[0].admitted, 0);
-    assert_int_equal(j.qwin[0][0].before, 2);
-    assert_int_equal(j.qwin[0][1].before, 2);
+    assert_int_equal(j.quota_win[0][0].before, 2);
+    assert_int_equal(j.quota_win[0][1].before, 2);
     /* The same op without a quota named: the rule's windows. */
     job_costs(&j, 0, "rl:{qa}:r:other", 1, ones, 3, 1);
     win_at(&j.win[0][0], 60, 10, now / 60000, 1000);
     run_job(f, &j, 1);
     assert_int_equal(j.ops[0].admitted, 3);
-    assert_int_equal(j.nqwin[0], 0);
+    assert_int_equal(j.nquota_win[0], 0);
     assert_int_equal(f->st->stats.bad_quotas, 0);
 
     /* The largest limit rl-ctl writes (2^63-1) is a quota like any other,
@@ -385,9 +385,9 @@ static void test_quota_replaces_windows(void **state)
     run_job(f, &j, 2);
     assert_int_equal(j.ops[0].err, 0);
     assert_int_equal(j.ops[0].admitted, 3);
-    assert_int_equal(j.nqwin[0], 2);
-    assert_true(j.qwin[0][0].limit >= (UINT64_C(1) << 62));
-    assert_true(j.qwin[0][0].limit <= INT64_MAX);
+    assert_int_equal(j.nquota_win[0], 2);
+    assert_true(j.quota_win[0][0].limit >= (UINT64_C(1) << 62));
+    assert_true(j.quota_win[0][0].limit <= INT64_MAX);
     assert_int_equal(j.ops[1].err, 0);
     assert_int_equal(j.ops[1].admitted, 1);
 
@@ -405,10 +405,10 @@ static void test_quota_replaces_windows(void **state)
         win_at(&j.win[0][0], 60, 3, now / 60000, 1000);
         job_quota(&j, 0, 1);
         run_job(f, &j, 1);
-        if (j.ops[0].err != 0 || j.ops[0].admitted != 3 || j.nqwin[0] != 0)
-            fail_msg("quota \"%s\": err %d admitted %llu nqwin %u", garbage[g],
-                     j.ops[0].err, (unsigned long long)j.ops[0].admitted,
-                     j.nqwin[0]);
+        if (j.ops[0].err != 0 || j.ops[0].admitted != 3 || j.nquota_win[0] != 0)
+            fail_msg("quota \"%s\": err %d admitted %llu nquota_win %u",
+                     garbage[g], j.ops[0].err,
+                     (unsigned long long)j.ops[0].admitted, j.nquota_win[0]);
         assert_int_equal(redis_get(f, &j.ops[0], 60, now / 60000), 3);
         assert_int_equal(f->st->stats.bad_quotas, g + 1);
     }
@@ -450,9 +450,9 @@ static void test_quota_scaled(void **state)
         j.ops[0].scale = cases[c].scale;
         run_job(f, &j, 1);
         assert_int_equal(j.ops[0].err, 0);
-        assert_int_equal(j.nqwin[0], 2);
-        assert_int_equal(j.qwin[0][0].limit, cases[c].l60);
-        assert_int_equal(j.qwin[0][1].limit, cases[c].l3600);
+        assert_int_equal(j.nquota_win[0], 2);
+        assert_int_equal(j.quota_win[0][0].limit, cases[c].l60);
+        assert_int_equal(j.quota_win[0][1].limit, cases[c].l3600);
         assert_int_equal(j.ops[0].admitted, cases[c].l60 < cases[c].l3600
                                                 ? cases[c].l60
                                                 : cases[c].l3600);
@@ -603,7 +603,7 @@ static void test_module_matches_script(void **state)
     enum { NQ = sizeof(quotas) / sizeof(quotas[0]) };
     fx_t *f = *state;
     static job_t ja, jb;
-    static rls_wop_t qwin[PER * RL_ADMIT_WINDOWS_MAX];
+    static rls_op_window_t quota_win[PER * RL_ADMIT_WINDOWS_MAX];
     rls_redis_errs_t errs;
     uint64_t now;
     size_t round, i, k, c, nerr = 0, nq = 0, nrefused = 0, nkeys = 0;
@@ -693,8 +693,8 @@ static void test_module_matches_script(void **state)
             if (ra->element[i]->type == REDIS_REPLY_STRING &&
                 ra->element[i]->str[0] == 'e')
                 nerr++;
-        assert_int_equal(rls_redis_parse_reply(ra, ja.ops, PER, qwin, &errs),
-                         0);
+        assert_int_equal(
+            rls_redis_parse_reply(ra, ja.ops, PER, quota_win, &errs), 0);
         for (i = 0; i < PER; i++)
             nrefused +=
                 ja.ops[i].err == 0 && ja.ops[i].admitted < ja.ops[i].ncosts;
@@ -865,7 +865,8 @@ static void test_module_replicates(void **state)
  * script or the module: 1 when Redis refused the op (its entry "eERR"),
  * and then the key must be left as it was; else 0. */
 static int refused_on(fx_t *f, const char *base, const char *suffix,
-                      const char *v, rls_wop_t *w, uint64_t now, int module)
+                      const char *v, rls_op_window_t *w, uint64_t now,
+                      int module)
 {
     rls_op_t op = {0};
     uint32_t cost = 1;
@@ -937,9 +938,9 @@ static void test_swc_state_parsing(void **state)
             int is_bad = i < sizeof(bad) / sizeof(bad[0]);
             const char *v =
                 is_bad ? bad[i] : good[i - sizeof(bad) / sizeof(bad[0])];
-            rls_wop_t w = {0};
+            rls_op_window_t w = {0};
 
-            w.algo = RL_ALGO_SWC;
+            w.algo = RL_ALGO_SLIDING_COUNTER;
             w.window_s = 60;
             w.limit = 5;
             w.index = 1;
@@ -957,13 +958,13 @@ static void test_swc_state_parsing(void **state)
  * 60 s) stamped t, through the script or the module: what it admitted. */
 static uint64_t swc_at(fx_t *f, uint64_t t, uint32_t n, int module)
 {
-    rls_wop_t w = {0};
+    rls_op_window_t w = {0};
     rls_op_t op = {0};
     redisReply *rep;
     rls_redis_errs_t errs;
     uint32_t one = 1;
 
-    w.algo = RL_ALGO_SWC;
+    w.algo = RL_ALGO_SLIDING_COUNTER;
     w.window_s = 60;
     w.limit = 60;
     w.index = t / 60000;
@@ -1059,7 +1060,7 @@ static void test_log_state_parsing(void **state)
     };
     for (m = 0; m < (with_module() ? 2u : 1u); m++)
         for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-            rls_wop_t w = {0};
+            rls_op_window_t w = {0};
             int got_bad;
 
             if (cases[i].hdr != NULL)
@@ -1068,7 +1069,7 @@ static void test_log_state_parsing(void **state)
             else
                 snprintf(v, sizeof(v), "%020d%012d%s%s%s", 3, 32, cases[i].e[0],
                          cases[i].e[1], cases[i].e[2]);
-            w.algo = RL_ALGO_SWL;
+            w.algo = RL_ALGO_SLIDING_LOG;
             w.window_s = 60;
             w.limit = cases[i].limit;
             w.expire_at_ms = now + 61000;
@@ -1105,7 +1106,7 @@ static void test_script_before_redis7(void **state)
     memcpy(at, "false", 5);
     for (step = 0; step < STEPS; step++) {
         rls_op_t ops[2][CALLERS];
-        rls_wop_t w[2][CALLERS][2];
+        rls_op_window_t w[2][CALLERS][2];
         uint32_t costs[CALLERS][4];
         redisReply *rep[2];
 
@@ -1128,7 +1129,7 @@ static void test_script_before_redis7(void **state)
                 op->nwin = 1 + (c % 2);
                 memset(w[k][c], 0, sizeof(w[k][c]));
                 for (i = 0; i < op->nwin; i++) {
-                    rls_wop_t *wo = &w[k][c][i];
+                    rls_op_window_t *wo = &w[k][c][i];
                     uint32_t ws = i == 1 ? 1 : c < 2 ? 60 : 10;
                     uint64_t W = (uint64_t)ws * 1000;
                     wo->window_s = ws;
@@ -1139,7 +1140,7 @@ static void test_script_before_redis7(void **state)
                         wo->expire_at_ms = 1000;
                         continue;
                     }
-                    wo->algo = RL_ALGO_SWC;
+                    wo->algo = RL_ALGO_SLIDING_COUNTER;
                     wo->limit = 6;
                     wo->index = t / W;
                     wo->reset_ms = (wo->index + 1) * W - t;

@@ -50,7 +50,7 @@ static void on_batch(void *data, rls_op_t *ops, size_t n, int status)
     d->status = status;
 }
 
-static void on_xop(void *data, rls_xop_t *x)
+static void on_xop(void *data, rls_reserve_op_t *x)
 {
     done_t *d = data;
 
@@ -78,12 +78,12 @@ static void do_submit(be_t *b, rls_op_t *op)
     assert_int_equal(op->err, 0);
 }
 
-static void do_xop(be_t *b, rls_xop_t *x)
+static void do_xop(be_t *b, rls_reserve_op_t *x)
 {
     done_t d = {0, 0};
 
     x->err = 12345;
-    rls_store_xop(b->st, x, on_xop, &d);
+    rls_store_reserve(b->st, x, on_xop, &d);
     run_until(b, &d.calls);
     assert_int_equal(d.calls, 1);
 }
@@ -105,13 +105,13 @@ typedef struct {
 
 /* Each caller's limits: every algorithm, alone and together. */
 static const wcfg_t cfg[NCALLERS][4] = {
-    {{RL_ALGO_FIXED, 1, 20}, {RL_ALGO_SWC, 2, 30}},
-    {{RL_ALGO_GCRA, 1, 10}, {RL_ALGO_SWL, 2, 25}},
+    {{RL_ALGO_FIXED, 1, 20}, {RL_ALGO_SLIDING_COUNTER, 2, 30}},
+    {{RL_ALGO_GCRA, 1, 10}, {RL_ALGO_SLIDING_LOG, 2, 25}},
     {{RL_ALGO_FIXED, 2, 40},
-     {RL_ALGO_SWC, 1, 15},
+     {RL_ALGO_SLIDING_COUNTER, 1, 15},
      {RL_ALGO_GCRA, 2, 20},
-     {RL_ALGO_SWL, 1, 12}},
-    {{RL_ALGO_SWL, 5, 50}, {RL_ALGO_FIXED, 5, 60}},
+     {RL_ALGO_SLIDING_LOG, 1, 12}},
+    {{RL_ALGO_SLIDING_LOG, 5, 50}, {RL_ALGO_FIXED, 5, 60}},
     {{RL_ALGO_FIXED, 1, 12}, {RL_ALGO_FIXED, 3, 25}}};
 static const uint32_t ncfg[NCALLERS] = {2, 2, 4, 2, 2};
 
@@ -133,7 +133,7 @@ typedef struct {
 typedef struct {
     int caller;
     uint64_t id, decided_at;
-    rls_wop_t win[4];
+    rls_op_window_t win[4];
     uint32_t nwin;
     uint64_t est;
     int settled;
@@ -246,7 +246,7 @@ static void op_for(const model_t *m, int c, rls_op_t *op)
 }
 
 /* Caller c's limit j at now, as the batcher sets it. */
-static void win_now(const model_t *m, int c, uint32_t j, rls_wop_t *w)
+static void win_now(const model_t *m, int c, uint32_t j, rls_op_window_t *w)
 {
     const wcfg_t *k = &cfg[c][j];
     uint64_t W = (uint64_t)k->ws * 1000, idx = m->now / W;
@@ -258,7 +258,7 @@ static void win_now(const model_t *m, int c, uint32_t j, rls_wop_t *w)
     w->index = idx;
     w->reset_ms = (idx + 1) * W - m->now;
     switch (k->algo) {
-    case RL_ALGO_SWC:
+    case RL_ALGO_SLIDING_COUNTER:
         w->weight = rl_swc_weight(w->reset_ms, k->ws);
         w->expire_at_ms = (idx + 2) * W + GRACE;
         break;
@@ -266,7 +266,7 @@ static void win_now(const model_t *m, int c, uint32_t j, rls_wop_t *w)
         w->t_us = rl_gcra_interval_us(k->lim, k->ws);
         w->expire_at_ms = GRACE;
         break;
-    case RL_ALGO_SWL:
+    case RL_ALGO_SLIDING_LOG:
         w->expire_at_ms = m->now + W + GRACE;
         break;
     default:
@@ -274,12 +274,13 @@ static void win_now(const model_t *m, int c, uint32_t j, rls_wop_t *w)
     }
 }
 
-static mlogm_t *mlog_of(model_t *m, int c, const rls_wop_t *w)
+static mlogm_t *mlog_of(model_t *m, int c, const rls_op_window_t *w)
 {
     uint32_t j;
 
     for (j = 0; j < ncfg[c]; j++)
-        if (cfg[c][j].algo == RL_ALGO_SWL && cfg[c][j].ws == w->window_s)
+        if (cfg[c][j].algo == RL_ALGO_SLIDING_LOG &&
+            cfg[c][j].ws == w->window_s)
             return &m->log[c][j];
     fail();
     return NULL;
@@ -319,7 +320,7 @@ static void mlog_add(mlogm_t *g, uint64_t t, uint64_t c)
 }
 
 /* What the store should report for limit w of caller c now. */
-static void expect_win(model_t *m, int c, const rls_wop_t *w, int64_t *b1,
+static void expect_win(model_t *m, int c, const rls_op_window_t *w, int64_t *b1,
                        int64_t *b2)
 {
     char k[128];
@@ -327,13 +328,13 @@ static void expect_win(model_t *m, int c, const rls_wop_t *w, int64_t *b1,
 
     op_for(m, c, &op);
     *b2 = 0;
-    if (w->algo == RL_ALGO_SWL) {
+    if (w->algo == RL_ALGO_SLIDING_LOG) {
         mlog_state(m, mlog_of(m, c, w), (uint64_t)w->window_s * 1000, b1, b2);
         return;
     }
     rls_wkey(&op, w, RLS_WKEY_CUR, k);
     *b1 = kv_get(m, k);
-    if (w->algo == RL_ALGO_SWC) {
+    if (w->algo == RL_ALGO_SLIDING_COUNTER) {
         rls_wkey(&op, w, RLS_WKEY_PREV, k);
         *b2 = kv_get(m, k);
     }
@@ -341,10 +342,10 @@ static void expect_win(model_t *m, int c, const rls_wop_t *w, int64_t *b1,
 
 /* Reads limits win of caller c back through a batch that nothing fits
  * (it changes nothing) and compares them with the model. */
-static void check_wins(be_t *b, model_t *m, int c, const rls_wop_t *win,
+static void check_wins(be_t *b, model_t *m, int c, const rls_op_window_t *win,
                        uint32_t nwin)
 {
-    rls_wop_t w[4];
+    rls_op_window_t w[4];
     rls_op_t op;
     uint32_t cost = 1000000000, j;
 
@@ -353,7 +354,7 @@ static void check_wins(be_t *b, model_t *m, int c, const rls_wop_t *win,
     for (j = 0; j < nwin; j++) {
         if (w[j].reset_ms == 0)
             w[j].reset_ms = 1;
-        if (w[j].algo == RL_ALGO_SWC && w[j].weight == 0)
+        if (w[j].algo == RL_ALGO_SLIDING_COUNTER && w[j].weight == 0)
             w[j].weight = RL_SWC_ONE;
         if (w[j].limit == 0)
             w[j].limit = 1;
@@ -383,7 +384,7 @@ static void check_wins(be_t *b, model_t *m, int c, const rls_wop_t *win,
  * reservation. */
 static void step_charge(be_t *b, model_t *m, int c)
 {
-    rls_wop_t w[4], mw[4];
+    rls_op_window_t w[4], mw[4];
     rl_admit_win_t aw[4];
     uint32_t costs[4], k = 1 + (uint32_t)(rnd(m) % 4), j, i;
     uint64_t adm = 0, sum = 0;
@@ -405,7 +406,7 @@ static void step_charge(be_t *b, model_t *m, int c)
         assert_int_equal(w[j].before, mw[j].before);
         assert_int_equal(w[j].before2, mw[j].before2);
         mw[j].nold = 0;
-        rls_wop_load(&mw[j], m->now, &aw[j]);
+        rls_op_window_load(&mw[j], m->now, &aw[j]);
     }
     for (i = 0; i < k; i++)
         if (rl_admit_one(aw, ncfg[c], costs[i])) {
@@ -420,7 +421,7 @@ static void step_charge(be_t *b, model_t *m, int c)
     for (j = 0; j < ncfg[c]; j++) {
         uint64_t v = rl_admit_added(&aw[j], m->now);
         char key[128];
-        if (mw[j].algo == RL_ALGO_SWL) {
+        if (mw[j].algo == RL_ALGO_SLIDING_LOG) {
             mlog_add(mlog_of(m, c, &mw[j]), m->now, v);
             continue;
         }
@@ -450,10 +451,10 @@ static void model_settle(model_t *m, res_t *r, int64_t d)
 
     op_for(m, r->caller, &op);
     for (j = 0; j < r->nwin; j++) {
-        const rls_wop_t *w = &r->win[j];
+        const rls_op_window_t *w = &r->win[j];
         char key[128];
         uint64_t W = (uint64_t)w->window_s * 1000, nowus = m->now * 1000;
-        if (w->algo == RL_ALGO_SWL) {
+        if (w->algo == RL_ALGO_SLIDING_LOG) {
             mlogm_t *g = mlog_of(m, r->caller, w);
             int64_t s, nw;
             mlog_state(m, g, W, &s, &nw);
@@ -499,7 +500,7 @@ static void step_settle(be_t *b, model_t *m)
 {
     size_t n = m->nres < NRES ? m->nres : NRES;
     res_t *r;
-    rls_xop_t x;
+    rls_reserve_op_t x;
     int64_t d;
     int ok;
 
@@ -538,7 +539,7 @@ static void step_settle(be_t *b, model_t *m)
     /* Read back as a decision now would read them (a window index from
      * another time is no question any instance asks). */
     {
-        rls_wop_t w[4];
+        rls_op_window_t w[4];
         uint32_t j;
         for (j = 0; j < r->nwin; j++)
             win_now(m, r->caller, j, &w[j]);
@@ -554,7 +555,7 @@ static void step_lease(be_t *b, model_t *m, int c)
                            : RLS_XOP_RENEW;
     int result = 0;
     uint64_t until = m->now + 100 + rnd(m) % 30000, i;
-    rls_xop_t x;
+    rls_reserve_op_t x;
 
     for (i = 0; i < NLEASE; i++)
         if (m->lalive[c][i] && m->lend[c][i] <= m->now)
@@ -635,7 +636,7 @@ static void scripted_run(be_t *b, const char *prefix, unsigned steps)
         else
             m->now += rnd(m) % 1500;
         if (s % 50 == 0) {
-            rls_wop_t w[4];
+            rls_op_window_t w[4];
             uint32_t j;
             for (j = 0; j < ncfg[c]; j++)
                 win_now(m, c, j, &w[j]);
@@ -772,7 +773,8 @@ static void test_model_cluster(void **state)
 /* ---- one at a time
  * ---------------------------------------------------------*/
 
-static void xop_init(rls_xop_t *x, int kind, const char *key, uint64_t now)
+static void xop_init(rls_reserve_op_t *x, int kind, const char *key,
+                     uint64_t now)
 {
     memset(x, 0, sizeof(*x));
     x->kind = kind;
@@ -784,7 +786,7 @@ static void xop_init(rls_xop_t *x, int kind, const char *key, uint64_t now)
 }
 
 /* Charges one request of cost on every limit of w for key at now. */
-static void charge(be_t *b, const char *key, rls_wop_t *w, uint32_t n,
+static void charge(be_t *b, const char *key, rls_op_window_t *w, uint32_t n,
                    uint32_t cost, uint64_t now)
 {
     rls_op_t op;
@@ -804,10 +806,10 @@ static void charge(be_t *b, const char *key, rls_wop_t *w, uint32_t n,
 }
 
 /* What limits w of key hold at now (a batch nothing fits). */
-static void read_wins(be_t *b, const char *key, const rls_wop_t *w, uint32_t n,
-                      uint64_t now, int64_t *b1, int64_t *b2)
+static void read_wins(be_t *b, const char *key, const rls_op_window_t *w,
+                      uint32_t n, uint64_t now, int64_t *b1, int64_t *b2)
 {
-    rls_wop_t c[4];
+    rls_op_window_t c[4];
     uint32_t cost = 1000000000, j;
     rls_op_t op;
 
@@ -831,7 +833,7 @@ static void read_wins(be_t *b, const char *key, const rls_wop_t *w, uint32_t n,
 }
 
 /* The four algorithms, one limit each, for key at now. */
-static void four(rls_wop_t *w, uint64_t now)
+static void four(rls_op_window_t *w, uint64_t now)
 {
     memset(w, 0, 4 * sizeof(*w));
     w[0].algo = RL_ALGO_FIXED;
@@ -840,7 +842,7 @@ static void four(rls_wop_t *w, uint64_t now)
     w[0].index = now / 60000;
     w[0].reset_ms = 60000 - now % 60000;
     w[0].expire_at_ms = (w[0].index + 1) * 60000 + GRACE;
-    w[1].algo = RL_ALGO_SWC;
+    w[1].algo = RL_ALGO_SLIDING_COUNTER;
     w[1].window_s = 60;
     w[1].limit = 100;
     w[1].index = now / 60000;
@@ -852,7 +854,7 @@ static void four(rls_wop_t *w, uint64_t now)
     w[2].limit = 100;
     w[2].t_us = rl_gcra_interval_us(100, 60);
     w[2].expire_at_ms = GRACE;
-    w[3].algo = RL_ALGO_SWL;
+    w[3].algo = RL_ALGO_SLIDING_LOG;
     w[3].window_s = 60;
     w[3].limit = 100;
     w[3].expire_at_ms = now + 60000 + GRACE;
@@ -863,8 +865,8 @@ static void edge_cases(be_t *b)
     const char *key = "e:{edge}:r:x";
     uint64_t now = b->st->v->now_ms(b->st) + 1000, t = 600000, nowus;
     int64_t b1[4], b2[4], a1[4], a2[4];
-    rls_wop_t w[4];
-    rls_xop_t x;
+    rls_op_window_t w[4];
+    rls_reserve_op_t x;
     uint32_t j;
 
     four(w, now);
@@ -1014,7 +1016,7 @@ static void test_edges_redis(void **state)
 {
     be_t b;
     redisReply *r;
-    rls_xop_t x;
+    rls_reserve_op_t x;
     int i;
 
     redis_be(&b, state);
@@ -1057,7 +1059,7 @@ static void test_marker_ends_memory(void **state)
 {
     const char *key = "e:{m}:r:x";
     uint64_t now = 5000000, base;
-    rls_xop_t x;
+    rls_reserve_op_t x;
     be_t b;
 
     (void)state;
@@ -1117,7 +1119,7 @@ static void test_full_memory(void **state)
 {
     const char *key = "e:{f}:r:x";
     uint64_t now = 5000000;
-    rls_xop_t x;
+    rls_reserve_op_t x;
     be_t b;
     int i;
 
@@ -1176,7 +1178,7 @@ static void test_marker_ends_redis(void **state)
 {
     const char *key = "e:{mr}:r:x";
     be_t b;
-    rls_xop_t x;
+    rls_reserve_op_t x;
     uint64_t dl;
 
     redis_be(&b, state);
@@ -1211,7 +1213,7 @@ static void test_marker_ends_redis(void **state)
 
 static void settled_probe(be_t *b, const char *key, uint64_t now)
 {
-    rls_xop_t x;
+    rls_reserve_op_t x;
     uint64_t i;
 
     for (i = 1; i <= PROBE_N; i++) {
@@ -1229,7 +1231,7 @@ static void settled_probe(be_t *b, const char *key, uint64_t now)
 /* After settled_probe: what the bound means for replays. */
 static void settled_replays(be_t *b, const char *key, uint64_t now)
 {
-    rls_xop_t x;
+    rls_reserve_op_t x;
 
     xop_init(&x, RLS_XOP_SETTLE, key, now);
     x.delta = -1;
@@ -1260,7 +1262,7 @@ static void test_settled_bound_memory(void **state)
 {
     const char *key = "e:{b}:r:x";
     uint64_t now = 5000000, base;
-    rls_xop_t x;
+    rls_reserve_op_t x;
     be_t b;
 
     (void)state;
@@ -1315,7 +1317,7 @@ static void test_settled_bound_redis(void **state)
  * had one (x.marker changes nothing there). */
 static void marker_case(be_t *b, const char *key, uint64_t now)
 {
-    rls_xop_t x;
+    rls_reserve_op_t x;
 
     xop_init(&x, RLS_XOP_SETTLE, key, now);
     x.id = 0xaa;
@@ -1362,7 +1364,7 @@ static void test_redis_down(void **state)
 {
     fx_t *f = *state;
     be_t b;
-    rls_xop_t x;
+    rls_reserve_op_t x;
 
     redis_be(&b, state);
     rlt_redis_kill(&f->redis);
