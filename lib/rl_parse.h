@@ -31,4 +31,17 @@ int rl_parse_hostport(const char *s, char *host, size_t hostlen, int *port);
  * and asks the system for any free port. */
 int rl_parse_listen(const char *s, char *host, size_t hostlen, int *port);
 
+/* One hexadecimal digit's value (either case), or -1: for %XX escapes,
+ * JSON's \uXXXX and hex-written handles. */
+static inline int rl_hex_digit(unsigned char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
 #endif

@@ -146,18 +146,6 @@ static int parse_bytes(const char *s, uint64_t min, uint64_t max, uint64_t *out)
     return RL_OK;
 }
 
-/* One %XX escape's value, or -1. */
-static int hexval(unsigned char ch)
-{
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    if (ch >= 'a' && ch <= 'f')
-        return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F')
-        return ch - 'A' + 10;
-    return -1;
-}
-
 /* Percent-decodes s[0, n) into dst (at most RLS_HOST_MAX bytes and a NUL).
  * Returns 0 or RL_EINVAL. */
 static int url_decode(const char *s, size_t n, char *dst)
@@ -172,8 +160,8 @@ static int url_decode(const char *s, size_t n, char *dst)
             dst[o++] = s[i];
             continue;
         }
-        if (n - i < 3 || (hi = hexval((unsigned char)s[i + 1])) < 0 ||
-            (lo = hexval((unsigned char)s[i + 2])) < 0 || (hi | lo) == 0)
+        if (n - i < 3 || (hi = rl_hex_digit((unsigned char)s[i + 1])) < 0 ||
+            (lo = rl_hex_digit((unsigned char)s[i + 2])) < 0 || (hi | lo) == 0)
             return RL_EINVAL;
         dst[o++] = (char)(hi * 16 + lo);
         i += 2;

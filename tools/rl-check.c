@@ -279,17 +279,6 @@ static int parse_args(int argc, char **argv, args_t *a)
     return 0;
 }
 
-static int hexval(char ch)
-{
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    if (ch >= 'a' && ch <= 'f')
-        return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F')
-        return ch - 'A' + 10;
-    return -1;
-}
-
 /* Decodes hex into out (cap bytes). Returns the length, or -1 after
  * printing why. A handle one byte over the maximum is decoded all the
  * same, so that the library's own refusal is what the user sees. */
@@ -308,7 +297,7 @@ static long unhex(const char *hex, uint8_t *out, size_t cap)
         return -1;
     }
     for (i = 0; i < n; i += 2) {
-        int hi = hexval(hex[i]), lo = hexval(hex[i + 1]);
+        int hi = rl_hex_digit(hex[i]), lo = rl_hex_digit(hex[i + 1]);
         if (hi < 0 || lo < 0) {
             fprintf(stderr, "rl-check: the handle '%s' is not hex\n", hex);
             return -1;

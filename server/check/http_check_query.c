@@ -42,17 +42,6 @@ int rls_check_opts_init(rls_check_opts_t *o, const char *key_header,
     return RL_OK;
 }
 
-static int hexval(unsigned char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Percent-decodes v[0, n) into dst (cap bytes), its length into *len.
  * Returns 0, RL_EINVAL for a bad escape, or RL_EFULL when it would pass
  * cap. */
@@ -67,8 +56,8 @@ static int decode(const char *v, size_t n, char *dst, size_t cap,
         if (o == cap)
             return RL_EFULL;
         if (c == '%') {
-            if (n - i < 3 || (hi = hexval((unsigned char)v[i + 1])) < 0 ||
-                (lo = hexval((unsigned char)v[i + 2])) < 0)
+            if (n - i < 3 || (hi = rl_hex_digit((unsigned char)v[i + 1])) < 0 ||
+                (lo = rl_hex_digit((unsigned char)v[i + 2])) < 0)
                 return RL_EINVAL;
             dst[o++] = (char)(hi * 16 + lo);
             i += 2;
@@ -197,8 +186,8 @@ static int param(const char *p, size_t n, rl_check_t *c, rls_check_query_t *out,
             return RL_EINVAL;
         }
         for (i = 0; i < vlen / 2; i++) {
-            if ((hi = hexval((unsigned char)v[2 * i])) < 0 ||
-                (lo = hexval((unsigned char)v[2 * i + 1])) < 0) {
+            if ((hi = rl_hex_digit((unsigned char)v[2 * i])) < 0 ||
+                (lo = rl_hex_digit((unsigned char)v[2 * i + 1])) < 0) {
                 *why = "handle must be the hex digits an answer gave";
                 return RL_EINVAL;
             }

@@ -18,6 +18,7 @@
 #include "google/protobuf/struct.pb-c.h"
 #include "envoy/rls.h"
 #include "rl_error.h"
+#include "rl_parse.h"
 
 typedef Envoy__Service__Ratelimit__V3__RateLimitRequest req_t;
 typedef Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor desc_t;
@@ -134,17 +135,6 @@ static int literal(jp_t *j, const char *word)
     return 1;
 }
 
-static int hexval(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Four hex digits at b[i]: the code unit, or -1. */
 static long hex4(const jp_t *j, size_t i)
 {
@@ -154,7 +144,7 @@ static long hex4(const jp_t *j, size_t i)
     if (j->n - i < 4)
         return -1;
     for (k = 0; k < 4; k++) {
-        if ((h = hexval(j->b[i + k])) < 0)
+        if ((h = rl_hex_digit(j->b[i + k])) < 0)
             return -1;
         v = v * 16 + h;
     }
