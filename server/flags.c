@@ -28,6 +28,7 @@ void rls_flags_defaults(rls_flags_t *c)
     c->max_frame = 65536;
     c->fail_open = 1;
     c->max_connections = 10000;
+    c->threads = 1;
     c->max_inflight = 1024;
     c->max_output = 4u << 20;
     c->idle_timeout_s = 300;
@@ -838,8 +839,19 @@ static const flag_t flags[] = {
     NUM("--max-frame", "BYTES", max_frame, 64, 16u << 20,
         "largest request frame accepted; a bigger one\n"
         "closes its connection (default 65536)"),
+    NUM("--threads", "N", threads, 0, 64,
+        "event loops in this process, each on a\n"
+        "thread and core of its own, sharing the\n"
+        "listeners and one policy (default 1; 0: one\n"
+        "per core this process may run on)"),
+    SET("--reuseport", reuseport, 1,
+        "bind every listener with SO_REUSEPORT, so\n"
+        "that several rl-server processes share its\n"
+        "port (the Redis stores are exact across\n"
+        "them; the memory store is not)"),
     NUM("--max-connections", "N", max_connections, 1, 1000000,
-        "refuse clients beyond this (default 10000)"),
+        "refuse clients beyond this, per loop of\n"
+        "--threads (default 10000)"),
     NUM("--max-inflight", "N", max_inflight, 1, 1u << 20,
         "stop reading a connection with this many\n"
         "requests unanswered (default 1024)"),

@@ -69,7 +69,9 @@ typedef struct rls_flags_s {
     size_t prefix_len;
     uint32_t max_frame;
     int fail_open; /* 1 open, 0 closed, 2 local (RLS_FAIL_LOCAL) */
-    uint32_t max_connections;
+    uint32_t max_connections; /* per loop */
+    uint32_t threads;         /* --threads; 0: one per core */
+    int reuseport;            /* --reuseport */
     uint32_t max_inflight;
     size_t max_output;
     uint64_t idle_timeout_s;    /* 0: idle connections are kept */

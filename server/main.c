@@ -1,4 +1,6 @@
 /* rl-server: parse flags, open the store, serve until SIGTERM/SIGINT. */
+#define _GNU_SOURCE /* sched_getaffinity */
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +16,8 @@
 #include "policy/rules.h"
 #include "rl_error.h"
 #include "flags.h"
+#include "loops.h"
+#include "net/listen.h"
 #include "server.h"
 #include "store/memory.h"
 #include "store/redis.h"
@@ -142,12 +146,94 @@ static const char *tls_mode(const rls_flags_t *c)
     return c->redis_tls_insecure ? "insecure" : "verify";
 }
 
+/* The cores this process may run on (--threads 0). */
+static unsigned cores(void)
+{
+    cpu_set_t set;
+    int n;
+
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 &&
+        (n = CPU_COUNT(&set)) > 0)
+        return n > RLS_LOOPS_MAX ? RLS_LOOPS_MAX : (unsigned)n;
+    return 1;
+}
+
+/* What every loop's store is made from (main and --threads). */
+typedef struct store_args_s {
+    const rls_flags_t *cfg;
+    rls_redis_tls_t *tls;
+} store_args_t;
+
+/* The store of one loop, from the flags: Redis Cluster, Redis (or its
+ * Sentinel-named master), else the memory store. NULL: out of memory. */
+static rls_store_t *new_store(uv_loop_t *loop, void *arg)
+{
+    const store_args_t *a = arg;
+    const rls_flags_t *c = a->cfg;
+    rls_store_t *store;
+
+    if (c->redis_cluster > 0) {
+        rls_cluster_opts_t co;
+        int k;
+        memset(&co, 0, sizeof(co));
+        for (k = 0; k < c->redis_cluster; k++) {
+            co.hosts[k] = c->redis_seed_host[k];
+            co.ports[k] = c->redis_seed_port[k];
+        }
+        co.nseeds = c->redis_cluster;
+        co.user = c->redis_user[0] ? c->redis_user : NULL;
+        co.password = c->redis_password[0] ? c->redis_password : NULL;
+        co.timeout_ms = c->redis_timeout_ms;
+        co.grace_ms = c->grace_ms;
+        co.tls = a->tls;
+        return rls_store_cluster_new(loop, &co);
+    } else if (c->use_redis) {
+        rls_redis_opts_t ro;
+        rls_redis_sentinel_opts_t so;
+        memset(&ro, 0, sizeof(ro));
+        ro.host = c->redis_host;
+        ro.port = c->redis_port;
+        ro.user = c->redis_user[0] ? c->redis_user : NULL;
+        ro.password = c->redis_password[0] ? c->redis_password : NULL;
+        ro.db = c->redis_db;
+        ro.tls = a->tls;
+        ro.timeout_ms = c->redis_timeout_ms;
+        ro.grace_ms = c->grace_ms;
+        ro.no_module = c->redis_module_off;
+        if (c->redis_sentinels > 0) {
+            int k;
+            memset(&so, 0, sizeof(so));
+            for (k = 0; k < c->redis_sentinels; k++) {
+                so.hosts[k] = c->redis_seed_host[k];
+                so.ports[k] = c->redis_seed_port[k];
+            }
+            so.n = c->redis_sentinels;
+            so.master = c->redis_sentinel_master;
+            so.user = c->redis_sentinel_user[0] ? c->redis_sentinel_user : NULL;
+            so.password = c->redis_sentinel_password[0]
+                              ? c->redis_sentinel_password
+                              : NULL;
+            so.timeout_ms = c->redis_timeout_ms;
+            so.tls = a->tls;
+            so.agree = c->redis_sentinel_agree;
+            ro.sentinel = &so;
+        }
+        return rls_store_redis_new(loop, &ro);
+    }
+    store = rls_store_memory_new(loop);
+    if (store != NULL)
+        rls_store_memory_set_max(store, c->memory_max);
+    return store;
+}
+
 int main(int argc, char **argv)
 {
     rls_redis_tls_t *tls = NULL;
     static rls_flags_t cfg; /* large (rules): keep it off the stack */
     static rls_server_t srv;
     rls_policy_t *policy = NULL;
+    rls_loops_t *loops = NULL;
+    store_args_t sargs;
     rls_diag_t diag;
     rls_store_t *store;
     uv_loop_t loop;
@@ -276,59 +362,9 @@ int main(int argc, char **argv)
         rls_redis_tls_free(tls);
         return 1;
     }
-    if (cfg.redis_cluster > 0) {
-        rls_cluster_opts_t co;
-        int k;
-        memset(&co, 0, sizeof(co));
-        for (k = 0; k < cfg.redis_cluster; k++) {
-            co.hosts[k] = cfg.redis_seed_host[k];
-            co.ports[k] = cfg.redis_seed_port[k];
-        }
-        co.nseeds = cfg.redis_cluster;
-        co.user = cfg.redis_user[0] ? cfg.redis_user : NULL;
-        co.password = cfg.redis_password[0] ? cfg.redis_password : NULL;
-        co.timeout_ms = cfg.redis_timeout_ms;
-        co.grace_ms = cfg.grace_ms;
-        co.tls = tls;
-        store = rls_store_cluster_new(&loop, &co);
-    } else if (cfg.use_redis) {
-        rls_redis_opts_t ro;
-        rls_redis_sentinel_opts_t so;
-        memset(&ro, 0, sizeof(ro));
-        ro.host = cfg.redis_host;
-        ro.port = cfg.redis_port;
-        ro.user = cfg.redis_user[0] ? cfg.redis_user : NULL;
-        ro.password = cfg.redis_password[0] ? cfg.redis_password : NULL;
-        ro.db = cfg.redis_db;
-        ro.tls = tls;
-        ro.timeout_ms = cfg.redis_timeout_ms;
-        ro.grace_ms = cfg.grace_ms;
-        ro.no_module = cfg.redis_module_off;
-        if (cfg.redis_sentinels > 0) {
-            int k;
-            memset(&so, 0, sizeof(so));
-            for (k = 0; k < cfg.redis_sentinels; k++) {
-                so.hosts[k] = cfg.redis_seed_host[k];
-                so.ports[k] = cfg.redis_seed_port[k];
-            }
-            so.n = cfg.redis_sentinels;
-            so.master = cfg.redis_sentinel_master;
-            so.user =
-                cfg.redis_sentinel_user[0] ? cfg.redis_sentinel_user : NULL;
-            so.password = cfg.redis_sentinel_password[0]
-                              ? cfg.redis_sentinel_password
-                              : NULL;
-            so.timeout_ms = cfg.redis_timeout_ms;
-            so.tls = tls;
-            so.agree = cfg.redis_sentinel_agree;
-            ro.sentinel = &so;
-        }
-        store = rls_store_redis_new(&loop, &ro);
-    } else {
-        store = rls_store_memory_new(&loop);
-        if (store != NULL)
-            rls_store_memory_set_max(store, cfg.memory_max);
-    }
+    sargs.cfg = &cfg;
+    sargs.tls = tls;
+    store = new_store(&loop, &sargs);
     if (store == NULL) {
         fprintf(stderr, "rl-server: out of memory\n");
         rls_policy_unref(policy);
@@ -336,8 +372,32 @@ int main(int argc, char **argv)
         return 1;
     }
 
+    rls_listen_set_reuseport(cfg.reuseport);
+    if (cfg.threads == 0)
+        cfg.threads = cores();
+    if (cfg.threads > 1 && cfg.fail_open == RLS_FAIL_LOCAL) {
+        fprintf(stderr, "rl-server: --fail-local takes one loop: not with "
+                        "--threads above 1\n");
+        store->v->close(store, NULL, NULL);
+        uv_run(&loop, UV_RUN_DEFAULT);
+        uv_loop_close(&loop);
+        rls_redis_tls_free(tls);
+        rls_policy_unref(policy);
+        return 2;
+    }
     rc = rls_server_start(&srv, &loop, &cfg, store, policy, err,
                           sizeof(err));
+    if (rc == RL_OK && cfg.threads > 1 &&
+        (rc = rls_loops_start(&loops, &srv, cfg.threads, new_store, &sargs, err,
+                              sizeof(err))) != RL_OK) {
+        fprintf(stderr, "rl-server: %s\n", err);
+        rls_server_stop(&srv);
+        uv_run(&loop, UV_RUN_DEFAULT);
+        rls_server_free(&srv);
+        uv_loop_close(&loop);
+        rls_redis_tls_free(tls);
+        return 1;
+    }
     if (rc != RL_OK) {
         fprintf(stderr, "rl-server: %s\n", err);
         store->v->close(store, NULL, NULL);
@@ -346,10 +406,13 @@ int main(int argc, char **argv)
         rls_redis_tls_free(tls);
         return 1;
     }
-    RLS_INFO("listening", " addr=%s:%d store=%s fail=%s version=%s",
+    RLS_INFO("listening",
+             " addr=%s:%d store=%s fail=%s threads=%u reuseport=%s "
+             "version=%s",
              cfg.listen_host, rls_server_port(&srv, RLS_LISTENER_NATIVE),
              cfg.use_redis ? "redis" : "memory",
-             rls_fail_mode_name(cfg.fail_open), RLS_VERSION);
+             rls_fail_mode_name(cfg.fail_open), cfg.threads,
+             cfg.reuseport ? "on" : "off", RLS_VERSION);
     if (cfg.redis_cluster > 0)
         RLS_INFO(
             "redis cluster", " seeds=%d first=%s:%d tls=%s timeout_ms=%llu",
@@ -391,6 +454,8 @@ int main(int argc, char **argv)
         rls_server_stop(&srv);
     }
     uv_run(&loop, UV_RUN_DEFAULT);
+    /* The first loop's stop told the others: they finish theirs. */
+    rls_loops_join(loops);
     rls_server_free(&srv);
     rc = uv_loop_close(&loop);
     if (rc != 0)

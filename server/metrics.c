@@ -411,7 +411,8 @@ int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
     }
     TRY(rls_estats_metrics(v->envoy_stats, out));
     TRY(ref_service(v, out));
-    TRY(rls_process_metrics(out));
+    if (!v->other_loop)
+        TRY(rls_process_metrics(out));
     TRY(rls_statsd_metrics(v->statsd, out));
 
     if (ss != NULL) {

@@ -29,6 +29,9 @@ typedef struct rls_metrics_view_s {
     const struct rls_xds_stats_s *xds;      /* --envoy-xds; or NULL */
     const struct rls_grpc_stats_s *grpc;    /* --grpc; or NULL */
     uint64_t start_unix_ms;
+    /* Another loop of --threads: its page leaves out the process's
+     * families (process_*), which the first loop's page has. */
+    int other_loop;
     int healthy;  /* what /healthz answers now */
     int draining;
 } rls_metrics_view_t;

@@ -117,6 +117,11 @@ static void on_tick(uv_check_t *h)
         if (s->fe[i] != NULL && s->fe[i]->ops->resume != NULL)
             s->fe[i]->ops->resume(s->fe[i]);
     submit_and_write(s);
+    if (s->hooks.ready != NULL && !s->ready_told &&
+        rls_switch_poll_ready(&s->switches)) {
+        s->ready_told = 1;
+        s->hooks.ready(s->hooks.arg);
+    }
     if (s->stopping && !s->draining && !s->closed && !busy(s))
         rls_server_stop(s); /* everything answered: finish the stop */
 }
@@ -171,12 +176,14 @@ static void close_all(rls_server_t *s)
         sigemptyset(&set);
         sigaddset(&set, SIGTERM);
         sigaddset(&set, SIGINT);
-        pthread_sigmask(SIG_BLOCK, &set, &old);
-        uv_close((uv_handle_t *)&s->sigterm, NULL);
-        uv_close((uv_handle_t *)&s->sigint, NULL);
-        signal(SIGTERM, SIG_IGN);
-        signal(SIGINT, SIG_IGN);
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (s->first == NULL) {
+            pthread_sigmask(SIG_BLOCK, &set, &old);
+            uv_close((uv_handle_t *)&s->sigterm, NULL);
+            uv_close((uv_handle_t *)&s->sigint, NULL);
+            signal(SIGTERM, SIG_IGN);
+            signal(SIGINT, SIG_IGN);
+            pthread_sigmask(SIG_SETMASK, &old, NULL);
+        }
     }
     uv_close((uv_handle_t *)&s->stop_timer, NULL);
     /* The last scrape misses whatever happened after it, which during a
@@ -203,8 +210,10 @@ static void close_all(rls_server_t *s)
     rls_xds_close(&s->xds);
     if (s->tls != NULL)
         rls_tls_reload_close(&s->tls_reload);
-    rls_rules_reload_close(&s->reload);
-    rls_switch_poll_close(&s->switches);
+    if (s->first == NULL) {
+        rls_rules_reload_close(&s->reload);
+        rls_switch_poll_close(&s->switches);
+    }
     s->store->v->close(s->store, on_store_closed, s);
     s->store = NULL;
     RLS_INFO("stopped", NULL);
@@ -239,7 +248,10 @@ void rls_server_stop(rls_server_t *s)
         return;
     if (!s->stopping) {
         s->stopping = 1;
-        rls_switch_poll_leave(&s->switches);
+        if (s->first == NULL)
+            rls_switch_poll_leave(&s->switches);
+        if (s->hooks.stop != NULL)
+            s->hooks.stop(s->hooks.arg); /* every other loop stops too */
         if (s->cfg->drain_ms > 0) {
             /* Keep serving while the load balancer notices /healthz. */
             s->draining = 1;
@@ -282,6 +294,13 @@ static void on_fe_empty(void *arg)
 
 int rls_server_metrics(const rls_server_t *s, rl_buf_t *out)
 {
+    if (s->hooks.metrics != NULL)
+        return s->hooks.metrics(s->hooks.arg, out);
+    return rls_server_metrics_loop(s, out);
+}
+
+int rls_server_metrics_loop(const rls_server_t *s, rl_buf_t *out)
+{
     rls_metrics_view_t v;
     const char *why;
     int i, rc;
@@ -291,17 +310,21 @@ int rls_server_metrics(const rls_server_t *s, rl_buf_t *out)
     v.batch = rls_decider_stats(&s->decider);
     v.store = s->store;
     v.start_unix_ms = s->start_unix_ms;
+    v.other_loop = s->first != NULL;
     v.healthy = s->store != NULL && rls_server_healthy(s, &why);
     v.draining = s->draining;
     v.rt = s->rt.policy != NULL ? &s->rt : NULL;
-    v.reload = &s->reload.rl.stats;
-    v.switches = &s->switches.stats;
+    /* Another loop's page holds only what is its own: the first loop's
+     * has the process's (its reloads, switches, xDS). */
+    v.reload = s->first == NULL ? &s->reload.rl.stats : NULL;
+    v.switches = s->first == NULL ? &s->switches.stats : NULL;
     v.refusals = rls_decider_refusal_stats(&s->decider);
     v.local = rls_decider_local(&s->decider);
-    v.envoy_reload =
-        s->cfg->nenvoy_configs > 0 ? &s->envoy_reload.rl.stats : NULL;
+    v.envoy_reload = s->cfg->nenvoy_configs > 0 && s->first == NULL
+                         ? &s->envoy_reload.rl.stats
+                         : NULL;
     v.envoy_stats = s->estats_on ? &s->estats : NULL;
-    v.statsd = &s->statsd;
+    v.statsd = s->first == NULL ? &s->statsd : NULL;
     v.xds = s->xds.started ? &s->xds.stats : NULL;
     v.grpc = s->grpc != NULL ? rls_grpc_stats(s->grpc) : NULL;
     if ((rc = rls_metrics_render(&v, out)) != RL_OK)
@@ -346,6 +369,8 @@ static void install_envoy_conf(void *arg, rls_envoy_conf_t *conf)
     rls_server_t *s = arg;
 
     rls_grpc_set_conf(s->grpc, conf);
+    if (s->hooks.envoy_conf != NULL)
+        s->hooks.envoy_conf(s->hooks.arg, conf);
 }
 
 /* grpc.health.v1 on the --grpc listener: what /healthcheck says. */
@@ -401,15 +426,21 @@ static int start_grpc(rls_server_t *s, char *err, size_t errlen)
     rls_diag_t d;
     int rc;
 
-    if (cfg->nenvoy_configs > 0 &&
-        (rc = rls_envoy_conf_build_paths(cfg->envoy_configs,
-                                         cfg->nenvoy_configs, NULL, &conf,
-                                         &d)) != RL_OK) {
+    if (s->first != NULL) {
+        /* Another loop of --threads: the first loop's tree, by reference;
+         * the first reads the files and the control plane. */
+        conf = rls_grpc_envoy_ctx((rls_grpc_t *)s->first->grpc)->conf;
+        if (conf != NULL)
+            rls_envoy_conf_ref(conf);
+    } else if (cfg->nenvoy_configs > 0 &&
+               (rc = rls_envoy_conf_build_paths(cfg->envoy_configs,
+                                                cfg->nenvoy_configs, NULL,
+                                                &conf, &d)) != RL_OK) {
         snprintf(err, errlen, "bad --envoy-config: %s",
                  rc == RL_EINVAL ? d.msg[0] : "out of memory");
         return rc;
     }
-    if (cfg->envoy_xds_host[0] != '\0') {
+    if (cfg->envoy_xds_host[0] != '\0' && s->first == NULL) {
         rls_xds_opts_t o = {
             .host = cfg->envoy_xds_host,
             .port = cfg->envoy_xds_port,
@@ -430,6 +461,8 @@ static int start_grpc(rls_server_t *s, char *err, size_t errlen)
             return rc;
     }
     rls_server_grpc_opts(cfg, &go);
+    if (s->first != NULL)
+        go.port = -1; /* the first loop's listener hands it connections */
     if ((rc = rls_grpc_start(&s->grpc, s->loop, &go, &s->decider, err,
                              errlen)) != RL_OK) {
         rls_envoy_conf_unref(conf);
@@ -442,7 +475,7 @@ static int start_grpc(rls_server_t *s, char *err, size_t errlen)
         s->estats.near_ratio = cfg->envoy_near_ratio;
         s->estats_on = 1;
         rls_grpc_set_estats(s->grpc, &s->estats);
-        if (cfg->statsd_host[0] != '\0' &&
+        if (cfg->statsd_host[0] != '\0' && s->first == NULL &&
             (rc = rls_statsd_start(&s->statsd, s->loop, cfg->statsd_host,
                                    cfg->statsd_port, cfg->statsd_flush_ms,
                                    rls_estats_statsd, &s->estats, err,
@@ -457,7 +490,7 @@ static int start_grpc(rls_server_t *s, char *err, size_t errlen)
     /* Out of memory stops the start (rls_server_start's unwind closes
      * the listener); a file that cannot be watched is logged, and SIGHUP
      * still reloads it. */
-    if (cfg->nenvoy_configs > 0 &&
+    if (cfg->nenvoy_configs > 0 && s->first == NULL &&
         (rc = rls_envoy_reload_start(
              &s->envoy_reload, s->loop, cfg->envoy_configs, cfg->nenvoy_configs,
              cfg->reload_settle_ms, install_envoy_conf, s)) == RL_ENOMEM) {
@@ -481,9 +514,11 @@ static int start_check(rls_server_t *s, char *err, size_t errlen)
     }
     o.xff_hops = (unsigned)cfg->check_xff_hops;
     o.error_details = cfg->check_error_details;
+    /* Another loop of --threads binds nothing: the first's listener
+     * hands it connections. */
     if ((rc = rls_check_start(&s->check, s->loop, cfg->http_host,
-                              cfg->http_port, &s->decider, &o, err, errlen)) !=
-        RL_OK)
+                              s->first != NULL ? -1 : cfg->http_port,
+                              &s->decider, &o, err, errlen)) != RL_OK)
         return rc;
     rls_http_server_set_tls(
         s->check.http, cfg->tls_listeners & RLS_TLS_ON_HTTP ? s->tls : NULL,
@@ -549,15 +584,20 @@ static int start_frontends(rls_server_t *s, char *err, size_t errlen)
     }
     rls_server_conns_opts(cfg, &co);
     rls_conns_init(&s->conns, s->loop, &co, &s->decider);
-    if ((rc = rls_conns_listen(&s->conns, cfg->listen_host, cfg->listen_port,
-                               err, errlen)) != RL_OK) {
+    if (s->first != NULL) {
+        /* Another loop of --threads: no listener of its own. */
+        s->fe[RLS_LISTENER_NATIVE] = rls_conns_frontend(&s->conns);
+        s->conns.fe.plain = &s->conns.set.plain;
+    } else if ((rc = rls_conns_listen(&s->conns, cfg->listen_host,
+                                      cfg->listen_port, err, errlen)) !=
+               RL_OK) {
         rls_conns_free(&s->conns);
         return rc;
     }
     if (cfg->tls_listeners & RLS_TLS_ON_LISTEN)
         rls_conns_set_tls(&s->conns, s->tls);
     s->fe[RLS_LISTENER_NATIVE] = rls_conns_frontend(&s->conns);
-    if (cfg->metrics_host[0] != '\0') {
+    if (cfg->metrics_host[0] != '\0' && s->first == NULL) {
         if ((rc = rls_admin_start(&s->admin, s->loop, cfg->metrics_host,
                                   cfg->metrics_port, admin_page, admin_health,
                                   s, err, errlen)) != RL_OK)
@@ -574,7 +614,8 @@ static int start_frontends(rls_server_t *s, char *err, size_t errlen)
     if (cfg->http_host[0] != '\0' &&
         (rc = start_check(s, err, errlen)) != RL_OK)
         return rc;
-    if (s->grpc != NULL && (rc = start_envoy_listeners(s, err, errlen)) != RL_OK)
+    if (s->grpc != NULL && s->first == NULL &&
+        (rc = start_envoy_listeners(s, err, errlen)) != RL_OK)
         return rc;
     return RL_OK;
 }
@@ -588,9 +629,20 @@ static void before_policy_change(void *arg)
     rls_decider_before_change(&s->decider);
 }
 
-int rls_server_start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
-                     rls_store_t *store, rls_policy_t *policy, char *err,
-                     size_t errlen)
+/* A new policy or new switches are in force: the first loop of
+ * --threads hands them to the others. */
+static void after_policy_change(void *arg)
+{
+    rls_server_t *s = arg;
+
+    if (s->hooks.changed != NULL)
+        s->hooks.changed(s->hooks.arg, &s->rt);
+}
+
+/* rls_server_start, or another loop's (first != NULL). */
+static int start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
+                 rls_store_t *store, rls_policy_t *policy,
+                 const rls_server_t *first, char *err, size_t errlen)
 {
     /* The server's own handles, in the order they are opened: the first
      * nhandles of them are closed again by the unwind. */
@@ -603,6 +655,7 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
     int rc, i, nhandles = 0, local = 0, decider = 0;
 
     memset(s, 0, sizeof(*s));
+    s->first = first;
     s->hold_fd = -1;
     s->loop = loop;
     s->cfg = cfg;
@@ -628,6 +681,7 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
     s->rt.max_inline_window = (uint32_t)cfg->max_inline_window;
     s->rt.max_inline_limit = cfg->max_inline_limit;
     s->rt.before_change = before_policy_change;
+    s->rt.after_change = after_policy_change;
     s->rt.arg = s;
     if (cfg->fail_open == RLS_FAIL_LOCAL) {
         local = 1; /* a failed init is closed too */
@@ -657,6 +711,7 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
      * can read Redis could then forge handles (a settlement refunding any
      * caller's window), and whoever can write it could replace it. */
     dopts.handle_secret_file = cfg->handle_secret_file;
+    dopts.handle_secret = first != NULL ? &first->decider.hkey : NULL;
     dopts.reserve_ttl_ms = cfg->reserve_ttl_ms;
     dopts.xop_timeout_ms = cfg->redis_timeout_ms;
     if ((rc = rls_decider_init(&s->decider, &dopts, err, errlen)) != RL_OK)
@@ -664,7 +719,8 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
     decider = 1;
     /* Not as envoy-ratelimit (--envoy-env): the native protocol, the only
      * one with handles, is then on a loopback port of its own. */
-    if (cfg->handle_secret_file == NULL && cfg->use_redis && !cfg->envoy_env)
+    if (first == NULL && cfg->handle_secret_file == NULL && cfg->use_redis &&
+        !cfg->envoy_env)
         RLS_WARN("no --handle-secret-file on a Redis store: reservation "
                  "and lease handles are signed with this instance's own "
                  "secret, so another instance (or this one restarted) "
@@ -678,7 +734,8 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
         if (s->fe[i] != NULL) {
             s->fe[i]->on_empty = on_fe_empty;
             s->fe[i]->arg = s;
-            if (i != RLS_LISTENER_NATIVE) /* main.c logs that one */
+            if (i != RLS_LISTENER_NATIVE && first == NULL) /* main.c: that
+                                                              one */
                 RLS_INFO("listening", " listener=%s addr=%s:%d tls=%s",
                          s->fe[i]->ops->flag, s->fe[i]->host, s->fe[i]->port,
                          s->fe[i]->tls != NULL ? "on" : "off");
@@ -686,9 +743,12 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
     if (s->tls != NULL) {
         char desc[256];
         rls_tls_describe(s->tls, desc, sizeof(desc));
-        RLS_INFO("tls certificate", " %s client_ca=%s", desc,
-                 cfg->tls_client_ca != NULL ? "required" : "none");
-        /* The reloaders log their own failures. Out of memory stops the
+        if (first == NULL)
+            RLS_INFO("tls certificate", " %s client_ca=%s", desc,
+                     cfg->tls_client_ca != NULL ? "required" : "none");
+        /* Every loop has its own certificates (its TLS counters and caps
+         * are its own), read from the files and reloaded as they change.
+         * The reloaders log their own failures. Out of memory stops the
          * start, as everywhere here (with no SIGHUP handler a reload
          * would kill the process); a file that cannot be watched does
          * not: SIGHUP still reloads it. */
@@ -729,6 +789,8 @@ int rls_server_start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
         goto fail_uv;
     nhandles++;
     s->stop_timer.data = s;
+    if (first != NULL)
+        return RL_OK; /* the first loop has the signals and the policy */
     if ((rc = uv_signal_init(loop, &s->sigterm)) != 0)
         goto fail_uv;
     nhandles++;
@@ -797,6 +859,21 @@ fail:
         rls_local_close(&s->local, NULL, NULL);
     rls_runtime_free(&s->rt);
     return rc;
+}
+
+int rls_server_start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
+                     rls_store_t *store, rls_policy_t *policy, char *err,
+                     size_t errlen)
+{
+    return start(s, loop, cfg, store, policy, NULL, err, errlen);
+}
+
+int rls_server_start_loop(rls_server_t *s, uv_loop_t *loop,
+                          const rls_server_t *first, rls_store_t *store,
+                          char *err, size_t errlen)
+{
+    return start(s, loop, first->cfg, store, rls_policy_ref(first->rt.policy),
+                 first, err, errlen);
 }
 
 int rls_server_port(const rls_server_t *s, rls_listener_t which)
@@ -873,7 +950,8 @@ int rls_server_healthy(const rls_server_t *s, const char **why)
                                             : "store unavailable";
         return 0;
     }
-    if (!rls_switch_poll_ready(&s->switches)) {
+    if (s->first != NULL ? !s->sw_ready
+                         : !rls_switch_poll_ready(&s->switches)) {
         *why = "runtime switches not read yet";
         return 0;
     }

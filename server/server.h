@@ -41,8 +41,27 @@ typedef enum {
     RLS_LISTENERS
 } rls_listener_t;
 
+/* What the first loop of --threads tells the others (server/loops.c sets
+ * them; NULL with one loop). Each runs on the first loop. */
+typedef struct rls_server_hooks_s {
+    void (*stop)(void *arg); /* its stop began */
+    /* a new policy or new switches are in force in rt */
+    void (*changed)(void *arg, const rls_runtime_t *rt);
+    /* a new Envoy tree is in force (borrowed: a hook keeps a reference) */
+    void (*envoy_conf)(void *arg, rls_envoy_conf_t *conf);
+    void (*ready)(void *arg); /* the runtime switches were read */
+    int (*metrics)(void *arg, rl_buf_t *out); /* every loop's page */
+    void *arg;
+} rls_server_hooks_t;
+
 typedef struct rls_server_s {
     uv_loop_t *loop;
+    /* --threads: the first loop's server, which binds the listeners and
+     * reads the policy; NULL in the first loop (or the only one). */
+    const struct rls_server_s *first;
+    rls_server_hooks_t hooks; /* the first loop's */
+    int sw_ready;   /* another loop: the first has read the switches */
+    int ready_told; /* the first loop: hooks.ready was called */
     const rls_flags_t *cfg;
     rls_store_t *store;
     rls_decider_t decider; /* the batcher, the handle secret */
@@ -93,6 +112,20 @@ typedef struct rls_server_s {
 int rls_server_start(rls_server_t *s, uv_loop_t *loop,
                      const rls_flags_t *cfg, rls_store_t *store,
                      rls_policy_t *policy, char *err, size_t errlen);
+
+/* Starts another loop of --threads (server/loops.c) on loop, beside
+ * first (started, its loop not running yet): first's flags and policy,
+ * the store given (the server's from then on, as above), first's handle
+ * secret; no listener of its own (first's hand it connections,
+ * rls_frontend_ops_t.adopt), no signals, no reloading: first hands it
+ * what it installs. Returns as rls_server_start. */
+int rls_server_start_loop(rls_server_t *s, uv_loop_t *loop,
+                          const rls_server_t *first, rls_store_t *store,
+                          char *err, size_t errlen);
+
+/* The loop's own /metrics page (rls_server_metrics is the process's:
+ * with --threads, every loop's merged). */
+int rls_server_metrics_loop(const rls_server_t *s, rl_buf_t *out);
 
 /* The port a listener is bound to (the one the system picked for port 0),
  * or 0 when it is not open. */

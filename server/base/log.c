@@ -12,6 +12,15 @@ static int log_level = RLS_LOG_INFO;
 
 static const char *const level_names[] = {"debug", "info", "warn", "error"};
 
+/* --threads: the loop this thread runs, named in its lines (0: the first
+ * loop's, or the only one: no field). */
+static _Thread_local unsigned log_loop;
+
+void rls_log_set_loop(unsigned loop)
+{
+    log_loop = loop;
+}
+
 int rls_log_set_level(const char *name)
 {
     int i;
@@ -54,6 +63,12 @@ void rls_log(int level, const char *msg, const char *fields, ...)
         if (k > 0)
             n += (size_t)k < sizeof(line) - n ? (size_t)k
                                               : sizeof(line) - n - 1;
+    }
+    if (log_loop > 0 && n < sizeof(line) - 1) {
+        k = snprintf(line + n, sizeof(line) - n, " loop=%u", log_loop);
+        if (k > 0)
+            n +=
+                (size_t)k < sizeof(line) - n ? (size_t)k : sizeof(line) - n - 1;
     }
     line[n++] = '\n';
     /* One write per line so lines from several processes do not interleave

@@ -14,6 +14,10 @@ int rls_log_set_level(const char *name);
 
 int rls_log_enabled(int level);
 
+/* Names `loop` (> 0) in every line this thread logs from now on
+ * (--threads' other loops). */
+void rls_log_set_loop(unsigned loop);
+
 /* Prints one line: ts, level, msg="<msg>", then the caller's fields, which
  * are a printf format producing ` key=value` pairs (may be NULL). */
 void rls_log(int level, const char *msg, const char *fields, ...)

@@ -305,7 +305,7 @@ int rls_check_start(rls_check_t *k, uv_loop_t *loop, const char *host, int port,
     }
     rls_http_server_set_limits(k->http, RLS_CHECK_IDLE_MS, RLS_CHECK_CONNS_MAX);
     rls_http_server_set_ctx_size(k->http, sizeof(check_ctx_t));
-    k->fe.port = rls_http_server_port(k->http);
+    k->fe.port = port >= 0 ? rls_http_server_port(k->http) : 0;
     return RL_OK;
 }
 
@@ -407,6 +407,16 @@ static int fe_metrics(const rls_frontend_t *fe, rl_buf_t *out)
     }
 }
 
+static void fe_adopt(rls_frontend_t *fe, int fd)
+{
+    rls_http_server_adopt(check_of(fe)->http, fd);
+}
+
+static rls_streams_t *fe_streams(rls_frontend_t *fe)
+{
+    return rls_http_server_streams(check_of(fe)->http);
+}
+
 /* No resume or flush: an answer is written when it comes. No drain: it
  * keeps answering while the load balancer notices /healthz. */
 static const rls_frontend_ops_t check_ops = {
@@ -416,6 +426,8 @@ static const rls_frontend_ops_t check_ops = {
     .close_all = fe_close,
     .free = fe_close,
     .metrics = fe_metrics,
+    .adopt = fe_adopt,
+    .streams = fe_streams,
 };
 
 rls_frontend_t *rls_check_frontend(rls_check_t *k)

@@ -79,7 +79,10 @@ int rls_decider_init(rls_decider_t *d, const rls_decider_opts_t *o, char *err,
     d->reserve.xop_timeout_ms = o->xop_timeout_ms;
     /* Reservation and lease handles: signed with the operator's secret,
      * else this process's own. */
-    if (o->handle_secret_file != NULL) {
+    if (o->handle_secret != NULL) {
+        rls_hkey_copy(&d->hkey, o->handle_secret);
+        rc = RL_OK;
+    } else if (o->handle_secret_file != NULL) {
         rc = rls_hkey_from_file(&d->hkey, o->handle_secret_file, err, errlen);
     } else if ((rc = rls_hkey_random(&d->hkey)) != RL_OK) {
         snprintf(err, errlen, "no random bytes for the handle secret");

@@ -98,6 +98,9 @@ typedef struct rls_decider_opts_s {
      * waits this long for its settlement, and their store steps fail
      * after xop_timeout_ms (0: unbounded). */
     const char *handle_secret_file;
+    /* Else this secret, copied (--threads: the first loop's, so that a
+     * handle made on one loop is honoured on every other). */
+    const rls_hkey_t *handle_secret;
     uint64_t reserve_ttl_ms;
     uint64_t xop_timeout_ms;
 } rls_decider_opts_t;

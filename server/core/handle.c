@@ -253,6 +253,13 @@ int rls_hkey_random(rls_hkey_t *k)
     return RL_OK;
 }
 
+void rls_hkey_copy(rls_hkey_t *k, const rls_hkey_t *from)
+{
+    memcpy(k->k, from->k, sizeof(k->k));
+    mac_init(k);
+    k->set = from->set;
+}
+
 void rls_hkey_from_text(rls_hkey_t *k, const char *s, size_t n)
 {
     SHA256((const uint8_t *)s, n, k->k);

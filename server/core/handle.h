@@ -91,6 +91,9 @@ int rls_hkey_from_file(rls_hkey_t *k, const char *path, char *err,
  * secrets). Return 0 or RL_EINVAL. */
 int rls_hkey_random(rls_hkey_t *k);
 void rls_hkey_from_text(rls_hkey_t *k, const char *s, size_t n);
+/* Sets k to from's secret, with a MAC of its own (--threads: every loop
+ * signs with the first loop's secret, each on its own thread). */
+void rls_hkey_copy(rls_hkey_t *k, const rls_hkey_t *from);
 
 /* A fresh random 64-bit id (never 0). */
 uint64_t rls_handle_new_id(void);

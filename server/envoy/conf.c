@@ -173,15 +173,17 @@ rls_envoy_conf_t *rls_envoy_conf_new(void)
     return c;
 }
 
+/* Atomic: with --threads every loop's gRPC service holds the one tree
+ * the first loop built, and drops it on its own thread. */
 rls_envoy_conf_t *rls_envoy_conf_ref(rls_envoy_conf_t *c)
 {
-    c->refs++;
+    __atomic_add_fetch(&c->refs, 1, __ATOMIC_RELAXED);
     return c;
 }
 
 void rls_envoy_conf_unref(rls_envoy_conf_t *c)
 {
-    if (c != NULL && --c->refs == 0)
+    if (c != NULL && __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) == 0)
         conf_free(c);
 }
 

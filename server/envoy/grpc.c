@@ -1633,6 +1633,8 @@ void rls_grpc_accept(rls_grpc_t *g, uv_stream_t *l, int status)
 
     if (status < 0)
         return;
+    if (rls_streams_handoff(&g->set, l))
+        return; /* another loop serves it */
     if ((c = calloc(1, sizeof(*c))) == NULL ||
         rls_stream_init(&c->s, &g->set, c) != 0) {
         free(c);
@@ -1841,8 +1843,11 @@ int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_grpc_opts_t *o,
     g->spin.data = g;
     uv_timer_init(loop, &g->health);
     g->health.data = g;
-    rc = rls_listen(&g->listener, o->host, o->port, 511,
-                    on_connection);
+    /* A port below 0: no listener of its own (--threads: the first
+     * loop's hands it connections, rls_frontend_ops_t.adopt). */
+    rc = o->port < 0
+             ? 0
+             : rls_listen(&g->listener, o->host, o->port, 511, on_connection);
     if (rc != 0) {
         /* g goes when the three close callbacks have run. */
         g->freeing = 1;
@@ -1855,8 +1860,10 @@ int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_grpc_opts_t *o,
                  o->host, o->port, uv_strerror(rc));
         return RL_EADDR;
     }
-    g->listening = 1;
-    g->fe.port = rls_listen_port(&g->listener);
+    if (o->port >= 0) {
+        g->listening = 1;
+        g->fe.port = rls_listen_port(&g->listener);
+    }
     rls_streams_sweep_every(&g->set, 1000);
     uv_unref((uv_handle_t *)&g->health);
     *out = g;
@@ -2161,6 +2168,23 @@ static int fe_metrics(const rls_frontend_t *fe, rl_buf_t *out)
     return rls_grpc_metrics(grpc_of(fe), out);
 }
 
+static void adopt_accept(void *arg)
+{
+    rls_grpc_accept(arg, NULL, 0);
+}
+
+static void fe_adopt(rls_frontend_t *fe, int fd)
+{
+    rls_grpc_t *g = grpc_of(fe);
+
+    rls_streams_adopt(&g->set, fd, adopt_accept, g);
+}
+
+static rls_streams_t *fe_streams(rls_frontend_t *fe)
+{
+    return &grpc_of(fe)->set;
+}
+
 /* No resume: a round's flush lets deferred connections go on. */
 static const rls_frontend_ops_t grpc_ops = {
     .flag = "grpc",
@@ -2171,6 +2195,8 @@ static const rls_frontend_ops_t grpc_ops = {
     .close_all = fe_close_all,
     .free = fe_free,
     .metrics = fe_metrics,
+    .adopt = fe_adopt,
+    .streams = fe_streams,
 };
 
 rls_frontend_t *rls_grpc_frontend(rls_grpc_t *g)

@@ -80,7 +80,8 @@ typedef struct rls_grpc_s rls_grpc_t;
 typedef struct rls_grpc_opts_s {
     rls_stream_opts_t stream;
     const char *host;      /* --grpc's; outlives the listener */
-    int port;              /* 0: any */
+    int port;              /* 0: any; < 0: no listener (--threads: the
+                              connections are handed over, adopt) */
     uint32_t max_frame;    /* largest message (--max-frame) */
     uint32_t max_streams;  /* concurrent streams per connection
                               (--grpc-max-streams) */

@@ -771,6 +771,8 @@ void rls_conns_accept(rls_conns_t *s, uv_stream_t *listener, int status)
         RLS_WARN("accept failed", " err=\"%s\"", uv_strerror(status));
         return;
     }
+    if (rls_streams_handoff(&s->set, listener))
+        return; /* another loop serves it */
     c = calloc(1, sizeof(*c));
     if (c == NULL || rls_stream_init(&c->s, &s->set, c) != 0) {
         free(c);
@@ -1077,6 +1079,23 @@ static int fe_metrics(const rls_frontend_t *fe, rl_buf_t *out)
     return rls_stream_metrics(out, m, sizeof(m) / sizeof(m[0]));
 }
 
+static void adopt_accept(void *arg)
+{
+    rls_conns_accept(arg, NULL, 0);
+}
+
+static void fe_adopt(rls_frontend_t *fe, int fd)
+{
+    rls_conns_t *s = set_of(fe);
+
+    rls_streams_adopt(&s->set, fd, adopt_accept, s);
+}
+
+static rls_streams_t *fe_streams(rls_frontend_t *fe)
+{
+    return &set_of(fe)->set;
+}
+
 static const rls_frontend_ops_t conns_ops = {
     .flag = "listen",
     .resume = fe_resume,
@@ -1087,6 +1106,8 @@ static const rls_frontend_ops_t conns_ops = {
     .close_all = fe_close_all,
     .free = fe_free,
     .metrics = fe_metrics,
+    .adopt = fe_adopt,
+    .streams = fe_streams,
 };
 
 rls_frontend_t *rls_conns_frontend(rls_conns_t *s)

@@ -47,6 +47,13 @@ typedef struct rls_frontend_ops_s {
     /* Appends its families to the /metrics page. Returns 0 or the
      * buffer's error. NULL: none. */
     int (*metrics)(const rls_frontend_t *fe, rl_buf_t *out);
+    /* --threads: serves the connection fd, which the first loop's
+     * listener accepted and handed to this loop (it owns fd now). NULL:
+     * this listener is served by the first loop alone. */
+    void (*adopt)(rls_frontend_t *fe, int fd);
+    /* Its listener's set (net/stream.h), where --threads hooks the
+     * hand-off and counts the loop's streams; NULL: it has none. */
+    struct rls_streams_s *(*streams)(rls_frontend_t *fe);
 } rls_frontend_ops_t;
 
 struct rls_frontend_s {

@@ -919,6 +919,8 @@ static void on_connection(uv_stream_t *listener, int status)
         RLS_WARN("http accept failed", " err=\"%s\"", uv_strerror(status));
         return;
     }
+    if (rls_streams_handoff(&m->set, listener))
+        return; /* another loop serves it */
     accept_one(m, -1);
 }
 
@@ -959,13 +961,21 @@ int rls_http_server_start(rls_http_server_t **out, uv_loop_t *loop,
     m->set.opts.max_conns = RLS_HTTP_CONNS_MAX;
     uv_tcp_init(loop, &m->listener);
     m->listener.data = m;
-    if ((rc = rls_listen(&m->listener, host, port, 511, on_connection)) != 0) {
+    /* A port below 0: no listener of its own (--threads: connections are
+     * handed over, rls_http_server_adopt). */
+    if (port >= 0 &&
+        (rc = rls_listen(&m->listener, host, port, 511, on_connection)) != 0) {
         m->closing = 1;
         close_listener(m);
         return rc;
     }
     *out = m;
     return 0;
+}
+
+rls_streams_t *rls_http_server_streams(rls_http_server_t *m)
+{
+    return m != NULL ? &m->set : NULL;
 }
 
 int rls_http_server_port(const rls_http_server_t *m)

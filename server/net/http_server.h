@@ -92,7 +92,8 @@ typedef void (*rls_http_route_fn)(void *arg, const rls_http_req_t *q,
 int rls_http_reply_text(rls_http_reply_t *r, int status, const char *reason,
                         const char *body);
 
-/* Binds host:port and serves on loop. Returns 0 with *out set, or a
+/* Binds host:port and serves on loop (a port below 0: binds nothing and
+ * serves the connections it adopts). Returns 0 with *out set, or a
  * negative libuv error with nothing left open. */
 int rls_http_server_start(rls_http_server_t **out, uv_loop_t *loop,
                           const char *host, int port, rls_http_route_fn route,
@@ -103,6 +104,9 @@ int rls_http_server_start(rls_http_server_t **out, uv_loop_t *loop,
  * and TLS. fd is the server's from the call on (closed when refused, or
  * when the listener is closing). */
 void rls_http_server_adopt(rls_http_server_t *h, int fd);
+
+/* Its connections' set (net/stream.h), for --threads' hand-off. */
+struct rls_streams_s *rls_http_server_streams(rls_http_server_t *h);
 
 /* The port the listener is bound to, or a negative libuv error. */
 int rls_http_server_port(const rls_http_server_t *h);

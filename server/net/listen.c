@@ -1,10 +1,43 @@
 /* Binding a TCP listener, shared by every listener of the server. */
+#define _GNU_SOURCE /* SO_REUSEPORT */
 #include "net/listen.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* --reuseport: set once at start, before any listener binds. */
+static int reuseport;
+
+void rls_listen_set_reuseport(int on)
+{
+    reuseport = on;
+}
+
+/* Binds a socket of its own with SO_REUSEPORT (libuv's bind cannot set
+ * it before 1.49) and gives it to tcp. Returns 0 or a libuv error. */
+static int bind_reuseport(uv_tcp_t *tcp, const struct addrinfo *ai)
+{
+    int fd, on = 1, rc;
+
+    fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return uv_translate_sys_error(errno);
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on)) != 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof(on)) != 0 ||
+        bind(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+        rc = uv_translate_sys_error(errno);
+        close(fd);
+        return rc;
+    }
+    if ((rc = uv_tcp_open(tcp, fd)) != 0)
+        close(fd);
+    return rc;
+}
 
 int rls_listen(uv_tcp_t *tcp, const char *host, int port, int backlog,
                uv_connection_cb cb)
@@ -20,7 +53,7 @@ int rls_listen(uv_tcp_t *tcp, const char *host, int port, int backlog,
     snprintf(service, sizeof(service), "%d", port);
     if (getaddrinfo(host, service, &hints, &ai) != 0)
         return UV_EAI_NONAME;
-    rc = uv_tcp_bind(tcp, ai->ai_addr, 0);
+    rc = reuseport ? bind_reuseport(tcp, ai) : uv_tcp_bind(tcp, ai->ai_addr, 0);
     freeaddrinfo(ai);
     if (rc != 0)
         return rc;

@@ -7,6 +7,11 @@
 /* Resolves host (a name or a literal; a blocking lookup, for startup only),
  * binds tcp to host:port and listens. Returns 0 or a negative libuv error
  * (EADDRINUSE, EADDRNOTAVAIL, EAI_NONAME...). */
+/* --reuseport: every listener bound from then on has SO_REUSEPORT, so
+ * that several processes can bind one port (the kernel spreads new
+ * connections among them). */
+void rls_listen_set_reuseport(int on);
+
 int rls_listen(uv_tcp_t *tcp, const char *host, int port, int backlog,
                uv_connection_cb cb);
 

@@ -7,6 +7,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "base/prom.h"
@@ -25,7 +26,20 @@ void rls_streams_init(rls_streams_t *set, uv_loop_t *loop, const char *name,
     set->name = name;
     set->alpn = alpn;
     set->rbuf_cap = rbuf_cap;
+    set->adopt_fd = -1;
     rls_list_init(&set->all);
+}
+
+void rls_streams_adopt(rls_streams_t *set, int fd, void (*accept)(void *arg),
+                       void *arg)
+{
+    set->adopt_fd = fd;
+    accept(arg);
+    if (set->adopt_fd >= 0) {
+        /* The path gave up before taking it (out of memory). */
+        close(set->adopt_fd);
+        set->adopt_fd = -1;
+    }
 }
 
 void rls_streams_free(rls_streams_t *set)
@@ -94,16 +108,26 @@ int rls_stream_init(rls_stream_t *s, rls_streams_t *set, void *owner)
         return rc;
     s->tcp.data = owner;
     s->handles = 1;
+    s->counted = set->loop_streams != NULL;
+    if (s->counted)
+        __atomic_add_fetch(set->loop_streams, 1, __ATOMIC_RELAXED);
     s->accepted_ms = s->since = uv_now(set->loop);
     return 0;
 }
 
 int rls_stream_accept(rls_stream_t *s, uv_stream_t *listener)
 {
-    int rc;
+    int rc, fd = s->set->adopt_fd;
 
-    if ((rc = uv_accept(listener, (uv_stream_t *)&s->tcp)) != 0)
+    if (fd >= 0) {
+        s->set->adopt_fd = -1;
+        if ((rc = uv_tcp_open(&s->tcp, fd)) != 0) {
+            close(fd);
+            return rc;
+        }
+    } else if ((rc = uv_accept(listener, (uv_stream_t *)&s->tcp)) != 0) {
         return rc;
+    }
     uv_tcp_nodelay(&s->tcp, 1);
     return 0;
 }
@@ -136,6 +160,8 @@ void rls_stream_close(rls_stream_t *s, uv_close_cb close_cb)
         return;
     s->closing = 1;
     s->reading = 0;
+    if (s->counted)
+        __atomic_sub_fetch(s->set->loop_streams, 1, __ATOMIC_RELAXED);
     uv_close((uv_handle_t *)&s->tcp, close_cb);
     /* Its handshake, if under way, stops counting against the caps. */
     rls_tls_conn_free(s->tls);

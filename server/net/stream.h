@@ -75,6 +75,18 @@ typedef struct rls_streams_s {
     uv_timer_t sweep;
     uint64_t sweep_ms;
     void (*on_sweep)(struct rls_streams_s *set, uint64_t now);
+    /* --threads (server/loops.h): the first loop's listener offers each
+     * new connection to handoff, which may give it to another loop (1:
+     * taken; 0: accept it here). NULL: every connection is accepted here. */
+    int (*handoff)(void *arg, uv_stream_t *listener);
+    void *handoff_arg;
+    /* The connection another loop handed over (rls_streams_adopt), which
+     * the next rls_stream_accept opens instead of accepting; -1: none. */
+    int adopt_fd;
+    /* The streams open on this set's loop, over all its sets (the
+     * hand-off's measure of a loop's load); NULL: not counted. Updated
+     * atomically: another thread reads it. */
+    unsigned *loop_streams;
 } rls_streams_t;
 
 typedef struct rls_stream_s {
@@ -89,6 +101,7 @@ typedef struct rls_stream_s {
     unsigned reading : 1;
     unsigned closing : 1;
     unsigned heard : 1; /* something was read */
+    unsigned counted : 1; /* in set->loop_streams */
     char peer[48];      /* under TLS: the client's address, for the log */
 } rls_stream_t;
 
@@ -126,12 +139,28 @@ uint64_t rls_streams_sweep_period(uint64_t shortest_ms);
 rls_stream_t *rls_streams_victim(rls_streams_t *set,
                                  int (*rank)(const rls_stream_t *s));
 
+/* The first loop's listener got a connection (at the top of a front end's
+ * accept): 1 when set->handoff gave it to another loop (nothing more to
+ * do), 0 when it is accepted here. */
+static inline int rls_streams_handoff(rls_streams_t *set, uv_stream_t *listener)
+{
+    return set->handoff != NULL && listener != NULL &&
+           set->handoff(set->handoff_arg, listener);
+}
+
+/* Runs accept(arg) with fd as the connection its rls_stream_accept takes:
+ * a front end's accept path, unchanged, for a connection another loop
+ * accepted. fd is closed if the path never took it. */
+void rls_streams_adopt(rls_streams_t *set, int fd, void (*accept)(void *arg),
+                       void *arg);
+
 /* Starts a stream of set for the connection `owner` (tcp.data): the
  * socket handle is made (handles = 1). Returns 0 or a libuv error (then
  * nothing was made). */
 int rls_stream_init(rls_stream_t *s, rls_streams_t *set, void *owner);
-/* Takes the next connection off listener (TCP_NODELAY on). Returns 0,
- * or a libuv error after which the caller closes the stream. */
+/* Takes the next connection off listener, or the one being adopted
+ * (rls_streams_adopt), TCP_NODELAY on. Returns 0, or a libuv error after
+ * which the caller closes the stream. */
 int rls_stream_accept(rls_stream_t *s, uv_stream_t *listener);
 /* Under TLS (set->tls), the handshake admitted by the set's caps
  * (rls_tls_accept): past them the client gets the alert its TLS stack

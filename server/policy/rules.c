@@ -54,23 +54,25 @@ static void policy_free(rls_policy_t *p)
     free(p);
 }
 
+/* Atomic: with --threads every loop's runtime holds the one policy the
+ * first loop built, and drops it on its own thread. */
 rls_policy_t *rls_policy_ref(rls_policy_t *p)
 {
-    p->refs++;
+    __atomic_add_fetch(&p->refs, 1, __ATOMIC_RELAXED);
     return p;
 }
 
 void rls_policy_unref(rls_policy_t *p)
 {
-    if (p != NULL && --p->refs == 0)
+    if (p != NULL && __atomic_sub_fetch(&p->refs, 1, __ATOMIC_ACQ_REL) == 0)
         policy_free(p);
 }
 
 rls_policy_t *rls_policy_release(rls_policy_t *p)
 {
-    if (p == NULL || p->refs == 1)
+    if (p == NULL || __atomic_load_n(&p->refs, __ATOMIC_ACQUIRE) == 1)
         return p;
-    p->refs--;
+    rls_policy_unref(p);
     return NULL;
 }
 

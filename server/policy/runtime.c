@@ -156,6 +156,8 @@ int rls_runtime_set_policy(rls_runtime_t *rt, rls_policy_t *p)
     rls_policy_unref(rt->policy);
     rt->policy = p;
     rt->generation++;
+    if (rt->after_change != NULL)
+        rt->after_change(rt->arg);
     return RL_OK;
 }
 
@@ -174,6 +176,22 @@ int rls_runtime_set_switches(rls_runtime_t *rt, rls_switches_t *sw)
     rls_switches_free(&rt->sw);
     rt->sw = *sw;
     memset(sw, 0, sizeof(*sw));
+    if (rt->after_change != NULL)
+        rt->after_change(rt->arg);
+    return RL_OK;
+}
+
+int rls_switches_copy(rls_switches_t *dst, const rls_switches_t *src)
+{
+    *dst = *src;
+    dst->items = NULL;
+    if (src->n == 0)
+        return RL_OK;
+    if ((dst->items = malloc(src->n * sizeof(*src->items))) == NULL) {
+        dst->n = 0;
+        return RL_ENOMEM;
+    }
+    memcpy(dst->items, src->items, src->n * sizeof(*src->items));
     return RL_OK;
 }
 

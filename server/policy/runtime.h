@@ -123,6 +123,9 @@ typedef struct rls_runtime_s {
     /* Called before the policy or the switches change (the server flushes
      * the batch it is filling). */
     void (*before_change)(void *arg);
+    /* Called once a new policy or new switches are in force (--threads:
+     * the first loop hands them to every other). NULL: nothing. */
+    void (*after_change)(void *arg);
     void *arg;
 } rls_runtime_t;
 
@@ -146,6 +149,9 @@ int rls_switches_parse(rls_switches_t *sw, size_t npairs,
                        const char *const *values, const size_t *vlens,
                        size_t *bad);
 void rls_switches_free(rls_switches_t *sw);
+/* dst becomes a copy of src, items of its own. Returns 0 or RL_ENOMEM
+ * (then dst holds none). */
+int rls_switches_copy(rls_switches_t *dst, const rls_switches_t *src);
 
 /* The switches hash's version field as rls_switches_parse reads it, for
  * the poller's look at whether anything changed: digits only (rl-ctl's

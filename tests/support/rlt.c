@@ -470,6 +470,30 @@ static int read_ports(rlt_server_t *s, const char *path)
     return got ? RL_OK : RL_EAGAIN;
 }
 
+/* $RLT_SERVER_ARGS, words split at spaces, after every rl-server's own
+ * arguments: how a suite runs again under other flags (--threads 2).
+ * Returns 0, or RL_EINVAL when they do not fit in max. */
+static int extra_args(const char *bin, char **args, size_t *n, size_t max)
+{
+    static char words[512];
+    const char *env = getenv("RLT_SERVER_ARGS"), *base = strrchr(bin, '/');
+    char *p, *save = NULL;
+
+    base = base != NULL ? base + 1 : bin;
+    if (env == NULL || strcmp(base, "rl-server") != 0)
+        return RL_OK;
+    if (strlen(env) >= sizeof(words))
+        return RL_EINVAL;
+    strcpy(words, env);
+    for (p = strtok_r(words, " ", &save); p != NULL;
+         p = strtok_r(NULL, " ", &save)) {
+        if (*n >= max)
+            return RL_EINVAL;
+        args[(*n)++] = p;
+    }
+    return RL_OK;
+}
+
 int rlt_spawn_listening(rlt_server_t *s, char *const argv[], int timeout_ms)
 {
     char *args[80], dir[64], path[96];
@@ -484,6 +508,10 @@ int rlt_spawn_listening(rlt_server_t *s, char *const argv[], int timeout_ms)
         args[n] = argv[n];
         n++;
     }
+    if ((rc = extra_args(argv[0], args, &n,
+                         sizeof(args) / sizeof(args[0]) - 3)) != RL_OK)
+        return rc;
+    rc = RL_EIO;
     snprintf(dir, sizeof(dir), "/tmp/rlt-srv-XXXXXX");
     if (mkdtemp(dir) == NULL)
         return RL_EIO;
