@@ -869,8 +869,8 @@ static const flag_t flags[] = {
     NUM("--max-partial-bytes", "N", max_partial_bytes, 0, (uint64_t)1 << 40,
         "memory all connections may hold in input\n"
         "buffers (partial frames); past it the\n"
-        "largest holders are closed (default\n"
-        "67108864; 0: no cap)"),
+        "largest holders are closed; per loop of\n"
+        "--threads (default 67108864; 0: no cap)"),
     LISTEN("--metrics", "HOST:PORT", metrics_host, metrics_port,
            "serve /metrics and /healthz over HTTP\n"
            "(default: off)"),

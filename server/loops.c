@@ -178,12 +178,14 @@ static void on_wake(uv_async_t *a)
         next = m->next;
         switch (m->kind) {
         case MSG_ADOPT:
-            __atomic_sub_fetch(&w->all->pending[m->listener][w->index], 1,
-                               __ATOMIC_RELAXED);
+            /* Counted in the loop's streams first, then no longer
+             * pending: the hand-off never sees it in neither. */
             if (!s->closed && s->fe[m->listener] != NULL) {
                 s->fe[m->listener]->ops->adopt(s->fe[m->listener], m->fd);
                 m->fd = -1;
             }
+            __atomic_sub_fetch(&w->all->pending[m->listener][w->index], 1,
+                               __ATOMIC_RELAXED);
             break;
         case MSG_POLICY:
             if (!s->closed)
@@ -473,8 +475,10 @@ static uint64_t share(uint64_t cap, unsigned n, unsigned loop)
 }
 
 /* Hooks listener i of server s into the hand-off: its set counts the
- * loop's streams and holds the loop's share of the listener's caps, and
- * the first loop's offers its connections. */
+ * loop's streams and holds the loop's share of the connection cap, and
+ * the first loop's offers its connections. (The input cap,
+ * --max-partial-bytes, stays each loop's whole: shared, it would refuse
+ * one client's request that fits.) */
 static void hook_listener(rls_loops_t *l, rls_server_t *s, unsigned loop, int i)
 {
     rls_streams_t *set;
@@ -483,8 +487,8 @@ static void hook_listener(rls_loops_t *l, rls_server_t *s, unsigned loop, int i)
         s->fe[i]->ops->streams == NULL ||
         (set = s->fe[i]->ops->streams(s->fe[i])) == NULL)
         return;
+    set->opts.max_conns_all = set->opts.max_conns;
     set->opts.max_conns = (uint32_t)share(set->opts.max_conns, l->n, loop);
-    set->opts.max_input = share(set->opts.max_input, l->n, loop);
     l->cap[i][loop] = set->opts.max_conns;
     set->loop_streams = &l->streams[i][loop];
     if (loop == 0) {

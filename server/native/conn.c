@@ -826,7 +826,9 @@ void rls_conns_accept(rls_conns_t *s, uv_stream_t *listener, int status)
                          " refused=%llu open=%llu max=%u",
                          (unsigned long long)s->refused_unlogged,
                          (unsigned long long)s->stats.conns_open - 1,
-                         s->set.opts.max_conns);
+                         s->set.opts.max_conns_all != 0
+                             ? s->set.opts.max_conns_all
+                             : s->set.opts.max_conns);
                 s->refusal_logged_ms = now ? now : 1;
                 s->refused_unlogged = 0;
             }

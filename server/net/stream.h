@@ -42,7 +42,10 @@
  * protocol settings are its own (rls_conns_opts_t, rls_grpc_opts_t);
  * each front end reads the fields that apply to it. */
 typedef struct rls_stream_opts_s {
-    uint32_t max_conns;    /* open at once (--max-connections) */
+    uint32_t max_conns;     /* open at once (--max-connections; with
+                               --threads, this loop's share of it) */
+    uint32_t max_conns_all; /* --threads: the process's cap, for the log
+                               (0: max_conns is) */
     size_t max_output;     /* unsent output of one connection (--max-output) */
     uint64_t max_input;    /* input held by all its connections
                               (--max-partial-bytes); 0: not capped */

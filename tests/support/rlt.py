@@ -122,6 +122,13 @@ def wait_listen(port, proc, log, timeout_s=10):
                        % (port, timeout_s))
 
 
+def server_args():
+    """$RLT_SERVER_ARGS, split at spaces: what every rl-server a script
+    starts gets after its own flags (how a suite runs again under other
+    flags, --threads 2), as rlt.c's rlt_spawn_listening adds them."""
+    return os.environ.get("RLT_SERVER_ARGS", "").split()
+
+
 def start_redis(tmp, extra=(), redis="redis-server", procs=None):
     """Starts a redis-server on a reserved port with its log and files in
     tmp (one more try on another port if something outside the tests

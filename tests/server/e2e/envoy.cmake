@@ -31,7 +31,27 @@ if(RL_DEBIAN_PYTHON)
                          LABELS integration
                          ENVIRONMENT
                          "RL_CHECK=$<TARGET_FILE:rl-check>;RL_ENVOY_REDIS_MODULE=$<TARGET_FILE:rl_redis_module>")
+    # And through it with --threads 2 (e2e/CMakeLists.txt's _threads2).
+    add_test(NAME e2e_envoy_grpc_module_threads2
+      COMMAND ${RL_DEBIAN_PYTHON}
+              ${CMAKE_CURRENT_SOURCE_DIR}/envoy/e2e_envoy_grpc.py
+              $<TARGET_FILE:rl-server> ${PROJECT_SOURCE_DIR}/proto
+              ${CMAKE_CURRENT_SOURCE_DIR}/envoy ${RL_REDIS_SERVER})
+    set_tests_properties(e2e_envoy_grpc_module_threads2 PROPERTIES
+                         TIMEOUT 120 LABELS "integration;threads"
+                         ENVIRONMENT
+                         "RLT_SERVER_ARGS=--threads 2;RL_CHECK=$<TARGET_FILE:rl-check>;RL_ENVOY_REDIS_MODULE=$<TARGET_FILE:rl_redis_module>")
   endif()
+  # The memory store with --threads 2: one table for both loops.
+  add_test(NAME e2e_envoy_grpc_threads2
+    COMMAND ${RL_DEBIAN_PYTHON}
+            ${CMAKE_CURRENT_SOURCE_DIR}/envoy/e2e_envoy_grpc.py
+            $<TARGET_FILE:rl-server> ${PROJECT_SOURCE_DIR}/proto
+            ${CMAKE_CURRENT_SOURCE_DIR}/envoy)
+  set_tests_properties(e2e_envoy_grpc_threads2 PROPERTIES TIMEOUT 120
+                       LABELS "integration;threads"
+                       ENVIRONMENT
+                       "RLT_SERVER_ARGS=--threads 2;RL_CHECK=$<TARGET_FILE:rl-check>")
 endif()
 
 # grpc.health.v1 on the --grpc listener (grpcio; stubs from

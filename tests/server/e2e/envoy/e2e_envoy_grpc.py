@@ -116,6 +116,7 @@ class Server:
             args += ["--redis", "127.0.0.1:%d" % REDIS_PORT,
                      "--prefix", "rl%d:" % n]
         self.log = open(os.path.join(TMP, "server-%d.log" % n), "w")
+        args += rlt.server_args()
         self.p = subprocess.Popen(args + list(extra), stderr=self.log)
         PROCS.append(self.p)
         got = rlt.wait_ports(self.p, ports, self.log.name)
