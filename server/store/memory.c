@@ -438,7 +438,10 @@ static rls_store_t *front_new(uv_loop_t *loop, rls_memtab_t *t)
 
 rls_store_t *rls_store_memory_new(uv_loop_t *loop)
 {
-    rls_memtab_t *t = tab_new(RLS_MEMORY_MAX_DEFAULT, 1, 1);
+    /* One loop only, so no lock: callgrind counted the uncontended mutex
+     * at 53 of the 75 instructions per decision a locked stripe added
+     * (docs/store.md). */
+    rls_memtab_t *t = tab_new(RLS_MEMORY_MAX_DEFAULT, 1, 0);
     rls_store_t *s;
 
     if (t == NULL)
