@@ -16,7 +16,7 @@
  * table's clock, byte total, full state and warnings are atomics, read by
  * any loop without a lock.
  *
- * The sweep runs once per 250 ms for the table, not once per front: a
+ * The sweep runs once per 250 ms tick for the table, not once per front: a
  * front's timer that fires when the sweep is due claims it (the sweep
  * lock, tried, never waited for, and the next due time), so N loops do not
  * sweep N times, and whichever fronts are alive keep it going. It takes
@@ -35,6 +35,7 @@
 #include "store/store.h"
 
 #define SWEEP_EVERY_MS 250
+#define SWEEP_SLACK_MS 25 /* sweeps at least 225 ms apart */
 #define SWEEP_BUDGET 20000 /* entries looked at per sweep, at most */
 #define TRIM_AFTER 100000  /* entries freed before malloc_trim */
 #define WARN_EVERY_MS 1000 /* "store full" warnings, at most one per */
@@ -359,9 +360,13 @@ static void on_sweep(uv_timer_t *timer)
         pthread_mutex_trylock(&t->sweep_mu) == 0) {
         if (mono >= atomic_load_explicit(&t->sweep_due, memory_order_relaxed)) {
             tab_sweep(t, tab_now(t), &more);
-            /* More expired than one sweep may free: due again at once. */
+            /* Due again a tick on, less a slack: a timer's callback runs a
+             * little after its loop's time, and the next tick must not
+             * find the sweep a millisecond short of due. More expired than
+             * one sweep may free: due again at once. */
             atomic_store_explicit(&t->sweep_due,
-                                  more ? mono : mono + SWEEP_EVERY_MS,
+                                  more ? mono
+                                       : mono + SWEEP_EVERY_MS - SWEEP_SLACK_MS,
                                   memory_order_relaxed);
         }
         pthread_mutex_unlock(&t->sweep_mu);

@@ -45,10 +45,11 @@ rls_memtab_t *rls_memtab_new(uint64_t max_bytes, unsigned stripes);
 void rls_memtab_release(rls_memtab_t *t);
 
 /* A front on loop over table t (which it holds a reference to, until its
- * close callback): the store the batcher of that loop calls; its submit,
- * xop and close run on loop's thread, and its callbacks fire there, before
- * submit returns, as rls_store_memory_new's. Returns NULL on allocation
- * failure. */
+ * close callback): the store the batcher of that loop calls. Made on
+ * loop's thread, or before loop runs (it starts the front's timer); its
+ * submit, xop and close run on loop's thread, and its callbacks fire
+ * there, before submit returns, as rls_store_memory_new's. Returns NULL
+ * on allocation failure. */
 rls_store_t *rls_store_memory_new_shared(uv_loop_t *loop, rls_memtab_t *t);
 
 /* The stats of a front: batches, ops and errors are its own (sum them over
@@ -61,12 +62,14 @@ rls_store_t *rls_store_memory_new_shared(uv_loop_t *loop, rls_memtab_t *t);
  * holding at most its share. A new counter that would pass its stripe's
  * share is refused: its op fails with RL_ENOMEM and stats.mem_full is set
  * until expiry brings that stripe below 7/8 of its share. Counters that
- * exist keep counting. Any thread, any front. */
+ * exist keep counting. Called on s's loop's thread (it refreshes s's
+ * stats); the cap is the table's, for every front. */
 void rls_store_memory_set_max(rls_store_t *s, uint64_t max_bytes);
 
 /* Frees up to one sweep's worth of counters of s's table that expired by
  * now_ms, as one table sweep does every 250 ms on the wall clock; for
- * tests on a scripted clock. Returns how many counters it looked at. */
+ * tests on a scripted clock; on s's loop's thread, and while another
+ * thread sweeps it waits. Returns how many counters it looked at. */
 size_t rls_store_memory_sweep(rls_store_t *s, uint64_t now_ms);
 
 #endif
