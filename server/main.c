@@ -162,6 +162,7 @@ static unsigned cores(void)
 typedef struct store_args_s {
     const rls_flags_t *cfg;
     rls_redis_tls_t *tls;
+    rls_memtab_t *memtab; /* --threads on the memory store: the table */
 } store_args_t;
 
 /* The store of one loop, from the flags: Redis Cluster, Redis (or its
@@ -220,6 +221,8 @@ static rls_store_t *new_store(uv_loop_t *loop, void *arg)
         }
         return rls_store_redis_new(loop, &ro);
     }
+    if (a->memtab != NULL)
+        return rls_store_memory_new_shared(loop, a->memtab); /* its cap */
     store = rls_store_memory_new(loop);
     if (store != NULL)
         rls_store_memory_set_max(store, c->memory_max);
@@ -364,6 +367,17 @@ int main(int argc, char **argv)
     }
     sargs.cfg = &cfg;
     sargs.tls = tls;
+    sargs.memtab = NULL;
+    if (cfg.threads == 0)
+        cfg.threads = cores();
+    /* Several loops on the memory store: one table, a front per loop. */
+    if (cfg.threads > 1 && !cfg.use_redis &&
+        (sargs.memtab = rls_memtab_new(cfg.memory_max, 0)) == NULL) {
+        fprintf(stderr, "rl-server: out of memory\n");
+        rls_policy_unref(policy);
+        rls_redis_tls_free(tls);
+        return 1;
+    }
     store = new_store(&loop, &sargs);
     if (store == NULL) {
         fprintf(stderr, "rl-server: out of memory\n");
@@ -373,35 +387,38 @@ int main(int argc, char **argv)
     }
 
     rls_listen_set_reuseport(cfg.reuseport);
-    if (cfg.threads == 0)
-        cfg.threads = cores();
     if (cfg.threads > 1 && cfg.fail_open == RLS_FAIL_LOCAL) {
         fprintf(stderr, "rl-server: --fail-local takes one loop: not with "
                         "--threads above 1\n");
         store->v->close(store, NULL, NULL);
         uv_run(&loop, UV_RUN_DEFAULT);
         uv_loop_close(&loop);
+        rls_memtab_release(sargs.memtab);
         rls_redis_tls_free(tls);
         rls_policy_unref(policy);
         return 2;
     }
     rc = rls_server_start(&srv, &loop, &cfg, store, policy, err,
                           sizeof(err));
-    if (rc == RL_OK && cfg.threads > 1 &&
-        (rc = rls_loops_start(&loops, &srv, cfg.threads, new_store, &sargs, err,
-                              sizeof(err))) != RL_OK) {
-        fprintf(stderr, "rl-server: %s\n", err);
-        rls_server_stop(&srv);
-        uv_run(&loop, UV_RUN_DEFAULT);
-        rls_server_free(&srv);
-        uv_loop_close(&loop);
-        rls_redis_tls_free(tls);
-        return 1;
-    }
     if (rc != RL_OK) {
         fprintf(stderr, "rl-server: %s\n", err);
         store->v->close(store, NULL, NULL);
         uv_run(&loop, UV_RUN_DEFAULT);
+        uv_loop_close(&loop);
+        rls_memtab_release(sargs.memtab);
+        rls_redis_tls_free(tls);
+        return 1;
+    }
+    if (cfg.threads > 1 &&
+        (rc = rls_loops_start(&loops, &srv, cfg.threads, new_store, &sargs,
+                              err, sizeof(err))) != RL_OK)
+        fprintf(stderr, "rl-server: %s\n", err);
+    /* Each loop's store holds the table from here on. */
+    rls_memtab_release(sargs.memtab);
+    if (rc != RL_OK) {
+        rls_server_stop(&srv);
+        uv_run(&loop, UV_RUN_DEFAULT);
+        rls_server_free(&srv);
         uv_loop_close(&loop);
         rls_redis_tls_free(tls);
         return 1;
