@@ -288,6 +288,11 @@ void rls_decider_flush_now(rls_decider_t *d)
     rls_batcher_flush_now(&d->batcher);
 }
 
+void rls_decider_set_max_reqs(rls_decider_t *d, size_t max_reqs)
+{
+    d->batcher.max_reqs = max_reqs;
+}
+
 void rls_decider_before_change(rls_decider_t *d)
 {
     rls_batcher_flush_now(&d->batcher);

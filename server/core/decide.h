@@ -171,6 +171,11 @@ uint64_t rls_decider_tick(rls_decider_t *d, uint64_t now_ns);
 /* Submits the filling batch now, whatever is in flight (when stopping). */
 void rls_decider_flush_now(rls_decider_t *d);
 
+/* Sets the requests per batch (the opts' max_reqs, > 0), before the first
+ * request: batches are made to that size (tests: 1 submits each request
+ * by itself). */
+void rls_decider_set_max_reqs(rls_decider_t *d, size_t max_reqs);
+
 /* Before the policy or the switches change: the filling batch goes out,
  * so that no batch mixes two versions, and the refusals known without the
  * store are forgotten (a limit may have gone up). */

@@ -1,7 +1,7 @@
-/* A small HTTP/1.1 server on the server's own libuv loop, for the --metrics
- * listener: requests are parsed by http.c and answered by the route the
- * owner gives; a malformed or oversized request gets 400 and the
- * connection is closed.
+/* A small HTTP/1.1 server on the server's own libuv loop, for the --metrics,
+ * --http (/check) and Envoy /json listeners: requests are parsed by http.c
+ * and answered by the route the owner gives; a malformed or oversized
+ * request gets 400 and the connection is closed.
  *
  * A connection costs a fixed struct (its 8 KiB input buffer inline) plus
  * the response it is writing. Requests are served one at a time: while a
@@ -15,16 +15,37 @@
  * may wait the idle limit between requests. The listener therefore can
  * neither grow the server's memory nor be held by slow clients.
  *
+ * Deadlines: one timer serves the whole listener, its set's sweep
+ * (net/stream.h), rather than one per connection, as in native/conn.c. A
+ * connection with a deadline is on one of three lists, one per length:
+ * the header deadline (a head, a body, and from the accept the TLS
+ * handshake with the first head), the idle limit (between requests, and
+ * while a response is being written) and the linger (after a closing
+ * response, min(idle limit, LINGER_MS)). It goes to the tail of its list
+ * when its state changes, so each list is in deadline order and a sweep
+ * stops at the first connection not yet due: O(1) per request, O(expired)
+ * per sweep, and no timer start or stop per request. A connection
+ * awaiting its answer is on none (the batcher always answers, by the
+ * store's timeout at the latest). The price is precision: a deadline
+ * fires up to one sweep period late, a quarter of the shorter of the
+ * header deadline and the linger, 10 to 250 ms (250 ms on every listener
+ * of the server, whose header deadline is 2 s).
+ *
  * A route may answer later (the /check endpoint answers when the batcher
  * does): the connection then stays unread and unanswered until
  * rls_http_answer; with one request at a time, pipelined requests are
- * answered in order. A connection that closes meanwhile keeps its memory
- * until the answer it is owed arrives (`owed`, as native/conn.c keeps
- * `inflight`), so a late answer never touches freed memory.
+ * answered in order. An answer given later that went out whole resumes
+ * reading at once; a pipelined request already buffered is served from
+ * the loop (the answer comes from inside the decider, which must not be
+ * asked again from there), by the listener's one zero timer (`next`) and
+ * its list of connections so due. A connection that closes meanwhile
+ * keeps its memory until the answer it is owed arrives (`owed`, as
+ * native/conn.c keeps `inflight`), so a late answer never touches freed
+ * memory.
  *
- * Lifetime: rls_http_server_close closes the listener and every
- * connection; the state is freed by the last close callback, or by the
- * last answer owed to a closed connection. */
+ * Lifetime: rls_http_server_close closes the listener, the two timers and
+ * every connection; the state is freed by the last close callback, or by
+ * the last answer owed to a closed connection. */
 #include "net/http_server.h"
 
 #include <stddef.h>
@@ -48,6 +69,14 @@
  * by every connection of the listener. */
 #define CBUF 17408
 
+/* The lengths a connection's deadline can have, one list each. */
+enum {
+    DL_HEAD,   /* the header deadline (never more than the idle limit) */
+    DL_IDLE,   /* the idle limit */
+    DL_LINGER, /* draining after a closing response */
+    DL_N
+};
+
 struct rls_http_server_s {
     uv_loop_t *loop;
     rls_http_route_fn route;
@@ -58,7 +87,17 @@ struct rls_http_server_s {
      * set.open of them; TLS, its counters, the ciphertext buffer. */
     rls_streams_t set;
     /* Its limits are set.opts': max_conns, idle_ms and frame_ms (the
-     * header deadline, which the TLS handshake is held to as well). */
+     * header deadline, which the TLS handshake is held to as well). The
+     * deadlines set.sweep keeps: the connections that have one, on the
+     * list of its length, each list in deadline order; the lengths (DL_*,
+     * from set.opts by limits_changed). */
+    rls_list_t deadlines[DL_N];
+    uint64_t dl_ms[DL_N];
+    /* Connections whose next request, buffered already, is served from
+     * the loop by the zero timer `next` (after an answer given later). */
+    rls_list_t next_due;
+    uv_timer_t next;
+    unsigned timers; /* set.sweep and next, until their close callbacks */
     unsigned live; /* allocated, closing ones included */
     size_t ctx_size; /* route's bytes after each connection */
     size_t max_body; /* rls_http_server_set_max_body; 0: no bodies */
@@ -75,13 +114,15 @@ struct rls_http_server_s {
 
 typedef struct rls_http_conn_s mconn_t;
 struct rls_http_conn_s {
-    /* The socket and its handles (the timer counted too), the answers
-     * owed, `since` (when the connection's current state began, loop
-     * time: opening, first byte of a request, or the last response;
-     * orders evictions). HTTPS: requests come out of s.tls into in[],
-     * responses go through it (out then holds the ciphertext). */
+    /* The socket (its one handle), the answers owed, `since` (when the
+     * connection's current state began, loop time: opening, first byte
+     * of a request, or the last response; orders evictions). HTTPS:
+     * requests come out of s.tls into in[], responses go through it (out
+     * then holds the ciphertext). */
     rls_stream_t s;
-    uv_timer_t timer; /* the per-request deadline */
+    rls_list_t dl;   /* on m->deadlines[] while a deadline runs */
+    uint64_t due;    /* ... which passes then (loop time) */
+    rls_list_t next; /* on m->next_due while its next request waits */
     uv_write_t wreq;
     uv_shutdown_t sreq;
     rls_http_server_t *m;
@@ -111,24 +152,57 @@ struct rls_http_conn_s {
 };
 
 static void conn_serve(mconn_t *c, int parse);
-static void on_timeout(uv_timer_t *t);
 static void on_write(uv_write_t *req, int status);
 static void close_listener(rls_http_server_t *m);
-
-/* The header deadline in effect: never more than the idle limit. */
-static uint64_t head_limit(const rls_http_server_t *m)
-{
-    return m->set.opts.frame_ms < m->set.opts.idle_ms ? m->set.opts.frame_ms
-                                                      : m->set.opts.idle_ms;
-}
 
 /* Frees the listener's state once nothing refers to it any more. */
 static void maybe_free(rls_http_server_t *m)
 {
-    if (!m->closing || !m->listener_closed || m->spare_busy || m->live > 0)
+    if (!m->closing || !m->listener_closed || m->spare_busy || m->live > 0 ||
+        m->timers > 0)
         return;
     rls_streams_free(&m->set);
     free(m);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Deadlines */
+
+/* The deadlines' lengths from set.opts, and the sweep's period from the
+ * shortest (the idle limit is never shorter than the other two). */
+static void limits_changed(rls_http_server_t *m)
+{
+    uint64_t idle = m->set.opts.idle_ms, head = m->set.opts.frame_ms;
+
+    m->dl_ms[DL_HEAD] = head < idle ? head : idle;
+    m->dl_ms[DL_IDLE] = idle;
+    m->dl_ms[DL_LINGER] = idle < LINGER_MS ? idle : LINGER_MS;
+    rls_streams_sweep_every(&m->set, rls_streams_sweep_period(
+                                         m->dl_ms[DL_HEAD] < m->dl_ms[DL_LINGER]
+                                             ? m->dl_ms[DL_HEAD]
+                                             : m->dl_ms[DL_LINGER]));
+}
+
+/* c's deadline is now list `which`'s length from now: c goes to that
+ * list's tail, which keeps the list in deadline order. A closing
+ * connection has none. */
+static void deadline_set(mconn_t *c, int which)
+{
+    rls_http_server_t *m = c->m;
+
+    if (c->s.closing)
+        return;
+    c->due = uv_now(m->loop) + m->dl_ms[which];
+    rls_list_remove(&c->dl);
+    rls_list_push(&m->deadlines[which], &c->dl);
+}
+
+/* The deadline of c's next request once a response is out: the header
+ * deadline when its first bytes are buffered already (pipelined), else
+ * the idle limit. */
+static void deadline_next(mconn_t *c)
+{
+    deadline_set(c, c->in_len > 0 ? DL_HEAD : DL_IDLE);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -172,9 +246,10 @@ static void conn_close(mconn_t *c)
     if (c->s.closing)
         return;
     rls_list_remove(&c->s.node);
+    rls_list_remove(&c->dl);
+    rls_list_remove(&c->next);
     c->m->set.open--;
     rls_stream_close(&c->s, on_handle_closed);
-    uv_close((uv_handle_t *)&c->timer, on_handle_closed);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -255,10 +330,11 @@ static ssize_t tls_in(mconn_t *c, const uint8_t *p, size_t n)
     return tls_pull(c);
 }
 
-static void on_timeout(uv_timer_t *t)
+/* c's deadline passed: closed (a handshake under way, counted and told
+ * as failed). */
+static void expire(mconn_t *c)
 {
-    mconn_t *c = t->data;
-
+    rls_list_remove(&c->dl);
     if (rls_stream_handshaking(&c->s) && !c->s.closing) {
         c->m->stats.timed_out++;
         tls_failed(c, RLS_TLS_TIMEOUT,
@@ -272,6 +348,23 @@ static void on_timeout(uv_timer_t *t)
                   " bytes=%zu served=%u", c->in_len, (unsigned)c->served);
     }
     conn_close(c);
+}
+
+/* The set's one timer: closes the connections past their deadlines. Each
+ * list is in deadline order, so each loop stops at the first not due. */
+static void on_sweep(rls_streams_t *set, uint64_t now)
+{
+    rls_http_server_t *m = RLS_CONTAINER_OF(set, rls_http_server_t, set);
+    mconn_t *c;
+    int i;
+
+    for (i = 0; i < DL_N; i++)
+        while (!rls_list_empty(&m->deadlines[i])) {
+            c = RLS_CONTAINER_OF(m->deadlines[i].next, mconn_t, dl);
+            if (now < c->due)
+                break;
+            expire(c);
+        }
 }
 
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
@@ -327,7 +420,7 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         /* The first byte of a kept-alive connection's next request: its
          * head now has the header deadline rather than the idle limit. */
         c->s.since = uv_now(c->m->loop);
-        uv_timer_start(&c->timer, on_timeout, head_limit(c->m), 0);
+        deadline_set(c, DL_HEAD);
     }
     /* Parse when a line has ended (a head ends in a blank line), when the
      * buffer is full, or on the first bytes of a request (to refuse garbage
@@ -391,10 +484,7 @@ static int after_write(mconn_t *c)
             conn_close(c);
             return 0;
         }
-        uv_timer_start(&c->timer, on_timeout,
-                       m->set.opts.idle_ms < LINGER_MS ? m->set.opts.idle_ms
-                                                       : LINGER_MS,
-                       0);
+        deadline_set(c, DL_LINGER);
         start_reading(c);
         return 0;
     }
@@ -410,21 +500,28 @@ static int after_write(mconn_t *c)
             return 0;
         c->in_len += (size_t)got;
     }
-    uv_timer_start(&c->timer, on_timeout,
-                   c->in_len > 0 ? head_limit(m) : m->set.opts.idle_ms, 0);
+    deadline_next(c);
     return 1;
 }
 
-/* The next request of a connection whose answer went out whole from
- * rls_http_answer: its deadline as after_write set it, then served. */
+/* The listener's zero timer: serves the next request of each connection
+ * whose answer went out whole from rls_http_answer with a request
+ * buffered behind it, its deadline as after_write set it. Connections
+ * that join meanwhile (answers the decider gives inside a route) start
+ * the timer again and wait for its next run. */
 static void on_next(uv_timer_t *t)
 {
-    mconn_t *c = t->data;
+    rls_http_server_t *m = t->data;
+    rls_list_t end;
+    mconn_t *c;
 
-    uv_timer_start(&c->timer, on_timeout,
-                   c->in_len > 0 ? head_limit(c->m) : c->m->set.opts.idle_ms,
-                   0);
-    conn_serve(c, c->in_len > 0);
+    rls_list_push(&m->next_due, &end);
+    while (m->next_due.next != &end) {
+        c = RLS_CONTAINER_OF(m->next_due.next, mconn_t, next);
+        rls_list_remove(&c->next);
+        conn_serve(c, c->in_len > 0);
+    }
+    rls_list_remove(&end);
 }
 
 static void on_write(uv_write_t *req, int status)
@@ -540,7 +637,7 @@ static int start_write(mconn_t *c)
     }
     if (rl_buf_len(&c->out) == 0)
         return 1;
-    uv_timer_start(&c->timer, on_timeout, c->m->set.opts.idle_ms, 0);
+    deadline_set(c, DL_IDLE);
     c->writing = 1;
     if (rls_stream_write_queued(&c->s, &c->wreq, &c->out, on_write) != 0) {
         c->writing = 0;
@@ -569,11 +666,19 @@ void rls_http_answer(rls_http_conn_t *c, const rls_http_reply_t *r)
         conn_close(c);
         return;
     }
-    /* Written whole: the next pipelined request is served from the loop
-     * (the answer comes from inside the decider, which must not be asked
-     * again from there), as it would be from the write's callback. */
-    if (start_write(c) && after_write(c))
-        uv_timer_start(&c->timer, on_next, 0, 0);
+    /* Written whole: the next request, as it would be from the write's
+     * callback. With nothing buffered that is reading on, at once; a
+     * pipelined request is served from the loop (the answer comes from
+     * inside the decider, which must not be asked again from there). */
+    if (!start_write(c) || !after_write(c))
+        return;
+    if (c->in_len == 0) {
+        start_reading(c);
+        return;
+    }
+    rls_list_push(&c->m->next_due, &c->next);
+    if (!uv_is_active((uv_handle_t *)&c->m->next))
+        uv_timer_start(&c->m->next, on_next, 0, 0);
 }
 
 /* A request the listener refuses before the route sees it (a body it
@@ -607,7 +712,7 @@ static int body_begin(mconn_t *c, const rls_http_req_t *q)
     c->in_len -= q->head_len;
     c->in_body = 1;
     /* The body has a deadline of its own, the header deadline again. */
-    uv_timer_start(&c->timer, on_timeout, head_limit(c->m), 0);
+    deadline_set(c, DL_HEAD);
     /* A client that waits to be told to send the body (curl does, for
      * bodies over 1 KiB) is told at once; if the write cannot go now it
      * sends the body after its own wait anyway. */
@@ -734,7 +839,7 @@ served:
     if (rc == RL_EAGAIN) {
         /* The answer comes later; no deadline runs meanwhile (the batcher
          * always answers, by the store's timeout at the latest). */
-        uv_timer_stop(&c->timer);
+        rls_list_remove(&c->dl);
         return;
     }
     if (rc != RL_OK) {
@@ -854,12 +959,11 @@ static void accept_one(rls_http_server_t *m, int fd)
         c->m = m;
         if (set->tls == NULL)
             c->in = (char *)c->ctx + m->ctx_size;
-        c->timer.data = c;
+        rls_list_init(&c->dl);
+        rls_list_init(&c->next);
         c->wreq.data = c;
         c->sreq.data = c;
         rl_buf_init(&c->out, RLS_HTTP_OUT_MAX);
-        uv_timer_init(m->loop, &c->timer);
-        c->s.handles++;
         m->live++;
         set->open++;
         rls_list_push(&set->all, &c->s.node);
@@ -878,7 +982,7 @@ static void accept_one(rls_http_server_t *m, int fd)
             return;
         }
         m->stats.accepted++;
-        uv_timer_start(&c->timer, on_timeout, head_limit(m), 0);
+        deadline_set(c, DL_HEAD);
         start_reading(c);
         return;
     }
@@ -941,12 +1045,20 @@ static void on_listener_closed(uv_handle_t *h)
     maybe_free(m);
 }
 
+static void on_timer_closed(uv_handle_t *h)
+{
+    rls_http_server_t *m = h->data;
+
+    m->timers--;
+    maybe_free(m);
+}
+
 int rls_http_server_start(rls_http_server_t **out, uv_loop_t *loop,
                           const char *host, int port, rls_http_route_fn route,
                           void *arg)
 {
     rls_http_server_t *m;
-    int rc;
+    int i, rc;
 
     *out = NULL;
     m = calloc(1, sizeof(*m));
@@ -955,6 +1067,9 @@ int rls_http_server_start(rls_http_server_t **out, uv_loop_t *loop,
     m->loop = loop;
     m->route = route;
     m->arg = arg;
+    for (i = 0; i < DL_N; i++)
+        rls_list_init(&m->deadlines[i]);
+    rls_list_init(&m->next_due);
     rls_streams_init(&m->set, loop, "http", "http/1.1", CBUF);
     m->set.opts.idle_ms = RLS_HTTP_IDLE_MS;
     m->set.opts.frame_ms = RLS_HTTP_HEAD_MS;
@@ -969,6 +1084,13 @@ int rls_http_server_start(rls_http_server_t **out, uv_loop_t *loop,
         close_listener(m);
         return rc;
     }
+    /* The deadlines' timers: the sweep (it does not keep the loop alive)
+     * and the zero timer of the next requests. */
+    rls_streams_sweep_init(&m->set, m, on_sweep);
+    uv_timer_init(loop, &m->next);
+    m->next.data = m;
+    m->timers = 2;
+    limits_changed(m);
     *out = m;
     return 0;
 }
@@ -990,12 +1112,15 @@ void rls_http_server_set_limits(rls_http_server_t *m, uint64_t idle_ms,
         return;
     m->set.opts.idle_ms = idle_ms;
     m->set.opts.max_conns = max_conns;
+    limits_changed(m);
 }
 
 void rls_http_server_set_head_ms(rls_http_server_t *m, uint64_t head_ms)
 {
-    if (m != NULL)
-        m->set.opts.frame_ms = head_ms;
+    if (m == NULL)
+        return;
+    m->set.opts.frame_ms = head_ms;
+    limits_changed(m);
 }
 
 const rls_http_stats_t *rls_http_server_stats(const rls_http_server_t *m)
@@ -1019,6 +1144,10 @@ void rls_http_server_close(rls_http_server_t *m)
     while (!rls_list_empty(&m->set.all))
         conn_close(RLS_CONTAINER_OF(m->set.all.next, mconn_t, s.node));
     close_listener(m);
+    if (!uv_is_closing((uv_handle_t *)&m->next)) {
+        uv_close((uv_handle_t *)&m->set.sweep, on_timer_closed);
+        uv_close((uv_handle_t *)&m->next, on_timer_closed);
+    }
     maybe_free(m); /* a stop may have closed the listener already */
 }
 

@@ -140,7 +140,10 @@ void rls_http_server_on_empty(rls_http_server_t *h, void (*fn)(void *arg),
  * included); 0 once a stopped listener has nothing left to answer. */
 unsigned rls_http_server_live(const rls_http_server_t *h);
 
-/* Overrides the limits above (tests use a short idle limit). NULL is
+/* Overrides the limits above (tests use a short idle limit), right after
+ * start, before any connection: each deadline list is in order by its one
+ * length. The deadlines' sweep period follows (a quarter of the shortest
+ * deadline, 10 to 250 ms: a deadline fires up to that late). NULL is
  * ignored. */
 void rls_http_server_set_limits(rls_http_server_t *h, uint64_t idle_ms,
                                 unsigned max_conns);
@@ -154,7 +157,8 @@ void rls_http_server_set_limits(rls_http_server_t *h, uint64_t idle_ms,
  * 100-continue" is told to go on. NULL is ignored. */
 void rls_http_server_set_max_body(rls_http_server_t *h, size_t max_body);
 
-/* Overrides RLS_HTTP_HEAD_MS (tests). NULL is ignored. */
+/* Overrides RLS_HTTP_HEAD_MS (tests), as rls_http_server_set_limits:
+ * before any connection, the sweep period following. NULL is ignored. */
 void rls_http_server_set_head_ms(rls_http_server_t *h, uint64_t head_ms);
 
 /* HTTPS from now on (set right after start, before any connection):

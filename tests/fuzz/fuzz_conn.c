@@ -328,9 +328,9 @@ static void on_tick(uv_check_t *t)
 {
     harness_t *h = t->data;
 
-    /* server.c's on_tick */
+    /* server.c's on_tick (no hold: no clock to read) */
     rls_conns_resume(&h->conns);
-    rls_batcher_flush(&h->decider.batcher);
+    rls_decider_tick(&h->decider, 0);
     rls_conns_flush(&h->conns);
 }
 
@@ -572,7 +572,7 @@ static void before_change(void *arg)
 {
     harness_t *h = arg;
 
-    rls_batcher_flush(&h->decider.batcher);
+    rls_decider_before_change(&h->decider);
 }
 
 /* Fleet-wide switches, as rl-ctl writes them and the server parses them:
@@ -788,17 +788,17 @@ static void finish(harness_t *h)
                 done = 0;
         }
         if (done && rls_list_empty(&h->conns.all) &&
-            h->decider.batcher.in_flight == 0 && h->store.npend == 0)
+            !rls_decider_busy(&h->decider) && h->store.npend == 0)
             break;
         if (h->progress != last) {
             last = h->progress;
             stall = 0;
         } else if (++stall > STALL_MAX) {
             FAIL("hang: no progress for %u steps (open=%llu inflight=%llu "
-                 "batches=%zu)",
+                 "store busy=%d)",
                  stall, (unsigned long long)h->conns.stats.conns_open,
                  (unsigned long long)h->conns.stats.inflight,
-                 h->decider.batcher.in_flight);
+                 rls_decider_busy(&h->decider));
         }
     }
     if (it == FINAL_MAX)
@@ -813,7 +813,7 @@ static void check_owed(harness_t *h)
         FAIL("a stopping set closed its last connection without on_empty");
     /* The store decided as rl_admit does; the batcher's replay of the same
      * counts must agree unless the script made the store lie. */
-    if (!h->store.lied && h->decider.batcher.stats.replay_mismatch != 0)
+    if (!h->store.lied && rls_decider_stats(&h->decider)->replay_mismatch != 0)
         FAIL("batcher and an honest store disagree on admissions");
     if (h->conns.stats.inflight != 0)
         FAIL("%llu requests in flight after every connection closed",
@@ -851,6 +851,7 @@ static int quiet_once, verbose;
 /* FUZZ_CONN_VERBOSE=1: one line per input, to see what a seed reaches. */
 static void summary(const harness_t *h)
 {
+    const rls_batch_stats_t *bs = rls_decider_stats(&h->decider);
     uint64_t sent = 0, got = 0;
     size_t i;
 
@@ -877,11 +878,9 @@ static void summary(const harness_t *h)
             (unsigned long long)h->conns.stats.rejected[4],
             (unsigned long long)h->conns.stats.rejected[5],
             (unsigned long long)h->conns.stats.rejected[6],
-            (unsigned long long)h->decider.batcher.stats.batches,
-            (unsigned long long)h->decider.batcher.stats.coalesced,
-            (unsigned long long)h->decider.batcher.stats.store_errors,
-            (unsigned long long)h->decider.batcher.stats.replay_mismatch,
-            h->lossy);
+            (unsigned long long)bs->batches, (unsigned long long)bs->coalesced,
+            (unsigned long long)bs->store_errors,
+            (unsigned long long)bs->replay_mismatch, h->lossy);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

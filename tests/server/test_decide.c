@@ -196,7 +196,7 @@ static void test_check_rule(void **state)
     assert_int_equal(r->remaining, 2);
     assert_int_equal(stats(&f, "api")->allowed, 5);
     assert_int_equal(stats(&f, "api")->refused, 1);
-    assert_int_equal(f.dx.d.batcher.stats.requests, 6);
+    assert_int_equal(rls_decider_stats(&f.dx.d)->requests, 6);
     fx_close(&f);
 }
 
@@ -225,7 +225,7 @@ static void test_invalid(void **state)
     assert_int_equal(run(&f, &a, &why), RL_EINVAL);
     assert_string_equal(why, "rule 'one' limits concurrency: ACQUIRE a lease");
     /* Nothing reached the batcher. */
-    assert_int_equal(f.dx.d.batcher.stats.requests, 0);
+    assert_int_equal(rls_decider_stats(&f.dx.d)->requests, 0);
     fx_close(&f);
 }
 
@@ -299,8 +299,8 @@ static void test_limit_zero(void **state)
     assert_int_equal(r->shadow_refused, 1);
     assert_int_equal(f.dx.rt.inline_stats.refused, 1);
     assert_int_equal(f.dx.rt.inline_stats.shadow_refused, 1);
-    assert_int_equal(f.dx.d.batcher.stats.batches, 0);
-    assert_int_equal(f.dx.d.batcher.stats.requests, 0);
+    assert_int_equal(rls_decider_stats(&f.dx.d)->batches, 0);
+    assert_int_equal(rls_decider_stats(&f.dx.d)->requests, 0);
     fx_close(&f);
 }
 
@@ -363,7 +363,7 @@ static void test_mode_off(void **state)
         r = decided(&f, ask(&f, RL_OP_CHECK, "k", NULL, 1, 60, 1));
         assert_int_equal(r->code, RL_CODE_OK);
     }
-    assert_int_equal(f.dx.d.batcher.stats.requests, 0);
+    assert_int_equal(rls_decider_stats(&f.dx.d)->requests, 0);
     /* Switched back: nothing was spent meanwhile. */
     global_mode(&f, -1);
     r = decided(&f, ask(&f, RL_OP_CHECK, "k", "api", 0, 0, 1));

@@ -346,7 +346,7 @@ static void test_bad_requests(void **state)
     assert_int_equal(c.pending, 0);
     rls_envoy_call_free(&c);
     assert_int_equal(f.done, 0);
-    assert_int_equal(f.dx.d.batcher.stats.requests, 0);
+    assert_int_equal(rls_decider_stats(&f.dx.d)->requests, 0);
     fx_close(&f);
 }
 

@@ -77,7 +77,7 @@ static void test_answered_inside_add(void **state)
     f->hport = rls_server_port(&f->srv, RLS_LISTENER_HTTP);
     assert_true(f->hport > 0);
     /* Before the loop runs: each check fills a batch by itself. */
-    f->srv.decider.batcher.max_reqs = 1;
+    rls_decider_set_max_reqs(&f->srv.decider, 1);
     inproc_run(f);
     assert_true(rlt_wait_port(f->hport, 5000));
 
@@ -112,7 +112,7 @@ static void test_answered_inside_add(void **state)
     assert_int_equal(allowed, 10);
     assert_int_equal(refused, 14);
     assert_int_equal(last, 0);
-    assert_int_equal(f->srv.decider.batcher.stats.size.count, 24);
+    assert_int_equal(rls_decider_stats(&f->srv.decider)->size.count, 24);
 
     inproc_stop(f);
 }

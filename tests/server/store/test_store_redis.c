@@ -15,8 +15,10 @@
 #include <string.h>
 
 #include "rl_error.h"
-#include "core/batch.h"
+#include "core/decide.h"
 #include "flags.h"
+#include "policy/rules.h"
+#include "policy/runtime.h"
 #include "server.h"
 #include "store/redis.h"
 #include "store/redis_script.h"
@@ -271,7 +273,6 @@ static int fx_setup_oom(void **state)
 }
 
 static int responded, resp_errors;
-static rls_rule_stats_t inline_stats;
 
 static void on_respond(void *owner, const rl_result_t *r)
 {
@@ -280,29 +281,29 @@ static void on_respond(void *owner, const rl_result_t *r)
     resp_errors += r->error_len > 0;
 }
 
-/* Sends n requests for distinct keys through the batcher, waits for every
- * answer. */
-static void decide(fx_t *f, rls_batcher_t *b, int n, const char *tag)
+/* Sends n checks for distinct keys through the decider, each its own
+ * window (100 per 10 minutes), and waits for every answer. */
+static void decide(fx_t *f, rls_decider_t *d, int n, const char *tag)
 {
     static unsigned seq;
     char key[64];
     int i, want = responded + n;
-    rls_spec_t spec;
+    const char *why = NULL;
+    rls_ask_t a;
 
-    memset(&spec, 0, sizeof(spec));
-    spec.stats = &inline_stats;
-    spec.mode = RLS_MODE_ENFORCE;
-    spec.limits.n = 1;
-    spec.limits.w[0].limit = 100;
-    spec.limits.w[0].window_s = 600;
-    spec.scale = 1;
     for (i = 0; i < n; i++) {
         int len = snprintf(key, sizeof(key), "%s-%u", tag, seq++);
-        assert_int_equal(rls_batcher_add(b, on_respond, NULL, (uint64_t)i, key,
-                                         (size_t)len, 1, &spec),
-                         0);
+        memset(&a, 0, sizeof(a));
+        a.q.id = (uint64_t)i;
+        a.q.key = key;
+        a.q.key_len = (size_t)len;
+        a.q.cost = 1;
+        a.q.limit = 100;
+        a.q.window_s = 600;
+        a.ns = RLS_NS_INLINE;
+        assert_int_equal(rls_decide(d, &a, on_respond, NULL, &why), 0);
     }
-    rls_batcher_flush(b);
+    rls_decider_flush_now(d);
     RUN_UNTIL(f, responded >= want, 3000);
     assert_int_equal(responded, want);
 }
@@ -316,7 +317,12 @@ static void test_oom_counted_logged_unhealthy(void **state)
     fx_t *f = *state;
     static rls_server_t srv;
     static rls_flags_t cfg;
+    static rls_runtime_t rt;
     static job_t a;
+    rls_decider_opts_t o;
+    rls_policy_t *p = NULL;
+    rls_diag_t diag;
+    char err[256];
     redisReply *rep;
     const char *why = NULL;
     logcap_t lc;
@@ -351,9 +357,17 @@ static void test_oom_counted_logged_unhealthy(void **state)
     memset(&srv, 0, sizeof(srv));
     srv.cfg = &cfg;
     srv.store = f->st;
-    rls_batcher_init(&srv.decider.batcher, f->st, NULL, "rl:", 3, 1024, 1000, 1);
+    assert_int_equal(rls_policy_build(NULL, 0, NULL, 16, &p, &diag), RL_OK);
+    assert_int_equal(rls_runtime_init(&rt, p, 16), RL_OK);
+    rls_decider_opts_init(&o);
+    o.store = f->st;
+    o.rt = &rt;
+    o.prefix = "rl:";
+    o.prefix_len = 3;
+    assert_int_equal(rls_decider_init(&srv.decider, &o, err, sizeof(err)),
+                     RL_OK);
     assert_true(rls_server_healthy(&srv, &why));
-    decide(f, &srv.decider.batcher, 50, "oom");
+    decide(f, &srv.decider, 50, "oom");
     assert_int_equal(resp_errors, 50);
     assert_false(rls_server_healthy(&srv, &why));
     assert_non_null(strstr(why, "store errors: 50 of 50 decisions failed"));
@@ -368,13 +382,14 @@ static void test_oom_counted_logged_unhealthy(void **state)
     resp_errors = 0;
     dl = rlt_mono_ms() + 15000;
     while (!rls_server_healthy(&srv, &why) && rlt_mono_ms() < dl) {
-        decide(f, &srv.decider.batcher, 5, "ok");
+        decide(f, &srv.decider, 5, "ok");
         run_for(f, 100);
     }
     assert_true(rls_server_healthy(&srv, &why));
     assert_string_equal(why, "ok");
     assert_int_equal(resp_errors, 0);
-    rls_batcher_free(&srv.decider.batcher);
+    rls_decider_free(&srv.decider);
+    rls_runtime_free(&rt);
 }
 
 int main(void)
