@@ -25,7 +25,7 @@ static int method_is(const rls_http_req_t *q, const char *name)
 static void on_request(void *arg, const rls_http_req_t *q,
                        rls_http_reply_t *r)
 {
-    static char body[128];
+    static _Thread_local char body[128];
     rls_admin_t *a = arg;
     size_t plen = rls_http_path_len(q);
     int rc;

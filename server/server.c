@@ -915,7 +915,7 @@ int rls_server_write_ports(const rls_server_t *s, const char *path)
  * script that fails): a load balancer and an alert must see that too. */
 static int store_failing(const rls_server_t *s, const char **why)
 {
-    static char text[96];
+    static _Thread_local char text[96];
     uint64_t decided, failed;
 
     rls_decider_share(&s->decider, uv_hrtime() / 1000000000, &decided, &failed);

@@ -36,7 +36,7 @@ typedef struct check_ctx_s {
 static void decision(rls_check_t *k, const rl_result_t *r, const char *rule,
                      size_t rule_len, int deny_status, rls_http_reply_t *rep)
 {
-    static char body[256];
+    static _Thread_local char body[256];
 
     rl_hdr_t h[RL_HDR_MAX];
     int n, i;
@@ -100,7 +100,7 @@ static void decision(rls_check_t *k, const rl_result_t *r, const char *rule,
 static void handled(rls_check_t *k, uint32_t op, const rl_result_t *r,
                     rls_http_reply_t *rep)
 {
-    static char body[256];
+    static _Thread_local char body[256];
 
     k->extra_len = 0;
     k->extra[0] = '\0';
@@ -166,7 +166,7 @@ const char *rls_check_reason_name(int reason)
 static void bad(rls_check_t *k, rls_http_reply_t *r, int reason,
                 const char *why)
 {
-    static char body[RL_RULE_MAX + 96];
+    static _Thread_local char body[RL_RULE_MAX + 96];
     uint64_t now = uv_now(k->loop);
 
     k->rejected[reason]++;

@@ -114,7 +114,7 @@ void rls_decider_free(rls_decider_t *d)
 int rls_decide(rls_decider_t *d, rls_ask_t *a, rls_respond_fn respond,
                void *owner, const char **why)
 {
-    static char msg[RL_RULE_MAX + 96];
+    static _Thread_local char msg[RL_RULE_MAX + 96];
     rls_runtime_t *rt = d->rt;
     rls_spec_t spec;
     uint32_t cost0;

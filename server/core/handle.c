@@ -272,9 +272,10 @@ uint64_t rls_handle_new_id(void)
     /* Ids need only be unique per caller (the handle's tag is what a
      * client cannot forge): splitmix64 over a counter drawn at random once
      * per process, a bijection, so a process never repeats one, and two
-     * processes collide with odds of about 2^-64 per pair of ids. */
-    static uint64_t state;
-    static int seeded;
+     * processes collide with odds of about 2^-64 per pair of ids; each
+     * thread (a loop of --threads) draws its own, as a process does. */
+    static _Thread_local uint64_t state;
+    static _Thread_local int seeded;
     uint64_t z;
 
     if (!seeded) {

@@ -527,7 +527,7 @@ int rls_acquire(rls_decider_t *d, const rls_ask_t *a, rls_respond_fn respond,
 int rls_release_renew(rls_decider_t *d, const rls_ask_t *a,
                       rls_respond_fn respond, void *owner, const char **why)
 {
-    static char msg[RL_RULE_MAX + 64];
+    static _Thread_local char msg[RL_RULE_MAX + 64];
     int renew = a->q.op == RL_OP_RENEW;
     rls_handle_t h;
     rls_spec_t spec;

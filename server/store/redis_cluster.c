@@ -265,7 +265,7 @@ static node_t *node_mapped(rls_cluster_t *cl, const char *host, int port)
 
 static void apply_map(rls_cluster_t *cl, const rls_slot_range_t *r, size_t n)
 {
-    static uint8_t named[RLS_SLOTS];
+    static _Thread_local uint8_t named[RLS_SLOTS];
     node_t *nd, *was;
     size_t i;
     unsigned s, changed = 0, masters = 0, covered = 0, added = 0;

@@ -49,8 +49,8 @@ static int send_req(reserve_req_t *q);
  * thread is the only caller). NULL if it could not be: then EVAL. */
 static const char *script_sha(void)
 {
-    static char hex[41];
-    static int state; /* 0 not yet, 1 done, -1 failed */
+    static _Thread_local char hex[41];
+    static _Thread_local int state; /* 0 not yet, 1 done, -1 failed */
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int n = 0, i;
 
