@@ -37,6 +37,7 @@ typedef struct fam_s {
     const char *name, *help;
     uint32_t name_len, help_len;
     uint32_t first, last; /* its samples: index + 1, 0 when none */
+    uint32_t to;          /* adopted by this family: index + 1 (see adopt) */
     uint32_t h;
     uint8_t type;      /* T_*: the first TYPE line's, T_NONE before one */
     uint8_t has_help;  /* a HELP line was seen */
@@ -65,7 +66,7 @@ typedef struct merge_s {
     smp_t *s;
     size_t nf, fcap, ns, scap;
     tab_t ft, st;
-    char *tmp; /* a value NUL-terminated, for strtod */
+    char *tmp; /* a value NUL-terminated for strtod; a name for adopt */
     size_t tmpcap;
     rls_prom_sum_gauge_fn sum_gauge;
 } merge_t;
@@ -426,37 +427,91 @@ static int labels(const char *s, size_t *i, size_t n)
     return RL_OK;
 }
 
+static const struct {
+    const char *s;
+    size_t n;
+    int summary; /* a summary's too, not only a histogram's */
+} suffixes[3] = {{"_bucket", 7, 0}, {"_sum", 4, 1}, {"_count", 6, 1}};
+
+static int headless(const fam_t *f)
+{
+    return !f->has_help && f->type == T_NONE;
+}
+
 /* The family a new sample called name[0, len) joins: its own name's if
  * that is a family, else a histogram's or summary's whose samples it is
  * (name_bucket, name_sum, name_count), else a new one of its name. */
 static int sample_family(merge_t *m, const char *name, size_t len, uint32_t *fi)
 {
-    static const struct {
-        const char *sfx;
-        size_t n;
-        int summary;
-    } sfx[3] = {{"_bucket", 7, 0}, {"_sum", 4, 1}, {"_count", 6, 1}};
     uint32_t v;
     int k;
 
     if ((v = fam_find(m, name, len)) != 0) {
-        *fi = v - 1;
+        const fam_t *f = &m->f[v - 1];
+        *fi = f->to != 0 && headless(f) ? f->to - 1 : v - 1;
         return RL_OK;
     }
     for (k = 0; k < 3; k++) {
         const fam_t *f;
-        if (len <= sfx[k].n ||
-            memcmp(name + len - sfx[k].n, sfx[k].sfx, sfx[k].n) != 0 ||
-            (v = fam_find(m, name, len - sfx[k].n)) == 0)
+        if (len <= suffixes[k].n ||
+            memcmp(name + len - suffixes[k].n, suffixes[k].s, suffixes[k].n) !=
+                0 ||
+            (v = fam_find(m, name, len - suffixes[k].n)) == 0)
             continue;
         f = &m->f[v - 1];
         if (f->type == T_HISTOGRAM ||
-            (sfx[k].summary && f->type == T_SUMMARY)) {
+            (suffixes[k].summary && f->type == T_SUMMARY)) {
             *fi = v - 1;
             return RL_OK;
         }
     }
     return fam_get(m, name, len, fi);
+}
+
+/* Family fi has just been typed a histogram or summary. A family of its
+ * name_bucket (name_sum, name_count) made after it, with no HELP or TYPE
+ * of its own, holds samples read before the TYPE line: they are fi's, and
+ * move to the end of its samples, as they would sit when the page written
+ * reads again; later ones go straight to fi (to). Each family moves at
+ * most once, so the work stays linear. */
+static int adopt(merge_t *m, uint32_t fi)
+{
+    fam_t *b = &m->f[fi];
+    uint32_t got[3], v, x;
+    size_t n = b->name_len + 7;
+    int k, ng = 0, rc;
+
+    if (n > m->tmpcap &&
+        (rc = grow((void **)&m->tmp, &m->tmpcap, n, 1)) != RL_OK)
+        return rc;
+    memcpy(m->tmp, b->name, b->name_len);
+    for (k = 0; k < 3; k++) {
+        if (b->type == T_SUMMARY && !suffixes[k].summary)
+            continue;
+        memcpy(m->tmp + b->name_len, suffixes[k].s, suffixes[k].n);
+        v = fam_find(m, m->tmp, b->name_len + suffixes[k].n);
+        if (v != 0 && v - 1 > fi && headless(&m->f[v - 1])) {
+            /* In the order the families were made (first seen). */
+            for (x = (uint32_t)ng++; x > 0 && got[x - 1] > v; x--)
+                got[x] = got[x - 1];
+            got[x] = v;
+        }
+    }
+    for (k = 0; k < ng; k++) {
+        fam_t *a = &m->f[got[k] - 1];
+        a->to = fi + 1;
+        for (x = a->first; x != 0; x = m->s[x - 1].next)
+            m->s[x - 1].fam = fi;
+        if (a->first != 0) {
+            if (b->last != 0)
+                m->s[b->last - 1].next = a->first;
+            else
+                b->first = a->first;
+            b->last = a->last;
+        }
+        a->first = a->last = 0;
+    }
+    return RL_OK;
 }
 
 /* Whether a sample of family f called name[0, len) adds up. */
@@ -591,8 +646,11 @@ static int comment(merge_t *m, const char *s, size_t n)
         return RL_EINVAL;
     if ((rc = fam_get(m, s + w, nl, &fi)) != RL_OK)
         return rc;
-    if (m->f[fi].type == T_NONE)
+    if (m->f[fi].type == T_NONE) {
         m->f[fi].type = (uint8_t)t;
+        if (t == T_HISTOGRAM || t == T_SUMMARY)
+            return adopt(m, fi);
+    }
     return RL_OK;
 }
 

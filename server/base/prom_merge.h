@@ -28,7 +28,9 @@ typedef int (*rls_prom_sum_gauge_fn)(const char *name, size_t len);
  * they came from. A histogram's name_bucket, name_sum and name_count
  * samples belong to the family of the TYPE line "name histogram" (a
  * summary's name_sum and name_count likewise) once that line has been
- * read; a sample of no known family is a family of its own name, untyped.
+ * read; a sample of no known family is a family of its own name, untyped
+ * (until that TYPE line comes, when one of a family first seen after the
+ * histogram's name, with no HELP or TYPE of its own, joins it).
  *
  * A sample is its name and label set, compared as written (so {a="1",b="2"}
  * and {b="2",a="1"} are two). One present in several pages, or twice in

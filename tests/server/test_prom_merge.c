@@ -467,6 +467,24 @@ static void many_series(void **state)
     rl_buf_free(&out);
 }
 
+/* A TYPE line after samples of its histogram (its HELP before them):
+ * they were read as families of their own, and join it then, in the order
+ * first seen, so the page written reads back the same. */
+static void late_type(void **state)
+{
+    const char *p[2] = {"# HELP h H.\nt 0\nh_count 1\nh_sum 2\n"
+                        "# TYPE h histogram\nh_count 2\n"
+                        "h_bucket{le=\"+Inf\"} 3\nh_count{x=\"1\"} 1\n",
+                        "h_sum 1\n"};
+
+    (void)state;
+    /* h_count's first value was kept (an untyped family's), the next one
+     * summed (the histogram's). */
+    expect(p, 2, NULL,
+           "# HELP h H.\n# TYPE h histogram\nh_count 3\nh_sum 3\n"
+           "h_bucket{le=\"+Inf\"} 3\nh_count{x=\"1\"} 1\nt 0\n");
+}
+
 /* Merging the output alone gives it back. */
 static void canonical(void **state)
 {
@@ -675,6 +693,7 @@ int main(void)
         cmocka_unit_test(malformed_refused),
         cmocka_unit_test(sizes),
         cmocka_unit_test(many_series),
+        cmocka_unit_test(late_type),
         cmocka_unit_test(canonical),
         cmocka_unit_test(server_pages),
         cmocka_unit_test(process_page),
