@@ -37,12 +37,14 @@ typedef int (*rls_prom_sum_gauge_fn)(const char *name, size_t len);
  * one, is one line, whose value is:
  *   - summed for counters, histograms (every _bucket, _sum and _count),
  *     a summary's _sum and _count, and gauges for which sum_gauge (NULL:
- *     none) returns 1 (asked once per family);
+ *     none) returns 1 (asked at most once per family, when a second
+ *     value comes);
  *   - the first value seen for other gauges, untyped families and a
  *     summary's quantiles (quantiles of parts do not add up to a quantile
  *     of the whole; the first loop's is at least one loop's truth).
  * Integers (digits only, up to 2^64-1) add exactly and saturate at 2^64-1;
- * decimals (digits with one '.', up to 19 digits in all) add exactly and
+ * decimals (digits with one '.', their digits as one integer below 2^64,
+ * at most 19 after the point) add exactly, while the sum fits, and
  * print as prom.c prints seconds ("0.00015", "2.5", trailing zeros
  * dropped); anything else (a sign, an exponent, +Inf, -Inf, NaN, more
  * digits) adds as a double and prints in the shortest %g that reads back
