@@ -83,6 +83,8 @@ struct rls_loops_s {
     unsigned streams[RLS_LISTENERS][RLS_LOOPS_MAX];
     unsigned pending[RLS_LISTENERS][RLS_LOOPS_MAX];
     unsigned cap[RLS_LISTENERS][RLS_LOOPS_MAX];
+    /* Per loop: 1 while its store is up, as its last tick saw (atomics). */
+    int up[RLS_LOOPS_MAX];
     handoff_t ho[RLS_LISTENERS];
     /* The first loop's alone: */
     uint64_t handed[RLS_LOOPS_MAX]; /* connections given to each loop */
@@ -398,9 +400,12 @@ static long room_of(rls_loops_t *l, int k, unsigned i)
            (long)__atomic_load_n(&l->pending[k][i], __ATOMIC_RELAXED);
 }
 
-/* A new connection on the first loop's listener: to the loop with the
- * most room left under its share of the cap (the fewest connections
- * when the shares are equal), ties taken in turn; when none has room,
+/* A new connection on the first loop's listener: to a loop whose store
+ * is up (unless none is: a loop whose Redis connection is not up yet, or
+ * lost, would answer by the fail mode what another loop decides), the
+ * one with the most room left under its share of the cap (the fewest
+ * connections when the shares are equal), ties taken in turn; when none
+ * has room,
  * that loop refuses it or makes room as the listener's rule says, and
  * the process holds the cap --max-connections names. Returns 0 when the
  * first loop takes it, 1 when it went elsewhere (or was lost: accept
@@ -410,15 +415,17 @@ static int handoff(void *arg, uv_stream_t *listener)
     handoff_t *h = arg;
     rls_loops_t *l = h->l;
     unsigned start = l->next++ % l->n, best = start, i, k;
-    long room, most;
+    long room, most = 0;
+    int fd, dup_fd, up, best_up = -1;
     uv_tcp_t *t;
     msg_t *m;
-    int fd, dup_fd;
 
-    most = room_of(l, h->listener, start);
-    for (k = 1; k < l->n; k++) {
+    for (k = 0; k < l->n; k++) {
         i = (start + k) % l->n;
-        if ((room = room_of(l, h->listener, i)) > most) {
+        up = __atomic_load_n(&l->up[i], __ATOMIC_RELAXED);
+        room = room_of(l, h->listener, i);
+        if (up > best_up || (up == best_up && room > most)) {
+            best_up = up;
             most = room;
             best = i;
         }
@@ -604,6 +611,16 @@ int rls_loops_start(rls_loops_t **out, rls_server_t *first, unsigned n,
         hook_listener(l, first, 0, k);
         for (i = 0; i + 1 < n; i++)
             hook_listener(l, &l->w[i].srv, i + 1, k);
+    }
+    /* Each loop says so from its ticks on; until its first, what its
+     * store says now (the memory store is up at once, a Redis store once
+     * connected). */
+    first->store_up_out = &l->up[0];
+    l->up[0] = first->store_up_last = first->store->v->up(first->store) != 0;
+    for (i = 0; i + 1 < n; i++) {
+        rls_server_t *ws = &l->w[i].srv;
+        ws->store_up_out = &l->up[i + 1];
+        l->up[i + 1] = ws->store_up_last = ws->store->v->up(ws->store) != 0;
     }
     first->hooks.stop = hook_stop;
     first->hooks.changed = hook_changed;

@@ -117,6 +117,13 @@ static void on_tick(uv_check_t *h)
         if (s->fe[i] != NULL && s->fe[i]->ops->resume != NULL)
             s->fe[i]->ops->resume(s->fe[i]);
     submit_and_write(s);
+    if (s->store_up_out != NULL && s->store != NULL) {
+        int up = s->store->v->up(s->store) != 0;
+        if (up != s->store_up_last) {
+            s->store_up_last = up;
+            __atomic_store_n(s->store_up_out, up, __ATOMIC_RELAXED);
+        }
+    }
     if (s->hooks.ready != NULL && !s->ready_told &&
         rls_switch_poll_ready(&s->switches)) {
         s->ready_told = 1;
@@ -324,7 +331,7 @@ int rls_server_metrics_loop(const rls_server_t *s, rl_buf_t *out)
                          ? &s->envoy_reload.rl.stats
                          : NULL;
     v.envoy_stats = s->estats_on ? &s->estats : NULL;
-    v.statsd = s->first == NULL ? &s->statsd : NULL;
+    v.statsd = &s->statsd;
     v.xds = s->xds.started ? &s->xds.stats : NULL;
     v.grpc = s->grpc != NULL ? rls_grpc_stats(s->grpc) : NULL;
     if ((rc = rls_metrics_render(&v, out)) != RL_OK)
@@ -475,7 +482,9 @@ static int start_grpc(rls_server_t *s, char *err, size_t errlen)
         s->estats.near_ratio = cfg->envoy_near_ratio;
         s->estats_on = 1;
         rls_grpc_set_estats(s->grpc, &s->estats);
-        if (cfg->statsd_host[0] != '\0' && s->first == NULL &&
+        /* Every loop sends its own counters' deltas (statsd counters,
+         * "|c"): the statsd server sums them. */
+        if (cfg->statsd_host[0] != '\0' &&
             (rc = rls_statsd_start(&s->statsd, s->loop, cfg->statsd_host,
                                    cfg->statsd_port, cfg->statsd_flush_ms,
                                    rls_estats_statsd, &s->estats, err,

@@ -61,6 +61,11 @@ typedef struct rls_server_s {
     const struct rls_server_s *first;
     rls_server_hooks_t hooks; /* the first loop's */
     int sw_ready;   /* another loop: the first has read the switches */
+    /* --threads: where the loop says whether its store is up (read by
+     * the hand-off on the first loop's thread), written on change; NULL:
+     * not told. */
+    int *store_up_out;
+    int store_up_last;
     int ready_told; /* the first loop: hooks.ready was called */
     const rls_flags_t *cfg;
     rls_store_t *store;
