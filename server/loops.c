@@ -364,6 +364,22 @@ int rls_loops_metrics(rls_loops_t *l, rl_buf_t *out)
         rc = rl_buf_printf(out, "rl_loop_connections{loop=\"%u\"} %u\n", i,
                            open);
     }
+    if (rc == RL_OK)
+        rc = rl_buf_printf(out, "# HELP rl_loop_cpu_seconds_total CPU time "
+                                "each loop's thread has used.\n"
+                                "# TYPE rl_loop_cpu_seconds_total counter\n");
+    for (i = 0; rc == RL_OK && i < l->n; i++) {
+        clockid_t cid = CLOCK_THREAD_CPUTIME_ID; /* the first's: this one */
+        struct timespec ts;
+        if ((i > 0 && pthread_getcpuclockid(l->w[i - 1].thread, &cid) != 0) ||
+            clock_gettime(cid, &ts) != 0)
+            continue;
+        rc = rl_buf_printf(out,
+                           "rl_loop_cpu_seconds_total{loop=\"%u\"} "
+                           "%llu.%06llu\n",
+                           i, (unsigned long long)ts.tv_sec,
+                           (unsigned long long)(ts.tv_nsec / 1000));
+    }
     rc = rc != RL_OK
              ? rc
              : rl_buf_printf(out, "# HELP rl_loop_connections_handed_total "

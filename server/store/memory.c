@@ -38,7 +38,6 @@
 #define SWEEP_SLACK_MS 25 /* sweeps at least 225 ms apart */
 #define SWEEP_BUDGET 20000 /* entries looked at per sweep, at most */
 #define TRIM_AFTER 100000  /* entries freed before malloc_trim */
-#define WARN_EVERY_MS 1000 /* "store full" warnings, at most one per */
 #define STRIPE_TABLE_MIN 64 /* buckets of a stripe of several, at least */
 
 typedef struct {
@@ -101,61 +100,6 @@ static uint64_t tab_now(rls_memtab_t *t)
                                                   memory_order_relaxed))
             return now;
     return last;
-}
-
-/* Warns that new counters are being refused, with how many since the last
- * warning, at most once per WARN_EVERY_MS for the table (whichever loop
- * wins the warning's time says it); the sweep calls it too, so the last
- * refusals of a burst are reported. */
-static void warn_full(rls_memtab_t *t)
-{
-    uint64_t now = mono_ms(), n;
-    uint64_t at = atomic_load_explicit(&t->warned_at, memory_order_relaxed);
-
-    if (atomic_load_explicit(&t->unwarned, memory_order_relaxed) == 0 ||
-        (at != 0 && now - at < WARN_EVERY_MS))
-        return;
-    if (!atomic_compare_exchange_strong_explicit(
-            &t->warned_at, &at, now ? now : 1, memory_order_relaxed,
-            memory_order_relaxed))
-        return;
-    n = atomic_exchange_explicit(&t->unwarned, 0, memory_order_relaxed);
-    if (n == 0)
-        return;
-    RLS_WARN("memory store full: new counters refused (--memory-max)",
-             " refused=%llu bytes=%llu max=%llu", (unsigned long long)n,
-             (unsigned long long)atomic_load_explicit(&t->bytes,
-                                                      memory_order_relaxed),
-             (unsigned long long)atomic_load_explicit(&t->max,
-                                                      memory_order_relaxed));
-}
-
-void rls_memtab_refused(rls_memtab_t *t, rls_mem_stripe_t *sp)
-{
-    if (!sp->full) {
-        sp->full = 1;
-        atomic_fetch_add_explicit(&t->nfull, 1, memory_order_relaxed);
-    }
-    atomic_fetch_add_explicit(&t->refused, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&t->unwarned, 1, memory_order_relaxed);
-    warn_full(t);
-}
-
-void rls_memtab_recovered(rls_memtab_t *t, rls_mem_stripe_t *sp)
-{
-    /* The table accepts new counters again with its last full stripe. */
-    if (atomic_fetch_sub_explicit(&t->nfull, 1, memory_order_relaxed) != 1)
-        return;
-    warn_full(t);
-    RLS_INFO(
-        "memory store accepting new counters again",
-        " bytes=%llu max=%llu refused_total=%llu",
-        (unsigned long long)(atomic_load_explicit(&t->bytes,
-                                                  memory_order_relaxed) +
-                             sp->bytes - sp->told),
-        (unsigned long long)atomic_load_explicit(&t->max, memory_order_relaxed),
-        (unsigned long long)atomic_load_explicit(&t->refused,
-                                                 memory_order_relaxed));
 }
 
 /* Sets the cap and every stripe's share of it. */
@@ -275,7 +219,7 @@ static size_t tab_sweep(rls_memtab_t *t, uint64_t now, int *more)
         malloc_trim(0);
         t->freed = 0;
     }
-    warn_full(t);
+    rls_memtab_warn_full(t);
     return looked;
 }
 

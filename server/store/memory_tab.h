@@ -198,6 +198,9 @@ int rls_mem_xop(rls_mem_stripe_t *sp, rls_reserve_op_t *x);
 
 /* ---- the table (memory.c) ---- */
 
+/* Warns that new counters are being refused, with how many since the
+ * last warning, at most once a second for the table (memory_full.c). */
+void rls_memtab_warn_full(rls_memtab_t *t);
 /* Counts a refusal by sp, which is now full; warns at most once a second
  * for the table. */
 void rls_memtab_refused(rls_memtab_t *t, rls_mem_stripe_t *sp);

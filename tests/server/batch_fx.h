@@ -25,13 +25,14 @@
 #include "store/store.h"
 #include "rlt.h"
 
-/* A counting allocator (not under ASan, which owns malloc): n_allocs
+/* A counting allocator (not under ASan or TSan, which own malloc): n_allocs
  * counts every allocation of the program, and the fail_alloc-th one fails
  * (0: none). */
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__has_feature)
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__) &&         \
+    !defined(__has_feature)
 #define COUNT_ALLOCS 1
 #elif defined(__has_feature)
-#if !__has_feature(address_sanitizer)
+#if !__has_feature(address_sanitizer) && !__has_feature(thread_sanitizer)
 #define COUNT_ALLOCS 1
 #endif
 #endif

@@ -331,7 +331,7 @@ static void test_choices_and_switches(void **state)
         }
     }
     assert_int_equal(nchoice, 3);
-    assert_int_equal(nset, 13);
+    assert_int_equal(nset, 14);
 }
 
 /* The default a row's help states ("default N", N maybe over a line's
