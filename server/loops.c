@@ -83,7 +83,8 @@ struct rls_loops_s {
     unsigned streams[RLS_LISTENERS][RLS_LOOPS_MAX];
     unsigned pending[RLS_LISTENERS][RLS_LOOPS_MAX];
     unsigned cap[RLS_LISTENERS][RLS_LOOPS_MAX];
-    /* Per loop: 1 while its store is up, as its last tick saw (atomics). */
+    /* Per loop: 1 while its store is up, as its last tick saw, 0 while
+     * not, -1 once the loop has ended (atomics). */
     int up[RLS_LOOPS_MAX];
     handoff_t ho[RLS_LISTENERS];
     /* The first loop's alone: */
@@ -430,7 +431,7 @@ static int handoff(void *arg, uv_stream_t *listener)
 {
     handoff_t *h = arg;
     rls_loops_t *l = h->l;
-    unsigned start = l->next++ % l->n, best = start, i, k;
+    unsigned start = l->next++ % l->n, best = 0, i, k;
     long room, most = 0;
     int fd, dup_fd, up, best_up = -1;
     uv_tcp_t *t;
@@ -438,7 +439,8 @@ static int handoff(void *arg, uv_stream_t *listener)
 
     for (k = 0; k < l->n; k++) {
         i = (start + k) % l->n;
-        up = __atomic_load_n(&l->up[i], __ATOMIC_RELAXED);
+        if ((up = __atomic_load_n(&l->up[i], __ATOMIC_RELAXED)) < 0)
+            continue; /* ended: its stop is over (the first never is) */
         room = room_of(l, h->listener, i);
         if (up > best_up || (up == best_up && room > most)) {
             best_up = up;
@@ -483,6 +485,8 @@ static void *worker_main(void *arg)
 
     rls_log_set_loop(w->index);
     uv_run(&w->loop, UV_RUN_DEFAULT);
+    /* No connection is handed to it any more. */
+    __atomic_store_n(&w->all->up[w->index], -1, __ATOMIC_RELAXED);
     pthread_mutex_lock(&w->mu);
     w->ended = 1;
     pthread_cond_broadcast(&w->cond);
