@@ -53,6 +53,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "base/log.h"
@@ -1151,6 +1152,16 @@ void rls_http_server_close(rls_http_server_t *m)
     maybe_free(m); /* a stop may have closed the listener already */
 }
 
+/* 1 when the client has sent bytes not read yet (a peek, nothing read). */
+static int input_waits(mconn_t *c)
+{
+    uv_os_fd_t fd;
+    char b;
+
+    return !c->s.closing && uv_fileno((uv_handle_t *)&c->s.tcp, &fd) == 0 &&
+           recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 1;
+}
+
 void rls_http_server_stop(rls_http_server_t *m)
 {
     rls_list_t *n, *next;
@@ -1163,9 +1174,14 @@ void rls_http_server_stop(rls_http_server_t *m)
     for (n = m->set.all.next; n != &m->set.all; n = next) {
         next = n->next;
         c = RLS_CONTAINER_OF(n, mconn_t, s.node);
-        /* Between requests, or only draining: nothing is owed. */
+        /* Between requests, or only draining: nothing is owed; unless
+         * the client's next request waits unread in the socket (it came
+         * in the iteration of the stop, or the connection was handed from
+         * another loop of --threads just before it): that one is read and
+         * answered with Connection: close, under the header deadline. */
         if (c->lingering ||
-            (!c->writing && !c->awaiting && c->in_len == 0 && !c->in_body))
+            (!c->writing && !c->awaiting && c->in_len == 0 && !c->in_body &&
+             !input_waits(c)))
             conn_close(c);
     }
 }
