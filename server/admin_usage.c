@@ -162,7 +162,9 @@ static int put_head(job_t *j, rl_buf_t *b)
     const char *store = rls_admin_store_name(j->a, &fleet);
 
     if (j->text) {
-        if (j->desc[0] != '\0')
+        if (j->desc[0] != '\0' && j->caller_len == 0)
+            rc = rl_buf_printf(b, "descriptor %s", j->desc);
+        else if (j->desc[0] != '\0')
             rc = rl_buf_printf(b, "descriptor %s (counter key %.*s)", j->desc,
                                (int)j->caller_len, j->caller);
         else
