@@ -7,7 +7,11 @@
  * the stripe's share of the cap: an operation that would need memory past
  * it fails with RL_ENOMEM and changes nothing. Their keys start with the
  * op's tag, as its counters' do, so they are in the stripe of the
- * counters a settlement adjusts; the caller holds its lock. */
+ * counters a settlement adjusts; the caller holds its lock.
+ *
+ * Also the admin listener's step on a caller's keys (store/usage.h,
+ * rls_mem_usage): its leases alive, and a reset that empties its
+ * counters, logs and lease set in place. */
 #include <stdlib.h>
 #include <string.h>
 
