@@ -513,7 +513,8 @@ static void on_reset(void *data, rls_usage_op_t *u)
         size_t lens[4] = {7, 0, 7, 1};
         lens[1] =
             (size_t)snprintf(pkey, sizeof(pkey), "%spolicy", s->cfg->prefix);
-        s->store->v->command(s->store, 4, argv, lens, on_version_bumped, j);
+        /* Fire and forget: the reply outlives the job. */
+        s->store->v->command(s->store, 4, argv, lens, on_version_bumped, NULL);
     }
     rc = put_head(j, b);
     if (rc == RL_OK)
