@@ -1,5 +1,7 @@
 #include "flags.h"
 
+#include "admin_api_parse.h"
+
 #include <arpa/inet.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -981,6 +983,17 @@ static const flag_t flags[] = {
     LISTEN("--debug-http", "HOST:PORT", debug_http_host, debug_http_port,
            "envoy-ratelimit's debug listener (DEBUG_PORT):\n"
            "GET /rlconfig (needs --grpc; default: off)"),
+    LISTEN("--admin", "HOST:PORT", admin_host, admin_port,
+           "the admin listener: one caller's usage and\n"
+           "its reset, the configuration in force (see\n"
+           "docs/server.md; default: off, and no default\n"
+           "port: instances sharing a host would collide\n"
+           "on it); a non-loopback address needs\n"
+           "--admin-token-file"),
+    STR("--admin-token-file", "FILE", admin_token_file, 1,
+        "--admin's write tokens, a line each (TOKEN,\n"
+        "or NAME TOKEN): a POST needs Authorization:\n"
+        "Bearer TOKEN (default: none, no writes)"),
     LISTEN("--http", "HOST:PORT", http_host, http_port,
            "serve GET /check?rule=R&key=K over HTTP, for\n"
            "proxies' auth subrequests (default: off)"),
@@ -1327,6 +1340,15 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out, char *err,
                             ? "no --http"
                             : "no --metrics");
     }
+    if (c->admin_token_file != NULL && c->admin_host[0] == '\0')
+        return fail(err, errlen, "--admin-token-file needs --admin");
+    if (c->admin_host[0] != '\0' && c->admin_token_file == NULL &&
+        !rls_admin_loopback(c->admin_host))
+        return fail(err, errlen,
+                    "--admin %s is not a loopback address: give "
+                    "--admin-token-file (every request from the network "
+                    "then needs a token), or bind it to 127.0.0.1",
+                    c->admin_host);
     if (c->envoy_xds_host[0] != '\0' && c->nenvoy_configs > 0)
         return fail(err, errlen,
                     "--envoy-xds and --envoy-config: give one source of "

@@ -166,6 +166,12 @@ typedef struct rls_flags_s {
     int envoy_http_port;
     char debug_http_host[RLS_HOST_MAX + 1];
     int debug_http_port;
+    /* The admin listener (admin_api.h): empty, not opened; and the file
+     * of its write tokens, NULL: no writes. A non-loopback --admin needs
+     * the file. */
+    char admin_host[RLS_HOST_MAX + 1];
+    int admin_port;
+    const char *admin_token_file;
     int info_only; /* --help or --version was printed */
     /* envoy-ratelimit's environment (envoy_env.h): --envoy-env (or the
      * program called `ratelimit`, or no arguments and one of its settings

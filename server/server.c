@@ -626,6 +626,13 @@ static int start_frontends(rls_server_t *s, char *err, size_t errlen)
     if (s->grpc != NULL && s->first == NULL &&
         (rc = start_envoy_listeners(s, err, errlen)) != RL_OK)
         return rc;
+    if (cfg->admin_host[0] != '\0' && s->first == NULL) {
+        if ((rc = rls_admin_api_start(
+                 &s->admin_api, s, s->loop, cfg->admin_host, cfg->admin_port,
+                 cfg->admin_token_file, err, errlen)) != RL_OK)
+            return rc;
+        s->fe[RLS_LISTENER_ADMIN] = rls_admin_api_frontend(&s->admin_api);
+    }
     return RL_OK;
 }
 
@@ -831,6 +838,9 @@ static int start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
                      rl_strerror(rc));
             goto fail;
         }
+        if (s->fe[RLS_LISTENER_ADMIN] != NULL)
+            rls_switch_poll_set_admin(&s->switches, cfg->admin_host,
+                                      s->fe[RLS_LISTENER_ADMIN]->port);
         /* --fail-local's share: the live instances the poller sees. */
         if (rls_decider_local(&s->decider) != NULL)
             s->switches.live_out = &s->local.live;

@@ -11,6 +11,7 @@
 
 #include "core/decide.h"
 #include "admin.h"
+#include "admin_api.h"
 #include "check/http_check.h"
 #include "native/conn.h"
 #include "envoy/debug_http.h"
@@ -33,11 +34,12 @@
  * start, flush and stop. */
 typedef enum {
     RLS_LISTENER_NATIVE = 0, /* --listen */
-    RLS_LISTENER_METRICS, /* --metrics */
-    RLS_LISTENER_GRPC,    /* --grpc */
-    RLS_LISTENER_HTTP,    /* --http */
+    RLS_LISTENER_METRICS,    /* --metrics */
+    RLS_LISTENER_GRPC,       /* --grpc */
+    RLS_LISTENER_HTTP,       /* --http */
     RLS_LISTENER_ENVOY_HTTP, /* --envoy-http */
     RLS_LISTENER_DEBUG_HTTP, /* --debug-http */
+    RLS_LISTENER_ADMIN,      /* --admin */
     RLS_LISTENERS
 } rls_listener_t;
 
@@ -89,6 +91,7 @@ typedef struct rls_server_s {
     rls_check_t check;       /* --http */
     rls_ehttp_t ehttp;       /* --envoy-http */
     rls_dhttp_t dhttp;       /* --debug-http */
+    rls_admin_api_t admin_api; /* --admin */
     struct rls_tls_s *tls;   /* --tls-cert's, NULL: no TLS listener */
     rls_tls_reload_t tls_reload; /* SIGHUP and its files' changes */
 
@@ -137,7 +140,7 @@ int rls_server_metrics_loop(const rls_server_t *s, rl_buf_t *out);
 int rls_server_port(const rls_server_t *s, rls_listener_t which);
 
 /* Writes one line per open listener, "FLAG HOST:PORT" (FLAG: listen,
- * metrics, grpc, http, envoy-http or debug-http, as the options are
+ * metrics, grpc, http, envoy-http, debug-http or admin, as the options are
  * named; PORT the one bound),
  * to path, atomically: the file appears whole or not at all, so a process
  * that started the server on port 0 can wait for it and read it. Returns

@@ -3,7 +3,13 @@
  *   per-caller quotas   <prefix>{<key>}:q      HASH  rule -> "N/S N/S..."
  *   runtime switches    <prefix>policy         HASH  version, global,
  *                                                    mode:<rule>, scale:<rule>
- *   who applies what    <prefix>instances      HASH  instance -> "V MS"
+ *   who applies what    <prefix>instances      HASH  instance -> "V MS
+ *                                                    [admin=HOST:PORT]"
+ *
+ * And, through the instances' admin listeners (rl-server --admin), one
+ * caller's usage and its reset (`usage`) and the configuration each
+ * instance enforces (`config`): an instance's address comes from
+ * --admin, or from what the live ones publish in <prefix>instances.
  *
  * A quota lives beside the caller's counters (same hash tag, so the same
  * Redis Cluster slot) and is read by the decision script itself: setting
@@ -15,6 +21,9 @@
  * Exit: 0 done; 1 Redis failed, nothing found, or the fleet did not apply
  * a change in time; 2 bad arguments. */
 #include <errno.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +38,7 @@
 #include "rl_validate.h"
 #include "rl_clock.h"
 #include "rl_error.h"
+#include "rl_parse.h"
 #include "store/redis_cluster_map.h"
 #include "store/redis_sync.h"
 #include "store/redis_tls.h"
@@ -66,6 +76,14 @@ static const char usage[] =
     "                               rl-server applies\n"
     "  wait                         until every rl-server applies the\n"
     "                               current version\n"
+    "  usage RULE KEY               caller KEY's usage under RULE, every\n"
+    "                               window: used, limit, remaining, reset\n"
+    "  usage envoy DOMAIN K=V...    the same for an Envoy descriptor\n"
+    "  usage reset RULE KEY [--leases]\n"
+    "  usage reset envoy DOMAIN K=V...\n"
+    "                               clear it (needs --admin-token-file)\n"
+    "  config                       the configuration each live rl-server\n"
+    "                               enforces (JSON, one per instance)\n"
     "\n"
     "  --redis ADDR    HOST:PORT or "
     "redis[s]://[[USER]:PASSWORD@]HOST:PORT[/DB],\n"
@@ -79,6 +97,10 @@ static const char usage[] =
     "                  --redis-cluster: each command goes to the master of\n"
     "                  its key's slot\n"
     "  --prefix STR    key prefix, as rl-server's (default rl:)\n"
+    "  --admin HOST:PORT  usage and config ask this rl-server's --admin\n"
+    "                  listener (default: a live instance's, as published\n"
+    "                  in Redis; config asks every one)\n"
+    "  --admin-token-file FILE  the token for usage reset (its first)\n"
     "  --wait-ms N     after a switch, wait this long for every rl-server\n"
     "                  to apply it, printing each one's delay (default\n"
     "                  5000; 0: do not wait)\n"
@@ -96,6 +118,8 @@ typedef struct ctl_s {
     int nmap;
     char at_host[RLS_NODE_HOST_MAX + 1];
     int at_port;
+    const char *admin;      /* --admin HOST:PORT, or NULL */
+    const char *token_file; /* --admin-token-file, or NULL */
 } ctl_t;
 
 #if defined(__GNUC__)
@@ -626,6 +650,316 @@ static int current_version(ctl_t *c, long long *v)
     return 0;
 }
 
+/* ------------------------------------------------------------------------ */
+/* The instances' admin listeners (rl-server --admin) */
+
+#define ADMIN_AT_MAX 256
+/* The largest answer read (the server caps its own at 4 MiB). */
+#define HTTP_MAX (8u << 20)
+
+typedef struct admin_at_s {
+    char host[RLS_HOST_MAX + 1];
+    int port;
+    char name[160]; /* the instance's, "" for --admin's */
+} admin_at_t;
+
+/* The admin listeners to ask: --admin's, else those the live instances
+ * publish. Returns how many, or -1 (said on stderr). */
+static int admin_list(ctl_t *c, admin_at_t *out, int max)
+{
+    char ikey[128];
+    const char *a[] = {"HGETALL", ikey};
+    redisReply *r;
+    uint64_t now = rl_unix_ms();
+    int n = 0;
+    size_t i;
+
+    if (c->admin != NULL) {
+        if (rl_parse_hostport(c->admin, out[0].host, sizeof(out[0].host),
+                              &out[0].port) != 0) {
+            fprintf(stderr, "rl-ctl: --admin: expected %s, got '%s'\n",
+                    RL_HOSTPORT_HELP, c->admin);
+            return -1;
+        }
+        out[0].name[0] = '\0';
+        return 1;
+    }
+    if (connect_redis(c) != 0)
+        return -1;
+    policy_key(c, "instances", ikey, sizeof(ikey));
+    if ((r = cmd(c, 2, a, NULL)) == NULL)
+        return -1;
+    for (i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements && n < max;
+         i += 2) {
+        const redisReply *v = r->element[i + 1];
+        unsigned long long at = 0;
+        long long iv;
+        const char *ad;
+        if (v->type != REDIS_REPLY_STRING ||
+            sscanf(v->str, "%lld %llu", &iv, &at) != 2 || at + STALE_MS < now ||
+            (ad = strstr(v->str, " admin=")) == NULL ||
+            rl_parse_hostport(ad + 7, out[n].host, sizeof(out[n].host),
+                              &out[n].port) != 0)
+            continue;
+        snprintf(out[n].name, sizeof(out[n].name), "%s", r->element[i]->str);
+        n++;
+    }
+    freeReplyObject(r);
+    if (n == 0)
+        fprintf(stderr, "rl-ctl: no live rl-server publishes an admin listener "
+                        "(start them with --admin, or give rl-ctl --admin "
+                        "HOST:PORT)\n");
+    return n > 0 ? n : -1;
+}
+
+/* The token of --admin-token-file: its first token line's last word. */
+static int admin_token(const ctl_t *c, char *out, size_t len)
+{
+    char line[1024];
+    FILE *f;
+    int found = 0;
+
+    if (c->token_file == NULL) {
+        fprintf(stderr, "rl-ctl: a reset needs --admin-token-file\n");
+        return EXIT_USAGE;
+    }
+    if ((f = fopen(c->token_file, "r")) == NULL) {
+        fprintf(stderr, "rl-ctl: cannot open %s\n", c->token_file);
+        return EXIT_FAIL;
+    }
+    while (!found && fgets(line, sizeof(line), f) != NULL) {
+        char *w, *last = NULL, *save = NULL;
+        if (line[strspn(line, " \t")] == '#')
+            continue;
+        for (w = strtok_r(line, " \t\r\n", &save); w != NULL;
+             w = strtok_r(NULL, " \t\r\n", &save))
+            last = w;
+        if (last != NULL && strlen(last) < len) {
+            snprintf(out, len, "%s", last);
+            found = 1;
+        }
+    }
+    fclose(f);
+    if (!found) {
+        fprintf(stderr, "rl-ctl: no token in %s\n", c->token_file);
+        return EXIT_FAIL;
+    }
+    return 0;
+}
+
+/* One HTTP/1.1 request to host:port (Connection: close), the whole
+ * answer read: its status into *status and its body (NUL-terminated,
+ * the caller's to free) into *body. Returns 0, or EXIT_FAIL (said on
+ * stderr). */
+static int http_call(const admin_at_t *at, const char *method,
+                     const char *target, const char *token, int *status,
+                     char **body)
+{
+    struct addrinfo hints, *res = NULL, *ai;
+    struct timeval tv = {10, 0};
+    static char req[20000];
+    char port[16], *buf = NULL, *p;
+    size_t n = 0, cap = 65536;
+    int fd = -1, rc = EXIT_FAIL, len;
+
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_socktype = SOCK_STREAM;
+    snprintf(port, sizeof(port), "%d", at->port);
+    if (getaddrinfo(at->host, port, &hints, &res) != 0) {
+        fprintf(stderr, "rl-ctl: cannot resolve %s\n", at->host);
+        return EXIT_FAIL;
+    }
+    for (ai = res; ai != NULL && fd < 0; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
+        if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(res);
+    if (fd < 0) {
+        fprintf(stderr, "rl-ctl: cannot connect to %s:%d\n", at->host,
+                at->port);
+        return EXIT_FAIL;
+    }
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    len = snprintf(req, sizeof(req),
+                   "%s %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n"
+                   "%s%s%s\r\n",
+                   method, target, at->host,
+                   token != NULL ? "Authorization: Bearer " : "",
+                   token != NULL ? token : "", token != NULL ? "\r\n" : "");
+    if (len < 0 || len >= (int)sizeof(req) ||
+        send(fd, req, (size_t)len, MSG_NOSIGNAL) != len) {
+        fprintf(stderr, "rl-ctl: cannot send to %s:%d\n", at->host, at->port);
+        goto out;
+    }
+    if ((buf = malloc(cap + 1)) == NULL)
+        goto out;
+    for (;;) {
+        ssize_t k;
+        if (n == cap) {
+            char *nb;
+            if (cap >= HTTP_MAX || (nb = realloc(buf, 2 * cap + 1)) == NULL) {
+                fprintf(stderr, "rl-ctl: answer too large\n");
+                goto out;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        if ((k = recv(fd, buf + n, cap - n, 0)) < 0) {
+            if (errno == EINTR)
+                continue;
+            fprintf(stderr, "rl-ctl: no answer from %s:%d\n", at->host,
+                    at->port);
+            goto out;
+        }
+        if (k == 0)
+            break;
+        n += (size_t)k;
+    }
+    buf[n] = '\0';
+    if (sscanf(buf, "HTTP/1.%*d %d", status) != 1 ||
+        (p = strstr(buf, "\r\n\r\n")) == NULL) {
+        fprintf(stderr, "rl-ctl: not an HTTP answer from %s:%d\n", at->host,
+                at->port);
+        goto out;
+    }
+    memmove(buf, p + 4, n - (size_t)(p + 4 - buf) + 1);
+    *body = buf;
+    buf = NULL;
+    rc = 0;
+out:
+    free(buf);
+    close(fd);
+    return rc;
+}
+
+/* Appends v percent-encoded (all but RFC 3986's unreserved bytes) to t
+ * (len bytes). */
+static void put_enc(char *t, size_t len, const char *v)
+{
+    size_t at = strlen(t);
+
+    for (; *v != '\0' && at + 4 < len; v++) {
+        unsigned char ch = (unsigned char)*v;
+        if ((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') ||
+            (ch >= '0' && ch <= '9') || ch == '-' || ch == '_' || ch == '.' ||
+            ch == '~')
+            t[at++] = (char)ch;
+        else
+            at += (size_t)snprintf(t + at, len - at, "%%%02X", ch);
+    }
+    t[at] = '\0';
+}
+
+/* Appends "?name=" or "&name=", then value encoded. */
+static void put_param(char *t, size_t len, const char *name, const char *v)
+{
+    size_t at = strlen(t);
+
+    snprintf(t + at, len - at, "%s%s=", strchr(t, '?') ? "&" : "?", name);
+    put_enc(t, len, v);
+}
+
+/* Prints an answer: 200 on stdout, else the server's reason on stderr. */
+static int admin_print(const admin_at_t *at, int status, const char *body)
+{
+    if (status == 200) {
+        fputs(body, stdout);
+        return 0;
+    }
+    fprintf(stderr, "rl-ctl: %s:%d answered %d: %s", at->host, at->port, status,
+            body);
+    if (body[0] == '\0' || body[strlen(body) - 1] != '\n')
+        fputc('\n', stderr);
+    return EXIT_FAIL;
+}
+
+static int usage_cmd(ctl_t *c, int argc, char **argv)
+{
+    static char target[16384];
+    static admin_at_t at[1];
+    char token[600], *body = NULL;
+    int reset = 0, leases = 0, status = 0, rc, i;
+
+    if (argc > 0 && strcmp(argv[0], "reset") == 0) {
+        reset = 1;
+        argc--;
+        argv++;
+    }
+    if (reset && argc > 0 && strcmp(argv[argc - 1], "--leases") == 0) {
+        leases = 1;
+        argc--;
+    }
+    snprintf(target, sizeof(target), "%s",
+             reset ? "/v1/usage/reset" : "/v1/usage");
+    if (argc >= 3 && strcmp(argv[0], "envoy") == 0) {
+        put_param(target, sizeof(target), "domain", argv[1]);
+        for (i = 2; i < argc; i++) {
+            char *eq = strchr(argv[i], '=');
+            size_t at0;
+            if (eq == NULL || eq == argv[i])
+                return bad("usage envoy: '%s' is not KEY=VALUE", argv[i]);
+            /* KEY=VALUE, each half encoded, the '=' between them raw:
+             * the server splits there before decoding. */
+            *eq = '\0';
+            put_param(target, sizeof(target), "entry", argv[i]);
+            at0 = strlen(target);
+            snprintf(target + at0, sizeof(target) - at0, "=");
+            put_enc(target, sizeof(target), eq + 1);
+            *eq = '=';
+        }
+    } else if (argc == 2) {
+        if (!rule_ok(argv[0]))
+            return bad("bad rule name '%s'", argv[0]);
+        if (!key_ok(argv[1]))
+            return bad("%s", "bad key: 1 to 512 bytes");
+        put_param(target, sizeof(target), "rule", argv[0]);
+        put_param(target, sizeof(target), "key", argv[1]);
+    } else {
+        return bad("%s", "usage: expected [reset] RULE KEY, or [reset] envoy "
+                         "DOMAIN KEY=VALUE...");
+    }
+    if (leases)
+        put_param(target, sizeof(target), "leases", "1");
+    put_param(target, sizeof(target), "format", "text");
+    if (reset && (rc = admin_token(c, token, sizeof(token))) != 0)
+        return rc;
+    if (admin_list(c, at, 1) < 0)
+        return EXIT_FAIL;
+    if ((rc = http_call(&at[0], reset ? "POST" : "GET", target,
+                        reset ? token : NULL, &status, &body)) != 0)
+        return rc;
+    rc = admin_print(&at[0], status, body);
+    free(body);
+    return rc;
+}
+
+static int config_cmd(ctl_t *c)
+{
+    static admin_at_t at[ADMIN_AT_MAX];
+    int n = admin_list(c, at, ADMIN_AT_MAX), i, rc = 0, status = 0;
+
+    if (n < 0)
+        return EXIT_FAIL;
+    for (i = 0; i < n; i++) {
+        char *body = NULL;
+        if (http_call(&at[i], "GET", "/v1/config", NULL, &status, &body) != 0) {
+            rc = EXIT_FAIL;
+            continue;
+        }
+        if (n > 1 || at[i].name[0] != '\0')
+            printf("# %s (admin %s:%d)\n", at[i].name[0] ? at[i].name : "-",
+                   at[i].host, at[i].port);
+        if (admin_print(&at[i], status, body) != 0)
+            rc = EXIT_FAIL;
+        free(body);
+    }
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     static ctl_t c;
@@ -666,6 +1000,10 @@ int main(int argc, char **argv)
             redis = argv[++i];
         } else if (strcmp(o, "--redis-password-file") == 0) {
             pwfile = argv[++i];
+        } else if (strcmp(o, "--admin") == 0) {
+            c.admin = argv[++i];
+        } else if (strcmp(o, "--admin-token-file") == 0) {
+            c.token_file = argv[++i];
         } else if (strcmp(o, "--prefix") == 0) {
             prefix = argv[++i];
         } else if (strcmp(o, "--wait-ms") == 0) {
@@ -748,6 +1086,10 @@ int main(int argc, char **argv)
         }
         snprintf(field, sizeof(field), "scale:%s", argv[1]);
         rc = set_switch(&c, field, value);
+    } else if (strcmp(argv[0], "usage") == 0) {
+        rc = usage_cmd(&c, argc - 1, argv + 1);
+    } else if (strcmp(argv[0], "config") == 0 && argc == 1) {
+        rc = config_cmd(&c);
     } else if (strcmp(argv[0], "show") == 0 && argc == 1) {
         rc = show(&c);
     } else if (strcmp(argv[0], "wait") == 0 && argc == 1) {

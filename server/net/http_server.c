@@ -1209,6 +1209,11 @@ void *rls_http_conn_ctx(rls_http_conn_t *c)
     return c->ctx;
 }
 
+void rls_http_conn_peer(const rls_http_conn_t *c, char *out, size_t len)
+{
+    rls_peer_name(&c->s.tcp, out, len);
+}
+
 static const int statuses[] = {
 #define RLS_HTTP_STATUS_ITEM(code) code,
     RLS_HTTP_STATUSES(RLS_HTTP_STATUS_ITEM)

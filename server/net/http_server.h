@@ -124,6 +124,10 @@ void rls_http_answer(rls_http_conn_t *c, const rls_http_reply_t *r);
 void rls_http_server_set_ctx_size(rls_http_server_t *h, size_t size);
 void *rls_http_conn_ctx(rls_http_conn_t *c);
 
+/* The client's address ("10.0.0.7", "?" when gone), for a log line about
+ * what it asked (the admin listener's resets). */
+void rls_http_conn_peer(const rls_http_conn_t *c, char *out, size_t len);
+
 /* Stops taking work, as a server does when it stops: the listener closes,
  * connections between requests close, and a request under way (a head
  * being read, an answer pending or being written) is answered with

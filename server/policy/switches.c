@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <hiredis/hiredis.h>
 
@@ -125,12 +126,13 @@ static void on_report_reply(void *data, void *reply)
  * connected yet). */
 static int report(rls_switch_poll_t *p)
 {
-    char val[64];
+    char val[64 + RLS_SWITCH_ADMIN_MAX];
     const char *argv[4] = {"HSET", p->ikey, p->instance, val};
     size_t lens[4];
 
-    snprintf(val, sizeof(val), "%lld %llu", (long long)p->rt->sw.version,
-             (unsigned long long)rl_unix_ms());
+    snprintf(val, sizeof(val), "%lld %llu%s%s", (long long)p->rt->sw.version,
+             (unsigned long long)rl_unix_ms(), p->admin[0] ? " admin=" : "",
+             p->admin);
     lens[0] = 4;
     lens[1] = strlen(p->ikey);
     lens[2] = strlen(p->instance);
@@ -213,6 +215,21 @@ int rls_switch_poll_start(rls_switch_poll_t *p, uv_loop_t *loop,
     p->first = 1;
     uv_timer_start(&p->timer, on_timer, 0, RLS_SWITCH_FIRST_MS);
     return 0;
+}
+
+void rls_switch_poll_set_admin(rls_switch_poll_t *p, const char *host, int port)
+{
+    char name[256];
+
+    if (strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0 ||
+        host[0] == '\0') {
+        if (gethostname(name, sizeof(name) - 1) != 0)
+            snprintf(name, sizeof(name), "localhost");
+        name[sizeof(name) - 1] = '\0';
+        host = name;
+    }
+    snprintf(p->admin, sizeof(p->admin),
+             strchr(host, ':') != NULL ? "[%s]:%d" : "%s:%d", host, port);
 }
 
 int rls_switch_poll_ready(const rls_switch_poll_t *p)

@@ -24,6 +24,8 @@
 #define RLS_INSTANCE_STALE_MS 10000
 /* The period until the first poll is done (Redis answered, report sent). */
 #define RLS_SWITCH_FIRST_MS 10
+/* The longest admin address published ("HOST:PORT", a NUL). */
+#define RLS_SWITCH_ADMIN_MAX 300
 
 typedef struct rls_switch_poll_stats_s {
     uint64_t polls;        /* replies read */
@@ -39,6 +41,11 @@ typedef struct rls_switch_poll_s {
     char key[96];      /* <prefix>policy */
     char ikey[96];     /* <prefix>instances */
     char instance[160];
+    /* Its admin listener's address (--admin), published after the
+     * version in its report as " admin=HOST:PORT" so that rl-ctl finds
+     * every live instance's; "" for none. Bounded, and as fresh as the
+     * report: an instance that stops reporting is not live. */
+    char admin[RLS_SWITCH_ADMIN_MAX];
     int busy;          /* a poll is waiting for its reply */
     int first;         /* polling, and no poll done yet (settle) */
     int closed;
@@ -56,6 +63,12 @@ typedef struct rls_switch_poll_s {
 int rls_switch_poll_start(rls_switch_poll_t *p, uv_loop_t *loop,
                           rls_store_t *store, rls_runtime_t *rt,
                           const char *prefix, const char *instance);
+
+/* Publishes host:port as this instance's admin address in its reports
+ * (a wildcard host, 0.0.0.0 or ::, as this host's name, which the
+ * others can reach). Call after rls_switch_poll_start. */
+void rls_switch_poll_set_admin(rls_switch_poll_t *p, const char *host,
+                               int port);
 
 /* 0 from the start of polling until Redis has answered a poll and this
  * server's report of the version it applies is sent (an error reply ends

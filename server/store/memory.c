@@ -292,6 +292,21 @@ static void m_reserve_op(rls_store_t *s, rls_reserve_op_t *x,
     cb(data, x);
 }
 
+/* The admin endpoint's step (usage.h), at once under the tag's stripe
+ * lock: one atomic view, and a reset no batch sees half done. */
+static void m_usage(rls_store_t *s, rls_usage_op_t *u)
+{
+    mfront_t *f = (mfront_t *)s;
+    rls_memtab_t *t = f->t;
+    const char *k = u->nkeys > 0 ? u->keys[0] : u->lkey;
+    size_t kl = u->nkeys > 0 ? u->lens[0] : u->lkey_len;
+    rls_mem_stripe_t *sp = stripe_of(t, k, kl, u->tag_len);
+
+    stripe_lock(t, sp);
+    rls_mem_usage(sp, u);
+    stripe_unlock(t, sp);
+}
+
 static void on_sweep(uv_timer_t *timer)
 {
     mfront_t *f = timer->data;
@@ -364,7 +379,7 @@ static void m_close(rls_store_t *s, void (*done)(void *), void *arg)
 }
 
 static const rls_store_vtbl_t memory_vtbl = {
-    m_submit, m_now, m_up, m_close, NULL, NULL, m_reserve_op};
+    m_submit, m_now, m_up, m_close, NULL, NULL, m_reserve_op, NULL, m_usage};
 
 /* A front on loop over t, taking a reference to it. */
 static rls_store_t *front_new(uv_loop_t *loop, rls_memtab_t *t)

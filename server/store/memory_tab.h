@@ -196,6 +196,14 @@ static inline void rls_mem_ent_extend(rls_mem_ent_t *e, uint64_t at)
 /* Runs x (reserve.h; checked by the caller) on sp; returns its err. */
 int rls_mem_xop(rls_mem_stripe_t *sp, rls_reserve_op_t *x);
 
+/* The admin endpoint's step (usage.h; checked by the caller) on sp, the
+ * stripe of u's tag: counts u->lkey's leases alive at u->now_ms and, with
+ * u->reset, clears every key named: a counter, TAT or log to nothing, a
+ * lease set emptied (each entry stays until the sweep frees it at its
+ * expiry, as an empty one decides as a missing one). Sets u's answer;
+ * the memory store has no quotas. */
+void rls_mem_usage(rls_mem_stripe_t *sp, rls_usage_op_t *u);
+
 /* ---- the table (memory.c) ---- */
 
 /* Warns that new counters are being refused, with how many since the

@@ -7,7 +7,11 @@
  * the stripe's share of the cap: an operation that would need memory past
  * it fails with RL_ENOMEM and changes nothing. Their keys start with the
  * op's tag, as its counters' do, so they are in the stripe of the
- * counters a settlement adjusts; the caller holds its lock. */
+ * counters a settlement adjusts; the caller holds its lock.
+ *
+ * Also the admin listener's step on a caller's keys (store/usage.h,
+ * rls_mem_usage): its leases alive, and a reset that empties its
+ * counters, logs and lease set in place. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -394,4 +398,59 @@ int rls_mem_xop(rls_mem_stripe_t *m, rls_reserve_op_t *x)
     if (x->kind == RLS_XOP_SETTLE)
         return settle_reservation(m, x);
     return lease_op(m, x);
+}
+
+/* Leases of g alive at now (end after now). */
+static uint64_t leases_alive(const rls_mem_lease_t *g, uint64_t now)
+{
+    uint64_t n = 0;
+    uint32_t i;
+
+    for (i = 0; i < g->n; i++)
+        n += g->e[2 * i + 1] > now;
+    return n;
+}
+
+/* Clears entry e: 1 when it held something. */
+static int ent_clear(rls_mem_ent_t *e)
+{
+    int held;
+
+    if (e->kind == RLS_MEM_LEASES) {
+        held = e->leases->n > 0;
+        e->leases->n = 0;
+        return held;
+    }
+    if (e->kind != RLS_MEM_COUNTER)
+        return 0; /* a settled set is no one's usage */
+    held = e->count != 0 || (e->log != NULL && e->log->n > 0);
+    e->count = 0;
+    if (e->log != NULL) {
+        e->log->n = 0;
+        e->log->head = 0;
+    }
+    return held;
+}
+
+void rls_mem_usage(rls_mem_stripe_t *m, rls_usage_op_t *u)
+{
+    rls_mem_ent_t *e, *l = NULL;
+    uint32_t i;
+
+    u->leases = 0;
+    u->cleared = 0;
+    u->has_quota = 0;
+    if (u->lkey != NULL &&
+        (l = rls_mem_find(m, u->lkey, u->lkey_len,
+                          rl_hash(&m->hk, u->lkey, u->lkey_len))) != NULL &&
+        l->kind == RLS_MEM_LEASES)
+        u->leases = leases_alive(l->leases, u->now_ms);
+    if (!u->reset)
+        return;
+    for (i = 0; i < u->nkeys; i++)
+        if ((e = rls_mem_find(m, u->keys[i], u->lens[i],
+                              rl_hash(&m->hk, u->keys[i], u->lens[i]))) != NULL)
+            u->cleared += (uint64_t)ent_clear(e);
+    if (l != NULL)
+        u->cleared += (uint64_t)ent_clear(l);
 }

@@ -34,6 +34,7 @@
 #include "rl_buf.h"
 #include "rl_validate.h"
 #include "store/reserve.h"
+#include "store/usage.h"
 
 typedef struct rls_store_s rls_store_t;
 
@@ -277,6 +278,11 @@ typedef struct rls_store_vtbl_s {
     int (*command_later)(rls_store_t *s, int argc, const char **argv,
                          const size_t *lens,
                          void (*cb)(void *data, void *reply), void *data);
+    /* Optional: runs the admin endpoint's step on one caller's keys
+     * (store/usage.h, checked there) at once, setting u's answer (the
+     * memory store, under the lock of their tag's stripe); NULL:
+     * rls_store_usage sends store/usage.lua through command(). */
+    void (*usage)(rls_store_t *s, rls_usage_op_t *u);
 } rls_store_vtbl_t;
 
 /* A store that decides a batch in parts (the cluster store: one part per

@@ -23,7 +23,7 @@ cd "$(dirname "$0")/../.."
 
 TARGETS="request http check redis_reply rlm_batch conn envoy_conf rules grpc
 xds_conf handle cluster sentinel fitlog envenv json switches flags
-admin xds_client"
+admin admin_api xds_client"
 
 jobs=${FUZZ_JOBS:-1}
 if [ "${1:-}" = -j ]; then
@@ -48,7 +48,7 @@ extra_srcs() {
 }
 max_len() {
     case $1 in
-    http | check | admin) echo 9000 ;;
+    http | check | admin | admin_api) echo 9000 ;;
     handle) echo 600 ;;
     sentinel) echo 1024 ;;
     fitlog) echo 20000 ;;
