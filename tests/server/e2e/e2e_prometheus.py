@@ -381,13 +381,14 @@ def store_down_cycle(prom, servers, redis_port, redis):
             if st is not None and (not st or st[-1] != a["state"]):
                 st.append(a["state"])
         return all(st and st[-1] == "firing" for st in seen.values())
-    wait_for(progress, "%s firing on both instances" % name, every_s=0.02)
+    if wait_for(progress, "%s firing on both instances" % name,
+                every_s=0.02):
+        print("     firing on both %.1f s after Redis stopped"
+              % (time.time() - t0))
     for inst, states in seen.items():
         check(states == ["pending", "firing"],
               "%s on %s: %s (want pending, then firing)" % (name, inst,
                                                            states))
-    print("   pending then firing for both %.1f s after Redis stopped"
-          % (time.time() - t0))
     a = servers[0]
     # Decisions while Redis is away: A on its share (the limit over the
     # two live instances it saw), B failing open.
