@@ -41,5 +41,6 @@ $sudo apt-get update -qq
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # Debian starts a system redis-server on 6379 (and redis-sentinel on 26379)
 # when the package is installed; nothing here uses them (tests start their
-# own on free ports). Likewise prometheus (a system one on 9090): the
-# dashboard test starts its own.
+# own on free ports). Likewise prometheus (a system one on 9090; the
+# package brings promtool too): deploy_eg_dashboard and e2e_prometheus
+# start their own.

@@ -177,9 +177,14 @@ static int render_policy(const rls_metrics_view_t *v, rl_buf_t *out)
             out, "rl_config_reload_failures_total",
             "Rules files refused on reload (the old rules stayed).",
             v->reload->failures));
-        TRY(rls_prom_gauge(out, "rl_config_reload_last_microseconds",
-                           "How long the last good reload took, parse to swap.",
-                           v->reload->last_us));
+        /* Seconds, Prometheus's base unit, exactly: the reloader counts
+         * microseconds. */
+        TRY(rls_prom_family(out, "rl_config_reload_last_seconds", "gauge",
+                            "How long the last good reload took, parse to "
+                            "swap."));
+        TRY(rl_buf_printf(out, "rl_config_reload_last_seconds %llu.%06llu\n",
+                          (unsigned long long)(v->reload->last_us / 1000000),
+                          (unsigned long long)(v->reload->last_us % 1000000)));
     }
     if (v->switches != NULL && v->cfg->use_redis) {
         TRY(rls_prom_counter(out, "rl_policy_switch_polls_total",

@@ -352,6 +352,8 @@ int rls_server_metrics_loop(const rls_server_t *s, rl_buf_t *out)
             plain[i] = s->fe[i] != NULL ? s->fe[i]->plain : NULL;
         }
         if ((rc = rls_tls_metrics(out, names, tls, RLS_LISTENERS)) != RL_OK ||
+            (rc = rls_tls_cert_metrics(out, s->tls, names, tls,
+                                       RLS_LISTENERS)) != RL_OK ||
             (rc = rls_tls_plain_metrics(out, names, plain, RLS_LISTENERS)) !=
                 RL_OK)
             return rc;

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -24,6 +25,9 @@
 struct rls_tls_s {
     SSL_CTX *ctx;  /* in force for new connections */
     SSL_CTX *next; /* prepared by a reload, not yet in force */
+    /* Their certificates' notAfter, in seconds since the epoch (0: not
+     * known), for /metrics. */
+    int64_t not_after, next_not_after;
     char *cert_file, *key_file, *ca_file;
     uint32_t max_handshakes, handshake_rate; /* per listener; 0: none */
     int recheck;                             /* --tls-client-ca-recheck */
@@ -102,6 +106,38 @@ static int on_alpn(SSL *ssl, const unsigned char **out, unsigned char *outlen,
     }
     c->no_alpn = 1;
     return SSL_TLSEXT_ERR_ALERT_FATAL;
+}
+
+/* Days from 1970-01-01 to the civil date y-m-d (m 1 to 12), of the
+ * proleptic Gregorian calendar (H. Hinnant's days_from_civil). */
+static int64_t days_from_civil(int64_t y, unsigned m, unsigned d)
+{
+    int64_t era, yoe, doy;
+
+    y -= m <= 2;
+    era = (y >= 0 ? y : y - 399) / 400;
+    yoe = y - era * 400;
+    doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
+    return era * 146097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719468;
+}
+
+/* The notAfter of ctx's certificate in seconds since the epoch, or 0
+ * when it has none or its time does not parse. Computed from the fields
+ * OpenSSL parses (UTC), so neither the local time zone nor the C
+ * library's timegm comes in. */
+static int64_t cert_not_after(SSL_CTX *ctx)
+{
+    X509 *x = SSL_CTX_get0_certificate(ctx);
+    struct tm tm;
+
+    if (x == NULL || ASN1_TIME_to_tm(X509_get0_notAfter(x), &tm) != 1) {
+        ERR_clear_error();
+        return 0;
+    }
+    return days_from_civil((int64_t)tm.tm_year + 1900, (unsigned)tm.tm_mon + 1,
+                           (unsigned)tm.tm_mday) *
+               86400 +
+           tm.tm_hour * 3600 + tm.tm_min * 60 + tm.tm_sec;
 }
 
 /* A new SSL_CTX from t's files. Returns 0 with *out, or RL_EINVAL /
@@ -203,14 +239,19 @@ int rls_tls_new(const rls_tls_opts_t *o, rls_tls_t **out, char *err,
         rls_tls_free(t);
         return rc;
     }
+    t->not_after = cert_not_after(t->ctx);
     *out = t;
     return 0;
 }
 
 int rls_tls_prepare(rls_tls_t *t, char *err, size_t errlen)
 {
+    int rc;
+
     rls_tls_discard(t);
-    return build_ctx(t, &t->next, err, errlen);
+    if ((rc = build_ctx(t, &t->next, err, errlen)) == 0)
+        t->next_not_after = cert_not_after(t->next);
+    return rc;
 }
 
 void rls_tls_commit(rls_tls_t *t)
@@ -222,6 +263,7 @@ void rls_tls_commit(rls_tls_t *t)
     SSL_CTX_free(t->ctx);
     t->ctx = t->next;
     t->next = NULL;
+    t->not_after = t->next_not_after;
     t->ca_gen++;
 }
 
@@ -831,6 +873,33 @@ int rls_tls_metrics(rl_buf_t *out, const char *const *names,
             (rc = rl_buf_printf(
                  out, "rl_tls_handshakes_in_progress{listener=\"%s\"} %llu\n",
                  names[i], (unsigned long long)stats[i]->in_progress)) != 0)
+            return rc;
+    return 0;
+}
+
+int rls_tls_cert_metrics(rl_buf_t *out, const rls_tls_t *t,
+                         const char *const *names,
+                         const rls_tls_stats_t *const *stats, size_t n)
+{
+    static const char fam[] = "rl_tls_certificate_expiry_seconds";
+    size_t i;
+    int rc;
+
+    if (t == NULL || t->not_after <= 0)
+        return 0;
+    for (i = 0; i < n && stats[i] == NULL; i++)
+        ;
+    if (i == n)
+        return 0;
+    if ((rc = rls_prom_family(out, fam, "gauge",
+                              "The notAfter of the certificate a TLS "
+                              "listener serves (--tls-cert, as last "
+                              "loaded), in seconds since the epoch")) != 0)
+        return rc;
+    for (i = 0; i < n; i++)
+        if (stats[i] != NULL &&
+            (rc = rl_buf_printf(out, "%s{listener=\"%s\"} %lld\n", fam,
+                                names[i], (long long)t->not_after)) != 0)
             return rc;
     return 0;
 }

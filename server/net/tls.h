@@ -252,4 +252,13 @@ void rls_tls_count_failure(rls_tls_stats_t *st, const char *listener,
 int rls_tls_metrics(rl_buf_t *out, const char *const *names,
                     const rls_tls_stats_t *const *stats, size_t n);
 
+/* Appends rl_tls_certificate_expiry_seconds{listener}: the notAfter of
+ * t's certificate in force (the one the last good load or reload put
+ * there), in seconds since the epoch, once for each of the n listeners
+ * that speaks TLS (stats[i] not NULL, named names[i]); nothing when t is
+ * NULL or no listener speaks TLS. Returns 0 or the buffer's error. */
+int rls_tls_cert_metrics(rl_buf_t *out, const rls_tls_t *t,
+                         const char *const *names,
+                         const rls_tls_stats_t *const *stats, size_t n);
+
 #endif

@@ -6,7 +6,7 @@
 #
 #   start   spawn to the port file (the file parsed, listeners open)
 #   reload  SIGHUP to the new policy in force: the server's own
-#           rl_config_reload_last_microseconds
+#           rl_config_reload_last_seconds
 #   wait    rl-bench, open loop at RATE requests/s on 2 connections (so
 #           a stall shows as the time a request waited past its slot),
 #           its latency over time in 0.1 s steps: SECS s with nothing
@@ -66,6 +66,15 @@ metric() {
   curl -s "http://127.0.0.1:$1/metrics" | awk -v m="$2" '$1 == m {print $2}'
 }
 
+# reload_seconds PORT: the server's last reload time in seconds
+# (rl_config_reload_last_seconds; an older build given to compare serves
+# rl_config_reload_last_microseconds instead).
+reload_seconds() {
+  curl -s "http://127.0.0.1:$1/metrics" | awk '
+    $1 == "rl_config_reload_last_seconds" {print $2}
+    $1 == "rl_config_reload_last_microseconds" {print $2 / 1e6}'
+}
+
 # start BIN FILE: starts it (sets pid, sport, mport); prints ms to ready.
 # An old binary may take minutes on a big file: no 10 s limit here.
 start() {
@@ -89,8 +98,8 @@ stop() {
   wait "$pid" 2>/dev/null || true
 }
 
-# reload_us: one SIGHUP, awaited; prints the server's reload time.
-reload_us() {
+# reload_s: one SIGHUP, awaited; prints the server's reload time (s).
+reload_s() {
   local before
   before=$(metric "$mport" rl_config_reloads_total)
   before=${before:-0}
@@ -98,7 +107,7 @@ reload_us() {
   until [ "$(metric "$mport" rl_config_reloads_total)" = $((before + 1)) ]; do
     sleep 0.02
   done
-  metric "$mport" rl_config_reload_last_microseconds
+  reload_seconds "$mport"
 }
 
 # bench OUT [hup]: an open-loop run; with hup, a SIGHUP 0.5 s in, and the
@@ -138,7 +147,7 @@ for bin in "${bins[@]}"; do
     : >"$dir/start" >"$dir/reload"
     for r in $(seq 1 "$rounds"); do
       start "$bin" "$dir/o$n.yaml" >>"$dir/start"
-      reload_us >>"$dir/reload"
+      reload_s >>"$dir/reload"
       stop
       if [ "$(tail -1 "$dir/start")" -gt $((cap * 1000)) ]; then
         skip=1
@@ -147,7 +156,7 @@ for bin in "${bins[@]}"; do
     done
     done_n=$n
     printf '%-9s %10s %10.0f\n' "$n" "$(median <"$dir/start")" \
-      "$(median <"$dir/reload" | awk '{print $1 / 1000}')"
+      "$(median <"$dir/reload" | awk '{print $1 * 1000}')"
   done
   if [ "$done_n" -lt "$wait_n" ]; then
     echo "wait during a $wait_n-override reload: skipped"
@@ -161,8 +170,7 @@ for bin in "${bins[@]}"; do
   for r in $(seq 1 "$rounds"); do
     bench "$dir/quiet.json"
     bench "$dir/hup.json" hup
-    rs=$(metric "$mport" rl_config_reload_last_microseconds |
-      awk '{print $1 / 1e6}')
+    rs=$(reload_seconds "$mport")
     # The window: 0.3 s (before the SIGHUP, allowing for the client's
     # start) to 0.5 s after the reload ended.
     w=$(awk -v r="$rs" 'BEGIN {print 0.7 + r + 0.5}')

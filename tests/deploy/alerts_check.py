@@ -3,8 +3,11 @@
 serves: promtool checks the file when it is installed; in any case the
 file must parse as a rules file (groups of rules with alert, expr and
 labels), and every metric an expression names must be on the /metrics
-page of an rl-server with every listener and a Redis store (a histogram's
-_bucket, _sum and _count by its own name).
+page of an rl-server with every listener and a Redis store, --fail-local,
+TLS on its listeners (a certificate made by openssl) and --envoy-xds (to
+a port nothing listens on) (a histogram's _bucket, _sum and _count by its
+own name). tests/server/e2e/e2e_prometheus.py has a real Prometheus
+evaluate them.
 
 Usage: alerts_check.py RL_SERVER ALERTS_YML [redis-server]"""
 import os
@@ -77,6 +80,11 @@ def metrics_page():
              "--appendonly", "no", "--dir", tmp, "--logfile", rlog],
             stdout=subprocess.DEVNULL))
         rlt.wait_listen(port, procs[-1], rlog)
+        cert, key = os.path.join(tmp, "cert.pem"), os.path.join(tmp, "key.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048",
+                        "-nodes", "-keyout", key, "-out", cert, "-days", "30",
+                        "-subj", "/CN=localhost"], check=True,
+                       capture_output=True)
         rules = os.path.join(tmp, "rules.yaml")
         with open(rules, "w") as f:
             f.write("rules:\n  api:\n    limits: [5/1m]\n")
@@ -87,7 +95,10 @@ def metrics_page():
                 [RL_SERVER, "--listen", "127.0.0.1:0", "--metrics",
                  "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--http",
                  "127.0.0.1:0", "--port-file", ports, "--config", rules,
-                 "--redis", "127.0.0.1:%d" % port], stderr=lf))
+                 "--redis", "127.0.0.1:%d" % port, "--fail-local",
+                 "--tls-cert", cert, "--tls-key", key,
+                 "--envoy-xds", "127.0.0.1:%d" % rlt.reserve_port()],
+                stderr=lf))
         got = rlt.wait_ports(procs[-1], ports, log)
         url = "http://127.0.0.1:%d" % got["metrics"]
         end = time.time() + 10
