@@ -14,9 +14,10 @@
 #           the one loop at N = 1 (the hand-off pins a connection to a loop)
 #   open    rl-bench open loop, independent arrivals (--arrivals each), at
 #           RL_BENCH_RATE (50000)/s per loop over 4 connections per loop
-# and, on Redis, both modes against two rl-server processes of one loop
-# each on one port (--reuseport: the kernel's hash spreads the
-# connections), beside --threads 2.
+# and each of these against two rl-server processes of one loop each on
+# one port (--reuseport: the kernel's hash spreads the connections),
+# beside --threads 2: what two loops cost on this host without sharing a
+# process.
 # Every run: 100k uniform keys, limit 100 per 60 s, --audit, 1 s of warmup
 # and RL_BENCH_SECONDS (6) measured; Redis flushed before each. CPU per
 # decision: utime + stime (/proc/PID/stat) of rl-server (both processes for
@@ -25,7 +26,9 @@
 # the reverse order of odd ones; each figure is the median of its rounds,
 # xN=1 the ratio of a row's median CPU per decision to N = 1's (same store
 # and mode): rl-server's, and rl-server's plus Redis's; batch, rl-server's
-# mean store batch over the run (rl_batch_size on /metrics).
+# mean store batch over the run (rl_batch_size on /metrics); other %, the
+# CPU every other process on the machine took meanwhile (/proc/stat's busy
+# time less ours), in % of all CPUs: a shared machine's noise, per run.
 # rl-bench is one thread: a run has ceil(N / RL_BENCH_LOOPS_PER_CLIENT (2))
 # of them in parallel, each with its share of the connections and of the
 # rate and 100k keys of a prefix of its own (so each audit is exact);
@@ -40,7 +43,7 @@
 # Until the memory store is one table per process, each loop of --threads
 # has its own: the memory rows at N > 1 are valid for cost, and their audit
 # may find windows over the limit (reported, not failed).
-# About 4 minutes at the defaults on 2 vCPUs (10 runs a round); JSON and
+# About 5 minutes at the defaults on 2 vCPUs (12 runs a round); JSON and
 # logs of every run in RESULTS_DIR (default: a new directory under /tmp).
 # Exit status 1 when a run failed or a Redis run's audit found a window
 # over its limit. Loopback only; what it starts it stops by pid.
@@ -98,6 +101,12 @@ batches() {
     END { print s + 0, c + 0 }'
 }
 
+# sys: "busy total" ticks of every CPU so far (/proc/stat; busy: all but
+# idle and iowait); reaped: the CPU ticks of this shell's reaped children
+# (the rl-bench runs, once waited for).
+sys() { awk '/^cpu / { t = 0; for (i = 2; i <= 9; i++) t += $i; print t - $5 - $6, t }' /proc/stat; }
+reaped() { awk '{ print $16 + $17 }' "/proc/$$/stat"; }
+
 # healthy MPORT: waits (up to 5 s) until /healthz on MPORT answers 200:
 # the store is up and the switches read.
 healthy() {
@@ -123,7 +132,7 @@ placement() {
   fi
 }
 
-declare -A rate scpu rcpu p50 p99 over errs clients batch
+declare -A rate scpu rcpu p50 p99 over errs clients batch other
 failed=0
 key_opts=(--keys 100000 --dist uniform --limit 100 --window 60 --warmup 1
   --duration "$secs")
@@ -134,7 +143,7 @@ key_opts=(--keys 100000 --dist uniform --limit 100 --window 60 --warmup 1
 run() {
   local row=$1 store=$2 mode=$3 n=$4 how=$5 r=$6
   local dir="$out/${row//\//_}@$r" sargs=() spids=() mports=() port k i
-  local c0=0 r0 c1=0 d=0 rc conns crate sampler='' p q b0 b1
+  local c0=0 r0 c1=0 d=0 rc conns crate sampler='' p q b0 b1 s0 s1 k0 k1
   mkdir -p "$dir"
   [ "$store" = redis ] && sargs=(--redis "127.0.0.1:$rport")
   if [ "$how" = threads ]; then
@@ -179,6 +188,8 @@ run() {
     sampler=$!
   fi
   b0=$(batches "${mports[@]}")
+  k0=$(reaped)
+  s0=$(sys)
   for p in "${spids[@]}"; do c0=$((c0 + $(cpu "$p"))); done
   r0=$(cpu "$rpid")
   q=()
@@ -190,6 +201,8 @@ run() {
   done
   rc=0
   for p in "${q[@]}"; do wait "$p" || rc=1; done
+  s1=$(sys)
+  k1=$(reaped)
   for p in "${spids[@]}"; do c1=$((c1 + $(cpu "$p"))); done
   r1=$(cpu "$rpid")
   b1=$(batches "${mports[@]}")
@@ -212,6 +225,12 @@ run() {
     l50+=("$(jf "$f" p50_us)") l99+=("$(jf "$f" p99_us)")
   done
   rate[$key]=$sum_rate
+  # What the rest of the machine (other users of these CPUs) took meanwhile,
+  # in % of all of it: every CPU's busy time but ours (rl-server, Redis,
+  # rl-bench).
+  other[$key]=$(awk -v a="$s0" -v b="$s1" -v o="$((c1 - c0 + r1 - r0 + k1 - k0))" \
+    'BEGIN { split(a, x, " "); split(b, y, " "); t = y[2] - x[2];
+      v = t > 0 ? 100 * (y[1] - x[1] - o) / t : 0; printf "%.0f", v < 0 ? 0 : v }')
   batch[$key]=$(awk -v a="$b0" -v b="$b1" 'BEGIN { split(a, x, " ");
     split(b, y, " "); c = y[2] - x[2];
     if (c > 0) printf "%.1f", (y[1] - x[1]) / c; else printf "-" }')
@@ -225,7 +244,7 @@ run() {
   if [ "$store" = redis ]; then
     rcpu[$key]=$(awk -v t="$((r1 - r0))" -v k="$tck" -v d="$d" 'BEGIN { printf "%.3f", t / k * 1e6 / d }')
   fi
-  log "   ${rate[$key]}/s, rl-server ${scpu[$key]} us/decision, Redis ${rcpu[$key]}, p50 ${p50[$key]} p99 ${p99[$key]} us, batch ${batch[$key]}, errors ${errs[$key]}, audit $sum_over over"
+  log "   ${rate[$key]}/s, rl-server ${scpu[$key]} us/decision, Redis ${rcpu[$key]}, p50 ${p50[$key]} p99 ${p99[$key]} us, batch ${batch[$key]}, others ${other[$key]} % of the CPUs, errors ${errs[$key]}, audit $sum_over over"
   if [ "$rc" != 0 ] && [ "$sum_over" = 0 ]; then
     log "!! $row round $r: rl-bench failed; see $dir/c*.txt"
     failed=1
@@ -237,12 +256,12 @@ run() {
 }
 
 # The rows, in the order of odd rounds (even rounds run it backwards): per
-# store and mode, N rising, reuseport after Redis's.
+# store and mode, N rising, then reuseport.
 rows=()
 for store in memory redis; do
   for mode in closed open; do
     for n in "${ns[@]}"; do rows+=("$store/$mode/$n"); done
-    if [ "$store" = redis ]; then rows+=("$store/$mode/2rp"); fi
+    rows+=("$store/$mode/2rp")
   done
 done
 redis-cli -p "$rport" MODULE LIST | grep -q ratelimit ||
@@ -273,7 +292,7 @@ med() {
   done
   if [ "${#vals[@]}" = 0 ]; then echo -; else printf '%s\n' "${vals[@]}" | median; fi
 }
-declare -A m_rate m_s m_r m_50 m_99 m_b m_over m_err
+declare -A m_rate m_s m_r m_50 m_99 m_b m_o m_over m_err
 for row in "${rows[@]}"; do
   m_rate[$row]=$(med rate "$row")
   m_s[$row]=$(med scpu "$row")
@@ -281,6 +300,7 @@ for row in "${rows[@]}"; do
   m_50[$row]=$(med p50 "$row")
   m_99[$row]=$(med p99 "$row")
   m_b[$row]=$(med batch "$row")
+  m_o[$row]=$(med other "$row")
   m_over[$row]=0 m_err[$row]=0
   for r in $(seq 1 "$rounds"); do
     m_over[$row]=$((m_over[$row] + ${over[$row@$r]:-0}))
@@ -300,12 +320,12 @@ total() { awk -v a="$1" -v b="$2" 'BEGIN { if (b == "-") b = 0; if (a == "-") pr
     echo "placement: $cores cores, never more than N + 1: every row unpinned, rl-bench, rl-server and Redis sharing every CPU"
   fi
   echo
-  printf '| %-6s | %-6s | %2s | %-19s | %12s | %9s | %9s | %8s | %8s | %6s | %10s | %9s | %s |\n' \
+  printf '| %-6s | %-6s | %2s | %-19s | %12s | %9s | %9s | %8s | %8s | %6s | %10s | %9s | %7s | %s |\n' \
     store mode N server decisions/s "server us" "redis us" "p50 us" \
-    "p99 us" batch "server xN1" "total xN1" notes
-  printf '|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n' -------- -------- \
+    "p99 us" batch "server xN1" "total xN1" "other %" notes
+  printf '|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n' -------- -------- \
     ---: --------------------- -------------: ----------: ----------: \
-    ---------: ---------: -------: -----------: ----------: ------
+    ---------: ---------: -------: -----------: ----------: --------: ------
   for row in "${rows[@]}"; do
     IFS=/ read -r store mode n <<<"$row"
     base="$store/$mode/1"
@@ -315,6 +335,7 @@ total() { awk -v a="$1" -v b="$2" 'BEGIN { if (b == "-") b = 0; if (a == "-") pr
     [ "${clients[$row]:-1}" = 1 ] || note="${clients[$row]} rl-bench; $note"
     if [ "$store" = memory ] && [ "$n" != 1 ] && [ "${m_over[$row]}" != 0 ]; then
       note="$note (a memory store per loop)"
+      [ "$n" != 2rp ] || note="${note% per loop)} per process)"
     fi
     sx="-" tx="-"
     if [ -n "${m_s[$base]:-}" ]; then
@@ -322,21 +343,21 @@ total() { awk -v a="$1" -v b="$2" 'BEGIN { if (b == "-") b = 0; if (a == "-") pr
       tx=$(ratio "$(total "${m_s[$row]}" "${m_r[$row]}")" \
         "$(total "${m_s[$base]}" "${m_r[$base]}")")
     fi
-    printf '| %-6s | %-6s | %2s | %-19s | %12.0f | %9s | %9s | %8s | %8s | %6s | %10s | %9s | %s |\n' \
+    printf '| %-6s | %-6s | %2s | %-19s | %12.0f | %9s | %9s | %8s | %8s | %6s | %10s | %9s | %7s | %s |\n' \
       "$store" "$mode" "$nn" "$label" "${m_rate[$row]/-/0}" "${m_s[$row]}" \
       "${m_r[$row]}" "${m_50[$row]}" "${m_99[$row]}" "${m_b[$row]}" "$sx" \
-      "$tx" "$note"
+      "$tx" "${m_o[$row]}" "$note"
   done
   echo
-  echo "server us, redis us: CPU microseconds per decision (utime + stime); batch: rl-server's mean store batch; xN1: CPU per decision over N = 1's (server: rl-server's; total: rl-server + Redis)"
+  echo "server us, redis us: CPU microseconds per decision (utime + stime); batch: rl-server's mean store batch; other %: the CPU every other process on the machine took meanwhile, in % of all CPUs; xN1: CPU per decision over N = 1's (server: rl-server's; total: rl-server + Redis)"
   echo "Redis commands over the run: $(redis-cli -p "$rport" INFO commandstats | tr -d '\r' |
     awk -F'[:=,]' '$1 == "cmdstat_rl.batch" || $1 == "cmdstat_evalsha" { printf "%s %s calls; ", substr($1, 9), $3 }')"
   echo
-  echo "rounds (decisions/s / server us / redis us):"
+  echo "rounds (decisions/s / server us / redis us / other %):"
   for row in "${rows[@]}"; do
     line="  $row:"
     for r in $(seq 1 "$rounds"); do
-      line+=" ${rate[$row@$r]:--} / ${scpu[$row@$r]:--} / ${rcpu[$row@$r]:--};"
+      line+=" ${rate[$row@$r]:--} / ${scpu[$row@$r]:--} / ${rcpu[$row@$r]:--} / ${other[$row@$r]:--};"
     done
     echo "${line%;}"
   done
@@ -374,12 +395,16 @@ total() { awk -v a="$1" -v b="$2" 'BEGIN { if (b == "-") b = 0; if (a == "-") pr
       esac
     done
   done
-  for mode in closed open; do
-    a="redis/$mode/2rp" b="redis/$mode/2"
-    [ -n "${m_s[$b]:-}" ] || continue
-    printf '  redis %s: 2 processes --reuseport %.0f/s at %s us/decision (rl-server + Redis) against --threads 2 %.0f/s at %s\n' \
-      "$mode" "${m_rate[$a]}" "$(total "${m_s[$a]}" "${m_r[$a]}")" \
-      "${m_rate[$b]}" "$(total "${m_s[$b]}" "${m_r[$b]}")"
+  echo "2 processes --reuseport against --threads 2 (us per decision: rl-server, and rl-server + Redis):"
+  for store in memory redis; do
+    for mode in closed open; do
+      a="$store/$mode/2rp" b="$store/$mode/2"
+      [ -n "${m_s[$b]:-}" ] || continue
+      printf '  %s %s: --reuseport %.0f/s at %s (%s), --threads 2 %.0f/s at %s (%s); rl-server --threads 2 / --reuseport %s\n' \
+        "$store" "$mode" "${m_rate[$a]}" "${m_s[$a]}" \
+        "$(total "${m_s[$a]}" "${m_r[$a]}")" "${m_rate[$b]}" "${m_s[$b]}" \
+        "$(total "${m_s[$b]}" "${m_r[$b]}")" "$(ratio "${m_s[$b]}" "${m_s[$a]}")"
+    done
   done
 } | tee "$out/table.md"
 log "results in $out"
