@@ -24,7 +24,7 @@
 # reuseport) and of Redis over the whole run, warmup included, over every
 # request sent. The runs go in RL_BENCH_ROUNDS (3) rounds, even rounds in
 # the reverse order of odd ones; each figure is the median of its rounds,
-# xN=1 the ratio of a row's median CPU per decision to N = 1's (same store
+# xN1 the ratio of a row's median CPU per decision to N = 1's (same store
 # and mode): rl-server's, and rl-server's plus Redis's; batch, rl-server's
 # mean store batch over the run (rl_batch_size on /metrics); other %, the
 # CPU every other process on the machine took meanwhile (/proc/stat's busy
@@ -43,7 +43,9 @@
 # Until the memory store is one table per process, each loop of --threads
 # has its own: the memory rows at N > 1 are valid for cost, and their audit
 # may find windows over the limit (reported, not failed).
-# About 5 minutes at the defaults on 2 vCPUs (12 runs a round); JSON and
+# About 5 minutes at the defaults on 2 vCPUs (12 runs a round; on 16
+# cores 24, about 9 minutes: RL_BENCH_SECONDS and RL_BENCH_THREADS bound
+# it); JSON and
 # logs of every run in RESULTS_DIR (default: a new directory under /tmp).
 # Exit status 1 when a run failed or a Redis run's audit found a window
 # over its limit. Loopback only; what it starts it stops by pid.
