@@ -44,7 +44,7 @@
 # has its own: the memory rows at N > 1 are valid for cost, and their audit
 # may find windows over the limit (reported, not failed).
 # About 5 minutes at the defaults on 2 vCPUs (12 runs a round; on 16
-# cores 24, about 9 minutes: RL_BENCH_SECONDS and RL_BENCH_THREADS bound
+# cores 24, about 10 minutes: RL_BENCH_SECONDS and RL_BENCH_THREADS bound
 # it); JSON and
 # logs of every run in RESULTS_DIR (default: a new directory under /tmp).
 # Exit status 1 when a run failed or a Redis run's audit found a window
