@@ -22,6 +22,7 @@
 #include "base/log.h"
 #include "base/prom.h"
 #include "base/prom_merge.h"
+#include "net/tls.h"
 #include "rl_error.h"
 
 /* How long a scrape waits for another loop's page. */
@@ -33,6 +34,7 @@ enum {
     MSG_SWITCHES, /* install sw (owned) */
     MSG_ENVOY,    /* install conf (a reference) */
     MSG_READY,    /* the first loop has read the switches */
+    MSG_TLS,      /* install ctx (a reference) as the listeners' TLS */
     MSG_STOP,     /* stop as the first loop does */
     MSG_RENDER    /* render the loop's page into its `page` */
 };
@@ -45,7 +47,9 @@ typedef struct msg_s {
     rls_policy_t *policy;
     rls_switches_t sw;
     rls_envoy_conf_t *conf;
-    uint64_t seq; /* MSG_RENDER's */
+    struct ssl_ctx_st *ctx; /* MSG_TLS's, with its certificate's */
+    int64_t not_after;      /* notAfter */
+    uint64_t seq;           /* MSG_RENDER's */
 } msg_t;
 
 typedef struct worker_s {
@@ -103,6 +107,7 @@ static void msg_free(msg_t *m)
         close(m->fd);
     rls_policy_unref(m->policy);
     rls_envoy_conf_unref(m->conf);
+    rls_tls_ctx_unref(m->ctx);
     rls_switches_free(&m->sw);
     free(m);
 }
@@ -210,6 +215,12 @@ static void on_wake(uv_async_t *a)
         case MSG_READY:
             s->sw_ready = 1;
             break;
+        case MSG_TLS:
+            if (!s->closed && s->tls != NULL) {
+                rls_tls_install(s->tls, m->ctx, m->not_after); /* takes it */
+                m->ctx = NULL;
+            }
+            break;
         case MSG_STOP:
             rls_server_stop(s);
             break;
@@ -252,6 +263,24 @@ static void hook_changed(void *arg, const rls_runtime_t *rt)
         }
         if (policy)
             m->policy = rls_policy_ref(rt->policy);
+        post(&l->w[i], m);
+    }
+}
+
+static void hook_tls(void *arg, rls_tls_t *tls)
+{
+    rls_loops_t *l = arg;
+    unsigned i;
+    msg_t *m;
+
+    for (i = 0; i + 1 < l->n; i++) {
+        if ((m = msg_new(MSG_TLS)) == NULL) {
+            RLS_ERROR("out of memory handing new certificates to another "
+                      "loop; it keeps the old ones",
+                      " loop=%u", i + 1);
+            continue;
+        }
+        m->ctx = rls_tls_ctx_ref(tls, &m->not_after);
         post(&l->w[i], m);
     }
 }
@@ -646,6 +675,7 @@ int rls_loops_start(rls_loops_t **out, rls_server_t *first, unsigned n,
     first->hooks.changed = hook_changed;
     first->hooks.envoy_conf = hook_envoy_conf;
     first->hooks.ready = hook_ready;
+    first->hooks.tls = hook_tls;
     first->hooks.metrics = hook_metrics;
     first->hooks.arg = l;
     for (i = 0; i + 1 < n; i++) {

@@ -590,8 +590,17 @@ static int start_frontends(rls_server_t *s, char *err, size_t errlen)
                              (uint32_t)cfg->tls_max_handshakes,
                              (uint32_t)cfg->tls_handshake_rate,
                              cfg->tls_client_ca_recheck};
-        if ((rc = rls_tls_new(&to, &s->tls, err, errlen)) != RL_OK)
+        /* Another loop of --threads shares the first's certificates
+         * (read once; each reload handed over, loops.c), under caps and
+         * counters of its own. */
+        if (s->first != NULL) {
+            if ((s->tls = rls_tls_new_like(s->first->tls)) == NULL) {
+                snprintf(err, errlen, "TLS: out of memory");
+                return RL_ENOMEM;
+            }
+        } else if ((rc = rls_tls_new(&to, &s->tls, err, errlen)) != RL_OK) {
             return rc;
+        }
     }
     rls_server_conns_opts(cfg, &co);
     rls_conns_init(&s->conns, s->loop, &co, &s->decider);
@@ -655,6 +664,16 @@ static void after_policy_change(void *arg)
 
     if (s->hooks.changed != NULL)
         s->hooks.changed(s->hooks.arg, &s->rt);
+}
+
+/* New listener certificates in force: the first loop of --threads hands
+ * them to the others. */
+static void tls_installed(void *arg, rls_tls_t *tls)
+{
+    rls_server_t *s = arg;
+
+    if (s->hooks.tls != NULL)
+        s->hooks.tls(s->hooks.arg, tls);
 }
 
 /* rls_server_start, or another loop's (first != NULL). */
@@ -758,15 +777,12 @@ static int start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
                          s->fe[i]->ops->flag, s->fe[i]->host, s->fe[i]->port,
                          s->fe[i]->tls != NULL ? "on" : "off");
         }
-    if (s->tls != NULL) {
+    if (s->tls != NULL && first == NULL) {
         char desc[256];
         rls_tls_describe(s->tls, desc, sizeof(desc));
-        if (first == NULL)
-            RLS_INFO("tls certificate", " %s client_ca=%s", desc,
-                     cfg->tls_client_ca != NULL ? "required" : "none");
-        /* Every loop has its own certificates (its TLS counters and caps
-         * are its own), read from the files and reloaded as they change.
-         * The reloaders log their own failures. Out of memory stops the
+        RLS_INFO("tls certificate", " %s client_ca=%s", desc,
+                 cfg->tls_client_ca != NULL ? "required" : "none");
+        /* The reloaders log their own failures. Out of memory stops the
          * start, as everywhere here (with no SIGHUP handler a reload
          * would kill the process); a file that cannot be watched does
          * not: SIGHUP still reloads it. */
@@ -775,6 +791,8 @@ static int start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
             snprintf(err, errlen, "out of memory");
             goto fail;
         }
+        s->tls_reload.installed = tls_installed;
+        s->tls_reload.arg = s;
     }
 
     if ((rc = uv_check_init(loop, &s->tick)) != 0)

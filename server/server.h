@@ -52,6 +52,8 @@ typedef struct rls_server_hooks_s {
     /* a new Envoy tree is in force (borrowed: a hook keeps a reference) */
     void (*envoy_conf)(void *arg, rls_envoy_conf_t *conf);
     void (*ready)(void *arg); /* the runtime switches were read */
+    /* new listener certificates are in force in tls */
+    void (*tls)(void *arg, struct rls_tls_s *tls);
     int (*metrics)(void *arg, rl_buf_t *out); /* every loop's page */
     void *arg;
 } rls_server_hooks_t;

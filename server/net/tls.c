@@ -244,6 +244,46 @@ int rls_tls_new(const rls_tls_opts_t *o, rls_tls_t **out, char *err,
     return 0;
 }
 
+rls_tls_t *rls_tls_new_like(const rls_tls_t *from)
+{
+    rls_tls_t *t = calloc(1, sizeof(*t));
+
+    if (t == NULL || (t->cert_file = strdup(from->cert_file)) == NULL ||
+        (t->key_file = strdup(from->key_file)) == NULL ||
+        (from->ca_file != NULL &&
+         (t->ca_file = strdup(from->ca_file)) == NULL)) {
+        rls_tls_free(t);
+        return NULL;
+    }
+    t->max_handshakes = from->max_handshakes;
+    t->handshake_rate = from->handshake_rate;
+    t->recheck = from->recheck;
+    SSL_CTX_up_ref(from->ctx);
+    t->ctx = from->ctx;
+    t->not_after = from->not_after;
+    return t;
+}
+
+struct ssl_ctx_st *rls_tls_ctx_ref(const rls_tls_t *t, int64_t *not_after)
+{
+    SSL_CTX_up_ref(t->ctx);
+    *not_after = t->not_after;
+    return t->ctx;
+}
+
+void rls_tls_ctx_unref(struct ssl_ctx_st *ctx)
+{
+    SSL_CTX_free(ctx);
+}
+
+void rls_tls_install(rls_tls_t *t, struct ssl_ctx_st *ctx, int64_t not_after)
+{
+    rls_tls_discard(t);
+    t->next = ctx;
+    t->next_not_after = not_after;
+    rls_tls_commit(t);
+}
+
 int rls_tls_prepare(rls_tls_t *t, char *err, size_t errlen)
 {
     int rc;

@@ -115,6 +115,18 @@ rls_tls_conn_t *rls_tls_conn_new(rls_tls_t *t, const char *alpn);
  * memory. */
 struct ssl_ctx_st;
 rls_tls_conn_t *rls_tls_conn_client(struct ssl_ctx_st *ctx, const char *name);
+
+/* --threads: the certificates are read once, by the first loop, and every
+ * loop holds its own rls_tls_t (its caps and counters) over the same
+ * SSL_CTX. new_like makes another loop's from the first's (sharing its
+ * SSL_CTX; NULL: out of memory); ctx_ref hands the one in force, a
+ * reference taken (with its certificate's notAfter), and install puts
+ * such a reference in force in t, as a reload's commit does, on t's loop. */
+rls_tls_t *rls_tls_new_like(const rls_tls_t *from);
+struct ssl_ctx_st *rls_tls_ctx_ref(const rls_tls_t *t, int64_t *not_after);
+void rls_tls_install(rls_tls_t *t, struct ssl_ctx_st *ctx, int64_t not_after);
+/* Drops a reference ctx_ref took (NULL is fine). */
+void rls_tls_ctx_unref(struct ssl_ctx_st *ctx);
 /* NULL is fine. */
 void rls_tls_conn_free(rls_tls_conn_t *c);
 

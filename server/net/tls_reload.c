@@ -33,6 +33,8 @@ static int job_install(void *arg, uint64_t us)
     rls_tls_describe(r->tls, desc, sizeof(desc));
     RLS_INFO("tls certificates reloaded", " %s us=%llu", desc,
              (unsigned long long)us);
+    if (r->installed != NULL)
+        r->installed(r->arg, r->tls);
     return RL_OK;
 }
 

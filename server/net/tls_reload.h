@@ -21,6 +21,10 @@ typedef struct rls_tls_reload_s {
     rls_reloader_t rl;
     rls_tls_t *tls; /* the server's; outlives the reload */
     const char *paths[3];
+    /* Called once a reload is in force (--threads: the first loop hands
+     * it to the others); NULL: nothing. Set after start. */
+    void (*installed)(void *arg, rls_tls_t *tls);
+    void *arg;
 } rls_tls_reload_t;
 
 /* Starts SIGHUP and the watch of tls's files. Returns as

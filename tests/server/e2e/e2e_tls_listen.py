@@ -149,6 +149,7 @@ class Server:
             args += ["--tls-cert", path("server.crt"), "--tls-key",
                      path("server.key")]
         self.log = open(path("server-%d.log" % n), "w")
+        args += rlt.server_args()
         self.p = subprocess.Popen(args + list(extra), stderr=self.log)
         PROCS.append(self.p)
         got = rlt.wait_ports(self.p, ports, self.log.name)
