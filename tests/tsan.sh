@@ -17,7 +17,7 @@ trap 'rm -rf "$reports"' EXIT
 
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Debug -DRL_SANITIZE=thread \
   >"$build.cmake.log" 2>&1 || { cat "$build.cmake.log"; exit 1; }
-cmake --build "$build" -j "$(nproc)" --target rl-server rl-check e2e_threads \
+cmake --build "$build" -j "$(nproc)" --target rl-server rl-check rl-bench e2e_threads \
   e2e_server e2e_policy e2e_http_check e2e_grpc_bad test_store_memory_mt \
   >"$build.build.log" 2>&1 || { tail -40 "$build.build.log"; exit 1; }
 
@@ -32,6 +32,9 @@ run "$build/tests/server/store/test_store_memory_mt"
 for t in e2e_server e2e_policy e2e_http_check e2e_grpc_bad; do
   RLT_SERVER_ARGS="--threads 2" run "$build/tests/server/e2e/$t"
 done
+RLT_SERVER_ARGS="--threads 2" run /usr/bin/python3 \
+  tests/server/e2e/e2e_tls_listen.py "$build/server/rl-server" proto \
+  "$build/tools/rl-check" "$build/tools/bench/rl-bench"
 n=$(find "$reports" -name 'report.*' | wc -l)
 for f in "$reports"/report.*; do
   [ -e "$f" ] && cat "$f"
