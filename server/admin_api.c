@@ -11,7 +11,6 @@
 #include "base/util.h"
 #include "net/stream.h"
 #include "rl_error.h"
-#include "server.h"
 
 static const char index_text[] =
     "GET  /v1/usage?rule=R&key=K                one caller's usage under a "
@@ -161,7 +160,7 @@ static void on_request(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
 
 static const rls_frontend_ops_t admin_api_ops;
 
-int rls_admin_api_start(rls_admin_api_t *a, struct rls_server_s *s,
+int rls_admin_api_start(rls_admin_api_t *a, const rls_admin_view_t *v,
                         uv_loop_t *loop, const char *host, int port,
                         const char *token_file, char *err, size_t errlen)
 {
@@ -170,7 +169,7 @@ int rls_admin_api_start(rls_admin_api_t *a, struct rls_server_s *s,
     memset(a, 0, sizeof(*a));
     a->fe.ops = &admin_api_ops;
     a->fe.host = host;
-    a->srv = s;
+    a->v = *v;
     a->reads_need_token = !rls_admin_loopback(host);
     if (token_file != NULL) {
         if ((rc = rls_admin_tokens_load(token_file, &a->tokens, err, errlen)) !=

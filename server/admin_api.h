@@ -30,16 +30,56 @@
 #include <uv.h>
 
 #include "admin_api_parse.h"
+#include "envoy/conf.h"
 #include "net/frontend.h"
 #include "net/http_server.h"
+#include "policy/runtime.h"
 #include "rl_buf.h"
+#include "store/store.h"
 
 /* The largest answer. */
 #define RLS_ADMIN_OUT_MAX (4u << 20)
 /* Store steps (usage reads, resets) under way at once; more: 503. */
 #define RLS_ADMIN_JOBS_MAX 64
+/* The longest host name and key prefix the view names (server.c checks
+ * that the flags' fit). */
+#define RLS_ADMIN_NAME_MAX 255
 
-struct rls_server_s;
+/* The Envoy tree in force and the xDS client's state, as they are at
+ * one request (borrowed for that request alone). */
+typedef struct rls_admin_envoy_s {
+    const rls_envoy_conf_t *conf; /* NULL: none yet */
+    const char *xds_version;      /* the one in force, NULL: none yet */
+    int xds_connected;            /* a connection to it is up now */
+} rls_admin_envoy_t;
+
+/* What the listener shows and acts on, and all it knows of the server
+ * (which fills it when it starts the listener; every pointer outlives
+ * the listener). */
+typedef struct rls_admin_view_s {
+    /* The flags it names. */
+    const char *prefix; /* --prefix, of every store key */
+    size_t prefix_len;
+    uint64_t grace_ms;                /* --grace-ms */
+    int use_redis;                    /* 0: the memory store */
+    int redis_cluster;                /* seeds, 0: not a cluster */
+    int redis_sentinels;              /* sentinels, 0: no Sentinel */
+    const char *config_path;          /* --config, or NULL */
+    size_t nrules;                    /* --rule flags */
+    const char *const *envoy_configs; /* --envoy-config files */
+    size_t nenvoy_configs;
+    const char *xds_host; /* --envoy-xds's, "": none */
+    int xds_port;
+    const char *xds_node_id; /* NULL: "default" */
+    uint64_t start_unix_ms;
+    /* Its state. */
+    rls_store_t *store;
+    rls_runtime_t *rt; /* the policy and switches in force */
+    /* Fills *e and returns 1, or returns 0 without --grpc (no Envoy
+     * domains here). */
+    int (*envoy)(void *arg, rls_admin_envoy_t *e);
+    void *arg;
+} rls_admin_view_t;
 
 typedef struct rls_admin_stats_s {
     uint64_t reads;        /* usage reads answered 200 */
@@ -54,7 +94,7 @@ typedef struct rls_admin_stats_s {
 typedef struct rls_admin_api_s {
     rls_frontend_t fe;
     rls_http_server_t *http;
-    struct rls_server_s *srv; /* whose state it shows (its first loop) */
+    rls_admin_view_t v; /* whose state it shows (the first loop's) */
     rls_admin_tokens_t tokens;
     int has_tokens;       /* --admin-token-file given */
     int reads_need_token; /* not on a loopback address */
@@ -64,11 +104,11 @@ typedef struct rls_admin_api_s {
     rls_admin_stats_t stats;
 } rls_admin_api_t;
 
-/* Listens on host:port for server s (tokens from token_file, NULL:
- * none, so no writes). Returns 0, or RL_EADDR, RL_EINVAL / RL_EIO (the
- * token file) or RL_ENOMEM with err (errlen bytes) saying why and
+/* Listens on host:port, showing what v says (copied; tokens from
+ * token_file, NULL: none, so no writes). Returns 0, or RL_EADDR, RL_EINVAL /
+ * RL_EIO (the token file) or RL_ENOMEM with err (errlen bytes) saying why and
  * nothing left open. */
-int rls_admin_api_start(rls_admin_api_t *a, struct rls_server_s *s,
+int rls_admin_api_start(rls_admin_api_t *a, const rls_admin_view_t *v,
                         uv_loop_t *loop, const char *host, int port,
                         const char *token_file, char *err, size_t errlen);
 

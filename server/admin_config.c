@@ -23,7 +23,6 @@
 #include "envoy/dump.h"
 #include "policy/limit.h"
 #include "rl_error.h"
-#include "server.h"
 #include "version.h"
 
 #define TRY(x)                                                                 \
@@ -50,27 +49,26 @@ static int put_limits(rl_buf_t *b, const rls_limits_t *ls)
 
 static int put_rules(const rls_admin_api_t *a, rl_buf_t *b)
 {
-    rls_server_t *s = a->srv;
-    const rls_policy_t *p = s->rt.policy;
+    const rls_admin_view_t *s = &a->v;
+    const rls_policy_t *p = s->rt->policy;
     size_t n = rls_policy_count(p), i;
     uint32_t k;
 
     TRY(RLS_BUF_LIT(b, "\"rules\":{\"source\":"));
-    if (s->cfg->config_path != NULL)
-        TRY(rls_admin_json_str(b, s->cfg->config_path,
-                               strlen(s->cfg->config_path)));
+    if (s->config_path != NULL)
+        TRY(rls_admin_json_str(b, s->config_path, strlen(s->config_path)));
     else
         TRY(RLS_BUF_LIT(b, "null"));
     TRY(rl_buf_printf(b,
                       ",\"rule_flags\":%zu,\"generation\":%llu,"
                       "\"count\":%zu,\"items\":[",
-                      s->cfg->nrules, (unsigned long long)s->rt.generation, n));
+                      s->nrules, (unsigned long long)s->rt->generation, n));
     for (i = 0; i < n; i++) {
         const rls_rule_t *r = rls_policy_rule_at(p, i);
         rls_spec_t spec;
         /* The switches applied: as any caller without an override sees
          * the rule (mode, scale and quotas do not depend on the key). */
-        if (rls_runtime_resolve(&s->rt, r->name, r->name_len, "", 0, &spec) !=
+        if (rls_runtime_resolve(s->rt, r->name, r->name_len, "", 0, &spec) !=
             RL_OK)
             continue;
         TRY((i ? RLS_BUF_LIT(b, ",{\"name\":") : RLS_BUF_LIT(b, "{\"name\":")));
@@ -101,18 +99,18 @@ static int put_rules(const rls_admin_api_t *a, rl_buf_t *b)
 
 static int put_switches(const rls_admin_api_t *a, rl_buf_t *b)
 {
-    const rls_server_t *s = a->srv;
-    const rls_switches_t *sw = &s->rt.sw;
+    const rls_admin_view_t *s = &a->v;
+    const rls_switches_t *sw = &s->rt->sw;
     size_t i;
 
     TRY(rl_buf_printf(b, "\"switches\":{\"source\":"));
-    if (s->cfg->use_redis)
+    if (s->use_redis)
         TRY(rl_buf_printf(b, "\"redis\",\"key\":"));
     else
         TRY(rl_buf_printf(b, "null,\"key\":"));
     {
-        char k[RLS_PREFIX_MAX + 16];
-        int n = snprintf(k, sizeof(k), "%spolicy", s->cfg->prefix);
+        char k[RLS_ADMIN_NAME_MAX + 16];
+        int n = snprintf(k, sizeof(k), "%spolicy", s->prefix);
         TRY(rls_admin_json_str(b, k, (size_t)n));
     }
     TRY(rl_buf_printf(b, ",\"version\":%lld,\"global\":\"%s\",\"items\":[",
@@ -139,46 +137,45 @@ static int put_switches(const rls_admin_api_t *a, rl_buf_t *b)
 
 static int put_envoy(const rls_admin_api_t *a, rl_buf_t *b)
 {
-    const rls_server_t *s = a->srv;
-    const rls_flags_t *cfg = s->cfg;
-    const rls_envoy_conf_t *conf =
-        s->grpc != NULL ? rls_grpc_envoy_ctx(s->grpc)->conf : NULL;
+    const rls_admin_view_t *s = &a->v;
+    rls_admin_envoy_t e;
+    const rls_envoy_conf_t *conf;
     rl_buf_t dump;
     size_t i, n, at;
     int rc;
 
     TRY(RLS_BUF_LIT(b, "\"envoy\":{\"source\":"));
-    if (s->grpc == NULL)
+    memset(&e, 0, sizeof(e));
+    if (!s->envoy(s->arg, &e))
         return RLS_BUF_LIT(b, "null}");
-    if (cfg->envoy_xds_host[0] != '\0') {
+    conf = e.conf;
+    if (s->xds_host[0] != '\0') {
         TRY(RLS_BUF_LIT(b, "\"xds\",\"xds\":{\"server\":"));
         {
-            char hp[RLS_HOST_MAX + 16];
-            int k = snprintf(hp, sizeof(hp), "%s:%d", cfg->envoy_xds_host,
-                             cfg->envoy_xds_port);
+            char hp[RLS_ADMIN_NAME_MAX + 16];
+            int k = snprintf(hp, sizeof(hp), "%s:%d", s->xds_host, s->xds_port);
             TRY(rls_admin_json_str(b, hp, (size_t)k));
         }
         TRY(RLS_BUF_LIT(b, ",\"node\":"));
         {
-            const char *node = cfg->envoy_xds_node_id != NULL
-                                   ? cfg->envoy_xds_node_id
-                                   : "default";
+            const char *node =
+                s->xds_node_id != NULL ? s->xds_node_id : "default";
             TRY(rls_admin_json_str(b, node, strlen(node)));
         }
         TRY(RLS_BUF_LIT(b, ",\"version\":"));
-        if (s->xds.version != NULL)
-            TRY(rls_admin_json_str(b, s->xds.version, strlen(s->xds.version)));
+        if (e.xds_version != NULL)
+            TRY(rls_admin_json_str(b, e.xds_version, strlen(e.xds_version)));
         else
             TRY(RLS_BUF_LIT(b, "null"));
         TRY(rl_buf_printf(b, ",\"connected\":%s}",
-                          s->xds.stats.connected ? "true" : "false"));
+                          e.xds_connected ? "true" : "false"));
     } else {
         TRY(RLS_BUF_LIT(b, "\"files\",\"files\":["));
-        for (i = 0; i < cfg->nenvoy_configs; i++) {
+        for (i = 0; i < s->nenvoy_configs; i++) {
             if (i)
                 TRY(RLS_BUF_LIT(b, ","));
-            TRY(rls_admin_json_str(b, cfg->envoy_configs[i],
-                                   strlen(cfg->envoy_configs[i])));
+            TRY(rls_admin_json_str(b, s->envoy_configs[i],
+                                   strlen(s->envoy_configs[i])));
         }
         TRY(RLS_BUF_LIT(b, "]"));
     }
@@ -217,7 +214,7 @@ static int put_envoy(const rls_admin_api_t *a, rl_buf_t *b)
 
 int rls_admin_config(const rls_admin_api_t *a, unsigned parts, rl_buf_t *out)
 {
-    const rls_server_t *s = a->srv;
+    const rls_admin_view_t *s = &a->v;
     int fleet;
     const char *store = rls_admin_store_name(a, &fleet);
 
@@ -231,7 +228,7 @@ int rls_admin_config(const rls_admin_api_t *a, unsigned parts, rl_buf_t *out)
                       RLS_VERSION, (unsigned long long)s->start_unix_ms, store,
                       s->store->stats.redis_module ? "true" : "false",
                       fleet ? "fleet" : "instance"));
-    TRY(rls_admin_json_str(out, s->cfg->prefix, s->cfg->prefix_len));
+    TRY(rls_admin_json_str(out, s->prefix, s->prefix_len));
     TRY(RLS_BUF_LIT(out, "}"));
     if (parts & RLS_ADMIN_PART_RULES) {
         TRY(RLS_BUF_LIT(out, ","));

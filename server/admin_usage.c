@@ -38,7 +38,6 @@
 #include "rl_admit.h"
 #include "rl_error.h"
 #include "rl_window.h"
-#include "server.h"
 #include "store/usage.h"
 
 #define DESC_MAX 2048
@@ -85,14 +84,14 @@ typedef struct job_s {
 
 const char *rls_admin_store_name(const rls_admin_api_t *a, int *fleet)
 {
-    const rls_flags_t *cfg = a->srv->cfg;
+    const rls_admin_view_t *v = &a->v;
 
-    *fleet = cfg->use_redis != 0;
-    if (!cfg->use_redis)
+    *fleet = v->use_redis != 0;
+    if (!v->use_redis)
         return "memory";
-    if (cfg->redis_cluster > 0)
+    if (v->redis_cluster > 0)
         return "redis-cluster";
-    if (cfg->redis_sentinels > 0)
+    if (v->redis_sentinels > 0)
         return "redis-sentinel";
     return "redis";
 }
@@ -173,7 +172,7 @@ static int put_head(job_t *j, rl_buf_t *b)
         if (rc == RL_OK)
             rc = rl_buf_printf(
                 b, ": store %s%s, %s\n", store,
-                j->a->srv->store->stats.redis_module ? " (module)" : "",
+                j->a->v.store->stats.redis_module ? " (module)" : "",
                 fleet ? "read for the fleet" : "this instance only");
         return rc;
     }
@@ -197,7 +196,7 @@ static int put_head(job_t *j, rl_buf_t *b)
              b,
              ",\"store\":\"%s\",\"module\":%s,"
              "\"scope\":\"%s\",\"now_ms\":%llu",
-             store, j->a->srv->store->stats.redis_module ? "true" : "false",
+             store, j->a->v.store->stats.redis_module ? "true" : "false",
              fleet ? "fleet" : "instance", (unsigned long long)j->now_ms)) !=
             RL_OK)
         return rc;
@@ -429,7 +428,7 @@ static void answer_leases(job_t *j)
 
 static void start_peek(job_t *j)
 {
-    rls_server_t *s = j->a->srv;
+    const rls_admin_view_t *s = &j->a->v;
     const rls_limit_t *ls;
     uint32_t n, i;
 
@@ -437,7 +436,7 @@ static void start_peek(job_t *j)
     memset(&j->op, 0, sizeof(j->op));
     for (i = 0; i < n; i++) {
         win_set(&j->win[i], &ls[i], j->caller, j->caller_len, j->now_ms,
-                s->cfg->grace_ms);
+                s->grace_ms);
         /* PEEK: a cost of 2 no limit of 1 holds (batch.c's submit). */
         j->real[i] = j->win[i].limit;
         j->win[i].limit = 1;
@@ -483,7 +482,7 @@ static void log_safe(const char *s, size_t n, char *out, size_t len)
 static void on_reset(void *data, rls_usage_op_t *u)
 {
     job_t *j = data;
-    rls_server_t *s = j->a->srv;
+    const rls_admin_view_t *s = &j->a->v;
     rl_buf_t *b = &j->out;
     char key[RLS_ENVOY_KEY_MAX + 1];
     int rc;
@@ -503,16 +502,15 @@ static void on_reset(void *data, rls_usage_op_t *u)
              j->leases ? "cleared" : "kept");
     /* The refusal caches forget: every loop's now (the change hooks of a
      * new policy), the fleet's at its next switch poll. */
-    if (s->rt.before_change != NULL)
-        s->rt.before_change(s->rt.arg);
-    if (s->rt.after_change != NULL)
-        s->rt.after_change(s->rt.arg);
+    if (s->rt->before_change != NULL)
+        s->rt->before_change(s->rt->arg);
+    if (s->rt->after_change != NULL)
+        s->rt->after_change(s->rt->arg);
     if (s->store->v->command != NULL) {
-        char pkey[RLS_PREFIX_MAX + 16];
+        char pkey[RLS_ADMIN_NAME_MAX + 16];
         const char *argv[4] = {"HINCRBY", pkey, "version", "1"};
         size_t lens[4] = {7, 0, 7, 1};
-        lens[1] =
-            (size_t)snprintf(pkey, sizeof(pkey), "%spolicy", s->cfg->prefix);
+        lens[1] = (size_t)snprintf(pkey, sizeof(pkey), "%spolicy", s->prefix);
         /* Fire and forget: the reply outlives the job. */
         s->store->v->command(s->store, 4, argv, lens, on_version_bumped, NULL);
     }
@@ -572,7 +570,7 @@ static void reset_keys(job_t *j, const rls_limit_t *ls, uint32_t n)
 
 static void start_reset(job_t *j)
 {
-    rls_server_t *s = j->a->srv;
+    const rls_admin_view_t *s = &j->a->v;
 
     j->op.key = j->opkey;
     j->op.key_len = j->opkey_len;
@@ -634,7 +632,7 @@ static void on_first(void *data, rls_usage_op_t *u)
 static int resolve_envoy(job_t *j, const rls_admin_req_t *q, rls_spec_t *spec,
                          const char **why)
 {
-    rls_server_t *s = j->a->srv;
+    const rls_admin_view_t *s = &j->a->v;
     const rls_envoy_conf_t *conf;
     const rls_envoy_domain_t *dom;
     const rls_envoy_node_t *x = NULL, *up;
@@ -642,8 +640,10 @@ static int resolve_envoy(job_t *j, const rls_admin_req_t *q, rls_spec_t *spec,
     size_t klens[RLS_ADMIN_ENTRIES_MAX], vlens[RLS_ADMIN_ENTRIES_MAX];
     size_t n = q->nentries, i, at;
     char *key;
+    rls_admin_envoy_t e;
 
-    if (s->grpc == NULL || (conf = rls_grpc_envoy_ctx(s->grpc)->conf) == NULL) {
+    memset(&e, 0, sizeof(e));
+    if (!s->envoy(s->arg, &e) || (conf = e.conf) == NULL) {
         *why = "no Envoy domains here (no --grpc, or no configuration yet)";
         return 404;
     }
@@ -698,8 +698,8 @@ static int resolve_envoy(job_t *j, const rls_admin_req_t *q, rls_spec_t *spec,
     j->caller_len = rls_envoy_key(key, dom->name, dom->name_len, keys, klens,
                                   vals, vlens, n);
     if (x->kind == RLS_ENVOY_RULE) {
-        if (rls_runtime_resolve(&s->rt, x->rule, x->rule_len, key,
-                                j->caller_len, spec) != RL_OK) {
+        if (rls_runtime_resolve(s->rt, x->rule, x->rule_len, key, j->caller_len,
+                                spec) != RL_OK) {
             *why = "the descriptor's rule is not in the rules file";
             return 404;
         }
@@ -711,9 +711,9 @@ static int resolve_envoy(job_t *j, const rls_admin_req_t *q, rls_spec_t *spec,
     spec->ns = RLS_NS_ENVOY;
     spec->limits.n = 1;
     spec->limits.w[0] = x->lim;
-    spec->mode = s->rt.sw.global_mode >= 0 ? s->rt.sw.global_mode
-                 : x->shadow               ? RLS_MODE_SHADOW
-                                           : RLS_MODE_ENFORCE;
+    spec->mode = s->rt->sw.global_mode >= 0 ? s->rt->sw.global_mode
+                 : x->shadow                ? RLS_MODE_SHADOW
+                                            : RLS_MODE_ENFORCE;
     spec->scale = 1.0;
     return 0;
 }
@@ -721,7 +721,7 @@ static int resolve_envoy(job_t *j, const rls_admin_req_t *q, rls_spec_t *spec,
 int rls_admin_usage_start(rls_admin_api_t *a, const rls_admin_req_t *q,
                           const char *who, rls_http_conn_t *c, const char **why)
 {
-    rls_server_t *s = a->srv;
+    const rls_admin_view_t *s = &a->v;
     rls_spec_t spec;
     job_t *j;
     int rc;
@@ -765,8 +765,8 @@ int rls_admin_usage_start(rls_admin_api_t *a, const rls_admin_req_t *q,
     } else {
         memcpy(j->caller, q->key, q->key_len);
         j->caller_len = q->key_len;
-        if (rls_runtime_resolve(&s->rt, q->rule, q->rule_len, q->key,
-                                q->key_len, &spec) != RL_OK) {
+        if (rls_runtime_resolve(s->rt, q->rule, q->rule_len, q->key, q->key_len,
+                                &spec) != RL_OK) {
             rl_buf_free(&j->out);
             free(j);
             *why = "no such rule in the policy in force";
@@ -786,9 +786,9 @@ int rls_admin_usage_start(rls_admin_api_t *a, const rls_admin_req_t *q,
     j->scale = spec.scale > 0 ? spec.scale : 1.0;
     j->limits = spec.limits;
     j->quota_on = spec.quota && s->store->v->command != NULL;
-    j->opkey_len = rls_op_key(s->cfg->prefix, s->cfg->prefix_len, j->caller,
-                              j->caller_len, j->rule, j->rule_len, j->ns,
-                              (uint8_t *)j->opkey, &j->tag_len);
+    j->opkey_len =
+        rls_op_key(s->prefix, s->prefix_len, j->caller, j->caller_len, j->rule,
+                   j->rule_len, j->ns, (uint8_t *)j->opkey, &j->tag_len);
     j->now_ms = s->store->v->now_ms(s->store);
     /* The first step: the quota and the leases, when there are any to
      * read; the keys all of the caller's tag. */

@@ -373,6 +373,49 @@ static int admin_health(void *arg, const char **why)
     return s->store != NULL && rls_server_healthy(s, why);
 }
 
+_Static_assert(RLS_HOST_MAX <= RLS_ADMIN_NAME_MAX &&
+                   RLS_PREFIX_MAX <= RLS_ADMIN_NAME_MAX,
+               "the admin listener's names fit");
+
+/* The Envoy tree in force and the xDS client's state, for --admin. */
+static int admin_envoy(void *arg, rls_admin_envoy_t *e)
+{
+    const rls_server_t *s = arg;
+
+    if (s->grpc == NULL)
+        return 0;
+    e->conf = rls_grpc_envoy_ctx(s->grpc)->conf;
+    e->xds_version = s->xds.version;
+    e->xds_connected = s->xds.stats.connected;
+    return 1;
+}
+
+/* What --admin shows and acts on: the flags it names and the state. */
+static void admin_view(rls_server_t *s, rls_admin_view_t *v)
+{
+    const rls_flags_t *cfg = s->cfg;
+
+    memset(v, 0, sizeof(*v));
+    v->prefix = cfg->prefix;
+    v->prefix_len = cfg->prefix_len;
+    v->grace_ms = cfg->grace_ms;
+    v->use_redis = cfg->use_redis;
+    v->redis_cluster = cfg->redis_cluster;
+    v->redis_sentinels = cfg->redis_sentinels;
+    v->config_path = cfg->config_path;
+    v->nrules = cfg->nrules;
+    v->envoy_configs = cfg->envoy_configs;
+    v->nenvoy_configs = cfg->nenvoy_configs;
+    v->xds_host = cfg->envoy_xds_host;
+    v->xds_port = cfg->envoy_xds_port;
+    v->xds_node_id = cfg->envoy_xds_node_id;
+    v->start_unix_ms = s->start_unix_ms;
+    v->store = s->store;
+    v->rt = &s->rt;
+    v->envoy = admin_envoy;
+    v->arg = s;
+}
+
 static void install_envoy_conf(void *arg, rls_envoy_conf_t *conf)
 {
     rls_server_t *s = arg;
@@ -638,8 +681,10 @@ static int start_frontends(rls_server_t *s, char *err, size_t errlen)
         (rc = start_envoy_listeners(s, err, errlen)) != RL_OK)
         return rc;
     if (cfg->admin_host[0] != '\0' && s->first == NULL) {
+        rls_admin_view_t v;
+        admin_view(s, &v);
         if ((rc = rls_admin_api_start(
-                 &s->admin_api, s, s->loop, cfg->admin_host, cfg->admin_port,
+                 &s->admin_api, &v, s->loop, cfg->admin_host, cfg->admin_port,
                  cfg->admin_token_file, err, errlen)) != RL_OK)
             return rc;
         s->fe[RLS_LISTENER_ADMIN] = rls_admin_api_frontend(&s->admin_api);
