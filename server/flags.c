@@ -1,6 +1,6 @@
 #include "flags.h"
 
-#include "admin_api_parse.h"
+#include "admin/admin_api_parse.h"
 
 #include <arpa/inet.h>
 #include <stdarg.h>

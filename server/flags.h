@@ -166,7 +166,7 @@ typedef struct rls_flags_s {
     int envoy_http_port;
     char debug_http_host[RLS_HOST_MAX + 1];
     int debug_http_port;
-    /* The admin listener (admin_api.h): empty, not opened; and the file
+    /* The admin listener (admin/admin_api.h): empty, not opened; and the file
      * of its write tokens, NULL: no writes. A non-loopback --admin needs
      * the file. */
     char admin_host[RLS_HOST_MAX + 1];

@@ -11,7 +11,7 @@
 
 #include "core/decide.h"
 #include "admin.h"
-#include "admin_api.h"
+#include "admin/admin_api.h"
 #include "check/http_check.h"
 #include "native/conn.h"
 #include "envoy/debug_http.h"

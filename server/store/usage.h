@@ -1,5 +1,5 @@
 /* One caller's state under one rule or limit, for the admin endpoint
- * (store/usage.c, server/admin_api.h): what a read of its counters does
+ * (store/usage.c, server/admin/admin_api.h): what a read of its counters does
  * not give (its stored quota, its leases alive), and a reset (every key
  * named cleared in one atomic step). The counters themselves are read
  * through the store's submit, as the decider's PEEK reads them (a cost of

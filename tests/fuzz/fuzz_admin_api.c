@@ -1,5 +1,5 @@
 /* Fuzz target: the --admin listener's request parsing and routing
- * (server/admin_api_parse.c): a request head as http_server.c parses it
+ * (server/admin/admin_api_parse.c): a request head as http_server.c parses it
  * (rls_http_parse), then its method and target through rls_admin_parse,
  * its Authorization header through rls_admin_tokens_check against two
  * known tokens; and the bytes after the head as a stored quota
@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "admin_api_parse.h"
+#include "admin/admin_api_parse.h"
 #include "net/http.h"
 #include "policy/rules.h"
 #include "rl_admit.h"

@@ -1,4 +1,4 @@
-/* The admin listener's pure parts (server/admin_api_parse.c): routes and
+/* The admin listener's pure parts (server/admin/admin_api_parse.c): routes and
  * methods, the query (percent-decoding, entries split before decoding,
  * every bad request a 4xx), a stored quota read exactly as the Redis
  * script's qparse reads it (scale, clamps, what it ignores whole), the
@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "admin_api_parse.h"
+#include "admin/admin_api_parse.h"
 #include "rl_admit.h"
 #include "rl_error.h"
 

@@ -1,12 +1,13 @@
 /* The admin listener: see admin_api.h. This file routes, checks tokens
  * and writes the answers that need no store; admin_usage.c reads and
  * resets, admin_config.c dumps the configuration. */
-#include "admin_api.h"
+#include "admin/admin_api.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#include "admin_api_int.h"
+#include "admin/admin_config.h"
+#include "admin/admin_usage.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "net/stream.h"
@@ -75,7 +76,7 @@ static int authorize(rls_admin_api_t *a, const rls_http_req_t *q,
     int i;
 
     if (!a->has_tokens) {
-        a->stats.forbidden++;
+        a->st.stats.forbidden++;
         reply_error(a, r, 403,
                     "writes are off: rl-server was started without "
                     "--admin-token-file");
@@ -84,7 +85,7 @@ static int authorize(rls_admin_api_t *a, const rls_http_req_t *q,
     if (!rls_http_header(q, "authorization", &v, &vl))
         v = NULL;
     if ((i = rls_admin_tokens_check(&a->tokens, v, vl)) == -2) {
-        a->stats.unauthorized++;
+        a->st.stats.unauthorized++;
         reply_error(a, r, 401,
                     "a write (and off loopback, any request) needs "
                     "Authorization: Bearer TOKEN, a token of "
@@ -93,7 +94,7 @@ static int authorize(rls_admin_api_t *a, const rls_http_req_t *q,
         return 401;
     }
     if (i < 0) {
-        a->stats.forbidden++;
+        a->st.stats.forbidden++;
         reply_error(a, r, 403, "the token is not one of --admin-token-file");
         return 403;
     }
@@ -129,8 +130,8 @@ static void on_request(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
         return;
     case RLS_ADMIN_CONFIG:
         rl_buf_reset(&a->buf);
-        if ((rc = rls_admin_config(a, req.parts, &a->buf)) == RL_EFULL) {
-            a->stats.too_large++;
+        if ((rc = rls_admin_config(&a->st.v, req.parts, &a->buf)) == RL_EFULL) {
+            a->st.stats.too_large++;
             reply_error(a, r, 413,
                         "the configuration is over the answer's cap (4 "
                         "MiB): ask for a part (?part=rules, switches or "
@@ -149,8 +150,8 @@ static void on_request(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
     default:
         rls_http_conn_peer(r->conn, peer, sizeof(peer));
         snprintf(who, sizeof(who), "%s@%s", name, peer);
-        if ((status = rls_admin_usage_start(a, &req, who, r->conn, &why)) !=
-            0) {
+        if ((status = rls_admin_usage_start(&a->st, &req, who, r->conn,
+                                            &why)) != 0) {
             reply_error(a, r, status, why);
             return;
         }
@@ -169,7 +170,7 @@ int rls_admin_api_start(rls_admin_api_t *a, const rls_admin_view_t *v,
     memset(a, 0, sizeof(*a));
     a->fe.ops = &admin_api_ops;
     a->fe.host = host;
-    a->v = *v;
+    a->st.v = *v;
     a->reads_need_token = !rls_admin_loopback(host);
     if (token_file != NULL) {
         if ((rc = rls_admin_tokens_load(token_file, &a->tokens, err, errlen)) !=
@@ -201,7 +202,7 @@ static void on_http_empty(void *arg)
 {
     rls_admin_api_t *a = arg;
 
-    if (a->jobs == 0 && a->fe.on_empty != NULL)
+    if (a->st.jobs == 0 && a->fe.on_empty != NULL)
         a->fe.on_empty(a->fe.arg);
 }
 
@@ -223,7 +224,7 @@ static int fe_busy(const rls_frontend_t *fe)
 {
     const rls_admin_api_t *a = api_of(fe);
 
-    return a->jobs > 0 || (a->http != NULL && rls_http_server_live(a->http));
+    return a->st.jobs > 0 || (a->http != NULL && rls_http_server_live(a->http));
 }
 
 static void fe_free(rls_frontend_t *fe)
@@ -240,25 +241,25 @@ static int fe_metrics(const rls_frontend_t *fe, rl_buf_t *out)
     const rls_admin_api_t *a = api_of(fe);
     const rls_stream_metric_t m[] = {
         RLS_METRIC_ONE("rl_admin_usage_reads_total", "counter",
-                       "--admin usage reads answered.", a->stats.reads),
+                       "--admin usage reads answered.", a->st.stats.reads),
         RLS_METRIC_ONE("rl_admin_resets_total", "counter",
                        "--admin resets of a caller's usage done.",
-                       a->stats.resets),
+                       a->st.stats.resets),
         RLS_METRIC_ONE("rl_admin_reset_keys_total", "counter",
-                       "Store keys those resets cleared.", a->stats.cleared),
+                       "Store keys those resets cleared.", a->st.stats.cleared),
         RLS_METRIC_ONE("rl_admin_unauthorized_total", "counter",
                        "--admin writes without a Bearer token (401).",
-                       a->stats.unauthorized),
+                       a->st.stats.unauthorized),
         RLS_METRIC_ONE("rl_admin_forbidden_total", "counter",
                        "--admin writes with a wrong token, or with no "
                        "--admin-token-file (403).",
-                       a->stats.forbidden),
+                       a->st.stats.forbidden),
         RLS_METRIC_ONE("rl_admin_too_large_total", "counter",
                        "--admin answers over the cap (413).",
-                       a->stats.too_large),
+                       a->st.stats.too_large),
         RLS_METRIC_ONE("rl_admin_store_errors_total", "counter",
                        "--admin reads and resets the store failed (503).",
-                       a->stats.store_errors),
+                       a->st.stats.store_errors),
     };
 
     if (a->http == NULL)

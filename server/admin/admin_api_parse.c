@@ -1,5 +1,5 @@
 /* The admin endpoint's pure parts: see admin_api_parse.h. */
-#include "admin_api_parse.h"
+#include "admin/admin_api_parse.h"
 
 #include <arpa/inet.h>
 #include <math.h>

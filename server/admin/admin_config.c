@@ -19,7 +19,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "admin_api_int.h"
+#include "admin/admin_api_parse.h"
+#include "admin/admin_config.h"
+#include "admin/admin_usage.h"
 #include "envoy/dump.h"
 #include "policy/limit.h"
 #include "rl_error.h"
@@ -47,9 +49,8 @@ static int put_limits(rl_buf_t *b, const rls_limits_t *ls)
     return RLS_BUF_LIT(b, "]");
 }
 
-static int put_rules(const rls_admin_api_t *a, rl_buf_t *b)
+static int put_rules(const rls_admin_view_t *s, rl_buf_t *b)
 {
-    const rls_admin_view_t *s = &a->v;
     const rls_policy_t *p = s->rt->policy;
     size_t n = rls_policy_count(p), i;
     uint32_t k;
@@ -97,9 +98,8 @@ static int put_rules(const rls_admin_api_t *a, rl_buf_t *b)
     return RLS_BUF_LIT(b, "]}");
 }
 
-static int put_switches(const rls_admin_api_t *a, rl_buf_t *b)
+static int put_switches(const rls_admin_view_t *s, rl_buf_t *b)
 {
-    const rls_admin_view_t *s = &a->v;
     const rls_switches_t *sw = &s->rt->sw;
     size_t i;
 
@@ -135,9 +135,8 @@ static int put_switches(const rls_admin_api_t *a, rl_buf_t *b)
     return RLS_BUF_LIT(b, "]}");
 }
 
-static int put_envoy(const rls_admin_api_t *a, rl_buf_t *b)
+static int put_envoy(const rls_admin_view_t *s, rl_buf_t *b)
 {
-    const rls_admin_view_t *s = &a->v;
     rls_admin_envoy_t e;
     const rls_envoy_conf_t *conf;
     rl_buf_t dump;
@@ -212,11 +211,10 @@ static int put_envoy(const rls_admin_api_t *a, rl_buf_t *b)
     return RLS_BUF_LIT(b, "]}");
 }
 
-int rls_admin_config(const rls_admin_api_t *a, unsigned parts, rl_buf_t *out)
+int rls_admin_config(const rls_admin_view_t *s, unsigned parts, rl_buf_t *out)
 {
-    const rls_admin_view_t *s = &a->v;
     int fleet;
-    const char *store = rls_admin_store_name(a, &fleet);
+    const char *store = rls_admin_store_name(s, &fleet);
 
     if (parts == 0)
         parts = RLS_ADMIN_PART_RULES | RLS_ADMIN_PART_SWITCHES |
@@ -232,15 +230,15 @@ int rls_admin_config(const rls_admin_api_t *a, unsigned parts, rl_buf_t *out)
     TRY(RLS_BUF_LIT(out, "}"));
     if (parts & RLS_ADMIN_PART_RULES) {
         TRY(RLS_BUF_LIT(out, ","));
-        TRY(put_rules(a, out));
+        TRY(put_rules(s, out));
     }
     if (parts & RLS_ADMIN_PART_SWITCHES) {
         TRY(RLS_BUF_LIT(out, ","));
-        TRY(put_switches(a, out));
+        TRY(put_switches(s, out));
     }
     if (parts & RLS_ADMIN_PART_ENVOY) {
         TRY(RLS_BUF_LIT(out, ","));
-        TRY(put_envoy(a, out));
+        TRY(put_envoy(s, out));
     }
     return RLS_BUF_LIT(out, "}\n");
 }

@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "admin_api_int.h"
+#include "admin/admin_usage.h"
 #include "base/log.h"
 #include "core/batch.h"
 #include "envoy/conf.h"
@@ -43,7 +43,7 @@
 #define DESC_MAX 2048
 
 typedef struct job_s {
-    rls_admin_api_t *a;
+    rls_admin_state_t *a;
     rls_http_conn_t *conn;
     int reset, leases, text;
     char who[160];
@@ -82,10 +82,8 @@ typedef struct job_s {
     rl_buf_t out;
 } job_t;
 
-const char *rls_admin_store_name(const rls_admin_api_t *a, int *fleet)
+const char *rls_admin_store_name(const rls_admin_view_t *v, int *fleet)
 {
-    const rls_admin_view_t *v = &a->v;
-
     *fleet = v->use_redis != 0;
     if (!v->use_redis)
         return "memory";
@@ -100,7 +98,7 @@ const char *rls_admin_store_name(const rls_admin_api_t *a, int *fleet)
 
 static void answer(job_t *j, int status, const char *ctype)
 {
-    rls_admin_api_t *a = j->a;
+    rls_admin_state_t *a = j->a;
     rls_http_reply_t r;
 
     memset(&r, 0, sizeof(r));
@@ -158,7 +156,7 @@ static int put_str(rl_buf_t *b, const char *name, const char *s, size_t n)
 static int put_head(job_t *j, rl_buf_t *b)
 {
     int fleet, rc;
-    const char *store = rls_admin_store_name(j->a, &fleet);
+    const char *store = rls_admin_store_name(&j->a->v, &fleet);
 
     if (j->text) {
         if (j->desc[0] != '\0' && j->caller_len == 0)
@@ -718,7 +716,7 @@ static int resolve_envoy(job_t *j, const rls_admin_req_t *q, rls_spec_t *spec,
     return 0;
 }
 
-int rls_admin_usage_start(rls_admin_api_t *a, const rls_admin_req_t *q,
+int rls_admin_usage_start(rls_admin_state_t *a, const rls_admin_req_t *q,
                           const char *who, rls_http_conn_t *c, const char **why)
 {
     const rls_admin_view_t *s = &a->v;
