@@ -13,6 +13,7 @@
 
 #include "policy/rules.h"
 #include "rl_error.h"
+#include "rl_parse.h"
 #include "rl_validate.h"
 
 /* ---- the request ---------------------------------------------------- */
@@ -20,17 +21,6 @@
 static int eq(const char *p, size_t n, const char *s)
 {
     return n == strlen(s) && memcmp(p, s, n) == 0;
-}
-
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
 }
 
 /* Percent-decodes s[0, n) into r->buf; *out points at the result.
@@ -51,8 +41,9 @@ static int decode(rls_admin_req_t *r, const char *s, size_t n, const char **out,
         char c = s[i];
         if (c == '%') {
             int hi, lo;
-            if (i + 2 >= n || (hi = hexval(s[i + 1])) < 0 ||
-                (lo = hexval(s[i + 2])) < 0) {
+            if (i + 2 >= n ||
+                (hi = rl_hex_digit((unsigned char)s[i + 1])) < 0 ||
+                (lo = rl_hex_digit((unsigned char)s[i + 2])) < 0) {
                 *why = "a '%' without two hex digits after it";
                 return 400;
             }
