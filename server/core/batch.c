@@ -72,6 +72,7 @@ typedef struct {
     size_t key_off[RLS_GROUP_MAX];
     uint8_t first[RLS_GROUP_MAX + 1];
     rls_rule_stats_t *stats[RLS_GROUP_MAX];
+    uint32_t index[RLS_GROUP_MAX]; /* the answer's level is this + 1 */
 } group_t;
 
 struct rls_batch_s {
@@ -493,15 +494,15 @@ static void replay(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
             ok = rl_admit_one(w, nrun[q->op], q->cost);
             admitted[q->op] += (uint32_t)ok;
             d = rl_admit_result(w, nrun[q->op], q->cost, ok, &r);
-            r.level = d < op->nwin ? op->win[d].level + 1 : 0;
+            l = d < op->nwin ? op->win[d].level : 0;
+            r.level = g->index[l] + 1;
             r.id = q->id;
             r.decided_at_ms = t->now_ms;
             if (ok)
                 for (l = 0; l < g->n; l++)
                     g->stats[l]->allowed++;
             else
-                rls_refusal_answer(&r, q->mode,
-                                   g->stats[r.level ? r.level - 1 : 0]);
+                rls_refusal_answer(&r, q->mode, g->stats[l]);
             q->respond(q->owner, &r);
             continue;
         }
@@ -1129,6 +1130,7 @@ int rls_batcher_add_group(rls_batcher_t *b, rls_respond_fn respond, void *owner,
         g->key_off[i] = x->key_off + off;
         g->first[i] = (uint8_t)k;
         g->stats[i] = sp->stats;
+        g->index[i] = lv[i].index;
         if (i == 0) {
             o->key_len = len;
             o->tag_len = tag;

@@ -151,11 +151,14 @@ int rls_batcher_add(rls_batcher_t *b, rls_respond_fn respond, void *owner,
 
 /* One level of a group: whose counters (key, 1 to RL_KEY_MAX bytes) under
  * what (spec: resolved as for rls_batcher_add, counted the native way, no
- * stored quota). */
+ * stored quota), and its index in the request (the answer's level is the
+ * deciding one's index + 1: a request's levels left out, such as those in
+ * mode off, keep the others' numbers). */
 typedef struct rls_level_spec_s {
     const char *key;
     size_t key_len;
     const rls_spec_t *spec;
+    uint32_t index;
 } rls_level_spec_t;
 
 /* Adds one request decided all or nothing across n levels (1 to
@@ -166,7 +169,7 @@ typedef struct rls_level_spec_s {
  * limits: the op names each limit's counter under its level's key
  * (rls_op_window_t.base). It is coalesced with nothing. mode is the
  * group's (enforce or shadow). The answer goes to respond(owner, ...)
- * exactly once, its `level` the deciding level (1-based); the decision
+ * exactly once, its `level` the deciding level's index + 1; the decision
  * counts in each level's rule: allowed in every one, refused in the
  * refusing one. Returns 0, RL_EINVAL (n or the windows out of bounds) or
  * RL_ENOMEM, with nothing queued. */

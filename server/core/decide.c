@@ -260,6 +260,7 @@ int rls_decide_group(rls_decider_t *d, rls_ask_t *a, size_t n,
         lv[k].key = a[i].q.key;
         lv[k].key_len = a[i].q.key_len;
         lv[k].spec = &spec[i];
+        lv[k].index = (uint32_t)i;
         k++;
     }
     if (nwin > RLS_WINDOWS_MAX) {

@@ -292,6 +292,7 @@ size_t h_group(h_t *h, uint64_t now, size_t n, const char *const *keys,
         lv[i].key = keys[i];
         lv[i].key_len = strlen(keys[i]);
         lv[i].spec = &spec[i];
+        lv[i].index = (uint32_t)i;
     }
     h->store->now = now;
     assert_int_equal(
