@@ -45,6 +45,9 @@ RLC_SAME(ESHUTDOWN);
 RLC_SAME(ELIMIT);
 RLC_SAME(EINLINE);
 RLC_SAME(ETLS);
+RLC_SAME(ELEVELS);
+RLC_SAME(ELEVELTWICE);
+_Static_assert(RLC_LEVELS_MAX == RL_LEVELS_MAX, "levels max");
 _Static_assert(RLC_KEY_MAX == RL_KEY_MAX, "key max");
 _Static_assert(RLC_RULE_MAX == RL_RULE_MAX, "rule max");
 _Static_assert(RLC_WINDOW_MAX_S == RL_WINDOW_MAX_S, "window max");
@@ -252,6 +255,26 @@ static int encode_op(rl_buf_t *out, const rlc_check_t *req, uint64_t id,
     c.cost = req->cost;
     c.limit = req->limit;
     c.window_s = req->window_s;
+    if (req->nlevels > 0) {
+        size_t i;
+        if (req->levels == NULL)
+            return RLC_EINVAL;
+        /* One past the most is kept as a count: validation refuses it. */
+        c.nlevels = req->nlevels > RL_LEVELS_MAX ? RL_LEVELS_MAX + 1
+                                                 : (uint32_t)req->nlevels;
+        for (i = 0; i < req->nlevels && i < RL_LEVELS_MAX; i++) {
+            const rlc_level_t *l = &req->levels[i];
+            rl_level_t *o = &c.levels[i];
+            const char *nul;
+            if (l->key == NULL || l->rule == NULL)
+                return RLC_EINVAL;
+            o->key = l->key;
+            o->key_len = l->key_len != 0 ? l->key_len : strlen(l->key);
+            nul = memchr(l->rule, '\0', RLC_RULE_MAX + 1);
+            o->rule = l->rule;
+            o->rule_len = nul ? (size_t)(nul - l->rule) : RLC_RULE_MAX + 1;
+        }
+    }
     if (req->rule != NULL) {
         /* A rule name can only be so long; do not scan past that. */
         const char *nul = memchr(req->rule, '\0', RLC_RULE_MAX + 1);
@@ -363,6 +386,7 @@ void rlc__result_from(rlc_result_t *res, const rl_result_t *r,
     res->unix_ms = unix_ms;
     res->algorithm = r->algorithm;
     res->decided_at_ms = r->decided_at_ms;
+    res->level = r->level;
     if (n >= RLC_ERROR_MAX)
         n = RLC_ERROR_MAX - 1;
     if (n)

@@ -111,6 +111,10 @@ struct uv_loop_s;
 #define RLC_ELIMIT (-27)     /* limit is 0 while window_s is set */
 #define RLC_EINLINE (-28)    /* the server refuses inline limits */
 #define RLC_ETLS (-29)       /* TLS: files, certificate, name or handshake */
+#define RLC_ELEVELS                                                            \
+    (-30)                     /* levels: 1 to RLC_LEVELS_MAX, each a key and a \
+                                 rule, with no key, limit or rule beside */
+#define RLC_ELEVELTWICE (-31) /* levels: the same key and rule twice */
 
 /* Returns a static description of an RLC_E* code; never NULL. Unknown codes
  * give "unknown error". Thread-safe. */
@@ -189,6 +193,15 @@ RLC_EXPORT void rlc_options_init(rlc_options_t *o);
  * (limit hits per window_s seconds) or a rule configured on the server. The
  * library reads it during the call that takes it and keeps no pointer. */
 
+/* One level of a check across levels: whose counters under which rule. */
+typedef struct rlc_level_s {
+    const char *key;  /* e.g. "org:acme"; required */
+    size_t key_len;   /* bytes of key; 0 means strlen(key) */
+    const char *rule; /* the server-side rule (NUL-terminated); required */
+} rlc_level_t;
+
+#define RLC_LEVELS_MAX 8
+
 typedef struct rlc_check_s {
     const char *key;   /* who is limited, e.g. "user:u123"; required */
     size_t key_len;    /* bytes of key; 0 means strlen(key) */
@@ -196,6 +209,16 @@ typedef struct rlc_check_s {
     uint64_t limit;    /* inline limit: hits allowed per window */
     uint32_t window_s; /* inline limit: window length in seconds */
     const char *rule;  /* or a named server-side rule (NUL-terminated) */
+    /* Or levels, decided all or nothing (key, limit, window_s and rule
+     * unset): the check is allowed only when every level's rule has room
+     * for cost under that level's key, and is then charged in every one;
+     * refused, it is charged nowhere, and the result's `level` names the
+     * level that refused. 1 to RLC_LEVELS_MAX, no key and rule twice; the
+     * rules' limits at most 8 together (the server checks that). A server
+     * older than levels answers ERROR (no rule), never a partial
+     * decision. */
+    const rlc_level_t *levels;
+    size_t nlevels;
 } rlc_check_t;
 
 /* ------------------------------------------------------------------------ */
@@ -263,6 +286,11 @@ typedef struct rlc_result_s {
      * order by it, as an audit does. 0 when nothing was decided (an error,
      * no server answered) and from a server older than the field. */
     uint64_t decided_at_ms;
+    /* A check across levels: the deciding level, 1-based in the check's
+     * order (refused: the one that refused, whose window limit, used and
+     * the times describe; allowed: the one with the least room left). 0
+     * for other checks, and when no server decided. */
+    uint32_t level;
     /* Why, when code is ERROR, or when the server bypassed its store
      * (fail-open on its side): NUL-terminated, possibly truncated. Empty
      * otherwise. */

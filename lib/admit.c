@@ -265,8 +265,8 @@ uint64_t rl_admit_retry_ms(const rl_admit_win_t *w, uint64_t cost)
     }
 }
 
-void rl_admit_result(const rl_admit_win_t *w, size_t n, uint64_t cost,
-                     int allowed, rl_result_t *r)
+size_t rl_admit_result(const rl_admit_win_t *w, size_t n, uint64_t cost,
+                       int allowed, rl_result_t *r)
 {
     const rl_admit_win_t *d = NULL;
     uint64_t drem = 0, dkey = 0, rem, key;
@@ -310,7 +310,7 @@ void rl_admit_result(const rl_admit_win_t *w, size_t n, uint64_t cost,
         r->reset_after_ms = r->retry_after_ms = 0;
         r->window_s = 0;
         r->algorithm = 0;
-        return;
+        return n;
     }
     r->code = allowed ? RL_CODE_OK : RL_CODE_OVER_LIMIT;
     r->limit = d->limit;
@@ -321,6 +321,7 @@ void rl_admit_result(const rl_admit_win_t *w, size_t n, uint64_t cost,
     r->retry_after_ms = allowed ? 0 : dkey;
     r->window_s = d->window_s;
     r->algorithm = d->algo;
+    return (size_t)(d - w);
 }
 
 int rl_admit_counted(rl_admit_win_t *w, size_t n, uint64_t cost, int add,

@@ -122,6 +122,36 @@ static inline int next_field(const uint8_t *p, size_t n, size_t *off,
             return RL_EDECODE;                                                 \
     } while (0)
 
+/* One CheckRequest.Level (key 1, rule 2) into out's next slot; one past
+ * RL_LEVELS_MAX is counted, not kept (validation refuses it). */
+static int level_decode(const uint8_t *p, size_t n, rl_check_t *out)
+{
+    rl_level_t l = {NULL, 0, NULL, 0};
+    size_t off = 0;
+    field_t f = {0, 0, 0, NULL, 0};
+    int rc;
+
+    while ((rc = next_field(p, n, &off, &f)) == 1) {
+        if (f.num == 1 || f.num == 2) {
+            EXPECT(f, WT_LEN);
+            if (f.num == 1) {
+                l.key = (const char *)f.s;
+                l.key_len = f.len;
+            } else {
+                l.rule = (const char *)f.s;
+                l.rule_len = f.len;
+            }
+        }
+    }
+    if (rc != 0)
+        return RL_EDECODE;
+    if (out->nlevels < RL_LEVELS_MAX)
+        out->levels[out->nlevels] = l;
+    if (out->nlevels <= RL_LEVELS_MAX)
+        out->nlevels++;
+    return RL_OK;
+}
+
 int rl_check_decode(const uint8_t *p, size_t n, rl_check_t *out)
 {
     size_t off = 0;
@@ -170,6 +200,11 @@ int rl_check_decode(const uint8_t *p, size_t n, rl_check_t *out)
             EXPECT(f, WT_VARINT);
             out->actual = f.v;
             break;
+        case 20:
+            EXPECT(f, WT_LEN);
+            if ((rc = level_decode(f.s, f.len, out)) != RL_OK)
+                return rc;
+            break;
         default:
             break;
         }
@@ -186,7 +221,7 @@ int rl_result_decode(const uint8_t *p, size_t n, rl_result_t *out)
     memset(out, 0, sizeof(*out));
     while ((rc = next_field(p, n, &off, &f)) == 1) {
         if ((f.num >= 1 && f.num <= 7) || (f.num >= 9 && f.num <= 13) ||
-            f.num == 15 || f.num == 16)
+            f.num == 15 || f.num == 16 || f.num == 20)
             EXPECT(f, WT_VARINT);
         switch (f.num) {
         case 1:
@@ -241,6 +276,9 @@ int rl_result_decode(const uint8_t *p, size_t n, rl_result_t *out)
         case 16:
             out->failed_open = f.v != 0;
             break;
+        case 20:
+            out->level = (uint32_t)f.v;
+            break;
         default:
             break;
         }
@@ -281,17 +319,39 @@ static size_t put_s(uint8_t *p, uint32_t num, const char *s, size_t len)
     return k + len;
 }
 
+/* The bytes of level l's message (key, rule), without its tag and
+ * length. */
+static size_t level_size(const rl_level_t *l)
+{
+    return size_s(1, l->key_len) + size_s(2, l->rule_len);
+}
+
+/* Levels kept (nlevels may count one more, which is never sent). */
+static uint32_t nlevels_of(const rl_check_t *c)
+{
+    return c->nlevels < RL_LEVELS_MAX ? c->nlevels : RL_LEVELS_MAX;
+}
+
 size_t rl_check_size(const rl_check_t *c)
 {
-    return size_u(1, c->id) + size_s(2, c->key_len) + size_u(3, c->cost) +
-           size_u(4, c->limit) + size_u(5, c->window_s) +
-           size_s(6, c->rule_len) + size_u(7, c->op) +
-           size_s(8, c->handle_len) + size_u(9, c->actual);
+    size_t n = size_u(1, c->id) + size_s(2, c->key_len) + size_u(3, c->cost) +
+               size_u(4, c->limit) + size_u(5, c->window_s) +
+               size_s(6, c->rule_len) + size_u(7, c->op) +
+               size_s(8, c->handle_len) + size_u(9, c->actual);
+    uint32_t i;
+
+    /* A level with both strings empty is still sent (tag and length 0). */
+    for (i = 0; i < nlevels_of(c); i++) {
+        size_t m = level_size(&c->levels[i]);
+        n += varint_size((uint64_t)20 << 3) + varint_size(m) + m;
+    }
+    return n;
 }
 
 size_t rl_check_encode(const rl_check_t *c, uint8_t *p)
 {
     size_t k = 0;
+    uint32_t i;
 
     k += put_u(p + k, 1, c->id);
     k += put_s(p + k, 2, c->key, c->key_len);
@@ -302,6 +362,13 @@ size_t rl_check_encode(const rl_check_t *c, uint8_t *p)
     k += put_u(p + k, 7, c->op);
     k += put_s(p + k, 8, (const char *)c->handle, c->handle_len);
     k += put_u(p + k, 9, c->actual);
+    for (i = 0; i < nlevels_of(c); i++) {
+        const rl_level_t *l = &c->levels[i];
+        k += put_varint(p + k, (uint64_t)20 << 3 | WT_LEN);
+        k += put_varint(p + k, level_size(l));
+        k += put_s(p + k, 1, l->key, l->key_len);
+        k += put_s(p + k, 2, l->rule, l->rule_len);
+    }
     return k;
 }
 
@@ -320,7 +387,7 @@ size_t rl_result_size(const rl_result_t *r)
            size_u(10, r->shadow_refused != 0) + size_u(11, r->window_s) +
            size_u(12, r->algorithm) + size_u(13, r->decided_at_ms) +
            size_s(14, r->handle_len) + size_u(15, r->expires_at_ms) +
-           size_u(16, r->failed_open != 0);
+           size_u(16, r->failed_open != 0) + size_u(20, r->level);
 }
 
 size_t rl_result_encode(const rl_result_t *r, uint8_t *p)
@@ -343,6 +410,7 @@ size_t rl_result_encode(const rl_result_t *r, uint8_t *p)
     k += put_s(p + k, 14, (const char *)r->handle, r->handle_len);
     k += put_u(p + k, 15, r->expires_at_ms);
     k += put_u(p + k, 16, r->failed_open != 0);
+    k += put_u(p + k, 20, r->level);
     return k;
 }
 
@@ -365,8 +433,8 @@ int rl_check_put(rl_buf_t *b, const rl_check_t *c)
  * error's tag and length, then shadow_refused (2 bytes), window_seconds
  * (up to 6), algorithm (up to 6), decided_at_ms (up to 11), the handle's
  * tag and length (up to 11), expires_at_ms (up to 11) and failed_open
- * (3: field 16's tag takes two bytes). */
-#define RESULT_FIXED_MAX (8 * 11 + 1 + 10 + 2 + 6 + 6 + 11 + 11 + 11 + 3)
+ * (3: field 16's tag takes two bytes) and level (up to 7). */
+#define RESULT_FIXED_MAX (8 * 11 + 1 + 10 + 2 + 6 + 6 + 11 + 11 + 11 + 3 + 7)
 
 int rl_result_put(rl_buf_t *b, const rl_result_t *r)
 {

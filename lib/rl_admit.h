@@ -143,9 +143,11 @@ uint64_t rl_admit_equal(rl_admit_win_t *w, size_t n, uint64_t cost,
  * after which this same request fits if nothing else arrives (fixed: the
  * window's end). The deciding limit: when allowed, the one with the least
  * remaining (ties: the one that resets last); when refused, among the
- * limits without room, the one whose retry is longest. */
-void rl_admit_result(const rl_admit_win_t *w, size_t n, uint64_t cost,
-                     int allowed, rl_result_t *r);
+ * limits without room, the one whose retry is longest. Returns the
+ * deciding limit's index in w (n when there are no limits), which a
+ * group's answer names the level of. */
+size_t rl_admit_result(const rl_admit_win_t *w, size_t n, uint64_t cost,
+                       int allowed, rl_result_t *r);
 
 /* Increment, then compare (envoy-ratelimit's counting), or compare alone
  * (add 0): with add, cost is added to every limit whatever its room; the

@@ -36,7 +36,11 @@
     X(ESHUTDOWN, -26, "server is shutting down")                               \
     X(ELIMIT, -27, "limit must be > 0 when window_seconds is set")             \
     X(EINLINE, -28, "the request's own limit is refused by this server")       \
-    X(ETLS, -29, "TLS failed (certificate, server name or handshake)")
+    X(ETLS, -29, "TLS failed (certificate, server name or handshake)")         \
+    X(ELEVELS, -30,                                                            \
+      "levels: 1 to 8, each a key and a rule, a CHECK with no "                \
+      "key, rule, limit or window_seconds of its own")                         \
+    X(ELEVELTWICE, -31, "levels: the same key and rule twice")
 
 enum {
 #define RL_ERRNO_ENUM(name, value, text) RL_##name = (value),

@@ -45,6 +45,18 @@ typedef enum {
 /* The longest handle a server returns or takes. */
 #define RL_HANDLE_MAX 512
 
+/* Levels a request may name (CheckRequest.levels, field 20): decided all
+ * or nothing, each a key and a rule. */
+#define RL_LEVELS_MAX 8
+
+/* One level of a CheckRequest: whose counters (key) under which rule. */
+typedef struct rl_level_s {
+    const char *key;
+    size_t key_len;
+    const char *rule;
+    size_t rule_len;
+} rl_level_t;
+
 /* A CheckRequest. Strings are not NUL-terminated; NULL with length 0 is the
  * empty string. */
 typedef struct rl_check_s {
@@ -60,6 +72,12 @@ typedef struct rl_check_s {
     const uint8_t *handle; /* RL_OP_SETTLE, _RELEASE, _RENEW */
     size_t handle_len;
     uint64_t actual; /* RL_OP_SETTLE: the cost really used */
+    /* Levels decided all or nothing (field 20): key, rule, limit and
+     * window_s stay empty beside them. The first RL_LEVELS_MAX are in
+     * levels; nlevels is how many the message holds, counted up to
+     * RL_LEVELS_MAX + 1, which rl_check_validate refuses. */
+    rl_level_t levels[RL_LEVELS_MAX];
+    uint32_t nlevels;
 } rl_check_t;
 
 /* A CheckResponse. */
@@ -85,6 +103,9 @@ typedef struct rl_result_s {
     size_t handle_len;
     uint64_t expires_at_ms; /* the reservation's or lease's end */
     int failed_open;        /* OK because the store could not answer */
+    uint32_t level; /* a request of levels: the deciding one, 1-based (the
+                       level that refused, or when allowed the one with
+                       the least room left); 0 otherwise */
 } rl_result_t;
 
 /* The GOAWAY notice: id 0, code ERROR, notice RL_NOTICE_GOAWAY and the

@@ -18,7 +18,11 @@
  *   a rule name over RL_RULE_MAX bytes or outside [A-Za-z0-9_.:-];
  *   both a rule and an inline limit/window; neither;
  *   limit 0 or window_seconds 0 in an inline limit; window_seconds over
- *   RL_WINDOW_MAX_S; limit over INT64_MAX.
+ *   RL_WINDOW_MAX_S; limit over INT64_MAX;
+ *   with levels (c->nlevels > 0): more than RL_LEVELS_MAX, a key, rule,
+ *   limit or window_seconds of the request's own, an op other than CHECK,
+ *   a level without a rule (RL_ELEVELS), a level's key or rule broken as
+ *   above, the same key and rule twice (RL_ELEVELTWICE).
  * Whether a named rule exists is for the server to say (RL_ENORULE). */
 int rl_check_validate(rl_check_t *c);
 

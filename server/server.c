@@ -821,6 +821,7 @@ static int start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
     dopts.handle_secret = first != NULL ? &first->decider.hkey : NULL;
     dopts.reserve_ttl_ms = cfg->reserve_ttl_ms;
     dopts.xop_timeout_ms = cfg->redis_timeout_ms;
+    dopts.one_slot = cfg->redis_cluster > 0;
     if ((rc = rls_decider_init(&s->decider, &dopts, err, errlen)) != RL_OK)
         goto fail;
     decider = 1;

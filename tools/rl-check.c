@@ -2,6 +2,8 @@
  *
  *   rl-check --server HOST:PORT --key KEY
  *            (--limit N --window SECONDS | --rule NAME)
+ *   rl-check --server HOST:PORT --level KEY=RULE [--level KEY=RULE...]
+ *            (all or nothing across levels)
  *            [--cost N] [--repeat N] [--timeout MS]
  *            [--tls] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]
  *            [--tls-server-name NAME] [--tls-insecure]
@@ -40,6 +42,10 @@ static void usage(FILE *f)
                "--tls-key FILE]\n"
                "                [--tls-server-name NAME] [--tls-insecure]\n"
                "                [--reserve | --acquire]\n"
+               "       rl-check --server HOST:PORT --level KEY=RULE "
+               "[--level KEY=RULE...]\n"
+               "                [--cost N] [--repeat N] [--timeout MS] "
+               "[--headers] [--tls...]\n"
                "       rl-check --server HOST:PORT (--settle HEX --actual N |"
                " --release HEX |\n"
                "                --renew HEX) [--timeout MS] [--tls...]\n"
@@ -55,6 +61,12 @@ static void usage(FILE *f)
                "shadow mode and\n"
                "would have refused; the request is allowed and consumed "
                "nothing.\n"
+               "--level KEY=RULE (up to 8): one check decided all or nothing "
+               "across the\n"
+               "levels, allowed only if every level's rule has room, charged "
+               "nowhere when\n"
+               "refused; the line ends in level=N, the deciding level "
+               "(1-based).\n"
                "Exit status: 0 allowed (shadow refusals included), 1 over the "
                "limit,\n"
                "2 error. With --repeat, the status is that of the last "
@@ -106,6 +118,10 @@ typedef struct args_s {
     int have_limit, have_window, have_actual, headers, tls, tls_insecure;
     int op;          /* RLC_OP_* */
     const char *hex; /* --settle, --release, --renew */
+    /* --level KEY=RULE (one past the most is counted: the library refuses
+     * it with its reason) */
+    rlc_level_t levels[RLC_LEVELS_MAX];
+    size_t nlevels;
 } args_t;
 
 /* Sets the op once; two op flags are an error. Returns 0 or 1. */
@@ -191,6 +207,22 @@ static int parse_args(int argc, char **argv, args_t *a)
             a->key = val;
             continue;
         }
+        if (strcmp(name, "--level") == 0) {
+            /* KEY=RULE at the last '=': a rule has none, a key may. */
+            const char *at = strrchr(val, '=');
+            if (at == NULL || at == val || at[1] == '\0') {
+                fprintf(stderr, "rl-check: --level takes KEY=RULE\n");
+                return 1;
+            }
+            if (a->nlevels < RLC_LEVELS_MAX) {
+                a->levels[a->nlevels].key = val;
+                a->levels[a->nlevels].key_len = (size_t)(at - val);
+                a->levels[a->nlevels].rule = at + 1;
+            }
+            if (a->nlevels <= RLC_LEVELS_MAX)
+                a->nlevels++;
+            continue;
+        }
         if (strcmp(name, "--rule") == 0) {
             a->rule = val;
             continue;
@@ -258,6 +290,19 @@ static int parse_args(int argc, char **argv, args_t *a)
             fprintf(stderr, "rl-check: --settle, --release and --renew take "
                             "a handle, not --key, --rule, --limit, --window, "
                             "--cost or --headers\n");
+            return 1;
+        }
+        return 0;
+    }
+    if (a->nlevels > 0) {
+        if (a->server == NULL) {
+            fprintf(stderr, "rl-check: --server is required\n");
+            return 1;
+        }
+        if (a->key != NULL || a->rule != NULL || a->have_limit ||
+            a->have_window || a->op != RLC_OP_CHECK) {
+            fprintf(stderr, "rl-check: --level takes no --key, --rule, "
+                            "--limit, --window, --reserve or --acquire\n");
             return 1;
         }
         return 0;
@@ -392,6 +437,8 @@ int main(int argc, char **argv)
     req.limit = a.limit;
     req.window_s = (uint32_t)a.window;
     req.rule = a.rule;
+    req.levels = a.nlevels > 0 ? a.levels : NULL;
+    req.nlevels = a.nlevels;
     xop.check = req;
     for (i = 0; i < a.repeat; i++) {
         if (a.op == RLC_OP_CHECK) {
@@ -425,6 +472,8 @@ int main(int argc, char **argv)
                    " reset_after_ms=%" PRIu64 " window=%" PRIu32 "s%s",
                    res.used, res.remaining, res.limit, res.reset_after_ms,
                    res.window_s, res.shadow_refused ? " shadow_refused" : "");
+            if (a.nlevels > 0)
+                printf(" level=%" PRIu32, res.level);
             if (a.op != RLC_OP_CHECK) {
                 printf(" handle=");
                 print_hex(xres.handle, xres.handle_len);
@@ -436,9 +485,12 @@ int main(int argc, char **argv)
         } else if (res.code == RLC_CODE_OVER_LIMIT) {
             printf("OVER_LIMIT used=%" PRIu64 " remaining=%" PRIu64
                    " limit=%" PRIu64 " retry_after_ms=%" PRIu64
-                   " window=%" PRIu32 "s\n",
+                   " window=%" PRIu32 "s",
                    res.used, res.remaining, res.limit, res.retry_after_ms,
                    res.window_s);
+            if (a.nlevels > 0)
+                printf(" level=%" PRIu32, res.level);
+            printf("\n");
             status = EXIT_OVER;
         } else {
             fprintf(stderr, "rl-check: server answered %s: %s\n",
@@ -449,7 +501,12 @@ int main(int argc, char **argv)
         }
         if (a.headers) {
             rlc_http_header_t h[RLC_HTTP_HEADERS_MAX];
-            int k, n = rlc_http_headers(&res, a.rule, h, RLC_HTTP_HEADERS_MAX);
+            /* The policy: the rule, or the deciding level's. */
+            const char *pol =
+                a.nlevels > 0 && res.level >= 1 && res.level <= RLC_LEVELS_MAX
+                    ? a.levels[res.level - 1].rule
+                    : a.rule;
+            int k, n = rlc_http_headers(&res, pol, h, RLC_HTTP_HEADERS_MAX);
             for (k = 0; k < n; k++)
                 printf("  %s: %s\n", h[k].name, h[k].value);
         }

@@ -60,7 +60,20 @@ typedef struct {
     uint8_t algo0;   /* and algorithm */
     uint8_t charge0; /* a charge's op (decide.h) takes no checks */
     uint8_t counting0; /* RLS_COUNT_*: one way of counting per op */
+    int32_t group;     /* a group's op: its index in `groups`; else -1 */
 } op_match_t;
+
+/* A group's op (rls_batcher_add_group), beside its op_match_t: where each
+ * level's op key is in `keys` (the stores' window bases are pointed at
+ * them at submit), its windows [first[l], first[l + 1]) in the op, and
+ * whose counters count its decisions. */
+typedef struct {
+    uint32_t n;
+    size_t key_off[RLS_GROUP_MAX];
+    uint8_t first[RLS_GROUP_MAX + 1];
+    rls_rule_stats_t *stats[RLS_GROUP_MAX];
+    uint32_t index[RLS_GROUP_MAX]; /* the answer's level is this + 1 */
+} group_t;
 
 struct rls_batch_s {
     rls_batcher_t *owner;
@@ -77,6 +90,7 @@ struct rls_batch_s {
     size_t nops;
     rl_buf_t keys;   /* op keys, NUL-terminated */
     rl_buf_t wins;   /* rls_op_window_t, per op */
+    rl_buf_t groups; /* group_t, per group op */
     uint32_t *costs; /* per request, grouped by op at submit */
 
     slot_t *index;
@@ -162,6 +176,7 @@ static void batch_destroy(rls_batch_t *t)
     free(t->lcost);
     rl_buf_free(&t->keys);
     rl_buf_free(&t->wins);
+    rl_buf_free(&t->groups);
     free(t);
 }
 
@@ -187,6 +202,7 @@ static rls_batch_t *batch_new(rls_batcher_t *b)
     /* Keys: prefix, braces, caller, ":r:" and a rule name at most. */
     rl_buf_init(&t->keys, n * (b->prefix_len + RL_KEY_MAX + RL_RULE_MAX + 8));
     rl_buf_init(&t->wins, n * RLS_WINDOWS_MAX * sizeof(rls_op_window_t));
+    rl_buf_init(&t->groups, n * sizeof(group_t));
     if (!t->reqs || !t->ops || !t->match || !t->costs || !t->index ||
         !t->done || !t->lcost) {
         batch_destroy(t);
@@ -211,6 +227,7 @@ static rls_batch_t *batch_start(rls_batcher_t *b)
     t->nwc = 0;
     rl_buf_reset(&t->keys);
     rl_buf_reset(&t->wins);
+    rl_buf_reset(&t->groups);
     /* Generation 0 marks never-used slots; skip it on wrap-around. */
     if (++t->gen == 0) {
         memset(t->index, 0, ((size_t)t->mask + 1) * sizeof(*t->index));
@@ -371,6 +388,12 @@ static void answer_failed(rls_batcher_t *b, rls_batch_t *t, rls_op_t *op,
     q->respond(q->owner, &r);
 }
 
+static const group_t *group_at(const rls_batch_t *t, int32_t i)
+{
+    return (const group_t *)(const void *)(t->groups.data +
+                                           (size_t)i * sizeof(group_t));
+}
+
 /* The replay: answers the requests of the ops OP_ANSWERING or OP_LOCAL in
  * t->done from the counts the store reported (the stats, the refusal
  * cache), then marks those ops OP_ANSWERED. */
@@ -462,6 +485,27 @@ static void replay(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
         w = &run[(size_t)q->op * RLS_WINDOWS_MAX];
         memset(&r, 0, sizeof(r));
         counting = t->match[q->op].counting0;
+        if (t->match[q->op].group >= 0) {
+            /* A group: one request against every level's limits, all or
+             * nothing; the answer names the deciding level. */
+            const group_t *g = group_at(t, t->match[q->op].group);
+            size_t d;
+            uint32_t l;
+            ok = rl_admit_one(w, nrun[q->op], q->cost);
+            admitted[q->op] += (uint32_t)ok;
+            d = rl_admit_result(w, nrun[q->op], q->cost, ok, &r);
+            l = d < op->nwin ? op->win[d].level : 0;
+            r.level = g->index[l] + 1;
+            r.id = q->id;
+            r.decided_at_ms = t->now_ms;
+            if (ok)
+                for (l = 0; l < g->n; l++)
+                    g->stats[l]->allowed++;
+            else
+                rls_refusal_answer(&r, q->mode, g->stats[l]);
+            q->respond(q->owner, &r);
+            continue;
+        }
         if (counting == RLS_COUNT_NATIVE) {
             ok = rl_admit_one(w, nrun[q->op], q->cost);
             admitted[q->op] += (uint32_t)ok;
@@ -513,6 +557,18 @@ static void replay(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
             continue;
         }
         t->done[i] = OP_ANSWERED;
+        if (t->match[i].group >= 0) {
+            /* Each level's windows count for its own rule; a group's
+             * refusals say nothing of one rule's room alone (another
+             * level may have refused): not learnt. */
+            const group_t *g = group_at(t, t->match[i].group);
+            uint32_t l;
+            for (l = 0; l < g->n; l++)
+                fit_count(g->stats[l], &run[i * RLS_WINDOWS_MAX + g->first[l]],
+                          &before[i * RLS_WINDOWS_MAX + g->first[l]],
+                          (uint32_t)(g->first[l + 1] - g->first[l]));
+            continue;
+        }
         fit_count(t->reqs[t->match[i].first].stats, &run[i * RLS_WINDOWS_MAX],
                   &before[i * RLS_WINDOWS_MAX], nrun[i]);
         /* A refusal, or no room left for even the cheapest request: what
@@ -560,8 +616,10 @@ static int localize(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
         int err = op->err != 0 ? op->err : status;
         if (t->done[i] != OP_ANSWERING || err == 0)
             continue;
-        /* The store's own failures, not an op's: those stay errors. */
-        if (!store_failure(err))
+        /* The store's own failures, not an op's: those stay errors. A
+         * group's levels are not decided on a share (fail_local.c keeps
+         * one caller's counters an op): answered as failed, closed. */
+        if (!store_failure(err) || t->match[i].group >= 0)
             continue;
         if (rls_local_decide(b->local, op) == RL_OK)
             t->done[i] = OP_LOCAL;
@@ -689,6 +747,14 @@ static void submit(rls_batcher_t *b)
             (rls_op_window_t *)(void *)(t->wins.data + t->match[i].win_off);
         if (op->quota != NULL)
             op->quota = op->key + op->tag_len + 3; /* after ":r:" */
+        if (t->match[i].group >= 0) {
+            const group_t *g = group_at(t, t->match[i].group);
+            uint32_t j;
+            for (j = 0; j < op->nwin; j++)
+                if (op->win[j].level > 0)
+                    op->win[j].base = (const char *)t->keys.data +
+                                      g->key_off[op->win[j].level];
+        }
         op->admitted = 0;
         op->now_ms = t->now_ms;
         op->quota_win = NULL;
@@ -966,6 +1032,7 @@ int rls_batcher_add(rls_batcher_t *b, rls_respond_fn respond, void *owner,
         x->burst0 = spec->limits.w[0].burst;
         x->charge0 = (uint8_t)spec->charge;
         x->counting0 = (uint8_t)spec->counting;
+        x->group = -1;
         o->key_len = n;
         o->tag_len = tag_len;
         if (spec->rule != NULL && spec->quota) {
@@ -992,6 +1059,102 @@ found:
                                   (uint8_t)spec->mode,
                                   (uint8_t)(spec->rule != NULL)};
     b->stats.requests++;
+    if (t->nreqs == b->max_reqs)
+        submit(b);
+    return RL_OK;
+}
+
+int rls_batcher_add_group(rls_batcher_t *b, rls_respond_fn respond, void *owner,
+                          uint64_t id, const rls_level_spec_t *lv, size_t n,
+                          uint32_t cost, int mode)
+{
+    rls_batch_t *t = b->cur;
+    size_t need = 0, off, nwin = 0, i, k;
+    uint8_t *w, *gp;
+    rls_op_window_t *wo;
+    group_t *g;
+    uint32_t op, j;
+    rls_op_t *o;
+    op_match_t *x;
+    int rc;
+
+    if (n == 0 || n > RLS_GROUP_MAX)
+        return RL_EINVAL;
+    for (i = 0; i < n; i++) {
+        nwin += lv[i].spec->limits.n;
+        need += b->prefix_len + lv[i].key_len + RL_RULE_MAX + 8;
+    }
+    if (nwin == 0 || nwin > RLS_WINDOWS_MAX)
+        return RL_EINVAL;
+    if (t == NULL && (t = b->cur = batch_start(b)) == NULL)
+        return RL_ENOMEM;
+    if (t->nreqs == 0 && t->nops == 0) {
+        t->now_ms = b->store->v->now_ms(b->store);
+        t->nwc = 0;
+    }
+    /* A group's keys take up to RLS_GROUP_MAX a request's room: a batch
+     * whose arena is at its cap goes first. */
+    rc = rl_buf_reserve(&t->keys, need, &w);
+    if (rc == RL_EFULL && t->nreqs > 0) {
+        submit(b);
+        return rls_batcher_add_group(b, respond, owner, id, lv, n, cost, mode);
+    }
+    if (rc != RL_OK ||
+        rl_buf_reserve(&t->wins, nwin * sizeof(rls_op_window_t),
+                       (uint8_t **)(void *)&wo) != RL_OK ||
+        rl_buf_reserve(&t->groups, sizeof(group_t), &gp) != RL_OK)
+        return RL_ENOMEM;
+    g = (group_t *)(void *)gp;
+    op = (uint32_t)t->nops++;
+    x = &t->match[op];
+    o = &t->ops[op];
+    memset(o, 0, sizeof(*o));
+    memset(x, 0, sizeof(*x));
+    memset(g, 0, sizeof(*g));
+    /* Never in the key index: a group is coalesced with nothing, and the
+     * ops that share its counters (a level's rule asked alone, another
+     * group of the same organisation) are decided after or before it in
+     * the store's one pass, each from the counts the one before left. */
+    x->key_off = (size_t)(w - t->keys.data);
+    x->win_off = rl_buf_len(&t->wins);
+    x->first = (uint32_t)t->nreqs;
+    x->counting0 = RLS_COUNT_NATIVE;
+    x->group = (int32_t)(rl_buf_len(&t->groups) / sizeof(group_t));
+    g->n = (uint32_t)n;
+    o->scale = 1.0;
+    o->nwin = (uint32_t)nwin;
+    for (i = 0, k = 0, off = 0; i < n; i++) {
+        const rls_spec_t *sp = lv[i].spec;
+        size_t len, tag;
+        len = op_key(b, w + off, lv[i].key, lv[i].key_len, sp, &tag);
+        g->key_off[i] = x->key_off + off;
+        g->first[i] = (uint8_t)k;
+        g->stats[i] = sp->stats;
+        g->index[i] = lv[i].index;
+        if (i == 0) {
+            o->key_len = len;
+            o->tag_len = tag;
+        }
+        for (j = 0; j < sp->limits.n; j++, k++) {
+            window_set(t, b, &wo[k], &sp->limits.w[j], lv[i].key,
+                       lv[i].key_len);
+            wo[k].level = (uint32_t)i;
+            if (i > 0) {
+                wo[k].base_len = len;
+                wo[k].base_tag_len = tag;
+            }
+        }
+        off += len + 1;
+    }
+    g->first[n] = (uint8_t)k;
+    rl_buf_commit(&t->keys, off);
+    rl_buf_commit(&t->wins, nwin * sizeof(rls_op_window_t));
+    rl_buf_commit(&t->groups, sizeof(group_t));
+    x->nreqs = 1;
+    t->reqs[t->nreqs++] = (req_t){
+        respond, owner, id, lv[0].spec->stats, cost, op, (uint8_t)mode, 1};
+    b->stats.requests++;
+    b->stats.groups++;
     if (t->nreqs == b->max_reqs)
         submit(b);
     return RL_OK;

@@ -44,6 +44,7 @@ typedef struct rls_batch_stats_s {
     uint64_t replay_mismatch; /* store and batcher disagreed: a bug */
     uint64_t decided_local; /* decided on this instance's share (fail-local) */
     uint64_t held;        /* ticks that held the filling batch back */
+    uint64_t groups;      /* requests of several levels (add_group) */
     rls_hist_t size;      /* requests per batch */
 } rls_batch_stats_t;
 
@@ -143,6 +144,38 @@ int rls_batcher_add(rls_batcher_t *b, rls_respond_fn respond, void *owner,
                     uint64_t id,
                     const char *key, size_t key_len, uint32_t cost,
                     const rls_spec_t *spec);
+
+/* Levels of one group (rls_batcher_add_group), and the windows of all its
+ * levels together, at most: one store op holds them. */
+#define RLS_GROUP_MAX RLS_WINDOWS_MAX
+
+/* One level of a group: whose counters (key, 1 to RL_KEY_MAX bytes) under
+ * what (spec: resolved as for rls_batcher_add, counted the native way, no
+ * stored quota), and its index in the request (the answer's level is the
+ * deciding one's index + 1: a request's levels left out, such as those in
+ * mode off, keep the others' numbers). */
+typedef struct rls_level_spec_s {
+    const char *key;
+    size_t key_len;
+    const rls_spec_t *spec;
+    uint32_t index;
+} rls_level_spec_t;
+
+/* Adds one request decided all or nothing across n levels (1 to
+ * RLS_GROUP_MAX, their limits RLS_WINDOWS_MAX at most together, no two of
+ * one key and rule): admitted only when every limit of every level has
+ * room for cost, then cost is added to each; refused, nothing is counted
+ * anywhere. Every store decides it in one step, as it decides one rule's
+ * limits: the op names each limit's counter under its level's key
+ * (rls_op_window_t.base). It is coalesced with nothing. mode is the
+ * group's (enforce or shadow). The answer goes to respond(owner, ...)
+ * exactly once, its `level` the deciding level's index + 1; the decision
+ * counts in each level's rule: allowed in every one, refused in the
+ * refusing one. Returns 0, RL_EINVAL (n or the windows out of bounds) or
+ * RL_ENOMEM, with nothing queued. */
+int rls_batcher_add_group(rls_batcher_t *b, rls_respond_fn respond, void *owner,
+                          uint64_t id, const rls_level_spec_t *lv, size_t n,
+                          uint32_t cost, int mode);
 
 /* Submits the filling batch, if any and if max_in_flight allows. Called
  * once per loop iteration. */

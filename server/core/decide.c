@@ -8,6 +8,7 @@
 
 #include "base/log.h"
 #include "core/reserve.h"
+#include "store/redis_cluster_map.h"
 #include "rl_validate.h"
 #include "rl_error.h"
 #include "rl_window.h"
@@ -32,6 +33,27 @@ static int inline_allowed(const rls_runtime_t *rt, const rls_ask_t *a,
         return RL_EINLINE;
     }
     return RL_OK;
+}
+
+/* The spec of a limit without a rule: the ask's own window. */
+static void inline_spec(rls_runtime_t *rt, const rls_ask_t *a, rls_spec_t *spec)
+{
+    memset(spec, 0, sizeof(*spec));
+    spec->rule = NULL;
+    spec->ns = a->ns != 0 ? a->ns : RLS_NS_INLINE;
+    spec->stats = a->stats_name != NULL
+                      ? rls_runtime_stats(rt, a->stats_name, a->stats_name_len)
+                      : &rt->inline_stats;
+    spec->mode = rt->sw.global_mode >= 0 ? rt->sw.global_mode
+                 : a->shadow             ? RLS_MODE_SHADOW
+                                         : RLS_MODE_ENFORCE;
+    spec->limits.n = 1;
+    if (a->algo != NULL)
+        spec->limits.w[0] = *a->algo;
+    spec->limits.w[0].limit = a->q.limit;
+    spec->limits.w[0].window_s = a->q.window_s;
+    spec->quota = 0;
+    spec->scale = 1.0;
 }
 
 /* A charge's limit (decide.h): out of reach of any count. */
@@ -97,6 +119,7 @@ int rls_decider_init(rls_decider_t *d, const rls_decider_opts_t *o, char *err,
     b->hold_ns = o->hold_ns;
     b->spread_ms = o->spread_ms;
     b->local = o->local;
+    d->one_slot = o->one_slot;
     if (rls_refusals_init(&b->refusals, o->refusal_cache) != RL_OK)
         RLS_WARN("no memory for the refusal cache; every request goes to "
                  "the store",
@@ -109,6 +132,174 @@ void rls_decider_free(rls_decider_t *d)
     rls_batcher_free(&d->batcher);
     d->batcher.local = NULL;
     rls_hkey_free(&d->hkey);
+}
+
+/* ---- all or nothing across levels ----------------------------------- */
+
+/* One level of a group resolved into *spec (the rule's or the ask's own
+ * window, as rls_decide resolves it), counted the native way, without a
+ * stored quota. Returns 0, or an RL_E* code with *why set. */
+static int level_resolve(rls_decider_t *d, rls_ask_t *a, rls_spec_t *spec,
+                         char *msg, size_t msglen, const char **why)
+{
+    /* Envoy's limit of 0 is valid: it refuses the group. */
+    int zero = a->q.rule_len == 0 && a->ns == RLS_NS_ENVOY && a->q.limit == 0;
+    int rc;
+
+    if (zero)
+        a->q.limit = 1;
+    rc = rl_check_validate(&a->q);
+    if (zero)
+        a->q.limit = 0;
+    if (rc != RL_OK) {
+        *why = rl_strerror(rc);
+        return rc;
+    }
+    if (a->q.rule_len > 0) {
+        if (rls_runtime_resolve(d->rt, a->q.rule, a->q.rule_len, a->q.key,
+                                a->q.key_len, spec) != RL_OK) {
+            snprintf(msg, msglen, "unknown rule '%.*s'", (int)a->q.rule_len,
+                     a->q.rule);
+            *why = msg;
+            return RL_ENORULE;
+        }
+        if (a->shadow && spec->mode == RLS_MODE_ENFORCE)
+            spec->mode = RLS_MODE_SHADOW;
+        if (spec->rule->concurrency) {
+            snprintf(msg, msglen,
+                     "rule '%.*s' limits concurrency: it cannot be a level",
+                     (int)a->q.rule_len, a->q.rule);
+            *why = msg;
+            return RL_EINVAL;
+        }
+    } else {
+        if (a->from_request && (rc = inline_allowed(d->rt, a, why)) != RL_OK)
+            return rc;
+        inline_spec(d->rt, a, spec);
+    }
+    spec->counting = RLS_COUNT_NATIVE;
+    spec->quota = 0;
+    spec->charge = 0;
+    return RL_OK;
+}
+
+/* A native request of levels (a->q.levels): one ask per level, the
+ * request's id and cost, decided as a group. */
+static int decide_levels(rls_decider_t *d, rls_ask_t *a, rls_respond_fn respond,
+                         void *owner, const char **why)
+{
+    rls_ask_t lv[RL_LEVELS_MAX];
+    uint32_t i;
+    int rc;
+
+    if ((rc = rl_check_validate(&a->q)) != RL_OK) {
+        *why = rl_strerror(rc);
+        return rc;
+    }
+    for (i = 0; i < a->q.nlevels; i++) {
+        lv[i] = *a;
+        memset(&lv[i].q, 0, sizeof(lv[i].q));
+        lv[i].q.id = a->q.id;
+        lv[i].q.cost = a->q.cost;
+        lv[i].q.key = a->q.levels[i].key;
+        lv[i].q.key_len = a->q.levels[i].key_len;
+        lv[i].q.rule = a->q.levels[i].rule;
+        lv[i].q.rule_len = a->q.levels[i].rule_len;
+    }
+    return rls_decide_group(d, lv, a->q.nlevels, respond, owner, why);
+}
+
+int rls_decide_group(rls_decider_t *d, rls_ask_t *a, size_t n,
+                     rls_respond_fn respond, void *owner, const char **why)
+{
+    static _Thread_local char msg[2 * RL_RULE_MAX + 160];
+    rls_spec_t spec[RLS_GROUP_MAX];
+    rls_level_spec_t lv[RLS_GROUP_MAX];
+    size_t i, k = 0, nwin = 0, refuse = n;
+    int mode = RLS_MODE_ENFORCE, rc;
+    unsigned slot = 0;
+
+    if (n == 0 || n > RLS_GROUP_MAX) {
+        *why = rl_strerror(RL_ELEVELS);
+        return RL_ELEVELS;
+    }
+    for (i = 0; i < n; i++) {
+        if ((rc = level_resolve(d, &a[i], &spec[i], msg, sizeof(msg), why)) !=
+            RL_OK)
+            return rc;
+        nwin += spec[i].mode != RLS_MODE_OFF ? spec[i].limits.n : 0;
+        if (spec[i].rule == NULL && a[i].q.limit == 0 && refuse == n)
+            refuse = i;
+        if (d->one_slot && spec[i].mode != RLS_MODE_OFF) {
+            uint8_t key[RLS_OPKEY_MAX + 1];
+            size_t tag,
+                len = rls_op_key(d->batcher.prefix, d->batcher.prefix_len,
+                                 a[i].q.key, a[i].q.key_len,
+                                 spec[i].rule ? spec[i].rule->name : NULL,
+                                 spec[i].rule ? spec[i].rule->name_len : 0,
+                                 spec[i].ns, key, &tag);
+            unsigned s = rls_key_slot((const char *)key, len);
+            if (k > 0 && s != slot) {
+                snprintf(msg, sizeof(msg),
+                         "levels '%.*s' and '%.*s' are in different Redis "
+                         "Cluster hash slots: begin every level's key with "
+                         "the same {tenant}",
+                         (int)a[0].q.key_len, a[0].q.key, (int)a[i].q.key_len,
+                         a[i].q.key);
+                *why = msg;
+                return RL_EINVAL;
+            }
+            slot = s;
+        }
+        /* Mode off leaves a level out (nothing counted there); one level in
+         * shadow makes the group's refusals shadow ones. */
+        if (spec[i].mode == RLS_MODE_OFF)
+            continue;
+        if (spec[i].mode == RLS_MODE_SHADOW)
+            mode = RLS_MODE_SHADOW;
+        lv[k].key = a[i].q.key;
+        lv[k].key_len = a[i].q.key_len;
+        lv[k].spec = &spec[i];
+        lv[k].index = (uint32_t)i;
+        k++;
+    }
+    if (nwin > RLS_WINDOWS_MAX) {
+        snprintf(msg, sizeof(msg),
+                 "the levels' rules have %zu limits together; a group holds "
+                 "%d at most",
+                 nwin, RLS_WINDOWS_MAX);
+        *why = msg;
+        return RL_EINVAL;
+    }
+    if (k == 0) {
+        /* Every level off: allowed, nothing counted. */
+        rl_result_t r;
+        rls_spec_off_result(&spec[0], a[0].q.id, &r);
+        r.level = 1;
+        respond(owner, &r);
+        return RL_OK;
+    }
+    if (refuse < n && spec[refuse].mode != RLS_MODE_OFF) {
+        /* A limit of 0 refuses the group, which then counts nowhere. */
+        uint64_t now = d->store->v->now_ms(d->store);
+        rl_result_t r;
+        memset(&r, 0, sizeof(r));
+        r.id = a[0].q.id;
+        r.code = RL_CODE_OVER_LIMIT;
+        r.window_s = a[refuse].q.window_s;
+        r.reset_after_ms = r.retry_after_ms =
+            rl_window_reset_after_ms(now, a[refuse].q.window_s);
+        r.level = (uint32_t)refuse + 1;
+        rls_refusal_answer(&r, mode, spec[refuse].stats);
+        respond(owner, &r);
+        return RL_OK;
+    }
+    if (rls_batcher_add_group(&d->batcher, respond, owner, a[0].q.id, lv, k,
+                              a[0].q.cost, mode) != RL_OK) {
+        *why = rl_strerror(RL_ENOMEM);
+        return RL_ENOMEM;
+    }
+    return RL_OK;
 }
 
 int rls_decide(rls_decider_t *d, rls_ask_t *a, rls_respond_fn respond,
@@ -137,6 +328,8 @@ int rls_decide(rls_decider_t *d, rls_ask_t *a, rls_respond_fn respond,
         *why = msg;
         return RL_EINVAL;
     }
+    if (a->q.nlevels > 0)
+        return decide_levels(d, a, respond, owner, why);
     /* Envoy's limit of 0 is valid (it refuses everything); the check below
      * would take it for a native request that forgot its limit. */
     zero = a->q.rule_len == 0 && a->ns == RLS_NS_ENVOY && a->q.limit == 0;
@@ -183,23 +376,7 @@ int rls_decide(rls_decider_t *d, rls_ask_t *a, rls_respond_fn respond,
         }
         if (a->from_request && (rc = inline_allowed(rt, a, why)) != RL_OK)
             return rc;
-        memset(&spec, 0, sizeof(spec));
-        spec.rule = NULL;
-        spec.ns = a->ns != 0 ? a->ns : RLS_NS_INLINE;
-        spec.stats = a->stats_name != NULL
-                         ? rls_runtime_stats(rt, a->stats_name,
-                                             a->stats_name_len)
-                         : &rt->inline_stats;
-        spec.mode = rt->sw.global_mode >= 0 ? rt->sw.global_mode
-                    : a->shadow             ? RLS_MODE_SHADOW
-                                            : RLS_MODE_ENFORCE;
-        spec.limits.n = 1;
-        if (a->algo != NULL)
-            spec.limits.w[0] = *a->algo;
-        spec.limits.w[0].limit = a->q.limit;
-        spec.limits.w[0].window_s = a->q.window_s;
-        spec.quota = 0;
-        spec.scale = 1.0;
+        inline_spec(rt, a, &spec);
     }
     spec.counting = a->charge ? RLS_COUNT_NATIVE : a->counting;
     if (spec.counting != RLS_COUNT_NATIVE) {

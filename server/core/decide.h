@@ -103,6 +103,9 @@ typedef struct rls_decider_opts_s {
     const rls_hkey_t *handle_secret;
     uint64_t reserve_ttl_ms;
     uint64_t xop_timeout_ms;
+    /* The store is a Redis Cluster: a group's levels must share a hash
+     * slot, since one script call decides them (rls_decide_group). */
+    int one_slot;
 } rls_decider_opts_t;
 
 /* The reservation options, kept by the decider for reserve.c. */
@@ -118,6 +121,7 @@ typedef struct rls_decider_s {
     rls_batcher_t batcher; /* owned */
     rls_hkey_t hkey;       /* owned: reservation and lease handles */
     rls_reserve_opts_t reserve;
+    int one_slot; /* the opts' */
 } rls_decider_t;
 
 /* Fills o with the defaults: everything 0 or NULL, 1024 requests a batch,
@@ -148,6 +152,22 @@ void rls_decider_free(rls_decider_t *d);
  * RL_ENOMEM. */
 int rls_decide(rls_decider_t *d, rls_ask_t *a, rls_respond_fn respond,
                void *owner, const char **why);
+
+/* Decides n asks (1 to RLS_GROUP_MAX, each validated and resolved as
+ * rls_decide does: a rule of rate limits, or a window of its own, counted
+ * the native way whatever a->counting says, no stored quota; CHECKs, not
+ * charges) all or nothing, as one request of a[0].q.id and a[0].q.cost:
+ * allowed only when every limit of every level has room, then charged in
+ * every one; refused, charged nowhere. A level whose mode is off is left
+ * out; one in shadow puts the group in shadow. The answer (one, through
+ * respond, as rls_decide's) carries `level`, the deciding ask's index + 1.
+ * A native request of levels (a->q.nlevels > 0) given to rls_decide comes
+ * here. Returns 0, or as rls_decide: a validation error, RL_ENORULE,
+ * RL_EINLINE, RL_EINVAL (a concurrency rule, more than RLS_WINDOWS_MAX
+ * limits together, levels in different slots of a Redis Cluster), RL_ELEVELS
+ * or RL_ENOMEM, with *why set and nothing queued. */
+int rls_decide_group(rls_decider_t *d, rls_ask_t *a, size_t n,
+                     rls_respond_fn respond, void *owner, const char **why);
 
 /* The loop's side of the decider: what the program (server.c) calls once
  * per loop iteration, before a policy change, while stopping and for its

@@ -246,6 +246,41 @@ static int m_up(rls_store_t *s)
     return 1;
 }
 
+/* A group's op (store.h): its levels' counters may live in several
+ * stripes, each found by its level's tag. Their locks are taken in the
+ * order of their addresses, the one order every group keeps (an op of
+ * one caller holds one lock at a time), so two loops never wait on each
+ * other; then the op is decided as one, all or nothing. */
+static int group_apply(rls_memtab_t *t, rls_op_t *op, uint64_t now)
+{
+    rls_mem_stripe_t *ms[RL_ADMIT_WINDOWS_MAX], *lk[RL_ADMIT_WINDOWS_MAX];
+    uint32_t j, k, nlk = 0;
+    int rc;
+
+    if (op->nwin == 0 || op->nwin > RL_ADMIT_WINDOWS_MAX)
+        return RL_EINVAL;
+    for (j = 0; j < op->nwin; j++) {
+        const rls_op_window_t *w = &op->win[j];
+        ms[j] = w->base != NULL
+                    ? stripe_of(t, w->base, w->base_len, w->base_tag_len)
+                    : stripe_of(t, op->key, op->key_len, op->tag_len);
+        for (k = 0; k < nlk && lk[k] != ms[j]; k++)
+            ;
+        if (k == nlk) {
+            /* Kept sorted by address: insert in place. */
+            for (k = nlk++; k > 0 && lk[k - 1] > ms[j]; k--)
+                lk[k] = lk[k - 1];
+            lk[k] = ms[j];
+        }
+    }
+    for (k = 0; k < nlk; k++)
+        stripe_lock(t, lk[k]);
+    rc = rls_mem_stripes_apply(ms, op, now);
+    for (k = nlk; k > 0; k--)
+        stripe_unlock(t, lk[k - 1]);
+    return rc;
+}
+
 static void m_submit(rls_store_t *s, rls_op_t *ops, size_t n,
                      rls_store_cb cb, void *data)
 {
@@ -261,6 +296,10 @@ static void m_submit(rls_store_t *s, rls_op_t *ops, size_t n,
         rls_op_t *op = &ops[i];
         uint64_t now = op->now_ms ? op->now_ms : tab_now(t);
         rls_mem_stripe_t *sp = stripe_of(t, op->key, op->key_len, op->tag_len);
+        if (rls_op_group(op)) {
+            op->err = group_apply(t, op, now);
+            continue;
+        }
         stripe_lock(t, sp);
         op->err = rls_mem_stripe_apply(sp, op, now);
         stripe_unlock(t, sp);

@@ -318,6 +318,19 @@ static uint64_t log_time(const rls_mem_ent_t *e, uint64_t now)
  * nothing and fails alone. */
 int rls_mem_stripe_apply(rls_mem_stripe_t *m, rls_op_t *op, uint64_t now)
 {
+    rls_mem_stripe_t *ms[RL_ADMIT_WINDOWS_MAX];
+    uint32_t j;
+
+    if (op->nwin == 0 || op->nwin > RL_ADMIT_WINDOWS_MAX)
+        return RL_EINVAL;
+    for (j = 0; j < op->nwin; j++)
+        ms[j] = m;
+    return rls_mem_stripes_apply(ms, op, now);
+}
+
+int rls_mem_stripes_apply(rls_mem_stripe_t *const *ms, rls_op_t *op,
+                          uint64_t now)
+{
     char keys[RL_ADMIT_WINDOWS_MAX][RLS_MEM_OPKEY_MAX + 36],
         pk[RLS_MEM_OPKEY_MAX + 36];
     size_t klen[RL_ADMIT_WINDOWS_MAX], need = 0;
@@ -325,17 +338,18 @@ int rls_mem_stripe_apply(rls_mem_stripe_t *m, rls_op_t *op, uint64_t now)
     uint64_t val[RL_ADMIT_WINDOWS_MAX], exp[RL_ADMIT_WINDOWS_MAX];
     rls_mem_ent_t *e[RL_ADMIT_WINDOWS_MAX];
     rl_admit_win_t w[RL_ADMIT_WINDOWS_MAX];
-    uint32_t j;
+    size_t needs[RL_ADMIT_WINDOWS_MAX];
+    uint32_t j, i;
 
     if (op->nwin == 0 || op->nwin > RL_ADMIT_WINDOWS_MAX ||
-        op->key_len > RLS_MEM_OPKEY_MAX)
+        rls_op_key_max(op) > RLS_MEM_OPKEY_MAX)
         return RL_EINVAL;
     cmax = rls_op_max_cost(op);
     for (j = 0; j < op->nwin; j++) {
         rls_op_window_t *wo = &op->win[j];
         klen[j] = rls_wkey(op, wo, RLS_WKEY_CUR, keys[j]);
-        h[j] = rl_hash(&m->hk, keys[j], klen[j]);
-        e[j] = rls_mem_find(m, keys[j], klen[j], h[j]);
+        h[j] = rl_hash(&ms[j]->hk, keys[j], klen[j]);
+        e[j] = rls_mem_find(ms[j], keys[j], klen[j], h[j]);
         wo->before = e[j] != NULL ? e[j]->count : 0;
         wo->before2 = 0;
         if (wo->algo == RL_ALGO_SLIDING_LOG) {
@@ -345,7 +359,8 @@ int rls_mem_stripe_apply(rls_mem_stripe_t *m, rls_op_t *op, uint64_t now)
             log_report(e[j], wo, cmax);
         } else if (wo->algo == RL_ALGO_SLIDING_COUNTER) {
             size_t pl = rls_wkey(op, wo, RLS_WKEY_PREV, pk);
-            rls_mem_ent_t *p = rls_mem_find(m, pk, pl, rl_hash(&m->hk, pk, pl));
+            rls_mem_ent_t *p =
+                rls_mem_find(ms[j], pk, pl, rl_hash(&ms[j]->hk, pk, pl));
             wo->before2 = p != NULL ? p->count : 0;
         }
         rls_op_window_load(wo, now, &w[j]);
@@ -364,6 +379,7 @@ int rls_mem_stripe_apply(rls_mem_stripe_t *m, rls_op_t *op, uint64_t now)
     if (sum == 0)
         return 0; /* refusals create nothing */
     for (j = 0; j < op->nwin; j++) {
+        need = 0;
         val[j] = rl_admit_added(&w[j], now);
         exp[j] = op->win[j].expire_at_ms;
         if (op->win[j].algo == RL_ALGO_GCRA) {
@@ -385,20 +401,32 @@ int rls_mem_stripe_apply(rls_mem_stripe_t *m, rls_op_t *op, uint64_t now)
         }
         if (e[j] == NULL)
             need += rls_mem_ent_cost(klen[j]);
+        needs[j] = need;
     }
     /* New counters must fit under the share, with the growth of the group
-     * array they may cause. */
-    if (!rls_mem_fits(m, need, op->nwin))
-        return RL_ENOMEM;
+     * array they may cause: each stripe's (a group's levels may live in
+     * several), before anything is written. */
+    for (j = 0; j < op->nwin; j++) {
+        uint32_t fresh = 0;
+        for (i = 0, need = 0; i < op->nwin; i++)
+            if (ms[i] == ms[j]) {
+                if (i < j)
+                    break; /* that stripe was checked */
+                need += needs[i];
+                fresh++;
+            }
+        if (i == op->nwin && !rls_mem_fits(ms[j], need, fresh))
+            return RL_ENOMEM;
+    }
     /* Every new counter first, at 0, so that an allocation failure leaves
      * every count as it was (a counter at 0 decides as a missing one);
      * only then the admitted cost on every window. */
     for (j = 0; j < op->nwin; j++) {
         if (e[j] == NULL &&
-            rls_mem_create(m, keys[j], klen[j], h[j], exp[j], &e[j]) != 0)
+            rls_mem_create(ms[j], keys[j], klen[j], h[j], exp[j], &e[j]) != 0)
             return RL_ENOMEM;
         if (op->win[j].algo == RL_ALGO_SLIDING_LOG &&
-            rls_mem_log_reserve(m, e[j]) != 0)
+            rls_mem_log_reserve(ms[j], e[j]) != 0)
             return RL_ENOMEM;
     }
     for (j = 0; j < op->nwin; j++) {

@@ -133,6 +133,11 @@ void rls_mem_stripe_free(rls_mem_stripe_t *sp);
  * RL_EINVAL, RL_ESTORE (an overflow), RL_ENOMEM (full, or malloc). */
 int rls_mem_stripe_apply(rls_mem_stripe_t *sp, rls_op_t *op, uint64_t now);
 
+/* The same with limit j's counters in ms[j] (a group's levels may live in
+ * several stripes; the caller holds each one's lock). */
+int rls_mem_stripes_apply(rls_mem_stripe_t *const *ms, rls_op_t *op,
+                          uint64_t now);
+
 /* Frees up to budget entries of sp that expired by now (files again those
  * whose expiry moved on) and shrinks its arrays; returns how many entries
  * it looked at. */

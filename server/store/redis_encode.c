@@ -230,7 +230,7 @@ static int encode(rls_cmdbuf_t *buf, const char *sha, const char *script,
             aprofile_of(op, ap, &nap);
         nkeys += op->nwin + (op->quota ? 1 : 0);
         nargs += a;
-        need += (op->key_len + 64) * (2 * (size_t)op->nwin + 1) +
+        need += (rls_op_key_max(op) + 64) * (2 * (size_t)op->nwin + 1) +
                 op->quota_len + 36 * a;
     }
     for (j = 0; j < np; j++) {
@@ -268,7 +268,7 @@ static int encode(rls_cmdbuf_t *buf, const char *sha, const char *script,
         char k[RLS_OPKEY_MAX + 36];
 
         for (j = 0; j < op->nwin; j++) {
-            size_t len = op->key_len <= RLS_OPKEY_MAX
+            size_t len = rls_op_key_max(op) <= RLS_OPKEY_MAX
                              ? rls_wkey(op, &op->win[j], RLS_WKEY_STATE, k)
                              : 0;
             p = put_bulk(p, k, len);

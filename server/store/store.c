@@ -8,9 +8,9 @@
 size_t rls_wkey(const rls_op_t *op, const rls_op_window_t *w, int which,
                 char *dst)
 {
-    size_t n = op->key_len;
+    size_t n = w->base != NULL ? w->base_len : op->key_len;
 
-    memcpy(dst, op->key, n);
+    memcpy(dst, w->base != NULL ? w->base : op->key, n);
     dst[n++] = ':';
     n += rl_put_u64(dst + n, w->window_s);
     dst[n++] = ':';

@@ -83,6 +83,18 @@ typedef struct rls_op_window_s {
      * store decides with (rls_spec_t.counting: ENVOY raises `limit` out
      * of reach, PEEK makes it 1 with a cost of 2); 0: `limit`. */
     uint64_t answer_limit;
+    /* A group's limit (an op of several levels, rls_batcher_add_group:
+     * every level's limits in one op, so that every store decides them
+     * all or nothing as it decides one rule's): the op key of this
+     * limit's level when it is not the op's own (NULL: op->key), whose
+     * counters are named after it as rls_wkey says, the length of its tag
+     * "<prefix>{<caller>}" (the memory store's stripe), and the level's
+     * index in the group. Set by the batcher; a store reads base and
+     * base_len through rls_wkey and rls_op_key_max. */
+    const char *base;
+    size_t base_len;
+    size_t base_tag_len;
+    uint32_t level;
 } rls_op_window_t;
 
 typedef struct rls_op_s {
@@ -167,10 +179,35 @@ static inline const char *rls_store_err_name(int kind)
 #define RLS_WKEY_PREV 2
 
 /* Formats the key of limit w of op into dst (RLS_WKEY_SIZE(op) bytes),
- * NUL-terminated; returns its length. */
-#define RLS_WKEY_SIZE(op) ((op)->key_len + 36)
+ * NUL-terminated; returns its length. It is named after w->base when set
+ * (a group's level), else after op->key. */
+#define RLS_WKEY_SIZE(op) (rls_op_key_max(op) + 36)
 size_t rls_wkey(const rls_op_t *op, const rls_op_window_t *w, int which,
                 char *dst);
+
+/* The longest op key among op's limits (its own, and a group's levels'):
+ * what a store sizes its key buffers by. */
+static inline size_t rls_op_key_max(const rls_op_t *op)
+{
+    size_t m = op->key_len;
+    uint32_t j;
+
+    for (j = 0; j < op->nwin; j++)
+        if (op->win[j].base != NULL && op->win[j].base_len > m)
+            m = op->win[j].base_len;
+    return m;
+}
+
+/* 1 when op is a group's (some limit names its own level's key). */
+static inline int rls_op_group(const rls_op_t *op)
+{
+    uint32_t j;
+
+    for (j = 0; j < op->nwin; j++)
+        if (op->win[j].base != NULL)
+            return 1;
+    return 0;
+}
 
 /* The key of op's plain fixed window of window_s at index. */
 static inline size_t rls_wkey_fixed(const rls_op_t *op, uint32_t window_s,

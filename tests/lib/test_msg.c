@@ -13,6 +13,7 @@
 #include "rl_buf.h"
 #include "rl_error.h"
 #include "rl_msg.h"
+#include "rl_validate.h"
 
 static unsigned seed = 4242;
 
@@ -171,6 +172,111 @@ static void test_result_matches_protobuf_c(void **state)
             assert_memory_equal(back.handle, hnd, r.handle_len);
         assert_int_equal(back.expires_at_ms, r.expires_at_ms);
         assert_int_equal(back.failed_open, r.failed_open);
+    }
+}
+
+/* Levels (CheckRequest field 20, CheckResponse field 20): byte for byte
+ * what protobuf-c writes, read back whole; a ninth level is counted and
+ * not kept (validation refuses it), and a level's unknown field is
+ * skipped. */
+static void test_levels_match_protobuf_c(void **state)
+{
+    char keys[RL_LEVELS_MAX][40], rules[RL_LEVELS_MAX][40];
+    uint8_t ours[2048], theirs[2048];
+    int i;
+
+    (void)state;
+    for (i = 0; i < 5000; i++) {
+        Ratelimit__V1__CheckRequest pc = RATELIMIT__V1__CHECK_REQUEST__INIT;
+        Ratelimit__V1__CheckRequest__Level lv[RL_LEVELS_MAX + 1],
+            *lp[RL_LEVELS_MAX + 1];
+        Ratelimit__V1__CheckResponse pr = RATELIMIT__V1__CHECK_RESPONSE__INIT;
+        rl_check_t c = {0}, back;
+        rl_result_t r = {0}, rback;
+        uint32_t j, nl = 1 + (uint32_t)(rnd_u64() % RL_LEVELS_MAX);
+        size_t n;
+
+        c.id = rnd_u64();
+        c.cost = (uint32_t)rnd_u64();
+        c.nlevels = nl;
+        for (j = 0; j < nl; j++) {
+            ratelimit__v1__check_request__level__init(&lv[j]);
+            rnd_str(keys[j], 30, &c.levels[j].key_len);
+            rnd_str(rules[j], 30, &c.levels[j].rule_len);
+            c.levels[j].key = keys[j];
+            c.levels[j].rule = rules[j];
+            lv[j].key = keys[j];
+            lv[j].rule = rules[j];
+            lp[j] = &lv[j];
+        }
+        pc.id = c.id;
+        pc.cost = c.cost;
+        pc.n_levels = nl;
+        pc.levels = lp;
+        n = rl_check_size(&c);
+        assert_int_equal(n, ratelimit__v1__check_request__get_packed_size(&pc));
+        assert_int_equal(rl_check_encode(&c, ours), n);
+        assert_int_equal(ratelimit__v1__check_request__pack(&pc, theirs), n);
+        assert_memory_equal(ours, theirs, n);
+        assert_int_equal(rl_check_decode(theirs, n, &back), RL_OK);
+        assert_int_equal(back.nlevels, nl);
+        for (j = 0; j < nl; j++) {
+            assert_int_equal(back.levels[j].key_len, c.levels[j].key_len);
+            assert_int_equal(back.levels[j].rule_len, c.levels[j].rule_len);
+            if (c.levels[j].key_len)
+                assert_memory_equal(back.levels[j].key, keys[j],
+                                    c.levels[j].key_len);
+            if (c.levels[j].rule_len)
+                assert_memory_equal(back.levels[j].rule, rules[j],
+                                    c.levels[j].rule_len);
+        }
+
+        r.id = c.id;
+        r.level = (uint32_t)rnd_u64();
+        pr.id = r.id;
+        pr.level = r.level;
+        n = rl_result_size(&r);
+        assert_int_equal(n,
+                         ratelimit__v1__check_response__get_packed_size(&pr));
+        assert_int_equal(rl_result_encode(&r, ours), n);
+        assert_int_equal(ratelimit__v1__check_response__pack(&pr, theirs), n);
+        assert_memory_equal(ours, theirs, n);
+        assert_int_equal(rl_result_decode(theirs, n, &rback), RL_OK);
+        assert_int_equal(rback.level, r.level);
+    }
+    {
+        /* Nine levels: eight kept, nine counted, and never more. */
+        Ratelimit__V1__CheckRequest pc = RATELIMIT__V1__CHECK_REQUEST__INIT;
+        Ratelimit__V1__CheckRequest__Level lv[RL_LEVELS_MAX + 3],
+            *lp[RL_LEVELS_MAX + 3];
+        rl_check_t back;
+        size_t n;
+        uint32_t j;
+        for (j = 0; j < RL_LEVELS_MAX + 3; j++) {
+            ratelimit__v1__check_request__level__init(&lv[j]);
+            lv[j].key = "k";
+            lv[j].rule = "r";
+            lp[j] = &lv[j];
+        }
+        pc.n_levels = RL_LEVELS_MAX + 3;
+        pc.levels = lp;
+        n = ratelimit__v1__check_request__pack(&pc, theirs);
+        assert_int_equal(rl_check_decode(theirs, n, &back), RL_OK);
+        assert_int_equal(back.nlevels, RL_LEVELS_MAX + 1);
+        assert_int_equal(rl_check_validate(&back), RL_ELEVELS);
+    }
+    {
+        /* A level's unknown field (3, a varint) is skipped; a known one
+         * of the wrong wire type is not. */
+        static const uint8_t ok[] = {0xa2, 0x01, 0x08, 0x0a, 0x01, 'k',
+                                     0x12, 0x01, 'r',  0x18, 0x05};
+        static const uint8_t bad[] = {0xa2, 0x01, 0x02, 0x08, 0x01};
+        rl_check_t back;
+        assert_int_equal(rl_check_decode(ok, sizeof(ok), &back), RL_OK);
+        assert_int_equal(back.nlevels, 1);
+        assert_int_equal(back.levels[0].key_len, 1);
+        assert_int_equal(back.levels[0].rule_len, 1);
+        assert_int_equal(rl_check_decode(bad, sizeof(bad), &back), RL_EDECODE);
     }
 }
 
@@ -435,6 +541,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_check_matches_protobuf_c),
         cmocka_unit_test(test_result_matches_protobuf_c),
+        cmocka_unit_test(test_levels_match_protobuf_c),
         cmocka_unit_test(test_result_put_counts_handle),
         cmocka_unit_test(test_goaway_by_notice),
         cmocka_unit_test(test_result_take),

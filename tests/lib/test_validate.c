@@ -112,6 +112,64 @@ static void test_rule_rules(void **state)
 }
 
 /* Every code has its own text; unknown codes do not crash. */
+/* A request of levels: 1 to 8 of them, each a key and a rule, no key and
+ * rule twice, a CHECK with nothing of its own beside; cost 0 reads 1. */
+static void test_levels_rules(void **state)
+{
+    rl_check_t c;
+    uint32_t i;
+
+    (void)state;
+    memset(&c, 0, sizeof(c));
+    c.nlevels = 2;
+    c.levels[0] = (rl_level_t){"org:a", 5, "org", 3};
+    c.levels[1] = (rl_level_t){"user:b", 6, "user", 4};
+    assert_int_equal(rl_check_validate(&c), RL_OK);
+    assert_int_equal(c.cost, 1);
+    /* The same rule under two keys is two levels; the same key twice too. */
+    c.levels[1] = (rl_level_t){"user:b", 6, "org", 3};
+    assert_int_equal(rl_check_validate(&c), RL_OK);
+    c.levels[1] = (rl_level_t){"org:a", 5, "user", 4};
+    assert_int_equal(rl_check_validate(&c), RL_OK);
+    c.levels[1] = (rl_level_t){"org:a", 5, "org", 3};
+    assert_int_equal(rl_check_validate(&c), RL_ELEVELTWICE);
+    c.levels[1] = (rl_level_t){"user:b", 6, NULL, 0};
+    assert_int_equal(rl_check_validate(&c), RL_ELEVELS);
+    c.levels[1] = (rl_level_t){NULL, 0, "user", 4};
+    assert_int_equal(rl_check_validate(&c), RL_EKEYEMPTY);
+    c.levels[1] = (rl_level_t){"user:b", 6, "us er", 5};
+    assert_int_equal(rl_check_validate(&c), RL_ERULEBAD);
+    c.levels[1] = (rl_level_t){"u\0b", 3, "user", 4};
+    assert_int_equal(rl_check_validate(&c), RL_EKEYNUL);
+    c.levels[1] = (rl_level_t){"user:b", 6, "user", 4};
+    c.key = "x";
+    c.key_len = 1;
+    assert_int_equal(rl_check_validate(&c), RL_ELEVELS);
+    c.key = NULL;
+    c.key_len = 0;
+    c.limit = 5;
+    assert_int_equal(rl_check_validate(&c), RL_ELEVELS);
+    c.limit = 0;
+    c.op = RL_OP_RESERVE;
+    assert_int_equal(rl_check_validate(&c), RL_ELEVELS);
+    c.op = RL_OP_CHECK;
+    for (i = 0; i < RL_LEVELS_MAX; i++)
+        c.levels[i] = (rl_level_t){"k", 1, "r", 1};
+    for (i = 0; i < RL_LEVELS_MAX; i++)
+        c.levels[i].key = i % 2 ? "a" : "b"; /* (a, r) and (b, r) recur */
+    c.nlevels = RL_LEVELS_MAX;
+    assert_int_equal(rl_check_validate(&c), RL_ELEVELTWICE);
+    {
+        static const char *const k[RL_LEVELS_MAX] = {"0", "1", "2", "3",
+                                                     "4", "5", "6", "7"};
+        for (i = 0; i < RL_LEVELS_MAX; i++)
+            c.levels[i].key = k[i];
+    }
+    assert_int_equal(rl_check_validate(&c), RL_OK);
+    c.nlevels = RL_LEVELS_MAX + 1;
+    assert_int_equal(rl_check_validate(&c), RL_ELEVELS);
+}
+
 static void test_strerror(void **state)
 {
     int code;
@@ -136,6 +194,7 @@ int main(void)
         cmocka_unit_test(test_key_rules),
         cmocka_unit_test(test_limit_and_window_rules),
         cmocka_unit_test(test_rule_rules),
+        cmocka_unit_test(test_levels_rules),
         cmocka_unit_test(test_strerror),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -156,7 +156,15 @@ void h_open(h_t *h, int use_redis, size_t max_reqs, int fail_open)
     h->store = calloc(1, sizeof(*h->store));
     assert_non_null(h->store);
     h->store->base.v = &clock_vtbl;
-    if (use_redis) {
+    if (use_redis == 3) {
+        /* The memory store's table of many stripes, as --threads has it:
+         * a group's levels fall in several. */
+        rls_memtab_t *tab = rls_memtab_new(UINT64_C(1) << 30, 64);
+        assert_non_null(tab);
+        h->store->inner = rls_store_memory_new_shared(&h->loop, tab);
+        rls_memtab_release(tab);
+        h->use_redis = 0;
+    } else if (use_redis) {
         rls_redis_opts_t o = {.host = "127.0.0.1", .timeout_ms = 1000,
                               .grace_ms = 1000};
         if (use_redis == 2) {
@@ -265,6 +273,31 @@ size_t h_rule(h_t *h, uint64_t now, const char *key, const char *rule,
 
     resolve(h, key, rule, cost, &spec);
     return h_spec(h, now, key, cost, &spec);
+}
+
+size_t h_group(h_t *h, uint64_t now, size_t n, const char *const *keys,
+               const char *const *rules, uint32_t cost)
+{
+    rls_spec_t spec[RLS_GROUP_MAX];
+    rls_level_spec_t lv[RLS_GROUP_MAX];
+    size_t i, id = h->n++;
+    int mode = RLS_MODE_ENFORCE;
+
+    assert_true(id < MAXR && n <= RLS_GROUP_MAX);
+    for (i = 0; i < n; i++) {
+        resolve(h, keys[i], rules[i], cost, &spec[i]);
+        spec[i].quota = 0;
+        if (spec[i].mode == RLS_MODE_SHADOW)
+            mode = RLS_MODE_SHADOW;
+        lv[i].key = keys[i];
+        lv[i].key_len = strlen(keys[i]);
+        lv[i].spec = &spec[i];
+        lv[i].index = (uint32_t)i;
+    }
+    h->store->now = now;
+    assert_int_equal(
+        rls_batcher_add_group(&h->b, respond, h, id, lv, n, cost, mode), RL_OK);
+    return id;
 }
 
 /* The counters of a rule ("" for inline limits). */

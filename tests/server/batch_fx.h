@@ -95,9 +95,10 @@ typedef struct {
  * started, even when an assertion failed mid-test. */
 int h_teardown(void **state);
 
-/* Opens a harness over the memory store (use_redis 0) or a private
- * redis-server (1: the script; 2: the module, which $RLT_MODULE_SO names),
- * batches of at most max_reqs, in the given fail mode. */
+/* Opens a harness over the memory store (use_redis 0; 3: a table of 64
+ * stripes, as --threads makes) or a private redis-server (1: the script;
+ * 2: the module, which $RLT_MODULE_SO names), batches of at most
+ * max_reqs, in the given fail mode. */
 void h_open(h_t *h, int use_redis, size_t max_reqs, int fail_open);
 
 /* The policy of a rules file's text; fails the test when it does not
@@ -120,6 +121,12 @@ void resolve(h_t *h, const char *key, const char *rule, uint32_t cost,
 /* Adds a request naming `rule` at the scripted time `now`. */
 size_t h_rule(h_t *h, uint64_t now, const char *key, const char *rule,
               uint32_t cost);
+
+/* Adds one request of n levels (keys[i] under rules[i]) decided all or
+ * nothing (rls_batcher_add_group) at the scripted time `now`; its id is
+ * its slot. */
+size_t h_group(h_t *h, uint64_t now, size_t n, const char *const *keys,
+               const char *const *rules, uint32_t cost);
 
 /* The counters of a rule ("" for inline limits). */
 const rls_rule_stats_t *rule_stats(h_t *h, const char *rule);

@@ -200,6 +200,70 @@ static void test_check_rule(void **state)
     fx_close(&f);
 }
 
+/* A native request of two levels (k1 under r1, k2 under r2). */
+static rls_ask_t ask_levels(fx_t *f, const char *k1, const char *r1,
+                            const char *k2, const char *r2)
+{
+    rls_ask_t a = ask(f, RL_OP_CHECK, NULL, NULL, 0, 0, 1);
+
+    a.q.nlevels = 2;
+    a.q.levels[0] = (rl_level_t){k1, strlen(k1), r1, strlen(r1)};
+    a.q.levels[1] = (rl_level_t){k2, strlen(k2), r2, strlen(r2)};
+    return a;
+}
+
+/* Levels through the decider: a level in mode off is left out; one in
+ * shadow makes the group's refusal a shadow one, which charges nothing
+ * anywhere; on a Redis Cluster (one_slot) levels must share a hash slot,
+ * which one {tenant} at the start of every key gives. */
+static void test_levels(void **state)
+{
+    fx_t f;
+    const rl_result_t *r;
+    rls_decider_opts_t o;
+    rls_ask_t a;
+    const char *why;
+    int i;
+
+    (void)state;
+    fx_open(&f);
+    /* killed (off) is left out: api decides, three times, then refuses. */
+    for (i = 0; i < 3; i++) {
+        r = decided(&f, ask_levels(&f, "t", "killed", "u", "api"));
+        assert_int_equal(r->code, RL_CODE_OK);
+        assert_int_equal(r->level, 2);
+    }
+    r = decided(&f, ask_levels(&f, "t", "killed", "u", "api"));
+    assert_int_equal(r->code, RL_CODE_OVER_LIMIT);
+    assert_int_equal(r->level, 2);
+    /* quiet (shadow, 1 a minute) refuses its second: allowed, marked, and
+     * api's count of v stays at what the allowed first one spent. */
+    r = decided(&f, ask_levels(&f, "q", "quiet", "v", "api"));
+    assert_int_equal(r->code, RL_CODE_OK);
+    r = decided(&f, ask_levels(&f, "q", "quiet", "v", "api"));
+    assert_int_equal(r->code, RL_CODE_OK);
+    assert_int_equal(r->shadow_refused, 1);
+    assert_int_equal(r->level, 1);
+    r = decided(&f, ask(&f, RL_OP_CHECK, "v", "api", 0, 0, 1));
+    assert_int_equal(r->remaining, 1); /* 3 - the first - this one */
+    assert_int_equal(stats(&f, "quiet")->shadow_refused, 1);
+    /* A concurrency rule cannot be a level; nothing is queued. */
+    a = ask_levels(&f, "t", "one", "u", "api");
+    assert_int_equal(run(&f, &a, &why), RL_EINVAL);
+    assert_non_null(strstr(why, "concurrency"));
+    fx_close(&f);
+
+    rls_decider_opts_init(&o);
+    o.one_slot = 1;
+    fx_open_with(&f, &o);
+    a = ask_levels(&f, "org:acme", "api", "user:1", "tok");
+    assert_int_equal(run(&f, &a, &why), RL_EINVAL);
+    assert_non_null(strstr(why, "hash slots"));
+    r = decided(&f, ask_levels(&f, "{acme}org", "api", "{acme}user:1", "tok"));
+    assert_int_equal(r->code, RL_CODE_OK);
+    fx_close(&f);
+}
+
 static void test_invalid(void **state)
 {
     fx_t f;
@@ -611,6 +675,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_check_rule),
         cmocka_unit_test(test_invalid),
+        cmocka_unit_test(test_levels),
         cmocka_unit_test(test_inline_and_caps),
         cmocka_unit_test(test_limit_zero),
         cmocka_unit_test(test_shadow),
