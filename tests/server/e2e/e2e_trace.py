@@ -14,7 +14,9 @@ With --trace-sample 0, only a sampled traceparent makes a span:
     one: no span;
   - ShouldRateLimit over h2c (--grpc) with traceparent in the gRPC
     metadata, twice for a descriptor limited to 1 an hour: two spans of
-    that trace, outcomes ok then over_limit, rule envoy:shop.
+    that trace, outcomes ok then over_limit, rule envoy:shop;
+  - POST /json (--envoy-http) with a traceparent header: a span of that
+    trace.
 rl_trace_spans_sampled_total and rl_trace_spans_exported_total count
 them. Then a dead collector (a port nobody listens on), --trace-sample 1:
 every check is still answered, and every span is counted in
@@ -219,6 +221,20 @@ def grpc_call(sock, sid, traceparent, user):
     return None
 
 
+def json_call(port, traceparent, user):
+    body = ('{"domain":"shop","descriptors":[{"entries":'
+            '[{"key":"user","value":"%s"}]}]}' % user).encode()
+    req = urllib.request.Request("http://127.0.0.1:%d/json" % port,
+                                 data=body, method="POST")
+    req.add_header("Content-Type", "application/json")
+    req.add_header("traceparent", traceparent)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
 def metric(mport, name):
     with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport,
                                 timeout=10) as r:
@@ -235,6 +251,7 @@ def start(name, extra):
         f.write(ENVOY)
     args = [RL_SERVER, "--listen", "127.0.0.1:0", "--grpc", "127.0.0.1:0",
             "--http", "127.0.0.1:0", "--metrics", "127.0.0.1:0",
+            "--envoy-http", "127.0.0.1:0",
             "--port-file", pf, "--rule", "api=1000/1m",
             "--envoy-config", envoy, "--trace-flush-ms", "50",
             "--log-level", "debug"] + extra + rlt.server_args()
@@ -271,9 +288,12 @@ def main():
     check(grpc_call(s, 3, tp2, "eve") == 2,
           "the second gRPC call is OVER_LIMIT (1 an hour)")
     s.close()
+    tid3, par3 = "a3ce929d0e0e47364bf92f3577b34da6", "0ba902b700f067aa"
+    check(json_call(ports["envoy-http"], "00-%s-%s-01" % (tid3, par3),
+                    "frank") == 200, "POST /json is answered 200")
 
-    spans = col.wait(3)
-    check(len(spans) == 3, "3 spans reach the collector, got %d"
+    spans = col.wait(4)
+    check(len(spans) == 4, "4 spans reach the collector, got %d"
           % len(spans))
     check(not col.errors, "every export decodes: %r" % col.errors[:1])
     by_trace = {}
@@ -305,19 +325,22 @@ def main():
           "their parent is the gRPC metadata's span id")
     check(all(attrs(sp).get("ratelimit.rule") == "envoy:shop" for sp in g),
           "their rule is the Envoy domain's")
+    j = by_trace.get(tid3, [])
+    check(len(j) == 1 and j[0]["parent_span_id"][0].hex() == par3,
+          "one span of POST /json's trace, its parent the header's")
     res = {kv["key"][0].decode(): kv["value"][0]["string_value"][0].decode()
            for r in col.resources[:1] for kv in r.get("attributes", [])}
     check(res.get("service.name") == "rl-e2e", "service.name: %r" % res)
     check(len(res.get("service.instance.id", "")) == 36,
           "a UUID as service.instance.id: %r" % res)
-    check(metric(mp, "rl_trace_spans_sampled_total") == 3,
-          "rl_trace_spans_sampled_total 3")
+    check(metric(mp, "rl_trace_spans_sampled_total") == 4,
+          "rl_trace_spans_sampled_total 4")
     end = time.time() + 10
     while time.time() < end and \
-            metric(mp, "rl_trace_spans_exported_total") != 3:
+            metric(mp, "rl_trace_spans_exported_total") != 4:
         time.sleep(0.02)
-    check(metric(mp, "rl_trace_spans_exported_total") == 3,
-          "rl_trace_spans_exported_total 3")
+    check(metric(mp, "rl_trace_spans_exported_total") == 4,
+          "rl_trace_spans_exported_total 4")
     stop(p)
 
     # A dead collector: a port reserved, nobody listening.
