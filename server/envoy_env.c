@@ -146,7 +146,7 @@ static const setting_t settings[] = {
     {"QUOTA_MODE", "false", K_BOOL, P_MAP},
     {"RESPONSE_DYNAMIC_METADATA", "false", K_BOOL, P_MAP},
     {"MERGE_DOMAIN_CONFIG", "false", K_BOOL, P_WARN},
-    {"TRACING_ENABLED", "false", K_BOOL, P_WARN},
+    {"TRACING_ENABLED", "false", K_BOOL, P_MAP},
     {"TRACING_SERVICE_NAME", "RateLimit", K_STR, P_GATED},
     {"TRACING_SERVICE_NAMESPACE", "", K_STR, P_GATED},
     {"TRACING_SERVICE_INSTANCE_ID", "", K_STR, P_GATED},
@@ -797,6 +797,105 @@ static int stats(tr_t *t)
     return RL_OK;
 }
 
+/* TRACING_ENABLED: envoy-ratelimit's OpenTelemetry tracer, whose OTLP
+ * exporter reads the SDK's own variables: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
+ * as the whole URL, else OTEL_EXPORTER_OTLP_ENDPOINT with /v1/traces
+ * appended, else https://localhost:4318 (http:// with
+ * OTEL_EXPORTER_OTLP_INSECURE=true); OTEL_EXPORTER_OTLP_TIMEOUT in ms.
+ * rl-server speaks OTLP/HTTP with protobuf over plain http only: grpc and
+ * https endpoints are refused with the reason. */
+static int tracing(tr_t *t, const char *const *envp)
+{
+    static char url[RLS_ENV_VALUE_MAX + 32];
+    const char *proto = get(t, "TRACING_EXPORTER_PROTOCOL");
+    const char *tr = lookup(envp, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
+    const char *base = lookup(envp, "OTEL_EXPORTER_OTLP_ENDPOINT");
+    const char *ins = lookup(envp, "OTEL_EXPORTER_OTLP_TRACES_INSECURE");
+    const char *to = lookup(envp, "OTEL_EXPORTER_OTLP_TIMEOUT");
+    const char *from, *v;
+    int is_base = 1; /* the signal's path goes after it */
+    char num[32];
+    double rate = 1;
+    int rc;
+
+    if (!flag_bool(t, "TRACING_ENABLED"))
+        return RL_OK;
+    if (strcmp(proto, "grpc") == 0)
+        return fail(t->e, "TRACING_EXPORTER_PROTOCOL: grpc is not supported "
+                          "by rl-server, which exports OTLP over HTTP "
+                          "(protobuf): set it to http, and the endpoint to "
+                          "the collector's OTLP/HTTP port (4318)");
+    if (strcmp(proto, "http") != 0 && proto[0] != '\0')
+        return fail(t->e,
+                    "TRACING_EXPORTER_PROTOCOL: expected http or grpc, "
+                    "got '%s'",
+                    proto);
+    if (ins == NULL)
+        ins = lookup(envp, "OTEL_EXPORTER_OTLP_INSECURE");
+    if (tr != NULL && tr[0] != '\0') {
+        from = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
+        v = tr;
+        is_base = 0;
+    } else if (base != NULL && base[0] != '\0') {
+        from = "OTEL_EXPORTER_OTLP_ENDPOINT";
+        v = base;
+    } else {
+        from = "OTEL_EXPORTER_OTLP_ENDPOINT";
+        v = "localhost:4318";
+    }
+    if (strlen(v) > RLS_ENV_VALUE_MAX)
+        return fail(t->e, "%s: longer than %d bytes", from, RLS_ENV_VALUE_MAX);
+    if (strncmp(v, "https://", 8) == 0 ||
+        (strstr(v, "://") == NULL && !(ins != NULL && parse_bool(ins) == 1)))
+        return fail(t->e,
+                    "%s: OTLP over https (the default without "
+                    "http:// or OTEL_EXPORTER_OTLP_INSECURE=true) is "
+                    "not supported by rl-server: give an http:// "
+                    "endpoint (a collector beside it)",
+                    from);
+    if (strncmp(v, "http://", 7) != 0 && strstr(v, "://") != NULL)
+        return fail(t->e, "%s: expected http://HOST:PORT, got '%s'", from, v);
+    snprintf(url, sizeof(url), "%s%s", strstr(v, "://") ? "" : "http://", v);
+    if (is_base) {
+        size_t n = strlen(url);
+        if (n > 0 && url[n - 1] == '/')
+            url[--n] = '\0';
+        snprintf(url + n, sizeof(url) - n, "/v1/traces");
+    }
+    if ((rc = emit(t, "--trace-otlp", url, from)) != RL_OK ||
+        (rc = emit(t, "--trace-service", get(t, "TRACING_SERVICE_NAME"),
+                   "TRACING_SERVICE_NAME")) != RL_OK)
+        return rc;
+    if (get(t, "TRACING_SERVICE_NAMESPACE")[0] != '\0' &&
+        (rc = emit(t, "--trace-service-namespace",
+                   get(t, "TRACING_SERVICE_NAMESPACE"),
+                   "TRACING_SERVICE_NAMESPACE")) != RL_OK)
+        return rc;
+    if (get(t, "TRACING_SERVICE_INSTANCE_ID")[0] != '\0' &&
+        (rc = emit(t, "--trace-service-instance",
+                   get(t, "TRACING_SERVICE_INSTANCE_ID"),
+                   "TRACING_SERVICE_INSTANCE_ID")) != RL_OK)
+        return rc;
+    /* ParentBased(TraceIDRatioBased(rate)): 1 and above always, 0 and
+     * below never. */
+    (void)parse_float(get(t, "TRACING_SAMPLING_RATE"), &rate);
+    rate = rate >= 1 ? 1 : rate > 0 ? rate : 0;
+    snprintf(num, sizeof(num), "%.17g", rate);
+    if ((rc = emit(t, "--trace-sample", num, "TRACING_SAMPLING_RATE")) != RL_OK)
+        return rc;
+    if (to != NULL && to[0] != '\0') {
+        int64_t ms;
+        if (parse_int(to, &ms) != RL_OK || ms < 1 || ms > 600000)
+            return fail(t->e,
+                        "OTEL_EXPORTER_OTLP_TIMEOUT: expected "
+                        "milliseconds from 1 to 600000, got '%s'",
+                        to);
+        snprintf(num, sizeof(num), "%lld", (long long)ms);
+        rc = emit(t, "--trace-timeout-ms", num, "OTEL_EXPORTER_OTLP_TIMEOUT");
+    }
+    return rc;
+}
+
 /* LOG_LEVEL: logrus's names, any case. */
 static int log_level(tr_t *t)
 {
@@ -978,7 +1077,7 @@ int rls_envoy_env_translate(rls_envoy_env_t *e, const char *const *envp)
         if (rc != RL_OK)
             return rc;
     }
-    if ((rc = stats(&t)) != RL_OK)
+    if ((rc = stats(&t)) != RL_OK || (rc = tracing(&t, envp)) != RL_OK)
         return rc;
     return envoy(&t);
 }

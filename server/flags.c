@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "policy/limit.h"
+#include "trace/otlp_http.h"
 #include "rl_error.h"
 #include "rl_parse.h"
 #include "rl_window.h"
@@ -57,6 +58,11 @@ void rls_flags_defaults(rls_flags_t *c)
     c->tls_max_handshakes = 256;
     c->tls_handshake_rate = 200;
     c->check_xff_hops = 1;
+    c->trace_sample = 1.0;
+    c->trace_service = "rl-server";
+    c->trace_max_spans = 2048;
+    c->trace_flush_ms = 5000;
+    c->trace_timeout_ms = 10000;
 }
 
 static const char usage[] =
@@ -625,6 +631,20 @@ static int row_log_level(rls_flags_t *c, const flag_t *f, const char *val,
     return 0;
 }
 
+/* --trace-otlp: an http:// URL the exporter takes (trace/otlp_http.h). */
+static int row_trace_otlp(rls_flags_t *c, const flag_t *f, const char *val,
+                          char *err, size_t errlen)
+{
+    char host[RLS_OTLP_HOST_MAX + 1], port[8], path[RLS_OTLP_PATH_MAX + 1];
+    char why[160];
+
+    if (rls_otlp_url_parse(val, host, sizeof(host), port, sizeof(port), path,
+                           sizeof(path), why, sizeof(why)) != RL_OK)
+        return fail(err, errlen, "%s: %s", f->name, why);
+    *(const char **)field(c, f->off) = val;
+    return 0;
+}
+
 #define AT(fld) offsetof(rls_flags_t, fld)
 #define SIZE(fld) sizeof(((rls_flags_t *)0)->fld)
 /* The field's offset; it does not compile unless the field is a T. */
@@ -1070,6 +1090,31 @@ static const flag_t flags[] = {
         "free one); the file appears whole"),
     CUSTOM("--log-level", "LEVEL", row_log_level,
            "debug, info, warn or error (default info)"),
+    CUSTOM_AT("--trace-otlp", "URL", row_trace_otlp, trace_otlp,
+              "export a span per decision over OTLP/HTTP\n"
+              "(protobuf) to http://HOST[:PORT][/PATH]\n"
+              "(port 4318, path /v1/traces by default;\n"
+              "default: no tracing)"),
+    RATIO("--trace-sample", "R", trace_sample, 0,
+          "the share of requests without a sampled\n"
+          "traceparent that are traced (default 1; a\n"
+          "traceparent's own flag decides the rest)"),
+    STR("--trace-service", "NAME", trace_service, 1,
+        "the spans' service.name (default rl-server)"),
+    STR("--trace-service-namespace", "NAME", trace_service_ns, 0,
+        "their service.namespace (default: none)"),
+    STR("--trace-service-instance", "ID", trace_instance, 0,
+        "their service.instance.id (default: a\n"
+        "random UUID per process)"),
+    NUM("--trace-max-spans", "N", trace_max_spans, 1, 1u << 20,
+        "spans held per loop, in progress or\n"
+        "waiting for export; more are dropped and\n"
+        "counted (default 2048)"),
+    NUM("--trace-flush-ms", "MS", trace_flush_ms, 1, 3600000,
+        "export what waits this often (default\n"
+        "5000; also as soon as 512 wait)"),
+    NUM("--trace-timeout-ms", "MS", trace_timeout_ms, 1, 600000,
+        "one export's deadline (default 10000)"),
     INFO("--version", F_VERSION, "print the version and exit"),
     INFO("--help", F_HELP, "print this and exit"),
 };

@@ -119,6 +119,14 @@ typedef struct rls_flags_s {
     char statsd_host[RLS_HOST_MAX + 1];
     int statsd_port;
     uint64_t statsd_flush_ms;
+    /* --trace-otlp: spans of decisions to this OTLP/HTTP endpoint (NULL:
+     * no tracing; trace/tracer.h), sampled and bounded so. */
+    const char *trace_otlp;
+    double trace_sample;
+    const char *trace_service, *trace_service_ns, *trace_instance;
+    uint64_t trace_max_spans;
+    uint64_t trace_flush_ms;
+    uint64_t trace_timeout_ms;
     /* Or the descriptors from a control plane over xDS (--envoy-xds; empty
      * host: off; envoy/xds_client.h), instead of --envoy-config. */
     char envoy_xds_host[RLS_HOST_MAX + 1];

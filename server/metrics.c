@@ -9,6 +9,7 @@
 #include "envoy/stats.h"
 #include "envoy/grpc.h"
 #include "envoy/statsd.h"
+#include "trace/tracer.h"
 #include "envoy/xds_client.h"
 #include "process_metrics.h"
 #include "base/prom.h"
@@ -419,6 +420,7 @@ int rls_metrics_render(const rls_metrics_view_t *v, rl_buf_t *out)
     if (!v->other_loop)
         TRY(rls_process_metrics(out));
     TRY(rls_statsd_metrics(v->statsd, out));
+    TRY(rls_tracer_metrics(v->tracer, out));
 
     if (ss != NULL) {
         TRY(rls_prom_gauge(out, "rl_store_up",

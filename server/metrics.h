@@ -28,6 +28,7 @@ typedef struct rls_metrics_view_s {
     const struct rls_statsd_s *statsd;      /* --statsd; or NULL */
     const struct rls_xds_stats_s *xds;      /* --envoy-xds; or NULL */
     const struct rls_grpc_stats_s *grpc;    /* --grpc; or NULL */
+    const struct rls_tracer_s *tracer;      /* --trace-otlp; or NULL */
     uint64_t start_unix_ms;
     /* Another loop of --threads: its page leaves out the process's
      * families (process_*), which the first loop's page has. */

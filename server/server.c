@@ -161,6 +161,7 @@ static void close_all(rls_server_t *s)
     s->closed = 1;
     local = rls_decider_local(&s->decider) != NULL;
     rls_decider_free(&s->decider); /* it uses --fail-local's no more */
+    rls_tracer_close(&s->tracer);  /* every span ended with its answer */
     if (local) {
         if (s->local.n > 0)
             RLS_WARN("fail-local: stopping with admissions the store was "
@@ -332,6 +333,7 @@ int rls_server_metrics_loop(const rls_server_t *s, rl_buf_t *out)
                          : NULL;
     v.envoy_stats = s->estats_on ? &s->estats : NULL;
     v.statsd = &s->statsd;
+    v.tracer = s->decider.tracer;
     v.xds = s->xds.started ? &s->xds.stats : NULL;
     v.grpc = s->grpc != NULL ? rls_grpc_stats(s->grpc) : NULL;
     if ((rc = rls_metrics_render(&v, out)) != RL_OK)
@@ -747,6 +749,59 @@ static void tls_installed(void *arg, rls_tls_t *tls)
 }
 
 /* rls_server_start, or another loop's (first != NULL). */
+/* --trace-otlp: this loop's tracer, which the decider then feeds. Returns
+ * 0 or an RL_E* code with err set. */
+static int start_tracer(rls_server_t *s, const rls_server_t *first, char *err,
+                        size_t errlen)
+{
+    const rls_flags_t *cfg = s->cfg;
+    rls_trace_opts_t o;
+    int rc;
+
+    /* One service.instance.id for the process (envoy-ratelimit's: a
+     * random UUID when none is given). */
+    if (first != NULL) {
+        memcpy(s->trace_instance, first->trace_instance,
+               sizeof(s->trace_instance));
+    } else if (cfg->trace_instance != NULL && cfg->trace_instance[0] != '\0') {
+        snprintf(s->trace_instance, sizeof(s->trace_instance), "%.39s",
+                 cfg->trace_instance);
+    } else {
+        uint8_t u[16];
+        if (uv_random(NULL, NULL, u, sizeof(u), 0, NULL) != 0)
+            memset(u, 0, sizeof(u));
+        u[6] = (uint8_t)((u[6] & 0x0f) | 0x40); /* version 4 */
+        u[8] = (uint8_t)((u[8] & 0x3f) | 0x80); /* RFC 4122 variant */
+        snprintf(s->trace_instance, sizeof(s->trace_instance),
+                 "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
+                 "%02x%02x%02x%02x%02x%02x",
+                 u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9],
+                 u[10], u[11], u[12], u[13], u[14], u[15]);
+    }
+    memset(&o, 0, sizeof(o));
+    o.endpoint = cfg->trace_otlp;
+    o.sample = cfg->trace_sample;
+    o.max_spans = (size_t)cfg->trace_max_spans;
+    o.batch = o.max_spans < 512 ? o.max_spans : 512;
+    o.flush_ms = cfg->trace_flush_ms;
+    o.timeout_ms = cfg->trace_timeout_ms;
+    o.service = cfg->trace_service;
+    o.service_ns = cfg->trace_service_ns;
+    o.instance = s->trace_instance;
+    o.store = cfg->redis_cluster > 0     ? "redis-cluster"
+              : cfg->redis_sentinels > 0 ? "redis-sentinel"
+              : cfg->use_redis           ? "redis"
+                                         : "memory";
+    if ((rc = rls_tracer_start(&s->tracer, s->loop, &o, err, errlen)) != RL_OK)
+        return rc;
+    s->decider.tracer = &s->tracer;
+    if (first == NULL)
+        RLS_INFO("tracing", " endpoint=%s sample=%g service=%s instance=%s",
+                 cfg->trace_otlp, cfg->trace_sample, cfg->trace_service,
+                 s->trace_instance);
+    return RL_OK;
+}
+
 static int start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
                  rls_store_t *store, rls_policy_t *policy,
                  const rls_server_t *first, char *err, size_t errlen)
@@ -825,6 +880,9 @@ static int start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
     if ((rc = rls_decider_init(&s->decider, &dopts, err, errlen)) != RL_OK)
         goto fail;
     decider = 1;
+    if (cfg->trace_otlp != NULL &&
+        (rc = start_tracer(s, first, err, errlen)) != RL_OK)
+        goto fail;
     /* Not as envoy-ratelimit (--envoy-env): the native protocol, the only
      * one with handles, is then on a loopback port of its own. */
     if (first == NULL && cfg->handle_secret_file == NULL && cfg->use_redis &&
@@ -965,6 +1023,7 @@ fail:
     s->tls = NULL;
     if (decider)
         rls_decider_free(&s->decider);
+    rls_tracer_close(&s->tracer);
     if (local)
         rls_local_close(&s->local, NULL, NULL);
     rls_runtime_free(&s->rt);

@@ -29,6 +29,7 @@
 #include "policy/switches.h"
 #include "rl_buf.h"
 #include "store/store.h"
+#include "trace/tracer.h"
 
 /* The listeners a server may open, one front end each, in the order they
  * start, flush and stop. */
@@ -92,6 +93,8 @@ typedef struct rls_server_s {
     rls_estats_t estats;             /* its per-descriptor statistics */
     int estats_on;                   /* --envoy-stats on */
     rls_statsd_t statsd;             /* --statsd, which exports them */
+    rls_tracer_t tracer;     /* --trace-otlp: this loop's spans and exporter */
+    char trace_instance[40]; /* its service.instance.id (the first loop's) */
     rls_xds_t xds;                   /* or its --envoy-xds control plane */
     rls_check_t check;       /* --http */
     rls_ehttp_t ehttp;       /* --envoy-http */

@@ -194,6 +194,7 @@ static void on_request(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
     rls_check_query_t cq;
     check_ctx_t *x;
     rls_ask_t a;
+    rls_traceparent_t tp;
     const char *why = NULL;
 
     uint32_t path_op = RL_OP_CHECK;
@@ -242,6 +243,17 @@ static void on_request(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
         }
         bad(k, r, cq.reason, why);
         return;
+    }
+    /* --trace-otlp: the caller's traceparent, as the proxy passed it on
+     * (read only during rls_decide, which copies the ids). */
+    if (k->decider->tracer != NULL) {
+        const char *pos = NULL, *v;
+        size_t vlen;
+        unsigned seen = 0;
+        memset(&tp, 0, sizeof(tp));
+        while (rls_http_header_next(q, "traceparent", &pos, &v, &vlen))
+            rls_traceparent_take(&tp, &seen, v, vlen);
+        a.parent = &tp;
     }
     x = rls_http_conn_ctx(r->conn);
     x->k = k;

@@ -302,8 +302,8 @@ int rls_decide_group(rls_decider_t *d, rls_ask_t *a, size_t n,
     return RL_OK;
 }
 
-int rls_decide(rls_decider_t *d, rls_ask_t *a, rls_respond_fn respond,
-               void *owner, const char **why)
+static int decide(rls_decider_t *d, rls_ask_t *a, rls_respond_fn respond,
+                  void *owner, const char **why)
 {
     static _Thread_local char msg[RL_RULE_MAX + 96];
     rls_runtime_t *rt = d->rt;
@@ -443,6 +443,29 @@ int rls_decide(rls_decider_t *d, rls_ask_t *a, rls_respond_fn respond,
         return RL_ENOMEM;
     }
     return RL_OK;
+}
+
+/* A sampled ask's span wraps its answer: rls_trace_respond ends the span
+ * and passes the answer on. Unsampled, or tracing off, it costs a test or
+ * two (trace/tracer.h). */
+int rls_decide(rls_decider_t *d, rls_ask_t *a, rls_respond_fn respond,
+               void *owner, const char **why)
+{
+    rls_span_t *sp;
+    int rc;
+
+    if (d->tracer == NULL ||
+        (sp = rls_trace_begin(d->tracer, a->parent,
+                              a->q.rule_len > 0 ? a->q.rule : a->stats_name,
+                              a->q.rule_len > 0 ? a->q.rule_len
+                              : a->stats_name   ? a->stats_name_len
+                                                : 0)) == NULL)
+        return decide(d, a, respond, owner, why);
+    sp->respond = respond;
+    sp->owner = owner;
+    if ((rc = decide(d, a, rls_trace_respond, sp, why)) != RL_OK)
+        rls_trace_refused(d->tracer, sp, rc);
+    return rc;
 }
 
 uint64_t rls_decider_hold_ns(const rls_decider_t *d)

@@ -25,6 +25,7 @@
 #include "rl_msg.h"
 #include "core/batch.h"
 #include "core/handle.h"
+#include "trace/tracer.h"
 
 /* Whose counters a limit without a rule spends. Each front end family
  * has its own, so that no request can reach a counter another family's
@@ -75,6 +76,10 @@ typedef struct rls_ask_s {
      * sliding-window limit (its log is bounded by the limit it would be
      * counted past). */
     int counting;
+    /* The caller's W3C traceparent (trace/traceparent.h; NULL or not
+     * valid: none), the parent of this decision's span when tracing is on
+     * (rls_decider_t.tracer) and sampled. */
+    const rls_traceparent_t *parent;
 } rls_ask_t;
 
 /* How a decider is set up (rls_decider_opts_init gives the defaults). */
@@ -122,6 +127,9 @@ typedef struct rls_decider_s {
     rls_hkey_t hkey;       /* owned: reservation and lease handles */
     rls_reserve_opts_t reserve;
     int one_slot; /* the opts' */
+    /* --trace-otlp: this loop's spans (not owned; NULL: no tracing). Set
+     * by the owner after init. */
+    rls_tracer_t *tracer;
 } rls_decider_t;
 
 /* Fills o with the defaults: everything 0 or NULL, 1024 requests a batch,

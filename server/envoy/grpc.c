@@ -128,6 +128,7 @@ typedef struct gstream_s {
     int err; /* a gRPC status decided before the request ended; or 0 */
     const char *why;
     size_t hdr_bytes;
+    unsigned tp_seen;     /* traceparent fields seen (--trace-otlp) */
     size_t held;          /* msg bytes counted in g->held */
     uint64_t begin_ms;    /* when its HEADERS came */
     uint64_t answered_ms; /* when its answer was submitted */
@@ -938,6 +939,10 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f,
                 (valuelen == 16 || value[16] == '+' || value[16] == ';');
         } else if (hv_is(name, namelen, "grpc-encoding")) {
             st->encoding = !hv_is(value, valuelen, "identity");
+        } else if (c->g->ctx.decider->tracer != NULL &&
+                   hv_is(name, namelen, "traceparent")) {
+            rls_traceparent_take(&st->call.parent, &st->tp_seen,
+                                 (const char *)value, valuelen);
         }
     }
     /* Over the round's budget: nghttp2 returns from mem_recv now, and the

@@ -130,6 +130,14 @@ static void json_call(rls_ehttp_t *e, const rls_http_req_t *q,
     ec->e = e;
     ec->conn = r->conn;
     ec->call.done = on_call_done;
+    /* --trace-otlp: the POST's traceparent, as --grpc's metadata. */
+    if (e->ctx->decider->tracer != NULL) {
+        const char *pos = NULL, *v;
+        size_t vlen;
+        unsigned seen = 0;
+        while (rls_http_header_next(q, "traceparent", &pos, &v, &vlen))
+            rls_traceparent_take(&ec->call.parent, &seen, v, vlen);
+    }
     rc = rls_envoy_start(&ec->call, e->ctx, rl_buf_rptr(&e->wire),
                          rl_buf_len(&e->wire), &why);
     if (ec->call.pending > 0) {

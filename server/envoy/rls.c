@@ -298,6 +298,7 @@ static int add_one(rls_envoy_call_t *call, uint32_t i, const desc_t *d,
     a.shadow = !from_request && x != NULL && x->shadow;
     a.charge = charge;
     a.counting = counting;
+    a.parent = &call->parent;
     st->quota = !from_request && x != NULL && x->quota;
     if (window_s != 0) {
         st->rpu = clamp32(limit);

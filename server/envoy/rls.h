@@ -72,6 +72,9 @@ typedef struct rls_envoy_call_s {
     void *held;       /* or kept for envoy-stop's second step (else NULL) */
     int phase;        /* envoy-stop: 1 first step (a look), 2 second */
     void (*done)(struct rls_envoy_call_s *call);
+    /* The call's traceparent (gRPC metadata), set by the transport before
+     * rls_envoy_start: every descriptor's span has it as parent. */
+    rls_traceparent_t parent;
 } rls_envoy_call_t;
 
 /* Decodes the message p[0, n) and starts deciding it (call->done set by

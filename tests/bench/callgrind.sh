@@ -11,6 +11,8 @@
 # 4 connections x 64 in flight), dumps, and prints instructions per
 # decision with the functions that account for them (inclusive and self).
 # The raw profile stays in the output directory for callgrind_annotate.
+# RL_SERVER_EXTRA: more rl-server flags, split at spaces (trace_cost.sh's
+# --trace-otlp ...).
 # Everything started here is stopped by its pid.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -34,7 +36,7 @@ rl_start_ours "$out/server.log" "$out/server.ports" \
   valgrind --tool=callgrind --instr-atstart=no \
   --callgrind-out-file="$out/callgrind.out" \
   "$build/server/rl-server" --listen 127.0.0.1:0 --log-level warn \
-  "${store_args[@]}"
+  "${store_args[@]}" ${RL_SERVER_EXTRA:-}
 vg=$rl_pid
 pids+=("$vg")
 sport=$(rl_port_of "$out/server.ports" listen)

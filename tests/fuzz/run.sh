@@ -23,7 +23,7 @@ cd "$(dirname "$0")/../.."
 
 TARGETS="request http check redis_reply rlm_batch conn envoy_conf rules grpc
 xds_conf handle cluster sentinel fitlog envenv json switches flags
-admin admin_api xds_client"
+admin admin_api xds_client traceparent"
 
 jobs=${FUZZ_JOBS:-1}
 if [ "${1:-}" = -j ]; then
@@ -99,7 +99,11 @@ build() {
         envoy/service/discovery/v3/ads.proto envoy/config/core/v3/node.proto \
         ratelimit/config/ratelimit/v3/rls_conf.proto \
         google/protobuf/any.proto google/protobuf/struct.proto \
-        google/rpc/status.proto grpc/health/v1/health.proto) || return 1
+        google/rpc/status.proto grpc/health/v1/health.proto \
+        opentelemetry/proto/collector/trace/v1/trace_service.proto \
+        opentelemetry/proto/trace/v1/trace.proto \
+        opentelemetry/proto/common/v1/common.proto \
+        opentelemetry/proto/resource/v1/resource.proto) || return 1
     (cd "$out/gen.new" && find . -type f) | while read -r f; do
         mkdir -p "$(dirname "$out/gen/$f")"
         cmp -s "$out/gen.new/$f" "$out/gen/$f" || cp "$out/gen.new/$f" "$out/gen/$f"

@@ -293,13 +293,92 @@ static void test_invalid(void **state)
     }
 }
 
+/* TRACING_ENABLED and the OTLP exporter's variables, as envoy-ratelimit's
+ * tracer reads them: a base endpoint gets /v1/traces, a traces endpoint is
+ * taken whole, the rate is clamped to [0, 1]; grpc and https are refused,
+ * naming the variable. */
+static void test_tracing(void **state)
+{
+    static const char *const base[] = {
+        "TRACING_ENABLED=true",
+        "OTEL_EXPORTER_OTLP_ENDPOINT=http://otel-collector.monitoring:4318/",
+        "TRACING_SERVICE_NAMESPACE=gw",
+        "TRACING_SERVICE_INSTANCE_ID=pod-1",
+        "TRACING_SAMPLING_RATE=7",
+        "OTEL_EXPORTER_OTLP_TIMEOUT=2500",
+        NULL,
+    };
+    static const char *const whole[] = {
+        "TRACING_ENABLED=true",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://c:4318/custom",
+        "OTEL_EXPORTER_OTLP_ENDPOINT=http://ignored:4318",
+        "TRACING_SAMPLING_RATE=0.25",
+        NULL,
+    };
+    static const char *const insecure[] = {"TRACING_ENABLED=true",
+                                           "OTEL_EXPORTER_OTLP_INSECURE=true",
+                                           "TRACING_SAMPLING_RATE=-1", NULL};
+    static const struct {
+        const char *env[4];
+        const char *var;
+    } bad[] = {
+        {{"TRACING_ENABLED=true", "TRACING_EXPORTER_PROTOCOL=grpc",
+          "OTEL_EXPORTER_OTLP_ENDPOINT=http://c:4317", NULL},
+         "TRACING_EXPORTER_PROTOCOL: grpc"},
+        {{"TRACING_ENABLED=true", "TRACING_EXPORTER_PROTOCOL=udp", NULL},
+         "TRACING_EXPORTER_PROTOCOL: expected"},
+        {{"TRACING_ENABLED=true", NULL},
+         "OTEL_EXPORTER_OTLP_ENDPOINT: OTLP "
+         "over https"},
+        {{"TRACING_ENABLED=true", "OTEL_EXPORTER_OTLP_ENDPOINT=https://c:4318",
+          NULL},
+         "OTEL_EXPORTER_OTLP_ENDPOINT: OTLP over https"},
+        {{"TRACING_ENABLED=true", "OTEL_EXPORTER_OTLP_ENDPOINT=http://c",
+          "OTEL_EXPORTER_OTLP_TIMEOUT=soon", NULL},
+         "OTEL_EXPORTER_OTLP_TIMEOUT:"},
+    };
+    static const char *const off[] = {
+        "TRACING_ENABLED=false", "OTEL_EXPORTER_OTLP_ENDPOINT=http://c:4318",
+        NULL};
+    rls_envoy_env_t e;
+    size_t i;
+
+    (void)state;
+    assert_int_equal(rls_envoy_env_translate(&e, base), RL_OK);
+    assert_non_null(
+        strstr(joined(&e),
+               "--trace-otlp http://otel-collector.monitoring:4318/v1/traces "
+               "--trace-service RateLimit --trace-service-namespace gw "
+               "--trace-service-instance pod-1 --trace-sample 1 "
+               "--trace-timeout-ms 2500"));
+    assert_string_equal(e.warn, "");
+    rls_envoy_env_free(&e);
+    assert_int_equal(rls_envoy_env_translate(&e, whole), RL_OK);
+    assert_non_null(strstr(joined(&e), "--trace-otlp http://c:4318/custom "));
+    assert_non_null(strstr(joined(&e), "--trace-sample 0.25"));
+    rls_envoy_env_free(&e);
+    assert_int_equal(rls_envoy_env_translate(&e, insecure), RL_OK);
+    assert_non_null(
+        strstr(joined(&e), "--trace-otlp http://localhost:4318/v1/traces "));
+    assert_non_null(strstr(joined(&e), "--trace-sample 0"));
+    rls_envoy_env_free(&e);
+    assert_int_equal(rls_envoy_env_translate(&e, off), RL_OK);
+    assert_null(strstr(joined(&e), "--trace"));
+    rls_envoy_env_free(&e);
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(rls_envoy_env_translate(&e, bad[i].env), RL_EINVAL);
+        if (strstr(e.err, bad[i].var) != e.err)
+            fail_msg("case %zu: '%s' does not start with '%s'", i, e.err,
+                     bad[i].var);
+        rls_envoy_env_free(&e);
+    }
+}
+
 /* Settings read but not honoured: named once each, in one line; the same
  * settings at their defaults (in any spelling of the value): nothing. */
 static void test_unhonoured(void **state)
 {
     static const char *const on[] = {
-        "TRACING_ENABLED=true",
-        "TRACING_SERVICE_NAME=rl",
         "REDIS_PERSECOND=true",
         "REDIS_PERSECOND_URL=other:6379",
         "BACKEND_TYPE=memcache",
@@ -330,8 +409,8 @@ static void test_unhonoured(void **state)
     assert_int_equal(rls_envoy_env_translate(&e, on), RL_OK);
     assert_string_equal(e.warn,
                         "GRPC_MAX_CONNECTION_AGE,REDIS_POOL_SIZE,"
-                        "REDIS_PERSECOND,MERGE_DOMAIN_CONFIG,TRACING_ENABLED,"
-                        "LOG_FORMAT,BACKEND_TYPE");
+                        "REDIS_PERSECOND,MERGE_DOMAIN_CONFIG,LOG_FORMAT,"
+                        "BACKEND_TYPE");
     /* memcache: counted in memory, so no Redis flag */
     assert_null(strstr(joined(&e), "--redis"));
     rls_envoy_env_free(&e);
@@ -434,7 +513,8 @@ int main(void)
         cmocka_unit_test(test_envoy_gateway), cmocka_unit_test(test_istio),
         cmocka_unit_test(test_defaults),      cmocka_unit_test(test_mappings),
         cmocka_unit_test(test_invalid),       cmocka_unit_test(test_unhonoured),
-        cmocka_unit_test(test_merge),         cmocka_unit_test(test_parses),
+        cmocka_unit_test(test_tracing),       cmocka_unit_test(test_merge),
+        cmocka_unit_test(test_parses),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -274,7 +274,7 @@ static void test_ratios(void **state)
         refused(&f, "nan", "a number");
         refused(&f, "0.5x", "a number");
     }
-    assert_int_equal(n, 2);
+    assert_int_equal(n, 3);
 }
 
 static void test_choices_and_switches(void **state)
