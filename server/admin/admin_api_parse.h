@@ -19,8 +19,13 @@
  *                                            (&leases=1: its leases too)
  *   GET  /v1/config[?part=rules,switches,envoy]   the configuration in
  *                                                 force
+ *   GET  /v1/top[?rule=R]    the callers refused most under R (a rule's
+ *                            name, envoy:DOMAIN, (inline), (other)); no
+ *                            rule: every rule with refusals
  *
- * with format=text on the usage routes for people (rl-ctl). HEAD as GET.
+ * with format=text on the usage and top routes for people, and
+ * format=summary on /v1/top for rl-ctl (rl_topk_encode's text). HEAD as
+ * GET.
  * Parameters are percent-decoded; an entry's key and value are split at
  * the first '=' before decoding, so "%3D" is an '=' in either. */
 #ifndef RLS_ADMIN_API_PARSE_H
@@ -37,7 +42,8 @@ enum {
     RLS_ADMIN_INDEX = 1,
     RLS_ADMIN_USAGE,
     RLS_ADMIN_RESET,
-    RLS_ADMIN_CONFIG
+    RLS_ADMIN_CONFIG,
+    RLS_ADMIN_TOP
 };
 
 /* /v1/config's parts (a bit each; 0: all). */
@@ -60,6 +66,7 @@ typedef struct rls_admin_req_s {
     const char *ekey[RLS_ADMIN_ENTRIES_MAX], *evalue[RLS_ADMIN_ENTRIES_MAX];
     size_t eklen[RLS_ADMIN_ENTRIES_MAX], evlen[RLS_ADMIN_ENTRIES_MAX];
     int text;       /* format=text */
+    int summary;    /* format=summary (/v1/top?rule=R) */
     int leases;     /* leases=1 (reset: clear the leases too) */
     unsigned parts; /* config: RLS_ADMIN_PART_* (0: all) */
     char buf[RLS_HTTP_HEAD_MAX];

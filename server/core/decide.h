@@ -103,6 +103,8 @@ typedef struct rls_decider_opts_s {
     const rls_hkey_t *handle_secret;
     uint64_t reserve_ttl_ms;
     uint64_t xop_timeout_ms;
+    /* The loop's top-offenders sketches (core/top.h; NULL: none). */
+    rls_top_loop_t *top;
 } rls_decider_opts_t;
 
 /* The reservation options, kept by the decider for reserve.c. */
