@@ -199,8 +199,11 @@ int rls_top_names(rls_top_t *t, uint64_t now_ms,
     *n = 0;
     if (nl > RLS_TOP_LOOPS_MAX)
         nl = RLS_TOP_LOOPS_MAX;
-    for (i = 0; i < nl; i++)
-        cap += __atomic_load_n(&t->loops[i].nrules, __ATOMIC_RELAXED);
+    for (i = 0; i < nl; i++) {
+        pthread_mutex_lock(&t->loops[i].mu);
+        cap += t->loops[i].nrules;
+        pthread_mutex_unlock(&t->loops[i].mu);
+    }
     /* A loop may add rules meanwhile: counted again under its lock. */
     cap += RLS_TOP_RULES_MAX;
     if ((v = malloc(cap * sizeof(*v))) == NULL)
