@@ -311,7 +311,8 @@ int rls_top_metrics(rls_top_t *t, uint64_t now_ms, uint32_t per_rule,
                           &rk[i].s, &since);
     }
     if (rc == RL_OK) {
-        qsort(rk, n, sizeof(*rk), ranked_cmp);
+        if (n > 0) /* rk is NULL without names */
+            qsort(rk, n, sizeof(*rk), ranked_cmp);
         rc = rls_prom_family(out, "rl_top_refused", "gauge",
                              "--top-metric: the callers refused most per "
                              "rule over the top-offenders window (an upper "
