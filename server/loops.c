@@ -90,6 +90,10 @@ struct rls_loops_s {
     /* Per loop: 1 while its store is up, as its last tick saw, 0 while
      * not, -1 once the loop has ended (atomics). */
     int up[RLS_LOOPS_MAX];
+    /* Per loop: 1 while an operator told it to take no new connection
+     * (--admin's POST /v1/loops/pause), 0 else; on the first loop's
+     * thread alone, as the hand-off is. */
+    int paused[RLS_LOOPS_MAX];
     handoff_t ho[RLS_LISTENERS];
     /* The first loop's alone: */
     uint64_t handed[RLS_LOOPS_MAX]; /* connections given to each loop */
@@ -422,7 +426,50 @@ int rls_loops_metrics(rls_loops_t *l, rl_buf_t *out)
                            "rl_loop_connections_handed_total{loop=\"%u\"} "
                            "%llu\n",
                            i, (unsigned long long)l->handed[i]);
+    if (rc == RL_OK)
+        rc = rl_buf_printf(out, "# HELP rl_loop_paused 1 while the loop takes "
+                                "no new connection (an operator paused it).\n"
+                                "# TYPE rl_loop_paused gauge\n");
+    for (i = 0; rc == RL_OK && i < l->n; i++)
+        rc = rl_buf_printf(out, "rl_loop_paused{loop=\"%u\"} %d\n", i,
+                           l->paused[i]);
     return rc;
+}
+
+int rls_loops_info(rls_loops_t *l, unsigned i, rls_admin_loop_t *out)
+{
+    int k;
+
+    if (i >= l->n)
+        return RL_EINVAL;
+    memset(out, 0, sizeof(*out));
+    out->index = i;
+    out->up = __atomic_load_n(&l->up[i], __ATOMIC_RELAXED);
+    out->paused = l->paused[i];
+    out->counted = 1;
+    for (k = 0; k < RLS_LISTENERS; k++)
+        out->connections +=
+            __atomic_load_n(&l->streams[k][i], __ATOMIC_RELAXED);
+    out->handed = l->handed[i];
+    return RL_OK;
+}
+
+int rls_loops_pause(rls_loops_t *l, unsigned i, int on)
+{
+    if (i >= l->n)
+        return RL_EINVAL;
+    l->paused[i] = on != 0;
+    return RL_OK;
+}
+
+static int hook_loop_info(void *arg, unsigned i, rls_admin_loop_t *out)
+{
+    return rls_loops_info(arg, i, out);
+}
+
+static int hook_loop_pause(void *arg, unsigned i, int on)
+{
+    return rls_loops_pause(arg, i, on);
 }
 
 static int hook_metrics(void *arg, rl_buf_t *out)
@@ -449,9 +496,10 @@ static long room_of(rls_loops_t *l, int k, unsigned i)
 /* A new connection on the first loop's listener: to a loop whose store
  * is up (unless none is: a loop whose Redis connection is not up yet, or
  * lost, would answer by the fail mode what another loop decides), the
- * one with the most room left under its share of the cap (the fewest
- * connections when the shares are equal), ties taken in turn; when none
- * has room,
+ * one an operator has not paused, the one with the most room left under
+ * its share of the cap (the fewest connections when the shares are
+ * equal), ties taken in turn (every loop paused: as if none were); when
+ * none has room,
  * that loop refuses it or makes room as the listener's rule says, and
  * the process holds the cap --max-connections names. Returns 0 when the
  * first loop takes it, 1 when it went elsewhere (or was lost: accept
@@ -463,6 +511,7 @@ static int handoff(void *arg, uv_stream_t *listener)
     unsigned start = l->next++ % l->n, best = 0, i, k;
     long room, most = 0;
     int fd, dup_fd, up, best_up = -1;
+    int free_, best_free = -1; /* not paused */
     uv_tcp_t *t;
     msg_t *m;
 
@@ -471,8 +520,12 @@ static int handoff(void *arg, uv_stream_t *listener)
         if ((up = __atomic_load_n(&l->up[i], __ATOMIC_RELAXED)) < 0)
             continue; /* ended: its stop is over (the first never is) */
         room = room_of(l, h->listener, i);
-        if (up > best_up || (up == best_up && room > most)) {
+        free_ = l->paused[i] == 0;
+        if (up > best_up ||
+            (up == best_up &&
+             (free_ > best_free || (free_ == best_free && room > most)))) {
             best_up = up;
+            best_free = free_;
             most = room;
             best = i;
         }
@@ -677,6 +730,8 @@ int rls_loops_start(rls_loops_t **out, rls_server_t *first, unsigned n,
     first->hooks.ready = hook_ready;
     first->hooks.tls = hook_tls;
     first->hooks.metrics = hook_metrics;
+    first->hooks.loop_info = hook_loop_info;
+    first->hooks.loop_pause = hook_loop_pause;
     first->hooks.arg = l;
     for (i = 0; i + 1 < n; i++) {
         worker_t *w = &l->w[i];

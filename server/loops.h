@@ -65,4 +65,15 @@ void rls_loops_join(rls_loops_t *l);
  * a second is left out (its count in rl_loop_render_timeouts_total). */
 int rls_loops_metrics(rls_loops_t *l, rl_buf_t *out);
 
+/* Loop i's state (rls_admin_loop_t, admin/admin_state.h), for --admin's GET
+ * /v1/loops; on the first loop's thread. RL_EINVAL: no loop i. */
+int rls_loops_info(rls_loops_t *l, unsigned i, rls_admin_loop_t *out);
+
+/* Tells loop i to take no new connection (on 1) or to take them again
+ * (on 0); the connections it serves stay. The hand-off then gives each
+ * new one to a loop not paused (every loop paused: as if none were, for
+ * a connection is always served). On the first loop's thread. RL_EINVAL:
+ * no loop i. */
+int rls_loops_pause(rls_loops_t *l, unsigned i, int on);
+
 #endif

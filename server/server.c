@@ -396,6 +396,29 @@ static int admin_envoy(void *arg, rls_admin_envoy_t *e)
     return 1;
 }
 
+/* --admin's loops: the hooks of --threads, or this loop alone. */
+static int admin_loop(void *arg, unsigned i, rls_admin_loop_t *out)
+{
+    rls_server_t *s = arg;
+
+    if (s->hooks.loop_info != NULL)
+        return s->hooks.loop_info(s->hooks.arg, i, out);
+    if (i > 0)
+        return RL_EINVAL;
+    memset(out, 0, sizeof(*out));
+    out->up = s->store->v->up(s->store) != 0;
+    return RL_OK;
+}
+
+static int admin_loop_pause(void *arg, unsigned i, int on)
+{
+    rls_server_t *s = arg;
+
+    if (s->hooks.loop_pause != NULL)
+        return s->hooks.loop_pause(s->hooks.arg, i, on);
+    return i > 0 ? RL_EINVAL : RL_EBUSY;
+}
+
 /* What --admin shows and acts on: the flags it names and the state. */
 static void admin_view(rls_server_t *s, rls_admin_view_t *v)
 {
@@ -420,6 +443,8 @@ static void admin_view(rls_server_t *s, rls_admin_view_t *v)
     v->rt = &s->rt;
     v->top = s->top;
     v->envoy = admin_envoy;
+    v->loop = admin_loop;
+    v->loop_pause = admin_loop_pause;
     v->arg = s;
 }
 

@@ -56,6 +56,9 @@ typedef struct rls_server_hooks_s {
     /* new listener certificates are in force in tls */
     void (*tls)(void *arg, struct rls_tls_s *tls);
     int (*metrics)(void *arg, rl_buf_t *out); /* every loop's page */
+    /* --admin: loop i's state, and its pause (rls_loops_pause) */
+    int (*loop_info)(void *arg, unsigned i, rls_admin_loop_t *out);
+    int (*loop_pause)(void *arg, unsigned i, int on);
     void *arg;
 } rls_server_hooks_t;
 

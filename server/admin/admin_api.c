@@ -24,6 +24,10 @@ static const char index_text[] =
     "POST /v1/usage/reset?domain=D&entry=K=V    ... an Envoy descriptor's\n"
     "GET  /v1/config[?part=rules,switches,envoy] the configuration in "
     "force\n"
+    "GET  /v1/loops                             the loops of --threads\n"
+    "POST /v1/loops/pause?loop=N                loop N takes no new "
+    "connection (a token)\n"
+    "POST /v1/loops/resume?loop=N               and takes them again\n"
     "GET  /v1/top[?rule=R]                      the callers refused most "
     "(R: a rule, envoy:DOMAIN, (inline))\n"
     "(&format=text on /v1/usage and /v1/top: for people)\n";
@@ -43,6 +47,8 @@ static const char *reason_of(int status)
         return "Not Found";
     case 405:
         return "Method Not Allowed";
+    case 409:
+        return "Conflict";
     case 413:
         return "Content Too Large";
     case 503:
@@ -105,6 +111,67 @@ static int authorize(rls_admin_api_t *a, const rls_http_req_t *q,
     return 0;
 }
 
+/* GET /v1/loops's answer, in a->buf: every loop's state. */
+static int loops_json(rls_admin_api_t *a)
+{
+    const rls_admin_view_t *v = &a->st.v;
+    rls_admin_loop_t lp;
+    unsigned i;
+    int rc = RLS_BUF_LIT(&a->buf, "{\"loops\":[");
+
+    for (i = 0; rc == RL_OK && v->loop(v->arg, i, &lp) == RL_OK; i++) {
+        rc = rl_buf_printf(&a->buf,
+                           "%s{\"loop\":%u,\"store_up\":%s,\"ended\":%s,"
+                           "\"paused\":%s",
+                           i ? "," : "", i, lp.up > 0 ? "true" : "false",
+                           lp.up < 0 ? "true" : "false",
+                           lp.paused ? "true" : "false");
+        if (rc == RL_OK && lp.counted)
+            rc = rl_buf_printf(&a->buf, ",\"connections\":%u,\"handed\":%llu",
+                               lp.connections, (unsigned long long)lp.handed);
+        if (rc == RL_OK)
+            rc = RLS_BUF_LIT(&a->buf, "}");
+    }
+    return rc == RL_OK ? rl_buf_printf(&a->buf, "],\"threads\":%u}\n", i) : rc;
+}
+
+/* POST /v1/loops/pause and /resume: tells the loop, logs who asked, and
+ * answers as GET /v1/loops. */
+static void loop_pause(rls_admin_api_t *a, const rls_admin_req_t *req,
+                       const char *who, rls_http_reply_t *r)
+{
+    const rls_admin_view_t *v = &a->st.v;
+    int on = req->route == RLS_ADMIN_LOOP_PAUSE, rc;
+    char why[96];
+
+    rc = v->loop_pause(v->arg, (unsigned)req->loop, on);
+    if (rc == RL_EBUSY) {
+        reply_error(a, r, 409,
+                    "one loop (--threads 1): there is no other to take its "
+                    "new connections");
+        return;
+    }
+    if (rc != RL_OK) {
+        snprintf(why, sizeof(why), "no loop %d (GET /v1/loops lists them)",
+                 req->loop);
+        reply_error(a, r, 404, why);
+        return;
+    }
+    a->st.stats.pauses++;
+    RLS_INFO(on ? "admin: loop paused: it takes no new connection"
+                : "admin: loop resumed: it takes new connections",
+             " by=%s paused_loop=%d", who, req->loop);
+    rl_buf_reset(&a->buf);
+    if (loops_json(a) != RL_OK) {
+        reply_error(a, r, 500, "out of memory");
+        return;
+    }
+    rls_http_reply_text(r, 200, "OK", "");
+    r->ctype = "application/json";
+    r->body = rl_buf_rptr(&a->buf);
+    r->body_len = rl_buf_len(&a->buf);
+}
+
 static void on_request(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
 {
     static _Thread_local rls_admin_req_t req;
@@ -127,9 +194,26 @@ static void on_request(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
         r->close = 1;
         return;
     }
+    rls_http_conn_peer(r->conn, peer, sizeof(peer));
+    snprintf(who, sizeof(who), "%s@%s", name, peer);
     switch (req.route) {
     case RLS_ADMIN_INDEX:
         rls_http_reply_text(r, 200, "OK", index_text);
+        return;
+    case RLS_ADMIN_LOOPS:
+        rl_buf_reset(&a->buf);
+        if (loops_json(a) != RL_OK) {
+            reply_error(a, r, 500, "out of memory");
+            return;
+        }
+        rls_http_reply_text(r, 200, "OK", "");
+        r->ctype = "application/json";
+        r->body = rl_buf_rptr(&a->buf);
+        r->body_len = rl_buf_len(&a->buf);
+        return;
+    case RLS_ADMIN_LOOP_PAUSE:
+    case RLS_ADMIN_LOOP_RESUME:
+        loop_pause(a, &req, who, r);
         return;
     case RLS_ADMIN_CONFIG:
         rl_buf_reset(&a->buf);
@@ -173,8 +257,6 @@ static void on_request(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
         r->body_len = rl_buf_len(&a->buf);
         return;
     default:
-        rls_http_conn_peer(r->conn, peer, sizeof(peer));
-        snprintf(who, sizeof(who), "%s@%s", name, peer);
         if ((status = rls_admin_usage_start(&a->st, &req, who, r->conn,
                                             &why)) != 0) {
             reply_error(a, r, status, why);
@@ -273,6 +355,9 @@ static int fe_metrics(const rls_frontend_t *fe, rl_buf_t *out)
         RLS_METRIC_ONE("rl_admin_resets_total", "counter",
                        "--admin resets of a caller's usage done.",
                        a->st.stats.resets),
+        RLS_METRIC_ONE("rl_admin_loop_pauses_total", "counter",
+                       "--admin pauses and resumes of a loop done.",
+                       a->st.stats.pauses),
         RLS_METRIC_ONE("rl_admin_reset_keys_total", "counter",
                        "Store keys those resets cleared.", a->st.stats.cleared),
         RLS_METRIC_ONE("rl_admin_unauthorized_total", "counter",

@@ -66,8 +66,8 @@ static int decode(rls_admin_req_t *r, const char *s, size_t n, const char **out,
 static int param(rls_admin_req_t *r, const char *name, size_t nl,
                  const char *val, size_t vl, unsigned *seen, const char **why)
 {
-    static const char *const once[] = {"rule",   "key",    "domain",
-                                       "format", "leases", "part"};
+    static const char *const once[] = {"rule",   "key",  "domain", "format",
+                                       "leases", "part", "loop"};
     const char *v;
     size_t n, i;
     int rc;
@@ -147,9 +147,23 @@ static int param(rls_admin_req_t *r, const char *name, size_t nl,
             }
             a = b + 1;
         }
+    } else if (eq(name, nl, "loop")) {
+        unsigned x = 0;
+        if (n == 0 || n > 3) {
+            *why = "loop is a loop's number, 0 to 999";
+            return 400;
+        }
+        for (i = 0; i < n; i++) {
+            if (v[i] < '0' || v[i] > '9') {
+                *why = "loop is a loop's number, 0 to 999";
+                return 400;
+            }
+            x = x * 10 + (unsigned)(v[i] - '0');
+        }
+        r->loop = (int)x;
     } else {
         *why = "unknown parameter (rule, key, domain, entry, format, "
-               "leases, part)";
+               "leases, part, loop)";
         return 400;
     }
     return 0;
@@ -200,10 +214,11 @@ int rls_admin_parse(const char *method, size_t mlen, const char *target,
     int get = eq(method, mlen, "GET"), head = eq(method, mlen, "HEAD"),
         post = eq(method, mlen, "POST");
     unsigned seen = 0;
-    int rc;
+    int rc, writes;
 
     memset(r, 0, offsetof(rls_admin_req_t, buf));
     r->used = 0;
+    r->loop = -1;
     *allow = NULL;
     if (eq(target, plen, "/"))
         r->route = RLS_ADMIN_INDEX;
@@ -215,16 +230,23 @@ int rls_admin_parse(const char *method, size_t mlen, const char *target,
         r->route = RLS_ADMIN_CONFIG;
     else if (eq(target, plen, "/v1/top"))
         r->route = RLS_ADMIN_TOP;
+    else if (eq(target, plen, "/v1/loops"))
+        r->route = RLS_ADMIN_LOOPS;
+    else if (eq(target, plen, "/v1/loops/pause"))
+        r->route = RLS_ADMIN_LOOP_PAUSE;
+    else if (eq(target, plen, "/v1/loops/resume"))
+        r->route = RLS_ADMIN_LOOP_RESUME;
     else {
         *why = "no such path (GET / lists them)";
         return 404;
     }
     /* Reads and writes apart: a read is GET (or HEAD), a write POST. */
-    if (r->route == RLS_ADMIN_RESET ? !post : !(get || head)) {
-        *why = r->route == RLS_ADMIN_RESET ? "a reset is a POST"
-                                           : "a read is a GET";
-        *allow = r->route == RLS_ADMIN_RESET ? "Allow: POST\r\n"
-                                             : "Allow: GET, HEAD\r\n";
+    writes = r->route == RLS_ADMIN_RESET || r->route == RLS_ADMIN_LOOP_PAUSE ||
+             r->route == RLS_ADMIN_LOOP_RESUME;
+    if (writes ? !post : !(get || head)) {
+        *why =
+            writes ? "a write (a reset, a pause) is a POST" : "a read is a GET";
+        *allow = writes ? "Allow: POST\r\n" : "Allow: GET, HEAD\r\n";
         return 405;
     }
     r->write = post;
@@ -255,7 +277,7 @@ int rls_admin_parse(const char *method, size_t mlen, const char *target,
         /* The per-rule counters' names: a rule's, envoy:DOMAIN, and the
          * two that are no rule's. */
         if (r->key != NULL || r->domain != NULL || r->nentries > 0 ||
-            r->leases || r->parts) {
+            r->leases || r->parts || r->loop >= 0) {
             *why = "/v1/top takes rule and format alone";
             return 400;
         }
@@ -281,11 +303,27 @@ int rls_admin_parse(const char *method, size_t mlen, const char *target,
             *why = "leases=1 is for a reset (a read shows them)";
             return 400;
         }
+        if (r->loop >= 0) {
+            *why = "loop is for /v1/loops/pause and /v1/loops/resume";
+            return 400;
+        }
         return caller_ok(r, why);
+    case RLS_ADMIN_LOOP_PAUSE:
+    case RLS_ADMIN_LOOP_RESUME:
+        if (r->rule != NULL || r->key != NULL || r->domain != NULL ||
+            r->nentries > 0 || r->leases || r->text || r->parts) {
+            *why = "this path takes loop=N alone";
+            return 400;
+        }
+        if (r->loop < 0) {
+            *why = "give loop=N (GET /v1/loops lists them)";
+            return 400;
+        }
+        return 0;
     default:
         if (r->rule != NULL || r->key != NULL || r->domain != NULL ||
-            r->nentries > 0 || r->leases || r->text ||
-            (r->route == RLS_ADMIN_INDEX && r->parts)) {
+            r->nentries > 0 || r->leases || r->text || r->loop >= 0 ||
+            (r->route != RLS_ADMIN_CONFIG && r->parts)) {
             *why = "this path takes no such parameter";
             return 400;
         }

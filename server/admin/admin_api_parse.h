@@ -19,6 +19,9 @@
  *                                            (&leases=1: its leases too)
  *   GET  /v1/config[?part=rules,switches,envoy]   the configuration in
  *                                                 force
+ *   GET  /v1/loops                           the loops of --threads
+ *   POST /v1/loops/pause?loop=N              loop N takes no new
+ *   POST /v1/loops/resume?loop=N             connection; and again
  *   GET  /v1/top[?rule=R]    the callers refused most under R (a rule's
  *                            name, envoy:DOMAIN, (inline), (other)); no
  *                            rule: every rule with refusals
@@ -43,7 +46,10 @@ enum {
     RLS_ADMIN_USAGE,
     RLS_ADMIN_RESET,
     RLS_ADMIN_CONFIG,
-    RLS_ADMIN_TOP
+    RLS_ADMIN_LOOPS,       /* GET /v1/loops */
+    RLS_ADMIN_LOOP_PAUSE,  /* POST /v1/loops/pause?loop=N */
+    RLS_ADMIN_LOOP_RESUME, /* POST /v1/loops/resume?loop=N */
+    RLS_ADMIN_TOP          /* GET /v1/top */
 };
 
 /* /v1/config's parts (a bit each; 0: all). */
@@ -69,6 +75,7 @@ typedef struct rls_admin_req_s {
     int summary;    /* format=summary (/v1/top?rule=R) */
     int leases;     /* leases=1 (reset: clear the leases too) */
     unsigned parts; /* config: RLS_ADMIN_PART_* (0: all) */
+    int loop;       /* loop=N (pause, resume): 0 to 999; -1: none */
     char buf[RLS_HTTP_HEAD_MAX];
     size_t used;
 } rls_admin_req_t;

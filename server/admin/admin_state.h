@@ -28,6 +28,16 @@ typedef struct rls_admin_envoy_s {
     int xds_connected;            /* a connection to it is up now */
 } rls_admin_envoy_t;
 
+/* One loop of --threads, as GET /v1/loops shows it (loops.c fills it). */
+typedef struct rls_admin_loop_s {
+    unsigned index;
+    int up;               /* 1: its store is up; 0: not; -1: it ended */
+    int paused;           /* 1: told to take no new connection */
+    int counted;          /* connections is known (more than one loop) */
+    unsigned connections; /* open now, on the listeners that hand off */
+    uint64_t handed;      /* connections the hand-off gave it */
+} rls_admin_loop_t;
+
 /* What the listener shows and acts on, and all it knows of the server
  * (which fills it when it starts the listener; every pointer outlives
  * the listener). */
@@ -54,6 +64,12 @@ typedef struct rls_admin_view_s {
     /* Fills *e and returns 1, or returns 0 without --grpc (no Envoy
      * domains here). */
     int (*envoy)(void *arg, rls_admin_envoy_t *e);
+    /* --threads: fills *out with loop i and returns 0, or returns
+     * RL_EINVAL past the last loop; and pauses (on 1) or resumes loop i
+     * (0, or RL_EINVAL: no such loop; RL_EBUSY: one loop alone, which
+     * cannot be paused). */
+    int (*loop)(void *arg, unsigned i, rls_admin_loop_t *out);
+    int (*loop_pause)(void *arg, unsigned i, int on);
     void *arg;
 } rls_admin_view_t;
 
@@ -62,6 +78,7 @@ typedef struct rls_admin_stats_s {
     uint64_t top_reads;    /* /v1/top reads answered 200 */
     uint64_t resets;       /* resets done */
     uint64_t cleared;      /* keys those resets cleared */
+    uint64_t pauses;       /* loops paused or resumed */
     uint64_t unauthorized; /* writes without a Bearer token: 401 */
     uint64_t forbidden;    /* with a wrong one, or no token file: 403 */
     uint64_t too_large;    /* answers over RLS_ADMIN_OUT_MAX: 413 */

@@ -183,10 +183,17 @@ static int acquire_run(const char *limit, int fleet, char **json)
 
 /* What every correct acquire run shows: leases granted and checked, some
  * clients crashed, refusals (3 connections x 4 in flight on 2 callers of
- * N 3 cannot all hold), and at most 3 alive at any grant. */
+ * N 3 cannot all hold), and at most 3 alive at any grant. How many are
+ * granted is chance: a crashed lease holds its slot for the whole second
+ * of its lease, so each of the 6 slots sees a run of released leases
+ * (geometric, mean 2.3) before each crash, and two crashes use up 2 s;
+ * a run of 12 crashes and 7 releases happened 3 times in 16. What cannot
+ * be chance is the floor: each slot granted at the start and granted
+ * again once its first lease, crashed or not, has ended, under 1 s later
+ * (a lease that never expired would leave 6). */
 static void expect_leases_ok(const char *json)
 {
-    assert_true(num(json, "allowed") > 20);
+    assert_true(num(json, "allowed") >= 12);
     assert_true(num(json, "denied") > 0);
     assert_true(num(json, "crashed") > 0);
     assert_true(num(json, "follow_ok") > 0);

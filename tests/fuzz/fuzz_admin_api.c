@@ -9,9 +9,10 @@
  * from Redis and from /v1/top?format=summary).
  *
  * Beyond "does not crash": a status is 0, 400, 404 or 405 (405 with an
- * Allow line); a route is one of the four, a write is a POST and only the
- * reset's; a usage route names rule and key (a valid rule name, a key of
- * 1 to 512 bytes) or a domain and 1 to 32 entries, each pointer inside
+ * Allow line); a route is one of the seven, a write is a POST and only the
+ * reset's, a loop's pause's or its resume's (with loop=N, 0 to 999, which
+ * no other route has); a usage route names rule and key (a valid rule name, a
+ * key of 1 to 512 bytes) or a domain and 1 to 32 entries, each pointer inside
  * the request's buffer; a token check is -2, -1 or the index of the
  * token the header names, and the known tokens are found; a quota that
  * parses has 1 to 8 limits within the script's bounds; a token file
@@ -87,7 +88,14 @@ static void check_req(const rls_admin_req_t *r, int status, const char *allow,
         abort();
     if (r->write != (q->method_len == 4 && memcmp(q->method, "POST", 4) == 0))
         abort();
-    if (r->write != (r->route == RLS_ADMIN_RESET))
+    if (r->write !=
+        (r->route == RLS_ADMIN_RESET || r->route == RLS_ADMIN_LOOP_PAUSE ||
+         r->route == RLS_ADMIN_LOOP_RESUME))
+        abort();
+    /* loop=N on the pause and resume alone, and always there. */
+    if ((r->route == RLS_ADMIN_LOOP_PAUSE || r->route == RLS_ADMIN_LOOP_RESUME)
+            ? r->loop < 0 || r->loop > 999
+            : r->loop != -1)
         abort();
     if (r->summary && (r->route != RLS_ADMIN_TOP || r->rule == NULL))
         abort();

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -107,6 +108,129 @@ static void test_handoff_balances(void **state)
             rlt_nap_ms(10);
     }
     assert_int_equal(a + b, 0);
+}
+
+/* An HTTP/1.0 request to the admin listener on port: method, path and
+ * an Authorization token (NULL: none). Returns the status, the body in
+ * body (cut at len), or RL_EIO. */
+static int admin_req(int port, const char *method, const char *path,
+                     const char *token, char *body, size_t len)
+{
+    char req[512], buf[8192], *sep;
+    size_t got = 0;
+    int fd = rlt_dial(port);
+
+    if (fd < 0)
+        return RL_EIO;
+    snprintf(req, sizeof(req),
+             "%s %s HTTP/1.0\r\n%s%s%sContent-Length: 0\r\n\r\n", method, path,
+             token ? "Authorization: Bearer " : "", token ? token : "",
+             token ? "\r\n" : "");
+    if (rlt_send_all(fd, req, strlen(req)) != RL_OK) {
+        close(fd);
+        return RL_EIO;
+    }
+    for (;;) {
+        ssize_t k = recv(fd, buf + got, sizeof(buf) - 1 - got, 0);
+        if (k <= 0)
+            break;
+        got += (size_t)k;
+    }
+    close(fd);
+    buf[got] = '\0';
+    if ((sep = strstr(buf, "\r\n\r\n")) == NULL || got < 12)
+        return RL_EIO;
+    snprintf(body, len, "%s", sep + 4);
+    return atoi(buf + 9);
+}
+
+/* An operator tells a loop to take no new connection (--admin's POST
+ * /v1/loops/pause): every new one goes to the other loop while those it
+ * serves stay; resumed, it takes them again. Writes need the token; a
+ * loop that does not exist is a 404, and so is one past the last. */
+static void test_loop_pause(void **state)
+{
+    rlt_fx_t *f = *state;
+    char tokens[160], aaddr[32], body[4096];
+    int fd[CONNS], fd2[CONNS], aport = rlt_port_reserve();
+    FILE *t;
+
+    assert_int_equal(rlt_fx_mkdir(f, "threads"), 0);
+    snprintf(tokens, sizeof(tokens), "%s/tokens", f->dir);
+    t = fopen(tokens, "w");
+    assert_non_null(t);
+    fputs("ops s3cr3t-token-of-the-operators\n", t);
+    fclose(t);
+    snprintf(aaddr, sizeof(aaddr), "127.0.0.1:%d", aport);
+    rlt_fx_start(f, 0, "--threads", "2", "--admin", aaddr, "--admin-token-file",
+                 tokens, NULL);
+    assert_int_equal(admin_req(aport, "POST", "/v1/loops/pause?loop=1", NULL,
+                               body, sizeof(body)),
+                     401);
+    assert_int_equal(admin_req(aport, "GET", "/v1/loops/pause?loop=1",
+                               "s3cr3t-token-of-the-operators", body,
+                               sizeof(body)),
+                     405);
+    assert_int_equal(admin_req(aport, "POST", "/v1/loops/pause?loop=2",
+                               "s3cr3t-token-of-the-operators", body,
+                               sizeof(body)),
+                     404);
+    assert_int_equal(admin_req(aport, "POST", "/v1/loops/pause?loop=1",
+                               "s3cr3t-token-of-the-operators", body,
+                               sizeof(body)),
+                     200);
+    assert_non_null(strstr(body, "{\"loop\":1,"));
+    assert_non_null(strstr(body, "\"paused\":true"));
+    assert_non_null(strstr(body, "\"threads\":2}"));
+    assert_int_equal(loop_metric(f, 0, "rl_loop_paused", 1), 1);
+    assert_int_equal(loop_metric(f, 0, "rl_loop_paused", 0), 0);
+    /* Paused, loop 1 gets none of eight new connections. */
+    open_conns(f->srv[0].port, fd);
+    assert_int_equal(loop_metric(f, 0, "rl_loop_connections", 0), CONNS);
+    assert_int_equal(loop_metric(f, 0, "rl_loop_connections", 1), 0);
+    /* Resumed, it has the most room: the next eight are all its own. */
+    assert_int_equal(admin_req(aport, "POST", "/v1/loops/resume?loop=1",
+                               "s3cr3t-token-of-the-operators", body,
+                               sizeof(body)),
+                     200);
+    assert_null(strstr(body, "\"paused\":true"));
+    open_conns(f->srv[0].port, fd2);
+    assert_int_equal(loop_metric(f, 0, "rl_loop_connections", 0), CONNS);
+    assert_int_equal(loop_metric(f, 0, "rl_loop_connections", 1), CONNS);
+    assert_int_equal(
+        admin_req(aport, "GET", "/v1/loops", NULL, body, sizeof(body)), 200);
+    assert_non_null(strstr(body, "\"connections\":8,"));
+    assert_int_equal(
+        rlt_fx_metric(f->srv[0].mport, "rl_admin_loop_pauses_total"), 2);
+    close_conns(fd);
+    close_conns(fd2);
+}
+
+/* One loop cannot be paused: there is no other for its connections. */
+static void test_loop_pause_one(void **state)
+{
+    rlt_fx_t *f = *state;
+    char tokens[160], aaddr[32], body[4096];
+    int aport = rlt_port_reserve();
+    FILE *t;
+
+    assert_int_equal(rlt_fx_mkdir(f, "threads"), 0);
+    snprintf(tokens, sizeof(tokens), "%s/tokens", f->dir);
+    t = fopen(tokens, "w");
+    assert_non_null(t);
+    fputs("ops s3cr3t-token-of-the-operators\n", t);
+    fclose(t);
+    snprintf(aaddr, sizeof(aaddr), "127.0.0.1:%d", aport);
+    rlt_fx_start(f, 0, "--admin", aaddr, "--admin-token-file", tokens, NULL);
+    assert_int_equal(admin_req(aport, "POST", "/v1/loops/pause?loop=0",
+                               "s3cr3t-token-of-the-operators", body,
+                               sizeof(body)),
+                     409);
+    assert_non_null(strstr(body, "--threads 1"));
+    assert_int_equal(
+        admin_req(aport, "GET", "/v1/loops", NULL, body, sizeof(body)), 200);
+    assert_non_null(strstr(body, "\"threads\":1}"));
+    assert_non_null(strstr(body, "\"paused\":false"));
 }
 
 /* Every connection asks for the same key, over its limit: the two loops
@@ -303,6 +427,8 @@ int main(void)
         RLT_FX_TEST(test_reload_every_loop),
         RLT_FX_TEST(test_handle_across_loops),
         RLT_FX_TEST(test_reuseport),
+        RLT_FX_TEST(test_loop_pause),
+        RLT_FX_TEST(test_loop_pause_one),
     };
     rlt_fx_use(&(rlt_fx_conf_t){
         .bin = RL_SERVER_BIN, .log_level = "warn", .metrics = 1});

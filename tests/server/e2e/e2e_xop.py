@@ -566,6 +566,19 @@ def caller_keys(port, pattern):
                      for k in keys)
 
 
+def bounded_caller(keys, mem, window_keys_max=2):
+    """Whether what Redis holds for a caller after a reserve/settle probe
+    is bounded by its rule: the settled set and its floor (':x', ':xf'),
+    and the window counters. A run may cross the rule's minute edge (3000
+    pairs take seconds on a loaded machine; it did, 1 run in 25), which
+    leaves the last window's counter until it expires: two counters, not
+    one, each some 256 bytes."""
+    settle = [k for k in keys if k.endswith(b":x") or k.endswith(b":xf")]
+    windows = len(keys) - len(settle)
+    bound = 106 * 64 + (len(settle) + windows) * 256
+    return len(settle) <= 2 and windows <= window_keys_max and mem <= bound
+
+
 def http_refund_probe(ports, redis_port, n=400):
     """The same probe over HTTP (GET /check?op=reserve, POST /settle on
     another instance, one keep-alive connection each): bounded alike."""
@@ -585,9 +598,10 @@ def http_refund_probe(ports, redis_port, n=400):
     a.close()
     b.close()
     keys, mem = caller_keys(redis_port, "xop:{pr2}*")
-    check(ok == n and len(keys) <= 3 and mem <= 106 * 64 + 3 * 256,
+    check(ok == n and bounded_caller(keys, mem),
           "over HTTP, %d of %d reserve/settle pairs: the caller holds %d "
-          "keys, %d bytes in Redis" % (ok, n, len(keys), mem))
+          "keys, %d bytes in Redis (%s)" % (ok, n, len(keys), mem,
+                                            sorted(keys)))
 
 
 def reserve_refund_probe(c, redis_port, n=3000):
@@ -615,12 +629,11 @@ def reserve_refund_probe(c, redis_port, n=3000):
     print("     the caller's keys in Redis: %d, %d bytes" % (len(keys), mem),
           flush=True)
     # At most 106 ids between trims (a sixteenth more), some 64 bytes each
-    # in Redis's skiplist.
-    bound = 106 * 64 + 3 * 256
-    check(len(keys) <= 3 and mem <= bound,
+    # in Redis's skiplist; the set, its floor, and a window counter or two.
+    check(bounded_caller(keys, mem),
           "what Redis holds for the caller is bounded by its rule of 100: "
-          "%d keys (at most 3), %d bytes (at most %d)"
-          % (len(keys), mem, bound))
+          "%d keys (the settled set, its floor, at most 2 windows), %d "
+          "bytes (%s)" % (len(keys), mem, sorted(keys)))
     # 200 settlements ago: past the set's bound, well within the
     # reservations' 3 s; and the first, dropped or expired by now.
     r = c.ask(op=Req.SETTLE, handle=handles[-200], actual=0)
