@@ -63,6 +63,8 @@ void rls_flags_defaults(rls_flags_t *c)
     c->trace_max_spans = 2048;
     c->trace_flush_ms = 5000;
     c->trace_timeout_ms = 10000;
+    c->top_k = 32;
+    c->top_window_s = 300;
 }
 
 static const char usage[] =
@@ -1014,6 +1016,20 @@ static const flag_t flags[] = {
         "--admin's write tokens, a line each (TOKEN,\n"
         "or NAME TOKEN): a POST needs Authorization:\n"
         "Bearer TOKEN (default: none, no writes)"),
+    NUM("--top-k", "N", top_k, 0, 1024,
+        "top offenders: the N callers refused most\n"
+        "per rule, from a sketch of N entries (a\n"
+        "count is within refusals/N of the truth;\n"
+        "GET /v1/top on --admin, rl-ctl top; default\n"
+        "32; 0: off)"),
+    NUM("--top-window-s", "S", top_window_s, 10, 86400,
+        "their window: epochs of S seconds, the\n"
+        "current and the one before (default 300: the\n"
+        "last 5 to 10 minutes)"),
+    NUM("--top-metric", "N", top_metric, 0, 100,
+        "also export each rule's N top callers as\n"
+        "rl_top_refused{rule,key} (at most 100 rules;\n"
+        "default 0: no caller in a label)"),
     LISTEN("--http", "HOST:PORT", http_host, http_port,
            "serve GET /check?rule=R&key=K over HTTP, for\n"
            "proxies' auth subrequests (default: off)"),

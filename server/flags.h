@@ -180,6 +180,12 @@ typedef struct rls_flags_s {
     char admin_host[RLS_HOST_MAX + 1];
     int admin_port;
     const char *admin_token_file;
+    /* Top offenders (core/top.h): entries per rule's sketch (0: none),
+     * the window's epoch in seconds, and --top-metric's callers per rule
+     * (0: no rl_top_refused series). */
+    uint32_t top_k;
+    uint32_t top_window_s;
+    uint32_t top_metric;
     int info_only; /* --help or --version was printed */
     /* envoy-ratelimit's environment (envoy_env.h): --envoy-env (or the
      * program called `ratelimit`, or no arguments and one of its settings

@@ -221,6 +221,7 @@ static void close_all(rls_server_t *s)
     if (s->first == NULL) {
         rls_rules_reload_close(&s->reload);
         rls_switch_poll_close(&s->switches);
+        rls_top_pub_close(&s->top_pub);
     }
     s->store->v->close(s->store, on_store_closed, s);
     s->store = NULL;
@@ -340,6 +341,11 @@ int rls_server_metrics_loop(const rls_server_t *s, rl_buf_t *out)
         return rc;
     if (s->xds.started && (rc = rls_xds_metrics(&s->xds, out)) != RL_OK)
         return rc;
+    /* The process's sketches, on the first loop's page alone. */
+    if (s->first == NULL && s->store != NULL &&
+        (rc = rls_top_metrics(s->top, s->store->v->now_ms(s->store),
+                              s->cfg->top_metric, out)) != RL_OK)
+        return rc;
     for (i = 0; i < RLS_LISTENERS; i++)
         if (s->fe[i] != NULL && s->fe[i]->ops->metrics != NULL &&
             (rc = s->fe[i]->ops->metrics(s->fe[i], out)) != RL_OK)
@@ -437,6 +443,7 @@ static void admin_view(rls_server_t *s, rls_admin_view_t *v)
     v->start_unix_ms = s->start_unix_ms;
     v->store = s->store;
     v->rt = &s->rt;
+    v->top = s->top;
     v->envoy = admin_envoy;
     v->loop = admin_loop;
     v->loop_pause = admin_loop_pause;
@@ -877,6 +884,16 @@ static int start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
     dopts.reserve_ttl_ms = cfg->reserve_ttl_ms;
     dopts.xop_timeout_ms = cfg->redis_timeout_ms;
     dopts.one_slot = cfg->redis_cluster > 0;
+    /* Top offenders: the first loop makes the sketches, every loop joins. */
+    if (first == NULL && cfg->top_k > 0 &&
+        (s->top = rls_top_new(cfg->top_k, cfg->top_window_s)) == NULL) {
+        snprintf(err, errlen, "out of memory");
+        rc = RL_ENOMEM;
+        goto fail;
+    }
+    if (first != NULL)
+        s->top = first->top;
+    dopts.top = rls_top_join(s->top);
     if ((rc = rls_decider_init(&s->decider, &dopts, err, errlen)) != RL_OK)
         goto fail;
     decider = 1;
@@ -987,6 +1004,7 @@ static int start(rls_server_t *s, uv_loop_t *loop, const rls_flags_t *cfg,
                      rl_strerror(rc));
             goto fail;
         }
+        rls_top_pub_start(&s->top_pub, loop, store, s->top, cfg->prefix, inst);
         if (s->fe[RLS_LISTENER_ADMIN] != NULL)
             rls_switch_poll_set_admin(&s->switches, cfg->admin_host,
                                       s->fe[RLS_LISTENER_ADMIN]->port);
@@ -1026,6 +1044,9 @@ fail:
     rls_tracer_close(&s->tracer);
     if (local)
         rls_local_close(&s->local, NULL, NULL);
+    if (first == NULL)
+        rls_top_free(s->top);
+    s->top = NULL;
     rls_runtime_free(&s->rt);
     return rc;
 }
@@ -1156,5 +1177,9 @@ void rls_server_free(rls_server_t *s)
     rls_estats_free(&s->estats);
     rls_tls_free(s->tls);
     s->tls = NULL;
+    /* The first loop's, after every other loop has stopped (main.c). */
+    if (s->first == NULL)
+        rls_top_free(s->top);
+    s->top = NULL;
     rls_runtime_free(&s->rt);
 }

@@ -12,6 +12,7 @@
 #include "core/decide.h"
 #include "admin.h"
 #include "admin/admin_api.h"
+#include "core/top_publish.h"
 #include "check/http_check.h"
 #include "native/conn.h"
 #include "envoy/debug_http.h"
@@ -82,6 +83,10 @@ typedef struct rls_server_s {
     rls_rules_reload_t reload;  /* SIGHUP and the rules file's changes */
     rls_switch_poll_t switches; /* rl-ctl's switches, from Redis */
     rls_local_t local;          /* --fail-local's decisions and charges */
+    /* Top offenders (--top-k): the process's sketches, the first loop's
+     * (every loop joins them), and its publisher to Redis. */
+    struct rls_top_s *top;
+    rls_top_pub_t top_pub;
 
     /* The front ends by listener, NULL for one not opened; the server
      * treats them alike through this table. Their state: */

@@ -5,6 +5,9 @@
  *                                                    mode:<rule>, scale:<rule>
  *   who applies what    <prefix>instances      HASH  instance -> "V MS
  *                                                    [admin=HOST:PORT]"
+ *   who is refused most <prefix>top:<rule>:<instance>  STRING, written
+ *                                                    by each instance
+ *                                                    every 5 s, expiring
  *
  * And, through the instances' admin listeners (rl-server --admin), one
  * caller's usage and its reset (`usage`) and the configuration each
@@ -39,6 +42,7 @@
 #include "rl_clock.h"
 #include "rl_error.h"
 #include "rl_parse.h"
+#include "rl_topk.h"
 #include "store/redis_cluster_map.h"
 #include "store/redis_sync.h"
 #include "store/redis_tls.h"
@@ -84,6 +88,12 @@ static const char usage[] =
     "                               clear it (needs --admin-token-file)\n"
     "  config                       the configuration each live rl-server\n"
     "                               enforces (JSON, one per instance)\n"
+    "  top RULE [N]                 the N (default 20) callers RULE refused\n"
+    "                               most over the last minutes, merged over\n"
+    "                               every live rl-server (what each\n"
+    "                               publishes in Redis), or over every\n"
+    "                               --admin given; RULE may be envoy:DOMAIN\n"
+    "                               or (inline)\n"
     "\n"
     "  --redis ADDR    HOST:PORT or "
     "redis[s]://[[USER]:PASSWORD@]HOST:PORT[/DB],\n"
@@ -99,7 +109,8 @@ static const char usage[] =
     "  --prefix STR    key prefix, as rl-server's (default rl:)\n"
     "  --admin HOST:PORT  usage and config ask this rl-server's --admin\n"
     "                  listener (default: a live instance's, as published\n"
-    "                  in Redis; config asks every one)\n"
+    "                  in Redis; config asks every one); top asks it instead\n"
+    "                  of Redis, and every one when given more than once\n"
     "  --admin-token-file FILE  the token for usage reset (its first)\n"
     "  --wait-ms N     after a switch, wait this long for every rl-server\n"
     "                  to apply it, printing each one's delay (default\n"
@@ -118,7 +129,9 @@ typedef struct ctl_s {
     int nmap;
     char at_host[RLS_NODE_HOST_MAX + 1];
     int at_port;
-    const char *admin;      /* --admin HOST:PORT, or NULL */
+    const char *admin;      /* --admin HOST:PORT, or NULL: the first */
+    const char *admins[64]; /* every --admin (top merges them) */
+    int nadmins;
     const char *token_file; /* --admin-token-file, or NULL */
 } ctl_t;
 
@@ -960,6 +973,170 @@ static int config_cmd(ctl_t *c)
     return rc;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Top offenders */
+
+/* One instance's summary for rule: from --admin's /v1/top (at), or its
+ * key in Redis (name). Returns 1 with *s filled, 0 when it has none, -1
+ * when it could not be read (said on stderr). */
+static int top_one(ctl_t *c, const admin_at_t *at, const char *name,
+                   const char *rule, rl_topk_sum_t *s, uint64_t *since,
+                   uint64_t *now)
+{
+    static char target[1024];
+    int status = 0, rc;
+    char *body = NULL;
+
+    if (at != NULL) {
+        snprintf(target, sizeof(target), "/v1/top");
+        put_param(target, sizeof(target), "rule", rule);
+        put_param(target, sizeof(target), "format", "summary");
+        if (http_call(at, "GET", target, NULL, &status, &body) != 0)
+            return -1;
+        if (status != 200) {
+            admin_print(at, status, body);
+            free(body);
+            return -1;
+        }
+        rc = rl_topk_decode(body, strlen(body), s, since, now);
+        free(body);
+    } else {
+        char key[1024];
+        const char *a[] = {"GET", key};
+        redisReply *r;
+        snprintf(key, sizeof(key), "%stop:%s:%s", c->cfg.prefix, rule, name);
+        if ((r = cmd(c, 2, a, NULL)) == NULL)
+            return -1;
+        if (r->type != REDIS_REPLY_STRING) {
+            freeReplyObject(r);
+            return 0;
+        }
+        rc = rl_topk_decode(r->str, r->len, s, since, now);
+        freeReplyObject(r);
+    }
+    if (rc != RL_OK) {
+        fprintf(stderr, "rl-ctl: %s's top offenders do not parse\n",
+                at != NULL ? at->host : name);
+        return -1;
+    }
+    return 1;
+}
+
+/* A key for people: printable ASCII as it is, any other byte \xNN. */
+static void print_key(const rl_topk_entry_t *e)
+{
+    uint16_t i;
+
+    for (i = 0; i < e->len; i++) {
+        unsigned char ch = (unsigned char)e->key[i];
+        if (ch >= 0x20 && ch < 0x7f && ch != '\\')
+            putchar(ch);
+        else
+            printf("\\x%02x", ch);
+    }
+}
+
+static int top_cmd(ctl_t *c, const char *rule, const char *nstr)
+{
+    static admin_at_t at[ADMIN_AT_MAX];
+    static rl_topk_sum_t in[ADMIN_AT_MAX];
+    uint64_t since = UINT64_MAX, now = 0, max = 20;
+    rl_topk_sum_t m;
+    int n = 0, nin = 0, i, bad_reads = 0;
+    size_t j;
+
+    if (!rule_ok(rule) && strcmp(rule, "(inline)") != 0 &&
+        strcmp(rule, "(other)") != 0)
+        return bad("bad rule name '%s'", rule);
+    if (nstr != NULL) {
+        char *end;
+        errno = 0;
+        max = strtoull(nstr, &end, 10);
+        if (errno || *end || nstr[0] == '-' || max < 1 || max > RL_TOPK_K_MAX)
+            return bad("top: N is 1 to %d, got '%s'", RL_TOPK_K_MAX, nstr);
+    }
+    if (c->nadmins > 0) {
+        for (i = 0; i < c->nadmins; i++) {
+            if (rl_parse_hostport(c->admins[i], at[n].host, sizeof(at[n].host),
+                                  &at[n].port) != 0)
+                return bad("--admin: expected %s, got '%s'", RL_HOSTPORT_HELP,
+                           c->admins[i]);
+            n++;
+        }
+    } else {
+        /* The live instances, from <prefix>instances. */
+        char ikey[128];
+        const char *a[] = {"HGETALL", ikey};
+        uint64_t t = rl_unix_ms();
+        redisReply *r;
+        size_t k;
+        if (connect_redis(c) != 0)
+            return EXIT_FAIL;
+        policy_key(c, "instances", ikey, sizeof(ikey));
+        if ((r = cmd(c, 2, a, NULL)) == NULL)
+            return EXIT_FAIL;
+        for (k = 0; r->type == REDIS_REPLY_ARRAY && k + 1 < r->elements &&
+                    n < ADMIN_AT_MAX;
+             k += 2) {
+            const redisReply *v = r->element[k + 1];
+            unsigned long long when = 0;
+            long long iv;
+            if (v->type != REDIS_REPLY_STRING ||
+                sscanf(v->str, "%lld %llu", &iv, &when) != 2 ||
+                when + STALE_MS < t)
+                continue;
+            snprintf(at[n].name, sizeof(at[n].name), "%s", r->element[k]->str);
+            n++;
+        }
+        freeReplyObject(r);
+        if (n == 0) {
+            fprintf(stderr,
+                    "rl-ctl: no rl-server has reported in the last "
+                    "%d s\n",
+                    STALE_MS / 1000);
+            return EXIT_FAIL;
+        }
+    }
+    for (i = 0; i < n; i++) {
+        uint64_t s0 = 0, n0 = 0;
+        int got = top_one(c, c->nadmins > 0 ? &at[i] : NULL, at[i].name, rule,
+                          &in[nin], &s0, &n0);
+        if (got < 0)
+            bad_reads++;
+        if (got <= 0)
+            continue;
+        nin++;
+        since = s0 < since ? s0 : since;
+        now = n0 > now ? n0 : now;
+    }
+    if (rl_topk_merge(in, (size_t)nin, (size_t)max, &m) != RL_OK) {
+        fprintf(stderr, "rl-ctl: out of memory\n");
+        return EXIT_FAIL;
+    }
+    printf("top offenders of %s, %s (%d of %d instance%s with refusals): "
+           "%llu refusals",
+           rule, c->nadmins > 0 ? "over the --admin listeners" : "fleet-wide",
+           nin, n, n == 1 ? "" : "s", (unsigned long long)m.total);
+    if (nin > 0)
+        printf(" in the last %llu s",
+               (unsigned long long)((now - since) / 1000));
+    printf("\n");
+    if (m.n > 0)
+        printf("     refused       error  key\n");
+    for (j = 0; j < m.n; j++) {
+        printf("%12llu %11llu  ", (unsigned long long)m.e[j].count,
+               (unsigned long long)m.e[j].err);
+        print_key(&m.e[j]);
+        printf("%s\n", m.e[j].cut ? "  (cut: a longer key)" : "");
+    }
+    printf("a caller not listed was refused at most %llu times\n",
+           (unsigned long long)m.floor);
+    rl_topk_sum_free(&m);
+    for (i = 0; i < nin; i++)
+        rl_topk_sum_free(&in[i]);
+    return bad_reads > 0 ? EXIT_FAIL : 0;
+}
+
 int main(int argc, char **argv)
 {
     static ctl_t c;
@@ -1001,7 +1178,11 @@ int main(int argc, char **argv)
         } else if (strcmp(o, "--redis-password-file") == 0) {
             pwfile = argv[++i];
         } else if (strcmp(o, "--admin") == 0) {
-            c.admin = argv[++i];
+            if (c.nadmins == 64)
+                return bad("at most 64 --admin");
+            c.admins[c.nadmins++] = argv[++i];
+            if (c.admin == NULL)
+                c.admin = argv[i];
         } else if (strcmp(o, "--admin-token-file") == 0) {
             c.token_file = argv[++i];
         } else if (strcmp(o, "--prefix") == 0) {
@@ -1090,6 +1271,8 @@ int main(int argc, char **argv)
         rc = usage_cmd(&c, argc - 1, argv + 1);
     } else if (strcmp(argv[0], "config") == 0 && argc == 1) {
         rc = config_cmd(&c);
+    } else if (strcmp(argv[0], "top") == 0 && (argc == 2 || argc == 3)) {
+        rc = top_cmd(&c, argv[1], argc == 3 ? argv[2] : NULL);
     } else if (strcmp(argv[0], "show") == 0 && argc == 1) {
         rc = show(&c);
     } else if (strcmp(argv[0], "wait") == 0 && argc == 1) {

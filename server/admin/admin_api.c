@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "admin/admin_config.h"
+#include "admin/admin_top.h"
 #include "admin/admin_usage.h"
 #include "base/log.h"
 #include "base/util.h"
@@ -27,7 +28,9 @@ static const char index_text[] =
     "POST /v1/loops/pause?loop=N                loop N takes no new "
     "connection (a token)\n"
     "POST /v1/loops/resume?loop=N               and takes them again\n"
-    "(&format=text on /v1/usage: for people)\n";
+    "GET  /v1/top[?rule=R]                      the callers refused most "
+    "(R: a rule, envoy:DOMAIN, (inline))\n"
+    "(&format=text on /v1/usage and /v1/top: for people)\n";
 
 static const char *reason_of(int status)
 {
@@ -231,6 +234,28 @@ static void on_request(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
         r->body = rl_buf_rptr(&a->buf);
         r->body_len = rl_buf_len(&a->buf);
         return;
+    case RLS_ADMIN_TOP:
+        if (a->st.v.top == NULL) {
+            reply_error(a, r, 404,
+                        "top offenders are off (rl-server --top-k 0)");
+            return;
+        }
+        rl_buf_reset(&a->buf);
+        if ((rc = rls_admin_top(&a->st.v, &req, &a->buf)) != RL_OK) {
+            if (rc == RL_EFULL)
+                a->st.stats.too_large++;
+            reply_error(a, r, rc == RL_EFULL ? 413 : 500,
+                        rc == RL_EFULL ? "over the answer's cap: ask for a rule"
+                                       : "out of memory");
+            return;
+        }
+        a->st.stats.top_reads++;
+        rls_http_reply_text(r, 200, "OK", "");
+        r->ctype = req.text || req.summary ? "text/plain; charset=utf-8"
+                                           : "application/json";
+        r->body = rl_buf_rptr(&a->buf);
+        r->body_len = rl_buf_len(&a->buf);
+        return;
     default:
         if ((status = rls_admin_usage_start(&a->st, &req, who, r->conn,
                                             &why)) != 0) {
@@ -324,6 +349,9 @@ static int fe_metrics(const rls_frontend_t *fe, rl_buf_t *out)
     const rls_stream_metric_t m[] = {
         RLS_METRIC_ONE("rl_admin_usage_reads_total", "counter",
                        "--admin usage reads answered.", a->st.stats.reads),
+        RLS_METRIC_ONE("rl_admin_top_reads_total", "counter",
+                       "--admin top-offenders reads answered.",
+                       a->st.stats.top_reads),
         RLS_METRIC_ONE("rl_admin_resets_total", "counter",
                        "--admin resets of a caller's usage done.",
                        a->st.stats.resets),

@@ -116,8 +116,10 @@ static int param(rls_admin_req_t *r, const char *name, size_t nl,
     } else if (eq(name, nl, "format")) {
         if (eq(v, n, "text"))
             r->text = 1;
+        else if (eq(v, n, "summary"))
+            r->summary = 1;
         else if (!eq(v, n, "json")) {
-            *why = "format is json or text";
+            *why = "format is json, text or summary";
             return 400;
         }
     } else if (eq(name, nl, "leases")) {
@@ -226,6 +228,8 @@ int rls_admin_parse(const char *method, size_t mlen, const char *target,
         r->route = RLS_ADMIN_RESET;
     else if (eq(target, plen, "/v1/config"))
         r->route = RLS_ADMIN_CONFIG;
+    else if (eq(target, plen, "/v1/top"))
+        r->route = RLS_ADMIN_TOP;
     else if (eq(target, plen, "/v1/loops"))
         r->route = RLS_ADMIN_LOOPS;
     else if (eq(target, plen, "/v1/loops/pause"))
@@ -264,7 +268,31 @@ int rls_admin_parse(const char *method, size_t mlen, const char *target,
         }
         at += n + 1;
     }
+    if (r->summary && r->route != RLS_ADMIN_TOP) {
+        *why = "format=summary is for /v1/top";
+        return 400;
+    }
     switch (r->route) {
+    case RLS_ADMIN_TOP:
+        /* The per-rule counters' names: a rule's, envoy:DOMAIN, and the
+         * two that are no rule's. */
+        if (r->key != NULL || r->domain != NULL || r->nentries > 0 ||
+            r->leases || r->parts || r->loop >= 0) {
+            *why = "/v1/top takes rule and format alone";
+            return 400;
+        }
+        if (r->rule != NULL && !rls_rule_name_ok(r->rule, r->rule_len) &&
+            !eq(r->rule, r->rule_len, "(inline)") &&
+            !eq(r->rule, r->rule_len, "(other)")) {
+            *why = "bad rule name (1 to 128 bytes of [A-Za-z0-9_.:-], or "
+                   "(inline), (other))";
+            return 400;
+        }
+        if (r->summary && (r->rule == NULL || r->text)) {
+            *why = "format=summary needs a rule";
+            return 400;
+        }
+        return 0;
     case RLS_ADMIN_USAGE:
     case RLS_ADMIN_RESET:
         if (r->parts) {

@@ -22,8 +22,13 @@
  *   GET  /v1/loops                           the loops of --threads
  *   POST /v1/loops/pause?loop=N              loop N takes no new
  *   POST /v1/loops/resume?loop=N             connection; and again
+ *   GET  /v1/top[?rule=R]    the callers refused most under R (a rule's
+ *                            name, envoy:DOMAIN, (inline), (other)); no
+ *                            rule: every rule with refusals
  *
- * with format=text on the usage routes for people (rl-ctl). HEAD as GET.
+ * with format=text on the usage and top routes for people, and
+ * format=summary on /v1/top for rl-ctl (rl_topk_encode's text). HEAD as
+ * GET.
  * Parameters are percent-decoded; an entry's key and value are split at
  * the first '=' before decoding, so "%3D" is an '=' in either. */
 #ifndef RLS_ADMIN_API_PARSE_H
@@ -41,9 +46,10 @@ enum {
     RLS_ADMIN_USAGE,
     RLS_ADMIN_RESET,
     RLS_ADMIN_CONFIG,
-    RLS_ADMIN_LOOPS,      /* GET /v1/loops */
-    RLS_ADMIN_LOOP_PAUSE, /* POST /v1/loops/pause?loop=N */
-    RLS_ADMIN_LOOP_RESUME /* POST /v1/loops/resume?loop=N */
+    RLS_ADMIN_LOOPS,       /* GET /v1/loops */
+    RLS_ADMIN_LOOP_PAUSE,  /* POST /v1/loops/pause?loop=N */
+    RLS_ADMIN_LOOP_RESUME, /* POST /v1/loops/resume?loop=N */
+    RLS_ADMIN_TOP          /* GET /v1/top */
 };
 
 /* /v1/config's parts (a bit each; 0: all). */
@@ -66,6 +72,7 @@ typedef struct rls_admin_req_s {
     const char *ekey[RLS_ADMIN_ENTRIES_MAX], *evalue[RLS_ADMIN_ENTRIES_MAX];
     size_t eklen[RLS_ADMIN_ENTRIES_MAX], evlen[RLS_ADMIN_ENTRIES_MAX];
     int text;       /* format=text */
+    int summary;    /* format=summary (/v1/top?rule=R) */
     int leases;     /* leases=1 (reset: clear the leases too) */
     unsigned parts; /* config: RLS_ADMIN_PART_* (0: all) */
     int loop;       /* loop=N (pause, resume): 0 to 999; -1: none */

@@ -60,6 +60,7 @@ typedef struct rls_admin_view_s {
     /* Its state. */
     rls_store_t *store;
     rls_runtime_t *rt; /* the policy and switches in force */
+    struct rls_top_s *top; /* the top offenders (core/top.h), NULL: off */
     /* Fills *e and returns 1, or returns 0 without --grpc (no Envoy
      * domains here). */
     int (*envoy)(void *arg, rls_admin_envoy_t *e);
@@ -74,6 +75,7 @@ typedef struct rls_admin_view_s {
 
 typedef struct rls_admin_stats_s {
     uint64_t reads;        /* usage reads answered 200 */
+    uint64_t top_reads;    /* /v1/top reads answered 200 */
     uint64_t resets;       /* resets done */
     uint64_t cleared;      /* keys those resets cleared */
     uint64_t pauses;       /* loops paused or resumed */

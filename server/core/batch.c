@@ -532,8 +532,10 @@ static void replay(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
         }
         if (ok)
             q->stats->allowed++;
-        else /* decided and counted as enforce would */
-            rls_refusal_answer(&r, q->mode, q->stats);
+        else if (!rls_refusal_answer(&r, q->mode, q->stats))
+            /* The caller's key sits in the op key's braces. */
+            rls_top_refused(b->top, q->stats, op->key + b->prefix_len + 1,
+                            op->tag_len - b->prefix_len - 2, t->now_ms);
         q->respond(q->owner, &r);
     }
 
@@ -877,7 +879,8 @@ static void window_count(rls_op_window_t *wo, int counting)
  * retry_after_ms; nothing is queued. Returns 1 when it did. */
 static int local_refusal(rls_batcher_t *b, rls_respond_fn respond, void *owner,
                          uint64_t id, uint64_t h, const char *key, size_t len,
-                         uint32_t cost, const rls_spec_t *spec)
+                         const char *caller, size_t caller_len, uint32_t cost,
+                         const rls_spec_t *spec)
 {
     int rule = spec->rule != NULL;
     const rls_refusal_t *e = rls_refusals_find(
@@ -901,7 +904,8 @@ static int local_refusal(rls_batcher_t *b, rls_respond_fn respond, void *owner,
     r.id = id;
     rl_admit_result(w, n, cost, 0, &r);
     r.decided_at_ms = now;
-    rls_refusal_answer(&r, spec->mode, spec->stats);
+    if (!rls_refusal_answer(&r, spec->mode, spec->stats))
+        rls_top_refused(b->top, spec->stats, caller, caller_len, now);
     b->stats.requests++;
     respond(owner, &r);
     return 1;
@@ -978,7 +982,8 @@ int rls_batcher_add(rls_batcher_t *b, rls_respond_fn respond, void *owner,
                                   UINT64_C(0x9e3779b97f4a7c15));
     if (b->refusals.slots != NULL && !spec->charge &&
         spec->counting == RLS_COUNT_NATIVE && spec->stats->reserves == 0 &&
-        local_refusal(b, respond, owner, id, h, (char *)w, n, cost, spec))
+        local_refusal(b, respond, owner, id, h, (char *)w, n, key, key_len,
+                      cost, spec))
         return RL_OK;
 
     /* Find the op for this (rule, caller), or make one. */

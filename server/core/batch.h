@@ -28,6 +28,7 @@
 #include "core/fail_local.h"
 #include "core/handle.h"
 #include "core/refusals.h"
+#include "core/top.h"
 #include "store/store.h"
 
 /* Receives the one response for a request: whoever asked (a native
@@ -106,6 +107,9 @@ typedef struct rls_batcher_s {
     /* Refusals known without the store (disabled until the owner calls
      * rls_refusals_init on it). */
     rls_refusals_t refusals;
+    /* The loop's top-offenders sketches (core/top.h), where every refusal
+     * a caller gets is counted; NULL: none (--top-k 0). */
+    rls_top_loop_t *top;
 } rls_batcher_t;
 
 /* The one place shadow mode applies: every refusal, whoever decided it

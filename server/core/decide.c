@@ -74,7 +74,9 @@ static void refuse_all(rls_decider_t *d, const rls_ask_t *a,
     r.window_s = a->q.window_s;
     r.reset_after_ms = r.retry_after_ms =
         rl_window_reset_after_ms(now, a->q.window_s);
-    rls_refusal_answer(&r, spec->mode, spec->stats);
+    if (!rls_refusal_answer(&r, spec->mode, spec->stats))
+        rls_top_refused(d->batcher.top, spec->stats, a->q.key, a->q.key_len,
+                        now);
     respond(owner, &r);
 }
 
@@ -120,6 +122,7 @@ int rls_decider_init(rls_decider_t *d, const rls_decider_opts_t *o, char *err,
     b->spread_ms = o->spread_ms;
     b->local = o->local;
     d->one_slot = o->one_slot;
+    b->top = o->top;
     if (rls_refusals_init(&b->refusals, o->refusal_cache) != RL_OK)
         RLS_WARN("no memory for the refusal cache; every request goes to "
                  "the store",

@@ -111,6 +111,8 @@ typedef struct rls_decider_opts_s {
     /* The store is a Redis Cluster: a group's levels must share a hash
      * slot, since one script call decides them (rls_decide_group). */
     int one_slot;
+    /* The loop's top-offenders sketches (core/top.h; NULL: none). */
+    rls_top_loop_t *top;
 } rls_decider_opts_t;
 
 /* The reservation options, kept by the decider for reserve.c. */

@@ -456,6 +456,8 @@ static void leased(void *data, rls_reserve_op_t *x)
                 c->h.flags |= RLS_HANDLE_UNCHARGED;
                 answer_handle(c, &r);
             } else {
+                rls_top_refused(d->batcher.top, st, c->h.key, c->h.key_len,
+                                x->now_ms);
                 c->respond(c->owner, &r);
             }
         }

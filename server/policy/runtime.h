@@ -55,6 +55,9 @@ typedef struct rls_rule_stats_s {
                             settled twice, expired, unknown */
     uint32_t nwin;
     rls_win_stats_t win[RLS_STATS_WINDOWS + 1];
+    /* This name's top-offenders sketches on the loop (core/top.c), made
+     * at its first refusal; NULL: none yet. */
+    struct rls_top_rule_s *top;
 } rls_rule_stats_t;
 
 /* What one request is decided under. */

@@ -4,7 +4,9 @@
  * its Authorization header through rls_admin_tokens_check against two
  * known tokens; and the bytes after the head as a stored quota
  * (rls_admin_quota_parse, at a scale the first byte picks), as a token
- * file (rls_admin_tokens_parse) and as a JSON string (rls_admin_json_str).
+ * file (rls_admin_tokens_parse), as a JSON string (rls_admin_json_str)
+ * and as a top-offenders summary (rl_topk_decode: what rl-ctl top reads
+ * from Redis and from /v1/top?format=summary).
  *
  * Beyond "does not crash": a status is 0, 400, 404 or 405 (405 with an
  * Allow line); a route is one of the seven, a write is a POST and only the
@@ -15,7 +17,11 @@
  * token the header names, and the known tokens are found; a quota that
  * parses has 1 to 8 limits within the script's bounds; a token file
  * that parses holds 1 to 16 digests; the JSON string is quoted, has no
- * raw control byte, and is valid UTF-8.
+ * raw control byte, and is valid UTF-8; /v1/top names no caller and at
+ * most a valid rule name, (inline) or (other); a summary that decodes
+ * holds at most RL_TOPK_K_MAX entries, each of 1 to RL_TOPK_KEY_MAX
+ * bytes and an error within its count, and merges, encodes and decodes
+ * again to the same entries.
  *
  * Built two ways (tests/fuzz/CMakeLists.txt, tests/fuzz/run.sh): with
  * clang's libFuzzer, and with RL_FUZZ_REPLAY as a plain program that runs
@@ -33,6 +39,7 @@
 #include "rl_admit.h"
 #include "rl_buf.h"
 #include "rl_error.h"
+#include "rl_topk.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -77,7 +84,7 @@ static void check_req(const rls_admin_req_t *r, int status, const char *allow,
         abort();
     if (status != 0)
         return;
-    if (r->route < RLS_ADMIN_INDEX || r->route > RLS_ADMIN_LOOP_RESUME)
+    if (r->route < RLS_ADMIN_INDEX || r->route > RLS_ADMIN_TOP)
         abort();
     if (r->write != (q->method_len == 4 && memcmp(q->method, "POST", 4) == 0))
         abort();
@@ -90,6 +97,20 @@ static void check_req(const rls_admin_req_t *r, int status, const char *allow,
             ? r->loop < 0 || r->loop > 999
             : r->loop != -1)
         abort();
+    if (r->summary && (r->route != RLS_ADMIN_TOP || r->rule == NULL))
+        abort();
+    if (r->route == RLS_ADMIN_TOP) {
+        if (r->key != NULL || r->domain != NULL || r->nentries != 0)
+            abort();
+        if (r->rule != NULL) {
+            inside(r, r->rule, r->rule_len);
+            if (!rls_rule_name_ok(r->rule, r->rule_len) &&
+                !(r->rule_len == 8 && memcmp(r->rule, "(inline)", 8) == 0) &&
+                !(r->rule_len == 7 && memcmp(r->rule, "(other)", 7) == 0))
+                abort();
+        }
+        return;
+    }
     if (r->route != RLS_ADMIN_USAGE && r->route != RLS_ADMIN_RESET) {
         if (r->rule != NULL || r->key != NULL || r->domain != NULL ||
             r->nentries != 0)
@@ -137,6 +158,42 @@ static void check_quota(const char *p, size_t n, double sc)
     }
 }
 
+/* A summary that decodes keeps its bounds, and survives a merge and the
+ * text's round trip. */
+static void check_summary(const char *p, size_t n)
+{
+    rl_topk_sum_t s, m, d;
+    uint64_t since, now, s2, n2;
+    rl_buf_t b;
+    size_t i;
+
+    if (rl_topk_decode(p, n, &s, &since, &now) != RL_OK)
+        return;
+    if (s.n > RL_TOPK_K_MAX)
+        abort();
+    for (i = 0; i < s.n; i++)
+        if (s.e[i].err > s.e[i].count || s.e[i].len < 1 ||
+            s.e[i].len > RL_TOPK_KEY_MAX || s.e[i].cut > 1)
+            abort();
+    if (rl_topk_merge(&s, 1, RL_TOPK_K_MAX, &m) != RL_OK)
+        abort();
+    rl_buf_init(&b, 1u << 20);
+    if (rl_topk_encode(&m, since, now, &b) != RL_OK ||
+        rl_topk_decode((const char *)rl_buf_rptr(&b), rl_buf_len(&b), &d, &s2,
+                       &n2) != RL_OK ||
+        d.n != m.n || s2 != since || n2 != now || d.floor != m.floor)
+        abort();
+    for (i = 0; i < d.n; i++)
+        if (d.e[i].count != m.e[i].count || d.e[i].len != m.e[i].len ||
+            memcmp(d.e[i].key, m.e[i].key, d.e[i].len) != 0 ||
+            (i > 0 && m.e[i].count > m.e[i - 1].count))
+            abort();
+    rl_buf_free(&b);
+    rl_topk_sum_free(&d);
+    rl_topk_sum_free(&m);
+    rl_topk_sum_free(&s);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static rls_admin_req_t req;
@@ -179,6 +236,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         bn -= q.head_len;
     }
     check_quota(body, bn, scales[data[0] % 6]);
+    check_summary(body, bn);
     if (rls_admin_tokens_parse(body, bn, &file, &why) == RL_OK &&
         (file.n < 1 || file.n > RLS_ADMIN_TOKENS_MAX))
         abort();
@@ -214,8 +272,11 @@ int main(int argc, char **argv)
         "&format=text HTTP/1.1\r\n\r\n10/60:sliding-window",
         "\x03GET /v1/config?part=rules,envoy HTTP/1.1\r\n\r\n",
         "\x04HEAD / HTTP/1.1\r\n\r\n\xc3\xa9\x01\"\\",
+        "\x05GET /v1/top?rule=api&format=summary HTTP/1.1\r\n\r\nrltop1 1 "
+        "2 30 4 2\n9 1 0 5 alice\n5 4 0 3 b\nb\n",
+        "\x06GET /v1/top?rule=(inline)&format=text HTTP/1.1\r\n\r\n",
     };
-    static const char alphabet[] = "%&=?/,:0129AFaz \t\r\n\x80\xc3";
+    static const char alphabet[] = "%&=?/,:0129AFaz \t\r\n\x80\xc3()";
     static unsigned char buf[1024];
     int i, iters = 50000, files = 0;
 

@@ -55,6 +55,25 @@ static void test_routes(void **state)
     assert_int_equal(req.parts, 0);
     assert_int_equal(status_of("GET", "/v1/config?part=rules,envoy"), 0);
     assert_int_equal(req.parts, RLS_ADMIN_PART_RULES | RLS_ADMIN_PART_ENVOY);
+    /* The top offenders: a rule's name, envoy:DOMAIN, (inline), or none;
+     * no caller; format=summary with a rule alone, and on /v1/top alone. */
+    assert_int_equal(status_of("GET", "/v1/top"), 0);
+    assert_int_equal(req.route, RLS_ADMIN_TOP);
+    assert_null(req.rule);
+    assert_int_equal(status_of("GET", "/v1/top?rule=envoy:shop"), 0);
+    assert_int_equal(req.rule_len, 10);
+    assert_int_equal(status_of("GET", "/v1/top?rule=(inline)&format=text"), 0);
+    assert_true(req.text);
+    assert_int_equal(status_of("GET", "/v1/top?rule=api&format=summary"), 0);
+    assert_true(req.summary);
+    assert_int_equal(status_of("GET", "/v1/top?format=summary"), 400);
+    assert_int_equal(status_of("GET", "/v1/top?rule=api&key=a"), 400);
+    assert_int_equal(status_of("GET", "/v1/top?rule=a%20b"), 400);
+    assert_int_equal(status_of("GET", "/v1/top?rule=(nope)"), 400);
+    assert_int_equal(status_of("GET", "/v1/top?part=rules"), 400);
+    assert_int_equal(status_of("POST", "/v1/top?rule=api"), 405);
+    assert_int_equal(status_of("GET", "/v1/usage?rule=a&key=b&format=summary"),
+                     400);
 
     /* Reads and writes apart. */
     assert_int_equal(status_of("POST", "/v1/usage?rule=api&key=a"), 405);

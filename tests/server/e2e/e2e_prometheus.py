@@ -615,7 +615,9 @@ def main():
     with open(rules_yaml, "w") as f:
         f.write(RULES)
     rport, redis = rlt.start_redis(TMP, (), REDIS, PROCS)
-    common = ["--redis", "127.0.0.1:%d" % rport, "--config", rules_yaml]
+    # --top-metric: the Top offenders panel reads rl_top_refused.
+    common = ["--redis", "127.0.0.1:%d" % rport, "--config", rules_yaml,
+              "--top-metric", "5"]
     a = Server("A", common + [
         "--fail-local", "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0",
         "--tls-cert", cert, "--tls-key", key, "--reserve-ttl-ms", "1000",
