@@ -94,6 +94,12 @@ static const char usage[] =
     "                               publishes in Redis), or over every\n"
     "                               --admin given; RULE may be envoy:DOMAIN\n"
     "                               or (inline)\n"
+    "  loops                        each live rl-server's loops (--threads):\n"
+    "                               store up, paused, connections\n"
+    "  loops pause N | loops resume N\n"
+    "                               loop N of the --admin given takes no new\n"
+    "                               connection, or takes them again (needs\n"
+    "                               --admin-token-file)\n"
     "\n"
     "  --redis ADDR    HOST:PORT or "
     "redis[s]://[[USER]:PASSWORD@]HOST:PORT[/DB],\n"
@@ -111,7 +117,8 @@ static const char usage[] =
     "                  listener (default: a live instance's, as published\n"
     "                  in Redis; config asks every one); top asks it instead\n"
     "                  of Redis, and every one when given more than once\n"
-    "  --admin-token-file FILE  the token for usage reset (its first)\n"
+    "  --admin-token-file FILE  the token for usage reset and loops pause\n"
+    "                  (its first)\n"
     "  --wait-ms N     after a switch, wait this long for every rl-server\n"
     "                  to apply it, printing each one's delay (default\n"
     "                  5000; 0: do not wait)\n"
@@ -733,7 +740,8 @@ static int admin_token(const ctl_t *c, char *out, size_t len)
     int found = 0;
 
     if (c->token_file == NULL) {
-        fprintf(stderr, "rl-ctl: a reset needs --admin-token-file\n");
+        fprintf(stderr, "rl-ctl: a write (a reset, a loop's pause) needs "
+                        "--admin-token-file\n");
         return EXIT_USAGE;
     }
     if ((f = fopen(c->token_file, "r")) == NULL) {
@@ -968,6 +976,58 @@ static int config_cmd(ctl_t *c)
                    at[i].host, at[i].port);
         if (admin_print(&at[i], status, body) != 0)
             rc = EXIT_FAIL;
+        free(body);
+    }
+    return rc;
+}
+
+/* rl-ctl loops [pause|resume N]: GET /v1/loops of every live instance,
+ * or one instance's loop N paused or resumed (--admin names it). */
+static int loops_cmd(ctl_t *c, int argc, char **argv)
+{
+    static admin_at_t at[ADMIN_AT_MAX];
+    char target[64], token[512], *end;
+    int n, i, rc = 0, status = 0, pause;
+    long loop;
+
+    if (argc == 0) {
+        if ((n = admin_list(c, at, ADMIN_AT_MAX)) < 0)
+            return EXIT_FAIL;
+        for (i = 0; i < n; i++) {
+            char *body = NULL;
+            if (http_call(&at[i], "GET", "/v1/loops", NULL, &status, &body) !=
+                0) {
+                rc = EXIT_FAIL;
+                continue;
+            }
+            if (n > 1 || at[i].name[0] != '\0')
+                printf("# %s (admin %s:%d)\n", at[i].name[0] ? at[i].name : "-",
+                       at[i].host, at[i].port);
+            if (admin_print(&at[i], status, body) != 0)
+                rc = EXIT_FAIL;
+            free(body);
+        }
+        return rc;
+    }
+    pause = strcmp(argv[0], "pause") == 0;
+    if (argc != 2 || (!pause && strcmp(argv[0], "resume") != 0))
+        return bad("%s", "usage: loops, or loops pause N, or loops resume N");
+    errno = 0;
+    loop = strtol(argv[1], &end, 10);
+    if (errno || *end || end == argv[1] || loop < 0 || loop > 999)
+        return bad("bad loop '%s': a loop's number, 0 to 999", argv[1]);
+    snprintf(target, sizeof(target), "/v1/loops/%s?loop=%ld",
+             pause ? "pause" : "resume", loop);
+    if ((rc = admin_token(c, token, sizeof(token))) != 0)
+        return rc;
+    if (admin_list(c, at, 1) < 0)
+        return EXIT_FAIL;
+    {
+        char *body = NULL;
+        if ((rc = http_call(&at[0], "POST", target, token, &status, &body)) !=
+            0)
+            return rc;
+        rc = admin_print(&at[0], status, body);
         free(body);
     }
     return rc;
@@ -1271,6 +1331,8 @@ int main(int argc, char **argv)
         rc = usage_cmd(&c, argc - 1, argv + 1);
     } else if (strcmp(argv[0], "config") == 0 && argc == 1) {
         rc = config_cmd(&c);
+    } else if (strcmp(argv[0], "loops") == 0) {
+        rc = loops_cmd(&c, argc - 1, argv + 1);
     } else if (strcmp(argv[0], "top") == 0 && (argc == 2 || argc == 3)) {
         rc = top_cmd(&c, argv[1], argc == 3 ? argv[2] : NULL);
     } else if (strcmp(argv[0], "show") == 0 && argc == 1) {

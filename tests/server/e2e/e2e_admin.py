@@ -295,6 +295,44 @@ def main():
           json.loads(b)["limits"][0]["used"] == 0,
           "rl-ctl usage reset envoy: used 0 after")
 
+    # The loops of --threads (1 unless RLT_SERVER_ARGS says): read, and
+    # the last one paused and resumed through rl-ctl; one loop alone
+    # cannot be paused (409).
+    sargs = rlt.server_args()
+    nloops = int(sargs[sargs.index("--threads") + 1]) \
+        if "--threads" in sargs else 1
+    st, b = http(admin, "GET", "/v1/loops")
+    lp = json.loads(b) if st == 200 else {}
+    check(lp.get("threads") == nloops and len(lp.get("loops", [])) == nloops
+          and not any(x["paused"] for x in lp["loops"]),
+          "GET /v1/loops: %d loops, none paused (%s)" % (nloops, b.strip()))
+    r = ctl("--admin", "127.0.0.1:%d" % admin, "loops")
+    check(r.returncode == 0 and '"threads":%d' % nloops in r.stdout,
+          "rl-ctl loops (%s)" % r.stdout.strip())
+    r = ctl("--admin", "127.0.0.1:%d" % admin, "loops", "pause",
+            str(nloops - 1))
+    check(r.returncode != 0 and "--admin-token-file" in r.stderr,
+          "rl-ctl loops pause without a token file: refused (%s)"
+          % r.stderr.strip())
+    r = ctl("--admin", "127.0.0.1:%d" % admin, "--admin-token-file", tokens,
+            "loops", "pause", str(nloops - 1))
+    if nloops == 1:
+        check(r.returncode != 0 and "--threads 1" in r.stdout + r.stderr,
+              "rl-ctl loops pause 0 with one loop: 409 (%s)"
+              % (r.stdout + r.stderr).strip())
+    else:
+        st, b = http(admin, "GET", "/v1/loops")
+        lp = json.loads(b) if st == 200 else {}
+        check(r.returncode == 0 and lp["loops"][nloops - 1]["paused"] and
+              not lp["loops"][0]["paused"],
+              "rl-ctl loops pause %d: paused (%s)" % (nloops - 1, b.strip()))
+        r = ctl("--admin", "127.0.0.1:%d" % admin, "--admin-token-file",
+                tokens, "loops", "resume", str(nloops - 1))
+        st, b = http(admin, "GET", "/v1/loops")
+        check(r.returncode == 0 and not any(
+            x["paused"] for x in json.loads(b)["loops"]),
+            "rl-ctl loops resume %d: none paused" % (nloops - 1))
+
     # The configuration in force.
     st, b = http(admin, "GET", "/v1/config")
     conf = json.loads(b) if st == 200 else {}
