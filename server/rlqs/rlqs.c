@@ -325,6 +325,12 @@ static void on_step(void *data, rls_rlqs_fleet_op_t *op)
     } else {
         share = rls_rlqs_share(rls_rlqs_divided(r->limit), r->floor, op->n,
                                op->sum, op->demand);
+        /* A participant's first share is its floor at most: the others
+         * were assigned from views without it, and hold their shares
+         * until their next step; by its own next step they have theirs
+         * from views with it (docs/rlqs.md, "Joining"). */
+        if (p->kind == KIND_NONE && share > r->floor)
+            share = r->floor;
         if (share > UINT32_MAX)
             share = UINT32_MAX;
         if (share == 0) {
@@ -745,7 +751,7 @@ static void on_tick(uv_timer_t *t)
             pnext = pn->next;
             if (p->dead)
                 continue;
-            if (ab > 0 && now >= p->active_ms + (uint64_t)ab * 1000) {
+            if (rls_rlqs_abandon_due(p->active_ms, ab, now)) {
                 part_end(p, 1);
                 continue;
             }

@@ -64,4 +64,12 @@ static inline int rls_rlqs_expired(int have, uint64_t sent_ms, uint64_t ttl_ms,
     return !have || now_ms >= sent_ms + ttl_ms;
 }
 
+/* 1 when a bucket last reported with requests in it at active_ms is to be
+ * abandoned at now_ms: abandon_s passed without one (0: never). */
+static inline int rls_rlqs_abandon_due(uint64_t active_ms, uint32_t abandon_s,
+                                       uint64_t now_ms)
+{
+    return abandon_s > 0 && now_ms >= active_ms + (uint64_t)abandon_s * 1000;
+}
+
 #endif

@@ -23,7 +23,7 @@ cd "$(dirname "$0")/../.."
 
 TARGETS="request http check redis_reply rlm_batch conn envoy_conf rules grpc
 xds_conf handle cluster sentinel fitlog envenv json switches flags
-admin admin_api xds_client"
+admin admin_api xds_client rlqs_conf"
 
 jobs=${FUZZ_JOBS:-1}
 if [ "${1:-}" = -j ]; then
@@ -99,7 +99,10 @@ build() {
         envoy/service/discovery/v3/ads.proto envoy/config/core/v3/node.proto \
         ratelimit/config/ratelimit/v3/rls_conf.proto \
         google/protobuf/any.proto google/protobuf/struct.proto \
-        google/rpc/status.proto grpc/health/v1/health.proto) || return 1
+        google/rpc/status.proto grpc/health/v1/health.proto \
+        envoy/service/rate_limit_quota/v3/rlqs.proto \
+        envoy/type/v3/ratelimit_strategy.proto \
+        envoy/type/v3/token_bucket.proto) || return 1
     (cd "$out/gen.new" && find . -type f) | while read -r f; do
         mkdir -p "$(dirname "$out/gen/$f")"
         cmp -s "$out/gen.new/$f" "$out/gen/$f" || cp "$out/gen.new/$f" "$out/gen/$f"
