@@ -59,6 +59,9 @@ typedef struct part_s {
     char *bkey; /* the budget's store key */
     char member[64];
     uint64_t demand; /* requests per unit, 0 before the first step */
+    uint64_t dem_count; /* requests since dem_ms, for the next demand */
+    uint64_t dem_ms;
+    int dem_first;                     /* demand is the first report's alone */
     uint64_t pend_allowed, pend_count; /* reported since the last step */
     int pending;                       /* a report waits for a step */
     uint64_t step_ms;                  /* when the last step went */
@@ -355,9 +358,17 @@ static void step(part_t *p, uint64_t now)
     rls_rlqs_t *q = p->st->q;
     const rls_rlqs_rule_t *r = p->rule;
 
-    p->demand =
-        rls_rlqs_demand(p->demand, p->pend_count,
-                        p->step_ms == 0 ? 0 : now - p->step_ms, r->unit_s);
+    /* Demand is measured over RLS_RLQS_DEMAND_MS at least; the first
+     * report's alone stands until then, and is not averaged in. */
+    p->dem_count += p->pend_count;
+    if (p->demand == 0 || now >= p->dem_ms + RLS_RLQS_DEMAND_MS) {
+        p->demand =
+            rls_rlqs_demand(p->dem_first ? 0 : p->demand, p->dem_count,
+                            p->demand == 0 ? 0 : now - p->dem_ms, r->unit_s);
+        p->dem_first = p->dem_ms == 0;
+        p->dem_count = 0;
+        p->dem_ms = now;
+    }
     memset(&p->op, 0, sizeof(p->op));
     p->op.key = p->bkey;
     p->op.key_len = strlen(p->bkey);

@@ -56,6 +56,7 @@ int rls_rlqs_share_changed(uint64_t old, int have_old, uint64_t q)
     if (!have_old)
         return 1;
     if (old > q)
-        return (unsigned __int128)old * 20 > (unsigned __int128)q * 21;
+        return old > q + 1 &&
+               (unsigned __int128)old * 20 > (unsigned __int128)q * 21;
     return q > old + 1 && (unsigned __int128)(q - old) * 20 > old;
 }

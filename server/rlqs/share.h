@@ -22,12 +22,17 @@ uint64_t rls_rlqs_share(uint64_t limit, uint64_t floor, uint64_t n,
  * rounded up, at least 1 and at most q (and UINT32_MAX). */
 uint32_t rls_rlqs_burst(uint64_t q, double burst);
 
+/* How long a participant's requests are counted before its demand is
+ * measured again: rates over a second vary less with the reports'
+ * timing than rates over one report (Envoy may report every 100 ms). */
+#define RLS_RLQS_DEMAND_MS 1000
+
 /* A participant's demand in requests per unit of unit_s seconds, from its
- * previous demand (0: none yet) and count requests (allowed and denied)
- * over elapsed_ms (0: a first report, taken as one second's): the mean
- * of the previous demand and this report's rate, so a change shows in
- * one report and is half of it. At least 1 (a participant that asks for
- * nothing still counts: it gets its floor). */
+ * previous demand (0: none yet, or only its first report's) and count
+ * requests (allowed and denied) over elapsed_ms (0: a first report, taken
+ * as one second's): the mean of the previous demand and this rate, so a
+ * change shows at once and is half of it. At least 1 (a participant that
+ * asks for nothing still counts: it gets its floor). */
 uint64_t rls_rlqs_demand(uint64_t prev, uint64_t count, uint64_t elapsed_ms,
                          uint32_t unit_s);
 
@@ -41,11 +46,12 @@ static inline uint64_t rls_rlqs_divided(uint64_t limit)
 }
 
 /* Whether a new share q replaces the one last assigned (old; have_old 0:
- * none yet): when it is more than 5% below q's (old > q * 21 / 20) or
- * above old by more than 5% and 1 request. Each replacement hands the
- * Envoy a full bucket again (Envoy keeps its bucket only while the
- * assignment is unchanged), so small moves are not sent; the headroom of
- * rls_rlqs_divided covers an old share kept above the new one. */
+ * none yet): when old is above q by more than 5% and 1 request, or below
+ * it by as much. Each replacement hands the Envoy a full bucket again
+ * (Envoy keeps its bucket only while the assignment is unchanged), so
+ * small moves are not sent; the headroom of rls_rlqs_divided covers an
+ * old share kept 5% above the new one, and the 1 request adds at most
+ * one per participant. */
 int rls_rlqs_share_changed(uint64_t old, int have_old, uint64_t q);
 
 /* When an assignment of ttl_ms sent at sent_ms is renewed (the same one

@@ -85,8 +85,8 @@ static void test_divided(void **state)
     assert_int_equal(rls_rlqs_divided(300), 285);
     assert_int_equal(rls_rlqs_divided(21), 20);
     assert_int_equal(rls_rlqs_divided(1), 0);
-    /* Shares kept within 5% above the newest (what share_changed keeps)
-     * still add up to the limit. */
+    /* Shares kept above the newest (5% or 1 request: what share_changed
+     * keeps) add up to the limit and 1 per participant at most. */
     for (int trial = 0; trial < 20000; trial++) {
         uint64_t limit = 1 + rnd() % 100000, n = 1 + rnd() % 30, sum = 0;
         uint64_t d[30], kept = 0, i;
@@ -98,12 +98,12 @@ static void test_divided(void **state)
         for (i = 0; i < n; i++) {
             uint64_t q =
                 rls_rlqs_share(rls_rlqs_divided(limit), 1, n, sum, d[i]);
-            /* The largest old share that is kept: old * 20 <= q * 21. */
-            uint64_t old = q * 21 / 20;
+            /* The largest old share that is kept. */
+            uint64_t old = q * 21 / 20 > q + 1 ? q * 21 / 20 : q + 1;
             assert_false(rls_rlqs_share_changed(old, 1, q));
             kept += old;
         }
-        assert_true(kept <= limit);
+        assert_true(kept <= limit + n);
     }
 }
 
@@ -119,6 +119,10 @@ static void test_changed(void **state)
     assert_true(rls_rlqs_share_changed(100, 1, 106));
     assert_false(rls_rlqs_share_changed(5, 1, 6));
     assert_true(rls_rlqs_share_changed(5, 1, 7));
+    /* Down by 1 request is kept too (small shares would flip). */
+    assert_false(rls_rlqs_share_changed(20, 1, 19));
+    assert_false(rls_rlqs_share_changed(6, 1, 5));
+    assert_true(rls_rlqs_share_changed(7, 1, 5));
     assert_false(rls_rlqs_share_changed(100, 1, 100));
 }
 
