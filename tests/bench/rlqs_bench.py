@@ -2,10 +2,11 @@
 """RLQS benchmark: usage reports one rl-server takes, and what each costs
 it and its store.
 
-Usage: rlqs_bench.py RL_SERVER PROTO_DIR [redis-server] [STREAMS] [SECS]
+Usage: rlqs_bench.py RL_SERVER PROTO_DIR [redis-server|-] [STREAMS] [SECS]
+                     [BUDGETS]
 
-STREAMS RLQS streams (default 200; one bucket each, one budget shared by
-all) each send 40 reports a second (under the 50 a second a stream may
+STREAMS RLQS streams (default 200; one bucket each, spread over BUDGETS
+budgets, default 1: every stream shares one) each send 40 reports a second (under the 50 a second a stream may
 send) for SECS seconds (default 10), from asyncio grpc in this process.
 With min_report_ms 0 every report is a store step (the worst case; the
 default 100 ms coalesces a stream's reports into 10 steps a second).
@@ -32,6 +33,7 @@ RL_SERVER, PROTO_DIR = sys.argv[1], sys.argv[2]
 REDIS = sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] != "-" else None
 STREAMS = int(sys.argv[4]) if len(sys.argv) > 4 else 200
 SECS = float(sys.argv[5]) if len(sys.argv) > 5 else 10.0
+BUDGETS = int(sys.argv[6]) if len(sys.argv) > 6 else 1
 RATE = 40
 TMP = tempfile.mkdtemp(prefix="rl-rlqs-bench-")
 PROCS = []
@@ -44,7 +46,8 @@ from envoy.service.rate_limit_quota.v3 import rlqs_pb2_grpc  # noqa: E402
 CONF = os.path.join(TMP, "rlqs.yaml")
 with open(CONF, "w") as f:
     f.write("domain: envoy\nmin_report_ms: 0\nbuckets:\n"
-            "  - name: api\n    match: {name: api}\n    requests: 100000\n"
+            "  - name: api\n    match: {name: api, budget: \"*\"}\n"
+            "    requests: 100000\n"
             "    stale_ms: 5000\n")
 
 
@@ -75,21 +78,19 @@ async def one_stream(addr, i, stop_at, counts):
         stub = rlqs_pb2_grpc.RateLimitQuotaServiceStub(ch)
 
         async def gen():
-            n = 0
-            t0 = time.monotonic()
             while time.monotonic() < stop_at:
                 m = rlqs_pb2.RateLimitQuotaUsageReports(domain="envoy")
                 u = m.bucket_quota_usages.add(num_requests_allowed=5,
                                               num_requests_denied=1)
                 u.bucket_id.bucket["name"] = "api"
                 u.bucket_id.bucket["envoy"] = "e%d" % i
+                u.bucket_id.bucket["budget"] = "b%d" % (i % BUDGETS)
                 u.time_elapsed.seconds = 0
                 yield m
-                n += 1
                 counts[0] += 1
-                wait = t0 + n / RATE - time.monotonic()
-                if wait > 0:
-                    await asyncio.sleep(wait)
+                # Never faster than RATE, even after a stall (a stream may
+                # send 50 a second).
+                await asyncio.sleep(1.0 / RATE)
 
         call = stub.StreamRateLimitQuotas(gen())
         try:
@@ -133,9 +134,10 @@ def run(store_args, label, redis_port=None):
     s1 = metric(got["metrics"], "rl_rlqs_store_calls_total")
     reports = r1 - r0
     cpu = c1 - c0
-    print("%s: %d streams, %.0f reports in %.1f s = %.0f reports/s; "
-          "responses %d, streams ended early %d" %
-          (label, STREAMS, reports, dt, reports / dt, counts[1], counts[2]))
+    print("%s: %d streams on %d budgets, %.0f reports in %.1f s = %.0f "
+          "reports/s; responses %d, streams ended early %d" %
+          (label, STREAMS, BUDGETS, reports, dt, reports / dt, counts[1],
+           counts[2]))
     if reports > 0:
         print("  rl-server CPU %.2f s: %.1f us per report (one core: "
               "%.0f reports/s); store calls per report %.2f" %
