@@ -72,7 +72,7 @@ class FakeEnvoy:
     """One Envoy's filter: one RLQS stream to addr."""
 
     def __init__(self, addr, domain="envoy", interval_s=1.0,
-                 no_assignment=True, name="envoy"):
+                 no_assignment=True, name="envoy", creds=None):
         self.addr = addr
         self.domain = domain
         self.interval = interval_s
@@ -91,7 +91,8 @@ class FakeEnvoy:
         self.ended = None       # the stream's end: (code, details)
         self.ended_ev = threading.Event()
         self.got = threading.Condition(self.lock)
-        self.channel = grpc.insecure_channel(addr)
+        self.channel = (grpc.insecure_channel(addr) if creds is None else
+                        grpc.secure_channel(addr, creds))
         self.stub = rlqs_pb2_grpc.RateLimitQuotaServiceStub(self.channel)
         self.reporter = None
         self.reader = None

@@ -31,7 +31,8 @@ Also: the protocol's bounds (nonsense and floods answered with their gRPC
 status), a bucket no rule takes (the configured blanket rule), abandon
 after abandon_s, and the fail mode: Redis killed, a bucket keeps its last
 token bucket for its TTL, then gets the rule's fallback (deny_all here);
-Redis back, token buckets again."""
+Redis back, token buckets again. The memory store (one instance's own
+view); and the stream over the listener's TLS with --threads 2."""
 
 import os
 import subprocess
@@ -96,7 +97,7 @@ CONF_FILE = write("rlqs.yaml", CONF)
 class Server:
     started = 0
 
-    def __init__(self, redis_port):
+    def __init__(self, redis_port, extra=()):
         Server.started += 1
         n = Server.started
         ports = os.path.join(TMP, "server-%d.ports" % n)
@@ -105,6 +106,7 @@ class Server:
                 ports, "--rlqs-config", CONF_FILE]
         if redis_port is not None:
             args += ["--redis", "127.0.0.1:%d" % redis_port]
+        args += list(extra)
         self.log = open(os.path.join(TMP, "server-%d.log" % n), "w")
         self.p = subprocess.Popen(args, stderr=self.log)
         PROCS.append(self.p)
@@ -410,9 +412,56 @@ def test_memory():
         e.close()
 
 
+def openssl(*args):
+    subprocess.run(["openssl"] + list(args), check=True, capture_output=True,
+                   timeout=60)
+
+
+def test_tls():
+    """The same stream over the --grpc listener's TLS (--tls-listeners
+    grpc), with --threads 2 (each loop its own service; the memory store's
+    table shared)."""
+    p = lambda n: os.path.join(TMP, n)  # noqa: E731
+    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt",
+            "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj",
+            "/CN=rl test ca", "-keyout", p("ca.key"), "-out", p("ca.crt"))
+    write("server.ext", "subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    openssl("req", "-newkey", "ec", "-pkeyopt",
+            "ec_paramgen_curve:prime256v1", "-nodes", "-subj",
+            "/CN=rl test server", "-keyout", p("server.key"), "-out",
+            p("server.csr"))
+    openssl("x509", "-req", "-in", p("server.csr"), "-CA", p("ca.crt"),
+            "-CAkey", p("ca.key"), "-CAcreateserial", "-days", "2",
+            "-extfile", p("server.ext"), "-out", p("server.crt"))
+    with open(p("ca.crt"), "rb") as f:
+        creds = grpc.ssl_channel_credentials(root_certificates=f.read())
+    s = Server(None, ["--tls-cert", p("server.crt"), "--tls-key",
+                      p("server.key"), "--tls-listeners", "grpc",
+                      "--threads", "2"])
+    es = [rlqs_envoy.FakeEnvoy(s.addr, interval_s=T, name="t%d" % i,
+                               creds=creds) for i in range(2)]
+    tr = Traffic(es)
+    tr.rates = [400.0, 400.0]
+    tr.t.start()
+    ok = es[0].wait(lambda _: share_of(es[0]) + share_of(es[1]) >=
+                    DIVIDED * 0.9 and min(share_of(es[0]),
+                                          share_of(es[1])) > FLOOR, 10)
+    check(ok, "TLS, --threads 2: shares %d + %d, not near %d" %
+          (share_of(es[0]), share_of(es[1]), DIVIDED))
+    check(share_of(es[0]) + share_of(es[1]) <= DIVIDED + 2,
+          "TLS, --threads 2: the loops' shares add up past the limit")
+    tr.stop.set()
+    tr.t.join()
+    for e in es:
+        e.close()
+        check(e.ended is not None and e.ended[0] == grpc.StatusCode.OK,
+              "TLS: the stream ended %s" % (e.ended,))
+
+
 try:
     port, proc = rlt.start_redis(TMP, redis=REDIS, procs=PROCS)
     test_fleet(port, proc)
     test_memory()
+    test_tls()
 finally:
     rlt.end_run(FAILS, PROCS, TMP)
