@@ -20,29 +20,19 @@
 #include "base/log.h"
 #include "base/prom.h"
 #include "base/util.h"
-#include "envoy/service/rate_limit_quota/v3/rlqs.pb-c.h"
 #include "envoy/rls.h"
 #include "rl_error.h"
 #include "rlqs/fleet.h"
 #include "rlqs/share.h"
+#include "rlqs/wire.h"
 
 #define TICK_MS 200
-/* A canonical bucket id (escaped pairs) and a budget key, at most. */
-#define ID_MAX 2048
 
 typedef Envoy__Service__RateLimitQuota__V3__RateLimitQuotaUsageReports
     reports_t;
 typedef Envoy__Service__RateLimitQuota__V3__RateLimitQuotaUsageReports__BucketQuotaUsage
     usage_t;
-typedef Envoy__Service__RateLimitQuota__V3__BucketId bucket_id_t;
-typedef Envoy__Service__RateLimitQuota__V3__BucketId__BucketEntry entry_t;
-typedef Envoy__Service__RateLimitQuota__V3__RateLimitQuotaResponse resp_t;
-typedef Envoy__Service__RateLimitQuota__V3__RateLimitQuotaResponse__BucketAction
-    action_t;
-typedef Envoy__Service__RateLimitQuota__V3__RateLimitQuotaResponse__BucketAction__QuotaAssignmentAction
-    assign_t;
-typedef Envoy__Service__RateLimitQuota__V3__RateLimitQuotaResponse__BucketAction__AbandonAction
-    abandon_t;
+typedef rls_rlqs_entry_t entry_t;
 
 /* What was last assigned. */
 enum { KIND_NONE, KIND_BLANKET, KIND_BUCKET };
@@ -159,81 +149,27 @@ static void send_action(part_t *p, int what, int blanket, uint64_t q,
                         uint32_t b, uint32_t ttl_s)
 {
     rls_rlqs_stream_t *st = p->st;
-    entry_t ents[RLS_RLQS_PAIRS_MAX], *entp[RLS_RLQS_PAIRS_MAX];
-    bucket_id_t bid = ENVOY__SERVICE__RATE_LIMIT_QUOTA__V3__BUCKET_ID__INIT;
-    action_t act =
-        ENVOY__SERVICE__RATE_LIMIT_QUOTA__V3__RATE_LIMIT_QUOTA_RESPONSE__BUCKET_ACTION__INIT;
-    action_t *actp = &act;
-    assign_t as =
-        ENVOY__SERVICE__RATE_LIMIT_QUOTA__V3__RATE_LIMIT_QUOTA_RESPONSE__BUCKET_ACTION__QUOTA_ASSIGNMENT_ACTION__INIT;
-    abandon_t ab =
-        ENVOY__SERVICE__RATE_LIMIT_QUOTA__V3__RATE_LIMIT_QUOTA_RESPONSE__BUCKET_ACTION__ABANDON_ACTION__INIT;
-    resp_t resp =
-        ENVOY__SERVICE__RATE_LIMIT_QUOTA__V3__RATE_LIMIT_QUOTA_RESPONSE__INIT;
-    Google__Protobuf__Duration ttl = GOOGLE__PROTOBUF__DURATION__INIT;
-    Google__Protobuf__Duration fill = GOOGLE__PROTOBUF__DURATION__INIT;
-    Google__Protobuf__UInt32Value per = GOOGLE__PROTOBUF__UINT32_VALUE__INIT;
-    Envoy__Type__V3__RateLimitStrategy strat =
-        ENVOY__TYPE__V3__RATE_LIMIT_STRATEGY__INIT;
-    Envoy__Type__V3__TokenBucket tb = ENVOY__TYPE__V3__TOKEN_BUCKET__INIT;
+    rls_rlqs_action_t a;
     uint8_t stackbuf[4096], *buf = stackbuf;
     size_t len;
-    uint32_t i;
 
     if (st->ended || st->closed)
         return;
-    for (i = 0; i < p->npairs; i++) {
-        entry_t e =
-            ENVOY__SERVICE__RATE_LIMIT_QUOTA__V3__BUCKET_ID__BUCKET_ENTRY__INIT;
-        ents[i] = e;
-        ents[i].key = p->keys[i];
-        ents[i].value = p->vals[i];
-        entp[i] = &ents[i];
-    }
-    bid.n_bucket = p->npairs;
-    bid.bucket = entp;
-    act.bucket_id = &bid;
-    if (what == KIND_NONE) {
-        act.bucket_action_case =
-            ENVOY__SERVICE__RATE_LIMIT_QUOTA__V3__RATE_LIMIT_QUOTA_RESPONSE__BUCKET_ACTION__BUCKET_ACTION_ABANDON_ACTION;
-        act.abandon_action = &ab;
-    } else {
-        act.bucket_action_case =
-            ENVOY__SERVICE__RATE_LIMIT_QUOTA__V3__RATE_LIMIT_QUOTA_RESPONSE__BUCKET_ACTION__BUCKET_ACTION_QUOTA_ASSIGNMENT_ACTION;
-        act.quota_assignment_action = &as;
-        /* Envoy reads the TTL's seconds only. */
-        ttl.seconds = ttl_s;
-        as.assignment_time_to_live = &ttl;
-        as.rate_limit_strategy = &strat;
-        if (what == KIND_BLANKET) {
-            strat.strategy_case =
-                ENVOY__TYPE__V3__RATE_LIMIT_STRATEGY__STRATEGY_BLANKET_RULE;
-            strat.blanket_rule =
-                blanket == RLS_RLQS_DENY_ALL
-                    ? ENVOY__TYPE__V3__RATE_LIMIT_STRATEGY__BLANKET_RULE__DENY_ALL
-                    : ENVOY__TYPE__V3__RATE_LIMIT_STRATEGY__BLANKET_RULE__ALLOW_ALL;
-        } else {
-            strat.strategy_case =
-                ENVOY__TYPE__V3__RATE_LIMIT_STRATEGY__STRATEGY_TOKEN_BUCKET;
-            strat.token_bucket = &tb;
-            tb.max_tokens = b;
-            per.value = (uint32_t)q;
-            tb.tokens_per_fill = &per;
-            /* Whole seconds: Envoy's filter divides by the interval's
-             * seconds. */
-            fill.seconds = p->rule->unit_s;
-            tb.fill_interval = &fill;
-        }
-    }
-    resp.n_bucket_action = 1;
-    resp.bucket_action = &actp;
-    len =
-        envoy__service__rate_limit_quota__v3__rate_limit_quota_response__get_packed_size(
-            &resp);
+    a.keys = (const char *const *)p->keys;
+    a.vals = (const char *const *)p->vals;
+    a.npairs = p->npairs;
+    a.what = what == KIND_NONE      ? RLS_RLQS_ABANDON
+             : what == KIND_BLANKET ? RLS_RLQS_BLANKET
+                                    : RLS_RLQS_BUCKET;
+    a.blanket = blanket;
+    a.per_fill = q > UINT32_MAX ? UINT32_MAX : (uint32_t)q;
+    a.max_tokens = b;
+    a.fill_s = p->rule != NULL ? p->rule->unit_s : 1;
+    a.ttl_s = ttl_s;
+    len = rls_rlqs_action_size(&a);
     if (len > sizeof(stackbuf) && (buf = malloc(len)) == NULL)
         return; /* the next report tries again */
-    envoy__service__rate_limit_quota__v3__rate_limit_quota_response__pack(&resp,
-                                                                          buf);
+    rls_rlqs_action_pack(&a, buf);
     st->sink.send(st->sink.arg, buf, len);
     if (buf != stackbuf)
         free(buf);
@@ -390,74 +326,6 @@ static void step(part_t *p, uint64_t now)
 /* ------------------------------------------------------------------------ */
 /* Reports */
 
-/* Appends s escaped (bytes outside [A-Za-z0-9_.-] as %XX) to dst at *k;
- * 0, or -1 past cap. */
-static int esc(char *dst, size_t cap, size_t *k, const char *s)
-{
-    static const char hex[] = "0123456789ABCDEF";
-
-    for (; *s != '\0'; s++) {
-        unsigned char c = (unsigned char)*s;
-        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-            (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-') {
-            if (*k + 1 >= cap)
-                return -1;
-            dst[(*k)++] = (char)c;
-        } else {
-            if (*k + 3 >= cap)
-                return -1;
-            dst[(*k)++] = '%';
-            dst[(*k)++] = hex[c >> 4];
-            dst[(*k)++] = hex[c & 15];
-        }
-    }
-    dst[*k] = '\0';
-    return 0;
-}
-
-static int cmp_entry(const void *a, const void *b)
-{
-    const entry_t *x = *(const entry_t *const *)a;
-    const entry_t *y = *(const entry_t *const *)b;
-
-    return strcmp(x->key, y->key);
-}
-
-/* A bucket id checked (1 to RLS_RLQS_PAIRS_MAX pairs, keys and values
- * non-empty and short, no key twice) and sorted into e; its canonical
- * text into id. Returns NULL or why it is refused. */
-static const char *bucket_check(const bucket_id_t *bid, entry_t **e, char *id,
-                                size_t cap)
-{
-    size_t i, k = 0;
-
-    if (bid == NULL || bid->n_bucket == 0)
-        return "a bucket_id with no pairs";
-    if (bid->n_bucket > RLS_RLQS_PAIRS_MAX)
-        return "a bucket_id with more than 16 pairs";
-    for (i = 0; i < bid->n_bucket; i++) {
-        e[i] = bid->bucket[i];
-        if (e[i]->key[0] == '\0' || e[i]->value[0] == '\0')
-            return "a bucket_id with an empty key or value";
-        if (strlen(e[i]->key) > RLS_RLQS_NAME_MAX ||
-            strlen(e[i]->value) > RLS_RLQS_VALUE_MAX)
-            return "a bucket_id key or value too long";
-    }
-    qsort(e, bid->n_bucket, sizeof(*e), cmp_entry);
-    for (i = 0; i < bid->n_bucket; i++) {
-        if (i > 0 && strcmp(e[i - 1]->key, e[i]->key) == 0)
-            return "a bucket_id with a key twice";
-        if (esc(id, cap, &k, e[i]->key) != 0 || k + 1 >= cap)
-            return "a bucket_id too long";
-        id[k++] = '=';
-        if (esc(id, cap, &k, e[i]->value) != 0 || k + 1 >= cap)
-            return "a bucket_id too long";
-        id[k++] = ',';
-        id[k] = '\0';
-    }
-    return NULL;
-}
-
 static part_t *part_find(rls_rlqs_stream_t *st, const char *id)
 {
     rls_list_t *n;
@@ -468,37 +336,6 @@ static part_t *part_find(rls_rlqs_stream_t *st, const char *id)
             return p;
     }
     return NULL;
-}
-
-/* The budget's key: "<prefix>rlqs{<rule>:<v1>|<v2>...}", the values of
- * the rule's keys in its order (a "*" key's value names the budget). */
-static char *budget_key(const rls_rlqs_t *q, const rls_rlqs_rule_t *r,
-                        entry_t **e, size_t n)
-{
-    char buf[ID_MAX];
-    size_t k = 0, i;
-    uint32_t j;
-    int w = snprintf(buf, sizeof(buf), "%srlqs{", q->prefix);
-
-    if (w < 0 || (size_t)w >= sizeof(buf))
-        return NULL;
-    k = (size_t)w;
-    if (esc(buf, sizeof(buf), &k, r->name) != 0)
-        return NULL;
-    for (j = 0; j < r->nmatch; j++) {
-        for (i = 0; i < n && strcmp(e[i]->key, r->keys[j]) != 0; i++)
-            ;
-        if (i == n || k + 2 >= sizeof(buf))
-            return NULL;
-        buf[k++] = j == 0 ? ':' : '|';
-        if (esc(buf, sizeof(buf), &k, e[i]->value) != 0)
-            return NULL;
-    }
-    if (k + 2 >= sizeof(buf))
-        return NULL;
-    buf[k++] = '}';
-    buf[k] = '\0';
-    return strdup(buf);
 }
 
 static part_t *part_new(rls_rlqs_stream_t *st, entry_t **e, size_t n,
@@ -531,7 +368,8 @@ static part_t *part_new(rls_rlqs_stream_t *st, entry_t **e, size_t n,
     }
     p->npairs = (uint32_t)n;
     p->rule = rls_rlqs_conf_match(q->conf, keys, vals, n);
-    if (p->rule != NULL && (p->bkey = budget_key(q, p->rule, e, n)) == NULL) {
+    if (p->rule != NULL &&
+        (p->bkey = rls_rlqs_budget_key(q->prefix, p->rule, e, n)) == NULL) {
         free(p->pairs);
         free(p->id);
         free(p);
@@ -584,12 +422,13 @@ static void report(rls_rlqs_stream_t *st, const usage_t *u, uint64_t now)
 {
     rls_rlqs_t *q = st->q;
     entry_t *e[RLS_RLQS_PAIRS_MAX];
-    char id[ID_MAX];
+    char id[RLS_RLQS_ID_MAX];
     const char *why;
     part_t *p;
     uint64_t count;
 
-    if ((why = bucket_check(u->bucket_id, e, id, sizeof(id))) != NULL) {
+    if ((why = rls_rlqs_bucket_check(u->bucket_id, e, id, sizeof(id))) !=
+        NULL) {
         q->stats.bad_reports++;
         end_stream(st, RLS_GRPC_INVALID_ARGUMENT, why);
         return;

@@ -31,8 +31,6 @@
  * sends one report per reporting_interval and one per new bucket. */
 #define RLS_RLQS_BUCKETS_PER_STREAM 1024
 #define RLS_RLQS_MSGS_PER_S 50
-/* Pairs in one bucket id. */
-#define RLS_RLQS_PAIRS_MAX 16
 /* Streams open on one loop (past it a new one is RESOURCE_EXHAUSTED). */
 #define RLS_RLQS_STREAMS_MAX 65536
 

@@ -17,6 +17,7 @@
 #include "rl_error.h"
 #include "rlqs/conf.h"
 #include "rlqs/share.h"
+#include "rlqs/wire.h"
 
 static uint64_t rnd_state = 88172645463325252ULL;
 
@@ -253,6 +254,177 @@ static void test_conf(void **state)
     rls_rlqs_conf_free(NULL);
 }
 
+/* A bucket id of n pairs from kv (key, value, ...). */
+typedef struct {
+    rls_rlqs_entry_t ents[RLS_RLQS_PAIRS_MAX + 1];
+    rls_rlqs_entry_t *entp[RLS_RLQS_PAIRS_MAX + 1];
+    rls_rlqs_bid_t bid;
+} bid_fx_t;
+
+static rls_rlqs_bid_t *bid_of(bid_fx_t *f, const char *const *kv, size_t n)
+{
+    static const rls_rlqs_entry_t e0 =
+        ENVOY__SERVICE__RATE_LIMIT_QUOTA__V3__BUCKET_ID__BUCKET_ENTRY__INIT;
+    static const rls_rlqs_bid_t b0 =
+        ENVOY__SERVICE__RATE_LIMIT_QUOTA__V3__BUCKET_ID__INIT;
+    size_t i;
+
+    f->bid = b0;
+    for (i = 0; i < n; i++) {
+        f->ents[i] = e0;
+        f->ents[i].key = (char *)kv[2 * i];
+        f->ents[i].value = (char *)kv[2 * i + 1];
+        f->entp[i] = &f->ents[i];
+    }
+    f->bid.n_bucket = n;
+    f->bid.bucket = f->entp;
+    return &f->bid;
+}
+
+static void test_bucket_id(void **state)
+{
+    const char *ab[] = {"b", "2", "a", "1"}, *ba[] = {"a", "1", "b", "2"};
+    const char *odd[] = {"k y", "v=1,x"}, *dup[] = {"a", "1", "a", "2"};
+    const char *empty[] = {"a", ""}, *sev[] = {"a", "1", "b", "2"};
+    char id1[RLS_RLQS_ID_MAX], id2[RLS_RLQS_ID_MAX], big[300], tiny[8];
+    rls_rlqs_entry_t *e[RLS_RLQS_PAIRS_MAX];
+    const char *many[2 * (RLS_RLQS_PAIRS_MAX + 1)];
+    char names[RLS_RLQS_PAIRS_MAX + 1][4];
+    bid_fx_t f;
+    size_t i;
+
+    (void)state;
+    /* Order does not matter (Envoy: {a, b} and {b, a} are one bucket). */
+    assert_null(rls_rlqs_bucket_check(bid_of(&f, ab, 2), e, id1, sizeof(id1)));
+    assert_string_equal(e[0]->key, "a");
+    assert_null(rls_rlqs_bucket_check(bid_of(&f, ba, 2), e, id2, sizeof(id2)));
+    assert_string_equal(id1, id2);
+    assert_string_equal(id1, "a=1,b=2,");
+    /* Escaped, so that no pair reads as two. */
+    assert_null(rls_rlqs_bucket_check(bid_of(&f, odd, 1), e, id1, sizeof(id1)));
+    assert_string_equal(id1, "k%20y=v%3D1%2Cx,");
+    /* Refused. */
+    assert_non_null(rls_rlqs_bucket_check(NULL, e, id1, sizeof(id1)));
+    assert_non_null(
+        rls_rlqs_bucket_check(bid_of(&f, ab, 0), e, id1, sizeof(id1)));
+    assert_non_null(
+        rls_rlqs_bucket_check(bid_of(&f, dup, 2), e, id1, sizeof(id1)));
+    assert_non_null(
+        rls_rlqs_bucket_check(bid_of(&f, empty, 1), e, id1, sizeof(id1)));
+    memset(big, 'v', sizeof(big));
+    big[RLS_RLQS_VALUE_MAX + 1] = '\0';
+    sev[1] = big;
+    assert_non_null(
+        rls_rlqs_bucket_check(bid_of(&f, sev, 1), e, id1, sizeof(id1)));
+    big[RLS_RLQS_VALUE_MAX] = '\0';
+    assert_null(rls_rlqs_bucket_check(bid_of(&f, sev, 1), e, id1, sizeof(id1)));
+    assert_non_null(
+        rls_rlqs_bucket_check(bid_of(&f, ab, 2), e, tiny, sizeof(tiny)));
+    for (i = 0; i <= RLS_RLQS_PAIRS_MAX; i++) {
+        snprintf(names[i], sizeof(names[i]), "k%zu", i);
+        many[2 * i] = names[i];
+        many[2 * i + 1] = "v";
+    }
+    assert_null(rls_rlqs_bucket_check(bid_of(&f, many, RLS_RLQS_PAIRS_MAX), e,
+                                      id1, sizeof(id1)));
+    assert_non_null(rls_rlqs_bucket_check(
+        bid_of(&f, many, RLS_RLQS_PAIRS_MAX + 1), e, id1, sizeof(id1)));
+}
+
+static void test_budget_key(void **state)
+{
+    rls_rlqs_rule_t r;
+    rls_rlqs_entry_t *e[RLS_RLQS_PAIRS_MAX];
+    const char *kv[] = {"tenant", "a b", "name", "api", "extra", "x"};
+    char id[RLS_RLQS_ID_MAX];
+    bid_fx_t f;
+    char *k;
+
+    (void)state;
+    memset(&r, 0, sizeof(r));
+    strcpy(r.name, "per-tenant");
+    r.nmatch = 2;
+    strcpy(r.keys[0], "name");
+    strcpy(r.vals[0], "api");
+    strcpy(r.keys[1], "tenant");
+    strcpy(r.vals[1], "*");
+    assert_null(rls_rlqs_bucket_check(bid_of(&f, kv, 3), e, id, sizeof(id)));
+    /* The rule's keys in its order; a key beyond them does not split. */
+    k = rls_rlqs_budget_key("rl:", &r, e, 3);
+    assert_non_null(k);
+    assert_string_equal(k, "rl:rlqs{per-tenant:api|a%20b}");
+    free(k);
+    /* A key of the rule missing: no budget. */
+    assert_null(rls_rlqs_budget_key("rl:", &r, e + 1, 1));
+}
+
+static void test_action(void **state)
+{
+    const char *keys[] = {"name", "tenant"}, *vals[] = {"api", "t1"};
+    rls_rlqs_action_t a = {keys, vals, 2, RLS_RLQS_BUCKET, 0, 285, 29, 1, 10};
+    Envoy__Service__RateLimitQuota__V3__RateLimitQuotaResponse *r;
+    uint8_t buf[512];
+    size_t n;
+    int what;
+
+    (void)state;
+    for (what = RLS_RLQS_ABANDON; what <= RLS_RLQS_BUCKET; what++) {
+        a.what = what;
+        a.blanket = RLS_RLQS_DENY_ALL;
+        n = rls_rlqs_action_size(&a);
+        assert_true(n > 0 && n <= sizeof(buf));
+        rls_rlqs_action_pack(&a, buf);
+        r = envoy__service__rate_limit_quota__v3__rate_limit_quota_response__unpack(
+            NULL, n, buf);
+        assert_non_null(r);
+        assert_int_equal(r->n_bucket_action, 1);
+        assert_int_equal(r->bucket_action[0]->bucket_id->n_bucket, 2);
+        assert_string_equal(r->bucket_action[0]->bucket_id->bucket[1]->value,
+                            "t1");
+        if (what == RLS_RLQS_ABANDON) {
+            assert_int_equal(
+                r->bucket_action[0]->bucket_action_case,
+                ENVOY__SERVICE__RATE_LIMIT_QUOTA__V3__RATE_LIMIT_QUOTA_RESPONSE__BUCKET_ACTION__BUCKET_ACTION_ABANDON_ACTION);
+        } else {
+            const Envoy__Service__RateLimitQuota__V3__RateLimitQuotaResponse__BucketAction__QuotaAssignmentAction
+                *q = r->bucket_action[0]->quota_assignment_action;
+            assert_non_null(q);
+            assert_int_equal(q->assignment_time_to_live->seconds, 10);
+            if (what == RLS_RLQS_BLANKET) {
+                assert_int_equal(
+                    q->rate_limit_strategy->strategy_case,
+                    ENVOY__TYPE__V3__RATE_LIMIT_STRATEGY__STRATEGY_BLANKET_RULE);
+                assert_int_equal(
+                    q->rate_limit_strategy->blanket_rule,
+                    ENVOY__TYPE__V3__RATE_LIMIT_STRATEGY__BLANKET_RULE__DENY_ALL);
+            } else {
+                const Envoy__Type__V3__TokenBucket *tb =
+                    q->rate_limit_strategy->token_bucket;
+                assert_non_null(tb);
+                assert_int_equal(tb->max_tokens, 29);
+                assert_int_equal(tb->tokens_per_fill->value, 285);
+                assert_int_equal(tb->fill_interval->seconds, 1);
+            }
+        }
+        envoy__service__rate_limit_quota__v3__rate_limit_quota_response__free_unpacked(
+            r, NULL);
+    }
+    /* ALLOW_ALL is 0, and still sent: the oneof says which. */
+    a.what = RLS_RLQS_BLANKET;
+    a.blanket = RLS_RLQS_ALLOW_ALL;
+    n = rls_rlqs_action_size(&a);
+    rls_rlqs_action_pack(&a, buf);
+    r = envoy__service__rate_limit_quota__v3__rate_limit_quota_response__unpack(
+        NULL, n, buf);
+    assert_non_null(r);
+    assert_int_equal(
+        r->bucket_action[0]
+            ->quota_assignment_action->rate_limit_strategy->strategy_case,
+        ENVOY__TYPE__V3__RATE_LIMIT_STRATEGY__STRATEGY_BLANKET_RULE);
+    envoy__service__rate_limit_quota__v3__rate_limit_quota_response__free_unpacked(
+        r, NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -264,6 +436,9 @@ int main(void)
         cmocka_unit_test(test_demand),
         cmocka_unit_test(test_ttl_abandon),
         cmocka_unit_test(test_conf),
+        cmocka_unit_test(test_bucket_id),
+        cmocka_unit_test(test_budget_key),
+        cmocka_unit_test(test_action),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
