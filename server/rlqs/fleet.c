@@ -36,8 +36,11 @@ typedef struct budget_s {
     struct budget_s *next;
     char *key;
     uint64_t window, used;
+    /* As the script's summary: the members' count and demands' sum,
+     * moved by each step, counted again at `sweep`. */
+    uint64_t n, sum, sweep;
     member_t *m;
-    size_t n, cap;
+    size_t nm, cap;
 } budget_t;
 
 static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -68,13 +71,24 @@ static uint64_t fnv(const char *p, size_t n)
     return h;
 }
 
+static void member_drop(budget_t *b, size_t k)
+{
+    free(b->m[k].id);
+    b->m[k] = b->m[--b->nm];
+    mem_members--;
+}
+
+/* store/rlqs.lua's step on the process's table, the same arithmetic (its
+ * tests: tests/server/store/test_rlqs_fleet.c); a budget left with no
+ * participant is freed. Under mem_lock. */
 static int mem_step(rls_rlqs_fleet_op_t *op)
 {
     budget_t **pp = &mem_slots[fnv(op->key, op->key_len) % MEM_SLOTS], *b;
-    uint64_t window = op->now_ms / (op->window_ms ? op->window_ms : 1);
+    uint64_t window = op->now_ms / op->window_ms;
+    int64_t n, sum;
     size_t i, k;
 
-    for (b = *pp; b != NULL; b = b->next)
+    for (; (b = *pp) != NULL; pp = &b->next)
         if (strlen(b->key) == op->key_len &&
             memcmp(b->key, op->key, op->key_len) == 0)
             break;
@@ -89,54 +103,69 @@ static int mem_step(rls_rlqs_fleet_op_t *op)
         b->next = *pp;
         *pp = b;
     }
-    for (k = 0; k < b->n; k++)
+    n = (int64_t)b->n;
+    sum = (int64_t)b->sum;
+    for (k = 0; k < b->nm; k++)
         if (strlen(b->m[k].id) == op->member_len &&
             memcmp(b->m[k].id, op->member, op->member_len) == 0)
             break;
+    if (k < b->nm) {
+        n--;
+        sum -= (int64_t)b->m[k].demand;
+    }
     if (op->leave) {
-        if (k < b->n) {
-            free(b->m[k].id);
-            b->m[k] = b->m[--b->n];
-            mem_members--;
+        if (k < b->nm)
+            member_drop(b, k);
+    } else {
+        if (b->window != window) {
+            b->window = window;
+            b->used = 0;
         }
-        return 0;
-    }
-    if (b->window != window) {
-        b->window = window;
-        b->used = 0;
-    }
-    b->used += op->allowed;
-    if (k == b->n) {
-        member_t *m = b->m;
-        if (mem_members >= MEM_MEMBERS_MAX)
-            return RL_ENOMEM;
-        if (b->n == b->cap) {
-            size_t cap = b->cap ? b->cap * 2 : 8;
-            if ((m = realloc(b->m, cap * sizeof(*m))) == NULL)
+        b->used += op->allowed;
+        op->used = b->used;
+        if (k == b->nm) {
+            if (mem_members >= MEM_MEMBERS_MAX)
                 return RL_ENOMEM;
-            b->m = m;
-            b->cap = cap;
+            if (b->nm == b->cap) {
+                size_t cap = b->cap ? b->cap * 2 : 8;
+                member_t *m = realloc(b->m, cap * sizeof(*m));
+                if (m == NULL)
+                    return RL_ENOMEM;
+                b->m = m;
+                b->cap = cap;
+            }
+            if ((b->m[k].id = strndup(op->member, op->member_len)) == NULL)
+                return RL_ENOMEM;
+            b->nm++;
+            mem_members++;
         }
-        if ((b->m[k].id = strndup(op->member, op->member_len)) == NULL)
-            return RL_ENOMEM;
-        b->n++;
-        mem_members++;
+        b->m[k].demand = op->demand;
+        b->m[k].last_ms = op->now_ms;
+        n++;
+        sum += (int64_t)op->demand;
     }
-    b->m[k].demand = op->demand;
-    b->m[k].last_ms = op->now_ms;
-    op->used = b->used;
-    op->n = 0;
-    op->sum = 0;
-    for (i = 0; i < b->n;) {
-        if (op->now_ms > b->m[i].last_ms + op->stale_ms) {
-            free(b->m[i].id);
-            b->m[i] = b->m[--b->n];
-            mem_members--;
-            continue;
+    if (op->now_ms >= b->sweep || n < 0 || sum < 0) {
+        n = sum = 0;
+        for (i = 0; i < b->nm;) {
+            if (op->now_ms > b->m[i].last_ms + op->stale_ms) {
+                member_drop(b, i);
+                continue;
+            }
+            n++;
+            sum += (int64_t)b->m[i].demand;
+            i++;
         }
-        op->n++;
-        op->sum += b->m[i].demand;
-        i++;
+        b->sweep = op->now_ms + op->stale_ms / 2;
+    }
+    b->n = (uint64_t)n;
+    b->sum = (uint64_t)sum;
+    op->n = b->n;
+    op->sum = b->sum;
+    if (b->nm == 0) {
+        *pp = b->next;
+        free(b->m);
+        free(b->key);
+        free(b);
     }
     return 0;
 }
@@ -185,8 +214,8 @@ static void on_reply(void *data, void *reply)
 static int send_req(fleet_req_t *q, int eval)
 {
     rls_rlqs_fleet_op_t *op = q->op;
-    const char *argv[12];
-    size_t lens[12];
+    const char *argv[13];
+    size_t lens[13];
     char demand[24], allowed[24], now[24], stale[24], ttl[24];
     int argc = 0;
 
@@ -198,7 +227,7 @@ static int send_req(fleet_req_t *q, int eval)
         ARG("EVALSHA", 7);
         ARG(fleet_sha, 40);
     }
-    ARG("2", 1);
+    ARG("3", 1);
     ARG(op->key, op->key_len);
     /* The window's counter: "<key>:u<index>", of the budget's slot. */
     {
@@ -209,6 +238,15 @@ static int send_req(fleet_req_t *q, int eval)
         if (n < 0 || (size_t)n >= sizeof(ukey))
             return RL_EINVAL;
         ARG(ukey, (size_t)n);
+    }
+    /* Its summary: "<key>:s". */
+    {
+        static __thread char skey[1024 + 4];
+        int n =
+            snprintf(skey, sizeof(skey), "%.*s:s", (int)op->key_len, op->key);
+        if (n < 0 || (size_t)n >= sizeof(skey))
+            return RL_EINVAL;
+        ARG(skey, (size_t)n);
     }
     ARG(op->member, op->member_len);
     ARG(demand, rl_put_u64(demand, op->demand));

@@ -1,10 +1,12 @@
 /* RLQS's view of the fleet (fleet.c): per budget, the participants that
  * report it (an Envoy's stream of one bucket, on any rl-server instance)
  * with their recent demand, and the requests they admitted in the current
- * window. Through a Redis store (one script call, store/rlqs.lua, through
- * the store's command(): several instances behind a load balancer divide
- * one budget); with the memory store, a table in this process (every
- * loop of --threads shares it; instances do not). */
+ * window. A participant silent past stale_ms is dropped at the next sweep
+ * (every stale_ms / 2): it counts for stale_ms to 1.5 stale_ms. Through a Redis
+ * store (one script call, store/rlqs.lua, through the store's command():
+ * several instances behind a load balancer divide one budget); with the memory
+ * store, a table in this process (every loop of --threads shares it; instances
+ * do not). */
 #ifndef RLS_RLQS_FLEET_H
 #define RLS_RLQS_FLEET_H
 

@@ -24,7 +24,8 @@ Over the whole run, the admitted total is at most L per second plus the
 same extras. No Envoy is starved: each is assigned at least its floor
 (5/s), so one asking for more admits at least 80% of 5 a second over a
 phase. One that goes away stops holding budget: closed, its entry leaves
-the fleet at once; silent, after stale_ms (1.5 s); the shares of the
+the fleet at once; silent, after stale_ms to 1.5 stale_ms (1.5 to 2.25
+s: the store sweeps every stale_ms / 2); the shares of the
 others then add up to 285 again (within 5%: what they keep).
 
 Also: the protocol's bounds (nonsense and floods answered with their gRPC
