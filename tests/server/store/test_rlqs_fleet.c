@@ -3,7 +3,9 @@
  * same scripted steps at given instants: the window's usage, the live
  * participants and their demands' sum agree after every step (joins,
  * reports, a new window, a leave, participants dropped as stale at the
- * sweep and not before), and the Redis keys expire. */
+ * sweep and not before), and the Redis keys expire. With RLT_RLQS_CLUSTER
+ * naming a node ("host:port", tests/cluster's rcluster_rlqs), the same
+ * steps through the Redis Cluster store, on budgets of every master. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +17,7 @@
 #include "rl_error.h"
 #include "rlqs/fleet.h"
 #include "store/memory.h"
+#include "store/redis_cluster.h"
 #include "store_redis_fx.h"
 
 typedef struct {
@@ -62,8 +65,13 @@ static void on_op(void *data, rls_rlqs_fleet_op_t *op)
     c->got = *op;
 }
 
-static void run_steps(fx_t *f, rls_store_t *st, const char *key, uint64_t t0,
-                      const char *what)
+static void on_wake(uv_timer_t *t)
+{
+    (void)t;
+}
+
+static void run_steps(uv_loop_t *loop, rls_store_t *st, const char *key,
+                      uint64_t t0, const char *what)
 {
     size_t i;
 
@@ -84,7 +92,16 @@ static void run_steps(fx_t *f, rls_store_t *st, const char *key, uint64_t t0,
         op.stale_ms = 1000;
         op.leave = s->leave;
         rls_rlqs_fleet_submit(st, &op, on_op, &c);
-        RUN_UNTIL(f, c.calls > 0, 5000);
+        {
+            uint64_t dl = rlt_mono_ms() + 5000;
+            uv_timer_t t;
+            uv_timer_init(loop, &t);
+            uv_timer_start(&t, on_wake, 5, 5);
+            while (c.calls == 0 && rlt_mono_ms() < dl)
+                uv_run(loop, UV_RUN_ONCE);
+            uv_close((uv_handle_t *)&t, NULL);
+            uv_run(loop, UV_RUN_NOWAIT);
+        }
         assert_int_equal(c.calls, 1);
         if (c.got.err != 0)
             fail_msg("%s step %zu: err %d", what, i, c.got.err);
@@ -110,8 +127,8 @@ static void test_agree(void **state)
     assert_non_null(mem);
     open_store(f, f->redis.port, 2000, 0);
     wait_up(f, 5000);
-    run_steps(f, f->st, "rl:rlqs{t:agree}", t0, "redis");
-    run_steps(f, mem, "rl:rlqs{t:agree}", t0, "memory");
+    run_steps(&f->loop, f->st, "rl:rlqs{t:agree}", t0, "redis");
+    run_steps(&f->loop, mem, "rl:rlqs{t:agree}", t0, "memory");
     /* Every key the script made expires (4 stale_ms; the counters two
      * windows and a second). */
     assert_true(assert_all_keys_expire(f, 4000) >= 3);
@@ -151,12 +168,71 @@ static void test_down(void **state)
     assert_int_equal(c.got.err, RL_EINVAL);
 }
 
+static void on_closed(void *arg)
+{
+    (*(int *)arg)++;
+}
+
+/* The steps through the cluster store, on 12 budgets (their hash tags
+ * spread over the masters). */
+static void test_cluster(void **state)
+{
+    const char *spec = getenv("RLT_RLQS_CLUSTER");
+    rls_cluster_opts_t o;
+    uv_loop_t loop;
+    uv_timer_t t;
+    rls_store_t *st;
+    char host[64], key[64], what[32];
+    int port, done = 0, i;
+    uint64_t dl, t0;
+
+    (void)state;
+    if (spec == NULL || sscanf(spec, "%63[^:]:%d", host, &port) != 2) {
+        print_message("RLT_RLQS_CLUSTER not set: no cluster run\n");
+        skip();
+    }
+    uv_loop_init(&loop);
+    memset(&o, 0, sizeof(o));
+    o.hosts[0] = host;
+    o.ports[0] = port;
+    o.nseeds = 1;
+    o.timeout_ms = 2000;
+    o.grace_ms = 1000;
+    st = rls_store_cluster_new(&loop, &o);
+    assert_non_null(st);
+    uv_timer_init(&loop, &t);
+    uv_timer_start(&t, on_wake, 10, 10);
+    dl = rlt_mono_ms() + 10000;
+    while (!st->v->up(st) && rlt_mono_ms() < dl)
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_true(st->v->up(st));
+    t0 = (st->v->now_ms(st) / 1000 + 1) * 1000;
+    for (i = 0; i < 12; i++) {
+        snprintf(key, sizeof(key), "rl:rlqs{t:c%d}", i);
+        snprintf(what, sizeof(what), "cluster %d", i);
+        run_steps(&loop, st, key, t0, what);
+    }
+    uv_close((uv_handle_t *)&t, NULL);
+    st->v->close(st, on_closed, &done);
+    while (done == 0)
+        uv_run(&loop, UV_RUN_ONCE);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_agree, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_down, fx_setup, fx_teardown),
     };
+    const struct CMUnitTest cluster[] = {
+        cmocka_unit_test(test_cluster),
+    };
 
+    /* With a cluster given, that run alone (tests/cluster's
+     * rcluster_rlqs). */
+    if (getenv("RLT_RLQS_CLUSTER") != NULL)
+        return cmocka_run_group_tests(cluster, NULL, NULL);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
