@@ -197,6 +197,7 @@ struct gconn_s {
     uint32_t at_server;    /* calls started and not yet answered */
     uint32_t strikes;      /* header lists over the limit */
     uint32_t watches;      /* Watch streams open */
+    size_t rlqs_out;       /* RLQS responses queued, not yet drawn */
     unsigned writing : 1;
     unsigned goaway : 1;
     unsigned proven : 1;   /* completed a request: on g->proven */
@@ -360,6 +361,8 @@ static void stream_free_maybe(gstream_t *st)
         return;
     unwatch(st);
     rlqs_gone(st);
+    c->rlqs_out -= rl_buf_len(&st->rout);
+    c->g->owed -= rl_buf_len(&st->rout);
     rl_buf_free(&st->rout);
     if (st->started)
         rls_envoy_call_free(&st->call);
@@ -796,7 +799,8 @@ static void on_call_done(rls_envoy_call_t *call)
  * hold the connection from --idle-timeout, but each message it sends
  * counts as activity. Its input is held to --max-frame per message and
  * --max-partial-bytes with every other stream's; its output to
- * RLQS_OUT_MAX (past it the stream is reset). It ends when the client
+ * RLQS_OUT_MAX, and with the connection's owed answers to --max-output
+ * (past either the stream is reset). It ends when the client
  * ends it (OK), the service ends it (its status), or the server stops
  * (UNAVAILABLE). */
 
@@ -830,6 +834,8 @@ static ssize_t rlqs_body(nghttp2_session *s, int32_t id, uint8_t *buf,
             n = length;
         memcpy(buf, rl_buf_rptr(&st->rout), n);
         rl_buf_consume(&st->rout, n);
+        st->c->rlqs_out -= n;
+        st->c->g->owed -= n;
         return (ssize_t)n;
     }
     if (!st->rend)
@@ -872,7 +878,11 @@ static void sink_send(void *arg, const uint8_t *msg, size_t len)
 
     if (st->rend || st->closed || c->s.closing || c->h2 == NULL)
         return;
-    if (rl_frame_reserve(&st->rout, len, &payload) != RL_OK) {
+    /* The connection's answers and RLQS responses together are held to
+     * --max-output, as owed answers are; one stream to RLQS_OUT_MAX. */
+    if (c->owed_bytes + c->rlqs_out + len + RL_FRAME_HEADER >
+            c->g->set.opts.max_output ||
+        rl_frame_reserve(&st->rout, len, &payload) != RL_OK) {
         /* Its client does not take what it is sent. */
         c->g->rlqs_reset++;
         st->rend = 1;
@@ -883,6 +893,8 @@ static void sink_send(void *arg, const uint8_t *msg, size_t len)
     }
     memcpy(payload, msg, len);
     rl_frame_commit(&st->rout, len);
+    c->rlqs_out += len + RL_FRAME_HEADER;
+    c->g->owed += len + RL_FRAME_HEADER;
     rlqs_kick(st);
 }
 

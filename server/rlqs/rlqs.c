@@ -27,6 +27,9 @@
 #include "rlqs/wire.h"
 
 #define TICK_MS 200
+/* Chains of a stream's participants (a power of 2): 512 bytes a stream,
+ * and 1024 buckets 16 a chain. */
+#define PART_CHAINS 64
 
 typedef Envoy__Service__RateLimitQuota__V3__RateLimitQuotaUsageReports
     reports_t;
@@ -39,6 +42,8 @@ enum { KIND_NONE, KIND_BLANKET, KIND_BUCKET };
 
 typedef struct part_s {
     rls_list_t node; /* in its stream's parts */
+    struct part_s *hnext; /* in its stream's chain, while alive */
+    uint64_t hash;        /* of id */
     rls_rlqs_stream_t *st;
     const rls_rlqs_rule_t *rule; /* NULL: no rule takes it */
     uint32_t npairs;
@@ -73,6 +78,9 @@ struct rls_rlqs_stream_s {
     rls_rlqs_sink_t sink;
     rls_list_t parts; /* alive ones and dead ones waiting on the store */
     uint32_t nparts;  /* alive */
+    /* The alive ones by their id's hash: a report of 1024 buckets finds
+     * each in a chain of 16, not in a walk of them all. */
+    struct part_s *chains[PART_CHAINS];
     uint32_t nheld;   /* all on parts */
     uint64_t seq;
     char domain[RLS_RLQS_NAME_MAX + 1];
@@ -326,20 +334,39 @@ static void step(part_t *p, uint64_t now)
 /* ------------------------------------------------------------------------ */
 /* Reports */
 
-static part_t *part_find(rls_rlqs_stream_t *st, const char *id)
+static uint64_t id_hash(const char *id)
 {
-    rls_list_t *n;
+    uint64_t h = 1469598103934665603ULL;
 
-    for (n = st->parts.next; n != &st->parts; n = n->next) {
-        part_t *p = RLS_CONTAINER_OF(n, part_t, node);
-        if (!p->dead && strcmp(p->id, id) == 0)
+    for (; *id != '\0'; id++)
+        h = (h ^ (uint8_t)*id) * 1099511628211ULL;
+    return h;
+}
+
+static part_t *part_find(rls_rlqs_stream_t *st, const char *id, uint64_t h)
+{
+    part_t *p;
+
+    for (p = st->chains[h & (PART_CHAINS - 1)]; p != NULL; p = p->hnext)
+        if (p->hash == h && strcmp(p->id, id) == 0)
             return p;
-    }
     return NULL;
 }
 
+static void part_unchain(part_t *p)
+{
+    part_t **pp = &p->st->chains[p->hash & (PART_CHAINS - 1)];
+
+    for (; *pp != NULL; pp = &(*pp)->hnext)
+        if (*pp == p) {
+            *pp = p->hnext;
+            p->hnext = NULL;
+            return;
+        }
+}
+
 static part_t *part_new(rls_rlqs_stream_t *st, entry_t **e, size_t n,
-                        const char *id)
+                        const char *id, uint64_t h)
 {
     rls_rlqs_t *q = st->q;
     const char *keys[RLS_RLQS_PAIRS_MAX], *vals[RLS_RLQS_PAIRS_MAX];
@@ -379,6 +406,9 @@ static part_t *part_new(rls_rlqs_stream_t *st, entry_t **e, size_t n,
              (unsigned long long)q->instance, (unsigned long long)st->seq,
              (unsigned long long)++q->seq);
     p->st = st;
+    p->hash = h;
+    p->hnext = st->chains[h & (PART_CHAINS - 1)];
+    st->chains[h & (PART_CHAINS - 1)] = p;
     rls_list_push(&st->parts, &p->node);
     st->nparts++;
     st->nheld++;
@@ -400,6 +430,7 @@ static void part_end(part_t *p, int abandon)
         send_action(p, KIND_NONE, 0, 0, 0, 0);
     }
     p->dead = 1;
+    part_unchain(p);
     p->st->nparts--;
     q->stats.buckets_open--;
     leave(p);
@@ -425,7 +456,7 @@ static void report(rls_rlqs_stream_t *st, const usage_t *u, uint64_t now)
     char id[RLS_RLQS_ID_MAX];
     const char *why;
     part_t *p;
-    uint64_t count;
+    uint64_t count, h;
 
     if ((why = rls_rlqs_bucket_check(u->bucket_id, e, id, sizeof(id))) !=
         NULL) {
@@ -433,14 +464,15 @@ static void report(rls_rlqs_stream_t *st, const usage_t *u, uint64_t now)
         end_stream(st, RLS_GRPC_INVALID_ARGUMENT, why);
         return;
     }
-    if ((p = part_find(st, id)) == NULL) {
+    h = id_hash(id);
+    if ((p = part_find(st, id, h)) == NULL) {
         if (st->nparts >= RLS_RLQS_BUCKETS_PER_STREAM) {
             q->stats.too_many_buckets++;
             end_stream(st, RLS_GRPC_RESOURCE_EXHAUSTED,
                        "more than 1024 buckets on one stream");
             return;
         }
-        if ((p = part_new(st, e, u->bucket_id->n_bucket, id)) == NULL) {
+        if ((p = part_new(st, e, u->bucket_id->n_bucket, id, h)) == NULL) {
             end_stream(st, RLS_GRPC_RESOURCE_EXHAUSTED, "out of memory");
             return;
         }

@@ -133,8 +133,10 @@ def share_of(e):
 
 # --- protocol bounds ---------------------------------------------------
 
-def raw_stream(addr, msgs, timeout_s=5):
-    """Sends msgs (bytes each) on one stream; returns (responses, code)."""
+def raw_stream(addr, msgs, timeout_s=5, hold_s=None):
+    """Sends msgs (bytes each) on one stream and keeps it open until the
+    server ends it (or, with hold_s, ends it that long after sending);
+    returns (responses, code)."""
     ch = grpc.insecure_channel(addr)
     m = ch.stream_stream(
         "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/"
@@ -146,7 +148,7 @@ def raw_stream(addr, msgs, timeout_s=5):
     def gen():
         for x in msgs:
             yield x
-        done.wait(timeout_s)  # keep our side open until the server ends
+        done.wait(timeout_s if hold_s is None else hold_s)
 
     out = []
     code = None
@@ -196,9 +198,17 @@ def test_protocol(addr):
     check(code == grpc.StatusCode.RESOURCE_EXHAUSTED,
           "80 reports at once (over 50 a second): RESOURCE_EXHAUSTED, got %s"
           % code)
+    # 1024 buckets (the most a stream may track), reported twice: each is
+    # found again (one assignment each, not two), and the stream ends OK.
+    many = [{"route": "r%d" % i} for i in range(1024)]
+    out, code = raw_stream(addr, [report(buckets=many), report(buckets=many)],
+                           hold_s=1.5)
+    n = sum(len(r.bucket_action) for r in out)
+    check(code == grpc.StatusCode.OK and n == 1024,
+          "1024 buckets twice: %d assignments (not 1024), %s" % (n, code))
     # A bucket no rule takes: the configured blanket rule, its TTL.
     out, code = raw_stream(addr, [report(buckets=({"route": "x"},))],
-                           timeout_s=1)
+                           hold_s=0.5)
     got = [(a.quota_assignment_action.rate_limit_strategy.blanket_rule,
             a.quota_assignment_action.assignment_time_to_live.seconds)
            for r in out for a in r.bucket_action]
