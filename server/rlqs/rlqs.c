@@ -70,6 +70,7 @@ typedef struct part_s {
     uint64_t q;
     uint32_t b;
     uint64_t sent_ms, ttl_ms;
+    uint64_t ok_ms; /* the last step the store answered */
 } part_t;
 
 struct rls_rlqs_stream_s {
@@ -270,6 +271,7 @@ static void on_step(void *data, rls_rlqs_fleet_op_t *op)
             assign(p, KIND_BLANKET, r->fallback, 0, 0, r->ttl_s, now);
         }
     } else {
+        p->ok_ms = now;
         share = rls_rlqs_share(rls_rlqs_divided(r->limit), r->floor, op->n,
                                op->sum, op->demand);
         /* A participant's first share is its floor at most: the others
@@ -640,6 +642,15 @@ static void on_tick(uv_timer_t *t)
             if (p->rule != NULL && p->pending && !p->inflight &&
                 now >= p->step_ms + q->conf->min_report_ms)
                 step(p, now);
+            /* Renewed on time even when the reports come late (an Envoy
+             * whose reporting_interval is near half the TTL, a loop or a
+             * client behind): while the store answered within half the
+             * TTL. With the store down the TTL runs out (the fail mode);
+             * an Envoy gone silent stops being renewed too. */
+            else if (p->rule != NULL && p->kind != KIND_NONE && !p->inflight &&
+                     rls_rlqs_renew_due(p->sent_ms, p->ttl_ms, now) &&
+                     now < p->ok_ms + p->ttl_ms / 2)
+                assign(p, p->kind, p->blanket, p->q, p->b, p->rule->ttl_s, now);
         }
     }
 }

@@ -224,6 +224,7 @@ class Traffic:
 
     def __init__(self, envoys):
         self.envoys = envoys
+        self.stalls = set()  # seconds in which this thread fell behind
         self.rates = [0.0] * len(envoys)
         self.acc = [0.0] * len(envoys)
         self.win = {}        # second -> admitted, fleet-wide
@@ -238,6 +239,14 @@ class Traffic:
             time.sleep(0.002)
             now = time.monotonic()
             dt, last = now - last, now
+            if dt > 0.1:
+                # The load generator itself fell behind (this process
+                # starved of CPU): the requests it missed are not sent
+                # after in one burst, and the second is noted (an Envoy
+                # stand-in that stalls also stalls its clock's view of
+                # its TTLs, which a real Envoy would not).
+                self.stalls.add(int(time.time()))
+                dt = 0.002
             for i, e in enumerate(self.envoys):
                 if self.rates[i] <= 0:
                     continue
@@ -309,6 +318,11 @@ def test_fleet(redis_port, redis_proc):
         r = repl.get(w, 0)
         steady = r == 0 and repl.get(w - 1, 0) == 0
         bound = STEADY if steady else STEADY + r * bmax + 75
+        if w in tr.stalls or w - 1 in tr.stalls:
+            print("window %d: %d admitted, the client stalled in it or "
+                  "the one before: not held to the bound" % (w, n),
+                  flush=True)
+            continue
         if steady:
             n_steady += 1
             worst_steady = max(worst_steady, n)
