@@ -949,6 +949,11 @@ static const flag_t flags[] = {
     SET2("--envoy-env-print", envoy_env, envoy_env_print, 1,
          "print the flags the environment gives, and\n"
          "exit"),
+    STR("--rlqs-config", "FILE", rlqs_config, 0,
+        "serve Envoy's rate limit quota service\n"
+        "(RLQS, the rate_limit_quota filter) on\n"
+        "--grpc, its buckets from FILE (docs/rlqs.md;\n"
+        "read at start)"),
     STR("--check-envoy-config", "FILE", check_envoy_config, 0,
         "validate an Envoy descriptor file and\n"
         "exit: 0, or 2 with FILE:LINE: errors"),
@@ -1416,6 +1421,8 @@ int rls_flags_parse(rls_flags_t *c, int argc, char **argv, void *out, char *err,
                     "Envoy descriptors");
     if (c->envoy_xds_host[0] != '\0' && c->grpc_host[0] == '\0')
         return fail(err, errlen, "--envoy-xds needs --grpc");
+    if (c->rlqs_config != NULL && c->grpc_host[0] == '\0')
+        return fail(err, errlen, "--rlqs-config needs --grpc");
     if ((c->envoy_http_host[0] != '\0' || c->debug_http_host[0] != '\0') &&
         c->grpc_host[0] == '\0')
         return fail(err, errlen,

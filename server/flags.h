@@ -111,6 +111,7 @@ typedef struct rls_flags_s {
     const char *envoy_configs[RLS_ENVOY_CONFIGS_MAX];
     size_t nenvoy_configs;
     const char *check_envoy_config; /* validate this Envoy file and exit */
+    const char *rlqs_config;        /* --rlqs-config: RLQS buckets; NULL: off */
     /* envoy-ratelimit's per-descriptor statistics (envoy/stats.h) and
      * their statsd exporter (envoy/statsd.h; empty host: off). */
     uint64_t envoy_stats;            /* --envoy-stats 0|1 */

@@ -23,6 +23,7 @@
 #include "metrics.h"
 #include "net/tls.h"
 #include "envoy/dir.h"
+#include "rlqs/rlqs.h"
 #include "server.h"
 #include "base/util.h"
 
@@ -504,6 +505,29 @@ void rls_server_grpc_opts(const rls_flags_t *cfg, rls_grpc_opts_t *o)
     o->response_metadata = cfg->envoy_response_metadata;
 }
 
+/* --rlqs-config: Envoy's RLQS on the --grpc listener, over the loop's
+ * store. Returns 0 or an RL_E* code with err set. */
+static int start_rlqs(rls_server_t *s, char *err, size_t errlen)
+{
+    rls_rlqs_conf_t *conf;
+    rls_rlqs_t *q;
+    char why[256];
+    int rc;
+
+    if ((rc = rls_rlqs_conf_load(s->cfg->rlqs_config, &conf, why,
+                                 sizeof(why))) != 0) {
+        snprintf(err, errlen, "bad --rlqs-config %s: %s", s->cfg->rlqs_config,
+                 rc == RL_ENOMEM ? "out of memory" : why);
+        return rc;
+    }
+    if ((rc = rls_rlqs_new(&q, s->loop, s->store, conf, s->cfg->prefix)) != 0) {
+        snprintf(err, errlen, "out of memory");
+        return rc;
+    }
+    rls_grpc_set_rlqs(s->grpc, q);
+    return 0;
+}
+
 static int start_grpc(rls_server_t *s, char *err, size_t errlen)
 {
     const rls_flags_t *cfg = s->cfg;
@@ -575,6 +599,8 @@ static int start_grpc(rls_server_t *s, char *err, size_t errlen)
     if (cfg->tls_listeners & RLS_TLS_ON_GRPC)
         rls_grpc_set_tls(s->grpc, s->tls);
     s->fe[RLS_LISTENER_GRPC] = rls_grpc_frontend(s->grpc);
+    if (cfg->rlqs_config != NULL && (rc = start_rlqs(s, err, errlen)) != 0)
+        return rc;
     /* Out of memory stops the start (rls_server_start's unwind closes
      * the listener); a file that cannot be watched is logged, and SIGHUP
      * still reloads it. */

@@ -75,6 +75,7 @@
 #include <nghttp2/nghttp2.h>
 
 #include "base/log.h"
+#include "base/prom.h"
 #include "envoy/health.h"
 #include "envoy/stats.h"
 #include "net/listen.h"
@@ -83,6 +84,7 @@
 #include "rl_error.h"
 #include "rl_frame.h"
 #include "base/util.h"
+#include "rlqs/rlqs.h"
 
 #define READ_CHUNK 65536
 /* Output drawn from nghttp2 per write, at most (it may overshoot by one
@@ -111,6 +113,9 @@
 /* How often the status Watch streams follow is looked at while any is
  * open (it is pushed only when it changed). */
 #define HEALTH_POLL_MS 100
+/* An RLQS stream's responses not yet drawn, at most: past it its client
+ * is not reading them, and the stream is reset (CANCEL). */
+#define RLQS_OUT_MAX (256 * 1024)
 
 typedef struct gconn_s gconn_t;
 
@@ -154,6 +159,15 @@ typedef struct gstream_s {
     uint8_t woff;
     uint8_t wmsg[RLS_HEALTH_MSG_MAX];
     rls_list_t wnode; /* in g->watches */
+    /* RLQS (StreamRateLimitQuotas, with --rlqs-config): a stream of
+     * messages both ways; see "RLQS streams" below. */
+    unsigned rlqs : 1;
+    unsigned rend : 1; /* ends (trailers rcode) once rout is drawn */
+    int rcode;
+    const char *rwhy;
+    rls_rlqs_stream_t *rq; /* the service's, from the first message */
+    rl_buf_t rout;         /* framed responses not yet drawn */
+    rls_list_t rnode;      /* in g->rlqs_streams while rq is open */
 } gstream_t;
 
 struct gconn_s {
@@ -184,6 +198,7 @@ struct gconn_s {
     uint32_t at_server;    /* calls started and not yet answered */
     uint32_t strikes;      /* header lists over the limit */
     uint32_t watches;      /* Watch streams open */
+    size_t rlqs_out;       /* RLQS responses queued, not yet drawn */
     unsigned writing : 1;
     unsigned goaway : 1;
     unsigned proven : 1;   /* completed a request: on g->proven */
@@ -236,6 +251,9 @@ struct rls_grpc_s {
     void *health_arg;
     int hstatus;        /* the status last looked at; -1: never */
     rls_list_t watches; /* Watch streams open */
+    rls_rlqs_t *rlqs;   /* --rlqs-config's service, or NULL */
+    rls_list_t rlqs_streams; /* RLQS streams open */
+    uint64_t rlqs_reset;     /* RLQS streams reset: output not taken */
 };
 
 static void conn_close(gconn_t *c);
@@ -334,6 +352,8 @@ static void unwatch(gstream_t *st)
         uv_timer_stop(&g->health);
 }
 
+static void rlqs_gone(gstream_t *st);
+
 static void stream_free_maybe(gstream_t *st)
 {
     gconn_t *c = st->c;
@@ -341,6 +361,10 @@ static void stream_free_maybe(gstream_t *st)
     if (!st->closed || st->call.pending > 0)
         return;
     unwatch(st);
+    rlqs_gone(st);
+    c->rlqs_out -= rl_buf_len(&st->rout);
+    c->g->owed -= rl_buf_len(&st->rout);
+    rl_buf_free(&st->rout);
     if (st->started)
         rls_envoy_call_free(&st->call);
     msg_release(st);
@@ -765,7 +789,257 @@ static void on_call_done(rls_envoy_call_t *call)
 }
 
 /* ------------------------------------------------------------------------ */
+/* RLQS streams
+ *
+ * StreamRateLimitQuotas is bidirectional: each whole message is handed to
+ * the service (rlqs/rlqs.h) as its DATA arrives, and the service writes
+ * responses when it decides, through the sink below: each is framed into
+ * the stream's rout and drawn by rlqs_body, which defers while rout is
+ * empty. Like a Watch, the stream is answered (response headers) at its
+ * first message and is then neither at the server nor owed: it does not
+ * hold the connection from --idle-timeout, but each message it sends
+ * counts as activity. Its input is held to --max-frame per message and
+ * --max-partial-bytes with every other stream's; its output to
+ * RLQS_OUT_MAX, and with the connection's owed answers to --max-output
+ * (past either the stream is reset). It ends when the client
+ * ends it (OK), the service ends it (its status), or the server stops
+ * (UNAVAILABLE). */
+
+/* The service is done with the stream (or the stream with it). */
+static void rlqs_gone(gstream_t *st)
+{
+    rls_rlqs_stream_t *rq = st->rq;
+
+    if (rq == NULL)
+        return;
+    st->rq = NULL;
+    rls_list_remove(&st->rnode);
+    rls_rlqs_close(rq);
+}
+
+static ssize_t rlqs_body(nghttp2_session *s, int32_t id, uint8_t *buf,
+                         size_t length, uint32_t *flags,
+                         nghttp2_data_source *src, void *ud)
+{
+    gstream_t *st = src->ptr;
+    size_t n = rl_buf_len(&st->rout);
+    char msg[256];
+    nghttp2_nv trailers[2] = {
+        NV("grpc-status", status_text(st->rcode)),
+        NV("grpc-message", ""),
+    };
+
+    (void)ud;
+    if (n > 0) {
+        if (n > length)
+            n = length;
+        memcpy(buf, rl_buf_rptr(&st->rout), n);
+        rl_buf_consume(&st->rout, n);
+        st->c->rlqs_out -= n;
+        st->c->g->owed -= n;
+        return (ssize_t)n;
+    }
+    if (!st->rend)
+        return NGHTTP2_ERR_DEFERRED;
+    grpc_message(msg, sizeof(msg), st->rwhy != NULL ? st->rwhy : "");
+    trailers[1].value = (uint8_t *)msg;
+    trailers[1].valuelen = strlen(msg);
+    *flags |= NGHTTP2_DATA_FLAG_EOF;
+    if (nghttp2_submit_trailer(s, id, trailers, st->rwhy != NULL ? 2 : 1) == 0)
+        *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+    return 0;
+}
+
+static void rlqs_kick(gstream_t *st)
+{
+    gconn_t *c = st->c;
+
+    if (c->s.closing || c->h2 == NULL || st->closed)
+        return;
+    nghttp2_session_resume_data(c->h2, st->id);
+    mark_dirty(c);
+}
+
+/* Ends the stream once what it has queued is drawn: trailers with code. */
+static void rlqs_end(gstream_t *st, int code, const char *why)
+{
+    if (st->rend)
+        return;
+    st->rend = 1;
+    st->rcode = code;
+    st->rwhy = why;
+    rlqs_kick(st);
+}
+
+static void sink_send(void *arg, const uint8_t *msg, size_t len)
+{
+    gstream_t *st = arg;
+    gconn_t *c = st->c;
+    uint8_t *payload;
+
+    if (st->rend || st->closed || c->s.closing || c->h2 == NULL)
+        return;
+    /* The connection's answers and RLQS responses together are held to
+     * --max-output, as owed answers are; one stream to RLQS_OUT_MAX. */
+    if (c->owed_bytes + c->rlqs_out + len + RL_FRAME_HEADER >
+            c->g->set.opts.max_output ||
+        rl_frame_reserve(&st->rout, len, &payload) != RL_OK) {
+        /* Its client does not take what it is sent. */
+        c->g->rlqs_reset++;
+        st->rend = 1;
+        nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, st->id,
+                                  NGHTTP2_CANCEL);
+        mark_dirty(c);
+        return;
+    }
+    memcpy(payload, msg, len);
+    rl_frame_commit(&st->rout, len);
+    c->rlqs_out += len + RL_FRAME_HEADER;
+    c->g->owed += len + RL_FRAME_HEADER;
+    rlqs_kick(st);
+}
+
+static void sink_end(void *arg, int code, const char *why)
+{
+    rlqs_end(arg, code, why);
+}
+
+/* The first message: the response begins (headers now, messages as the
+ * service sends them). Returns 0, or -1 with the stream answered. */
+static int rlqs_start(gstream_t *st)
+{
+    gconn_t *c = st->c;
+    nghttp2_nv nva[2] = {
+        NV(":status", "200"),
+        NV("content-type", "application/grpc"),
+    };
+    nghttp2_data_provider prd;
+    rls_rlqs_sink_t sink = {sink_send, sink_end, st};
+
+    if ((st->rq = rls_rlqs_open(c->g->rlqs, &sink)) == NULL) {
+        reply_status(st, RLS_GRPC_RESOURCE_EXHAUSTED,
+                     "too many RLQS streams open");
+        return -1;
+    }
+    rls_list_push(&c->g->rlqs_streams, &st->rnode);
+    mark_answered(st);
+    prd.source.ptr = st;
+    prd.read_callback = rlqs_body;
+    if (nghttp2_submit_response(c->h2, st->id, nva, 2, &prd) != 0) {
+        nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, st->id,
+                                  NGHTTP2_INTERNAL_ERROR);
+        st->rend = 1;
+        rlqs_gone(st);
+        mark_dirty(c);
+        return -1;
+    }
+    mark_dirty(c);
+    return 0;
+}
+
+/* A transport-level error on an RLQS stream: trailers-only before its
+ * response began, else its trailers; the service is done with it. */
+static void rlqs_fail(gstream_t *st, int code, const char *why)
+{
+    msg_release(st);
+    if (st->rq == NULL && !st->answered) {
+        st->rend = 1;
+        reply_status(st, code, why);
+        return;
+    }
+    rlqs_end(st, code, why);
+    rlqs_gone(st);
+}
+
+static int rlqs_data(gstream_t *st, const uint8_t *data, size_t len)
+{
+    gconn_t *c = st->c;
+    rls_grpc_t *g = c->g;
+    rl_frame_t f;
+    size_t max = (size_t)g->max_frame + 5;
+    int rc;
+
+    if (st->rend || st->closed || (st->answered && st->rq == NULL))
+        return 0;
+    if (!st->post || !st->ctype_ok || st->encoding) {
+        rlqs_fail(st, st->encoding ? RLS_GRPC_UNIMPLEMENTED : RLS_GRPC_INTERNAL,
+                  st->encoding ? "compression is not supported; send "
+                                 "uncompressed messages"
+                               : "a gRPC POST with content-type "
+                                 "application/grpc");
+        return 0;
+    }
+    if (rl_buf_len(&st->msg) + len > max) {
+        rlqs_fail(st, RLS_GRPC_RESOURCE_EXHAUSTED,
+                  "message larger than --max-frame");
+        return 0;
+    }
+    if (g->set.opts.max_input > 0 && g->held + len > g->set.opts.max_input) {
+        g->stats.streams_shed++;
+        rlqs_fail(st, RLS_GRPC_RESOURCE_EXHAUSTED,
+                  "server input memory full (--max-partial-bytes)");
+        return 0;
+    }
+    if (rl_buf_append(&st->msg, data, len) != RL_OK) {
+        rlqs_fail(st, RLS_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+        return 0;
+    }
+    st->held += len;
+    g->held += len;
+    while (!st->rend) {
+        rc = rl_frame_decode(rl_buf_rptr(&st->msg), rl_buf_len(&st->msg),
+                             g->max_frame, &f);
+        if (rc == RL_EAGAIN)
+            break;
+        if (rc != RL_OK) {
+            rlqs_fail(st,
+                      rc == RL_EFRAMESIZE ? RLS_GRPC_RESOURCE_EXHAUSTED
+                                          : RLS_GRPC_INTERNAL,
+                      rc == RL_EFRAMESIZE ? "message larger than --max-frame"
+                                          : "compressed flag set without "
+                                            "grpc-encoding");
+            return 0;
+        }
+        if (st->rq == NULL && rlqs_start(st) != 0) {
+            msg_release(st);
+            return 0;
+        }
+        touch(c);
+        rls_rlqs_message(st->rq, f.payload, f.len);
+        rl_buf_consume(&st->msg, f.size);
+        st->held -= f.size;
+        g->held -= f.size;
+        if (st->rq == NULL)
+            break;
+    }
+    return 0;
+}
+
+/* The client ended its side: a partial message is an error; else the
+ * server ends too (OK), and its buckets leave the fleet. */
+static void rlqs_done(gstream_t *st)
+{
+    st->complete = 1;
+    touch(st->c);
+    if (st->rend || (st->answered && st->rq == NULL))
+        return;
+    if (rl_buf_len(&st->msg) > 0) {
+        rlqs_fail(st, RLS_GRPC_INTERNAL, "message truncated");
+        return;
+    }
+    if (st->rq == NULL) {
+        st->rend = 1;
+        reply_status(st, RLS_GRPC_OK, NULL);
+        return;
+    }
+    rlqs_end(st, RLS_GRPC_OK, NULL);
+    rlqs_gone(st);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Requests */
+
+static void rlqs_done(gstream_t *st);
 
 /* The request ended (END_STREAM): check the framing, start the call. */
 static void request_done(gstream_t *st)
@@ -776,6 +1050,10 @@ static void request_done(gstream_t *st)
     rl_frame_t f;
     int rc;
 
+    if (st->rlqs) {
+        rlqs_done(st);
+        return;
+    }
     if (st->answered)
         return;
     st->complete = 1;
@@ -872,6 +1150,8 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f,
     rl_buf_init(&st->msg, (size_t)c->g->max_frame + 5);
     rls_list_init(&st->owed);
     rls_list_init(&st->wnode);
+    rls_list_init(&st->rnode);
+    rl_buf_init(&st->rout, RLQS_OUT_MAX);
     rls_list_push(&c->streams, &st->node);
     c->s.owed++;
     c->open_streams++;
@@ -930,6 +1210,8 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f,
         } else if (hv_is(name, namelen, ":path")) {
             st->path_seen = 1;
             st->path_ok = hv_is(value, valuelen, RLS_GRPC_PATH);
+            st->rlqs =
+                c->g->rlqs != NULL && hv_is(value, valuelen, RLS_RLQS_PATH);
             st->health = hv_is(value, valuelen, RLS_HEALTH_CHECK_PATH)   ? 1
                          : hv_is(value, valuelen, RLS_HEALTH_WATCH_PATH) ? 2
                                                                          : 0;
@@ -953,6 +1235,8 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f,
     return NGHTTP2_ERR_PAUSE;
 }
 
+static int rlqs_data(gstream_t *st, const uint8_t *data, size_t len);
+
 static int on_data(nghttp2_session *s, uint8_t flags, int32_t id,
                    const uint8_t *data, size_t len, void *ud)
 {
@@ -961,6 +1245,8 @@ static int on_data(nghttp2_session *s, uint8_t flags, int32_t id,
 
     (void)flags;
     (void)ud;
+    if (st != NULL && st->rlqs)
+        return rlqs_data(st, data, len);
     if (st == NULL || st->answered || st->err != 0 || st->started)
         return 0; /* dropped: the stream has its answer or will */
     max = (size_t)st->c->g->max_frame + 5;
@@ -1042,6 +1328,7 @@ static int on_stream_close(nghttp2_session *s, int32_t id, uint32_t code,
     c->open_streams--;
     unowe(st);
     unwatch(st);
+    rlqs_gone(st);
     stream_free_maybe(st);
     return 0;
 }
@@ -1102,8 +1389,10 @@ static void conn_close(gconn_t *c)
         n = n->next;
         unowe(st);
     }
-    for (n = c->streams.next; n != &c->streams; n = n->next)
+    for (n = c->streams.next; n != &c->streams; n = n->next) {
         unwatch(RLS_CONTAINER_OF(n, gstream_t, node));
+        rlqs_gone(RLS_CONTAINER_OF(n, gstream_t, node));
+    }
     c->g->stats.conns_open--;
     if (c->h2 != NULL) {
         nghttp2_session_del(c->h2);
@@ -1822,6 +2111,7 @@ int rls_grpc_start(rls_grpc_t **out, uv_loop_t *loop, const rls_grpc_opts_t *o,
     rls_list_init(&g->dirty);
     rls_list_init(&g->resume);
     rls_list_init(&g->watches);
+    rls_list_init(&g->rlqs_streams);
     g->hstatus = -1;
     rl_buf_init(&g->scratch, (size_t)o->max_frame * 4 + 65536);
     rl_buf_init(&g->plain, 4 * OUT_BATCH);
@@ -1899,6 +2189,16 @@ void rls_grpc_set_health(rls_grpc_t *g, rls_health_fn fn, void *arg)
     g->health_arg = arg;
 }
 
+void rls_grpc_set_rlqs(rls_grpc_t *g, rls_rlqs_t *q)
+{
+    g->rlqs = q;
+}
+
+rls_rlqs_t *rls_grpc_rlqs(const rls_grpc_t *g)
+{
+    return g->rlqs;
+}
+
 void rls_grpc_set_draining(rls_grpc_t *g, int draining)
 {
     g->draining = draining;
@@ -1950,6 +2250,14 @@ size_t rls_grpc_goaway(rls_grpc_t *g)
     health_refresh(g);
     for (n = g->watches.next; n != &g->watches; n = n->next)
         watch_end(RLS_CONTAINER_OF(n, gstream_t, wnode));
+    /* So would RLQS streams: each ends UNAVAILABLE, and its Envoy
+     * reconnects to another instance (its buckets leave the fleet now). */
+    for (n = g->rlqs_streams.next; n != &g->rlqs_streams; n = next) {
+        gstream_t *st = RLS_CONTAINER_OF(n, gstream_t, rnode);
+        next = n->next;
+        rlqs_end(st, RLS_GRPC_UNAVAILABLE, "server stopping");
+        rlqs_gone(st);
+    }
     rls_grpc_flush(g);
     return count;
 }
@@ -1997,6 +2305,8 @@ void rls_grpc_free(rls_grpc_t *g)
     if (g == NULL)
         return;
     rls_grpc_close_all(g);
+    rls_rlqs_free(g->rlqs);
+    g->rlqs = NULL;
     g->freeing = 1;
     g->handles = 0;
     hs[0] = (uv_handle_t *)&g->listener;
@@ -2127,8 +2437,17 @@ int rls_grpc_metrics(const rls_grpc_t *g, rl_buf_t *out)
         RLS_METRIC_ONE("rl_grpc_output_bytes", "gauge",
                        "Memory held by gRPC answers not yet sent.", g->owed),
     };
+    int rc = rls_stream_metrics(out, m, sizeof(m) / sizeof(m[0]));
 
-    return rls_stream_metrics(out, m, sizeof(m) / sizeof(m[0]));
+    if (rc == 0 && g->rlqs != NULL) {
+        rc = rls_prom_counter(out, "rl_rlqs_streams_reset_total",
+                              "RLQS streams reset: their client did not "
+                              "take 256 KiB of responses.",
+                              g->rlqs_reset);
+        if (rc == 0)
+            rc = rls_rlqs_metrics(g->rlqs, out);
+    }
+    return rc;
 }
 
 /* ---- the front end -------------------------------------------------- */

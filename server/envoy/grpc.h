@@ -134,6 +134,13 @@ void rls_grpc_set_tls(rls_grpc_t *g, rls_tls_t *tls);
  * the status is SERVING until the listener drains. */
 void rls_grpc_set_health(rls_grpc_t *g, rls_health_fn fn, void *arg);
 
+/* Serves Envoy's RLQS (StreamRateLimitQuotas) with q from now on (before
+ * any connection: right after start); the listener takes it and frees it
+ * with itself. NULL (the default): the method is UNIMPLEMENTED. */
+struct rls_rlqs_s;
+void rls_grpc_set_rlqs(rls_grpc_t *g, struct rls_rlqs_s *q);
+struct rls_rlqs_s *rls_grpc_rlqs(const rls_grpc_t *g);
+
 /* While the server drains, connections are still accepted and served. */
 void rls_grpc_set_draining(rls_grpc_t *g, int draining);
 

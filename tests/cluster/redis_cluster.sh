@@ -39,6 +39,9 @@
 #             seed decides exactly and audits clean under load, counters
 #             land on all 3 masters, rl-ctl sets a quota over TLS; a server
 #             given the wrong CA logs the verification failure
+#   rlqs      RLQS's fleet step (store/rlqs.lua through the cluster
+#             store's command()) on budgets of every master
+#             (test_rlqs_fleet's scripted steps; RLT_RLQS_BIN)
 #   xop       the store's reservations and leases (store/reserve.lua through
 #             the cluster store's command()): test_store_xop's scripted run
 #             against its model, on this cluster (RLT_XOP_BIN names the
@@ -689,8 +692,28 @@ $(grep -v '^ts=' "$T_DIR/xop.log" | tail -20)"
     done
 }
 
+# RLQS's fleet step (store/rlqs.lua through the cluster store's command())
+# on budgets of every master: test_rlqs_fleet's scripted steps
+# (RLT_RLQS_BIN names the test binary, RLT_RLQS_CLUSTER tells it the seed).
+scenario_rlqs() {
+    local p n
+    [ -x "${RLT_RLQS_BIN:-}" ] || t_fail "RLT_RLQS_BIN: no test binary"
+    t_init 0
+    rc_start
+    RLT_RLQS_CLUSTER="127.0.0.1:$(rc_port 1)" "$RLT_RLQS_BIN" \
+        >"$T_DIR/rlqs.log" 2>&1 || t_fail "test_rlqs_fleet on the cluster:
+$(grep -v '^ts=' "$T_DIR/rlqs.log" | tail -20)"
+    grep -q '^\[       OK \] test_cluster' "$T_DIR/rlqs.log" ||
+        t_fail "the cluster run did not run: $(tail -5 "$T_DIR/rlqs.log")"
+    for p in $(rc_masters); do
+        n=$(rc_cli "$p" --scan --pattern 'rl:rlqs*' | wc -l)
+        t_log "master :$p holds $n RLQS keys"
+        [ "$n" -gt 0 ] || t_fail "master :$p holds no RLQS key"
+    done
+}
+
 case $SCENARIO in
-match | reshard | failover | hang | password | ctl | tls | xop)
+match | reshard | failover | hang | password | ctl | tls | xop | rlqs)
     "scenario_$SCENARIO"
     ;;
 *)

@@ -60,7 +60,9 @@
 #include "envoy/stats.h"
 #include "envoy/conf.h"
 #include "policy/runtime.h"
+#include "envoy/service/rate_limit_quota/v3/rlqs.pb-c.h"
 #include "rl_error.h"
+#include "rlqs/rlqs.h"
 #include "store/memory.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -73,6 +75,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
             abort();                                                           \
         }                                                                      \
     } while (0)
+
+/* RLQS (--rlqs-config) on the same listener: one rule, a 1-s TTL. */
+static const char rlqs_yaml[] = "domain: envoy\n"
+                                "min_report_ms: 0\n"
+                                "buckets:\n"
+                                "  - name: api\n"
+                                "    match: {name: api, t: \"*\"}\n"
+                                "    requests: 100\n"
+                                "    ttl_s: 1\n";
 
 static const char conf_yaml[] =
     "domain: d\n"
@@ -198,6 +209,14 @@ static void setup(void)
     rls_estats_init(&S.estats, 8);
     rls_grpc_set_estats(S.grpc, &S.estats);
     rls_grpc_set_health(S.grpc, health_flip, NULL);
+    {
+        rls_rlqs_conf_t *rc;
+        rls_rlqs_t *q;
+        CHECK(rls_rlqs_conf_parse(rlqs_yaml, sizeof(rlqs_yaml) - 1, &rc, S.err,
+                                  sizeof(S.err)) == 0);
+        CHECK(rls_rlqs_new(&q, &S.loop, S.store, rc, "rl:") == 0);
+        rls_grpc_set_rlqs(S.grpc, q);
+    }
     uv_check_init(&S.loop, &S.tick);
     uv_check_start(&S.tick, on_tick);
 }
@@ -264,7 +283,8 @@ static unsigned next(prog_t *r)
 #define FIELDS_MAX 32
 
 enum {
-    OP_CALL,      /* a: descriptor value; b: 1 compressed flag, 2 bad path */
+    OP_CALL,      /* a: descriptor value; b: 1 compressed flag, 2 bad path,
+                     4 an RLQS stream instead (rlqs_stream) */
     OP_HEADERS,   /* a: fields (0-31), 0x40 END_STREAM, 0x80 all alike;
                      b: value bytes / 16 */
     OP_BOMB,      /* a: value bytes / 16; b: references / 32; c: per frame /
@@ -320,6 +340,87 @@ static size_t fields(nghttp2_nv *nv, int request, unsigned k, size_t len,
     return n;
 }
 
+/* A RateLimitQuotaUsageReports of one bucket {name: api, t: <t>} (or,
+ * with t NULL, a bucket id with no pairs), packed into a malloc'd buffer
+ * (*n bytes). */
+static uint8_t *rlqs_report(const char *domain, const char *t, uint64_t a,
+                            size_t *n)
+{
+    Envoy__Service__RateLimitQuota__V3__RateLimitQuotaUsageReports r =
+        ENVOY__SERVICE__RATE_LIMIT_QUOTA__V3__RATE_LIMIT_QUOTA_USAGE_REPORTS__INIT;
+    Envoy__Service__RateLimitQuota__V3__RateLimitQuotaUsageReports__BucketQuotaUsage
+        u = ENVOY__SERVICE__RATE_LIMIT_QUOTA__V3__RATE_LIMIT_QUOTA_USAGE_REPORTS__BUCKET_QUOTA_USAGE__INIT,
+        *up = &u;
+    Envoy__Service__RateLimitQuota__V3__BucketId b =
+        ENVOY__SERVICE__RATE_LIMIT_QUOTA__V3__BUCKET_ID__INIT;
+    Envoy__Service__RateLimitQuota__V3__BucketId__BucketEntry e[2] =
+        {ENVOY__SERVICE__RATE_LIMIT_QUOTA__V3__BUCKET_ID__BUCKET_ENTRY__INIT,
+         ENVOY__SERVICE__RATE_LIMIT_QUOTA__V3__BUCKET_ID__BUCKET_ENTRY__INIT},
+                                                              *ep[2] = {&e[0],
+                                                                        &e[1]};
+    uint8_t *m;
+
+    e[0].key = "name";
+    e[0].value = "api";
+    e[1].key = "t";
+    e[1].value = (char *)(t != NULL ? t : "");
+    b.n_bucket = t != NULL ? 2 : 0;
+    b.bucket = ep;
+    u.bucket_id = &b;
+    u.num_requests_allowed = a;
+    u.num_requests_denied = a / 2;
+    r.domain = (char *)domain;
+    r.n_bucket_quota_usages = 1;
+    r.bucket_quota_usages = &up;
+    *n =
+        envoy__service__rate_limit_quota__v3__rate_limit_quota_usage_reports__get_packed_size(
+            &r);
+    CHECK((m = malloc(*n + 1)) != NULL);
+    envoy__service__rate_limit_quota__v3__rate_limit_quota_usage_reports__pack(
+        &r, m);
+    return m;
+}
+
+/* An RLQS stream: headers, then `msgs` reports as DATA frames of one
+ * message each (a: the bucket's t value and counts; kind 1: a first
+ * report with no domain, 2: a bucket id with no pairs), END_STREAM on the
+ * last unless open. */
+static void rlqs_stream(h2r_t *c, int32_t sid, unsigned a, unsigned msgs,
+                        int kind, int open)
+{
+    static const nghttp2_nv nv[] = {
+        {(uint8_t *)":method", (uint8_t *)"POST", 7, 4, 0},
+        {(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0},
+        {(uint8_t *)":path", (uint8_t *)RLS_RLQS_PATH, 5,
+         sizeof(RLS_RLQS_PATH) - 1, 0},
+        {(uint8_t *)":authority", (uint8_t *)"rl", 10, 2, 0},
+        {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16, 0},
+    };
+    char t[8];
+    unsigned i;
+
+    snprintf(t, sizeof(t), "%u", a % 4);
+    h2r_headers(c, sid, nv, sizeof(nv) / sizeof(nv[0]), msgs == 0 && !open);
+    for (i = 0; i < msgs; i++) {
+        size_t n;
+        uint8_t *m = rlqs_report(kind == 1 && i == 0 ? "" : "envoy",
+                                 kind == 2 ? NULL : t, a + i, &n);
+        uint8_t *f = malloc(n + 5);
+        CHECK(f != NULL);
+        f[0] = 0;
+        f[1] = (uint8_t)(n >> 24);
+        f[2] = (uint8_t)(n >> 16);
+        f[3] = (uint8_t)(n >> 8);
+        f[4] = (uint8_t)n;
+        memcpy(f + 5, m, n);
+        h2r_frame(c, NGHTTP2_DATA,
+                  i + 1 == msgs && !open ? NGHTTP2_FLAG_END_STREAM : 0, sid, f,
+                  n + 5);
+        free(f);
+        free(m);
+    }
+}
+
 /* Turns a program into the bytes a client would send (into c->out). */
 static void build(const uint8_t *p, size_t n, h2r_t *c)
 {
@@ -336,6 +437,13 @@ static void build(const uint8_t *p, size_t n, h2r_t *c)
         switch (op) {
         case OP_CALL: {
             char v[8];
+            if (b & 4) {
+                /* An RLQS stream: b's next bits, its messages and kind. */
+                sid += 2;
+                rlqs_stream(c, sid, a, (b >> 3) & 3, (b >> 5) & 3,
+                            (b >> 7) & 1);
+                break;
+            }
             const char *kv[2] = {"a", v};
             uint8_t *m;
             snprintf(v, sizeof(v), "%u", a);
@@ -571,6 +679,19 @@ static void synth(void)
         run_variants(c.out, c.out_len);
         h2r_close(&c);
     }
+    /* RLQS streams beside unary calls: reports then the client's end; a
+     * stream left open; one with no domain; one with an empty bucket. */
+    {
+        h2r_t c;
+        offline(&c);
+        rlqs_stream(&c, 1, 1, 3, 0, 0);
+        rlqs_stream(&c, 3, 2, 2, 0, 1);
+        rlqs_stream(&c, 5, 3, 1, 1, 0);
+        rlqs_stream(&c, 7, 4, 2, 2, 0);
+        rlqs_stream(&c, 9, 5, 0, 0, 0);
+        run_variants(c.out, c.out_len);
+        h2r_close(&c);
+    }
 }
 
 #include "walk.h"
@@ -605,6 +726,7 @@ static int run_file(const char *path)
 int main(int argc, char **argv)
 {
     rls_grpc_stats_t st;
+    rls_rlqs_stats_t rq;
     size_t series;
     int files = 0, i;
 
@@ -613,6 +735,7 @@ int main(int argc, char **argv)
         if (rlf_walk(argv[i], run_file, &files) != 0)
             return 1;
     st = *rls_grpc_stats(S.grpc);
+    rq = *rls_rlqs_stats(rls_grpc_rlqs(S.grpc));
     series = S.estats.n;
     teardown();
     printf("fuzz_grpc: ok, %llu runs, %llu bytes answered, %d files; "
@@ -622,9 +745,15 @@ int main(int argc, char **argv)
            (unsigned long long)st.streams_oversized,
            (unsigned long long)st.conns_headers,
            (unsigned long long)st.reads_deferred, series);
+    printf("fuzz_grpc: RLQS %llu streams, %llu reports, %llu refused as "
+           "bad, %llu assignments\n",
+           (unsigned long long)rq.streams_total, (unsigned long long)rq.reports,
+           (unsigned long long)rq.bad_reports,
+           (unsigned long long)rq.assignments);
     /* The synthesized calls must have been answered, or nothing was
      * tested; and the seeds must have taken the header path. */
-    if (received == 0)
+    if (received == 0 || rq.reports == 0 || rq.bad_reports == 0 ||
+        rq.assignments == 0)
         return 1;
     if (files > 0 && (st.streams_oversized == 0 || st.conns_headers == 0 ||
                       st.reads_deferred == 0))

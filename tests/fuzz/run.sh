@@ -23,7 +23,7 @@ cd "$(dirname "$0")/../.."
 
 TARGETS="request http check redis_reply rlm_batch conn envoy_conf rules grpc
 xds_conf handle cluster sentinel fitlog envenv json switches flags
-admin admin_api xds_client traceparent"
+admin admin_api xds_client traceparent rlqs_conf"
 
 jobs=${FUZZ_JOBS:-1}
 if [ "${1:-}" = -j ]; then
@@ -103,7 +103,10 @@ build() {
         opentelemetry/proto/collector/trace/v1/trace_service.proto \
         opentelemetry/proto/trace/v1/trace.proto \
         opentelemetry/proto/common/v1/common.proto \
-        opentelemetry/proto/resource/v1/resource.proto) || return 1
+        opentelemetry/proto/resource/v1/resource.proto \
+        envoy/service/rate_limit_quota/v3/rlqs.proto \
+        envoy/type/v3/ratelimit_strategy.proto \
+        envoy/type/v3/token_bucket.proto) || return 1
     (cd "$out/gen.new" && find . -type f) | while read -r f; do
         mkdir -p "$(dirname "$out/gen/$f")"
         cmp -s "$out/gen.new/$f" "$out/gen/$f" || cp "$out/gen.new/$f" "$out/gen/$f"

@@ -258,6 +258,20 @@ def health_stubs(proto_dir, tmp):
         sys.path.insert(0, out)
 
 
+def rlqs_stubs(proto_dir, tmp):
+    """envoy_stubs, and the stubs of Envoy's rate limit quota service
+    (RLQS) beside them (tmp/stubs), for rlqs_envoy (the client that
+    behaves as Envoy's rate_limit_quota filter)."""
+    envoy_stubs(proto_dir, tmp)
+    subprocess.check_call([sys.executable, "-m", "grpc_tools.protoc",
+                           "-I", proto_dir,
+                           "--python_out=" + os.path.join(tmp, "stubs"),
+                           "--grpc_python_out=" + os.path.join(tmp, "stubs"),
+                           "envoy/service/rate_limit_quota/v3/rlqs.proto",
+                           "envoy/type/v3/ratelimit_strategy.proto",
+                           "envoy/type/v3/token_bucket.proto"])
+
+
 def xds_stubs(proto_dir, tmp):
     """envoy_stubs, and the stubs of the aggregated discovery service and
     RateLimitConfig beside them (tmp/stubs), for rlt_xds and the tests that

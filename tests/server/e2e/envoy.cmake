@@ -41,6 +41,15 @@ if(RL_DEBIAN_PYTHON)
                          TIMEOUT 120 LABELS "integration;threads"
                          ENVIRONMENT
                          "RLT_SERVER_ARGS=--threads 2;RL_CHECK=$<TARGET_FILE:rl-check>;RL_ENVOY_REDIS_MODULE=$<TARGET_FILE:rl_redis_module>")
+    # RLQS: clients that behave as Envoy's rate_limit_quota filter, two
+    # rl-servers on one Redis (the fleet-wide bound), the memory store.
+    add_test(NAME e2e_rlqs
+      COMMAND ${RL_DEBIAN_PYTHON}
+              ${CMAKE_CURRENT_SOURCE_DIR}/envoy/e2e_rlqs.py
+              $<TARGET_FILE:rl-server> ${PROJECT_SOURCE_DIR}/proto
+              ${RL_REDIS_SERVER})
+    set_tests_properties(e2e_rlqs PROPERTIES TIMEOUT 180
+                         LABELS integration)
   endif()
   # The memory store with --threads 2: one table for both loops.
   add_test(NAME e2e_envoy_grpc_threads2
