@@ -280,10 +280,12 @@ int rls_decide_group(rls_decider_t *d, rls_ask_t *a, size_t n,
         return RL_OK;
     }
     if (refuse < n && spec[refuse].mode != RLS_MODE_OFF) {
-        /* A limit of 0 refuses the group, which then counts nowhere. */
+        /* A limit of 0 refuses the group, which then counts nowhere; the
+         * other levels are not looked at (code 0 in per_level). */
         uint64_t now = d->store->v->now_ms(d->store);
-        rl_result_t r;
+        rl_result_t r, lr[RLS_GROUP_MAX];
         memset(&r, 0, sizeof(r));
+        memset(lr, 0, sizeof(lr));
         r.id = a[0].q.id;
         r.code = RL_CODE_OVER_LIMIT;
         r.window_s = a[refuse].q.window_s;
@@ -291,6 +293,9 @@ int rls_decide_group(rls_decider_t *d, rls_ask_t *a, size_t n,
             rl_window_reset_after_ms(now, a[refuse].q.window_s);
         r.level = (uint32_t)refuse + 1;
         rls_refusal_answer(&r, mode, spec[refuse].stats);
+        lr[refuse] = r;
+        r.per_level = lr;
+        r.nper_level = (uint32_t)n;
         respond(owner, &r);
         return RL_OK;
     }
