@@ -183,6 +183,9 @@ static int level_resolve(rls_decider_t *d, rls_ask_t *a, rls_spec_t *spec,
     return RL_OK;
 }
 
+static int decide_group(rls_decider_t *d, rls_ask_t *a, size_t n,
+                        rls_respond_fn respond, void *owner, const char **why);
+
 /* A native request of levels (a->q.levels): one ask per level, the
  * request's id and cost, decided as a group. */
 static int decide_levels(rls_decider_t *d, rls_ask_t *a, rls_respond_fn respond,
@@ -206,11 +209,12 @@ static int decide_levels(rls_decider_t *d, rls_ask_t *a, rls_respond_fn respond,
         lv[i].q.rule = a->q.levels[i].rule;
         lv[i].q.rule_len = a->q.levels[i].rule_len;
     }
-    return rls_decide_group(d, lv, a->q.nlevels, respond, owner, why);
+    /* Within rls_decide's span: not a second one. */
+    return decide_group(d, lv, a->q.nlevels, respond, owner, why);
 }
 
-int rls_decide_group(rls_decider_t *d, rls_ask_t *a, size_t n,
-                     rls_respond_fn respond, void *owner, const char **why)
+static int decide_group(rls_decider_t *d, rls_ask_t *a, size_t n,
+                        rls_respond_fn respond, void *owner, const char **why)
 {
     static _Thread_local char msg[2 * RL_RULE_MAX + 160];
     rls_spec_t spec[RLS_GROUP_MAX];
@@ -305,6 +309,29 @@ int rls_decide_group(rls_decider_t *d, rls_ask_t *a, size_t n,
         return RL_ENOMEM;
     }
     return RL_OK;
+}
+
+/* A group asked by a front end itself (Envoy's all_or_nothing): one span,
+ * named after its first level, as rls_decide's. */
+int rls_decide_group(rls_decider_t *d, rls_ask_t *a, size_t n,
+                     rls_respond_fn respond, void *owner, const char **why)
+{
+    rls_span_t *sp;
+    int rc;
+
+    if (n == 0 || d->tracer == NULL ||
+        (sp = rls_trace_begin(d->tracer, a[0].parent,
+                              a[0].q.rule_len > 0 ? a[0].q.rule
+                                                  : a[0].stats_name,
+                              a[0].q.rule_len > 0 ? a[0].q.rule_len
+                              : a[0].stats_name   ? a[0].stats_name_len
+                                                  : 0)) == NULL)
+        return decide_group(d, a, n, respond, owner, why);
+    sp->respond = respond;
+    sp->owner = owner;
+    if ((rc = decide_group(d, a, n, rls_trace_respond, sp, why)) != RL_OK)
+        rls_trace_refused(d->tracer, sp, rc);
+    return rc;
 }
 
 static int decide(rls_decider_t *d, rls_ask_t *a, rls_respond_fn respond,
