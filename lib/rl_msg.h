@@ -106,6 +106,15 @@ typedef struct rl_result_s {
     uint32_t level; /* a request of levels: the deciding one, 1-based (the
                        level that refused, or when allowed the one with
                        the least room left); 0 otherwise */
+    /* Not on the wire: the server's answer to a group (rls_decide_group)
+     * also says how each level stands, per_level[i] the request's level i
+     * (nper_level of them, NULL and 0 otherwise), each as its own answer:
+     * allowed, charged there (counts including the request); refused, the
+     * levels without room OVER_LIMIT and the others OK with the room they
+     * have (nothing charged anywhere); code 0 for a level left out (mode
+     * off). Valid only while the answer is. */
+    const struct rl_result_s *per_level;
+    uint32_t nper_level;
 } rl_result_t;
 
 /* The GOAWAY notice: id 0, code ERROR, notice RL_NOTICE_GOAWAY and the

@@ -28,6 +28,11 @@ typedef struct check_ctx_s {
     uint32_t op; /* RL_OP_* */
     size_t rule_len;
     char rule[RL_RULE_MAX];
+    /* A check of levels: their rules, the deciding one's named in the
+     * answer's headers as a check's rule is. */
+    uint32_t nlevels;
+    uint8_t lrule_len[RL_LEVELS_MAX];
+    char lrule[RL_LEVELS_MAX][RL_RULE_MAX];
 } check_ctx_t;
 
 /* Fills *rep with the answer to decision r for a check of `rule` refused
@@ -55,6 +60,13 @@ static void decision(rls_check_t *k, const rl_result_t *r, const char *rule,
         }
         k->extra_len += (size_t)w;
     }
+    if (r->level > 0 && sizeof(k->extra) - k->extra_len > 40)
+        /* A check of levels: the one that refused, or when allowed the
+         * one with the least room left (1-based, as the query gave
+         * them). */
+        k->extra_len += (size_t)snprintf(k->extra + k->extra_len,
+                                         sizeof(k->extra) - k->extra_len,
+                                         "X-RateLimit-Level: %u\r\n", r->level);
     if (r->handle_len > 0 &&
         sizeof(k->extra) - k->extra_len > 2 * r->handle_len + 80) {
         /* Reservations and leases: what settle, release and renew take. */
@@ -135,6 +147,9 @@ static void on_decided(void *owner, const rl_result_t *r)
     x->k->pending--;
     if (x->op == RL_OP_SETTLE || x->op == RL_OP_RELEASE || x->op == RL_OP_RENEW)
         handled(x->k, x->op, r, &rep);
+    else if (r->level > 0 && r->level <= x->nlevels)
+        decision(x->k, r, x->lrule[r->level - 1], x->lrule_len[r->level - 1],
+                 x->deny_status, &rep);
     else
         decision(x->k, r, x->rule, x->rule_len, x->deny_status, &rep);
     rls_http_answer(c, &rep);
@@ -196,6 +211,7 @@ static void on_request(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
     rls_ask_t a;
     rls_traceparent_t tp;
     const char *why = NULL;
+    uint32_t i;
 
     uint32_t path_op = RL_OP_CHECK;
 
@@ -261,6 +277,12 @@ static void on_request(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
     x->deny_status = cq.deny_status;
     memcpy(x->rule, a.q.rule, a.q.rule_len);
     x->rule_len = a.q.rule_len;
+    x->nlevels = a.q.nlevels;
+    for (i = 0; i < a.q.nlevels; i++) {
+        /* rls_check_query bounds each rule to RL_RULE_MAX bytes. */
+        memcpy(x->lrule[i], a.q.levels[i].rule, a.q.levels[i].rule_len);
+        x->lrule_len[i] = (uint8_t)a.q.levels[i].rule_len;
+    }
     /* Pending from here: the answer may come before rls_decide returns
      * (a kill switch, a refusal known without the store). */
     k->pending++;

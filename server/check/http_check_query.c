@@ -84,6 +84,61 @@ enum {
     SEEN_ACTUAL = 64
 };
 
+/* level=KEY=RULE: one more level of c, its bytes decoded into out->levels
+ * after the others'. */
+static int level_param(const char *v, size_t vlen, rl_check_t *c,
+                       rls_check_query_t *out, const char **why)
+{
+    char *at = out->levels + out->levels_len;
+    rl_level_t *l;
+    size_t d, k;
+
+    if (c->nlevels == RL_LEVELS_MAX) {
+        *why = "more than 8 levels";
+        return RL_EINVAL;
+    }
+    switch (decode(v, vlen, at, sizeof(out->levels) - out->levels_len, &d)) {
+    case RL_OK:
+        break;
+    case RL_EFULL:
+        *why = "the levels are longer than the query can be";
+        return RL_EINVAL;
+    default:
+        *why = "bad percent-escape in the query (expected %XX)";
+        return RL_EINVAL;
+    }
+    for (k = d; k > 0 && at[k - 1] != '='; k--)
+        ;
+    if (k == 0 || k == d) {
+        *why = "level must be KEY=RULE";
+        return RL_EINVAL;
+    }
+    if (k - 1 == 0) {
+        *why = "a level's key is empty";
+        return RL_EINVAL;
+    }
+    if (k - 1 > RL_KEY_MAX) {
+        *why = rl_strerror(RL_EKEYLONG);
+        return RL_EINVAL;
+    }
+    if (d - k > RL_RULE_MAX) {
+        *why = rl_strerror(RL_ERULELONG);
+        return RL_EINVAL;
+    }
+    if (memchr(at, '\0', k - 1) != NULL) {
+        out->reason = RLS_CHECK_BAD_KEY;
+        *why = rl_strerror(RL_EKEYNUL);
+        return RL_EINVAL;
+    }
+    l = &c->levels[c->nlevels++];
+    l->key = at;
+    l->key_len = k - 1;
+    l->rule = at + k;
+    l->rule_len = d - k;
+    out->levels_len += d;
+    return RL_OK;
+}
+
 /* op= values, by RL_OP_* number. */
 static const char *const op_names[RL_OP_MAX] = {"check",   "reserve", "settle",
                                                 "acquire", "release", "renew"};
@@ -208,6 +263,8 @@ static int param(const char *p, size_t n, rl_check_t *c, rls_check_query_t *out,
         c->actual = x;
         return RL_OK;
     }
+    if (name_is(p, nlen, "level"))
+        return level_param(v, vlen, c, out, why);
     return RL_OK; /* not ours */
 twice:
     *why = "a parameter is given twice";
@@ -289,6 +346,8 @@ int rls_check_query(const rls_http_req_t *q, const rls_check_opts_t *o,
     c->cost = 1;
     c->op = RL_OP_CHECK;
     c->actual = 0;
+    c->nlevels = 0;
+    out->levels_len = 0;
     out->deny_status = 429;
     out->reason = RLS_CHECK_BAD_QUERY;
     p = memchr(t, '?', q->target_len);
@@ -312,6 +371,18 @@ int rls_check_query(const rls_http_req_t *q, const rls_check_opts_t *o,
         *why = "settle, release and renew are POST /settle, /release, "
                "/renew";
         return RL_EINVAL;
+    }
+    if (c->nlevels > 0) {
+        /* The levels name every caller and rule: nothing else does. */
+        if (seen & (SEEN_RULE | SEEN_KEY)) {
+            *why = "level= stands instead of rule= and key=";
+            return RL_EINVAL;
+        }
+        if (c->op != RL_OP_CHECK) {
+            *why = "levels are checks: no op= but check";
+            return RL_EINVAL;
+        }
+        return RL_OK;
     }
     if (c->op == RL_OP_SETTLE || c->op == RL_OP_RELEASE ||
         c->op == RL_OP_RENEW) {

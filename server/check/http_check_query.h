@@ -9,10 +9,17 @@
  *
  * Query: name=value pairs separated by '&', values percent-decoded
  * (%XX, and '+' for a space, as HTML forms and URLSearchParams encode
- * them). Known names: rule, key, cost, deny_status, op, handle, actual;
- * others are ignored so
+ * them). Known names: rule, key, cost, deny_status, op, handle, actual,
+ * level; others are ignored so
  * that a proxy may add its own. A known name given twice is an error (two
- * components that read it differently must not disagree on the key).
+ * components that read it differently must not disagree on the key),
+ * except level.
+ *
+ * level=KEY=RULE (repeated, up to RL_LEVELS_MAX): the check's levels,
+ * decided all or nothing (rl_check_t.levels), the decoded value split at
+ * its last '=' (a rule has none; a key may), as rl-check's --level KEY=RULE.
+ * Levels stand instead of rule= and key= (and the headers, not read
+ * then), in a check (op= check or none).
  *
  * Where each value comes from, first found wins:
  *   rule: rule= in the query; else the --check-rule-header header, if set.
@@ -81,6 +88,10 @@ typedef struct rls_check_query_s {
     char rule[RL_RULE_MAX];
     char key[RL_KEY_MAX];
     uint8_t handle[RL_HANDLE_MAX];
+    /* The levels' keys and rules, decoded one after the other (never
+     * longer than the query they came from). */
+    char levels[RLS_CHECK_TARGET_MAX];
+    size_t levels_len;
     int deny_status; /* 429 unless deny_status= says 403 */
     int reason;      /* RLS_CHECK_*, when refused */
 } rls_check_query_t;
@@ -93,7 +104,8 @@ typedef struct rls_check_query_s {
  * key=, or the headers), cost (1 unless cost= says otherwise), op (op=:
  * check, reserve, acquire, settle, release, renew), handle (handle=, hex
  * as answers carry it in X-RateLimit-Handle) and actual (actual=, for a
- * settle), and leaves id, limit and window_s alone. Settle, release and
+ * settle), levels (level=; nlevels 0 without), and leaves id, limit and
+ * window_s alone. Settle, release and
  * renew need a handle and no rule or key; settle needs actual.
  * Returns 0; or RL_EINVAL with *why a static, human-readable reason (bad
  * escape, value too long, a NUL in the key, a parameter twice, a missing

@@ -489,11 +489,32 @@ static void replay(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
             /* A group: one request against every level's limits, all or
              * nothing; the answer names the deciding level. */
             const group_t *g = group_at(t, t->match[q->op].group);
+            rl_result_t lr[RLS_GROUP_MAX];
             size_t d;
-            uint32_t l;
+            uint32_t l, m;
             ok = rl_admit_one(w, nrun[q->op], q->cost);
             admitted[q->op] += (uint32_t)ok;
             d = rl_admit_result(w, nrun[q->op], q->cost, ok, &r);
+            /* Each level as it stands (rl_result_t.per_level): admitted,
+             * its counts include the request; refused, a level with room
+             * answers as allowed from its counts as they were (the room
+             * it has), one without as refused. */
+            memset(lr, 0, sizeof(lr));
+            for (m = 0; m < g->n; m++) {
+                const rl_admit_win_t *lw = w + g->first[m];
+                size_t ln = (size_t)(g->first[m + 1] - g->first[m]);
+                rl_result_t *o = &lr[g->index[m]];
+                int fits = ok || rl_admit_fits(lw, ln, q->cost);
+                rl_admit_result(lw, ln, q->cost, fits, o);
+                o->id = q->id;
+                o->decided_at_ms = t->now_ms;
+                o->level = g->index[m] + 1;
+                if (!fits)
+                    rls_refusal_answer(o, q->mode, NULL);
+                if (g->index[m] + 1 > r.nper_level)
+                    r.nper_level = g->index[m] + 1;
+            }
+            r.per_level = lr;
             l = d < op->nwin ? op->win[d].level : 0;
             r.level = g->index[l] + 1;
             r.id = q->id;

@@ -186,6 +186,9 @@ static int level_resolve(rls_decider_t *d, rls_ask_t *a, rls_spec_t *spec,
     return RL_OK;
 }
 
+static int decide_group(rls_decider_t *d, rls_ask_t *a, size_t n,
+                        rls_respond_fn respond, void *owner, const char **why);
+
 /* A native request of levels (a->q.levels): one ask per level, the
  * request's id and cost, decided as a group. */
 static int decide_levels(rls_decider_t *d, rls_ask_t *a, rls_respond_fn respond,
@@ -209,11 +212,12 @@ static int decide_levels(rls_decider_t *d, rls_ask_t *a, rls_respond_fn respond,
         lv[i].q.rule = a->q.levels[i].rule;
         lv[i].q.rule_len = a->q.levels[i].rule_len;
     }
-    return rls_decide_group(d, lv, a->q.nlevels, respond, owner, why);
+    /* Within rls_decide's span: not a second one. */
+    return decide_group(d, lv, a->q.nlevels, respond, owner, why);
 }
 
-int rls_decide_group(rls_decider_t *d, rls_ask_t *a, size_t n,
-                     rls_respond_fn respond, void *owner, const char **why)
+static int decide_group(rls_decider_t *d, rls_ask_t *a, size_t n,
+                        rls_respond_fn respond, void *owner, const char **why)
 {
     static _Thread_local char msg[2 * RL_RULE_MAX + 160];
     rls_spec_t spec[RLS_GROUP_MAX];
@@ -283,10 +287,12 @@ int rls_decide_group(rls_decider_t *d, rls_ask_t *a, size_t n,
         return RL_OK;
     }
     if (refuse < n && spec[refuse].mode != RLS_MODE_OFF) {
-        /* A limit of 0 refuses the group, which then counts nowhere. */
+        /* A limit of 0 refuses the group, which then counts nowhere; the
+         * other levels are not looked at (code 0 in per_level). */
         uint64_t now = d->store->v->now_ms(d->store);
-        rl_result_t r;
+        rl_result_t r, lr[RLS_GROUP_MAX];
         memset(&r, 0, sizeof(r));
+        memset(lr, 0, sizeof(lr));
         r.id = a[0].q.id;
         r.code = RL_CODE_OVER_LIMIT;
         r.window_s = a[refuse].q.window_s;
@@ -294,6 +300,9 @@ int rls_decide_group(rls_decider_t *d, rls_ask_t *a, size_t n,
             rl_window_reset_after_ms(now, a[refuse].q.window_s);
         r.level = (uint32_t)refuse + 1;
         rls_refusal_answer(&r, mode, spec[refuse].stats);
+        lr[refuse] = r;
+        r.per_level = lr;
+        r.nper_level = (uint32_t)n;
         respond(owner, &r);
         return RL_OK;
     }
@@ -303,6 +312,29 @@ int rls_decide_group(rls_decider_t *d, rls_ask_t *a, size_t n,
         return RL_ENOMEM;
     }
     return RL_OK;
+}
+
+/* A group asked by a front end itself (Envoy's all_or_nothing): one span,
+ * named after its first level, as rls_decide's. */
+int rls_decide_group(rls_decider_t *d, rls_ask_t *a, size_t n,
+                     rls_respond_fn respond, void *owner, const char **why)
+{
+    rls_span_t *sp;
+    int rc;
+
+    if (n == 0 || d->tracer == NULL ||
+        (sp = rls_trace_begin(d->tracer, a[0].parent,
+                              a[0].q.rule_len > 0 ? a[0].q.rule
+                                                  : a[0].stats_name,
+                              a[0].q.rule_len > 0 ? a[0].q.rule_len
+                              : a[0].stats_name   ? a[0].stats_name_len
+                                                  : 0)) == NULL)
+        return decide_group(d, a, n, respond, owner, why);
+    sp->respond = respond;
+    sp->owner = owner;
+    if ((rc = decide_group(d, a, n, rls_trace_respond, sp, why)) != RL_OK)
+        rls_trace_refused(d->tracer, sp, rc);
+    return rc;
 }
 
 static int decide(rls_decider_t *d, rls_ask_t *a, rls_respond_fn respond,

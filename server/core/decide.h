@@ -170,7 +170,12 @@ int rls_decide(rls_decider_t *d, rls_ask_t *a, rls_respond_fn respond,
  * allowed only when every limit of every level has room, then charged in
  * every one; refused, charged nowhere. A level whose mode is off is left
  * out; one in shadow puts the group in shadow. The answer (one, through
- * respond, as rls_decide's) carries `level`, the deciding ask's index + 1.
+ * respond, as rls_decide's) carries `level`, the deciding ask's index + 1,
+ * and, when the group was decided (not failed, not every level off),
+ * `per_level`: each level's own answer, in the asks' order (rl_msg.h; a
+ * level left out, or not looked at when another's limit of 0 refused the
+ * group without the store, has code 0). Envoy's all_or_nothing domains
+ * answer each descriptor from it.
  * A native request of levels (a->q.nlevels > 0) given to rls_decide comes
  * here. Returns 0, or as rls_decide: a validation error, RL_ENORULE,
  * RL_EINLINE, RL_EINVAL (a concurrency rule, more than RLS_WINDOWS_MAX

@@ -12,6 +12,10 @@
  *                                  # STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT)
  *                                  # | native (check, then increment);
  *                                  # default --envoy-counting
+ *   all_or_nothing: true           # ours: a call's limited descriptors
+ *                                  # are decided together, all charged
+ *                                  # or none (check, then increment);
+ *                                  # default false
  *   descriptors:
  *     - key: database
  *       value: users               # optional: without it, any value
@@ -152,6 +156,10 @@ typedef struct rls_envoy_domain_s {
     unsigned headers;
     int headers_set; /* the file said rate_limit_headers */
     int counting;    /* RLS_ENVOY_COUNT_*, as the file said */
+    /* all_or_nothing: true (ours; files only): a call's descriptors with
+     * a limit are decided as one group (rls_decide_group), allowed only
+     * when all fit, and then charged in all; refused, charged nowhere. */
+    int all_or_nothing;
     /* "envoy:<domain>" with bytes outside [A-Za-z0-9_.:-] as '_': the name
      * its decisions are counted under, and the headers' policy name. */
     char stats_name[RL_RULE_MAX + 1];

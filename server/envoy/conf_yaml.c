@@ -941,6 +941,13 @@ static int parse_file(yp_t *y)
                 DIAG(b, rls_yaml_in_line(&y->in),
                      "counting: envoy, envoy-stop or native");
             counting_line = rls_yaml_in_line(&y->in);
+        } else if (strcmp(kbuf, "all_or_nothing") == 0) {
+            if (!want_scalar(y, kbuf))
+                continue;
+            v = rls_yaml_in_str(&y->in, &vl);
+            if (parse_bool(v, vl, &dom.all_or_nothing) != RL_OK)
+                DIAG(b, rls_yaml_in_line(&y->in),
+                     "all_or_nothing: true or false");
         } else if (strcmp(kbuf, "descriptors") == 0) {
             if (parse_descriptors(y, di, 0) != RL_OK)
                 return RL_EINVAL;

@@ -135,6 +135,61 @@ size_t rls_envoy_key(char *out, const char *domain, size_t dlen,
 
 static void stop_second(rls_envoy_call_t *call, int from_start);
 
+/* Descriptor st's answer r, copied into its slot (r's strings do not
+ * outlive the callback). */
+static void settle(rls_envoy_call_t *call, rls_envoy_status_t *st,
+                   const rl_result_t *r)
+{
+    if (call->ctx->estats != NULL)
+        rls_estats_count(call->ctx->estats, st->stat, st->hits, r);
+    st->r = *r;
+    st->r.error = NULL;
+    st->r.error_len = 0;
+    st->r.per_level = NULL;
+    st->r.nper_level = 0;
+    /* ERROR: the store could not decide and the server fails closed
+     * (fail-open answers OK): refused, as the operator asked. */
+    st->code = r->code == RL_CODE_OK ? CODE_OK : CODE_OVER;
+    if (r->code == RL_CODE_ERROR) {
+        st->r.code = RL_CODE_OVER_LIMIT;
+        if (st->r.retry_after_ms == 0)
+            st->r.retry_after_ms = 1000;
+    }
+    /* Allowed with nothing used, no error and no store: a kill
+     * switch's answer (an allowed decision counts its cost, a read
+     * of a counter at 0 was decided at the store's instant;
+     * fail-open says why). */
+    if (r->code == RL_CODE_OK && r->used == 0 && r->error_len == 0 &&
+        !r->shadow_refused && r->decided_at_ms == 0)
+        call->ctx->stats.uncounted++;
+}
+
+/* The answer to the call's group (all_or_nothing): each descriptor of it
+ * takes its level's answer (rl_result_t.per_level), or the group's when
+ * it has none per level (the store failed; every level off). A level
+ * left out, or not looked at, is allowed with no limit, as a kill
+ * switch's descriptor. */
+static void respond_group(void *owner, const rl_result_t *r)
+{
+    rls_envoy_call_t *call = owner;
+    uint32_t l;
+
+    for (l = 0; l < call->ngroup; l++) {
+        rls_envoy_status_t *st = &call->st[call->group[l]];
+        if (r->per_level == NULL || l >= r->nper_level) {
+            settle(call, st, r);
+        } else if (r->per_level[l].code == RL_CODE_UNKNOWN) {
+            st->decided = 0;
+            st->code = CODE_OK;
+            call->ctx->stats.uncounted++;
+        } else {
+            settle(call, st, &r->per_level[l]);
+        }
+    }
+    if (--call->pending == 0 && call->done != NULL)
+        call->done(call);
+}
+
 static void respond(void *owner, const rl_result_t *r)
 {
     rls_envoy_call_t *call = owner;
@@ -150,29 +205,8 @@ static void respond(void *owner, const rl_result_t *r)
             stop_second(call, 0);
         return;
     }
-    if (r->id < call->n) {
-        st = &call->st[r->id];
-        if (call->ctx->estats != NULL)
-            rls_estats_count(call->ctx->estats, st->stat, st->hits, r);
-        st->r = *r;
-        st->r.error = NULL;
-        st->r.error_len = 0;
-        /* ERROR: the store could not decide and the server fails closed
-         * (fail-open answers OK): refused, as the operator asked. */
-        st->code = r->code == RL_CODE_OK ? CODE_OK : CODE_OVER;
-        if (r->code == RL_CODE_ERROR) {
-            st->r.code = RL_CODE_OVER_LIMIT;
-            if (st->r.retry_after_ms == 0)
-                st->r.retry_after_ms = 1000;
-        }
-        /* Allowed with nothing used, no error and no store: a kill
-         * switch's answer (an allowed decision counts its cost, a read
-         * of a counter at 0 was decided at the store's instant;
-         * fail-open says why). */
-        if (r->code == RL_CODE_OK && r->used == 0 && r->error_len == 0 &&
-            !r->shadow_refused && r->decided_at_ms == 0)
-            call->ctx->stats.uncounted++;
-    }
+    if (r->id < call->n)
+        settle(call, &call->st[r->id], r);
     if (--call->pending == 0) {
         if (call->phase == 1)
             stop_second(call, 0);
@@ -193,13 +227,15 @@ static int own_limit(const desc_t *d)
     return d->limit != NULL && rls_envoy_unit_seconds(d->limit->unit) != 0;
 }
 
-/* Decides descriptor i of the call (mapped through node x, or overridden
- * by the request's own limit), counted as counting says (RLS_COUNT_*; a
- * cost of 0 under NATIVE is looked at, PEEK), its statistics counting
- * hits. Returns 0 or a gRPC status. */
-static int add_one(rls_envoy_call_t *call, uint32_t i, const desc_t *d,
-                   const rls_envoy_node_t *x, uint32_t cost, uint32_t hits,
-                   int counting, const char **why)
+/* The ask of descriptor i of the call (mapped through node x, or
+ * overridden by the request's own limit), counted as counting says
+ * (RLS_COUNT_*; a cost of 0 under NATIVE is looked at, PEEK), its
+ * statistics counting hits, into *ap, its key in key (RLS_ENVOY_KEY_MAX +
+ * 1 bytes). Returns 1 when it is to be decided, 0 when answered already
+ * (no configuration, unlimited, a charge of nothing). */
+static int ask_of(rls_envoy_call_t *call, uint32_t i, const desc_t *d,
+                  const rls_envoy_node_t *x, uint32_t cost, uint32_t hits,
+                  int counting, rls_ask_t *ap, char *key)
 {
     rls_envoy_ctx_t *ctx = call->ctx;
     rls_envoy_status_t *st = &call->st[i];
@@ -210,11 +246,10 @@ static int add_one(rls_envoy_call_t *call, uint32_t i, const desc_t *d,
     size_t klens[RLS_ENVOY_ENTRIES_MAX] = {0},
            vlens[RLS_ENVOY_ENTRIES_MAX] = {0};
     size_t j;
-    char key[RLS_ENVOY_KEY_MAX + 1];
     rls_ask_t a;
     uint32_t window_s = 0;
     uint64_t limit = 0;
-    int from_request = 0, rc;
+    int from_request = 0;
 
     size_t n = d->n_entries;
     int charge = 0;
@@ -253,12 +288,12 @@ static int add_one(rls_envoy_call_t *call, uint32_t i, const desc_t *d,
         /* No configuration, or unlimited: allowed, nothing counted. */
         st->unlimited = x != NULL && x->kind == RLS_ENVOY_UNLIMITED;
         ctx->stats.uncounted++;
-        return RLS_GRPC_OK;
+        return 0;
     }
     if (cost == 0 && charge) {
         /* A charge of nothing. */
         ctx->stats.uncounted++;
-        return RLS_GRPC_OK;
+        return 0;
     }
     /* A descriptor's hits_addend of 0 (Envoy's check before a
      * response-cost charge) reads the counter: OVER_LIMIT once it is past
@@ -319,19 +354,72 @@ static int add_one(rls_envoy_call_t *call, uint32_t i, const desc_t *d,
         st->rule = 1;
     }
     st->decided = 1;
+    *ap = a;
+    return 1;
+}
+
+/* The gRPC status of a decider's refusal to queue (rc). */
+static int grpc_status_of(int rc, const char **why)
+{
+    switch (rc) {
+    case RL_ENOMEM:
+        return RLS_GRPC_RESOURCE_EXHAUSTED;
+    case RL_ENORULE:
+        *why = "a descriptor's rule is not in the rules file";
+        return RLS_GRPC_UNAVAILABLE;
+    default:
+        return RLS_GRPC_INVALID_ARGUMENT;
+    }
+}
+
+/* Decides descriptor i of the call, alone (ask_of's arguments). Returns 0
+ * or a gRPC status. */
+static int add_one(rls_envoy_call_t *call, uint32_t i, const desc_t *d,
+                   const rls_envoy_node_t *x, uint32_t cost, uint32_t hits,
+                   int counting, const char **why)
+{
+    char key[RLS_ENVOY_KEY_MAX + 1];
+    rls_ask_t a;
+    int rc;
+
+    if (!ask_of(call, i, d, x, cost, hits, counting, &a, key))
+        return RLS_GRPC_OK;
     call->pending++;
-    if ((rc = rls_decide(ctx->decider, &a, respond, call, why)) != RL_OK) {
+    if ((rc = rls_decide(call->ctx->decider, &a, respond, call, why)) !=
+        RL_OK) {
         call->pending--;
-        st->decided = 0;
-        switch (rc) {
-        case RL_ENOMEM:
-            return RLS_GRPC_RESOURCE_EXHAUSTED;
-        case RL_ENORULE:
-            *why = "a descriptor's rule is not in the rules file";
-            return RLS_GRPC_UNAVAILABLE;
-        default:
-            return RLS_GRPC_INVALID_ARGUMENT;
-        }
+        call->st[i].decided = 0;
+        return grpc_status_of(rc, why);
+    }
+    return RLS_GRPC_OK;
+}
+
+/* all_or_nothing: the call's descriptors call->group[] decided as one
+ * group of that many levels, each a check of cost (counted the native
+ * way). Returns 0 or a gRPC status (nothing queued then). */
+static int add_group(rls_envoy_call_t *call, const req_t *q, uint32_t cost,
+                     const char **why)
+{
+    char keys[RLS_GROUP_MAX][RLS_ENVOY_KEY_MAX + 1];
+    rls_ask_t a[RLS_GROUP_MAX];
+    uint32_t l;
+    int rc;
+
+    for (l = 0; l < call->ngroup; l++) {
+        uint32_t i = call->group[l];
+        /* A member is counted in the store (group_member): always asked. */
+        (void)ask_of(call, i, q->descriptors[i], call->st[i].node, cost, cost,
+                     RLS_COUNT_NATIVE, &a[l], keys[l]);
+        a[l].q.id = call->n;
+    }
+    call->pending++;
+    rc = rls_decide_group(call->ctx->decider, a, call->ngroup, respond_group,
+                          call, why);
+    if (rc != RL_OK) {
+        call->pending--;
+        for (l = 0; l < call->ngroup; l++)
+            call->st[call->group[l]].decided = 0;
+        return grpc_status_of(rc, why);
     }
     return RLS_GRPC_OK;
 }
@@ -451,6 +539,20 @@ static int store_counted(const desc_t *d, const rls_envoy_node_t *x)
            (x->kind == RLS_ENVOY_LIMIT || x->kind == RLS_ENVOY_RULE);
 }
 
+/* all_or_nothing: whether descriptor d (node x, its cost c) is one of
+ * the call's group, whose cost is the call's: counted in a store, a
+ * check (not a charge), not in quota mode (which refuses a call only
+ * with every quota descriptor over: not a level's all or nothing), and
+ * of the call's cost (a group has one cost; a descriptor's own
+ * hits_addend of another value, 0 among them, is decided alone). */
+static int group_member(const rls_envoy_call_t *call, const desc_t *d,
+                        const rls_envoy_node_t *x, uint32_t c, uint32_t cost)
+{
+    if (!store_counted(d, x) || c != cost || call->ctx->global_quota)
+        return 0;
+    return own_limit(d) || !x->quota;
+}
+
 /* envoy-stop's second step, once the first (every counted descriptor
  * looked at with its hits, nothing counted) is answered: as
  * envoy-ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, when one of
@@ -489,11 +591,20 @@ static void stop_second(rls_envoy_call_t *call, int from_start)
         call->done(call);
 }
 
+/* A descriptor's cost: its own hits_addend, else the call's. */
+static uint32_t desc_cost(const desc_t *d, uint32_t cost)
+{
+    if (d->hits_addend == NULL)
+        return cost;
+    return d->hits_addend->value > UINT32_MAX ? UINT32_MAX
+                                              : (uint32_t)d->hits_addend->value;
+}
+
 int rls_envoy_start(rls_envoy_call_t *call, rls_envoy_ctx_t *ctx,
                     const uint8_t *p, size_t n, const char **why)
 {
     req_t *q;
-    uint32_t i, cost, nstore = 0;
+    uint32_t i, k, cost, nstore = 0;
     int rc, counting;
 
     call->ctx = ctx;
@@ -505,6 +616,7 @@ int rls_envoy_start(rls_envoy_call_t *call, rls_envoy_ctx_t *ctx,
     call->req = NULL;
     call->held = NULL;
     call->phase = 0;
+    call->ngroup = 0;
     q = envoy__service__ratelimit__v3__rate_limit_request__unpack(NULL, n, p);
     if (q == NULL) {
         *why = "the message is not a RateLimitRequest";
@@ -539,6 +651,24 @@ int rls_envoy_start(rls_envoy_call_t *call, rls_envoy_ctx_t *ctx,
         call->st[i].node = walk(call, q->descriptors[i]);
     drop_replaced(call, q);
     cost = q->hits_addend == 0 ? 1 : q->hits_addend;
+    if (call->dom->all_or_nothing) {
+        /* The group's members, known before anything is queued: a group
+         * holds RLS_GROUP_MAX levels. */
+        for (i = 0; i < call->n; i++) {
+            const desc_t *d = q->descriptors[i];
+            uint32_t c = desc_cost(d, cost);
+            if (!group_member(call, d, call->st[i].node, c, cost))
+                continue;
+            if (call->ngroup == RLS_GROUP_MAX) {
+                *why = "all_or_nothing decides 8 descriptors with limits "
+                       "together at most";
+                call->ngroup = 0;
+                rc = RLS_GRPC_INVALID_ARGUMENT;
+                goto out;
+            }
+            call->group[call->ngroup++] = i;
+        }
+    }
     switch (rls_envoy_conf_counting(call->dom)) {
     case RLS_ENVOY_COUNT_NATIVE:
         counting = RLS_COUNT_NATIVE;
@@ -549,7 +679,9 @@ int rls_envoy_start(rls_envoy_call_t *call, rls_envoy_ctx_t *ctx,
         for (i = 0; i < call->n; i++)
             nstore += store_counted(q->descriptors[i], call->st[i].node);
         counting = RLS_COUNT_ENVOY;
-        if (nstore >= 2)
+        /* all_or_nothing's group is the exact form of what the two steps
+         * approximate: the others are counted as with `envoy`. */
+        if (nstore >= 2 && !call->dom->all_or_nothing)
             call->phase = 1;
         break;
     default:
@@ -558,15 +690,20 @@ int rls_envoy_start(rls_envoy_call_t *call, rls_envoy_ctx_t *ctx,
     /* The guard: an answer given inside the loop (a full batch the memory
      * store answered at once) must not complete the call under us. */
     call->pending = 1;
-    for (i = 0; i < call->n; i++) {
+    if (call->ngroup > 0 &&
+        (rc = add_group(call, q, cost, why)) != RLS_GRPC_OK) {
+        call->pending--;
+        goto out;
+    }
+    for (i = 0, k = 0; i < call->n; i++) {
         const desc_t *d = q->descriptors[i];
         rls_envoy_status_t *st = &call->st[i];
-        uint32_t c = cost;
-        if (d->hits_addend != NULL)
-            c = d->hits_addend->value > UINT32_MAX
-                    ? UINT32_MAX
-                    : (uint32_t)d->hits_addend->value;
+        uint32_t c = desc_cost(d, cost);
         st->cost = c;
+        if (k < call->ngroup && call->group[k] == i) {
+            k++;
+            continue;
+        }
         st->stop = call->phase == 1 && store_counted(d, st->node);
         if ((rc = add_one(call, i, d, st->node, c, c,
                           st->stop ? RLS_COUNT_PEEK : counting, why)) !=

@@ -71,6 +71,10 @@ typedef struct rls_envoy_call_s {
                          NULL) */
     void *held;       /* or kept for envoy-stop's second step (else NULL) */
     int phase;        /* envoy-stop: 1 first step (a look), 2 second */
+    /* all_or_nothing: the descriptors decided as one group, in level
+     * order (ngroup of them; 0: none). */
+    uint32_t group[RLS_GROUP_MAX];
+    uint32_t ngroup;
     void (*done)(struct rls_envoy_call_s *call);
     /* The call's traceparent (gRPC metadata), set by the transport before
      * rls_envoy_start: every descriptor's span has it as parent. */

@@ -42,6 +42,14 @@
 #   rlqs      RLQS's fleet step (store/rlqs.lua through the cluster
 #             store's command()) on budgets of every master
 #             (test_rlqs_fleet's scripted steps; RLT_RLQS_BIN)
+#   levels    all or nothing across levels on the cluster: checks whose
+#             levels' keys share one {tenant} are decided (two servers,
+#             rl-check --level: the user's refusal spends nothing of the
+#             organisation's, and its refusal nothing of the user's; the
+#             counters on the tenant's master hold what the allowed checks
+#             cost), levels in different slots are refused with the
+#             documented message and charge nothing; then rl-bench --levels
+#             (3 tenants) over two servers audits both levels clean
 #   xop       the store's reservations and leases (store/reserve.lua through
 #             the cluster store's command()): test_store_xop's scripted run
 #             against its model, on this cluster (RLT_XOP_BIN names the
@@ -677,6 +685,84 @@ scenario_tls() {
     rc_servers_exit_clean
 }
 
+# ---- levels ---------------------------------------------------------------
+
+# rc_level N K1=R1 K2=R2: one rl-check of two levels on server N; prints
+# its line (stderr too) and leaves its exit status in T_RC.
+rc_level() {
+    local n=$1
+    shift
+    T_RC=0
+    "$RL_CHECK_BIN" --server "127.0.0.1:$(t_server_port "$n")" \
+        --level "$1" --level "$2" 2>&1 || T_RC=$?
+}
+
+scenario_levels() {
+    local out i want p n total=0 key
+    t_init 2
+    rc_start
+    # Hour windows: no edge passes mid-test. A second pair for the load.
+    for i in 1 2; do
+        rc_server "$i" --rule org=3/3600 --rule user=2/3600 \
+            --rule lorg=20/1 --rule luser=8/1
+        t_await_proc "rl-server-$i" 5000 "server $i healthy" t_healthy "$i"
+    done
+    # The organisation {acme} and its users, alternating servers: a's
+    # third is refused by level 2 (spending nothing of the organisation's,
+    # which b then gets), c's by level 1 (spending nothing of c's).
+    want=("a OK 2" "a OK 2" "a OVER_LIMIT 2" "b OK 1" "c OVER_LIMIT 1")
+    for i in 0 1 2 3 4; do
+        set -- ${want[$i]}
+        out=$(rc_level $((i % 2 + 1)) "{acme}org=org" "{acme}user:$1=user"; echo "rc=$T_RC")
+        [[ "$out" == "$2 "*"level=$3"* ]] ||
+            t_fail "check $i (user $1): expected $2 at level $3: $out"
+    done
+    t_log "one {tenant}: decided all or nothing on the cluster: $out"
+    out=$(rc_level 1 "org:x=org" "user:y=user"; echo "rc=$T_RC")
+    [[ "$out" == *"different Redis Cluster hash slots"*"rc=2"* ]] ||
+        t_fail "levels in two slots were not refused: $out"
+    t_log "levels in two slots refused: $(echo "$out" | head -1)"
+    # The counters: what the allowed checks cost, on the {acme} slot's
+    # master; none for the refused user c, none for the refused pair.
+    for p in $(rc_masters); do
+        for key in $(rc_cli "$p" --scan --pattern '*{acme}*'); do
+            n=$(rc_cli "$p" get "$key")
+            t_log "master :$p $key = $n"
+            case $key in
+            *"{acme}org}"*) t_check "org count 3" [ "$n" = 3 ] ;;
+            *"{acme}user:a}"*) t_check "user a count 2" [ "$n" = 2 ] ;;
+            *"{acme}user:b}"*) t_check "user b count 1" [ "$n" = 1 ] ;;
+            *) t_fail "unexpected counter $key = $n" ;;
+            esac
+            total=$((total + 1))
+        done
+        [ -z "$(rc_cli "$p" --scan --pattern '*org:x*')" ] ||
+            t_fail "the refused pair left a counter on :$p"
+    done
+    t_check "3 counters of {acme} ($total)" [ "$total" = 3 ]
+    # Under load: users of 3 tenants over both servers, audited per level.
+    local both="127.0.0.1:$(t_server_port 1),127.0.0.1:$(t_server_port 2)"
+    t_bench_at "$both" lv --fleet --connections 4 --inflight 8 --levels 3 \
+        --keys 12 --dist hot:0.5 --rule luser --org-rule lorg --limit 8 \
+        --window 1 --org-limit 20 --duration 2.5 --audit --key-prefix lv: \
+        --timeout-ms 5000
+    t_check "lv: rl-bench exited $(cat "$T_DIR/lv.rc")" \
+        [ "$(cat "$T_DIR/lv.rc")" = 0 ]
+    t_expect lv errors -eq 0
+    t_expect lv audit_over_limit -eq 0
+    t_expect lv audit_org_over_limit -eq 0
+    t_expect lv levels_refused_org -gt 0
+    t_expect lv levels_refused_user -gt 0
+    t_expect lv audit_org_checked_windows -gt 0
+    [ "$(t_json lv audit_exact)" = true ] && [ "$(t_json lv audit_org_exact)" = true ] ||
+        t_fail "lv: a level refused short of its limit"
+    t_log "lv: $(t_audit_line lv); org: $(t_json lv audit_org_exact_windows)/$(t_json lv audit_org_checked_windows) exact"
+    for p in $(rc_masters); do
+        t_log "master :$p dbsize $(rc_cli "$p" dbsize)"
+    done
+    rc_servers_exit_clean
+}
+
 scenario_xop() {
     [ -x "${RLT_XOP_BIN:-}" ] || t_fail "RLT_XOP_BIN: no test binary"
     t_init 0
@@ -713,7 +799,7 @@ $(grep -v '^ts=' "$T_DIR/rlqs.log" | tail -20)"
 }
 
 case $SCENARIO in
-match | reshard | failover | hang | password | ctl | tls | xop | rlqs)
+match | reshard | failover | hang | password | ctl | tls | xop | rlqs | levels)
     "scenario_$SCENARIO"
     ;;
 *)

@@ -9,10 +9,14 @@
  *     it is caught;
  *   - rls_check_query returns 0 or RL_EINVAL, the latter with a reason;
  *   - on 0: 1 <= rule_len <= RL_RULE_MAX, 1 <= key_len <= RL_KEY_MAX, no
- *     NUL in the key, cost >= 1, deny_status 403 or 429;
+ *     NUL in the key, cost >= 1, deny_status 403 or 429; or, with levels
+ *     (level=KEY=RULE), 1 to RL_LEVELS_MAX of them, each key 1 to
+ *     RL_KEY_MAX bytes without NUL and each rule 1 to RL_RULE_MAX bytes
+ *     without '=', all inside the query's level buffer and apart, no
+ *     rule or key beside them, a check;
  *   - a header value rls_http_header finds lies inside the head;
  *   - round trip: a key of any bytes but NUL, percent-encoded into
- *     key=, decodes to exactly those bytes.
+ *     key= (and into level=KEY=r), decodes to exactly those bytes.
  *
  * Built two ways (tests/fuzz/CMakeLists.txt, tests/fuzz/run.sh): with
  * libFuzzer, and with RL_FUZZ_REPLAY as a plain program that runs the seed
@@ -74,6 +78,27 @@ static void check_query(const rls_http_req_t *q, const rls_check_opts_t *o,
         CHECK(c.actual <= UINT32_MAX);
         return;
     }
+    CHECK(c.nlevels <= RL_LEVELS_MAX);
+    CHECK(cq.levels_len <= sizeof(cq.levels));
+    if (c.nlevels > 0) {
+        const char *end = cq.levels;
+        uint32_t i;
+        CHECK(c.rule_len == 0 && c.key_len == 0 && c.op == RL_OP_CHECK);
+        for (i = 0; i < c.nlevels; i++) {
+            const rl_level_t *l = &c.levels[i];
+            CHECK(l->key_len >= 1 && l->key_len <= RL_KEY_MAX);
+            CHECK(l->rule_len >= 1 && l->rule_len <= RL_RULE_MAX);
+            CHECK(memchr(l->key, '\0', l->key_len) == NULL);
+            CHECK(memchr(l->rule, '=', l->rule_len) == NULL);
+            /* In order, one after the other, within what was decoded. */
+            CHECK(l->key >= end && l->rule == l->key + l->key_len + 1);
+            end = l->rule + l->rule_len;
+            CHECK(end <= cq.levels + cq.levels_len);
+        }
+        CHECK(c.cost >= 1);
+        CHECK(cq.deny_status == 403 || cq.deny_status == 429);
+        return;
+    }
     CHECK(c.rule_len >= 1 && c.rule_len <= RL_RULE_MAX);
     CHECK(c.key_len >= 1 && c.key_len <= RL_KEY_MAX);
     CHECK(memchr(c.key, '\0', c.key_len) == NULL);
@@ -109,7 +134,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 /* key= with every byte of key[0, n) percent-encoded (or left as is when
  * unreserved) decodes to exactly those bytes. */
-static void roundtrip(const uint8_t *key, size_t n, int plain)
+static void roundtrip(const uint8_t *key, size_t n, int plain, int level)
 {
     static char head[8192];
     static const char hex[] = "0123456789ABCDEF";
@@ -120,7 +145,9 @@ static void roundtrip(const uint8_t *key, size_t n, int plain)
     const char *why;
     size_t len = 0, i;
 
-    len += (size_t)snprintf(head, sizeof(head), "GET /check?rule=r&key=");
+    len += (size_t)snprintf(head, sizeof(head),
+                            level ? "GET /check?level="
+                                  : "GET /check?rule=r&key=");
     for (i = 0; i < n; i++) {
         unsigned char c = key[i];
         if (plain && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'))) {
@@ -132,10 +159,21 @@ static void roundtrip(const uint8_t *key, size_t n, int plain)
         }
     }
     len += (size_t)snprintf(head + len, sizeof(head) - len,
-                            "&x=y HTTP/1.1\r\n\r\n");
+                            level ? "=r&level=%%3D=r2&x=y HTTP/1.1\r\n\r\n"
+                                  : "&x=y HTTP/1.1\r\n\r\n");
     CHECK(rls_http_parse(head, len, &q) == RL_OK);
     CHECK(rls_check_opts_init(&o, NULL, NULL) == RL_OK);
     CHECK(rls_check_query(&q, &o, RL_OP_CHECK, &chk, &cq, &why) == RL_OK);
+    if (level) {
+        /* The key is everything before the last '=': it may hold some. */
+        CHECK(chk.nlevels == 2);
+        CHECK(chk.levels[0].key_len == n &&
+              memcmp(chk.levels[0].key, key, n) == 0);
+        CHECK(chk.levels[0].rule_len == 1 && chk.levels[0].rule[0] == 'r');
+        CHECK(chk.levels[1].key_len == 1 && chk.levels[1].key[0] == '=');
+        CHECK(chk.levels[1].rule_len == 2);
+        return;
+    }
     CHECK(chk.key_len == n && memcmp(chk.key, key, n) == 0);
 }
 
@@ -166,6 +204,10 @@ int main(int argc, char **argv)
         "HTTP/1.1\r\n\r\n",
         "\x05GET /check?rule=%41pi&key=%zz&cost=0&deny_status=500&x HTTP/1.1"
         "\r\nx-ratelimit-rule:\r\nx-user-id: \t\r\n\r\n",
+        "\x01GET /check?level=org%3Aacme=org&level=user%3Ab%3D1=user&cost=2 "
+        "HTTP/1.1\r\nX-Forwarded-For: 10.0.0.1\r\n\r\n",
+        "\x00GET /check?level==r&level=k=&level=k&level=a=b&rule=x&op=reserve"
+        "&level=%00=r HTTP/1.1\r\n\r\n",
     };
     static const char alphabet[] = "%&=+?,:0129AFafz \t\r\n\x80";
     static uint8_t buf[1024], key[RL_KEY_MAX];
@@ -189,10 +231,10 @@ int main(int argc, char **argv)
         size_t n = 1 + rlf_rand() % RL_KEY_MAX;
         for (k = 0; k < n; k++)
             key[k] = (uint8_t)(1 + rlf_rand() % 255);
-        roundtrip(key, n, i % 2);
+        roundtrip(key, n, i % 2, (i / 2) % 2);
     }
     printf("fuzz_check replay: %d files, %d mutated requests, 2000 key "
-           "round trips, invariants held\n",
+           "round trips (key= and level=), invariants held\n",
            files, iters);
     return 0;
 }

@@ -110,8 +110,8 @@ static uint8_t *pack(const char *domain, const char *descs, uint32_t hits,
                      size_t *len)
 {
     req_t q = ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_REQUEST__INIT;
-    desc_t d[8], *dp[8];
-    entry_t e[8][4], *ep[8][4];
+    desc_t d[10], *dp[10];
+    entry_t e[10][4], *ep[10][4];
     char buf[256], *save = NULL, *tok;
     size_t nd = 0;
     uint8_t *out;
@@ -121,7 +121,7 @@ static uint8_t *pack(const char *domain, const char *descs, uint32_t hits,
          tok = strtok_r(NULL, ";", &save)) {
         char *s2 = NULL, *kv;
         size_t ne = 0;
-        assert_true(nd < 8);
+        assert_true(nd < 10);
         envoy__extensions__common__ratelimit__v3__rate_limit_descriptor__init(
             &d[nd]);
         for (kv = strtok_r(tok, ",", &s2); kv != NULL;
@@ -228,6 +228,155 @@ static void status_is(const resp_t *r, size_t i, int code, uint32_t rpu,
 }
 
 /* ---- the tests ---- */
+
+/* all_or_nothing's domain: an organisation's limit and its users'. */
+static const char group_yaml[] = "domain: g\n"
+                                 "all_or_nothing: true\n"
+                                 "descriptors:\n"
+                                 "  - key: org\n"
+                                 "    rate_limit: {unit: minute, "
+                                 "requests_per_unit: 3}\n"
+                                 "    descriptors:\n"
+                                 "      - key: user\n"
+                                 "        rate_limit: {unit: minute, "
+                                 "requests_per_unit: 2}\n"
+                                 "  - key: z\n"
+                                 "    rate_limit: {unit: minute, "
+                                 "requests_per_unit: 0}\n"
+                                 "  - key: u\n"
+                                 "    unlimited: true\n"
+                                 "  - key: s\n"
+                                 "    rate_limit: {unit: minute, "
+                                 "requests_per_unit: 1}\n"
+                                 "    shadow_mode: true\n";
+
+static void use_conf(fx_t *f, const char *yaml)
+{
+    rls_diag_t dg;
+
+    rls_envoy_conf_unref(f->ctx.conf);
+    assert_int_equal(rls_envoy_conf_build_buf("g.yaml", yaml, strlen(yaml),
+                                              &f->ctx.conf, &dg),
+                     RL_OK);
+}
+
+/* all_or_nothing: a call's limited descriptors are allowed together and
+ * charged together; refused, none is charged, and each status says how
+ * its own level stands. */
+static void test_all_or_nothing(void **state)
+{
+    fx_t f;
+    resp_t *r;
+    const char *why;
+    int i;
+
+    (void)state;
+    fx_open(&f);
+    use_conf(&f, group_yaml);
+    for (i = 0; i < 2; i++) {
+        assert_int_equal(call(&f, "g", "org=a;org=a,user=u1", 0, &r, NULL),
+                         RLS_GRPC_OK);
+        assert_int_equal(r->overall_code, OK);
+        status_is(r, 0, OK, 3, MINUTE, (uint32_t)(2 - i));
+        status_is(r, 1, OK, 2, MINUTE, (uint32_t)(1 - i));
+        resp_free(r);
+    }
+    /* The user's level refuses: the organisation's is not charged, and
+     * says the room it has. */
+    assert_int_equal(call(&f, "g", "org=a;org=a,user=u1", 0, &r, NULL),
+                     RLS_GRPC_OK);
+    assert_int_equal(r->overall_code, OVER);
+    status_is(r, 0, OK, 3, MINUTE, 1);
+    status_is(r, 1, OVER, 2, MINUTE, 0);
+    resp_free(r);
+    assert_int_equal(call(&f, "g", "org=a;org=a,user=u2", 0, &r, NULL),
+                     RLS_GRPC_OK);
+    assert_int_equal(r->overall_code, OK);
+    status_is(r, 0, OK, 3, MINUTE, 0);
+    status_is(r, 1, OK, 2, MINUTE, 1);
+    resp_free(r);
+    /* Now the organisation's refuses, and u3 is not charged: its status
+     * says 2 left, and its next call, with another organisation's level
+     * that has room, leaves 1. */
+    assert_int_equal(call(&f, "g", "org=a;org=a,user=u3", 0, &r, NULL),
+                     RLS_GRPC_OK);
+    assert_int_equal(r->overall_code, OVER);
+    status_is(r, 0, OVER, 3, MINUTE, 0);
+    status_is(r, 1, OK, 2, MINUTE, 2);
+    resp_free(r);
+    assert_int_equal(call(&f, "g", "org=b;org=a,user=u3", 0, &r, NULL),
+                     RLS_GRPC_OK);
+    assert_int_equal(r->overall_code, OK);
+    status_is(r, 0, OK, 3, MINUTE, 2);
+    status_is(r, 1, OK, 2, MINUTE, 1);
+    resp_free(r);
+    /* Two levels without room: both say so. */
+    assert_int_equal(call(&f, "g", "org=a;org=a,user=u1", 0, &r, NULL),
+                     RLS_GRPC_OK);
+    status_is(r, 0, OVER, 3, MINUTE, 0);
+    status_is(r, 1, OVER, 2, MINUTE, 0);
+    resp_free(r);
+    /* A limit of 0 refuses the group without the store: the others are
+     * not looked at (no current_limit) and not charged. */
+    assert_int_equal(call(&f, "g", "org=c;z=1", 0, &r, NULL), RLS_GRPC_OK);
+    assert_int_equal(r->overall_code, OVER);
+    status_is(r, 0, OK, 0, 0, 0);
+    assert_int_equal(r->statuses[1]->code, OVER);
+    resp_free(r);
+    /* Unlimited and unmatched descriptors are not levels; hits_addend 2
+     * is every level's cost. */
+    assert_int_equal(call(&f, "g", "org=c;u=1;nothing=1", 2, &r, NULL),
+                     RLS_GRPC_OK);
+    assert_int_equal(r->overall_code, OK);
+    status_is(r, 0, OK, 3, MINUTE, 1);
+    status_is(r, 1, OK, 0, 0, 0);
+    status_is(r, 2, OK, 0, 0, 0);
+    resp_free(r);
+    /* A level in shadow mode puts the group in shadow: refused there, the
+     * call is let through and charges nothing (the organisation's level
+     * says 2 left both times). */
+    for (i = 0; i < 2; i++) {
+        assert_int_equal(call(&f, "g", "org=e;s=1", 0, &r, NULL), RLS_GRPC_OK);
+        assert_int_equal(r->overall_code, OK);
+        status_is(r, 0, OK, 3, MINUTE, 2);
+        assert_int_equal(r->statuses[1]->code, OK);
+        resp_free(r);
+    }
+    assert_int_equal(call(&f, "g", "org=e", 0, &r, NULL), RLS_GRPC_OK);
+    status_is(r, 0, OK, 3, MINUTE, 1);
+    resp_free(r);
+    /* A group holds 8 levels: the ninth is refused before anything is
+     * queued. */
+    assert_int_equal(call(&f, "g",
+                          "org=f;org=f;org=f;org=f;org=f;org=f;org=f;org=f;"
+                          "org=f",
+                          0, &r, &why),
+                     RLS_GRPC_INVALID_ARGUMENT);
+    assert_non_null(strstr(why, "8 descriptors"));
+    assert_int_equal(call(&f, "g", "org=f", 0, &r, NULL), RLS_GRPC_OK);
+    status_is(r, 0, OK, 3, MINUTE, 2);
+    resp_free(r);
+    fx_close(&f);
+}
+
+/* Without the option (envoy-ratelimit's semantics, the default) a
+ * refused call still charges the descriptors that fit. */
+static void test_one_by_one(void **state)
+{
+    fx_t f;
+    resp_t *r;
+
+    (void)state;
+    fx_open(&f);
+    assert_int_equal(call(&f, "d", "a=x;z=1", 0, &r, NULL), RLS_GRPC_OK);
+    assert_int_equal(r->overall_code, OVER);
+    status_is(r, 0, OK, 3, SECOND, 2);
+    resp_free(r);
+    assert_int_equal(call(&f, "d", "a=x", 0, &r, NULL), RLS_GRPC_OK);
+    status_is(r, 0, OK, 3, SECOND, 1);
+    resp_free(r);
+    fx_close(&f);
+}
 
 static void test_limit_counts_down(void **state)
 {
@@ -357,6 +506,8 @@ int main(void)
         cmocka_unit_test(test_descriptors),
         cmocka_unit_test(test_shadow_and_unknown),
         cmocka_unit_test(test_bad_requests),
+        cmocka_unit_test(test_all_or_nothing),
+        cmocka_unit_test(test_one_by_one),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -106,6 +106,19 @@ static void usage(FILE *f)
         "                          and --window there is nothing to audit\n"
         "                          against: --audit is skipped, with a\n"
         "                          note)\n"
+        "  --levels T              hierarchical keys: key i is a user of\n"
+        "                          tenant i mod T, and each check names two\n"
+        "                          levels, decided all or nothing: the\n"
+        "                          tenant's {PREFIXtJ}org under --org-rule\n"
+        "                          and the user's {PREFIXtJ}uI under --rule;\n"
+        "                          --audit checks both levels' windows\n"
+        "                          (--limit: the user's, --org-limit: the\n"
+        "                          organisation's, both of --window, fixed)\n"
+        "                          and that no level was charged by a\n"
+        "                          refused check: a window its level refused\n"
+        "                          in admitted exactly its limit\n"
+        "  --org-rule NAME         --levels: the organisation level's rule\n"
+        "  --org-limit N           --levels: its limit per --window\n"
         "  --algorithm A           the audited limit's algorithm, as the\n"
         "                          server's rule names it: fixed-window\n"
         "                          (default), sliding-window,\n"
@@ -290,7 +303,10 @@ static int takes_value(const char *name)
                                         "--op",
                                         "--hold-ms",
                                         "--crash",
-                                        "--settle-actual"};
+                                        "--settle-actual",
+                                        "--levels",
+                                        "--org-rule",
+                                        "--org-limit"};
     /* --replay's, the log flags named as rl-fit names them. */
     static const char *const replay_names[] = {
         "--replay",   "--replay-speed", "--format",   "--key",
@@ -485,6 +501,7 @@ int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
         STR("--tls-server-name", o->tls_name)
         STR("--key-prefix", o->key_prefix)
         STR("--rule", o->rule)
+        STR("--org-rule", o->org_rule)
         STR("--json", o->json_path)
         STR("--hist-csv", o->csv_path)
         STR("--timeline-csv", o->timeline_path)
@@ -563,6 +580,8 @@ int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
         INT("--limit", 1, INT64_MAX, o->limit)
         INT("--window", 1, RLC_WINDOW_MAX_S, o->window_s)
         INT("--cost", 1, UINT32_MAX, o->cost)
+        INT("--levels", 1, 1000000, o->tenants)
+        INT("--org-limit", 1, INT64_MAX, o->org_limit)
         INT("--timeout-ms", 1, 3600000, o->timeout_ms)
         NUM("--give-up", 0, 3600, o->down_s)
         INT("--seed", 0, UINT64_MAX, o->seed)
@@ -682,6 +701,33 @@ int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
     }
     if (check_algo(o) != 0)
         return RLB_EXIT_USAGE;
+    if ((o->org_rule != NULL || o->org_limit != 0) && o->tenants == 0)
+        return bad("--org-rule and --org-limit are for --levels");
+    if (o->tenants > 0) {
+        rl_check_t c = {.key = "k", .key_len = 1};
+        if (o->rule == NULL || o->org_rule == NULL)
+            return bad("--levels needs --rule (the users' level) and "
+                       "--org-rule (the organisation's)");
+        c.rule = o->org_rule;
+        c.rule_len = strlen(o->org_rule);
+        if (rl_check_validate(&c) != RL_OK)
+            return bad("--org-rule wants a name of at most %d bytes of "
+                       "[A-Za-z0-9_.:-], not '%s'",
+                       RLC_RULE_MAX, o->org_rule);
+        if (strcmp(o->rule, o->org_rule) == 0)
+            return bad("--levels: --rule and --org-rule must differ");
+        if (o->op != RLB_OP_CHECK || o->replay_path != NULL)
+            return bad("--levels sends checks of rl-bench's keys: not with "
+                       "--op or --replay");
+        if (o->algo != RL_ALGO_FIXED || o->per_caller)
+            return bad("--levels audits aligned fixed windows: not with "
+                       "--algorithm or --phase");
+        if (o->tenants > o->keys)
+            return bad("--levels: more tenants than --keys");
+        if (o->audit && o->org_limit == 0)
+            return bad("--levels --audit needs --org-limit (the "
+                       "organisation's limit per --window)");
+    }
     if (o->rate > 0 && have_inflight)
         return bad("give --inflight (closed loop) or --rate (open loop), "
                    "not both");
@@ -719,9 +765,10 @@ int rlb_opts_parse(int argc, char **argv, rlb_opts_t *o)
             return bad("--tick-us is for --arrivals grouped");
         o->arrivals = RLB_ARRIVE_GROUPED;
     }
-    /* The longest key is the prefix plus ten digits. */
-    if (strlen(o->key_prefix) + 10 > RLC_KEY_MAX)
-        return bad("--key-prefix is longer than %d bytes", RLC_KEY_MAX - 10);
+    /* The longest key is the prefix plus ten digits; a level's, the
+     * prefix, the tenant's and the user's and 5 more. */
+    if (strlen(o->key_prefix) + 25 > RLC_KEY_MAX)
+        return bad("--key-prefix is longer than %d bytes", RLC_KEY_MAX - 25);
     if (o->dist == RLB_DIST_ZIPF && o->keys > 50000000)
         return bad("--dist zipf takes at most 50000000 keys");
     if (o->plot_path != NULL && !rlb_have_program("gnuplot"))

@@ -179,21 +179,45 @@ static const char *audited_as(const rlb_opts_t *o, char *buf, size_t cap)
     return buf;
 }
 
+/* --levels: the organisation level's audit line, and each level's
+ * refusals. */
+static void print_org_audit(FILE *f, const rlb_result_t *r)
+{
+    const rlb_audit_report_t *a = &r->org_audit;
+
+    fprintf(f, "audit org  %" PRIu64 " windows, %" PRIu64 " over the limit%s",
+            a->windows, a->over_limit, a->over_limit ? " (FAILED)" : "");
+    if (a->checked)
+        fprintf(f,
+                "; windows it refused in with exactly the limit admitted: "
+                "%" PRIu64 " of %" PRIu64 "%s",
+                a->exact, a->checked,
+                a->exact == a->checked ? "" : " (NOT EXACT: FAILED)");
+    fprintf(f,
+            "\n           refused by the organisation level %" PRIu64
+            ", by the user level %" PRIu64 ", by neither named %" PRIu64 "\n",
+            r->level_refused[1], r->level_refused[2], r->level_refused[0]);
+}
+
 /* The audit's lines of the summary. */
 static void print_audit(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
 {
     const rlb_audit_report_t *a = &r->audit;
 
+    if (o->tenants > 0)
+        print_org_audit(f, r);
     if (o->algo == RL_ALGO_FIXED) {
-        fprintf(f,
-                "audit      %" PRIu64 " windows, %" PRIu64 " over the limit%s",
-                a->windows, a->over_limit, a->over_limit ? " (FAILED)" : "");
+        fprintf(f, "audit%s  %" PRIu64 " windows, %" PRIu64 " over the limit%s",
+                o->tenants > 0 ? " user" : "     ", a->windows, a->over_limit,
+                a->over_limit ? " (FAILED)" : "");
         if (a->checked)
             fprintf(f,
                     "; hammered windows with exactly the limit allowed: "
                     "%" PRIu64 " of %" PRIu64 "%s",
                     a->exact, a->checked,
-                    a->exact == a->checked ? "" : " (NOT EXACT)");
+                    a->exact == a->checked ? ""
+                    : o->tenants > 0       ? " (NOT EXACT: FAILED)"
+                                           : " (NOT EXACT)");
         fprintf(f, "\n");
     } else {
         fprintf(f,
@@ -657,6 +681,27 @@ int rlb_write_json(FILE *f, const rlb_opts_t *o, const rlb_result_t *r)
             a->admissions, a->late, a->unstamped, a->margin_ms, a->max_rtt_ms);
         json_windows(f, "audit_violations", o, a->over, a->nover);
         json_windows(f, "audit_inexact", o, a->inexact, a->ninexact);
+    }
+    if (r->audited && o->tenants > 0) {
+        /* --levels: the organisation level's audit (the fields above are
+         * the users'), and each level's refusals. */
+        const rlb_audit_report_t *g = &r->org_audit;
+        fprintf(f,
+                ",\n  \"levels_tenants\": %" PRIu32
+                ",\n  \"levels_refused_org\": %" PRIu64
+                ",\n  \"levels_refused_user\": %" PRIu64
+                ",\n  \"audit_org_windows\": %" PRIu64
+                ",\n  \"audit_org_over_limit\": %" PRIu64
+                ",\n  \"audit_org_checked_windows\": %" PRIu64
+                ",\n  \"audit_org_exact_windows\": %" PRIu64
+                ",\n  \"audit_org_exact\": %s",
+                o->tenants, r->level_refused[1], r->level_refused[2],
+                g->windows, g->over_limit, g->checked, g->exact,
+                g->checked == 0          ? "null"
+                : g->exact == g->checked ? "true"
+                                         : "false");
+        json_windows(f, "audit_org_violations", o, g->over, g->nover);
+        json_windows(f, "audit_org_inexact", o, g->inexact, g->ninexact);
     }
     fprintf(f, "\n}\n");
     if (fflush(f) != 0 || ferror(f)) {

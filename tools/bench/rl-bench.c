@@ -48,6 +48,13 @@ int main(int argc, char **argv)
         status = RLB_EXIT_SERVER;
     if (r.ledger_audited && !r.ledger.done)
         status = RLB_EXIT_SERVER; /* the last check could not be made */
+    /* --levels: a level that refused with room left in its window (by
+     * the admissions seen) was charged by something else: a refused
+     * check, as a client deciding its levels one by one does. */
+    if (r.audited && o.tenants > 0 &&
+        (r.org_audit.over_limit > 0 || r.audit.checked != r.audit.exact ||
+         r.org_audit.checked != r.org_audit.exact))
+        status = RLB_EXIT_AUDIT;
     if ((r.audited && r.audit.over_limit > 0) ||
         (r.lease_audited && r.lease.over > 0) ||
         (r.ledger_audited && r.ledger.mismatched > 0))

@@ -106,6 +106,16 @@ typedef struct rlb_opts_s {
     int settle_fixed;
     uint64_t settle_actual;
     uint64_t lease_limit;
+    /* --levels T: hierarchical keys. Key i is a user of tenant i mod T,
+     * and each check names two levels, decided all or nothing: the
+     * tenant's "{<prefix>t<j>}org" under org_rule and the user's
+     * "{<prefix>t<j>}u<i>" under rule (the {tenant} hash tag keeps a
+     * Redis Cluster's levels on one slot). The audit checks both levels'
+     * fixed windows: --limit for the user's, org_limit (--org-limit) for
+     * the organisation's, both of --window. 0: plain keys. */
+    uint32_t tenants;
+    const char *org_rule;
+    uint64_t org_limit;
 } rlb_opts_t;
 
 /* Open loop: each check sent at its own scheduled time (--rate, or
@@ -619,6 +629,11 @@ typedef struct rlb_result_s {
     const char *end_reason;
     rlb_audit_report_t audit;
     int audited;
+    /* --levels: the organisation level's audit (audit is the users'),
+     * and the refusals each level made (by the answers' level; [0]:
+     * none named) */
+    rlb_audit_report_t org_audit;
+    uint64_t level_refused[3];
     /* --op acquire --audit: the lease audit, flushed (lease_audited) */
     rlb_lease_audit_t lease;
     int lease_audited;

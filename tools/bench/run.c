@@ -85,6 +85,9 @@ typedef struct conn_s {
     int connected;
     char key[RLC_KEY_MAX + 1]; /* the prefix, then the digits */
     size_t prefix_len;
+    /* --levels: the check's two levels and their keys (rlb.h) */
+    rlc_level_t lv[2];
+    char lkey[2][RLC_KEY_MAX + 1];
 } conn_t;
 
 typedef struct bench_s {
@@ -95,6 +98,7 @@ typedef struct bench_s {
     uint32_t nconns;
     rlb_keys_t keys;
     rlb_audit_t audit;
+    rlb_audit_t org_audit; /* --levels: the organisation level's */
     rlb_rng_t xrng; /* holds, crashes and settle actuals */
     int phase;
 
@@ -208,6 +212,34 @@ static void start_drain(bench_t *b, uint64_t end_ns)
         uv_timer_start(&b->finisher, on_finisher, 0, 0);
 }
 
+/* --levels: the two levels of user i's check (rlb.h), in c's buffers:
+ * level 1 the tenant's, level 2 the user's. */
+static const rlc_level_t *set_levels(conn_t *c, uint32_t i)
+{
+    const rlb_opts_t *o = c->b->o;
+    uint32_t t = i % o->tenants;
+    size_t n = 0, k;
+
+    c->lkey[0][n++] = '{';
+    memcpy(c->lkey[0] + n, o->key_prefix, c->prefix_len);
+    n += c->prefix_len;
+    c->lkey[0][n++] = 't';
+    n += rl_put_u64(c->lkey[0] + n, t);
+    c->lkey[0][n++] = '}';
+    memcpy(c->lkey[1], c->lkey[0], n);
+    memcpy(c->lkey[0] + n, "org", 3);
+    c->lv[0].key = c->lkey[0];
+    c->lv[0].key_len = n + 3;
+    c->lv[0].rule = o->org_rule;
+    k = n;
+    c->lkey[1][k++] = 'u';
+    k += rl_put_u64(c->lkey[1] + k, i);
+    c->lv[1].key = c->lkey[1];
+    c->lv[1].key_len = k;
+    c->lv[1].rule = o->rule;
+    return c->lv;
+}
+
 /* Sends one check on c, due at due_ns. Returns 0, or the librlc error
  * (RLC_EBUSY when every slot is taken) with nothing sent. */
 static int send_check(conn_t *c, uint64_t due_ns, uint64_t now_ns)
@@ -242,7 +274,13 @@ again:
         q.key_len = c->prefix_len + rl_put_u64(c->key + c->prefix_len, r->key);
         q.cost = o->cost;
     }
-    if (o->rule != NULL) {
+    if (o->tenants > 0 && o->replay == NULL) {
+        /* The user's level and its tenant's, under one {tenant} tag. */
+        q.key = NULL;
+        q.key_len = 0;
+        q.levels = set_levels(c, r->key);
+        q.nlevels = 2;
+    } else if (o->rule != NULL) {
         q.rule = o->rule;
     } else {
         q.limit = o->limit;
@@ -335,6 +373,27 @@ static void audit(bench_t *b, const req_t *r, const rlc_result_t *res,
     x.decided_at_ms = res->decided_at_ms;
     x.sent_ms = (double)r->sent_ns / 1e6;
     x.recv_ms = (double)now_ns / 1e6;
+    if (b->o->tenants > 0) {
+        /* Levels: an admission counts in both levels' windows; a refusal
+         * only in the refusing level's (it says nothing of the other's
+         * room). The answer describes the deciding level's window: each
+         * audit is given its own. */
+        uint32_t lv = res->level <= 2 ? res->level : 0;
+        x.window_s = b->o->window_s;
+        x.algorithm = RL_ALGO_FIXED;
+        if (!x.admitted)
+            b->res->level_refused[lv]++;
+        if (x.admitted || lv == 2) {
+            x.limit = b->o->limit;
+            rlb_audit_add(&b->audit, &x);
+        }
+        if (x.admitted || lv == 1) {
+            x.key = r->key % b->o->tenants;
+            x.limit = b->o->org_limit;
+            rlb_audit_add(&b->org_audit, &x);
+        }
+        return;
+    }
     rlb_audit_add(&b->audit, &x);
 }
 
@@ -1071,6 +1130,7 @@ void rlb_result_free(rlb_result_t *r)
     r->servers = NULL;
     r->nservers = 0;
     rlb_audit_report_free(&r->audit);
+    rlb_audit_report_free(&r->org_audit);
     rl_hist_free(&r->st.lat_ns);
     rl_hist_free(&r->st.late_ns);
     rlb_lease_free(&r->lease);
@@ -1108,6 +1168,20 @@ static int audit_init(rlb_audit_t *a, const rlb_opts_t *o)
     return rlb_audit_init(a, &c);
 }
 
+/* --levels: the organisation level's audit, a key per tenant. */
+static int org_audit_init(rlb_audit_t *a, const rlb_opts_t *o)
+{
+    rlb_audit_conf_t c;
+
+    rlb_audit_conf_init(&c);
+    c.limit = o->org_limit;
+    c.window_s = o->window_s;
+    c.key_prefix = o->key_prefix;
+    c.cost = o->cost;
+    c.expect = audit_expect(o) / (o->keys / o->tenants);
+    return rlb_audit_init(a, &c);
+}
+
 int rlb_run(const rlb_opts_t *o, rlb_result_t *res)
 {
     bench_t b;
@@ -1133,6 +1207,8 @@ int rlb_run(const rlb_opts_t *o, rlb_result_t *res)
         (rc = rlb_keys_init(&b.keys, o)) != 0 ||
         (o->audit && o->op == RLB_OP_CHECK &&
          (rc = audit_init(&b.audit, o)) != 0) ||
+        (o->audit && o->tenants > 0 &&
+         (rc = org_audit_init(&b.org_audit, o)) != 0) ||
         (o->audit && o->op == RLB_OP_ACQUIRE &&
          (rc = rlb_lease_init(&res->lease, o->keys, o->lease_limit,
                               RLB_LEASE_SKEW_MS,
@@ -1239,6 +1315,10 @@ int rlb_run(const rlb_opts_t *o, rlb_result_t *res)
         res->audited = 1;
         rc = rlb_audit_report(&b.audit, (double)b.start_ns / 1e6,
                               (double)b.first_send_ns / 1e6, &res->audit);
+        if (rc == 0 && o->tenants > 0)
+            rc = rlb_audit_report(&b.org_audit, (double)b.start_ns / 1e6,
+                                  (double)b.first_send_ns / 1e6,
+                                  &res->org_audit);
         if (rc != 0)
             fprintf(stderr, "rl-bench: out of memory for the audit\n");
     }
@@ -1251,6 +1331,7 @@ out:
         fprintf(stderr, "rl-bench: loop not closed cleanly\n");
     rlb_keys_free(&b.keys);
     rlb_audit_free(&b.audit);
+    rlb_audit_free(&b.org_audit);
     rl_hist_free(&b.tl);
     return rc;
 }

@@ -26,6 +26,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "..", "support"))
@@ -60,10 +63,51 @@ def start_server(n, extra):
     ports = os.path.join(TMP, "server-%d.ports" % n)
     log = open(os.path.join(TMP, "server-%d.log" % n), "w")
     p = subprocess.Popen([RL_SERVER, "--listen", "127.0.0.1:0",
+                          "--http", "127.0.0.1:0",
                           "--port-file", ports, "--config", RULES_FILE] +
                          extra, stderr=log)
     PROCS.append(p)
-    return rlt.wait_ports(p, ports, log.name)["listen"]
+    got = rlt.wait_ports(p, ports, log.name)
+    HTTP[got["listen"]] = got["http"]
+    return got["listen"]
+
+
+HTTP = {}  # a server's native port -> its --http port
+
+
+def http_levels(port, *lv, extra=""):
+    """GET /check?level=KEY=RULE... on the server of native port `port`:
+    (status, X-RateLimit-Level, RateLimit-Policy, body)."""
+    q = "&".join("level=" + urllib.parse.quote("%s=%s" % kv, safe="")
+                 for kv in lv) + extra
+    try:
+        r = urllib.request.urlopen("http://127.0.0.1:%d/check?%s"
+                                   % (HTTP[port], q), timeout=10)
+        st, h, body = r.status, r.headers, r.read().decode()
+    except urllib.error.HTTPError as e:
+        st, h, body = e.code, e.headers, e.read().decode()
+    return st, h.get("X-RateLimit-Level"), h.get("RateLimit-Policy"), body
+
+
+def http_scenario(ports, what):
+    """The scenario through /check: organisation acme2 (its own
+    counters), the answers' statuses and their X-RateLimit-Level."""
+    want = [("a", 200, "2", "user"), ("a", 200, "2", "user"),
+            ("a", 429, "2", "user"), ("b", 200, "1", "org"),
+            ("c", 429, "1", "org")]
+    for i, (user, code, level, rule) in enumerate(want):
+        st, lv, pol, body = http_levels(ports[i % len(ports)],
+                                        ("org:acme2", "org"),
+                                        ("user2:" + user, "user"))
+        check(st == code and lv == level and pol is not None and
+              pol.startswith('"%s"' % rule),
+              "%s /check: check %d (user %s) is %d at level %s (%s): "
+              "%r %r %r %r" % (what, i, user, code, level, rule, st, lv,
+                               pol, body))
+    st, lv, pol, body = http_levels(ports[0], ("org:x", "org"),
+                                    extra="&rule=org")
+    check(st == 400, "%s /check: level= with rule= is a 400: %r %r"
+          % (what, st, body))
 
 
 def levels(port, *lv):
@@ -137,12 +181,15 @@ def main():
     a = start_server(1, ["--redis", "127.0.0.1:%d" % rport])
     b = start_server(2, ["--redis", "127.0.0.1:%d" % rport])
     scenario([a, b], "redis")
+    http_scenario([a, b], "redis")
     counts = redis_counts(rport)
-    check(count_of(counts, "org:acme", "org") == 3 and
-          count_of(counts, "user:a", "user") == 2 and
-          count_of(counts, "user:b", "user") == 1 and
-          count_of(counts, "user:c", "user") is None,
-          "redis holds exactly what the allowed checks cost: %r" % counts)
+    for org, user in (("org:acme", "user:"), ("org:acme2", "user2:")):
+        check(count_of(counts, org, "org") == 3 and
+              count_of(counts, user + "a", "user") == 2 and
+              count_of(counts, user + "b", "user") == 1 and
+              count_of(counts, user + "c", "user") is None,
+              "redis holds exactly what the allowed checks of %s cost: %r"
+              % (org, counts))
 
     err = refused_to_decide(a, "an unknown rule", ("org:x", "org"),
                             ("user:x", "nosuch"))
@@ -165,6 +212,7 @@ def main():
 
     m = start_server(3, [])
     scenario([m], "memory")
+    http_scenario([m], "memory")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,9 @@ With --trace-sample 0, only a sampled traceparent makes a span:
     metadata, twice for a descriptor limited to 1 an hour: two spans of
     that trace, outcomes ok then over_limit, rule envoy:shop;
   - POST /json (--envoy-http) with a traceparent header: a span of that
-    trace.
+    trace;
+  - POST /json of two descriptors of an all_or_nothing domain: one span
+    (one decision of two levels), rule envoy:team.
 rl_trace_spans_sampled_total and rl_trace_spans_exported_total count
 them. Then a dead collector (a port nobody listens on), --trace-sample 1:
 every check is still answered, and every span is counted in
@@ -53,6 +55,15 @@ descriptors:
     rate_limit:
       unit: hour
       requests_per_unit: 1
+"""
+ENVOY_TEAM = """domain: team
+all_or_nothing: true
+descriptors:
+  - key: org
+    rate_limit: {unit: hour, requests_per_unit: 5}
+    descriptors:
+      - key: user
+        rate_limit: {unit: hour, requests_per_unit: 2}
 """
 
 
@@ -221,9 +232,9 @@ def grpc_call(sock, sid, traceparent, user):
     return None
 
 
-def json_call(port, traceparent, user):
-    body = ('{"domain":"shop","descriptors":[{"entries":'
-            '[{"key":"user","value":"%s"}]}]}' % user).encode()
+def json_call(port, traceparent, user, body=None):
+    body = body or ('{"domain":"shop","descriptors":[{"entries":'
+                    '[{"key":"user","value":"%s"}]}]}' % user).encode()
     req = urllib.request.Request("http://127.0.0.1:%d/json" % port,
                                  data=body, method="POST")
     req.add_header("Content-Type", "application/json")
@@ -249,11 +260,15 @@ def start(name, extra):
     envoy = os.path.join(TMP, "envoy.yaml")
     with open(envoy, "w") as f:
         f.write(ENVOY)
+    team = os.path.join(TMP, "team.yaml")
+    with open(team, "w") as f:
+        f.write(ENVOY_TEAM)
     args = [RL_SERVER, "--listen", "127.0.0.1:0", "--grpc", "127.0.0.1:0",
             "--http", "127.0.0.1:0", "--metrics", "127.0.0.1:0",
             "--envoy-http", "127.0.0.1:0",
             "--port-file", pf, "--rule", "api=1000/1m",
-            "--envoy-config", envoy, "--trace-flush-ms", "50",
+            "--envoy-config", envoy, "--envoy-config", team,
+            "--trace-flush-ms", "50",
             "--log-level", "debug"] + extra + rlt.server_args()
     p = subprocess.Popen(args, stdout=open(log, "w"), stderr=subprocess.STDOUT)
     PROCS.append(p)
@@ -291,9 +306,16 @@ def main():
     tid3, par3 = "a3ce929d0e0e47364bf92f3577b34da6", "0ba902b700f067aa"
     check(json_call(ports["envoy-http"], "00-%s-%s-01" % (tid3, par3),
                     "frank") == 200, "POST /json is answered 200")
+    tid4, par4 = "e47364bf92f3577b34da6a3ce929d0e0", "f067aa0ba902b700"
+    check(json_call(ports["envoy-http"], "00-%s-%s-01" % (tid4, par4), None,
+                    b'{"domain":"team","descriptors":['
+                    b'{"entries":[{"key":"org","value":"o"}]},'
+                    b'{"entries":[{"key":"org","value":"o"},'
+                    b'{"key":"user","value":"u"}]}]}') == 200,
+          "POST /json of an all_or_nothing domain is answered 200")
 
-    spans = col.wait(4)
-    check(len(spans) == 4, "4 spans reach the collector, got %d"
+    spans = col.wait(5)
+    check(len(spans) == 5, "5 spans reach the collector, got %d"
           % len(spans))
     check(not col.errors, "every export decodes: %r" % col.errors[:1])
     by_trace = {}
@@ -328,19 +350,25 @@ def main():
     j = by_trace.get(tid3, [])
     check(len(j) == 1 and j[0]["parent_span_id"][0].hex() == par3,
           "one span of POST /json's trace, its parent the header's")
+    t = by_trace.get(tid4, [])
+    check(len(t) == 1 and t[0]["parent_span_id"][0].hex() == par4 and
+          attrs(t[0]).get("ratelimit.rule") == "envoy:team" and
+          attrs(t[0]).get("ratelimit.outcome") == "ok",
+          "one span of the all_or_nothing call's two levels: %r"
+          % [attrs(x) for x in t])
     res = {kv["key"][0].decode(): kv["value"][0]["string_value"][0].decode()
            for r in col.resources[:1] for kv in r.get("attributes", [])}
     check(res.get("service.name") == "rl-e2e", "service.name: %r" % res)
     check(len(res.get("service.instance.id", "")) == 36,
           "a UUID as service.instance.id: %r" % res)
-    check(metric(mp, "rl_trace_spans_sampled_total") == 4,
-          "rl_trace_spans_sampled_total 4")
+    check(metric(mp, "rl_trace_spans_sampled_total") == 5,
+          "rl_trace_spans_sampled_total 5")
     end = time.time() + 10
     while time.time() < end and \
-            metric(mp, "rl_trace_spans_exported_total") != 4:
+            metric(mp, "rl_trace_spans_exported_total") != 5:
         time.sleep(0.02)
-    check(metric(mp, "rl_trace_spans_exported_total") == 4,
-          "rl_trace_spans_exported_total 4")
+    check(metric(mp, "rl_trace_spans_exported_total") == 5,
+          "rl_trace_spans_exported_total 5")
     stop(p)
 
     # A dead collector: a port reserved, nobody listening.

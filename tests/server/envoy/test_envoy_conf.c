@@ -648,6 +648,36 @@ static void test_counting(void **state)
     rls_envoy_conf_set_counting(RLS_ENVOY_COUNT_ENVOY);
 }
 
+/* all_or_nothing: a domain's option, off unless the file says (so
+ * envoy-ratelimit's files mean what they meant); a word that is not a
+ * bool is an error at its line. */
+static void test_all_or_nothing(void **state)
+{
+    static const char on[] = "domain: g\nall_or_nothing: yes\n"
+                             "descriptors: []\n";
+    static const char off[] = "domain: g\nall_or_nothing: false\n"
+                              "descriptors: []\n";
+    static const char none[] = "domain: g\ndescriptors: []\n";
+    static const char bad[] = "domain: g\nall_or_nothing: mostly\n"
+                              "descriptors: []\n";
+    rls_envoy_conf_t *c;
+    rls_diag_t d;
+    int rc;
+
+    (void)state;
+    assert_non_null(c = build(on, &d, &rc));
+    assert_int_equal(rls_envoy_conf_domain_at(c, 0)->all_or_nothing, 1);
+    rls_envoy_conf_unref(c);
+    assert_non_null(c = build(off, &d, &rc));
+    assert_int_equal(rls_envoy_conf_domain_at(c, 0)->all_or_nothing, 0);
+    rls_envoy_conf_unref(c);
+    assert_non_null(c = build(none, &d, &rc));
+    assert_int_equal(rls_envoy_conf_domain_at(c, 0)->all_or_nothing, 0);
+    rls_envoy_conf_unref(c);
+    assert_null(build(bad, &d, &rc));
+    assert_non_null(strstr(d.msg[0], "t.yaml:2: all_or_nothing: true or"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -662,6 +692,7 @@ int main(void)
         cmocka_unit_test(test_algorithms),
         cmocka_unit_test(test_algorithm_errors),
         cmocka_unit_test(test_counting),
+        cmocka_unit_test(test_all_or_nothing),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -11,6 +11,7 @@ extensions, the errors, reload, /metrics and the drain. With a
 redis-server path as the last argument the same runs against Redis."""
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -512,6 +513,79 @@ def counting_flag():
           "a bad --envoy-counting is an error: %r" % (p,))
 
 
+AON_TRY = [0]
+
+
+def all_or_nothing(s, domain):
+    """A domain with all_or_nothing: an organisation's 3 a minute and each
+    of its users' 2, asked together in every call. A call refused at one
+    level spends nothing at the other: told by the refused call's own
+    statuses, by later answers and, on Redis, by the counters."""
+    def seq():
+        AON_TRY[0] += 1
+        org = "acme%d" % AON_TRY[0]
+
+        def two(u):
+            return s.call(domain, D(("org", org)), D(("org", org), ("user", u)))
+        rs = [two("ann"), two("ann"), two("ann"), two("bob"), two("cid")]
+        # cid alone: its level untouched by the refused call above.
+        rs.append(s.call(domain, D(("org", org), ("user", "cid"))))
+        return org, rs
+    got = []
+
+    def run():
+        got[:] = [seq()]
+        return got[0][1][:5]
+    in_one_window(run, reset_ms)
+    org, rs = got[0]
+    st = [[(x.code, x.limit_remaining) for x in r.statuses] for r in rs]
+    what = "all_or_nothing %s: %r" % (domain, st)
+    check([r.overall_code for r in rs] == [OK, OK, OVER, OK, OVER, OK], what)
+    check(st[0] == [(OK, 2), (OK, 1)] and st[1] == [(OK, 1), (OK, 0)],
+          what + ": both levels charged while both fit")
+    check(st[2] == [(OK, 1), (OVER, 0)],
+          what + ": the user refuses, the organisation not charged (1 left)")
+    check(st[3] == [(OK, 0), (OK, 1)], what + ": another user takes the last")
+    check(st[4] == [(OVER, 0), (OK, 2)],
+          what + ": the organisation refuses, the user not charged (2 left)")
+    check(st[5] == [(OK, 1)], what + ": the user refused by the "
+          "organisation had spent nothing")
+    lim = [[x.current_limit.requests_per_unit for x in r.statuses]
+           for r in rs[:5]]
+    check(all(v == [3, 2] for v in lim), what + ": limits %r" % lim)
+    if REDIS_PORT:
+        # The counters hold what the allowed calls cost, nothing more.
+        cli = shutil.which("redis-cli") or os.path.join(
+            os.path.dirname(shutil.which(REDIS) or REDIS), "redis-cli")
+        keys = subprocess.run([cli, "-p", str(REDIS_PORT), "--scan",
+                               "--pattern", "*%s*" % org],
+                              capture_output=True, text=True, timeout=10)
+        counts = {}
+        for k in keys.stdout.split():
+            v = subprocess.run([cli, "-p", str(REDIS_PORT), "GET", k],
+                               capture_output=True, text=True, timeout=10)
+            tail = k.split("org=%s" % org, 1)[1]
+            if tail[:1] in ("}", "/"):
+                counts[tail.split("}", 1)[0] or "org"] = int(v.stdout)
+        check(counts == {"org": 3, "/user=ann": 2, "/user=bob": 1,
+                         "/user=cid": 1},
+              what + ": redis counts %r" % counts)
+
+
+def all_or_nothing_cluster(s):
+    """On a Redis Cluster a group's levels must share a hash slot: the
+    untagged domain's are refused, naming the remedy; the tagged one is
+    decided (all_or_nothing(s, "{levels}"))."""
+    try:
+        s.call("levels", D(("org", "x")), D(("org", "x"), ("user", "y")))
+        check(False, "all_or_nothing on a cluster: levels in two slots "
+              "were decided")
+    except grpc.RpcError as e:
+        check(e.code() == grpc.StatusCode.INVALID_ARGUMENT and
+              "different Redis Cluster hash slots" in (e.details() or ""),
+              "all_or_nothing on a cluster: %r %r" % (e.code(), e.details()))
+
+
 def headers_agree(s):
     # One decision, three surfaces, one set of headers: librlc (rl-check
     # --headers), GET /check and Envoy's response_headers_to_add, for the
@@ -1010,6 +1084,11 @@ def main():
         if REDIS:
             check(("rl_store_redis_module %d" % (1 if MODULE else 0))
                   in s.metrics(), "the store used: module %r" % MODULE)
+        if "--redis-cluster" in STORE_ARGS:
+            all_or_nothing_cluster(s)
+        else:
+            all_or_nothing(s, "levels")
+        all_or_nothing(s, "{levels}")
         headers_agree(s)
         isolation(s)
         mixed(s)
