@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "core/decide.h"
+#include "base/grpc_status.h"
 #include "envoy/conf.h"
 #include "rl_buf.h"
 
@@ -19,21 +20,6 @@
  * size is capped by --max-frame first; envoy-ratelimit sets no count). */
 #define RLS_ENVOY_DESCRIPTORS_MAX 1024
 #define RLS_ENVOY_ENTRIES_MAX 32
-
-/* gRPC status codes used here and by the transport. */
-enum {
-    RLS_GRPC_OK = 0,
-    RLS_GRPC_UNKNOWN = 2, /* envoy-ratelimit's answer to an empty domain or
-                             descriptor list (a Go error) */
-    RLS_GRPC_INVALID_ARGUMENT = 3,
-    RLS_GRPC_DEADLINE_EXCEEDED = 4,
-    RLS_GRPC_NOT_FOUND = 5, /* grpc.health.v1 Check: an unknown service */
-    RLS_GRPC_RESOURCE_EXHAUSTED = 8,
-    RLS_GRPC_UNIMPLEMENTED = 12,
-    RLS_GRPC_INTERNAL = 13,
-    RLS_GRPC_UNAVAILABLE = 14,
-    RLS_GRPC_CODES = 17
-};
 
 typedef struct rls_envoy_stats_s {
     uint64_t descriptors[3]; /* answered, by Envoy code: [1] OK, [2] OVER */

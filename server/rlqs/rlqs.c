@@ -17,10 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/grpc_status.h"
 #include "base/log.h"
 #include "base/prom.h"
 #include "base/util.h"
-#include "envoy/rls.h"
 #include "rl_error.h"
 #include "rlqs/fleet.h"
 #include "rlqs/share.h"

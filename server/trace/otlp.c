@@ -6,6 +6,7 @@
 
 #include "opentelemetry/proto/collector/trace/v1/trace_service.pb-c.h"
 #include "rl_error.h"
+#include "trace/traceparent.h"
 #include "version.h"
 
 typedef Opentelemetry__Proto__Common__V1__KeyValue kv_t;

@@ -7,7 +7,7 @@
 #include <stddef.h>
 
 #include "rl_buf.h"
-#include "trace/tracer.h"
+#include "trace/span.h"
 
 /* Encodes the n spans from first (along ->next) as one request, the
  * resource and ratelimit.store from o, into out (appended). Returns 0,

@@ -14,15 +14,6 @@
 /* An export's request holds batch spans of at most ~300 bytes each. */
 #define SPAN_WIRE_MAX 512
 
-const char *rls_trace_outcome_name(int outcome)
-{
-    static const char *const names[RLS_TRACE_OUTS] = {
-        "ok",          "over_limit", "shadow_refused",
-        "failed_open", "error",      "refused"};
-
-    return outcome >= 0 && outcome < RLS_TRACE_OUTS ? names[outcome] : "";
-}
-
 static uint64_t rng_next(uint64_t s[2])
 {
     uint64_t a = s[0], b = s[1];
