@@ -58,6 +58,15 @@ static const char *reason_of(int status)
     }
 }
 
+/* Answers status with a->buf's JSON as the body. */
+static void reply_json(rls_admin_api_t *a, rls_http_reply_t *r, int status)
+{
+    rls_http_reply_text(r, status, reason_of(status), "");
+    r->ctype = "application/json";
+    r->body = rl_buf_rptr(&a->buf);
+    r->body_len = rl_buf_len(&a->buf);
+}
+
 /* An error answer: {"error": why, "status": N}, in a->buf. */
 static void reply_error(rls_admin_api_t *a, rls_http_reply_t *r, int status,
                         const char *why)
@@ -70,10 +79,7 @@ static void reply_error(rls_admin_api_t *a, rls_http_reply_t *r, int status,
                             "internal error\n");
         return;
     }
-    rls_http_reply_text(r, status, reason_of(status), "");
-    r->ctype = "application/json";
-    r->body = rl_buf_rptr(&a->buf);
-    r->body_len = rl_buf_len(&a->buf);
+    reply_json(a, r, status);
 }
 
 /* A write's token: 0 with *name its name, or the status answered. */
@@ -166,10 +172,7 @@ static void loop_pause(rls_admin_api_t *a, const rls_admin_req_t *req,
         reply_error(a, r, 500, "out of memory");
         return;
     }
-    rls_http_reply_text(r, 200, "OK", "");
-    r->ctype = "application/json";
-    r->body = rl_buf_rptr(&a->buf);
-    r->body_len = rl_buf_len(&a->buf);
+    reply_json(a, r, 200);
 }
 
 static void on_request(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
@@ -206,10 +209,7 @@ static void on_request(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
             reply_error(a, r, 500, "out of memory");
             return;
         }
-        rls_http_reply_text(r, 200, "OK", "");
-        r->ctype = "application/json";
-        r->body = rl_buf_rptr(&a->buf);
-        r->body_len = rl_buf_len(&a->buf);
+        reply_json(a, r, 200);
         return;
     case RLS_ADMIN_LOOP_PAUSE:
     case RLS_ADMIN_LOOP_RESUME:
@@ -229,10 +229,7 @@ static void on_request(void *arg, const rls_http_req_t *q, rls_http_reply_t *r)
             reply_error(a, r, 500, "out of memory");
             return;
         }
-        rls_http_reply_text(r, 200, "OK", "");
-        r->ctype = "application/json";
-        r->body = rl_buf_rptr(&a->buf);
-        r->body_len = rl_buf_len(&a->buf);
+        reply_json(a, r, 200);
         return;
     case RLS_ADMIN_TOP:
         if (a->st.v.top == NULL) {

@@ -661,17 +661,21 @@ int rlt_send_all(int fd, const void *p, size_t n)
     return RL_OK;
 }
 
-int rlt_http_get(int port, const char *path, char *body, size_t len)
+int rlt_http_request(int port, const char *method, const char *path,
+                     const char *token, char *body, size_t len)
 {
     static char buf[1 << 20];
-    char req[256];
+    char req[768];
     size_t got = 0;
     int fd = rlt_dial(port);
     char *sep;
 
     if (fd < 0)
         return RL_EIO;
-    snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\n\r\n", path);
+    snprintf(req, sizeof(req), "%s %s HTTP/1.0\r\n%s%s%s%s\r\n", method, path,
+             token ? "Authorization: Bearer " : "", token ? token : "",
+             token ? "\r\n" : "",
+             strcmp(method, "POST") == 0 ? "Content-Length: 0\r\n" : "");
     if (rlt_send_all(fd, req, strlen(req)) != RL_OK) {
         close(fd);
         return RL_EIO;
@@ -688,6 +692,11 @@ int rlt_http_get(int port, const char *path, char *body, size_t len)
         return RL_EIO;
     snprintf(body, len, "%s", sep + 4);
     return atoi(buf + 9);
+}
+
+int rlt_http_get(int port, const char *path, char *body, size_t len)
+{
+    return rlt_http_request(port, "GET", path, NULL, body, len);
 }
 
 long long rlt_sample(const char *page, const char *name)

@@ -158,6 +158,11 @@ int rlt_send_all(int fd, const void *p, size_t n);
  * or RL_EIO. */
 int rlt_http_get(int port, const char *path, char *body, size_t len);
 
+/* The same with another method (a POST has an empty body) and, unless
+ * token is NULL, "Authorization: Bearer TOKEN". */
+int rlt_http_request(int port, const char *method, const char *path,
+                     const char *token, char *body, size_t len);
+
 /* The value of the sample "name value" (name with its labels, as printed)
  * in a Prometheus page; -1 when absent. */
 long long rlt_sample(const char *page, const char *name);

@@ -14,7 +14,6 @@
 #include <cmocka.h>
 
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -110,40 +109,6 @@ static void test_handoff_balances(void **state)
     assert_int_equal(a + b, 0);
 }
 
-/* An HTTP/1.0 request to the admin listener on port: method, path and
- * an Authorization token (NULL: none). Returns the status, the body in
- * body (cut at len), or RL_EIO. */
-static int admin_req(int port, const char *method, const char *path,
-                     const char *token, char *body, size_t len)
-{
-    char req[512], buf[8192], *sep;
-    size_t got = 0;
-    int fd = rlt_dial(port);
-
-    if (fd < 0)
-        return RL_EIO;
-    snprintf(req, sizeof(req),
-             "%s %s HTTP/1.0\r\n%s%s%sContent-Length: 0\r\n\r\n", method, path,
-             token ? "Authorization: Bearer " : "", token ? token : "",
-             token ? "\r\n" : "");
-    if (rlt_send_all(fd, req, strlen(req)) != RL_OK) {
-        close(fd);
-        return RL_EIO;
-    }
-    for (;;) {
-        ssize_t k = recv(fd, buf + got, sizeof(buf) - 1 - got, 0);
-        if (k <= 0)
-            break;
-        got += (size_t)k;
-    }
-    close(fd);
-    buf[got] = '\0';
-    if ((sep = strstr(buf, "\r\n\r\n")) == NULL || got < 12)
-        return RL_EIO;
-    snprintf(body, len, "%s", sep + 4);
-    return atoi(buf + 9);
-}
-
 /* An operator tells a loop to take no new connection (--admin's POST
  * /v1/loops/pause): every new one goes to the other loop while those it
  * serves stay; resumed, it takes them again. Writes need the token; a
@@ -164,20 +129,20 @@ static void test_loop_pause(void **state)
     snprintf(aaddr, sizeof(aaddr), "127.0.0.1:%d", aport);
     rlt_fx_start(f, 0, "--threads", "2", "--admin", aaddr, "--admin-token-file",
                  tokens, NULL);
-    assert_int_equal(admin_req(aport, "POST", "/v1/loops/pause?loop=1", NULL,
-                               body, sizeof(body)),
+    assert_int_equal(rlt_http_request(aport, "POST", "/v1/loops/pause?loop=1",
+                                      NULL, body, sizeof(body)),
                      401);
-    assert_int_equal(admin_req(aport, "GET", "/v1/loops/pause?loop=1",
-                               "s3cr3t-token-of-the-operators", body,
-                               sizeof(body)),
+    assert_int_equal(rlt_http_request(aport, "GET", "/v1/loops/pause?loop=1",
+                                      "s3cr3t-token-of-the-operators", body,
+                                      sizeof(body)),
                      405);
-    assert_int_equal(admin_req(aport, "POST", "/v1/loops/pause?loop=2",
-                               "s3cr3t-token-of-the-operators", body,
-                               sizeof(body)),
+    assert_int_equal(rlt_http_request(aport, "POST", "/v1/loops/pause?loop=2",
+                                      "s3cr3t-token-of-the-operators", body,
+                                      sizeof(body)),
                      404);
-    assert_int_equal(admin_req(aport, "POST", "/v1/loops/pause?loop=1",
-                               "s3cr3t-token-of-the-operators", body,
-                               sizeof(body)),
+    assert_int_equal(rlt_http_request(aport, "POST", "/v1/loops/pause?loop=1",
+                                      "s3cr3t-token-of-the-operators", body,
+                                      sizeof(body)),
                      200);
     assert_non_null(strstr(body, "{\"loop\":1,"));
     assert_non_null(strstr(body, "\"paused\":true"));
@@ -189,16 +154,17 @@ static void test_loop_pause(void **state)
     assert_int_equal(loop_metric(f, 0, "rl_loop_connections", 0), CONNS);
     assert_int_equal(loop_metric(f, 0, "rl_loop_connections", 1), 0);
     /* Resumed, it has the most room: the next eight are all its own. */
-    assert_int_equal(admin_req(aport, "POST", "/v1/loops/resume?loop=1",
-                               "s3cr3t-token-of-the-operators", body,
-                               sizeof(body)),
+    assert_int_equal(rlt_http_request(aport, "POST", "/v1/loops/resume?loop=1",
+                                      "s3cr3t-token-of-the-operators", body,
+                                      sizeof(body)),
                      200);
     assert_null(strstr(body, "\"paused\":true"));
     open_conns(f->srv[0].port, fd2);
     assert_int_equal(loop_metric(f, 0, "rl_loop_connections", 0), CONNS);
     assert_int_equal(loop_metric(f, 0, "rl_loop_connections", 1), CONNS);
     assert_int_equal(
-        admin_req(aport, "GET", "/v1/loops", NULL, body, sizeof(body)), 200);
+        rlt_http_request(aport, "GET", "/v1/loops", NULL, body, sizeof(body)),
+        200);
     assert_non_null(strstr(body, "\"connections\":8,"));
     assert_int_equal(
         rlt_fx_metric(f->srv[0].mport, "rl_admin_loop_pauses_total"), 2);
@@ -222,13 +188,14 @@ static void test_loop_pause_one(void **state)
     fclose(t);
     snprintf(aaddr, sizeof(aaddr), "127.0.0.1:%d", aport);
     rlt_fx_start(f, 0, "--admin", aaddr, "--admin-token-file", tokens, NULL);
-    assert_int_equal(admin_req(aport, "POST", "/v1/loops/pause?loop=0",
-                               "s3cr3t-token-of-the-operators", body,
-                               sizeof(body)),
+    assert_int_equal(rlt_http_request(aport, "POST", "/v1/loops/pause?loop=0",
+                                      "s3cr3t-token-of-the-operators", body,
+                                      sizeof(body)),
                      409);
     assert_non_null(strstr(body, "--threads 1"));
     assert_int_equal(
-        admin_req(aport, "GET", "/v1/loops", NULL, body, sizeof(body)), 200);
+        rlt_http_request(aport, "GET", "/v1/loops", NULL, body, sizeof(body)),
+        200);
     assert_non_null(strstr(body, "\"threads\":1}"));
     assert_non_null(strstr(body, "\"paused\":false"));
 }
