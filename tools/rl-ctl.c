@@ -958,7 +958,10 @@ static int usage_cmd(ctl_t *c, int argc, char **argv)
     return rc;
 }
 
-static int config_cmd(ctl_t *c)
+/* GET path from every live instance's --admin (or the one given), each
+ * answer printed under a line naming its instance when there are
+ * several. Returns 0, or EXIT_FAIL when one could not be read. */
+static int admin_get_all(ctl_t *c, const char *path)
 {
     static admin_at_t at[ADMIN_AT_MAX];
     int n = admin_list(c, at, ADMIN_AT_MAX), i, rc = 0, status = 0;
@@ -967,7 +970,7 @@ static int config_cmd(ctl_t *c)
         return EXIT_FAIL;
     for (i = 0; i < n; i++) {
         char *body = NULL;
-        if (http_call(&at[i], "GET", "/v1/config", NULL, &status, &body) != 0) {
+        if (http_call(&at[i], "GET", path, NULL, &status, &body) != 0) {
             rc = EXIT_FAIL;
             continue;
         }
@@ -981,34 +984,22 @@ static int config_cmd(ctl_t *c)
     return rc;
 }
 
+static int config_cmd(ctl_t *c)
+{
+    return admin_get_all(c, "/v1/config");
+}
+
 /* rl-ctl loops [pause|resume N]: GET /v1/loops of every live instance,
  * or one instance's loop N paused or resumed (--admin names it). */
 static int loops_cmd(ctl_t *c, int argc, char **argv)
 {
     static admin_at_t at[ADMIN_AT_MAX];
     char target[64], token[512], *end;
-    int n, i, rc = 0, status = 0, pause;
+    int rc = 0, status = 0, pause;
     long loop;
 
-    if (argc == 0) {
-        if ((n = admin_list(c, at, ADMIN_AT_MAX)) < 0)
-            return EXIT_FAIL;
-        for (i = 0; i < n; i++) {
-            char *body = NULL;
-            if (http_call(&at[i], "GET", "/v1/loops", NULL, &status, &body) !=
-                0) {
-                rc = EXIT_FAIL;
-                continue;
-            }
-            if (n > 1 || at[i].name[0] != '\0')
-                printf("# %s (admin %s:%d)\n", at[i].name[0] ? at[i].name : "-",
-                       at[i].host, at[i].port);
-            if (admin_print(&at[i], status, body) != 0)
-                rc = EXIT_FAIL;
-            free(body);
-        }
-        return rc;
-    }
+    if (argc == 0)
+        return admin_get_all(c, "/v1/loops");
     pause = strcmp(argv[0], "pause") == 0;
     if (argc != 2 || (!pause && strcmp(argv[0], "resume") != 0))
         return bad("%s", "usage: loops, or loops pause N, or loops resume N");

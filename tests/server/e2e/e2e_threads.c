@@ -109,6 +109,21 @@ static void test_handoff_balances(void **state)
     assert_int_equal(a + b, 0);
 }
 
+/* The admin listener's token file (in a new f->dir) and address. */
+static void admin_files(rlt_fx_t *f, char *tokens, size_t tlen, char *aaddr,
+                        size_t alen, int aport)
+{
+    FILE *t;
+
+    assert_int_equal(rlt_fx_mkdir(f, "threads"), 0);
+    snprintf(tokens, tlen, "%s/tokens", f->dir);
+    t = fopen(tokens, "w");
+    assert_non_null(t);
+    fputs("ops s3cr3t-token-of-the-operators\n", t);
+    fclose(t);
+    snprintf(aaddr, alen, "127.0.0.1:%d", aport);
+}
+
 /* An operator tells a loop to take no new connection (--admin's POST
  * /v1/loops/pause): every new one goes to the other loop while those it
  * serves stay; resumed, it takes them again. Writes need the token; a
@@ -118,15 +133,8 @@ static void test_loop_pause(void **state)
     rlt_fx_t *f = *state;
     char tokens[160], aaddr[32], body[4096];
     int fd[CONNS], fd2[CONNS], aport = rlt_port_reserve();
-    FILE *t;
 
-    assert_int_equal(rlt_fx_mkdir(f, "threads"), 0);
-    snprintf(tokens, sizeof(tokens), "%s/tokens", f->dir);
-    t = fopen(tokens, "w");
-    assert_non_null(t);
-    fputs("ops s3cr3t-token-of-the-operators\n", t);
-    fclose(t);
-    snprintf(aaddr, sizeof(aaddr), "127.0.0.1:%d", aport);
+    admin_files(f, tokens, sizeof(tokens), aaddr, sizeof(aaddr), aport);
     rlt_fx_start(f, 0, "--threads", "2", "--admin", aaddr, "--admin-token-file",
                  tokens, NULL);
     assert_int_equal(rlt_http_request(aport, "POST", "/v1/loops/pause?loop=1",
@@ -178,15 +186,8 @@ static void test_loop_pause_one(void **state)
     rlt_fx_t *f = *state;
     char tokens[160], aaddr[32], body[4096];
     int aport = rlt_port_reserve();
-    FILE *t;
 
-    assert_int_equal(rlt_fx_mkdir(f, "threads"), 0);
-    snprintf(tokens, sizeof(tokens), "%s/tokens", f->dir);
-    t = fopen(tokens, "w");
-    assert_non_null(t);
-    fputs("ops s3cr3t-token-of-the-operators\n", t);
-    fclose(t);
-    snprintf(aaddr, sizeof(aaddr), "127.0.0.1:%d", aport);
+    admin_files(f, tokens, sizeof(tokens), aaddr, sizeof(aaddr), aport);
     rlt_fx_start(f, 0, "--admin", aaddr, "--admin-token-file", tokens, NULL);
     assert_int_equal(rlt_http_request(aport, "POST", "/v1/loops/pause?loop=0",
                                       "s3cr3t-token-of-the-operators", body,
