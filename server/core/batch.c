@@ -70,6 +70,7 @@ typedef struct {
 typedef struct {
     uint32_t n;
     size_t key_off[RLS_GROUP_MAX];
+    size_t tag_len[RLS_GROUP_MAX]; /* its op key's "<prefix>{<caller>}" */
     uint8_t first[RLS_GROUP_MAX + 1];
     rls_rule_stats_t *stats[RLS_GROUP_MAX];
     uint32_t index[RLS_GROUP_MAX]; /* the answer's level is this + 1 */
@@ -522,8 +523,12 @@ static void replay(rls_batch_t *t, rls_op_t *ops, size_t nops, int status)
             if (ok)
                 for (l = 0; l < g->n; l++)
                     g->stats[l]->allowed++;
-            else
-                rls_refusal_answer(&r, q->mode, g->stats[l]);
+            else if (!rls_refusal_answer(&r, q->mode, g->stats[l]))
+                /* The refusing level's caller, as a lone request's. */
+                rls_top_refused(b->top, g->stats[l],
+                                (const char *)t->keys.data + g->key_off[l] +
+                                    b->prefix_len + 1,
+                                g->tag_len[l] - b->prefix_len - 2, t->now_ms);
             q->respond(q->owner, &r);
             continue;
         }
@@ -1154,6 +1159,7 @@ int rls_batcher_add_group(rls_batcher_t *b, rls_respond_fn respond, void *owner,
         size_t len, tag;
         len = op_key(b, w + off, lv[i].key, lv[i].key_len, sp, &tag);
         g->key_off[i] = x->key_off + off;
+        g->tag_len[i] = tag;
         g->first[i] = (uint8_t)k;
         g->stats[i] = sp->stats;
         g->index[i] = lv[i].index;

@@ -20,6 +20,7 @@
 #include <uv.h>
 
 #include "batch_fx.h"
+#include "core/top.h"
 #include "rl_error.h"
 
 #define NSTORES 4 /* memory, script, module, memory of 64 stripes */
@@ -140,6 +141,48 @@ static void test_all_or_nothing(void **state)
             scenario(h, B + 1000, together);
             close_store(h);
         }
+}
+
+/* The caller key's refusals in top's sketch of rule (0: none). */
+static uint64_t top_count(rls_top_t *top, const char *rule, const char *key,
+                          uint64_t now_ms)
+{
+    rl_topk_sum_t s;
+    uint64_t since, n = 0;
+    size_t i;
+
+    assert_int_equal(
+        rls_top_read(top, rule, strlen(rule), now_ms, 32, &s, &since), RL_OK);
+    for (i = 0; i < s.n; i++)
+        if (s.e[i].len == strlen(key) &&
+            memcmp(s.e[i].key, key, s.e[i].len) == 0)
+            n = s.e[i].count;
+    rl_topk_sum_free(&s);
+    return n;
+}
+
+/* A group's refusal counts among the top offenders of the level that
+ * refused, for that level's caller, as a lone request's refusal does: in
+ * the scenario, user:a's third group (by user) and user:c's (by org, for
+ * org:acme), beside the two probes (user:c by user, org:acme by org). */
+static void test_top_offenders(void **state)
+{
+    uint64_t B = base_ms(), t = B + 1000;
+    rls_top_t *top = rls_top_new(8, 300);
+    h_t *h;
+
+    (void)state;
+    assert_non_null(top);
+    h = open_store(0, 64);
+    h->b.top = rls_top_join(top);
+    assert_non_null(h->b.top);
+    scenario(h, t, 1);
+    assert_int_equal(top_count(top, "user", "user:a", t), 1);
+    assert_int_equal(top_count(top, "user", "user:c", t), 1);
+    assert_int_equal(top_count(top, "org", "org:acme", t), 2);
+    assert_int_equal(top_count(top, "org", "user:c", t), 0);
+    close_store(h);
+    rls_top_free(top);
 }
 
 /* Levels of other algorithms: a gcra organisation refuses the third
@@ -315,6 +358,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_all_or_nothing, h_teardown),
+        cmocka_unit_test_teardown(test_top_offenders, h_teardown),
         cmocka_unit_test_teardown(test_algorithms, h_teardown),
         cmocka_unit_test_teardown(test_stores_agree, h_teardown),
     };
